@@ -74,7 +74,7 @@ def clear_all_caches() -> None:
     Ops never imported have nothing cached; they are not imported just to be cleared. The disk
     cache is left alone (`python -m b12x cache clear` removes it).
     """
-    for qualname, rel in _OPS.items():
+    for rel in _OPS.values():
         module = sys.modules.get(__package__ + rel)
         clear = getattr(module, "clear_caches", None) if module is not None else None
         if clear is not None:

@@ -46,9 +46,7 @@ def target_arch(device=None, arch: str | None = None) -> str:
         return validate_arch(env)
     cc = device_capability(device)
     if cc is None:
-        raise RuntimeError(
-            "no CUDA device to compile for: pass arch='sm_90a'|'sm_120a'|'sm_121a' or set CUTE_DSL_ARCH"
-        )
+        raise RuntimeError("no CUDA device to compile for: pass arch='sm_90a'|'sm_120a'|'sm_121a' or set CUTE_DSL_ARCH")
     found = arch_for_cc(cc)
     if found is None:
         raise RuntimeError(f"compute capability {cc[0]}.{cc[1]} is not a b12x target {KNOWN_ARCHS}")

@@ -6,9 +6,7 @@ import importlib
 from collections.abc import Callable, Mapping
 
 
-def lazy_attributes(
-    package: str, table: Mapping[str, str], namespace: dict | None = None
-) -> tuple[Callable, Callable]:
+def lazy_attributes(package: str, table: Mapping[str, str], namespace: dict | None = None) -> tuple[Callable, Callable]:
     """Return (`__getattr__`, `__dir__`) for a module that exposes `table[name]` lazily.
 
     When `namespace` (the module's `globals()`) is given, a resolved attribute is stored there so the

@@ -1,0 +1,52 @@
+"""Shared fixtures for the b12x tests.
+
+Tiers are pytest markers (pyproject.toml): contract, reference, interpret, compile, gpu, slow.
+`gpu` tests skip cleanly without CUDA; `slow` tests run only with `-m slow` or B12X_RUN_SLOW=1.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    markexpr = config.getoption("-m") or ""
+    run_slow = "slow" in markexpr or os.environ.get("B12X_RUN_SLOW") == "1"
+    skip_slow = pytest.mark.skip(reason="slow: select with -m slow or B12X_RUN_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.usefixtures("_needs_cuda"))
+
+
+@pytest.fixture
+def _needs_cuda():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("gpu tier: no CUDA device here (runs on the H200 device machine)")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Every test compiles into its own cache dir, never ~/.cache, and starts unfrozen."""
+    monkeypatch.setenv("B12X_CACHE_DIR", str(tmp_path / "b12x-cache"))
+    yield
+    from flashinfer.experimental.b12x._lib import freeze
+
+    freeze.unfreeze_kernel_resolution()
+
+
+def _run_python(code: str, *, env=None, cwd=None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, cwd=cwd)
+
+
+@pytest.fixture
+def run_python():
+    """Run code in a fresh interpreter (import-order and sys.modules checks): run_python(code, env=)."""
+    return _run_python
