@@ -2,7 +2,7 @@
 
 The wheel is built in a temp dir, installed with --target and imported by an interpreter that sees
 only it; the editable install goes into an empty venv (`import b12x` needs no torch). This
-interpreter's setuptools builds both, so no index is needed. Slow: ~20 s.
+interpreter's setuptools builds both, so no index is needed (~10 s).
 """
 
 import subprocess
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.contract, pytest.mark.slow]
+pytestmark = pytest.mark.contract
 
 ROOT = Path(__file__).resolve().parents[4]
 
