@@ -18,16 +18,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
-        if "gpu" in item.keywords:
-            item.add_marker(pytest.mark.usefixtures("_needs_cuda"))
 
 
-@pytest.fixture
-def _needs_cuda():
-    import torch
+def pytest_runtest_setup(item):
+    if "gpu" in item.keywords:
+        import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("gpu tier: no CUDA device here (runs on the H200 device machine)")
+        if not torch.cuda.is_available():
+            pytest.skip("gpu tier: no CUDA device here (runs on the H200 device machine)")
 
 
 @pytest.fixture(autouse=True)

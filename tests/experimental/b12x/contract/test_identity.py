@@ -79,7 +79,6 @@ def test_foreign_b12x_distribution_refused(tmp_path, run_python):
 
 def test_root_names_resolve_to_real_objects():
     import b12x
-
     from flashinfer.experimental.b12x._lib import freeze, scratch
     from flashinfer.experimental.b12x.preparation import plan, session
 

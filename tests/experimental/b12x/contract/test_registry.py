@@ -3,8 +3,9 @@
 import importlib
 from pathlib import Path
 
-import b12x
 import pytest
+
+import b12x
 from b12x import OpMeta
 
 pytestmark = pytest.mark.contract
