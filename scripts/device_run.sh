@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU validation run on the device machine (H200): install this tree, run the gpu tier and the
+# benchmarks, leave logs and JSON under $OUT. Run after the two wheel-install steps that
+# ../shared/tools/device-wheels prints (they put cutlass-dsl and tvm-ffi under /root/site).
+#
+#   bash scripts/device_run.sh [tests|bench|all] [pytest selection...]
+set -uo pipefail
+what=${1:-all}; shift || true
+OUT=${OUT:-/tmp/b12x-out}; mkdir -p "$OUT"
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+export PYTHONUNBUFFERED=1 B12X_CACHE_DIR=/tmp/b12x-cache
+if ! python3 -c "import b12x" 2>/dev/null; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
+    || { echo "editable install failed (see install.log); using a path shim"; mkdir -p /root/shim;
+         ln -sfn "$PWD/flashinfer/experimental/b12x/_compat/b12x" /root/shim/b12x;
+         export PYTHONPATH=$PWD:/root/shim:$PYTHONPATH; }
+fi
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%FT%TZ)" | tee "$OUT/run.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$OUT/run.txt"
+python3 -m b12x doctor 2>&1 | tee -a "$OUT/run.txt"
+status=0
+if [[ $what == tests || $what == all ]]; then
+  sel=("$@"); [[ ${#sel[@]} -gt 0 ]] || sel=(tests/experimental/b12x)
+  python3 -m pytest "${sel[@]}" -m gpu -q -rfE -p no:cacheprovider --timeout 600 2>&1 | tee "$OUT/gpu_tests.log"
+  status=${PIPESTATUS[0]}
+fi
+if [[ $what == bench || $what == all ]]; then
+  for b in ${B12X_BENCHES:-ceilings spine quantization norm attention}; do
+    [[ -f benchmarks/experimental/b12x/bench_$b.py ]] || continue
+    echo "== bench_$b"
+    python3 -m "benchmarks.experimental.b12x.bench_$b" --json "$OUT/bench_$b.json" ${B12X_BENCH_ARGS:-} 2>&1 \
+      | tee "$OUT/bench_$b.log" | tail -n 40
+  done
+fi
+exit $status
