@@ -17,7 +17,8 @@ if ! python3 -c "import b12x" 2>/dev/null; then
          ln -sfn "$PWD/flashinfer/experimental/b12x/_compat/b12x" /root/shim/b12x;
          export PYTHONPATH=$PWD:/root/shim:$PYTHONPATH; }
 fi
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%FT%TZ)" | tee "$LOG/run.txt"
+export B12X_GIT_COMMIT=${B12X_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+echo "commit $B12X_GIT_COMMIT $(date -u +%FT%TZ)" | tee "$LOG/run.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$LOG/run.txt"
 python3 -m b12x doctor 2>&1 | tee -a "$LOG/run.txt"
 status=0
