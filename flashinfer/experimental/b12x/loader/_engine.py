@@ -379,7 +379,9 @@ class ReadEngine:
                 req.convert(req.dst, whole)
 
     # ----- the pool --------------------------------------------------------------------------
-    def run(self, chunks: list[Chunk], files: dict[str, FileStats], progress=None, deliver=None) -> None:
+    def run(
+        self, chunks: list[Chunk], files: dict[str, FileStats], progress=None, deliver=None, count_payload=True
+    ) -> None:
         """Read and deliver every chunk on `io_threads` threads; re-raises the first failure."""
         if not chunks:
             return
@@ -389,6 +391,7 @@ class ReadEngine:
         free: queue.SimpleQueue = queue.SimpleQueue()
         for b in self._buffers:
             free.put(b)
+        scatter = deliver is None  # reading straight into destinations bypasses a custom deliver
         deliver = deliver or self._deliver_chunk
         cursor = iter(chunks)
         cursor_lock = threading.Lock()
@@ -415,14 +418,15 @@ class ReadEngine:
                         if buf.event is not None:
                             buf.event.synchronize()  # its previous async copy has landed
                             buf.event = None
-                        stats = files.get(chunk.file)
-                        if not self.scatter_read(chunk, buf, stats):
+                        with self._lock:
+                            stats = files.setdefault(chunk.file, FileStats())
+                        if not (scatter and self.scatter_read(chunk, buf, stats)):
                             base = self.read_chunk(chunk, buf, stats)
                             deliver(chunk, buf.tensor, base)
                             if stream is not None:
                                 buf.event = torch.cuda.Event()
                                 buf.event.record(stream)
-                        if stats is not None:
+                        if stats is not None and count_payload:
                             with self._lock:
                                 stats.bytes += sum(p.end - p.begin for p in chunk.pieces)
                         if progress is not None:

@@ -198,6 +198,11 @@ def parse_header(path: str, prefix: bytes, file_size: int, header: bytes | None 
         metadata = {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise _fail(path, f"__metadata__ must map strings to strings, got {metadata!r:.200}")
+    for text_value in (*doc, *metadata, *metadata.values()):
+        try:
+            text_value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape: valid JSON text, not a valid string
+            raise _fail(path, f"header string {text_value!r} is not valid Unicode") from None
     entries = [_check_entry(path, name, raw, data_len, data_start) for name, raw in doc.items()]
     entries.sort(key=lambda e: (e.begin, e.end))
     offset, previous = data_start, None

@@ -144,6 +144,8 @@ class DirectWeightSession:
             if self.group is not None:
                 self.group.finish(self)
         finally:
+            if self.group is not None and self.group._failed:
+                self.group.finish(self)  # a failed group only releases its buffers
             self._close()
         stats = self.stats()
         if self.display is not None:
