@@ -13,8 +13,8 @@ See docs/loader.md for the design and measured numbers.
 from .._lib.lazy import lazy_attributes
 
 _LAZY = {
-    "capabilities": ".capabilities",
-    "LoaderCapabilities": ".capabilities",
+    "capabilities": "._capabilities",
+    "LoaderCapabilities": "._capabilities",
     "DirectWeightSession": ".session",
     "LoadStats": ".session",
     "checkpoint_files": ".session",

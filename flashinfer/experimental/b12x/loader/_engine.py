@@ -224,7 +224,7 @@ class ReadEngine:
             return mode
         mode = self.mode
         if mode == "auto":
-            from .capabilities import gds_available, o_direct_supported
+            from ._capabilities import gds_available, o_direct_supported
 
             if self.cuda and gds_available():
                 mode = "gds"

@@ -138,6 +138,7 @@ class CheckpointDisplay:
 
     def _render_live(self, stats) -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
         with self._lock:
@@ -156,7 +157,7 @@ class CheckpointDisplay:
             files = f"files {len(self.files_seen)}/{self.total_files}" if self.total_files else ""
             self._progress.update(
                 self._task,
-                description=f"b12x.loader [{self.current_phase}]",
+                description=escape(f"b12x.loader [{self.current_phase}]"),
                 total=self.total_bytes or None,
                 completed=self.done_bytes,
                 detail=f"{files} {self.current_file}".strip(),

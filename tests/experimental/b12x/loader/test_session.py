@@ -233,7 +233,7 @@ def test_short_read_names_file_and_tensor(tmp_path, monkeypatch):
 def test_o_direct_refused_falls_back_in_auto(tmp_path, monkeypatch):
     """tmpfs before Linux 6.6 refuses O_DIRECT: auto reads buffered, explicit direct says why."""
     save_file({"a": torch.randn(100)}, tmp_path / "m.safetensors")
-    import flashinfer.experimental.b12x.loader.capabilities as caps
+    import flashinfer.experimental.b12x.loader._capabilities as caps
 
     monkeypatch.setattr(caps, "o_direct_supported", lambda path: False)
     with DirectWeightSession("cpu", read_mode="auto") as s:
