@@ -26,7 +26,10 @@ from ._lib.meta import GROUPS, OpMeta
 # The registry: qualname -> op package (relative to this package). Static on purpose: listing ops
 # must not walk the disk or import kernels. tests/experimental/b12x/contract/test_registry.py keeps
 # it in lockstep with the op folders on disk.
-_OPS: dict[str, str] = {}
+_OPS: dict[str, str] = {
+    "quantization.nvfp4": ".quantization.nvfp4",
+    "quantization.mxfp8": ".quantization.mxfp8",
+}
 
 # Root names resolved lazily (module relative to this package, attribute).
 _LAZY_ROOT: dict[str, tuple[str, str]] = {

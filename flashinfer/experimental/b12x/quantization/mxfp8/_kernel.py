@@ -1,0 +1,240 @@
+"""MXFP8 row quantizer (Triton): bf16/fp16 [M, K] -> E4M3 [M, K] + UE8M0 scales, row-major and swizzled.
+
+Per 32-element block of a row, exactly the fp32 op sequence of `_lib/quant/mx.py` (the oracle):
+
+    amax = max |x_i| (NaN ignored)      s = div_rn(amax, 448)
+    byte = exponent field of s, + 1 if its mantissa is nonzero; s == 0 -> 127; s Inf -> 255
+    v_i  = e4m3_rn_satfinite(x_i * 2^(127 - byte))
+
+- `div_rn` is PTX `div.rn.f32` (Triton's `/` is the approximate `div.full.f32`).
+- `x / 2^(byte-127)` equals `x * 2^(127-byte)` bit for bit (both factors exact powers of two; byte
+  is 1..254 for finite blocks), so the kernel multiplies.
+- A NaN element encodes 0x7F; a block whose amax is +Inf gets byte 255 (a NaN scale), and then
+  every one of its values is NaN (0x7F), as `x / NaN` is in the oracle. The kernel writes 0x7F
+  itself: which NaN byte the hardware conversion produces does not matter.
+- |v| <= 448 * (1 + 2^-23) (s rounds at most half an ulp down), so round-to-nearest lands on 448
+  and saturation never decides a value; `cvt.rn.satfinite.e4m3x2.f32` keeps the sign of zero, as
+  the oracle does.
+- Swizzled scales (FORMATS.md 128x4 atoms) are written only at live (row < M, block < K/32)
+  positions: the caller's padding bytes are left as they are.
+
+Constraints: K % 32 == 0 (static), M < 2^31 (live, never a compile key), all tensors contiguous
+and 16-byte aligned (the compiled kernel assumes it; api.py checks it).
+Bytes moved: 2*M*K read + M*K written + 2*M*K/32 scale bytes written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from ..._lib.compile import kernel
+from ..._lib.freeze import check_may_resolve
+
+OP = "quantization.mxfp8"
+BLOCK = 32  # elements per UE8M0 scale
+DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
+CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
+
+
+# -------------------------------------------------------------------------------------------------
+# Config and heuristic
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MxFp8Config:
+    """One program quantizes block_m rows x block_k columns with num_warps warps."""
+
+    block_m: int = 16
+    block_k: int = 256
+    num_warps: int = 4
+
+
+def can_implement(k: int, config: MxFp8Config) -> bool:
+    pow2 = lambda n: n > 0 and n & (n - 1) == 0
+    return (
+        k > 0
+        and k % BLOCK == 0
+        and pow2(config.block_m)
+        and pow2(config.block_k)
+        and config.block_k >= BLOCK
+        and config.num_warps in (1, 2, 4, 8, 16)
+    )
+
+
+def default_config(k: int) -> MxFp8Config:
+    # Not yet measured on the H200: bench_quantization.py --all-configs times every candidate;
+    # 16 x 256 keeps 8 KiB of input per program (~32 fp32 values per thread at 4 warps).
+    return MxFp8Config(block_m=16, block_k=min(256, triton.next_power_of_2(k)), num_warps=4)
+
+
+def candidate_configs(k: int) -> tuple[MxFp8Config, ...]:
+    out = [default_config(k)]
+    for bm, bk, nw in ((4, 512, 4), (8, 512, 4), (16, 512, 8), (32, 256, 8), (32, 128, 4), (64, 128, 8)):
+        cfg = MxFp8Config(bm, bk, nw)
+        if can_implement(k, cfg) and cfg not in out:
+            out.append(cfg)
+    return tuple(out)
+
+
+def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
+    return (triton.cdiv(m, config.block_m), triton.cdiv(k, config.block_k), 1)
+
+
+# -------------------------------------------------------------------------------------------------
+# Kernel
+# -------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["m"])
+def _mxfp8_quantize_kernel(
+    x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
+    values_ptr,  # [m, K] uint8 out: E4M3 bits
+    scale_rows_ptr,  # [m, K/32] uint8 out: UE8M0, row-major
+    scale_mma_ptr,  # uint8 out: UE8M0 in the 128x4 swizzled layout (live positions only)
+    m,  # live rows (runtime: a new m never compiles)
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    NB: tl.constexpr = K // 32  # scale columns
+    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
+    TILE_NB: tl.constexpr = BLOCK_K // 32
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+
+    # Phase 1: load the tile.
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    rows64 = rows.to(tl.int64)
+    mask = (rows < m)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    # Phase 2: per-32 amax (NaN ignored) -> UE8M0 byte, rounded up on the bits of amax / 448.
+    xb = tl.reshape(x, (BLOCK_M, TILE_NB, 32))
+    mag = tl.abs(xb)
+    mag = tl.where(mag == mag, mag, 0.0)
+    amax = tl.max(mag, axis=2)  # [BLOCK_M, TILE_NB]
+    s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
+    exp = (s_bits >> 23) & 0xFF
+    byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
+    byte = tl.where(exp == 0xFF, 255, byte)
+    byte = tl.where(s_bits == 0, 127, byte)  # amax is never negative: bits 0 is exactly s == 0
+
+    # Phase 3: values = e4m3(x * 2^(127 - byte)); 2^-127 (byte 254) is the fp32 subnormal 0x00400000.
+    mult_bits = tl.where(byte == 254, 0x00400000, (254 - byte) << 23)
+    mult = mult_bits.to(tl.float32, bitcast=True)
+    v = xb * mult[:, :, None]
+    q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    q = tl.where((v != v) | (byte == 255)[:, :, None], 0x7F, q)
+    tl.store(values_ptr + rows64[:, None] * K + cols[None, :], tl.reshape(q, (BLOCK_M, BLOCK_K)), mask=mask)
+
+    # Phase 4: scales, row-major and swizzled, live positions only.
+    scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
+    smask = (rows < m)[:, None] & (scols < NB)[None, :]
+    sbyte = byte.to(tl.uint8)
+    tl.store(scale_rows_ptr + rows64[:, None] * NB + scols[None, :], sbyte, mask=smask)
+    row_part = (rows64 // 128) * (NB_PAD // 4 * 512) + (rows64 % 32) * 16 + ((rows64 // 32) % 4) * 4
+    col_part = (scols // 4) * 512 + (scols % 4)
+    tl.store(scale_mma_ptr + row_part[:, None] + col_part[None, :], sbyte, mask=smask)
+
+
+# -------------------------------------------------------------------------------------------------
+# Launcher and compile function
+# -------------------------------------------------------------------------------------------------
+class MxFp8Launcher:
+    """`launcher(x, values, scale_rows, scale_mma, m)`: one launch on the current stream of x's
+    device. Arguments are trusted (api.py validated them); m == 0 launches nothing.
+
+    `load(device_index)` gives an object indexable by grid (a Triton CompiledKernel loaded on that
+    device); `compiled=False` launches the JIT function instead (TRITON_INTERPRET runs).
+    """
+
+    def __init__(self, k: int, config: MxFp8Config, load, *, compiled: bool, key: str = "") -> None:
+        self.k, self.config, self.compiled, self.key = k, config, compiled, key
+        self._load = load
+        self._by_device: dict = {}
+
+    def _kernel_for(self, index):
+        fn = self._by_device.get(index)
+        if fn is None:
+            # Loading a module onto a device is resolution too: not while frozen or capturing.
+            check_may_resolve(OP, f"{self.key} (load on device {index})")
+            fn = self._by_device[index] = self._load(index)
+        return fn
+
+    def __call__(self, x, values, scale_rows, scale_mma, m) -> None:
+        if m == 0:
+            return
+        cfg = self.config
+        g = grid(m, self.k, cfg)
+        args = (x, values, scale_rows, scale_mma, m, self.k, cfg.block_m, cfg.block_k)
+        if not self.compiled:
+            _mxfp8_quantize_kernel[g](*args, num_warps=cfg.num_warps)
+            return
+        index = x.device.index
+        fn = self._kernel_for(index)
+        import torch
+
+        if index != torch.cuda.current_device():
+            with torch.cuda.device(index):
+                fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
+        else:
+            fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
+
+
+def _source(dtype: str, k: int, config: MxFp8Config):
+    from triton.compiler import ASTSource
+
+    aligned = [["tt.divisibility", 16]]
+    signature = {
+        "x_ptr": f"*{DTYPES[dtype]}",
+        "values_ptr": "*u8",
+        "scale_rows_ptr": "*u8",
+        "scale_mma_ptr": "*u8",
+        "m": "i32",
+        "K": "constexpr",
+        "BLOCK_M": "constexpr",
+        "BLOCK_K": "constexpr",
+    }
+    constexprs = {"K": k, "BLOCK_M": config.block_m, "BLOCK_K": config.block_k}
+    attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}
+    return ASTSource(_mxfp8_quantize_kernel, signature, constexprs, attrs)
+
+
+def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
+    """The Triton CompiledKernel for `arch`, built without a GPU (Triton's disk cache keeps it)."""
+    from triton.backends.compiler import GPUTarget
+
+    if dtype not in DTYPES:
+        raise ValueError(f"{OP}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if not can_implement(k, config):
+        raise ValueError(f"{OP}: cannot implement k={k} with {config}")
+    options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
+    return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
+
+
+@kernel(OP, backend="triton")
+def compile_mxfp8(dtype: str, k: int, config: MxFp8Config, arch: str) -> MxFp8Launcher:
+    """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
+    first = [compile_for_target(dtype, k, config, arch)]
+
+    def load(index):
+        import torch
+
+        # The kernel compiled above serves the first device; another device gets its own module
+        # (Triton's disk cache makes that a file read).
+        compiled = first.pop() if first else compile_for_target(dtype, k, config, arch)
+        with torch.cuda.device(index):
+            compiled[(1, 1, 1)]  # loads the module on this device without launching
+        return compiled
+
+    key = f"dtype={dtype} k={k} {config} ({arch})"
+    return MxFp8Launcher(k, config, load, compiled=True, key=key)
+
+
+def interpreted_launcher(k: int, config: MxFp8Config | None = None) -> MxFp8Launcher:
+    """A launcher through the JIT function, for TRITON_INTERPRET=1 runs on CPU tensors (tests)."""
+    config = config or default_config(k)
+    if not can_implement(k, config):
+        raise ValueError(f"{OP}: cannot implement k={k} with {config}")
+    return MxFp8Launcher(k, config, None, compiled=False)

@@ -1,0 +1,325 @@
+"""quantization.nvfp4: plan, outputs, validation and run (the kernel is in `_kernel.py`).
+
+    plan = b12x.quantization.nvfp4.plan(4096, 7168)            # capacity 4096 rows, K = 7168
+    with b12x.PreparationSession("cuda") as session:
+        session.prepare([plan])                                 # compiles and primes, once
+    out = b12x.quantization.nvfp4.allocate_outputs(plan)
+    b12x.quantization.nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)   # any M <= 4096
+    packed, scales = out.view(x.shape[0])                      # the live part
+
+    packed, scales = b12x.quantization.nvfp4.quantize(x, gs)    # one call (default session)
+
+Bits: equal to `_lib.quant.quantize_nvfp4` followed by `swizzle_scales(scales, 0)` (reference.py).
+`run` launches on torch's current stream, never compiles, allocates nothing and never reads a
+tensor on the host: it is CUDA-graph safe (a Python-float global scale is baked into a captured
+graph; pass a device tensor to change it between replays).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from ..._lib.quant import swizzled_size
+from ..._lib.scratch import ScratchBufferSpec, dtype_name
+from ...preparation.plan import Plan, PlanState
+from ...preparation.session import ensure_prepared
+from . import reference
+
+OP = "quantization.nvfp4"
+BLOCK = 16
+DTYPES = ("bfloat16", "float16")
+ALIGN = 16  # bytes; the compiled kernel assumes 16-byte aligned x, packed and scales
+_ONESHOT_ROWS = 1 << 30  # capacity of quantize()'s plans: it allocates its outputs per call
+
+
+@dataclass(frozen=True)
+class NvFp4Caps:
+    """Static facts of a plan: max_rows (capacity of M) and k (row length, K % 16 == 0)."""
+
+    max_rows: int
+    k: int
+
+
+class NvFp4Plan(Plan):
+    """A quantizer plan: caps = NvFp4Caps, invocation = the activation dtype name, override = an
+    `NvFp4Config` (from `_kernel`) or None."""
+
+    @property
+    def dtype(self) -> str:
+        return self.invocation
+
+    def heuristic(self, arch):
+        if arch is None:
+            return None  # the reference backend has nothing to choose
+        from ._kernel import default_config
+
+        return default_config(self.caps.k)
+
+    def candidates(self, arch) -> tuple:
+        if arch is None:
+            return (None,)
+        from ._kernel import candidate_configs
+
+        return candidate_configs(self.caps.k)
+
+    def kernels(self, config, arch: str) -> tuple:
+        from ._kernel import compile_nvfp4
+
+        return ((compile_nvfp4, (self.dtype, self.caps.k, config, arch)),)
+
+    def scratch_specs(self, config=None, device="cuda") -> tuple[ScratchBufferSpec, ...]:
+        # The fp32 the kernel's global-scale pointer reads when the scale comes as a Python float.
+        return (ScratchBufferSpec("global_scale", (1,), "float32", device),)
+
+    def prime(self, state: PlanState) -> None:
+        rows, k = min(self.caps.max_rows, 128), self.caps.k
+        gen = torch.Generator(device=state.device).manual_seed(0)
+        x = torch.randn(rows, k, device=state.device, generator=gen).to(getattr(torch, self.dtype))
+        packed = torch.empty(rows, k // 2, dtype=torch.uint8, device=state.device)
+        scales = torch.empty(swizzled_size(rows, k // BLOCK), dtype=torch.uint8, device=state.device)
+        state.scratch["global_scale"].fill_(1.0)
+        _execute(state, x, None, 1.0, packed, scales)
+        _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales)
+        if state.device.type == "cuda":
+            torch.cuda.synchronize(state.device)  # a launch error surfaces here, at prepare time
+
+    def measure(self, state: PlanState) -> float:
+        rows, k = min(self.caps.max_rows, 16384), self.caps.k
+        x = torch.randn(rows, k, device=state.device).to(getattr(torch, self.dtype))
+        packed = torch.empty(rows, k // 2, dtype=torch.uint8, device=state.device)
+        scales = torch.empty(swizzled_size(rows, k // BLOCK), dtype=torch.uint8, device=state.device)
+        return _seconds_per_run(lambda: _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales))
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Output storage at a plan's capacity: packed uint8 [max_rows, K/2] and float8_e4m3fn scales
+    [swizzled_size(max_rows, K/16)] (128x4 swizzled; rows padded to a multiple of 128)."""
+
+    packed: torch.Tensor
+    scales: torch.Tensor
+
+    def view(self, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(packed [m, K/2], scales [swizzled_size(m, K/16)]): what a run over m rows wrote."""
+        k = self.packed.shape[1] * 2
+        return self.packed[:m], self.scales[: swizzled_size(m, k // BLOCK)]
+
+
+def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
+    """A pure, hashable plan for quantizing up to `m` rows of length `k`.
+
+    m: capacity (max rows per run, >= 1); live M is a run-time argument and never compiles.
+    k: row length, a multiple of 16 (one E4M3 scale per 16 elements); static (a compile key).
+    invocation: the activation dtype, torch.bfloat16 (default, None) or torch.float16 (or its name).
+    override: an `NvFp4Config` to use instead of the heuristic/autotuned one.
+    """
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"m must be an int >= 1 (the row capacity), got {m!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < BLOCK or k % BLOCK:
+        raise ValueError(f"k must be a positive multiple of {BLOCK}, got {k!r}")
+    dtype = dtype_name(invocation) if invocation is not None else "bfloat16"
+    if dtype not in DTYPES:
+        raise ValueError(f"invocation must be the activation dtype, one of {DTYPES}, got {invocation!r}")
+    if override is not None:
+        from ._kernel import NvFp4Config, can_implement
+
+        if not isinstance(override, NvFp4Config) or not can_implement(k, override):
+            raise ValueError(f"override must be an NvFp4Config valid for k={k}, got {override!r}")
+    return NvFp4Plan(op=OP, caps=NvFp4Caps(m, k), invocation=dtype, override=override)
+
+
+def allocate_outputs(plan: NvFp4Plan, *, device="cuda") -> Outputs:
+    """Output storage at the plan's capacity on `device` (contents undefined until a run)."""
+    _check_plan(plan)
+    m, k = plan.caps.max_rows, plan.caps.k
+    packed = torch.empty(m, k // 2, dtype=torch.uint8, device=device)
+    scales = torch.empty(swizzled_size(m, k // BLOCK), dtype=torch.float8_e4m3fn, device=device)
+    return Outputs(packed, scales)
+
+
+def run(*, plan: NvFp4Plan, x: torch.Tensor, global_scale, outputs: Outputs) -> None:
+    """Quantize x [M, K] (M <= capacity) into `outputs` (rows [0, M) of packed; the first
+    swizzled_size(M, K/16) scale bytes, zero padding of the last 128-row block included).
+
+    global_scale: a 1-element fp32 tensor on the plan's device (read only by the kernel) or a
+    Python float; finite and > 0 (a tensor's value is not checked: that would read it on the host).
+    """
+    _check_plan(plan)
+    state = plan.state
+    _check_x(plan, state, x)
+    if not isinstance(outputs, Outputs):
+        raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
+    _check_outputs(plan, state, outputs.packed, outputs.scales, plan.caps.max_rows)
+    _check_disjoint(("x", x), ("outputs.packed", outputs.packed), ("outputs.scales", outputs.scales))
+    gs_tensor, gs_value = _global_scale(global_scale, state.device)
+    _execute(state, x, gs_tensor, gs_value, outputs.packed, outputs.scales)
+
+
+def quantize(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call: x [M, K] (bf16/fp16, K % 16 == 0) -> (packed uint8 [M, K/2], float8_e4m3fn scales
+    [swizzled_size(M, K/16)]), allocated here.
+
+    The first call per (K, dtype, device) prepares a plan in the device's default
+    PreparationSession (compile + prime); after `freeze_kernel_resolution` a (K, dtype) not seen
+    before raises KernelResolutionFrozenError, a new M never does.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D tensor [M, K], got {_describe(x)}")
+    dtype = dtype_name(x.dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"x must be bfloat16 or float16, got {dtype}")
+    k = x.shape[1]
+    if k < BLOCK or k % BLOCK:
+        raise ValueError(f"x must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
+    p = _oneshot_plan(k, dtype, _device_key(x.device))
+    state = p.state
+    m = _check_x(p, state, x)
+    packed = torch.empty(m, k // 2, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(swizzled_size(m, k // BLOCK), dtype=torch.float8_e4m3fn, device=x.device)
+    gs_tensor, gs_value = _global_scale(global_scale, state.device)
+    _execute(state, x, gs_tensor, gs_value, packed, scales)
+    return packed, scales
+
+
+_oneshot: dict = {}
+
+
+def _oneshot_plan(k: int, dtype: str, device: torch.device) -> NvFp4Plan:
+    """The plan quantize() uses for (k, dtype, device), prepared on first use."""
+    p = _oneshot.get((k, dtype, device))
+    if p is None:
+        p = _oneshot[(k, dtype, device)] = plan(_ONESHOT_ROWS, k, invocation=dtype)
+    return ensure_prepared(p, device)
+
+
+# -------------------------------------------------------------------------------------------------
+# Execution
+# -------------------------------------------------------------------------------------------------
+def _launcher(state: PlanState):
+    """The plan's resolved launcher, looked up once per prepared selection (a memory-cache hit)."""
+    cached = state.extra.get("launcher")
+    if cached is not None and cached[0] is state.kernels:
+        return cached[1]
+    compile_fn, args = state.kernels[0]
+    launcher = compile_fn(*args)
+    state.extra["launcher"] = (state.kernels, launcher)
+    return launcher
+
+
+def _execute(state: PlanState, x, gs_tensor, gs_value: float, packed, scales) -> None:
+    if state.arch is None:  # CPU: the reference backend
+        reference.quantize_into(x, gs_tensor if gs_tensor is not None else gs_value, packed, scales)
+        return
+    gs_ptr = gs_tensor if gs_tensor is not None else state.scratch["global_scale"]
+    _launcher(state)(x, packed, scales, gs_ptr, gs_value, int(gs_tensor is not None), x.shape[0])
+
+
+def _seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+# -------------------------------------------------------------------------------------------------
+# Validation (every error names the argument, what was expected and what came)
+# -------------------------------------------------------------------------------------------------
+def _describe(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    extra = "" if t.is_contiguous() else " (non-contiguous)"
+    return f"{dtype_name(t.dtype)} {list(t.shape)} on {t.device}{extra}"
+
+
+def _device_key(device) -> torch.device:
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _check_plan(plan) -> None:
+    if not isinstance(plan, NvFp4Plan):
+        raise ValueError(f"plan must come from b12x.quantization.nvfp4.plan(m, k), got {type(plan).__name__}")
+
+
+def _check_x(plan: NvFp4Plan, state: PlanState, x) -> int:
+    k, cap = plan.caps.k, plan.caps.max_rows
+    if (
+        not isinstance(x, torch.Tensor)
+        or x.dim() != 2
+        or x.shape[1] != k
+        or dtype_name(x.dtype) != plan.dtype
+        or x.device != state.device
+        or not x.is_contiguous()
+    ):
+        raise ValueError(f"x must be {plan.dtype} [M, {k}] contiguous on {state.device}, got {_describe(x)}")
+    if x.shape[0] > cap:
+        raise ValueError(f"x has {x.shape[0]} rows, above the plan's capacity m={cap}")
+    _check_aligned("x", x, state)
+    return x.shape[0]
+
+
+def _check_outputs(plan: NvFp4Plan, state: PlanState, packed, scales, rows: int) -> None:
+    k = plan.caps.k
+    want = {
+        "outputs.packed": (packed, (torch.uint8,), (rows, k // 2)),
+        "outputs.scales": (scales, (torch.uint8, torch.float8_e4m3fn), (swizzled_size(rows, k // BLOCK),)),
+    }
+    for name, (t, dtypes, shape) in want.items():
+        if (
+            not isinstance(t, torch.Tensor)
+            or t.dtype not in dtypes
+            or tuple(t.shape) != shape
+            or t.device != state.device
+            or not t.is_contiguous()
+        ):
+            names = " or ".join(dtype_name(d) for d in dtypes)
+            raise ValueError(f"{name} must be {names} {list(shape)} contiguous on {state.device}, got {_describe(t)}")
+        _check_aligned(name, t, state)
+
+
+def _check_aligned(name: str, t: torch.Tensor, state: PlanState) -> None:
+    if state.arch is not None and t.data_ptr() % ALIGN:
+        raise ValueError(f"{name} must start {ALIGN}-byte aligned, got address {t.data_ptr():#x}")
+
+
+def _check_disjoint(*named) -> None:
+    spans = [(n, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for n, t in named if t.numel()]
+    for i, (a, a0, a1) in enumerate(spans):
+        for b, b0, b1 in spans[i + 1 :]:
+            if a0 < b1 and b0 < a1:
+                raise ValueError(f"{a} and {b} overlap in memory; x and the outputs must be disjoint")
+
+
+def _global_scale(global_scale, device: torch.device) -> tuple[torch.Tensor | None, float]:
+    """(device tensor or None, value when a number): validated without reading a tensor."""
+    if isinstance(global_scale, torch.Tensor):
+        if global_scale.dtype != torch.float32 or global_scale.numel() != 1 or global_scale.device != device:
+            raise ValueError(
+                f"global_scale must be a float32 tensor of 1 element on {device} (or a float), "
+                f"got {_describe(global_scale)}"
+            )
+        return global_scale, 0.0
+    if isinstance(global_scale, bool) or not isinstance(global_scale, numbers.Real):
+        raise ValueError(
+            f"global_scale must be a float or a 1-element float32 tensor, got {type(global_scale).__name__}"
+        )
+    value = float(global_scale)
+    try:
+        value = struct.unpack("<f", struct.pack("<f", value))[0]  # what the kernel's fp32 holds
+    except OverflowError:
+        value = math.inf
+    if not 0 < value < math.inf:
+        raise ValueError(f"global_scale must be finite and > 0 as fp32, got {global_scale!r}")
+    return None, value
