@@ -1,0 +1,187 @@
+"""Run the quantizer Triton kernels under TRITON_INTERPRET=1 and compare bits with the oracles.
+
+test_interpret.py runs this file in a fresh interpreter (TRITON_INTERPRET must be set before the
+kernel modules import triton) and reads one JSON line: {case id: "ok" or what differed}. CASES is
+plain data so the test module can parametrize over it without importing triton.
+
+Interpreter patches (documented, like the bf16-dot one GPU.md describes), both measured in
+triton 3.9's interpreter against torch:
+- fp32 -> float8e4nv rounds wrongly (2943 of ~130k probe values: ties and subnormals, e.g. -400 ->
+  -416), while the GPU emits `cvt.rn.satfinite.e4m3x2.f32` (test_compile.py pins that instruction
+  in the PTX). The patch emulates the instruction: round to nearest even, saturate to +-448, and
+  NaN -> 0xFF (a NaN byte the oracle never writes, so the kernels' own NaN handling is what the
+  comparison sees).
+- bf16 -> fp32 turns 254 of the 65536 bf16 patterns (subnormals) into wrong values; the GPU's
+  `cvt.f32.bf16` is exact (the bits shifted left by 16), which is what the patch does.
+Everything else runs as the interpreter does it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+NVFP4_SHAPES = [(1, 16), (3, 48), (7, 64), (130, 160), (9, 2048)]
+MXFP8_SHAPES = [(1, 32), (3, 96), (7, 64), (130, 160), (9, 2048)]
+# (config, m, k): tiles smaller and larger than the tensor; BLOCK_K 16/32 splits a 4-column scale
+# group across programs. Under the interpreter every program costs ~10 ms: tiny tiles get tiny shapes.
+NVFP4_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((4, 16, 1), 5, 48)]
+MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
+DATA = ["wide", "specials", "ties"]
+
+
+def _cases():
+    cases = []
+    for dtype in ("bfloat16", "float16"):
+        for m, k in NVFP4_SHAPES:
+            for data in DATA:
+                cases.append(("nvfp4", dtype, m, k, None, data, "tensor"))
+        for m, k in MXFP8_SHAPES:
+            for data in DATA:
+                cases.append(("mxfp8", dtype, m, k, None, data, ""))
+    for cfg, m, k in NVFP4_CONFIGS:
+        cases.append(("nvfp4", "bfloat16", m, k, cfg, "wide", "float"))
+    for cfg, m, k in MXFP8_CONFIGS:
+        cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))
+    for gs in ("float", "tiny_gs", "huge_gs"):
+        cases.append(("nvfp4", "bfloat16", 7, 64, None, "specials", gs))
+    return cases
+
+
+def case_id(case) -> str:
+    op, dtype, m, k, cfg, data, gs = case
+    cfg_s = "default" if cfg is None else "x".join(map(str, cfg))
+    return "-".join(str(p) for p in (op, dtype, f"{m}x{k}", cfg_s, data, gs) if p != "")
+
+
+CASES = {case_id(c): c for c in _cases()}
+
+
+def _patch_conversions():
+    import numpy as np
+    import torch
+    import triton.language as tl
+    import triton.runtime.interpreter as interpreter
+
+    original = interpreter._convert_float
+
+    def convert(data, src, dst, rounding):
+        if src == tl.bfloat16 and dst == tl.float32:  # cvt.f32.bf16 is exact: the bits, shifted
+            return (np.ascontiguousarray(data).astype(np.uint32) << 16).view(np.float32)
+        if src == tl.float32 and dst == tl.float8e4nv:
+            t = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
+            q = t.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+            return torch.where(t.isnan(), torch.full_like(q, 0xFF), q).numpy()
+        return original(data, src, dst, rounding)
+
+    interpreter._convert_float = convert
+
+
+def make_input(data: str, m: int, k: int, dtype, block: int, seed: int):
+    """x [m, k] of `dtype`: "wide" = randn over 12 decades; "specials" = zero / NaN / Inf / huge /
+    tiny blocks; "ties" = values on the rounding midpoints of the E2M1 (block 16) or E4M3 grid."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * torch.logspace(-6, 6, k)[torch.randperm(k, generator=g)]
+    if data == "specials":
+        finfo = torch.finfo(dtype)
+        blocks = x.view(m * k // block, block)
+        kind = torch.randint(0, 8, (blocks.shape[0], 1), generator=g)
+        one = torch.zeros_like(blocks, dtype=torch.bool).scatter_(
+            1, torch.randint(0, block, (blocks.shape[0], 1), generator=g), True
+        )  # one random element per block
+        amax = blocks.abs().amax(dim=1, keepdim=True)
+        blocks.copy_(torch.where(kind == 0, torch.where(one, -0.0, 0.0), blocks))  # zero block, one -0
+        blocks.copy_(torch.where((kind == 1) & one, float("nan"), blocks))  # one NaN
+        blocks.copy_(torch.where(kind == 2, float("nan"), blocks))  # all NaN
+        inf = torch.where(torch.rand(blocks.shape[0], 1, generator=g) < 0.5, float("inf"), float("-inf"))
+        blocks.copy_(torch.where((kind == 3) & one, inf, blocks))  # one +-Inf
+        blocks.copy_(torch.where(kind == 4, blocks * (finfo.max / amax), blocks))  # up to the dtype's max
+        blocks.copy_(torch.where(kind == 5, blocks * (finfo.smallest_normal / 4), blocks))  # subnormals
+        blocks.copy_(torch.where(kind == 6, -blocks.abs() * 1e-3, blocks))  # all negative, small
+    elif data == "ties":
+        if block == 16:  # E2M1 midpoints and grid points, with a 6 in the block so sf = 1 at gs = 1
+            grid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 0.0, 5.5])
+        else:  # E4M3 midpoints (normal and subnormal), with 448 in the block so the scale is 1
+            mids = [1.0625, 1.1875, 3.25, 0.5 + 1 / 32, 2.0**-10, 3 * 2.0**-10, 5 * 2.0**-10, 15 * 2.0**-10]
+            grid = torch.tensor(mids + [448.0, 464.0 - 16, 208.0, 240.0] + [0.0] * 20)[:32]
+        signs = torch.where(torch.rand(m, k, generator=g) < 0.5, -1.0, 1.0)
+        x = grid.repeat(m, k // block) * signs
+    return x.to(dtype)
+
+
+def run_case(case) -> str:
+    import torch
+
+    from flashinfer.experimental.b12x._lib.quant import (
+        nvfp4_global_scale,
+        quantize_mxfp8,
+        quantize_nvfp4,
+        swizzle_scales,
+        swizzled_size,
+    )
+
+    op, dtype_s, m, k, cfg, data, gs_kind = case
+    dtype = getattr(torch, dtype_s)
+    seed = sum(map(ord, case_id(case)))
+    if op == "nvfp4":
+        from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as kmod
+
+        x = make_input(data, m, k, dtype, 16, seed)
+        gs = {"tiny_gs": 2.0**-100, "huge_gs": 1e30}.get(gs_kind)
+        if gs is None:
+            gs = 1.0 if data == "ties" else float(nvfp4_global_scale(x.float().nan_to_num(0, 0, 0)))
+        launcher = kmod.interpreted_launcher(k, None if cfg is None else kmod.NvFp4Config(*cfg))
+        size = swizzled_size(m, k // 16)
+        packed = torch.full((m, k // 2), 0xFF, dtype=torch.uint8)
+        scales = torch.full((size + 512,), 0xFF, dtype=torch.uint8)  # 512 bytes past the end: untouched
+        gs_t = torch.tensor([gs], dtype=torch.float32)
+        if gs_kind == "float":
+            launcher(x, packed, scales, torch.tensor([-1.0]), gs, 0, m)
+        else:
+            launcher(x, packed, scales, gs_t, 0.0, 1, m)
+        ref_packed, ref_scales = quantize_nvfp4(x, gs)
+        got = {"packed": packed, "scales": scales[:size], "tail": scales[size:]}
+        want = {"packed": ref_packed, "scales": swizzle_scales(ref_scales, 0).view(torch.uint8)}
+        want["tail"] = torch.full((512,), 0xFF, dtype=torch.uint8)
+    else:
+        from flashinfer.experimental.b12x.quantization.mxfp8 import _kernel as kmod
+
+        x = make_input(data, m, k, dtype, 32, seed)
+        launcher = kmod.interpreted_launcher(k, None if cfg is None else kmod.MxFp8Config(*cfg))
+        values = torch.full((m, k), 0xAB, dtype=torch.uint8)
+        scale_rows = torch.full((m, k // 32), 0xAB, dtype=torch.uint8)
+        scale_mma = torch.full((swizzled_size(m, k // 32),), 0xAB, dtype=torch.uint8)
+        launcher(x, values, scale_rows, scale_mma, m)
+        ref_values, ref_scales = quantize_mxfp8(x)
+        got = {"values": values, "scale_rows": scale_rows, "scale_mma": scale_mma}
+        want = {"values": ref_values.view(torch.uint8), "scale_rows": ref_scales}
+        want["scale_mma"] = swizzle_scales(ref_scales, 0xAB).view(torch.uint8)  # padding untouched
+    bad = [name for name in got if not torch.equal(got[name], want[name])]
+    if not bad:
+        return "ok"
+    name = bad[0]
+    diff = (got[name] != want[name]).nonzero()
+    first = tuple(diff[0].tolist())
+    return f"{name} differs at {diff.shape[0]} positions, first {first}: got {int(got[name][first])}, want {int(want[name][first])}"
+
+
+def main(ids: list[str]) -> None:
+    os.environ["TRITON_INTERPRET"] = "1"
+    _patch_conversions()
+    import warnings
+
+    warnings.simplefilter("ignore")  # numpy warns on the x / 0 the kernels mask away
+    results = {}
+    for cid in ids or list(CASES):
+        try:
+            results[cid] = run_case(CASES[cid])
+        except Exception as e:  # reported per case, so one failure does not hide the others
+            results[cid] = f"raised {type(e).__name__}: {e}"
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

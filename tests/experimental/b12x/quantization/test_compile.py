@@ -1,0 +1,80 @@
+"""Compile tier: both quantizers compile on the CPU for every arch in META, emit the instructions the
+bit-exactness argument rests on, and obey the compile spine's caches and freeze."""
+
+import pickle
+import re
+
+import pytest
+
+import b12x
+from flashinfer.experimental.b12x._lib import compile as spine
+from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError, freeze_kernel_resolution
+from flashinfer.experimental.b12x.quantization.mxfp8 import _kernel as mx
+from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv
+
+pytestmark = pytest.mark.compile
+
+OPS = {"nvfp4": nv, "mxfp8": mx}
+COMPILE = {"nvfp4": nv.compile_nvfp4, "mxfp8": mx.compile_mxfp8}
+
+
+@pytest.fixture(autouse=True)
+def _triton_cache(tmp_path, monkeypatch):
+    """Triton's own cache under the test's tmp dir too (compile_for_target bypasses the spine)."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")  # our options say so anyway; silences 3.9
+
+
+@pytest.mark.parametrize("arch", b12x.find_op("quantization.nvfp4").archs)
+@pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
+def test_ptx_has_the_exact_instructions(op, arch):
+    kmod = OPS[op]
+    compiled = kmod.compile_for_target("bfloat16", 7168, kmod.default_config(7168), arch)
+    ptx = compiled.asm["ptx"]
+    assert re.search(rf"\.target {arch}\b", ptx) and compiled.asm["cubin"]
+    ops = set(re.findall(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs)\.[a-z0-9.]+)", ptx))
+    # Correctly rounded divisions (Triton's `/` would be div.full), the RNE E4M3 conversion, no
+    # contraction into FMAs, no flush-to-zero anywhere in float math.
+    assert "div.rn.f32" in ops and "cvt.rn.satfinite.e4m3x2.f32" in ops
+    assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], sorted(ops)
+
+
+@pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
+def test_compile_function_caches_and_freezes(op):
+    kmod, compile_fn = OPS[op], COMPILE[op]
+    cfg = kmod.default_config(4096)
+    before = compile_fn.compile_count
+    launcher = compile_fn("float16", 4096, cfg, "sm_90a")
+    assert compile_fn.compile_count == before + 1 and launcher.compiled
+    assert compile_fn("float16", 4096, cfg, "sm_90a") is launcher  # memory hit
+    assert compile_fn.resolved("float16", 4096, cfg, "sm_90a")
+    freeze_kernel_resolution("test")
+    assert compile_fn("float16", 4096, cfg, "sm_90a") is launcher  # resolved keys stay usable
+    with pytest.raises(KernelResolutionFrozenError, match=f"quantization.{op}: kernel dtype=float16 k=8192"):
+        compile_fn("float16", 8192, kmod.default_config(8192), "sm_90a")
+    assert compile_fn.compile_count == before + 1
+
+
+@pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
+def test_plan_kernels_are_worker_jobs(op):
+    p = (
+        b12x.quantization.nvfp4.plan(64, 4096)
+        if op == "nvfp4"
+        else b12x.quantization.mxfp8.plan((4096, "bfloat16", 64))
+    )
+    cfg = p.heuristic("sm_120a")
+    assert cfg == OPS[op].default_config(4096) and cfg in p.candidates("sm_120a")
+    assert all(OPS[op].can_implement(4096, c) for c in p.candidates("sm_120a"))
+    ((compile_fn, args),) = p.kernels(cfg, "sm_120a")
+    assert compile_fn is COMPILE[op] and args == ("bfloat16", 4096, cfg, "sm_120a")
+    job = pickle.loads(pickle.dumps(compile_fn.job(*args)))
+    assert spine.run_job(job).status == "compiled"  # what a compile worker does (no GPU needed)
+
+
+def test_bad_compile_keys():
+    with pytest.raises(ValueError, match=r"quantization.nvfp4: dtype must be one of \['bfloat16', 'float16'\]"):
+        nv.compile_nvfp4("float32", 64, nv.default_config(64), "sm_90a")
+    with pytest.raises(ValueError, match="quantization.mxfp8: cannot implement k=48"):
+        mx.compile_mxfp8("bfloat16", 48, mx.default_config(64), "sm_90a")
+    with pytest.raises(ValueError, match="arch must be one of"):
+        nv.compile_nvfp4("bfloat16", 64, nv.default_config(64), "sm_80")

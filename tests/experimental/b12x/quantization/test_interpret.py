@@ -1,0 +1,41 @@
+"""Interpret tier: the quantizer Triton kernels under TRITON_INTERPRET=1, bitwise against the oracles.
+
+All cases run in one fresh interpreter (`_interpret_run.py`, which documents its one patch of the
+interpreter's fp32 -> fp8 conversion); each case is reported as its own test.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.interpret
+
+RUNNER = Path(__file__).with_name("_interpret_run.py")
+_spec = importlib.util.spec_from_file_location("_b12x_quant_interpret_run", RUNNER)
+_runner = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_runner)
+
+
+@pytest.fixture(scope="module")
+def results():
+    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="0")
+    out = subprocess.run([sys.executable, str(RUNNER)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", sorted(_runner.CASES))
+def test_kernel_matches_oracle(results, case):
+    assert results[case] == "ok", results[case]
+
+
+def test_cases_cover_tails_and_configs():
+    # Tails: K not a multiple of the tile, rows past a 128-row block, K/16 not a multiple of 4.
+    ks = {c[3] for c in _runner.CASES.values()}
+    assert {48, 160, 2048} <= ks and any(c[2] == 130 for c in _runner.CASES.values())
+    assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties"}
