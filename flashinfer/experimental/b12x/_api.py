@@ -29,6 +29,7 @@ from ._lib.meta import GROUPS, OpMeta
 _OPS: dict[str, str] = {
     "quantization.nvfp4": ".quantization.nvfp4",
     "quantization.mxfp8": ".quantization.mxfp8",
+    "attention.paged": ".attention.paged",
 }
 
 # Root names resolved lazily (module relative to this package, attribute).

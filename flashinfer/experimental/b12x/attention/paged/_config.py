@@ -1,0 +1,160 @@
+"""Configurations, validity predicates and host-side mirrors of the paged-attention kernels.
+
+Stdlib only: `api.plan` validates caps and the tests check the schedule without importing the CuTe
+DSL. The kernels (`_kernel_decode`, `_kernel_split`) import these and list this module in their
+compile fingerprints, so an edit here recompiles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("bfloat16", "float16")
+KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+LOG2E = 1.4426950408889634
+M_TILE = 16  # query rows per MMA tile: the G heads of one KV head, zero-padded
+SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024, "sm_121a": 99 * 1024}
+
+
+# ---- configuration -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecodeConfig:
+    """warps: per CTA; keys_per_warp: keys of one pipeline stage of one warp (<= page_size, multiple
+    of 16); stages: cp.async buffers per warp."""
+
+    warps: int = 4
+    keys_per_warp: int = 16
+    stages: int = 2
+
+    @property
+    def tile_keys(self) -> int:
+        """Keys one CTA covers per round of its warps (the split granularity)."""
+        return self.warps * self.keys_per_warp
+
+
+def kv_itemsize(kv_dtype: str) -> int:
+    return 1 if kv_dtype == "float8_e4m3fn" else 2
+
+
+def smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConfig) -> int:
+    """Shared memory of one CTA: Q tile(s) + max(KV stages, epilogue buffers)."""
+    q = M_TILE * head_dim * 2 * (2 if kv_dtype == "float8_e4m3fn" else 1)
+    kv = config.warps * config.stages * config.keys_per_warp * (head_dim + head_dim_v) * kv_itemsize(kv_dtype)
+    epilogue = config.warps * M_TILE * head_dim_v * 4 + config.warps * M_TILE * 3 * 4 + M_TILE * 4
+    return q + max(kv, epilogue) + 1024
+
+
+def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch) -> str | None:
+    """None when the decode kernel implements this problem with `config` on `arch`, else why not."""
+    if q_dtype not in DTYPES:
+        return f"q dtype must be one of {tuple(DTYPES)}, got {q_dtype}"
+    if kv_dtype not in (q_dtype, "float8_e4m3fn"):
+        return f"kv dtype must be {q_dtype} (the q dtype) or float8_e4m3fn, got {kv_dtype}"
+    if num_kv_heads < 1 or num_q_heads % num_kv_heads:
+        return f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+    if num_q_heads // num_kv_heads > M_TILE:
+        return f"GQA group size Hq/Hkv = {num_q_heads // num_kv_heads} > {M_TILE} is not implemented"
+    if head_dim != head_dim_v or head_dim not in (64, 128, 256):
+        return f"head_dim_qk == head_dim_vo in (64, 128, 256) is implemented, got {head_dim}/{head_dim_v}"
+    if page_size not in (16, 32, 64, 128):
+        return f"page_size must be 16, 32, 64 or 128, got {page_size}"
+    c = config
+    if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in (2, 3, 4):
+        return f"config out of range: {c}"
+    if c.keys_per_warp > page_size:
+        return f"keys_per_warp {c.keys_per_warp} > page_size {page_size}: a warp's sub-tile must lie in one page"
+    need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
+    if need > SMEM_LIMIT.get(arch, 99 * 1024):
+        return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
+    return None
+
+
+def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
+    """Unmeasured first choice: 4 warps x 16 keys; 3 stages where shared memory allows 2 CTAs/SM."""
+    stages = 3 if arch == "sm_90a" else 2
+    cfg = DecodeConfig(warps=4, keys_per_warp=16, stages=stages)
+    while smem_bytes(kv_dtype, head_dim, head_dim, cfg) > SMEM_LIMIT[arch] and cfg.stages > 2:
+        cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages - 1)
+    return cfg
+
+
+def q_slot_dim(slot: int) -> int:
+    """fp8 path: head dim (within a 16-block) the mma k-slot `slot` multiplies (see docstring)."""
+    return 4 * ((slot % 8) // 2) + (slot % 2) + 2 * (slot // 8)
+
+
+def o_col_dim(n: int) -> int:
+    """fp8 path: head dim that column n of the O accumulator holds (see docstring)."""
+    return 16 * (n // 16) + 2 * (n % 8) + (n // 8) % 2
+
+
+# ---- split-KV schedule ------------------------------------------------------------------------
+NO_SPLIT_CHUNK = 1 << 30
+SCHEDULE_THREADS = 512
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """tile_keys: split granularity (keys a decode CTA covers per round); target_items: how many
+    items the chunk size aims at over the whole batch; min_chunk: the shortest chunk (keys)."""
+
+    tile_keys: int = 64
+    target_items: int = 264
+    min_chunk: int = 256
+
+
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+def _request_split(length, chunk, tile):
+    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys."""
+    if length <= 0:
+        return 1, tile
+    n = _ceil_div(length, chunk)
+    size = _ceil_div(_ceil_div(length, n), tile) * tile
+    return _ceil_div(length, size), size
+
+
+def chunk_size(total: int, batch: int, cap: int, config: ScheduleConfig) -> int:
+    target = min(config.target_items, cap - batch)
+    if target <= 0:
+        return NO_SPLIT_CHUNK
+    chunk = max(config.min_chunk, _ceil_div(total, target))
+    return _ceil_div(chunk, config.tile_keys) * config.tile_keys
+
+
+def schedule_reference(seqlens, window_left: int, cap: int, config: ScheduleConfig):
+    """The schedule kernel's output in Python: (work rows, request rows, item count)."""
+    lens = [int(n) for n in seqlens]
+    visible = [n if window_left < 0 else min(n, window_left + 1) for n in lens]
+    chunk = chunk_size(sum(visible), len(lens), cap, config)
+    work, reqs = [], []
+    for b, (n, length) in enumerate(zip(lens, visible)):
+        items, size = _request_split(length, chunk, config.tile_keys)
+        reqs.append((len(work), items))
+        lo = n - length
+        for c in range(items):
+            work.append((b, lo + c * size, min(lo + (c + 1) * size, n), int(items > 1)))
+    return work, reqs, len(work)
+
+
+# ---- fp8 fragment plumbing (shared by the decode kernel and its CPU emulation test) ---------------
+PRMT_EVEN_DIM, PRMT_ODD_DIM = 0x6420, 0x7531
+
+
+def k_expand_moves(fake_kblocks: int) -> tuple[tuple[int, int, int], ...]:
+    """(fake k-block, fake register, real k-block): fake register h of fake k-block kb (4 e4m3 of
+    one key) becomes real k-block 2kb + h (bytes 0-1 -> register 0, bytes 2-3 -> register 1)."""
+    return tuple((kb, h, 2 * kb + h) for kb in range(fake_kblocks) for h in range(2))
+
+
+def v_expand_moves(fake_nblocks: int) -> tuple[tuple[int, int, int], ...]:
+    """(fake n-block, prmt selector, real n-block): prmt(reg0, reg1, selector) of fake n-block nb
+    gathers 4 keys of one head dim; it becomes real n-block 2nb (even dims) or 2nb + 1 (odd)."""
+    return tuple((nb, PRMT_ODD_DIM if e else PRMT_EVEN_DIM, 2 * nb + e) for nb in range(fake_nblocks) for e in range(2))
+
+
+def q_dim_slot(d16: int) -> int:
+    """Inverse of `q_slot_dim`: the mma k-slot that head dim d16 (within a 16-block) goes to."""
+    return 2 * (d16 // 4) + d16 % 2 + 8 * ((d16 // 2) % 2)

@@ -1,0 +1,603 @@
+"""Paged decode attention (q_len == 1 per request) on warp-level mma.sync, one CTA per (work item, KV head).
+
+A work item is a KV range [start, end) of one request (written on device by `_kernel_split.Schedule`).
+The CTA loads the G = Hq / Hkv query rows of its KV head once (rows G..15 of the 16-row MMA tile are
+zero), then each of its W warps streams its own 16-key sub-tiles (sub-tile w, w + W, ...) through a
+private cp.async pipeline of `stages` buffers: no CTA barrier in the main loop, only __syncwarp.
+Per sub-tile: S = Q K^T (mma m16n8k16, fp32 acc), mask keys outside [start, end), online softmax in
+base 2, O += P V. The epilogue merges the W warps' (max, sum, O) through shared memory and writes
+either the final row (request served by one item: out in q's dtype, LSE with the sink) or a partial
+row (fp32 O normalised by its own sum + LSE) that `_kernel_split.Merge` combines.
+
+KV storage and the MMA type:
+- bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
+- fp8 e4m3 KV: mma in fp16. e4m3 -> fp16 is exact (`cvt.rn.f16x2.e4m3x2`). The cache is handed
+  over as an fp16 view (two e4m3 per element) so the bf16 ldmatrix/cp.async machinery moves it:
+  K through ldmatrix gives each lane 4 consecutive e4m3 of a row, i.e. head dims 4j..4j+3 where
+  the mma expects 2j, 2j+1, 2j+8, 2j+9; Q is stored permuted the same way (`q_slot_dim`), so the
+  dot products are unchanged. V through ldmatrix.trans gives each lane a 2-key x 2-dim block per
+  register; two `prmt` turn a register pair into the mma's 4 keys of one dim, for dims 2g (even
+  output block) and 2g + 1 (odd block), so the O accumulator's column n holds dim `o_col_dim(n)`.
+  Q (bf16 or fp16) is rescaled by a power of two so its largest |q| is in [2^14, 2^15) before the
+  fp16 cast (exact for every element within 2^-24 of the largest); the scale folds into the
+  softmax scale together with k_descale. v_descale multiplies O in the epilogue.
+
+Bytes moved per item: (end - start) * Hkv-slice * (D + Dv) * kv_itemsize (the KV stream dominates);
+FLOPs: 2 * 16 * (D + Dv) per key per KV head (the 16-row tile, G rows useful).
+Offsets into the cache are 64-bit (page * page_stride is computed in Int64).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+from cutlass._mlir.dialects import llvm
+from cutlass.cute.nvgpu import cpasync, warp
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ..._lib.compile import cute_compile, kernel
+from ._config import LOG2E, M_TILE, DecodeConfig, k_expand_moves, q_dim_slot, v_expand_moves, why_not
+
+CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+
+
+# ---- small device helpers ------------------------------------------------------------------------
+@dsl_user_op
+def e4m3x4_to_f16x4(x, *, loc=None, ip=None):
+    """Four e4m3 in one 32-bit register -> (f16x2 of bytes 0-1, f16x2 of bytes 2-3), exact."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.i32(), T.i32()]),
+        [Int32(x).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 $0, lo;\n\tcvt.rn.f16x2.e4m3x2 $1, hi;\n\t}",
+        "=r,=r,r",
+    )
+    lo = llvm.extractvalue(T.i32(), res, [0], loc=loc, ip=ip)
+    hi = llvm.extractvalue(T.i32(), res, [1], loc=loc, ip=ip)
+    return Int32(lo), Int32(hi)
+
+
+@dsl_user_op
+def byte_perm(a, b, selector: int, *, loc=None, ip=None):
+    """prmt.b32: byte i of the result is byte (selector >> 4i) & 7 of the pair (a, b)."""
+    res = llvm.inline_asm(
+        T.i32(),
+        [Int32(a).ir_value(loc=loc, ip=ip), Int32(b).ir_value(loc=loc, ip=ip)],
+        f"prmt.b32 $0, $1, $2, {selector:#x};",
+        "=r,r,r",
+    )
+    return Int32(res)
+
+
+@dsl_user_op
+def f32_bits(x, *, loc=None, ip=None):
+    return Int32(llvm.bitcast(T.i32(), Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def bits_f32(x, *, loc=None, ip=None):
+    return Float32(llvm.bitcast(T.f32(), Int32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+def _quad_max(x):
+    x = cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=2))
+    return cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=1))
+
+
+def _quad_sum(x):
+    x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
+    return x + cute.arch.shuffle_sync_bfly(x, offset=1)
+
+
+def _mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """An mma C fragment ((2, 2), MMA_M, MMA_N) viewed as (rows, cols) of this thread."""
+    lay = cute.make_layout(acc.layout.shape)
+    rows = (lay.shape[0][1], lay.shape[1])
+    cols = (lay.shape[0][0], lay.shape[2])
+    mn = cute.make_layout((rows, cols), stride=((lay.stride[0][1], lay.stride[1]), (lay.stride[0][0], lay.stride[2])))
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+def _c_as_a(frag: cute.Tensor) -> cute.Tensor:
+    """A C fragment (4, MMA_M, MMA_N) viewed as the A operand ((4, 2), MMA_M, MMA_N / 2) of m16n8k16."""
+    div = cute.logical_divide(frag.layout, (None, None, 2))
+    lay = cute.make_layout(
+        ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
+        stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]),
+    )
+    return cute.make_tensor(frag.iterator, lay)
+
+
+def _swizzled(rows: int, cols: int, dtype) -> cute.ComposedLayout:
+    """(rows, cols) smem layout of 16-bit elements, XOR-swizzled so ldmatrix rows hit distinct banks."""
+    width = 64 if cols % 64 == 0 else 32
+    bits = 3 if width == 64 else 2
+    atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0, cute.make_layout((8, width), stride=(width, 1)))
+    return atom, width
+
+
+# ---- the kernel ----------------------------------------------------------------------------------
+class PagedDecode:
+    def __init__(self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config):
+        self.fp8 = kv_dtype == "float8_e4m3fn"
+        self.q_dtype = CUTE_DTYPES[q_dtype]
+        self.mma_dtype = cutlass.Float16 if self.fp8 else self.q_dtype
+        self.kv_dtype = cutlass.Float16 if self.fp8 else self.q_dtype  # fp8: an fp16 view of byte pairs
+        self.hq, self.hkv = num_q_heads, num_kv_heads
+        self.group = num_q_heads // num_kv_heads
+        self.d, self.dv = head_dim, head_dim_v
+        self.de = head_dim // 2 if self.fp8 else head_dim  # kv_dtype elements per K row
+        self.dve = head_dim_v // 2 if self.fp8 else head_dim_v
+        self.page_size = page_size
+        self.warps, self.nw, self.stages = config.warps, config.keys_per_warp, config.stages
+        self.threads = 32 * config.warps
+
+    def _smem_layouts(self):
+        qa, _ = _swizzled(M_TILE, self.d, self.mma_dtype)
+        sQ = cute.tile_to_shape(qa, (M_TILE, self.d), (0, 1))
+        ka, _ = _swizzled(self.nw, self.de, self.kv_dtype)
+        sK = cute.tile_to_shape(ka, (self.nw, self.de, self.warps * self.stages), (0, 1, 2))
+        va, _ = _swizzled(self.nw, self.dve, self.kv_dtype)
+        sV = cute.tile_to_shape(va, (self.nw, self.dve, self.warps * self.stages), (0, 1, 2))
+        return sQ, sK, sV
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (total_q, Hq, D) q dtype
+        mK: cute.Tensor,  # (pages, page_size, Hkv, De) kv dtype (fp8: fp16 view)
+        mV: cute.Tensor,  # (pages, page_size, Hkv, Dve)
+        mPT: cute.Tensor,  # (batch, max_pages) int32
+        mWork: cute.Tensor,  # (item_cap, 4) int32: request, kv start, kv end, split flag
+        mCount: cute.Tensor,  # (1,) int32: live items
+        mOut: cute.Tensor,  # (total_q, Hq, Dv) q dtype
+        mLse: cute.Tensor,  # (total_q, Hq) fp32
+        mPartO: cute.Tensor,  # (item_cap, Hq, Dv) fp32
+        mPartLse: cute.Tensor,  # (item_cap, Hq) fp32
+        mSink: cute.Tensor,  # (Hq,) fp32 (read when has_sink != 0)
+        mKDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
+        mVDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
+        scale_log2: Float32,  # sm_scale * log2(e)
+        has_sink: Int32,
+        stream: cuda.CUstream,
+    ):
+        sQ_layout, sK_layout, sV_layout = self._smem_layouts()
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(self.mma_dtype, Float32, (16, 8, 16)), (1, 1, 1), permutation_mnk=(16, 16, 16)
+        )
+        cp_atom = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
+        )
+        # One warp copies one (keys_per_warp, De) sub-tile: 16-byte vectors, a row per 16*8 bytes.
+        vec_cols = min(self.de // 8, 32)
+        kv_copy = cute.make_tiled_copy_tv(
+            cp_atom, cute.make_layout((32 // vec_cols, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
+        )
+        q_atom = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.q_dtype, num_bits_per_copy=128
+        )
+        q_cols = min(self.d // 8, 32)
+        q_rows = min(M_TILE, self.threads // q_cols)
+        q_copy = cute.make_tiled_copy_tv(
+            q_atom, cute.make_layout((q_rows, q_cols), stride=(q_cols, 1)), cute.make_layout((1, 8))
+        )
+        self.kernel(
+            mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc,
+            scale_log2, has_sink, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
+        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mPT: cute.Tensor,
+        mWork: cute.Tensor,
+        mCount: cute.Tensor,
+        mOut: cute.Tensor,
+        mLse: cute.Tensor,
+        mPartO: cute.Tensor,
+        mPartLse: cute.Tensor,
+        mSink: cute.Tensor,
+        mKDesc: cute.Tensor,
+        mVDesc: cute.Tensor,
+        scale_log2: Float32,
+        has_sink: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        tiled_mma: cute.TiledMma,
+        kv_copy: cute.TiledCopy,
+        q_copy: cute.TiledCopy,
+        q_copy_threads: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
+        lane = tidx % 32
+        wid = tidx // 32
+        if item < mCount[0]:
+            req = mWork[item, 0]
+            kv_start = mWork[item, 1]
+            kv_end = mWork[item, 2]
+            split = mWork[item, 3]
+
+            # ---- shared memory ------------------------------------------------------------------
+            smem = cutlass.memory.SmemAllocator()
+            sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
+            sQraw = None
+            sRed = None
+            if cutlass.const_expr(self.fp8):
+                sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((M_TILE, self.d), stride=(self.d, 1)), 16)
+                sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+            kv_bytes = cute.cosize(sK_layout) * 2 + cute.cosize(sV_layout) * 2
+            epi_floats = self.warps * M_TILE * self.dv + self.warps * M_TILE * 3 + M_TILE
+            union_bytes = max(kv_bytes, epi_floats * 4)
+            buf = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(union_bytes), 1024)
+            sK = cute.make_tensor(cute.recast_ptr(buf.iterator, dtype=self.kv_dtype), sK_layout)
+            sV = cute.make_tensor(
+                cute.recast_ptr(buf.iterator + cute.cosize(sK_layout) * 2, dtype=self.kv_dtype), sV_layout
+            )
+
+            # ---- Q: G rows of this KV head (rows >= G zero-filled by predicated cp.async) ----------
+            q_row0 = mQ.iterator + Int64(req) * mQ.stride[0] + Int64(kvh * self.group) * mQ.stride[1]
+            gQ = cute.make_tensor(q_row0, cute.make_layout((M_TILE, self.d), stride=(mQ.stride[1], 1)))
+            sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
+            if tidx < q_copy_threads:
+                thr_q = q_copy.get_slice(tidx)
+                tQg = thr_q.partition_S(gQ)
+                tQs = thr_q.partition_D(sQdst)
+                cQ = thr_q.partition_S(cute.make_identity_tensor((M_TILE, self.d)))
+                tQp = cute.make_rmem_tensor(
+                    cute.make_layout((1, cute.size(tQs, mode=[1]), cute.size(tQs, mode=[2])), stride=(0, 1, 0)),
+                    cutlass.Boolean,
+                )
+                for r in cutlass.range_constexpr(cute.size(tQs, mode=[1])):
+                    tQp[0, r, 0] = cQ[0, r, 0][0] < self.group
+                cute.copy(q_copy, tQg, tQs, pred=tQp)
+            cute.arch.cp_async_commit_group()
+
+            # ---- this warp's sub-tiles of [kv_start, kv_end) -------------------------------------
+            t_begin = kv_start // self.nw
+            t_end = (kv_end + self.nw - 1) // self.nw
+            if kv_end <= kv_start:
+                t_end = t_begin
+            n_mine = cutlass.max(t_end - t_begin - wid + self.warps - 1, 0) // self.warps
+            thr_kv = kv_copy.get_slice(lane)
+            cKV = thr_kv.partition_S(cute.make_identity_tensor((self.nw, self.de)))
+
+            # Prologue: stages - 1 sub-tiles in flight (a group is committed even when empty, so
+            # the wait counts below stay uniform).
+            for s in cutlass.range_constexpr(self.stages - 1):
+                if s < n_mine:
+                    self._load_tile(mK, mV, sK, sV, mPT, req, kvh, t_begin + wid + s * self.warps,
+                                    kv_start, kv_end, wid * self.stages + s, kv_copy, thr_kv, cKV)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+
+            # Q must be in smem (its group is the oldest) and visible to every warp.
+            cute.arch.cp_async_wait_group(self.stages - 1)
+            cute.arch.sync_threads()
+            qk_scale = scale_log2
+            vd = Float32(1.0)
+            if cutlass.const_expr(self.fp8):
+                qk_scale = scale_log2 * mKDesc[req, kvh] * self._stage_q_fp16(sQraw, sQ, sRed, tidx)
+                vd = mVDesc[req, kvh]
+                cute.arch.sync_threads()
+
+            thr_mma = tiled_mma.get_slice(lane)
+            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+            q_s2r = cute.make_tiled_copy_A(
+                cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
+            )
+            thr_q_s2r = q_s2r.get_slice(lane)
+            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+
+            acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.dv)), Float32)
+            acc_O.fill(0.0)
+            row_max = cute.make_rmem_tensor(2, Float32)
+            row_sum = cute.make_rmem_tensor(2, Float32)
+            row_max.fill(-Float32.inf)
+            row_sum.fill(0.0)
+
+            for i in range(n_mine):
+                cute.arch.cp_async_wait_group(self.stages - 2)
+                cute.arch.sync_warp()
+                nxt = i + self.stages - 1
+                if nxt < n_mine:
+                    self._load_tile(mK, mV, sK, sV, mPT, req, kvh, t_begin + wid + nxt * self.warps,
+                                    kv_start, kv_end, wid * self.stages + nxt % self.stages, kv_copy, thr_kv, cKV)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+                self._tile(sK, sV, wid * self.stages + i % self.stages, (t_begin + wid + i * self.warps) * self.nw,
+                           kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
+            cute.arch.cp_async_wait_group(0)
+
+            # ---- epilogue: merge the warps, write final or partial rows ---------------------------
+            for r in cutlass.range_constexpr(2):
+                row_sum[r] = _quad_sum(row_sum[r])
+            cute.arch.sync_threads()  # every warp is done with sK/sV: the buffer becomes sO/sML
+            fbuf = cute.recast_ptr(buf.iterator, dtype=Float32)
+            sO = cute.make_tensor(
+                fbuf, cute.make_layout((self.warps, M_TILE, self.dv), stride=(M_TILE * self.dv, self.dv, 1))
+            )
+            stat0 = self.warps * M_TILE * self.dv
+            sM = cute.make_tensor(fbuf + stat0, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1)))
+            sL = cute.make_tensor(
+                fbuf + stat0 + self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
+            )
+            sW = cute.make_tensor(
+                fbuf + stat0 + 2 * self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
+            )
+            sLse = cute.make_tensor(fbuf + stat0 + 3 * self.warps * M_TILE, cute.make_layout(M_TILE))
+            self._store_warp_state(sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum)
+            cute.arch.sync_threads()
+            if tidx < M_TILE:
+                self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd, split, mSink, has_sink)
+            cute.arch.sync_threads()
+            self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
+
+    # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _load_tile(self, mK, mV, sK, sV, mPT, req, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
+        """cp.async sub-tile `tile` (keys tile*nw ..) of K and V into buffer `slot`; keys outside
+        [kv_start, kv_end) are zero-filled (never read from the cache)."""
+        key0 = tile * self.nw
+        page = mPT[req, key0 // self.page_size]
+        off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
+        gK = cute.make_tensor(mK.iterator + off, cute.make_layout((self.nw, self.de), stride=(mK.stride[1], 1)))
+        offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
+        gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((self.nw, self.dve), stride=(mV.stride[1], 1)))
+        tKs = thr_kv.partition_D(sK[None, None, slot])
+        tVs = thr_kv.partition_D(sV[None, None, slot])
+        pred = cute.make_rmem_tensor(
+            cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
+        )
+        for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
+            key = key0 + cKV[0, r, 0][0]
+            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
+        cute.copy(kv_copy, thr_kv.partition_S(gK), tKs, pred=pred)
+        cute.copy(kv_copy, thr_kv.partition_S(gV), tVs, pred=pred)
+
+    @cute.jit
+    def _stage_q_fp16(self, sQraw, sQ, sRed, tidx):
+        """fp8 path: sQ = fp16(q * 2^e) in the permuted k order of `q_slot_dim`; returns 2^-e.
+
+        e puts max|q| of the G x D block in [2^13, 2^15): fp16 keeps every bf16 mantissa bit of
+        each element within 2^-37 of that maximum, and the products stay far from overflow."""
+        amax = Float32(0.0)
+        for e in range(tidx, self.group * self.d, self.threads):
+            amax = cute.arch.fmax(amax, cute.math.absf(sQraw[e // self.d, e % self.d].to(Float32)))
+        for off in cutlass.range_constexpr(5):
+            amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
+        if tidx % 32 == 0:
+            sRed[tidx // 32] = amax
+        cute.arch.sync_threads()
+        amax = sRed[0]
+        for w in cutlass.range_constexpr(1, self.warps):
+            amax = cute.arch.fmax(amax, sRed[w])
+        exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
+        shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
+        scale = bits_f32((127 + shift) << 23)
+        for e in range(tidx, M_TILE * self.d, self.threads):
+            r = e // self.d
+            d = e % self.d
+            d16 = d % 16
+            sQ[r, d - d16 + q_dim_slot(d16)] = (sQraw[r, d].to(Float32) * scale).to(cutlass.Float16)
+        return bits_f32((127 - shift) << 23)
+
+    @cute.jit
+    def _tile(
+        self, sK, sV, slot, key0, kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane
+    ):
+        """One warp's sub-tile: S = Q K^T, mask, online softmax (base 2), O += P V."""
+        sKt = sK[None, None, slot]  # (nw, De)
+        sVt = sV[None, None, slot]  # (nw, Dve)
+        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.nw)), Float32)
+        acc_S.fill(0.0)
+        k_s2r = cute.make_tiled_copy_B(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.kv_dtype), tiled_mma
+        )
+        thr_k = k_s2r.get_slice(lane)
+        if cutlass.const_expr(not self.fp8):
+            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))
+            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(tSrK))
+        else:
+            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.nw, self.d)), self.mma_dtype)
+            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # fake fp16: 4 e4m3 per register
+            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(raw))
+            self._expand_k(raw, tSrK)
+        cute.gemm(tiled_mma, acc_S, tSrQ, tSrK, acc_S)
+
+        s_mn = _mn_view(acc_S)
+        # Mask keys outside [kv_start, kv_end) (only sub-tiles at the ends of the range have any).
+        if (key0 < kv_start) | (key0 + self.nw > kv_end):
+            cS = _mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
+            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                key = key0 + cS[0, c][1]
+                if (key < kv_start) | (key >= kv_end):
+                    for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+                        s_mn[r, c] = -Float32.inf
+        o_mn = _mn_view(acc_O)
+        for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            row = s_mn[r, None].load() * qk_scale
+            m_new = cute.arch.fmax(row_max[r], _quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
+            m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+            p = cute.math.exp2(row - m_use, fastmath=True)
+            corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
+            row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+            row_max[r] = m_new
+            s_mn[r, None] = p
+            o_mn[r, None] = o_mn[r, None].load() * corr
+
+        rP = cute.make_fragment_like(acc_S, self.mma_dtype)
+        rP.store(acc_S.load().to(self.mma_dtype))
+        tOrP = _c_as_a(rP)
+        v_s2r = cute.make_tiled_copy_B(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
+        )
+        thr_v = v_s2r.get_slice(lane)
+        # V^T view (Dve, nw) of the (nw, Dve) sub-tile: the B operand of O += P V.
+        sVtT = cute.composition(sVt, cute.make_layout((self.dve, self.nw), stride=(self.nw, 1)))
+        if cutlass.const_expr(not self.fp8):
+            tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
+            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(tOrV))
+        else:
+            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, self.nw)), self.mma_dtype)
+            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
+            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(raw))
+            self._expand_v(raw, tOrV)
+        cute.gemm(tiled_mma, acc_O, tOrP, tOrV, acc_O)
+
+    @cute.jit
+    def _expand_k(self, raw, frag):
+        """fp8 K: fake fp16 B fragment ((2,2), nw/8, D/32) -> fp16 B fragment ((2,2), nw/8, D/16).
+
+        Fake register 0 of k-block kb holds dims 32kb + 4j .. +3, register 1 holds 32kb + 16 + 4j ..
+        +3: they become real k-blocks 2kb and 2kb + 1 (low byte pair -> slots 2j, 2j+1, high pair
+        -> slots 2j+8, 2j+9), matching `q_slot_dim`."""
+        raw_i = cute.recast_tensor(raw, Int32)
+        frag_i = cute.recast_tensor(frag, Int32)
+        for n in cutlass.range_constexpr(cute.size(raw, mode=[1])):
+            for kb, h, dst in k_expand_moves(cute.size(raw, mode=[2])):
+                lo, hi = e4m3x4_to_f16x4(raw_i[h, n, kb])
+                frag_i[0, n, dst] = lo
+                frag_i[1, n, dst] = hi
+
+    @cute.jit
+    def _expand_v(self, raw, frag):
+        """fp8 V: fake fp16 B fragment ((2,2), Dv/16, nw/16) of V^T -> fp16 ((2,2), Dv/8, nw/16).
+
+        Fake register 0 holds keys (2j, 2j+1) x dims (2g, 2g+1) of fake block nb, register 1 the
+        same for keys 2j+8, 2j+9; prmt 0x6420 gathers dim 2g (-> block 2nb), 0x7531 dim 2g+1
+        (-> block 2nb + 1), so accumulator column n holds dim `o_col_dim(n)`."""
+        raw_i = cute.recast_tensor(raw, Int32)
+        frag_i = cute.recast_tensor(frag, Int32)
+        for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
+            for nb, selector, dst in v_expand_moves(cute.size(raw, mode=[1])):
+                lo, hi = e4m3x4_to_f16x4(byte_perm(raw_i[0, nb, kb], raw_i[1, nb, kb], selector))
+                frag_i[0, dst, kb] = lo
+                frag_i[1, dst, kb] = hi
+
+    @cute.jit
+    def _store_warp_state(self, sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum):
+        """This warp's unnormalised O (fp32), row max and row sum into shared memory."""
+        sOw = sO[wid, None, None]  # (16, Dv)
+        if cutlass.const_expr(self.fp8):
+            # Accumulator column n holds head dim o_col_dim(n): n = n0 + 8 n1 + 16 n2 -> 2 n0 + n1 + 16 n2.
+            sOw = cute.make_tensor(
+                sOw.iterator,
+                cute.make_layout((M_TILE, (8, 2, self.dv // 16)), stride=(self.dv, (2, 1, 16))),
+            )
+        cute.autovec_copy(acc_O, thr_mma.partition_C(sOw))
+        if lane % 4 == 0:
+            cS = _mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
+            for r in cutlass.range_constexpr(2):
+                row = cS[r, 0][0]
+                sM[wid, row] = row_max[r]
+                sL[wid, row] = row_sum[r]
+
+    @cute.jit
+    def _row_weights(self, sM, sL, sW, sLse, r, kvh, vd, split, mSink, has_sink):
+        """Thread r < 16: the weight of each warp's O for row r, and the row's LSE (base 2).
+
+        A final row (split == 0) folds the sink logit into the denominator; a partial row keeps
+        its own LSE and leaves the sink to the merge."""
+        m = sM[0, r]
+        for w in cutlass.range_constexpr(1, self.warps):
+            m = cute.arch.fmax(m, sM[w, r])
+        m_use = Float32(0.0) if m == -Float32.inf else m
+        total = Float32(0.0)
+        for w in cutlass.range_constexpr(self.warps):
+            total = total + sL[w, r] * cute.math.exp2(sM[w, r] - m_use, fastmath=True)
+        lse = -Float32.inf
+        factor = Float32(0.0)
+        if total > 0.0:
+            lse = m_use + cute.math.log2(total, fastmath=True)
+            factor = vd / total
+        if (split == 0) & (has_sink != 0) & (r < self.group):
+            sink = mSink[kvh * self.group + r] * LOG2E
+            top = cute.arch.fmax(lse, sink)
+            full = top + cute.math.log2(
+                cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True), fastmath=True
+            )
+            factor = factor * cute.math.exp2(lse - full, fastmath=True)
+            lse = full
+        for w in cutlass.range_constexpr(self.warps):
+            sW[w, r] = cute.math.exp2(sM[w, r] - m_use, fastmath=True) * factor
+        sLse[r] = lse
+
+    @cute.jit
+    def _write_rows(self, sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse):
+        """Rows r < G: out = sum_w weight[w, r] * O_w[r, :] to the final or the partial buffers."""
+        for it in cutlass.range_constexpr((M_TILE * self.dv + self.threads - 1) // self.threads):
+            idx = tidx + it * self.threads
+            r = idx // self.dv
+            c = idx % self.dv
+            if r < self.group:
+                o = Float32(0.0)
+                for w in cutlass.range_constexpr(self.warps):
+                    o = o + sW[w, r] * sO[w, r, c]
+                head = kvh * self.group + r
+                if split != 0:
+                    mPartO[item, head, c] = o
+                    if c == 0:
+                        mPartLse[item, head] = sLse[r]
+                else:
+                    mOut[req, head, c] = o.to(self.q_dtype)
+                    if c == 0:
+                        mLse[req, head] = sLse[r]
+
+
+# ---- compile -------------------------------------------------------------------------------------
+def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size):
+    """Fake tensors with the runtime contract of `PagedDecode.__call__` (shared symbols are checked
+    for agreement by tvm-ffi at each call)."""
+    fp8 = kv_dtype == "float8_e4m3fn"
+    qt = CUTE_DTYPES[q_dtype]
+    kvt = cutlass.Float16 if fp8 else qt
+    de, dve = (head_dim // 2, head_dim_v // 2) if fp8 else (head_dim, head_dim_v)
+    total_q, batch, cap = cute.sym_int(), cute.sym_int(), cute.sym_int()
+
+    def s64():
+        return cute.sym_int64(divisibility=8)
+
+    q = make_fake_tensor(qt, (total_q, num_q_heads, head_dim), stride=(s64(), s64(), 1), assumed_align=16)
+    kv_shape = (cute.sym_int(), page_size, num_kv_heads)
+    k = make_fake_tensor(kvt, (*kv_shape, de), stride=(s64(), s64(), s64(), 1), assumed_align=16)
+    v = make_fake_tensor(kvt, (*kv_shape, dve), stride=(s64(), s64(), s64(), 1), assumed_align=16)
+    pt = make_fake_tensor(Int32, (batch, cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cap, 4), stride_order=(1, 0), assumed_align=16)
+    count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
+    out = make_fake_tensor(qt, (total_q, num_q_heads, head_dim_v), stride=(s64(), s64(), 1), assumed_align=16)
+    lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(cute.sym_int64(), 1), assumed_align=4)
+    part_o = make_fake_compact_tensor(Float32, (cap, num_q_heads, head_dim_v), stride_order=(2, 1, 0), assumed_align=16)
+    part_lse = make_fake_compact_tensor(Float32, (cap, num_q_heads), stride_order=(1, 0), assumed_align=4)
+    sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
+    kd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
+    vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
+    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd
+
+
+@kernel("attention.paged.decode", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+def compile_decode(
+    q_dtype: str,
+    kv_dtype: str,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    head_dim_v: int,
+    page_size: int,
+    config: DecodeConfig,
+    arch: str,
+):
+    """tvm-ffi launcher `fn(q, k, v, page_table, work, count, out, lse, part_o, part_lse, sink,
+    k_descale, v_descale, scale_log2, has_sink)` on torch's current stream."""
+    dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
+    reason = why_not(*dims, config, arch)
+    if reason is not None:
+        raise ValueError(f"attention.paged decode kernel: {reason}")
+    args = fake_args(*dims)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(PagedDecode(*dims, config), *args, Float32(1.0), Int32(0), stream, arch=arch)

@@ -1,0 +1,253 @@
+"""Split-KV scheduling and merging for paged decode, both on device (CUDA-graph safe).
+
+`Schedule` (one CTA) reads the live `cache_seqlens` and writes the work list the decode kernel runs:
+- each request's visible KV range is [lo, N) with lo = max(0, N - 1 - window_left) (all of it
+  without a window); `total` is the sum of their lengths;
+- chunk = round_up(max(min_chunk, ceil(total / T)), tile_keys) with T = min(target_items, cap - B)
+  (cap = rows of the work list, B = live batch); T <= 0 means no splitting;
+- request b gets n_b = ceil(len_b / chunk) items (1 for an empty request), re-balanced to equal
+  sizes c_b = round_up(ceil(len_b / n_b), tile_keys), n_b = ceil(len_b / c_b);
+- sum_b n_b <= total / chunk + B <= T + B <= cap, so the list never overflows.
+Work row: (request, kv_start, kv_end, split = n_b > 1); request row: (first item, n_b); count[0] =
+number of items. `schedule_reference` is the same algorithm in Python (tests compare the two).
+
+`Merge` (one CTA per request x KV head, 4 warps, a warp per query row) combines the partial rows of
+split requests: out = sum_i 2^(lse_i - m) o_i / sum_i 2^(lse_i - m), lse = m + log2(sum), then the
+sink joins the denominator. Requests with one item were finished by the decode kernel and skip.
+Bytes: n_b * Hq * (Dv + 1) * 4 read and Hq * (Dv * itemsize + 4) written per split request.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
+
+from ..._lib.compile import cute_compile, kernel
+from ._config import LOG2E, NO_SPLIT_CHUNK, SCHEDULE_THREADS, ScheduleConfig
+
+CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+
+
+class Schedule:
+    def __init__(self, config: ScheduleConfig) -> None:
+        self.tile = config.tile_keys
+        self.target = config.target_items
+        self.min_chunk = config.min_chunk
+        self.threads = SCHEDULE_THREADS
+        self.warps = SCHEDULE_THREADS // 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mSeqlens: cute.Tensor,  # (batch,) int32: KV lengths
+        mWork: cute.Tensor,  # (cap, 4) int32
+        mReq: cute.Tensor,  # (batch, 2) int32
+        mCount: cute.Tensor,  # (1,) int32
+        window_left: Int32,
+        stream: cuda.CUstream,
+    ):
+        self.kernel(mSeqlens, mWork, mReq, mCount, window_left).launch(
+            grid=[1, 1, 1], block=[self.threads, 1, 1], stream=stream
+        )
+
+    @cute.jit
+    def _visible(self, mSeqlens, b, window_left):
+        n = mSeqlens[b]
+        length = n
+        if window_left >= 0:
+            length = cutlass.min(n, window_left + 1)
+        return n, length
+
+    @cute.jit
+    def _split(self, length, chunk):
+        items = Int32(1)
+        size = Int32(self.tile)
+        if length > 0:
+            n = (length + chunk - 1) // chunk
+            size = ((length + n - 1) // n + self.tile - 1) // self.tile * self.tile
+            items = (length + size - 1) // size
+        return items, size
+
+    @cute.jit
+    def _block_scan(self, x, tid, sWarp):
+        """(exclusive prefix sum of x over the CTA, total)."""
+        lane = tid % 32
+        wid = tid // 32
+        incl = x
+        for k in cutlass.range_constexpr(5):
+            y = cute.arch.shuffle_sync_up(incl, offset=1 << k)
+            if lane >= (1 << k):
+                incl = incl + y
+        if lane == 31:
+            sWarp[wid] = incl
+        cute.arch.sync_threads()
+        before = Int32(0)
+        total = Int32(0)
+        for w in cutlass.range_constexpr(self.warps):
+            t = sWarp[w]
+            total = total + t
+            if w < wid:
+                before = before + t
+        cute.arch.sync_threads()
+        return before + incl - x, total
+
+    @cute.kernel
+    def kernel(
+        self, mSeqlens: cute.Tensor, mWork: cute.Tensor, mReq: cute.Tensor, mCount: cute.Tensor, window_left: Int32
+    ):
+        tid, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
+        batch = mSeqlens.shape[0]
+        cap = mWork.shape[0]
+        per = (batch + self.threads - 1) // self.threads
+        b0 = cutlass.min(tid * per, batch)
+        b1 = cutlass.min(b0 + per, batch)
+
+        visible = Int32(0)
+        for b in range(b0, b1):
+            _, length = self._visible(mSeqlens, b, window_left)
+            visible = visible + length
+        _, total = self._block_scan(visible, tid, sWarp)
+        target = cutlass.min(Int32(self.target), cap - batch)
+        chunk = Int32(NO_SPLIT_CHUNK)
+        if target > 0:
+            chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
+            chunk = (chunk + self.tile - 1) // self.tile * self.tile
+
+        mine = Int32(0)
+        for b in range(b0, b1):
+            _, length = self._visible(mSeqlens, b, window_left)
+            items, _ = self._split(length, chunk)
+            mine = mine + items
+        first, n_items = self._block_scan(mine, tid, sWarp)
+
+        item = first
+        for b in range(b0, b1):
+            n, length = self._visible(mSeqlens, b, window_left)
+            items, size = self._split(length, chunk)
+            mReq[b, 0] = item
+            mReq[b, 1] = items
+            lo = n - length
+            for c in range(items):
+                mWork[item, 0] = b
+                mWork[item, 1] = lo + c * size
+                mWork[item, 2] = cutlass.min(lo + (c + 1) * size, n)
+                mWork[item, 3] = Int32(1) if items > 1 else Int32(0)
+                item = item + 1
+        if tid == 0:
+            mCount[0] = n_items
+
+
+class Merge:
+    def __init__(self, out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int) -> None:
+        self.out_dtype = CUTE_DTYPES[out_dtype]
+        self.group = num_q_heads // num_kv_heads
+        self.hkv = num_kv_heads
+        self.dv = head_dim_v
+        self.per_lane = head_dim_v // 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mReq: cute.Tensor,  # (batch, 2) int32: first item, items
+        mPartO: cute.Tensor,  # (cap, Hq, Dv) fp32
+        mPartLse: cute.Tensor,  # (cap, Hq) fp32
+        mSink: cute.Tensor,  # (Hq,) fp32
+        mOut: cute.Tensor,  # (total_q, Hq, Dv)
+        mLse: cute.Tensor,  # (total_q, Hq) fp32
+        has_sink: Int32,
+        stream: cuda.CUstream,
+    ):
+        self.kernel(mReq, mPartO, mPartLse, mSink, mOut, mLse, has_sink).launch(
+            grid=[mReq.shape[0], self.hkv, 1], block=[128, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mReq: cute.Tensor,
+        mPartO: cute.Tensor,
+        mPartLse: cute.Tensor,
+        mSink: cute.Tensor,
+        mOut: cute.Tensor,
+        mLse: cute.Tensor,
+        has_sink: Int32,
+    ):
+        tid, _, _ = cute.arch.thread_idx()
+        b, kvh, _ = cute.arch.block_idx()
+        lane = tid % 32
+        wid = tid // 32
+        first = mReq[b, 0]
+        n = mReq[b, 1]
+        if n > 1:
+            for rr in cutlass.range_constexpr((self.group + 3) // 4):
+                r = wid + 4 * rr
+                if r < self.group:
+                    head = kvh * self.group + r
+                    m = -Float32.inf
+                    for i in range(n):
+                        m = cute.arch.fmax(m, mPartLse[first + i, head])
+                    m_use = Float32(0.0) if m == -Float32.inf else m
+                    acc = cute.make_rmem_tensor(self.per_lane, Float32)
+                    acc.fill(0.0)
+                    total = Float32(0.0)
+                    for i in range(n):
+                        w = cute.math.exp2(mPartLse[first + i, head] - m_use, fastmath=True)
+                        total = total + w
+                        for k in cutlass.range_constexpr(self.per_lane):
+                            acc[k] = acc[k] + w * mPartO[first + i, head, lane * self.per_lane + k]
+                    lse = -Float32.inf
+                    factor = Float32(0.0)
+                    if total > 0.0:
+                        lse = m_use + cute.math.log2(total, fastmath=True)
+                        factor = 1.0 / total
+                    if has_sink != 0:
+                        sink = mSink[head] * LOG2E
+                        top = cute.arch.fmax(lse, sink)
+                        full = top + cute.math.log2(
+                            cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True),
+                            fastmath=True,
+                        )
+                        factor = factor * cute.math.exp2(lse - full, fastmath=True)
+                        lse = full
+                    for k in cutlass.range_constexpr(self.per_lane):
+                        mOut[b, head, lane * self.per_lane + k] = (acc[k] * factor).to(self.out_dtype)
+                    if lane == 0:
+                        mLse[b, head] = lse
+
+
+@kernel("attention.paged.schedule", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+def compile_schedule(config: ScheduleConfig, arch: str):
+    """tvm-ffi launcher `fn(cache_seqlens, work, req, count, window_left)` (one CTA)."""
+    batch, cap = cute.sym_int(), cute.sym_int()
+    seqlens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cap, 4), stride_order=(1, 0), assumed_align=16)
+    req = make_fake_compact_tensor(Int32, (batch, 2), stride_order=(1, 0), assumed_align=8)
+    count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(Schedule(config), seqlens, work, req, count, Int32(-1), stream, arch=arch)
+
+
+@kernel("attention.paged.merge", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+def compile_merge(out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int, arch: str):
+    """tvm-ffi launcher `fn(req, part_o, part_lse, sink, out, lse, has_sink)`."""
+    if head_dim_v % 32 or out_dtype not in CUTE_DTYPES:
+        raise ValueError(f"attention.paged merge: head_dim_v % 32 == 0 and out dtype in {tuple(CUTE_DTYPES)} needed")
+    batch, cap, total_q = cute.sym_int(), cute.sym_int(), cute.sym_int()
+    req = make_fake_compact_tensor(Int32, (batch, 2), stride_order=(1, 0), assumed_align=8)
+    part_o = make_fake_compact_tensor(Float32, (cap, num_q_heads, head_dim_v), stride_order=(2, 1, 0), assumed_align=16)
+    part_lse = make_fake_compact_tensor(Float32, (cap, num_q_heads), stride_order=(1, 0), assumed_align=4)
+    sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
+    s64 = cute.sym_int64
+    out = make_fake_tensor(
+        CUTE_DTYPES[out_dtype], (total_q, num_q_heads, head_dim_v), stride=(s64(divisibility=8), s64(divisibility=8), 1),
+        assumed_align=16,
+    )  # fmt: skip
+    lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(s64(), 1), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    merge = Merge(out_dtype, num_q_heads, num_kv_heads, head_dim_v)
+    return cute_compile(merge, req, part_o, part_lse, sink, out, lse, Int32(0), stream, arch=arch)

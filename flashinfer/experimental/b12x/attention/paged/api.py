@@ -1,0 +1,482 @@
+"""attention.paged: Caps -> plan -> (PreparationSession) -> bind -> run. Host code only, no kernels.
+
+    caps = Caps(device="cuda", mode="decode", dtype="bfloat16", kv_dtype="float8_e4m3fn",
+                num_q_heads=32, num_kv_heads=8, head_dim_qk=128, head_dim_vo=128, page_size=16,
+                max_total_q=128, max_batch=128, max_page_table_width=2048,
+                max_work_items=default_max_work_items(128, 8),
+                max_partial_rows=default_max_partial_rows(default_max_work_items(128, 8), 32),
+                num_cache_pages=300_000)
+    p = plan(caps)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([p])
+    out, lse = run(binding=bind(p, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens,
+                                k_descale=kd, v_descale=vd))
+
+Implemented: mode "decode" (every request has one query row), q bf16/fp16, KV in q's dtype or fp8
+e4m3 (with per-(request, KV head) descales), head_dim_qk == head_dim_vo in {64, 128, 256}, page size
+16/32/64/128, Hq/Hkv <= 16, sliding window (`window_left`), sink logits. Modes "extend"/"verify" and
+msa_block_sparse raise NotImplementedError at plan time. Tensor contracts: FORMATS.md
+"attention.paged" and `reference.py`.
+
+`run` launches three kernels on torch's current stream, reads no live tensor on the host and
+allocates nothing, so a captured CUDA graph replays correctly for any live lengths (and any number
+of empty requests) within the capacities: (1) schedule: split the live KV lengths into work items
+(on device), (2) decode: one CTA per (item, KV head), (3) merge: combine the items of split
+requests. CPU tensors run `reference.py` instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..._lib.scratch import ScratchBufferSpec, dtype_name
+from ...preparation.plan import Plan
+from ._config import DecodeConfig, ScheduleConfig, default_config, why_not
+from .reference import LOG2E, paged_attention_reference
+
+OP = "attention.paged"
+MODES = ("decode", "extend", "verify")
+IMPLEMENTED_MODES = ("decode",)
+DTYPES = ("bfloat16", "float16")
+KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+INT32_MAX = 2**31 - 1
+DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
+
+
+# ---- capacities ----------------------------------------------------------------------------------
+def target_items(num_kv_heads: int, sm_count: int = DEFAULT_SM_COUNT) -> int:
+    """Work items the split aims at: about 4 CTAs per SM over all KV heads (unmeasured choice)."""
+    return max(1, math.ceil(4 * sm_count / num_kv_heads))
+
+
+def default_max_work_items(max_batch: int, num_kv_heads: int, sm_count: int = DEFAULT_SM_COUNT) -> int:
+    """Work-list rows: one per request plus the split target (the schedule never exceeds it)."""
+    return max_batch + target_items(num_kv_heads, sm_count)
+
+
+def default_max_partial_rows(max_work_items: int, num_q_heads: int) -> int:
+    """Partial-output rows ([Dv] fp32 each): one per (work item, query head)."""
+    return max_work_items * num_q_heads
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caps:
+    """Static geometry and capacities of one paged-attention instance (see the module docstring).
+
+    max_total_q: query rows (decode: = live batch); max_batch: requests; max_page_table_width:
+    page-table columns; max_work_items / max_partial_rows: split-KV work list and partial-output
+    rows (the work list holds min(max_work_items, max_partial_rows // num_q_heads) items and must
+    hold at least max_batch); num_cache_pages: pages in the KV cache; use_cuda_graph: accepted for
+    API compatibility (run is always capture-safe); copy_runtime_metadata: run first copies
+    cache_seqlens and page_table into plan-owned buffers (stable addresses for graph capture);
+    config: a `DecodeConfig` to use instead of the heuristic one.
+    """
+
+    device: str
+    mode: str
+    dtype: str
+    kv_dtype: str
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim_qk: int
+    head_dim_vo: int
+    page_size: int
+    max_total_q: int
+    max_batch: int
+    max_page_table_width: int
+    max_work_items: int
+    max_partial_rows: int
+    num_cache_pages: int
+    use_cuda_graph: bool = False
+    copy_runtime_metadata: bool = False
+    msa_block_sparse: bool = False
+    config: object = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", str(self.device))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        object.__setattr__(self, "kv_dtype", dtype_name(self.kv_dtype))
+
+    @property
+    def group(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def item_capacity(self) -> int:
+        return min(self.max_work_items, self.max_partial_rows // self.num_q_heads)
+
+
+def _validate(caps: Caps) -> None:
+    if caps.mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {caps.mode!r}")
+    if caps.mode not in IMPLEMENTED_MODES:
+        raise NotImplementedError(
+            f"{OP}: mode {caps.mode!r} is not implemented yet; implemented modes: {IMPLEMENTED_MODES} "
+            "(every request has exactly one query row)"
+        )
+    if caps.msa_block_sparse:
+        raise NotImplementedError(f"{OP}: msa_block_sparse=True is not implemented")
+    if caps.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {caps.dtype!r}")
+    if caps.kv_dtype not in (caps.dtype, "float8_e4m3fn"):
+        raise ValueError(f"kv_dtype must be {caps.dtype!r} (the q dtype) or 'float8_e4m3fn', got {caps.kv_dtype!r}")
+    for name in ("num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size", "max_total_q",
+                 "max_batch", "max_page_table_width", "max_work_items", "max_partial_rows", "num_cache_pages"):  # fmt: skip
+        value = getattr(caps, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if caps.num_q_heads % caps.num_kv_heads:
+        raise ValueError(f"num_q_heads ({caps.num_q_heads}) must be a multiple of num_kv_heads ({caps.num_kv_heads})")
+    if caps.max_batch * caps.max_page_table_width * caps.page_size > INT32_MAX:
+        raise ValueError(
+            f"max_batch * max_page_table_width * page_size must be < 2^31 (KV positions are int32), got "
+            f"{caps.max_batch} * {caps.max_page_table_width} * {caps.page_size}"
+        )
+    if caps.item_capacity < caps.max_batch:
+        raise ValueError(
+            f"the work list must hold max_batch={caps.max_batch} items: min(max_work_items={caps.max_work_items}, "
+            f"max_partial_rows // num_q_heads={caps.max_partial_rows // caps.num_q_heads}) is smaller "
+            "(use default_max_work_items / default_max_partial_rows)"
+        )
+    if caps.config is not None and not isinstance(caps.config, DecodeConfig):
+        raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")
+    config = caps.config or DecodeConfig()
+    dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
+    reason = why_not(*dims, caps.page_size, config, "sm_90a")
+    if reason is not None:
+        raise NotImplementedError(f"{OP}: {reason}")
+
+
+# ---- the plan ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Selection:
+    """What preparation selects: the decode kernel's config and the split schedule's."""
+
+    decode: object
+    schedule: ScheduleConfig
+
+
+@dataclass(frozen=True)
+class PagedAttentionPlan(Plan):
+    def _sm_count(self) -> int:
+        import torch
+
+        dev = torch.device(self.caps.device)
+        if dev.type == "cuda" and torch.cuda.is_available():
+            return torch.cuda.get_device_properties(dev).multi_processor_count
+        return DEFAULT_SM_COUNT
+
+    def heuristic(self, arch):
+        caps = self.caps
+        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch or "sm_120a")
+        decode = _fit_page(decode, caps.page_size)
+        schedule = ScheduleConfig(
+            tile_keys=decode.tile_keys,
+            target_items=target_items(caps.num_kv_heads, self._sm_count()),
+            min_chunk=max(256, decode.tile_keys),
+        )
+        return Selection(decode, schedule)
+
+    def kernels(self, config, arch):
+        from ._kernel_decode import compile_decode
+        from ._kernel_split import compile_merge, compile_schedule
+
+        c = self.caps
+        dims = (c.dtype, c.kv_dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_qk, c.head_dim_vo, c.page_size)
+        reason = why_not(*dims, config.decode, arch)
+        if reason is not None:
+            raise NotImplementedError(f"{OP}: {reason}")
+        return (
+            (compile_schedule, (config.schedule, arch)),
+            (compile_decode, (*dims, config.decode, arch)),
+            (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)),
+        )
+
+    def scratch_specs(self, config=None, device="cuda"):
+        c = self.caps
+        cap, hq = c.item_capacity, c.num_q_heads
+        specs = [
+            ScratchBufferSpec("work", (cap, 4), "int32", device),
+            ScratchBufferSpec("requests", (c.max_batch, 2), "int32", device),
+            ScratchBufferSpec("count", (4,), "int32", device),
+            ScratchBufferSpec("partial_out", (cap, hq, c.head_dim_vo), "float32", device),
+            ScratchBufferSpec("partial_lse", (cap, hq), "float32", device),
+            ScratchBufferSpec("out", (c.max_total_q, hq, c.head_dim_vo), c.dtype, device),
+            ScratchBufferSpec("lse", (c.max_total_q, hq), "float32", device),
+            ScratchBufferSpec("unit", (1, 1), "float32", device),
+        ]
+        if c.copy_runtime_metadata:
+            specs.append(ScratchBufferSpec("cache_seqlens", (c.max_batch,), "int32", device))
+            specs.append(ScratchBufferSpec("page_table", (c.max_batch, c.max_page_table_width), "int32", device))
+        return tuple(specs)
+
+    def prime(self, state) -> None:
+        import torch
+
+        state.scratch["unit"].fill_(1.0)
+        if state.arch is None:
+            return
+        c, dev = self.caps, state.device
+        gen = torch.Generator(device=dev).manual_seed(0)
+        kv_t = torch.float8_e4m3fn if c.kv_dtype == "float8_e4m3fn" else getattr(torch, c.kv_dtype)
+        q = torch.randn(1, c.num_q_heads, c.head_dim_qk, device=dev, generator=gen).to(getattr(torch, c.dtype))
+        k = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_qk, device=dev, generator=gen).to(kv_t)
+        v = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_vo, device=dev, generator=gen).to(kv_t)
+        pt = torch.zeros(1, 1, dtype=torch.int32, device=dev)
+        lens = torch.ones(1, dtype=torch.int32, device=dev)
+        run(binding=bind(self, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens))
+        torch.cuda.synchronize(dev)
+
+
+def _fit_page(config, page_size: int):
+    if config.keys_per_warp <= page_size:
+        return config
+    return DecodeConfig(config.warps, page_size, config.stages)
+
+
+def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
+    """A pure, hashable plan for `caps` (validates them; allocates and compiles nothing)."""
+    if not isinstance(caps, Caps):
+        raise TypeError(f"caps must be an attention.paged Caps, got {type(caps).__name__}")
+    _validate(caps)
+    if override is not None and not isinstance(override, Selection):
+        raise ValueError(f"override must be a Selection or None, got {type(override).__name__}")
+    return PagedAttentionPlan(op=OP, caps=caps, invocation=invocation, override=override)
+
+
+# ---- bind ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Binding:
+    """Views and scalars of one call (made by `bind`; holds no new storage)."""
+
+    plan: PagedAttentionPlan
+    q: object
+    k_cache: object  # fp8 caches: an fp16 view (two e4m3 per element) for the kernel
+    v_cache: object
+    page_table: object
+    cache_seqlens: object
+    out: object
+    lse: object
+    k_descale: object
+    v_descale: object
+    sink: object
+    has_sink: int
+    window_left: int
+    sm_scale: float
+    work: object  # the work list rows this call can use (live items never exceed batch + target)
+    scratch: dict = field(repr=False)
+    reference_inputs: tuple = field(repr=False, default=())
+
+
+def _desc(t) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)} on {t.device}"
+
+
+def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
+    """Check one argument; `shape` entries of None match anything. Raises ValueError naming it."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+    ok_shape = t.dim() == len(shape) and all(s is None or s == n for s, n in zip(shape, t.shape))
+    ok_device = t.device.type == device.type and (device.index is None or t.device.index == device.index)
+    if t.dtype != dtype or not ok_shape or not ok_device:
+        raise ValueError(f"{name} must be {str(dtype).removeprefix('torch.')} {want} on {device}, got {_desc(t)}")
+    if last_contiguous and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension, got strides {list(t.stride())}")
+    if align and t.device.type == "cuda":
+        bad = t.data_ptr() % align or any(s * t.element_size() % align for s in t.stride()[:-1])
+        if bad:
+            raise ValueError(
+                f"{name} must start {align}-byte aligned with {align}-byte aligned strides, got address "
+                f"{t.data_ptr():#x} and strides {list(t.stride())} (elements of {t.element_size()} bytes)"
+            )
+    return t
+
+
+def bind(
+    plan: PagedAttentionPlan,
+    *,
+    scratch=None,
+    q,
+    k_cache,
+    v_cache,
+    page_table,
+    cache_seqlens,
+    cu_seqlens_q=None,
+    output=None,
+    lse=None,
+    k_descale=None,
+    v_descale=None,
+    attention_sink_bias=None,
+    window_left: int = -1,
+    sm_scale: float | None = None,
+) -> Binding:
+    """Check the call's tensors against the plan's caps and build views (never allocates or writes).
+
+    Decode: q [batch, Hq, D]; cu_seqlens_q may be omitted (it must be arange(batch + 1); it is not
+    read). output/lse default to the plan's buffers (valid until the next run). k_descale/v_descale
+    (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to 1/sqrt(D).
+    """
+    import torch
+
+    if not isinstance(plan, PagedAttentionPlan):
+        raise TypeError(f"plan must come from attention.paged.plan(), got {type(plan).__name__}")
+    state = plan.state  # raises PlanNotPreparedError naming PreparationSession
+    c = plan.caps
+    dev = torch.device(state.device)
+    scratch = state.scratch if scratch is None else scratch
+    if not isinstance(scratch, dict) or any(s.name not in scratch for s in plan.scratch_specs(None, dev)):
+        raise ValueError("scratch must be the plan's scratch views (plan.state.scratch) or None")
+    qt, kvt = getattr(torch, c.dtype), getattr(torch, c.kv_dtype)
+    align = 16 if dev.type == "cuda" else 0
+
+    _tensor("q", q, dtype=qt, shape=(None, c.num_q_heads, c.head_dim_qk), device=dev, align=align)
+    total_q = q.shape[0]
+    _tensor("cache_seqlens", cache_seqlens, dtype=torch.int32, shape=(None,), device=dev)
+    batch = cache_seqlens.shape[0]
+    if not cache_seqlens.is_contiguous():
+        raise ValueError(f"cache_seqlens must be contiguous, got strides {list(cache_seqlens.stride())}")
+    if batch > c.max_batch:
+        raise ValueError(f"cache_seqlens holds {batch} requests, more than max_batch={c.max_batch}")
+    if total_q > c.max_total_q:
+        raise ValueError(f"q holds {total_q} rows, more than max_total_q={c.max_total_q}")
+    if c.mode == "decode" and total_q != batch:
+        raise ValueError(f"decode mode: q must have one row per request ({batch}), got {total_q} rows")
+    if cu_seqlens_q is not None:
+        _tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, shape=(batch + 1,), device=dev)
+    for name, t, d in (("k_cache", k_cache, c.head_dim_qk), ("v_cache", v_cache, c.head_dim_vo)):
+        _tensor(name, t, dtype=kvt, shape=(None, c.page_size, c.num_kv_heads, d), device=dev, align=align)
+        if t.shape[0] > c.num_cache_pages:
+            raise ValueError(f"{name} holds {t.shape[0]} pages, more than num_cache_pages={c.num_cache_pages}")
+    if k_cache.shape[0] != v_cache.shape[0]:
+        raise ValueError(f"k_cache and v_cache must hold the same pages, got {k_cache.shape[0]} and {v_cache.shape[0]}")
+    _tensor("page_table", page_table, dtype=torch.int32, shape=(batch, None), device=dev)
+    if page_table.shape[1] > c.max_page_table_width:
+        raise ValueError(
+            f"page_table has {page_table.shape[1]} columns, more than max_page_table_width={c.max_page_table_width}"
+        )
+    if not isinstance(window_left, int) or isinstance(window_left, bool) or window_left < -1:
+        raise ValueError(f"window_left must be an int >= -1 (-1: no window), got {window_left!r}")
+    scale = 1.0 / math.sqrt(c.head_dim_qk) if sm_scale is None else float(sm_scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale!r}")
+
+    fp8 = c.kv_dtype == "float8_e4m3fn"
+    descales = []
+    for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if t is None:
+            descales.append(scratch["unit"].expand(batch, c.num_kv_heads))
+            continue
+        if not fp8:
+            raise ValueError(f"{name} applies to float8_e4m3fn KV only; kv_dtype is {c.kv_dtype}")
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device != q.device:
+            got = _desc(t) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be float32 broadcastable to [{batch}, {c.num_kv_heads}] on {dev}, got {got}")
+        try:
+            descales.append(t.expand(batch, c.num_kv_heads))
+        except RuntimeError:
+            raise ValueError(
+                f"{name} must broadcast to [batch, Hkv] = [{batch}, {c.num_kv_heads}], got {list(t.shape)}"
+            ) from None
+    sink = attention_sink_bias
+    if sink is not None:
+        _tensor("attention_sink_bias", sink, dtype=torch.float32, shape=(c.num_q_heads,), device=dev)
+        if not sink.is_contiguous():
+            raise ValueError("attention_sink_bias must be contiguous")
+
+    if output is None:
+        output = scratch["out"][:total_q]
+    _tensor("output", output, dtype=qt, shape=(total_q, c.num_q_heads, c.head_dim_vo), device=dev, align=align)
+    if lse is None:
+        lse = scratch["lse"][:total_q]
+    _tensor("lse", lse, dtype=torch.float32, shape=(total_q, c.num_q_heads), device=dev)
+
+    # The schedule never makes more than batch + target items: launching only that many rows keeps
+    # CTAs of dead items (which exit at once) few; the row count is a shape, fixed under capture.
+    selection = state.selection
+    rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
+    reference_inputs = ()
+    k_view, v_view = k_cache, v_cache
+    if dev.type != "cuda":
+        reference_inputs = (q, k_cache, v_cache, page_table, cache_seqlens, k_descale, v_descale)
+    elif fp8:
+        k_view, v_view = k_cache.view(torch.float16), v_cache.view(torch.float16)
+    return Binding(
+        plan=plan, q=q, k_cache=k_view, v_cache=v_view, page_table=page_table, cache_seqlens=cache_seqlens,
+        out=output, lse=lse, k_descale=descales[0], v_descale=descales[1],
+        sink=scratch["partial_lse"][0] if sink is None else sink, has_sink=int(sink is not None),
+        window_left=window_left, sm_scale=scale, work=scratch["work"][:rows], scratch=scratch,
+        reference_inputs=reference_inputs,
+    )  # fmt: skip
+
+
+# ---- run -----------------------------------------------------------------------------------------
+def _launchers(plan):
+    state = plan.state
+    fns = state.extra.get("launchers")
+    if fns is None:
+        fns = state.extra["launchers"] = tuple(k(*args) for k, args in state.kernels)
+    return fns
+
+
+def run(*, binding: Binding, plan=None):
+    """Compute attention for `binding` on torch's current stream; returns (out, lse) (base-2 LSE).
+
+    No host reads of live tensors, no allocation, no compilation: safe to capture in a CUDA graph.
+    """
+    if not isinstance(binding, Binding):
+        raise TypeError(f"binding must come from attention.paged.bind(), got {type(binding).__name__}")
+    if plan is not None and plan is not binding.plan:
+        raise ValueError("plan must be the plan the binding was made from (or None)")
+    b = binding
+    state = b.plan.state
+    if state.arch is None:
+        return _run_reference(b)
+    sched, decode, merge = _launchers(b.plan)
+    s = b.scratch
+    lens, pt = b.cache_seqlens, b.page_table
+    if b.plan.caps.copy_runtime_metadata:
+        batch, width = pt.shape
+        s["cache_seqlens"][:batch].copy_(lens)
+        s["page_table"][:batch, :width].copy_(pt)
+        lens, pt = s["cache_seqlens"][:batch], s["page_table"][:batch, :width]
+    rows = b.work.shape[0]
+    req, count = s["requests"][: lens.shape[0]], s["count"][:1]
+    part_o, part_lse = s["partial_out"][:rows], s["partial_lse"][:rows]
+    sched(lens, b.work, req, count, b.window_left)
+    decode(b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse,
+           b.sink, b.k_descale, b.v_descale, b.sm_scale * LOG2E, b.has_sink)  # fmt: skip
+    merge(req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
+    return b.out, b.lse
+
+
+def _run_reference(b: Binding):
+    q, k, v, pt, lens, kd, vd = b.reference_inputs
+    import torch
+
+    batch = lens.shape[0]
+    cu = torch.arange(batch + 1, dtype=torch.int32)
+    sink = b.sink if b.has_sink else None
+    out, lse = paged_attention_reference(
+        q, k, v, pt, lens, cu, sm_scale=b.sm_scale, window_left=b.window_left, sinks=sink, k_descale=kd, v_descale=vd
+    )
+    b.out.copy_(out)
+    b.lse.copy_(lse)
+    return b.out, b.lse
+
+
+def clear_caches() -> None:
+    """Forget this op's compiled kernels in memory (the disk cache stays)."""
+    import sys
+
+    for name in ("._kernel_decode", "._kernel_split"):
+        module = sys.modules.get(__package__ + name)
+        if module is None:
+            continue
+        for attr in ("compile_decode", "compile_schedule", "compile_merge"):
+            k = getattr(module, attr, None)
+            if k is not None:
+                k.cache_clear()
