@@ -41,6 +41,9 @@ _LAZY_ROOT: dict[str, tuple[str, str]] = {
     "ScratchBufferSpec": ("._lib.scratch", "ScratchBufferSpec"),
 }
 
+# Subsystems that are not ops (no OpMeta), resolved like the groups.
+_LAZY_MODULES = ("loader",)
+
 __all__ = [
     "OpMeta",
     "list_ops",
@@ -52,6 +55,7 @@ __all__ = [
     "KernelResolutionFrozenError",
     *_LAZY_ROOT,
     *GROUPS,
+    *_LAZY_MODULES,
 ]
 
 
@@ -89,7 +93,7 @@ def clear_all_caches() -> None:
 
 
 def __getattr__(name: str):
-    if name in GROUPS:
+    if name in GROUPS or name in _LAZY_MODULES:
         value = importlib.import_module("." + name, __package__)
     elif name in _LAZY_ROOT:
         module, attr = _LAZY_ROOT[name]
