@@ -54,12 +54,19 @@ class PreparationResult:
     seconds: dict = field(default_factory=dict)
 
 
-def _as_request(item) -> PreparationRequest:
-    if isinstance(item, PreparationRequest):
-        return item
-    if isinstance(item, Plan):
-        return item.request()
-    raise TypeError(f"prepare() takes Plans or PreparationRequests, got {type(item).__name__}")
+def _as_requests(items) -> list[PreparationRequest]:
+    """Requests in order; a bare Plan is named after its op, numbered when the op repeats."""
+    requests, seen = [], {}
+    for item in items:
+        if isinstance(item, PreparationRequest):
+            requests.append(item)
+        elif isinstance(item, Plan):
+            seen[item.op] = seen.get(item.op, 0) + 1
+            name = item.op if seen[item.op] == 1 else f"{item.op}#{seen[item.op]}"
+            requests.append(item.request(name=name))
+        else:
+            raise TypeError(f"prepare() takes Plans or PreparationRequests, got {type(item).__name__}")
+    return requests
 
 
 class PreparationSession:
@@ -106,7 +113,7 @@ class PreparationSession:
     def prepare(self, requests) -> PreparationResult:
         if isinstance(requests, (Plan, PreparationRequest)):
             requests = [requests]
-        requests = [_as_request(r) for r in requests]
+        requests = _as_requests(requests)
         names = [r.name for r in requests]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})

@@ -101,6 +101,13 @@ def test_workspace_address_stable_and_release():
 
 
 @pytest.mark.contract
+def test_bare_plans_of_one_op_get_numbered_names():
+    with pytest.warns(UserWarning):
+        result = b12x.PreparationSession("cpu").prepare([toy(hidden=h) for h in (32, 64, 96)])
+    assert list(result.selections) == ["norm.toy", "norm.toy#2", "norm.toy#3"]
+
+
+@pytest.mark.contract
 def test_prepare_call_replaces_prime():
     calls = []
     plan = toy()
@@ -111,8 +118,8 @@ def test_prepare_call_replaces_prime():
 @pytest.mark.contract
 def test_bad_requests():
     session = b12x.PreparationSession("cpu")
-    with pytest.raises(ValueError, match=r"request names must be unique, got duplicates \['norm.toy'\]"):
-        session.prepare([toy(), toy(hidden=64)])
+    with pytest.raises(ValueError, match=r"request names must be unique, got duplicates \['a'\]"):
+        session.prepare([toy().request(name="a"), toy(hidden=64).request(name="a")])
     with pytest.raises(TypeError, match="takes Plans or PreparationRequests, got int"):
         session.prepare([3])
     with pytest.raises(ValueError, match="compile_workers must be an int >= 1"):
