@@ -106,10 +106,10 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", type=int, default=10, help="distinct kernels in the session-start test")
     args = parser.parse_args(argv)
     host = host_times(args)
-    starts = session_starts(args)
     print(f"{'host time per call':<28} {'median us':>10} {'min us':>8}")
     for r in host:
-        print(f"{r['case']:<28} {r['host_us_median']:>10.2f} {r['host_us_min']:>8.2f}")
+        print(f"{r['case']:<28} {r['host_us_median']:>10.2f} {r['host_us_min']:>8.2f}", flush=True)
+    starts = session_starts(args)
     print(f"\n{'session start':<26} {'import s':>9} {'prepare s':>10} {'compiled':>9} {'process s':>10}")
     for r in starts:
         print(

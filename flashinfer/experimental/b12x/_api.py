@@ -30,6 +30,7 @@ _OPS: dict[str, str] = {
     "quantization.nvfp4": ".quantization.nvfp4",
     "quantization.mxfp8": ".quantization.mxfp8",
     "attention.paged": ".attention.paged",
+    "norm.mhc": ".norm.mhc",
 }
 
 # Root names resolved lazily (module relative to this package, attribute).

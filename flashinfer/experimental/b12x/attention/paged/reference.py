@@ -100,6 +100,8 @@ def paged_attention_reference(
         s2 = s2.masked_fill(~visible_mask(length, n, window_left, q.device), -math.inf)
         if sink2 is not None:
             s2 = torch.cat([s2, sink2[:, None, None].expand(hq, length, 1)], dim=2)
+        if s2.shape[2] == 0:  # no key and no sink: out 0, lse -inf
+            continue
         row_max = s2.amax(dim=2, keepdim=True)
         row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
         p = torch.exp2(s2 - row_max)

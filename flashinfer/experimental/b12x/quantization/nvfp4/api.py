@@ -96,7 +96,7 @@ class NvFp4Plan(Plan):
         return _seconds_per_run(lambda: _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Outputs:
     """Output storage at a plan's capacity: packed uint8 [max_rows, K/2] and float8_e4m3fn scales
     [swizzled_size(max_rows, K/16)] (128x4 swizzled; rows padded to a multiple of 128)."""
