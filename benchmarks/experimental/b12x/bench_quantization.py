@@ -1,0 +1,207 @@
+"""Benchmark the activation quantizers (b12x.quantization.nvfp4 / .mxfp8) against torch.compile.
+
+    python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
+        [--dtype bfloat16|float16] [--all-configs] [--timer events|graph] [--json PATH]
+
+Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
+Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
+  nvfp4: read 2*M*K + 4 (x, global scale) + write M*K/2 (packed) + ceil128(M)*ceil4(K/16) (scales)
+  mxfp8: read 2*M*K + write M*K (values) + 2*M*K/32 (row-major and swizzled scales)
+Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: torch.compile (inductor)
+of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
+left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
+each case checks ours against the peer and the oracle bit for bit. --all-configs adds a row per
+candidate kernel config (data for the heuristic in each `_kernel.py`). Without --json the report goes
+to $OUT/b12x_quantization.json when $OUT is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+import b12x
+from benchmarks.experimental.b12x.common import (
+    Case,
+    Table,
+    ceilings,
+    measure,
+    require_cuda,
+    rotate,
+    sets_to_exceed_l2,
+    standard_parser,
+)
+from flashinfer.experimental.b12x._lib.quant import (
+    block_amax,
+    e2m1_encode,
+    e4m3_decode,
+    e4m3_encode,
+    nvfp4_global_scale,
+    pack_e2m1,
+    quantize_nvfp4,
+    swizzle_scales,
+    swizzled_size,
+)
+from flashinfer.experimental.b12x._lib.quant.scales import fp32_const
+from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
+from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
+from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
+from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
+
+MODULE = "benchmarks.experimental.b12x.bench_quantization"
+MS, KS = (1, 16, 128, 4096, 16384), (4096, 7168)
+QUICK_MS, QUICK_KS = (1, 4096), (4096,)
+MAX_SETS = 64  # graph timer: input sets rotated per graph (tiny shapes stay L2-resident past this)
+
+
+def _round_up(n: int, m: int) -> int:
+    return (n + m - 1) // m * m
+
+
+def nvfp4_bytes(m: int, k: int) -> int:
+    return 2 * m * k + 4 + m * k // 2 + _round_up(m, 128) * _round_up(k // 16, 4)
+
+
+def mxfp8_bytes(m: int, k: int) -> int:
+    return 2 * m * k + m * k + 2 * m * k // 32
+
+
+# Peers ----------------------------------------------------------------------------------------------
+def nvfp4_peer_math(x: torch.Tensor, gs: torch.Tensor):
+    """`_lib.quant.quantize_nvfp4` + swizzle with `gs` a 0-d device tensor: the oracle's op sequence
+    built from its own codecs, without the host-side scale check (which would break the graph)."""
+    m, k = x.shape
+    blocks = x.float().reshape(m, k // 16, 16)
+    t = (gs * block_amax(blocks)) / fp32_const(x, 6.0)
+    sf = e4m3_encode(torch.minimum(t, fp32_const(x, 448.0)))
+    sf32 = e4m3_decode(sf).unsqueeze(-1)
+    y = torch.where(sf32 == 0, torch.zeros_like(blocks), (blocks * gs) / sf32).clamp(-6.0, 6.0)
+    return pack_e2m1(e2m1_encode(y).reshape(m, k)), swizzle_scales(sf, 0)
+
+
+def mxfp8_peer_math(x: torch.Tensor):
+    return mxfp8_reference.quantize_rows(x)
+
+
+def _compiled(fn):
+    for knob in ("recompile_limit", "cache_size_limit"):  # one compile per static shape
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
+    return torch.compile(fn, dynamic=False)
+
+
+# Cases ----------------------------------------------------------------------------------------------
+def _inputs(m: int, k: int, dtype, n_sets: int, dev, gen):
+    xs = []
+    for _ in range(n_sets):
+        x = torch.randn(m, k, device=dev, generator=gen)
+        x *= 10 ** (torch.rand(m, 1, device=dev, generator=gen) * 4 - 2)  # row magnitudes over 4 decades
+        xs.append(x.to(dtype))
+    return xs
+
+
+def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
+    case = Case("nvfp4", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=nvfp4_bytes(m, k), ceiling="copy")
+    xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
+    gs = nvfp4_global_scale(xs[0]).reshape(1)
+    configs = [None] + (list(nvfp4_configs(k))[1:] if args.all_configs else [])
+    session = b12x.PreparationSession(dev)
+    for config in configs:
+        plan = nvfp4.plan(m, k, invocation=dtype, override=config)
+        session.prepare([plan])
+        out = nvfp4.allocate_outputs(plan, device=dev)
+        if config is None:  # bits first: ours == oracle == peer
+            nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
+            ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
+            peer_packed, peer_scales = peer_fn(xs[0], gs[0])
+            ok = torch.equal(out.packed, ref_packed) and torch.equal(peer_packed, ref_packed)
+            ok &= torch.equal(out.scales.view(torch.uint8), swizzle_scales(ref_scales, 0).view(torch.uint8))
+            ok &= torch.equal(peer_scales.view(torch.uint8), out.scales.view(torch.uint8))
+            if not ok:
+                raise SystemExit(f"nvfp4 M={m} K={k}: ours, the oracle and the peer disagree; not timing")
+        nxt = rotate(xs)
+        run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)  # noqa: B023
+        impl = "b12x" if config is None else f"b12x {config}"
+        table.add(case, impl, _time(run, args, len(xs)), note="" if config else str(plan.selection))
+        session.release(plan)
+    if not args.no_peers:
+        nxt = rotate(xs)
+        table.add(case, "torch.compile", _time(lambda: peer_fn(nxt(), gs[0]), args, len(xs)), peer=True)
+
+
+def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
+    case = Case("mxfp8", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=mxfp8_bytes(m, k), ceiling="copy")
+    xs = _inputs(m, k, dtype, sets_for(mxfp8_bytes(m, k)), dev, gen)
+    values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
+    rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
+    mma = torch.full((swizzled_size(m, k // 32),), 127, dtype=torch.uint8, device=dev)
+    configs = [None] + (list(mxfp8_configs(k))[1:] if args.all_configs else [])
+    session = b12x.PreparationSession(dev)
+    for config in configs:
+        plan = mxfp8.plan((k, dtype, m), override=config)
+        session.prepare([plan])
+        if config is None:
+            mxfp8.quantize_rows(xs[0], values, rows, mma, plan=plan)
+            peer_values, peer_rows, peer_mma = peer_fn(xs[0])
+            ok = torch.equal(values.view(torch.uint8), peer_values.view(torch.uint8))
+            ok &= torch.equal(rows, peer_rows) and torch.equal(mma, peer_mma)
+            if not ok:
+                raise SystemExit(f"mxfp8 M={m} K={k}: ours and the peer (the oracle, compiled) disagree; not timing")
+        nxt = rotate(xs)
+        run = lambda: mxfp8.quantize_rows(nxt(), values, rows, mma, plan=plan)  # noqa: B023
+        impl = "b12x" if config is None else f"b12x {config}"
+        table.add(case, impl, _time(run, args, len(xs)), note="" if config else str(plan.selection))
+        session.release(plan)
+    if not args.no_peers:
+        nxt = rotate(xs)
+        table.add(case, "torch.compile", _time(lambda: peer_fn(nxt()), args, len(xs)), peer=True)
+
+
+def _time(fn, args, n_sets: int):
+    if args.timer == "graph":
+        return measure(fn, args, calls_per_graph=n_sets)
+    return measure(fn, args)
+
+
+def dtype_str(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_parser(__doc__.splitlines()[0])
+    parser.add_argument("--op", choices=("nvfp4", "mxfp8", "all"), default="all", help="which quantizer")
+    parser.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="activation dtype")
+    parser.add_argument("--all-configs", action="store_true", help="also time every candidate kernel config")
+    args = parser.parse_args(argv)
+    dev = require_cuda("bench_quantization", args.device)
+    torch.cuda.set_device(dev)
+    dtype = getattr(torch, args.dtype)
+    ms, ks = (QUICK_MS, QUICK_KS) if args.quick else (MS, KS)
+    ops = ("nvfp4", "mxfp8") if args.op == "all" else (args.op,)
+    table = Table(f"b12x quantization ({args.dtype}) on {torch.cuda.get_device_name(dev)}", ceilings(dev, fp8=False))
+    gen = torch.Generator(device=dev).manual_seed(0)
+    # The events timer flushes L2 before every call: one input set is enough. Graph replays rotate
+    # sets totalling 3x L2 (capped at MAX_SETS for tiny shapes).
+    sets_for = (lambda nbytes: min(MAX_SETS, sets_to_exceed_l2(nbytes))) if args.timer == "graph" else (lambda _: 1)
+    peers = {"nvfp4": _compiled(nvfp4_peer_math), "mxfp8": _compiled(mxfp8_peer_math)}
+    benches = {"nvfp4": bench_nvfp4, "mxfp8": bench_mxfp8}
+    for op in ops:
+        for k in ks:
+            for m in ms:
+                benches[op](table, args, dev, m, k, dtype, gen, peers[op], sets_for)
+                torch.cuda.empty_cache()
+    torch.cuda.synchronize(dev)
+    table.print()
+    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_quantization.json") if os.environ.get("OUT") else None)
+    if path:
+        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
+        table.write_json(path, argv=cmd, device=dev, extra={"bitwise_checked": True, "dtype": args.dtype})
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
