@@ -70,12 +70,15 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 
 
 def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
-    """Unmeasured first choice: 4 warps x 16 keys; 3 stages where shared memory allows 2 CTAs/SM."""
-    stages = 3 if arch == "sm_90a" else 2
-    cfg = DecodeConfig(warps=4, keys_per_warp=16, stages=stages)
-    while smem_bytes(kv_dtype, head_dim, head_dim, cfg) > SMEM_LIMIT[arch] and cfg.stages > 2:
-        cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages - 1)
-    return cfg
+    """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
+    2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits."""
+    limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    for warps in (4, 2):
+        for stages in (3, 2) if arch == "sm_90a" else (2,):
+            cfg = DecodeConfig(warps=warps, keys_per_warp=16, stages=stages)
+            if smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
+                return cfg
+    return DecodeConfig(warps=2, keys_per_warp=16, stages=2)
 
 
 def q_slot_dim(slot: int) -> int:

@@ -1,0 +1,229 @@
+"""Contract tier for attention.paged on the CPU: META, caps/plan validation, the planned lifecycle on
+the reference backend, and bind errors that name the argument (exact messages)."""
+
+import dataclasses
+import math
+import re
+import warnings
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
+
+from .paged_cases import make_case
+
+pytestmark = pytest.mark.contract
+
+paged = b12x.attention.paged
+
+
+@pytest.fixture(autouse=True)
+def _quiet_reference_warning():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
+        yield
+
+
+def caps(**kw):
+    base = dict(
+        device="cpu", mode="decode", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=8, num_kv_heads=2,
+        head_dim_qk=64, head_dim_vo=64, page_size=16, max_total_q=8, max_batch=8, max_page_table_width=16,
+        max_work_items=paged.default_max_work_items(8, 2), num_cache_pages=64,
+    )  # fmt: skip
+    base["max_partial_rows"] = paged.default_max_partial_rows(base["max_work_items"], base["num_q_heads"])
+    base.update(kw)
+    return paged.Caps(**base)
+
+
+def prepared(c=None):
+    p = paged.plan(c or caps())
+    b12x.PreparationSession("cpu").prepare([p])
+    return p
+
+
+# -- registry and META ----------------------------------------------------------------------------
+def test_meta():
+    meta = b12x.find_op("attention.paged")
+    assert meta.api_style == "planned" and meta.archs == ("sm_90a", "sm_120a")
+    assert meta.dtypes == ("bfloat16", "float16", "float8_e4m3fn")
+    assert {"Caps", "plan", "bind", "run", "is_supported", "clear_caches"} <= set(meta.entry_points)
+    assert "decode only" in meta.notes and "NotImplementedError" in meta.notes
+    assert paged.is_supported("cpu") is False
+    assert "CPU tensors run the reference backend" in paged.why_unsupported("cpu")
+
+
+def test_plan_imports_no_kernel_toolchain(run_python):
+    out = run_python(
+        "import sys, b12x\n"
+        "from b12x.attention import paged as P\n"
+        "c = P.Caps(device='cuda', mode='decode', dtype='bfloat16', kv_dtype='float8_e4m3fn', num_q_heads=32,\n"
+        "  num_kv_heads=8, head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=64, max_batch=64,\n"
+        "  max_page_table_width=512, max_work_items=P.default_max_work_items(64, 8),\n"
+        "  max_partial_rows=P.default_max_partial_rows(P.default_max_work_items(64, 8), 32), num_cache_pages=10**6)\n"
+        "p = P.plan(c); assert p == P.plan(c) and hash(p) == hash(P.plan(c))\n"
+        "assert 'cutlass' not in sys.modules, 'plan imported the CuTe DSL'\n"
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_capacity_helpers():
+    assert paged.default_max_work_items(128, 8) == 128 + 66  # ceil(4 * 132 SMs / 8 heads)
+    assert paged.default_max_work_items(1, 8, sm_count=170) == 1 + 85
+    assert paged.default_max_partial_rows(194, 32) == 194 * 32
+
+
+def test_caps_are_frozen_and_keyword_only():
+    c = caps()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.max_batch = 3
+    with pytest.raises(TypeError):
+        paged.Caps("cpu", "decode")
+    assert caps(dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn).kv_dtype == "float8_e4m3fn"
+
+
+# -- plan-time validation -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kw, exc, message",
+    [
+        (dict(mode="prefill"), ValueError, "mode must be one of ('decode', 'extend', 'verify'), got 'prefill'"),
+        (dict(mode="extend"), NotImplementedError, "attention.paged: mode 'extend' is not implemented yet; implemented modes: ('decode',)"),
+        (dict(mode="verify"), NotImplementedError, "mode 'verify' is not implemented yet"),
+        (dict(msa_block_sparse=True), NotImplementedError, "attention.paged: msa_block_sparse=True is not implemented"),
+        (dict(dtype="float32", kv_dtype="float32"), ValueError, "dtype must be one of ('bfloat16', 'float16'), got 'float32'"),
+        (dict(kv_dtype="float16"), ValueError, "kv_dtype must be 'bfloat16' (the q dtype) or 'float8_e4m3fn', got 'float16'"),
+        (dict(num_q_heads=6, num_kv_heads=4), ValueError, "num_q_heads (6) must be a multiple of num_kv_heads (4)"),
+        (dict(num_q_heads=64, num_kv_heads=2), NotImplementedError, "GQA group size Hq/Hkv = 32 > 16 is not implemented"),
+        (dict(head_dim_qk=96, head_dim_vo=96), NotImplementedError, "head_dim_qk == head_dim_vo in (64, 128, 256) is implemented, got 96/96"),
+        (dict(head_dim_vo=128), NotImplementedError, "got 64/128"),
+        (dict(page_size=8), NotImplementedError, "page_size must be 16, 32, 64 or 128, got 8"),
+        (dict(max_batch=0), ValueError, "max_batch must be an int >= 1, got 0"),
+        (dict(num_cache_pages=2.5), ValueError, "num_cache_pages must be an int >= 1, got 2.5"),
+        (dict(max_work_items=7), ValueError, "the work list must hold max_batch=8 items: min(max_work_items=7"),
+        (dict(max_partial_rows=8 * 7), ValueError, "max_partial_rows // num_q_heads=7) is smaller"),
+        (dict(max_batch=4096, max_page_table_width=65536, max_work_items=5000, max_partial_rows=40000),
+         ValueError, "max_batch * max_page_table_width * page_size must be < 2^31"),
+        (dict(config="fast"), ValueError, "config must be a DecodeConfig or None, got str"),
+    ],
+)  # fmt: skip
+def test_plan_rejects(kw, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        paged.plan(caps(**kw))
+
+
+def test_plan_is_pure_and_overridable():
+    from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig
+
+    a, b = paged.plan(caps()), paged.plan(caps())
+    assert a == b and hash(a) == hash(b) and not a.prepared
+    assert paged.plan(caps(config=DecodeConfig(warps=4, keys_per_warp=16, stages=2))) != a
+    with pytest.raises(ValueError, match="override must be a Selection or None, got dict"):
+        paged.plan(caps(), override={})
+    with pytest.raises(TypeError, match="caps must be an attention.paged Caps, got dict"):
+        paged.plan({})
+
+
+def test_unprepared_plan_names_preparation_session():
+    case = make_case([3])
+    with pytest.raises(PlanNotPreparedError, match="PreparationSession"):
+        paged.bind(paged.plan(caps()), q=case.q, k_cache=case.k_cache, v_cache=case.v_cache,
+                   page_table=case.page_table, cache_seqlens=case.cache_seqlens)  # fmt: skip
+
+
+# -- the lifecycle on CPU (reference backend) ------------------------------------------------------
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_cpu_lifecycle_runs_the_reference(kv_dtype):
+    p = prepared(caps(kv_dtype=kv_dtype))
+    case = make_case([0, 9, 40, 17], kv_dtype=kv_dtype, width=8, seed=3)
+    sinks = torch.randn(8)
+    kw = dict(k_descale=case.k_descale, v_descale=case.v_descale) if case.k_descale is not None else {}
+    binding = paged.bind(p, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, attention_sink_bias=sinks, window_left=20, **kw)  # fmt: skip
+    out, lse = paged.run(binding=binding)
+    want_out, want_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        window_left=20, sinks=sinks, k_descale=case.k_descale, v_descale=case.v_descale,
+    )  # fmt: skip
+    assert out.dtype == torch.bfloat16 and out.shape == (4, 8, 64) and lse.shape == (4, 8)
+    assert torch.equal(out, want_out.to(torch.bfloat16)) and torch.equal(lse, want_lse)
+    # default outputs are views of the plan's arena (live rows only)
+    assert out.untyped_storage().data_ptr() == p.state.arena.untyped_storage().data_ptr()
+
+
+def test_bind_allocates_nothing(monkeypatch):
+    p = prepared(caps(kv_dtype="float8_e4m3fn"))
+    case = make_case([5, 20], kv_dtype=torch.float8_e4m3fn)
+    sinks, scale = torch.zeros(8), torch.tensor(0.5)
+
+    def forbidden(*a, **k):
+        raise AssertionError("bind allocated a tensor")
+
+    for name in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "tensor", "arange", "empty_strided"):
+        monkeypatch.setattr(torch, name, forbidden)
+    binding = paged.bind(p, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, attention_sink_bias=sinks, k_descale=scale,
+                         v_descale=case.v_descale)  # fmt: skip
+    assert binding.k_descale.stride() == (0, 0)  # a broadcast view, not a copy
+
+
+def _bind_kwargs(case, **kw):
+    base = dict(q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                cache_seqlens=case.cache_seqlens)  # fmt: skip
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: dict(q=c.q.half()), "q must be bfloat16 [*, 8, 64] on cpu, got float16 [2, 8, 64] on cpu"),
+        (lambda c: dict(q=c.q[:, :4]), "q must be bfloat16 [*, 8, 64] on cpu, got bfloat16 [2, 4, 64] on cpu"),
+        (lambda c: dict(q=c.q.transpose(0, 2).contiguous().transpose(0, 2)), "q must have a contiguous last dimension"),
+        (lambda c: dict(q=c.q[:1]), "decode mode: q must have one row per request (2), got 1 rows"),
+        (lambda c: dict(cache_seqlens=c.cache_seqlens.long()), "cache_seqlens must be int32 [*] on cpu, got int64 [2] on cpu"),
+        (lambda c: dict(cache_seqlens=torch.zeros(9, dtype=torch.int32)), "cache_seqlens holds 9 requests, more than max_batch=8"),
+        (lambda c: dict(cu_seqlens_q=torch.arange(2, dtype=torch.int32)), "cu_seqlens_q must be int32 [3] on cpu, got int32 [2] on cpu"),
+        (lambda c: dict(k_cache=c.k_cache.float()), "k_cache must be bfloat16 [*, 16, 2, 64] on cpu, got float32"),
+        (lambda c: dict(v_cache=c.v_cache[:, :8]), "v_cache must be bfloat16 [*, 16, 2, 64] on cpu, got bfloat16 [8, 8, 2, 64]"),
+        (lambda c: dict(v_cache=c.v_cache[:4]), "k_cache and v_cache must hold the same pages, got 8 and 4"),
+        (lambda c: dict(k_cache=c.k_cache.new_zeros(65, 16, 2, 64), v_cache=c.v_cache.new_zeros(65, 16, 2, 64)),
+         "k_cache holds 65 pages, more than num_cache_pages=64"),
+        (lambda c: dict(page_table=c.page_table.long()), "page_table must be int32 [2, *] on cpu, got int64"),
+        (lambda c: dict(page_table=torch.zeros(2, 17, dtype=torch.int32)), "page_table has 17 columns, more than max_page_table_width=16"),
+        (lambda c: dict(window_left=-2), "window_left must be an int >= -1 (-1: no window), got -2"),
+        (lambda c: dict(sm_scale=0.0), "sm_scale must be a finite float > 0, got 0.0"),
+        (lambda c: dict(k_descale=torch.ones(2, 2)), "k_descale applies to float8_e4m3fn KV only; kv_dtype is bfloat16"),
+        (lambda c: dict(attention_sink_bias=torch.zeros(4)), "attention_sink_bias must be float32 [8] on cpu, got float32 [4] on cpu"),
+        (lambda c: dict(output=torch.zeros(2, 8, 64)), "output must be bfloat16 [2, 8, 64] on cpu, got float32 [2, 8, 64] on cpu"),
+        (lambda c: dict(lse=torch.zeros(2, 8, dtype=torch.float64)), "lse must be float32 [2, 8] on cpu, got float64 [2, 8] on cpu"),
+    ],
+)  # fmt: skip
+def test_bind_rejects(change, message):
+    p = prepared()
+    case = make_case([5, 60])
+    with pytest.raises(ValueError, match=re.escape(message)):
+        paged.bind(p, **_bind_kwargs(case, **change(case)))
+
+
+def test_bind_rejects_bad_fp8_descale():
+    p = prepared(caps(kv_dtype="float8_e4m3fn"))
+    case = make_case([5, 60], kv_dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match=re.escape("v_descale must broadcast to [batch, Hkv] = [2, 2], got [3]")):
+        paged.bind(p, **_bind_kwargs(case, v_descale=torch.ones(3)))
+    with pytest.raises(
+        ValueError, match=re.escape("k_descale must be float32 broadcastable to [2, 2] on cpu, got float16")
+    ):
+        paged.bind(p, **_bind_kwargs(case, k_descale=torch.ones(2, 2, dtype=torch.float16)))
+
+
+def test_run_checks_its_arguments():
+    p = prepared()
+    case = make_case([5])
+    binding = paged.bind(p, **_bind_kwargs(case))
+    with pytest.raises(ValueError, match="plan must be the plan the binding was made from"):
+        paged.run(binding=binding, plan=paged.plan(caps()))
+    with pytest.raises(TypeError, match="binding must come from attention.paged.bind"):
+        paged.run(binding=object())
+    out, lse = paged.run(binding=binding, plan=p)
+    assert torch.isfinite(lse).all() and not math.isnan(out.float().sum().item())

@@ -1,0 +1,247 @@
+"""attention.paged on the GPU: kernels against the fp32 reference on NaN-poisoned buffers, the device
+schedule against its Python mirror, CUDA-graph replay with new lengths, >2^31-element caches.
+
+Tolerance (DESIGN.md): the kernel's max error against the fp32 reference is at most 2x the error of
+the same computation done in torch at the kernel's precision (P rounded to the mma dtype, output
+rounded to q's dtype), plus 1e-3 absolute slack; LSE (base 2) within 2e-3.
+"""
+
+import math
+import random
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.attention.paged._config import schedule_reference
+
+from .paged_cases import make_case
+
+pytestmark = pytest.mark.gpu
+
+paged = b12x.attention.paged
+FP8 = torch.float8_e4m3fn
+
+
+def caps_for(case, *, dtype, kv_dtype, max_batch=None, **kw):
+    q = case.q
+    batch = max_batch or case.cache_seqlens.shape[0]
+    work = paged.default_max_work_items(batch, case.k_cache.shape[2])
+    base = dict(
+        device="cuda", mode="decode", dtype=dtype, kv_dtype=kv_dtype, num_q_heads=q.shape[1],
+        num_kv_heads=case.k_cache.shape[2], head_dim_qk=q.shape[2], head_dim_vo=case.v_cache.shape[3],
+        page_size=case.k_cache.shape[1], max_total_q=batch, max_batch=batch,
+        max_page_table_width=case.page_table.shape[1], max_work_items=work,
+        max_partial_rows=paged.default_max_partial_rows(work, q.shape[1]), num_cache_pages=case.k_cache.shape[0],
+    )  # fmt: skip
+    base.update(kw)
+    return paged.Caps(**base)
+
+
+_SESSION = {}
+
+
+def prepared(caps):
+    p = paged.plan(caps)
+    session = _SESSION.setdefault("s", b12x.PreparationSession("cuda"))
+    session.prepare([p])
+    return p
+
+
+def poison(plan):
+    for name in ("out", "lse", "partial_out", "partial_lse"):
+        plan.state.scratch[name].fill_(float("nan"))
+    plan.state.scratch["work"].fill_(-1)
+
+
+def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
+    """The reference's math at the kernel's precision: P (normalised per row) rounded to mma_dtype."""
+    outs = []
+    q = case.q.float()
+    cu = case.cu_seqlens_q.tolist()
+    for b, (k, v) in enumerate(zip(case.k_dense, case.v_dense)):
+        qb = q[cu[b] : cu[b + 1]].transpose(0, 1)  # [Hq, 1, D]
+        hq, n = qb.shape[0], k.shape[0]
+        g = hq // k.shape[1]
+        kb = k.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
+        vb = v.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
+        s = torch.matmul(qb, kb.transpose(1, 2)) / math.sqrt(q.shape[2])
+        if window_left >= 0:
+            s[..., : max(0, n - 1 - window_left)] = -math.inf
+        extra = sinks.float()[:, None, None] if sinks is not None else None
+        m = s.amax(2, keepdim=True) if n else torch.zeros(hq, 1, 1, device=q.device)
+        if extra is not None:
+            m = torch.maximum(m, extra)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        denom = p.sum(2, keepdim=True) + (torch.exp(extra - m) if extra is not None else 0)
+        p = p.to(mma_dtype).float()
+        o = torch.matmul(p, vb) / torch.where(denom > 0, denom, torch.ones_like(denom))
+        outs.append(o.transpose(0, 1))
+    return torch.cat(outs).to(out_dtype).float()
+
+
+def check(plan, case, *, window_left=-1, sinks=None, output=None):
+    kv_fp8 = case.k_cache.dtype == FP8
+    poison(plan)
+    kw = dict(k_descale=case.k_descale, v_descale=case.v_descale) if kv_fp8 else {}
+    binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, window_left=window_left, attention_sink_bias=sinks,
+                         output=output, **kw)  # fmt: skip
+    out, lse = paged.run(binding=binding)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        window_left=window_left, sinks=sinks, k_descale=case.k_descale, v_descale=case.v_descale,
+    )  # fmt: skip
+    assert not torch.isnan(out).any(), "output rows left unwritten (NaN poison survived)"
+    assert not torch.isnan(lse).any(), "lse rows left unwritten (NaN poison survived)"
+    emu = emulated(case, torch.float16 if kv_fp8 else case.q.dtype, case.q.dtype, window_left=window_left, sinks=sinks)
+    budget = 2 * (emu - ref_out).abs().max().item() + 1e-3
+    err = (out.float() - ref_out).abs().max().item()
+    assert err <= budget, f"max |out - ref| = {err:.3g} > {budget:.3g} (2x torch at kernel precision + 1e-3)"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(finite, torch.isfinite(lse))
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=2e-3)
+    # the device schedule is its Python mirror
+    s = plan.state.scratch
+    work, reqs, count = schedule_reference(
+        case.cache_seqlens.tolist(), window_left, binding.work.shape[0], plan.state.selection.schedule
+    )
+    assert s["count"][0].item() == count
+    assert s["work"][:count].tolist() == [list(w) for w in work]
+    assert s["requests"][: len(reqs)].tolist() == [list(r) for r in reqs]
+    return out, lse
+
+
+def _lengths(batch, max_len, seed):
+    """Ragged lengths: page and tile edges, short and long requests, then random ones."""
+    fixed = [1, 17, 65, 1000, 4097, 16, max_len]
+    rng = random.Random(seed)
+    return [fixed[i] if i < len(fixed) else rng.randint(1, max_len) for i in range(batch)]
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("heads", [(8, 8), (32, 8), (64, 8)], ids=["gqa1", "gqa4", "gqa8"])
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("batch,max_len", [(1, 32768), (7, 32000), (128, 4096)])
+def test_decode_matches_reference(kv_dtype, heads, page_size, batch, max_len):
+    lens = [32768] if batch == 1 else _lengths(batch, max_len, seed=batch + page_size)
+    case = make_case(lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128, page_size=page_size,
+                     kv_dtype=kv_dtype, device="cuda", seed=batch)  # fmt: skip
+    kvn = "float8_e4m3fn" if kv_dtype == FP8 else "bfloat16"
+    check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kvn)), case)
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
+                                            ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip
+def test_head_dims_and_fp16(head_dim, dtype, kv_dtype):
+    kvt = getattr(torch, kv_dtype)
+    case = make_case([3, 700, 129], num_q_heads=16, num_kv_heads=4, head_dim=head_dim, page_size=32,
+                     dtype=getattr(torch, dtype), kv_dtype=kvt, device="cuda", seed=head_dim)  # fmt: skip
+    check(prepared(caps_for(case, dtype=dtype, kv_dtype=kv_dtype)), case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_window_sinks_views_and_empty_requests(kv_dtype):
+    kvt = getattr(torch, kv_dtype)
+    lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=kvt,
+                     combined=True, extra_pages=50, width=1400, device="cuda", seed=11)  # fmt: skip
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16))
+    sinks = torch.randn(32, device="cuda") * 3
+    for window_left in (-1, 0, 100, 4096):
+        check(plan, case, window_left=window_left, sinks=sinks)
+    # a caller-provided, strided output
+    big = torch.full((8, 40, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out, _ = check(plan, case, output=big[:, 4:36])
+    assert out.data_ptr() == big[:, 4:36].data_ptr() and torch.isnan(big[:, :4]).all()
+
+
+@pytest.mark.parametrize("copy_runtime_metadata", [False, True])
+def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
+    cap_batch, hq, hkv, page, width = 16, 32, 8, 16, 2100
+    full = make_case([32000] * cap_batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=128, page_size=page,
+                     kv_dtype=FP8, width=width, device="cuda", seed=5)  # fmt: skip
+    plan = prepared(
+        caps_for(full, dtype="bfloat16", kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata)
+    )
+    lens = full.cache_seqlens.clone()
+    q = full.q.clone()
+    binding = paged.bind(plan, q=q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
+                         cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
+    paged.run(binding=binding)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), torch.cuda.graph(graph):
+        paged.run(binding=binding)
+    torch.cuda.current_stream().wait_stream(side)
+    rng = random.Random(0)
+    for step in range(4):
+        # new live lengths: a different mix of long, short and empty (= padding) requests each step
+        new = [0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(cap_batch)]
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        poison(plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        got_out, got_lse = binding.out.clone(), binding.lse.clone()
+        poison(plan)
+        eager_out, eager_lse = paged.run(binding=binding)
+        torch.cuda.synchronize()
+        assert torch.equal(got_out, eager_out), f"step {step}: replay differs from eager"
+        assert torch.equal(got_lse.nan_to_num(), eager_lse.nan_to_num())
+        ref_out, ref_lse = paged.paged_attention_reference(
+            q, full.k_cache, full.v_cache, full.page_table, lens, full.cu_seqlens_q,
+            k_descale=full.k_descale, v_descale=full.v_descale,
+        )  # fmt: skip
+        torch.testing.assert_close(got_out.float(), ref_out, rtol=0, atol=3e-2)
+        empty = lens == 0
+        assert torch.all(got_out[empty] == 0) and torch.all(got_lse[empty] == -math.inf)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_cache_past_2_31_elements(kv_dtype):
+    """Pages beyond element offset 2^31 (in the kernel's element units) are read correctly."""
+    kvt = getattr(torch, kv_dtype)
+    hkv, d, page = 8, 128, 16
+    per_page = page * hkv * d // (2 if kvt == FP8 else 1)  # kernel elements (fp8: fp16 view)
+    first = 2**31 // per_page + 10
+    pages = first + 64
+    need = 2 * pages * page * hkv * d * kvt.itemsize
+    free, _ = torch.cuda.mem_get_info()
+    if need > free * 0.8:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB for the two caches, {free / 2**30:.1f} GiB free")
+    small = make_case([1000, 17], num_q_heads=32, num_kv_heads=hkv, head_dim=d, page_size=page, kv_dtype=kvt,
+                      device="cuda", seed=9)  # fmt: skip
+    k = torch.empty(pages, page, hkv, d, dtype=kvt, device="cuda")
+    v = torch.empty_like(k)
+    pt = small.page_table.clone()
+    used = (small.cache_seqlens.cpu() + page - 1) // page
+    for b in range(2):
+        for i in range(int(used[b])):
+            dst = first + 32 * b + i  # every page of these requests lies past 2^31 elements
+            k[dst] = small.k_cache[small.page_table[b, i]]
+            v[dst] = small.v_cache[small.page_table[b, i]]
+            pt[b, i] = dst
+    assert k[first].data_ptr() - k.data_ptr() >= 2**31 * (kvt.itemsize if kvt != FP8 else 2)
+    small.k_cache, small.v_cache, small.page_table = k, v, pt
+    check(prepared(caps_for(small, dtype="bfloat16", kv_dtype=kv_dtype)), small)
+    del k, v
+    torch.cuda.empty_cache()
+
+
+def test_frozen_resolution_still_runs_prepared_plans():
+    case = make_case([100, 3], num_q_heads=8, num_kv_heads=2, head_dim=128, device="cuda", seed=2)
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype="bfloat16"))
+    b12x.freeze_kernel_resolution("test")
+    try:
+        check(plan, case)
+        other = paged.plan(caps_for(case, dtype="bfloat16", kv_dtype="bfloat16", page_size=64, num_cache_pages=8))
+        with pytest.raises(b12x.KernelResolutionFrozenError):
+            b12x.PreparationSession("cuda").prepare([other])
+    finally:
+        b12x.unfreeze_kernel_resolution()

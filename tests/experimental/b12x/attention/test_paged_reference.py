@@ -1,0 +1,152 @@
+"""attention.paged oracle (reference.py) against independent dense math, and the split schedule."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, chunk_size, schedule_reference
+from flashinfer.experimental.b12x.attention.paged.reference import paged_attention_reference, visible_mask
+
+from .paged_cases import dense_attention, make_case
+
+pytestmark = pytest.mark.reference
+
+
+def _ref(case, **kw):
+    return paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        k_descale=case.k_descale, v_descale=case.v_descale, **kw,
+    )  # fmt: skip
+
+
+def _check(case, **kw):
+    out, lse = _ref(case, **kw)
+    want_out, want_lse = dense_attention(case, **{k: v for k, v in kw.items() if k != "k_descale"})
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+    torch.testing.assert_close(out, want_out, rtol=2e-5, atol=2e-5)
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(finite, torch.isfinite(lse))
+    torch.testing.assert_close(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+    return out, lse
+
+
+@pytest.mark.parametrize("num_q_heads,num_kv_heads", [(4, 4), (8, 2), (16, 2)])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_decode_matches_dense(num_q_heads, num_kv_heads, page_size):
+    case = make_case([1, 17, 130, 64], num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, page_size=page_size)
+    _check(case)
+
+
+def test_extend_rows_are_causal_right_aligned():
+    # q_len 3 against kv_len 10: query i sees keys <= i + 7.
+    case = make_case([10, 5, 33], q_lens=[3, 1, 4], seed=1)
+    _check(case)
+    assert visible_mask(3, 10).sum(1).tolist() == [8, 9, 10]
+
+
+@pytest.mark.parametrize("window_left", [0, 5, 40])
+def test_window(window_left):
+    case = make_case([1, 17, 130], q_lens=[1, 2, 1], seed=2)
+    _check(case, window_left=window_left)
+    # decode row with kv_len 130 and window 5 sees keys 124..129
+    assert visible_mask(1, 130, 5)[0].nonzero().flatten().tolist() == list(range(130 - 1 - 5, 130))[-6:]
+
+
+def test_sinks_join_only_the_denominator():
+    case = make_case([3, 50], seed=3)
+    sinks = torch.tensor([0.5, -1.0, 3.0, 0.0, 2.0, -5.0, 1.0, 10.0])
+    out, lse = _check(case, sinks=sinks)
+    plain_out, plain_lse = _ref(case)
+    # out = plain_out * 2^plain_lse / (2^plain_lse + e^sink); lse = log2 of the full denominator
+    full = torch.logaddexp2(plain_lse, sinks[None, :] / math.log(2))
+    torch.testing.assert_close(lse, full, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out, plain_out * torch.exp2(plain_lse - full)[..., None], rtol=1e-5, atol=1e-6)
+
+
+def test_lse_is_base_2():
+    case = make_case([20], num_q_heads=2, num_kv_heads=2, seed=4)
+    _, lse = _ref(case, sm_scale=0.3)
+    q, k = case.q.double()[0], case.k_dense[0].double()  # [H, D], [N, H, D]
+    natural = torch.logsumexp(torch.einsum("hd,nhd->hn", q, k) * 0.3, dim=1)
+    torch.testing.assert_close(lse[0].double(), natural / math.log(2), rtol=1e-6, atol=1e-6)
+
+
+def test_fp8_descale_and_combined_kv_views():
+    case = make_case([5, 70, 16], kv_dtype=torch.float8_e4m3fn, combined=True, seed=5)
+    assert case.k_cache.stride(0) == 2 * case.k_cache[0].numel()  # strided views of one tensor
+    _check(case)
+    # descales broadcast: a scalar tensor is the same as a full [batch, Hkv] one
+    full = paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        k_descale=torch.full((3, 2), 0.25), v_descale=torch.full((3, 2), 2.0),
+    )  # fmt: skip
+    scalar = paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        k_descale=torch.tensor(0.25), v_descale=torch.tensor(2.0),
+    )  # fmt: skip
+    torch.testing.assert_close(full, scalar, rtol=0, atol=0)
+
+
+def test_empty_request_and_no_visible_key():
+    case = make_case([0, 4], seed=6)
+    out, lse = _check(case)
+    assert torch.all(out[0] == 0) and torch.all(lse[0] == -math.inf)
+    sinks = torch.linspace(-1, 1, 8)
+    out, lse = _ref(case, sinks=sinks)
+    assert torch.all(out[0] == 0)
+    torch.testing.assert_close(lse[0], sinks / math.log(2))
+
+
+def test_descale_shape_error():
+    case = make_case([5], kv_dtype=torch.float8_e4m3fn, seed=7)
+    with pytest.raises(ValueError, match=r"k_descale must broadcast to \[batch, Hkv\] = \[1, 2\], got \[3\]"):
+        paged_attention_reference(
+            case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+            k_descale=torch.ones(3),
+        )  # fmt: skip
+
+
+# ---- the split-KV schedule (Python mirror of the schedule kernel) ------------------------------
+CONFIG = ScheduleConfig(tile_keys=64, target_items=66, min_chunk=256)
+
+
+def _check_schedule(lens, window_left, cap, config):
+    work, reqs, count = schedule_reference(lens, window_left, cap, config)
+    assert count == len(work) <= cap
+    assert len(reqs) == len(lens)
+    for b, (n, (first, items)) in enumerate(zip(lens, reqs)):
+        rows = work[first : first + items]
+        assert items >= 1 and all(r[0] == b for r in rows)
+        assert all(r[3] == int(items > 1) for r in rows)
+        lo = n if n == 0 else (max(0, n - 1 - window_left) if window_left >= 0 else 0)
+        starts = [r[1] for r in rows]
+        ends = [r[2] for r in rows]
+        # contiguous cover of [lo, n), non-empty items (one empty item for an empty request)
+        assert starts[0] == lo and ends[-1] == n and starts[1:] == ends[:-1]
+        assert all(e > s for s, e in zip(starts, ends)) or (n == lo and items == 1)
+        assert all((e - s) % config.tile_keys == 0 for s, e in zip(starts[:-1], ends[:-1]))
+    return work, reqs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lens=st.lists(st.integers(0, 40000), min_size=1, max_size=300),
+    window_left=st.sampled_from([-1, 0, 1, 100, 4095]),
+    extra=st.integers(0, 300),
+)
+def test_schedule_invariants(lens, window_left, extra):
+    _check_schedule(lens, window_left, len(lens) + extra, CONFIG)
+
+
+def test_schedule_splits_long_requests_at_small_batch():
+    work, reqs = _check_schedule([32768], -1, 1 + 66, CONFIG)
+    assert reqs[0][1] == 64  # 32768 / ceil(32768 / 66 -> 512) items of 512 keys
+    assert {r[2] - r[1] for r in work} == {512}
+    # a large batch fills the CTAs without splitting
+    work, reqs = _check_schedule([8192] * 128, -1, 128 + 66, CONFIG)
+    assert all(items == 1 for _, items in reqs)
+    # a capacity of exactly max_batch never splits
+    assert chunk_size(10**6, 4, 4, CONFIG) == 1 << 30
