@@ -17,6 +17,7 @@ from flashinfer.experimental.b12x._lib.quant import (
     swizzle_scales,
     swizzled_size,
 )
+from flashinfer.experimental.b12x.preparation import session as session_mod
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
 pytestmark = pytest.mark.contract
@@ -26,14 +27,20 @@ mxfp8 = b12x.quantization.mxfp8
 
 
 @pytest.fixture(autouse=True)
-def _quiet_reference_warning():
+def _quiet_reference_warning(monkeypatch):
+    """Silence the once-per-process reference warning, and leave its flag as it was for other tests."""
+    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
         yield
 
 
 def _prepared(p):
-    b12x.PreparationSession("cpu").prepare([p])
+    flag = session_mod._warned_reference  # module fixtures run outside the autouse fixture above
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b12x.PreparationSession("cpu").prepare([p])
+    session_mod._warned_reference = flag
     return p
 
 
@@ -99,8 +106,9 @@ def test_mxfp8_plan_query_forms():
 @pytest.mark.parametrize(
     "args, kwargs, message",
     [
-        ((0, 4096), {}, "m must be an int >= 1 (the row capacity), got 0"),
-        ((128.0, 4096), {}, "m must be an int >= 1 (the row capacity), got 128.0"),
+        ((0, 4096), {}, "m must be an int in [1, 2147483520] (the row capacity), got 0"),
+        ((128.0, 4096), {}, "m must be an int in [1, 2147483520] (the row capacity), got 128.0"),
+        ((1 << 31, 4096), {}, "m must be an int in [1, 2147483520] (the row capacity), got 2147483648"),
         ((128, 4100), {}, "k must be a positive multiple of 16, got 4100"),
         ((128, 0), {}, "k must be a positive multiple of 16, got 0"),
         ((128, 4096), {"invocation": torch.float32}, "invocation must be the activation dtype, one of"),
@@ -118,7 +126,7 @@ def test_nvfp4_plan_errors(args, kwargs, message):
         ((4100, "bfloat16", 8), {}, "query.k must be a positive multiple of 32, got 4100"),
         ((16, "bfloat16", 8), {}, "query.k must be a positive multiple of 32, got 16"),
         ((4096, "float32", 8), {}, "query.dtype must be one of ('bfloat16', 'float16'), got 'float32'"),
-        ((4096, "bfloat16", 0), {}, "query.max_rows must be an int >= 1, got 0"),
+        ((4096, "bfloat16", 0), {}, "query.max_rows must be an int in [1, 2^31), got 0"),
         ((4096, "bfloat16"), {}, "query must be MxFp8Query or a tuple (k, dtype, max_rows), got (4096, 'bfloat16')"),
         ((4096, "bfloat16", 8), {"invocation": "x"}, "invocation must be None for quantization.mxfp8"),
         ((4096, "bfloat16", 8), {"override": 3}, "override must be an MxFp8Config valid for k=4096, got 3"),
@@ -205,9 +213,7 @@ def test_unprepared_plans_name_the_session():
 # -- bad inputs -----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def nv_plan():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _prepared(nvfp4.plan(16, 64))
+    return _prepared(nvfp4.plan(16, 64))
 
 
 def _nv_run(p, x=None, gs=1.0, packed=None, scales=None):
@@ -294,9 +300,7 @@ def test_nvfp4_quantize_errors():
 
 @pytest.fixture(scope="module")
 def mx_plan():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _prepared(mxfp8.plan((64, "bfloat16", 16)))
+    return _prepared(mxfp8.plan((64, "bfloat16", 16)))
 
 
 def _mx_args(m=4, k=64, **kw):

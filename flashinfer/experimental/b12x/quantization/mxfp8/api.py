@@ -51,8 +51,8 @@ class MxFp8Query:
             raise ValueError(f"query.k must be a positive multiple of {BLOCK}, got {self.k!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"query.dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or self.max_rows < 1:
-            raise ValueError(f"query.max_rows must be an int >= 1, got {self.max_rows!r}")
+        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or not 1 <= self.max_rows < 1 << 31:
+            raise ValueError(f"query.max_rows must be an int in [1, 2^31), got {self.max_rows!r}")
 
 
 class MxFp8Plan(Plan):

@@ -34,6 +34,7 @@ OP = "quantization.nvfp4"
 BLOCK = 16
 DTYPES = ("bfloat16", "float16")
 ALIGN = 16  # bytes; the compiled kernel assumes 16-byte aligned x, packed and scales
+_MAX_ROWS = (1 << 31) - 128  # live M is an i32 kernel argument, padded to a multiple of 128
 _ONESHOT_ROWS = 1 << 30  # capacity of quantize()'s plans: it allocates its outputs per call
 
 
@@ -118,8 +119,8 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
     invocation: the activation dtype, torch.bfloat16 (default, None) or torch.float16 (or its name).
     override: an `NvFp4Config` to use instead of the heuristic/autotuned one.
     """
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"m must be an int >= 1 (the row capacity), got {m!r}")
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= _MAX_ROWS:
+        raise ValueError(f"m must be an int in [1, {_MAX_ROWS}] (the row capacity), got {m!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < BLOCK or k % BLOCK:
         raise ValueError(f"k must be a positive multiple of {BLOCK}, got {k!r}")
     dtype = dtype_name(invocation) if invocation is not None else "bfloat16"
