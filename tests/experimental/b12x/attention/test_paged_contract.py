@@ -104,6 +104,9 @@ def test_caps_are_frozen_and_keyword_only():
         (dict(max_partial_rows=8 * 7), ValueError, "max_partial_rows // num_q_heads=7) is smaller"),
         (dict(max_batch=4096, max_page_table_width=65536, max_work_items=5000, max_partial_rows=40000),
          ValueError, "max_batch * max_page_table_width * page_size must be < 2^31"),
+        (dict(max_page_table_width=2**27), ValueError, "max_page_table_width * page_size (the longest request) must be <= 2^30 keys"),
+        (dict(max_batch=60001, max_work_items=70000, max_partial_rows=560000), ValueError,
+         "max_batch must be <= 60000 (work items are a grid dimension), got 60001"),
         (dict(config="fast"), ValueError, "config must be a DecodeConfig or None, got str"),
     ],
 )  # fmt: skip
@@ -227,3 +230,12 @@ def test_run_checks_its_arguments():
         paged.run(binding=object())
     out, lse = paged.run(binding=binding, plan=p)
     assert torch.isfinite(lse).all() and not math.isnan(out.float().sum().item())
+
+
+def test_empty_batch_is_a_no_op():
+    p = prepared()
+    case = make_case([5])
+    empty = dict(q=case.q[:0], k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table[:0],
+                 cache_seqlens=case.cache_seqlens[:0])  # fmt: skip
+    out, lse = paged.run(binding=paged.bind(p, **empty))
+    assert out.shape == (0, 8, 64) and lse.shape == (0, 8)

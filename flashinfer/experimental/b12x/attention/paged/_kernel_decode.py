@@ -273,9 +273,15 @@ class PagedDecode:
             # the wait counts below stay uniform).
             for s in cutlass.range_constexpr(self.stages - 1):
                 if s < n_mine:
-                    self._load_tile(mK, mV, sK, sV, mPT, req, kvh, t_begin + wid + s * self.warps,
+                    tile = t_begin + wid + s * self.warps
+                    self._load_tile(mK, mV, sK, sV, mPT[req, tile * self.nw // self.page_size], kvh, tile,
                                     kv_start, kv_end, wid * self.stages + s, kv_copy, thr_kv, cKV)  # fmt: skip
                 cute.arch.cp_async_commit_group()
+            # The page of the next sub-tile to prefetch is read one iteration ahead, so the main
+            # loop never waits on a page-table load before issuing its cp.async.
+            next_page = Int32(0)
+            if self.stages - 1 < n_mine:
+                next_page = mPT[req, (t_begin + wid + (self.stages - 1) * self.warps) * self.nw // self.page_size]
 
             # Q must be in smem (its group is the oldest) and visible to every warp.
             cute.arch.cp_async_wait_group(self.stages - 1)
@@ -307,9 +313,11 @@ class PagedDecode:
                 cute.arch.sync_warp()
                 nxt = i + self.stages - 1
                 if nxt < n_mine:
-                    self._load_tile(mK, mV, sK, sV, mPT, req, kvh, t_begin + wid + nxt * self.warps,
+                    self._load_tile(mK, mV, sK, sV, next_page, kvh, t_begin + wid + nxt * self.warps,
                                     kv_start, kv_end, wid * self.stages + nxt % self.stages, kv_copy, thr_kv, cKV)  # fmt: skip
                 cute.arch.cp_async_commit_group()
+                if nxt + 1 < n_mine:
+                    next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
                 self._tile(sK, sV, wid * self.stages + i % self.stages, (t_begin + wid + i * self.warps) * self.nw,
                            kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
@@ -340,11 +348,10 @@ class PagedDecode:
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
-    def _load_tile(self, mK, mV, sK, sV, mPT, req, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
-        """cp.async sub-tile `tile` (keys tile*nw ..) of K and V into buffer `slot`; keys outside
-        [kv_start, kv_end) are zero-filled (never read from the cache)."""
+    def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
+        """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`) of K and V into
+        buffer `slot`; keys outside [kv_start, kv_end) are zero-filled (never read from the cache)."""
         key0 = tile * self.nw
-        page = mPT[req, key0 // self.page_size]
         off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
         gK = cute.make_tensor(mK.iterator + off, cute.make_layout((self.nw, self.de), stride=(mK.stride[1], 1)))
         offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]

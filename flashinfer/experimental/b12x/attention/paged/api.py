@@ -41,6 +41,7 @@ IMPLEMENTED_MODES = ("decode",)
 DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 INT32_MAX = 2**31 - 1
+MAX_BATCH = 60000  # + the split target stays under the 65535 limit of a grid's y dimension
 DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
 
 
@@ -128,11 +129,18 @@ def _validate(caps: Caps) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if caps.num_q_heads % caps.num_kv_heads:
         raise ValueError(f"num_q_heads ({caps.num_q_heads}) must be a multiple of num_kv_heads ({caps.num_kv_heads})")
+    if caps.max_page_table_width * caps.page_size > 2**30:
+        raise ValueError(
+            f"max_page_table_width * page_size (the longest request) must be <= 2^30 keys, got "
+            f"{caps.max_page_table_width} * {caps.page_size}"
+        )
     if caps.max_batch * caps.max_page_table_width * caps.page_size > INT32_MAX:
         raise ValueError(
             f"max_batch * max_page_table_width * page_size must be < 2^31 (KV positions are int32), got "
             f"{caps.max_batch} * {caps.max_page_table_width} * {caps.page_size}"
         )
+    if caps.max_batch > MAX_BATCH:
+        raise ValueError(f"max_batch must be <= {MAX_BATCH} (work items are a grid dimension), got {caps.max_batch}")
     if caps.item_capacity < caps.max_batch:
         raise ValueError(
             f"the work list must hold max_batch={caps.max_batch} items: min(max_work_items={caps.max_work_items}, "
@@ -435,6 +443,8 @@ def run(*, binding: Binding, plan=None):
     state = b.plan.state
     if state.arch is None:
         return _run_reference(b)
+    if b.q.shape[0] == 0:  # no request: nothing to launch (a zero-sized grid is a launch error)
+        return b.out, b.lse
     sched, decode, merge = _launchers(b.plan)
     s = b.scratch
     lens, pt = b.cache_seqlens, b.page_table
