@@ -1,6 +1,7 @@
 """Compile tier: both quantizers compile on the CPU for every arch in META, emit the instructions the
 bit-exactness argument rests on, and obey the compile spine's caches and freeze."""
 
+import contextlib
 import pickle
 import re
 
@@ -78,3 +79,43 @@ def test_bad_compile_keys():
         mx.compile_mxfp8("bfloat16", 48, mx.default_config(64), "sm_90a")
     with pytest.raises(ValueError, match="arch must be one of"):
         nv.compile_nvfp4("bfloat16", 64, nv.default_config(64), "sm_80")
+
+
+@pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
+def test_compiled_signature_matches_the_launch_arguments(op):
+    # The launcher calls the CompiledKernel positionally (constexprs included, as Triton's own JIT
+    # path does): its argument order must be the kernel's.
+    kmod = OPS[op]
+    jit_fn = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
+    src = kmod._source("bfloat16", 4096, kmod.default_config(4096))
+    assert list(src.signature) == jit_fn.arg_names
+    assert [n for n, t in src.signature.items() if t == "constexpr"] == ["K", "BLOCK_M", "BLOCK_K"]
+
+
+def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
+    import torch
+
+    calls = []
+
+    class FakeCompiled:  # stands in for a CompiledKernel loaded on a device
+        def __getitem__(self, grid):
+            return lambda *args, stream: calls.append((grid, args, stream))
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1234, raising=False)
+    x = torch.empty(5, 64, dtype=torch.bfloat16)
+    cfg = nv.NvFp4Config(16, 64, 4)
+    loads = []
+    launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
+    launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
+    launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
+    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64), 1234)]
+    mcfg = mx.MxFp8Config(4, 32, 1)
+    launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
+    launcher(x, "values", "rows", "mma", 5)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32), 1234)
+    assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
+    freeze_kernel_resolution("test")
+    with pytest.raises(KernelResolutionFrozenError, match="load on device"):
+        nv.NvFp4Launcher(64, cfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, 0, 0, 0, 1.0, 0, 5)
