@@ -24,7 +24,7 @@ python3 -m b12x doctor 2>&1 | tee -a "$LOG/run.txt"
 status=0
 if [[ $what == tests || $what == all ]]; then
   sel=("$@"); [[ ${#sel[@]} -gt 0 ]] || sel=(tests/experimental/b12x)
-  python3 -m pytest "${sel[@]}" -m gpu -q -rfE -p no:cacheprovider --timeout 600 2>&1 | tee "$LOG/gpu_tests.log"
+  python3 -m pytest "${sel[@]}" -m gpu -q -rfEs -p no:cacheprovider --timeout 600 2>&1 | tee "$LOG/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
