@@ -21,6 +21,7 @@ pytestmark = pytest.mark.gpu
 
 paged = b12x.attention.paged
 FP8 = torch.float8_e4m3fn
+DEV = "cuda"
 
 
 def caps_for(case, *, dtype, kv_dtype, max_batch=None, **kw):
@@ -28,7 +29,7 @@ def caps_for(case, *, dtype, kv_dtype, max_batch=None, **kw):
     batch = max_batch or case.cache_seqlens.shape[0]
     work = paged.default_max_work_items(batch, case.k_cache.shape[2])
     base = dict(
-        device="cuda", mode="decode", dtype=dtype, kv_dtype=kv_dtype, num_q_heads=q.shape[1],
+        device=DEV, mode="decode", dtype=dtype, kv_dtype=kv_dtype, num_q_heads=q.shape[1],
         num_kv_heads=case.k_cache.shape[2], head_dim_qk=q.shape[2], head_dim_vo=case.v_cache.shape[3],
         page_size=case.k_cache.shape[1], max_total_q=batch, max_batch=batch,
         max_page_table_width=case.page_table.shape[1], max_work_items=work,
@@ -43,8 +44,9 @@ _SESSION = {}
 
 def prepared(caps):
     p = paged.plan(caps)
-    session = _SESSION.setdefault("s", b12x.PreparationSession("cuda"))
-    session.prepare([p])
+    if "s" not in _SESSION:
+        _SESSION["s"] = b12x.PreparationSession(DEV)
+    _SESSION["s"].prepare([p])
     return p
 
 
@@ -128,7 +130,7 @@ def _lengths(batch, max_len, seed):
 def test_decode_matches_reference(kv_dtype, heads, page_size, batch, max_len):
     lens = [32768] if batch == 1 else _lengths(batch, max_len, seed=batch + page_size)
     case = make_case(lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128, page_size=page_size,
-                     kv_dtype=kv_dtype, device="cuda", seed=batch)  # fmt: skip
+                     kv_dtype=kv_dtype, device=DEV, seed=batch)  # fmt: skip
     kvn = "float8_e4m3fn" if kv_dtype == FP8 else "bfloat16"
     check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kvn)), case)
 
@@ -139,7 +141,7 @@ def test_decode_matches_reference(kv_dtype, heads, page_size, batch, max_len):
 def test_head_dims_and_fp16(head_dim, dtype, kv_dtype):
     kvt = getattr(torch, kv_dtype)
     case = make_case([3, 700, 129], num_q_heads=16, num_kv_heads=4, head_dim=head_dim, page_size=32,
-                     dtype=getattr(torch, dtype), kv_dtype=kvt, device="cuda", seed=head_dim)  # fmt: skip
+                     dtype=getattr(torch, dtype), kv_dtype=kvt, device=DEV, seed=head_dim)  # fmt: skip
     check(prepared(caps_for(case, dtype=dtype, kv_dtype=kv_dtype)), case)
 
 
@@ -148,13 +150,13 @@ def test_window_sinks_views_and_empty_requests(kv_dtype):
     kvt = getattr(torch, kv_dtype)
     lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
     case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=kvt,
-                     combined=True, extra_pages=50, width=1400, device="cuda", seed=11)  # fmt: skip
+                     combined=True, extra_pages=50, width=1400, device=DEV, seed=11)  # fmt: skip
     plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16))
-    sinks = torch.randn(32, device="cuda") * 3
+    sinks = torch.randn(32, device=DEV) * 3
     for window_left in (-1, 0, 100, 4096):
         check(plan, case, window_left=window_left, sinks=sinks)
     # a caller-provided, strided output
-    big = torch.full((8, 40, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+    big = torch.full((8, 40, 128), float("nan"), dtype=torch.bfloat16, device=DEV)
     out, _ = check(plan, case, output=big[:, 4:36])
     assert out.data_ptr() == big[:, 4:36].data_ptr() and torch.isnan(big[:, :4]).all()
 
@@ -163,7 +165,7 @@ def test_window_sinks_views_and_empty_requests(kv_dtype):
 def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
     cap_batch, hq, hkv, page, width = 16, 32, 8, 16, 2100
     full = make_case([32000] * cap_batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=128, page_size=page,
-                     kv_dtype=FP8, width=width, device="cuda", seed=5)  # fmt: skip
+                     kv_dtype=FP8, width=width, device=DEV, seed=5)  # fmt: skip
     plan = prepared(
         caps_for(full, dtype="bfloat16", kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata)
     )
@@ -173,12 +175,9 @@ def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
                          cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
     paged.run(binding=binding)
     torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), torch.cuda.graph(graph):
+    with torch.cuda.graph(graph):  # captures on its own side stream, torch's current one inside
         paged.run(binding=binding)
-    torch.cuda.current_stream().wait_stream(side)
     rng = random.Random(0)
     for step in range(4):
         # new live lengths: a different mix of long, short and empty (= padding) requests each step
@@ -198,7 +197,7 @@ def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
             q, full.k_cache, full.v_cache, full.page_table, lens, full.cu_seqlens_q,
             k_descale=full.k_descale, v_descale=full.v_descale,
         )  # fmt: skip
-        torch.testing.assert_close(got_out.float(), ref_out, rtol=0, atol=3e-2)
+        torch.testing.assert_close(got_out.float(), ref_out, rtol=2e-2, atol=2e-2)
         empty = lens == 0
         assert torch.all(got_out[empty] == 0) and torch.all(got_lse[empty] == -math.inf)
 
@@ -216,8 +215,8 @@ def test_cache_past_2_31_elements(kv_dtype):
     if need > free * 0.8:
         pytest.skip(f"needs {need / 2**30:.1f} GiB for the two caches, {free / 2**30:.1f} GiB free")
     small = make_case([1000, 17], num_q_heads=32, num_kv_heads=hkv, head_dim=d, page_size=page, kv_dtype=kvt,
-                      device="cuda", seed=9)  # fmt: skip
-    k = torch.empty(pages, page, hkv, d, dtype=kvt, device="cuda")
+                      device=DEV, seed=9)  # fmt: skip
+    k = torch.empty(pages, page, hkv, d, dtype=kvt, device=DEV)
     v = torch.empty_like(k)
     pt = small.page_table.clone()
     used = (small.cache_seqlens.cpu() + page - 1) // page
@@ -235,13 +234,13 @@ def test_cache_past_2_31_elements(kv_dtype):
 
 
 def test_frozen_resolution_still_runs_prepared_plans():
-    case = make_case([100, 3], num_q_heads=8, num_kv_heads=2, head_dim=128, device="cuda", seed=2)
+    case = make_case([100, 3], num_q_heads=8, num_kv_heads=2, head_dim=128, device=DEV, seed=2)
     plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype="bfloat16"))
     b12x.freeze_kernel_resolution("test")
     try:
         check(plan, case)
         other = paged.plan(caps_for(case, dtype="bfloat16", kv_dtype="bfloat16", page_size=64, num_cache_pages=8))
         with pytest.raises(b12x.KernelResolutionFrozenError):
-            b12x.PreparationSession("cuda").prepare([other])
+            b12x.PreparationSession(DEV).prepare([other])
     finally:
         b12x.unfreeze_kernel_resolution()
