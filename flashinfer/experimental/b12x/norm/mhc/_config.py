@@ -1,0 +1,98 @@
+"""norm.mhc configuration: pass-1 tiles, the selection, and the split-K heuristic (stdlib only).
+
+Tile choices come from the SASS of CPU compiles for sm_90a at H=7168 (registers, spills, FFMA share
+of the loop); they are not yet timed on the H200 (bench_norm.py --sweep measures alternatives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STREAM_FORMS = ("pre", "post", "post_pre", "bcast")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Tile of pass 1: block_t tokens x 4 streams x block_h hidden per step (block_h divides H)."""
+
+    block_t: int
+    block_h: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_t", "block_h", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.block_h < 8:
+            raise ValueError(f"StreamConfig.block_h must be >= 8 (a dot's K), got {self.block_h}")
+
+
+@dataclass(frozen=True)
+class MhcConfig:
+    """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
+
+    ctas_per_sm: the split heuristic aims at this many pass-1 programs per SM.
+    """
+
+    pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
+    # 114 registers, 64% FFMA in the loop, no spills (BLOCK_T=64 with N=32 padding spilled).
+    pre_large: StreamConfig = StreamConfig(block_t=64, block_h=32, num_warps=4, num_stages=3)
+    post_pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
+    # 188 registers, no spills; BLOCK_H=32 at BLOCK_T=32 spills (the 4 new streams + 20 weights).
+    post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)
+    bcast: StreamConfig = StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=2)
+    post: StreamConfig = StreamConfig(block_t=4, block_h=128, num_warps=4, num_stages=1)
+    small_max_tokens: int = 64
+    ctas_per_sm: int = 4
+
+    def stream(self, form: str, tokens: int) -> StreamConfig:
+        """The pass-1 tile of `form` at `tokens` live tokens."""
+        for cfg, lo, hi in self.regimes(form, max(tokens, 1)):
+            if lo <= tokens <= hi:
+                return cfg
+        return self.regimes(form, 1)[0][0]
+
+    def regimes(self, form: str, max_tokens: int) -> tuple:
+        """((tile, first T, last T), ...) covering 1..max_tokens for `form`."""
+        if form in ("bcast", "post"):
+            return ((getattr(self, form), 1, max_tokens),)
+        small, large = getattr(self, f"{form}_small"), getattr(self, f"{form}_large")
+        cut = min(self.small_max_tokens, max_tokens)
+        out = [(small, 1, cut)]
+        if max_tokens > cut:
+            out.append((large, cut + 1, max_tokens))
+        return tuple(out)
+
+    def streams(self, form: str) -> tuple:
+        """Every tile `form` may run (the compile jobs)."""
+        if form in ("bcast", "post"):
+            return (getattr(self, form),)
+        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), getattr(self, f"{form}_large"))))
+
+
+def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
+    """(splits, chunks per split) of pass 1: ~target_ctas programs (or split_k splits), none empty."""
+    want = split_k if split_k is not None else cdiv(target_ctas, max(1, cdiv(tokens, block_t)))
+    cps = cdiv(n_chunks, max(1, min(want, n_chunks)))
+    return cdiv(n_chunks, cps), cps
+
+
+def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None) -> int:
+    """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens."""
+    rows = 0
+    for form in forms:
+        if form == "post":
+            continue  # post writes no partials
+        for cfg, lo, hi in config.regimes(form, max_tokens):
+            n_chunks = hidden // cfg.block_h
+            for blocks in range(cdiv(lo, cfg.block_t), cdiv(hi, cfg.block_t) + 1):
+                t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
+                if t >= lo:
+                    rows = max(rows, split_for(t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
+    return rows

@@ -1,0 +1,389 @@
+"""Triton kernels of norm.mhc (math: reference.py). Two kernels, on torch's current stream.
+
+`_mhc_stream_kernel` (pass 1), grid (token blocks, splits): each program walks its split of the
+hidden dimension in steps of [BLOCK_T tokens, 4 streams, BLOCK_H]. By MODE it
+- PRE: reads residual [T, 4, H];
+- POST: writes residual'[:, j] = post_j * x + sum_i comb[i, j] * residual[:, i] (no mixes);
+- POST_PRE: POST, rounded to the storage dtype, then the mixes of that stored residual;
+- BCAST: reads x [T, H] and writes its 4-stream repeat (the first layer's residual);
+and, except POST, accumulates this split's share of flat @ fn^T (24 mixes) into fp32 partials
+[splits, T, 32] (row stride 32 floats, columns 0..23 used) in the plan's workspace.
+`_mhc_apply_kernel` (pass 2), one program per token: loads the token's whole residual row into
+registers (its mean square gives the rsqrt), sums the partials over the splits, applies the sigmoids,
+softmax + Sinkhorn on the 4x4 combination, writes post [T, 4] and comb [T, 4, 4] fp32, then
+y = sum_i pre_i * residual_i [T, H], optionally RMS-normed with a weight.
+
+The mixes are fp32 FMA work, no tensor cores (hardware policy: no wgmma): `tl.dot(...,
+input_precision="ieee")` on fp32 operands lowers to Triton's FMA dot (operands staged in shared
+memory, register-tiled outer products); Triton selects mma/wgmma for fp32 operands only at tf32
+precision, and test_mhc_compile.py asserts the PTX of every kernel holds no mma. N = 24 is done as
+dots of N = 16 and N = 8 (no padding FMAs). Pass 1 is FMA-bound at large T on an H200: 96 FMAs per
+token per h against 8 residual bytes (12 FMA/byte; the H200 balance is ~8 FMA/byte of HBM).
+Measured from SASS (sm_90a, H=7168, CPU compile): the PRE loop issues ~150 warp-instructions per
+token per 4x32 step, 64% of them FFMA (BLOCK_T=64, 4 warps, 114 registers).
+
+Bytes per token (H hidden, 2-byte dtype): pre reads the residual twice (pass 1 and 2: 16H) and writes
+y (2H); post reads x and the residual (10H) and writes the new residual (8H); post_pre = post + pass 2
+(reads the new residual, 8H; writes y, 2H). fn (96H bytes) is read once per token block (L2 hits
+after the first). Live sizes (T, splits, chunks per split) are runtime arguments, never specialized;
+H, dtype, MODE and the tile are compile keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._lib.compile import kernel
+from ._config import StreamConfig
+
+MODE_PRE, MODE_POST, MODE_POST_PRE, MODE_BCAST = 0, 1, 2, 3
+MODES = {"pre": MODE_PRE, "post": MODE_POST, "post_pre": MODE_POST_PRE, "bcast": MODE_BCAST}
+_TL_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def apply_warps(hidden: int) -> int:
+    """Pass 2 holds one token's y row in registers: 16 fp32 values per thread."""
+    return max(1, min(32, triton.next_power_of_2(hidden) // 512))
+
+
+@triton.jit
+def _mix_step(a, fn_base, f_off_a, f_off_b, acc_a, acc_b):
+    """acc += a @ fn-tile for mixes 0..15 and 16..23: fp32 FMA dots (ieee: never mma/wgmma)."""
+    af = a.to(tl.float32)
+    acc_a = tl.dot(af, tl.load(fn_base + f_off_a), acc_a, input_precision="ieee")
+    acc_b = tl.dot(af, tl.load(fn_base + f_off_b), acc_b, input_precision="ieee")
+    return acc_a, acc_b
+
+
+@triton.jit(do_not_specialize=["T", "chunks_per_split", "fn_blocks"])
+def _mhc_stream_kernel(
+    res_ptr,  # PRE/POST/POST_PRE: residual [T, 4, H]; BCAST: x [T, H]
+    x_ptr,  # POST/POST_PRE: layer output x [T, H]
+    post_ptr,  # POST/POST_PRE: previous post fp32 [T, 4]
+    comb_ptr,  # POST/POST_PRE: previous comb fp32 [T, 4, 4]
+    out_ptr,  # POST/POST_PRE/BCAST: new residual [T, 4, H]
+    fn_ptr,  # fp32 [24, fn_blocks * H]
+    part_ptr,  # fp32 [splits, T, 32] partials of this call
+    T,
+    chunks_per_split,
+    fn_blocks,  # BCAST: 4 ([24, 4H] fn) or 1 (fn folded to [24, H])
+    H: tl.constexpr,
+    MODE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    N_CHUNKS: tl.constexpr = H // BLOCK_H
+    HAS_MIX: tl.constexpr = MODE != 1
+    READS_X: tl.constexpr = (MODE == 1) or (MODE == 2)
+    pid_t = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    row = offs_t.to(tl.int64)  # T * 4H can pass 2^31
+    hh = tl.arange(0, BLOCK_H)
+    k4 = tl.arange(0, 4 * BLOCK_H)
+    res_k4 = (k4 // BLOCK_H) * H + (k4 % BLOCK_H)  # [4 * BH] -> offset of (stream, h) in a token's 4H
+    fk_a = tl.arange(0, 16)[None, :] * (4 * H) + res_k4[:, None]  # PRE: fn columns of that operand
+    fk_b = (16 + tl.arange(0, 8))[None, :] * (4 * H) + res_k4[:, None]
+    m16 = tl.arange(0, 16)  # mixes 0..15 (one dot) and 16..23 (another): no padding of N = 24
+    m8 = tl.arange(0, 8)
+    c_begin = pid_s * chunks_per_split
+    c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
+
+    # Phase 0: the previous layer's mixing weights of each token (20 fp32), loaded once.
+    if READS_X:
+        wp = post_ptr + row * 4
+        p_0 = tl.load(wp + 0, mask=t_mask, other=0.0)
+        p_1 = tl.load(wp + 1, mask=t_mask, other=0.0)
+        p_2 = tl.load(wp + 2, mask=t_mask, other=0.0)
+        p_3 = tl.load(wp + 3, mask=t_mask, other=0.0)
+        cp = comb_ptr + row * 16  # comb[t, i, j] at i * 4 + j
+        c_00 = tl.load(cp + 0, mask=t_mask, other=0.0)
+        c_01 = tl.load(cp + 1, mask=t_mask, other=0.0)
+        c_02 = tl.load(cp + 2, mask=t_mask, other=0.0)
+        c_03 = tl.load(cp + 3, mask=t_mask, other=0.0)
+        c_10 = tl.load(cp + 4, mask=t_mask, other=0.0)
+        c_11 = tl.load(cp + 5, mask=t_mask, other=0.0)
+        c_12 = tl.load(cp + 6, mask=t_mask, other=0.0)
+        c_13 = tl.load(cp + 7, mask=t_mask, other=0.0)
+        c_20 = tl.load(cp + 8, mask=t_mask, other=0.0)
+        c_21 = tl.load(cp + 9, mask=t_mask, other=0.0)
+        c_22 = tl.load(cp + 10, mask=t_mask, other=0.0)
+        c_23 = tl.load(cp + 11, mask=t_mask, other=0.0)
+        c_30 = tl.load(cp + 12, mask=t_mask, other=0.0)
+        c_31 = tl.load(cp + 13, mask=t_mask, other=0.0)
+        c_32 = tl.load(cp + 14, mask=t_mask, other=0.0)
+        c_33 = tl.load(cp + 15, mask=t_mask, other=0.0)
+
+    acc_a = tl.zeros([BLOCK_T, 16], dtype=tl.float32)
+    acc_b = tl.zeros([BLOCK_T, 8], dtype=tl.float32)
+    mask2 = t_mask[:, None]
+    tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
+    fn_a = m16[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 16]: fn block 0 (block i at + i * H)
+    fn_b = (16 + m8[None, :]) * (fn_blocks * H) + hh[:, None]  # [BH, 8]
+    for c in range(c_begin, c_end):
+        h0 = c * BLOCK_H
+        if MODE == 3:
+            # BCAST: the 4 streams are x; mixes = x @ (sum of fn's blocks)^T.
+            xv = tl.load(res_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0)
+            for i in tl.static_range(4):
+                tl.store(out_ptr + tile + i * H + h0, xv, mask=mask2)
+            f_a = tl.zeros([BLOCK_H, 16], dtype=tl.float32)
+            f_b = tl.zeros([BLOCK_H, 8], dtype=tl.float32)
+            for blk in range(fn_blocks):
+                f_a += tl.load(fn_ptr + fn_a + blk * H + h0)
+                f_b += tl.load(fn_ptr + fn_b + blk * H + h0)
+            xa = xv.to(tl.float32)
+            acc_a = tl.dot(xa, f_a, acc_a, input_precision="ieee")
+            acc_b = tl.dot(xa, f_b, acc_b, input_precision="ieee")
+        elif READS_X:
+            xf = tl.load(x_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0).to(tl.float32)
+            r_0 = tl.load(res_ptr + tile + h0, mask=mask2, other=0.0).to(tl.float32)
+            r_1 = tl.load(res_ptr + tile + H + h0, mask=mask2, other=0.0).to(tl.float32)
+            r_2 = tl.load(res_ptr + tile + 2 * H + h0, mask=mask2, other=0.0).to(tl.float32)
+            r_3 = tl.load(res_ptr + tile + 3 * H + h0, mask=mask2, other=0.0).to(tl.float32)
+            # new_j = post_j * x + sum_i comb[i, j] * res_i, rounded: the stored residual is what pre sees.
+            n_0 = (
+                p_0[:, None] * xf
+                + c_00[:, None] * r_0
+                + c_10[:, None] * r_1
+                + c_20[:, None] * r_2
+                + c_30[:, None] * r_3
+            ).to(out_ptr.dtype.element_ty)
+            n_1 = (
+                p_1[:, None] * xf
+                + c_01[:, None] * r_0
+                + c_11[:, None] * r_1
+                + c_21[:, None] * r_2
+                + c_31[:, None] * r_3
+            ).to(out_ptr.dtype.element_ty)
+            n_2 = (
+                p_2[:, None] * xf
+                + c_02[:, None] * r_0
+                + c_12[:, None] * r_1
+                + c_22[:, None] * r_2
+                + c_32[:, None] * r_3
+            ).to(out_ptr.dtype.element_ty)
+            n_3 = (
+                p_3[:, None] * xf
+                + c_03[:, None] * r_0
+                + c_13[:, None] * r_1
+                + c_23[:, None] * r_2
+                + c_33[:, None] * r_3
+            ).to(out_ptr.dtype.element_ty)
+            tl.store(out_ptr + tile + h0, n_0, mask=mask2)
+            tl.store(out_ptr + tile + H + h0, n_1, mask=mask2)
+            tl.store(out_ptr + tile + 2 * H + h0, n_2, mask=mask2)
+            tl.store(out_ptr + tile + 3 * H + h0, n_3, mask=mask2)
+            if HAS_MIX:
+                acc_a, acc_b = _mix_step(n_0, fn_ptr + h0, fn_a, fn_b, acc_a, acc_b)
+                acc_a, acc_b = _mix_step(n_1, fn_ptr + H + h0, fn_a, fn_b, acc_a, acc_b)
+                acc_a, acc_b = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_a, fn_b, acc_a, acc_b)
+                acc_a, acc_b = _mix_step(n_3, fn_ptr + 3 * H + h0, fn_a, fn_b, acc_a, acc_b)
+        else:
+            # PRE: one [BT, 4 * BH] operand (k = stream * BH + h) against fn's matching columns.
+            a = tl.load(res_ptr + row[:, None] * (4 * H) + h0 + res_k4[None, :], mask=mask2, other=0.0)
+            acc_a, acc_b = _mix_step(a, fn_ptr + h0, fk_a, fk_b, acc_a, acc_b)
+
+    # Phase 3: this split's partial mixes (row stride 32 floats; columns 24..31 unused).
+    if HAS_MIX:
+        part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
+        tl.store(part + m16[None, :], acc_a, mask=mask2)
+        tl.store(part + 16 + m8[None, :], acc_b, mask=mask2)
+
+
+@triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "has_norm"])
+def _mhc_apply_kernel(
+    src_ptr,  # residual [T, 4, H] (BCAST: x [T, H])
+    part_ptr,  # fp32 [splits, T, 32] from pass 1
+    scale_ptr,  # hc_scale fp32 [3]
+    base_ptr,  # hc_base fp32 [24]
+    w_ptr,  # norm weight [H] (read only when has_norm)
+    y_ptr,  # y [T, H]
+    post_ptr,  # post fp32 [T, 4]
+    comb_ptr,  # comb fp32 [T, 4, 4]
+    T,
+    splits,
+    sinkhorn_iters,
+    has_norm,
+    rms_eps,
+    hc_eps,
+    norm_eps,
+    H: tl.constexpr,
+    BCAST: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    c8 = tl.arange(0, 8)
+    i4 = tl.arange(0, 4)
+    offs_s = tl.arange(0, BLOCK_S)
+
+    # Phase 1: the token's residual row (all 4 streams stay in registers) and its mean square.
+    h = tl.arange(0, BLOCK_H)
+    h_mask = h < H
+    if BCAST:
+        xr = tl.load(src_ptr + t * H + h, mask=h_mask, other=0.0).to(tl.float32)
+        mean_sq = tl.sum(xr * xr, axis=0) / H
+    else:
+        r_0 = tl.load(src_ptr + (t * 4 + 0) * H + h, mask=h_mask, other=0.0).to(tl.float32)
+        r_1 = tl.load(src_ptr + (t * 4 + 1) * H + h, mask=h_mask, other=0.0).to(tl.float32)
+        r_2 = tl.load(src_ptr + (t * 4 + 2) * H + h, mask=h_mask, other=0.0).to(tl.float32)
+        r_3 = tl.load(src_ptr + (t * 4 + 3) * H + h, mask=h_mask, other=0.0).to(tl.float32)
+        mean_sq = tl.sum(r_0 * r_0 + r_1 * r_1 + r_2 * r_2 + r_3 * r_3, axis=0) / (4 * H)
+    rs = 1.0 / tl.sqrt_rn(mean_sq + rms_eps)
+
+    # Phase 2: the token's mixes: its partials summed over the splits.
+    acc8 = tl.zeros([8], dtype=tl.float32)  # pre (0..3), post (4..7)
+    acc44 = tl.zeros([4, 4], dtype=tl.float32)  # comb logits [i, j]
+    for s0 in range(0, splits, BLOCK_S):
+        s = s0 + offs_s
+        s_mask = s < splits
+        prow = part_ptr + (s.to(tl.int64) * T + t) * 32  # [BS]
+        acc8 += tl.sum(tl.load(prow[:, None] + c8[None, :], mask=s_mask[:, None], other=0.0), axis=0)
+        cptr = prow[:, None, None] + 8 + i4[None, :, None] * 4 + i4[None, None, :]
+        acc44 += tl.sum(tl.load(cptr, mask=s_mask[:, None, None], other=0.0), axis=0)
+
+    # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds).
+    s_0 = tl.load(scale_ptr)
+    s_1 = tl.load(scale_ptr + 1)
+    s_2 = tl.load(scale_ptr + 2)
+    z8 = acc8 * rs * tl.where(c8 < 4, s_0, s_1) + tl.load(base_ptr + c8)
+    g8 = tl.sigmoid(z8)
+    pp = tl.where(c8 < 4, g8 + hc_eps, 2.0 * g8)
+    tl.store(post_ptr + t * 4 + (c8 - 4), pp, mask=c8 >= 4)
+    logits = acc44 * rs * s_2 + tl.load(base_ptr + 8 + i4[:, None] * 4 + i4[None, :])
+    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+    comb = e / tl.sum(e, axis=1)[:, None] + hc_eps
+    for _ in range(sinkhorn_iters):
+        comb = comb / (tl.sum(comb, axis=1)[:, None] + hc_eps)
+        comb = comb / (tl.sum(comb, axis=0)[None, :] + hc_eps)
+    tl.store(comb_ptr + t * 16 + i4[:, None] * 4 + i4[None, :], comb)
+
+    # Phase 4: y = sum_i pre_i * residual_i, optionally RMS-normed with a weight.
+    if BCAST:
+        y = tl.sum(tl.where(c8 < 4, pp, 0.0), axis=0) * xr
+    else:
+        y = tl.sum(tl.where(c8 == 0, pp, 0.0), axis=0) * r_0
+        y += tl.sum(tl.where(c8 == 1, pp, 0.0), axis=0) * r_1
+        y += tl.sum(tl.where(c8 == 2, pp, 0.0), axis=0) * r_2
+        y += tl.sum(tl.where(c8 == 3, pp, 0.0), axis=0) * r_3
+    if has_norm:
+        y = y / tl.sqrt_rn(tl.sum(y * y, axis=0) / H + norm_eps)
+        y = y * tl.load(w_ptr + h, mask=h_mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + t * H + h, y.to(y_ptr.dtype.element_ty), mask=h_mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers (the interpret tier calls these directly on CPU tensors) and compile functions.
+# ---------------------------------------------------------------------------------------------
+
+_OPTS = {"enable_fp_fusion": True}
+APPLY_BLOCK_S = 64  # partial rows summed per step of pass 2 (splits <= 64 take one step)
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, comb, out, fn, part, *, T, splits, cps):
+    """Pass 1 over T tokens: grid (token blocks, splits); unused pointers take a same-dtype stand-in."""
+    fn_blocks = fn.shape[1] // hidden
+    grid = (triton.cdiv(T, config.block_t), splits)
+    _mhc_stream_kernel[grid](
+        res,
+        res if x is None else x,
+        part if post is None else post,
+        part if comb is None else comb,
+        res if out is None else out,
+        fn,
+        part,
+        T,
+        cps,
+        fn_blocks,
+        H=hidden,
+        MODE=mode,
+        BLOCK_T=config.block_t,
+        BLOCK_H=config.block_h,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        **({} if _interpreting() else _OPTS),
+    )
+
+
+def launch_apply(bcast: bool, hidden: int, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
+    """Pass 2: one program per token. `s`: sinkhorn_iters, rms_eps, hc_eps, norm_eps."""
+    _mhc_apply_kernel[(T,)](
+        src,
+        part,
+        hc_scale,
+        hc_base,
+        part if weight is None else weight,
+        y,
+        post,
+        comb,
+        T,
+        splits,
+        int(s["sinkhorn_iters"]),
+        int(weight is not None),
+        float(s["rms_eps"]),
+        float(s["hc_eps"]),
+        float(s["norm_eps"]),
+        H=hidden,
+        BCAST=bcast,
+        BLOCK_H=triton.next_power_of_2(hidden),
+        BLOCK_S=APPLY_BLOCK_S,
+        num_warps=apply_warps(hidden),
+        **({} if _interpreting() else _OPTS),
+    )
+
+
+def _fake(dtype):
+    return triton.runtime.jit.MockTensor(dtype)
+
+
+@kernel("norm.mhc", backend="triton")
+def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, device_index: int, arch: str):
+    """Pass 1 for one mode (pre, post, post_pre, bcast): compiled now, for `device_index`."""
+    act, f32 = _TL_DTYPES[dtype], torch.float32
+    # stand-ins as launch_stream passes them: x -> res (act), post/comb -> part (f32), out -> res.
+    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), 1, 1, 1)
+    with torch.cuda.device(device_index):
+        _mhc_stream_kernel.warmup(
+            *args,
+            H=hidden,
+            MODE=MODES[mode],
+            BLOCK_T=config.block_t,
+            BLOCK_H=config.block_h,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+            grid=(1, 1),
+            **_OPTS,
+        )
+    return functools.partial(launch_stream, MODES[mode], hidden, config)
+
+
+@kernel("norm.mhc", backend="triton")
+def compile_apply(bcast: bool, dtype: str, hidden: int, weight_dtype: str, device_index: int, arch: str):
+    """Pass 2 (y from a [T, 4, H] residual, or from x [T, H] when bcast) for one norm weight dtype."""
+    act, f32 = _TL_DTYPES[dtype], torch.float32
+    w = getattr(torch, weight_dtype)
+    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(w), _fake(act), _fake(f32), _fake(f32))
+    args += (1, 1, 1, 1, 1e-6, 1e-6, 1e-6)
+    with torch.cuda.device(device_index):
+        _mhc_apply_kernel.warmup(
+            *args,
+            H=hidden,
+            BCAST=bcast,
+            BLOCK_H=triton.next_power_of_2(hidden),
+            BLOCK_S=APPLY_BLOCK_S,
+            num_warps=apply_warps(hidden),
+            grid=(1,),
+            **_OPTS,
+        )
+    return functools.partial(launch_apply, bcast, hidden)

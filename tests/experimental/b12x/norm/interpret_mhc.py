@@ -1,0 +1,163 @@
+"""norm.mhc Triton kernels under TRITON_INTERPRET=1, through the real host path (run by
+test_mhc_interpret.py in a subprocess: the variable must be set before the kernels are defined).
+
+A plan gets an "interpret" state by hand: the launchers the compile functions would return, an
+explicit split target, and a NaN-filled CPU workspace, so run_pre / run_post / run_post_pre go
+through validation, the split heuristic, workspace indexing and dispatch exactly as on a GPU.
+"""
+
+import functools
+import os
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.norm import mhc
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, api
+from flashinfer.experimental.b12x.norm.mhc import reference as R
+
+from .mhc_cases import assert_ulps, inputs
+
+pytestmark = pytest.mark.interpret
+assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_mhc_interpret.py"
+
+H = 256  # smallest supported hidden size: 8 steps of 32 (pass 1), 2 of 128 (post)
+SCAL = dict(rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=5)
+
+
+def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=torch.bfloat16):
+    cfg = config or _config.MhcConfig()
+    p = mhc.plan(mhc.Caps(device="cpu", max_tokens=max_tokens, hidden_size=H, dtype=dtype, split_k=split_k))
+    table = {}
+    for k, args in p.kernels(cfg, "sm_90a"):
+        if k.__name__ == "compile_stream":
+            form, _, hidden, tile = args[:4]
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_stream, _kernel.MODES[form], hidden, tile)
+        else:
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[0], args[2])
+    rows = _config.workspace_rows(cfg, p.forms(), H, max_tokens, target_ctas, split_k)
+    st = p._state
+    st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
+    st.scratch = {"partials": torch.full((rows, 32), float("nan"))}
+    st.extra = {"launchers": table, "target_ctas": target_ctas}
+    p._assign_handle()
+    return p
+
+
+def close_fp32(got, want, name):
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-6, msg=lambda m: f"{name}: {m}")
+
+
+def check_pre_outputs(got, want, *, ulps=1):
+    _, post, comb, y = got
+    close_fp32(post, want[1], "post")
+    close_fp32(comb, want[2], "comb")
+    assert_ulps(y, want[3].float(), ulps)
+
+
+@pytest.mark.parametrize(
+    "tokens, target, weight",
+    [(1, 1000, None), (5, 3, "w_act"), (5, 1, "w_f32"), (64, 8, None), (70, 1, "w_act")],
+)
+def test_pre(tokens, target, weight):
+    p = interpret_plan(80, target_ctas=target)
+    ins = inputs(tokens, H, seed=tokens)
+    w = None if weight is None else ins[weight]
+    outs = dict(
+        y_out=torch.full((tokens, H), float("nan"), dtype=torch.bfloat16),
+        post_out=torch.full((tokens, 4), float("nan")),
+    )
+    got = mhc.run_pre(
+        ins["residual"],
+        ins["fn"],
+        ins["hc_scale"],
+        ins["hc_base"],
+        plan=p,
+        norm_weight=w,
+        norm_eps=1e-5,
+        **outs,
+        **SCAL,
+    )
+    want = R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], norm_weight=w, norm_eps=1e-5, **SCAL)
+    assert got[0] is ins["residual"] and got[3] is outs["y_out"] and got[1] is outs["post_out"]
+    check_pre_outputs(got, want)
+
+
+@pytest.mark.parametrize("split_k", [1, 3, 100])
+def test_pre_fixed_split(split_k):
+    p = interpret_plan(16, target_ctas=1, split_k=split_k)
+    ins = inputs(3, H, seed=split_k)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCAL))
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_broadcast(folded):
+    p = interpret_plan(8, target_ctas=4)
+    ins = inputs(5, H, seed=7)
+    fn = ins["fn"].view(24, 4, H).sum(1).contiguous() if folded else ins["fn"]
+    res_out = torch.full((5, 4, H), float("nan"), dtype=torch.bfloat16)
+    got = mhc.run_pre(
+        ins["x"], fn, ins["hc_scale"], ins["hc_base"], plan=p, residual_out=res_out, norm_weight=ins["w_f32"], **SCAL
+    )
+    want = R.mhc_pre(ins["x"], fn, ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_f32"], **SCAL)
+    assert got[0] is res_out and torch.equal(res_out, want[0])
+    check_pre_outputs(got, want)
+
+
+@pytest.mark.parametrize("tokens, in_place", [(1, False), (5, True), (9, False)])
+def test_post(tokens, in_place):
+    p = interpret_plan(16, target_ctas=4)
+    ins = inputs(tokens, H, seed=20 + tokens)
+    exact = R.mhc_post(ins["x"], ins["residual"], ins["post"], ins["comb"], compute_dtype=torch.float64).double()
+    out = ins["residual"] if in_place else torch.full((tokens, 4, H), float("nan"), dtype=torch.bfloat16)
+    got = mhc.run_post(ins["x"], ins["residual"], ins["post"], ins["comb"], plan=p, out=out)
+    assert got is out
+    assert_ulps(got, exact, 1)
+
+
+@pytest.mark.parametrize("tokens, target, in_place", [(1, 64, False), (3, 2, True), (40, 1, False), (70, 4, True)])
+def test_post_pre(tokens, target, in_place):
+    p = interpret_plan(80, target_ctas=target)
+    ins = inputs(tokens, H, seed=40 + tokens)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    new_exact = R.mhc_post(*args, compute_dtype=torch.float64).double()
+    res_out = ins["residual"].clone() if in_place else torch.full((tokens, 4, H), float("nan"), dtype=torch.bfloat16)
+    res_in = res_out if in_place else ins["residual"]
+    got = mhc.run_post_pre(
+        ins["x"], res_in, ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"],
+        plan=p, residual_out=res_out, norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL,
+    )  # fmt: skip
+    assert got[0] is res_out
+    assert_ulps(res_out, new_exact, 1)
+    # pre ran on the residual the kernel stored (post's rounding decides what pre sees)
+    want = R.mhc_pre(
+        res_out, ins["fn"], ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL
+    )
+    check_pre_outputs(got, want)
+
+
+def test_float16_and_zero_sinkhorn_rounds():
+    p = interpret_plan(8, target_ctas=2, dtype=torch.float16)
+    ins = inputs(3, H, dtype=torch.float16, seed=3)
+    kw = dict(rms_eps=1e-6, hc_eps=0.0, sinkhorn_iters=0)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **kw)
+    want = R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    close_fp32(got[1], want[1], "post")
+    close_fp32(got[2], want[2], "comb")
+    torch.testing.assert_close(got[3], want[3], rtol=2**-10, atol=1e-5)
+
+
+def test_split_partials_land_in_the_workspace():
+    """Every split writes its rows; apply reads exactly splits x T of them (the rest stays NaN)."""
+    p = interpret_plan(4, target_ctas=1000)
+    ws = p.state.scratch["partials"]
+    ins = inputs(2, H, seed=9)
+    mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
+    tile = p.state.selection.stream("pre", 2)
+    splits, _ = api.split_for(2, tile.block_t, H // tile.block_h, 1000)
+    assert splits == H // tile.block_h
+    assert torch.isfinite(ws[: splits * 2, :24]).all() and torch.isnan(ws[splits * 2 :]).all()
+    total = ws[: splits * 2, :24].view(splits, 2, 24).sum(0)
+    flat = ins["residual"].float().reshape(2, 4 * H)
+    torch.testing.assert_close(total, flat @ ins["fn"].T, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,56 @@
+"""bench_norm.py on the CPU: it imports, --help works, its byte formulas and target checks hold."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.experimental.b12x import bench_norm
+from benchmarks.experimental.b12x.common import Case, Table, Timing
+from flashinfer.experimental.b12x.norm import mhc
+
+pytestmark = pytest.mark.contract
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_help_runs_without_cuda():
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.experimental.b12x.bench_norm", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    for flag in ("--quick", "--json", "--timer", "--sweep", "--hidden", "--ops"):
+        assert flag in out.stdout
+
+
+def test_case_bytes():
+    h, t = 7168, 1024
+    assert bench_norm.case_bytes("pre", t, h) == t * (4 * h + h) * 2 + t * 80 + 24 * 4 * h * 4
+    assert bench_norm.case_bytes("post", t, h) == t * (h + 8 * h) * 2 + t * 80
+    assert bench_norm.case_bytes("post_pre", t, h) == t * 10 * h * 2 + t * 160 + 24 * 4 * h * 4
+    with pytest.raises(ValueError, match="op must be one of"):
+        bench_norm.case_bytes("nope", 1, h)
+
+
+@pytest.mark.parametrize("hidden", [2048, 4096, 5120, 7168])
+def test_sweep_configs_are_valid_plans(hidden):
+    caps = mhc.Caps(device="cpu", max_tokens=8192, hidden_size=hidden)
+    for cfg in bench_norm.sweep_configs().values():
+        assert mhc.plan(caps, override=cfg).override is cfg
+
+
+def test_target_checks():
+    table = Table("t")
+    timing = lambda us: Timing(us, us, us, 1, "test")  # noqa: E731
+    big = Case("post_pre", {"T": 1024, "H": 7168}, bytes=10**9, ceiling="copy")
+    tiny = Case("post_pre", {"T": 1, "H": 7168}, bytes=10**6, ceiling="copy")
+    table.add(big, "b12x", timing(100.0))
+    table.add(big, "torch.compile(reference)", timing(300.0), peer=True)
+    table.add(tiny, "b12x", timing(9.0))
+    checks = {name: ok for name, ok, _ in bench_norm.target_checks(table)}
+    assert checks["post_pre T=1024 H=7168: >= 2x torch.compile"] is True
+    assert checks["post_pre T=1 H=7168: under 8 us"] is False
+    assert "post_pre T=1024 H=7168: >= 75% of copy" not in checks  # no ceilings measured on a CPU

@@ -1,0 +1,74 @@
+"""Every norm.mhc kernel of the default selection compiles on the CPU for sm_90a and sm_120a,
+with no tensor-core instruction (hardware policy: no wgmma; the mixes are fp32 FMA by design)
+and no register spills (local memory), at the hidden sizes the op is built for.
+"""
+
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel
+
+pytestmark = pytest.mark.compile
+
+STREAM_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", post_ptr="*fp32", comb_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")
+STREAM_SIG |= dict(part_ptr="*fp32", T="i32", chunks_per_split="i32", fn_blocks="i32")
+APPLY_SIG = dict(src_ptr="*bf16", part_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", w_ptr="*bf16", y_ptr="*bf16")
+APPLY_SIG |= dict(post_ptr="*fp32", comb_ptr="*fp32", T="i32", splits="i32", sinkhorn_iters="i32", has_norm="i32")
+APPLY_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+@pytest.fixture(autouse=True)
+def _triton_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # not ~/.triton
+
+
+def _compile(fn, sig, constexprs, num_warps, num_stages, cc):
+    src = ASTSource(fn=fn, signature=sig | {k: "constexpr" for k in constexprs}, constexprs=constexprs)
+    opts = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True}
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=opts)
+
+
+def _check(compiled, what):
+    ptx = compiled.asm["ptx"]
+    assert not re.search(r"\b(w?gmma|mma)\.", ptx), f"{what}: tensor-core instruction in the PTX"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        usage = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
+    assert m, usage
+    assert int(m.group(2)) == 0 and int(m.group(3)) == 0, f"{what}: spills ({m.group(0)})"
+
+
+def _stream_cases():
+    cfg = _config.MhcConfig()
+    for form in _config.STREAM_FORMS:
+        for tile in cfg.streams(form):
+            yield pytest.param(form, tile, id=f"{form}-t{tile.block_t}-h{tile.block_h}-w{tile.num_warps}")
+
+
+ARCHS = [pytest.param(90, id="sm_90a"), pytest.param(120, id="sm_120a")]
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("form, tile", list(_stream_cases()))
+def test_stream_kernel(form, tile, cc):
+    consts = dict(H=7168, MODE=_kernel.MODES[form], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    _check(_compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc), form)
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("bcast", [False, True])
+@pytest.mark.parametrize("hidden", [2048, 7168])
+def test_apply_kernel(bcast, hidden, cc):
+    consts = dict(H=hidden, BCAST=bcast, BLOCK_H=triton.next_power_of_2(hidden), BLOCK_S=_kernel.APPLY_BLOCK_S)
+    _check(_compile(_kernel._mhc_apply_kernel, APPLY_SIG, consts, _kernel.apply_warps(hidden), 1, cc), "apply")

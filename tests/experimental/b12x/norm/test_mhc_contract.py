@@ -1,0 +1,387 @@
+"""norm.mhc contract on the CPU: plan purity, workspace sizing, errors, bind, forms, custom ops."""
+
+import re
+import warnings
+from unittest import mock
+
+import pytest
+import torch
+
+import b12x
+from b12x.norm import mhc
+from flashinfer.experimental.b12x.norm.mhc import _config, api
+from flashinfer.experimental.b12x.norm.mhc import reference as R
+from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
+
+from .mhc_cases import SCALARS, inputs
+
+pytestmark = pytest.mark.contract
+H = 256
+
+
+def caps(**kw):
+    base = dict(device="cpu", max_tokens=16, hidden_size=H)
+    return mhc.Caps(**(base | kw))
+
+
+@pytest.fixture
+def prepared():
+    p = mhc.plan(caps())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the once-per-process reference-backend warning
+        b12x.PreparationSession("cpu").prepare([p])
+    return p
+
+
+def test_registered_and_exports():
+    assert b12x.find_op("norm.mhc") is mhc.META
+    assert mhc.MULT == R.MULT == 4 and mhc.MIXES == R.MIXES == 24
+    assert mhc.is_supported("cpu") is False
+    assert "CUDA" in mhc.why_unsupported("cpu")
+
+
+def test_caps_frozen_keyword_only():
+    c = caps()
+    with pytest.raises(TypeError):
+        mhc.Caps("cpu", 16, H)
+    with pytest.raises(AttributeError):
+        c.max_tokens = 3
+    assert c.device == torch.device("cpu") and c.dtype == torch.bfloat16 and c.split_k is None
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (
+            dict(hidden_size=1000),
+            "hidden_size 1000 is not supported by norm.mhc: it must be a multiple of 128 in [256, 16384]",
+        ),
+        (dict(hidden_size=32768), "hidden_size 32768 is not supported by norm.mhc"),
+        (dict(max_tokens=0), "max_tokens must be an int >= 1, got 0"),
+        (dict(dtype=torch.float32), "dtype must be torch.bfloat16 or torch.float16, got torch.float32"),
+        (dict(split_k=0), "split_k must be None or an int >= 1, got 0"),
+    ],
+)
+def test_caps_errors(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        caps(**kw)
+
+
+def test_plan_is_pure_and_hashable():
+    a, b = mhc.plan(caps()), mhc.plan(caps())
+    assert a == b and hash(a) == hash(b) and not a.prepared
+    assert mhc.plan(caps(max_tokens=32)) != a
+    with pytest.raises(PlanNotPreparedError, match="PreparationSession"):
+        a.state
+    with mock.patch.object(torch, "empty", side_effect=AssertionError("plan allocated")):
+        mhc.plan(caps(hidden_size=7168, max_tokens=8192))
+    assert a.forms() == ("pre", "post", "post_pre", "bcast")
+    assert mhc.plan(caps(), invocation=("post", "pre")).forms() == ("pre", "post")
+
+
+@pytest.mark.parametrize(
+    "kw, exc, message",
+    [
+        (dict(invocation=("pre", "nope")), ValueError, "invocation must be None or a non-empty tuple of"),
+        (dict(invocation=()), ValueError, "invocation must be None or a non-empty tuple of"),
+        (dict(override="fast"), TypeError, "override must be an MhcConfig, got str"),
+        (
+            dict(override=_config.MhcConfig(post=_config.StreamConfig(block_t=4, block_h=512))),
+            ValueError,
+            "override: post tile block_h=512 must divide hidden_size=256",
+        ),
+    ],
+)
+def test_plan_errors(kw, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        mhc.plan(caps(), **kw)
+
+
+def test_kernel_jobs_cover_forms_and_weight_dtypes():
+    jobs = mhc.plan(caps()).kernels(_config.MhcConfig(), "sm_90a")
+    names = [(k.__name__, args[0]) for k, args in jobs]
+    assert len(jobs) == len(set(jobs)) == 10  # 6 pass-1 tiles + 2 sources x 2 weight dtypes
+    assert names.count(("compile_stream", "pre")) == 2 and names.count(("compile_stream", "post")) == 1
+    assert {args[3] for k, args in jobs if k.__name__ == "compile_apply"} == {"bfloat16", "float32"}
+    only_post = mhc.plan(caps(), invocation="post").kernels(_config.MhcConfig(), "sm_90a")
+    assert [k.__name__ for k, _ in only_post] == ["compile_stream"]
+
+
+@pytest.mark.parametrize("max_tokens", [1, 7, 64, 65, 300])
+@pytest.mark.parametrize("split_k", [None, 3])
+def test_workspace_covers_every_live_size(max_tokens, split_k):
+    cfg, target = _config.MhcConfig(), 4 * api.DEFAULT_SM_COUNT
+    p = mhc.plan(caps(max_tokens=max_tokens, split_k=split_k))
+    rows = p.workspace_rows(cfg, "cuda")
+    for t in range(1, max_tokens + 1):
+        for form in ("pre", "post_pre", "bcast"):
+            tile = cfg.stream(form, t)
+            splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k)
+            assert splits * t <= rows
+            assert (splits - 1) * cps < H // tile.block_h <= splits * cps  # no empty split
+    spec = p.scratch_specs(cfg, "cuda")[0]
+    assert spec.name == "partials" and spec.shape == (rows, 32) and spec.dtype == torch.float32
+    assert p.scratch_specs(cfg, "cpu") == ()
+
+
+def test_split_heuristic_fills_the_gpu_at_small_t_and_stops_at_large_t():
+    n_chunks = 7168 // 32
+    assert _config.split_for(1, 16, n_chunks, 528) == (n_chunks, 1)
+    splits, cps = _config.split_for(8192, 64, n_chunks, 528)
+    assert splits == 5 and splits * cps >= n_chunks
+    assert _config.split_for(8192, 64, n_chunks, 528, split_k=2) == (2, 112)
+
+
+def test_unprepared_plan_raises_naming_preparation_session():
+    ins = inputs(2, H)
+    with pytest.raises(PlanNotPreparedError, match="PreparationSession"):
+        mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=mhc.plan(caps()), **SCALARS)
+    with pytest.raises(PlanNotPreparedError, match="PreparationSession"):
+        mhc.bind(mhc.plan(caps()), num_tokens=1)
+
+
+def _pre(prepared, **over):
+    ins = inputs(3, H)
+    args = dict(residual=ins["residual"], fn=ins["fn"], hc_scale=ins["hc_scale"], hc_base=ins["hc_base"])
+    kw = dict(SCALARS, plan=prepared)
+    merged = args | kw | over
+    positional = [merged.pop(k) for k in list(args)]
+    return mhc.run_pre(*positional, **merged)
+
+
+@pytest.mark.parametrize(
+    "over, message",
+    [
+        (
+            dict(residual=torch.zeros(3, 4, H)),
+            "residual must be bfloat16 [3, 4, 256] contiguous on cpu, got float32 [3, 4, 256] on cpu",
+        ),
+        (
+            dict(residual=torch.zeros(3, 4, 512, dtype=torch.bfloat16)),
+            "residual must be bfloat16 [3, 4, 256] contiguous on cpu, got bfloat16 [3, 4, 512]",
+        ),
+        (
+            dict(residual=torch.zeros(17, 4, H, dtype=torch.bfloat16)),
+            "residual has 17 tokens, above the plan's max_tokens=16 (Caps.max_tokens)",
+        ),
+        (
+            dict(residual=torch.zeros(4, H, 3, dtype=torch.bfloat16).transpose(1, 2)),
+            "got bfloat16 [4, 3, 256] on cpu (non-contiguous)",
+        ),
+        (
+            dict(residual=torch.zeros(H)),
+            "residual must be a tensor [T, 4, H] (or x [T, H], the broadcast form), got float32 [256]",
+        ),
+        (dict(fn=torch.zeros(24, H)), "fn must be float32 [24, 1024] contiguous on cpu, got float32 [24, 256] on cpu"),
+        (
+            dict(fn=torch.zeros(24, 4 * H, dtype=torch.bfloat16)),
+            "fn must be float32 [24, 1024] contiguous on cpu, got bfloat16",
+        ),
+        (dict(hc_scale=torch.zeros(2)), "hc_scale must be float32 [3] contiguous on cpu, got float32 [2] on cpu"),
+        (
+            dict(hc_base=torch.zeros(24, dtype=torch.float64)),
+            "hc_base must be float32 [24] contiguous on cpu, got float64 [24]",
+        ),
+        (
+            dict(norm_weight=torch.ones(H, dtype=torch.float16)),
+            "norm_weight must be bfloat16 or float32 [256] on cpu, got float16 [256]",
+        ),
+        (dict(norm_weight=torch.ones(H + 1)), "norm_weight must be float32 [256] contiguous on cpu, got float32 [257]"),
+        (dict(y_out=torch.empty(3, H)), "y_out must be bfloat16 [3, 256] contiguous on cpu, got float32 [3, 256]"),
+        (
+            dict(post_out=torch.empty(3, 4, 1)),
+            "post_out must be float32 [3, 4] contiguous on cpu, got float32 [3, 4, 1]",
+        ),
+        (
+            dict(comb_out=torch.empty(2, 4, 4)),
+            "comb_out must be float32 [3, 4, 4] contiguous on cpu, got float32 [2, 4, 4]",
+        ),
+        (
+            dict(residual_out=torch.empty(3, 4, H, dtype=torch.bfloat16)),
+            "residual_out is written only by the broadcast form (x [T, H])",
+        ),
+        (dict(rms_eps=-1.0), "rms_eps must be a finite float >= 0, got -1.0"),
+        (dict(hc_eps=float("nan")), "hc_eps must be a finite float >= 0, got nan"),
+        (dict(sinkhorn_iters=2.0), "sinkhorn_iters must be an int >= 0, got 2.0"),
+        (dict(norm_eps=True), "norm_eps must be a finite float >= 0, got True"),
+    ],
+)
+def test_run_pre_errors(prepared, over, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _pre(prepared, **over)
+
+
+def test_broadcast_fn_shapes_and_post_errors(prepared):
+    ins = inputs(3, H)
+    with pytest.raises(
+        ValueError, match=re.escape("fn must be float32 [24, 1024 or 256] contiguous on cpu, got float32 [24, 512]")
+    ):
+        mhc.run_pre(ins["x"], torch.zeros(24, 512), ins["hc_scale"], ins["hc_base"], plan=prepared, **SCALARS)
+    with pytest.raises(ValueError, match="run_post: plan is required"):
+        mhc.run_post(ins["x"], ins["residual"], ins["post"], ins["comb"], plan=None)
+    with pytest.raises(
+        ValueError, match=re.escape("prev_comb must be float32 [3, 4, 4] contiguous on cpu, got float32 [3, 16]")
+    ):
+        mhc.run_post(ins["x"], ins["residual"], ins["post"], ins["comb"].view(3, 16), plan=prepared)
+    with pytest.raises(
+        ValueError, match=re.escape("x must be bfloat16 [3, 256] contiguous on cpu, got bfloat16 [2, 256]")
+    ):
+        mhc.run_post_pre(
+            ins["x"][:2],
+            ins["residual"],
+            ins["post"],
+            ins["comb"],
+            ins["fn"],
+            ins["hc_scale"],
+            ins["hc_base"],
+            plan=prepared,
+            **SCALARS,
+        )
+
+
+def test_every_entry_point_on_cpu_runs_the_reference(prepared):
+    ins = inputs(5, H, seed=11)
+    kw = dict(SCALARS, norm_weight=ins["w_act"], norm_eps=1e-6)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=prepared, **kw)
+    want = R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    assert got[0] is ins["residual"] and all(torch.equal(a, b) for a, b in zip(got, want))
+    got = mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=prepared, **kw)
+    want = R.mhc_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    post_args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    assert torch.equal(mhc.run_post(*post_args, plan=prepared), R.mhc_post(*post_args))
+    got = mhc.run_post_pre(*post_args, ins["fn"], ins["hc_scale"], ins["hc_base"], plan=prepared, **kw)
+    want = R.mhc_post_pre(*post_args, ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_caller_buffers_are_written_and_returned(prepared):
+    ins = inputs(4, H, seed=12)
+    outs = dict(
+        residual_out=torch.full((4, 4, H), float("nan"), dtype=torch.bfloat16),
+        y_out=torch.full((4, H), float("nan"), dtype=torch.bfloat16),
+        post_out=torch.full((4, 4), float("nan")),
+        comb_out=torch.full((4, 4, 4), float("nan")),
+    )
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_post_pre(*args, plan=prepared, **outs, **SCALARS)
+    for buf, g in zip((outs["residual_out"], outs["post_out"], outs["comb_out"], outs["y_out"]), got):
+        assert g is buf and torch.isfinite(buf.float()).all()
+    # in place: residual_out is the residual itself
+    expect = R.mhc_post_pre(*args, **SCALARS)
+    res = ins["residual"].clone()
+    got = mhc.run_post_pre(ins["x"], res, *args[2:], plan=prepared, residual_out=res, **SCALARS)
+    assert got[0] is res and torch.equal(res, expect[0]) and torch.equal(got[3], expect[3])
+
+
+_ALLOCATORS = ("empty", "zeros", "ones", "full", "empty_like", "zeros_like", "full_like", "empty_strided")
+
+
+def test_bind_views_only_never_allocates(prepared):
+    bufs = dict(
+        residual_out=torch.empty(16, 4, H, dtype=torch.bfloat16),
+        y_out=torch.empty(16, H, dtype=torch.bfloat16),
+        post_out=torch.empty(16, 4),
+        comb_out=torch.empty(16, 4, 4),
+    )
+    patches = [mock.patch.object(torch, n, side_effect=AssertionError(f"bind called torch.{n}")) for n in _ALLOCATORS]
+    for p in patches:
+        p.start()
+    try:
+        binding = mhc.bind(prepared, num_tokens=5, **bufs)
+    finally:
+        for p in patches:
+            p.stop()
+    assert binding.num_tokens == 5 and binding.plan is prepared
+    for name, buf in bufs.items():
+        view = getattr(binding, name)
+        assert view.shape[0] == 5 and view.data_ptr() == buf.data_ptr()
+    ins = inputs(5, H, seed=13)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_post_pre(*args, binding=binding, **SCALARS)
+    assert got[3].data_ptr() == bufs["y_out"].data_ptr()
+    assert torch.equal(got[3], R.mhc_post_pre(*args, **SCALARS)[3])
+
+
+@pytest.mark.parametrize(
+    "kw, exc, message",
+    [
+        (dict(num_tokens=17), ValueError, "num_tokens must be an int in [0, max_tokens=16], got 17"),
+        (dict(), ValueError, "num_tokens must be an int in [0, max_tokens=16], got None"),
+        (
+            dict(num_tokens=4, y_out=torch.empty(3, H, dtype=torch.bfloat16)),
+            ValueError,
+            "y_out must be bfloat16 [>= 4, 256], got bfloat16 [3, 256]",
+        ),
+        (
+            dict(num_tokens=4, post_out=torch.empty(8, 4, dtype=torch.float64)),
+            ValueError,
+            "post_out must be float32 [4, 4] contiguous on cpu, got float64 [4, 4]",
+        ),
+        (dict(num_tokens=1, out=None), TypeError, "bind() got unexpected keyword(s) ['out']"),
+    ],
+)
+def test_bind_errors(prepared, kw, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        mhc.bind(prepared, **kw)
+
+
+def test_binding_token_count_must_match(prepared):
+    ins = inputs(3, H)
+    binding = mhc.bind(prepared, num_tokens=2)
+    with pytest.raises(ValueError, match="the inputs have 3 tokens but the binding was made for num_tokens=2"):
+        mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], binding=binding, **SCALARS)
+
+
+def test_empty_tokens(prepared):
+    ins = inputs(0, H)
+    res, post, comb, y = mhc.run_pre(
+        ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=prepared, **SCALARS
+    )
+    assert post.shape == (0, 4) and comb.shape == (0, 4, 4) and y.shape == (0, H)
+
+
+def test_functional_default_plan_grows_and_obeys_freeze():
+    api.clear_caches()
+    ins = inputs(3, 384, seed=14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS)[3]
+    assert torch.equal(y, R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS)[3])
+    first = api._default_plans[("cpu", 384, torch.bfloat16)]
+    assert first.caps.max_tokens == 256
+    b12x.freeze_kernel_resolution("test")
+    try:
+        mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS)  # prepared: fine
+        big = inputs(300, 384)
+        with pytest.raises(b12x.KernelResolutionFrozenError):
+            mhc.run_pre(big["residual"], big["fn"], big["hc_scale"], big["hc_base"], **SCALARS)
+    finally:
+        b12x.unfreeze_kernel_resolution()
+    with pytest.raises(ValueError, match="hidden_size 200 is not supported"):
+        mhc.run_pre(
+            torch.zeros(1, 4, 200, dtype=torch.bfloat16),
+            torch.zeros(24, 800),
+            ins["hc_scale"],
+            ins["hc_base"],
+            **SCALARS,
+        )
+    api.clear_caches()
+    assert not api._default_plans
+
+
+def test_custom_op_traces_with_torch_compile_on_cpu(prepared):
+    ins = inputs(4, H, seed=15)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+
+    def layer(x, residual, post, comb, fn, hc_scale, hc_base):
+        residual, post, comb, y = mhc.run_post_pre(
+            x, residual, post, comb, fn, hc_scale, hc_base, plan=prepared, **SCALARS
+        )
+        return residual, post, comb, y * 2
+
+    torch._dynamo.reset()
+    got = torch.compile(layer, fullgraph=True, backend="eager")(*args)
+    want = R.mhc_post_pre(*args, **SCALARS)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[3], want[3] * 2)
+    assert hasattr(torch.ops.b12x, "norm_mhc_post_pre_")

@@ -1,0 +1,281 @@
+"""norm.mhc on CUDA: every entry point vs the fp32 reference (DESIGN.md §6 rule), NaN-poisoned
+outputs and workspace, CUDA graph replay, freeze, torch.compile, no tensor cores, large offsets."""
+
+import pytest
+import torch
+
+import b12x
+from b12x.norm import mhc
+from flashinfer.experimental.b12x.norm.mhc import _kernel
+from flashinfer.experimental.b12x.norm.mhc import reference as R
+
+from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
+
+pytestmark = pytest.mark.gpu
+MAX_T = 8192
+_PLANS: dict = {}
+
+
+def prepared(hidden, dtype=torch.bfloat16, max_tokens=MAX_T, split_k=None, invocation=None):
+    """One prepared plan per configuration for the whole module (each compiles once)."""
+    key = (hidden, dtype, max_tokens, split_k, invocation)
+    if key not in _PLANS:
+        caps = mhc.Caps(device="cuda", max_tokens=max_tokens, hidden_size=hidden, dtype=dtype, split_k=split_k)
+        _PLANS[key] = mhc.plan(caps, invocation=invocation)
+        b12x.PreparationSession("cuda").prepare([_PLANS[key]])
+    p = _PLANS[key]
+    p.state.scratch["partials"].fill_(float("nan"))  # a read of an unwritten partial shows up
+    return p
+
+
+def gpu_inputs(tokens, hidden, seed, dtype=torch.bfloat16):
+    return inputs(tokens, hidden, dtype=dtype, device="cuda", seed=seed)
+
+
+def pre_buffers(tokens, hidden, dtype=torch.bfloat16, residual=False):
+    outs = dict(
+        y_out=torch.full((tokens, hidden), float("nan"), dtype=dtype, device="cuda"),
+        post_out=torch.full((tokens, 4), float("nan"), device="cuda"),
+        comb_out=torch.full((tokens, 4, 4), float("nan"), device="cuda"),
+    )
+    if residual:
+        outs["residual_out"] = torch.full((tokens, 4, hidden), float("nan"), dtype=dtype, device="cuda")
+    return outs
+
+
+def check_outputs(got, ref32, ref_lo, names=("residual", "post", "comb", "y")):
+    for name, g, a, b in zip(names, got, ref32, ref_lo):
+        if name == "residual" and g.data_ptr() == a.data_ptr():
+            continue
+        check_rule(name, g, a, b)
+
+
+TOKENS = [1, 3, 64, 1000, 8192]
+HIDDEN = [4096, 7168]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("weight", [None, "w_act", "w_f32"])
+def test_run_pre(hidden, tokens, weight):
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=tokens)
+    w = None if weight is None else ins[weight]
+    kw = dict(SCALARS, norm_weight=w, norm_eps=1e-6)
+    outs = pre_buffers(tokens, hidden)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **outs, **kw)
+    assert got[3] is outs["y_out"] and got[0] is ins["residual"]
+    check_outputs(got, *pre_refs(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw))
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("folded", [False, True])
+def test_run_pre_broadcast(hidden, tokens, folded):
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=100 + tokens)
+    fn = ins["fn"].view(24, 4, hidden).sum(1).contiguous() if folded else ins["fn"]
+    kw = dict(SCALARS, norm_weight=ins["w_f32"], norm_eps=1e-6)
+    outs = pre_buffers(tokens, hidden, residual=True)
+    got = mhc.run_pre(ins["x"], fn, ins["hc_scale"], ins["hc_base"], plan=p, **outs, **kw)
+    ref32, ref_lo = pre_refs(ins["x"], fn, ins["hc_scale"], ins["hc_base"], **kw)
+    assert torch.equal(got[0], ref32[0])
+    check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_run_post(hidden, tokens):
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=200 + tokens)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    out = poisoned(ins["residual"])
+    assert mhc.run_post(*args, plan=p, out=out) is out
+    check_rule("residual", out, R.mhc_post(*args), R.mhc_post(*args, compute_dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("weight", [None, "w_act"])
+def test_run_post_pre(hidden, tokens, weight):
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=300 + tokens)
+    w = None if weight is None else ins[weight]
+    kw = dict(SCALARS, norm_weight=w, norm_eps=1e-6)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+    outs = pre_buffers(tokens, hidden, residual=True)
+    got = mhc.run_post_pre(*args, plan=p, **outs, **kw)
+    check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
+    # pre saw exactly the residual it stored
+    again = R.mhc_pre(got[0], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    torch.testing.assert_close(got[1], again[1], rtol=1e-4, atol=1e-5)
+
+
+def test_functional_form_and_in_place():
+    hidden, tokens = 4096, 37
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=5)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+    functional = mhc.run_post_pre(*args, plan=p, **SCALARS)
+    res = ins["residual"].clone()
+    in_place = mhc.run_post_pre(ins["x"], res, *args[2:], plan=p, residual_out=res, **SCALARS)
+    assert in_place[0] is res
+    for a, b in zip(functional, in_place):
+        assert torch.equal(a, b)
+    default = mhc.run_post_pre(*args, **SCALARS)  # plan=None: the default plan of the device
+    for a, b in zip(functional, default):
+        assert torch.equal(a, b)
+
+
+def test_split_k_cap_and_float16():
+    hidden = 4096
+    p = prepared(hidden, split_k=3)
+    for tokens in (1, 100):
+        ins = gpu_inputs(tokens, hidden, seed=tokens)
+        got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
+        check_outputs(got, *pre_refs(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS))
+    p16 = prepared(hidden, dtype=torch.float16, max_tokens=256, invocation=("pre",))
+    ins = gpu_inputs(70, hidden, seed=7, dtype=torch.float16)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p16, **SCALARS)
+    check_outputs(got, *pre_refs(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS))
+    with pytest.raises(ValueError, match="prepared for forms \\('pre',\\); post_pre is not one of them"):
+        a = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+        mhc.run_post_pre(*a, plan=p16, **SCALARS)
+
+
+def test_graph_replay_equals_eager():
+    hidden, cap = 7168, 256
+    p = prepared(hidden)
+    bufs = dict(
+        residual_out=torch.empty(cap, 4, hidden, dtype=torch.bfloat16, device="cuda"),
+        y_out=torch.empty(cap, hidden, dtype=torch.bfloat16, device="cuda"),
+        post_out=torch.empty(cap, 4, device="cuda"),
+        comb_out=torch.empty(cap, 4, 4, device="cuda"),
+    )
+    for tokens in (1, 200):
+        static = gpu_inputs(tokens, hidden, seed=1)
+        binding = mhc.bind(p, num_tokens=tokens, **bufs)
+        post_out = torch.empty(tokens, 4, hidden, dtype=torch.bfloat16, device="cuda")
+        a = (static["x"], static["residual"], static["post"], static["comb"])
+        m = (static["fn"], static["hc_scale"], static["hc_base"])
+
+        def step(binding=binding, a=a, m=m, post_out=post_out, w=static["w_act"]):
+            mhc.run_post_pre(*a, *m, binding=binding, norm_weight=w, norm_eps=1e-6, **SCALARS)
+            mhc.run_post(*a, plan=p, out=post_out)
+            mhc.run_pre(
+                binding.residual_out,
+                *m,
+                plan=p,
+                y_out=binding.y_out,
+                post_out=binding.post_out,
+                comb_out=binding.comb_out,
+                **SCALARS,
+            )
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        fresh = gpu_inputs(tokens, hidden, seed=2)
+        for k in ("x", "residual", "post", "comb", "fn", "hc_scale", "hc_base", "w_act"):
+            static[k].copy_(fresh[k])
+        for buf in (*bufs.values(), post_out):
+            buf.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = [binding.residual_out.clone(), binding.y_out.clone(), binding.post_out.clone(), post_out.clone()]
+        step()
+        eager = [binding.residual_out, binding.y_out, binding.post_out, post_out]
+        for r, e in zip(replayed, eager):
+            assert torch.isfinite(r.float()).all() and torch.equal(r, e)
+
+
+def _jit_cache_size():
+    return sum(len(c[0]) for c in _kernel._mhc_stream_kernel.device_caches.values()) + sum(
+        len(c[0]) for c in _kernel._mhc_apply_kernel.device_caches.values()
+    )
+
+
+def test_freeze_new_tokens_run_new_hidden_raises():
+    p = prepared(4096)
+    ins = gpu_inputs(5, 4096, seed=1)
+    mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
+    compiles = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
+    jit = _jit_cache_size()
+    b12x.freeze_kernel_resolution("test")
+    for tokens in (2, 77, 4999):
+        ins = gpu_inputs(tokens, 4096, seed=tokens)
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+        mhc.run_post_pre(*args, plan=p, **SCALARS)
+        mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, norm_weight=ins["w_f32"], **SCALARS)
+    torch.cuda.synchronize()
+    assert _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count == compiles
+    assert _jit_cache_size() == jit  # Triton compiled nothing behind our back either
+    with pytest.raises(b12x.KernelResolutionFrozenError):
+        b12x.PreparationSession("cuda").prepare([mhc.plan(mhc.Caps(device="cuda", max_tokens=8, hidden_size=5120))])
+    big = gpu_inputs(2, 5120, seed=3)
+    with pytest.raises(b12x.KernelResolutionFrozenError):
+        mhc.run_pre(big["residual"], big["fn"], big["hc_scale"], big["hc_base"], **SCALARS)
+
+
+def test_bind_does_not_allocate():
+    p = prepared(4096)
+    y = torch.empty(MAX_T, 4096, dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    binding = mhc.bind(p, num_tokens=100, y_out=y)
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    assert binding.y_out.data_ptr() == y.data_ptr()
+
+
+def test_torch_compile_fullgraph():
+    hidden = 4096
+    p = prepared(hidden)
+    ins = gpu_inputs(33, hidden, seed=9)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], ins["fn"], ins["hc_scale"], ins["hc_base"])
+
+    def layer(x, residual, post, comb, fn, hc_scale, hc_base):
+        residual, post, comb, y = mhc.run_post_pre(x, residual, post, comb, fn, hc_scale, hc_base, plan=p, **SCALARS)
+        return residual, post, comb, y.float() * 2
+
+    torch._dynamo.reset()
+    got = torch.compile(layer, fullgraph=True)(*args)
+    want = layer(*args)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_compiled_kernels_use_no_tensor_cores():
+    prepared(4096)
+    kernels = [
+        k
+        for fn in (_kernel._mhc_stream_kernel, _kernel._mhc_apply_kernel)
+        for c in fn.device_caches.values()
+        for k in c[0].values()
+    ]
+    assert kernels
+    for k in kernels:
+        ptx = k.asm["ptx"]
+        assert "mma." not in ptx and "wgmma" not in ptx
+
+
+def test_offsets_past_2_to_the_31():
+    hidden, tokens = 7168, 75_000  # 75000 * 4 * 7168 = 2.15e9 elements > 2^31
+    p = prepared(hidden, max_tokens=tokens, invocation=("post_pre",))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(tokens, hidden, device="cuda", generator=gen).to(torch.bfloat16)
+    residual = torch.randn(tokens, 4, hidden, device="cuda", generator=gen).to(torch.bfloat16)
+    post = 2 * torch.rand(tokens, 4, device="cuda", generator=gen)
+    comb = torch.softmax(torch.randn(tokens, 4, 4, device="cuda", generator=gen), -1)
+    fn = torch.randn(24, 4 * hidden, device="cuda", generator=gen) / 170
+    hc_scale = torch.rand(3, device="cuda", generator=gen) + 0.5
+    hc_base = torch.randn(24, device="cuda", generator=gen) * 0.5
+    got = mhc.run_post_pre(x, residual, post, comb, fn, hc_scale, hc_base, plan=p, **SCALARS)
+    tail = slice(tokens - 16, tokens)
+    args = (x[tail], residual[tail], post[tail], comb[tail], fn, hc_scale, hc_base)
+    ref32, ref_lo = R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
+    check_outputs([g[tail] for g in got], ref32, ref_lo)
