@@ -141,10 +141,11 @@ def run_case(table, args, batch, kv_len, fp8, dev, gen, fi_cls, fi_note):
 def _flashinfer_wrapper(cls, page_table, lens, dev):
     batch, pages = page_table.shape
     workspace = torch.empty(128 * 2**20, dtype=torch.uint8, device=dev)
-    wrapper = cls(workspace, "NHD")
+    wrapper = cls(workspace, "NHD", use_tensor_cores=True)  # its faster path for GQA groups >= 4
     indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=dev) * pages
     last = torch.full((batch,), PAGE, dtype=torch.int32, device=dev)
-    wrapper.plan(indptr, page_table.flatten(), last, HQ, HKV, D, PAGE, data_type=torch.bfloat16)
+    wrapper.plan(indptr, page_table.flatten(), last, HQ, HKV, D, PAGE,
+                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)  # fmt: skip
     return wrapper
 
 

@@ -239,3 +239,11 @@ def test_empty_batch_is_a_no_op():
                  cache_seqlens=case.cache_seqlens[:0])  # fmt: skip
     out, lse = paged.run(binding=paged.bind(p, **empty))
     assert out.shape == (0, 8, 64) and lse.shape == (0, 8)
+
+
+def test_benchmark_module_help_and_cuda_requirement(run_python):
+    out = run_python("import sys; from benchmarks.experimental.b12x import bench_attention as B; B.main(['--help'])")
+    assert out.returncode == 0 and "--kv {bf16,fp8,all}" in out.stdout
+    if not torch.cuda.is_available():
+        out = run_python("from benchmarks.experimental.b12x import bench_attention as B; B.main(['--quick'])")
+        assert out.returncode != 0 and "bench_attention needs a CUDA device" in out.stderr
