@@ -146,6 +146,16 @@ def test_head_dims_and_fp16(head_dim, dtype, kv_dtype):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("config", [(8, 16, 2), (2, 16, 4), (4, 32, 3)], ids=["w8k16s2", "w2k16s4", "w4k32s3"])
+def test_non_default_configs(kv_dtype, config):
+    from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig
+
+    case = make_case([1, 63, 3000, 64, 129], num_q_heads=40, num_kv_heads=8, head_dim=128, page_size=64,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(config))  # fmt: skip
+    check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=DecodeConfig(*config))), case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_window_sinks_views_and_empty_requests(kv_dtype):
     kvt = getattr(torch, kv_dtype)
     lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
@@ -209,7 +219,7 @@ def test_cache_past_2_31_elements(kv_dtype):
     hkv, d, page = 8, 128, 16
     per_page = page * hkv * d // (2 if kvt == FP8 else 1)  # kernel elements (fp8: fp16 view)
     first = 2**31 // per_page + 10
-    pages = first + 64
+    pages = first + 128
     need = 2 * pages * page * hkv * d * kvt.itemsize
     free, _ = torch.cuda.mem_get_info()
     if need > free * 0.8:
@@ -222,7 +232,7 @@ def test_cache_past_2_31_elements(kv_dtype):
     used = (small.cache_seqlens.cpu() + page - 1) // page
     for b in range(2):
         for i in range(int(used[b])):
-            dst = first + 32 * b + i  # every page of these requests lies past 2^31 elements
+            dst = first + 64 * b + i  # every page of these requests lies past 2^31 elements
             k[dst] = small.k_cache[small.page_table[b, i]]
             v[dst] = small.v_cache[small.page_table[b, i]]
             pt[b, i] = dst
