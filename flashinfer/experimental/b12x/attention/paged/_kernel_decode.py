@@ -18,9 +18,10 @@ KV storage and the MMA type:
   dot products are unchanged. V through ldmatrix.trans gives each lane a 2-key x 2-dim block per
   register; two `prmt` turn a register pair into the mma's 4 keys of one dim, for dims 2g (even
   output block) and 2g + 1 (odd block), so the O accumulator's column n holds dim `o_col_dim(n)`.
-  Q (bf16 or fp16) is rescaled by a power of two so its largest |q| is in [2^14, 2^15) before the
-  fp16 cast (exact for every element within 2^-24 of the largest); the scale folds into the
-  softmax scale together with k_descale. v_descale multiplies O in the epilogue.
+  Q (bf16 or fp16) is rescaled by a power of two so its largest |q| is in [2^13, 2^14) before the
+  fp16 cast: exact for every element above 2^-27 of the largest (smaller ones, negligible in a dot
+  product, keep fewer bits); the scale folds into the softmax scale together with k_descale.
+  v_descale multiplies O in the epilogue.
 
 Bytes moved per item: (end - start) * Hkv-slice * (D + Dv) * kv_itemsize (the KV stream dominates);
 FLOPs: 2 * 16 * (D + Dv) per key per KV head (the 16-row tile, G rows useful).
@@ -371,8 +372,8 @@ class PagedDecode:
     def _stage_q_fp16(self, sQraw, sQ, sRed, tidx):
         """fp8 path: sQ = fp16(q * 2^e) in the permuted k order of `q_slot_dim`; returns 2^-e.
 
-        e puts max|q| of the G x D block in [2^13, 2^15): fp16 keeps every bf16 mantissa bit of
-        each element within 2^-37 of that maximum, and the products stay far from overflow."""
+        e puts max|q| of the G x D block in [2^13, 2^14): fp16 (normal from 2^-14) keeps every bf16
+        mantissa bit of each element above 2^-27 of that maximum, far from fp16 overflow."""
         amax = Float32(0.0)
         for e in range(tidx, self.group * self.d, self.threads):
             amax = cute.arch.fmax(amax, cute.math.absf(sQraw[e // self.d, e % self.d].to(Float32)))
