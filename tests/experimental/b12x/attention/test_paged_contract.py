@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x.preparation import session as session_mod
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
 from .paged_cases import make_case
@@ -20,7 +21,9 @@ paged = b12x.attention.paged
 
 
 @pytest.fixture(autouse=True)
-def _quiet_reference_warning():
+def _quiet_reference_warning(monkeypatch):
+    """Silence the once-per-process reference warning, and leave its flag as it was for other tests."""
+    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
         yield
