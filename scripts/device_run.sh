@@ -9,6 +9,7 @@ what=${1:-all}; shift || true
 # $OUT brings back at most 8 files: logs go to $LOG and travel back as one tarball.
 OUT=${OUT:-/tmp/b12x-out}; LOG=/tmp/b12x-logs; mkdir -p "$OUT" "$LOG"
 trap 'tar czf "$OUT/results.tgz" -C "$LOG" . 2>/dev/null' EXIT
+trap 'exit 143' TERM INT  # a `timeout` kill still packs what was logged
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 export PYTHONUNBUFFERED=1 B12X_CACHE_DIR=/tmp/b12x-cache
 if ! python3 -c "import b12x" 2>/dev/null; then
