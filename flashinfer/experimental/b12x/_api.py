@@ -31,6 +31,7 @@ _OPS: dict[str, str] = {
     "quantization.mxfp8": ".quantization.mxfp8",
     "attention.paged": ".attention.paged",
     "norm.mhc": ".norm.mhc",
+    "gemm.blockscaled": ".gemm.blockscaled",
 }
 
 # Root names resolved lazily (module relative to this package, attribute).

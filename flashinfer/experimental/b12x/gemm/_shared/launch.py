@@ -1,0 +1,128 @@
+"""Dispatch for the GEMM kernels: M bucket -> kernel variant, launch arguments, one launch.
+
+Buckets (live M is a run-time extent; only the bucket is part of a compile key):
+
+    decode8   M <= 8      decode kernel, one 8-token MMA tile (weight bytes dominate)
+    decode16  M <= 16     decode kernel, two token tiles
+    tiled64   M <= 256    tiled kernel, 64 x 128 CTA tiles
+    tiled128  M > 256     tiled kernel, 128 x 128 CTA tiles
+
+The same variants run on sm_90a and sm_120a (portable mma.sync kernels; the SM120 block-scaled MMA
+path is not implemented yet). `launch_args` builds the tensors every kernel takes,
+(A, SFA, B, SFB, C, S0, S1, S2) + alpha: the epilogue multiplies by alpha * S0 * S1 * S2 * 2^E with
+S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weight alpha of A / B
+(1.0 where absent), so no scalar is ever read on the host.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .formats import FORMAT
+
+BUCKETS = ("decode8", "decode16", "tiled64", "tiled128")
+BUCKET_MAX_M = {"decode8": 8, "decode16": 16, "tiled64": 256, "tiled128": math.inf}
+
+
+def bucket_for(m: int) -> str:
+    """The M bucket a live M runs in."""
+    for name in BUCKETS:
+        if m <= BUCKET_MAX_M[name]:
+            return name
+    raise AssertionError(m)
+
+
+def default_config(bucket: str):
+    """The heuristic config of a bucket (the kernel modules say what they were tuned on)."""
+    if bucket.startswith("decode"):
+        from ..blockscaled._kernel_decode import default_config as decode_config
+
+        return decode_config(BUCKET_MAX_M[bucket])
+    from ..blockscaled._kernel_tiled import default_config as tiled_config
+
+    return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)))
+
+
+def compile_fn(bucket: str):
+    """The `@kernel` compile function of a bucket's kernel."""
+    if bucket.startswith("decode"):
+        from ..blockscaled._kernel_decode import compile_decode
+
+        return compile_decode
+    from ..blockscaled._kernel_tiled import compile_tiled
+
+    return compile_tiled
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str | None:
+    if bucket.startswith("decode"):
+        from ..blockscaled._kernel_decode import why_not as reason
+    else:
+        from ..blockscaled._kernel_tiled import why_not as reason
+    return reason(a_fmt, b_fmt, out_dtype, config)
+
+
+def kernel_key(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config=None) -> tuple:
+    """(compile function, key arguments) of one variant."""
+    cfg = default_config(bucket) if config is None else config
+    return compile_fn(bucket), (a_fmt, b_fmt, out_dtype, cfg, arch)
+
+
+# ---- per-device constants (created once, outside any graph capture when prewarmed) ---------------
+_CONSTS: dict = {}
+
+
+def device_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 [1] holding 1.0, uint8 [16] zeros) on `device`: the stand-ins for absent scales."""
+    key = str(device)
+    found = _CONSTS.get(key)
+    if found is None:
+        found = _CONSTS[key] = (
+            torch.ones(1, dtype=torch.float32, device=device),
+            torch.zeros(16, dtype=torch.uint8, device=device),
+        )
+    return found
+
+
+def clear() -> None:
+    _CONSTS.clear()
+
+
+def _scale_arg(fmt: str, scales, ones, dummy):
+    spec = FORMAT[fmt]
+    if spec.swizzled:
+        return scales.view(torch.uint8).reshape(-1)
+    if spec.scale == "fp32_block":
+        return scales.reshape(-1)
+    if spec.scale == "fp32_scalar":
+        return ones  # the per-tensor scale travels as S1 / S2
+    return dummy
+
+
+def launch_args(a_fmt, a_values, a_scales, a_alpha, b_fmt, b_values, b_scales, b_alpha, alpha, out):
+    """The kernels' arguments: ((A, SFA, B, SFB, C, S0, S1, S2), alpha as a float).
+
+    alpha: a Python number (baked into the launch) or a 1-element fp32 device tensor (read by the
+    kernel, so a captured graph follows its value). a_alpha / b_alpha: an operand Weight's fp32 [1]
+    alpha, or None.
+    """
+    ones, dummy = device_constants(out.device)
+    a = a_values if FORMAT[a_fmt].family == "raw16" else a_values.view(torch.uint8)
+    b = b_values.view(torch.uint8)
+    if isinstance(alpha, torch.Tensor):
+        s0, alpha_f = alpha.reshape(1), 1.0
+    else:
+        s0, alpha_f = ones, float(alpha)
+    if a_fmt == "fp8_tensor":
+        s1 = a_scales.reshape(1)
+    else:
+        s1 = ones if a_alpha is None else a_alpha.reshape(1)
+    if b_fmt == "fp8_tensor":  # a tensor-FP8 Weight's alpha is always 1: its scale is `scales`
+        s2 = b_scales.reshape(1)
+    else:
+        s2 = ones if b_alpha is None else b_alpha.reshape(1)
+    sfa = _scale_arg(a_fmt, a_scales, ones, dummy)
+    sfb = _scale_arg(b_fmt, b_scales, ones, dummy)
+    return (a, sfa, b, sfb, out, s0, s1, s2), alpha_f

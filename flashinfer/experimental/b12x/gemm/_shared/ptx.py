@@ -1,0 +1,314 @@
+"""`DEVICE`: the instruction set the GEMM kernels are written against, as inline PTX for the CuTe DSL.
+
+The kernels' per-thread logic (`dequant.py`, the `_logic` helpers of each kernel) calls these through
+an `ops` object, so the same straight-line code also runs on numpy arrays in the tests' CPU emulator
+(tests/experimental/b12x/gemm/emulator.py implements the same names with the PTX semantics).
+
+Every instruction here exists on sm_89+ (so sm_90a and sm_120a): 128-bit global/shared accesses,
+ldmatrix, mma.sync m16n8k16 (bf16/f16 -> f32), fma.rn.{bf16x2,f16x2}, cvt e4m3x2 <-> f16x2/f32,
+prmt. Predicated loads return zeros when the predicate is off and touch no memory. Shared-memory
+instructions are marked as having side effects so LLVM keeps them ordered with the CTA barriers.
+"""
+
+from __future__ import annotations
+
+import cutlass.cute as cute
+from cutlass import Boolean, Float32, Int32, Int64, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+_MMA_TYPE = {"bfloat16": "bf16", "float16": "f16"}
+
+
+def _iv(x, cls, loc, ip):
+    return cls(x).ir_value(loc=loc, ip=ip)
+
+
+def _asm(res, ins, text, cons, *, effects=False, loc=None, ip=None):
+    return llvm.inline_asm(res, ins, text, cons, has_side_effects=effects, is_align_stack=False, loc=loc, ip=ip)
+
+
+def _unpack(res, n, cls, ty, loc, ip):
+    return tuple(cls(llvm.extractvalue(ty, res, [i], loc=loc, ip=ip)) for i in range(n))
+
+
+@dsl_user_op
+def _ldg_v4(addr, pred, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $5, 0;\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;\n\tmov.b32 $2, 0;\n\t"
+        "mov.b32 $3, 0;\n\t@p ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];\n\t}",
+        "=r,=r,=r,=r,l,r",
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+
+
+@dsl_user_op
+def _ldg_scalar(addr, pred, kind: str, *, loc=None, ip=None):
+    ty, reg, cls = {"u8": (T.i32(), "r", Uint32), "u16": (T.i32(), "r", Uint32), "f32": (T.f32(), "f", Float32)}[kind]
+    zero = "0f00000000" if kind == "f32" else "0"
+    res = _asm(
+        ty,
+        [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
+        f"{{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b32 $0, {zero};\n\t@p ld.global.nc.{kind} $0, [$1];\n\t}}",
+        f"={reg},l,r",
+        loc=loc,
+        ip=ip,
+    )
+    return cls(res)
+
+
+@dsl_user_op
+def _stg(addr, value, pred, kind: str, *, loc=None, ip=None):
+    reg, cls = {"u16": ("r", Uint32), "u32": ("r", Uint32), "f32": ("f", Float32)}[kind]
+    _asm(
+        None,
+        [_iv(addr, Int64, loc, ip), _iv(value, cls, loc, ip), _iv(pred, Int32, loc, ip)],
+        f"{{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t@p st.global.{kind} [$0], $1;\n\t}}",
+        f"l,{reg},r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _sts_v4(saddr, a, b, c, d, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(saddr, Int32, loc, ip)] + [_iv(v, Uint32, loc, ip) for v in (a, b, c, d)],
+        "st.shared.v4.u32 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _lds_v4(saddr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [_iv(saddr, Int32, loc, ip)],
+        "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+
+
+@dsl_user_op
+def _sts_f32(saddr, value, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(saddr, Int32, loc, ip), _iv(value, Float32, loc, ip)],
+        "st.shared.f32 [$0], $1;",
+        "r,f",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _lds_f32(saddr, *, loc=None, ip=None):
+    res = _asm(T.f32(), [_iv(saddr, Int32, loc, ip)], "ld.shared.f32 $0, [$1];", "=f,r", effects=True, loc=loc, ip=ip)
+    return Float32(res)
+
+
+@dsl_user_op
+def _ldmatrix_x4(saddr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [_iv(saddr, Int32, loc, ip)],
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+
+
+@dsl_user_op
+def _mma(dtype: str, a, b, c, *, loc=None, ip=None):
+    t = _MMA_TYPE[dtype]
+    ins = [_iv(x, Uint32, loc, ip) for x in (*a, *b)] + [_iv(x, Float32, loc, ip) for x in c]
+    res = _asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        ins,
+        f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, "
+        "{$10, $11, $12, $13};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Float32, T.f32(), loc, ip)
+
+
+@dsl_user_op
+def _u32_op(text: str, *args, loc=None, ip=None):
+    cons = "=r," + ",".join("r" for _ in args)
+    return Uint32(_asm(T.i32(), [_iv(a, Uint32, loc, ip) for a in args], text, cons, loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _f32_pair_from_u32(u, kind: str, *, loc=None, ip=None):
+    if kind == "f16":
+        text = "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\tcvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}"
+    else:  # bf16: the 16 bits are the top of an fp32
+        text = "{\n\t.reg .b32 t;\n\tshl.b32 t, $2, 16;\n\tmov.b32 $0, t;\n\tand.b32 t, $2, 0xffff0000;\n\tmov.b32 $1, t;\n\t}"
+    res = _asm(llvm.StructType.get_literal([T.f32()] * 2), [_iv(u, Uint32, loc, ip)], text, "=f,=f,r", loc=loc, ip=ip)
+    return _unpack(res, 2, Float32, T.f32(), loc, ip)
+
+
+@dsl_user_op
+def _f32_pair_to_u32(lo, hi, kind: str, *, loc=None, ip=None):
+    # cvt.rn.{bf16x2,f16x2}.f32 d, a, b puts a in the upper half and b in the lower half.
+    text = f"cvt.rn.{kind}x2.f32 $0, $2, $1;"
+    return Uint32(_asm(T.i32(), [_iv(lo, Float32, loc, ip), _iv(hi, Float32, loc, ip)], text, "=r,f,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _f32_pair_to_e4m3x2(lo, hi, *, loc=None, ip=None):
+    text = "{\n\t.reg .b16 t;\n\tcvt.rn.satfinite.e4m3x2.f32 t, $2, $1;\n\tcvt.u32.u16 $0, t;\n\t}"
+    return Uint32(_asm(T.i32(), [_iv(lo, Float32, loc, ip), _iv(hi, Float32, loc, ip)], text, "=r,f,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _f32_binop(text: str, a, b, *, loc=None, ip=None):
+    return Float32(_asm(T.f32(), [_iv(a, Float32, loc, ip), _iv(b, Float32, loc, ip)], text, "=f,f,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _i32_binop(text: str, a, b, *, loc=None, ip=None):
+    return Int32(_asm(T.i32(), [_iv(a, Int32, loc, ip), _iv(b, Int32, loc, ip)], text, "=r,r,r", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _bits_f32(u, *, loc=None, ip=None):
+    return Float32(llvm.bitcast(T.f32(), _iv(u, Uint32, loc, ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _f32_bits(x, *, loc=None, ip=None):
+    return Uint32(llvm.bitcast(T.i32(), _iv(x, Float32, loc, ip), loc=loc, ip=ip))
+
+
+class DeviceOps:
+    """The PTX backend of the kernels' `ops` interface (the emulator mirrors every method)."""
+
+    # conversions of index and register values
+    u32 = staticmethod(lambda x: Uint32(x))
+    i32 = staticmethod(lambda x: Int32(x))
+    i64 = staticmethod(lambda x: Int64(x))
+    f32 = staticmethod(lambda x: Float32(x))
+    boolean = staticmethod(lambda x: Boolean(x))
+
+    @staticmethod
+    def f32_zero():
+        return Float32(0.0)
+
+    # global memory (read-only inputs: the non-coherent path)
+    ldg_v4 = staticmethod(_ldg_v4)
+
+    @staticmethod
+    def ldg_u8(addr, pred):
+        return _ldg_scalar(addr, pred, "u8")
+
+    @staticmethod
+    def ldg_u16(addr, pred):
+        return _ldg_scalar(addr, pred, "u16")
+
+    @staticmethod
+    def ldg_f32(addr, pred):
+        return _ldg_scalar(addr, pred, "f32")
+
+    @staticmethod
+    def stg_u16(addr, value, pred):
+        _stg(addr, value, pred, "u16")
+
+    @staticmethod
+    def stg_u32(addr, value, pred):
+        _stg(addr, value, pred, "u32")
+
+    @staticmethod
+    def stg_f32(addr, value, pred):
+        _stg(addr, value, pred, "f32")
+
+    # shared memory
+    sts_v4 = staticmethod(_sts_v4)
+    lds_v4 = staticmethod(_lds_v4)
+    sts_f32 = staticmethod(_sts_f32)
+    lds_f32 = staticmethod(_lds_f32)
+    ldmatrix_x4 = staticmethod(_ldmatrix_x4)
+
+    # tensor cores: (a0..a3), (b0, b1), (c0..c3) -> (d0..d3); fragments as in the PTX ISA
+    mma = staticmethod(_mma)
+
+    # bit and packed-float work
+    @staticmethod
+    def prmt(a, b, selector: int):
+        return _u32_op(f"prmt.b32 $0, $1, $2, {selector:#x};", a, b)
+
+    @staticmethod
+    def hmul2(dtype: str, a, b):
+        """Packed multiply, exact when the product is representable: fma(a, b, -0) keeps -0 too."""
+        t = _MMA_TYPE[dtype]
+        text = f"{{\n\t.reg .b32 z;\n\tmov.b32 z, 0x80008000;\n\tfma.rn.{t}x2 $0, $1, $2, z;\n\t}}"
+        return _u32_op(text, a, b)
+
+    @staticmethod
+    def e4m3x2_to_f16x2(u):
+        """Bytes 0-1 of u (two E4M3) -> f16x2 (byte 0 in the low half), exact."""
+        text = "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $1;\n\tcvt.rn.f16x2.e4m3x2 $0, lo;\n\t}"
+        return _u32_op(text, u)
+
+    @staticmethod
+    def half2_to_f32(kind: str, u):
+        """(lo, hi) fp32 of a bf16x2 / f16x2 register; kind "bfloat16" or "float16"."""
+        return _f32_pair_from_u32(u, _MMA_TYPE[kind])
+
+    @staticmethod
+    def f32_to_half2(kind: str, lo, hi):
+        """Round two fp32 to a bf16x2 / f16x2 register (lo in the low half)."""
+        return _f32_pair_to_u32(lo, hi, _MMA_TYPE[kind])
+
+    f32_to_e4m3x2 = staticmethod(_f32_pair_to_e4m3x2)
+    bits_f32 = staticmethod(_bits_f32)
+    f32_bits = staticmethod(_f32_bits)
+
+    @staticmethod
+    def div_rn(a, b):
+        """IEEE fp32 division (never the approximate one fast-math would emit)."""
+        return _f32_binop("div.rn.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def fmax(a, b):
+        return _f32_binop("max.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def imin(a, b):
+        return _i32_binop("min.s32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def imax(a, b):
+        return _i32_binop("max.s32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def shfl_xor(x, mask: int):
+        return cute.arch.shuffle_sync_bfly(x, offset=mask)
+
+    @staticmethod
+    def barrier():
+        cute.arch.sync_threads()
+
+
+DEVICE = DeviceOps()
+
+__all__ = ["DEVICE", "DeviceOps"]

@@ -1,0 +1,64 @@
+"""b12x.gemm.blockscaled: block-scaled GEMM (NVFP4, MXFP4, MXFP8, block-FP8, tensor-FP8) and W4A16/W8A16.
+
+    mm(lhs, rhs, out=None, *, plan=None, expected_m=None, ab_dtype=, sf_dtype=, c_dtype=, sf_vec_size=, alpha=)
+    mm_nvfp4(...), mm_mxfp4(...), mm_block_fp8(...)       recipe shorthands
+    w4a16(source, weight, block_scale, global_scale, ...)  bf16/fp16 activations x FP4/FP8 weights
+    pack_weight(weight, scale=None, *, recipe=, global_scale=, global_scale_kind=) -> Weight
+    plan(query, *, invocation=None, override=None); prewarm(weight, token_counts, ...)
+    is_supported(device=None)
+
+C = alpha * deq(A) @ deq(B)^T (reference.py). Kernels: warp mma.sync on dequantized bf16/fp16 tiles,
+a decode kernel for M <= 16 and a tiled kernel above, both for sm_90a and sm_120a, every recipe.
+"""
+
+from ..._lib.lazy import lazy_attributes
+from ..._lib.meta import OpMeta
+from ..._lib.support import support_functions
+
+META = OpMeta(
+    name="blockscaled",
+    group="gemm",
+    api_style="oneshot",
+    entry_points=(
+        "mm",
+        "mm_nvfp4",
+        "mm_mxfp4",
+        "mm_block_fp8",
+        "w4a16",
+        "pack_weight",
+        "plan",
+        "prewarm",
+        "is_supported",
+    ),
+    archs=("sm_90a", "sm_120a"),
+    dtypes=("bfloat16", "float16", "nvfp4", "mxfp4", "mxfp8", "fp8_block", "fp8_tensor"),
+    requires=("torch", "cutlass-dsl", "tvm-ffi", "cuda"),
+    notes=(
+        "CuTe DSL kernels (warp mma.sync on exactly dequantized bf16/fp16 tiles) for every recipe and "
+        "the weight-only forms: decode kernel for M <= 16, tiled kernel above; K % 128 == 0, N % 16 == 0. "
+        "The SM120 block-scaled MMA path is not implemented (sm_120a runs the portable kernels). "
+        "CPU tensors run the reference."
+    ),
+)
+
+is_supported, why_unsupported = support_functions(META)
+
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        "mm": ".api",
+        "mm_nvfp4": ".api",
+        "mm_mxfp4": ".api",
+        "mm_block_fp8": ".api",
+        "w4a16": ".api",
+        "plan": ".api",
+        "prewarm": ".api",
+        "clear_caches": ".api",
+        "GemmQuery": ".api",
+        "pack_weight": ".._shared.weight",
+        "Weight": ".._shared.weight",
+    },
+    globals(),
+)
+
+__all__ = [*META.entry_points, "META"]

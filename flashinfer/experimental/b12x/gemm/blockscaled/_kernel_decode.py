@@ -1,0 +1,328 @@
+"""Decode GEMM (M <= 16): C[M, N] = scale * A[M, K] B[N, K]^T with B quantized, on warp mma.sync.
+
+The weight is the MMA's M side (swap AB): each warp computes `tiles` x 16 weight rows against up to 16
+tokens (the MMA's N side, 8 per n-tile; tokens >= M are zero and never loaded), so at M = 1 the
+tensor cores idle and the kernel streams the weight bytes, which are everything there.
+
+Work split (split-K inside the CTA, no workspace): a CTA owns BN = 16 * tiles rows; its `warps`
+warps take the K chunks (128 values each) c = w, w + warps, ... and reduce their fp32 partial sums
+through shared memory at the end, so N = 4096 gives 128 CTAs of BN = 32 rows (132 SMs on the H200).
+
+Per chunk, lane (g, t) = (lane / 4, lane % 4) loads with 16-byte accesses one SPAN (32 consecutive
+K values at 32 t) of weight rows g and g + 8 of each 16-row tile, their scales, and the same span of
+token g (and g + 8): weight bytes per warp and chunk are 64 contiguous bytes per row (fp4) or 128
+(fp8). `dequant.span_group` turns each group of 8 values into four half2 registers in the weight
+family's K order; MMA step (j, h) feeds registers 2h and 2h + 1 of group j as the A fragment's k
+columns (2t, 2t+1) and (2t+8, 2t+9) and the activations' registers the same way, so each logical
+k of the MMA is one physical k, identical for both operands, and every physical k is used once.
+
+Bytes: N * K * bits / 8 of weight plus its scales (N * K / 16 E4M3 bytes for NVFP4, / 32 for MX),
+M * K activation bytes per CTA (from L2), M * N outputs. FLOPs: 2 * M * N * K (16 * N * K issued).
+Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent up to 8 * ntiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+from ..._lib.compile import cute_compile, kernel
+from .._shared import addressing as AD
+from .._shared import dequant as DQ
+from .._shared.formats import FORMAT, OUT_DTYPES, compute_dtype, epilogue_exponent, k_family, pair_ok
+from .._shared.ptx import DEVICE
+
+CHUNK = 128  # K values per chunk: 4 lanes x one 32-value span
+_SOURCES = tuple(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx"))
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """warps: split K inside the CTA; tiles: 16-row weight tiles per warp (BN = 16 * tiles);
+    ntiles: 8-token MMA tiles (M <= 8 * ntiles); unroll: chunks the K loop unrolls (loads of the
+    next chunk issue before this one's math)."""
+
+    warps: int = 8
+    tiles: int = 2
+    ntiles: int = 1
+    unroll: int = 2
+
+    @property
+    def rows(self) -> int:
+        return 16 * self.tiles
+
+    @property
+    def max_m(self) -> int:
+        return 8 * self.ntiles
+
+
+def default_config(max_m: int) -> DecodeConfig:
+    """The heuristic. 8 warps x 32 rows: one CTA per SM at N = 4096 with 8 chunks in flight per SM.
+    Not yet tuned on the H200 (candidate_configs lists what the benchmark sweeps)."""
+    ntiles = 1 if max_m <= 8 else 2
+    return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
+
+
+def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
+    ntiles = 1 if max_m <= 8 else 2
+    out = []
+    for warps in (4, 8, 16):
+        for tiles in (1, 2, 4):
+            for unroll in (1, 2):
+                out.append(DecodeConfig(warps, tiles, ntiles, unroll))
+    return tuple(out)
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str | None:
+    """None when the kernel implements this combination, else the reason."""
+    if not pair_ok(a_fmt, b_fmt):
+        return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
+    if out_dtype not in OUT_DTYPES:
+        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in (1, 2):
+        return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2)"
+    if config.unroll not in (1, 2, 4):
+        return f"unroll must be 1, 2 or 4, got {config.unroll}"
+    if (8 * config.ntiles * config.rows) % 32:
+        return "the reduction needs tokens x rows to be a multiple of 32"
+    return None
+
+
+def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> bool:
+    return why_not(a_fmt, b_fmt, out_dtype, config) is None
+
+
+# ---- per-thread logic (backend-agnostic: runs on the device and in the CPU emulator) -------------
+@dataclass
+class Runtime:
+    """Run-time values of one launch (DSL integers on the device, numpy in the emulator)."""
+
+    a_base: object
+    sfa_base: object
+    b_base: object
+    sfb_base: object
+    c_base: object
+    s0_base: object
+    s1_base: object
+    s2_base: object
+    m: object
+    n: object
+    k: object
+    alpha: object
+
+
+class DecodeLogic:
+    """Static facts of one compiled variant and the straight-line pieces of its kernel."""
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> None:
+        self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
+        self.compute = compute_dtype(a_fmt)
+        self.family = k_family(a_fmt, b_fmt)
+        self.exp = epilogue_exponent(a_fmt, b_fmt)
+        self.ntok = config.max_m
+        self.bn = config.rows
+        self.red_floats = config.warps * self.ntok * self.bn
+
+    def zero_acc(self, ops):
+        return [ops.f32_zero() for _ in range(self.cfg.tiles * self.cfg.ntiles * 4)]
+
+    def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
+        """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
+        g, t = lane >> 2, lane & 3
+        k0 = c * CHUNK + t * 32
+        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
+        lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
+        block_scale = None
+        if self.b_fmt == "fp8_block":  # one weight block scale per CTA and chunk (BN divides 128)
+            sw_addr = rt.sfb_base + (ops.i64(n0 >> 7) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
+            block_scale = ops.ldg_f32(sw_addr, ops.boolean(True))
+        wspans = []  # [tile][half] -> (words, factors)
+        for tt in range(self.cfg.tiles):
+            halves = []
+            for h in range(2):
+                row = n0 + 16 * tt + 8 * h + g
+                ok = row < rt.n
+                words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
+                sc = AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+                halves.append((words, DQ.span_factors(ops, self.b_fmt, self.compute, sc)))
+            wspans.append(halves)
+        aspans = []
+        for nt in range(self.cfg.ntiles):
+            tok = 8 * nt + g
+            ok = tok < rt.m
+            words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, tok, k0, ok)
+            sc = AD.load_span_scale(ops, self.a_fmt, rt.sfa_base, tok, k0, rt.k, ok)
+            if self.b_fmt == "fp8_block":
+                if self.a_fmt == "fp8_block":
+                    sa_addr = rt.sfa_base + (ops.i64(tok) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
+                    sc = ops.ldg_f32(sa_addr, ok) * block_scale
+                else:
+                    sc = block_scale
+            aspans.append((words, DQ.span_factors(ops, self.a_fmt, self.compute, sc)))
+        acc = list(acc)
+        for j in range(4):
+            wg = [
+                [DQ.span_group(ops, self.b_fmt, self.family, self.compute, w, f, j) for (w, f) in halves]
+                for halves in wspans
+            ]
+            ag = [DQ.span_group(ops, self.a_fmt, self.family, self.compute, w, f, j) for (w, f) in aspans]
+            for h in range(2):
+                for tt in range(self.cfg.tiles):
+                    lo, hi = wg[tt]
+                    a_frag = (lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1])
+                    for nt in range(self.cfg.ntiles):
+                        b_frag = (ag[nt][2 * h], ag[nt][2 * h + 1])
+                        i = (tt * self.cfg.ntiles + nt) * 4
+                        acc[i : i + 4] = ops.mma(self.compute, a_frag, b_frag, acc[i : i + 4])
+        return acc
+
+    def _red_addr(self, red_base, w, tok, nl):
+        return red_base + ((w * self.ntok + tok) * self.bn + nl) * 4
+
+    def reduce_stage(self, ops, red_base, warp, lane, acc):
+        """Each warp parks its partial sums in shared memory as [warp][token][row]."""
+        g, t = lane >> 2, lane & 3
+        for tt in range(self.cfg.tiles):
+            for nt in range(self.cfg.ntiles):
+                for i in range(4):
+                    nl = 16 * tt + g + 8 * (i >> 1)
+                    tok = 8 * nt + 2 * t + (i & 1)
+                    ops.sts_f32(self._red_addr(red_base, warp, tok, nl), acc[(tt * self.cfg.ntiles + nt) * 4 + i])
+
+    def finish(self, ops, rt: Runtime, red_base, tid, n0):
+        """Sum the warps' partials, scale, round and store rows [n0, n0 + BN) of tokens < M."""
+        true = ops.boolean(True)
+        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        scale = scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+        threads = self.cfg.warps * 32
+        total = self.ntok * self.bn
+        log_bn = self.bn.bit_length() - 1
+        for r in range((total + threads - 1) // threads):
+            o = tid + r * threads
+            live = o < total
+            tok, nl = o >> log_bn, o & (self.bn - 1)
+            s = ops.f32_zero()
+            for w in range(self.cfg.warps):
+                # o >= total only when `total` is not a multiple of the block: clamp the address
+                idx = ops.imin(o, total - 1)
+                s = s + ops.lds_f32(self._red_addr(red_base, w, idx >> log_bn, idx & (self.bn - 1)))
+            s = s * scale
+            n = n0 + nl
+            ok = live & (tok < rt.m) & (n < rt.n)
+            self.store(ops, rt, tok, n, s, ok)
+
+    def store(self, ops, rt, m, n, value, ok):
+        elem = ops.i64(m) * ops.i64(rt.n) + ops.i64(n)
+        if self.out_dtype == "float32":
+            ops.stg_f32(rt.c_base + elem * 4, value, ok)
+        else:
+            ops.stg_u16(rt.c_base + elem * 2, ops.f32_to_half2(self.out_dtype, value, value), ok)
+
+
+# ---- the CuTe kernel ----------------------------------------------------------------------------
+_CUTE = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
+
+
+class DecodeGemm:
+    def __init__(self, logic: DecodeLogic) -> None:
+        self.logic = logic
+        self.threads = logic.cfg.warps * 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+        stream: cuda.CUstream,
+    ):
+        grid_n = (mB.shape[0] + self.logic.bn - 1) // self.logic.bn
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
+            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+    ):
+        ops = DEVICE
+        L = self.logic
+        tid, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp, lane = tid >> 5, tid & 31
+        n0 = bidx * L.bn
+        k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
+        rt = Runtime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint(),
+            mSFB.iterator.toint(),
+            mC.iterator.toint(),
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            mC.shape[1],
+            k,
+            alpha,
+        )
+        smem = cutlass.memory.SmemAllocator()
+        red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
+        red_base = red.iterator.toint()
+
+        acc = L.zero_acc(ops)
+        for c in cutlass.range(warp, k // CHUNK, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+            acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        L.reduce_stage(ops, red_base, warp, lane, acc)
+        ops.barrier()
+        L.finish(ops, rt, red_base, tid, n0)
+
+
+def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
+    """Fake tensors of the launch contract: A [M, KA], SFA [SA], B [N, KB], SFB [SB], C [M, N] (M, N,
+    K symbolic), S0, S1, S2 fp32 [1]; bytes travel as uint8, fp32 scales as float32."""
+    m, n = cute.sym_int(), cute.sym_int()
+    a_dt = _CUTE[a_fmt] if FORMAT[a_fmt].family == "raw16" else cutlass.Uint8
+    a = make_fake_compact_tensor(a_dt, (m, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
+    b = make_fake_compact_tensor(cutlass.Uint8, (n, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
+
+    def sf(fmt):
+        dt = cutlass.Float32 if FORMAT[fmt].scale in ("fp32_block", "fp32_scalar") else cutlass.Uint8
+        return make_fake_compact_tensor(dt, (cute.sym_int(),), assumed_align=4 if dt is cutlass.Float32 else 2)
+
+    c = make_fake_compact_tensor(_CUTE[out_dtype], (m, n), stride_order=(1, 0), assumed_align=16)
+    s0 = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4)
+    s1 = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4)
+    s2 = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4)
+    return a, sf(a_fmt), b, sf(b_fmt), c, s0, s1, s2
+
+
+@kernel("gemm.blockscaled.decode", sources=_SOURCES)
+def compile_decode(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig, arch: str):
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)` on torch's current stream."""
+    reason = why_not(a_fmt, b_fmt, out_dtype, config)
+    if reason is not None:
+        raise ValueError(f"gemm.blockscaled decode kernel: {reason}")
+    logic = DecodeLogic(a_fmt, b_fmt, out_dtype, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(DecodeGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)

@@ -1,0 +1,296 @@
+"""Tiled GEMM (M > 16): C = scale * A B^T with both operands dequantized to bf16/f16 tiles in shared memory.
+
+Per CTA tile (bm x bn) and K-tile of BK = 64 values, every thread loads one or two SPANS (32 K values
+of one row, `dequant.py`) of A and of B with 16-byte global loads into registers, one K-tile ahead of
+the math; the math is ldmatrix.x4 + mma.sync m16n8k16 (fp32 accumulators) from a double-buffered
+16-bit shared tile; after it, the prefetched spans are dequantized (exact for NVFP4, MXFP4, MXFP8 and
+raw FP8; block-FP8 folds sa * sw into the activation with one bf16 rounding) and stored into the
+other buffer; one barrier per K-tile. Both operands are stored in the weight family's K order
+(`dequant.K_ORDER`, a permutation inside each group of 8), so every dot product is unchanged.
+
+Shared layout: per buffer, A rows then B rows, 128 bytes (64 values) each, 16-byte chunk c of row r
+at chunk c ^ (r % 8): the eight rows one ldmatrix phase reads fall in distinct banks.
+
+Each quantized element is dequantized once per CTA (not once per warp): ~2.5 integer/half2 ops per
+element against 2 * bm * bn / (bm + bn) MACs, so the tensor cores stay the bottleneck at 128 x 128.
+Bytes: the operands once per CTA row/column of the grid (L2 serves the re-reads); FLOPs 2 M N K.
+Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent (rows past M load zeros).
+No cp.async or TMA: the register prefetch is what lets the dequantization sit between load and store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+
+from ..._lib.compile import cute_compile, kernel
+from .._shared import addressing as AD
+from .._shared import dequant as DQ
+from .._shared.formats import FORMAT, OUT_DTYPES, compute_dtype, epilogue_exponent, k_family, pair_ok
+from .._shared.ptx import DEVICE
+from ._kernel_decode import _SOURCES, fake_args
+from ._kernel_decode import Runtime as _DecodeRuntime
+
+BK = 64
+ROW_BYTES = BK * 2  # one 16-bit row of a K-tile in shared memory
+Runtime = _DecodeRuntime
+
+
+@dataclass(frozen=True)
+class TiledConfig:
+    """bm x bn CTA tile; warps_m x warps_n warps, each owning (bm / warps_m) x (bn / warps_n)."""
+
+    bm: int = 128
+    bn: int = 128
+    warps_m: int = 2
+    warps_n: int = 4
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+
+def default_config(max_m: int) -> TiledConfig:
+    """128 x 128 with 8 warps (64 x 32 warp tiles) for large M; 64 x 128 with 4 warps up to M = 256.
+    Not yet tuned on the H200."""
+    if max_m <= 256:
+        return TiledConfig(64, 128, 2, 2)
+    return TiledConfig(128, 128, 2, 4)
+
+
+def candidate_configs(max_m: int) -> tuple[TiledConfig, ...]:
+    return (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(128, 64, 4, 2))
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str | None:
+    if not pair_ok(a_fmt, b_fmt):
+        return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
+    if out_dtype not in OUT_DTYPES:
+        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    c = config
+    if c.bm % (16 * c.warps_m) or c.bn % (16 * c.warps_n):
+        return f"{c}: warp tiles must be multiples of 16 x 16"
+    if (2 * c.bm) % c.threads or (2 * c.bn) % c.threads:
+        return f"{c}: every thread must own the same number of A and B spans (2 per tile row)"
+    if b_fmt == "fp8_block" and (c.bn > 128 or 128 % c.bn):
+        return f"{c}: block-FP8 needs bn to divide 128 (one weight block scale per CTA and K-tile)"
+    if 2 * (c.bm + c.bn) * ROW_BYTES > 99 * 1024:
+        return f"{c}: needs more than the 99 KB of shared memory an SM120 block gets"
+    return None
+
+
+def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> bool:
+    return why_not(a_fmt, b_fmt, out_dtype, config) is None
+
+
+class TiledLogic:
+    """Static facts of one variant and the straight-line pieces of its kernel (emulated in tests)."""
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> None:
+        self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
+        self.compute = compute_dtype(a_fmt)
+        self.family = k_family(a_fmt, b_fmt)
+        self.exp = epilogue_exponent(a_fmt, b_fmt)
+        self.threads = config.threads
+        self.stage_bytes = (config.bm + config.bn) * ROW_BYTES
+        self.smem_bytes = 2 * self.stage_bytes
+        self.wtm = config.bm // config.warps_m
+        self.wtn = config.bn // config.warps_n
+        self.a_spans = 2 * config.bm // self.threads  # spans per thread
+        self.b_spans = 2 * config.bn // self.threads
+
+    def zero_acc(self, ops):
+        return [ops.f32_zero() for _ in range((self.wtm // 16) * (self.wtn // 8) * 4)]
+
+    # -- global -> registers ----------------------------------------------------------------------
+    def load(self, ops, rt: Runtime, tid, m0, n0, kc):
+        """Raw words and scale data of this thread's spans of K-tile kc: [(words, scale)] A then B."""
+        out = []
+        k_tile = kc * BK
+        kb = k_tile >> 7  # block-FP8 block of this K-tile
+        block_scale = None
+        if self.b_fmt == "fp8_block":
+            addr = rt.sfb_base + (ops.i64(n0 >> 7) * ops.i64(rt.k >> 7) + ops.i64(kb)) * 4
+            block_scale = ops.ldg_f32(addr, ops.boolean(True))
+        for side, fmt, count, r0, limit in (
+            ("a", self.a_fmt, self.a_spans, m0, rt.m),
+            ("b", self.b_fmt, self.b_spans, n0, rt.n),
+        ):
+            base, sf_base = (rt.a_base, rt.sfa_base) if side == "a" else (rt.b_base, rt.sfb_base)
+            ld = ops.i64(AD.row_bytes(fmt, rt.k))
+            for i in range(count):
+                s = tid + i * self.threads
+                row = r0 + (s >> 1)
+                k0 = k_tile + (s & 1) * 32
+                ok = row < limit
+                words = AD.load_span(ops, fmt, base, ld, row, k0, ok)
+                sc = AD.load_span_scale(ops, fmt, sf_base, row, k0, rt.k, ok)
+                if side == "a" and self.b_fmt == "fp8_block":
+                    if fmt == "fp8_block":
+                        sa_addr = rt.sfa_base + (ops.i64(row) * ops.i64(rt.k >> 7) + ops.i64(kb)) * 4
+                        sc = ops.ldg_f32(sa_addr, ok) * block_scale
+                    else:
+                        sc = block_scale
+                out.append((words, sc))
+        return out
+
+    # -- registers -> shared (dequantized) ------------------------------------------------------
+    def _row_addr(self, smem_base, buf, row_local, chunk):
+        """Shared address of 16-byte chunk `chunk` of tile row `row_local` (A rows, then B rows)."""
+        return smem_base + buf * self.stage_bytes + row_local * ROW_BYTES + ((chunk ^ (row_local & 7)) << 4)
+
+    def store_tile(self, ops, rt: Runtime, tid, regs, buf, smem_base=0):
+        i = 0
+        for side, fmt, count, row_off in (
+            ("a", self.a_fmt, self.a_spans, 0),
+            ("b", self.b_fmt, self.b_spans, self.cfg.bm),
+        ):
+            for c in range(count):
+                words, sc = regs[i]
+                i += 1
+                s = tid + c * self.threads
+                row_local = row_off + (s >> 1)
+                factors = DQ.span_factors(ops, fmt, self.compute, sc)
+                for j in range(4):
+                    g = DQ.span_group(ops, fmt, self.family, self.compute, words, factors, j)
+                    ops.sts_v4(self._row_addr(smem_base, buf, row_local, (s & 1) * 4 + j), *g)
+
+    # -- shared -> tensor cores -----------------------------------------------------------------
+    def mma_tile(self, ops, tid, buf, acc, smem_base=0):
+        warp, lane = tid >> 5, tid & 31
+        wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
+        i, r = lane >> 3, lane & 7
+        n_mt, n_nt = self.wtm // 16, self.wtn // 8
+        acc = list(acc)
+        for ks in range(BK // 16):
+            a_frags = []
+            for mt in range(n_mt):
+                row = wm * self.wtm + 16 * mt + (i & 1) * 8 + r
+                a_frags.append(ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i >> 1))))
+            b_frags = []
+            for p in range(n_nt // 2):
+                row = self.cfg.bm + wn * self.wtn + 16 * p + (i >> 1) * 8 + r
+                q = ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i & 1)))
+                b_frags += [(q[0], q[1]), (q[2], q[3])]
+            for mt in range(n_mt):
+                for nt in range(n_nt):
+                    idx = (mt * n_nt + nt) * 4
+                    acc[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], acc[idx : idx + 4])
+        return acc
+
+    # -- epilogue -------------------------------------------------------------------------------
+    def epilogue(self, ops, rt: Runtime, tid, m0, n0, acc):
+        warp, lane = tid >> 5, tid & 31
+        wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
+        g, t = lane >> 2, lane & 3
+        true = ops.boolean(True)
+        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        scale = scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+        n_mt, n_nt = self.wtm // 16, self.wtn // 8
+        for mt in range(n_mt):
+            for nt in range(n_nt):
+                idx = (mt * n_nt + nt) * 4
+                col = n0 + wn * self.wtn + 8 * nt + 2 * t
+                for h in range(2):
+                    row = m0 + wm * self.wtm + 16 * mt + 8 * h + g
+                    ok = (row < rt.m) & (col < rt.n)
+                    v0, v1 = acc[idx + 2 * h] * scale, acc[idx + 2 * h + 1] * scale
+                    elem = ops.i64(row) * ops.i64(rt.n) + ops.i64(col)
+                    if self.out_dtype == "float32":
+                        ops.stg_f32(rt.c_base + elem * 4, v0, ok)
+                        ops.stg_f32(rt.c_base + elem * 4 + 4, v1, ok)
+                    else:
+                        ops.stg_u32(rt.c_base + elem * 2, ops.f32_to_half2(self.out_dtype, v0, v1), ok)
+
+
+class TiledGemm:
+    def __init__(self, logic: TiledLogic) -> None:
+        self.logic = logic
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+        stream: cuda.CUstream,
+    ):
+        cfg = self.logic.cfg
+        grid_n = (mB.shape[0] + cfg.bn - 1) // cfg.bn
+        grid_m = (mC.shape[0] + cfg.bm - 1) // cfg.bm
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
+            grid=[grid_n, grid_m, 1], block=[self.logic.threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+    ):
+        tid, _, _ = cute.arch.thread_idx()
+        bx, by, _ = cute.arch.block_idx()
+        m0 = by * self.logic.cfg.bm
+        n0 = bx * self.logic.cfg.bn
+        k = mB.shape[1] * 8 // FORMAT[self.logic.b_fmt].value_bits
+        rt = Runtime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint(),
+            mSFB.iterator.toint(),
+            mC.iterator.toint(),
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            mC.shape[1],
+            k,
+            alpha,
+        )
+        smem = cutlass.memory.SmemAllocator()
+        tiles = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
+        sbase = tiles.iterator.toint()
+        chunks = k // BK
+
+        regs = self.logic.load(DEVICE, rt, tid, m0, n0, 0)
+        self.logic.store_tile(DEVICE, rt, tid, regs, 0, sbase)
+        DEVICE.barrier()
+        acc = self.logic.zero_acc(DEVICE)
+        for kc in cutlass.range(chunks):
+            # The last iteration reloads its own tile into the idle buffer: no branch in the loop.
+            nxt = DEVICE.imin(kc + 1, chunks - 1)
+            regs = self.logic.load(DEVICE, rt, tid, m0, n0, nxt)
+            acc = self.logic.mma_tile(DEVICE, tid, kc & 1, acc, sbase)
+            self.logic.store_tile(DEVICE, rt, tid, regs, (kc + 1) & 1, sbase)
+            DEVICE.barrier()
+        self.logic.epilogue(DEVICE, rt, tid, m0, n0, acc)
+
+
+@kernel("gemm.blockscaled.tiled", sources=_SOURCES)
+def compile_tiled(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig, arch: str):
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)` on torch's current stream."""
+    reason = why_not(a_fmt, b_fmt, out_dtype, config)
+    if reason is not None:
+        raise ValueError(f"gemm.blockscaled tiled kernel: {reason}")
+    from cutlass.cute.runtime import make_fake_stream
+
+    logic = TiledLogic(a_fmt, b_fmt, out_dtype, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(TiledGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)

@@ -1,0 +1,432 @@
+"""gemm.blockscaled entry points: mm and its recipe shorthands, w4a16, plan, prewarm (kernels elsewhere).
+
+    out = b12x.gemm.blockscaled.mm((a, sfa), (b, sfb), ab_dtype="float4_e2m1fn",
+                                   sf_dtype="float8_e4m3fn", sf_vec_size=16, alpha=alpha)
+    w = b12x.gemm.blockscaled.pack_weight(weight, weight_scale, global_scale=ws2,
+                                          global_scale_kind="dequant")    # once, at load time
+    y = b12x.gemm.blockscaled.mm(x_bf16, w)                              # weight-only (W4A16 / W8A16)
+    b12x.gemm.blockscaled.prewarm(w, token_counts=[1, 8, 16, 4096]); b12x.freeze_kernel_resolution("serving")
+
+C = alpha * deq(A) @ deq(B)^T in fp32 (reference.py), one rounding to bf16/fp16/fp32. CPU tensors run
+the reference. On CUDA the live M picks a bucket (`_shared/launch.py`): M <= 16 the decode kernel,
+larger M the tiled kernel; only the bucket is a compile key, so a new M inside a warmed bucket never
+compiles. Every launch reads scalars on the device (alpha may be a tensor): CUDA-graph safe once the
+variant is resolved (prewarm or a prepared plan).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from ..._lib.arch import target_arch
+from ..._lib.quant import UE8M0_ONE_BYTE, swizzled_size
+from ...preparation.plan import Plan, PlanState
+from .._shared import launch as L
+from .._shared.formats import FORMAT, FORMATS, OUT_DTYPES, check_shape, dtype_key, pair_ok
+from .._shared.operands import TORCH_OUT, Problem, check_device_operands, describe, resolve
+from .._shared.weight import Weight, pack_weight
+from . import reference
+
+OP = "gemm.blockscaled"
+MAX_M = 1 << 30
+
+__all__ = [
+    "GemmQuery",
+    "Weight",
+    "mm",
+    "mm_block_fp8",
+    "mm_mxfp4",
+    "mm_nvfp4",
+    "pack_weight",
+    "plan",
+    "prewarm",
+    "w4a16",
+]
+
+
+# ---- plans --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemmQuery:
+    """Static facts of a GEMM: A and B formats (formats.py), N, K, output dtype, the capacity of M and
+    the live M values to prepare (their buckets; empty: every bucket up to max_m)."""
+
+    a_format: str
+    b_format: str
+    n: int
+    k: int
+    out_dtype: str = "bfloat16"
+    max_m: int = MAX_M
+    m_values: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dtype", dtype_key(self.out_dtype))
+        object.__setattr__(self, "m_values", tuple(int(m) for m in self.m_values))
+        if self.a_format not in FORMATS or self.b_format not in FORMATS or not pair_ok(self.a_format, self.b_format):
+            raise ValueError(f"query formats {self.a_format} x {self.b_format} are not a supported pair")
+        if self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"query.out_dtype must be one of {OUT_DTYPES}, got {self.out_dtype!r}")
+        if not isinstance(self.max_m, int) or self.max_m < 1:
+            raise ValueError(f"query.max_m must be an int >= 1, got {self.max_m!r}")
+        if any(m < 1 or m > self.max_m for m in self.m_values):
+            raise ValueError(f"query.m_values must lie in [1, max_m={self.max_m}], got {self.m_values}")
+        check_shape(OP, self.n, self.k)
+
+    @property
+    def buckets(self) -> tuple[str, ...]:
+        if self.m_values:
+            wanted = {L.bucket_for(m) for m in self.m_values}
+            return tuple(b for b in L.BUCKETS if b in wanted)
+        out = []
+        for b in L.BUCKETS:
+            out.append(b)
+            if self.max_m <= L.BUCKET_MAX_M[b]:
+                break
+        return tuple(out)
+
+
+class GemmPlan(Plan):
+    """caps = GemmQuery; selection = ((bucket, config), ...); override = {bucket: config} as pairs."""
+
+    def heuristic(self, arch):
+        if arch is None:
+            return None
+        chosen = dict(self.override or ())
+        return tuple((b, chosen.get(b, L.default_config(b))) for b in self.caps.buckets)
+
+    def kernels(self, config, arch: str) -> tuple:
+        q = self.caps
+        return tuple(L.kernel_key(q.a_format, q.b_format, q.out_dtype, b, arch, cfg) for b, cfg in config)
+
+    def prime(self, state: PlanState) -> None:
+        if state.arch is None:
+            return
+        q = self.caps
+        launchers = {}
+        for (bucket, _), (fn, args) in zip(state.selection, state.kernels):
+            launchers[bucket] = fn(*args)
+            m = int(min(L.BUCKET_MAX_M[bucket], q.max_m))
+            _run_synthetic(q.a_format, q.b_format, q.n, q.k, min(m, 4096), q.out_dtype, state.device, launchers[bucket])
+        state.extra["launchers"] = launchers
+        torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
+
+
+def plan(query, *, invocation=None, override=None) -> GemmPlan:
+    """A pure, hashable plan. query: a GemmQuery, or a packed Weight (its recipe on both sides).
+
+    invocation: None, or the expected live M (prepares only its bucket when query.m_values is empty).
+    override: {bucket: DecodeConfig | TiledConfig} replacing the heuristic for those buckets.
+    """
+    if isinstance(query, Weight):
+        query = GemmQuery(query.recipe, query.recipe, query.n, query.k)
+    if not isinstance(query, GemmQuery):
+        raise ValueError(f"query must be a GemmQuery or a packed Weight, got {type(query).__name__}")
+    if invocation is not None:
+        if isinstance(invocation, bool) or not isinstance(invocation, int) or not 1 <= invocation <= query.max_m:
+            raise ValueError(f"invocation must be None or the expected M in [1, {query.max_m}], got {invocation!r}")
+        if not query.m_values:
+            query = GemmQuery(**{**query.__dict__, "m_values": (invocation,)})
+    pairs = ()
+    if override is not None:
+        if not isinstance(override, dict):
+            raise ValueError(f"override must be a dict {{bucket: config}}, got {type(override).__name__}")
+        for b, cfg in override.items():
+            if b not in L.BUCKETS:
+                raise ValueError(f"override bucket must be one of {L.BUCKETS}, got {b!r}")
+            reason = L.why_not(query.a_format, query.b_format, query.out_dtype, b, cfg)
+            if reason is not None:
+                raise ValueError(f"override for {b}: {reason}")
+        pairs = tuple(sorted(override.items()))
+    return GemmPlan(op=OP, caps=query, invocation=invocation, override=pairs or None)
+
+
+# ---- one launch ---------------------------------------------------------------------------------
+_ARCH: dict = {}
+
+
+def _arch(device: torch.device) -> str:
+    key = str(device)
+    if key not in _ARCH:
+        _ARCH[key] = target_arch(device)
+    return _ARCH[key]
+
+
+def clear_caches() -> None:
+    _ARCH.clear()
+    L.clear()
+
+
+def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
+    if plan_obj is not None:
+        if not isinstance(plan_obj, GemmPlan):
+            raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan_obj).__name__}")
+        state = plan_obj.state
+        q = plan_obj.caps
+        got = (p.a.fmt, p.b.fmt, p.n, p.k, p.out_dtype)
+        if got != (q.a_format, q.b_format, q.n, q.k, q.out_dtype):
+            raise ValueError(f"the operands {got} do not match the plan's query {q}")
+        if p.m > q.max_m:
+            raise ValueError(f"M = {p.m} is above the plan's capacity max_m={q.max_m}")
+        if state.device != device:
+            raise ValueError(f"the plan was prepared on {state.device}, the operands are on {device}")
+        launchers = state.extra["launchers"]
+        start = L.BUCKETS.index(L.bucket_for(p.m))
+        for b in L.BUCKETS[start:]:  # a larger prepared bucket serves a smaller M without compiling
+            if b in launchers:
+                return launchers[b]
+        raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
+    bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
+    fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device))
+    return fn(*key)
+
+
+def _check_alpha(alpha, device):
+    if isinstance(alpha, torch.Tensor):
+        if alpha.dtype != torch.float32 or alpha.numel() != 1 or alpha.device != device:
+            raise ValueError(
+                f"alpha must be a float or a float32 tensor of 1 element on {device}, got {describe(alpha)}"
+            )
+        return alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not math.isfinite(float(alpha)):
+        raise ValueError(f"alpha must be a finite float or a 1-element float32 tensor, got {alpha!r}")
+    return float(alpha)
+
+
+def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None:
+    device = out.device
+    if device.type != "cuda":
+        for li in range(max(p.batch, 1)):
+            a, sa = p.slice(p.a, li)
+            b, sb = p.slice(p.b, li)
+            scale = alpha if p.a.alpha is None else alpha * p.a.alpha.float().reshape(())
+            scale = scale if p.b.alpha is None else scale * p.b.alpha.float().reshape(())
+            c = reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, p.out_dtype)
+            (out if p.batch == 0 else out[..., li]).copy_(c)
+        return
+    check_device_operands(p, out)
+    launch = _launcher(p, device, plan_obj, expected_m)
+    for li in range(max(p.batch, 1)):
+        a, sa = p.slice(p.a, li)
+        b, sb = p.slice(p.b, li)
+        c = out if p.batch == 0 else out[..., li]
+        args, alpha_f = L.launch_args(p.a.fmt, a, sa, p.a.alpha, p.b.fmt, b, sb, p.b.alpha, alpha, c)
+        launch(*args, alpha_f)
+
+
+def _allocate_out(p: Problem, device) -> torch.Tensor:
+    dt = TORCH_OUT[p.out_dtype]
+    if p.batch == 0:
+        return torch.empty(p.m, p.n, dtype=dt, device=device)
+    # [M, N, L] whose [:, :, l] slices are contiguous (an (L, M, N) buffer, permuted)
+    return torch.empty(p.batch, p.m, p.n, dtype=dt, device=device).permute(1, 2, 0)
+
+
+def mm(
+    lhs,
+    rhs,
+    out=None,
+    *,
+    plan=None,
+    expected_m=None,
+    ab_dtype=None,
+    sf_dtype=None,
+    c_dtype=None,
+    sf_vec_size=None,
+    alpha=1.0,
+    stream=None,
+):
+    """C = alpha * deq(lhs) @ deq(rhs)^T.
+
+    lhs: (values, scales) [M, K(bytes)] or [M, K(bytes), L], or bf16/fp16 activations [M, K]
+    (weight-only product). rhs: (values, scales) [N, K(bytes)(, L)] or a packed `Weight`.
+    Scales: swizzled 128x4 storage (NVFP4 E4M3 per 16, MX UE8M0 per 32), fp32 [M, K/128] / [N/128,
+    K/128] (block-FP8) or an fp32 scalar (tensor-FP8). The recipe comes from (ab_dtype, sf_dtype,
+    sf_vec_size), a Weight, or the dtypes. c_dtype: bf16 (default) / fp16 / fp32, or out's dtype.
+    alpha: float or 1-element fp32 tensor on the device. expected_m: the M a variant is picked for
+    when it is larger than the live M (one variant for a range of M). stream: run on this stream.
+    Returns out ([M, N], or [M, N, L] for 3-D operands).
+    """
+    p = resolve(lhs, rhs, out, ab_dtype=ab_dtype, sf_dtype=sf_dtype, c_dtype=c_dtype, sf_vec_size=sf_vec_size)
+    device = p.b.values.device
+    alpha = _check_alpha(alpha, device)
+    if out is None:
+        out = _allocate_out(p, device)
+    if p.m == 0:
+        return out
+    if stream is not None and device.type == "cuda":
+        with torch.cuda.stream(stream):
+            _execute(p, out, alpha, plan, expected_m)
+    else:
+        _execute(p, out, alpha, plan, expected_m)
+    return out
+
+
+def mm_nvfp4(
+    lhs_values,
+    lhs_scale_storage,
+    rhs_values,
+    rhs_scale_storage,
+    alpha,
+    *,
+    plan=None,
+    out_dtype=torch.bfloat16,
+    stream=None,
+):
+    """NVFP4 x NVFP4 (E2M1 values two per byte, E4M3 scales per 16 in swizzled storage) -> [M, N]."""
+    return mm(
+        (lhs_values, lhs_scale_storage),
+        (rhs_values, rhs_scale_storage),
+        plan=plan,
+        ab_dtype="float4_e2m1fn",
+        sf_dtype="float8_e4m3fn",
+        sf_vec_size=16,
+        c_dtype=out_dtype,
+        alpha=alpha,
+        stream=stream,
+    )
+
+
+def mm_mxfp4(
+    lhs_values,
+    lhs_scale_storage,
+    rhs_values,
+    rhs_scale_storage,
+    alpha=1.0,
+    *,
+    plan=None,
+    out_dtype=torch.bfloat16,
+    stream=None,
+):
+    """MXFP4 x MXFP4 (E2M1 values, UE8M0 scales per 32 in swizzled storage) -> [M, N]."""
+    return mm(
+        (lhs_values, lhs_scale_storage),
+        (rhs_values, rhs_scale_storage),
+        plan=plan,
+        ab_dtype="float4_e2m1fn",
+        sf_dtype="float8_e8m0fnu",
+        sf_vec_size=32,
+        c_dtype=out_dtype,
+        alpha=alpha,
+        stream=stream,
+    )
+
+
+def mm_block_fp8(lhs_values, lhs_scale, rhs_values, rhs_scale, *, plan=None, out_dtype=torch.bfloat16, stream=None):
+    """Block-FP8: E4M3 A [M, K] with fp32 per-token scales [M, K/128], E4M3 B [N, K] with fp32 128x128
+    block scales [ceil(N/128), K/128] -> [M, N]."""
+    return mm(
+        (lhs_values, lhs_scale),
+        (rhs_values, rhs_scale),
+        plan=plan,
+        ab_dtype="float8_e4m3fn",
+        sf_dtype="float32",
+        sf_vec_size=128,
+        c_dtype=out_dtype,
+        stream=stream,
+    )
+
+
+def w4a16(
+    source,
+    weight,
+    block_scale=None,
+    global_scale=None,
+    *,
+    out=None,
+    workspace=None,
+    global_scale_kind="multiplier",
+    stream=None,
+    plan=None,
+):
+    """Weight-only GEMM: source bf16/fp16 [M, K] times FP4 (W4A16) or FP8 (W8A16) weights -> [M, N] in
+    source's dtype (or out's).
+
+    weight: a packed `Weight` (block_scale and global_scale None), or checkpoint tensors for
+    `pack_weight(weight, block_scale, global_scale=..., global_scale_kind=...)`, which then runs on
+    every call (allocates; pack once for the capture-safe path). workspace: accepted for interface
+    compatibility and unused (the kernels need none).
+    """
+    if isinstance(weight, Weight):
+        if block_scale is not None or global_scale is not None:
+            raise ValueError("block_scale and global_scale must be None when weight is a packed Weight")
+        packed = weight
+    else:
+        packed = pack_weight(weight, block_scale, global_scale=global_scale, global_scale_kind=global_scale_kind)
+    c_dtype = None if out is not None else source.dtype
+    return mm(source, packed, out, plan=plan, c_dtype=c_dtype, stream=stream)
+
+
+# ---- warming ------------------------------------------------------------------------------------
+def synthetic_lhs(a_fmt: str, m: int, k: int, device):
+    """A valid (all-zero) activation operand of m rows: what prewarm and plan priming launch with."""
+    if FORMAT[a_fmt].family == "raw16":
+        return torch.zeros(m, k, dtype=TORCH_OUT[a_fmt], device=device)
+    spec = FORMAT[a_fmt]
+    values = torch.zeros(m, spec.row_bytes(k), dtype=torch.uint8, device=device)
+    if spec.family == "fp8":
+        values = values.view(torch.float8_e4m3fn)
+    if spec.swizzled:
+        pad = 0 if a_fmt == "nvfp4" else UE8M0_ONE_BYTE
+        scales = torch.full((swizzled_size(m, k // spec.sf_vec),), pad, dtype=torch.uint8, device=device)
+        if a_fmt == "nvfp4":
+            scales = scales.view(torch.float8_e4m3fn)
+    elif spec.scale == "fp32_block":
+        scales = torch.ones(m, k // 128, dtype=torch.float32, device=device)
+    else:
+        scales = torch.ones(1, dtype=torch.float32, device=device)
+    return (values, scales)
+
+
+def _synthetic_rhs(b_fmt: str, n: int, k: int, device) -> Weight:
+    w = torch.zeros(n, k, dtype=torch.float32, device="cpu")
+    return pack_weight(w, recipe=b_fmt).to(device)
+
+
+def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, weight=None) -> None:
+    rhs = weight if weight is not None else _synthetic_rhs(b_fmt, n, k, device)
+    p = resolve(synthetic_lhs(a_fmt, m, k, device), rhs, None, c_dtype=out_dtype)
+    out = _allocate_out(p, device)
+    check_device_operands(p, out)
+    args, alpha_f = L.launch_args(
+        p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, p.b.values, p.b.scales, p.b.alpha, 1.0, out
+    )
+    launcher(*args, alpha_f)
+
+
+def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=None, activation=None) -> None:
+    """Compile (or load) and run once every variant mm(lhs, weight) needs for the listed M values, so
+    a later `freeze_kernel_resolution` holds for them (and for every M in the same buckets).
+
+    activation: None for quantized activations in the weight's recipe; torch.bfloat16 / float16 for
+    the weight-only product. A no-op on CPU (the reference compiles nothing).
+    """
+    if not isinstance(weight, Weight):
+        raise ValueError(f"weight must be a packed Weight (pack_weight), got {type(weight).__name__}")
+    counts = sorted({int(m) for m in token_counts})
+    if not counts or counts[0] < 1:
+        raise ValueError(f"token_counts must be positive ints, got {list(token_counts)}")
+    device = weight.device
+    if device.type != "cuda":
+        return
+    a_fmt = weight.recipe if activation is None else dtype_key(activation)
+    out_name = dtype_key(out_dtype)
+    check_shape(OP, weight.n, weight.k)
+    ctx = torch.cuda.stream(stream) if stream is not None else _nullcontext()
+    with ctx:
+        L.device_constants(device)
+        for bucket in dict.fromkeys(L.bucket_for(m) for m in counts):
+            fn, key = L.kernel_key(a_fmt, weight.recipe, out_name, bucket, _arch(device))
+            m = max(c for c in counts if L.bucket_for(c) == bucket)
+            _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), weight)
+        torch.cuda.synchronize(device)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

@@ -1,0 +1,72 @@
+"""gemm.blockscaled reference: dequantize each operand with the `_lib.quant` codecs, multiply in fp32.
+
+    C[m, n] = alpha * sum_k deq(A)[m, k] * deq(B)[n, k]        (fp32, rounded once to the output dtype)
+
+Operands (formats.py has the table): A [M, K] and B [N, K] in one recipe (nvfp4, mxfp4, mxfp8,
+fp8_block, fp8_tensor), or A 16-bit activations with B in any recipe (weight-only). Swizzled scales
+are unswizzled with `_lib.quant.unswizzle_scales`; the NVFP4 global scale lives in alpha.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..._lib import quant as Q
+from .._shared.formats import FORMAT
+
+_FLOAT_OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def dequantize(fmt: str, values: torch.Tensor, scales, rows: int, k: int, side: str = "b") -> torch.Tensor:
+    """fp32 [rows, k] of one operand. side "a" (activations) or "b" (weights) matters for fp8_block."""
+    if fmt in ("bfloat16", "float16"):
+        return values.float()
+    spec = FORMAT[fmt]
+    if fmt in ("nvfp4", "mxfp4", "mxfp8"):
+        grid = Q.unswizzle_scales(scales.reshape(-1), rows, k // spec.sf_vec)
+        if fmt == "nvfp4":
+            return Q.dequantize_nvfp4(values.view(torch.uint8), grid.view(torch.float8_e4m3fn), 1.0)
+        if fmt == "mxfp4":
+            return Q.dequantize_mxfp4(values.view(torch.uint8), grid.view(torch.uint8))
+        return Q.dequantize_mxfp8(values, grid.view(torch.uint8))
+    if fmt == "fp8_block":
+        if side == "a":
+            return Q.dequantize_block_fp8_act(values, scales.float())
+        return Q.dequantize_block_fp8_weight(values, scales.float())
+    return Q.e4m3_decode(values) * scales.float().reshape(())
+
+
+def mm(a_fmt, a_values, a_scales, b_fmt, b_values, b_scales, alpha=1.0, out_dtype="bfloat16"):
+    """C = alpha * deq(A) @ deq(B)^T for 2-D operands; fp32 math, one rounding to `out_dtype`."""
+    m = a_values.shape[0]
+    n = b_values.shape[0]
+    k = b_values.shape[1] * 8 // FORMAT[b_fmt].value_bits
+    a = dequantize(a_fmt, a_values, a_scales, m, k, "a")
+    b = dequantize(b_fmt, b_values, b_scales, n, k, "b")
+    c = a @ b.t()
+    alpha_t = torch.as_tensor(alpha, dtype=torch.float32, device=c.device).reshape(())
+    return (c * alpha_t).to(_FLOAT_OUT[str(out_dtype).removeprefix("torch.")])
+
+
+def weight_dequantized(weight) -> torch.Tensor:
+    """fp32 [N, K] of a packed `Weight`, including its alpha (the NVFP4 1/gs)."""
+    w = dequantize(weight.recipe, weight.values, weight.scales, weight.n, weight.k, "b")
+    return w * weight.alpha.float().reshape(())
+
+
+def weight_only(source: torch.Tensor, weight, out_dtype=None) -> torch.Tensor:
+    """source [M, K] (bf16/fp16) times a packed Weight, fp32 math: source @ deq(W)^T * alpha."""
+    c = source.float() @ weight_dequantized(weight).t()
+    return c.to(out_dtype or source.dtype)
+
+
+def quantize_tensor_fp8(x: torch.Tensor, scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor E4M3: s = amax / 448 (1.0 for an all-zero tensor) unless a static `scale` is given;
+    q = e4m3_rn_satfinite(x / s) (true fp32 division). Returns (q, s as fp32 [1])."""
+    if scale is None:
+        amax = Q.block_amax(x.float().reshape(1, -1))
+        s = amax / Q.scales.fp32_const(amax, Q.E4M3_MAX)
+        s = torch.where(s == 0, torch.ones_like(s), s)
+    else:
+        s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(1)
+    return Q.e4m3_encode(x.float() / s.reshape(())), s.reshape(1).float()

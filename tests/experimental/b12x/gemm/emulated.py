@@ -1,0 +1,86 @@
+"""Run the GEMM kernels' own logic on the CPU emulator: the kernels' control skeleton, their helpers.
+
+Each driver mirrors the `@cute.kernel` body of its kernel (grid, warps, loops, barriers) and calls the
+same `*Logic` methods with `EmuOps`, on the exact launch arguments `blockscaled.api` builds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+from .emulator import EmuOps, GlobalMemory
+
+LANE = np.arange(32, dtype=np.int32)
+
+
+def _place(gmem: GlobalMemory, args):
+    """Launch tensors (A, SFA, B, SFB, C, S0, S1, S2) -> addresses."""
+    return [gmem.put(t) for t in args]
+
+
+def _read_c(gmem: GlobalMemory, base: int, like: torch.Tensor) -> torch.Tensor:
+    raw = torch.from_numpy(gmem.get(base)[: like.numel() * like.element_size()].copy())
+    return raw.view(like.dtype).reshape(like.shape)
+
+
+def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
+    """Emulate compile_decode(a_fmt, b_fmt, out_dtype, config)(*args, alpha); returns C."""
+    a, sfa, b, sfb, c, s0, s1, s2 = args
+    logic = KD.DecodeLogic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    bases = _place(gmem, args)
+    m, n = c.shape
+    k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
+    rt = KD.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+    for bidx in range((n + logic.bn - 1) // logic.bn):
+        n0 = np.int32(bidx * logic.bn)
+        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+        for w in range(config.warps):  # phase 1: the K loop and the partial sums
+            ops = EmuOps(gmem, smem)
+            acc = logic.zero_acc(ops)
+            for ch in range(w, k // KD.CHUNK, config.warps):
+                acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            logic.reduce_stage(ops, 0, w, LANE, acc)
+        for w in range(config.warps):  # phase 2, after the barrier
+            logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+    return _read_c(gmem, bases[4], c)
+
+
+def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
+    """Emulate compile_tiled(a_fmt, b_fmt, out_dtype, config)(*args, alpha); returns C."""
+    a, sfa, b, sfb, c, s0, s1, s2 = args
+    logic = KT.TiledLogic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    bases = _place(gmem, args)
+    m, n = c.shape
+    k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
+    rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+    warps = logic.threads // 32
+    chunks = k // KT.BK
+    for by in range((m + config.bm - 1) // config.bm):
+        for bx in range((n + config.bn - 1) // config.bn):
+            m0, n0 = np.int32(by * config.bm), np.int32(bx * config.bn)
+            smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
+            ops = [EmuOps(gmem, smem) for _ in range(warps)]
+            tid = [w * 32 + LANE for w in range(warps)]
+            regs = [logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)) for w in range(warps)]
+            for w in range(warps):
+                logic.store_tile(ops[w], rt, tid[w], regs[w], 0)
+            acc = [logic.zero_acc(ops[w]) for w in range(warps)]
+            for kc in range(chunks):  # one barrier per iteration, at its end
+                nxt = np.int32(min(kc + 1, chunks - 1))
+                regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
+                # Stores into the other buffer before any warp's math: a legal interleaving that
+                # exposes a kernel which reads and writes the same buffer between two barriers.
+                for w in range(warps):
+                    logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
+                for w in range(warps):
+                    acc[w] = logic.mma_tile(ops[w], tid[w], kc & 1, acc[w])
+            for w in range(warps):
+                logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
+    return _read_c(gmem, bases[4], c)

@@ -1,0 +1,286 @@
+"""A CPU emulator of the PTX the GEMM kernels use, so their per-thread logic runs in the tests.
+
+`EmuOps` implements the `ops` interface of `gemm/_shared/ptx.py` on numpy arrays holding one value per
+lane of a warp (shape [32]); the kernels' shared logic (`dequant.py`, each kernel's `_logic` helpers)
+runs on it unchanged. Semantics follow the PTX ISA: mma.sync m16n8k16 fragments, ldmatrix x4,
+prmt, fma.rn on packed halves, cvt with round-to-nearest-even. Memory accesses of active lanes are
+bounds- and alignment-checked (a kernel reading outside its tensors fails here); predicated-off
+lanes touch nothing and read zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from flashinfer.experimental.b12x._lib.quant import e4m3_encode
+
+LANES = 32
+
+
+def _u32(x):
+    return (np.asarray(x).astype(np.int64) & 0xFFFFFFFF).astype(np.uint32)
+
+
+class GlobalMemory:
+    """Tensors placed at fake device addresses (4 KiB apart); loads and stores are checked."""
+
+    def __init__(self) -> None:
+        self.buffers: list[tuple[int, np.ndarray]] = []
+        self.next = 1 << 20
+
+    def put(self, t: torch.Tensor) -> int:
+        data = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().copy()
+        base = self.next
+        self.buffers.append((base, data))
+        self.next = base + ((data.size + 4095) // 4096 + 1) * 4096
+        return base
+
+    def get(self, base: int) -> np.ndarray:
+        for b, data in self.buffers:
+            if b == base:
+                return data
+        raise KeyError(base)
+
+    def _find(self, addr: int, size: int) -> tuple[np.ndarray, int]:
+        for b, data in self.buffers:
+            if b <= addr and addr + size <= b + data.size:
+                return data, addr - b
+        raise AssertionError(f"global access of {size} bytes at {addr:#x} is outside every tensor")
+
+    def read(self, addr: int, size: int) -> bytes:
+        assert addr % size == 0, f"misaligned {size}-byte global load at {addr:#x}"
+        data, off = self._find(addr, size)
+        return data[off : off + size].tobytes()
+
+    def write(self, addr: int, raw: bytes) -> None:
+        assert addr % len(raw) == 0, f"misaligned {len(raw)}-byte global store at {addr:#x}"
+        data, off = self._find(addr, len(raw))
+        data[off : off + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+
+
+def _bf16_to_f32(bits):
+    return (_u32(bits) << np.uint32(16)).view(np.float32)
+
+
+def _f32_to_bf16(x):
+    t = torch.from_numpy(np.asarray(x, dtype=np.float32).copy()).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+
+
+def _f16_to_f32(bits):
+    return (np.asarray(bits).astype(np.uint16)).view(np.float16).astype(np.float32)
+
+
+def _f32_to_f16(x):
+    return np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16).astype(np.int64)
+
+
+def half_to_f32(kind: str, bits):
+    return _bf16_to_f32(bits) if kind == "bfloat16" else _f16_to_f32(bits)
+
+
+def f32_to_half(kind: str, x):
+    return _f32_to_bf16(x) if kind == "bfloat16" else _f32_to_f16(x)
+
+
+class EmuOps:
+    """One warp's view of the machine. `pred` arguments are per-lane booleans."""
+
+    def __init__(self, gmem: GlobalMemory, smem: np.ndarray | None = None) -> None:
+        self.g = gmem
+        self.smem = smem
+        self.lane = np.arange(LANES)
+
+    # conversions
+    def u32(self, x):
+        return _u32(np.broadcast_to(np.asarray(x), (LANES,)))
+
+    def i32(self, x):
+        return np.broadcast_to(np.asarray(x), (LANES,)).astype(np.int32)
+
+    def i64(self, x):
+        return np.broadcast_to(np.asarray(x), (LANES,)).astype(np.int64)
+
+    def f32(self, x):
+        return np.broadcast_to(np.asarray(x, dtype=np.float32), (LANES,)).copy()
+
+    def boolean(self, x):
+        return np.broadcast_to(np.asarray(x, dtype=bool), (LANES,))
+
+    def f32_zero(self):
+        return np.zeros(LANES, dtype=np.float32)
+
+    # global memory
+    def _lanes(self, pred):
+        return np.nonzero(np.broadcast_to(np.asarray(pred, dtype=bool), (LANES,)))[0]
+
+    def ldg_v4(self, addr, pred):
+        addr = self.i64(addr)
+        out = np.zeros((4, LANES), dtype=np.uint32)
+        for ln in self._lanes(pred):
+            out[:, ln] = np.frombuffer(self.g.read(int(addr[ln]), 16), dtype=np.uint32)
+        return tuple(out)
+
+    def _ldg(self, addr, pred, size, np_dtype):
+        addr = self.i64(addr)
+        out = np.zeros(LANES, dtype=np_dtype)
+        for ln in self._lanes(pred):
+            out[ln] = np.frombuffer(self.g.read(int(addr[ln]), size), dtype=np_dtype)[0]
+        return out
+
+    def ldg_u8(self, addr, pred):
+        return self._ldg(addr, pred, 1, np.uint8).astype(np.uint32)
+
+    def ldg_u16(self, addr, pred):
+        return self._ldg(addr, pred, 2, np.uint16).astype(np.uint32)
+
+    def ldg_f32(self, addr, pred):
+        return self._ldg(addr, pred, 4, np.float32)
+
+    def _stg(self, addr, raw_per_lane, pred):
+        addr = self.i64(addr)
+        for ln in self._lanes(pred):
+            self.g.write(int(addr[ln]), raw_per_lane[ln])
+
+    def stg_u16(self, addr, value, pred):
+        v = self.u32(value).astype(np.uint16)
+        self._stg(addr, [x.tobytes() for x in v], pred)
+
+    def stg_u32(self, addr, value, pred):
+        v = self.u32(value)
+        self._stg(addr, [x.tobytes() for x in v], pred)
+
+    def stg_f32(self, addr, value, pred):
+        v = self.f32(value)
+        self._stg(addr, [x.tobytes() for x in v], pred)
+
+    # shared memory
+    def _s(self, saddr, size):
+        saddr = self.i64(saddr)
+        assert (saddr % size == 0).all(), f"misaligned {size}-byte shared access"
+        assert (saddr >= 0).all() and (saddr + size <= self.smem.size).all(), "shared access out of bounds"
+        return saddr
+
+    def sts_v4(self, saddr, a, b, c, d):
+        saddr = self._s(saddr, 16)
+        words = np.stack([self.u32(v) for v in (a, b, c, d)], axis=1)
+        for ln in range(LANES):
+            self.smem[saddr[ln] : saddr[ln] + 16] = words[ln].view(np.uint8)
+
+    def lds_v4(self, saddr):
+        saddr = self._s(saddr, 16)
+        out = np.zeros((4, LANES), dtype=np.uint32)
+        for ln in range(LANES):
+            out[:, ln] = self.smem[saddr[ln] : saddr[ln] + 16].view(np.uint32)
+        return tuple(out)
+
+    def sts_f32(self, saddr, value):
+        saddr = self._s(saddr, 4)
+        v = self.f32(value)
+        for ln in range(LANES):
+            self.smem[saddr[ln] : saddr[ln] + 4] = v[ln : ln + 1].view(np.uint8)
+
+    def lds_f32(self, saddr):
+        saddr = self._s(saddr, 4)
+        return np.array([self.smem[s : s + 4].view(np.float32)[0] for s in saddr], dtype=np.float32)
+
+    def ldmatrix_x4(self, saddr):
+        """Lanes 8i..8i+7 give the 16-byte rows of matrix i; lane t gets word t%4 of row t//4."""
+        saddr = self._s(saddr, 16)
+        out = np.zeros((4, LANES), dtype=np.uint32)
+        for i in range(4):
+            for t in range(LANES):
+                row_addr = saddr[8 * i + t // 4]
+                out[i, t] = self.smem[row_addr + 4 * (t % 4) : row_addr + 4 * (t % 4) + 4].view(np.uint32)[0]
+        return tuple(out)
+
+    # tensor cores
+    def mma(self, dtype, a, b, c):
+        """mma.sync.m16n8k16.row.col f32 <- {bf16,f16} with the PTX ISA fragment layouts."""
+        a = [self.u32(x) for x in a]
+        b = [self.u32(x) for x in b]
+        A = np.zeros((16, 16))
+        B = np.zeros((16, 8))
+        C = np.zeros((16, 8))
+        for t in range(LANES):
+            g, q = t // 4, t % 4
+            for r, (row, col) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
+                A[row, col] = half_to_f32(dtype, a[r][t] & 0xFFFF)
+                A[row, col + 1] = half_to_f32(dtype, a[r][t] >> 16)
+            for r, k in enumerate((2 * q, 2 * q + 8)):
+                B[k, g] = half_to_f32(dtype, b[r][t] & 0xFFFF)
+                B[k + 1, g] = half_to_f32(dtype, b[r][t] >> 16)
+            C[g, 2 * q], C[g, 2 * q + 1] = c[0][t], c[1][t]
+            C[g + 8, 2 * q], C[g + 8, 2 * q + 1] = c[2][t], c[3][t]
+        D = (A @ B + C).astype(np.float32)
+        out = np.zeros((4, LANES), dtype=np.float32)
+        for t in range(LANES):
+            g, q = t // 4, t % 4
+            out[:, t] = D[g, 2 * q], D[g, 2 * q + 1], D[g + 8, 2 * q], D[g + 8, 2 * q + 1]
+        return tuple(out)
+
+    # bits and packed floats
+    def prmt(self, a, b, selector: int):
+        a, b = self.u32(a).astype(np.uint64), self.u32(b).astype(np.uint64)
+        pool = a | (b << np.uint64(32))
+        out = np.zeros(LANES, dtype=np.uint64)
+        for i in range(4):
+            sel = (selector >> (4 * i)) & 0xF
+            assert sel < 8, "sign-replicating prmt modes are not used by the kernels"
+            out |= ((pool >> np.uint64(8 * sel)) & np.uint64(0xFF)) << np.uint64(8 * i)
+        return out.astype(np.uint32)
+
+    def hmul2(self, dtype, a, b):
+        a, b = self.u32(a), self.u32(b)
+        halves = []
+        for sh in (0, 16):
+            x = half_to_f32(dtype, (a >> sh) & 0xFFFF).astype(np.float64)
+            y = half_to_f32(dtype, (b >> sh) & 0xFFFF).astype(np.float64)
+            p = x * y + (-0.0)
+            halves.append(f32_to_half(dtype, p.astype(np.float32)))  # the product is exact in fp32
+        return _u32(halves[0] | (halves[1] << 16))
+
+    def e4m3x2_to_f16x2(self, u):
+        u = self.u32(u)
+        lo = torch.from_numpy((u & 0xFF).astype(np.uint8)).view(torch.float8_e4m3fn).to(torch.float16)
+        hi = torch.from_numpy(((u >> 8) & 0xFF).astype(np.uint8)).view(torch.float8_e4m3fn).to(torch.float16)
+        lo = lo.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+        hi = hi.view(torch.int16).numpy().astype(np.int64) & 0xFFFF
+        return _u32(lo | (hi << 16))
+
+    def half2_to_f32(self, kind, u):
+        u = self.u32(u)
+        return half_to_f32(kind, u & 0xFFFF), half_to_f32(kind, u >> 16)
+
+    def f32_to_half2(self, kind, lo, hi):
+        return _u32(f32_to_half(kind, self.f32(lo)) | (f32_to_half(kind, self.f32(hi)) << 16))
+
+    def f32_to_e4m3x2(self, lo, hi):
+        enc = lambda v: e4m3_encode(torch.from_numpy(self.f32(v))).view(torch.uint8).numpy().astype(np.int64)  # noqa: E731
+        return _u32(enc(lo) | (enc(hi) << 8))
+
+    def bits_f32(self, u):
+        return self.u32(u).view(np.float32)
+
+    def f32_bits(self, x):
+        return self.f32(x).view(np.uint32)
+
+    def div_rn(self, a, b):
+        return (self.f32(a) / self.f32(b)).astype(np.float32)
+
+    def fmax(self, a, b):
+        return np.fmax(self.f32(a), self.f32(b))
+
+    def imin(self, a, b):
+        return np.minimum(self.i32(a), self.i32(b)).astype(np.int32)
+
+    def imax(self, a, b):
+        return np.maximum(self.i32(a), self.i32(b)).astype(np.int32)
+
+    def shfl_xor(self, x, mask: int):
+        x = np.asarray(x)
+        return x[self.lane ^ mask]
+
+    def barrier(self):  # the emulator's kernel drivers run the phases between barriers in order
+        pass

@@ -1,0 +1,111 @@
+"""Operand factories and the tolerance rule for the gemm tests (shared by the CPU and GPU tiers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flashinfer.experimental.b12x._lib import quant as Q
+from flashinfer.experimental.b12x.gemm._shared.weight import pack_weight
+from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
+
+TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+PAIRS = (
+    ("nvfp4", "nvfp4"),
+    ("mxfp4", "mxfp4"),
+    ("mxfp8", "mxfp8"),
+    ("fp8_block", "fp8_block"),
+    ("fp8_tensor", "fp8_tensor"),
+    ("bfloat16", "nvfp4"),
+    ("bfloat16", "mxfp4"),
+    ("bfloat16", "mxfp8"),
+    ("bfloat16", "fp8_block"),
+    ("bfloat16", "fp8_tensor"),
+    ("float16", "nvfp4"),
+    ("float16", "mxfp8"),
+)
+
+
+@dataclass
+class Operands:
+    a_fmt: str
+    b_fmt: str
+    a_values: torch.Tensor
+    a_scales: torch.Tensor | None
+    weight: object  # the packed Weight (b values, scales, alpha)
+    alpha: float
+    m: int
+    n: int
+    k: int
+
+    @property
+    def b_values(self):
+        return self.weight.values
+
+    @property
+    def b_scales(self):
+        return self.weight.scales
+
+    def reference(self, out_dtype="float32") -> torch.Tensor:
+        alpha = self.alpha * float(self.weight.alpha)
+        return R.mm(
+            self.a_fmt, self.a_values, self.a_scales, self.b_fmt, self.b_values, self.b_scales, alpha, out_dtype
+        )
+
+    def torch_same_precision(self, out_dtype: str) -> torch.Tensor:
+        """The same product done by torch in the kernel's precision: operands dequantized and rounded
+        to the compute dtype (bf16, or fp16 for fp16 activations), matmul, one rounding to the output."""
+        compute = torch.float16 if self.a_fmt == "float16" else torch.bfloat16
+        a = R.dequantize(self.a_fmt, self.a_values, self.a_scales, self.m, self.k, "a").to(compute)
+        b = R.dequantize(self.b_fmt, self.b_values, self.b_scales, self.n, self.k, "b").to(compute)
+        c = a.float() @ b.float().t()  # exact products of the rounded operands, fp32 sums (no TF32)
+        alpha = self.alpha * float(self.weight.alpha)
+        return (c.float() * alpha).to(TORCH[out_dtype])
+
+
+def make_operands(a_fmt: str, b_fmt: str, m: int, n: int, k: int, *, seed: int = 0, device="cpu") -> Operands:
+    """Random activations and weight in the given formats (quantized with the `_lib.quant` oracles)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * 1.5
+    w = torch.randn(n, k, generator=g) * 0.05
+    alpha = 1.0
+    weight = pack_weight(w, recipe=b_fmt)
+    if a_fmt in ("bfloat16", "float16"):
+        a_values, a_scales = x.to(TORCH[a_fmt]), None
+    elif a_fmt == "nvfp4":
+        gs = Q.nvfp4_global_scale(x)
+        a_values, sf = Q.quantize_nvfp4(x, gs)
+        a_scales = Q.swizzle_scales(sf, 0)
+        alpha = 1.0 / float(gs)
+    elif a_fmt == "mxfp4":
+        a_values, sc = Q.quantize_mxfp4(x)
+        a_scales = Q.swizzle_scales(sc, Q.UE8M0_ONE_BYTE)
+    elif a_fmt == "mxfp8":
+        a_values, sc = Q.quantize_mxfp8(x)
+        a_scales = Q.swizzle_scales(sc, Q.UE8M0_ONE_BYTE)
+    elif a_fmt == "fp8_block":
+        a_values, a_scales = Q.quantize_block_fp8_act(x)
+    elif a_fmt == "fp8_tensor":
+        a_values, a_scales = R.quantize_tensor_fp8(x)
+    else:
+        raise ValueError(a_fmt)
+    ops = Operands(a_fmt, b_fmt, a_values, a_scales, weight, alpha, m, n, k)
+    if device != "cpu":
+        ops.a_values = ops.a_values.to(device)
+        ops.a_scales = None if ops.a_scales is None else ops.a_scales.to(device)
+        ops.weight = ops.weight.to(device)
+    return ops
+
+
+def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str) -> None:
+    """The project's rule: max |ours - fp32 reference| <= 2 x max |torch same precision - reference|,
+    plus a floor of 2^-20 of the reference's largest magnitude for outputs that are nearly exact."""
+    ref = ops.reference("float32").float()
+    peer = ops.torch_same_precision(out_dtype).float().to(ref.device)
+    ours = out.float().to(ref.device)
+    assert not torch.isnan(ours).any(), "output holds NaN (unwritten or poisoned elements)"
+    err = (ours - ref).abs().max().item()
+    peer_err = (peer - ref).abs().max().item()
+    floor = ref.abs().max().item() * 2.0**-20
+    assert err <= 2 * peer_err + floor, f"max error {err:.3e} > 2 x torch's {peer_err:.3e} (+{floor:.1e})"
