@@ -16,6 +16,15 @@ import torch
 from flashinfer.experimental.b12x._lib.quant import e4m3_encode
 
 LANES = 32
+_BYTE16 = np.arange(16)
+_T = np.arange(LANES)
+_G, _Q = _T // 4, _T % 4
+# mma.m16n8k16 fragments (PTX ISA): A register r holds (row, col) and (row, col + 1)
+_A_ROW = (_G, _G + 8, _G, _G + 8)
+_A_COL = (2 * _Q, 2 * _Q, 2 * _Q + 8, 2 * _Q + 8)
+_B_K = (2 * _Q, 2 * _Q + 8)  # B register r holds (k, n = g) and (k + 1, g)
+_C_ROW = (_G, _G, _G + 8, _G + 8)
+_C_COL = (2 * _Q, 2 * _Q + 1, 2 * _Q, 2 * _Q + 1)
 
 
 def _u32(x):
@@ -164,61 +173,53 @@ class EmuOps:
 
     def sts_v4(self, saddr, a, b, c, d):
         saddr = self._s(saddr, 16)
-        words = np.stack([self.u32(v) for v in (a, b, c, d)], axis=1)
-        for ln in range(LANES):
-            self.smem[saddr[ln] : saddr[ln] + 16] = words[ln].view(np.uint8)
+        words = np.stack([self.u32(v) for v in (a, b, c, d)], axis=1)  # [lanes, 4]
+        self.smem[saddr[:, None] + _BYTE16[None, :]] = words.view(np.uint8).reshape(LANES, 16)
 
     def lds_v4(self, saddr):
         saddr = self._s(saddr, 16)
-        out = np.zeros((4, LANES), dtype=np.uint32)
-        for ln in range(LANES):
-            out[:, ln] = self.smem[saddr[ln] : saddr[ln] + 16].view(np.uint32)
-        return tuple(out)
+        raw = self.smem[saddr[:, None] + _BYTE16[None, :]].copy()
+        return tuple(raw.view(np.uint32).T.copy())
 
     def sts_f32(self, saddr, value):
         saddr = self._s(saddr, 4)
-        v = self.f32(value)
-        for ln in range(LANES):
-            self.smem[saddr[ln] : saddr[ln] + 4] = v[ln : ln + 1].view(np.uint8)
+        self.smem[saddr[:, None] + _BYTE16[None, :4]] = self.f32(value).view(np.uint8).reshape(LANES, 4)
 
     def lds_f32(self, saddr):
         saddr = self._s(saddr, 4)
-        return np.array([self.smem[s : s + 4].view(np.float32)[0] for s in saddr], dtype=np.float32)
+        return self.smem[saddr[:, None] + _BYTE16[None, :4]].copy().view(np.float32).reshape(LANES)
 
     def ldmatrix_x4(self, saddr):
         """Lanes 8i..8i+7 give the 16-byte rows of matrix i; lane t gets word t%4 of row t//4."""
         saddr = self._s(saddr, 16)
-        out = np.zeros((4, LANES), dtype=np.uint32)
+        out = []
         for i in range(4):
-            for t in range(LANES):
-                row_addr = saddr[8 * i + t // 4]
-                out[i, t] = self.smem[row_addr + 4 * (t % 4) : row_addr + 4 * (t % 4) + 4].view(np.uint32)[0]
+            rows = saddr[8 * i + self.lane // 4] + 4 * (self.lane % 4)
+            out.append(self.smem[rows[:, None] + _BYTE16[None, :4]].copy().view(np.uint32).reshape(LANES))
         return tuple(out)
 
     # tensor cores
     def mma(self, dtype, a, b, c):
         """mma.sync.m16n8k16.row.col f32 <- {bf16,f16} with the PTX ISA fragment layouts."""
-        a = [self.u32(x) for x in a]
-        b = [self.u32(x) for x in b]
+        a_vals = [half_to_f32(dtype, self.u32(x) & 0xFFFF) for x in a] + [
+            half_to_f32(dtype, self.u32(x) >> 16) for x in a
+        ]
+        b_vals = [half_to_f32(dtype, self.u32(x) & 0xFFFF) for x in b] + [
+            half_to_f32(dtype, self.u32(x) >> 16) for x in b
+        ]
         A = np.zeros((16, 16))
         B = np.zeros((16, 8))
         C = np.zeros((16, 8))
-        for t in range(LANES):
-            g, q = t // 4, t % 4
-            for r, (row, col) in enumerate(((g, 2 * q), (g + 8, 2 * q), (g, 2 * q + 8), (g + 8, 2 * q + 8))):
-                A[row, col] = half_to_f32(dtype, a[r][t] & 0xFFFF)
-                A[row, col + 1] = half_to_f32(dtype, a[r][t] >> 16)
-            for r, k in enumerate((2 * q, 2 * q + 8)):
-                B[k, g] = half_to_f32(dtype, b[r][t] & 0xFFFF)
-                B[k + 1, g] = half_to_f32(dtype, b[r][t] >> 16)
-            C[g, 2 * q], C[g, 2 * q + 1] = c[0][t], c[1][t]
-            C[g + 8, 2 * q], C[g + 8, 2 * q + 1] = c[2][t], c[3][t]
+        for r in range(4):
+            A[_A_ROW[r], _A_COL[r]] = a_vals[r]
+            A[_A_ROW[r], _A_COL[r] + 1] = a_vals[4 + r]
+        for r in range(2):
+            B[_B_K[r], _G] = b_vals[r]
+            B[_B_K[r] + 1, _G] = b_vals[2 + r]
+        for r in range(4):
+            C[_C_ROW[r], _C_COL[r]] = np.asarray(c[r], dtype=np.float64)
         D = (A @ B + C).astype(np.float32)
-        out = np.zeros((4, LANES), dtype=np.float32)
-        for t in range(LANES):
-            g, q = t // 4, t % 4
-            out[:, t] = D[g, 2 * q], D[g, 2 * q + 1], D[g + 8, 2 * q], D[g + 8, 2 * q + 1]
-        return tuple(out)
+        return tuple(D[_C_ROW[r], _C_COL[r]].copy() for r in range(4))
 
     # bits and packed floats
     def prmt(self, a, b, selector: int):

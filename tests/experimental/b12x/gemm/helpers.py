@@ -27,6 +27,21 @@ PAIRS = (
 )
 
 
+_DEQ: dict = {}
+
+
+def dequantized_weight(weight) -> torch.Tensor:
+    """fp32 [N, K] of a Weight WITHOUT its alpha, cached for the most recent weights (GPU tests reuse
+    one weight across many M)."""
+    key = id(weight)
+    hit = _DEQ.get(key)
+    if hit is None or hit[0] is not weight:
+        if len(_DEQ) >= 2:
+            _DEQ.pop(next(iter(_DEQ)))
+        hit = _DEQ[key] = (weight, R.dequantize(weight.recipe, weight.values, weight.scales, weight.n, weight.k, "b"))
+    return hit[1]
+
+
 @dataclass
 class Operands:
     a_fmt: str
@@ -49,28 +64,31 @@ class Operands:
 
     def reference(self, out_dtype="float32") -> torch.Tensor:
         alpha = self.alpha * float(self.weight.alpha)
-        return R.mm(
-            self.a_fmt, self.a_values, self.a_scales, self.b_fmt, self.b_values, self.b_scales, alpha, out_dtype
-        )
+        a = R.dequantize(self.a_fmt, self.a_values, self.a_scales, self.m, self.k, "a")
+        return ((a @ dequantized_weight(self.weight).t()) * alpha).to(TORCH[out_dtype])
 
     def torch_same_precision(self, out_dtype: str) -> torch.Tensor:
         """The same product done by torch in the kernel's precision: operands dequantized and rounded
         to the compute dtype (bf16, or fp16 for fp16 activations), matmul, one rounding to the output."""
         compute = torch.float16 if self.a_fmt == "float16" else torch.bfloat16
         a = R.dequantize(self.a_fmt, self.a_values, self.a_scales, self.m, self.k, "a").to(compute)
-        b = R.dequantize(self.b_fmt, self.b_values, self.b_scales, self.n, self.k, "b").to(compute)
+        b = dequantized_weight(self.weight).to(compute)
         c = a.float() @ b.float().t()  # exact products of the rounded operands, fp32 sums (no TF32)
         alpha = self.alpha * float(self.weight.alpha)
         return (c.float() * alpha).to(TORCH[out_dtype])
 
 
-def make_operands(a_fmt: str, b_fmt: str, m: int, n: int, k: int, *, seed: int = 0, device="cpu") -> Operands:
-    """Random activations and weight in the given formats (quantized with the `_lib.quant` oracles)."""
+def make_operands(
+    a_fmt: str, b_fmt: str, m: int, n: int, k: int, *, seed: int = 0, device="cpu", weight=None
+) -> Operands:
+    """Random activations and weight in the given formats, quantized on `device` with the `_lib.quant`
+    oracles (pass `weight`, a packed Weight, to reuse one across M values)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g) * 1.5
-    w = torch.randn(n, k, generator=g) * 0.05
+    x = (torch.randn(m, k, generator=g) * 1.5).to(device)
     alpha = 1.0
-    weight = pack_weight(w, recipe=b_fmt)
+    if weight is None:
+        w = (torch.randn(n, k, generator=g) * 0.05).to(device)
+        weight = pack_weight(w, recipe=b_fmt)
     if a_fmt in ("bfloat16", "float16"):
         a_values, a_scales = x.to(TORCH[a_fmt]), None
     elif a_fmt == "nvfp4":
@@ -90,12 +108,7 @@ def make_operands(a_fmt: str, b_fmt: str, m: int, n: int, k: int, *, seed: int =
         a_values, a_scales = R.quantize_tensor_fp8(x)
     else:
         raise ValueError(a_fmt)
-    ops = Operands(a_fmt, b_fmt, a_values, a_scales, weight, alpha, m, n, k)
-    if device != "cpu":
-        ops.a_values = ops.a_values.to(device)
-        ops.a_scales = None if ops.a_scales is None else ops.a_scales.to(device)
-        ops.weight = ops.weight.to(device)
-    return ops
+    return Operands(a_fmt, b_fmt, a_values, a_scales, weight, alpha, m, n, k)
 
 
 def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str) -> None:

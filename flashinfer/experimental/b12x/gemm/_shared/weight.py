@@ -123,12 +123,15 @@ def _quantize(weight: torch.Tensor, recipe: str, global_scale, kind: str) -> Wei
     dev = weight.device
     one = torch.ones(1, dtype=torch.float32, device=dev)
     if recipe == "nvfp4":
-        gs = Q.nvfp4_global_scale(weight) if global_scale is None else global_scale
-        if kind == "dequant" and global_scale is not None:
-            gs = torch.ones(1, dtype=torch.float32) / _scalar_tensor(global_scale, "global_scale", "cpu")
-        gs_t = _scalar_tensor(gs, "global_scale", dev)
-        packed, sf = Q.quantize_nvfp4(weight, gs_t)
-        return Weight("nvfp4", packed, Q.swizzle_scales(sf, 0), torch.ones_like(gs_t) / gs_t, n, k)
+        if global_scale is None:
+            gs = Q.nvfp4_global_scale(weight).reshape(1).float()
+        elif kind == "dequant":  # weight_scale_2 = 1 / gs
+            ws2 = _scalar_tensor(global_scale, "global_scale", dev)
+            gs = torch.ones_like(ws2) / ws2
+        else:
+            gs = _scalar_tensor(global_scale, "global_scale", dev)
+        packed, sf = Q.quantize_nvfp4(weight, gs)
+        return Weight("nvfp4", packed, Q.swizzle_scales(sf, 0), torch.ones_like(gs) / gs, n, k)
     if recipe == "mxfp4":
         packed, sc = Q.quantize_mxfp4(weight)
         return Weight("mxfp4", packed, Q.swizzle_scales(sc, Q.UE8M0_ONE_BYTE), one, n, k)

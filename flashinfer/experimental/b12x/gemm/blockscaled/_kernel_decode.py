@@ -80,6 +80,8 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str | None:
     """None when the kernel implements this combination, else the reason."""
+    if not isinstance(config, DecodeConfig):
+        return f"config must be a DecodeConfig, got {type(config).__name__}"
     if not pair_ok(a_fmt, b_fmt):
         return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
     if out_dtype not in OUT_DTYPES:
@@ -120,6 +122,9 @@ class DecodeLogic:
     """Static facts of one compiled variant and the straight-line pieces of its kernel."""
 
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        if reason is not None:
+            raise ValueError(f"gemm.blockscaled decode kernel: {reason}")
         self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
         self.compute = compute_dtype(a_fmt)
         self.family = k_family(a_fmt, b_fmt)
@@ -320,9 +325,6 @@ def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
 @kernel("gemm.blockscaled.decode", sources=_SOURCES)
 def compile_decode(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig, arch: str):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)` on torch's current stream."""
-    reason = why_not(a_fmt, b_fmt, out_dtype, config)
-    if reason is not None:
-        raise ValueError(f"gemm.blockscaled decode kernel: {reason}")
     logic = DecodeLogic(a_fmt, b_fmt, out_dtype, config)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(DecodeGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)

@@ -63,10 +63,13 @@ def default_config(max_m: int) -> TiledConfig:
 
 
 def candidate_configs(max_m: int) -> tuple[TiledConfig, ...]:
-    return (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(128, 64, 4, 2))
+    return (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(64, 64, 2, 2))
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str | None:
+    """None when the kernel implements this combination, else the reason."""
+    if not isinstance(config, TiledConfig):
+        return f"config must be a TiledConfig, got {type(config).__name__}"
     if not pair_ok(a_fmt, b_fmt):
         return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
     if out_dtype not in OUT_DTYPES:
@@ -91,6 +94,9 @@ class TiledLogic:
     """Static facts of one variant and the straight-line pieces of its kernel (emulated in tests)."""
 
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        if reason is not None:
+            raise ValueError(f"gemm.blockscaled tiled kernel: {reason}")
         self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
         self.compute = compute_dtype(a_fmt)
         self.family = k_family(a_fmt, b_fmt)
@@ -286,9 +292,6 @@ class TiledGemm:
 @kernel("gemm.blockscaled.tiled", sources=_SOURCES)
 def compile_tiled(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig, arch: str):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)` on torch's current stream."""
-    reason = why_not(a_fmt, b_fmt, out_dtype, config)
-    if reason is not None:
-        raise ValueError(f"gemm.blockscaled tiled kernel: {reason}")
     from cutlass.cute.runtime import make_fake_stream
 
     logic = TiledLogic(a_fmt, b_fmt, out_dtype, config)

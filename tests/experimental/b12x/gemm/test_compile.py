@@ -1,0 +1,74 @@
+"""gemm.blockscaled kernels compile on this CPU machine for sm_90a and sm_120a (fake tensors, symbolic M,
+N, K): the default tier builds each kernel class at its default config; `slow` builds every variant."""
+
+import pytest
+
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm._shared.formats import OUT_DTYPES
+
+from .helpers import PAIRS
+
+pytestmark = pytest.mark.compile
+
+ARCHS = ("sm_90a", "sm_120a")
+
+
+@pytest.fixture(autouse=True)
+def _toolchain():
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+
+
+def _targets(ptx: str) -> list[str]:
+    return [line.split()[1] for line in ptx.splitlines() if line.startswith(".target")]
+
+
+def _check_built(fn, arch: str) -> None:
+    ptx = fn.artifacts.PTX
+    assert _targets(ptx) == [arch]
+    assert fn.artifacts.CUBIN[:4] == b"\x7fELF"
+    assert "mma.sync.aligned.m16n8k16" in ptx
+    assert ".local" not in ptx, "the kernel spills to local memory"
+    assert "wgmma" not in ptx and "tcgen05" not in ptx  # DESIGN.md section 5
+
+
+@pytest.mark.parametrize("bucket", ["decode8", "tiled128"])
+@pytest.mark.parametrize("a_fmt, b_fmt", [("bfloat16", "nvfp4"), ("mxfp8", "mxfp8")])
+def test_default_configs_compile_for_both_archs(bucket, a_fmt, b_fmt):
+    built = {}
+    for arch in ARCHS:
+        fn, key = L.kernel_key(a_fmt, b_fmt, "bfloat16", bucket, arch)
+        built[arch] = fn(*key)
+        _check_built(built[arch], arch)
+    assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
+
+
+def test_live_m_is_not_a_compile_key():
+    keys = {L.kernel_key("bfloat16", "nvfp4", "bfloat16", L.bucket_for(m), "sm_90a") for m in (1, 2, 5, 8)}
+    assert len(keys) == 1
+    assert L.bucket_for(9) == L.bucket_for(16) == "decode16"
+    assert L.bucket_for(17) == L.bucket_for(256) == "tiled64"
+    assert L.bucket_for(257) == L.bucket_for(10**6) == "tiled128"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("bucket", L.BUCKETS)
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS + (("float16", "mxfp4"), ("float16", "fp8_block")))
+def test_every_variant_compiles(a_fmt, b_fmt, bucket, arch):
+    for out_dtype in OUT_DTYPES:
+        fn, key = L.kernel_key(a_fmt, b_fmt, out_dtype, bucket, arch)
+        _check_built(fn(*key), arch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_candidate_configs_compile(arch):
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+    for cfg in KD.candidate_configs(8) + KD.candidate_configs(16):
+        if KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
+            _check_built(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch), arch)
+    for cfg in KT.candidate_configs(4096):
+        _check_built(KT.compile_tiled("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch), arch)

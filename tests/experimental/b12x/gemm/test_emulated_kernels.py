@@ -1,0 +1,93 @@
+"""The decode and tiled kernels' own logic, run on the CPU PTX emulator against the fp32 reference.
+
+This is the `interpret` tier for the CuTe kernels: the kernels' helpers (dequantization, fragment
+assembly, addressing, reduction, epilogue) execute unchanged on `EmuOps`; the drivers in emulated.py
+mirror the kernel bodies' loops and barriers. Odd shapes on purpose: N not a multiple of the CTA
+tile, K chunks that do not divide evenly among warps, idle warps, M in both token tiles and across
+M tiles. Out-of-bounds or misaligned accesses fail inside the emulator.
+"""
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+from . import emulated as E
+from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+
+pytestmark = pytest.mark.interpret
+
+
+def _args(ops, out_dtype, alpha=None):
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
+    a_scales = ops.a_scales
+    return L.launch_args(
+        ops.a_fmt,
+        ops.a_values,
+        a_scales,
+        None,
+        ops.b_fmt,
+        ops.b_values,
+        ops.b_scales,
+        ops.weight.alpha,
+        ops.alpha if alpha is None else alpha,
+        out,
+    )
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+@pytest.mark.parametrize("m", [1, 3, 9, 16])
+def test_decode_every_pair(a_fmt, b_fmt, m):
+    ops = make_operands(a_fmt, b_fmt, m, 48, 384, seed=m)
+    cfg = KD.DecodeConfig(warps=2, tiles=2, ntiles=1 if m <= 8 else 2, unroll=1)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("a_fmt, b_fmt", [("nvfp4", "nvfp4"), ("bfloat16", "mxfp8"), ("fp8_block", "fp8_block")])
+def test_decode_default_config_and_output_dtypes(a_fmt, b_fmt, out_dtype):
+    ops = make_operands(a_fmt, b_fmt, 8, 64, 256, seed=7)
+    args, alpha = _args(ops, out_dtype)
+    out = E.run_decode(a_fmt, b_fmt, out_dtype, KD.default_config(8), args, alpha)  # 8 warps, 2 chunks: idle warps
+    check_tolerance(out, ops, out_dtype)
+
+
+@pytest.mark.parametrize("cfg", [KD.DecodeConfig(4, 1, 2, 1), KD.DecodeConfig(1, 4, 1, 1)])
+def test_decode_other_tilings(cfg):
+    ops = make_operands("bfloat16", "nvfp4", 11 if cfg.ntiles == 2 else 5, 80, 512, seed=3)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+def test_tiled_every_pair(a_fmt, b_fmt):
+    ops = make_operands(a_fmt, b_fmt, 70, 144, 256, seed=11)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_tiled(a_fmt, b_fmt, "bfloat16", KT.TiledConfig(64, 128, 2, 2), args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("cfg", [KT.TiledConfig(128, 128, 2, 4), KT.TiledConfig(64, 64, 2, 2)])
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_tiled_other_tiles_and_outputs(cfg, out_dtype):
+    ops = make_operands("mxfp8", "mxfp8", 130, 80, 128, seed=5)
+    args, alpha = _args(ops, out_dtype)
+    check_tolerance(E.run_tiled("mxfp8", "mxfp8", out_dtype, cfg, args, alpha), ops, out_dtype)
+
+
+def test_invalid_tilings_are_rejected_before_compiling():
+    with pytest.raises(ValueError, match="every thread must own the same number of A and B spans"):
+        KT.TiledLogic("mxfp8", "mxfp8", "bfloat16", KT.TiledConfig(128, 64, 4, 2))
+    with pytest.raises(ValueError, match="tiles 1/2/4"):
+        KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 3, 1, 1))
+
+
+def test_alpha_tensor_and_weight_alpha_reach_the_epilogue():
+    ops = make_operands("nvfp4", "nvfp4", 4, 32, 128, seed=9)
+    alpha_t = torch.tensor([ops.alpha * 0.5], dtype=torch.float32)
+    args, alpha = _args(ops, "float32", alpha=alpha_t)
+    out = E.run_decode("nvfp4", "nvfp4", "float32", KD.default_config(8), args, alpha)
+    ref = ops.reference("float32") * 0.5
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())

@@ -1,0 +1,155 @@
+"""gemm.blockscaled on the GPU: every recipe against the fp32 reference, NaN-poisoned outputs, CUDA graph
+replay equal to eager, and the freeze contract after prewarm. Run on the device machine (-m gpu)."""
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+
+pytestmark = pytest.mark.gpu
+
+B = b12x.gemm.blockscaled
+MS = (1, 3, 16, 129, 2048)
+SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
+_WEIGHTS: dict = {}
+
+
+def _weight(b_fmt, n, k):
+    """One packed weight per (format, N, K), quantized on the GPU and reused across M and A formats."""
+    key = (b_fmt, n, k)
+    if key not in _WEIGHTS:
+        if len(_WEIGHTS) >= 3:
+            _WEIGHTS.pop(next(iter(_WEIGHTS)))
+        _WEIGHTS[key] = make_operands("bfloat16", b_fmt, 1, n, k, seed=n + k, device="cuda").weight
+    return _WEIGHTS[key]
+
+
+def _run(ops, out_dtype="bfloat16", **kw):
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype], device="cuda")
+    lhs = ops.a_values if ops.a_scales is None else (ops.a_values, ops.a_scales)
+    B.mm(lhs, ops.weight, out, alpha=ops.alpha, **kw)
+    torch.cuda.synchronize()
+    return out
+
+
+def _cases():
+    out = []
+    for n, k in SHAPES:
+        ms = MS if (n, k) == SHAPES[0] else (1, 16, 2048)
+        for b_fmt in dict.fromkeys(b for _, b in PAIRS):  # group by weight so the cache hits
+            for a_fmt, b in PAIRS:
+                if b == b_fmt:
+                    out += [(a_fmt, b_fmt, m, n, k) for m in ms]
+    return out
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt, m, n, k", _cases())
+def test_every_recipe_matches_the_reference(a_fmt, b_fmt, m, n, k):
+    ops = make_operands(a_fmt, b_fmt, m, n, k, seed=m, device="cuda", weight=_weight(b_fmt, n, k))
+    check_tolerance(_run(ops), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("a_fmt, b_fmt", [("nvfp4", "nvfp4"), ("bfloat16", "mxfp8"), ("float16", "nvfp4")])
+@pytest.mark.parametrize("m", [5, 300])
+def test_output_dtypes(a_fmt, b_fmt, m, out_dtype):
+    ops = make_operands(a_fmt, b_fmt, m, 1040, 1024, seed=3, device="cuda")
+    check_tolerance(_run(ops, out_dtype), ops, out_dtype)
+
+
+@pytest.mark.parametrize(
+    "bucket, cfgs", [("decode8", KD.candidate_configs(8)), ("tiled128", KT.candidate_configs(4096))]
+)
+def test_candidate_configs_are_correct(bucket, cfgs):
+    """Every config the heuristic may pick or autotune may measure computes the same product."""
+    m = 7 if bucket == "decode8" else 300
+    ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
+    for cfg in cfgs:
+        if bucket.startswith("decode") and not KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
+            continue
+        plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", 1056, 2048, max_m=m), override={L.bucket_for(m): cfg})
+        with b12x.PreparationSession("cuda") as s:
+            s.prepare([plan])
+        out = torch.full((m, 1056), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan)
+        torch.cuda.synchronize()
+        check_tolerance(out, ops, "bfloat16")
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt, m", [("bfloat16", "nvfp4", 1), ("mxfp8", "mxfp8", 2048), ("nvfp4", "nvfp4", 9)])
+def test_graph_replay_equals_eager_and_follows_a_device_alpha(a_fmt, b_fmt, m):
+    ops = make_operands(a_fmt, b_fmt, m, 4096, 4096, seed=5, device="cuda")
+    lhs = ops.a_values if ops.a_scales is None else (ops.a_values, ops.a_scales)
+    alpha = torch.tensor([ops.alpha], dtype=torch.float32, device="cuda")
+    B.prewarm(ops.weight, [m], activation=ops.a_values.dtype if ops.a_scales is None else None)
+    eager = B.mm(lhs, ops.weight, alpha=alpha)
+    out = torch.full_like(eager, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        B.mm(lhs, ops.weight, out, alpha=alpha)  # warm on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        B.mm(lhs, ops.weight, out, alpha=alpha)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+    alpha.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.float(), (eager.float() * 2).to(eager.dtype).float())
+
+
+def test_freeze_after_prewarm_holds_for_warmed_buckets():
+    w = make_operands("bfloat16", "nvfp4", 1, 2048, 1024, seed=6, device="cuda").weight
+    B.prewarm(w, [1, 16, 2048], activation=torch.bfloat16)
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import compile_decode
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled import compile_tiled
+
+    counts = lambda: compile_decode.compile_count + compile_tiled.compile_count + compile_decode.load_count  # noqa: E731
+    before = counts()
+    b12x.freeze_kernel_resolution("test")
+    try:
+        for m in (1, 5, 8, 12, 16, 300, 2048, 3000):  # every bucket warmed by 1, 16 and 2048
+            x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
+            y = B.mm(x, w)
+            torch.cuda.synchronize()
+            assert not torch.isnan(y).any()
+        with pytest.raises(KernelResolutionFrozenError, match="gemm.blockscaled.tiled"):
+            B.mm(torch.randn(100, 1024, device="cuda").to(torch.bfloat16), w)  # tiled64 was never warmed
+    finally:
+        b12x.unfreeze_kernel_resolution()
+    assert counts() == before
+
+
+def test_batched_operands_on_the_gpu():
+    ops = [make_operands("mxfp8", "mxfp8", 33, 256, 512, seed=s, device="cuda") for s in (7, 8)]
+    a = torch.stack([o.a_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
+    sa = torch.stack([o.a_scales for o in ops], dim=-1)
+    b = torch.stack([o.b_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
+    sb = torch.stack([o.b_scales for o in ops], dim=-1)
+    out = B.mm((a, sa), (b, sb), ab_dtype="float8_e4m3fn", sf_dtype="float8_e8m0fnu", sf_vec_size=32)
+    torch.cuda.synchronize()
+    for i, o in enumerate(ops):
+        check_tolerance(out[..., i], o, "bfloat16")
+
+
+def test_w4a16_and_shorthands_on_the_gpu():
+    o = make_operands("nvfp4", "nvfp4", 4, 512, 1024, seed=9, device="cuda")
+    alpha = (torch.tensor([o.alpha], device="cuda") * o.weight.alpha).float()
+    got = B.mm_nvfp4(o.a_values, o.a_scales, o.b_values, o.b_scales, alpha)
+    torch.cuda.synchronize()
+    check_tolerance(got, o, "bfloat16")
+    x = make_operands("float16", "nvfp4", 3, 512, 1024, seed=10, device="cuda", weight=o.weight)
+    y = B.w4a16(x.a_values, o.weight)
+    torch.cuda.synchronize()
+    assert y.dtype == torch.float16
+    check_tolerance(y, x, "float16")
