@@ -86,6 +86,14 @@ def mxfp8_peer_math(x: torch.Tensor):
     return mxfp8_reference.quantize_rows(x)
 
 
+def _note_peer_bits(label: str, *pairs) -> None:
+    """The peer is a speed reference: inductor may contract or reorder the oracle's fp32 steps, so its
+    bits can differ from the oracle's. Say how much, without stopping the run (ours is checked)."""
+    diff = sum(int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) for a, b in pairs)
+    if diff:
+        print(f"note {label}: the torch.compile peer differs from the oracle in {diff} bytes", flush=True)
+
+
 def _compiled(fn):
     for knob in ("recompile_limit", "cache_size_limit"):  # one compile per static shape
         if hasattr(torch._dynamo.config, knob):
@@ -117,11 +125,11 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
             nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
             ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
             peer_packed, peer_scales = peer_fn(xs[0], gs[0])
-            ok = torch.equal(out.packed, ref_packed) and torch.equal(peer_packed, ref_packed)
+            ok = torch.equal(out.packed, ref_packed)
             ok &= torch.equal(out.scales.view(torch.uint8), swizzle_scales(ref_scales, 0).view(torch.uint8))
-            ok &= torch.equal(peer_scales.view(torch.uint8), out.scales.view(torch.uint8))
             if not ok:
-                raise SystemExit(f"nvfp4 M={m} K={k}: ours, the oracle and the peer disagree; not timing")
+                raise SystemExit(f"nvfp4 M={m} K={k}: ours and the oracle disagree; not timing")
+            _note_peer_bits(f"nvfp4 M={m} K={k}", (peer_packed, out.packed), (peer_scales, out.scales))
         nxt = rotate(xs)
         run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)  # noqa: B023
         impl = "b12x" if config is None else f"b12x {config}"
@@ -146,10 +154,12 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         if config is None:
             mxfp8.quantize_rows(xs[0], values, rows, mma, plan=plan)
             peer_values, peer_rows, peer_mma = peer_fn(xs[0])
-            ok = torch.equal(values.view(torch.uint8), peer_values.view(torch.uint8))
-            ok &= torch.equal(rows, peer_rows) and torch.equal(mma, peer_mma)
+            ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
+            ok = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8)) and torch.equal(rows, ref_rows)
+            ok &= torch.equal(mma[: ref_mma.numel()], ref_mma.view(torch.uint8).reshape(-1))
             if not ok:
-                raise SystemExit(f"mxfp8 M={m} K={k}: ours and the peer (the oracle, compiled) disagree; not timing")
+                raise SystemExit(f"mxfp8 M={m} K={k}: ours and the oracle disagree; not timing")
+            _note_peer_bits(f"mxfp8 M={m} K={k}", (peer_values, values), (peer_rows, rows), (peer_mma, mma))
         nxt = rotate(xs)
         run = lambda: mxfp8.quantize_rows(nxt(), values, rows, mma, plan=plan)  # noqa: B023
         impl = "b12x" if config is None else f"b12x {config}"
