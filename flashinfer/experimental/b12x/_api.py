@@ -32,6 +32,9 @@ _OPS: dict[str, str] = {
     "attention.paged": ".attention.paged",
     "norm.mhc": ".norm.mhc",
     "gemm.blockscaled": ".gemm.blockscaled",
+    "gemm.mxfp8_linear": ".gemm.mxfp8_linear",
+    "gemm.tensor_fp8_linear": ".gemm.tensor_fp8_linear",
+    "gemm.block_fp8_linear": ".gemm.block_fp8_linear",
 }
 
 # Root names resolved lazily (module relative to this package, attribute).

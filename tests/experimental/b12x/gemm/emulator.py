@@ -273,6 +273,9 @@ class EmuOps:
     def fmax(self, a, b):
         return np.fmax(self.f32(a), self.f32(b))
 
+    def select_f32(self, pred, a, b):
+        return np.where(np.broadcast_to(np.asarray(pred, dtype=bool), (LANES,)), self.f32(a), self.f32(b))
+
     def imin(self, a, b):
         return np.minimum(self.i32(a), self.i32(b)).astype(np.int32)
 

@@ -111,11 +111,16 @@ def make_operands(
     return Operands(a_fmt, b_fmt, a_values, a_scales, weight, alpha, m, n, k)
 
 
-def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str) -> None:
+def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str, bias=None) -> None:
     """The project's rule: max |ours - fp32 reference| <= 2 x max |torch same precision - reference|,
-    plus a floor of 2^-20 of the reference's largest magnitude for outputs that are nearly exact."""
+    plus a floor of 2^-20 of the reference's largest magnitude for outputs that are nearly exact.
+    With a bias, torch's same-precision peer adds it in the output dtype after the product's rounding."""
     ref = ops.reference("float32").float()
-    peer = ops.torch_same_precision(out_dtype).float().to(ref.device)
+    peer = ops.torch_same_precision(out_dtype).to(ref.device)
+    if bias is not None:
+        ref = ref + bias.float()
+        peer = peer + bias.to(peer.dtype)
+    peer = peer.float()
     ours = out.float().to(ref.device)
     assert not torch.isnan(ours).any(), "output holds NaN (unwritten or poisoned elements)"
     err = (ours - ref).abs().max().item()

@@ -153,3 +153,95 @@ def test_w4a16_and_shorthands_on_the_gpu():
     torch.cuda.synchronize()
     assert y.dtype == torch.float16
     check_tolerance(y, x, "float16")
+
+
+# ---- linear ops ---------------------------------------------------------------------------------
+LINEAR_SHAPES = ((4096, 4096), (7168, 2048))
+
+
+def _linear_case(op, m, n, k, seed):
+    from flashinfer.experimental.b12x._lib import quant as Q
+    from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(m, k, device="cuda", generator=g) * 2).to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.03
+    if op == "mxfp8":
+        pw = b12x.gemm.mxfp8_linear.pack_weight(w)
+        xq, xs = Q.quantize_mxfp8(x)
+        a = (xq, Q.swizzle_scales(xs, 127))
+        y = b12x.gemm.mxfp8_linear.mm(x, pw)
+    else:
+        pw = b12x.gemm.tensor_fp8_linear.pack_weight(w)
+        a = R.quantize_tensor_fp8(x)
+        y = b12x.gemm.tensor_fp8_linear.mm(x, pw)
+    torch.cuda.synchronize()
+    from .helpers import Operands
+
+    ops = Operands(pw.recipe, pw.recipe, a[0], a[1], pw, 1.0, m, n, k)
+    return y, ops
+
+
+@pytest.mark.parametrize("n, k", LINEAR_SHAPES)
+@pytest.mark.parametrize("m", [1, 16, 129, 2048])
+@pytest.mark.parametrize("op", ["mxfp8", "tensor_fp8"])
+def test_mxfp8_and_tensor_fp8_linear(op, m, n, k):
+    y, ops = _linear_case(op, m, n, k, seed=m + n)
+    assert y.dtype == torch.bfloat16
+    check_tolerance(y, ops, "bfloat16")
+
+
+@pytest.mark.parametrize("n, k", LINEAR_SHAPES)
+@pytest.mark.parametrize("t", [1, 16, 129, 2048])
+def test_block_fp8_linear_run_and_quantizer_bits(t, n, k):
+    from flashinfer.experimental.b12x._lib import quant as Q
+
+    BF = b12x.gemm.block_fp8_linear
+    g = torch.Generator(device="cuda").manual_seed(t)
+    x = (torch.randn(t, k, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    wq, ws = Q.quantize_block_fp8_weight(torch.randn(n, k, device="cuda", generator=g) * 0.02)
+    pw = BF.pack_weight(wq, ws)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    p = BF.plan(BF.Caps("cuda", max_tokens=2048, in_features=k, out_features=n))
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([p])
+    p.state.scratch["output"].fill_(float("nan"))
+    y = BF.run(x, pw, plan=p, bias=bias)
+    q, sc = BF.quantize_input(x, plan=p)
+    torch.cuda.synchronize()
+    rq, rs = Q.quantize_block_fp8_act(x)
+    assert torch.equal(q, rq.view(torch.uint8)) and torch.equal(sc, rs)  # the quantizer is bit-exact
+    from .helpers import Operands
+
+    ops = Operands("fp8_block", "fp8_block", rq, rs, pw, 1.0, t, n, k)
+    check_tolerance(y, ops, "bfloat16", bias=bias)
+
+
+def test_block_fp8_linear_graph_replay_equals_eager():
+    BF = b12x.gemm.block_fp8_linear
+    from flashinfer.experimental.b12x._lib import quant as Q
+
+    x = torch.randn(7, 2048, device="cuda").to(torch.bfloat16)
+    wq, ws = Q.quantize_block_fp8_weight(torch.randn(1024, 2048, device="cuda") * 0.02)
+    pw = BF.pack_weight(wq, ws)
+    p = BF.plan(BF.Caps("cuda", max_tokens=64, in_features=2048, out_features=1024))
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([p])
+        s.freeze("graph test")
+    try:
+        binding = BF.bind(p, source=x, packed_weight=pw)
+        eager = BF.run(binding=binding).clone()
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            BF.run(binding=binding)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            BF.run(binding=binding)
+        binding.output.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(binding.output, eager)
+    finally:
+        b12x.unfreeze_kernel_resolution()

@@ -186,6 +186,20 @@ def _f32_binop(text: str, a, b, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def _selp_f32(pred, a, b, *, loc=None, ip=None):
+    return Float32(
+        _asm(
+            T.f32(),
+            [_iv(a, Float32, loc, ip), _iv(b, Float32, loc, ip), _iv(pred, Int32, loc, ip)],
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $3, 0;\n\tselp.f32 $0, $1, $2, p;\n\t}",
+            "=f,f,f,r",
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@dsl_user_op
 def _i32_binop(text: str, a, b, *, loc=None, ip=None):
     return Int32(_asm(T.i32(), [_iv(a, Int32, loc, ip), _iv(b, Int32, loc, ip)], text, "=r,r,r", loc=loc, ip=ip))
 
@@ -291,6 +305,11 @@ class DeviceOps:
     @staticmethod
     def fmax(a, b):
         return _f32_binop("max.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def select_f32(pred, a, b):
+        """pred ? a : b, without a branch."""
+        return _selp_f32(pred, a, b)
 
     @staticmethod
     def imin(a, b):
