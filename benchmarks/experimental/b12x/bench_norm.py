@@ -47,10 +47,13 @@ def case_bytes(op: str, tokens: int, hidden: int, elem: int = 2) -> int:
 
 def sweep_configs():
     """Named alternatives to the heuristic (MhcConfig overrides) for --sweep."""
-    from flashinfer.experimental.b12x.norm.mhc._config import MhcConfig, StreamConfig
+    from flashinfer.experimental.b12x.norm.mhc._config import ApplyConfig, MhcConfig, StreamConfig
 
     base = MhcConfig()
     return {
+        "apply_t2": dataclasses.replace(base, apply_large=ApplyConfig(tokens=2, block_h=512, stages=4)),
+        "apply_nopipe": dataclasses.replace(base, apply_large=ApplyConfig(tokens=4, block_h=256, stages=1)),
+        "apply_small_t4": dataclasses.replace(base, apply_small=ApplyConfig(tokens=4, block_h=256, stages=4)),
         "pre_t32": dataclasses.replace(base, pre_large=StreamConfig(32, 32, 4, 3)),
         "pre_t64_w8": dataclasses.replace(base, pre_large=StreamConfig(64, 32, 8, 3)),
         "post_pre_t64_w8": dataclasses.replace(base, post_pre_large=StreamConfig(64, 16, 8, 2)),

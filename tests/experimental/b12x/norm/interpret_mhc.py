@@ -34,7 +34,7 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             form, _, hidden, tile = args[:4]
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_stream, _kernel.MODES[form], hidden, tile)
         else:
-            table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[0], args[2])
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
     rows = _config.workspace_rows(cfg, p.forms(), H, max_tokens, target_ctas, split_k)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
@@ -91,12 +91,12 @@ def test_pre_fixed_split(split_k):
     check_pre_outputs(got, R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCAL))
 
 
-@pytest.mark.parametrize("folded", [False, True])
-def test_broadcast(folded):
-    p = interpret_plan(8, target_ctas=4)
-    ins = inputs(5, H, seed=7)
+@pytest.mark.parametrize("tokens, folded", [(5, False), (5, True), (70, False)])
+def test_broadcast(tokens, folded):
+    p = interpret_plan(80, target_ctas=4)
+    ins = inputs(tokens, H, seed=7)
     fn = ins["fn"].view(24, 4, H).sum(1).contiguous() if folded else ins["fn"]
-    res_out = torch.full((5, 4, H), float("nan"), dtype=torch.bfloat16)
+    res_out = torch.full((tokens, 4, H), float("nan"), dtype=torch.bfloat16)
     got = mhc.run_pre(
         ins["x"], fn, ins["hc_scale"], ins["hc_base"], plan=p, residual_out=res_out, norm_weight=ins["w_f32"], **SCAL
     )

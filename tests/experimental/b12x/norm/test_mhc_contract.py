@@ -100,9 +100,9 @@ def test_plan_errors(kw, exc, message):
 def test_kernel_jobs_cover_forms_and_weight_dtypes():
     jobs = mhc.plan(caps()).kernels(_config.MhcConfig(), "sm_90a")
     names = [(k.__name__, args[0]) for k, args in jobs]
-    assert len(jobs) == len(set(jobs)) == 10  # 6 pass-1 tiles + 2 sources x 2 weight dtypes
+    assert len(jobs) == len(set(jobs)) == 10  # 6 pass-1 tiles + 2 pass-2 tiles x 2 weight dtypes
     assert names.count(("compile_stream", "pre")) == 2 and names.count(("compile_stream", "post")) == 1
-    assert {args[3] for k, args in jobs if k.__name__ == "compile_apply"} == {"bfloat16", "float32"}
+    assert {args[2] for k, args in jobs if k.__name__ == "compile_apply"} == {"bfloat16", "float32"}
     only_post = mhc.plan(caps(), invocation="post").kernels(_config.MhcConfig(), "sm_90a")
     assert [k.__name__ for k, _ in only_post] == ["compile_stream"]
 

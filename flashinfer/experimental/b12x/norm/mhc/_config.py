@@ -34,6 +34,30 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
+class ApplyConfig:
+    """Tile of pass 2: `tokens` rows per program (warps go to tokens first, so the tiny 4x4 math
+    is not replicated per warp), streamed in chunks of `block_h` (clipped to divide H) with
+    `stages` - 1 chunks prefetched by the loop pipeliner."""
+
+    tokens: int
+    block_h: int
+    stages: int = 3
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "block_h", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"ApplyConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.block_h < 128 or not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"ApplyConfig needs block_h >= 128 and stages >= 1, got {self}")
+
+    def tile(self, hidden: int) -> tuple[int, int, int]:
+        """(TOK, BLOCK_H, STAGES) for `hidden` (a multiple of 128)."""
+        return self.tokens, min(self.block_h, hidden & -hidden), self.stages
+
+
+@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -48,8 +72,16 @@ class MhcConfig:
     post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)
     bcast: StreamConfig = StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=2)
     post: StreamConfig = StreamConfig(block_t=4, block_h=128, num_warps=4, num_stages=1)
+    # pass 2: one token per 4-warp program at small T (its row spread over 128 lanes, 8 KiB a
+    # chunk, 3 chunks prefetched); four per program at large T (one warp each, 256-wide chunks).
+    apply_small: ApplyConfig = ApplyConfig(tokens=1, block_h=1024, stages=4)
+    apply_large: ApplyConfig = ApplyConfig(tokens=4, block_h=256, stages=4)
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
+
+    def apply(self, tokens: int) -> ApplyConfig:
+        """The pass-2 tile at `tokens` live tokens."""
+        return self.apply_small if tokens <= self.small_max_tokens else self.apply_large
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
         """The pass-1 tile of `form` at `tokens` live tokens."""

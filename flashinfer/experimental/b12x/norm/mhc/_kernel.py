@@ -8,10 +8,12 @@ hidden dimension in steps of [BLOCK_T tokens, 4 streams, BLOCK_H]. By MODE it
 - BCAST: reads x [T, H] and writes its 4-stream repeat (the first layer's residual);
 and, except POST, accumulates this split's share of flat @ fn^T (24 mixes) into fp32 partials
 [splits, T, 32] (row stride 32 floats, columns 0..23 used) in the plan's workspace.
-`_mhc_apply_kernel` (pass 2), one program per token: loads the token's whole residual row into
-registers (its mean square gives the rsqrt), sums the partials over the splits, applies the sigmoids,
-softmax + Sinkhorn on the 4x4 combination, writes post [T, 4] and comb [T, 4, 4] fp32, then
-y = sum_i pre_i * residual_i [T, H], optionally RMS-normed with a weight.
+`_mhc_apply_kernel` (pass 2), TOK tokens per program (one warp each at large T; one token over 4
+warps at small T): streams each token's residual row (cp.async-prefetched chunks) for its mean
+square, sums the partials over the splits, applies the sigmoids, softmax + Sinkhorn on the 4x4
+combination (as four row vectors: column sums are elementwise), writes post [T, 4] and comb
+[T, 4, 4] fp32, then y = sum_i pre_i * residual_i [T, H] re-reading the row (L1/L2), with one more
+pass for mean(y^2) when a norm weight is given. The broadcast form is a stride (0 between streams).
 
 The mixes are fp32 FMA work, no tensor cores (hardware policy: no wgmma): `tl.dot(...,
 input_precision="ieee")` on fp32 operands lowers to Triton's FMA dot (operands staged in shared
@@ -19,8 +21,9 @@ memory, register-tiled outer products); Triton selects mma/wgmma for fp32 operan
 precision, and test_mhc_compile.py asserts the PTX of every kernel holds no mma. N = 24 is done as
 dots of N = 16 and N = 8 (no padding FMAs). Pass 1 is FMA-bound at large T on an H200: 96 FMAs per
 token per h against 8 residual bytes (12 FMA/byte; the H200 balance is ~8 FMA/byte of HBM).
-Measured from SASS (sm_90a, H=7168, CPU compile): the PRE loop issues ~150 warp-instructions per
-token per 4x32 step, 64% of them FFMA (BLOCK_T=64, 4 warps, 114 registers).
+From SASS (sm_90a, H=7168, CPU compile with 16-byte aligned pointers): the PRE loop issues ~134
+warp-instructions per token per 4x32 step, 72% of them FFMA (BLOCK_T=64, 4 warps, 116 registers);
+pass 2 uses 56 registers and ~91 instructions per Sinkhorn round per 4 tokens.
 
 Bytes per token (H hidden, 2-byte dtype): pre reads the residual twice (pass 1 and 2: 16H) and writes
 y (2H); post reads x and the residual (10H) and writes the new residual (8H); post_pre = post + pass 2
@@ -39,16 +42,11 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
-from ._config import StreamConfig
+from ._config import ApplyConfig, StreamConfig
 
 MODE_PRE, MODE_POST, MODE_POST_PRE, MODE_BCAST = 0, 1, 2, 3
 MODES = {"pre": MODE_PRE, "post": MODE_POST, "post_pre": MODE_POST_PRE, "bcast": MODE_BCAST}
 _TL_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def apply_warps(hidden: int) -> int:
-    """Pass 2 holds one token's y row in registers: 16 fp32 values per thread."""
-    return max(1, min(32, triton.next_power_of_2(hidden) // 512))
 
 
 @triton.jit
@@ -197,7 +195,31 @@ def _mhc_stream_kernel(
         tl.store(part + 16 + m8[None, :], acc_b, mask=mask2)
 
 
-@triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "has_norm"])
+@triton.jit
+def _softmax_rows(logits, hc_eps):
+    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+    return e / tl.sum(e, axis=1)[:, None] + hc_eps
+
+
+@triton.jit
+def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride):
+    """The 4 streams of a chunk, fp32 [TOK, BLOCK_H] each (stream stride 0: all four are x)."""
+    row = src_ptr + tok[:, None] * tok_stride + h[None, :]
+    m = t_mask[:, None]
+    v_0 = tl.load(row, mask=m, other=0.0).to(tl.float32)
+    v_1 = tl.load(row + stream_stride, mask=m, other=0.0).to(tl.float32)
+    v_2 = tl.load(row + 2 * stream_stride, mask=m, other=0.0).to(tl.float32)
+    v_3 = tl.load(row + 3 * stream_stride, mask=m, other=0.0).to(tl.float32)
+    return v_0, v_1, v_2, v_3
+
+
+@triton.jit
+def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr):
+    """sum over the splits of partial columns col..col+N: [TOK, BS, 1] rows -> [TOK, N]."""
+    return tl.sum(tl.load(prow + col + tl.arange(0, N)[None, None, :], mask=mask, other=0.0), axis=1)
+
+
+@triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
 def _mhc_apply_kernel(
     src_ptr,  # residual [T, 4, H] (BCAST: x [T, H])
     part_ptr,  # fp32 [splits, T, 32] from pass 1
@@ -210,73 +232,102 @@ def _mhc_apply_kernel(
     T,
     splits,
     sinkhorn_iters,
+    tok_stride,  # 4H for a [T, 4, H] residual; H for the broadcast form's x [T, H]
+    stream_stride,  # H; 0 for the broadcast form (every stream is x: re-reads hit L1)
     has_norm,
     rms_eps,
     hc_eps,
     norm_eps,
     H: tl.constexpr,
-    BCAST: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    TOK: tl.constexpr,  # tokens per program (warps spread over tokens first: less replicated 4x4 math)
+    BLOCK_H: tl.constexpr,  # chunk of a row; divides H
+    STAGES: tl.constexpr,  # row loops prefetch STAGES - 1 chunks ahead (cp.async)
     BLOCK_S: tl.constexpr,
 ):
-    t = tl.program_id(0).to(tl.int64)
+    tok = (tl.program_id(0) * TOK + tl.arange(0, TOK)).to(tl.int64)
+    t_mask = tok < T
+    # Both strides are multiples of 128 (H is); saying so keeps the row loads 16-byte vectors
+    # (tl.multiple_of on a scalar argument did not survive the widening to int64).
+    tok_stride = (tok_stride // 128).to(tl.int64) * 128
+    stream_stride = (stream_stride // 128).to(tl.int64) * 128
     c8 = tl.arange(0, 8)
     i4 = tl.arange(0, 4)
-    offs_s = tl.arange(0, BLOCK_S)
+    hh = tl.arange(0, BLOCK_H)
 
-    # Phase 1: the token's residual row (all 4 streams stay in registers) and its mean square.
-    h = tl.arange(0, BLOCK_H)
-    h_mask = h < H
-    if BCAST:
-        xr = tl.load(src_ptr + t * H + h, mask=h_mask, other=0.0).to(tl.float32)
-        mean_sq = tl.sum(xr * xr, axis=0) / H
-    else:
-        r_0 = tl.load(src_ptr + (t * 4 + 0) * H + h, mask=h_mask, other=0.0).to(tl.float32)
-        r_1 = tl.load(src_ptr + (t * 4 + 1) * H + h, mask=h_mask, other=0.0).to(tl.float32)
-        r_2 = tl.load(src_ptr + (t * 4 + 2) * H + h, mask=h_mask, other=0.0).to(tl.float32)
-        r_3 = tl.load(src_ptr + (t * 4 + 3) * H + h, mask=h_mask, other=0.0).to(tl.float32)
-        mean_sq = tl.sum(r_0 * r_0 + r_1 * r_1 + r_2 * r_2 + r_3 * r_3, axis=0) / (4 * H)
-    rs = 1.0 / tl.sqrt_rn(mean_sq + rms_eps)
+    # Phase 1: mean square of each token's residual row (the later passes re-read the row from
+    # L1/L2: this program just read it). Branch-free loops, so the pipeliner prefetches them.
+    sq = tl.zeros([TOK, BLOCK_H], dtype=tl.float32)
+    for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
+        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
+        sq += v_0 * v_0 + v_1 * v_1 + v_2 * v_2 + v_3 * v_3
+    rs = 1.0 / tl.sqrt_rn(tl.sum(sq, axis=1) / (4 * H) + rms_eps)  # [TOK]
 
-    # Phase 2: the token's mixes: its partials summed over the splits.
-    acc8 = tl.zeros([8], dtype=tl.float32)  # pre (0..3), post (4..7)
-    acc44 = tl.zeros([4, 4], dtype=tl.float32)  # comb logits [i, j]
+    # Phase 2: the tokens' mixes, partials summed over the splits: pre/post [TOK, 8] and the comb
+    # logits as four row tiles [TOK, 4] over j (Sinkhorn's column sums are then elementwise).
+    acc8 = tl.zeros([TOK, 8], dtype=tl.float32)
+    l_0 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_1 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_2 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_3 = tl.zeros([TOK, 4], dtype=tl.float32)
     for s0 in range(0, splits, BLOCK_S):
-        s = s0 + offs_s
-        s_mask = s < splits
-        prow = part_ptr + (s.to(tl.int64) * T + t) * 32  # [BS]
-        acc8 += tl.sum(tl.load(prow[:, None] + c8[None, :], mask=s_mask[:, None], other=0.0), axis=0)
-        cptr = prow[:, None, None] + 8 + i4[None, :, None] * 4 + i4[None, None, :]
-        acc44 += tl.sum(tl.load(cptr, mask=s_mask[:, None, None], other=0.0), axis=0)
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[None, :, None] < splits) & t_mask[:, None, None]
+        prow = part_ptr + (s.to(tl.int64)[None, :, None] * T + tok[:, None, None]) * 32  # [TOK, BS, 1]
+        acc8 += _partial_rows(prow, 0, mask, 8)
+        l_0 += _partial_rows(prow, 8, mask, 4)
+        l_1 += _partial_rows(prow, 12, mask, 4)
+        l_2 += _partial_rows(prow, 16, mask, 4)
+        l_3 += _partial_rows(prow, 20, mask, 4)
 
     # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds).
     s_0 = tl.load(scale_ptr)
     s_1 = tl.load(scale_ptr + 1)
     s_2 = tl.load(scale_ptr + 2)
-    z8 = acc8 * rs * tl.where(c8 < 4, s_0, s_1) + tl.load(base_ptr + c8)
+    z8 = acc8 * rs[:, None] * tl.where(c8 < 4, s_0, s_1)[None, :] + tl.load(base_ptr + c8)[None, :]
     g8 = tl.sigmoid(z8)
-    pp = tl.where(c8 < 4, g8 + hc_eps, 2.0 * g8)
-    tl.store(post_ptr + t * 4 + (c8 - 4), pp, mask=c8 >= 4)
-    logits = acc44 * rs * s_2 + tl.load(base_ptr + 8 + i4[:, None] * 4 + i4[None, :])
-    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-    comb = e / tl.sum(e, axis=1)[:, None] + hc_eps
-    for _ in range(sinkhorn_iters):
-        comb = comb / (tl.sum(comb, axis=1)[:, None] + hc_eps)
-        comb = comb / (tl.sum(comb, axis=0)[None, :] + hc_eps)
-    tl.store(comb_ptr + t * 16 + i4[:, None] * 4 + i4[None, :], comb)
+    pp = tl.where(c8[None, :] < 4, g8 + hc_eps, 2.0 * g8)
+    tl.store(post_ptr + tok[:, None] * 4 + (c8 - 4)[None, :], pp, mask=(c8[None, :] >= 4) & t_mask[:, None])
+    scale = (rs * s_2)[:, None]
+    r_0 = _softmax_rows(l_0 * scale + tl.load(base_ptr + 8 + i4)[None, :], hc_eps)
+    r_1 = _softmax_rows(l_1 * scale + tl.load(base_ptr + 12 + i4)[None, :], hc_eps)
+    r_2 = _softmax_rows(l_2 * scale + tl.load(base_ptr + 16 + i4)[None, :], hc_eps)
+    r_3 = _softmax_rows(l_3 * scale + tl.load(base_ptr + 20 + i4)[None, :], hc_eps)
+    for _ in range(sinkhorn_iters):  # reciprocals, then multiplies: 5 divisions a round, not 32
+        r_0 = r_0 * (1.0 / (tl.sum(r_0, axis=1) + hc_eps))[:, None]
+        r_1 = r_1 * (1.0 / (tl.sum(r_1, axis=1) + hc_eps))[:, None]
+        r_2 = r_2 * (1.0 / (tl.sum(r_2, axis=1) + hc_eps))[:, None]
+        r_3 = r_3 * (1.0 / (tl.sum(r_3, axis=1) + hc_eps))[:, None]
+        inv_col = 1.0 / (r_0 + r_1 + r_2 + r_3 + hc_eps)
+        r_0 = r_0 * inv_col
+        r_1 = r_1 * inv_col
+        r_2 = r_2 * inv_col
+        r_3 = r_3 * inv_col
+    cp = comb_ptr + tok[:, None] * 16 + i4[None, :]
+    tl.store(cp, r_0, mask=t_mask[:, None])
+    tl.store(cp + 4, r_1, mask=t_mask[:, None])
+    tl.store(cp + 8, r_2, mask=t_mask[:, None])
+    tl.store(cp + 12, r_3, mask=t_mask[:, None])
+    p_0 = tl.sum(tl.where(c8[None, :] == 0, pp, 0.0), axis=1)
+    p_1 = tl.sum(tl.where(c8[None, :] == 1, pp, 0.0), axis=1)
+    p_2 = tl.sum(tl.where(c8[None, :] == 2, pp, 0.0), axis=1)
+    p_3 = tl.sum(tl.where(c8[None, :] == 3, pp, 0.0), axis=1)
 
-    # Phase 4: y = sum_i pre_i * residual_i, optionally RMS-normed with a weight.
-    if BCAST:
-        y = tl.sum(tl.where(c8 < 4, pp, 0.0), axis=0) * xr
-    else:
-        y = tl.sum(tl.where(c8 == 0, pp, 0.0), axis=0) * r_0
-        y += tl.sum(tl.where(c8 == 1, pp, 0.0), axis=0) * r_1
-        y += tl.sum(tl.where(c8 == 2, pp, 0.0), axis=0) * r_2
-        y += tl.sum(tl.where(c8 == 3, pp, 0.0), axis=0) * r_3
+    # Phase 4: y = sum_i pre_i * residual_i; with a norm weight, a pass for mean(y^2) first. The
+    # weight load is masked by has_norm rather than branched on (w = 1 and inv = 1 without one).
+    inv = tl.full([TOK], 1.0, dtype=tl.float32)
     if has_norm:
-        y = y / tl.sqrt_rn(tl.sum(y * y, axis=0) / H + norm_eps)
-        y = y * tl.load(w_ptr + h, mask=h_mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + t * H + h, y.to(y_ptr.dtype.element_ty), mask=h_mask)
+        yy = tl.zeros([TOK, BLOCK_H], dtype=tl.float32)
+        for h0 in tl.range(0, H, BLOCK_H, num_stages=1):  # L1/L2 hits; pipelined, it codegens badly
+            v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
+            y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
+            yy += y * y
+        inv = 1.0 / tl.sqrt_rn(tl.sum(yy, axis=1) / H + norm_eps)
+    for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
+        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
+        y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
+        w = tl.load(w_ptr + h0 + hh, mask=hh < BLOCK_H * has_norm, other=1.0).to(tl.float32)
+        y = y * inv[:, None] * w[None, :]
+        tl.store(y_ptr + tok[:, None] * H + h0 + hh[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +335,7 @@ def _mhc_apply_kernel(
 # ---------------------------------------------------------------------------------------------
 
 _OPTS = {"enable_fp_fusion": True}
-APPLY_BLOCK_S = 64  # partial rows summed per step of pass 2 (splits <= 64 take one step)
+APPLY_BLOCK_S = 16  # partial rows summed per step of pass 2
 
 
 def _interpreting() -> bool:
@@ -316,9 +367,10 @@ def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, co
     )
 
 
-def launch_apply(bcast: bool, hidden: int, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
-    """Pass 2: one program per token. `s`: sinkhorn_iters, rms_eps, hc_eps, norm_eps."""
-    _mhc_apply_kernel[(T,)](
+def launch_apply(hidden: int, config, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
+    """Pass 2 over T tokens. `s`: sinkhorn_iters, rms_eps, hc_eps, norm_eps; src 2-D means bcast."""
+    tok, block_h, stages = config.tile(hidden)
+    _mhc_apply_kernel[(triton.cdiv(T, tok),)](
         src,
         part,
         hc_scale,
@@ -330,15 +382,18 @@ def launch_apply(bcast: bool, hidden: int, src, part, hc_scale, hc_base, weight,
         T,
         splits,
         int(s["sinkhorn_iters"]),
+        hidden if src.dim() == 2 else 4 * hidden,
+        0 if src.dim() == 2 else hidden,
         int(weight is not None),
         float(s["rms_eps"]),
         float(s["hc_eps"]),
         float(s["norm_eps"]),
         H=hidden,
-        BCAST=bcast,
-        BLOCK_H=triton.next_power_of_2(hidden),
+        TOK=tok,
+        BLOCK_H=block_h,
+        STAGES=stages,
         BLOCK_S=APPLY_BLOCK_S,
-        num_warps=apply_warps(hidden),
+        num_warps=config.num_warps,
         **({} if _interpreting() else _OPTS),
     )
 
@@ -369,21 +424,22 @@ def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, dev
 
 
 @kernel("norm.mhc", backend="triton")
-def compile_apply(bcast: bool, dtype: str, hidden: int, weight_dtype: str, device_index: int, arch: str):
-    """Pass 2 (y from a [T, 4, H] residual, or from x [T, H] when bcast) for one norm weight dtype."""
+def compile_apply(dtype: str, hidden: int, weight_dtype: str, config: ApplyConfig, device_index: int, arch: str):
+    """Pass 2 (pre/post/comb and y; the broadcast form is a runtime flag) for one norm weight dtype."""
     act, f32 = _TL_DTYPES[dtype], torch.float32
-    w = getattr(torch, weight_dtype)
-    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(w), _fake(act), _fake(f32), _fake(f32))
-    args += (1, 1, 1, 1, 1e-6, 1e-6, 1e-6)
+    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act))
+    args += (_fake(f32), _fake(f32), 1, 1, 1, 4 * hidden, hidden, 1, 1e-6, 1e-6, 1e-6)
+    tok, block_h, stages = config.tile(hidden)
     with torch.cuda.device(device_index):
         _mhc_apply_kernel.warmup(
             *args,
             H=hidden,
-            BCAST=bcast,
-            BLOCK_H=triton.next_power_of_2(hidden),
+            TOK=tok,
+            BLOCK_H=block_h,
+            STAGES=stages,
             BLOCK_S=APPLY_BLOCK_S,
-            num_warps=apply_warps(hidden),
+            num_warps=config.num_warps,
             grid=(1,),
             **_OPTS,
         )
-    return functools.partial(launch_apply, bcast, hidden)
+    return functools.partial(launch_apply, hidden, config)

@@ -20,7 +20,7 @@ import torch
 
 from ...preparation.plan import Plan
 from . import reference
-from ._config import MhcConfig, StreamConfig, split_for, workspace_rows
+from ._config import ApplyConfig, MhcConfig, StreamConfig, split_for, workspace_rows
 from .reference import MIXES, MULT
 
 OP = "norm.mhc"
@@ -97,9 +97,10 @@ class MhcPlan(Plan):
         for form in self.forms():
             for cfg in config.streams(form):
                 jobs.append((compile_stream, (form, dt, caps.hidden_size, cfg, dev, arch)))
-            if form != "post":
-                for wdt in dict.fromkeys((dt, "float32")):
-                    jobs.append((compile_apply, (form == "bcast", dt, caps.hidden_size, wdt, dev, arch)))
+            if form != "post":  # pass 2 serves pre, post_pre and bcast alike
+                for tile in dict.fromkeys((config.apply_small, config.apply_large)):
+                    for wdt in dict.fromkeys((dt, "float32")):
+                        jobs.append((compile_apply, (dt, caps.hidden_size, wdt, tile, dev, arch)))
         return tuple(dict.fromkeys(jobs))
 
     def workspace_rows(self, config, device) -> int:
@@ -576,25 +577,12 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
     return splits
 
 
-def _apply(p: MhcPlan, bcast, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
-    caps = p.caps
-    wdt = _dname(caps.dtype if w is None else w.dtype)
-    launch = _launcher(
-        p, "compile_apply", (bcast, _dname(caps.dtype), caps.hidden_size, "float32" if w is None else wdt)
-    )
-    launch(
-        src,
-        _workspace(p, binding),
-        hc_scale,
-        hc_base,
-        w,
-        outs["y_out"],
-        outs["post_out"],
-        outs["comb_out"],
-        T=t,
-        splits=splits,
-        **scal,
-    )
+def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
+    caps, dt = p.caps, _dname(p.caps.dtype)
+    wdt = "float32" if w is None else _dname(w.dtype)
+    launch = _launcher(p, "compile_apply", (dt, caps.hidden_size, wdt, p.state.selection.apply(t)))
+    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
+    launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
 
 def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=None, **scal) -> None:
@@ -608,7 +596,7 @@ def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=N
     _launchers(p)
     form = "bcast" if bcast else "pre"
     splits = _stream(p, form, t, residual, None, None, None, outs.get("residual_out"), fn, binding)
-    _apply(p, bcast, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    _apply(p, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
 
 
@@ -636,7 +624,7 @@ def execute_post_pre(
         return None
     _launchers(p)
     splits = _stream(p, "post_pre", t, residual, x, prev_post, prev_comb, outs["residual_out"], fn, binding)
-    _apply(p, False, t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    _apply(p, t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
 
 
@@ -647,7 +635,7 @@ def _copy_outs(outs: dict, **values) -> None:
 
 
 __all__ = ["Caps", "MhcConfig", "MhcPlan", "MhcBinding", "plan", "bind", "run_pre", "run_post", "run_post_pre"]
-__all__ += ["StreamConfig", "MULT", "MIXES", "FORMS", "split_for", "synthetic_inputs"]
+__all__ += ["ApplyConfig", "StreamConfig", "MULT", "MIXES", "FORMS", "split_for", "synthetic_inputs"]
 
 from . import _ops as _ops_module  # noqa: E402 - registers the custom ops (it imports this module)
 
