@@ -62,9 +62,9 @@ def test_cpu_mm_is_the_reference(a_fmt, b_fmt):
 def test_batched_operands_run_per_slice():
     ops = [make_operands("mxfp8", "mxfp8", 4, 32, 128, seed=s) for s in (3, 4)]
     a = torch.stack([o.a_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
-    sa = torch.stack([o.a_scales for o in ops], dim=-1)
+    sa = torch.stack([o.a_scales for o in ops]).movedim(0, -1)  # per-batch slices stay contiguous
     b = torch.stack([o.b_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
-    sb = torch.stack([o.b_scales for o in ops], dim=-1)
+    sb = torch.stack([o.b_scales for o in ops]).movedim(0, -1)
     out = B.mm((a, sa), (b, sb), ab_dtype="float8_e4m3fn", sf_dtype="float8_e8m0fnu", sf_vec_size=32)
     assert out.shape == (4, 32, 2)
     for i, o in enumerate(ops):

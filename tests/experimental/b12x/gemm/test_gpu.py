@@ -133,9 +133,9 @@ def test_freeze_after_prewarm_holds_for_warmed_buckets():
 def test_batched_operands_on_the_gpu():
     ops = [make_operands("mxfp8", "mxfp8", 33, 256, 512, seed=s, device="cuda") for s in (7, 8)]
     a = torch.stack([o.a_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
-    sa = torch.stack([o.a_scales for o in ops], dim=-1)
+    sa = torch.stack([o.a_scales for o in ops]).movedim(0, -1)  # per-batch slices stay contiguous
     b = torch.stack([o.b_values.view(torch.uint8) for o in ops]).permute(1, 2, 0).view(torch.float8_e4m3fn)
-    sb = torch.stack([o.b_scales for o in ops], dim=-1)
+    sb = torch.stack([o.b_scales for o in ops]).movedim(0, -1)
     out = B.mm((a, sa), (b, sb), ab_dtype="float8_e4m3fn", sf_dtype="float8_e8m0fnu", sf_vec_size=32)
     torch.cuda.synchronize()
     for i, o in enumerate(ops):

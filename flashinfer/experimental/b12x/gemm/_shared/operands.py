@@ -161,6 +161,20 @@ def _check_scales(name: str, op: Operand, rows: int, k: int, batch: int, side: s
         raise ValueError(f"{name} scale must be a float32 scalar for fp8_tensor, got {describe(s)}")
 
 
+def check_layout(p: Problem) -> None:
+    """Every per-batch slice of values and scales must be contiguous (a batch-last view of
+    batch-first storage, e.g. torch.stack(per_batch).movedim(0, -1))."""
+    for li in range(max(p.batch, 1)):
+        for name, op in (("lhs", p.a), ("rhs", p.b)):
+            vals, scales = p.slice(op, li)
+            if not vals.is_contiguous():
+                raise ValueError(
+                    f"{name} values must have contiguous [rows, K] slices per batch, got {describe(op.values)}"
+                )
+            if scales is not None and not scales.is_contiguous():
+                raise ValueError(f"{name} scales must have contiguous slices per batch, got {describe(op.scales)}")
+
+
 def check_device_operands(p: Problem, out: torch.Tensor) -> None:
     """CUDA launch preconditions: one device, contiguous 2-D slices, 16-byte aligned bases, K and N."""
     from .formats import check_shape
@@ -170,12 +184,14 @@ def check_device_operands(p: Problem, out: torch.Tensor) -> None:
     for name, t in (("lhs values", p.a.values), ("rhs values", p.b.values)):
         if t.device != dev:
             raise ValueError(f"{name} must be on {dev} (the output's device), got {describe(t)}")
+    check_layout(p)
     for li in range(max(p.batch, 1)):
         for name, op in (("lhs", p.a), ("rhs", p.b)):
             vals, scales = p.slice(op, li)
-            if not vals.is_contiguous() or vals.data_ptr() % 16:
-                raise ValueError(
-                    f"{name} values must be contiguous [rows, K] slices starting 16-byte aligned, got {describe(vals)}"
-                )
-            if scales is not None and (scales.device != dev or not scales.is_contiguous()):
-                raise ValueError(f"{name} scales must be contiguous on {dev}, got {describe(scales)}")
+            if vals.data_ptr() % 16:
+                raise ValueError(f"{name} values must start 16-byte aligned, got address {vals.data_ptr():#x}")
+            if scales is not None and scales.device != dev:
+                raise ValueError(f"{name} scales must be on {dev}, got {describe(scales)}")
+        c = out if p.batch == 0 else out[..., li]
+        if not c.is_contiguous() or c.data_ptr() % 16:
+            raise ValueError(f"out must have contiguous [M, N] slices starting 16-byte aligned, got {describe(out)}")

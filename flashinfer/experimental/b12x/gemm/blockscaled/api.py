@@ -27,7 +27,7 @@ from ..._lib.quant import UE8M0_ONE_BYTE, swizzled_size
 from ...preparation.plan import Plan, PlanState
 from .._shared import launch as L
 from .._shared.formats import FORMAT, FORMATS, OUT_DTYPES, check_shape, dtype_key, pair_ok
-from .._shared.operands import TORCH_OUT, Problem, check_device_operands, describe, resolve
+from .._shared.operands import TORCH_OUT, Problem, check_device_operands, check_layout, describe, resolve
 from .._shared.weight import Weight, pack_weight
 from . import reference
 
@@ -198,6 +198,7 @@ def _check_alpha(alpha, device):
 def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None:
     device = out.device
     if device.type != "cuda":
+        check_layout(p)
         for li in range(max(p.batch, 1)):
             a, sa = p.slice(p.a, li)
             b, sb = p.slice(p.b, li)

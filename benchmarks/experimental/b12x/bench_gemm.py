@@ -1,0 +1,245 @@
+"""Benchmark b12x.gemm (blockscaled decode/tiled kernels and the linear ops) against torch's GEMMs.
+
+    python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 2048 4096]
+        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--sweep]
+        [--timer events|graph] [--json PATH]
+
+Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
+4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
+Bytes (TB/s, % of the copy ceiling): what OUR op must move once: weight values + their scales,
+activations (+ scales), output; peers' own bytes are in their row notes. FLOPs: 2 M N K.
+Ours (a packed Weight; activations pre-quantized unless the name says inline):
+  w4a16_nvfp4 / w4a16_mxfp4      bf16 x FP4 weight, weight-only (mm(x, Weight))
+  w8a16_mxfp8 / w8a16_fp8_block  bf16 x FP8 weight, weight-only
+  nvfp4 / mxfp4 / mxfp8 / fp8_block / fp8_tensor   both operands quantized (blockscaled.mm)
+  mxfp8_linear                   activation quantized inline (quantization.mxfp8) + MXFP8 GEMM
+Peers, timed once per (M, N, K) and listed in every case of that problem: torch.mm bf16 (cuBLAS),
+torch._scaled_mm e4m3 tensorwise and rowwise (cuBLASLt), torch._weight_int4pack_mm (W4A16 tinygemm,
+group 128; its int4 weight from torch._convert_weight_to_int4pack). Every case checks ours against
+the fp32 reference first (max abs error in the note). --sweep times every candidate kernel config
+per case (prepared plans with overrides) and reports the fastest: the tuning input for the heuristics.
+Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import b12x
+from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+
+MODULE = "benchmarks.experimental.b12x.bench_gemm"
+SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
+MS = (1, 4, 16, 2048, 4096)
+QUICK_SHAPES, QUICK_MS = ((4096, 4096), (28672, 4096)), (1, 16, 2048)
+RECIPES = (
+    "w4a16_nvfp4",
+    "w4a16_mxfp4",
+    "w8a16_mxfp8",
+    "w8a16_fp8_block",
+    "nvfp4",
+    "mxfp4",
+    "mxfp8",
+    "fp8_block",
+    "fp8_tensor",
+    "mxfp8_linear",
+)
+QUICK_RECIPES = ("w4a16_nvfp4", "w8a16_mxfp8", "nvfp4", "mxfp8", "fp8_block")
+BS = b12x.gemm.blockscaled
+
+
+def _weight_format(recipe: str) -> str:
+    return recipe.split("_", 1)[1] if recipe.startswith(("w4a16", "w8a16")) else recipe.replace("_linear", "")
+
+
+def operand_bytes(fmt: str, rows: int, k: int) -> int:
+    """Bytes of a [rows, K] operand in `fmt`, scales included (fp8_block A: per token per 128)."""
+    from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+
+    spec = FORMAT[fmt]
+    values = rows * k * spec.value_bits // 8
+    if spec.swizzled:
+        return values + rows * (k // spec.sf_vec)
+    if spec.scale == "fp32_block":
+        return values + 4 * rows * (k // 128)
+    return values + (4 if spec.scale == "fp32_scalar" else 0)
+
+
+@dataclass
+class Ours:
+    fn: object  # the timed call
+    lhs: object  # bf16 activations or a quantized (values, scales) pair
+    weight: object
+    alpha: float
+    a_fmt: str
+    out: torch.Tensor
+    nbytes: int
+    ref: torch.Tensor  # fp32 reference
+
+
+def _setup(recipe, m, n, k, dev, gen) -> Ours:
+    from flashinfer.experimental.b12x._lib import quant as Q
+    from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
+
+    b_fmt = _weight_format(recipe)
+    x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
+    w = torch.randn(n, k, device=dev, generator=gen) * 0.02
+    weight = BS.pack_weight(w, recipe=b_fmt)
+    alpha = 1.0
+    if recipe.startswith(("w4a16", "w8a16")) or recipe == "mxfp8_linear":
+        lhs, a_fmt, a_bytes = x, "bfloat16", 2 * m * k
+    else:
+        a_fmt = b_fmt
+        if b_fmt == "nvfp4":
+            gs = Q.nvfp4_global_scale(x)
+            q, sf = Q.quantize_nvfp4(x, gs)
+            lhs, alpha = (q, Q.swizzle_scales(sf, 0)), 1.0 / gs.item()
+        elif b_fmt in ("mxfp4", "mxfp8"):
+            q, sc = (Q.quantize_mxfp4 if b_fmt == "mxfp4" else Q.quantize_mxfp8)(x)
+            lhs = (q, Q.swizzle_scales(sc, 127))
+        elif b_fmt == "fp8_block":
+            lhs = Q.quantize_block_fp8_act(x)
+        else:
+            lhs = R.quantize_tensor_fp8(x)
+        a_bytes = operand_bytes(a_fmt, m, k)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+    if recipe == "mxfp8_linear":
+        fn = lambda: b12x.gemm.mxfp8_linear.mm(x, weight, out)  # noqa: E731
+        q, sc = Q.quantize_mxfp8(x)
+        a32 = Q.dequantize_mxfp8(q, sc)
+    else:
+        fn = lambda: BS.mm(lhs, weight, out, alpha=alpha)  # noqa: E731
+        a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
+    ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
+    nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
+    return Ours(fn, lhs, weight, alpha, a_fmt, out, nbytes, ref)
+
+
+def _peers(m, n, k, dev, gen, args):
+    """[(name, Timing, note)] for the torch peers on this problem (skipped ones print why)."""
+    x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, k, device=dev, generator=gen) * 0.02).to(torch.bfloat16)
+    out = []
+
+    def add(name, fn, nbytes):
+        try:
+            fn()
+            t = measure(fn, args)
+            out.append((name, t, f"{nbytes / t.median_us / 1e6:.2f} TB/s on its own {nbytes / 1e6:.1f} MB"))
+        except (RuntimeError, TypeError) as e:
+            print(f"peer {name} skipped at M={m} N={n} K={k}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+
+    wt = w.t()
+    add("torch.mm bf16", lambda: torch.mm(x, wt), 2 * (n * k + m * k + m * n))
+    x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t()  # cuBLASLt wants B column-major
+    one = torch.ones((), device=dev)
+    fp8_bytes = n * k + m * k + 2 * m * n
+    add(
+        "_scaled_mm tensorwise",
+        lambda: torch._scaled_mm(x8, w8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        fp8_bytes,
+    )
+    sa, sb = torch.ones(m, 1, device=dev), torch.ones(1, n, device=dev)
+    add(
+        "_scaled_mm rowwise",
+        lambda: torch._scaled_mm(x8, w8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+        fp8_bytes,
+    )
+    if hasattr(torch, "_weight_int4pack_mm") and hasattr(torch, "_convert_weight_to_int4pack"):
+        try:
+            q = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev, generator=gen)
+            packed = torch._convert_weight_to_int4pack(q, 8)
+            sz = torch.randn(k // 128, n, 2, device=dev, generator=gen).to(torch.bfloat16)
+            add(
+                "_weight_int4pack_mm",
+                lambda: torch._weight_int4pack_mm(x, packed, 128, sz),
+                n * k // 2 + 4 * n * k // 128 + 2 * m * (k + n),
+            )
+        except RuntimeError as e:
+            print(f"peer _weight_int4pack_mm skipped: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+    return out
+
+
+def _sweep(ours: Ours, m, n, k, args) -> dict:
+    """Time every candidate config of this case's bucket: {config repr: median us}."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+    bucket = L.bucket_for(m)
+    cands = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
+    results = {}
+    for cfg in cands:
+        if L.why_not(ours.a_fmt, ours.weight.recipe, "bfloat16", bucket, cfg) is not None:
+            continue
+        query = BS.GemmQuery(ours.a_fmt, ours.weight.recipe, n, k, max_m=m, m_values=(m,))
+        p = BS.plan(query, override={bucket: cfg})
+        with b12x.PreparationSession(ours.out.device) as s:
+            s.prepare([p])
+        call = lambda p=p: BS.mm(ours.lhs, ours.weight, ours.out, plan=p, alpha=ours.alpha)  # noqa: E731
+        results[repr(cfg)] = measure(call, args).median_us
+    return results
+
+
+def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
+    peers = [] if args.no_peers else _peers(m, n, k, dev, gen, args)
+    for recipe in recipes:
+        if recipe.startswith(("w4a16", "w8a16")) and m > 16 and recipe != "w4a16_nvfp4":
+            continue  # weight-only forms past decode sizes: one representative is enough
+        ours = _setup(recipe, m, n, k, dev, gen)
+        case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
+        ours.out.fill_(float("nan"))
+        ours.fn()
+        torch.cuda.synchronize()
+        err = (ours.out.float() - ours.ref).abs().max().item()
+        note = f"max |ours - ref| = {err:.2e} (|ref| max {ours.ref.abs().max().item():.2e})"
+        table.add(case, "b12x", measure(ours.fn, args), note=note)
+        for name, timing, pnote in peers:
+            table.add(case, name, timing, peer=True, note=pnote)
+        if args.sweep and recipe != "mxfp8_linear":
+            sweeps[f"{recipe} M={m} N={n} K={k}"] = _sweep(ours, m, n, k, args)
+        del ours
+    torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_parser(__doc__.splitlines()[0])
+    parser.add_argument("--m", type=int, nargs="+", default=None, help=f"token counts M (default {MS})")
+    parser.add_argument(
+        "--shapes", nargs="+", default=None, help="N x K shapes, e.g. 4096x4096 (default: 4 layer shapes)"
+    )
+    parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our implementations to time")
+    parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
+    args = parser.parse_args(argv)
+    dev = require_cuda("bench_gemm", args.device)
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else None
+    shapes = shapes or (QUICK_SHAPES if args.quick else SHAPES)
+    ms = args.m or (QUICK_MS if args.quick else MS)
+    recipes = args.recipes or (QUICK_RECIPES if args.quick else RECIPES)
+    ceil = ceilings(dev)
+    table = Table(f"b12x gemm on {ceil.device_name} (bf16 out; bytes = ours once)", ceil)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    sweeps: dict = {}
+    for n, k in shapes:
+        for m in ms:
+            run_problem(table, args, m, n, k, recipes, dev, gen, sweeps)
+    table.print()
+    for name, res in sweeps.items():
+        best = min(res, key=res.get) if res else None
+        print(f"sweep {name}: best {best} {res.get(best, float('nan')):.2f} us of {len(res)} configs")
+    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_gemm.json") if os.environ.get("OUT") else None)
+    if path:
+        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
+        extra = {"bytes": "weight values+scales + activations(+scales) + bf16 output, once", "sweeps": sweeps}
+        table.write_json(path, argv=cmd, device=dev, extra=extra)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
