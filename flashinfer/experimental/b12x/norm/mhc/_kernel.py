@@ -221,7 +221,7 @@ def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr):
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
 def _mhc_apply_kernel(
-    src_ptr,  # residual [T, 4, H] (BCAST: x [T, H])
+    src_ptr,  # residual [T, 4, H] (broadcast form: x [T, H], read with stream stride 0)
     part_ptr,  # fp32 [splits, T, 32] from pass 1
     scale_ptr,  # hc_scale fp32 [3]
     base_ptr,  # hc_base fp32 [24]
