@@ -382,8 +382,11 @@ def synthetic_lhs(a_fmt: str, m: int, k: int, device):
 
 
 def _synthetic_rhs(b_fmt: str, n: int, k: int, device) -> Weight:
-    w = torch.zeros(n, k, dtype=torch.float32, device="cpu")
-    return pack_weight(w, recipe=b_fmt).to(device)
+    """A valid all-zero weight built in place (no quantization pass over N x K on the host)."""
+    values, scales = synthetic_lhs(b_fmt, n, k, device)
+    if b_fmt == "fp8_block":
+        scales = torch.ones(-(-n // 128), k // 128, dtype=torch.float32, device=device)
+    return Weight(b_fmt, values, scales, torch.ones(1, dtype=torch.float32, device=device), n, k)
 
 
 def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, weight=None) -> None:
