@@ -61,7 +61,7 @@ def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tens
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
     warps = logic.threads // 32
-    chunks = k // KT.BK
+    chunks = k // logic.bk
     for by in range((m + config.bm - 1) // config.bm):
         for bx in range((n + config.bn - 1) // config.bn):
             m0, n0 = np.int32(by * config.bm), np.int32(bx * config.bn)
@@ -80,7 +80,7 @@ def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tens
                 for w in range(warps):
                     logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
                 for w in range(warps):
-                    acc[w] = logic.mma_tile(ops[w], tid[w], kc & 1, acc[w])
+                    acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
             for w in range(warps):
                 logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
     return _read_c(gmem, bases[4], c)

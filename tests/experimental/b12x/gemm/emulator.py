@@ -221,6 +221,30 @@ class EmuOps:
         D = (A @ B + C).astype(np.float32)
         return tuple(D[_C_ROW[r], _C_COL[r]].copy() for r in range(4))
 
+    def mma_fp8(self, a, b, c):
+        """mma.sync.m16n8k32.row.col f32 <- e4m3 (PTX ISA fragments: 4 bytes per register)."""
+
+        def bytes_of(reg):
+            raw = self.u32(reg).view(np.uint8).reshape(LANES, 4)
+            return torch.from_numpy(raw.copy()).view(torch.float8_e4m3fn).float().numpy().astype(np.float64)
+
+        A = np.zeros((16, 32))
+        B = np.zeros((32, 8))
+        C = np.zeros((16, 8))
+        for r in range(4):
+            vals = bytes_of(a[r])
+            row = _G + 8 * (r & 1)
+            for j in range(4):
+                A[row, 4 * _Q + 16 * (r >> 1) + j] = vals[:, j]
+        for r in range(2):
+            vals = bytes_of(b[r])
+            for j in range(4):
+                B[4 * _Q + 16 * r + j, _G] = vals[:, j]
+        for r in range(4):
+            C[_C_ROW[r], _C_COL[r]] = np.asarray(c[r], dtype=np.float64)
+        D = (A @ B + C).astype(np.float32)
+        return tuple(D[_C_ROW[r], _C_COL[r]].copy() for r in range(4))
+
     # bits and packed floats
     def prmt(self, a, b, selector: int):
         a, b = self.u32(a).astype(np.uint64), self.u32(b).astype(np.uint64)

@@ -27,7 +27,7 @@ def _check_built(fn, arch: str) -> None:
     ptx = fn.artifacts.PTX
     assert _targets(ptx) == [arch]
     assert fn.artifacts.CUBIN[:4] == b"\x7fELF"
-    assert "mma.sync.aligned.m16n8k16" in ptx
+    assert "mma.sync.aligned.m16n8k" in ptx
     assert ".local" not in ptx, "the kernel spills to local memory"
     assert "wgmma" not in ptx and "tcgen05" not in ptx  # DESIGN.md section 5
 
@@ -41,6 +41,16 @@ def test_default_configs_compile_for_both_archs(bucket, a_fmt, b_fmt):
         built[arch] = fn(*key)
         _check_built(built[arch], arch)
     assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
+
+
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block"])
+def test_fp8_mma_tiled_variant_compiles_for_both_archs(fmt):
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+    for arch in ARCHS:
+        fn = KT.compile_tiled(fmt, fmt, "bfloat16", KT.TiledConfig(128, 128, 2, 4, fp8_mma=True), arch=arch)
+        _check_built(fn, arch)
+        assert "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" in fn.artifacts.PTX
 
 
 def test_live_m_is_not_a_compile_key():
@@ -71,4 +81,6 @@ def test_candidate_configs_compile(arch):
         if KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
             _check_built(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch), arch)
     for cfg in KT.candidate_configs(4096):
-        _check_built(KT.compile_tiled("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch), arch)
+        for fmt in ("nvfp4", "fp8_block"):
+            if KT.can_implement(fmt, fmt, "bfloat16", cfg):
+                _check_built(KT.compile_tiled(fmt, fmt, "bfloat16", cfg, arch=arch), arch)

@@ -152,6 +152,21 @@ def _mma(dtype: str, a, b, c, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def _mma_fp8(a, b, c, *, loc=None, ip=None):
+    ins = [_iv(x, Uint32, loc, ip) for x in (*a, *b)] + [_iv(x, Float32, loc, ip) for x in c]
+    res = _asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        ins,
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
+        "{$10, $11, $12, $13};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Float32, T.f32(), loc, ip)
+
+
+@dsl_user_op
 def _u32_op(text: str, *args, loc=None, ip=None):
     cons = "=r," + ",".join("r" for _ in args)
     return Uint32(_asm(T.i32(), [_iv(a, Uint32, loc, ip) for a in args], text, cons, loc=loc, ip=ip))
@@ -264,6 +279,9 @@ class DeviceOps:
 
     # tensor cores: (a0..a3), (b0, b1), (c0..c3) -> (d0..d3); fragments as in the PTX ISA
     mma = staticmethod(_mma)
+    # m16n8k32 e4m3: A register r = 4 bytes of row g (+8 for r odd), k 4t.. (+16 for r >= 2);
+    # B register r = 4 bytes k 4t.. (+16 for r = 1) of column g
+    mma_fp8 = staticmethod(_mma_fp8)
 
     # bit and packed-float work
     @staticmethod

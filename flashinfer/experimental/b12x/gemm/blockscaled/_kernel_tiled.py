@@ -16,6 +16,11 @@ element against 2 * bm * bn / (bm + bn) MACs, so the tensor cores stay the bottl
 Bytes: the operands once per CTA row/column of the grid (L2 serves the re-reads); FLOPs 2 M N K.
 Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent (rows past M load zeros).
 No cp.async or TMA: the register prefetch is what lets the dequantization sit between load and store.
+
+Variant `fp8_mma` (tensor- and block-FP8 only, a sweep candidate until measured): the shared tile
+keeps raw E4M3 (K-tiles of 128 values, same 128-byte rows and swizzle), ldmatrix b16 then hands each
+lane 4 consecutive bytes of a row, which is the m16n8k32 e4m3 fragment, and block-FP8 multiplies each
+K-tile's partial sums by sa[row] * sw before adding them (exact products, fp32 sums).
 """
 
 from __future__ import annotations
@@ -42,12 +47,15 @@ Runtime = _DecodeRuntime
 
 @dataclass(frozen=True)
 class TiledConfig:
-    """bm x bn CTA tile; warps_m x warps_n warps, each owning (bm / warps_m) x (bn / warps_n)."""
+    """bm x bn CTA tile; warps_m x warps_n warps, each owning (bm / warps_m) x (bn / warps_n).
+    fp8_mma: tensor/block-FP8 only: keep raw E4M3 in shared memory (K-tiles of 128) and run
+    mma.sync m16n8k32 e4m3, block scales applied to each K-tile's partial sums (TiledFp8Logic)."""
 
     bm: int = 128
     bn: int = 128
     warps_m: int = 2
     warps_n: int = 4
+    fp8_mma: bool = False
 
     @property
     def threads(self) -> int:
@@ -63,7 +71,9 @@ def default_config(max_m: int) -> TiledConfig:
 
 
 def candidate_configs(max_m: int) -> tuple[TiledConfig, ...]:
-    return (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(64, 64, 2, 2))
+    """What the benchmark's --sweep measures (fp8_mma ones apply to tensor/block-FP8 only)."""
+    base = (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(64, 64, 2, 2))
+    return base + tuple(TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, True) for c in base)
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str | None:
@@ -75,10 +85,13 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
     c = config
+    spans = 4 if c.fp8_mma else 2  # per tile row and K-tile
+    if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in ("fp8_tensor", "fp8_block")):
+        return f"{c}: fp8_mma needs tensor- or block-FP8 on both sides, got {a_fmt} x {b_fmt}"
     if c.bm % (16 * c.warps_m) or c.bn % (16 * c.warps_n):
         return f"{c}: warp tiles must be multiples of 16 x 16"
-    if (2 * c.bm) % c.threads or (2 * c.bn) % c.threads:
-        return f"{c}: every thread must own the same number of A and B spans (2 per tile row)"
+    if (spans * c.bm) % c.threads or (spans * c.bn) % c.threads:
+        return f"{c}: every thread must own the same number of A and B spans ({spans} per tile row)"
     if b_fmt == "fp8_block" and (c.bn > 128 or 128 % c.bn):
         return f"{c}: block-FP8 needs bn to divide 128 (one weight block scale per CTA and K-tile)"
     if 2 * (c.bm + c.bn) * ROW_BYTES > 99 * 1024:
@@ -106,8 +119,10 @@ class TiledLogic:
         self.smem_bytes = 2 * self.stage_bytes
         self.wtm = config.bm // config.warps_m
         self.wtn = config.bn // config.warps_n
-        self.a_spans = 2 * config.bm // self.threads  # spans per thread
-        self.b_spans = 2 * config.bn // self.threads
+        self.bk = 128 if config.fp8_mma else BK  # K values per K-tile
+        self.spr = self.bk // 32  # spans per tile row
+        self.a_spans = self.spr * config.bm // self.threads  # spans per thread
+        self.b_spans = self.spr * config.bn // self.threads
 
     def zero_acc(self, ops):
         return [ops.f32_zero() for _ in range((self.wtm // 16) * (self.wtn // 8) * 4)]
@@ -116,7 +131,7 @@ class TiledLogic:
     def load(self, ops, rt: Runtime, tid, m0, n0, kc):
         """Raw words and scale data of this thread's spans of K-tile kc: [(words, scale)] A then B."""
         out = []
-        k_tile = kc * BK
+        k_tile = kc * self.bk
         kb = k_tile >> 7  # block-FP8 block of this K-tile
         block_scale = None
         if self.b_fmt == "fp8_block":
@@ -130,12 +145,14 @@ class TiledLogic:
             ld = ops.i64(AD.row_bytes(fmt, rt.k))
             for i in range(count):
                 s = tid + i * self.threads
-                row = r0 + (s >> 1)
-                k0 = k_tile + (s & 1) * 32
+                row = r0 + s // self.spr
+                k0 = k_tile + (s % self.spr) * 32
                 ok = row < limit
                 words = AD.load_span(ops, fmt, base, ld, row, k0, ok)
                 sc = AD.load_span_scale(ops, fmt, sf_base, row, k0, rt.k, ok)
-                if side == "a" and self.b_fmt == "fp8_block":
+                if self.cfg.fp8_mma:  # raw E4M3 to shared; block scales act on the partial sums
+                    sc = None
+                elif side == "a" and self.b_fmt == "fp8_block":
                     if fmt == "fp8_block":
                         sa_addr = rt.sfa_base + (ops.i64(row) * ops.i64(rt.k >> 7) + ops.i64(kb)) * 4
                         sc = ops.ldg_f32(sa_addr, ok) * block_scale
@@ -159,20 +176,32 @@ class TiledLogic:
                 words, sc = regs[i]
                 i += 1
                 s = tid + c * self.threads
-                row_local = row_off + (s >> 1)
+                row_local = row_off + s // self.spr
+                if self.cfg.fp8_mma:  # 32 raw bytes: two 16-byte chunks of the 128-byte row
+                    for j in range(2):
+                        chunk = (s % self.spr) * 2 + j
+                        ops.sts_v4(self._row_addr(smem_base, buf, row_local, chunk), *words[4 * j : 4 * j + 4])
+                    continue
                 factors = DQ.span_factors(ops, fmt, self.compute, sc)
                 for j in range(4):
                     g = DQ.span_group(ops, fmt, self.family, self.compute, words, factors, j)
-                    ops.sts_v4(self._row_addr(smem_base, buf, row_local, (s & 1) * 4 + j), *g)
+                    ops.sts_v4(self._row_addr(smem_base, buf, row_local, (s % self.spr) * 4 + j), *g)
 
     # -- shared -> tensor cores -----------------------------------------------------------------
-    def mma_tile(self, ops, tid, buf, acc, smem_base=0):
+    def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0):
+        """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync)."""
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         i, r = lane >> 3, lane & 7
         n_mt, n_nt = self.wtm // 16, self.wtn // 8
-        acc = list(acc)
-        for ks in range(BK // 16):
+        fp8 = self.cfg.fp8_mma
+        rescale = fp8 and self.b_fmt == "fp8_block"
+        if rescale:  # issued first: the loads land while the tensor cores run
+            row_scales = self._row_scales(ops, rt, tid, m0, n0, kc)
+            part = self.zero_acc(ops)
+        else:
+            part = list(acc)
+        for ks in range(self.bk // (32 if fp8 else 16)):
             a_frags = []
             for mt in range(n_mt):
                 row = wm * self.wtm + 16 * mt + (i & 1) * 8 + r
@@ -185,8 +214,33 @@ class TiledLogic:
             for mt in range(n_mt):
                 for nt in range(n_nt):
                     idx = (mt * n_nt + nt) * 4
-                    acc[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], acc[idx : idx + 4])
+                    if fp8:
+                        part[idx : idx + 4] = ops.mma_fp8(a_frags[mt], b_frags[nt], part[idx : idx + 4])
+                    else:
+                        part[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], part[idx : idx + 4])
+        if not rescale:
+            return part
+        acc = list(acc)
+        for mt in range(n_mt):
+            for nt in range(n_nt):
+                idx = (mt * n_nt + nt) * 4
+                for e in range(4):
+                    acc[idx + e] = acc[idx + e] + part[idx + e] * row_scales[2 * mt + (e >> 1)]
         return acc
+
+    def _row_scales(self, ops, rt: Runtime, tid, m0, n0, kc):
+        """sa[row, kc] * sw[n0 / 128, kc] for the accumulator rows g and g + 8 of each m-tile."""
+        warp, lane = tid >> 5, tid & 31
+        wm = warp // self.cfg.warps_n
+        g = lane >> 2
+        kb = ops.i64(rt.k >> 7)
+        sw = ops.ldg_f32(rt.sfb_base + (ops.i64(n0 >> 7) * kb + ops.i64(kc)) * 4, ops.boolean(True))
+        out = []
+        for mt in range(self.wtm // 16):
+            for h in range(2):
+                row = m0 + wm * self.wtm + 16 * mt + 8 * h + g
+                out.append(ops.ldg_f32(rt.sfa_base + (ops.i64(row) * kb + ops.i64(kc)) * 4, row < rt.m) * sw)
+        return out
 
     # -- epilogue -------------------------------------------------------------------------------
     def epilogue(self, ops, rt: Runtime, tid, m0, n0, acc):
@@ -273,7 +327,7 @@ class TiledGemm:
         smem = cutlass.memory.SmemAllocator()
         tiles = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
         sbase = tiles.iterator.toint()
-        chunks = k // BK
+        chunks = k // self.logic.bk
 
         regs = self.logic.load(DEVICE, rt, tid, m0, n0, 0)
         self.logic.store_tile(DEVICE, rt, tid, regs, 0, sbase)
@@ -283,7 +337,7 @@ class TiledGemm:
             # The last iteration reloads its own tile into the idle buffer: no branch in the loop.
             nxt = DEVICE.imin(kc + 1, chunks - 1)
             regs = self.logic.load(DEVICE, rt, tid, m0, n0, nxt)
-            acc = self.logic.mma_tile(DEVICE, tid, kc & 1, acc, sbase)
+            acc = self.logic.mma_tile(DEVICE, rt, tid, m0, n0, kc, kc & 1, acc, sbase)
             self.logic.store_tile(DEVICE, rt, tid, regs, (kc + 1) & 1, sbase)
             DEVICE.barrier()
         self.logic.epilogue(DEVICE, rt, tid, m0, n0, acc)
