@@ -15,15 +15,31 @@ combination (as four row vectors: column sums are elementwise), writes post [T, 
 [T, 4, 4] fp32, then y = sum_i pre_i * residual_i [T, H] re-reading the row (L1/L2), with one more
 pass for mean(y^2) when a norm weight is given. The broadcast form is a stride (0 between streams).
 
-The mixes are fp32 FMA work, no tensor cores (hardware policy: no wgmma): `tl.dot(...,
-input_precision="ieee")` on fp32 operands lowers to Triton's FMA dot (operands staged in shared
-memory, register-tiled outer products); Triton selects mma/wgmma for fp32 operands only at tf32
-precision, and test_mhc_compile.py asserts the PTX of every kernel holds no mma. N = 24 is done as
-dots of N = 16 and N = 8 (no padding FMAs). Pass 1 is FMA-bound at large T on an H200: 96 FMAs per
-token per h against 8 residual bytes (12 FMA/byte; the H200 balance is ~8 FMA/byte of HBM).
-From SASS (sm_90a, H=7168, CPU compile with 16-byte aligned pointers): the PRE loop issues ~134
-warp-instructions per token per 4x32 step, 72% of them FFMA (BLOCK_T=64, 4 warps, 116 registers);
-pass 2 uses 56 registers and ~91 instructions per Sinkhorn round per 4 tokens.
+The mixes run on tensor cores through warp-level mma.sync (m16n8k16; hardware policy: never wgmma,
+which Triton picks on sm_90a for a num_warps % 4 == 0 program with a dot of M >= 64: the pass-1 tiles
+keep M = BLOCK_T <= 32 at 4 warps or use 2 warps, and test_mhc_compile.py fails on any `wgmma` in the
+PTX). Exactness: fn (fp32) is split in registers into hi = act(fn) and lo = act(fn - hi) in the
+activation dtype (bf16 or fp16), and mixes = a @ hi + a @ lo with fp32 accumulation; the residual
+operand is already in that dtype (exact), so the only loss is the ~2^-16 relative rest of the split
+(fp32 FMA gave 2^-24; a bf16-only torch matmul loses 2^-9 on fn alone: the tolerance rule holds with
+a margin of ~100x). N = 24 is padded to 32 (masked fn loads: the 8 pad columns are exact zeros and are
+written to the partials' unused columns 24..31). The split costs ~4 ALU ops per fn element per program
+(amortized over BLOCK_T tokens: ~0.03 warp-instructions per residual byte at BLOCK_T = 64, against the
+H200's ~0.25 per byte of HBM): it is done in the kernel rather than by a separate pass, so every call
+honours the fn it is given (graph replays included), no launch is added at T = 1, and no
+per-layer state lives in the shared plan. hi + lo are 4 bytes per fn element, like fp32: L2 traffic
+for fn is unchanged (32 x 4 bytes per k per program against BLOCK_T x 2 residual bytes).
+
+Roofline of the previous fp32-FMA pass 1: 96 FMAs per token per h against 8 residual bytes (12
+FMA/byte; the H200's balance is ~8 FMA/byte), measured at 5% of copy for pre and 8% for post_pre at
+T=8192, H=7168 (2633 / 3355 us, tree 0d1ebe2). With mma.sync the same work is 2 x 24/32-padded MACs
+per element in ~1/64 warp-instruction per residual byte: pass 1 becomes a stream.
+PREDICTION (written before the change, T=8192, H=7168, H200 copy ~4.25 TB/s): the bytes we move are
+18H per token for pre (pass 1 reads 8H, pass 2 re-reads 8H and writes 2H) against a 10H minimum, so
+pre is capped at 10/18 = 55% of copy by design; at ~88% of copy per pass, pre ~280 us = ~48% of copy
+(~9x faster than 2633 us). post_pre moves 28H (pass 1: x 2H + residual 8H in, 8H out; pass 2: 8H in,
+2H out) against a 20H minimum: cap 71%, predicted ~450 us = ~62% of copy (~7x faster). Reaching 75%
+needs pass 2 not to re-read the residual (out of reach while the mixes need all of 4H before y).
 
 Bytes per token (H hidden, 2-byte dtype): pre reads the residual twice (pass 1 and 2: 16H) and writes
 y (2H); post reads x and the residual (10H) and writes the new residual (8H); post_pre = post + pass 2
