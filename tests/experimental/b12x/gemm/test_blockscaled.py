@@ -225,3 +225,5 @@ def test_empty_m_returns_an_empty_output():
 @pytest.mark.contract
 def test_prewarm_is_a_no_op_on_cpu():
     B.prewarm(B.pack_weight(torch.randn(32, 128), recipe="mxfp4"), [1, 64])
+    with pytest.raises(ValueError, match="activation nvfp4 does not pair with a mxfp4 weight"):
+        B.prewarm(B.pack_weight(torch.randn(32, 128), recipe="mxfp4"), [1], activation="nvfp4")

@@ -63,21 +63,37 @@ def test_output_dtypes(a_fmt, b_fmt, m, out_dtype):
     check_tolerance(_run(ops, out_dtype), ops, out_dtype)
 
 
-@pytest.mark.parametrize(
-    "bucket, cfgs", [("decode8", KD.candidate_configs(8)), ("tiled128", KT.candidate_configs(4096))]
-)
-def test_candidate_configs_are_correct(bucket, cfgs):
+@pytest.mark.parametrize("bucket", ["decode8", "tiled128"])
+def test_candidate_configs_are_correct(bucket):
     """Every config the heuristic may pick or autotune may measure computes the same product."""
     m = 7 if bucket == "decode8" else 300
+    cfgs = KD.candidate_configs(m) if bucket == "decode8" else KT.candidate_configs(m)
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:
-        if bucket.startswith("decode") and not KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
+        if L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is not None:
             continue
-        plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", 1056, 2048, max_m=m), override={L.bucket_for(m): cfg})
+        query = B.GemmQuery("bfloat16", "nvfp4", 1056, 2048, max_m=m, m_values=(m,))
+        plan = B.plan(query, override={bucket: cfg})
         with b12x.PreparationSession("cuda") as s:
             s.prepare([plan])
         out = torch.full((m, 1056), float("nan"), dtype=torch.bfloat16, device="cuda")
         B.mm(ops.a_values, ops.weight, out, plan=plan)
+        torch.cuda.synchronize()
+        check_tolerance(out, ops, "bfloat16")
+
+
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block"])
+@pytest.mark.parametrize("m", [300, 2048])
+def test_fp8_mma_tiled_variant(fmt, m):
+    ops = make_operands(fmt, fmt, m, 4096, 4096, seed=12, device="cuda")
+    for cfg in KT.candidate_configs(m):
+        if not cfg.fp8_mma:
+            continue
+        plan = B.plan(B.GemmQuery(fmt, fmt, 4096, 4096, max_m=m, m_values=(m,)), override={L.bucket_for(m): cfg})
+        with b12x.PreparationSession("cuda") as s:
+            s.prepare([plan])
+        out = torch.full((m, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
         torch.cuda.synchronize()
         check_tolerance(out, ops, "bfloat16")
 

@@ -404,27 +404,32 @@ def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=No
     """Compile (or load) and run once every variant mm(lhs, weight) needs for the listed M values, so
     a later `freeze_kernel_resolution` holds for them (and for every M in the same buckets).
 
-    activation: None for quantized activations in the weight's recipe; torch.bfloat16 / float16 for
-    the weight-only product. A no-op on CPU (the reference compiles nothing).
+    activation: which lhs to warm for: None warms both quantized activations in the weight's recipe
+    and bf16 activations (weight-only); a recipe name or torch.bfloat16 / float16 warms just that.
+    A no-op on CPU (the reference compiles nothing).
     """
     if not isinstance(weight, Weight):
         raise ValueError(f"weight must be a packed Weight (pack_weight), got {type(weight).__name__}")
     counts = sorted({int(m) for m in token_counts})
     if not counts or counts[0] < 1:
         raise ValueError(f"token_counts must be positive ints, got {list(token_counts)}")
+    a_fmts = (weight.recipe, "bfloat16") if activation is None else (dtype_key(activation),)
+    for a_fmt in a_fmts:
+        if a_fmt not in FORMATS or not pair_ok(a_fmt, weight.recipe):
+            raise ValueError(f"activation {a_fmt} does not pair with a {weight.recipe} weight")
     device = weight.device
     if device.type != "cuda":
         return
-    a_fmt = weight.recipe if activation is None else dtype_key(activation)
     out_name = dtype_key(out_dtype)
     check_shape(OP, weight.n, weight.k)
     ctx = torch.cuda.stream(stream) if stream is not None else _nullcontext()
     with ctx:
         L.device_constants(device)
-        for bucket in dict.fromkeys(L.bucket_for(m) for m in counts):
-            fn, key = L.kernel_key(a_fmt, weight.recipe, out_name, bucket, _arch(device))
-            m = max(c for c in counts if L.bucket_for(c) == bucket)
-            _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), weight)
+        for a_fmt in a_fmts:
+            for bucket in dict.fromkeys(L.bucket_for(m) for m in counts):
+                fn, key = L.kernel_key(a_fmt, weight.recipe, out_name, bucket, _arch(device))
+                m = max(c for c in counts if L.bucket_for(c) == bucket)
+                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), weight)
         torch.cuda.synchronize(device)
 
 

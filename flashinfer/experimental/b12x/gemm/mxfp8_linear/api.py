@@ -61,6 +61,6 @@ def mm(lhs, rhs, out=None, *, plan=None, expected_m=None, **kwargs):
 def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=None, source_dtype=torch.bfloat16):
     """Resolve the activation quantizer and the GEMM variants the listed M values need (see
     gemm.blockscaled.prewarm), so freezing afterwards holds."""
-    _bs.prewarm(weight, token_counts, out_dtype=out_dtype, stream=stream)
+    _bs.prewarm(weight, token_counts, out_dtype=out_dtype, stream=stream, activation="mxfp8")
     if weight.device.type == "cuda":
         quantize(torch.zeros(1, weight.k, dtype=source_dtype, device=weight.device))

@@ -52,4 +52,4 @@ def mm(lhs, rhs, out=None, *, plan=None, expected_m=None, input_scale=None, **kw
 
 def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=None) -> None:
     """Resolve every GEMM variant the listed M values need (gemm.blockscaled.prewarm)."""
-    _bs.prewarm(weight, token_counts, out_dtype=out_dtype, stream=stream)
+    _bs.prewarm(weight, token_counts, out_dtype=out_dtype, stream=stream, activation="fp8_tensor")
