@@ -11,6 +11,7 @@ from .helpers import PAIRS
 pytestmark = pytest.mark.compile
 
 ARCHS = ("sm_90a", "sm_120a")
+ALL_ARCHS = ARCHS + ("sm_121a",)  # DGX Spark: the slow sweep and one default build
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +62,13 @@ def test_live_m_is_not_a_compile_key():
     assert L.bucket_for(257) == L.bucket_for(10**6) == "tiled128"
 
 
+def test_sm121a_builds_too():
+    fn, key = L.kernel_key("bfloat16", "nvfp4", "bfloat16", "decode8", "sm_121a")
+    _check_built(fn(*key), "sm_121a")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ALL_ARCHS)
 @pytest.mark.parametrize("bucket", L.BUCKETS)
 @pytest.mark.parametrize("a_fmt, b_fmt", PAIRS + (("float16", "mxfp4"), ("float16", "fp8_block")))
 def test_every_variant_compiles(a_fmt, b_fmt, bucket, arch):

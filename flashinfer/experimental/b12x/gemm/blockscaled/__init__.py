@@ -28,9 +28,11 @@ META = OpMeta(
         "pack_weight",
         "plan",
         "prewarm",
+        "Weight",
+        "GemmQuery",
         "is_supported",
     ),
-    archs=("sm_90a", "sm_120a"),
+    archs=("sm_90a", "sm_120a", "sm_121a"),
     dtypes=("bfloat16", "float16", "nvfp4", "mxfp4", "mxfp8", "fp8_block", "fp8_tensor"),
     requires=("torch", "cutlass-dsl", "tvm-ffi", "cuda"),
     notes=(
