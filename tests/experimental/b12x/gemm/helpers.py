@@ -83,11 +83,11 @@ def make_operands(
 ) -> Operands:
     """Random activations and weight in the given formats, quantized on `device` with the `_lib.quant`
     oracles (pass `weight`, a packed Weight, to reuse one across M values)."""
-    g = torch.Generator().manual_seed(seed)
-    x = (torch.randn(m, k, generator=g) * 1.5).to(device)
+    g = torch.Generator(device=device).manual_seed(seed)  # drawn where they are used: no host copies
+    x = torch.randn(m, k, generator=g, device=device) * 1.5
     alpha = 1.0
     if weight is None:
-        w = (torch.randn(n, k, generator=g) * 0.05).to(device)
+        w = torch.randn(n, k, generator=g, device=device) * 0.05
         weight = pack_weight(w, recipe=b_fmt)
     if a_fmt in ("bfloat16", "float16"):
         a_values, a_scales = x.to(TORCH[a_fmt]), None
