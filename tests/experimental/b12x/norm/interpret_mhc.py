@@ -44,6 +44,11 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
     return p
 
 
+def sfn(fn, dtype=torch.bfloat16):
+    """fn as pass 1's hi + lo split sees it (R.split_fn): the kernels then match at fp32 tolerances."""
+    return R.split_fn(fn, dtype)
+
+
 def close_fp32(got, want, name):
     torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-6, msg=lambda m: f"{name}: {m}")
 
@@ -78,7 +83,9 @@ def test_pre(tokens, target, weight):
         **outs,
         **SCAL,
     )
-    want = R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], norm_weight=w, norm_eps=1e-5, **SCAL)
+    want = R.mhc_pre(
+        ins["residual"], sfn(ins["fn"]), ins["hc_scale"], ins["hc_base"], norm_weight=w, norm_eps=1e-5, **SCAL
+    )
     assert got[0] is ins["residual"] and got[3] is outs["y_out"] and got[1] is outs["post_out"]
     check_pre_outputs(got, want)
 
@@ -88,7 +95,7 @@ def test_pre_fixed_split(split_k):
     p = interpret_plan(16, target_ctas=1, split_k=split_k)
     ins = inputs(3, H, seed=split_k)
     got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
-    check_pre_outputs(got, R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCAL))
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), ins["hc_scale"], ins["hc_base"], **SCAL))
 
 
 @pytest.mark.parametrize("tokens, folded", [(5, False), (5, True), (70, False)])
@@ -100,8 +107,9 @@ def test_broadcast(tokens, folded):
     got = mhc.run_pre(
         ins["x"], fn, ins["hc_scale"], ins["hc_base"], plan=p, residual_out=res_out, norm_weight=ins["w_f32"], **SCAL
     )
-    want = R.mhc_pre(ins["x"], fn, ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_f32"], **SCAL)
-    assert got[0] is res_out and torch.equal(res_out, want[0])
+    folded = fn.view(24, 4, H).sum(1) if fn.shape[1] == 4 * H else fn  # the kernel folds, then splits
+    want = R.mhc_pre(ins["x"], sfn(folded), ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_f32"], **SCAL)
+    assert got[0] is res_out and torch.equal(res_out, ins["x"].unsqueeze(1).expand(tokens, 4, H))
     check_pre_outputs(got, want)
 
 
@@ -132,7 +140,7 @@ def test_post_pre(tokens, target, in_place):
     assert_ulps(res_out, new_exact, 1)
     # pre ran on the residual the kernel stored (post's rounding decides what pre sees)
     want = R.mhc_pre(
-        res_out, ins["fn"], ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL
+        res_out, sfn(ins["fn"]), ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL
     )
     check_pre_outputs(got, want)
 
@@ -142,7 +150,7 @@ def test_float16_and_zero_sinkhorn_rounds():
     ins = inputs(3, H, dtype=torch.float16, seed=3)
     kw = dict(rms_eps=1e-6, hc_eps=0.0, sinkhorn_iters=0)
     got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **kw)
-    want = R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw)
+    want = R.mhc_pre(ins["residual"], sfn(ins["fn"], torch.float16), ins["hc_scale"], ins["hc_base"], **kw)
     close_fp32(got[1], want[1], "post")
     close_fp32(got[2], want[2], "comb")
     torch.testing.assert_close(got[3], want[3], rtol=2**-10, atol=1e-5)
@@ -160,4 +168,48 @@ def test_split_partials_land_in_the_workspace():
     assert torch.isfinite(ws[: splits * 2, :24]).all() and torch.isnan(ws[splits * 2 :]).all()
     total = ws[: splits * 2, :24].view(splits, 2, 24).sum(0)
     flat = ins["residual"].float().reshape(2, 4 * H)
-    torch.testing.assert_close(total, flat @ ins["fn"].T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(total, flat @ sfn(ins["fn"]).T, rtol=1e-5, atol=1e-5)
+    assert torch.equal(ws[: splits * 2, 24:], torch.zeros(splits * 2, 8))  # the N = 32 pad columns
+
+
+def test_interpreter_bf16_dot_is_patched():
+    """conftest.py's fix: a bf16 tl.dot under the interpreter equals torch's fp32 matmul of the same
+    bf16 values (unpatched, the interpreter multiplies the raw uint16 bits)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dot_kernel(a_ptr, b_ptr, c_ptr):
+        m, k, n = tl.arange(0, 16), tl.arange(0, 16), tl.arange(0, 32)
+        a = tl.load(a_ptr + m[:, None] * 16 + k[None, :])
+        b = tl.load(b_ptr + k[:, None] * 32 + n[None, :])
+        tl.store(c_ptr + m[:, None] * 32 + n[None, :], tl.dot(a, b, tl.zeros([16, 32], dtype=tl.float32)))
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(16, 16, generator=gen).to(torch.bfloat16)
+    b = torch.randn(16, 32, generator=gen).to(torch.bfloat16)
+    c = torch.full((16, 32), float("nan"))
+    dot_kernel[(1,)](a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-6, atol=1e-5)
+
+
+def test_interpreter_bf16_rounding_is_patched():
+    """conftest.py's second fix: fp32 -> bf16 under the interpreter rounds to nearest even, as the
+    GPU does (including mantissas that round up into the next binade)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cast_kernel(x_ptr, y_ptr, z_ptr):
+        i = tl.arange(0, 1024)
+        x = tl.load(x_ptr + i)
+        tl.store(y_ptr + i, x.to(tl.bfloat16))
+        tl.store(z_ptr + i, x.to(tl.bfloat16, fp_downcast_rounding="rtne"))
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(1024, generator=gen)
+    x[:4] = torch.tensor([1.99999, -3.99998, 2.0**-130, 0.0])  # carry into the exponent, a subnormal
+    y = torch.empty(1024, dtype=torch.bfloat16)
+    z = torch.empty(1024, dtype=torch.bfloat16)
+    cast_kernel[(1,)](x, y, z)
+    assert torch.equal(y, x.to(torch.bfloat16)) and torch.equal(z, x.to(torch.bfloat16))

@@ -1,6 +1,7 @@
-"""Every norm.mhc kernel of the default selection compiles on the CPU for sm_90a and sm_120a,
-with no tensor-core instruction (hardware policy: no wgmma; the mixes are fp32 FMA by design)
-and no register spills (local memory), at the hidden sizes the op is built for.
+"""Every norm.mhc kernel of the default selection compiles on the CPU for sm_90a and sm_120a with
+no register spills (local memory), at the hidden sizes the op is built for. Pass 1's mixes run on
+warp-level mma.sync (bf16/fp16 hi + lo split of fn), never wgmma (hardware policy: Triton picks
+wgmma on sm_90a for 4-warp dots of M >= 64, which StreamConfig refuses); pass 2 and post have no dot.
 """
 
 import os
@@ -41,9 +42,14 @@ def _compile(fn, sig, constexprs, num_warps, num_stages, cc):
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=opts)
 
 
-def _check(compiled, what):
+def _check(compiled, what, *, mma):
     ptx = compiled.asm["ptx"]
-    assert not re.search(r"\b(w?gmma|mma)\.", ptx), f"{what}: tensor-core instruction in the PTX"
+    assert "wgmma" not in ptx, f"{what}: wgmma in the PTX (hardware policy: mma.sync only)"
+    n_mma = len(re.findall(r"\bmma\.sync\.aligned\.m16n8k16\b", ptx))
+    if mma:
+        assert n_mma > 0, f"{what}: no mma.sync m16n8k16 in the PTX (the mixes left the tensor cores)"
+    else:
+        assert not re.search(r"\bmma\.", ptx), f"{what}: unexpected tensor-core instruction in the PTX"
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
@@ -68,7 +74,8 @@ ARCHS = [pytest.param(90, id="sm_90a"), pytest.param(120, id="sm_120a")]
 @pytest.mark.parametrize("form, tile", list(_stream_cases()))
 def test_stream_kernel(form, tile, cc):
     consts = dict(H=7168, MODE=_kernel.MODES[form], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
-    _check(_compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc), form)
+    compiled = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc)
+    _check(compiled, form, mma=form != "post")
 
 
 @pytest.mark.parametrize("cc", ARCHS)
@@ -78,4 +85,24 @@ def test_apply_kernel(tile, hidden, cc):
     cfg = getattr(_config.MhcConfig(), tile)
     tok, block_h, stages = cfg.tile(hidden)
     consts = dict(H=hidden, TOK=tok, BLOCK_H=block_h, STAGES=stages, BLOCK_S=_kernel.APPLY_BLOCK_S)
-    _check(_compile(_kernel._mhc_apply_kernel, APPLY_SIG, consts, cfg.num_warps, stages, cc), f"apply {tile}")
+    _check(
+        _compile(_kernel._mhc_apply_kernel, APPLY_SIG, consts, cfg.num_warps, stages, cc), f"apply {tile}", mma=False
+    )
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+def test_float16_stream_kernel(cc):
+    """fp16 activations split fn into fp16 hi + lo: mma.sync too."""
+    sig = STREAM_SIG | {k: "*fp16" for k in ("res_ptr", "x_ptr", "out_ptr")}
+    tile = _config.MhcConfig().pre_large
+    consts = dict(H=4096, MODE=_kernel.MODES["pre"], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
+    tile = _config.MhcConfig().post_pre_large
+    consts = dict(H=4096, MODE=_kernel.MODES["post_pre"], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
+
+
+def test_stream_config_refuses_wgmma_tiles():
+    with pytest.raises(ValueError, match="would compile to wgmma on sm_90a"):
+        _config.StreamConfig(block_t=64, block_h=32, num_warps=4)
+    _config.StreamConfig(block_t=64, block_h=16, num_warps=2)  # 2 warps: mma.sync

@@ -22,7 +22,7 @@ META = OpMeta(
     archs=("sm_90a", "sm_120a", "sm_121a"),
     dtypes=("bfloat16", "float16"),
     requires=("torch", "triton", "cuda"),
-    notes="Triton; fp32 FMA mixes (no tensor cores); split-K partials in the plan's workspace",
+    notes="Triton; mixes on mma.sync (fn split hi + lo in the activation dtype); split-K partials in the workspace",
 )
 
 is_supported, why_unsupported = support_functions(META)

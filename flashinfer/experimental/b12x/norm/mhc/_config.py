@@ -1,7 +1,9 @@
 """norm.mhc configuration: pass-1 tiles, the selection, and the split-K heuristic (stdlib only).
 
-Tile choices come from the SASS of CPU compiles for sm_90a at H=7168 (registers, spills, FFMA share
-of the loop); they are not yet timed on the H200 (bench_norm.py --sweep measures alternatives).
+Tile choices come from CPU compiles for sm_90a/sm_120a at H=7168 (registers, spills, mma.sync and no
+wgmma in the PTX); they are not yet timed on the H200 (bench_norm.py --sweep measures alternatives).
+Pass 1 dots are mma.sync only while Triton does not pick wgmma: on sm_90a it does for num_warps % 4
+== 0 with BLOCK_T >= 64, so 4-warp tiles keep BLOCK_T <= 32 and larger token blocks use 2 warps.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ class StreamConfig:
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
         if self.block_h < 8:
             raise ValueError(f"StreamConfig.block_h must be >= 8 (a dot's K), got {self.block_h}")
+        if self.num_warps % 4 == 0 and self.block_t >= 64:
+            raise ValueError(
+                f"StreamConfig(block_t={self.block_t}, num_warps={self.num_warps}) would compile to wgmma on "
+                "sm_90a (hardware policy: mma.sync only): use block_t <= 32 at 4+ warps, or 2 warps"
+            )
 
 
 @dataclass(frozen=True)
@@ -64,11 +71,16 @@ class MhcConfig:
     ctas_per_sm: the split heuristic aims at this many pass-1 programs per SM.
     """
 
+    # 88 registers (sm_90a), 16 mma.sync per step.
     pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
-    # 114 registers, 64% FFMA in the loop, no spills (BLOCK_T=64 with N=32 padding spilled).
-    pre_large: StreamConfig = StreamConfig(block_t=64, block_h=32, num_warps=4, num_stages=3)
+    # 64 tokens on 2 warps (4 warps at BLOCK_T=64 would be wgmma): 186 registers, no spills. The fn
+    # tile (hi + lo, 128 bytes per k) is then read from L2 once per 128 residual bytes per k; at
+    # BLOCK_T=32 x 4 warps (138 registers, sweep "pre_t32") it is twice the residual traffic.
+    # BLOCK_H=32 at BLOCK_T=64 spills.
+    pre_large: StreamConfig = StreamConfig(block_t=64, block_h=16, num_warps=2, num_stages=4)
+    # 185 registers, no spills.
     post_pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
-    # 188 registers, no spills; BLOCK_H=32 at BLOCK_T=32 spills (the 4 new streams + 20 weights).
+    # 183 registers, no spills; 2 warps at BLOCK_T=64 spill (the 4 new streams + 20 weights).
     post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)
     bcast: StreamConfig = StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=2)
     post: StreamConfig = StreamConfig(block_t=4, block_h=128, num_warps=4, num_stages=1)

@@ -66,12 +66,21 @@ _TL_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @triton.jit
-def _mix_step(a, fn_base, f_off_a, f_off_b, acc_a, acc_b):
-    """acc += a @ fn-tile for mixes 0..15 and 16..23: fp32 FMA dots (ieee: never mma/wgmma)."""
-    af = a.to(tl.float32)
-    acc_a = tl.dot(af, tl.load(fn_base + f_off_a), acc_a, input_precision="ieee")
-    acc_b = tl.dot(af, tl.load(fn_base + f_off_b), acc_b, input_precision="ieee")
-    return acc_a, acc_b
+def _split_dot(a, f, acc):
+    """acc += a @ f with f fp32 [K, 32] split into hi + lo in a's dtype: two mma.sync dots.
+
+    Round-to-nearest-even, spelled out: it is the GPU's default (cvt.rn), and Triton's interpreter
+    truncates a plain fp32 -> bf16 `.to` (reference.split_fn models the RNE split)."""
+    hi = f.to(a.dtype, fp_downcast_rounding="rtne")
+    lo = (f - hi.to(tl.float32)).to(a.dtype, fp_downcast_rounding="rtne")
+    acc = tl.dot(a, hi, acc)
+    return tl.dot(a, lo, acc)
+
+
+@triton.jit
+def _mix_step(a, fn_base, f_off, f_mask, acc):
+    """acc [BT, 32] += a [BT, K] @ fn-tile [K, 32] (columns 24..31 masked to zero)."""
+    return _split_dot(a, tl.load(fn_base + f_off, mask=f_mask, other=0.0), acc)
 
 
 @triton.jit(do_not_specialize=["T", "chunks_per_split", "fn_blocks"])
@@ -102,10 +111,9 @@ def _mhc_stream_kernel(
     hh = tl.arange(0, BLOCK_H)
     k4 = tl.arange(0, 4 * BLOCK_H)
     res_k4 = (k4 // BLOCK_H) * H + (k4 % BLOCK_H)  # [4 * BH] -> offset of (stream, h) in a token's 4H
-    fk_a = tl.arange(0, 16)[None, :] * (4 * H) + res_k4[:, None]  # PRE: fn columns of that operand
-    fk_b = (16 + tl.arange(0, 8))[None, :] * (4 * H) + res_k4[:, None]
-    m16 = tl.arange(0, 16)  # mixes 0..15 (one dot) and 16..23 (another): no padding of N = 24
-    m8 = tl.arange(0, 8)
+    m32 = tl.arange(0, 32)  # mixes 0..23 and 8 zero pad columns (N = 32)
+    f_mask = m32[None, :] < 24
+    fk = m32[None, :] * (4 * H) + res_k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
     c_begin = pid_s * chunks_per_split
     c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
 
@@ -134,12 +142,10 @@ def _mhc_stream_kernel(
         c_32 = tl.load(cp + 14, mask=t_mask, other=0.0)
         c_33 = tl.load(cp + 15, mask=t_mask, other=0.0)
 
-    acc_a = tl.zeros([BLOCK_T, 16], dtype=tl.float32)
-    acc_b = tl.zeros([BLOCK_T, 8], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_T, 32], dtype=tl.float32)
     mask2 = t_mask[:, None]
     tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
-    fn_a = m16[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 16]: fn block 0 (block i at + i * H)
-    fn_b = (16 + m8[None, :]) * (fn_blocks * H) + hh[:, None]  # [BH, 8]
+    fn_t = m32[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 32]: fn block 0 (block i at + i * H)
     for c in range(c_begin, c_end):
         h0 = c * BLOCK_H
         if MODE == 3:
@@ -147,14 +153,10 @@ def _mhc_stream_kernel(
             xv = tl.load(res_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0)
             for i in tl.static_range(4):
                 tl.store(out_ptr + tile + i * H + h0, xv, mask=mask2)
-            f_a = tl.zeros([BLOCK_H, 16], dtype=tl.float32)
-            f_b = tl.zeros([BLOCK_H, 8], dtype=tl.float32)
-            for blk in range(fn_blocks):
-                f_a += tl.load(fn_ptr + fn_a + blk * H + h0)
-                f_b += tl.load(fn_ptr + fn_b + blk * H + h0)
-            xa = xv.to(tl.float32)
-            acc_a = tl.dot(xa, f_a, acc_a, input_precision="ieee")
-            acc_b = tl.dot(xa, f_b, acc_b, input_precision="ieee")
+            f = tl.zeros([BLOCK_H, 32], dtype=tl.float32)
+            for blk in range(fn_blocks):  # folded in fp32, then split: one hi + lo pair of dots
+                f += tl.load(fn_ptr + fn_t + blk * H + h0, mask=f_mask, other=0.0)
+            acc = _split_dot(xv, f, acc)
         elif READS_X:
             xf = tl.load(x_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0).to(tl.float32)
             r_0 = tl.load(res_ptr + tile + h0, mask=mask2, other=0.0).to(tl.float32)
@@ -195,20 +197,19 @@ def _mhc_stream_kernel(
             tl.store(out_ptr + tile + 2 * H + h0, n_2, mask=mask2)
             tl.store(out_ptr + tile + 3 * H + h0, n_3, mask=mask2)
             if HAS_MIX:
-                acc_a, acc_b = _mix_step(n_0, fn_ptr + h0, fn_a, fn_b, acc_a, acc_b)
-                acc_a, acc_b = _mix_step(n_1, fn_ptr + H + h0, fn_a, fn_b, acc_a, acc_b)
-                acc_a, acc_b = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_a, fn_b, acc_a, acc_b)
-                acc_a, acc_b = _mix_step(n_3, fn_ptr + 3 * H + h0, fn_a, fn_b, acc_a, acc_b)
+                acc = _mix_step(n_0, fn_ptr + h0, fn_t, f_mask, acc)
+                acc = _mix_step(n_1, fn_ptr + H + h0, fn_t, f_mask, acc)
+                acc = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_t, f_mask, acc)
+                acc = _mix_step(n_3, fn_ptr + 3 * H + h0, fn_t, f_mask, acc)
         else:
             # PRE: one [BT, 4 * BH] operand (k = stream * BH + h) against fn's matching columns.
             a = tl.load(res_ptr + row[:, None] * (4 * H) + h0 + res_k4[None, :], mask=mask2, other=0.0)
-            acc_a, acc_b = _mix_step(a, fn_ptr + h0, fk_a, fk_b, acc_a, acc_b)
+            acc = _mix_step(a, fn_ptr + h0, fk, f_mask, acc)
 
-    # Phase 3: this split's partial mixes (row stride 32 floats; columns 24..31 unused).
+    # Phase 3: this split's partial mixes (row stride 32 floats; columns 24..31 hold the zero pad).
     if HAS_MIX:
         part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
-        tl.store(part + m16[None, :], acc_a, mask=mask2)
-        tl.store(part + 16 + m8[None, :], acc_b, mask=mask2)
+        tl.store(part + m32[None, :], acc, mask=mask2)
 
 
 @triton.jit

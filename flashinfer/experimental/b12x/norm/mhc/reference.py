@@ -39,6 +39,19 @@ MULT = 4  # streams per token (hyper-connection multiplicity)
 MIXES = 2 * MULT + MULT * MULT  # pre (4) + post (4) + comb (16)
 
 
+def split_fn(fn: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
+    """fn as the kernels' tensor-core mixes see it: hi + lo in fp32, hi = dtype(fn), lo = dtype(fn - hi).
+
+    The CUDA kernels compute flat @ hi^T + flat @ lo^T (operands in the activation dtype, fp32
+    accumulation); the rest of fn that neither holds is below ~2^-16 of |fn| for bf16. Tests use
+    this to compare the kernels at fp32 tolerances; the op's accuracy contract is still the fp32
+    reference with `fn` itself (DESIGN.md §6 rule).
+    """
+    hi = fn.float().to(dtype)
+    lo = (fn.float() - hi.float()).to(dtype)
+    return hi.float() + lo.float()
+
+
 def sinkhorn(comb: torch.Tensor, *, hc_eps: float, iters: int) -> torch.Tensor:
     """`iters` rounds of row then column normalisation of [..., 4, 4] (sums guarded by hc_eps)."""
     for _ in range(iters):
