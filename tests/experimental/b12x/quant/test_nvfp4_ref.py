@@ -181,6 +181,49 @@ def test_global_scale_helper_and_tensor_argument():
     assert _sf_bytes(a[1]) == [0x7E] and _codes(a[0])[1] == 15
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_global_scale_ignores_non_finite(dtype):
+    # amax over the finite values only (3.0 here): NaN and +-Inf are skipped, not folded into a 0 scale.
+    x = torch.tensor([[math.inf, -math.inf, math.nan, 3.0] + [0.5] * 12, [1.0, -2.0] + [math.nan] * 14]).to(dtype)
+    gs = nvfp4_global_scale(x)
+    assert gs.dtype == torch.float32 and gs.shape == () and float(gs) == float(f32(2688) / f32(3))
+    assert float(gs) == float(nvfp4_global_scale(x.float().nan_to_num(0.0, 0.0, 0.0)))
+    # Quantizing with it follows the per-block Inf rule: sf saturates to 448 and +-Inf encode +-6.
+    packed, sf = quantize_nvfp4(x, gs)
+    assert (_codes(packed), _sf_bytes(sf)) == nvfp4_oracle(x, float(gs))
+    assert _sf_bytes(sf)[0] == 0x7E and _codes(packed)[:3] == [7, 15, 0]
+    # Nothing finite and nonzero: 1.0, like an all-zero or empty tensor.
+    for nothing in ([math.inf] * 16, [-math.inf, math.nan] * 8, [0.0] * 16, []):
+        assert float(nvfp4_global_scale(torch.tensor(nothing).reshape(-1, 16).to(dtype))) == 1.0
+
+
+def test_global_scale_clamped_to_fp32_max():
+    # 2688 / 2^-120 = 2^131.4 overflows fp32: the helper returns the largest finite fp32 instead of Inf.
+    tiny = 2.0**-120
+    with np.errstate(over="ignore"):
+        assert math.isinf(float(f32(2688) / f32(tiny)))
+    x = torch.tensor([[tiny, -tiny / 2] + [0.0] * 14])
+    gs = nvfp4_global_scale(x)
+    assert float(gs) == torch.finfo(torch.float32).max
+    packed, sf = quantize_nvfp4(x, gs)  # a valid global_scale: accepted
+    assert (_codes(packed), _sf_bytes(sf)) == nvfp4_oracle(x, float(gs))
+    assert _sf_bytes(sf) == [0x63] and _codes(packed)[:2] == [7, 13]  # t = 256/6 -> sf 44; y 5.8 -> 6, -2.9 -> -3
+
+
+def test_device_global_scale_is_never_read_on_the_host():
+    # A meta tensor has no values: any host read (float(), .item()) raises. The whole oracle path,
+    # global scale included, must go through on one, a negative "value" included (a device scale is
+    # trusted; only CPU tensors and Python numbers are checked).
+    x = torch.empty(3, 32, device="meta")
+    gs = nvfp4_global_scale(x)
+    assert gs.device.type == "meta" and gs.shape == () and gs.dtype == torch.float32
+    packed, sf = quantize_nvfp4(x, gs)
+    assert packed.shape == (3, 16) and packed.device.type == "meta" and sf.shape == (3, 2)
+    assert dequantize_nvfp4(packed, sf, torch.tensor([-1.0], device="meta")).shape == (3, 32)
+    with pytest.raises(ValueError, match="global_scale must be a scalar"):
+        quantize_nvfp4(x, torch.ones(2, device="meta"))  # the size is metadata: still checked
+
+
 def test_batch_dims_and_swizzle():
     x = torch.randn(2, 3, 64)
     packed, sf = quantize_nvfp4(x, 100.0)
@@ -194,9 +237,10 @@ def test_batch_dims_and_swizzle():
 def test_errors():
     with pytest.raises(ValueError, match=r"K % 16 == 0, got shape \(2, 24\)"):
         quantize_nvfp4(torch.zeros(2, 24), 1.0)
-    for bad in (0.0, -1.0, math.inf, math.nan):
-        with pytest.raises(ValueError, match="global_scale must be finite and > 0"):
-            quantize_nvfp4(torch.zeros(2, 16), bad)
+    for bad in (0.0, -1.0, math.inf, math.nan, 1e39):
+        for arg in (bad, torch.tensor([bad], dtype=torch.float64)):  # a CPU tensor is checked too
+            with pytest.raises(ValueError, match="global_scale must be finite and > 0"):
+                quantize_nvfp4(torch.zeros(2, 16), arg)
     with pytest.raises(ValueError, match="global_scale must be a scalar"):
         quantize_nvfp4(torch.zeros(2, 16), torch.ones(2))
     packed, sf = quantize_nvfp4(torch.zeros(2, 32), 1.0)

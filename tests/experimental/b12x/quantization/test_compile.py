@@ -92,6 +92,25 @@ def test_compiled_signature_matches_the_launch_arguments(op):
     assert [n for n, t in src.signature.items() if t == "constexpr"] == ["K", "BLOCK_M", "BLOCK_K"]
 
 
+@pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
+def test_fingerprint_sources_cover_every_called_jit_function(op):
+    # The spine fingerprints the compile function's module plus `sources=`: every Triton function the
+    # kernel calls from another module must be listed there, or an edit to it would go unseen.
+    import ast
+
+    import triton
+
+    from flashinfer.experimental.b12x.quantization._shared import _triton_helpers
+
+    kmod = OPS[op]
+    jit_fn = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
+    names = {n.id for n in ast.walk(ast.parse(jit_fn.src)) if isinstance(n, ast.Name)}
+    called = [getattr(kmod, n) for n in names if isinstance(getattr(kmod, n, None), triton.runtime.JITFunction)]
+    outside = {f.__module__ for f in called} - {kmod.__name__}
+    assert outside == {_triton_helpers.__name__}
+    assert set(COMPILE[op].sources) == outside
+
+
 def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     import torch
 

@@ -17,7 +17,10 @@ Dequantize: x_i ~ (e2m1(q_i) * f32(sf)) / gs.
 
 Non-finite inputs: NaN elements are skipped by amax and encode +0. An Inf element makes amax Inf, so
 sf saturates to 448; the Inf encodes +-6 and the block's finite values are quantized against that
-scale. `global_scale` must be a finite positive fp32 scalar (ValueError otherwise).
+scale. `global_scale` must be a finite positive fp32 scalar: a Python number or a CPU tensor is
+checked on the host (ValueError otherwise); a tensor on another device (a GPU) is trusted, never
+read on the host (see `global_scale_tensor`), as the quantization kernels trust it.
+`nvfp4_global_scale` always returns a valid one (it ignores NaN and +-Inf).
 """
 
 from __future__ import annotations
@@ -28,26 +31,42 @@ from .e2m1 import E2M1_MAX, e2m1_decode, e2m1_encode, pack_e2m1, unpack_e2m1
 from .scales import E4M3_MAX, block_amax, e4m3_decode, e4m3_encode, fp32_const
 
 NVFP4_BLOCK = 16
+_FP32_MAX = torch.finfo(torch.float32).max
 
 
 def global_scale_tensor(global_scale, device) -> torch.Tensor:
-    """`global_scale` (float or one-element tensor) as a 0-d fp32 tensor on `device`; must be finite > 0."""
+    """`global_scale` (float or one-element tensor) as a 0-d fp32 tensor on `device`.
+
+    A Python number or a CPU tensor must be finite and > 0 as fp32 (ValueError otherwise). A tensor on
+    any other device is trusted: reading its value would be a host sync (and a torch.compile graph
+    break), so only its size is checked; a non-positive or non-finite device scale gives undefined
+    codes and scales, as it does in the quantization kernels.
+    """
     gs = torch.as_tensor(global_scale, dtype=torch.float32).detach().reshape(-1)
     if gs.numel() != 1:
         raise ValueError(f"global_scale must be a scalar, got shape {tuple(gs.shape)}")
-    value = float(gs[0])
-    if not (value > 0 and value < float("inf")):
-        raise ValueError(f"global_scale must be finite and > 0, got {value}")
+    if gs.device.type == "cpu":
+        value = float(gs[0])
+        if not (value > 0 and value < float("inf")):
+            raise ValueError(f"global_scale must be finite and > 0, got {value}")
     return gs[0].to(device)
 
 
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
-    """The usual per-tensor global scale `(448 * 6) / amax(x)` (fp32, NaN ignored; amax 0 or empty x
-    gives 1.0)."""
-    amax = block_amax(x.float().reshape(1, -1))[0] if x.numel() else fp32_const(x, 0.0)
-    if float(amax) == 0:
-        return fp32_const(x, 1.0)
-    return fp32_const(x, E4M3_MAX * E2M1_MAX) / amax
+    """The usual per-tensor global scale `(448 * 6) / amax(x)`, a 0-d fp32 tensor on x's device.
+
+    amax is taken over the FINITE elements: NaN and +-Inf are ignored (an Inf amax would make the
+    scale 0, not a valid global scale). Quantizing with this scale still follows the module
+    docstring: an Inf element saturates its block's scale to 448 and encodes +-6. No finite nonzero
+    element (x all zero, all non-finite, or empty) gives 1.0. The quotient is clamped to the largest
+    finite fp32 (an amax below 2688 / 3.4e38 would overflow to Inf), so the result is always a valid
+    `global_scale`. Computed by torch ops on x's device; no value is read back to the host.
+    """
+    mag = x.float().abs().reshape(-1)
+    mag = torch.where(torch.isfinite(mag), mag, torch.zeros_like(mag))
+    amax = mag.amax() if mag.numel() else fp32_const(x, 0.0)
+    gs = torch.minimum(fp32_const(x, E4M3_MAX * E2M1_MAX) / amax, fp32_const(x, _FP32_MAX))
+    return torch.where(amax == 0, fp32_const(x, 1.0), gs)
 
 
 def quantize_nvfp4(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]:

@@ -32,6 +32,8 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from .._shared import _triton_helpers
+from .._shared._triton_helpers import block_amax, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
@@ -97,7 +99,6 @@ def _mxfp8_quantize_kernel(
     BLOCK_K: tl.constexpr,
 ):
     NB: tl.constexpr = K // 32  # scale columns
-    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
     TILE_NB: tl.constexpr = BLOCK_K // 32
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -111,9 +112,7 @@ def _mxfp8_quantize_kernel(
 
     # Phase 2: per-32 amax (NaN ignored) -> UE8M0 byte, rounded up on the bits of amax / 448.
     xb = tl.reshape(x, (BLOCK_M, TILE_NB, 32))
-    mag = tl.abs(xb)
-    mag = tl.where(mag == mag, mag, 0.0)
-    amax = tl.max(mag, axis=2)  # [BLOCK_M, TILE_NB]
+    amax = block_amax(xb)  # [BLOCK_M, TILE_NB]
     s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
     exp = (s_bits >> 23) & 0xFF
     byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
@@ -133,9 +132,7 @@ def _mxfp8_quantize_kernel(
     smask = (rows < m)[:, None] & (scols < NB)[None, :]
     sbyte = byte.to(tl.uint8)
     tl.store(scale_rows_ptr + rows64[:, None] * NB + scols[None, :], sbyte, mask=smask)
-    row_part = (rows64 // 128) * (NB_PAD // 4 * 512) + (rows64 % 32) * 16 + ((rows64 // 32) % 4) * 4
-    col_part = (scols // 4) * 512 + (scols % 4)
-    tl.store(scale_mma_ptr + row_part[:, None] + col_part[None, :], sbyte, mask=smask)
+    tl.store(scale_mma_ptr + swizzled_scale_offsets(rows64, scols, NB), sbyte, mask=smask)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -213,7 +210,7 @@ def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
-@kernel(OP, backend="triton")
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
 def compile_mxfp8(dtype: str, k: int, config: MxFp8Config, arch: str) -> MxFp8Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
     first = [compile_for_target(dtype, k, config, arch)]

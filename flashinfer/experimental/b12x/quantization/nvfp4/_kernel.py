@@ -29,6 +29,8 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from .._shared import _triton_helpers
+from .._shared._triton_helpers import block_amax, swizzled_scale_offsets
 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale
@@ -121,9 +123,7 @@ def _nvfp4_quantize_kernel(
 
     # Phase 2: per-16 amax (NaN ignored) -> E4M3 scale.
     xb = tl.reshape(x, (BLOCK_M, TILE_NB, 16))
-    mag = tl.abs(xb)
-    mag = tl.where(mag == mag, mag, 0.0)
-    amax = tl.max(mag, axis=2)  # [BLOCK_M, TILE_NB]
+    amax = block_amax(xb)  # [BLOCK_M, TILE_NB]
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)  # never NaN: amax is not, gs is finite
     sf8 = t.to(tl.float8e4nv)
     sf = sf8.to(tl.float32)
@@ -148,10 +148,8 @@ def _nvfp4_quantize_kernel(
 
     # Phase 5: scales at their swizzled offsets, padding rows and columns included (they hold 0).
     scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
-    row_part = (rows64 // 128) * (NB_PAD // 4 * 512) + (rows64 % 32) * 16 + ((rows64 // 32) % 4) * 4
-    col_part = (scols // 4) * 512 + (scols % 4)
     tl.store(
-        scales_ptr + row_part[:, None] + col_part[None, :],
+        scales_ptr + swizzled_scale_offsets(rows64, scols, NB),
         sf8.to(tl.uint8, bitcast=True),
         mask=(scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None],
     )
@@ -234,7 +232,7 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
-@kernel(OP, backend="triton")
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
     first = [compile_for_target(dtype, k, config, arch)]

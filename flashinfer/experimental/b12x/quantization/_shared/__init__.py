@@ -1,0 +1,6 @@
+"""Pieces shared by the quantization group's kernels only (other groups use `_lib`).
+
+`_triton_helpers`: Triton device functions both activation quantizers inline (NaN-ignoring block
+amax, 128x4 swizzled scale offsets). A kernel that imports them names the module in its compile
+decorator's `sources=` so an edit here changes the kernel's fingerprint.
+"""
