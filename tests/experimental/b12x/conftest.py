@@ -30,8 +30,12 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
-    """Every test compiles into its own cache dir, never ~/.cache, and starts unfrozen."""
+    """Every test compiles into its own cache dir, never ~/.cache, starts unfrozen, and sees the
+    once-per-process reference-backend warning as a fresh process would (so test order is moot)."""
     monkeypatch.setenv("B12X_CACHE_DIR", str(tmp_path / "b12x-cache"))
+    from flashinfer.experimental.b12x.preparation import session
+
+    monkeypatch.setattr(session, "_warned_reference", False)
     yield
     from flashinfer.experimental.b12x._lib import freeze
 
