@@ -126,4 +126,12 @@ def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str, bias=None)
     err = (ours - ref).abs().max().item()
     peer_err = (peer - ref).abs().max().item()
     floor = ref.abs().max().item() * 2.0**-20
-    assert err <= 2 * peer_err + floor, f"max error {err:.3e} > 2 x torch's {peer_err:.3e} (+{floor:.1e})"
+    # When torch's peer IS the reference's computation (an fp32 output of exact operands), its error
+    # is 0 and the rule degenerates; then the kernel may differ only by fp32 summation order, whose
+    # deterministic bound is |ours - ref| <= 2 * K * 2^-24 * (|A| @ |B|^T) * |alpha| per element.
+    alpha = abs(ops.alpha * float(ops.weight.alpha))
+    a = R.dequantize(ops.a_fmt, ops.a_values, ops.a_scales, ops.m, ops.k, "a").float().abs()
+    order = (a @ dequantized_weight(ops.weight).abs().t()) * alpha * (2 * ops.k * 2.0**-24)
+    order_err = ((ours - ref).abs() - order.to(ref.device)).max().item()
+    ok = err <= 2 * peer_err + floor or order_err <= 0
+    assert ok, f"max error {err:.3e} > 2 x torch's {peer_err:.3e} (+{floor:.1e}) and above the fp32 summation bound"

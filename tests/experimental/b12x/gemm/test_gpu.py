@@ -126,6 +126,7 @@ def test_graph_replay_equals_eager_and_follows_a_device_alpha(a_fmt, b_fmt, m):
 
 def test_freeze_after_prewarm_holds_for_warmed_buckets():
     w = make_operands("bfloat16", "nvfp4", 1, 2048, 1024, seed=6, device="cuda").weight
+    b12x.clear_all_caches()  # earlier tests resolved other buckets of these kernels in this process
     B.prewarm(w, [1, 16, 2048], activation=torch.bfloat16)
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import compile_decode
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled import compile_tiled
