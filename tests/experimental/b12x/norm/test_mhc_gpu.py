@@ -107,9 +107,16 @@ def test_run_post_pre(hidden, tokens, weight):
     got = mhc.run_post_pre(*args, plan=p, **outs, **kw)
     check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
     # pre saw exactly the residual it stored: recompute pre from it with fn as the tensor-core mixes
-    # see it (hi + lo split, reference.split_fn), so only fp32 summation order separates the two
-    again = R.mhc_pre(got[0], R.split_fn(ins["fn"]), ins["hc_scale"], ins["hc_base"], **kw)
-    torch.testing.assert_close(got[1], again[1], rtol=1e-4, atol=1e-5)
+    # see it (hi + lo split, reference.split_fn); then only the order of the 4H-term fp32 sums
+    # separates the two. Their deterministic bound per mix is 2 * 4H * 2^-24 * sum|flat * fn| (scaled
+    # by rsqrt(mean square) and hc_scale[1]); post = 2 sigmoid(z) moves by at most 0.5 |dz|.
+    fn = R.split_fn(ins["fn"])
+    again = R.mhc_pre(got[0], fn, ins["hc_scale"], ins["hc_base"], **kw)
+    flat = got[0].float().reshape(tokens, -1)
+    rms = torch.rsqrt(flat.square().mean(-1, keepdim=True) + kw["rms_eps"])
+    dz = 2 * flat.shape[1] * 2.0**-24 * (flat.abs() @ fn[4:8].abs().T) * rms * ins["hc_scale"][1].abs()
+    excess = ((got[1].float() - again[1].float()).abs() - (0.5 * dz + 1e-6)).max().item()
+    assert excess <= 0, f"post differs from pre of the stored residual by {excess:.3e} beyond the fp32 order bound"
 
 
 def test_functional_form_and_in_place():
