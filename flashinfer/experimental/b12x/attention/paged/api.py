@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
 from ._config import DecodeConfig, ScheduleConfig, default_config, why_not
@@ -277,10 +278,6 @@ class Binding:
     reference_inputs: tuple = field(repr=False, default=())
 
 
-def _desc(t) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')} {list(t.shape)} on {t.device}"
-
-
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
     """Check one argument; `shape` entries of None match anything. Raises ValueError naming it."""
     import torch
@@ -291,7 +288,7 @@ def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0
     ok_shape = t.dim() == len(shape) and all(s is None or s == n for s, n in zip(shape, t.shape))
     ok_device = t.device.type == device.type and (device.index is None or t.device.index == device.index)
     if t.dtype != dtype or not ok_shape or not ok_device:
-        raise ValueError(f"{name} must be {str(dtype).removeprefix('torch.')} {want} on {device}, got {_desc(t)}")
+        raise ValueError(f"{name} must be {str(dtype).removeprefix('torch.')} {want} on {device}, got {describe(t)}")
     if last_contiguous and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must have a contiguous last dimension, got strides {list(t.stride())}")
     if align and t.device.type == "cuda":
@@ -381,7 +378,7 @@ def bind(
         if not fp8:
             raise ValueError(f"{name} applies to float8_e4m3fn KV only; kv_dtype is {c.kv_dtype}")
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.device != q.device:
-            got = _desc(t) if isinstance(t, torch.Tensor) else type(t).__name__
+            got = describe(t)
             raise ValueError(f"{name} must be float32 broadcastable to [{batch}, {c.num_kv_heads}] on {dev}, got {got}")
         try:
             descales.append(t.expand(batch, c.num_kv_heads))

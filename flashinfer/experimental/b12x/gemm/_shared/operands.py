@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.checks import check_aligned, describe  # describe: also imported from here by the gemm ops
 from ..._lib.quant import swizzled_size
 from .formats import FORMAT, OUT_DTYPES, RAW16, dtype_key, pair_ok, recipe_from_kwargs
 from .weight import Weight
@@ -17,13 +18,6 @@ from .weight import Weight
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
 TORCH_OUT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-def describe(t) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    extra = "" if t.is_contiguous() else " (non-contiguous)"
-    return f"{dtype_key(t.dtype)} {list(t.shape)} on {t.device}{extra}"
 
 
 @dataclass
@@ -188,8 +182,7 @@ def check_device_operands(p: Problem, out: torch.Tensor) -> None:
     for li in range(max(p.batch, 1)):
         for name, op in (("lhs", p.a), ("rhs", p.b)):
             vals, scales = p.slice(op, li)
-            if vals.data_ptr() % 16:
-                raise ValueError(f"{name} values must start 16-byte aligned, got address {vals.data_ptr():#x}")
+            check_aligned(f"{name} values", vals, 16)
             if scales is not None and scales.device != dev:
                 raise ValueError(f"{name} scales must be on {dev}, got {describe(scales)}")
         c = out if p.batch == 0 else out[..., li]

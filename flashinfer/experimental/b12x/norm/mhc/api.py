@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.checks import describe as _describe
 from ...preparation.plan import Plan
 from . import reference
 from ._config import ApplyConfig, MhcConfig, StreamConfig, split_for, workspace_rows
@@ -248,13 +249,6 @@ def bind(plan: MhcPlan, **kwargs) -> MhcBinding:
         views[name] = buf[:t]
         _check(name, views[name], dtype, (t, *shape), caps.device)
     return MhcBinding(plan, t, scratch, **views)
-
-
-def _describe(t) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    extra = "" if t.is_contiguous() else " (non-contiguous)"
-    return f"{_dname(t.dtype)} {list(t.shape)} on {t.device}{extra}"
 
 
 def _check(name: str, t, dtype, shape, device) -> None:

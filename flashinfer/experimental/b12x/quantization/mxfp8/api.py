@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.checks import check_disjoint, describe
 from ..._lib.quant import swizzled_size
 from ..._lib.scratch import dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
+from .._shared._host import check_kernel_aligned, check_tensor, device_key, launcher, seconds_per_run
 from . import reference
 
 OP = "quantization.mxfp8"
@@ -93,15 +95,7 @@ class MxFp8Plan(Plan):
 
     def measure(self, state: PlanState) -> float:
         args = self._synthetic(state, min(self.caps.max_rows, 16384))
-        for _ in range(3):
-            _execute(state, *args)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            _execute(state, *args)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / 20
+        return seconds_per_run(lambda: _execute(state, *args))
 
 
 def plan(query, *, invocation=None, override=None) -> MxFp8Plan:
@@ -139,23 +133,29 @@ def quantize_rows(source, values, scale_rows, scale_mma, *, plan: MxFp8Plan | No
     """
     if plan is None:
         if not isinstance(source, torch.Tensor) or source.dim() != 2:
-            raise ValueError(f"source must be a 2-D tensor [M, K], got {_describe(source)}")
+            raise ValueError(f"source must be a 2-D tensor [M, K], got {describe(source)}")
         dtype, k = dtype_name(source.dtype), source.shape[1]
         if dtype not in DTYPES:
             raise ValueError(f"source must be bfloat16 or float16, got {dtype}")
         if k < BLOCK or k % BLOCK:
             raise ValueError(f"source must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
-        plan = _oneshot_plan(k, dtype, _device_key(source.device))
+        plan = _oneshot_plan(k, dtype, device_key(source.device))
     elif not isinstance(plan, MxFp8Plan):
         raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
     state = plan.state
     m = _check_source(plan, state, source)
     k = plan.caps.k
     nb = k // BLOCK
-    _check("values", values, (torch.uint8, torch.float8_e4m3fn), (m, k), state)
-    _check("scale_rows", scale_rows, _SCALE_DTYPES, (m, nb), state)
+    check_tensor("values", values, (torch.uint8, torch.float8_e4m3fn), (m, k), state, ALIGN)
+    check_tensor("scale_rows", scale_rows, _SCALE_DTYPES, (m, nb), state, ALIGN)
     _check_scale_mma(scale_mma, m, nb, state)
-    _check_disjoint(("source", source), ("values", values), ("scale_rows", scale_rows), ("scale_mma", scale_mma))
+    check_disjoint(
+        ("source", source),
+        ("values", values),
+        ("scale_rows", scale_rows),
+        ("scale_mma", scale_mma),
+        rule="source and the outputs must be disjoint",
+    )
     _execute(state, source, values, scale_rows, scale_mma)
 
 
@@ -173,41 +173,16 @@ def _oneshot_plan(k: int, dtype: str, device: torch.device) -> MxFp8Plan:
 # -------------------------------------------------------------------------------------------------
 # Execution
 # -------------------------------------------------------------------------------------------------
-def _launcher(state: PlanState):
-    """The plan's resolved launcher, looked up once per prepared selection (a memory-cache hit)."""
-    cached = state.extra.get("launcher")
-    if cached is not None and cached[0] is state.kernels:
-        return cached[1]
-    compile_fn, args = state.kernels[0]
-    launcher = compile_fn(*args)
-    state.extra["launcher"] = (state.kernels, launcher)
-    return launcher
-
-
 def _execute(state: PlanState, source, values, scale_rows, scale_mma) -> None:
     if state.arch is None:  # CPU: the reference backend
         reference.quantize_rows_into(source, values, scale_rows, scale_mma)
         return
-    _launcher(state)(source, values, scale_rows, scale_mma, source.shape[0])
+    launcher(state)(source, values, scale_rows, scale_mma, source.shape[0])
 
 
 # -------------------------------------------------------------------------------------------------
 # Validation (every error names the argument, what was expected and what came)
 # -------------------------------------------------------------------------------------------------
-def _describe(t) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    extra = "" if t.is_contiguous() else " (non-contiguous)"
-    return f"{dtype_name(t.dtype)} {list(t.shape)} on {t.device}{extra}"
-
-
-def _device_key(device) -> torch.device:
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def _check_source(plan: MxFp8Plan, state: PlanState, source) -> int:
     q = plan.caps
     if (
@@ -218,24 +193,11 @@ def _check_source(plan: MxFp8Plan, state: PlanState, source) -> int:
         or source.device != state.device
         or not source.is_contiguous()
     ):
-        raise ValueError(f"source must be {q.dtype} [M, {q.k}] contiguous on {state.device}, got {_describe(source)}")
+        raise ValueError(f"source must be {q.dtype} [M, {q.k}] contiguous on {state.device}, got {describe(source)}")
     if source.shape[0] > q.max_rows:
         raise ValueError(f"source has {source.shape[0]} rows, above the plan's capacity max_rows={q.max_rows}")
-    _check_aligned("source", source, state)
+    check_kernel_aligned("source", source, state, ALIGN)
     return source.shape[0]
-
-
-def _check(name: str, t, dtypes, shape, state: PlanState) -> None:
-    if (
-        not isinstance(t, torch.Tensor)
-        or t.dtype not in dtypes
-        or tuple(t.shape) != shape
-        or t.device != state.device
-        or not t.is_contiguous()
-    ):
-        names = " or ".join(dtype_name(d) for d in dtypes)
-        raise ValueError(f"{name} must be {names} {list(shape)} contiguous on {state.device}, got {_describe(t)}")
-    _check_aligned(name, t, state)
 
 
 def _check_scale_mma(t, m: int, nb: int, state: PlanState) -> None:
@@ -253,19 +215,6 @@ def _check_scale_mma(t, m: int, nb: int, state: PlanState) -> None:
         names = " or ".join(dtype_name(d) for d in _SCALE_DTYPES)
         raise ValueError(
             f"scale_mma must be {names} 1-D contiguous on {state.device} with numel a multiple of {block_rows} "
-            f"and >= {need} (swizzled 128x4 storage for {m} rows of {nb} scales), got {_describe(t)}"
+            f"and >= {need} (swizzled 128x4 storage for {m} rows of {nb} scales), got {describe(t)}"
         )
-    _check_aligned("scale_mma", t, state)
-
-
-def _check_aligned(name: str, t: torch.Tensor, state: PlanState) -> None:
-    if state.arch is not None and t.data_ptr() % ALIGN:
-        raise ValueError(f"{name} must start {ALIGN}-byte aligned, got address {t.data_ptr():#x}")
-
-
-def _check_disjoint(*named) -> None:
-    spans = [(n, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for n, t in named if t.numel()]
-    for i, (a, a0, a1) in enumerate(spans):
-        for b, b0, b1 in spans[i + 1 :]:
-            if a0 < b1 and b0 < a1:
-                raise ValueError(f"{a} and {b} overlap in memory; source and the outputs must be disjoint")
+    check_kernel_aligned("scale_mma", t, state, ALIGN)

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.checks import check_disjoint, describe
 from ..._lib.quant import swizzled_size
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
+from .._shared._host import check_kernel_aligned, check_tensor, device_key, launcher, seconds_per_run
 from . import reference
 
 OP = "quantization.nvfp4"
@@ -94,7 +96,7 @@ class NvFp4Plan(Plan):
         x = torch.randn(rows, k, device=state.device).to(getattr(torch, self.dtype))
         packed = torch.empty(rows, k // 2, dtype=torch.uint8, device=state.device)
         scales = torch.empty(swizzled_size(rows, k // BLOCK), dtype=torch.uint8, device=state.device)
-        return _seconds_per_run(lambda: _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales))
+        return seconds_per_run(lambda: _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales))
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +158,12 @@ def run(*, plan: NvFp4Plan, x: torch.Tensor, global_scale, outputs: Outputs) -> 
     if not isinstance(outputs, Outputs):
         raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
     _check_outputs(plan, state, outputs.packed, outputs.scales, plan.caps.max_rows)
-    _check_disjoint(("x", x), ("outputs.packed", outputs.packed), ("outputs.scales", outputs.scales))
+    check_disjoint(
+        ("x", x),
+        ("outputs.packed", outputs.packed),
+        ("outputs.scales", outputs.scales),
+        rule="x and the outputs must be disjoint",
+    )
     gs_tensor, gs_value = _global_scale(global_scale, state.device)
     _execute(state, x, gs_tensor, gs_value, outputs.packed, outputs.scales)
 
@@ -170,14 +177,14 @@ def quantize(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]
     before raises KernelResolutionFrozenError, a new M never does.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"x must be a 2-D tensor [M, K], got {_describe(x)}")
+        raise ValueError(f"x must be a 2-D tensor [M, K], got {describe(x)}")
     dtype = dtype_name(x.dtype)
     if dtype not in DTYPES:
         raise ValueError(f"x must be bfloat16 or float16, got {dtype}")
     k = x.shape[1]
     if k < BLOCK or k % BLOCK:
         raise ValueError(f"x must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
-    p = _oneshot_plan(k, dtype, _device_key(x.device))
+    p = _oneshot_plan(k, dtype, device_key(x.device))
     state = p.state
     m = _check_x(p, state, x)
     packed = torch.empty(m, k // 2, dtype=torch.uint8, device=x.device)
@@ -201,54 +208,17 @@ def _oneshot_plan(k: int, dtype: str, device: torch.device) -> NvFp4Plan:
 # -------------------------------------------------------------------------------------------------
 # Execution
 # -------------------------------------------------------------------------------------------------
-def _launcher(state: PlanState):
-    """The plan's resolved launcher, looked up once per prepared selection (a memory-cache hit)."""
-    cached = state.extra.get("launcher")
-    if cached is not None and cached[0] is state.kernels:
-        return cached[1]
-    compile_fn, args = state.kernels[0]
-    launcher = compile_fn(*args)
-    state.extra["launcher"] = (state.kernels, launcher)
-    return launcher
-
-
 def _execute(state: PlanState, x, gs_tensor, gs_value: float, packed, scales) -> None:
     if state.arch is None:  # CPU: the reference backend
         reference.quantize_into(x, gs_tensor if gs_tensor is not None else gs_value, packed, scales)
         return
     gs_ptr = gs_tensor if gs_tensor is not None else state.scratch["global_scale"]
-    _launcher(state)(x, packed, scales, gs_ptr, gs_value, int(gs_tensor is not None), x.shape[0])
-
-
-def _seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    launcher(state)(x, packed, scales, gs_ptr, gs_value, int(gs_tensor is not None), x.shape[0])
 
 
 # -------------------------------------------------------------------------------------------------
 # Validation (every error names the argument, what was expected and what came)
 # -------------------------------------------------------------------------------------------------
-def _describe(t) -> str:
-    if not isinstance(t, torch.Tensor):
-        return type(t).__name__
-    extra = "" if t.is_contiguous() else " (non-contiguous)"
-    return f"{dtype_name(t.dtype)} {list(t.shape)} on {t.device}{extra}"
-
-
-def _device_key(device) -> torch.device:
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
 def _check_plan(plan) -> None:
     if not isinstance(plan, NvFp4Plan):
         raise ValueError(f"plan must come from b12x.quantization.nvfp4.plan(m, k), got {type(plan).__name__}")
@@ -264,10 +234,10 @@ def _check_x(plan: NvFp4Plan, state: PlanState, x) -> int:
         or x.device != state.device
         or not x.is_contiguous()
     ):
-        raise ValueError(f"x must be {plan.dtype} [M, {k}] contiguous on {state.device}, got {_describe(x)}")
+        raise ValueError(f"x must be {plan.dtype} [M, {k}] contiguous on {state.device}, got {describe(x)}")
     if x.shape[0] > cap:
         raise ValueError(f"x has {x.shape[0]} rows, above the plan's capacity m={cap}")
-    _check_aligned("x", x, state)
+    check_kernel_aligned("x", x, state, ALIGN)
     return x.shape[0]
 
 
@@ -278,29 +248,7 @@ def _check_outputs(plan: NvFp4Plan, state: PlanState, packed, scales, rows: int)
         "outputs.scales": (scales, (torch.uint8, torch.float8_e4m3fn), (swizzled_size(rows, k // BLOCK),)),
     }
     for name, (t, dtypes, shape) in want.items():
-        if (
-            not isinstance(t, torch.Tensor)
-            or t.dtype not in dtypes
-            or tuple(t.shape) != shape
-            or t.device != state.device
-            or not t.is_contiguous()
-        ):
-            names = " or ".join(dtype_name(d) for d in dtypes)
-            raise ValueError(f"{name} must be {names} {list(shape)} contiguous on {state.device}, got {_describe(t)}")
-        _check_aligned(name, t, state)
-
-
-def _check_aligned(name: str, t: torch.Tensor, state: PlanState) -> None:
-    if state.arch is not None and t.data_ptr() % ALIGN:
-        raise ValueError(f"{name} must start {ALIGN}-byte aligned, got address {t.data_ptr():#x}")
-
-
-def _check_disjoint(*named) -> None:
-    spans = [(n, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for n, t in named if t.numel()]
-    for i, (a, a0, a1) in enumerate(spans):
-        for b, b0, b1 in spans[i + 1 :]:
-            if a0 < b1 and b0 < a1:
-                raise ValueError(f"{a} and {b} overlap in memory; x and the outputs must be disjoint")
+        check_tensor(name, t, dtypes, shape, state, ALIGN)
 
 
 def _global_scale(global_scale, device: torch.device) -> tuple[torch.Tensor | None, float]:
@@ -309,7 +257,7 @@ def _global_scale(global_scale, device: torch.device) -> tuple[torch.Tensor | No
         if global_scale.dtype != torch.float32 or global_scale.numel() != 1 or global_scale.device != device:
             raise ValueError(
                 f"global_scale must be a float32 tensor of 1 element on {device} (or a float), "
-                f"got {_describe(global_scale)}"
+                f"got {describe(global_scale)}"
             )
         return global_scale, 0.0
     if isinstance(global_scale, bool) or not isinstance(global_scale, numbers.Real):
