@@ -13,6 +13,9 @@ Bytes (the minimum an implementation must move; e = element size of the activati
 Ours moves more than that: pass 2 reads the residual again (4H * e per token). % of the copy ceiling
 uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer, and run_post_pre
 at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick the heuristic.
+--per-pass also times pass 1 and pass 2 of pre and post_pre alone (rows "pre.pass1", ...), each
+through the plan's own launchers (api._stream / api._apply, as run_pre calls them), with the bytes
+that pass moves as implemented (pass_bytes); their sum against the whole call shows the launch gap.
 Without --json the report goes to $OUT/b12x_bench_norm.json when $OUT is set.
 """
 
@@ -43,6 +46,46 @@ def case_bytes(op: str, tokens: int, hidden: int, elem: int = 2) -> int:
     if op == "post_pre":
         return tokens * 10 * hidden * elem + tokens * 160 + fn_bytes
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+
+def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem: int = 2) -> int:
+    """Bytes one pass of `op` moves as implemented (--per-pass): pass 1 of pre reads the residual
+    and fn and writes the fp32 partials [splits, T, 32]; pass 1 of post_pre also reads x and the
+    previous weights and writes the new residual; pass 2 reads the partials, reads the residual
+    twice (mean square, then y: the second read is an L2 hit only while the programs in flight fit
+    in L2) and writes y, post and comb."""
+    h, partials = hidden, splits * tokens * 32 * 4
+    if which == "pass1":
+        if op == "pre":
+            return tokens * 4 * h * elem + 96 * h * 4 + partials
+        if op == "post_pre":
+            return tokens * 9 * h * elem + tokens * 80 + 96 * h * 4 + partials
+    elif which == "pass2" and op in ("pre", "post_pre"):
+        return partials + tokens * (2 * 4 * h + h) * elem + tokens * 80
+    raise ValueError(f"pass_bytes: op must be pre or post_pre and which pass1 or pass2, got {op!r}, {which!r}")
+
+
+def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
+    """(splits, {"pass1": fn, "pass2": fn}) of `op` through the plan's launchers, exactly as
+    api.execute_pre / execute_post_pre issue them. Pass 1 runs once here so that pass 2, timed alone,
+    reads partials of this very call; `outs` holds y, post, comb (and residual for post_pre)."""
+    res, x, post, comb, fn = ins["residual"], ins["x"], ins["post"], ins["comb"], ins["fn"]
+    t = res.shape[0]
+    pouts = {"y_out": outs["y"], "post_out": outs["post"], "comb_out": outs["comb"]}
+    api._launchers(plan)
+    if op == "pre":
+        pass1 = lambda: api._stream(plan, "pre", t, res, None, None, None, None, fn, None)  # noqa: E731
+        src = res
+    elif op == "post_pre":
+        new = outs["residual"]
+        pass1 = lambda: api._stream(plan, "post_pre", t, res, x, post, comb, new, fn, None)  # noqa: E731
+        src = new
+    else:
+        raise ValueError(f"per_pass_calls: op must be pre or post_pre, got {op!r}")
+    splits = pass1()
+    hc, scal = (ins["hc_scale"], ins["hc_base"]), {"norm_eps": 0.0} | dict(scal)  # run_pre's default norm_eps
+    pass2 = lambda: api._apply(plan, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
+    return splits, {"pass1": pass1, "pass2": pass2}
 
 
 def sweep_configs():
@@ -111,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="entry points to time")
     parser.add_argument("--sweep", action="store_true", help="also time the alternative tiles of sweep_configs()")
+    parser.add_argument(
+        "--per-pass", action="store_true", help="also time pass 1 and pass 2 of pre and post_pre alone (plan launchers)"
+    )
     args = parser.parse_args(argv)
     dev = require_cuda("bench_norm", args.device)
     torch.cuda.set_device(dev)
@@ -151,6 +197,16 @@ def main(argv: list[str] | None = None) -> int:
                     table.add(
                         case, name, measure(ours, args), peer=name != "b12x", note="" if name == "b12x" else "sweep"
                     )
+                if args.per_pass and op in ("pre", "post_pre"):
+                    splits, passes = per_pass_calls(api, plans["b12x"], op, ins, outs)
+                    for which, fn in passes.items():
+                        pcase = Case(
+                            f"{op}.{which}",
+                            {"T": t, "H": hidden, "splits": splits},
+                            bytes=pass_bytes(op, which, t, hidden, splits),
+                            ceiling="copy",
+                        )
+                        table.add(pcase, "b12x", measure(fn, args), note="per-pass")
                 if args.no_peers:
                     continue
                 if op not in peers:  # automatic dynamic shapes: ~2 compiles per op, not one per T
@@ -180,7 +236,7 @@ def target_checks(table: Table) -> list[tuple[str, bool, float]]:
     """(name, met, value) for the issue's targets, on our default rows."""
     out = []
     for row in table.rows:
-        if row.peer:
+        if row.peer or "." in row.case.name:  # per-pass rows (--per-pass) carry no target
             continue
         t, d = row.case.shape["T"], table.row_dict(row)
         if t >= 1024 and d["pct_of_ceiling"] is not None:

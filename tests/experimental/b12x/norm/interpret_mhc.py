@@ -213,3 +213,41 @@ def test_interpreter_bf16_rounding_is_patched():
     z = torch.empty(1024, dtype=torch.bfloat16)
     cast_kernel[(1,)](x, y, z)
     assert torch.equal(y, x.to(torch.bfloat16)) and torch.equal(z, x.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("op", ["pre", "post_pre"])
+def test_bench_per_pass_calls_match_the_entry_point(op):
+    """bench_norm --per-pass times pass 1 and pass 2 through api._stream / api._apply: run back to
+    back they must write exactly what the entry point writes (same launchers, splits, workspace)."""
+    from benchmarks.experimental.b12x import bench_norm
+
+    t, scal = 5, dict(SCAL)
+    p = interpret_plan(8, target_ctas=3)
+    ins = inputs(t, H, seed=77)
+
+    def fresh():
+        return dict(
+            residual=torch.full((t, 4, H), float("nan"), dtype=torch.bfloat16),
+            y=torch.full((t, H), float("nan"), dtype=torch.bfloat16),
+            post=torch.full((t, 4), float("nan")),
+            comb=torch.full((t, 4, 4), float("nan")),
+        )
+
+    outs = fresh()
+    splits, passes = bench_norm.per_pass_calls(api, p, op, ins, outs, scal)
+    assert splits > 1 and set(passes) == {"pass1", "pass2"}
+    passes["pass2"]()
+    passes["pass1"]()  # timed alone and repeated: idempotent
+    passes["pass2"]()
+    ref = fresh()
+    kw = dict(plan=p, y_out=ref["y"], post_out=ref["post"], comb_out=ref["comb"], **scal)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    if op == "pre":
+        mhc.run_pre(ins["residual"], *mix, **kw)
+    else:
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+        mhc.run_post_pre(*args, *mix, residual_out=ref["residual"], **kw)
+        assert torch.equal(outs["residual"], ref["residual"])
+    for name in ("y", "post", "comb"):
+        assert torch.isfinite(outs[name].float()).all(), name
+        assert torch.equal(outs[name], ref[name]), name

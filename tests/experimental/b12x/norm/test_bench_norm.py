@@ -22,7 +22,7 @@ def test_help_runs_without_cuda():
         cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
-    for flag in ("--quick", "--json", "--timer", "--sweep", "--hidden", "--ops"):
+    for flag in ("--quick", "--json", "--timer", "--sweep", "--hidden", "--ops", "--per-pass"):
         assert flag in out.stdout
 
 
@@ -33,6 +33,24 @@ def test_case_bytes():
     assert bench_norm.case_bytes("post_pre", t, h) == t * 10 * h * 2 + t * 160 + 24 * 4 * h * 4
     with pytest.raises(ValueError, match="op must be one of"):
         bench_norm.case_bytes("nope", 1, h)
+
+
+def test_pass_bytes():
+    h, t, s = 7168, 1024, 32
+    part = s * t * 32 * 4
+    assert bench_norm.pass_bytes("pre", "pass1", t, h, s) == t * 4 * h * 2 + 96 * h * 4 + part
+    assert bench_norm.pass_bytes("pre", "pass2", t, h, s) == part + t * 9 * h * 2 + t * 80
+    assert bench_norm.pass_bytes("post_pre", "pass1", t, h, s) == t * 9 * h * 2 + t * 80 + 96 * h * 4 + part
+    assert bench_norm.pass_bytes("post_pre", "pass2", t, h, s) == bench_norm.pass_bytes("pre", "pass2", t, h, s)
+    with pytest.raises(ValueError, match="pass_bytes"):
+        bench_norm.pass_bytes("post", "pass1", t, h, s)
+
+
+def test_per_pass_rows_carry_no_target():
+    table = Table("t")
+    timing = Timing(1.0, 1.0, 1.0, 1, "test")
+    table.add(Case("pre.pass1", {"T": 1024, "H": 7168, "splits": 32}, bytes=10**9, ceiling="copy"), "b12x", timing)
+    assert bench_norm.target_checks(table) == []
 
 
 @pytest.mark.parametrize("hidden", [2048, 4096, 5120, 7168])
