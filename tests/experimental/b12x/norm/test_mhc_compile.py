@@ -84,7 +84,7 @@ def test_stream_kernel(form, tile, cc):
 def test_apply_kernel(tile, hidden, cc):
     cfg = getattr(_config.MhcConfig(), tile)
     tok, block_h, stages = cfg.tile(hidden)
-    consts = dict(H=hidden, TOK=tok, BLOCK_H=block_h, STAGES=stages, BLOCK_S=_kernel.apply_block_s(tok))
+    consts = dict(H=hidden, TOK=tok, BLOCK_H=block_h, STAGES=stages, BLOCK_S=_kernel.APPLY_BLOCK_S)
     _check(
         _compile(_kernel._mhc_apply_kernel, APPLY_SIG, consts, cfg.num_warps, stages, cc), f"apply {tile}", mma=False
     )

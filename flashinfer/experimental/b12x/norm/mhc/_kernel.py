@@ -110,9 +110,10 @@ def _mhc_stream_kernel(
     row = offs_t.to(tl.int64)  # T * 4H can pass 2^31
     hh = tl.arange(0, BLOCK_H)
     k4 = tl.arange(0, 4 * BLOCK_H)
+    res_k4 = (k4 // BLOCK_H) * H + (k4 % BLOCK_H)  # [4 * BH] -> offset of (stream, h) in a token's 4H
     m32 = tl.arange(0, 32)  # mixes 0..23 and 8 zero pad columns (N = 32)
     f_mask = m32[None, :] < 24
-    fk = m32[None, :] * (4 * H) + k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
+    fk = m32[None, :] * (4 * H) + res_k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
     c_begin = pid_s * chunks_per_split
     c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
 
@@ -201,12 +202,9 @@ def _mhc_stream_kernel(
                 acc = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_3, fn_ptr + 3 * H + h0, fn_t, f_mask, acc)
         else:
-            # PRE: one [BT, 4 * BH] operand, 4 * BH CONTIGUOUS elements of each token's flat 4H row
-            # (k0 = c * 4 * BH), against fn's same columns: a 128-byte run per row per step at
-            # BH = 16, where the stream-split layout (4 runs of BH, H apart) read 32-byte runs.
-            k0 = c * (4 * BLOCK_H)
-            a = tl.load(res_ptr + row[:, None] * (4 * H) + k0 + k4[None, :], mask=mask2, other=0.0)
-            acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
+            # PRE: one [BT, 4 * BH] operand (k = stream * BH + h) against fn's matching columns.
+            a = tl.load(res_ptr + row[:, None] * (4 * H) + h0 + res_k4[None, :], mask=mask2, other=0.0)
+            acc = _mix_step(a, fn_ptr + h0, fk, f_mask, acc)
 
     # Phase 3: this split's partial mixes (row stride 32 floats; columns 24..31 hold the zero pad).
     if HAS_MIX:
@@ -234,10 +232,8 @@ def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride):
 
 @triton.jit
 def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr):
-    """Partial columns col..col+N of BS splits: [TOK, BS, 1] rows -> [TOK, BS, N] (summed over the
-    splits after the loop: a reduction inside it put two barriers and a shuffle tree between
-    consecutive loads, so each load was a serial L2 round trip)."""
-    return tl.load(prow + col + tl.arange(0, N)[None, None, :], mask=mask, other=0.0)
+    """sum over the splits of partial columns col..col+N: [TOK, BS, 1] rows -> [TOK, N]."""
+    return tl.sum(tl.load(prow + col + tl.arange(0, N)[None, None, :], mask=mask, other=0.0), axis=1)
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
@@ -285,26 +281,20 @@ def _mhc_apply_kernel(
 
     # Phase 2: the tokens' mixes, partials summed over the splits: pre/post [TOK, 8] and the comb
     # logits as four row tiles [TOK, 4] over j (Sinkhorn's column sums are then elementwise).
-    # Elementwise accumulation over the split steps, one reduction over BLOCK_S after the loop.
-    a8 = tl.zeros([TOK, BLOCK_S, 8], dtype=tl.float32)
-    a_0 = tl.zeros([TOK, BLOCK_S, 4], dtype=tl.float32)
-    a_1 = tl.zeros([TOK, BLOCK_S, 4], dtype=tl.float32)
-    a_2 = tl.zeros([TOK, BLOCK_S, 4], dtype=tl.float32)
-    a_3 = tl.zeros([TOK, BLOCK_S, 4], dtype=tl.float32)
+    acc8 = tl.zeros([TOK, 8], dtype=tl.float32)
+    l_0 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_1 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_2 = tl.zeros([TOK, 4], dtype=tl.float32)
+    l_3 = tl.zeros([TOK, 4], dtype=tl.float32)
     for s0 in range(0, splits, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         mask = (s[None, :, None] < splits) & t_mask[:, None, None]
         prow = part_ptr + (s.to(tl.int64)[None, :, None] * T + tok[:, None, None]) * 32  # [TOK, BS, 1]
-        a8 += _partial_rows(prow, 0, mask, 8)
-        a_0 += _partial_rows(prow, 8, mask, 4)
-        a_1 += _partial_rows(prow, 12, mask, 4)
-        a_2 += _partial_rows(prow, 16, mask, 4)
-        a_3 += _partial_rows(prow, 20, mask, 4)
-    acc8 = tl.sum(a8, axis=1)
-    l_0 = tl.sum(a_0, axis=1)
-    l_1 = tl.sum(a_1, axis=1)
-    l_2 = tl.sum(a_2, axis=1)
-    l_3 = tl.sum(a_3, axis=1)
+        acc8 += _partial_rows(prow, 0, mask, 8)
+        l_0 += _partial_rows(prow, 8, mask, 4)
+        l_1 += _partial_rows(prow, 12, mask, 4)
+        l_2 += _partial_rows(prow, 16, mask, 4)
+        l_3 += _partial_rows(prow, 20, mask, 4)
 
     # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds).
     s_0 = tl.load(scale_ptr)
@@ -362,14 +352,7 @@ def _mhc_apply_kernel(
 # ---------------------------------------------------------------------------------------------
 
 _OPTS = {"enable_fp_fusion": True}
-
-
-def apply_block_s(tokens: int) -> int:
-    """Partial rows summed per step of pass 2: 64 for the 1-token tile (small T, where the splits
-    are many: 224 at T=1, H=7168, now 4 steps where a fixed 16 took 14 serial, unpipelined L2 round
-    trips; 128 left an 8-byte stack at H=2048), 16 otherwise (few splits at large T; 32 at TOK=4
-    spilled: 255 registers, 336-byte stack)."""
-    return 64 if tokens == 1 else 16
+APPLY_BLOCK_S = 16  # partial rows summed per step of pass 2
 
 
 def _interpreting() -> bool:
@@ -426,7 +409,7 @@ def launch_apply(hidden: int, config, src, part, hc_scale, hc_base, weight, y, p
         TOK=tok,
         BLOCK_H=block_h,
         STAGES=stages,
-        BLOCK_S=apply_block_s(tok),
+        BLOCK_S=APPLY_BLOCK_S,
         num_warps=config.num_warps,
         **({} if _interpreting() else _OPTS),
     )
@@ -471,7 +454,7 @@ def compile_apply(dtype: str, hidden: int, weight_dtype: str, config: ApplyConfi
             TOK=tok,
             BLOCK_H=block_h,
             STAGES=stages,
-            BLOCK_S=apply_block_s(tok),
+            BLOCK_S=APPLY_BLOCK_S,
             num_warps=config.num_warps,
             grid=(1,),
             **_OPTS,
