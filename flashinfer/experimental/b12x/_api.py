@@ -35,6 +35,7 @@ _OPS: dict[str, str] = {
     "gemm.mxfp8_linear": ".gemm.mxfp8_linear",
     "gemm.tensor_fp8_linear": ".gemm.tensor_fp8_linear",
     "gemm.block_fp8_linear": ".gemm.block_fp8_linear",
+    "moe.fused_moe": ".moe.fused_moe",
 }
 
 # Root names resolved lazily (module relative to this package, attribute).

@@ -1,0 +1,82 @@
+"""b12x.moe.fused_moe: fused mixture-of-experts layer (FC1 -> activation -> FC2 per routed expert) on
+FP4 expert weights (NVFP4 or MXFP4), recipes nvfp4 / w4a16 / w4a8_mx / w4a8_nvfp4.
+
+    wplan = fused_moe.plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
+                                   num_experts=E, hidden_size=H, intermediate_size=I, w13_layout="w13")
+    experts = fused_moe.prepare_weights(plan=wplan, w1_fp4=..., w1_blockscale=..., w1_global_scale=...,
+                                        a1_gscale=..., w2_fp4=..., w2_blockscale=..., w2_global_scale=...,
+                                        a2_gscale=...)
+    p = fused_moe.plan(fused_moe.Caps(max_tokens=T, num_topk=k, device="cpu", weight_plan=wplan,
+                                      quant_mode="nvfp4"))
+    with b12x.PreparationSession("cpu") as session:
+        session.prepare([p])
+    fused_moe.route_topk(p, router_logits, topk_logits, topk_ids, topk_weights)
+    out = fused_moe.run(binding=fused_moe.bind(p, a=a, experts=experts, topk_weights=topk_weights,
+                                               topk_ids=topk_ids))
+
+Math and formats: `reference.py`, `weights.py` (FORMATS.md "moe.fused_moe"). No GPU kernel yet: CPU
+tensors run the reference, CUDA tensors raise NotImplementedError. Importing this package loads
+nothing heavy.
+"""
+
+from ..._lib.lazy import lazy_attributes
+from ..._lib.meta import OpMeta
+from ..._lib.support import why_unsupported as _toolchain_why
+
+META = OpMeta(
+    name="fused_moe",
+    group="moe",
+    api_style="planned",
+    entry_points=(
+        "Caps",
+        "plan",
+        "bind",
+        "run",
+        "route_topk",
+        "plan_weights",
+        "prepare_weights",
+        "WeightPlan",
+        "ExpertWeights",
+        "is_supported",
+    ),
+    archs=(),
+    dtypes=("bfloat16", "nvfp4", "mxfp4", "mxfp8"),
+    requires=("torch",),
+    notes=(
+        "Groundwork: weight planning/packing (gemm FP4 Weight layout stacked per expert, FC1 gate rows "
+        "first), routing and the fp32 reference. No GPU kernel yet; CPU tensors run the reference."
+    ),
+)
+
+NO_KERNEL = "moe.fused_moe has no GPU kernel yet; CPU tensors run the reference"
+
+
+def why_unsupported(device=None):
+    """None when moe.fused_moe's kernels can run on `device`, else why not (no kernel exists yet)."""
+    if not META.archs:
+        return NO_KERNEL
+    return _toolchain_why(META, device)
+
+
+def is_supported(device=None) -> bool:
+    """True when moe.fused_moe's kernels can run on `device` (always False until a kernel exists)."""
+    return why_unsupported(device) is None
+
+
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        "Caps": ".api",
+        "plan": ".api",
+        "bind": ".api",
+        "run": ".api",
+        "route_topk": ".api",
+        "plan_weights": ".weights",
+        "prepare_weights": ".weights",
+        "WeightPlan": ".weights",
+        "ExpertWeights": ".weights",
+    },
+    globals(),
+)
+
+__all__ = ["META", *META.entry_points]
