@@ -1,0 +1,67 @@
+"""`python -m b12x demo`: a small but real decoder block through the whole b12x lifecycle.
+
+Random weights -> ModelOpt-style NVFP4 safetensors checkpoint (temp dir) -> DirectWeightSession ->
+gemm.blockscaled.pack_weight -> every planned op prepared in one PreparationSession -> freeze ->
+(CUDA) one decode step captured in a CUDA graph and replayed -> per-op and total times -> agreement
+with a plain-torch fp32 reference of the whole block built from the dequantized checkpoint. On a
+CPU-only machine the same lifecycle runs the ops' reference backends and says so.
+
+Models: "llama-small" (one dense Llama-style block). MoE blocks come with `moe.fused_moe`.
+Importing this package loads no torch: `_cli` builds its parser from `add_parser` on every command.
+"""
+
+from __future__ import annotations
+
+MODEL_NAMES = ("llama-small",)  # keep in sync with block.MODELS (a contract test checks)
+MAX_TOKENS = 64
+
+
+def _tokens(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tokens must be an int, got {text!r}") from None
+    if not 1 <= n <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"--tokens must be in [1, {MAX_TOKENS}], got {n}")
+    return n
+
+
+def add_parser(sub) -> None:
+    """Register the `demo` subcommand on `_cli`'s subparsers (sets `func`)."""
+    p = sub.add_parser(
+        "demo",
+        help="run a small decoder block through the full lifecycle (reference backends on CPU)",
+        description=__doc__.split("\n\n")[1],
+    )
+    p.add_argument("--model", choices=MODEL_NAMES, default=MODEL_NAMES[0], help="block to build (default %(default)s)")
+    p.add_argument(
+        "--tokens", type=_tokens, default=1, help=f"decode batch: requests, one new token each (1..{MAX_TOKENS})"
+    )
+    p.add_argument("--device", default=None, help='"cuda", "cuda:N" or "cpu" (default: cuda if available, else cpu)')
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights, cache and input")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    import torch
+
+    from .run import run_demo
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            print(f"b12x demo: --device {args.device} asked for CUDA, but torch sees no CUDA device (try --device cpu)")
+            return 2
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    elif device.type != "cpu":
+        print(f"b12x demo: --device must be cuda[:N] or cpu, got {args.device}")
+        return 2
+    return run_demo(args.model, args.tokens, device, seed=args.seed)
+
+
+__all__ = ["MODEL_NAMES", "add_parser", "main"]

@@ -1,0 +1,250 @@
+"""The demo's lifecycle: checkpoint -> load -> pack -> prepare (one session) -> freeze -> capture ->
+replay -> time -> compare with the fp32 reference -> report.
+
+On CUDA the b12x kernels run (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode) and one
+decode step is captured in a CUDA graph; the glue (RMSNorm, RoPE, KV append, SiLU * up, residuals)
+is plain torch inside the same graph. On CPU the same lifecycle runs the ops' reference backends and
+nothing is captured.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+
+import torch
+
+from . import block as B
+
+COSINE_MIN = 0.999
+
+
+class DecodeStep:
+    """One decode step over static buffers: every op is a named closure, so the same list runs
+    eagerly (per-op timing) and under CUDA graph capture."""
+
+    def __init__(self, spec, weights, norms, cache, plans, device, tokens):
+        from ..attention import paged
+        from ..gemm import blockscaled as G
+
+        self.spec, self.w, self.norms, self.cache, self.plans = spec, weights, norms, cache, plans
+        self.G = G
+        hq, hkv, d, t = spec.q_heads, spec.kv_heads, spec.head_dim, tokens
+        new = lambda *shape: torch.empty(*shape, dtype=torch.bfloat16, device=device)  # noqa: E731
+        self.x = new(t, spec.hidden)
+        self.buf = {
+            "h": new(t, spec.hidden),
+            "qkv": new(t, (hq + 2 * hkv) * d),
+            "q": new(t, hq, d),
+            "attn": new(t, hq, d),
+            "o": new(t, spec.hidden),
+            "x1": new(t, spec.hidden),
+            "h2": new(t, spec.hidden),
+            "gu": new(t, 2 * spec.intermediate),
+            "act": new(t, spec.intermediate),
+            "down": new(t, spec.hidden),
+            "out": new(t, spec.hidden),
+        }
+        self.cos, self.sin = B.rope_tables(spec, cache["positions"])
+        self.binding = paged.bind(
+            plans["attention"], q=self.buf["q"], k_cache=cache["k_cache"], v_cache=cache["v_cache"],
+            page_table=cache["page_table"], cache_seqlens=cache["seqlens"], output=self.buf["attn"],
+        )  # fmt: skip
+        self.paged = paged
+        self.ops = [
+            ("rmsnorm", "torch", self._norm1),
+            ("qkv_proj", "gemm.blockscaled w4a16", lambda: self._mm("qkv", self.buf["h"], "qkv")),
+            ("rope + kv append", "torch", self._rope_append),
+            ("attention", "attention.paged decode", lambda: paged.run(binding=self.binding)),
+            ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
+            ("residual + rmsnorm", "torch", self._norm2),
+            ("gate_up_proj", "gemm.blockscaled w4a16", lambda: self._mm("gate_up", self.buf["h2"], "gu")),
+            ("silu * up", "torch", self._act),
+            ("down_proj", "gemm.blockscaled w4a16", lambda: self._mm("down", self.buf["act"], "down")),
+            ("residual", "torch", lambda: torch.add(self.buf["x1"], self.buf["down"], out=self.buf["out"])),
+        ]
+
+    def _mm(self, name, lhs, dst):
+        self.G.mm(lhs, self.w[name], self.buf[dst], plan=self.plans[name])
+
+    def _norm1(self):
+        self.buf["h"].copy_(B.rms_norm(self.x, self.norms["input_layernorm"], self.spec.eps))
+
+    def _rope_append(self):
+        s, c = self.spec, self.cache
+        hq, hkv, d = s.q_heads, s.kv_heads, s.head_dim
+        q, k, v = self.buf["qkv"].split([hq * d, hkv * d, hkv * d], dim=-1)
+        t = q.shape[0]
+        self.buf["q"].copy_(B.apply_rope(q.reshape(t, hq, d), self.cos, self.sin))
+        k = B.apply_rope(k.reshape(t, hkv, d), self.cos, self.sin).to(torch.bfloat16)
+        c["k_cache"][c["slot_page"], c["slot_off"]] = k
+        c["v_cache"][c["slot_page"], c["slot_off"]] = v.reshape(t, hkv, d)
+
+    def _norm2(self):
+        torch.add(self.x, self.buf["o"], out=self.buf["x1"])
+        self.buf["h2"].copy_(B.rms_norm(self.buf["x1"], self.norms["post_attention_layernorm"], self.spec.eps))
+
+    def _act(self):
+        gate, up = self.buf["gu"].chunk(2, dim=-1)
+        self.buf["act"].copy_(torch.nn.functional.silu(gate.float()) * up.float())
+
+    def poison(self):
+        for t in self.buf.values():
+            t.fill_(float("nan"))
+
+    def __call__(self):
+        for _, _, fn in self.ops:
+            fn()
+
+
+def _time_ops_eager(step, device, iters):
+    """Seconds per op (mean over iters): CUDA events around each op, perf_counter on CPU."""
+    totals = [0.0] * len(step.ops)
+    for _ in range(iters):
+        if device.type == "cuda":
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(step.ops) + 1)]
+            ev[0].record()
+            for i, (_, _, fn) in enumerate(step.ops):
+                fn()
+                ev[i + 1].record()
+            torch.cuda.synchronize(device)
+            for i in range(len(step.ops)):
+                totals[i] += ev[i].elapsed_time(ev[i + 1]) / 1e3
+        else:
+            for i, (_, _, fn) in enumerate(step.ops):
+                t0 = time.perf_counter()
+                fn()
+                totals[i] += time.perf_counter() - t0
+    return [s / iters for s in totals]
+
+
+def _capture_and_time(step, device, replays):
+    """Capture one step in a CUDA graph; returns (graph, seconds per replay)."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()  # torch's lazy init of the glue ops happens outside the capture
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize(device)
+    return graph, start.elapsed_time(end) / 1e3 / replays
+
+
+def _agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
+    got, want = got.float().cpu().reshape(-1), want.float().reshape(-1)
+    if not bool(torch.isfinite(got).all()):
+        return math.inf, float("nan")
+    err = (got - want).abs().max().item()
+    cos = torch.nn.functional.cosine_similarity(got.double(), want.double(), dim=0).item()
+    return err, cos
+
+
+def _prepare(spec, weights, cache, device, tokens):
+    """Every planned op of the block in ONE PreparationSession, then freeze."""
+    from ..attention import paged
+    from ..gemm import blockscaled as G
+    from ..preparation.session import PreparationSession
+
+    caps = paged.Caps(
+        device=str(device), mode="decode", dtype="bfloat16", kv_dtype="bfloat16",
+        num_q_heads=spec.q_heads, num_kv_heads=spec.kv_heads, head_dim_qk=spec.head_dim,
+        head_dim_vo=spec.head_dim, page_size=spec.page_size, max_total_q=tokens, max_batch=tokens,
+        max_page_table_width=cache["page_table"].shape[1],
+        max_work_items=paged.default_max_work_items(tokens, spec.kv_heads),
+        max_partial_rows=paged.default_max_partial_rows(
+            paged.default_max_work_items(tokens, spec.kv_heads), spec.q_heads),
+        num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True,
+    )  # fmt: skip
+    plans = {"attention": paged.plan(caps)}
+    for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
+        plans[name] = G.plan(G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,)))
+    with PreparationSession(device) as session:
+        result = session.prepare([p.request(name=f"layer0.{n}") for n, p in plans.items()])
+        session.freeze("b12x demo: serving")
+    return plans, result
+
+
+def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50) -> int:
+    from .._lib import freeze as F
+    from ..gemm import blockscaled as G
+    from ..loader import CheckpointDisplay
+
+    spec = B.MODELS[model]
+    cuda = device.type == "cuda"
+    print(f"b12x demo: {spec.name} block (hidden {spec.hidden}, {spec.q_heads} q / {spec.kv_heads} kv heads x "
+          f"{spec.head_dim}, intermediate {spec.intermediate}), decode batch {tokens}, device {device}")  # fmt: skip
+    if not cuda:
+        print("CPU: reference backends, no kernels ran (plain-torch oracles of every op; no CUDA graph)")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="b12x-demo-") as tmp:
+        ref = B.write_checkpoint(spec, tmp, seed)
+        t1 = time.perf_counter()
+        print(f"[1] random weights -> ModelOpt NVFP4 checkpoint {tmp}/{B.CHECKPOINT_FILE} ({t1 - t0:.1f} s)")
+        loaded, norms, stats = B.load_checkpoint(spec, tmp, device, CheckpointDisplay())
+    print(f"[2] DirectWeightSession: {stats.tensors} tensors, {stats.bytes / 1e6:.1f} MB, read mode "
+          f"{'/'.join(sorted({f['mode'] for f in stats.files.values()})) or stats.read_mode}")  # fmt: skip
+    weights = {
+        name: G.pack_weight(v, s, global_scale=ws2, global_scale_kind="dequant", input_scale=in_s)
+        for name, (v, s, ws2, in_s) in loaded.items()
+    }
+    print("[3] pack_weight: " + ", ".join(f"{n} {w.recipe} [{w.n}, {w.k}]" for n, w in weights.items()))
+    gen = torch.Generator().manual_seed(seed + 1)
+    cache = B.make_cache(spec, tokens, device, gen)
+    was_frozen = F.kernel_resolution_frozen()
+    try:
+        t2 = time.perf_counter()
+        plans, result = _prepare(spec, weights, cache, device, tokens)
+        print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
+              f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
+        print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")
+        step = DecodeStep(spec, weights, norms, cache, plans, device, tokens)
+        step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
+        step()  # warm (CUDA: the glue's lazy init; CPU: first touch)
+        per_op = _time_ops_eager(step, device, iters=20 if cuda else 1)
+        step.poison()
+        graph_s = None
+        if cuda:
+            graph, graph_s = _capture_and_time(step, device, replays)
+            step.poison()
+            graph.replay()
+            torch.cuda.synchronize(device)
+            print(f"[6] CUDA graph: one decode step captured, replayed {replays + 2} times")
+        else:
+            step()
+            print("[6] CPU: no CUDA graph; one eager step through the reference backends")
+        want = B.reference_step(spec, ref, step.x, cache["prefix_k"], cache["prefix_v"], cache["positions"])
+        err, cos = _agreement(step.buf["out"], want)
+        err_u, cos_u = _agreement(step.buf["out"].float() - step.x.float(), want - step.x.float().cpu())
+    finally:
+        if not was_frozen:
+            F.unfreeze_kernel_resolution()
+    _report(step, per_op, graph_s, cuda)
+    ok = cos >= COSINE_MIN and cos_u >= COSINE_MIN
+    print(f"agreement with the fp32 torch reference (dequantized weights): output max abs err {err:.3e}, "
+          f"cosine {cos:.6f}; block update (out - x) max abs err {err_u:.3e}, cosine {cos_u:.6f} "
+          f"-> {'OK' if ok else 'FAIL'} (cosine >= {COSINE_MIN})")  # fmt: skip
+    return 0 if ok else 1
+
+
+def _report(step, per_op, graph_s, cuda):
+    unit = "us"
+    rows = [(name, backend if cuda else f"{backend} (reference)" if "." in backend else backend, s * 1e6)
+            for (name, backend, _), s in zip(step.ops, per_op)]  # fmt: skip
+    w = max(len(r[0]) for r in rows)
+    wb = max(len(r[1]) for r in rows)
+    print(f"\n{'op':<{w}}  {'backend':<{wb}}  eager {unit}")
+    for name, backend, us in rows:
+        print(f"{name:<{w}}  {backend:<{wb}}  {us:>10.1f}")
+    print(f"{'total (eager, sum of ops)':<{w + wb + 2}}  {sum(r[2] for r in rows):>10.1f}")
+    if graph_s is not None:
+        print(f"{'total (CUDA graph replay)':<{w + wb + 2}}  {graph_s * 1e6:>10.1f}")
+    print()
