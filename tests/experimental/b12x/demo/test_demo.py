@@ -1,0 +1,96 @@
+"""`python -m b12x demo`: the CPU lifecycle end to end (contract) and the CUDA graph path (gpu)."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+AGREEMENT = "agreement with the fp32 torch reference"
+CPU_NOTICE = "CPU: reference backends, no kernels ran"
+
+
+def _demo(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "b12x", "demo", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.contract
+def test_cpu_demo_runs_end_to_end():
+    start = time.perf_counter()
+    out = _demo("--device", "cpu", "--tokens", "2")
+    seconds = time.perf_counter() - start
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert CPU_NOTICE in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
+    assert line.endswith("-> OK (cosine >= 0.999)"), line
+    for step in ("[1] ", "[2] DirectWeightSession", "[3] pack_weight", "[4] PreparationSession", "[5] ", "[6] "):
+        assert step in out.stdout, step
+    assert "kernel resolution frozen: True" in out.stdout
+    assert "total (eager, sum of ops)" in out.stdout and "CUDA graph replay" not in out.stdout
+    assert "b12x prepare (5 plans)" in out.stderr  # the preparation progress display
+    assert "b12x.loader [done]" in out.stderr  # the checkpoint display
+    assert seconds < 60, f"the CPU demo took {seconds:.1f} s"
+
+
+@pytest.mark.contract
+def test_demo_help_and_arguments():
+    out = _demo("--help")
+    assert out.returncode == 0, out.stderr
+    for word in ("--model", "llama-small", "--tokens", "--device"):
+        assert word in out.stdout
+    top = subprocess.run([sys.executable, "-m", "b12x", "--help"], capture_output=True, text=True)
+    assert "demo" in top.stdout
+    for bad in (("--tokens", "0"), ("--tokens", "x"), ("--model", "nope")):
+        out = _demo(*bad)
+        assert out.returncode == 2 and bad[0] in out.stderr, out.stderr
+
+
+@pytest.mark.contract
+def test_demo_package_is_light_and_models_agree(run_python):
+    out = run_python(
+        "import sys, flashinfer.experimental.b12x._demo as d\n"
+        "assert 'torch' not in sys.modules, 'the demo package imported torch'\n"
+        "print(d.MODEL_NAMES)"
+    )
+    assert out.returncode == 0, out.stderr
+    from flashinfer.experimental.b12x._demo import MODEL_NAMES, block
+
+    assert MODEL_NAMES == tuple(block.MODELS)
+    for spec in block.MODELS.values():
+        for k, parts in spec.fused().values():  # what gemm.blockscaled takes
+            assert k % 128 == 0 and all(rows % 16 == 0 for _, rows in parts)
+
+
+@pytest.mark.contract
+def test_agreement_check_fails_on_a_wrong_block(monkeypatch, capsys):
+    """The comparison really computes both sides: a block with GELU instead of SiLU must fail."""
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    def wrong_act(self):
+        gate, up = self.buf["gu"].chunk(2, dim=-1)
+        self.buf["act"].copy_(torch.nn.functional.gelu(gate.float()) * up.float())
+
+    monkeypatch.setattr(run.DecodeStep, "_act", wrong_act)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("llama-small", 1, torch.device("cpu"))
+    assert rc == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    assert "-> FAIL" in line, line
+    from flashinfer.experimental.b12x._lib import freeze
+
+    assert not freeze.kernel_resolution_frozen()  # the demo restores the unfrozen state
+
+
+@pytest.mark.gpu
+def test_cuda_demo_captures_and_agrees():
+    out = _demo("--tokens", "4", timeout=1800)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert CPU_NOTICE not in out.stdout
+    assert "[6] CUDA graph: one decode step captured" in out.stdout
+    assert "total (CUDA graph replay)" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
+    assert line.endswith("-> OK (cosine >= 0.999)"), line
