@@ -1,4 +1,4 @@
-"""The b12x command line: `python -m b12x {doctor,ops,cache}`."""
+"""The b12x command line: `python -m b12x {doctor,ops,cache,demo}` (demo lives in `_demo/`)."""
 
 from __future__ import annotations
 
