@@ -158,10 +158,9 @@ class PreparationSession:
         if plan.override is not None:
             st.selection, st.selection_source = plan.override, "override"
             return
-        cached = self._cached_selection(plan)
         if self.autotune:
             st.selection, st.selection_source = self._measure(plan), "measured"
-        elif cached is not None:
+        elif (cached := self._cached_selection(plan)) is not None:
             st.selection, st.selection_source = cached, "cached"
         else:
             st.selection, st.selection_source = plan.heuristic(self._arch), "heuristic"
