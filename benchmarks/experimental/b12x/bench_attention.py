@@ -1,4 +1,4 @@
-"""Benchmark b12x.attention.paged decode against SDPA (FA2, cuDNN) and FlashInfer's decode wrapper.
+r"""Benchmark b12x.attention.paged decode against SDPA (FA2, cuDNN) and FlashInfer's decode wrapper.
 
     python -m benchmarks.experimental.b12x.bench_attention [--quick] [--kv bf16|fp8|all]
         [--batch 1 8 32 128] [--kv-len 1024 8192 32768] [--timer events|graph] [--json PATH]
@@ -9,60 +9,85 @@ Bytes (the TB/s and % of the copy ceiling columns): the KV the op must read,
   B * kv_len * Hkv * (D + Dv) * kv_itemsize  (q, out and the page table are < 0.1% of it).
 Ours: a plan prepared at capacity B, `run(binding=...)` (schedule + decode + merge launches).
 Peers on the same K/V in contiguous [B, Hkv, kv_len, D] bf16 (fp8 cases: the bf16 copy; SDPA has no
-fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa), and FlashInfer's
-stable BatchDecodeWithPagedKVCacheWrapper on our paged cache when a real FlashInfer wheel is
-importable (this tree's `flashinfer` has no kernels: the peer is then skipped with the reason).
+fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa), and, with
+--flashinfer-site DIR (or $B12X_FLASHINFER_SITE), FlashInfer's stable BatchDecodeWithPagedKVCacheWrapper
+on the same paged cache (bf16 and fp8 e4m3 KV), row "flashinfer decode". This tree IS a `flashinfer`
+distribution whose `flashinfer` has no kernels, so FlashInfer's wheel cannot be imported here: it runs
+in a child process (_flashinfer_peer.py) with DIR first on sys.path, one child per KV dtype timing
+every shape (one JIT each). The parent saves each case (q, page table and its indptr/indices/
+last_page_len form, our output, the SDPA reference, the K/V seed and byte fingerprints) to a temp
+file; the child redraws the K/V from the seed, checks it is bit-identical, checks FlashInfer's output
+against the reference (a disagreeing peer is reported, not timed) and times it with our clock.
+Without the option the FlashInfer peer is skipped and the reason printed.
 Each case first checks ours against the SDPA output (bf16) or the reference (fp8).
 Without --json the report goes to $OUT/b12x_attention.json when $OUT is set.
+
+How to run the FlashInfer peer. Here (CPU machine, with an index), stage the two wheels in a
+git-ignored folder: flashinfer-python 0.7.2.post1 (py3-none-any, 59 MiB) and the apache-tvm-ffi its
+METADATA requires (>=0.1.11,<0.2); 62.4 MiB together, so they travel alone in one device call:
+
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_28_x86_64 -d .devwheels/fi flashinfer-python==0.7.2.post1 \
+        'apache-tvm-ffi>=0.1.11,<0.2'
+
+On the device machine (a `run` call per line; the first carries [".devwheels/fi"], then the two
+install commands that ../shared/tools/device-wheels prints, with their own carries):
+
+    python3 -m pip install -q --no-deps --target /root/fi .devwheels/fi/*.whl
+    <the two device-wheels install commands>
+    export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages && \
+      python3 -m pip install -q --no-deps --no-build-isolation -e . && \
+      python3 -m benchmarks.experimental.b12x.bench_attention --flashinfer-site /root/fi \
+        --json $OUT/b12x_attention.json
+
+/root/fi first on the child's sys.path also shadows /root/site's apache-tvm-ffi with FlashInfer's.
+FlashInfer's other dependencies (ninja, einops, ...) must come from the image (GPU.md: they did); a
+missing one is named in the skip reason the child prints.
+Budget ~26 s of FlashInfer JIT per KV dtype (and per --flashinfer-variants entry; "tc,cuda" adds the
+CUDA-core decode kernels as a second row); the JIT cache (~/.cache/flashinfer) lasts while the
+machine stays warm. A fresh machine is bare: all installs again.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 import b12x
-from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+from benchmarks.experimental.b12x import _flashinfer_peer as fipeer
+from benchmarks.experimental.b12x.common import (
+    _REPO_ROOT,
+    Case,
+    Table,
+    ceilings,
+    measure,
+    require_cuda,
+    standard_parser,
+)
 
 MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
 QUICK_BATCHES, QUICK_KV_LENS = (1, 32), (1024, 8192)
-HQ, HKV, D, PAGE = 32, 8, 128, 16
+HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
+FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape
 paged = b12x.attention.paged
 
 
-def _flashinfer_peer():
-    """(wrapper class, None) or (None, why the peer is skipped)."""
-    try:
-        import flashinfer
-    except ImportError as e:
-        return None, f"flashinfer not importable ({e})"
-    cls = getattr(flashinfer, "BatchDecodeWithPagedKVCacheWrapper", None)
-    if cls is None:
-        where = getattr(flashinfer, "__file__", "?")
-        return None, f"flashinfer at {where} has no BatchDecodeWithPagedKVCacheWrapper (no FlashInfer wheel here)"
-    return cls, None
-
-
-def _setup(batch, kv_len, fp8, dev, gen):
-    pages_per = kv_len // PAGE
-    num_pages = batch * pages_per
-    kvt = torch.float8_e4m3fn if fp8 else torch.bfloat16
-    k_cache = torch.empty(num_pages, PAGE, HKV, D, dtype=kvt, device=dev)
-    v_cache = torch.empty_like(k_cache)
-    scale = 0.05 if fp8 else 1.0
-    for cache in (k_cache, v_cache):  # never zeros: random data in chunks (bounded temporaries)
-        for chunk in cache.split(4096):
-            chunk.copy_((torch.randn(chunk.shape, device=dev, generator=gen) / scale).to(kvt))
-    perm = torch.randperm(num_pages, device=dev, generator=gen).to(torch.int32)
-    page_table = perm.view(batch, pages_per)
-    lens = torch.full((batch,), kv_len, dtype=torch.int32, device=dev)
-    q = torch.randn(batch, HQ, D, device=dev, generator=gen).to(torch.bfloat16)
-    descale = torch.full((batch, HKV), scale, device=dev) if fp8 else None
-    return q, k_cache, v_cache, page_table, lens, descale
+def flashinfer_skip_note(site: str | None) -> str | None:
+    """Why the FlashInfer peer will not run (None: it runs in a child with ``site`` first on sys.path)."""
+    if site is None:
+        where = Path(_REPO_ROOT, "flashinfer")
+        return (
+            f"this tree's flashinfer ({where}) has no kernels and shadows FlashInfer's wheel in this process; "
+            "pass --flashinfer-site DIR or set B12X_FLASHINFER_SITE (DIR: pip install --no-deps --target DIR "
+            "flashinfer-python apache-tvm-ffi) to time it in a child process"
+        )
+    return None
 
 
 def _contiguous_bf16(cache, page_table, descale):
@@ -87,8 +112,11 @@ def _sdpa(backend):
     return call
 
 
-def run_case(table, args, batch, kv_len, fp8, dev, gen, fi_cls, fi_note):
-    q, k_cache, v_cache, page_table, lens, descale = _setup(batch, kv_len, fp8, dev, gen)
+def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
+    """Time ours and the SDPA peers on one case; returns (case, FlashInfer case record or None)."""
+    drawn = fipeer.make_case(batch, kv_len, fp8, dev)
+    q, k_cache, v_cache = drawn["q"], drawn["k_cache"], drawn["v_cache"]
+    page_table, lens, descale = drawn["page_table"], drawn["lens"], drawn["descale"]
     itemsize = 1 if fp8 else 2
     kv_bytes = batch * kv_len * HKV * 2 * D * itemsize
     kv_name = "fp8" if fp8 else "bf16"
@@ -129,54 +157,109 @@ def run_case(table, args, batch, kv_len, fp8, dev, gen, fi_cls, fi_note):
                 table.add(case, label, measure(lambda fn=fn: fn(q4, kc, vc), args), peer=True)
             except RuntimeError as e:
                 print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
-        if fi_cls is not None and not fp8:
-            try:
-                fi = _flashinfer_wrapper(fi_cls, page_table, lens, dev)
-                table.add(case, "flashinfer", measure(lambda: fi.run(q, (k_cache, v_cache)), args), peer=True)
-            except Exception as e:  # an API drift between FlashInfer releases must not kill the run
-                print(f"peer flashinfer skipped on {case.label}: {type(e).__name__}: {e}", file=sys.stderr)
+    record = fipeer.case_record(batch, kv_len, fp8, drawn, out, want, tol) if want_record else None
     session.release(plan)  # the caches go with this frame; run() empties the allocator cache
+    return case, record
 
 
-def _flashinfer_wrapper(cls, page_table, lens, dev):
-    batch, pages = page_table.shape
-    workspace = torch.empty(128 * 2**20, dtype=torch.uint8, device=dev)
-    wrapper = cls(workspace, "NHD", use_tensor_cores=True)  # its faster path for GQA groups >= 4
-    indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=dev) * pages
-    last = torch.full((batch,), PAGE, dtype=torch.int32, device=dev)
-    wrapper.plan(indptr, page_table.flatten(), last, HQ, HKV, D, PAGE,
-                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)  # fmt: skip
-    return wrapper
+def peer_command(site: str, case_file: str | os.PathLike, args) -> list[str]:
+    """The child's command line: same clock, iteration counts and device as this run."""
+    cmd = [sys.executable, "-m", fipeer.__name__, "--site", str(site), "--cases", str(case_file)]
+    cmd += ["--variants", args.flashinfer_variants, "--timer", args.timer, "--device", str(args.device)]
+    cmd += ["--iters", str(args.iters), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
+    return cmd
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_flashinfer_peer(table, args, cases: dict, records: list[dict], kv_name: str) -> str:
+    """Time FlashInfer on ``records`` in one child process; add its rows to ``table``; return a status."""
+    with tempfile.TemporaryDirectory(prefix="b12x_fi_") as tmp:
+        case_file = Path(tmp) / f"cases_{kv_name}.pt"
+        fipeer.save_cases(case_file, records)
+        cmd = peer_command(args.flashinfer_site, case_file, args)
+        print(f"flashinfer peer ({kv_name}, {len(records)} shapes, JIT on first use): child process", flush=True)
+        try:  # stderr (FlashInfer's JIT log, tracebacks) goes straight through
+            proc = subprocess.run(cmd, cwd=_REPO_ROOT, stdout=subprocess.PIPE, text=True, timeout=FI_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"skipped: the child ran past {FI_TIMEOUT_S} s"
+    for line in proc.stdout.splitlines():
+        if not line.startswith(fipeer.RESULT_MARKER):
+            print(f"  [flashinfer] {line}")
+    result = fipeer.parse_result(proc.stdout)
+    if result is None:
+        return f"skipped: the child (exit {proc.returncode}) printed no result"
+    if result["status"] != "ok":
+        return f"{result['status']}: {result.get('reason', '?')}"
+    where = f"flashinfer {result['flashinfer_version']} at {result['flashinfer_file']}"
+    timed = 0
+    for r in result["results"]:
+        case = cases[(r["fp8"], r["batch"], r["kv_len"])]
+        if r["timing"] is None:
+            print(f"WARNING peer {r['impl']} on {case.label}: {r['note']}", file=sys.stderr)
+            continue
+        table.add(case, r["impl"], fipeer.timing_from(r["timing"]), peer=True, note=r["note"])
+        timed += 1
+    untimed = [f"{r['impl']} B={r['batch']} L={r['kv_len']}: {r['note']}" for r in result["results"] if not r["timing"]]
+    return f"measured {timed}/{len(result['results'])} ({where})" + (f"; {'; '.join(untimed)}" if untimed else "")
+
+
+def build_parser():
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--kv", choices=("bf16", "fp8", "all"), default="all", help="KV cache dtype")
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
+    site_help = "folder holding FlashInfer's wheel (pip install --no-deps --target DIR); times it in a child process"
+    parser.add_argument(
+        "--flashinfer-site", metavar="DIR", default=os.environ.get("B12X_FLASHINFER_SITE") or None, help=site_help
+    )
+    variants_help = f"comma-separated FlashInfer variants of {sorted(fipeer.VARIANTS)} (tc: use_tensor_cores=True)"
+    parser.add_argument("--flashinfer-variants", default="tc", help=variants_help)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.flashinfer_site is not None and not Path(args.flashinfer_site).is_dir():
+        parser.error(f"--flashinfer-site (or B12X_FLASHINFER_SITE) must be a directory, got {args.flashinfer_site!r}")
+    names = [v.strip() for v in args.flashinfer_variants.split(",") if v.strip()]
+    if not names or any(v not in fipeer.VARIANTS for v in names):
+        parser.error(f"--flashinfer-variants must name some of {sorted(fipeer.VARIANTS)}, got {names}")
+    if args.kv_len and any(n % PAGE for n in args.kv_len):
+        parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     dev = require_cuda("bench_attention", args.device)
     batches = args.batch or (QUICK_BATCHES if args.quick else BATCHES)
     kv_lens = args.kv_len or (QUICK_KV_LENS if args.quick else KV_LENS)
-    if any(n % PAGE for n in kv_lens):
-        parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
     ceil = ceilings(dev)
     table = Table(f"b12x attention.paged decode on {ceil.device_name} (Hq {HQ}, Hkv {HKV}, D {D}, page {PAGE})", ceil)
-    fi_cls, fi_note = _flashinfer_peer()
+    fi_note = flashinfer_skip_note(args.flashinfer_site)
     if fi_note and not args.no_peers:
         print(f"peer flashinfer skipped: {fi_note}")
-    gen = torch.Generator(device=dev).manual_seed(0)
+    with_fi = fi_note is None and not args.no_peers
+    fi_status = {}
     kinds = {"bf16": (False,), "fp8": (True,), "all": (False, True)}[args.kv]
     for fp8 in kinds:
+        cases, records = {}, []
         for batch in batches:
             for kv_len in kv_lens:
-                run_case(table, args, batch, kv_len, fp8, dev, gen, fi_cls, fi_note)
+                case, record = run_case(table, args, batch, kv_len, fp8, dev, want_record=with_fi)
+                cases[(fp8, batch, kv_len)] = case
+                records += [record] if record is not None else []
                 torch.cuda.empty_cache()
+        if records:  # one child per dtype: FlashInfer JIT-compiles once for all its shapes
+            kv_name = "fp8" if fp8 else "bf16"
+            fi_status[kv_name] = run_flashinfer_peer(table, args, cases, records, kv_name)
+            print(f"peer flashinfer ({kv_name}): {fi_status[kv_name]}")
     table.print()
     path = args.json or (str(Path(os.environ["OUT"]) / "b12x_attention.json") if os.environ.get("OUT") else None)
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        extra = {"flashinfer_peer": fi_note or "measured", "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize"}
+        fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)
+        extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize"}
         table.write_json(path, argv=cmd, device=dev, extra=extra)
         print(f"wrote {path}")
     return 0
