@@ -155,9 +155,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
-def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, prefix_v: list, positions):
+def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, prefix_v: list, positions, trace=None):
     """The whole block in fp32 from the dequantized checkpoint, dense attention over the cached
-    prefix (fp32 copies of the cache's bf16 values) plus the new token. x [T, H] -> fp32 [T, H]."""
+    prefix (fp32 copies of the cache's bf16 values) plus the new token. x [T, H] -> fp32 [T, H].
+    trace: a dict that receives the intermediates ("attn" [T, Hq, D]) for per-stage checks."""
     hq, hkv, d = spec.q_heads, spec.kv_heads, spec.head_dim
     x = x.float().cpu()
     h = rms_norm(x, ref["input_layernorm"], spec.eps)
@@ -173,6 +174,8 @@ def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, 
         vals = torch.cat([prefix_v[b], v[b : b + 1]]).repeat_interleave(hq // hkv, dim=1)
         scores = torch.einsum("hd,lhd->hl", q[b], keys) / math.sqrt(d)
         attn[b] = torch.einsum("hl,lhd->hd", scores.softmax(-1), vals)
+    if trace is not None:
+        trace["attn"] = attn
     x1 = x + attn.reshape(x.shape[0], hq * d) @ ref["o"].t()
     h2 = rms_norm(x1, ref["post_attention_layernorm"], spec.eps)
     gate, up = (h2 @ ref["gate_up"].t()).chunk(2, dim=-1)

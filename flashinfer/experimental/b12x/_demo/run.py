@@ -18,6 +18,9 @@ import torch
 from . import block as B
 
 COSINE_MIN = 0.999
+# attention alone, tighter: a correct run gives 1 - cos ~ 5e-6 (bf16 q/K/V/output); missing the new
+# token's K/V gives 1 - cos ~ 6e-4 at --tokens 64 (up to 2147 keys), which 0.999 would let through
+ATTN_COSINE_MIN = 0.9999
 
 
 class DecodeStep:
@@ -90,8 +93,13 @@ class DecodeStep:
         self.buf["act"].copy_(torch.nn.functional.silu(gate.float()) * up.float())
 
     def poison(self):
+        """NaN into every buffer and into the new tokens' KV slots: the checked run must write them
+        (stale K/V from an earlier run would otherwise hide a KV append that did nothing)."""
         for t in self.buf.values():
             t.fill_(float("nan"))
+        c = self.cache
+        for name in ("k_cache", "v_cache"):
+            c[name][c["slot_page"], c["slot_off"]] = float("nan")
 
     def __call__(self):
         for _, _, fn in self.ops:
@@ -154,14 +162,15 @@ def _prepare(spec, weights, cache, device, tokens):
     from ..gemm import blockscaled as G
     from ..preparation.session import PreparationSession
 
+    # the work list must hold what the schedule makes: it aims at this device's SM count (plan heuristic)
+    sm = {"sm_count": torch.cuda.get_device_properties(device).multi_processor_count} if device.type == "cuda" else {}
+    items = paged.default_max_work_items(tokens, spec.kv_heads, **sm)
     caps = paged.Caps(
         device=str(device), mode="decode", dtype="bfloat16", kv_dtype="bfloat16",
         num_q_heads=spec.q_heads, num_kv_heads=spec.kv_heads, head_dim_qk=spec.head_dim,
         head_dim_vo=spec.head_dim, page_size=spec.page_size, max_total_q=tokens, max_batch=tokens,
         max_page_table_width=cache["page_table"].shape[1],
-        max_work_items=paged.default_max_work_items(tokens, spec.kv_heads),
-        max_partial_rows=paged.default_max_partial_rows(
-            paged.default_max_work_items(tokens, spec.kv_heads), spec.q_heads),
+        max_work_items=items, max_partial_rows=paged.default_max_partial_rows(items, spec.q_heads),
         num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True,
     )  # fmt: skip
     plans = {"attention": paged.plan(caps)}
@@ -221,16 +230,21 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
         else:
             step()
             print("[6] CPU: no CUDA graph; one eager step through the reference backends")
-        want = B.reference_step(spec, ref, step.x, cache["prefix_k"], cache["prefix_v"], cache["positions"])
+        trace = {}
+        want = B.reference_step(spec, ref, step.x, cache["prefix_k"], cache["prefix_v"], cache["positions"], trace)
         err, cos = _agreement(step.buf["out"], want)
         err_u, cos_u = _agreement(step.buf["out"].float() - step.x.float(), want - step.x.float().cpu())
+        # attention's share of the block update is small (averaged random V): check it on its own,
+        # or an attention bug (e.g. the new token's K/V missed) would pass the block-level check
+        err_a, cos_a = _agreement(step.buf["attn"], trace["attn"])
     finally:
         if not was_frozen:
             F.unfreeze_kernel_resolution()
     _report(step, per_op, graph_s, cuda)
-    ok = cos >= COSINE_MIN and cos_u >= COSINE_MIN
+    ok = cos >= COSINE_MIN and cos_u >= COSINE_MIN and cos_a >= ATTN_COSINE_MIN
     print(f"agreement with the fp32 torch reference (dequantized weights): output max abs err {err:.3e}, "
-          f"cosine {cos:.6f}; block update (out - x) max abs err {err_u:.3e}, cosine {cos_u:.6f} "
+          f"cosine {cos:.6f}; block update (out - x) max abs err {err_u:.3e}, cosine {cos_u:.6f}; "
+          f"attention output max abs err {err_a:.3e}, cosine {cos_a:.6f} (>= {ATTN_COSINE_MIN}) "
           f"-> {'OK' if ok else 'FAIL'} (cosine >= {COSINE_MIN})")  # fmt: skip
     return 0 if ok else 1
 

@@ -94,3 +94,65 @@ def test_cuda_demo_captures_and_agrees():
     assert "total (CUDA graph replay)" in out.stdout
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
     assert line.endswith("-> OK (cosine >= 0.999)"), line
+
+
+def _run_with(monkeypatch, capsys, patch_step):
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    init = run.DecodeStep.__init__
+
+    def patched(self, spec, weights, norms, cache, plans, device, tokens):
+        init(self, spec, weights, norms, cache, plans, device, tokens)
+        patch_step(self)
+
+    monkeypatch.setattr(run.DecodeStep, "__init__", patched)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("llama-small", 1, torch.device("cpu"))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    return rc, line
+
+
+@pytest.mark.contract
+def test_agreement_check_catches_attention_missing_the_new_token(monkeypatch, capsys):
+    """Attention is a small share of the block update: it is checked on its own, tightly enough that
+    attending to the cached prefix without the decode token's K/V fails."""
+    from flashinfer.experimental.b12x.attention import paged
+
+    def drop_new_token(step):
+        c = step.cache
+        b = step.binding
+        step.binding = paged.bind(
+            b.plan, q=step.buf["q"], k_cache=c["k_cache"], v_cache=c["v_cache"], page_table=c["page_table"],
+            cache_seqlens=c["seqlens"] - 1, output=step.buf["attn"],
+        )  # fmt: skip
+
+    rc, line = _run_with(monkeypatch, capsys, drop_new_token)
+    assert rc == 1 and "-> FAIL" in line, line
+
+
+@pytest.mark.contract
+def test_checked_run_must_write_the_new_kv(monkeypatch, capsys):
+    """The new tokens' KV slots are poisoned before the checked run: a KV append that writes nothing
+    cannot pass on the values an earlier run left there."""
+
+    def append_only_on_warmup(step):
+        calls = {"n": 0}
+        real = step._rope_append
+
+        def rope_append():
+            calls["n"] += 1
+            if calls["n"] == 1:
+                real()
+            else:
+                hq, d, t = step.spec.q_heads, step.spec.head_dim, step.x.shape[0]
+                q = step.buf["qkv"][:, : hq * d].reshape(t, hq, d)
+                from flashinfer.experimental.b12x._demo import block as B
+
+                step.buf["q"].copy_(B.apply_rope(q, step.cos, step.sin))
+
+        step.ops = [(n, be, rope_append if n == "rope + kv append" else fn) for n, be, fn in step.ops]
+
+    rc, line = _run_with(monkeypatch, capsys, append_only_on_warmup)
+    assert rc == 1 and "-> FAIL" in line, line
