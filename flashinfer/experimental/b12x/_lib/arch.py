@@ -28,6 +28,17 @@ def device_capability(device=None) -> tuple[int, int] | None:
     return tuple(torch.cuda.get_device_capability(device))
 
 
+def resolve_device(device):
+    """`device` as a torch.device with its index filled in ("cuda" -> "cuda:<current>"), so that
+    "cuda" and "cuda:0" name one device in caches and sessions. Left as given without CUDA."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def validate_arch(arch: str) -> str:
     if arch not in KNOWN_ARCHS:
         raise ValueError(f"arch must be one of {KNOWN_ARCHS}, got {arch!r}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._lib.arch import resolve_device
 from ._checkpoint import Checkpoint, HeaderCache, resolve_checkpoint
 from ._engine import FileStats, ReadEngine, ReadRequest, plan_chunks, settle_requests
 from ._format import TensorEntry
@@ -89,9 +90,7 @@ class DirectWeightSession:
         chunk_bytes: int = 16 << 20,
         display=None,
     ):
-        self.device = torch.device(device if device is not None else "cpu")
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device if device is not None else "cpu")
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda, got {self.device}")
         if read_mode == "gds" and self.device.type != "cuda":

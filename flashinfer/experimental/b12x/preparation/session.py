@@ -36,6 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from .._lib import freeze as _freeze
+from .._lib.arch import resolve_device
 from .._lib.paths import cache_dir as _cache_dir
 from .._lib.scratch import allocate_arena, carve
 from .plan import Plan, PreparationRequest
@@ -73,11 +74,8 @@ class PreparationSession:
     """See the module docstring. `device`: "cuda", "cuda:N", a torch.device, or "cpu"."""
 
     def __init__(self, device="cuda", *, autotune=False, cache_dir=None, namespace=None, compile_workers=None):
-        import torch
 
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = resolve_device(device)
         if compile_workers is not None and (not isinstance(compile_workers, int) or compile_workers < 1):
             raise ValueError(f"compile_workers must be an int >= 1 or None, got {compile_workers!r}")
         self.autotune = bool(autotune)
@@ -326,11 +324,7 @@ def ensure_prepared(plan: Plan, device) -> Plan:
     """
     if plan.prepared:
         return plan
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+    dev = resolve_device(device)
     session = _default_sessions.get(str(dev))
     if session is None:
         session = _default_sessions[str(dev)] = PreparationSession(dev, namespace="default")

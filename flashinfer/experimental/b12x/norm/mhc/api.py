@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.arch import resolve_device
 from ..._lib.checks import describe as _describe
 from ...preparation.plan import Plan
 from . import reference
@@ -46,10 +47,7 @@ class Caps:
     split_k: int | None = None
 
     def __post_init__(self) -> None:
-        dev = torch.device(self.device)
-        if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
-            dev = torch.device("cuda", torch.cuda.current_device())
-        object.__setattr__(self, "device", dev)
+        object.__setattr__(self, "device", resolve_device(self.device))
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {self.max_tokens!r}")
         if not _hidden_ok(self.hidden_size):

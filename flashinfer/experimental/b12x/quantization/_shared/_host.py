@@ -1,4 +1,4 @@
-"""Host code both activation quantizers' api.py share: launcher lookup, device keys, timing and the
+"""Host code both activation quantizers' api.py share: launcher lookup, timing and the
 checks of caller tensors (no kernel code; generic checks live in `_lib.checks`)."""
 
 from __future__ import annotations
@@ -21,14 +21,6 @@ def launcher(state):
     fn = compile_fn(*args)
     state.extra["launcher"] = (state.kernels, fn)
     return fn
-
-
-def device_key(device) -> torch.device:
-    """`device` with its index filled in: "cuda" and "cuda:0" must find the same one-shot plan."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.arch import resolve_device
 from ..._lib.checks import check_disjoint, describe
 from ..._lib.quant import swizzled_size
 from ..._lib.scratch import dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
-from .._shared._host import check_kernel_aligned, check_tensor, device_key, launcher, seconds_per_run
+from .._shared._host import check_kernel_aligned, check_tensor, launcher, seconds_per_run
 from . import reference
 
 OP = "quantization.mxfp8"
@@ -139,7 +140,7 @@ def quantize_rows(source, values, scale_rows, scale_mma, *, plan: MxFp8Plan | No
             raise ValueError(f"source must be bfloat16 or float16, got {dtype}")
         if k < BLOCK or k % BLOCK:
             raise ValueError(f"source must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
-        plan = _oneshot_plan(k, dtype, device_key(source.device))
+        plan = _oneshot_plan(k, dtype, resolve_device(source.device))
     elif not isinstance(plan, MxFp8Plan):
         raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
     state = plan.state

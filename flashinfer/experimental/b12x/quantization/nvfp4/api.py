@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._lib.arch import resolve_device
 from ..._lib.checks import check_disjoint, describe
 from ..._lib.quant import swizzled_size
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
-from .._shared._host import check_kernel_aligned, check_tensor, device_key, launcher, seconds_per_run
+from .._shared._host import check_kernel_aligned, check_tensor, launcher, seconds_per_run
 from . import reference
 
 OP = "quantization.nvfp4"
@@ -184,7 +185,7 @@ def quantize(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]
     k = x.shape[1]
     if k < BLOCK or k % BLOCK:
         raise ValueError(f"x must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
-    p = _oneshot_plan(k, dtype, device_key(x.device))
+    p = _oneshot_plan(k, dtype, resolve_device(x.device))
     state = p.state
     m = _check_x(p, state, x)
     packed = torch.empty(m, k // 2, dtype=torch.uint8, device=x.device)
