@@ -37,6 +37,8 @@ def toolchain_versions() -> dict[str, str | None]:
 
 def why_unsupported(meta, device=None) -> str | None:
     """None when `meta`'s kernels can run on `device` (default: current CUDA device), else why not."""
+    if not meta.archs:  # an op whose kernels do not exist yet runs nowhere but the CPU reference
+        return f"{meta.qualname} has no GPU kernel yet; CPU tensors run the reference"
     for requirement in meta.requires:
         if requirement == "cuda":
             continue
@@ -55,7 +57,7 @@ def why_unsupported(meta, device=None) -> str | None:
     if arch is None:
         return f"compute capability {cc[0]}.{cc[1]} is not a b12x target ({', '.join(KNOWN_ARCHS)})"
     if arch not in meta.archs:
-        return f"{meta.qualname} does not run on {arch} (it runs on {', '.join(meta.archs) or 'no GPU arch yet'})"
+        return f"{meta.qualname} does not run on {arch} (it runs on {', '.join(meta.archs)})"
     return None
 
 

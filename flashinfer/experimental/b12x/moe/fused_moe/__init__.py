@@ -21,7 +21,7 @@ nothing heavy.
 
 from ..._lib.lazy import lazy_attributes
 from ..._lib.meta import OpMeta
-from ..._lib.support import why_unsupported as _toolchain_why
+from ..._lib.support import support_functions
 
 META = OpMeta(
     name="fused_moe",
@@ -48,20 +48,7 @@ META = OpMeta(
     ),
 )
 
-NO_KERNEL = "moe.fused_moe has no GPU kernel yet; CPU tensors run the reference"
-
-
-def why_unsupported(device=None):
-    """None when moe.fused_moe's kernels can run on `device`, else why not (no kernel exists yet)."""
-    if not META.archs:
-        return NO_KERNEL
-    return _toolchain_why(META, device)
-
-
-def is_supported(device=None) -> bool:
-    """True when moe.fused_moe's kernels can run on `device` (always False until a kernel exists)."""
-    return why_unsupported(device) is None
-
+is_supported, why_unsupported = support_functions(META)
 
 __getattr__, __dir__ = lazy_attributes(
     __name__,
