@@ -195,12 +195,17 @@ class PreparationSession:
         return len(missing)
 
     def _allocate(self, plan: Plan) -> None:
+        self._attach_workspace(plan)
+        plan._assign_handle()
+
+    def _attach_workspace(self, plan: Plan) -> None:
+        """One arena for the scratch specs of the plan's current selection, carved into its views."""
         st = plan._state
         specs = plan.scratch_specs(st.selection, self.device)
+        st.arena, st.scratch = None, {}
         if specs:
             st.arena, lay = allocate_arena(specs, self.device)
             st.scratch = carve(st.arena, specs, lay)
-        plan._assign_handle()
 
     # ---- autotune -----------------------------------------------------------------------------
     def _selection_file(self, plan: Plan):
@@ -227,7 +232,7 @@ class PreparationSession:
         return None  # the cached winner is no longer a legal candidate: fall back to the heuristic
 
     def _measure(self, plan: Plan):
-        candidates = [c for c in plan.candidates(self._arch)]
+        candidates = list(plan.candidates(self._arch))
         if len(candidates) == 1:
             return candidates[0]
         st = plan._state
@@ -237,9 +242,7 @@ class PreparationSession:
             st.kernels = tuple(plan.kernels(candidate, self._arch))
             for k, args in st.kernels:
                 k(*args)
-            specs = plan.scratch_specs(candidate, self.device)
-            st.arena, lay = allocate_arena(specs, self.device) if specs else (None, None)
-            st.scratch = carve(st.arena, specs, lay) if specs else {}
+            self._attach_workspace(plan)
             plan.prime(st)
             timings.append((plan.measure(st), candidate))
         st.arena, st.scratch = None, {}
