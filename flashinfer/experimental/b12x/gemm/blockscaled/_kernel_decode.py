@@ -121,10 +121,13 @@ class Runtime:
 class DecodeLogic:
     """Static facts of one compiled variant and the straight-line pieces of its kernel."""
 
+    what = "gemm.blockscaled decode kernel"  # names the kernel in errors
+    why_not = staticmethod(why_not)  # the validity predicate (hook: a subclass may accept more pairs)
+
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> None:
-        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        reason = self.why_not(a_fmt, b_fmt, out_dtype, config)
         if reason is not None:
-            raise ValueError(f"gemm.blockscaled decode kernel: {reason}")
+            raise ValueError(f"{self.what}: {reason}")
         self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
         self.compute = compute_dtype(a_fmt)
         self.family = k_family(a_fmt, b_fmt)
@@ -136,12 +139,32 @@ class DecodeLogic:
     def zero_acc(self, ops):
         return [ops.f32_zero() for _ in range(self.cfg.tiles * self.cfg.ntiles * 4)]
 
+    # Hooks (moe.fused_moe's expert GEMMs override them; here they are the plain GEMM's addressing).
+    def load_b(self, ops, rt: Runtime, n0, tt, h, g, k0):
+        """(raw words, scale data) of the weight span lane group g loads for tile tt, half h: row
+        n0 + 16 tt + 8 h + g, values k0 .. k0 + 31 (zeros past N)."""
+        row = n0 + 16 * tt + 8 * h + g
+        ok = row < rt.n
+        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
+        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
+        return words, AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+
+    def load_a(self, ops, rt: Runtime, tok, k0, ok):
+        """(raw words, scale data) of token tok's span k0 .. k0 + 31 (zeros where not ok)."""
+        lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
+        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, tok, k0, ok)
+        return words, AD.load_span_scale(ops, self.a_fmt, rt.sfa_base, tok, k0, rt.k, ok)
+
+    def epilogue_scale(self, ops, rt: Runtime):
+        """The fp32 the reduced sums are multiplied by: alpha * S0 * S1 * S2 * 2^(C_a + C_b)."""
+        true = ops.boolean(True)
+        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        return scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+
     def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
         g, t = lane >> 2, lane & 3
         k0 = c * CHUNK + t * 32
-        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
-        lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
         block_scale = None
         if self.b_fmt == "fp8_block":  # one weight block scale per CTA and chunk (BN divides 128)
             sw_addr = rt.sfb_base + (ops.i64(n0 >> 7) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
@@ -150,18 +173,14 @@ class DecodeLogic:
         for tt in range(self.cfg.tiles):
             halves = []
             for h in range(2):
-                row = n0 + 16 * tt + 8 * h + g
-                ok = row < rt.n
-                words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
-                sc = AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+                words, sc = self.load_b(ops, rt, n0, tt, h, g, k0)
                 halves.append((words, DQ.span_factors(ops, self.b_fmt, self.compute, sc)))
             wspans.append(halves)
         aspans = []
         for nt in range(self.cfg.ntiles):
             tok = 8 * nt + g
             ok = tok < rt.m
-            words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, tok, k0, ok)
-            sc = AD.load_span_scale(ops, self.a_fmt, rt.sfa_base, tok, k0, rt.k, ok)
+            words, sc = self.load_a(ops, rt, tok, k0, ok)
             if self.b_fmt == "fp8_block":
                 if self.a_fmt == "fp8_block":
                     sa_addr = rt.sfa_base + (ops.i64(tok) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
@@ -201,9 +220,7 @@ class DecodeLogic:
 
     def finish(self, ops, rt: Runtime, red_base, tid, n0):
         """Sum the warps' partials, scale, round and store rows [n0, n0 + BN) of tokens < M."""
-        true = ops.boolean(True)
-        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
-        scale = scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+        scale = self.epilogue_scale(ops, rt)
         threads = self.cfg.warps * 32
         total = self.ntok * self.bn
         log_bn = self.bn.bit_length() - 1
