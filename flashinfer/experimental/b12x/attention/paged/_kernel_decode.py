@@ -34,90 +34,14 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
-from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..._lib.compile import cute_compile, kernel
-from ._config import LOG2E, M_TILE, DecodeConfig, k_expand_moves, q_dim_slot, v_expand_moves, why_not
+from ._config import LOG2E, M_TILE, DecodeConfig, why_not
+from ._fragments import c_as_a, expand_k, expand_v, mn_view, quad_max, quad_sum, stage_q_fp16, swizzled
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
-
-
-# ---- small device helpers ------------------------------------------------------------------------
-@dsl_user_op
-def e4m3x4_to_f16x4(x, *, loc=None, ip=None):
-    """Four e4m3 in one 32-bit register -> (f16x2 of bytes 0-1, f16x2 of bytes 2-3), exact."""
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.i32(), T.i32()]),
-        [Int32(x).ir_value(loc=loc, ip=ip)],
-        "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\t"
-        "cvt.rn.f16x2.e4m3x2 $0, lo;\n\tcvt.rn.f16x2.e4m3x2 $1, hi;\n\t}",
-        "=r,=r,r",
-    )
-    lo = llvm.extractvalue(T.i32(), res, [0], loc=loc, ip=ip)
-    hi = llvm.extractvalue(T.i32(), res, [1], loc=loc, ip=ip)
-    return Int32(lo), Int32(hi)
-
-
-@dsl_user_op
-def byte_perm(a, b, selector: int, *, loc=None, ip=None):
-    """prmt.b32: byte i of the result is byte (selector >> 4i) & 7 of the pair (a, b)."""
-    res = llvm.inline_asm(
-        T.i32(),
-        [Int32(a).ir_value(loc=loc, ip=ip), Int32(b).ir_value(loc=loc, ip=ip)],
-        f"prmt.b32 $0, $1, $2, {selector:#x};",
-        "=r,r,r",
-    )
-    return Int32(res)
-
-
-@dsl_user_op
-def f32_bits(x, *, loc=None, ip=None):
-    return Int32(llvm.bitcast(T.i32(), Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
-
-
-@dsl_user_op
-def bits_f32(x, *, loc=None, ip=None):
-    return Float32(llvm.bitcast(T.f32(), Int32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
-
-
-def _quad_max(x):
-    x = cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=2))
-    return cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=1))
-
-
-def _quad_sum(x):
-    x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
-    return x + cute.arch.shuffle_sync_bfly(x, offset=1)
-
-
-def _mn_view(acc: cute.Tensor) -> cute.Tensor:
-    """An mma C fragment ((2, 2), MMA_M, MMA_N) viewed as (rows, cols) of this thread."""
-    lay = cute.make_layout(acc.layout.shape)
-    rows = (lay.shape[0][1], lay.shape[1])
-    cols = (lay.shape[0][0], lay.shape[2])
-    mn = cute.make_layout((rows, cols), stride=((lay.stride[0][1], lay.stride[1]), (lay.stride[0][0], lay.stride[2])))
-    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
-
-
-def _c_as_a(frag: cute.Tensor) -> cute.Tensor:
-    """A C fragment (4, MMA_M, MMA_N) viewed as the A operand ((4, 2), MMA_M, MMA_N / 2) of m16n8k16."""
-    div = cute.logical_divide(frag.layout, (None, None, 2))
-    lay = cute.make_layout(
-        ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
-        stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]),
-    )
-    return cute.make_tensor(frag.iterator, lay)
-
-
-def _swizzled(rows: int, cols: int, dtype) -> cute.ComposedLayout:
-    """(rows, cols) smem layout of 16-bit elements, XOR-swizzled so ldmatrix rows hit distinct banks."""
-    width = 64 if cols % 64 == 0 else 32
-    bits = 3 if width == 64 else 2
-    atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0, cute.make_layout((8, width), stride=(width, 1)))
-    return atom, width
 
 
 # ---- the kernel ----------------------------------------------------------------------------------
@@ -137,11 +61,11 @@ class PagedDecode:
         self.threads = 32 * config.warps
 
     def _smem_layouts(self):
-        qa, _ = _swizzled(M_TILE, self.d, self.mma_dtype)
+        qa, _ = swizzled(M_TILE, self.d, self.mma_dtype)
         sQ = cute.tile_to_shape(qa, (M_TILE, self.d), (0, 1))
-        ka, _ = _swizzled(self.nw, self.de, self.kv_dtype)
+        ka, _ = swizzled(self.nw, self.de, self.kv_dtype)
         sK = cute.tile_to_shape(ka, (self.nw, self.de, self.warps * self.stages), (0, 1, 2))
-        va, _ = _swizzled(self.nw, self.dve, self.kv_dtype)
+        va, _ = swizzled(self.nw, self.dve, self.kv_dtype)
         sV = cute.tile_to_shape(va, (self.nw, self.dve, self.warps * self.stages), (0, 1, 2))
         return sQ, sK, sV
 
@@ -290,7 +214,11 @@ class PagedDecode:
             qk_scale = scale_log2
             vd = Float32(1.0)
             if cutlass.const_expr(self.fp8):
-                qk_scale = scale_log2 * mKDesc[req, kvh] * self._stage_q_fp16(sQraw, sQ, sRed, tidx)
+                qk_scale = (
+                    scale_log2
+                    * mKDesc[req, kvh]
+                    * stage_q_fp16(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
+                )
                 vd = mVDesc[req, kvh]
                 cute.arch.sync_threads()
 
@@ -325,7 +253,7 @@ class PagedDecode:
 
             # ---- epilogue: merge the warps, write final or partial rows ---------------------------
             for r in cutlass.range_constexpr(2):
-                row_sum[r] = _quad_sum(row_sum[r])
+                row_sum[r] = quad_sum(row_sum[r])
             cute.arch.sync_threads()  # every warp is done with sK/sV: the buffer becomes sO/sML
             fbuf = cute.recast_ptr(buf.iterator, dtype=Float32)
             sO = cute.make_tensor(
@@ -369,33 +297,6 @@ class PagedDecode:
         cute.copy(kv_copy, thr_kv.partition_S(gV), tVs, pred=pred)
 
     @cute.jit
-    def _stage_q_fp16(self, sQraw, sQ, sRed, tidx):
-        """fp8 path: sQ = fp16(q * 2^e) in the permuted k order of `q_slot_dim`; returns 2^-e.
-
-        e puts max|q| of the G x D block in [2^13, 2^14): fp16 (normal from 2^-14) keeps every bf16
-        mantissa bit of each element above 2^-27 of that maximum, far from fp16 overflow."""
-        amax = Float32(0.0)
-        for e in range(tidx, self.group * self.d, self.threads):
-            amax = cute.arch.fmax(amax, cute.math.absf(sQraw[e // self.d, e % self.d].to(Float32)))
-        for off in cutlass.range_constexpr(5):
-            amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
-        if tidx % 32 == 0:
-            sRed[tidx // 32] = amax
-        cute.arch.sync_threads()
-        amax = sRed[0]
-        for w in cutlass.range_constexpr(1, self.warps):
-            amax = cute.arch.fmax(amax, sRed[w])
-        exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
-        shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
-        scale = bits_f32((127 + shift) << 23)
-        for e in range(tidx, M_TILE * self.d, self.threads):
-            r = e // self.d
-            d = e % self.d
-            d16 = d % 16
-            sQ[r, d - d16 + q_dim_slot(d16)] = (sQraw[r, d].to(Float32) * scale).to(cutlass.Float16)
-        return bits_f32((127 - shift) << 23)
-
-    @cute.jit
     def _tile(
         self, sK, sV, slot, key0, kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane
     ):
@@ -415,22 +316,22 @@ class PagedDecode:
             tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.nw, self.d)), self.mma_dtype)
             raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # fake fp16: 4 e4m3 per register
             cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(raw))
-            self._expand_k(raw, tSrK)
+            expand_k(raw, tSrK)
         cute.gemm(tiled_mma, acc_S, tSrQ, tSrK, acc_S)
 
-        s_mn = _mn_view(acc_S)
+        s_mn = mn_view(acc_S)
         # Mask keys outside [kv_start, kv_end) (only sub-tiles at the ends of the range have any).
         if (key0 < kv_start) | (key0 + self.nw > kv_end):
-            cS = _mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
+            cS = mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
             for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
                 key = key0 + cS[0, c][1]
                 if (key < kv_start) | (key >= kv_end):
                     for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
                         s_mn[r, c] = -Float32.inf
-        o_mn = _mn_view(acc_O)
+        o_mn = mn_view(acc_O)
         for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             row = s_mn[r, None].load() * qk_scale
-            m_new = cute.arch.fmax(row_max[r], _quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
+            m_new = cute.arch.fmax(row_max[r], quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
             m_use = Float32(0.0) if m_new == -Float32.inf else m_new
             p = cute.math.exp2(row - m_use, fastmath=True)
             corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
@@ -441,7 +342,7 @@ class PagedDecode:
 
         rP = cute.make_fragment_like(acc_S, self.mma_dtype)
         rP.store(acc_S.load().to(self.mma_dtype))
-        tOrP = _c_as_a(rP)
+        tOrP = c_as_a(rP)
         v_s2r = cute.make_tiled_copy_B(
             cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
         )
@@ -455,38 +356,8 @@ class PagedDecode:
             tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, self.nw)), self.mma_dtype)
             raw = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
             cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(raw))
-            self._expand_v(raw, tOrV)
+            expand_v(raw, tOrV)
         cute.gemm(tiled_mma, acc_O, tOrP, tOrV, acc_O)
-
-    @cute.jit
-    def _expand_k(self, raw, frag):
-        """fp8 K: fake fp16 B fragment ((2,2), nw/8, D/32) -> fp16 B fragment ((2,2), nw/8, D/16).
-
-        Fake register 0 of k-block kb holds dims 32kb + 4j .. +3, register 1 holds 32kb + 16 + 4j ..
-        +3: they become real k-blocks 2kb and 2kb + 1 (low byte pair -> slots 2j, 2j+1, high pair
-        -> slots 2j+8, 2j+9), matching `q_slot_dim`."""
-        raw_i = cute.recast_tensor(raw, Int32)
-        frag_i = cute.recast_tensor(frag, Int32)
-        for n in cutlass.range_constexpr(cute.size(raw, mode=[1])):
-            for kb, h, dst in k_expand_moves(cute.size(raw, mode=[2])):
-                lo, hi = e4m3x4_to_f16x4(raw_i[h, n, kb])
-                frag_i[0, n, dst] = lo
-                frag_i[1, n, dst] = hi
-
-    @cute.jit
-    def _expand_v(self, raw, frag):
-        """fp8 V: fake fp16 B fragment ((2,2), Dv/16, nw/16) of V^T -> fp16 ((2,2), Dv/8, nw/16).
-
-        Fake register 0 holds keys (2j, 2j+1) x dims (2g, 2g+1) of fake block nb, register 1 the
-        same for keys 2j+8, 2j+9; prmt 0x6420 gathers dim 2g (-> block 2nb), 0x7531 dim 2g+1
-        (-> block 2nb + 1), so accumulator column n holds dim `o_col_dim(n)`."""
-        raw_i = cute.recast_tensor(raw, Int32)
-        frag_i = cute.recast_tensor(frag, Int32)
-        for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
-            for nb, selector, dst in v_expand_moves(cute.size(raw, mode=[1])):
-                lo, hi = e4m3x4_to_f16x4(byte_perm(raw_i[0, nb, kb], raw_i[1, nb, kb], selector))
-                frag_i[0, dst, kb] = lo
-                frag_i[1, dst, kb] = hi
 
     @cute.jit
     def _store_warp_state(self, sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum):
@@ -500,7 +371,7 @@ class PagedDecode:
             )
         cute.autovec_copy(acc_O, thr_mma.partition_C(sOw))
         if lane % 4 == 0:
-            cS = _mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
+            cS = mn_view(thr_mma.partition_C(cute.make_identity_tensor((M_TILE, self.nw))))
             for r in cutlass.range_constexpr(2):
                 row = cS[r, 0][0]
                 sM[wid, row] = row_max[r]
@@ -588,7 +459,13 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd
 
 
-@kernel("attention.paged.decode", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+@kernel(
+    "attention.paged.decode",
+    sources=(
+        "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._fragments",
+    ),
+)
 def compile_decode(
     q_dtype: str,
     kv_dtype: str,

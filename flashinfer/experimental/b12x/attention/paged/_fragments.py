@@ -1,0 +1,164 @@
+"""Device building blocks shared by the paged decode and extend kernels (traced inline).
+
+- register plumbing: e4m3 -> fp16 conversion, prmt, float bit casts, quad (4-lane) reductions;
+- fragment views: an mma C fragment as (rows, cols), a C fragment reused as the A operand;
+- the swizzled shared-memory atom both kernels tile K/V/Q with;
+- the fp8 path (see `_kernel_decode` docstring): `expand_k` / `expand_v` rebuild real fp16 B
+  fragments from e4m3 bytes moved through 16-bit ldmatrix, `stage_q_fp16` writes Q rescaled by a
+  power of two and permuted to the k-slot order those fragments use (`_config.q_dim_slot`).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ._config import k_expand_moves, q_dim_slot, v_expand_moves
+
+
+@dsl_user_op
+def e4m3x4_to_f16x4(x, *, loc=None, ip=None):
+    """Four e4m3 in one 32-bit register -> (f16x2 of bytes 0-1, f16x2 of bytes 2-3), exact."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.i32(), T.i32()]),
+        [Int32(x).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 $0, lo;\n\tcvt.rn.f16x2.e4m3x2 $1, hi;\n\t}",
+        "=r,=r,r",
+    )
+    lo = llvm.extractvalue(T.i32(), res, [0], loc=loc, ip=ip)
+    hi = llvm.extractvalue(T.i32(), res, [1], loc=loc, ip=ip)
+    return Int32(lo), Int32(hi)
+
+
+@dsl_user_op
+def byte_perm(a, b, selector: int, *, loc=None, ip=None):
+    """prmt.b32: byte i of the result is byte (selector >> 4i) & 7 of the pair (a, b)."""
+    res = llvm.inline_asm(
+        T.i32(),
+        [Int32(a).ir_value(loc=loc, ip=ip), Int32(b).ir_value(loc=loc, ip=ip)],
+        f"prmt.b32 $0, $1, $2, {selector:#x};",
+        "=r,r,r",
+    )
+    return Int32(res)
+
+
+@dsl_user_op
+def f32_bits(x, *, loc=None, ip=None):
+    return Int32(llvm.bitcast(T.i32(), Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def bits_f32(x, *, loc=None, ip=None):
+    return Float32(llvm.bitcast(T.f32(), Int32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+def quad_max(x):
+    x = cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=2))
+    return cute.arch.fmax(x, cute.arch.shuffle_sync_bfly(x, offset=1))
+
+
+def quad_sum(x):
+    x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
+    return x + cute.arch.shuffle_sync_bfly(x, offset=1)
+
+
+def mn_view(acc: cute.Tensor) -> cute.Tensor:
+    """An mma C fragment ((2, 2), MMA_M, MMA_N) viewed as (rows, cols) of this thread."""
+    lay = cute.make_layout(acc.layout.shape)
+    rows = (lay.shape[0][1], lay.shape[1])
+    cols = (lay.shape[0][0], lay.shape[2])
+    mn = cute.make_layout((rows, cols), stride=((lay.stride[0][1], lay.stride[1]), (lay.stride[0][0], lay.stride[2])))
+    return cute.make_tensor(acc.iterator, cute.composition(acc.layout, mn))
+
+
+def c_as_a(frag: cute.Tensor) -> cute.Tensor:
+    """A C fragment (4, MMA_M, MMA_N) viewed as the A operand ((4, 2), MMA_M, MMA_N / 2) of m16n8k16."""
+    div = cute.logical_divide(frag.layout, (None, None, 2))
+    lay = cute.make_layout(
+        ((div.shape[0], div.shape[2][0]), div.shape[1], div.shape[2][1]),
+        stride=((div.stride[0], div.stride[2][0]), div.stride[1], div.stride[2][1]),
+    )
+    return cute.make_tensor(frag.iterator, lay)
+
+
+def swizzled(rows: int, cols: int, dtype) -> cute.ComposedLayout:
+    """(rows, cols) smem atom of 16-bit elements, XOR-swizzled so ldmatrix rows hit distinct banks."""
+    width = 64 if cols % 64 == 0 else 32
+    bits = 3 if width == 64 else 2
+    atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0, cute.make_layout((8, width), stride=(width, 1)))
+    return atom, width
+
+
+@cute.jit
+def expand_k(raw, frag):
+    """fp8 K: fake fp16 B fragment ((2,2), N/8, D/32) -> fp16 B fragment ((2,2), N/8, D/16).
+
+    Fake register 0 of k-block kb holds dims 32kb + 4j .. +3, register 1 holds 32kb + 16 + 4j ..
+    +3: they become real k-blocks 2kb and 2kb + 1 (low byte pair -> slots 2j, 2j+1, high pair
+    -> slots 2j+8, 2j+9), matching `q_slot_dim`."""
+    raw_i = cute.recast_tensor(raw, Int32)
+    frag_i = cute.recast_tensor(frag, Int32)
+    for n in cutlass.range_constexpr(cute.size(raw, mode=[1])):
+        for kb, h, dst in k_expand_moves(cute.size(raw, mode=[2])):
+            lo, hi = e4m3x4_to_f16x4(raw_i[h, n, kb])
+            frag_i[0, n, dst] = lo
+            frag_i[1, n, dst] = hi
+
+
+@cute.jit
+def expand_v(raw, frag):
+    """fp8 V: fake fp16 B fragment ((2,2), Dv/16, N/16) of V^T -> fp16 ((2,2), Dv/8, N/16).
+
+    Fake register 0 holds keys (2j, 2j+1) x dims (2g, 2g+1) of fake block nb, register 1 the
+    same for keys 2j+8, 2j+9; prmt 0x6420 gathers dim 2g (-> block 2nb), 0x7531 dim 2g+1
+    (-> block 2nb + 1), so accumulator column n holds dim `o_col_dim(n)`."""
+    raw_i = cute.recast_tensor(raw, Int32)
+    frag_i = cute.recast_tensor(frag, Int32)
+    for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
+        for nb, selector, dst in v_expand_moves(cute.size(raw, mode=[1])):
+            lo, hi = e4m3x4_to_f16x4(byte_perm(raw_i[0, nb, kb], raw_i[1, nb, kb], selector))
+            frag_i[0, dst, kb] = lo
+            frag_i[1, dst, kb] = hi
+
+
+@cute.jit
+def stage_q_fp16(
+    sQraw,
+    sQ,
+    sRed,
+    tidx,
+    amax_rows: cutlass.Constexpr,
+    rows: cutlass.Constexpr,
+    d: cutlass.Constexpr,
+    threads: cutlass.Constexpr,
+):
+    """fp8 path: sQ = fp16(q * 2^e) in the permuted k order of `q_slot_dim`; returns 2^-e.
+
+    e puts max|q| over the first `amax_rows` rows in [2^13, 2^14): fp16 (normal from 2^-14) keeps
+    every bf16 mantissa bit of each element above 2^-27 of that maximum, far from fp16 overflow.
+    Needs a CTA barrier-free entry (it syncs once) and sRed of threads // 32 floats."""
+    warps = threads // 32
+    amax = Float32(0.0)
+    for e in range(tidx, amax_rows * d, threads):
+        amax = cute.arch.fmax(amax, cute.math.absf(sQraw[e // d, e % d].to(Float32)))
+    for off in cutlass.range_constexpr(5):
+        amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
+    if tidx % 32 == 0:
+        sRed[tidx // 32] = amax
+    cute.arch.sync_threads()
+    amax = sRed[0]
+    for w in cutlass.range_constexpr(1, warps):
+        amax = cute.arch.fmax(amax, sRed[w])
+    exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
+    shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
+    scale = bits_f32((127 + shift) << 23)
+    for e in range(tidx, rows * d, threads):
+        r = e // d
+        c = e % d
+        d16 = c % 16
+        sQ[r, c - d16 + q_dim_slot(d16)] = (sQraw[r, c].to(Float32) * scale).to(cutlass.Float16)
+    return bits_f32((127 - shift) << 23)
