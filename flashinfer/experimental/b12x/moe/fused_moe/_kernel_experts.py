@@ -1,0 +1,355 @@
+"""moe.fused_moe expert GEMMs on warp mma.sync: FC1 with the activation fused, FC2 with fp32 rows.
+
+Rows of A are sorted by expert (`expert_start` [E + 1], routing step 1): expert e owns rows
+[start[e], start[e + 1]). For each of them
+
+    FC1:  C[p, j]  = act(FC1_e(A[p]))[j]   bf16 [R_cap, I]   (gated: act(gate row j, up row I + j))
+    FC2:  C2[p, n] = FC2_e(A2[p])[n]       fp32 [R_cap, H]   (unrounded: routes are summed later)
+
+each times w_alpha[e] * a_alpha[e]. The weights are `ExpertWeights` (the gemm FP4 `Weight` layout
+stacked per expert, FC1 gate rows first), read through gemm's decode kernel logic (`DecodeLogic`:
+dequantization in registers, swap-AB m16n8k16 MMAs, split-K over warps, shared-memory reduction)
+with this module's hooks: per-expert weight bases, the group's first A row, gate/up row pairing,
+K tails, and MXFP8 activations against FP4 weights.
+
+Work split: grid (N tiles, E). CTA (x, e) owns output columns [x * cols, (x + 1) * cols) of expert e,
+cols = 16 * tiles (FC2, relu2) or 8 * tiles (gated FC1: its warps load `tiles / 2` 16-row tiles of
+gate rows and as many of the matching up rows). It reads start[e], start[e + 1] and loops over its
+rows in groups of up to 8 * ntiles (16) tokens; an expert without rows costs one 8-byte read. Per
+group: the `warps` warps split the K chunks (128 values each), park partial sums in shared memory,
+and after a barrier every thread finishes (tok, column) outputs: sum, scale, activation, store.
+
+Bytes: per hit expert and group, 16 * tiles weight rows of K / 2 bytes plus their scales per CTA,
+i.e. each hit expert's FC1 (N1 x H / 2) and FC2 (H x I / 2) bytes once when it has <= 16 rows (the
+decode case: T <= 64, k <= 8, E >= 64); later groups re-read them from L2. Activation bytes: each
+group's rows once per CTA (from L2). FLOPs: 2 * rows * N * K useful; the MMA issues 16 tokens per
+group (8 with ntiles = 1), so large T runs at decode-kernel speed (correct, not fast: the dynamic
+path for large T should use a tiled kernel).
+
+Constraints: K (H for FC1, I for FC2) a multiple of 32; the last K chunk may be partial (its spans
+past K are predicated off); N masked; rows >= start[E] are never read or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+from cutlass._mlir.dialects import llvm
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ..._lib.compile import cute_compile, kernel
+from ...gemm._shared import addressing as AD
+from ...gemm._shared.formats import FORMAT
+from ...gemm._shared.ptx import DeviceOps
+from ...gemm.blockscaled import _kernel_decode as KD
+from ...gemm.blockscaled._kernel_decode import CHUNK, DecodeConfig
+
+ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
+GATED = ("silu", "swiglu_oai")
+# (A format, weight format) pairs: W4A16, NVFP4 x NVFP4, and MXFP8 activations (w4a8_*) x FP4.
+PAIRS = (
+    ("bfloat16", "nvfp4"),
+    ("bfloat16", "mxfp4"),
+    ("nvfp4", "nvfp4"),
+    ("mxfp8", "mxfp4"),
+    ("mxfp8", "nvfp4"),
+)
+A_FORMAT = {"w4a16": "bfloat16", "nvfp4": "nvfp4", "w4a8_mx": "mxfp8", "w4a8_nvfp4": "mxfp8"}
+K_ALIGN = 32  # one span
+_LOG2E = 1.4426950408889634
+_SOURCES = tuple(
+    f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")
+) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
+
+
+def default_config(max_rows: int) -> DecodeConfig:
+    """max_rows: the most rows one expert can get (max_tokens * num_topk bounds it). One 8-token
+    MMA tile when every expert fits in it, else groups of 16. Not yet tuned on the H200."""
+    ntiles = 1 if max_rows <= 8 else 2
+    return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=1)
+
+
+def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> str | None:
+    """None when the expert kernel implements this variant, else the reason (the validity predicate)."""
+    if fc not in (1, 2):
+        return f"fc must be 1 or 2, got {fc!r}"
+    if (a_fmt, b_fmt) not in PAIRS:
+        return f"A format {a_fmt} x weight format {b_fmt} is not one of {PAIRS}"
+    if fc == 1 and activation not in ACTIVATIONS:
+        return f"activation must be one of {ACTIVATIONS}, got {activation!r}"
+    if not isinstance(config, DecodeConfig):
+        return f"config must be a DecodeConfig, got {type(config).__name__}"
+    if fc == 1 and activation in GATED and config.tiles < 2:
+        return f"a gated FC1 needs tiles >= 2 (gate and up tiles), got {config}"
+    return KD.why_not("bfloat16", b_fmt, "float32", config)  # the tiling limits of the shared logic
+
+
+def can_implement(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> bool:
+    return why_not(fc, a_fmt, b_fmt, activation, config) is None
+
+
+def check_dims(hidden_size: int, intermediate_size: int) -> None:
+    """ValueError unless both GEMMs' K (H for FC1, I for FC2) are multiples of K_ALIGN."""
+    for name, k in (("hidden_size", hidden_size), ("intermediate_size", intermediate_size)):
+        if k <= 0 or k % K_ALIGN:
+            raise ValueError(f"moe.fused_moe expert kernels: {name} must be a positive multiple of {K_ALIGN}, got {k}")
+
+
+# ---- ops: gemm's PTX backend plus the activation's exp2 ------------------------------------------
+@dsl_user_op
+def _ex2(x, *, loc=None, ip=None):
+    res = llvm.inline_asm(
+        T.f32(),
+        [Float32(x).ir_value(loc=loc, ip=ip)],
+        "ex2.approx.f32 $0, $1;",
+        "=f,f",
+        has_side_effects=False,
+        is_align_stack=False,
+        loc=loc,
+        ip=ip,
+    )
+    return Float32(res)
+
+
+class ExpertOps(DeviceOps):
+    """`ptx.DEVICE` plus `ex2` (2^x, max relative error 2^-22; the emulator computes it exactly)."""
+
+    ex2 = staticmethod(_ex2)
+
+
+DEVICE = ExpertOps()
+
+
+# ---- per-thread logic (backend-agnostic: runs on the device and in the CPU emulator) -------------
+@dataclasses.dataclass
+class ExpertRuntime(KD.Runtime):
+    """KD.Runtime of one (CTA, group): a_base/sfa_base/c_base are the whole tensors' (row 0),
+    b_base/sfb_base expert e's weights, s0/s1 = &w_alpha[e], &a_alpha[e], s2 = act_params; m = the
+    group's rows, n = output columns (I or H), k = K; row0 = the group's first sorted row."""
+
+    row0: object = 0
+
+
+def _fp8_words_in_fp4_order(ops, words):
+    """Regroup each 8-value group's two E4M3 words (v0..v3, v4..v7) as (v0 v1 v4 v5, v2 v3 v6 v7):
+    the fp8 dequantizer's pairs (bytes i, i + 2) then come out in the fp4 K order (v_i, v_i+4)."""
+    out = []
+    for j in range(0, len(words), 2):
+        q0, q1 = words[j], words[j + 1]
+        out += [ops.prmt(q0, q1, 0x5410), ops.prmt(q0, q1, 0x7632)]
+    return out
+
+
+class ExpertLogic(KD.DecodeLogic):
+    """DecodeLogic with the expert hooks (module docstring); fc 1 stores act(.) in bf16, fc 2 fp32."""
+
+    what = "moe.fused_moe expert kernel"
+
+    @staticmethod
+    def why_not(a_fmt, b_fmt, out_dtype, config):  # the pairing is checked by the module's why_not
+        return KD.why_not("bfloat16", b_fmt, out_dtype, config)
+
+    def __init__(self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> None:
+        reason = why_not(fc, a_fmt, b_fmt, activation, config)
+        if reason is not None:
+            raise ValueError(f"{self.what}: {reason}")
+        super().__init__(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config)
+        self.fc, self.activation = fc, activation if fc == 1 else None
+        self.gated = self.activation in GATED
+        self.cols = self.bn // 2 if self.gated else self.bn
+        self.kvec = FORMAT[b_fmt].sf_vec
+
+    def grid_n(self, n):
+        return (n + self.cols - 1) // self.cols
+
+    def k_chunks(self, k):
+        return (k + CHUNK - 1) // CHUNK
+
+    def _scale(self, ops, fmt, base, row, k0, k, ok):
+        """Span (row, k0)'s scale data in the 128x4 swizzled layout whose column count is padded to
+        4 (`load_span_scale` assumes K % 128 == 0; K here is a multiple of 32 only)."""
+        spec = FORMAT[fmt]
+        if not spec.swizzled:
+            return None
+        shift = spec.sf_vec.bit_length() - 1
+        cols4 = (((k >> shift) + 3) >> 2) << 2
+        addr = base + AD.swizzled_offset(ops, row, k0 >> shift, cols4)
+        return ops.ldg_u16(addr, ok) if fmt == "nvfp4" else ops.ldg_u8(addr, ok)
+
+    def load_b(self, ops, rt, n0, tt, h, g, k0):
+        half = self.cfg.tiles // 2
+        if self.gated and tt >= half:  # up rows I + j pair with gate rows j
+            j = n0 + 16 * (tt - half) + 8 * h + g
+            row = rt.n + j
+        else:
+            j = n0 + 16 * tt + 8 * h + g
+            row = j
+        ok = (j < rt.n) & (k0 < rt.k)
+        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
+        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
+        return words, self._scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+
+    def load_a(self, ops, rt, tok, k0, ok):
+        row = rt.row0 + tok
+        ok = ok & (k0 < rt.k)
+        lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
+        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, row, k0, ok)
+        if FORMAT[self.a_fmt].family == "fp8" and self.family == "fp4":
+            words = _fp8_words_in_fp4_order(ops, words)
+        return words, self._scale(ops, self.a_fmt, rt.sfa_base, row, k0, rt.k, ok)
+
+    def epilogue_scale(self, ops, rt):
+        true = ops.boolean(True)
+        scale = ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        return scale * ops.f32(float(2.0**self.exp))
+
+    def _sigmoid(self, ops, x):
+        return ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
+
+    def act(self, ops, rt, x, u):
+        """The activation of FC1 output x (gate or single) and u (up), fp32."""
+        if self.activation == "relu2":
+            r = ops.fmax(x, ops.f32(0.0))
+            return r * r
+        if self.activation == "silu":
+            return x * self._sigmoid(ops, x) * u
+        true = ops.boolean(True)
+        limit = ops.ldg_f32(rt.s2_base, true)
+        alpha = ops.ldg_f32(rt.s2_base + 4, true)
+        beta = ops.ldg_f32(rt.s2_base + 8, true)
+        neg = ops.f32(0.0) - limit
+        g = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - x, neg)  # min(x, limit)
+        u = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - ops.fmax(u, neg), neg)  # clamp(u, -limit, limit)
+        return g * self._sigmoid(ops, alpha * g) * (u + beta)
+
+    def finish(self, ops, rt, red_base, tid, n0):
+        """Sum the warps' partials of outputs (tok, n0 + c), scale, activation, store row row0 + tok."""
+        scale = self.epilogue_scale(ops, rt)
+        threads = self.cfg.warps * 32
+        total = self.ntok * self.cols
+        log_cols = self.cols.bit_length() - 1
+        for r in range((total + threads - 1) // threads):
+            o = ops.imin(tid + r * threads, total - 1)  # o >= total only when threads do not divide it
+            live = (tid + r * threads) < total
+            tok, c = o >> log_cols, o & (self.cols - 1)
+            x, u = ops.f32_zero(), ops.f32_zero()
+            for w in range(self.cfg.warps):
+                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, c))
+                if self.gated:
+                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
+            x = x * scale
+            if self.fc == 1:
+                x = self.act(ops, rt, x, u * scale)
+            n = n0 + c
+            self.store(ops, rt, rt.row0 + tok, n, x, live & (tok < rt.m) & (n < rt.n))
+
+
+# ---- the CuTe kernel ----------------------------------------------------------------------------
+class _ExpertGemm:
+    def __init__(self, logic: ExpertLogic) -> None:
+        self.logic = logic
+        self.threads = logic.cfg.warps * 32
+
+    @cute.jit
+    def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream):
+        grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
+        self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct).launch(
+            grid=[grid_n, mB.shape[0], 1], block=[self.threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct):
+        # Inside the dynamic loops only DSL values, `self` and module globals: the DSL would try to
+        # carry any other local Python object through the loop.
+        tid, _, _ = cute.arch.thread_idx()
+        bidx, e, _ = cute.arch.block_idx()
+        warp, lane = tid >> 5, tid & 31
+        n0 = bidx * self.logic.cols
+        k = mB.shape[2] * 2  # FP4 weights: two values per byte
+        start = mStart[e]
+        end = mStart[e + 1]
+        b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
+        sfb_base = mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1])
+        smem = cutlass.memory.SmemAllocator()
+        red = smem.allocate_tensor(Float32, cute.make_layout(self.logic.red_floats), 16)
+        red_base = red.iterator.toint()
+        for grp in cutlass.range((end - start + self.logic.ntok - 1) // self.logic.ntok):
+            row0 = start + grp * self.logic.ntok
+            rt = ExpertRuntime(
+                mA.iterator.toint(),
+                mSFA.iterator.toint(),
+                b_base,
+                sfb_base,
+                mC.iterator.toint(),
+                mWAlpha.iterator.toint() + Int64(e) * 4,
+                mAAlpha.iterator.toint() + Int64(e) * 4,
+                mAct.iterator.toint(),
+                DEVICE.imin(end - row0, Int32(self.logic.ntok)),
+                mC.shape[1],
+                k,
+                Float32(1.0),
+                row0,
+            )
+            acc = self.logic.zero_acc(DEVICE)
+            for c in cutlass.range(warp, self.logic.k_chunks(k), self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+            self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
+            DEVICE.barrier()
+            self.logic.finish(DEVICE, rt, red_base, tid, n0)
+            DEVICE.barrier()  # the next group's partial sums reuse the reduction buffer
+
+
+class Fc1Gemm(_ExpertGemm):
+    @cute.jit
+    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream: cuda.CUstream):
+        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream)
+
+
+class Fc2Gemm(_ExpertGemm):
+    @cute.jit
+    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, stream: cuda.CUstream):
+        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAAlpha, stream)  # no act params
+
+
+def fake_args(a_fmt: str, out_dtype: str):
+    """Fake tensors of the launch contract (sizes symbolic): A [R, KA] (bf16, or uint8 bytes), SFA
+    uint8 [SA], B uint8 [E, N, K/2], SFB uint8 [E, SB], C [R, N'] (bf16 FC1, fp32 FC2), expert_start
+    int32 [E + 1], w_alpha and a_alpha fp32 [E]."""
+    r, e = cute.sym_int(), cute.sym_int()
+    a_dt = cutlass.BFloat16 if a_fmt == "bfloat16" else cutlass.Uint8
+    a = make_fake_compact_tensor(a_dt, (r, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
+    sfa = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int(),), assumed_align=2)
+    b = make_fake_compact_tensor(
+        cutlass.Uint8, (e, cute.sym_int(), cute.sym_int()), stride_order=(2, 1, 0), assumed_align=16
+    )
+    sfb = make_fake_compact_tensor(cutlass.Uint8, (e, cute.sym_int()), stride_order=(1, 0), assumed_align=2)
+    c_dt = cutlass.BFloat16 if out_dtype == "bfloat16" else cutlass.Float32
+    c = make_fake_compact_tensor(c_dt, (r, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
+    start = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=4)
+    w_alpha = make_fake_compact_tensor(cutlass.Float32, (e,), assumed_align=4)
+    a_alpha = make_fake_compact_tensor(cutlass.Float32, (e,), assumed_align=4)
+    return a, sfa, b, sfb, c, start, w_alpha, a_alpha
+
+
+@kernel("moe.fused_moe.fc1", sources=_SOURCES)
+def compile_fc1(a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str):
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params)` on
+    torch's current stream; act_params fp32 [3] = (swiglu_limit, swiglu_alpha, swiglu_beta)."""
+    logic = ExpertLogic(1, a_fmt, b_fmt, activation, config)
+    act = make_fake_compact_tensor(cutlass.Float32, (3,), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(Fc1Gemm(logic), *fake_args(a_fmt, "bfloat16"), act, stream, arch=arch)
+
+
+@kernel("moe.fused_moe.fc2", sources=_SOURCES)
+def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str):
+    """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha)` on torch's
+    current stream; C2 fp32 [R_cap, H]."""
+    logic = ExpertLogic(2, a_fmt, b_fmt, None, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(Fc2Gemm(logic), *fake_args(a_fmt, "float32"), stream, arch=arch)
