@@ -34,11 +34,34 @@ def bucket_for(m: int) -> str:
     raise AssertionError(m)
 
 
-def default_config(bucket: str):
-    """The heuristic config of a bucket (the kernel modules say what they were tuned on)."""
+def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
+    """The decode kernel's shape-aware heuristic, fitted to the H200 sweep of 2026-11-30 (bench_gemm
+    --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and is within 3%
+    in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most warps in
+    {4, 8, 16} that keep the grid near 8192 warps (M <= 8) or 4096 (M <= 16, twice the MMA work per
+    warp) and give every warp at least two 128-value K chunks; fp4 weights unroll the K loop twice,
+    fp8 weights (twice the registers per chunk) do not."""
+    from ..blockscaled._kernel_decode import DecodeConfig
+
+    ntiles = 1 if max_m <= 8 else 2
+    ctas = -(-n // (16 * ntiles))
+    target = 8192 if ntiles == 1 else 4096
+    chunks = k // 128
+    warps = 16
+    while warps > 4 and (warps > target // ctas or warps > chunks // 2):
+        warps //= 2
+    unroll = 2 if FORMAT[b_fmt].value_bits == 4 else 1
+    return DecodeConfig(warps=warps, tiles=ntiles, ntiles=ntiles, unroll=unroll)
+
+
+def default_config(bucket: str, n: int | None = None, k: int | None = None, b_fmt: str | None = None):
+    """The heuristic config of a bucket (the kernel modules say what they were tuned on); decode
+    buckets use the shape-aware `decode_config_for` when the problem's N, K and weight format are given."""
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import default_config as decode_config
 
+        if n is not None and k is not None and b_fmt is not None:
+            return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt)
         return decode_config(BUCKET_MAX_M[bucket])
     from ..blockscaled._kernel_tiled import default_config as tiled_config
 
@@ -66,7 +89,7 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
 
 def kernel_key(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config=None) -> tuple:
     """(compile function, key arguments) of one variant."""
-    cfg = default_config(bucket) if config is None else config
+    cfg = default_config(bucket) if config is None else config  # shape-blind: callers with a shape pass config
     return compile_fn(bucket), (a_fmt, b_fmt, out_dtype, cfg, arch)
 
 

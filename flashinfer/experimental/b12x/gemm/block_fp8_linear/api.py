@@ -84,7 +84,11 @@ class BlockFp8LinearPlan(Plan):
         from ._kernel_quant import QuantConfig
 
         chosen = dict(self.override or ())
-        return (QuantConfig(), tuple((b, chosen.get(b, L.default_config(b))) for b in self._buckets()))
+        c = self.caps
+        cfgs = tuple(
+            (b, chosen.get(b, L.default_config(b, c.out_features, c.in_features, "fp8_block"))) for b in self._buckets()
+        )
+        return (QuantConfig(), cfgs)
 
     def _buckets(self) -> tuple:
         out = []

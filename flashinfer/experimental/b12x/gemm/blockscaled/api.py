@@ -95,7 +95,8 @@ class GemmPlan(Plan):
         if arch is None:
             return None
         chosen = dict(self.override or ())
-        return tuple((b, chosen.get(b, L.default_config(b))) for b in self.caps.buckets)
+        q = self.caps
+        return tuple((b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format))) for b in q.buckets)
 
     def kernels(self, config, arch: str) -> tuple:
         q = self.caps

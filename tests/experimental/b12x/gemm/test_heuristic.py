@@ -1,0 +1,45 @@
+"""The decode heuristic against the H200 sweep it was fitted to (bench_gemm --sweep, 2026-11-30).
+
+Each row: (weight format, M, N, K) -> the config the sweep measured fastest (or within 3% of it).
+A change to `decode_config_for` that moves one of these must come with a new sweep.
+"""
+
+import pytest
+
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig, why_not
+
+MEASURED = [
+    # fmt, M, N, K, (warps, tiles, ntiles, unroll)
+    ("mxfp8", 1, 4096, 4096, (16, 1, 1, 1)),
+    ("nvfp4", 16, 4096, 4096, (16, 2, 2, 2)),
+    ("mxfp8", 16, 4096, 4096, (16, 2, 2, 1)),
+    ("nvfp4", 1, 28672, 4096, (4, 1, 1, 2)),
+    ("mxfp8", 16, 28672, 4096, (4, 2, 2, 1)),
+    ("nvfp4", 1, 4096, 14336, (16, 1, 1, 2)),
+    ("mxfp8", 1, 4096, 14336, (16, 1, 1, 1)),
+    ("nvfp4", 16, 4096, 14336, (16, 2, 2, 2)),
+    ("mxfp8", 16, 4096, 14336, (16, 2, 2, 1)),
+    ("mxfp8", 1, 7168, 2048, (8, 1, 1, 1)),
+    ("nvfp4", 16, 7168, 2048, (8, 2, 2, 2)),
+    ("mxfp8", 16, 7168, 2048, (8, 2, 2, 1)),
+]
+
+
+@pytest.mark.parametrize("fmt,m,n,k,want", MEASURED)
+def test_decode_heuristic_matches_sweep(fmt, m, n, k, want):
+    bucket = L.bucket_for(m)
+    assert L.default_config(bucket, n, k, fmt) == DecodeConfig(*want)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4", "mxfp8", "fp8_block"])
+@pytest.mark.parametrize("n,k", [(16, 128), (32, 256), (128, 128), (4096, 4096), (151936, 4096), (2048, 5632)])
+@pytest.mark.parametrize("m", [1, 16])
+def test_decode_heuristic_is_always_implementable(fmt, n, k, m):
+    cfg = L.default_config(L.bucket_for(m), n, k, fmt)
+    assert why_not("bfloat16", fmt, "bfloat16", cfg) is None
+    assert cfg.warps >= 1 and cfg.max_m >= m
+
+
+def test_shape_blind_default_unchanged():
+    assert L.default_config("decode8") == DecodeConfig(warps=8, tiles=2, ntiles=1, unroll=2)
