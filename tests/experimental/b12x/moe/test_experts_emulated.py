@@ -1,0 +1,286 @@
+"""moe.fused_moe expert GEMMs (_kernel_experts.py): the kernels' own per-thread logic on the CPU PTX
+emulator (tests/experimental/b12x/gemm/emulator.py), against a torch computation from
+`reference.expert_matrix` on random weights packed by `prepare_weights`.
+
+`run_experts` mirrors the `@cute.kernel` body (grid (N tiles, E), the group loop, the warps' K loop,
+the barriers) and calls the same `ExpertLogic` methods with `EmuOps` on the launchers' exact
+arguments. Out-of-range or misaligned accesses fail inside the emulator; C starts poisoned (NaN) and
+rows >= start[E] of A hold NaN, so a row read or written outside its expert shows. The helpers
+(`make_problem`, `oracle`, `check`) are shared with test_experts_gpu.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flashinfer.experimental.b12x._lib import quant as Q
+from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig
+from flashinfer.experimental.b12x.moe.fused_moe import reference as R
+from flashinfer.experimental.b12x.moe.fused_moe import weights as W
+
+from .moe_cases import checkpoint, weight_plan
+
+pytestmark = pytest.mark.interpret
+
+_spec = importlib.util.spec_from_file_location(
+    "_b12x_gemm_emulator", Path(__file__).parents[1] / "gemm" / "emulator.py"
+)
+EMU = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(EMU)
+LANE = np.arange(32, dtype=np.int32)
+SOURCE = {"nvfp4": "modelopt_nvfp4", "mxfp4": "fp4_e8m0_k32"}
+ACT_PARAMS = (7.0, 1.702, 1.0)
+
+
+# ---- launch arguments and the torch oracle --------------------------------------------------------
+@dataclass
+class Problem:
+    fc: int
+    a_fmt: str
+    b_fmt: str
+    activation: str | None
+    args: tuple  # the launcher's tensors, in its order
+    x: torch.Tensor  # fp32 [R_cap, K]: A as the kernel reads it (no global scale)
+    w: torch.Tensor  # fp32 [E, N, K]: expert_matrix (alpha included)
+    start: list
+    inter: int  # I
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.args[4]
+
+
+def _quantized_a(x: torch.Tensor, a_fmt: str, start: list):
+    """(A, SFA, x as the kernel reads it, a_alpha) for fp32 rows x [R, K] sorted by expert."""
+    e = len(start) - 1
+    dev = x.device
+    if a_fmt == "bfloat16":
+        a = x.bfloat16()
+        alpha = torch.rand(e, device=dev) + 0.5  # not 1, so a missing a_alpha shows
+        return a, torch.zeros(16, dtype=torch.uint8, device=dev), a.float(), alpha
+    if a_fmt == "mxfp8":
+        v, s = Q.quantize_mxfp8(x)
+        alpha = torch.rand(e, device=dev) + 0.5
+        return v.view(torch.uint8), Q.swizzle_scales(s, Q.UE8M0_ONE_BYTE), Q.dequantize_mxfp8(v, s), alpha
+    # nvfp4: each expert's rows with their own global scale (step 2 uses a1_gscale[expert])
+    qs, sfs, gss = [], [], []
+    bounds = list(zip(start[:-1], start[1:])) + [(start[-1], x.shape[0])]
+    for lo, hi in bounds:
+        gs = Q.nvfp4_global_scale(x[lo:hi])
+        q, sf = Q.quantize_nvfp4(x[lo:hi], gs)
+        qs.append(q), sfs.append(sf), gss.append(gs)
+    q, sf = torch.cat(qs), torch.cat(sfs)
+    x_raw = Q.dequantize_nvfp4(q, sf, 1.0)
+    alpha = 1.0 / torch.stack(gss[:e]).float()
+    return q, Q.swizzle_scales(sf, 0).view(torch.uint8), x_raw, alpha
+
+
+def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu"):
+    """Random expert weights (prepare_weights) and sorted rows: counts[e] rows for expert e."""
+    act = activation if fc == 1 else "silu"
+    wplan = weight_plan(SOURCE[b_fmt], act, e=len(counts), h=h, i=i, layout="w31")
+    experts = W.prepare_weights(plan=wplan, **checkpoint(wplan, seed=seed))
+    start = [0]
+    for c in counts:
+        start.append(start[-1] + c)
+    rows = start[-1]
+    r_cap = r_cap or rows + 5
+    k = h if fc == 1 else i
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(r_cap, k, generator=g) * (1.5 if fc == 1 else 0.5)
+    a, sfa, x_read, a_alpha = _quantized_a(x, a_fmt, start)
+    if a.dtype == torch.bfloat16:
+        a[rows:] = float("nan")  # never read
+    else:
+        a[rows:] = 0xFF
+    if fc == 1:
+        vals, scales, w_alpha, n = experts.w1_values, experts.w1_scales, experts.w1_alpha, wplan.fc1_rows
+    else:
+        vals, scales, w_alpha, n = experts.w2_values, experts.w2_scales, experts.w2_alpha, h
+    w = torch.stack([R.expert_matrix(vals[e], scales[e], w_alpha[e], b_fmt, n, k) for e in range(len(counts))])
+    out_cols = i if fc == 1 else h
+    out = torch.full((r_cap, out_cols), float("nan"), dtype=torch.bfloat16 if fc == 1 else torch.float32)
+    sfb = scales.view(torch.uint8).reshape(len(counts), -1)
+    st = torch.tensor(start, dtype=torch.int32)
+    args = [a, sfa, vals, sfb, out, st, w_alpha, a_alpha.float()]
+    if fc == 1:
+        args.append(torch.tensor(ACT_PARAMS, dtype=torch.float32))
+    args = tuple(t.to(device) for t in args)
+    return Problem(fc, a_fmt, b_fmt, activation, args, x_read.to(device), w.to(device), start, i)
+
+
+def oracle(p: Problem) -> torch.Tensor:
+    """fp64 [start[E], N_out]: act(x @ W_e^T * a_alpha[e]) (FC1) or x @ W_e^T * a_alpha[e] (FC2)."""
+    a_alpha = p.args[7].double()
+    parts = []
+    for e in range(len(p.start) - 1):
+        lo, hi = p.start[e], p.start[e + 1]
+        h = (p.x[lo:hi].double() @ p.w[e].double().t()) * a_alpha[e]
+        if p.fc == 1:
+            h = R.activation(h, p.activation, p.inter, *ACT_PARAMS)
+        parts.append(h)
+    return torch.cat(parts)
+
+
+def summation_bound(p: Problem) -> torch.Tensor:
+    """Per element: the fp32 summation-order bound 2 K 2^-24 (|x| @ |W_e|^T) |a_alpha[e]| (AGENTS.md)."""
+    a_alpha = p.args[7].double()
+    k = p.x.shape[1]
+    parts = []
+    for e in range(len(p.start) - 1):
+        lo, hi = p.start[e], p.start[e + 1]
+        parts.append((p.x[lo:hi].double().abs() @ p.w[e].double().abs().t()) * a_alpha[e] * (2 * k * 2.0**-24))
+    return torch.cat(parts)
+
+
+def check(p: Problem, out: torch.Tensor) -> None:
+    """Rows < start[E]: the tolerance rule; rows >= start[E]: still the NaN poison (never written)."""
+    rows = p.start[-1]
+    assert torch.isnan(out[rows:].float()).all(), "a row past start[E] was written"
+    ours = out[:rows].double().cpu()
+    assert not torch.isnan(ours).any(), "a row of an expert was not written (NaN poison left)"
+    ref = oracle(p).cpu()
+    err = (ours - ref).abs()
+    if p.fc == 2:  # fp32 out: only the summation order may differ
+        over = err - summation_bound(p).cpu() - ref.abs() * 2.0**-22
+        assert over.max().item() <= 0, f"FC2 error {err.max().item():.3e} above the fp32 summation bound"
+        return
+    # FC1 stores bf16: at most 2x the error of torch's same-precision peer (the bf16 rounding of the
+    # fp32 result), plus a floor of 2^-20 of the largest magnitude.
+    peer = ref.float().bfloat16().double()
+    peer_err = (peer - ref).abs().max().item()
+    floor = ref.abs().max().item() * 2.0**-20
+    assert err.max().item() <= 2 * peer_err + floor, f"FC1 error {err.max().item():.3e} > 2 x {peer_err:.3e}"
+
+
+# ---- the emulated kernel --------------------------------------------------------------------------
+class MoeEmuOps(EMU.EmuOps):
+    def ex2(self, x):
+        """2^x rounded to fp32, inf past its range (the device's ex2.approx does the same)."""
+        with np.errstate(over="ignore"):
+            return np.exp2(self.f32(x).astype(np.float64)).astype(np.float32)
+
+
+def run_experts(p: Problem, config: DecodeConfig) -> torch.Tensor:
+    """Emulate compile_fc1 / compile_fc2(p's formats, config)(*p.args); returns C."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config)
+    args = p.args if p.fc == 1 else p.args + (p.args[7],)  # FC2 passes a_alpha as the unused act params
+    gmem = EMU.GlobalMemory()
+    a, sfa, b, sfb, c, st, wa, aa, act = (gmem.put(t) for t in args)
+    num_e, n_rows, kb = p.args[2].shape
+    k, n = kb * 2, p.out.shape[1]
+    start = p.args[5].tolist()
+    for e in range(num_e):  # blockIdx.y
+        for bx in range(logic.grid_n(n)):  # blockIdx.x
+            n0 = np.int32(bx * logic.cols)
+            smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+            lo, hi = start[e], start[e + 1]
+            for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
+                row0 = lo + grp * logic.ntok
+                rt = X.ExpertRuntime(
+                    a,
+                    sfa,
+                    b + e * n_rows * kb,
+                    sfb + e * p.args[3].shape[1],
+                    c,
+                    wa + 4 * e,
+                    aa + 4 * e,
+                    act,
+                    np.int32(min(hi - row0, logic.ntok)),
+                    np.int32(n),
+                    np.int32(k),
+                    np.float32(1.0),
+                    np.int32(row0),
+                )
+                for w in range(config.warps):  # the K loop and the partial sums
+                    ops = MoeEmuOps(gmem, smem)
+                    acc = logic.zero_acc(ops)
+                    for ch in range(w, logic.k_chunks(k), config.warps):
+                        acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+                    logic.reduce_stage(ops, 0, w, LANE, acc)
+                for w in range(config.warps):  # after the barrier
+                    logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+    raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
+    return raw.view(p.out.dtype).reshape(p.out.shape)
+
+
+SMALL = DecodeConfig(warps=2, tiles=2, ntiles=2, unroll=1)
+PAIRS = (
+    ("bfloat16", "nvfp4"),
+    ("bfloat16", "mxfp4"),
+    ("nvfp4", "nvfp4"),
+    ("mxfp8", "mxfp4"),
+    ("mxfp8", "nvfp4"),
+)
+
+
+@pytest.mark.parametrize("activation", ["silu", "relu2", "swiglu_oai"])
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+def test_fc1_every_pair_and_activation(a_fmt, b_fmt, activation):
+    # E = 3: one expert empty, one past a 16-token group (two groups), one small
+    p = make_problem(1, a_fmt, b_fmt, activation, [3, 0, 18], seed=len(a_fmt) + len(activation))
+    check(p, run_experts(p, SMALL))
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+def test_fc2_every_pair(a_fmt, b_fmt):
+    p = make_problem(2, a_fmt, b_fmt, None, [5, 17, 0], seed=len(a_fmt) + 3)
+    check(p, run_experts(p, SMALL))
+
+
+@pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "relu2"), (2, None)])
+def test_k_tail_and_one_token_tile(fc, activation):
+    # H = 288, I = 96: K is not a multiple of the 128-value chunk (spans past K are predicated off);
+    # ntiles = 1 groups rows by 8; 4 warps leave some warps without chunks.
+    p = make_problem(fc, "bfloat16", "nvfp4", activation, [9, 1, 0], h=288, i=96, seed=5)
+    check(p, run_experts(p, DecodeConfig(warps=4, tiles=2, ntiles=1, unroll=1)))
+
+
+def test_default_config_and_wide_tiles():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    cfg = X.default_config(16)
+    assert cfg.ntiles == 2 and X.default_config(8).ntiles == 1
+    p = make_problem(1, "nvfp4", "nvfp4", "swiglu_oai", [2, 4, 1], seed=9)
+    check(p, run_experts(p, cfg))
+    p = make_problem(1, "bfloat16", "mxfp4", "silu", [2, 0, 6], seed=10)
+    check(p, run_experts(p, DecodeConfig(warps=1, tiles=4, ntiles=1, unroll=1)))
+
+
+def test_all_experts_empty_writes_nothing():
+    p = make_problem(2, "bfloat16", "nvfp4", None, [0, 0, 0], r_cap=4)
+    out = run_experts(p, SMALL)
+    assert torch.isnan(out).all()
+
+
+def test_swiglu_clamps_reach_the_epilogue():
+    # large activations push gate and up past the limit: the clamp must happen in the kernel
+    p = make_problem(1, "bfloat16", "nvfp4", "swiglu_oai", [4, 2, 3], seed=11)
+    x = p.args[0].float() * 40
+    a = x.bfloat16()
+    p = Problem(p.fc, p.a_fmt, p.b_fmt, p.activation, (a,) + p.args[1:], a.float(), p.w, p.start, p.inter)
+    ref = oracle(p)
+    assert (ref.abs() > 7.0).any() and not torch.isnan(ref).any()
+    check(p, run_experts(p, SMALL))
+
+
+def test_invalid_variants_are_rejected():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    with pytest.raises(ValueError, match="A format nvfp4 x weight format mxfp4 is not one of"):
+        X.ExpertLogic(1, "nvfp4", "mxfp4", "silu", SMALL)
+    with pytest.raises(ValueError, match="a gated FC1 needs tiles >= 2"):
+        X.ExpertLogic(1, "bfloat16", "nvfp4", "silu", DecodeConfig(2, 1, 1, 1))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        X.ExpertLogic(1, "bfloat16", "nvfp4", "gelu", SMALL)
+    with pytest.raises(ValueError, match="hidden_size must be a positive multiple of 32, got 80"):
+        X.check_dims(80, 64)
+    X.ExpertLogic(1, "bfloat16", "nvfp4", "relu2", DecodeConfig(2, 1, 1, 1))  # relu2 is not gated
