@@ -1,0 +1,97 @@
+"""moe.fused_moe expert GEMMs compile on this CPU machine for sm_90a and sm_120a (fake tensors: E, N,
+K, R_cap symbolic). The default tier builds a representative set; `slow` builds FC1 x {silu, relu2,
+swiglu_oai} and FC2 for every (A format, weight format) pair on both archs."""
+
+import pytest
+
+from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig
+
+pytestmark = pytest.mark.compile
+
+ARCHS = ("sm_90a", "sm_120a")
+
+
+@pytest.fixture(autouse=True)
+def _toolchain():
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+
+
+def _X():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    return X
+
+
+def _check_built(fn, arch: str, activation=None) -> None:
+    ptx = fn.artifacts.PTX
+    assert [line.split()[1] for line in ptx.splitlines() if line.startswith(".target")] == [arch]
+    assert fn.artifacts.CUBIN[:4] == b"\x7fELF"
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert ".local" not in ptx, "the kernel spills to local memory"
+    assert "wgmma" not in ptx and "tcgen05" not in ptx  # DESIGN.md section 5
+    assert ("ex2.approx.f32" in ptx) == (activation in ("silu", "swiglu_oai"))
+
+
+@pytest.mark.parametrize(
+    "fc, a_fmt, b_fmt, activation",
+    [
+        (1, "bfloat16", "nvfp4", "silu"),
+        (1, "mxfp8", "mxfp4", "swiglu_oai"),
+        (1, "nvfp4", "nvfp4", "relu2"),
+        (2, "nvfp4", "nvfp4", None),
+        (2, "bfloat16", "mxfp4", None),
+    ],
+)
+def test_representative_variants_compile_for_both_archs(fc, a_fmt, b_fmt, activation):
+    X = _X()
+    cfg = X.default_config(64)
+    built = {}
+    for arch in ARCHS:
+        if fc == 1:
+            built[arch] = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch)
+        else:
+            built[arch] = X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch)
+        _check_built(built[arch], arch, activation)
+    assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
+
+
+def test_live_sizes_are_not_compile_keys():
+    # E, N, K, R_cap and the routing come from the tensors at launch: the key is formats, activation,
+    # config and arch only, and a second resolve of one key is the same launcher.
+    import inspect
+
+    X = _X()
+    assert list(inspect.signature(X.compile_fc1).parameters) == ["a_fmt", "b_fmt", "activation", "config", "arch"]
+    assert list(inspect.signature(X.compile_fc2).parameters) == ["a_fmt", "b_fmt", "config", "arch"]
+    fn = X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
+    assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
+
+
+def test_bad_variants_fail_before_compiling():
+    X = _X()
+    with pytest.raises(ValueError, match="A format mxfp8 x weight format fp8_block is not one of"):
+        X.compile_fc2("mxfp8", "fp8_block", X.default_config(8), arch="sm_90a")
+    with pytest.raises(ValueError, match="a gated FC1 needs tiles >= 2"):
+        X.compile_fc1("bfloat16", "nvfp4", "swiglu_oai", DecodeConfig(8, 1, 2, 1), arch="sm_90a")
+
+
+PAIRS = (
+    ("bfloat16", "nvfp4"),
+    ("bfloat16", "mxfp4"),
+    ("nvfp4", "nvfp4"),
+    ("mxfp8", "mxfp4"),
+    ("mxfp8", "nvfp4"),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+def test_every_variant_compiles(a_fmt, b_fmt, arch):
+    X = _X()
+    assert X.PAIRS == PAIRS
+    for cfg in (X.default_config(8), X.default_config(64)):
+        for activation in X.ACTIVATIONS:
+            _check_built(X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch), arch, activation)
+        _check_built(X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch), arch)
