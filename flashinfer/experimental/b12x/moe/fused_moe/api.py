@@ -1,12 +1,19 @@
 """moe.fused_moe planned lifecycle: Caps -> plan -> PreparationSession.prepare -> bind -> run, and
-route_topk. No kernel code: CPU tensors run `reference.py`; on CUDA `run` raises NotImplementedError
-until the fused kernel exists (it will consume `ExpertWeights`' packed layout, weights.py).
+route_topk. No kernel code here: CPU tensors run `reference.py`; CUDA tensors run the device pipeline
+
+    route + gather/quantize (_routing.py) -> FC1 + activation (_kernel_experts.py) -> requantize
+    (_combine.py; not for w4a16) -> FC2 (_kernel_experts.py) -> combine (_combine.py)
+
+on torch's current stream, with every intermediate in the plan's workspace (sized by max_tokens):
+no allocation (pass `output=`), no compile, no host sync, so a call can be captured in a CUDA graph
+and replayed for its T. Live T picks the routing path at run time (micro: one launch routes and
+gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launches); no T compiles.
 
     wplan = plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
                          num_experts=E, hidden_size=H, intermediate_size=I)
     experts = prepare_weights(plan=wplan, w1_fp4=..., ...)            # once, at load time
-    p = plan(Caps(max_tokens=8192, num_topk=k, device="cpu", weight_plan=wplan, quant_mode="nvfp4"))
-    with b12x.PreparationSession("cpu") as s:
+    p = plan(Caps(max_tokens=8192, num_topk=k, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
+    with b12x.PreparationSession("cuda") as s:
         s.prepare([p])
     route_topk(p, router_logits, topk_logits, topk_ids, topk_weights)
     out = run(binding=bind(p, a=a, experts=experts, topk_weights=topk_weights, topk_ids=topk_ids))
@@ -95,14 +102,181 @@ class Caps:
             raise ValueError(f"swiglu_limit must be > 0, got {self.swiglu_limit}")
 
 
+# Operand formats of each recipe: (FC1 A, FC2 A; None = FC1's bf16 output as is).
+OPERANDS = {
+    "w4a16": ("bfloat16", None),
+    "nvfp4": ("nvfp4", "nvfp4"),
+    "w4a8_mx": ("mxfp8", "mxfp8"),
+    "w4a8_nvfp4": ("mxfp8", "mxfp8"),
+}
+SF_BLOCK = {"nvfp4": 16, "mxfp8": 32}
+SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}
+IDS_DTYPES = ("int32", "int64")  # both are prepared: topk_ids may come in either
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """The prepared variant: routing/gather tiles, requantize/combine tiles, and the expert GEMMs'
+    config (gemm's DecodeConfig, `_kernel_experts.default_config`)."""
+
+    routing: object
+    combine: object
+    experts: object
+
+
+def _experts_module():
+    """`_kernel_experts` (imports cutlass: only when a CUDA plan is prepared)."""
+    from . import _kernel_experts
+
+    return _kernel_experts
+
+
 class FusedMoePlan(Plan):
-    """caps = Caps; a single (reference) variant until the kernels exist: nothing to select, compile
-    or allocate."""
+    """caps = Caps; selection = MoeConfig (None on the reference backend). Workspace: module
+    docstring; `scratch_specs` lists every buffer."""
+
+    @property
+    def operand_formats(self) -> tuple[str, str | None]:
+        return OPERANDS[self.caps.quant_mode]
+
+    def heuristic(self, arch):
+        if arch is None:
+            return None
+        from . import _combine, _routing
+
+        wp, caps = self.caps.weight_plan, self.caps
+        return MoeConfig(
+            routing=_routing.default_config(wp.hidden_size),
+            combine=_combine.default_config(wp.intermediate_size),
+            experts=_experts_module().default_config(caps.max_tokens * caps.num_topk),
+        )
+
+    def kernels(self, config, arch: str) -> tuple:
+        from . import _combine, _routing
+
+        ex = _experts_module()
+        caps, wp = self.caps, self.caps.weight_plan
+        ex.check_dims(wp.hidden_size, wp.intermediate_size)
+        a1, a2 = self.operand_formats
+        e, h, i, k, on_input = (
+            wp.num_experts,
+            wp.hidden_size,
+            wp.intermediate_size,
+            caps.num_topk,
+            caps.apply_router_weight_on_input,
+        )
+        jobs = [(_routing.compile_routing, (d, k, e, h, a1, on_input, config.routing, arch)) for d in IDS_DTYPES]
+        jobs.append((_combine.compile_combine, (k, e, h, i, a2, on_input, config.combine, arch)))
+        jobs.append((ex.compile_fc1, (a1, wp.weight_format, wp.activation, config.experts, arch)))
+        jobs.append((ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, config.experts, arch)))
+        return tuple(jobs)
+
+    def scratch_specs(self, config=None, device="cuda") -> tuple:
+        from ..._lib.quant import swizzled_size
+        from ..._lib.scratch import ScratchBufferSpec as S
+
+        if torch.device(device).type != "cuda":
+            return ()  # the reference backend needs no workspace
+        caps, wp = self.caps, self.caps.weight_plan
+        e, h, i, k = wp.num_experts, wp.hidden_size, wp.intermediate_size, caps.num_topk
+        r_cap = caps.max_tokens * k
+        hist_rows = 1
+        if config is not None and r_cap > config.routing.micro_max_routes:
+            hist_rows = -(-r_cap // config.routing.dyn_block_r)
+        a1, a2 = self.operand_formats
+        specs = [
+            S("expert_start", (e + 1,), "int32", device),
+            S("expert_count", (e,), "int32", device),
+            S("sorted_token", (r_cap,), "int32", device),
+            S("sorted_expert", (r_cap,), "int32", device),
+            S("route_row", (r_cap,), "int32", device),
+            S("hist", (hist_rows, e), "int32", device),
+            S("alpha1", (e,), "float32", device),
+            S("alpha2", (e,), "float32", device),
+            S("act_params", (3,), "float32", device),
+            S("dummy", (16,), "uint8", device),
+        ]
+        for name, fmt, cols in (("a1", a1, h), ("a2", a2, i)):
+            if fmt == "bfloat16":
+                specs.append(S(name, (r_cap, cols), "bfloat16", device))
+            elif fmt is not None:
+                specs.append(S(name, (r_cap, cols // 2 if fmt == "nvfp4" else cols), "uint8", device))
+                specs.append(S(f"{name}_scales", (swizzled_size(r_cap, cols // SF_BLOCK[fmt]),), "uint8", device))
+        specs.append(S("c1", (r_cap, i), "bfloat16", device))
+        specs.append(S("c2", (r_cap, h), "float32", device))
+        return tuple(specs)
+
+    def prime(self, state) -> None:
+        """Resolve the launchers, fill the workspace's constants (activation parameters, scale
+        padding), load every Triton module on the device and launch both expert GEMMs once on an
+        empty one-expert problem, so nothing initialises lazily during capture."""
+        if state.arch is None:
+            return
+        found = {}
+        for fn, args in state.kernels:
+            found.setdefault(fn.__name__, []).append(fn(*args))
+        routing = dict(zip(IDS_DTYPES, found["compile_routing"]))
+        state.extra["launchers"] = Launchers(
+            routing, found["compile_combine"][0], found["compile_fc1"][0], found["compile_fc2"][0]
+        )
+        _fill_constants(self, state.scratch)
+        index = state.device.index if state.device.index is not None else torch.cuda.current_device()
+        for kern in (*routing.values(), found["compile_combine"][0]):
+            kern.load(index)
+        _prime_experts(self, state)
+        torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
+
+
+@dataclass(frozen=True)
+class Launchers:
+    """A prepared plan's resolved launchers (state.extra["launchers"])."""
+
+    routing: dict  # ids dtype name -> _routing.RoutingKernels
+    combine: object  # _combine.CombineKernels
+    fc1: object
+    fc2: object
+
+
+def _fill_constants(p: FusedMoePlan, s: dict) -> None:
+    caps = p.caps
+    s["act_params"].copy_(
+        torch.tensor([caps.swiglu_limit or 0.0, caps.swiglu_alpha or 0.0, caps.swiglu_beta or 0.0], dtype=torch.float32)
+    )
+    s["dummy"].zero_()
+    a1, a2 = p.operand_formats
+    for name, fmt in (("a1_scales", a1), ("a2_scales", a2)):
+        if name in s:
+            s[name].fill_(SCALE_PAD[fmt])  # padding columns are never written by the kernels
+    s["route_row"].fill_(-1)
+
+
+def _prime_experts(p: FusedMoePlan, state) -> None:
+    """One launch of each expert GEMM on one expert without rows (every CTA exits at once)."""
+    L, s = state.extra["launchers"], state.scratch
+    wp = p.caps.weight_plan
+    dev = state.device
+    n1, h, i = wp.fc1_rows, wp.hidden_size, wp.intermediate_size
+    start = torch.zeros(2, dtype=torch.int32, device=dev)
+    one = torch.ones(1, dtype=torch.float32, device=dev)
+    b1 = torch.zeros(1, n1, h // 2, dtype=torch.uint8, device=dev)
+    b2 = torch.zeros(1, h, i // 2, dtype=torch.uint8, device=dev)
+    sf1 = torch.zeros(1, 16, dtype=torch.uint8, device=dev)
+    a1, a2 = _operands(p, s)
+    L.fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"])
+    L.fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one)
+
+
+def _operands(p: FusedMoePlan, s: dict):
+    """((A1, SFA1), (A2, SFA2)) as the expert GEMMs take them (SFA: a uint8 view or the dummy)."""
+    a1, a2 = p.operand_formats
+    first = (s["a1"], s["a1_scales"] if a1 != "bfloat16" else s["dummy"])
+    second = (s["c1"], s["dummy"]) if a2 is None else (s["a2"], s["a2_scales"])
+    return first, second
 
 
 def plan(caps: Caps, *, invocation=None, override=None) -> FusedMoePlan:
     """A pure, hashable plan. invocation: None or the expected live token count in [1, max_tokens].
-    override: must be None (there is no kernel variant to choose yet)."""
+    override: must be None (the heuristic picks every tile)."""
     if not isinstance(caps, Caps):
         raise ValueError(f"caps must be a moe.fused_moe Caps, got {type(caps).__name__}")
     if invocation is not None and (
@@ -124,6 +298,10 @@ class FusedMoeBinding:
     topk_weights: torch.Tensor
     topk_ids: torch.Tensor
     output: torch.Tensor | None
+    scratch: dict | None = None  # CUDA: the workspace views the launches use
+    fc1_args: tuple | None = None  # CUDA: the expert GEMMs' arguments (views)
+    fc2_args: tuple | None = None
+    gscales: tuple | None = None  # CUDA: (a1_gscale, a2_gscale) or fp32 stand-ins
 
 
 def _on_device(name: str, t: torch.Tensor, device: str) -> None:
@@ -146,17 +324,53 @@ def _check_routing(caps: Caps, t_count: int, topk_ids, topk_weights, ids_name="t
         _on_device(name, t, caps.device)
 
 
+def _check_scratch(plan: FusedMoePlan, scratch):
+    """The workspace views a CUDA binding uses: the plan's own (scratch=None) or the caller's dict
+    with the same buffers (ScratchBufferSpec shapes and dtypes)."""
+    from ..._lib.scratch import check_buffer
+
+    st = plan.state
+    if scratch is None:
+        return st.scratch
+    if not isinstance(scratch, dict):
+        raise ValueError(
+            f"scratch must be None or a dict of the plan's workspace buffers, got {type(scratch).__name__}"
+        )
+    specs = plan.scratch_specs(st.selection, st.device)
+    names = sorted(s.name for s in specs)
+    if sorted(scratch) != names:
+        raise ValueError(f"scratch must hold exactly the plan's buffers {names}, got {sorted(scratch)}")
+    for spec in specs:
+        check_buffer(
+            f"scratch[{spec.name!r}]", scratch[spec.name], shape=spec.shape, dtype=spec.dtype, device=spec.device
+        )
+    return scratch
+
+
+def _check_kernel_layout(a, output) -> None:
+    """The CUDA pipeline reads a and writes output as contiguous rows from 16-byte aligned starts."""
+    from ..._lib.checks import check_aligned
+
+    for name, t in (("a", a), ("output", output)):
+        if t is None:
+            continue
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous on CUDA, got {describe(t)}")
+        check_aligned(name, t, 16)
+
+
 def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids, output=None) -> FusedMoeBinding:
     """Checks and views only (never allocates, never writes). a: bf16 [T, H] with T <= max_tokens;
     experts: `ExpertWeights` prepared for this plan's weight plan; topk_ids int32 (int64 accepted)
-    [T, k]; topk_weights fp32 [T, k]; output: None or a's dtype [T, H]. scratch: None (the op has no
-    workspace yet)."""
+    [T, k]; topk_weights fp32 [T, k]; output: None or a's dtype [T, H]. scratch: None (the plan's
+    own workspace) or a dict of buffers matching its scratch specs (CUDA plans only)."""
     if not isinstance(plan, FusedMoePlan):
         raise ValueError(f"plan must come from moe.fused_moe.plan(caps), got {type(plan).__name__}")
-    _ = plan.state  # raises PlanNotPreparedError naming PreparationSession
+    st = plan.state  # raises PlanNotPreparedError naming PreparationSession
     caps = plan.caps
     wp = caps.weight_plan
-    if scratch is not None and (not isinstance(scratch, dict) or scratch):
+    kernels = st.arch is not None
+    if not kernels and scratch is not None and (not isinstance(scratch, dict) or scratch):
         raise ValueError(f"scratch must be None (moe.fused_moe has no workspace yet), got {type(scratch).__name__}")
     if not isinstance(a, torch.Tensor) or a.dtype != torch.bfloat16 or a.dim() != 2 or a.shape[1] != wp.hidden_size:
         raise ValueError(f"a must be bfloat16 [T, {wp.hidden_size}], got {describe(a)}")
@@ -179,34 +393,77 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
         ):
             raise ValueError(f"output must be bfloat16 [{t_count}, {wp.hidden_size}], got {describe(output)}")
         _on_device("output", output, caps.device)
-    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output)
+    if a.device.type == "cpu":
+        return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output)
+    if not kernels:
+        raise ValueError(
+            f"{OP}: the plan was prepared on {st.device} (the reference backend) but the tensors are on "
+            f"{a.device}; prepare it in PreparationSession({str(a.device)!r})"
+        )
+    _check_kernel_layout(a, output)
+    s = _check_scratch(plan, scratch)
+    return device_binding(plan, s, a, experts, topk_weights, topk_ids, output)
+
+
+def device_binding(plan: FusedMoePlan, s: dict, a, experts, topk_weights, topk_ids, output) -> FusedMoeBinding:
+    """The binding of the device pipeline on workspace views `s` (arguments already checked)."""
+    (A1, SFA1), (A2, SFA2) = _operands(plan, s)
+    ex, u8 = experts, torch.uint8
+    fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), s["c1"], s["expert_start"], ex.w1_alpha, s["alpha1"])
+    fc1 += (s["act_params"],)
+    fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
+    nvfp4 = plan.operand_formats[0] == "nvfp4"
+    gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
+    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales)
 
 
 def run(*, binding: FusedMoeBinding) -> torch.Tensor:
-    """out [T, H] in a's dtype (into binding.output when given). CPU tensors run the reference."""
+    """out [T, H] in a's dtype (into binding.output when given; otherwise allocated, which a CUDA
+    graph capture must avoid). CPU tensors run the reference."""
     if not isinstance(binding, FusedMoeBinding):
         raise ValueError(f"binding must come from moe.fused_moe.bind(...), got {type(binding).__name__}")
     b = binding
     caps = b.plan.caps
-    if b.a.device.type != "cpu":
-        raise NotImplementedError(
-            f"{OP}: the fused MoE GPU kernel is not implemented yet (it will consume ExpertWeights' packed layout); "
-            "CPU tensors run the reference"
+    if b.a.device.type == "cpu":
+        swiglu = {k: getattr(caps, k) for k in SWIGLU_DEFAULTS if getattr(caps, k) is not None}
+        out = reference.fused_moe(
+            b.a,
+            b.experts,
+            b.topk_weights,
+            b.topk_ids,
+            quant_mode=caps.quant_mode,
+            apply_router_weight_on_input=caps.apply_router_weight_on_input,
+            **swiglu,
         )
-    swiglu = {k: getattr(caps, k) for k in SWIGLU_DEFAULTS if getattr(caps, k) is not None}
-    out = reference.fused_moe(
-        b.a,
-        b.experts,
-        b.topk_weights,
-        b.topk_ids,
-        quant_mode=caps.quant_mode,
-        apply_router_weight_on_input=caps.apply_router_weight_on_input,
-        **swiglu,
-    )
-    if b.output is None:
-        return out
-    b.output.copy_(out)
-    return b.output
+        if b.output is None:
+            return out
+        b.output.copy_(out)
+        return b.output
+    launchers = b.plan.state.extra.get("launchers")
+    if launchers is None or b.scratch is None:
+        raise ValueError(
+            f"{OP}: this binding has no device launchers (its plan was prepared on {b.plan.state.device}, "
+            f"the tensors are on {b.a.device}); bind a plan prepared in PreparationSession on that device"
+        )
+    out = b.output if b.output is not None else torch.empty_like(b.a)
+    execute(launchers, b, out)
+    return out
+
+
+def execute(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> None:
+    """The five steps of the device pipeline (module docstring) for binding b into out."""
+    t_count = b.a.shape[0]
+    if t_count == 0:
+        return
+    s = b.scratch
+    g1, g2 = b.gscales
+    routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)
+    launchers.fc1(*b.fc1_args)
+    if launchers.combine.requant is not None:
+        launchers.combine.requantize(t_count, s, g2)
+    launchers.fc2(*b.fc2_args)
+    launchers.combine(t_count, s, b.topk_weights, out)
 
 
 def route_topk(plan: FusedMoePlan, router_logits, topk_logits, topk_ids, topk_weights, *, renormalize: bool = True):

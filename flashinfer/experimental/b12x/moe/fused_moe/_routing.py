@@ -1,0 +1,545 @@
+"""moe.fused_moe routing and gather kernels (Triton): topk_ids -> expert-sorted rows -> FC1 operand.
+
+Per call with live T tokens, k routes per token, R = T * k routes (route r = (t, j), r = t * k + j),
+E experts; a route is VALID when 0 <= topk_ids[t, j] < E (others are ignored: no row, nothing added).
+Outputs, in the plan's workspace (sized by max_tokens, never by T):
+
+    expert_start  int32 [E + 1]       exclusive prefix sum of valid routes per expert; [E] = valid routes
+    sorted_token  int32 [R_cap]       token of sorted row p (p < expert_start[E]; later rows untouched)
+    sorted_expert int32 [R_cap]       expert of sorted row p
+    route_row     int32 [max_tokens * k]   sorted row of route r, -1 when ignored (r < R)
+    A1, SFA1      the FC1 operand, row p = a[sorted_token[p]] (times the route weight when it is
+                  applied on the input): bf16 [R_cap, H] | NVFP4 packed uint8 [R_cap, H/2] + E4M3
+                  scales (128x4 swizzled over R_cap rows, global scale a1_gscale[expert]) | MXFP8 e4m3
+                  bytes [R_cap, H] + UE8M0 scales (swizzled)
+    alpha1, alpha2 fp32 [E]           the GEMMs' activation dequant factor: 1 / a*_gscale (nvfp4), else 1
+
+Rows of one expert are ordered by route index (any order is allowed; this one is deterministic).
+
+Two ways to the sorted row p of a valid route r with expert e:
+- micro (R <= micro_max_routes; one launch does routing AND gather): every program recounts
+  p = #{valid r' : e' < e} + #{r' < r : e' == e} over all R routes ([BLOCK_R, CHUNK] compares per
+  step; R^2 / BLOCK_R compares per H chunk, ~64k at T = 64, k = 8), and extra programs write
+  expert_start and the alphas. No atomics, nothing to zero first, no host sync.
+- dynamic (large R; 4 launches, a counting sort): `hist` counts each block of routes per expert,
+  `scan` turns the counts into per-block offsets (in place) and per-expert totals, `start` writes
+  expert_start and the alphas, then the gather kernel (DYNAMIC) takes
+  p = expert_start[e] + offset[block, e] + #{r' < r in the block : e' == e}.
+
+Quantization reproduces the `_lib.quant` oracles bit for bit (quantize_nvfp4 with the route's
+expert's gs, quantize_mxfp8), on x = fp32(a[t]) (* w[t, j] in fp32 when applied on the input): every
+division is `div_rn` (Triton's `/` is approximate), fp fusion is off (no multiply folded into an
+FMA). Scale padding columns are never written (PAD fills them once at prepare time).
+
+Bytes: the gather reads T * H * 2 bytes of `a` once per route (k times; L2 hits after the first) and
+writes R rows of the operand; routing reads R ids (micro: R * R / BLOCK_R id loads from L2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from ..._lib.compile import kernel
+from ..._lib.freeze import check_may_resolve
+from ...quantization._shared import _triton_helpers
+from ...quantization._shared._triton_helpers import block_amax, swizzled_scale_offsets
+
+OP = "moe.fused_moe"
+FMT_BF16, FMT_NVFP4, FMT_MXFP8 = 0, 1, 2
+OPERAND_FORMATS = {"bfloat16": FMT_BF16, "nvfp4": FMT_NVFP4, "mxfp8": FMT_MXFP8}
+SF_BLOCK = {"nvfp4": 16, "mxfp8": 32}
+SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}  # FORMATS.md: NVFP4 pads with 0, MX with 127 (scale 1.0)
+CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
+IDS_DTYPES = {"int32": "i32", "int64": "i64"}
+# Workspace views are 1 KiB aligned; `a` is checked 16-byte aligned by bind.
+ALIGNED_GATHER = ("a_ptr", "start_ptr", "sorted_token_ptr", "sorted_expert_ptr", "route_row_ptr", "out_ptr", "sf_ptr")
+
+
+# -------------------------------------------------------------------------------------------------
+# Config and heuristic
+# -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Tiles of the routing/gather kernels. block_h must divide H (and be a multiple of the operand's
+    scale block); micro_max_routes: the largest live R the one-launch micro path takes."""
+
+    block_r: int = 16
+    block_h: int = 512
+    chunk: int = 256
+    e_block: int = 64
+    dyn_block_r: int = 64
+    scan_b: int = 32
+    micro_max_routes: int = 1024
+    num_warps: int = 4
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def largest_pow2_divisor(n: int, cap: int) -> int:
+    d = 1
+    while d * 2 <= cap and n % (d * 2) == 0:
+        d *= 2
+    return d
+
+
+def default_config(hidden: int) -> RoutingConfig:
+    # Not measured yet (bench_moe.py times the whole layer): 16 routes x 512 columns keeps 16 KiB of
+    # bf16 input per program; the micro path's recount costs R / 256 compare steps per program.
+    return RoutingConfig(block_h=largest_pow2_divisor(hidden, 512))
+
+
+def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
+    sf = SF_BLOCK.get(a_fmt, 16)
+    return (
+        a_fmt in OPERAND_FORMATS
+        and all(_pow2(v) for v in (config.block_r, config.block_h, config.chunk, config.e_block))
+        and all(_pow2(v) for v in (config.dyn_block_r, config.scan_b))
+        and config.block_h >= sf
+        and hidden % config.block_h == 0
+        and config.micro_max_routes >= 1
+        and config.num_warps in (1, 2, 4, 8, 16)
+    )
+
+
+# -------------------------------------------------------------------------------------------------
+# Device helpers
+# -------------------------------------------------------------------------------------------------
+@triton.jit
+def _load_routes(ids_ptr, r, R, ids_st, ids_sj, K: tl.constexpr, E: tl.constexpr):
+    """(expert int32, valid) of flat routes r; ignored and out-of-range routes get expert E."""
+    ok = r < R
+    t = r // K
+    j = r - t * K
+    e = tl.load(ids_ptr + t.to(tl.int64) * ids_st + j * ids_sj, mask=ok, other=-1)
+    valid = ok & (e >= 0) & (e < E)
+    return tl.where(valid, e, E).to(tl.int32), valid
+
+
+@triton.jit
+def _write_alphas(ec, e_ok, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4: tl.constexpr):
+    """alpha = 1 / gs per expert for NVFP4 activations (correctly rounded), else 1."""
+    if NVFP4:
+        one = tl.full(ec.shape, 1.0, tl.float32)
+        g1 = tl.load(g1_ptr + ec, mask=e_ok, other=1.0)
+        g2 = tl.load(g2_ptr + ec, mask=e_ok, other=1.0)
+        tl.store(alpha1_ptr + ec, tl.math.div_rn(one, g1), mask=e_ok)
+        tl.store(alpha2_ptr + ec, tl.math.div_rn(one, g2), mask=e_ok)
+    else:
+        tl.store(alpha1_ptr + ec, tl.full(ec.shape, 1.0, tl.float32), mask=e_ok)
+        tl.store(alpha2_ptr + ec, tl.full(ec.shape, 1.0, tl.float32), mask=e_ok)
+
+
+@triton.jit
+def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+    """Quantize x fp32 [BR, BK] (columns col0.. of rows rows64) to NVFP4 with per-row global scale
+    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4)."""
+    NB: tl.constexpr = KDIM // 16
+    xb = tl.reshape(x, (BR, BK // 16, 16))
+    amax = block_amax(xb)
+    t = tl.minimum(tl.math.div_rn(gs[:, None] * amax, 6.0), 448.0)
+    sf8 = t.to(tl.float8e4nv)
+    sf = sf8.to(tl.float32)
+    y = tl.math.div_rn(xb * gs[:, None, None], sf[:, :, None])
+    mag = tl.abs(y)
+    # E2M1 code by counting grid midpoints passed; `>` vs `>=` sends each tie to the even code.
+    code = (mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
+    code += (mag >= 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
+    code += (mag > 5.0).to(tl.int32)
+    code = tl.where((y < 0) & (code != 0), code | 8, code)
+    code = tl.where(sf[:, :, None] == 0, 0, code)
+    lo, hi = tl.split(tl.reshape(code, (BR, BK // 2, 2)))
+    pcols = col0 // 2 + tl.arange(0, BK // 2)
+    tl.store(
+        out_ptr + rows64[:, None] * (KDIM // 2) + pcols[None, :], (lo | (hi << 4)).to(tl.uint8), mask=row_ok[:, None]
+    )
+    scols = col0 // 16 + tl.arange(0, BK // 16)
+    offs = swizzled_scale_offsets(rows64, scols, NB)
+    tl.store(sf_ptr + offs, sf8.to(tl.uint8, bitcast=True), mask=row_ok[:, None])
+
+
+@triton.jit
+def _mxfp8_tile(x, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+    """Quantize x fp32 [BR, BK] to MXFP8 (quantize_mxfp8): e4m3 bytes [., KDIM] + swizzled UE8M0."""
+    NB: tl.constexpr = KDIM // 32
+    xb = tl.reshape(x, (BR, BK // 32, 32))
+    amax = block_amax(xb)
+    bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
+    expo = (bits >> 23) & 0xFF
+    byte = expo + ((bits & 0x7FFFFF) != 0).to(tl.int32)  # round the scale UP to a power of two
+    byte = tl.where(expo == 0xFF, 255, byte)
+    byte = tl.where(bits == 0, 127, byte)
+    # x / 2^(byte - 127) == x * 2^(127 - byte) exactly; 2^-127 (byte 254) is a subnormal.
+    mult = tl.where(byte == 254, 0x00400000, (254 - byte) << 23).to(tl.float32, bitcast=True)
+    v = xb * mult[:, :, None]
+    q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    q = tl.where((v != v) | (byte == 255)[:, :, None], 0x7F, q)
+    cols = col0 + tl.arange(0, BK)
+    tl.store(out_ptr + rows64[:, None] * KDIM + cols[None, :], tl.reshape(q, (BR, BK)), mask=row_ok[:, None])
+    scols = col0 // 32 + tl.arange(0, BK // 32)
+    offs = swizzled_scale_offsets(rows64, scols, NB)
+    tl.store(sf_ptr + offs, byte.to(tl.uint8), mask=row_ok[:, None])
+
+
+@triton.jit
+def store_operand(
+    x,
+    gs,
+    out_ptr,
+    sf_ptr,
+    rows64,
+    row_ok,
+    col0,
+    KDIM: tl.constexpr,
+    FMT: tl.constexpr,
+    BR: tl.constexpr,
+    BK: tl.constexpr,
+):
+    """Rows rows64 (mask row_ok), columns col0 + [0, BK) of a GEMM operand of KDIM columns, in FMT."""
+    if FMT == 0:
+        cols = col0 + tl.arange(0, BK)
+        tl.store(out_ptr + rows64[:, None] * KDIM + cols[None, :], x.to(tl.bfloat16), mask=row_ok[:, None])
+    elif FMT == 1:
+        _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM, BR, BK)
+    else:
+        _mxfp8_tile(x, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM, BR, BK)
+
+
+# -------------------------------------------------------------------------------------------------
+# Kernels
+# -------------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=["T", "ids_st", "ids_sj", "w_st", "w_sj"])
+def _route_gather_kernel(
+    ids_ptr,  # topk_ids [T, k] int32/int64, strides (ids_st, ids_sj)
+    w_ptr,  # topk_weights fp32 [T, k], strides (w_st, w_sj)
+    a_ptr,  # a bf16 [T, H] contiguous
+    start_ptr,  # int32 [E + 1]: written here (micro) or read (DYNAMIC)
+    sorted_token_ptr,  # int32 [R_cap] out
+    sorted_expert_ptr,  # int32 [R_cap] out
+    route_row_ptr,  # int32 [max_tokens * k] out
+    offs_ptr,  # DYNAMIC: int32 [blocks, E] per-block offsets from the scan kernel
+    g1_ptr,  # fp32 [E] a1_gscale (nvfp4) or any fp32 pointer
+    g2_ptr,  # fp32 [E] a2_gscale (nvfp4) or any fp32 pointer
+    alpha1_ptr,  # fp32 [E] out (micro): 1 / a1_gscale or 1
+    alpha2_ptr,  # fp32 [E] out (micro): 1 / a2_gscale or 1
+    out_ptr,  # the FC1 operand's values (bf16 or uint8)
+    sf_ptr,  # uint8: its swizzled scales (nvfp4 / mxfp8)
+    T,
+    ids_st,
+    ids_sj,
+    w_st,
+    w_sj,
+    K: tl.constexpr,
+    E: tl.constexpr,
+    H: tl.constexpr,
+    FMT: tl.constexpr,
+    ON_INPUT: tl.constexpr,
+    DYNAMIC: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    CHUNK: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    R = T * K
+    n_route_blocks = tl.cdiv(R, BLOCK_R)
+    if pid >= n_route_blocks:
+        # Micro only, extra programs: expert_start[e] = valid routes with an expert below e; alphas.
+        if (not DYNAMIC) and pid_h == 0:
+            ec = (pid - n_route_blocks) * E_BLOCK + tl.arange(0, E_BLOCK)
+            below = tl.zeros([E_BLOCK], dtype=tl.int32)
+            for c0 in range(0, R, CHUNK):
+                ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, CHUNK), R, ids_st, ids_sj, K, E)
+                below += tl.sum((ex[None, :] < ec[:, None]).to(tl.int32), axis=1)
+            tl.store(start_ptr + ec, below, mask=ec <= E)
+            _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, FMT == 1)
+    else:
+        # Phase 1: this program's routes and their sorted rows.
+        r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+        e, valid = _load_routes(ids_ptr, r, R, ids_st, ids_sj, K, E)
+        if DYNAMIC:
+            same_before = (e[None, :] == e[:, None]) & (r[None, :] < r[:, None])
+            row = tl.sum(same_before.to(tl.int32), axis=1)
+            row += tl.load(start_ptr + e, mask=valid, other=0)
+            row += tl.load(offs_ptr + pid * E + e, mask=valid, other=0)
+        else:
+            row = tl.zeros([BLOCK_R], dtype=tl.int32)
+            for c0 in range(0, R, CHUNK):
+                rc = c0 + tl.arange(0, CHUNK)
+                ec, _ = _load_routes(ids_ptr, rc, R, ids_st, ids_sj, K, E)
+                ahead = (ec[None, :] < e[:, None]) | ((ec[None, :] == e[:, None]) & (rc[None, :] < r[:, None]))
+                row += tl.sum(ahead.to(tl.int32), axis=1)
+        tok = r // K
+        if pid_h == 0:
+            tl.store(sorted_token_ptr + row, tok, mask=valid)
+            tl.store(sorted_expert_ptr + row, e, mask=valid)
+            tl.store(route_row_ptr + r, tl.where(valid, row, -1), mask=r < R)
+
+        # Phase 2: gather a[tok] (times the route weight on input) into row `row` of the operand.
+        tok64 = tok.to(tl.int64)
+        cols = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+        x = tl.load(a_ptr + tok64[:, None] * H + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+        if ON_INPUT:
+            w = tl.load(w_ptr + tok64 * w_st + (r - tok * K) * w_sj, mask=valid, other=0.0)
+            x = x * w[:, None]
+        if FMT == 1:
+            gs = tl.load(g1_ptr + e, mask=valid, other=1.0)
+        else:
+            gs = tl.full([BLOCK_R], 1.0, tl.float32)
+        store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, pid_h * BLOCK_H, H, FMT, BLOCK_R, BLOCK_H)
+
+
+@triton.jit(do_not_specialize=["T", "ids_st", "ids_sj"])
+def _route_hist_kernel(
+    ids_ptr,  # topk_ids [T, k]
+    hist_ptr,  # int32 [blocks, E] out: valid routes per (block of BLOCK_R routes, expert)
+    T,
+    ids_st,
+    ids_sj,
+    K: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    e, _ = _load_routes(ids_ptr, pid * BLOCK_R + tl.arange(0, BLOCK_R), T * K, ids_st, ids_sj, K, E)
+    for e0 in tl.static_range(0, E, E_BLOCK):
+        ec = e0 + tl.arange(0, E_BLOCK)
+        count = tl.sum((e[None, :] == ec[:, None]).to(tl.int32), axis=1)
+        tl.store(hist_ptr + pid * E + ec, count, mask=ec < E)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _route_scan_kernel(
+    hist_ptr,  # int32 [blocks, E]: counts in, exclusive per-expert offsets over blocks out
+    count_ptr,  # int32 [E] out: valid routes per expert
+    T,
+    K: tl.constexpr,
+    E: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    SCAN_B: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
+    ec = tl.program_id(0) * E_BLOCK + tl.arange(0, E_BLOCK)
+    e_ok = ec < E
+    blocks = tl.cdiv(T * K, BLOCK_R)
+    running = tl.zeros([E_BLOCK], dtype=tl.int32)
+    for b0 in range(0, blocks, SCAN_B):
+        bb = b0 + tl.arange(0, SCAN_B)
+        m = (bb < blocks)[:, None] & e_ok[None, :]
+        ptrs = hist_ptr + bb[:, None] * E + ec[None, :]
+        h = tl.load(ptrs, mask=m, other=0)
+        tl.store(ptrs, tl.cumsum(h, axis=0) - h + running[None, :], mask=m)
+        running += tl.sum(h, axis=0)
+    tl.store(count_ptr + ec, running, mask=e_ok)
+
+
+@triton.jit
+def _route_start_kernel(
+    count_ptr,  # int32 [E] valid routes per expert
+    start_ptr,  # int32 [E + 1] out
+    g1_ptr,
+    g2_ptr,
+    alpha1_ptr,
+    alpha2_ptr,
+    E: tl.constexpr,
+    E_PAD: tl.constexpr,
+    NVFP4: tl.constexpr,
+):
+    ec = tl.arange(0, E_PAD)
+    c = tl.load(count_ptr + ec, mask=ec < E, other=0)
+    inclusive = tl.cumsum(c, axis=0)
+    tl.store(start_ptr + ec, inclusive - c, mask=ec < E)
+    tl.store(start_ptr + E, tl.sum(c, axis=0))
+    _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4)
+
+
+# -------------------------------------------------------------------------------------------------
+# Ahead-of-time compilation and launch
+# -------------------------------------------------------------------------------------------------
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class TritonKernel:
+    """One Triton kernel at fixed constexprs: compiled ahead of time for `arch` (no GPU needed) and
+    loaded once per device on first launch, or launched through the JIT function under
+    TRITON_INTERPRET (`arch=None`). `launch(grid, *args)` runs on torch's current stream of the
+    device of the first tensor argument; args are the runtime arguments in kernel order.
+    `aligned`: pointer arguments the caller guarantees 16-byte aligned (workspace views, checked
+    inputs): Triton then vectorizes their accesses."""
+
+    def __init__(self, fn, signature: dict, constexprs: dict, num_warps: int, arch, key: str = "", aligned=()):
+        self.fn, self.constexprs, self.num_warps, self.arch, self.key = fn, constexprs, num_warps, arch, key
+        self._signature = dict(signature, **{name: "constexpr" for name in constexprs})
+        names = list(self._signature)
+        self._attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+        self._tail = tuple(constexprs.values())
+        self._by_device: dict = {}
+        self.compiled = self._compile() if arch is not None else None
+
+    def _compile(self):
+        """The CompiledKernel (asm["ptx"], asm["cubin"]); Triton's disk cache makes a repeat a read."""
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        src = ASTSource(self.fn, self._signature, self.constexprs, self._attrs)
+        options = {"num_warps": self.num_warps, "num_stages": 1, "enable_fp_fusion": False}
+        return triton.compile(src, target=GPUTarget("cuda", CC_BY_ARCH[self.arch], 32), options=options)
+
+    def _loaded(self, index: int):
+        fn = self._by_device.get(index)
+        if fn is None:
+            import torch
+
+            check_may_resolve(OP, f"{self.key} (load on device {index})")  # a module load is resolution too
+            fn = self.compiled if not self._by_device else self._compile()
+            with torch.cuda.device(index):
+                fn[(1, 1, 1)]  # loads the module on this device without launching
+            self._by_device[index] = fn
+        return fn
+
+    def launch(self, grid, *args) -> None:
+        if self.arch is None:
+            self.fn[grid](*args, **self.constexprs, num_warps=self.num_warps)
+            return
+        import torch
+
+        index = next(a for a in args if isinstance(a, torch.Tensor)).device.index
+        fn = self._loaded(index)
+        stream = torch._C._cuda_getCurrentRawStream(index)
+        if index != torch.cuda.current_device():
+            with torch.cuda.device(index):
+                fn[grid](*args, *self._tail, stream=stream)
+        else:
+            fn[grid](*args, *self._tail, stream=stream)
+
+
+def _fmt_ptr(a_fmt: str) -> str:
+    return "*bf16" if a_fmt == "bfloat16" else "*u8"
+
+
+class RoutingKernels:
+    """The routing/gather kernels of one (ids dtype, k, E, H, FC1 operand format, placement) key."""
+
+    def __init__(self, ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config: RoutingConfig, arch):
+        self.k, self.e, self.h, self.a_fmt, self.config = num_topk, num_experts, hidden, a_fmt, config
+        ids = f"*{IDS_DTYPES[ids_dtype]}"
+        key = f"routing ids={ids_dtype} k={num_topk} E={num_experts} H={hidden} {a_fmt} on_input={on_input}"
+        cfg = config
+        i32, f32 = "*i32", "*fp32"
+        gather_sig = dict(
+            ids_ptr=ids, w_ptr=f32, a_ptr="*bf16", start_ptr=i32, sorted_token_ptr=i32, sorted_expert_ptr=i32,
+            route_row_ptr=i32, offs_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32,
+            out_ptr=_fmt_ptr(a_fmt), sf_ptr="*u8", T="i32", ids_st="i32", ids_sj="i32", w_st="i32", w_sj="i32",
+        )  # fmt: skip
+        common = dict(K=num_topk, E=num_experts, H=hidden, FMT=OPERAND_FORMATS[a_fmt], ON_INPUT=bool(on_input))
+        tiles = dict(CHUNK=cfg.chunk, E_BLOCK=cfg.e_block)
+        nw = cfg.num_warps
+        self.micro = TritonKernel(
+            _route_gather_kernel,
+            gather_sig,
+            dict(common, DYNAMIC=False, BLOCK_R=cfg.block_r, BLOCK_H=cfg.block_h, **tiles),
+            nw,
+            arch,
+            key + " micro",
+            aligned=ALIGNED_GATHER,
+        )
+        self.gather = TritonKernel(
+            _route_gather_kernel,
+            gather_sig,
+            dict(common, DYNAMIC=True, BLOCK_R=cfg.dyn_block_r, BLOCK_H=cfg.block_h, **tiles),
+            nw,
+            arch,
+            key + " gather",
+            aligned=ALIGNED_GATHER,
+        )
+        kd = dict(K=num_topk, E=num_experts)
+        self.hist = TritonKernel(
+            _route_hist_kernel,
+            dict(ids_ptr=ids, hist_ptr=i32, T="i32", ids_st="i32", ids_sj="i32"),
+            dict(kd, BLOCK_R=cfg.dyn_block_r, E_BLOCK=cfg.e_block),
+            nw,
+            arch,
+            key + " hist",
+        )
+        self.scan = TritonKernel(
+            _route_scan_kernel,
+            dict(hist_ptr=i32, count_ptr=i32, T="i32"),
+            dict(kd, BLOCK_R=cfg.dyn_block_r, SCAN_B=cfg.scan_b, E_BLOCK=cfg.e_block),
+            nw,
+            arch,
+            key + " scan",
+        )
+        self.start = TritonKernel(
+            _route_start_kernel,
+            dict(count_ptr=i32, start_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32),
+            dict(E=num_experts, E_PAD=triton.next_power_of_2(num_experts), NVFP4=a_fmt == "nvfp4"),
+            nw,
+            arch,
+            key + " start",
+        )
+
+    def load(self, index: int) -> None:
+        """Load every kernel's module on device `index` (preparation: before any capture)."""
+        for k in (self.micro, self.gather, self.hist, self.scan, self.start):
+            if k.arch is not None:
+                k._loaded(index)
+
+    def hist_blocks(self, max_routes: int) -> int:
+        """Rows of the dynamic path's per-block histogram for up to max_routes routes."""
+        return triton.cdiv(max_routes, self.config.dyn_block_r)
+
+    def __call__(self, T, ids, w, a, s, g1, g2) -> None:
+        """Route and gather T tokens. s: the workspace views (api.py's scratch names); g1/g2: the
+        experts' a1/a2 gscales (nvfp4) or any fp32 tensor."""
+        cfg, R = self.config, T * self.k
+        if R == 0:
+            return
+        strides = (ids.stride(0), ids.stride(1), w.stride(0), w.stride(1))
+        n_h = self.h // cfg.block_h
+        tail = (s["a1"], s.get("a1_scales", s["dummy"]), T, *strides)
+        meta = (s["expert_start"], s["sorted_token"], s["sorted_expert"], s["route_row"], s["hist"])
+        alphas = (g1, g2, s["alpha1"], s["alpha2"])
+        if R <= cfg.micro_max_routes:
+            grid = (triton.cdiv(R, cfg.block_r) + triton.cdiv(self.e + 1, cfg.e_block), n_h, 1)
+            self.micro.launch(grid, ids, w, a, *meta, *alphas, *tail)
+            return
+        blocks = triton.cdiv(R, cfg.dyn_block_r)
+        self.hist.launch((blocks, 1, 1), ids, s["hist"], T, ids.stride(0), ids.stride(1))
+        self.scan.launch((triton.cdiv(self.e, cfg.e_block), 1, 1), s["hist"], s["expert_count"], T)
+        self.start.launch((1, 1, 1), s["expert_count"], s["expert_start"], *alphas)
+        self.gather.launch((blocks, n_h, 1), ids, w, a, *meta, *alphas, *tail)
+
+
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
+def compile_routing(
+    ids_dtype: str,
+    num_topk: int,
+    num_experts: int,
+    hidden: int,
+    a_fmt: str,
+    on_input: bool,
+    config: RoutingConfig,
+    arch: str,
+) -> RoutingKernels:
+    """The routing + gather kernels for one static key, compiled for `arch` (no GPU needed)."""
+    if ids_dtype not in IDS_DTYPES:
+        raise ValueError(f"{OP}: ids_dtype must be one of {sorted(IDS_DTYPES)}, got {ids_dtype!r}")
+    if not can_implement(hidden, a_fmt, config):
+        raise ValueError(f"{OP}: routing cannot implement H={hidden} with {a_fmt} and {config}")
+    return RoutingKernels(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, arch)
+
+
+def interpreted_routing(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config=None) -> RoutingKernels:
+    """The same kernels launched through Triton's interpreter (TRITON_INTERPRET=1, CPU tensors)."""
+    config = config or default_config(hidden)
+    if not can_implement(hidden, a_fmt, config):
+        raise ValueError(f"{OP}: routing cannot implement H={hidden} with {a_fmt} and {config}")
+    return RoutingKernels(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, None)
