@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ExtendConfig
 from flashinfer.experimental.b12x.preparation import session as session_mod
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
@@ -52,7 +53,7 @@ def test_meta():
     assert meta.api_style == "planned" and meta.archs == ("sm_90a", "sm_120a")
     assert meta.dtypes == ("bfloat16", "float16", "float8_e4m3fn")
     assert {"Caps", "plan", "bind", "run", "is_supported", "clear_caches"} <= set(meta.entry_points)
-    assert "decode only" in meta.notes and "NotImplementedError" in meta.notes
+    assert "modes decode / extend / verify" in meta.notes and "msa_block_sparse: NotImplementedError" in meta.notes
     assert paged.is_supported("cpu") is False
     assert "CPU tensors run the reference backend" in paged.why_unsupported("cpu")
 
@@ -91,8 +92,11 @@ def test_caps_are_frozen_and_keyword_only():
     "kw, exc, message",
     [
         (dict(mode="prefill"), ValueError, "mode must be one of ('decode', 'extend', 'verify'), got 'prefill'"),
-        (dict(mode="extend"), NotImplementedError, "attention.paged: mode 'extend' is not implemented yet; implemented modes: ('decode',)"),
-        (dict(mode="verify"), NotImplementedError, "mode 'verify' is not implemented yet"),
+        (dict(mode="extend", config=DecodeConfig()), ValueError, "config must be an ExtendConfig or None in mode 'extend', got DecodeConfig"),
+        (dict(mode="verify", config=ExtendConfig(block_m=48)), NotImplementedError, "config out of range: ExtendConfig(block_m=48"),
+        (dict(mode="extend", num_q_heads=64, num_kv_heads=2), NotImplementedError, "GQA group size Hq/Hkv = 32 > 16"),
+        (dict(mode="extend", head_dim_qk=256, head_dim_vo=256, config=ExtendConfig(128, 128, 3)), NotImplementedError,
+         "needs 459840 bytes of shared memory, sm_90a has 232448"),
         (dict(msa_block_sparse=True), NotImplementedError, "attention.paged: msa_block_sparse=True is not implemented"),
         (dict(dtype="float32", kv_dtype="float32"), ValueError, "dtype must be one of ('bfloat16', 'float16'), got 'float32'"),
         (dict(kv_dtype="float16"), ValueError, "kv_dtype must be 'bfloat16' (the q dtype) or 'float8_e4m3fn', got 'float16'"),

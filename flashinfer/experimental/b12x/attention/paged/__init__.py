@@ -1,9 +1,11 @@
 """b12x.attention.paged: attention over a paged KV cache (planned op).
 
-Implemented: mode "decode" (one query row per request) with bf16/fp16 q, KV in q's dtype or fp8
-e4m3 (per-request, per-KV-head descales), head_dim_qk == head_dim_vo in {64, 128, 256}, page size
-16/32/64/128, GQA groups Hq/Hkv <= 16, sliding window, sink logits; split-KV chosen on device.
-Not yet: modes "extend"/"verify", msa_block_sparse (plan raises NotImplementedError).
+Implemented: modes "decode" (one query row per request; split-KV chosen on device), "extend"
+(ragged q_len per request, causal right-aligned; FlashAttention-2 style kernel) and "verify" (the
+extend kernel, one q_len for all requests), with bf16/fp16 q, KV in q's dtype or fp8 e4m3
+(per-request, per-KV-head descales), head_dim_qk == head_dim_vo in {64, 128, 256}, page size
+16/32/64/128, GQA groups Hq/Hkv <= 16, sliding window, sink logits.
+Not yet: msa_block_sparse (plan raises NotImplementedError).
 Lifecycle and contracts: `api.py`; math: `reference.py`; FORMATS.md "attention.paged".
 """
 
@@ -31,9 +33,9 @@ META = OpMeta(
     dtypes=("bfloat16", "float16", "float8_e4m3fn"),
     requires=("cutlass-dsl", "tvm-ffi", "cuda"),
     notes=(
-        "decode only (q_len 1 per request); q bf16/fp16; KV = q dtype or fp8 e4m3 with [batch, Hkv] "
-        "descales; head_dim 64/128/256 (qk == vo); page 16/32/64/128; Hq/Hkv <= 16; window_left; sinks; "
-        "LSE base 2. extend/verify and msa_block_sparse: NotImplementedError at plan time."
+        "modes decode / extend / verify (cu_seqlens_q, causal right-aligned); q bf16/fp16; KV = q dtype or "
+        "fp8 e4m3 with [batch, Hkv] descales; head_dim 64/128/256 (qk == vo); page 16/32/64/128; Hq/Hkv <= 16; "
+        "window_left; sinks; LSE base 2. msa_block_sparse: NotImplementedError at plan time."
     ),
 )
 

@@ -161,3 +161,74 @@ def v_expand_moves(fake_nblocks: int) -> tuple[tuple[int, int, int], ...]:
 def q_dim_slot(d16: int) -> int:
     """Inverse of `q_slot_dim`: the mma k-slot that head dim d16 (within a 16-block) goes to."""
     return 2 * (d16 // 4) + d16 % 2 + 8 * ((d16 // 2) % 2)
+
+
+# ---- extend / verify (FlashAttention-2 style, `_kernel_extend`) ----------------------------------
+@dataclass(frozen=True)
+class ExtendConfig:
+    """block_m: packed query rows per CTA (tokens x the G heads of one KV head; 16 per warp);
+    block_n: keys per KV tile (multiple of 16); stages: cp.async buffers of K and V tiles."""
+
+    block_m: int = 64
+    block_n: int = 64
+    stages: int = 2
+
+    @property
+    def warps(self) -> int:
+        return self.block_m // 16
+
+    def tokens_per_tile(self, group: int) -> int:
+        """Query tokens one CTA owns: block_m // G (rows past tokens * G are padding)."""
+        return self.block_m // group
+
+
+def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: ExtendConfig) -> int:
+    """Q tile (fp8 path: plus its raw copy) + `stages` K and V tiles + the fp8 reduction slots."""
+    fp8 = kv_dtype == "float8_e4m3fn"
+    q = config.block_m * head_dim * 2 * (2 if fp8 else 1)
+    kv = config.stages * config.block_n * (head_dim + head_dim_v) * kv_itemsize(kv_dtype)
+    return q + kv + 1024 + 64
+
+
+def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
+    """None when the extend kernel implements this problem with `config` on `arch`, else why not."""
+    reason = why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, DecodeConfig(), arch)
+    if reason is not None and "shared memory" not in reason:
+        return reason
+    c = config
+    if c.block_m not in (16, 32, 64, 128) or c.block_n not in (16, 32, 64, 128) or c.stages not in (2, 3):
+        return f"config out of range: {c}"
+    need = extend_smem_bytes(kv_dtype, head_dim, head_dim_v, c)
+    if need > SMEM_LIMIT.get(arch, 99 * 1024):
+        return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
+    return None
+
+
+def default_extend_config(kv_dtype: str, head_dim: int, arch: str) -> ExtendConfig:
+    """Unmeasured first choice: 4 warps x 16 rows (Q, S and O stay in registers: ~170 at D 128),
+    64-key tiles, two stages; 32-key tiles at D 256 (register pressure) or when smem is short."""
+    limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    for block_n in (64, 32, 16) if head_dim <= 128 else (32, 16):
+        cfg = ExtendConfig(block_m=64, block_n=block_n, stages=2)
+        if extend_smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
+            return cfg
+    return ExtendConfig(block_m=64, block_n=16, stages=2)
+
+
+def extend_item_capacity(max_total_q: int, max_batch: int, tokens_per_tile: int) -> int:
+    """Work items of the extend schedule: sum_b ceil(L_b / T) <= ceil(total_q / T) + batch."""
+    return _ceil_div(max_total_q, tokens_per_tile) + max_batch
+
+
+def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
+    """The extend schedule kernel's output in Python: (work rows (request, first token), count).
+
+    Request b's tiles start at tokens 0, T, 2T, ... of its q_len; they are listed last tile first
+    (the causal tiles that see the most keys launch first). Non-monotone rows count as empty."""
+    cu = [int(x) for x in cu_seqlens_q]
+    work = []
+    for b in range(len(cu) - 1):
+        length = max(0, cu[b + 1] - cu[b])
+        for j in reversed(range(_ceil_div(length, tokens_per_tile))):
+            work.append((b, j * tokens_per_tile))
+    return work, len(work)

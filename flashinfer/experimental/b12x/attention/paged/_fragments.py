@@ -110,19 +110,38 @@ def expand_k(raw, frag):
 
 
 @cute.jit
+def expand_k_block(raw, frag, kb: cutlass.Constexpr):
+    """`expand_k` for fake k-block kb only (its moves: `k_expand_moves` entries of block kb)."""
+    raw_i = cute.recast_tensor(raw, Int32)
+    frag_i = cute.recast_tensor(frag, Int32)
+    moves = [m for m in k_expand_moves(kb + 1) if m[0] == kb]
+    for n in cutlass.range_constexpr(cute.size(raw, mode=[1])):
+        for _, h, dst in moves:
+            lo, hi = e4m3x4_to_f16x4(raw_i[h, n, kb])
+            frag_i[0, n, dst] = lo
+            frag_i[1, n, dst] = hi
+
+
+@cute.jit
 def expand_v(raw, frag):
     """fp8 V: fake fp16 B fragment ((2,2), Dv/16, N/16) of V^T -> fp16 ((2,2), Dv/8, N/16).
 
     Fake register 0 holds keys (2j, 2j+1) x dims (2g, 2g+1) of fake block nb, register 1 the
     same for keys 2j+8, 2j+9; prmt 0x6420 gathers dim 2g (-> block 2nb), 0x7531 dim 2g+1
     (-> block 2nb + 1), so accumulator column n holds dim `o_col_dim(n)`."""
+    for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
+        expand_v_block(raw, frag, kb)
+
+
+@cute.jit
+def expand_v_block(raw, frag, kb: cutlass.Constexpr):
+    """`expand_v` for key block kb (16 keys) only."""
     raw_i = cute.recast_tensor(raw, Int32)
     frag_i = cute.recast_tensor(frag, Int32)
-    for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
-        for nb, selector, dst in v_expand_moves(cute.size(raw, mode=[1])):
-            lo, hi = e4m3x4_to_f16x4(byte_perm(raw_i[0, nb, kb], raw_i[1, nb, kb], selector))
-            frag_i[0, dst, kb] = lo
-            frag_i[1, dst, kb] = hi
+    for nb, selector, dst in v_expand_moves(cute.size(raw, mode=[1])):
+        lo, hi = e4m3x4_to_f16x4(byte_perm(raw_i[0, nb, kb], raw_i[1, nb, kb], selector))
+        frag_i[0, dst, kb] = lo
+        frag_i[1, dst, kb] = hi
 
 
 @cute.jit

@@ -1,4 +1,4 @@
-"""Split-KV scheduling and merging for paged decode, both on device (CUDA-graph safe).
+"""Split-KV scheduling and merging for paged decode, and the extend work list, on device (CUDA-graph safe).
 
 `Schedule` (one CTA) reads the live `cache_seqlens` and writes the work list the decode kernel runs:
 - each request's visible KV range is [lo, N) with lo = max(0, N - 1 - window_left) (all of it
@@ -10,6 +10,9 @@
 - sum_b n_b <= total / chunk + B <= T + B <= cap, so the list never overflows.
 Work row: (request, kv_start, kv_end, split = n_b > 1); request row: (first item, n_b); count[0] =
 number of items. `schedule_reference` is the same algorithm in Python (tests compare the two).
+
+`ExtendSchedule` (one CTA) lists the (request, first token) tiles of the extend/verify kernel from
+the live `cu_seqlens_q` (`extend_schedule_reference` mirrors it).
 
 `Merge` (one CTA per request x KV head, 4 warps, a warp per query row) combines the partial rows of
 split requests: out = sum_i 2^(lse_i - m) o_i / sum_i 2^(lse_i - m), lse = m + log2(sum), then the
@@ -142,6 +145,57 @@ class Schedule:
             mCount[0] = n_items
 
 
+class ExtendSchedule(Schedule):
+    """Extend/verify work list (one CTA): request b's q_len L_b = cu[b+1] - cu[b] (negative counts
+    as empty) gives ceil(L_b / T) items (b, j * T), last tile first; count[0] = their number.
+    sum_b ceil(L_b / T) <= ceil(total_q / T) + batch = the launched rows (`extend_item_capacity`)."""
+
+    def __init__(self, tokens_per_tile: int) -> None:
+        self.tq = tokens_per_tile
+        self.threads = SCHEDULE_THREADS
+        self.warps = SCHEDULE_THREADS // 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
+        mWork: cute.Tensor,  # (cap, 2) int32: request, first token
+        mCount: cute.Tensor,  # (1,) int32
+        stream: cuda.CUstream,
+    ):
+        self.kernel(mCu, mWork, mCount).launch(grid=[1, 1, 1], block=[self.threads, 1, 1], stream=stream)
+
+    @cute.jit
+    def _tiles(self, mCu, b):
+        length = cutlass.max(mCu[b + 1] - mCu[b], 0)
+        return (length + self.tq - 1) // self.tq
+
+    @cute.kernel
+    def kernel(self, mCu: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
+        batch = mCu.shape[0] - 1
+        cap = mWork.shape[0]
+        per = (batch + self.threads - 1) // self.threads
+        b0 = cutlass.min(tid * per, batch)
+        b1 = cutlass.min(b0 + per, batch)
+        mine = Int32(0)
+        for b in range(b0, b1):
+            mine = mine + self._tiles(mCu, b)
+        first, n_items = self._block_scan(mine, tid, sWarp)
+        item = first
+        for b in range(b0, b1):
+            tiles = self._tiles(mCu, b)
+            for j in range(tiles):
+                if item < cap:  # cannot overflow for valid cu_seqlens_q; bad ones must not fault
+                    mWork[item, 0] = b
+                    mWork[item, 1] = (tiles - 1 - j) * self.tq
+                item = item + 1
+        if tid == 0:
+            mCount[0] = cutlass.min(n_items, cap)
+
+
 class Merge:
     def __init__(self, out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int) -> None:
         self.out_dtype = CUTE_DTYPES[out_dtype]
@@ -230,6 +284,16 @@ def compile_schedule(config: ScheduleConfig, arch: str):
     count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(Schedule(config), seqlens, work, req, count, Int32(-1), stream, arch=arch)
+
+
+@kernel("attention.paged.extend_schedule", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+def compile_extend_schedule(tokens_per_tile: int, arch: str):
+    """tvm-ffi launcher `fn(cu_seqlens_q, work, count)` (one CTA)."""
+    cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
+    count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(ExtendSchedule(tokens_per_tile), cu, work, count, stream, arch=arch)
 
 
 @kernel("attention.paged.merge", sources=("flashinfer.experimental.b12x.attention.paged._config",))

@@ -12,17 +12,22 @@
     out, lse = run(binding=bind(p, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens,
                                 k_descale=kd, v_descale=vd))
 
-Implemented: mode "decode" (every request has one query row), q bf16/fp16, KV in q's dtype or fp8
-e4m3 (with per-(request, KV head) descales), head_dim_qk == head_dim_vo in {64, 128, 256}, page size
-16/32/64/128, Hq/Hkv <= 16, sliding window (`window_left`), sink logits. Modes "extend"/"verify" and
-msa_block_sparse raise NotImplementedError at plan time. Tensor contracts: FORMATS.md
+Implemented: modes "decode" (every request has one query row), "extend" (ragged q_len >= 0 per
+request, `cu_seqlens_q`) and "verify" (extend with one q_len for every request), q bf16/fp16, KV in
+q's dtype or fp8 e4m3 (with per-(request, KV head) descales), head_dim_qk == head_dim_vo in {64, 128,
+256}, page size 16/32/64/128, Hq/Hkv <= 16, sliding window (`window_left`), sink logits.
+msa_block_sparse raises NotImplementedError at plan time. Tensor contracts: FORMATS.md
 "attention.paged" and `reference.py`.
 
-`run` launches three kernels on torch's current stream, reads no live tensor on the host and
+`run` launches its kernels on torch's current stream, reads no live tensor on the host and
 allocates nothing, so a captured CUDA graph replays correctly for any live lengths (and any number
-of empty requests) within the capacities: (1) schedule: split the live KV lengths into work items
-(on device), (2) decode: one CTA per (item, KV head), (3) merge: combine the items of split
-requests. CPU tensors run `reference.py` instead.
+of empty requests) within the capacities. Decode: (1) schedule: split the live KV lengths into
+work items (on device), (2) decode: one CTA per (item, KV head), (3) merge: combine the items of
+split requests. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
+live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head). Verify runs the
+extend kernel: its q_len * G rows fill the same packed tiles, and one kernel is one thing to get
+right (decode's split-KV would help verify only at small batch and long context).
+CPU tensors run `reference.py` instead.
 """
 
 from __future__ import annotations
@@ -33,12 +38,22 @@ from dataclasses import dataclass, field
 from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
-from ._config import DecodeConfig, ScheduleConfig, default_config, why_not
+from ._config import (
+    DecodeConfig,
+    ExtendConfig,
+    ScheduleConfig,
+    default_config,
+    default_extend_config,
+    extend_item_capacity,
+    why_not,
+    why_not_extend,
+)
 from .reference import LOG2E, paged_attention_reference
 
 OP = "attention.paged"
 MODES = ("decode", "extend", "verify")
-IMPLEMENTED_MODES = ("decode",)
+IMPLEMENTED_MODES = MODES
+EXTEND_MODES = ("extend", "verify")
 DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 INT32_MAX = 2**31 - 1
@@ -67,12 +82,14 @@ class Caps:
     """Static geometry and capacities of one paged-attention instance (see the module docstring).
 
     max_total_q: query rows (decode: = live batch); max_batch: requests; max_page_table_width:
-    page-table columns; max_work_items / max_partial_rows: split-KV work list and partial-output
-    rows (the work list holds min(max_work_items, max_partial_rows // num_q_heads) items and must
-    hold at least max_batch); num_cache_pages: pages in the KV cache; use_cuda_graph: accepted for
-    API compatibility (run is always capture-safe); copy_runtime_metadata: run first copies
-    cache_seqlens and page_table into plan-owned buffers (stable addresses for graph capture);
-    config: a `DecodeConfig` to use instead of the heuristic one.
+    page-table columns; max_work_items / max_partial_rows: decode's split-KV work list and
+    partial-output rows (the work list holds min(max_work_items, max_partial_rows // num_q_heads)
+    items and must hold at least max_batch; extend/verify size their own tile list from
+    max_total_q and max_batch); num_cache_pages: pages in the KV cache; use_cuda_graph: accepted
+    for API compatibility (run is always capture-safe); copy_runtime_metadata: run first copies
+    cache_seqlens, page_table (and cu_seqlens_q) into plan-owned buffers (stable addresses for
+    graph capture); config: a `DecodeConfig` (decode) or `ExtendConfig` (extend/verify) to use
+    instead of the heuristic one.
     """
 
     device: str
@@ -112,11 +129,6 @@ class Caps:
 def _validate(caps: Caps) -> None:
     if caps.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {caps.mode!r}")
-    if caps.mode not in IMPLEMENTED_MODES:
-        raise NotImplementedError(
-            f"{OP}: mode {caps.mode!r} is not implemented yet; implemented modes: {IMPLEMENTED_MODES} "
-            "(every request has exactly one query row)"
-        )
     if caps.msa_block_sparse:
         raise NotImplementedError(f"{OP}: msa_block_sparse=True is not implemented")
     if caps.dtype not in DTYPES:
@@ -142,17 +154,24 @@ def _validate(caps: Caps) -> None:
         )
     if caps.max_batch > MAX_BATCH:
         raise ValueError(f"max_batch must be <= {MAX_BATCH} (work items are a grid dimension), got {caps.max_batch}")
-    if caps.item_capacity < caps.max_batch:
+    if caps.mode == "decode" and caps.item_capacity < caps.max_batch:
         raise ValueError(
             f"the work list must hold max_batch={caps.max_batch} items: min(max_work_items={caps.max_work_items}, "
             f"max_partial_rows // num_q_heads={caps.max_partial_rows // caps.num_q_heads}) is smaller "
             "(use default_max_work_items / default_max_partial_rows)"
         )
-    if caps.config is not None and not isinstance(caps.config, DecodeConfig):
-        raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")
-    config = caps.config or DecodeConfig()
     dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
-    reason = why_not(*dims, caps.page_size, config, "sm_90a")
+    if caps.mode in EXTEND_MODES:
+        if caps.config is not None and not isinstance(caps.config, ExtendConfig):
+            raise ValueError(
+                f"config must be an ExtendConfig or None in mode {caps.mode!r}, got {type(caps.config).__name__}"
+            )
+        config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a")
+        reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
+    else:
+        if caps.config is not None and not isinstance(caps.config, DecodeConfig):
+            raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")
+        reason = why_not(*dims, caps.page_size, caps.config or DecodeConfig(), "sm_90a")
     if reason is not None:
         raise NotImplementedError(f"{OP}: {reason}")
 
@@ -167,6 +186,13 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class ExtendSelection:
+    """What preparation selects in modes extend/verify: the extend kernel's config."""
+
+    extend: ExtendConfig
+
+
+@dataclass(frozen=True)
 class PagedAttentionPlan(Plan):
     def _sm_count(self) -> int:
         import torch
@@ -178,6 +204,10 @@ class PagedAttentionPlan(Plan):
 
     def heuristic(self, arch):
         caps = self.caps
+        if caps.mode in EXTEND_MODES:
+            return ExtendSelection(
+                caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a")
+            )
         decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch or "sm_120a")
         decode = _fit_page(decode, caps.page_size)
         schedule = ScheduleConfig(
@@ -188,11 +218,22 @@ class PagedAttentionPlan(Plan):
         return Selection(decode, schedule)
 
     def kernels(self, config, arch):
+        c = self.caps
+        dims = (c.dtype, c.kv_dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_qk, c.head_dim_vo, c.page_size)
+        if c.mode in EXTEND_MODES:
+            from ._kernel_extend import compile_extend
+            from ._kernel_split import compile_extend_schedule
+
+            reason = why_not_extend(*dims, config.extend, arch)
+            if reason is not None:
+                raise NotImplementedError(f"{OP}: {reason}")
+            return (
+                (compile_extend_schedule, (config.extend.tokens_per_tile(c.group), arch)),
+                (compile_extend, (*dims, config.extend, arch)),
+            )
         from ._kernel_decode import compile_decode
         from ._kernel_split import compile_merge, compile_schedule
 
-        c = self.caps
-        dims = (c.dtype, c.kv_dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_qk, c.head_dim_vo, c.page_size)
         reason = why_not(*dims, config.decode, arch)
         if reason is not None:
             raise NotImplementedError(f"{OP}: {reason}")
@@ -205,6 +246,22 @@ class PagedAttentionPlan(Plan):
     def scratch_specs(self, config=None, device="cuda"):
         c = self.caps
         cap, hq = c.item_capacity, c.num_q_heads
+        if c.mode in EXTEND_MODES:
+            ext = (config or self.heuristic(None)).extend
+            tiles = extend_item_capacity(c.max_total_q, c.max_batch, ext.tokens_per_tile(c.group))
+            specs = [
+                ScratchBufferSpec("tiles", (tiles, 2), "int32", device),
+                ScratchBufferSpec("count", (4,), "int32", device),
+                ScratchBufferSpec("out", (c.max_total_q, hq, c.head_dim_vo), c.dtype, device),
+                ScratchBufferSpec("lse", (c.max_total_q, hq), "float32", device),
+                ScratchBufferSpec("unit", (1, 1), "float32", device),
+                ScratchBufferSpec("no_sink", (hq,), "float32", device),
+            ]
+            if c.copy_runtime_metadata:
+                specs.append(ScratchBufferSpec("cache_seqlens", (c.max_batch,), "int32", device))
+                specs.append(ScratchBufferSpec("page_table", (c.max_batch, c.max_page_table_width), "int32", device))
+                specs.append(ScratchBufferSpec("cu_seqlens_q", (c.max_batch + 1,), "int32", device))
+            return tuple(specs)
         specs = [
             ScratchBufferSpec("work", (cap, 4), "int32", device),
             ScratchBufferSpec("requests", (c.max_batch, 2), "int32", device),
@@ -234,7 +291,8 @@ class PagedAttentionPlan(Plan):
         v = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_vo, device=dev, generator=gen).to(kv_t)
         pt = torch.zeros(1, 1, dtype=torch.int32, device=dev)
         lens = torch.ones(1, dtype=torch.int32, device=dev)
-        run(binding=bind(self, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens))
+        cu = torch.tensor([0, 1], dtype=torch.int32, device=dev)
+        run(binding=bind(self, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens, cu_seqlens_q=cu))
         torch.cuda.synchronize(dev)
 
 
@@ -276,6 +334,7 @@ class Binding:
     work: object  # the work list rows this call can use (live items never exceed batch + target)
     scratch: dict = field(repr=False)
     reference_inputs: tuple = field(repr=False, default=())
+    cu_seqlens_q: object = None  # extend/verify: the request rows of q
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
@@ -322,7 +381,11 @@ def bind(
     """Check the call's tensors against the plan's caps and build views (never allocates or writes).
 
     Decode: q [batch, Hq, D]; cu_seqlens_q may be omitted (it must be arange(batch + 1); it is not
-    read). output/lse default to the plan's buffers (valid until the next run). k_descale/v_descale
+    read). Extend/verify: q [total_q, Hq, D] with cu_seqlens_q int32 [batch + 1] (cu[0] = 0,
+    non-decreasing, cu[batch] = total_q, q_len <= cache_seqlens per request; verify: one q_len for
+    all). Those value checks read cu_seqlens_q and cache_seqlens on the host, except while a CUDA
+    graph is being captured (then they are skipped: the kernels treat negative q_lens as empty and
+    clamp, so bad values give wrong rows, never a fault). output/lse default to the plan's buffers (valid until the next run). k_descale/v_descale
     (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to 1/sqrt(D).
     """
     import torch
@@ -352,6 +415,10 @@ def bind(
         raise ValueError(f"decode mode: q must have one row per request ({batch}), got {total_q} rows")
     if cu_seqlens_q is not None:
         _tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, shape=(batch + 1,), device=dev)
+        if not cu_seqlens_q.is_contiguous():
+            raise ValueError(f"cu_seqlens_q must be contiguous, got strides {list(cu_seqlens_q.stride())}")
+    elif c.mode in EXTEND_MODES:
+        raise ValueError(f"cu_seqlens_q (int32 [batch + 1] = [{batch + 1}]) is required in mode {c.mode!r}")
     for name, t, d in (("k_cache", k_cache, c.head_dim_qk), ("v_cache", v_cache, c.head_dim_vo)):
         _tensor(name, t, dtype=kvt, shape=(None, c.page_size, c.num_kv_heads, d), device=dev, align=align)
         if t.shape[0] > c.num_cache_pages:
@@ -368,6 +435,9 @@ def bind(
     scale = 1.0 / math.sqrt(c.head_dim_qk) if sm_scale is None else float(sm_scale)
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale!r}")
+
+    if c.mode in EXTEND_MODES and not _capturing(dev):
+        _check_extend_values(c, cu_seqlens_q, cache_seqlens, page_table, total_q)
 
     fp8 = c.kv_dtype == "float8_e4m3fn"
     descales = []
@@ -402,20 +472,61 @@ def bind(
     # The schedule never makes more than batch + target items: launching only that many rows keeps
     # CTAs of dead items (which exit at once) few; the row count is a shape, fixed under capture.
     selection = state.selection
-    rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
+    if c.mode in EXTEND_MODES:
+        tiles = scratch["tiles"]
+        group = c.num_q_heads // c.num_kv_heads
+        need = extend_item_capacity(total_q, batch, selection.extend.tokens_per_tile(group))
+        work = tiles[: min(tiles.shape[0], need)]
+        no_sink = scratch["no_sink"]
+    else:
+        rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
+        work = scratch["work"][:rows]
+        no_sink = scratch["partial_lse"][0]
     reference_inputs = ()
     k_view, v_view = k_cache, v_cache
     if dev.type != "cuda":
-        reference_inputs = (q, k_cache, v_cache, page_table, cache_seqlens, k_descale, v_descale)
+        reference_inputs = (q, k_cache, v_cache, page_table, cache_seqlens, k_descale, v_descale, cu_seqlens_q)
     elif fp8:
         k_view, v_view = k_cache.view(torch.float16), v_cache.view(torch.float16)
     return Binding(
         plan=plan, q=q, k_cache=k_view, v_cache=v_view, page_table=page_table, cache_seqlens=cache_seqlens,
         out=output, lse=lse, k_descale=descales[0], v_descale=descales[1],
-        sink=scratch["partial_lse"][0] if sink is None else sink, has_sink=int(sink is not None),
-        window_left=window_left, sm_scale=scale, work=scratch["work"][:rows], scratch=scratch,
-        reference_inputs=reference_inputs,
+        sink=no_sink if sink is None else sink, has_sink=int(sink is not None),
+        window_left=window_left, sm_scale=scale, work=work, scratch=scratch,
+        reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q,
     )  # fmt: skip
+
+
+def _capturing(dev) -> bool:
+    import torch
+
+    return dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _check_extend_values(c: Caps, cu, lens, page_table, total_q: int) -> None:
+    """Host checks of the live request layout (one small device read; skipped under capture)."""
+    cu_l, lens_l = cu.tolist(), lens.tolist()
+    if cu_l[0] != 0 or cu_l[-1] != total_q:
+        raise ValueError(
+            f"cu_seqlens_q must start at 0 and end at total_q={total_q} (rows of q), got {cu_l[0]} .. {cu_l[-1]}"
+        )
+    q_lens = [b - a for a, b in zip(cu_l, cu_l[1:])]
+    for b, (n, kv) in enumerate(zip(q_lens, lens_l)):
+        if n < 0:
+            raise ValueError(
+                f"cu_seqlens_q must be non-decreasing, got cu_seqlens_q[{b}]={cu_l[b]} > cu_seqlens_q[{b + 1}]={cu_l[b + 1]}"
+            )
+        if n > kv:
+            raise ValueError(
+                f"cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len {n} > cache_seqlens[{b}]={kv}"
+            )
+        if -(-kv // c.page_size) > page_table.shape[1]:
+            raise ValueError(
+                f"page_table has {page_table.shape[1]} columns, request {b} needs {-(-kv // c.page_size)} "
+                f"(cache_seqlens[{b}]={kv}, page_size {c.page_size})"
+            )
+    if c.mode == "verify" and len(set(q_lens)) > 1:
+        raise ValueError(f"verify mode: every request must have the same q_len, got q_lens {sorted(set(q_lens))}")
 
 
 # ---- run -----------------------------------------------------------------------------------------
@@ -442,6 +553,8 @@ def run(*, binding: Binding, plan=None):
         return _run_reference(b)
     if b.q.shape[0] == 0:  # no request: nothing to launch (a zero-sized grid is a launch error)
         return b.out, b.lse
+    if b.plan.caps.mode in EXTEND_MODES:
+        return _run_extend(b)
     sched, decode, merge = _launchers(b.plan)
     s = b.scratch
     lens, pt = b.cache_seqlens, b.page_table
@@ -460,12 +573,30 @@ def run(*, binding: Binding, plan=None):
     return b.out, b.lse
 
 
+def _run_extend(b: Binding):
+    sched, extend = _launchers(b.plan)
+    s = b.scratch
+    lens, pt, cu = b.cache_seqlens, b.page_table, b.cu_seqlens_q
+    if b.plan.caps.copy_runtime_metadata:
+        batch, width = pt.shape
+        s["cache_seqlens"][:batch].copy_(lens)
+        s["page_table"][:batch, :width].copy_(pt)
+        s["cu_seqlens_q"][: batch + 1].copy_(cu)
+        lens, pt, cu = s["cache_seqlens"][:batch], s["page_table"][:batch, :width], s["cu_seqlens_q"][: batch + 1]
+    count = s["count"][:1]
+    sched(cu, b.work, count)
+    extend(b.q, b.k_cache, b.v_cache, pt, cu, lens, b.work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
+           b.sm_scale * LOG2E, b.has_sink, b.window_left)  # fmt: skip
+    return b.out, b.lse
+
+
 def _run_reference(b: Binding):
-    q, k, v, pt, lens, kd, vd = b.reference_inputs
+    q, k, v, pt, lens, kd, vd, cu = b.reference_inputs
     import torch
 
     batch = lens.shape[0]
-    cu = torch.arange(batch + 1, dtype=torch.int32)
+    if cu is None:
+        cu = torch.arange(batch + 1, dtype=torch.int32)
     sink = b.sink if b.has_sink else None
     out, lse = paged_attention_reference(
         q, k, v, pt, lens, cu, sm_scale=b.sm_scale, window_left=b.window_left, sinks=sink, k_descale=kd, v_descale=vd
@@ -479,11 +610,17 @@ def clear_caches() -> None:
     """Forget this op's compiled kernels in memory (the disk cache stays)."""
     import sys
 
-    for name in ("._kernel_decode", "._kernel_split"):
+    for name in ("._kernel_decode", "._kernel_split", "._kernel_extend"):
         module = sys.modules.get(__package__ + name)
         if module is None:
             continue
-        for attr in ("compile_decode", "compile_schedule", "compile_merge"):
+        for attr in (
+            "compile_decode",
+            "compile_schedule",
+            "compile_merge",
+            "compile_extend",
+            "compile_extend_schedule",
+        ):
             k = getattr(module, attr, None)
             if k is not None:
                 k.cache_clear()

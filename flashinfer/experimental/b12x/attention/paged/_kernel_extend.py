@@ -1,0 +1,444 @@
+"""Paged extend / verify attention (q_len >= 1 per request, causal, right-aligned), FlashAttention-2 style
+on warp-level mma.sync: one CTA per (work item, KV head).
+
+A work item is (request, first token) of a tile of T = block_m // G query tokens of one request
+(written on device by `_kernel_split.ExtendSchedule`). The CTA packs the G query heads of its KV
+head with those tokens into block_m rows (row r = token r // G, head r % G; rows past T * G and
+tokens past the request's q_len are zero padding, never written), keeps Q in registers (ldmatrix
+once) and streams the request's visible keys in block_n-key tiles through a `stages`-deep cp.async
+ring shared by all warps (one CTA barrier per tile). Each warp owns 16 rows: S = Q K^T (mma
+m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal / window mask on the tiles that
+need one, online softmax in base 2, O += P V (one 16-key block at a time). Tiles wholly above the
+diagonal of the tile's last token (or below the window of its first) are never loaded.
+
+Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
+max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
+min(page_size, block_n) keys, each inside one cache page (page * page_stride in 64 bits); keys
+>= N are zero-filled, never read. FP8 KV uses decode's register plumbing (`_fragments`): fp16 mma,
+e4m3 moved through 16-bit ldmatrix and expanded per k-block, Q rescaled by a power of two and
+permuted (`q_slot_dim`), accumulator column n holding head dim `o_col_dim(n)`.
+
+FLOPs per tile: 2 * block_m * block_n * (D + Dv); causal work per request and KV head is about
+2 * G * (L * N - L^2 / 2) * (D + Dv). Bytes: the KV stream, once per CTA (T tokens share it).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+from cutlass.cute.nvgpu import cpasync, warp
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
+
+from ..._lib.compile import cute_compile, kernel
+from ._config import LOG2E, ExtendConfig, why_not_extend
+from ._fragments import (
+    c_as_a,
+    expand_k_block,
+    expand_v_block,
+    mn_view,
+    quad_max,
+    quad_sum,
+    stage_q_fp16,
+    swizzled,
+)
+
+CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+
+
+class PagedExtend:
+    def __init__(self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config):
+        self.fp8 = kv_dtype == "float8_e4m3fn"
+        self.q_dtype = CUTE_DTYPES[q_dtype]
+        self.mma_dtype = cutlass.Float16 if self.fp8 else self.q_dtype
+        self.kv_dtype = cutlass.Float16 if self.fp8 else self.q_dtype  # fp8: an fp16 view of byte pairs
+        self.hq, self.hkv = num_q_heads, num_kv_heads
+        self.group = num_q_heads // num_kv_heads
+        self.d, self.dv = head_dim, head_dim_v
+        self.de = head_dim // 2 if self.fp8 else head_dim
+        self.dve = head_dim_v // 2 if self.fp8 else head_dim_v
+        self.page_size = page_size
+        self.bm, self.bn, self.stages = config.block_m, config.block_n, config.stages
+        self.warps = config.warps
+        self.threads = 32 * self.warps
+        self.tokens = config.tokens_per_tile(self.group)
+        self.rows = self.tokens * self.group  # useful rows of the block_m
+        self.ck = min(page_size, self.bn)  # keys of one tile chunk: all inside one page
+        self.chunks = self.bn // self.ck
+
+    def _smem_layouts(self):
+        qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
+        sQ = cute.tile_to_shape(qa, (self.bm, self.d), (0, 1))
+        ka, _ = swizzled(self.bn, self.de, self.kv_dtype)
+        sK = cute.tile_to_shape(ka, (self.bn, self.de, self.stages), (0, 1, 2))
+        va, _ = swizzled(self.bn, self.dve, self.kv_dtype)
+        sV = cute.tile_to_shape(va, (self.bn, self.dve, self.stages), (0, 1, 2))
+        return sQ, sK, sV
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (total_q, Hq, D) q dtype
+        mK: cute.Tensor,  # (pages, page_size, Hkv, De) kv dtype (fp8: fp16 view)
+        mV: cute.Tensor,  # (pages, page_size, Hkv, Dve)
+        mPT: cute.Tensor,  # (batch, max_pages) int32
+        mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
+        mLens: cute.Tensor,  # (batch,) int32: cache_seqlens (KV length incl. the new tokens)
+        mWork: cute.Tensor,  # (item_cap, 2) int32: request, first token of the tile
+        mCount: cute.Tensor,  # (1,) int32: live items
+        mOut: cute.Tensor,  # (total_q, Hq, Dv) q dtype
+        mLse: cute.Tensor,  # (total_q, Hq) fp32, base 2
+        mSink: cute.Tensor,  # (Hq,) fp32 (read when has_sink != 0)
+        mKDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
+        mVDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
+        scale_log2: Float32,  # sm_scale * log2(e)
+        has_sink: Int32,
+        window_left: Int32,
+        stream: cuda.CUstream,
+    ):
+        sQ_layout, sK_layout, sV_layout = self._smem_layouts()
+        tiled_mma = cute.make_tiled_mma(
+            warp.MmaF16BF16Op(self.mma_dtype, Float32, (16, 8, 16)),
+            (self.warps, 1, 1),
+            permutation_mnk=(self.warps * 16, 16, 16),
+        )
+        cp_atom = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
+        )
+        # One chunk (ck keys x De) per copy: 16-byte vectors, threads beyond the chunk's rows idle.
+        vec_cols = min(self.de // 8, 32)
+        vec_rows = min(self.threads // vec_cols, self.ck)
+        kv_copy = cute.make_tiled_copy_tv(
+            cp_atom, cute.make_layout((vec_rows, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
+        )
+        self.kernel(
+            mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
+            window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols,
+        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
+
+    @cute.kernel
+    def kernel(
+        self,
+        mQ: cute.Tensor,
+        mK: cute.Tensor,
+        mV: cute.Tensor,
+        mPT: cute.Tensor,
+        mCu: cute.Tensor,
+        mLens: cute.Tensor,
+        mWork: cute.Tensor,
+        mCount: cute.Tensor,
+        mOut: cute.Tensor,
+        mLse: cute.Tensor,
+        mSink: cute.Tensor,
+        mKDesc: cute.Tensor,
+        mVDesc: cute.Tensor,
+        scale_log2: Float32,
+        has_sink: Int32,
+        window_left: Int32,
+        sQ_layout: cute.ComposedLayout,
+        sK_layout: cute.ComposedLayout,
+        sV_layout: cute.ComposedLayout,
+        tiled_mma: cute.TiledMma,
+        kv_copy: cute.TiledCopy,
+        kv_copy_threads: cutlass.Constexpr,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
+        lane = tidx % 32
+        if item < mCount[0]:
+            req = mWork[item, 0]
+            tok0 = mWork[item, 1]
+            q0 = mCu[req]
+            q_len = mCu[req + 1] - q0
+            kv_len = mLens[req]
+            n_tok = cutlass.min(Int32(self.tokens), q_len - tok0)
+            diag = kv_len - q_len  # token t sees keys <= t + diag
+
+            # ---- shared memory ------------------------------------------------------------------
+            smem = cutlass.memory.SmemAllocator()
+            sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
+            sK = smem.allocate_tensor(self.kv_dtype, sK_layout, 1024)
+            sV = smem.allocate_tensor(self.kv_dtype, sV_layout, 1024)
+            sQraw = None
+            sRed = None
+            if cutlass.const_expr(self.fp8):
+                sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((self.bm, self.d), stride=(self.d, 1)), 16)
+                sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+
+            # ---- the keys this tile's rows see: [lo, hi) ----------------------------------------
+            hi = cutlass.max(cutlass.min(tok0 + n_tok + diag, kv_len), 0)
+            lo = Int32(0)
+            if window_left >= 0:
+                lo = cutlass.max(tok0 + diag - window_left, 0)
+            t_begin = lo // self.bn
+            t_end = (hi + self.bn - 1) // self.bn
+            if hi <= lo:
+                t_end = t_begin
+            n_tiles = t_end - t_begin
+            width = mPT.shape[1]
+            cKV = kv_copy.get_slice(tidx % kv_copy_threads).partition_S(cute.make_identity_tensor((self.ck, self.de)))
+            for s in cutlass.range_constexpr(self.stages - 1):
+                if s < n_tiles:
+                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + s) * self.bn, kv_len, width, s,
+                                    kv_copy, kv_copy_threads, cKV, tidx)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+
+            # ---- Q: block_m packed rows, zero past the request's tokens -------------------------
+            sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
+            valid_rows = n_tok * self.group
+            for e in range(tidx, self.bm * self.d, self.threads):
+                r = e // self.d
+                c = e % self.d
+                v = Float32(0.0)
+                if r < valid_rows:
+                    v = mQ[q0 + tok0 + r // self.group, kvh * self.group + r % self.group, c].to(Float32)
+                sQdst[r, c] = v.to(self.q_dtype)
+            cute.arch.sync_threads()
+            qk_scale = scale_log2
+            vd = Float32(1.0)
+            if cutlass.const_expr(self.fp8):
+                vd = mVDesc[req, kvh]
+                q_unscale = stage_q_fp16(sQraw, sQ, sRed, tidx, self.bm, self.bm, self.d, self.threads)
+                qk_scale = scale_log2 * mKDesc[req, kvh] * q_unscale
+                cute.arch.sync_threads()
+
+            thr_mma = tiled_mma.get_slice(tidx)
+            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+            q_s2r = cute.make_tiled_copy_A(
+                cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
+            )
+            thr_q_s2r = q_s2r.get_slice(tidx)
+            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+
+            acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.dv)), Float32)
+            acc_O.fill(0.0)
+            row_max = cute.make_rmem_tensor(2, Float32)
+            row_sum = cute.make_rmem_tensor(2, Float32)
+            row_max.fill(-Float32.inf)
+            row_sum.fill(0.0)
+
+            # ---- main loop: one CTA barrier per tile (the stage refilled below was last read
+            # in the previous iteration, which every warp has finished when it passes it) --------
+            for i in range(n_tiles):
+                cute.arch.cp_async_wait_group(self.stages - 2)
+                cute.arch.sync_threads()
+                nxt = i + self.stages - 1
+                if nxt < n_tiles:
+                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
+                                    nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+                self._tile(sK, sV, i % self.stages, (t_begin + i) * self.bn, tok0, n_tok, diag, kv_len, window_left,
+                           qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx)  # fmt: skip
+            cute.arch.cp_async_wait_group(0)
+
+            # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
+            self._write_rows(acc_O, row_max, row_sum, thr_mma, q0, tok0, valid_rows, kvh, vd, lane,
+                             mSink, has_sink, mOut, mLse)  # fmt: skip
+
+    # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _load_tile(self, mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, stage, kv_copy, copy_threads, cKV, tidx):
+        """cp.async keys [key0, key0 + block_n) of K and V into `stage`, chunk by chunk (one page
+        each); keys >= kv_len are zero-filled and their page-table entries are not read."""
+        if tidx < copy_threads:
+            thr = kv_copy.get_slice(tidx)
+            for ch in cutlass.range_constexpr(self.chunks):
+                k0 = key0 + ch * self.ck
+                page = Int32(0)
+                if k0 < kv_len:
+                    page = mPT[req, cutlass.min(k0 // self.page_size, width - 1)]
+                within = Int64(k0 % self.page_size)
+                off = Int64(page) * mK.stride[0] + within * mK.stride[1] + Int64(kvh) * mK.stride[2]
+                gK = cute.make_tensor(mK.iterator + off, cute.make_layout((self.ck, self.de), stride=(mK.stride[1], 1)))
+                offv = Int64(page) * mV.stride[0] + within * mV.stride[1] + Int64(kvh) * mV.stride[2]
+                gV = cute.make_tensor(
+                    mV.iterator + offv, cute.make_layout((self.ck, self.dve), stride=(mV.stride[1], 1))
+                )
+                tKs = thr.partition_D(cute.local_tile(sK[None, None, stage], (self.ck, self.de), (ch, 0)))
+                tVs = thr.partition_D(cute.local_tile(sV[None, None, stage], (self.ck, self.dve), (ch, 0)))
+                pred = cute.make_rmem_tensor(
+                    cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)),
+                    cutlass.Boolean,
+                )
+                for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
+                    pred[0, r, 0] = k0 + cKV[0, r, 0][0] < kv_len
+                cute.copy(kv_copy, thr.partition_S(gK), tKs, pred=pred)
+                cute.copy(kv_copy, thr.partition_S(gV), tVs, pred=pred)
+
+    @cute.jit
+    def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
+              tSrQ, acc_O, row_max, row_sum, tidx):  # fmt: skip
+        """One KV tile for this warp's 16 rows: S = Q K^T, mask, online softmax (base 2), O += P V."""
+        sKt = sK[None, None, stage]  # (block_n, De)
+        sVt = sV[None, None, stage]  # (block_n, Dve)
+        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), Float32)
+        acc_S.fill(0.0)
+        k_s2r = cute.make_tiled_copy_B(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.kv_dtype), tiled_mma
+        )
+        thr_k = k_s2r.get_slice(tidx)
+        tSsK = thr_k.partition_S(sKt)
+        if cutlass.const_expr(not self.fp8):
+            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # ((2,2), block_n/8, D/16)
+            tSrK_v = thr_k.retile(tSrK)
+            for kb in cutlass.range_constexpr(cute.size(tSrK, mode=[2])):
+                cute.copy(k_s2r, tSsK[None, None, kb], tSrK_v[None, None, kb])
+                cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
+        else:
+            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.bn, self.d)), self.mma_dtype)
+            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # fake fp16: 4 e4m3 per register
+            raw_v = thr_k.retile(raw)
+            for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
+                cute.copy(k_s2r, tSsK[None, None, kb], raw_v[None, None, kb])
+                expand_k_block(raw, tSrK, kb)
+                for h in cutlass.range_constexpr(2):
+                    cute.gemm(tiled_mma, acc_S, tSrQ[None, None, 2 * kb + h], tSrK[None, None, 2 * kb + h], acc_S)
+
+        s_mn = mn_view(acc_S)
+        # Mask only tiles that cross the diagonal of the first token, the window of the last
+        # token, or the end of the cache.
+        last_tok = tok0 + n_tok - 1
+        cross = (key0 + self.bn - 1 > tok0 + diag) | (key0 + self.bn > kv_len)
+        if window_left >= 0:
+            cross = cross | (key0 < last_tok + diag - window_left)
+        if cross:
+            cS = mn_view(thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.bn))))
+            for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+                limit = tok0 + cS[r, 0][0] // self.group + diag
+                low = Int32(-1)
+                if window_left >= 0:
+                    low = limit - window_left
+                for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                    key = key0 + cS[r, c][1]
+                    if (key > limit) | (key < low) | (key >= kv_len):
+                        s_mn[r, c] = -Float32.inf
+        o_mn = mn_view(acc_O)
+        for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            row = s_mn[r, None].load() * qk_scale
+            m_new = cute.arch.fmax(row_max[r], quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
+            m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+            p = cute.math.exp2(row - m_use, fastmath=True)
+            corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
+            row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+            row_max[r] = m_new
+            s_mn[r, None] = p
+            o_mn[r, None] = o_mn[r, None].load() * corr
+
+        rP = cute.make_fragment_like(acc_S, self.mma_dtype)
+        rP.store(acc_S.load().to(self.mma_dtype))
+        tOrP = c_as_a(rP)  # ((2,2,2), 1, block_n/16)
+        v_s2r = cute.make_tiled_copy_B(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
+        )
+        thr_v = v_s2r.get_slice(tidx)
+        # V^T view (Dve, block_n) of the (block_n, Dve) tile: the B operand of O += P V.
+        sVtT = cute.composition(sVt, cute.make_layout((self.dve, self.bn), stride=(self.bn, 1)))
+        tOsV = thr_v.partition_S(sVtT)
+        if cutlass.const_expr(not self.fp8):
+            tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
+            tOrV_v = thr_v.retile(tOrV)
+            for kb in cutlass.range_constexpr(cute.size(tOrV, mode=[2])):
+                cute.copy(v_s2r, tOsV[None, None, kb], tOrV_v[None, None, kb])
+                cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrV[None, None, kb], acc_O)
+        else:
+            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, self.bn)), self.mma_dtype)
+            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
+            raw_v = thr_v.retile(raw)
+            for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
+                cute.copy(v_s2r, tOsV[None, None, kb], raw_v[None, None, kb])
+                expand_v_block(raw, tOrV, kb)
+                cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrV[None, None, kb], acc_O)
+
+    @cute.jit
+    def _write_rows(self, acc_O, row_max, row_sum, thr_mma, q0, tok0, valid_rows, kvh, vd, lane, mSink, has_sink,
+                    mOut, mLse):  # fmt: skip
+        """Rows of real tokens: out = v_descale * O / sum (sink in the denominator), LSE base 2."""
+        o_mn = mn_view(acc_O)
+        cO = mn_view(thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.dv))))
+        for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            total = quad_sum(row_sum[r])
+            row = cO[r, 0][0]
+            m = row_max[r]
+            m_use = Float32(0.0) if m == -Float32.inf else m
+            lse = -Float32.inf
+            factor = Float32(0.0)
+            if total > 0.0:
+                lse = m_use + cute.math.log2(total, fastmath=True)
+                factor = vd / total
+            head = kvh * self.group + row % self.group
+            if has_sink != 0:
+                sink = mSink[head] * LOG2E
+                top = cute.arch.fmax(lse, sink)
+                full = top + cute.math.log2(
+                    cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True), fastmath=True
+                )
+                factor = factor * cute.math.exp2(lse - full, fastmath=True)
+                lse = full
+            if row < valid_rows:
+                tok = q0 + tok0 + row // self.group
+                for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                    col = cO[r, c][1]
+                    if cutlass.const_expr(self.fp8):  # accumulator column n holds dim o_col_dim(n)
+                        col = (col // 16) * 16 + 2 * (col % 8) + (col // 8) % 2
+                    mOut[tok, head, col] = (o_mn[r, c] * factor).to(self.q_dtype)
+                if lane % 4 == 0:
+                    mLse[tok, head] = lse
+
+
+# ---- compile -------------------------------------------------------------------------------------
+def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size):
+    """Fake tensors with the runtime contract of `PagedExtend.__call__`."""
+    fp8 = kv_dtype == "float8_e4m3fn"
+    qt = CUTE_DTYPES[q_dtype]
+    kvt = cutlass.Float16 if fp8 else qt
+    de, dve = (head_dim // 2, head_dim_v // 2) if fp8 else (head_dim, head_dim_v)
+    total_q, batch, cap = cute.sym_int(), cute.sym_int(), cute.sym_int()
+
+    def s64():
+        return cute.sym_int64(divisibility=8)
+
+    q = make_fake_tensor(qt, (total_q, num_q_heads, head_dim), stride=(s64(), s64(), 1), assumed_align=16)
+    kv_shape = (cute.sym_int(), page_size, num_kv_heads)
+    k = make_fake_tensor(kvt, (*kv_shape, de), stride=(s64(), s64(), s64(), 1), assumed_align=16)
+    v = make_fake_tensor(kvt, (*kv_shape, dve), stride=(s64(), s64(), s64(), 1), assumed_align=16)
+    pt = make_fake_tensor(Int32, (batch, cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4)
+    cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
+    lens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cap, 2), stride_order=(1, 0), assumed_align=8)
+    count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
+    out = make_fake_tensor(qt, (total_q, num_q_heads, head_dim_v), stride=(s64(), s64(), 1), assumed_align=16)
+    lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(cute.sym_int64(), 1), assumed_align=4)
+    sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
+    kd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
+    vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
+    return q, k, v, pt, cu, lens, work, count, out, lse, sink, kd, vd
+
+
+@kernel(
+    "attention.paged.extend",
+    sources=(
+        "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._fragments",
+    ),
+)
+def compile_extend(
+    q_dtype: str,
+    kv_dtype: str,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    head_dim_v: int,
+    page_size: int,
+    config: ExtendConfig,
+    arch: str,
+):
+    """tvm-ffi launcher `fn(q, k, v, page_table, cu_seqlens_q, cache_seqlens, work, count, out, lse,
+    sink, k_descale, v_descale, scale_log2, has_sink, window_left)` on torch's current stream."""
+    dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
+    reason = why_not_extend(*dims, config, arch)
+    if reason is not None:
+        raise ValueError(f"attention.paged extend kernel: {reason}")
+    args = fake_args(*dims)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(PagedExtend(*dims, config), *args, Float32(1.0), Int32(0), Int32(-1), stream, arch=arch)
