@@ -182,15 +182,18 @@ def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, 
     return x1 + (torch.nn.functional.silu(gate) * up) @ ref["down"].t()
 
 
-def make_cache(spec: BlockSpec, tokens: int, device: torch.device, gen: torch.Generator):
+def make_cache(spec: BlockSpec, tokens: int, device: torch.device, gen: torch.Generator, lens=None):
     """A paged bf16 KV cache prefilled with random keys/values for `tokens` requests (pages shuffled).
+    lens: cached tokens per request (default: ragged, prefill + 29 * b).
 
     Returns a dict: k_cache, v_cache [pages, page, Hkv, D]; page_table int32 [B, width];
     seqlens int32 [B] (prefix + the decode token); positions int64 [B]; slot_page / slot_off int64
     [B] (where the decode token's K/V go); prefix_k / prefix_v: lists of fp32 [L_b, Hkv, D] (CPU).
     """
     ps, hkv, d = spec.page_size, spec.kv_heads, spec.head_dim
-    lens = [spec.prefill + 29 * b for b in range(tokens)]
+    lens = [spec.prefill + 29 * b for b in range(tokens)] if lens is None else [int(n) for n in lens]
+    if len(lens) != tokens or min(lens) < 0:
+        raise ValueError(f"lens must be {tokens} non-negative cached lengths, got {lens}")
     pages_per = [-(-(n + 1) // ps) for n in lens]
     width, total = max(pages_per), sum(pages_per)
     perm = torch.randperm(total, generator=gen)

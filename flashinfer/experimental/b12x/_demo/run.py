@@ -23,11 +23,34 @@ COSINE_MIN = 0.999
 ATTN_COSINE_MIN = 0.9999
 
 
+def _rmsnorm_into(x, weight, eps: float, out, residual=None, residual_out=None):
+    """out = rmsnorm(x + residual) (fp32 math); residual_out receives x + residual when given."""
+    if residual is not None:
+        torch.add(x, residual, out=residual_out)
+        x = residual_out
+    out.copy_(B.rms_norm(x, weight, eps))
+
+
+def _rope_append_into(qkv, cos, sin, q_out, k_cache, v_cache, slot_page, slot_off, hq: int, hkv: int, d: int):
+    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+    t = q.shape[0]
+    q_out.copy_(B.apply_rope(q.reshape(t, hq, d), cos, sin))
+    k_cache[slot_page, slot_off] = B.apply_rope(k.reshape(t, hkv, d), cos, sin).to(k_cache.dtype)
+    v_cache[slot_page, slot_off] = v.reshape(t, hkv, d)
+
+
+def _silu_mul_into(gu, out):
+    gate, up = gu.chunk(2, dim=-1)
+    out.copy_(torch.nn.functional.silu(gate.float()) * up.float())
+
+
 class DecodeStep:
     """One decode step over static buffers: every op is a named closure, so the same list runs
-    eagerly (per-op timing) and under CUDA graph capture."""
+    eagerly (per-op timing) and under CUDA graph capture. On CUDA the torch glue (RMSNorm, RoPE + KV
+    append, SiLU * up) is `torch.compile`d (compile_glue), so each glue op is one fused kernel, as a
+    serving framework's own glue is; it compiles at the first call, before capture."""
 
-    def __init__(self, spec, weights, norms, cache, plans, device, tokens):
+    def __init__(self, spec, weights, norms, cache, plans, device, tokens, compile_glue=None):
         from ..attention import paged
         from ..gemm import blockscaled as G
 
@@ -55,15 +78,20 @@ class DecodeStep:
             page_table=cache["page_table"], cache_seqlens=cache["seqlens"], output=self.buf["attn"],
         )  # fmt: skip
         self.paged = paged
+        if compile_glue is None:
+            compile_glue = device.type == "cuda"
+        wrap = (lambda f: torch.compile(f, dynamic=False)) if compile_glue else (lambda f: f)
+        self._glue = {f.__name__: wrap(f) for f in (_rmsnorm_into, _rope_append_into, _silu_mul_into)}
+        glue = "torch.compile" if compile_glue else "torch"
         self.ops = [
-            ("rmsnorm", "torch", self._norm1),
+            ("rmsnorm", glue, self._norm1),
             ("qkv_proj", "gemm.blockscaled w4a16", lambda: self._mm("qkv", self.buf["h"], "qkv")),
-            ("rope + kv append", "torch", self._rope_append),
+            ("rope + kv append", glue, self._rope_append),
             ("attention", "attention.paged decode", lambda: paged.run(binding=self.binding)),
             ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
-            ("residual + rmsnorm", "torch", self._norm2),
+            ("residual + rmsnorm", glue, self._norm2),
             ("gate_up_proj", "gemm.blockscaled w4a16", lambda: self._mm("gate_up", self.buf["h2"], "gu")),
-            ("silu * up", "torch", self._act),
+            ("silu * up", glue, self._act),
             ("down_proj", "gemm.blockscaled w4a16", lambda: self._mm("down", self.buf["act"], "down")),
             ("residual", "torch", lambda: torch.add(self.buf["x1"], self.buf["down"], out=self.buf["out"])),
         ]
@@ -72,25 +100,21 @@ class DecodeStep:
         self.G.mm(lhs, self.w[name], self.buf[dst], plan=self.plans[name])
 
     def _norm1(self):
-        self.buf["h"].copy_(B.rms_norm(self.x, self.norms["input_layernorm"], self.spec.eps))
+        self._glue["_rmsnorm_into"](self.x, self.norms["input_layernorm"], self.spec.eps, self.buf["h"])
 
     def _rope_append(self):
         s, c = self.spec, self.cache
-        hq, hkv, d = s.q_heads, s.kv_heads, s.head_dim
-        q, k, v = self.buf["qkv"].split([hq * d, hkv * d, hkv * d], dim=-1)
-        t = q.shape[0]
-        self.buf["q"].copy_(B.apply_rope(q.reshape(t, hq, d), self.cos, self.sin))
-        k = B.apply_rope(k.reshape(t, hkv, d), self.cos, self.sin).to(torch.bfloat16)
-        c["k_cache"][c["slot_page"], c["slot_off"]] = k
-        c["v_cache"][c["slot_page"], c["slot_off"]] = v.reshape(t, hkv, d)
+        self._glue["_rope_append_into"](
+            self.buf["qkv"], self.cos, self.sin, self.buf["q"], c["k_cache"], c["v_cache"], c["slot_page"],
+            c["slot_off"], s.q_heads, s.kv_heads, s.head_dim,
+        )  # fmt: skip
 
     def _norm2(self):
-        torch.add(self.x, self.buf["o"], out=self.buf["x1"])
-        self.buf["h2"].copy_(B.rms_norm(self.buf["x1"], self.norms["post_attention_layernorm"], self.spec.eps))
+        n = self.norms["post_attention_layernorm"]
+        self._glue["_rmsnorm_into"](self.x, n, self.spec.eps, self.buf["h2"], self.buf["o"], self.buf["x1"])
 
     def _act(self):
-        gate, up = self.buf["gu"].chunk(2, dim=-1)
-        self.buf["act"].copy_(torch.nn.functional.silu(gate.float()) * up.float())
+        self._glue["_silu_mul_into"](self.buf["gu"], self.buf["act"])
 
     def poison(self):
         """NaN into every buffer and into the new tokens' KV slots: the checked run must write them
@@ -156,8 +180,9 @@ def _agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
     return err, cos
 
 
-def _prepare(spec, weights, cache, device, tokens):
-    """Every planned op of the block in ONE PreparationSession, then freeze."""
+def prepare(spec, weights, cache, device, tokens, *, compile_workers=None, freeze=True):
+    """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
+    Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
     from ..preparation.session import PreparationSession
@@ -176,15 +201,37 @@ def _prepare(spec, weights, cache, device, tokens):
     plans = {"attention": paged.plan(caps)}
     for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
         plans[name] = G.plan(G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,)))
-    with PreparationSession(device) as session:
+    with PreparationSession(device, compile_workers=compile_workers) as session:
         result = session.prepare([p.request(name=f"layer0.{n}") for n, p in plans.items()])
-        session.freeze("b12x demo: serving")
+        if freeze:
+            session.freeze("b12x demo: serving")
     return plans, result
+
+
+def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=None, lens=None):
+    """Checkpoint -> load -> pack -> KV cache. Returns a dict: ref (fp32 reference tensors), weights
+    ({fused: packed Weight}), norms, cache, stats (LoadStats), seconds ({"write", "load", "pack"})."""
+    from ..gemm import blockscaled as G
+
+    t0 = time.perf_counter()
+    ref = B.write_checkpoint(spec, tmp, seed)
+    t1 = time.perf_counter()
+    loaded, norms, stats = B.load_checkpoint(spec, tmp, device, display)
+    t2 = time.perf_counter()
+    weights = {
+        name: G.pack_weight(v, s, global_scale=ws2, global_scale_kind="dequant", input_scale=in_s)
+        for name, (v, s, ws2, in_s) in loaded.items()
+    }
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t3 = time.perf_counter()
+    cache = B.make_cache(spec, tokens, device, torch.Generator().manual_seed(seed + 1), lens=lens)
+    seconds = {"write": t1 - t0, "load": t2 - t1, "pack": t3 - t2}
+    return {"ref": ref, "weights": weights, "norms": norms, "cache": cache, "stats": stats, "seconds": seconds}
 
 
 def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50) -> int:
     from .._lib import freeze as F
-    from ..gemm import blockscaled as G
     from ..loader import CheckpointDisplay
 
     spec = B.MODELS[model]
@@ -193,25 +240,20 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
           f"{spec.head_dim}, intermediate {spec.intermediate}), decode batch {tokens}, device {device}")  # fmt: skip
     if not cuda:
         print("CPU: reference backends, no kernels ran (plain-torch oracles of every op; no CUDA graph)")
-    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="b12x-demo-") as tmp:
-        ref = B.write_checkpoint(spec, tmp, seed)
-        t1 = time.perf_counter()
-        print(f"[1] random weights -> ModelOpt NVFP4 checkpoint {tmp}/{B.CHECKPOINT_FILE} ({t1 - t0:.1f} s)")
-        loaded, norms, stats = B.load_checkpoint(spec, tmp, device, CheckpointDisplay())
+        built = build(spec, tokens, device, seed, tmp, CheckpointDisplay())
+        print(f"[1] random weights -> ModelOpt NVFP4 checkpoint {tmp}/{B.CHECKPOINT_FILE} "
+              f"({built['seconds']['write']:.1f} s)")  # fmt: skip
+    ref, weights, norms, cache, stats = (built[k] for k in ("ref", "weights", "norms", "cache", "stats"))
     print(f"[2] DirectWeightSession: {stats.tensors} tensors, {stats.bytes / 1e6:.1f} MB, read mode "
-          f"{'/'.join(sorted({f['mode'] for f in stats.files.values()})) or stats.read_mode}")  # fmt: skip
-    weights = {
-        name: G.pack_weight(v, s, global_scale=ws2, global_scale_kind="dequant", input_scale=in_s)
-        for name, (v, s, ws2, in_s) in loaded.items()
-    }
+          f"{'/'.join(sorted({f['mode'] for f in stats.files.values()})) or stats.read_mode} "
+          f"({built['seconds']['load']:.2f} s)")  # fmt: skip
     print("[3] pack_weight: " + ", ".join(f"{n} {w.recipe} [{w.n}, {w.k}]" for n, w in weights.items()))
-    gen = torch.Generator().manual_seed(seed + 1)
-    cache = B.make_cache(spec, tokens, device, gen)
+    gen = torch.Generator().manual_seed(seed + 2)
     was_frozen = F.kernel_resolution_frozen()
     try:
         t2 = time.perf_counter()
-        plans, result = _prepare(spec, weights, cache, device, tokens)
+        plans, result = prepare(spec, weights, cache, device, tokens)
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")

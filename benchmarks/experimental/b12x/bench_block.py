@@ -1,0 +1,338 @@
+"""The demo's decoder block through PreparationSession against the same block in plain torch.
+
+    python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
+        [--context 1024] [--prefill 2048] [--startup] [--json PATH]
+
+Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
+-> attention -> O -> residual + RMSNorm -> gate/up -> SiLU * up -> down -> residual, NVFP4 weights.
+
+Decode (T requests, one new token each, every request with --context cached tokens):
+- ours: the demo's DecodeStep (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode, torch
+  glue) captured in one CUDA graph; the timed call is one graph replay.
+- peer: the same block in plain torch with the checkpoint's weights dequantized to bf16, KV in a
+  contiguous [T, L, Hkv, D] cache, attention by SDPA (GQA), the step `torch.compile`d and captured in
+  one CUDA graph; the timed call is one replay.
+Both timed with CUDA events and L2 flushed before each replay (the block's NVFP4 weights, 25 MB, would
+otherwise sit in the 60 MB L2 across replays, which a real model's 30+ layers never allow).
+Bytes (% of the copy ceiling): our weight bytes (values + scales) + the KV bytes attention reads.
+
+Prefill (--prefill N, one request of N new tokens, empty cache): ours runs the tiled GEMMs and
+attention.paged in extend mode (skipped, with the reason, while that mode is not implemented); peer:
+the same torch block compiled for T = N with causal SDPA. Eager calls (events, L2 flushed).
+
+Startup (--startup): child processes time a cold start (empty kernel cache) with compile_workers = 1
+and = 8, then a warm start (every kernel on disk) in a fresh process: process wall time, import,
+checkpoint load, and PreparationSession.prepare.
+Without --json the report goes to $OUT/b12x_bench_block.json when $OUT is set.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+
+MODULE = "benchmarks.experimental.b12x.bench_block"
+TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
+CHILD_FLAG = "--startup-child"
+
+
+# ---- plain-torch peer -----------------------------------------------------------------------------
+class TorchBlock:
+    """The block in bf16 plain torch: weights dequantized from the checkpoint, contiguous KV cache."""
+
+    def __init__(self, spec, ref, tokens: int, context: int, device, cache=None):
+        bf = lambda t: t.to(device=device, dtype=torch.bfloat16)  # noqa: E731
+        self.spec, self.t, self.ctx = spec, tokens, context
+        self.w = {k: bf(ref[k]) for k in ("qkv", "o", "gate_up", "down")}
+        self.g1, self.g2 = bf(ref["input_layernorm"]), bf(ref["post_attention_layernorm"])
+        hkv, d = spec.kv_heads, spec.head_dim
+        self.k = torch.zeros(tokens, context + 1, hkv, d, dtype=torch.bfloat16, device=device)
+        self.v = torch.zeros_like(self.k)
+        if cache is not None:  # the same cached keys/values as ours (fp32 copies of bf16 values)
+            for b in range(tokens):
+                n = cache["prefix_k"][b].shape[0]
+                self.k[b, :n] = bf(cache["prefix_k"][b])
+                self.v[b, :n] = bf(cache["prefix_v"][b])
+        pos = torch.full((tokens,), context, dtype=torch.int64, device=device)
+        from flashinfer.experimental.b12x._demo import block as B
+
+        cos, sin = B.rope_tables(spec, pos)
+        self.cos, self.sin, self.rows = cos, sin, torch.arange(tokens, device=device)
+
+    def _norm(self, x, g):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.spec.eps) * g.float()).to(torch.bfloat16)
+
+    def _rope(self, x, cos, sin):
+        half = x.shape[-1] // 2
+        x = x.float()
+        x1, x2 = x[..., :half], x[..., half:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(torch.bfloat16)
+
+    def decode(self, x):
+        s = self.spec
+        hq, hkv, d = s.q_heads, s.kv_heads, s.head_dim
+        h = self._norm(x, self.g1)
+        q, k, v = (h @ self.w["qkv"].t()).split([hq * d, hkv * d, hkv * d], dim=-1)
+        q = self._rope(q.reshape(self.t, hq, d), self.cos, self.sin)
+        self.k[self.rows, self.ctx] = self._rope(k.reshape(self.t, hkv, d), self.cos, self.sin)
+        self.v[self.rows, self.ctx] = v.reshape(self.t, hkv, d)
+        attn = torch.nn.functional.scaled_dot_product_attention(
+            q.unsqueeze(2), self.k.transpose(1, 2), self.v.transpose(1, 2), enable_gqa=True
+        )
+        return self._mlp(x, attn.reshape(self.t, hq * d))
+
+    def prefill(self, x, cos, sin):
+        s = self.spec
+        n, hq, hkv, d = x.shape[0], s.q_heads, s.kv_heads, s.head_dim
+        h = self._norm(x, self.g1)
+        q, k, v = (h @ self.w["qkv"].t()).split([hq * d, hkv * d, hkv * d], dim=-1)
+        q = self._rope(q.reshape(n, hq, d), cos, sin).transpose(0, 1)[None]
+        k = self._rope(k.reshape(n, hkv, d), cos, sin).transpose(0, 1)[None]
+        v = v.reshape(n, hkv, d).transpose(0, 1)[None]
+        attn = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self._mlp(x, attn[0].transpose(0, 1).reshape(n, hq * d))
+
+    def _mlp(self, x, attn):
+        x1 = x + attn @ self.w["o"].t()
+        gate, up = (self._norm(x1, self.g2) @ self.w["gate_up"].t()).chunk(2, dim=-1)
+        act = (torch.nn.functional.silu(gate.float()) * up.float()).to(torch.bfloat16)
+        return x1 + act @ self.w["down"].t()
+
+
+def capture(fn, device):
+    """Warm `fn` on a side stream, capture one call in a CUDA graph, return the graph."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize(device)
+    return graph
+
+
+def weight_bytes(weights) -> int:
+    return sum(
+        w.values.numel() * w.values.element_size() + w.scales.numel() * w.scales.element_size()
+        for w in weights.values()
+    )
+
+
+def kv_bytes(spec, tokens: int, context: int) -> int:
+    return 2 * tokens * (context + 1) * spec.kv_heads * spec.head_dim * 2
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a.double().reshape(-1), b.double().reshape(-1), dim=0).item()
+
+
+# ---- decode -----------------------------------------------------------------------------------------
+def bench_decode(table, args, spec, dev, tokens: int) -> None:
+    from flashinfer.experimental.b12x._demo import run as R
+
+    with tempfile.TemporaryDirectory(prefix="b12x-bench-block-") as tmp:
+        built = R.build(spec, tokens, dev, seed=tokens, tmp=tmp, lens=[args.context] * tokens)
+    cache, weights = built["cache"], built["weights"]
+    plans, _ = R.prepare(spec, weights, cache, dev, tokens, freeze=False)
+    step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens)
+    gen = torch.Generator().manual_seed(7 + tokens)
+    step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
+    graph = capture(step, dev)
+    case = Case(
+        "decode",
+        {"T": tokens, "L": args.context},
+        bytes=weight_bytes(weights) + kv_bytes(spec, tokens, args.context),
+        ceiling="copy",
+    )
+    ours_out = step.buf["out"].float().clone()
+    note = ""
+    if not args.no_peers:
+        peer = TorchBlock(spec, built["ref"], tokens, args.context, dev, cache)
+        x = step.x.clone()
+        out = torch.empty_like(x)
+        compiled = torch.compile(peer.decode, dynamic=False)
+
+        def peer_step():
+            out.copy_(compiled(x))
+
+        pgraph = capture(peer_step, dev)
+        note = f"cosine(ours, torch peer) = {cosine(ours_out, out.float()):.6f}"
+        table.add(case, "torch.compile bf16 + SDPA (peer)", measure(pgraph.replay, args), peer=True)
+    table.add(case, "b12x block (graph)", measure(graph.replay, args), note=note)
+
+
+# ---- prefill ----------------------------------------------------------------------------------------
+def extend_available() -> str | None:
+    """None when attention.paged implements mode 'extend', else why not."""
+    from flashinfer.experimental.b12x.attention.paged import api
+
+    modes = getattr(api, "IMPLEMENTED_MODES", ())
+    return None if "extend" in modes else f"attention.paged implements {modes}, not 'extend'"
+
+
+def bench_prefill(table, args, spec, dev, n: int) -> None:
+    from flashinfer.experimental.b12x._demo import block as B
+
+    case = Case("prefill", {"T": n}, flops=2 * n * sum(w.numel() for w in _dense(spec).values()) + _attn_flops(spec, n))
+    reason = extend_available()
+    if reason is None:
+        from benchmarks.experimental.b12x._block_prefill import PrefillStep
+
+        step = PrefillStep(spec, n, dev, seed=n)
+        table.add(case, "b12x block (eager)", measure(step, args), note=step.check())
+    else:
+        print(f"prefill T={n}: ours skipped: {reason}")
+    if not args.no_peers:
+        ref = {k: torch.randn(r, c) / math.sqrt(c) for k, (r, c) in _dense(spec).items()}
+        ref |= {g: torch.ones(spec.hidden) for g in ("input_layernorm", "post_attention_layernorm")}
+        peer = TorchBlock(spec, ref, 1, 0, dev)
+        x = torch.randn(n, spec.hidden, device=dev).to(torch.bfloat16)
+        cos, sin = B.rope_tables(spec, torch.arange(n, device=dev))
+        compiled = torch.compile(peer.prefill, dynamic=False)
+        table.add(
+            case, "torch.compile bf16 + SDPA causal (peer)", measure(lambda: compiled(x, cos, sin), args), peer=True
+        )
+
+
+def _dense(spec) -> dict[str, tuple[int, int]]:
+    return {name: (sum(r for _, r in parts), k) for name, (k, parts) in spec.fused().items()}
+
+
+def _attn_flops(spec, n: int) -> int:
+    return 2 * 2 * spec.q_heads * spec.head_dim * n * (n + 1) // 2  # causal QK^T and PV
+
+
+# ---- startup ----------------------------------------------------------------------------------------
+def startup_child(model: str, workers: int, tokens: int) -> dict:
+    """Runs in a fresh process (B12X_CACHE_DIR set by the parent): import, load, prepare."""
+    t0 = time.perf_counter()
+    import b12x  # noqa: F401
+    from flashinfer.experimental.b12x._demo import block as B
+    from flashinfer.experimental.b12x._demo import run as R
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.empty(1, device=dev)
+    t1 = time.perf_counter()
+    spec = B.MODELS[model]
+    with tempfile.TemporaryDirectory(prefix="b12x-startup-") as tmp:
+        built = R.build(spec, tokens, dev, seed=0, tmp=tmp)
+    t2 = time.perf_counter()
+    _, result = R.prepare(spec, built["weights"], built["cache"], dev, tokens, compile_workers=workers)
+    t3 = time.perf_counter()
+    return {
+        "import_and_cuda_init_s": t1 - t0,
+        "load_s": built["seconds"]["load"],
+        "build_s": t2 - t1,
+        "prepare_s": t3 - t2,
+        "kernels": result.compiled,
+        "sources": sorted(set(result.sources.values())),
+    }
+
+
+def run_child(model: str, workers: int, tokens: int, cache_dir: str) -> dict:
+    env = dict(os.environ, B12X_CACHE_DIR=cache_dir)
+    cmd = [
+        sys.executable,
+        "-m",
+        MODULE,
+        CHILD_FLAG,
+        "--model",
+        model,
+        "--workers",
+        str(workers),
+        "--tokens",
+        str(tokens),
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"startup child failed (rc {proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(lines[-1]) | {"process_wall_s": wall, "workers": workers}
+
+
+def bench_startup(model: str, tokens: int) -> list[dict]:
+    out = []
+    with (
+        tempfile.TemporaryDirectory(prefix="b12x-cold1-") as c1,
+        tempfile.TemporaryDirectory(prefix="b12x-cold8-") as c8,
+    ):
+        for label, workers, cache in (("cold", 1, c1), ("cold", 8, c8), ("warm", 8, c8), ("warm", 1, c1)):
+            r = run_child(model, workers, tokens, cache) | {"start": label}
+            print(f"startup {label:4s} compile_workers={workers}: process {r['process_wall_s']:.2f} s = import+init "
+                  f"{r['import_and_cuda_init_s']:.2f} + build {r['build_s']:.2f} (load {r['load_s']:.2f}) + prepare "
+                  f"{r['prepare_s']:.2f} ({r['kernels']} kernels, {r['sources']})")  # fmt: skip
+            out.append(r)
+    return out
+
+
+# ---- main -------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if CHILD_FLAG in argv:
+        import argparse
+
+        p = argparse.ArgumentParser()
+        p.add_argument(CHILD_FLAG, action="store_true")
+        p.add_argument("--model", default="llama-small")
+        p.add_argument("--workers", type=int, default=1)
+        p.add_argument("--tokens", type=int, default=1)
+        a = p.parse_args(argv)
+        print(json.dumps(startup_child(a.model, a.workers, a.tokens)))
+        return 0
+    parser = standard_parser(__doc__.splitlines()[0])
+    parser.add_argument(
+        "--model", default="llama-small", help="demo block (flashinfer/experimental/b12x/_demo/block.py)"
+    )
+    parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"decode batches (default {TOKENS})")
+    parser.add_argument("--context", type=int, default=1024, help="cached tokens per request (decode)")
+    parser.add_argument("--prefill", type=int, nargs="*", default=[2048], help="prefill lengths (none: skip)")
+    parser.add_argument("--startup", action="store_true", help="also time cold/warm starts in child processes")
+    args = parser.parse_args(argv)
+    if args.context < 1:
+        parser.error(f"--context must be >= 1, got {args.context}")
+    dev = require_cuda("bench_block", args.device)
+    torch.cuda.set_device(dev)
+    from flashinfer.experimental.b12x._demo import block as B
+
+    if args.model not in B.MODELS:
+        parser.error(f"--model must be one of {sorted(B.MODELS)}, got {args.model!r}")
+    spec = B.MODELS[args.model]
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
+    ceil = ceilings(dev)
+    table = Table(f"b12x {spec.name} block on {ceil.device_name} (timer: {args.timer})", ceil)
+    for t in args.tokens or (QUICK_TOKENS if args.quick else TOKENS):
+        bench_decode(table, args, spec, dev, t)
+    for n in args.prefill or ():
+        bench_prefill(table, args, spec, dev, n)
+    table.print()
+    extra = {"startup": bench_startup(args.model, 1)} if args.startup else {}
+    path = args.json or (os.path.join(os.environ["OUT"], "b12x_bench_block.json") if os.environ.get("OUT") else None)
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        table.write_json(path, argv=[sys.executable, "-m", MODULE, *argv], device=dev, extra=extra)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

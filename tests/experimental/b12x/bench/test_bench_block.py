@@ -1,0 +1,81 @@
+"""bench_block's CPU-checkable parts: the plain-torch peer computes the demo's block (so the
+comparison is like for like), the byte accounting, and the startup child's argument handling."""
+
+import dataclasses
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[4]
+if str(REPO) not in sys.path:  # benchmarks/ is not installed
+    sys.path.insert(0, str(REPO))
+BB = importlib.import_module("benchmarks.experimental.b12x.bench_block")
+from flashinfer.experimental.b12x._demo import block as B
+
+SPEC = dataclasses.replace(B.MODELS["llama-small"], hidden=256, q_heads=4, kv_heads=2, head_dim=64, intermediate=512)
+
+
+def _ref(gen):
+    ref = {k: torch.randn(r, c, generator=gen) / math.sqrt(c) for k, (r, c) in BB._dense(SPEC).items()}
+    ref |= {g: 1.0 + 0.1 * torch.randn(SPEC.hidden, generator=gen) for g in B.NORMS}
+    return ref
+
+
+@pytest.mark.parametrize("tokens,context", [(1, 5), (3, 17)])
+def test_torch_peer_decode_is_the_demo_block(tokens, context):
+    gen = torch.Generator().manual_seed(tokens)
+    ref = _ref(gen)
+    ref = {k: v.to(torch.bfloat16).float() for k, v in ref.items()}  # the peer's bf16 weights, exactly
+    cache = B.make_cache(SPEC, tokens, torch.device("cpu"), gen, lens=[context] * tokens)
+    peer = BB.TorchBlock(SPEC, ref, tokens, context, torch.device("cpu"), cache)
+    x = torch.randn(tokens, SPEC.hidden, generator=gen).to(torch.bfloat16)
+    got = peer.decode(x).float()
+    want = B.reference_step(SPEC, ref, x, cache["prefix_k"], cache["prefix_v"], cache["positions"])
+    assert torch.isfinite(got).all()
+    assert BB.cosine(got, want) > 0.9995, BB.cosine(got, want)
+    assert (got - want).abs().max() < 0.1
+
+
+def test_torch_peer_prefill_is_causal_attention():
+    gen = torch.Generator().manual_seed(0)
+    ref = {k: v.to(torch.bfloat16).float() for k, v in _ref(gen).items()}
+    peer = BB.TorchBlock(SPEC, ref, 1, 0, torch.device("cpu"))
+    n = 9
+    x = torch.randn(n, SPEC.hidden, generator=gen).to(torch.bfloat16)
+    cos, sin = B.rope_tables(SPEC, torch.arange(n))
+    got = peer.prefill(x, cos, sin).float()
+    # row i of a causal prefill == a decode of token i over the i previous tokens' K/V
+    hq, hkv, d = SPEC.q_heads, SPEC.kv_heads, SPEC.head_dim
+    h = B.rms_norm(x, ref["input_layernorm"], SPEC.eps)
+    _, k, v = (h @ ref["qkv"].t()).split([hq * d, hkv * d, hkv * d], dim=-1)
+    k = B.apply_rope(k.reshape(n, hkv, d), cos, sin)
+    v = v.reshape(n, hkv, d)
+    for i in (0, 4, n - 1):
+        want = B.reference_step(SPEC, ref, x[i : i + 1], [k[:i]], [v[:i]], torch.tensor([i]))
+        assert BB.cosine(got[i], want[0]) > 0.9995
+
+
+def test_byte_accounting():
+    assert BB.kv_bytes(SPEC, 2, 10) == 2 * 2 * 11 * SPEC.kv_heads * SPEC.head_dim * 2
+
+    class W:
+        values = torch.empty(4, 8, dtype=torch.uint8)
+        scales = torch.empty(4, 1, dtype=torch.float8_e4m3fn)
+
+    assert BB.weight_bytes({"a": W(), "b": W()}) == 2 * (32 + 4)
+
+
+def test_extend_availability_is_reported():
+    reason = BB.extend_available()
+    assert reason is None or "extend" in reason
+
+
+def test_main_requires_cuda_and_checks_arguments(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only check")
+    with pytest.raises((RuntimeError, SystemExit)):
+        BB.main(["--tokens", "1"])
