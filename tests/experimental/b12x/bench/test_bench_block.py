@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[4]
 if str(REPO) not in sys.path:  # benchmarks/ is not installed
     sys.path.insert(0, str(REPO))
 BB = importlib.import_module("benchmarks.experimental.b12x.bench_block")
-from flashinfer.experimental.b12x._demo import block as B
+B = importlib.import_module("flashinfer.experimental.b12x._demo.block")
 
 SPEC = dataclasses.replace(B.MODELS["llama-small"], hidden=256, q_heads=4, kv_heads=2, head_dim=64, intermediate=512)
 
