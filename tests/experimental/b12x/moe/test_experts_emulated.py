@@ -24,7 +24,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeC
 from flashinfer.experimental.b12x.moe.fused_moe import reference as R
 from flashinfer.experimental.b12x.moe.fused_moe import weights as W
 
-from .moe_cases import checkpoint, weight_plan
+from .moe_cases import weight_plan
 
 pytestmark = pytest.mark.interpret
 
@@ -81,19 +81,45 @@ def _quantized_a(x: torch.Tensor, a_fmt: str, start: list):
     return q, Q.swizzle_scales(sf, 0).view(torch.uint8), x_raw, alpha
 
 
+def _experts(fc_activation, b_fmt, e, h, i, seed, device):
+    """prepare_weights on random fp32 weights quantized on `device` with the `_lib.quant` oracles."""
+    wplan = weight_plan(SOURCE[b_fmt], fc_activation, e=e, h=h, i=i, layout="w31")
+    g = torch.Generator(device=device).manual_seed(seed)
+    w1 = torch.randn(e, wplan.fc1_rows, h, generator=g, device=device) * 0.2
+    w2 = torch.randn(e, h, i, generator=g, device=device) * 0.2
+    if b_fmt == "mxfp4":
+        (v1, s1), (v2, s2) = Q.quantize_mxfp4(w1), Q.quantize_mxfp4(w2)
+        ckpt = dict(w1_fp4=v1, w1_blockscale=s1, w2_fp4=v2, w2_blockscale=s2)
+    else:
+        gs1 = torch.stack([Q.nvfp4_global_scale(w) for w in w1])
+        gs2 = torch.stack([Q.nvfp4_global_scale(w) for w in w2])
+        q1 = [Q.quantize_nvfp4(w1[x], gs1[x]) for x in range(e)]
+        q2 = [Q.quantize_nvfp4(w2[x], gs2[x]) for x in range(e)]
+        ckpt = dict(
+            w1_fp4=torch.stack([q[0] for q in q1]),
+            w1_blockscale=torch.stack([q[1] for q in q1]),
+            w1_global_scale=gs1,
+            a1_gscale=torch.full((e,), 60.0, device=device),
+            w2_fp4=torch.stack([q[0] for q in q2]),
+            w2_blockscale=torch.stack([q[1] for q in q2]),
+            w2_global_scale=gs2,
+            a2_gscale=torch.full((e,), 25.0, device=device),
+        )
+    return wplan, W.prepare_weights(plan=wplan, **ckpt)
+
+
 def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu"):
     """Random expert weights (prepare_weights) and sorted rows: counts[e] rows for expert e."""
-    act = activation if fc == 1 else "silu"
-    wplan = weight_plan(SOURCE[b_fmt], act, e=len(counts), h=h, i=i, layout="w31")
-    experts = W.prepare_weights(plan=wplan, **checkpoint(wplan, seed=seed))
+    num_e = len(counts)
+    wplan, experts = _experts(activation if fc == 1 else "silu", b_fmt, num_e, h, i, seed, device)
     start = [0]
     for c in counts:
         start.append(start[-1] + c)
     rows = start[-1]
     r_cap = r_cap or rows + 5
     k = h if fc == 1 else i
-    g = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(r_cap, k, generator=g) * (1.5 if fc == 1 else 0.5)
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.randn(r_cap, k, generator=g, device=device) * (1.5 if fc == 1 else 0.5)
     a, sfa, x_read, a_alpha = _quantized_a(x, a_fmt, start)
     if a.dtype == torch.bfloat16:
         a[rows:] = float("nan")  # never read
@@ -103,16 +129,15 @@ def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=No
         vals, scales, w_alpha, n = experts.w1_values, experts.w1_scales, experts.w1_alpha, wplan.fc1_rows
     else:
         vals, scales, w_alpha, n = experts.w2_values, experts.w2_scales, experts.w2_alpha, h
-    w = torch.stack([R.expert_matrix(vals[e], scales[e], w_alpha[e], b_fmt, n, k) for e in range(len(counts))])
+    w = torch.stack([R.expert_matrix(vals[e], scales[e], w_alpha[e], b_fmt, n, k) for e in range(num_e)])
     out_cols = i if fc == 1 else h
-    out = torch.full((r_cap, out_cols), float("nan"), dtype=torch.bfloat16 if fc == 1 else torch.float32)
-    sfb = scales.view(torch.uint8).reshape(len(counts), -1)
-    st = torch.tensor(start, dtype=torch.int32)
+    out = torch.full((r_cap, out_cols), float("nan"), dtype=torch.bfloat16 if fc == 1 else torch.float32, device=device)
+    sfb = scales.view(torch.uint8).reshape(num_e, -1)
+    st = torch.tensor(start, dtype=torch.int32, device=device)
     args = [a, sfa, vals, sfb, out, st, w_alpha, a_alpha.float()]
     if fc == 1:
-        args.append(torch.tensor(ACT_PARAMS, dtype=torch.float32))
-    args = tuple(t.to(device) for t in args)
-    return Problem(fc, a_fmt, b_fmt, activation, args, x_read.to(device), w.to(device), start, i)
+        args.append(torch.tensor(ACT_PARAMS, dtype=torch.float32, device=device))
+    return Problem(fc, a_fmt, b_fmt, activation, tuple(args), x_read, w, start, i)
 
 
 def oracle(p: Problem) -> torch.Tensor:
