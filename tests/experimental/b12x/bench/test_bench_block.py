@@ -79,3 +79,14 @@ def test_main_requires_cuda_and_checks_arguments(capsys):
         pytest.skip("CPU-only check")
     with pytest.raises((RuntimeError, SystemExit)):
         BB.main(["--tokens", "1"])
+
+
+def test_prefill_step_matches_the_reference_block_on_cpu():
+    prefill = importlib.import_module("benchmarks.experimental.b12x._block_prefill")
+    step = prefill.PrefillStep(SPEC, 40, torch.device("cpu"), seed=1)
+    note = step.check(rows=(0, 17, None))
+    assert "min cosine" in note
+    # a step that disagrees with the reference must fail the check (here: the reference's O projection changes)
+    step.ref = {k: v * (1.5 if k == "o" else 1.0) for k, v in step.ref.items()}
+    with pytest.raises(AssertionError, match="row 17"):
+        step.check(rows=(17,))
