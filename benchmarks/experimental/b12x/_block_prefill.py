@@ -90,7 +90,8 @@ class PrefillStep:
         for t in self.buf.values():
             t.fill_(float("nan"))
         self()
-        torch.cuda.synchronize(self.dev) if self.dev.type == "cuda" else None
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
         s, ref, n = self.spec, self.ref, self.n
         hq, hkv, d = s.q_heads, s.kv_heads, s.head_dim
         x = self.x.float().cpu()
