@@ -48,12 +48,12 @@ def case_bytes(op: str, tokens: int, hidden: int, elem: int = 2) -> int:
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
-def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem: int = 2) -> int:
+def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem: int = 2, reads: int = 2) -> int:
     """Bytes one pass of `op` moves as implemented (--per-pass): pass 1 of pre reads the residual
     and fn and writes the fp32 partials [splits, T, 32]; pass 1 of post_pre also reads x and the
     previous weights and writes the new residual; pass 2 reads the partials, reads the residual
-    twice (mean square, then y: the second read is an L2 hit only while the programs in flight fit
-    in L2) and writes y, post and comb."""
+    `reads` times (the "apply" pass 2: twice, mean square then y, the second an L2 hit only while the
+    programs in flight fit in L2; the "row" pass 2: once) and writes y, post and comb."""
     h, partials = hidden, splits * tokens * 32 * 4
     if which == "pass1":
         if op == "pre":
@@ -61,7 +61,7 @@ def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem:
         if op == "post_pre":
             return tokens * 9 * h * elem + tokens * 80 + 96 * h * 4 + partials
     elif which == "pass2" and op in ("pre", "post_pre"):
-        return partials + tokens * (2 * 4 * h + h) * elem + tokens * 80
+        return partials + tokens * (reads * 4 * h + h) * elem + tokens * 80
     raise ValueError(f"pass_bytes: op must be pre or post_pre and which pass1 or pass2, got {op!r}, {which!r}")
 
 
@@ -90,10 +90,26 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
 
 def sweep_configs():
     """Named alternatives to the heuristic (MhcConfig overrides) for --sweep."""
-    from flashinfer.experimental.b12x.norm.mhc._config import ApplyConfig, MhcConfig, StreamConfig
+    from flashinfer.experimental.b12x.norm.mhc._config import ApplyConfig, MhcConfig, RowConfig, StreamConfig
 
     base = MhcConfig()
+    row = dataclasses.replace(base, pass2="row")
+    apply = dataclasses.replace(base, pass2="apply")
     return {
+        # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles
+        "pass2_apply": apply,
+        "pass2_row": row,
+        "row_w8": dataclasses.replace(row, row_small=RowConfig(8192, 256, 8), row_large=RowConfig(8192, 16, 8)),
+        "row_w4_chunk": dataclasses.replace(row, row_small=RowConfig(2048, 64, 4), row_large=RowConfig(2048, 16, 4)),
+        "row_small_s64": dataclasses.replace(row, row_small=RowConfig(8192, 64, 16)),
+        # pass 1 at small T: fewer, wider splits (fewer partial rows for pass 2 to sum)
+        "row_pre_small_h128": dataclasses.replace(
+            row,
+            pre_small=StreamConfig(16, 128, 4, 2),
+            post_pre_small=StreamConfig(16, 64, 4, 2),
+        ),
+        "row_pre_small_h64": dataclasses.replace(row, pre_small=StreamConfig(16, 64, 4, 2)),
+        "row_pre_t32": dataclasses.replace(row, pre_large=StreamConfig(32, 32, 4, 3)),
         "apply_t2": dataclasses.replace(base, apply_large=ApplyConfig(tokens=2, block_h=512, stages=4)),
         "apply_nopipe": dataclasses.replace(base, apply_large=ApplyConfig(tokens=4, block_h=256, stages=1)),
         "apply_small_t4": dataclasses.replace(base, apply_small=ApplyConfig(tokens=4, block_h=256, stages=4)),
@@ -198,15 +214,18 @@ def main(argv: list[str] | None = None) -> int:
                         case, name, measure(ours, args), peer=name != "b12x", note="" if name == "b12x" else "sweep"
                     )
                 if args.per_pass and op in ("pre", "post_pre"):
-                    splits, passes = per_pass_calls(api, plans["b12x"], op, ins, outs)
-                    for which, fn in passes.items():
-                        pcase = Case(
-                            f"{op}.{which}",
-                            {"T": t, "H": hidden, "splits": splits},
-                            bytes=pass_bytes(op, which, t, hidden, splits),
-                            ceiling="copy",
-                        )
-                        table.add(pcase, "b12x", measure(fn, args), note="per-pass")
+                    for name, p in plans.items():  # every variant's passes (a sweep's too)
+                        splits, passes = per_pass_calls(api, p, op, ins, outs)
+                        reads = 1 if p.state.selection.pass2 == "row" else 2
+                        for which, fn in passes.items():
+                            pcase = Case(
+                                f"{op}.{which}",
+                                {"T": t, "H": hidden, "splits": splits},
+                                bytes=pass_bytes(op, which, t, hidden, splits, reads=reads),
+                                ceiling="copy",
+                            )
+                            note = "per-pass" if name == "b12x" else "per-pass sweep"
+                            table.add(pcase, name, measure(fn, args), peer=name != "b12x", note=note)
                 if args.no_peers:
                     continue
                 if op not in peers:  # automatic dynamic shapes: ~2 compiles per op, not one per T

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, api
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import assert_ulps, inputs
@@ -33,6 +33,8 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
         if k.__name__ == "compile_stream":
             form, _, hidden, tile = args[:4]
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_stream, _kernel.MODES[form], hidden, tile)
+        elif k.__name__ == "compile_row":
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
     rows = _config.workspace_rows(cfg, p.forms(), H, max_tokens, target_ctas, split_k)
@@ -42,6 +44,24 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
     st.extra = {"launchers": table, "target_ctas": target_ctas}
     p._assign_handle()
     return p
+
+
+# Every pass-2 kind the selection offers: the legacy apply kernel, the row kernel with the whole
+# row in one tile, and the row kernel streaming 128-wide chunks while summing 2 splits a step.
+VARIANTS = {
+    "apply": _config.MhcConfig(),
+    "row": _config.MhcConfig(pass2="row"),
+    "row_chunked": _config.MhcConfig(
+        pass2="row",
+        row_small=_config.RowConfig(block_h=128, block_s=2, num_warps=4),
+        row_large=_config.RowConfig(block_h=128, block_s=4, num_warps=4),
+    ),
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request):
+    return VARIANTS[request.param]
 
 
 def sfn(fn, dtype=torch.bfloat16):
@@ -64,8 +84,8 @@ def check_pre_outputs(got, want, *, ulps=1):
     "tokens, target, weight",
     [(1, 1000, None), (5, 3, "w_act"), (5, 1, "w_f32"), (64, 8, None), (70, 1, "w_act")],
 )
-def test_pre(tokens, target, weight):
-    p = interpret_plan(80, target_ctas=target)
+def test_pre(tokens, target, weight, variant):
+    p = interpret_plan(80, target_ctas=target, config=variant)
     ins = inputs(tokens, H, seed=tokens)
     w = None if weight is None else ins[weight]
     outs = dict(
@@ -91,16 +111,16 @@ def test_pre(tokens, target, weight):
 
 
 @pytest.mark.parametrize("split_k", [1, 3, 100])
-def test_pre_fixed_split(split_k):
-    p = interpret_plan(16, target_ctas=1, split_k=split_k)
+def test_pre_fixed_split(split_k, variant):
+    p = interpret_plan(16, target_ctas=1, split_k=split_k, config=variant)
     ins = inputs(3, H, seed=split_k)
     got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
     check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), ins["hc_scale"], ins["hc_base"], **SCAL))
 
 
 @pytest.mark.parametrize("tokens, folded", [(5, False), (5, True), (70, False)])
-def test_broadcast(tokens, folded):
-    p = interpret_plan(80, target_ctas=4)
+def test_broadcast(tokens, folded, variant):
+    p = interpret_plan(80, target_ctas=4, config=variant)
     ins = inputs(tokens, H, seed=7)
     fn = ins["fn"].view(24, 4, H).sum(1).contiguous() if folded else ins["fn"]
     res_out = torch.full((tokens, 4, H), float("nan"), dtype=torch.bfloat16)
@@ -125,8 +145,8 @@ def test_post(tokens, in_place):
 
 
 @pytest.mark.parametrize("tokens, target, in_place", [(1, 64, False), (3, 2, True), (40, 1, False), (70, 4, True)])
-def test_post_pre(tokens, target, in_place):
-    p = interpret_plan(80, target_ctas=target)
+def test_post_pre(tokens, target, in_place, variant):
+    p = interpret_plan(80, target_ctas=target, config=variant)
     ins = inputs(tokens, H, seed=40 + tokens)
     args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
     new_exact = R.mhc_post(*args, compute_dtype=torch.float64).double()
@@ -145,8 +165,8 @@ def test_post_pre(tokens, target, in_place):
     check_pre_outputs(got, want)
 
 
-def test_float16_and_zero_sinkhorn_rounds():
-    p = interpret_plan(8, target_ctas=2, dtype=torch.float16)
+def test_float16_and_zero_sinkhorn_rounds(variant):
+    p = interpret_plan(8, target_ctas=2, dtype=torch.float16, config=variant)
     ins = inputs(3, H, dtype=torch.float16, seed=3)
     kw = dict(rms_eps=1e-6, hc_eps=0.0, sinkhorn_iters=0)
     got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **kw)
@@ -169,7 +189,9 @@ def test_split_partials_land_in_the_workspace():
     total = ws[: splits * 2, :24].view(splits, 2, 24).sum(0)
     flat = ins["residual"].float().reshape(2, 4 * H)
     torch.testing.assert_close(total, flat @ sfn(ins["fn"]).T, rtol=1e-5, atol=1e-5)
-    assert torch.equal(ws[: splits * 2, 24:], torch.zeros(splits * 2, 8))  # the N = 32 pad columns
+    sq = flat.square().sum(-1)  # column 24: each split's share of the row's sum of squares
+    torch.testing.assert_close(ws[: splits * 2, 24].view(splits, 2).sum(0), sq, rtol=1e-5, atol=0)
+    assert torch.equal(ws[: splits * 2, 25:], torch.zeros(splits * 2, 7))  # the N = 32 pad columns
 
 
 def test_interpreter_bf16_dot_is_patched():
@@ -216,13 +238,13 @@ def test_interpreter_bf16_rounding_is_patched():
 
 
 @pytest.mark.parametrize("op", ["pre", "post_pre"])
-def test_bench_per_pass_calls_match_the_entry_point(op):
+def test_bench_per_pass_calls_match_the_entry_point(op, variant):
     """bench_norm --per-pass times pass 1 and pass 2 through api._stream / api._apply: run back to
     back they must write exactly what the entry point writes (same launchers, splits, workspace)."""
     from benchmarks.experimental.b12x import bench_norm
 
     t, scal = 5, dict(SCAL)
-    p = interpret_plan(8, target_ctas=3)
+    p = interpret_plan(8, target_ctas=3, config=variant)
     ins = inputs(t, H, seed=77)
 
     def fresh():

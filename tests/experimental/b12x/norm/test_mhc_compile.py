@@ -15,7 +15,7 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
 
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row
 
 pytestmark = pytest.mark.compile
 
@@ -61,17 +61,18 @@ def _check(compiled, what, *, mma):
 
 
 def _stream_cases():
-    cfg = _config.MhcConfig()
-    for form in _config.STREAM_FORMS:
-        for tile in cfg.streams(form):
-            yield pytest.param(form, tile, id=f"{form}-t{tile.block_t}-h{tile.block_h}-w{tile.num_warps}")
+    for cc, arch in ((90, "sm_90a"), (120, "sm_120a")):
+        cfg = _config.default_config(arch)  # the selection the heuristic makes for that arch
+        for form in _config.STREAM_FORMS:
+            for tile in cfg.streams(form):
+                name = f"{form}-t{tile.block_t}-h{tile.block_h}-w{tile.num_warps}-{arch}"
+                yield pytest.param(form, tile, cc, id=name)
 
 
 ARCHS = [pytest.param(90, id="sm_90a"), pytest.param(120, id="sm_120a")]
 
 
-@pytest.mark.parametrize("cc", ARCHS)
-@pytest.mark.parametrize("form, tile", list(_stream_cases()))
+@pytest.mark.parametrize("form, tile, cc", list(_stream_cases()))
 def test_stream_kernel(form, tile, cc):
     consts = dict(H=7168, MODE=_kernel.MODES[form], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
     compiled = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc)
@@ -90,11 +91,30 @@ def test_apply_kernel(tile, hidden, cc):
     )
 
 
+ROW_TILES = {
+    "row_small": _config.MhcConfig().row_small,
+    "row_large": _config.MhcConfig().row_large,
+    "row_w8": _config.RowConfig(block_h=8192, block_s=16, num_warps=8),
+}
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("tile", list(ROW_TILES))
+@pytest.mark.parametrize("hidden", [2048, 5120, 7168, 16384])
+def test_row_kernel(tile, hidden, cc):
+    """The row pass 2: the whole row as one tile up to 8192 (16384 streams two chunks), no spills."""
+    cfg = ROW_TILES[tile]
+    block_h, block_s = _kernel_row.row_tile(hidden, cfg)
+    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s)
+    compiled = _compile(_kernel_row._mhc_row_kernel, APPLY_SIG, consts, cfg.num_warps, 1, cc)
+    _check(compiled, f"row {tile}", mma=False)
+
+
 @pytest.mark.parametrize("cc", ARCHS)
 def test_float16_stream_kernel(cc):
     """fp16 activations split fn into fp16 hi + lo: mma.sync too."""
     sig = STREAM_SIG | {k: "*fp16" for k in ("res_ptr", "x_ptr", "out_ptr")}
-    tile = _config.MhcConfig().pre_large
+    tile = _config.default_config("sm_90a" if cc == 90 else "sm_120a").pre_large
     consts = dict(H=4096, MODE=_kernel.MODES["pre"], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
     _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
     tile = _config.MhcConfig().post_pre_large

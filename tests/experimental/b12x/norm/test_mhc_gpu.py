@@ -6,7 +6,7 @@ import torch
 
 import b12x
 from b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _kernel
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
@@ -16,12 +16,12 @@ MAX_T = 8192
 _PLANS: dict = {}
 
 
-def prepared(hidden, dtype=torch.bfloat16, max_tokens=MAX_T, split_k=None, invocation=None):
+def prepared(hidden, dtype=torch.bfloat16, max_tokens=MAX_T, split_k=None, invocation=None, override=None):
     """One prepared plan per configuration for the whole module (each compiles once)."""
-    key = (hidden, dtype, max_tokens, split_k, invocation)
+    key = (hidden, dtype, max_tokens, split_k, invocation, override)
     if key not in _PLANS:
         caps = mhc.Caps(device="cuda", max_tokens=max_tokens, hidden_size=hidden, dtype=dtype, split_k=split_k)
-        _PLANS[key] = mhc.plan(caps, invocation=invocation)
+        _PLANS[key] = mhc.plan(caps, invocation=invocation, override=override)
         b12x.PreparationSession("cuda").prepare([_PLANS[key]])
     p = _PLANS[key]
     p.state.scratch["partials"].fill_(float("nan"))  # a read of an unwritten partial shows up
@@ -119,6 +119,46 @@ def test_run_post_pre(hidden, tokens, weight):
     assert excess <= 0, f"post differs from pre of the stored residual by {excess:.3e} beyond the fp32 order bound"
 
 
+# The pass-2 kinds the selection can run, each as an override (the default one runs above too).
+PASS2 = {
+    "apply": _config.MhcConfig(pass2="apply"),
+    "row": _config.MhcConfig(pass2="row"),
+    "row_chunked": _config.MhcConfig(
+        pass2="row", row_small=_config.RowConfig(2048, 64, 4), row_large=_config.RowConfig(2048, 16, 4)
+    ),
+    "row_w8_small_h128": _config.MhcConfig(
+        pass2="row",
+        row_small=_config.RowConfig(8192, 256, 8),
+        row_large=_config.RowConfig(8192, 16, 8),
+        pre_small=_config.StreamConfig(16, 128, 4, 2),
+        post_pre_small=_config.StreamConfig(16, 64, 4, 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", list(PASS2))
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", TOKENS)
+def test_pass2_variants(variant, hidden, tokens):
+    """pre (norm weight and none), broadcast and post_pre through every pass-2 variant."""
+    p = prepared(hidden, override=PASS2[variant])
+    ins = gpu_inputs(tokens, hidden, seed=400 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    for w in (None, ins["w_act"], ins["w_f32"]):
+        kw = dict(SCALARS, norm_weight=w, norm_eps=1e-6)
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **kw)
+        check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
+    kw = dict(SCALARS, norm_weight=ins["w_f32"], norm_eps=1e-6)
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
+    ref32, ref_lo = pre_refs(ins["x"], *mix, **kw)
+    assert torch.equal(got[0], ref32[0])
+    check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+    kw = dict(SCALARS, norm_weight=ins["w_act"], norm_eps=1e-6)
+    got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
+    check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
+
+
 def test_functional_form_and_in_place():
     hidden, tokens = 4096, 37
     p = prepared(hidden)
@@ -203,9 +243,8 @@ def test_graph_replay_equals_eager():
 
 
 def _jit_cache_size():
-    return sum(len(c[0]) for c in _kernel._mhc_stream_kernel.device_caches.values()) + sum(
-        len(c[0]) for c in _kernel._mhc_apply_kernel.device_caches.values()
-    )
+    kernels = (_kernel._mhc_stream_kernel, _kernel._mhc_apply_kernel, _kernel_row._mhc_row_kernel)
+    return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
 
 def test_freeze_new_tokens_run_new_hidden_raises():
@@ -213,6 +252,7 @@ def test_freeze_new_tokens_run_new_hidden_raises():
     ins = gpu_inputs(5, 4096, seed=1)
     mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
     compiles = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
+    compiles += _kernel_row.compile_row.compile_count
     jit = _jit_cache_size()
     b12x.freeze_kernel_resolution("test")
     for tokens in (2, 77, 4999):
@@ -221,7 +261,8 @@ def test_freeze_new_tokens_run_new_hidden_raises():
         mhc.run_post_pre(*args, plan=p, **SCALARS)
         mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, norm_weight=ins["w_f32"], **SCALARS)
     torch.cuda.synchronize()
-    assert _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count == compiles
+    now = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
+    assert now + _kernel_row.compile_row.compile_count == compiles
     assert _jit_cache_size() == jit  # Triton compiled nothing behind our back either
     with pytest.raises(b12x.KernelResolutionFrozenError):
         b12x.PreparationSession("cuda").prepare([mhc.plan(mhc.Caps(device="cuda", max_tokens=8, hidden_size=5120))])
@@ -260,7 +301,9 @@ def test_torch_compile_fullgraph():
 def test_compiled_kernels_use_mma_sync_never_wgmma():
     prepared(4096)
     stream = [k for c in _kernel._mhc_stream_kernel.device_caches.values() for k in c[0].values()]
+    prepared(4096, override=PASS2["row"])
     apply = [k for c in _kernel._mhc_apply_kernel.device_caches.values() for k in c[0].values()]
+    apply += [k for c in _kernel_row._mhc_row_kernel.device_caches.values() for k in c[0].values()]
     assert stream and apply
     for k in stream + apply:
         assert "wgmma" not in k.asm["ptx"]

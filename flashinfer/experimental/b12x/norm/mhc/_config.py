@@ -65,6 +65,28 @@ class ApplyConfig:
 
 
 @dataclass(frozen=True)
+class RowConfig:
+    """Tile of the "row" pass 2 (_kernel_row.py): one token per program, its whole row as one
+    [4, block_h] tile when block_h >= H (else streamed in block_h chunks), the split partials
+    summed block_s rows a step."""
+
+    block_h: int = 8192
+    block_s: int = 64
+    num_warps: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("block_h", "block_s", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.block_h < 128:
+            raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
+
+
+PASS2_KINDS = ("apply", "row")
+
+
+@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -88,12 +110,30 @@ class MhcConfig:
     # chunk, 3 chunks prefetched); four per program at large T (one warp each, 256-wide chunks).
     apply_small: ApplyConfig = ApplyConfig(tokens=1, block_h=1024, stages=4)
     apply_large: ApplyConfig = ApplyConfig(tokens=4, block_h=256, stages=4)
+    # the "row" pass 2: one token per 16-warp program, the row read once (sum of squares from pass 1)
+    row_small: RowConfig = RowConfig(block_h=8192, block_s=256, num_warps=16)
+    row_large: RowConfig = RowConfig(block_h=8192, block_s=16, num_warps=16)
+    # which pass 2 runs: "apply" (TOK tokens a program, 2-3 reads of the row) or "row"
+    pass2: str = "apply"
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
 
-    def apply(self, tokens: int) -> ApplyConfig:
-        """The pass-2 tile at `tokens` live tokens."""
-        return self.apply_small if tokens <= self.small_max_tokens else self.apply_large
+    def __post_init__(self) -> None:
+        if self.pass2 not in PASS2_KINDS:
+            raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
+
+    def apply(self, tokens: int):
+        """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""
+        small = tokens <= self.small_max_tokens
+        if self.pass2 == "row":
+            return self.row_small if small else self.row_large
+        return self.apply_small if small else self.apply_large
+
+    def pass2_tiles(self) -> tuple:
+        """Every pass-2 tile this selection may run (the compile jobs)."""
+        if self.pass2 == "row":
+            return tuple(dict.fromkeys((self.row_small, self.row_large)))
+        return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
         """The pass-1 tile of `form` at `tokens` live tokens."""
@@ -118,6 +158,15 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         return tuple(dict.fromkeys((getattr(self, f"{form}_small"), getattr(self, f"{form}_large"))))
+
+
+def default_config(arch: str | None) -> MhcConfig:
+    """The heuristic's selection for `arch`. sm_120a gets a 4-warp 32-token pre tile: the 2-warp
+    64-token one spills there (255 registers + 40-byte stack since pass 1 also sums the squares);
+    on sm_90a it takes 186 registers and no stack."""
+    if arch is not None and not str(arch).startswith("sm_90"):
+        return MhcConfig(pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3))
+    return MhcConfig()
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):

@@ -78,6 +78,13 @@ def _split_dot(a, f, acc):
 
 
 @triton.jit
+def _sum_sq(a):
+    """[BT] fp32 sum over a row tile's squares (the mean square of the flat row, in pieces)."""
+    f = a.to(tl.float32)
+    return tl.sum(f * f, axis=1)
+
+
+@triton.jit
 def _mix_step(a, fn_base, f_off, f_mask, acc):
     """acc [BT, 32] += a [BT, K] @ fn-tile [K, 32] (columns 24..31 masked to zero)."""
     return _split_dot(a, tl.load(fn_base + f_off, mask=f_mask, other=0.0), acc)
@@ -110,10 +117,9 @@ def _mhc_stream_kernel(
     row = offs_t.to(tl.int64)  # T * 4H can pass 2^31
     hh = tl.arange(0, BLOCK_H)
     k4 = tl.arange(0, 4 * BLOCK_H)
-    res_k4 = (k4 // BLOCK_H) * H + (k4 % BLOCK_H)  # [4 * BH] -> offset of (stream, h) in a token's 4H
-    m32 = tl.arange(0, 32)  # mixes 0..23 and 8 zero pad columns (N = 32)
+    m32 = tl.arange(0, 32)  # mixes 0..23, the sum of squares (24) and 7 zero pad columns (N = 32)
     f_mask = m32[None, :] < 24
-    fk = m32[None, :] * (4 * H) + res_k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
+    fk = m32[None, :] * (4 * H) + k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
     c_begin = pid_s * chunks_per_split
     c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
 
@@ -143,6 +149,7 @@ def _mhc_stream_kernel(
         c_33 = tl.load(cp + 15, mask=t_mask, other=0.0)
 
     acc = tl.zeros([BLOCK_T, 32], dtype=tl.float32)
+    sq = tl.zeros([BLOCK_T], dtype=tl.float32)  # this split's share of sum(flat^2) (partial column 24)
     mask2 = t_mask[:, None]
     tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
     fn_t = m32[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 32]: fn block 0 (block i at + i * H)
@@ -157,6 +164,8 @@ def _mhc_stream_kernel(
             for blk in range(fn_blocks):  # folded in fp32, then split: one hi + lo pair of dots
                 f += tl.load(fn_ptr + fn_t + blk * H + h0, mask=f_mask, other=0.0)
             acc = _split_dot(xv, f, acc)
+            xs = xv.to(tl.float32)
+            sq += 4.0 * tl.sum(xs * xs, axis=1)  # the flat 4H row holds x four times
         elif READS_X:
             xf = tl.load(x_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0).to(tl.float32)
             r_0 = tl.load(res_ptr + tile + h0, mask=mask2, other=0.0).to(tl.float32)
@@ -197,18 +206,25 @@ def _mhc_stream_kernel(
             tl.store(out_ptr + tile + 2 * H + h0, n_2, mask=mask2)
             tl.store(out_ptr + tile + 3 * H + h0, n_3, mask=mask2)
             if HAS_MIX:
+                sq += _sum_sq(n_0) + _sum_sq(n_1) + _sum_sq(n_2) + _sum_sq(n_3)
                 acc = _mix_step(n_0, fn_ptr + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_1, fn_ptr + H + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_3, fn_ptr + 3 * H + h0, fn_t, f_mask, acc)
         else:
-            # PRE: one [BT, 4 * BH] operand (k = stream * BH + h) against fn's matching columns.
-            a = tl.load(res_ptr + row[:, None] * (4 * H) + h0 + res_k4[None, :], mask=mask2, other=0.0)
-            acc = _mix_step(a, fn_ptr + h0, fk, f_mask, acc)
+            # PRE: one [BT, 4 * BH] operand, 4 * BH CONTIGUOUS elements of each token's flat 4H row
+            # (k0 = c * 4 * BH), against fn's same columns: a 128-byte run per row per step at
+            # BH = 16 (the stream-split layout, 4 runs of BH H apart, read 32-byte runs).
+            k0 = c * (4 * BLOCK_H)
+            a = tl.load(res_ptr + row[:, None] * (4 * H) + k0 + k4[None, :], mask=mask2, other=0.0)
+            sq += _sum_sq(a)
+            acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
 
-    # Phase 3: this split's partial mixes (row stride 32 floats; columns 24..31 hold the zero pad).
+    # Phase 3: this split's partial mixes and sum of squares (row stride 32 floats: 0..23 mixes,
+    # 24 the sum of squares, 25..31 the zero pad of the dot).
     if HAS_MIX:
         part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
+        acc = tl.where(m32[None, :] == 24, sq[:, None], acc)
         tl.store(part + m32[None, :], acc, mask=mask2)
 
 

@@ -22,7 +22,7 @@ from ..._lib.arch import resolve_device
 from ..._lib.checks import describe as _describe
 from ...preparation.plan import Plan
 from . import reference
-from ._config import ApplyConfig, MhcConfig, StreamConfig, split_for, workspace_rows
+from ._config import ApplyConfig, MhcConfig, RowConfig, StreamConfig, default_config, split_for, workspace_rows
 from .reference import MIXES, MULT
 
 OP = "norm.mhc"
@@ -85,10 +85,11 @@ class MhcPlan(Plan):
 
     def heuristic(self, arch):
         """The default tiles (an override stands in, so memory_requirements sizes what runs)."""
-        return self.override if self.override is not None else MhcConfig()
+        return self.override if self.override is not None else default_config(arch)
 
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_stream
+        from ._kernel_row import compile_row
 
         caps, dt = self.caps, _dname(self.caps.dtype)
         dev = caps.device.index or 0
@@ -97,9 +98,10 @@ class MhcPlan(Plan):
             for cfg in config.streams(form):
                 jobs.append((compile_stream, (form, dt, caps.hidden_size, cfg, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
-                for tile in dict.fromkeys((config.apply_small, config.apply_large)):
+                for tile in config.pass2_tiles():
+                    k = compile_row if isinstance(tile, RowConfig) else compile_apply
                     for wdt in dict.fromkeys((dt, "float32")):
-                        jobs.append((compile_apply, (dt, caps.hidden_size, wdt, tile, dev, arch)))
+                        jobs.append((k, (dt, caps.hidden_size, wdt, tile, dev, arch)))
         return tuple(dict.fromkeys(jobs))
 
     def workspace_rows(self, config, device) -> int:
@@ -572,7 +574,9 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
 def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
     caps, dt = p.caps, _dname(p.caps.dtype)
     wdt = "float32" if w is None else _dname(w.dtype)
-    launch = _launcher(p, "compile_apply", (dt, caps.hidden_size, wdt, p.state.selection.apply(t)))
+    tile = p.state.selection.apply(t)
+    kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
+    launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))
     y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
@@ -627,7 +631,7 @@ def _copy_outs(outs: dict, **values) -> None:
 
 
 __all__ = ["Caps", "MhcConfig", "MhcPlan", "MhcBinding", "plan", "bind", "run_pre", "run_post", "run_post_pre"]
-__all__ += ["ApplyConfig", "StreamConfig", "MULT", "MIXES", "FORMS", "split_for", "synthetic_inputs"]
+__all__ += ["ApplyConfig", "RowConfig", "StreamConfig", "MULT", "MIXES", "FORMS", "split_for", "synthetic_inputs"]
 
 from . import _ops as _ops_module  # noqa: E402 - registers the custom ops (it imports this module)
 
