@@ -27,8 +27,20 @@ MXFP8_SHAPES = [(1, 32), (3, 96), (7, 64), (130, 160), (9, 2048)]
 # (config, m, k): tiles smaller and larger than the tensor; BLOCK_K 16/32 splits a 4-column scale
 # group across programs. Under the interpreter every program costs ~10 ms: tiny tiles get tiny shapes.
 NVFP4_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((4, 16, 1), 5, 48)]
+# Every NVFP4 variant (encode, skip_dead, scale_words) on a tile smaller than the tensor, with live
+# rows ending inside a 128-row atom (dead programs) and K/16 not a multiple of 4 (scale padding).
+NVFP4_VARIANTS = [
+    ((16, 32, 4, "mul", False, False), 130, 160),
+    ((32, 64, 4, "mul", True, False), 130, 160),
+    ((16, 64, 2, "mul", True, True), 130, 160),
+    ((16, 64, 4, "div", True, True), 5, 48),
+    ((4, 16, 1, "mul", True, False), 5, 48),
+    ((128, 512, 8, "mul", False, True), 130, 160),
+]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
+MXFP8_VARIANTS = [((16, 32, 4, True), 130, 160), ((1, 64, 1, True), 5, 96), ((128, 512, 8, True), 130, 160)]
 DATA = ["wide", "specials", "ties"]
+NVFP4_DATA = DATA + ["near"]  # "near": x * gs within an fp32 ulp or two of midpoint * scale
 
 
 def _cases():
@@ -42,8 +54,19 @@ def _cases():
                 cases.append(("mxfp8", dtype, m, k, None, data, ""))
     for cfg, m, k in NVFP4_CONFIGS:
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "wide", "float"))
+    for cfg, m, k in NVFP4_VARIANTS:
+        for data in NVFP4_DATA:
+            cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
+    for dtype in ("bfloat16", "float16"):
+        for gs in ("tensor", "up", "down"):
+            for cfg in (None, NVFP4_VARIANTS[0][0]):
+                cases.append(("nvfp4", dtype, 9, 2048, cfg, "near", gs))
     for cfg, m, k in MXFP8_CONFIGS:
         cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))
+    for cfg, m, k in MXFP8_VARIANTS:
+        for data in DATA:
+            for dtype in ("bfloat16", "float16"):
+                cases.append(("mxfp8", dtype, m, k, cfg, data, ""))
     for gs in ("float", "tiny_gs", "huge_gs"):
         cases.append(("nvfp4", "bfloat16", 7, 64, None, "specials", gs))
     return cases
@@ -80,7 +103,9 @@ def _patch_conversions():
 
 def make_input(data: str, m: int, k: int, dtype, block: int, seed: int):
     """x [m, k] of `dtype`: "wide" = randn over 12 decades; "specials" = zero / NaN / Inf / huge /
-    tiny blocks; "ties" = values on the rounding midpoints of the E2M1 (block 16) or E4M3 grid."""
+    tiny blocks; "ties" = values on the rounding midpoints of the E2M1 (block 16) or E4M3 grid;
+    "near" (block 16) = per block a random E4M3 scale s (amax 6 s, so the block's scale is s at a
+    global scale ~1) and the other values midpoint * s * (1 + d 2^-8), d in {-1, 0, 1}."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -101,6 +126,15 @@ def make_input(data: str, m: int, k: int, dtype, block: int, seed: int):
         blocks.copy_(torch.where(kind == 4, blocks * (finfo.max / amax), blocks))  # up to the dtype's max
         blocks.copy_(torch.where(kind == 5, blocks * (finfo.smallest_normal / 4), blocks))  # subnormals
         blocks.copy_(torch.where(kind == 6, -blocks.abs() * 1e-3, blocks))  # all negative, small
+    elif data == "near":
+        nb = m * k // block
+        s = torch.randint(1, 127, (nb, 1), generator=g, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+        mids = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])[torch.randint(0, 7, (nb, block), generator=g)]
+        d = torch.randint(-1, 2, (nb, block), generator=g).float()
+        signs = torch.where(torch.rand(nb, block, generator=g) < 0.5, -1.0, 1.0)
+        blocks = mids * s * (1 + d * 2.0**-8) * signs
+        blocks[:, 0] = 6 * s[:, 0]
+        x = blocks.view(m, k)
     elif data == "ties":
         if block == 16:  # E2M1 midpoints and grid points, with a 6 in the block so sf = 1 at gs = 1
             grid = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 0.0, 5.5])
@@ -130,9 +164,9 @@ def run_case(case) -> str:
         from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as kmod
 
         x = make_input(data, m, k, dtype, 16, seed)
-        gs = {"tiny_gs": 2.0**-100, "huge_gs": 1e30}.get(gs_kind)
+        gs = {"tiny_gs": 2.0**-100, "huge_gs": 1e30, "up": 1 + 2.0**-20, "down": 1 - 2.0**-20}.get(gs_kind)
         if gs is None:
-            gs = 1.0 if data == "ties" else float(nvfp4_global_scale(x))
+            gs = 1.0 if data in ("ties", "near") else float(nvfp4_global_scale(x))
         launcher = kmod.interpreted_launcher(k, None if cfg is None else kmod.NvFp4Config(*cfg))
         size = swizzled_size(m, k // 16)
         packed = torch.full((m, k // 2), 0xFF, dtype=torch.uint8)

@@ -4,6 +4,7 @@ bit-exactness argument rests on, and obey the compile spine's caches and freeze.
 import contextlib
 import pickle
 import re
+import sys
 
 import pytest
 
@@ -89,7 +90,12 @@ def test_compiled_signature_matches_the_launch_arguments(op):
     jit_fn = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
     src = kmod._source("bfloat16", 4096, kmod.default_config(4096))
     assert list(src.signature) == jit_fn.arg_names
-    assert [n for n, t in src.signature.items() if t == "constexpr"] == ["K", "BLOCK_M", "BLOCK_K"]
+    names = [n for n, t in src.signature.items() if t == "constexpr"]
+    assert names[:3] == ["K", "BLOCK_M", "BLOCK_K"]
+    assert names == [n for n in jit_fn.arg_names if n.isupper()]
+    assert [src.constants[(jit_fn.arg_names.index(n),)] for n in names] == list(
+        kmod.constexprs(4096, kmod.default_config(4096))
+    )
 
 
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
@@ -103,10 +109,17 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
     from flashinfer.experimental.b12x.quantization._shared import _triton_helpers
 
     kmod = OPS[op]
-    jit_fn = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
-    names = {n.id for n in ast.walk(ast.parse(jit_fn.src)) if isinstance(n, ast.Name)}
-    called = [getattr(kmod, n) for n in names if isinstance(getattr(kmod, n, None), triton.runtime.JITFunction)]
-    outside = {f.__module__ for f in called} - {kmod.__name__}
+    root = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
+    seen, todo = set(), [root]
+    while todo:  # the kernel and every JIT function it calls, transitively
+        fn = todo.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        module = sys.modules[fn.__module__]
+        names = {n.id for n in ast.walk(ast.parse(fn.src)) if isinstance(n, ast.Name)}
+        todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
+    outside = {f.__module__ for f in seen} - {kmod.__name__}
     assert outside == {_triton_helpers.__name__}
     assert set(COMPILE[op].sources) == outside
 
@@ -129,12 +142,58 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64), 1234)]
+    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, False, False, False), 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32), 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False), 1234)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):
         nv.NvFp4Launcher(64, cfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, 0, 0, 0, 1.0, 0, 5)
+
+
+def _one_per_variant(configs):
+    out = {}
+    for c in configs:
+        out.setdefault(tuple(v for f, v in vars(c).items() if f not in ("block_m", "block_k", "num_warps")), c)
+    return tuple(out.values())
+
+
+@pytest.mark.parametrize(
+    "op, sweep",
+    [
+        ("nvfp4", False),
+        ("mxfp8", False),
+        pytest.param("nvfp4", True, marks=pytest.mark.slow),
+        pytest.param("mxfp8", True, marks=pytest.mark.slow),
+    ],
+)
+def test_candidates_compile_with_the_exact_instructions(op, sweep):
+    # Every config the bench or the autotuner may pick: RNE E4M3 conversion, no FMA contraction, no
+    # flush-to-zero, no approximate division, and NaN-ignoring max (`max.f32`, never `max.NaN`: the
+    # lean amax relies on it). The division-free NVFP4 encode keeps only the per-block divisions.
+    import dataclasses
+
+    kmod = OPS[op]
+    configs = kmod.candidate_configs(7168)
+    assert len(configs) == len(set(configs)) > 10
+    for cfg in configs if sweep else _one_per_variant(configs):  # the full sweep is -m slow
+        ptx = kmod.compile_for_target("bfloat16", 7168, cfg, "sm_90a").asm["ptx"]
+        ops = set(re.findall(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs)\.[a-z0-9.]+)", ptx))
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ops and "max.f32" in ops, cfg
+        assert "max.NaN" not in ptx, cfg
+        assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
+        if op == "nvfp4" and cfg.encode == "mul":
+            div_ptx = kmod.compile_for_target("bfloat16", 7168, dataclasses.replace(cfg, encode="div"), "sm_90a")
+            assert ptx.count("div.rn.f32") * 8 <= div_ptx.asm["ptx"].count("div.rn.f32"), cfg
+
+
+def test_candidates_cover_every_variant():
+    nv_configs = nv.candidate_configs(7168)
+    assert {c.encode for c in nv_configs} == {"div", "mul"}
+    assert {(c.skip_dead, c.scale_words) for c in nv_configs} == {(False, False), (True, False), (True, True)}
+    assert {c.lean for c in mx.candidate_configs(7168)} == {False, True}
+    # Narrow rows cap the tile width instead of dropping candidates.
+    assert all(c.block_k <= 64 for c in nv.candidate_configs(48)) and len(nv.candidate_configs(48)) > 5
+    assert all(nv.can_implement(48, c) for c in nv.candidate_configs(48))

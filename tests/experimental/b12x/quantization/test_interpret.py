@@ -38,4 +38,16 @@ def test_cases_cover_tails_and_configs():
     # Tails: K not a multiple of the tile, rows past a 128-row block, K/16 not a multiple of 4.
     ks = {c[3] for c in _runner.CASES.values()}
     assert {48, 160, 2048} <= ks and any(c[2] == 130 for c in _runner.CASES.values())
-    assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties"}
+    assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties", "near"}
+    # Every NVFP4 variant (encode, skip_dead, scale_words) and MXFP8 lean setting runs here.
+    from flashinfer.experimental.b12x.quantization.mxfp8._kernel import MxFp8Config
+    from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mx_cands
+    from flashinfer.experimental.b12x.quantization.nvfp4._kernel import NvFp4Config
+    from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nv_cands
+
+    def variants(cls, cfgs):
+        return {tuple(vars(cls(*c) if isinstance(c, tuple) else c).values())[3:] for c in cfgs}
+
+    ran = [c for c in _runner.CASES.values() if c[4] is not None]
+    assert variants(NvFp4Config, nv_cands(7168)) <= variants(NvFp4Config, [c[4] for c in ran if c[0] == "nvfp4"])
+    assert variants(MxFp8Config, mx_cands(7168)) <= variants(MxFp8Config, [c[4] for c in ran if c[0] == "mxfp8"])

@@ -37,3 +37,26 @@ def swizzled_scale_offsets(rows64, scols, NB: tl.constexpr):
     row_part = (rows64 // 128) * (NB_PAD // 4 * 512) + (rows64 % 32) * 16 + ((rows64 // 32) % 4) * 4
     col_part = (scols // 4) * 512 + (scols % 4)
     return row_part[:, None] + col_part[None, :]
+
+
+@triton.jit
+def block_amax_maxnum(xb):
+    """`block_amax` with one select per block instead of one per element.
+
+    `tl.max` combines with `tl.maximum` whose default `propagate_nan=NONE` lowers to `max.f32`
+    (fmaxf: a NaN operand yields the other one; the interpreter reduces with `np.nanmax`, the same
+    rule), so only an all-NaN block reduces to NaN, and the oracle wants 0 there. The compile tier
+    pins the PTX (`max.f32`, no `max.NaN.f32`).
+    """
+    amax = tl.max(tl.abs(xb), axis=2)
+    return tl.where(amax == amax, amax, 0.0)
+
+
+@triton.jit
+def pack_bytes4(b):
+    """[R, C] int32 bytes (0..255) -> [R, C/4] int32 words, byte c % 4 at bits 8*(c % 4): the
+    little-endian word of 4 consecutive bytes (bytes are disjoint bit ranges, so the sum is an OR)."""
+    R: tl.constexpr = b.shape[0]
+    C: tl.constexpr = b.shape[1]
+    shifts = tl.arange(0, 4) * 8
+    return tl.sum(tl.reshape(b, (R, C // 4, 4)) << shifts[None, None, :], axis=2)

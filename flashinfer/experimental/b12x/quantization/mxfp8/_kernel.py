@@ -33,7 +33,7 @@ import triton.language as tl
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from .._shared import _triton_helpers
-from .._shared._triton_helpers import block_amax, swizzled_scale_offsets
+from .._shared._triton_helpers import block_amax, block_amax_maxnum, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
@@ -46,11 +46,17 @@ CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 # -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MxFp8Config:
-    """One program quantizes block_m rows x block_k columns with num_warps warps."""
+    """One program quantizes block_m rows x block_k columns with num_warps warps.
+
+    lean: amax with one NaN select per block (`block_amax_maxnum`) instead of one per element, and
+    one NaN test per value (a NaN block scale, byte 255, becomes a NaN multiplier, so its values are
+    NaN and take the same 0x7F) instead of two. Same bits.
+    """
 
     block_m: int = 16
     block_k: int = 256
     num_warps: int = 4
+    lean: bool = False
 
 
 def can_implement(k: int, config: MxFp8Config) -> bool:
@@ -62,22 +68,52 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and pow2(config.block_k)
         and config.block_k >= BLOCK
         and config.num_warps in (1, 2, 4, 8, 16)
+        and isinstance(config.lean, bool)
     )
 
 
 def default_config(k: int) -> MxFp8Config:
-    # Not yet measured on the H200: bench_quantization.py --all-configs times every candidate;
-    # 16 x 256 keeps 8 KiB of input per program (~32 fp32 values per thread at 4 warps).
+    # The measured default (docs/performance.md, 2026-11-30). The other candidates are unmeasured:
+    # bench_quantization.py --all-configs times them all; move this to the measured best.
     return MxFp8Config(block_m=16, block_k=min(256, triton.next_power_of_2(k)), num_warps=4)
 
 
+# (block_m, block_k, num_warps, lean): predictions in docs/predictions/quantization.md.
+_CANDIDATES = (
+    (4, 512, 4, False),
+    (8, 512, 4, False),
+    (16, 512, 8, False),
+    (32, 256, 8, False),
+    (32, 128, 4, False),
+    (64, 128, 8, False),
+    (16, 256, 4, True),
+    (8, 512, 4, True),
+    (16, 512, 8, True),
+    (32, 256, 8, True),
+    (32, 512, 8, True),
+    (64, 256, 8, True),
+    (8, 1024, 8, True),
+    (16, 1024, 8, True),
+    (4, 2048, 8, True),
+    (1, 1024, 2, True),  # tiny M: one row per program, K split wide
+    (1, 512, 1, True),
+    (4, 256, 1, True),
+)
+
+
 def candidate_configs(k: int) -> tuple[MxFp8Config, ...]:
+    """The default first, then every valid candidate; tiles wider than the row are capped."""
     out = [default_config(k)]
-    for bm, bk, nw in ((4, 512, 4), (8, 512, 4), (16, 512, 8), (32, 256, 8), (32, 128, 4), (64, 128, 8)):
-        cfg = MxFp8Config(bm, bk, nw)
+    for bm, bk, nw, lean in _CANDIDATES:
+        cfg = MxFp8Config(bm, min(bk, triton.next_power_of_2(k)), nw, lean)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
     return tuple(out)
+
+
+def constexprs(k: int, config: MxFp8Config) -> tuple:
+    """The kernel's constexpr arguments, in signature order (K first)."""
+    return (k, config.block_m, config.block_k, config.lean)
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -97,6 +133,7 @@ def _mxfp8_quantize_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    LEAN: tl.constexpr,  # MxFp8Config.lean
 ):
     NB: tl.constexpr = K // 32  # scale columns
     TILE_NB: tl.constexpr = BLOCK_K // 32
@@ -112,7 +149,10 @@ def _mxfp8_quantize_kernel(
 
     # Phase 2: per-32 amax (NaN ignored) -> UE8M0 byte, rounded up on the bits of amax / 448.
     xb = tl.reshape(x, (BLOCK_M, TILE_NB, 32))
-    amax = block_amax(xb)  # [BLOCK_M, TILE_NB]
+    if LEAN:
+        amax = block_amax_maxnum(xb)  # [BLOCK_M, TILE_NB]
+    else:
+        amax = block_amax(xb)
     s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
     exp = (s_bits >> 23) & 0xFF
     byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
@@ -121,10 +161,15 @@ def _mxfp8_quantize_kernel(
 
     # Phase 3: values = e4m3(x * 2^(127 - byte)); 2^-127 (byte 254) is the fp32 subnormal 0x00400000.
     mult_bits = tl.where(byte == 254, 0x00400000, (254 - byte) << 23)
+    if LEAN:  # byte 255 (amax Inf): a NaN multiplier makes every value NaN, then 0x7F
+        mult_bits = tl.where(byte == 255, 0x7FC00000, mult_bits)
     mult = mult_bits.to(tl.float32, bitcast=True)
     v = xb * mult[:, :, None]
     q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    q = tl.where((v != v) | (byte == 255)[:, :, None], 0x7F, q)
+    if LEAN:
+        q = tl.where(v != v, 0x7F, q)
+    else:
+        q = tl.where((v != v) | (byte == 255)[:, :, None], 0x7F, q)
     tl.store(values_ptr + rows64[:, None] * K + cols[None, :], tl.reshape(q, (BLOCK_M, BLOCK_K)), mask=mask)
 
     # Phase 4: scales, row-major and swizzled, live positions only.
@@ -164,7 +209,7 @@ class MxFp8Launcher:
             return
         cfg = self.config
         g = grid(m, self.k, cfg)
-        args = (x, values, scale_rows, scale_mma, m, self.k, cfg.block_m, cfg.block_k)
+        args = (x, values, scale_rows, scale_mma, m, *constexprs(self.k, cfg))
         if not self.compiled:
             _mxfp8_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
@@ -192,10 +237,11 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "K": "constexpr",
         "BLOCK_M": "constexpr",
         "BLOCK_K": "constexpr",
+        "LEAN": "constexpr",
     }
-    constexprs = {"K": k, "BLOCK_M": config.block_m, "BLOCK_K": config.block_k}
+    names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}
-    return ASTSource(_mxfp8_quantize_kernel, signature, constexprs, attrs)
+    return ASTSource(_mxfp8_quantize_kernel, signature, dict(zip(names, constexprs(k, config))), attrs)
 
 
 def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):

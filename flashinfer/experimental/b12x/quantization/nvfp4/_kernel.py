@@ -30,7 +30,7 @@ import triton.language as tl
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from .._shared import _triton_helpers
-from .._shared._triton_helpers import block_amax, swizzled_scale_offsets
+from .._shared._triton_helpers import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale
@@ -41,13 +41,28 @@ CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 # -------------------------------------------------------------------------------------------------
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
+ENCODES = ("div", "mul")
+
+
 @dataclass(frozen=True)
 class NvFp4Config:
-    """One program quantizes block_m rows x block_k columns with num_warps warps."""
+    """One program quantizes block_m rows x block_k columns with num_warps warps.
+
+    encode: "div" = the oracle's sequence (`div_rn` per element, midpoints on y; per-element NaN
+    select in amax); "mul" = division-free and bit-equal (|x * gs| against midpoint * sf, proof at
+    `_e2m1_codes_mul`; one NaN select per block in amax).
+    skip_dead: programs whose rows are all >= live M (the zero padding of the last 128-row scale
+    atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
+    scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
+    the 128x4 layout) instead of bytes; needs block_k >= 64.
+    """
 
     block_m: int = 16
     block_k: int = 256
     num_warps: int = 4
+    encode: str = "div"
+    skip_dead: bool = False
+    scale_words: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -61,22 +76,62 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and pow2(config.block_k)
         and config.block_k >= BLOCK
         and config.num_warps in (1, 2, 4, 8, 16)
+        and config.encode in ENCODES
+        and isinstance(config.skip_dead, bool)
+        and isinstance(config.scale_words, bool)
+        and (not config.scale_words or config.block_k >= 64)
     )
 
 
 def default_config(k: int) -> NvFp4Config:
-    # Not yet measured on the H200: bench_quantization.py --all-configs times every candidate;
-    # 16 x 256 keeps 8 KiB of input per program (~32 fp32 values per thread at 4 warps).
-    return NvFp4Config(block_m=16, block_k=min(256, triton.next_power_of_2(_round_up(k, 64))), num_warps=4)
+    # The measured default (docs/performance.md, 2026-11-30). The other candidates are unmeasured:
+    # bench_quantization.py --all-configs times them all; move this to the measured best.
+    return NvFp4Config(block_m=16, block_k=_block_k_cap(k, 256), num_warps=4)
+
+
+# (block_m, block_k, num_warps, encode, skip_dead, scale_words): predictions in
+# docs/predictions/quantization.md. The "div" rows are the pre-existing sweep, kept as a baseline.
+_CANDIDATES = (
+    (4, 512, 4, "div", False, False),
+    (8, 512, 4, "div", False, False),
+    (16, 512, 8, "div", False, False),
+    (32, 256, 8, "div", False, False),
+    (32, 128, 4, "div", False, False),
+    (64, 128, 8, "div", False, False),
+    # division-free encode, tile sweep (large M: more rows per program)
+    (16, 256, 4, "mul", False, False),
+    (8, 512, 4, "mul", False, False),
+    (16, 512, 8, "mul", False, False),
+    (32, 256, 8, "mul", False, False),
+    (32, 512, 8, "mul", False, False),
+    (64, 256, 8, "mul", False, False),
+    (16, 1024, 8, "mul", False, False),
+    (64, 128, 4, "mul", False, False),
+    # tiny M: dead padding programs skip their math; fewer warps per program
+    (16, 256, 4, "mul", True, False),
+    (16, 128, 2, "mul", True, False),
+    (16, 128, 4, "mul", True, False),
+    (16, 512, 4, "mul", True, False),
+    (8, 256, 2, "mul", True, False),
+    # 4-byte scale stores
+    (16, 256, 4, "mul", True, True),
+    (32, 256, 8, "mul", True, True),
+    (16, 512, 8, "mul", True, True),
+)
 
 
 def candidate_configs(k: int) -> tuple[NvFp4Config, ...]:
+    """The default first, then every valid candidate; tiles wider than the padded row are capped."""
     out = [default_config(k)]
-    for bm, bk, nw in ((4, 512, 4), (8, 512, 4), (16, 512, 8), (32, 256, 8), (32, 128, 4), (64, 128, 8)):
-        cfg = NvFp4Config(bm, bk, nw)
+    for bm, bk, nw, enc, skip, words in _CANDIDATES:
+        cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, enc, skip, words)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
     return tuple(out)
+
+
+def _block_k_cap(k: int, block_k: int) -> int:
+    return min(block_k, triton.next_power_of_2(_round_up(k, 64)))
 
 
 def _round_up(n: int, m: int) -> int:
@@ -88,53 +143,124 @@ def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
     return (_round_up(m, 128) // config.block_m, triton.cdiv(_round_up(k, 64), config.block_k), 1)
 
 
+def constexprs(k: int, config: NvFp4Config) -> tuple:
+    """The kernel's constexpr arguments, in signature order (K first)."""
+    return (k, config.block_m, config.block_k, config.encode == "mul", config.skip_dead, config.scale_words)
+
+
 # -------------------------------------------------------------------------------------------------
 # Kernel
 # -------------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=["gs_ptr", "gs_value", "gs_on_device", "m"], do_not_specialize_on_alignment=["gs_ptr"])
-def _nvfp4_quantize_kernel(
-    x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
-    packed_ptr,  # [m, K/2] uint8 out: element 2i in the low nibble
-    scales_ptr,  # uint8 out: E4M3 scales in the 128x4 swizzled layout, ceil128(m) rows
-    gs_ptr,  # fp32 [1]: the global scale when gs_on_device != 0 (any valid fp32 address otherwise)
-    gs_value,  # fp32: the global scale when gs_on_device == 0
-    gs_on_device,  # int: which of the two holds the global scale
-    m,  # live rows (runtime: a new m never compiles)
-    K: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    NB: tl.constexpr = K // 16  # scale columns
-    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
-    TILE_NB: tl.constexpr = BLOCK_K // 16
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-
-    # Phase 1: load the tile (rows >= m and columns >= K read as zeros).
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    row_ok = rows < m
-    rows64 = rows.to(tl.int64)
-    x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0).to(
-        tl.float32
-    )
-    gs_dev = tl.load(gs_ptr)
-    gs = tl.where(gs_on_device != 0, gs_dev, gs_value)
-
-    # Phase 2: per-16 amax (NaN ignored) -> E4M3 scale.
-    xb = tl.reshape(x, (BLOCK_M, TILE_NB, 16))
-    amax = block_amax(xb)  # [BLOCK_M, TILE_NB]
-    t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)  # never NaN: amax is not, gs is finite
-    sf8 = t.to(tl.float8e4nv)
-    sf = sf8.to(tl.float32)
-
-    # Phase 3: scale and encode E2M1 (ties to the even code, NaN -> +0, +-Inf saturate to +-6).
-    y = tl.math.div_rn(xb * gs, sf[:, :, None])
+@triton.jit
+def _e2m1_codes_div(xb, gs, sf):
+    """E2M1 codes of div_rn(x * gs, sf) [rows, blocks, 16] (ties to the even code, NaN -> +0,
+    +-Inf -> +-6); all 0 where sf == 0 (the block underflowed)."""
+    sf3 = sf[:, :, None]
+    y = tl.math.div_rn(xb * gs, sf3)
     a = tl.abs(y)
     code = (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
     code += (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32) + (a > 5.0).to(tl.int32)
     code = tl.where((y < 0) & (code != 0), code | 8, code)
-    code = tl.where(sf[:, :, None] == 0, 0, code)  # the block underflowed
+    return tl.where(sf3 == 0, 0, code)
+
+
+@triton.jit
+def _e2m1_codes_mul(xb, gs, sf):
+    """The codes of `_e2m1_codes_div`, bit for bit, without a division.
+
+    With p = fl(x * gs) (the oracle's product, kept) and q = p / sf exact, the oracle encodes
+    y = RN(q) by comparing y against the midpoints m in {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5}
+    (`y > m` where the tie goes down to the even code, `y >= m` where it goes up). Claim: for every
+    fp32 p and every E4M3 scale sf > 0,  RN(p / sf) > m  <=>  p > m * sf,  and the same for >=, <,
+    ==; so the codes count |p| against the exact products m * sf with the same > / >= pattern.
+
+    Proof. mid = m * sf is exact in fp32: m has <= 3 significant bits, sf <= 4 (E4M3, subnormals
+    included), and mid lies in [2^-11, 2240]. Write m = Mm 2^a, sf = Ms 2^b (Mm, Ms in [1, 2)), so
+    ulp(m) = 2^(a-23). m's last mantissa bit is 0, so both halfway points round to m: RN(q) == m
+    exactly when -g/2 <= q - m <= ulp(m)/2, g the gap below m (ulp(m), or ulp(m)/2 when m is a
+    power of two). Times sf: p - mid lies within [-sf g/2, sf ulp(m)/2], and sf ulp(m)/2 =
+    Ms 2^(a+b-24) < 2^(a+b-23) <= ulp(mid) (ulp(mid) is 2^(a+b-23) if Mm Ms < 2, else 2^(a+b-22)).
+    Below mid the fp32 gap is ulp(mid)/2 only when mid is a power of two, which needs Mm = Ms = 1
+    (odd mantissa integers multiplying to 1); then m is a power of two too and sf g/2 =
+    2^(a+b-25) < 2^(a+b-24) = that gap. So no fp32 p other than mid rounds to m: RN(q) == m <=>
+    p == mid, and RN being monotone, RN(q) > m <=> p > mid and RN(q) < m <=> p < mid.
+    NaN p fails every comparison (code 0, as NaN y does); p = +-Inf passes all (7, as Inf y does);
+    q overflowing to Inf has p > 5 * sf, code 7. sign(y) == sign(p) whenever the code is non-zero.
+    sf == 0: the thresholds become NaN, every comparison fails, the block's codes are 0.
+    `test_e2m1_division_free_is_exact` checks this on every bf16 and fp16 x, every E4M3 scale and
+    the fp32 neighbourhoods of every m * sf.
+    """
+    nan = tl.full(sf.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    s = tl.where(sf == 0, nan, sf)[:, :, None]
+    p = xb * gs
+    a = tl.abs(p)
+    # The thresholds increase, so passing one means passing every lower one: the code is the index
+    # of the last one passed (one select per threshold, no sums).
+    code = tl.where(a > 0.25 * s, 1, 0)
+    code = tl.where(a >= 0.75 * s, 2, code)
+    code = tl.where(a > 1.25 * s, 3, code)
+    code = tl.where(a >= 1.75 * s, 4, code)
+    code = tl.where(a > 2.5 * s, 5, code)
+    code = tl.where(a >= 3.5 * s, 6, code)
+    code = tl.where(a > 5.0 * s, 7, code)
+    # Negative with a non-zero code is p < -0.25 * s (the first threshold, negated exactly).
+    return tl.where(p < -0.25 * s, code | 8, code)
+
+
+@triton.jit
+def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: tl.constexpr, WORDS: tl.constexpr):
+    """Scale bytes sbits (int32 0..255, [rows, TILE_NB]) at their swizzled offsets; padding columns
+    (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked."""
+    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
+    if WORDS:
+        gcols = pid_k * TILE_NB + tl.arange(0, TILE_NB // 4) * 4  # first column of each 4-group
+        offs = swizzled_scale_offsets(rows64, gcols, NB) // 4
+        mask = (gcols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
+        tl.store(scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask)
+    else:
+        scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
+        mask = (scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
+        tl.store(scales_ptr + swizzled_scale_offsets(rows64, scols, NB), sbits.to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _quantize_tile(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs,
+    rows64,
+    row_ok,
+    pid_k,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE_MUL: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+):
+    NB: tl.constexpr = K // 16
+    TILE_NB: tl.constexpr = BLOCK_K // 16
+    # Phase 1: load the tile (rows >= m and columns >= K read as zeros).
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0).to(
+        tl.float32
+    )
+    xb = tl.reshape(x, (BLOCK_M, TILE_NB, 16))
+
+    # Phase 2: per-16 amax (NaN ignored) -> E4M3 scale.
+    if ENCODE_MUL:
+        amax = block_amax_maxnum(xb)  # [BLOCK_M, TILE_NB]
+    else:
+        amax = block_amax(xb)
+    t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)  # never NaN: amax is not, gs is finite
+    sf8 = t.to(tl.float8e4nv)
+    sf = sf8.to(tl.float32)
+
+    # Phase 3: E2M1 codes (ties to the even code, NaN -> +0, +-Inf saturate to +-6).
+    if ENCODE_MUL:
+        code = _e2m1_codes_mul(xb, gs, sf)
+    else:
+        code = _e2m1_codes_div(xb, gs, sf)
 
     # Phase 4: pack pairs (element 2i low nibble) and store the live rows.
     lo, hi = tl.split(tl.reshape(code, (BLOCK_M, BLOCK_K // 2, 2)))
@@ -147,12 +273,44 @@ def _nvfp4_quantize_kernel(
     )
 
     # Phase 5: scales at their swizzled offsets, padding rows and columns included (they hold 0).
-    scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
-    tl.store(
-        scales_ptr + swizzled_scale_offsets(rows64, scols, NB),
-        sf8.to(tl.uint8, bitcast=True),
-        mask=(scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None],
-    )
+    _store_scales(scales_ptr, rows64, pid_k, sf8.to(tl.uint8, bitcast=True).to(tl.int32), NB, TILE_NB, SCALE_WORDS)
+
+
+@triton.jit(do_not_specialize=["gs_ptr", "gs_value", "gs_on_device", "m"], do_not_specialize_on_alignment=["gs_ptr"])
+def _nvfp4_quantize_kernel(
+    x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
+    packed_ptr,  # [m, K/2] uint8 out: element 2i in the low nibble
+    scales_ptr,  # uint8 out: E4M3 scales in the 128x4 swizzled layout, ceil128(m) rows
+    gs_ptr,  # fp32 [1]: the global scale when gs_on_device != 0 (any valid fp32 address otherwise)
+    gs_value,  # fp32: the global scale when gs_on_device == 0
+    gs_on_device,  # int: which of the two holds the global scale
+    m,  # live rows (runtime: a new m never compiles)
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE_MUL: tl.constexpr,  # NvFp4Config.encode == "mul"
+    SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
+    SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
+):
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < m
+    rows64 = rows.to(tl.int64)
+    if SKIP_DEAD:
+        if pid_m * BLOCK_M >= m:  # padding rows only: their scales are 0, nothing else to write
+            zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
+            _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
+        else:
+            gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+            _quantize_tile(
+                x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE_MUL, SCALE_WORDS
+            )
+    else:
+        gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+        _quantize_tile(
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE_MUL, SCALE_WORDS
+        )
 
 
 # -------------------------------------------------------------------------------------------------
@@ -184,7 +342,7 @@ class NvFp4Launcher:
             return
         cfg = self.config
         g = grid(m, self.k, cfg)
-        args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, self.k, cfg.block_m, cfg.block_k)
+        args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, *constexprs(self.k, cfg))
         if not self.compiled:
             _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
@@ -214,10 +372,13 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "K": "constexpr",
         "BLOCK_M": "constexpr",
         "BLOCK_K": "constexpr",
+        "ENCODE_MUL": "constexpr",
+        "SKIP_DEAD": "constexpr",
+        "SCALE_WORDS": "constexpr",
     }
-    constexprs = {"K": k, "BLOCK_M": config.block_m, "BLOCK_K": config.block_k}
+    names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
-    return ASTSource(_nvfp4_quantize_kernel, signature, constexprs, attrs)
+    return ASTSource(_nvfp4_quantize_kernel, signature, dict(zip(names, constexprs(k, config))), attrs)
 
 
 def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):

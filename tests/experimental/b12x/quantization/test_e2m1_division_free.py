@@ -1,0 +1,97 @@
+"""Reference tier: the division-free E2M1 encode of the NVFP4 kernel (`encode="mul"`) equals the
+oracle's `e2m1(clamp((x * gs) / sf))` on every input that can reach it.
+
+The kernel's rule (`nvfp4/_kernel.py`, `_e2m1_codes_mul`, which carries the proof): with p = fl(x * gs),
+the code is the index of the last midpoint m with |p| > m * sf (ties down) or |p| >= m * sf (ties up),
+| 8 when p < -0.25 * sf, and 0 when sf == 0. Mirrored here in plain torch (fp32, IEEE divisions on the
+CPU) and compared exhaustively: every bf16 and fp16 x, under several global scales, against every
+E4M3 scale; every fp32 within 64 ulps of every +-m * sf; random fp32 bit patterns. The interpret tier
+runs the kernel itself on the same kind of data.
+"""
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x._lib.quant import E2M1_GRID, e2m1_encode
+
+pytestmark = pytest.mark.reference
+
+MIDPOINTS = [(lo + hi) / 2 for lo, hi in zip(E2M1_GRID[:-1], E2M1_GRID[1:])]
+TIES_UP = [i % 2 == 1 for i in range(len(MIDPOINTS))]  # 0.75 -> 1.0 (code 2), 1.75 -> 2.0, 3.5 -> 4.0
+NAN = float("nan")
+# Every positive E4M3 scale the kernel can produce (0x01..0x7E; 0 is the underflow case).
+SCALES = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+
+
+def codes_division_free(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+    s = torch.where(sf == 0, torch.full_like(sf, NAN), sf)
+    a = p.abs()
+    code = torch.zeros(p.shape, dtype=torch.uint8)
+    for j, (mid, up) in enumerate(zip(MIDPOINTS, TIES_UP)):
+        t = mid * s
+        code = torch.where(a >= t if up else a > t, j + 1, code).to(torch.uint8)
+    return torch.where(p < -0.25 * s, code | 8, code)
+
+
+def codes_oracle(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
+    """`_lib/quant/nvfp4.py`: y = clamp(p / sf, -6, 6), e2m1(y); 0 where sf == 0."""
+    y = torch.where(sf == 0, torch.zeros_like(p), (p / sf).clamp(-6.0, 6.0))
+    return e2m1_encode(y)
+
+
+def _check(p: torch.Tensor, sf: torch.Tensor) -> None:
+    got, want = codes_division_free(p, sf), codes_oracle(p, sf)
+    bad = (got != want).nonzero()
+    if bad.numel():
+        i = tuple(bad[0].tolist())
+        pb, sb = p.broadcast_to(got.shape)[i], sf.broadcast_to(got.shape)[i]
+        raise AssertionError(f"{bad.shape[0]} codes differ; p={pb.item()!r} sf={sb.item()!r}: {got[i]} vs {want[i]}")
+
+
+def test_the_mirror_is_the_kernel_rule():
+    # Guard against a mirror that agrees with the oracle by construction: the midpoints and tie
+    # directions are the ones the kernel source spells out.
+    assert MIDPOINTS == [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0] and TIES_UP == [False, True] * 3 + [False]
+    assert SCALES.shape == (127,) and SCALES[0] == 0 and SCALES[-1] == 448 and SCALES[1] == 2.0**-9
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_input_value_every_scale(dtype):
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    g = torch.Generator().manual_seed(1)
+    gs_values = [1.0, 2.0**-20, 3.0, 1 / 3, 2688.0 / 7.3] + (torch.rand(4, generator=g) * 1e4).tolist()
+    for gs in gs_values:
+        p = (x * torch.tensor(gs, dtype=torch.float32))[:, None]  # the kernel's fp32 product
+        _check(p, SCALES[None, :])
+
+
+def test_every_midpoint_neighbourhood():
+    # fp32 numbers within 64 ulps of +-m * sf for every midpoint and scale: every tie and its
+    # nearest neighbours, where a division-free rule could round differently.
+    mids = torch.tensor(MIDPOINTS, dtype=torch.float32)[:, None] * SCALES[None, 1:]  # exact
+    bits = mids.reshape(-1).view(torch.int32)[:, None] + torch.arange(-64, 65, dtype=torch.int32)[None, :]
+    near = bits.view(torch.float32)
+    sf = SCALES[1:].repeat(len(MIDPOINTS))[:, None]
+    _check(near, sf)
+    _check(-near, sf)
+    _check(near, sf * 2)  # the same p against the next binade's scales (where those exist)
+
+
+def test_random_fp32_patterns_and_specials():
+    g = torch.Generator().manual_seed(2)
+    p = torch.randint(-(2**31), 2**31 - 1, (1 << 16,), generator=g, dtype=torch.int64).to(torch.int32)
+    p = p.view(torch.float32)
+    specials = torch.tensor([0.0, -0.0, NAN, float("inf"), float("-inf"), 3.4e38, -1e-45, 1e-45])
+    _check(torch.cat([p, specials])[:, None], SCALES[None, :])
+
+
+def test_a_wrong_tie_direction_is_caught():
+    # The checks can fail: flipping one tie direction (1.25 rounding up) breaks equality.
+    global TIES_UP
+    saved = TIES_UP
+    TIES_UP = [False, True, True, True, False, True, False]
+    try:
+        with pytest.raises(AssertionError, match="codes differ"):
+            test_every_midpoint_neighbourhood()
+    finally:
+        TIES_UP = saved
