@@ -415,8 +415,6 @@ def bind(
         raise ValueError(f"decode mode: q must have one row per request ({batch}), got {total_q} rows")
     if cu_seqlens_q is not None:
         _tensor("cu_seqlens_q", cu_seqlens_q, dtype=torch.int32, shape=(batch + 1,), device=dev)
-        if not cu_seqlens_q.is_contiguous():
-            raise ValueError(f"cu_seqlens_q must be contiguous, got strides {list(cu_seqlens_q.stride())}")
     elif c.mode in EXTEND_MODES:
         raise ValueError(f"cu_seqlens_q (int32 [batch + 1] = [{batch + 1}]) is required in mode {c.mode!r}")
     for name, t, d in (("k_cache", k_cache, c.head_dim_qk), ("v_cache", v_cache, c.head_dim_vo)):
@@ -511,11 +509,12 @@ def _check_extend_values(c: Caps, cu, lens, page_table, total_q: int) -> None:
             f"cu_seqlens_q must start at 0 and end at total_q={total_q} (rows of q), got {cu_l[0]} .. {cu_l[-1]}"
         )
     q_lens = [b - a for a, b in zip(cu_l, cu_l[1:])]
-    for b, (n, kv) in enumerate(zip(q_lens, lens_l)):
+    for b, n in enumerate(q_lens):
         if n < 0:
             raise ValueError(
                 f"cu_seqlens_q must be non-decreasing, got cu_seqlens_q[{b}]={cu_l[b]} > cu_seqlens_q[{b + 1}]={cu_l[b + 1]}"
             )
+    for b, (n, kv) in enumerate(zip(q_lens, lens_l)):
         if n > kv:
             raise ValueError(
                 f"cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len {n} > cache_seqlens[{b}]={kv}"

@@ -1,0 +1,133 @@
+"""The extend kernel's control flow, emulated in float32 torch on the CPU, against the reference.
+
+Mirrors `_kernel_split.ExtendSchedule` (via `extend_schedule_reference`) and
+`_kernel_extend.PagedExtend`: packed GQA rows (row r = token r // G, head r % G), the visible key
+range [lo, hi) of a tile of tokens, KV tiles aligned to block_n with keys past the cache length
+zero-filled, masks applied only on tiles the kernel flags as crossing (diagonal of the first
+token, window of the last, end of the cache), base-2 online softmax, the sink folded at the end.
+A wrong skip or mask condition shows up here as a mismatch with the reference.
+"""
+
+import math
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, extend_schedule_reference
+from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_attention_reference
+
+from .paged_cases import make_case
+
+pytestmark = pytest.mark.reference
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
+    q = case.q.float()
+    total_q, hq, d = q.shape
+    hkv = case.k_dense[0].shape[1] if case.k_dense else 1
+    g = hq // hkv
+    bm, bn = config.block_m, config.block_n
+    tokens = config.tokens_per_tile(g)
+    cu = case.cu_seqlens_q.tolist()
+    lens = case.cache_seqlens.tolist()
+    scale2 = LOG2E / math.sqrt(d)
+    out = torch.full((total_q, hq, case.v_dense[0].shape[2]), float("nan"))
+    lse = torch.full((total_q, hq), float("nan"))
+    work, _ = extend_schedule_reference(cu, tokens)
+    rows = torch.arange(bm)
+    for req, tok0 in work:
+        q0, q_len, kv_len = cu[req], cu[req + 1] - cu[req], lens[req]
+        n_tok = min(tokens, q_len - tok0)
+        diag = kv_len - q_len
+        hi = max(min(tok0 + n_tok + diag, kv_len), 0)
+        lo = max(tok0 + diag - window_left, 0) if window_left >= 0 else 0
+        t_begin, t_end = lo // bn, _cdiv(hi, bn)
+        if hi <= lo:
+            t_end = t_begin
+        valid = rows < n_tok * g
+        tok = tok0 + rows // g
+        limit = tok + diag
+        low = limit - window_left if window_left >= 0 else torch.full_like(limit, -1)
+        for kvh in range(hkv):
+            heads = kvh * g + rows % g
+            qt = torch.zeros(bm, d)
+            qt[valid] = q[q0 + tok[valid], heads[valid]]
+            m = torch.full((bm,), -math.inf)
+            s_sum = torch.zeros(bm)
+            acc = torch.zeros(bm, case.v_dense[0].shape[2])
+            for t in range(t_begin, t_end):
+                key0 = t * bn
+                keys = torch.arange(key0, key0 + bn)
+                inside = keys < kv_len
+                k = torch.zeros(bn, d)
+                v = torch.zeros(bn, acc.shape[1])
+                k[inside] = case.k_dense[req][keys[inside], kvh]
+                v[inside] = case.v_dense[req][keys[inside], kvh]
+                s = (qt @ k.T) * scale2
+                cross = key0 + bn - 1 > tok0 + diag or key0 + bn > kv_len
+                if window_left >= 0:
+                    cross = cross or key0 < tok0 + n_tok - 1 + diag - window_left
+                if cross:
+                    hidden = (keys[None] > limit[:, None]) | (keys[None] < low[:, None]) | ~inside[None]
+                    s = s.masked_fill(hidden, -math.inf)
+                m_new = torch.maximum(m, s.amax(1))
+                m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+                p = torch.exp2(s - m_use[:, None])
+                corr = torch.exp2(m - m_use)
+                s_sum = s_sum * corr + p.sum(1)
+                m = m_new
+                acc = acc * corr[:, None] + p @ v
+            m_use = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+            row_lse = torch.where(s_sum > 0, m_use + torch.log2(s_sum), torch.full_like(m, -math.inf))
+            factor = torch.where(s_sum > 0, 1 / s_sum, torch.zeros_like(s_sum))
+            if sinks is not None:
+                sink = sinks[heads] * LOG2E
+                full = torch.logaddexp2(row_lse, sink)
+                factor = factor * torch.exp2(row_lse - full)
+                row_lse = full
+            out[q0 + tok[valid], heads[valid]] = acc[valid] * factor[valid, None]
+            lse[q0 + tok[valid], heads[valid]] = row_lse[valid]
+    return out, lse
+
+
+CASES = [
+    # kv_lens, q_lens, (Hq, Hkv), page, config, window
+    ([300, 17, 64, 129], [300, 5, 1, 64], (8, 8), 16, ExtendConfig(64, 64), -1),
+    ([1000, 33, 5], [77, 33, 0], (32, 8), 16, ExtendConfig(64, 64), 40),
+    ([257, 90], [130, 90], (40, 8), 64, ExtendConfig(64, 32), -1),  # G = 5: rows 60..63 padding
+    ([2100, 16], [16, 16], (16, 2), 32, ExtendConfig(128, 16), 0),
+    ([500], [61], (64, 4), 128, ExtendConfig(32, 128), 100),
+]
+
+
+@pytest.mark.parametrize("kv_lens,q_lens,heads,page,config,window", CASES)
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_emulated_extend_matches_reference(kv_lens, q_lens, heads, page, config, window, with_sinks):
+    case = make_case(kv_lens, q_lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=32, page_size=page,
+                     seed=sum(kv_lens))  # fmt: skip
+    sinks = torch.randn(heads[0]) * 2 if with_sinks else None
+    out, lse = emulate_extend(case, config, window_left=window, sinks=sinks)
+    ref_out, ref_lse = paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        window_left=window, sinks=sinks,
+    )  # fmt: skip
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any(), "a row was never written"
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-4)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(finite, torch.isfinite(lse))
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=1e-4)
+
+
+def test_emulation_skips_tiles_above_the_diagonal():
+    """The work the tile range saves: a 4096-token prefill loads about half of the full square."""
+    config, tokens = ExtendConfig(64, 64), 64
+    loaded = 0
+    for tok0 in range(0, 4096, tokens):
+        hi = min(tok0 + tokens, 4096)
+        loaded += _cdiv(hi, config.block_n)
+    full = (4096 // tokens) * (4096 // config.block_n)
+    assert loaded / full == pytest.approx(0.5 + 0.5 / 64, rel=1e-6)
