@@ -148,21 +148,23 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="b12x-bench-block-") as tmp:
         built = R.build(spec, tokens, dev, seed=tokens, tmp=tmp, lens=[args.context] * tokens)
-    cache, weights = built["cache"], built["weights"]
-    plans, _ = R.prepare(spec, weights, cache, dev, tokens, freeze=False)
-    step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens)
+    cache, weights, moe = built["cache"], built["weights"], built["moe"]
+    plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0], freeze=False)
+    step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, moe=None if moe is None else moe[1:])
     gen = torch.Generator().manual_seed(7 + tokens)
     step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
     graph = capture(step, dev)
     case = Case(
         "decode",
         {"T": tokens, "L": args.context},
-        bytes=weight_bytes(weights) + kv_bytes(spec, tokens, args.context),
+        bytes=weight_bytes(weights) + kv_bytes(spec, tokens, args.context),  # (MoE: experts not counted)
         ceiling="copy",
     )
     ours_out = step.buf["out"].float().clone()
     note = ""
-    if not args.no_peers:
+    if spec.moe is not None and not args.no_peers:
+        print(f"decode T={tokens}: no plain-torch peer for MoE blocks yet (bench_moe times the expert layer's peers)")
+    elif not args.no_peers:
         peer = TorchBlock(spec, built["ref"], tokens, args.context, dev, cache)
         x = step.x.clone()
         out = torch.empty_like(x)
@@ -190,7 +192,7 @@ def bench_prefill(table, args, spec, dev, n: int) -> None:
     from flashinfer.experimental.b12x._demo import block as B
 
     case = Case("prefill", {"T": n}, flops=2 * n * sum(w.numel() for w in _dense(spec).values()) + _attn_flops(spec, n))
-    reason = extend_available()
+    reason = extend_available() if spec.moe is None else "prefill is built for dense blocks only"
     if reason is None:
         from benchmarks.experimental.b12x._block_prefill import PrefillStep
 
@@ -198,7 +200,7 @@ def bench_prefill(table, args, spec, dev, n: int) -> None:
         table.add(case, "b12x block (eager)", measure(step, args), note=step.check())
     else:
         print(f"prefill T={n}: ours skipped: {reason}")
-    if not args.no_peers:
+    if not args.no_peers and spec.moe is None:
         ref = {k: torch.randn(r, c) / math.sqrt(c) for k, (r, c) in _dense(spec).items()}
         ref |= {g: torch.ones(spec.hidden) for g in ("input_layernorm", "post_attention_layernorm")}
         peer = TorchBlock(spec, ref, 1, 0, dev)

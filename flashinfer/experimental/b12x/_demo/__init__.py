@@ -6,13 +6,14 @@ gemm.blockscaled.pack_weight -> every planned op prepared in one PreparationSess
 with a plain-torch fp32 reference of the whole block built from the dequantized checkpoint. On a
 CPU-only machine the same lifecycle runs the ops' reference backends and says so.
 
-Models: "llama-small" (one dense Llama-style block). MoE blocks come with `moe.fused_moe`.
+Models: "llama-small" (one dense Llama-style block), "qwen3-moe-small" (one Qwen3-30B-A3B-shaped
+block: attention + a 128-expert top-8 `moe.fused_moe` layer behind a bf16 router).
 Importing this package loads no torch: `_cli` builds its parser from `add_parser` on every command.
 """
 
 from __future__ import annotations
 
-MODEL_NAMES = ("llama-small",)  # keep in sync with block.MODELS (a contract test checks)
+MODEL_NAMES = ("llama-small", "qwen3-moe-small")  # keep in sync with block.MODELS (a contract test checks)
 MAX_TOKENS = 64
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .._lib import quant as Q
+from . import moe as M
 
 CHECKPOINT_FILE = "model.safetensors"
 
@@ -37,21 +38,29 @@ class BlockSpec:
     prefill: int  # KV tokens already cached for request 0 (request b: prefill + 29 * b)
     rope_theta: float = 10000.0
     eps: float = 1e-5
+    moe: M.MoeSpec | None = None  # None: the dense MLP (gate_up / down); else a routed expert layer
 
     def fused(self) -> dict[str, tuple[int, tuple[tuple[str, int], ...]]]:
         """Fused linear -> (K, ((checkpoint module, rows), ...)) in row order."""
         q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
         i = self.intermediate
-        return {
+        out = {
             "qkv": (self.hidden, (("self_attn.q_proj", q), ("self_attn.k_proj", kv), ("self_attn.v_proj", kv))),
             "o": (q, (("self_attn.o_proj", self.hidden),)),
-            "gate_up": (self.hidden, (("mlp.gate_proj", i), ("mlp.up_proj", i))),
-            "down": (i, (("mlp.down_proj", self.hidden),)),
         }
+        if self.moe is None:
+            out["gate_up"] = (self.hidden, (("mlp.gate_proj", i), ("mlp.up_proj", i)))
+            out["down"] = (i, (("mlp.down_proj", self.hidden),))
+        return out
 
 
 # gemm.blockscaled needs K % 128 == 0 and N % 16 == 0: 2048, 3072, 11264 and 5632 all qualify.
-MODELS = {"llama-small": BlockSpec("llama-small", 2048, 16, 4, 128, 5632, 16, 320)}
+# qwen3-moe-small: one layer of Qwen3-30B-A3B's shape (hidden 2048, 32 q / 4 kv heads x 128, 128 experts,
+# top-8, expert intermediate 768); its FFN is moe.fused_moe (W4A16) behind a bf16 router.
+MODELS = {
+    "llama-small": BlockSpec("llama-small", 2048, 16, 4, 128, 5632, 16, 320),
+    "qwen3-moe-small": BlockSpec("qwen3-moe-small", 2048, 32, 4, 128, 768, 16, 320, moe=M.MoeSpec(128, 8, 768)),
+}
 PREFIX = "model.layers.0."
 NORMS = ("input_layernorm", "post_attention_layernorm")
 
@@ -78,6 +87,8 @@ def write_checkpoint(spec: BlockSpec, directory: str, seed: int) -> dict:
             tensors[name + ".input_scale"] = torch.tensor(8.0 / (Q.E4M3_MAX * Q.E2M1_MAX))  # amax ~8 assumed
             deq.append(Q.dequantize_nvfp4(packed, sf, gs))
         ref[fused] = torch.cat(deq)
+    if spec.moe is not None:
+        M.write_experts(spec.hidden, spec.moe, PREFIX, tensors, ref, gen)
     for norm in NORMS:
         g = (1.0 + 0.1 * torch.randn(spec.hidden, generator=gen)).to(torch.bfloat16)
         tensors[PREFIX + norm + ".weight"] = g
@@ -90,8 +101,8 @@ def write_checkpoint(spec: BlockSpec, directory: str, seed: int) -> dict:
 
 def load_checkpoint(spec: BlockSpec, directory: str, device: torch.device, display=None):
     """DirectWeightSession reads every tensor into preallocated fused buffers (q/k/v rows into one
-    [N, K/2] tensor, ...). Returns ({fused: (values, scales, weight_scale_2, input_scale)}, {norm: w},
-    LoadStats)."""
+    [N, K/2] tensor, ..., experts stacked by `moe.ExpertLoader`). Returns ({fused: (values, scales,
+    weight_scale_2, input_scale)}, {norm: w}, LoadStats, ExpertLoader or None)."""
     from ..loader import DirectWeightSession
 
     dest, where = {}, {}
@@ -105,12 +116,16 @@ def load_checkpoint(spec: BlockSpec, directory: str, device: torch.device, displ
             where[PREFIX + module] = (fused, row, row + rows)
             row += rows
     norms = {norm: torch.empty(spec.hidden, dtype=torch.bfloat16, device=device) for norm in NORMS}
+    experts = None if spec.moe is None else M.ExpertLoader(spec.hidden, spec.moe, PREFIX, device)
     scalar = lambda name: name.endswith((".weight_scale_2", ".input_scale"))  # noqa: E731
     with DirectWeightSession(device, display=display) as session:
         for name, t in session.weights(directory, needs_values=scalar):
             module, _, field = name.rpartition(".")
             if module.startswith(PREFIX) and module[len(PREFIX) :] in NORMS:
                 session.session(norms[module[len(PREFIX) :]], t)
+                continue
+            if experts is not None and experts.owns(module):
+                experts.route(session, module, field, t)
                 continue
             fused, r0, r1 = where[module]
             d = dest[fused]
@@ -129,7 +144,7 @@ def load_checkpoint(spec: BlockSpec, directory: str, device: torch.device, displ
         if not bool((ws2 == ws2[0]).all()):
             raise ValueError(f"{fused}: the fused parts must share weight_scale_2, got {ws2.tolist()}")
         out[fused] = (d["values"], d["scales"], ws2[:1], torch.cat(d["in_s"]).amax().reshape(1))
-    return out, norms, stats
+    return out, norms, stats, experts
 
 
 # ---- the math both paths share (fp32) ------------------------------------------------------------
@@ -155,10 +170,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
-def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, prefix_v: list, positions, trace=None):
+def reference_step(
+    spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, prefix_v: list, positions, trace=None, routing=None
+):
     """The whole block in fp32 from the dequantized checkpoint, dense attention over the cached
     prefix (fp32 copies of the cache's bf16 values) plus the new token. x [T, H] -> fp32 [T, H].
-    trace: a dict that receives the intermediates ("attn" [T, Hq, D]) for per-stage checks."""
+    trace: a dict that receives the intermediates ("attn" [T, Hq, D], "h2" [T, H]) for per-stage
+    checks. routing: (topk_ids, topk_weights) of the run being checked (MoE blocks only)."""
     hq, hkv, d = spec.q_heads, spec.kv_heads, spec.head_dim
     x = x.float().cpu()
     h = rms_norm(x, ref["input_layernorm"], spec.eps)
@@ -178,6 +196,11 @@ def reference_step(spec: BlockSpec, ref: dict, x: torch.Tensor, prefix_k: list, 
         trace["attn"] = attn
     x1 = x + attn.reshape(x.shape[0], hq * d) @ ref["o"].t()
     h2 = rms_norm(x1, ref["post_attention_layernorm"], spec.eps)
+    if trace is not None:
+        trace["h2"] = h2
+    if spec.moe is not None:
+        ids, weights = (t.cpu() for t in routing)
+        return x1 + M.reference_ffn(ref, h2, ids, weights.float(), spec.moe.intermediate)
     gate, up = (h2 @ ref["gate_up"].t()).chunk(2, dim=-1)
     return x1 + (torch.nn.functional.silu(gate) * up) @ ref["down"].t()
 

@@ -50,7 +50,7 @@ class DecodeStep:
     append, SiLU * up) is `torch.compile`d (compile_glue), so each glue op is one fused kernel, as a
     serving framework's own glue is; it compiles at the first call, before capture."""
 
-    def __init__(self, spec, weights, norms, cache, plans, device, tokens, compile_glue=None):
+    def __init__(self, spec, weights, norms, cache, plans, device, tokens, compile_glue=None, moe=None):
         from ..attention import paged
         from ..gemm import blockscaled as G
 
@@ -90,10 +90,34 @@ class DecodeStep:
             ("attention", "attention.paged decode", lambda: paged.run(binding=self.binding)),
             ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
             ("residual + rmsnorm", glue, self._norm2),
+        ]
+        self.ops += self._dense_ffn(glue) if spec.moe is None else self._moe_ffn(moe, device, tokens)
+        self.ops.append(("residual", "torch", lambda: torch.add(self.buf["x1"], self.buf["down"], out=self.buf["out"])))
+
+    def _dense_ffn(self, glue):
+        return [
             ("gate_up_proj", "gemm.blockscaled w4a16", lambda: self._mm("gate_up", self.buf["h2"], "gu")),
             ("silu * up", glue, self._act),
             ("down_proj", "gemm.blockscaled w4a16", lambda: self._mm("down", self.buf["act"], "down")),
-            ("residual", "torch", lambda: torch.add(self.buf["x1"], self.buf["down"], out=self.buf["out"])),
+        ]
+
+    def _moe_ffn(self, moe, device, tokens):
+        """Router (bf16 torch mm) -> route_topk -> moe.fused_moe into buf["down"]; moe = (experts, router)."""
+        from ..moe import fused_moe as FM
+
+        experts, router = moe
+        m, p = self.spec.moe, self.plans["moe"]
+        self.logits = torch.empty(tokens, m.experts, dtype=torch.bfloat16, device=device)
+        self.topk_logits = torch.empty(tokens, m.topk, dtype=torch.float32, device=device)
+        self.topk_ids = torch.empty(tokens, m.topk, dtype=torch.int32, device=device)
+        self.topk_weights = torch.empty(tokens, m.topk, dtype=torch.float32, device=device)
+        binding = FM.bind(p, a=self.buf["h2"], experts=experts, topk_weights=self.topk_weights,
+                          topk_ids=self.topk_ids, output=self.buf["down"])  # fmt: skip
+        route = lambda: FM.route_topk(p, self.logits, self.topk_logits, self.topk_ids, self.topk_weights)  # noqa: E731
+        return [
+            ("router", "torch bf16 mm", lambda: torch.mm(self.buf["h2"], router.t(), out=self.logits)),
+            ("route_topk", "torch (route_topk)", route),
+            ("experts", f"moe.fused_moe {m.recipe}", lambda: FM.run(binding=binding)),
         ]
 
     def _mm(self, name, lhs, dst):
@@ -121,6 +145,8 @@ class DecodeStep:
         (stale K/V from an earlier run would otherwise hide a KV append that did nothing)."""
         for t in self.buf.values():
             t.fill_(float("nan"))
+        if self.spec.moe is not None:
+            self.topk_ids.fill_(-7)  # ids the run must overwrite (a stale negative id would be an ignored route)
         c = self.cache
         for name in ("k_cache", "v_cache"):
             c[name][c["slot_page"], c["slot_off"]] = float("nan")
@@ -180,7 +206,7 @@ def _agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
     return err, cos
 
 
-def prepare(spec, weights, cache, device, tokens, *, compile_workers=None, freeze=True):
+def prepare(spec, weights, cache, device, tokens, *, moe_plan=None, compile_workers=None, freeze=True):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
@@ -199,6 +225,12 @@ def prepare(spec, weights, cache, device, tokens, *, compile_workers=None, freez
         num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True,
     )  # fmt: skip
     plans = {"attention": paged.plan(caps)}
+    if moe_plan is not None:
+        from ..moe import fused_moe as FM
+
+        m = spec.moe
+        plans["moe"] = FM.plan(FM.Caps(max_tokens=tokens, num_topk=m.topk, device=str(device), weight_plan=moe_plan,
+                                       quant_mode=m.recipe))  # fmt: skip
     for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
         plans[name] = G.plan(G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,)))
     with PreparationSession(device, compile_workers=compile_workers) as session:
@@ -210,24 +242,27 @@ def prepare(spec, weights, cache, device, tokens, *, compile_workers=None, freez
 
 def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=None, lens=None):
     """Checkpoint -> load -> pack -> KV cache. Returns a dict: ref (fp32 reference tensors), weights
-    ({fused: packed Weight}), norms, cache, stats (LoadStats), seconds ({"write", "load", "pack"})."""
+    ({fused: packed Weight}), norms, cache, stats (LoadStats), seconds ({"write", "load", "pack"}),
+    moe (None, or (WeightPlan, ExpertWeights, router bf16 [E, H]) for MoE blocks)."""
     from ..gemm import blockscaled as G
 
     t0 = time.perf_counter()
     ref = B.write_checkpoint(spec, tmp, seed)
     t1 = time.perf_counter()
-    loaded, norms, stats = B.load_checkpoint(spec, tmp, device, display)
+    loaded, norms, stats, experts = B.load_checkpoint(spec, tmp, device, display)
     t2 = time.perf_counter()
     weights = {
         name: G.pack_weight(v, s, global_scale=ws2, global_scale_kind="dequant", input_scale=in_s)
         for name, (v, s, ws2, in_s) in loaded.items()
     }
+    moe = None if experts is None else (*experts.expert_weights(), experts.router)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t3 = time.perf_counter()
     cache = B.make_cache(spec, tokens, device, torch.Generator().manual_seed(seed + 1), lens=lens)
     seconds = {"write": t1 - t0, "load": t2 - t1, "pack": t3 - t2}
-    return {"ref": ref, "weights": weights, "norms": norms, "cache": cache, "stats": stats, "seconds": seconds}
+    return {"ref": ref, "weights": weights, "norms": norms, "cache": cache, "stats": stats, "seconds": seconds,
+            "moe": moe}  # fmt: skip
 
 
 def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50) -> int:
@@ -249,15 +284,18 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
           f"{'/'.join(sorted({f['mode'] for f in stats.files.values()})) or stats.read_mode} "
           f"({built['seconds']['load']:.2f} s)")  # fmt: skip
     print("[3] pack_weight: " + ", ".join(f"{n} {w.recipe} [{w.n}, {w.k}]" for n, w in weights.items()))
+    if built["moe"] is not None:
+        print(f"    moe.fused_moe.prepare_weights: {built['moe'][1]!r}")
     gen = torch.Generator().manual_seed(seed + 2)
     was_frozen = F.kernel_resolution_frozen()
     try:
         t2 = time.perf_counter()
-        plans, result = prepare(spec, weights, cache, device, tokens)
+        moe = built["moe"]
+        plans, result = prepare(spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0])
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")
-        step = DecodeStep(spec, weights, norms, cache, plans, device, tokens)
+        step = DecodeStep(spec, weights, norms, cache, plans, device, tokens, moe=None if moe is None else moe[1:])
         step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
         step()  # warm (CUDA: the glue's lazy init; CPU: first touch)
         per_op = _time_ops_eager(step, device, iters=20 if cuda else 1)
@@ -273,7 +311,16 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
             step()
             print("[6] CPU: no CUDA graph; one eager step through the reference backends")
         trace = {}
-        want = B.reference_step(spec, ref, step.x, cache["prefix_k"], cache["prefix_v"], cache["positions"], trace)
+        routing = None if spec.moe is None else (step.topk_ids, step.topk_weights)
+        want = B.reference_step(
+            spec, ref, step.x, cache["prefix_k"], cache["prefix_v"], cache["positions"], trace, routing
+        )
+        if routing is not None:  # the run's routes drive the reference's experts; report how the fp32 router agrees
+            from . import moe as M
+
+            ids32 = M.reference_routing(ref, trace["h2"], spec.moe.topk)
+            same = sum(len(set(a) & set(b)) for a, b in zip(ids32.tolist(), step.topk_ids.cpu().tolist()))
+            print(f"[7] routing: {same}/{ids32.numel()} routes match the fp32 router's top-{spec.moe.topk}")
         err, cos = _agreement(step.buf["out"], want)
         err_u, cos_u = _agreement(step.buf["out"].float() - step.x.float(), want - step.x.float().cpu())
         # attention's share of the block update is small (averaged random V): check it on its own,

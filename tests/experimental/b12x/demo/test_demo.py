@@ -103,8 +103,8 @@ def _run_with(monkeypatch, capsys, patch_step):
 
     init = run.DecodeStep.__init__
 
-    def patched(self, spec, weights, norms, cache, plans, device, tokens):
-        init(self, spec, weights, norms, cache, plans, device, tokens)
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
         patch_step(self)
 
     monkeypatch.setattr(run.DecodeStep, "__init__", patched)
@@ -156,3 +156,62 @@ def test_checked_run_must_write_the_new_kv(monkeypatch, capsys):
 
     rc, line = _run_with(monkeypatch, capsys, append_only_on_warmup)
     assert rc == 1 and "-> FAIL" in line, line
+
+
+def _small_moe(monkeypatch):
+    """qwen3-moe-small shrunk (E = 8, top-2, H = 256) so the CPU reference backends run in seconds."""
+    import dataclasses
+
+    from flashinfer.experimental.b12x._demo import block, moe
+
+    spec = dataclasses.replace(
+        block.MODELS["qwen3-moe-small"], hidden=256, q_heads=4, kv_heads=2, head_dim=64, moe=moe.MoeSpec(8, 2, 128)
+    )
+    monkeypatch.setitem(block.MODELS, "qwen3-moe-small", spec)
+
+
+@pytest.mark.contract
+def test_cpu_moe_demo_agrees(monkeypatch, capsys):
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    _small_moe(monkeypatch)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("qwen3-moe-small", 3, torch.device("cpu"))
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith(AGREEMENT))
+    assert rc == 0 and line.endswith("-> OK (cosine >= 0.999)"), line
+    assert "moe.fused_moe w4a16" in out and "[7] routing:" in out
+
+
+@pytest.mark.contract
+def test_moe_demo_check_catches_a_wrong_expert_output(monkeypatch, capsys):
+    """The MoE layer's output is part of the checked block: flipping the sign of half of it must fail."""
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+    from flashinfer.experimental.b12x.moe import fused_moe
+
+    _small_moe(monkeypatch)
+    real = fused_moe.run
+
+    def wrong(*, binding):
+        out = real(binding=binding)
+        out[:, ::2] *= -1
+        return out
+
+    monkeypatch.setattr(fused_moe, "run", wrong)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("qwen3-moe-small", 2, torch.device("cpu"))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    assert rc == 1 and "-> FAIL" in line, line
+
+
+@pytest.mark.gpu
+def test_cuda_moe_demo_captures_and_agrees():
+    out = _demo("--model", "qwen3-moe-small", "--tokens", "4", timeout=1800)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[6] CUDA graph: one decode step captured" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
+    assert line.endswith("-> OK (cosine >= 0.999)"), line
