@@ -95,3 +95,13 @@ def test_every_variant_compiles(a_fmt, b_fmt, arch):
         for activation in X.ACTIVATIONS:
             _check_built(X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch), arch, activation)
         _check_built(X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch), arch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_candidate_configs_compile(arch):
+    X = _X()
+    for max_rows in (8, 64):
+        for cfg in X.candidate_configs(max_rows):
+            _check_built(X.compile_fc1("bfloat16", "nvfp4", "silu", cfg, arch=arch), arch, "silu")
+            _check_built(X.compile_fc2("nvfp4", "nvfp4", cfg, arch=arch), arch)

@@ -276,6 +276,8 @@ def test_default_config_and_wide_tiles():
     assert cfg.ntiles == 2 and X.default_config(8).ntiles == 1
     p = make_problem(1, "nvfp4", "nvfp4", "swiglu_oai", [2, 4, 1], seed=9)
     check(p, run_experts(p, cfg))
+    p = make_problem(2, "mxfp8", "mxfp4", None, [2, 0, 11], seed=8)  # 11 rows: two 8-row groups
+    check(p, run_experts(p, X.default_config(8)))
     p = make_problem(1, "bfloat16", "mxfp4", "silu", [2, 0, 6], seed=10)
     check(p, run_experts(p, DecodeConfig(warps=1, tiles=4, ntiles=1, unroll=1)))
 

@@ -69,9 +69,16 @@ _SOURCES = tuple(
 
 def default_config(max_rows: int) -> DecodeConfig:
     """max_rows: the most rows one expert can get (max_tokens * num_topk bounds it). One 8-token
-    MMA tile when every expert fits in it, else groups of 16. Not yet tuned on the H200."""
+    MMA tile when every expert fits in it (and two chunks' loads in flight per warp, as gemm's
+    decode heuristic), else groups of 16. Not yet tuned on the H200 (`candidate_configs`)."""
     ntiles = 1 if max_rows <= 8 else 2
-    return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=1)
+    return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
+
+
+def candidate_configs(max_rows: int) -> tuple[DecodeConfig, ...]:
+    """What a benchmark or autotune sweeps (every one valid for FC1 gated, FC1 relu2 and FC2)."""
+    ntiles = 1 if max_rows <= 8 else 2
+    return tuple(DecodeConfig(w, t, ntiles, u) for w in (4, 8, 16) for t in (2, 4) for u in (1, 2))
 
 
 def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> str | None:
