@@ -1,8 +1,9 @@
 """attention.paged kernels compile on the CPU for sm_90a and sm_120a (fake tensors, symbolic sizes).
 
-Default tier: the decode kernel at its default config for bf16 and fp8 KV, the schedule and the
-merge kernel, for both archs. `slow`: every head dim / page size / group size / KV dtype / config
-the caps accept.
+Default tier: the decode and extend kernels at their default configs for bf16 and fp8 KV, the
+schedules and the merge kernel, for both archs; the extend kernel's register use (ptxas -v on its
+PTX, when a ptxas is installed). `slow`: every head dim / page size / group size / KV dtype /
+config the caps accept.
 """
 
 import itertools
@@ -12,9 +13,12 @@ import torch
 
 from flashinfer.experimental.b12x.attention.paged._config import (
     DecodeConfig,
+    ExtendConfig,
     ScheduleConfig,
     default_config,
+    default_extend_config,
     why_not,
+    why_not_extend,
 )
 
 pytestmark = pytest.mark.compile
@@ -28,6 +32,14 @@ def _modules():
     from flashinfer.experimental.b12x.attention.paged import _kernel_decode, _kernel_split
 
     return _kernel_decode, _kernel_split
+
+
+def _extend_module():
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    from flashinfer.experimental.b12x.attention.paged import _kernel_extend
+
+    return _kernel_extend
 
 
 def _targets(ptx: str) -> list[str]:
@@ -118,3 +130,96 @@ def test_decode_sweep_compiles(arch, q, kv, d, page, hq, hkv, cfg):
         pytest.skip(why_not(q, kv, hq, hkv, d, d, page, cfg, arch))
     _check_binary(kd.compile_decode(q, kv, hq, hkv, d, d, page, cfg, arch=arch), arch)
     _check_binary(ks.compile_merge(q, hq, hkv, d, arch=arch), arch)
+
+
+# ---- extend / verify --------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_extend_default_config_compiles(arch, kv_dtype):
+    ke = _extend_module()
+    cfg = default_extend_config(kv_dtype, 128, arch)
+    ptx = _check_binary(ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch), arch)
+    mma = "m16n8k16.row.col.f32.f16.f16.f32" if kv_dtype == "float8_e4m3fn" else "m16n8k16.row.col.f32.bf16.bf16.f32"
+    # per KV tile: (block_n / 8) * (D / 16) mma for S plus (Dv / 8) * (block_n / 16) for O
+    per_tile = (cfg.block_n // 8) * (128 // 16) + (128 // 8) * (cfg.block_n // 16)
+    assert ptx.count(mma) == per_tile
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx and "cp.async.cg.shared.global" in ptx
+    if kv_dtype == "float8_e4m3fn":
+        # e4m3 -> fp16 in registers: K (block_n x D) and V (block_n x Dv) bytes, 2 cvt per 4 bytes
+        assert ptx.count("cvt.rn.f16x2.e4m3x2") == 2 * cfg.block_n * 128 * 2 // 4 // 32
+    assert "mul.lo.s64" in ptx or "mad.lo.s64" in ptx or "mul.wide.s32" in ptx  # 64-bit page offsets
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_extend_schedule_compiles(arch):
+    _, ks = _modules()
+    _check_binary(ks.compile_extend_schedule(16, arch=arch), arch)
+
+
+def _ptxas_usage(ptx: str, arch: str, tmp_path) -> tuple[int, int]:
+    """(registers, spill bytes) of the PTX's kernel per the installed ptxas (PTX ISA lowered to what
+    that ptxas reads: the kernels use nothing newer)."""
+    import re
+    import shutil
+    import subprocess
+
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas on PATH")
+    version = subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    found = re.search(r"release (\d+)\.(\d+)", version)
+    if found is None or int(found.group(1)) < 12:
+        pytest.skip(f"ptxas too old: {version.strip().splitlines()[-1:]}")
+    isa = f"{int(found.group(1)) - 4}.{found.group(2)}"  # CUDA 13.0 reads PTX ISA 9.0, 12.8 reads 8.8
+    src = tmp_path / "k.ptx"
+    src.write_text(re.sub(r"^\.version \d+\.\d+", f".version {isa}", ptx, flags=re.M))
+    res = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True)  # fmt: skip
+    if res.returncode:
+        pytest.skip(f"ptxas could not read the PTX: {res.stderr.strip()[:200]}")
+    regs = int(re.search(r"Used (\d+) registers", res.stderr).group(1))
+    spills = int(re.search(r"(\d+) bytes spill stores", res.stderr).group(1))
+    return regs, spills
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_extend_fits_the_register_budget(kv_dtype, tmp_path):
+    """Q, S and O of a warp's 16 rows stay in registers: no spills, and few enough registers for
+    two CTAs of 4 warps per SM (the shared memory of the default config allows two on sm_90a)."""
+    ke = _extend_module()
+    cfg = default_extend_config(kv_dtype, 128, "sm_90a")
+    fn = ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch="sm_90a")
+    regs, spills = _ptxas_usage(fn.artifacts.PTX, "sm_90a", tmp_path)
+    assert spills == 0 and regs <= 224, (regs, spills)
+
+
+def test_extend_config_predicate():
+    assert why_not_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, ExtendConfig(block_m=48), "sm_90a") == (
+        "config out of range: ExtendConfig(block_m=48, block_n=64, stages=2)"
+    )
+    big = ExtendConfig(block_m=128, block_n=128, stages=3)
+    assert "bytes of shared memory, sm_120a has" in why_not_extend(
+        "bfloat16", "bfloat16", 32, 8, 128, 128, 16, big, "sm_120a"
+    )
+    for arch, kv in itertools.product(ARCHS, ("bfloat16", "float8_e4m3fn")):
+        for d in (64, 128, 256):
+            assert why_not_extend("bfloat16", kv, 32, 8, d, d, 16, default_extend_config(kv, d, arch), arch) is None
+
+
+def _extend_sweep():
+    for arch, kv, d, page, (hq, hkv) in itertools.product(
+        ARCHS, ("bfloat16", "float16", "float8_e4m3fn"), (64, 128, 256), (16, 128), ((8, 8), (40, 8), (64, 4))
+    ):
+        q = "float16" if kv == "float16" else "bfloat16"
+        yield arch, q, kv, d, page, hq, hkv, default_extend_config(kv, d, arch)
+    for arch, cfg in itertools.product(ARCHS, (ExtendConfig(128, 64), ExtendConfig(32, 32, 3), ExtendConfig(16, 128))):
+        yield arch, "bfloat16", "float8_e4m3fn", 128, 64, 32, 8, cfg
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,q,kv,d,page,hq,hkv,cfg", list(_extend_sweep()))
+def test_extend_sweep_compiles(arch, q, kv, d, page, hq, hkv, cfg):
+    ke = _extend_module()
+    if why_not_extend(q, kv, hq, hkv, d, d, page, cfg, arch) is not None:
+        pytest.skip(why_not_extend(q, kv, hq, hkv, d, d, page, cfg, arch))
+    _check_binary(ke.compile_extend(q, kv, hq, hkv, d, d, page, cfg, arch=arch), arch)

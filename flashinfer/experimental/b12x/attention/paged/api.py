@@ -58,6 +58,7 @@ DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 INT32_MAX = 2**31 - 1
 MAX_BATCH = 60000  # + the split target stays under the 65535 limit of a grid's y dimension
+MAX_GRID_Y = 65535  # extend: one CTA row per query tile
 DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
 
 
@@ -168,6 +169,13 @@ def _validate(caps: Caps) -> None:
             )
         config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a")
         reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
+        if reason is None and caps.num_q_heads % caps.num_kv_heads == 0:
+            tiles = extend_item_capacity(caps.max_total_q, caps.max_batch, config.tokens_per_tile(caps.group))
+            if tiles > MAX_GRID_Y:
+                raise ValueError(
+                    f"max_total_q={caps.max_total_q} and max_batch={caps.max_batch} allow {tiles} query tiles of "
+                    f"{config.tokens_per_tile(caps.group)} tokens, more than the {MAX_GRID_Y} a grid dimension holds"
+                )
     else:
         if caps.config is not None and not isinstance(caps.config, DecodeConfig):
             raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")

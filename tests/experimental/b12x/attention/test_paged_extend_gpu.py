@@ -1,0 +1,244 @@
+"""attention.paged extend / verify on the GPU: the extend kernel against the fp32 reference on
+NaN-poisoned buffers, the device tile schedule against its Python mirror, CUDA-graph replay with new
+live q_lens / KV lengths, a >2^31-element cache.
+
+Tolerance (DESIGN.md): max error against the fp32 reference at most 2x the error of the same
+computation done in torch at the kernel's precision (P rounded to the mma dtype, output rounded to
+q's dtype), plus 1e-3 absolute slack; LSE (base 2) within 2e-3.
+"""
+
+import math
+import random
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, extend_schedule_reference
+from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
+
+from .paged_cases import make_case
+from .test_paged_gpu import DEV, FP8, prepared
+
+pytestmark = pytest.mark.gpu
+
+paged = b12x.attention.paged
+
+
+def caps_for(case, *, mode="extend", dtype="bfloat16", kv_dtype="bfloat16", max_batch=None, max_total_q=None, **kw):
+    q = case.q
+    base = dict(
+        device=DEV, mode=mode, dtype=dtype, kv_dtype=kv_dtype, num_q_heads=q.shape[1],
+        num_kv_heads=case.k_cache.shape[2], head_dim_qk=q.shape[2], head_dim_vo=case.v_cache.shape[3],
+        page_size=case.k_cache.shape[1], max_total_q=max_total_q or max(q.shape[0], 1),
+        max_batch=max_batch or case.cache_seqlens.shape[0], max_page_table_width=case.page_table.shape[1],
+        max_work_items=1, max_partial_rows=1, num_cache_pages=case.k_cache.shape[0],
+    )  # fmt: skip
+    base.update(kw)
+    return paged.Caps(**base)
+
+
+def poison(plan):
+    for name in ("out", "lse"):
+        plan.state.scratch[name].fill_(float("nan"))
+    plan.state.scratch["tiles"].fill_(-1)
+
+
+def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
+    """The reference's math at the kernel's precision: P (relative to the row max) rounded to the
+    mma dtype, the output rounded to q's dtype."""
+    q = case.q.float()
+    out = torch.zeros(q.shape[0], q.shape[1], case.v_cache.shape[3], device=q.device)
+    cu = case.cu_seqlens_q.tolist()
+    for b, (k, v) in enumerate(zip(case.k_dense, case.v_dense)):
+        length = cu[b + 1] - cu[b]
+        if length == 0:
+            continue
+        qb = q[cu[b] : cu[b + 1]].transpose(0, 1)  # [Hq, L, D]
+        hq, n = qb.shape[0], k.shape[0]
+        g = hq // k.shape[1]
+        kb = k.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
+        vb = v.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
+        s = torch.matmul(qb, kb.transpose(1, 2)) / math.sqrt(q.shape[2])
+        s = s.masked_fill(~visible_mask(length, n, window_left, q.device), -math.inf)
+        m = s.amax(2, keepdim=True) if n else torch.full((hq, length, 1), -math.inf, device=q.device)
+        extra = sinks.float()[:, None, None] if sinks is not None else None
+        if extra is not None:
+            m = torch.maximum(m, extra)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m)
+        denom = p.sum(2, keepdim=True) + (torch.exp(extra - m) if extra is not None else 0)
+        p = p.to(mma_dtype).float()
+        o = torch.matmul(p, vb) / torch.where(denom > 0, denom, torch.ones_like(denom))
+        out[cu[b] : cu[b + 1]] = o.transpose(0, 1)
+    return out.to(out_dtype).float()
+
+
+def check(plan, case, *, window_left=-1, sinks=None, output=None):
+    kv_fp8 = case.k_cache.dtype == FP8
+    poison(plan)
+    kw = dict(k_descale=case.k_descale, v_descale=case.v_descale) if kv_fp8 else {}
+    binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q, window_left=window_left,
+                         attention_sink_bias=sinks, output=output, **kw)  # fmt: skip
+    out, lse = paged.run(binding=binding)
+    torch.cuda.synchronize()
+    ref_out, ref_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        window_left=window_left, sinks=sinks, k_descale=case.k_descale, v_descale=case.v_descale,
+    )  # fmt: skip
+    assert not torch.isnan(out).any(), "output rows left unwritten (NaN poison survived)"
+    assert not torch.isnan(lse).any(), "lse rows left unwritten (NaN poison survived)"
+    emu = emulated(case, torch.float16 if kv_fp8 else case.q.dtype, case.q.dtype, window_left=window_left, sinks=sinks)
+    budget = 2 * (emu - ref_out).abs().max().item() + 1e-3
+    err = (out.float() - ref_out).abs().max().item()
+    assert err <= budget, f"max |out - ref| = {err:.3g} > {budget:.3g} (2x torch at kernel precision + 1e-3)"
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(finite, torch.isfinite(lse))
+    torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=2e-3)
+    # the device tile list is its Python mirror
+    group = case.q.shape[1] // case.k_cache.shape[2]
+    work, count = extend_schedule_reference(
+        case.cu_seqlens_q.tolist(), plan.state.selection.extend.tokens_per_tile(group)
+    )
+    s = plan.state.scratch
+    assert s["count"][0].item() == count
+    assert s["tiles"][:count].tolist() == [list(w) for w in work]
+    return out, lse
+
+
+# q_lens / kv_lens: page and tile edges, a prefill with no prefix, empty requests, 32k caches
+RAGGED = ([1, 17, 64, 300, 1000, 0, 5, 129], [1, 117, 4064, 303, 8000, 50, 21, 129])
+LONG = ([64, 2048, 777], [32768, 2048, 20000])
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("heads", [(8, 8), (32, 8), (64, 8)], ids=["gqa1", "gqa4", "gqa8"])
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("lens", [RAGGED, LONG], ids=["ragged", "long"])
+def test_extend_matches_reference(kv_dtype, heads, page_size, lens):
+    q_lens, kv_lens = lens
+    case = make_case(kv_lens, q_lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128,
+                     page_size=page_size, kv_dtype=kv_dtype, device=DEV, seed=page_size + heads[0])  # fmt: skip
+    kvn = "float8_e4m3fn" if kv_dtype == FP8 else "bfloat16"
+    check(prepared(caps_for(case, kv_dtype=kvn)), case)
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
+                                            ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip
+def test_extend_head_dims_and_fp16(head_dim, dtype, kv_dtype):
+    case = make_case([700, 129, 3], [300, 129, 2], num_q_heads=16, num_kv_heads=4, head_dim=head_dim, page_size=32,
+                     dtype=getattr(torch, dtype), kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=head_dim)  # fmt: skip
+    check(prepared(caps_for(case, dtype=dtype, kv_dtype=kv_dtype)), case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("config", [(128, 64, 2), (32, 32, 3), (16, 128, 2), (64, 16, 3)],
+                         ids=["m128n64", "m32n32s3", "m16n128", "m64n16s3"])  # fmt: skip
+def test_extend_non_default_configs(kv_dtype, config):
+    case = make_case([3000, 64, 129, 1], [1000, 64, 2, 1], num_q_heads=40, num_kv_heads=8, head_dim=128,
+                     page_size=64, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(config))  # fmt: skip
+    check(prepared(caps_for(case, kv_dtype=kv_dtype, config=ExtendConfig(*config))), case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_extend_window_sinks_views_and_empty_requests(kv_dtype):
+    q_lens = [0, 1, 700, 0, 33, 2000, 16, 17]
+    kv_lens = [0, 1, 5000, 9, 33, 20000, 16, 17]
+    case = make_case(kv_lens, q_lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), combined=True, extra_pages=50, width=1400, device=DEV,
+                     seed=11)  # fmt: skip
+    plan = prepared(caps_for(case, kv_dtype=kv_dtype, max_batch=16, max_total_q=4096))
+    sinks = torch.randn(32, device=DEV) * 3
+    for window_left in (-1, 0, 100, 4096):
+        check(plan, case, window_left=window_left, sinks=sinks)
+    total = case.q.shape[0]
+    big = torch.full((total, 40, 128), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out, _ = check(plan, case, output=big[:, 4:36])
+    assert out.data_ptr() == big[:, 4:36].data_ptr() and torch.isnan(big[:, :4]).all()
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("q_len", [2, 4, 16])
+@pytest.mark.parametrize("heads", [(32, 8), (64, 8)], ids=["gqa4", "gqa8"])
+def test_verify_matches_reference(kv_dtype, q_len, heads):
+    rng = random.Random(q_len)
+    kv_lens = [q_len, q_len + 15, 4096, 32768, *[rng.randint(q_len, 9000) for _ in range(28)]]
+    case = make_case(kv_lens, [q_len] * len(kv_lens), num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128,
+                     page_size=16, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=q_len)  # fmt: skip
+    check(prepared(caps_for(case, mode="verify", kv_dtype=kv_dtype)), case)
+
+
+@pytest.mark.parametrize("copy_runtime_metadata", [False, True])
+def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
+    cap_batch, hq, hkv, page, width, max_q = 8, 32, 8, 16, 2100, 4096
+    q_lens = [max_q // cap_batch] * cap_batch
+    full = make_case([32000] * cap_batch, q_lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=128, page_size=page,
+                     kv_dtype=FP8, width=width, device=DEV, seed=5)  # fmt: skip
+    plan = prepared(caps_for(full, kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata))
+    lens, cu, q = full.cache_seqlens.clone(), full.cu_seqlens_q.clone(), full.q.clone()
+    binding = paged.bind(plan, q=q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
+                         cache_seqlens=lens, cu_seqlens_q=cu, k_descale=full.k_descale,
+                         v_descale=full.v_descale)  # fmt: skip
+    paged.run(binding=binding)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged.run(binding=binding)
+    rng = random.Random(0)
+    for step in range(4):
+        # new live sizes: ragged q_lens (some empty) summing to <= the captured rows, new KV lengths
+        new_q = [0 if rng.random() < 0.25 else rng.choice([1, 7, 64, 300, 511]) for _ in range(cap_batch)]
+        new_kv = [n + rng.choice([0, 1, 100, 5000, 31000 - n]) for n in new_q]
+        new_cu = [0, *torch.tensor(new_q).cumsum(0).tolist()]
+        lens.copy_(torch.tensor(new_kv, dtype=torch.int32))
+        cu.copy_(torch.tensor(new_cu, dtype=torch.int32))
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        live = new_cu[-1]
+        poison(plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        got_out, got_lse = binding.out[:live].clone(), binding.lse[:live].clone()
+        poison(plan)
+        eager_out, eager_lse = paged.run(binding=binding)
+        torch.cuda.synchronize()
+        assert torch.equal(got_out, eager_out[:live]), f"step {step}: replay differs from eager"
+        assert torch.equal(got_lse, eager_lse[:live])
+        assert not torch.isnan(got_out).any() and not torch.isnan(got_lse).any()
+        ref_out, ref_lse = paged.paged_attention_reference(
+            q[:live], full.k_cache, full.v_cache, full.page_table, lens, cu,
+            k_descale=full.k_descale, v_descale=full.v_descale,
+        )  # fmt: skip
+        torch.testing.assert_close(got_out.float(), ref_out, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(got_lse, ref_lse, rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_extend_cache_past_2_31_elements(kv_dtype):
+    """Pages beyond element offset 2^31 (in the kernel's element units) are read correctly."""
+    kvt = getattr(torch, kv_dtype)
+    hkv, d, page = 8, 128, 16
+    per_page = page * hkv * d // (2 if kvt == FP8 else 1)
+    first = 2**31 // per_page + 10
+    pages = first + 128
+    need = 2 * pages * page * hkv * d * kvt.itemsize
+    free, _ = torch.cuda.mem_get_info()
+    if need > free * 0.8:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB for the two caches, {free / 2**30:.1f} GiB free")
+    small = make_case([1000, 17], [300, 17], num_q_heads=32, num_kv_heads=hkv, head_dim=d, page_size=page,
+                      kv_dtype=kvt, device=DEV, seed=9)  # fmt: skip
+    k = torch.empty(pages, page, hkv, d, dtype=kvt, device=DEV)
+    v = torch.empty_like(k)
+    pt = small.page_table.clone()
+    used = (small.cache_seqlens.cpu() + page - 1) // page
+    for b in range(2):
+        for i in range(int(used[b])):
+            dst = first + 64 * b + i
+            k[dst] = small.k_cache[small.page_table[b, i]]
+            v[dst] = small.v_cache[small.page_table[b, i]]
+            pt[b, i] = dst
+    small.k_cache, small.v_cache, small.page_table = k, v, pt
+    check(prepared(caps_for(small, kv_dtype=kv_dtype)), small)
+    del k, v
+    torch.cuda.empty_cache()
