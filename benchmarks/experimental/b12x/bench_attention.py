@@ -1,7 +1,15 @@
 r"""Benchmark b12x.attention.paged decode against SDPA (FA2, cuDNN) and FlashInfer's decode wrapper.
 
     python -m benchmarks.experimental.b12x.bench_attention [--quick] [--kv bf16|fp8|all]
-        [--batch 1 8 32 128] [--kv-len 1024 8192 32768] [--timer events|graph] [--json PATH]
+        [--mode decode|extend|all] [--batch 1 8 32 128] [--kv-len 1024 8192 32768]
+        [--q-len 512 1024 2048 4096] [--timer events|graph] [--json PATH]
+
+Extend table (--mode extend or all): causal prefill without a cached prefix (kv_len = q_len, so
+SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 1024, 2048, 4096},
+`extend_batch(q_len)` requests (4..16, about 32k query tokens), same heads / D / page. FLOPs (the
+TFLOP/s column): 2 matmuls over the visible (query, key) pairs,
+  `causal_flops` = 2 * B * Hq * (D + Dv) * (L * (N - L) + L * (L + 1) / 2).
+Peers: SDPA FA2 and cuDNN with is_causal=True on contiguous [B, H, L, D] bf16 copies of q/K/V.
 
 Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128, page size 16, every
 request of the case has kv_len keys; pages are a random permutation of the cache.
@@ -73,6 +81,8 @@ from benchmarks.experimental.b12x.common import (
 MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
 QUICK_BATCHES, QUICK_KV_LENS = (1, 32), (1024, 8192)
+EXTEND_Q_LENS, QUICK_EXTEND_Q_LENS = (512, 1024, 2048, 4096), (1024, 4096)
+EXTEND_TOKENS = 32768  # query tokens per extend case: enough CTAs (>= 8 waves) at every q_len
 HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
 FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape
 paged = b12x.attention.paged
@@ -102,14 +112,84 @@ def _contiguous_bf16(cache, page_table, descale):
     return out
 
 
-def _sdpa(backend):
+def _sdpa(backend, causal=False):
     from torch.nn.attention import sdpa_kernel
 
     def call(q4, k4, v4):
         with sdpa_kernel(backend):
-            return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, enable_gqa=True)
+            return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, enable_gqa=True)
 
     return call
+
+
+def extend_batch(q_len: int, tokens: int = EXTEND_TOKENS) -> int:
+    """Requests of an extend case: about `tokens` query tokens, 4..16 requests."""
+    return max(4, min(16, tokens // q_len))
+
+
+def causal_flops(batch: int, q_len: int, kv_len: int, hq: int, d: int, dv: int) -> int:
+    """QK^T and PV over the visible pairs: query i of L (right-aligned) sees kv_len - L + i + 1 keys."""
+    pairs = q_len * (kv_len - q_len) + q_len * (q_len + 1) // 2
+    return 2 * batch * hq * (d + dv) * pairs
+
+
+def run_extend_case(table, args, batch, q_len, fp8, dev):
+    """Causal prefill of `batch` requests of q_len tokens (no prefix): ours vs SDPA FA2 / cuDNN."""
+    from torch.nn.attention import SDPBackend
+
+    gen = torch.Generator(device=dev).manual_seed(batch * 7919 + q_len)
+    kv_len, pages_per = q_len, q_len // PAGE
+    num_pages = batch * pages_per + 8
+    kv_t = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    k_cache = (torch.randn(num_pages, PAGE, HKV, D, device=dev, generator=gen) * (8 if fp8 else 1)).to(kv_t)
+    v_cache = (torch.randn(num_pages, PAGE, HKV, D, device=dev, generator=gen) * (8 if fp8 else 1)).to(kv_t)
+    page_table = torch.randperm(num_pages, device=dev, generator=gen)[: batch * pages_per].view(batch, pages_per)
+    page_table = page_table.to(torch.int32).contiguous()
+    descale = torch.full((batch, HKV), 0.125, device=dev) if fp8 else None
+    q = torch.randn(batch * q_len, HQ, D, device=dev, generator=gen).to(torch.bfloat16)
+    cu = (torch.arange(batch + 1, device=dev) * q_len).to(torch.int32)
+    lens = torch.full((batch,), kv_len, dtype=torch.int32, device=dev)
+    kv_name = "fp8" if fp8 else "bf16"
+    flops = causal_flops(batch, q_len, kv_len, HQ, D, D)
+    case = Case(f"extend_{kv_name}", {"B": batch, "Lq": q_len, "L": kv_len}, flops=flops, ceiling="bf16")
+    caps = paged.Caps(
+        device=str(dev), mode="extend", dtype="bfloat16", kv_dtype="float8_e4m3fn" if fp8 else "bfloat16",
+        num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch * q_len,
+        max_batch=batch, max_page_table_width=pages_per, max_work_items=1, max_partial_rows=1,
+        num_cache_pages=num_pages,
+    )  # fmt: skip
+    plan = paged.plan(caps)
+    with b12x.PreparationSession(dev) as session:
+        session.prepare([plan])
+    kw = dict(k_descale=descale, v_descale=descale) if fp8 else {}
+    binding = paged.bind(plan, q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, cache_seqlens=lens,
+                         cu_seqlens_q=cu, **kw)  # fmt: skip
+    out, _ = paged.run(binding=binding)
+
+    kc = _contiguous_bf16(k_cache, page_table, descale)
+    vc = _contiguous_bf16(v_cache, page_table, descale)
+    q4 = q.view(batch, q_len, HQ, D).transpose(1, 2).contiguous()  # [B, Hq, L, D]
+    want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, is_causal=True, enable_gqa=True)
+    got = out.view(batch, q_len, HQ, D).transpose(1, 2).float()
+    err = (got - want.float()).abs().max().item()
+    tol = 0.05 if fp8 else 0.02
+    note = f"max |ours - sdpa| = {err:.2e}" + (" (fp8 KV vs its bf16 dequant)" if fp8 else "")
+    if not err <= tol:
+        note += " MISMATCH"
+        print(f"WARNING {case.label}: {note}", file=sys.stderr)
+    del want, got
+    table.add(case, "b12x.paged", measure(lambda: paged.run(binding=binding), args), note=note)
+    if not args.no_peers:
+        for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+            fn = _sdpa(backend, causal=True)
+            label = name + (" (bf16 kv)" if fp8 else "")
+            try:
+                fn(q4, kc, vc)
+                table.add(case, label, measure(lambda fn=fn: fn(q4, kc, vc), args), peer=True)
+            except RuntimeError as e:
+                print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+    session.release(plan)
+    return case
 
 
 def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
@@ -205,6 +285,8 @@ def run_flashinfer_peer(table, args, cases: dict, records: list[dict], kv_name: 
 def build_parser():
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--kv", choices=("bf16", "fp8", "all"), default="all", help="KV cache dtype")
+    parser.add_argument("--mode", choices=("decode", "extend", "all"), default="decode", help="which table(s)")
+    parser.add_argument("--q-len", type=int, nargs="+", default=None, help=f"extend q_lens (default {EXTEND_Q_LENS})")
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
     site_help = "folder holding FlashInfer's wheel (pip install --no-deps --target DIR); times it in a child process"
@@ -226,6 +308,8 @@ def parse_args(argv: list[str] | None = None):
         parser.error(f"--flashinfer-variants must name some of {sorted(fipeer.VARIANTS)}, got {names}")
     if args.kv_len and any(n % PAGE for n in args.kv_len):
         parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
+    if args.q_len and any(n < PAGE or n % PAGE for n in args.q_len):
+        parser.error(f"--q-len values must be positive multiples of the page size {PAGE}")
     return args
 
 
@@ -235,14 +319,21 @@ def main(argv: list[str] | None = None) -> int:
     batches = args.batch or (QUICK_BATCHES if args.quick else BATCHES)
     kv_lens = args.kv_len or (QUICK_KV_LENS if args.quick else KV_LENS)
     ceil = ceilings(dev)
-    table = Table(f"b12x attention.paged decode on {ceil.device_name} (Hq {HQ}, Hkv {HKV}, D {D}, page {PAGE})", ceil)
+    modes = ("decode", "extend") if args.mode == "all" else (args.mode,)
+    title = f"b12x attention.paged {'+'.join(modes)} on {ceil.device_name} (Hq {HQ}, Hkv {HKV}, D {D}, page {PAGE})"
+    table = Table(title, ceil)
     fi_note = flashinfer_skip_note(args.flashinfer_site)
-    if fi_note and not args.no_peers:
+    if fi_note and not args.no_peers and "decode" in modes:
         print(f"peer flashinfer skipped: {fi_note}")
     with_fi = fi_note is None and not args.no_peers
     fi_status = {}
     kinds = {"bf16": (False,), "fp8": (True,), "all": (False, True)}[args.kv]
-    for fp8 in kinds:
+    if "extend" in modes:
+        for fp8 in kinds:
+            for q_len in args.q_len or (QUICK_EXTEND_Q_LENS if args.quick else EXTEND_Q_LENS):
+                run_extend_case(table, args, extend_batch(q_len), q_len, fp8, dev)
+                torch.cuda.empty_cache()
+    for fp8 in kinds if "decode" in modes else ():
         cases, records = {}, []
         for batch in batches:
             for kv_len in kv_lens:
@@ -259,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)
-        extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize"}
+        extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize",
+                 "flops": "extend: 2*B*Hq*(D+Dv)*(Lq*(L-Lq) + Lq*(Lq+1)/2)"}  # fmt: skip
         table.write_json(path, argv=cmd, device=dev, extra=extra)
         print(f"wrote {path}")
     return 0

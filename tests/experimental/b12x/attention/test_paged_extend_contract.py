@@ -157,3 +157,22 @@ def test_extend_schedule_covers_every_token_once(tokens):
 def test_extend_schedule_treats_decreasing_rows_as_empty():
     work, count = extend_schedule_reference([0, 10, 4, 8], 4)
     assert work == [(0, 8), (0, 4), (0, 0), (2, 0)] and count == 4
+
+
+# -- the benchmark's pure helpers ------------------------------------------------------------------
+def test_bench_extend_helpers():
+    from benchmarks.experimental.b12x import bench_attention as B
+
+    assert [B.extend_batch(n) for n in B.EXTEND_Q_LENS] == [16, 16, 16, 8]
+    assert B.extend_batch(64) == 16 and B.extend_batch(32768) == 4
+    # square causal: L(L+1)/2 visible pairs; a prefix adds L * prefix pairs
+    assert B.causal_flops(1, 4, 4, 1, 8, 8) == 2 * 16 * 10
+    assert B.causal_flops(2, 3, 10, 32, 128, 128) == 2 * 2 * 32 * 256 * (3 * 7 + 6)
+    from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
+
+    pairs = int(visible_mask(5, 12).sum())
+    assert B.causal_flops(1, 5, 12, 1, 1, 1) == 2 * 2 * pairs
+    args = B.parse_args(["--mode", "extend", "--q-len", "512", "4096"])
+    assert args.mode == "extend" and args.q_len == [512, 4096]
+    with pytest.raises(SystemExit):
+        B.parse_args(["--q-len", "100"])
