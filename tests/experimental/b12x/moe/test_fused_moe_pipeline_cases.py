@@ -1,0 +1,306 @@
+"""moe.fused_moe's Triton pipeline under TRITON_INTERPRET=1 on CPU tensors (run by
+test_fused_moe_pipeline.py in a fresh interpreter: the variable must be set before triton.jit runs).
+
+The real host path runs: `api.device_binding` + `api.execute` on a NaN/garbage-poisoned workspace laid
+out by the plan's scratch specs, with the interpreted routing/requantize/combine launchers and the
+torch stand-ins of the expert GEMMs (stand_in.py). Checked:
+- routing metadata (micro and dynamic paths, int32/int64 ids, ignored routes, T = 1, 7, capacity);
+- gather and requantize bytes against the `_lib.quant` oracles, bit for bit;
+- combine bit for bit against the reference's fp32 sum order;
+- the whole layer against reference.py (per-row cosine and the tolerance rule).
+
+Interpreter patches (its conversions differ from the GPU's; these make it do what the GPU does):
+quantization/_interpret_run.py's (fp32 -> e4m3 RNE-satfinite, exact bf16 -> fp32) and
+norm/conftest.py's (fp32 -> bf16 round-to-nearest-even).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("runs inside test_fused_moe_pipeline.py's TRITON_INTERPRET=1 subprocess", allow_module_level=True)
+
+from flashinfer.experimental.b12x._lib import quant as Q  # noqa: E402
+from flashinfer.experimental.b12x._lib.scratch import dtype_name  # noqa: E402
+from flashinfer.experimental.b12x.moe import fused_moe as fm  # noqa: E402
+from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api  # noqa: E402
+from flashinfer.experimental.b12x.moe.fused_moe import reference as REF  # noqa: E402
+
+from .moe_cases import activations, checkpoint, weight_plan  # noqa: E402
+from .stand_in import check_layer, dense_layer, fc1_stand_in, fc2_stand_in, row_cosine  # noqa: E402
+
+pytestmark = pytest.mark.interpret
+HERE = Path(__file__).resolve().parent
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_quant_run = _load(HERE.parent / "quantization" / "_interpret_run.py", "_b12x_moe_quant_interpret")
+_quant_run._patch_conversions()
+_load(HERE.parent / "norm" / "conftest.py", "_b12x_moe_norm_conftest")  # patches at import
+make_input = _quant_run.make_input
+
+E, H, INTER, K, MAX_T = 6, 64, 32, 3, 8
+# Tiny tiles so every loop runs more than once: several route blocks and compare chunks, experts in
+# two blocks, the scan in several steps, H in two chunks.
+MICRO = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=64)
+DYNAMIC = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=1)
+
+
+def poisoned(spec) -> torch.Tensor:
+    dt = getattr(torch, dtype_name(spec.dtype))
+    if dt.is_floating_point:
+        return torch.full(spec.shape, float("nan"), dtype=dt)
+    return torch.full(spec.shape, 0xAB if dt == torch.uint8 else -7777, dtype=dt)
+
+
+def workspace(p, routing_cfg):
+    config = api.MoeConfig(routing_cfg, _combine.default_config(p.caps.weight_plan.intermediate_size), None)
+    s = {spec.name: poisoned(spec) for spec in p.scratch_specs(config, "cuda")}
+    api._fill_constants(p, s)
+    s["route_row"].fill_(-7777)  # _fill_constants' -1 would hide a missing write
+    return s
+
+
+def layer(wplan, mode, *, on_input=False, routing_cfg=MICRO, max_tokens=MAX_T, k=K, **swiglu):
+    caps = fm.Caps(
+        max_tokens=max_tokens,
+        num_topk=k,
+        device="cpu",
+        weight_plan=wplan,
+        quant_mode=mode,
+        apply_router_weight_on_input=on_input,
+        **swiglu,
+    )
+    p = fm.plan(caps)
+    a1, a2 = p.operand_formats
+    e, h, i = wplan.num_experts, wplan.hidden_size, wplan.intermediate_size
+    launchers = api.Launchers(
+        routing={d: _routing.interpreted_routing(d, k, e, h, a1, on_input, routing_cfg) for d in api.IDS_DTYPES},
+        combine=_combine.interpreted_combine(k, e, h, i, a2, on_input),
+        fc1=fc1_stand_in(a1, wplan.weight_format, wplan.activation),
+        fc2=fc2_stand_in(a2 or "bfloat16", wplan.weight_format),
+    )
+    return p, workspace(p, routing_cfg), launchers
+
+
+def ids_with_ignored(t, k, e, seed, dtype=torch.int32):
+    """Random ids in [-2, e + 2): ignored routes on both sides, repeats inside a token."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-2, e + 2, (t, k), generator=g).to(dtype)
+
+
+def weights(t, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(t, k, generator=g) + 0.25
+
+
+# ---- routing metadata ------------------------------------------------------------------------------
+def check_routing(s, ids, e, k):
+    flat = ids.reshape(-1).long()
+    valid = (flat >= 0) & (flat < e)
+    counts = torch.bincount(flat[valid], minlength=e)
+    start = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    assert torch.equal(s["expert_start"].long(), start), (s["expert_start"], start)
+    rr = s["route_row"][: flat.numel()].long()
+    assert (rr[~valid] == -1).all()
+    for x in range(e):  # each expert's routes take its rows in route order
+        assert torch.equal(rr[flat == x], start[x] + torch.arange(int(counts[x])))
+    rows = rr[valid]
+    assert torch.equal(s["sorted_token"][rows].long(), (torch.arange(flat.numel()) // k)[valid])
+    assert torch.equal(s["sorted_expert"][rows].long(), flat[valid])
+    n = int(start[-1])
+    assert (s["sorted_token"][n:] == -7777).all() and (s["sorted_expert"][n:] == -7777).all()
+
+
+@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("ids_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("t", [1, 7, MAX_T])
+def test_routing_metadata(cfg, ids_dtype, t):
+    p, s, L = layer(weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), "w4a16", routing_cfg=cfg)
+    ids = ids_with_ignored(t, K, E, seed=t, dtype=ids_dtype)
+    a = activations(t, H)
+    L.routing[dtype_name(ids_dtype)](t, ids, weights(t, K, 3), a, s, s["alpha1"], s["alpha2"])
+    check_routing(s, ids, E, K)
+    assert (s["alpha1"] == 1).all() and (s["alpha2"] == 1).all()
+
+
+def test_routing_all_ignored_and_strided_ids():
+    p, s, L = layer(weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), "w4a16")
+    none = torch.full((5, K), -1, dtype=torch.int32)
+    L.routing["int32"](5, none, weights(5, K, 1), activations(5, H), s, s["alpha1"], s["alpha2"])
+    assert (s["expert_start"] == 0).all() and (s["route_row"][: 5 * K] == -1).all()
+    wide = ids_with_ignored(7, 2 * K, E, seed=9)[:, ::2]  # strides (2k, 2)
+    w = weights(7, 2 * K, 2)[:, 1::2]
+    L.routing["int32"](7, wide, w, activations(7, H), s, s["alpha1"], s["alpha2"])
+    check_routing(s, wide, E, K)
+
+
+# ---- gather / requantize / combine bytes -----------------------------------------------------------
+def _oracle_row(fmt, x, gs):
+    """(values bytes [cols'], scale bytes [cols / block]) of one fp32 row, or bf16 values."""
+    if fmt == "bfloat16":
+        return x.bfloat16(), None
+    if fmt == "nvfp4":
+        q, sf = Q.quantize_nvfp4(x, gs)
+        return q, sf.view(torch.uint8)
+    v, sc = Q.quantize_mxfp8(x)
+    return v.view(torch.uint8), sc
+
+
+def _check_operand(fmt, values, scales, rows_x, n_rows, gs_of_row, cols):
+    block = {"nvfp4": 16, "mxfp8": 32}.get(fmt)
+    grid = None if block is None else Q.unswizzle_scales(scales, values.shape[0], cols // block)
+    for p_row in range(n_rows):
+        want_v, want_s = _oracle_row(fmt, rows_x[p_row], gs_of_row[p_row])
+        got_v = values[p_row]
+        assert torch.equal(
+            got_v.view(torch.int16) if fmt == "bfloat16" else got_v,
+            want_v.view(torch.int16) if fmt == "bfloat16" else want_v,
+        ), f"row {p_row} values"
+        if grid is not None:
+            assert torch.equal(grid[p_row], want_s), f"row {p_row} scales {grid[p_row]} vs {want_s}"
+
+
+MODES = {"bfloat16": "w4a16", "nvfp4": "nvfp4", "mxfp8": "w4a8_nvfp4"}
+
+
+@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("on_input", [False, True])
+@pytest.mark.parametrize(
+    "fmt, data",
+    [
+        ("bfloat16", "wide"),
+        ("nvfp4", "wide"),
+        ("nvfp4", "specials"),
+        ("nvfp4", "ties"),
+        ("mxfp8", "wide"),
+        ("mxfp8", "specials"),
+        ("mxfp8", "ties"),
+    ],
+)
+def test_gather_matches_oracles(cfg, on_input, fmt, data):
+    p, s, L = layer(
+        weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), MODES[fmt], on_input=on_input, routing_cfg=cfg
+    )
+    t = 7
+    a = make_input(data, t, H, torch.bfloat16, 16 if fmt == "nvfp4" else 32, seed=len(data) + on_input)
+    ids = ids_with_ignored(t, K, E, seed=5)
+    w = weights(t, K, 6) if data != "ties" else torch.ones(t, K)
+    g1 = torch.tensor([1.0, 0.5, 2.0, 3.0, 1.0, 0.75]) if data == "ties" else torch.rand(E) * 100 + 1
+    g2 = torch.rand(E) * 10 + 1
+    L.routing["int32"](t, ids, w, a, s, g1, g2)
+    check_routing(s, ids, E, K)
+    n = int(s["expert_start"][E])
+    tok, ex = s["sorted_token"][:n].long(), s["sorted_expert"][:n].long()
+    slot = torch.tensor(
+        [int((s["route_row"][tt * K : tt * K + K] == pp).nonzero()) for pp, tt in enumerate(tok.tolist())]
+    )
+    x = a[tok].float() * (w[tok, slot][:, None] if on_input else 1.0)
+    _check_operand(fmt, s["a1"], s.get("a1_scales"), x, n, g1[ex] if fmt == "nvfp4" else [None] * n, H)
+    rest = s["a1"][n:]
+    assert rest.isnan().all() if fmt == "bfloat16" else (rest == 0xAB).all(), "rows past start[E] were written"
+    if fmt == "nvfp4":
+        assert torch.equal(s["alpha1"], 1.0 / g1) and torch.equal(s["alpha2"], 1.0 / g2)
+    else:
+        assert (s["alpha1"] == 1).all() and (s["alpha2"] == 1).all()
+
+
+@pytest.mark.parametrize(
+    "fmt, data", [("nvfp4", "wide"), ("nvfp4", "specials"), ("mxfp8", "wide"), ("mxfp8", "specials")]
+)
+def test_requantize_matches_oracles(fmt, data):
+    p, s, L = layer(weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), MODES[fmt])
+    t = 7
+    n = 15  # live rows of 21 routes: the rest must stay untouched
+    s["c1"].copy_(make_input(data, MAX_T * K, INTER, torch.bfloat16, 16 if fmt == "nvfp4" else 32, seed=11))
+    ex = torch.randint(0, E, (MAX_T * K,), generator=torch.Generator().manual_seed(4)).to(torch.int32)
+    s["sorted_expert"].copy_(ex)
+    s["expert_start"].copy_(torch.tensor([0, 2, 5, 9, 9, 12, n], dtype=torch.int32))
+    g2 = torch.rand(E) * 50 + 1
+    L.combine.requantize(t, s, g2)
+    _check_operand(
+        fmt, s["a2"], s["a2_scales"], s["c1"].float(), n, g2[ex.long()] if fmt == "nvfp4" else [None] * n, INTER
+    )
+    assert (s["a2"][n:] == 0xAB).all()
+
+
+@pytest.mark.parametrize("on_input", [False, True])
+@pytest.mark.parametrize("t", [1, 7])
+def test_combine_is_the_reference_sum(on_input, t):
+    p, s, L = layer(weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), "w4a16", on_input=on_input)
+    g = torch.Generator().manual_seed(t)
+    s["c2"].copy_(torch.randn(MAX_T * K, H, generator=g) * torch.logspace(-3, 3, H))
+    rr = torch.randperm(MAX_T * K, generator=g)[: t * K].to(torch.int32)
+    rr[torch.rand(t * K, generator=g) < 0.3] = -1
+    s["route_row"][: t * K] = rr
+    w = weights(t, K, 8)
+    out = torch.full((t, H), float("nan"), dtype=torch.bfloat16)
+    L.combine(t, s, w, out)
+    want = torch.zeros(t, H)
+    for j in range(K):
+        for tt in range(t):
+            row = int(rr[tt * K + j])
+            if row >= 0:
+                want[tt] += s["c2"][row] if on_input else w[tt, j] * s["c2"][row]
+    assert torch.equal(out.view(torch.int16), want.bfloat16().view(torch.int16))
+
+
+# ---- the whole layer --------------------------------------------------------------------------------
+CASES = [
+    ("modelopt_nvfp4", "w4a16", "silu"),
+    ("modelopt_nvfp4", "nvfp4", "silu"),
+    ("modelopt_nvfp4", "nvfp4", "relu2"),
+    ("modelopt_nvfp4", "nvfp4", "swiglu_oai"),
+    ("modelopt_nvfp4", "w4a8_nvfp4", "swiglu_oai"),
+    ("fp4_e8m0_k32", "w4a16", "relu2"),
+    ("fp4_e8m0_k32", "w4a16", "swiglu_oai"),
+    ("fp4_e8m0_k32", "w4a8_mx", "silu"),
+]
+
+
+@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("on_input", [False, True])
+@pytest.mark.parametrize("t", [1, 7, MAX_T])
+@pytest.mark.parametrize("source, mode, act", CASES)
+def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
+    wplan = weight_plan(source, act, (mode,), e=E, h=H, i=INTER, layout="w31" if t == 7 else "w13")
+    experts = fm.prepare_weights(plan=wplan, **checkpoint(wplan, seed=t))
+    p, s, L = layer(wplan, mode, on_input=on_input, routing_cfg=cfg)
+    a = activations(t, H, seed=t + 10)
+    ids = ids_with_ignored(t, K, E, seed=t + 20, dtype=torch.int64 if on_input else torch.int32)
+    w = weights(t, K, t + 30)
+    out = torch.full((t, H), float("nan"), dtype=torch.bfloat16)
+    api.execute(L, api.device_binding(p, s, a, experts, w, ids, out), out)
+    kw = dict(quant_mode=mode, on_input=on_input)
+    ref = REF.fused_moe(a, experts, w, ids, quant_mode=mode, apply_router_weight_on_input=on_input)
+    ref32 = dense_layer(a, experts, w, ids, **kw)
+    assert_bf16_close(ref32, ref)  # the vectorized reference is reference.py's math
+    # The pipeline rounds act(FC1) to bf16 before FC2's quantization (FC1 stores bf16 C): hold it to
+    # that computation at the full bar. Against reference.py (fp32 activation quantized) a row may
+    # lose what that rounding costs plus a flipped code: at I = 32 one FP4 code of a row's 2 blocks
+    # moves its cosine by up to ~2e-3 (0.9999 is the GPU tier's bar, at real I).
+    ref_c1 = dense_layer(a, experts, w, ids, c1_bf16=True, **kw)
+    peer = dense_layer(a, experts, w, ids, c1_bf16=True, bf16=True, **kw)
+    check_layer(out, ref_c1, peer, what=f"{mode} {act} T={t}")
+    floor = 0.9999 if mode == "w4a16" else torch.clamp(row_cosine(ref_c1, ref32), max=0.9999) - 2e-3
+    assert bool((row_cosine(out.float(), ref32) >= floor).all())
+
+
+def assert_bf16_close(x32, ref):
+    """x32 rounds to ref in bf16 up to one ulp where fp32 summation order (~2^-20 of the row's
+    largest value) decides the rounding."""
+    diff = (x32.bfloat16().float() - ref.float()).abs()
+    ulp = ref.float().abs() * 2.0**-7 + ref.float().abs().amax(-1, keepdim=True) * 2.0**-20
+    assert bool((diff <= ulp).all()), f"max diff {float(diff.max())}"
