@@ -10,8 +10,9 @@ Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns
 Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: torch.compile (inductor)
 of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
-each case checks ours against the peer and the oracle bit for bit. --all-configs adds a row per
-candidate kernel config (data for the heuristic in each `_kernel.py`). Without --json the report goes
+each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
+--all-configs adds a row per candidate kernel config and prints the fastest config per shape (data
+for the heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
 """
 
@@ -117,23 +118,28 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     gs = nvfp4_global_scale(xs[0]).reshape(1)
     configs = [None] + (list(nvfp4_configs(k))[1:] if args.all_configs else [])
     session = b12x.PreparationSession(dev)
+    ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
+    ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
     for config in configs:
         plan = nvfp4.plan(m, k, invocation=dtype, override=config)
         session.prepare([plan])
         out = nvfp4.allocate_outputs(plan, device=dev)
-        if config is None:  # bits first: ours == oracle == peer
-            nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
-            ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
+        # Bits first, for every config: ours == oracle (and, once, how far the peer is).
+        out.packed.fill_(0xFF)
+        out.scales.view(torch.uint8).fill_(0xFF)
+        nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
+        ok = torch.equal(out.packed, ref_packed) and torch.equal(out.scales.view(torch.uint8), ref_scales)
+        if not ok:
+            raise SystemExit(f"nvfp4 M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
+        if config is None:
             peer_packed, peer_scales = peer_fn(xs[0], gs[0])
-            ok = torch.equal(out.packed, ref_packed)
-            ok &= torch.equal(out.scales.view(torch.uint8), swizzle_scales(ref_scales, 0).view(torch.uint8))
-            if not ok:
-                raise SystemExit(f"nvfp4 M={m} K={k}: ours and the oracle disagree; not timing")
             _note_peer_bits(f"nvfp4 M={m} K={k}", (peer_packed, out.packed), (peer_scales, out.scales))
         nxt = rotate(xs)
         run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)  # noqa: B023
         impl = "b12x" if config is None else f"b12x {config}"
-        table.add(case, impl, _time(run, args, len(xs)), note="" if config else str(plan.selection))
+        timing = _time(run, args, len(xs))
+        table.add(case, impl, timing, note="" if config else str(plan.selection))
+        _note_best(("nvfp4", m, k), timing, plan.selection)
         session.release(plan)
     if not args.no_peers:
         nxt = rotate(xs)
@@ -148,26 +154,39 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     mma = torch.full((swizzled_size(m, k // 32),), 127, dtype=torch.uint8, device=dev)
     configs = [None] + (list(mxfp8_configs(k))[1:] if args.all_configs else [])
     session = b12x.PreparationSession(dev)
+    ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
     for config in configs:
         plan = mxfp8.plan((k, dtype, m), override=config)
         session.prepare([plan])
+        # Bits first, for every config: ours == oracle (and, once, how far the peer is).
+        values.view(torch.uint8).fill_(0xFF)
+        rows.fill_(0xFF)
+        mxfp8.quantize_rows(xs[0], values, rows, mma, plan=plan)
+        ok = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8)) and torch.equal(rows, ref_rows)
+        ok &= torch.equal(mma[: ref_mma.numel()], ref_mma.view(torch.uint8).reshape(-1))
+        if not ok:
+            raise SystemExit(f"mxfp8 M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
         if config is None:
-            mxfp8.quantize_rows(xs[0], values, rows, mma, plan=plan)
             peer_values, peer_rows, peer_mma = peer_fn(xs[0])
-            ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
-            ok = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8)) and torch.equal(rows, ref_rows)
-            ok &= torch.equal(mma[: ref_mma.numel()], ref_mma.view(torch.uint8).reshape(-1))
-            if not ok:
-                raise SystemExit(f"mxfp8 M={m} K={k}: ours and the oracle disagree; not timing")
             _note_peer_bits(f"mxfp8 M={m} K={k}", (peer_values, values), (peer_rows, rows), (peer_mma, mma))
         nxt = rotate(xs)
         run = lambda: mxfp8.quantize_rows(nxt(), values, rows, mma, plan=plan)  # noqa: B023
         impl = "b12x" if config is None else f"b12x {config}"
-        table.add(case, impl, _time(run, args, len(xs)), note="" if config else str(plan.selection))
+        timing = _time(run, args, len(xs))
+        table.add(case, impl, timing, note="" if config else str(plan.selection))
+        _note_best(("mxfp8", m, k), timing, plan.selection)
         session.release(plan)
     if not args.no_peers:
         nxt = rotate(xs)
         table.add(case, "torch.compile", _time(lambda: peer_fn(nxt()), args, len(xs)), peer=True)
+
+
+BEST: dict = {}  # (op, M, K) -> (median µs, config): the fastest config seen, for the heuristics
+
+
+def _note_best(key, timing, config) -> None:
+    if key not in BEST or timing.median_us < BEST[key][0]:
+        BEST[key] = (timing.median_us, config)
 
 
 def _time(fn, args, n_sets: int):
@@ -205,10 +224,15 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
     torch.cuda.synchronize(dev)
     table.print()
+    if args.all_configs:  # what each _kernel.py heuristic should pick, per shape
+        for (op, m, k), (us, cfg) in sorted(BEST.items()):
+            print(f"best {op} M={m} K={k}: {us:.2f} us {cfg}")
     path = args.json or (str(Path(os.environ["OUT"]) / "b12x_quantization.json") if os.environ.get("OUT") else None)
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        table.write_json(path, argv=cmd, device=dev, extra={"bitwise_checked": True, "dtype": args.dtype})
+        best = {f"{op} M={m} K={k}": [us, str(cfg)] for (op, m, k), (us, cfg) in sorted(BEST.items())}
+        extra = {"bitwise_checked": True, "dtype": args.dtype, "best_config": best}
+        table.write_json(path, argv=cmd, device=dev, extra=extra)
         print(f"wrote {path}")
     return 0
 

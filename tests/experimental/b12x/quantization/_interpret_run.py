@@ -36,6 +36,9 @@ NVFP4_VARIANTS = [
     ((16, 64, 4, "div", True, True), 5, 48),
     ((4, 16, 1, "mul", True, False), 5, 48),
     ((128, 512, 8, "mul", False, True), 130, 160),
+    ((16, 32, 4, "search", False, False), 130, 160),
+    ((16, 64, 2, "search", True, True), 130, 160),
+    ((4, 16, 1, "search", True, False), 5, 48),
 ]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
 MXFP8_VARIANTS = [((16, 32, 4, True), 130, 160), ((1, 64, 1, True), 5, 96), ((128, 512, 8, True), 130, 160)]
@@ -59,7 +62,7 @@ def _cases():
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
     for dtype in ("bfloat16", "float16"):
         for gs in ("tensor", "up", "down"):
-            for cfg in (None, NVFP4_VARIANTS[0][0]):
+            for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0]):
                 cases.append(("nvfp4", dtype, 9, 2048, cfg, "near", gs))
     for cfg, m, k in MXFP8_CONFIGS:
         cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))

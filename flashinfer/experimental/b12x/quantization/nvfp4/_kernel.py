@@ -41,7 +41,7 @@ CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 # -------------------------------------------------------------------------------------------------
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
-ENCODES = ("div", "mul")
+ENCODES = ("div", "mul", "search")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ class NvFp4Config:
 
     encode: "div" = the oracle's sequence (`div_rn` per element, midpoints on y; per-element NaN
     select in amax); "mul" = division-free and bit-equal (|x * gs| against midpoint * sf, proof at
-    `_e2m1_codes_mul`; one NaN select per block in amax).
+    `_e2m1_codes_mul`; one NaN select per block in amax); "search" = "mul" with a 3-step binary
+    search over the 7 thresholds instead of 7 selects (`_e2m1_codes_search`).
     skip_dead: programs whose rows are all >= live M (the zero padding of the last 128-row scale
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
@@ -113,6 +114,14 @@ _CANDIDATES = (
     (16, 128, 4, "mul", True, False),
     (16, 512, 4, "mul", True, False),
     (8, 256, 2, "mul", True, False),
+    # binary-search encode
+    (16, 256, 4, "search", False, False),
+    (32, 256, 8, "search", False, False),
+    (32, 512, 8, "search", False, False),
+    (64, 256, 8, "search", False, False),
+    (16, 256, 4, "search", True, False),
+    (16, 128, 2, "search", True, False),
+    (32, 256, 8, "search", True, True),
     # 4-byte scale stores
     (16, 256, 4, "mul", True, True),
     (32, 256, 8, "mul", True, True),
@@ -145,7 +154,7 @@ def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
 
 def constexprs(k: int, config: NvFp4Config) -> tuple:
     """The kernel's constexpr arguments, in signature order (K first)."""
-    return (k, config.block_m, config.block_k, config.encode == "mul", config.skip_dead, config.scale_words)
+    return (k, config.block_m, config.block_k, ENCODES.index(config.encode), config.skip_dead, config.scale_words)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -208,6 +217,35 @@ def _e2m1_codes_mul(xb, gs, sf):
 
 
 @triton.jit
+def _below(t):
+    """The fp32 just below each positive t (NaN stays NaN): for a not NaN, a >= t <=> a > _below(t)."""
+    return (t.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e2m1_codes_search(xb, gs, sf):
+    """`_e2m1_codes_mul` (same thresholds, same bits) by binary search: with u_j the thresholds made
+    strict (u_j = _below(m_j * sf) where a tie rounds up; all are normal positive fp32, or NaN when
+    sf == 0), the code counts the u_j below |p|; as u_0 < ... < u_6, three comparisons find it."""
+    nan = tl.full(sf.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    s = tl.where(sf == 0, nan, sf)
+    u0 = (0.25 * s)[:, :, None]
+    u1 = _below(0.75 * s)[:, :, None]
+    u2 = (1.25 * s)[:, :, None]
+    u3 = _below(1.75 * s)[:, :, None]
+    u4 = (2.5 * s)[:, :, None]
+    u5 = _below(3.5 * s)[:, :, None]
+    u6 = (5.0 * s)[:, :, None]
+    p = xb * gs
+    a = tl.abs(p)
+    b2 = a > u3  # count >= 4
+    b1 = a > tl.where(b2, u5, u1)  # count >= 6, or >= 2
+    b0 = a > tl.where(b2, tl.where(b1, u6, u4), tl.where(b1, u2, u0))
+    code = tl.where(b2, 4, 0) | tl.where(b1, 2, 0) | tl.where(b0, 1, 0)
+    return tl.where(p < -u0, code | 8, code)
+
+
+@triton.jit
 def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: tl.constexpr, WORDS: tl.constexpr):
     """Scale bytes sbits (int32 0..255, [rows, TILE_NB]) at their swizzled offsets; padding columns
     (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked."""
@@ -235,20 +273,24 @@ def _quantize_tile(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    ENCODE_MUL: tl.constexpr,
+    ENCODE: tl.constexpr,
     SCALE_WORDS: tl.constexpr,
 ):
     NB: tl.constexpr = K // 16
     TILE_NB: tl.constexpr = BLOCK_K // 16
     # Phase 1: load the tile (rows >= m and columns >= K read as zeros).
     cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=row_ok[:, None] & (cols < K)[None, :], other=0.0).to(
-        tl.float32
-    )
+    # No column past K in any program (the grid spans ceil64(K) columns): the masks are per row only.
+    EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
+    if EVEN_K:
+        mask = row_ok[:, None] & (cols >= 0)[None, :]
+    else:
+        mask = row_ok[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows64[:, None] * K + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     xb = tl.reshape(x, (BLOCK_M, TILE_NB, 16))
 
     # Phase 2: per-16 amax (NaN ignored) -> E4M3 scale.
-    if ENCODE_MUL:
+    if ENCODE != 0:
         amax = block_amax_maxnum(xb)  # [BLOCK_M, TILE_NB]
     else:
         amax = block_amax(xb)
@@ -257,8 +299,10 @@ def _quantize_tile(
     sf = sf8.to(tl.float32)
 
     # Phase 3: E2M1 codes (ties to the even code, NaN -> +0, +-Inf saturate to +-6).
-    if ENCODE_MUL:
+    if ENCODE == 1:
         code = _e2m1_codes_mul(xb, gs, sf)
+    elif ENCODE == 2:
+        code = _e2m1_codes_search(xb, gs, sf)
     else:
         code = _e2m1_codes_div(xb, gs, sf)
 
@@ -269,7 +313,7 @@ def _quantize_tile(
     tl.store(
         packed_ptr + rows64[:, None] * (K // 2) + pcols[None, :],
         packed,
-        mask=row_ok[:, None] & (pcols < K // 2)[None, :],
+        mask=row_ok[:, None] & ((pcols >= 0) if EVEN_K else (pcols < K // 2))[None, :],
     )
 
     # Phase 5: scales at their swizzled offsets, padding rows and columns included (they hold 0).
@@ -288,7 +332,7 @@ def _nvfp4_quantize_kernel(
     K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    ENCODE_MUL: tl.constexpr,  # NvFp4Config.encode == "mul"
+    ENCODE: tl.constexpr,  # ENCODES.index(NvFp4Config.encode)
     SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
 ):
@@ -304,12 +348,12 @@ def _nvfp4_quantize_kernel(
         else:
             gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
             _quantize_tile(
-                x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE_MUL, SCALE_WORDS
+                x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
             )
     else:
         gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
         _quantize_tile(
-            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE_MUL, SCALE_WORDS
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
         )
 
 
@@ -372,7 +416,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "K": "constexpr",
         "BLOCK_M": "constexpr",
         "BLOCK_K": "constexpr",
-        "ENCODE_MUL": "constexpr",
+        "ENCODE": "constexpr",
         "SKIP_DEAD": "constexpr",
         "SCALE_WORDS": "constexpr",
     }
