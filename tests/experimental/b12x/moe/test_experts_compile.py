@@ -2,6 +2,12 @@
 K, R_cap symbolic). The default tier builds a representative set; `slow` builds FC1 x {silu, relu2,
 swiglu_oai} and FC2 for every (A format, weight format) pair on both archs."""
 
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig
@@ -97,11 +103,49 @@ def test_every_variant_compiles(a_fmt, b_fmt, arch):
         _check_built(X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch), arch)
 
 
+def _spills(fn, arch: str) -> str:
+    """ptxas -v's resource line for the kernel's PTX ('' when no ptxas is on PATH). The DSL writes
+    PTX ISA 9.4; CUDA 13.0's ptxas reads up to 9.0 and the kernels use nothing newer."""
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return ""
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.ptx"
+        src.write_text(re.sub(r"^\.version 9\.\d+", ".version 9.0", fn.artifacts.PTX, flags=re.M))
+        out = subprocess.run(
+            [ptxas, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "k.cubin")], capture_output=True, text=True
+        )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return " ".join(line for line in out.stderr.splitlines() if "spill" in line)
+
+
+def _check_no_spills(fn, arch: str) -> None:
+    info = _spills(fn, arch)
+    assert " 0 bytes spill stores" in info or not info, f"ptxas spills: {info}"
+
+
+@pytest.mark.parametrize("max_rows", [8, 512])
+def test_default_configs_do_not_spill(max_rows):
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas on PATH: the spill check needs the CUDA toolkit's assembler")
+    X = _X()
+    cfg = X.default_config(max_rows)
+    for arch in ARCHS:
+        _check_no_spills(X.compile_fc1("mxfp8", "mxfp4", "swiglu_oai", cfg, arch=arch), arch)
+        _check_no_spills(X.compile_fc2("nvfp4", "nvfp4", cfg, arch=arch), arch)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_candidate_configs_compile(arch):
     X = _X()
     for max_rows in (8, 64):
         for cfg in X.candidate_configs(max_rows):
-            _check_built(X.compile_fc1("bfloat16", "nvfp4", "silu", cfg, arch=arch), arch, "silu")
-            _check_built(X.compile_fc2("nvfp4", "nvfp4", cfg, arch=arch), arch)
+            for a_fmt, b_fmt in PAIRS:
+                for activation in X.ACTIVATIONS:
+                    fn = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch)
+                    _check_built(fn, arch, activation)
+                    _check_no_spills(fn, arch)
+                fn = X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch)
+                _check_built(fn, arch)
+                _check_no_spills(fn, arch)

@@ -24,7 +24,9 @@ i.e. each hit expert's FC1 (N1 x H / 2) and FC2 (H x I / 2) bytes once when it h
 decode case: T <= 64, k <= 8, E >= 64); later groups re-read them from L2. Activation bytes: each
 group's rows once per CTA (from L2). FLOPs: 2 * rows * N * K useful; the MMA issues 16 tokens per
 group (8 with ntiles = 1), so large T runs at decode-kernel speed (correct, not fast: the dynamic
-path for large T should use a tiled kernel).
+path for large T should use a tiled kernel). Example, E = 128, H = 2048, I = 768, NVFP4, T = 1, k = 8:
+8 hit experts stream 12.6 MB (FC1) + 6.3 MB (FC2) of FP4 plus 1/16 of that in scales, ~5 us at the
+H200's ~4 TB/s; grids of 48 x 128 and 64 x 128 CTAs of which 384 and 512 have rows.
 
 Constraints: K (H for FC1, I for FC2) a multiple of 32; the last K chunk may be partial (its spans
 past K are predicated off); N masked; rows >= start[E] are never read or written.
@@ -43,6 +45,9 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..._lib.compile import cute_compile, kernel
+
+# The gemm group's FP4 operand machinery, reused on purpose (issue 7: "do not fork it"); if a third
+# group needs it, it moves to _lib.
 from ...gemm._shared import addressing as AD
 from ...gemm._shared.formats import FORMAT
 from ...gemm._shared.ptx import DeviceOps
@@ -59,7 +64,6 @@ PAIRS = (
     ("mxfp8", "mxfp4"),
     ("mxfp8", "nvfp4"),
 )
-A_FORMAT = {"w4a16": "bfloat16", "nvfp4": "nvfp4", "w4a8_mx": "mxfp8", "w4a8_nvfp4": "mxfp8"}
 K_ALIGN = 32  # one span
 _LOG2E = 1.4426950408889634
 _SOURCES = tuple(
@@ -76,9 +80,14 @@ def default_config(max_rows: int) -> DecodeConfig:
 
 
 def candidate_configs(max_rows: int) -> tuple[DecodeConfig, ...]:
-    """What a benchmark or autotune sweeps (every one valid for FC1 gated, FC1 relu2 and FC2)."""
-    ntiles = 1 if max_rows <= 8 else 2
-    return tuple(DecodeConfig(w, t, ntiles, u) for w in (4, 8, 16) for t in (2, 4) for u in (1, 2))
+    """What a benchmark or autotune sweeps. Only tilings ptxas (CUDA 13.0, sm_90a) builds without
+    spills for every pair: tiles = 4 with 16-token groups and 16 warps with unroll 2 spill
+    (test_experts_compile checks)."""
+    if max_rows <= 8:
+        shapes = ((8, 2, 2), (8, 2, 1), (4, 2, 2), (16, 2, 1), (8, 4, 1), (4, 4, 1))
+        return tuple(DecodeConfig(w, t, 1, u) for w, t, u in shapes)
+    shapes = ((8, 2, 1), (8, 2, 2), (4, 2, 1), (4, 2, 2), (16, 2, 1))
+    return tuple(DecodeConfig(w, t, 2, u) for w, t, u in shapes)
 
 
 def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> str | None:
