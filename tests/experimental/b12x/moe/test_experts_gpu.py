@@ -18,6 +18,7 @@ COUNTS = {
     "decode": [1, 0, 2, 0, 0, 1, 3, 0],
     "hot": [0, 40, 1, 0, 17, 0, 0, 5],  # 40 rows: three groups of 16; 17: one row past a group
     "one_expert": [0, 0, 0, 0, 0, 0, 0, 33],
+    "prefill": [300, 0, 1, 0, 64, 0, 0, 129],  # large-T shape: many groups per expert (slow path)
 }
 
 
