@@ -180,9 +180,13 @@ class FusedMoePlan(Plan):
         caps, wp = self.caps, self.caps.weight_plan
         e, h, i, k = wp.num_experts, wp.hidden_size, wp.intermediate_size, caps.num_topk
         r_cap = caps.max_tokens * k
-        hist_rows = 1
-        if config is not None and r_cap > config.routing.micro_max_routes:
-            hist_rows = -(-r_cap // config.routing.dyn_block_r)
+        if config is None:  # memory_requirements of an unprepared plan: the default tiles
+            from . import _routing
+
+            routing = _routing.default_config(h)
+        else:
+            routing = config.routing
+        hist_rows = 1 if r_cap <= routing.micro_max_routes else -(-r_cap // routing.dyn_block_r)
         a1, a2 = self.operand_formats
         specs = [
             S("expert_start", (e + 1,), "int32", device),
@@ -336,13 +340,13 @@ def _check_scratch(plan: FusedMoePlan, scratch):
         raise ValueError(
             f"scratch must be None or a dict of the plan's workspace buffers, got {type(scratch).__name__}"
         )
-    specs = plan.scratch_specs(st.selection, st.device)
+    specs = plan.scratch_specs(st.selection, "cuda")  # names, shapes, dtypes
     names = sorted(s.name for s in specs)
     if sorted(scratch) != names:
         raise ValueError(f"scratch must hold exactly the plan's buffers {names}, got {sorted(scratch)}")
     for spec in specs:
         check_buffer(
-            f"scratch[{spec.name!r}]", scratch[spec.name], shape=spec.shape, dtype=spec.dtype, device=spec.device
+            f"scratch[{spec.name!r}]", scratch[spec.name], shape=spec.shape, dtype=spec.dtype, device=st.device
         )
     return scratch
 
@@ -397,8 +401,8 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
         return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output)
     if not kernels:
         raise ValueError(
-            f"{OP}: the plan was prepared on {st.device} (the reference backend) but the tensors are on "
-            f"{a.device}; prepare it in PreparationSession({str(a.device)!r})"
+            f"{OP}: tensors on {a.device} need a plan prepared on a CUDA device; this plan was prepared on "
+            f"{st.device}, which runs the reference backend for CPU tensors only"
         )
     _check_kernel_layout(a, output)
     s = _check_scratch(plan, scratch)

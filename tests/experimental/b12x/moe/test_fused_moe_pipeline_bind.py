@@ -1,0 +1,177 @@
+"""moe.fused_moe device path on the host: workspace specs, bind's views and errors for a plan prepared
+for kernels. `meta` tensors stand in for CUDA (a plan whose state says sm_90a, set up by hand: no
+GPU, no compile), so every check bind does before a launch runs here."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from b12x.moe import fused_moe as fm
+from flashinfer.experimental.b12x._lib.quant import swizzled_size
+from flashinfer.experimental.b12x._lib.scratch import dtype_name, layout
+from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api
+
+from .moe_cases import activations, checkpoint, routing, weight_plan
+
+pytestmark = pytest.mark.contract
+E, H, INTER, T, K = 4, 64, 32, 5, 2
+
+
+def exact(exc, message, fn, *args, **kwargs):
+    with pytest.raises(exc) as info:
+        fn(*args, **kwargs)
+    assert str(info.value) == message
+
+
+def config(h=H, i=INTER):
+    return api.MoeConfig(_routing.default_config(h), _combine.default_config(i), None)
+
+
+def device_plan(mode="nvfp4", source="modelopt_nvfp4", act="silu", max_tokens=8):
+    """A plan in the state PreparationSession leaves on a GPU, on meta tensors."""
+    wplan = weight_plan(source, act, (mode,), e=E, h=H, i=INTER)
+    caps = fm.Caps(max_tokens=max_tokens, num_topk=K, device="meta", weight_plan=wplan, quant_mode=mode)
+    p = fm.plan(caps)
+    st = p._state
+    st.device, st.arch, st.selection, st.selection_source = torch.device("meta"), "sm_90a", config(), "heuristic"
+    specs = p.scratch_specs(st.selection, "cuda")
+    st.scratch = {s.name: torch.empty(s.shape, dtype=getattr(torch, dtype_name(s.dtype)), device="meta") for s in specs}
+    p._assign_handle()
+    ex = fm.prepare_weights(plan=wplan, **checkpoint(wplan))
+    moved = {f.name: getattr(ex, f.name) for f in dataclasses.fields(ex) if f.name != "plan"}
+    experts = dataclasses.replace(ex, **{n: None if v is None else v.to("meta") for n, v in moved.items()})
+    ids, w = routing(T, K, E)
+    tensors = dict(a=activations(T, H).to("meta"), experts=experts, topk_weights=w.to("meta"), topk_ids=ids.to("meta"))
+    return p, tensors
+
+
+# ---- workspace ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["w4a16", "nvfp4", "w4a8_nvfp4"])
+def test_scratch_specs_follow_the_recipe(mode):
+    p, _ = device_plan(mode)
+    specs = {s.name: (s.shape, dtype_name(s.dtype)) for s in p.scratch_specs(config(), "cuda")}
+    r = 8 * K
+    want = {
+        "expert_start": ((E + 1,), "int32"),
+        "expert_count": ((E,), "int32"),
+        "sorted_token": ((r,), "int32"),
+        "sorted_expert": ((r,), "int32"),
+        "route_row": ((r,), "int32"),
+        "hist": ((1, E), "int32"),  # 16 routes fit the micro path: no histogram
+        "alpha1": ((E,), "float32"),
+        "alpha2": ((E,), "float32"),
+        "act_params": ((3,), "float32"),
+        "dummy": ((16,), "uint8"),
+        "c1": ((r, INTER), "bfloat16"),
+        "c2": ((r, H), "float32"),
+    }
+    if mode == "w4a16":
+        want["a1"] = ((r, H), "bfloat16")
+    elif mode == "nvfp4":
+        want |= {"a1": ((r, H // 2), "uint8"), "a1_scales": ((swizzled_size(r, H // 16),), "uint8")}
+        want |= {"a2": ((r, INTER // 2), "uint8"), "a2_scales": ((swizzled_size(r, INTER // 16),), "uint8")}
+    else:
+        want |= {"a1": ((r, H), "uint8"), "a1_scales": ((swizzled_size(r, H // 32),), "uint8")}
+        want |= {"a2": ((r, INTER), "uint8"), "a2_scales": ((swizzled_size(r, INTER // 32),), "uint8")}
+    assert specs == want
+    assert p.scratch_specs(config(), "cpu") == () and fm.plan(p.caps).memory_requirements("cpu") == 0
+
+
+def test_dynamic_path_capacity_adds_the_histogram():
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("w4a16",), e=E, h=H, i=INTER)
+    p = fm.plan(fm.Caps(max_tokens=4096, num_topk=K, device="cuda", weight_plan=wplan, quant_mode="w4a16"))
+    specs = {s.name: s for s in p.scratch_specs(config(), "cuda")}
+    cfg = config().routing
+    assert specs["hist"].shape == (4096 * K // cfg.dyn_block_r, E)
+    assert p.memory_requirements("cuda") == layout(p.scratch_specs(None, "cuda")).total > 4096 * K * H * 6
+
+
+# ---- bind ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["w4a16", "nvfp4", "w4a8_nvfp4"])
+def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
+    p, tensors = device_plan(mode)
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+
+    def no_alloc(*args, **kwargs):
+        raise AssertionError("bind allocated")
+
+    for name in ("empty", "zeros", "empty_like", "zeros_like", "full", "ones", "tensor"):
+        monkeypatch.setattr(torch, name, no_alloc)
+    b = fm.bind(p, output=out, **tensors)
+    monkeypatch.undo()
+    s, ex = p.state.scratch, tensors["experts"]
+    assert b.scratch is s and b.output is out and b.a is tensors["a"]
+    A1, SFA1, B1, SFB1, C1, start, wa1, aa1, act = b.fc1_args
+    A2, SFA2, B2, SFB2, C2, start2, wa2, aa2 = b.fc2_args
+    assert A1 is s["a1"] and C1 is s["c1"] and C2 is s["c2"] and start is start2 is s["expert_start"]
+    assert B1 is ex.w1_values and B2 is ex.w2_values and wa1 is ex.w1_alpha and wa2 is ex.w2_alpha
+    assert aa1 is s["alpha1"] and aa2 is s["alpha2"] and act is s["act_params"]
+    assert SFB1.dtype == SFB2.dtype == torch.uint8 and SFB1.shape == ex.w1_scales.shape
+    if mode == "w4a16":
+        assert SFA1 is s["dummy"] and A2 is s["c1"] and SFA2 is s["dummy"]
+    else:
+        assert SFA1 is s["a1_scales"] and A2 is s["a2"] and SFA2 is s["a2_scales"]
+    assert b.gscales == ((ex.a1_gscale, ex.a2_gscale) if mode == "nvfp4" else (s["alpha1"], s["alpha2"]))
+
+
+def test_device_bind_errors():
+    p, tensors = device_plan()
+    bad_a = torch.empty(H, T, dtype=torch.bfloat16, device="meta").t()
+    exact(
+        ValueError,
+        "a must be contiguous on CUDA, got bfloat16 [5, 64] on meta (non-contiguous)",
+        fm.bind,
+        p,
+        **dict(tensors, a=bad_a),
+    )
+    scratch = dict(p.state.scratch)
+    del scratch["hist"]
+    names = sorted(p.state.scratch)
+    exact(
+        ValueError,
+        f"scratch must hold exactly the plan's buffers {names}, got {sorted(scratch)}",
+        fm.bind,
+        p,
+        scratch=scratch,
+        **tensors,
+    )
+    scratch = dict(p.state.scratch, hist=torch.empty(1, E, dtype=torch.int64, device="meta"))
+    exact(
+        ValueError,
+        "scratch['hist'] must be dtype torch.int32; got torch.int64 [1, 4] on meta",
+        fm.bind,
+        p,
+        scratch=scratch,
+        **tensors,
+    )
+    b = fm.bind(p, scratch=dict(p.state.scratch), **tensors)  # a caller's own workspace of the same layout
+    assert b.scratch == p.state.scratch
+
+
+def test_device_tensors_need_a_device_plan(prepared):
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=E, h=H, i=INTER)
+    p = prepared(fm.Caps(max_tokens=8, num_topk=K, device="meta", weight_plan=wplan, quant_mode="nvfp4"))
+    _, tensors = device_plan()
+    msg = (
+        "moe.fused_moe: tensors on meta need a plan prepared on a CUDA device; this plan was prepared on cpu, "
+        "which runs the reference backend for CPU tensors only"
+    )
+    exact(ValueError, msg, fm.bind, p, **tensors)
+
+
+def test_out_of_range_ids_are_ignored_routes_not_errors(prepared):
+    """The contract (api docstring): ids < 0 or >= E add nothing; bind accepts them."""
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("w4a16",), e=E, h=H, i=INTER)
+    p = prepared(fm.Caps(max_tokens=8, num_topk=K, device="cpu", weight_plan=wplan, quant_mode="w4a16"))
+    experts = fm.prepare_weights(plan=wplan, **checkpoint(wplan))
+    a = activations(T, H)
+    ids, w = routing(T, K, E)
+    out = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids))
+    ids2 = ids.clone()
+    ids2[:, 1] = torch.tensor([-1, E, 100, -5, E + 1], dtype=torch.int32)
+    w2 = w.clone()
+    w2[:, 1] = 0.0  # an ignored route with weight 0 and a valid route with weight 0 agree
+    got = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids2))
+    ref = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w2, topk_ids=ids))
+    assert torch.equal(got, ref) and not torch.equal(got, out)

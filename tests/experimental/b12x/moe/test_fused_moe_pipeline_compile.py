@@ -1,0 +1,124 @@
+"""Compile tier of moe.fused_moe's Triton kernels (routing/gather, requantize, combine): they build on
+the CPU for sm_90a and sm_120a, emit the instructions the bit-exactness argument rests on, obey the
+compile spine's cache and freeze, and the plan's kernel list wires in the expert GEMMs."""
+
+import pickle
+import re
+
+import pytest
+
+from flashinfer.experimental.b12x._lib import compile as spine
+from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError, freeze_kernel_resolution
+from flashinfer.experimental.b12x.moe import fused_moe as fm
+from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api
+
+from .moe_cases import weight_plan
+
+pytestmark = pytest.mark.compile
+FLOAT_OPS = re.compile(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs|rcp)\.[a-z0-9.]+)")
+
+
+@pytest.fixture(autouse=True)
+def _triton_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+
+
+def float_ops(kernel) -> set:
+    ptx = kernel.compiled.asm["ptx"]
+    assert kernel.compiled.asm["cubin"] and "wgmma" not in ptx
+    return set(FLOAT_OPS.findall(ptx))
+
+
+def exact_ops(ops):
+    """Correctly rounded divisions, no FMA contraction of the oracle's separate multiply and add,
+    no flush-to-zero, no approximate reciprocal or division."""
+    bad = [o for o in ops if o.startswith(("div.full", "div.approx", "fma.", "rcp.approx")) or ".ftz" in o]
+    assert not bad, sorted(ops)
+
+
+@pytest.mark.parametrize(
+    "arch, a_fmt, ids", [("sm_90a", "bfloat16", "int32"), ("sm_90a", "nvfp4", "int64"), ("sm_120a", "mxfp8", "int32")]
+)
+def test_routing_kernels_compile_exact(arch, a_fmt, ids):
+    k = _routing.compile_routing(ids, 8, 128, 2048, a_fmt, a_fmt == "nvfp4", _routing.default_config(2048), arch)
+    for kern in (k.micro, k.gather, k.hist, k.scan, k.start):
+        assert re.search(rf"\.target {arch}\b", kern.compiled.asm["ptx"])
+        exact_ops(float_ops(kern))
+    ops = float_ops(k.micro) | float_ops(k.gather)
+    if a_fmt != "bfloat16":
+        assert "div.rn.f32" in ops and "cvt.rn.satfinite.e4m3x2.f32" in ops
+    if a_fmt == "nvfp4":
+        assert "div.rn.f32" in float_ops(k.start)  # alpha = 1 / gs, correctly rounded
+
+
+@pytest.mark.parametrize("arch, a2_fmt", [("sm_90a", None), ("sm_90a", "nvfp4"), ("sm_120a", "mxfp8")])
+def test_requant_and_combine_compile_exact(arch, a2_fmt):
+    c = _combine.compile_combine(8, 128, 2048, 768, a2_fmt, False, _combine.default_config(768), arch)
+    exact_ops(float_ops(c.combine))
+    assert (c.requant is None) == (a2_fmt is None)
+    if c.requant is not None:
+        ops = float_ops(c.requant)
+        exact_ops(ops)
+        assert "div.rn.f32" in ops and "cvt.rn.satfinite.e4m3x2.f32" in ops
+
+
+def test_compile_cache_and_freeze():
+    cfg = _combine.default_config(256)
+    before = _combine.compile_combine.compile_count
+    first = _combine.compile_combine(4, 16, 256, 256, None, True, cfg, "sm_90a")
+    assert _combine.compile_combine(4, 16, 256, 256, None, True, cfg, "sm_90a") is first
+    assert _combine.compile_combine.compile_count == before + 1
+    freeze_kernel_resolution("test")
+    with pytest.raises(KernelResolutionFrozenError, match="moe.fused_moe: kernel num_topk=4 num_experts=16"):
+        _combine.compile_combine(4, 16, 512, 256, None, True, cfg, "sm_90a")
+
+
+def test_bad_compile_keys():
+    with pytest.raises(ValueError, match="moe.fused_moe: ids_dtype must be one of"):
+        _routing.compile_routing("int16", 2, 4, 64, "bfloat16", False, _routing.default_config(64), "sm_90a")
+    with pytest.raises(ValueError, match="moe.fused_moe: routing cannot implement H=96 with mxfp8"):
+        _routing.compile_routing("int32", 2, 4, 96, "mxfp8", False, _routing.RoutingConfig(block_h=64), "sm_90a")
+    with pytest.raises(ValueError, match="moe.fused_moe: combine cannot implement I=48 with nvfp4"):
+        _combine.compile_combine(2, 4, 64, 48, "nvfp4", False, _combine.CombineConfig(block_k=32), "sm_90a")
+
+
+@pytest.mark.parametrize(
+    "mode, source, act, a1, a2",
+    [
+        ("w4a16", "fp4_e8m0_k32", "swiglu_oai", "bfloat16", None),
+        ("nvfp4", "modelopt_nvfp4", "silu", "nvfp4", "nvfp4"),
+        ("w4a8_nvfp4", "modelopt_nvfp4", "relu2", "mxfp8", "mxfp8"),
+    ],
+)
+def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
+
+    wplan = weight_plan(source, act, (mode,), e=8, h=256, i=128)
+    p = fm.plan(fm.Caps(max_tokens=64, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))
+    cfg = p.heuristic("sm_120a")
+    assert p.heuristic(None) is None and cfg.experts == ex.default_config(128)
+    jobs = p.kernels(cfg, "sm_120a")
+    wf = wplan.weight_format
+    assert [(fn.__name__, args) for fn, args in jobs] == [
+        ("compile_routing", ("int32", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
+        ("compile_routing", ("int64", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
+        ("compile_combine", (2, 8, 256, 128, a2, False, cfg.combine, "sm_120a")),
+        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a")),
+        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a")),
+    ]
+    assert jobs[3][0] is ex.compile_fc1 and jobs[4][0] is ex.compile_fc2
+    for fn, args in jobs[:3]:  # the Triton ones compile in a worker process like any other kernel
+        assert pickle.loads(pickle.dumps(fn.job(*args))).module == fn.__module__
+    assert isinstance(cfg, api.MoeConfig)
+
+
+def test_plan_rejects_dims_the_expert_gemms_cannot_take():
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=8, h=256, i=48)
+    p = fm.plan(fm.Caps(max_tokens=64, num_topk=2, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
+    with pytest.raises(ValueError, match="intermediate_size must be a positive multiple of 32, got 48"):
+        p.kernels(p.heuristic("sm_90a"), "sm_90a")
+
+
+def test_worker_job_compiles_routing():
+    args = ("int32", 2, 4, 64, "nvfp4", False, _routing.default_config(64), "sm_90a")
+    assert spine.run_job(_routing.compile_routing.job(*args)).status == "compiled"
