@@ -191,7 +191,7 @@ def extend_available() -> str | None:
 def bench_prefill(table, args, spec, dev, n: int) -> None:
     from flashinfer.experimental.b12x._demo import block as B
 
-    case = Case("prefill", {"T": n}, flops=2 * n * sum(w.numel() for w in _dense(spec).values()) + _attn_flops(spec, n))
+    case = Case("prefill", {"T": n}, flops=2 * n * sum(r * c for r, c in _dense(spec).values()) + _attn_flops(spec, n))
     reason = extend_available() if spec.moe is None else "prefill is built for dense blocks only"
     if reason is None:
         from benchmarks.experimental.b12x._block_prefill import PrefillStep
@@ -324,16 +324,22 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(f"b12x {spec.name} block on {ceil.device_name} (timer: {args.timer})", ceil)
     for t in args.tokens or (QUICK_TOKENS if args.quick else TOKENS):
         bench_decode(table, args, spec, dev, t)
+    failed = []
     for n in args.prefill or ():
-        bench_prefill(table, args, spec, dev, n)
+        try:  # the decode rows above are already measured: a prefill failure must not lose them
+            bench_prefill(table, args, spec, dev, n)
+        except Exception as exc:  # noqa: BLE001 - reported below and in the exit status
+            failed.append(f"prefill T={n}: {type(exc).__name__}: {exc}")
     table.print()
+    for line in failed:
+        print(f"FAILED {line}", file=sys.stderr)
     extra = {"startup": bench_startup(args.model, 1)} if args.startup else {}
     path = args.json or (os.path.join(os.environ["OUT"], "b12x_bench_block.json") if os.environ.get("OUT") else None)
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         table.write_json(path, argv=[sys.executable, "-m", MODULE, *argv], device=dev, extra=extra)
         print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -90,3 +90,11 @@ def test_prefill_step_matches_the_reference_block_on_cpu():
     step.ref = {k: v * (1.5 if k == "o" else 1.0) for k, v in step.ref.items()}
     with pytest.raises(AssertionError, match="row 17"):
         step.check(rows=(17,))
+
+
+def test_prefill_flops_count_the_dense_weights_and_causal_attention():
+    n = 8
+    dense = sum(r * c for r, c in BB._dense(SPEC).values())
+    hq, hkv, d = SPEC.q_heads, SPEC.kv_heads, SPEC.head_dim
+    assert dense == (hq + 2 * hkv) * d * SPEC.hidden + SPEC.hidden * hq * d + 3 * SPEC.intermediate * SPEC.hidden
+    assert BB._attn_flops(SPEC, n) == 4 * hq * d * n * (n + 1) // 2
