@@ -1,0 +1,326 @@
+"""Benchmark b12x.moe.fused_moe (one MoE layer, FP4 experts) against torch grouped GEMM layers.
+
+    python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
+        [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
+        [--timer events|graph] [--json PATH] [--no-peers]
+
+Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
+w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
+Shapes: 128x8x2048x768 (Qwen3-30B-A3B-class), 256x8x4096x2048, 512x10x4096x1024. Routing: k
+distinct experts per token drawn uniformly (seeded), so decode T hits ~k*T experts and T >= 64 nearly
+all of them.
+Bytes (TB/s, % of the copy ceiling): what the layer must move once: for every expert the tokens
+actually hit, FC1 and FC2 FP4 values + their block scales (1 byte per 16 (NVFP4) or 32 (MXFP4)
+values), plus a (bf16 in), out (bf16), topk ids and weights. FLOPs: 2 * (valid routes) * (N1 H + H I).
+Ours: the planned op prepared for max_tokens = the largest T of the run, one binding per T.
+Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
+weighted sum of each token's k rows), timed in the same run:
+  grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
+  scaled_grouped_mm fp8  torch._scaled_grouped_mm, e4m3 weights and activations, rowwise scales
+                         (activations quantized inside the timed layer; 2x our weight bytes)
+A peer that is missing or refuses the shape is skipped with a printed reason. Every case checks ours
+against the fp32 reference first (worst row cosine and max error in the note). Targets (issue #7, H200):
+decode T in {1, 4, 16, 64} >= 3x faster than grouped_mm bf16 and >= 60% of copy; T = 4096 no slower
+than grouped_mm bf16. Without --json the report goes to $OUT/b12x_moe.json when $OUT is set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MODULE = "benchmarks.experimental.b12x.bench_moe"
+SHAPES = ((128, 8, 2048, 768), (256, 8, 4096, 2048), (512, 10, 4096, 1024))
+TOKENS = (1, 4, 16, 64, 4096)
+DECODE_TOKENS = (1, 4, 16, 64)
+QUICK_SHAPES, QUICK_TOKENS = ((128, 8, 2048, 768),), (1, 16, 4096)
+RECIPES = ("nvfp4", "w4a16", "w4a16_mxfp4", "w4a8_mx", "w4a8_nvfp4")
+QUICK_RECIPES = ("nvfp4", "w4a16")
+ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
+SF_BLOCK = {"nvfp4": 16, "mxfp4": 32}
+
+
+def recipe_source(recipe: str) -> tuple[str, str]:
+    """(quant_mode, source_format) of a recipe name: w4a16 runs on NVFP4 weights, w4a16_mxfp4 on MXFP4."""
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
+    if recipe == "w4a16_mxfp4":
+        return "w4a16", "fp4_e8m0_k32"
+    return recipe, "fp4_e8m0_k32" if recipe == "w4a8_mx" else "modelopt_nvfp4"
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """'E x k x H x I' -> (E, k, H, I), e.g. '128x8x2048x768'."""
+    parts = text.lower().split("x")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"shape must be ExkxHxI with positive ints (e.g. 128x8x2048x768), got {text!r}")
+    e, k, h, i = (int(p) for p in parts)
+    if k > e:
+        raise ValueError(f"shape {text!r}: k = {k} routes per token exceed E = {e} experts")
+    return e, k, h, i
+
+
+def fc1_rows(i: int, activation: str) -> int:
+    return i if activation == "relu2" else 2 * i
+
+
+def expert_bytes(weight_format: str, h: int, i: int, activation: str) -> int:
+    """FP4 values + block scales of one expert's FC1 [N1, H] and FC2 [H, I]."""
+    sf = SF_BLOCK[weight_format]
+    n1 = fc1_rows(i, activation)
+    return n1 * h // 2 + n1 * h // sf + h * i // 2 + h * i // sf
+
+
+def layer_bytes(weight_format: str, t: int, k: int, h: int, i: int, activation: str, experts_hit: int) -> int:
+    """The bytes one layer call must move (module docstring): hit experts' weights, a, out, routing."""
+    return experts_hit * expert_bytes(weight_format, h, i, activation) + 2 * t * h * 2 + t * k * 8
+
+
+def layer_flops(valid_routes: int, h: int, i: int, activation: str) -> int:
+    return 2 * valid_routes * (fc1_rows(i, activation) * h + h * i)
+
+
+def routing(t: int, k: int, e: int, generator: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """k distinct experts per token (int32 [T, k]) and positive weights summing to 1 (fp32 [T, k])."""
+    scores = torch.rand(t, e, generator=generator, device=device)
+    ids = scores.topk(k, dim=-1).indices.to(torch.int32)
+    w = torch.rand(t, k, generator=generator, device=device) + 0.25
+    return ids, w / w.sum(-1, keepdim=True)
+
+
+def experts_hit(ids: torch.Tensor, e: int) -> int:
+    """Distinct valid experts in ids (host sync: setup only)."""
+    flat = ids.reshape(-1).long()
+    return int(torch.unique(flat[(flat >= 0) & (flat < e)]).numel())
+
+
+def synthetic_checkpoint(wplan, device, generator: torch.Generator) -> dict:
+    """prepare_weights kwargs of random FP4 experts whose layer output is O(1) for a ~ N(0, 1):
+    uniform FP4 codes (mean |value| ~2.6), block scales ~U[1, 2) (E4M3) or one power of two (UE8M0)
+    and global scales chosen so each weight is ~1 / sqrt(K); activation global scales 2688 / 6 and
+    2688 / 20 (amax ~6 of a, ~20 of act(FC1)), varied per expert. Built on the device directly: the
+    largest shape's fp32 weights would not fit in host memory."""
+    e, h, i, n1 = wplan.num_experts, wplan.hidden_size, wplan.intermediate_size, wplan.fc1_rows
+    fmt = wplan.weight_format
+    kw = dict(device=device, generator=generator)
+
+    def values(rows, k):
+        return torch.randint(0, 256, (e, rows, k // 2), dtype=torch.uint8, **kw)
+
+    if fmt == "mxfp4":
+
+        def scales(rows, k):
+            byte = 127 - round(math.log2(2.6 * math.sqrt(k)))
+            return (byte + torch.randint(0, 2, (e, rows, k // 32), **kw)).to(torch.uint8)
+
+        return dict(w1_fp4=values(n1, h), w1_blockscale=scales(n1, h), w2_fp4=values(h, i), w2_blockscale=scales(h, i))
+
+    def scales(rows, k):
+        return (1 + torch.rand(e, rows, k // 16, **kw)).to(torch.float8_e4m3fn)
+
+    spread = 1 + torch.arange(e, device=device, dtype=torch.float32) / (4 * e)
+    return dict(
+        w1_fp4=values(n1, h),
+        w1_blockscale=scales(n1, h),
+        w1_global_scale=4.0 * math.sqrt(h) * spread,
+        a1_gscale=(2688.0 / 6) * spread,
+        w2_fp4=values(h, i),
+        w2_blockscale=scales(h, i),
+        w2_global_scale=4.0 * math.sqrt(i) * spread,
+        a2_gscale=(2688.0 / 20) * spread,
+    )
+
+
+# ---- ours ----------------------------------------------------------------------------------------
+@dataclass
+class Ours:
+    plan: object
+    experts: object
+    wplan: object
+
+
+def setup_ours(recipe, activation, shape, max_tokens, device, generator) -> Ours:
+    import b12x
+    from b12x.moe import fused_moe as fm
+
+    e, k, h, i = shape
+    mode, source = recipe_source(recipe)
+    wplan = fm.plan_weights(
+        quant_modes=mode,
+        source_format=source,
+        activation=activation,
+        num_experts=e,
+        hidden_size=h,
+        intermediate_size=i,
+    )
+    experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, device, generator))
+    p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wplan, quant_mode=mode))
+    with b12x.PreparationSession(device) as session:
+        session.prepare([p])
+    return Ours(p, experts, wplan)
+
+
+def check_ours(ours: Ours, recipe, a, ids, w, out) -> str:
+    """Run once into a NaN-poisoned out and compare with the fp32 reference (vectorized per expert)."""
+    from b12x.moe import fused_moe as fm
+    from flashinfer.experimental.b12x.moe.fused_moe import reference as R
+
+    mode, _ = recipe_source(recipe)
+    out.fill_(float("nan"))
+    fm.run(binding=fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out))
+    torch.cuda.synchronize()
+    if a.shape[0] > 64:  # the per-route reference loop is too slow past decode sizes
+        return ""
+    ref = R.fused_moe(a, ours.experts, w, ids, quant_mode=mode).float()
+    got = out.float()
+    cos = torch.nn.functional.cosine_similarity(got.double(), ref.double(), dim=-1).min().item()
+    err = (got - ref).abs().max().item()
+    return f"min row cos {cos:.6f}, max |ours - ref| {err:.2e} (|ref| max {ref.abs().max().item():.2e})"
+
+
+# ---- peers ---------------------------------------------------------------------------------------
+class TorchLayer:
+    """The layer in torch ops around a grouped GEMM (module docstring); buffers made once."""
+
+    def __init__(self, kind, wplan, ids, w, a, generator):
+        e, h, i = wplan.num_experts, wplan.hidden_size, wplan.intermediate_size
+        self.kind, self.activation, self.e, self.i = kind, wplan.activation, e, i
+        dev = a.device
+        n1 = wplan.fc1_rows
+        w1 = torch.randn(e, n1, h, device=dev, generator=generator, dtype=torch.bfloat16) / math.sqrt(h)
+        w2 = torch.randn(e, h, i, device=dev, generator=generator, dtype=torch.bfloat16) / math.sqrt(i)
+        if kind == "fp8":
+            self.s1 = w1.float().abs().amax(-1).clamp_min(1e-12) / 448  # [E, N1] rowwise weight scales
+            self.s2 = w2.float().abs().amax(-1).clamp_min(1e-12) / 448
+            w1 = (w1.float() / self.s1[..., None]).to(torch.float8_e4m3fn)
+            w2 = (w2.float() / self.s2[..., None]).to(torch.float8_e4m3fn)
+        self.w1t, self.w2t = w1.transpose(-2, -1), w2.transpose(-2, -1)  # [E, K, N]: column-major B
+        self.ids, self.w, self.a = ids, w, a
+        self.weight_bytes = w1.numel() * w1.element_size() + w2.numel() * w2.element_size()
+
+    def _gemm(self, x, wt, scales, offs):
+        if self.kind == "bf16":
+            return torch._grouped_mm(x, wt, offs=offs)  # bf16 in, bf16 out
+        sa = x.float().abs().amax(-1).clamp_min(1e-12) / 448
+        x8 = (x.float() / sa[:, None]).to(torch.float8_e4m3fn)
+        return torch._scaled_grouped_mm(x8, wt, sa, scales, offs=offs, out_dtype=torch.bfloat16)
+
+    def __call__(self) -> torch.Tensor:
+        t, k = self.ids.shape
+        flat = self.ids.reshape(-1).long()
+        order = torch.argsort(flat, stable=True)
+        counts = torch.zeros(self.e, dtype=torch.int32, device=flat.device).index_add_(
+            0, flat, torch.ones_like(flat, dtype=torch.int32)
+        )
+        offs = counts.cumsum(0, dtype=torch.int32)
+        x = self.a[order // k]
+        h = self._gemm(x, self.w1t, getattr(self, "s1", None), offs)
+        if self.activation == "relu2":
+            g = torch.relu(h).square()
+        else:
+            g = torch.nn.functional.silu(h[:, : self.i]) * h[:, self.i :]
+        y = self._gemm(g.to(torch.bfloat16), self.w2t, getattr(self, "s2", None), offs)
+        rows = torch.empty_like(order)
+        rows[order] = torch.arange(order.numel(), device=order.device)
+        y = y.float()[rows].view(t, k, -1) * self.w[..., None]
+        return y.sum(1).to(torch.bfloat16)
+
+
+def peers(wplan, ids, w, a, generator, args) -> list:
+    """[(name, Timing, note)] of the torch layers on this case; skipped ones print why."""
+    from benchmarks.experimental.b12x.common import measure
+
+    found = []
+    for name, kind, op in (
+        ("grouped_mm bf16", "bf16", "_grouped_mm"),
+        ("scaled_grouped_mm fp8", "fp8", "_scaled_grouped_mm"),
+    ):
+        if not hasattr(torch, op):
+            print(f"peer {name} skipped: torch {torch.__version__} has no torch.{op}", file=sys.stderr)
+            continue
+        try:
+            layer = TorchLayer(kind, wplan, ids, w, a, generator)
+            layer()
+            timing = measure(layer, args)
+        except (RuntimeError, TypeError, ValueError) as e:
+            print(f"peer {name} skipped at T={a.shape[0]}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+            continue
+        found.append((name, timing, f"all experts' weights {layer.weight_bytes / 1e6:.0f} MB"))
+        del layer
+    return found
+
+
+# ---- the run -------------------------------------------------------------------------------------
+def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
+    from b12x.moe import fused_moe as fm
+    from benchmarks.experimental.b12x.common import Case, measure
+
+    e, k, h, i = shape
+    max_t = max(tokens)
+    for t in tokens:
+        ids, w = routing(t, k, e, generator, device)
+        a = torch.randn(t, h, device=device, generator=generator).to(torch.bfloat16)
+        out = torch.empty(t, h, device=device, dtype=torch.bfloat16)
+        hit = experts_hit(ids, e)
+        peer_rows = None
+        for recipe in recipes:
+            ours = setup_ours(recipe, args.activation, shape, max_t, device, generator)
+            fmt = ours.wplan.weight_format
+            case = Case(
+                f"moe {args.activation}",
+                {"E": e, "k": k, "H": h, "I": i, "T": t, "hit": hit},
+                bytes=layer_bytes(fmt, t, k, h, i, args.activation, hit),
+                flops=layer_flops(t * k, h, i, args.activation),
+            )
+            note = check_ours(ours, recipe, a, ids, w, out)
+            binding = fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
+            table.add(case, f"b12x {recipe}", measure(lambda b=binding: fm.run(binding=b), args), note=note)
+            if peer_rows is None:
+                peer_rows = [] if args.no_peers else peers(ours.wplan, ids, w, a, generator, args)
+            for name, timing, pnote in peer_rows:
+                table.add(case, name, timing, peer=True, note=pnote)
+            del ours, binding
+            torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.experimental.b12x.common import Table, ceilings, require_cuda, standard_parser
+
+    parser = standard_parser(__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"live token counts T (default {TOKENS})")
+    parser.add_argument("--shapes", nargs="+", default=None, help="E x k x H x I shapes (default: the issue's three)")
+    parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our recipes to time")
+    parser.add_argument("--activation", choices=ACTIVATIONS, default="silu", help="the experts' activation")
+    args = parser.parse_args(argv)
+    if args.tokens is not None and any(t < 1 for t in args.tokens):
+        parser.error(f"--tokens must be >= 1, got {args.tokens}")
+    try:
+        shapes = [parse_shape(s) for s in args.shapes] if args.shapes else None
+    except ValueError as e:
+        parser.error(str(e))
+    shapes = shapes or (QUICK_SHAPES if args.quick else SHAPES)
+    tokens = tuple(args.tokens or (QUICK_TOKENS if args.quick else TOKENS))
+    recipes = args.recipes or (QUICK_RECIPES if args.quick else RECIPES)
+    device = require_cuda("bench_moe", args.device)
+    ceil = ceilings(device)
+    table = Table(f"b12x moe.fused_moe on {ceil.device_name} (us per layer; bytes = hit experts once)", ceil)
+    generator = torch.Generator(device=device).manual_seed(0)
+    for shape in shapes:
+        run_shape(table, args, shape, tokens, recipes, device, generator)
+    table.print()
+    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_moe.json") if os.environ.get("OUT") else None)
+    if path:
+        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
+        extra = {"bytes": "hit experts' FP4 values + scales, a, out, ids and weights, once", "decode": DECODE_TOKENS}
+        table.write_json(path, argv=cmd, device=device, extra=extra)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""bench_moe.py on the CPU: it imports, --help works, its argument parsing, byte/FLOP accounting,
+routing and synthetic experts hold (the synthetic layer's output is O(1) and finite)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from b12x.moe import fused_moe as fm
+from benchmarks.experimental.b12x import bench_moe as B
+from flashinfer.experimental.b12x.moe.fused_moe import reference as R
+
+pytestmark = pytest.mark.contract
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_help_runs_without_cuda():
+    out = subprocess.run([sys.executable, "-m", B.MODULE, "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    for flag in ("--quick", "--json", "--timer", "--tokens", "--shapes", "--recipes", "--activation", "--no-peers"):
+        assert flag in out.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--shapes", "128x8x2048"],
+            "shape must be ExkxHxI with positive ints (e.g. 128x8x2048x768), got '128x8x2048'",
+        ),
+        (["--shapes", "4x8x64x32"], "shape '4x8x64x32': k = 8 routes per token exceed E = 4 experts"),
+        (["--tokens", "0", "4"], "--tokens must be >= 1, got [0, 4]"),
+    ],
+)
+def test_bad_arguments_exit_with_the_reason(argv, message):
+    out = subprocess.run([sys.executable, "-m", B.MODULE, *argv], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_parse_shape_and_recipes():
+    assert B.parse_shape("512X10x4096x1024") == (512, 10, 4096, 1024)
+    assert [B.parse_shape(f"{e}x{k}x{h}x{i}") for e, k, h, i in B.SHAPES] == list(B.SHAPES)
+    assert B.recipe_source("w4a16") == ("w4a16", "modelopt_nvfp4")
+    assert B.recipe_source("w4a16_mxfp4") == ("w4a16", "fp4_e8m0_k32")
+    assert B.recipe_source("w4a8_mx") == ("w4a8_mx", "fp4_e8m0_k32")
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        B.recipe_source("fp8")
+
+
+def test_bytes_and_flops():
+    k, h, i = 8, 2048, 768
+    # NVFP4: FC1 [1536, 2048] + FC2 [2048, 768], half a byte per value + one scale byte per 16
+    per_expert = 1536 * 2048 // 2 + 1536 * 2048 // 16 + 2048 * 768 // 2 + 2048 * 768 // 16
+    assert B.expert_bytes("nvfp4", h, i, "silu") == per_expert
+    assert B.expert_bytes("mxfp4", h, i, "relu2") == 768 * 2048 * (1 / 2 + 1 / 32) + 2048 * 768 * (1 / 2 + 1 / 32)
+    assert B.layer_bytes("nvfp4", 1, k, h, i, "silu", 8) == 8 * per_expert + 2 * 2048 * 2 + 8 * 8
+    assert B.layer_flops(8, h, i, "silu") == 2 * 8 * (1536 * 2048 + 2048 * 768)
+    assert B.layer_flops(8, h, i, "relu2") == 2 * 8 * (768 * 2048 + 2048 * 768)
+
+
+def test_routing_is_distinct_and_counts_hit_experts():
+    g = torch.Generator().manual_seed(0)
+    ids, w = B.routing(64, 8, 128, g, "cpu")
+    assert ids.dtype == torch.int32 and ids.shape == (64, 8) and w.dtype == torch.float32
+    assert all(len(set(row.tolist())) == 8 for row in ids)
+    torch.testing.assert_close(w.sum(-1), torch.ones(64))
+    assert B.experts_hit(ids, 128) == len(set(ids.reshape(-1).tolist()))
+    assert B.experts_hit(torch.tensor([[3, -1], [3, 200]]), 128) == 1
+
+
+@pytest.mark.parametrize("recipe", ["nvfp4", "w4a16_mxfp4", "w4a8_nvfp4"])
+def test_synthetic_experts_make_an_order_one_layer(recipe):
+    mode, source = B.recipe_source(recipe)
+    wplan = fm.plan_weights(
+        quant_modes=mode, source_format=source, activation="silu", num_experts=4, hidden_size=256, intermediate_size=128
+    )
+    experts = fm.prepare_weights(plan=wplan, **B.synthetic_checkpoint(wplan, "cpu", torch.Generator().manual_seed(1)))
+    g = torch.Generator().manual_seed(2)
+    ids, w = B.routing(6, 2, 4, g, "cpu")
+    a = torch.randn(6, 256, generator=g).bfloat16()
+    out = R.fused_moe(a, experts, w, ids, quant_mode=mode).float()
+    assert torch.isfinite(out).all() and 0.05 < out.std().item() < 20, out.std()
+
+
+def test_grouped_mm_peer_computes_the_layer():
+    """The bf16 peer (torch._grouped_mm, which torch also runs on the CPU) against a per-route loop."""
+    wplan = fm.plan_weights(
+        quant_modes="w4a16", source_format="modelopt_nvfp4", activation="silu", num_experts=8, hidden_size=64,
+        intermediate_size=32,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    ids, w = B.routing(5, 2, 8, g, "cpu")
+    a = torch.randn(5, 64, generator=g).bfloat16()
+    layer = B.TorchLayer("bf16", wplan, ids, w, a, g)
+    out = layer()
+    ref = torch.zeros(5, 64)
+    for t in range(5):
+        for j in range(2):
+            e = int(ids[t, j])
+            h = (a[t].float() @ layer.w1t[e].float()).bfloat16().float()
+            act = (torch.nn.functional.silu(h[:32]) * h[32:]).bfloat16().float()
+            ref[t] += w[t, j] * (act @ layer.w2t[e].float()).bfloat16().float()
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
