@@ -144,3 +144,11 @@ def check_layer(got: torch.Tensor, ref32: torch.Tensor, peer: torch.Tensor, *, m
     peer_err = (peer.to(got.dtype).float() - ref32).abs().max().item()
     assert err <= 2 * peer_err, f"{what}: max error {err:.3g} > 2 x torch bf16's {peer_err:.3g}"
     return err, peer_err
+
+
+def assert_bf16_close(x32: torch.Tensor, ref: torch.Tensor) -> None:
+    """x32 rounds to ref in bf16 up to one ulp where fp32 summation order (~2^-20 of the row's
+    largest value) decides the rounding: the vectorized reference against reference.py."""
+    diff = (x32.bfloat16().float() - ref.float()).abs()
+    ulp = ref.float().abs() * 2.0**-7 + ref.float().abs().amax(-1, keepdim=True) * 2.0**-20
+    assert bool((diff <= ulp).all()), f"max diff {float(diff.max())}"

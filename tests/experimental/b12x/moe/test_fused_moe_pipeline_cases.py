@@ -33,7 +33,7 @@ from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api  
 from flashinfer.experimental.b12x.moe.fused_moe import reference as REF  # noqa: E402
 
 from .moe_cases import activations, checkpoint, weight_plan  # noqa: E402
-from .stand_in import check_layer, dense_layer, fc1_stand_in, fc2_stand_in, row_cosine  # noqa: E402
+from .stand_in import assert_bf16_close, check_layer, dense_layer, fc1_stand_in, fc2_stand_in, row_cosine  # noqa: E402
 
 pytestmark = pytest.mark.interpret
 HERE = Path(__file__).resolve().parent
@@ -296,11 +296,3 @@ def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
     check_layer(out, ref_c1, peer, what=f"{mode} {act} T={t}")
     floor = 0.9999 if mode == "w4a16" else torch.clamp(row_cosine(ref_c1, ref32), max=0.9999) - 2e-3
     assert bool((row_cosine(out.float(), ref32) >= floor).all())
-
-
-def assert_bf16_close(x32, ref):
-    """x32 rounds to ref in bf16 up to one ulp where fp32 summation order (~2^-20 of the row's
-    largest value) decides the rounding."""
-    diff = (x32.bfloat16().float() - ref.float()).abs()
-    ulp = ref.float().abs() * 2.0**-7 + ref.float().abs().amax(-1, keepdim=True) * 2.0**-20
-    assert bool((diff <= ulp).all()), f"max diff {float(diff.max())}"

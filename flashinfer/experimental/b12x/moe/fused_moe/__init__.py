@@ -14,8 +14,9 @@ FP4 expert weights (NVFP4 or MXFP4), recipes nvfp4 / w4a16 / w4a8_mx / w4a8_nvfp
     out = fused_moe.run(binding=fused_moe.bind(p, a=a, experts=experts, topk_weights=topk_weights,
                                                topk_ids=topk_ids))
 
-Math and formats: `reference.py`, `weights.py` (FORMATS.md "moe.fused_moe"). No GPU kernel yet: CPU
-tensors run the reference, CUDA tensors raise NotImplementedError. Importing this package loads
+Math and formats: `reference.py`, `weights.py` (FORMATS.md "moe.fused_moe"). CUDA tensors run the device
+pipeline (api.py: Triton routing/gather/requantize/combine in `_routing.py` / `_combine.py` around the
+CuTe expert GEMMs of `_kernel_experts.py`), CPU tensors the reference. Importing this package loads
 nothing heavy.
 """
 
@@ -39,12 +40,14 @@ META = OpMeta(
         "ExpertWeights",
         "is_supported",
     ),
-    archs=(),
+    archs=("sm_90a", "sm_120a"),
     dtypes=("bfloat16", "nvfp4", "mxfp4", "mxfp8"),
-    requires=("torch",),
+    requires=("torch", "triton", "cutlass-dsl", "tvm-ffi"),
     notes=(
-        "Groundwork: weight planning/packing (gemm FP4 Weight layout stacked per expert, FC1 gate rows "
-        "first), routing and the fp32 reference. No GPU kernel yet; CPU tensors run the reference."
+        "Weight planning/packing (gemm FP4 Weight layout stacked per expert, FC1 gate rows first); on CUDA "
+        "route + gather/quantize (Triton; one launch for T*k <= 1024, a counting sort above), FC1 + "
+        "activation and FC2 (CuTe DSL, warp mma.sync), requantize and combine (Triton); CPU tensors run "
+        "the fp32 reference."
     ),
 )
 
