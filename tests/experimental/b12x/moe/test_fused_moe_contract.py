@@ -45,11 +45,13 @@ def _caps(wplan=None, **over):
 
 
 # ---- support ------------------------------------------------------------------------------------
-def test_not_supported_until_a_kernel_exists():
-    why = "moe.fused_moe has no GPU kernel yet; CPU tensors run the reference"
-    assert fm.META.archs == () and fm.META.api_style == "planned"
-    assert fm.is_supported() is False and fm.is_supported("cuda") is False
-    assert fm.why_unsupported() == why and fm.why_unsupported("cuda:0") == why
+def test_support_follows_the_device_pipeline():
+    """The device pipeline (Triton routing/combine + CuTe expert GEMMs) targets sm_90a and sm_120a;
+    without CUDA the op is unsupported and says why (CPU tensors still run the reference)."""
+    assert set(fm.META.archs) >= {"sm_90a", "sm_120a"} and fm.META.api_style == "planned"
+    if not torch.cuda.is_available():
+        assert fm.is_supported() is False and fm.is_supported("cuda") is False
+        assert fm.why_unsupported()
 
 
 # ---- plan_weights ---------------------------------------------------------------------------------
@@ -319,17 +321,17 @@ def test_bind_rejects_experts_of_another_weight_plan(layer):
     exact(ValueError, "plan must come from moe.fused_moe.plan(caps), got str", fm.bind, "p", **tensors)
 
 
-def test_run_errors_and_missing_gpu_kernel(layer):
+def test_run_errors_and_a_binding_without_device_launchers(layer):
     p, tensors = layer
     exact(ValueError, "binding must come from moe.fused_moe.bind(...), got NoneType", fm.run, binding=None)
-    # A device binding (meta stands in for CUDA here): no kernel yet, so run says which one is missing.
+    # A device binding (meta stands in for CUDA) of a plan prepared on the CPU has no launchers: run says so.
     meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
     binding = api.FusedMoeBinding(p, meta["a"], meta["experts"], meta["topk_weights"], meta["topk_ids"], None)
     msg = (
-        "moe.fused_moe: the fused MoE GPU kernel is not implemented yet (it will consume ExpertWeights' packed "
-        "layout); CPU tensors run the reference"
+        "moe.fused_moe: this binding has no device launchers (its plan was prepared on cpu, the tensors are on "
+        "meta); bind a plan prepared in PreparationSession on that device"
     )
-    exact(NotImplementedError, msg, fm.run, binding=binding)
+    exact(ValueError, msg, fm.run, binding=binding)
 
 
 # ---- route_topk -----------------------------------------------------------------------------------
