@@ -13,6 +13,10 @@ Bytes (TB/s, % of the copy ceiling): what the layer must move once: for every ex
 actually hit, FC1 and FC2 FP4 values + their block scales (1 byte per 16 (NVFP4) or 32 (MXFP4)
 values), plus a (bf16 in), out (bf16), topk ids and weights. FLOPs: 2 * (valid routes) * (N1 H + H I).
 Ours: the planned op prepared for max_tokens = the largest T of the run, one binding per T.
+Timers: --timer graph (the serving form; use it for decode T, where eager launches are host-bound)
+captures the layer and cycles through routing sets drawn from disjoint expert groups, enough that a
+cycle moves >= 3x L2 of expert bytes (`rotation_sets`; weights come from HBM as in serving);
+--timer events flushes L2 before every call instead.
 Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
 weighted sum of each token's k rows), timed in the same run:
   grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
@@ -91,6 +95,30 @@ def routing(t: int, k: int, e: int, generator: torch.Generator, device) -> tuple
     ids = scores.topk(k, dim=-1).indices.to(torch.int32)
     w = torch.rand(t, k, generator=generator, device=device) + 0.25
     return ids, w / w.sum(-1, keepdim=True)
+
+
+def routing_sets(t, k, e, n_sets, generator, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """n_sets routings whose experts come from disjoint groups of a random partition of the E experts
+    (each group holds >= k), so replaying them in turn reads no expert twice from L2."""
+    n_sets = max(1, min(n_sets, e // k))
+    groups = torch.randperm(e, generator=generator, device=device).chunk(n_sets)
+    out = []
+    for g in groups:
+        ids, w = routing(t, k, g.numel(), generator, device)
+        out.append((g[ids.long()].to(torch.int32), w))
+    return out
+
+
+def rotation_sets(weight_format, t, k, e, h, i, activation, l2_bytes=60 * 2**20, factor=3.0) -> int:
+    """How many disjoint routing sets graph replays cycle through so one cycle moves >= factor x L2
+    of expert bytes (1 when a single call already does; at most E // k)."""
+    per_expert = expert_bytes(weight_format, h, i, activation)
+    for n in range(1, e // k + 1):
+        g = e // n
+        hit = g * (1 - (1 - k / g) ** t)  # expected distinct experts of T tokens drawing k of g
+        if n * hit * per_expert >= factor * l2_bytes:
+            return n
+    return max(1, e // k)
 
 
 def experts_hit(ids: torch.Tensor, e: int) -> int:
@@ -173,7 +201,8 @@ def check_ours(ours: Ours, recipe, a, ids, w, out) -> str:
     mode, _ = recipe_source(recipe)
     out.fill_(float("nan"))
     fm.run(binding=fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out))
-    torch.cuda.synchronize()
+    if a.is_cuda:
+        torch.cuda.synchronize()
     if a.shape[0] > 64:  # the per-route reference loop is too slow past decode sizes
         return ""
     ref = R.fused_moe(a, ours.experts, w, ids, quant_mode=mode).float()
@@ -231,9 +260,9 @@ class TorchLayer:
         return y.sum(1).to(torch.bfloat16)
 
 
-def peers(wplan, ids, w, a, generator, args) -> list:
-    """[(name, Timing, note)] of the torch layers on this case; skipped ones print why."""
-    from benchmarks.experimental.b12x.common import measure
+def peers(wplan, sets, a, generator, args, graph_kw) -> list:
+    """[(name, Timing, note)] of the torch layers on this case's routing sets; skipped ones print why."""
+    from benchmarks.experimental.b12x.common import measure, rotate
 
     found = []
     for name, kind, op in (
@@ -244,9 +273,16 @@ def peers(wplan, ids, w, a, generator, args) -> list:
             print(f"peer {name} skipped: torch {torch.__version__} has no torch.{op}", file=sys.stderr)
             continue
         try:
-            layer = TorchLayer(kind, wplan, ids, w, a, generator)
-            layer()
-            timing = measure(layer, args)
+            layer = TorchLayer(kind, wplan, *sets[0], a, generator)
+            routes = [(ids, w) for ids, w in sets]
+            nxt = rotate(routes)
+
+            def call(layer=layer, nxt=nxt):
+                layer.ids, layer.w = nxt()
+                return layer()
+
+            call()
+            timing = measure(call, args, **graph_kw)
         except (RuntimeError, TypeError, ValueError) as e:
             print(f"peer {name} skipped at T={a.shape[0]}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
             continue
@@ -257,35 +293,47 @@ def peers(wplan, ids, w, a, generator, args) -> list:
 
 # ---- the run -------------------------------------------------------------------------------------
 def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
+    """Every T x recipe of one shape. Under --timer graph each case cycles through routing sets on
+    disjoint experts (rotation_sets) captured in one graph, so weights stream from HBM as under
+    --timer events' L2 flush; peers replay the same sets."""
     from b12x.moe import fused_moe as fm
-    from benchmarks.experimental.b12x.common import Case, measure
+    from benchmarks.experimental.b12x.common import Case, measure, rotate
 
     e, k, h, i = shape
     max_t = max(tokens)
     for t in tokens:
-        ids, w = routing(t, k, e, generator, device)
         a = torch.randn(t, h, device=device, generator=generator).to(torch.bfloat16)
         out = torch.empty(t, h, device=device, dtype=torch.bfloat16)
-        hit = experts_hit(ids, e)
+        n_sets = rotation_sets("nvfp4", t, k, e, h, i, args.activation) if args.timer == "graph" else 1
+        sets = routing_sets(t, k, e, n_sets, generator, device) if n_sets > 1 else [routing(t, k, e, generator, device)]
+        hit = sum(experts_hit(ids, e) for ids, _ in sets) / len(sets)
+        graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
             ours = setup_ours(recipe, args.activation, shape, max_t, device, generator)
             fmt = ours.wplan.weight_format
             case = Case(
                 f"moe {args.activation}",
-                {"E": e, "k": k, "H": h, "I": i, "T": t, "hit": hit},
-                bytes=layer_bytes(fmt, t, k, h, i, args.activation, hit),
+                {"E": e, "k": k, "H": h, "I": i, "T": t, "hit": round(hit, 1), "sets": len(sets)},
+                bytes=round(layer_bytes(fmt, t, k, h, i, args.activation, hit)),
                 flops=layer_flops(t * k, h, i, args.activation),
             )
-            note = check_ours(ours, recipe, a, ids, w, out)
-            binding = fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
-            table.add(case, f"b12x {recipe}", measure(lambda b=binding: fm.run(binding=b), args), note=note)
+            note = check_ours(ours, recipe, a, *sets[0], out)
+            bindings = [
+                fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
+                for ids, w in sets
+            ]
+            nxt = rotate(bindings)
+            table.add(
+                case, f"b12x {recipe}", measure(lambda nxt=nxt: fm.run(binding=nxt()), args, **graph_kw), note=note
+            )
             if peer_rows is None:
-                peer_rows = [] if args.no_peers else peers(ours.wplan, ids, w, a, generator, args)
+                peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
             for name, timing, pnote in peer_rows:
                 table.add(case, name, timing, peer=True, note=pnote)
-            del ours, binding
-            torch.cuda.empty_cache()
+            del ours, bindings
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:

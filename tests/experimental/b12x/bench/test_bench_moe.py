@@ -103,3 +103,50 @@ def test_grouped_mm_peer_computes_the_layer():
             act = (torch.nn.functional.silu(h[:32]) * h[32:]).bfloat16().float()
             ref[t] += w[t, j] * (act @ layer.w2t[e].float()).bfloat16().float()
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_routing_sets_use_disjoint_experts():
+    g = torch.Generator().manual_seed(3)
+    sets = B.routing_sets(4, 8, 128, 5, g, "cpu")
+    assert len(sets) == 5
+    seen = [set(ids.reshape(-1).tolist()) for ids, _ in sets]
+    for x in range(5):
+        assert all(len(set(row.tolist())) == 8 for row in sets[x][0])
+        for y in range(x + 1, 5):
+            assert not seen[x] & seen[y]
+    assert len(B.routing_sets(1, 8, 16, 9, g, "cpu")) == 2  # at most E // k groups
+
+
+def test_rotation_sets_exceed_three_l2():
+    per = B.expert_bytes("nvfp4", 2048, 768, "silu")
+    n = B.rotation_sets("nvfp4", 1, 8, 128, 2048, 768, "silu")
+    assert n * 8 * per >= 3 * 60 * 2**20 > (n - 1) * 8 * per  # T = 1 hits k experts per set
+    assert B.rotation_sets("nvfp4", 4096, 8, 128, 2048, 768, "silu") == 1  # one call streams all weights
+
+
+@pytest.mark.parametrize("timer", ["events", "graph"])
+def test_run_shape_end_to_end_on_the_cpu(monkeypatch, capsys, timer):
+    """The bench loop on a tiny shape with the CPU reference backend and CPU clocks: rows for ours
+    and the peers that run here, ratios, routing-set rotation under the graph timer."""
+    import argparse
+    import warnings
+
+    from benchmarks.experimental.b12x import common
+
+    def cpu_measure(fn, args, **kwargs):
+        return common.time_cpu(fn, warmup=0, iters=max(1, kwargs.get("calls_per_graph", 1)))
+
+    monkeypatch.setattr(common, "measure", cpu_measure)
+    monkeypatch.setattr(B, "rotation_sets", lambda *a, **k: 3)
+    args = argparse.Namespace(activation="silu", timer=timer, no_peers=False)
+    table = common.Table("cpu smoke", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        B.run_shape(table, args, (16, 2, 64, 32), (1, 3), ("nvfp4", "w4a16"), "cpu", torch.Generator().manual_seed(0))
+    ours = [r for r in table.rows if not r.peer]
+    assert [(r.impl, r.case.shape["T"]) for r in ours] == [
+        ("b12x nvfp4", 1), ("b12x w4a16", 1), ("b12x nvfp4", 3), ("b12x w4a16", 3),
+    ]  # fmt: skip
+    assert all(r.case.shape["sets"] == (3 if timer == "graph" else 1) for r in ours)
+    assert all("min row cos 1.000000" in r.note for r in ours)  # CPU: the op is the reference
+    assert "grouped_mm bf16" in table.peers() and all(table.ratios(r) for r in ours)
