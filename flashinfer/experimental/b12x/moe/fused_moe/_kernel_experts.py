@@ -28,6 +28,9 @@ path for large T should use a tiled kernel). Example, E = 128, H = 2048, I = 768
 8 hit experts stream 12.6 MB (FC1) + 6.3 MB (FC2) of FP4 plus 1/16 of that in scales, ~5 us at the
 H200's ~4 TB/s; grids of 48 x 128 and 64 x 128 CTAs of which 384 and 512 have rows.
 
+Archs: the same mma.sync kernels on sm_90a and sm_120a (every dequantized FP4/FP8 operand value is
+exact in bf16, products exact, sums fp32, on both); SM120's block-scaled MMA is not used yet.
+
 Constraints: K (H for FC1, I for FC2) a multiple of 32; the last K chunk may be partial (its spans
 past K are predicated off); N masked; rows >= start[E] are never read or written.
 """
