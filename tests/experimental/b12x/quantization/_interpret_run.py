@@ -27,7 +27,7 @@ MXFP8_SHAPES = [(1, 32), (3, 96), (7, 64), (130, 160), (9, 2048)]
 # (config, m, k): tiles smaller and larger than the tensor; BLOCK_K 16/32 splits a 4-column scale
 # group across programs. Under the interpreter every program costs ~10 ms: tiny tiles get tiny shapes.
 NVFP4_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((4, 16, 1), 5, 48)]
-# Every NVFP4 variant (encode, skip_dead, scale_words) on a tile smaller than the tensor, with live
+# Every NVFP4 variant (encode, skip_dead, scale_words, layout) on a tile smaller than the tensor, with live
 # rows ending inside a 128-row atom (dead programs) and K/16 not a multiple of 4 (scale padding).
 NVFP4_VARIANTS = [
     ((16, 32, 4, "mul", False, False), 130, 160),
@@ -39,9 +39,22 @@ NVFP4_VARIANTS = [
     ((16, 32, 4, "search", False, False), 130, 160),
     ((16, 64, 2, "search", True, True), 130, 160),
     ((4, 16, 1, "search", True, False), 5, 48),
+    ((16, 32, 4, "mul", False, False, "halves"), 130, 160),
+    ((16, 64, 2, "search", True, True, "halves"), 130, 160),
+    ((4, 16, 1, "mul", True, False, "halves"), 5, 48),
+    ((32, 128, 4, "mul", True, False, "halves"), 130, 160),
+    ((16, 32, 4, "search", False, False, "halves"), 130, 160),
+    ((16, 64, 4, "mul", True, True, "halves"), 130, 160),
 ]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
-MXFP8_VARIANTS = [((16, 32, 4, True), 130, 160), ((1, 64, 1, True), 5, 96), ((128, 512, 8, True), 130, 160)]
+MXFP8_VARIANTS = [
+    ((16, 32, 4, True), 130, 160),
+    ((1, 64, 1, True), 5, 96),
+    ((128, 512, 8, True), 130, 160),
+    ((16, 32, 4, True, "quarters"), 130, 160),
+    ((1, 64, 1, True, "quarters"), 5, 96),
+    ((32, 128, 4, True, "quarters"), 130, 160),
+]
 DATA = ["wide", "specials", "ties"]
 NVFP4_DATA = DATA + ["near"]  # "near": x * gs within an fp32 ulp or two of midpoint * scale
 
@@ -62,7 +75,7 @@ def _cases():
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
     for dtype in ("bfloat16", "float16"):
         for gs in ("tensor", "up", "down"):
-            for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0]):
+            for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0], NVFP4_VARIANTS[9][0]):
                 cases.append(("nvfp4", dtype, 9, 2048, cfg, "near", gs))
     for cfg, m, k in MXFP8_CONFIGS:
         cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))

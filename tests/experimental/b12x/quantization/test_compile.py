@@ -142,11 +142,11 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, False, False, False), 1234)]
+    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False), 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False), 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False), 1234)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):
@@ -185,7 +185,9 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
         assert "max.NaN" not in ptx, cfg
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
-            div_ptx = kmod.compile_for_target("bfloat16", 7168, dataclasses.replace(cfg, encode="div"), "sm_90a")
+            div_ptx = kmod.compile_for_target(
+                "bfloat16", 7168, dataclasses.replace(cfg, encode="div", layout="rows"), "sm_90a"
+            )
             assert ptx.count("div.rn.f32") * 8 <= div_ptx.asm["ptx"].count("div.rn.f32"), cfg
 
 
@@ -193,7 +195,12 @@ def test_candidates_cover_every_variant():
     nv_configs = nv.candidate_configs(7168)
     assert {c.encode for c in nv_configs} == {"div", "mul", "search"}
     assert {(c.skip_dead, c.scale_words) for c in nv_configs} == {(False, False), (True, False), (True, True)}
-    assert {c.lean for c in mx.candidate_configs(7168)} == {False, True}
+    assert {(c.layout, c.encode) for c in nv_configs} >= {("halves", "mul"), ("halves", "search")}
+    assert {(c.lean, c.layout) for c in mx.candidate_configs(7168)} == {
+        (False, "rows"),
+        (True, "rows"),
+        (True, "quarters"),
+    }
     # Narrow rows cap the tile width instead of dropping candidates.
     assert all(c.block_k <= 64 for c in nv.candidate_configs(48)) and len(nv.candidate_configs(48)) > 5
     assert all(nv.can_implement(48, c) for c in nv.candidate_configs(48))

@@ -39,7 +39,7 @@ def test_cases_cover_tails_and_configs():
     ks = {c[3] for c in _runner.CASES.values()}
     assert {48, 160, 2048} <= ks and any(c[2] == 130 for c in _runner.CASES.values())
     assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties", "near"}
-    # Every NVFP4 variant (encode, skip_dead, scale_words) and MXFP8 lean setting runs here.
+    # Every NVFP4 variant (encode, skip_dead, scale_words, layout) and MXFP8 lean setting runs here.
     from flashinfer.experimental.b12x.quantization.mxfp8._kernel import MxFp8Config
     from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mx_cands
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel import NvFp4Config

@@ -51,12 +51,16 @@ class MxFp8Config:
     lean: amax with one NaN select per block (`block_amax_maxnum`) instead of one per element, and
     one NaN test per value (a NaN block scale, byte 255, becomes a NaN multiplier, so its values are
     NaN and take the same 0x7F) instead of two. Same bits.
+    layout: "rows" = the tile loaded as [block_m, block_k] (Triton spreads a 32-element block over
+    four threads); "quarters" = loaded as the four 8-element quarters of every block, so a thread
+    owns whole blocks (amax and scale without shuffles; `_quantize_quarters`); needs lean.
     """
 
     block_m: int = 16
     block_k: int = 256
     num_warps: int = 4
     lean: bool = False
+    layout: str = "rows"
 
 
 def can_implement(k: int, config: MxFp8Config) -> bool:
@@ -69,6 +73,8 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and config.block_k >= BLOCK
         and config.num_warps in (1, 2, 4, 8, 16)
         and isinstance(config.lean, bool)
+        and config.layout in ("rows", "quarters")
+        and (config.layout == "rows" or config.lean)
     )
 
 
@@ -78,7 +84,7 @@ def default_config(k: int) -> MxFp8Config:
     return MxFp8Config(block_m=16, block_k=min(256, triton.next_power_of_2(k)), num_warps=4)
 
 
-# (block_m, block_k, num_warps, lean): predictions in docs/predictions/quantization.md.
+# (block_m, block_k, num_warps, lean[, layout]): predictions in docs/predictions/quantization.md.
 _CANDIDATES = (
     (4, 512, 4, False),
     (8, 512, 4, False),
@@ -98,14 +104,21 @@ _CANDIDATES = (
     (1, 1024, 2, True),  # tiny M: one row per program, K split wide
     (1, 512, 1, True),
     (4, 256, 1, True),
+    (16, 256, 4, True, "quarters"),
+    (32, 256, 8, True, "quarters"),
+    (32, 512, 8, True, "quarters"),
+    (64, 256, 8, True, "quarters"),
+    (16, 1024, 8, True, "quarters"),
+    (1, 1024, 1, True, "quarters"),
+    (4, 512, 2, True, "quarters"),
 )
 
 
 def candidate_configs(k: int) -> tuple[MxFp8Config, ...]:
     """The default first, then every valid candidate; tiles wider than the row are capped."""
     out = [default_config(k)]
-    for bm, bk, nw, lean in _CANDIDATES:
-        cfg = MxFp8Config(bm, min(bk, triton.next_power_of_2(k)), nw, lean)
+    for bm, bk, nw, *rest in _CANDIDATES:
+        cfg = MxFp8Config(bm, min(bk, triton.next_power_of_2(k)), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
     return tuple(out)
@@ -113,7 +126,7 @@ def candidate_configs(k: int) -> tuple[MxFp8Config, ...]:
 
 def constexprs(k: int, config: MxFp8Config) -> tuple:
     """The kernel's constexpr arguments, in signature order (K first)."""
-    return (k, config.block_m, config.block_k, config.lean)
+    return (k, config.block_m, config.block_k, config.lean, config.layout == "quarters")
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -134,6 +147,88 @@ def _mxfp8_quantize_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     LEAN: tl.constexpr,  # MxFp8Config.lean
+    QUARTERS: tl.constexpr,  # MxFp8Config.layout == "quarters"
+):
+    if QUARTERS:
+        _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K)
+    else:
+        _quantize_rows(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, LEAN)
+
+
+@triton.jit
+def _ue8m0(amax):
+    """UE8M0 byte of each block from its NaN-free amax (see the module docstring)."""
+    s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
+    exp = (s_bits >> 23) & 0xFF
+    byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
+    byte = tl.where(exp == 0xFF, 255, byte)
+    return tl.where(s_bits == 0, 127, byte)  # amax is never negative: bits 0 is exactly s == 0
+
+
+@triton.jit
+def _lean_multiplier(byte):
+    """2^(127 - byte) per block; 2^-127 (byte 254) is the fp32 subnormal 0x00400000; byte 255 (a NaN
+    scale) gives a NaN multiplier, so every value of the block is NaN, then 0x7F."""
+    mult_bits = tl.where(byte == 254, 0x00400000, (254 - byte) << 23)
+    return tl.where(byte == 255, 0x7FC00000, mult_bits).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _e4m3_lean(x, mult):
+    v = x * mult
+    return tl.where(v != v, 0x7F, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
+
+
+@triton.jit
+def _quantize_quarters(
+    x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
+):
+    """The lean kernel with each thread owning whole 32-element blocks: the tile is loaded as the
+    four 8-element quarters of every block (16-byte loads; Triton gives the four the same layout,
+    so a block's amax and scale need no shuffles) and each quarter's 8 values leave as one 8-byte
+    store. Same bits as `_quantize_rows` with LEAN."""
+    NB: tl.constexpr = K // 32
+    TILE_NB: tl.constexpr = BLOCK_K // 32
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows64 = rows.to(tl.int64)
+    blk = pid_k * TILE_NB + tl.arange(0, TILE_NB)
+    bmask = (rows < m)[:, None] & (blk < NB)[None, :]
+    m3 = bmask[:, :, None]
+    e = tl.arange(0, 8)
+    offs = rows64[:, None, None] * K + (blk * 32)[None, :, None] + e[None, None, :]
+    x0 = tl.load(x_ptr + offs, mask=m3, other=0.0).to(tl.float32)
+    x1 = tl.load(x_ptr + offs + 8, mask=m3, other=0.0).to(tl.float32)
+    x2 = tl.load(x_ptr + offs + 16, mask=m3, other=0.0).to(tl.float32)
+    x3 = tl.load(x_ptr + offs + 24, mask=m3, other=0.0).to(tl.float32)
+    amax = tl.maximum(
+        tl.maximum(tl.max(tl.abs(x0), axis=2), tl.max(tl.abs(x1), axis=2)),
+        tl.maximum(tl.max(tl.abs(x2), axis=2), tl.max(tl.abs(x3), axis=2)),
+    )  # NaN-ignoring (maxnum), as `block_amax_maxnum`
+    amax = tl.where(amax == amax, amax, 0.0)
+    byte = _ue8m0(amax)
+    mult = _lean_multiplier(byte)[:, :, None]
+    tl.store(values_ptr + offs, _e4m3_lean(x0, mult), mask=m3)
+    tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult), mask=m3)
+    tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult), mask=m3)
+    tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult), mask=m3)
+    sbyte = byte.to(tl.uint8)
+    tl.store(scale_rows_ptr + rows64[:, None] * NB + blk[None, :], sbyte, mask=bmask)
+    tl.store(scale_mma_ptr + swizzled_scale_offsets(rows64, blk, NB), sbyte, mask=bmask)
+
+
+@triton.jit
+def _quantize_rows(
+    x_ptr,
+    values_ptr,
+    scale_rows_ptr,
+    scale_mma_ptr,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    LEAN: tl.constexpr,
 ):
     NB: tl.constexpr = K // 32  # scale columns
     TILE_NB: tl.constexpr = BLOCK_K // 32
@@ -238,6 +333,7 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "BLOCK_M": "constexpr",
         "BLOCK_K": "constexpr",
         "LEAN": "constexpr",
+        "QUARTERS": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}

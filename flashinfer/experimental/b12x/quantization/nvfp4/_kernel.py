@@ -42,6 +42,7 @@ CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
 ENCODES = ("div", "mul", "search")
+LAYOUTS = ("rows", "halves")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ class NvFp4Config:
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
     the 128x4 layout) instead of bytes; needs block_k >= 64.
+    layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
+    two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
+    whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
+    division-free encode.
     """
 
     block_m: int = 16
@@ -64,6 +69,7 @@ class NvFp4Config:
     encode: str = "div"
     skip_dead: bool = False
     scale_words: bool = False
+    layout: str = "rows"
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -81,6 +87,8 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.skip_dead, bool)
         and isinstance(config.scale_words, bool)
         and (not config.scale_words or config.block_k >= 64)
+        and config.layout in LAYOUTS
+        and (config.layout == "rows" or config.encode != "div")
     )
 
 
@@ -90,15 +98,9 @@ def default_config(k: int) -> NvFp4Config:
     return NvFp4Config(block_m=16, block_k=_block_k_cap(k, 256), num_warps=4)
 
 
-# (block_m, block_k, num_warps, encode, skip_dead, scale_words): predictions in
-# docs/predictions/quantization.md. The "div" rows are the pre-existing sweep, kept as a baseline.
+# (block_m, block_k, num_warps, encode, skip_dead, scale_words[, layout]): predictions in
+# docs/predictions/quantization.md. The default ("div", the oracle's own sequence) is the baseline.
 _CANDIDATES = (
-    (4, 512, 4, "div", False, False),
-    (8, 512, 4, "div", False, False),
-    (16, 512, 8, "div", False, False),
-    (32, 256, 8, "div", False, False),
-    (32, 128, 4, "div", False, False),
-    (64, 128, 8, "div", False, False),
     # division-free encode, tile sweep (large M: more rows per program)
     (16, 256, 4, "mul", False, False),
     (8, 512, 4, "mul", False, False),
@@ -122,6 +124,19 @@ _CANDIDATES = (
     (16, 256, 4, "search", True, False),
     (16, 128, 2, "search", True, False),
     (32, 256, 8, "search", True, True),
+    # whole blocks per thread (two half loads, 8-byte packed stores)
+    (16, 256, 4, "mul", False, False, "halves"),
+    (32, 256, 8, "mul", False, False, "halves"),
+    (32, 512, 8, "mul", False, False, "halves"),
+    (64, 256, 8, "mul", False, False, "halves"),
+    (16, 512, 4, "mul", False, False, "halves"),
+    (64, 512, 8, "mul", False, False, "halves"),
+    (32, 256, 8, "search", False, False, "halves"),
+    (64, 256, 8, "search", False, False, "halves"),
+    (16, 256, 4, "mul", True, False, "halves"),
+    (16, 256, 2, "mul", True, False, "halves"),
+    (16, 128, 1, "mul", True, False, "halves"),
+    (32, 256, 8, "mul", True, True, "halves"),
     # 4-byte scale stores
     (16, 256, 4, "mul", True, True),
     (32, 256, 8, "mul", True, True),
@@ -132,8 +147,8 @@ _CANDIDATES = (
 def candidate_configs(k: int) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid candidate; tiles wider than the padded row are capped."""
     out = [default_config(k)]
-    for bm, bk, nw, enc, skip, words in _CANDIDATES:
-        cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, enc, skip, words)
+    for bm, bk, nw, *rest in _CANDIDATES:
+        cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
     return tuple(out)
@@ -154,7 +169,16 @@ def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
 
 def constexprs(k: int, config: NvFp4Config) -> tuple:
     """The kernel's constexpr arguments, in signature order (K first)."""
-    return (k, config.block_m, config.block_k, ENCODES.index(config.encode), config.skip_dead, config.scale_words)
+    cfg = config
+    return (
+        k,
+        cfg.block_m,
+        cfg.block_k,
+        ENCODES.index(cfg.encode),
+        cfg.skip_dead,
+        cfg.scale_words,
+        cfg.layout == "halves",
+    )
 
 
 # -------------------------------------------------------------------------------------------------
@@ -262,7 +286,7 @@ def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: t
 
 
 @triton.jit
-def _quantize_tile(
+def _quantize_tile_rows(
     x_ptr,
     packed_ptr,
     scales_ptr,
@@ -320,6 +344,91 @@ def _quantize_tile(
     _store_scales(scales_ptr, rows64, pid_k, sf8.to(tl.uint8, bitcast=True).to(tl.int32), NB, TILE_NB, SCALE_WORDS)
 
 
+@triton.jit
+def _quantize_tile_halves(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs,
+    rows64,
+    row_ok,
+    pid_k,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+):
+    """`_quantize_tile_rows` (same bits) with each thread owning whole 16-element blocks.
+
+    The tile is loaded as two [rows, blocks, 8] halves (elements 0-7 and 8-15 of every block; one
+    16-byte load each, the second one hits the sectors the first one brought into L1): Triton gives
+    both halves the same layout, so the amax, the scale and the thresholds of a block stay in one
+    thread (no shuffles, no duplicated per-block math), and the 16 codes of a block leave as one
+    8-byte store (nibble i of the little-endian word is element i), coalesced across the warp.
+    """
+    NB: tl.constexpr = K // 16
+    TILE_NB: tl.constexpr = BLOCK_K // 16
+    EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
+    blk = pid_k * TILE_NB + tl.arange(0, TILE_NB)  # global block (scale column) index
+    if EVEN_K:
+        bmask = row_ok[:, None] & (blk >= 0)[None, :]
+    else:
+        bmask = row_ok[:, None] & (blk < NB)[None, :]  # K % 16 == 0: a block is all in or all out
+    e = tl.arange(0, 8)
+    ptrs = x_ptr + rows64[:, None, None] * K + (blk * 16)[None, :, None] + e[None, None, :]
+    xa = tl.load(ptrs, mask=bmask[:, :, None], other=0.0).to(tl.float32)
+    xb = tl.load(ptrs + 8, mask=bmask[:, :, None], other=0.0).to(tl.float32)
+
+    # amax: NaN-ignoring max (`block_amax_maxnum`'s rule) of the two halves.
+    amax = tl.maximum(tl.max(tl.abs(xa), axis=2), tl.max(tl.abs(xb), axis=2))
+    amax = tl.where(amax == amax, amax, 0.0)
+    t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
+    sf8 = t.to(tl.float8e4nv)
+    sf = sf8.to(tl.float32)
+
+    if ENCODE == 2:
+        ca = _e2m1_codes_search(xa, gs, sf)
+        cb = _e2m1_codes_search(xb, gs, sf)
+    else:
+        ca = _e2m1_codes_mul(xa, gs, sf)
+        cb = _e2m1_codes_mul(xb, gs, sf)
+    shifts = e * 4
+    wa = tl.sum(ca << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)  # disjoint nibbles
+    wb = tl.sum(cb << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)
+    words = wa.to(tl.uint64) | (wb.to(tl.uint64) << 32)
+    offs = rows64[:, None] * NB + blk[None, :]  # 8-byte units: a row is K/2 = 8 * NB bytes
+    tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
+
+    _store_scales(scales_ptr, rows64, pid_k, sf8.to(tl.uint8, bitcast=True).to(tl.int32), NB, TILE_NB, SCALE_WORDS)
+
+
+@triton.jit
+def _quantize_tile(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs,
+    rows64,
+    row_ok,
+    pid_k,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    HALVES: tl.constexpr,
+):
+    if HALVES:
+        _quantize_tile_halves(
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+        )
+    else:
+        _quantize_tile_rows(
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+        )
+
+
 @triton.jit(do_not_specialize=["gs_ptr", "gs_value", "gs_on_device", "m"], do_not_specialize_on_alignment=["gs_ptr"])
 def _nvfp4_quantize_kernel(
     x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
@@ -335,6 +444,7 @@ def _nvfp4_quantize_kernel(
     ENCODE: tl.constexpr,  # ENCODES.index(NvFp4Config.encode)
     SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
+    HALVES: tl.constexpr,  # NvFp4Config.layout == "halves"
 ):
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -348,12 +458,24 @@ def _nvfp4_quantize_kernel(
         else:
             gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
             _quantize_tile(
-                x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+                x_ptr,
+                packed_ptr,
+                scales_ptr,
+                gs,
+                rows64,
+                row_ok,
+                pid_k,
+                K,
+                BLOCK_M,
+                BLOCK_K,
+                ENCODE,
+                SCALE_WORDS,
+                HALVES,
             )
     else:
         gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
         _quantize_tile(
-            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, HALVES
         )
 
 
@@ -419,6 +541,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "ENCODE": "constexpr",
         "SKIP_DEAD": "constexpr",
         "SCALE_WORDS": "constexpr",
+        "HALVES": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
