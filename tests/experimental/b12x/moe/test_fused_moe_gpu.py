@@ -2,11 +2,13 @@
 around M2's CuTe expert GEMMs) against the fp32 reference, CUDA graph replay, freeze, bad inputs.
 
 Numeric bar per case (stand_in.check_layer, DESIGN.md): outputs NaN-poisoned first, fresh random
-inputs with some ignored routes, then
-- against the pipeline's own math (reference.py with act(FC1) rounded to bf16 before FC2's
-  quantization, as FC1's bf16 C dictates): every row's cosine >= 0.9999 and max error <= 2x that of
-  torch's same computation in bf16;
-- against reference.py itself: every row's cosine >= 0.9999 (the issue's bar).
+inputs with some ignored routes, then against the pipeline's own math (reference.py with act(FC1)
+rounded to bf16 before FC2's quantization, as FC1's bf16 C dictates): every row's cosine >= 0.9999
+and max error <= 2x that of torch's same computation in bf16; w4a16 (where the two maths agree) also
+against reference.py itself at cosine >= 0.9999. `test_issue_bar_vs_reference_py` holds the
+quantized recipes to the issue's bar against reference.py (cosine >= 0.9999): the CPU estimate of
+the bf16-C rounding alone is 0.9992-0.9999 on these shapes, so it is expected to fail for nvfp4 and
+w4a8_* until reference.py or FC1's output agree on that rounding.
 The reference is stand_in.dense_layer (one matmul per hit expert, reference.py's steps and route
 order), checked against reference.py's per-route loop at small T here too.
 """
@@ -84,7 +86,13 @@ def check_case(p, experts, a, ids, w, what):
     ref_c1 = dense_layer(a, experts, w, ids, c1_bf16=True, **kw)
     peer = dense_layer(a, experts, w, ids, c1_bf16=True, bf16=True, **kw)
     check_layer(out, ref_c1, peer, what=what)
-    cos = row_cosine(out.float(), dense_layer(a, experts, w, ids, **kw))
+    if caps.quant_mode == "w4a16":
+        check_reference_bar(out, dense_layer(a, experts, w, ids, **kw), what)
+    return out, kw
+
+
+def check_reference_bar(out, ref32, what):
+    cos = row_cosine(out.float(), ref32)
     assert float(cos.min()) >= 0.9999, f"{what}: worst row cosine vs reference.py {float(cos.min()):.6f} < 0.9999"
 
 
@@ -128,6 +136,16 @@ def test_router_weight_on_input(mode, source, act):
         check_case(p_in, experts, a, ids, w, f"on input {mode} {act} T={t}")
         differ = run_poisoned(p_in, experts, a, ids, w) != run_poisoned(p_out, experts, a, ids, w)
         assert bool(differ.any()), "router weight placement made no difference"
+
+
+@pytest.mark.parametrize("mode, source", [r for r in RECIPES if r[0] != "w4a16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_issue_bar_vs_reference_py(shape, mode, source):
+    e, k, h, _ = shape
+    p, experts = build(mode, source, "silu", shape, 64)
+    a, ids, w = inputs(64, k, e, h, seed=64)
+    out, kw = check_case(p, experts, a, ids, w, f"{mode} {shape} T=64")
+    check_reference_bar(out, dense_layer(a, experts, w, ids, **kw), f"{mode} {shape} T=64 (issue bar)")
 
 
 def test_dense_reference_is_reference_py():
