@@ -544,14 +544,15 @@ def _git(*args: str) -> str | None:
 
 
 def environment(device: torch.device | str | None = None, *, argv: Sequence[str] | None = None) -> dict:
-    """What a result depends on. The device copy of the tree may lack .git: set B12X_GIT_COMMIT."""
+    """What a result depends on. The device copy of the tree may lack .git or carry a stale one:
+    B12X_GIT_COMMIT, when set, wins over `git rev-parse HEAD`."""
     cuda = torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda")
     if cuda:
         dev = require_cuda("environment", device)
         name, cc = torch.cuda.get_device_name(dev), list(torch.cuda.get_device_capability(dev))
     else:
         dev, name, cc = torch.device("cpu"), platform.processor() or platform.machine(), None
-    commit = _git("rev-parse", "HEAD") or os.environ.get("B12X_GIT_COMMIT")
+    commit = os.environ.get("B12X_GIT_COMMIT") or _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no")
     env = {"device": str(dev), "device_name": name, "cc": cc, "torch": torch.__version__, "cuda": torch.version.cuda}
     env |= {"cutlass_dsl": _dist_version("nvidia-cutlass-dsl"), "triton": _dist_version("triton")}
