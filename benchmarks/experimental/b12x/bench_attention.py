@@ -10,6 +10,8 @@ SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 102
 TFLOP/s column): 2 matmuls over the visible (query, key) pairs,
   `causal_flops` = 2 * B * Hq * (D + Dv) * (L * (N - L) + L * (L + 1) / 2).
 Peers: SDPA FA2 and cuDNN with is_causal=True on contiguous [B, H, L, D] bf16 copies of q/K/V.
+Ours once per --extend-block-m (default 128 64): the heuristic's block_m is row "b12x.paged", others
+"b12x.paged m<block_m>" (same block_n / stages), so one run measures the heuristic's choice.
 
 Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128, page size 16, every
 request of the case has kv_len keys; pages are a random permutation of the cache.
@@ -58,6 +60,7 @@ machine stays warm. A fresh machine is bare: all installs again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -77,6 +80,8 @@ from benchmarks.experimental.b12x.common import (
     require_cuda,
     standard_parser,
 )
+from flashinfer.experimental.b12x._lib.arch import target_arch
+from flashinfer.experimental.b12x.attention.paged._config import default_extend_config
 
 MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
@@ -152,33 +157,39 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
     kv_name = "fp8" if fp8 else "bf16"
     flops = causal_flops(batch, q_len, kv_len, HQ, D, D)
     case = Case(f"extend_{kv_name}", {"B": batch, "Lq": q_len, "L": kv_len}, flops=flops, ceiling="bf16")
-    caps = paged.Caps(
-        device=str(dev), mode="extend", dtype="bfloat16", kv_dtype="float8_e4m3fn" if fp8 else "bfloat16",
-        num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch * q_len,
-        max_batch=batch, max_page_table_width=pages_per, max_work_items=1, max_partial_rows=1,
-        num_cache_pages=num_pages,
-    )  # fmt: skip
-    plan = paged.plan(caps)
-    with b12x.PreparationSession(dev) as session:
-        session.prepare([plan])
-    kw = dict(k_descale=descale, v_descale=descale) if fp8 else {}
-    binding = paged.bind(plan, q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, cache_seqlens=lens,
-                         cu_seqlens_q=cu, **kw)  # fmt: skip
-    out, _ = paged.run(binding=binding)
-
     kc = _contiguous_bf16(k_cache, page_table, descale)
     vc = _contiguous_bf16(v_cache, page_table, descale)
     q4 = q.view(batch, q_len, HQ, D).transpose(1, 2).contiguous()  # [B, Hq, L, D]
-    want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, is_causal=True, enable_gqa=True)
-    got = out.view(batch, q_len, HQ, D).transpose(1, 2).float()
-    err = (got - want.float()).abs().max().item()
-    tol = 0.05 if fp8 else 0.02
-    note = f"max |ours - sdpa| = {err:.2e}" + (" (fp8 KV vs its bf16 dequant)" if fp8 else "")
-    if not err <= tol:
-        note += " MISMATCH"
-        print(f"WARNING {case.label}: {note}", file=sys.stderr)
-    del want, got
-    table.add(case, "b12x.paged", measure(lambda: paged.run(binding=binding), args), note=note)
+    want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, is_causal=True, enable_gqa=True).float()
+    kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
+    heuristic = default_extend_config(kv_dtype, D, target_arch(dev), "extend")
+    for block_m in args.extend_block_m:
+        config = dataclasses.replace(heuristic, block_m=block_m)
+        caps = paged.Caps(
+            device=str(dev), mode="extend", dtype="bfloat16", kv_dtype=kv_dtype, num_q_heads=HQ, num_kv_heads=HKV,
+            head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch * q_len, max_batch=batch,
+            max_page_table_width=pages_per, max_work_items=1, max_partial_rows=1, num_cache_pages=num_pages,
+            config=config,
+        )  # fmt: skip
+        plan = paged.plan(caps)
+        with b12x.PreparationSession(dev) as session:
+            session.prepare([plan])
+        kw = dict(k_descale=descale, v_descale=descale) if fp8 else {}
+        binding = paged.bind(plan, q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, cache_seqlens=lens,
+                             cu_seqlens_q=cu, **kw)  # fmt: skip
+        out, _ = paged.run(binding=binding)
+        got = out.view(batch, q_len, HQ, D).transpose(1, 2).float()
+        err = (got - want).abs().max().item()
+        del got
+        tol = 0.05 if fp8 else 0.02
+        note = f"{config}; max |ours - sdpa| = {err:.2e}" + (" (fp8 KV vs its bf16 dequant)" if fp8 else "")
+        if not err <= tol:
+            note += " MISMATCH"
+            print(f"WARNING {case.label}: {note}", file=sys.stderr)
+        impl = "b12x.paged" if config == heuristic else f"b12x.paged m{block_m}"
+        table.add(case, impl, measure(lambda binding=binding: paged.run(binding=binding), args), note=note)
+        session.release(plan)
+    del want
     if not args.no_peers:
         for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
             fn = _sdpa(backend, causal=True)
@@ -188,7 +199,6 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
                 table.add(case, label, measure(lambda fn=fn: fn(q4, kc, vc), args), peer=True)
             except RuntimeError as e:
                 print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
-    session.release(plan)
     return case
 
 
@@ -287,6 +297,10 @@ def build_parser():
     parser.add_argument("--kv", choices=("bf16", "fp8", "all"), default="all", help="KV cache dtype")
     parser.add_argument("--mode", choices=("decode", "extend", "all"), default="decode", help="which table(s)")
     parser.add_argument("--q-len", type=int, nargs="+", default=None, help=f"extend q_lens (default {EXTEND_Q_LENS})")
+    parser.add_argument(
+        "--extend-block-m", type=int, nargs="+", default=[128, 64], choices=(16, 32, 64, 128),
+        help="extend kernel block_m values to time (one row each)",
+    )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
     site_help = "folder holding FlashInfer's wheel (pip install --no-deps --target DIR); times it in a child process"

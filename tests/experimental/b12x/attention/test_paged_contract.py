@@ -96,7 +96,7 @@ def test_caps_are_frozen_and_keyword_only():
         (dict(mode="verify", config=ExtendConfig(block_m=48)), NotImplementedError, "config out of range: ExtendConfig(block_m=48"),
         (dict(mode="extend", num_q_heads=64, num_kv_heads=2), NotImplementedError, "GQA group size Hq/Hkv = 32 > 16"),
         (dict(mode="extend", max_total_q=2**20, num_q_heads=16, num_kv_heads=1, max_page_table_width=64), ValueError,
-         "max_total_q=1048576 and max_batch=8 allow 262152 query tiles of 4 tokens, more than the 65535"),
+         "max_total_q=1048576 and max_batch=8 allow 131080 query tiles of 8 tokens, more than the 65535"),
         (dict(mode="extend", head_dim_qk=256, head_dim_vo=256, config=ExtendConfig(128, 128, 3)), NotImplementedError,
          "needs 459840 bytes of shared memory, sm_90a has 232448"),
         (dict(msa_block_sparse=True), NotImplementedError, "attention.paged: msa_block_sparse=True is not implemented"),

@@ -53,7 +53,8 @@ def test_plan_selects_the_extend_kernel_and_sizes_its_tile_list():
     for mode in ("extend", "verify"):
         p = prepared(caps(mode=mode))
         sel = p.state.selection
-        assert sel.extend == default_extend_config("bfloat16", 64, "sm_120a")
+        assert sel.extend == default_extend_config("bfloat16", 64, "sm_120a", mode)
+        assert sel.extend.block_m == (128 if mode == "extend" else 64)
         t = sel.extend.tokens_per_tile(4)  # G = 8 / 2
         assert t == sel.extend.block_m // 4
         assert p.state.scratch["tiles"].shape == (extend_item_capacity(64, 4, t), 2)

@@ -192,7 +192,9 @@ def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: Ext
 
 def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
     """None when the extend kernel implements this problem with `config` on `arch`, else why not."""
-    reason = why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, DecodeConfig(), arch)
+    reason = why_not(
+        q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, DecodeConfig(), arch
+    )
     if reason is not None and "shared memory" not in reason:
         return reason
     c = config
@@ -204,14 +206,21 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
     return None
 
 
-def default_extend_config(kv_dtype: str, head_dim: int, arch: str) -> ExtendConfig:
-    """Unmeasured first choice: 4 warps x 16 rows (Q, S and O stay in registers: ~170 at D 128),
-    64-key tiles, two stages; 32-key tiles at D 256 (register pressure) or when smem is short."""
+def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "extend") -> ExtendConfig:
+    """Unmeasured first choice (bench_attention --mode extend times both block_m): 16 rows per warp
+    (Q, S and O in registers: ~190 at D 128, no spills), 64-key tiles (32 at D 256), two stages.
+
+    extend, D <= 128: block_m 128 (8 warps). Each CTA streams the keys below its diagonal once for
+    block_m rows, so L2->SM traffic is (D + Dv) * 2 bytes per key per block_m rows: 64 rows need
+    ~5 TB/s at 320 TFLOP/s causal (the H200's L2 is about that), 128 rows half of it.
+    verify (q_len * G rows of a few tokens) and D 256 (255 registers a thread): block_m 64."""
     limit = SMEM_LIMIT.get(arch, 99 * 1024)
-    for block_n in (64, 32, 16) if head_dim <= 128 else (32, 16):
-        cfg = ExtendConfig(block_m=64, block_n=block_n, stages=2)
-        if extend_smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
-            return cfg
+    rows = (128, 64) if mode == "extend" and head_dim <= 128 else (64,)
+    for block_m in rows:
+        for block_n in (64, 32, 16) if head_dim <= 128 else (32, 16):
+            cfg = ExtendConfig(block_m=block_m, block_n=block_n, stages=2)
+            if extend_smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
+                return cfg
     return ExtendConfig(block_m=64, block_n=16, stages=2)
 
 

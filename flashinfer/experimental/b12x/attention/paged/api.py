@@ -167,7 +167,7 @@ def _validate(caps: Caps) -> None:
             raise ValueError(
                 f"config must be an ExtendConfig or None in mode {caps.mode!r}, got {type(caps.config).__name__}"
             )
-        config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a")
+        config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a", caps.mode)
         reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
         if reason is None and caps.num_q_heads % caps.num_kv_heads == 0:
             tiles = extend_item_capacity(caps.max_total_q, caps.max_batch, config.tokens_per_tile(caps.group))
@@ -214,7 +214,7 @@ class PagedAttentionPlan(Plan):
         caps = self.caps
         if caps.mode in EXTEND_MODES:
             return ExtendSelection(
-                caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a")
+                caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a", caps.mode)
             )
         decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch or "sm_120a")
         decode = _fit_page(decode, caps.page_size)
