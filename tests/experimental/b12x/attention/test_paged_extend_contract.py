@@ -102,8 +102,8 @@ def _cu(*values):
         (lambda c: dict(cu_seqlens_q=c.cu_seqlens_q.long()), "cu_seqlens_q must be int32 [3] on cpu, got int64 [3] on cpu"),
         (lambda c: dict(cu_seqlens_q=c.cu_seqlens_q[:2]), "cu_seqlens_q must be int32 [3] on cpu, got int32 [2] on cpu"),
         (lambda c: dict(cu_seqlens_q=torch.zeros(3, 2, dtype=torch.int32)[:, 0]), "cu_seqlens_q must have a contiguous last dimension, got strides [2]"),
-        (lambda c: dict(cu_seqlens_q=_cu(1, 5, 12)), "cu_seqlens_q must start at 0 and end at total_q=12 (rows of q), got 1 .. 12"),
-        (lambda c: dict(cu_seqlens_q=_cu(0, 5, 11)), "cu_seqlens_q must start at 0 and end at total_q=12 (rows of q), got 0 .. 11"),
+        (lambda c: dict(cu_seqlens_q=_cu(1, 5, 12)), "cu_seqlens_q must start at 0 and end at most at total_q=12 (rows of q), got 1 .. 12"),
+        (lambda c: dict(cu_seqlens_q=_cu(0, 5, 13)), "cu_seqlens_q must start at 0 and end at most at total_q=12 (rows of q), got 0 .. 13"),
         (lambda c: dict(cu_seqlens_q=_cu(0, 13, 12)), "cu_seqlens_q must be non-decreasing, got cu_seqlens_q[1]=13 > cu_seqlens_q[2]=12"),
         (lambda c: dict(cache_seqlens=_cu(4, 60)), "cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len 5 > cache_seqlens[0]=4"),
         (lambda c: dict(page_table=c.page_table[:, :2]), "page_table has 2 columns, request 1 needs 4 (cache_seqlens[1]=60, page_size 16)"),
@@ -127,6 +127,17 @@ def test_verify_needs_one_q_len():
         paged.bind(p, **_kwargs(case))
     same = make_case([5, 60], [4, 4])
     paged.bind(p, **_kwargs(same))
+
+
+def test_padding_rows_past_the_last_request_are_left_alone():
+    p = prepared()
+    case = make_case([9, 40], [3, 5], seed=8)
+    out = torch.full((10, 8, 64), 7.0, dtype=torch.bfloat16)
+    paged.run(binding=paged.bind(p, **_kwargs(case, q=torch.cat([case.q, case.q[:2]]), output=out)))
+    want, _ = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    assert torch.equal(out[:8], want.to(torch.bfloat16)) and torch.all(out[8:] == 7.0)
 
 
 def test_empty_extend_batch_is_a_no_op():

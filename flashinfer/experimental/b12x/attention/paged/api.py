@@ -339,7 +339,7 @@ class Binding:
     has_sink: int
     window_left: int
     sm_scale: float
-    work: object  # the work list rows this call can use (live items never exceed batch + target)
+    work: object  # work list rows this call can use (decode: batch + split target; extend: query tiles)
     scratch: dict = field(repr=False)
     reference_inputs: tuple = field(repr=False, default=())
     cu_seqlens_q: object = None  # extend/verify: the request rows of q
@@ -390,8 +390,8 @@ def bind(
 
     Decode: q [batch, Hq, D]; cu_seqlens_q may be omitted (it must be arange(batch + 1); it is not
     read). Extend/verify: q [total_q, Hq, D] with cu_seqlens_q int32 [batch + 1] (cu[0] = 0,
-    non-decreasing, cu[batch] = total_q, q_len <= cache_seqlens per request; verify: one q_len for
-    all). Those value checks read cu_seqlens_q and cache_seqlens on the host, except while a CUDA
+    non-decreasing, cu[batch] <= total_q: rows past cu[batch], e.g. CUDA-graph padding, are left
+    unwritten; q_len <= cache_seqlens per request; verify: one q_len for all). Those value checks read cu_seqlens_q and cache_seqlens on the host, except while a CUDA
     graph is being captured (then they are skipped: the kernels treat negative q_lens as empty and
     clamp, so bad values give wrong rows, never a fault). output/lse default to the plan's buffers (valid until the next run). k_descale/v_descale
     (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to 1/sqrt(D).
@@ -512,9 +512,9 @@ def _capturing(dev) -> bool:
 def _check_extend_values(c: Caps, cu, lens, page_table, total_q: int) -> None:
     """Host checks of the live request layout (one small device read; skipped under capture)."""
     cu_l, lens_l = cu.tolist(), lens.tolist()
-    if cu_l[0] != 0 or cu_l[-1] != total_q:
+    if cu_l[0] != 0 or cu_l[-1] > total_q:
         raise ValueError(
-            f"cu_seqlens_q must start at 0 and end at total_q={total_q} (rows of q), got {cu_l[0]} .. {cu_l[-1]}"
+            f"cu_seqlens_q must start at 0 and end at most at total_q={total_q} (rows of q), got {cu_l[0]} .. {cu_l[-1]}"
         )
     q_lens = [b - a for a, b in zip(cu_l, cu_l[1:])]
     for b, n in enumerate(q_lens):
@@ -608,8 +608,9 @@ def _run_reference(b: Binding):
     out, lse = paged_attention_reference(
         q, k, v, pt, lens, cu, sm_scale=b.sm_scale, window_left=b.window_left, sinks=sink, k_descale=kd, v_descale=vd
     )
-    b.out.copy_(out)
-    b.lse.copy_(lse)
+    rows = int(cu[-1]) if batch else 0  # like the kernels: rows past the last request stay as they were
+    b.out[:rows].copy_(out[:rows])
+    b.lse[:rows].copy_(lse[:rows])
     return b.out, b.lse
 
 
