@@ -78,7 +78,14 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
         src = res
     elif op == "post_pre":
         new = outs["residual"]
-        pass1 = lambda: api._stream(plan, "post_pre", t, res, x, post, comb, new, fn, None)  # noqa: E731
+        sel = plan.state.selection
+        if sel.post_pre_split and t > sel.small_max_tokens:  # as execute_post_pre: post, then pre's pass 1
+
+            def pass1():
+                api._stream(plan, "post", t, res, x, post, comb, new, api._workspace(plan, None), None)
+                return api._stream(plan, "pre", t, new, None, None, None, None, fn, None)
+        else:
+            pass1 = lambda: api._stream(plan, "post_pre", t, res, x, post, comb, new, fn, None)  # noqa: E731
         src = new
     else:
         raise ValueError(f"per_pass_calls: op must be pre or post_pre, got {op!r}")
@@ -90,18 +97,34 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
 
 def sweep_configs():
     """Named alternatives to the heuristic (MhcConfig overrides) for --sweep."""
-    from flashinfer.experimental.b12x.norm.mhc._config import ApplyConfig, MhcConfig, RowConfig, StreamConfig
+    from flashinfer.experimental.b12x.norm.mhc._config import (
+        ApplyConfig,
+        MhcConfig,
+        RowConfig,
+        SmallConfig,
+        StreamConfig,
+    )
 
     base = MhcConfig()
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles
+        # the one-launch path at T <= 4 (16), the row pass 2 above
+        "small": dataclasses.replace(row, small=SmallConfig()),
+        "small_w4": dataclasses.replace(row, small=SmallConfig(num_warps=4)),
+        "small_h64": dataclasses.replace(row, small=SmallConfig(block_h=64)),
+        "small16": dataclasses.replace(row, small=SmallConfig(max_tokens=16)),
+        "post_pre_fused": dataclasses.replace(row, post_pre_split=False),
         "pass2_apply": apply,
         "pass2_row": row,
+        "row_w16": dataclasses.replace(row, row_small=RowConfig(8192, 256, 16), row_large=RowConfig(8192, 16, 16)),
         "row_w8": dataclasses.replace(row, row_small=RowConfig(8192, 256, 8), row_large=RowConfig(8192, 16, 8)),
+        "post_pre_t32_h32": dataclasses.replace(row, post_pre_large=StreamConfig(32, 32, 4, 2)),
+        "row_w4": dataclasses.replace(row, row_small=RowConfig(8192, 64, 4), row_large=RowConfig(8192, 16, 4)),
         "row_w4_chunk": dataclasses.replace(row, row_small=RowConfig(2048, 64, 4), row_large=RowConfig(2048, 16, 4)),
-        "row_small_s64": dataclasses.replace(row, row_small=RowConfig(8192, 64, 16)),
+        "row_w4_chunk4k": dataclasses.replace(row, row_small=RowConfig(4096, 64, 4), row_large=RowConfig(4096, 16, 4)),
+        "row_small_s64": dataclasses.replace(row, row_small=RowConfig(8192, 64, 8)),
         # pass 1 at small T: fewer, wider splits (fewer partial rows for pass 2 to sum)
         "row_pre_small_h128": dataclasses.replace(
             row,
@@ -171,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="entry points to time")
     parser.add_argument("--sweep", action="store_true", help="also time the alternative tiles of sweep_configs()")
     parser.add_argument(
+        "--variants", nargs="+", default=None, help="with --sweep: only these sweep_configs() names (default: all)"
+    )
+    parser.add_argument(
         "--per-pass", action="store_true", help="also time pass 1 and pass 2 of pre and post_pre alone (plan launchers)"
     )
     args = parser.parse_args(argv)
@@ -185,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     for knob in ("recompile_limit", "cache_size_limit"):  # room for the peers' recompiles
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
-    variants = {"b12x": None} | (sweep_configs() if args.sweep else {})
+    sweep = sweep_configs() if args.sweep else {}
+    unknown = sorted(set(args.variants or ()) - set(sweep))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown} (with --sweep; known: {sorted(sweep_configs())})")
+    variants = {"b12x": None} | {k: v for k, v in sweep.items() if args.variants is None or k in args.variants}
     ceil = ceilings(dev)
     table = Table(f"norm.mhc on {ceil.device_name} (timer: {args.timer})", ceil)
     checks, peers = [], {}

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, api
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import assert_ulps, inputs
@@ -33,6 +33,10 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
         if k.__name__ == "compile_stream":
             form, _, hidden, tile = args[:4]
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_stream, _kernel.MODES[form], hidden, tile)
+        elif k.__name__ == "compile_small":
+            form, _, hidden, _, tile = args[:5]
+            launch = functools.partial(_kernel_small.launch_small, _kernel.MODES[form], hidden, tile)
+            table[(k.__name__, args[:-2])] = launch
         elif k.__name__ == "compile_row":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
@@ -40,7 +44,7 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
     rows = _config.workspace_rows(cfg, p.forms(), H, max_tokens, target_ctas, split_k)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
-    st.scratch = {"partials": torch.full((rows, 32), float("nan"))}
+    st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": torch.zeros(1, dtype=torch.int32)}
     st.extra = {"launchers": table, "target_ctas": target_ctas}
     p._assign_handle()
     return p
@@ -49,8 +53,14 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
 # Every pass-2 kind the selection offers: the legacy apply kernel, the row kernel with the whole
 # row in one tile, and the row kernel streaming 128-wide chunks while summing 2 splits a step.
 VARIANTS = {
-    "apply": _config.MhcConfig(),
+    "apply": _config.MhcConfig(pass2="apply"),
     "row": _config.MhcConfig(pass2="row"),
+    # the one-launch path at T <= 4 (4 slices of 64 at H = 256), the row pass 2 above it
+    "small": _config.MhcConfig(pass2="row", small=_config.SmallConfig(max_tokens=4, block_h=64, num_warps=4)),
+    # post_pre above 2 tokens as post's kernel + pre's pass 1; pre's squares summed per step at small T
+    "split": _config.MhcConfig(
+        post_pre_split=True, small_max_tokens=2, pre_small=_config.StreamConfig(16, 32, 4, 2, sq="step")
+    ),
     "row_chunked": _config.MhcConfig(
         pass2="row",
         row_small=_config.RowConfig(block_h=128, block_s=2, num_warps=4),

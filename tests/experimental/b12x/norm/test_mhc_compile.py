@@ -15,7 +15,7 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
 
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small
 
 pytestmark = pytest.mark.compile
 
@@ -74,7 +74,7 @@ ARCHS = [pytest.param(90, id="sm_90a"), pytest.param(120, id="sm_120a")]
 
 @pytest.mark.parametrize("form, tile, cc", list(_stream_cases()))
 def test_stream_kernel(form, tile, cc):
-    consts = dict(H=7168, MODE=_kernel.MODES[form], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    consts = _kernel.stream_constexprs(7168, _kernel.MODES[form], tile)
     compiled = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc)
     _check(compiled, form, mma=form != "post")
 
@@ -94,7 +94,7 @@ def test_apply_kernel(tile, hidden, cc):
 ROW_TILES = {
     "row_small": _config.MhcConfig().row_small,
     "row_large": _config.MhcConfig().row_large,
-    "row_w8": _config.RowConfig(block_h=8192, block_s=16, num_warps=8),
+    "row_w16": _config.RowConfig(block_h=8192, block_s=16, num_warps=16),
 }
 
 
@@ -110,15 +110,32 @@ def test_row_kernel(tile, hidden, cc):
     _check(compiled, f"row {tile}", mma=False)
 
 
+SMALL_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")
+SMALL_SIG |= dict(part_ptr="*fp32", cnt_ptr="*i32", scale_ptr="*fp32", base_ptr="*fp32", w_ptr="*bf16", y_ptr="*bf16")
+SMALL_SIG |= dict(post_ptr="*fp32", comb_ptr="*fp32", T="i32", fn_blocks="i32", sinkhorn_iters="i32", has_norm="i32")
+SMALL_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("form", ["pre", "post_pre", "bcast"])
+def test_small_kernel(form, cc):
+    """The one-launch small-T kernel: mma.sync mixes, no wgmma, no spills (H = 7168)."""
+    cfg = _config.SmallConfig()
+    consts = dict(H=7168, MODE=_kernel.MODES[form], **_kernel_small.small_tile(7168, cfg, _kernel.MODES[form]))
+    _check(
+        _compile(_kernel_small._mhc_small_kernel, SMALL_SIG, consts, cfg.num_warps, 1, cc), f"small {form}", mma=True
+    )
+
+
 @pytest.mark.parametrize("cc", ARCHS)
 def test_float16_stream_kernel(cc):
     """fp16 activations split fn into fp16 hi + lo: mma.sync too."""
     sig = STREAM_SIG | {k: "*fp16" for k in ("res_ptr", "x_ptr", "out_ptr")}
     tile = _config.default_config("sm_90a" if cc == 90 else "sm_120a").pre_large
-    consts = dict(H=4096, MODE=_kernel.MODES["pre"], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    consts = _kernel.stream_constexprs(4096, _kernel.MODES["pre"], tile)
     _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
     tile = _config.MhcConfig().post_pre_large
-    consts = dict(H=4096, MODE=_kernel.MODES["post_pre"], BLOCK_T=tile.block_t, BLOCK_H=tile.block_h)
+    consts = _kernel.stream_constexprs(4096, _kernel.MODES["post_pre"], tile)
     _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
 
 

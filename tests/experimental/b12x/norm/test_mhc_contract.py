@@ -102,9 +102,19 @@ def test_kernel_jobs_cover_forms_and_weight_dtypes():
     names = [(k.__name__, args[0]) for k, args in jobs]
     assert len(jobs) == len(set(jobs)) == 10  # 6 pass-1 tiles + 2 pass-2 tiles x 2 weight dtypes
     assert names.count(("compile_stream", "pre")) == 2 and names.count(("compile_stream", "post")) == 1
-    assert {args[2] for k, args in jobs if k.__name__ == "compile_apply"} == {"bfloat16", "float32"}
+    assert {args[2] for k, args in jobs if k.__name__ == "compile_row"} == {"bfloat16", "float32"}
     only_post = mhc.plan(caps(), invocation="post").kernels(_config.MhcConfig(), "sm_90a")
     assert [k.__name__ for k, _ in only_post] == ["compile_stream"]
+    # post_pre alone borrows post's and pre's pass 1 (post_pre_split), not their pass 2 jobs
+    only_pp = mhc.plan(caps(), invocation="post_pre").kernels(_config.MhcConfig(), "sm_90a")
+    forms = sorted({args[0] for k, args in only_pp if k.__name__ == "compile_stream"})
+    assert forms == ["post", "post_pre", "pre"] and sum(k.__name__ == "compile_row" for k, _ in only_pp) == 4
+    fused = mhc.plan(caps(), invocation="post_pre").kernels(_config.MhcConfig(post_pre_split=False), "sm_90a")
+    assert {args[0] for k, args in fused if k.__name__ == "compile_stream"} == {"post_pre"}
+    small = mhc.plan(caps()).kernels(_config.MhcConfig(small=_config.SmallConfig()), "sm_90a")
+    assert sorted(args[0] for k, args in small if k.__name__ == "compile_small") == sorted(
+        ["pre", "post_pre", "bcast"] * 2
+    )  # x 2 weight dtypes
 
 
 @pytest.mark.parametrize("max_tokens", [1, 7, 64, 65, 300])
@@ -119,8 +129,9 @@ def test_workspace_covers_every_live_size(max_tokens, split_k):
             splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k)
             assert splits * t <= rows
             assert (splits - 1) * cps < H // tile.block_h <= splits * cps  # no empty split
-    spec = p.scratch_specs(cfg, "cuda")[0]
+    spec, counter = p.scratch_specs(cfg, "cuda")
     assert spec.name == "partials" and spec.shape == (rows, 32) and spec.dtype == torch.float32
+    assert counter.name == "counter" and counter.shape == (1,) and counter.dtype == torch.int32
     assert p.scratch_specs(cfg, "cpu") == ()
 
 

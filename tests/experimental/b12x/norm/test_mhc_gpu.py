@@ -6,7 +6,7 @@ import torch
 
 import b12x
 from b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
@@ -126,6 +126,9 @@ PASS2 = {
     "row_chunked": _config.MhcConfig(
         pass2="row", row_small=_config.RowConfig(2048, 64, 4), row_large=_config.RowConfig(2048, 16, 4)
     ),
+    "small": _config.MhcConfig(pass2="row", small=_config.SmallConfig()),
+    "post_pre_fused": _config.MhcConfig(post_pre_split=False),
+    "small16": _config.MhcConfig(pass2="row", small=_config.SmallConfig(max_tokens=16)),
     "row_w8_small_h128": _config.MhcConfig(
         pass2="row",
         row_small=_config.RowConfig(8192, 256, 8),
@@ -191,9 +194,10 @@ def test_split_k_cap_and_float16():
         mhc.run_post_pre(*a, plan=p16, **SCALARS)
 
 
-def test_graph_replay_equals_eager():
+@pytest.mark.parametrize("variant", [None, "small"])
+def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256
-    p = prepared(hidden)
+    p = prepared(hidden, override=None if variant is None else PASS2[variant])
     bufs = dict(
         residual_out=torch.empty(cap, 4, hidden, dtype=torch.bfloat16, device="cuda"),
         y_out=torch.empty(cap, hidden, dtype=torch.bfloat16, device="cuda"),
@@ -244,6 +248,7 @@ def test_graph_replay_equals_eager():
 
 def _jit_cache_size():
     kernels = (_kernel._mhc_stream_kernel, _kernel._mhc_apply_kernel, _kernel_row._mhc_row_kernel)
+    kernels += (_kernel_small._mhc_small_kernel,)
     return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
 
@@ -252,7 +257,7 @@ def test_freeze_new_tokens_run_new_hidden_raises():
     ins = gpu_inputs(5, 4096, seed=1)
     mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
     compiles = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
-    compiles += _kernel_row.compile_row.compile_count
+    compiles += _kernel_row.compile_row.compile_count + _kernel_small.compile_small.compile_count
     jit = _jit_cache_size()
     b12x.freeze_kernel_resolution("test")
     for tokens in (2, 77, 4999):
@@ -262,7 +267,7 @@ def test_freeze_new_tokens_run_new_hidden_raises():
         mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, norm_weight=ins["w_f32"], **SCALARS)
     torch.cuda.synchronize()
     now = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
-    assert now + _kernel_row.compile_row.compile_count == compiles
+    assert now + _kernel_row.compile_row.compile_count + _kernel_small.compile_small.compile_count == compiles
     assert _jit_cache_size() == jit  # Triton compiled nothing behind our back either
     with pytest.raises(b12x.KernelResolutionFrozenError):
         b12x.PreparationSession("cuda").prepare([mhc.plan(mhc.Caps(device="cuda", max_tokens=8, hidden_size=5120))])

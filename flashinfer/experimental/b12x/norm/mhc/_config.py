@@ -25,12 +25,17 @@ class StreamConfig:
     block_h: int
     num_warps: int = 4
     num_stages: int = 2
+    # pre's sum of squares: "auto" (elementwise when it fits in 32 registers, else per step), "step"
+    # (a row reduction per step), "lazy" (elementwise, one reduction after the loop)
+    sq: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.sq not in ("auto", "step", "lazy"):
+            raise ValueError(f"StreamConfig.sq must be auto, step or lazy, got {self.sq!r}")
         if self.block_h < 8:
             raise ValueError(f"StreamConfig.block_h must be >= 8 (a dot's K), got {self.block_h}")
         if self.num_warps % 4 == 0 and self.block_t >= 64:
@@ -87,6 +92,30 @@ PASS2_KINDS = ("apply", "row")
 
 
 @dataclass(frozen=True)
+class SmallConfig:
+    """The one-launch path (_kernel_small.py) for calls of at most `max_tokens` tokens: one program
+    per `block_h` slice of each stream (clipped to divide H), the last one to finish computes the
+    weights and y."""
+
+    max_tokens: int = 4
+    block_h: int = 128
+    post_pre_block_h: int = 32  # post_pre holds 4 more fp32 tiles: 64 spills at 8 warps, 32 does not
+    num_warps: int = 8
+
+    def slice_h(self, form: str, hidden: int) -> int:
+        """Hidden elements per stream of one program for `form` (a power of two dividing hidden)."""
+        return min(self.post_pre_block_h if form == "post_pre" else self.block_h, hidden & -hidden)
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "block_h", "post_pre_block_h", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"SmallConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.max_tokens > 16 or min(self.block_h, self.post_pre_block_h) < 16:
+            raise ValueError(f"SmallConfig needs max_tokens <= 16 and block_h >= 16, got {self}")
+
+
+@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -110,11 +139,17 @@ class MhcConfig:
     # chunk, 3 chunks prefetched); four per program at large T (one warp each, 256-wide chunks).
     apply_small: ApplyConfig = ApplyConfig(tokens=1, block_h=1024, stages=4)
     apply_large: ApplyConfig = ApplyConfig(tokens=4, block_h=256, stages=4)
-    # the "row" pass 2: one token per 16-warp program, the row read once (sum of squares from pass 1)
-    row_small: RowConfig = RowConfig(block_h=8192, block_s=256, num_warps=16)
-    row_large: RowConfig = RowConfig(block_h=8192, block_s=16, num_warps=16)
-    # which pass 2 runs: "apply" (TOK tokens a program, 2-3 reads of the row) or "row"
-    pass2: str = "apply"
+    # the "row" pass 2: one token per 8-warp program, the row read once. H200 (03:35 UTC run): 8
+    # warps 234 us at T=8192 (16 warps 343; the apply pass 2 1255), 8.7 us at T=1 (apply 33.6).
+    row_small: RowConfig = RowConfig(block_h=8192, block_s=256, num_warps=8)
+    row_large: RowConfig = RowConfig(block_h=8192, block_s=16, num_warps=8)
+    # which pass 2 runs: "row" or the older "apply" (TOK tokens a program, 2-3 reads of the row)
+    pass2: str = "row"
+    # the one-launch path at T <= small.max_tokens (pre, post_pre, bcast); None: off (unmeasured)
+    small: SmallConfig | None = None
+    # post_pre above small_max_tokens as post's kernel, then pre's pass 1 on the stored residual.
+    # H200 (04:04 UTC run): whole post_pre 909 us at T=8192 (fused pass 1: 1154), 108 at T=1024 (172)
+    post_pre_split: bool = True
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
 
@@ -153,6 +188,11 @@ class MhcConfig:
             out.append((large, cut + 1, max_tokens))
         return tuple(out)
 
+    def forms_needed(self, forms) -> tuple:
+        """The pass-1 forms `forms` run: post_pre_split adds post and pre to post_pre."""
+        extra = ("post", "pre") if self.post_pre_split and "post_pre" in forms else ()
+        return tuple(f for f in STREAM_FORMS if f in forms or f in extra)
+
     def streams(self, form: str) -> tuple:
         """Every tile `form` may run (the compile jobs)."""
         if form in ("bcast", "post"):
@@ -179,7 +219,10 @@ def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_
 def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None) -> int:
     """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens."""
     rows = 0
-    for form in forms:
+    if config.small is not None and any(f != "post" for f in forms):
+        slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
+        rows = slices * min(config.small.max_tokens, max_tokens)
+    for form in config.forms_needed(forms):
         if form == "post":
             continue  # post writes no partials
         for cfg, lo, hi in config.regimes(form, max_tokens):

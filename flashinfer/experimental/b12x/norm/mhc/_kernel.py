@@ -1,4 +1,6 @@
-"""Triton kernels of norm.mhc (math: reference.py). Two kernels, on torch's current stream.
+"""Triton kernels of norm.mhc (math: reference.py), on torch's current stream. Pass 1 and the older
+pass 2 live here; the default pass 2 is `_kernel_row.py` (one token per program, the row read once),
+the optional one-launch small-T path `_kernel_small.py`.
 
 `_mhc_stream_kernel` (pass 1), grid (token blocks, splits): each program walks its split of the
 hidden dimension in steps of [BLOCK_T tokens, 4 streams, BLOCK_H]. By MODE it
@@ -7,8 +9,9 @@ hidden dimension in steps of [BLOCK_T tokens, 4 streams, BLOCK_H]. By MODE it
 - POST_PRE: POST, rounded to the storage dtype, then the mixes of that stored residual;
 - BCAST: reads x [T, H] and writes its 4-stream repeat (the first layer's residual);
 and, except POST, accumulates this split's share of flat @ fn^T (24 mixes) into fp32 partials
-[splits, T, 32] (row stride 32 floats, columns 0..23 used) in the plan's workspace.
-`_mhc_apply_kernel` (pass 2), TOK tokens per program (one warp each at large T; one token over 4
+[splits, T, 32] (row stride 32 floats, columns 0..23) in the plan's workspace, and its share of
+sum(flat^2) into column 24 (read by the row pass 2; the apply pass 2 computes its own).
+`_mhc_apply_kernel` (pass 2, `MhcConfig(pass2="apply")`), TOK tokens per program (one warp each at large T; one token over 4
 warps at small T): streams each token's residual row (cp.async-prefetched chunks) for its mean
 square, sums the partials over the splits, applies the sigmoids, softmax + Sinkhorn on the 4x4
 combination (as four row vectors: column sums are elementwise), writes post [T, 4] and comb
@@ -106,6 +109,7 @@ def _mhc_stream_kernel(
     MODE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    SQ_MODE: tl.constexpr,  # PRE: 0 per-step reduction, 1 elementwise (stream_constexprs)
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     HAS_MIX: tl.constexpr = MODE != 1
@@ -150,6 +154,9 @@ def _mhc_stream_kernel(
 
     acc = tl.zeros([BLOCK_T, 32], dtype=tl.float32)
     sq = tl.zeros([BLOCK_T], dtype=tl.float32)  # this split's share of sum(flat^2) (partial column 24)
+    # PRE with SQ_MODE 1: squares summed elementwise, reduced once after the loop (a per-step row
+    # reduction nearly doubled pass 1 at T=8192 on the H200: 403 us, 224 without the squares)
+    sqe = tl.zeros([BLOCK_T, 4 * BLOCK_H if SQ_MODE == 1 else 1], dtype=tl.float32)
     mask2 = t_mask[:, None]
     tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
     fn_t = m32[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 32]: fn block 0 (block i at + i * H)
@@ -217,13 +224,19 @@ def _mhc_stream_kernel(
             # BH = 16 (the stream-split layout, 4 runs of BH H apart, read 32-byte runs).
             k0 = c * (4 * BLOCK_H)
             a = tl.load(res_ptr + row[:, None] * (4 * H) + k0 + k4[None, :], mask=mask2, other=0.0)
-            sq += _sum_sq(a)
+            if SQ_MODE == 1:
+                af = a.to(tl.float32)
+                sqe += af * af
+            else:
+                sq += _sum_sq(a)
             acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
 
     # Phase 3: this split's partial mixes and sum of squares (row stride 32 floats: 0..23 mixes,
     # 24 the sum of squares, 25..31 the zero pad of the dot).
     if HAS_MIX:
         part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
+        if SQ_MODE != 0:
+            sq = tl.sum(sqe, axis=1)
         acc = tl.where(m32[None, :] == 24, sq[:, None], acc)
         tl.store(part + m32[None, :], acc, mask=mask2)
 
@@ -375,6 +388,17 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
+    """Pass 1's constexprs. SQ_MODE (pre only; config.sq): "auto" sums the squares elementwise when
+    that accumulator costs at most 32 fp32 registers a thread (block_t x 4 block_h over the
+    program's threads), else reduces them per step (the 2-warp 64-token tile would spill)."""
+    sq = {"step": 0, "lazy": 1}.get(config.sq)
+    if sq is None:  # auto
+        sq = int(config.block_t * 4 * config.block_h <= 32 * 32 * config.num_warps)
+    sq = sq if mode == MODE_PRE else 0  # the other forms sum their squares per step
+    return dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq)
+
+
 def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, comb, out, fn, part, *, T, splits, cps):
     """Pass 1 over T tokens: grid (token blocks, splits); unused pointers take a same-dtype stand-in."""
     fn_blocks = fn.shape[1] // hidden
@@ -390,10 +414,7 @@ def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, co
         T,
         cps,
         fn_blocks,
-        H=hidden,
-        MODE=mode,
-        BLOCK_T=config.block_t,
-        BLOCK_H=config.block_h,
+        **stream_constexprs(hidden, mode, config),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **({} if _interpreting() else _OPTS),
@@ -444,10 +465,7 @@ def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, dev
     with torch.cuda.device(device_index):
         _mhc_stream_kernel.warmup(
             *args,
-            H=hidden,
-            MODE=MODES[mode],
-            BLOCK_T=config.block_t,
-            BLOCK_H=config.block_h,
+            **stream_constexprs(hidden, MODES[mode], config),
             num_warps=config.num_warps,
             num_stages=config.num_stages,
             grid=(1, 1),

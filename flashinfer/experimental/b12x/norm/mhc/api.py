@@ -1,7 +1,10 @@
 """norm.mhc host API: Caps -> plan -> PreparationSession -> bind -> run_pre / run_post / run_post_pre.
 
 Launches per call (CUDA): run_pre 2 (pass 1 split-K mixes, pass 2 finish + y), run_post 1,
-run_post_pre 2 (pass 1 writes the new residual and its mixes, pass 2 as in pre). No call allocates
+run_post_pre 2 up to MhcConfig.small_max_tokens (pass 1 writes the new residual and its mixes, pass 2
+as in pre) and 3 above it with MhcConfig.post_pre_split (post's kernel, pre's pass 1 on the stored
+residual, pass 2); 1 for pre / post_pre / bcast with MhcConfig.small at T <= small.max_tokens
+(off by default: slower on the H200). No call allocates
 (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors run
 `reference.py` (one warning per process, from PreparationSession).
 
@@ -22,7 +25,16 @@ from ..._lib.arch import resolve_device
 from ..._lib.checks import describe as _describe
 from ...preparation.plan import Plan
 from . import reference
-from ._config import ApplyConfig, MhcConfig, RowConfig, StreamConfig, default_config, split_for, workspace_rows
+from ._config import (
+    ApplyConfig,
+    MhcConfig,
+    RowConfig,
+    SmallConfig,
+    StreamConfig,
+    default_config,
+    split_for,
+    workspace_rows,
+)
 from .reference import MIXES, MULT
 
 OP = "norm.mhc"
@@ -90,13 +102,19 @@ class MhcPlan(Plan):
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_stream
         from ._kernel_row import compile_row
+        from ._kernel_small import compile_small
 
         caps, dt = self.caps, _dname(self.caps.dtype)
         dev = caps.device.index or 0
         jobs = []
-        for form in self.forms():
+        for form in config.forms_needed(self.forms()):
             for cfg in config.streams(form):
                 jobs.append((compile_stream, (form, dt, caps.hidden_size, cfg, dev, arch)))
+            if form not in self.forms():
+                continue  # a pass 1 that post_pre_split borrows: no pass 2 / small jobs of its own
+            if form != "post" and config.small is not None:
+                for wdt in dict.fromkeys((dt, "float32")):
+                    jobs.append((compile_small, (form, dt, caps.hidden_size, wdt, config.small, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
                 for tile in config.pass2_tiles():
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
@@ -114,11 +132,17 @@ class MhcPlan(Plan):
         if torch.device(device).type != "cuda":
             return ()  # the reference backend needs no workspace
         rows = self.workspace_rows(config or self.heuristic(None), device)
-        return (ScratchBufferSpec("partials", (max(rows, 1), 32), torch.float32, device),)
+        return (
+            ScratchBufferSpec("partials", (max(rows, 1), 32), torch.float32, device),
+            # the one-launch small-T path's ticket counter (0 between calls; prime zeroes it)
+            ScratchBufferSpec("counter", (1,), torch.int32, device),
+        )
 
     def prime(self, state) -> None:
         """Run every prepared form once at a small and (when it fits) a large T on random inputs."""
         caps = self.caps
+        if "counter" in state.scratch:
+            state.scratch["counter"].zero_()
         gen = torch.Generator(device=caps.device).manual_seed(0)
         sizes = sorted({1, min(caps.max_tokens, state.selection.small_max_tokens + 1)})
         for t in sizes:
@@ -232,7 +256,7 @@ def bind(plan: MhcPlan, **kwargs) -> MhcBinding:
 
         for spec in plan.scratch_specs(state.selection, state.device):
             if spec.name not in scratch:
-                raise ValueError(f"scratch lacks {spec.name!r} (the plan's scratch specs: partials)")
+                raise ValueError(f"scratch lacks {spec.name!r} (the plan's scratch specs: partials, counter)")
             check_buffer(
                 f"scratch[{spec.name!r}]", scratch[spec.name], shape=spec.shape, dtype=spec.dtype, device=spec.device
             )
@@ -581,6 +605,37 @@ def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **sc
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
 
+def _small(p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, **scal):
+    """The one-launch small-T path when the selection has one and t fits it; True if it ran."""
+    small = p.state.selection.small
+    if small is None or t > small.max_tokens:
+        return False
+    caps, dt = p.caps, _dname(p.caps.dtype)
+    wdt = "float32" if w is None else _dname(w.dtype)
+    launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, small))
+    scratch = binding.scratch if binding is not None else p.state.scratch
+    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
+    launch(
+        res,
+        x,
+        post_in,
+        comb_in,
+        out,
+        fn,
+        scratch["partials"],
+        scratch["counter"],
+        hc_scale,
+        hc_base,
+        w,
+        y,
+        post,
+        comb,
+        T=t,
+        **scal,
+    )
+    return True
+
+
 def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=None, **scal) -> None:
     t = residual.shape[0]
     if p.state.arch is None:
@@ -591,6 +646,24 @@ def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=N
     bcast = residual.dim() == 2
     _launchers(p)
     form = "bcast" if bcast else "pre"
+    if _small(
+        p,
+        form,
+        t,
+        residual,
+        None,
+        None,
+        None,
+        outs.get("residual_out"),
+        fn,
+        hc_scale,
+        hc_base,
+        norm_weight,
+        outs,
+        binding,
+        **scal,
+    ):
+        return None
     splits = _stream(p, form, t, residual, None, None, None, outs.get("residual_out"), fn, binding)
     _apply(p, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
@@ -619,6 +692,16 @@ def execute_post_pre(
     if t == 0:
         return None
     _launchers(p)
+    args = (x, prev_post, prev_comb, outs["residual_out"], fn, hc_scale, hc_base, norm_weight, outs, binding)
+    if _small(p, "post_pre", t, residual, *args, **scal):
+        return None
+    sel = p.state.selection
+    if sel.post_pre_split and t > sel.small_max_tokens:  # post's kernel, then pre on what it stored
+        new = outs["residual_out"]
+        _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
+        splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding)
+        _apply(p, t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+        return None
     splits = _stream(p, "post_pre", t, residual, x, prev_post, prev_comb, outs["residual_out"], fn, binding)
     _apply(p, t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
@@ -631,7 +714,17 @@ def _copy_outs(outs: dict, **values) -> None:
 
 
 __all__ = ["Caps", "MhcConfig", "MhcPlan", "MhcBinding", "plan", "bind", "run_pre", "run_post", "run_post_pre"]
-__all__ += ["ApplyConfig", "RowConfig", "StreamConfig", "MULT", "MIXES", "FORMS", "split_for", "synthetic_inputs"]
+__all__ += [
+    "ApplyConfig",
+    "RowConfig",
+    "SmallConfig",
+    "StreamConfig",
+    "MULT",
+    "MIXES",
+    "FORMS",
+    "split_for",
+    "synthetic_inputs",
+]
 
 from . import _ops as _ops_module  # noqa: E402 - registers the custom ops (it imports this module)
 
