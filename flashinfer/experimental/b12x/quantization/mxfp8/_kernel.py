@@ -15,6 +15,8 @@ Per 32-element block of a row, exactly the fp32 op sequence of `_lib/quant/mx.py
 - |v| <= 448 * (1 + 2^-23) (s rounds at most half an ulp down), so round-to-nearest lands on 448
   and saturation never decides a value; `cvt.rn.satfinite.e4m3x2.f32` keeps the sign of zero, as
   the oracle does.
+- Variants (`MxFp8Config`, all bit-equal, all candidates): lean (one NaN select per block in
+  amax, one NaN test per value) and layout "rows" or "quarters" (a thread owns whole blocks).
 - Swizzled scales (FORMATS.md 128x4 atoms) are written only at live (row < M, block < K/32)
   positions: the caller's padding bytes are left as they are.
 

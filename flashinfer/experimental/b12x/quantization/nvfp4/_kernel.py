@@ -11,6 +11,11 @@ sequence of `_lib/quant/nvfp4.py` (the oracle; bits must match):
 - `t` is in [0, 448], so the hardware `cvt.rn.satfinite.e4m3x2.f32` is the oracle's RNE encoding.
 - E2M1 codes come from comparisons against the grid midpoints (ties to the even code; NaN fails
   every comparison -> +0; +-Inf -> +-6): SM90 has no FP4 conversion instruction.
+- Variants (`NvFp4Config`, all bit-equal, all candidates): encode "div" (the sequence above),
+  "mul" (no per-element division: |x * gs| against midpoint * sf, exact; proof at
+  `_e2m1_codes_mul`), "search" (the same thresholds by binary search); layout "rows" or "halves"
+  (a thread owns whole 16-element blocks); skip_dead (padding-only programs write zero scales
+  only); scale_words (4-byte scale stores).
 - Scales land in the 128x4 swizzled layout (FORMATS.md). The grid covers ceil128(M) rows and
   ceil64(K) columns: rows >= M and blocks >= K/16 load zeros, so their scale is 0, which is the
   oracle's padding byte for NVFP4. Bytes past ceil128(M) rows are never touched.
