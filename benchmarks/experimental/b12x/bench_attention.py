@@ -10,8 +10,9 @@ SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 102
 TFLOP/s column): 2 matmuls over the visible (query, key) pairs,
   `causal_flops` = 2 * B * Hq * (D + Dv) * (L * (N - L) + L * (L + 1) / 2).
 Peers: SDPA FA2 and cuDNN with is_causal=True on contiguous [B, H, L, D] bf16 copies of q/K/V.
-Ours once per --extend-block-m (default 128 64): the heuristic's block_m is row "b12x.paged", others
-"b12x.paged m<block_m>" (same block_n / stages), so one run measures the heuristic's choice.
+Ours once per --extend-configs entry (default: the heuristic's, row "b12x.paged", then 64x64x2x1 and
+128x32x2x2 = block_m x block_n x stages x row_blocks, rows "b12x.paged <entry>"), so one run
+measures the heuristic's choice against its alternatives.
 
 Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128, page size 16, every
 request of the case has kv_len keys; pages are a random permutation of the cache.
@@ -60,7 +61,6 @@ machine stays warm. A fresh machine is bare: all installs again.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -81,7 +81,7 @@ from benchmarks.experimental.b12x.common import (
     standard_parser,
 )
 from flashinfer.experimental.b12x._lib.arch import target_arch
-from flashinfer.experimental.b12x.attention.paged._config import default_extend_config
+from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, default_extend_config, why_not_extend
 
 MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
@@ -127,6 +127,14 @@ def _sdpa(backend, causal=False):
     return call
 
 
+def parse_extend_config(text: str) -> ExtendConfig:
+    """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1)."""
+    parts = text.split("x")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"an extend config is block_m x block_n x stages x row_blocks like 128x64x2x1, got {text!r}")
+    return ExtendConfig(*(int(p) for p in parts))
+
+
 def extend_batch(q_len: int, tokens: int = EXTEND_TOKENS) -> int:
     """Requests of an extend case: about `tokens` query tokens, 4..16 requests."""
     return max(4, min(16, tokens // q_len))
@@ -163,8 +171,8 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
     want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, is_causal=True, enable_gqa=True).float()
     kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
     heuristic = default_extend_config(kv_dtype, D, target_arch(dev), "extend")
-    for block_m in args.extend_block_m:
-        config = dataclasses.replace(heuristic, block_m=block_m)
+    for entry in args.extend_configs:
+        config = heuristic if entry == "heuristic" else parse_extend_config(entry)
         caps = paged.Caps(
             device=str(dev), mode="extend", dtype="bfloat16", kv_dtype=kv_dtype, num_q_heads=HQ, num_kv_heads=HKV,
             head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch * q_len, max_batch=batch,
@@ -186,7 +194,7 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
         if not err <= tol:
             note += " MISMATCH"
             print(f"WARNING {case.label}: {note}", file=sys.stderr)
-        impl = "b12x.paged" if config == heuristic else f"b12x.paged m{block_m}"
+        impl = "b12x.paged" if entry == "heuristic" else f"b12x.paged {entry}"
         table.add(case, impl, measure(lambda binding=binding: paged.run(binding=binding), args), note=note)
         session.release(plan)
     del want
@@ -298,8 +306,8 @@ def build_parser():
     parser.add_argument("--mode", choices=("decode", "extend", "all"), default="decode", help="which table(s)")
     parser.add_argument("--q-len", type=int, nargs="+", default=None, help=f"extend q_lens (default {EXTEND_Q_LENS})")
     parser.add_argument(
-        "--extend-block-m", type=int, nargs="+", default=[128, 64], choices=(16, 32, 64, 128),
-        help="extend kernel block_m values to time (one row each)",
+        "--extend-configs", nargs="+", default=["heuristic", "64x64x2x1", "128x32x2x2"], metavar="MxNxSxR",
+        help="extend kernel configs to time (block_m x block_n x stages x row_blocks, or 'heuristic'), a row each",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
@@ -324,6 +332,16 @@ def parse_args(argv: list[str] | None = None):
         parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
     if args.q_len and any(n < PAGE or n % PAGE for n in args.q_len):
         parser.error(f"--q-len values must be positive multiples of the page size {PAGE}")
+    for entry in args.extend_configs:
+        if entry == "heuristic":
+            continue
+        try:
+            config = parse_extend_config(entry)
+        except ValueError as e:
+            parser.error(f"--extend-configs: {e}")
+        reason = why_not_extend("bfloat16", "bfloat16", HQ, HKV, D, D, PAGE, config, "sm_90a")
+        if reason is not None:
+            parser.error(f"--extend-configs {entry}: {reason}")
     return args
 
 

@@ -152,6 +152,18 @@ def test_extend_default_config_compiles(arch, kv_dtype, mode):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_extend_two_row_blocks_per_warp_compiles(arch):
+    """row_blocks 2 (32 rows a warp, Q re-read per head-dim block): twice the mma per tile and per
+    warp, Q's ldmatrix inside the tile loop (D / 16 of them) next to K's and V's."""
+    ke = _extend_module()
+    cfg = ExtendConfig(block_m=128, block_n=32, stages=2, row_blocks=2)
+    ptx = _check_binary(ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch=arch), arch)
+    assert ptx.count("m16n8k16.row.col.f32.bf16.bf16.f32") == 2 * ((32 // 8) * (128 // 16) + (128 // 8) * (32 // 16))
+    # per tile: Q 2 x D/16, K (32 keys x D) / (16 x 16), V (Dv x 32 keys) / (16 x 16)
+    assert ptx.count("ldmatrix.sync.aligned") == 2 * 8 + 16 + 16
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_extend_schedule_compiles(arch):
     _, ks = _modules()
     _check_binary(ks.compile_extend_schedule(16, arch=arch), arch)
@@ -197,7 +209,7 @@ def test_extend_fits_the_register_budget(kv_dtype, mode, tmp_path):
 
 def test_extend_config_predicate():
     assert why_not_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, ExtendConfig(block_m=48), "sm_90a") == (
-        "config out of range: ExtendConfig(block_m=48, block_n=64, stages=2)"
+        "config out of range: ExtendConfig(block_m=48, block_n=64, stages=2, row_blocks=1)"
     )
     big = ExtendConfig(block_m=128, block_n=128, stages=3)
     assert "bytes of shared memory, sm_120a has" in why_not_extend(
@@ -217,7 +229,8 @@ def _extend_sweep():
         q = "float16" if kv == "float16" else "bfloat16"
         yield arch, q, kv, d, page, hq, hkv, default_extend_config(kv, d, arch)
         yield arch, q, kv, d, page, hq, hkv, default_extend_config(kv, d, arch, "verify")
-    for arch, cfg in itertools.product(ARCHS, (ExtendConfig(128, 64), ExtendConfig(32, 32, 3), ExtendConfig(16, 128))):
+    alternatives = (ExtendConfig(128, 64), ExtendConfig(32, 32, 3), ExtendConfig(16, 128), ExtendConfig(128, 64, 2, 2))
+    for arch, cfg in itertools.product(ARCHS, alternatives):
         yield arch, "bfloat16", "float8_e4m3fn", 128, 64, 32, 8, cfg
 
 

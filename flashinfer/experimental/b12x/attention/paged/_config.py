@@ -166,16 +166,19 @@ def q_dim_slot(d16: int) -> int:
 # ---- extend / verify (FlashAttention-2 style, `_kernel_extend`) ----------------------------------
 @dataclass(frozen=True)
 class ExtendConfig:
-    """block_m: packed query rows per CTA (tokens x the G heads of one KV head; 16 per warp);
-    block_n: keys per KV tile (multiple of 16); stages: cp.async buffers of K and V tiles."""
+    """block_m: packed query rows per CTA (tokens x the G heads of one KV head); block_n: keys per
+    KV tile (multiple of 16); stages: cp.async buffers of K and V tiles; row_blocks: 16-row mma
+    blocks per warp (1: Q stays in registers; 2: FlashAttention-2's 32 rows a warp, half the shared
+    memory reads of K and V per flop, Q re-read from shared memory every tile)."""
 
     block_m: int = 64
     block_n: int = 64
     stages: int = 2
+    row_blocks: int = 1
 
     @property
     def warps(self) -> int:
-        return self.block_m // 16
+        return self.block_m // (16 * self.row_blocks)
 
     def tokens_per_tile(self, group: int) -> int:
         """Query tokens one CTA owns: block_m // G (rows past tokens * G are padding)."""
@@ -199,6 +202,8 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return reason
     c = config
     if c.block_m not in (16, 32, 64, 128) or c.block_n not in (16, 32, 64, 128) or c.stages not in (2, 3):
+        return f"config out of range: {c}"
+    if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
     need = extend_smem_bytes(kv_dtype, head_dim, head_dim_v, c)
     if need > SMEM_LIMIT.get(arch, 99 * 1024):

@@ -6,7 +6,8 @@ A work item is (request, first token) of a tile of T = block_m // G query tokens
 head with those tokens into block_m rows (row r = token r // G, head r % G; rows past T * G and
 tokens past the request's q_len are zero padding, never written), keeps Q in registers (ldmatrix
 once) and streams the request's visible keys in block_n-key tiles through a `stages`-deep cp.async
-ring shared by all warps (one CTA barrier per tile). Each warp owns 16 rows: S = Q K^T (mma
+ring shared by all warps (one CTA barrier per tile). Each warp owns 16 * row_blocks rows (with
+row_blocks 2, Q is re-read from shared memory per head-dim block instead): S = Q K^T (mma
 m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal / window mask on the tiles that
 need one, online softmax in base 2, O += P V (one 16-key block at a time). Tiles wholly above the
 diagonal of the tile's last token (or below the window of its first) are never loaded.
@@ -61,6 +62,8 @@ class PagedExtend:
         self.page_size = page_size
         self.bm, self.bn, self.stages = config.block_m, config.block_n, config.stages
         self.warps = config.warps
+        self.row_blocks = config.row_blocks
+        self.q_in_regs = config.row_blocks == 1  # 32 rows a warp: Q, S and O would not fit in registers
         self.threads = 32 * self.warps
         self.tokens = config.tokens_per_tile(self.group)
         self.rows = self.tokens * self.group  # useful rows of the block_m
@@ -209,12 +212,15 @@ class PagedExtend:
                 cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
             )
             thr_q_s2r = q_s2r.get_slice(tidx)
-            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+            tSsQ = thr_q_s2r.partition_S(sQ)
+            tSrQ_v = thr_q_s2r.retile(tSrQ)
+            if cutlass.const_expr(self.q_in_regs):
+                cute.copy(q_s2r, tSsQ, tSrQ_v)
 
             acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.dv)), Float32)
             acc_O.fill(0.0)
-            row_max = cute.make_rmem_tensor(2, Float32)
-            row_sum = cute.make_rmem_tensor(2, Float32)
+            row_max = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
+            row_sum = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
             row_max.fill(-Float32.inf)
             row_sum.fill(0.0)
 
@@ -229,7 +235,7 @@ class PagedExtend:
                                     nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx)  # fmt: skip
                 cute.arch.cp_async_commit_group()
                 self._tile(sK, sV, i % self.stages, (t_begin + i) * self.bn, tok0, n_tok, diag, kv_len, window_left,
-                           qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx)  # fmt: skip
+                           qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
 
             # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
@@ -268,7 +274,7 @@ class PagedExtend:
 
     @cute.jit
     def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
-              tSrQ, acc_O, row_max, row_sum, tidx):  # fmt: skip
+              tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v):  # fmt: skip
         """One KV tile for this warp's 16 rows: S = Q K^T, mask, online softmax (base 2), O += P V."""
         sKt = sK[None, None, stage]  # (block_n, De)
         sVt = sV[None, None, stage]  # (block_n, Dve)
@@ -283,6 +289,8 @@ class PagedExtend:
             tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # ((2,2), block_n/8, D/16)
             tSrK_v = thr_k.retile(tSrK)
             for kb in cutlass.range_constexpr(cute.size(tSrK, mode=[2])):
+                if cutlass.const_expr(not self.q_in_regs):
+                    cute.copy(q_s2r, tSsQ[None, None, kb], tSrQ_v[None, None, kb])
                 cute.copy(k_s2r, tSsK[None, None, kb], tSrK_v[None, None, kb])
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
         else:
@@ -293,6 +301,8 @@ class PagedExtend:
                 cute.copy(k_s2r, tSsK[None, None, kb], raw_v[None, None, kb])
                 expand_k_block(raw, tSrK, kb)
                 for h in cutlass.range_constexpr(2):
+                    if cutlass.const_expr(not self.q_in_regs):
+                        cute.copy(q_s2r, tSsQ[None, None, 2 * kb + h], tSrQ_v[None, None, 2 * kb + h])
                     cute.gemm(tiled_mma, acc_S, tSrQ[None, None, 2 * kb + h], tSrK[None, None, 2 * kb + h], acc_S)
 
         s_mn = mn_view(acc_S)
