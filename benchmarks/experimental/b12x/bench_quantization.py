@@ -11,8 +11,9 @@ Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: to
 of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
 each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
---all-configs adds a row per candidate kernel config and prints the fastest config per shape (data
-for the heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
+--all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
+heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
 """
 
@@ -116,7 +117,7 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     case = Case("nvfp4", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=nvfp4_bytes(m, k), ceiling="copy")
     xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
     gs = nvfp4_global_scale(xs[0]).reshape(1)
-    configs = [None] + (list(nvfp4_configs(k))[1:] if args.all_configs else [])
+    configs = [None] + (list(nvfp4_configs(k, unvalidated=True))[1:] if args.all_configs else [])
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
@@ -152,7 +153,7 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
     rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
     mma = torch.full((swizzled_size(m, k // 32),), 127, dtype=torch.uint8, device=dev)
-    configs = [None] + (list(mxfp8_configs(k))[1:] if args.all_configs else [])
+    configs = [None] + (list(mxfp8_configs(k, unvalidated=True))[1:] if args.all_configs else [])
     session = b12x.PreparationSession(dev)
     ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
     for config in configs:
@@ -205,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="activation dtype")
     parser.add_argument("--all-configs", action="store_true", help="also time every candidate kernel config")
     args = parser.parse_args(argv)
+    if args.all_configs:  # every candidate, GPU-validated or not: each one's bits are checked below
+        os.environ["B12X_QUANT_UNVALIDATED_CANDIDATES"] = "1"
     dev = require_cuda("bench_quantization", args.device)
     torch.cuda.set_device(dev)
     dtype = getattr(torch, args.dtype)

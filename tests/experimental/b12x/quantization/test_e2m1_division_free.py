@@ -115,3 +115,14 @@ def test_a_wrong_tie_direction_is_caught():
             test_every_midpoint_neighbourhood()
     finally:
         TIES_UP = saved
+
+
+def test_e4m3_decode_by_bits_is_exact():
+    # The division-free encodes decode the scale byte b as fp32_bits(b << 20) * 2^120 (`_e4m3_value`,
+    # avoiding the cvt.rn.f16x2.e4m3x2 that Triton 3.6's ptxas miscompiled): equal to the E4M3 value
+    # for every byte the kernel can produce (0..126: never negative, never NaN), subnormals included,
+    # with IEEE (no flush-to-zero) fp32 arithmetic as the PTX has it.
+    b = torch.arange(0, 127, dtype=torch.int32)
+    decoded = (b << 20).view(torch.float32) * torch.tensor(2.0**120, dtype=torch.float32)
+    assert torch.equal(decoded, SCALES) and torch.equal(decoded.view(torch.int32), SCALES.view(torch.int32))
+    assert SCALES[1] == 2.0**-9 and SCALES[126] == 448.0  # the subnormal and the top of the range

@@ -1,5 +1,8 @@
 """GPU tier: every candidate kernel config of both quantizers (what `bench_quantization --all-configs`
-times and the autotuner may select) bitwise equal to the oracles on the device.
+times and the autotuner may select), the GPU-validated ones and the unvalidated ones alike
+(`candidate_configs(k, unvalidated=True)`, as B12X_QUANT_UNVALIDATED_CANDIDATES=1 gives),
+bitwise equal to the oracles on the device. A config moves to its kernel's `_VALIDATED` only
+after it passes here.
 
 Per config: random rows over many decades and extreme blocks (zero, NaN, Inf, max, subnormal), a
 device-tensor global scale (NVFP4), outputs poisoned with 0xFF first. Shapes hit the paths the
@@ -35,7 +38,7 @@ def _cases(candidates):
     return [
         pytest.param(m, k, cfg, id=f"{m}x{k}-" + "-".join(str(v) for v in vars(cfg).values()))
         for m, k in SHAPES
-        for cfg in candidates(k)
+        for cfg in candidates(k, unvalidated=True)
     ]
 
 
