@@ -121,8 +121,7 @@ def dense_moe(
                     gate = torch.clamp(gate, max=limit)
                     up = torch.clamp(up, -limit, limit)
                     g = gate / (1 + torch.exp(-alpha * gate)) * (up + beta)
-            if mode == "w4a16":
-                g = g.bfloat16().float()
+            g = g.bfloat16().float()  # the intermediate in a's dtype, every recipe (reference.py)
             y = _act_quant(g, mode, ckpt.get("a2_gscale", [None] * (e + 1))[e]) @ w2[e].t()
             out[t] += y if on_input else w * y
     return out

@@ -77,13 +77,12 @@ def dense_layer(
     alpha=1.702,
     beta=1.0,
     bf16=False,
-    c1_bf16=False,
 ):
     """fp32 [T, H]: reference.fused_moe's math with one matmul per hit expert instead of one per
     route (same quantization steps, same route order in the final sum). bf16=True runs both
     matmuls in bf16 on bf16-rounded operands (torch's "same precision" computation).
-    c1_bf16=True rounds act(FC1) to bf16 before FC2's quantization in every recipe: what the device
-    pipeline does (FC1 stores bf16 C; reference.py quantizes the fp32 activation for nvfp4/w4a8)."""
+    act(FC1) is rounded to a's dtype before FC2's quantization in every recipe, as in reference.py
+    and the device pipeline (FC1 stores bf16 C)."""
     p = experts.plan
     t_count, k = topk_ids.shape
     ids = topk_ids.long()
@@ -111,8 +110,7 @@ def dense_layer(
         x = R.quantize_activation(x, quant_mode, g1)
         h = (x.bfloat16() @ w1.bfloat16().t()).float() if bf16 else x @ w1.t()
         g = R.activation(h, p.activation, p.intermediate_size, limit, alpha, beta)
-        if quant_mode == "w4a16" or c1_bf16:
-            g = g.to(a.dtype).float()
+        g = g.to(a.dtype).float()
         g = R.quantize_activation(g, quant_mode, g2)
         y = (g.bfloat16() @ w2.bfloat16().t()).float() if bf16 else g @ w2.t()
         y_all[tok, slot] = y if on_input else w[:, None] * y

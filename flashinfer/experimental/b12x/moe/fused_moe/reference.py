@@ -9,9 +9,12 @@ to a's dtype.
 Per route, with x = a[t] in fp32 (times w[t, r] first when apply_router_weight_on_input, and then
 w is not applied again after FC2):
 - nvfp4:      x -> NVFP4 with gs_a = a1_gscale[e] -> dequantized; h = x @ W1_e^T; g = act(h);
-              g -> NVFP4 with a2_gscale[e] -> dequantized; y = g @ W2_e^T.
-- w4a16:      no activation quantization; g is rounded to bf16 (FC2's 16-bit operand).
-- w4a8_mx, w4a8_nvfp4: x and g -> MXFP8 (UE8M0 per 32) -> dequantized.
+              g -> a's dtype (bf16) -> NVFP4 with a2_gscale[e] -> dequantized; y = g @ W2_e^T.
+- w4a16:      no activation quantization; g is rounded to a's dtype (FC2's 16-bit operand).
+- w4a8_mx, w4a8_nvfp4: x and g -> MXFP8 (UE8M0 per 32) -> dequantized (g rounded to a's dtype first).
+The intermediate g is materialised in a's dtype in every recipe (our choice where FORMATS.md is
+silent: it is what an unfused pipeline stores between FC1 and FC2, and what the device pipeline's FC1
+writes; quantizing the fp32 g instead moves whole NVFP4 block scales and costs ~5e-4 of cosine).
 W_e is the fp32 dequantization of the packed weights (`ExpertWeights`, gate rows first for gated
 activations), including alpha = 1 / gs_w. Quantizers are the `_lib.quant` oracles.
 
@@ -106,8 +109,7 @@ def fused_moe(
             g2 = None if experts.a2_gscale is None else experts.a2_gscale[e]
             h = quantize_activation(x, quant_mode, g1) @ w1.t()
             g = activation(h, p.activation, p.intermediate_size, swiglu_limit, swiglu_alpha, swiglu_beta)
-            if quant_mode == "w4a16":
-                g = g.to(a.dtype).float()
+            g = g.to(a.dtype).float()  # the intermediate in a's dtype, every recipe (module docstring)
             y = (quantize_activation(g, quant_mode, g2) @ w2.t()).squeeze(0)
             out[t] += y if apply_router_weight_on_input else w * y
     return out.to(a.dtype)
