@@ -150,3 +150,27 @@ def test_schedule_splits_long_requests_at_small_batch():
     assert all(items == 1 for _, items in reqs)
     # a capacity of exactly max_batch never splits
     assert chunk_size(10**6, 4, 4, CONFIG) == 1 << 30
+
+
+def test_gpu_tiers_output_check_passes_the_reference_and_fails_a_wrong_row():
+    """check_against_reference (shared by the decode and extend gpu tiers) on CPU tensors: the
+    reference itself passes; one wrong row, a NaN row or a shifted LSE fails."""
+    from flashinfer.experimental.b12x.attention.paged.reference import paged_attention_reference
+
+    from .paged_cases import check_against_reference, make_case
+
+    case = make_case([5, 40, 17], [1, 3, 2], device="cpu")
+    out, lse = paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    check_against_reference(case, out, lse, out)
+    bad = out.clone()
+    bad[2] += 0.5
+    with pytest.raises(AssertionError, match="max"):
+        check_against_reference(case, bad, lse, out)
+    nan = out.clone()
+    nan[0] = float("nan")
+    with pytest.raises(AssertionError, match="NaN poison"):
+        check_against_reference(case, nan, lse, out)
+    with pytest.raises(AssertionError):
+        check_against_reference(case, out, lse + 0.01, out)
