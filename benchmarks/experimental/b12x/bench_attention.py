@@ -148,8 +148,6 @@ def causal_flops(batch: int, q_len: int, kv_len: int, hq: int, d: int, dv: int) 
 
 def run_extend_case(table, args, batch, q_len, fp8, dev):
     """Causal prefill of `batch` requests of q_len tokens (no prefix): ours vs SDPA FA2 / cuDNN."""
-    from torch.nn.attention import SDPBackend
-
     gen = torch.Generator(device=dev).manual_seed(batch * 7919 + q_len)
     kv_len, pages_per = q_len, q_len // PAGE
     num_pages = batch * pages_per + 8
@@ -199,15 +197,23 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
         session.release(plan)
     del want
     if not args.no_peers:
-        for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
-            fn = _sdpa(backend, causal=True)
-            label = name + (" (bf16 kv)" if fp8 else "")
-            try:
-                fn(q4, kc, vc)
-                table.add(case, label, measure(lambda fn=fn: fn(q4, kc, vc), args), peer=True)
-            except RuntimeError as e:
-                print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8, causal=True)
     return case
+
+
+def _time_sdpa_peers(table, case, args, qkv, fp8: bool, causal: bool = False) -> None:
+    """SDPA's FA2 and cuDNN backends on the contiguous bf16 copies; a backend that refuses the shape
+    is skipped with its reason."""
+    from torch.nn.attention import SDPBackend
+
+    for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+        fn = _sdpa(backend, causal=causal)
+        label = name + (" (bf16 kv)" if fp8 else "")
+        try:
+            fn(*qkv)
+            table.add(case, label, measure(lambda fn=fn: fn(*qkv), args), peer=True)
+        except RuntimeError as e:
+            print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
 
 
 def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
@@ -236,8 +242,6 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     kc = _contiguous_bf16(k_cache, page_table, descale)
     vc = _contiguous_bf16(v_cache, page_table, descale)
     q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
-    from torch.nn.attention import SDPBackend
-
     want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True).squeeze(2)
     err = (out.float() - want.float()).abs().max().item()
     tol = 0.05 if fp8 else 0.02
@@ -247,14 +251,7 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         print(f"WARNING {case.label}: {note}", file=sys.stderr)
     table.add(case, "b12x.paged", measure(lambda: paged.run(binding=binding), args), note=note)
     if not args.no_peers:
-        for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
-            fn = _sdpa(backend)
-            label = name + (" (bf16 kv)" if fp8 else "")
-            try:
-                fn(q4, kc, vc)
-                table.add(case, label, measure(lambda fn=fn: fn(q4, kc, vc), args), peer=True)
-            except RuntimeError as e:
-                print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
     record = fipeer.case_record(batch, kv_len, fp8, drawn, out, want, tol) if want_record else None
     session.release(plan)  # the caches go with this frame; run() empties the allocator cache
     return case, record
