@@ -77,6 +77,7 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
+    report_path,
     require_cuda,
     standard_parser,
 )
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             fi_status[kv_name] = run_flashinfer_peer(table, args, cases, records, kv_name)
             print(f"peer flashinfer ({kv_name}): {fi_status[kv_name]}")
     table.print()
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_attention.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_attention.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)

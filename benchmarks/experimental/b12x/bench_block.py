@@ -39,7 +39,15 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+from benchmarks.experimental.b12x.common import (
+    Case,
+    Table,
+    ceilings,
+    measure,
+    report_path,
+    require_cuda,
+    standard_parser,
+)
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
@@ -334,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)
     extra = {"startup": bench_startup(args.model, 1)} if args.startup else {}
-    path = args.json or (os.path.join(os.environ["OUT"], "b12x_bench_block.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_bench_block.json")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         table.write_json(path, argv=[sys.executable, "-m", MODULE, *argv], device=dev, extra=extra)

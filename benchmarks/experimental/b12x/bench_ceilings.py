@@ -14,9 +14,7 @@ Without --json the report goes to $OUT/b12x_ceilings.json when $OUT is set.
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import torch
 
@@ -25,6 +23,7 @@ from benchmarks.experimental.b12x.common import (
     Table,
     copy_fn,
     measure_ceilings,
+    report_path,
     require_cuda,
     standard_parser,
     time_cuda_events,
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = [] if args.no_peers else clock_checks(table)
     for name, ok, value in checks:
         print(f"check {name}: {'ok' if ok else 'WARN'} ({value:.3f})")
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_ceilings.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_ceilings.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks]}

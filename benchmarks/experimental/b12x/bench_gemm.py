@@ -23,15 +23,21 @@ Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 import b12x
-from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+from benchmarks.experimental.b12x.common import (
+    Case,
+    Table,
+    ceilings,
+    measure,
+    report_path,
+    require_cuda,
+    standard_parser,
+)
 
 MODULE = "benchmarks.experimental.b12x.bench_gemm"
 SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
@@ -232,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, res in sweeps.items():
         best = min(res, key=res.get) if res else None
         print(f"sweep {name}: best {best} {res.get(best, float('nan')):.2f} us of {len(res)} configs")
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_gemm.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_gemm.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         extra = {"bytes": "weight values+scales + activations(+scales) + bf16 output, once", "sweeps": sweeps}

@@ -31,10 +31,8 @@ than grouped_mm bf16. Without --json the report goes to $OUT/b12x_moe.json when 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -337,7 +335,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.experimental.b12x.common import Table, ceilings, require_cuda, standard_parser
+    from benchmarks.experimental.b12x.common import Table, ceilings, report_path, require_cuda, standard_parser
 
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"live token counts T (default {TOKENS})")
@@ -361,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         run_shape(table, args, shape, tokens, recipes, device, generator)
     table.print()
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_moe.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_moe.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         extra = {"bytes": "hit experts' FP4 values + scales, a, out, ids and weights, once", "decode": DECODE_TOKENS}

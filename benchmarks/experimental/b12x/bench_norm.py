@@ -22,13 +22,19 @@ Without --json the report goes to $OUT/b12x_bench_norm.json when $OUT is set.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
-from pathlib import Path
 
 import torch
 
-from benchmarks.experimental.b12x.common import Case, Table, ceilings, measure, require_cuda, standard_parser
+from benchmarks.experimental.b12x.common import (
+    Case,
+    Table,
+    ceilings,
+    measure,
+    report_path,
+    require_cuda,
+    standard_parser,
+)
 
 MODULE = "benchmarks.experimental.b12x.bench_norm"
 TOKENS, QUICK_TOKENS = (1, 8, 64, 1024, 8192), (1, 1024)
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     checks += target_checks(table)
     for name, ok, value in checks:
         print(f"check {name}: {'ok' if ok else 'MISS'} ({value:.3g})")
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_bench_norm.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_bench_norm.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks], "scalars": SCAL}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import torch
 
@@ -31,6 +30,7 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
+    report_path,
     require_cuda,
     rotate,
     sets_to_exceed_l2,
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.all_configs:  # what each _kernel.py heuristic should pick, per shape
         for (op, m, k), (us, cfg) in sorted(BEST.items()):
             print(f"best {op} M={m} K={k}: {us:.2f} us {cfg}")
-    path = args.json or (str(Path(os.environ["OUT"]) / "b12x_quantization.json") if os.environ.get("OUT") else None)
+    path = report_path(args, "b12x_quantization.json")
     if path:
         cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
         best = {f"{op} M={m} K={k}": [us, str(cfg)] for (op, m, k), (us, cfg) in sorted(BEST.items())}

@@ -583,6 +583,13 @@ def standard_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def report_path(args: argparse.Namespace, default_name: str) -> str | None:
+    """Where a bench writes its JSON report: --json, else $OUT/default_name when $OUT is set, else None."""
+    if args.json:
+        return args.json
+    return str(Path(os.environ["OUT"]) / default_name) if os.environ.get("OUT") else None
+
+
 def timing_kwargs(args: argparse.Namespace) -> dict[str, int]:
     """``warmup``/``iters`` from parsed flags, capped under --quick."""
     if args.iters < 1 or args.warmup < 0:

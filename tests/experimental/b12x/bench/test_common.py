@@ -284,3 +284,14 @@ def test_rich_print_renders_every_row():
     t.print(buf, use_rich=True)
     text = buf.getvalue()
     assert "synthetic" in text and "1.50x" in text and "5.00x" in text and "ceilings on Fake H200" in text
+
+
+def test_report_path_prefers_json_then_out(monkeypatch, tmp_path):
+    import argparse
+
+    monkeypatch.delenv("OUT", raising=False)
+    assert common.report_path(argparse.Namespace(json=None), "x.json") is None
+    assert common.report_path(argparse.Namespace(json="a.json"), "x.json") == "a.json"
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert common.report_path(argparse.Namespace(json=None), "x.json") == str(tmp_path / "x.json")
+    assert common.report_path(argparse.Namespace(json="a.json"), "x.json") == "a.json"
