@@ -137,3 +137,14 @@ def routing(t, k, e, seed=1):
 
 def activations(t, h, seed=2):
     return torch.randn(t, h, generator=torch.Generator().manual_seed(seed)).bfloat16()
+
+
+# The (activation format, weight format) pairs the expert kernels must implement (issue: w4a16 on NVFP4
+# and MXFP4 weights, nvfp4, w4a8_mx, w4a8_nvfp4); the kernel's own PAIRS must equal this list.
+EXPERT_PAIRS = (
+    ("bfloat16", "nvfp4"),
+    ("bfloat16", "mxfp4"),
+    ("nvfp4", "nvfp4"),
+    ("mxfp8", "mxfp4"),
+    ("mxfp8", "nvfp4"),
+)

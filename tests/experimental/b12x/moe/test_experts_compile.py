@@ -12,6 +12,8 @@ import pytest
 
 from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig
 
+from .moe_cases import EXPERT_PAIRS as PAIRS
+
 pytestmark = pytest.mark.compile
 
 ARCHS = ("sm_90a", "sm_120a")
@@ -80,15 +82,6 @@ def test_bad_variants_fail_before_compiling():
         X.compile_fc2("mxfp8", "fp8_block", X.default_config(8), arch="sm_90a")
     with pytest.raises(ValueError, match="a gated FC1 needs tiles >= 2"):
         X.compile_fc1("bfloat16", "nvfp4", "swiglu_oai", DecodeConfig(8, 1, 2, 1), arch="sm_90a")
-
-
-PAIRS = (
-    ("bfloat16", "nvfp4"),
-    ("bfloat16", "mxfp4"),
-    ("nvfp4", "nvfp4"),
-    ("mxfp8", "mxfp4"),
-    ("mxfp8", "nvfp4"),
-)
 
 
 @pytest.mark.slow

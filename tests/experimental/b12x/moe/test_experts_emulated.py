@@ -24,6 +24,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeC
 from flashinfer.experimental.b12x.moe.fused_moe import reference as R
 from flashinfer.experimental.b12x.moe.fused_moe import weights as W
 
+from .moe_cases import EXPERT_PAIRS as PAIRS
 from .moe_cases import weight_plan
 
 pytestmark = pytest.mark.interpret
@@ -238,13 +239,6 @@ def run_experts(p: Problem, config: DecodeConfig) -> torch.Tensor:
 
 
 SMALL = DecodeConfig(warps=2, tiles=2, ntiles=2, unroll=1)
-PAIRS = (
-    ("bfloat16", "nvfp4"),
-    ("bfloat16", "mxfp4"),
-    ("nvfp4", "nvfp4"),
-    ("mxfp8", "mxfp4"),
-    ("mxfp8", "nvfp4"),
-)
 
 
 @pytest.mark.parametrize("activation", ["silu", "relu2", "swiglu_oai"])
