@@ -188,14 +188,16 @@ def compile_combine(
     arch: str,
 ) -> CombineKernels:
     """requantize (a2_fmt "nvfp4" | "mxfp8", None for w4a16) + combine, compiled for `arch`."""
-    if not can_implement(intermediate, a2_fmt, config):
-        raise ValueError(f"{OP}: combine cannot implement I={intermediate} with {a2_fmt} and {config}")
-    return CombineKernels(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, arch)
+    return _checked(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, arch)
 
 
 def interpreted_combine(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config=None) -> CombineKernels:
     """The same kernels through Triton's interpreter (TRITON_INTERPRET=1, CPU tensors)."""
     config = config or default_config(intermediate)
+    return _checked(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, None)
+
+
+def _checked(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, arch) -> CombineKernels:
     if not can_implement(intermediate, a2_fmt, config):
         raise ValueError(f"{OP}: combine cannot implement I={intermediate} with {a2_fmt} and {config}")
-    return CombineKernels(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, None)
+    return CombineKernels(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, arch)

@@ -530,16 +530,18 @@ def compile_routing(
     arch: str,
 ) -> RoutingKernels:
     """The routing + gather kernels for one static key, compiled for `arch` (no GPU needed)."""
-    if ids_dtype not in IDS_DTYPES:
-        raise ValueError(f"{OP}: ids_dtype must be one of {sorted(IDS_DTYPES)}, got {ids_dtype!r}")
-    if not can_implement(hidden, a_fmt, config):
-        raise ValueError(f"{OP}: routing cannot implement H={hidden} with {a_fmt} and {config}")
-    return RoutingKernels(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, arch)
+    return _checked(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, arch)
 
 
 def interpreted_routing(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config=None) -> RoutingKernels:
     """The same kernels launched through Triton's interpreter (TRITON_INTERPRET=1, CPU tensors)."""
     config = config or default_config(hidden)
+    return _checked(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, None)
+
+
+def _checked(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, arch) -> RoutingKernels:
+    if ids_dtype not in IDS_DTYPES:
+        raise ValueError(f"{OP}: ids_dtype must be one of {sorted(IDS_DTYPES)}, got {ids_dtype!r}")
     if not can_implement(hidden, a_fmt, config):
         raise ValueError(f"{OP}: routing cannot implement H={hidden} with {a_fmt} and {config}")
-    return RoutingKernels(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, None)
+    return RoutingKernels(ids_dtype, num_topk, num_experts, hidden, a_fmt, on_input, config, arch)
