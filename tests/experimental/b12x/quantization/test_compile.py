@@ -106,7 +106,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
 
     import triton
 
-    from flashinfer.experimental.b12x.quantization._shared import _triton_helpers
+    from flashinfer.experimental.b12x._lib import triton_quant as _triton_helpers
 
     kmod = OPS[op]
     root = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel

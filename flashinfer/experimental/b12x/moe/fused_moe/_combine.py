@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
-from ...quantization._shared import _triton_helpers
 from . import _routing
 from ._routing import OP, OPERAND_FORMATS, SF_BLOCK, TritonKernel, largest_pow2_divisor, store_operand
 

@@ -43,10 +43,10 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
-from ...quantization._shared import _triton_helpers
-from ...quantization._shared._triton_helpers import block_amax, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 
 OP = "moe.fused_moe"
 FMT_BF16, FMT_NVFP4, FMT_MXFP8 = 0, 1, 2

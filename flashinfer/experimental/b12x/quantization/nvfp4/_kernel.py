@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
-from .._shared import _triton_helpers
-from .._shared._triton_helpers import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale

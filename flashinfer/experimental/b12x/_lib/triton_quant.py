@@ -1,4 +1,5 @@
-"""Triton device functions shared by the NVFP4 and MXFP8 activation quantizers.
+"""Triton device functions shared by the NVFP4 and MXFP8 activation quantizers and moe.fused_moe's
+gather/requantize (`_lib`: more than one group inlines them; importing this module loads triton).
 
 Both are `@triton.jit` functions: Triton inlines them into the calling kernel, and its own cache key
 covers their source. Both reproduce an oracle in `_lib/quant` exactly:
