@@ -22,10 +22,10 @@ status=0
 tests=$1; shift
 if [[ -n $tests ]]; then
   # shellcheck disable=SC2086  # the paths are a space-separated list on purpose
-  timeout "${TEST_LIMIT:-150}" python3 -m pytest $tests -m gpu -q -rfEs -p no:cacheprovider \
+  timeout "${TEST_LIMIT:-150}" python3 -m pytest $tests -m gpu -v -rfEs -p no:cacheprovider \
     --timeout 300 >"$LOG/gpu_tests.log" 2>&1
   status=$?
-  tail -n 5 "$LOG/gpu_tests.log"
+  grep -E "FAILED|ERROR|passed|failed" "$LOG/gpu_tests.log" | tail -n 60
 fi
 for spec in "$@"; do
   read -r limit bench args <<<"$spec"
