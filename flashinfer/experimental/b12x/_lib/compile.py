@@ -450,6 +450,15 @@ class Kernel:
         """True when this key is in memory (calling K would neither compile nor load)."""
         return self._bind(args, kwargs)[0] in self._memory
 
+    def needs_compile(self, *args, **kwargs) -> bool:
+        """True when calling K would compile: not in memory and no stored file in the disk cache (a
+        stat, not a load). Triton keys are True unless in memory: their disk cache is Triton's own."""
+        key, values = self._bind(args, kwargs)
+        if key in self._memory:
+            return False
+        fingerprint = self._disk_fingerprint(values)
+        return fingerprint is None or not self._path(fingerprint).is_file()
+
     def cache_clear(self) -> None:
         """Forget the in-memory kernels (the disk cache stays)."""
         with self._lock:

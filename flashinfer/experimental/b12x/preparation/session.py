@@ -11,8 +11,9 @@ Per plan, in request order (collective plans must be prepared in the same order 
    device's compute capability and SM count; autotune=False still uses a cached measurement when
    there is one: fast startup by default); else the plan's heuristic.
 2. compile: every kernel the selection needs, through `_lib.compile` (memory, then disk, then
-   compile). With compile_workers > 1 and more than one kernel missing, worker processes (spawned,
-   no CUDA) compile into the disk cache in parallel and this process then loads them.
+   compile). With compile_workers > 1 and at least two CuTe kernels in neither memory nor the disk
+   cache, worker processes (spawned, no CUDA) compile the cold keys into the disk cache in parallel
+   and this process then loads them; a warm start (everything on disk) spawns no worker.
 3. allocate: the plan's scratch specs in one aligned arena at fixed capacity (stable addresses).
 4. prime: one run on synthetic inputs (or the request's prepare_call), so lazy initialisation
    happens before graph capture.
@@ -68,6 +69,16 @@ def _as_requests(items) -> list[PreparationRequest]:
         else:
             raise TypeError(f"prepare() takes Plans or PreparationRequests, got {type(item).__name__}")
     return requests
+
+
+def worker_jobs(missing: list, workers: int) -> list:
+    """The (kernel, args) of `missing` worth compiling in worker processes: none unless at least two
+    keys outside Triton would really compile (not in the disk cache); a warm start never spawns
+    workers, since spawning one (a fresh interpreter importing the DSL) costs seconds."""
+    cold = [(k, args) for k, args in missing if k.needs_compile(*args)]
+    if workers <= 1 or sum(k.backend != "triton" for k, _ in cold) < 2:
+        return []
+    return cold
 
 
 class PreparationSession:
@@ -176,16 +187,18 @@ class PreparationSession:
     def _compile(self, plans, bar) -> int:
         jobs = self._jobs(plans)
         missing = [(k, args) for k, args in jobs if not k.resolved(*args)]
-        if self.compile_workers > 1 and len(missing) > 1:
+        parallel = worker_jobs(missing, self.compile_workers)
+        if parallel:
             from .._lib import compile as _compile
 
             if self._pool is None:
                 import multiprocessing
 
                 self._pool = ProcessPoolExecutor(
-                    max_workers=self.compile_workers, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=min(self.compile_workers, len(parallel)),
+                    mp_context=multiprocessing.get_context("spawn"),
                 )
-            futures = [self._pool.submit(_compile.run_job, k.job(*args)) for k, args in missing]
+            futures = [self._pool.submit(_compile.run_job, k.job(*args)) for k, args in parallel]
             for f in futures:
                 f.result()  # re-raises a worker's compile error here
         for k, args in missing:

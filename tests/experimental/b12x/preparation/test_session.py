@@ -155,3 +155,17 @@ def test_autotune_measures_caches_and_reuses(tmp_path):
     result = b12x.PreparationSession("cuda", cache_dir=tmp_path).prepare([again])
     assert result.sources["norm.toy"] == "cached" and result.selections["norm.toy"] == ("tile", 64)
     assert again.state.scratch["partials"].device.type == "cuda"
+
+
+def test_worker_jobs_only_for_two_or_more_cold_non_triton_keys():
+    from tests.experimental.b12x.spine.fake_kernels import compile_launcher, compile_square
+
+    cold = [(compile_square, (31, "sm_90a")), (compile_square, (32, "sm_90a"))]
+    triton = [(compile_launcher, (5, "sm_90a"))]
+    assert session_mod.worker_jobs(cold + triton, 8) == cold + triton
+    assert session_mod.worker_jobs(cold, 1) == []  # one worker: compile in-process
+    assert session_mod.worker_jobs(cold[:1] + triton, 8) == []  # one cold CuTe-like key: not worth a spawn
+    compile_square(31, "sm_90a")
+    compile_square.cache_clear()
+    compile_square(32, "sm_90a")  # 31 on disk only, 32 in memory and on disk: a warm start
+    assert session_mod.worker_jobs(cold + triton, 8) == []

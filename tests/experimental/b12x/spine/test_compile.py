@@ -268,6 +268,21 @@ def test_precompile_fills_disk_only_then_reports_cached():
     assert _counts(compile_square) == (before[0], before[1] + 1)
 
 
+def test_needs_compile_is_false_in_memory_or_on_disk_and_true_otherwise(monkeypatch):
+    assert compile_square.needs_compile(23, "sm_90a")  # never built
+    compile_square(23, "sm_90a")
+    assert not compile_square.needs_compile(23, "sm_90a")  # in memory
+    compile_square.cache_clear()
+    assert not compile_square.needs_compile(23, "sm_90a")  # on disk only: a load, not a compile
+    compile_square.disk_path(23, "sm_90a").unlink()
+    assert compile_square.needs_compile(23, "sm_90a")
+    monkeypatch.setenv("B12X_DISK_CACHE", "0")
+    assert compile_square.needs_compile(24, "sm_90a")
+    assert compile_launcher.needs_compile(3, "sm_90a")  # Triton: unknown until in memory
+    compile_launcher(3, "sm_90a")
+    assert not compile_launcher.needs_compile(3, "sm_90a")
+
+
 def test_precompile_needs_the_disk_cache(monkeypatch):
     monkeypatch.setenv("B12X_DISK_CACHE", "0")
     with pytest.raises(RuntimeError, match="precompile needs the disk cache"):
