@@ -10,9 +10,9 @@ SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 102
 TFLOP/s column): 2 matmuls over the visible (query, key) pairs,
   `causal_flops` = 2 * B * Hq * (D + Dv) * (L * (N - L) + L * (L + 1) / 2).
 Peers: SDPA FA2 and cuDNN with is_causal=True on contiguous [B, H, L, D] bf16 copies of q/K/V.
-Ours once per --extend-configs entry (default: the heuristic's, row "b12x.paged", then 64x64x2x1 and
-128x32x2x2 = block_m x block_n x stages x row_blocks, rows "b12x.paged <entry>"), so one run
-measures the heuristic's choice against its alternatives.
+Ours once per --extend-configs entry (default `EXTEND_CONFIGS`: the heuristic's, row "b12x.paged",
+then block_m x block_n x stages x row_blocks entries, a trailing "p" for page_prefetch, rows
+"b12x.paged <entry>"), so one run measures the heuristic's choice against its alternatives.
 
 Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128, page size 16, every
 request of the case has kv_len keys; pages are a random permutation of the cache.
@@ -88,6 +88,8 @@ MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
 QUICK_BATCHES, QUICK_KV_LENS = (1, 32), (1024, 8192)
 EXTEND_Q_LENS, QUICK_EXTEND_Q_LENS = (512, 1024, 2048, 4096), (1024, 4096)
+# the heuristic's row, then the alternatives it is judged against (p: page_prefetch)
+EXTEND_CONFIGS = ("heuristic", "128x64x2x1p", "64x64x2x1", "64x64x2x1p", "128x32x2x2")
 EXTEND_TOKENS = 32768  # query tokens per extend case: enough CTAs (>= 8 waves) at every q_len
 HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
 FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape
@@ -129,11 +131,15 @@ def _sdpa(backend, causal=False):
 
 
 def parse_extend_config(text: str) -> ExtendConfig:
-    """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1)."""
-    parts = text.split("x")
+    """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); a trailing 'p'
+    ('128x64x2x1p') sets page_prefetch."""
+    prefetch = text.endswith("p")
+    parts = (text[:-1] if prefetch else text).split("x")
     if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"an extend config is block_m x block_n x stages x row_blocks like 128x64x2x1, got {text!r}")
-    return ExtendConfig(*(int(p) for p in parts))
+        raise ValueError(
+            f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1, got {text!r}"
+        )
+    return ExtendConfig(*(int(p) for p in parts), page_prefetch=prefetch)
 
 
 def extend_batch(q_len: int, tokens: int = EXTEND_TOKENS) -> int:
@@ -304,8 +310,9 @@ def build_parser():
     parser.add_argument("--mode", choices=("decode", "extend", "all"), default="decode", help="which table(s)")
     parser.add_argument("--q-len", type=int, nargs="+", default=None, help=f"extend q_lens (default {EXTEND_Q_LENS})")
     parser.add_argument(
-        "--extend-configs", nargs="+", default=["heuristic", "64x64x2x1", "128x32x2x2"], metavar="MxNxSxR",
-        help="extend kernel configs to time (block_m x block_n x stages x row_blocks, or 'heuristic'), a row each",
+        "--extend-configs", nargs="+", default=list(EXTEND_CONFIGS), metavar="MxNxSxR[p]",
+        help="extend kernel configs to time (block_m x block_n x stages x row_blocks, 'p': page_prefetch; or "
+        "'heuristic'), a row each",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")

@@ -186,12 +186,16 @@ def test_bench_extend_helpers():
     assert B.causal_flops(1, 5, 12, 1, 1, 1) == 2 * 2 * pairs
     args = B.parse_args(["--mode", "extend", "--q-len", "512", "4096"])
     assert args.mode == "extend" and args.q_len == [512, 4096]
-    assert args.extend_configs == ["heuristic", "64x64x2x1", "128x32x2x2"]
+    assert args.extend_configs == ["heuristic", "128x64x2x1p", "64x64x2x1", "64x64x2x1p", "128x32x2x2"]
     assert B.parse_extend_config("128x32x2x2") == ExtendConfig(block_m=128, block_n=32, stages=2, row_blocks=2)
+    assert B.parse_extend_config("64x64x2x1p") == ExtendConfig(64, 64, 2, 1, page_prefetch=True)
+    assert not B.parse_extend_config("64x64x2x1").page_prefetch
     with pytest.raises(
-        ValueError, match=re.escape("block_m x block_n x stages x row_blocks like 128x64x2x1, got '64x64'")
+        ValueError, match=re.escape("block_m x block_n x stages x row_blocks[p] like 128x64x2x1, got '64x64'")
     ):
         B.parse_extend_config("64x64")
-    for bad in (["--q-len", "100"], ["--extend-configs", "64x64"], ["--extend-configs", "48x64x2x1"]):
+    bad_args = (["--q-len", "100"], ["--extend-configs", "64x64"], ["--extend-configs", "48x64x2x1"],
+                ["--extend-configs", "64x64x2x1q"], ["--extend-configs", "64x64x2xp"])  # fmt: skip
+    for bad in bad_args:
         with pytest.raises(SystemExit):
             B.parse_args(bad)

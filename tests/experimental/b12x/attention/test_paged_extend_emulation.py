@@ -5,9 +5,13 @@ Mirrors `_kernel_split.ExtendSchedule` (via `extend_schedule_reference`) and
 range [lo, hi) of a tile of tokens, KV tiles aligned to block_n with keys past the cache length
 zero-filled, masks applied only on tiles the kernel flags as crossing (diagonal of the first
 token, window of the last, end of the cache), base-2 online softmax, the sink folded at the end.
-A wrong skip or mask condition shows up here as a mismatch with the reference.
+K/V tiles are read from the paged cache (NaN past each request's keys) chunk by chunk through the
+kernel's `stages`-deep ring, with the page ids looked up when the kernel looks them up: at the
+tile's issue, or with page_prefetch one tile earlier (`_page_ids` before the previous tile's math).
+A wrong skip, mask condition, page lookup or ring slot shows up here as a mismatch with the reference.
 """
 
+import functools
 import math
 
 import pytest
@@ -25,17 +29,47 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+def _page_ids(case, config, req, key0, kv_len):
+    """The page of each chunk (min(page_size, block_n) keys) of the tile at key0; 0 past kv_len."""
+    page = case.k_cache.shape[1]
+    ck = min(page, config.block_n)
+    width = case.page_table.shape[1]
+    return [
+        int(case.page_table[req, min(k0 // page, width - 1)]) if k0 < kv_len else 0
+        for k0 in range(key0, key0 + config.block_n, ck)
+    ]
+
+
+def _load_tile(case, config, req, kvh, kv_len, key0, pages):
+    """K and V of keys [key0, key0 + block_n) from the paged cache, chunk ch from page pages[ch]
+    (looked up now when pages is None), keys >= kv_len zero-filled; (key0, K, V) in float32."""
+    page = case.k_cache.shape[1]
+    ck = min(page, config.block_n)
+    pages = pages if pages is not None else _page_ids(case, config, req, key0, kv_len)
+    k = torch.zeros(config.block_n, case.k_cache.shape[3])
+    v = torch.zeros(config.block_n, case.v_cache.shape[3])
+    for ch, pg in enumerate(pages):
+        k0 = key0 + ch * ck
+        within = k0 % page
+        n = max(0, min(ck, kv_len - k0))
+        k[ch * ck : ch * ck + n] = case.k_cache[pg, within : within + n, kvh].float()
+        v[ch * ck : ch * ck + n] = case.v_cache[pg, within : within + n, kvh].float()
+    if case.k_descale is not None:
+        k, v = k * case.k_descale[req, kvh], v * case.v_descale[req, kvh]
+    return key0, k, v
+
+
 def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
     q = case.q.float()
     total_q, hq, d = q.shape
-    hkv = case.k_dense[0].shape[1] if case.k_dense else 1
+    hkv = case.k_cache.shape[2]
     g = hq // hkv
     bm, bn = config.block_m, config.block_n
     tokens = config.tokens_per_tile(g)
     cu = case.cu_seqlens_q.tolist()
     lens = case.cache_seqlens.tolist()
     scale2 = LOG2E / math.sqrt(d)
-    out = torch.full((total_q, hq, case.v_dense[0].shape[2]), float("nan"))
+    out = torch.full((total_q, hq, case.v_cache.shape[3]), float("nan"))
     lse = torch.full((total_q, hq), float("nan"))
     work, _ = extend_schedule_reference(cu, tokens)
     rows = torch.arange(bm)
@@ -52,21 +86,34 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
         tok = tok0 + rows // g
         limit = tok + diag
         low = limit - window_left if window_left >= 0 else torch.full_like(limit, -1)
+        n_tiles = t_end - t_begin
         for kvh in range(hkv):
             heads = kvh * g + rows % g
             qt = torch.zeros(bm, d)
             qt[valid] = q[q0 + tok[valid], heads[valid]]
             m = torch.full((bm,), -math.inf)
             s_sum = torch.zeros(bm)
-            acc = torch.zeros(bm, case.v_dense[0].shape[2])
-            for t in range(t_begin, t_end):
-                key0 = t * bn
+            acc = torch.zeros(bm, case.v_cache.shape[3])
+            ring = [None] * config.stages  # (key0, K, V) per cp.async stage
+            load = functools.partial(_load_tile, case, config, req, kvh, kv_len)
+            pages = None
+            for st in range(config.stages - 1):
+                if config.page_prefetch:
+                    pages = _page_ids(case, config, req, (t_begin + st) * bn, kv_len)
+                if st < n_tiles:
+                    ring[st] = load((t_begin + st) * bn, pages)
+            if config.page_prefetch:
+                pages = _page_ids(case, config, req, (t_begin + config.stages - 1) * bn, kv_len)
+            for i in range(n_tiles):
+                nxt = i + config.stages - 1
+                if nxt < n_tiles:
+                    ring[nxt % config.stages] = load((t_begin + nxt) * bn, pages)
+                if config.page_prefetch:
+                    pages = _page_ids(case, config, req, (t_begin + nxt + 1) * bn, kv_len)
+                key0, k, v = ring[i % config.stages]
+                assert key0 == (t_begin + i) * bn, "the ring slot holds another tile"
                 keys = torch.arange(key0, key0 + bn)
                 inside = keys < kv_len
-                k = torch.zeros(bn, d)
-                v = torch.zeros(bn, acc.shape[1])
-                k[inside] = case.k_dense[req][keys[inside], kvh]
-                v[inside] = case.v_dense[req][keys[inside], kvh]
                 s = (qt @ k.T) * scale2
                 cross = key0 + bn - 1 > tok0 + diag or key0 + bn > kv_len
                 if window_left >= 0:
@@ -101,6 +148,11 @@ CASES = [
     ([257, 90], [130, 90], (40, 8), 64, ExtendConfig(64, 32), -1),  # G = 5: rows 60..63 padding
     ([2100, 16], [16, 16], (16, 2), 32, ExtendConfig(128, 16), 0),
     ([500], [61], (64, 4), 128, ExtendConfig(32, 128), 100),
+    # page_prefetch: lookups one tile ahead, with 1, 2 or 4 chunks a tile and 2 or 3 stages
+    ([300, 17, 64, 129], [300, 5, 1, 64], (32, 8), 16, ExtendConfig(128, 64, page_prefetch=True), -1),
+    ([1000, 33, 5], [77, 33, 0], (32, 8), 32, ExtendConfig(64, 64, 3, page_prefetch=True), 40),
+    ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(64, 32, 3, 2, page_prefetch=True), -1),
+    ([2100, 16], [16, 16], (16, 2), 16, ExtendConfig(32, 16, page_prefetch=True), 0),
 ]
 
 

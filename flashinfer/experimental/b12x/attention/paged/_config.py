@@ -169,12 +169,22 @@ class ExtendConfig:
     """block_m: packed query rows per CTA (tokens x the G heads of one KV head); block_n: keys per
     KV tile (multiple of 16); stages: cp.async buffers of K and V tiles; row_blocks: 16-row mma
     blocks per warp (1: Q stays in registers; 2: FlashAttention-2's 32 rows a warp, half the shared
-    memory reads of K and V per flop, Q re-read from shared memory every tile)."""
+    memory reads of K and V per flop, Q re-read from shared memory every tile); page_prefetch: load
+    the page-table entries of the tile after next into registers while the current tile computes
+    (off: each tile's lookups stall every thread for one L2 round trip before its cp.async issue)."""
 
     block_m: int = 64
     block_n: int = 64
     stages: int = 2
     row_blocks: int = 1
+    page_prefetch: bool = False
+
+    def __repr__(self) -> str:  # page_prefetch only when set: the four-field form stays as it was
+        extra = ", page_prefetch=True" if self.page_prefetch else ""
+        return (
+            f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
+            f"row_blocks={self.row_blocks}{extra})"
+        )
 
     @property
     def warps(self) -> int:

@@ -4,20 +4,25 @@ on warp-level mma.sync: one CTA per (work item, KV head).
 A work item is (request, first token) of a tile of T = block_m // G query tokens of one request
 (written on device by `_kernel_split.ExtendSchedule`). The CTA packs the G query heads of its KV
 head with those tokens into block_m rows (row r = token r // G, head r % G; rows past T * G and
-tokens past the request's q_len are zero padding, never written), keeps Q in registers (ldmatrix
-once) and streams the request's visible keys in block_n-key tiles through a `stages`-deep cp.async
-ring shared by all warps (one CTA barrier per tile). Each warp owns 16 * row_blocks rows (with
-row_blocks 2, Q is re-read from shared memory per head-dim block instead): S = Q K^T (mma
-m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal / window mask on the tiles that
-need one, online softmax in base 2, O += P V (one 16-key block at a time). Tiles wholly above the
-diagonal of the tile's last token (or below the window of its first) are never loaded.
+tokens past the request's q_len are zero padding, never written), stages Q with 16-byte cp.async
+(padding rows zero-filled; it joins the first KV tile's group, so the two latencies overlap),
+keeps Q in registers (ldmatrix once) and streams the request's visible keys in block_n-key tiles
+through a `stages`-deep cp.async ring shared by all warps (one CTA barrier per tile). Each warp
+owns 16 * row_blocks rows (with row_blocks 2, Q is re-read from shared memory per head-dim block
+instead): S = Q K^T (mma m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal /
+window mask on the tiles that need one, online softmax in base 2, O += P V (one 16-key block at a
+time). Tiles wholly above the diagonal of the tile's last token (or below the window of its first)
+are never loaded.
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
 max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
 min(page_size, block_n) keys, each inside one cache page (page * page_stride in 64 bits); keys
->= N are zero-filled, never read. FP8 KV uses decode's register plumbing (`_fragments`): fp16 mma,
-e4m3 moved through 16-bit ldmatrix and expanded per k-block, Q rescaled by a power of two and
-permuted (`q_slot_dim`), accumulator column n holding head dim `o_col_dim(n)`.
+>= N are zero-filled, never read. The chunks' page-table entries are read just before the tile's
+cp.async issue, or (config.page_prefetch) one tile earlier into registers, after the previous
+issue, so their L2 round trip overlaps a tile's math instead of stalling every thread. FP8 KV
+uses decode's register plumbing (`_fragments`): fp16 mma, e4m3 moved through 16-bit ldmatrix and
+expanded per k-block, Q rescaled by a power of two and permuted (`q_slot_dim`), accumulator column
+n holding head dim `o_col_dim(n)`.
 
 FLOPs per tile: 2 * block_m * block_n * (D + Dv); causal work per request and KV head is about
 2 * G * (L * N - L^2 / 2) * (D + Dv). Bytes: the KV stream, once per CTA (T tokens share it).
@@ -69,6 +74,7 @@ class PagedExtend:
         self.rows = self.tokens * self.group  # useful rows of the block_m
         self.ck = min(page_size, self.bn)  # keys of one tile chunk: all inside one page
         self.chunks = self.bn // self.ck
+        self.prefetch = config.page_prefetch
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -115,9 +121,16 @@ class PagedExtend:
         kv_copy = cute.make_tiled_copy_tv(
             cp_atom, cute.make_layout((vec_rows, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
         )
+        q_atom = cute.make_copy_atom(
+            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.q_dtype, num_bits_per_copy=128
+        )
+        q_cols = self.d // 8
+        q_copy = cute.make_tiled_copy_tv(
+            q_atom, cute.make_layout((self.threads // q_cols, q_cols), stride=(q_cols, 1)), cute.make_layout((1, 8))
+        )
         self.kernel(
             mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
-            window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols,
+            window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols, q_copy,
         ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
 
     @cute.kernel
@@ -145,6 +158,7 @@ class PagedExtend:
         tiled_mma: cute.TiledMma,
         kv_copy: cute.TiledCopy,
         kv_copy_threads: cutlass.Constexpr,
+        q_copy: cute.TiledCopy,
     ):
         tidx, _, _ = cute.arch.thread_idx()
         kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
@@ -181,22 +195,24 @@ class PagedExtend:
             n_tiles = t_end - t_begin
             width = mPT.shape[1]
             cKV = kv_copy.get_slice(tidx % kv_copy_threads).partition_S(cute.make_identity_tensor((self.ck, self.de)))
-            for s in cutlass.range_constexpr(self.stages - 1):
-                if s < n_tiles:
-                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + s) * self.bn, kv_len, width, s,
-                                    kv_copy, kv_copy_threads, cKV, tidx)  # fmt: skip
-                cute.arch.cp_async_commit_group()
 
-            # ---- Q: block_m packed rows, zero past the request's tokens -------------------------
+            # ---- Q first (it joins the first tile's cp.async group): block_m packed rows, one
+            # 16-byte vector per thread and copy step, zero-filled past the request's tokens -------
             sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
             valid_rows = n_tok * self.group
-            for e in range(tidx, self.bm * self.d, self.threads):
-                r = e // self.d
-                c = e % self.d
-                v = Float32(0.0)
-                if r < valid_rows:
-                    v = mQ[q0 + tok0 + r // self.group, kvh * self.group + r % self.group, c].to(Float32)
-                sQdst[r, c] = v.to(self.q_dtype)
+            self._load_q(mQ, sQdst, q0 + tok0, n_tok, valid_rows, kvh, q_copy, tidx)
+            pages = cute.make_rmem_tensor(self.chunks, Int32)  # page_prefetch: the next tile's pages
+            for s in cutlass.range_constexpr(self.stages - 1):
+                key0 = (t_begin + s) * self.bn
+                if cutlass.const_expr(self.prefetch):
+                    self._page_ids(mPT, pages, req, key0, kv_len, width)
+                if s < n_tiles:
+                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, s, kv_copy,
+                                    kv_copy_threads, cKV, tidx, pages)  # fmt: skip
+                cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(self.prefetch):
+                self._page_ids(mPT, pages, req, (t_begin + self.stages - 1) * self.bn, kv_len, width)
+            cute.arch.cp_async_wait_group(self.stages - 2)
             cute.arch.sync_threads()
             qk_scale = scale_log2
             vd = Float32(1.0)
@@ -232,8 +248,10 @@ class PagedExtend:
                 nxt = i + self.stages - 1
                 if nxt < n_tiles:
                     self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
-                                    nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx)  # fmt: skip
+                                    nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx, pages)  # fmt: skip
                 cute.arch.cp_async_commit_group()
+                if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
+                    self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
                 self._tile(sK, sV, i % self.stages, (t_begin + i) * self.bn, tok0, n_tok, diag, kv_len, window_left,
                            qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
@@ -244,15 +262,46 @@ class PagedExtend:
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
-    def _load_tile(self, mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, stage, kv_copy, copy_threads, cKV, tidx):
+    def _load_q(self, mQ, sQdst, row0, n_tok, valid_rows, kvh, q_copy, tidx):
+        """cp.async the packed Q tile (row r: token row0 + r // G, head kvh * G + r % G) into sQdst;
+        rows >= valid_rows are zero-filled (their clamped source address is not read)."""
+        thr = q_copy.get_slice(tidx)
+        tQs = thr.partition_D(sQdst)  # ((8, 1), block_m / rows per step, 1)
+        cQ = thr.partition_S(cute.make_identity_tensor((self.bm, self.d)))
+        pred = cute.make_rmem_tensor(cute.make_layout(1), cutlass.Boolean)
+        for st in cutlass.range_constexpr(cute.size(tQs, mode=[1])):
+            r = cQ[0, st, 0][0]
+            tok = row0 + cutlass.min(r // self.group, n_tok - 1)
+            off = Int64(tok) * mQ.stride[0] + Int64(kvh * self.group + r % self.group) * mQ.stride[1]
+            src = cute.make_tensor(mQ.iterator + off + cQ[0, st, 0][1], cute.make_layout(((8, 1),), stride=((1, 0),)))
+            pred[0] = r < valid_rows
+            cute.copy(q_copy, src, tQs[None, st, 0], pred=pred)
+
+    @cute.jit
+    def _page_ids(self, mPT, pages, req, key0, kv_len, width):
+        """page_prefetch: the page of each chunk of the tile at key0 into registers (0 past kv_len),
+        loaded one tile before `_load_tile` issues that tile, so the lookup latency hides behind math."""
+        for ch in cutlass.range_constexpr(self.chunks):
+            k0 = key0 + ch * self.ck
+            page = Int32(0)
+            if k0 < kv_len:
+                page = mPT[req, cutlass.min(k0 // self.page_size, width - 1)]
+            pages[ch] = page
+
+    @cute.jit
+    def _load_tile(self, mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, stage, kv_copy, copy_threads, cKV, tidx,
+                   pages):  # fmt: skip
         """cp.async keys [key0, key0 + block_n) of K and V into `stage`, chunk by chunk (one page
-        each); keys >= kv_len are zero-filled and their page-table entries are not read."""
+        each); keys >= kv_len are zero-filled and their page-table entries are not read. With
+        page_prefetch the chunks' pages come from `pages` (`_page_ids` of this tile), else from mPT."""
         if tidx < copy_threads:
             thr = kv_copy.get_slice(tidx)
             for ch in cutlass.range_constexpr(self.chunks):
                 k0 = key0 + ch * self.ck
                 page = Int32(0)
-                if k0 < kv_len:
+                if cutlass.const_expr(self.prefetch):
+                    page = pages[ch]
+                elif k0 < kv_len:
                     page = mPT[req, cutlass.min(k0 // self.page_size, width - 1)]
                 within = Int64(k0 % self.page_size)
                 off = Int64(page) * mK.stride[0] + within * mK.stride[1] + Int64(kvh) * mK.stride[2]

@@ -1,0 +1,93 @@
+"""Compile gate (CPU, sm_90a and sm_120a) of the extend kernel's load paths, read from its PTX.
+
+- Q is staged with 16-byte cp.async (block_m * D / 8 vectors over the CTA's threads, zero-filled
+  past the tile's tokens) instead of one 2-byte load per element and thread: no 16-bit global loads.
+- page_prefetch: the page-table entries of the tile after next are loaded between the loop's
+  cp.async commit and its first mma (their latency hides behind the tile's math); without it the
+  loop has no global load there (the lookups sit in front of each tile's cp.async issue).
+- The variants `bench_attention --mode extend` times compile for both archs and fit the register
+  budget without spills (ptxas -v, when a ptxas is installed).
+"""
+
+import re
+
+import pytest
+
+from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, default_extend_config, why_not_extend
+
+from .test_paged_compile import ARCHS, _check_binary, _extend_module, _ptxas_usage
+
+pytestmark = pytest.mark.compile
+
+PREFETCH = ExtendConfig(128, 64, 2, 1, page_prefetch=True)
+BENCHED = {  # bench_attention.EXTEND_CONFIGS past the heuristic's row
+    "m128n64p": PREFETCH,
+    "m64n64": ExtendConfig(64, 64, 2, 1),
+    "m64n64p": ExtendConfig(64, 64, 2, 1, page_prefetch=True),
+}
+
+
+def _compile(kv_dtype, cfg, arch, page_size=16):
+    ke = _extend_module()
+    return _check_binary(ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, page_size, cfg, arch=arch), arch)
+
+
+def _cp_async_per_thread(cfg: ExtendConfig, kv_dtype: str, page_size: int, d: int = 128) -> tuple[int, int]:
+    """(Q vectors, K + V vectors of one tile) a thread issues, per the kernel's copy layouts."""
+    threads = 32 * cfg.warps
+    de = d // 2 if kv_dtype == "float8_e4m3fn" else d
+    ck = min(page_size, cfg.block_n)
+    vec_cols = min(de // 8, 32)
+    vec_rows = min(threads // vec_cols, ck)
+    per_chunk = ck * (de // 8) // (vec_rows * vec_cols)
+    return cfg.block_m * d // 8 // threads, 2 * (cfg.block_n // ck) * per_chunk
+
+
+def _after_last_commit(ptx: str) -> str:
+    """The main loop's code from its (last) cp.async commit to its first mma."""
+    tail = ptx[ptx.rindex("cp.async.commit_group") :]
+    return tail[: tail.index("mma.sync")]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("mode", ["extend", "verify"])
+def test_q_tile_is_staged_with_16_byte_cp_async(arch, kv_dtype, mode):
+    cfg = default_extend_config(kv_dtype, 128, arch, mode)
+    ptx = _compile(kv_dtype, cfg, arch)
+    q_vecs, kv_vecs = _cp_async_per_thread(cfg, kv_dtype, 16)
+    # Q once, one prologue tile (stages 2) and the loop's tile
+    assert ptx.count("cp.async.cg.shared.global") == q_vecs + (cfg.stages - 1) * kv_vecs + kv_vecs
+    assert not re.search(r"ld\.global(\.nc)?\.[bu]16", ptx), "Q (or anything) still loaded 2 bytes at a time"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_page_prefetch_moves_the_lookups_behind_the_issue(arch, kv_dtype):
+    chunks = PREFETCH.block_n // 16
+    ptx = _compile(kv_dtype, PREFETCH, arch)
+    assert len(re.findall(r"ld\.global\.\w+", _after_last_commit(ptx))) == chunks
+    q_vecs, kv_vecs = _cp_async_per_thread(PREFETCH, kv_dtype, 16)
+    assert ptx.count("cp.async.cg.shared.global") == q_vecs + 2 * kv_vecs
+    plain = _compile(kv_dtype, ExtendConfig(128, 64, 2, 1), arch)
+    assert not re.findall(r"ld\.global\.\w+", _after_last_commit(plain))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_page_prefetch_with_three_stages_and_large_pages_compiles(arch):
+    """stages 3 (two tiles in the prologue) and one chunk a tile (page 64 >= block_n 32)."""
+    cfg = ExtendConfig(64, 32, 3, 1, page_prefetch=True)
+    ptx = _compile("bfloat16", cfg, arch, page_size=64)
+    assert len(re.findall(r"ld\.global\.\w+", _after_last_commit(ptx))) == 1
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", sorted(BENCHED))
+def test_benched_variants_fit_without_spills(name, kv_dtype, tmp_path):
+    cfg = BENCHED[name]
+    ptx = {arch: _compile(kv_dtype, cfg, arch) for arch in ARCHS if why_not_extend(
+        "bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch) is None}  # fmt: skip
+    regs, spills = _ptxas_usage(ptx["sm_90a"], "sm_90a", tmp_path)
+    assert spills == 0 and regs <= 255, (regs, spills)
+    if cfg.warps == 4:  # two 4-warp CTAs per SM
+        assert regs * 32 * 4 * 2 <= 65536, regs
