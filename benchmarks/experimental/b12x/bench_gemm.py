@@ -1,6 +1,6 @@
 """Benchmark b12x.gemm (blockscaled decode/tiled kernels and the linear ops) against torch's GEMMs.
 
-    python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 2048 4096]
+    python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--sweep]
         [--timer events|graph] [--json PATH]
 
@@ -55,6 +55,7 @@ RECIPES = (
     "fp8_tensor",
     "mxfp8_linear",
 )
+DECODE_MAX_M = 64  # the decode kernel's buckets (gemm/_shared/launch.py: decode8 .. decode64)
 QUICK_RECIPES = ("w4a16_nvfp4", "w8a16_mxfp8", "nvfp4", "mxfp8", "fp8_block")
 BS = b12x.gemm.blockscaled
 
@@ -195,7 +196,7 @@ def _sweep(ours: Ours, m, n, k, args) -> dict:
 def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
     peers = [] if args.no_peers else _peers(m, n, k, dev, gen, args)
     for recipe in recipes:
-        if recipe.startswith(("w4a16", "w8a16")) and m > 16 and recipe != "w4a16_nvfp4":
+        if recipe.startswith(("w4a16", "w8a16")) and m > DECODE_MAX_M and recipe != "w4a16_nvfp4":
             continue  # weight-only forms past decode sizes: one representative is enough
         ours = _setup(recipe, m, n, k, dev, gen)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)

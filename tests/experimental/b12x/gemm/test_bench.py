@@ -29,3 +29,9 @@ def test_every_recipe_sets_up_and_matches_its_reference_on_cpu(recipe):
     ours.fn()
     err = (ours.out.float() - ours.ref).abs().max().item()
     assert err <= 2**-7 * ours.ref.abs().max().item()
+
+
+def test_decode_range_matches_the_buckets():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    assert BG.DECODE_MAX_M == max(L.BUCKET_MAX_M[b] for b in L.BUCKETS if b.startswith("decode"))

@@ -124,6 +124,10 @@ def test_plans_are_pure_and_pick_buckets():
     assert B.plan(q, invocation=1).caps.buckets == ("decode8",)
     assert A.GemmQuery("nvfp4", "nvfp4", 256, 256, max_m=16).buckets == ("decode8", "decode16")
     assert A.GemmQuery("nvfp4", "nvfp4", 256, 256, m_values=(3, 4096)).buckets == ("decode8", "tiled128")
+    assert A.GemmQuery("bfloat16", "nvfp4", 256, 256, max_m=64).buckets == L.BUCKETS[:4]
+    assert L.BUCKETS[:4] == ("decode8", "decode16", "decode32", "decode64")
+    wanted = A.GemmQuery("bfloat16", "nvfp4", 256, 256, m_values=(17, 64, 65)).buckets
+    assert wanted == ("decode32", "decode64", "tiled64")
     w = B.pack_weight(torch.randn(256, 128), recipe="mxfp8")
     assert B.plan(w).caps == A.GemmQuery("mxfp8", "mxfp8", 256, 128)
     import flashinfer.experimental.b12x.preparation.session as S

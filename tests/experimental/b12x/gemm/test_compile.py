@@ -33,7 +33,7 @@ def _check_built(fn, arch: str) -> None:
     assert "wgmma" not in ptx and "tcgen05" not in ptx  # DESIGN.md section 5
 
 
-@pytest.mark.parametrize("bucket", ["decode8", "tiled128"])
+@pytest.mark.parametrize("bucket", ["decode8", "decode32", "decode64", "tiled128"])
 @pytest.mark.parametrize("a_fmt, b_fmt", [("bfloat16", "nvfp4"), ("mxfp8", "mxfp8")])
 def test_default_configs_compile_for_both_archs(bucket, a_fmt, b_fmt):
     built = {}
@@ -58,13 +58,61 @@ def test_live_m_is_not_a_compile_key():
     keys = {L.kernel_key("bfloat16", "nvfp4", "bfloat16", L.bucket_for(m), "sm_90a") for m in (1, 2, 5, 8)}
     assert len(keys) == 1
     assert L.bucket_for(9) == L.bucket_for(16) == "decode16"
-    assert L.bucket_for(17) == L.bucket_for(256) == "tiled64"
+    assert L.bucket_for(17) == L.bucket_for(32) == "decode32"
+    assert L.bucket_for(33) == L.bucket_for(64) == "decode64"
+    assert L.bucket_for(65) == L.bucket_for(256) == "tiled64"
+    keys = {L.kernel_key("bfloat16", "nvfp4", "bfloat16", L.bucket_for(m), "sm_90a") for m in (33, 40, 64)}
+    assert len(keys) == 1
     assert L.bucket_for(257) == L.bucket_for(10**6) == "tiled128"
 
 
 def test_sm121a_builds_too():
     fn, key = L.kernel_key("bfloat16", "nvfp4", "bfloat16", "decode8", "sm_121a")
     _check_built(fn(*key), "sm_121a")
+
+
+def _ptxas_usage(ptx: str, arch: str, tmp_path) -> tuple[int, int]:
+    """(registers, spill-store bytes) of the PTX's one kernel per the installed ptxas (the PTX's ISA
+    version lowered to what that ptxas reads; the kernels use nothing newer)."""
+    import re
+    import shutil
+    import subprocess
+
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        pytest.skip("no ptxas on PATH")
+    found = re.search(
+        r"release (\d+)\.(\d+)", subprocess.run([ptxas, "--version"], capture_output=True, text=True).stdout
+    )
+    if found is None or int(found.group(1)) < 12:
+        pytest.skip("ptxas older than CUDA 12")
+    src = tmp_path / "k.ptx"
+    isa = f"{int(found.group(1)) - 4}.{found.group(2)}"  # CUDA 13.0 reads PTX ISA 9.0, 12.8 reads 8.8
+    src.write_text(re.sub(r"^\.version \d+\.\d+", f".version {isa}", ptx, flags=re.M))
+    res = subprocess.run(
+        [ptxas, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "k.cubin")], capture_output=True, text=True
+    )
+    if res.returncode:
+        pytest.skip(f"ptxas could not read the PTX: {res.stderr.strip()[:200]}")
+    regs = int(re.search(r"Used (\d+) registers", res.stderr).group(1))
+    return regs, int(re.search(r"(\d+) bytes spill stores", res.stderr).group(1))
+
+
+BLOCK_SHAPES = ((3072, 2048), (2048, 2048), (11264, 2048), (2048, 5632))  # the demo block's linears
+
+
+@pytest.mark.parametrize("m", [32, 64])
+@pytest.mark.parametrize("n, k", BLOCK_SHAPES + ((4096, 4096),))
+def test_decode32_decode64_heuristic_configs_do_not_spill(m, n, k, tmp_path):
+    """The configs the plan heuristic picks for 17 <= M <= 64 keep their accumulators and a pass's
+    operands in registers (the `.local` check above sees only PTX-level locals, not ptxas spills)."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    cfg = L.default_config(L.bucket_for(m), n, k, "nvfp4")
+    fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a")
+    _check_built(fn, "sm_90a")
+    regs, spills = _ptxas_usage(fn.artifacts.PTX, "sm_90a", tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (cfg, regs, spills)
 
 
 @pytest.mark.slow
@@ -83,7 +131,7 @@ def test_candidate_configs_compile(arch):
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
-    for cfg in KD.candidate_configs(8) + KD.candidate_configs(16):
+    for cfg in KD.candidate_configs(8) + KD.candidate_configs(16) + KD.candidate_configs(32) + KD.candidate_configs(64):
         if KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
             _check_built(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch), arch)
     for cfg in KT.candidate_configs(4096):

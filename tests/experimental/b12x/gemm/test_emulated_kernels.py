@@ -63,6 +63,49 @@ def test_decode_other_tilings(cfg):
 
 
 @pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+@pytest.mark.parametrize("m", [17, 24, 32, 33, 48, 64])
+def test_decode32_decode64_every_pair(a_fmt, b_fmt, m):
+    """The decode32 / decode64 buckets' shape-blind configs (what mm runs without a plan): 4 and 8
+    token tiles, tokens past M in partly and wholly idle token tiles, N = 48 not a multiple of BN."""
+    bucket = L.bucket_for(m)
+    assert bucket == ("decode32" if m <= 32 else "decode64")
+    cfg = L.default_config(bucket)
+    assert cfg.max_m == L.BUCKET_MAX_M[bucket]
+    ops = make_operands(a_fmt, b_fmt, m, 48, 384, seed=m)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.parametrize(
+    "cfg, m",
+    [
+        (KD.DecodeConfig(16, 1, 4, 2), 30),  # 16 warps over 5 chunks: 11 idle; unrolled
+        (KD.DecodeConfig(4, 4, 4, 1), 25),  # 64 rows per CTA against N = 80: a partial CTA
+        (KD.DecodeConfig(8, 1, 8, 2), 57),
+        (KD.DecodeConfig(2, 2, 8, 1), 64),
+    ],
+)
+@pytest.mark.parametrize("a_fmt, b_fmt", [("bfloat16", "nvfp4"), ("mxfp8", "mxfp8"), ("float16", "mxfp8")])
+def test_decode32_decode64_other_tilings(cfg, m, a_fmt, b_fmt):
+    ops = make_operands(a_fmt, b_fmt, m, 80, 640, seed=m + cfg.warps)
+    args, alpha = _args(ops, "float16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "float16", cfg, args, alpha), ops, "float16")
+
+
+@pytest.mark.parametrize("m", [33, 64])
+def test_decode64_heuristic_config_fp32_out_is_exact_to_summation_order(m):
+    """fp32 output of exactly representable operands: only the summation order may differ from the
+    reference, so this pins every token tile's accumulation (a dropped or doubled pass fails)."""
+    ops = make_operands("nvfp4", "nvfp4", m, 96, 1024, seed=21)
+    cfg = L.default_config(L.bucket_for(m), 2048, 1024, "nvfp4")
+    args, alpha = _args(ops, "float32")
+    out = E.run_decode("nvfp4", "nvfp4", "float32", cfg, args, alpha)
+    check_tolerance(out, ops, "float32")
+    ref = ops.reference("float32")
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
 def test_tiled_every_pair(a_fmt, b_fmt):
     ops = make_operands(a_fmt, b_fmt, 70, 144, 256, seed=11)
     args, alpha = _args(ops, "bfloat16")
@@ -92,6 +135,12 @@ def test_invalid_tilings_are_rejected_before_compiling():
         KT.TiledLogic("bfloat16", "fp8_block", "bfloat16", KT.TiledConfig(fp8_mma=True))
     with pytest.raises(ValueError, match="tiles 1/2/4"):
         KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 3, 1, 1))
+    with pytest.raises(ValueError, match="ntiles 1/2/4/8"):
+        KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 2, 3, 1))
+    with pytest.raises(ValueError, match=r"4 x 8 needs 128 fp32 accumulator registers per lane, more than 64"):
+        KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(4, 4, 8, 1))
+    with pytest.raises(ValueError, match=r"16 x 64 x 32 x 4 = 131072 bytes\) exceeds 65536 bytes"):
+        KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(16, 2, 8, 1))
 
 
 def test_alpha_tensor_and_weight_alpha_reach_the_epilogue():

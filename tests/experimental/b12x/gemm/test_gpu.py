@@ -55,6 +55,30 @@ def test_every_recipe_matches_the_reference(a_fmt, b_fmt, m, n, k):
     check_tolerance(_run(ops), ops, "bfloat16")
 
 
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+@pytest.mark.parametrize("m", [17, 32, 33, 64])
+def test_decode32_decode64_every_recipe(a_fmt, b_fmt, m):
+    """The decode32 / decode64 buckets (unplanned: their shape-blind configs) on 4096 x 4096."""
+    assert L.bucket_for(m) in ("decode32", "decode64")
+    ops = make_operands(a_fmt, b_fmt, m, 4096, 4096, seed=m, device="cuda", weight=_weight(b_fmt, 4096, 4096))
+    check_tolerance(_run(ops), ops, "bfloat16")
+
+
+BLOCK_SHAPES = ((3072, 2048), (2048, 2048), (11264, 2048), (2048, 5632))  # the demo block's linears
+
+
+@pytest.mark.parametrize("m", [32, 64])
+@pytest.mark.parametrize("n, k", BLOCK_SHAPES)
+def test_decode32_decode64_planned_block_shapes(m, n, k):
+    """What the demo block runs at T = 32 / 64: a plan per linear, its shape-aware config."""
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=n + m, device="cuda")
+    plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,)))
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert plan.state.selection == ((L.bucket_for(m), L.default_config(L.bucket_for(m), n, k, "nvfp4")),)
+    check_tolerance(_run(ops, plan=plan), ops, "bfloat16")
+
+
 @pytest.mark.parametrize("out_dtype", ["float16", "float32"])
 @pytest.mark.parametrize("a_fmt, b_fmt", [("nvfp4", "nvfp4"), ("bfloat16", "mxfp8"), ("float16", "nvfp4")])
 @pytest.mark.parametrize("m", [5, 300])
@@ -63,11 +87,11 @@ def test_output_dtypes(a_fmt, b_fmt, m, out_dtype):
     check_tolerance(_run(ops, out_dtype), ops, out_dtype)
 
 
-@pytest.mark.parametrize("bucket", ["decode8", "tiled128"])
+@pytest.mark.parametrize("bucket", ["decode8", "decode32", "decode64", "tiled128"])
 def test_candidate_configs_are_correct(bucket):
     """Every config the heuristic may pick or autotune may measure computes the same product."""
-    m = 7 if bucket == "decode8" else 300
-    cfgs = KD.candidate_configs(m) if bucket == "decode8" else KT.candidate_configs(m)
+    m = {"decode8": 7, "decode32": 29, "decode64": 64, "tiled128": 300}[bucket]
+    cfgs = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:
         if L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is not None:

@@ -4,7 +4,10 @@ Buckets (live M is a run-time extent; only the bucket is part of a compile key):
 
     decode8   M <= 8      decode kernel, one 8-token MMA tile (weight bytes dominate)
     decode16  M <= 16     decode kernel, two token tiles
-    tiled64   M <= 256    tiled kernel, 64 x 128 CTA tiles
+    decode32  M <= 32     decode kernel, four token tiles (still weight-bandwidth-bound W4A16)
+    decode64  M <= 64     decode kernel, eight token tiles
+    tiled64   M <= 256    tiled kernel, 64 x 128 CTA tiles (65 <= M: dequantizing both operands to
+                          bf16 tiles in shared memory pays off only when M amortizes it)
     tiled128  M > 256     tiled kernel, 128 x 128 CTA tiles
 
 The same variants run on sm_90a and sm_120a (portable mma.sync kernels; the SM120 block-scaled MMA
@@ -22,8 +25,8 @@ import torch
 
 from .formats import FORMAT
 
-BUCKETS = ("decode8", "decode16", "tiled64", "tiled128")
-BUCKET_MAX_M = {"decode8": 8, "decode16": 16, "tiled64": 256, "tiled128": math.inf}
+BUCKETS = ("decode8", "decode16", "decode32", "decode64", "tiled64", "tiled128")
+BUCKET_MAX_M = {"decode8": 8, "decode16": 16, "decode32": 32, "decode64": 64, "tiled64": 256, "tiled128": math.inf}
 
 
 def bucket_for(m: int) -> str:
@@ -35,23 +38,34 @@ def bucket_for(m: int) -> str:
 
 
 def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
-    """The decode kernel's shape-aware heuristic, fitted to the H200 sweep of 2026-11-30 (bench_gemm
-    --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and is within 3%
-    in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most warps in
-    {4, 8, 16} that keep the grid near 8192 warps (M <= 8) or 4096 (M <= 16, twice the MMA work per
-    warp) and give every warp at least two 128-value K chunks; fp4 weights unroll the K loop twice,
-    fp8 weights (twice the registers per chunk) do not."""
-    from ..blockscaled._kernel_decode import DecodeConfig
+    """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
+    (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
+    is within 3% in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most
+    warps in {4, 8, 16} that keep the grid near 8192 warps (M <= 8) or 4096 (M <= 16, twice the MMA
+    work per warp) and give every warp at least two 128-value K chunks; fp4 weights unroll the K loop
+    twice, fp8 weights (twice the registers per chunk) do not.
 
-    ntiles = 1 if max_m <= 8 else 2
-    ctas = -(-n // (16 * ntiles))
-    target = 8192 if ntiles == 1 else 4096
+    M <= 32 / 64 (not swept yet; an extrapolation): 4 / 8 token tiles against 32 weight rows (tiles =
+    2: each CTA reads all M x K activation bytes from L2, so BN = 32 halves that traffic against BN =
+    16 while N = 2048 still gives 64 CTAs; tiles = 4 would leave N = 2048 with 32 CTAs and, at 8 token
+    tiles, 128 accumulator registers), the grid target continuing the halving per doubling of the MMA
+    work (2048, 1024 warps), at most 8 warps (ptxas 13.0 needs 158-230 registers per lane for these
+    tilings; a 16-warp CTA caps them at 128 and spills), and no unroll (a pass's activation registers
+    would double)."""
+    from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
+
+    ntiles = ntiles_for(max_m)
+    tiles = ntiles if ntiles <= 2 else 2
+    ctas = -(-n // (16 * tiles))
+    target = 8192 // ntiles
     chunks = k // 128
-    warps = 16
-    while warps > 4 and (warps > target // ctas or warps > chunks // 2):
+    warps = 16 if ntiles <= 2 else 8
+    while warps > 4 and (
+        warps > target // ctas or warps > chunks // 2 or DecodeConfig(warps, tiles, ntiles).red_bytes > 64 * 1024
+    ):
         warps //= 2
-    unroll = 2 if FORMAT[b_fmt].value_bits == 4 else 1
-    return DecodeConfig(warps=warps, tiles=ntiles, ntiles=ntiles, unroll=unroll)
+    unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
+    return DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
 
 
 def default_config(bucket: str, n: int | None = None, k: int | None = None, b_fmt: str | None = None):

@@ -26,7 +26,7 @@ META = OpMeta(
     requires=("torch", "cutlass-dsl", "tvm-ffi", "cuda"),
     notes=(
         "CuTe DSL per-token x 128 E4M3 quantizer + the gemm.blockscaled fp8_block kernels (decode kernel for "
-        "T <= 16, tiled above); K % 128 == 0, N % 16 == 0; bias added in place after the GEMM; CPU plans run "
+        "T <= 64, tiled above); K % 128 == 0, N % 16 == 0; bias added in place after the GEMM; CPU plans run "
         "the reference"
     ),
 )

@@ -8,7 +8,7 @@
     is_supported(device=None)
 
 C = alpha * deq(A) @ deq(B)^T (reference.py). Kernels (CuTe DSL, warp mma.sync, sm_90a/sm_120a/sm_121a):
-a decode kernel for M <= 16 (weight rows as the MMA's M side, split-K across the CTA's warps) and a
+a decode kernel for M <= 64 (weight rows as the MMA's M side, split-K across the CTA's warps) and a
 tiled kernel above (register prefetch, exact in-register dequantization to bf16/fp16 shared tiles;
 an FP8 mma.sync variant for tensor/block-FP8 is a tuning candidate). Heuristics are untuned until
 the H200 benchmark's --sweep has run; the SM120 block-scaled MMA path is not implemented.
@@ -40,7 +40,7 @@ META = OpMeta(
     requires=("torch", "cutlass-dsl", "tvm-ffi", "cuda"),
     notes=(
         "CuTe DSL kernels (warp mma.sync on exactly dequantized bf16/fp16 tiles) for every recipe and "
-        "the weight-only forms: decode kernel for M <= 16, tiled kernel above; K % 128 == 0, N % 16 == 0. "
+        "the weight-only forms: decode kernel for M <= 64, tiled kernel above; K % 128 == 0, N % 16 == 0. "
         "The SM120 block-scaled MMA path is not implemented (sm_120a runs the portable kernels). "
         "CPU tensors run the reference. Kernel logic verified on a CPU PTX emulator; GPU validation pending."
     ),

@@ -1,8 +1,10 @@
-"""Decode GEMM (M <= 16): C[M, N] = scale * A[M, K] B[N, K]^T with B quantized, on warp mma.sync.
+"""Decode GEMM (M <= 64): C[M, N] = scale * A[M, K] B[N, K]^T with B quantized, on warp mma.sync.
 
 The weight is the MMA's M side (swap AB): each warp computes `tiles` x 16 weight rows against up to 16
 tokens (the MMA's N side, 8 per n-tile; tokens >= M are zero and never loaded), so at M = 1 the
-tensor cores idle and the kernel streams the weight bytes, which are everything there.
+tensor cores idle and the kernel streams the weight bytes, which are everything there. Up to 64 tokens
+(ntiles 4 and 8) the weight bytes still dominate HBM traffic; each CTA then reads all M x K
+activation bytes from L2, so larger BN (tiles) cuts that traffic.
 
 Work split (split-K inside the CTA, no workspace): a CTA owns BN = 16 * tiles rows; its `warps`
 warps take the K chunks (128 values each) c = w, w + warps, ... and reduce their fp32 partial sums
@@ -10,7 +12,8 @@ through shared memory at the end, so N = 4096 gives 128 CTAs of BN = 32 rows (13
 
 Per chunk, lane (g, t) = (lane / 4, lane % 4) loads with 16-byte accesses one SPAN (32 consecutive
 K values at 32 t) of weight rows g and g + 8 of each 16-row tile, their scales, and the same span of
-token g (and g + 8): weight bytes per warp and chunk are 64 contiguous bytes per row (fp4) or 128
+token g (and g + 8, ...: one span per token tile; at 64 tokens the token tiles go one per pass,
+`DecodeLogic.passes`): weight bytes per warp and chunk are 64 contiguous bytes per row (fp4) or 128
 (fp8). `dequant.span_group` turns each group of 8 values into four half2 registers in the weight
 family's K order; MMA step (j, h) feeds registers 2h and 2h + 1 of group j as the A fragment's k
 columns (2t, 2t+1) and (2t+8, 2t+9) and the activations' registers the same way, so each logical
@@ -41,6 +44,11 @@ CHUNK = 128  # K values per chunk: 4 lanes x one 32-value span
 _SOURCES = tuple(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx"))
 
 
+NTILES = (1, 2, 4, 8)  # 8-token MMA tiles: M <= 8, 16, 32, 64
+RED_SMEM_LIMIT = 64 * 1024  # bytes of the reduction buffer (see why_not)
+ACC_LIMIT = 64  # fp32 accumulator registers per lane
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """warps: split K inside the CTA; tiles: 16-row weight tiles per warp (BN = 16 * tiles);
@@ -60,39 +68,85 @@ class DecodeConfig:
     def max_m(self) -> int:
         return 8 * self.ntiles
 
+    @property
+    def red_bytes(self) -> int:
+        """Shared memory of the end-of-CTA reduction: warps x tokens x rows fp32."""
+        return 4 * self.warps * self.max_m * self.rows
+
+    @property
+    def acc_regs(self) -> int:
+        return 4 * self.tiles * self.ntiles
+
+
+def ntiles_for(max_m: int) -> int:
+    """The fewest 8-token tiles that hold max_m tokens (max_m <= 64)."""
+    for nt in NTILES:
+        if max_m <= 8 * nt:
+            return nt
+    raise ValueError(f"the decode kernel serves M <= {8 * NTILES[-1]}, got {max_m}")
+
 
 def default_config(max_m: int) -> DecodeConfig:
-    """The heuristic. 8 warps x 32 rows: one CTA per SM at N = 4096 with 8 chunks in flight per SM.
-    Not yet tuned on the H200 (candidate_configs lists what the benchmark sweeps)."""
-    ntiles = 1 if max_m <= 8 else 2
-    return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
+    """The shape-blind heuristic (callers that know N, K and the weight format use
+    `launch.decode_config_for`). M <= 16: 8 warps x 32 rows, one CTA per SM at N = 4096 with 8 chunks
+    in flight per SM. M <= 32 / 64: the same 32 rows with 8 / 4 warps (the reduction buffer, warps x
+    tokens x rows fp32, stays at 32 KB)."""
+    ntiles = ntiles_for(max_m)
+    warps = 4 if ntiles == 8 else 8
+    return DecodeConfig(warps=warps, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
 
 def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
-    ntiles = 1 if max_m <= 8 else 2
+    """What `bench_gemm --sweep` times for a bucket: M <= 16 every warps x tiles x unroll of the
+    2026-11-30 sweep (warps 4/8/16 x tiles 1/2/4 x unroll 1/2); M <= 32 / 64 the implementable ones of
+    the same grid (16 and 10 configs)."""
+    ntiles = ntiles_for(max_m)
     out = []
     for warps in (4, 8, 16):
         for tiles in (1, 2, 4):
             for unroll in (1, 2):
-                out.append(DecodeConfig(warps, tiles, ntiles, unroll))
+                cfg = DecodeConfig(warps, tiles, ntiles, unroll)
+                if ntiles <= 2 or _tiling_reason(cfg) is None:
+                    out.append(cfg)
     return tuple(out)
 
 
+def _tiling_reason(config: DecodeConfig) -> str | None:
+    if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in NTILES:
+        return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
+    if config.unroll not in (1, 2, 4):
+        return f"unroll must be 1, 2 or 4, got {config.unroll}"
+    if config.acc_regs > ACC_LIMIT:
+        return (
+            f"tiles x ntiles = {config.tiles} x {config.ntiles} needs {config.acc_regs} fp32 accumulator registers "
+            f"per lane, more than {ACC_LIMIT} (use fewer tiles for this many tokens)"
+        )
+    if config.red_bytes > RED_SMEM_LIMIT:
+        return (
+            f"the reduction buffer (warps x 8*ntiles tokens x 16*tiles rows fp32 = {config.warps} x "
+            f"{config.max_m} x {config.rows} x 4 = {config.red_bytes} bytes) exceeds {RED_SMEM_LIMIT} bytes "
+            f"(use fewer warps or tiles)"
+        )
+    if (8 * config.ntiles * config.rows) % 32:
+        return "the reduction needs tokens x rows to be a multiple of 32"
+    return None
+
+
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str | None:
-    """None when the kernel implements this combination, else the reason."""
+    """None when the kernel implements this combination, else the reason.
+
+    Limits: fp32 accumulators tiles x ntiles x 4 <= 64 per lane (the operand registers come on top);
+    the reduction buffer <= 64 KB. The CuTe DSL launches with the kernel's inferred shared memory as
+    dynamic memory and sets the kernel's opt-in maximum, so 48 KB is no hard limit here; 64 KB keeps
+    every M <= 16 config the 2026-11-30 sweep ran (16 warps x 16 tokens x 64 rows) and fits sm_120's
+    99 KB per block."""
     if not isinstance(config, DecodeConfig):
         return f"config must be a DecodeConfig, got {type(config).__name__}"
     if not pair_ok(a_fmt, b_fmt):
         return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
-    if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in (1, 2):
-        return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2)"
-    if config.unroll not in (1, 2, 4):
-        return f"unroll must be 1, 2 or 4, got {config.unroll}"
-    if (8 * config.ntiles * config.rows) % 32:
-        return "the reduction needs tokens x rows to be a multiple of 32"
-    return None
+    return _tiling_reason(config)
 
 
 def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> bool:
@@ -161,48 +215,82 @@ class DecodeLogic:
         scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
         return scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
 
-    def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
-        """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
+    def weight_loads(self, ops, rt: Runtime, lane, n0, c):
+        """The weight half of chunk c's loads, as issued: ([tile][half] -> (words, scale data), the
+        fp8_block weight scale or None). Rows past N load zeros without touching memory."""
         g, t = lane >> 2, lane & 3
         k0 = c * CHUNK + t * 32
         block_scale = None
         if self.b_fmt == "fp8_block":  # one weight block scale per CTA and chunk (BN divides 128)
             sw_addr = rt.sfb_base + (ops.i64(n0 >> 7) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
-            block_scale = ops.ldg_f32(sw_addr, ops.boolean(True))
-        wspans = []  # [tile][half] -> (words, factors)
-        for tt in range(self.cfg.tiles):
-            halves = []
-            for h in range(2):
-                words, sc = self.load_b(ops, rt, n0, tt, h, g, k0)
-                halves.append((words, DQ.span_factors(ops, self.b_fmt, self.compute, sc)))
-            wspans.append(halves)
-        aspans = []
-        for nt in range(self.cfg.ntiles):
-            tok = 8 * nt + g
-            ok = tok < rt.m
-            words, sc = self.load_a(ops, rt, tok, k0, ok)
-            if self.b_fmt == "fp8_block":
-                if self.a_fmt == "fp8_block":
-                    sa_addr = rt.sfa_base + (ops.i64(tok) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
-                    sc = ops.ldg_f32(sa_addr, ok) * block_scale
-                else:
-                    sc = block_scale
-            aspans.append((words, DQ.span_factors(ops, self.a_fmt, self.compute, sc)))
+            block_scale = ops.ldg_f32(sw_addr, n0 < rt.n)
+        spans = [[self.load_b(ops, rt, n0, tt, h, g, k0) for h in range(2)] for tt in range(self.cfg.tiles)]
+        return spans, block_scale
+
+    def _token_span(self, ops, rt: Runtime, lane, c, nt, block_scale):
+        """(words, factors) of token tile nt's activation span in chunk c (zeros for tokens >= M)."""
+        g, t = lane >> 2, lane & 3
+        k0 = c * CHUNK + t * 32
+        tok = 8 * nt + g
+        ok = tok < rt.m
+        words, sc = self.load_a(ops, rt, tok, k0, ok)
+        if self.b_fmt == "fp8_block":
+            if self.a_fmt == "fp8_block":
+                sa_addr = rt.sfa_base + (ops.i64(tok) * ops.i64(rt.k >> 7) + ops.i64(c)) * 4
+                sc = ops.ldg_f32(sa_addr, ok) * block_scale
+            else:
+                sc = block_scale
+        return words, DQ.span_factors(ops, self.a_fmt, self.compute, sc)
+
+    def passes(self) -> tuple[tuple[int, ...], ...]:
+        """Token tiles per pass over a chunk: all of them up to 32 tokens (the M <= 16 kernels'
+        order), one per pass at 64 tokens; the dequantized weight groups are computed once and reused
+        by every pass. Chosen by ptxas 13.0 on sm_90a (bf16 x nvfp4): at 8 token tiles, passes of
+        two or four spill at 8 warps x 2 tiles, passes of one fit in 206 registers; at 4 token tiles
+        one pass needs the fewest registers (158 against 180 for passes of two)."""
+        nt = self.cfg.ntiles
+        step = nt if nt <= 4 else 1
+        return tuple(tuple(range(p, p + step)) for p in range(0, nt, step))
+
+    def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
+        """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
+        return self.chunk_with(ops, rt, lane, n0, c, self.weight_loads(ops, rt, lane, n0, c), acc)
+
+    def chunk_with(self, ops, rt: Runtime, lane, n0, c, wloads, acc):
+        """`chunk` on weight loads already issued (`weight_loads` of the same chunk). Every
+        accumulator (tile, token tile) takes its 8 MMAs in the same (group, half) order whatever the
+        passes, so the sums do not depend on the tiling of M."""
+        spans, block_scale = wloads
+        wspans = [
+            [(words, DQ.span_factors(ops, self.b_fmt, self.compute, sc)) for (words, sc) in halves] for halves in spans
+        ]
+        wgroups = {}
+
+        def weight_group(j):
+            if j not in wgroups:
+                wgroups[j] = [
+                    [DQ.span_group(ops, self.b_fmt, self.family, self.compute, w, f, j) for (w, f) in halves]
+                    for halves in wspans
+                ]
+            return wgroups[j]
+
         acc = list(acc)
-        for j in range(4):
-            wg = [
-                [DQ.span_group(ops, self.b_fmt, self.family, self.compute, w, f, j) for (w, f) in halves]
-                for halves in wspans
-            ]
-            ag = [DQ.span_group(ops, self.a_fmt, self.family, self.compute, w, f, j) for (w, f) in aspans]
-            for h in range(2):
-                for tt in range(self.cfg.tiles):
-                    lo, hi = wg[tt]
-                    a_frag = (lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1])
-                    for nt in range(self.cfg.ntiles):
-                        b_frag = (ag[nt][2 * h], ag[nt][2 * h + 1])
-                        i = (tt * self.cfg.ntiles + nt) * 4
-                        acc[i : i + 4] = ops.mma(self.compute, a_frag, b_frag, acc[i : i + 4])
+        for tiles_of_pass in self.passes():
+            aspans = {nt: self._token_span(ops, rt, lane, c, nt, block_scale) for nt in tiles_of_pass}
+            for j in range(4):
+                wg = weight_group(j)
+                ag = {
+                    nt: DQ.span_group(ops, self.a_fmt, self.family, self.compute, w, f, j)
+                    for nt, (w, f) in aspans.items()
+                }
+                for h in range(2):
+                    for tt in range(self.cfg.tiles):
+                        lo, hi = wg[tt]
+                        a_frag = (lo[2 * h], hi[2 * h], lo[2 * h + 1], hi[2 * h + 1])
+                        for nt in tiles_of_pass:
+                            b_frag = (ag[nt][2 * h], ag[nt][2 * h + 1])
+                            i = (tt * self.cfg.ntiles + nt) * 4
+                            acc[i : i + 4] = ops.mma(self.compute, a_frag, b_frag, acc[i : i + 4])
         return acc
 
     def _red_addr(self, red_base, w, tok, nl):

@@ -5,10 +5,10 @@
     w = b12x.gemm.blockscaled.pack_weight(weight, weight_scale, global_scale=ws2,
                                           global_scale_kind="dequant")    # once, at load time
     y = b12x.gemm.blockscaled.mm(x_bf16, w)                              # weight-only (W4A16 / W8A16)
-    b12x.gemm.blockscaled.prewarm(w, token_counts=[1, 8, 16, 4096]); b12x.freeze_kernel_resolution("serving")
+    b12x.gemm.blockscaled.prewarm(w, token_counts=[1, 8, 16, 64, 4096]); b12x.freeze_kernel_resolution("serving")
 
 C = alpha * deq(A) @ deq(B)^T in fp32 (reference.py), one rounding to bf16/fp16/fp32. CPU tensors run
-the reference. On CUDA the live M picks a bucket (`_shared/launch.py`): M <= 16 the decode kernel,
+the reference. On CUDA the live M picks a bucket (`_shared/launch.py`): M <= 64 the decode kernel,
 larger M the tiled kernel; only the bucket is a compile key, so a new M inside a warmed bucket never
 compiles. Every launch reads scalars on the device (alpha may be a tensor): CUDA-graph safe once the
 variant is resolved (prewarm or a prepared plan).
