@@ -75,6 +75,7 @@ def test_compiles_for_sm121a(fmt):
 
 
 @pytest.mark.compile
+@pytest.mark.slow
 def test_every_stage_count_that_fits_compiles():
     _toolchain()
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import compile_sm120
@@ -84,6 +85,24 @@ def test_every_stage_count_that_fits_compiles():
             cfg = Sm120Config(stages=stages)
             if why_not(fmt, fmt, "float32", cfg, "sm_120a") is None:
                 _check_built(compile_sm120(fmt, fmt, "float32", cfg, arch="sm_120a"), "sm_120a", fmt)
+
+
+@pytest.mark.compile
+def test_sm120a_build_round_trips_through_the_disk_cache():
+    """What a CPU-side prepare ships to an SM120 machine: the exported object loads back (JITLink,
+    no CUDA needed) instead of compiling again."""
+    _toolchain()
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import compile_sm120
+
+    key = ("mxfp4", "mxfp4", "float16", default_config("mxfp4"))
+    compile_sm120.cache_clear()  # an earlier test may hold this key in memory (its disk dir is gone)
+    compile_sm120(*key, arch="sm_120a")
+    assert compile_sm120.disk_path(*key, arch="sm_120a").is_file()
+    compile_sm120.cache_clear()
+    compiles, loads = compile_sm120.compile_count, compile_sm120.load_count
+    assert not compile_sm120.needs_compile(*key, arch="sm_120a")
+    assert callable(compile_sm120(*key, arch="sm_120a"))
+    assert (compile_sm120.compile_count, compile_sm120.load_count) == (compiles, loads + 1)
 
 
 @pytest.mark.compile

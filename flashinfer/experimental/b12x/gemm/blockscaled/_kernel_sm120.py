@@ -354,8 +354,9 @@ def fake_args(fmt: str, out_dtype: str):
     b = make_fake_compact_tensor(
         cutlass.Uint8, (n, cute.sym_int(divisibility=kb)), stride_order=(1, 0), assumed_align=16
     )
-    sfa = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int(divisibility=ATOM_BYTES),), assumed_align=16)
-    sfb = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int(divisibility=ATOM_BYTES),), assumed_align=16)
+    # scale lengths are never read (the operand checks size them); only the 16-byte start matters
+    sfa = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int(),), assumed_align=16)
+    sfb = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int(),), assumed_align=16)
     c = make_fake_compact_tensor(_OUT[out_dtype], (m, n), stride_order=(1, 0), assumed_align=16)
     scalars = [make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) for _ in range(3)]
     return (a, sfa, b, sfb, c, *scalars)
