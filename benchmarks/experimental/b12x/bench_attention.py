@@ -88,8 +88,11 @@ MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
 QUICK_BATCHES, QUICK_KV_LENS = (1, 32), (1024, 8192)
 EXTEND_Q_LENS, QUICK_EXTEND_Q_LENS = (512, 1024, 2048, 4096), (1024, 4096)
-# the heuristic's row, then the alternatives it is judged against (p: page_prefetch)
-EXTEND_CONFIGS = ("heuristic", "128x64x2x1p", "64x64x2x1", "64x64x2x1p", "128x32x2x2")
+# the heuristic's row (128x64x2x1 on the H200), then the alternatives it is judged against: page
+# prefetch (p), two 4-warp CTAs per SM (64x64x2x1), and FlashAttention-2's 32 rows a warp
+# (row_blocks 2: half the shared-memory reads of K/V per flop, 255 registers with ~100-160 B of
+# spills of loop invariants, two CTAs per SM)
+EXTEND_CONFIGS = ("heuristic", "128x64x2x1p", "64x64x2x1", "128x32x2x2", "128x64x2x2", "128x64x2x2p")
 EXTEND_TOKENS = 32768  # query tokens per extend case: enough CTAs (>= 8 waves) at every q_len
 HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
 FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape

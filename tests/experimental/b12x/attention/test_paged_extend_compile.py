@@ -6,7 +6,8 @@
   cp.async commit and its first mma (their latency hides behind the tile's math); without it the
   loop has no global load there (the lookups sit in front of each tile's cp.async issue).
 - The variants `bench_attention --mode extend` times compile for both archs and fit the register
-  budget without spills (ptxas -v, when a ptxas is installed).
+  budget (ptxas -v, when a ptxas is installed): no spills at 16 rows a warp, bounded spills of loop
+  invariants at 32 (row_blocks 2), two CTAs per SM for the 4-warp ones.
 """
 
 import re
@@ -20,11 +21,17 @@ from .test_paged_compile import ARCHS, _check_binary, _extend_module, _ptxas_usa
 pytestmark = pytest.mark.compile
 
 PREFETCH = ExtendConfig(128, 64, 2, 1, page_prefetch=True)
-BENCHED = {  # bench_attention.EXTEND_CONFIGS past the heuristic's row
+BENCHED = {  # bench_attention.EXTEND_CONFIGS past the heuristic's row, and a prefetching 4-warp one
     "m128n64p": PREFETCH,
     "m64n64": ExtendConfig(64, 64, 2, 1),
     "m64n64p": ExtendConfig(64, 64, 2, 1, page_prefetch=True),
+    "m128n32r2": ExtendConfig(128, 32, 2, 2),
+    "m128n64r2": ExtendConfig(128, 64, 2, 2),
+    "m128n64r2p": ExtendConfig(128, 64, 2, 2, page_prefetch=True),
 }
+# row_blocks 2 keeps 32 rows of O (128 fp32 registers at Dv 128) and S per thread: ptxas (CUDA 13.0)
+# spills 92-164 bytes of loop invariants at 255 registers; more would mean the tile loop itself spills
+SPILL_BYTES = {1: 0, 2: 256}
 
 
 def _compile(kv_dtype, cfg, arch, page_size=16):
@@ -87,7 +94,8 @@ def test_benched_variants_fit_without_spills(name, kv_dtype, tmp_path):
     cfg = BENCHED[name]
     ptx = {arch: _compile(kv_dtype, cfg, arch) for arch in ARCHS if why_not_extend(
         "bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch) is None}  # fmt: skip
+    assert set(ptx) == set(ARCHS)
     regs, spills = _ptxas_usage(ptx["sm_90a"], "sm_90a", tmp_path)
-    assert spills == 0 and regs <= 255, (regs, spills)
-    if cfg.warps == 4:  # two 4-warp CTAs per SM
-        assert regs * 32 * 4 * 2 <= 65536, regs
+    assert spills <= SPILL_BYTES[cfg.row_blocks] and regs <= 255, (regs, spills)
+    if cfg.warps == 4:  # two 4-warp CTAs per SM (registers are allocated 8 a thread at a time)
+        assert -(-regs // 8) * 8 * 32 * 4 * 2 <= 65536, regs

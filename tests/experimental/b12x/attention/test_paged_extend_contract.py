@@ -15,6 +15,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     default_extend_config,
     extend_item_capacity,
     extend_schedule_reference,
+    why_not_extend,
 )
 from flashinfer.experimental.b12x.preparation import session as session_mod
 
@@ -186,7 +187,11 @@ def test_bench_extend_helpers():
     assert B.causal_flops(1, 5, 12, 1, 1, 1) == 2 * 2 * pairs
     args = B.parse_args(["--mode", "extend", "--q-len", "512", "4096"])
     assert args.mode == "extend" and args.q_len == [512, 4096]
-    assert args.extend_configs == ["heuristic", "128x64x2x1p", "64x64x2x1", "64x64x2x1p", "128x32x2x2"]
+    assert args.extend_configs == list(B.EXTEND_CONFIGS) and args.extend_configs[0] == "heuristic"
+    for entry in B.EXTEND_CONFIGS[1:]:  # every default row is a valid config on both archs
+        cfg = B.parse_extend_config(entry)
+        for arch in ("sm_90a", "sm_120a"):
+            assert why_not_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch) is None, (entry, arch)
     assert B.parse_extend_config("128x32x2x2") == ExtendConfig(block_m=128, block_n=32, stages=2, row_blocks=2)
     assert B.parse_extend_config("64x64x2x1p") == ExtendConfig(64, 64, 2, 1, page_prefetch=True)
     assert not B.parse_extend_config("64x64x2x1").page_prefetch

@@ -124,9 +124,10 @@ def test_extend_head_dims_and_fp16(head_dim, dtype, kv_dtype):
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("config", [(128, 64, 2), (32, 32, 3), (16, 128, 2), (64, 16, 3), (128, 32, 2, 2), (64, 64, 3, 2),
-                                    (128, 64, 2, 1, True), (64, 64, 2, 1, True), (64, 32, 3, 2, True)],
+                                    (128, 64, 2, 1, True), (64, 64, 2, 1, True), (64, 32, 3, 2, True),
+                                    (128, 64, 2, 2, True)],
                          ids=["m128n64", "m32n32s3", "m16n128", "m64n16s3", "m128n32r2", "m64n64s3r2",
-                              "m128n64p", "m64n64p", "m64n32s3r2p"])  # fmt: skip
+                              "m128n64p", "m64n64p", "m64n32s3r2p", "m128n64r2p"])  # fmt: skip
 def test_extend_non_default_configs(kv_dtype, config):
     case = make_case([3000, 64, 129, 1], [1000, 64, 2, 1], num_q_heads=40, num_kv_heads=8, head_dim=128,
                      page_size=64, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(config))  # fmt: skip
