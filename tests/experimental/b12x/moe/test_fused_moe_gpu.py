@@ -1,11 +1,17 @@
 """moe.fused_moe on the GPU (H200): the whole device pipeline (Triton routing/gather/requantize/combine
 around M2's CuTe expert GEMMs) against the fp32 reference, CUDA graph replay, freeze, bad inputs.
 
-Numeric bar per case (stand_in.check_layer, DESIGN.md): outputs NaN-poisoned first, fresh random
-inputs with some ignored routes, then against reference.py's math (act(FC1) in a's dtype before FC2's
-quantization in every recipe, reference.py's definition): every row's cosine >= 0.9999 and max error
-<= 2x that of torch's same computation in bf16, and the issue's bar (cosine >= 0.9999) against it.
-`test_issue_bar_vs_reference_py` holds every recipe to that bar at the issue's shapes.
+Numeric bar per case (`check_case`; stand_in.check_staged, docs/moe.md): outputs and the FC1
+intermediate NaN-poisoned first, fresh random inputs with some ignored routes; then
+1. the gather's and the requantize's operand bytes are the `_lib.quant` oracles' on the kernel's own
+   inputs (a's rows; FC1's bf16 intermediate read back from the workspace), bit for bit;
+2. the intermediate is act(FC1) to bf16 rounding, element by element (any fp32 summation order);
+3. the issue's bar (every row's cosine >= 0.9999, max error <= 2x torch's same computation in bf16)
+   against the reference taking the kernel's intermediate, i.e. quantizing it where the kernel does;
+4. end to end against the fully independent reference: every row >= 0.999, at most 1 + T // 1000
+   rows below 0.9999. Not stricter: a different fp32 summation order in FC1 can put one bf16 element
+   of the intermediate on the other side of an NVFP4 rounding boundary, which moves a relu2 row to
+   ~0.9998 (the 05:55 H200 failure; reproduced on the CPU by test_fused_moe_numeric_bar.py).
 The reference is stand_in.dense_layer (one matmul per hit expert, reference.py's steps and route
 order), checked against reference.py's per-route loop at small T here too.
 """
@@ -22,7 +28,7 @@ from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
 from flashinfer.experimental.b12x.moe.fused_moe import _combine
 from flashinfer.experimental.b12x.moe.fused_moe import reference as REF
 
-from .stand_in import assert_bf16_close, check_layer, dense_layer, row_cosine
+from .stand_in import assert_bf16_close, check_operands, check_staged, dense_layer, kernel_intermediate
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -68,6 +74,7 @@ def inputs(t, k, e, h, seed, ids_dtype=torch.int32, ignored=0.05):
 
 def run_poisoned(p, experts, a, ids, w):
     out = torch.full_like(a, float("nan"))
+    p.state.scratch["c1"].fill_(float("nan"))  # FC1's intermediate: a row it skips keeps NaN
     got = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out))
     assert got is out
     torch.cuda.synchronize()
@@ -80,16 +87,10 @@ def check_case(p, experts, a, ids, w, what):
     if caps.weight_plan.activation == "swiglu_oai":
         kw |= dict(limit=caps.swiglu_limit, alpha=caps.swiglu_alpha, beta=caps.swiglu_beta)
     out = run_poisoned(p, experts, a, ids, w)
-    ref = dense_layer(a, experts, w, ids, **kw)
-    peer = dense_layer(a, experts, w, ids, bf16=True, **kw)
-    check_layer(out, ref, peer, what=what)
-    check_reference_bar(out, ref, what)
+    s = p.state.scratch
+    check_operands(s, p.operand_formats, caps.apply_router_weight_on_input, experts, a, ids, w)
+    check_staged(out, kernel_intermediate(s, ids, caps.weight_plan.num_experts), a, experts, w, ids, what=what, **kw)
     return out, kw
-
-
-def check_reference_bar(out, ref32, what):
-    cos = row_cosine(out.float(), ref32)
-    assert float(cos.min()) >= 0.9999, f"{what}: worst row cosine vs reference.py {float(cos.min()):.6f} < 0.9999"
 
 
 # ---- numerics -----------------------------------------------------------------------------------
@@ -140,8 +141,7 @@ def test_issue_bar_vs_reference_py(shape, mode, source):
     e, k, h, _ = shape
     p, experts = build(mode, source, "silu", shape, 64)
     a, ids, w = inputs(64, k, e, h, seed=64)
-    out, kw = check_case(p, experts, a, ids, w, f"{mode} {shape} T=64")
-    check_reference_bar(out, dense_layer(a, experts, w, ids, **kw), f"{mode} {shape} T=64 (issue bar)")
+    check_case(p, experts, a, ids, w, f"{mode} {shape} T=64 (issue bar)")
 
 
 def test_dense_reference_is_reference_py():
@@ -206,15 +206,20 @@ def test_freeze_holds():
     with pytest.raises(KernelResolutionFrozenError):
         with b12x.PreparationSession(DEV) as session:
             session.prepare([other])
-    cfg = p.selection.combine  # a kernel key the prepared plan does not hold cannot resolve either
+    # A kernel key no prepared plan holds cannot resolve either. Not the default tiles with the
+    # router weight on the input: test_router_weight_on_input's w4a16 plan resolved that combine key
+    # earlier in this process (the combine's key has no weight format or activation), so it was held.
+    cfg = dataclass_replace(p.selection.combine, block_t=2 * p.selection.combine.block_t)
+    key = (k, e, h, 768, None, True, cfg, p.state.arch)
+    assert not _combine.compile_combine.resolved(*key)
     with pytest.raises(KernelResolutionFrozenError, match="moe.fused_moe: kernel"):
-        _combine.compile_combine(k, e, h, 768, None, True, cfg, p.state.arch)
+        _combine.compile_combine(*key)
 
 
-def dataclass_replace(caps, **kw):
+def dataclass_replace(obj, **kw):
     import dataclasses
 
-    return dataclasses.replace(caps, **kw)
+    return dataclasses.replace(obj, **kw)
 
 
 def test_bind_and_run_do_not_allocate():

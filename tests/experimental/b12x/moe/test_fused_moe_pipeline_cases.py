@@ -7,7 +7,8 @@ torch stand-ins of the expert GEMMs (stand_in.py). Checked:
 - routing metadata (micro and dynamic paths, int32/int64 ids, ignored routes, T = 1, 7, capacity);
 - gather and requantize bytes against the `_lib.quant` oracles, bit for bit;
 - combine bit for bit against the reference's fp32 sum order;
-- the whole layer against reference.py (per-row cosine and the tolerance rule).
+- the whole layer against reference.py (per-row cosine and the tolerance rule), with the gpu tier's
+  workspace read-back: operand bytes vs the oracles and FC1's intermediate vs act(FC1) (stand_in).
 
 Interpreter patches (its conversions differ from the GPU's; these make it do what the GPU does):
 quantization/_interpret_run.py's (fp32 -> e4m3 RNE-satfinite, exact bf16 -> fp32) and
@@ -33,7 +34,18 @@ from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api  
 from flashinfer.experimental.b12x.moe.fused_moe import reference as REF  # noqa: E402
 
 from .moe_cases import activations, checkpoint, weight_plan  # noqa: E402
-from .stand_in import assert_bf16_close, check_layer, dense_layer, fc1_stand_in, fc2_stand_in, row_cosine  # noqa: E402
+from .stand_in import (  # noqa: E402
+    assert_bf16_close,
+    check_intermediate,
+    check_layer,
+    check_operands,
+    dense_layer,
+    fc1_routes,
+    fc1_stand_in,
+    fc2_stand_in,
+    kernel_intermediate,
+    row_cosine,
+)
 
 pytestmark = pytest.mark.interpret
 HERE = Path(__file__).resolve().parent
@@ -284,6 +296,11 @@ def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
     out = torch.full((t, H), float("nan"), dtype=torch.bfloat16)
     api.execute(L, api.device_binding(p, s, a, experts, w, ids, out), out)
     kw = dict(quant_mode=mode, on_input=on_input)
+    # the gpu tier's workspace read-back (its stages 1 and 2) on the interpreted pipeline
+    check_operands(s, p.operand_formats, on_input, experts, a, ids, w)
+    g, spread = fc1_routes(a, experts, w, ids, **kw)
+    valid = (ids >= 0) & (ids < E)
+    check_intermediate(kernel_intermediate(s, ids, E), g, spread, valid, what=f"{mode} {act} T={t}")
     ref = REF.fused_moe(a, experts, w, ids, quant_mode=mode, apply_router_weight_on_input=on_input)
     ref32 = dense_layer(a, experts, w, ids, **kw)
     assert_bf16_close(ref32, ref)  # the vectorized reference is reference.py's math
@@ -295,3 +312,31 @@ def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
     check_layer(out, ref32, peer, what=f"{mode} {act} T={t}")
     floor = 0.9999 if mode == "w4a16" else 0.9999 - 2e-3
     assert bool((row_cosine(out.float(), ref32) >= floor).all())
+
+
+def test_workspace_read_back_sees_one_wrong_byte():
+    """The gpu tier's read-back checks fail on one corrupted operand byte or intermediate element."""
+    wplan = weight_plan("modelopt_nvfp4", "relu2", ("nvfp4",), e=E, h=H, i=INTER)
+    experts = fm.prepare_weights(plan=wplan, **checkpoint(wplan, seed=3))
+    p, s, L = layer(wplan, "nvfp4")
+    t = 7
+    a, ids, w = activations(t, H, seed=13), ids_with_ignored(t, K, E, seed=23), weights(t, K, 33)
+    out = torch.full((t, H), float("nan"), dtype=torch.bfloat16)
+    api.execute(L, api.device_binding(p, s, a, experts, w, ids, out), out)
+    args = (s, p.operand_formats, False, experts, a, ids, w)
+    check_operands(*args)
+    g, spread = fc1_routes(a, experts, w, ids, quant_mode="nvfp4")
+    valid = (ids >= 0) & (ids < E)
+    check_intermediate(kernel_intermediate(s, ids, E), g, spread, valid)
+    for name in ("a1", "a2"):
+        s[name][1, 3] ^= 0x10
+        with pytest.raises(AssertionError, match=f"{name} values of expert"):
+            check_operands(*args)
+        s[name][1, 3] ^= 0x10
+    live = kernel_intermediate(s, ids, E)
+    tt, j = (valid & (g.abs().amax(-1) > 0)).nonzero()[0].tolist()
+    col = int(g[tt, j].abs().argmax())
+    s["c1"][int(s["route_row"][tt * K + j]), col] *= 1.02  # two bf16 ulps off
+    with pytest.raises(AssertionError, match="outside bf16 rounding"):
+        check_intermediate(kernel_intermediate(s, ids, E), g, spread, valid)
+    assert not torch.equal(live, kernel_intermediate(s, ids, E))
