@@ -2,6 +2,7 @@
 the CPU for sm_90a and sm_120a, emit the instructions the bit-exactness argument rests on, obey the
 compile spine's cache and freeze, and the plan's kernel list wires in the expert GEMMs."""
 
+import dataclasses
 import pickle
 import re
 
@@ -71,6 +72,38 @@ def test_compile_cache_and_freeze():
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="moe.fused_moe: kernel num_topk=4 num_experts=16"):
         _combine.compile_combine(4, 16, 512, 256, None, True, cfg, "sm_90a")
+
+
+def test_freeze_serves_a_combine_key_another_recipe_resolved():
+    # What the 05:55 H200 run's test_freeze_holds tripped on: the combine's key has no weight format
+    # or activation, so two w4a16 plans with the router weight on the input share one combine
+    # kernel; once either resolved it, freeze serves it, and only a key nobody resolved raises.
+    plans = [
+        fm.plan(
+            fm.Caps(
+                max_tokens=16,
+                num_topk=2,
+                device="cuda",
+                weight_plan=weight_plan(src, act, ("w4a16",), e=8, h=256, i=128),
+                quant_mode="w4a16",
+                apply_router_weight_on_input=True,
+            )
+        )  # fmt: skip
+        for src, act in (("fp4_e8m0_k32", "swiglu_oai"), ("modelopt_nvfp4", "silu"))
+    ]
+    jobs = [
+        [args for fn, args in p.kernels(p.heuristic("sm_90a"), "sm_90a") if fn is _combine.compile_combine]
+        for p in plans
+    ]
+    assert jobs[0] == jobs[1] and len(jobs[0]) == 1
+    key = jobs[0][0]
+    held = _combine.compile_combine(*key)
+    other = (*key[:6], dataclasses.replace(key[6], block_t=2 * key[6].block_t), key[7])
+    assert not _combine.compile_combine.resolved(*other)
+    freeze_kernel_resolution("test")
+    assert _combine.compile_combine(*key) is held
+    with pytest.raises(KernelResolutionFrozenError, match="moe.fused_moe: kernel num_topk=2 num_experts=8"):
+        _combine.compile_combine(*other)
 
 
 def test_bad_compile_keys():
