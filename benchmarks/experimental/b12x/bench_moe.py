@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
-        [--timer events|graph] [--json PATH] [--no-peers]
+        [--timer events|graph] [--json PATH] [--no-peers] [--steps]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -17,6 +17,9 @@ Timers: --timer graph (the serving form; use it for decode T, where eager launch
 captures the layer and cycles through routing sets drawn from disjoint expert groups, enough that a
 cycle moves >= 3x L2 of expert bytes (`rotation_sets`; weights come from HBM as in serving);
 --timer events flushes L2 before every call instead.
+--steps adds, per case, the time of each prefix of the pipeline's launches (`api.steps`: route+gather,
+fc1, requantize, fc2, combine), measured the same way: a step's cost is its row minus the row
+before, launch gaps in a graph included (the decode breakdown: docs/moe.md).
 Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
 weighted sum of each token's k rows), timed in the same run:
   grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
@@ -325,6 +328,8 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
             table.add(
                 case, f"b12x {recipe}", measure(lambda nxt=nxt: fm.run(binding=nxt()), args, **graph_kw), note=note
             )
+            if getattr(args, "steps", False):  # a Namespace built by hand may lack it
+                add_step_prefixes(table, case, recipe, ours.plan, bindings, out, args, graph_kw)
             if peer_rows is None:
                 peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
             for name, timing, pnote in peer_rows:
@@ -332,6 +337,27 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
             del ours, bindings
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+
+def step_prefixes(plan, bindings, out) -> list[tuple[str, list]]:
+    """[(name of the last step, [callable per binding running steps 0..n])] for n = 1..steps."""
+    from flashinfer.experimental.b12x.moe.fused_moe import api
+
+    launchers = plan.state.extra["launchers"]
+    per_binding = [api.steps(launchers, b, out) for b in bindings]
+    names = [name for name, _ in per_binding[0]]
+    return [
+        (names[n - 1], [lambda fns=[f for _, f in steps[:n]]: [f() for f in fns] for steps in per_binding])
+        for n in range(1, len(names) + 1)
+    ]
+
+
+def add_step_prefixes(table, case, recipe, plan, bindings, out, args, graph_kw) -> None:
+    from benchmarks.experimental.b12x.common import measure, rotate
+
+    for last, calls in step_prefixes(plan, bindings, out):
+        nxt = rotate(calls)
+        table.add(case, f"b12x {recipe} ..{last}", measure(lambda nxt=nxt: nxt()(), args, **graph_kw), note="prefix")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=None, help="E x k x H x I shapes (default: the issue's three)")
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our recipes to time")
     parser.add_argument("--activation", choices=ACTIVATIONS, default="silu", help="the experts' activation")
+    parser.add_argument("--steps", action="store_true", help="also time each prefix of the pipeline's launches")
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")

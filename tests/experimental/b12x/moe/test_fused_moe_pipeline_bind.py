@@ -115,6 +115,62 @@ def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
     assert b.gscales == ((ex.a1_gscale, ex.a2_gscale) if mode == "nvfp4" else (s["alpha1"], s["alpha2"]))
 
 
+class _Recorder:
+    """Launchers that record (name, args) instead of launching."""
+
+    def __init__(self, log, requant):
+        self.log = log
+        rec = lambda name: lambda *a: log.append((name, a))  # noqa: E731
+        self.routing = {"int32": rec("routing"), "int64": rec("routing64")}
+        self.fc1, self.fc2 = rec("fc1"), rec("fc2")
+        self.combine = self
+        self.requant = object() if requant else None
+        self.requantize = rec("requantize")
+
+    def __call__(self, *a):
+        self.log.append(("combine", a))
+
+
+@pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
+def test_steps_are_execute_one_by_one(mode):
+    p, tensors = device_plan(mode)
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+    b = fm.bind(p, output=out, **tensors)
+    ran, stepped = [], []
+    api.execute(_Recorder(ran, mode != "w4a16"), b, out)
+    steps = api.steps(_Recorder(stepped, mode != "w4a16"), b, out)
+    for _, step in steps:
+        step()
+    names = ["route+gather", "fc1"] + (["requantize"] if mode != "w4a16" else []) + ["fc2", "combine"]
+    assert [n for n, _ in steps] == names and len(ran) == len(names)
+    for (n1, a1), (n2, a2) in zip(ran, stepped):
+        assert n1 == n2 and len(a1) == len(a2) and all(x is y for x, y in zip(a1, a2))
+    empty = fm.bind(p, output=out[:0], **{**tensors, "a": tensors["a"][:0]} | {
+        "topk_ids": tensors["topk_ids"][:0], "topk_weights": tensors["topk_weights"][:0]})  # fmt: skip
+    assert api.steps(_Recorder([], False), empty, out[:0]) == []
+
+
+def test_bench_step_prefixes_run_each_prefix_per_binding():
+    from benchmarks.experimental.b12x.bench_moe import step_prefixes
+
+    p, tensors = device_plan("nvfp4")
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+    log = []
+    p.state.extra["launchers"] = _Recorder(log, True)
+    try:
+        bindings = [fm.bind(p, output=out, **tensors) for _ in range(2)]
+        prefixes = step_prefixes(p, bindings, out)
+        names = ["route+gather", "fc1", "requantize", "fc2", "combine"]
+        assert [last for last, _ in prefixes] == names
+        for n, (_, calls) in enumerate(prefixes, 1):
+            assert len(calls) == 2
+            log.clear()
+            calls[1]()
+            assert [name for name, _ in log] == ["routing", "fc1", "requantize", "fc2", "combine"][:n]
+    finally:
+        del p.state.extra["launchers"]
+
+
 def test_device_bind_errors():
     p, tensors = device_plan()
     bad_a = torch.empty(H, T, dtype=torch.bfloat16, device="meta").t()

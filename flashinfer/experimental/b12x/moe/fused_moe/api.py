@@ -470,6 +470,27 @@ def execute(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> None
     launchers.combine(t_count, s, b.topk_weights, out)
 
 
+def steps(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> list:
+    """[(name, thunk)]: `execute`'s launches one by one, in its order (benchmarks time the prefixes
+    of this list to split a layer's time by step; test_fused_moe_pipeline_bind checks that running
+    them all issues exactly execute's launches)."""
+    t_count = b.a.shape[0]
+    if t_count == 0:
+        return []
+    s = b.scratch
+    g1, g2 = b.gscales
+    routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    found = [
+        ("route+gather", lambda: routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)),
+        ("fc1", lambda: launchers.fc1(*b.fc1_args)),
+    ]
+    if launchers.combine.requant is not None:
+        found.append(("requantize", lambda: launchers.combine.requantize(t_count, s, g2)))
+    found.append(("fc2", lambda: launchers.fc2(*b.fc2_args)))
+    found.append(("combine", lambda: launchers.combine(t_count, s, b.topk_weights, out)))
+    return found
+
+
 def route_topk(plan: FusedMoePlan, router_logits, topk_logits, topk_ids, topk_weights, *, renormalize: bool = True):
     """Top-k routing into the caller's tensors, in fp32: p = softmax(router_logits); the k experts with
     the largest logits, ties broken toward the HIGHER expert id, in that order (largest first);
