@@ -43,8 +43,14 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
         for w in range(config.warps):  # phase 1: the K loop and the partial sums
             ops = EmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
-            for ch in range(w, k // KD.CHUNK, config.warps):
-                acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            chunks = np.int32(k // KD.CHUNK)
+            if config.prefetch == 0:
+                for ch in range(w, chunks, config.warps):
+                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            else:  # the kernel's software pipeline, stage by stage
+                stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), chunks)
+                for ch in range(w, chunks, config.warps):
+                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(config.warps):  # phase 2, after the barrier
             logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)

@@ -115,6 +115,31 @@ def test_decode32_decode64_heuristic_configs_do_not_spill(m, n, k, tmp_path):
     assert spills == 0 and regs * 32 * cfg.warps <= 65536, (cfg, regs, spills)
 
 
+@pytest.mark.parametrize(
+    "a_fmt, b_fmt, cfg",
+    [
+        ("bfloat16", "nvfp4", (16, 2, 2, 1, 2)),  # the M <= 16 heuristic's tiling, 2 chunks ahead
+        ("bfloat16", "nvfp4", (4, 1, 1, 1, 1)),
+        ("mxfp8", "mxfp8", (16, 1, 1, 1, 2)),
+        ("fp8_block", "fp8_block", (8, 2, 4, 1, 1)),  # fp8 words + the carried block scale, 32 tokens
+    ],
+)
+def test_weight_prefetch_compiles_for_both_archs_without_spills(a_fmt, b_fmt, cfg, tmp_path):
+    """The prefetch pipeline (weight words carried through the K loop) builds for both archs, issues
+    its loads ahead (more 16-byte loads in the PTX than one chunk holds: the prologue's), and keeps
+    the carried stages in registers."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    config = KD.DecodeConfig(*cfg)
+    plain = KD.compile_decode(a_fmt, b_fmt, "bfloat16", KD.DecodeConfig(*cfg[:4]), arch="sm_90a")
+    for arch in ARCHS:
+        fn = KD.compile_decode(a_fmt, b_fmt, "bfloat16", config, arch=arch)
+        _check_built(fn, arch)
+        assert fn.artifacts.PTX.count("ld.global.nc.v4") > plain.artifacts.PTX.count("ld.global.nc.v4")
+    regs, spills = _ptxas_usage(fn.artifacts.PTX, "sm_120a", tmp_path)
+    assert spills == 0 and regs * 32 * config.warps <= 65536, (config, regs, spills)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ALL_ARCHS)
 @pytest.mark.parametrize("bucket", L.BUCKETS)

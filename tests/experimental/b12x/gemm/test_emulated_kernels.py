@@ -105,6 +105,37 @@ def test_decode64_heuristic_config_fp32_out_is_exact_to_summation_order(m):
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
 
 
+@pytest.mark.parametrize("prefetch", [1, 2, 4])
+@pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
+def test_decode_weight_prefetch_every_pair(a_fmt, b_fmt, prefetch):
+    """The prefetch pipeline: 7 chunks over 2 warps (3 and 4 each) with 1..4 chunks of weight loads
+    ahead, so the pipeline runs past every warp's last chunk (those loads must touch no memory: the
+    emulator faults on any access outside the tensors) and its stages rotate in order."""
+    m = 5 if prefetch != 2 else 13
+    ops = make_operands(a_fmt, b_fmt, m, 48, 896, seed=prefetch)
+    cfg = KD.DecodeConfig(warps=2, tiles=2, ntiles=1 if m <= 8 else 2, unroll=1, prefetch=prefetch)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.parametrize(
+    "cfg, m",
+    [
+        (KD.DecodeConfig(4, 1, 1, 2, 1), 1),  # unrolled pipeline
+        (KD.DecodeConfig(16, 4, 2, 1, 2), 16),  # more warps than chunks: idle warps load nothing
+        (KD.DecodeConfig(4, 2, 4, 1, 1), 30),
+        (KD.DecodeConfig(4, 2, 8, 1, 2), 64),
+    ],
+)
+def test_decode_weight_prefetch_tilings_fp32_out(cfg, m):
+    ops = make_operands("nvfp4", "nvfp4", m, 80, 1280, seed=m)
+    args, alpha = _args(ops, "float32")
+    out = E.run_decode("nvfp4", "nvfp4", "float32", cfg, args, alpha)
+    check_tolerance(out, ops, "float32")
+    plain = E.run_decode("nvfp4", "nvfp4", "float32", KD.DecodeConfig(cfg.warps, cfg.tiles, cfg.ntiles, 1), args, alpha)
+    assert torch.equal(out, plain)  # same chunks per warp, same MMA order: bitwise the same sums
+
+
 @pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
 def test_tiled_every_pair(a_fmt, b_fmt):
     ops = make_operands(a_fmt, b_fmt, 70, 144, 256, seed=11)
@@ -135,6 +166,10 @@ def test_invalid_tilings_are_rejected_before_compiling():
         KT.TiledLogic("bfloat16", "fp8_block", "bfloat16", KT.TiledConfig(fp8_mma=True))
     with pytest.raises(ValueError, match="tiles 1/2/4"):
         KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 3, 1, 1))
+    with pytest.raises(
+        ValueError, match=r"prefetch must be one of \(0, 1, 2, 4\) \(chunks of weight loads in flight ahead\), got 3"
+    ):
+        KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 2, 1, 1, 3))
     with pytest.raises(ValueError, match="ntiles 1/2/4/8"):
         KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 2, 3, 1))
     with pytest.raises(ValueError, match=r"4 x 8 needs 128 fp32 accumulator registers per lane, more than 64"):

@@ -41,6 +41,12 @@ def test_decode_heuristic_is_always_implementable(fmt, n, k, m):
     assert cfg.warps >= 1 and cfg.max_m >= m
 
 
+def test_heuristics_never_prefetch_until_swept():
+    for m in (1, 16, 32, 64):
+        assert L.default_config(L.bucket_for(m)).prefetch == 0
+        assert L.default_config(L.bucket_for(m), 4096, 4096, "nvfp4").prefetch == 0
+
+
 def test_shape_blind_default_unchanged():
     assert L.default_config("decode8") == DecodeConfig(warps=8, tiles=2, ntiles=1, unroll=2)
     assert L.default_config("decode16") == DecodeConfig(warps=8, tiles=2, ntiles=2, unroll=1)
@@ -71,9 +77,10 @@ def test_decode32_decode64_heuristic(fmt, m, n, k, want):
 def test_candidate_configs_per_bucket():
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import candidate_configs
 
-    for m, count in ((8, 18), (16, 18), (32, 16), (64, 10)):
+    for m, count, prefetching in ((8, 30, 12), (16, 30, 12), (32, 28, 12), (64, 20, 10)):
         cands = candidate_configs(m)
         assert len(cands) == len(set(cands)) == count
+        assert sum(c.prefetch > 0 for c in cands) == prefetching  # bench_gemm --sweep times them too
         assert {c.ntiles for c in cands} == {m // 8}
         assert all(why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in cands)
     assert L.default_config("decode32") in candidate_configs(32)

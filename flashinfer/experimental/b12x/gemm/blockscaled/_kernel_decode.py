@@ -47,18 +47,22 @@ _SOURCES = tuple(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("add
 NTILES = (1, 2, 4, 8)  # 8-token MMA tiles: M <= 8, 16, 32, 64
 RED_SMEM_LIMIT = 64 * 1024  # bytes of the reduction buffer (see why_not)
 ACC_LIMIT = 64  # fp32 accumulator registers per lane
+PREFETCH = (0, 1, 2, 4)  # DecodeConfig.prefetch values
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
     """warps: split K inside the CTA; tiles: 16-row weight tiles per warp (BN = 16 * tiles);
     ntiles: 8-token MMA tiles (M <= 8 * ntiles); unroll: chunks the K loop unrolls (loads of the
-    next chunk issue before this one's math)."""
+    next chunk issue before this one's math); prefetch: chunks of weight words each warp keeps loaded
+    ahead of its math (software pipeline: a chunk's weight loads issue `prefetch` iterations before the
+    MMAs that use them; 0 = none, the kernel as swept on 2026-11-30)."""
 
     warps: int = 8
     tiles: int = 2
     ntiles: int = 1
     unroll: int = 2
+    prefetch: int = 0
 
     @property
     def rows(self) -> int:
@@ -99,7 +103,8 @@ def default_config(max_m: int) -> DecodeConfig:
 def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
     """What `bench_gemm --sweep` times for a bucket: M <= 16 every warps x tiles x unroll of the
     2026-11-30 sweep (warps 4/8/16 x tiles 1/2/4 x unroll 1/2); M <= 32 / 64 the implementable ones of
-    the same grid (16 and 10 configs)."""
+    the same grid (16 and 10 configs). Then the weight-prefetch variants (prefetch 1 and 2, unroll 1,
+    tiles 1/2, every warp count; implementable ones only): 12 more per bucket, 10 at M <= 64."""
     ntiles = ntiles_for(max_m)
     out = []
     for warps in (4, 8, 16):
@@ -107,6 +112,12 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
             for unroll in (1, 2):
                 cfg = DecodeConfig(warps, tiles, ntiles, unroll)
                 if ntiles <= 2 or _tiling_reason(cfg) is None:
+                    out.append(cfg)
+    for prefetch in (1, 2):
+        for warps in (4, 8, 16):
+            for tiles in (1, 2):
+                cfg = DecodeConfig(warps, tiles, ntiles, 1, prefetch)
+                if _tiling_reason(cfg) is None:
                     out.append(cfg)
     return tuple(out)
 
@@ -116,6 +127,8 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
     if config.unroll not in (1, 2, 4):
         return f"unroll must be 1, 2 or 4, got {config.unroll}"
+    if config.prefetch not in PREFETCH:
+        return f"prefetch must be one of {PREFETCH} (chunks of weight loads in flight ahead), got {config.prefetch}"
     if config.acc_regs > ACC_LIMIT:
         return (
             f"tiles x ntiles = {config.tiles} x {config.ntiles} needs {config.acc_regs} fp32 accumulator registers "
@@ -227,6 +240,41 @@ class DecodeLogic:
         spans = [[self.load_b(ops, rt, n0, tt, h, g, k0) for h in range(2)] for tt in range(self.cfg.tiles)]
         return spans, block_scale
 
+    def prefetch_loads(self, ops, rt: Runtime, lane, n0, c, chunks):
+        """`weight_loads` of chunk c as a flat list of registers (what the prefetch pipeline carries
+        through the K loop); c >= chunks loads nothing (its rows are moved past N, so every load is
+        predicated off) and yields zeros that are never used."""
+        past = ops.imin(ops.imax(c - chunks + 1, 0), 1)  # 1 when c is past the last chunk, else 0
+        spans, block_scale = self.weight_loads(ops, rt, lane, n0 + past * rt.n, c)
+        flat, layout = [], []
+        for halves in spans:
+            for words, sc in halves:
+                flat += list(words)
+                layout.append((len(words), sc is not None))
+                if sc is not None:
+                    flat.append(sc)
+        if block_scale is not None:
+            flat.append(block_scale)
+        self._prefetch_layout = (tuple(layout), block_scale is not None)  # static: the same every chunk
+        return flat
+
+    def unflatten_loads(self, flat):
+        """The inverse of `prefetch_loads`: ([tile][half] -> (words, scale data), block scale)."""
+        layout, has_block = self._prefetch_layout
+        flat, pos, spans = list(flat), 0, []
+        for tt in range(self.cfg.tiles):
+            halves = []
+            for h in range(2):
+                nwords, has_sc = layout[2 * tt + h]
+                words = flat[pos : pos + nwords]
+                pos += nwords
+                sc = None
+                if has_sc:
+                    sc, pos = flat[pos], pos + 1
+                halves.append((words, sc))
+            spans.append(halves)
+        return spans, (flat[pos] if has_block else None)
+
     def _token_span(self, ops, rt: Runtime, lane, c, nt, block_scale):
         """(words, factors) of token tile nt's activation span in chunk c (zeros for tokens >= M)."""
         g, t = lane >> 2, lane & 3
@@ -251,6 +299,22 @@ class DecodeLogic:
         nt = self.cfg.ntiles
         step = nt if nt <= 4 else 1
         return tuple(tuple(range(p, p + step)) for p in range(0, nt, step))
+
+    def prefetch_prologue(self, ops, rt: Runtime, lane, n0, first, chunks):
+        """The pipeline's first stages: the weight loads of chunks first, first + warps, ...,
+        first + (prefetch - 1) warps, flat and in that order."""
+        stages = []
+        for d in range(self.cfg.prefetch):
+            stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.cfg.warps, chunks)
+        return stages
+
+    def pipelined_chunk(self, ops, rt: Runtime, lane, n0, c, chunks, stages, acc):
+        """One iteration of the prefetch pipeline: issue the weight loads of chunk c + prefetch *
+        warps, then chunk c's math on its loads (the oldest stage). Returns (stages, acc)."""
+        size = len(stages) // self.cfg.prefetch
+        ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.cfg.warps, chunks)
+        acc = self.chunk_with(ops, rt, lane, n0, c, self.unflatten_loads(stages[:size]), acc)
+        return list(stages[size:]) + ahead, acc
 
     def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
@@ -401,8 +465,14 @@ class DecodeGemm:
         red_base = red.iterator.toint()
 
         acc = L.zero_acc(ops)
-        for c in cutlass.range(warp, k // CHUNK, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-            acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        chunks = k // CHUNK
+        if cutlass.const_expr(self.logic.cfg.prefetch == 0):
+            for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        else:
+            stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
+            for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
         L.reduce_stage(ops, red_base, warp, lane, acc)
         ops.barrier()
         L.finish(ops, rt, red_base, tid, n0)
