@@ -56,7 +56,17 @@ MXFP8_VARIANTS = [
     ((32, 128, 4, True, "quarters"), 130, 160),
 ]
 DATA = ["wide", "specials", "ties"]
-NVFP4_DATA = DATA + ["near"]  # "near": x * gs within an fp32 ulp or two of midpoint * scale
+# "near": x * gs within an fp32 ulp or two of midpoint * scale; "scale_ties": block scales on and
+# next to every E4M3 value and rounding midpoint, subnormal ones included (`_e4m3_rn`'s rounding).
+NVFP4_DATA = DATA + ["near", "scale_ties"]
+# The configs and the input of the 05:55 H200 failures (test_gpu.py's `_random`: 10 decades of
+# magnitude per block, 2% zero blocks; the global scale from amax, as a device tensor), at the
+# failing shapes. The interpreter cannot show a ptxas fault, but it runs that exact path.
+NVFP4_GPU_FAILED = [
+    ((16, 256, 4, "mul", False, False), 1, 7168),
+    ((16, 256, 4, "search", True, False), 33, 7168),
+    ((64, 512, 8, "mul", False, False, "halves"), 1, 7168),
+]
 
 
 def _cases():
@@ -73,6 +83,8 @@ def _cases():
     for cfg, m, k in NVFP4_VARIANTS:
         for data in NVFP4_DATA:
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
+    for cfg, m, k in NVFP4_GPU_FAILED:
+        cases.append(("nvfp4", "bfloat16", m, k, cfg, "decades", "tensor"))
     for dtype in ("bfloat16", "float16"):
         for gs in ("tensor", "up", "down"):
             for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0], NVFP4_VARIANTS[9][0]):
@@ -121,12 +133,30 @@ def make_input(data: str, m: int, k: int, dtype, block: int, seed: int):
     """x [m, k] of `dtype`: "wide" = randn over 12 decades; "specials" = zero / NaN / Inf / huge /
     tiny blocks; "ties" = values on the rounding midpoints of the E2M1 (block 16) or E4M3 grid;
     "near" (block 16) = per block a random E4M3 scale s (amax 6 s, so the block's scale is s at a
-    global scale ~1) and the other values midpoint * s * (1 + d 2^-8), d in {-1, 0, 1}."""
+    global scale ~1) and the other values midpoint * s * (1 + d 2^-8), d in {-1, 0, 1};
+    "scale_ties" (block 16, global scale 1) = per block amax = 6 t, t an E4M3 value or the midpoint
+    of two (normal or subnormal; 6 t is exact in bf16/fp16, so the kernel's t is exactly that), or
+    one ulp of x's dtype off it, and random values below amax; "decades" = test_gpu.py's `_random`
+    (randn times 10^U(-5, 5) per block, 2% zero blocks)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=g) * torch.logspace(-6, 6, k)[torch.randperm(k, generator=g)]
-    if data == "specials":
+    if data == "decades":
+        scale = 10 ** ((torch.rand(m, k // block, 1, generator=g) - 0.5) * 10)
+        keep = (torch.rand(m, k // block, 1, generator=g) > 0.02).float()
+        x = (torch.randn(m, k, generator=g).view(m, k // block, block) * scale * keep).view(m, k)
+    elif data == "scale_ties":
+        nb = m * k // block
+        e4m3 = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+        t = torch.cat([e4m3, (torch.cat([torch.zeros(1), e4m3[:-1]]) + e4m3) / 2])
+        amax = (6 * t[torch.randint(0, t.numel(), (nb,), generator=g)]).to(dtype)
+        step = torch.randint(-1, 2, (nb,), generator=g).to(torch.int16)  # one ulp down, none, up
+        amax = (amax.view(torch.int16) + step).view(dtype).float().clamp(max=2688.0)
+        blocks = (torch.rand(nb, block, generator=g) * 2 - 1) * amax[:, None]
+        blocks[torch.arange(nb), torch.randint(0, block, (nb,), generator=g)] = amax
+        x = blocks.view(m, k)
+    elif data == "specials":
         finfo = torch.finfo(dtype)
         blocks = x.view(m * k // block, block)
         kind = torch.randint(0, 8, (blocks.shape[0], 1), generator=g)
@@ -182,7 +212,7 @@ def run_case(case) -> str:
         x = make_input(data, m, k, dtype, 16, seed)
         gs = {"tiny_gs": 2.0**-100, "huge_gs": 1e30, "up": 1 + 2.0**-20, "down": 1 - 2.0**-20}.get(gs_kind)
         if gs is None:
-            gs = 1.0 if data in ("ties", "near") else float(nvfp4_global_scale(x))
+            gs = 1.0 if data in ("ties", "near", "scale_ties") else float(nvfp4_global_scale(x))
         launcher = kmod.interpreted_launcher(k, None if cfg is None else kmod.NvFp4Config(*cfg))
         size = swizzled_size(m, k // 16)
         packed = torch.full((m, k // 2), 0xFF, dtype=torch.uint8)

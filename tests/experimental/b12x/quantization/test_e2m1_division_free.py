@@ -8,6 +8,8 @@ the code is the index of the last midpoint m with |p| > m * sf (ties down) or |p
 CPU) and compared exhaustively: every bf16 and fp16 x, under several global scales, against every
 E4M3 scale; every fp32 within 64 ulps of every +-m * sf; random fp32 bit patterns. The interpret tier
 runs the kernel itself on the same kind of data.
+The scale itself comes from `_e4m3_rn` in those encodes (fp32 -> E4M3 rounding by bits, no fp8
+instruction): mirrored here too and compared with torch's conversion around every E4M3 value and tie.
 """
 
 import pytest
@@ -117,12 +119,51 @@ def test_a_wrong_tie_direction_is_caught():
         TIES_UP = saved
 
 
-def test_e4m3_decode_by_bits_is_exact():
-    # The division-free encodes decode the scale byte b as fp32_bits(b << 20) * 2^120 (`_e4m3_value`,
-    # avoiding the cvt.rn.f16x2.e4m3x2 that Triton 3.6's ptxas miscompiled): equal to the E4M3 value
-    # for every byte the kernel can produce (0..126: never negative, never NaN), subnormals included,
-    # with IEEE (no flush-to-zero) fp32 arithmetic as the PTX has it.
-    b = torch.arange(0, 127, dtype=torch.int32)
-    decoded = (b << 20).view(torch.float32) * torch.tensor(2.0**120, dtype=torch.float32)
-    assert torch.equal(decoded, SCALES) and torch.equal(decoded.view(torch.int32), SCALES.view(torch.int32))
-    assert SCALES[1] == 2.0**-9 and SCALES[126] == 448.0  # the subnormal and the top of the range
+def e4m3_rn_by_bits(t: torch.Tensor, tie_to_even: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's `_e4m3_rn` in torch int32/fp32 ops: (E4M3 byte, its fp32 value) of t in [0, 448].
+    Normal t (>= 2^-6): the fp32 bits rounded to 3 mantissa bits (+0x7FFFF + lsb, ties to even);
+    subnormal t: t + 2^14 rounds to a multiple of 2^-9 in one fp32 add, k = its mantissa."""
+    bits = t.view(torch.int32)
+    lsb = (bits >> 20) & 1 if tie_to_even else 1
+    r = (bits + 0x7FFFF + lsb) >> 20
+    k = (t + torch.tensor(16384.0)).view(torch.int32) - 0x46800000
+    normal = bits >= 0x3C800000
+    byte = torch.where(normal, r - 960, k)
+    value = torch.where(normal, (r << 20).view(torch.float32), k.float() * 2.0**-9)
+    return byte, value
+
+
+def _rounding_inputs() -> torch.Tensor:
+    """Every fp32 within 300 ulps of every E4M3 value and of every midpoint between two (ties both
+    ways, normal and subnormal), random t over [0, 448] and below 2^-6, fp32 subnormals, 0, 448."""
+    mids = (SCALES[:-1] + SCALES[1:]) / 2  # exact in fp32
+    bits = torch.cat([SCALES, mids]).view(torch.int32)[:, None] + torch.arange(-300, 301, dtype=torch.int32)
+    t = bits.reshape(-1).view(torch.float32)
+    g = torch.Generator().manual_seed(3)
+    extra = [torch.rand(1 << 18, generator=g) * 448, torch.rand(1 << 14, generator=g) * 2.0**-6]
+    special = torch.tensor([0.0, 1e-45, 2.0**-126, 2.0**-10, 3 * 2.0**-10, 15 * 2.0**-10, 2.0**-6, 448.0])
+    t = torch.cat([t, *extra, special])
+    return t[(t >= 0) & (t <= 448) & ~torch.signbit(t)]  # the kernel's t: +0 .. 448, never NaN
+
+
+def test_e4m3_rounding_by_bits_is_exact():
+    # The division-free encodes never emit an fp8 instruction (`_e4m3_rn`: Triton 3.6's ptxas
+    # mishandled the 16-bit result of cvt.rn.satfinite.e4m3x2.f32, the 03:45 and 05:55 H200
+    # failures); the byte and the value must be what the conversion gives, for every t it can see.
+    t = _rounding_inputs()
+    byte, value = e4m3_rn_by_bits(t)
+    want = t.to(torch.float8_e4m3fn)
+    bad = (byte != want.view(torch.uint8).to(torch.int32)).nonzero()
+    assert not bad.numel(), f"{bad.shape[0]} bytes differ, first t={t[bad[0, 0]].item()!r}"
+    assert torch.equal(value.view(torch.int32), want.float().view(torch.int32))
+    assert set(byte.tolist()) == set(range(127))  # every byte, subnormals and 448 included
+    # Ties really are among the inputs: t exactly halfway rounds to the even neighbour both ways.
+    half = torch.tensor([2.0**-10, 3 * 2.0**-10, 1.0625, 1.1875, 432.0])
+    assert e4m3_rn_by_bits(half)[0].tolist() == [0, 2, 56, 58, 126]
+
+
+def test_a_wrong_e4m3_tie_rule_is_caught():
+    # Rounding ties away from zero instead of to even must fail the comparison above.
+    t = _rounding_inputs()
+    byte, _ = e4m3_rn_by_bits(t, tie_to_even=False)
+    assert (byte != t.to(torch.float8_e4m3fn).view(torch.uint8).to(torch.int32)).any()

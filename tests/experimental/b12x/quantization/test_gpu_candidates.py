@@ -5,11 +5,14 @@ bitwise equal to the oracles on the device. A config moves to its kernel's `_VAL
 after it passes here.
 
 Per config: random rows over many decades and extreme blocks (zero, NaN, Inf, max, subnormal), a
-device-tensor global scale (NVFP4), outputs poisoned with 0xFF first. Shapes hit the paths the
+device-tensor global scale (NVFP4), outputs poisoned with 0xFF first; NVFP4 also block scales on and
+next to every E4M3 value and rounding tie (`_interpret_run.make_input("scale_ties")`: the division-free
+encodes round the scale by bits, `_e4m3_rn`). Shapes hit the paths the
 variants differ on: M = 1 and 33 (dead padding programs of `skip_dead`), 130 x 160 (K/16 and K/32
 not multiples of 4: scale padding columns, word stores), 4097 x 4096 (many atoms, a tail row).
 """
 
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -26,6 +29,18 @@ _helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_helpers)  # the gpu tier's input makers and bitwise checks
 _check_mxfp8, _check_nvfp4, _extreme = _helpers._check_mxfp8, _helpers._check_nvfp4, _helpers._extreme
 _mx_outputs, _poison_nvfp4, _random = _helpers._mx_outputs, _helpers._poison_nvfp4, _helpers._random
+_spec = importlib.util.spec_from_file_location(
+    "_b12x_quant_interpret_inputs", Path(__file__).with_name("_interpret_run.py")
+)
+_inputs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_inputs)  # the interpret tier's input makers (CPU generators)
+
+
+@functools.cache
+def _scale_ties(m, k):
+    """bf16 [m, k] on the GPU whose block scales at global scale 1 are E4M3 values and ties (CPU-made)."""
+    return _inputs.make_input("scale_ties", m, k, torch.bfloat16, 16, m * k + 1).cuda()
+
 
 pytestmark = pytest.mark.gpu
 
@@ -53,8 +68,9 @@ def test_nvfp4_candidate_bitwise(session, m, k, cfg):
     session.prepare([p])
     assert p.selection == cfg
     out = nvfp4.allocate_outputs(p)
-    for x in (_random(m, k, torch.bfloat16, m + k), _extreme(m, k, torch.bfloat16, m * k, 16)):
-        gs = nvfp4_global_scale(x)
+    rnd, ext = _random(m, k, torch.bfloat16, m + k), _extreme(m, k, torch.bfloat16, m * k, 16)
+    one = torch.ones((), device="cuda")
+    for x, gs in ((rnd, nvfp4_global_scale(rnd)), (ext, nvfp4_global_scale(ext)), (_scale_ties(m, k), one)):
         _poison_nvfp4(out)
         nvfp4.run(plan=p, x=x, global_scale=gs.reshape(1), outputs=out)
         _check_nvfp4(out, x, gs)

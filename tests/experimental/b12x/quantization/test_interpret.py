@@ -38,7 +38,10 @@ def test_cases_cover_tails_and_configs():
     # Tails: K not a multiple of the tile, rows past a 128-row block, K/16 not a multiple of 4.
     ks = {c[3] for c in _runner.CASES.values()}
     assert {48, 160, 2048} <= ks and any(c[2] == 130 for c in _runner.CASES.values())
-    assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties", "near"}
+    assert {c[5] for c in _runner.CASES.values()} == {"wide", "specials", "ties", "near", "scale_ties", "decades"}
+    # The exact configs, shapes and input kind of the 05:55 H200 failures run here.
+    failed = {(tuple(cfg), m, k) for cfg, m, k in _runner.NVFP4_GPU_FAILED}
+    assert failed <= {(c[4], c[2], c[3]) for c in _runner.CASES.values() if c[5] == "decades"}
     # Every NVFP4 variant (encode, skip_dead, scale_words, layout) and MXFP8 lean setting runs here.
     from flashinfer.experimental.b12x.quantization.mxfp8._kernel import MxFp8Config
     from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mx_cands

@@ -8,7 +8,8 @@ sequence of `_lib/quant/nvfp4.py` (the oracle; bits must match):
 
 - Divisions are `tl.math.div_rn` (PTX `div.rn.f32`): Triton's `/` is `div.full.f32`, which is not
   correctly rounded. FP fusion is off so no multiply is contracted into an FMA.
-- `t` is in [0, 448], so the hardware `cvt.rn.satfinite.e4m3x2.f32` is the oracle's RNE encoding.
+- `t` is in [0, 448], so the hardware `cvt.rn.satfinite.e4m3x2.f32` (encode "div") is the oracle's
+  RNE encoding; the division-free encodes round t by its bits instead (`_e4m3_rn`, same bytes).
 - E2M1 codes come from comparisons against the grid midpoints (ties to the even code; NaN fails
   every comparison -> +0; +-Inf -> +-6): SM90 has no FP4 conversion instruction.
 - Variants (`NvFp4Config`, all bit-equal under the interpreter): encode "div" (the sequence above),
@@ -17,12 +18,13 @@ sequence of `_lib/quant/nvfp4.py` (the oracle; bits must match):
   (a thread owns whole 16-element blocks); skip_dead (padding-only programs write zero scales
   only); scale_words (4-byte scale stores).
 - GPU validation: only the default and the "div" tile variants (`_VALIDATED`) passed
-  test_gpu_candidates on the H200. The "mul"/"search" configs were disabled after the 03:45 GPU
-  failure (wrong codes on the GPU, bit-exact in the interpreter: Triton 3.6's ptxas read a stale
-  register for the E4M3 -> fp32 decode of the scale, see `_e4m3_value`, which now avoids that
-  instruction) and, with the later "halves" layout, are candidates only with
-  B12X_QUANT_UNVALIDATED_CANDIDATES=1. Re-enable per config after test_gpu_candidates passes on
-  the GPU.
+  test_gpu_candidates on the H200. The division-free encodes ("mul"/"search", `_UNVALIDATED`)
+  failed there twice (03:45 and 05:55: all codes 0 or wrong scale bytes in 16x256x4-like tiles,
+  bit-exact in the interpreter): ptxas of Triton 3.6 (CUDA 12.8) mishandles the 16-bit result of
+  the E4M3 pack `cvt.rn.satfinite.e4m3x2.f32` (see `_e4m3_rn`, which the division-free encodes now
+  use instead: integer and exact fp32 ops, no fp8 instruction). They are candidates only with
+  B12X_QUANT_UNVALIDATED_CANDIDATES=1 until `DIVISION_FREE_GPU_VALIDATED` is flipped after
+  test_gpu_candidates passes for them on the GPU.
 - Scales land in the 128x4 swizzled layout (FORMATS.md). The grid covers ceil128(M) rows and
   ceil64(K) columns: rows >= M and blocks >= K/16 load zeros, so their scale is 0, which is the
   oracle's padding byte for NVFP4. Bytes past ceil128(M) rows are never touched.
@@ -125,11 +127,13 @@ _VALIDATED = (
     (32, 128, 4, "div", False, False),
     (64, 128, 8, "div", False, False),
 )
-# Not GPU-validated: disabled after the 03:45 GPU failure (47 "mul"/"search" cases gave wrong
-# codes on the H200; cause: ptxas of Triton 3.6 miscompiling the E4M3 -> fp32 decode, see
-# `_e4m3_value`, now avoided but not yet run on a GPU; docs/predictions/quantization.md). Offered
-# only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs, test_gpu_candidates.py).
-# Re-enable per config (move it to _VALIDATED) after test_gpu_candidates passes for it on the GPU.
+# Not GPU-validated: the division-free encodes. The 03:45 and 05:55 H200 runs failed 47 / 52 of
+# them (ptxas of Triton 3.6 mishandling the E4M3 pack's 16-bit result, see `_e4m3_rn`, which the
+# encodes now use instead of any fp8 instruction; not yet run on a GPU). Offered only with
+# B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs, test_gpu_candidates.py) until
+# DIVISION_FREE_GPU_VALIDATED is True. Flip it (one line) after test_gpu_candidates passes for every
+# config below; if only some pass, move those to _VALIDATED instead.
+DIVISION_FREE_GPU_VALIDATED = False
 _UNVALIDATED = (
     # division-free encode, tile sweep (large M: more rows per program)
     (16, 256, 4, "mul", False, False),
@@ -181,12 +185,13 @@ def unvalidated_enabled() -> bool:
 
 def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
-    default: `unvalidated_enabled()`) the unvalidated ones; tiles wider than the padded row are
-    capped. PreparationSession autotune and bench_quantization sweep what this returns."""
+    default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones;
+    tiles wider than the padded row are capped. PreparationSession autotune and
+    bench_quantization sweep what this returns."""
     if unvalidated is None:
         unvalidated = unvalidated_enabled()
     out = [default_config(k)]
-    for bm, bk, nw, *rest in _VALIDATED + (_UNVALIDATED if unvalidated else ()):
+    for bm, bk, nw, *rest in _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ()):
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
@@ -279,26 +284,40 @@ def _e2m1_codes_mul(xb, gs, sf):
     return tl.where(p < -0.25 * s, code | 8, code)
 
 
-TWO_120 = tl.constexpr(2.0**120)
-
-
 @triton.jit
-def _e4m3_value(sf8):
-    """fp32 value of E4M3 scales sf8 (never negative, never NaN here) from their bits, integer ops
-    and one exact multiply: byte << 20 puts the 4 exponent and 3 mantissa bits where fp32 keeps
-    them, i.e. the value times 2^-120 (E4M3 subnormals m 2^-9 become fp32 subnormals m 2^-129),
-    and * 2^120 is exact (no FTZ: test_compile pins that). Same value as `sf8.to(tl.float32)`.
+def _e4m3_rn(t):
+    """(byte, value) of the E4M3 scale of t (fp32 in [0, 448], never NaN: the kernel's clamped
+    gs * amax / 6), both int32/fp32 tensors of t's shape, with integer ops and exact fp32 ops only:
+    the same RNE result as `t.to(tl.float8e4nv)` (hardware `cvt.rn.satfinite.e4m3x2.f32`), with no
+    fp8 instruction in the kernel at all.
 
-    Why not `sf8.to(tl.float32)`: Triton lowers it to an inline `cvt.rn.f16x2.e4m3x2` of the
-    16-bit register that `cvt.rn.satfinite.e4m3x2.f32` wrote, and ptxas (CUDA 12.8, Triton 3.6's)
-    compiled that, in some division-free tiles, into an `F2FP.F16.E4M3.UNPACK_B` reading a register
-    the pack never wrote (16x256x4 "mul": R52, written nowhere; 16x512x8: the div_rn slowpath's
-    return address): garbage scales in the thresholds, all codes 0 or all +-6 on the H200 (the
-    03:45 GPU failure) while the PTX itself is right (emulated) and the stored scale bytes were
-    right. The division-free encodes therefore never convert E4M3 back through the f16 path.
+    - t >= 2^-6 (E4M3 normal): round the fp32 mantissa to 3 bits, ties to even, on the bits
+      (`bits + 0x7FFFF + lsb`, then drop 20 bits; a carry moves into the exponent as it should, and
+      448 is the largest t, so no overflow). byte = the rounded bits >> 20 minus the exponent
+      re-bias (127 - 7) << 3; value = the rounded bits, a normal fp32.
+    - t < 2^-6 (E4M3 subnormal, multiples of 2^-9): t + 2^14 rounds t to a multiple of 2^-9 (the
+      ulp of 2^14), ties to even, in one IEEE add; its mantissa is then the count k (0..8; 8 is
+      2^-6, the byte of the smallest normal, as E4M3 encodes it); value = k * 2^-9 (exact).
+      A subnormal fp32 t flushed to zero would still give k = 0, its right code.
+
+    Why not `t.to(tl.float8e4nv)`: with Triton 3.6 (ptxas of CUDA 12.8) the packed 16-bit result
+    of `cvt.rn.satfinite.e4m3x2.f32` (SASS `F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C`) was read
+    before it was written in 16x256x4-like "mul"/"search" tiles (16x256x4 "mul": the threshold
+    decode reads R26, which holds the constant 6.0 of the div_rn fast path, so sf == 0, NaN
+    thresholds, all codes 0), and stored from a register holding something else in 64x512x8
+    "halves" (wrong scale bytes at columns 28-31 of a tile): the 05:55 H200 failures. The PTX is
+    right; the pack is what ptxas mishandles, so the division-free encodes never emit it.
+    `test_e2m1_division_free.test_e4m3_rounding_by_bits_is_exact` checks this rounding against
+    torch's fp32 -> float8_e4m3fn on every fp32 around every E4M3 value and midpoint.
     """
-    bits = sf8.to(tl.uint8, bitcast=True).to(tl.int32)
-    return (bits << 20).to(tl.float32, bitcast=True) * TWO_120
+    bits = t.to(tl.int32, bitcast=True)
+    r = (bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20  # 8 exponent + 3 mantissa bits, rounded
+    big = t + 16384.0  # in [2^14, 2^14 + 2^-6]: ulp 2^-9
+    k = big.to(tl.int32, bitcast=True) - 0x46800000  # 0x46800000: the bits of 2^14
+    normal = bits >= 0x3C800000  # 2^-6
+    byte = tl.where(normal, r - 960, k)
+    value = tl.where(normal, (r << 20).to(tl.float32, bitcast=True), k.to(tl.float32) * 0.001953125)
+    return byte, value
 
 
 @triton.jit
@@ -380,11 +399,12 @@ def _quantize_tile_rows(
     else:
         amax = block_amax(xb)
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)  # never NaN: amax is not, gs is finite
-    sf8 = t.to(tl.float8e4nv)
     if ENCODE != 0:
-        sf = _e4m3_value(sf8)  # not sf8.to(tl.float32): see `_e4m3_value`
+        sbits, sf = _e4m3_rn(t)  # no fp8 instruction: see `_e4m3_rn`
     else:
-        sf = sf8.to(tl.float32)  # the GPU-validated default keeps its code
+        sf8 = t.to(tl.float8e4nv)  # the GPU-validated default keeps its code
+        sf = sf8.to(tl.float32)
+        sbits = sf8.to(tl.uint8, bitcast=True).to(tl.int32)
 
     # Phase 3: E2M1 codes (ties to the even code, NaN -> +0, +-Inf saturate to +-6).
     if ENCODE == 1:
@@ -405,7 +425,7 @@ def _quantize_tile_rows(
     )
 
     # Phase 5: scales at their swizzled offsets, padding rows and columns included (they hold 0).
-    _store_scales(scales_ptr, rows64, pid_k, sf8.to(tl.uint8, bitcast=True).to(tl.int32), NB, TILE_NB, SCALE_WORDS)
+    _store_scales(scales_ptr, rows64, pid_k, sbits, NB, TILE_NB, SCALE_WORDS)
 
 
 @triton.jit
@@ -448,8 +468,7 @@ def _quantize_tile_halves(
     amax = tl.maximum(tl.max(tl.abs(xa), axis=2), tl.max(tl.abs(xb), axis=2))
     amax = tl.where(amax == amax, amax, 0.0)
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
-    sf8 = t.to(tl.float8e4nv)
-    sf = _e4m3_value(sf8)  # not sf8.to(tl.float32): see `_e4m3_value`
+    sbits, sf = _e4m3_rn(t)  # no fp8 instruction: see `_e4m3_rn`
 
     if ENCODE == 2:
         ca = _e2m1_codes_search(xa, gs, sf)
@@ -464,7 +483,7 @@ def _quantize_tile_halves(
     offs = rows64[:, None] * NB + blk[None, :]  # 8-byte units: a row is K/2 = 8 * NB bytes
     tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
 
-    _store_scales(scales_ptr, rows64, pid_k, sf8.to(tl.uint8, bitcast=True).to(tl.int32), NB, TILE_NB, SCALE_WORDS)
+    _store_scales(scales_ptr, rows64, pid_k, sbits, NB, TILE_NB, SCALE_WORDS)
 
 
 @triton.jit
