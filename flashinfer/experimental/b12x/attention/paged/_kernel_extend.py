@@ -10,8 +10,8 @@ keeps Q in registers (ldmatrix once) and streams the request's visible keys in b
 through a `stages`-deep cp.async ring shared by all warps (one CTA barrier per tile). Each warp
 owns 16 * row_blocks rows (with row_blocks 2, Q is re-read from shared memory per head-dim block
 instead): S = Q K^T (mma m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal /
-window mask on the tiles that need one, online softmax in base 2, O += P V (one 16-key block at a
-time). Tiles wholly above the diagonal of the tile's last token (or below the window of its first)
+window mask on the tiles that need one, online softmax in base 2 (bf16/fp16 KV: the row max is
+taken before scaling, so exp2(s * c - m) is one FFMA), O += P V (one 16-key block at a time). Tiles wholly above the diagonal of the tile's last token (or below the window of its first)
 are never loaded.
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
@@ -374,10 +374,20 @@ class PagedExtend:
                         s_mn[r, c] = -Float32.inf
         o_mn = mn_view(acc_O)
         for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            row = s_mn[r, None].load() * qk_scale
-            m_new = cute.arch.fmax(row_max[r], quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
+            raw = s_mn[r, None].load()
+            # max(s * c) = c * max(s) for c > 0 (sm_scale > 0 is a bind check; the fp8 descales are
+            # data, so that path keeps the scaled row), and exp2(s * c - m) is one FFMA + EX2
+            if cutlass.const_expr(self.fp8):
+                raw = raw * qk_scale
+                top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+            else:
+                top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0) * qk_scale
+            m_new = cute.arch.fmax(row_max[r], quad_max(top))
             m_use = Float32(0.0) if m_new == -Float32.inf else m_new
-            p = cute.math.exp2(row - m_use, fastmath=True)
+            if cutlass.const_expr(self.fp8):
+                p = cute.math.exp2(raw - m_use, fastmath=True)
+            else:
+                p = cute.math.exp2(raw * qk_scale - m_use, fastmath=True)
             corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
             row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
             row_max[r] = m_new
