@@ -8,7 +8,8 @@ Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-cla
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
 Bytes (TB/s, % of the copy ceiling): what OUR op must move once: weight values + their scales,
 activations (+ scales), output; peers' own bytes are in their row notes. FLOPs: 2 M N K.
-Ours (a packed Weight; activations pre-quantized unless the name says inline):
+Ours (a packed Weight and a prepared plan for the case's M, i.e. the shape-aware kernel config the
+demo block runs; activations pre-quantized unless the name says inline):
   w4a16_nvfp4 / w4a16_mxfp4      bf16 x FP4 weight, weight-only (mm(x, Weight))
   w8a16_mxfp8 / w8a16_fp8_block  bf16 x FP8 weight, weight-only
   nvfp4 / mxfp4 / mxfp8 / fp8_block / fp8_tensor   both operands quantized (blockscaled.mm)
@@ -120,7 +121,11 @@ def _setup(recipe, m, n, k, dev, gen) -> Ours:
         q, sc = Q.quantize_mxfp8(x)
         a32 = Q.dequantize_mxfp8(q, sc)
     else:
-        fn = lambda: BS.mm(lhs, weight, out, alpha=alpha)  # noqa: E731
+        # a prepared plan for this M, as serving (the demo block) runs it: the shape-aware config
+        plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)))
+        with b12x.PreparationSession(dev) as session:
+            session.prepare([plan])
+        fn = lambda: BS.mm(lhs, weight, out, plan=plan, alpha=alpha)  # noqa: E731
         a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
     ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
     nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
