@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
-        [--timer events|graph] [--json PATH] [--no-peers] [--steps]
+        [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -19,7 +19,9 @@ cycle moves >= 3x L2 of expert bytes (`rotation_sets`; weights come from HBM as 
 --timer events flushes L2 before every call instead.
 --steps adds, per case, the time of each prefix of the pipeline's launches (`api.steps`: route+gather,
 fc1, requantize, fc2, combine), measured the same way: a step's cost is its row minus the row
-before, launch gaps in a graph included (the decode breakdown: docs/moe.md).
+before, launch gaps in a graph included (the decode breakdown: docs/moe.md). --compact-grid prepares
+ours with `RoutingConfig.compact_grid` (expert GEMM grids of min(E, T * k) experts, not E; off by
+default until measured).
 Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
 weighted sum of each token's k rows), timed in the same run:
   grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -173,7 +175,7 @@ class Ours:
     wplan: object
 
 
-def setup_ours(recipe, activation, shape, max_tokens, device, generator) -> Ours:
+def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=False) -> Ours:
     import b12x
     from b12x.moe import fused_moe as fm
 
@@ -189,6 +191,11 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator) -> Ours
     )
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, device, generator))
     p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wplan, quant_mode=mode))
+    if compact_grid and torch.device(device).type == "cuda":
+        from flashinfer.experimental.b12x._lib.arch import target_arch
+
+        cfg = p.heuristic(target_arch(device))
+        p = fm.plan(p.caps, override=replace(cfg, routing=replace(cfg.routing, compact_grid=True)))
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
@@ -311,7 +318,8 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            ours = setup_ours(recipe, args.activation, shape, max_t, device, generator)
+            compact = getattr(args, "compact_grid", False)
+            ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact)
             fmt = ours.wplan.weight_format
             case = Case(
                 f"moe {args.activation}",
@@ -369,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our recipes to time")
     parser.add_argument("--activation", choices=ACTIVATIONS, default="silu", help="the experts' activation")
     parser.add_argument("--steps", action="store_true", help="also time each prefix of the pipeline's launches")
+    parser.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid")
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")

@@ -109,8 +109,9 @@ def _experts(fc_activation, b_fmt, e, h, i, seed, device):
     return wplan, W.prepare_weights(plan=wplan, **ckpt)
 
 
-def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu"):
-    """Random expert weights (prepare_weights) and sorted rows: counts[e] rows for expert e."""
+def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu", active=None):
+    """Random expert weights (prepare_weights) and sorted rows: counts[e] rows for expert e.
+    active: the grid's expert list (last launcher argument); None = every expert, 0..E-1."""
     num_e = len(counts)
     wplan, experts = _experts(activation if fc == 1 else "silu", b_fmt, num_e, h, i, seed, device)
     start = [0]
@@ -138,6 +139,8 @@ def make_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=No
     args = [a, sfa, vals, sfb, out, st, w_alpha, a_alpha.float()]
     if fc == 1:
         args.append(torch.tensor(ACT_PARAMS, dtype=torch.float32, device=device))
+    active = list(range(num_e)) if active is None else active
+    args.append(torch.tensor(active, dtype=torch.int32, device=device))
     return Problem(fc, a_fmt, b_fmt, activation, tuple(args), x_read, w, start, i)
 
 
@@ -198,17 +201,19 @@ def run_experts(p: Problem, config: DecodeConfig) -> torch.Tensor:
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config)
-    args = p.args if p.fc == 1 else p.args + (p.args[7],)  # FC2 passes a_alpha as the unused act params
+    args = p.args[:9] if p.fc == 1 else p.args[:8] + (p.args[7],)  # FC2 passes a_alpha as the unused act params
     gmem = EMU.GlobalMemory()
     a, sfa, b, sfb, c, st, wa, aa, act = (gmem.put(t) for t in args)
     num_e, n_rows, kb = p.args[2].shape
     k, n = kb * 2, p.out.shape[1]
     start = p.args[5].tolist()
-    for e in range(num_e):  # blockIdx.y
+    for listed in p.args[-1].tolist():  # blockIdx.y -> active[y]: an expert, or >= E (no rows)
+        e = min(listed, num_e - 1)
         for bx in range(logic.grid_n(n)):  # blockIdx.x
             n0 = np.int32(bx * logic.cols)
             smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
-            lo, hi = start[e], start[e + 1]
+            lo = start[e]
+            hi = lo + min(num_e - listed, 1) * (start[e + 1] - lo)
             for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
                 row0 = lo + grp * logic.ntok
                 rt = X.ExpertRuntime(
@@ -274,6 +279,18 @@ def test_default_config_and_wide_tiles():
     check(p, run_experts(p, X.default_config(8)))
     p = make_problem(1, "bfloat16", "mxfp4", "silu", [2, 0, 6], seed=10)
     check(p, run_experts(p, DecodeConfig(warps=1, tiles=4, ntiles=1, unroll=1)))
+
+
+@pytest.mark.parametrize("fc, activation", [(1, "relu2"), (2, None)])
+def test_compact_grid_runs_only_the_listed_experts(fc, activation):
+    # the routing's list (compact_grid): experts with rows in any order, then the sentinel E; the
+    # grid has fewer rows of CTAs than experts
+    p = make_problem(fc, "nvfp4", "nvfp4", activation, [0, 3, 0, 9, 2], seed=12, active=[3, 1, 4, 5])
+    check(p, run_experts(p, SMALL))
+    # an expert with rows left off the list keeps its rows unwritten (the check's NaN poison sees it)
+    q = make_problem(fc, "nvfp4", "nvfp4", activation, [0, 3, 0, 9, 2], seed=12, active=[3, 1, 5, 5])
+    with pytest.raises(AssertionError, match="was not written"):
+        check(q, run_experts(q, SMALL))
 
 
 def test_all_experts_empty_writes_nothing():

@@ -246,8 +246,27 @@ def test_plan_errors():
     exact(ValueError, "caps must be a moe.fused_moe Caps, got dict", fm.plan, {})
     msg = "invocation must be None or the expected token count in [1, 8], got 0"
     exact(ValueError, msg, fm.plan, _caps(), invocation=0)
-    msg = "override must be None: moe.fused_moe has no kernel variants yet, got {'x': 1}"
+    msg = "override must be None or a moe.fused_moe MoeConfig, got {'x': 1}"
     exact(ValueError, msg, fm.plan, _caps(), override={"x": 1})
+
+
+def test_plan_override_is_a_checked_moe_config():
+    import dataclasses
+
+    from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api
+
+    caps = _caps()
+    h, i = caps.weight_plan.hidden_size, caps.weight_plan.intermediate_size
+    cfg = api.MoeConfig(_routing.default_config(h), _combine.default_config(i), None)
+    compact = dataclasses.replace(cfg, routing=dataclasses.replace(cfg.routing, compact_grid=True))
+    p = fm.plan(caps, override=compact)
+    assert p.override is compact and p != fm.plan(caps) and hash(p) == hash(fm.plan(caps, override=compact))
+    bad = dataclasses.replace(cfg, routing=dataclasses.replace(cfg.routing, block_h=3 * h))
+    with pytest.raises(ValueError, match=f"override.routing cannot implement H={h}"):
+        fm.plan(caps, override=bad)
+    bad = dataclasses.replace(cfg, combine=dataclasses.replace(cfg.combine, block_t=3))
+    with pytest.raises(ValueError, match=f"override.combine cannot implement I={i}"):
+        fm.plan(caps, override=bad)
 
 
 # ---- bind and run --------------------------------------------------------------------------------

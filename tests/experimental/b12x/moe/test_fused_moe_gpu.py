@@ -44,8 +44,8 @@ RECIPES = (
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 
 
-def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0):
-    """(prepared plan, experts) for one layer on the GPU."""
+def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=False):
+    """(prepared plan, experts) for one layer on the GPU; compact: routing.compact_grid (override)."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
@@ -57,6 +57,9 @@ def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0):
         apply_router_weight_on_input=on_input,
     )  # fmt: skip
     p = fm.plan(caps)
+    if compact:
+        cfg = p.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
+        p = fm.plan(caps, override=dataclass_replace(cfg, routing=dataclass_replace(cfg.routing, compact_grid=True)))
     with b12x.PreparationSession(DEV) as session:
         session.prepare([p])
     return p, experts
@@ -155,6 +158,21 @@ def test_dense_reference_is_reference_py():
             assert_bf16_close(dense_layer(a, experts, w, ids, quant_mode=mode), ref)
 
 
+@pytest.mark.parametrize("mode, source, act", [("nvfp4", "modelopt_nvfp4", "relu2"), ("w4a16", "fp4_e8m0_k32", "silu")])
+def test_compact_grid(mode, source, act):
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    p, experts = build(mode, source, act, shape, 1000, compact=True)
+    assert p.state.selection_source == "override" and p.selection.routing.compact_grid
+    for t in (1, 2, 7, 64, 1000):  # grids of 8, 16, 56 experts, then all 128 (the dynamic path at 1000)
+        a, ids, w = inputs(t, k, e, h, seed=500 + t)
+        check_case(p, experts, a, ids, w, f"compact grid {mode} {act} T={t}")
+        flat = ids.reshape(-1).long()
+        hit = torch.unique(flat[(flat >= 0) & (flat < e)])
+        active = p.state.scratch["active"].long()
+        assert torch.equal(active[: hit.numel()], hit) and bool((active[hit.numel() :] == e).all())
+
+
 def test_ignored_routes_add_nothing():
     shape = SHAPES[0]
     e, k, h, _ = shape
@@ -168,10 +186,11 @@ def test_ignored_routes_add_nothing():
 
 
 # ---- CUDA graphs, freeze, allocation --------------------------------------------------------------
-def test_graph_replay_equals_eager():
+@pytest.mark.parametrize("compact", [False, True], ids=["grid_e", "compact_grid"])
+def test_graph_replay_equals_eager(compact):
     shape = SHAPES[0]
     e, k, h, _ = shape
-    p, experts = build("nvfp4", "modelopt_nvfp4", "swiglu_oai", shape, 256)
+    p, experts = build("nvfp4", "modelopt_nvfp4", "swiglu_oai", shape, 256, compact=compact)
     for t in (1, 5, 64, 256):  # micro routing at small T, the counting sort at 256 x 8 routes
         a, ids, w = inputs(t, k, e, h, seed=300 + t)
         out = torch.full_like(a, float("nan"))

@@ -58,6 +58,7 @@ def test_scratch_specs_follow_the_recipe(mode):
         "sorted_token": ((r,), "int32"),
         "sorted_expert": ((r,), "int32"),
         "route_row": ((r,), "int32"),
+        "active": ((E,), "int32"),
         "hist": ((1, E), "int32"),  # 16 routes fit the micro path: no histogram
         "alpha1": ((E,), "float32"),
         "alpha2": ((E,), "float32"),
@@ -102,9 +103,10 @@ def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
     monkeypatch.undo()
     s, ex = p.state.scratch, tensors["experts"]
     assert b.scratch is s and b.output is out and b.a is tensors["a"]
-    A1, SFA1, B1, SFB1, C1, start, wa1, aa1, act = b.fc1_args
-    A2, SFA2, B2, SFB2, C2, start2, wa2, aa2 = b.fc2_args
+    A1, SFA1, B1, SFB1, C1, start, wa1, aa1, act, active = b.fc1_args
+    A2, SFA2, B2, SFB2, C2, start2, wa2, aa2, active2 = b.fc2_args
     assert A1 is s["a1"] and C1 is s["c1"] and C2 is s["c2"] and start is start2 is s["expert_start"]
+    assert active is active2 is s["active"]  # compact_grid off: the grid covers every expert
     assert B1 is ex.w1_values and B2 is ex.w2_values and wa1 is ex.w1_alpha and wa2 is ex.w2_alpha
     assert aa1 is s["alpha1"] and aa2 is s["alpha2"] and act is s["act_params"]
     assert SFB1.dtype == SFB2.dtype == torch.uint8 and SFB1.shape == ex.w1_scales.shape
@@ -169,6 +171,23 @@ def test_bench_step_prefixes_run_each_prefix_per_binding():
             assert [name for name, _ in log] == ["routing", "fc1", "requantize", "fc2", "combine"][:n]
     finally:
         del p.state.extra["launchers"]
+
+
+def test_compact_grid_binds_min_e_tk_rows_of_the_active_list():
+    p, tensors = device_plan("nvfp4")
+    p.state.selection = dataclasses.replace(
+        p.state.selection, routing=dataclasses.replace(p.state.selection.routing, compact_grid=True)
+    )
+    s = p.state.scratch
+    for t in (1, T):  # T * K = 2 and 10 routes; E = 4 experts
+        part = {
+            "a": tensors["a"][:t], "topk_ids": tensors["topk_ids"][:t], "topk_weights": tensors["topk_weights"][:t]
+        }  # fmt: skip
+        b = fm.bind(p, **{**tensors, **part})
+        active = b.fc1_args[-1]
+        assert active is b.fc2_args[-1] and active.shape == (min(E, t * K),)
+        root = s["active"]._base if s["active"]._base is not None else s["active"]
+        assert active._base is root and active.storage_offset() == s["active"].storage_offset()  # a view
 
 
 def test_device_bind_errors():

@@ -17,6 +17,7 @@ norm/conftest.py's (fp32 -> bf16 round-to-nearest-even).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from pathlib import Path
@@ -68,6 +69,7 @@ E, H, INTER, K, MAX_T = 6, 64, 32, 3, 8
 # two blocks, the scan in several steps, H in two chunks.
 MICRO = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=64)
 DYNAMIC = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=1)
+MICRO_C, DYNAMIC_C = (dataclasses.replace(c, compact_grid=True) for c in (MICRO, DYNAMIC))
 
 
 def poisoned(spec) -> torch.Tensor:
@@ -82,6 +84,8 @@ def workspace(p, routing_cfg):
     s = {spec.name: poisoned(spec) for spec in p.scratch_specs(config, "cuda")}
     api._fill_constants(p, s)
     s["route_row"].fill_(-7777)  # _fill_constants' -1 would hide a missing write
+    if routing_cfg.compact_grid:
+        s["active"].fill_(-7777)  # the routing must write all of it
     return s
 
 
@@ -146,6 +150,24 @@ def test_routing_metadata(cfg, ids_dtype, t):
     L.routing[dtype_name(ids_dtype)](t, ids, weights(t, K, 3), a, s, s["alpha1"], s["alpha2"])
     check_routing(s, ids, E, K)
     assert (s["alpha1"] == 1).all() and (s["alpha2"] == 1).all()
+
+
+def check_active(s, ids, e):
+    """compact_grid: active = the hit experts ascending, then e."""
+    flat = ids.reshape(-1).long()
+    hit = torch.unique(flat[(flat >= 0) & (flat < e)])
+    want = torch.cat([hit, torch.full((e - hit.numel(),), e, dtype=torch.long)])
+    assert torch.equal(s["active"].long(), want), (s["active"], want)
+
+
+@pytest.mark.parametrize("cfg", [MICRO_C, DYNAMIC_C], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("t", [1, 7, MAX_T])
+def test_compact_grid_lists_the_hit_experts(cfg, t):
+    for ids in (ids_with_ignored(t, K, E, seed=t + 40), torch.full((t, K), -1, dtype=torch.int32)):
+        p, s, L = layer(weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), "nvfp4", routing_cfg=cfg)
+        L.routing["int32"](t, ids, weights(t, K, 3), activations(t, H), s, torch.rand(E) + 1, torch.rand(E) + 1)
+        check_routing(s, ids, E, K)
+        check_active(s, ids, E)
 
 
 def test_routing_all_ignored_and_strided_ids():
@@ -294,7 +316,7 @@ def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
     ids = ids_with_ignored(t, K, E, seed=t + 20, dtype=torch.int64 if on_input else torch.int32)
     w = weights(t, K, t + 30)
     out = torch.full((t, H), float("nan"), dtype=torch.bfloat16)
-    api.execute(L, api.device_binding(p, s, a, experts, w, ids, out), out)
+    api.execute(L, api.device_binding(p, s, a, experts, w, ids, out, compact=cfg.compact_grid), out)
     kw = dict(quant_mode=mode, on_input=on_input)
     # the gpu tier's workspace read-back (its stages 1 and 2) on the interpreted pipeline
     check_operands(s, p.operand_formats, on_input, experts, a, ids, w)
@@ -312,6 +334,15 @@ def test_layer_matches_reference(source, mode, act, t, on_input, cfg):
     check_layer(out, ref32, peer, what=f"{mode} {act} T={t}")
     floor = 0.9999 if mode == "w4a16" else 0.9999 - 2e-3
     assert bool((row_cosine(out.float(), ref32) >= floor).all())
+
+
+@pytest.mark.parametrize("cfg", [MICRO_C, DYNAMIC_C], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("t", [1, MAX_T])
+@pytest.mark.parametrize("source, mode, act", [CASES[2], CASES[6]])
+def test_layer_with_compact_grid(source, mode, act, t, cfg):
+    # the stand-in GEMMs visit only the listed experts, as the kernels' grid does: a hit expert
+    # missing from the list leaves its rows NaN
+    test_layer_matches_reference(source, mode, act, t, False, cfg)
 
 
 def test_workspace_read_back_sees_one_wrong_byte():

@@ -38,10 +38,17 @@ def exact_ops(ops):
 
 
 @pytest.mark.parametrize(
-    "arch, a_fmt, ids", [("sm_90a", "bfloat16", "int32"), ("sm_90a", "nvfp4", "int64"), ("sm_120a", "mxfp8", "int32")]
+    "arch, a_fmt, ids, compact",
+    [
+        ("sm_90a", "bfloat16", "int32", False),
+        ("sm_90a", "nvfp4", "int64", False),
+        ("sm_120a", "mxfp8", "int32", False),
+        ("sm_90a", "nvfp4", "int32", True),
+    ],
 )
-def test_routing_kernels_compile_exact(arch, a_fmt, ids):
-    k = _routing.compile_routing(ids, 8, 128, 2048, a_fmt, a_fmt == "nvfp4", _routing.default_config(2048), arch)
+def test_routing_kernels_compile_exact(arch, a_fmt, ids, compact):
+    cfg = dataclasses.replace(_routing.default_config(2048), compact_grid=compact)
+    k = _routing.compile_routing(ids, 8, 128, 2048, a_fmt, a_fmt == "nvfp4", cfg, arch)
     for kern in (k.micro, k.gather, k.hist, k.scan, k.start):
         assert re.search(rf"\.target {arch}\b", kern.compiled.asm["ptx"])
         exact_ops(float_ops(kern))

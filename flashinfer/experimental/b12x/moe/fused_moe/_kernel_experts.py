@@ -12,7 +12,12 @@ dequantization in registers, swap-AB m16n8k16 MMAs, split-K over warps, shared-m
 with this module's hooks: per-expert weight bases, the group's first A row, gate/up row pairing,
 K tails, and MXFP8 activations against FP4 weights.
 
-Work split: grid (N tiles, E). CTA (x, e) owns output columns [x * cols, (x + 1) * cols) of expert e,
+Work split: grid (N tiles, G). CTA (x, y) works for expert e = active[y] (G = len(active); an entry
+>= E gives it nothing to do): active = 0..E-1 (every expert, a constant), or the routing's list of the
+experts that got rows (`RoutingConfig.compact_grid`), G = min(E, T * k), so a decode call launches
+CTAs for at most T * k experts instead of E (T = 1, k = 8, E = 128: 384 + 512 CTAs instead of
+6144 + 8192, most of which only read two ints and exit).
+CTA (x, e) owns output columns [x * cols, (x + 1) * cols) of expert e,
 cols = 16 * tiles (FC2, relu2) or 8 * tiles (gated FC1: its warps load `tiles / 2` 16-row tiles of
 gate rows and as many of the matching up rows). It reads start[e], start[e + 1] and loops over its
 rows in groups of up to 8 * ntiles (16) tokens; an expert without rows costs one 8-byte read. Per
@@ -276,23 +281,26 @@ class _ExpertGemm:
         self.threads = logic.cfg.warps * 32
 
     @cute.jit
-    def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream):
+    def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive, stream):
         grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
-        self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct).launch(
-            grid=[grid_n, mB.shape[0], 1], block=[self.threads, 1, 1], stream=stream
+        self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive).launch(
+            grid=[grid_n, mActive.shape[0], 1], block=[self.threads, 1, 1], stream=stream
         )
 
     @cute.kernel
-    def kernel(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct):
+    def kernel(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive):
         # Inside the dynamic loops only DSL values, `self` and module globals: the DSL would try to
         # carry any other local Python object through the loop.
         tid, _, _ = cute.arch.thread_idx()
-        bidx, e, _ = cute.arch.block_idx()
+        bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * self.logic.cols
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
+        num_e = mB.shape[0]
+        listed = mActive[slot]  # an expert id, or num_e: nothing for this CTA
+        e = DEVICE.imin(listed, num_e - 1)
         start = mStart[e]
-        end = mStart[e + 1]
+        end = start + DEVICE.imin(num_e - listed, Int32(1)) * (mStart[e + 1] - start)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
         sfb_base = mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1])
         smem = cutlass.memory.SmemAllocator()
@@ -326,20 +334,20 @@ class _ExpertGemm:
 
 class Fc1Gemm(_ExpertGemm):
     @cute.jit
-    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream: cuda.CUstream):
-        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream)
+    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive, stream: cuda.CUstream):
+        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive, stream)
 
 
 class Fc2Gemm(_ExpertGemm):
     @cute.jit
-    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, stream: cuda.CUstream):
-        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAAlpha, stream)  # no act params
+    def __call__(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mActive, stream: cuda.CUstream):
+        self._launch(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAAlpha, mActive, stream)  # no act params
 
 
 def fake_args(a_fmt: str, out_dtype: str):
     """Fake tensors of the launch contract (sizes symbolic): A [R, KA] (bf16, or uint8 bytes), SFA
     uint8 [SA], B uint8 [E, N, K/2], SFB uint8 [E, SB], C [R, N'] (bf16 FC1, fp32 FC2), expert_start
-    int32 [E + 1], w_alpha and a_alpha fp32 [E]."""
+    int32 [E + 1], w_alpha and a_alpha fp32 [E]; active int32 [G] goes last (after FC1's act_params)."""
     r, e = cute.sym_int(), cute.sym_int()
     a_dt = cutlass.BFloat16 if a_fmt == "bfloat16" else cutlass.Uint8
     a = make_fake_compact_tensor(a_dt, (r, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
@@ -356,20 +364,25 @@ def fake_args(a_fmt: str, out_dtype: str):
     return a, sfa, b, sfb, c, start, w_alpha, a_alpha
 
 
+def fake_active():
+    return make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=4)
+
+
 @kernel("moe.fused_moe.fc1", sources=_SOURCES)
 def compile_fc1(a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str):
-    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params)` on
-    torch's current stream; act_params fp32 [3] = (swiglu_limit, swiglu_alpha, swiglu_beta)."""
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params, active)`
+    on torch's current stream; act_params fp32 [3] = (swiglu_limit, swiglu_alpha, swiglu_beta);
+    active int32 [G]: the grid's experts (module docstring)."""
     logic = ExpertLogic(1, a_fmt, b_fmt, activation, config)
     act = make_fake_compact_tensor(cutlass.Float32, (3,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(Fc1Gemm(logic), *fake_args(a_fmt, "bfloat16"), act, stream, arch=arch)
+    return cute_compile(Fc1Gemm(logic), *fake_args(a_fmt, "bfloat16"), act, fake_active(), stream, arch=arch)
 
 
 @kernel("moe.fused_moe.fc2", sources=_SOURCES)
 def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str):
-    """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha)` on torch's
-    current stream; C2 fp32 [R_cap, H]."""
+    """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active)` on
+    torch's current stream; C2 fp32 [R_cap, H]; active as compile_fc1's."""
     logic = ExpertLogic(2, a_fmt, b_fmt, None, config)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(Fc2Gemm(logic), *fake_args(a_fmt, "float32"), stream, arch=arch)
+    return cute_compile(Fc2Gemm(logic), *fake_args(a_fmt, "float32"), fake_active(), stream, arch=arch)

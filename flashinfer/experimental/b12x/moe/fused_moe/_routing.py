@@ -13,6 +13,8 @@ Outputs, in the plan's workspace (sized by max_tokens, never by T):
                   scales (128x4 swizzled over R_cap rows, global scale a1_gscale[expert]) | MXFP8 e4m3
                   bytes [R_cap, H] + UE8M0 scales (swizzled)
     alpha1, alpha2 fp32 [E]           the GEMMs' activation dequant factor: 1 / a*_gscale (nvfp4), else 1
+    active        int32 [E]           compact_grid only: the experts with rows, ascending, then E up to
+                                      [E - 1] (the expert GEMMs' grid list; otherwise 0..E-1, constant)
 
 Rows of one expert are ordered by route index (any order is allowed; this one is deterministic).
 
@@ -75,6 +77,9 @@ class RoutingConfig:
     scan_b: int = 32
     micro_max_routes: int = 1024
     num_warps: int = 4
+    # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
+    # of E. Off until the H200 times it (docs/moe.md: predicted T = 1 w4a16 39.6 -> ~28 us).
+    compact_grid: bool = False
 
 
 def _pow2(n: int) -> bool:
@@ -104,6 +109,7 @@ def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
         and hidden % config.block_h == 0
         and config.micro_max_routes >= 1
         and config.num_warps in (1, 2, 4, 8, 16)
+        and isinstance(config.compact_grid, bool)
     )
 
 
@@ -133,6 +139,17 @@ def _write_alphas(ec, e_ok, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4: tl.co
     else:
         tl.store(alpha1_ptr + ec, tl.full(ec.shape, 1.0, tl.float32), mask=e_ok)
         tl.store(alpha2_ptr + ec, tl.full(ec.shape, 1.0, tl.float32), mask=e_ok)
+
+
+@triton.jit
+def _write_active(count, ea, active_ptr, E: tl.constexpr):
+    """active = the experts ea (< E) with count > 0, ascending, then E up to index E - 1."""
+    hit = (count > 0) & (ea < E)
+    hit_i = hit.to(tl.int32)
+    rank = tl.cumsum(hit_i, axis=0) - hit_i
+    n_active = tl.sum(hit_i, axis=0)
+    tl.store(active_ptr + rank, ea, mask=hit)
+    tl.store(active_ptr + ea, tl.full(ea.shape, E, tl.int32), mask=(ea >= n_active) & (ea < E))
 
 
 @triton.jit
@@ -227,6 +244,7 @@ def _route_gather_kernel(
     g2_ptr,  # fp32 [E] a2_gscale (nvfp4) or any fp32 pointer
     alpha1_ptr,  # fp32 [E] out (micro): 1 / a1_gscale or 1
     alpha2_ptr,  # fp32 [E] out (micro): 1 / a2_gscale or 1
+    active_ptr,  # int32 [E] out (micro, COMPACT): the experts with rows, then E
     out_ptr,  # the FC1 operand's values (bf16 or uint8)
     sf_ptr,  # uint8: its swizzled scales (nvfp4 / mxfp8)
     T,
@@ -244,6 +262,8 @@ def _route_gather_kernel(
     BLOCK_H: tl.constexpr,
     CHUNK: tl.constexpr,
     E_BLOCK: tl.constexpr,
+    E_PAD: tl.constexpr,
+    COMPACT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -259,6 +279,14 @@ def _route_gather_kernel(
                 below += tl.sum((ex[None, :] < ec[:, None]).to(tl.int32), axis=1)
             tl.store(start_ptr + ec, below, mask=ec <= E)
             _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, FMT == 1)
+            if COMPACT:
+                if pid == n_route_blocks:  # one program lists the hit experts (all E counts)
+                    ea = tl.arange(0, E_PAD)
+                    count = tl.zeros([E_PAD], dtype=tl.int32)
+                    for c0 in range(0, R, CHUNK):
+                        ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, CHUNK), R, ids_st, ids_sj, K, E)
+                        count += tl.sum((ex[None, :] == ea[:, None]).to(tl.int32), axis=1)
+                    _write_active(count, ea, active_ptr, E)
     else:
         # Phase 1: this program's routes and their sorted rows.
         r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -348,9 +376,11 @@ def _route_start_kernel(
     g2_ptr,
     alpha1_ptr,
     alpha2_ptr,
+    active_ptr,  # int32 [E] out (COMPACT)
     E: tl.constexpr,
     E_PAD: tl.constexpr,
     NVFP4: tl.constexpr,
+    COMPACT: tl.constexpr,
 ):
     ec = tl.arange(0, E_PAD)
     c = tl.load(count_ptr + ec, mask=ec < E, other=0)
@@ -358,6 +388,8 @@ def _route_start_kernel(
     tl.store(start_ptr + ec, inclusive - c, mask=ec < E)
     tl.store(start_ptr + E, tl.sum(c, axis=0))
     _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4)
+    if COMPACT:
+        _write_active(c, ec, active_ptr, E)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -437,10 +469,11 @@ class RoutingKernels:
         gather_sig = dict(
             ids_ptr=ids, w_ptr=f32, a_ptr="*bf16", start_ptr=i32, sorted_token_ptr=i32, sorted_expert_ptr=i32,
             route_row_ptr=i32, offs_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32,
-            out_ptr=_fmt_ptr(a_fmt), sf_ptr="*u8", T="i32", ids_st="i32", ids_sj="i32", w_st="i32", w_sj="i32",
+            active_ptr=i32, out_ptr=_fmt_ptr(a_fmt), sf_ptr="*u8", T="i32", ids_st="i32", ids_sj="i32", w_st="i32", w_sj="i32",
         )  # fmt: skip
         common = dict(K=num_topk, E=num_experts, H=hidden, FMT=OPERAND_FORMATS[a_fmt], ON_INPUT=bool(on_input))
-        tiles = dict(CHUNK=cfg.chunk, E_BLOCK=cfg.e_block)
+        e_pad = triton.next_power_of_2(num_experts)
+        tiles = dict(CHUNK=cfg.chunk, E_BLOCK=cfg.e_block, E_PAD=e_pad, COMPACT=cfg.compact_grid)
         nw = cfg.num_warps
         self.micro = TritonKernel(
             _route_gather_kernel,
@@ -479,8 +512,8 @@ class RoutingKernels:
         )
         self.start = TritonKernel(
             _route_start_kernel,
-            dict(count_ptr=i32, start_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32),
-            dict(E=num_experts, E_PAD=triton.next_power_of_2(num_experts), NVFP4=a_fmt == "nvfp4"),
+            dict(count_ptr=i32, start_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32, active_ptr=i32),
+            dict(E=num_experts, E_PAD=e_pad, NVFP4=a_fmt == "nvfp4", COMPACT=cfg.compact_grid),
             nw,
             arch,
             key + " start",
@@ -506,7 +539,7 @@ class RoutingKernels:
         n_h = self.h // cfg.block_h
         tail = (s["a1"], s.get("a1_scales", s["dummy"]), T, *strides)
         meta = (s["expert_start"], s["sorted_token"], s["sorted_expert"], s["route_row"], s["hist"])
-        alphas = (g1, g2, s["alpha1"], s["alpha2"])
+        alphas = (g1, g2, s["alpha1"], s["alpha2"], s["active"])
         if R <= cfg.micro_max_routes:
             grid = (triton.cdiv(R, cfg.block_r) + triton.cdiv(self.e + 1, cfg.e_block), n_h, 1)
             self.micro.launch(grid, ids, w, a, *meta, *alphas, *tail)

@@ -194,6 +194,7 @@ class FusedMoePlan(Plan):
             S("sorted_token", (r_cap,), "int32", device),
             S("sorted_expert", (r_cap,), "int32", device),
             S("route_row", (r_cap,), "int32", device),
+            S("active", (e,), "int32", device),
             S("hist", (hist_rows, e), "int32", device),
             S("alpha1", (e,), "float32", device),
             S("alpha2", (e,), "float32", device),
@@ -252,6 +253,7 @@ def _fill_constants(p: FusedMoePlan, s: dict) -> None:
         if name in s:
             s[name].fill_(SCALE_PAD[fmt])  # padding columns are never written by the kernels
     s["route_row"].fill_(-1)
+    s["active"].copy_(torch.arange(s["active"].numel(), dtype=torch.int32))  # compact_grid rewrites it
 
 
 def _prime_experts(p: FusedMoePlan, state) -> None:
@@ -266,8 +268,9 @@ def _prime_experts(p: FusedMoePlan, state) -> None:
     b2 = torch.zeros(1, h, i // 2, dtype=torch.uint8, device=dev)
     sf1 = torch.zeros(1, 16, dtype=torch.uint8, device=dev)
     a1, a2 = _operands(p, s)
-    L.fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"])
-    L.fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one)
+    active = torch.zeros(1, dtype=torch.int32, device=dev)
+    L.fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"], active)
+    L.fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one, active)
 
 
 def _operands(p: FusedMoePlan, s: dict):
@@ -280,7 +283,9 @@ def _operands(p: FusedMoePlan, s: dict):
 
 def plan(caps: Caps, *, invocation=None, override=None) -> FusedMoePlan:
     """A pure, hashable plan. invocation: None or the expected live token count in [1, max_tokens].
-    override: must be None (the heuristic picks every tile)."""
+    override: None (the heuristic picks every tile) or a whole `MoeConfig` to prepare instead, e.g.
+    the heuristic's with `routing.compact_grid=True` (its routing and combine tiles are checked
+    here, the expert GEMMs' config when preparing compiles them; CPU plans ignore it)."""
     if not isinstance(caps, Caps):
         raise ValueError(f"caps must be a moe.fused_moe Caps, got {type(caps).__name__}")
     if invocation is not None and (
@@ -290,8 +295,22 @@ def plan(caps: Caps, *, invocation=None, override=None) -> FusedMoePlan:
             f"invocation must be None or the expected token count in [1, {caps.max_tokens}], got {invocation!r}"
         )
     if override is not None:
-        raise ValueError(f"override must be None: moe.fused_moe has no kernel variants yet, got {override!r}")
-    return FusedMoePlan(op=OP, caps=caps, invocation=invocation)
+        _check_override(caps, override)
+    return FusedMoePlan(op=OP, caps=caps, invocation=invocation, override=override)
+
+
+def _check_override(caps: Caps, override) -> None:
+    from . import _combine, _routing
+
+    if not isinstance(override, MoeConfig):
+        raise ValueError(f"override must be None or a moe.fused_moe MoeConfig, got {override!r}")
+    wp = caps.weight_plan
+    a1, a2 = OPERANDS[caps.quant_mode]
+    routing, combine = override.routing, override.combine
+    if not isinstance(routing, _routing.RoutingConfig) or not _routing.can_implement(wp.hidden_size, a1, routing):
+        raise ValueError(f"override.routing cannot implement H={wp.hidden_size} with {a1}: {routing!r}")
+    if not isinstance(combine, _combine.CombineConfig) or not _combine.can_implement(wp.intermediate_size, a2, combine):
+        raise ValueError(f"override.combine cannot implement I={wp.intermediate_size} with {a2}: {combine!r}")
 
 
 @dataclass(frozen=True)
@@ -406,16 +425,25 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
         )
     _check_kernel_layout(a, output)
     s = _check_scratch(plan, scratch)
-    return device_binding(plan, s, a, experts, topk_weights, topk_ids, output)
+    compact = st.selection.routing.compact_grid
+    return device_binding(plan, s, a, experts, topk_weights, topk_ids, output, compact=compact)
 
 
-def device_binding(plan: FusedMoePlan, s: dict, a, experts, topk_weights, topk_ids, output) -> FusedMoeBinding:
-    """The binding of the device pipeline on workspace views `s` (arguments already checked)."""
+def device_binding(
+    plan: FusedMoePlan, s: dict, a, experts, topk_weights, topk_ids, output, *, compact: bool = False
+) -> FusedMoeBinding:
+    """The binding of the device pipeline on workspace views `s` (arguments already checked);
+    compact: the selection's routing.compact_grid."""
     (A1, SFA1), (A2, SFA2) = _operands(plan, s)
     ex, u8 = experts, torch.uint8
+    # The expert GEMMs' grid rows: every expert, or (compact_grid) the first min(E, T * k) entries of
+    # the routing's list of hit experts: no more can have rows.
+    e = plan.caps.weight_plan.num_experts
+    active = s["active"][: min(e, a.shape[0] * plan.caps.num_topk)] if compact else s["active"]
     fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), s["c1"], s["expert_start"], ex.w1_alpha, s["alpha1"])
-    fc1 += (s["act_params"],)
+    fc1 += (s["act_params"], active)
     fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
+    fc2 += (active,)
     nvfp4 = plan.operand_formats[0] == "nvfp4"
     gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
     return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales)
