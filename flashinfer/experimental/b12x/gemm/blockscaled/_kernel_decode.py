@@ -1,7 +1,7 @@
 """Decode GEMM (M <= 64): C[M, N] = scale * A[M, K] B[N, K]^T with B quantized, on warp mma.sync.
 
-The weight is the MMA's M side (swap AB): each warp computes `tiles` x 16 weight rows against up to 16
-tokens (the MMA's N side, 8 per n-tile; tokens >= M are zero and never loaded), so at M = 1 the
+The weight is the MMA's M side (swap AB): each warp computes `tiles` x 16 weight rows against up to
+8 * ntiles tokens (the MMA's N side, 8 per n-tile; tokens >= M are zero and never loaded), so at M = 1 the
 tensor cores idle and the kernel streams the weight bytes, which are everything there. Up to 64 tokens
 (ntiles 4 and 8) the weight bytes still dominate HBM traffic; each CTA then reads all M x K
 activation bytes from L2, so larger BN (tiles) cuts that traffic.
@@ -22,6 +22,11 @@ k of the MMA is one physical k, identical for both operands, and every physical 
 Bytes: N * K * bits / 8 of weight plus its scales (N * K / 16 E4M3 bytes for NVFP4, / 32 for MX),
 M * K activation bytes per CTA (from L2), M * N outputs. FLOPs: 2 * M * N * K (16 * N * K issued).
 Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent up to 8 * ntiles.
+
+Weight prefetch (DecodeConfig.prefetch = p > 0): the K loop becomes a software pipeline whose
+carried registers hold the weight words (and scales) of the warp's next p chunks; each iteration
+issues the loads of chunk c + p * warps, then runs chunk c's math, so p chunks of weight bytes per
+warp are in flight during the MMAs (activations are still loaded inside the chunk, from L2).
 """
 
 from __future__ import annotations
