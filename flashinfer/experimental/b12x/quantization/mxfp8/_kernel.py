@@ -17,10 +17,10 @@ Per 32-element block of a row, exactly the fp32 op sequence of `_lib/quant/mx.py
   the oracle does.
 - Variants (`MxFp8Config`, all bit-equal under the interpreter): lean (one NaN select per block
   in amax, one NaN test per value) and layout "rows" or "quarters" (a thread owns whole blocks).
-- GPU validation: the "rows" configs (`_VALIDATED`) passed test_gpu_candidates on the H200 (03:45
-  UTC run); the later "quarters" configs never ran on a GPU. After the 03:45 NVFP4 failure (the
-  interpreter passing configs the GPU got wrong) they are candidates only with
-  B12X_QUANT_UNVALIDATED_CANDIDATES=1; re-enable per config after test_gpu_candidates passes.
+- GPU validation: every config in `_VALIDATED` passed test_gpu_candidates bit for bit on the H200
+  (the "rows" configs at 03:45 UTC, the "quarters" configs at 05:55, 2026-11-30). A config added
+  later goes to `_UNVALIDATED` (offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1) until it
+  passes there too: the interpreter has passed configs the GPU got wrong (NVFP4, 03:45).
 - Swizzled scales (FORMATS.md 128x4 atoms) are written only at live (row < M, block < K/32)
   positions: the caller's padding bytes are left as they are.
 
@@ -87,13 +87,17 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
 
 
 def default_config(k: int) -> MxFp8Config:
-    # The measured default (docs/performance.md, 2026-11-30). The other candidates are unmeasured:
-    # bench_quantization.py --all-configs times them all; move this to the measured best.
-    return MxFp8Config(block_m=16, block_k=min(256, triton.next_power_of_2(k)), num_warps=4)
+    """The heuristic: 4 rows x 512 columns, 2 warps, lean, "quarters" (a thread owns whole blocks).
+    The H200 sweep of 2026-11-30 05:58 (docs/performance.md; every MXFP8 candidate passed the bitwise
+    tier at 05:55) put it within 9% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K
+    in {4096, 7168} (M = 16384 K = 7168: 101 µs, 84% of copy, vs 108 for the old 16 x 256 default).
+    One config for every M: a plan's capacity says little about its live M."""
+    return MxFp8Config(block_m=4, block_k=min(512, triton.next_power_of_2(k)), num_warps=2, lean=True, layout="quarters")
 
 
 # (block_m, block_k, num_warps, lean[, layout]): predictions in docs/predictions/quantization.md.
-# GPU-validated: passed test_gpu_candidates.py bit for bit on the H200 (03:45 UTC run, 2026-11-30).
+# GPU-validated: passed test_gpu_candidates.py bit for bit on the H200 (2026-11-30: "rows" at 03:45
+# UTC, "quarters" at 05:55).
 _VALIDATED = (
     (4, 512, 4, False),
     (8, 512, 4, False),
@@ -113,12 +117,6 @@ _VALIDATED = (
     (1, 1024, 2, True),  # tiny M: one row per program, K split wide
     (1, 512, 1, True),
     (4, 256, 1, True),
-)
-# Not GPU-validated (added after that run): disabled after the 03:45 GPU failure of the NVFP4
-# candidates; offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs,
-# test_gpu_candidates.py). Re-enable per config (move it to _VALIDATED) after test_gpu_candidates
-# passes for it on the GPU.
-_UNVALIDATED = (
     (16, 256, 4, True, "quarters"),
     (32, 256, 8, True, "quarters"),
     (32, 512, 8, True, "quarters"),
@@ -127,6 +125,10 @@ _UNVALIDATED = (
     (1, 1024, 1, True, "quarters"),
     (4, 512, 2, True, "quarters"),
 )
+# Not GPU-validated: offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs,
+# test_gpu_candidates.py). Move a config to _VALIDATED after test_gpu_candidates passes for it on
+# the GPU. (Empty: every current config has passed.)
+_UNVALIDATED: tuple = ()
 
 
 def unvalidated_enabled() -> bool:

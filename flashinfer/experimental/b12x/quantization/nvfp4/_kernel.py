@@ -109,8 +109,13 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
 
 
 def default_config(k: int) -> NvFp4Config:
-    # The measured default (docs/performance.md, 2026-11-30). The other candidates are unmeasured:
-    # bench_quantization.py --all-configs times them all; move this to the measured best.
+    """The heuristic. Once the division-free encodes are GPU-validated: 16 x 256 tiles, 4 warps,
+    "search" encode, skip_dead, which the H200 sweep of 2026-11-30 05:58 (docs/performance.md) put
+    within 7% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K in {4096, 7168}
+    (M = 1 4.9 µs vs 9.2; M = 16384 K = 7168 141 µs vs 201). Until then the "div" tile, the oracle's
+    own sequence. One config for every M: a plan's capacity says little about its live M."""
+    if DIVISION_FREE_GPU_VALIDATED:
+        return NvFp4Config(16, _block_k_cap(k, 256), 4, encode="search", skip_dead=True)
     return NvFp4Config(block_m=16, block_k=_block_k_cap(k, 256), num_warps=4)
 
 
