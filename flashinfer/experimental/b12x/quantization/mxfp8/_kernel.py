@@ -92,7 +92,9 @@ def default_config(k: int) -> MxFp8Config:
     tier at 05:55) put it within 9% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K
     in {4096, 7168} (M = 16384 K = 7168: 101 µs, 84% of copy, vs 108 for the old 16 x 256 default).
     One config for every M: a plan's capacity says little about its live M."""
-    return MxFp8Config(block_m=4, block_k=min(512, triton.next_power_of_2(k)), num_warps=2, lean=True, layout="quarters")
+    return MxFp8Config(
+        block_m=4, block_k=min(512, triton.next_power_of_2(k)), num_warps=2, lean=True, layout="quarters"
+    )
 
 
 # (block_m, block_k, num_warps, lean[, layout]): predictions in docs/predictions/quantization.md.
