@@ -1,7 +1,7 @@
 """Benchmark b12x.gemm (blockscaled decode/tiled kernels and the linear ops) against torch's GEMMs.
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
-        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--sweep]
+        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--sweep [--sweep-subset prefetch]]
         [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
@@ -177,14 +177,28 @@ def _peers(m, n, k, dev, gen, args):
     return out
 
 
-def _sweep(ours: Ours, m, n, k, args) -> dict:
-    """Time every candidate config of this case's bucket: {config repr: median us}."""
+def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all") -> tuple:
+    """The configs --sweep times for a case: every candidate of its bucket ("all"), or ("prefetch")
+    the decode kernel's weight-prefetch candidates plus the case's heuristic config as the baseline."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
+    if not bucket.startswith("decode"):
+        return () if subset == "prefetch" else KT.candidate_configs(m)
+    cands = KD.candidate_configs(m)
+    if subset == "prefetch":
+        base = L.default_config(bucket, n, k, b_fmt)
+        cands = (base,) + tuple(c for c in cands if c.prefetch and c != base)
+    return cands
+
+
+def _sweep(ours: Ours, m, n, k, args) -> dict:
+    """Time the --sweep configs of this case (`sweep_configs`): {config repr: median us}."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
     bucket = L.bucket_for(m)
-    cands = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
+    cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset)
     results = {}
     for cfg in cands:
         if L.why_not(ours.a_fmt, ours.weight.recipe, "bfloat16", bucket, cfg) is not None:
@@ -227,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our implementations to time")
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
+    parser.add_argument(
+        "--sweep-subset",
+        choices=("all", "prefetch"),
+        default="all",
+        help="with --sweep: every candidate, or the decode weight-prefetch candidates + the heuristic config",
+    )
     args = parser.parse_args(argv)
     dev = require_cuda("bench_gemm", args.device)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else None

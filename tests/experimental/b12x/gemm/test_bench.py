@@ -35,3 +35,15 @@ def test_decode_range_matches_the_buckets():
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     assert BG.DECODE_MAX_M == max(L.BUCKET_MAX_M[b] for b in L.BUCKETS if b.startswith("decode"))
+
+
+def test_sweep_subsets():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    full = BG.sweep_configs("decode16", 16, 11264, 2048, "nvfp4")
+    assert full == KD.candidate_configs(16)
+    pre = BG.sweep_configs("decode16", 16, 11264, 2048, "nvfp4", "prefetch")
+    assert pre[0] == L.default_config("decode16", 11264, 2048, "nvfp4") and pre[0].prefetch == 0
+    assert len(pre) == 13 and all(c.prefetch > 0 for c in pre[1:])
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "prefetch") == ()
