@@ -281,3 +281,29 @@ def _scale_tile(fmt: str, storage: torch.Tensor, row0: int, k0: int, k: int, ind
     if fmt == "nvfp4":
         return Q.e4m3_decode(raw.view(torch.float8_e4m3fn)).float()
     return Q.ue8m0_decode(raw).float()
+
+
+# ---- selection: only SM120 / SM121, only block-scaled pairs, only the tiled buckets, only opted in --
+@pytest.mark.parametrize("flag", [None, "0", "1"])
+def test_selected_only_on_sm120_for_tiled_block_scaled_pairs_when_opted_in(flag, monkeypatch):
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_sm120 as KS
+    from flashinfer.experimental.b12x.gemm.blockscaled import api as A
+
+    if flag is None:
+        monkeypatch.delenv(L.SM120_MMA_ENV, raising=False)
+    else:
+        monkeypatch.setenv(L.SM120_MMA_ENV, flag)
+    on = flag == "1"
+    for a_fmt, b_fmt in (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("mxfp8", "mxfp8"), ("bfloat16", "nvfp4")):
+        p = A.plan(A.GemmQuery(a_fmt, b_fmt, 4096, 4096, m_values=(1, 40, 200, 4096)))
+        for arch in ("sm_90a", "sm_120a", "sm_121a"):
+            chosen = dict(p.heuristic(arch))
+            native = on and arch in KS.ARCHS and a_fmt == b_fmt
+            for bucket, cfg in chosen.items():
+                want_native = native and bucket.startswith("tiled")
+                assert isinstance(cfg, Sm120Config) == want_native, (a_fmt, arch, bucket, cfg)
+                fn, _ = L.kernel_key(a_fmt, b_fmt, "bfloat16", bucket, arch, cfg)
+                assert (fn is KS.compile_sm120) == want_native
+                assert L.why_not(a_fmt, b_fmt, "bfloat16", bucket, cfg) is None
+            assert not any(isinstance(c, Sm120Config) for b, c in chosen.items() if b.startswith("decode"))

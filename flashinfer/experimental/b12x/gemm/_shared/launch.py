@@ -10,8 +10,9 @@ Buckets (live M is a run-time extent; only the bucket is part of a compile key):
                           bf16 tiles in shared memory pays off only when M amortizes it)
     tiled128  M > 256     tiled kernel, 128 x 128 CTA tiles
 
-The same variants run on sm_90a and sm_120a (portable mma.sync kernels; the SM120 block-scaled MMA
-path is not implemented yet). `launch_args` builds the tensors every kernel takes,
+The same variants run on sm_90a and sm_120a (portable mma.sync kernels). On sm_120a / sm_121a the
+tiled buckets of NVFP4 / MXFP4 / MXFP8 pairs can use the native block-scaled MMA kernel
+(`_kernel_sm120`; compiled on the CPU, never run: opt in with B12X_GEMM_SM120_MMA=1, `sm120_mma`). `launch_args` builds the tensors every kernel takes,
 (A, SFA, B, SFB, C, S0, S1, S2) + alpha: the epilogue multiplies by alpha * S0 * S1 * S2 * 2^E with
 S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weight alpha of A / B
 (1.0 where absent), so no scalar is ever read on the host.
@@ -20,6 +21,7 @@ S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weigh
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -68,9 +70,43 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
     return DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
 
 
-def default_config(bucket: str, n: int | None = None, k: int | None = None, b_fmt: str | None = None):
+SM120_MMA_ENV = "B12X_GEMM_SM120_MMA"
+
+
+def sm120_mma(a_fmt: str | None, b_fmt: str | None, bucket: str, arch: str | None) -> bool:
+    """True when the tiled bucket of an NVFP4 / MXFP4 / MXFP8 pair (both operands quantized) on
+    SM120 / SM121 uses the native block-scaled MMA kernel (`_kernel_sm120`). That kernel compiles for
+    sm_120a on the CPU but has never run (no SM120 GPU in this project's sessions), so it is opt-in:
+    B12X_GEMM_SM120_MMA=1. Other archs, pairs and buckets keep the portable kernels. Its cp.async
+    reads the swizzled scales 16 bytes at a time: they must start 16-byte aligned (the quantizers and
+    pack_weight allocate them so; a 128x4 atom is 512 bytes)."""
+    if not bucket.startswith("tiled") or os.environ.get(SM120_MMA_ENV) != "1" or a_fmt is None or arch is None:
+        return False
+    from ..blockscaled import _kernel_sm120 as KS
+
+    return arch in KS.ARCHS and a_fmt == b_fmt and b_fmt in KS.RECIPES
+
+
+def _is_sm120(config) -> bool:
+    return type(config).__name__ == "Sm120Config"
+
+
+def default_config(
+    bucket: str,
+    n: int | None = None,
+    k: int | None = None,
+    b_fmt: str | None = None,
+    *,
+    a_fmt: str | None = None,
+    arch: str | None = None,
+):
     """The heuristic config of a bucket (the kernel modules say what they were tuned on); decode
-    buckets use the shape-aware `decode_config_for` when the problem's N, K and weight format are given."""
+    buckets use the shape-aware `decode_config_for` when the problem's N, K and weight format are given;
+    tiled buckets of block-scaled pairs on SM120 the native MMA kernel's when `sm120_mma` says so."""
+    if sm120_mma(a_fmt, b_fmt, bucket, arch):
+        from ..blockscaled._kernel_sm120 import default_config as sm120_config
+
+        return sm120_config(a_fmt)
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import default_config as decode_config
 
@@ -82,8 +118,13 @@ def default_config(bucket: str, n: int | None = None, k: int | None = None, b_fm
     return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)))
 
 
-def compile_fn(bucket: str):
-    """The `@kernel` compile function of a bucket's kernel."""
+def compile_fn(bucket: str, config=None):
+    """The `@kernel` compile function of a bucket's kernel (of `config`'s kernel when it is an
+    `Sm120Config`)."""
+    if _is_sm120(config):
+        from ..blockscaled._kernel_sm120 import compile_sm120
+
+        return compile_sm120
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import compile_decode
 
@@ -94,6 +135,10 @@ def compile_fn(bucket: str):
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str | None:
+    if _is_sm120(config):
+        from ..blockscaled._kernel_sm120 import why_not as sm120_reason
+
+        return sm120_reason(a_fmt, b_fmt, out_dtype, config)
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import why_not as reason
     else:
@@ -103,8 +148,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
 
 def kernel_key(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config=None) -> tuple:
     """(compile function, key arguments) of one variant."""
-    cfg = default_config(bucket) if config is None else config  # shape-blind: callers with a shape pass config
-    return compile_fn(bucket), (a_fmt, b_fmt, out_dtype, cfg, arch)
+    cfg = default_config(bucket, b_fmt=b_fmt, a_fmt=a_fmt, arch=arch) if config is None else config  # shape-blind
+    return compile_fn(bucket, cfg), (a_fmt, b_fmt, out_dtype, cfg, arch)
 
 
 # ---- per-device constants (created once, outside any graph capture when prewarmed) ---------------

@@ -11,7 +11,10 @@ C = alpha * deq(A) @ deq(B)^T (reference.py). Kernels (CuTe DSL, warp mma.sync, 
 a decode kernel for M <= 64 (weight rows as the MMA's M side, split-K across the CTA's warps) and a
 tiled kernel above (register prefetch, exact in-register dequantization to bf16/fp16 shared tiles;
 an FP8 mma.sync variant for tensor/block-FP8 is a tuning candidate). Heuristics are untuned until
-the H200 benchmark's --sweep has run; the SM120 block-scaled MMA path is not implemented.
+the H200 benchmark's --sweep has run. SM120 / SM121: a native block-scaled MMA kernel
+(`_kernel_sm120`, MmaMXF4NVF4Op / MmaMXF4Op / MmaMXF8Op) for the tiled sizes of NVFP4 / MXFP4 / MXFP8
+pairs compiles for sm_120a and is selected there only with B12X_GEMM_SM120_MMA=1: it has never run
+(no SM120 GPU in this project's sessions).
 """
 
 from ..._lib.lazy import lazy_attributes
@@ -41,7 +44,8 @@ META = OpMeta(
     notes=(
         "CuTe DSL kernels (warp mma.sync on exactly dequantized bf16/fp16 tiles) for every recipe and "
         "the weight-only forms: decode kernel for M <= 64, tiled kernel above; K % 128 == 0, N % 16 == 0. "
-        "The SM120 block-scaled MMA path is not implemented (sm_120a runs the portable kernels). "
+        "SM120 block-scaled MMA kernel for tiled NVFP4/MXFP4/MXFP8 pairs: compiled for sm_120a, never run, "
+        "opt-in with B12X_GEMM_SM120_MMA=1 (sm_120a otherwise runs the portable kernels). "
         "CPU tensors run the reference. Kernel logic verified on a CPU PTX emulator; GPU validation pending."
     ),
 )

@@ -96,7 +96,10 @@ class GemmPlan(Plan):
             return None
         chosen = dict(self.override or ())
         q = self.caps
-        return tuple((b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format))) for b in q.buckets)
+        return tuple(
+            (b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format, a_fmt=q.a_format, arch=arch)))
+            for b in q.buckets
+        )
 
     def kernels(self, config, arch: str) -> tuple:
         q = self.caps
