@@ -3,7 +3,7 @@
 # of the given test paths, then each benchmark under its own time limit, all logs under $OUT.
 # Run after the two wheel-install steps of ../shared/tools/device-wheels.
 #
-#   B12X_GIT_COMMIT=<sha> TEST_LIMIT=150 bash scripts/device_budget_run.sh "<test paths>" \
+#   B12X_GIT_COMMIT=<sha> TEST_LIMIT=150 [TEST_LOG=name] [TEST_K=expr] bash scripts/device_budget_run.sh "<test paths>" \
 #       "<limit_s> <bench module suffix> <args...>" ["<limit_s> <bench> <args...>" ...]
 #
 # Example: bash scripts/device_budget_run.sh "tests/experimental/b12x/moe" "60 moe --quick"
@@ -21,19 +21,24 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>
 status=0
 tests=$1; shift
 if [[ -n $tests ]]; then
+  kfilter=()
+  [[ -n ${TEST_K:-} ]] && kfilter=(-k "$TEST_K")  # TEST_K: a pytest -k expression (spaces allowed)
   # shellcheck disable=SC2086  # the paths are a space-separated list on purpose
-  timeout "${TEST_LIMIT:-150}" python3 -m pytest $tests -m gpu -v -rfEs -p no:cacheprovider \
-    --timeout 300 >"$LOG/gpu_tests.log" 2>&1
+  timeout "${TEST_LIMIT:-150}" python3 -m pytest $tests "${kfilter[@]}" -m gpu -v -rfEs -p no:cacheprovider \
+    --timeout 300 >"$LOG/${TEST_LOG:-gpu_tests}.log" 2>&1
   status=$?
-  grep -E "FAILED|ERROR|passed|failed" "$LOG/gpu_tests.log" | tail -n 60
+  grep -E "FAILED|ERROR|passed|failed" "$LOG/${TEST_LOG:-gpu_tests}.log" | tail -n 60
 fi
+i=0
 for spec in "$@"; do
   read -r limit bench args <<<"$spec"
+  i=$((i + 1))
+  name="bench_${bench}_$i"  # numbered: the same bench may run twice with other arguments
   echo "== bench_$bench $args (limit ${limit} s)"
   # shellcheck disable=SC2086
-  timeout "$limit" python3 -m "benchmarks.experimental.b12x.bench_$bench" --json "$LOG/bench_$bench.json" $args \
-    >"$LOG/bench_$bench.log" 2>&1
-  echo "rc=$?" >>"$LOG/bench_$bench.log"
-  grep -v '^\[b12x\]' "$LOG/bench_$bench.log" | tail -n 30
+  timeout "$limit" python3 -m "benchmarks.experimental.b12x.bench_$bench" --json "$LOG/$name.json" $args \
+    >"$LOG/$name.log" 2>&1
+  echo "rc=$?" >>"$LOG/$name.log"
+  grep -v '^\[b12x\]' "$LOG/$name.log" | tail -n 30
 done
 exit $status
