@@ -141,8 +141,9 @@ def test_extend_default_config_compiles(arch, kv_dtype, mode):
     cfg = default_extend_config(kv_dtype, 128, arch, mode)
     ptx = _check_binary(ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch), arch)
     mma = "m16n8k16.row.col.f32.f16.f16.f32" if kv_dtype == "float8_e4m3fn" else "m16n8k16.row.col.f32.bf16.bf16.f32"
-    # per KV tile: (block_n / 8) * (D / 16) mma for S plus (Dv / 8) * (block_n / 16) for O
-    per_tile = (cfg.block_n // 8) * (128 // 16) + (128 // 8) * (cfg.block_n // 16)
+    # per KV tile and 16-row block: (block_n / 8) * (D / 16) mma for S plus (Dv / 8) * (block_n / 16)
+    # for O; a warp owns row_blocks such blocks (2: the bf16 extend default, FlashAttention-2's 32 rows)
+    per_tile = cfg.row_blocks * ((cfg.block_n // 8) * (128 // 16) + (128 // 8) * (cfg.block_n // 16))
     assert ptx.count(mma) == per_tile
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx and "cp.async.cg.shared.global" in ptx
     if kv_dtype == "float8_e4m3fn":
@@ -198,13 +199,17 @@ def _ptxas_usage(ptx: str, arch: str, tmp_path) -> tuple[int, int]:
 @pytest.mark.parametrize("mode", ["extend", "verify"])
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_extend_fits_the_register_budget(kv_dtype, mode, tmp_path):
-    """Q, S and O of a warp's 16 rows stay in registers: no spills, and few enough registers for
-    one 8-warp CTA (extend's block_m 128) or two 4-warp CTAs (verify's 64) per SM."""
+    """16 rows a warp (fp8 extend, verify): Q, S and O stay in registers, no spills, and few enough
+    registers for one 8-warp CTA (block_m 128) or two 4-warp CTAs (64) per SM. 32 rows a warp (the
+    bf16 extend default, 4 warps): two CTAs per SM; ptxas spills a few loop-invariant values, reloaded
+    once per KV tile, which the H200 measurement that chose it already pays (bounded here so growth
+    shows)."""
     ke = _extend_module()
     cfg = default_extend_config(kv_dtype, 128, "sm_90a", mode)
     fn = ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch="sm_90a")
     regs, spills = _ptxas_usage(fn.artifacts.PTX, "sm_90a", tmp_path)
-    assert spills == 0 and regs * 32 * cfg.warps * (2 if cfg.warps == 4 else 1) <= 65536, (regs, spills)
+    assert regs * 32 * cfg.warps * (2 if cfg.warps == 4 else 1) <= 65536, (regs, spills)
+    assert spills <= (256 if cfg.row_blocks == 2 else 0), (regs, spills)
 
 
 def test_extend_config_predicate():
