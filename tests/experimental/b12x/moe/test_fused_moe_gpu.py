@@ -44,8 +44,9 @@ RECIPES = (
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 
 
-def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=False):
-    """(prepared plan, experts) for one layer on the GPU; compact: routing.compact_grid (override)."""
+def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=None):
+    """(prepared plan, experts) for one layer on the GPU; compact: None = the heuristic's
+    routing.compact_grid (on), True / False = that value as an override."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
@@ -57,9 +58,9 @@ def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compa
         apply_router_weight_on_input=on_input,
     )  # fmt: skip
     p = fm.plan(caps)
-    if compact:
+    if compact is not None:
         cfg = p.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
-        p = fm.plan(caps, override=dataclass_replace(cfg, routing=dataclass_replace(cfg.routing, compact_grid=True)))
+        p = fm.plan(caps, override=dataclass_replace(cfg, routing=dataclass_replace(cfg.routing, compact_grid=compact)))
     with b12x.PreparationSession(DEV) as session:
         session.prepare([p])
     return p, experts

@@ -92,6 +92,10 @@ def test_dynamic_path_capacity_adds_the_histogram():
 @pytest.mark.parametrize("mode", ["w4a16", "nvfp4", "w4a8_nvfp4"])
 def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
     p, tensors = device_plan(mode)
+    assert p.state.selection.routing.compact_grid  # the heuristic's; the full grid is checked here
+    p.state.selection = dataclasses.replace(
+        p.state.selection, routing=dataclasses.replace(p.state.selection.routing, compact_grid=False)
+    )
     out = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
 
     def no_alloc(*args, **kwargs):

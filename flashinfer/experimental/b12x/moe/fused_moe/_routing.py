@@ -78,7 +78,9 @@ class RoutingConfig:
     micro_max_routes: int = 1024
     num_warps: int = 4
     # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
-    # of E. Off until the H200 times it (docs/moe.md: predicted T = 1 w4a16 39.6 -> ~28 us).
+    # of E. The heuristic (`default_config`) turns it on: H200 2026-11-30 06:41 (docs/moe.md), E = 128,
+    # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
+    # 181 -> 186, within its spread of routings); passed the gpu tier (test_compact_grid, graph replay).
     compact_grid: bool = False
 
 
@@ -96,7 +98,7 @@ def largest_pow2_divisor(n: int, cap: int) -> int:
 def default_config(hidden: int) -> RoutingConfig:
     # Not measured yet (bench_moe.py times the whole layer): 16 routes x 512 columns keeps 16 KiB of
     # bf16 input per program; the micro path's recount costs R / 256 compare steps per program.
-    return RoutingConfig(block_h=largest_pow2_divisor(hidden, 512))
+    return RoutingConfig(block_h=largest_pow2_divisor(hidden, 512), compact_grid=True)
 
 
 def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
