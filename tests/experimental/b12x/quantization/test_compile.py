@@ -31,14 +31,25 @@ def _triton_cache(tmp_path, monkeypatch):
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
 def test_ptx_has_the_exact_instructions(op, arch):
     kmod = OPS[op]
-    compiled = kmod.compile_for_target("bfloat16", 7168, kmod.default_config(7168), arch)
-    ptx = compiled.asm["ptx"]
-    assert re.search(rf"\.target {arch}\b", ptx) and compiled.asm["cubin"]
-    ops = set(re.findall(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs)\.[a-z0-9.]+)", ptx))
-    # Correctly rounded divisions (Triton's `/` would be div.full), the RNE E4M3 conversion, no
-    # contraction into FMAs, no flush-to-zero anywhere in float math.
-    assert "div.rn.f32" in ops and "cvt.rn.satfinite.e4m3x2.f32" in ops
-    assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], sorted(ops)
+    default = kmod.default_config(7168)
+    configs = [default]
+    if op == "nvfp4" and default.encode != "div":
+        configs.append(nv.NvFp4Config(block_k=256))  # the oracle's own sequence stays a candidate
+    for cfg in configs:
+        compiled = kmod.compile_for_target("bfloat16", 7168, cfg, arch)
+        ptx = compiled.asm["ptx"]
+        assert re.search(rf"\.target {arch}\b", ptx) and compiled.asm["cubin"]
+        ops = set(re.findall(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs)\.[a-z0-9.]+)", ptx))
+        # Correctly rounded divisions (Triton's `/` would be div.full), no contraction into FMAs, no
+        # flush-to-zero anywhere in float math; the E4M3 scale: the RNE conversion instruction, or
+        # (division-free NVFP4 encodes) no fp8 instruction at all: `_e4m3_rn` rounds on the bits,
+        # because Triton 3.6's ptxas mishandles that instruction's 16-bit result.
+        assert "div.rn.f32" in ops
+        if op == "nvfp4" and cfg.encode != "div":
+            assert not [o for o in ops if "e4m3" in o], sorted(ops)
+        else:
+            assert "cvt.rn.satfinite.e4m3x2.f32" in ops
+        assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], sorted(ops)
 
 
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])

@@ -17,14 +17,14 @@ sequence of `_lib/quant/nvfp4.py` (the oracle; bits must match):
   `_e2m1_codes_mul`), "search" (the same thresholds by binary search); layout "rows" or "halves"
   (a thread owns whole 16-element blocks); skip_dead (padding-only programs write zero scales
   only); scale_words (4-byte scale stores).
-- GPU validation: only the default and the "div" tile variants (`_VALIDATED`) passed
-  test_gpu_candidates on the H200. The division-free encodes ("mul"/"search", `_UNVALIDATED`)
-  failed there twice (03:45 and 05:55: all codes 0 or wrong scale bytes in 16x256x4-like tiles,
-  bit-exact in the interpreter): ptxas of Triton 3.6 (CUDA 12.8) mishandles the 16-bit result of
-  the E4M3 pack `cvt.rn.satfinite.e4m3x2.f32` (see `_e4m3_rn`, which the division-free encodes now
-  use instead: integer and exact fp32 ops, no fp8 instruction). They are candidates only with
-  B12X_QUANT_UNVALIDATED_CANDIDATES=1 until `DIVISION_FREE_GPU_VALIDATED` is flipped after
-  test_gpu_candidates passes for them on the GPU.
+- GPU validation: the "div" configs (`_VALIDATED`) passed test_gpu_candidates on the H200 at 03:45
+  and 05:55. The division-free encodes ("mul"/"search", `_UNVALIDATED`) failed there twice (03:45,
+  05:55: all codes 0 or wrong scale bytes in 16x256x4-like tiles, bit-exact in the interpreter):
+  ptxas of Triton 3.6 (CUDA 12.8) mishandles the 16-bit result of the E4M3 pack
+  `cvt.rn.satfinite.e4m3x2.f32`. Since `_e4m3_rn` (integer and exact fp32 ops, no fp8 instruction)
+  every one of them passed bit for bit at 06:38 (35 configs at M x K = 1 x 7168 and 130 x 160, three
+  inputs each: random over ten decades, extreme, scales on every E4M3 value and tie), so
+  `DIVISION_FREE_GPU_VALIDATED` is on and the default uses "search".
 - Scales land in the 128x4 swizzled layout (FORMATS.md). The grid covers ceil128(M) rows and
   ceil64(K) columns: rows >= M and blocks >= K/16 load zeros, so their scale is 0, which is the
   oracle's padding byte for NVFP4. Bytes past ceil128(M) rows are never touched.
@@ -132,13 +132,12 @@ _VALIDATED = (
     (32, 128, 4, "div", False, False),
     (64, 128, 8, "div", False, False),
 )
-# Not GPU-validated: the division-free encodes. The 03:45 and 05:55 H200 runs failed 47 / 52 of
-# them (ptxas of Triton 3.6 mishandling the E4M3 pack's 16-bit result, see `_e4m3_rn`, which the
-# encodes now use instead of any fp8 instruction; not yet run on a GPU). Offered only with
-# B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs, test_gpu_candidates.py) until
-# DIVISION_FREE_GPU_VALIDATED is True. Flip it (one line) after test_gpu_candidates passes for every
-# config below; if only some pass, move those to _VALIDATED instead.
-DIVISION_FREE_GPU_VALIDATED = False
+# The division-free encodes. The 03:45 and 05:55 H200 runs failed 47 / 52 cases of them (ptxas of
+# Triton 3.6 mishandling the E4M3 pack's 16-bit result); with `_e4m3_rn` (no fp8 instruction) all
+# 35 passed test_gpu_candidates at 06:38 (2026-11-30, tree 9db40fe), so they are offered (and the
+# default is one of them). A new config added here is offered at once: validate it on the GPU first,
+# or add it behind B12X_QUANT_UNVALIDATED_CANDIDATES instead.
+DIVISION_FREE_GPU_VALIDATED = True
 _UNVALIDATED = (
     # division-free encode, tile sweep (large M: more rows per program)
     (16, 256, 4, "mul", False, False),
