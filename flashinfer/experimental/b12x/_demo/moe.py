@@ -48,9 +48,7 @@ def write_experts(hidden: int, moe: MoeSpec, prefix: str, tensors: dict, ref: di
         mats = {}
         for proj, (rows, k) in zip(PROJ, ((i, hidden), (i, hidden), (hidden, i))):
             if proj != "up_proj":  # gate and up share one weight_scale_2 (a fused FC1 in ModelOpt's export)
-                ws2 = torch.tensor(
-                    1.0 / (rms_code * 256.0 * math.sqrt(k)) * (0.8 + 0.4 * torch.rand((), generator=gen))
-                )
+                ws2 = (0.8 + 0.4 * torch.rand((), generator=gen)) / (rms_code * 256.0 * math.sqrt(k))
             packed = torch.randint(0, 256, (rows, k // 2), generator=gen, dtype=torch.uint8)
             sf = (128.0 + 256.0 * torch.rand(rows, k // 16, generator=gen)).to(torch.float8_e4m3fn)
             name = expert_name(prefix, e, proj)
