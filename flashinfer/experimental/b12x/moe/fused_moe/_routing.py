@@ -477,24 +477,15 @@ class RoutingKernels:
         e_pad = triton.next_power_of_2(num_experts)
         tiles = dict(CHUNK=cfg.chunk, E_BLOCK=cfg.e_block, E_PAD=e_pad, COMPACT=cfg.compact_grid)
         nw = cfg.num_warps
-        self.micro = TritonKernel(
-            _route_gather_kernel,
-            gather_sig,
-            dict(common, DYNAMIC=False, BLOCK_R=cfg.block_r, BLOCK_H=cfg.block_h, **tiles),
-            nw,
-            arch,
-            key + " micro",
-            aligned=ALIGNED_GATHER,
-        )
-        self.gather = TritonKernel(
-            _route_gather_kernel,
-            gather_sig,
-            dict(common, DYNAMIC=True, BLOCK_R=cfg.dyn_block_r, BLOCK_H=cfg.block_h, **tiles),
-            nw,
-            arch,
-            key + " gather",
-            aligned=ALIGNED_GATHER,
-        )
+
+        def route_gather(dynamic: bool, block_r: int, name: str) -> TritonKernel:
+            consts = dict(common, DYNAMIC=dynamic, BLOCK_R=block_r, BLOCK_H=cfg.block_h, **tiles)
+            return TritonKernel(
+                _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", aligned=ALIGNED_GATHER
+            )
+
+        self.micro = route_gather(False, cfg.block_r, "micro")  # one launch: routing + gather, small R
+        self.gather = route_gather(True, cfg.dyn_block_r, "gather")  # after the counting sort
         kd = dict(K=num_topk, E=num_experts)
         self.hist = TritonKernel(
             _route_hist_kernel,
