@@ -1,4 +1,4 @@
-"""Tiled GEMM (M > 16): C = scale * A B^T with both operands dequantized to bf16/f16 tiles in shared memory.
+"""Tiled GEMM (M > 64): C = scale * A B^T with both operands dequantized to bf16/f16 tiles in shared memory.
 
 Per CTA tile (bm x bn) and K-tile of BK = 64 values, every thread loads one or two SPANS (32 K values
 of one row, `dequant.py`) of A and of B with 16-byte global loads into registers, one K-tile ahead of
