@@ -77,9 +77,9 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
-    report_path,
     require_cuda,
     standard_parser,
+    write_report,
 )
 from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, default_extend_config, why_not_extend
@@ -386,14 +386,10 @@ def main(argv: list[str] | None = None) -> int:
             fi_status[kv_name] = run_flashinfer_peer(table, args, cases, records, kv_name)
             print(f"peer flashinfer ({kv_name}): {fi_status[kv_name]}")
     table.print()
-    path = report_path(args, "b12x_attention.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)
-        extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize",
-                 "flops": "extend: 2*B*Hq*(D+Dv)*(Lq*(L-Lq) + Lq*(Lq+1)/2)"}  # fmt: skip
-        table.write_json(path, argv=cmd, device=dev, extra=extra)
-        print(f"wrote {path}")
+    fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)
+    extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize",
+             "flops": "extend: 2*B*Hq*(D+Dv)*(Lq*(L-Lq) + Lq*(Lq+1)/2)"}  # fmt: skip
+    write_report(table, args, "b12x_attention.json", MODULE, argv, dev, extra)
     return 0
 
 

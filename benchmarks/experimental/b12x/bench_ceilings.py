@@ -23,12 +23,12 @@ from benchmarks.experimental.b12x.common import (
     Table,
     copy_fn,
     measure_ceilings,
-    report_path,
     require_cuda,
     standard_parser,
     time_cuda_events,
     time_graph_replay,
     timing_kwargs,
+    write_report,
 )
 
 MODULE = "benchmarks.experimental.b12x.bench_ceilings"
@@ -91,12 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = [] if args.no_peers else clock_checks(table)
     for name, ok, value in checks:
         print(f"check {name}: {'ok' if ok else 'WARN'} ({value:.3f})")
-    path = report_path(args, "b12x_ceilings.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks]}
-        table.write_json(path, argv=cmd, device=dev, extra=extra)
-        print(f"wrote {path}")
+    extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks]}
+    write_report(table, args, "b12x_ceilings.json", MODULE, argv, dev, extra)
     return 0
 
 

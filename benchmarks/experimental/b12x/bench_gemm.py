@@ -35,9 +35,9 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
-    report_path,
     require_cuda,
     standard_parser,
+    write_report,
 )
 
 MODULE = "benchmarks.experimental.b12x.bench_gemm"
@@ -264,12 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, res in sweeps.items():
         best = min(res, key=res.get) if res else None
         print(f"sweep {name}: best {best} {res.get(best, float('nan')):.2f} us of {len(res)} configs")
-    path = report_path(args, "b12x_gemm.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        extra = {"bytes": "weight values+scales + activations(+scales) + bf16 output, once", "sweeps": sweeps}
-        table.write_json(path, argv=cmd, device=dev, extra=extra)
-        print(f"wrote {path}")
+    extra = {"bytes": "weight values+scales + activations(+scales) + bf16 output, once", "sweeps": sweeps}
+    write_report(table, args, "b12x_gemm.json", MODULE, argv, dev, extra)
     return 0
 
 

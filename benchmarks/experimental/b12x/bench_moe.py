@@ -369,7 +369,7 @@ def add_step_prefixes(table, case, recipe, plan, bindings, out, args, graph_kw) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.experimental.b12x.common import Table, ceilings, report_path, require_cuda, standard_parser
+    from benchmarks.experimental.b12x.common import Table, ceilings, require_cuda, standard_parser, write_report
 
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"live token counts T (default {TOKENS})")
@@ -395,12 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape in shapes:
         run_shape(table, args, shape, tokens, recipes, device, generator)
     table.print()
-    path = report_path(args, "b12x_moe.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        extra = {"bytes": "hit experts' FP4 values + scales, a, out, ids and weights, once", "decode": DECODE_TOKENS}
-        table.write_json(path, argv=cmd, device=device, extra=extra)
-        print(f"wrote {path}")
+    extra = {"bytes": "hit experts' FP4 values + scales, a, out, ids and weights, once", "decode": DECODE_TOKENS}
+    write_report(table, args, "b12x_moe.json", MODULE, argv, device, extra)
     return 0
 
 

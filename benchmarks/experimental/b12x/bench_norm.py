@@ -31,9 +31,9 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
-    report_path,
     require_cuda,
     standard_parser,
+    write_report,
 )
 
 MODULE = "benchmarks.experimental.b12x.bench_norm"
@@ -278,12 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     checks += target_checks(table)
     for name, ok, value in checks:
         print(f"check {name}: {'ok' if ok else 'MISS'} ({value:.3g})")
-    path = report_path(args, "b12x_bench_norm.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks], "scalars": SCAL}
-        table.write_json(path, argv=cmd, device=dev, extra=extra)
-        print(f"wrote {path}")
+    extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks], "scalars": SCAL}
+    write_report(table, args, "b12x_bench_norm.json", MODULE, argv, dev, extra)
     return 0
 
 

@@ -30,11 +30,11 @@ from benchmarks.experimental.b12x.common import (
     Table,
     ceilings,
     measure,
-    report_path,
     require_cuda,
     rotate,
     sets_to_exceed_l2,
     standard_parser,
+    write_report,
 )
 from flashinfer.experimental.b12x._lib.quant import (
     block_amax,
@@ -230,13 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.all_configs:  # what each _kernel.py heuristic should pick, per shape
         for (op, m, k), (us, cfg) in sorted(BEST.items()):
             print(f"best {op} M={m} K={k}: {us:.2f} us {cfg}")
-    path = report_path(args, "b12x_quantization.json")
-    if path:
-        cmd = ["python", "-m", MODULE, *(sys.argv[1:] if argv is None else argv)]
-        best = {f"{op} M={m} K={k}": [us, str(cfg)] for (op, m, k), (us, cfg) in sorted(BEST.items())}
-        extra = {"bitwise_checked": True, "dtype": args.dtype, "best_config": best}
-        table.write_json(path, argv=cmd, device=dev, extra=extra)
-        print(f"wrote {path}")
+    best = {f"{op} M={m} K={k}": [us, str(cfg)] for (op, m, k), (us, cfg) in sorted(BEST.items())}
+    extra = {"bitwise_checked": True, "dtype": args.dtype, "best_config": best}
+    write_report(table, args, "b12x_quantization.json", MODULE, argv, dev, extra)
     return 0
 
 

@@ -590,6 +590,16 @@ def report_path(args: argparse.Namespace, default_name: str) -> str | None:
     return str(Path(os.environ["OUT"]) / default_name) if os.environ.get("OUT") else None
 
 
+def write_report(table: Table, args: argparse.Namespace, default_name: str, module: str, argv, device, extra) -> None:
+    """The JSON report at `report_path` (nothing when there is none), with the command that reproduces
+    it (`python -m module` + argv, or this process's arguments when argv is None)."""
+    path = report_path(args, default_name)
+    if path:
+        cmd = ["python", "-m", module, *(sys.argv[1:] if argv is None else argv)]
+        table.write_json(path, argv=cmd, device=device, extra=extra)
+        print(f"wrote {path}")
+
+
 def timing_kwargs(args: argparse.Namespace) -> dict[str, int]:
     """``warmup``/``iters`` from parsed flags, capped under --quick."""
     if args.iters < 1 or args.warmup < 0:

@@ -295,3 +295,17 @@ def test_report_path_prefers_json_then_out(monkeypatch, tmp_path):
     monkeypatch.setenv("OUT", str(tmp_path))
     assert common.report_path(argparse.Namespace(json=None), "x.json") == str(tmp_path / "x.json")
     assert common.report_path(argparse.Namespace(json="a.json"), "x.json") == "a.json"
+
+
+def test_write_report_writes_the_reproducing_command_only_where_report_path_says(monkeypatch, tmp_path, capsys):
+    import argparse
+
+    t, _, _ = make_table()
+    monkeypatch.delenv("OUT", raising=False)
+    common.write_report(t, argparse.Namespace(json=None), "x.json", "benchmarks.m", ["--quick"], "cpu", {"k": 1})
+    assert not list(tmp_path.iterdir()) and "wrote" not in capsys.readouterr().out
+    path = tmp_path / "sub" / "r.json"
+    common.write_report(t, argparse.Namespace(json=str(path)), "x.json", "benchmarks.m", ["--quick"], "cpu", {"k": 1})
+    report = json.loads(path.read_text())
+    assert f"wrote {path}" in capsys.readouterr().out
+    assert report["env"]["command"] == "python -m benchmarks.m --quick" and report["extra"] == {"k": 1}
