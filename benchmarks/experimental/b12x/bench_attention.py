@@ -2,7 +2,8 @@ r"""Benchmark b12x.attention.paged decode against SDPA (FA2, cuDNN) and FlashInf
 
     python -m benchmarks.experimental.b12x.bench_attention [--quick] [--kv bf16|fp8|all]
         [--mode decode|extend|all] [--batch 1 8 32 128] [--kv-len 1024 8192 32768]
-        [--q-len 512 1024 2048 4096] [--timer events|graph] [--json PATH]
+        [--q-len 512 1024 2048 4096] [--decode-configs heuristic hf h:t66 ...]
+        [--extend-configs heuristic 128x64x2x1p ...] [--timer events|graph] [--json PATH]
 
 Extend table (--mode extend or all): causal prefill without a cached prefix (kv_len = q_len, so
 SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 1024, 2048, 4096},
@@ -18,7 +19,13 @@ Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128
 request of the case has kv_len keys; pages are a random permutation of the cache.
 Bytes (the TB/s and % of the copy ceiling columns): the KV the op must read,
   B * kv_len * Hkv * (D + Dv) * kv_itemsize  (q, out and the page table are < 0.1% of it).
-Ours: a plan prepared at capacity B, `run(binding=...)` (schedule + decode + merge launches).
+Ours: a plan prepared at capacity B, `run(binding=...)` (schedule + decode + merge launches), once
+per --decode-configs entry (default `DECODE_CONFIGS`). An entry is `heuristic` (the plan's own
+selection, row "b12x.paged") or `DECODE[:tN][:mN]` (row "b12x.paged <entry>"): DECODE is `h` (the
+heuristic's DecodeConfig) or `WxKxS` (warps x keys_per_warp x stages), either with a trailing `f`
+for fused_merge=True (no merge launch: the last CTA of a split request merges); `tN` / `mN` replace
+the schedule's target_items / min_chunk (default: `split_schedule`'s). Such entries are passed as
+`plan(caps, override=api.Selection(decode, schedule))`, with a work list of B + max(N, default) rows.
 Peers on the same K/V in contiguous [B, Hkv, kv_len, D] bf16 (fp8 cases: the bf16 copy; SDPA has no
 fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa), and, with
 --flashinfer-site DIR (or $B12X_FLASHINFER_SITE), FlashInfer's stable BatchDecodeWithPagedKVCacheWrapper
@@ -82,7 +89,17 @@ from benchmarks.experimental.b12x.common import (
     write_report,
 )
 from flashinfer.experimental.b12x._lib.arch import target_arch
-from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, default_extend_config, why_not_extend
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ExtendConfig,
+    ScheduleConfig,
+    default_config,
+    default_extend_config,
+    split_schedule,
+    why_not,
+    why_not_extend,
+)
+from flashinfer.experimental.b12x.attention.paged.api import Selection
 
 MODULE = "benchmarks.experimental.b12x.bench_attention"
 BATCHES, KV_LENS = (1, 8, 32, 128), (1024, 8192, 32768)
@@ -93,6 +110,10 @@ EXTEND_Q_LENS, QUICK_EXTEND_Q_LENS = (512, 1024, 2048, 4096), (1024, 4096)
 # (row_blocks 2: half the shared-memory reads of K/V per flop, 255 registers with ~100-160 B of
 # spills of loop invariants, two CTAs per SM)
 EXTEND_CONFIGS = ("heuristic", "128x64x2x1p", "64x64x2x1", "128x32x2x2", "128x64x2x2", "128x64x2x2p")
+# the heuristic's row (split_schedule: one wave of resident CTAs, separate merge), then: fused merge,
+# the previous schedule (4 CTAs per SM over the heads = 66 items at 8 KV heads), both, shorter and
+# longer shortest chunks, and two stages (more resident CTAs) with the fused merge
+DECODE_CONFIGS = ("heuristic", "hf", "h:t66", "hf:t66", "hf:m128", "hf:m512", "4x16x2f")
 EXTEND_TOKENS = 32768  # query tokens per extend case: enough CTAs (>= 8 waves) at every q_len
 HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
 FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape
@@ -143,6 +164,44 @@ def parse_extend_config(text: str) -> ExtendConfig:
             f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1, got {text!r}"
         )
     return ExtendConfig(*(int(p) for p in parts), page_prefetch=prefetch)
+
+
+def parse_decode_entry(text: str):
+    """'4x16x3f:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True) or None for 'h', fused flag,
+    target_items or None, min_chunk or None). 'h' / 'hf' stand for the heuristic's DecodeConfig."""
+    head, *rest = text.split(":")
+    fused = head.endswith("f")
+    body = head[:-1] if fused else head
+    decode = None
+    if body != "h":
+        parts = body.split("x")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"a decode entry is h|WxKxS[f][:tN][:mN] like 4x16x3f:t33, got {text!r}")
+        decode = DecodeConfig(*(int(p) for p in parts), fused_merge=fused)
+    target = min_chunk = None
+    for part in rest:
+        if len(part) < 2 or part[0] not in "tm" or not part[1:].isdigit() or int(part[1:]) < 1:
+            raise ValueError(
+                f"schedule parts are tN (target_items) or mN (min_chunk), N >= 1, got {part!r} in {text!r}"
+            )
+        if part[0] == "t":
+            target = int(part[1:])
+        else:
+            min_chunk = int(part[1:])
+    return decode, fused, target, min_chunk
+
+
+def decode_selection(entry: str, kv_dtype: str, arch: str, sm_count: int):
+    """The Selection an entry stands for (None: 'heuristic', the plan's own)."""
+    if entry == "heuristic":
+        return None
+    decode, fused, target, min_chunk = parse_decode_entry(entry)
+    if decode is None:
+        h = default_config(kv_dtype, D, PAGE, arch)
+        decode = DecodeConfig(h.warps, h.keys_per_warp, h.stages, fused_merge=fused)
+    sched = split_schedule(decode, kv_dtype, D, HKV, sm_count, arch)
+    sched = ScheduleConfig(sched.tile_keys, target or sched.target_items, min_chunk or sched.min_chunk)
+    return Selection(decode, sched)
 
 
 def extend_batch(q_len: int, tokens: int = EXTEND_TOKENS) -> int:
@@ -227,7 +286,8 @@ def _time_sdpa_peers(table, case, args, qkv, fp8: bool, causal: bool = False) ->
 
 
 def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
-    """Time ours and the SDPA peers on one case; returns (case, FlashInfer case record or None)."""
+    """Time ours (a row per --decode-configs entry) and the SDPA peers on one case; returns (case,
+    FlashInfer case record or None)."""
     drawn = fipeer.make_case(batch, kv_len, fp8, dev)
     q, k_cache, v_cache = drawn["q"], drawn["k_cache"], drawn["v_cache"]
     page_table, lens, descale = drawn["page_table"], drawn["lens"], drawn["descale"]
@@ -235,35 +295,46 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     kv_bytes = batch * kv_len * HKV * 2 * D * itemsize
     kv_name = "fp8" if fp8 else "bf16"
     case = Case(f"decode_{kv_name}", {"B": batch, "L": kv_len}, bytes=kv_bytes, ceiling="copy")
-    work = paged.default_max_work_items(batch, HKV)
-    caps = paged.Caps(
-        device=str(dev), mode="decode", dtype="bfloat16", kv_dtype="float8_e4m3fn" if fp8 else "bfloat16",
-        num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch,
-        max_batch=batch, max_page_table_width=kv_len // PAGE, max_work_items=work,
-        max_partial_rows=paged.default_max_partial_rows(work, HQ), num_cache_pages=k_cache.shape[0],
-    )  # fmt: skip
-    plan = paged.plan(caps)
-    with b12x.PreparationSession(dev) as session:
-        session.prepare([plan])
-    kw = dict(k_descale=descale, v_descale=descale) if fp8 else {}
-    binding = paged.bind(plan, q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, cache_seqlens=lens, **kw)
-    out, _ = paged.run(binding=binding)
-
+    kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
     kc = _contiguous_bf16(k_cache, page_table, descale)
     vc = _contiguous_bf16(v_cache, page_table, descale)
     q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
     want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True).squeeze(2)
-    err = (out.float() - want.float()).abs().max().item()
     tol = 0.05 if fp8 else 0.02
-    note = f"max |ours - sdpa| = {err:.2e}" + (" (fp8 KV vs its bf16 dequant)" if fp8 else "")
-    if not err <= tol:
-        note += " MISMATCH"
-        print(f"WARNING {case.label}: {note}", file=sys.stderr)
-    table.add(case, "b12x.paged", measure(lambda: paged.run(binding=binding), args), note=note)
+    arch, sms = target_arch(dev), torch.cuda.get_device_properties(dev).multi_processor_count
+    record = None
+    for entry in args.decode_configs:
+        selection = decode_selection(entry, kv_dtype, arch, sms)
+        work = paged.default_max_work_items(batch, HKV)
+        if selection is not None:
+            work = max(work, batch + selection.schedule.target_items)
+        caps = paged.Caps(
+            device=str(dev), mode="decode", dtype="bfloat16", kv_dtype=kv_dtype,
+            num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch,
+            max_batch=batch, max_page_table_width=kv_len // PAGE, max_work_items=work,
+            max_partial_rows=paged.default_max_partial_rows(work, HQ), num_cache_pages=k_cache.shape[0],
+        )  # fmt: skip
+        plan = paged.plan(caps, override=selection)
+        with b12x.PreparationSession(dev) as session:
+            session.prepare([plan])
+        kw = dict(k_descale=descale, v_descale=descale) if fp8 else {}
+        binding = paged.bind(plan, q=q, k_cache=k_cache, v_cache=v_cache, page_table=page_table, cache_seqlens=lens,
+                             **kw)  # fmt: skip
+        out, _ = paged.run(binding=binding)
+        err = (out.float() - want.float()).abs().max().item()
+        sel = plan.state.selection
+        note = f"{sel.decode}, {sel.schedule}; max |ours - sdpa| = {err:.2e}"
+        note += " (fp8 KV vs its bf16 dequant)" if fp8 else ""
+        if not err <= tol:
+            note += " MISMATCH"
+            print(f"WARNING {case.label} {entry}: {note}", file=sys.stderr)
+        impl = "b12x.paged" if entry == "heuristic" else f"b12x.paged {entry}"
+        table.add(case, impl, measure(lambda binding=binding: paged.run(binding=binding), args), note=note)
+        if want_record and record is None:  # FlashInfer is checked against the first entry's output
+            record = fipeer.case_record(batch, kv_len, fp8, drawn, out, want, tol)
+        session.release(plan)  # the caches go with this frame; run() empties the allocator cache
     if not args.no_peers:
         _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
-    record = fipeer.case_record(batch, kv_len, fp8, drawn, out, want, tol) if want_record else None
-    session.release(plan)  # the caches go with this frame; run() empties the allocator cache
     return case, record
 
 
@@ -317,6 +388,11 @@ def build_parser():
         help="extend kernel configs to time (block_m x block_n x stages x row_blocks, 'p': page_prefetch; or "
         "'heuristic'), a row each",
     )  # fmt: skip
+    parser.add_argument(
+        "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",
+        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][:tN][:mN] (f: fused merge; "
+        "tN / mN: the schedule's target_items / min_chunk)",
+    )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
     site_help = "folder holding FlashInfer's wheel (pip install --no-deps --target DIR); times it in a child process"
@@ -340,6 +416,17 @@ def parse_args(argv: list[str] | None = None):
         parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
     if args.q_len and any(n < PAGE or n % PAGE for n in args.q_len):
         parser.error(f"--q-len values must be positive multiples of the page size {PAGE}")
+    for entry in args.decode_configs:
+        if entry == "heuristic":
+            continue
+        try:
+            decode, *_ = parse_decode_entry(entry)
+        except ValueError as e:
+            parser.error(f"--decode-configs: {e}")
+        for kv in ("bfloat16", "float8_e4m3fn") if decode is not None else ():
+            reason = why_not("bfloat16", kv, HQ, HKV, D, D, PAGE, decode, "sm_90a")
+            if reason is not None:
+                parser.error(f"--decode-configs {entry}: {reason}")
     for entry in args.extend_configs:
         if entry == "heuristic":
             continue

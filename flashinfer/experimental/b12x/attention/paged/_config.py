@@ -20,16 +20,28 @@ SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024, "sm_121a": 99 * 1024}
 @dataclass(frozen=True)
 class DecodeConfig:
     """warps: per CTA; keys_per_warp: keys of one pipeline stage of one warp (<= page_size, multiple
-    of 16); stages: cp.async buffers per warp."""
+    of 16); stages: cp.async buffers per warp; fused_merge: the CTA of a split request that finishes
+    last (an atomic ticket per (request, KV head)) merges the request's partial rows itself, instead
+    of a third launch (`_kernel_split.Merge`) doing it."""
 
     warps: int = 4
     keys_per_warp: int = 16
     stages: int = 2
+    fused_merge: bool = False
+
+    def __repr__(self) -> str:  # fused_merge only when set: the three-field form stays as it was
+        extra = ", fused_merge=True" if self.fused_merge else ""
+        return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
     def tile_keys(self) -> int:
         """Keys one CTA covers per round of its warps (the split granularity)."""
         return self.warps * self.keys_per_warp
+
+    @property
+    def keys_in_flight(self) -> int:
+        """Keys one CTA has requested from memory at once: stages - 1 sub-tiles per warp."""
+        return self.warps * (self.stages - 1) * self.keys_per_warp
 
 
 def kv_itemsize(kv_dtype: str) -> int:
@@ -41,7 +53,8 @@ def smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConf
     q = M_TILE * head_dim * 2 * (2 if kv_dtype == "float8_e4m3fn" else 1)
     kv = config.warps * config.stages * config.keys_per_warp * (head_dim + head_dim_v) * kv_itemsize(kv_dtype)
     epilogue = config.warps * M_TILE * head_dim_v * 4 + config.warps * M_TILE * 3 * 4 + M_TILE * 4
-    return q + max(kv, epilogue) + 1024
+    ticket = 16 if config.fused_merge else 0  # the "this CTA merges" flag
+    return q + max(kv, epilogue) + ticket + 1024
 
 
 def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch) -> str | None:
@@ -61,6 +74,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     c = config
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in (2, 3, 4):
         return f"config out of range: {c}"
+    if not isinstance(c.fused_merge, bool):
+        return f"fused_merge must be a bool, got {c.fused_merge!r}"
     if c.keys_per_warp > page_size:
         return f"keys_per_warp {c.keys_per_warp} > page_size {page_size}: a warp's sub-tile must lie in one page"
     need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
@@ -108,6 +123,52 @@ class ScheduleConfig:
 
 def _ceil_div(a, b):
     return (a + b - 1) // b
+
+
+def why_not_schedule(config) -> str | None:
+    """None when `config` is a usable ScheduleConfig, else why not (any values >= 1 are correct: the
+    decode kernel masks keys outside its item's range, so a chunk need not align to anything)."""
+    if not isinstance(config, ScheduleConfig):
+        return f"schedule must be a ScheduleConfig, got {type(config).__name__}"
+    for name in ("tile_keys", "target_items", "min_chunk"):
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"ScheduleConfig.{name} must be an int >= 1, got {value!r}"
+    return None
+
+
+def resident_ctas(kv_dtype: str, head_dim: int, config: DecodeConfig, arch: str) -> int:
+    """Decode CTAs one SM holds at once: shared memory (the binding limit at D 128) and 2048 threads."""
+    by_smem = SMEM_LIMIT.get(arch, 99 * 1024) // smem_bytes(kv_dtype, head_dim, head_dim, config)
+    return max(1, min(by_smem, 2048 // (32 * config.warps)))
+
+
+def split_schedule(
+    decode: DecodeConfig, kv_dtype: str, head_dim: int, num_kv_heads: int, sm_count: int, arch: str
+) -> ScheduleConfig:
+    """The split-KV schedule for `decode` on a GPU of `sm_count` SMs (the plan's heuristic).
+
+    The schedule turns these static values into a live split on device: chunk = max(min_chunk,
+    total / target_items), so a small batch (B * Hkv far below the SM count) gets many items per
+    request and a large one (total / target_items >= every length) none.
+    - target_items: one wave of resident CTAs over the KV heads, resident_ctas * SMs / Hkv (33 for
+      bf16 KV, D 128, 4 warps x 3 stages, 8 KV heads on the H200's 132 SMs). More items than one
+      wave run in a second wave after the first: no more bytes in flight, more prologues and more
+      partial rows for the merge to read. (The previous fixed 4 * SMs / Hkv = 66 gave two waves at
+      that shape; bench_attention's --decode-configs times both.)
+    - min_chunk: two pipeline fills of the CTA (2 * warps * (stages - 1) * keys_per_warp; 256 keys
+      for 4 x 16 x 3). A CTA's fixed cost is about one memory latency (Q and the first sub-tiles
+      travel together, then the partial row, the ticket and the merge); with two fills the KV
+      stream still takes about two thirds of a shortest item's time.
+    - tile_keys: items start on CTA-round boundaries, so no warp gets an extra partial sub-tile.
+    Unmeasured as a whole; the choice it replaces (66 items, 256 keys) measured 0.70x FlashInfer at
+    B=1 (docs/performance.md)."""
+    slots = resident_ctas(kv_dtype, head_dim, decode, arch) * sm_count
+    return ScheduleConfig(
+        tile_keys=decode.tile_keys,
+        target_items=max(1, _ceil_div(slots, num_kv_heads)),
+        min_chunk=max(decode.tile_keys, 2 * decode.keys_in_flight),
+    )
 
 
 def _request_split(length, chunk, tile):

@@ -9,6 +9,13 @@ base 2, O += P V. The epilogue merges the W warps' (max, sum, O) through shared 
 either the final row (request served by one item: out in q's dtype, LSE with the sink) or a partial
 row (fp32 O normalised by its own sum + LSE) that `_kernel_split.Merge` combines.
 
+Fused merge (`DecodeConfig.fused_merge`): after writing its partial rows, each CTA of a split request
+takes a ticket (atomic add on tickets[request, KV head], acq_rel at GPU scope, after every thread's
+release fence and a CTA barrier); the CTA that draws the last ticket (n - 1) acquires, merges the n
+partial rows with `_kernel_split.PartialMerge` and stores 0 back, so the counter is zero again for
+the next launch or graph replay (the plan zeroes the counters once, when it is primed). No CTA waits
+on another: the merge runs in whichever CTA finishes last, and the third launch is not made.
+
 KV storage and the MMA type:
 - bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
 - fp8 e4m3 KV: mma in fp16. e4m3 -> fp16 is exact (`cvt.rn.f16x2.e4m3x2`). The cache is handed
@@ -40,6 +47,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..._lib.compile import cute_compile, kernel
 from ._config import LOG2E, M_TILE, DecodeConfig, why_not
 from ._fragments import c_as_a, expand_k, expand_v, mn_view, quad_max, quad_sum, stage_q_fp16, swizzled
+from ._kernel_split import PartialMerge
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
@@ -59,6 +67,8 @@ class PagedDecode:
         self.page_size = page_size
         self.warps, self.nw, self.stages = config.warps, config.keys_per_warp, config.stages
         self.threads = 32 * config.warps
+        self.fused = config.fused_merge
+        self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps)
 
     def _smem_layouts(self):
         qa, _ = swizzled(M_TILE, self.d, self.mma_dtype)
@@ -85,6 +95,8 @@ class PagedDecode:
         mSink: cute.Tensor,  # (Hq,) fp32 (read when has_sink != 0)
         mKDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
         mVDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
+        mReq: cute.Tensor,  # (batch, 2) int32: first item, items (read by the fused merge)
+        mTicket: cute.Tensor,  # (batch, Hkv) int32: zero between launches (fused merge)
         scale_log2: Float32,  # sm_scale * log2(e)
         has_sink: Int32,
         stream: cuda.CUstream,
@@ -110,7 +122,7 @@ class PagedDecode:
             q_atom, cute.make_layout((q_rows, q_cols), stride=(q_cols, 1)), cute.make_layout((1, 8))
         )
         self.kernel(
-            mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc,
+            mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
             scale_log2, has_sink, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
         ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
 
@@ -130,6 +142,8 @@ class PagedDecode:
         mSink: cute.Tensor,
         mKDesc: cute.Tensor,
         mVDesc: cute.Tensor,
+        mReq: cute.Tensor,
+        mTicket: cute.Tensor,
         scale_log2: Float32,
         has_sink: Int32,
         sQ_layout: cute.ComposedLayout,
@@ -158,6 +172,9 @@ class PagedDecode:
             if cutlass.const_expr(self.fp8):
                 sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((M_TILE, self.d), stride=(self.d, 1)), 16)
                 sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+            sLast = None
+            if cutlass.const_expr(self.fused):
+                sLast = smem.allocate_tensor(Int32, cute.make_layout(1), 16)
             kv_bytes = cute.cosize(sK_layout) * 2 + cute.cosize(sV_layout) * 2
             epi_floats = self.warps * M_TILE * self.dv + self.warps * M_TILE * 3 + M_TILE
             union_bytes = max(kv_bytes, epi_floats * 4)
@@ -274,8 +291,32 @@ class PagedDecode:
                 self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd, split, mSink, has_sink)
             cute.arch.sync_threads()
             self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
+            if cutlass.const_expr(self.fused):
+                if split != 0:
+                    self._merge_if_last(mReq, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh,
+                                        tidx, sLast, fbuf)  # fmt: skip
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _merge_if_last(self, mReq, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, tidx, sLast, fbuf):
+        """Ticket protocol of the fused merge (module docstring). Called after `_write_rows`."""
+        cute.arch.fence_acq_rel_gpu()  # release: this thread's partial rows before the ticket
+        cute.arch.sync_threads()
+        if tidx == 0:
+            n = mReq[req, 1]
+            ticket = mTicket.iterator + (req * self.hkv + kvh)
+            old = cute.arch.atomic_add(ticket, Int32(1), sem="acq_rel", scope="gpu")
+            last = Int32(0)
+            if old == n - 1:
+                last = Int32(1)
+                mTicket[req, kvh] = Int32(0)  # every CTA of this (request, head) has drawn: reset
+            sLast[0] = last
+        cute.arch.sync_threads()  # also: every thread is done reading sO / sW (fbuf is reused)
+        if sLast[0] != 0:
+            cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
+            self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, mReq[req, 0], mReq[req, 1], req, kvh,
+                              tidx, fbuf)  # fmt: skip
+
     @cute.jit
     def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
         """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`) of K and V into
@@ -456,7 +497,9 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
     kd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
     vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
-    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd
+    req = make_fake_compact_tensor(Int32, (batch, 2), stride_order=(1, 0), assumed_align=8)
+    tickets = make_fake_compact_tensor(Int32, (batch, num_kv_heads), stride_order=(1, 0), assumed_align=4)
+    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd, req, tickets
 
 
 @kernel(
@@ -464,6 +507,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     sources=(
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._fragments",
+        "flashinfer.experimental.b12x.attention.paged._kernel_split",
     ),
 )
 def compile_decode(
@@ -478,7 +522,8 @@ def compile_decode(
     arch: str,
 ):
     """tvm-ffi launcher `fn(q, k, v, page_table, work, count, out, lse, part_o, part_lse, sink,
-    k_descale, v_descale, scale_log2, has_sink)` on torch's current stream."""
+    k_descale, v_descale, requests, tickets, scale_log2, has_sink)` on torch's current stream
+    (requests / tickets are read only with `config.fused_merge`)."""
     dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
     reason = why_not(*dims, config, arch)
     if reason is not None:

@@ -14,9 +14,11 @@ number of items. `schedule_reference` is the same algorithm in Python (tests com
 `ExtendSchedule` (one CTA) lists the (request, first token) tiles of the extend/verify kernel from
 the live `cu_seqlens_q` (`extend_schedule_reference` mirrors it).
 
-`Merge` (one CTA per request x KV head, 4 warps, a warp per query row) combines the partial rows of
-split requests: out = sum_i 2^(lse_i - m) o_i / sum_i 2^(lse_i - m), lse = m + log2(sum), then the
-sink joins the denominator. Requests with one item were finished by the decode kernel and skip.
+`Merge` (one CTA per request x KV head, 4 warps) combines the partial rows of split requests with
+`PartialMerge`: out = sum_i 2^(lse_i - m) o_i / sum_i 2^(lse_i - m), lse = m + log2(sum), then the
+sink joins the denominator. Requests with one item were finished by the decode kernel and skip. With
+`DecodeConfig.fused_merge` the decode kernel runs the same `PartialMerge` in the request's last CTA
+and this launch is not made.
 Bytes: n_b * Hq * (Dv + 1) * 4 read and Hq * (Dv * itemsize + 4) written per split request.
 """
 
@@ -196,13 +198,110 @@ class ExtendSchedule(Schedule):
             mCount[0] = cutlass.min(n_items, cap)
 
 
-class Merge:
-    def __init__(self, out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int) -> None:
-        self.out_dtype = CUTE_DTYPES[out_dtype]
-        self.group = num_q_heads // num_kv_heads
-        self.hkv = num_kv_heads
-        self.dv = head_dim_v
+class PartialMerge:
+    """Device helper: combine the n partial rows (items first .. first + n - 1) of one (request, KV
+    head) into its final G rows. Used by `Merge` (its own launch) and by the decode kernel's fused
+    merge (`DecodeConfig.fused_merge`, the request's last CTA).
+
+    Phase 1: warp w folds items w, w + W, ... of up to 4 rows at a time, online in base 2 (running
+    max m, sum s = sum 2^(lse_i - m), acc = sum 2^(lse_i - m) o_i); lane l holds columns l + 32k, so
+    each load instruction of a row is one coalesced 128-byte line. Phase 2: every thread combines
+    the W warps' (m, s, acc) of its (row, column) pairs: out = sum_w 2^(m_w - M) acc_w / S, lse =
+    M + log2 S, then the sink joins the denominator. The W warps split the items, so the serial
+    chain of L2 reads is n / W long (the single-warp-per-row merge it replaces read n twice)."""
+
+    ROWS = 4  # rows per pass: 4 x Dv / 32 accumulators per lane
+
+    def __init__(self, out_dtype, group: int, head_dim_v: int, warps: int) -> None:
+        self.out_dtype = out_dtype  # a cutlass numeric type
+        self.group, self.dv, self.warps = group, head_dim_v, warps
+        self.threads = 32 * warps
         self.per_lane = head_dim_v // 32
+        self.rows = min(group, self.ROWS)
+
+    def smem_floats(self) -> int:
+        return self.warps * self.rows * (self.dv + 2)
+
+    @cute.jit
+    def merge(self, mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, out_row, kvh, tidx, fbuf):
+        """fbuf: Float32 shared-memory pointer to `smem_floats()` free floats."""
+        lane = tidx % 32
+        wid = tidx // 32
+        R = self.rows
+        sAcc = cute.make_tensor(fbuf, cute.make_layout((self.warps, R, self.dv), stride=(R * self.dv, self.dv, 1)))
+        sM = cute.make_tensor(fbuf + self.warps * R * self.dv, cute.make_layout((self.warps, R), stride=(R, 1)))
+        sS = cute.make_tensor(fbuf + self.warps * R * (self.dv + 1), cute.make_layout((self.warps, R), stride=(R, 1)))
+        for p in cutlass.range_constexpr((self.group + R - 1) // R):
+            r0 = p * R
+            here = min(R, self.group - r0)
+            acc = cute.make_rmem_tensor((R, self.per_lane), Float32)
+            acc.fill(0.0)
+            m = cute.make_rmem_tensor(R, Float32)
+            m.fill(-Float32.inf)
+            s = cute.make_rmem_tensor(R, Float32)
+            s.fill(0.0)
+            for i in cutlass.range(first + wid, first + n, self.warps, unroll=2):
+                for rr in cutlass.range_constexpr(here):
+                    head = kvh * self.group + r0 + rr
+                    lse_i = mPartLse[i, head]
+                    m_new = cute.arch.fmax(m[rr], lse_i)
+                    m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+                    corr = cute.math.exp2(m[rr] - m_use, fastmath=True)
+                    w = cute.math.exp2(lse_i - m_use, fastmath=True)
+                    s[rr] = s[rr] * corr + w
+                    m[rr] = m_new
+                    for k in cutlass.range_constexpr(self.per_lane):
+                        acc[rr, k] = acc[rr, k] * corr + w * mPartO[i, head, lane + 32 * k]
+            for rr in cutlass.range_constexpr(here):
+                for k in cutlass.range_constexpr(self.per_lane):
+                    sAcc[wid, rr, lane + 32 * k] = acc[rr, k]
+                if lane == 0:
+                    sM[wid, rr] = m[rr]
+                    sS[wid, rr] = s[rr]
+            cute.arch.sync_threads()
+            for it in cutlass.range_constexpr((R * self.dv + self.threads - 1) // self.threads):
+                idx = tidx + it * self.threads
+                rr = idx // self.dv
+                c = idx % self.dv
+                if rr < here:
+                    head = kvh * self.group + r0 + rr
+                    top = sM[0, rr]
+                    for w in cutlass.range_constexpr(1, self.warps):
+                        top = cute.arch.fmax(top, sM[w, rr])
+                    top_use = Float32(0.0) if top == -Float32.inf else top
+                    total = Float32(0.0)
+                    o = Float32(0.0)
+                    for w in cutlass.range_constexpr(self.warps):
+                        scale = cute.math.exp2(sM[w, rr] - top_use, fastmath=True)
+                        total = total + sS[w, rr] * scale
+                        o = o + sAcc[w, rr, c] * scale
+                    lse = -Float32.inf
+                    factor = Float32(0.0)
+                    if total > 0.0:
+                        lse = top_use + cute.math.log2(total, fastmath=True)
+                        factor = 1.0 / total
+                    if has_sink != 0:
+                        sink = mSink[head] * LOG2E
+                        hi = cute.arch.fmax(lse, sink)
+                        full = hi + cute.math.log2(
+                            cute.math.exp2(lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True),
+                            fastmath=True,
+                        )
+                        factor = factor * cute.math.exp2(lse - full, fastmath=True)
+                        lse = full
+                    mOut[out_row, head, c] = (o * factor).to(self.out_dtype)
+                    if c == 0:
+                        mLse[out_row, head] = lse
+            cute.arch.sync_threads()  # sAcc / sM / sS are rewritten by the next pass
+
+
+class Merge:
+    """One CTA (4 warps) per (request, KV head): `PartialMerge` of split requests; requests with one
+    item were finished by the decode kernel and skip."""
+
+    def __init__(self, out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int) -> None:
+        self.hkv = num_kv_heads
+        self.rows = PartialMerge(CUTE_DTYPES[out_dtype], num_q_heads // num_kv_heads, head_dim_v, 4)
 
     @cute.jit
     def __call__(
@@ -217,7 +316,7 @@ class Merge:
         stream: cuda.CUstream,
     ):
         self.kernel(mReq, mPartO, mPartLse, mSink, mOut, mLse, has_sink).launch(
-            grid=[mReq.shape[0], self.hkv, 1], block=[128, 1, 1], stream=stream
+            grid=[mReq.shape[0], self.hkv, 1], block=[self.rows.threads, 1, 1], stream=stream
         )
 
     @cute.kernel
@@ -233,45 +332,12 @@ class Merge:
     ):
         tid, _, _ = cute.arch.thread_idx()
         b, kvh, _ = cute.arch.block_idx()
-        lane = tid % 32
-        wid = tid // 32
+        smem = cutlass.memory.SmemAllocator()
+        sBuf = smem.allocate_tensor(Float32, cute.make_layout(self.rows.smem_floats()), 16)
         first = mReq[b, 0]
         n = mReq[b, 1]
         if n > 1:
-            for rr in cutlass.range_constexpr((self.group + 3) // 4):
-                r = wid + 4 * rr
-                if r < self.group:
-                    head = kvh * self.group + r
-                    m = -Float32.inf
-                    for i in range(n):
-                        m = cute.arch.fmax(m, mPartLse[first + i, head])
-                    m_use = Float32(0.0) if m == -Float32.inf else m
-                    acc = cute.make_rmem_tensor(self.per_lane, Float32)
-                    acc.fill(0.0)
-                    total = Float32(0.0)
-                    for i in range(n):
-                        w = cute.math.exp2(mPartLse[first + i, head] - m_use, fastmath=True)
-                        total = total + w
-                        for k in cutlass.range_constexpr(self.per_lane):
-                            acc[k] = acc[k] + w * mPartO[first + i, head, lane * self.per_lane + k]
-                    lse = -Float32.inf
-                    factor = Float32(0.0)
-                    if total > 0.0:
-                        lse = m_use + cute.math.log2(total, fastmath=True)
-                        factor = 1.0 / total
-                    if has_sink != 0:
-                        sink = mSink[head] * LOG2E
-                        top = cute.arch.fmax(lse, sink)
-                        full = top + cute.math.log2(
-                            cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True),
-                            fastmath=True,
-                        )
-                        factor = factor * cute.math.exp2(lse - full, fastmath=True)
-                        lse = full
-                    for k in cutlass.range_constexpr(self.per_lane):
-                        mOut[b, head, lane * self.per_lane + k] = (acc[k] * factor).to(self.out_dtype)
-                    if lane == 0:
-                        mLse[b, head] = lse
+            self.rows.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, b, kvh, tid, sBuf.iterator)
 
 
 @kernel("attention.paged.schedule", sources=("flashinfer.experimental.b12x.attention.paged._config",))

@@ -23,7 +23,10 @@ msa_block_sparse raises NotImplementedError at plan time. Tensor contracts: FORM
 allocates nothing, so a captured CUDA graph replays correctly for any live lengths (and any number
 of empty requests) within the capacities. Decode: (1) schedule: split the live KV lengths into
 work items (on device), (2) decode: one CTA per (item, KV head), (3) merge: combine the items of
-split requests. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
+split requests (with `DecodeConfig(fused_merge=True)` the last CTA of each split (request, KV head)
+merges instead, through a ticket counter in the plan's scratch, and there is no third launch). The
+split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Selection(decode,
+schedule))` sets both configs. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head). Verify runs the
 extend kernel: its q_len * G rows fill the same packed tiles, and one kernel is one thing to get
 right (decode's split-KV would help verify only at small batch and long context).
@@ -45,8 +48,10 @@ from ._config import (
     default_config,
     default_extend_config,
     extend_item_capacity,
+    split_schedule,
     why_not,
     why_not_extend,
+    why_not_schedule,
 )
 from .reference import LOG2E, paged_attention_reference
 
@@ -64,7 +69,9 @@ DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device 
 
 # ---- capacities ----------------------------------------------------------------------------------
 def target_items(num_kv_heads: int, sm_count: int = DEFAULT_SM_COUNT) -> int:
-    """Work items the split aims at: about 4 CTAs per SM over all KV heads (unmeasured choice)."""
+    """Split items the default work list reserves beyond one per request: 4 CTAs per SM over the KV
+    heads, room for `split_schedule`'s target (one wave of resident CTAs, at most 4 per SM at 128
+    threads and ~56 KB of shared memory each) and for overrides up to that size."""
     return max(1, math.ceil(4 * sm_count / num_kv_heads))
 
 
@@ -89,8 +96,8 @@ class Caps:
     max_total_q and max_batch); num_cache_pages: pages in the KV cache; use_cuda_graph: accepted
     for API compatibility (run is always capture-safe); copy_runtime_metadata: run first copies
     cache_seqlens, page_table (and cu_seqlens_q) into plan-owned buffers (stable addresses for
-    graph capture); config: a `DecodeConfig` (decode) or `ExtendConfig` (extend/verify) to use
-    instead of the heuristic one.
+    graph capture); config: a `DecodeConfig` (decode; `fused_merge=True` merges split requests in
+    their last CTA) or `ExtendConfig` (extend/verify) to use instead of the heuristic one.
     """
 
     device: str
@@ -216,13 +223,10 @@ class PagedAttentionPlan(Plan):
             return ExtendSelection(
                 caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a", caps.mode)
             )
-        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch or "sm_120a")
+        arch = arch or "sm_120a"
+        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)
         decode = _fit_page(decode, caps.page_size)
-        schedule = ScheduleConfig(
-            tile_keys=decode.tile_keys,
-            target_items=target_items(caps.num_kv_heads, self._sm_count()),
-            min_chunk=max(256, decode.tile_keys),
-        )
+        schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 
     def kernels(self, config, arch):
@@ -245,11 +249,10 @@ class PagedAttentionPlan(Plan):
         reason = why_not(*dims, config.decode, arch)
         if reason is not None:
             raise NotImplementedError(f"{OP}: {reason}")
-        return (
-            (compile_schedule, (config.schedule, arch)),
-            (compile_decode, (*dims, config.decode, arch)),
-            (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)),
-        )
+        kernels = ((compile_schedule, (config.schedule, arch)), (compile_decode, (*dims, config.decode, arch)))
+        if config.decode.fused_merge:
+            return kernels
+        return (*kernels, (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)))
 
     def scratch_specs(self, config=None, device="cuda"):
         c = self.caps
@@ -273,6 +276,7 @@ class PagedAttentionPlan(Plan):
         specs = [
             ScratchBufferSpec("work", (cap, 4), "int32", device),
             ScratchBufferSpec("requests", (c.max_batch, 2), "int32", device),
+            ScratchBufferSpec("tickets", (c.max_batch, c.num_kv_heads), "int32", device),  # fused merge
             ScratchBufferSpec("count", (4,), "int32", device),
             ScratchBufferSpec("partial_out", (cap, hq, c.head_dim_vo), "float32", device),
             ScratchBufferSpec("partial_lse", (cap, hq), "float32", device),
@@ -289,6 +293,8 @@ class PagedAttentionPlan(Plan):
         import torch
 
         state.scratch["unit"].fill_(1.0)
+        if "tickets" in state.scratch:  # the fused merge's counters: zero, and back to zero after each run
+            state.scratch["tickets"].zero_()
         if state.arch is None:
             return
         c, dev = self.caps, state.device
@@ -315,9 +321,35 @@ def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
     if not isinstance(caps, Caps):
         raise TypeError(f"caps must be an attention.paged Caps, got {type(caps).__name__}")
     _validate(caps)
-    if override is not None and not isinstance(override, Selection):
-        raise ValueError(f"override must be a Selection or None, got {type(override).__name__}")
+    if override is not None:
+        _validate_override(caps, override)
     return PagedAttentionPlan(op=OP, caps=caps, invocation=invocation, override=override)
+
+
+def _validate_override(caps: Caps, override) -> None:
+    """A decode override is a Selection(DecodeConfig, ScheduleConfig) the kernels implement; an
+    extend/verify override an ExtendSelection(ExtendConfig). Raises ValueError saying which part."""
+    dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
+    if caps.mode in EXTEND_MODES:
+        if not isinstance(override, ExtendSelection) or not isinstance(override.extend, ExtendConfig):
+            raise ValueError(
+                f"override must be an ExtendSelection(ExtendConfig) or None in mode {caps.mode!r}, "
+                f"got {type(override).__name__}"
+            )
+        reason = why_not_extend(*dims, caps.page_size, override.extend, "sm_90a")
+        if reason is not None:
+            raise ValueError(f"override.extend: {reason}")
+        return
+    if not isinstance(override, Selection):
+        raise ValueError(f"override must be a Selection or None, got {type(override).__name__}")
+    if not isinstance(override.decode, DecodeConfig):
+        raise ValueError(f"override.decode must be a DecodeConfig, got {type(override.decode).__name__}")
+    reason = why_not(*dims, caps.page_size, override.decode, "sm_90a")
+    if reason is not None:
+        raise ValueError(f"override.decode: {reason}")
+    reason = why_not_schedule(override.schedule)
+    if reason is not None:
+        raise ValueError(f"override.schedule: {reason}")
 
 
 # ---- bind ----------------------------------------------------------------------------------------
@@ -343,6 +375,7 @@ class Binding:
     scratch: dict = field(repr=False)
     reference_inputs: tuple = field(repr=False, default=())
     cu_seqlens_q: object = None  # extend/verify: the request rows of q
+    decode_views: tuple = field(repr=False, default=())  # decode: (requests, count, part_o, part_lse, tickets)
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
@@ -488,6 +521,11 @@ def bind(
         rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
         work = scratch["work"][:rows]
         no_sink = scratch["partial_lse"][0]
+    decode_views = ()
+    if c.mode == "decode":  # sliced here once: run() then launches without building views (host time)
+        rows = work.shape[0]
+        decode_views = (scratch["requests"][:batch], scratch["count"][:1], scratch["partial_out"][:rows],
+                        scratch["partial_lse"][:rows], scratch["tickets"][:batch])  # fmt: skip
     reference_inputs = ()
     k_view, v_view = k_cache, v_cache
     if dev.type != "cuda":
@@ -499,7 +537,7 @@ def bind(
         out=output, lse=lse, k_descale=descales[0], v_descale=descales[1],
         sink=no_sink if sink is None else sink, has_sink=int(sink is not None),
         window_left=window_left, sm_scale=scale, work=work, scratch=scratch,
-        reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q,
+        reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q, decode_views=decode_views,
     )  # fmt: skip
 
 
@@ -562,21 +600,20 @@ def run(*, binding: Binding, plan=None):
         return b.out, b.lse
     if b.plan.caps.mode in EXTEND_MODES:
         return _run_extend(b)
-    sched, decode, merge = _launchers(b.plan)
-    s = b.scratch
+    launchers = _launchers(b.plan)
     lens, pt = b.cache_seqlens, b.page_table
     if b.plan.caps.copy_runtime_metadata:
+        s = b.scratch
         batch, width = pt.shape
         s["cache_seqlens"][:batch].copy_(lens)
         s["page_table"][:batch, :width].copy_(pt)
         lens, pt = s["cache_seqlens"][:batch], s["page_table"][:batch, :width]
-    rows = b.work.shape[0]
-    req, count = s["requests"][: lens.shape[0]], s["count"][:1]
-    part_o, part_lse = s["partial_out"][:rows], s["partial_lse"][:rows]
-    sched(lens, b.work, req, count, b.window_left)
-    decode(b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse,
-           b.sink, b.k_descale, b.v_descale, b.sm_scale * LOG2E, b.has_sink)  # fmt: skip
-    merge(req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
+    req, count, part_o, part_lse, tickets = b.decode_views
+    launchers[0](lens, b.work, req, count, b.window_left)
+    launchers[1](b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse,
+                 b.sink, b.k_descale, b.v_descale, req, tickets, b.sm_scale * LOG2E, b.has_sink)  # fmt: skip
+    if len(launchers) > 2:  # the separate merge (fused_merge=False)
+        launchers[2](req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
     return b.out, b.lse
 
 
