@@ -14,6 +14,7 @@ Importing this package loads no torch: `_cli` builds its parser from `add_parser
 from __future__ import annotations
 
 MODEL_NAMES = ("llama-small", "qwen3-moe-small")  # keep in sync with block.MODELS (a contract test checks)
+GLUE_CHOICES = ("triton", "torch.compile", "torch")  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
 MAX_TOKENS = 64
 
 
@@ -42,6 +43,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--device", default=None, help='"cuda", "cuda:N" or "cpu" (default: cuda if available, else cpu)')
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights, cache and input")
+    p.add_argument(
+        "--glue",
+        choices=GLUE_CHOICES,
+        default=None,
+        help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: triton on CUDA, torch on CPU)",
+    )
     p.set_defaults(func=main)
 
 
@@ -62,7 +69,10 @@ def main(args) -> int:
     elif device.type != "cpu":
         print(f"b12x demo: --device must be cuda[:N] or cpu, got {args.device}")
         return 2
-    return run_demo(args.model, args.tokens, device, seed=args.seed)
+    if args.glue == "triton" and device.type != "cuda":
+        print("b12x demo: --glue triton needs a CUDA device (use torch or torch.compile on CPU)")
+        return 2
+    return run_demo(args.model, args.tokens, device, seed=args.seed, glue=args.glue)
 
 
-__all__ = ["MODEL_NAMES", "add_parser", "main"]
+__all__ = ["GLUE_CHOICES", "MODEL_NAMES", "add_parser", "main"]

@@ -2,9 +2,10 @@
 replay -> time -> compare with the fp32 reference -> report.
 
 On CUDA the b12x kernels run (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode) and one
-decode step is captured in a CUDA graph; the glue (RMSNorm, RoPE, KV append, SiLU * up, residuals)
-is plain torch inside the same graph. On CPU the same lifecycle runs the ops' reference backends and
-nothing is captured.
+decode step is captured in a CUDA graph; the glue (RMSNorm, RoPE + KV append, SiLU * up, residuals)
+runs in the same graph as one Triton launch per op (`glue.py`; "torch.compile" and plain "torch"
+are the alternatives). On CPU the same lifecycle runs the ops' reference backends and the torch glue,
+and nothing is captured.
 """
 
 from __future__ import annotations
@@ -16,41 +17,26 @@ import time
 import torch
 
 from . import block as B
+from . import glue as GL
 
 COSINE_MIN = 0.999
 # attention alone, tighter: a correct run gives 1 - cos ~ 5e-6 (bf16 q/K/V/output); missing the new
 # token's K/V gives 1 - cos ~ 6e-4 at --tokens 64 (up to 2147 keys), which 0.999 would let through
 ATTN_COSINE_MIN = 0.9999
-
-
-def _rmsnorm_into(x, weight, eps: float, out, residual=None, residual_out=None):
-    """out = rmsnorm(x + residual) (fp32 math); residual_out receives x + residual when given."""
-    if residual is not None:
-        torch.add(x, residual, out=residual_out)
-        x = residual_out
-    out.copy_(B.rms_norm(x, weight, eps))
-
-
-def _rope_append_into(qkv, cos, sin, q_out, k_cache, v_cache, slot_page, slot_off, hq: int, hkv: int, d: int):
-    q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-    t = q.shape[0]
-    q_out.copy_(B.apply_rope(q.reshape(t, hq, d), cos, sin))
-    k_cache[slot_page, slot_off] = B.apply_rope(k.reshape(t, hkv, d), cos, sin).to(k_cache.dtype)
-    v_cache[slot_page, slot_off] = v.reshape(t, hkv, d)
-
-
-def _silu_mul_into(gu, out):
-    gate, up = gu.chunk(2, dim=-1)
-    out.copy_(torch.nn.functional.silu(gate.float()) * up.float())
+# the torch glue under the names benchmarks/experimental/b12x/_block_prefill.py imports
+_rmsnorm_into, _rope_append_into, _silu_mul_into = GL.rmsnorm_into, GL.rope_append_into, GL.silu_mul_into
 
 
 class DecodeStep:
     """One decode step over static buffers: every op is a named closure, so the same list runs
-    eagerly (per-op timing) and under CUDA graph capture. On CUDA the torch glue (RMSNorm, RoPE + KV
-    append, SiLU * up) is `torch.compile`d (compile_glue), so each glue op is one fused kernel, as a
-    serving framework's own glue is; it compiles at the first call, before capture."""
+    eagerly (per-op timing) and under CUDA graph capture.
 
-    def __init__(self, spec, weights, norms, cache, plans, device, tokens, compile_glue=None, moe=None):
+    glue: "triton" (default on CUDA: one launch per glue op, compiled or loaded here, so build the
+    step, or a `glue.TritonGlue` of the same block, before freezing), "torch.compile" (each glue op
+    one Inductor kernel or a few, compiled at the first call, which must come before capture) or
+    "torch" (default on CPU: the plain torch functions the other two are checked against)."""
+
+    def __init__(self, spec, weights, norms, cache, plans, device, tokens, glue=None, moe=None):
         from ..attention import paged
         from ..gemm import blockscaled as G
 
@@ -78,11 +64,9 @@ class DecodeStep:
             page_table=cache["page_table"], cache_seqlens=cache["seqlens"], output=self.buf["attn"],
         )  # fmt: skip
         self.paged = paged
-        if compile_glue is None:
-            compile_glue = device.type == "cuda"
-        wrap = (lambda f: torch.compile(f, dynamic=False)) if compile_glue else (lambda f: f)
-        self._glue = {f.__name__: wrap(f) for f in (_rmsnorm_into, _rope_append_into, _silu_mul_into)}
-        glue = "torch.compile" if compile_glue else "torch"
+        glue = GL.default_choice(device) if glue is None else glue
+        self.glue = glue
+        self._glue = GL.make_glue(glue, spec, device)
         self.ops = [
             ("rmsnorm", glue, self._norm1),
             ("qkv_proj", "gemm.blockscaled w4a16", lambda: self._mm("qkv", self.buf["h"], "qkv")),
@@ -92,7 +76,9 @@ class DecodeStep:
             ("residual + rmsnorm", glue, self._norm2),
         ]
         self.ops += self._dense_ffn(glue) if spec.moe is None else self._moe_ffn(moe, device, tokens)
-        self.ops.append(("residual", "torch", lambda: torch.add(self.buf["x1"], self.buf["down"], out=self.buf["out"])))
+        self.ops.append(
+            ("residual", glue, lambda: self._glue["add"](self.buf["x1"], self.buf["down"], self.buf["out"]))
+        )
 
     def _dense_ffn(self, glue):
         return [
@@ -124,21 +110,21 @@ class DecodeStep:
         self.G.mm(lhs, self.w[name], self.buf[dst], plan=self.plans[name])
 
     def _norm1(self):
-        self._glue["_rmsnorm_into"](self.x, self.norms["input_layernorm"], self.spec.eps, self.buf["h"])
+        self._glue["rmsnorm"](self.x, self.norms["input_layernorm"], self.spec.eps, self.buf["h"])
 
     def _rope_append(self):
         s, c = self.spec, self.cache
-        self._glue["_rope_append_into"](
+        self._glue["rope_append"](
             self.buf["qkv"], self.cos, self.sin, self.buf["q"], c["k_cache"], c["v_cache"], c["slot_page"],
             c["slot_off"], s.q_heads, s.kv_heads, s.head_dim,
         )  # fmt: skip
 
     def _norm2(self):
         n = self.norms["post_attention_layernorm"]
-        self._glue["_rmsnorm_into"](self.x, n, self.spec.eps, self.buf["h2"], self.buf["o"], self.buf["x1"])
+        self._glue["rmsnorm"](self.x, n, self.spec.eps, self.buf["h2"], self.buf["o"], self.buf["x1"])
 
     def _act(self):
-        self._glue["_silu_mul_into"](self.buf["gu"], self.buf["act"])
+        self._glue["silu_mul"](self.buf["gu"], self.buf["act"])
 
     def poison(self):
         """NaN into every buffer and into the new tokens' KV slots: the checked run must write them
@@ -265,7 +251,7 @@ def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=
             "moe": moe}  # fmt: skip
 
 
-def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50) -> int:
+def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50, glue=None) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
 
@@ -287,15 +273,22 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
     if built["moe"] is not None:
         print(f"    moe.fused_moe.prepare_weights: {built['moe'][1]!r}")
     gen = torch.Generator().manual_seed(seed + 2)
+    glue = GL.default_choice(device) if glue is None else glue
     was_frozen = F.kernel_resolution_frozen()
     try:
+        t2 = time.perf_counter()
+        n = GL.warm(glue, spec, device)  # before the freeze: the step resolves them from memory
+        how = {"torch.compile": "compiled at the first call, before capture", "torch": "plain torch"}.get(glue)
+        print(f"    glue {glue}: {how or f'{n} Triton kernels compiled or loaded'} ({time.perf_counter() - t2:.2f} s)")
         t2 = time.perf_counter()
         moe = built["moe"]
         plans, result = prepare(spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0])
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")
-        step = DecodeStep(spec, weights, norms, cache, plans, device, tokens, moe=None if moe is None else moe[1:])
+        step = DecodeStep(
+            spec, weights, norms, cache, plans, device, tokens, glue=glue, moe=None if moe is None else moe[1:]
+        )
         step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
         step()  # warm (CUDA: the glue's lazy init; CPU: first touch)
         per_op = _time_ops_eager(step, device, iters=20 if cuda else 1)

@@ -1,0 +1,25 @@
+"""Runs interpret_glue.py (the demo's Triton glue under TRITON_INTERPRET=1) in a fresh interpreter.
+
+TRITON_INTERPRET must be set before `triton.jit` decorates the kernels, and other tests of this
+session may already have imported them compiled: hence the subprocess.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.interpret
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def test_glue_kernels_under_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    inner = Path(__file__).with_name("interpret_glue.py")
+    cmd = [sys.executable, "-m", "pytest", str(inner), "-q", "-p", "no:cacheprovider", "-m", "interpret"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout and "skipped" not in out.stdout, out.stdout[-2000:]
