@@ -1,14 +1,15 @@
 """The demo's decoder block through PreparationSession against the same block in plain torch.
 
     python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
-        [--context 1024] [--prefill 2048] [--startup] [--json PATH]
+        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--startup] [--json PATH]
 
 Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
 -> attention -> O -> residual + RMSNorm -> gate/up -> SiLU * up -> down -> residual, NVFP4 weights.
 
 Decode (T requests, one new token each, every request with --context cached tokens):
-- ours: the demo's DecodeStep (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode, torch
-  glue) captured in one CUDA graph; the timed call is one graph replay.
+- ours: the demo's DecodeStep (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode, the glue
+  of each --glue choice: Triton kernels by default, or torch.compile / plain torch) captured in one
+  CUDA graph; the timed call is one graph replay. One row per glue choice.
 - peer: the same block in plain torch with the checkpoint's weights dequantized to bf16, KV in a
   contiguous [T, L, Hkv, D] cache, attention by SDPA (GQA), the step `torch.compile`d and captured in
   one CUDA graph; the timed call is one replay.
@@ -22,8 +23,10 @@ the same torch block compiled for T = N with causal SDPA. Eager calls (events, L
 
 Startup (--startup): child processes time a cold start (empty kernel cache) with compile_workers = 1
 and = 8, then a warm start (every kernel on disk) in a fresh process: process wall time, import,
-checkpoint load, PreparationSession.prepare, and the first CUDA-graph replay of the decode step (its
-torch.compile'd glue compiled, captured, replayed once).
+checkpoint load, the glue's compile (first --glue choice: Triton kernels compiled or loaded from
+Triton's disk cache under the b12x cache dir, before the freeze; torch.compile compiles in the first
+replay instead), PreparationSession.prepare, and the first CUDA-graph replay of the decode step
+(built, captured, replayed once).
 Without --json the report goes to $OUT/b12x_bench_block.json when $OUT is set.
 """
 
@@ -49,6 +52,7 @@ from benchmarks.experimental.b12x.common import (
     require_cuda,
     standard_parser,
 )
+from flashinfer.experimental.b12x._demo import GLUE_CHOICES
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
@@ -159,23 +163,27 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         built = R.build(spec, tokens, dev, seed=tokens, tmp=tmp, lens=[args.context] * tokens)
     cache, weights, moe = built["cache"], built["weights"], built["moe"]
     plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0], freeze=False)
-    step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, moe=None if moe is None else moe[1:])
-    gen = torch.Generator().manual_seed(7 + tokens)
-    step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
-    graph = capture(step, dev)
+    x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
+    graphs, outs = {}, {}
+    for glue in args.glue:  # every choice's step over the same weights, cache and input
+        step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
+                            moe=None if moe is None else moe[1:])  # fmt: skip
+        step.x.copy_(x)
+        graphs[glue] = capture(step, dev)
+        outs[glue] = step.buf["out"].float().clone()
     case = Case(
         "decode",
         {"T": tokens, "L": args.context},
         bytes=weight_bytes(weights) + kv_bytes(spec, tokens, args.context),  # (MoE: experts not counted)
         ceiling="copy",
     )
-    ours_out = step.buf["out"].float().clone()
+    ours_out = outs[args.glue[0]]
     note = ""
     if spec.moe is not None and not args.no_peers:
         print(f"decode T={tokens}: no plain-torch peer for MoE blocks yet (bench_moe times the expert layer's peers)")
     elif not args.no_peers:
         peer = TorchBlock(spec, built["ref"], tokens, args.context, dev, cache)
-        x = step.x.clone()
+        x = x.to(dev)
         out = torch.empty_like(x)
         compiled = torch.compile(peer.decode, dynamic=False)
 
@@ -185,7 +193,11 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         pgraph = capture(peer_step, dev)
         note = f"cosine(ours, torch peer) = {cosine(ours_out, out.float()):.6f}"
         table.add(case, "torch.compile bf16 + SDPA (peer)", measure(pgraph.replay, args), peer=True)
-    table.add(case, "b12x block (graph)", measure(graph.replay, args), note=note)
+    for glue, graph in graphs.items():
+        agree = (
+            f"cosine(ours, {args.glue[0]} glue) = {cosine(outs[glue], ours_out):.6f}" if glue != args.glue[0] else note
+        )
+        table.add(case, f"b12x block (graph, {glue} glue)", measure(graph.replay, args), note=agree)
 
 
 # ---- prefill ----------------------------------------------------------------------------------------
@@ -230,8 +242,8 @@ def _attn_flops(spec, n: int) -> int:
 
 
 # ---- startup ----------------------------------------------------------------------------------------
-def startup_child(model: str, workers: int, tokens: int) -> dict:
-    """Runs in a fresh process (B12X_CACHE_DIR set by the parent): import, load, prepare."""
+def startup_child(model: str, workers: int, tokens: int, glue: str = "triton") -> dict:
+    """Runs in a fresh process (B12X_CACHE_DIR set by the parent): import, load, glue, prepare, replay."""
     t0 = time.perf_counter()
     import b12x  # noqa: F401
     from flashinfer.experimental.b12x._demo import block as B
@@ -244,13 +256,19 @@ def startup_child(model: str, workers: int, tokens: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="b12x-startup-") as tmp:
         built = R.build(spec, tokens, dev, seed=0, tmp=tmp)
     t2 = time.perf_counter()
+    from flashinfer.experimental.b12x._demo import glue as GL
+
+    glue_kernels = GL.warm(glue, spec, dev)  # before prepare's freeze, as the demo does
+    t_glue = time.perf_counter() - t2
+    t2 = time.perf_counter()
     moe = built["moe"]
     plans, result = R.prepare(spec, built["weights"], built["cache"], dev, tokens,
                               moe_plan=None if moe is None else moe[0], compile_workers=workers)  # fmt: skip
     t3 = time.perf_counter()
-    # First replay: the decode step built, its torch glue compiled (torch.compile: Inductor's own cache
-    # is warm in the warm children), captured and replayed once. Frozen: nothing of ours may compile.
-    step = R.DecodeStep(spec, built["weights"], built["norms"], built["cache"], plans, dev, tokens,
+    # First replay: the decode step built (Triton glue: from memory; torch.compile: compiled here, its
+    # Inductor cache warm in the warm children), captured and replayed once. Frozen: nothing of ours
+    # may compile.
+    step = R.DecodeStep(spec, built["weights"], built["norms"], built["cache"], plans, dev, tokens, glue=glue,
                         moe=None if moe is None else moe[1:])  # fmt: skip
     capture(step, dev)
     t4 = time.perf_counter()
@@ -258,6 +276,9 @@ def startup_child(model: str, workers: int, tokens: int) -> dict:
         "import_and_cuda_init_s": t1 - t0,
         "load_s": built["seconds"]["load"],
         "build_s": t2 - t1,
+        "glue": glue,
+        "glue_kernels": glue_kernels,
+        "glue_compile_s": t_glue,
         "prepare_s": t3 - t2,
         "first_replay_s": t4 - t3,
         "kernels": result.compiled,
@@ -265,7 +286,7 @@ def startup_child(model: str, workers: int, tokens: int) -> dict:
     }
 
 
-def run_child(model: str, workers: int, tokens: int, cache_dir: str) -> dict:
+def run_child(model: str, workers: int, tokens: int, cache_dir: str, glue: str = "triton") -> dict:
     env = dict(os.environ, B12X_CACHE_DIR=cache_dir)
     cmd = [
         sys.executable,
@@ -278,6 +299,8 @@ def run_child(model: str, workers: int, tokens: int, cache_dir: str) -> dict:
         str(workers),
         "--tokens",
         str(tokens),
+        "--glue",
+        glue,
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -288,18 +311,19 @@ def run_child(model: str, workers: int, tokens: int, cache_dir: str) -> dict:
     return json.loads(lines[-1]) | {"process_wall_s": wall, "workers": workers}
 
 
-def bench_startup(model: str, tokens: int) -> list[dict]:
+def bench_startup(model: str, tokens: int, glue: str = "triton") -> list[dict]:
     out = []
     with (
         tempfile.TemporaryDirectory(prefix="b12x-cold1-") as c1,
         tempfile.TemporaryDirectory(prefix="b12x-cold8-") as c8,
     ):
         for label, workers, cache in (("cold", 1, c1), ("cold", 8, c8), ("warm", 8, c8), ("warm", 1, c1)):
-            r = run_child(model, workers, tokens, cache) | {"start": label}
+            r = run_child(model, workers, tokens, cache, glue) | {"start": label}
             print(f"startup {label:4s} compile_workers={workers}: process {r['process_wall_s']:.2f} s = import+init "
-                  f"{r['import_and_cuda_init_s']:.2f} + build {r['build_s']:.2f} (load {r['load_s']:.2f}) + prepare "
-                  f"{r['prepare_s']:.2f} ({r['kernels']} kernels, {r['sources']}) + glue compile, capture and "
-                  f"first replay {r['first_replay_s']:.2f}")  # fmt: skip
+                  f"{r['import_and_cuda_init_s']:.2f} + build {r['build_s']:.2f} (load {r['load_s']:.2f}) + glue "
+                  f"{glue} compile {r['glue_compile_s']:.2f} ({r['glue_kernels']} kernels) + prepare "
+                  f"{r['prepare_s']:.2f} ({r['kernels']} kernels, {r['sources']}) + build, capture and first replay "
+                  f"{r['first_replay_s']:.2f}")  # fmt: skip
             out.append(r)
     return out
 
@@ -315,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", default="llama-small")
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--tokens", type=int, default=1)
+        p.add_argument("--glue", default="triton")
         a = p.parse_args(argv)
-        print(json.dumps(startup_child(a.model, a.workers, a.tokens)))
+        print(json.dumps(startup_child(a.model, a.workers, a.tokens, a.glue)))
         return 0
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument(
@@ -325,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"decode batches (default {TOKENS})")
     parser.add_argument("--context", type=int, default=1024, help="cached tokens per request (decode)")
     parser.add_argument("--prefill", type=int, nargs="*", default=[2048], help="prefill lengths (none: skip)")
+    parser.add_argument(
+        "--glue", nargs="+", choices=GLUE_CHOICES, default=["triton"],
+        help="glue of our decode step, one row each (default triton); --startup times the first",
+    )  # fmt: skip
     parser.add_argument("--startup", action="store_true", help="also time cold/warm starts in child processes")
     args = parser.parse_args(argv)
     if args.context < 1:
@@ -352,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     table.print()
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)
-    extra = {"startup": bench_startup(args.model, 1)} if args.startup else {}
+    extra = {"startup": bench_startup(args.model, 1, args.glue[0])} if args.startup else {}
     path = report_path(args, "b12x_bench_block.json")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

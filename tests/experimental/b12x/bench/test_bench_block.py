@@ -98,3 +98,12 @@ def test_prefill_flops_count_the_dense_weights_and_causal_attention():
     hq, hkv, d = SPEC.q_heads, SPEC.kv_heads, SPEC.head_dim
     assert dense == (hq + 2 * hkv) * d * SPEC.hidden + SPEC.hidden * hq * d + 3 * SPEC.intermediate * SPEC.hidden
     assert BB._attn_flops(SPEC, n) == 4 * hq * d * n * (n + 1) // 2
+
+
+def test_glue_rows_take_the_demos_choices(capsys):
+    from flashinfer.experimental.b12x._demo import GLUE_CHOICES
+
+    assert BB.GLUE_CHOICES == GLUE_CHOICES
+    with pytest.raises(SystemExit):
+        BB.main(["--glue", "inductor"])
+    assert "--glue" in capsys.readouterr().err
