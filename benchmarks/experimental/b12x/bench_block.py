@@ -1,7 +1,8 @@
 """The demo's decoder block through PreparationSession against the same block in plain torch.
 
     python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
-        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--startup] [--json PATH]
+        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--per-op] [--startup]
+        [--json PATH]
 
 Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
 -> attention -> O -> residual + RMSNorm -> gate/up -> SiLU * up -> down -> residual, NVFP4 weights.
@@ -16,6 +17,8 @@ Decode (T requests, one new token each, every request with --context cached toke
 Both timed with CUDA events and L2 flushed before each replay (the block's NVFP4 weights, 25 MB, would
 otherwise sit in the 60 MB L2 across replays, which a real model's 30+ layers never allow).
 Bytes (% of the copy ceiling): our weight bytes (values + scales) + the KV bytes attention reads.
+--per-op: each op of the first glue choice's step captured in a graph of its own and timed the same
+way (a breakdown: each replay pays one graph launch, so the sum exceeds the whole step's replay).
 
 Prefill (--prefill N, one request of N new tokens, empty cache): ours runs the tiled GEMMs and
 attention.paged in extend mode (skipped, with the reason, while that mode is not implemented); peer:
@@ -164,13 +167,14 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     cache, weights, moe = built["cache"], built["weights"], built["moe"]
     plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0], freeze=False)
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
-    graphs, outs = {}, {}
+    graphs, outs, steps = {}, {}, {}
     for glue in args.glue:  # every choice's step over the same weights, cache and input
         step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
                             moe=None if moe is None else moe[1:])  # fmt: skip
         step.x.copy_(x)
         graphs[glue] = capture(step, dev)
         outs[glue] = step.buf["out"].float().clone()
+        steps[glue] = step
     case = Case(
         "decode",
         {"T": tokens, "L": args.context},
@@ -198,6 +202,10 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
             f"cosine(ours, {args.glue[0]} glue) = {cosine(outs[glue], ours_out):.6f}" if glue != args.glue[0] else note
         )
         table.add(case, f"b12x block (graph, {glue} glue)", measure(graph.replay, args), note=agree)
+    if args.per_op:
+        for name, backend, fn in steps[args.glue[0]].ops:
+            op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
+            table.add(op_case, backend, measure(capture(fn, dev).replay, args))
 
 
 # ---- prefill ----------------------------------------------------------------------------------------
@@ -354,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "--glue", nargs="+", choices=GLUE_CHOICES, default=["triton"],
         help="glue of our decode step, one row each (default triton); --startup times the first",
     )  # fmt: skip
+    parser.add_argument("--per-op", action="store_true", help="also time each decode op in a graph of its own")
     parser.add_argument("--startup", action="store_true", help="also time cold/warm starts in child processes")
     args = parser.parse_args(argv)
     if args.context < 1:

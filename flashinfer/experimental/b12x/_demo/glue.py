@@ -9,7 +9,7 @@ Every Triton kernel reproduces the torch function's fp32 math on bf16 inputs, st
   the add (FMA contraction off, as torch's separate elementwise kernels round them) -> bf16 q, K
   page rows; V copied. Bitwise equal to torch.
 - silu * up: silu(g) = g / (1 + exp(-g)) (division rounded, tl.div_rn; exp is Triton's ex2-based
-  exp, within 2 fp32 ulp of expf) times up -> bf16: one bf16 ulp off torch on rare elements.
+  exp, a few fp32 ulps from expf) times up -> bf16: one bf16 ulp off torch on rare elements.
 - add: bf16(a + b), bitwise equal to torch.add.
 
 Launch shapes (T tokens; llama-small H = 2048, Hq/Hkv = 16/4 x 128, I = 5632): rmsnorm one program
@@ -275,10 +275,10 @@ def _check(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.device)
 class TritonGlue:
     """The glue of one block shape as Triton launches, with the torch functions' signatures.
 
-    spec: a `block.BlockSpec` (its page_size is the paged KV cache's; the cache holds `dtype` too). On CUDA the kernels
-    are compiled (or loaded from Triton's disk cache) here, so constructing this before capture and
-    before freeze is the warm-up; on CPU tensors it runs the launchers under the Triton interpreter
-    (TRITON_INTERPRET=1, the interpret tier), and refuses otherwise.
+    spec: a `block.BlockSpec` (its page_size is the paged KV cache's, which holds `dtype` too). On
+    CUDA the kernels are compiled (or loaded from Triton's disk cache) here, so constructing this
+    before capture and before freeze is the warm-up; on CPU tensors it runs the launchers under the
+    Triton interpreter (TRITON_INTERPRET=1, the interpret tier), and refuses otherwise.
     """
 
     def __init__(self, spec, device: torch.device, dtype=torch.bfloat16):
