@@ -17,8 +17,9 @@ Decode (T requests, one new token each, every request with --context cached toke
 Both timed with CUDA events and L2 flushed before each replay (the block's NVFP4 weights, 25 MB, would
 otherwise sit in the 60 MB L2 across replays, which a real model's 30+ layers never allow).
 Bytes (% of the copy ceiling): our weight bytes (values + scales) + the KV bytes attention reads.
---per-op: each op of the first glue choice's step captured in a graph of its own and timed the same
-way (a breakdown: each replay pays one graph launch, so the sum exceeds the whole step's replay).
+--per-op: each op of the first glue choice's step (and the glue ops of the other choices) captured in
+a graph of its own and timed the same way (a breakdown: each replay pays one graph launch, so the sum
+exceeds the whole step's replay).
 
 Prefill (--prefill N, one request of N new tokens, empty cache): ours runs the tiled GEMMs and
 attention.paged in extend mode (skipped, with the reason, while that mode is not implemented); peer:
@@ -202,10 +203,12 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
             f"cosine(ours, {args.glue[0]} glue) = {cosine(outs[glue], ours_out):.6f}" if glue != args.glue[0] else note
         )
         table.add(case, f"b12x block (graph, {glue} glue)", measure(graph.replay, args), note=agree)
-    if args.per_op:
-        for name, backend, fn in steps[args.glue[0]].ops:
-            op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
-            table.add(op_case, backend, measure(capture(fn, dev).replay, args))
+    if args.per_op:  # every op of the first choice's step, then the glue ops of the other choices
+        for i, glue in enumerate(args.glue):
+            for name, backend, fn in steps[glue].ops:
+                if i == 0 or backend == glue:
+                    op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
+                    table.add(op_case, backend, measure(capture(fn, dev).replay, args))
 
 
 # ---- prefill ----------------------------------------------------------------------------------------
