@@ -6,6 +6,7 @@ PTX, when a ptxas is installed). `slow`: every head dim / page size / group size
 config the caps accept.
 """
 
+import dataclasses
 import itertools
 
 import pytest
@@ -71,6 +72,56 @@ def test_decode_default_config_compiles(arch, kv_dtype):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_fused_merge_compiles(arch, kv_dtype, tmp_path):
+    """fused_merge: one acq_rel ticket (atom.add at GPU scope) between a release and an acquire fence,
+    the same mma work as the unfused kernel, which has no atomics or fences; no register spills."""
+    kd, _ = _modules()
+    cfg = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True)
+    fused = _check_binary(kd.compile_decode("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch), arch)
+    plain = kd.compile_decode(
+        "bfloat16", kv_dtype, 32, 8, 128, 128, 16, default_config(kv_dtype, 128, 16, arch), arch=arch
+    )
+    plain = plain.artifacts.PTX
+    atoms = [line.split()[0] for line in fused.splitlines() if line.strip().startswith("atom.")]
+    assert atoms == ["atom.global.acq_rel.add.u32"]  # PTX's default scope: .gpu
+    assert fused.count("fence.acq_rel.gpu;") == 2
+    assert "atom." not in plain and "fence." not in plain
+    mma = "mma.sync.aligned.m16n8k16"
+    assert fused.count(mma) == plain.count(mma) > 0
+    regs, spills = _ptxas_usage(fused, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
+def test_fused_merge_acquire_invalidates_l1():
+    """The merging CTA reads partial rows other SMs wrote: its acquire fence must drop stale L1 lines
+    (SASS CCTL.IVALL after MEMBAR.GPU) before the first load of them. Checked on the cubin with
+    nvdisasm (Triton's copy, or one on PATH)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    kd, _ = _modules()
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
+    cfg = DecodeConfig(4, 16, 3, fused_merge=True)
+    fn = kd.compile_decode("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch="sm_90a")
+    cubin = Path(pytest.importorskip("tempfile").mkdtemp()) / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ops = [line.split(";")[0].split("*/")[-1].strip() for line in sass.splitlines() if "*/" in line]
+    atom = next(i for i, op in enumerate(ops) if op.startswith("ATOMG.E.ADD.STRONG.GPU"))
+    acquire = next(i for i in range(atom + 1, len(ops)) if ops[i].startswith("MEMBAR"))
+    assert ops[acquire].startswith("MEMBAR.ALL.GPU") or ops[acquire].startswith("MEMBAR.SC.GPU")
+    ivall = next(i for i in range(acquire, len(ops)) if ops[i] == "CCTL.IVALL")
+    first_load = next(i for i in range(acquire, len(ops)) if ops[i].startswith("LDG"))
+    assert ivall < first_load
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_schedule_and_merge_compile(arch):
     _, ks = _modules()
     _check_binary(ks.compile_schedule(ScheduleConfig(), arch=arch), arch)
@@ -120,6 +171,11 @@ def _sweep():
         ARCHS, (DecodeConfig(4, 32, 2), DecodeConfig(8, 16, 2), DecodeConfig(2, 16, 4), DecodeConfig(4, 16, 3))
     ):
         yield arch, "bfloat16", "float8_e4m3fn", 128, 64, 32, 8, cfg
+    for arch, kv, d, (hq, hkv) in itertools.product(
+        ARCHS, ("float16", "float8_e4m3fn"), (64, 256), ((8, 8), (64, 4))
+    ):  # the fused merge at its extremes: G 1 and 16 (four passes of 4 rows), Dv 64 and 256
+        cfg = dataclasses.replace(default_config(kv, d, 16, arch), fused_merge=True)
+        yield arch, "float16", kv, d, 16, hq, hkv, cfg
 
 
 @pytest.mark.slow

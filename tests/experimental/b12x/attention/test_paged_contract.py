@@ -136,6 +136,66 @@ def test_plan_is_pure_and_overridable():
         paged.plan({})
 
 
+def _selection(decode=None, schedule=None):
+    from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig
+    from flashinfer.experimental.b12x.attention.paged.api import Selection
+
+    return Selection(DecodeConfig() if decode is None else decode, ScheduleConfig() if schedule is None else schedule)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: _selection(decode=ExtendConfig()), "override.decode must be a DecodeConfig, got ExtendConfig"),
+        (lambda: _selection(decode=DecodeConfig(warps=3)), "override.decode: config out of range: DecodeConfig(warps=3"),
+        (lambda: _selection(decode=DecodeConfig(keys_per_warp=32)), "override.decode: keys_per_warp 32 > page_size 16"),
+        (lambda: _selection(decode=DecodeConfig(fused_merge=1)), "override.decode: fused_merge must be a bool, got 1"),
+        (lambda: _selection(schedule={}), "override.schedule: schedule must be a ScheduleConfig, got dict"),
+        (lambda: _selection(schedule=_sched(target_items=0)), "ScheduleConfig.target_items must be an int >= 1, got 0"),
+        (lambda: _selection(schedule=_sched(min_chunk=1.5)), "ScheduleConfig.min_chunk must be an int >= 1, got 1.5"),
+        (lambda: _selection(schedule=_sched(tile_keys=True)), "ScheduleConfig.tile_keys must be an int >= 1, got True"),
+    ],
+)  # fmt: skip
+def test_decode_override_is_validated(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        paged.plan(caps(), override=make())
+
+
+def _sched(**kw):
+    from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig
+
+    return ScheduleConfig(**kw)
+
+
+def test_override_selects_fused_merge_and_its_schedule():
+    """A valid override is what preparation selects; the fused merge compiles no merge kernel."""
+    sel = _selection(DecodeConfig(4, 16, 2, fused_merge=True), _sched(tile_keys=64, target_items=5, min_chunk=64))
+    p = paged.plan(caps(), override=sel)
+    assert p != paged.plan(caps()) and p.override == sel
+    names = [fn.__name__ for fn, _ in p.kernels(sel, "sm_90a")]
+    assert names == ["compile_schedule", "compile_decode"]
+    names = [fn.__name__ for fn, _ in p.kernels(_selection(), "sm_90a")]
+    assert names == ["compile_schedule", "compile_decode", "compile_merge"]
+    assert repr(DecodeConfig(4, 16, 2)) == "DecodeConfig(warps=4, keys_per_warp=16, stages=2)"
+    assert repr(sel.decode) == "DecodeConfig(warps=4, keys_per_warp=16, stages=2, fused_merge=True)"
+    extend = paged.plan(caps(mode="extend"))
+    with pytest.raises(ValueError, match=re.escape("override must be an ExtendSelection(ExtendConfig) or None")):
+        paged.plan(caps(mode="extend"), override=sel)
+    assert extend.heuristic("sm_90a") == paged.plan(caps(mode="extend"), override=extend.heuristic("sm_90a")).override
+
+
+def test_decode_scratch_has_zeroed_tickets_and_bind_slices_the_decode_views():
+    p = prepared(caps(config=DecodeConfig(4, 16, 2, fused_merge=True)))
+    tickets = p.state.scratch["tickets"]
+    assert tickets.shape == (8, 2) and tickets.dtype == torch.int32 and not tickets.any()
+    case = make_case([5, 40, 0])
+    b = paged.bind(p, **_bind_kwargs(case))
+    req, count, part_o, part_lse, views_tickets = b.decode_views
+    assert req.shape == (3, 2) and count.shape == (1,) and views_tickets.shape == (3, 2)
+    assert part_o.shape[0] == part_lse.shape[0] == b.work.shape[0]
+    assert views_tickets.data_ptr() == tickets.data_ptr()
+
+
 def test_unprepared_plan_names_preparation_session():
     case = make_case([3])
     with pytest.raises(PlanNotPreparedError, match="PreparationSession"):
@@ -252,7 +312,29 @@ def test_empty_batch_is_a_no_op():
 
 def test_benchmark_module_help_and_cuda_requirement(run_python):
     out = run_python("import sys; from benchmarks.experimental.b12x import bench_attention as B; B.main(['--help'])")
-    assert out.returncode == 0 and "--kv {bf16,fp8,all}" in out.stdout
+    assert out.returncode == 0 and "--kv {bf16,fp8,all}" in out.stdout and "--decode-configs" in out.stdout
     if not torch.cuda.is_available():
         out = run_python("from benchmarks.experimental.b12x import bench_attention as B; B.main(['--quick'])")
         assert out.returncode != 0 and "bench_attention needs a CUDA device" in out.stderr
+
+
+def test_bench_decode_config_entries():
+    from benchmarks.experimental.b12x import bench_attention as B
+    from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, split_schedule
+
+    assert B.parse_decode_entry("4x16x3f:t33:m512") == (DecodeConfig(4, 16, 3, fused_merge=True), True, 33, 512)
+    assert B.parse_decode_entry("hf") == (None, True, None, None)
+    assert B.parse_decode_entry("h:t66") == (None, False, 66, None)
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][:tN][:mN]"), ("hf:x3", "schedule parts are tN"),
+                         ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(message)):
+            B.parse_decode_entry(bad)
+    assert B.decode_selection("heuristic", "bfloat16", "sm_90a", 132) is None
+    sel = B.decode_selection("hf:m128", "bfloat16", "sm_90a", 132)
+    heur = split_schedule(DecodeConfig(4, 16, 3), "bfloat16", 128, 8, 132, "sm_90a")
+    assert sel.decode == DecodeConfig(4, 16, 3, fused_merge=True)
+    assert sel.schedule == ScheduleConfig(heur.tile_keys, heur.target_items, 128)
+    assert B.decode_selection("4x16x2:t66", "bfloat16", "sm_90a", 132).schedule.target_items == 66
+    for entry in B.DECODE_CONFIGS[1:]:
+        B.decode_selection(entry, "float8_e4m3fn", "sm_90a", 132)
+    assert B.parse_args(["--decode-configs", "heuristic", "hf:t66"]).decode_configs == ["heuristic", "hf:t66"]

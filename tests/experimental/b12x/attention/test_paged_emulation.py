@@ -3,8 +3,10 @@
 Mirrors `_kernel_split.Schedule` (via `schedule_reference`), `_kernel_decode.PagedDecode` (work
 item -> W warps taking sub-tiles w, w + W, ...; masking of keys outside the item's range; online
 softmax in base 2 with the "max = -inf -> use 0" guard; the epilogue's warp merge, v_descale and sink
-folding; final vs partial rows) and `_kernel_split.Merge`. It checks the algorithm and its index
-arithmetic, not the CuTe code (the GPU tier does that).
+folding; final vs partial rows) and `_kernel_split.PartialMerge` (W warps split the items, online
+base-2 merge, then across warps), run either by `Merge` after every item or, with fused_merge, by the
+CTA that draws the last ticket of its (request, KV head) while the CTAs finish in a random order. It
+checks the algorithm and its index arithmetic, not the CuTe code (the GPU tier does that).
 """
 
 import math
@@ -26,7 +28,43 @@ def _exp2(x):
         return np.exp2(x)
 
 
-def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, rows=None):
+def partial_merge(part_o, part_lse, first, n, heads, warps, sink2):
+    """`PartialMerge.merge` for the query heads `heads` of one KV head: (out rows, lse)."""
+    group, dv = len(range(part_o.shape[1])[heads]), part_o.shape[2]
+    ms, ss, accs = [], [], []
+    for w in range(warps):  # phase 1: warp w folds items first + w, first + w + W, ... online
+        m, sm, acc = np.full(group, -np.inf), np.zeros(group), np.zeros((group, dv))
+        for i in range(first + w, first + n, warps):
+            lse_i = part_lse[i, heads]
+            m_new = np.maximum(m, lse_i)
+            m_use = np.where(m_new == -np.inf, 0.0, m_new)
+            corr, wt = _exp2(m - m_use), _exp2(lse_i - m_use)
+            sm = sm * corr + wt
+            acc = acc * corr[:, None] + wt[:, None] * part_o[i, heads]
+            m = m_new
+        ms.append(m)
+        ss.append(sm)
+        accs.append(acc)
+    top = np.max(ms, axis=0)  # phase 2: across the warps
+    top_use = np.where(top == -np.inf, 0.0, top)
+    total = sum(sw * _exp2(mw - top_use) for sw, mw in zip(ss, ms))
+    o = sum(aw * _exp2(mw - top_use)[:, None] for aw, mw in zip(accs, ms))
+    pos = total > 0
+    row_lse = np.where(pos, top_use + np.log2(np.where(pos, total, 1.0)), -np.inf)
+    factor = np.where(pos, 1.0 / np.where(pos, total, 1.0), 0.0)
+    if sink2 is not None:
+        sk = sink2[heads]
+        hi = np.maximum(row_lse, sk)
+        full = hi + np.log2(_exp2(row_lse - hi) + _exp2(sk - hi))
+        factor = factor * _exp2(row_lse - full)
+        row_lse = full
+    return o * factor[:, None], row_lse
+
+
+def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, rows=None, tickets=None, seed=0):
+    """The decode launches in float64. With decode.fused_merge the (item, KV head) CTAs finish in a
+    random order (`seed`) and take tickets from `tickets` (zeros: a fresh or reset counter array);
+    returns (out, lse, item count)."""
     decode = decode or DecodeConfig()
     q = case.q.double().numpy()
     total_q, hq, d = q.shape
@@ -44,69 +82,65 @@ def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, row
     part_o = np.full((rows, hq, dv), np.nan)
     part_lse = np.full((rows, hq), np.nan)
     sink2 = None if sinks is None else sinks.double().numpy() * LOG2E
-    for item, (b, start, end, split) in enumerate(work):
+    ctas = [(item, kvh) for item in range(len(work)) for kvh in range(hkv)]
+    if decode.fused_merge:
+        np.random.default_rng(seed).shuffle(ctas)  # any completion order
+        tickets = np.zeros((len(lens), hkv), dtype=np.int64) if tickets is None else tickets
+    for item, kvh in ctas:
+        b, start, end, split = work[item]
         keys_k = case.k_dense[b].double().numpy()  # [N, Hkv, D], descale applied
         keys_v = case.v_dense[b].double().numpy()
-        for kvh in range(hkv):
-            qh = q[b, kvh * group : (kvh + 1) * group]  # [G, D]
-            t_begin = start // nw
-            t_end = (end + nw - 1) // nw if end > start else t_begin
-            ms, ls, os_ = [], [], []
-            for w in range(w_n):
-                m = np.full(group, -np.inf)
-                lsum = np.zeros(group)
-                o = np.zeros((group, dv))
-                for i in range(max(t_end - t_begin - w + w_n - 1, 0) // w_n):
-                    key0 = (t_begin + w + i * w_n) * nw
-                    idx = np.arange(key0, key0 + nw)
-                    valid = (idx >= start) & (idx < end)
-                    kk = np.where(valid[:, None], keys_k[np.clip(idx, 0, len(keys_k) - 1), kvh], 0.0)
-                    vv = np.where(valid[:, None], keys_v[np.clip(idx, 0, len(keys_v) - 1), kvh], 0.0)
-                    s = np.where(valid[None, :], qh @ kk.T * scale_log2, -np.inf)
-                    m_new = np.maximum(m, s.max(axis=1))
-                    m_use = np.where(m_new == -np.inf, 0.0, m_new)
-                    p = _exp2(s - m_use[:, None])
-                    corr = _exp2(m - m_use)
-                    lsum = lsum * corr + p.sum(axis=1)
-                    m = m_new
-                    o = o * corr[:, None] + p @ vv
-                ms.append(m)
-                ls.append(lsum)
-                os_.append(o)
-            m_top = np.max(ms, axis=0)
-            m_use = np.where(m_top == -np.inf, 0.0, m_top)
-            total = sum(lw * _exp2(mw - m_use) for lw, mw in zip(ls, ms))
-            row_lse = np.where(total > 0, m_use + np.log2(np.where(total > 0, total, 1.0)), -np.inf)
-            factor = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
-            heads = slice(kvh * group, (kvh + 1) * group)
-            if not split and sink2 is not None:
-                sk = sink2[heads]
-                top = np.maximum(row_lse, sk)
-                full = top + np.log2(_exp2(row_lse - top) + _exp2(sk - top))
-                factor = factor * _exp2(row_lse - full)
-                row_lse = full
-            o_row = sum(_exp2(mw - m_use)[:, None] * factor[:, None] * ow for mw, ow in zip(ms, os_))
-            if split:
-                part_o[item, heads], part_lse[item, heads] = o_row, row_lse
-            else:
-                out[b, heads], lse[b, heads] = o_row, row_lse
-    for b, (first, n) in enumerate(reqs):  # Merge
-        if n <= 1:
-            continue
-        pl, po = part_lse[first : first + n], part_o[first : first + n]
-        m = pl.max(axis=0)
-        m_use = np.where(m == -np.inf, 0.0, m)
-        w = _exp2(pl - m_use)
-        total = w.sum(axis=0)
-        row_lse = m_use + np.log2(total)
-        factor = 1.0 / total
-        if sink2 is not None:
-            top = np.maximum(row_lse, sink2)
-            full = top + np.log2(_exp2(row_lse - top) + _exp2(sink2 - top))
+        qh = q[b, kvh * group : (kvh + 1) * group]  # [G, D]
+        t_begin = start // nw
+        t_end = (end + nw - 1) // nw if end > start else t_begin
+        ms, ls, os_ = [], [], []
+        for w in range(w_n):
+            m = np.full(group, -np.inf)
+            lsum = np.zeros(group)
+            o = np.zeros((group, dv))
+            for i in range(max(t_end - t_begin - w + w_n - 1, 0) // w_n):
+                key0 = (t_begin + w + i * w_n) * nw
+                idx = np.arange(key0, key0 + nw)
+                valid = (idx >= start) & (idx < end)
+                kk = np.where(valid[:, None], keys_k[np.clip(idx, 0, len(keys_k) - 1), kvh], 0.0)
+                vv = np.where(valid[:, None], keys_v[np.clip(idx, 0, len(keys_v) - 1), kvh], 0.0)
+                s = np.where(valid[None, :], qh @ kk.T * scale_log2, -np.inf)
+                m_new = np.maximum(m, s.max(axis=1))
+                m_use = np.where(m_new == -np.inf, 0.0, m_new)
+                p = _exp2(s - m_use[:, None])
+                corr = _exp2(m - m_use)
+                lsum = lsum * corr + p.sum(axis=1)
+                m = m_new
+                o = o * corr[:, None] + p @ vv
+            ms.append(m)
+            ls.append(lsum)
+            os_.append(o)
+        m_top = np.max(ms, axis=0)
+        m_use = np.where(m_top == -np.inf, 0.0, m_top)
+        total = sum(lw * _exp2(mw - m_use) for lw, mw in zip(ls, ms))
+        row_lse = np.where(total > 0, m_use + np.log2(np.where(total > 0, total, 1.0)), -np.inf)
+        factor = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
+        heads = slice(kvh * group, (kvh + 1) * group)
+        if not split and sink2 is not None:
+            sk = sink2[heads]
+            top = np.maximum(row_lse, sk)
+            full = top + np.log2(_exp2(row_lse - top) + _exp2(sk - top))
             factor = factor * _exp2(row_lse - full)
             row_lse = full
-        out[b] = (w[:, :, None] * po).sum(axis=0) * factor[:, None]
-        lse[b] = row_lse
+        o_row = sum(_exp2(mw - m_use)[:, None] * factor[:, None] * ow for mw, ow in zip(ms, os_))
+        if split:
+            part_o[item, heads], part_lse[item, heads] = o_row, row_lse
+        else:
+            out[b, heads], lse[b, heads] = o_row, row_lse
+        if split and decode.fused_merge:  # _merge_if_last: the last ticket merges and resets
+            first, n = reqs[b]
+            tickets[b, kvh] += 1
+            if tickets[b, kvh] == n:
+                tickets[b, kvh] = 0
+                out[b, heads], lse[b, heads] = partial_merge(part_o, part_lse, first, n, heads, w_n, sink2)
+    for b, (first, n) in enumerate(reqs):  # the Merge launch (4 warps)
+        if n > 1 and not decode.fused_merge:
+            out[b], lse[b] = partial_merge(part_o, part_lse, first, n, slice(0, hq), 4, sink2)
     return torch.from_numpy(out).float(), torch.from_numpy(lse).float(), count
 
 
@@ -116,6 +150,9 @@ CASES = [
     dict(lens=[2049, 700, 1], decode=DecodeConfig(2, 32, 2), page_size=32),
     dict(lens=[4096], decode=DecodeConfig(8, 16, 2), window_left=1000),
     dict(lens=[0, 0, 33], decode=DecodeConfig(4, 16, 2), window_left=0),
+    dict(lens=[3000, 0, 1, 2000], decode=DecodeConfig(4, 16, 2, fused_merge=True)),
+    dict(lens=[5000], decode=DecodeConfig(2, 32, 3, fused_merge=True), page_size=32, window_left=3000),
+    dict(lens=[4096, 17], decode=DecodeConfig(8, 16, 2, fused_merge=True)),
 ]
 
 
@@ -139,3 +176,37 @@ def test_emulated_kernels_match_reference(case_kw, with_sinks, kv_dtype):
     torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
     if sum(lens) >= 3000:
         assert count > len(lens)  # the long cases really exercise split + merge
+
+
+def test_fused_merge_tickets_reset_across_launches():
+    """Two launches (a graph replay) on one ticket array with new lengths: every counter is back at
+    zero after each, and the merged rows match the reference; a counter left at 1 (a missed reset)
+    delays the merge past the last CTA, so that request's rows are never written (NaN)."""
+    decode = DecodeConfig(4, 16, 2, fused_merge=True)
+    tickets = np.zeros((3, 2), dtype=np.int64)
+    for step, lens in enumerate(([3000, 1, 700], [0, 4000, 2500])):
+        case = make_case(lens, num_q_heads=8, num_kv_heads=2, head_dim=64, seed=step)
+        out, lse, count = emulate(case, decode=decode, tickets=tickets, seed=step)
+        assert count > len(lens) and not tickets.any()
+        ref_out, _ = paged_attention_reference(
+            case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+        )
+        torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-4)
+    tickets[1, 0] = 1
+    out, _, _ = emulate(case, decode=decode, tickets=tickets)
+    assert torch.isnan(out[1, :4]).all() and not torch.isnan(out[1, 4:]).any()
+
+
+def test_partial_merge_warp_split_equals_one_pass():
+    """PartialMerge's W-warp online merge is the single-pass formula for any W and item count."""
+    rng = np.random.default_rng(3)
+    for n, warps in ((1, 4), (2, 4), (7, 4), (9, 2), (33, 8)):
+        part_o = rng.standard_normal((n + 2, 4, 32))
+        part_lse = rng.standard_normal((n + 2, 4)) * 5
+        part_lse[n, 2] = -np.inf if n > 1 else 0.0  # an item that saw no key (another one did)
+        got_o, got_lse = partial_merge(part_o, part_lse, 1, n, slice(0, 4), warps, None)
+        pl, po = part_lse[1 : 1 + n], part_o[1 : 1 + n]
+        w = np.exp2(pl - pl.max(axis=0))
+        want_o = (w[:, :, None] * po).sum(axis=0) / w.sum(axis=0)[:, None]
+        np.testing.assert_allclose(got_o, want_o, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got_lse, pl.max(axis=0) + np.log2(w.sum(axis=0)), rtol=1e-12)

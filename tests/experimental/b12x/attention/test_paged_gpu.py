@@ -1,5 +1,7 @@
 """attention.paged on the GPU: kernels against the fp32 reference on NaN-poisoned buffers, the device
-schedule against its Python mirror, CUDA-graph replay with new lengths, >2^31-element caches.
+schedule against its Python mirror, CUDA-graph replay with new lengths, >2^31-element caches; the
+fused merge (DecodeConfig.fused_merge: the last CTA of a split request merges) on the same checks,
+with its ticket counters back at zero after every run.
 
 Tolerance (DESIGN.md): the kernel's max error against the fp32 reference is at most 2x the error of
 the same computation done in torch at the kernel's precision (P rounded to the mma dtype, output
@@ -13,7 +15,8 @@ import pytest
 import torch
 
 import b12x
-from flashinfer.experimental.b12x.attention.paged._config import schedule_reference
+from flashinfer.experimental.b12x._lib.arch import target_arch
+from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, default_config, schedule_reference
 
 from .paged_cases import check_against_reference, make_case
 
@@ -48,6 +51,19 @@ def prepared(caps):
         _SESSION["s"] = b12x.PreparationSession(DEV)
     _SESSION["s"].prepare([p])
     return p
+
+
+def fused(kv_dtype, head_dim=128, page_size=16, **kw):
+    """This GPU's default decode config with the fused merge (or the given fields)."""
+    base = default_config(kv_dtype, head_dim, page_size, target_arch(torch.device(DEV)))
+    fields = dict(warps=base.warps, keys_per_warp=base.keys_per_warp, stages=base.stages)
+    fields.update(kw)
+    return DecodeConfig(**fields, fused_merge=True)
+
+
+def assert_tickets_reset(plan):
+    tickets = plan.state.scratch["tickets"]
+    assert not tickets.any(), f"fused-merge tickets not reset: {tickets.nonzero().tolist()[:8]}"
 
 
 def poison(plan):
@@ -102,6 +118,7 @@ def check(plan, case, *, window_left=-1, sinks=None, output=None):
     assert s["count"][0].item() == count
     assert s["work"][:count].tolist() == [list(w) for w in work]
     assert s["requests"][: len(reqs)].tolist() == [list(r) for r in reqs]
+    assert_tickets_reset(plan)  # zero for every config: only the fused merge touches them
     return out, lse
 
 
@@ -135,10 +152,11 @@ def test_head_dims_and_fp16(head_dim, dtype, kv_dtype):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("config", [(8, 16, 2), (2, 16, 4), (4, 32, 3)], ids=["w8k16s2", "w2k16s4", "w4k32s3"])
+@pytest.mark.parametrize(
+    "config", [(8, 16, 2), (2, 16, 4), (4, 32, 3), (8, 16, 2, True), (2, 16, 4, True)],
+    ids=["w8k16s2", "w2k16s4", "w4k32s3", "w8k16s2-fused", "w2k16s4-fused"],
+)  # fmt: skip
 def test_non_default_configs(kv_dtype, config):
-    from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig
-
     case = make_case([1, 63, 3000, 64, 129], num_q_heads=40, num_kv_heads=8, head_dim=128, page_size=64,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(config))  # fmt: skip
     check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=DecodeConfig(*config))), case)
@@ -160,13 +178,63 @@ def test_window_sinks_views_and_empty_requests(kv_dtype):
     assert out.data_ptr() == big[:, 4:36].data_ptr() and torch.isnan(big[:, :4]).all()
 
 
+# ---- the fused merge --------------------------------------------------------------------------
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize(
+    "lens",
+    [[32768], [0, 1, 20000], [1, 0, 17, 1000, 32768, 4097, 65, 300]],
+    ids=["b1-32k", "b3-ragged", "b8-ragged"],
+)  # fmt: skip
+def test_fused_merge_matches_reference(kv_dtype, lens):
+    """B in {1, 3, 8}, empty and one-key requests, up to 32k keys; the tickets are zero after each
+    of two runs (the second run merges only if the first reset them)."""
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens))  # fmt: skip
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=fused(kv_dtype)))
+    assert plan.state.selection.decode.fused_merge and len(plan.state.kernels) == 2  # no merge launch
+    for _ in range(2):
+        check(plan, case)
+    assert plan.state.scratch["count"][0].item() > len(lens)  # really split
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_fused_merge_window_sinks_and_gqa(kv_dtype):
+    kvt = getattr(torch, kv_dtype)
+    lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
+    for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):  # G 4, 16 (four merge passes), 1
+        case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
+                         combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16, config=fused(kv_dtype, d)))
+        sinks = torch.randn(hq, device=DEV) * 3
+        for window_left in (-1, 0, 100, 4096):
+            check(plan, case, window_left=window_left, sinks=sinks)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_fused_merge_equals_separate_merge(kv_dtype):
+    """Same partial rows, same PartialMerge (4 warps both): the fused and the separate merge agree."""
+    case = make_case([3000, 1, 32768, 700], num_q_heads=32, num_kv_heads=8, head_dim=128, device=DEV,
+                     kv_dtype=getattr(torch, kv_dtype), seed=4)  # fmt: skip
+    sinks = torch.randn(32, device=DEV)
+    cfg = fused(kv_dtype, warps=4)
+    separate = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages)
+    outs = [check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=c)), case, sinks=sinks)
+            for c in (separate, cfg)]  # fmt: skip
+    torch.testing.assert_close(outs[1][0], outs[0][0], rtol=0, atol=1e-2)
+    torch.testing.assert_close(outs[1][1], outs[0][1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fused_merge", [False, True], ids=["merge", "fused"])
 @pytest.mark.parametrize("copy_runtime_metadata", [False, True])
-def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
+def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata, fused_merge):
     cap_batch, hq, hkv, page, width = 16, 32, 8, 16, 2100
     full = make_case([32000] * cap_batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=128, page_size=page,
                      kv_dtype=FP8, width=width, device=DEV, seed=5)  # fmt: skip
+    config = fused("float8_e4m3fn") if fused_merge else None
     plan = prepared(
-        caps_for(full, dtype="bfloat16", kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata)
+        caps_for(
+            full, dtype="bfloat16", kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata, config=config
+        )  # fmt: skip
     )
     lens = full.cache_seqlens.clone()
     q = full.q.clone()
@@ -186,10 +254,12 @@ def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
         poison(plan)
         graph.replay()
         torch.cuda.synchronize()
+        assert_tickets_reset(plan)  # the next replay's merges depend on it
         got_out, got_lse = binding.out.clone(), binding.lse.clone()
         poison(plan)
         eager_out, eager_lse = paged.run(binding=binding)
         torch.cuda.synchronize()
+        assert_tickets_reset(plan)
         assert torch.equal(got_out, eager_out), f"step {step}: replay differs from eager"
         assert torch.equal(got_lse.nan_to_num(), eager_lse.nan_to_num())
         ref_out, ref_lse = paged.paged_attention_reference(

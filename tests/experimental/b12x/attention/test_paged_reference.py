@@ -7,7 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, chunk_size, schedule_reference
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    chunk_size,
+    resident_ctas,
+    schedule_reference,
+    split_schedule,
+)
 from flashinfer.experimental.b12x.attention.paged.reference import paged_attention_reference, visible_mask
 
 from .paged_cases import dense_attention, make_case
@@ -150,6 +157,41 @@ def test_schedule_splits_long_requests_at_small_batch():
     assert all(items == 1 for _, items in reqs)
     # a capacity of exactly max_batch never splits
     assert chunk_size(10**6, 4, 4, CONFIG) == 1 << 30
+
+
+def test_split_schedule_fills_one_wave_at_small_batch():
+    """split_schedule on the H200 (132 SMs, 8 KV heads, bf16 D 128, 4 x 16 x 3: two resident CTAs an
+    SM): a small batch splits into about one wave of CTAs, each item at least two pipeline fills long;
+    a large batch is not split."""
+    decode = DecodeConfig(4, 16, 3)
+    assert resident_ctas("bfloat16", 128, decode, "sm_90a") == 2
+    sched = split_schedule(decode, "bfloat16", 128, 8, 132, "sm_90a")
+    assert sched == ScheduleConfig(tile_keys=64, target_items=33, min_chunk=256)
+    slots = 2 * 132
+
+    def items(lens):
+        work, reqs = _check_schedule(lens, -1, len(lens) + 66, sched)
+        return work, [n for _, n in reqs]
+
+    work, n = items([32768])  # B * Hkv = 8 of 264 slots: 32 items of 1024 keys, 256 CTAs
+    assert n == [32] and {e - s for _, s, e, _ in work} == {1024} and 8 * len(work) <= slots
+    work, n = items([8192])
+    assert n == [32] and {e - s for _, s, e, _ in work} == {256}  # min_chunk: two fills of 128 keys
+    work, n = items([1024])
+    assert n == [4] and 8 * len(work) <= slots  # short: min_chunk bounds the split, not the wave
+    for lens in ([8192] * 8, [32768] * 8, [1024] * 32, [5000, 17, 0, 30000]):
+        work, n = items(lens)  # never more than one wave of split items beyond one item per request
+        assert len(work) <= sched.target_items + len(lens)
+        # re-balanced to equal sizes, a request's items are > chunk / 2 keys (its last may be shorter)
+        assert all(e - s > sched.min_chunk // 2 for b, s, e, split in work if split and e != lens[b])
+    _, n = items([8192] * 128)
+    assert set(n) == {1}  # B * Hkv = 1024 CTAs > 264 slots: nothing to gain from splitting
+    # fewer SMs or more KV heads: fewer items per request; fp8 (smaller tiles) fits three CTAs an SM
+    assert split_schedule(decode, "bfloat16", 128, 32, 132, "sm_90a").target_items == 9
+    assert split_schedule(decode, "float8_e4m3fn", 128, 8, 132, "sm_90a").target_items == 50
+    # two stages: half the keys in flight, so half the shortest item
+    assert split_schedule(DecodeConfig(4, 16, 2), "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 128
+    assert split_schedule(DecodeConfig(4, 16, 2), "bfloat16", 128, 8, 188, "sm_120a").target_items == 24
 
 
 def test_gpu_tiers_output_check_passes_the_reference_and_fails_a_wrong_row():
