@@ -12,7 +12,9 @@ Buckets (live M is a run-time extent; only the bucket is part of a compile key):
 
 The same variants run on sm_90a and sm_120a (portable mma.sync kernels). On sm_120a / sm_121a the
 tiled buckets of NVFP4 / MXFP4 / MXFP8 pairs can use the native block-scaled MMA kernel
-(`_kernel_sm120`; compiled on the CPU, never run: opt in with B12X_GEMM_SM120_MMA=1, `sm120_mma`). `launch_args` builds the tensors every kernel takes,
+(`_kernel_sm120`; compiled on the CPU, never run: opt in with B12X_GEMM_SM120_MMA=1, `sm120_mma`).
+The decode8 / decode16 buckets of weight-only NVFP4 / MXFP4 / MXFP8 can run the Triton GEMV
+(`blockscaled/_kernel_gemv`, a `GemvConfig`): a plan override, or B12X_GEMM_DECODE_KERNEL=triton. `launch_args` builds the tensors every kernel takes,
 (A, SFA, B, SFB, C, S0, S1, S2) + alpha: the epilogue multiplies by alpha * S0 * S1 * S2 * 2^E with
 S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weight alpha of A / B
 (1.0 where absent), so no scalar is ever read on the host.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import torch
 
@@ -91,6 +94,10 @@ def _is_sm120(config) -> bool:
     return type(config).__name__ == "Sm120Config"
 
 
+def _is_gemv(config) -> bool:
+    return type(config).__name__ == "GemvConfig"
+
+
 def default_config(
     bucket: str,
     n: int | None = None,
@@ -107,6 +114,10 @@ def default_config(
         from ..blockscaled._kernel_sm120 import default_config as sm120_config
 
         return sm120_config(a_fmt)
+    from ..blockscaled import _gemv_config as GC
+
+    if GC.selected(a_fmt, b_fmt, bucket):
+        return GC.default_config(n, k, b_fmt)
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import default_config as decode_config
 
@@ -125,6 +136,10 @@ def compile_fn(bucket: str, config=None):
         from ..blockscaled._kernel_sm120 import compile_sm120
 
         return compile_sm120
+    if _is_gemv(config):
+        from ..blockscaled._kernel_gemv import compile_gemv
+
+        return compile_gemv
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import compile_decode
 
@@ -139,6 +154,10 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
         from ..blockscaled._kernel_sm120 import why_not as sm120_reason
 
         return sm120_reason(a_fmt, b_fmt, out_dtype, config)
+    if _is_gemv(config):
+        from ..blockscaled._gemv_config import why_not as gemv_reason
+
+        return gemv_reason(a_fmt, b_fmt, out_dtype, config, bucket)
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import why_not as reason
     else:
@@ -170,6 +189,9 @@ def device_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def clear() -> None:
     _CONSTS.clear()
+    gemv = sys.modules.get(__name__.rsplit(".", 2)[0] + ".blockscaled._kernel_gemv")
+    if gemv is not None:  # split-K workspaces of the Triton GEMV (never imported just to clear)
+        gemv.WORKSPACES.clear()
 
 
 def _scale_arg(fmt: str, scales, ones, dummy):

@@ -122,7 +122,9 @@ def plan(query, *, invocation=None, override=None) -> GemmPlan:
     """A pure, hashable plan. query: a GemmQuery, or a packed Weight (its recipe on both sides).
 
     invocation: None, or the expected live M (prepares only its bucket when query.m_values is empty).
-    override: {bucket: DecodeConfig | TiledConfig} replacing the heuristic for those buckets.
+    override: {bucket: DecodeConfig | TiledConfig} replacing the heuristic for those buckets; a
+    `_gemv_config.GemvConfig` for decode8 / decode16 runs the Triton GEMV (weight-only NVFP4 /
+    MXFP4 / MXFP8), as B12X_GEMM_DECODE_KERNEL=triton does for every such plan.
     """
     if isinstance(query, Weight):
         query = GemmQuery(query.recipe, query.recipe, query.n, query.k)
