@@ -1,8 +1,8 @@
 """Benchmark b12x.gemm (blockscaled decode/tiled kernels and the linear ops) against torch's GEMMs.
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
-        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--sweep [--sweep-subset prefetch]]
-        [--timer events|graph] [--json PATH]
+        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton]
+        [--sweep [--sweep-subset prefetch|gemv]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -19,6 +19,9 @@ torch._scaled_mm e4m3 tensorwise and rowwise (cuBLASLt), torch._weight_int4pack_
 group 128; its int4 weight from torch._convert_weight_to_int4pack). Every case checks ours against
 the fp32 reference first (max abs error in the note). --sweep times every candidate kernel config
 per case (prepared plans with overrides) and reports the fastest: the tuning input for the heuristics.
+--decode-kernel triton runs the weight-only NVFP4 / MXFP4 / MXFP8 cases at M <= 16 on the Triton GEMV
+(its heuristic config, `blockscaled/_gemv_config.py`) instead of the CuTe decode kernel;
+--sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case.
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -90,7 +93,18 @@ class Ours:
     ref: torch.Tensor  # fp32 reference
 
 
-def _setup(recipe, m, n, k, dev, gen) -> Ours:
+def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int, k: int):
+    """The plan override --decode-kernel asks for ({bucket: GemvConfig} for the Triton GEMV), or None."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
+
+    bucket = L.bucket_for(m)
+    if decode_kernel != "triton" or L.why_not(a_fmt, b_fmt, "bfloat16", bucket, GC.GemvConfig()) is not None:
+        return None
+    return {bucket: GC.default_config(n, k, b_fmt)}
+
+
+def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute") -> Ours:
     from flashinfer.experimental.b12x._lib import quant as Q
     from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
@@ -122,7 +136,8 @@ def _setup(recipe, m, n, k, dev, gen) -> Ours:
         a32 = Q.dequantize_mxfp8(q, sc)
     else:
         # a prepared plan for this M, as serving (the demo block) runs it: the shape-aware config
-        plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)))
+        override = _decode_override(decode_kernel, a_fmt, b_fmt, m, n, k)
+        plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override=override)
         with b12x.PreparationSession(dev) as session:
             session.prepare([plan])
         fn = lambda: BS.mm(lhs, weight, out, plan=plan, alpha=alpha)  # noqa: E731
@@ -178,11 +193,19 @@ def _peers(m, n, k, dev, gen, args):
 
 
 def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all") -> tuple:
-    """The configs --sweep times for a case: every candidate of its bucket ("all"), or ("prefetch")
-    the decode kernel's weight-prefetch candidates plus the case's heuristic config as the baseline."""
+    """The configs --sweep times for a case: every candidate of its bucket ("all"), ("prefetch") the
+    decode kernel's weight-prefetch candidates, or ("gemv") the Triton GEMV's candidates (decode8 /
+    decode16), each after the case's CuTe heuristic config as the baseline. Configs a case's pair
+    cannot run (a GEMV config for quantized activations) are skipped by `_sweep`."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+    if subset == "gemv":
+        if bucket not in GC.BUCKETS or b_fmt not in GC.RECIPES:
+            return ()
+        return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
         return () if subset == "prefetch" else KT.candidate_configs(m)
@@ -217,7 +240,7 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
     for recipe in recipes:
         if recipe.startswith(("w4a16", "w8a16")) and m > DECODE_MAX_M and recipe != "w4a16_nvfp4":
             continue  # weight-only forms past decode sizes: one representative is enough
-        ours = _setup(recipe, m, n, k, dev, gen)
+        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
         ours.out.fill_(float("nan"))
         ours.fn()
@@ -243,9 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch"),
+        choices=("all", "prefetch", "gemv"),
         default="all",
-        help="with --sweep: every candidate, or the decode weight-prefetch candidates + the heuristic config",
+        help="with --sweep: every candidate, the decode weight-prefetch candidates, or the Triton GEMV "
+        "candidates (each + the CuTe heuristic config)",
+    )
+    parser.add_argument(
+        "--decode-kernel",
+        choices=("cute", "triton"),
+        default="cute",
+        help="weight-only NVFP4/MXFP4/MXFP8 at M <= 16: the CuTe decode kernel or the Triton GEMV",
     )
     args = parser.parse_args(argv)
     dev = require_cuda("bench_gemm", args.device)

@@ -286,3 +286,114 @@ def test_block_fp8_linear_graph_replay_equals_eager():
         assert torch.equal(binding.output, eager)
     finally:
         b12x.unfreeze_kernel_resolution()
+
+
+# ---- the Triton GEMV (weight-only decode at M <= 16, blockscaled/_kernel_gemv; select with -k gemv) --
+GEMV_SHAPES = ((28672, 4096), (4096, 4096), (11264, 2048), (2048, 5632))  # issue #6's decode shapes
+
+
+def _gemv_plan(a_fmt, b_fmt, m, n, k, config=None):
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
+
+    cfg = config or GC.default_config(n, k, b_fmt)
+    bucket = L.bucket_for(m)
+    plan = B.plan(B.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override={bucket: cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert plan.state.selection == ((bucket, cfg),)
+    return plan
+
+
+@pytest.mark.parametrize("m", [1, 7, 16])
+@pytest.mark.parametrize("n, k", GEMV_SHAPES)
+def test_gemv_nvfp4_decode_shapes(m, n, k):
+    """W4A16 NVFP4 at the issue's shapes through a prepared plan with the GEMV heuristic's config
+    (split-K at N <= 11264), outputs NaN-poisoned."""
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight("nvfp4", n, k))
+    check_tolerance(_run(ops, plan=_gemv_plan("bfloat16", "nvfp4", m, n, k)), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize(
+    "a_fmt, b_fmt", [("bfloat16", "mxfp4"), ("bfloat16", "mxfp8"), ("float16", "nvfp4"), ("float16", "mxfp8")]
+)
+def test_gemv_other_formats(a_fmt, b_fmt, m):
+    n, k = 2048, 5632  # split 8: the workspace path
+    ops = make_operands(a_fmt, b_fmt, m, n, k, seed=m, device="cuda", weight=_weight(b_fmt, n, k))
+    check_tolerance(_run(ops, plan=_gemv_plan(a_fmt, b_fmt, m, n, k)), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+def test_gemv_output_dtypes(out_dtype):
+    ops = make_operands("bfloat16", "nvfp4", 5, 4096, 4096, seed=11, device="cuda", weight=_weight("nvfp4", 4096, 4096))
+    q = B.GemmQuery("bfloat16", "nvfp4", 4096, 4096, out_dtype=out_dtype, max_m=8, m_values=(5,))
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
+
+    plan = B.plan(q, override={"decode8": GC.default_config(4096, 4096, "nvfp4")})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    check_tolerance(_run(ops, out_dtype, plan=plan), ops, out_dtype)
+
+
+def test_gemv_candidate_configs_are_correct():
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
+
+    n, k = 4096, 4096
+    ops = make_operands("bfloat16", "nvfp4", 9, n, k, seed=12, device="cuda", weight=_weight("nvfp4", n, k))
+    for cfg in GC.candidate_configs(n, k, "nvfp4"):
+        check_tolerance(_run(ops, plan=_gemv_plan("bfloat16", "nvfp4", 9, n, k, cfg)), ops, "bfloat16")
+
+
+def test_gemv_split_k_graph_replay_equals_eager_and_follows_a_device_alpha():
+    """Split-K tickets reset themselves: replays of a captured split-K launch stay equal to eager."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_gemv as KG
+
+    n, k, m = 2048, 5632, 3
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=13, device="cuda")
+    plan = _gemv_plan("bfloat16", "nvfp4", m, n, k)
+    assert plan.state.selection[0][1].split_k > 1
+    alpha = torch.tensor([1.0], dtype=torch.float32, device="cuda")
+    eager = B.mm(ops.a_values, ops.weight, plan=plan, alpha=alpha)
+    out = torch.full_like(eager, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        B.mm(ops.a_values, ops.weight, out, plan=plan, alpha=alpha)
+    torch.cuda.current_stream().wait_stream(side)
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        B.mm(ops.a_values, ops.weight, out, plan=plan, alpha=alpha)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager)
+    alpha.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.float(), (eager.float() * 2).to(eager.dtype).float())
+    _, cnt = KG.WORKSPACES.get(out.device, n, plan.state.selection[0][1])
+    assert int(cnt.abs().sum()) == 0
+    check_tolerance(eager, ops, "bfloat16")
+
+
+def test_gemv_env_selection_prewarm_and_freeze(monkeypatch):
+    """B12X_GEMM_DECODE_KERNEL=triton routes unplanned weight-only mm at M <= 16 to the GEMV; after
+    prewarm a frozen process runs new M in the warmed buckets without compiling."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_gemv import compile_gemv
+
+    monkeypatch.setenv(GC.ENV, "triton")
+    w = _weight("nvfp4", 4096, 4096)
+    b12x.clear_all_caches()
+    B.prewarm(w, [1, 16], activation=torch.bfloat16)
+    before = compile_gemv.compile_count
+    assert before >= 1
+    b12x.freeze_kernel_resolution("test")
+    try:
+        for m in (1, 2, 8, 13, 16):
+            ops = make_operands("bfloat16", "nvfp4", m, 4096, 4096, seed=m, device="cuda", weight=w)
+            check_tolerance(_run(ops), ops, "bfloat16")
+    finally:
+        b12x.unfreeze_kernel_resolution()
+    assert compile_gemv.compile_count == before
