@@ -6,6 +6,7 @@ explicit split target, and a NaN-filled CPU workspace, so run_pre / run_post / r
 through validation, the split heuristic, workspace indexing and dispatch exactly as on a GPU.
 """
 
+import dataclasses
 import functools
 import os
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small, api
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import assert_ulps, inputs
@@ -25,26 +26,27 @@ H = 256  # smallest supported hidden size: 8 steps of 32 (pass 1), 2 of 128 (pos
 SCAL = dict(rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=5)
 
 
-def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=torch.bfloat16):
+def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=torch.bfloat16, hidden=H):
     cfg = config or _config.MhcConfig()
-    p = mhc.plan(mhc.Caps(device="cpu", max_tokens=max_tokens, hidden_size=H, dtype=dtype, split_k=split_k))
+    p = mhc.plan(mhc.Caps(device="cpu", max_tokens=max_tokens, hidden_size=hidden, dtype=dtype, split_k=split_k))
     table = {}
     for k, args in p.kernels(cfg, "sm_90a"):
         if k.__name__ == "compile_stream":
             form, _, hidden, tile = args[:4]
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_stream, _kernel.MODES[form], hidden, tile)
-        elif k.__name__ == "compile_small":
+        elif k.__name__ in ("compile_small", "compile_fused"):
             form, _, hidden, _, tile = args[:5]
-            launch = functools.partial(_kernel_small.launch_small, _kernel.MODES[form], hidden, tile)
-            table[(k.__name__, args[:-2])] = launch
+            module = _kernel_small.launch_small if k.__name__ == "compile_small" else _kernel_fused.launch_fused
+            table[(k.__name__, args[:-2])] = functools.partial(module, _kernel.MODES[form], hidden, tile)
         elif k.__name__ == "compile_row":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
-    rows = _config.workspace_rows(cfg, p.forms(), H, max_tokens, target_ctas, split_k)
+    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
-    st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": torch.zeros(1, dtype=torch.int32)}
+    counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)
+    st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": counters}
     st.extra = {"launchers": table, "target_ctas": target_ctas}
     p._assign_handle()
     return p
@@ -283,3 +285,149 @@ def test_bench_per_pass_calls_match_the_entry_point(op, variant):
     for name in ("y", "post", "comb"):
         assert torch.isfinite(outs[name].float()).all(), name
         assert torch.equal(outs[name], ref[name]), name
+
+
+# ---------------------------------------------------------------------------------------------
+# The one-launch ("fused") kernel: split-K programs, the last of each token block finishes it.
+# ---------------------------------------------------------------------------------------------
+
+F = _config.FusedConfig
+# At H = 256: 2 steps a split -> 8 splits of pre (block_h 16) and 4 of post_pre (block_h 32); the
+# finisher sums its partials 2 or 4 rows a step. Every square-sum mode, 16- and 32-token blocks.
+FUSED = {
+    "gram": _config.MhcConfig(
+        fused_pre=F(16, 16, 2, sq="gram", block_s=4, finish_h=64),
+        fused_post_pre=F(16, 32, 2, sq="gram", block_s=4),
+        fused_min_tokens=1,
+    ),
+    "lazy_step": _config.MhcConfig(
+        fused_pre=F(32, 16, 2, sq="lazy", block_s=2, finish_h=128, finish_stages=1),
+        fused_post_pre=F(32, 16, 4, sq="step", block_s=2),
+        post_pre_split=False,
+        fused_min_tokens=2,
+    ),
+    # the heuristic's selection: post_pre above small_max_tokens = post's kernel + fused pre
+    "default": dataclasses.replace(_config.default_config("sm_90a"), small_max_tokens=8, fused_min_tokens=2),
+}
+
+
+@pytest.fixture(params=list(FUSED))
+def fused(request):
+    return FUSED[request.param]
+
+
+def counting(p):
+    """Wrap the plan's fused launchers: returns the list each launch appends its form to."""
+    launched = []
+    table = p.state.extra["launchers"]
+    for key, launch in list(table.items()):
+        if key[0] == "compile_fused":
+
+            def wrapped(*a, _launch=launch, _form=key[1][0], **kw):
+                launched.append(_form)
+                return _launch(*a, **kw)
+
+            table[key] = wrapped
+    return launched
+
+
+def poisoned_outs(tokens, hidden, residual=False):
+    outs = dict(
+        y_out=torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16),
+        post_out=torch.full((tokens, 4), float("nan")),
+        comb_out=torch.full((tokens, 4, 4), float("nan")),
+    )
+    if residual:
+        outs["residual_out"] = torch.full((tokens, 4, hidden), float("nan"), dtype=torch.bfloat16)
+    return outs
+
+
+@pytest.mark.parametrize("tokens, weight", [(1, None), (3, "w_f32"), (17, "w_act"), (40, None)])
+def test_fused_pre_twice(tokens, weight, fused):
+    """T not a multiple of the token block; a second call on fresh inputs (the counters must be back
+    at 0, the partials of the first call must not leak in); outputs NaN-poisoned each time."""
+    p = interpret_plan(48, target_ctas=4, config=fused)
+    launched = counting(p)
+    for seed in (tokens, 1000 + tokens):
+        ins = inputs(tokens, H, seed=seed)
+        w = None if weight is None else ins[weight]
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        got = mhc.run_pre(
+            ins["residual"], *mix, plan=p, norm_weight=w, norm_eps=1e-5, **poisoned_outs(tokens, H), **SCAL
+        )
+        want = R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], norm_weight=w, norm_eps=1e-5, **SCAL)
+        check_pre_outputs(got, want)
+        assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
+    assert launched == (["pre", "pre"] if tokens >= fused.fused_min_tokens else [])
+
+
+@pytest.mark.parametrize("tokens, folded", [(5, False), (33, True)])
+def test_fused_broadcast(tokens, folded, fused):
+    p = interpret_plan(48, target_ctas=4, config=fused)
+    launched = counting(p)
+    ins = inputs(tokens, H, seed=70 + tokens)
+    fn = ins["fn"].view(24, 4, H).sum(1).contiguous() if folded else ins["fn"]
+    outs = poisoned_outs(tokens, H, residual=True)
+    got = mhc.run_pre(ins["x"], fn, ins["hc_scale"], ins["hc_base"], plan=p, norm_weight=ins["w_f32"], **outs, **SCAL)
+    folded_fn = fn.view(24, 4, H).sum(1) if fn.shape[1] == 4 * H else fn
+    want = R.mhc_pre(ins["x"], sfn(folded_fn), ins["hc_scale"], ins["hc_base"], norm_weight=ins["w_f32"], **SCAL)
+    assert torch.equal(outs["residual_out"], ins["x"].unsqueeze(1).expand(tokens, 4, H))
+    check_pre_outputs(got, want)
+    assert launched == ["bcast"]
+
+
+@pytest.mark.parametrize("tokens, in_place", [(2, False), (17, True), (40, False)])
+def test_fused_post_pre_twice(tokens, in_place, fused):
+    p = interpret_plan(48, target_ctas=4, config=fused)
+    launched = counting(p)
+    for seed in (tokens, 500 + tokens):
+        ins = inputs(tokens, H, seed=seed)
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+        new_exact = R.mhc_post(*args, compute_dtype=torch.float64).double()
+        outs = poisoned_outs(tokens, H, residual=True)
+        if in_place:
+            outs["residual_out"] = ins["residual"].clone()
+        res_in = outs["residual_out"] if in_place else ins["residual"]
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
+        got = mhc.run_post_pre(ins["x"], res_in, ins["post"], ins["comb"], *mix, plan=p, **outs, **kw)
+        assert got[0] is outs["residual_out"]
+        assert_ulps(got[0], new_exact, 1)
+        check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
+        assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
+    sel = p.state.selection
+    want = "pre" if sel.post_pre_split and tokens > sel.small_max_tokens else "post_pre"
+    assert launched == [want, want]
+
+
+def test_fused_split_k_and_float16():
+    """Caps.split_k sets the one-launch kernel's splits too (3 here, uneven steps); fp16 activations."""
+    cfg = FUSED["gram"]
+    p = interpret_plan(8, target_ctas=1, split_k=3, config=cfg, dtype=torch.float16)
+    assert cfg.fused_pre.split(H, 3) == (3, 6)
+    launched = counting(p)
+    ins = inputs(5, H, dtype=torch.float16, seed=3)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
+    want = R.mhc_pre(ins["residual"], sfn(ins["fn"], torch.float16), ins["hc_scale"], ins["hc_base"], **SCAL)
+    close_fp32(got[1], want[1], "post")
+    close_fp32(got[2], want[2], "comb")
+    torch.testing.assert_close(got[3], want[3], rtol=2**-10, atol=1e-5)
+    assert launched == ["pre"]
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_fused_at_hidden_7168(tokens):
+    """The real hidden size with the heuristic's tiles (28 splits, 16 steps each)."""
+    hidden, cfg = 7168, dataclasses.replace(_config.default_config("sm_90a"), fused_min_tokens=1)
+    p = interpret_plan(4, target_ctas=4, config=cfg, hidden=hidden)
+    launched = counting(p)
+    ins = inputs(tokens, hidden, seed=tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, hidden), **SCAL)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **SCAL))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, hidden, residual=True), **SCAL)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+    assert launched == ["pre", "post_pre"]
+    assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))

@@ -15,7 +15,7 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
 
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small
 
 pytestmark = pytest.mark.compile
 
@@ -125,6 +125,37 @@ def test_small_kernel(form, cc):
     _check(
         _compile(_kernel_small._mhc_small_kernel, SMALL_SIG, consts, cfg.num_warps, 1, cc), f"small {form}", mma=True
     )
+
+
+FUSED_SIG = {k: v for k, v in SMALL_SIG.items() if k not in ("T", "fn_blocks")}
+FUSED_SIG |= dict(T="i32", splits="i32", cps="i32", fn_blocks="i32", sinkhorn_iters="i32", has_norm="i32")
+FUSED_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
+# The heuristic's one-launch tiles and the sweep's alternatives (bench_norm --sweep): each form
+# that runs a tile, at the largest hidden size the op is built for and at 7168.
+FUSED_TILES = {
+    "default_pre": (_config.FUSED_PRE, ("pre", "bcast")),
+    "default_post_pre": (_config.FUSED_POST_PRE, ("post_pre",)),
+    "pre_lazy": (_config.FusedConfig(32, 16, 16, 4, 3, sq="lazy"), ("pre",)),
+    "pre_t64_w2": (_config.FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=32), ("pre",)),
+    "pre_finish128": (_config.FusedConfig(32, 16, 16, 4, 3, finish_h=128, finish_stages=3), ("pre",)),
+    "post_pre_t16_h32_w8": (_config.FusedConfig(16, 32, 8, 8, 2, sq="step"), ("post_pre",)),
+}
+
+
+def _fused_cases():
+    for name, (tile, forms) in FUSED_TILES.items():
+        for form in forms:
+            for hidden in (7168, 16384):
+                yield pytest.param(tile, form, hidden, id=f"{name}-{form}-{hidden}")
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("tile, form, hidden", list(_fused_cases()))
+def test_fused_kernel(tile, form, hidden, cc):
+    """The one-launch kernel: mma.sync mixes (and squares with sq="gram"), no wgmma, no spills."""
+    consts = _kernel_fused.fused_constexprs(hidden, _kernel.MODES[form], tile)
+    compiled = _compile(_kernel_fused._mhc_fused_kernel, FUSED_SIG, consts, tile.num_warps, tile.num_stages, cc)
+    _check(compiled, f"fused {form}", mma=True)
 
 
 @pytest.mark.parametrize("cc", ARCHS)

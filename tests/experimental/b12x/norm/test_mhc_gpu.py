@@ -1,12 +1,14 @@
 """norm.mhc on CUDA: every entry point vs the fp32 reference (DESIGN.md §6 rule), NaN-poisoned
 outputs and workspace, CUDA graph replay, freeze, torch.compile, mma.sync (never wgmma), large offsets."""
 
+import dataclasses
+
 import pytest
 import torch
 
 import b12x
 from b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_row, _kernel_small
+from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
@@ -136,6 +138,17 @@ PASS2 = {
         pre_small=_config.StreamConfig(16, 128, 4, 2),
         post_pre_small=_config.StreamConfig(16, 64, 4, 2),
     ),
+    # the one-launch kernel everywhere (T = 1 too; post_pre in one launch at every T), the
+    # elementwise square sums, and a 16-token post_pre block
+    "fused_all": _config.MhcConfig(
+        fused_pre=_config.FUSED_PRE, fused_post_pre=_config.FUSED_POST_PRE, fused_min_tokens=1, post_pre_split=False
+    ),
+    "fused_lazy": _config.MhcConfig(
+        fused_pre=_config.FusedConfig(32, 16, 16, 4, 3, sq="lazy"),
+        fused_post_pre=_config.FusedConfig(16, 32, 8, 8, 2, sq="step"),
+        post_pre_split=False,
+    ),
+    "fused_step_split": _config.MhcConfig(fused_pre=_config.FusedConfig(32, 16, 8, 4, 3, sq="step", finish_h=128)),
 }
 
 
@@ -194,7 +207,7 @@ def test_split_k_cap_and_float16():
         mhc.run_post_pre(*a, plan=p16, **SCALARS)
 
 
-@pytest.mark.parametrize("variant", [None, "small"])
+@pytest.mark.parametrize("variant", [None, "small", "fused_all", "row"])  # None: the heuristic (fused)
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256
     p = prepared(hidden, override=None if variant is None else PASS2[variant])
@@ -248,7 +261,7 @@ def test_graph_replay_equals_eager(variant):
 
 def _jit_cache_size():
     kernels = (_kernel._mhc_stream_kernel, _kernel._mhc_apply_kernel, _kernel_row._mhc_row_kernel)
-    kernels += (_kernel_small._mhc_small_kernel,)
+    kernels += (_kernel_small._mhc_small_kernel, _kernel_fused._mhc_fused_kernel)
     return sum(len(c[0]) for k in kernels for c in k.device_caches.values())
 
 
@@ -258,6 +271,7 @@ def test_freeze_new_tokens_run_new_hidden_raises():
     mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
     compiles = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
     compiles += _kernel_row.compile_row.compile_count + _kernel_small.compile_small.compile_count
+    compiles += _kernel_fused.compile_fused.compile_count
     jit = _jit_cache_size()
     b12x.freeze_kernel_resolution("test")
     for tokens in (2, 77, 4999):
@@ -267,7 +281,8 @@ def test_freeze_new_tokens_run_new_hidden_raises():
         mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, norm_weight=ins["w_f32"], **SCALARS)
     torch.cuda.synchronize()
     now = _kernel.compile_stream.compile_count + _kernel.compile_apply.compile_count
-    assert now + _kernel_row.compile_row.compile_count + _kernel_small.compile_small.compile_count == compiles
+    now += _kernel_row.compile_row.compile_count + _kernel_small.compile_small.compile_count
+    assert now + _kernel_fused.compile_fused.compile_count == compiles
     assert _jit_cache_size() == jit  # Triton compiled nothing behind our back either
     with pytest.raises(b12x.KernelResolutionFrozenError):
         b12x.PreparationSession("cuda").prepare([mhc.plan(mhc.Caps(device="cuda", max_tokens=8, hidden_size=5120))])
@@ -306,6 +321,7 @@ def test_torch_compile_fullgraph():
 def test_compiled_kernels_use_mma_sync_never_wgmma():
     prepared(4096)
     stream = [k for c in _kernel._mhc_stream_kernel.device_caches.values() for k in c[0].values()]
+    stream += [k for c in _kernel_fused._mhc_fused_kernel.device_caches.values() for k in c[0].values()]
     prepared(4096, override=PASS2["row"])
     apply = [k for c in _kernel._mhc_apply_kernel.device_caches.values() for k in c[0].values()]
     apply += [k for c in _kernel_row._mhc_row_kernel.device_caches.values() for k in c[0].values()]
@@ -333,3 +349,26 @@ def test_offsets_past_2_to_the_31():
     args = (x[tail], residual[tail], post[tail], comb[tail], fn, hc_scale, hc_base)
     ref32, ref_lo = R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
     check_outputs([g[tail] for g in got], ref32, ref_lo)
+
+
+@pytest.mark.parametrize("tokens", [3, 1000])
+def test_fused_counters_reset_and_repeat(tokens):
+    """The heuristic's one-launch tiles (from 2 tokens here): the ticket counters are back at 0 after
+    every call, so back-to-back calls on fresh inputs (and the prime before them) stay right."""
+    hidden = 7168
+    p = prepared(hidden, override=dataclasses.replace(_config.default_config("sm_90a"), fused_min_tokens=2))
+    assert p.state.selection.fused("pre", tokens) is not None
+    counter = p.state.scratch["counter"]
+    assert counter.numel() == -(-MAX_T // _config.FUSED_PRE.block_t)
+    for seed in (1, 2, 3):
+        ins = gpu_inputs(tokens, hidden, seed=600 + seed)
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **SCALARS)
+        check_outputs(got, *pre_refs(ins["residual"], *mix, **SCALARS))
+        assert torch.count_nonzero(counter).item() == 0
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+        got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **SCALARS)
+        check_outputs(
+            got, R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
+        )
+        assert torch.count_nonzero(counter).item() == 0

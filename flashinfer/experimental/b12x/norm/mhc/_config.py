@@ -26,7 +26,8 @@ class StreamConfig:
     num_warps: int = 4
     num_stages: int = 2
     # pre's sum of squares: "auto" (elementwise when it fits in 32 registers, else per step), "step"
-    # (a row reduction per step), "lazy" (elementwise, one reduction after the loop)
+    # (a row reduction per step), "lazy" (elementwise, one reduction after the loop), "gram" (on the
+    # tensor cores: the diagonal of a @ a^T, one more dot of N = block_t per step)
     sq: str = "auto"
 
     def __post_init__(self) -> None:
@@ -34,15 +35,23 @@ class StreamConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
-        if self.sq not in ("auto", "step", "lazy"):
-            raise ValueError(f"StreamConfig.sq must be auto, step or lazy, got {self.sq!r}")
-        if self.block_h < 8:
-            raise ValueError(f"StreamConfig.block_h must be >= 8 (a dot's K), got {self.block_h}")
-        if self.num_warps % 4 == 0 and self.block_t >= 64:
-            raise ValueError(
-                f"StreamConfig(block_t={self.block_t}, num_warps={self.num_warps}) would compile to wgmma on "
-                "sm_90a (hardware policy: mma.sync only): use block_t <= 32 at 4+ warps, or 2 warps"
-            )
+        _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq)
+
+
+SQ_MODES = ("auto", "step", "lazy", "gram")
+
+
+def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str) -> None:
+    """The checks every pass-1 tile (StreamConfig, FusedConfig) shares."""
+    if sq not in SQ_MODES:
+        raise ValueError(f"{cls}.sq must be one of {SQ_MODES}, got {sq!r}")
+    if block_h < 8:
+        raise ValueError(f"{cls}.block_h must be >= 8 (a dot's K), got {block_h}")
+    if num_warps % 4 == 0 and block_t >= 64:
+        raise ValueError(
+            f"{cls}(block_t={block_t}, num_warps={num_warps}) would compile to wgmma on "
+            "sm_90a (hardware policy: mma.sync only): use block_t <= 32 at 4+ warps, or 2 warps"
+        )
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,49 @@ class SmallConfig:
 
 
 @dataclass(frozen=True)
+class FusedConfig:
+    """Tile of the one-launch kernel (_kernel_fused.py): one program per block of `block_t` tokens
+    and split of the hidden dimension (`steps_per_split` steps of `block_h` per stream); the last
+    program of a token block to finish (a ticket) computes its weights and y, reading the rows back
+    from L2 in `finish_h`-wide chunks (`finish_stages` prefetched) and the partials `block_s` splits
+    a step."""
+
+    block_t: int = 32
+    block_h: int = 16
+    steps_per_split: int = 16
+    num_warps: int = 4
+    num_stages: int = 2
+    sq: str = "gram"
+    finish_h: int = 64
+    finish_stages: int = 2
+    block_s: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("block_t", "block_h", "num_warps", "finish_h", "block_s"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"FusedConfig.{name} must be a power of two >= 1, got {v!r}")
+        for name in ("steps_per_split", "num_stages", "finish_stages"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"FusedConfig.{name} must be an int >= 1, got {v!r}")
+        if self.block_t < 16:
+            raise ValueError(f"FusedConfig.block_t must be >= 16 (a dot's M), got {self.block_t}")
+        if self.sq == "auto":
+            raise ValueError("FusedConfig.sq must be step, lazy or gram (no auto), got 'auto'")
+        _check_pass1_tile("FusedConfig", self.block_t, self.block_h, self.num_warps, self.sq)
+
+    def split(self, hidden: int, split_k: int | None = None) -> tuple[int, int]:
+        """(splits, steps per split) at `hidden`: Caps.split_k splits when given, else enough
+        splits of steps_per_split steps to cover hidden // block_h. Independent of T: a token
+        block's programs run side by side, so its rows are still in L2 when the finisher reads them."""
+        n_steps = hidden // self.block_h
+        want = split_k if split_k is not None else cdiv(n_steps, self.steps_per_split)
+        cps = cdiv(n_steps, max(1, min(want, n_steps)))
+        return cdiv(n_steps, cps), cps
+
+
+@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -152,10 +204,56 @@ class MhcConfig:
     post_pre_split: bool = True
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
+    # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
+    # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (the default_config
+    # heuristic turns it on: FUSED_PRE, FUSED_POST_PRE). From 512 tokens by prediction, unmeasured:
+    # the finisher's y loop walks H in [block_t, finish_h] tiles whatever the live tokens (~112
+    # dependent L2 round trips at H = 7168), ~20 us that the two-pass path beats at small T.
+    fused_pre: FusedConfig | None = None
+    fused_post_pre: FusedConfig | None = None
+    fused_min_tokens: int = 512
 
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
+        if not isinstance(self.fused_min_tokens, int) or self.fused_min_tokens < 1:
+            raise ValueError(f"MhcConfig.fused_min_tokens must be an int >= 1, got {self.fused_min_tokens!r}")
+        for name in ("fused_pre", "fused_post_pre"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, FusedConfig):
+                raise ValueError(f"MhcConfig.{name} must be a FusedConfig or None, got {type(v).__name__}")
+
+    def fused_tile(self, form: str) -> FusedConfig | None:
+        """The one-launch tile of `form` (None: that form never runs it)."""
+        if form == "post":
+            return None
+        return self.fused_post_pre if form == "post_pre" else self.fused_pre
+
+    def fused(self, form: str, tokens: int) -> FusedConfig | None:
+        """The one-launch tile at `tokens` live tokens, or None (the small path, when configured,
+        takes precedence up to its max_tokens). post_pre above small_max_tokens with
+        post_pre_split runs post's kernel and then pre (one launch when fused_pre is set)."""
+        if tokens < self.fused_min_tokens or (self.small is not None and tokens <= self.small.max_tokens):
+            return None
+        if form == "post_pre" and self.post_pre_split and tokens > self.small_max_tokens:
+            return None
+        return self.fused_tile(form)
+
+    def fused_forms(self, forms, max_tokens: int) -> tuple:
+        """The forms of `forms` that may run the one-launch kernel up to max_tokens (post_pre_split
+        borrows pre's above small_max_tokens)."""
+        if max_tokens < self.fused_min_tokens:
+            return ()
+        out = [f for f in forms if self.fused_tile(f) is not None]
+        if "post_pre" in forms and self.post_pre_split and max_tokens > self.small_max_tokens:
+            out.append("pre")
+        return tuple(f for f in STREAM_FORMS if f in out and self.fused_tile(f) is not None)
+
+    def counters(self, forms, max_tokens: int) -> int:
+        """Ticket counters the plan needs: one per token block of the one-launch kernel (1 at least:
+        the small path's)."""
+        tiles = [self.fused_tile(f) for f in self.fused_forms(forms, max_tokens)]
+        return max([1] + [cdiv(max_tokens, c.block_t) for c in tiles])
 
     def apply(self, tokens: int):
         """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""
@@ -200,13 +298,28 @@ class MhcConfig:
         return tuple(dict.fromkeys((getattr(self, f"{form}_small"), getattr(self, f"{form}_large"))))
 
 
+# The one-launch tiles of the heuristic (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
+# has the reasoning; registers from CPU compiles for sm_90a at H = 7168). pre: 32 tokens on 4 warps
+# (mma.sync; 64 at 4 warps would be wgmma) reading 16 steps of 64 contiguous elements of the flat
+# row (28 splits at H = 7168, so a token block's rows stay in L2 until its finisher reads them),
+# squares on the tensor cores: 101 registers (block_s 4: 168, 16: spills; the finisher's partial
+# tiles are block_t x block_s x 25 floats). post_pre: the two-pass post_pre tile (32 x 16 per
+# stream a step), 185 registers; 32 x 32 and "gram" squares spill.
+FUSED_PRE = FusedConfig(block_t=32, block_h=16, steps_per_split=16, num_warps=4, num_stages=3, sq="gram", block_s=2)
+FUSED_POST_PRE = FusedConfig(
+    block_t=32, block_h=16, steps_per_split=16, num_warps=4, num_stages=2, sq="step", block_s=2
+)
+
+
 def default_config(arch: str | None) -> MhcConfig:
-    """The heuristic's selection for `arch`. sm_120a gets a 4-warp 32-token pre tile: the 2-warp
-    64-token one spills there (255 registers + 40-byte stack since pass 1 also sums the squares);
-    on sm_90a it takes 186 registers and no stack."""
+    """The heuristic's selection for `arch`: the one-launch kernel from fused_min_tokens (pre and
+    bcast; post_pre there is post's kernel + the one-launch pre), the two-pass path below. sm_120a gets a 4-warp 32-token pre tile: the 2-warp 64-token one spills there (255
+    registers + 40-byte stack since pass 1 also sums the squares); on sm_90a it takes 186 registers
+    and no stack."""
+    fused = dict(fused_pre=FUSED_PRE, fused_post_pre=FUSED_POST_PRE)
     if arch is not None and not str(arch).startswith("sm_90"):
-        return MhcConfig(pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3))
-    return MhcConfig()
+        return MhcConfig(pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3), **fused)
+    return MhcConfig(**fused)
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
@@ -222,6 +335,8 @@ def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, targe
     if config.small is not None and any(f != "post" for f in forms):
         slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
         rows = slices * min(config.small.max_tokens, max_tokens)
+    for form in config.fused_forms(forms, max_tokens):
+        rows = max(rows, config.fused_tile(form).split(hidden, split_k)[0] * max_tokens)
     for form in config.forms_needed(forms):
         if form == "post":
             continue  # post writes no partials

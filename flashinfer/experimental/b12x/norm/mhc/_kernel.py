@@ -1,6 +1,9 @@
 """Triton kernels of norm.mhc (math: reference.py), on torch's current stream. Pass 1 and the older
-pass 2 live here; the default pass 2 is `_kernel_row.py` (one token per program, the row read once),
-the optional one-launch small-T path `_kernel_small.py`.
+pass 2 live here, with the jit pieces the other kernels share: `_pass1_tile` (pass 1's work on one
+tile; also the one-launch kernel's first phase), `_tok_weights` (sigmoids, softmax + Sinkhorn for a
+block of tokens) and `_write_y`. The default pass 2 is `_kernel_row.py` (one token per program, the
+row read once), the optional one-launch small-T path `_kernel_small.py`, and the one-launch kernel
+at any T `_kernel_fused.py` (the heuristic's choice from MhcConfig.fused_min_tokens tokens).
 
 `_mhc_stream_kernel` (pass 1), grid (token blocks, splits): each program walks its split of the
 hidden dimension in steps of [BLOCK_T tokens, 4 streams, BLOCK_H]. By MODE it
@@ -93,39 +96,34 @@ def _mix_step(a, fn_base, f_off, f_mask, acc):
     return _split_dot(a, tl.load(fn_base + f_off, mask=f_mask, other=0.0), acc)
 
 
-@triton.jit(do_not_specialize=["T", "chunks_per_split", "fn_blocks"])
-def _mhc_stream_kernel(
-    res_ptr,  # PRE/POST/POST_PRE: residual [T, 4, H]; BCAST: x [T, H]
-    x_ptr,  # POST/POST_PRE: layer output x [T, H]
-    post_ptr,  # POST/POST_PRE: previous post fp32 [T, 4]
-    comb_ptr,  # POST/POST_PRE: previous comb fp32 [T, 4, 4]
-    out_ptr,  # POST/POST_PRE/BCAST: new residual [T, 4, H]
-    fn_ptr,  # fp32 [24, fn_blocks * H]
-    part_ptr,  # fp32 [splits, T, 32] partials of this call
-    T,
-    chunks_per_split,
-    fn_blocks,  # BCAST: 4 ([24, 4H] fn) or 1 (fn folded to [24, H])
+@triton.jit
+def _pass1_tile(
+    res_ptr,
+    x_ptr,
+    post_ptr,
+    comb_ptr,
+    out_ptr,
+    fn_ptr,
+    row,
+    t_mask,
+    c_begin,
+    c_end,
+    fn_blocks,
     H: tl.constexpr,
     MODE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    SQ_MODE: tl.constexpr,  # PRE: 0 per-step reduction, 1 elementwise (stream_constexprs)
+    SQ_MODE: tl.constexpr,
 ):
-    N_CHUNKS: tl.constexpr = H // BLOCK_H
-    HAS_MIX: tl.constexpr = MODE != 1
+    """Pass 1's work on steps c_begin..c_end of the token rows `row` (arguments as
+    _mhc_stream_kernel's): fp32 [BLOCK_T, 32], columns 0..23 the partial mixes, 24 the partial sum
+    of squares, 25..31 zero. Shared by the two-pass stream kernel and the one-launch kernel."""
     READS_X: tl.constexpr = (MODE == 1) or (MODE == 2)
-    pid_t = tl.program_id(0)
-    pid_s = tl.program_id(1)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    t_mask = offs_t < T
-    row = offs_t.to(tl.int64)  # T * 4H can pass 2^31
     hh = tl.arange(0, BLOCK_H)
     k4 = tl.arange(0, 4 * BLOCK_H)
     m32 = tl.arange(0, 32)  # mixes 0..23, the sum of squares (24) and 7 zero pad columns (N = 32)
     f_mask = m32[None, :] < 24
     fk = m32[None, :] * (4 * H) + k4[:, None]  # PRE: [4 * BH, 32] fn columns of that operand
-    c_begin = pid_s * chunks_per_split
-    c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
 
     # Phase 0: the previous layer's mixing weights of each token (20 fp32), loaded once.
     if READS_X:
@@ -153,10 +151,13 @@ def _mhc_stream_kernel(
         c_33 = tl.load(cp + 15, mask=t_mask, other=0.0)
 
     acc = tl.zeros([BLOCK_T, 32], dtype=tl.float32)
-    sq = tl.zeros([BLOCK_T], dtype=tl.float32)  # this split's share of sum(flat^2) (partial column 24)
-    # PRE with SQ_MODE 1: squares summed elementwise, reduced once after the loop (a per-step row
+    sq = tl.zeros([BLOCK_T], dtype=tl.float32)  # SQ_MODE 0: per-step row reductions
+    # SQ_MODE 1 (PRE): squares summed elementwise, reduced once after the loop (a per-step row
     # reduction nearly doubled pass 1 at T=8192 on the H200: 403 us, 224 without the squares)
     sqe = tl.zeros([BLOCK_T, 4 * BLOCK_H if SQ_MODE == 1 else 1], dtype=tl.float32)
+    # SQ_MODE 2: on the tensor cores, gram = sum of a @ a^T (bf16/fp16 products are exact in fp32),
+    # whose diagonal is each row's sum of squares
+    gram = tl.zeros([BLOCK_T, BLOCK_T if SQ_MODE == 2 else 1], dtype=tl.float32)
     mask2 = t_mask[:, None]
     tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
     fn_t = m32[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 32]: fn block 0 (block i at + i * H)
@@ -171,8 +172,10 @@ def _mhc_stream_kernel(
             for blk in range(fn_blocks):  # folded in fp32, then split: one hi + lo pair of dots
                 f += tl.load(fn_ptr + fn_t + blk * H + h0, mask=f_mask, other=0.0)
             acc = _split_dot(xv, f, acc)
-            xs = xv.to(tl.float32)
-            sq += 4.0 * tl.sum(xs * xs, axis=1)  # the flat 4H row holds x four times
+            if SQ_MODE == 2:
+                gram = tl.dot(xv, tl.trans(xv), gram)
+            else:
+                sq += _sum_sq(xv)
         elif READS_X:
             xf = tl.load(x_ptr + row[:, None] * H + h0 + hh[None, :], mask=mask2, other=0.0).to(tl.float32)
             r_0 = tl.load(res_ptr + tile + h0, mask=mask2, other=0.0).to(tl.float32)
@@ -212,8 +215,14 @@ def _mhc_stream_kernel(
             tl.store(out_ptr + tile + H + h0, n_1, mask=mask2)
             tl.store(out_ptr + tile + 2 * H + h0, n_2, mask=mask2)
             tl.store(out_ptr + tile + 3 * H + h0, n_3, mask=mask2)
-            if HAS_MIX:
-                sq += _sum_sq(n_0) + _sum_sq(n_1) + _sum_sq(n_2) + _sum_sq(n_3)
+            if MODE == 2:
+                if SQ_MODE == 2:
+                    gram = tl.dot(n_0, tl.trans(n_0), gram)
+                    gram = tl.dot(n_1, tl.trans(n_1), gram)
+                    gram = tl.dot(n_2, tl.trans(n_2), gram)
+                    gram = tl.dot(n_3, tl.trans(n_3), gram)
+                else:
+                    sq += _sum_sq(n_0) + _sum_sq(n_1) + _sum_sq(n_2) + _sum_sq(n_3)
                 acc = _mix_step(n_0, fn_ptr + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_1, fn_ptr + H + h0, fn_t, f_mask, acc)
                 acc = _mix_step(n_2, fn_ptr + 2 * H + h0, fn_t, f_mask, acc)
@@ -227,18 +236,58 @@ def _mhc_stream_kernel(
             if SQ_MODE == 1:
                 af = a.to(tl.float32)
                 sqe += af * af
+            elif SQ_MODE == 2:
+                gram = tl.dot(a, tl.trans(a), gram)
             else:
                 sq += _sum_sq(a)
             acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
 
-    # Phase 3: this split's partial mixes and sum of squares (row stride 32 floats: 0..23 mixes,
-    # 24 the sum of squares, 25..31 the zero pad of the dot).
-    if HAS_MIX:
+    if SQ_MODE == 1:
+        sq = tl.sum(sqe, axis=1)
+    elif SQ_MODE == 2:
+        ti = tl.arange(0, BLOCK_T)
+        sq = tl.sum(tl.where(ti[:, None] == ti[None, :], gram, 0.0), axis=1)
+    if MODE == 3:
+        sq = 4.0 * sq  # the flat 4H row holds x four times
+    return tl.where(m32[None, :] == 24, sq[:, None], acc)
+
+
+@triton.jit(do_not_specialize=["T", "chunks_per_split", "fn_blocks"])
+def _mhc_stream_kernel(
+    res_ptr,  # PRE/POST/POST_PRE: residual [T, 4, H]; BCAST: x [T, H]
+    x_ptr,  # POST/POST_PRE: layer output x [T, H]
+    post_ptr,  # POST/POST_PRE: previous post fp32 [T, 4]
+    comb_ptr,  # POST/POST_PRE: previous comb fp32 [T, 4, 4]
+    out_ptr,  # POST/POST_PRE/BCAST: new residual [T, 4, H]
+    fn_ptr,  # fp32 [24, fn_blocks * H]
+    part_ptr,  # fp32 [splits, T, 32] partials of this call
+    T,
+    chunks_per_split,
+    fn_blocks,  # BCAST: 4 ([24, 4H] fn) or 1 (fn folded to [24, H])
+    H: tl.constexpr,
+    MODE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SQ_MODE: tl.constexpr,  # 0 per-step reduction, 1 elementwise (PRE only), 2 gram (stream_constexprs)
+):
+    N_CHUNKS: tl.constexpr = H // BLOCK_H
+    pid_t = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    row = offs_t.to(tl.int64)  # T * 4H can pass 2^31
+    c_begin = pid_s * chunks_per_split
+    c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
+    acc = _pass1_tile(
+        res_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
+        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE,
+    )  # fmt: skip
+    # This split's partial mixes and sum of squares (row stride 32 floats: 0..23 mixes, 24 the sum
+    # of squares, 25..31 the zero pad of the dot); POST has no mixes.
+    if MODE != 1:
+        m32 = tl.arange(0, 32)
         part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
-        if SQ_MODE != 0:
-            sq = tl.sum(sqe, axis=1)
-        acc = tl.where(m32[None, :] == 24, sq[:, None], acc)
-        tl.store(part + m32[None, :], acc, mask=mask2)
+        tl.store(part + m32[None, :], acc, mask=t_mask[:, None])
 
 
 @triton.jit
@@ -248,21 +297,104 @@ def _softmax_rows(logits, hc_eps):
 
 
 @triton.jit
-def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride):
-    """The 4 streams of a chunk, fp32 [TOK, BLOCK_H] each (stream stride 0: all four are x)."""
+def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride, CACHE: tl.constexpr):
+    """The 4 streams of a chunk, fp32 [TOK, BLOCK_H] each (stream stride 0: all four are x).
+    CACHE ".cg" bypasses L1 (rows other programs of the same launch wrote)."""
     row = src_ptr + tok[:, None] * tok_stride + h[None, :]
     m = t_mask[:, None]
-    v_0 = tl.load(row, mask=m, other=0.0).to(tl.float32)
-    v_1 = tl.load(row + stream_stride, mask=m, other=0.0).to(tl.float32)
-    v_2 = tl.load(row + 2 * stream_stride, mask=m, other=0.0).to(tl.float32)
-    v_3 = tl.load(row + 3 * stream_stride, mask=m, other=0.0).to(tl.float32)
+    v_0 = tl.load(row, mask=m, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    v_1 = tl.load(row + stream_stride, mask=m, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    v_2 = tl.load(row + 2 * stream_stride, mask=m, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    v_3 = tl.load(row + 3 * stream_stride, mask=m, other=0.0, cache_modifier=CACHE).to(tl.float32)
     return v_0, v_1, v_2, v_3
 
 
 @triton.jit
-def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr):
+def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr, CACHE: tl.constexpr):
     """sum over the splits of partial columns col..col+N: [TOK, BS, 1] rows -> [TOK, N]."""
-    return tl.sum(tl.load(prow + col + tl.arange(0, N)[None, None, :], mask=mask, other=0.0), axis=1)
+    ptr = prow + col + tl.arange(0, N)[None, None, :]
+    return tl.sum(tl.load(ptr, mask=mask, other=0.0, cache_modifier=CACHE), axis=1)
+
+
+@triton.jit
+def _tok_weights(
+    acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask, sinkhorn_iters, hc_eps
+):
+    """The weights of TOK tokens from their summed mixes (acc8 [TOK, 8] pre/post, l_i [TOK, 4] row i
+    of the comb logits) and rsqrt(mean square) rs [TOK]: writes post [T, 4] and comb [T, 4, 4] and
+    returns pp [TOK, 8] (columns 0..3 pre). Comb as four row vectors: column sums are elementwise."""
+    c8 = tl.arange(0, 8)
+    i4 = tl.arange(0, 4)
+    s_0 = tl.load(scale_ptr)
+    s_1 = tl.load(scale_ptr + 1)
+    s_2 = tl.load(scale_ptr + 2)
+    z8 = acc8 * rs[:, None] * tl.where(c8 < 4, s_0, s_1)[None, :] + tl.load(base_ptr + c8)[None, :]
+    g8 = tl.sigmoid(z8)
+    pp = tl.where(c8[None, :] < 4, g8 + hc_eps, 2.0 * g8)
+    tl.store(post_ptr + tok[:, None] * 4 + (c8 - 4)[None, :], pp, mask=(c8[None, :] >= 4) & t_mask[:, None])
+    scale = (rs * s_2)[:, None]
+    r_0 = _softmax_rows(l_0 * scale + tl.load(base_ptr + 8 + i4)[None, :], hc_eps)
+    r_1 = _softmax_rows(l_1 * scale + tl.load(base_ptr + 12 + i4)[None, :], hc_eps)
+    r_2 = _softmax_rows(l_2 * scale + tl.load(base_ptr + 16 + i4)[None, :], hc_eps)
+    r_3 = _softmax_rows(l_3 * scale + tl.load(base_ptr + 20 + i4)[None, :], hc_eps)
+    for _ in range(sinkhorn_iters):  # reciprocals, then multiplies: 5 divisions a round, not 32
+        r_0 = r_0 * (1.0 / (tl.sum(r_0, axis=1) + hc_eps))[:, None]
+        r_1 = r_1 * (1.0 / (tl.sum(r_1, axis=1) + hc_eps))[:, None]
+        r_2 = r_2 * (1.0 / (tl.sum(r_2, axis=1) + hc_eps))[:, None]
+        r_3 = r_3 * (1.0 / (tl.sum(r_3, axis=1) + hc_eps))[:, None]
+        inv_col = 1.0 / (r_0 + r_1 + r_2 + r_3 + hc_eps)
+        r_0 = r_0 * inv_col
+        r_1 = r_1 * inv_col
+        r_2 = r_2 * inv_col
+        r_3 = r_3 * inv_col
+    cp = comb_ptr + tok[:, None] * 16 + i4[None, :]
+    tl.store(cp, r_0, mask=t_mask[:, None])
+    tl.store(cp + 4, r_1, mask=t_mask[:, None])
+    tl.store(cp + 8, r_2, mask=t_mask[:, None])
+    tl.store(cp + 12, r_3, mask=t_mask[:, None])
+    return pp
+
+
+@triton.jit
+def _write_y(
+    src_ptr,
+    tok,
+    t_mask,
+    tok_stride,
+    stream_stride,
+    pp,
+    has_norm,
+    norm_eps,
+    w_ptr,
+    y_ptr,
+    H: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    STAGES: tl.constexpr,
+    CACHE: tl.constexpr,
+):
+    """y = sum_i pre_i * residual_i for TOK tokens (pre = pp[:, :4]); with a norm weight, a pass for
+    mean(y^2) first. The weight load is masked by has_norm rather than branched on (w = 1 and
+    inv = 1 without one)."""
+    c8 = tl.arange(0, 8)
+    hh = tl.arange(0, BLOCK_H)
+    p_0 = tl.sum(tl.where(c8[None, :] == 0, pp, 0.0), axis=1)
+    p_1 = tl.sum(tl.where(c8[None, :] == 1, pp, 0.0), axis=1)
+    p_2 = tl.sum(tl.where(c8[None, :] == 2, pp, 0.0), axis=1)
+    p_3 = tl.sum(tl.where(c8[None, :] == 3, pp, 0.0), axis=1)
+    inv = tl.full(p_0.shape, 1.0, dtype=tl.float32)
+    if has_norm:
+        yy = tl.zeros([p_0.shape[0], BLOCK_H], dtype=tl.float32)
+        for h0 in tl.range(0, H, BLOCK_H, num_stages=1):  # L1/L2 hits; pipelined, it codegens badly
+            v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, CACHE)
+            y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
+            yy += y * y
+        inv = 1.0 / tl.sqrt_rn(tl.sum(yy, axis=1) / H + norm_eps)
+    for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
+        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, CACHE)
+        y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
+        w = tl.load(w_ptr + h0 + hh, mask=hh < BLOCK_H * has_norm, other=1.0).to(tl.float32)
+        y = y * inv[:, None] * w[None, :]
+        tl.store(y_ptr + tok[:, None] * H + h0 + hh[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
@@ -296,15 +428,13 @@ def _mhc_apply_kernel(
     # (tl.multiple_of on a scalar argument did not survive the widening to int64).
     tok_stride = (tok_stride // 128).to(tl.int64) * 128
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
-    c8 = tl.arange(0, 8)
-    i4 = tl.arange(0, 4)
     hh = tl.arange(0, BLOCK_H)
 
     # Phase 1: mean square of each token's residual row (the later passes re-read the row from
     # L1/L2: this program just read it). Branch-free loops, so the pipeliner prefetches them.
     sq = tl.zeros([TOK, BLOCK_H], dtype=tl.float32)
     for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
-        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
+        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, "")
         sq += v_0 * v_0 + v_1 * v_1 + v_2 * v_2 + v_3 * v_3
     rs = 1.0 / tl.sqrt_rn(tl.sum(sq, axis=1) / (4 * H) + rms_eps)  # [TOK]
 
@@ -319,61 +449,17 @@ def _mhc_apply_kernel(
         s = s0 + tl.arange(0, BLOCK_S)
         mask = (s[None, :, None] < splits) & t_mask[:, None, None]
         prow = part_ptr + (s.to(tl.int64)[None, :, None] * T + tok[:, None, None]) * 32  # [TOK, BS, 1]
-        acc8 += _partial_rows(prow, 0, mask, 8)
-        l_0 += _partial_rows(prow, 8, mask, 4)
-        l_1 += _partial_rows(prow, 12, mask, 4)
-        l_2 += _partial_rows(prow, 16, mask, 4)
-        l_3 += _partial_rows(prow, 20, mask, 4)
+        acc8 += _partial_rows(prow, 0, mask, 8, "")
+        l_0 += _partial_rows(prow, 8, mask, 4, "")
+        l_1 += _partial_rows(prow, 12, mask, 4, "")
+        l_2 += _partial_rows(prow, 16, mask, 4, "")
+        l_3 += _partial_rows(prow, 20, mask, 4, "")
 
-    # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds).
-    s_0 = tl.load(scale_ptr)
-    s_1 = tl.load(scale_ptr + 1)
-    s_2 = tl.load(scale_ptr + 2)
-    z8 = acc8 * rs[:, None] * tl.where(c8 < 4, s_0, s_1)[None, :] + tl.load(base_ptr + c8)[None, :]
-    g8 = tl.sigmoid(z8)
-    pp = tl.where(c8[None, :] < 4, g8 + hc_eps, 2.0 * g8)
-    tl.store(post_ptr + tok[:, None] * 4 + (c8 - 4)[None, :], pp, mask=(c8[None, :] >= 4) & t_mask[:, None])
-    scale = (rs * s_2)[:, None]
-    r_0 = _softmax_rows(l_0 * scale + tl.load(base_ptr + 8 + i4)[None, :], hc_eps)
-    r_1 = _softmax_rows(l_1 * scale + tl.load(base_ptr + 12 + i4)[None, :], hc_eps)
-    r_2 = _softmax_rows(l_2 * scale + tl.load(base_ptr + 16 + i4)[None, :], hc_eps)
-    r_3 = _softmax_rows(l_3 * scale + tl.load(base_ptr + 20 + i4)[None, :], hc_eps)
-    for _ in range(sinkhorn_iters):  # reciprocals, then multiplies: 5 divisions a round, not 32
-        r_0 = r_0 * (1.0 / (tl.sum(r_0, axis=1) + hc_eps))[:, None]
-        r_1 = r_1 * (1.0 / (tl.sum(r_1, axis=1) + hc_eps))[:, None]
-        r_2 = r_2 * (1.0 / (tl.sum(r_2, axis=1) + hc_eps))[:, None]
-        r_3 = r_3 * (1.0 / (tl.sum(r_3, axis=1) + hc_eps))[:, None]
-        inv_col = 1.0 / (r_0 + r_1 + r_2 + r_3 + hc_eps)
-        r_0 = r_0 * inv_col
-        r_1 = r_1 * inv_col
-        r_2 = r_2 * inv_col
-        r_3 = r_3 * inv_col
-    cp = comb_ptr + tok[:, None] * 16 + i4[None, :]
-    tl.store(cp, r_0, mask=t_mask[:, None])
-    tl.store(cp + 4, r_1, mask=t_mask[:, None])
-    tl.store(cp + 8, r_2, mask=t_mask[:, None])
-    tl.store(cp + 12, r_3, mask=t_mask[:, None])
-    p_0 = tl.sum(tl.where(c8[None, :] == 0, pp, 0.0), axis=1)
-    p_1 = tl.sum(tl.where(c8[None, :] == 1, pp, 0.0), axis=1)
-    p_2 = tl.sum(tl.where(c8[None, :] == 2, pp, 0.0), axis=1)
-    p_3 = tl.sum(tl.where(c8[None, :] == 3, pp, 0.0), axis=1)
-
-    # Phase 4: y = sum_i pre_i * residual_i; with a norm weight, a pass for mean(y^2) first. The
-    # weight load is masked by has_norm rather than branched on (w = 1 and inv = 1 without one).
-    inv = tl.full([TOK], 1.0, dtype=tl.float32)
-    if has_norm:
-        yy = tl.zeros([TOK, BLOCK_H], dtype=tl.float32)
-        for h0 in tl.range(0, H, BLOCK_H, num_stages=1):  # L1/L2 hits; pipelined, it codegens badly
-            v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
-            y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
-            yy += y * y
-        inv = 1.0 / tl.sqrt_rn(tl.sum(yy, axis=1) / H + norm_eps)
-    for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
-        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride)
-        y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
-        w = tl.load(w_ptr + h0 + hh, mask=hh < BLOCK_H * has_norm, other=1.0).to(tl.float32)
-        y = y * inv[:, None] * w[None, :]
-        tl.store(y_ptr + tok[:, None] * H + h0 + hh[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+    # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds); phase 4: y.
+    pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask,
+                      sinkhorn_iters, hc_eps)  # fmt: skip
+    _write_y(src_ptr, tok, t_mask, tok_stride, stream_stride, pp, has_norm, norm_eps, w_ptr, y_ptr,
+             H, BLOCK_H, STAGES, "")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,13 +475,17 @@ def _interpreting() -> bool:
 
 
 def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
-    """Pass 1's constexprs. SQ_MODE (pre only; config.sq): "auto" sums the squares elementwise when
-    that accumulator costs at most 32 fp32 registers a thread (block_t x 4 block_h over the
-    program's threads), else reduces them per step (the 2-warp 64-token tile would spill)."""
-    sq = {"step": 0, "lazy": 1}.get(config.sq)
+    """Pass 1's constexprs (also the one-launch kernel's: `config` may be a FusedConfig).
+
+    SQ_MODE from config.sq: "step" 0, "lazy" 1 (pre only: the other forms sum per step), "gram" 2
+    (pre, post_pre, bcast); "auto" sums the squares elementwise when that accumulator costs at most
+    32 fp32 registers a thread (block_t x 4 block_h over the program's threads), else per step (the
+    2-warp 64-token tile would spill)."""
+    sq = {"step": 0, "lazy": 1, "gram": 2}.get(config.sq)
     if sq is None:  # auto
         sq = int(config.block_t * 4 * config.block_h <= 32 * 32 * config.num_warps)
-    sq = sq if mode == MODE_PRE else 0  # the other forms sum their squares per step
+    if mode == MODE_POST or (sq == 1 and mode != MODE_PRE):
+        sq = 0
     return dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq)
 
 

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import SmallConfig
-from ._kernel import MODES, _mix_step, _split_dot
+from ._kernel import MODES, _mix_step, _split_dot, _tok_weights
 
 
 @triton.jit
@@ -173,12 +173,6 @@ def _part_cols(part_ptr, s, tok, mask, col: tl.constexpr, N: tl.constexpr, T):
 
 
 @triton.jit
-def _softmax_rows(logits, hc_eps):
-    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-    return e / tl.sum(e, axis=1)[:, None] + hc_eps
-
-
-@triton.jit
 def _finish(
     src_ptr,
     part_ptr,
@@ -214,35 +208,10 @@ def _finish(
     tl.atomic_xchg(cnt_ptr, 0)  # every ticket is drawn: ready for the next call
     rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)  # [TOK]
 
+    pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_ok,
+                      sinkhorn_iters, hc_eps)  # fmt: skip
     c8 = tl.arange(0, 8)
     i4 = tl.arange(0, 4)
-    s_0 = tl.load(scale_ptr)
-    s_1 = tl.load(scale_ptr + 1)
-    s_2 = tl.load(scale_ptr + 2)
-    z8 = acc8 * rs[:, None] * tl.where(c8 < 4, s_0, s_1)[None, :] + tl.load(base_ptr + c8)[None, :]
-    g8 = tl.sigmoid(z8)
-    pp = tl.where(c8[None, :] < 4, g8 + hc_eps, 2.0 * g8)
-    tl.store(post_ptr + tok[:, None] * 4 + (c8 - 4)[None, :], pp, mask=(c8[None, :] >= 4) & t_ok[:, None])
-    scale = (rs * s_2)[:, None]
-    r_0 = _softmax_rows(l_0 * scale + tl.load(base_ptr + 8 + i4)[None, :], hc_eps)
-    r_1 = _softmax_rows(l_1 * scale + tl.load(base_ptr + 12 + i4)[None, :], hc_eps)
-    r_2 = _softmax_rows(l_2 * scale + tl.load(base_ptr + 16 + i4)[None, :], hc_eps)
-    r_3 = _softmax_rows(l_3 * scale + tl.load(base_ptr + 20 + i4)[None, :], hc_eps)
-    for _ in range(sinkhorn_iters):
-        r_0 = r_0 * (1.0 / (tl.sum(r_0, axis=1) + hc_eps))[:, None]
-        r_1 = r_1 * (1.0 / (tl.sum(r_1, axis=1) + hc_eps))[:, None]
-        r_2 = r_2 * (1.0 / (tl.sum(r_2, axis=1) + hc_eps))[:, None]
-        r_3 = r_3 * (1.0 / (tl.sum(r_3, axis=1) + hc_eps))[:, None]
-        inv_col = 1.0 / (r_0 + r_1 + r_2 + r_3 + hc_eps)
-        r_0 = r_0 * inv_col
-        r_1 = r_1 * inv_col
-        r_2 = r_2 * inv_col
-        r_3 = r_3 * inv_col
-    cp = comb_ptr + tok[:, None] * 16 + i4[None, :]
-    tl.store(cp, r_0, mask=t_ok[:, None])
-    tl.store(cp + 4, r_1, mask=t_ok[:, None])
-    tl.store(cp + 8, r_2, mask=t_ok[:, None])
-    tl.store(cp + 12, r_3, mask=t_ok[:, None])
     pre = tl.where(c8[None, :] < 4, pp, 0.0)  # [TOK, 8]: columns 0..3 are pre
 
     # y per token from its whole row ([4, BLOCK_Y] tile), then the optional RMS norm.

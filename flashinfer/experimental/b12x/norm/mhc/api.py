@@ -1,10 +1,12 @@
 """norm.mhc host API: Caps -> plan -> PreparationSession -> bind -> run_pre / run_post / run_post_pre.
 
-Launches per call (CUDA): run_pre 2 (pass 1 split-K mixes, pass 2 finish + y), run_post 1,
-run_post_pre 2 up to MhcConfig.small_max_tokens (pass 1 writes the new residual and its mixes, pass 2
-as in pre) and 3 above it with MhcConfig.post_pre_split (post's kernel, pre's pass 1 on the stored
-residual, pass 2); 1 for pre / post_pre / bcast with MhcConfig.small at T <= small.max_tokens
-(off by default: slower on the H200). No call allocates
+Launches per call (CUDA): 1 for pre / post_pre / bcast at T >= MhcConfig.fused_min_tokens with
+MhcConfig.fused_pre / fused_post_pre (the one-launch kernel, _kernel_fused.py: split-K programs, the
+last of each token block finishes it). Otherwise (two-pass path): run_pre 2 (pass 1 split-K mixes,
+pass 2 finish + y), run_post_pre 2 up to MhcConfig.small_max_tokens (pass 1 writes the new residual
+and its mixes, pass 2 as in pre) and 3 above it with MhcConfig.post_pre_split (post's kernel, pre's
+pass 1 on the stored residual, pass 2); 1 with MhcConfig.small at T <= small.max_tokens (off by
+default: slower on the H200). run_post is always 1. No call allocates
 (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors run
 `reference.py` (one warning per process, from PreparationSession).
 
@@ -16,6 +18,7 @@ Caller-buffer form (the graph-capture form): pass every output, or bind them onc
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,6 +30,7 @@ from ...preparation.plan import Plan
 from . import reference
 from ._config import (
     ApplyConfig,
+    FusedConfig,
     MhcConfig,
     RowConfig,
     SmallConfig,
@@ -101,6 +105,7 @@ class MhcPlan(Plan):
 
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_stream
+        from ._kernel_fused import compile_fused
         from ._kernel_row import compile_row
         from ._kernel_small import compile_small
 
@@ -120,6 +125,9 @@ class MhcPlan(Plan):
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
                     for wdt in dict.fromkeys((dt, "float32")):
                         jobs.append((k, (dt, caps.hidden_size, wdt, tile, dev, arch)))
+        for form in config.fused_forms(self.forms(), caps.max_tokens):
+            for wdt in dict.fromkeys((dt, "float32")):
+                jobs.append((compile_fused, (form, dt, caps.hidden_size, wdt, config.fused_tile(form), dev, arch)))
         return tuple(dict.fromkeys(jobs))
 
     def workspace_rows(self, config, device) -> int:
@@ -131,11 +139,13 @@ class MhcPlan(Plan):
 
         if torch.device(device).type != "cuda":
             return ()  # the reference backend needs no workspace
-        rows = self.workspace_rows(config or self.heuristic(None), device)
+        config = config or self.heuristic(None)
+        rows = self.workspace_rows(config, device)
         return (
             ScratchBufferSpec("partials", (max(rows, 1), 32), torch.float32, device),
-            # the one-launch small-T path's ticket counter (0 between calls; prime zeroes it)
-            ScratchBufferSpec("counter", (1,), torch.int32, device),
+            # the one-launch paths' ticket counters, one per token block (0 between calls; prime
+            # zeroes them, and each call's finishers reset theirs)
+            ScratchBufferSpec("counter", (config.counters(self.forms(), self.caps.max_tokens),), torch.int32, device),
         )
 
     def prime(self, state) -> None:
@@ -144,7 +154,8 @@ class MhcPlan(Plan):
         if "counter" in state.scratch:
             state.scratch["counter"].zero_()
         gen = torch.Generator(device=caps.device).manual_seed(0)
-        sizes = sorted({1, min(caps.max_tokens, state.selection.small_max_tokens + 1)})
+        sel = state.selection
+        sizes = sorted({1, min(caps.max_tokens, sel.fused_min_tokens), min(caps.max_tokens, sel.small_max_tokens + 1)})
         for t in sizes:
             ins = synthetic_inputs(t, caps.hidden_size, dtype=caps.dtype, device=caps.device, generator=gen)
             kw = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=2, plan=self)
@@ -198,7 +209,9 @@ def plan(caps: Caps, *, invocation=None, override=None) -> MhcPlan:
         if not isinstance(override, MhcConfig):
             raise TypeError(f"override must be an MhcConfig, got {type(override).__name__}")
         for form in FORMS:
-            for cfg in override.streams(form):
+            for cfg in override.streams(form) + (override.fused_tile(form),) * (form != "post"):
+                if cfg is None:
+                    continue
                 if caps.hidden_size % cfg.block_h:
                     raise ValueError(
                         f"override: {form} tile block_h={cfg.block_h} must divide hidden_size={caps.hidden_size}"
@@ -605,14 +618,22 @@ def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **sc
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
 
-def _small(p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, **scal):
-    """The one-launch small-T path when the selection has one and t fits it; True if it ran."""
-    small = p.state.selection.small
-    if small is None or t > small.max_tokens:
+def _one_launch(
+    p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, small=True, **scal
+):
+    """A one-launch path when the selection has one for `form` at t tokens: the small-T kernel
+    (MhcConfig.small, unless small=False), else the fused kernel (MhcConfig.fused_*); True if one ran."""
+    sel, caps = p.state.selection, p.caps
+    dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
+    if small and sel.small is not None and t <= sel.small.max_tokens:
+        launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
+    elif sel.fused(form, t) is not None:
+        tile = sel.fused(form, t)
+        splits, cps = tile.split(caps.hidden_size, caps.split_k)
+        kernel = _launcher(p, "compile_fused", (form, dt, caps.hidden_size, wdt, tile))
+        launch = functools.partial(kernel, splits=splits, cps=cps)
+    else:
         return False
-    caps, dt = p.caps, _dname(p.caps.dtype)
-    wdt = "float32" if w is None else _dname(w.dtype)
-    launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, small))
     scratch = binding.scratch if binding is not None else p.state.scratch
     y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
     launch(
@@ -646,7 +667,7 @@ def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=N
     bcast = residual.dim() == 2
     _launchers(p)
     form = "bcast" if bcast else "pre"
-    if _small(
+    if _one_launch(
         p,
         form,
         t,
@@ -693,12 +714,15 @@ def execute_post_pre(
         return None
     _launchers(p)
     args = (x, prev_post, prev_comb, outs["residual_out"], fn, hc_scale, hc_base, norm_weight, outs, binding)
-    if _small(p, "post_pre", t, residual, *args, **scal):
+    if _one_launch(p, "post_pre", t, residual, *args, **scal):
         return None
     sel = p.state.selection
     if sel.post_pre_split and t > sel.small_max_tokens:  # post's kernel, then pre on what it stored
         new = outs["residual_out"]
         _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
+        args = (new, None, None, None, None, fn, hc_scale, hc_base, norm_weight, outs, binding)
+        if _one_launch(p, "pre", t, *args, small=False, **scal):
+            return None
         splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding)
         _apply(p, t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
         return None
@@ -716,6 +740,7 @@ def _copy_outs(outs: dict, **values) -> None:
 __all__ = ["Caps", "MhcConfig", "MhcPlan", "MhcBinding", "plan", "bind", "run_pre", "run_post", "run_post_pre"]
 __all__ += [
     "ApplyConfig",
+    "FusedConfig",
     "RowConfig",
     "SmallConfig",
     "StreamConfig",
