@@ -10,12 +10,15 @@ Bytes (the minimum an implementation must move; e = element size of the activati
     pre      = T * (4H + H) * e + T * 80 + 96H * 4           residual in, y out, post/comb out, fn
     post     = T * (H + 4H + 4H) * e + T * 80                x and residual in, residual out, weights
     post_pre = T * (H + 4H + 4H + H) * e + T * 160 + 96H * 4
-Ours moves more than that: pass 2 reads the residual again (4H * e per token). % of the copy ceiling
-uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer, and run_post_pre
-at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick the heuristic.
---per-pass also times pass 1 and pass 2 of pre and post_pre alone (rows "pre.pass1", ...), each
-through the plan's own launchers (api._stream / api._apply, as run_pre calls them), with the bytes
-that pass moves as implemented (pass_bytes); their sum against the whole call shows the launch gap.
+Ours moves more than that: the two-pass path's pass 2 reads the residual again (4H * e per token
+from HBM); the one-launch ("fused") kernel, the default from 2 tokens, re-reads it from L2. % of the
+copy ceiling uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer, and
+run_post_pre at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick the
+heuristic: `--sweep --variants two_pass` times the fused default against the two-pass path in one
+run (fused_* variants: other one-launch tiles). --per-pass also times pass 1 and pass 2 of pre and
+post_pre alone (rows "pre.pass1", ...), each through the plan's own two-pass launchers (api._stream
+/ api._apply; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
+implemented (pass_bytes); their sum against the whole call shows the launch gap.
 Without --json the report goes to $OUT/b12x_bench_norm.json when $OUT is set.
 """
 
@@ -104,17 +107,44 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
 def sweep_configs():
     """Named alternatives to the heuristic (MhcConfig overrides) for --sweep."""
     from flashinfer.experimental.b12x.norm.mhc._config import (
+        FUSED_POST_PRE,
+        FUSED_PRE,
         ApplyConfig,
+        FusedConfig,
         MhcConfig,
         RowConfig,
         SmallConfig,
         StreamConfig,
+        default_config,
     )
 
-    base = MhcConfig()
+    base = MhcConfig()  # the two-pass path (no one-launch tiles)
+    fused = default_config("sm_90a")  # the heuristic: one launch from 2 tokens
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
+        # the one-launch kernel (the default) vs the two-pass path, and other one-launch tiles
+        "two_pass": base,
+        "fused_all": dataclasses.replace(fused, fused_min_tokens=1, post_pre_split=False),
+        "fused_t1": dataclasses.replace(fused, fused_min_tokens=1),
+        "fused_from64": dataclasses.replace(fused, fused_min_tokens=64),
+        "fused_pp_all": dataclasses.replace(fused, post_pre_split=False),
+        "fused_lazy": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, sq="lazy")),
+        "fused_step": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, sq="step")),
+        "fused_sps8": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=8)),
+        "fused_sps32": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=32)),
+        "fused_fh128": dataclasses.replace(
+            fused, fused_pre=dataclasses.replace(FUSED_PRE, finish_h=128, finish_stages=3)
+        ),
+        "fused_t64_w2": dataclasses.replace(
+            fused, fused_pre=FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=32)
+        ),
+        "fused_pp_t16_w8": dataclasses.replace(
+            fused, post_pre_split=False, fused_post_pre=FusedConfig(16, 32, 8, 8, 2, sq="step")
+        ),
+        "fused_pp_sps8": dataclasses.replace(
+            fused, post_pre_split=False, fused_post_pre=dataclasses.replace(FUSED_POST_PRE, steps_per_split=8)
+        ),
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles
         # the one-launch path at T <= 4 (16), the row pass 2 above
         "small": dataclasses.replace(row, small=SmallConfig()),

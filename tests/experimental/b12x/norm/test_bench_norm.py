@@ -73,3 +73,15 @@ def test_target_checks():
     assert checks["post_pre T=1024 H=7168: >= 2x torch.compile"] is True
     assert checks["post_pre T=1 H=7168: under 8 us"] is False
     assert "post_pre T=1024 H=7168: >= 75% of copy" not in checks  # no ceilings measured on a CPU
+
+
+def test_sweep_compares_the_fused_default_with_the_two_pass_path():
+    """`--sweep --variants two_pass` times the heuristic (one launch from fused_min_tokens) against
+    the two-pass path in one run: the two must differ exactly there."""
+    from flashinfer.experimental.b12x.norm.mhc import _config
+
+    sweep, default = bench_norm.sweep_configs(), _config.default_config("sm_90a")
+    two = sweep["two_pass"]
+    assert two.fused_pre is None and two.fused_post_pre is None
+    assert default.fused("pre", 8192) is not None and default.fused("pre", 1) is None
+    assert sweep["fused_all"].fused("post_pre", 1) is not None and sweep["fused_all"].fused("pre", 1) is not None
