@@ -123,8 +123,9 @@ def _compile(a_fmt, b_fmt, config, cc):
     consts = KG.constexprs(a_fmt, b_fmt, config)
     fn = KG._gemv_kernel
     names = list(fn.arg_names)
-    # pointers 16-byte aligned and N, K, the row stride multiples of 16, as the JIT specializes them
-    aligned = [k for k, v in sig.items() if v.startswith("*")] + ["N", "K", "stride_am"]
+    # operand pointers 16-byte aligned and N, K, the row stride multiples of 16, as the JIT
+    # specializes them (the scalar / workspace pointers are not specialized on alignment)
+    aligned = ["a_ptr", "b_ptr", "sf_ptr", "c_ptr", "N", "K", "stride_am"]
     attrs = {(names.index(k),): CUDABackend.parse_attr("D") for k in aligned}
     src = ASTSource(fn=fn, signature=sig | {k: "constexpr" for k in consts}, constexprs=consts, attrs=attrs)
     opts = {"num_warps": config.num_warps, "num_stages": config.num_stages, "enable_fp_fusion": True}

@@ -143,7 +143,10 @@ def _weight_tile(
     return tl.reshape(w, (BLOCK_N, BLOCK_K))
 
 
-@triton.jit(do_not_specialize=["M"])
+# M is a live size (a new M must not compile); the scalar and workspace pointers need no 16-byte
+# alignment (a caller's alpha may be any fp32 element), so their alignment is no specialization
+# either: the signature `compile_gemv` warms is the one every launch hits.
+@triton.jit(do_not_specialize=["M"], do_not_specialize_on_alignment=["s0_ptr", "s1_ptr", "s2_ptr", "ws_ptr", "cnt_ptr"])
 def _gemv_kernel(
     a_ptr,  # bf16/fp16 [M, K] activations, row stride stride_am
     b_ptr,  # uint8 [N, K * FAMILY / 8] weight values, K-major
