@@ -243,27 +243,29 @@ def workspace_numel(n: int, config: GemvConfig) -> tuple[int, int]:
 
 
 class _Workspaces:
-    """Split-K workspaces per (device, config): grown outside capture (prime / prewarm run every
-    N a plan serves first), never inside; counters start at 0 and every launch leaves them at 0.
-    One workspace per config: split-K launches of one config must not overlap on two streams."""
+    """Split-K workspaces, one per (device, config, row tiles), allocated on the first launch outside
+    capture (prepare's prime, prewarm) and never replaced or freed until `clear` (a captured graph
+    keeps their addresses). Tickets start at 0 and every launch leaves them at 0. Launches sharing a
+    workspace (one config, one N) must not overlap on two streams."""
 
     def __init__(self) -> None:
         self._bufs: dict = {}
 
     def get(self, device: torch.device, n: int, config: GemvConfig):
         need_ws, need_cnt = workspace_numel(n, config)
-        key = (str(device), config)
-        ws, cnt = self._bufs.get(key, (None, None))
-        if ws is None or ws.numel() < need_ws or cnt.numel() < need_cnt:
+        key = (str(device), config, need_cnt)
+        found = self._bufs.get(key)
+        if found is None:
             if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
                     f"gemm.blockscaled Triton GEMV: split-K workspace for N={n} ({config}) was not allocated "
                     "before graph capture: prepare the plan or prewarm the weight first"
                 )
-            ws = torch.empty(max(need_ws, 1), dtype=torch.float32, device=device)
-            cnt = torch.zeros(max(need_cnt, 1), dtype=torch.int32, device=device)
-            self._bufs[key] = (ws, cnt)
-        return ws, cnt
+            found = self._bufs[key] = (
+                torch.empty(max(need_ws, 1), dtype=torch.float32, device=device),
+                torch.zeros(max(need_cnt, 1), dtype=torch.int32, device=device),
+            )
+        return found
 
     def clear(self) -> None:
         self._bufs.clear()
