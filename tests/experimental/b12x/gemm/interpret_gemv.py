@@ -98,6 +98,8 @@ CASES = [
     # (a_fmt, b_fmt, m, n, k, config)
     ("bfloat16", "nvfp4", 1, 64, 256, GemvConfig(32, 128, 1, 2, 2)),
     ("bfloat16", "nvfp4", 3, 96, 512, GemvConfig(32, 256, 1, 2, 2)),
+    ("bfloat16", "nvfp4", 2, 80, 256, GemvConfig(32, 128, 2, 2, 2)),  # partial last row tile
+    ("bfloat16", "mxfp8", 9, 176, 256, GemvConfig(128, 128, 1, 2, 8)),  # 48 rows of 128 past N
     ("bfloat16", "nvfp4", 16, 32, 384, GemvConfig(16, 128, 3, 2, 1)),
     ("bfloat16", "mxfp4", 1, 256, 128, GemvConfig(64, 128, 1, 2, 4)),
     ("bfloat16", "mxfp4", 16, 48, 512, GemvConfig(16, 256, 2, 2, 1)),

@@ -323,6 +323,12 @@ def test_gemv_other_formats(a_fmt, b_fmt, m):
     check_tolerance(_run(ops, plan=_gemv_plan(a_fmt, b_fmt, m, n, k)), ops, "bfloat16")
 
 
+@pytest.mark.parametrize("n", [4112, 28688])  # a 16-row partial last tile at block_n 64 and 128
+def test_gemv_partial_last_row_tile(n):
+    ops = make_operands("bfloat16", "nvfp4", 3, n, 2048, seed=n, device="cuda")
+    check_tolerance(_run(ops, plan=_gemv_plan("bfloat16", "nvfp4", 3, n, 2048)), ops, "bfloat16")
+
+
 @pytest.mark.parametrize("out_dtype", ["float16", "float32"])
 def test_gemv_output_dtypes(out_dtype):
     ops = make_operands("bfloat16", "nvfp4", 5, 4096, 4096, seed=11, device="cuda", weight=_weight("nvfp4", 4096, 4096))

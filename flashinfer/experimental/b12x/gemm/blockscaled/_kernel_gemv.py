@@ -177,6 +177,9 @@ def _gemv_kernel(
     pid_k = tl.program_id(1)
     CT: tl.constexpr = a_ptr.dtype.element_ty
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # rows past N (a partial last tile) read row N - 1 again instead of masking every load; their
+    # results are never stored
+    rows_in = tl.minimum(rows, N - 1)
     tok = tl.arange(0, 16)
     kk = tl.arange(0, BLOCK_K)
     tok_ok = tok < M
@@ -188,7 +191,7 @@ def _gemv_kernel(
         k0 = step * BLOCK_K
         a_offs = tok[:, None] * stride_am + (k0 + kk)[None, :]
         a = tl.load(a_ptr + a_offs, mask=tok_ok[:, None], other=0.0)
-        w = _weight_tile(b_ptr, sf_ptr, rows, k0, K, BLOCK_N, BLOCK_K, FAMILY, SF_VEC, SCALE, LOW, SHIFT, CT)
+        w = _weight_tile(b_ptr, sf_ptr, rows_in, k0, K, BLOCK_N, BLOCK_K, FAMILY, SF_VEC, SCALE, LOW, SHIFT, CT)
         acc = tl.dot(a, tl.trans(w), acc)
 
     # ---- epilogue: fp32 scale, then (split-K) the last split of this tile reduces
