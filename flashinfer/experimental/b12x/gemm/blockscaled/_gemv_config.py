@@ -9,7 +9,7 @@ The CuTe decode kernel stays the default until the H200 run decides.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .._shared.formats import FORMAT, OUT_DTYPES, RAW16
 
@@ -98,23 +98,38 @@ def default_config(n: int | None = None, k: int | None = None, b_fmt: str | None
     if k % block_k:
         block_k = 128
     block_n = 128 if n >= 16384 else 64
-    tiles = -(-n // block_n)
-    steps = k // block_k
-    split = 1
-    while tiles * split < TARGET_PROGRAMS and steps >= 2 * (2 * split) and split < 8:
-        split *= 2
+    split = _split_for(-(-n // block_n), k // block_k)
     return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, num_stages=4, num_warps=block_n // 16)
 
 
+def _split_for(tiles: int, steps: int) -> int:
+    split = 1
+    while tiles * split < TARGET_PROGRAMS and steps >= 2 * (2 * split) and split < 8:
+        split *= 2
+    return split
+
+
 def candidate_configs(n: int, k: int, b_fmt: str) -> tuple[GemvConfig, ...]:
-    """What `bench_gemm --sweep` times: the heuristic, then block_n 64 / 128 x split 1 / the
-    heuristic's split x stages 3 / 5 around it (valid ones, K % block_k == 0), 8 configs at most."""
+    """What `bench_gemm --sweep --sweep-subset gemv` times, one knob at a time around the heuristic:
+    the heuristic; num_stages 3 and 6; block_k doubled; split_k halved and doubled; the other
+    block_n (64 <-> 128, its own split). Valid ones only (K % block_k == 0, every split >= 2 steps),
+    8 at most."""
     base = default_config(n, k, b_fmt)
-    out = [base]
-    for block_n in (64, 128):
-        for split in dict.fromkeys((1, base.split_k)):
-            for stages in (3, 5):
-                cfg = GemvConfig(block_n, base.block_k, split, stages, block_n // 16)
-                if cfg not in out and config_reason(cfg, b_fmt) is None:
-                    out.append(cfg)
+    other_n = 64 if base.block_n == 128 else 128
+    other_split = _split_for(-(-n // other_n), k // base.block_k)
+    variants = [
+        base,
+        replace(base, num_stages=3),
+        replace(base, num_stages=6),
+        replace(base, block_k=2 * base.block_k, split_k=max(1, base.split_k // 2)),
+        replace(base, split_k=max(1, base.split_k // 2)),
+        replace(base, split_k=2 * base.split_k),
+        replace(base, block_n=other_n, num_warps=other_n // 16, split_k=other_split),
+    ]
+    out = []
+    for cfg in variants:
+        steps = k // cfg.block_k if k % cfg.block_k == 0 else 0
+        ok = config_reason(cfg, b_fmt) is None and steps >= 2 * cfg.split_k
+        if ok and cfg not in out:
+            out.append(cfg)
     return tuple(out[:8])
