@@ -2,6 +2,7 @@
 K, R_cap symbolic). The default tier builds a representative set; `slow` builds FC1 x {silu, relu2,
 swiglu_oai} and FC2 for every (A format, weight format) pair on both archs."""
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -54,26 +55,44 @@ def _check_built(fn, arch: str, activation=None) -> None:
 def test_representative_variants_compile_for_both_archs(fc, a_fmt, b_fmt, activation):
     X = _X()
     cfg = X.default_config(64)
-    built = {}
-    for arch in ARCHS:
-        if fc == 1:
-            built[arch] = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch)
-        else:
-            built[arch] = X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch)
-        _check_built(built[arch], arch, activation)
-    assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
+    for grid in X.GRIDS:
+        built = {}
+        for arch in ARCHS:
+            if fc == 1:
+                built[arch] = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch, grid)
+            else:
+                built[arch] = X.compile_fc2(a_fmt, b_fmt, cfg, arch, grid)
+            _check_built(built[arch], arch, activation)
+            _check_active_reads(built[arch], grid)
+        assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
+
+
+def _check_active_reads(fn, grid: str) -> None:
+    """The `active` tensor is the kernel's last parameter: the identity grid never touches it (no
+    dependent load before start[e]), the list grid reads it."""
+    ptx = fn.artifacts.PTX
+    entry = ptx[ptx.index(".entry") : ptx.index(")", ptx.index(".entry"))]
+    last = re.findall(r"(\S+_param_\d+)\[", entry)[-1]
+    uses = ptx.count(last) - 1  # the declaration itself
+    assert (uses == 0) == (grid == "identity"), f"grid {grid}: {uses} uses of the active parameter"
 
 
 def test_live_sizes_are_not_compile_keys():
     # E, N, K, R_cap and the routing come from the tensors at launch: the key is formats, activation,
-    # config and arch only, and a second resolve of one key is the same launcher.
+    # config, arch and the grid variant only, and a second resolve of one key is the same launcher.
     import inspect
 
     X = _X()
-    assert list(inspect.signature(X.compile_fc1).parameters) == ["a_fmt", "b_fmt", "activation", "config", "arch"]
-    assert list(inspect.signature(X.compile_fc2).parameters) == ["a_fmt", "b_fmt", "config", "arch"]
+    fc1_key = ["a_fmt", "b_fmt", "activation", "config", "arch", "grid"]
+    assert list(inspect.signature(X.compile_fc1).parameters) == fc1_key
+    assert list(inspect.signature(X.compile_fc2).parameters) == ["a_fmt", "b_fmt", "config", "arch", "grid"]
     fn = X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
     assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
+    assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "list")  # the default
+    ident = X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "identity")
+    assert ident is not fn and "grid=identity" in X.compile_fc1.key_summary(
+        "bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "identity"
+    )
 
 
 def test_bad_variants_fail_before_compiling():
@@ -82,6 +101,8 @@ def test_bad_variants_fail_before_compiling():
         X.compile_fc2("mxfp8", "fp8_block", X.default_config(8), arch="sm_90a")
     with pytest.raises(ValueError, match="a gated FC1 needs tiles >= 2"):
         X.compile_fc1("bfloat16", "nvfp4", "swiglu_oai", DecodeConfig(8, 1, 2, 1), arch="sm_90a")
+    with pytest.raises(ValueError, match="grid must be one of"):
+        X.compile_fc2("nvfp4", "nvfp4", X.default_config(8), "sm_90a", "full")
 
 
 @pytest.mark.slow
@@ -91,9 +112,10 @@ def test_every_variant_compiles(a_fmt, b_fmt, arch):
     X = _X()
     assert X.PAIRS == PAIRS
     for cfg in (X.default_config(8), X.default_config(64)):
-        for activation in X.ACTIVATIONS:
-            _check_built(X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch), arch, activation)
-        _check_built(X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch), arch)
+        for grid in X.GRIDS:
+            for activation in X.ACTIVATIONS:
+                _check_built(X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch, grid), arch, activation)
+            _check_built(X.compile_fc2(a_fmt, b_fmt, cfg, arch, grid), arch)
 
 
 def _spills(fn, arch: str) -> str:
@@ -117,15 +139,16 @@ def _check_no_spills(fn, arch: str) -> None:
     assert " 0 bytes spill stores" in info or not info, f"ptxas spills: {info}"
 
 
+@pytest.mark.parametrize("grid", ["identity", "list"])
 @pytest.mark.parametrize("max_rows", [8, 512])
-def test_default_configs_do_not_spill(max_rows):
+def test_default_configs_do_not_spill(max_rows, grid):
     if shutil.which("ptxas") is None:
         pytest.skip("no ptxas on PATH: the spill check needs the CUDA toolkit's assembler")
     X = _X()
     cfg = X.default_config(max_rows)
     for arch in ARCHS:
-        _check_no_spills(X.compile_fc1("mxfp8", "mxfp4", "swiglu_oai", cfg, arch=arch), arch)
-        _check_no_spills(X.compile_fc2("nvfp4", "nvfp4", cfg, arch=arch), arch)
+        _check_no_spills(X.compile_fc1("mxfp8", "mxfp4", "swiglu_oai", cfg, arch, grid), arch)
+        _check_no_spills(X.compile_fc2("nvfp4", "nvfp4", cfg, arch, grid), arch)
 
 
 @pytest.mark.slow
@@ -134,11 +157,11 @@ def test_candidate_configs_compile(arch):
     X = _X()
     for max_rows in (8, 64):
         for cfg in X.candidate_configs(max_rows):
-            for a_fmt, b_fmt in PAIRS:
+            for (a_fmt, b_fmt), grid in itertools.product(PAIRS, X.GRIDS):
                 for activation in X.ACTIVATIONS:
-                    fn = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch=arch)
+                    fn = X.compile_fc1(a_fmt, b_fmt, activation, cfg, arch, grid)
                     _check_built(fn, arch, activation)
                     _check_no_spills(fn, arch)
-                fn = X.compile_fc2(a_fmt, b_fmt, cfg, arch=arch)
+                fn = X.compile_fc2(a_fmt, b_fmt, cfg, arch, grid)
                 _check_built(fn, arch)
                 _check_no_spills(fn, arch)

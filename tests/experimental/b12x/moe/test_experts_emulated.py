@@ -2,9 +2,9 @@
 emulator (tests/experimental/b12x/gemm/emulator.py), against a torch computation from
 `reference.expert_matrix` on random weights packed by `prepare_weights`.
 
-`run_experts` mirrors the `@cute.kernel` body (grid (N tiles, E), the group loop, the warps' K loop,
-the barriers) and calls the same `ExpertLogic` methods with `EmuOps` on the launchers' exact
-arguments. Out-of-range or misaligned accesses fail inside the emulator; C starts poisoned (NaN) and
+`run_experts` mirrors the `@cute.kernel` body (grid (N tiles, G) of either grid variant, the group
+loop, the warps' K loop, the barriers) and calls the same `ExpertLogic` methods with `EmuOps` on the
+launchers' exact arguments, the CTA row -> (expert, rows) step (`expert_rows`) included. Out-of-range or misaligned accesses fail inside the emulator; C starts poisoned (NaN) and
 rows >= start[E] of A hold NaN, so a row read or written outside its expert shows. The helpers
 (`make_problem`, `oracle`, `check`) are shared with test_experts_gpu.py.
 """
@@ -196,24 +196,24 @@ class MoeEmuOps(EMU.EmuOps):
             return np.exp2(self.f32(x).astype(np.float64)).astype(np.float32)
 
 
-def run_experts(p: Problem, config: DecodeConfig) -> torch.Tensor:
-    """Emulate compile_fc1 / compile_fc2(p's formats, config)(*p.args); returns C."""
+def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.Tensor:
+    """Emulate compile_fc1 / compile_fc2(p's formats, config, grid=grid)(*p.args); returns C."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config)
+    logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config, grid)
     args = p.args[:9] if p.fc == 1 else p.args[:8] + (p.args[7],)  # FC2 passes a_alpha as the unused act params
     gmem = EMU.GlobalMemory()
     a, sfa, b, sfb, c, st, wa, aa, act = (gmem.put(t) for t in args)
     num_e, n_rows, kb = p.args[2].shape
     k, n = kb * 2, p.out.shape[1]
     start = p.args[5].tolist()
-    for listed in p.args[-1].tolist():  # blockIdx.y -> active[y]: an expert, or >= E (no rows)
-        e = min(listed, num_e - 1)
+    active = p.args[-1].tolist()
+    for slot in range(logic.grid_experts(num_e, len(active))):  # blockIdx.y
+        # identity: e = y; list: e = active[y] (an entry >= E: no rows), as the kernel computes it
+        e, lo, hi = logic.expert_rows(_UNIFORM, slot, num_e, active, start)
         for bx in range(logic.grid_n(n)):  # blockIdx.x
             n0 = np.int32(bx * logic.cols)
             smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
-            lo = start[e]
-            hi = lo + min(num_e - listed, 1) * (start[e + 1] - lo)
             for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
                 row0 = lo + grp * logic.ntok
                 rt = X.ExpertRuntime(
@@ -243,7 +243,18 @@ def run_experts(p: Problem, config: DecodeConfig) -> torch.Tensor:
     return raw.view(p.out.dtype).reshape(p.out.shape)
 
 
+class _UniformOps:
+    """The ops `ExpertLogic.expert_rows` uses, on the CTA-uniform Python ints the emulator keeps."""
+
+    imin = staticmethod(min)
+    i32 = staticmethod(int)
+
+
+_UNIFORM = _UniformOps()
+
+
 SMALL = DecodeConfig(warps=2, tiles=2, ntiles=2, unroll=1)
+X_DEFAULT = DecodeConfig(warps=8, tiles=2, ntiles=1, unroll=2)  # _kernel_experts.default_config(8)
 
 
 @pytest.mark.parametrize("activation", ["silu", "relu2", "swiglu_oai"])
@@ -257,7 +268,7 @@ def test_fc1_every_pair_and_activation(a_fmt, b_fmt, activation):
 @pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)
 def test_fc2_every_pair(a_fmt, b_fmt):
     p = make_problem(2, a_fmt, b_fmt, None, [5, 17, 0], seed=len(a_fmt) + 3)
-    check(p, run_experts(p, SMALL))
+    check(p, run_experts(p, SMALL, "identity"))  # the full grid's variant (FC1's tests run the list's)
 
 
 @pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "relu2"), (2, None)])
@@ -265,7 +276,7 @@ def test_k_tail_and_one_token_tile(fc, activation):
     # H = 288, I = 96: K is not a multiple of the 128-value chunk (spans past K are predicated off);
     # ntiles = 1 groups rows by 8; 4 warps leave some warps without chunks.
     p = make_problem(fc, "bfloat16", "nvfp4", activation, [9, 1, 0], h=288, i=96, seed=5)
-    check(p, run_experts(p, DecodeConfig(warps=4, tiles=2, ntiles=1, unroll=1)))
+    check(p, run_experts(p, DecodeConfig(warps=4, tiles=2, ntiles=1, unroll=1), "identity"))
 
 
 def test_default_config_and_wide_tiles():
@@ -293,9 +304,36 @@ def test_compact_grid_runs_only_the_listed_experts(fc, activation):
         check(q, run_experts(q, SMALL))
 
 
-def test_all_experts_empty_writes_nothing():
+@pytest.mark.parametrize("fc, activation", [(1, "swiglu_oai"), (2, None)])
+def test_identity_grid_runs_every_expert_without_reading_the_list(fc, activation):
+    # grid "identity": E rows of CTAs, expert = blockIdx.y. The list passed is one entry, E (the
+    # list variant would launch one row of CTAs that has nothing to do): every expert's rows are
+    # still written, so the grid is E rows and the entry is never read.
+    counts = [0, 3, 0, 9, 2]
+    p = make_problem(fc, "nvfp4", "nvfp4", activation, counts, seed=13, active=[len(counts)])
+    check(p, run_experts(p, SMALL, "identity"))
+    with pytest.raises(AssertionError, match="was not written"):
+        check(p, run_experts(p, SMALL, "list"))
+    q = make_problem(fc, "mxfp8", "mxfp4", activation, [4, 0, 17], seed=14, active=[-7777])
+    check(q, run_experts(q, X_DEFAULT, "identity"))
+
+
+@pytest.mark.parametrize("grid", ["identity", "list"])
+def test_both_grids_agree_bit_for_bit(grid):
+    # the same CTAs, reached two ways: every expert by index, or the list of experts with rows
+    counts = [2, 0, 5, 0, 1, 16]
+    hit = [e for e, c in enumerate(counts) if c]
+    p = make_problem(1, "bfloat16", "mxfp4", "silu", counts, seed=15, active=hit + [len(counts)] * 2)
+    other = "list" if grid == "identity" else "identity"
+    out = run_experts(p, SMALL, grid)
+    check(p, out)
+    assert torch.equal(out.view(torch.int16), run_experts(p, SMALL, other).view(torch.int16))
+
+
+@pytest.mark.parametrize("grid", ["identity", "list"])
+def test_all_experts_empty_writes_nothing(grid):
     p = make_problem(2, "bfloat16", "nvfp4", None, [0, 0, 0], r_cap=4)
-    out = run_experts(p, SMALL)
+    out = run_experts(p, SMALL, grid)
     assert torch.isnan(out).all()
 
 
@@ -319,6 +357,8 @@ def test_invalid_variants_are_rejected():
         X.ExpertLogic(1, "bfloat16", "nvfp4", "silu", DecodeConfig(2, 1, 1, 1))
     with pytest.raises(ValueError, match="activation must be one of"):
         X.ExpertLogic(1, "bfloat16", "nvfp4", "gelu", SMALL)
+    with pytest.raises(ValueError, match=r"grid must be one of \('identity', 'list'\), got 'compact'"):
+        X.ExpertLogic(2, "bfloat16", "nvfp4", None, SMALL, "compact")
     with pytest.raises(ValueError, match="hidden_size must be a positive multiple of 32, got 80"):
         X.check_dims(80, 64)
     X.ExpertLogic(1, "bfloat16", "nvfp4", "relu2", DecodeConfig(2, 1, 1, 1))  # relu2 is not gated

@@ -22,15 +22,15 @@ COUNTS = {
 }
 
 
-def _launch(p, config=None):
+def _launch(p, config=None, grid="list"):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     cfg = config or X.default_config(64)
     arch = target_arch()
     if p.fc == 1:
-        fn = X.compile_fc1(p.a_fmt, p.b_fmt, p.activation, cfg, arch=arch)
+        fn = X.compile_fc1(p.a_fmt, p.b_fmt, p.activation, cfg, arch, grid)
     else:
-        fn = X.compile_fc2(p.a_fmt, p.b_fmt, cfg, arch=arch)
+        fn = X.compile_fc2(p.a_fmt, p.b_fmt, cfg, arch, grid)
     fn(*p.args)
     torch.cuda.synchronize()
     return p.out
@@ -49,6 +49,19 @@ def test_fc1_matches_the_oracle(a_fmt, b_fmt, activation, dist):
 def test_fc2_matches_the_oracle(a_fmt, b_fmt, dist):
     p = make_problem(2, a_fmt, b_fmt, None, COUNTS[dist], h=1024, i=256, seed=len(dist) + 1, device="cuda")
     check(p, _launch(p))
+
+
+@pytest.mark.parametrize("dist", sorted(COUNTS))
+@pytest.mark.parametrize(
+    "fc, a_fmt, b_fmt, activation",
+    [(1, "bfloat16", "nvfp4", "silu"), (1, "mxfp8", "mxfp4", "swiglu_oai"), (2, "nvfp4", "nvfp4", None)],
+)
+def test_identity_grid_matches_the_oracle_without_the_list(fc, a_fmt, b_fmt, activation, dist):
+    # grid "identity": E rows of CTAs, expert = blockIdx.y. The list is one entry, E (the list grid
+    # would launch one row with nothing to do): every expert's rows written = the list never read.
+    counts = COUNTS[dist]
+    p = make_problem(fc, a_fmt, b_fmt, activation, counts, h=1024, i=256, seed=11, device="cuda", active=[len(counts)])
+    check(p, _launch(p, grid="identity"))
 
 
 @pytest.mark.parametrize("t, k", [(1, 8), (7, 8), (64, 8)])

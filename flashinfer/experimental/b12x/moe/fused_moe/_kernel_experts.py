@@ -12,11 +12,16 @@ dequantization in registers, swap-AB m16n8k16 MMAs, split-K over warps, shared-m
 with this module's hooks: per-expert weight bases, the group's first A row, gate/up row pairing,
 K tails, and MXFP8 activations against FP4 weights.
 
-Work split: grid (N tiles, G). CTA (x, y) works for expert e = active[y] (G = len(active); an entry
->= E gives it nothing to do): active = 0..E-1 (every expert, a constant), or the routing's list of the
-experts that got rows (`RoutingConfig.compact_grid`), G = min(E, T * k), so a decode call launches
-CTAs for at most T * k experts instead of E (T = 1, k = 8, E = 128: 384 + 512 CTAs instead of
-6144 + 8192, most of which only read two ints and exit).
+Work split: grid (N tiles, G); two compile-time variants (`grid`, part of the kernel key):
+- "identity": G = E, CTA (x, y) works for expert e = y. The `active` argument is not read (the
+  launcher signature stays the same for both variants).
+- "list": CTA (x, y) works for expert e = active[y] (G = len(active); an entry >= E gives it nothing
+  to do): the routing's list of the experts that got rows (`RoutingConfig.compact_grid`), G =
+  min(E, T * k), so a decode call launches CTAs for at most T * k experts instead of E (T = 1, k = 8,
+  E = 128: 384 + 512 CTAs instead of 6144 + 8192, most of which only read two ints and exit).
+  The list read is one more dependent global load before start[e] in every CTA, which made the full
+  grid 40% slower when every launch took it (H200: T = 1 w4a16 39.6 -> 55.6 us per layer), so the
+  plan launches "identity" whenever the grid is every expert (compact off, or T * k >= E).
 CTA (x, e) owns output columns [x * cols, (x + 1) * cols) of expert e,
 cols = 16 * tiles (FC2, relu2) or 8 * tiles (gated FC1: its warps load `tiles / 2` 16-row tiles of
 gate rows and as many of the matching up rows). It reads start[e], start[e + 1] and loops over its
@@ -73,6 +78,7 @@ PAIRS = (
     ("mxfp8", "nvfp4"),
 )
 K_ALIGN = 32  # one span
+GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 _LOG2E = 1.4426950408889634
 _SOURCES = tuple(
     f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")
@@ -99,7 +105,9 @@ def candidate_configs(max_rows: int) -> tuple[DecodeConfig, ...]:
     return tuple(DecodeConfig(w, t, 2, u) for w, t, u in shapes)
 
 
-def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> str | None:
+def why_not(
+    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+) -> str | None:
     """None when the expert kernel implements this variant, else the reason (the validity predicate)."""
     if fc not in (1, 2):
         return f"fc must be 1 or 2, got {fc!r}"
@@ -107,6 +115,8 @@ def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: Dec
         return f"A format {a_fmt} x weight format {b_fmt} is not one of {PAIRS}"
     if fc == 1 and activation not in ACTIVATIONS:
         return f"activation must be one of {ACTIVATIONS}, got {activation!r}"
+    if grid not in GRIDS:
+        return f"grid must be one of {GRIDS}, got {grid!r}"
     if not isinstance(config, DecodeConfig):
         return f"config must be a DecodeConfig, got {type(config).__name__}"
     if fc == 1 and activation in GATED and config.tiles < 2:
@@ -114,8 +124,10 @@ def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: Dec
     return KD.why_not("bfloat16", b_fmt, "float32", config)  # the tiling limits of the shared logic
 
 
-def can_implement(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> bool:
-    return why_not(fc, a_fmt, b_fmt, activation, config) is None
+def can_implement(
+    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+) -> bool:
+    return why_not(fc, a_fmt, b_fmt, activation, config, grid) is None
 
 
 def check_dims(hidden_size: int, intermediate_size: int) -> None:
@@ -179,18 +191,37 @@ class ExpertLogic(KD.DecodeLogic):
     def why_not(a_fmt, b_fmt, out_dtype, config):  # the pairing is checked by the module's why_not
         return KD.why_not("bfloat16", b_fmt, out_dtype, config)
 
-    def __init__(self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig) -> None:
-        reason = why_not(fc, a_fmt, b_fmt, activation, config)
+    def __init__(
+        self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+    ) -> None:
+        reason = why_not(fc, a_fmt, b_fmt, activation, config, grid)
         if reason is not None:
             raise ValueError(f"{self.what}: {reason}")
         super().__init__(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config)
         self.fc, self.activation = fc, activation if fc == 1 else None
+        self.listed = grid == "list"  # a Python bool: the kernel's variant is fixed at trace time
         self.gated = self.activation in GATED
         self.cols = self.bn // 2 if self.gated else self.bn
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
         return (n + self.cols - 1) // self.cols
+
+    def grid_experts(self, num_e, num_listed):
+        """The grid's CTA rows: every expert (identity) or one per entry of the list."""
+        return num_listed if self.listed else num_e
+
+    def expert_rows(self, ops, slot, num_e, active, start):
+        """(e, first row, end row) of CTA row `slot`: e = slot (identity), or e = active[slot] with no
+        rows when the entry is >= num_e (read as expert num_e - 1, so every address stays in range).
+        active, start: indexable (the kernel's tensors, the emulator's lists); the identity variant
+        never reads active."""
+        if not self.listed:
+            return slot, start[slot], start[slot + 1]
+        listed = active[slot]  # an expert id, or num_e: nothing for this CTA
+        e = ops.imin(listed, num_e - 1)
+        lo = start[e]
+        return e, lo, lo + ops.imin(num_e - listed, ops.i32(1)) * (start[e + 1] - lo)
 
     def k_chunks(self, k):
         return (k + CHUNK - 1) // CHUNK
@@ -283,8 +314,9 @@ class _ExpertGemm:
     @cute.jit
     def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive, stream):
         grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
+        grid_e = self.logic.grid_experts(mB.shape[0], mActive.shape[0])
         self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive).launch(
-            grid=[grid_n, mActive.shape[0], 1], block=[self.threads, 1, 1], stream=stream
+            grid=[grid_n, grid_e, 1], block=[self.threads, 1, 1], stream=stream
         )
 
     @cute.kernel
@@ -296,11 +328,7 @@ class _ExpertGemm:
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * self.logic.cols
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
-        num_e = mB.shape[0]
-        listed = mActive[slot]  # an expert id, or num_e: nothing for this CTA
-        e = DEVICE.imin(listed, num_e - 1)
-        start = mStart[e]
-        end = start + DEVICE.imin(num_e - listed, Int32(1)) * (mStart[e + 1] - start)
+        e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
         sfb_base = mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1])
         smem = cutlass.memory.SmemAllocator()
@@ -369,20 +397,21 @@ def fake_active():
 
 
 @kernel("moe.fused_moe.fc1", sources=_SOURCES)
-def compile_fc1(a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str):
+def compile_fc1(a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str, grid: str = "list"):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params, active)`
     on torch's current stream; act_params fp32 [3] = (swiglu_limit, swiglu_alpha, swiglu_beta);
-    active int32 [G]: the grid's experts (module docstring)."""
-    logic = ExpertLogic(1, a_fmt, b_fmt, activation, config)
+    active int32 [G]: the grid's experts (grid "list"; "identity" launches E rows and never reads
+    it; module docstring)."""
+    logic = ExpertLogic(1, a_fmt, b_fmt, activation, config, grid)
     act = make_fake_compact_tensor(cutlass.Float32, (3,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(Fc1Gemm(logic), *fake_args(a_fmt, "bfloat16"), act, fake_active(), stream, arch=arch)
 
 
 @kernel("moe.fused_moe.fc2", sources=_SOURCES)
-def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str):
+def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str, grid: str = "list"):
     """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active)` on
-    torch's current stream; C2 fp32 [R_cap, H]; active as compile_fc1's."""
-    logic = ExpertLogic(2, a_fmt, b_fmt, None, config)
+    torch's current stream; C2 fp32 [R_cap, H]; active and grid as compile_fc1's."""
+    logic = ExpertLogic(2, a_fmt, b_fmt, None, config, grid)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(Fc2Gemm(logic), *fake_args(a_fmt, "float32"), fake_active(), stream, arch=arch)
