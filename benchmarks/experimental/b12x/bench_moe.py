@@ -19,9 +19,10 @@ cycle moves >= 3x L2 of expert bytes (`rotation_sets`; weights come from HBM as 
 --timer events flushes L2 before every call instead.
 --steps adds, per case, the time of each prefix of the pipeline's launches (`api.steps`: route+gather,
 fc1, requantize, fc2, combine), measured the same way: a step's cost is its row minus the row
-before, launch gaps in a graph included (the decode breakdown: docs/moe.md). --compact-grid prepares
-ours with `RoutingConfig.compact_grid` (expert GEMM grids of min(E, T * k) experts, not E; off by
-default until measured).
+before, launch gaps in a graph included (the decode breakdown: docs/moe.md). Ours is the heuristic's
+plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed experts while T * k < E,
+else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
+--compact-grid with it on (the heuristic's choice today, kept for old command lines).
 Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
 weighted sum of each token's k rows), timed in the same run:
   grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
@@ -175,7 +176,8 @@ class Ours:
     wplan: object
 
 
-def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=False) -> Ours:
+def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None) -> Ours:
+    """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with."""
     import b12x
     from b12x.moe import fused_moe as fm
 
@@ -191,11 +193,11 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
     )
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, device, generator))
     p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wplan, quant_mode=mode))
-    if compact_grid and torch.device(device).type == "cuda":
+    if compact_grid is not None and torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
         cfg = p.heuristic(target_arch(device))
-        p = fm.plan(p.caps, override=replace(cfg, routing=replace(cfg.routing, compact_grid=True)))
+        p = fm.plan(p.caps, override=replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid)))
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
@@ -318,7 +320,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            compact = getattr(args, "compact_grid", False)
+            compact = grid_choice(args)
             ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact)
             fmt = ours.wplan.weight_format
             case = Case(
@@ -345,6 +347,13 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
             del ours, bindings
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+
+def grid_choice(args) -> bool | None:
+    """--full-grid: False, --compact-grid: True, neither: None (the heuristic's)."""
+    if getattr(args, "full_grid", False):  # a Namespace built by hand may lack either
+        return False
+    return True if getattr(args, "compact_grid", False) else None
 
 
 def step_prefixes(plan, bindings, out) -> list[tuple[str, list]]:
@@ -377,7 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our recipes to time")
     parser.add_argument("--activation", choices=ACTIVATIONS, default="silu", help="the experts' activation")
     parser.add_argument("--steps", action="store_true", help="also time each prefix of the pipeline's launches")
-    parser.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid")
+    grids = parser.add_mutually_exclusive_group()
+    grids.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid on")
+    grids.add_argument(
+        "--full-grid", action="store_true", help="prepare ours with routing.compact_grid off (E rows of CTAs)"
+    )
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")

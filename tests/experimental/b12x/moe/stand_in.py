@@ -3,13 +3,14 @@ pipeline tests run the Triton steps around), a vectorized fp32 reference of the 
 bf16 computation of it (the tolerance rule's "same computation by torch in the same precision"),
 and the checks every numeric test applies.
 
-`fc1_stand_in(a_fmt, b_fmt, activation)` / `fc2_stand_in(a_fmt, b_fmt)` return callables with exactly
-the launcher signatures of `_kernel_experts.compile_fc1` / `compile_fc2`:
+`fc1_stand_in(a_fmt, b_fmt, activation, grid)` / `fc2_stand_in(a_fmt, b_fmt, grid)` return callables
+with exactly the launcher signatures of `_kernel_experts.compile_fc1` / `compile_fc2`:
 
     fc1(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params, active)  C bf16 [R_cap, I]
     fc2(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active)         C2 fp32 [R_cap, H]
 
-Like the kernels' grid, they visit only the experts listed in `active` (entries >= E: none). Expert
+Like the kernels' grid variants, they visit every expert (grid "identity"; `active` is not read) or
+only the experts listed in `active` (grid "list"; entries >= E: none). Expert
 e's rows [start[e], start[e + 1]) are dequantized from A (bf16, or NVFP4 / MXFP8 bytes with
 swizzled scales over all R_cap rows), times a_alpha[e], multiplied by expert e's dequantized weight
 (reference.expert_matrix, w_alpha included) in fp32; FC1 applies reference.activation and rounds to
@@ -36,10 +37,17 @@ def dequantize_rows(a_fmt: str, A: torch.Tensor, SFA: torch.Tensor, lo: int, hi:
     return Q.dequantize_mxfp8(A[lo:hi].view(torch.float8_e4m3fn), grid.view(torch.uint8))
 
 
-def _expert_gemm(a_fmt, b_fmt, A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, active, epilogue):
+def _grid_experts(grid: str, num_experts: int, active: torch.Tensor) -> list:
+    if grid == "identity":
+        return list(range(num_experts))
+    assert grid == "list", grid
+    return [x for x in active.tolist() if x < num_experts]
+
+
+def _expert_gemm(grid, a_fmt, b_fmt, A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, active, epilogue):
     num_experts, n, k = B.shape[0], B.shape[1], B.shape[2] * 2
     start = expert_start.tolist()
-    for e in (x for x in active.tolist() if x < num_experts):
+    for e in _grid_experts(grid, num_experts, active):
         lo, hi = start[e], start[e + 1]
         if hi <= lo:
             continue
@@ -48,19 +56,20 @@ def _expert_gemm(a_fmt, b_fmt, A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha
         C[lo:hi] = epilogue(x @ w.t()).to(C.dtype)
 
 
-def fc1_stand_in(a_fmt: str, b_fmt: str, activation: str):
+def fc1_stand_in(a_fmt: str, b_fmt: str, activation: str, grid: str = "list"):
     def fc1(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params, active):
         limit, alpha, beta = act_params.tolist()
         i = C.shape[1]
         act = lambda h: R.activation(h, activation, i, limit, alpha, beta)  # noqa: E731
-        _expert_gemm(a_fmt, b_fmt, A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, active, act)
+        _expert_gemm(grid, a_fmt, b_fmt, A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, active, act)
 
     return fc1
 
 
-def fc2_stand_in(a_fmt: str, b_fmt: str):
+def fc2_stand_in(a_fmt: str, b_fmt: str, grid: str = "list"):
     def fc2(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active):
-        _expert_gemm(a_fmt, b_fmt, A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active, lambda y: y)
+        args = (A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active)
+        _expert_gemm(grid, a_fmt, b_fmt, *args, lambda y: y)
 
     return fc2
 

@@ -174,6 +174,29 @@ def test_compact_grid(mode, source, act):
         assert torch.equal(active[: hit.numel()], hit) and bool((active[hit.numel() :] == e).all())
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["full_grid", "compact_grid"])
+@pytest.mark.parametrize(
+    "mode, source, act", [("w4a16", "modelopt_nvfp4", "silu"), ("nvfp4", "modelopt_nvfp4", "relu2")]
+)
+def test_expert_grid_variants(mode, source, act, compact):
+    """Each T launches the expert grid variant bind picks (the list only for the compact grid with
+    T * k < E; else every expert without the list read), against the reference. With the full grid
+    `active` is poisoned (all 0): the routing does not write it then, so a read of it would leave
+    every expert but 0 unwritten (NaN)."""
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    p, experts = build(mode, source, act, shape, 64, compact=compact)
+    launchers = p.state.extra["launchers"]
+    assert sorted(launchers.experts) == (["identity", "list"] if compact else ["identity"])
+    if not compact:
+        p.state.scratch["active"].zero_()
+    for t in (1, 16, 64):  # compact: 8 listed experts; then T * k = 128 = E and 512
+        a, ids, w = inputs(t, k, e, h, seed=700 + t)
+        b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids)
+        assert b.grid == ("list" if compact and t * k < e else "identity")
+        check_case(p, experts, a, ids, w, f"{'compact' if compact else 'full'} grid {mode} {act} T={t}")
+
+
 def test_ignored_routes_add_nothing():
     shape = SHAPES[0]
     e, k, h, _ = shape

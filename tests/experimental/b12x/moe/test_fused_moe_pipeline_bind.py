@@ -111,6 +111,7 @@ def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
     A2, SFA2, B2, SFB2, C2, start2, wa2, aa2, active2 = b.fc2_args
     assert A1 is s["a1"] and C1 is s["c1"] and C2 is s["c2"] and start is start2 is s["expert_start"]
     assert active is active2 is s["active"]  # compact_grid off: the grid covers every expert
+    assert b.grid == "identity"  # ... without reading the list
     assert B1 is ex.w1_values and B2 is ex.w2_values and wa1 is ex.w1_alpha and wa2 is ex.w2_alpha
     assert aa1 is s["alpha1"] and aa2 is s["alpha2"] and act is s["act_params"]
     assert SFB1.dtype == SFB2.dtype == torch.uint8 and SFB1.shape == ex.w1_scales.shape
@@ -122,13 +123,16 @@ def test_device_bind_is_views_of_the_workspace(mode, monkeypatch):
 
 
 class _Recorder:
-    """Launchers that record (name, args) instead of launching."""
+    """Launchers that record (name, args) instead of launching; `grids` the expert grids it holds
+    (an expert GEMM's name carries its grid: "fc1:list")."""
 
-    def __init__(self, log, requant):
+    expert_gemms = api.Launchers.expert_gemms
+
+    def __init__(self, log, requant, grids=("identity", "list")):
         self.log = log
         rec = lambda name: lambda *a: log.append((name, a))  # noqa: E731
         self.routing = {"int32": rec("routing"), "int64": rec("routing64")}
-        self.fc1, self.fc2 = rec("fc1"), rec("fc2")
+        self.experts = {g: (rec(f"fc1:{g}"), rec(f"fc2:{g}")) for g in grids}
         self.combine = self
         self.requant = object() if requant else None
         self.requantize = rec("requantize")
@@ -172,16 +176,15 @@ def test_bench_step_prefixes_run_each_prefix_per_binding():
             assert len(calls) == 2
             log.clear()
             calls[1]()
-            assert [name for name, _ in log] == ["routing", "fc1", "requantize", "fc2", "combine"][:n]
+            want = ["routing", "fc1:identity", "requantize", "fc2:identity", "combine"]  # T * K >= E
+            assert [name for name, _ in log] == want[:n]
     finally:
         del p.state.extra["launchers"]
 
 
 def test_compact_grid_binds_min_e_tk_rows_of_the_active_list():
     p, tensors = device_plan("nvfp4")
-    p.state.selection = dataclasses.replace(
-        p.state.selection, routing=dataclasses.replace(p.state.selection.routing, compact_grid=True)
-    )
+    _with_compact(p, True)
     s = p.state.scratch
     for t in (1, T):  # T * K = 2 and 10 routes; E = 4 experts
         part = {
@@ -190,8 +193,72 @@ def test_compact_grid_binds_min_e_tk_rows_of_the_active_list():
         b = fm.bind(p, **{**tensors, **part})
         active = b.fc1_args[-1]
         assert active is b.fc2_args[-1] and active.shape == (min(E, t * K),)
+        if t * K >= E:
+            assert active is s["active"] and b.grid == "identity"  # the whole buffer, never read
+            continue
         root = s["active"]._base if s["active"]._base is not None else s["active"]
         assert active._base is root and active.storage_offset() == s["active"].storage_offset()  # a view
+
+
+def test_bench_grid_flags():
+    from argparse import Namespace
+
+    from benchmarks.experimental.b12x.bench_moe import grid_choice
+
+    assert grid_choice(Namespace(full_grid=True, compact_grid=False)) is False
+    assert grid_choice(Namespace(full_grid=False, compact_grid=True)) is True
+    assert grid_choice(Namespace(full_grid=False, compact_grid=False)) is None  # the heuristic's
+    assert grid_choice(Namespace()) is None
+
+
+def _with_compact(p, compact: bool):
+    p.state.selection = dataclasses.replace(
+        p.state.selection, routing=dataclasses.replace(p.state.selection.routing, compact_grid=compact)
+    )
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["full_grid", "compact_grid"])
+@pytest.mark.parametrize("t", [1, 2, T])  # T * K = 2, 4, 10 routes; E = 4 experts
+def test_bind_picks_the_list_grid_only_below_e_routes(compact, t):
+    p, tensors = device_plan("nvfp4")
+    _with_compact(p, compact)
+    part = {"a": tensors["a"][:t], "topk_ids": tensors["topk_ids"][:t], "topk_weights": tensors["topk_weights"][:t]}
+    b = fm.bind(p, **{**tensors, **part})
+    listed = compact and t * K < E
+    assert b.grid == ("list" if listed else "identity")
+    active = b.fc1_args[-1]
+    assert active is b.fc2_args[-1]
+    assert active.shape == ((t * K,) if listed else (E,))
+    out = torch.empty(t, H, dtype=torch.bfloat16, device="meta")
+    log = []
+    api.execute(_Recorder(log, True), b, out)
+    assert [n for n, _ in log if n.startswith("fc")] == [f"fc1:{b.grid}", f"fc2:{b.grid}"]
+    with pytest.raises(ValueError, match=f"the binding launches the '{b.grid}' expert grid, which this plan did not"):
+        api.execute(_Recorder([], True, grids=()), b, out)
+
+
+def test_resolve_launchers_groups_the_expert_grids_and_prime_launches_each():
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=E, h=H, i=INTER)
+    p = fm.plan(fm.Caps(max_tokens=8, num_topk=K, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
+    jobs = p.kernels(p.heuristic("sm_90a"), "sm_90a")  # compact (the heuristic's), k < E < 8 k
+    fake = []
+    for fn, args in jobs:
+        stub = lambda *args, name=fn.__name__: (name, args)  # noqa: E731
+        stub.__name__ = fn.__name__
+        fake.append((stub, args))
+    L = api.resolve_launchers(fake)
+    assert sorted(L.experts) == ["identity", "list"] and L.routing["int64"][1][0] == "int64"
+    for g, (fc1, fc2) in L.experts.items():
+        assert fc1[0] == "compile_fc1" and fc2[0] == "compile_fc2" and fc1[1][-1] == fc2[1][-1] == g
+    # prime's expert launches: every compiled variant of FC1 and FC2, once each
+    p2, _ = device_plan("nvfp4")
+    log = []
+    p2.state.extra["launchers"] = _Recorder(log, True)
+    try:
+        api._prime_experts(p2, p2.state)
+    finally:
+        del p2.state.extra["launchers"]
+    assert sorted(n for n, _ in log) == ["fc1:identity", "fc1:list", "fc2:identity", "fc2:list"]
 
 
 def test_device_bind_errors():

@@ -102,11 +102,18 @@ def layer(wplan, mode, *, on_input=False, routing_cfg=MICRO, max_tokens=MAX_T, k
     p = fm.plan(caps)
     a1, a2 = p.operand_formats
     e, h, i = wplan.num_experts, wplan.hidden_size, wplan.intermediate_size
+    # the grid variants the plan would compile (api.expert_grids), so a binding that picks another fails
+    grids = api.expert_grids(routing_cfg.compact_grid, e, k, max_tokens)
     launchers = api.Launchers(
         routing={d: _routing.interpreted_routing(d, k, e, h, a1, on_input, routing_cfg) for d in api.IDS_DTYPES},
         combine=_combine.interpreted_combine(k, e, h, i, a2, on_input),
-        fc1=fc1_stand_in(a1, wplan.weight_format, wplan.activation),
-        fc2=fc2_stand_in(a2 or "bfloat16", wplan.weight_format),
+        experts={
+            g: (
+                fc1_stand_in(a1, wplan.weight_format, wplan.activation, g),
+                fc2_stand_in(a2 or "bfloat16", wplan.weight_format, g),
+            )
+            for g in grids
+        },
     )
     return p, workspace(p, routing_cfg), launchers
 

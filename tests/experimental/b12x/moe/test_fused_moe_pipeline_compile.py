@@ -143,13 +143,38 @@ def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
         ("compile_routing", ("int32", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_routing", ("int64", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_combine", (2, 8, 256, 128, a2, False, cfg.combine, "sm_120a")),
-        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a")),
-        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a")),
+        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a", "identity")),
+        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a", "identity")),
+        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a", "list")),
+        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a", "list")),
     ]
-    assert jobs[3][0] is ex.compile_fc1 and jobs[4][0] is ex.compile_fc2
+    assert jobs[3][0] is jobs[5][0] is ex.compile_fc1 and jobs[4][0] is jobs[6][0] is ex.compile_fc2
     for fn, args in jobs[:3]:  # the Triton ones compile in a worker process like any other kernel
         assert pickle.loads(pickle.dumps(fn.job(*args))).module == fn.__module__
     assert isinstance(cfg, api.MoeConfig)
+
+
+@pytest.mark.parametrize(
+    "compact, max_tokens, k, grids",
+    [
+        (False, 64, 2, ("identity",)),  # the full grid: every expert, never the list
+        (True, 64, 2, ("identity", "list")),  # T * k < 8 for T < 4, >= 8 from T = 4
+        (True, 3, 2, ("list",)),  # max T * k = 6 < E: the grid is always shorter than E
+        (True, 64, 8, ("identity",)),  # k = E: T * k >= E at T = 1 already
+        (True, 4, 2, ("identity", "list")),  # max T * k = E exactly: the identity grid at T = 4
+    ],
+)
+def test_plan_compiles_only_the_expert_grids_it_can_launch(compact, max_tokens, k, grids):
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=8, h=256, i=128)
+    p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
+    cfg = p.heuristic("sm_90a")
+    cfg = dataclasses.replace(cfg, routing=dataclasses.replace(cfg.routing, compact_grid=compact))
+    jobs = [(fn.__name__, args[-1]) for fn, args in p.kernels(cfg, "sm_90a")[3:]]
+    assert jobs == [(name, g) for g in grids for name in ("compile_fc1", "compile_fc2")]
+    # every live T binds a variant the plan compiled; the list exactly while T * k < E
+    for t in range(1, max_tokens + 1):
+        g = api.expert_grid(compact, 8, k, t)
+        assert g in grids and (g == "list") == (compact and t * k < 8)
 
 
 def test_plan_rejects_dims_the_expert_gemms_cannot_take():

@@ -4,7 +4,9 @@ route_topk. No kernel code here: CPU tensors run `reference.py`; CUDA tensors ru
     route + gather/quantize (_routing.py) -> FC1 + activation (_kernel_experts.py) -> requantize
     (_combine.py; not for w4a16) -> FC2 (_kernel_experts.py) -> combine (_combine.py)
 
-on torch's current stream, with every intermediate in the plan's workspace (sized by max_tokens):
+(the expert GEMMs in one of two compiled grid variants, `expert_grid`: every expert, or with the
+compact grid and T * k < E the routing's list of hit experts) on torch's current stream, with
+every intermediate in the plan's workspace (sized by max_tokens):
 no allocation (pass `output=`), no compile, no host sync, so a call can be captured in a CUDA graph
 and replayed for its T. Live T picks the routing path at run time (micro: one launch routes and
 gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launches); no T compiles.
@@ -124,6 +126,24 @@ class MoeConfig:
     experts: object
 
 
+def expert_grids(compact: bool, num_experts: int, num_topk: int, max_tokens: int) -> tuple[str, ...]:
+    """The expert GEMM variants (`_kernel_experts.GRIDS`) a plan can launch, so it compiles no other:
+    "identity" (grid = every expert, no list read) whenever some live T has T * k >= E or the compact
+    grid is off; "list" when the compact grid is on and T = 1 gives k < E."""
+    grids = []
+    if not compact or max_tokens * num_topk >= num_experts:
+        grids.append("identity")
+    if compact and num_topk < num_experts:
+        grids.append("list")
+    return tuple(grids)
+
+
+def expert_grid(compact: bool, num_experts: int, num_topk: int, t_count: int) -> str:
+    """The variant a binding of T = t_count launches: the list only while it is shorter than E (the
+    compact grid with T * k < E); otherwise every expert, without the dependent `active[y]` load."""
+    return "list" if compact and t_count * num_topk < num_experts else "identity"
+
+
 def _experts_module():
     """`_kernel_experts` (imports cutlass: only when a CUDA plan is prepared)."""
     from . import _kernel_experts
@@ -167,8 +187,9 @@ class FusedMoePlan(Plan):
         )
         jobs = [(_routing.compile_routing, (d, k, e, h, a1, on_input, config.routing, arch)) for d in IDS_DTYPES]
         jobs.append((_combine.compile_combine, (k, e, h, i, a2, on_input, config.combine, arch)))
-        jobs.append((ex.compile_fc1, (a1, wp.weight_format, wp.activation, config.experts, arch)))
-        jobs.append((ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, config.experts, arch)))
+        for grid in expert_grids(config.routing.compact_grid, e, k, caps.max_tokens):
+            jobs.append((ex.compile_fc1, (a1, wp.weight_format, wp.activation, config.experts, arch, grid)))
+            jobs.append((ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, config.experts, arch, grid)))
         return tuple(jobs)
 
     def scratch_specs(self, config=None, device="cuda") -> tuple:
@@ -213,20 +234,15 @@ class FusedMoePlan(Plan):
 
     def prime(self, state) -> None:
         """Resolve the launchers, fill the workspace's constants (activation parameters, scale
-        padding), load every Triton module on the device and launch both expert GEMMs once on an
-        empty one-expert problem, so nothing initialises lazily during capture."""
+        padding), load every Triton module on the device and launch every compiled expert GEMM
+        (each grid variant of FC1 and FC2) once on an empty one-expert problem, so nothing
+        initialises lazily during capture."""
         if state.arch is None:
             return
-        found = {}
-        for fn, args in state.kernels:
-            found.setdefault(fn.__name__, []).append(fn(*args))
-        routing = dict(zip(IDS_DTYPES, found["compile_routing"]))
-        state.extra["launchers"] = Launchers(
-            routing, found["compile_combine"][0], found["compile_fc1"][0], found["compile_fc2"][0]
-        )
+        launchers = state.extra["launchers"] = resolve_launchers(state.kernels)
         _fill_constants(self, state.scratch)
         index = state.device.index if state.device.index is not None else torch.cuda.current_device()
-        for kern in (*routing.values(), found["compile_combine"][0]):
+        for kern in (*launchers.routing.values(), launchers.combine):
             kern.load(index)
         _prime_experts(self, state)
         torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
@@ -238,8 +254,30 @@ class Launchers:
 
     routing: dict  # ids dtype name -> _routing.RoutingKernels
     combine: object  # _combine.CombineKernels
-    fc1: object
-    fc2: object
+    experts: dict  # expert grid ("identity", "list"; only those the plan compiled) -> (fc1, fc2)
+
+    def expert_gemms(self, grid: str) -> tuple:
+        """(fc1, fc2) of one grid variant (a binding's `grid`)."""
+        try:
+            return self.experts[grid]
+        except KeyError:
+            raise ValueError(
+                f"{OP}: the binding launches the {grid!r} expert grid, which this plan did not compile "
+                f"(it has {sorted(self.experts)}); bind it again after preparing"
+            ) from None
+
+
+def resolve_launchers(jobs) -> Launchers:
+    """The Launchers of `FusedMoePlan.kernels`' (compile function, args) jobs, resolved in order:
+    routing per ids dtype, the combine, and (fc1, fc2) per expert grid (the jobs' last argument)."""
+    found, grids = {}, {}
+    for fn, args in jobs:
+        launcher = fn(*args)
+        found.setdefault(fn.__name__, []).append(launcher)
+        if fn.__name__ in ("compile_fc1", "compile_fc2"):
+            grids.setdefault(args[-1], []).append(launcher)  # [fc1, fc2] per grid, in job order
+    routing = dict(zip(IDS_DTYPES, found["compile_routing"]))
+    return Launchers(routing, found["compile_combine"][0], {grid: tuple(pair) for grid, pair in grids.items()})
 
 
 def _fill_constants(p: FusedMoePlan, s: dict) -> None:
@@ -253,11 +291,12 @@ def _fill_constants(p: FusedMoePlan, s: dict) -> None:
         if name in s:
             s[name].fill_(SCALE_PAD[fmt])  # padding columns are never written by the kernels
     s["route_row"].fill_(-1)
-    s["active"].copy_(torch.arange(s["active"].numel(), dtype=torch.int32))  # compact_grid rewrites it
+    # Read by the "list" grid only, after the routing rewrote it (compact_grid); never stale garbage.
+    s["active"].copy_(torch.arange(s["active"].numel(), dtype=torch.int32))
 
 
 def _prime_experts(p: FusedMoePlan, state) -> None:
-    """One launch of each expert GEMM on one expert without rows (every CTA exits at once)."""
+    """One launch of each compiled expert GEMM on one expert without rows (every CTA exits at once)."""
     L, s = state.extra["launchers"], state.scratch
     wp = p.caps.weight_plan
     dev = state.device
@@ -269,8 +308,9 @@ def _prime_experts(p: FusedMoePlan, state) -> None:
     sf1 = torch.zeros(1, 16, dtype=torch.uint8, device=dev)
     a1, a2 = _operands(p, s)
     active = torch.zeros(1, dtype=torch.int32, device=dev)
-    L.fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"], active)
-    L.fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one, active)
+    for fc1, fc2 in L.experts.values():
+        fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"], active)
+        fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one, active)
 
 
 def _operands(p: FusedMoePlan, s: dict):
@@ -325,6 +365,7 @@ class FusedMoeBinding:
     fc1_args: tuple | None = None  # CUDA: the expert GEMMs' arguments (views)
     fc2_args: tuple | None = None
     gscales: tuple | None = None  # CUDA: (a1_gscale, a2_gscale) or fp32 stand-ins
+    grid: str | None = None  # CUDA: the expert GEMMs' variant (`expert_grid`)
 
 
 def _on_device(name: str, t: torch.Tensor, device: str) -> None:
@@ -436,17 +477,19 @@ def device_binding(
     compact: the selection's routing.compact_grid."""
     (A1, SFA1), (A2, SFA2) = _operands(plan, s)
     ex, u8 = experts, torch.uint8
-    # The expert GEMMs' grid rows: every expert, or (compact_grid) the first min(E, T * k) entries of
-    # the routing's list of hit experts: no more can have rows.
-    e = plan.caps.weight_plan.num_experts
-    active = s["active"][: min(e, a.shape[0] * plan.caps.num_topk)] if compact else s["active"]
+    # The expert GEMMs' grid rows: every expert ("identity": the active argument is not read), or
+    # (compact_grid with T * k < E) the first T * k entries of the routing's list of hit experts: no
+    # more can have rows.
+    e, k = plan.caps.weight_plan.num_experts, plan.caps.num_topk
+    grid = expert_grid(compact, e, k, a.shape[0])
+    active = s["active"][: a.shape[0] * k] if grid == "list" else s["active"]
     fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), s["c1"], s["expert_start"], ex.w1_alpha, s["alpha1"])
     fc1 += (s["act_params"], active)
     fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
     fc2 += (active,)
     nvfp4 = plan.operand_formats[0] == "nvfp4"
     gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
-    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales)
+    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid)
 
 
 def run(*, binding: FusedMoeBinding) -> torch.Tensor:
@@ -490,11 +533,12 @@ def execute(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> None
     s = b.scratch
     g1, g2 = b.gscales
     routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    fc1, fc2 = launchers.expert_gemms(b.grid)
     routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)
-    launchers.fc1(*b.fc1_args)
+    fc1(*b.fc1_args)
     if launchers.combine.requant is not None:
         launchers.combine.requantize(t_count, s, g2)
-    launchers.fc2(*b.fc2_args)
+    fc2(*b.fc2_args)
     launchers.combine(t_count, s, b.topk_weights, out)
 
 
@@ -508,13 +552,14 @@ def steps(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> list:
     s = b.scratch
     g1, g2 = b.gscales
     routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    fc1, fc2 = launchers.expert_gemms(b.grid)
     found = [
         ("route+gather", lambda: routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)),
-        ("fc1", lambda: launchers.fc1(*b.fc1_args)),
+        ("fc1", lambda: fc1(*b.fc1_args)),
     ]
     if launchers.combine.requant is not None:
         found.append(("requantize", lambda: launchers.combine.requantize(t_count, s, g2)))
-    found.append(("fc2", lambda: launchers.fc2(*b.fc2_args)))
+    found.append(("fc2", lambda: fc2(*b.fc2_args)))
     found.append(("combine", lambda: launchers.combine(t_count, s, b.topk_weights, out)))
     return found
 
