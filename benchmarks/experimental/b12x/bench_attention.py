@@ -22,8 +22,9 @@ Bytes (the TB/s and % of the copy ceiling columns): the KV the op must read,
 Ours: a plan prepared at capacity B, `run(binding=...)` (schedule + decode + merge launches), once
 per --decode-configs entry (default `DECODE_CONFIGS`). An entry is `heuristic` (the plan's own
 selection, row "b12x.paged") or `DECODE[:tN][:mN]` (row "b12x.paged <entry>"): DECODE is `h` (the
-heuristic's DecodeConfig) or `WxKxS` (warps x keys_per_warp x stages), either with a trailing `f`
-for fused_merge=True (no merge launch: the last CTA of a split request merges); `tN` / `mN` replace
+heuristic's DecodeConfig) or `WxKxS` (warps x keys_per_warp x stages), either with trailing flags:
+`f` fused_merge=True (no merge launch: the last CTA of a split request merges), `s`
+fused_schedule=True (no schedule launch: each CTA finds its own work row; B <= 128); `tN` / `mN` replace
 the schedule's target_items / min_chunk (default: `split_schedule`'s). Such entries are passed as
 `plan(caps, override=api.Selection(decode, schedule))`, with a work list of B + max(N, default) rows.
 Peers on the same K/V in contiguous [B, Hkv, kv_len, D] bf16 (fp8 cases: the bf16 copy; SDPA has no
@@ -90,6 +91,7 @@ from benchmarks.experimental.b12x.common import (
 )
 from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import (
+    FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
@@ -110,10 +112,11 @@ EXTEND_Q_LENS, QUICK_EXTEND_Q_LENS = (512, 1024, 2048, 4096), (1024, 4096)
 # (row_blocks 2: half the shared-memory reads of K/V per flop, 255 registers with ~100-160 B of
 # spills of loop invariants, two CTAs per SM)
 EXTEND_CONFIGS = ("heuristic", "128x64x2x1p", "64x64x2x1", "128x32x2x2", "128x64x2x2", "128x64x2x2p")
-# the heuristic's row (split_schedule: one wave of resident CTAs, separate merge), then: fused merge,
-# the previous schedule (4 CTAs per SM over the heads = 66 items at 8 KV heads), both, shorter and
-# longer shortest chunks, and two stages (more resident CTAs) with the fused merge
-DECODE_CONFIGS = ("heuristic", "hf", "h:t66", "hf:t66", "hf:m128", "hf:m512", "4x16x2f")
+# the heuristic's row (split_schedule: one wave of resident CTAs, three launches), then: fused merge,
+# fused merge + schedule (one launch), the previous schedule (4 CTAs per SM over the heads = 66 items
+# at 8 KV heads) with three and with one launch, shorter and longer shortest chunks, and two stages
+# (more resident CTAs), each with one launch
+DECODE_CONFIGS = ("heuristic", "hf", "hfs", "h:t66", "hfs:t66", "hfs:m128", "hfs:m512", "4x16x2fs")
 EXTEND_TOKENS = 32768  # query tokens per extend case: enough CTAs (>= 8 waves) at every q_len
 HQ, HKV, D, PAGE = fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE
 FI_TIMEOUT_S = 1800  # one child per dtype: JIT (~26 s) + redrawing and timing every shape
@@ -167,17 +170,20 @@ def parse_extend_config(text: str) -> ExtendConfig:
 
 
 def parse_decode_entry(text: str):
-    """'4x16x3f:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True) or None for 'h', fused flag,
-    target_items or None, min_chunk or None). 'h' / 'hf' stand for the heuristic's DecodeConfig."""
+    """'4x16x3fs:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True, fused_schedule=True) or None
+    for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
+    the heuristic's DecodeConfig with them."""
     head, *rest = text.split(":")
-    fused = head.endswith("f")
-    body = head[:-1] if fused else head
+    body = head.rstrip("fs")
+    flags = set(head[len(body) :])
+    if len(head) - len(body) != len(flags):
+        raise ValueError(f"a decode entry's flags are f and s, once each, got {text!r}")
     decode = None
     if body != "h":
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a decode entry is h|WxKxS[f][:tN][:mN] like 4x16x3f:t33, got {text!r}")
-        decode = DecodeConfig(*(int(p) for p in parts), fused_merge=fused)
+            raise ValueError(f"a decode entry is h|WxKxS[f][s][:tN][:mN] like 4x16x3fs:t33, got {text!r}")
+        decode = DecodeConfig(*(int(p) for p in parts), fused_merge="f" in flags, fused_schedule="s" in flags)
     target = min_chunk = None
     for part in rest:
         if len(part) < 2 or part[0] not in "tm" or not part[1:].isdigit() or int(part[1:]) < 1:
@@ -188,17 +194,17 @@ def parse_decode_entry(text: str):
             target = int(part[1:])
         else:
             min_chunk = int(part[1:])
-    return decode, fused, target, min_chunk
+    return decode, flags, target, min_chunk
 
 
 def decode_selection(entry: str, kv_dtype: str, arch: str, sm_count: int):
     """The Selection an entry stands for (None: 'heuristic', the plan's own)."""
     if entry == "heuristic":
         return None
-    decode, fused, target, min_chunk = parse_decode_entry(entry)
+    decode, flags, target, min_chunk = parse_decode_entry(entry)
     if decode is None:
         h = default_config(kv_dtype, D, PAGE, arch)
-        decode = DecodeConfig(h.warps, h.keys_per_warp, h.stages, fused_merge=fused)
+        decode = DecodeConfig(h.warps, h.keys_per_warp, h.stages, fused_merge="f" in flags, fused_schedule="s" in flags)
     sched = split_schedule(decode, kv_dtype, D, HKV, sm_count, arch)
     sched = ScheduleConfig(sched.tile_keys, target or sched.target_items, min_chunk or sched.min_chunk)
     return Selection(decode, sched)
@@ -305,6 +311,9 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     record = None
     for entry in args.decode_configs:
         selection = decode_selection(entry, kv_dtype, arch, sms)
+        if selection is not None and selection.decode.fused_schedule and batch > FUSED_SCHEDULE_MAX_BATCH:
+            print(f"b12x.paged {entry} skipped on {case.label}: fused_schedule needs B <= {FUSED_SCHEDULE_MAX_BATCH}")
+            continue
         work = paged.default_max_work_items(batch, HKV)
         if selection is not None:
             work = max(work, batch + selection.schedule.target_items)
@@ -390,8 +399,8 @@ def build_parser():
     )  # fmt: skip
     parser.add_argument(
         "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",
-        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][:tN][:mN] (f: fused merge; "
-        "tN / mN: the schedule's target_items / min_chunk)",
+        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][s][:tN][:mN] (f: fused merge; s: fused "
+        "schedule, B <= 128; tN / mN: the schedule's target_items / min_chunk)",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")

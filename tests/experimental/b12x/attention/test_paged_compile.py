@@ -93,6 +93,29 @@ def test_decode_fused_merge_compiles(arch, kv_dtype, tmp_path):
     assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_one_launch_compiles(arch, kv_dtype, tmp_path):
+    """fused_schedule + fused_merge: the work row comes from a warp-wide sum (redux.sync), scan and
+    ballot over cache_seqlens; the schedule it recomputes is a compile argument, required."""
+    kd, _ = _modules()
+    base = default_config(kv_dtype, 128, 16, arch)
+    cfg = dataclasses.replace(base, fused_merge=True, fused_schedule=True)
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    fn = kd.compile_decode(*dims, cfg, arch=arch, schedule=ScheduleConfig(64, 33, 256))
+    ptx = _check_binary(fn, arch)
+    plain = kd.compile_decode(*dims, base, arch=arch).artifacts.PTX
+    assert "redux.sync" in ptx and "vote.sync.ballot" in ptx and "redux.sync" not in plain
+    assert ptx.count("atom.global.acq_rel.add") == 1
+    assert ptx.count("mma.sync.aligned.m16n8k16") == plain.count("mma.sync.aligned.m16n8k16")
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+    with pytest.raises(ValueError, match="schedule must be a ScheduleConfig with fused_schedule and None without"):
+        kd.compile_decode(*dims, cfg, arch=arch)
+    with pytest.raises(ValueError, match="schedule must be a ScheduleConfig with fused_schedule and None without"):
+        kd.compile_decode(*dims, base, arch=arch, schedule=ScheduleConfig())
+
+
 def test_fused_merge_acquire_invalidates_l1():
     """The merging CTA reads partial rows other SMs wrote: its acquire fence must drop stale L1 lines
     (SASS CCTL.IVALL after MEMBAR.GPU) before the first load of them. Checked on the cubin with
@@ -173,8 +196,9 @@ def _sweep():
         yield arch, "bfloat16", "float8_e4m3fn", 128, 64, 32, 8, cfg
     for arch, kv, d, (hq, hkv) in itertools.product(
         ARCHS, ("float16", "float8_e4m3fn"), (64, 256), ((8, 8), (64, 4))
-    ):  # the fused merge at its extremes: G 1 and 16 (four passes of 4 rows), Dv 64 and 256
-        cfg = dataclasses.replace(default_config(kv, d, 16, arch), fused_merge=True)
+    ):  # the fused merge at its extremes: G 1 and 16 (four passes of 4 rows), Dv 64 and 256; with
+        # the fused schedule at D 64
+        cfg = dataclasses.replace(default_config(kv, d, 16, arch), fused_merge=True, fused_schedule=d == 64)
         yield arch, "float16", kv, d, 16, hq, hkv, cfg
 
 
@@ -184,7 +208,8 @@ def test_decode_sweep_compiles(arch, q, kv, d, page, hq, hkv, cfg):
     kd, ks = _modules()
     if why_not(q, kv, hq, hkv, d, d, page, cfg, arch) is not None:
         pytest.skip(why_not(q, kv, hq, hkv, d, d, page, cfg, arch))
-    _check_binary(kd.compile_decode(q, kv, hq, hkv, d, d, page, cfg, arch=arch), arch)
+    schedule = ScheduleConfig() if cfg.fused_schedule else None
+    _check_binary(kd.compile_decode(q, kv, hq, hkv, d, d, page, cfg, arch=arch, schedule=schedule), arch)
     _check_binary(ks.compile_merge(q, hq, hkv, d, arch=arch), arch)
 
 

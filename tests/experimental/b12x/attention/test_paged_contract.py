@@ -150,6 +150,7 @@ def _selection(decode=None, schedule=None):
         (lambda: _selection(decode=DecodeConfig(warps=3)), "override.decode: config out of range: DecodeConfig(warps=3"),
         (lambda: _selection(decode=DecodeConfig(keys_per_warp=32)), "override.decode: keys_per_warp 32 > page_size 16"),
         (lambda: _selection(decode=DecodeConfig(fused_merge=1)), "override.decode: fused_merge must be a bool, got 1"),
+        (lambda: _selection(decode=DecodeConfig(fused_schedule=None)), "fused_schedule must be a bool, got None"),
         (lambda: _selection(schedule={}), "override.schedule: schedule must be a ScheduleConfig, got dict"),
         (lambda: _selection(schedule=_sched(target_items=0)), "ScheduleConfig.target_items must be an int >= 1, got 0"),
         (lambda: _selection(schedule=_sched(min_chunk=1.5)), "ScheduleConfig.min_chunk must be an int >= 1, got 1.5"),
@@ -176,6 +177,18 @@ def test_override_selects_fused_merge_and_its_schedule():
     assert names == ["compile_schedule", "compile_decode"]
     names = [fn.__name__ for fn, _ in p.kernels(_selection(), "sm_90a")]
     assert names == ["compile_schedule", "compile_decode", "compile_merge"]
+    one = _selection(DecodeConfig(4, 16, 2, fused_merge=True, fused_schedule=True), sel.schedule)
+    assert [(fn.__name__, args[-1]) for fn, args in paged.plan(caps(), override=one).kernels(one, "sm_90a")] == [
+        ("compile_decode", sel.schedule)  # the split it recomputes is part of the decode kernel's key
+    ]
+    two = _selection(DecodeConfig(4, 16, 2, fused_schedule=True), sel.schedule)
+    assert [fn.__name__ for fn, _ in p.kernels(two, "sm_90a")] == ["compile_decode", "compile_merge"]
+    big = caps(max_batch=129, max_total_q=129, max_work_items=200, max_partial_rows=200 * 8)
+    with pytest.raises(ValueError, match=re.escape("override.decode: fused_schedule needs max_batch <= 128")):
+        paged.plan(big, override=two)
+    with pytest.raises(ValueError, match=re.escape("config: fused_schedule needs max_batch <= 128 (every CTA")):
+        paged.plan(dataclasses.replace(big, config=two.decode))
+    assert paged.plan(caps(max_batch=128, max_total_q=128, max_work_items=200, max_partial_rows=1600), override=two)
     assert repr(DecodeConfig(4, 16, 2)) == "DecodeConfig(warps=4, keys_per_warp=16, stages=2)"
     assert repr(sel.decode) == "DecodeConfig(warps=4, keys_per_warp=16, stages=2, fused_merge=True)"
     extend = paged.plan(caps(mode="extend"))
@@ -322,11 +335,13 @@ def test_bench_decode_config_entries():
     from benchmarks.experimental.b12x import bench_attention as B
     from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, split_schedule
 
-    assert B.parse_decode_entry("4x16x3f:t33:m512") == (DecodeConfig(4, 16, 3, fused_merge=True), True, 33, 512)
-    assert B.parse_decode_entry("hf") == (None, True, None, None)
-    assert B.parse_decode_entry("h:t66") == (None, False, 66, None)
-    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][:tN][:mN]"), ("hf:x3", "schedule parts are tN"),
-                         ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is")):  # fmt: skip
+    assert B.parse_decode_entry("4x16x3f:t33:m512") == (DecodeConfig(4, 16, 3, fused_merge=True), {"f"}, 33, 512)
+    assert B.parse_decode_entry("4x16x2sf") == (DecodeConfig(4, 16, 2, True, True), {"f", "s"}, None, None)
+    assert B.parse_decode_entry("hf") == (None, {"f"}, None, None)
+    assert B.parse_decode_entry("h:t66") == (None, set(), 66, None)
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][:tN][:mN]"), ("hf:x3", "schedule parts are tN"),
+                         ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is"),
+                         ("hff", "flags are f and s, once each")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             B.parse_decode_entry(bad)
     assert B.decode_selection("heuristic", "bfloat16", "sm_90a", 132) is None
@@ -335,6 +350,7 @@ def test_bench_decode_config_entries():
     assert sel.decode == DecodeConfig(4, 16, 3, fused_merge=True)
     assert sel.schedule == ScheduleConfig(heur.tile_keys, heur.target_items, 128)
     assert B.decode_selection("4x16x2:t66", "bfloat16", "sm_90a", 132).schedule.target_items == 66
+    assert B.decode_selection("hfs", "bfloat16", "sm_90a", 132).decode == DecodeConfig(4, 16, 3, True, True)
     for entry in B.DECODE_CONFIGS[1:]:
         B.decode_selection(entry, "float8_e4m3fn", "sm_90a", 132)
     assert B.parse_args(["--decode-configs", "heuristic", "hf:t66"]).decode_configs == ["heuristic", "hf:t66"]

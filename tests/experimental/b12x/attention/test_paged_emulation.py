@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ScheduleConfig, schedule_reference
+from flashinfer.experimental.b12x.attention.paged._config import (
+    NO_SPLIT_CHUNK,
+    DecodeConfig,
+    ScheduleConfig,
+    schedule_reference,
+)
 from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_attention_reference
 
 from .paged_cases import make_case
@@ -210,3 +215,64 @@ def test_partial_merge_warp_split_equals_one_pass():
         want_o = (w[:, :, None] * po).sum(axis=0) / w.sum(axis=0)[:, None]
         np.testing.assert_allclose(got_o, want_o, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(got_lse, pl.max(axis=0) + np.log2(w.sum(axis=0)), rtol=1e-12)
+
+
+def locate(lens, window_left, cap, config, item):
+    """`Schedule.locate` lane by lane: a warp-wide sum of the visible lengths 32 requests a step, the
+    chunk, then per step an inclusive scan of the 32 lanes' item counts and a ballot of the lane whose
+    range holds `item` (read by shuffles). Returns (request or -1, kv_start, kv_end, first, n, count)."""
+    batch = len(lens)
+
+    def visible(b):
+        return lens[b] if window_left < 0 else min(lens[b], window_left + 1)
+
+    def cdiv(a, b):
+        return (a + b - 1) // b
+
+    def split(length, chunk):  # Schedule._split
+        if length <= 0:
+            return 1, config.tile_keys
+        size = cdiv(cdiv(length, cdiv(length, chunk)), config.tile_keys) * config.tile_keys
+        return cdiv(length, size), size
+
+    total = sum(sum(visible(b) for b in range(b0, min(b0 + 32, batch))) for b0 in range(0, batch, 32))
+    target = min(config.target_items, cap - batch)
+    chunk = NO_SPLIT_CHUNK
+    if target > 0:
+        chunk = cdiv(max(config.min_chunk, cdiv(total, target)), config.tile_keys) * config.tile_keys
+    found, base = (-1, 0, 0, 0, 0), 0
+    for b0 in range(0, batch, 32):
+        lanes = [(lens[b0 + i], visible(b0 + i), *split(visible(b0 + i), chunk)) if b0 + i < batch else (0, 0, 0, 0)
+                 for i in range(32)]  # fmt: skip
+        incl = np.cumsum([items for _, _, items, _ in lanes]).tolist()
+        ballot = 0
+        for i, (_, _, items, _) in enumerate(lanes):
+            if base + incl[i] - items <= item < base + incl[i]:
+                ballot |= 1 << i
+        if ballot:
+            src = ballot.bit_length() - 1  # 31 - clz
+            assert ballot == 1 << src, "two lanes claimed one item"
+            n, length, items, size = lanes[src]
+            first = base + incl[src] - items
+            start = n - length + (item - first) * size
+            found = (b0 + src, start, min(start + size, n), first, items)
+        base += incl[31]
+    return (*found, base)
+
+
+@pytest.mark.parametrize("window_left", [-1, 0, 100])
+@pytest.mark.parametrize("batch", [1, 3, 31, 32, 33, 70, 128])
+def test_fused_schedule_locate_matches_the_schedule(batch, window_left):
+    """Every work row (live or dead) that a decode CTA finds by itself is the schedule launch's row."""
+    rng = np.random.default_rng(batch)
+    lens = [int(x) for x in rng.choice([0, 1, 17, 300, 5000, 32768], size=batch)]
+    config = ScheduleConfig(tile_keys=64, target_items=33, min_chunk=256)
+    for cap in (batch, batch + 33, batch + 66):
+        work, reqs, count = schedule_reference(lens, window_left, cap, config)
+        for item in range(cap):
+            req, start, end, first, n, total = locate(lens, window_left, cap, config, item)
+            assert total == count
+            if item < count:
+                assert (req, start, end, int(n > 1)) == tuple(work[item]) and (first, n) == tuple(reqs[req])
+            else:
+                assert req == -1

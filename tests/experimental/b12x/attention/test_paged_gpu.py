@@ -53,12 +53,13 @@ def prepared(caps):
     return p
 
 
-def fused(kv_dtype, head_dim=128, page_size=16, **kw):
-    """This GPU's default decode config with the fused merge (or the given fields)."""
+def fused(kv_dtype, head_dim=128, page_size=16, launches=2, **kw):
+    """This GPU's default decode config with the fused merge (launches 2), also with the fused
+    schedule (launches 1), or with the given fields."""
     base = default_config(kv_dtype, head_dim, page_size, target_arch(torch.device(DEV)))
     fields = dict(warps=base.warps, keys_per_warp=base.keys_per_warp, stages=base.stages)
     fields.update(kw)
-    return DecodeConfig(**fields, fused_merge=True)
+    return DecodeConfig(**fields, fused_merge=True, fused_schedule=launches == 1)
 
 
 def assert_tickets_reset(plan):
@@ -153,8 +154,10 @@ def test_head_dims_and_fp16(head_dim, dtype, kv_dtype):
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize(
-    "config", [(8, 16, 2), (2, 16, 4), (4, 32, 3), (8, 16, 2, True), (2, 16, 4, True)],
-    ids=["w8k16s2", "w2k16s4", "w4k32s3", "w8k16s2-fused", "w2k16s4-fused"],
+    "config", [(8, 16, 2), (2, 16, 4), (4, 32, 3), (8, 16, 2, True), (2, 16, 4, True), (4, 16, 2, False, True),
+               (8, 16, 3, True, True)],
+    ids=["w8k16s2", "w2k16s4", "w4k32s3", "w8k16s2-fused", "w2k16s4-fused", "w4k16s2-fusedsched",
+         "w8k16s3-onelaunch"],
 )  # fmt: skip
 def test_non_default_configs(kv_dtype, config):
     case = make_case([1, 63, 3000, 64, 129], num_q_heads=40, num_kv_heads=8, head_dim=128, page_size=64,
@@ -179,32 +182,38 @@ def test_window_sinks_views_and_empty_requests(kv_dtype):
 
 
 # ---- the fused merge --------------------------------------------------------------------------
+B70 = [0 if i % 9 == 4 else n for i, n in enumerate(_lengths(70, 32000, seed=70))]  # 3 scan steps of 32
+
+
+@pytest.mark.parametrize("launches", [2, 1], ids=["fused-merge", "one-launch"])
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize(
     "lens",
-    [[32768], [0, 1, 20000], [1, 0, 17, 1000, 32768, 4097, 65, 300]],
-    ids=["b1-32k", "b3-ragged", "b8-ragged"],
+    [[32768], [0, 1, 20000], [1, 0, 17, 1000, 32768, 4097, 65, 300], B70],
+    ids=["b1-32k", "b3-ragged", "b8-ragged", "b70-ragged"],
 )  # fmt: skip
-def test_fused_merge_matches_reference(kv_dtype, lens):
-    """B in {1, 3, 8}, empty and one-key requests, up to 32k keys; the tickets are zero after each
-    of two runs (the second run merges only if the first reset them)."""
+def test_fused_merge_matches_reference(kv_dtype, lens, launches):
+    """B in {1, 3, 8, 70}, empty and one-key requests, up to 32k keys; the tickets are zero after
+    each of two runs (the second run merges only if the first reset them)."""
     case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens))  # fmt: skip
-    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=fused(kv_dtype)))
-    assert plan.state.selection.decode.fused_merge and len(plan.state.kernels) == 2  # no merge launch
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=fused(kv_dtype, launches=launches)))
+    assert len(plan.state.kernels) == launches  # no merge launch (nor a schedule launch)
     for _ in range(2):
         check(plan, case)
     assert plan.state.scratch["count"][0].item() > len(lens)  # really split
 
 
+@pytest.mark.parametrize("launches", [2, 1], ids=["fused-merge", "one-launch"])
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-def test_fused_merge_window_sinks_and_gqa(kv_dtype):
+def test_fused_merge_window_sinks_and_gqa(kv_dtype, launches):
     kvt = getattr(torch, kv_dtype)
     lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
     for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):  # G 4, 16 (four merge passes), 1
         case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
                          combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
-        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16, config=fused(kv_dtype, d)))
+        config = fused(kv_dtype, d, launches=launches)
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16, config=config))
         sinks = torch.randn(hq, device=DEV) * 3
         for window_left in (-1, 0, 100, 4096):
             check(plan, case, window_left=window_left, sinks=sinks)
@@ -224,13 +233,13 @@ def test_fused_merge_equals_separate_merge(kv_dtype):
     torch.testing.assert_close(outs[1][1], outs[0][1], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("fused_merge", [False, True], ids=["merge", "fused"])
+@pytest.mark.parametrize("launches", [3, 2, 1], ids=["merge", "fused", "one-launch"])
 @pytest.mark.parametrize("copy_runtime_metadata", [False, True])
-def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata, fused_merge):
+def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata, launches):
     cap_batch, hq, hkv, page, width = 16, 32, 8, 16, 2100
     full = make_case([32000] * cap_batch, num_q_heads=hq, num_kv_heads=hkv, head_dim=128, page_size=page,
                      kv_dtype=FP8, width=width, device=DEV, seed=5)  # fmt: skip
-    config = fused("float8_e4m3fn") if fused_merge else None
+    config = fused("float8_e4m3fn", launches=launches) if launches < 3 else None
     plan = prepared(
         caps_for(
             full, dtype="bfloat16", kv_dtype="float8_e4m3fn", copy_runtime_metadata=copy_runtime_metadata, config=config

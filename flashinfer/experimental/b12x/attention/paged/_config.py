@@ -22,15 +22,20 @@ class DecodeConfig:
     """warps: per CTA; keys_per_warp: keys of one pipeline stage of one warp (<= page_size, multiple
     of 16); stages: cp.async buffers per warp; fused_merge: the CTA of a split request that finishes
     last (an atomic ticket per (request, KV head)) merges the request's partial rows itself, instead
-    of a third launch (`_kernel_split.Merge`) doing it."""
+    of a third launch (`_kernel_split.Merge`) doing it; fused_schedule: every warp of every decode CTA
+    recomputes the split from cache_seqlens (`_kernel_split.Schedule.locate`, O(batch / 32) steps,
+    so batches up to FUSED_SCHEDULE_MAX_BATCH) instead of a first launch (`Schedule`) writing it.
+    Both set: one launch."""
 
     warps: int = 4
     keys_per_warp: int = 16
     stages: int = 2
     fused_merge: bool = False
+    fused_schedule: bool = False
 
-    def __repr__(self) -> str:  # fused_merge only when set: the three-field form stays as it was
+    def __repr__(self) -> str:  # the fused flags only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
+        extra += ", fused_schedule=True" if self.fused_schedule else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -76,6 +81,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"config out of range: {c}"
     if not isinstance(c.fused_merge, bool):
         return f"fused_merge must be a bool, got {c.fused_merge!r}"
+    if not isinstance(c.fused_schedule, bool):
+        return f"fused_schedule must be a bool, got {c.fused_schedule!r}"
     if c.keys_per_warp > page_size:
         return f"keys_per_warp {c.keys_per_warp} > page_size {page_size}: a warp's sub-tile must lie in one page"
     need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
@@ -109,6 +116,7 @@ def o_col_dim(n: int) -> int:
 # ---- split-KV schedule ------------------------------------------------------------------------
 NO_SPLIT_CHUNK = 1 << 30
 SCHEDULE_THREADS = 512
+FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps at 128 requests
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,11 @@ partial rows with `_kernel_split.PartialMerge` and stores 0 back, so the counter
 the next launch or graph replay (the plan zeroes the counters once, when it is primed). No CTA waits
 on another: the merge runs in whichever CTA finishes last, and the third launch is not made.
 
+Fused schedule (`DecodeConfig.fused_schedule`, batches up to FUSED_SCHEDULE_MAX_BATCH): every warp
+finds its CTA's work row itself from cache_seqlens (`_kernel_split.Schedule.locate`, the schedule
+launch's arithmetic), so the first launch is not made either; the CTAs of KV head 0 still write
+their work row, request row and the item count to scratch, as the schedule launch would.
+
 KV storage and the MMA type:
 - bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
 - fp8 e4m3 KV: mma in fp16. e4m3 -> fp16 is exact (`cvt.rn.f16x2.e4m3x2`). The cache is handed
@@ -45,16 +50,18 @@ from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
 from ..._lib.compile import cute_compile, kernel
-from ._config import LOG2E, M_TILE, DecodeConfig, why_not
+from ._config import LOG2E, M_TILE, DecodeConfig, ScheduleConfig, why_not
 from ._fragments import c_as_a, expand_k, expand_v, mn_view, quad_max, quad_sum, stage_q_fp16, swizzled
-from ._kernel_split import PartialMerge
+from ._kernel_split import PartialMerge, Schedule
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
 # ---- the kernel ----------------------------------------------------------------------------------
 class PagedDecode:
-    def __init__(self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config):
+    def __init__(
+        self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, schedule=None
+    ):
         self.fp8 = kv_dtype == "float8_e4m3fn"
         self.q_dtype = CUTE_DTYPES[q_dtype]
         self.mma_dtype = cutlass.Float16 if self.fp8 else self.q_dtype
@@ -68,6 +75,8 @@ class PagedDecode:
         self.warps, self.nw, self.stages = config.warps, config.keys_per_warp, config.stages
         self.threads = 32 * config.warps
         self.fused = config.fused_merge
+        self.fused_schedule = config.fused_schedule
+        self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps)
 
     def _smem_layouts(self):
@@ -97,8 +106,10 @@ class PagedDecode:
         mVDesc: cute.Tensor,  # (batch, Hkv) fp32 (fp8 only)
         mReq: cute.Tensor,  # (batch, 2) int32: first item, items (read by the fused merge)
         mTicket: cute.Tensor,  # (batch, Hkv) int32: zero between launches (fused merge)
+        mSeqlens: cute.Tensor,  # (batch,) int32: KV lengths (read by the fused schedule)
         scale_log2: Float32,  # sm_scale * log2(e)
         has_sink: Int32,
+        window_left: Int32,  # (fused schedule)
         stream: cuda.CUstream,
     ):
         sQ_layout, sK_layout, sV_layout = self._smem_layouts()
@@ -123,7 +134,7 @@ class PagedDecode:
         )
         self.kernel(
             mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
-            scale_log2, has_sink, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
+            mSeqlens, scale_log2, has_sink, window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
         ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
 
     @cute.kernel
@@ -144,8 +155,10 @@ class PagedDecode:
         mVDesc: cute.Tensor,
         mReq: cute.Tensor,
         mTicket: cute.Tensor,
+        mSeqlens: cute.Tensor,
         scale_log2: Float32,
         has_sink: Int32,
+        window_left: Int32,
         sQ_layout: cute.ComposedLayout,
         sK_layout: cute.ComposedLayout,
         sV_layout: cute.ComposedLayout,
@@ -158,12 +171,37 @@ class PagedDecode:
         kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
         lane = tidx % 32
         wid = tidx // 32
-        if item < mCount[0]:
-            req = mWork[item, 0]
-            kv_start = mWork[item, 1]
-            kv_end = mWork[item, 2]
-            split = mWork[item, 3]
-
+        if cutlass.const_expr(self.fused_schedule):
+            req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
+                mSeqlens, item, mWork.shape[0], window_left, lane
+            )
+            live = req >= 0
+            split = Int32(1) if n_items > 1 else Int32(0)
+            if (tidx == 0) & (kvh == 0):  # the scratch rows the schedule launch would have written
+                if live:
+                    mWork[item, 0] = req
+                    mWork[item, 1] = kv_start
+                    mWork[item, 2] = kv_end
+                    mWork[item, 3] = split
+                    if item == first:
+                        mReq[req, 0] = first
+                        mReq[req, 1] = n_items
+                if item == 0:
+                    mCount[0] = count
+        else:
+            live = item < mCount[0]
+            req = Int32(0)
+            kv_start = Int32(0)
+            kv_end = Int32(0)
+            split = Int32(0)
+            first = Int32(0)
+            n_items = Int32(0)
+            if live:
+                req = mWork[item, 0]
+                kv_start = mWork[item, 1]
+                kv_end = mWork[item, 2]
+                split = mWork[item, 3]
+        if live:
             # ---- shared memory ------------------------------------------------------------------
             smem = cutlass.memory.SmemAllocator()
             sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
@@ -293,17 +331,22 @@ class PagedDecode:
             self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
             if cutlass.const_expr(self.fused):
                 if split != 0:
-                    self._merge_if_last(mReq, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh,
-                                        tidx, sLast, fbuf)  # fmt: skip
+                    if cutlass.const_expr(not self.fused_schedule):
+                        first = mReq[req, 0]
+                        n_items = mReq[req, 1]
+                    self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first,
+                                        n_items, tidx, sLast, fbuf)  # fmt: skip
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
-    def _merge_if_last(self, mReq, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, tidx, sLast, fbuf):
-        """Ticket protocol of the fused merge (module docstring). Called after `_write_rows`."""
+    def _merge_if_last(
+        self, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n, tidx, sLast, fbuf
+    ):
+        """Ticket protocol of the fused merge (module docstring); request `req` has items first ..
+        first + n - 1. Called after `_write_rows`."""
         cute.arch.fence_acq_rel_gpu()  # release: this thread's partial rows before the ticket
         cute.arch.sync_threads()
         if tidx == 0:
-            n = mReq[req, 1]
             ticket = mTicket.iterator + (req * self.hkv + kvh)
             old = cute.arch.atomic_add(ticket, Int32(1), sem="acq_rel", scope="gpu")
             last = Int32(0)
@@ -314,8 +357,7 @@ class PagedDecode:
         cute.arch.sync_threads()  # also: every thread is done reading sO / sW (fbuf is reused)
         if sLast[0] != 0:
             cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
-            self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, mReq[req, 0], mReq[req, 1], req, kvh,
-                              tidx, fbuf)  # fmt: skip
+            self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, req, kvh, tidx, fbuf)
 
     @cute.jit
     def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
@@ -499,7 +541,8 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
     req = make_fake_compact_tensor(Int32, (batch, 2), stride_order=(1, 0), assumed_align=8)
     tickets = make_fake_compact_tensor(Int32, (batch, num_kv_heads), stride_order=(1, 0), assumed_align=4)
-    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd, req, tickets
+    seqlens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
+    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd, req, tickets, seqlens
 
 
 @kernel(
@@ -520,14 +563,20 @@ def compile_decode(
     page_size: int,
     config: DecodeConfig,
     arch: str,
+    schedule: ScheduleConfig | None = None,
 ):
     """tvm-ffi launcher `fn(q, k, v, page_table, work, count, out, lse, part_o, part_lse, sink,
-    k_descale, v_descale, requests, tickets, scale_log2, has_sink)` on torch's current stream
-    (requests / tickets are read only with `config.fused_merge`)."""
+    k_descale, v_descale, requests, tickets, cache_seqlens, scale_log2, has_sink, window_left)` on
+    torch's current stream. `config.fused_merge`: requests (read) and tickets; `config.fused_schedule`
+    (needs `schedule`, the split to recompute): cache_seqlens and window_left are read, work /
+    requests / count written. Otherwise those are not touched (schedule must be None)."""
     dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
     reason = why_not(*dims, config, arch)
+    if reason is None and config.fused_schedule != (schedule is not None):
+        reason = f"schedule must be a ScheduleConfig with fused_schedule and None without, got {schedule!r}"
     if reason is not None:
         raise ValueError(f"attention.paged decode kernel: {reason}")
     args = fake_args(*dims)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(PagedDecode(*dims, config), *args, Float32(1.0), Int32(0), stream, arch=arch)
+    decode = PagedDecode(*dims, config, schedule)
+    return cute_compile(decode, *args, Float32(1.0), Int32(0), Int32(-1), stream, arch=arch)

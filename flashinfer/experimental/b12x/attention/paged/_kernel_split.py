@@ -99,6 +99,69 @@ class Schedule:
         cute.arch.sync_threads()
         return before + incl - x, total
 
+    @cute.jit
+    def _warp_scan(self, x, lane):
+        """Inclusive prefix sum of x over the warp."""
+        incl = x
+        for k in cutlass.range_constexpr(5):
+            y = cute.arch.shuffle_sync_up(incl, offset=1 << k)
+            if lane >= (1 << k):
+                incl = incl + y
+        return incl
+
+    @cute.jit
+    def locate(self, mSeqlens, item, cap, window_left, lane):
+        """The schedule of work row `item`, recomputed by one warp (the decode kernel's fused_schedule:
+        every warp of every CTA runs this, no barrier, no scratch read). Same arithmetic as `kernel`:
+        the total visible length over the batch, the chunk, then a warp-wide scan of the requests'
+        item counts, 32 requests a step, until the request holding `item` is found.
+
+        Returns (request, kv_start, kv_end, first item, items of the request, total items); request
+        is -1 when item >= total items (a dead row)."""
+        batch = mSeqlens.shape[0]
+        total = Int32(0)
+        for b0 in range(0, batch, 32):
+            length = Int32(0)
+            if b0 + lane < batch:
+                _, length = self._visible(mSeqlens, b0 + lane, window_left)
+            total = total + cute.arch.warp_redux_sync(length, "add")
+        target = cutlass.min(Int32(self.target), cap - batch)
+        chunk = Int32(NO_SPLIT_CHUNK)
+        if target > 0:
+            chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
+            chunk = (chunk + self.tile - 1) // self.tile * self.tile
+
+        req = Int32(-1)
+        kv_start = Int32(0)
+        kv_end = Int32(0)
+        first = Int32(0)
+        n_items = Int32(0)
+        base = Int32(0)
+        for b0 in range(0, batch, 32):
+            b = b0 + lane
+            n = Int32(0)
+            length = Int32(0)
+            items = Int32(0)
+            size = Int32(self.tile)
+            if b < batch:
+                n, length = self._visible(mSeqlens, b, window_left)
+                items, size = self._split(length, chunk)
+            incl = self._warp_scan(items, lane)
+            mine = (item >= base + incl - items) & (item < base + incl)
+            ballot = cute.arch.vote_ballot_sync(mine)
+            if ballot != 0:  # one lane holds it: items of different requests never overlap
+                src = Int32(31) - Int32(cute.arch.clz(ballot))
+                req = b0 + src
+                first = base + cute.arch.shuffle_sync(incl - items, src)
+                n_items = cute.arch.shuffle_sync(items, src)
+                size_b = cute.arch.shuffle_sync(size, src)
+                n_b = cute.arch.shuffle_sync(n, src)
+                lo = n_b - cute.arch.shuffle_sync(length, src)
+                kv_start = lo + (item - first) * size_b
+                kv_end = cutlass.min(kv_start + size_b, n_b)
+            base = base + cute.arch.shuffle_sync(incl, 31)
+        return req, kv_start, kv_end, first, n_items, base
+
     @cute.kernel
     def kernel(
         self, mSeqlens: cute.Tensor, mWork: cute.Tensor, mReq: cute.Tensor, mCount: cute.Tensor, window_left: Int32

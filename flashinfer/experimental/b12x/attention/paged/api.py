@@ -24,7 +24,9 @@ allocates nothing, so a captured CUDA graph replays correctly for any live lengt
 of empty requests) within the capacities. Decode: (1) schedule: split the live KV lengths into
 work items (on device), (2) decode: one CTA per (item, KV head), (3) merge: combine the items of
 split requests (with `DecodeConfig(fused_merge=True)` the last CTA of each split (request, KV head)
-merges instead, through a ticket counter in the plan's scratch, and there is no third launch). The
+merges instead, through a ticket counter in the plan's scratch, and there is no third launch; with
+`fused_schedule=True`, batches up to FUSED_SCHEDULE_MAX_BATCH, each decode CTA recomputes its work
+row and there is no first launch). The
 split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Selection(decode,
 schedule))` sets both configs. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head). Verify runs the
@@ -42,6 +44,7 @@ from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
 from ._config import (
+    FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
@@ -187,6 +190,8 @@ def _validate(caps: Caps) -> None:
         if caps.config is not None and not isinstance(caps.config, DecodeConfig):
             raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")
         reason = why_not(*dims, caps.page_size, caps.config or DecodeConfig(), "sm_90a")
+        if reason is None and caps.config is not None:
+            _check_fused_schedule_batch(caps, caps.config, "config")
     if reason is not None:
         raise NotImplementedError(f"{OP}: {reason}")
 
@@ -249,7 +254,11 @@ class PagedAttentionPlan(Plan):
         reason = why_not(*dims, config.decode, arch)
         if reason is not None:
             raise NotImplementedError(f"{OP}: {reason}")
-        kernels = ((compile_schedule, (config.schedule, arch)), (compile_decode, (*dims, config.decode, arch)))
+        # launch order: schedule (unless fused_schedule), decode, merge (unless fused_merge)
+        if config.decode.fused_schedule:
+            kernels = ((compile_decode, (*dims, config.decode, arch, config.schedule)),)
+        else:
+            kernels = ((compile_schedule, (config.schedule, arch)), (compile_decode, (*dims, config.decode, arch)))
         if config.decode.fused_merge:
             return kernels
         return (*kernels, (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)))
@@ -326,6 +335,14 @@ def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
     return PagedAttentionPlan(op=OP, caps=caps, invocation=invocation, override=override)
 
 
+def _check_fused_schedule_batch(caps: Caps, config: DecodeConfig, name: str) -> None:
+    if config.fused_schedule and caps.max_batch > FUSED_SCHEDULE_MAX_BATCH:
+        raise ValueError(
+            f"{name}: fused_schedule needs max_batch <= {FUSED_SCHEDULE_MAX_BATCH} (every CTA scans the batch), "
+            f"got max_batch={caps.max_batch}"
+        )
+
+
 def _validate_override(caps: Caps, override) -> None:
     """A decode override is a Selection(DecodeConfig, ScheduleConfig) the kernels implement; an
     extend/verify override an ExtendSelection(ExtendConfig). Raises ValueError saying which part."""
@@ -347,6 +364,7 @@ def _validate_override(caps: Caps, override) -> None:
     reason = why_not(*dims, caps.page_size, override.decode, "sm_90a")
     if reason is not None:
         raise ValueError(f"override.decode: {reason}")
+    _check_fused_schedule_batch(caps, override.decode, "override.decode")
     reason = why_not_schedule(override.schedule)
     if reason is not None:
         raise ValueError(f"override.schedule: {reason}")
@@ -600,7 +618,8 @@ def run(*, binding: Binding, plan=None):
         return b.out, b.lse
     if b.plan.caps.mode in EXTEND_MODES:
         return _run_extend(b)
-    launchers = _launchers(b.plan)
+    launchers = list(_launchers(b.plan))
+    decode_config = state.selection.decode
     lens, pt = b.cache_seqlens, b.page_table
     if b.plan.caps.copy_runtime_metadata:
         s = b.scratch
@@ -609,11 +628,12 @@ def run(*, binding: Binding, plan=None):
         s["page_table"][:batch, :width].copy_(pt)
         lens, pt = s["cache_seqlens"][:batch], s["page_table"][:batch, :width]
     req, count, part_o, part_lse, tickets = b.decode_views
-    launchers[0](lens, b.work, req, count, b.window_left)
-    launchers[1](b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse,
-                 b.sink, b.k_descale, b.v_descale, req, tickets, b.sm_scale * LOG2E, b.has_sink)  # fmt: skip
-    if len(launchers) > 2:  # the separate merge (fused_merge=False)
-        launchers[2](req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
+    if not decode_config.fused_schedule:
+        launchers.pop(0)(lens, b.work, req, count, b.window_left)
+    launchers.pop(0)(b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse, b.sink,
+                     b.k_descale, b.v_descale, req, tickets, lens, b.sm_scale * LOG2E, b.has_sink, b.window_left)  # fmt: skip
+    if launchers:  # the separate merge (fused_merge=False)
+        launchers[0](req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
     return b.out, b.lse
 
 
