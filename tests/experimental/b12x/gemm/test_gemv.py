@@ -160,3 +160,33 @@ def test_compiles_to_mma_sync_with_pipelined_loads_and_no_spills(a_fmt, b_fmt, c
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
     assert m, usage
     assert int(m.group(3)) == 0, f"spills ({m.group(0)})"
+
+
+@pytest.mark.contract
+def test_bench_gemm_selects_and_sweeps_the_gemv():
+    from benchmarks.experimental.b12x import bench_gemm as BG
+
+    sweep = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "gemv")
+    assert isinstance(sweep[0], DecodeConfig) and sweep[1:] == GC.candidate_configs(28672, 4096, "nvfp4")
+    assert BG.sweep_configs("decode32", 32, 4096, 4096, "nvfp4", "gemv") == ()
+    assert BG.sweep_configs("decode8", 1, 4096, 4096, "fp8_block", "gemv") == ()
+    gemv = {"decode8": GC.default_config(4096, 4096, "nvfp4")}
+    assert BG._decode_override("triton", "bfloat16", "nvfp4", 1, 4096, 4096) == gemv
+    assert BG._decode_override("cute", "bfloat16", "nvfp4", 1, 4096, 4096) is None
+    assert BG._decode_override("triton", "nvfp4", "nvfp4", 1, 4096, 4096) is None  # quantized activations
+    assert BG._decode_override("triton", "bfloat16", "nvfp4", 64, 4096, 4096) is None  # M > 16
+
+
+@pytest.mark.contract
+def test_bench_gemm_decode_kernel_triton_sets_up_on_cpu():
+    """--decode-kernel triton plans the weight-only case with the GEMV override (on the CPU the
+    prepared plan runs the reference)."""
+    import torch
+
+    from benchmarks.experimental.b12x import bench_gemm as BG
+
+    ours = BG._setup("w4a16_mxfp4", 3, 64, 256, "cpu", torch.Generator().manual_seed(0), "triton")
+    ours.out.fill_(float("nan"))
+    ours.fn()
+    err = (ours.out.float() - ours.ref).abs().max().item()
+    assert err <= 2**-7 * ours.ref.abs().max().item()
