@@ -236,7 +236,7 @@ def locate(lens, window_left, cap, config, item):
         return cdiv(length, size), size
 
     total = sum(sum(visible(b) for b in range(b0, min(b0 + 32, batch))) for b0 in range(0, batch, 32))
-    target = min(config.target_items, cap - batch)
+    target = min(config.target_items, cap) - batch
     chunk = NO_SPLIT_CHUNK
     if target > 0:
         chunk = cdiv(max(config.min_chunk, cdiv(total, target)), config.tile_keys) * config.tile_keys

@@ -179,9 +179,11 @@ def test_split_schedule_fills_one_wave_at_small_batch():
     assert n == [32] and {e - s for _, s, e, _ in work} == {256}  # min_chunk: two fills of 128 keys
     work, n = items([1024])
     assert n == [4] and 8 * len(work) <= slots  # short: min_chunk bounds the split, not the wave
-    for lens in ([8192] * 8, [32768] * 8, [1024] * 32, [5000, 17, 0, 30000]):
-        work, n = items(lens)  # never more than one wave of split items beyond one item per request
-        assert len(work) <= sched.target_items + len(lens)
+    work, n = items([32768] * 8)  # 32 items of 8192 keys: one wave (the old 66 + B made 72, 2.2 waves)
+    assert n == [4] * 8 and {e - s for _, s, e, _ in work} == {8192}
+    for lens in ([8192] * 8, [32768] * 8, [1024] * 32, [5000, 17, 0, 30000], [40000] * 32, [9000] * 33):
+        work, n = items(lens)  # at most one wave of CTAs, or one item per request
+        assert len(work) <= max(sched.target_items, len(lens))
         # re-balanced to equal sizes, a request's items are > chunk / 2 keys (its last may be shorter)
         assert all(e - s > sched.min_chunk // 2 for b, s, e, split in work if split and e != lens[b])
     _, n = items([8192] * 128)

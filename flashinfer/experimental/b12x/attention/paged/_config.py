@@ -121,8 +121,9 @@ FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps 
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """tile_keys: split granularity (keys a decode CTA covers per round); target_items: how many
-    items the chunk size aims at over the whole batch; min_chunk: the shortest chunk (keys)."""
+    """tile_keys: split granularity (keys a decode CTA covers per round); target_items: the most
+    items a split batch makes (chunk = total / (target_items - B): each request's round-up adds at
+    most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys)."""
 
     tile_keys: int = 64
     target_items: int = 264
@@ -160,10 +161,12 @@ def split_schedule(
     total / target_items), so a small batch (B * Hkv far below the SM count) gets many items per
     request and a large one (total / target_items >= every length) none.
     - target_items: one wave of resident CTAs over the KV heads, resident_ctas * SMs / Hkv (33 for
-      bf16 KV, D 128, 4 warps x 3 stages, 8 KV heads on the H200's 132 SMs). More items than one
-      wave run in a second wave after the first: no more bytes in flight, more prologues and more
-      partial rows for the merge to read. (The previous fixed 4 * SMs / Hkv = 66 gave two waves at
-      that shape; bench_attention's --decode-configs times both.)
+      bf16 KV, D 128, 4 warps x 3 stages, 8 KV heads on the H200's 132 SMs); the schedule makes at
+      most that many items, so a split batch launches at most one wave. More items than one wave run
+      in a second wave after the first: no more bytes in flight, more prologues and more partial
+      rows for the merge to read, and a ragged last wave (the previous 4 * SMs / Hkv = 66 items plus
+      one per request made 72 items, 2.2 waves, at B=8 L=32k; bench_attention --decode-configs
+      times both).
     - min_chunk: two pipeline fills of the CTA (2 * warps * (stages - 1) * keys_per_warp; 256 keys
       for 4 x 16 x 3). A CTA's fixed cost is about one memory latency (Q and the first sub-tiles
       travel together, then the partial row, the ticket and the merge); with two fills the KV
@@ -189,7 +192,7 @@ def _request_split(length, chunk, tile):
 
 
 def chunk_size(total: int, batch: int, cap: int, config: ScheduleConfig) -> int:
-    target = min(config.target_items, cap - batch)
+    target = min(config.target_items, cap) - batch
     if target <= 0:
         return NO_SPLIT_CHUNK
     chunk = max(config.min_chunk, _ceil_div(total, target))

@@ -3,11 +3,12 @@
 `Schedule` (one CTA) reads the live `cache_seqlens` and writes the work list the decode kernel runs:
 - each request's visible KV range is [lo, N) with lo = max(0, N - 1 - window_left) (all of it
   without a window); `total` is the sum of their lengths;
-- chunk = round_up(max(min_chunk, ceil(total / T)), tile_keys) with T = min(target_items, cap - B)
+- chunk = round_up(max(min_chunk, ceil(total / T)), tile_keys) with T = min(target_items, cap) - B
   (cap = rows of the work list, B = live batch); T <= 0 means no splitting;
 - request b gets n_b = ceil(len_b / chunk) items (1 for an empty request), re-balanced to equal
   sizes c_b = round_up(ceil(len_b / n_b), tile_keys), n_b = ceil(len_b / c_b);
-- sum_b n_b <= total / chunk + B <= T + B <= cap, so the list never overflows.
+- sum_b n_b <= total / chunk + B <= T + B = min(target_items, cap): the list never overflows, and
+  a split batch makes at most target_items items (one wave of CTAs with `split_schedule`'s target).
 Work row: (request, kv_start, kv_end, split = n_b > 1); request row: (first item, n_b); count[0] =
 number of items. `schedule_reference` is the same algorithm in Python (tests compare the two).
 
@@ -125,7 +126,7 @@ class Schedule:
             if b0 + lane < batch:
                 _, length = self._visible(mSeqlens, b0 + lane, window_left)
             total = total + cute.arch.warp_redux_sync(length, "add")
-        target = cutlass.min(Int32(self.target), cap - batch)
+        target = cutlass.min(Int32(self.target), cap) - batch
         chunk = Int32(NO_SPLIT_CHUNK)
         if target > 0:
             chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
@@ -180,7 +181,7 @@ class Schedule:
             _, length = self._visible(mSeqlens, b, window_left)
             visible = visible + length
         _, total = self._block_scan(visible, tid, sWarp)
-        target = cutlass.min(Int32(self.target), cap - batch)
+        target = cutlass.min(Int32(self.target), cap) - batch
         chunk = Int32(NO_SPLIT_CHUNK)
         if target > 0:
             chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
