@@ -133,11 +133,9 @@ def sweep_configs():
         "fused_step": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, sq="step")),
         "fused_sps8": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=8)),
         "fused_sps32": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=32)),
-        "fused_fh128": dataclasses.replace(
-            fused, fused_pre=dataclasses.replace(FUSED_PRE, finish_h=128, finish_stages=3)
-        ),
+        "fused_fh32": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, finish_h=32)),
         "fused_t64_w2": dataclasses.replace(
-            fused, fused_pre=FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=32)
+            fused, fused_pre=FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=16)
         ),
         "fused_pp_t16_w8": dataclasses.replace(
             fused, post_pre_split=False, fused_post_pre=FusedConfig(16, 32, 8, 8, 2, sq="step")

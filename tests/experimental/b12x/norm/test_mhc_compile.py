@@ -130,27 +130,30 @@ def test_small_kernel(form, cc):
 FUSED_SIG = {k: v for k, v in SMALL_SIG.items() if k not in ("T", "fn_blocks")}
 FUSED_SIG |= dict(T="i32", splits="i32", cps="i32", fn_blocks="i32", sinkhorn_iters="i32", has_norm="i32")
 FUSED_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
-# The heuristic's one-launch tiles and the sweep's alternatives (bench_norm --sweep): each form
-# that runs a tile, at the largest hidden size the op is built for and at 7168.
+# The heuristic's one-launch tiles for each arch, and the sweep's alternatives (bench_norm --sweep):
+# each form that runs a tile, at the largest hidden size the op is built for and at 7168.
 FUSED_TILES = {
-    "default_pre": (_config.FUSED_PRE, ("pre", "bcast")),
-    "default_post_pre": (_config.FUSED_POST_PRE, ("post_pre",)),
     "pre_lazy": (_config.FusedConfig(32, 16, 16, 4, 3, sq="lazy"), ("pre",)),
-    "pre_t64_w2": (_config.FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=32), ("pre",)),
-    "pre_finish128": (_config.FusedConfig(32, 16, 16, 4, 3, finish_h=128, finish_stages=3), ("pre",)),
+    "pre_step": (_config.FusedConfig(32, 16, 16, 4, 3, sq="step"), ("pre",)),
+    "pre_t64_w2": (_config.FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=16), ("pre",)),
     "post_pre_t16_h32_w8": (_config.FusedConfig(16, 32, 8, 8, 2, sq="step"), ("post_pre",)),
 }
 
 
 def _fused_cases():
-    for name, (tile, forms) in FUSED_TILES.items():
-        for form in forms:
-            for hidden in (7168, 16384):
-                yield pytest.param(tile, form, hidden, id=f"{name}-{form}-{hidden}")
+    for cc, arch in ((90, "sm_90a"), (120, "sm_120a")):
+        cfg = _config.default_config(arch)
+        tiles = {
+            "default_pre": (cfg.fused_pre, ("pre", "bcast")),
+            "default_post_pre": (cfg.fused_post_pre, ("post_pre",)),
+        }
+        for name, (tile, forms) in (tiles | FUSED_TILES).items():
+            for form in forms:
+                for hidden in (7168, 16384):
+                    yield pytest.param(tile, form, hidden, cc, id=f"{name}-{form}-{hidden}-{arch}")
 
 
-@pytest.mark.parametrize("cc", ARCHS)
-@pytest.mark.parametrize("tile, form, hidden", list(_fused_cases()))
+@pytest.mark.parametrize("tile, form, hidden, cc", list(_fused_cases()))
 def test_fused_kernel(tile, form, hidden, cc):
     """The one-launch kernel: mma.sync mixes (and squares with sq="gram"), no wgmma, no spills."""
     consts = _kernel_fused.fused_constexprs(hidden, _kernel.MODES[form], tile)

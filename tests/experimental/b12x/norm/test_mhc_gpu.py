@@ -148,7 +148,7 @@ PASS2 = {
         fused_post_pre=_config.FusedConfig(16, 32, 8, 8, 2, sq="step"),
         post_pre_split=False,
     ),
-    "fused_step_split": _config.MhcConfig(fused_pre=_config.FusedConfig(32, 16, 8, 4, 3, sq="step", finish_h=128)),
+    "fused_step_split": _config.MhcConfig(fused_pre=_config.FusedConfig(32, 16, 8, 4, 3, sq="step", finish_h=32)),
 }
 
 

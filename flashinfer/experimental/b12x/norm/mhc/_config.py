@@ -8,6 +8,7 @@ Pass 1 dots are mma.sync only while Triton does not pick wgmma: on sm_90a it doe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 STREAM_FORMS = ("pre", "post", "post_pre", "bcast")
@@ -129,8 +130,8 @@ class FusedConfig:
     """Tile of the one-launch kernel (_kernel_fused.py): one program per block of `block_t` tokens
     and split of the hidden dimension (`steps_per_split` steps of `block_h` per stream); the last
     program of a token block to finish (a ticket) computes its weights and y, reading the rows back
-    from L2 in `finish_h`-wide chunks (`finish_stages` prefetched) and the partials `block_s` splits
-    a step."""
+    from L2 in `finish_h`-wide chunks (the next one's loads in flight) and the partials `block_s`
+    splits a step."""
 
     block_t: int = 32
     block_h: int = 16
@@ -139,7 +140,6 @@ class FusedConfig:
     num_stages: int = 2
     sq: str = "gram"
     finish_h: int = 64
-    finish_stages: int = 2
     block_s: int = 2
 
     def __post_init__(self) -> None:
@@ -147,7 +147,7 @@ class FusedConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"FusedConfig.{name} must be a power of two >= 1, got {v!r}")
-        for name in ("steps_per_split", "num_stages", "finish_stages"):
+        for name in ("steps_per_split", "num_stages"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"FusedConfig.{name} must be an int >= 1, got {v!r}")
@@ -245,8 +245,11 @@ class MhcConfig:
         if max_tokens < self.fused_min_tokens:
             return ()
         out = [f for f in forms if self.fused_tile(f) is not None]
-        if "post_pre" in forms and self.post_pre_split and max_tokens > self.small_max_tokens:
-            out.append("pre")
+        if self.post_pre_split and "post_pre" in forms:
+            if min(max_tokens, self.small_max_tokens) < self.fused_min_tokens:
+                out = [f for f in out if f != "post_pre"]  # post_pre never runs in one launch
+            if max_tokens > self.small_max_tokens:
+                out.append("pre")  # post's kernel, then the one-launch pre
         return tuple(f for f in STREAM_FORMS if f in out and self.fused_tile(f) is not None)
 
     def counters(self, forms, max_tokens: int) -> int:
@@ -302,9 +305,9 @@ class MhcConfig:
 # has the reasoning; registers from CPU compiles for sm_90a at H = 7168). pre: 32 tokens on 4 warps
 # (mma.sync; 64 at 4 warps would be wgmma) reading 16 steps of 64 contiguous elements of the flat
 # row (28 splits at H = 7168, so a token block's rows stay in L2 until its finisher reads them),
-# squares on the tensor cores: 101 registers (block_s 4: 168, 16: spills; the finisher's partial
-# tiles are block_t x block_s x 25 floats). post_pre: the two-pass post_pre tile (32 x 16 per
-# stream a step), 185 registers; 32 x 32 and "gram" squares spill.
+# squares on the tensor cores: 134 registers (block_s 4: +67, 16: spills, the finisher's partial
+# tiles being block_t x block_s x 25 floats; finish_h 128: 250). post_pre: the two-pass post_pre
+# tile (32 x 16 per stream a step), 178 registers; 32 x 32 and "gram" squares spill.
 FUSED_PRE = FusedConfig(block_t=32, block_h=16, steps_per_split=16, num_warps=4, num_stages=3, sq="gram", block_s=2)
 FUSED_POST_PRE = FusedConfig(
     block_t=32, block_h=16, steps_per_split=16, num_warps=4, num_stages=2, sq="step", block_s=2
@@ -318,6 +321,9 @@ def default_config(arch: str | None) -> MhcConfig:
     and no stack."""
     fused = dict(fused_pre=FUSED_PRE, fused_post_pre=FUSED_POST_PRE)
     if arch is not None and not str(arch).startswith("sm_90"):
+        # sm_120a: the 3-stage one-launch pre tile gets 96 registers + an 8-byte stack from ptxas;
+        # 2 stages take 140 and no stack
+        fused["fused_pre"] = dataclasses.replace(FUSED_PRE, num_stages=2)
         return MhcConfig(pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3), **fused)
     return MhcConfig(**fused)
 

@@ -356,6 +356,71 @@ def _tok_weights(
 
 
 @triton.jit
+def _stream_raw(src_ptr, tok, t_mask, h, tok_stride, stream_stride, H: tl.constexpr, CACHE: tl.constexpr):
+    """The 4 streams at hidden offsets h (masked at H), [TOK, BLOCK_H] each in the storage dtype."""
+    row = src_ptr + tok[:, None] * tok_stride + h[None, :]
+    m = t_mask[:, None] & (h < H)[None, :]
+    r_0 = tl.load(row, mask=m, other=0.0, cache_modifier=CACHE)
+    r_1 = tl.load(row + stream_stride, mask=m, other=0.0, cache_modifier=CACHE)
+    r_2 = tl.load(row + 2 * stream_stride, mask=m, other=0.0, cache_modifier=CACHE)
+    r_3 = tl.load(row + 3 * stream_stride, mask=m, other=0.0, cache_modifier=CACHE)
+    return r_0, r_1, r_2, r_3
+
+
+@triton.jit
+def _y_walk(
+    src_ptr,
+    tok,
+    t_mask,
+    tok_stride,
+    stream_stride,
+    p_0,
+    p_1,
+    p_2,
+    p_3,
+    inv,
+    has_norm,
+    w_ptr,
+    y_ptr,
+    H: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    STAGES: tl.constexpr,
+    CACHE: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    STORE: tl.constexpr,
+):
+    """One walk over the rows for y = sum_i p_i * residual_i: STORE writes y * inv * w (the weight
+    load masked by has_norm: w = 1 without one), else returns sum(y^2) per token.
+
+    PREFETCH issues the next chunk's loads before this chunk's math (two chunks in flight, in
+    registers): the one-launch kernel's finisher loop, inside its ticket branch, gets no cp.async
+    pipelining from Triton 3.9, so each step would wait a whole L2 round trip. Without it the loop
+    is left to Triton's pipeliner (STAGES; the apply kernel: 64 registers on sm_120a, which the
+    prefetch's extra chunk would spill)."""
+    hh = tl.arange(0, BLOCK_H)
+    yy = tl.zeros([p_0.shape[0], BLOCK_H], dtype=tl.float32)
+    if PREFETCH:
+        a_0, a_1, a_2, a_3 = _stream_raw(src_ptr, tok, t_mask, hh, tok_stride, stream_stride, H, CACHE)
+    for h0 in tl.range(0, H, BLOCK_H, num_stages=1 if PREFETCH else STAGES):
+        if PREFETCH:
+            h = h0 + BLOCK_H + hh
+            b_0, b_1, b_2, b_3 = _stream_raw(src_ptr, tok, t_mask, h, tok_stride, stream_stride, H, CACHE)
+        else:
+            a_0, a_1, a_2, a_3 = _stream_raw(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, H, CACHE)
+        y = p_0[:, None] * a_0.to(tl.float32) + p_1[:, None] * a_1.to(tl.float32)
+        y += p_2[:, None] * a_2.to(tl.float32) + p_3[:, None] * a_3.to(tl.float32)
+        if STORE:
+            w = tl.load(w_ptr + h0 + hh, mask=hh < BLOCK_H * has_norm, other=1.0).to(tl.float32)
+            y = y * inv[:, None] * w[None, :]
+            tl.store(y_ptr + tok[:, None] * H + h0 + hh[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+        else:
+            yy += y * y
+        if PREFETCH:
+            a_0, a_1, a_2, a_3 = b_0, b_1, b_2, b_3
+    return tl.sum(yy, axis=1)
+
+
+@triton.jit
 def _write_y(
     src_ptr,
     tok,
@@ -371,30 +436,22 @@ def _write_y(
     BLOCK_H: tl.constexpr,
     STAGES: tl.constexpr,
     CACHE: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
-    """y = sum_i pre_i * residual_i for TOK tokens (pre = pp[:, :4]); with a norm weight, a pass for
-    mean(y^2) first. The weight load is masked by has_norm rather than branched on (w = 1 and
-    inv = 1 without one)."""
+    """y = sum_i pre_i * residual_i for TOK tokens (pre = pp[:, :4]); with a norm weight, a walk
+    for mean(y^2) first (the rows again: L1/L2 hits; never pipelined: it codegens badly)."""
     c8 = tl.arange(0, 8)
-    hh = tl.arange(0, BLOCK_H)
     p_0 = tl.sum(tl.where(c8[None, :] == 0, pp, 0.0), axis=1)
     p_1 = tl.sum(tl.where(c8[None, :] == 1, pp, 0.0), axis=1)
     p_2 = tl.sum(tl.where(c8[None, :] == 2, pp, 0.0), axis=1)
     p_3 = tl.sum(tl.where(c8[None, :] == 3, pp, 0.0), axis=1)
     inv = tl.full(p_0.shape, 1.0, dtype=tl.float32)
     if has_norm:
-        yy = tl.zeros([p_0.shape[0], BLOCK_H], dtype=tl.float32)
-        for h0 in tl.range(0, H, BLOCK_H, num_stages=1):  # L1/L2 hits; pipelined, it codegens badly
-            v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, CACHE)
-            y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
-            yy += y * y
-        inv = 1.0 / tl.sqrt_rn(tl.sum(yy, axis=1) / H + norm_eps)
-    for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
-        v_0, v_1, v_2, v_3 = _load_streams(src_ptr, tok, t_mask, h0 + hh, tok_stride, stream_stride, CACHE)
-        y = p_0[:, None] * v_0 + p_1[:, None] * v_1 + p_2[:, None] * v_2 + p_3[:, None] * v_3
-        w = tl.load(w_ptr + h0 + hh, mask=hh < BLOCK_H * has_norm, other=1.0).to(tl.float32)
-        y = y * inv[:, None] * w[None, :]
-        tl.store(y_ptr + tok[:, None] * H + h0 + hh[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+        yy = _y_walk(src_ptr, tok, t_mask, tok_stride, stream_stride, p_0, p_1, p_2, p_3, inv, has_norm, w_ptr,
+                     y_ptr, H, BLOCK_H, 1, CACHE, PREFETCH, False)  # fmt: skip
+        inv = 1.0 / tl.sqrt_rn(yy / H + norm_eps)
+    _y_walk(src_ptr, tok, t_mask, tok_stride, stream_stride, p_0, p_1, p_2, p_3, inv, has_norm, w_ptr,
+            y_ptr, H, BLOCK_H, STAGES, CACHE, PREFETCH, True)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
@@ -459,7 +516,7 @@ def _mhc_apply_kernel(
     pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask,
                       sinkhorn_iters, hc_eps)  # fmt: skip
     _write_y(src_ptr, tok, t_mask, tok_stride, stream_stride, pp, has_norm, norm_eps, w_ptr, y_ptr,
-             H, BLOCK_H, STAGES, "")  # fmt: skip
+             H, BLOCK_H, STAGES, "", False)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

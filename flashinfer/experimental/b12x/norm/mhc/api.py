@@ -625,10 +625,10 @@ def _one_launch(
     (MhcConfig.small, unless small=False), else the fused kernel (MhcConfig.fused_*); True if one ran."""
     sel, caps = p.state.selection, p.caps
     dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
+    tile = sel.fused(form, t)
     if small and sel.small is not None and t <= sel.small.max_tokens:
         launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
-    elif sel.fused(form, t) is not None:
-        tile = sel.fused(form, t)
+    elif tile is not None:
         splits, cps = tile.split(caps.hidden_size, caps.split_k)
         kernel = _launcher(p, "compile_fused", (form, dt, caps.hidden_size, wdt, tile))
         launch = functools.partial(kernel, splits=splits, cps=cps)
