@@ -354,3 +354,18 @@ def test_bench_decode_config_entries():
     for entry in B.DECODE_CONFIGS[1:]:
         B.decode_selection(entry, "float8_e4m3fn", "sm_90a", 132)
     assert B.parse_args(["--decode-configs", "heuristic", "hf:t66"]).decode_configs == ["heuristic", "hf:t66"]
+
+
+def test_heuristic_picks_the_one_launch_decode_only_when_enabled(monkeypatch):
+    from flashinfer.experimental.b12x.attention.paged import api
+
+    base = paged.plan(caps()).heuristic("sm_90a").decode
+    assert not base.fused_merge and not base.fused_schedule  # FUSED_BY_DEFAULT is False until measured
+    monkeypatch.setattr(api, "FUSED_BY_DEFAULT", True)
+    assert paged.plan(caps()).heuristic("sm_90a").decode == dataclasses.replace(
+        base, fused_merge=True, fused_schedule=True
+    )
+    big = caps(max_batch=129, max_total_q=129, max_work_items=200, max_partial_rows=1600)
+    assert paged.plan(big).heuristic("sm_90a").decode == dataclasses.replace(base, fused_merge=True)
+    mine = DecodeConfig(2, 16, 2)  # an explicit config is used as given
+    assert paged.plan(caps(config=mine)).heuristic("sm_90a").decode == mine

@@ -117,6 +117,10 @@ def o_col_dim(n: int) -> int:
 NO_SPLIT_CHUNK = 1 << 30
 SCHEDULE_THREADS = 512
 FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps at 128 requests
+# The plan's heuristic picks the one-launch decode (fused schedule up to FUSED_SCHEDULE_MAX_BATCH,
+# fused merge) when True. False until the H200 gpu tier has passed both flags and bench_attention's
+# "hfs" rows have been measured against "heuristic" (docs/predictions/attention.md).
+FUSED_BY_DEFAULT = False
 
 
 @dataclass(frozen=True)

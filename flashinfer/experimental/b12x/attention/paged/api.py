@@ -37,6 +37,7 @@ CPU tensors run `reference.py` instead.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
 from ._config import (
+    FUSED_BY_DEFAULT,
     FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
@@ -231,6 +233,9 @@ class PagedAttentionPlan(Plan):
         arch = arch or "sm_120a"
         decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)
         decode = _fit_page(decode, caps.page_size)
+        if caps.config is None and FUSED_BY_DEFAULT:
+            one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
+            decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 
@@ -322,7 +327,7 @@ class PagedAttentionPlan(Plan):
 def _fit_page(config, page_size: int):
     if config.keys_per_warp <= page_size:
         return config
-    return DecodeConfig(config.warps, page_size, config.stages)
+    return dataclasses.replace(config, keys_per_warp=page_size)
 
 
 def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
