@@ -22,7 +22,10 @@ META = OpMeta(
     archs=("sm_90a", "sm_120a", "sm_121a"),
     dtypes=("bfloat16", "float16"),
     requires=("torch", "triton", "cuda"),
-    notes="Triton; mixes on mma.sync (fn split hi + lo in the activation dtype); split-K partials in the workspace",
+    notes=(
+        "Triton; mixes on mma.sync (fn split hi + lo in the activation dtype); split-K partials in the workspace; "
+        "one launch per call from MhcConfig.fused_min_tokens tokens (the last split of each token block finishes it)"
+    ),
 )
 
 is_supported, why_unsupported = support_functions(META)
