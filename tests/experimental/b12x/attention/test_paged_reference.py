@@ -188,9 +188,13 @@ def test_split_schedule_fills_one_wave_at_small_batch():
         assert all(e - s > sched.min_chunk // 2 for b, s, e, split in work if split and e != lens[b])
     _, n = items([8192] * 128)
     assert set(n) == {1}  # B * Hkv = 1024 CTAs > 264 slots: nothing to gain from splitting
-    # fewer SMs or more KV heads: fewer items per request; fp8 (smaller tiles) fits three CTAs an SM
+    # more KV heads: fewer items per request. fp8 tiles would fit three CTAs an SM, its ~200
+    # registers a thread two (as bf16); D 64 (~150) three, D 256 (255 and 115 KB) one
     assert split_schedule(decode, "bfloat16", 128, 32, 132, "sm_90a").target_items == 9
-    assert split_schedule(decode, "float8_e4m3fn", 128, 8, 132, "sm_90a").target_items == 50
+    assert resident_ctas("float8_e4m3fn", 128, decode, "sm_90a") == 2
+    assert split_schedule(decode, "float8_e4m3fn", 128, 8, 132, "sm_90a").target_items == 33
+    assert resident_ctas("bfloat16", 64, decode, "sm_90a") == 3
+    assert resident_ctas("bfloat16", 256, decode, "sm_90a") == 1
     # two stages: half the keys in flight, so half the shortest item
     assert split_schedule(DecodeConfig(4, 16, 2), "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 128
     assert split_schedule(DecodeConfig(4, 16, 2), "bfloat16", 128, 8, 188, "sm_120a").target_items == 24

@@ -150,10 +150,23 @@ def why_not_schedule(config) -> str | None:
     return None
 
 
+THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
+
+
+def decode_registers(head_dim: int) -> int:
+    """Registers per thread of the decode kernel, as allocated (multiples of 8). ptxas (CUDA 13) on
+    sm_90a and sm_120a, 2026-11-30: D 64: 126-146; D 128: 168-198 for every config and both KV
+    dtypes, fused flags included; D 256: 255."""
+    return 256 if head_dim > 128 else 200 if head_dim > 64 else 152
+
+
 def resident_ctas(kv_dtype: str, head_dim: int, config: DecodeConfig, arch: str) -> int:
-    """Decode CTAs one SM holds at once: shared memory (the binding limit at D 128) and 2048 threads."""
+    """Decode CTAs one SM holds at once: the least of shared memory (2 at bf16 D 128 4 x 16 x 3 on
+    sm_90a), the 64K registers (2 at D 128: 200 x 128 threads each) and the threads per SM."""
+    threads = 32 * config.warps
     by_smem = SMEM_LIMIT.get(arch, 99 * 1024) // smem_bytes(kv_dtype, head_dim, head_dim, config)
-    return max(1, min(by_smem, 2048 // (32 * config.warps)))
+    by_regs = 65536 // (decode_registers(head_dim) * threads)
+    return max(1, min(by_smem, by_regs, THREADS_PER_SM.get(arch, 1536) // threads))
 
 
 def split_schedule(
