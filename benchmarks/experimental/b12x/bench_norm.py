@@ -134,6 +134,7 @@ def sweep_configs():
         "fused_sps8": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=8)),
         "fused_sps32": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, steps_per_split=32)),
         "fused_fh32": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, finish_h=32)),
+        "fused_nopf": dataclasses.replace(fused, fused_pre=dataclasses.replace(FUSED_PRE, prefetch=False)),
         "fused_t64_w2": dataclasses.replace(
             fused, fused_pre=FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=16)
         ),

@@ -301,7 +301,7 @@ FUSED = {
         fused_min_tokens=1,
     ),
     "lazy_step": _config.MhcConfig(
-        fused_pre=F(32, 16, 2, sq="lazy", block_s=2, finish_h=128),
+        fused_pre=F(32, 16, 2, sq="lazy", block_s=2, finish_h=128, prefetch=False),
         fused_post_pre=F(32, 16, 4, sq="step", block_s=2),
         post_pre_split=False,
         fused_min_tokens=2,

@@ -135,6 +135,7 @@ FUSED_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
 FUSED_TILES = {
     "pre_lazy": (_config.FusedConfig(32, 16, 16, 4, 3, sq="lazy"), ("pre",)),
     "pre_step": (_config.FusedConfig(32, 16, 16, 4, 3, sq="step"), ("pre",)),
+    "pre_no_prefetch": (_config.FusedConfig(32, 16, 16, 4, 3, prefetch=False), ("pre", "bcast")),
     "pre_t64_w2": (_config.FusedConfig(64, 16, 16, 2, 4, sq="step", block_s=1, finish_h=16), ("pre",)),
     "post_pre_t16_h32_w8": (_config.FusedConfig(16, 32, 8, 8, 2, sq="step"), ("post_pre",)),
 }

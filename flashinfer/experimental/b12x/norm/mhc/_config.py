@@ -130,8 +130,8 @@ class FusedConfig:
     """Tile of the one-launch kernel (_kernel_fused.py): one program per block of `block_t` tokens
     and split of the hidden dimension (`steps_per_split` steps of `block_h` per stream); the last
     program of a token block to finish (a ticket) computes its weights and y, reading the rows back
-    from L2 in `finish_h`-wide chunks (the next one's loads in flight) and the partials `block_s`
-    splits a step."""
+    from L2 in `finish_h`-wide chunks (with `prefetch`, the next chunk's loads in flight: +33
+    registers on the default pre tile) and the partials `block_s` splits a step."""
 
     block_t: int = 32
     block_h: int = 16
@@ -141,6 +141,7 @@ class FusedConfig:
     sq: str = "gram"
     finish_h: int = 64
     block_s: int = 2
+    prefetch: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps", "finish_h", "block_s"):
@@ -153,6 +154,8 @@ class FusedConfig:
                 raise ValueError(f"FusedConfig.{name} must be an int >= 1, got {v!r}")
         if self.block_t < 16:
             raise ValueError(f"FusedConfig.block_t must be >= 16 (a dot's M), got {self.block_t}")
+        if not isinstance(self.prefetch, bool):
+            raise ValueError(f"FusedConfig.prefetch must be a bool, got {self.prefetch!r}")
         if self.sq == "auto":
             raise ValueError("FusedConfig.sq must be step, lazy or gram (no auto), got 'auto'")
         _check_pass1_tile("FusedConfig", self.block_t, self.block_h, self.num_warps, self.sq)

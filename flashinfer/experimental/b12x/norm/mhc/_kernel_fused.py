@@ -67,6 +67,7 @@ def _mhc_fused_kernel(
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,  # _kernel.stream_constexprs
     FINISH_H: tl.constexpr,  # chunk of a row in the finisher's y loops
+    PREFETCH: tl.constexpr,  # the y loops keep the next chunk's loads in flight (_kernel._y_walk)
     BLOCK_S: tl.constexpr,  # partial rows per step of the finisher's split sum
 ):
     N_STEPS: tl.constexpr = H // BLOCK_H
@@ -116,13 +117,13 @@ def _mhc_fused_kernel(
                           sinkhorn_iters, hc_eps)  # fmt: skip
         if MODE == 0:
             _write_y(res_ptr, row, t_mask, 4 * H, H, pp, has_norm, norm_eps, w_ptr, y_ptr,
-                     H, FINISH_H, 1, ".cg", True)  # fmt: skip
+                     H, FINISH_H, 1, ".cg", PREFETCH)  # fmt: skip
         elif MODE == 2:
             _write_y(out_ptr, row, t_mask, 4 * H, H, pp, has_norm, norm_eps, w_ptr, y_ptr,
-                     H, FINISH_H, 1, ".cg", True)  # fmt: skip
+                     H, FINISH_H, 1, ".cg", PREFETCH)  # fmt: skip
         else:
             _write_y(res_ptr, row, t_mask, H, 0, pp, has_norm, norm_eps, w_ptr, y_ptr,
-                     H, FINISH_H, 1, ".cg", True)  # fmt: skip
+                     H, FINISH_H, 1, ".cg", PREFETCH)  # fmt: skip
 
 
 _OPTS = {"enable_fp_fusion": True}
@@ -133,6 +134,7 @@ def fused_constexprs(hidden: int, mode: int, config: FusedConfig) -> dict:
     return dict(
         stream_constexprs(hidden, mode, config),
         FINISH_H=min(config.finish_h, hidden & -hidden),
+        PREFETCH=config.prefetch,
         BLOCK_S=config.block_s,
     )
 
