@@ -396,3 +396,45 @@ def test_custom_op_traces_with_torch_compile_on_cpu(prepared):
     want = R.mhc_post_pre(*args, **SCALARS)
     assert torch.equal(got[0], want[0]) and torch.equal(got[3], want[3] * 2)
     assert hasattr(torch.ops.b12x, "norm_mhc_post_pre_")
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(block_t=8), "FusedConfig.block_t must be >= 16 (a dot's M), got 8"),
+        (dict(block_t=48), "FusedConfig.block_t must be a power of two >= 1, got 48"),
+        (dict(block_t=64, num_warps=4), "FusedConfig(block_t=64, num_warps=4) would compile to wgmma on sm_90a"),
+        (dict(sq="auto"), "FusedConfig.sq must be step, lazy or gram (no auto), got 'auto'"),
+        (dict(sq="fast"), "FusedConfig.sq must be one of ('auto', 'step', 'lazy', 'gram'), got 'fast'"),
+        (dict(steps_per_split=0), "FusedConfig.steps_per_split must be an int >= 1, got 0"),
+        (dict(prefetch=1), "FusedConfig.prefetch must be a bool, got 1"),
+        (dict(block_h=4), "FusedConfig.block_h must be >= 8 (a dot's K), got 4"),
+    ],
+)
+def test_fused_config_errors(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _config.FusedConfig(**kw)
+
+
+def test_fused_selection_jobs_workspace_and_counters():
+    """The heuristic runs the one-launch kernel from fused_min_tokens (post_pre there as post's kernel
+    + the one-launch pre); its workspace covers splits x max_tokens and it has a counter per block."""
+    with pytest.raises(ValueError, match="MhcConfig.fused_min_tokens must be an int >= 1, got 0"):
+        _config.MhcConfig(fused_min_tokens=0)
+    with pytest.raises(ValueError, match="MhcConfig.fused_pre must be a FusedConfig or None, got StreamConfig"):
+        _config.MhcConfig(fused_pre=_config.StreamConfig(16, 16))
+    cfg = _config.default_config("sm_90a")
+    assert cfg.fused("pre", cfg.fused_min_tokens - 1) is None and cfg.fused("bcast", cfg.fused_min_tokens) is not None
+    assert cfg.fused("post_pre", 8192) is None  # post_pre_split: post's kernel, then fused("pre")
+    assert _config.FUSED_PRE.split(7168) == (28, 16) and _config.FUSED_PRE.split(7168, split_k=5) == (5, 90)
+    p = mhc.plan(caps(max_tokens=1000))
+    jobs = [(k.__name__, args[0]) for k, args in p.kernels(cfg, "sm_90a") if k.__name__ == "compile_fused"]
+    assert sorted(jobs) == sorted([("compile_fused", "pre"), ("compile_fused", "bcast")] * 2)  # 2 weight dtypes
+    splits = _config.FUSED_PRE.split(H)[0]
+    assert p.workspace_rows(cfg, "cuda") >= splits * 1000
+    assert cfg.counters(api.FORMS, 1000) == -(-1000 // _config.FUSED_PRE.block_t)
+    assert mhc.plan(caps(max_tokens=100)).kernels(cfg, "sm_90a") == mhc.plan(caps(max_tokens=100)).kernels(
+        _config.MhcConfig(), "sm_90a"
+    )  # below fused_min_tokens: the two-pass jobs only
+    with pytest.raises(ValueError, match=re.escape("override: pre tile block_h=512 must divide hidden_size=256")):
+        mhc.plan(caps(), override=_config.MhcConfig(fused_pre=_config.FusedConfig(block_h=512)))
