@@ -16,7 +16,7 @@ no deadlock, and the interpreter (programs run one after another) runs the same 
 
 Bytes per token: the residual once from HBM (8H; post_pre also x 2H and the new residual 8H out), y
 (2H), the partials (splits x 128, L2), the row again from L2 (8H). fn (96H bytes) is read from L2
-once per token block (BLOCK_T tokens): 3 x the residual bytes at BLOCK_T = 32.
+once per token block (BLOCK_T tokens): 1.5 x the residual bytes at BLOCK_T = 32.
 
 The sum of squares can ride the tensor cores (FusedConfig.sq = "gram": the diagonal of a @ a^T,
 BLOCK_T more dot columns per step against the mixes' 64, exact for bf16/fp16 products in fp32) or
