@@ -16,7 +16,13 @@ import torch
 
 import b12x
 from flashinfer.experimental.b12x._lib.arch import target_arch
-from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, default_config, schedule_reference
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    default_config,
+    schedule_reference,
+)
+from flashinfer.experimental.b12x.attention.paged.api import Selection
 
 from .paged_cases import check_against_reference, make_case
 
@@ -45,8 +51,8 @@ def caps_for(case, *, dtype, kv_dtype, max_batch=None, **kw):
 _SESSION = {}
 
 
-def prepared(caps):
-    p = paged.plan(caps)
+def prepared(caps, override=None):
+    p = paged.plan(caps, override=override)
     if "s" not in _SESSION:
         _SESSION["s"] = b12x.PreparationSession(DEV)
     _SESSION["s"].prepare([p])
@@ -197,7 +203,14 @@ def test_fused_merge_matches_reference(kv_dtype, lens, launches):
     each of two runs (the second run merges only if the first reset them)."""
     case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens))  # fmt: skip
-    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=fused(kv_dtype, launches=launches)))
+    decode = fused(kv_dtype, launches=launches)
+    # A split target above B, so every case splits (the heuristic's one-wave target, 33 items on the
+    # H200, leaves B = 70 unsplit): the work list holds B + target rows.
+    target = 2 * len(lens) + 32
+    work = len(lens) + target
+    caps = caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=decode, max_work_items=work,
+                    max_partial_rows=paged.default_max_partial_rows(work, 32))  # fmt: skip
+    plan = prepared(caps, override=Selection(decode, ScheduleConfig(decode.tile_keys, target, 256)))
     assert len(plan.state.kernels) == launches  # no merge launch (nor a schedule launch)
     for _ in range(2):
         check(plan, case)

@@ -118,9 +118,10 @@ NO_SPLIT_CHUNK = 1 << 30
 SCHEDULE_THREADS = 512
 FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps at 128 requests
 # The plan's heuristic picks the one-launch decode (fused schedule up to FUSED_SCHEDULE_MAX_BATCH,
-# fused merge) when True. False until the H200 gpu tier has passed both flags and bench_attention's
-# "hfs" rows have been measured against "heuristic" (docs/predictions/attention.md).
-FUSED_BY_DEFAULT = False
+# fused merge) when True. Measured on the H200 (2026-11-30 08:30, bench_attention --batch 1 8 --kv
+# bf16, docs/performance.md): "hfs" beat the three-launch "heuristic" in every case, B=1 L=1k 18.4 ->
+# 13.5 µs, L=32k 60.1 -> 52.0, B=8 L=1k 29.6 -> 23.7, L=8k 85.8 -> 80.7.
+FUSED_BY_DEFAULT = True
 
 
 @dataclass(frozen=True)
