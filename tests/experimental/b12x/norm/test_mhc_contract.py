@@ -427,12 +427,13 @@ def test_fused_selection_jobs_workspace_and_counters():
     assert cfg.fused("pre", cfg.fused_min_tokens - 1) is None and cfg.fused("bcast", cfg.fused_min_tokens) is not None
     assert cfg.fused("post_pre", 8192) is None  # post_pre_split: post's kernel, then fused("pre")
     assert _config.FUSED_PRE.split(7168) == (28, 16) and _config.FUSED_PRE.split(7168, split_k=5) == (5, 90)
-    p = mhc.plan(caps(max_tokens=1000))
+    big = cfg.fused_min_tokens
+    p = mhc.plan(caps(max_tokens=big))
     jobs = [(k.__name__, args[0]) for k, args in p.kernels(cfg, "sm_90a") if k.__name__ == "compile_fused"]
     assert sorted(jobs) == sorted([("compile_fused", "pre"), ("compile_fused", "bcast")] * 2)  # 2 weight dtypes
     splits = _config.FUSED_PRE.split(H)[0]
-    assert p.workspace_rows(cfg, "cuda") >= splits * 1000
-    assert cfg.counters(api.FORMS, 1000) == -(-1000 // _config.FUSED_PRE.block_t)
+    assert p.workspace_rows(cfg, "cuda") >= splits * big
+    assert cfg.counters(api.FORMS, big) == -(-big // _config.FUSED_PRE.block_t)
     assert mhc.plan(caps(max_tokens=100)).kernels(cfg, "sm_90a") == mhc.plan(caps(max_tokens=100)).kernels(
         _config.MhcConfig(), "sm_90a"
     )  # below fused_min_tokens: the two-pass jobs only

@@ -317,6 +317,13 @@ FUSED_POST_PRE = FusedConfig(
 )
 
 
+# Where the heuristic switches to the one launch. H200 (2026-11-30 08:31, bench_norm --sweep, H = 7168,
+# graph timer): one launch vs two passes, pre 17.6 / 17.4 µs at T = 64, 197.8 / 74.6 at T = 1024,
+# 594 / 634 at T = 8192; post_pre 230.8 / 108.1 at 1024, 859 / 906 at 8192. The serial finisher of
+# each 32-token block costs more than the second read of the residual below several thousand tokens.
+FUSED_MIN_TOKENS = 8192
+
+
 def default_config(arch: str | None) -> MhcConfig:
     """The heuristic's selection for `arch`: the one-launch kernel from fused_min_tokens (pre and
     bcast; post_pre there is post's kernel + the one-launch pre), the two-pass path below. sm_120a gets a 4-warp 32-token pre tile: the 2-warp 64-token one spills there (255
@@ -327,8 +334,12 @@ def default_config(arch: str | None) -> MhcConfig:
         # sm_120a: the 3-stage one-launch pre tile gets 96 registers + an 8-byte stack from ptxas;
         # 2 stages take 140 and no stack
         fused["fused_pre"] = dataclasses.replace(FUSED_PRE, num_stages=2)
-        return MhcConfig(pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3), **fused)
-    return MhcConfig(**fused)
+        return MhcConfig(
+            pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3),
+            fused_min_tokens=FUSED_MIN_TOKENS,
+            **fused,
+        )
+    return MhcConfig(fused_min_tokens=FUSED_MIN_TOKENS, **fused)
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
