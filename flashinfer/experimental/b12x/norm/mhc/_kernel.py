@@ -603,6 +603,14 @@ def _fake(dtype):
     return triton.runtime.jit.MockTensor(dtype)
 
 
+def _one_launch_fakes(dtype: str, weight_dtype: str) -> tuple:
+    """The 14 tensor stand-ins both one-launch kernels (small, fused) take first: residual, x,
+    post_in, comb_in, out, fn, part, counters, hc_scale, hc_base, norm weight, y, post, comb."""
+    act, f32 = _TL_DTYPES[dtype], torch.float32
+    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), _fake(torch.int32))
+    return args + (_fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act), _fake(f32), _fake(f32))
+
+
 @kernel("norm.mhc", backend="triton")
 def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, device_index: int, arch: str):
     """Pass 1 for one mode (pre, post, post_pre, bcast): compiled now, for `device_index`."""

@@ -202,12 +202,9 @@ def compile_fused(
     mode: str, dtype: str, hidden: int, weight_dtype: str, config: FusedConfig, device_index: int, arch: str
 ):
     """The one-launch kernel for one form (pre, post_pre, bcast) and norm weight dtype."""
-    from ._kernel import _TL_DTYPES, _fake
+    from ._kernel import _one_launch_fakes
 
-    act, f32 = _TL_DTYPES[dtype], torch.float32
-    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), _fake(torch.int32))
-    args += (_fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act), _fake(f32), _fake(f32))
-    args += (1, 1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
+    args = _one_launch_fakes(dtype, weight_dtype) + (1, 1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
     with torch.cuda.device(device_index):
         _mhc_fused_kernel.warmup(
             *args,
