@@ -10,6 +10,7 @@
   invariants at 32 (row_blocks 2), two CTAs per SM for the 4-warp ones.
 """
 
+import dataclasses
 import re
 
 import pytest
@@ -99,3 +100,46 @@ def test_benched_variants_fit_without_spills(name, kv_dtype, tmp_path):
     assert spills <= SPILL_BYTES[cfg.row_blocks] and regs <= 255, (regs, spills)
     if cfg.warps == 4:  # two 4-warp CTAs per SM (registers are allocated 8 a thread at a time)
         assert -(-regs // 8) * 8 * 32 * 4 * 2 <= 65536, regs
+
+
+PIPELINED = {  # test_paged_extend_gpu.PIPELINED: the variants bench_attention's lead run sweeps
+    "m128n64r2ps2": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2),
+    "m128n64r2ps2l8": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8),
+    "m128n32r2l8": ExtendConfig(128, 32, 2, 2, lazy_rescale=8),
+    "m64n64s4": ExtendConfig(64, 64, 2, 1, sub_tiles=4),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", sorted(PIPELINED))
+def test_pipelined_variants_compile(name, kv_dtype, arch):
+    """sub_tiles > 1 traces the tile twice (masked and unmasked bodies): twice the mma of one tile, per
+    slice one more max/sum step (2 quad shuffles a row each); lazy_rescale adds one warp vote per step."""
+    cfg = PIPELINED[name]
+    ptx = _compile(kv_dtype, cfg, arch)
+    base = _compile(kv_dtype, dataclasses.replace(cfg, sub_tiles=1, lazy_rescale=0), arch)
+    mma = "mma.sync.aligned.m16n8k16"
+    bodies = 2 if cfg.sub_tiles > 1 else 1
+    assert ptx.count(mma) == bodies * base.count(mma) > 0
+    steps = bodies * cfg.sub_tiles  # online-softmax steps traced
+    assert ptx.count("vote.sync.any") == (steps if cfg.lazy_rescale else 0)
+    # a quad max (2 shuffles) per row and step; the base kernel has one step
+    rows = 2 * cfg.row_blocks
+    assert ptx.count("shfl.sync.bfly") - base.count("shfl.sync.bfly") == 2 * rows * (steps - 1)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("sub_tiles", 3, "sub_tiles must be 1, 2 or 4, got 3"),
+    ("sub_tiles", True, "sub_tiles must be 1, 2 or 4, got True"),
+    ("lazy_rescale", 16, "lazy_rescale must be an int in \\[0, 15\\]"),
+    ("lazy_rescale", -1, "lazy_rescale must be an int in \\[0, 15\\]"),
+    ("page_prefetch", 1, "page_prefetch must be a bool, got 1"),
+])  # fmt: skip
+def test_pipelining_fields_are_validated(field, value, match):
+    cfg = dataclasses.replace(ExtendConfig(128, 64, 2, 2), **{field: value})
+    reason = why_not_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, "sm_90a")
+    assert reason is not None and re.search(match, reason), reason
+    small = ExtendConfig(128, 32, 2, 2, sub_tiles=4)  # 8-key slices: below one mma k-block
+    assert "block_n 32 must split into sub_tiles 4 slices of a multiple of 16 keys" in why_not_extend(
+        "bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")  # fmt: skip

@@ -73,6 +73,7 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
     lse = torch.full((total_q, hq), float("nan"))
     work, _ = extend_schedule_reference(cu, tokens)
     rows = torch.arange(bm)
+    warp_of_row = (rows % (16 * config.warps)) // 16  # the mma's 16-row blocks, warps fastest
     for req, tok0 in work:
         q0, q_len, kv_len = cu[req], cu[req + 1] - cu[req], lens[req]
         n_tok = min(tokens, q_len - tok0)
@@ -112,22 +113,27 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
                     pages = _page_ids(case, config, req, (t_begin + nxt + 1) * bn, kv_len)
                 key0, k, v = ring[i % config.stages]
                 assert key0 == (t_begin + i) * bn, "the ring slot holds another tile"
-                keys = torch.arange(key0, key0 + bn)
-                inside = keys < kv_len
-                s = (qt @ k.T) * scale2
                 cross = key0 + bn - 1 > tok0 + diag or key0 + bn > kv_len
                 if window_left >= 0:
                     cross = cross or key0 < tok0 + n_tok - 1 + diag - window_left
-                if cross:
-                    hidden = (keys[None] > limit[:, None]) | (keys[None] < low[:, None]) | ~inside[None]
-                    s = s.masked_fill(hidden, -math.inf)
-                m_new = torch.maximum(m, s.amax(1))
-                m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-                p = torch.exp2(s - m_use[:, None])
-                corr = torch.exp2(m - m_use)
-                s_sum = s_sum * corr + p.sum(1)
-                m = m_new
-                acc = acc * corr[:, None] + p @ v
+                bs = config.slice_keys
+                for h in range(config.sub_tiles):  # sub_tiles: one online-softmax step per key slice
+                    keys = torch.arange(key0 + h * bs, key0 + (h + 1) * bs)
+                    s = (qt @ k[h * bs : (h + 1) * bs].T) * scale2
+                    if cross:  # the kernel masks every slice of a crossing tile
+                        hidden = (keys[None] > limit[:, None]) | (keys[None] < low[:, None]) | (keys >= kv_len)[None]
+                        s = s.masked_fill(hidden, -math.inf)
+                    m_new = torch.maximum(m, s.amax(1))
+                    if config.lazy_rescale:  # a warp keeps every row's max unless one grows by > N
+                        grow = (m_new > m + config.lazy_rescale).to(torch.int64)
+                        renew = torch.zeros(config.warps, dtype=torch.int64).index_add_(0, warp_of_row, grow) > 0
+                        m_new = torch.where(renew[warp_of_row], m_new, m)
+                    m_use = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+                    p = torch.exp2(s - m_use[:, None])
+                    corr = torch.exp2(m - m_use)
+                    s_sum = s_sum * corr + p.sum(1)
+                    m = m_new
+                    acc = acc * corr[:, None] + p @ v[h * bs : (h + 1) * bs]
             m_use = torch.where(torch.isinf(m), torch.zeros_like(m), m)
             row_lse = torch.where(s_sum > 0, m_use + torch.log2(s_sum), torch.full_like(m, -math.inf))
             factor = torch.where(s_sum > 0, 1 / s_sum, torch.zeros_like(s_sum))
@@ -153,6 +159,12 @@ CASES = [
     ([1000, 33, 5], [77, 33, 0], (32, 8), 32, ExtendConfig(64, 64, 3, page_prefetch=True), 40),
     ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(64, 32, 3, 2, page_prefetch=True), -1),
     ([2100, 16], [16, 16], (16, 2), 16, ExtendConfig(32, 16, page_prefetch=True), 0),
+    # sub_tiles (key slices, each its own softmax step) and lazy_rescale (stale row max per warp)
+    ([300, 17, 64, 129], [300, 5, 1, 64], (32, 8), 16, ExtendConfig(128, 64, 2, 2, True, sub_tiles=2), -1),
+    ([1000, 33, 5], [77, 33, 0], (32, 8), 32, ExtendConfig(64, 64, 3, 1, sub_tiles=4, lazy_rescale=8), 40),
+    ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=4), -1),
+    ([2100, 16], [16, 16], (16, 2), 16, ExtendConfig(128, 32, 2, 2, lazy_rescale=1), 0),
+    ([900, 300], [900, 299], (32, 8), 16, ExtendConfig(128, 64, 2, 2, True, lazy_rescale=15), -1),
 ]
 
 

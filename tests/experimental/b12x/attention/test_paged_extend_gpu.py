@@ -134,6 +134,30 @@ def test_extend_non_default_configs(kv_dtype, config):
     check(prepared(caps_for(case, kv_dtype=kv_dtype, config=ExtendConfig(*config))), case)
 
 
+# software-pipelined key slices (sub_tiles) and the lazy O rescale (docs/predictions/attention_extend.md)
+PIPELINED = {
+    "m128n64r2ps2": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2),
+    "m128n64r2ps2l8": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8),
+    "m128n32r2l8": ExtendConfig(128, 32, 2, 2, lazy_rescale=8),
+    "m64n64s4": ExtendConfig(64, 64, 2, 1, sub_tiles=4),
+}
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("layout", [(16, (32, 8)), (64, (64, 8))], ids=["page16-gqa4", "page64-gqa8"])
+@pytest.mark.parametrize("name", sorted(PIPELINED))
+def test_extend_pipelined_variants(name, layout, kv_dtype):
+    """Ragged causal requests (prefix-free prefills, long prefixes, empty and one-token requests)."""
+    page_size, heads = layout
+    q_lens, kv_lens = RAGGED
+    case = make_case(kv_lens, q_lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128,
+                     page_size=page_size, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=page_size + len(name))  # fmt: skip
+    plan = prepared(caps_for(case, kv_dtype=kv_dtype, config=PIPELINED[name]))
+    check(plan, case)
+    if name == "m128n64r2ps2l8":  # the masked body with a window and sinks
+        check(plan, case, window_left=100, sinks=torch.randn(heads[0], device=DEV) * 3)
+
+
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_extend_window_sinks_views_and_empty_requests(kv_dtype):
     q_lens = [0, 1, 700, 0, 33, 2000, 16, 17]

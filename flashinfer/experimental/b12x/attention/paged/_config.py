@@ -261,20 +261,42 @@ class ExtendConfig:
     blocks per warp (1: Q stays in registers; 2: FlashAttention-2's 32 rows a warp, half the shared
     memory reads of K and V per flop, Q re-read from shared memory every tile); page_prefetch: load
     the page-table entries of the tile after next into registers while the current tile computes
-    (off: each tile's lookups stall every thread for one L2 round trip before its cp.async issue)."""
+    (off: each tile's lookups stall every thread for one L2 round trip before its cp.async issue).
+
+    sub_tiles: each KV tile is processed as this many key slices of block_n / sub_tiles keys, each
+    its own online-softmax step, software-pipelined: the QK^T mma of slice s + 1 is issued before the
+    softmax of slice s and the softmax of the last slice runs beside the PV mma of the one before,
+    so a warp's exp2 / max / sum work hides behind its own tensor-core work (with 1 only the second
+    row block's softmax overlaps the first one's PV). With more than 1 the loop body is traced twice,
+    with and without the causal / window / length mask, so each body is one basic block ptxas can
+    interleave. Costs per extra slice: one more row-max/sum step and Q fragment reload (row_blocks 2).
+    lazy_rescale: 0 rescales O by exp2(m_old - m_new) on every step (exact FlashAttention-2); N > 0
+    keeps a row's running max while no row of the warp's step grows it by more than N (base-2 units,
+    so P <= 2^N before normalisation; FlashAttention-4's trick) and then skips the O rescale (one FMUL
+    per O register per step) behind a warp vote. Same result up to rounding: the final sum uses the
+    same stale max."""
 
     block_m: int = 64
     block_n: int = 64
     stages: int = 2
     row_blocks: int = 1
     page_prefetch: bool = False
+    sub_tiles: int = 1
+    lazy_rescale: int = 0
 
-    def __repr__(self) -> str:  # page_prefetch only when set: the four-field form stays as it was
+    def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
+        extra += f", sub_tiles={self.sub_tiles}" if self.sub_tiles != 1 else ""
+        extra += f", lazy_rescale={self.lazy_rescale}" if self.lazy_rescale else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
         )
+
+    @property
+    def slice_keys(self) -> int:
+        """Keys of one online-softmax step (block_n / sub_tiles)."""
+        return self.block_n // self.sub_tiles
 
     @property
     def warps(self) -> int:
@@ -305,6 +327,15 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
+    if not isinstance(c.page_prefetch, bool):
+        return f"page_prefetch must be a bool, got {c.page_prefetch!r}"
+    if not isinstance(c.sub_tiles, int) or isinstance(c.sub_tiles, bool) or c.sub_tiles not in (1, 2, 4):
+        return f"sub_tiles must be 1, 2 or 4, got {c.sub_tiles!r}"
+    if c.block_n % (16 * c.sub_tiles):
+        return f"block_n {c.block_n} must split into sub_tiles {c.sub_tiles} slices of a multiple of 16 keys"
+    lazy = c.lazy_rescale
+    if not isinstance(lazy, int) or isinstance(lazy, bool) or not 0 <= lazy <= 15:
+        return f"lazy_rescale must be an int in [0, 15] (0: off; P <= 2^N stays below fp16's max), got {lazy!r}"
     need = extend_smem_bytes(kv_dtype, head_dim, head_dim_v, c)
     if need > SMEM_LIMIT.get(arch, 99 * 1024):
         return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"

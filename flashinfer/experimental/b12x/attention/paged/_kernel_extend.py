@@ -75,6 +75,8 @@ class PagedExtend:
         self.ck = min(page_size, self.bn)  # keys of one tile chunk: all inside one page
         self.chunks = self.bn // self.ck
         self.prefetch = config.page_prefetch
+        self.sub_tiles, self.bs = config.sub_tiles, config.slice_keys
+        self.lazy = config.lazy_rescale
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -252,8 +254,18 @@ class PagedExtend:
                 cute.arch.cp_async_commit_group()
                 if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
                     self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
-                self._tile(sK, sV, i % self.stages, (t_begin + i) * self.bn, tok0, n_tok, diag, kv_len, window_left,
-                           qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+                key0 = (t_begin + i) * self.bn
+                if cutlass.const_expr(self.sub_tiles == 1):
+                    self._tile(sK, sV, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
+                               tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+                elif self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
+                    self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
+                                      tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
+                                      True)  # fmt: skip
+                else:
+                    self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
+                                      tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
+                                      False)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
 
             # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
@@ -324,18 +336,61 @@ class PagedExtend:
     @cute.jit
     def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
               tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v):  # fmt: skip
-        """One KV tile for this warp's 16 rows: S = Q K^T, mask, online softmax (base 2), O += P V."""
+        """One KV tile for this warp's rows: S = Q K^T, mask, online softmax (base 2), O += P V."""
+        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), Float32)
+        self._qk(acc_S, sK[None, None, stage], tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
+        # Mask only tiles that cross the diagonal of the first token, the window of the last
+        # token, or the end of the cache.
+        if self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
+            self._mask(acc_S, thr_mma, self.bn, key0, tok0, diag, kv_len, window_left)
+        self._online_softmax(acc_S, acc_O, qk_scale, row_max, row_sum)
+        self._pv(acc_O, acc_S, sV[None, None, stage], tiled_mma, thr_mma, tidx)
+
+    @cute.jit
+    def _tile_sliced(self, sK, sV, stage, key0, tok0, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
+                     tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v, masked: cutlass.Constexpr):  # fmt: skip
+        """`_tile` in sub_tiles key slices, software-pipelined: QK^T of slice h + 1 is issued before
+        the softmax of slice h (one basic block: `masked` is a trace-time choice, so ptxas can
+        interleave one slice's exp2 / max / sum with the next slice's mma)."""
         sKt = sK[None, None, stage]  # (block_n, De)
         sVt = sV[None, None, stage]  # (block_n, Dve)
-        acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), Float32)
+        shape_S = thr_mma.partition_shape_C((self.bm, self.bs))
+        accs = [cute.make_rmem_tensor(shape_S, Float32)]
+        self._qk(accs[0], cute.local_tile(sKt, (self.bs, self.de), (0, 0)), tiled_mma, thr_mma, tSrQ, tidx, q_s2r,
+                 tSsQ, tSrQ_v)  # fmt: skip
+        for h in cutlass.range_constexpr(self.sub_tiles):
+            if cutlass.const_expr(h + 1 < self.sub_tiles):
+                accs.append(cute.make_rmem_tensor(shape_S, Float32))
+                sKs = cute.local_tile(sKt, (self.bs, self.de), (h + 1, 0))
+                self._qk(accs[h + 1], sKs, tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
+            if cutlass.const_expr(masked):
+                self._mask(accs[h], thr_mma, self.bs, key0 + h * self.bs, tok0, diag, kv_len, window_left)
+            self._online_softmax(accs[h], acc_O, qk_scale, row_max, row_sum)
+            sVs = cute.local_tile(sVt, (self.bs, self.dve), (h, 0))
+            self._pv(acc_O, accs[h], sVs, tiled_mma, thr_mma, tidx)
+
+    @cute.jit
+    def _crosses(self, key0, tok0, n_tok, diag, kv_len, window_left):
+        """Whether the tile at key0 needs the mask: it crosses the diagonal of the tile's first token,
+        the window of its last token, or the end of the cache."""
+        last_tok = tok0 + n_tok - 1
+        cross = (key0 + self.bn - 1 > tok0 + diag) | (key0 + self.bn > kv_len)
+        if window_left >= 0:
+            cross = cross | (key0 < last_tok + diag - window_left)
+        return cross
+
+    @cute.jit
+    def _qk(self, acc_S, sKs, tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v):
+        """acc_S = Q K^T over the keys of sKs ((keys, De) in shared memory), one 16-wide head-dim
+        block at a time (row_blocks 2: Q's fragments of that block re-read from shared memory)."""
         acc_S.fill(0.0)
         k_s2r = cute.make_tiled_copy_B(
             cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.kv_dtype), tiled_mma
         )
         thr_k = k_s2r.get_slice(tidx)
-        tSsK = thr_k.partition_S(sKt)
+        tSsK = thr_k.partition_S(sKs)
         if cutlass.const_expr(not self.fp8):
-            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # ((2,2), block_n/8, D/16)
+            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKs))  # ((2,2), keys/8, D/16)
             tSrK_v = thr_k.retile(tSrK)
             for kb in cutlass.range_constexpr(cute.size(tSrK, mode=[2])):
                 if cutlass.const_expr(not self.q_in_regs):
@@ -343,8 +398,8 @@ class PagedExtend:
                 cute.copy(k_s2r, tSsK[None, None, kb], tSrK_v[None, None, kb])
                 cute.gemm(tiled_mma, acc_S, tSrQ[None, None, kb], tSrK[None, None, kb], acc_S)
         else:
-            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.bn, self.d)), self.mma_dtype)
-            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # fake fp16: 4 e4m3 per register
+            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((cute.size(sKs, mode=[0]), self.d)), self.mma_dtype)
+            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKs))  # fake fp16: 4 e4m3 per register
             raw_v = thr_k.retile(raw)
             for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
                 cute.copy(k_s2r, tSsK[None, None, kb], raw_v[None, None, kb])
@@ -354,55 +409,94 @@ class PagedExtend:
                         cute.copy(q_s2r, tSsQ[None, None, 2 * kb + h], tSrQ_v[None, None, 2 * kb + h])
                     cute.gemm(tiled_mma, acc_S, tSrQ[None, None, 2 * kb + h], tSrK[None, None, 2 * kb + h], acc_S)
 
+    @cute.jit
+    def _mask(self, acc_S, thr_mma, width: cutlass.Constexpr, key0, tok0, diag, kv_len, window_left):
+        """-inf where the key (key0 + column of the width-key slice) is past the row's diagonal,
+        below its window or past the cache."""
         s_mn = mn_view(acc_S)
-        # Mask only tiles that cross the diagonal of the first token, the window of the last
-        # token, or the end of the cache.
-        last_tok = tok0 + n_tok - 1
-        cross = (key0 + self.bn - 1 > tok0 + diag) | (key0 + self.bn > kv_len)
-        if window_left >= 0:
-            cross = cross | (key0 < last_tok + diag - window_left)
-        if cross:
-            cS = mn_view(thr_mma.partition_C(cute.make_identity_tensor((self.bm, self.bn))))
-            for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-                limit = tok0 + cS[r, 0][0] // self.group + diag
-                low = Int32(-1)
-                if window_left >= 0:
-                    low = limit - window_left
-                for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-                    key = key0 + cS[r, c][1]
-                    if (key > limit) | (key < low) | (key >= kv_len):
-                        s_mn[r, c] = -Float32.inf
-        o_mn = mn_view(acc_O)
+        cS = mn_view(thr_mma.partition_C(cute.make_identity_tensor((self.bm, width))))
         for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            raw = s_mn[r, None].load()
-            # max(s * c) = c * max(s) for c > 0 (sm_scale > 0 is a bind check; the fp8 descales are
-            # data, so that path keeps the scaled row), and exp2(s * c - m) is one FFMA + EX2
-            if cutlass.const_expr(self.fp8):
-                raw = raw * qk_scale
-                top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
-            else:
-                top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0) * qk_scale
-            m_new = cute.arch.fmax(row_max[r], quad_max(top))
-            m_use = Float32(0.0) if m_new == -Float32.inf else m_new
-            if cutlass.const_expr(self.fp8):
-                p = cute.math.exp2(raw - m_use, fastmath=True)
-            else:
-                p = cute.math.exp2(raw * qk_scale - m_use, fastmath=True)
-            corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
-            row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
-            row_max[r] = m_new
-            s_mn[r, None] = p
-            o_mn[r, None] = o_mn[r, None].load() * corr
+            limit = tok0 + cS[r, 0][0] // self.group + diag
+            low = Int32(-1)
+            if window_left >= 0:
+                low = limit - window_left
+            for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+                key = key0 + cS[r, c][1]
+                if (key > limit) | (key < low) | (key >= kv_len):
+                    s_mn[r, c] = -Float32.inf
 
+    @cute.jit
+    def _online_softmax(self, acc_S, acc_O, qk_scale, row_max, row_sum):
+        """One online-softmax step (base 2) over acc_S's keys: S becomes P (relative to the running
+        row max), the row sums and O are rescaled (lazy_rescale: see ExtendConfig)."""
+        s_mn = mn_view(acc_S)
+        o_mn = mn_view(acc_O)
+        if cutlass.const_expr(self.lazy == 0):
+            for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+                raw = s_mn[r, None].load()
+                # max(s * c) = c * max(s) for c > 0 (sm_scale > 0 is a bind check; the fp8 descales are
+                # data, so that path keeps the scaled row), and exp2(s * c - m) is one FFMA + EX2
+                if cutlass.const_expr(self.fp8):
+                    raw = raw * qk_scale
+                    top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+                else:
+                    top = raw.reduce(cute.ReductionOp.MAX, -Float32.inf, 0) * qk_scale
+                m_new = cute.arch.fmax(row_max[r], quad_max(top))
+                m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+                if cutlass.const_expr(self.fp8):
+                    p = cute.math.exp2(raw - m_use, fastmath=True)
+                else:
+                    p = cute.math.exp2(raw * qk_scale - m_use, fastmath=True)
+                corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
+                row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+                row_max[r] = m_new
+                s_mn[r, None] = p
+                o_mn[r, None] = o_mn[r, None].load() * corr
+        else:
+            rows = cute.size(s_mn, mode=[0])
+            tops = cute.make_rmem_tensor(rows, Float32)
+            corrs = cute.make_rmem_tensor(rows, Float32)
+            grow = cutlass.Boolean(False)
+            for r in cutlass.range_constexpr(rows):
+                if cutlass.const_expr(self.fp8):
+                    s_mn[r, None] = s_mn[r, None].load() * qk_scale
+                    top = s_mn[r, None].load().reduce(cute.ReductionOp.MAX, -Float32.inf, 0)
+                else:
+                    top = s_mn[r, None].load().reduce(cute.ReductionOp.MAX, -Float32.inf, 0) * qk_scale
+                tops[r] = cute.arch.fmax(row_max[r], quad_max(top))
+                grow = grow | (tops[r] > row_max[r] + Float32(self.lazy))
+            # warp-uniform: every row of the warp keeps its max, or every row takes its new one
+            renew = cute.arch.vote_any_sync(grow)
+            for r in cutlass.range_constexpr(rows):
+                m_new = tops[r] if renew else row_max[r]
+                m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+                raw = s_mn[r, None].load()
+                if cutlass.const_expr(self.fp8):
+                    p = cute.math.exp2(raw - m_use, fastmath=True)
+                else:
+                    p = cute.math.exp2(raw * qk_scale - m_use, fastmath=True)
+                corrs[r] = cute.math.exp2(row_max[r] - m_use, fastmath=True)
+                row_sum[r] = row_sum[r] * corrs[r] + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+                row_max[r] = m_new
+                s_mn[r, None] = p
+            if renew:
+                for r in cutlass.range_constexpr(rows):
+                    o_mn[r, None] = o_mn[r, None].load() * corrs[r]
+
+    @cute.jit
+    def _pv(self, acc_O, acc_S, sVs, tiled_mma, thr_mma, tidx):
+        """O += P V for the keys of sVs ((keys, Dve) in shared memory), P = acc_S in the mma dtype fed
+        as the A operand from registers, one 16-key block at a time."""
         rP = cute.make_fragment_like(acc_S, self.mma_dtype)
         rP.store(acc_S.load().to(self.mma_dtype))
-        tOrP = c_as_a(rP)  # ((2,2,2), 1, block_n/16)
+        tOrP = c_as_a(rP)  # ((2,2,2), 1, keys/16)
+        keys = cute.size(sVs, mode=[0])
         v_s2r = cute.make_tiled_copy_B(
             cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
         )
         thr_v = v_s2r.get_slice(tidx)
-        # V^T view (Dve, block_n) of the (block_n, Dve) tile: the B operand of O += P V.
-        sVtT = cute.composition(sVt, cute.make_layout((self.dve, self.bn), stride=(self.bn, 1)))
+        # V^T view (Dve, keys) of the (keys, Dve) tile: the B operand of O += P V.
+        sVtT = cute.composition(sVs, cute.make_layout((self.dve, keys), stride=(keys, 1)))
         tOsV = thr_v.partition_S(sVtT)
         if cutlass.const_expr(not self.fp8):
             tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
@@ -411,7 +505,7 @@ class PagedExtend:
                 cute.copy(v_s2r, tOsV[None, None, kb], tOrV_v[None, None, kb])
                 cute.gemm(tiled_mma, acc_O, tOrP[None, None, kb], tOrV[None, None, kb], acc_O)
         else:
-            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, self.bn)), self.mma_dtype)
+            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, keys)), self.mma_dtype)
             raw = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
             raw_v = thr_v.retile(raw)
             for kb in cutlass.range_constexpr(cute.size(raw, mode=[2])):
