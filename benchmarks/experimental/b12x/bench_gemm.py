@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton]
-        [--sweep [--sweep-subset prefetch|gemv]] [--timer events|graph] [--json PATH]
+        [--sweep [--sweep-subset prefetch|stream|gemv]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -21,7 +21,9 @@ the fp32 reference first (max abs error in the note). --sweep times every candid
 per case (prepared plans with overrides) and reports the fastest: the tuning input for the heuristics.
 --decode-kernel triton runs the weight-only NVFP4 / MXFP4 / MXFP8 cases at M <= 16 on the Triton GEMV
 (its heuristic config, `blockscaled/_gemv_config.py`) instead of the CuTe decode kernel;
---sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case.
+--sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
+--sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
+groups, warp groups along N: `_kernel_decode.stream_variants`).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -194,8 +196,8 @@ def _peers(m, n, k, dev, gen, args):
 
 def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all") -> tuple:
     """The configs --sweep times for a case: every candidate of its bucket ("all"), ("prefetch") the
-    decode kernel's weight-prefetch candidates, or ("gemv") the Triton GEMV's candidates (decode8 /
-    decode16), each after the case's CuTe heuristic config as the baseline. Configs a case's pair
+    decode kernel's weight-prefetch candidates, ("stream") its streaming variants (cache hints, chunk
+    groups, warp groups along N), or ("gemv") the Triton GEMV's candidates (decode8 / decode16), each after the case's CuTe heuristic config as the baseline. Configs a case's pair
     cannot run (a GEMV config for quantized activations) are skipped by `_sweep`."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
@@ -208,11 +210,14 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        return () if subset == "prefetch" else KT.candidate_configs(m)
+        return () if subset in ("prefetch", "stream") else KT.candidate_configs(m)
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt)
         cands = (base,) + tuple(c for c in cands if c.prefetch and c != base)
+    if subset == "stream":
+        base = L.default_config(bucket, n, k, b_fmt)
+        cands = (base,) + KD.stream_variants(base)
     return cands
 
 
@@ -266,10 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "gemv"),
+        choices=("all", "prefetch", "stream", "gemv"),
         default="all",
-        help="with --sweep: every candidate, the decode weight-prefetch candidates, or the Triton GEMV "
-        "candidates (each + the CuTe heuristic config)",
+        help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
+        "variants, or the Triton GEMV candidates (each + the CuTe heuristic config)",
     )
     parser.add_argument(
         "--decode-kernel",

@@ -44,13 +44,22 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
             ops = EmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
             chunks = np.int32(k // KD.CHUNK)
-            if config.prefetch == 0:
-                for ch in range(w, chunks, config.warps):
-                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            first, step = w % logic.kstep, logic.kstep
+            nw = np.int32(n0 + (w // logic.kstep) * logic.rows_w)
+            kg = config.kgroup
+            if config.prefetch == 0 and kg == 1:
+                for ch in range(first, chunks, step):
+                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
+            elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one
+                for cg in range(first, chunks // kg, step):
+                    for j in range(kg):
+                        acc = logic.chunk(ops, rt, LANE, nw, np.int32(cg * kg + j), acc)
+                for ch in range(chunks // kg * kg + first, chunks, step):
+                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
             else:  # the kernel's software pipeline, stage by stage
-                stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), chunks)
-                for ch in range(w, chunks, config.warps):
-                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
+                stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), chunks)
+                for ch in range(first, chunks, step):
+                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, nw, np.int32(ch), chunks, stages, acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(config.warps):  # phase 2, after the barrier
             logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)

@@ -131,6 +131,13 @@ class EmuOps:
             out[:, ln] = np.frombuffer(self.g.read(int(addr[ln]), 16), dtype=np.uint32)
         return tuple(out)
 
+    def ldg_v4_hint(self, addr, pred, hint: str):
+        """ldg_v4 with a cache hint (hints change caching, never the values loaded)."""
+        from flashinfer.experimental.b12x.gemm._shared.ptx import LDG_HINTS
+
+        assert hint in LDG_HINTS, hint
+        return self.ldg_v4(addr, pred)
+
     def _ldg(self, addr, pred, size, np_dtype):
         addr = self.i64(addr)
         out = np.zeros(LANES, dtype=np_dtype)

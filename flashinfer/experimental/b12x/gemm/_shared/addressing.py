@@ -28,12 +28,16 @@ def span_offset(fmt: str, k0):
     return row_bytes(fmt, k0)
 
 
-def load_span(ops, fmt: str, base, ld, row, k0, ok):
-    """The raw 32-bit words of the span (row, k0..k0+31): 4 (fp4), 8 (fp8) or 16 (16-bit) words."""
+def load_span(ops, fmt: str, base, ld, row, k0, ok, hint: str | None = None):
+    """The raw 32-bit words of the span (row, k0..k0+31): 4 (fp4), 8 (fp8) or 16 (16-bit) words.
+    hint: None (plain `ldg_v4`) or a cache hint of `ops.ldg_v4_hint` (ptx.LDG_HINTS)."""
     addr = base + ops.i64(row) * ld + ops.i64(span_offset(fmt, k0))
     words = []
     for v in range({"fp4": 1, "fp8": 2, "raw16": 4}[FORMAT[fmt].family]):
-        words += list(ops.ldg_v4(addr + 16 * v, ok))
+        if hint is None:
+            words += list(ops.ldg_v4(addr + 16 * v, ok))
+        else:
+            words += list(ops.ldg_v4_hint(addr + 16 * v, ok, hint))
     return words
 
 

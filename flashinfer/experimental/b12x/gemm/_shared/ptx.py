@@ -46,6 +46,36 @@ def _ldg_v4(addr, pred, *, loc=None, ip=None):
     return _unpack(res, 4, Uint32, T.i32(), loc, ip)
 
 
+# Cache-hinted 128-bit loads (DecodeConfig.wcache / acache): the PTX of `ld.global.nc` with the hint.
+LDG_HINTS = {
+    "nc": "ld.global.nc.v4.u32",  # what ldg_v4 issues
+    "na": "ld.global.nc.L1::no_allocate.v4.u32",  # streamed once: keep it out of L1
+    "na256": "ld.global.nc.L1::no_allocate.L2::256B.v4.u32",  # + the L2 fetches the 256-byte block
+    "el": "ld.global.nc.L1::evict_last.v4.u32",  # re-read by other CTAs of the SM: keep it in L1
+    "ef": "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32",  # + L2 evict-first policy (createpolicy)
+}
+
+
+@dsl_user_op
+def _ldg_v4_hint(addr, pred, hint: str, *, loc=None, ip=None):
+    op = LDG_HINTS[hint]
+    if hint == "ef":
+        pre = ".reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+        load = f"@p {op} {{$0, $1, $2, $3}}, [$4], pol;"
+    else:
+        pre, load = "", f"@p {op} {{$0, $1, $2, $3}}, [$4];"
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\t" + pre + "setp.ne.b32 p, $5, 0;\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;\n\t"
+        "mov.b32 $2, 0;\n\tmov.b32 $3, 0;\n\t" + load + "\n\t}",
+        "=r,=r,=r,=r,l,r",
+        loc=loc,
+        ip=ip,
+    )
+    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+
+
 @dsl_user_op
 def _ldg_scalar(addr, pred, kind: str, *, loc=None, ip=None):
     ty, reg, cls = {"u8": (T.i32(), "r", Uint32), "u16": (T.i32(), "r", Uint32), "f32": (T.f32(), "f", Float32)}[kind]
@@ -247,6 +277,11 @@ class DeviceOps:
     ldg_v4 = staticmethod(_ldg_v4)
 
     @staticmethod
+    def ldg_v4_hint(addr, pred, hint: str):
+        """ldg_v4 with a cache hint, one of LDG_HINTS ("nc" is ldg_v4's own load)."""
+        return _ldg_v4_hint(addr, pred, hint)
+
+    @staticmethod
     def ldg_u8(addr, pred):
         return _ldg_scalar(addr, pred, "u8")
 
@@ -348,4 +383,4 @@ class DeviceOps:
 
 DEVICE = DeviceOps()
 
-__all__ = ["DEVICE", "DeviceOps"]
+__all__ = ["DEVICE", "LDG_HINTS", "DeviceOps"]

@@ -31,7 +31,7 @@ warp are in flight during the MMAs (activations are still loaded inside the chun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -53,6 +53,10 @@ NTILES = (1, 2, 4, 8)  # 8-token MMA tiles: M <= 8, 16, 32, 64
 RED_SMEM_LIMIT = 64 * 1024  # bytes of the reduction buffer (see why_not)
 ACC_LIMIT = 64  # fp32 accumulator registers per lane
 PREFETCH = (0, 1, 2, 4)  # DecodeConfig.prefetch values
+WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache hints (ptx.LDG_HINTS)
+ACACHE = ("nc", "el")  # DecodeConfig.acache: activation-load cache hints
+KGROUP = (1, 2, 4)  # DecodeConfig.kgroup: adjacent chunks per warp step
+WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
 
 
 @dataclass(frozen=True)
@@ -61,17 +65,42 @@ class DecodeConfig:
     ntiles: 8-token MMA tiles (M <= 8 * ntiles); unroll: chunks the K loop unrolls (loads of the
     next chunk issue before this one's math); prefetch: chunks of weight words each warp keeps loaded
     ahead of its math (software pipeline: a chunk's weight loads issue `prefetch` iterations before the
-    MMAs that use them; 0 = none, the kernel as swept on 2026-11-30)."""
+    MMAs that use them; 0 = none, the kernel as swept on 2026-11-30).
+
+    The streaming options (issue #6; defaults = the kernel before them):
+    wcache: the weight loads' cache hint: "nc" plain `ld.global.nc`; "na" L1::no_allocate (the weight
+    is read once: it should not evict the activations every CTA of the SM re-reads); "na256" that plus
+    the L2::256B prefetch-size hint (a warp reads 64 bytes of a row per chunk; the L2 fetches the
+    256-byte block the CTA's other warps read next); "ef" no_allocate plus an L2 evict-first policy.
+    acache: the activation loads' hint: "nc" or "el" (L1::evict_last: every CTA reads the same M x K
+    activations, so they can stay in the SM's L1 instead of coming from L2 once per CTA).
+    kgroup: adjacent 128-value chunks a warp takes per step (1: chunks w, w + warps, ...; 2 or 4:
+    chunk groups, so a warp reads 128 or 256 contiguous bytes of each fp4 row per step; K whose
+    chunk count is not a multiple of kgroup runs the rest one chunk at a time).
+    wn: warp groups along N: the CTA's warps form wn groups of warps / wn; group i owns weight rows
+    [16 tiles i, 16 tiles (i + 1)) of the CTA's BN = 16 tiles wn and splits K among its warps, so
+    wn groups read the same activation spans at the same time (one L2 read per CTA, the others hit
+    L1) while BN grows without more registers per lane (1: the kernel before this option)."""
 
     warps: int = 8
     tiles: int = 2
     ntiles: int = 1
     unroll: int = 2
     prefetch: int = 0
+    wcache: str = "nc"
+    acache: str = "nc"
+    kgroup: int = 1
+    wn: int = 1
 
     @property
     def rows(self) -> int:
+        """Weight rows of one warp (of one warp group when wn > 1)."""
         return 16 * self.tiles
+
+    @property
+    def kwarps(self) -> int:
+        """Warps that split K over the same rows (all of them when wn = 1)."""
+        return self.warps // self.wn
 
     @property
     def max_m(self) -> int:
@@ -127,6 +156,29 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
     return tuple(out)
 
 
+def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
+    """The streaming options (wcache, acache, kgroup, wn) around `base` (a case's heuristic config):
+    what `bench_gemm --sweep-subset stream` times after `base`, one hypothesis each: L1 kept for the
+    activations (na, na + el), bigger L2 fetches (na256), L2 evict-first, adjacent chunks (kgroup 2),
+    and two warp groups along N (twice the warps, or the same warps with half the K split). Valid
+    configs only, base excluded, no duplicates."""
+    hinted = replace(base, wcache="na", acache="el")
+    cands = (
+        replace(base, wcache="na"),
+        hinted,
+        replace(hinted, wcache="na256"),
+        replace(hinted, wcache="ef"),
+        replace(hinted, wcache="na256", kgroup=2, unroll=1, prefetch=0),
+        replace(hinted, warps=2 * base.warps, wn=2 * base.wn),
+        replace(hinted, wn=2 * base.wn),
+    )
+    out = []
+    for cfg in cands:
+        if cfg != base and cfg not in out and _tiling_reason(cfg) is None:
+            out.append(cfg)
+    return tuple(out)
+
+
 def _tiling_reason(config: DecodeConfig) -> str | None:
     if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in NTILES:
         return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
@@ -134,6 +186,16 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return f"unroll must be 1, 2 or 4, got {config.unroll}"
     if config.prefetch not in PREFETCH:
         return f"prefetch must be one of {PREFETCH} (chunks of weight loads in flight ahead), got {config.prefetch}"
+    if config.wcache not in WCACHE:
+        return f"wcache must be one of {WCACHE} (weight-load cache hints), got {config.wcache!r}"
+    if config.acache not in ACACHE:
+        return f"acache must be one of {ACACHE} (activation-load cache hints), got {config.acache!r}"
+    if config.kgroup not in KGROUP:
+        return f"kgroup must be one of {KGROUP} (adjacent chunks per warp step), got {config.kgroup}"
+    if config.wn not in WN or config.warps % config.wn:
+        return f"wn must be one of {WN} and divide warps ({config.warps}), got {config.wn}"
+    if config.kgroup > 1 and config.prefetch:
+        return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.acc_regs > ACC_LIMIT:
         return (
             f"tiles x ntiles = {config.tiles} x {config.ntiles} needs {config.acc_regs} fp32 accumulator registers "
@@ -148,6 +210,11 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
     if (8 * config.ntiles * config.rows) % 32:
         return "the reduction needs tokens x rows to be a multiple of 32"
     return None
+
+
+def _hint(cache: str) -> str | None:
+    """The `load_span` hint of a wcache / acache value ("nc": the plain load, no hint)."""
+    return None if cache == "nc" else cache
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str | None:
@@ -205,8 +272,10 @@ class DecodeLogic:
         self.family = k_family(a_fmt, b_fmt)
         self.exp = epilogue_exponent(a_fmt, b_fmt)
         self.ntok = config.max_m
-        self.bn = config.rows
-        self.red_floats = config.warps * self.ntok * self.bn
+        self.rows_w = config.rows  # rows of one warp
+        self.bn = config.rows * config.wn  # rows of the CTA
+        self.kstep = config.kwarps  # chunk stride of one warp
+        self.red_floats = config.warps * self.ntok * self.rows_w
 
     def zero_acc(self, ops):
         return [ops.f32_zero() for _ in range(self.cfg.tiles * self.cfg.ntiles * 4)]
@@ -218,13 +287,13 @@ class DecodeLogic:
         row = n0 + 16 * tt + 8 * h + g
         ok = row < rt.n
         ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
-        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
+        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok, _hint(self.cfg.wcache))
         return words, AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
 
     def load_a(self, ops, rt: Runtime, tok, k0, ok):
         """(raw words, scale data) of token tok's span k0 .. k0 + 31 (zeros where not ok)."""
         lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
-        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, tok, k0, ok)
+        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, tok, k0, ok, _hint(self.cfg.acache))
         return words, AD.load_span_scale(ops, self.a_fmt, rt.sfa_base, tok, k0, rt.k, ok)
 
     def epilogue_scale(self, ops, rt: Runtime):
@@ -310,14 +379,14 @@ class DecodeLogic:
         first + (prefetch - 1) warps, flat and in that order."""
         stages = []
         for d in range(self.cfg.prefetch):
-            stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.cfg.warps, chunks)
+            stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.kstep, chunks)
         return stages
 
     def pipelined_chunk(self, ops, rt: Runtime, lane, n0, c, chunks, stages, acc):
         """One iteration of the prefetch pipeline: issue the weight loads of chunk c + prefetch *
         warps, then chunk c's math on its loads (the oldest stage). Returns (stages, acc)."""
         size = len(stages) // self.cfg.prefetch
-        ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.cfg.warps, chunks)
+        ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.kstep, chunks)
         acc = self.chunk_with(ops, rt, lane, n0, c, self.unflatten_loads(stages[:size]), acc)
         return list(stages[size:]) + ahead, acc
 
@@ -363,7 +432,7 @@ class DecodeLogic:
         return acc
 
     def _red_addr(self, red_base, w, tok, nl):
-        return red_base + ((w * self.ntok + tok) * self.bn + nl) * 4
+        return red_base + ((w * self.ntok + tok) * self.rows_w + nl) * 4
 
     def reduce_stage(self, ops, red_base, warp, lane, acc):
         """Each warp parks its partial sums in shared memory as [warp][token][row]."""
@@ -386,10 +455,13 @@ class DecodeLogic:
             live = o < total
             tok, nl = o >> log_bn, o & (self.bn - 1)
             s = ops.f32_zero()
-            for w in range(self.cfg.warps):
-                # o >= total only when `total` is not a multiple of the block: clamp the address
-                idx = ops.imin(o, total - 1)
-                s = s + ops.lds_f32(self._red_addr(red_base, w, idx >> log_bn, idx & (self.bn - 1)))
+            # o >= total only when `total` is not a multiple of the block: clamp the address
+            idx = ops.imin(o, total - 1)
+            row = idx & (self.bn - 1)
+            group = row >> (self.rows_w.bit_length() - 1)  # the warp group (wn) that owns the row
+            for i in range(self.kstep):
+                w = group * self.kstep + i
+                s = s + ops.lds_f32(self._red_addr(red_base, w, idx >> log_bn, row & (self.rows_w - 1)))
             s = s * scale
             n = n0 + nl
             ok = live & (tok < rt.m) & (n < rt.n)
@@ -471,13 +543,23 @@ class DecodeGemm:
 
         acc = L.zero_acc(ops)
         chunks = k // CHUNK
-        if cutlass.const_expr(self.logic.cfg.prefetch == 0):
-            for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
+        first, step = warp % L.kstep, L.kstep  # this warp's chunks: first, first + step, ...
+        nw = n0 + (warp // L.kstep) * L.rows_w  # its warp group's rows (wn > 1)
+        kg, unroll = L.cfg.kgroup, L.cfg.unroll
+        if cutlass.const_expr(L.cfg.prefetch == 0 and kg == 1):
+            for c in cutlass.range(first, chunks, step, unroll=unroll):
+                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
+        elif cutlass.const_expr(kg > 1):  # groups of kgroup adjacent chunks, then the rest one by one
+            for cg in cutlass.range(first, chunks // kg, step, unroll=unroll):
+                for j in cutlass.range_constexpr(kg):
+                    acc = self.logic.chunk(DEVICE, rt, lane, nw, cg * kg + j, acc)
+            for c in cutlass.range(chunks // kg * kg + first, chunks, step, unroll=1):
+                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         else:
-            stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
-            for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
+            stages = L.prefetch_prologue(ops, rt, lane, nw, first, chunks)
+            for c in cutlass.range(first, chunks, step, unroll=unroll):
+                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
         L.reduce_stage(ops, red_base, warp, lane, acc)
         ops.barrier()
         L.finish(ops, rt, red_base, tid, n0)

@@ -1,0 +1,162 @@
+"""The decode kernel's streaming options (issue #6: DecodeConfig.wcache / acache / kgroup / wn) on the
+CPU: the emulator against the fp32 reference (NaN-poisoned outputs), bitwise identities where the
+option must not change the sums, the validity checks, and sm_90a / sm_120a builds with their SASS.
+"""
+
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+from . import emulated as E
+from .helpers import PAIRS, check_tolerance, make_operands
+from .test_emulated_kernels import _args
+
+CFG = KD.DecodeConfig
+
+
+# ---- emulated: every option against the reference ------------------------------------------------
+@pytest.mark.interpret
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CFG(2, 2, 1, 1, wcache="na", acache="el"),
+        CFG(2, 1, 1, 2, wcache="na256", acache="el", kgroup=2),
+        CFG(2, 2, 1, 1, wcache="ef", kgroup=4),  # 7 chunks: one group of 4, then 3 single chunks
+        CFG(4, 1, 1, 2, wcache="na", acache="el", wn=2),
+        CFG(8, 2, 1, 1, wn=4, kgroup=2),  # 2 warps per group over 7 chunks
+    ],
+    ids=lambda c: f"w{c.warps}t{c.tiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}",
+)
+@pytest.mark.parametrize("a_fmt, b_fmt", [p for p in PAIRS if p[0] in ("bfloat16", "nvfp4", "mxfp8")])
+def test_stream_options_every_pair(cfg, a_fmt, b_fmt):
+    """N = 72 (a partial CTA at every BN), K = 896 (7 chunks: groups and the rest, idle warps)."""
+    m = 3
+    ops = make_operands(a_fmt, b_fmt, m, 72, 896, seed=cfg.warps + 3 * cfg.kgroup + cfg.wn)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("m", [1, 9, 16])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CFG(4, 2, 2, 2, wcache="na256", acache="el", kgroup=2),
+        CFG(8, 2, 2, 1, wcache="na", acache="el", wn=2),
+        CFG(8, 1, 2, 2, wn=8),  # one warp per group: no K split at all
+    ],
+    ids=lambda c: f"kg{c.kgroup}-wn{c.wn}",
+)
+def test_stream_options_two_token_tiles(cfg, m):
+    ops = make_operands("bfloat16", "nvfp4", m, 80, 1280, seed=m)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
+    """Hints change caching only; wn groups of w warps split K exactly as a w-warp CTA does and
+    reduce in the same warp order, so fp32 outputs are bitwise those of the plain kernel."""
+    ops = make_operands("bfloat16", "nvfp4", 5, 96, 1152, seed=21)
+    args, alpha = _args(ops, "float32")
+    plain = E.run_decode("bfloat16", "nvfp4", "float32", CFG(4, 2, 1, 1), args, alpha)
+    check_tolerance(plain, ops, "float32")
+    for cfg in (CFG(4, 2, 1, 1, wcache="na256", acache="el"), CFG(4, 2, 1, 1, wcache="ef"), CFG(8, 2, 1, 1, wn=2)):
+        args, alpha = _args(ops, "float32")  # a fresh NaN-poisoned output
+        assert torch.equal(E.run_decode("bfloat16", "nvfp4", "float32", cfg, args, alpha), plain), cfg
+
+
+def test_invalid_stream_options_are_rejected():
+    logic = lambda cfg: KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", cfg)  # noqa: E731
+    with pytest.raises(ValueError, match=r"wcache must be one of \('nc', 'na', 'na256', 'ef'\).*got 'l2'"):
+        logic(CFG(wcache="l2"))
+    with pytest.raises(ValueError, match=r"acache must be one of \('nc', 'el'\).*got 'na'"):
+        logic(CFG(acache="na"))
+    with pytest.raises(ValueError, match=r"kgroup must be one of \(1, 2, 4\).*got 3"):
+        logic(CFG(kgroup=3))
+    with pytest.raises(ValueError, match=r"wn must be one of \(1, 2, 4, 8\) and divide warps \(4\), got 8"):
+        logic(CFG(warps=4, wn=8))
+    with pytest.raises(ValueError, match="kgroup > 1 and prefetch > 0 do not combine"):
+        logic(CFG(kgroup=2, prefetch=1))
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 28672, 4096), (16, 28672, 4096), (16, 11264, 2048), (1, 2048, 5632)])
+def test_stream_variants_are_valid_and_distinct(m, n, k):
+    base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
+    variants = KD.stream_variants(base)
+    assert 6 <= len(variants) <= 8 and base not in variants and len(set(variants)) == len(variants)
+    for cfg in variants:
+        assert KD.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
+        assert (cfg.warps, cfg.tiles, cfg.ntiles) == (base.warps, base.tiles, base.ntiles) or cfg.wn == 2 * base.wn
+    assert any(c.wcache == "na" and c.acache == "el" and c.wn == 1 and c.kgroup == 1 for c in variants)
+
+
+# ---- builds: both archs, no spills; the hints are in the SASS ------------------------------------
+def _tool(name):
+    found = shutil.which(name)
+    if found is None:
+        triton = pytest.importorskip("triton")
+        path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+        found = str(path) if path.exists() else pytest.skip(f"no {name}")
+    return found
+
+
+def _sass(fn, tmp_path) -> str:
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    return subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+STREAM_BUILDS = [
+    (CFG(4, 1, 1, 2, wcache="na", acache="el"), ("LDG.E.NA.128.CONSTANT", "LDG.E.EL.128.CONSTANT")),
+    (CFG(4, 2, 2, 2, wcache="na256", acache="el"), ("LDG.E.NA.LTC256B.128.CONSTANT", "LDG.E.EL.128.CONSTANT")),
+    (CFG(4, 2, 2, 1, wcache="na256", acache="el", kgroup=2), ("LDG.E.NA.LTC256B.128.CONSTANT",)),
+    (CFG(8, 2, 2, 2, wcache="na", acache="el", wn=2), ("LDG.E.NA.128.CONSTANT",)),
+    (CFG(4, 1, 1, 2, wcache="ef", acache="el"), ("LDG.E.NA.128.CONSTANT",)),
+]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("cfg, opcodes", STREAM_BUILDS, ids=lambda x: repr(x)[:60] if isinstance(x, CFG) else "")
+def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
+    pytest.importorskip("cutlass")
+    fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+    ptx = fn.artifacts.PTX
+    assert ".local" not in ptx, "the kernel spills to local memory"
+    assert ptx.count("mma.sync.aligned.m16n8k16") > 0
+    if cfg.wcache != "nc":
+        assert "L1::no_allocate" in ptx
+    if cfg.acache == "el":
+        assert "L1::evict_last" in ptx
+    if cfg.wcache == "ef":
+        assert "createpolicy.fractional.L2::evict_first" in ptx
+    if arch == "sm_90a":
+        sass = _sass(fn, tmp_path)
+        for op in opcodes:
+            assert re.search(rf"\b{re.escape(op)}\b", sass), op
+        assert "STL" not in sass and "LDL" not in sass
+
+
+@pytest.mark.compile
+def test_default_config_build_is_unchanged_by_the_options():
+    """The defaults (nc, nc, kgroup 1, wn 1) must emit the kernel as before the options: plain
+    ld.global.nc loads only."""
+    pytest.importorskip("cutlass")
+    ptx = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", CFG(4, 2, 2, 2), arch="sm_90a").artifacts.PTX
+    assert "L1::" not in ptx and "L2::" not in ptx and "createpolicy" not in ptx
+    assert "ld.global.nc.v4.u32" in ptx
+
+
+def test_replace_keeps_the_dataclass_frozen():
+    cfg = dataclasses.replace(CFG(), wn=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.wn = 1

@@ -1,0 +1,63 @@
+"""The decode kernel's streaming variants (issue #6: `_kernel_decode.stream_variants` of each case's
+heuristic config: cache hints, chunk groups, warp groups along N) on the GPU, against the fp32
+reference at the issue's shapes, outputs NaN-poisoned. Run on the device machine (-m gpu; select with
+-k stream)."""
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+from .helpers import check_tolerance, make_operands
+
+pytestmark = pytest.mark.gpu
+
+B = b12x.gemm.blockscaled
+SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
+_WEIGHTS: dict = {}
+
+
+def _weight(n, k):
+    if (n, k) not in _WEIGHTS:
+        _WEIGHTS.clear()  # one packed weight at a time (28672 x 14336 would not be small)
+        _WEIGHTS[(n, k)] = make_operands("bfloat16", "nvfp4", 1, n, k, seed=n + k, device="cuda").weight
+    return _WEIGHTS[(n, k)]
+
+
+def _run(ops, cfg):
+    bucket = L.bucket_for(ops.m)
+    plan = B.plan(
+        B.GemmQuery("bfloat16", "nvfp4", ops.n, ops.k, max_m=ops.m, m_values=(ops.m,)), override={bucket: cfg}
+    )
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert plan.state.selection == ((bucket, cfg),)
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    B.mm(ops.a_values, ops.weight, out, plan=plan)
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.parametrize("n, k", SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_stream_variants_at_issue_shapes(m, n, k):
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight(n, k))
+    base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
+    for cfg in KD.stream_variants(base):
+        check_tolerance(_run(ops, cfg), ops, "bfloat16")
+
+
+@pytest.mark.parametrize(
+    "cfg, m",
+    [
+        (KD.DecodeConfig(8, 2, 2, 2, wcache="na", acache="el", wn=4), 16),  # 2 warps per group
+        (KD.DecodeConfig(4, 1, 1, 1, wcache="na256", kgroup=4), 1),
+        (KD.DecodeConfig(16, 1, 1, 2, wcache="ef", acache="el", wn=8), 5),
+    ],
+)
+def test_stream_other_configs_partial_tiles(cfg, m):
+    """N = 4160 (not a multiple of BN = 64 / 16 / 128), K = 5632 (44 chunks: groups of 4 plus none)."""
+    ops = make_operands("bfloat16", "nvfp4", m, 4160, 5632, seed=7, device="cuda")
+    check_tolerance(_run(ops, cfg), ops, "bfloat16")
