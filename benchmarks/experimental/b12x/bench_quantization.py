@@ -1,7 +1,8 @@
 """Benchmark the activation quantizers (b12x.quantization.nvfp4 / .mxfp8) against torch.compile.
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
-        [--dtype bfloat16|float16] [--all-configs] [--timer events|graph] [--json PATH]
+        [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
+        [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -11,7 +12,8 @@ Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: to
 of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
 each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
---all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+--encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --ms/--ks
+pick shapes. --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -118,6 +120,8 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
     gs = nvfp4_global_scale(xs[0]).reshape(1)
     configs = [None] + (list(nvfp4_configs(k, unvalidated=True))[1:] if args.all_configs else [])
+    if args.encode:  # only the candidates of these NVFP4 encodes (and the default)
+        configs = [None] + [c for c in nvfp4_configs(k, unvalidated=True)[1:] if c.encode in args.encode]
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
@@ -205,13 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op", choices=("nvfp4", "mxfp8", "all"), default="all", help="which quantizer")
     parser.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="activation dtype")
     parser.add_argument("--all-configs", action="store_true", help="also time every candidate kernel config")
+    parser.add_argument(
+        "--encode", nargs="+", default=None, help="NVFP4: time only the candidate configs of these encodes"
+    )
+    parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
+    parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")
     args = parser.parse_args(argv)
-    if args.all_configs:  # every candidate, GPU-validated or not: each one's bits are checked below
+    if args.all_configs or args.encode:  # every candidate, GPU-validated or not: each one's bits are checked below
         os.environ["B12X_QUANT_UNVALIDATED_CANDIDATES"] = "1"
     dev = require_cuda("bench_quantization", args.device)
     torch.cuda.set_device(dev)
     dtype = getattr(torch, args.dtype)
     ms, ks = (QUICK_MS, QUICK_KS) if args.quick else (MS, KS)
+    ms, ks = args.ms or ms, args.ks or ks
     ops = ("nvfp4", "mxfp8") if args.op == "all" else (args.op,)
     table = Table(f"b12x quantization ({args.dtype}) on {torch.cuda.get_device_name(dev)}", ceilings(dev, fp8=False))
     gen = torch.Generator(device=dev).manual_seed(0)

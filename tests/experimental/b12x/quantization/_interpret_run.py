@@ -45,7 +45,14 @@ NVFP4_VARIANTS = [
     ((32, 128, 4, "mul", True, False, "halves"), 130, 160),
     ((16, 32, 4, "search", False, False, "halves"), 130, 160),
     ((16, 64, 4, "mul", True, True, "halves"), 130, 160),
+    # the FMA-pipe encode (`_steps.py`; its plain-Triton mirror here, ASM off under the interpreter)
+    ((16, 32, 4, "steps", False, False), 130, 160),
+    ((16, 64, 2, "steps", True, True), 130, 160),
+    ((4, 16, 1, "steps", True, False), 5, 48),
+    ((16, 32, 4, "steps", False, False, "halves"), 130, 160),
+    ((16, 64, 4, "steps", True, True, "halves"), 130, 160),
 ]
+STEPS_VARIANTS = [cfg for cfg, _, _ in NVFP4_VARIANTS if cfg[3] == "steps"]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
 MXFP8_VARIANTS = [
     ((16, 32, 4, True), 130, 160),
@@ -87,7 +94,7 @@ def _cases():
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "decades", "tensor"))
     for dtype in ("bfloat16", "float16"):
         for gs in ("tensor", "up", "down"):
-            for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0], NVFP4_VARIANTS[9][0]):
+            for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0], NVFP4_VARIANTS[9][0], *STEPS_VARIANTS[::3]):
                 cases.append(("nvfp4", dtype, 9, 2048, cfg, "near", gs))
     for cfg, m, k in MXFP8_CONFIGS:
         cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))
@@ -96,7 +103,8 @@ def _cases():
             for dtype in ("bfloat16", "float16"):
                 cases.append(("mxfp8", dtype, m, k, cfg, data, ""))
     for gs in ("float", "tiny_gs", "huge_gs"):
-        cases.append(("nvfp4", "bfloat16", 7, 64, None, "specials", gs))
+        for cfg in (None, *STEPS_VARIANTS[::3]):
+            cases.append(("nvfp4", "bfloat16", 7, 64, cfg, "specials", gs))
     return cases
 
 

@@ -131,7 +131,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         names = {n.id for n in ast.walk(ast.parse(fn.src)) if isinstance(n, ast.Name)}
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
-    assert outside == {_triton_helpers.__name__}
+    assert outside == {_triton_helpers.__name__} | ({nv._steps.__name__} if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
 
@@ -153,7 +153,8 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    assert calls == [((8, 1, 1), (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False), 1234)]
+    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, True)  # ASM: compiled
+    assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
@@ -194,6 +195,12 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
         ptx = kmod.compile_for_target("bfloat16", 7168, cfg, "sm_90a").asm["ptx"]
         ops = set(re.findall(r"\b((?:cvt|div|fma|mul|add|sub|max|min|abs)\.[a-z0-9.]+)", ptx))
         assert "max.f32" in ops and "max.NaN" not in ptx, cfg
+        if op == "nvfp4" and cfg.encode == "steps":
+            # Its FMAs are written out, never contracted: per element 8 saturating steps (the inline
+            # `fma.rn.sat.f32`) and one `fma.rn.f32` adding the sign step times 8 (`_steps.py`).
+            assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.sat.f32", "fma.rn.f32"}, (cfg, ops)
+            assert ptx.count("fma.rn.sat.f32") == 8 * ptx.count("fma.rn.f32") > 0, cfg
+            ops -= {"fma.rn.sat.f32", "fma.rn.f32"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
             # No fp8 instruction at all: the scale is rounded by bits (`_e4m3_rn`). Triton 3.6's
@@ -210,7 +217,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
 
 def test_candidates_cover_every_variant():
     nv_configs = nv.candidate_configs(7168, unvalidated=True)
-    assert {c.encode for c in nv_configs} == {"div", "mul", "search"}
+    assert {c.encode for c in nv_configs} == {"div", "mul", "search", "steps"}
     assert {(c.skip_dead, c.scale_words) for c in nv_configs} == {(False, False), (True, False), (True, True)}
     assert {(c.layout, c.encode) for c in nv_configs} >= {("halves", "mul"), ("halves", "search")}
     assert {(c.lean, c.layout) for c in mx.candidate_configs(7168, unvalidated=True)} == {
@@ -235,7 +242,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         default = kmod.candidate_configs(k)
         everything = kmod.candidate_configs(k, unvalidated=True)
         assert default[0] == kmod.default_config(k) and set(default) <= set(everything)
-        if (op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED) or (op == "mxfp8" and not mx._UNVALIDATED):
+        if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
+            assert default == tuple(c for c in everything if c.encode != "steps"), default
+            continue
+        if op == "mxfp8" and not mx._UNVALIDATED:
             assert default == everything  # nothing left unvalidated
             continue
         assert len(default) < len(everything) or k < 128  # narrow rows: capped tiles coincide
@@ -250,6 +260,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     assert kmod.candidate_configs(7168) == kmod.candidate_configs(7168, unvalidated=True)
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "0")
     assert kmod.candidate_configs(7168) == kmod.candidate_configs(7168, unvalidated=False)
-    if op == "nvfp4":  # the one-line switch after the GPU run passes: every candidate is offered
+    if op == "nvfp4":  # the one-line switch after the GPU run passes: every candidate but "steps" is offered
         monkeypatch.setattr(nv, "DIVISION_FREE_GPU_VALIDATED", True)
-        assert nv.candidate_configs(7168) == nv.candidate_configs(7168, unvalidated=True)
+        everything = nv.candidate_configs(7168, unvalidated=True)
+        assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode != "steps")

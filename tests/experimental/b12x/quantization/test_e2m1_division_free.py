@@ -4,7 +4,8 @@ oracle's `e2m1(clamp((x * gs) / sf))` on every input that can reach it.
 The kernel's rule (`nvfp4/_kernel.py`, `_e2m1_codes_mul`, which carries the proof; `encode="search"`
 finds the same count by binary search): with p = fl(x * gs),
 the code is the index of the last midpoint m with |p| > m * sf (ties down) or |p| >= m * sf (ties up),
-| 8 when p < -0.25 * sf, and 0 when sf == 0. Mirrored here in plain torch (fp32, IEEE divisions on the
+| 8 when p < -0.25 * sf, and 0 when sf == 0 (`encode="steps"` counts the same thresholds as saturating
+FMAs, `nvfp4/_steps.py`; `codes_steps` mirrors its fp32 ops). Mirrored here in plain torch (fp32, IEEE divisions on the
 CPU) and compared exhaustively: every bf16 and fp16 x, under several global scales, against every
 E4M3 scale; every fp32 within 64 ulps of every +-m * sf; random fp32 bit patterns. The interpret tier
 runs the kernel itself on the same kind of data.
@@ -50,6 +51,28 @@ def codes_search(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
     return torch.where(p < -u[0], code | 8, code)
 
 
+def codes_steps(p: torch.Tensor, sf: torch.Tensor, big: float = 2.0**35) -> torch.Tensor:
+    """The kernel's `encode="steps"` (`nvfp4/_steps.py`): each strict threshold u is one saturating
+    FMA, sat(a * 2^35 - 2^35 * u) in {0, 1} (2^35 * a is exact, so the fp32 add below rounds once, as
+    the FMA does; NaN -> 0), the steps summed onto 2^23 in fp32, the code read from the float's bits."""
+    s = torch.where(sf == 0, torch.full_like(sf, NAN), sf)
+
+    def neg_threshold(mid, up):  # -2^35 * u, u made strict (one ulp less magnitude) where ties go up
+        t = s * (-big * mid)
+        return (t.view(torch.int32) - 1).view(torch.float32) if up else t
+
+    def sat(r):
+        return torch.where(r > 0, r.clamp(max=1.0), torch.zeros_like(r))
+
+    nus = [neg_threshold(mid, up) for mid, up in zip(MIDPOINTS, TIES_UP)]
+    a = p.abs()
+    acc = sat(a * big + nus[0]) + 2.0**23
+    for nu in nus[1:]:
+        acc = acc + sat(a * big + nu)
+    acc = acc + sat(p * -big + nus[0]) * 8.0  # p < -u_0: the sign of a non-zero code
+    return (acc.view(torch.int32) - 0x4B000000).to(torch.uint8)
+
+
 def codes_oracle(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
     """`_lib/quant/nvfp4.py`: y = clamp(p / sf, -6, 6), e2m1(y); 0 where sf == 0."""
     y = torch.where(sf == 0, torch.zeros_like(p), (p / sf).clamp(-6.0, 6.0))
@@ -58,7 +81,7 @@ def codes_oracle(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
 
 def _check(p: torch.Tensor, sf: torch.Tensor) -> None:
     want = codes_oracle(p, sf)
-    for encode in (codes_division_free, codes_search):
+    for encode in (codes_division_free, codes_search, codes_steps):
         _check_one(encode(p, sf), want, p, sf)
 
 
@@ -117,6 +140,16 @@ def test_a_wrong_tie_direction_is_caught():
             test_every_midpoint_neighbourhood()
     finally:
         TIES_UP = saved
+
+
+def test_a_too_small_step_scale_is_caught():
+    # The steps encode needs 2^35 * (a - u) >= 1 for every a > u (u >= 2^-11, so a - u >= 2^-34):
+    # with 2^20 the steps next to a threshold are fractions and the codes break.
+    mids = torch.tensor(MIDPOINTS, dtype=torch.float32)[:, None] * SCALES[None, 1:]
+    near = (mids.reshape(-1).view(torch.int32)[:, None] + torch.arange(-4, 5, dtype=torch.int32)).view(torch.float32)
+    sf = SCALES[1:].repeat(len(MIDPOINTS))[:, None]
+    assert torch.equal(codes_steps(near, sf), codes_oracle(near, sf))
+    assert not torch.equal(codes_steps(near, sf, big=2.0**20), codes_oracle(near, sf))
 
 
 def e4m3_rn_by_bits(t: torch.Tensor, tie_to_even: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,7 +14,9 @@ sequence of `_lib/quant/nvfp4.py` (the oracle; bits must match):
   every comparison -> +0; +-Inf -> +-6): SM90 has no FP4 conversion instruction.
 - Variants (`NvFp4Config`, all bit-equal under the interpreter): encode "div" (the sequence above),
   "mul" (no per-element division: |x * gs| against midpoint * sf, exact; proof at
-  `_e2m1_codes_mul`), "search" (the same thresholds by binary search); layout "rows" or "halves"
+  `_e2m1_codes_mul`), "search" (the same thresholds by binary search), "steps" (the same thresholds
+  as saturating FMAs on the FP32 pipe, `_steps.py`; inline PTX, mirrored in plain Triton under the
+  interpreter, where `ASM` is False); layout "rows" or "halves"
   (a thread owns whole 16-element blocks); skip_dead (padding-only programs write zero scales
   only); scale_words (4-byte scale stores).
 - GPU validation: the "div" configs (`_VALIDATED`) passed test_gpu_candidates on the H200 at 03:45
@@ -46,6 +48,8 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
+from . import _steps
+from ._steps import e2m1_codes_steps
 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale
@@ -57,7 +61,7 @@ UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 # -------------------------------------------------------------------------------------------------
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
-ENCODES = ("div", "mul", "search")
+ENCODES = ("div", "mul", "search", "steps")
 LAYOUTS = ("rows", "halves")
 
 
@@ -68,7 +72,8 @@ class NvFp4Config:
     encode: "div" = the oracle's sequence (`div_rn` per element, midpoints on y; per-element NaN
     select in amax); "mul" = division-free and bit-equal (|x * gs| against midpoint * sf, proof at
     `_e2m1_codes_mul`; one NaN select per block in amax); "search" = "mul" with a 3-step binary
-    search over the 7 thresholds instead of 7 selects (`_e2m1_codes_search`).
+    search over the 7 thresholds instead of 7 selects (`_e2m1_codes_search`); "steps" = the same
+    count as a sum of saturating FMAs, no compare or select per element (`_steps.py`).
     skip_dead: programs whose rows are all >= live M (the zero padding of the last 128-row scale
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
@@ -182,6 +187,21 @@ _UNVALIDATED = (
 )
 
 
+# The FMA-pipe encode ("steps", `_steps.py`: saturating FMAs instead of compares and selects, so the
+# ALU pipe that bounds "mul"/"search" on SM90 stays nearly idle). Not GPU-validated yet: offered only
+# with `unvalidated` (B12X_QUANT_UNVALIDATED_CANDIDATES=1, bench --all-configs, test_gpu_candidates).
+# Predictions in docs/predictions/quantization.md (2026-11-30 10:00 section).
+_UNVALIDATED_STEPS = (
+    (16, 256, 4, "steps", True, False),
+    (32, 256, 8, "steps", True, False),
+    (16, 256, 4, "steps", False, False, "halves"),
+    (32, 256, 8, "steps", False, False, "halves"),
+    (64, 256, 8, "steps", False, False, "halves"),
+    (32, 512, 8, "steps", False, False, "halves"),
+    (16, 256, 4, "steps", True, True, "halves"),
+)
+
+
 def unvalidated_enabled() -> bool:
     """B12X_QUANT_UNVALIDATED_CANDIDATES=1: offer the configs that have not passed the GPU tier."""
     return os.environ.get(UNVALIDATED_ENV) == "1"
@@ -189,13 +209,15 @@ def unvalidated_enabled() -> bool:
 
 def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
-    default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones;
+    default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones,
+    then (only when `unvalidated`) the "steps" ones;
     tiles wider than the padded row are capped. PreparationSession autotune and
     bench_quantization sweep what this returns."""
     if unvalidated is None:
         unvalidated = unvalidated_enabled()
     out = [default_config(k)]
-    for bm, bk, nw, *rest in _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ()):
+    offered = _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ())
+    for bm, bk, nw, *rest in offered + (_UNVALIDATED_STEPS if unvalidated else ()):
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
@@ -215,8 +237,9 @@ def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
     return (_round_up(m, 128) // config.block_m, triton.cdiv(_round_up(k, 64), config.block_k), 1)
 
 
-def constexprs(k: int, config: NvFp4Config) -> tuple:
-    """The kernel's constexpr arguments, in signature order (K first)."""
+def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
+    """The kernel's constexpr arguments, in signature order (K first). asm=False (the interpreter,
+    which cannot run inline PTX) makes the "steps" encode use its plain-Triton mirror."""
     cfg = config
     return (
         k,
@@ -226,6 +249,7 @@ def constexprs(k: int, config: NvFp4Config) -> tuple:
         cfg.skip_dead,
         cfg.scale_words,
         cfg.layout == "halves",
+        asm,
     )
 
 
@@ -383,6 +407,7 @@ def _quantize_tile_rows(
     BLOCK_K: tl.constexpr,
     ENCODE: tl.constexpr,
     SCALE_WORDS: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     NB: tl.constexpr = K // 16
     TILE_NB: tl.constexpr = BLOCK_K // 16
@@ -415,6 +440,8 @@ def _quantize_tile_rows(
         code = _e2m1_codes_mul(xb, gs, sf)
     elif ENCODE == 2:
         code = _e2m1_codes_search(xb, gs, sf)
+    elif ENCODE == 3:
+        code = e2m1_codes_steps(xb, gs, sf, ASM)
     else:
         code = _e2m1_codes_div(xb, gs, sf)
 
@@ -446,6 +473,7 @@ def _quantize_tile_halves(
     BLOCK_K: tl.constexpr,
     ENCODE: tl.constexpr,
     SCALE_WORDS: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     """`_quantize_tile_rows` (same bits) with each thread owning whole 16-element blocks.
 
@@ -474,7 +502,10 @@ def _quantize_tile_halves(
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
     sbits, sf = _e4m3_rn(t)  # no fp8 instruction: see `_e4m3_rn`
 
-    if ENCODE == 2:
+    if ENCODE == 3:
+        ca = e2m1_codes_steps(xa, gs, sf, ASM)
+        cb = e2m1_codes_steps(xb, gs, sf, ASM)
+    elif ENCODE == 2:
         ca = _e2m1_codes_search(xa, gs, sf)
         cb = _e2m1_codes_search(xb, gs, sf)
     else:
@@ -505,14 +536,15 @@ def _quantize_tile(
     ENCODE: tl.constexpr,
     SCALE_WORDS: tl.constexpr,
     HALVES: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     if HALVES:
         _quantize_tile_halves(
-            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, ASM
         )
     else:
         _quantize_tile_rows(
-            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, ASM
         )
 
 
@@ -532,6 +564,7 @@ def _nvfp4_quantize_kernel(
     SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
     HALVES: tl.constexpr,  # NvFp4Config.layout == "halves"
+    ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
 ):
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -558,11 +591,25 @@ def _nvfp4_quantize_kernel(
                 ENCODE,
                 SCALE_WORDS,
                 HALVES,
+                ASM,
             )
     else:
         gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
         _quantize_tile(
-            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k, K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, HALVES
+            x_ptr,
+            packed_ptr,
+            scales_ptr,
+            gs,
+            rows64,
+            row_ok,
+            pid_k,
+            K,
+            BLOCK_M,
+            BLOCK_K,
+            ENCODE,
+            SCALE_WORDS,
+            HALVES,
+            ASM,
         )
 
 
@@ -595,7 +642,7 @@ class NvFp4Launcher:
             return
         cfg = self.config
         g = grid(m, self.k, cfg)
-        args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, *constexprs(self.k, cfg))
+        args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, *constexprs(self.k, cfg, asm=self.compiled))
         if not self.compiled:
             _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
@@ -629,6 +676,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "SKIP_DEAD": "constexpr",
         "SCALE_WORDS": "constexpr",
         "HALVES": "constexpr",
+        "ASM": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
@@ -647,7 +695,7 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _steps.__name__))
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
     first = [compile_for_target(dtype, k, config, arch)]
