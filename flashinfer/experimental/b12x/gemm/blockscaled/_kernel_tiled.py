@@ -15,6 +15,8 @@ Each quantized element is dequantized once per CTA (not once per warp): ~2.5 int
 element against 2 * bm * bn / (bm + bn) MACs, so the tensor cores stay the bottleneck at 128 x 128.
 Bytes: the operands once per CTA row/column of the grid (L2 serves the re-reads); FLOPs 2 M N K.
 Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent (rows past M load zeros).
+Raster (`TiledConfig.group_m`): N-fastest by default, or grouped (g M-tiles per N-tile) so the CTAs
+resident together share their weight tiles in L2 (docs/predictions/gemm_tiled.md).
 No cp.async or TMA: the register prefetch is what lets the dequantization sit between load and store.
 
 Variant `fp8_mma` (tensor- and block-FP8 only, a sweep candidate until measured): the shared tile
@@ -49,13 +51,17 @@ Runtime = _DecodeRuntime
 class TiledConfig:
     """bm x bn CTA tile; warps_m x warps_n warps, each owning (bm / warps_m) x (bn / warps_n).
     fp8_mma: tensor/block-FP8 only: keep raw E4M3 in shared memory (K-tiles of 128) and run
-    mma.sync m16n8k32 e4m3, block scales applied to each K-tile's partial sums (TiledFp8Logic)."""
+    mma.sync m16n8k32 e4m3, block scales applied to each K-tile's partial sums.
+    group_m: CTA raster. 0: block x walks N, block y M (each row of M-tiles streams the whole weight
+    from DRAM again); g > 0: CTAs visit g M-tiles per N-tile before the next N-tile, so the CTAs
+    resident together share each weight tile and the g activation tiles stay in L2."""
 
     bm: int = 128
     bn: int = 128
     warps_m: int = 2
     warps_n: int = 4
     fp8_mma: bool = False
+    group_m: int = 0
 
     @property
     def threads(self) -> int:
@@ -70,10 +76,29 @@ def default_config(max_m: int) -> TiledConfig:
     return TiledConfig(128, 128, 2, 4)
 
 
+# Candidates for M > 256: 64 x 64 warp tiles and the grouped raster (docs/predictions/gemm_tiled.md).
+# sm_90a SASS, nvfp4: per K-tile and SM the default 128 x 128 / 8 warps (2 CTAs per SM) moves 196 KB
+# by ldmatrix + 64 KB of dequantized stores, ~2030 cycles at 128 B/clk, as long as its 2048 cycles of
+# HMMA: shared memory is as busy as the tensor cores. 128 x 256 / 8 warps (241-255 registers, 1 CTA
+# per SM) moves 131 + 49 KB for the same HMMA work (69%) and issues 4.0 instead of 5.1 instructions
+# per HMMA. No fp8_mma twins: their 128 fp32 partial sums plus the raw E4M3 prefetch spill (ptxas
+# STACK 128-544 bytes).
+LARGE_M = (
+    TiledConfig(128, 256, 2, 4),
+    TiledConfig(128, 256, 2, 4, group_m=8),
+    TiledConfig(128, 256, 2, 4, group_m=16),
+    TiledConfig(256, 128, 4, 2, group_m=8),
+    TiledConfig(128, 128, 2, 2, group_m=16),
+    TiledConfig(128, 128, 2, 4, group_m=16),
+)
+
+
 def candidate_configs(max_m: int) -> tuple[TiledConfig, ...]:
-    """What the benchmark's --sweep measures (fp8_mma ones apply to tensor/block-FP8 only)."""
+    """What the benchmark's --sweep measures (fp8_mma ones apply to tensor/block-FP8 only); the
+    `LARGE_M` ones only where M fills their tiles (M > 256)."""
     base = (TiledConfig(64, 128, 2, 2), TiledConfig(128, 128, 2, 4), TiledConfig(64, 64, 2, 2))
-    return base + tuple(TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, True) for c in base)
+    out = base + tuple(TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, True) for c in base)
+    return out + (LARGE_M if max_m > 256 else ())
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str | None:
@@ -94,6 +119,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"{c}: every thread must own the same number of A and B spans ({spans} per tile row)"
     if b_fmt == "fp8_block" and (c.bn > 128 or 128 % c.bn):
         return f"{c}: block-FP8 needs bn to divide 128 (one weight block scale per CTA and K-tile)"
+    if not 0 <= c.group_m <= 64:
+        return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
     if 2 * (c.bm + c.bn) * ROW_BYTES > 99 * 1024:
         return f"{c}: needs more than the 99 KB of shared memory an SM120 block gets"
     return None
@@ -123,6 +150,21 @@ class TiledLogic:
         self.spr = self.bk // 32  # spans per tile row
         self.a_spans = self.spr * config.bm // self.threads  # spans per thread
         self.b_spans = self.spr * config.bn // self.threads
+
+    def tile_origin(self, bid):
+        """(m0, n0) of CTA `bid` = (block x, block y) of `grid(grid_m, grid_n)`. Grouped raster: block y
+        is the group of g M-tiles, block x walks them M-fastest (x % g) then N (x // g), both by the
+        static g; a CTA past the last M-tile (last group, grid_m % g != 0) gets m0 >= M and exits."""
+        bx, by = bid
+        g = self.cfg.group_m
+        if g == 0:
+            return by * self.cfg.bm, bx * self.cfg.bn
+        return (by * g + bx % g) * self.cfg.bm, (bx // g) * self.cfg.bn
+
+    def grid(self, grid_m, grid_n):
+        """The launch grid (x, y, z) for grid_m x grid_n CTA tiles."""
+        g = self.cfg.group_m
+        return [grid_n, grid_m, 1] if g == 0 else [grid_n * g, (grid_m + g - 1) // g, 1]
 
     def zero_acc(self, ops):
         return [ops.f32_zero() for _ in range((self.wtm // 16) * (self.wtn // 8) * 4)]
@@ -289,7 +331,7 @@ class TiledGemm:
         grid_n = (mB.shape[0] + cfg.bn - 1) // cfg.bn
         grid_m = (mC.shape[0] + cfg.bm - 1) // cfg.bm
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
-            grid=[grid_n, grid_m, 1], block=[self.logic.threads, 1, 1], stream=stream
+            grid=self.logic.grid(grid_m, grid_n), block=[self.logic.threads, 1, 1], stream=stream
         )
 
     @cute.kernel
@@ -307,8 +349,7 @@ class TiledGemm:
     ):
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
-        m0 = by * self.logic.cfg.bm
-        n0 = bx * self.logic.cfg.bn
+        m0, n0 = self.logic.tile_origin((bx, by))
         k = mB.shape[1] * 8 // FORMAT[self.logic.b_fmt].value_bits
         rt = Runtime(
             mA.iterator.toint(),
@@ -327,8 +368,15 @@ class TiledGemm:
         smem = cutlass.memory.SmemAllocator()
         tiles = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
         sbase = tiles.iterator.toint()
-        chunks = k // self.logic.bk
+        if cutlass.const_expr(self.logic.cfg.group_m == 0):
+            self.tile(rt, tid, m0, n0, sbase)
+        elif m0 < rt.m:  # false only for the idle CTAs of a grouped raster's last group (uniform per CTA)
+            self.tile(rt, tid, m0, n0, sbase)
 
+    @cute.jit
+    def tile(self, rt: Runtime, tid, m0, n0, sbase):
+        """The K loop and epilogue of one CTA tile."""
+        chunks = rt.k // self.logic.bk
         regs = self.logic.load(DEVICE, rt, tid, m0, n0, 0)
         self.logic.store_tile(DEVICE, rt, tid, regs, 0, sbase)
         DEVICE.barrier()

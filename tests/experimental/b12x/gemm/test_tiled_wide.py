@@ -1,0 +1,250 @@
+"""The tiled kernel's large-M candidates (`_kernel_tiled.LARGE_M`: 64 x 64 warp tiles, and the grouped
+CTA raster `TiledConfig.group_m`): the raster is a bijection onto the tile grid, the kernel logic
+matches the fp32 reference on the CPU emulator for every recipe a config supports, every tiling
+compiles for sm_90a and sm_120a without spilling, and (gpu) computes the product at M = 129 / 2048 on
+the issue's shapes."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+from .emulator import EmuOps, GlobalMemory
+from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+
+ARCHS = ("sm_90a", "sm_120a")
+# One config per distinct tiling of LARGE_M (group_m does not change the K loop), grouped raster on.
+TILINGS = tuple({(c.bm, c.bn, c.warps_m, c.warps_n): c for c in KT.LARGE_M if c.group_m}.values())
+ISSUE_SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
+
+
+@pytest.mark.interpret
+def test_wide_candidates_are_offered_only_past_256_rows():
+    assert set(KT.LARGE_M) <= set(KT.candidate_configs(2048))
+    assert not set(KT.LARGE_M) & set(KT.candidate_configs(256))
+    assert KT.default_config(4096) == KT.TiledConfig(128, 128, 2, 4)  # the measured default is unchanged
+    assert len(TILINGS) == 4
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("group_m", [0, 1, 2, 3, 8, 16])
+@pytest.mark.parametrize("grid_m, grid_n", [(1, 1), (1, 7), (5, 3), (16, 112), (17, 5)])
+def test_grouped_raster_visits_every_tile_once(group_m, grid_m, grid_n):
+    """Launch order is x fastest, then y: the first g * grid_n CTAs cover g M-tiles only; CTAs past
+    the last M-tile (m0 >= M) are the idle ones the kernel skips, at most g - 1 per N-tile."""
+    logic = KT.TiledLogic("nvfp4", "nvfp4", "bfloat16", KT.TiledConfig(128, 256, 2, 4, group_m=group_m))
+    gx, gy, gz = logic.grid(grid_m, grid_n)
+    order = [logic.tile_origin((x, y)) for y in range(gy) for x in range(gx)]
+    busy = [(m0, n0) for m0, n0 in order if m0 < grid_m * 128]
+    assert sorted(busy) == sorted((i * 128, j * 256) for i in range(grid_m) for j in range(grid_n))
+    assert gz == 1 and len(order) - len(busy) <= max(group_m - 1, 0) * grid_n
+    if group_m:
+        assert {m0 // 128 for m0, _ in busy[: min(group_m, grid_m) * grid_n]} == set(range(min(group_m, grid_m)))
+
+
+@pytest.mark.interpret
+def test_invalid_group_m_is_rejected():
+    with pytest.raises(ValueError, match=r"group_m must be 0 \(2-D grid\) or 1..64 M-tiles per raster group"):
+        KT.TiledLogic("nvfp4", "nvfp4", "bfloat16", KT.TiledConfig(group_m=65))
+
+
+# ---- CPU emulator: the kernel body with the launch grid and raster of the config -------------------
+def _launch_args(ops, out_dtype):
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
+    return L.launch_args(
+        ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values, ops.b_scales, ops.weight.alpha,
+        ops.alpha, out,
+    )  # fmt: skip
+
+
+def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
+    """Emulate compile_tiled(...)(*args, alpha): every CTA of `TiledLogic.grid`, placed by
+    `tile_origin`, runs the kernel's K loop (loads, stores to the other buffer, math, one barrier)."""
+    logic = KT.TiledLogic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    bases = [gmem.put(t) for t in args]
+    c = args[4]
+    m, n = c.shape
+    k = args[2].shape[1] * 8 // FORMAT[b_fmt].value_bits
+    rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+    warps, chunks = logic.threads // 32, k // logic.bk
+    gx, gy, _ = logic.grid(-(-m // config.bm), -(-n // config.bn))
+    lane = np.arange(32, dtype=np.int32)
+    for by in range(gy):
+        for bx in range(gx):
+            m0, n0 = logic.tile_origin((bx, by))
+            if m0 >= m:  # an idle CTA of the grouped raster's last group: the kernel skips it whole
+                continue
+            m0, n0 = np.int32(m0), np.int32(n0)
+            smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
+            ops = [EmuOps(gmem, smem) for _ in range(warps)]
+            tid = [w * 32 + lane for w in range(warps)]
+            for w in range(warps):
+                logic.store_tile(ops[w], rt, tid[w], logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)), 0)
+            acc = [logic.zero_acc(ops[w]) for w in range(warps)]
+            for kc in range(chunks):
+                nxt = np.int32(min(kc + 1, chunks - 1))
+                regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
+                for w in range(warps):  # other buffer first: exposes a read/write race inside one K-tile
+                    logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
+                for w in range(warps):
+                    acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
+            for w in range(warps):
+                logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
+    raw = torch.from_numpy(gmem.get(bases[4])[: c.numel() * c.element_size()].copy())
+    return raw.view(c.dtype).reshape(c.shape)
+
+
+def _supported(cfg):
+    return [(a, b) for a, b in PAIRS if KT.can_implement(a, b, "bfloat16", cfg)]
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
+def test_tilings_on_the_emulator(cfg):
+    """M = 129: one full 128-row M-tile plus a 1-row tail (or part of one 256-row tile); N = 144 a
+    partial N-tile; K = 128 two K-tiles. Every recipe for the 128 x 256 tiling (the main candidate),
+    one per weight family for the others (their loops differ from it only in warp and span counts)."""
+    pairs = _supported(cfg)
+    if cfg.bn != 256:
+        pairs = [p for p in pairs if p in (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("bfloat16", "fp8_block"))]
+    assert len(pairs) >= (10 if cfg.bn == 256 else 3)
+    for i, (a_fmt, b_fmt) in enumerate(pairs):
+        ops = make_operands(a_fmt, b_fmt, 129, 144, 128, seed=20 + i)
+        args, alpha = _launch_args(ops, "bfloat16")
+        check_tolerance(run_tiled_grid(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize(
+    "cfg, m",
+    [
+        (KT.TiledConfig(128, 128, 2, 4, group_m=2), 300),  # 3 M-tiles: groups of 2 and 1
+        (KT.TiledConfig(128, 256, 2, 4, group_m=3), 520),  # 5 M-tiles: groups of 3 and 2
+        (KT.TiledConfig(256, 128, 4, 2, group_m=8), 300),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("out_dtype", ["float32", "float16"])
+def test_partial_raster_groups_and_outputs_on_the_emulator(cfg, m, out_dtype):
+    ops = make_operands("mxfp8", "mxfp8", m, 400, 128, seed=m)
+    args, alpha = _launch_args(ops, out_dtype)
+    check_tolerance(run_tiled_grid("mxfp8", "mxfp8", out_dtype, cfg, args, alpha), ops, out_dtype)
+
+
+# ---- compile: both archs, no spills ----------------------------------------------------------------
+def _res_usage(cubin: bytes) -> str:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        tool = str(found) if found.exists() else pytest.skip("no cuobjdump")
+    path = Path(pytest.importorskip("tempfile").mkdtemp()) / "k.cubin"
+    path.write_bytes(cubin)
+    out = subprocess.run([tool, "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def _check_compiled(fn, arch, threads, max_stack=0):
+    ptx = fn.artifacts.PTX
+    assert [line.split()[1] for line in ptx.splitlines() if line.startswith(".target")] == [arch]
+    assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx and "tcgen05" not in ptx
+    usage = dict(f.split(":") for f in _res_usage(fn.artifacts.CUBIN).split() if ":" in f)
+    assert int(usage["STACK"]) <= max_stack and usage["LOCAL"] == "0", f"spills: {usage}"
+    assert int(usage["REG"]) * threads <= 65536, usage
+
+
+def _stack_allowance(cfg):
+    """ptxas keeps 128 x 128 / 8 warps at 128 registers (two CTAs per SM) and spills a few words there
+    (the unchanged default already does for fp8_tensor: 16 bytes); 64 x 64 warp tiles must not spill."""
+    return 16 if (cfg.bm, cfg.bn, cfg.threads) == (128, 128, 256) else 0
+
+
+def _compile_case(a_fmt, b_fmt, cfg, arch):
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    fn = KT.compile_tiled(a_fmt, b_fmt, "bfloat16", cfg, arch=arch)
+    _check_compiled(fn, arch, cfg.threads, _stack_allowance(cfg))
+    return fn
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
+def test_tilings_compile_without_spills(cfg, fmt, arch):
+    _compile_case(fmt, fmt, cfg, arch)
+
+
+@pytest.mark.compile
+def test_grouped_raster_keeps_the_k_loop():
+    """group_m changes only where a CTA's tile lies (and skips idle CTAs), not its loads or math."""
+    fn = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4, group_m=8), "sm_90a")
+    plain = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4), "sm_90a")
+    for needle in ("mma.sync.aligned.m16n8k16", "ld.global.nc.v4", "ldmatrix", "st.shared.v4"):
+        assert fn.artifacts.PTX.count(needle) == plain.artifacts.PTX.count(needle), needle
+    assert fn.artifacts.PTX.count("bra") > plain.artifacts.PTX.count("bra")  # the idle-CTA exit
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("cfg", KT.LARGE_M, ids=repr)
+def test_every_wide_config_and_recipe_compiles(cfg, arch):
+    for a_fmt, b_fmt in _supported(cfg):
+        if cfg.threads == 128 and FORMAT[a_fmt].family == "raw16":
+            continue  # 128 x 128 / 4 warps with 16-bit activations: 8 bytes of stack (sm_90a), not a candidate use
+        _compile_case(a_fmt, b_fmt, cfg, arch)
+
+
+# ---- gpu: the issue's shapes, M = 129 and 2048 --------------------------------------------------
+_WEIGHTS: dict = {}
+
+
+def _gpu_operands(a_fmt, b_fmt, m, n, k):
+    key = (b_fmt, n, k)
+    if key not in _WEIGHTS:
+        _WEIGHTS.clear()
+        _WEIGHTS[key] = make_operands("bfloat16", b_fmt, 1, n, k, seed=n + k, device="cuda").weight
+    return make_operands(a_fmt, b_fmt, m, n, k, seed=m + 1, device="cuda", weight=_WEIGHTS[key])
+
+
+def _gpu_run(ops, cfg):
+    bucket = L.bucket_for(ops.m)
+    query = b12x.gemm.blockscaled.GemmQuery(ops.a_fmt, ops.b_fmt, ops.n, ops.k, max_m=ops.m, m_values=(ops.m,))
+    plan = b12x.gemm.blockscaled.plan(query, override={bucket: cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lhs = ops.a_values if ops.a_scales is None else (ops.a_values, ops.a_scales)
+    b12x.gemm.blockscaled.mm(lhs, ops.weight, out, plan=plan, alpha=ops.alpha)
+    torch.cuda.synchronize()
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
+def test_gpu_wide_tilings_every_recipe(cfg):
+    """Every recipe the tiling supports at M = 129 (tails in M and N) on 7168 x 2048."""
+    for a_fmt, b_fmt in _supported(cfg):
+        ops = _gpu_operands(a_fmt, b_fmt, 129, 7168, 2048)
+        check_tolerance(_gpu_run(ops, cfg), ops, "bfloat16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, k", ISSUE_SHAPES)
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
+def test_gpu_wide_configs_issue_shapes(fmt, n, k):
+    """Every LARGE_M candidate at M = 2048 and 129 on the issue's shapes."""
+    for m in (2048, 129):
+        ops = _gpu_operands(fmt, fmt, m, n, k)
+        for cfg in KT.LARGE_M:
+            check_tolerance(_gpu_run(ops, cfg), ops, "bfloat16")
