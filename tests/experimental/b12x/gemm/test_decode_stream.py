@@ -22,6 +22,10 @@ from .test_emulated_kernels import _args
 CFG = KD.DecodeConfig
 
 
+def _cid(c) -> str:
+    return f"w{c.warps}t{c.tiles}n{c.ntiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}-c{int(c.clamp)}-{c.fp4}"
+
+
 # ---- emulated: every option against the reference ------------------------------------------------
 @pytest.mark.interpret
 @pytest.mark.parametrize(
@@ -32,8 +36,12 @@ CFG = KD.DecodeConfig
         CFG(2, 2, 1, 1, wcache="ef", kgroup=4),  # 7 chunks: one group of 4, then 3 single chunks
         CFG(4, 1, 1, 2, wcache="na", acache="el", wn=2),
         CFG(8, 2, 1, 1, wn=4, kgroup=2),  # 2 warps per group over 7 chunks
+        CFG(2, 2, 1, 2, clamp=True),  # rows 72..95 of the last CTA and tokens 3..7 load clamped
+        CFG(2, 2, 1, 1, fp4="left", acache="el"),
     ],
-    ids=lambda c: f"w{c.warps}t{c.tiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}",
+    ids=lambda c: (
+        f"w{c.warps}t{c.tiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}-c{int(c.clamp)}-{c.fp4}"
+    ),
 )
 @pytest.mark.parametrize("a_fmt, b_fmt", [p for p in PAIRS if p[0] in ("bfloat16", "nvfp4", "mxfp8")])
 def test_stream_options_every_pair(cfg, a_fmt, b_fmt):
@@ -52,8 +60,9 @@ def test_stream_options_every_pair(cfg, a_fmt, b_fmt):
         CFG(4, 2, 2, 2, wcache="na256", acache="el", kgroup=2),
         CFG(8, 2, 2, 1, wcache="na", acache="el", wn=2),
         CFG(8, 1, 2, 2, wn=8),  # one warp per group: no K split at all
+        CFG(4, 2, 2, 2, wcache="na", acache="el", clamp=True, wn=2),
     ],
-    ids=lambda c: f"kg{c.kgroup}-wn{c.wn}",
+    ids=lambda c: _cid(c),
 )
 def test_stream_options_two_token_tiles(cfg, m):
     ops = make_operands("bfloat16", "nvfp4", m, 80, 1280, seed=m)
@@ -64,14 +73,41 @@ def test_stream_options_two_token_tiles(cfg, m):
 @pytest.mark.interpret
 def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
     """Hints change caching only; wn groups of w warps split K exactly as a w-warp CTA does and
-    reduce in the same warp order, so fp32 outputs are bitwise those of the plain kernel."""
+    reduce in the same warp order; clamped loads feed only rows / tokens that are never stored (MMA
+    outputs do not mix rows or tokens): fp32 outputs are bitwise those of the plain kernel."""
     ops = make_operands("bfloat16", "nvfp4", 5, 96, 1152, seed=21)
     args, alpha = _args(ops, "float32")
     plain = E.run_decode("bfloat16", "nvfp4", "float32", CFG(4, 2, 1, 1), args, alpha)
     check_tolerance(plain, ops, "float32")
-    for cfg in (CFG(4, 2, 1, 1, wcache="na256", acache="el"), CFG(4, 2, 1, 1, wcache="ef"), CFG(8, 2, 1, 1, wn=2)):
+    for cfg in (
+        CFG(4, 2, 1, 1, wcache="na256", acache="el"),
+        CFG(4, 2, 1, 1, wcache="ef"),
+        CFG(8, 2, 1, 1, wn=2),
+        CFG(4, 2, 1, 1, clamp=True),  # N = 96 = 3 CTAs of 32 rows: the clamp acts on tokens 5..7
+        CFG(4, 4, 1, 1, clamp=True),  # BN = 64: rows 96..127 of the second CTA clamp too
+        CFG(4, 2, 1, 1, fp4="left"),  # the same bits by other shifts
+    ):
         args, alpha = _args(ops, "float32")  # a fresh NaN-poisoned output
         assert torch.equal(E.run_decode("bfloat16", "nvfp4", "float32", cfg, args, alpha), plain), cfg
+
+
+@pytest.mark.parametrize("compute", ["bfloat16", "float16"])
+def test_fp4_pair_left_places_the_same_bits(compute):
+    """Every byte value in every nibble position: fp4_pair_left(q, q >> 8) == fp4_pair(q)."""
+    import numpy as np
+
+    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
+
+    from .emulator import EmuOps, GlobalMemory
+
+    ops = EmuOps(GlobalMemory())
+    rng = np.random.default_rng(5)
+    for _ in range(64):
+        q = ops.u32(rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32))
+        q8 = ops.prmt(q, ops.u32(0), 0x4321)
+        assert np.array_equal(q8, q >> np.uint32(8))
+        for i in range(4):
+            assert np.array_equal(DQ.fp4_pair_left(ops, q, q8, i, compute), DQ.fp4_pair(ops, q, i, compute)), i
 
 
 def test_invalid_stream_options_are_rejected():
@@ -86,16 +122,20 @@ def test_invalid_stream_options_are_rejected():
         logic(CFG(warps=4, wn=8))
     with pytest.raises(ValueError, match="kgroup > 1 and prefetch > 0 do not combine"):
         logic(CFG(kgroup=2, prefetch=1))
+    with pytest.raises(ValueError, match=r"fp4 must be one of \('shift', 'left'\).*got 'lut'"):
+        logic(CFG(fp4="lut"))
+    with pytest.raises(ValueError, match="clamp and prefetch > 0 do not combine"):
+        logic(CFG(clamp=True, prefetch=1))
 
 
 @pytest.mark.parametrize("m, n, k", [(1, 28672, 4096), (16, 28672, 4096), (16, 11264, 2048), (1, 2048, 5632)])
 def test_stream_variants_are_valid_and_distinct(m, n, k):
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
     variants = KD.stream_variants(base)
-    assert 6 <= len(variants) <= 8 and base not in variants and len(set(variants)) == len(variants)
+    assert 6 <= len(variants) <= 10 and base not in variants and len(set(variants)) == len(variants)
     for cfg in variants:
         assert KD.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
-        assert (cfg.warps, cfg.tiles, cfg.ntiles) == (base.warps, base.tiles, base.ntiles) or cfg.wn == 2 * base.wn
+        assert (cfg.warps, cfg.tiles, cfg.ntiles) == (base.warps, base.tiles, base.ntiles) or cfg.wn in (2, 4)
     assert any(c.wcache == "na" and c.acache == "el" and c.wn == 1 and c.kgroup == 1 for c in variants)
 
 
@@ -121,12 +161,14 @@ STREAM_BUILDS = [
     (CFG(4, 2, 2, 1, wcache="na256", acache="el", kgroup=2), ("LDG.E.NA.LTC256B.128.CONSTANT",)),
     (CFG(8, 2, 2, 2, wcache="na", acache="el", wn=2), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(4, 1, 1, 2, wcache="ef", acache="el"), ("LDG.E.NA.128.CONSTANT",)),
+    (CFG(4, 1, 1, 2, wcache="na", acache="el", clamp=True), ("LDG.E.NA.128.CONSTANT",)),
+    (CFG(4, 2, 2, 2, wcache="na", acache="el", fp4="left"), ("LDG.E.NA.128.CONSTANT",)),
 ]
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("cfg, opcodes", STREAM_BUILDS, ids=lambda x: repr(x)[:60] if isinstance(x, CFG) else "")
+@pytest.mark.parametrize("cfg, opcodes", STREAM_BUILDS, ids=lambda x: _cid(x) if isinstance(x, CFG) else "")
 def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
     pytest.importorskip("cutlass")
     fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
@@ -144,6 +186,24 @@ def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
         for op in opcodes:
             assert re.search(rf"\b{re.escape(op)}\b", sass), op
         assert "STL" not in sass and "LDL" not in sass
+        if cfg.fp4 == "left":  # the dequant's right shifts are gone (left: address math only)
+            plain = _sass(
+                KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="shift"), arch=arch),
+                tmp_path,
+            )
+            shifts = lambda text: _k_loop(text).count("SHF.R.U32.HI")  # noqa: E731
+            assert shifts(sass) + 16 <= shifts(plain), (shifts(sass), shifts(plain))
+        if cfg.clamp:  # unpredicated loads: no zeroing of their destinations, no predicated LDG
+            assert "CS2R" not in _k_loop(sass) and not re.search(r"@!?P\d+ LDG", _k_loop(sass))
+
+
+def _k_loop(sass: str) -> str:
+    """SASS from the first LDG to the first branch after it: one chunk's loads and math (the plain
+    kernel's has CS2R zeroing and predicated LDGs there)."""
+    lines = sass.splitlines()
+    first = next(i for i, line in enumerate(lines) if "LDG" in line)
+    end = next(i for i in range(first, len(lines)) if re.search(r"BRA `\(\.L_x_\d+\)", lines[i]))
+    return "\n".join(lines[first : end + 1])
 
 
 @pytest.mark.compile

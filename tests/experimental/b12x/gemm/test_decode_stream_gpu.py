@@ -55,6 +55,8 @@ def test_stream_variants_at_issue_shapes(m, n, k):
         (KD.DecodeConfig(8, 2, 2, 2, wcache="na", acache="el", wn=4), 16),  # 2 warps per group
         (KD.DecodeConfig(4, 1, 1, 1, wcache="na256", kgroup=4), 1),
         (KD.DecodeConfig(16, 1, 1, 2, wcache="ef", acache="el", wn=8), 5),
+        (KD.DecodeConfig(8, 2, 2, 2, wcache="na", acache="el", clamp=True, wn=2), 13),
+        (KD.DecodeConfig(4, 1, 1, 2, clamp=True, fp4="left"), 1),
     ],
 )
 def test_stream_other_configs_partial_tiles(cfg, m):

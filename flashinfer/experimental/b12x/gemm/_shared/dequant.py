@@ -59,6 +59,16 @@ def fp4_pair(ops, q, i: int, compute: str):
     return (_shift(q, low - 4 * i) & ops.u32(mask)) | (_shift(q, 12 - 4 * i) & ops.u32(_SIGNS))
 
 
+def fp4_pair_left(ops, q, q8, i: int, compute: str):
+    """`fp4_pair` with left shifts only (the same bits): pairs 2 and 3 shift q8 = q >> 8 (one byte
+    permute per word, shared by both) left instead of shifting q right, so every shift can issue as
+    IMAD.SHL on the FMA pipe and the ALU pipe keeps only the masks and the byte permute."""
+    low = 6 if compute == "bfloat16" else 9
+    mask = (0x7 << low) * 0x10001
+    src, base = (q, 4 * i) if i < 2 else (q8, 4 * i - 8)
+    return (_shift(src, low - base) & ops.u32(mask)) | (_shift(q, 12 - 4 * i) & ops.u32(_SIGNS))
+
+
 def fp8_pair(ops, q, i: int, compute: str):
     """Bytes i and i+2 of the 4 E4M3 bytes in q, placed as a half2 (times 2^-E)."""
     low = 4 if compute == "bfloat16" else 7
@@ -162,8 +172,9 @@ def span_factors(ops, fmt: str, compute: str, scale):
     return ("f", ops.u32(const_factor(fmt, compute)))
 
 
-def span_group(ops, fmt: str, family: str, compute: str, words, factors, j: int):
-    """Group j (0..3) of a span as four half2 registers in `family` order, dequantized and scaled."""
+def span_group(ops, fmt: str, family: str, compute: str, words, factors, j: int, fp4: str = "shift"):
+    """Group j (0..3) of a span as four half2 registers in `family` order, dequantized and scaled.
+    fp4: how FP4 codes are placed: "shift" (`fp4_pair`) or "left" (`fp4_pair_left`, same bits)."""
     g = group_words(fmt, words, j)
     kind = factors[0]
     if kind == "perm":
@@ -174,6 +185,9 @@ def span_group(ops, fmt: str, family: str, compute: str, words, factors, j: int)
         return fp8_scaled_group(ops, g, factors[1])
     if FORMAT[fmt].family == "fp4":
         f = factors[1 + (j >> 1)] if kind == "nv" else factors[1]
+        if fp4 == "left":
+            q8 = ops.prmt(g[0], ops.u32(0), 0x4321)  # q >> 8 (opaque to LLVM: no refolding into >>)
+            return tuple(ops.hmul2(compute, fp4_pair_left(ops, g[0], q8, i, compute), f) for i in range(4))
         return tuple(ops.hmul2(compute, fp4_pair(ops, g[0], i, compute), f) for i in range(4))
     f = factors[1]
     return tuple(ops.hmul2(compute, fp8_pair(ops, q, i, compute), f) for q in g for i in range(2))

@@ -56,6 +56,7 @@ PREFETCH = (0, 1, 2, 4)  # DecodeConfig.prefetch values
 WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache hints (ptx.LDG_HINTS)
 ACACHE = ("nc", "el")  # DecodeConfig.acache: activation-load cache hints
 KGROUP = (1, 2, 4)  # DecodeConfig.kgroup: adjacent chunks per warp step
+FP4 = ("shift", "left")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
 WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
 
 
@@ -80,7 +81,13 @@ class DecodeConfig:
     wn: warp groups along N: the CTA's warps form wn groups of warps / wn; group i owns weight rows
     [16 tiles i, 16 tiles (i + 1)) of the CTA's BN = 16 tiles wn and splits K among its warps, so
     wn groups read the same activation spans at the same time (one L2 read per CTA, the others hit
-    L1) while BN grows without more registers per lane (1: the kernel before this option)."""
+    L1) while BN grows without more registers per lane (1: the kernel before this option).
+    clamp: rows past N and tokens past M load row N - 1 / token M - 1 instead of predicated zeros
+    (their sums land in outputs that are never stored), so the loads need no predicate and their
+    registers no zeroing (24 of the 466 K-loop instructions at M <= 8).
+    fp4: FP4 weight placement, "shift" (`dequant.fp4_pair`) or "left" (`dequant.fp4_pair_left`: the
+    same bits with one byte permute per word and left shifts only, which issue on the FMA pipe: 9
+    instead of 10 ALU-pipe instructions per 8 values)."""
 
     warps: int = 8
     tiles: int = 2
@@ -91,6 +98,8 @@ class DecodeConfig:
     acache: str = "nc"
     kgroup: int = 1
     wn: int = 1
+    clamp: bool = False
+    fp4: str = "shift"
 
     @property
     def rows(self) -> int:
@@ -157,11 +166,12 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
 
 
 def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
-    """The streaming options (wcache, acache, kgroup, wn) around `base` (a case's heuristic config):
-    what `bench_gemm --sweep-subset stream` times after `base`, one hypothesis each: L1 kept for the
-    activations (na, na + el), bigger L2 fetches (na256), L2 evict-first, adjacent chunks (kgroup 2),
-    and two warp groups along N (twice the warps, or the same warps with half the K split). Valid
-    configs only, base excluded, no duplicates."""
+    """The streaming options (wcache, acache, kgroup, wn, clamp) around `base` (a case's heuristic
+    config): what `bench_gemm --sweep-subset stream` times after `base`, one hypothesis each: L1 kept
+    for the activations (na, na + el), bigger L2 fetches (na256), L2 evict-first, adjacent chunks
+    (kgroup 2), unpredicated loads (clamp), fewer ALU-pipe instructions (fp4 "left"), and warp groups
+    along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of the base's warps).
+    Valid configs only, base excluded, no duplicates."""
     hinted = replace(base, wcache="na", acache="el")
     cands = (
         replace(base, wcache="na"),
@@ -169,8 +179,11 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
         replace(hinted, wcache="na256"),
         replace(hinted, wcache="ef"),
         replace(hinted, wcache="na256", kgroup=2, unroll=1, prefetch=0),
+        replace(hinted, clamp=True, prefetch=0),
+        replace(hinted, fp4="left"),
         replace(hinted, warps=2 * base.warps, wn=2 * base.wn),
         replace(hinted, wn=2 * base.wn),
+        replace(hinted, warps=4 * base.warps, wn=4 * base.wn),
     )
     out = []
     for cfg in cands:
@@ -192,8 +205,12 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return f"acache must be one of {ACACHE} (activation-load cache hints), got {config.acache!r}"
     if config.kgroup not in KGROUP:
         return f"kgroup must be one of {KGROUP} (adjacent chunks per warp step), got {config.kgroup}"
+    if config.fp4 not in FP4:
+        return f"fp4 must be one of {FP4} (FP4 weight placement), got {config.fp4!r}"
     if config.wn not in WN or config.warps % config.wn:
         return f"wn must be one of {WN} and divide warps ({config.warps}), got {config.wn}"
+    if config.clamp and config.prefetch:
+        return "clamp and prefetch > 0 do not combine (the pipeline's loads past the last chunk rely on predicates)"
     if config.kgroup > 1 and config.prefetch:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.acc_regs > ACC_LIMIT:
@@ -286,6 +303,8 @@ class DecodeLogic:
         n0 + 16 tt + 8 h + g, values k0 .. k0 + 31 (zeros past N)."""
         row = n0 + 16 * tt + 8 * h + g
         ok = row < rt.n
+        if self.cfg.clamp:  # load row N - 1 instead (never stored): no predicate
+            row, ok = ops.imin(row, rt.n - 1), ops.boolean(True)
         ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
         words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok, _hint(self.cfg.wcache))
         return words, AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
@@ -355,6 +374,8 @@ class DecodeLogic:
         k0 = c * CHUNK + t * 32
         tok = 8 * nt + g
         ok = tok < rt.m
+        if self.cfg.clamp:  # load token M - 1 instead (never stored): no predicate
+            tok, ok = ops.imin(tok, rt.m - 1), ops.boolean(True)
         words, sc = self.load_a(ops, rt, tok, k0, ok)
         if self.b_fmt == "fp8_block":
             if self.a_fmt == "fp8_block":
@@ -407,7 +428,10 @@ class DecodeLogic:
         def weight_group(j):
             if j not in wgroups:
                 wgroups[j] = [
-                    [DQ.span_group(ops, self.b_fmt, self.family, self.compute, w, f, j) for (w, f) in halves]
+                    [
+                        DQ.span_group(ops, self.b_fmt, self.family, self.compute, w, f, j, self.cfg.fp4)
+                        for (w, f) in halves
+                    ]
                     for halves in wspans
                 ]
             return wgroups[j]
