@@ -170,7 +170,8 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
     config): what `bench_gemm --sweep-subset stream` times after `base`, one hypothesis each: L1 kept
     for the activations (na, na + el), bigger L2 fetches (na256), L2 evict-first, adjacent chunks
     (kgroup 2), unpredicated loads (clamp), fewer ALU-pipe instructions (fp4 "left"), and warp groups
-    along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of the base's warps).
+    along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of the base's warps),
+    and twice the rows per warp (half the CTAs, so half the activation reads, more registers).
     Valid configs only, base excluded, no duplicates."""
     hinted = replace(base, wcache="na", acache="el")
     cands = (
@@ -184,6 +185,7 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
         replace(hinted, warps=2 * base.warps, wn=2 * base.wn),
         replace(hinted, wn=2 * base.wn),
         replace(hinted, warps=4 * base.warps, wn=4 * base.wn),
+        replace(hinted, tiles=2 * base.tiles),
     )
     out = []
     for cfg in cands:
