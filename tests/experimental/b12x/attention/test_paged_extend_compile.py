@@ -143,3 +143,34 @@ def test_pipelining_fields_are_validated(field, value, match):
     small = ExtendConfig(128, 32, 2, 2, sub_tiles=4)  # 8-key slices: below one mma k-block
     assert "block_n 32 must split into sub_tiles 4 slices of a multiple of 16 keys" in why_not_extend(
         "bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")  # fmt: skip
+
+
+def _sass(fn) -> list[str]:
+    """Opcodes of the cubin's SASS (nvdisasm: Triton's copy, or one on PATH)."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
+    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ops = [line.split(";")[0].split("*/")[-1].split() for line in sass.splitlines() if "*/" in line]
+    return [(op[1] if op[0].startswith("@") else op[0]) for op in ops if op]
+
+
+def test_sliced_tile_rereads_q_instead_of_spilling():
+    """128x64x2x2 ps2: ptxas would drop the second slice's Q ldmatrix as redundant and keep 64 registers
+    of Q fragments live across the first slice's softmax (~100 spill stores and loads); the warp
+    barrier before each later slice keeps the reloads: 2 bodies x (32 Q + 32 K + 32 V) LDSM, and
+    about as much local memory traffic as the default (16 STL, 16 LDL)."""
+    ke = _extend_module()
+    cfg = ExtendConfig(128, 64, 2, 2, True, sub_tiles=2)
+    ops = _sass(ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch="sm_90a"))
+    assert sum(op.startswith("LDSM") for op in ops) == 2 * 96
+    assert sum(op.startswith("STL") for op in ops) <= 32 and sum(op.startswith("LDL") for op in ops) <= 32

@@ -362,6 +362,11 @@ class PagedExtend:
             if cutlass.const_expr(h + 1 < self.sub_tiles):
                 accs.append(cute.make_rmem_tensor(shape_S, Float32))
                 sKs = cute.local_tile(sKt, (self.bs, self.de), (h + 1, 0))
+                if cutlass.const_expr(not self.q_in_regs):
+                    # Without it ptxas drops the next slice's Q ldmatrix as redundant and keeps the
+                    # first slice's Q fragments live (64 registers: the loop spilled ~50 values a
+                    # tile); a warp barrier orders shared memory, so the reloads stay (SASS: none)
+                    cute.arch.sync_warp()
                 self._qk(accs[h + 1], sKs, tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
             if cutlass.const_expr(masked):
                 self._mask(accs[h], thr_mma, self.bs, key0 + h * self.bs, tok0, diag, kv_len, window_left)
