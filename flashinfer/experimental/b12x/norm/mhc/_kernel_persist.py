@@ -1,0 +1,334 @@
+"""norm.mhc pre in ONE launch with persistent split programs ("persist" path, issue #5).
+
+Grid: SPLITS x lanes programs, all expected co-resident (lanes sized from the SM count). Program
+(lane, s) owns the hidden slice h in [s * BLOCK_W, (s + 1) * BLOCK_W) of all 4 streams (SPLITS =
+H / BLOCK_W) and walks token blocks b = lane, lane + lanes, ... of BLOCK_T tokens:
+  1. loads its residual slice of block b, [BLOCK_T, BLOCK_W] per stream (4 runs of 2 * BLOCK_W
+     contiguous bytes per token), and with KEEP keeps it in registers for y;
+  2. its share of the 24 mixes (mma.sync against fn's same columns, hi + lo split as pass 1) and of
+     sum(flat^2) -> workspace row [s, token] (column 24 the squares);
+  3. arrives on block b's counter (CTA barrier, then an acq_rel atomic at GPU scope);
+  4. waits until all SPLITS programs of the block have arrived (spins on an acquire atomic);
+  5. sums the partial columns 0..3 and 24 of the block over the splits itself (no serial
+     finisher: every program reads SPLITS x BLOCK_T x 5 floats from L2), computes pre and writes y
+     for ITS OWN slice from the tile it kept; post and comb of the block's tokens are spread over the
+     programs (token t of the block by split t % SPLITS: all 25 columns, the Sinkhorn rounds).
+With a norm weight, y's mean square over H needs one more exchange: each program writes its slice's
+sum of y^2 into partial column 25, arrives on a second counter and waits for the block's others.
+
+Residual read once from HBM (8H bytes per token), y written once (2H), partials 128 bytes per token
+per split written and ~SPLITS x 20 bytes per token per program read back (L2). fn (96H bytes) is
+read per token block by every program (its [4, BLOCK_W, 32] slice: L1/L2 hits after the first block).
+
+Deadlock freedom: a program takes its (lane, split) from a slot ticket (atomic counter) when it
+starts, so slots are handed out in start order; a program only ever waits on the programs of its own
+lane, and the lowest unfinished lane always has all its programs started as long as SPLITS programs
+fit on the GPU at once (SPLITS <= 64 at the heuristic's tiles, 1 program per SM). The last program
+to exit (a "done" ticket) zeroes every counter, so graph replays start from 0.
+
+The interpreter runs programs one after another, so a spin-wait would never end there: STAGE > 0
+runs the same arithmetic as 2-3 launches that never wait (1: mixes; 2: y, or with a norm weight the
+slices' sums of y^2; 3: y with the norm), selected by the launcher under TRITON_INTERPRET=1 or by
+PersistConfig.emulate (so the GPU tests can check both).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from ._config import PersistConfig
+from ._kernel import _pass1_tile, _tok_weights
+
+
+@triton.jit
+def _slice_y(res_ptr, row, t_mask, h0, p_0, p_1, p_2, p_3, H: tl.constexpr, BLOCK_Y: tl.constexpr):
+    """y = sum_i p_i * residual_i of the tokens `row` at hidden offsets h0 + [0, BLOCK_Y), fp32."""
+    base = res_ptr + row[:, None] * (4 * H) + h0 + tl.arange(0, BLOCK_Y)[None, :]
+    m = t_mask[:, None]
+    y = p_0[:, None] * tl.load(base, mask=m, other=0.0).to(tl.float32)
+    y += p_1[:, None] * tl.load(base + H, mask=m, other=0.0).to(tl.float32)
+    y += p_2[:, None] * tl.load(base + 2 * H, mask=m, other=0.0).to(tl.float32)
+    y += p_3[:, None] * tl.load(base + 3 * H, mask=m, other=0.0).to(tl.float32)
+    return y
+
+
+@triton.jit
+def _wait_count(ptr, target):
+    """Spin until *ptr >= target (acquire at GPU scope: the arrivals' stores are visible after)."""
+    c = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+    while c < target:
+        c = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def _arrive(ptr):
+    """Every thread's prior stores ordered before one release increment at GPU scope."""
+    tl.debug_barrier()
+    return tl.atomic_add(ptr, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _zero_blocks(cnt_ptr, nblocks):
+    """The per-block counters (2 a block after the slot and done tickets) back to 0."""
+    z = tl.arange(0, 256)
+    for c0 in range(0, 2 * nblocks, 256):
+        tl.store(cnt_ptr + 2 + c0 + z, tl.zeros([256], dtype=tl.int32), mask=c0 + z < 2 * nblocks)
+
+
+@triton.jit(do_not_specialize=["T", "splits", "lanes", "sinkhorn_iters", "has_norm"])
+def _mhc_persist_kernel(
+    res_ptr,  # residual [T, 4, H]
+    fn_ptr,  # fp32 [24, 4H]
+    part_ptr,  # fp32 [splits, T, 32] workspace (0..23 mixes, 24 sum of squares, 25 sum of y^2)
+    cnt_ptr,  # int32 [2 + 2 * token blocks]: slot, done, then (mixes, y^2) per block; 0 between calls
+    scale_ptr,  # hc_scale fp32 [3]
+    base_ptr,  # hc_base fp32 [24]
+    w_ptr,  # norm weight [H] (read only when has_norm)
+    y_ptr,  # y [T, H]
+    post_ptr,  # post fp32 [T, 4]
+    comb_ptr,  # comb fp32 [T, 4, 4]
+    T,
+    splits,  # H // BLOCK_W (runtime: the split loops stay loops)
+    lanes,
+    sinkhorn_iters,
+    has_norm,
+    rms_eps,
+    hc_eps,
+    norm_eps,
+    H: tl.constexpr,
+    MODE: tl.constexpr,  # _kernel.MODE_PRE
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # pass-1 step: 4 * BLOCK_H contiguous elements of the flat row
+    SQ_MODE: tl.constexpr,  # _kernel.stream_constexprs
+    BLOCK_W: tl.constexpr,  # a split: 4 * BLOCK_W flat elements mixed, BLOCK_W of y written
+    BLOCK_Y: tl.constexpr,  # chunk of the y walk (divides BLOCK_W)
+    SPLIT_U: tl.constexpr,  # splits summed per loop step (unrolled: their loads overlap)
+    TPP: tl.constexpr,  # post/comb tokens per program and block: next_pow2(cdiv(BLOCK_T, splits))
+    STAGE: tl.constexpr,  # 0 all with waits; 1 mixes, 2 y / y^2, 3 y with the norm (no waits)
+):
+    CPS: tl.constexpr = BLOCK_W // BLOCK_H  # pass-1 steps of a split
+    FINAL: tl.constexpr = (STAGE == 0) or (STAGE == 3)  # stage 2 is final without a norm weight
+    nblocks = tl.cdiv(T, BLOCK_T)
+    slot = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
+    lane = slot // splits
+    s = slot - lane * splits
+    h_lo = s * BLOCK_W  # this program's y slice (all 4 streams); it mixes flat [4 h_lo, 4 h_lo + 4 BLOCK_W)
+    tb = tl.arange(0, BLOCK_T)
+    m32 = tl.arange(0, 32)
+    c4 = tl.arange(0, 4)
+    tp = s + splits * tl.arange(0, TPP)  # this program's post/comb tokens within a block
+
+    for b in range(lane, nblocks, lanes):
+        row = (b * BLOCK_T + tb).to(tl.int64)  # T * 4H can pass 2^31
+        t_mask = row < T
+        part = part_ptr + (s.to(tl.int64) * T + row) * 32  # [BLOCK_T]: this split's rows
+        if STAGE <= 1:
+            acc = _pass1_tile(res_ptr, res_ptr, part_ptr, part_ptr, res_ptr, fn_ptr, row, t_mask, s * CPS,
+                              s * CPS + CPS, 4, H, MODE, BLOCK_T, BLOCK_H, SQ_MODE)  # fmt: skip
+            tl.store(part[:, None] + m32[None, :], acc, mask=t_mask[:, None] & (m32[None, :] < 25))
+            _arrive(cnt_ptr + 2 + 2 * b)
+        if STAGE != 1:
+            _wait_count(cnt_ptr + 2 + 2 * b, splits)
+            # pre and the rms of every token of the block: columns 0..3 and 24 of every split (L2)
+            a4 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
+            ssq = tl.zeros([BLOCK_T], dtype=tl.float32)
+            for sp0 in range(0, splits, SPLIT_U):  # SPLIT_U splits' loads in flight per round trip
+                for u in tl.static_range(SPLIT_U):
+                    sp = sp0 + u
+                    pm = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
+                    pr = part_ptr + (sp * T + row) * 32
+                    a4 += tl.load(pr[:, None] + c4[None, :], mask=pm[:, None], other=0.0, cache_modifier=".cg")
+                    ssq += tl.load(pr + 24, mask=pm, other=0.0, cache_modifier=".cg")
+            rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)
+            pre = tl.sigmoid(a4 * rs[:, None] * tl.load(scale_ptr) + tl.load(base_ptr + c4)[None, :]) + hc_eps
+            if STAGE <= 2:
+                # post and comb of this program's share of the block's tokens (all 25 columns)
+                tok = (b * BLOCK_T + tp).to(tl.int64)
+                k_mask = (tp < BLOCK_T) & (tok < T)
+                c8 = tl.arange(0, 8)
+                acc8 = tl.zeros([TPP, 8], dtype=tl.float32)
+                l_0 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_1 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_2 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_3 = tl.zeros([TPP, 4], dtype=tl.float32)
+                ksq = tl.zeros([TPP], dtype=tl.float32)
+                for sp0 in range(0, splits, SPLIT_U):
+                    for u in tl.static_range(SPLIT_U):
+                        sp = sp0 + u
+                        km1 = k_mask & (tl.full([TPP], sp, tl.int32) < splits)
+                        km = km1[:, None]
+                        kr = part_ptr + (sp * T + tok) * 32
+                        acc8 += tl.load(kr[:, None] + c8[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                        l_0 += tl.load(kr[:, None] + 8 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                        l_1 += tl.load(kr[:, None] + 12 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                        l_2 += tl.load(kr[:, None] + 16 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                        l_3 += tl.load(kr[:, None] + 20 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                        ksq += tl.load(kr + 24, mask=km1, other=0.0, cache_modifier=".cg")
+                krs = 1.0 / tl.sqrt_rn(ksq / (4 * H) + rms_eps)
+                _tok_weights(acc8, l_0, l_1, l_2, l_3, krs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, k_mask,
+                             sinkhorn_iters, hc_eps)  # fmt: skip
+            # y of this slice (the rows again: L2 hits, the lane's programs read them just now)
+            p_0 = tl.sum(tl.where(c4[None, :] == 0, pre, 0.0), axis=1)
+            p_1 = tl.sum(tl.where(c4[None, :] == 1, pre, 0.0), axis=1)
+            p_2 = tl.sum(tl.where(c4[None, :] == 2, pre, 0.0), axis=1)
+            p_3 = tl.sum(tl.where(c4[None, :] == 3, pre, 0.0), axis=1)
+            yy = tl.zeros([BLOCK_T], dtype=tl.float32)
+            if has_norm:
+                if STAGE != 3:  # this slice's sum of y^2 -> column 25, then the block's second exchange
+                    for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
+                        y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
+                        yy += tl.sum(y * y, axis=1)
+                    tl.store(part + 25, yy, mask=t_mask)
+                    _arrive(cnt_ptr + 3 + 2 * b)
+                if STAGE != 2:
+                    _wait_count(cnt_ptr + 3 + 2 * b, splits)
+                    yy = tl.zeros([BLOCK_T], dtype=tl.float32)
+                    for sp0 in range(0, splits, SPLIT_U):
+                        for u in tl.static_range(SPLIT_U):
+                            sp = sp0 + u
+                            ym = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
+                            yy += tl.load(part_ptr + (sp * T + row) * 32 + 25, mask=ym, other=0.0, cache_modifier=".cg")
+                    inv = 1.0 / tl.sqrt_rn(yy / H + norm_eps)
+                    for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
+                        y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
+                        hy = h_lo + y0 + tl.arange(0, BLOCK_Y)
+                        w = tl.load(w_ptr + hy).to(tl.float32)
+                        y = y * inv[:, None] * w[None, :]
+                        tl.store(
+                            y_ptr + row[:, None] * H + hy[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None]
+                        )
+            elif STAGE != 3:
+                for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
+                    y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
+                    hy = h_lo + y0 + tl.arange(0, BLOCK_Y)
+                    tl.store(y_ptr + row[:, None] * H + hy[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+
+    # Exit: the last program to leave zeroes the counters (the block counters after the last stage).
+    done = _arrive(cnt_ptr + 1)
+    if done == splits * lanes - 1:
+        if FINAL:
+            _zero_blocks(cnt_ptr, nblocks)
+        elif STAGE == 2:
+            if has_norm == 0:
+                _zero_blocks(cnt_ptr, nblocks)
+        tl.atomic_xchg(cnt_ptr, 0)
+        tl.atomic_xchg(cnt_ptr + 1, 0)
+
+
+_OPTS = {"enable_fp_fusion": True}
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def persist_constexprs(hidden: int, config: PersistConfig) -> dict:
+    """The persist kernel's constexprs at `hidden` (pre's pass-1 tile pieces: _kernel.stream_constexprs)."""
+    from ._kernel import MODE_PRE, stream_constexprs
+
+    splits = config.splits(hidden)
+    return dict(
+        stream_constexprs(hidden, MODE_PRE, config),
+        BLOCK_W=config.block_w,
+        BLOCK_Y=min(config.block_y, config.block_w),
+        SPLIT_U=config.split_unroll,
+        TPP=triton.next_power_of_2(-(-config.block_t // splits)),
+    )
+
+
+def lanes_for(config: PersistConfig, hidden: int, tokens: int, sm_count: int) -> int:
+    """Lanes of a call: config.lanes, else enough programs for ctas_per_sm per SM; never more than
+    the token blocks, at least 1 (a lane's SPLITS programs must fit on the GPU at once)."""
+    blocks = -(-tokens // config.block_t)
+    want = config.lanes or max(1, (sm_count * config.ctas_per_sm) // config.splits(hidden))
+    return max(1, min(want, blocks))
+
+
+def launch_persist(
+    mode: int,
+    hidden: int,
+    config: PersistConfig,
+    res,
+    x,
+    post_in,
+    comb_in,
+    out,
+    fn,
+    part,
+    cnt,
+    hc_scale,
+    hc_base,
+    w,
+    y,
+    post,
+    comb,
+    *,
+    T,
+    splits=None,
+    cps=None,
+    **s,
+):
+    """The one-launch pre over T tokens (same arguments as _kernel_fused.launch_fused; pre only)."""
+    from ._kernel import MODE_PRE, _interpreting
+
+    if mode != MODE_PRE:
+        raise ValueError(f"the persist kernel runs pre only (mode {MODE_PRE}), got mode {mode}")
+    interp = _interpreting()
+    sms = 4 if interp else _sm_count(res.device.index or 0)
+    lanes = lanes_for(config, hidden, T, sms)
+    if interp or config.emulate:
+        stages = (1, 2, 3) if w is not None else (1, 2)
+    else:
+        stages = (0,)
+    for stage in stages:
+        _mhc_persist_kernel[(config.splits(hidden) * lanes,)](
+            res,
+            fn,
+            part,
+            cnt,
+            hc_scale,
+            hc_base,
+            part if w is None else w,
+            y,
+            post,
+            comb,
+            T,
+            config.splits(hidden),
+            lanes,
+            int(s["sinkhorn_iters"]),
+            int(w is not None),
+            float(s["rms_eps"]),
+            float(s["hc_eps"]),
+            float(s["norm_eps"]),
+            **persist_constexprs(hidden, config),
+            STAGE=stage,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+            **({} if interp else _OPTS),
+        )
+
+
+def warmup_persist(dtype: str, hidden: int, weight_dtype: str, config: PersistConfig, device_index: int):
+    """Compile every stage the launcher will run for one norm weight dtype."""
+    from ._kernel import _TL_DTYPES, _fake
+
+    act, f32 = _TL_DTYPES[dtype], torch.float32
+    args = (_fake(act), _fake(f32), _fake(f32), _fake(torch.int32), _fake(f32), _fake(f32))
+    args += (_fake(getattr(torch, weight_dtype)), _fake(act), _fake(f32), _fake(f32), 1, 1, 1, 1, 1, 1e-6, 1e-6)
+    args += (1e-6,)
+    with torch.cuda.device(device_index):
+        for stage in (1, 2, 3) if config.emulate else (0,):
+            _mhc_persist_kernel.warmup(
+                *args,
+                **persist_constexprs(hidden, config),
+                STAGE=stage,
+                num_warps=config.num_warps,
+                num_stages=config.num_stages,
+                grid=(1,),
+                **_OPTS,
+            )
