@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton]
-        [--sweep [--sweep-subset prefetch|stream|gemv]] [--timer events|graph] [--json PATH]
+        [--sweep [--sweep-subset prefetch|stream|probe|gemv]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -23,12 +23,16 @@ per case (prepared plans with overrides) and reports the fastest: the tuning inp
 (its heuristic config, `blockscaled/_gemv_config.py`) instead of the CuTe decode kernel;
 --sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
-groups, warp groups along N: `_kernel_decode.stream_variants`).
+groups, warp groups along N: `_kernel_decode.stream_variants`); --sweep-subset probe the heuristic
+config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
+`DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
+dequant and MMA.
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -210,7 +214,7 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        return () if subset in ("prefetch", "stream") else KT.candidate_configs(m)
+        return () if subset in ("prefetch", "stream", "probe") else KT.candidate_configs(m)
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt)
@@ -218,6 +222,9 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     if subset == "stream":
         base = L.default_config(bucket, n, k, b_fmt)
         cands = (base,) + KD.stream_variants(base)
+    if subset == "probe":
+        base = L.default_config(bucket, n, k, b_fmt)
+        cands = (base,) + KD.probe_variants(base)
     return cands
 
 
@@ -271,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "gemv"),
+        choices=("all", "prefetch", "stream", "probe", "gemv"),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
-        "variants, or the Triton GEMV candidates (each + the CuTe heuristic config)",
+        "variants, the decode timing probes (garbage outputs), or the Triton GEMV candidates (each + the "
+        "CuTe heuristic config)",
     )
     parser.add_argument(
         "--decode-kernel",
@@ -283,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         help="weight-only NVFP4/MXFP4/MXFP8 at M <= 16: the CuTe decode kernel or the Triton GEMV",
     )
     args = parser.parse_args(argv)
+    if args.sweep and args.sweep_subset == "probe":  # let the garbage-computing probe configs build
+        from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
+
+        os.environ[PROBE_ENV] = "1"
     dev = require_cuda("bench_gemm", args.device)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else None
     shapes = shapes or (QUICK_SHAPES if args.quick else SHAPES)

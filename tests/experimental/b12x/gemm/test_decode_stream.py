@@ -224,3 +224,47 @@ def test_replace_keeps_the_dataclass_frozen():
     cfg = dataclasses.replace(CFG(), wn=2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.wn = 1
+
+
+# ---- timing probes (garbage by design; only their gating, memory footprint and SASS are checked) ----
+def test_probes_are_gated_and_limited(monkeypatch):
+    monkeypatch.delenv(KD.PROBE_ENV, raising=False)
+    reason = KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(probe="loads"))
+    assert reason is not None and "B12X_GEMM_DECODE_PROBE=1" in reason
+    monkeypatch.setenv(KD.PROBE_ENV, "1")
+    assert KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(probe="nomma")) is None
+    assert "FP4 weights and 16-bit activations" in KD.why_not("mxfp8", "mxfp8", "bfloat16", CFG(probe="loads"))
+    assert "probe must be one of" in KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(probe="all"))
+    base = L.default_config("decode16", 28672, 4096, "nvfp4")
+    probes = KD.probe_variants(base)
+    assert [p.probe for p in probes] == ["loads", "nomma", "", "loads"]
+    assert all(p not in KD.stream_variants(base) or not p.probe for p in probes)
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("probe", ["loads", "nomma"])
+def test_probes_touch_only_the_operands(probe, monkeypatch):
+    """The emulator faults on any access outside the tensors: the probes load what the kernel loads."""
+    monkeypatch.setenv(KD.PROBE_ENV, "1")
+    ops = make_operands("bfloat16", "nvfp4", 3, 72, 896, seed=2)
+    args, alpha = _args(ops, "float32")
+    out = E.run_decode("bfloat16", "nvfp4", "float32", CFG(2, 2, 1, 1, probe=probe), args, alpha)
+    assert out.shape == (3, 72)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("probe", ["loads", "nomma"])
+def test_probe_builds_keep_the_loads_and_drop_the_mmas(probe, monkeypatch, tmp_path):
+    pytest.importorskip("cutlass")
+    monkeypatch.setenv(KD.PROBE_ENV, "1")
+    cfg = CFG(4, 1, 1, 2)
+    base = _sass(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
+    sass = _sass(
+        KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, probe=probe), arch="sm_90a"),
+        tmp_path,
+    )
+    for op in ("LDG.E.128.CONSTANT", "LDG.E.U16.CONSTANT"):
+        assert sass.count(op) == base.count(op), op
+    assert "HMMA" not in sass and "HMMA" in base
+    if probe == "nomma":  # the dequant stays: as many scale multiplies (some fused into HFMA2)
+        assert sass.count("HMUL2") + sass.count("HFMA2") >= base.count("HMUL2")

@@ -31,6 +31,7 @@ warp are in flight during the MMAs (activations are still loaded inside the chun
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import cuda.bindings.driver as cuda
@@ -57,6 +58,8 @@ WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache h
 ACACHE = ("nc", "el")  # DecodeConfig.acache: activation-load cache hints
 KGROUP = (1, 2, 4)  # DecodeConfig.kgroup: adjacent chunks per warp step
 FP4 = ("shift", "left")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
+PROBES = ("", "loads", "nomma")  # DecodeConfig.probe: timing probes (garbage output; see DecodeConfig)
+PROBE_ENV = "B12X_GEMM_DECODE_PROBE"  # =1 lets a probe config pass why_not (benchmarks only)
 WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
 
 
@@ -87,7 +90,12 @@ class DecodeConfig:
     registers no zeroing (24 of the 466 K-loop instructions at M <= 8).
     fp4: FP4 weight placement, "shift" (`dequant.fp4_pair`) or "left" (`dequant.fp4_pair_left`: the
     same bits with one byte permute per word and left shifts only, which issue on the FMA pipe: 9
-    instead of 10 ALU-pipe instructions per 8 values)."""
+    instead of 10 ALU-pipe instructions per 8 values).
+    probe: NOT a kernel variant but a timing probe that computes garbage: "loads" issues exactly the
+    chunk's loads and XORs the words into one accumulator (no dequant, no MMA): the access
+    pattern's streaming ceiling; "nomma" also dequantizes both operands and XORs the registers in
+    place of the MMAs. Rejected by why_not unless B12X_GEMM_DECODE_PROBE=1 (bench_gemm --sweep-subset
+    probe sets it); FP4 weights with 16-bit activations only."""
 
     warps: int = 8
     tiles: int = 2
@@ -100,6 +108,7 @@ class DecodeConfig:
     wn: int = 1
     clamp: bool = False
     fp4: str = "shift"
+    probe: str = ""
 
     @property
     def rows(self) -> int:
@@ -194,6 +203,13 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
     return tuple(out)
 
 
+def probe_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
+    """The timing probes `bench_gemm --sweep-subset probe` times after `base`: loads only and
+    dequant without MMA, for base and for base with the L1 hints (na + el)."""
+    hinted = replace(base, wcache="na", acache="el")
+    return (replace(base, probe="loads"), replace(base, probe="nomma"), hinted, replace(hinted, probe="loads"))
+
+
 def _tiling_reason(config: DecodeConfig) -> str | None:
     if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in NTILES:
         return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
@@ -207,6 +223,8 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return f"acache must be one of {ACACHE} (activation-load cache hints), got {config.acache!r}"
     if config.kgroup not in KGROUP:
         return f"kgroup must be one of {KGROUP} (adjacent chunks per warp step), got {config.kgroup}"
+    if config.probe not in PROBES:
+        return f"probe must be one of {PROBES}, got {config.probe!r}"
     if config.fp4 not in FP4:
         return f"fp4 must be one of {FP4} (FP4 weight placement), got {config.fp4!r}"
     if config.wn not in WN or config.warps % config.wn:
@@ -250,6 +268,11 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str
         return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if config.probe:
+        if os.environ.get(PROBE_ENV) != "1":
+            return f"probe {config.probe!r} computes garbage (a timing probe): set {PROBE_ENV}=1 to build it"
+        if FORMAT[b_fmt].family != "fp4" or FORMAT[a_fmt].family != "raw16":
+            return f"probes take FP4 weights and 16-bit activations, got {a_fmt} x {b_fmt}"
     return _tiling_reason(config)
 
 
@@ -417,10 +440,42 @@ class DecodeLogic:
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
         return self.chunk_with(ops, rt, lane, n0, c, self.weight_loads(ops, rt, lane, n0, c), acc)
 
+    def probe_chunk(self, ops, rt: Runtime, lane, c, wloads, acc):
+        """DecodeConfig.probe: chunk c's loads ("loads") or loads and dequantized registers ("nomma")
+        XORed into acc[0] instead of the MMAs (garbage sums; a timing probe)."""
+        spans, block_scale = wloads
+        x = ops.u32(0)
+        for halves in spans:
+            for words, sc in halves:
+                if self.cfg.probe == "loads":
+                    for w in [*words, sc]:
+                        x = x ^ w
+                    continue
+                f = DQ.span_factors(ops, self.b_fmt, self.compute, sc)
+                for j in range(4):
+                    for r in DQ.span_group(ops, self.b_fmt, self.family, self.compute, words, f, j, self.cfg.fp4):
+                        x = x ^ r
+        for nt in range(self.cfg.ntiles):
+            words, f = self._token_span(ops, rt, lane, c, nt, block_scale)
+            regs = (
+                words
+                if self.cfg.probe == "loads"
+                else [
+                    r for j in range(4) for r in DQ.span_group(ops, self.a_fmt, self.family, self.compute, words, f, j)
+                ]
+            )
+            for r in regs:
+                x = x ^ r
+        acc = list(acc)
+        acc[0] = acc[0] + ops.bits_f32(x)
+        return acc
+
     def chunk_with(self, ops, rt: Runtime, lane, n0, c, wloads, acc):
         """`chunk` on weight loads already issued (`weight_loads` of the same chunk). Every
         accumulator (tile, token tile) takes its 8 MMAs in the same (group, half) order whatever the
         passes, so the sums do not depend on the tiling of M."""
+        if self.cfg.probe:
+            return self.probe_chunk(ops, rt, lane, c, wloads, acc)
         spans, block_scale = wloads
         wspans = [
             [(words, DQ.span_factors(ops, self.b_fmt, self.compute, sc)) for (words, sc) in halves] for halves in spans
