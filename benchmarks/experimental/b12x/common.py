@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import fcntl
+import functools
 import importlib.metadata
 import importlib.util
 import itertools
@@ -99,6 +101,27 @@ def _flush_buffer(dev: torch.device) -> torch.Tensor:
     return _FLUSH[dev.index]
 
 
+GPU_LOCK_ENV = "B12X_BENCH_GPU_LOCK"
+
+
+def _one_at_a_time(timer: Callable[..., Timing]) -> Callable[..., Timing]:
+    """With ``B12X_BENCH_GPU_LOCK=<file>`` set, benchmark processes started side by side take turns
+    on the GPU: each timed region (warm-up included) holds an exclusive lock on that file, while
+    their kernel compiles, which dominate sweeps, still run in parallel on the host's cores."""
+
+    @functools.wraps(timer)
+    def locked(*args: Any, **kwargs: Any) -> Timing:
+        path = os.environ.get(GPU_LOCK_ENV)
+        if not path:
+            return timer(*args, **kwargs)
+        with open(path, "a") as handle:  # closing the file releases the lock, also on an exception
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            return timer(*args, **kwargs)
+
+    return locked
+
+
+@_one_at_a_time
 def time_cuda_events(
     fn: Fn, *, warmup: int = 10, iters: int = 100, flush_l2: bool = True, device: Device = None
 ) -> Timing:
@@ -129,6 +152,7 @@ def time_cuda_events(
     return Timing.from_samples(samples, "cuda_events" + ("+flush" if flush_l2 else ""))
 
 
+@_one_at_a_time
 def time_graph_replay(
     fn: Fn,
     *,

@@ -309,3 +309,31 @@ def test_write_report_writes_the_reproducing_command_only_where_report_path_says
     report = json.loads(path.read_text())
     assert f"wrote {path}" in capsys.readouterr().out
     assert report["env"]["command"] == "python -m benchmarks.m --quick" and report["extra"] == {"k": 1}
+
+
+def test_gpu_lock_serialises_timed_regions(tmp_path, monkeypatch):
+    """With B12X_BENCH_GPU_LOCK set, two timers started together never overlap; without it they do."""
+    import threading
+    import time as _time
+
+    def run_pair() -> bool:
+        spans = []
+
+        @common._one_at_a_time
+        def timer():
+            start = _time.monotonic()
+            _time.sleep(0.2)
+            spans.append((start, _time.monotonic()))
+
+        threads = [threading.Thread(target=timer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        (a0, a1), (b0, b1) = sorted(spans)
+        return b0 < a1  # overlapped
+
+    monkeypatch.delenv(common.GPU_LOCK_ENV, raising=False)
+    assert run_pair()
+    monkeypatch.setenv(common.GPU_LOCK_ENV, str(tmp_path / "gpu.lock"))
+    assert not run_pair()
