@@ -71,6 +71,23 @@ def test_stream_options_two_token_tiles(cfg, m):
 
 
 @pytest.mark.interpret
+@pytest.mark.parametrize(
+    "cfg, a_fmt, b_fmt, m",
+    [
+        (CFG(4, 2, 1, 1, prefetch=2, wn=2, wcache="na256"), "bfloat16", "nvfp4", 7),  # pipeline per group
+        (CFG(8, 1, 2, 2, wn=2, kgroup=2, clamp=True, fp4="left", wcache="ef", acache="el"), "float16", "mxfp4", 11),
+        (CFG(4, 2, 1, 1, fp4="left", clamp=True), "nvfp4", "nvfp4", 2),  # FP4 activations keep their placement
+        (CFG(2, 4, 1, 1, wn=2, kgroup=4, clamp=True), "bfloat16", "mxfp8", 8),  # fp4 option ignored by FP8
+    ],
+    ids=lambda x: _cid(x) if isinstance(x, CFG) else str(x),
+)
+def test_stream_options_combined(cfg, a_fmt, b_fmt, m):
+    ops = make_operands(a_fmt, b_fmt, m, 104, 1408, seed=m + cfg.warps)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_decode(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
 def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
     """Hints change caching only; wn groups of w warps split K exactly as a w-warp CTA does and
     reduce in the same warp order; clamped loads feed only rows / tokens that are never stored (MMA

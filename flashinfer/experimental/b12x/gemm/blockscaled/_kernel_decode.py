@@ -175,19 +175,19 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
 
 
 def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
-    """The streaming options (wcache, acache, kgroup, wn, clamp) around `base` (a case's heuristic
-    config): what `bench_gemm --sweep-subset stream` times after `base`, one hypothesis each: L1 kept
-    for the activations (na, na + el), bigger L2 fetches (na256), L2 evict-first, adjacent chunks
-    (kgroup 2), unpredicated loads (clamp), fewer ALU-pipe instructions (fp4 "left"), and warp groups
-    along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of the base's warps),
-    and twice the rows per warp (half the CTAs, so half the activation reads, more registers).
-    Valid configs only, base excluded, no duplicates."""
+    """The streaming options around `base` (a case's heuristic config): what `bench_gemm
+    --sweep-subset stream` times after `base`, one hypothesis each: L1 kept for the activations (na +
+    el), bigger L2 fetches (na256), adjacent chunks (kgroup 2), unpredicated loads (clamp), fewer
+    ALU-pipe instructions (fp4 "left"), warp groups along N (2 groups of the base's warps, 2 groups
+    of half of them, 4 groups of the base's warps), twice the rows per warp (half the CTAs, so half
+    the activation reads, more registers), then two combinations (everything on the instruction side
+    with na256, and with 2 warp groups). ("na" alone and "ef" stay selectable, not swept.) Valid
+    configs only, base excluded, no duplicates."""
     hinted = replace(base, wcache="na", acache="el")
+    lean = replace(hinted, clamp=True, fp4="left", prefetch=0)
     cands = (
-        replace(base, wcache="na"),
         hinted,
         replace(hinted, wcache="na256"),
-        replace(hinted, wcache="ef"),
         replace(hinted, wcache="na256", kgroup=2, unroll=1, prefetch=0),
         replace(hinted, clamp=True, prefetch=0),
         replace(hinted, fp4="left"),
@@ -195,6 +195,8 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
         replace(hinted, wn=2 * base.wn),
         replace(hinted, warps=4 * base.warps, wn=4 * base.wn),
         replace(hinted, tiles=2 * base.tiles),
+        replace(lean, wcache="na256"),
+        replace(lean, warps=2 * base.warps, wn=2 * base.wn),
     )
     out = []
     for cfg in cands:
