@@ -21,8 +21,10 @@ from .emulator import EmuOps, GlobalMemory
 from .helpers import PAIRS, TORCH, check_tolerance, make_operands
 
 ARCHS = ("sm_90a", "sm_120a")
-# One config per distinct tiling of LARGE_M (group_m does not change the K loop), grouped raster on.
-TILINGS = tuple({(c.bm, c.bn, c.warps_m, c.warps_n): c for c in KT.LARGE_M if c.group_m}.values())
+# One config per distinct bf16-MMA tiling of LARGE_M (group_m does not change the K loop), grouped
+# raster on; MIXED: the candidates that interleave the next K-tile's stores with the MMAs.
+TILINGS = tuple({(c.bm, c.bn, c.threads): c for c in KT.LARGE_M if c.group_m and not c.mix}.values())
+MIXED = tuple(c for c in KT.LARGE_M if c.mix)
 ISSUE_SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
 
 
@@ -31,7 +33,7 @@ def test_wide_candidates_are_offered_only_past_256_rows():
     assert set(KT.LARGE_M) <= set(KT.candidate_configs(2048))
     assert not set(KT.LARGE_M) & set(KT.candidate_configs(256))
     assert KT.default_config(4096) == KT.TiledConfig(128, 128, 2, 4)  # the measured default is unchanged
-    assert len(TILINGS) == 4
+    assert len(TILINGS) == 4 and len(MIXED) == 6
 
 
 @pytest.mark.interpret
@@ -67,7 +69,10 @@ def _launch_args(ops, out_dtype):
 
 def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
     """Emulate compile_tiled(...)(*args, alpha): every CTA of `TiledLogic.grid`, placed by
-    `tile_origin`, runs the kernel's K loop (loads, stores to the other buffer, math, one barrier)."""
+    `tile_origin`, runs the kernel's K loop (loads, `k_tile`: math and stores to the other buffer,
+    one barrier). mix = 0: all warps store before any warp's math; mix > 0: warp after warp, each
+    interleaving its own stores with its math. Both are legal schedules that expose a K-tile which
+    writes the buffer another warp still reads."""
     logic = KT.TiledLogic(a_fmt, b_fmt, out_dtype, config)
     gmem = GlobalMemory()
     bases = [gmem.put(t) for t in args]
@@ -93,7 +98,11 @@ def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
             for kc in range(chunks):
                 nxt = np.int32(min(kc + 1, chunks - 1))
                 regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
-                for w in range(warps):  # other buffer first: exposes a read/write race inside one K-tile
+                if config.mix:
+                    for w in range(warps):
+                        acc[w] = logic.k_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), acc[w], regs[w])
+                    continue
+                for w in range(warps):
                     logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
                 for w in range(warps):
                     acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
@@ -107,18 +116,42 @@ def _supported(cfg):
     return [(a, b) for a, b in PAIRS if KT.can_implement(a, b, "bfloat16", cfg)]
 
 
+FAMILY_PAIRS = (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("bfloat16", "fp8_block"), ("fp8_tensor", "fp8_tensor"))
+
+
+def _pairs_for(cfg):
+    """Every supported recipe for the 128 x 256 tilings with mix 0 and 3 (the main candidates), one
+    per operand family for the others: they differ from those only in warp, span and store counts."""
+    pairs = _supported(cfg)
+    if cfg.bn == 256 and cfg.mix in (0, 3):
+        return pairs
+    return [p for p in pairs if p in FAMILY_PAIRS or cfg.fp8_mma]
+
+
 @pytest.mark.interpret
 @pytest.mark.parametrize("cfg", TILINGS, ids=repr)
 def test_tilings_on_the_emulator(cfg):
     """M = 129: one full 128-row M-tile plus a 1-row tail (or part of one 256-row tile); N = 144 a
     partial N-tile; K = 128 two K-tiles. Every recipe for the 128 x 256 tiling (the main candidate),
     one per weight family for the others (their loops differ from it only in warp and span counts)."""
-    pairs = _supported(cfg)
-    if cfg.bn != 256:
-        pairs = [p for p in pairs if p in (("nvfp4", "nvfp4"), ("mxfp8", "mxfp8"), ("bfloat16", "fp8_block"))]
+    pairs = _pairs_for(cfg)
     assert len(pairs) >= (10 if cfg.bn == 256 else 3)
     for i, (a_fmt, b_fmt) in enumerate(pairs):
         ops = make_operands(a_fmt, b_fmt, 129, 144, 128, seed=20 + i)
+        args, alpha = _launch_args(ops, "bfloat16")
+        check_tolerance(run_tiled_grid(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("cfg", MIXED, ids=repr)
+def test_mixed_store_schedules_on_the_emulator(cfg):
+    """mix > 0 (`TiledLogic.k_tile`): every recipe for 128 x 256 with mix = 3 (12 store groups over 3
+    k-steps), one per weight family for the others; fp8_mma: tensor and block FP8."""
+    pairs = _pairs_for(cfg)
+    if cfg.fp8_mma:
+        assert pairs == [("fp8_block", "fp8_block"), ("fp8_tensor", "fp8_tensor")]
+    for i, (a_fmt, b_fmt) in enumerate(pairs):
+        ops = make_operands(a_fmt, b_fmt, 129, 144, 128, seed=40 + i)
         args, alpha = _launch_args(ops, "bfloat16")
         check_tolerance(run_tiled_grid(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
@@ -128,7 +161,7 @@ def test_tilings_on_the_emulator(cfg):
     "cfg, m",
     [
         (KT.TiledConfig(128, 128, 2, 4, group_m=2), 300),  # 3 M-tiles: groups of 2 and 1
-        (KT.TiledConfig(128, 256, 2, 4, group_m=3), 520),  # 5 M-tiles: groups of 3 and 2
+        (KT.TiledConfig(128, 256, 2, 4, group_m=3, mix=2), 520),  # 5 M-tiles: groups of 3 and 2
         (KT.TiledConfig(256, 128, 4, 2, group_m=8), 300),
     ],
     ids=repr,
@@ -138,6 +171,12 @@ def test_partial_raster_groups_and_outputs_on_the_emulator(cfg, m, out_dtype):
     ops = make_operands("mxfp8", "mxfp8", m, 400, 128, seed=m)
     args, alpha = _launch_args(ops, out_dtype)
     check_tolerance(run_tiled_grid("mxfp8", "mxfp8", out_dtype, cfg, args, alpha), ops, out_dtype)
+
+
+@pytest.mark.interpret
+def test_invalid_mix_is_rejected():
+    with pytest.raises(ValueError, match=r"mix must be 0..4 \(k-steps of a K-tile that carry the next tile's stores\)"):
+        KT.TiledLogic("nvfp4", "nvfp4", "bfloat16", KT.TiledConfig(mix=5))
 
 
 # ---- compile: both archs, no spills ----------------------------------------------------------------
@@ -156,7 +195,7 @@ def _res_usage(cubin: bytes) -> str:
 def _check_compiled(fn, arch, threads, max_stack=0):
     ptx = fn.artifacts.PTX
     assert [line.split()[1] for line in ptx.splitlines() if line.startswith(".target")] == [arch]
-    assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx and "tcgen05" not in ptx
+    assert "mma.sync.aligned.m16n8k" in ptx and "wgmma" not in ptx and "tcgen05" not in ptx
     usage = dict(f.split(":") for f in _res_usage(fn.artifacts.CUBIN).split() if ":" in f)
     assert int(usage["STACK"]) <= max_stack and usage["LOCAL"] == "0", f"spills: {usage}"
     assert int(usage["REG"]) * threads <= 65536, usage
@@ -179,8 +218,12 @@ def _compile_case(a_fmt, b_fmt, cfg, arch):
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
-@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
-def test_tilings_compile_without_spills(cfg, fmt, arch):
+@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=repr)
+def test_candidates_compile_without_spills(cfg, fmt, arch):
+    if cfg.fp8_mma:
+        fmt = {"nvfp4": "fp8_tensor", "mxfp8": "fp8_block"}[fmt]
+        if fmt == "fp8_block":
+            pytest.skip("fp8_mma + block-FP8 at 128 x 128 spills like the default fp8_mma config (96 B)")
     _compile_case(fmt, fmt, cfg, arch)
 
 
@@ -202,6 +245,8 @@ def test_every_wide_config_and_recipe_compiles(cfg, arch):
     for a_fmt, b_fmt in _supported(cfg):
         if cfg.threads == 128 and FORMAT[a_fmt].family == "raw16":
             continue  # 128 x 128 / 4 warps with 16-bit activations: 8 bytes of stack (sm_90a), not a candidate use
+        if cfg.fp8_mma and b_fmt == "fp8_block":
+            continue  # spills like the default fp8_mma config
         _compile_case(a_fmt, b_fmt, cfg, arch)
 
 
@@ -231,10 +276,10 @@ def _gpu_run(ops, cfg):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
-def test_gpu_wide_tilings_every_recipe(cfg):
-    """Every recipe the tiling supports at M = 129 (tails in M and N) on 7168 x 2048."""
-    for a_fmt, b_fmt in _supported(cfg):
+@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=repr)
+def test_gpu_candidates_recipes(cfg):
+    """M = 129 (tails in M and N) on 7168 x 2048, the recipes `_pairs_for` picks."""
+    for a_fmt, b_fmt in _pairs_for(cfg):
         ops = _gpu_operands(a_fmt, b_fmt, 129, 7168, 2048)
         check_tolerance(_gpu_run(ops, cfg), ops, "bfloat16")
 
@@ -247,4 +292,5 @@ def test_gpu_wide_configs_issue_shapes(fmt, n, k):
     for m in (2048, 129):
         ops = _gpu_operands(fmt, fmt, m, n, k)
         for cfg in KT.LARGE_M:
-            check_tolerance(_gpu_run(ops, cfg), ops, "bfloat16")
+            if KT.can_implement(fmt, fmt, "bfloat16", cfg):
+                check_tolerance(_gpu_run(ops, cfg), ops, "bfloat16")

@@ -54,7 +54,9 @@ class TiledConfig:
     mma.sync m16n8k32 e4m3, block scales applied to each K-tile's partial sums.
     group_m: CTA raster. 0: block x walks N, block y M (each row of M-tiles streams the whole weight
     from DRAM again); g > 0: CTAs visit g M-tiles per N-tile before the next N-tile, so the CTAs
-    resident together share each weight tile and the g activation tiles stay in L2."""
+    resident together share each weight tile and the g activation tiles stay in L2.
+    mix: 0 dequantizes and stores the next K-tile after all MMAs of the current one; s > 0 spreads
+    those stores over the current K-tile's last s k-steps (`TiledLogic.k_tile`)."""
 
     bm: int = 128
     bn: int = 128
@@ -62,6 +64,7 @@ class TiledConfig:
     warps_n: int = 4
     fp8_mma: bool = False
     group_m: int = 0
+    mix: int = 0
 
     @property
     def threads(self) -> int:
@@ -82,7 +85,9 @@ def default_config(max_m: int) -> TiledConfig:
 # HMMA: shared memory is as busy as the tensor cores. 128 x 256 / 8 warps (241-255 registers, 1 CTA
 # per SM) moves 131 + 49 KB for the same HMMA work (69%) and issues 4.0 instead of 5.1 instructions
 # per HMMA. No fp8_mma twins: their 128 fp32 partial sums plus the raw E4M3 prefetch spill (ptxas
-# STACK 128-544 bytes).
+# STACK 128-544 bytes). With one CTA per SM the mix = 0 loop leaves the tensor cores idle while every
+# warp dequantizes after its last HMMA (~250 instructions per warp and K-tile, SASS); mix spreads
+# that work over the last k-steps, where ptxas interleaves it with the HMMAs.
 LARGE_M = (
     TiledConfig(128, 256, 2, 4),
     TiledConfig(128, 256, 2, 4, group_m=8),
@@ -90,6 +95,12 @@ LARGE_M = (
     TiledConfig(256, 128, 4, 2, group_m=8),
     TiledConfig(128, 128, 2, 2, group_m=16),
     TiledConfig(128, 128, 2, 4, group_m=16),
+    TiledConfig(128, 256, 2, 4, group_m=16, mix=2),
+    TiledConfig(128, 256, 2, 4, group_m=16, mix=3),
+    TiledConfig(128, 256, 2, 4, group_m=16, mix=4),
+    TiledConfig(256, 128, 4, 2, group_m=8, mix=4),
+    TiledConfig(128, 128, 2, 2, group_m=16, mix=4),
+    TiledConfig(128, 128, 2, 4, True, group_m=16, mix=4),
 )
 
 
@@ -119,6 +130,9 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"{c}: every thread must own the same number of A and B spans ({spans} per tile row)"
     if b_fmt == "fp8_block" and (c.bn > 128 or 128 % c.bn):
         return f"{c}: block-FP8 needs bn to divide 128 (one weight block scale per CTA and K-tile)"
+    ksteps = (128 // 32) if c.fp8_mma else (BK // 16)
+    if not 0 <= c.mix <= ksteps:
+        return f"{c}: mix must be 0..{ksteps} (k-steps of a K-tile that carry the next tile's stores)"
     if not 0 <= c.group_m <= 64:
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
     if 2 * (c.bm + c.bn) * ROW_BYTES > 99 * 1024:
@@ -208,7 +222,9 @@ class TiledLogic:
         """Shared address of 16-byte chunk `chunk` of tile row `row_local` (A rows, then B rows)."""
         return smem_base + buf * self.stage_bytes + row_local * ROW_BYTES + ((chunk ^ (row_local & 7)) << 4)
 
-    def store_tile(self, ops, rt: Runtime, tid, regs, buf, smem_base=0):
+    def store_steps(self, ops, rt: Runtime, tid, regs, buf, smem_base=0):
+        """store_tile as a generator that yields after each group's 16-byte stores (the `mix` loop
+        advances it between k-steps)."""
         i = 0
         for side, fmt, count, row_off in (
             ("a", self.a_fmt, self.a_spans, 0),
@@ -223,15 +239,31 @@ class TiledLogic:
                     for j in range(2):
                         chunk = (s % self.spr) * 2 + j
                         ops.sts_v4(self._row_addr(smem_base, buf, row_local, chunk), *words[4 * j : 4 * j + 4])
+                        yield
                     continue
                 factors = DQ.span_factors(ops, fmt, self.compute, sc)
                 for j in range(4):
                     g = DQ.span_group(ops, fmt, self.family, self.compute, words, factors, j)
                     ops.sts_v4(self._row_addr(smem_base, buf, row_local, (s % self.spr) * 4 + j), *g)
+                    yield
+
+    @property
+    def store_groups(self) -> int:
+        """Yields of `store_steps` per K-tile."""
+        return (self.a_spans + self.b_spans) * (2 if self.cfg.fp8_mma else 4)
+
+    def store_tile(self, ops, rt: Runtime, tid, regs, buf, smem_base=0):
+        for _ in self.store_steps(ops, rt, tid, regs, buf, smem_base):
+            pass
 
     # -- shared -> tensor cores -----------------------------------------------------------------
-    def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0):
-        """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync)."""
+    @property
+    def ksteps(self) -> int:
+        return self.bk // (32 if self.cfg.fp8_mma else 16)
+
+    def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0, after_kstep=None):
+        """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync); `after_kstep(ks)`
+        runs after the MMAs of each k-step (the `mix` schedule's stores)."""
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         i, r = lane >> 3, lane & 7
@@ -243,7 +275,7 @@ class TiledLogic:
             part = self.zero_acc(ops)
         else:
             part = list(acc)
-        for ks in range(self.bk // (32 if fp8 else 16)):
+        for ks in range(self.ksteps):
             a_frags = []
             for mt in range(n_mt):
                 row = wm * self.wtm + 16 * mt + (i & 1) * 8 + r
@@ -260,6 +292,8 @@ class TiledLogic:
                         part[idx : idx + 4] = ops.mma_fp8(a_frags[mt], b_frags[nt], part[idx : idx + 4])
                     else:
                         part[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], part[idx : idx + 4])
+            if after_kstep is not None:
+                after_kstep(ks)
         if not rescale:
             return part
         acc = list(acc)
@@ -269,6 +303,30 @@ class TiledLogic:
                 for e in range(4):
                     acc[idx + e] = acc[idx + e] + part[idx + e] * row_scales[2 * mt + (e >> 1)]
         return acc
+
+    def k_tile(self, ops, rt: Runtime, tid, m0, n0, kc, acc, regs, smem_base=0):
+        """One K loop iteration before its barrier: the MMAs of K-tile kc from buffer kc & 1 and the
+        stores of the prefetched `regs` (K-tile kc + 1) into the other buffer. mix = 0: all stores
+        after all MMAs; mix = s: the stores spread over the last s k-steps, each share right after
+        that k-step's MMAs, so the dequantization issues while the tensor cores still hold work."""
+        mix = self.cfg.mix
+        if mix == 0:
+            acc = self.mma_tile(ops, rt, tid, m0, n0, kc, kc & 1, acc, smem_base)
+            self.store_tile(ops, rt, tid, regs, (kc + 1) & 1, smem_base)
+            return acc
+        buf, other = kc & 1, (kc + 1) & 1
+        steps = self.store_steps(ops, rt, tid, regs, other, smem_base)
+        first, total = self.ksteps - mix, self.store_groups
+        done = [0]
+
+        def after(ks):
+            if ks >= first:
+                upto = -(-total * (ks - first + 1) // mix)  # ceil: the last k-step stores the rest
+                for _ in range(upto - done[0]):
+                    next(steps)
+                done[0] = upto
+
+        return self.mma_tile(ops, rt, tid, m0, n0, kc, buf, acc, smem_base, after)
 
     def _row_scales(self, ops, rt: Runtime, tid, m0, n0, kc):
         """sa[row, kc] * sw[n0 / 128, kc] for the accumulator rows g and g + 8 of each m-tile."""
@@ -385,8 +443,7 @@ class TiledGemm:
             # The last iteration reloads its own tile into the idle buffer: no branch in the loop.
             nxt = DEVICE.imin(kc + 1, chunks - 1)
             regs = self.logic.load(DEVICE, rt, tid, m0, n0, nxt)
-            acc = self.logic.mma_tile(DEVICE, rt, tid, m0, n0, kc, kc & 1, acc, sbase)
-            self.logic.store_tile(DEVICE, rt, tid, regs, (kc + 1) & 1, sbase)
+            acc = self.logic.k_tile(DEVICE, rt, tid, m0, n0, kc, acc, regs, sbase)
             DEVICE.barrier()
         self.logic.epilogue(DEVICE, rt, tid, m0, n0, acc)
 
