@@ -12,7 +12,10 @@ Shared layout: per buffer, A rows then B rows, 128 bytes (64 values) each, 16-by
 at chunk c ^ (r % 8): the eight rows one ldmatrix phase reads fall in distinct banks.
 
 Each quantized element is dequantized once per CTA (not once per warp): ~2.5 integer/half2 ops per
-element against 2 * bm * bn / (bm + bn) MACs, so the tensor cores stay the bottleneck at 128 x 128.
+element against 2 * bm * bn / (bm + bn) MACs. At 128 x 128 / 8 warps (64 x 32 warp tiles) shared
+memory (ldmatrix + the dequantized stores) is as busy as the tensor cores; 64 x 64 warp tiles (the
+`LARGE_M` candidates) cut it to ~70%, and `TiledConfig.mix` moves the dequantization of the next
+K-tile in between the current one's MMAs (docs/predictions/gemm_tiled.md).
 Bytes: the operands once per CTA row/column of the grid (L2 serves the re-reads); FLOPs 2 M N K.
 Constraints (plan time): K % 128 == 0, N % 16 == 0; M is a run-time extent (rows past M load zeros).
 Raster (`TiledConfig.group_m`): N-fastest by default, or grouped (g M-tiles per N-tile) so the CTAs
