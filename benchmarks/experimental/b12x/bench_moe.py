@@ -3,6 +3,7 @@
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
+        [--expert-sweep [LABEL ...]]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -23,6 +24,11 @@ before, launch gaps in a graph included (the decode breakdown: docs/moe.md). Our
 plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed experts while T * k < E,
 else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
+--expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
+("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label; n2 = 16-token groups, swept
+for T > 8 only, where 8-token groups may take two passes), each prepared as a one-bucket override
+(`api.ExpertBucket`) of the heuristic's plan; LABELs restrict it to those labels. With --steps each
+row also splits into FC1 and FC2 time, so the best FC1 and the best FC2 can come from different rows.
 Peers, the same layer in plain torch (sort by expert on device, gather, two grouped GEMMs, activation,
 weighted sum of each token's k rows), timed in the same run:
   grouped_mm bf16        torch._grouped_mm on bf16 expert weights (4x our weight bytes)
@@ -176,8 +182,9 @@ class Ours:
     wplan: object
 
 
-def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None) -> Ours:
-    """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with."""
+def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None, experts=None) -> Ours:
+    """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
+    experts: None (the heuristic's expert buckets) or a tuple of `api.ExpertBucket` (CUDA only)."""
     import b12x
     from b12x.moe import fused_moe as fm
 
@@ -193,11 +200,13 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
     )
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, device, generator))
     p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wplan, quant_mode=mode))
-    if compact_grid is not None and torch.device(device).type == "cuda":
+    if (compact_grid is not None or experts is not None) and torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
         cfg = p.heuristic(target_arch(device))
-        p = fm.plan(p.caps, override=replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid)))
+        if compact_grid is not None:
+            cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
+        p = fm.plan(p.caps, override=cfg if experts is None else replace(cfg, experts=experts))
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
@@ -320,33 +329,62 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            compact = grid_choice(args)
-            ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact)
-            fmt = ours.wplan.weight_format
-            case = Case(
-                f"moe {args.activation}",
-                {"E": e, "k": k, "H": h, "I": i, "T": t, "hit": round(hit, 1), "sets": len(sets)},
-                bytes=round(layer_bytes(fmt, t, k, h, i, args.activation, hit)),
-                flops=layer_flops(t * k, h, i, args.activation),
-            )
-            note = check_ours(ours, recipe, a, *sets[0], out)
-            bindings = [
-                fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
-                for ids, w in sets
-            ]
-            nxt = rotate(bindings)
-            table.add(
-                case, f"b12x {recipe}", measure(lambda nxt=nxt: fm.run(binding=nxt()), args, **graph_kw), note=note
-            )
-            if getattr(args, "steps", False):  # a Namespace built by hand may lack it
-                add_step_prefixes(table, case, recipe, ours.plan, bindings, out, args, graph_kw)
-            if peer_rows is None:
-                peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
-            for name, timing, pnote in peer_rows:
-                table.add(case, name, timing, peer=True, note=pnote)
-            del ours, bindings
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            for label, experts in expert_variants(args, t, max_t):
+                compact = grid_choice(args)
+                ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact, experts)
+                fmt = ours.wplan.weight_format
+                case = Case(
+                    f"moe {args.activation}",
+                    {"E": e, "k": k, "H": h, "I": i, "T": t, "hit": round(hit, 1), "sets": len(sets)},
+                    bytes=round(layer_bytes(fmt, t, k, h, i, args.activation, hit)),
+                    flops=layer_flops(t * k, h, i, args.activation),
+                )
+                note = check_ours(ours, recipe, a, *sets[0], out)
+                bindings = [
+                    fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
+                    for ids, w in sets
+                ]
+                nxt = rotate(bindings)
+                name = f"b12x {recipe}{label}"
+                table.add(case, name, measure(lambda nxt=nxt: fm.run(binding=nxt()), args, **graph_kw), note=note)
+                if getattr(args, "steps", False):  # a Namespace built by hand may lack it
+                    add_step_prefixes(table, case, name, ours.plan, bindings, out, args, graph_kw)
+                if peer_rows is None:
+                    peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
+                if experts is None:  # once per recipe's case (the sweep's rows share it)
+                    for pname, timing, pnote in peer_rows:
+                        table.add(case, pname, timing, peer=True, note=pnote)
+                del ours, bindings
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+
+
+SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
+
+
+def expert_variants(args, t: int, max_t: int) -> list:
+    """[(row label suffix, experts override or None)] for one T: the heuristic's plan (""), then
+    with --expert-sweep one single-bucket override per `sweep_pairs` entry (" n1 w4p1"), for
+    16-token groups too when T > SWEEP_SMALL_T; --expert-sweep LABEL ... keeps those labels."""
+    found = [("", None)]
+    labels = getattr(args, "expert_sweep", None)  # None: no sweep; []: every label
+    if labels is None:
+        return found
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+    from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
+
+    for ntiles in (1, 2) if t > SWEEP_SMALL_T else (1,):
+        for label, fc1, fc2 in X.sweep_pairs(ntiles):
+            if not labels or label in labels:
+                found.append((f" n{ntiles} {label}", (ExpertBucket(max_t, fc1, fc2),)))
+    return found
+
+
+def sweep_labels() -> list:
+    """Every label `sweep_pairs` knows (either token-tile count), for --expert-sweep's check."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    return sorted({label for n in (1, 2) for label, _, _ in X.sweep_pairs(n)})
 
 
 def grid_choice(args) -> bool | None:
@@ -369,12 +407,13 @@ def step_prefixes(plan, bindings, out) -> list[tuple[str, list]]:
     ]
 
 
-def add_step_prefixes(table, case, recipe, plan, bindings, out, args, graph_kw) -> None:
+def add_step_prefixes(table, case, name, plan, bindings, out, args, graph_kw) -> None:
+    """name: the layer row's ("b12x w4a16"); each prefix row is `name ..step`."""
     from benchmarks.experimental.b12x.common import measure, rotate
 
     for last, calls in step_prefixes(plan, bindings, out):
         nxt = rotate(calls)
-        table.add(case, f"b12x {recipe} ..{last}", measure(lambda nxt=nxt: nxt()(), args, **graph_kw), note="prefix")
+        table.add(case, f"{name} ..{last}", measure(lambda nxt=nxt: nxt()(), args, **graph_kw), note="prefix")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,9 +430,20 @@ def main(argv: list[str] | None = None) -> int:
     grids.add_argument(
         "--full-grid", action="store_true", help="prepare ours with routing.compact_grid off (E rows of CTAs)"
     )
+    parser.add_argument(
+        "--expert-sweep",
+        nargs="*",
+        default=None,
+        metavar="LABEL",
+        help="also time each expert-GEMM tiling of _kernel_experts.sweep_pairs (or only these labels)",
+    )
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")
+    if args.expert_sweep:
+        unknown = sorted(set(args.expert_sweep) - set(sweep_labels()))
+        if unknown:
+            parser.error(f"--expert-sweep labels must be among {sweep_labels()}, got unknown {unknown}")
     try:
         shapes = [parse_shape(s) for s in args.shapes] if args.shapes else None
     except ValueError as e:

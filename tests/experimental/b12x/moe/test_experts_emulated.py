@@ -214,6 +214,7 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.T
         for bx in range(logic.grid_n(n)):  # blockIdx.x
             n0 = np.int32(bx * logic.cols)
             smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+            scale = logic.expert_scale(MoeEmuOps(gmem, smem), wa + 4 * e, aa + 4 * e)  # once per CTA
             for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
                 row0 = lo + grp * logic.ntok
                 rt = X.ExpertRuntime(
@@ -234,11 +235,19 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.T
                 for w in range(config.warps):  # the K loop and the partial sums
                     ops = MoeEmuOps(gmem, smem)
                     acc = logic.zero_acc(ops)
-                    for ch in range(w, logic.k_chunks(k), config.warps):
-                        acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+                    chunks = logic.k_chunks(k)
+                    if logic.k_loop_plain():
+                        for ch in range(w, chunks, config.warps):
+                            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+                    else:  # the weight prefetch pipeline
+                        stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), np.int32(chunks))
+                        for ch in range(w, chunks, config.warps):
+                            stages, acc = logic.pipelined_chunk(
+                                ops, rt, LANE, n0, np.int32(ch), np.int32(chunks), stages, acc
+                            )
                     logic.reduce_stage(ops, 0, w, LANE, acc)
                 for w in range(config.warps):  # after the barrier
-                    logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+                    logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, scale)
     raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
     return raw.view(p.out.dtype).reshape(p.out.shape)
 
@@ -360,3 +369,66 @@ def test_invalid_variants_are_rejected():
     with pytest.raises(ValueError, match="hidden_size must be a positive multiple of 32, got 80"):
         X.check_dims(80, 64)
     X.ExpertLogic(1, "bfloat16", "nvfp4", "relu2", DecodeConfig(2, 1, 1, 1))  # relu2 is not gated
+
+
+# ---- the sweep's tilings: weight prefetch, few warps, wide tiles ----------------------------------
+def _sweep_configs(fc: int) -> list:
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    found = []
+    for ntiles in (1, 2):
+        for _, fc1, fc2 in X.sweep_pairs(ntiles):
+            cfg = fc1 if fc == 1 else fc2
+            if cfg not in found:
+                found.append(cfg)
+    return found
+
+
+def _cfg_id(cfg) -> str:
+    return f"w{cfg.warps}t{cfg.tiles}n{cfg.ntiles}u{cfg.unroll}p{cfg.prefetch}"
+
+
+@pytest.mark.parametrize("config", _sweep_configs(1), ids=_cfg_id)
+def test_fc1_sweep_tilings(config):
+    # H = 416: 4 chunks, the last one partial; an expert past one group of 8 * ntiles rows and one
+    # with a single row: the prefetch pipeline's loads past the last chunk and past N stay off
+    p = make_problem(1, "bfloat16", "nvfp4", "silu", [1, 0, 8 * config.ntiles + 3], h=416, i=64, seed=21)
+    check(p, run_experts(p, config, "identity"))
+
+
+@pytest.mark.parametrize("config", _sweep_configs(2), ids=_cfg_id)
+def test_fc2_sweep_tilings(config):
+    # I = 416 (FC2's K): fewer chunks than some configs' warps; H = 96 is not a multiple of 64-row tiles
+    p = make_problem(2, "nvfp4", "nvfp4", None, [8 * config.ntiles + 1, 2, 0], h=96, i=416, seed=22)
+    check(p, run_experts(p, config, "list"))
+
+
+def test_prefetch_is_the_same_sums_as_the_plain_loop():
+    # the pipeline only moves when weight loads issue: bit-identical output to prefetch 0
+    p = make_problem(1, "mxfp8", "mxfp4", "swiglu_oai", [3, 0, 10], h=640, i=64, seed=23)
+    plain = run_experts(p, DecodeConfig(2, 2, 2, 1, 0), "identity")
+    check(p, plain)
+    for prefetch in (1, 2, 4):
+        got = run_experts(p, DecodeConfig(2, 2, 2, 1, prefetch), "identity")
+        assert torch.equal(got.view(torch.int16), plain.view(torch.int16)), prefetch
+
+
+def test_scale_is_loaded_once_per_cta_before_the_groups():
+    # w_alpha / a_alpha of the CTA's expert (not of another one): an expert with two groups of rows
+    p = make_problem(2, "bfloat16", "nvfp4", None, [0, 17, 4], seed=24)
+    p.args[6][1] *= 3.0  # w_alpha of expert 1 only: the oracle's matrices carry it too
+    p.w[1] *= 3.0
+    check(p, run_experts(p, DecodeConfig(2, 2, 1, 1, 1), "identity"))
+
+
+def test_gemm_only_options_are_rejected():
+    import dataclasses
+
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    if "kgroup" not in {f.name for f in dataclasses.fields(DecodeConfig)}:
+        pytest.skip("this DecodeConfig has no kgroup option")
+    cfg = dataclasses.replace(SMALL, kgroup=2)
+    with pytest.raises(ValueError, match="config.kgroup = 2 is not implemented by the expert kernels"):
+        X.ExpertLogic(2, "bfloat16", "nvfp4", None, cfg)
+    assert X.can_implement(2, "bfloat16", "nvfp4", None, DecodeConfig(2, 2, 1, 1, 2))  # prefetch is

@@ -250,6 +250,47 @@ def test_plan_errors():
     exact(ValueError, msg, fm.plan, _caps(), override={"x": 1})
 
 
+def _experts_buckets(max_tokens):
+    pytest.importorskip("cutlass")  # the expert GEMMs' configs are gemm DecodeConfigs
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts
+
+    return _kernel_experts.default_buckets(max_tokens)
+
+
+def test_plan_override_checks_the_expert_buckets():
+    import dataclasses
+
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig
+    from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api
+
+    caps = _caps()  # max_tokens 8
+    h, i = caps.weight_plan.hidden_size, caps.weight_plan.intermediate_size
+    good = _experts_buckets(caps.max_tokens)
+    cfg = api.MoeConfig(_routing.default_config(h), _combine.default_config(i), good)
+    assert fm.plan(caps, override=cfg).override is cfg
+    b = good[0]
+    two = (dataclasses.replace(b, max_tokens=2), b)  # T <= 2, then T <= 8
+    assert fm.plan(caps, override=dataclasses.replace(cfg, experts=two)).override.experts == two
+    cases = [
+        (None, "override.experts must be a non-empty tuple of moe.fused_moe ExpertBucket, got None"),
+        ((), "override.experts must be a non-empty tuple of moe.fused_moe ExpertBucket, got ()"),
+        ([b], "override.experts must be a non-empty tuple of moe.fused_moe ExpertBucket, got [ExpertBucket("),
+        ((b, b), "override.experts: bucket max_tokens must be ints >= 1, strictly ascending, got [8, 8]"),
+        ((dataclasses.replace(b, max_tokens=0), b), "override.experts: bucket max_tokens must be ints >= 1, strictly"),
+        (
+            (dataclasses.replace(b, max_tokens=4),),
+            "override.experts: the last bucket must hold the caps' max_tokens = 8, got [4]",
+        ),
+        ((dataclasses.replace(b, fc1=DecodeConfig(8, 1, 1, 1)),), "override.experts[0].fc1: a gated FC1 needs tiles"),
+        ((dataclasses.replace(b, fc2=DecodeConfig(3, 2, 1, 1)),), "override.experts[0].fc2: config DecodeConfig("),
+        ((dataclasses.replace(b, fc2="w8t2"),), "override.experts[0].fc2: config must be a DecodeConfig, got str"),
+    ]
+    for experts, message in cases:
+        with pytest.raises(ValueError) as info:
+            fm.plan(caps, override=dataclasses.replace(cfg, experts=experts))
+        assert str(info.value).startswith(message), str(info.value)
+
+
 def test_plan_override_is_a_checked_moe_config():
     import dataclasses
 
@@ -257,7 +298,7 @@ def test_plan_override_is_a_checked_moe_config():
 
     caps = _caps()
     h, i = caps.weight_plan.hidden_size, caps.weight_plan.intermediate_size
-    cfg = api.MoeConfig(_routing.default_config(h), _combine.default_config(i), None)
+    cfg = api.MoeConfig(_routing.default_config(h), _combine.default_config(i), _experts_buckets(caps.max_tokens))
     compact = dataclasses.replace(cfg, routing=dataclasses.replace(cfg.routing, compact_grid=True))
     p = fm.plan(caps, override=compact)
     assert p.override is compact and p != fm.plan(caps) and hash(p) == hash(fm.plan(caps, override=compact))

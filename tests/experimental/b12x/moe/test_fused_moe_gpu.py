@@ -25,7 +25,7 @@ import b12x
 from b12x.moe import fused_moe as fm
 from benchmarks.experimental.b12x.bench_moe import routing, synthetic_checkpoint
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
-from flashinfer.experimental.b12x.moe.fused_moe import _combine
+from flashinfer.experimental.b12x.moe.fused_moe import _combine, api
 from flashinfer.experimental.b12x.moe.fused_moe import reference as REF
 
 from .stand_in import assert_bf16_close, check_operands, check_staged, dense_layer, kernel_intermediate
@@ -44,9 +44,10 @@ RECIPES = (
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 
 
-def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=None):
+def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=None, buckets=None):
     """(prepared plan, experts) for one layer on the GPU; compact: None = the heuristic's
-    routing.compact_grid (on), True / False = that value as an override."""
+    routing.compact_grid (on), True / False = that value as an override; buckets: None = the
+    heuristic's expert tilings, else a tuple of api.ExpertBucket as the override's."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
@@ -58,9 +59,13 @@ def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compa
         apply_router_weight_on_input=on_input,
     )  # fmt: skip
     p = fm.plan(caps)
-    if compact is not None:
+    if compact is not None or buckets is not None:
         cfg = p.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
-        p = fm.plan(caps, override=dataclass_replace(cfg, routing=dataclass_replace(cfg.routing, compact_grid=compact)))
+        if compact is not None:
+            cfg = dataclass_replace(cfg, routing=dataclass_replace(cfg.routing, compact_grid=compact))
+        if buckets is not None:
+            cfg = dataclass_replace(cfg, experts=buckets)
+        p = fm.plan(caps, override=cfg)
     with b12x.PreparationSession(DEV) as session:
         session.prepare([p])
     return p, experts
@@ -187,7 +192,8 @@ def test_expert_grid_variants(mode, source, act, compact):
     e, k, h, _ = shape
     p, experts = build(mode, source, act, shape, 64, compact=compact)
     launchers = p.state.extra["launchers"]
-    assert sorted(launchers.experts) == (["identity", "list"] if compact else ["identity"])
+    assert {g for g, _ in launchers.experts} == ({"identity", "list"} if compact else {"identity"})
+    assert sorted(launchers.experts) == sorted(api.expert_variants(compact, e, k, 64, p.state.selection.experts))
     if not compact:
         p.state.scratch["active"].zero_()
     for t in (1, 16, 64):  # compact: 8 listed experts; then T * k = 128 = E and 512
@@ -195,6 +201,64 @@ def test_expert_grid_variants(mode, source, act, compact):
         b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids)
         assert b.grid == ("list" if compact and t * k < e else "identity")
         check_case(p, experts, a, ids, w, f"{'compact' if compact else 'full'} grid {mode} {act} T={t}")
+
+
+BUCKET_TOKENS = (1, 2, 7, 16, 64)
+
+
+def _sweep_buckets(max_tokens):
+    """[(id, one-bucket override)] of every `_kernel_experts.sweep_pairs` entry (bench --expert-sweep)."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    return [
+        (f"n{n}-{label.replace('/', '-')}", (api.ExpertBucket(max_tokens, fc1, fc2),))
+        for n in (1, 2)
+        for label, fc1, fc2 in X.sweep_pairs(n)
+    ]
+
+
+@pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
+@pytest.mark.parametrize("label, buckets", _sweep_buckets(64), ids=[x for x, _ in _sweep_buckets(64)])
+def test_expert_tilings_vs_reference(label, buckets, mode):
+    """Each tiling the bench sweeps (weight prefetch, 2-4 warps, 4 tiles, 8- and 16-token groups),
+    as the plan's only bucket, at decode T (an 8-token group takes two passes for experts with > 8
+    rows at T = 16, 64)."""
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    p, experts = build(mode, "modelopt_nvfp4", "silu", shape, 64, buckets=buckets)
+    for t in BUCKET_TOKENS:
+        a, ids, w = inputs(t, k, e, h, seed=900 + t)
+        assert fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids).bucket == 0
+        check_case(p, experts, a, ids, w, f"{label} {mode} T={t}")
+
+
+@pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
+def test_default_buckets_by_live_t(mode):
+    """The heuristic's two buckets (8-token groups for T <= 8, 16-token above): bind picks by T, the
+    graph of each T replays its bucket's kernels, and both agree with the reference."""
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    p, experts = build(mode, "modelopt_nvfp4", "silu", shape, 64)
+    buckets = p.state.selection.experts
+    assert [b.max_tokens for b in buckets] == [8, 64] and [b.fc1.ntiles for b in buckets] == [1, 2]
+    for t in BUCKET_TOKENS:
+        a, ids, w = inputs(t, k, e, h, seed=950 + t)
+        b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=torch.empty_like(a))
+        assert b.bucket == (0 if t <= 8 else 1)
+        out, _ = check_case(p, experts, a, ids, w, f"default buckets {mode} T={t}")
+        graph = torch.cuda.CUDAGraph()
+        b.output.fill_(float("nan"))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fm.run(binding=b)  # warm the stream, as a serving loop does before capture
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            fm.run(binding=b)
+        b.output.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(b.output.view(torch.int16), out.view(torch.int16)), f"T={t}: replay != eager"
 
 
 def test_ignored_routes_add_nothing():

@@ -132,7 +132,7 @@ class _Recorder:
         self.log = log
         rec = lambda name: lambda *a: log.append((name, a))  # noqa: E731
         self.routing = {"int32": rec("routing"), "int64": rec("routing64")}
-        self.experts = {g: (rec(f"fc1:{g}"), rec(f"fc2:{g}")) for g in grids}
+        self.experts = {(g, 0): (rec(f"fc1:{g}"), rec(f"fc2:{g}")) for g in grids}
         self.combine = self
         self.requant = object() if requant else None
         self.requantize = rec("requantize")
@@ -233,23 +233,30 @@ def test_bind_picks_the_list_grid_only_below_e_routes(compact, t):
     log = []
     api.execute(_Recorder(log, True), b, out)
     assert [n for n, _ in log if n.startswith("fc")] == [f"fc1:{b.grid}", f"fc2:{b.grid}"]
-    with pytest.raises(ValueError, match=f"the binding launches the '{b.grid}' expert grid, which this plan did not"):
+    with pytest.raises(
+        ValueError, match=f"launches the '{b.grid}' expert grid of tile bucket 0, which this plan did not"
+    ):
         api.execute(_Recorder([], True, grids=()), b, out)
 
 
 def test_resolve_launchers_groups_the_expert_grids_and_prime_launches_each():
     wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=E, h=H, i=INTER)
     p = fm.plan(fm.Caps(max_tokens=8, num_topk=K, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
-    jobs = p.kernels(p.heuristic("sm_90a"), "sm_90a")  # compact (the heuristic's), k < E < 8 k
-    fake = []
-    for fn, args in jobs:
-        stub = lambda *args, name=fn.__name__: (name, args)  # noqa: E731
-        stub.__name__ = fn.__name__
-        fake.append((stub, args))
-    L = api.resolve_launchers(fake)
-    assert sorted(L.experts) == ["identity", "list"] and L.routing["int64"][1][0] == "int64"
-    for g, (fc1, fc2) in L.experts.items():
+    cfg = p.heuristic("sm_90a")  # compact (the heuristic's), k < E < 8 k; one bucket (max_tokens 8)
+    jobs = p.kernels(cfg, "sm_90a")
+
+    def stub(fn):
+        out = lambda *args, name=fn.__name__: (name, args)  # noqa: E731
+        out.__name__ = fn.__name__
+        return out
+
+    fake = [(stub(fn), args) for fn, args in jobs]
+    experts = {key: tuple((stub(fn), args) for fn, args in pair) for key, pair in p.expert_jobs(cfg, "sm_90a").items()}
+    L = api.resolve_launchers(fake, experts)
+    assert sorted(L.experts) == [("identity", 0), ("list", 0)] and L.routing["int64"][1][0] == "int64"
+    for (g, i), (fc1, fc2) in L.experts.items():
         assert fc1[0] == "compile_fc1" and fc2[0] == "compile_fc2" and fc1[1][-1] == fc2[1][-1] == g
+        assert fc1[1][3] is cfg.experts[i].fc1 and fc2[1][2] is cfg.experts[i].fc2
     # prime's expert launches: every compiled variant of FC1 and FC2, once each
     p2, _ = device_plan("nvfp4")
     log = []
@@ -321,3 +328,78 @@ def test_out_of_range_ids_are_ignored_routes_not_errors(prepared):
     got = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids2))
     ref = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w2, topk_ids=ids))
     assert torch.equal(got, ref) and not torch.equal(got, out)
+
+
+# ---- live-T buckets of the expert GEMMs' tilings ---------------------------------------------------
+class _BucketRecorder(_Recorder):
+    """_Recorder whose expert GEMMs exist per (grid, bucket) and carry both in their names."""
+
+    def __init__(self, log, keys):
+        super().__init__(log, True, grids=())
+        rec = lambda name: lambda *a: log.append((name, a))  # noqa: E731
+        self.experts = {(g, i): (rec(f"fc1:{g}:{i}"), rec(f"fc2:{g}:{i}")) for g, i in keys}
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["full_grid", "compact_grid"])
+def test_bind_picks_the_expert_bucket_by_live_t(compact):
+    p, tensors = device_plan("nvfp4")  # max_tokens 8, E = 4, K = 2
+    buckets = (api.ExpertBucket(1, "fc1 small", "fc2 small"), api.ExpertBucket(8, "fc1 large", "fc2 large"))
+    p.state.selection = dataclasses.replace(p.state.selection, experts=buckets)
+    _with_compact(p, compact)
+    keys = api.expert_variants(compact, E, K, 8, buckets)
+    # compact: T = 1 lists 2 experts (< E), T >= 2 covers E; full grid: identity for every T
+    assert keys == ((("identity", 0), ("identity", 1)) if not compact else (("identity", 1), ("list", 0)))
+    for t, want in ((1, 0), (2, 1), (T, 1)):
+        part = {"a": tensors["a"][:t], "topk_ids": tensors["topk_ids"][:t], "topk_weights": tensors["topk_weights"][:t]}
+        b = fm.bind(p, **{**tensors, **part})
+        assert b.bucket == want and (b.grid, b.bucket) in keys
+        log = []
+        api.execute(_BucketRecorder(log, keys), b, torch.empty(t, H, dtype=torch.bfloat16, device="meta"))
+        assert [n for n, _ in log if n.startswith("fc")] == [f"fc1:{b.grid}:{want}", f"fc2:{b.grid}:{want}"]
+        with pytest.raises(ValueError, match=f"expert grid of tile bucket {want}, which this plan did not compile"):
+            api.execute(_BucketRecorder([], [k for k in keys if k[1] != want]), b, torch.empty(t, H, device="meta"))
+
+
+@pytest.mark.parametrize(
+    "compact, max_tokens, k, tops, want",
+    [
+        (False, 64, 2, (8, 64), (("identity", 0), ("identity", 1))),
+        (True, 64, 2, (8, 64), (("identity", 0), ("identity", 1), ("list", 0))),  # T * 2 >= 8 from T = 4
+        (True, 64, 2, (2, 64), (("identity", 1), ("list", 0), ("list", 1))),  # T = 3 lists, T = 4 does not
+        (True, 4, 2, (8, 64), (("identity", 0), ("list", 0))),  # the second bucket is past max_tokens
+        (True, 64, 8, (8, 64), (("identity", 0), ("identity", 1))),  # k = E: never a list
+        (True, 64, 1, (4, 16, 64), (("identity", 1), ("identity", 2), ("list", 0), ("list", 1))),  # list T < 8
+    ],
+)
+def test_expert_variants_are_what_some_live_t_binds(compact, max_tokens, k, tops, want):
+    buckets = tuple(api.ExpertBucket(top, None, None) for top in tops)
+    got = api.expert_variants(compact, 8, k, max_tokens, buckets)
+    assert got == want
+    bound = {(api.expert_grid(compact, 8, k, t), api.expert_bucket(buckets, t)) for t in range(1, max_tokens + 1)}
+    assert bound == set(got)  # exactly: nothing compiled that no T binds, nothing bound uncompiled
+
+
+def test_bench_expert_sweep_rows_are_valid_overrides():
+    from argparse import Namespace
+
+    from benchmarks.experimental.b12x.bench_moe import expert_variants, sweep_labels
+
+    pytest.importorskip("cutlass")  # the sweep's tilings are gemm DecodeConfigs
+    assert expert_variants(Namespace(), 16, 64) == [("", None)]  # no --expert-sweep: the heuristic only
+    small = expert_variants(Namespace(expert_sweep=[]), 4, 64)
+    large = expert_variants(Namespace(expert_sweep=[]), 16, 64)
+    assert small[0] == ("", None) and all(label.startswith(" n1 ") for label, _ in small[1:])
+    assert {label[:4] for label, _ in large[1:]} == {" n1 ", " n2 "}  # 16-token groups swept above T = 8
+    assert [label for label, _ in expert_variants(Namespace(expert_sweep=["w4p1"]), 16, 64)] == [
+        "",
+        " n1 w4p1",
+        " n2 w4p1",
+    ]
+    assert "base" in sweep_labels() and "w4p1" in sweep_labels()
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4", "w4a16"), e=E, h=256, i=128)
+    for mode in ("nvfp4", "w4a16"):
+        caps = fm.Caps(max_tokens=64, num_topk=K, device="cuda", weight_plan=wplan, quant_mode=mode)
+        cfg = fm.plan(caps).heuristic("sm_90a")
+        for _, experts in large[1:]:
+            p = fm.plan(caps, override=dataclasses.replace(cfg, experts=experts))  # checked: raises if invalid
+            assert len(p.kernels(p.override, "sm_90a")) == 3 + 4  # routing x2, combine, fc1/fc2 x 2 grids

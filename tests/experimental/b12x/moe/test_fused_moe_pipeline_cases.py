@@ -108,7 +108,7 @@ def layer(wplan, mode, *, on_input=False, routing_cfg=MICRO, max_tokens=MAX_T, k
         routing={d: _routing.interpreted_routing(d, k, e, h, a1, on_input, routing_cfg) for d in api.IDS_DTYPES},
         combine=_combine.interpreted_combine(k, e, h, i, a2, on_input),
         experts={
-            g: (
+            (g, 0): (
                 fc1_stand_in(a1, wplan.weight_format, wplan.activation, g),
                 fc2_stand_in(a2 or "bfloat16", wplan.weight_format, g),
             )

@@ -136,19 +136,26 @@ def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
     wplan = weight_plan(source, act, (mode,), e=8, h=256, i=128)
     p = fm.plan(fm.Caps(max_tokens=64, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))
     cfg = p.heuristic("sm_120a")
-    assert p.heuristic(None) is None and cfg.experts == ex.default_config(128)
+    assert p.heuristic(None) is None and cfg.experts == ex.default_buckets(64)
+    small, large = cfg.experts  # T <= 8: 8-token MMA groups; 9 <= T <= 64: 16-token groups
+    assert (small.max_tokens, small.fc1.ntiles, small.fc2.ntiles) == (8, 1, 1)
+    assert (large.max_tokens, large.fc1.ntiles, large.fc2.ntiles) == (64, 2, 2)
     jobs = p.kernels(cfg, "sm_120a")
-    wf = wplan.weight_format
+    wf, a2k = wplan.weight_format, a2 or "bfloat16"  # FC2's A: FC1's bf16 output for w4a16
+    # E = 8, k = 2: the list grid while T < 4 (bucket 0 only), every expert from T = 4 (both buckets)
     assert [(fn.__name__, args) for fn, args in jobs] == [
         ("compile_routing", ("int32", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_routing", ("int64", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_combine", (2, 8, 256, 128, a2, False, cfg.combine, "sm_120a")),
-        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a", "identity")),
-        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a", "identity")),
-        ("compile_fc1", (a1, wf, act, cfg.experts, "sm_120a", "list")),
-        ("compile_fc2", (a2 or "bfloat16", wf, cfg.experts, "sm_120a", "list")),
+        ("compile_fc1", (a1, wf, act, small.fc1, "sm_120a", "identity")),
+        ("compile_fc2", (a2k, wf, small.fc2, "sm_120a", "identity")),
+        ("compile_fc1", (a1, wf, act, large.fc1, "sm_120a", "identity")),
+        ("compile_fc2", (a2k, wf, large.fc2, "sm_120a", "identity")),
+        ("compile_fc1", (a1, wf, act, small.fc1, "sm_120a", "list")),
+        ("compile_fc2", (a2k, wf, small.fc2, "sm_120a", "list")),
     ]
-    assert jobs[3][0] is jobs[5][0] is ex.compile_fc1 and jobs[4][0] is jobs[6][0] is ex.compile_fc2
+    assert all(fn is ex.compile_fc1 for fn, _ in jobs[3::2]) and all(fn is ex.compile_fc2 for fn, _ in jobs[4::2])
+    assert sorted(p.expert_jobs(cfg, "sm_120a")) == [("identity", 0), ("identity", 1), ("list", 0)]
     for fn, args in jobs[:3]:  # the Triton ones compile in a worker process like any other kernel
         assert pickle.loads(pickle.dumps(fn.job(*args))).module == fn.__module__
     assert isinstance(cfg, api.MoeConfig)
@@ -170,7 +177,9 @@ def test_plan_compiles_only_the_expert_grids_it_can_launch(compact, max_tokens, 
     cfg = p.heuristic("sm_90a")
     cfg = dataclasses.replace(cfg, routing=dataclasses.replace(cfg.routing, compact_grid=compact))
     jobs = [(fn.__name__, args[-1]) for fn, args in p.kernels(cfg, "sm_90a")[3:]]
-    assert jobs == [(name, g) for g in grids for name in ("compile_fc1", "compile_fc2")]
+    variants = api.expert_variants(compact, 8, k, max_tokens, cfg.experts)
+    assert sorted({g for g, _ in variants}) == sorted(grids)
+    assert jobs == [(name, g) for g, _ in variants for name in ("compile_fc1", "compile_fc2")]
     # every live T binds a variant the plan compiled; the list exactly while T * k < E
     for t in range(1, max_tokens + 1):
         g = api.expert_grid(compact, 8, k, t)

@@ -28,6 +28,16 @@ gate rows and as many of the matching up rows). It reads start[e], start[e + 1] 
 rows in groups of up to 8 * ntiles (16) tokens; an expert without rows costs one 8-byte read. Per
 group: the `warps` warps split the K chunks (128 values each), park partial sums in shared memory,
 and after a barrier every thread finishes (tok, column) outputs: sum, scale, activation, store.
+The scale (w_alpha[e] * a_alpha[e]) is loaded once per CTA next to start[e], before the first
+group, not after the reduction where its two loads were one more round trip per CTA. With
+`DecodeConfig.prefetch` = p > 0 the K loop is gemm decode's weight prefetch pipeline (p chunks of
+weight words per warp loaded ahead of the math), so a few-warp CTA can keep every chunk of a short
+K (FC2: I = 768 is 6 chunks) in flight at once. Other DecodeConfig options (cache hints, chunk
+groups) are gemm's only: `why_not` rejects them (`IMPLEMENTED`).
+
+Tilings per live T: a plan compiles one (FC1, FC2) pair of configs per `api.ExpertBucket`
+(`default_buckets`: 8-token groups for T <= 8, 16-token groups above) and a binding picks its
+bucket by T, like the grid variant; nothing is sized by live T at compile time.
 
 Bytes: per hit expert and group, 16 * tiles weight rows of K / 2 bytes plus their scales per CTA,
 i.e. each hit expert's FC1 (N1 x H / 2) and FC2 (H x I / 2) bytes once when it has <= 16 rows (the
@@ -78,6 +88,7 @@ PAIRS = (
     ("mxfp8", "nvfp4"),
 )
 K_ALIGN = 32  # one span
+IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch")  # the DecodeConfig fields honoured
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 _LOG2E = 1.4426950408889634
 _SOURCES = tuple(
@@ -85,12 +96,64 @@ _SOURCES = tuple(
 ) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
 
 
+SMALL_T = 8  # live T up to which the default buckets run 8-token MMA groups (see default_buckets)
+
+
 def default_config(max_rows: int) -> DecodeConfig:
-    """max_rows: the most rows one expert can get (max_tokens * num_topk bounds it). One 8-token
-    MMA tile when every expert fits in it (and two chunks' loads in flight per warp, as gemm's
-    decode heuristic), else groups of 16. Not yet tuned on the H200 (`candidate_configs`)."""
+    """max_rows: the most rows one expert can get in a call. One 8-token MMA tile when every expert
+    fits in it (and two chunks' loads in flight per warp, as gemm's decode heuristic), else groups
+    of 16. Not yet tuned on the H200 (`sweep_pairs`, `bench_moe --expert-sweep`)."""
     ntiles = 1 if max_rows <= 8 else 2
     return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
+
+
+def default_buckets(max_tokens: int) -> tuple:
+    """The heuristic's live-T buckets (`api.ExpertBucket`): T <= SMALL_T with 8-token groups, larger
+    T (up to max_tokens) with 16-token groups. A token routes to k DISTINCT experts (route_topk), so
+    no expert gets more than T rows: at T <= 8 one 8-token group always holds an expert's rows, where
+    a capacity-sized plan (max_tokens * k > 8) used to run 16-token groups (half the MMA columns
+    empty) at every T. Larger T: ntiles = 2, as before (T = 16 gives an expert ~1-5 rows, T = 64
+    ~4 +- 2 at E = 128, k = 8: which is faster is the sweep's question)."""
+    from .api import ExpertBucket
+
+    # FC2 unroll 1: with the CTA's scale loaded before the K loop, unroll 2 took nvfp4 FC2 from 126
+    # to 150 registers (ptxas 13.0, sm_90a: one 256-thread CTA per SM instead of two); at K = I = 768
+    # each of 8 warps gets at most one chunk, so there is nothing to unroll.
+    small = ExpertBucket(min(SMALL_T, max_tokens), default_config(8), DecodeConfig(8, 2, 1, 1))
+    if max_tokens <= SMALL_T:
+        return (small,)
+    return (small, ExpertBucket(max_tokens, default_config(16), default_config(16)))
+
+
+# (label, FC1, FC2) per MMA token tiles: what `bench_moe --expert-sweep` times. FC1 (K = H, e.g. 16
+# chunks) and FC2 (K = I, e.g. 6 chunks: 8 warps leave 2 idle and give the rest one chunk each) get
+# their own shapes; the layer's --steps split shows each GEMM's time, so one row tests two ideas.
+# Registers (ptxas 13.0, sm_90a, bf16 / nvfp4 A): 8 warps x 2 tiles ~116-128 (2 CTAs = 16 warps per
+# SM); 4 warps x 2 tiles x prefetch 1 ~70-96 at ntiles 1 (up to 5-7 CTAs = 20-28 warps per SM, every
+# chunk's weight loads of FC2 in flight at once); 4 tiles ~190 (one 8-warp CTA per SM).
+_SWEEP = {
+    1: (
+        ("base", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 2)),
+        ("u1", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 1)),
+        ("w4p1", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1)),  # FC1 unroll 1 spills on sm_120a
+        ("w4p2/w2p2", DecodeConfig(4, 2, 1, 1, 2), DecodeConfig(2, 2, 1, 2, 2)),  # FC2 unroll 1 spills, sm_120a
+        ("w8p1/w4t4", DecodeConfig(8, 2, 1, 1, 1), DecodeConfig(4, 4, 1, 1)),
+        ("w16/w2p1", DecodeConfig(16, 2, 1, 1), DecodeConfig(2, 2, 1, 1, 1)),
+    ),
+    2: (
+        ("base", DecodeConfig(8, 2, 2, 1), DecodeConfig(8, 2, 2, 1)),
+        ("w4p1", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1)),  # FC2 unroll 1 spills on sm_120a
+        ("w4p2/w2p2", DecodeConfig(4, 2, 2, 1, 2), DecodeConfig(2, 2, 2, 1, 2)),
+        ("w8p1/w4t4", DecodeConfig(8, 2, 2, 1, 1), DecodeConfig(4, 4, 2, 1)),
+    ),
+}
+
+
+def sweep_pairs(ntiles: int) -> tuple:
+    """[(label, FC1 config, FC2 config)] of the sweep for MMA groups of 8 * ntiles tokens (1 or 2)."""
+    if ntiles not in _SWEEP:
+        raise ValueError(f"ntiles must be one of {tuple(_SWEEP)}, got {ntiles!r}")
+    return _SWEEP[ntiles]
 
 
 def candidate_configs(max_rows: int) -> tuple[DecodeConfig, ...]:
@@ -121,6 +184,14 @@ def why_not(
         return f"config must be a DecodeConfig, got {type(config).__name__}"
     if fc == 1 and activation in GATED and config.tiles < 2:
         return f"a gated FC1 needs tiles >= 2 (gate and up tiles), got {config}"
+    # gemm decode options beyond these the expert kernel does not implement (its own loads and K
+    # loop): they must keep DecodeConfig's defaults
+    for f in dataclasses.fields(config):
+        if f.name not in IMPLEMENTED and getattr(config, f.name) != f.default:
+            return (
+                f"config.{f.name} = {getattr(config, f.name)!r} is not implemented by the expert kernels "
+                f"(only the default {f.default!r})"
+            )
     return KD.why_not("bfloat16", b_fmt, "float32", config)  # the tiling limits of the shared logic
 
 
@@ -260,9 +331,19 @@ class ExpertLogic(KD.DecodeLogic):
         return words, self._scale(ops, self.a_fmt, rt.sfa_base, row, k0, rt.k, ok)
 
     def epilogue_scale(self, ops, rt):
+        return self.expert_scale(ops, rt.s0_base, rt.s1_base)
+
+    def expert_scale(self, ops, w_alpha_addr, a_alpha_addr):
+        """w_alpha[e] * a_alpha[e] * 2^(C_a + C_b): the CTA loads it before its first group, so the
+        two loads overlap start[e]'s instead of adding a round trip after the reduction."""
         true = ops.boolean(True)
-        scale = ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        scale = ops.ldg_f32(w_alpha_addr, true) * ops.ldg_f32(a_alpha_addr, true)
         return scale * ops.f32(float(2.0**self.exp))
+
+    def k_loop_plain(self):
+        """True when the K loop is `chunk` per chunk (prefetch 0), else the weight prefetch pipeline
+        (`prefetch_prologue` once per group, then `pipelined_chunk`; gemm decode's)."""
+        return self.cfg.prefetch == 0
 
     def _sigmoid(self, ops, x):
         return ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
@@ -283,9 +364,9 @@ class ExpertLogic(KD.DecodeLogic):
         u = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - ops.fmax(u, neg), neg)  # clamp(u, -limit, limit)
         return g * self._sigmoid(ops, alpha * g) * (u + beta)
 
-    def finish(self, ops, rt, red_base, tid, n0):
-        """Sum the warps' partials of outputs (tok, n0 + c), scale, activation, store row row0 + tok."""
-        scale = self.epilogue_scale(ops, rt)
+    def finish(self, ops, rt, red_base, tid, n0, scale):
+        """Sum the warps' partials of outputs (tok, n0 + c), times `scale` (`epilogue_scale`, loaded
+        once per CTA before its K loops), activation, store row row0 + tok."""
         threads = self.cfg.warps * 32
         total = self.ntok * self.cols
         log_cols = self.cols.bit_length() - 1
@@ -331,9 +412,13 @@ class _ExpertGemm:
         e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
         sfb_base = mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1])
+        wa_addr = mWAlpha.iterator.toint() + Int64(e) * 4
+        aa_addr = mAAlpha.iterator.toint() + Int64(e) * 4
+        scale = self.logic.expert_scale(DEVICE, wa_addr, aa_addr)
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(self.logic.red_floats), 16)
         red_base = red.iterator.toint()
+        chunks = self.logic.k_chunks(k)
         for grp in cutlass.range((end - start + self.logic.ntok - 1) // self.logic.ntok):
             row0 = start + grp * self.logic.ntok
             rt = ExpertRuntime(
@@ -342,8 +427,8 @@ class _ExpertGemm:
                 b_base,
                 sfb_base,
                 mC.iterator.toint(),
-                mWAlpha.iterator.toint() + Int64(e) * 4,
-                mAAlpha.iterator.toint() + Int64(e) * 4,
+                wa_addr,
+                aa_addr,
                 mAct.iterator.toint(),
                 DEVICE.imin(end - row0, Int32(self.logic.ntok)),
                 mC.shape[1],
@@ -352,11 +437,16 @@ class _ExpertGemm:
                 row0,
             )
             acc = self.logic.zero_acc(DEVICE)
-            for c in cutlass.range(warp, self.logic.k_chunks(k), self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+            if cutlass.const_expr(self.logic.k_loop_plain()):
+                for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                    acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+            else:
+                stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
+                for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                    stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
             self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
             DEVICE.barrier()
-            self.logic.finish(DEVICE, rt, red_base, tid, n0)
+            self.logic.finish(DEVICE, rt, red_base, tid, n0, scale)
             DEVICE.barrier()  # the next group's partial sums reuse the reduction buffer
 
 

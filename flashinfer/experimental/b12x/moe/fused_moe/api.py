@@ -5,7 +5,8 @@ route_topk. No kernel code here: CPU tensors run `reference.py`; CUDA tensors ru
     (_combine.py; not for w4a16) -> FC2 (_kernel_experts.py) -> combine (_combine.py)
 
 (the expert GEMMs in one of two compiled grid variants, `expert_grid`: every expert, or with the
-compact grid and T * k < E the routing's list of hit experts) on torch's current stream, with
+compact grid and T * k < E the routing's list of hit experts; and in the tiling of the live-T
+bucket that holds T, `expert_bucket`) on torch's current stream, with
 every intermediate in the plan's workspace (sized by max_tokens):
 no allocation (pass `output=`), no compile, no host sync, so a call can be captured in a CUDA graph
 and replayed for its T. Live T picks the routing path at run time (micro: one launch routes and
@@ -117,13 +118,48 @@ IDS_DTYPES = ("int32", "int64")  # both are prepared: topk_ids may come in eithe
 
 
 @dataclass(frozen=True)
+class ExpertBucket:
+    """The expert GEMMs' tilings (gemm's `DecodeConfig`, one per GEMM) for live T <= max_tokens.
+    A plan holds one or more, ascending in max_tokens; a binding of T takes the first that holds
+    T (`expert_bucket`), so e.g. T <= 8 runs 8-token MMA groups and larger T 16-token ones without
+    a compile per T (every bucket's kernels are compiled at prepare time)."""
+
+    max_tokens: int
+    fc1: object
+    fc2: object
+
+
+@dataclass(frozen=True)
 class MoeConfig:
     """The prepared variant: routing/gather tiles, requantize/combine tiles, and the expert GEMMs'
-    config (gemm's DecodeConfig, `_kernel_experts.default_config`)."""
+    tilings per live-T bucket (a tuple of `ExpertBucket`, `_kernel_experts.default_buckets`)."""
 
     routing: object
     combine: object
-    experts: object
+    experts: tuple
+
+
+def expert_bucket(buckets, t_count: int) -> int:
+    """The index of the bucket a binding of T = t_count launches: the first whose max_tokens >= T
+    (the plan's last bucket covers its max_tokens; `_check_buckets` checks that)."""
+    for i, b in enumerate(buckets):
+        if t_count <= b.max_tokens:
+            return i
+    return len(buckets) - 1
+
+
+def expert_variants(compact: bool, num_experts: int, num_topk: int, max_tokens: int, buckets) -> tuple:
+    """The (grid, bucket index) pairs some live T in [1, max_tokens] binds (`expert_grid`,
+    `expert_bucket`): what a plan compiles and primes, grids in `expert_grids` order."""
+    found = []
+    for grid in expert_grids(compact, num_experts, num_topk, max_tokens):
+        lo = 1
+        for i, b in enumerate(buckets):
+            hi = min(b.max_tokens, max_tokens) if i < len(buckets) - 1 else max_tokens
+            if lo <= hi and any(expert_grid(compact, num_experts, num_topk, t) == grid for t in (lo, hi)):
+                found.append((grid, i))
+            lo = max(lo, hi + 1)
+    return tuple(found)
 
 
 def expert_grids(compact: bool, num_experts: int, num_topk: int, max_tokens: int) -> tuple[str, ...]:
@@ -168,8 +204,23 @@ class FusedMoePlan(Plan):
         return MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=_experts_module().default_config(caps.max_tokens * caps.num_topk),
+            experts=_experts_module().default_buckets(caps.max_tokens),
         )
+
+    def expert_jobs(self, config, arch: str) -> dict:
+        """{(grid, bucket index): ((compile_fc1, args), (compile_fc2, args))} of `expert_variants`."""
+        ex = _experts_module()
+        caps, wp = self.caps, self.caps.weight_plan
+        a1, a2 = self.operand_formats
+        e, k = wp.num_experts, caps.num_topk
+        out = {}
+        for grid, i in expert_variants(config.routing.compact_grid, e, k, caps.max_tokens, config.experts):
+            b = config.experts[i]
+            out[(grid, i)] = (
+                (ex.compile_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, grid)),
+                (ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, grid)),
+            )
+        return out
 
     def kernels(self, config, arch: str) -> tuple:
         from . import _combine, _routing
@@ -187,9 +238,8 @@ class FusedMoePlan(Plan):
         )
         jobs = [(_routing.compile_routing, (d, k, e, h, a1, on_input, config.routing, arch)) for d in IDS_DTYPES]
         jobs.append((_combine.compile_combine, (k, e, h, i, a2, on_input, config.combine, arch)))
-        for grid in expert_grids(config.routing.compact_grid, e, k, caps.max_tokens):
-            jobs.append((ex.compile_fc1, (a1, wp.weight_format, wp.activation, config.experts, arch, grid)))
-            jobs.append((ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, config.experts, arch, grid)))
+        for pair in self.expert_jobs(config, arch).values():
+            jobs += [job for job in pair if job not in jobs]  # buckets may share a GEMM's tiling
         return tuple(jobs)
 
     def scratch_specs(self, config=None, device="cuda") -> tuple:
@@ -239,7 +289,8 @@ class FusedMoePlan(Plan):
         initialises lazily during capture."""
         if state.arch is None:
             return
-        launchers = state.extra["launchers"] = resolve_launchers(state.kernels)
+        experts = self.expert_jobs(state.selection, state.arch)
+        launchers = state.extra["launchers"] = resolve_launchers(state.kernels, experts)
         _fill_constants(self, state.scratch)
         index = state.device.index if state.device.index is not None else torch.cuda.current_device()
         for kern in (*launchers.routing.values(), launchers.combine):
@@ -254,30 +305,31 @@ class Launchers:
 
     routing: dict  # ids dtype name -> _routing.RoutingKernels
     combine: object  # _combine.CombineKernels
-    experts: dict  # expert grid ("identity", "list"; only those the plan compiled) -> (fc1, fc2)
+    # (expert grid ("identity", "list"), bucket index) -> (fc1, fc2): only the variants the plan compiled
+    experts: dict
 
-    def expert_gemms(self, grid: str) -> tuple:
-        """(fc1, fc2) of one grid variant (a binding's `grid`)."""
+    def expert_gemms(self, grid: str, bucket: int = 0) -> tuple:
+        """(fc1, fc2) of one variant (a binding's `grid` and `bucket`)."""
         try:
-            return self.experts[grid]
+            return self.experts[(grid, bucket)]
         except KeyError:
             raise ValueError(
-                f"{OP}: the binding launches the {grid!r} expert grid, which this plan did not compile "
-                f"(it has {sorted(self.experts)}); bind it again after preparing"
+                f"{OP}: the binding launches the {grid!r} expert grid of tile bucket {bucket}, which this plan "
+                f"did not compile (it has {sorted(self.experts)}); bind it again after preparing"
             ) from None
 
 
-def resolve_launchers(jobs) -> Launchers:
-    """The Launchers of `FusedMoePlan.kernels`' (compile function, args) jobs, resolved in order:
-    routing per ids dtype, the combine, and (fc1, fc2) per expert grid (the jobs' last argument)."""
-    found, grids = {}, {}
+def resolve_launchers(jobs, experts: dict) -> Launchers:
+    """The Launchers of `FusedMoePlan.kernels`' (compile function, args) jobs: routing per ids
+    dtype and the combine, in job order; experts: `FusedMoePlan.expert_jobs` ((grid, bucket) ->
+    the FC1 and FC2 jobs), each resolved (a compiled kernel resolves from memory)."""
+    found = {}
     for fn, args in jobs:
-        launcher = fn(*args)
-        found.setdefault(fn.__name__, []).append(launcher)
-        if fn.__name__ in ("compile_fc1", "compile_fc2"):
-            grids.setdefault(args[-1], []).append(launcher)  # [fc1, fc2] per grid, in job order
+        if fn.__name__ in ("compile_routing", "compile_combine"):
+            found.setdefault(fn.__name__, []).append(fn(*args))
     routing = dict(zip(IDS_DTYPES, found["compile_routing"]))
-    return Launchers(routing, found["compile_combine"][0], {grid: tuple(pair) for grid, pair in grids.items()})
+    gemms = {key: tuple(fn(*args) for fn, args in pair) for key, pair in experts.items()}
+    return Launchers(routing, found["compile_combine"][0], gemms)
 
 
 def _fill_constants(p: FusedMoePlan, s: dict) -> None:
@@ -336,6 +388,7 @@ def plan(caps: Caps, *, invocation=None, override=None) -> FusedMoePlan:
         )
     if override is not None:
         _check_override(caps, override)
+        _check_buckets(caps, override.experts)
     return FusedMoePlan(op=OP, caps=caps, invocation=invocation, override=override)
 
 
@@ -353,6 +406,27 @@ def _check_override(caps: Caps, override) -> None:
         raise ValueError(f"override.combine cannot implement I={wp.intermediate_size} with {a2}: {combine!r}")
 
 
+def _check_buckets(caps: Caps, buckets) -> None:
+    """override.experts: a non-empty tuple of ExpertBucket, max_tokens strictly ascending, the last
+    >= caps.max_tokens, each GEMM's tiling one the expert kernels implement for this plan."""
+    ex = _experts_module()
+    wp = caps.weight_plan
+    a1, a2 = OPERANDS[caps.quant_mode]
+    what = "override.experts"
+    if not isinstance(buckets, tuple) or not buckets or not all(isinstance(b, ExpertBucket) for b in buckets):
+        raise ValueError(f"{what} must be a non-empty tuple of moe.fused_moe ExpertBucket, got {buckets!r}")
+    tops = [b.max_tokens for b in buckets]
+    if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in tops) or tops != sorted(set(tops)):
+        raise ValueError(f"{what}: bucket max_tokens must be ints >= 1, strictly ascending, got {tops}")
+    if tops[-1] < caps.max_tokens:
+        raise ValueError(f"{what}: the last bucket must hold the caps' max_tokens = {caps.max_tokens}, got {tops}")
+    for i, b in enumerate(buckets):
+        for fc, a_fmt, cfg, act in ((1, a1, b.fc1, wp.activation), (2, a2 or "bfloat16", b.fc2, None)):
+            reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg)
+            if reason is not None:
+                raise ValueError(f"{what}[{i}].fc{fc}: {reason}")
+
+
 @dataclass(frozen=True)
 class FusedMoeBinding:
     plan: FusedMoePlan
@@ -366,6 +440,7 @@ class FusedMoeBinding:
     fc2_args: tuple | None = None
     gscales: tuple | None = None  # CUDA: (a1_gscale, a2_gscale) or fp32 stand-ins
     grid: str | None = None  # CUDA: the expert GEMMs' variant (`expert_grid`)
+    bucket: int = 0  # CUDA: the expert GEMMs' tiling bucket (`expert_bucket`)
 
 
 def _on_device(name: str, t: torch.Tensor, device: str) -> None:
@@ -466,15 +541,17 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
         )
     _check_kernel_layout(a, output)
     s = _check_scratch(plan, scratch)
-    compact = st.selection.routing.compact_grid
-    return device_binding(plan, s, a, experts, topk_weights, topk_ids, output, compact=compact)
+    sel = st.selection
+    return device_binding(
+        plan, s, a, experts, topk_weights, topk_ids, output, compact=sel.routing.compact_grid, buckets=sel.experts
+    )
 
 
 def device_binding(
-    plan: FusedMoePlan, s: dict, a, experts, topk_weights, topk_ids, output, *, compact: bool = False
+    plan: FusedMoePlan, s: dict, a, experts, topk_weights, topk_ids, output, *, compact: bool = False, buckets=None
 ) -> FusedMoeBinding:
     """The binding of the device pipeline on workspace views `s` (arguments already checked);
-    compact: the selection's routing.compact_grid."""
+    compact: the selection's routing.compact_grid; buckets: its expert buckets (None: bucket 0)."""
     (A1, SFA1), (A2, SFA2) = _operands(plan, s)
     ex, u8 = experts, torch.uint8
     # The expert GEMMs' grid rows: every expert ("identity": the active argument is not read), or
@@ -489,7 +566,8 @@ def device_binding(
     fc2 += (active,)
     nvfp4 = plan.operand_formats[0] == "nvfp4"
     gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
-    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid)
+    bucket = 0 if buckets is None else expert_bucket(buckets, a.shape[0])
+    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid, bucket)
 
 
 def run(*, binding: FusedMoeBinding) -> torch.Tensor:
@@ -533,7 +611,7 @@ def execute(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> None
     s = b.scratch
     g1, g2 = b.gscales
     routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
-    fc1, fc2 = launchers.expert_gemms(b.grid)
+    fc1, fc2 = launchers.expert_gemms(b.grid, b.bucket)
     routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)
     fc1(*b.fc1_args)
     if launchers.combine.requant is not None:
@@ -552,7 +630,7 @@ def steps(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> list:
     s = b.scratch
     g1, g2 = b.gscales
     routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
-    fc1, fc2 = launchers.expert_gemms(b.grid)
+    fc1, fc2 = launchers.expert_gemms(b.grid, b.bucket)
     found = [
         ("route+gather", lambda: routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)),
         ("fc1", lambda: fc1(*b.fc1_args)),
