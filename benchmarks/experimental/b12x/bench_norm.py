@@ -155,6 +155,9 @@ def sweep_configs():
         "persist_w128": dataclasses.replace(base, fused_pre=PersistConfig(block_w=128), fused_min_tokens=1),
         "persist_w512": dataclasses.replace(base, fused_pre=PersistConfig(block_w=512), fused_min_tokens=1),
         "persist_y128": dataclasses.replace(base, fused_pre=PersistConfig(block_y=128), fused_min_tokens=1),
+        "persist_y256_c2": dataclasses.replace(
+            base, fused_pre=PersistConfig(block_y=256, ctas_per_sm=2), fused_min_tokens=1
+        ),
         "persist_u8": dataclasses.replace(base, fused_pre=PersistConfig(split_unroll=8), fused_min_tokens=1),
         "persist_emulate": dataclasses.replace(base, fused_pre=PersistConfig(emulate=True), fused_min_tokens=1),
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles

@@ -192,6 +192,7 @@ PERSIST_TILES = {
     "step": _config.PersistConfig(sq="step"),
     "w512": _config.PersistConfig(block_w=512),
     "unroll8": _config.PersistConfig(split_unroll=8),
+    "y256_c2": _config.PersistConfig(block_y=256, ctas_per_sm=2),  # 252 registers: 2 programs per SM
 }
 
 

@@ -22,9 +22,12 @@ PERSIST = {
     "persist": _config.MhcConfig(fused_pre=P(), fused_min_tokens=1),
     # one lane (a program walks every token block: the most waits per program), 512-wide splits
     "persist_lane1_w512": _config.MhcConfig(fused_pre=P(block_w=512, lanes=1, sq="step"), fused_min_tokens=1),
+    # y of a whole 256-wide slice in registers (one read, the norm without a second): 2 programs per SM
+    "persist_y256_c2": _config.MhcConfig(fused_pre=P(block_y=256, ctas_per_sm=2), fused_min_tokens=1),
     # the interpreter's form on the GPU: stages as 2-3 launches, no waiting
     "persist_emulate": _config.MhcConfig(fused_pre=P(emulate=True), fused_min_tokens=1),
 }
+FORMS = ("pre", "post_pre")  # what the persist tile serves (plans compile only these forms' kernels)
 
 
 def _zero_counters(p):
@@ -35,7 +38,7 @@ def _zero_counters(p):
 @pytest.mark.parametrize("hidden", HIDDEN)
 @pytest.mark.parametrize("tokens", TOKENS)
 def test_persist_pre_and_post_pre(variant, hidden, tokens):
-    p = prepared(hidden, override=PERSIST[variant])
+    p = prepared(hidden, invocation=FORMS, override=PERSIST[variant])
     assert isinstance(p.state.selection.fused("pre", tokens), P)
     ins = inputs(tokens, hidden, device="cuda", seed=700 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
@@ -51,12 +54,12 @@ def test_persist_pre_and_post_pre(variant, hidden, tokens):
     _zero_counters(p)
 
 
-@pytest.mark.parametrize("variant", ["persist", "persist_lane1_w512"])
+@pytest.mark.parametrize("variant", ["persist", "persist_y256_c2"])
 @pytest.mark.parametrize("tokens", [3, 1000])
 def test_persist_graph_replays(variant, tokens):
     """Captured pre + post_pre replayed twice on fresh inputs equal eager calls, bit for bit."""
     hidden = 7168
-    p = prepared(hidden, override=PERSIST[variant])
+    p = prepared(hidden, invocation=FORMS, override=PERSIST[variant])
     static = inputs(tokens, hidden, device="cuda", seed=1)
     outs = [pre_buffers(tokens, hidden), pre_buffers(tokens, hidden, residual=True)]
     a = (static["x"], static["residual"], static["post"], static["comb"])

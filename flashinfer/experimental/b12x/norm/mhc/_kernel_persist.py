@@ -72,6 +72,36 @@ def _arrive(ptr):
 
 
 @triton.jit
+def _store_y(y_ptr, row, t_mask, hy, y, inv, w_ptr, H: tl.constexpr, NORM: tl.constexpr):
+    """y [BLOCK_T, n] at hidden offsets hy, times inv [BLOCK_T] and the norm weight when NORM."""
+    if NORM:
+        y = y * inv[:, None] * tl.load(w_ptr + hy).to(tl.float32)[None, :]
+    tl.store(y_ptr + row[:, None] * H + hy[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+
+
+@triton.jit
+def _put_ysq(part, t_mask, yy, cnt):
+    """This slice's sum of y^2 per token into partial column 25, then an arrival on the block's
+    second counter."""
+    tl.store(part + 25, yy, mask=t_mask)
+    _arrive(cnt)
+
+
+@triton.jit
+def _block_inv(part_ptr, row, t_mask, T, splits, cnt, H: tl.constexpr, BLOCK_T: tl.constexpr,
+               SPLIT_U: tl.constexpr, norm_eps):  # fmt: skip
+    """rsqrt(mean(y^2) + norm_eps) of the block's tokens once every split put its sum of y^2."""
+    _wait_count(cnt, splits)
+    yy = tl.zeros([BLOCK_T], dtype=tl.float32)
+    for sp0 in range(0, splits, SPLIT_U):
+        for u in tl.static_range(SPLIT_U):
+            sp = sp0 + u
+            ym = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
+            yy += tl.load(part_ptr + (sp * T + row) * 32 + 25, mask=ym, other=0.0, cache_modifier=".cg")
+    return 1.0 / tl.sqrt_rn(yy / H + norm_eps)
+
+
+@triton.jit
 def _zero_blocks(cnt_ptr, nblocks):
     """The per-block counters (2 a block after the slot and done tickets) back to 0."""
     z = tl.arange(0, 256)
@@ -112,6 +142,7 @@ def _mhc_persist_kernel(
 ):
     CPS: tl.constexpr = BLOCK_W // BLOCK_H  # pass-1 steps of a split
     FINAL: tl.constexpr = (STAGE == 0) or (STAGE == 3)  # stage 2 is final without a norm weight
+    ONE_Y: tl.constexpr = BLOCK_Y >= BLOCK_W
     nblocks = tl.cdiv(T, BLOCK_T)
     slot = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
     lane = slot // splits
@@ -120,6 +151,7 @@ def _mhc_persist_kernel(
     tb = tl.arange(0, BLOCK_T)
     m32 = tl.arange(0, 32)
     c4 = tl.arange(0, 4)
+    c8 = tl.arange(0, 8)
     tp = s + splits * tl.arange(0, TPP)  # this program's post/comb tokens within a block
 
     for b in range(lane, nblocks, lanes):
@@ -133,9 +165,18 @@ def _mhc_persist_kernel(
             _arrive(cnt_ptr + 2 + 2 * b)
         if STAGE != 1:
             _wait_count(cnt_ptr + 2 + 2 * b, splits)
-            # pre and the rms of every token of the block: columns 0..3 and 24 of every split (L2)
+            # pre and the rms of every token of the block (columns 0..3 and 24 of every split), and
+            # all 25 columns of this program's post/comb tokens, in one loop (L2, L1 bypassed)
             a4 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
             ssq = tl.zeros([BLOCK_T], dtype=tl.float32)
+            tok = (b * BLOCK_T + tp).to(tl.int64)
+            k_mask = (tp < BLOCK_T) & (tok < T)
+            acc8 = tl.zeros([TPP, 8], dtype=tl.float32)
+            l_0 = tl.zeros([TPP, 4], dtype=tl.float32)
+            l_1 = tl.zeros([TPP, 4], dtype=tl.float32)
+            l_2 = tl.zeros([TPP, 4], dtype=tl.float32)
+            l_3 = tl.zeros([TPP, 4], dtype=tl.float32)
+            ksq = tl.zeros([TPP], dtype=tl.float32)
             for sp0 in range(0, splits, SPLIT_U):  # SPLIT_U splits' loads in flight per round trip
                 for u in tl.static_range(SPLIT_U):
                     sp = sp0 + u
@@ -143,22 +184,7 @@ def _mhc_persist_kernel(
                     pr = part_ptr + (sp * T + row) * 32
                     a4 += tl.load(pr[:, None] + c4[None, :], mask=pm[:, None], other=0.0, cache_modifier=".cg")
                     ssq += tl.load(pr + 24, mask=pm, other=0.0, cache_modifier=".cg")
-            rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)
-            pre = tl.sigmoid(a4 * rs[:, None] * tl.load(scale_ptr) + tl.load(base_ptr + c4)[None, :]) + hc_eps
-            if STAGE <= 2:
-                # post and comb of this program's share of the block's tokens (all 25 columns)
-                tok = (b * BLOCK_T + tp).to(tl.int64)
-                k_mask = (tp < BLOCK_T) & (tok < T)
-                c8 = tl.arange(0, 8)
-                acc8 = tl.zeros([TPP, 8], dtype=tl.float32)
-                l_0 = tl.zeros([TPP, 4], dtype=tl.float32)
-                l_1 = tl.zeros([TPP, 4], dtype=tl.float32)
-                l_2 = tl.zeros([TPP, 4], dtype=tl.float32)
-                l_3 = tl.zeros([TPP, 4], dtype=tl.float32)
-                ksq = tl.zeros([TPP], dtype=tl.float32)
-                for sp0 in range(0, splits, SPLIT_U):
-                    for u in tl.static_range(SPLIT_U):
-                        sp = sp0 + u
+                    if STAGE <= 2:
                         km1 = k_mask & (tl.full([TPP], sp, tl.int32) < splits)
                         km = km1[:, None]
                         kr = part_ptr + (sp * T + tok) * 32
@@ -168,44 +194,46 @@ def _mhc_persist_kernel(
                         l_2 += tl.load(kr[:, None] + 16 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
                         l_3 += tl.load(kr[:, None] + 20 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
                         ksq += tl.load(kr + 24, mask=km1, other=0.0, cache_modifier=".cg")
-                krs = 1.0 / tl.sqrt_rn(ksq / (4 * H) + rms_eps)
-                _tok_weights(acc8, l_0, l_1, l_2, l_3, krs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, k_mask,
-                             sinkhorn_iters, hc_eps)  # fmt: skip
+            rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)
+            pre = tl.sigmoid(a4 * rs[:, None] * tl.load(scale_ptr) + tl.load(base_ptr + c4)[None, :]) + hc_eps
             # y of this slice (the rows again: L2 hits, the lane's programs read them just now)
             p_0 = tl.sum(tl.where(c4[None, :] == 0, pre, 0.0), axis=1)
             p_1 = tl.sum(tl.where(c4[None, :] == 1, pre, 0.0), axis=1)
             p_2 = tl.sum(tl.where(c4[None, :] == 2, pre, 0.0), axis=1)
             p_3 = tl.sum(tl.where(c4[None, :] == 3, pre, 0.0), axis=1)
-            yy = tl.zeros([BLOCK_T], dtype=tl.float32)
-            if has_norm:
+            if ONE_Y:  # the slice's y in registers: one round trip, no re-read for the norm
+                y = _slice_y(res_ptr, row, t_mask, h_lo, p_0, p_1, p_2, p_3, H, BLOCK_W)
+                hy = h_lo + tl.arange(0, BLOCK_W)
+                if has_norm:
+                    if STAGE != 3:
+                        _put_ysq(part, t_mask, tl.sum(y * y, axis=1), cnt_ptr + 3 + 2 * b)
+                    if STAGE != 2:
+                        inv = _block_inv(part_ptr, row, t_mask, T, splits, cnt_ptr + 3 + 2 * b, H, BLOCK_T, SPLIT_U,
+                                         norm_eps)  # fmt: skip
+                        _store_y(y_ptr, row, t_mask, hy, y, inv, w_ptr, H, True)
+                elif STAGE != 3:
+                    _store_y(y_ptr, row, t_mask, hy, y, 1.0, w_ptr, H, False)
+            elif has_norm:
                 if STAGE != 3:  # this slice's sum of y^2 -> column 25, then the block's second exchange
+                    yy = tl.zeros([BLOCK_T], dtype=tl.float32)
                     for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
                         y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
                         yy += tl.sum(y * y, axis=1)
-                    tl.store(part + 25, yy, mask=t_mask)
-                    _arrive(cnt_ptr + 3 + 2 * b)
+                    _put_ysq(part, t_mask, yy, cnt_ptr + 3 + 2 * b)
                 if STAGE != 2:
-                    _wait_count(cnt_ptr + 3 + 2 * b, splits)
-                    yy = tl.zeros([BLOCK_T], dtype=tl.float32)
-                    for sp0 in range(0, splits, SPLIT_U):
-                        for u in tl.static_range(SPLIT_U):
-                            sp = sp0 + u
-                            ym = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
-                            yy += tl.load(part_ptr + (sp * T + row) * 32 + 25, mask=ym, other=0.0, cache_modifier=".cg")
-                    inv = 1.0 / tl.sqrt_rn(yy / H + norm_eps)
+                    inv = _block_inv(part_ptr, row, t_mask, T, splits, cnt_ptr + 3 + 2 * b, H, BLOCK_T, SPLIT_U,
+                                     norm_eps)  # fmt: skip
                     for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
                         y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
-                        hy = h_lo + y0 + tl.arange(0, BLOCK_Y)
-                        w = tl.load(w_ptr + hy).to(tl.float32)
-                        y = y * inv[:, None] * w[None, :]
-                        tl.store(
-                            y_ptr + row[:, None] * H + hy[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None]
-                        )
+                        _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, inv, w_ptr, H, True)
             elif STAGE != 3:
                 for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
                     y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
-                    hy = h_lo + y0 + tl.arange(0, BLOCK_Y)
-                    tl.store(y_ptr + row[:, None] * H + hy[None, :], y.to(y_ptr.dtype.element_ty), mask=t_mask[:, None])
+                    _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, 1.0, w_ptr, H, False)
+            if STAGE <= 2:  # post and comb of this program's tokens (after y: off its critical path)
+                krs = 1.0 / tl.sqrt_rn(ksq / (4 * H) + rms_eps)
+                _tok_weights(acc8, l_0, l_1, l_2, l_3, krs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, k_mask,
+                             sinkhorn_iters, hc_eps)  # fmt: skip
 
     # Exit: the last program to leave zeroes the counters (the block counters after the last stage).
     done = _arrive(cnt_ptr + 1)
