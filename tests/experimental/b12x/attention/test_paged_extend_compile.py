@@ -8,6 +8,9 @@
 - The variants `bench_attention --mode extend` times compile for both archs and fit the register
   budget (ptxas -v, when a ptxas is installed): no spills at 16 rows a warp, bounded spills of loop
   invariants at 32 (row_blocks 2), two CTAs per SM for the 4-warp ones.
+- sub_tiles / lazy_rescale (the pipelined variants the lead sweeps): two traced bodies, one more
+  max/sum step per slice, one warp vote per step; the sliced tile re-reads Q per slice (SASS LDSM
+  count) instead of keeping it live and spilling; out-of-range fields are rejected by name.
 """
 
 import dataclasses

@@ -12,7 +12,11 @@ owns 16 * row_blocks rows (with row_blocks 2, Q is re-read from shared memory pe
 instead): S = Q K^T (mma m16n8k16, fp32 acc, one 16-wide head-dim block at a time), causal /
 window mask on the tiles that need one, online softmax in base 2 (bf16/fp16 KV: the row max is
 taken before scaling, so exp2(s * c - m) is one FFMA), O += P V (one 16-key block at a time). Tiles wholly above the diagonal of the tile's last token (or below the window of its first)
-are never loaded.
+are never loaded. config.sub_tiles > 1 splits each tile into key slices, each its own online-softmax
+step, software-pipelined (the next slice's QK^T is issued before a slice's softmax, in one basic
+block per masked / unmasked body) so a warp's exp2 / max / sum work hides behind its own mma;
+config.lazy_rescale keeps a warp's row maxima until one grows by more than N (base 2) and skips
+the O rescale meanwhile (`ExtendConfig`).
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
 max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
