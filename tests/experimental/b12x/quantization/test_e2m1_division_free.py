@@ -52,25 +52,25 @@ def codes_search(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
 
 
 def codes_steps(p: torch.Tensor, sf: torch.Tensor, big: float = 2.0**35) -> torch.Tensor:
-    """The kernel's `encode="steps"` (`nvfp4/_steps.py`): each strict threshold u is one saturating
-    FMA, sat(a * 2^35 - 2^35 * u) in {0, 1} (2^35 * a is exact, so the fp32 add below rounds once, as
-    the FMA does; NaN -> 0), the steps summed onto 2^23 in fp32, the code read from the float's bits."""
+    """The kernel's `encode="steps"` (`nvfp4/_steps.py`, `e2m1_steps_top`): each strict threshold u is
+    one saturating FMA, sat(a * 2^35 - 2^35 * u) in {0, 1} (2^35 * a is exact, so the fp32 add below
+    rounds once, as the FMA does; NaN -> 0); the steps' bits (0 or 0x3F800000) summed as int32 and
+    times -32 put the count in the top nibble; bit 31 = sign bit & (step 0's bits << 8)."""
     s = torch.where(sf == 0, torch.full_like(sf, NAN), sf)
 
     def neg_threshold(mid, up):  # -2^35 * u, u made strict (one ulp less magnitude) where ties go up
         t = s * (-big * mid)
         return (t.view(torch.int32) - 1).view(torch.float32) if up else t
 
-    def sat(r):
-        return torch.where(r > 0, r.clamp(max=1.0), torch.zeros_like(r))
+    def step_bits(nu):
+        r = a * big + nu
+        return torch.where(r > 0, r.clamp(max=1.0), torch.zeros_like(r)).view(torch.int32)
 
-    nus = [neg_threshold(mid, up) for mid, up in zip(MIDPOINTS, TIES_UP)]
     a = p.abs()
-    acc = sat(a * big + nus[0]) + 2.0**23
-    for nu in nus[1:]:
-        acc = acc + sat(a * big + nu)
-    acc = acc + sat(p * -big + nus[0]) * 8.0  # p < -u_0: the sign of a non-zero code
-    return (acc.view(torch.int32) - 0x4B000000).to(torch.uint8)
+    steps = [step_bits(neg_threshold(mid, up)) for mid, up in zip(MIDPOINTS, TIES_UP)]
+    top = sum(steps[1:], steps[0]) * -32  # int32 arithmetic wraps, as on the GPU
+    top = top | (p.view(torch.int32) & (steps[0] << 8))
+    return ((top.to(torch.int64) & 0xFFFFFFFF) >> 28).to(torch.uint8)
 
 
 def codes_oracle(p: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:

@@ -49,7 +49,7 @@ from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
 from . import _steps
-from ._steps import e2m1_codes_steps
+from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, pack_steps_top
 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale
@@ -192,13 +192,15 @@ _UNVALIDATED = (
 # with `unvalidated` (B12X_QUANT_UNVALIDATED_CANDIDATES=1, bench --all-configs, test_gpu_candidates).
 # Predictions in docs/predictions/quantization.md (2026-11-30 10:00 section).
 _UNVALIDATED_STEPS = (
-    (16, 256, 4, "steps", True, False),
-    (32, 256, 8, "steps", True, False),
+    (16, 256, 4, "steps", True, False),  # rows: the tiny-M candidate (dead programs skip)
+    # one 16-element block per thread: 47 registers (sm_90a), high occupancy
+    (8, 256, 4, "steps", False, False, "halves"),
+    (16, 256, 8, "steps", False, False, "halves"),
+    (16, 128, 4, "steps", False, False, "halves"),
+    (32, 256, 16, "steps", False, False, "halves"),
+    (8, 256, 4, "steps", True, True, "halves"),
+    # two blocks per thread: fewer per-thread costs, but ptxas keeps both blocks' steps live (117 regs)
     (16, 256, 4, "steps", False, False, "halves"),
-    (32, 256, 8, "steps", False, False, "halves"),
-    (64, 256, 8, "steps", False, False, "halves"),
-    (32, 512, 8, "steps", False, False, "halves"),
-    (16, 256, 4, "steps", True, True, "halves"),
 )
 
 
@@ -492,28 +494,49 @@ def _quantize_tile_halves(
     else:
         bmask = row_ok[:, None] & (blk < NB)[None, :]  # K % 16 == 0: a block is all in or all out
     e = tl.arange(0, 8)
-    ptrs = x_ptr + rows64[:, None, None] * K + (blk * 16)[None, :, None] + e[None, None, :]
-    xa = tl.load(ptrs, mask=bmask[:, :, None], other=0.0).to(tl.float32)
-    xb = tl.load(ptrs + 8, mask=bmask[:, :, None], other=0.0).to(tl.float32)
+    WORDS: tl.constexpr = ENCODE == 3 and x_ptr.dtype.element_ty == tl.bfloat16
+    if WORDS:
+        # "steps" on bf16: each half loaded as 4 int32 words (the same 16 bytes) and unpacked by hand,
+        # lo = w << 16 (element 2j), hi = w & 0xFFFF0000 (element 2j + 1): one instruction a value.
+        j = tl.arange(0, 4)
+        wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None, None] * (K // 2) + (blk * 8)[None, :, None]
+        wptrs += j[None, None, :]
+        # |hi| = w & 0x7FFF0000 (one LOP3; w's bit 31 is its sign); lo = w << 16, its |.| left to FMUL/FMNMX.
+        ua = tl.load(wptrs, mask=bmask[:, :, None], other=0)
+        ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0)
+        la, lb = as_f32(ua << 16, ASM), as_f32(ub << 16, ASM)
+        ma, mb = (ua & 0x7FFF0000).to(tl.float32, bitcast=True), (ub & 0x7FFF0000).to(tl.float32, bitcast=True)
+        amax = tl.maximum(tl.max(tl.abs(la), axis=2), tl.max(ma, axis=2))
+        amax = tl.maximum(amax, tl.maximum(tl.max(tl.abs(lb), axis=2), tl.max(mb, axis=2)))
+    else:
+        ptrs = x_ptr + rows64[:, None, None] * K + (blk * 16)[None, :, None] + e[None, None, :]
+        xa = tl.load(ptrs, mask=bmask[:, :, None], other=0.0).to(tl.float32)
+        xb = tl.load(ptrs + 8, mask=bmask[:, :, None], other=0.0).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(xa), axis=2), tl.max(tl.abs(xb), axis=2))
 
     # amax: NaN-ignoring max (`block_amax_maxnum`'s rule) of the two halves.
-    amax = tl.maximum(tl.max(tl.abs(xa), axis=2), tl.max(tl.abs(xb), axis=2))
     amax = tl.where(amax == amax, amax, 0.0)
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
     sbits, sf = _e4m3_rn(t)  # no fp8 instruction: see `_e4m3_rn`
 
-    if ENCODE == 3:
-        ca = e2m1_codes_steps(xa, gs, sf, ASM)
-        cb = e2m1_codes_steps(xb, gs, sf, ASM)
-    elif ENCODE == 2:
-        ca = _e2m1_codes_search(xa, gs, sf)
-        cb = _e2m1_codes_search(xb, gs, sf)
+    if WORDS:
+        lo_a = e2m1_steps_top(tl.abs(la), la.to(tl.int32, bitcast=True), gs, sf, ASM)
+        lo_b = e2m1_steps_top(tl.abs(lb), lb.to(tl.int32, bitcast=True), gs, sf, ASM)
+        wa = pack_steps_pairs(lo_a, e2m1_steps_top(ma, ua, gs, sf, ASM))
+        wb = pack_steps_pairs(lo_b, e2m1_steps_top(mb, ub, gs, sf, ASM))
+    elif ENCODE == 3:  # codes in the top nibble: shifted down into place (`_steps.py`)
+        wa = pack_steps_top(e2m1_steps_top(tl.abs(xa), xa.to(tl.int32, bitcast=True), gs, sf, ASM))
+        wb = pack_steps_top(e2m1_steps_top(tl.abs(xb), xb.to(tl.int32, bitcast=True), gs, sf, ASM))
     else:
-        ca = _e2m1_codes_mul(xa, gs, sf)
-        cb = _e2m1_codes_mul(xb, gs, sf)
-    shifts = e * 4
-    wa = tl.sum(ca << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)  # disjoint nibbles
-    wb = tl.sum(cb << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)
+        if ENCODE == 2:
+            ca = _e2m1_codes_search(xa, gs, sf)
+            cb = _e2m1_codes_search(xb, gs, sf)
+        else:
+            ca = _e2m1_codes_mul(xa, gs, sf)
+            cb = _e2m1_codes_mul(xb, gs, sf)
+        shifts = e * 4
+        wa = tl.sum(ca << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)  # disjoint nibbles
+        wb = tl.sum(cb << shifts[None, None, :], axis=2).to(tl.uint32, bitcast=True)
     words = wa.to(tl.uint64) | (wb.to(tl.uint64) << 32)
     offs = rows64[:, None] * NB + blk[None, :]  # 8-byte units: a row is K/2 = 8 * NB bytes
     tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
