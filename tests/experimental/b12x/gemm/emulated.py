@@ -39,8 +39,10 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
     rt = KD.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
     for bidx in range((n + logic.bn - 1) // logic.bn):
         n0 = np.int32(bidx * logic.bn)
-        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
-        for w in range(config.warps):  # phase 1: the K loop and the partial sums
+        smem = np.zeros(logic.red_floats * 4 + logic.share_bytes, dtype=np.uint8)
+        if config.ashare:  # warp sets in lock step: every warp's store phase, then every warp's math
+            _ashare_k_loops(logic, gmem, smem, rt, n0, k)
+        for w in range(0 if config.ashare else config.warps):  # phase 1: the K loop and the partial sums
             ops = EmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
             chunks = np.int32(k // KD.CHUNK)
@@ -64,6 +66,28 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
         for w in range(config.warps):  # phase 2, after the barrier
             logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
     return _read_c(gmem, bases[4], c)
+
+
+def _ashare_k_loops(logic, gmem, smem, rt, n0, k) -> None:
+    """The ashare K loop of one CTA: per warp set (the wn warps with the same chunks) and chunk, the
+    share_store of every warp, the set's barrier, then every warp's chunk; then the partial sums."""
+    share_base = logic.red_floats * 4
+    chunks = k // KD.CHUNK
+    for kset in range(logic.kstep):
+        warps = [gi * logic.kstep + kset for gi in range(logic.cfg.wn)]
+        ops = {w: EmuOps(gmem, smem) for w in warps}
+        acc = {w: logic.zero_acc(ops[w]) for w in warps}
+        for ch in range(kset, chunks, logic.kstep):
+            c, parity = np.int32(ch), ((ch - kset) // logic.kstep) & 1
+            nws = {w: np.int32(n0 + (w // logic.kstep) * logic.rows_w) for w in warps}
+            wl = {w: logic.weight_loads(ops[w], rt, LANE, nws[w], c) for w in warps}
+            for w in warps:
+                logic.share_store(ops[w], rt, LANE, c, w // logic.kstep, kset, parity, share_base)
+            for w in warps:
+                shared = logic.shared_groups(ops[w], LANE, kset, parity, share_base)
+                acc[w] = logic.chunk_with(ops[w], rt, LANE, nws[w], c, wl[w], acc[w], shared)
+        for w in warps:
+            logic.reduce_stage(ops[w], 0, w, LANE, acc[w])
 
 
 def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:

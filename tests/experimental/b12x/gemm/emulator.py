@@ -317,5 +317,8 @@ class EmuOps:
         x = np.asarray(x)
         return x[self.lane ^ mask]
 
+    def bar_sync(self, barrier_id, threads: int):  # named barriers: the drivers order the phases too
+        pass
+
     def barrier(self):  # the emulator's kernel drivers run the phases between barriers in order
         pass

@@ -23,7 +23,10 @@ CFG = KD.DecodeConfig
 
 
 def _cid(c) -> str:
-    return f"w{c.warps}t{c.tiles}n{c.ntiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}-c{int(c.clamp)}-{c.fp4}"
+    return (
+        f"w{c.warps}t{c.tiles}n{c.ntiles}u{c.unroll}-{c.wcache}-{c.acache}-kg{c.kgroup}-wn{c.wn}-c{int(c.clamp)}"
+        f"-{c.fp4}-s{int(c.ashare)}"
+    )
 
 
 # ---- emulated: every option against the reference ------------------------------------------------
@@ -78,6 +81,9 @@ def test_stream_options_two_token_tiles(cfg, m):
         (CFG(8, 1, 2, 2, wn=2, kgroup=2, clamp=True, fp4="left", wcache="ef", acache="el"), "float16", "mxfp4", 11),
         (CFG(4, 2, 1, 1, fp4="left", clamp=True), "nvfp4", "nvfp4", 2),  # FP4 activations keep their placement
         (CFG(2, 4, 1, 1, wn=2, kgroup=4, clamp=True), "bfloat16", "mxfp8", 8),  # fp4 option ignored by FP8
+        (CFG(16, 1, 2, 2, wn=4, ashare=True, clamp=True, fp4="left", acache="el"), "bfloat16", "nvfp4", 13),
+        (CFG(8, 2, 1, 1, wn=4, ashare=True), "float16", "mxfp4", 1),  # 4 units over 4 groups
+        (CFG(4, 1, 4, 1, wn=2, ashare=True), "bfloat16", "mxfp8", 27),  # 16 units: 8 per group
     ],
     ids=lambda x: _cid(x) if isinstance(x, CFG) else str(x),
 )
@@ -103,6 +109,7 @@ def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
         CFG(4, 2, 1, 1, clamp=True),  # N = 96 = 3 CTAs of 32 rows: the clamp acts on tokens 5..7
         CFG(4, 4, 1, 1, clamp=True),  # BN = 64: rows 96..127 of the second CTA clamp too
         CFG(4, 2, 1, 1, fp4="left"),  # the same bits by other shifts
+        CFG(8, 2, 1, 2, wn=2, ashare=True),  # activations through smem: the same registers
     ):
         args, alpha = _args(ops, "float32")  # a fresh NaN-poisoned output
         assert torch.equal(E.run_decode("bfloat16", "nvfp4", "float32", cfg, args, alpha), plain), cfg
@@ -141,6 +148,14 @@ def test_invalid_stream_options_are_rejected():
         logic(CFG(kgroup=2, prefetch=1))
     with pytest.raises(ValueError, match=r"fp4 must be one of \('shift', 'left'\).*got 'lut'"):
         logic(CFG(fp4="lut"))
+    with pytest.raises(ValueError, match="ashare needs wn > 1 dividing 4 x ntiles"):
+        logic(CFG(ashare=True))
+    with pytest.raises(ValueError, match="ashare needs wn > 1 dividing 4 x ntiles"):
+        logic(CFG(warps=8, wn=8, ntiles=1, ashare=True))
+    with pytest.raises(ValueError, match=r"the reduction and ashare buffers \(65536 \+ 131072 bytes\) exceed 98304"):
+        logic(CFG(16, 2, 4, 1, wn=2, ashare=True))
+    with pytest.raises(ValueError, match="ashare shares 16-bit activations"):
+        KD.DecodeLogic("mxfp8", "mxfp8", "bfloat16", CFG(8, 2, 1, 1, wn=2, ashare=True))
     with pytest.raises(ValueError, match="clamp and prefetch > 0 do not combine"):
         logic(CFG(clamp=True, prefetch=1))
 
@@ -149,7 +164,7 @@ def test_invalid_stream_options_are_rejected():
 def test_stream_variants_are_valid_and_distinct(m, n, k):
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
     variants = KD.stream_variants(base)
-    assert 6 <= len(variants) <= 11 and base not in variants and len(set(variants)) == len(variants)
+    assert 6 <= len(variants) <= 12 and base not in variants and len(set(variants)) == len(variants)
     for cfg in variants:
         assert KD.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
         assert (
@@ -184,6 +199,7 @@ STREAM_BUILDS = [
     (CFG(4, 1, 1, 2, wcache="ef", acache="el"), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(4, 1, 1, 2, wcache="na", acache="el", clamp=True), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(4, 2, 2, 2, wcache="na", acache="el", fp4="left"), ("LDG.E.NA.128.CONSTANT",)),
+    (CFG(8, 2, 2, 2, wcache="na", acache="el", wn=2, ashare=True), ("LDS.128", "STS.128")),
 ]
 
 
@@ -207,6 +223,8 @@ def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
         for op in opcodes:
             assert re.search(rf"\b{re.escape(op)}\b", sass), op
         assert "STL" not in sass and "LDL" not in sass
+        if cfg.ashare:  # one named barrier per chunk (two in the unrolled loop), not CTA-wide ones
+            assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x", sass)) >= 2, "no named barrier"
         if cfg.fp4 == "left":  # the dequant's right shifts are gone (left: address math only)
             plain = _sass(
                 KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="shift"), arch=arch),

@@ -57,6 +57,8 @@ def test_stream_variants_at_issue_shapes(m, n, k):
         (KD.DecodeConfig(16, 1, 1, 2, wcache="ef", acache="el", wn=8), 5),
         (KD.DecodeConfig(8, 2, 2, 2, wcache="na", acache="el", clamp=True, wn=2), 13),
         (KD.DecodeConfig(4, 1, 1, 2, clamp=True, fp4="left"), 1),
+        (KD.DecodeConfig(16, 2, 2, 2, wn=4, ashare=True, acache="el"), 16),
+        (KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True, clamp=True), 7),
     ],
 )
 def test_stream_other_configs_partial_tiles(cfg, m):

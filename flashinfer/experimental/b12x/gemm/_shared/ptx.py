@@ -380,6 +380,11 @@ class DeviceOps:
     def barrier():
         cute.arch.sync_threads()
 
+    @staticmethod
+    def bar_sync(barrier_id, threads: int):
+        """Named barrier `barrier_id` (1..15; 0 is barrier()) over `threads` threads (whole warps)."""
+        cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
+
 
 DEVICE = DeviceOps()
 

@@ -52,6 +52,7 @@ _SOURCES = tuple(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("add
 
 NTILES = (1, 2, 4, 8)  # 8-token MMA tiles: M <= 8, 16, 32, 64
 RED_SMEM_LIMIT = 64 * 1024  # bytes of the reduction buffer (see why_not)
+SMEM_LIMIT = 96 * 1024  # reduction + ashare buffers (sm_120 gives a block 99 KB)
 ACC_LIMIT = 64  # fp32 accumulator registers per lane
 PREFETCH = (0, 1, 2, 4)  # DecodeConfig.prefetch values
 WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache hints (ptx.LDG_HINTS)
@@ -95,7 +96,11 @@ class DecodeConfig:
     chunk's loads and XORs the words into one accumulator (no dequant, no MMA): the access
     pattern's streaming ceiling; "nomma" also dequantizes both operands and XORs the registers in
     place of the MMAs. Rejected by why_not unless B12X_GEMM_DECODE_PROBE=1 (bench_gemm --sweep-subset
-    probe sets it); FP4 weights with 16-bit activations only."""
+    probe sets it); FP4 weights with 16-bit activations only.
+    ashare (wn > 1, 16-bit activations): the wn warps that take the same chunk (one per group) split
+    its activation groups, each loads and permutes its share into shared memory (double-buffered),
+    a named barrier per chunk, then every warp reads all groups back: one L2 read and one permute of
+    each activation span per CTA, guaranteed (without it the groups' reads meet in L1 or not)."""
 
     warps: int = 8
     tiles: int = 2
@@ -109,6 +114,7 @@ class DecodeConfig:
     clamp: bool = False
     fp4: str = "shift"
     probe: str = ""
+    ashare: bool = False
 
     @property
     def rows(self) -> int:
@@ -128,6 +134,11 @@ class DecodeConfig:
     def red_bytes(self) -> int:
         """Shared memory of the end-of-CTA reduction: warps x tokens x rows fp32."""
         return 4 * self.warps * self.max_m * self.rows
+
+    @property
+    def share_bytes(self) -> int:
+        """ashare's buffers: per warp set (kwarps of them) two buffers of 4 ntiles units x 32 lanes x 16 B."""
+        return self.kwarps * 2 * 4 * self.ntiles * 32 * 16 if self.ashare else 0
 
     @property
     def acc_regs(self) -> int:
@@ -177,18 +188,18 @@ def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
 def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
     """The streaming options around `base` (a case's heuristic config): what `bench_gemm
     --sweep-subset stream` times after `base`, one hypothesis each: L1 kept for the activations (na +
-    el), bigger L2 fetches (na256), adjacent chunks (kgroup 2), unpredicated loads (clamp), fewer
-    ALU-pipe instructions (fp4 "left"), warp groups along N (2 groups of the base's warps, 2 groups
-    of half of them, 4 groups of the base's warps), twice the rows per warp (half the CTAs, so half
-    the activation reads, more registers), then two combinations (everything on the instruction side
-    with na256, and with 2 warp groups). ("na" alone and "ef" stay selectable, not swept.) Valid
-    configs only, base excluded, no duplicates."""
+    el), bigger L2 fetches (na256), unpredicated loads (clamp), fewer ALU-pipe instructions (fp4
+    "left"), warp groups along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of
+    the base's warps), twice the rows per warp (half the CTAs, so half the activation reads, more
+    registers), two combinations (everything on the instruction side with na256, and with 2 warp
+    groups), and 2 warp groups sharing activations through smem (ashare: twice the base's warps, or
+    the base's). ("na" alone, "ef" and kgroup stay selectable, not swept.) Valid configs only, base
+    excluded, no duplicates."""
     hinted = replace(base, wcache="na", acache="el")
     lean = replace(hinted, clamp=True, fp4="left", prefetch=0)
     cands = (
         hinted,
         replace(hinted, wcache="na256"),
-        replace(hinted, wcache="na256", kgroup=2, unroll=1, prefetch=0),
         replace(hinted, clamp=True, prefetch=0),
         replace(hinted, fp4="left"),
         replace(hinted, warps=2 * base.warps, wn=2 * base.wn),
@@ -197,6 +208,8 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
         replace(hinted, tiles=2 * base.tiles),
         replace(lean, wcache="na256"),
         replace(lean, warps=2 * base.warps, wn=2 * base.wn),
+        replace(hinted, warps=2 * base.warps, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
+        replace(hinted, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
     )
     out = []
     for cfg in cands:
@@ -233,6 +246,11 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return f"wn must be one of {WN} and divide warps ({config.warps}), got {config.wn}"
     if config.clamp and config.prefetch:
         return "clamp and prefetch > 0 do not combine (the pipeline's loads past the last chunk rely on predicates)"
+    if config.ashare and (config.wn == 1 or config.prefetch or config.kgroup > 1 or (4 * config.ntiles) % config.wn):
+        return (
+            "ashare needs wn > 1 dividing 4 x ntiles, prefetch 0 and kgroup 1 (one chunk per step, its "
+            "activation groups split among the warp groups)"
+        )
     if config.kgroup > 1 and config.prefetch:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.acc_regs > ACC_LIMIT:
@@ -245,6 +263,11 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
             f"the reduction buffer (warps x 8*ntiles tokens x 16*tiles rows fp32 = {config.warps} x "
             f"{config.max_m} x {config.rows} x 4 = {config.red_bytes} bytes) exceeds {RED_SMEM_LIMIT} bytes "
             f"(use fewer warps or tiles)"
+        )
+    if config.red_bytes + config.share_bytes > SMEM_LIMIT:
+        return (
+            f"the reduction and ashare buffers ({config.red_bytes} + {config.share_bytes} bytes) exceed "
+            f"{SMEM_LIMIT} bytes (use fewer warps)"
         )
     if (8 * config.ntiles * config.rows) % 32:
         return "the reduction needs tokens x rows to be a multiple of 32"
@@ -270,6 +293,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str
         return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if config.ashare and (FORMAT[a_fmt].family != "raw16" or b_fmt == "fp8_block"):
+        return f"ashare shares 16-bit activations (not folded with a block-FP8 scale), got {a_fmt} x {b_fmt}"
     if config.probe:
         if os.environ.get(PROBE_ENV) != "1":
             return f"probe {config.probe!r} computes garbage (a timing probe): set {PROBE_ENV}=1 to build it"
@@ -320,6 +345,8 @@ class DecodeLogic:
         self.bn = config.rows * config.wn  # rows of the CTA
         self.kstep = config.kwarps  # chunk stride of one warp
         self.red_floats = config.warps * self.ntok * self.rows_w
+        self.units = 4 * config.ntiles  # ashare: (token tile, group) units of 4 registers per lane
+        self.share_bytes = config.share_bytes
 
     def zero_acc(self, ops):
         return [ops.f32_zero() for _ in range(self.cfg.tiles * self.cfg.ntiles * 4)]
@@ -442,6 +469,34 @@ class DecodeLogic:
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
         return self.chunk_with(ops, rt, lane, n0, c, self.weight_loads(ops, rt, lane, n0, c), acc)
 
+    def _share_addr(self, base, kset, parity, u, lane):
+        return base + (((kset * 2 + parity) * self.units + u) * 32 + lane) * 16
+
+    def share_store(self, ops, rt: Runtime, lane, c, group, kset, parity, base):
+        """ashare, before the set's barrier: this warp group's activation units of chunk c, (token
+        tile nt, group j) for u = 4 nt + j = group, group + wn, ... (group is a run-time value),
+        loaded (one 16-byte access each), permuted to the weight's K order (the same permutation
+        for every group j) and stored to the set's `parity` buffer."""
+        g, t = lane >> 2, lane & 3
+        k0 = c * CHUNK + t * 32
+        lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
+        for i in range(self.units // self.cfg.wn):
+            u = group + self.cfg.wn * i
+            nt, j = u >> 2, u & 3
+            tok = 8 * nt + g
+            ok = tok < rt.m
+            if self.cfg.clamp:
+                tok, ok = ops.imin(tok, rt.m - 1), ops.boolean(True)
+            addr = rt.a_base + ops.i64(tok) * lda + ops.i64(AD.span_offset(self.a_fmt, k0)) + 16 * j
+            hint = _hint(self.cfg.acache)
+            raw = ops.ldg_v4(addr, ok) if hint is None else ops.ldg_v4_hint(addr, ok, hint)
+            regs = DQ.raw16_group(ops, self.family, raw)
+            ops.sts_v4(self._share_addr(base, kset, parity, u, lane), *regs)
+
+    def shared_groups(self, ops, lane, kset, parity, base):
+        """ashare, after the barrier: {(nt, j): the unit's 4 registers} of every unit."""
+        return {(u >> 2, u & 3): ops.lds_v4(self._share_addr(base, kset, parity, u, lane)) for u in range(self.units)}
+
     def probe_chunk(self, ops, rt: Runtime, lane, c, wloads, acc):
         """DecodeConfig.probe: chunk c's loads ("loads") or loads and dequantized registers ("nomma")
         XORed into acc[0] instead of the MMAs (garbage sums; a timing probe)."""
@@ -472,10 +527,11 @@ class DecodeLogic:
         acc[0] = acc[0] + ops.bits_f32(x)
         return acc
 
-    def chunk_with(self, ops, rt: Runtime, lane, n0, c, wloads, acc):
+    def chunk_with(self, ops, rt: Runtime, lane, n0, c, wloads, acc, shared=None):
         """`chunk` on weight loads already issued (`weight_loads` of the same chunk). Every
         accumulator (tile, token tile) takes its 8 MMAs in the same (group, half) order whatever the
-        passes, so the sums do not depend on the tiling of M."""
+        passes, so the sums do not depend on the tiling of M. shared: ashare's {(nt, j): registers}
+        (`shared_groups`) in place of this warp's own activation loads."""
         if self.cfg.probe:
             return self.probe_chunk(ops, rt, lane, c, wloads, acc)
         spans, block_scale = wloads
@@ -497,13 +553,17 @@ class DecodeLogic:
 
         acc = list(acc)
         for tiles_of_pass in self.passes():
-            aspans = {nt: self._token_span(ops, rt, lane, c, nt, block_scale) for nt in tiles_of_pass}
+            if shared is None:
+                aspans = {nt: self._token_span(ops, rt, lane, c, nt, block_scale) for nt in tiles_of_pass}
             for j in range(4):
                 wg = weight_group(j)
-                ag = {
-                    nt: DQ.span_group(ops, self.a_fmt, self.family, self.compute, w, f, j)
-                    for nt, (w, f) in aspans.items()
-                }
+                if shared is None:
+                    ag = {
+                        nt: DQ.span_group(ops, self.a_fmt, self.family, self.compute, w, f, j)
+                        for nt, (w, f) in aspans.items()
+                    }
+                else:
+                    ag = {nt: shared[(nt, j)] for nt in tiles_of_pass}
                 for h in range(2):
                     for tt in range(self.cfg.tiles):
                         lo, hi = wg[tt]
@@ -623,6 +683,10 @@ class DecodeGemm:
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()
+        share_base = red_base
+        if cutlass.const_expr(L.cfg.ashare):
+            share = smem.allocate_tensor(cutlass.Uint32, cute.make_layout(L.share_bytes // 4), 16)
+            share_base = share.iterator.toint()
 
         acc = L.zero_acc(ops)
         chunks = k // CHUNK
@@ -630,7 +694,16 @@ class DecodeGemm:
         first, step = warp % L.kstep, L.kstep  # this warp's chunks: first, first + step, ...
         nw = n0 + (warp // L.kstep) * L.rows_w  # its warp group's rows (wn > 1)
         kg, unroll = L.cfg.kgroup, L.cfg.unroll
-        if cutlass.const_expr(L.cfg.prefetch == 0 and kg == 1):
+        if cutlass.const_expr(L.cfg.ashare):  # the set `first` shares activations through smem
+            group, threads = warp // L.kstep, 32 * L.cfg.wn
+            for c in cutlass.range(first, chunks, step, unroll=unroll):
+                parity = ((c - first) // step) & 1
+                wl = self.logic.weight_loads(DEVICE, rt, lane, nw, c)
+                self.logic.share_store(DEVICE, rt, lane, c, group, first, parity, share_base)
+                DEVICE.bar_sync(first + 1, threads)
+                shared = self.logic.shared_groups(DEVICE, lane, first, parity, share_base)
+                acc = self.logic.chunk_with(DEVICE, rt, lane, nw, c, wl, acc, shared)
+        elif cutlass.const_expr(L.cfg.prefetch == 0 and kg == 1):
             for c in cutlass.range(first, chunks, step, unroll=unroll):
                 acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         elif cutlass.const_expr(kg > 1):  # groups of kgroup adjacent chunks, then the rest one by one
