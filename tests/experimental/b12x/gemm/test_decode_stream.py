@@ -303,3 +303,19 @@ def test_probe_builds_keep_the_loads_and_drop_the_mmas(probe, monkeypatch, tmp_p
     assert "HMMA" not in sass and "HMMA" in base
     if probe == "nomma":  # the dequant stays: as many scale multiplies (some fused into HFMA2)
         assert sass.count("HMUL2") + sass.count("HFMA2") >= base.count("HMUL2")
+
+
+def test_decode_opts_env_applies_swept_options_to_the_heuristic(monkeypatch):
+    monkeypatch.delenv(L.DECODE_OPTS_ENV, raising=False)
+    base = L.default_config("decode16", 28672, 4096, "nvfp4")
+    assert (base.wcache, base.wn, base.ashare) == ("nc", 1, False)
+    monkeypatch.setenv(L.DECODE_OPTS_ENV, "wcache=na, acache=el, wn=2, warps=x2, ashare=true")
+    cfg = L.default_config("decode16", 28672, 4096, "nvfp4")
+    assert cfg == dataclasses.replace(base, wcache="na", acache="el", wn=2, warps=2 * base.warps, ashare=True)
+    assert L.default_config("decode64", 28672, 4096, "nvfp4").wn == 1  # M <= 16 buckets only
+    monkeypatch.setenv(L.DECODE_OPTS_ENV, "wcache=l2")
+    with pytest.raises(ValueError, match="B12X_GEMM_DECODE_OPTS='wcache=l2' gives .*wcache must be one of"):
+        L.default_config("decode8", 4096, 4096, "nvfp4")
+    monkeypatch.setenv(L.DECODE_OPTS_ENV, "speed=11")
+    with pytest.raises(ValueError, match="'speed=11' is not field=value of a DecodeConfig field"):
+        L.default_config("decode8", 4096, 4096, "nvfp4")

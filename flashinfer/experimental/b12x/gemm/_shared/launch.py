@@ -70,7 +70,45 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
     ):
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
-    return DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
+    config = DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
+    return with_decode_opts(config) if max_m <= 16 else config
+
+
+DECODE_OPTS_ENV = "B12X_GEMM_DECODE_OPTS"
+
+
+def with_decode_opts(config, opts: str | None = None):
+    """`config` with the decode options of B12X_GEMM_DECODE_OPTS (or `opts`) applied: comma-separated
+    DecodeConfig field=value pairs, e.g. "wcache=na,acache=el,wn=2,warps=x2" ("xN" multiplies the
+    heuristic's value; true/false for flags). Unset or empty: `config` unchanged. `decode_config_for`
+    applies it to the M <= 16 buckets (issue #6's): a way to run the whole stack with a swept option
+    before it becomes the heuristic's; invalid ones raise."""
+    import dataclasses
+
+    from ..blockscaled._kernel_decode import why_not as decode_reason
+
+    opts = os.environ.get(DECODE_OPTS_ENV, "") if opts is None else opts
+    changes = {}
+    for item in filter(None, (part.strip() for part in opts.split(","))):
+        name, sep, value = item.partition("=")
+        field = next((f for f in dataclasses.fields(config) if f.name == name.strip()), None)
+        if not sep or field is None:
+            raise ValueError(f"{DECODE_OPTS_ENV}: {item!r} is not field=value of a DecodeConfig field")
+        value = value.strip()
+        old = getattr(config, field.name)
+        if isinstance(old, bool):
+            changes[field.name] = value.lower() in ("1", "true", "yes")
+        elif isinstance(old, int):
+            changes[field.name] = old * int(value[1:]) if value.startswith("x") else int(value)
+        else:
+            changes[field.name] = value
+    if not changes:
+        return config
+    out = dataclasses.replace(config, **changes)
+    reason = decode_reason("bfloat16", "nvfp4", "bfloat16", out)
+    if reason is not None:
+        raise ValueError(f"{DECODE_OPTS_ENV}={opts!r} gives {out}: {reason}")
+    return out
 
 
 SM120_MMA_ENV = "B12X_GEMM_SM120_MMA"
