@@ -162,6 +162,7 @@ def sweep_configs():
         "persist_w2_c5": dataclasses.replace(
             base, fused_pre=PersistConfig(num_warps=2, ctas_per_sm=5), fused_min_tokens=1
         ),
+        "persist_look": dataclasses.replace(base, fused_pre=PersistConfig(lookahead=True), fused_min_tokens=1),
         "persist_u8": dataclasses.replace(base, fused_pre=PersistConfig(split_unroll=8), fused_min_tokens=1),
         "persist_emulate": dataclasses.replace(base, fused_pre=PersistConfig(emulate=True), fused_min_tokens=1),
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles

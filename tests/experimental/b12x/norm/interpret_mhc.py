@@ -441,13 +441,13 @@ def test_fused_at_hidden_7168(tokens):
 P = _config.PersistConfig
 # At H = 256: 4 splits of 64 (2 pass-1 steps of 32 flat elements each; post/comb 4 tokens per
 # program and 16-token block; y in chunks of 32), or 8 splits of 32 with 32-token blocks, "step"
-# squares and 2 fixed lanes; lanes otherwise from the interpreter's stand-in SM count.
+# squares, 2 fixed lanes and the one-block lookahead; lanes otherwise from the stand-in SM count.
 PERSIST = {
     "w64_gram": _config.MhcConfig(
         fused_pre=P(block_t=16, block_w=64, block_h=32, block_y=32, num_stages=2), fused_min_tokens=1
     ),
     "w32_step": _config.MhcConfig(
-        fused_pre=P(block_t=32, block_w=32, block_h=16, sq="step", lanes=2, num_stages=2),
+        fused_pre=P(block_t=32, block_w=32, block_h=16, sq="step", lanes=2, num_stages=2, lookahead=True),
         fused_min_tokens=2,
         small_max_tokens=8,
     ),

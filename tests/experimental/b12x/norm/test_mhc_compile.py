@@ -194,6 +194,7 @@ PERSIST_TILES = {
     "unroll8": _config.PersistConfig(split_unroll=8),
     "y256_c2": _config.PersistConfig(block_y=256, ctas_per_sm=2),  # 252 registers: 2 programs per SM
     "t16": _config.PersistConfig(block_t=16),  # 136 registers
+    "look": _config.PersistConfig(lookahead=True),
     "w2_c5": _config.PersistConfig(num_warps=2, ctas_per_sm=5),  # 187 registers x 64 threads: 5 per SM
 }
 

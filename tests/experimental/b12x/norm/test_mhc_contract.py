@@ -453,6 +453,7 @@ def test_fused_selection_jobs_workspace_and_counters():
         (dict(ctas_per_sm=0), "PersistConfig.ctas_per_sm must be an int >= 1, got 0"),
         (dict(split_unroll=3), "PersistConfig.split_unroll must be a power of two >= 1, got 3"),
         (dict(emulate=1), "PersistConfig.emulate must be a bool, got 1"),
+        (dict(lookahead=None), "PersistConfig.lookahead must be a bool, got None"),
     ],
 )
 def test_persist_config_rejects(kw, message):

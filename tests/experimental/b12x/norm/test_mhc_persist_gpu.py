@@ -20,8 +20,11 @@ P = _config.PersistConfig
 PERSIST = {
     # the sweep's tile at every T (post_pre above 64 tokens: post's kernel, then this)
     "persist": _config.MhcConfig(fused_pre=P(), fused_min_tokens=1),
-    # one lane (a program walks every token block: the most waits per program), 512-wide splits
-    "persist_lane1_w512": _config.MhcConfig(fused_pre=P(block_w=512, lanes=1, sq="step"), fused_min_tokens=1),
+    # one lane (a program walks every token block: the most waits per program), 512-wide splits,
+    # each program mixing its next block before it waits on the previous one
+    "persist_lane1_w512": _config.MhcConfig(
+        fused_pre=P(block_w=512, lanes=1, sq="step", lookahead=True), fused_min_tokens=1
+    ),
     # y of a whole 256-wide slice in registers (one read, the norm without a second): 2 programs per SM
     "persist_y256_c2": _config.MhcConfig(fused_pre=P(block_y=256, ctas_per_sm=2), fused_min_tokens=1),
     # the interpreter's form on the GPU: stages as 2-3 launches, no waiting

@@ -176,7 +176,8 @@ class PersistConfig:
     each mixing 4 * block_w contiguous elements of the flat row (pre's pass-1 tile: block_t tokens,
     steps of 4 * block_h, squares by `sq`) and writing block_w of y (chunks of block_y), summing
     the block's partials split_unroll splits a loop step (their loads in flight together), `lanes`
-    token-block walks side by side (None: ctas_per_sm programs per SM). `emulate` runs the no-wait
+    token-block walks side by side (None: ctas_per_sm programs per SM), `lookahead`: a program mixes
+    its next block before it waits on the one it finishes. `emulate` runs the no-wait
     2-3 launch form the interpreter uses (a test knob: the GPU tests check both forms). Pre only:
     bcast stays two-pass and post_pre_split runs post's kernel, then this."""
 
@@ -190,6 +191,7 @@ class PersistConfig:
     split_unroll: int = 4
     lanes: int | None = None
     ctas_per_sm: int = 3
+    lookahead: bool = False
     emulate: bool = False
 
     def __post_init__(self) -> None:
@@ -210,8 +212,9 @@ class PersistConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PersistConfig.{name} must be an int >= 1, got {v!r}")
-        if not isinstance(self.emulate, bool):
-            raise ValueError(f"PersistConfig.emulate must be a bool, got {self.emulate!r}")
+        for name in ("lookahead", "emulate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"PersistConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     def splits(self, hidden: int) -> int:
         if hidden % self.block_w:

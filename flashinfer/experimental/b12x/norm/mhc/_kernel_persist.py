@@ -138,6 +138,7 @@ def _mhc_persist_kernel(
     BLOCK_Y: tl.constexpr,  # chunk of the y walk (divides BLOCK_W)
     SPLIT_U: tl.constexpr,  # splits summed per loop step (unrolled: their loads overlap)
     TPP: tl.constexpr,  # post/comb tokens per program and block: next_pow2(cdiv(BLOCK_T, splits))
+    LOOK: tl.constexpr,  # 0 or 1: blocks a program mixes ahead of the one it finishes
     STAGE: tl.constexpr,  # 0 all with waits; 1 mixes, 2 y / y^2, 3 y with the norm (no waits)
 ):
     CPS: tl.constexpr = BLOCK_W // BLOCK_H  # pass-1 steps of a split
@@ -154,86 +155,96 @@ def _mhc_persist_kernel(
     c8 = tl.arange(0, 8)
     tp = s + splits * tl.arange(0, TPP)  # this program's post/comb tokens within a block
 
-    for b in range(lane, nblocks, lanes):
-        row = (b * BLOCK_T + tb).to(tl.int64)  # T * 4H can pass 2^31
-        t_mask = row < T
-        part = part_ptr + (s.to(tl.int64) * T + row) * 32  # [BLOCK_T]: this split's rows
+    # Step i mixes this lane's block i and finishes its block i - LOOK: with LOOK = 1 a program
+    # arrives on its next block before it waits on the previous one (by then usually complete).
+    n_mine = (nblocks - lane + lanes - 1) // lanes
+    for i in range(0, n_mine + LOOK):
         if STAGE <= 1:
-            acc = _pass1_tile(res_ptr, res_ptr, part_ptr, part_ptr, res_ptr, fn_ptr, row, t_mask, s * CPS,
-                              s * CPS + CPS, 4, H, MODE, BLOCK_T, BLOCK_H, SQ_MODE)  # fmt: skip
-            tl.store(part[:, None] + m32[None, :], acc, mask=t_mask[:, None] & (m32[None, :] < 25))
-            _arrive(cnt_ptr + 2 + 2 * b)
+            if i < n_mine:
+                bm = lane + i * lanes
+                mrow = (bm * BLOCK_T + tb).to(tl.int64)  # T * 4H can pass 2^31
+                m_mask = mrow < T
+                acc = _pass1_tile(res_ptr, res_ptr, part_ptr, part_ptr, res_ptr, fn_ptr, mrow, m_mask, s * CPS,
+                                  s * CPS + CPS, 4, H, MODE, BLOCK_T, BLOCK_H, SQ_MODE)  # fmt: skip
+                mpart = part_ptr + (s.to(tl.int64) * T + mrow) * 32
+                tl.store(mpart[:, None] + m32[None, :], acc, mask=m_mask[:, None] & (m32[None, :] < 25))
+                _arrive(cnt_ptr + 2 + 2 * bm)
         if STAGE != 1:
-            _wait_count(cnt_ptr + 2 + 2 * b, splits)
-            # pre and the rms of every token of the block (columns 0..3 and 24 of every split), and
-            # all 25 columns of this program's post/comb tokens, in one loop (L2, L1 bypassed)
-            a4 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
-            ssq = tl.zeros([BLOCK_T], dtype=tl.float32)
-            tok = (b * BLOCK_T + tp).to(tl.int64)
-            k_mask = (tp < BLOCK_T) & (tok < T)
-            acc8 = tl.zeros([TPP, 8], dtype=tl.float32)
-            l_0 = tl.zeros([TPP, 4], dtype=tl.float32)
-            l_1 = tl.zeros([TPP, 4], dtype=tl.float32)
-            l_2 = tl.zeros([TPP, 4], dtype=tl.float32)
-            l_3 = tl.zeros([TPP, 4], dtype=tl.float32)
-            ksq = tl.zeros([TPP], dtype=tl.float32)
-            for sp0 in range(0, splits, SPLIT_U):  # SPLIT_U splits' loads in flight per round trip
-                for u in tl.static_range(SPLIT_U):
-                    sp = sp0 + u
-                    pm = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
-                    pr = part_ptr + (sp * T + row) * 32
-                    a4 += tl.load(pr[:, None] + c4[None, :], mask=pm[:, None], other=0.0, cache_modifier=".cg")
-                    ssq += tl.load(pr + 24, mask=pm, other=0.0, cache_modifier=".cg")
-                    if STAGE <= 2:
-                        km1 = k_mask & (tl.full([TPP], sp, tl.int32) < splits)
-                        km = km1[:, None]
-                        kr = part_ptr + (sp * T + tok) * 32
-                        acc8 += tl.load(kr[:, None] + c8[None, :], mask=km, other=0.0, cache_modifier=".cg")
-                        l_0 += tl.load(kr[:, None] + 8 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
-                        l_1 += tl.load(kr[:, None] + 12 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
-                        l_2 += tl.load(kr[:, None] + 16 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
-                        l_3 += tl.load(kr[:, None] + 20 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
-                        ksq += tl.load(kr + 24, mask=km1, other=0.0, cache_modifier=".cg")
-            rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)
-            pre = tl.sigmoid(a4 * rs[:, None] * tl.load(scale_ptr) + tl.load(base_ptr + c4)[None, :]) + hc_eps
-            # y of this slice (the rows again: L2 hits, the lane's programs read them just now)
-            p_0 = tl.sum(tl.where(c4[None, :] == 0, pre, 0.0), axis=1)
-            p_1 = tl.sum(tl.where(c4[None, :] == 1, pre, 0.0), axis=1)
-            p_2 = tl.sum(tl.where(c4[None, :] == 2, pre, 0.0), axis=1)
-            p_3 = tl.sum(tl.where(c4[None, :] == 3, pre, 0.0), axis=1)
-            if ONE_Y:  # the slice's y in registers: one round trip, no re-read for the norm
-                y = _slice_y(res_ptr, row, t_mask, h_lo, p_0, p_1, p_2, p_3, H, BLOCK_W)
-                hy = h_lo + tl.arange(0, BLOCK_W)
-                if has_norm:
-                    if STAGE != 3:
-                        _put_ysq(part, t_mask, tl.sum(y * y, axis=1), cnt_ptr + 3 + 2 * b)
+            if i >= LOOK:
+                b = lane + (i - LOOK) * lanes
+                row = (b * BLOCK_T + tb).to(tl.int64)
+                t_mask = row < T
+                part = part_ptr + (s.to(tl.int64) * T + row) * 32  # [BLOCK_T]: this split's rows
+                _wait_count(cnt_ptr + 2 + 2 * b, splits)
+                # pre and the rms of every token of the block (columns 0..3 and 24 of every split), and
+                # all 25 columns of this program's post/comb tokens, in one loop (L2, L1 bypassed)
+                a4 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
+                ssq = tl.zeros([BLOCK_T], dtype=tl.float32)
+                tok = (b * BLOCK_T + tp).to(tl.int64)
+                k_mask = (tp < BLOCK_T) & (tok < T)
+                acc8 = tl.zeros([TPP, 8], dtype=tl.float32)
+                l_0 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_1 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_2 = tl.zeros([TPP, 4], dtype=tl.float32)
+                l_3 = tl.zeros([TPP, 4], dtype=tl.float32)
+                ksq = tl.zeros([TPP], dtype=tl.float32)
+                for sp0 in range(0, splits, SPLIT_U):  # SPLIT_U splits' loads in flight per round trip
+                    for u in tl.static_range(SPLIT_U):
+                        sp = sp0 + u
+                        pm = t_mask & (tl.full([BLOCK_T], sp, tl.int32) < splits)
+                        pr = part_ptr + (sp * T + row) * 32
+                        a4 += tl.load(pr[:, None] + c4[None, :], mask=pm[:, None], other=0.0, cache_modifier=".cg")
+                        ssq += tl.load(pr + 24, mask=pm, other=0.0, cache_modifier=".cg")
+                        if STAGE <= 2:
+                            km1 = k_mask & (tl.full([TPP], sp, tl.int32) < splits)
+                            km = km1[:, None]
+                            kr = part_ptr + (sp * T + tok) * 32
+                            acc8 += tl.load(kr[:, None] + c8[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                            l_0 += tl.load(kr[:, None] + 8 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                            l_1 += tl.load(kr[:, None] + 12 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                            l_2 += tl.load(kr[:, None] + 16 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                            l_3 += tl.load(kr[:, None] + 20 + c4[None, :], mask=km, other=0.0, cache_modifier=".cg")
+                            ksq += tl.load(kr + 24, mask=km1, other=0.0, cache_modifier=".cg")
+                rs = 1.0 / tl.sqrt_rn(ssq / (4 * H) + rms_eps)
+                pre = tl.sigmoid(a4 * rs[:, None] * tl.load(scale_ptr) + tl.load(base_ptr + c4)[None, :]) + hc_eps
+                # y of this slice (the rows again: L2 hits, the lane's programs read them just now)
+                p_0 = tl.sum(tl.where(c4[None, :] == 0, pre, 0.0), axis=1)
+                p_1 = tl.sum(tl.where(c4[None, :] == 1, pre, 0.0), axis=1)
+                p_2 = tl.sum(tl.where(c4[None, :] == 2, pre, 0.0), axis=1)
+                p_3 = tl.sum(tl.where(c4[None, :] == 3, pre, 0.0), axis=1)
+                if ONE_Y:  # the slice's y in registers: one round trip, no re-read for the norm
+                    y = _slice_y(res_ptr, row, t_mask, h_lo, p_0, p_1, p_2, p_3, H, BLOCK_W)
+                    hy = h_lo + tl.arange(0, BLOCK_W)
+                    if has_norm:
+                        if STAGE != 3:
+                            _put_ysq(part, t_mask, tl.sum(y * y, axis=1), cnt_ptr + 3 + 2 * b)
+                        if STAGE != 2:
+                            inv = _block_inv(part_ptr, row, t_mask, T, splits, cnt_ptr + 3 + 2 * b, H, BLOCK_T, SPLIT_U,
+                                             norm_eps)  # fmt: skip
+                            _store_y(y_ptr, row, t_mask, hy, y, inv, w_ptr, H, True)
+                    elif STAGE != 3:
+                        _store_y(y_ptr, row, t_mask, hy, y, 1.0, w_ptr, H, False)
+                elif has_norm:
+                    if STAGE != 3:  # this slice's sum of y^2 -> column 25, then the block's second exchange
+                        yy = tl.zeros([BLOCK_T], dtype=tl.float32)
+                        for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
+                            y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
+                            yy += tl.sum(y * y, axis=1)
+                        _put_ysq(part, t_mask, yy, cnt_ptr + 3 + 2 * b)
                     if STAGE != 2:
                         inv = _block_inv(part_ptr, row, t_mask, T, splits, cnt_ptr + 3 + 2 * b, H, BLOCK_T, SPLIT_U,
                                          norm_eps)  # fmt: skip
-                        _store_y(y_ptr, row, t_mask, hy, y, inv, w_ptr, H, True)
+                        for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
+                            y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
+                            _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, inv, w_ptr, H, True)
                 elif STAGE != 3:
-                    _store_y(y_ptr, row, t_mask, hy, y, 1.0, w_ptr, H, False)
-            elif has_norm:
-                if STAGE != 3:  # this slice's sum of y^2 -> column 25, then the block's second exchange
-                    yy = tl.zeros([BLOCK_T], dtype=tl.float32)
                     for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
                         y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
-                        yy += tl.sum(y * y, axis=1)
-                    _put_ysq(part, t_mask, yy, cnt_ptr + 3 + 2 * b)
-                if STAGE != 2:
-                    inv = _block_inv(part_ptr, row, t_mask, T, splits, cnt_ptr + 3 + 2 * b, H, BLOCK_T, SPLIT_U,
-                                     norm_eps)  # fmt: skip
-                    for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
-                        y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
-                        _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, inv, w_ptr, H, True)
-            elif STAGE != 3:
-                for y0 in tl.range(0, BLOCK_W, BLOCK_Y, num_stages=1):
-                    y = _slice_y(res_ptr, row, t_mask, h_lo + y0, p_0, p_1, p_2, p_3, H, BLOCK_Y)
-                    _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, 1.0, w_ptr, H, False)
-            if STAGE <= 2:  # post and comb of this program's tokens (after y: off its critical path)
-                krs = 1.0 / tl.sqrt_rn(ksq / (4 * H) + rms_eps)
-                _tok_weights(acc8, l_0, l_1, l_2, l_3, krs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, k_mask,
-                             sinkhorn_iters, hc_eps)  # fmt: skip
+                        _store_y(y_ptr, row, t_mask, h_lo + y0 + tl.arange(0, BLOCK_Y), y, 1.0, w_ptr, H, False)
+                if STAGE <= 2:  # post and comb of this program's tokens (after y: off its critical path)
+                    krs = 1.0 / tl.sqrt_rn(ksq / (4 * H) + rms_eps)
+                    _tok_weights(acc8, l_0, l_1, l_2, l_3, krs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, k_mask,
+                                 sinkhorn_iters, hc_eps)  # fmt: skip
 
     # Exit: the last program to leave zeroes the counters (the block counters after the last stage).
     done = _arrive(cnt_ptr + 1)
@@ -265,6 +276,7 @@ def persist_constexprs(hidden: int, config: PersistConfig) -> dict:
         BLOCK_W=config.block_w,
         BLOCK_Y=min(config.block_y, config.block_w),
         SPLIT_U=config.split_unroll,
+        LOOK=int(config.lookahead),
         TPP=triton.next_power_of_2(-(-config.block_t // splits)),
     )
 
