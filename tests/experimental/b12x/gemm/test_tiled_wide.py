@@ -25,6 +25,15 @@ ARCHS = ("sm_90a", "sm_120a")
 # raster on; MIXED: the candidates that interleave the next K-tile's stores with the MMAs.
 TILINGS = tuple({(c.bm, c.bn, c.threads): c for c in KT.LARGE_M if c.group_m and not c.mix}.values())
 MIXED = tuple(c for c in KT.LARGE_M if c.mix)
+
+
+def _id(c):
+    """Test id that `-k` can select: 128x256w8g16m3 (bm x bn, warps, group_m, mix), f8 for fp8_mma."""
+    if not isinstance(c, KT.TiledConfig):
+        return repr(c)
+    return f"{c.bm}x{c.bn}w{c.threads // 32}g{c.group_m}m{c.mix}" + ("f8" if c.fp8_mma else "")
+
+
 ISSUE_SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
 
 
@@ -129,7 +138,7 @@ def _pairs_for(cfg):
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("cfg", TILINGS, ids=repr)
+@pytest.mark.parametrize("cfg", TILINGS, ids=_id)
 def test_tilings_on_the_emulator(cfg):
     """M = 129: one full 128-row M-tile plus a 1-row tail (or part of one 256-row tile); N = 144 a
     partial N-tile; K = 128 two K-tiles. Every recipe for the 128 x 256 tiling (the main candidate),
@@ -143,7 +152,7 @@ def test_tilings_on_the_emulator(cfg):
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("cfg", MIXED, ids=repr)
+@pytest.mark.parametrize("cfg", MIXED, ids=_id)
 def test_mixed_store_schedules_on_the_emulator(cfg):
     """mix > 0 (`TiledLogic.k_tile`): every recipe for 128 x 256 with mix = 3 (12 store groups over 3
     k-steps), one per weight family for the others; fp8_mma: tensor and block FP8."""
@@ -164,7 +173,7 @@ def test_mixed_store_schedules_on_the_emulator(cfg):
         (KT.TiledConfig(128, 256, 2, 4, group_m=3, mix=2), 520),  # 5 M-tiles: groups of 3 and 2
         (KT.TiledConfig(256, 128, 4, 2, group_m=8), 300),
     ],
-    ids=repr,
+    ids=_id,
 )
 @pytest.mark.parametrize("out_dtype", ["float32", "float16"])
 def test_partial_raster_groups_and_outputs_on_the_emulator(cfg, m, out_dtype):
@@ -218,7 +227,7 @@ def _compile_case(a_fmt, b_fmt, cfg, arch):
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
-@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=repr)
+@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=_id)
 def test_candidates_compile_without_spills(cfg, fmt, arch):
     if cfg.fp8_mma:
         fmt = {"nvfp4": "fp8_tensor", "mxfp8": "fp8_block"}[fmt]
@@ -240,7 +249,7 @@ def test_grouped_raster_keeps_the_k_loop():
 @pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("cfg", KT.LARGE_M, ids=repr)
+@pytest.mark.parametrize("cfg", KT.LARGE_M, ids=_id)
 def test_every_wide_config_and_recipe_compiles(cfg, arch):
     for a_fmt, b_fmt in _supported(cfg):
         if cfg.threads == 128 and FORMAT[a_fmt].family == "raw16":
@@ -276,7 +285,7 @@ def _gpu_run(ops, cfg):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=repr)
+@pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=_id)
 def test_gpu_candidates_recipes(cfg):
     """M = 129 (tails in M and N) on 7168 x 2048, the recipes `_pairs_for` picks."""
     for a_fmt, b_fmt in _pairs_for(cfg):
