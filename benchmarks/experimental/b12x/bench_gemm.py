@@ -234,16 +234,19 @@ def _sweep(ours: Ours, m, n, k, args) -> dict:
 
     bucket = L.bucket_for(m)
     cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset)
-    results = {}
+    plans = {}
     for cfg in cands:
         if L.why_not(ours.a_fmt, ours.weight.recipe, "bfloat16", bucket, cfg) is not None:
             continue
         query = BS.GemmQuery(ours.a_fmt, ours.weight.recipe, n, k, max_m=m, m_values=(m,))
-        p = BS.plan(query, override={bucket: cfg})
-        with b12x.PreparationSession(ours.out.device) as s:
-            s.prepare([p])
+        plans[repr(cfg)] = BS.plan(query, override={bucket: cfg})
+    # one session for the case's plans: with --sweep-workers > 1 their kernels compile in parallel
+    with b12x.PreparationSession(ours.out.device, compile_workers=args.sweep_workers) as s:
+        s.prepare(list(plans.values()))
+    results = {}
+    for name, p in plans.items():
         call = lambda p=p: BS.mm(ours.lhs, ours.weight, ours.out, plan=p, alpha=ours.alpha)  # noqa: E731
-        results[repr(cfg)] = measure(call, args).median_us
+        results[name] = measure(call, args).median_us
     return results
 
 
@@ -283,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
         "variants, the decode timing probes (garbage outputs), or the Triton GEMV candidates (each + the "
         "CuTe heuristic config)",
+    )
+    parser.add_argument(
+        "--sweep-workers",
+        type=int,
+        default=1,
+        help="with --sweep: compile processes for each case's sweep configs (1: in this process)",
     )
     parser.add_argument(
         "--decode-kernel",

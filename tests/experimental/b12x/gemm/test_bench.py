@@ -47,3 +47,19 @@ def test_sweep_subsets():
     assert pre[0] == L.default_config("decode16", 11264, 2048, "nvfp4") and pre[0].prefetch == 0
     assert len(pre) == 13 and all(c.prefetch > 0 for c in pre[1:])
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "prefetch") == ()
+
+
+def test_stream_and_probe_subsets_and_sweep_workers(capsys):
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    base = L.default_config("decode16", 28672, 4096, "nvfp4")
+    assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream") == (base,) + KD.stream_variants(base)
+    probe = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "probe")
+    assert probe[0].probe == "" and {c.probe for c in probe[1:]} == {"", "loads", "nomma"}
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "stream") == ()
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "probe") == ()
+    with pytest.raises(SystemExit):
+        BG.main(["--help"])
+    out = capsys.readouterr().out
+    assert "--sweep-workers" in out and "stream" in out and "probe" in out
