@@ -9,6 +9,10 @@ activation bytes from L2, so larger BN (tiles) cuts that traffic.
 Work split (split-K inside the CTA, no workspace): a CTA owns BN = 16 * tiles rows; its `warps`
 warps take the K chunks (128 values each) c = w, w + warps, ... and reduce their fp32 partial sums
 through shared memory at the end, so N = 4096 gives 128 CTAs of BN = 32 rows (132 SMs on the H200).
+With DecodeConfig.wn > 1 the warps form wn groups along N (BN = 16 * tiles * wn), each group splitting
+K as above; `ashare` lets a chunk's wn warps share its activation loads through shared memory.
+The streaming options (cache hints, clamp, fp4 placement, wn, ashare) default off: issue #6's sweep
+(`stream_variants`, `bench_gemm --sweep-subset stream`) decides which become the heuristic's.
 
 Per chunk, lane (g, t) = (lane / 4, lane % 4) loads with 16-byte accesses one SPAN (32 consecutive
 K values at 32 t) of weight rows g and g + 8 of each 16-row tile, their scales, and the same span of
