@@ -1,30 +1,33 @@
 """norm.mhc pre in ONE launch with persistent split programs ("persist" path, issue #5).
 
-Grid: SPLITS x lanes programs, all expected co-resident (lanes sized from the SM count). Program
-(lane, s) owns the hidden slice h in [s * BLOCK_W, (s + 1) * BLOCK_W) of all 4 streams (SPLITS =
-H / BLOCK_W) and walks token blocks b = lane, lane + lanes, ... of BLOCK_T tokens:
-  1. loads its residual slice of block b, [BLOCK_T, BLOCK_W] per stream (4 runs of 2 * BLOCK_W
-     contiguous bytes per token), and with KEEP keeps it in registers for y;
-  2. its share of the 24 mixes (mma.sync against fn's same columns, hi + lo split as pass 1) and of
-     sum(flat^2) -> workspace row [s, token] (column 24 the squares);
-  3. arrives on block b's counter (CTA barrier, then an acq_rel atomic at GPU scope);
-  4. waits until all SPLITS programs of the block have arrived (spins on an acquire atomic);
-  5. sums the partial columns 0..3 and 24 of the block over the splits itself (no serial
-     finisher: every program reads SPLITS x BLOCK_T x 5 floats from L2), computes pre and writes y
-     for ITS OWN slice from the tile it kept; post and comb of the block's tokens are spread over the
-     programs (token t of the block by split t % SPLITS: all 25 columns, the Sinkhorn rounds).
+Grid: splits x lanes programs (splits = H / BLOCK_W; lanes sized from the SM count so that all are
+co-resident). Program (lane, s) walks the token blocks b = lane, lane + lanes, ... of BLOCK_T tokens:
+  1. pass 1's tile (`_kernel._pass1_tile`, shared with the two-pass and fused kernels) on its 4 *
+     BLOCK_W contiguous elements of each token's flat 4H row: its share of the 24 mixes (mma.sync, fn
+     split hi + lo) and of sum(flat^2) -> workspace row [s, token] (column 24 the squares);
+  2. arrives on block b's counter (CTA barrier, then an acq_rel atomic at GPU scope);
+  3. waits until all splits of the block have arrived (spins on an acquire load);
+  4. sums columns 0..3 and 24 of the block's partials over the splits itself (no serial finisher:
+     every program reads splits x BLOCK_T x 20 bytes from L2), computes pre, and writes y for ITS
+     OWN hidden slice [s * BLOCK_W, (s + 1) * BLOCK_W) of all 4 streams, re-reading those rows
+     (L2 hits: the lane's programs read them just now) in BLOCK_Y chunks, or at once when BLOCK_Y
+     = BLOCK_W; then post and comb of its share of the block's tokens (token t by split t % splits:
+     all 25 columns, loaded in the same loop, and the Sinkhorn rounds).
 With a norm weight, y's mean square over H needs one more exchange: each program writes its slice's
 sum of y^2 into partial column 25, arrives on a second counter and waits for the block's others.
+LOOK = 1 mixes a program's next block before it finishes the previous one (the wait is then usually
+over when reached).
 
-Residual read once from HBM (8H bytes per token), y written once (2H), partials 128 bytes per token
-per split written and ~SPLITS x 20 bytes per token per program read back (L2). fn (96H bytes) is
-read per token block by every program (its [4, BLOCK_W, 32] slice: L1/L2 hits after the first block).
+Bytes per token from HBM: the residual once (8H), y once (2H). On L2 besides: the residual again for
+y (8H), fn (every program re-reads its [4 * BLOCK_W, 24] fp32 slice per token block, as pass 1
+does: 96H bytes per block; fn kept in registers across blocks spilled), partials 128 bytes per split
+written and ~splits x 20 bytes per program read back.
 
 Deadlock freedom: a program takes its (lane, split) from a slot ticket (atomic counter) when it
 starts, so slots are handed out in start order; a program only ever waits on the programs of its own
-lane, and the lowest unfinished lane always has all its programs started as long as SPLITS programs
-fit on the GPU at once (SPLITS <= 64 at the heuristic's tiles, 1 program per SM). The last program
-to exit (a "done" ticket) zeroes every counter, so graph replays start from 0.
+lane, and the lowest unfinished lane always has all its programs started as long as `splits` programs
+fit on the GPU at once (28 at H = 7168 with the default tile). The last program to exit (a "done"
+ticket) zeroes every counter it used, so graph replays start from 0.
 
 The interpreter runs programs one after another, so a spin-wait would never end there: STAGE > 0
 runs the same arithmetic as 2-3 launches that never wait (1: mixes; 2: y, or with a norm weight the
