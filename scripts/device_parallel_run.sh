@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One device session that uses the machine's cores: the gpu test tier split into shards that run
+# side by side (kernel compiles dominate it; the GPU work of each test is small), then benchmarks
+# side by side with B12X_BENCH_GPU_LOCK so their compiles overlap while their timed regions take
+# turns. Benchmarks never run while tests do: a test's kernels would land inside a timed region.
+# Run after the two wheel-install steps of ../shared/tools/device-wheels, from the tree to test
+# (a `git archive` snapshot when the checkout holds uncommitted work: AGENTS.md).
+#
+#   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
+#
+# pytest paths: what the gpu tier covers (default tests/experimental/b12x; "none" skips the tests).
+# JOBS_FILE: one benchmark per line, `NAME MODULE_SUFFIX ARGS...` (e.g. `gemm_m1 gemm --m 1 --quick`);
+# blank lines and # comments are skipped; "-" or no file: no benchmarks.
+# Everything lands in /tmp/b12x-par and comes back as $OUT/results.tgz; a summary goes to stdout.
+set -uo pipefail
+OUT=${OUT:-/tmp/b12x-out}; LOG=/tmp/b12x-par; mkdir -p "$OUT" "$LOG"
+trap 'tar czf "$OUT/results.tgz" -C "$LOG" . 2>/dev/null' EXIT
+trap 'exit 143' TERM INT
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 B12X_CACHE_DIR=${B12X_CACHE_DIR:-/tmp/b12x-cache} B12X_BENCH_GPU_LOCK=$LOG/gpu.lock
+jobs_file=${1:--}; shift || true
+paths=("$@"); [[ ${#paths[@]} -gt 0 ]] || paths=(tests/experimental/b12x)
+python3 -c "import b12x" 2>/dev/null \
+  || python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1
+echo "commit ${B12X_GIT_COMMIT:-unknown} $(date -u +%FT%TZ)" | tee "$LOG/run.txt"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$LOG/run.txt" 2>&1
+status=0
+
+if [[ ${paths[0]} != none ]]; then
+  # Shards: each file's gpu tests in collection order, cut into contiguous runs (neighbouring
+  # parametrizations share compiled kernels), about SHARDS runs in all.
+  python3 -m pytest "${paths[@]}" -m gpu --collect-only -q -p no:cacheprovider 2>/dev/null \
+    | grep '::' >"$LOG/collected.txt"
+  python3 - "$LOG" "${SHARDS:-14}" <<'EOF'
+import collections, math, pathlib, sys
+log, shards = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+ids = (log / "collected.txt").read_text().split("\n")
+by_file = collections.OrderedDict()
+for node in filter(None, ids):
+    by_file.setdefault(node.split("::")[0], []).append(node)
+per = max(1, math.ceil(sum(map(len, by_file.values())) / shards))
+n = 0
+for nodes in by_file.values():
+    for i in range(0, len(nodes), per):
+        (log / f"shard{n:02d}.txt").write_text("\n".join(nodes[i : i + per]) + "\n")
+        n += 1
+print(f"{sum(map(len, by_file.values()))} gpu tests in {n} shards")
+EOF
+  for shard in "$LOG"/shard*.txt; do
+    name=$(basename "$shard" .txt)
+    (mapfile -t ids <"$shard"
+     timeout "${TEST_LIMIT:-420}" python3 -m pytest "${ids[@]}" -m gpu -q -rfEs -p no:cacheprovider \
+       --timeout 300 >"$LOG/$name.log" 2>&1
+     echo "rc=$?" >>"$LOG/$name.log") &
+  done
+  wait
+  for log in "$LOG"/shard*.log; do
+    rc=$(grep -o 'rc=[0-9]*' "$log" | tail -n 1)
+    [[ $rc == rc=0 ]] || status=1
+    echo "$(basename "$log" .log): $(tail -n 3 "$log" | grep -E 'passed|failed|error' | tail -n 1) $rc"
+    grep -E '^(FAILED|ERROR)' "$log" | head -n 20
+  done
+fi
+
+if [[ $jobs_file != - && -f $jobs_file ]]; then
+  while read -r name bench args; do
+    [[ -z $name || $name == \#* ]] && continue
+    # shellcheck disable=SC2086  # ARGS is a space-separated list on purpose
+    (timeout "${BENCH_LIMIT:-400}" python3 -m "benchmarks.experimental.b12x.bench_$bench" \
+       --json "$LOG/$name.json" $args >"$LOG/$name.log" 2>&1
+     echo "rc=$?" >>"$LOG/$name.log") &
+  done <"$jobs_file"
+  wait
+  for log in "$LOG"/*.log; do
+    case $(basename "$log") in shard*|install.log) continue ;; esac
+    echo "== $(basename "$log" .log): $(tail -n 1 "$log")"
+    grep -E 'sweep .*best|Error|MISS' "$log" | head -n 12
+  done
+fi
+exit $status
