@@ -51,6 +51,8 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "steps", True, False), 5, 48),
     ((16, 32, 4, "steps", False, False, "halves"), 130, 160),
     ((16, 64, 4, "steps", True, True, "halves"), 130, 160),
+    ((16, 32, 4, "steps", False, False, "halves", 4), 130, 160),  # k_iters: 6 tiles, 2 programs, 2 skipped
+    ((4, 64, 1, "steps", False, False, "halves", 8), 9, 2048),  # 32 tiles, 4 programs of 8
 ]
 STEPS_VARIANTS = [cfg for cfg, _, _ in NVFP4_VARIANTS if cfg[3] == "steps"]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]

@@ -153,7 +153,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, True)  # ASM: compiled
+    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, 1, True)  # ASM: compiled
     assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")

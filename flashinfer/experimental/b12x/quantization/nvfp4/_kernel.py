@@ -78,6 +78,8 @@ class NvFp4Config:
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
     the 128x4 layout) instead of bytes; needs block_k >= 64.
+    k_iters: each program quantizes k_iters column tiles one after the other (a loop): the per-thread
+    setup is paid once for them (the grid has ceil(tiles / k_iters) programs along K).
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
@@ -91,6 +93,7 @@ class NvFp4Config:
     skip_dead: bool = False
     scale_words: bool = False
     layout: str = "rows"
+    k_iters: int = 1
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -110,6 +113,7 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.scale_words or config.block_k >= 64)
         and config.layout in LAYOUTS
         and (config.layout == "rows" or config.encode != "div")
+        and config.k_iters in (1, 2, 4, 8, 16)
     )
 
 
@@ -199,8 +203,12 @@ _UNVALIDATED_STEPS = (
     (16, 128, 4, "steps", False, False, "halves"),
     (32, 256, 16, "steps", False, False, "halves"),
     (8, 256, 4, "steps", True, True, "halves"),
-    # two blocks per thread: fewer per-thread costs, but ptxas keeps both blocks' steps live (117 regs)
+    # two blocks per thread: fewer per-thread costs, but ptxas keeps both blocks' steps live (80 regs)
     (16, 256, 4, "steps", False, False, "halves"),
+    # a loop over k_iters column tiles per program: setup paid once, 46 regs (22.8 vs 24.1 per value)
+    (8, 256, 4, "steps", False, False, "halves", 4),
+    (16, 256, 8, "steps", False, False, "halves", 4),
+    (16, 256, 8, "steps", False, False, "halves", 8),
 )
 
 
@@ -236,7 +244,8 @@ def _round_up(n: int, m: int) -> int:
 
 def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
     """Programs over ceil128(m) rows (scale padding included) x ceil64(k) columns."""
-    return (_round_up(m, 128) // config.block_m, triton.cdiv(_round_up(k, 64), config.block_k), 1)
+    tiles_k = triton.cdiv(_round_up(k, 64), config.block_k)
+    return (_round_up(m, 128) // config.block_m, triton.cdiv(tiles_k, config.k_iters), 1)
 
 
 def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
@@ -251,6 +260,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.skip_dead,
         cfg.scale_words,
         cfg.layout == "halves",
+        cfg.k_iters,
         asm,
     )
 
@@ -571,6 +581,48 @@ def _quantize_tile(
         )
 
 
+@triton.jit
+def _program_tile(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs_ptr,
+    gs_value,
+    gs_on_device,
+    m,
+    pid_m,
+    pid_k,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE: tl.constexpr,
+    SKIP_DEAD: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    HALVES: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """One BLOCK_M x BLOCK_K tile: rows from pid_m, columns from pid_k."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < m
+    rows64 = rows.to(tl.int64)
+    if SKIP_DEAD:
+        if pid_m * BLOCK_M >= m:  # padding rows only: their scales are 0, nothing else to write
+            zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
+            _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
+        else:
+            gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+            _quantize_tile(
+                x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k,
+                K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, HALVES, ASM,
+            )  # fmt: skip
+    else:
+        gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+        _quantize_tile(
+            x_ptr, packed_ptr, scales_ptr, gs, rows64, row_ok, pid_k,
+            K, BLOCK_M, BLOCK_K, ENCODE, SCALE_WORDS, HALVES, ASM,
+        )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["gs_ptr", "gs_value", "gs_on_device", "m"], do_not_specialize_on_alignment=["gs_ptr"])
 def _nvfp4_quantize_kernel(
     x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
@@ -587,53 +639,27 @@ def _nvfp4_quantize_kernel(
     SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
     HALVES: tl.constexpr,  # NvFp4Config.layout == "halves"
+    K_ITERS: tl.constexpr,  # NvFp4Config.k_iters: column tiles per program, one after the other
     ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
 ):
     pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < m
-    rows64 = rows.to(tl.int64)
-    if SKIP_DEAD:
-        if pid_m * BLOCK_M >= m:  # padding rows only: their scales are 0, nothing else to write
-            zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
-            _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
-        else:
-            gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
-            _quantize_tile(
-                x_ptr,
-                packed_ptr,
-                scales_ptr,
-                gs,
-                rows64,
-                row_ok,
-                pid_k,
-                K,
-                BLOCK_M,
-                BLOCK_K,
-                ENCODE,
-                SCALE_WORDS,
-                HALVES,
-                ASM,
-            )
+    if K_ITERS == 1:  # one tile: the GPU-validated configs' code, unchanged
+        pid_k = tl.program_id(1)
+        _program_tile(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
+            K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+        )  # fmt: skip
     else:
-        gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
-        _quantize_tile(
-            x_ptr,
-            packed_ptr,
-            scales_ptr,
-            gs,
-            rows64,
-            row_ok,
-            pid_k,
-            K,
-            BLOCK_M,
-            BLOCK_K,
-            ENCODE,
-            SCALE_WORDS,
-            HALVES,
-            ASM,
-        )
+        # A loop, not unrolled: per-thread setup is paid once per K_ITERS tiles, registers stay those
+        # of one tile. The last program's tiles past ceil64(K) are skipped.
+        NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+        for it in range(K_ITERS):
+            pid_k = tl.program_id(1) * K_ITERS + it
+            if (NK % K_ITERS == 0) or (pid_k < NK):
+                _program_tile(
+                    x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
+                    K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+                )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------
@@ -699,6 +725,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "SKIP_DEAD": "constexpr",
         "SCALE_WORDS": "constexpr",
         "HALVES": "constexpr",
+        "K_ITERS": "constexpr",
         "ASM": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
