@@ -12,8 +12,8 @@ TFLOP/s column): 2 matmuls over the visible (query, key) pairs,
   `causal_flops` = 2 * B * Hq * (D + Dv) * (L * (N - L) + L * (L + 1) / 2).
 Peers: SDPA FA2 and cuDNN with is_causal=True on contiguous [B, H, L, D] bf16 copies of q/K/V.
 Ours once per --extend-configs entry (default `EXTEND_CONFIGS`: the heuristic's, row "b12x.paged",
-then block_m x block_n x stages x row_blocks entries, a trailing "p" for page_prefetch, "sN" for
-sub_tiles (software-pipelined key slices), "lN" for lazy_rescale (ExtendConfig), rows
+then block_m x block_n x stages x row_blocks entries, a trailing "p" for page_prefetch, "c" for
+cross_tile, "sN" for sub_tiles (software-pipelined key slices), "lN" for lazy_rescale (ExtendConfig), rows
 "b12x.paged <entry>"), so one run measures the heuristic's choice against its alternatives.
 
 Problem: decode (one query row per request), 32 query / 8 KV heads, head dim 128, page size 16, every
@@ -161,17 +161,17 @@ def _sdpa(backend, causal=False):
 
 def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
-    in this order: 'p' page_prefetch, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8')."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(?:s(\d+))?(?:l(\d+))?", text)
+    in this order: 'p' page_prefetch, 'c' cross_tile, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8',
+    '128x32x3x2pc')."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(
             f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
-            f"sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
+            f"c: cross_tile, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
         )
-    m, n, st, rb, p, sub, lazy = match.groups()
-    return ExtendConfig(
-        int(m), int(n), int(st), int(rb), page_prefetch=bool(p), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0)
-    )
+    m, n, st, rb, p, cross, sub, lazy = match.groups()
+    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))
+    return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)
 
 
 def parse_decode_entry(text: str):
@@ -398,9 +398,9 @@ def build_parser():
     parser.add_argument("--mode", choices=("decode", "extend", "all"), default="decode", help="which table(s)")
     parser.add_argument("--q-len", type=int, nargs="+", default=None, help=f"extend q_lens (default {EXTEND_Q_LENS})")
     parser.add_argument(
-        "--extend-configs", nargs="+", default=list(EXTEND_CONFIGS), metavar="MxNxSxR[p][sN][lN]",
-        help="extend kernel configs to time (block_m x block_n x stages x row_blocks, 'p': page_prefetch, 'sN': "
-        "sub_tiles, 'lN': lazy_rescale; or 'heuristic'), a row each",
+        "--extend-configs", nargs="+", default=list(EXTEND_CONFIGS), metavar="MxNxSxR[p][c][sN][lN]",
+        help="extend kernel configs to time (block_m x block_n x stages x row_blocks, 'p': page_prefetch, 'c': "
+        "cross_tile, 'sN': sub_tiles, 'lN': lazy_rescale; or 'heuristic'), a row each",
     )  # fmt: skip
     parser.add_argument(
         "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",

@@ -110,6 +110,7 @@ PIPELINED = {  # test_paged_extend_gpu.PIPELINED: the variants bench_attention's
     "m128n64r2ps2l8": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8),
     "m128n32r2l8": ExtendConfig(128, 32, 2, 2, lazy_rescale=8),
     "m64n64s4": ExtendConfig(64, 64, 2, 1, sub_tiles=4),
+    "m128n32s3r2pc": ExtendConfig(128, 32, 3, 2, True, cross_tile=True),
 }
 
 
@@ -121,9 +122,11 @@ def test_pipelined_variants_compile(name, kv_dtype, arch):
     slice one more max/sum step (2 quad shuffles a row each); lazy_rescale adds one warp vote per step."""
     cfg = PIPELINED[name]
     ptx = _compile(kv_dtype, cfg, arch)
-    base = _compile(kv_dtype, dataclasses.replace(cfg, sub_tiles=1, lazy_rescale=0), arch)
+    base = _compile(kv_dtype, dataclasses.replace(cfg, sub_tiles=1, lazy_rescale=0, cross_tile=False), arch)
     mma = "mma.sync.aligned.m16n8k16"
-    bodies = 2 if cfg.sub_tiles > 1 else 1
+    # cross_tile: bodies with the next tile's QK^T (masked, unmasked), the last tile's (no QK^T) and
+    # tile 0's QK^T before the loop: 3 tiles' worth of mma
+    bodies = 3 if cfg.cross_tile else 2 if cfg.sub_tiles > 1 else 1
     assert ptx.count(mma) == bodies * base.count(mma) > 0
     steps = bodies * cfg.sub_tiles  # online-softmax steps traced
     assert ptx.count("vote.sync.any") == (steps if cfg.lazy_rescale else 0)
@@ -138,6 +141,7 @@ def test_pipelined_variants_compile(name, kv_dtype, arch):
     ("lazy_rescale", 16, "lazy_rescale must be an int in \\[0, 15\\]"),
     ("lazy_rescale", -1, "lazy_rescale must be an int in \\[0, 15\\]"),
     ("page_prefetch", 1, "page_prefetch must be a bool, got 1"),
+    ("cross_tile", True, "cross_tile needs stages >= 3 and sub_tiles 1"),
 ])  # fmt: skip
 def test_pipelining_fields_are_validated(field, value, match):
     cfg = dataclasses.replace(ExtendConfig(128, 64, 2, 2), **{field: value})

@@ -197,13 +197,15 @@ def test_bench_extend_helpers():
     assert not B.parse_extend_config("64x64x2x1").page_prefetch
     assert B.parse_extend_config("128x64x2x2ps2l8") == ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8)
     assert B.parse_extend_config("128x32x2x2l4") == ExtendConfig(128, 32, 2, 2, lazy_rescale=4)
+    assert B.parse_extend_config("128x32x3x2pc") == ExtendConfig(128, 32, 3, 2, True, cross_tile=True)
     with pytest.raises(
         ValueError, match=re.escape("block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional")
     ):
         B.parse_extend_config("64x64")
     bad_args = (["--q-len", "100"], ["--extend-configs", "64x64"], ["--extend-configs", "48x64x2x1"],
                 ["--extend-configs", "64x64x2x1q"], ["--extend-configs", "64x64x2xp"],
-                ["--extend-configs", "128x64x2x2l8p"], ["--extend-configs", "128x64x2x2s3"])  # fmt: skip
+                ["--extend-configs", "128x64x2x2l8p"], ["--extend-configs", "128x64x2x2s3"],
+                ["--extend-configs", "128x32x2x2pc"])  # fmt: skip
     for bad in bad_args:
         with pytest.raises(SystemExit):
             B.parse_args(bad)

@@ -165,6 +165,8 @@ CASES = [
     ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=4), -1),
     ([2100, 16], [16, 16], (16, 2), 16, ExtendConfig(128, 32, 2, 2, lazy_rescale=1), 0),
     ([900, 300], [900, 299], (32, 8), 16, ExtendConfig(128, 64, 2, 2, True, lazy_rescale=15), -1),
+    # cross_tile: the same math a tile at a time (its ring of 3 slots is the emulator's ring)
+    ([1000, 33, 5], [77, 33, 0], (32, 8), 16, ExtendConfig(128, 32, 3, 2, True, cross_tile=True), 40),
 ]
 
 

@@ -140,6 +140,7 @@ PIPELINED = {
     "m128n64r2ps2l8": ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8),
     "m128n32r2l8": ExtendConfig(128, 32, 2, 2, lazy_rescale=8),
     "m64n64s4": ExtendConfig(64, 64, 2, 1, sub_tiles=4),
+    "m128n32s3r2pc": ExtendConfig(128, 32, 3, 2, True, cross_tile=True),
 }
 
 
@@ -154,7 +155,7 @@ def test_extend_pipelined_variants(name, layout, kv_dtype):
                      page_size=page_size, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=page_size + len(name))  # fmt: skip
     plan = prepared(caps_for(case, kv_dtype=kv_dtype, config=PIPELINED[name]))
     check(plan, case)
-    if name == "m128n64r2ps2l8":  # the masked body with a window and sinks
+    if name in ("m128n64r2ps2l8", "m128n32s3r2pc"):  # the masked bodies with a window and sinks
         check(plan, case, window_left=100, sinks=torch.randn(heads[0], device=DEV) * 3)
 
 

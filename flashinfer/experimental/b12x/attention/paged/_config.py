@@ -274,7 +274,11 @@ class ExtendConfig:
     keeps a row's running max while no row of the warp's step grows it by more than N (base-2 units,
     so P <= 2^N before normalisation; FlashAttention-4's trick) and then skips the O rescale (one FMUL
     per O register per step) behind a warp vote. Same result up to rounding: the final sum uses the
-    same stale max."""
+    same stale max.
+    cross_tile: the QK^T of tile i + 1 is issued in tile i's step, before tile i's softmax, so that
+    softmax runs beside the next tile's mma across the tile boundary too (sub_tiles pipelines only
+    inside a tile). Needs stages >= 3 (tiles i and i + 1 resident while i + 2 loads) and sub_tiles 1;
+    one more S accumulator live (block_n 32 keeps it at the register budget of 64 with sub_tiles 2)."""
 
     block_m: int = 64
     block_n: int = 64
@@ -283,11 +287,13 @@ class ExtendConfig:
     page_prefetch: bool = False
     sub_tiles: int = 1
     lazy_rescale: int = 0
+    cross_tile: bool = False
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
         extra += f", sub_tiles={self.sub_tiles}" if self.sub_tiles != 1 else ""
         extra += f", lazy_rescale={self.lazy_rescale}" if self.lazy_rescale else ""
+        extra += ", cross_tile=True" if self.cross_tile else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -327,8 +333,11 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
-    if not isinstance(c.page_prefetch, bool):
-        return f"page_prefetch must be a bool, got {c.page_prefetch!r}"
+    for flag in ("page_prefetch", "cross_tile"):
+        if not isinstance(getattr(c, flag), bool):
+            return f"{flag} must be a bool, got {getattr(c, flag)!r}"
+    if c.cross_tile and (c.stages < 3 or c.sub_tiles != 1):
+        return f"cross_tile needs stages >= 3 and sub_tiles 1, got {c}"
     if not isinstance(c.sub_tiles, int) or isinstance(c.sub_tiles, bool) or c.sub_tiles not in (1, 2, 4):
         return f"sub_tiles must be 1, 2 or 4, got {c.sub_tiles!r}"
     if c.block_n % (16 * c.sub_tiles):

@@ -81,6 +81,7 @@ class PagedExtend:
         self.prefetch = config.page_prefetch
         self.sub_tiles, self.bs = config.sub_tiles, config.slice_keys
         self.lazy = config.lazy_rescale
+        self.cross = config.cross_tile
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -248,28 +249,33 @@ class PagedExtend:
 
             # ---- main loop: one CTA barrier per tile (the stage refilled below was last read
             # in the previous iteration, which every warp has finished when it passes it) --------
-            for i in range(n_tiles):
-                cute.arch.cp_async_wait_group(self.stages - 2)
-                cute.arch.sync_threads()
-                nxt = i + self.stages - 1
-                if nxt < n_tiles:
-                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
-                                    nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx, pages)  # fmt: skip
-                cute.arch.cp_async_commit_group()
-                if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
-                    self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
-                key0 = (t_begin + i) * self.bn
-                if cutlass.const_expr(self.sub_tiles == 1):
-                    self._tile(sK, sV, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
-                               tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
-                elif self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
-                    self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
-                                      tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
-                                      True)  # fmt: skip
-                else:
-                    self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
-                                      tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
-                                      False)  # fmt: skip
+            if cutlass.const_expr(self.cross):
+                self._loop_cross(mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy,
+                                 kv_copy_threads, cKV, tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma,
+                                 thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+            else:
+                for i in range(n_tiles):
+                    cute.arch.cp_async_wait_group(self.stages - 2)
+                    cute.arch.sync_threads()
+                    nxt = i + self.stages - 1
+                    if nxt < n_tiles:
+                        self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
+                                        nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx, pages)  # fmt: skip
+                    cute.arch.cp_async_commit_group()
+                    if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
+                        self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
+                    key0 = (t_begin + i) * self.bn
+                    if cutlass.const_expr(self.sub_tiles == 1):
+                        self._tile(sK, sV, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
+                                   tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+                    elif self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
+                        self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
+                                          tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
+                                          True)  # fmt: skip
+                    else:
+                        self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
+                                          tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
+                                          False)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
 
             # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
@@ -277,6 +283,63 @@ class PagedExtend:
                              mSink, has_sink, mOut, mLse)  # fmt: skip
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _loop_cross(self, mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV,
+                    tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
+                    row_sum, q_s2r, tSsQ, tSrQ_v):  # fmt: skip
+        """cross_tile main loop: step i issues QK^T of tile i + 1 before the softmax and PV of tile i (one
+        basic block per masked / unmasked body), so that softmax runs beside the next tile's mma.
+        Ring (stages >= 3): tile t sits in slot t % stages; at step i's barrier tiles i and i + 1 have
+        landed (tile i + 1 was issued at step i - 1), and tile i + stages - 1 goes into the slot of
+        tile i - 1, whose last reads (its PV) were in step i - 1. The last tile's step has no QK^T."""
+        shape_S = thr_mma.partition_shape_C((self.bm, self.bn))
+        acc_cur = cute.make_rmem_tensor(shape_S, Float32)
+        acc_nxt = cute.make_rmem_tensor(shape_S, Float32)
+        if n_tiles > 0:  # the prologue's wait and barrier cover tile 0
+            self._qk(acc_cur, sK[None, None, 0], tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
+        for i in range(n_tiles):
+            cute.arch.cp_async_wait_group(self.stages - 3)
+            cute.arch.sync_threads()
+            nxt = i + self.stages - 1
+            if nxt < n_tiles:
+                self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
+                                nxt % self.stages, kv_copy, copy_threads, cKV, tidx, pages)  # fmt: skip
+            cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(self.prefetch):
+                self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
+            key0 = (t_begin + i) * self.bn
+            stage = i % self.stages
+            ahead = (i + 1) % self.stages
+            cross = self._crosses(key0, tok0, n_tok, diag, kv_len, window_left)
+            if i + 1 < n_tiles:
+                if cross:
+                    self._step_ahead(acc_cur, acc_nxt, sK, sV, stage, ahead, key0, tok0, diag, kv_len, window_left,
+                                     qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ,
+                                     tSrQ_v, True, True)  # fmt: skip
+                else:
+                    self._step_ahead(acc_cur, acc_nxt, sK, sV, stage, ahead, key0, tok0, diag, kv_len, window_left,
+                                     qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ,
+                                     tSrQ_v, False, True)  # fmt: skip
+            else:
+                self._step_ahead(acc_cur, acc_nxt, sK, sV, stage, ahead, key0, tok0, diag, kv_len, window_left,
+                                 qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ,
+                                 tSrQ_v, True, False)  # fmt: skip
+
+    @cute.jit
+    def _step_ahead(self, acc_cur, acc_nxt, sK, sV, stage, ahead, key0, tok0, diag, kv_len, window_left, qk_scale,
+                    tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
+                    masked: cutlass.Constexpr, with_next: cutlass.Constexpr):  # fmt: skip
+        """One cross_tile step: [QK^T of the next tile (slot `ahead`) into acc_nxt], mask / softmax / PV of
+        the current tile (acc_cur, slot `stage`), then acc_nxt becomes acc_cur."""
+        if cutlass.const_expr(with_next):
+            self._qk(acc_nxt, sK[None, None, ahead], tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
+        if cutlass.const_expr(masked):
+            self._mask(acc_cur, thr_mma, self.bn, key0, tok0, diag, kv_len, window_left)
+        self._online_softmax(acc_cur, acc_O, qk_scale, row_max, row_sum)
+        self._pv(acc_O, acc_cur, sV[None, None, stage], tiled_mma, thr_mma, tidx)
+        if cutlass.const_expr(with_next):
+            acc_cur.store(acc_nxt.load())
+
     @cute.jit
     def _load_q(self, mQ, sQdst, row0, n_tok, valid_rows, kvh, q_copy, tidx):
         """cp.async the packed Q tile (row r: token row0 + r // G, head kvh * G + r % G) into sQdst;
