@@ -25,7 +25,8 @@ plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed exp
 else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
 --expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
-("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label; n2 = 16-token groups, swept
+("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label, "-s2": two column tiles
+per CTA; n2 = 16-token groups, swept
 for T > 8 only, where 8-token groups may take two passes), each prepared as a one-bucket override
 (`api.ExpertBucket`) of the heuristic's plan; LABELs restrict it to those labels. With --steps each
 row also splits into FC1 and FC2 time, so the best FC1 and the best FC2 can come from different rows.
@@ -374,9 +375,9 @@ def expert_variants(args, t: int, max_t: int) -> list:
     from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
 
     for ntiles in (1, 2) if t > SWEEP_SMALL_T else (1,):
-        for label, fc1, fc2 in X.sweep_pairs(ntiles):
+        for label, fc1, fc2, span in X.sweep_pairs(ntiles):
             if not labels or label in labels:
-                found.append((f" n{ntiles} {label}", (ExpertBucket(max_t, fc1, fc2),)))
+                found.append((f" n{ntiles} {label}", (ExpertBucket(max_t, fc1, fc2, span, span),)))
     return found
 
 
@@ -384,7 +385,7 @@ def sweep_labels() -> list:
     """Every label `sweep_pairs` knows (either token-tile count), for --expert-sweep's check."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    return sorted({label for n in (1, 2) for label, _, _ in X.sweep_pairs(n)})
+    return sorted({entry[0] for n in (1, 2) for entry in X.sweep_pairs(n)})
 
 
 def grid_choice(args) -> bool | None:

@@ -173,11 +173,11 @@ def test_sweep_tilings_compile_without_spills(arch, ntiles):
     """Every tiling bench_moe --expert-sweep times (`sweep_pairs`), FC1 (silu) and FC2, for the
     recipes the H200 sweep runs (bf16 and NVFP4 A on NVFP4 weights) and MXFP4 weights."""
     X = _X()
-    for _, fc1, fc2 in X.sweep_pairs(ntiles):
+    for _, fc1, fc2, span in X.sweep_pairs(ntiles):
         for a_fmt, b_fmt in (("bfloat16", "nvfp4"), ("nvfp4", "nvfp4"), ("bfloat16", "mxfp4"), ("mxfp8", "mxfp4")):
-            fn = X.compile_fc1(a_fmt, b_fmt, "silu", fc1, arch, "identity")
+            fn = X.compile_fc1(a_fmt, b_fmt, "silu", fc1, arch, "identity", span)
             _check_built(fn, arch, "silu")
             _check_no_spills(fn, arch)
-            fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list")
+            fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list", span)
             _check_built(fn, arch)
             _check_no_spills(fn, arch)

@@ -196,11 +196,11 @@ class MoeEmuOps(EMU.EmuOps):
             return np.exp2(self.f32(x).astype(np.float64)).astype(np.float32)
 
 
-def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.Tensor:
-    """Emulate compile_fc1 / compile_fc2(p's formats, config, grid=grid)(*p.args); returns C."""
+def run_experts(p: Problem, config: DecodeConfig, grid: str = "list", span: int = 1) -> torch.Tensor:
+    """Emulate compile_fc1 / compile_fc2(p's formats, config, grid, span)(*p.args); returns C."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config, grid)
+    logic = X.ExpertLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config, grid, span)
     args = p.args[:9] if p.fc == 1 else p.args[:8] + (p.args[7],)  # FC2 passes a_alpha as the unused act params
     gmem = EMU.GlobalMemory()
     a, sfa, b, sfb, c, st, wa, aa, act = (gmem.put(t) for t in args)
@@ -212,7 +212,6 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.T
         # identity: e = y; list: e = active[y] (an entry >= E: no rows), as the kernel computes it
         e, lo, hi = logic.expert_rows(_UNIFORM, slot, num_e, active, start)
         for bx in range(logic.grid_n(n)):  # blockIdx.x
-            n0 = np.int32(bx * logic.cols)
             smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
             scale = logic.expert_scale(MoeEmuOps(gmem, smem), wa + 4 * e, aa + 4 * e)  # once per CTA
             for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
@@ -232,22 +231,24 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list") -> torch.T
                     np.float32(1.0),
                     np.int32(row0),
                 )
-                for w in range(config.warps):  # the K loop and the partial sums
-                    ops = MoeEmuOps(gmem, smem)
-                    acc = logic.zero_acc(ops)
-                    chunks = logic.k_chunks(k)
-                    if logic.k_loop_plain():
-                        for ch in range(w, chunks, config.warps):
-                            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-                    else:  # the weight prefetch pipeline
-                        stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), np.int32(chunks))
-                        for ch in range(w, chunks, config.warps):
-                            stages, acc = logic.pipelined_chunk(
-                                ops, rt, LANE, n0, np.int32(ch), np.int32(chunks), stages, acc
-                            )
-                    logic.reduce_stage(ops, 0, w, LANE, acc)
-                for w in range(config.warps):  # after the barrier
-                    logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, scale)
+                for j in range(span):  # the CTA's column tiles
+                    n0 = np.int32(logic.tile_n0(bx, j))
+                    for w in range(config.warps):  # the K loop and the partial sums
+                        ops = MoeEmuOps(gmem, smem)
+                        acc = logic.zero_acc(ops)
+                        chunks = logic.k_chunks(k)
+                        if logic.k_loop_plain():
+                            for ch in range(w, chunks, config.warps):
+                                acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+                        else:  # the weight prefetch pipeline
+                            stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), np.int32(chunks))
+                            for ch in range(w, chunks, config.warps):
+                                stages, acc = logic.pipelined_chunk(
+                                    ops, rt, LANE, n0, np.int32(ch), np.int32(chunks), stages, acc
+                                )
+                        logic.reduce_stage(ops, 0, w, LANE, acc)
+                    for w in range(config.warps):  # after the barrier
+                        logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, scale)
     raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
     return raw.view(p.out.dtype).reshape(p.out.shape)
 
@@ -377,7 +378,7 @@ def _sweep_configs(fc: int) -> list:
 
     found = []
     for ntiles in (1, 2):
-        for _, fc1, fc2 in X.sweep_pairs(ntiles):
+        for _, fc1, fc2, _ in X.sweep_pairs(ntiles):
             cfg = fc1 if fc == 1 else fc2
             if cfg not in found:
                 found.append(cfg)
@@ -432,3 +433,23 @@ def test_gemm_only_options_are_rejected():
     with pytest.raises(ValueError, match="config.kgroup = 2 is not implemented by the expert kernels"):
         X.ExpertLogic(2, "bfloat16", "nvfp4", None, cfg)
     assert X.can_implement(2, "bfloat16", "nvfp4", None, DecodeConfig(2, 2, 1, 1, 2))  # prefetch is
+
+
+@pytest.mark.parametrize("span", [2, 4])
+@pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "relu2"), (2, None)])
+def test_column_tiles_per_cta(fc, activation, span):
+    # N not a multiple of cols * span (H = 96 for FC2: 3 tiles of 32; I = 96 for FC1: 6 gated tiles
+    # of 16, 3 relu2 tiles of 32): the last CTA's tiles past N store nothing (NaN poison past the
+    # expert rows, every column of every row written)
+    p = make_problem(fc, "nvfp4", "nvfp4", activation, [3, 0, 10], h=96 if fc == 2 else 256, i=96 if fc == 1 else 128,
+                     seed=25 + span)  # fmt: skip
+    check(p, run_experts(p, DecodeConfig(2, 2, 1, 1, 1), "list", span))
+
+
+def test_span_is_checked():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    with pytest.raises(ValueError, match=r"span must be one of \(1, 2, 4\) \(column tiles per CTA\), got 3"):
+        X.ExpertLogic(2, "bfloat16", "nvfp4", None, SMALL, "list", 3)
+    logic = X.ExpertLogic(2, "bfloat16", "nvfp4", None, SMALL, "list", 2)
+    assert logic.grid_n(96) == 2 and logic.tile_n0(1, 1) == 96  # CTA 1: tiles 2 and 3 (past N = 96)

@@ -211,16 +211,17 @@ def _sweep_buckets(max_tokens):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     return [
-        (f"n{n}-{label.replace('/', '-')}", (api.ExpertBucket(max_tokens, fc1, fc2),))
+        (f"n{n}-{label.replace('/', '-')}", (api.ExpertBucket(max_tokens, fc1, fc2, span, span),))
         for n in (1, 2)
-        for label, fc1, fc2 in X.sweep_pairs(n)
+        for label, fc1, fc2, span in X.sweep_pairs(n)
     ]
 
 
 @pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
 @pytest.mark.parametrize("label, buckets", _sweep_buckets(64), ids=[x for x, _ in _sweep_buckets(64)])
 def test_expert_tilings_vs_reference(label, buckets, mode):
-    """Each tiling the bench sweeps (weight prefetch, 2-4 warps, 4 tiles, 8- and 16-token groups),
+    """Each tiling the bench sweeps (weight prefetch, 2-4 warps, 4 tiles, 2 column tiles per CTA, 8-
+    and 16-token groups),
     as the plan's only bucket, at decode T (an 8-token group takes two passes for experts with > 8
     rows at T = 16, 64)."""
     shape = SHAPES[0]

@@ -196,3 +196,24 @@ def test_plan_rejects_dims_the_expert_gemms_cannot_take():
 def test_worker_job_compiles_routing():
     args = ("int32", 2, 4, 64, "nvfp4", False, _routing.default_config(64), "sm_90a")
     assert spine.run_job(_routing.compile_routing.job(*args)).status == "compiled"
+
+
+def test_bucket_spans_reach_the_expert_jobs():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
+
+    wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=8, h=256, i=128)
+    p = fm.plan(fm.Caps(max_tokens=8, num_topk=8, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
+    cfg = p.heuristic("sm_90a")
+    (b,) = cfg.experts
+    spanned = dataclasses.replace(cfg, experts=(dataclasses.replace(b, fc1_span=2, fc2_span=4),))
+    p = fm.plan(p.caps, override=spanned)  # checked: spans 2 and 4 are implemented
+    jobs = p.expert_jobs(spanned, "sm_90a")
+    assert list(jobs) == [("identity", 0)]  # k = E: never the list
+    (fc1, args1), (fc2, args2) = jobs[("identity", 0)]
+    assert fc1 is ex.compile_fc1 and args1 == ("nvfp4", "nvfp4", "silu", b.fc1, "sm_90a", "identity", 2)
+    assert fc2 is ex.compile_fc2 and args2 == ("nvfp4", "nvfp4", b.fc2, "sm_90a", "identity", 4)
+    plain = p.expert_jobs(cfg, "sm_90a")[("identity", 0)]  # span 1: the arguments as before spans
+    assert plain[0][1] == ("nvfp4", "nvfp4", "silu", b.fc1, "sm_90a", "identity")
+    bad = dataclasses.replace(cfg, experts=(dataclasses.replace(b, fc2_span=3),))
+    with pytest.raises(ValueError, match=r"override.experts\[0\].fc2: span must be one of \(1, 2, 4\)"):
+        fm.plan(p.caps, override=bad)

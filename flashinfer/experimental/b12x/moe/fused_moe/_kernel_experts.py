@@ -35,6 +35,13 @@ weight words per warp loaded ahead of the math), so a few-warp CTA can keep ever
 K (FC2: I = 768 is 6 chunks) in flight at once. Other DecodeConfig options (cache hints, chunk
 groups) are gemm's only: `why_not` rejects them (`IMPLEMENTED`).
 
+Fewer, fatter CTAs (`span`, part of the kernel key, default 1): CTA x owns `span` consecutive
+column tiles and runs them one after the other inside each group (grid N / (cols * span)), so an
+expert's start[e] and scale loads, and every CTA of an expert without rows, are paid once per
+`span` tiles: at T = 16 (E = 128, k = 8) ~45 of the 128 experts have no rows, i.e. ~5,000 of the
+identity grid's 14,336 CTAs only read start[e] and exit, each holding a CTA slot for an L2 round
+trip. A tile past N (N not a multiple of cols * span) loads and stores nothing.
+
 Tilings per live T: a plan compiles one (FC1, FC2) pair of configs per `api.ExpertBucket`
 (`default_buckets`: 8-token groups for T <= 8, 16-token groups above) and a binding picks its
 bucket by T, like the grid variant; nothing is sized by live T at compile time.
@@ -90,6 +97,7 @@ PAIRS = (
 K_ALIGN = 32  # one span
 IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch")  # the DecodeConfig fields honoured
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
+SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
 _LOG2E = 1.4426950408889634
 _SOURCES = tuple(
     f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")
@@ -130,27 +138,34 @@ def default_buckets(max_tokens: int) -> tuple:
 # their own shapes; the layer's --steps split shows each GEMM's time, so one row tests two ideas.
 # Registers (ptxas 13.0, sm_90a, bf16 / nvfp4 A): 8 warps x 2 tiles ~116-128 (2 CTAs = 16 warps per
 # SM); 4 warps x 2 tiles x prefetch 1 ~70-96 at ntiles 1 (up to 5-7 CTAs = 20-28 warps per SM, every
-# chunk's weight loads of FC2 in flight at once); 4 tiles ~190 (one 8-warp CTA per SM).
+# chunk's weight loads of FC2 in flight at once); 4 tiles ~190 (one 8-warp CTA per SM). "-s2", "-s4":
+# w4p1 with 2 or 4 column tiles per CTA (1/2, 1/4 of the CTAs, idle ones included); 8-warp tilings
+# with span 2 spill on some pair (ptxas 13.0 keeps 256-thread CTAs at <= 128 registers here).
 _SWEEP = {
     1: (
-        ("base", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 2)),
-        ("u1", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 1)),
-        ("w4p1", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1)),  # FC1 unroll 1 spills on sm_120a
-        ("w4p2/w2p2", DecodeConfig(4, 2, 1, 1, 2), DecodeConfig(2, 2, 1, 2, 2)),  # FC2 unroll 1 spills, sm_120a
-        ("w8p1/w4t4", DecodeConfig(8, 2, 1, 1, 1), DecodeConfig(4, 4, 1, 1)),
-        ("w16/w2p1", DecodeConfig(16, 2, 1, 1), DecodeConfig(2, 2, 1, 1, 1)),
+        ("base", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 2), 1),
+        ("u1", DecodeConfig(8, 2, 1, 2), DecodeConfig(8, 2, 1, 1), 1),
+        ("w4p1", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 1),  # FC1 unroll 1 spills on sm_120a
+        ("w4p2/w2p2", DecodeConfig(4, 2, 1, 1, 2), DecodeConfig(2, 2, 1, 2, 2), 1),  # FC2 unroll 1 spills, sm_120a
+        ("w8p1/w4t4", DecodeConfig(8, 2, 1, 1, 1), DecodeConfig(4, 4, 1, 1), 1),
+        ("w16/w2p1", DecodeConfig(16, 2, 1, 1), DecodeConfig(2, 2, 1, 1, 1), 1),
+        ("w4p1-s2", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 2),
+        ("w4p1-s4", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 4),
     ),
     2: (
-        ("base", DecodeConfig(8, 2, 2, 1), DecodeConfig(8, 2, 2, 1)),
-        ("w4p1", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1)),  # FC2 unroll 1 spills on sm_120a
-        ("w4p2/w2p2", DecodeConfig(4, 2, 2, 1, 2), DecodeConfig(2, 2, 2, 1, 2)),
-        ("w8p1/w4t4", DecodeConfig(8, 2, 2, 1, 1), DecodeConfig(4, 4, 2, 1)),
+        ("base", DecodeConfig(8, 2, 2, 1), DecodeConfig(8, 2, 2, 1), 1),
+        ("w4p1", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1), 1),  # FC2 unroll 1 spills on sm_120a
+        ("w4p2/w2p2", DecodeConfig(4, 2, 2, 1, 2), DecodeConfig(2, 2, 2, 1, 2), 1),
+        ("w8p1/w4t4", DecodeConfig(8, 2, 2, 1, 1), DecodeConfig(4, 4, 2, 1), 1),
+        ("w4p1-s2", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1), 2),
+        ("w4p1-s4", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1), 4),
     ),
 }
 
 
 def sweep_pairs(ntiles: int) -> tuple:
-    """[(label, FC1 config, FC2 config)] of the sweep for MMA groups of 8 * ntiles tokens (1 or 2)."""
+    """[(label, FC1 config, FC2 config, span)] of the sweep for MMA groups of 8 * ntiles tokens (1
+    or 2); span (column tiles per CTA, both GEMMs) > 1 on the "-s<span>" labels."""
     if ntiles not in _SWEEP:
         raise ValueError(f"ntiles must be one of {tuple(_SWEEP)}, got {ntiles!r}")
     return _SWEEP[ntiles]
@@ -169,9 +184,11 @@ def candidate_configs(max_rows: int) -> tuple[DecodeConfig, ...]:
 
 
 def why_not(
-    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list", span: int = 1
 ) -> str | None:
     """None when the expert kernel implements this variant, else the reason (the validity predicate)."""
+    if span not in SPANS or isinstance(span, bool):
+        return f"span must be one of {SPANS} (column tiles per CTA), got {span!r}"
     if fc not in (1, 2):
         return f"fc must be 1 or 2, got {fc!r}"
     if (a_fmt, b_fmt) not in PAIRS:
@@ -196,9 +213,9 @@ def why_not(
 
 
 def can_implement(
-    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list", span: int = 1
 ) -> bool:
-    return why_not(fc, a_fmt, b_fmt, activation, config, grid) is None
+    return why_not(fc, a_fmt, b_fmt, activation, config, grid, span) is None
 
 
 def check_dims(hidden_size: int, intermediate_size: int) -> None:
@@ -263,9 +280,16 @@ class ExpertLogic(KD.DecodeLogic):
         return KD.why_not("bfloat16", b_fmt, out_dtype, config)
 
     def __init__(
-        self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: DecodeConfig, grid: str = "list"
+        self,
+        fc: int,
+        a_fmt: str,
+        b_fmt: str,
+        activation: str | None,
+        config: DecodeConfig,
+        grid: str = "list",
+        span: int = 1,
     ) -> None:
-        reason = why_not(fc, a_fmt, b_fmt, activation, config, grid)
+        reason = why_not(fc, a_fmt, b_fmt, activation, config, grid, span)
         if reason is not None:
             raise ValueError(f"{self.what}: {reason}")
         super().__init__(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config)
@@ -273,10 +297,15 @@ class ExpertLogic(KD.DecodeLogic):
         self.listed = grid == "list"  # a Python bool: the kernel's variant is fixed at trace time
         self.gated = self.activation in GATED
         self.cols = self.bn // 2 if self.gated else self.bn
+        self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
-        return (n + self.cols - 1) // self.cols
+        return (n + self.cols * self.span - 1) // (self.cols * self.span)
+
+    def tile_n0(self, bidx, j):
+        """The first output column of the CTA's j-th column tile."""
+        return (bidx * self.span + j) * self.cols
 
     def grid_experts(self, num_e, num_listed):
         """The grid's CTA rows: every expert (identity) or one per entry of the list."""
@@ -394,7 +423,7 @@ class _ExpertGemm:
 
     @cute.jit
     def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive, stream):
-        grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
+        grid_n = self.logic.grid_n(mC.shape[1])
         grid_e = self.logic.grid_experts(mB.shape[0], mActive.shape[0])
         self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive).launch(
             grid=[grid_n, grid_e, 1], block=[self.threads, 1, 1], stream=stream
@@ -407,7 +436,6 @@ class _ExpertGemm:
         tid, _, _ = cute.arch.thread_idx()
         bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
-        n0 = bidx * self.logic.cols
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
         e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
@@ -436,18 +464,20 @@ class _ExpertGemm:
                 Float32(1.0),
                 row0,
             )
-            acc = self.logic.zero_acc(DEVICE)
-            if cutlass.const_expr(self.logic.k_loop_plain()):
-                for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                    acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
-            else:
-                stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
-                for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                    stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
-            self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
-            DEVICE.barrier()
-            self.logic.finish(DEVICE, rt, red_base, tid, n0, scale)
-            DEVICE.barrier()  # the next group's partial sums reuse the reduction buffer
+            for j in cutlass.range(self.logic.span, unroll=1):  # the CTA's column tiles (past N: no stores)
+                n0 = self.logic.tile_n0(bidx, j)
+                acc = self.logic.zero_acc(DEVICE)
+                if cutlass.const_expr(self.logic.k_loop_plain()):
+                    for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                        acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+                else:
+                    stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
+                    for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
+                        stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
+                self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
+                DEVICE.barrier()
+                self.logic.finish(DEVICE, rt, red_base, tid, n0, scale)
+                DEVICE.barrier()  # the next tile's or group's partial sums reuse the reduction buffer
 
 
 class Fc1Gemm(_ExpertGemm):
@@ -487,21 +517,23 @@ def fake_active():
 
 
 @kernel("moe.fused_moe.fc1", sources=_SOURCES)
-def compile_fc1(a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str, grid: str = "list"):
+def compile_fc1(
+    a_fmt: str, b_fmt: str, activation: str, config: DecodeConfig, arch: str, grid: str = "list", span: int = 1
+):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params, active)`
     on torch's current stream; act_params fp32 [3] = (swiglu_limit, swiglu_alpha, swiglu_beta);
     active int32 [G]: the grid's experts (grid "list"; "identity" launches E rows and never reads
-    it; module docstring)."""
-    logic = ExpertLogic(1, a_fmt, b_fmt, activation, config, grid)
+    it; module docstring); span: column tiles per CTA (module docstring)."""
+    logic = ExpertLogic(1, a_fmt, b_fmt, activation, config, grid, span)
     act = make_fake_compact_tensor(cutlass.Float32, (3,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(Fc1Gemm(logic), *fake_args(a_fmt, "bfloat16"), act, fake_active(), stream, arch=arch)
 
 
 @kernel("moe.fused_moe.fc2", sources=_SOURCES)
-def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str, grid: str = "list"):
+def compile_fc2(a_fmt: str, b_fmt: str, config: DecodeConfig, arch: str, grid: str = "list", span: int = 1):
     """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, active)` on
-    torch's current stream; C2 fp32 [R_cap, H]; active and grid as compile_fc1's."""
-    logic = ExpertLogic(2, a_fmt, b_fmt, None, config, grid)
+    torch's current stream; C2 fp32 [R_cap, H]; active, grid and span as compile_fc1's."""
+    logic = ExpertLogic(2, a_fmt, b_fmt, None, config, grid, span)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(Fc2Gemm(logic), *fake_args(a_fmt, "float32"), fake_active(), stream, arch=arch)

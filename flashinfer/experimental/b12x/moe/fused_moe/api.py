@@ -127,6 +127,8 @@ class ExpertBucket:
     max_tokens: int
     fc1: object
     fc2: object
+    fc1_span: int = 1  # column tiles per CTA (`_kernel_experts` "Fewer, fatter CTAs"); 1: one each
+    fc2_span: int = 1
 
 
 @dataclass(frozen=True)
@@ -216,9 +218,11 @@ class FusedMoePlan(Plan):
         out = {}
         for grid, i in expert_variants(config.routing.compact_grid, e, k, caps.max_tokens, config.experts):
             b = config.experts[i]
+            # span only when > 1: a span-1 job keeps the arguments (and launch) it always had
+            span1, span2 = ((s,) if s != 1 else () for s in (b.fc1_span, b.fc2_span))
             out[(grid, i)] = (
-                (ex.compile_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, grid)),
-                (ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, grid)),
+                (ex.compile_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, grid, *span1)),
+                (ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, grid, *span2)),
             )
         return out
 
@@ -421,8 +425,9 @@ def _check_buckets(caps: Caps, buckets) -> None:
     if tops[-1] < caps.max_tokens:
         raise ValueError(f"{what}: the last bucket must hold the caps' max_tokens = {caps.max_tokens}, got {tops}")
     for i, b in enumerate(buckets):
-        for fc, a_fmt, cfg, act in ((1, a1, b.fc1, wp.activation), (2, a2 or "bfloat16", b.fc2, None)):
-            reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg)
+        fcs = ((1, a1, b.fc1, wp.activation, b.fc1_span), (2, a2 or "bfloat16", b.fc2, None, b.fc2_span))
+        for fc, a_fmt, cfg, act, span in fcs:
+            reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg, "list", span)
             if reason is not None:
                 raise ValueError(f"{what}[{i}].fc{fc}: {reason}")
 
