@@ -4,6 +4,7 @@ matches the fp32 reference on the CPU emulator for every recipe a config support
 compiles for sm_90a and sm_120a without spilling, and (gpu) computes the product at M = 129 / 2048 on
 the issue's shapes."""
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,7 +42,23 @@ ISSUE_SHAPES = ((4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))
 def test_wide_candidates_are_offered_only_past_256_rows():
     assert set(KT.LARGE_M) <= set(KT.candidate_configs(2048))
     assert not set(KT.LARGE_M) & set(KT.candidate_configs(256))
-    assert KT.default_config(4096) == KT.TiledConfig(128, 128, 2, 4)  # the measured default is unchanged
+    assert KT.default_config(4096) == KT.TiledConfig(128, 128, 2, 4, group_m=16)
+    assert KT.default_config(4096, 4096) == KT.TiledConfig(128, 128, 2, 4, group_m=16)
+    assert KT.default_config(4096, KT.WIDE_N) == KT.TiledConfig(128, 256, 2, 4, group_m=16, mix=2)
+    assert KT.default_config(256, 1 << 20) == KT.TiledConfig(64, 128, 2, 2)
+    assert KT.default_config(4096, KT.WIDE_N, "fp8_block") == KT.TiledConfig(128, 128, 2, 4, group_m=16)
+
+
+@pytest.mark.interpret
+def test_default_config_implements_every_pair():
+    """The heuristic never picks a tile the kernel rejects, for any format pair and output dtype."""
+    for a_fmt, b_fmt in itertools.product(FORMAT, FORMAT):
+        for out in ("bfloat16", "float16", "float32"):
+            old = KT.why_not(a_fmt, b_fmt, out, KT.TiledConfig(128, 128, 2, 4))
+            for n in (4096, KT.WIDE_N, 28672):
+                new = KT.why_not(a_fmt, b_fmt, out, KT.default_config(4096, n, b_fmt))
+                assert (new is None) == (old is None), (a_fmt, b_fmt, out, n, new)
+    assert KT.default_config(4096, KT.WIDE_N) in KT.LARGE_M and KT.default_config(4096) in KT.LARGE_M
     assert len(TILINGS) == 4 and len(MIXED) == 6
 
 

@@ -164,7 +164,7 @@ def default_config(
         return decode_config(BUCKET_MAX_M[bucket])
     from ..blockscaled._kernel_tiled import default_config as tiled_config
 
-    return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)))
+    return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)), n, b_fmt)
 
 
 def compile_fn(bucket: str, config=None):

@@ -74,12 +74,21 @@ class TiledConfig:
         return 32 * self.warps_m * self.warps_n
 
 
-def default_config(max_m: int) -> TiledConfig:
-    """128 x 128 with 8 warps (64 x 32 warp tiles) for large M; 64 x 128 with 4 warps up to M = 256.
-    Not yet tuned on the H200."""
+def default_config(max_m: int, n: int | None = None, b_fmt: str | None = None) -> TiledConfig:
+    """64 x 128 with 4 warps up to M = 256. Past that the grouped raster (group_m 16: the CTAs that
+    run together share weight tiles in L2), and for wide outputs (N >= 16384, so that even M = 257
+    fills 3 x 64 CTAs) 128 x 256 with 64 x 64 warp tiles and the next K-tile's dequantization mixed
+    into the last 2 k-steps (not for block-FP8 weights, whose 128-wide scale blocks need bn <= 128:
+    `why_not`). H200 sweep at M = 2048, 28672 x 4096 nvfp4 (2026-11-30 10:48, beside
+    other jobs, so relative only): 128 x 128 2061 µs, + g16 1794, 128 x 256 g16 mix 2 1458 (1.41x)."""
     if max_m <= 256:
         return TiledConfig(64, 128, 2, 2)
-    return TiledConfig(128, 128, 2, 4)
+    if n is not None and n >= WIDE_N and b_fmt != "fp8_block":
+        return TiledConfig(128, 256, 2, 4, group_m=16, mix=2)
+    return TiledConfig(128, 128, 2, 4, group_m=16)
+
+
+WIDE_N = 16384  # default_config: from this N on, the 128 x 256 tile
 
 
 # Candidates for M > 256: 64 x 64 warp tiles and the grouped raster (docs/predictions/gemm_tiled.md).
