@@ -83,9 +83,9 @@ def test_live_sizes_are_not_compile_keys():
     import inspect
 
     X = _X()
-    fc1_key = ["a_fmt", "b_fmt", "activation", "config", "arch", "grid"]
+    fc1_key = ["a_fmt", "b_fmt", "activation", "config", "arch", "grid", "span"]
     assert list(inspect.signature(X.compile_fc1).parameters) == fc1_key
-    assert list(inspect.signature(X.compile_fc2).parameters) == ["a_fmt", "b_fmt", "config", "arch", "grid"]
+    assert list(inspect.signature(X.compile_fc2).parameters) == ["a_fmt", "b_fmt", "config", "arch", "grid", "span"]
     fn = X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
     assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), arch="sm_90a")
     assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "list")  # the default
@@ -93,6 +93,8 @@ def test_live_sizes_are_not_compile_keys():
     assert ident is not fn and "grid=identity" in X.compile_fc1.key_summary(
         "bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "identity"
     )
+    assert fn is X.compile_fc1("bfloat16", "nvfp4", "silu", X.default_config(8), "sm_90a", "list", 1)  # span 1
+    assert "span=2" in X.compile_fc2.key_summary("nvfp4", "nvfp4", X.default_config(8), "sm_90a", "list", 2)
 
 
 def test_bad_variants_fail_before_compiling():
