@@ -16,7 +16,8 @@ are never loaded. config.sub_tiles > 1 splits each tile into key slices, each it
 step, software-pipelined (the next slice's QK^T is issued before a slice's softmax, in one basic
 block per masked / unmasked body) so a warp's exp2 / max / sum work hides behind its own mma;
 config.lazy_rescale keeps a warp's row maxima until one grows by more than N (base 2) and skips
-the O rescale meanwhile (`ExtendConfig`).
+the O rescale meanwhile; config.cross_tile issues the next tile's QK^T before a tile's softmax
+(`_loop_cross`, a ring of >= 3 stages) (`ExtendConfig`).
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
 max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
