@@ -183,9 +183,9 @@ class Ours:
     wplan: object
 
 
-def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None, experts=None) -> Ours:
+def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None, buckets=None) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
-    experts: None (the heuristic's expert buckets) or a tuple of `api.ExpertBucket` (CUDA only)."""
+    buckets: None (the heuristic's expert buckets) or a tuple of `api.ExpertBucket` (CUDA only)."""
     import b12x
     from b12x.moe import fused_moe as fm
 
@@ -201,16 +201,26 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
     )
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, device, generator))
     p = fm.plan(fm.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wplan, quant_mode=mode))
-    if (compact_grid is not None or experts is not None) and torch.device(device).type == "cuda":
+    if torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
-        cfg = p.heuristic(target_arch(device))
-        if compact_grid is not None:
-            cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
-        p = fm.plan(p.caps, override=cfg if experts is None else replace(cfg, experts=experts))
+        p = with_override(p, target_arch(device), compact_grid, buckets)
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
+
+
+def with_override(p, arch: str, compact_grid=None, buckets=None):
+    """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
+    compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`)."""
+    from b12x.moe import fused_moe as fm
+
+    if compact_grid is None and buckets is None:
+        return p
+    cfg = p.heuristic(arch)
+    if compact_grid is not None:
+        cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
+    return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
 
 
 def check_ours(ours: Ours, recipe, a, ids, w, out) -> str:
@@ -330,9 +340,9 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            for label, experts in expert_variants(args, t, max_t):
+            for label, buckets in expert_variants(args, t, max_t):
                 compact = grid_choice(args)
-                ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact, experts)
+                ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact, buckets)
                 fmt = ours.wplan.weight_format
                 case = Case(
                     f"moe {args.activation}",
@@ -352,7 +362,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
                     add_step_prefixes(table, case, name, ours.plan, bindings, out, args, graph_kw)
                 if peer_rows is None:
                     peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
-                if experts is None:  # once per recipe's case (the sweep's rows share it)
+                if buckets is None:  # once per recipe's case (the sweep's rows share it)
                     for pname, timing, pnote in peer_rows:
                         table.add(case, pname, timing, peer=True, note=pnote)
                 del ours, bindings

@@ -150,3 +150,29 @@ def test_run_shape_end_to_end_on_the_cpu(monkeypatch, capsys, timer):
     assert all(r.case.shape["sets"] == (3 if timer == "graph" else 1) for r in ours)
     assert all("min row cos 1.000000" in r.note for r in ours)  # CPU: the op is the reference
     assert "grouped_mm bf16" in table.peers() and all(table.ratios(r) for r in ours)
+
+
+@pytest.mark.parametrize("recipe", ["w4a16", "nvfp4"])
+def test_sweep_rows_plan_their_buckets(recipe):
+    """Every --expert-sweep row becomes a plan whose override carries that row's buckets (the 10:48
+    H200 run crashed here: the prepared ExpertWeights had replaced the buckets argument), and the
+    heuristic row stays the plain plan."""
+    import argparse
+
+    mode, source = B.recipe_source(recipe)
+    wplan = fm.plan_weights(
+        quant_modes=mode,
+        source_format=source,
+        activation="silu",
+        num_experts=16,
+        hidden_size=256,
+        intermediate_size=128,
+    )
+    p = fm.plan(fm.Caps(max_tokens=64, num_topk=4, device="cpu", weight_plan=wplan, quant_mode=mode))
+    rows = B.expert_variants(argparse.Namespace(expert_sweep=[]), 16, 64)
+    assert rows[0] == ("", None) and len(rows) > 2
+    assert B.with_override(p, "sm_90a") is p
+    for _, buckets in rows[1:]:
+        planned = B.with_override(p, "sm_90a", None, buckets)
+        assert planned.override.experts == buckets
+    assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
