@@ -41,6 +41,21 @@ def test_decode_heuristic_is_always_implementable(fmt, n, k, m):
     assert cfg.warps >= 1 and cfg.max_m >= m
 
 
+@pytest.mark.parametrize("a_fmt", ["bfloat16", "float16", "nvfp4", "mxfp8", "fp8_block"])
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4", "mxfp8", "fp8_block"])
+@pytest.mark.parametrize("m,n", [(16, 28672), (16, 16384), (16, 11264), (9, 151936), (8, 28672)])
+def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
+    """9..16 tokens x 16-bit activations x FP4 weights with N >= WIDE_DECODE_N take the shared-
+    activation warp groups (H200 sweep 10:48); every other case keeps the plain config; all implementable."""
+    cfg = L.default_config(L.bucket_for(m), n, 4096, b_fmt, a_fmt=a_fmt)
+    wide = m > 8 and n >= L.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in L.SHARED_A
+    assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == ((2, True, "na", "el") if wide else (1, False, "nc", "nc"))
+    assert (
+        why_not(a_fmt, b_fmt, "bfloat16", cfg) is None
+        or why_not(a_fmt, b_fmt, "bfloat16", DecodeConfig(cfg.warps, cfg.tiles, cfg.ntiles, cfg.unroll)) is not None
+    )
+
+
 def test_heuristics_never_prefetch_until_swept():
     for m in (1, 16, 32, 64):
         assert L.default_config(L.bucket_for(m)).prefetch == 0

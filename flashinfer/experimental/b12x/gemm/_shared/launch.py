@@ -22,6 +22,7 @@ S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weigh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -42,7 +43,7 @@ def bucket_for(m: int) -> str:
     raise AssertionError(m)
 
 
-def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
+def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
     is within 3% in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most
@@ -71,7 +72,17 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str):
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
     config = DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
+    if ntiles == 2 and n >= WIDE_DECODE_N and FORMAT[b_fmt].value_bits == 4 and a_fmt in SHARED_A:
+        # 9 <= M <= 16, 16-bit activations x wide FP4 weights: two warp groups along N share each
+        # chunk's activation loads through shared memory (every 16-token activation span read from L2
+        # once per CTA, not once per warp), weights bypass L1, activations stay in it. H200 sweep 2026-11-30 10:48
+        # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
+        config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
     return with_decode_opts(config) if max_m <= 16 else config
+
+
+WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
+SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
 DECODE_OPTS_ENV = "B12X_GEMM_DECODE_OPTS"
@@ -160,7 +171,7 @@ def default_config(
         from ..blockscaled._kernel_decode import default_config as decode_config
 
         if n is not None and k is not None and b_fmt is not None:
-            return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt)
+            return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
         return decode_config(BUCKET_MAX_M[bucket])
     from ..blockscaled._kernel_tiled import default_config as tiled_config
 
