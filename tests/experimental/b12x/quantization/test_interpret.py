@@ -21,17 +21,33 @@ _runner = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_runner)
 
 
+def _group(case: str) -> str:
+    """The NVFP4 "steps" cases run in their own interpreter (and 600 s budget): their mirror of the
+    inline asm is slow under the interpreter."""
+    return "steps" if "xsteps" in case else "rest"
+
+
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="0")
-    out = subprocess.run([sys.executable, str(RUNNER)], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    cache = {}
+
+    def get(group: str) -> dict:
+        if group not in cache:
+            ids = [c for c in _runner.CASES if _group(c) == group]
+            env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="0")
+            cmd = [sys.executable, str(RUNNER), *ids]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+            assert out.returncode == 0, out.stderr[-4000:]
+            cache[group] = json.loads(out.stdout.strip().splitlines()[-1])
+        return cache[group]
+
+    return get
 
 
 @pytest.mark.parametrize("case", sorted(_runner.CASES))
 def test_kernel_matches_oracle(results, case):
-    assert results[case] == "ok", results[case]
+    got = results(_group(case))[case]
+    assert got == "ok", got
 
 
 def test_cases_cover_tails_and_configs():
