@@ -475,3 +475,22 @@ def test_persist_selection_jobs_workspace_and_counters():
     assert sorted(jobs) == [("compile_fused", "pre")] * 2  # 2 norm weight dtypes, no bcast
     assert p.workspace_rows(cfg, "cuda") >= (H // tile.block_w) * 100
     assert cfg.counters(api.FORMS, 100) == 2 + 2 * 4
+
+
+def test_entry_point_outside_the_invocation_names_itself():
+    """A plan prepared for some forms refuses the others at the entry point, naming the form called
+    (post_pre used to surface its inner post step's name on the GPU above 64 tokens)."""
+    p = mhc.plan(caps(), invocation=("pre",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with b12x.PreparationSession("cpu") as session:
+            session.prepare([p])
+    ins = inputs(3, H)
+    a = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    with pytest.raises(ValueError, match=r"prepared for forms \('pre',\); post_pre is not one of them"):
+        mhc.run_post_pre(*a, ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
+    with pytest.raises(ValueError, match=r"prepared for forms \('pre',\); post is not one of them"):
+        mhc.run_post(*a, plan=p)
+    with pytest.raises(ValueError, match=r"prepared for forms \('pre',\); bcast is not one of them"):
+        mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
+    mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)

@@ -439,6 +439,7 @@ def run_pre(
     bcast = residual.dim() == 2
     hidden, dev, dtype = residual.shape[-1], residual.device, residual.dtype
     p = _resolve_plan(plan, binding, dev, hidden, dtype, residual.shape[0])
+    _require_form(p, "bcast" if bcast else "pre")
     caps = p.caps
     t = _tokens("residual", residual, caps, ndim_tail=(caps.hidden_size,) if bcast else (MULT, caps.hidden_size))
     _check(
@@ -485,6 +486,7 @@ def run_post(x, residual, prev_post, prev_comb, *, plan, out=None):
     if plan is None:
         raise ValueError(f"{OP} run_post: plan is required (the plan of the matching run_pre)")
     p = _resolve_plan(plan, None, None, None, None, None)
+    _require_form(p, "post")
     caps = p.caps
     t = _tokens("residual", residual, caps, ndim_tail=(MULT, caps.hidden_size))
     _check_post_inputs(caps, t, x, residual, prev_post, prev_comb)
@@ -523,6 +525,7 @@ def run_post_pre(
     the same program)."""
     _require_tensor("residual", residual, (3,), "[T, 4, H]")
     p = _resolve_plan(plan, binding, residual.device, residual.shape[-1], residual.dtype, residual.shape[0])
+    _require_form(p, "post_pre")
     caps = p.caps
     t = _tokens("residual", residual, caps, ndim_tail=(MULT, caps.hidden_size))
     _check_post_inputs(caps, t, x, residual, prev_post, prev_comb)
@@ -586,6 +589,14 @@ def _launchers(p: MhcPlan) -> dict:
         st.extra["launchers"] = table
         st.extra["target_ctas"] = st.selection.ctas_per_sm * _sm_count(st.device)
     return table
+
+
+def _require_form(p: MhcPlan, form: str) -> None:
+    """The entry point's own form must be one the plan was prepared for (its invocation), checked
+    before any kernel lookup: post_pre above 64 tokens runs post's kernel first, and an error about
+    that inner step would not name what the caller called."""
+    if form not in p.forms():
+        raise ValueError(f"{OP}: this plan was prepared for forms {p.forms()}; {form} is not one of them")
 
 
 def _launcher(p: MhcPlan, kind: str, key: tuple):
