@@ -118,11 +118,14 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
 
 
 def default_config(k: int) -> NvFp4Config:
-    """The heuristic. Once the division-free encodes are GPU-validated: 16 x 256 tiles, 4 warps,
-    "search" encode, skip_dead, which the H200 sweep of 2026-11-30 05:58 (docs/performance.md) put
-    within 7% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K in {4096, 7168}
-    (M = 1 4.9 µs vs 9.2; M = 16384 K = 7168 141 µs vs 201). Until then the "div" tile, the oracle's
-    own sequence. One config for every M: a plan's capacity says little about its live M."""
+    """The heuristic: the FMA-pipe "steps" encode, 8 x 256 tiles, 4 warps, one 16-element block per
+    thread ("halves"), each program looping over 4 column tiles. H200, 2026-11-30 11:16 (graph timer):
+    16384 x 7168 113.1 µs (62.6% of copy) against 151.8 for the previous default (16 x 256 "search",
+    skip_dead), 4096 x 7168 31.6 vs 40.6; the fastest of the 11 configs timed at both shapes. Before
+    the division-free encodes were validated, the "div" tile (the oracle's own sequence) was the
+    default. One config for every M: a plan's capacity says little about its live M."""
+    if STEPS_GPU_VALIDATED:
+        return NvFp4Config(8, _block_k_cap(k, 256), 4, encode="steps", layout="halves", k_iters=4)
     if DIVISION_FREE_GPU_VALIDATED:
         return NvFp4Config(16, _block_k_cap(k, 256), 4, encode="search", skip_dead=True)
     return NvFp4Config(block_m=16, block_k=_block_k_cap(k, 256), num_warps=4)
@@ -192,9 +195,11 @@ _UNVALIDATED = (
 
 
 # The FMA-pipe encode ("steps", `_steps.py`: saturating FMAs instead of compares and selects, so the
-# ALU pipe that bounds "mul"/"search" on SM90 stays nearly idle). Not GPU-validated yet: offered only
-# with `unvalidated` (B12X_QUANT_UNVALIDATED_CANDIDATES=1, bench --all-configs, test_gpu_candidates).
+# ALU pipe that bounds "mul"/"search" on SM90 stays nearly idle). All passed test_gpu_candidates bit
+# for bit on the H200 (10:48 and the full gpu tier of 11:05, 2026-11-30, trees a617941 / 7f9ca94),
+# so they are offered; a new one added here is offered at once: validate it on the GPU first.
 # Predictions in docs/predictions/quantization.md (2026-11-30 10:00 section).
+STEPS_GPU_VALIDATED = True
 _UNVALIDATED_STEPS = (
     (16, 256, 4, "steps", True, False),  # rows: the tiny-M candidate (dead programs skip)
     # one 16-element block per thread: 47 registers (sm_90a), high occupancy
@@ -220,14 +225,15 @@ def unvalidated_enabled() -> bool:
 def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
     default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones,
-    then (only when `unvalidated`) the "steps" ones;
+    then (when `unvalidated` or once STEPS_GPU_VALIDATED) the "steps" ones;
     tiles wider than the padded row are capped. PreparationSession autotune and
     bench_quantization sweep what this returns."""
     if unvalidated is None:
         unvalidated = unvalidated_enabled()
     out = [default_config(k)]
     offered = _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ())
-    for bm, bk, nw, *rest in offered + (_UNVALIDATED_STEPS if unvalidated else ()):
+    steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
+    for bm, bk, nw, *rest in offered + steps:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
