@@ -35,6 +35,8 @@ def test_ptx_has_the_exact_instructions(op, arch):
     configs = [default]
     if op == "nvfp4" and default.encode != "div":
         configs.append(nv.NvFp4Config(block_k=256))  # the oracle's own sequence stays a candidate
+    if op == "nvfp4":
+        configs.append(nv.NvFp4Config(*nv.LARGE_M_STEPS))  # the large-M "steps" candidate
     for cfg in configs:
         compiled = kmod.compile_for_target("bfloat16", 7168, cfg, arch)
         ptx = compiled.asm["ptx"]
@@ -49,7 +51,10 @@ def test_ptx_has_the_exact_instructions(op, arch):
             assert not [o for o in ops if "e4m3" in o], sorted(ops)
         else:
             assert "cvt.rn.satfinite.e4m3x2.f32" in ops
-        assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], sorted(ops)
+        # ("steps" tests each threshold with one saturating FMA on purpose, `_steps.py`: exact 0/1.)
+        fmas = ("fma.rn.sat.f32",) if getattr(cfg, "encode", None) == "steps" else ()
+        bad = [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) and o not in fmas or ".ftz" in o]
+        assert not bad, sorted(ops)
 
 
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
@@ -257,6 +262,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     # Exactly the configs that passed the GPU run (K = 7168: no tile is capped).
     cls = nv.NvFp4Config if op == "nvfp4" else mx.MxFp8Config
     passed = kmod._VALIDATED + (kmod._UNVALIDATED if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED else ())
+    passed += kmod._UNVALIDATED_STEPS if op == "nvfp4" and nv.STEPS_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -265,5 +271,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     assert kmod.candidate_configs(7168) == kmod.candidate_configs(7168, unvalidated=False)
     if op == "nvfp4":  # the one-line switch after the GPU run passes: every candidate but "steps" is offered
         monkeypatch.setattr(nv, "DIVISION_FREE_GPU_VALIDATED", True)
+        monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode != "steps")

@@ -118,17 +118,21 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
 
 
 def default_config(k: int) -> NvFp4Config:
-    """The heuristic: the FMA-pipe "steps" encode, 8 x 256 tiles, 4 warps, one 16-element block per
-    thread ("halves"), each program looping over 4 column tiles. H200, 2026-11-30 11:16 (graph timer):
-    16384 x 7168 113.1 µs (62.6% of copy) against 151.8 for the previous default (16 x 256 "search",
-    skip_dead), 4096 x 7168 31.6 vs 40.6; the fastest of the 11 configs timed at both shapes. Before
-    the division-free encodes were validated, the "div" tile (the oracle's own sequence) was the
-    default. One config for every M: a plan's capacity says little about its live M."""
-    if STEPS_GPU_VALIDATED:
-        return NvFp4Config(8, _block_k_cap(k, 256), 4, encode="steps", layout="halves", k_iters=4)
+    """The heuristic: 16 x 256 tiles, 4 warps, "search" encode, skip_dead, which the H200 sweep of
+    2026-11-30 05:58 (docs/performance.md) put within 7% of the fastest config at every M in {1, 16,
+    128, 4096, 16384} x K in {4096, 7168}. One config for every M: a plan's capacity says little about
+    its live M, and small live M (decode) is what serving runs most.
+    The "steps" candidate 8 x 256 x 4 / halves / k_iters 4 is faster at large M (H200 11:16-11:21:
+    16384 x 7168 113.1-117.3 µs vs 151.8, 3.6x torch.compile) but slower at M = 1 (7.4 µs vs
+    5.1-5.6: no dead-program skip, 4 column tiles per program), so it stays a candidate (autotune and
+    sweeps see it) until a live-M dispatch can run both. Before the division-free encodes were
+    GPU-validated the "div" tile (the oracle's own sequence) was the default."""
     if DIVISION_FREE_GPU_VALIDATED:
         return NvFp4Config(16, _block_k_cap(k, 256), 4, encode="search", skip_dead=True)
     return NvFp4Config(block_m=16, block_k=_block_k_cap(k, 256), num_warps=4)
+
+
+LARGE_M_STEPS = (8, 256, 4, "steps", False, False, "halves", 4)  # the large-M winner (docstring above)
 
 
 # (block_m, block_k, num_warps, encode, skip_dead, scale_words[, layout]): predictions in
