@@ -137,25 +137,28 @@ def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
     p = fm.plan(fm.Caps(max_tokens=64, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))
     cfg = p.heuristic("sm_120a")
     assert p.heuristic(None) is None and cfg.experts == ex.default_buckets(64)
-    small, large = cfg.experts  # T <= 8: 8-token MMA groups; 9 <= T <= 64: 16-token groups
+    small, mid, large = cfg.experts  # T <= 8 and T <= 16: 8-token MMA groups; 17 <= T <= 64: 16-token
     assert (small.max_tokens, small.fc1.ntiles, small.fc2.ntiles) == (8, 1, 1)
+    assert (mid.max_tokens, mid.fc1.ntiles, mid.fc2.ntiles, mid.fc1.warps, mid.fc1.prefetch) == (16, 1, 1, 4, 1)
     assert (large.max_tokens, large.fc1.ntiles, large.fc2.ntiles) == (64, 2, 2)
     jobs = p.kernels(cfg, "sm_120a")
     wf, a2k = wplan.weight_format, a2 or "bfloat16"  # FC2's A: FC1's bf16 output for w4a16
-    # E = 8, k = 2: the list grid while T < 4 (bucket 0 only), every expert from T = 4 (both buckets)
+    # E = 8, k = 2: the list grid while T < 4 (bucket 0 only), every expert from T = 4 (all buckets)
     assert [(fn.__name__, args) for fn, args in jobs] == [
         ("compile_routing", ("int32", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_routing", ("int64", 2, 8, 256, a1, False, cfg.routing, "sm_120a")),
         ("compile_combine", (2, 8, 256, 128, a2, False, cfg.combine, "sm_120a")),
         ("compile_fc1", (a1, wf, act, small.fc1, "sm_120a", "identity")),
         ("compile_fc2", (a2k, wf, small.fc2, "sm_120a", "identity")),
+        ("compile_fc1", (a1, wf, act, mid.fc1, "sm_120a", "identity")),
+        ("compile_fc2", (a2k, wf, mid.fc2, "sm_120a", "identity")),
         ("compile_fc1", (a1, wf, act, large.fc1, "sm_120a", "identity")),
         ("compile_fc2", (a2k, wf, large.fc2, "sm_120a", "identity")),
         ("compile_fc1", (a1, wf, act, small.fc1, "sm_120a", "list")),
         ("compile_fc2", (a2k, wf, small.fc2, "sm_120a", "list")),
     ]
     assert all(fn is ex.compile_fc1 for fn, _ in jobs[3::2]) and all(fn is ex.compile_fc2 for fn, _ in jobs[4::2])
-    assert sorted(p.expert_jobs(cfg, "sm_120a")) == [("identity", 0), ("identity", 1), ("list", 0)]
+    assert sorted(p.expert_jobs(cfg, "sm_120a")) == [("identity", 0), ("identity", 1), ("identity", 2), ("list", 0)]
     for fn, args in jobs[:3]:  # the Triton ones compile in a worker process like any other kernel
         assert pickle.loads(pickle.dumps(fn.job(*args))).module == fn.__module__
     assert isinstance(cfg, api.MoeConfig)

@@ -115,6 +115,9 @@ def default_config(max_rows: int) -> DecodeConfig:
     return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
 
+MID_T = 16  # default_buckets: the 8-token-group prefetch tiling up to this T
+
+
 def default_buckets(max_tokens: int) -> tuple:
     """The heuristic's live-T buckets (`api.ExpertBucket`): T <= SMALL_T with 8-token groups, larger
     T (up to max_tokens) with 16-token groups. A token routes to k DISTINCT experts (route_topk), so
@@ -130,7 +133,13 @@ def default_buckets(max_tokens: int) -> tuple:
     small = ExpertBucket(min(SMALL_T, max_tokens), default_config(8), DecodeConfig(8, 2, 1, 1))
     if max_tokens <= SMALL_T:
         return (small,)
-    return (small, ExpertBucket(max_tokens, default_config(16), default_config(16)))
+    # SMALL_T < T <= MID_T: the sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's
+    # up to 16 rows in two passes): H200 2026-11-30 11:14, E=128 k=8 H=2048 I=768 w4a16, T = 16:
+    # 106.9 us per layer against 151.6 for the 16-token groups (3.25x torch._grouped_mm's 347.7).
+    mid = ExpertBucket(min(MID_T, max_tokens), DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
+    if max_tokens <= MID_T:
+        return (small, mid)
+    return (small, mid, ExpertBucket(max_tokens, default_config(16), default_config(16)))
 
 
 # (label, FC1, FC2) per MMA token tiles: what `bench_moe --expert-sweep` times. FC1 (K = H, e.g. 16
