@@ -655,6 +655,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     "attention.paged.extend",
     sources=(
         "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._config_extend",
         "flashinfer.experimental.b12x.attention.paged._fragments",
     ),
 )

@@ -1,0 +1,154 @@
+"""Configuration, validity predicate and host-side schedule mirror of the extend / verify kernel
+(`_kernel_extend`). Stdlib only, like `_config` (which re-exports these names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._config import SMEM_LIMIT, DecodeConfig, _ceil_div, kv_itemsize, why_not
+
+
+# ---- extend / verify (FlashAttention-2 style, `_kernel_extend`) ----------------------------------
+@dataclass(frozen=True)
+class ExtendConfig:
+    """block_m: packed query rows per CTA (tokens x the G heads of one KV head); block_n: keys per
+    KV tile (multiple of 16); stages: cp.async buffers of K and V tiles; row_blocks: 16-row mma
+    blocks per warp (1: Q stays in registers; 2: FlashAttention-2's 32 rows a warp, half the shared
+    memory reads of K and V per flop, Q re-read from shared memory every tile); page_prefetch: load
+    the page-table entries of the tile after next into registers while the current tile computes
+    (off: each tile's lookups stall every thread for one L2 round trip before its cp.async issue).
+
+    sub_tiles: each KV tile is processed as this many key slices of block_n / sub_tiles keys, each
+    its own online-softmax step, software-pipelined: the QK^T mma of slice s + 1 is issued before the
+    softmax of slice s and the softmax of the last slice runs beside the PV mma of the one before,
+    so a warp's exp2 / max / sum work hides behind its own tensor-core work (with 1 only the second
+    row block's softmax overlaps the first one's PV). With more than 1 the loop body is traced twice,
+    with and without the causal / window / length mask, so each body is one basic block ptxas can
+    interleave. Costs per extra slice: one more row-max/sum step and Q fragment reload (row_blocks 2).
+    lazy_rescale: 0 rescales O by exp2(m_old - m_new) on every step (exact FlashAttention-2); N > 0
+    keeps a row's running max while no row of the warp's step grows it by more than N (base-2 units,
+    so P <= 2^N before normalisation; FlashAttention-4's trick) and then skips the O rescale (one FMUL
+    per O register per step) behind a warp vote. Same result up to rounding: the final sum uses the
+    same stale max.
+    cross_tile: the QK^T of tile i + 1 is issued in tile i's step, before tile i's softmax, so that
+    softmax runs beside the next tile's mma across the tile boundary too (sub_tiles pipelines only
+    inside a tile). Needs stages >= 3 (tiles i and i + 1 resident while i + 2 loads) and sub_tiles 1;
+    one more S accumulator live (block_n 32 keeps it at the register budget of 64 with sub_tiles 2)."""
+
+    block_m: int = 64
+    block_n: int = 64
+    stages: int = 2
+    row_blocks: int = 1
+    page_prefetch: bool = False
+    sub_tiles: int = 1
+    lazy_rescale: int = 0
+    cross_tile: bool = False
+
+    def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
+        extra = ", page_prefetch=True" if self.page_prefetch else ""
+        extra += f", sub_tiles={self.sub_tiles}" if self.sub_tiles != 1 else ""
+        extra += f", lazy_rescale={self.lazy_rescale}" if self.lazy_rescale else ""
+        extra += ", cross_tile=True" if self.cross_tile else ""
+        return (
+            f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
+            f"row_blocks={self.row_blocks}{extra})"
+        )
+
+    @property
+    def slice_keys(self) -> int:
+        """Keys of one online-softmax step (block_n / sub_tiles)."""
+        return self.block_n // self.sub_tiles
+
+    @property
+    def warps(self) -> int:
+        return self.block_m // (16 * self.row_blocks)
+
+    def tokens_per_tile(self, group: int) -> int:
+        """Query tokens one CTA owns: block_m // G (rows past tokens * G are padding)."""
+        return self.block_m // group
+
+
+def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: ExtendConfig) -> int:
+    """Q tile (fp8 path: plus its raw copy) + `stages` K and V tiles + the fp8 reduction slots."""
+    fp8 = kv_dtype == "float8_e4m3fn"
+    q = config.block_m * head_dim * 2 * (2 if fp8 else 1)
+    kv = config.stages * config.block_n * (head_dim + head_dim_v) * kv_itemsize(kv_dtype)
+    return q + kv + 1024 + 64
+
+
+def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
+    """None when the extend kernel implements this problem with `config` on `arch`, else why not."""
+    reason = why_not(
+        q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, DecodeConfig(), arch
+    )
+    if reason is not None and "shared memory" not in reason:
+        return reason
+    c = config
+    if c.block_m not in (16, 32, 64, 128) or c.block_n not in (16, 32, 64, 128) or c.stages not in (2, 3):
+        return f"config out of range: {c}"
+    if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
+        return f"config out of range: {c}"
+    for flag in ("page_prefetch", "cross_tile"):
+        if not isinstance(getattr(c, flag), bool):
+            return f"{flag} must be a bool, got {getattr(c, flag)!r}"
+    if c.cross_tile and (c.stages < 3 or c.sub_tiles != 1):
+        return f"cross_tile needs stages >= 3 and sub_tiles 1, got {c}"
+    if not isinstance(c.sub_tiles, int) or isinstance(c.sub_tiles, bool) or c.sub_tiles not in (1, 2, 4):
+        return f"sub_tiles must be 1, 2 or 4, got {c.sub_tiles!r}"
+    if c.block_n % (16 * c.sub_tiles):
+        return f"block_n {c.block_n} must split into sub_tiles {c.sub_tiles} slices of a multiple of 16 keys"
+    lazy = c.lazy_rescale
+    if not isinstance(lazy, int) or isinstance(lazy, bool) or not 0 <= lazy <= 15:
+        return f"lazy_rescale must be an int in [0, 15] (0: off; P <= 2^N stays below fp16's max), got {lazy!r}"
+    need = extend_smem_bytes(kv_dtype, head_dim, head_dim_v, c)
+    if need > SMEM_LIMIT.get(arch, 99 * 1024):
+        return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
+    return None
+
+
+def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "extend") -> ExtendConfig:
+    """extend, bf16/fp16 KV, D <= 128: 128 rows, 64-key tiles, two stages, FlashAttention-2's 32 rows a
+    warp (row_blocks 2: half the shared-memory reads of K and V per flop) and page prefetch. Measured
+    on the H200 (2026-11-30 06:40, bench_attention --mode extend, 32 q / 8 kv heads, causal): 1.12x /
+    1.05x / 1.06x / 0.99x SDPA's FA2 backend at L = 512 / 1k / 2k / 4k, the fastest of six configs
+    within 2% at every length (the 16-rows-a-warp 128 x 64 below: 0.88-0.96x).
+
+    Otherwise (fp8 KV, whose timing with row_blocks 2 has not been measured; verify; D 256) the first
+    choice: 16 rows per warp (Q, S and O in registers: ~190 at D 128, no spills), 64-key tiles (32 at
+    D 256), two stages.
+
+    extend, D <= 128: block_m 128 (8 warps). Each CTA streams the keys below its diagonal once for
+    block_m rows, so L2->SM traffic is (D + Dv) * 2 bytes per key per block_m rows: 64 rows need
+    ~5 TB/s at 320 TFLOP/s causal (the H200's L2 is about that), 128 rows half of it.
+    verify (q_len * G rows of a few tokens) and D 256 (255 registers a thread): block_m 64."""
+    limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
+        fa2 = ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=2, page_prefetch=True)
+        if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
+            return fa2
+    rows = (128, 64) if mode == "extend" and head_dim <= 128 else (64,)
+    for block_m in rows:
+        for block_n in (64, 32, 16) if head_dim <= 128 else (32, 16):
+            cfg = ExtendConfig(block_m=block_m, block_n=block_n, stages=2)
+            if extend_smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
+                return cfg
+    return ExtendConfig(block_m=64, block_n=16, stages=2)
+
+
+def extend_item_capacity(max_total_q: int, max_batch: int, tokens_per_tile: int) -> int:
+    """Work items of the extend schedule: sum_b ceil(L_b / T) <= ceil(total_q / T) + batch."""
+    return _ceil_div(max_total_q, tokens_per_tile) + max_batch
+
+
+def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
+    """The extend schedule kernel's output in Python: (work rows (request, first token), count).
+
+    Request b's tiles start at tokens 0, T, 2T, ... of its q_len; they are listed last tile first
+    (the causal tiles that see the most keys launch first). Non-monotone rows count as empty."""
+    cu = [int(x) for x in cu_seqlens_q]
+    work = []
+    for b in range(len(cu) - 1):
+        length = max(0, cu[b + 1] - cu[b])
+        for j in reversed(range(_ceil_div(length, tokens_per_tile))):
+            work.append((b, j * tokens_per_tile))
+    return work, len(work)
