@@ -71,7 +71,6 @@ machine stays warm. A fresh machine is bare: all installs again.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -95,10 +94,11 @@ from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import (
     FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
-    ExtendConfig,
     ScheduleConfig,
     default_config,
     default_extend_config,
+    parse_decode_entry,
+    parse_extend_config,
     split_schedule,
     why_not,
     why_not_extend,
@@ -157,49 +157,6 @@ def _sdpa(backend, causal=False):
             return torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, is_causal=causal, enable_gqa=True)
 
     return call
-
-
-def parse_extend_config(text: str) -> ExtendConfig:
-    """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
-    in this order: 'p' page_prefetch, 'c' cross_tile, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8',
-    '128x32x3x2pc')."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(?:s(\d+))?(?:l(\d+))?", text)
-    if match is None:
-        raise ValueError(
-            f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
-            f"c: cross_tile, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
-        )
-    m, n, st, rb, p, cross, sub, lazy = match.groups()
-    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))
-    return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)
-
-
-def parse_decode_entry(text: str):
-    """'4x16x3fs:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True, fused_schedule=True) or None
-    for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
-    the heuristic's DecodeConfig with them."""
-    head, *rest = text.split(":")
-    body = head.rstrip("fs")
-    flags = set(head[len(body) :])
-    if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f and s, once each, got {text!r}")
-    decode = None
-    if body != "h":
-        parts = body.split("x")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a decode entry is h|WxKxS[f][s][:tN][:mN] like 4x16x3fs:t33, got {text!r}")
-        decode = DecodeConfig(*(int(p) for p in parts), fused_merge="f" in flags, fused_schedule="s" in flags)
-    target = min_chunk = None
-    for part in rest:
-        if len(part) < 2 or part[0] not in "tm" or not part[1:].isdigit() or int(part[1:]) < 1:
-            raise ValueError(
-                f"schedule parts are tN (target_items) or mN (min_chunk), N >= 1, got {part!r} in {text!r}"
-            )
-        if part[0] == "t":
-            target = int(part[1:])
-        else:
-            min_chunk = int(part[1:])
-    return decode, flags, target, min_chunk
 
 
 def decode_selection(entry: str, kv_dtype: str, arch: str, sm_count: int):

@@ -253,6 +253,34 @@ def q_dim_slot(d16: int) -> int:
     return 2 * (d16 // 4) + d16 % 2 + 8 * ((d16 // 2) % 2)
 
 
+def parse_decode_entry(text: str):
+    """'4x16x3fs:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True, fused_schedule=True) or None
+    for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
+    the heuristic's DecodeConfig with them."""
+    head, *rest = text.split(":")
+    body = head.rstrip("fs")
+    flags = set(head[len(body) :])
+    if len(head) - len(body) != len(flags):
+        raise ValueError(f"a decode entry's flags are f and s, once each, got {text!r}")
+    decode = None
+    if body != "h":
+        parts = body.split("x")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"a decode entry is h|WxKxS[f][s][:tN][:mN] like 4x16x3fs:t33, got {text!r}")
+        decode = DecodeConfig(*(int(p) for p in parts), fused_merge="f" in flags, fused_schedule="s" in flags)
+    target = min_chunk = None
+    for part in rest:
+        if len(part) < 2 or part[0] not in "tm" or not part[1:].isdigit() or int(part[1:]) < 1:
+            raise ValueError(
+                f"schedule parts are tN (target_items) or mN (min_chunk), N >= 1, got {part!r} in {text!r}"
+            )
+        if part[0] == "t":
+            target = int(part[1:])
+        else:
+            min_chunk = int(part[1:])
+    return decode, flags, target, min_chunk
+
+
 # The extend / verify configuration lives in its own module (one owner per file); re-exported here.
 from ._config_extend import (  # noqa: E402, F401
     ExtendConfig,
@@ -260,5 +288,6 @@ from ._config_extend import (  # noqa: E402, F401
     extend_item_capacity,
     extend_schedule_reference,
     extend_smem_bytes,
+    parse_extend_config,
     why_not_extend,
 )

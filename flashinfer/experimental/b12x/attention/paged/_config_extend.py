@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ._config import SMEM_LIMIT, DecodeConfig, _ceil_div, kv_itemsize, why_not
@@ -152,3 +153,18 @@ def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
         for j in reversed(range(_ceil_div(length, tokens_per_tile))):
             work.append((b, j * tokens_per_tile))
     return work, len(work)
+
+
+def parse_extend_config(text: str) -> ExtendConfig:
+    """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
+    in this order: 'p' page_prefetch, 'c' cross_tile, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8',
+    '128x32x3x2pc')."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(?:s(\d+))?(?:l(\d+))?", text)
+    if match is None:
+        raise ValueError(
+            f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
+            f"c: cross_tile, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
+        )
+    m, n, st, rb, p, cross, sub, lazy = match.groups()
+    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))
+    return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)
