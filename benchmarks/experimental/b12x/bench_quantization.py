@@ -13,7 +13,10 @@ of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of th
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
 each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --ms/--ks
-pick shapes. --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+pick shapes. The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
+capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
+config rows run one tile at every M (`--encode search steps --ms 256 512 1024 2048` shows the
+crossover). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -119,9 +122,11 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     case = Case("nvfp4", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=nvfp4_bytes(m, k), ceiling="copy")
     xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
     gs = nvfp4_global_scale(xs[0]).reshape(1)
-    configs = [None] + (list(nvfp4_configs(k, unvalidated=True))[1:] if args.all_configs else [])
-    if args.encode:  # only the candidates of these NVFP4 encodes (and the default)
-        configs = [None] + [c for c in nvfp4_configs(k, unvalidated=True)[1:] if c.encode in args.encode]
+    # None = the plan's own selection (capacity M >= LARGE_FROM_M: the live-M dispatch of two tiles);
+    # then each candidate config alone (default_config(k), the small tile, included).
+    configs = [None] + (list(nvfp4_configs(k, unvalidated=True)) if args.all_configs else [])
+    if args.encode:  # only the candidates of these NVFP4 encodes (and the plan's selection)
+        configs = [None] + [c for c in nvfp4_configs(k, unvalidated=True) if c.encode in args.encode]
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)

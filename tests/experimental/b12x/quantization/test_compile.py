@@ -136,7 +136,8 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         names = {n.id for n in ast.walk(ast.parse(fn.src)) if isinstance(n, ast.Name)}
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
-    assert outside == {_triton_helpers.__name__} | ({nv._steps.__name__} if op == "nvfp4" else set())
+    nv_modules = {nv._encodes.__name__, nv._steps.__name__}
+    assert outside == {_triton_helpers.__name__} | (nv_modules if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
 

@@ -1,7 +1,7 @@
 """Reference tier: the division-free E2M1 encode of the NVFP4 kernel (`encode="mul"`) equals the
 oracle's `e2m1(clamp((x * gs) / sf))` on every input that can reach it.
 
-The kernel's rule (`nvfp4/_kernel.py`, `_e2m1_codes_mul`, which carries the proof; `encode="search"`
+The kernel's rule (`nvfp4/_encodes.py`, `_e2m1_codes_mul`, which carries the proof; `encode="search"`
 finds the same count by binary search): with p = fl(x * gs),
 the code is the index of the last midpoint m with |p| > m * sf (ties down) or |p| >= m * sf (ties up),
 | 8 when p < -0.25 * sf, and 0 when sf == 0 (`encode="steps"` counts the same thresholds as saturating

@@ -1,4 +1,4 @@
-"""The "steps" E2M1 encode of the NVFP4 quantizer: the codes of `_kernel._e2m1_codes_mul`, bit for bit,
+"""The "steps" E2M1 encode of the NVFP4 quantizer: the codes of `_encodes._e2m1_codes_mul`, bit for bit,
 with (almost) no ALU-pipe instruction per element.
 
 Why. On SM90 the comparison encodes ("mul", "search") are bound by the ALU pipe: FSETP, FSEL, SEL,
@@ -66,7 +66,7 @@ def _neg_threshold(sf, m: tl.constexpr, TIE_UP: tl.constexpr):
 @triton.jit
 def e2m1_steps_top(mag, sign_bits, gs, sf, ASM: tl.constexpr):
     """The E2M1 code of each x in the top nibble of a uint32 (the other 28 bits 0) under global
-    scale gs and block scales sf [rows, blocks] (fp32 E4M3 values): the codes of `_e2m1_codes_mul`,
+    scale gs and block scales sf [rows, blocks] (fp32 E4M3 values): the codes of `_encodes._e2m1_codes_mul`,
     sign in bit 31. mag = |x| (fp32 [rows, blocks, E]); sign_bits: int32 whose bit 31 is x's sign
     (its other bits are ignored).
 

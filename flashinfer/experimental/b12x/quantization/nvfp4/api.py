@@ -30,7 +30,7 @@ from ..._lib.quant import swizzled_size
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
-from .._shared._host import check_kernel_aligned, check_tensor, launcher, seconds_per_run
+from .._shared._host import check_kernel_aligned, check_tensor, seconds_per_run
 from . import reference
 
 OP = "quantization.nvfp4"
@@ -51,7 +51,10 @@ class NvFp4Caps:
 
 class NvFp4Plan(Plan):
     """A quantizer plan: caps = NvFp4Caps, invocation = the activation dtype name, override = an
-    `NvFp4Config` (from `_kernel`) or None."""
+    `NvFp4Config` or an `NvFp4Dispatch` (from `_kernel` / `_dispatch`) or None.
+
+    Its selection is one config, or (capacity >= `_dispatch.LARGE_FROM_M` rows) an `NvFp4Dispatch`:
+    two tiles compiled and primed at prepare time, the live M picking one per run."""
 
     @property
     def dtype(self) -> str:
@@ -60,21 +63,22 @@ class NvFp4Plan(Plan):
     def heuristic(self, arch):
         if arch is None:
             return None  # the reference backend has nothing to choose
-        from ._kernel import default_config
+        from ._dispatch import default_selection
 
-        return default_config(self.caps.k)
+        return default_selection(self.caps.max_rows, self.caps.k)
 
     def candidates(self, arch) -> tuple:
         if arch is None:
             return (None,)
-        from ._kernel import candidate_configs
+        from ._dispatch import candidate_selections
 
-        return candidate_configs(self.caps.k)
+        return candidate_selections(self.caps.max_rows, self.caps.k)
 
     def kernels(self, config, arch: str) -> tuple:
+        from ._dispatch import selection_configs
         from ._kernel import compile_nvfp4
 
-        return ((compile_nvfp4, (self.dtype, self.caps.k, config, arch)),)
+        return tuple((compile_nvfp4, (self.dtype, self.caps.k, c, arch)) for c in selection_configs(config))
 
     def scratch_specs(self, config=None, device="cuda") -> tuple[ScratchBufferSpec, ...]:
         # The fp32 the kernel's global-scale pointer reads when the scale comes as a Python float.
@@ -87,8 +91,9 @@ class NvFp4Plan(Plan):
         packed = torch.empty(rows, k // 2, dtype=torch.uint8, device=state.device)
         scales = torch.empty(swizzled_size(rows, k // BLOCK), dtype=torch.uint8, device=state.device)
         state.scratch["global_scale"].fill_(1.0)
-        _execute(state, x, None, 1.0, packed, scales)
-        _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales)
+        for tile in range(max(1, len(state.kernels))):  # every tile a live M can pick: loaded before freeze
+            _execute(state, x, None, 1.0, packed, scales, tile)
+            _execute(state, x, state.scratch["global_scale"], 0.0, packed, scales, tile)
         if state.device.type == "cuda":
             torch.cuda.synchronize(state.device)  # a launch error surfaces here, at prepare time
 
@@ -120,7 +125,8 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
     m: capacity (max rows per run, >= 1); live M is a run-time argument and never compiles.
     k: row length, a multiple of 16 (one E4M3 scale per 16 elements); static (a compile key).
     invocation: the activation dtype, torch.bfloat16 (default, None) or torch.float16 (or its name).
-    override: an `NvFp4Config` to use instead of the heuristic/autotuned one.
+    override: an `NvFp4Config` (one tile for every M) or an `NvFp4Dispatch` (two tiles and the live
+        M from which the large one runs) to use instead of the heuristic/autotuned selection.
     """
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= _MAX_ROWS:
         raise ValueError(f"m must be an int in [1, {_MAX_ROWS}] (the row capacity), got {m!r}")
@@ -130,10 +136,10 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
     if dtype not in DTYPES:
         raise ValueError(f"invocation must be the activation dtype, one of {DTYPES}, got {invocation!r}")
     if override is not None:
-        from ._kernel import NvFp4Config, can_implement
+        from ._dispatch import can_select
 
-        if not isinstance(override, NvFp4Config) or not can_implement(k, override):
-            raise ValueError(f"override must be an NvFp4Config valid for k={k}, got {override!r}")
+        if not can_select(k, override):
+            raise ValueError(f"override must be an NvFp4Config or NvFp4Dispatch valid for k={k}, got {override!r}")
     return NvFp4Plan(op=OP, caps=NvFp4Caps(m, k), invocation=dtype, override=override)
 
 
@@ -209,12 +215,30 @@ def _oneshot_plan(k: int, dtype: str, device: torch.device) -> NvFp4Plan:
 # -------------------------------------------------------------------------------------------------
 # Execution
 # -------------------------------------------------------------------------------------------------
-def _execute(state: PlanState, x, gs_tensor, gs_value: float, packed, scales) -> None:
+def _execute(state: PlanState, x, gs_tensor, gs_value: float, packed, scales, tile: int | None = None) -> None:
+    """One launch; `tile` (prime) forces a tile of the selection, else the live M picks it."""
     if state.arch is None:  # CPU: the reference backend
         reference.quantize_into(x, gs_tensor if gs_tensor is not None else gs_value, packed, scales)
         return
     gs_ptr = gs_tensor if gs_tensor is not None else state.scratch["global_scale"]
-    launcher(state)(x, packed, scales, gs_ptr, gs_value, int(gs_tensor is not None), x.shape[0])
+    m = x.shape[0]
+    fns, pick = _launchers(state)
+    if tile is None:
+        tile = pick(m) if pick is not None else 0
+    fns[tile](x, packed, scales, gs_ptr, gs_value, int(gs_tensor is not None), m)
+
+
+def _launchers(state: PlanState) -> tuple:
+    """(launchers in `selection_configs` order, the selection's `tile(m)` picker or None for one tile),
+    looked up once per prepared selection (memory-cache hits): keyed on the identity of
+    `state.kernels`, which a re-prepare replaces."""
+    cached = state.extra.get("launchers")
+    if cached is not None and cached[0] is state.kernels:
+        return cached[1]
+    fns = tuple(compile_fn(*args) for compile_fn, args in state.kernels)
+    pick = getattr(state.selection, "tile", None) if len(fns) > 1 else None  # NvFp4Dispatch.tile
+    state.extra["launchers"] = (state.kernels, (fns, pick))
+    return fns, pick
 
 
 # -------------------------------------------------------------------------------------------------

@@ -1,0 +1,93 @@
+"""Live-M dispatch of the NVFP4 quantizer: one plan, two compiled tiles, the live row count picks.
+
+Why. No single tile is the fastest at every M on the H200 (2026-11-30, docs/performance.md): the
+"search" tile with skip_dead takes 5.1-5.6 µs at M = 1, where the large-M "steps" tile takes 7.4
+(no dead-program skip, four column tiles per program), and the "steps" tile takes 113.1 µs at
+16384 x 7168, where "search" takes 151.8. A plan's capacity says little about its live M (one
+plan serves decode and prefill), so a plan whose capacity reaches `large_from` compiles both tiles
+at prepare time and `run` picks one by x.shape[0]: host metadata, no device read, no sync. A CUDA
+graph holds the launch of the M it captured (its tile included), as it holds that M's grid.
+
+`NvFp4Dispatch` is the plan's selection (or an `override`): frozen and hashable like `NvFp4Config`,
+so the autotune cache stores it by repr. Below `large_from` rows the selection is a plain
+`NvFp4Config` (one kernel), as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._kernel import LARGE_M_STEPS, NvFp4Config, can_implement, candidate_configs, default_config
+from ._kernel import _block_k_cap as block_k_cap
+
+# Live M from which the large tile runs. The large tile's grid is ceil128(M) / 8 x 7 programs of
+# 4 column tiles each at K = 7168: below ~1024 rows it has fewer programs than the H200 holds at
+# once (132 SMs x ~10), so each program's serial column loop is exposed, while "search" spreads 4x
+# as many one-tile programs. Not yet measured between M = 128 and 4096: `bench_quantization
+# --encode search steps --ms 256 512 1024 2048` times both tiles there (predictions in
+# docs/predictions/quantization.md); move this to the measured crossover.
+LARGE_FROM_M = 1024
+
+
+@dataclass(frozen=True)
+class NvFp4Dispatch:
+    """Two tiles of one plan: `small` runs for live M < large_from, `large` for M >= large_from."""
+
+    small: NvFp4Config
+    large: NvFp4Config
+    large_from: int = LARGE_FROM_M
+
+    def configs(self) -> tuple[NvFp4Config, ...]:
+        """The configs to compile, small first (one when both are the same)."""
+        return (self.small,) if self.small == self.large else (self.small, self.large)
+
+    def tile(self, m: int) -> int:
+        """Index into `configs()` of the tile that runs m live rows."""
+        return int(m >= self.large_from and self.small != self.large)
+
+
+def large_config(k: int) -> NvFp4Config:
+    """The large-M tile at K (its block_k capped to the padded row, as every candidate's is)."""
+    bm, bk, nw, *rest = LARGE_M_STEPS
+    return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
+
+
+def default_selection(max_rows: int, k: int):
+    """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch
+    between it and the large-M "steps" tile."""
+    if max_rows < LARGE_FROM_M:
+        return default_config(k)
+    return NvFp4Dispatch(default_config(k), large_config(k))
+
+
+def candidate_selections(max_rows: int, k: int) -> tuple:
+    """What autotune measures (at min(capacity, 16384) rows, where the large tile is what differs):
+    the heuristic's selection first, then each candidate config as the large tile of a dispatch
+    (or, below LARGE_FROM_M rows of capacity, each candidate config alone)."""
+    configs = candidate_configs(k)
+    if max_rows < LARGE_FROM_M:
+        return configs
+    out = [default_selection(max_rows, k)]
+    for cfg in configs:
+        d = NvFp4Dispatch(default_config(k), cfg)
+        if d not in out:
+            out.append(d)
+    return tuple(out)
+
+
+def can_select(k: int, selection) -> bool:
+    """An `NvFp4Config` valid for k, or an `NvFp4Dispatch` of two with an int large_from >= 1."""
+    if isinstance(selection, NvFp4Config):
+        return can_implement(k, selection)
+    return (
+        isinstance(selection, NvFp4Dispatch)
+        and all(isinstance(c, NvFp4Config) and can_implement(k, c) for c in (selection.small, selection.large))
+        and isinstance(selection.large_from, int)
+        and not isinstance(selection.large_from, bool)
+        and selection.large_from >= 1
+    )
+
+
+def selection_configs(selection) -> tuple[NvFp4Config, ...]:
+    """The configs a selection compiles (a plain config: itself)."""
+    return selection.configs() if isinstance(selection, NvFp4Dispatch) else (selection,)

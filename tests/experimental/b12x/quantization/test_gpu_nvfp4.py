@@ -1,0 +1,120 @@
+"""GPU tier: the NVFP4 live-M dispatch (`nvfp4/_dispatch.py`) bit for bit on the device.
+
+A plan with capacity >= LARGE_FROM_M selects two tiles; every live M below the threshold runs the
+small one, every M from it the large one. Checked against the oracle with outputs poisoned first
+(0xFF bytes): M on both sides of the threshold and at it, K from 32 to 16384 (tails: K/16 not a
+multiple of 4, K not a multiple of the tile), random rows over ten decades and extreme blocks,
+the global scale as a float and as a device tensor; CUDA-graph capture of both tiles; freeze after
+prepare (a new M on either side compiles nothing).
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
+from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch
+from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv_kernel
+
+_spec = importlib.util.spec_from_file_location("_b12x_quant_gpu_helpers_nv", Path(__file__).with_name("test_gpu.py"))
+_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_helpers)  # the gpu tier's input makers and bitwise checks
+_check_nvfp4, _extreme, _poison_nvfp4, _random = (
+    _helpers._check_nvfp4,
+    _helpers._extreme,
+    _helpers._poison_nvfp4,
+    _helpers._random,
+)
+
+pytestmark = pytest.mark.gpu
+
+nvfp4 = b12x.quantization.nvfp4
+T = _dispatch.LARGE_FROM_M
+DISPATCH_MS = [1, 7, 128, T - 1, T, 4097]
+DISPATCH_KS = [32, 160, 4096, 7168, 16384]
+
+
+@pytest.fixture(scope="module")
+def session():
+    return b12x.PreparationSession("cuda")
+
+
+@pytest.fixture(scope="module")
+def plans(session):
+    """One dispatch plan per K at capacity 4097, prepared once."""
+    cache = {}
+
+    def get(k, dtype=torch.bfloat16):
+        if (k, dtype) not in cache:
+            p = nvfp4.plan(4097, k, invocation=dtype)
+            session.prepare([p])
+            assert isinstance(p.selection, _dispatch.NvFp4Dispatch) and len(p.state.kernels) == 2
+            cache[(k, dtype)] = (p, nvfp4.allocate_outputs(p))
+        return cache[(k, dtype)]
+
+    return get
+
+
+@pytest.mark.parametrize("k", DISPATCH_KS)
+@pytest.mark.parametrize("m", DISPATCH_MS)
+def test_dispatch_bitwise(plans, m, k):
+    p, out = plans(k)
+    for seed, kind in ((m * 31 + k, "random"), (m * 31 + k + 1, "extreme")):
+        x = _random(m, k, torch.bfloat16, seed) if kind == "random" else _extreme(m, k, torch.bfloat16, seed, 16)
+        gs = nvfp4_global_scale(x)
+        for as_tensor in (True, False):
+            _poison_nvfp4(out)
+            nvfp4.run(plan=p, x=x, global_scale=gs.reshape(1) if as_tensor else float(gs), outputs=out)
+            _check_nvfp4(out, x, gs)
+
+
+@pytest.mark.parametrize("m", [5, T + 3])
+def test_dispatch_float16_and_scaled(plans, m):
+    p, out = plans(7168, torch.float16)
+    x = _random(m, 7168, torch.float16, m)
+    for gs in (1.0, 2.0**-100, 1e30, float(nvfp4_global_scale(x))):
+        _poison_nvfp4(out)
+        nvfp4.run(plan=p, x=x, global_scale=gs, outputs=out)
+        _check_nvfp4(out, x, gs)
+
+
+def test_dispatch_graph_captures_both_tiles(plans):
+    p, out = plans(4096)
+    small, large = p.state.extra["launchers"][1][0]
+    assert small is not large
+    xs = [torch.empty(m, 4096, dtype=torch.bfloat16, device="cuda") for m in (100, 2000)]
+    outs = [out, nvfp4.allocate_outputs(p)]
+    gs = torch.empty(1, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for x, o in zip(xs, outs):
+            nvfp4.run(plan=p, x=x, global_scale=gs, outputs=o)
+    for seed, value in ((2, 0.25), (3, 7000.0)):
+        for x in xs:
+            x.copy_(_random(x.shape[0], 4096, torch.bfloat16, seed + x.shape[0]))
+        gs.fill_(value)
+        for o in outs:
+            _poison_nvfp4(o)
+        graph.replay()
+        for x, o in zip(xs, outs):
+            _check_nvfp4(o, x, value)
+
+
+def test_dispatch_freeze_compiles_nothing(session):
+    p = nvfp4.plan(8192, 2048)
+    session.prepare([p])
+    out = nvfp4.allocate_outputs(p)
+    count = nv_kernel.compile_nvfp4.compile_count
+    session.freeze("test")
+    try:
+        for m in (1, T - 1, T, 8192):
+            x = _random(m, 2048, torch.bfloat16, m)
+            _poison_nvfp4(out)
+            nvfp4.run(plan=p, x=x, global_scale=4.0, outputs=out)
+            _check_nvfp4(out, x, 4.0)
+    finally:
+        b12x.unfreeze_kernel_resolution()
+    assert nv_kernel.compile_nvfp4.compile_count == count

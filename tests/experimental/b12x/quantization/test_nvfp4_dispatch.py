@@ -1,0 +1,120 @@
+"""Contract tier (CPU): the NVFP4 live-M dispatch (`nvfp4/_dispatch.py`). Which selection a plan
+gets, what it compiles and primes, and which tile `run` launches for a live M, with the launchers
+replaced by recorders (the tiles themselves are the interpret and gpu tiers' configs; the gpu tier's
+`test_gpu_nvfp4.py` checks the dispatch bit for bit on the device)."""
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.preparation.plan import PlanState
+from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch, _kernel, api
+
+pytestmark = pytest.mark.contract
+
+nvfp4 = b12x.quantization.nvfp4
+ARCH = "sm_90a"
+
+
+def test_heuristic_dispatches_only_from_the_threshold():
+    below = nvfp4.plan(_dispatch.LARGE_FROM_M - 1, 7168).heuristic(ARCH)
+    assert below == _kernel.default_config(7168)
+    d = nvfp4.plan(_dispatch.LARGE_FROM_M, 7168).heuristic(ARCH)
+    assert isinstance(d, _dispatch.NvFp4Dispatch)
+    assert d.small == _kernel.default_config(7168) and d.small.encode == "search" and d.small.skip_dead
+    assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_STEPS) and d.large_from == _dispatch.LARGE_FROM_M
+    assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == d  # quantize()'s one-shot capacity
+    assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
+
+
+def test_large_tile_is_capped_to_the_row():
+    d = nvfp4.plan(4096, 32).heuristic(ARCH)
+    assert d.large.block_k == 64 and _kernel.can_implement(32, d.large) and _dispatch.can_select(32, d)
+
+
+@pytest.mark.parametrize("m, tile", [(0, 0), (1, 0), (1023, 0), (1024, 1), (1025, 1), (16384, 1)])
+def test_tile_by_live_rows(m, tile):
+    d = _dispatch.NvFp4Dispatch(_kernel.default_config(4096), _dispatch.large_config(4096), 1024)
+    assert d.tile(m) == tile
+    same = _dispatch.NvFp4Dispatch(d.small, d.small, 1)
+    assert same.configs() == (d.small,) and same.tile(m) == 0
+
+
+def test_kernels_compile_both_tiles_small_first():
+    p = nvfp4.plan(4096, 7168)
+    d = p.heuristic(ARCH)
+    kernels = p.kernels(d, ARCH)
+    assert [args for _, args in kernels] == [("bfloat16", 7168, c, ARCH) for c in (d.small, d.large)]
+    assert all(fn is _kernel.compile_nvfp4 for fn, _ in kernels)
+    assert len(p.kernels(d.small, ARCH)) == 1
+
+
+def test_candidates_vary_the_large_tile():
+    p = nvfp4.plan(16384, 7168)
+    cands = p.candidates(ARCH)
+    assert cands[0] == p.heuristic(ARCH) and len(set(cands)) == len(cands)
+    assert all(isinstance(c, _dispatch.NvFp4Dispatch) and _dispatch.can_select(7168, c) for c in cands)
+    assert {c.large for c in cands} >= set(_kernel.candidate_configs(7168))
+    assert {c.small for c in cands} == {_kernel.default_config(7168)}
+    assert nvfp4.plan(64, 7168).candidates(ARCH) == _kernel.candidate_configs(7168)
+
+
+def test_dispatch_override_is_kept_and_checked():
+    d = _dispatch.NvFp4Dispatch(_kernel.NvFp4Config(16, 256, 4), _dispatch.large_config(256), 300)
+    p = nvfp4.plan(64, 256, override=d)
+    assert p.override == d and hash(p) == hash(nvfp4.plan(64, 256, override=d))
+    bad = [
+        _dispatch.NvFp4Dispatch(d.small, _kernel.NvFp4Config(3, 128, 4)),  # block_m not a power of two
+        _dispatch.NvFp4Dispatch(d.small, d.large, 0),
+        _dispatch.NvFp4Dispatch(d.small, d.large, True),
+        _dispatch.NvFp4Dispatch(d.small, "steps"),
+    ]
+    for override in bad:
+        with pytest.raises(ValueError, match="override must be an NvFp4Config or NvFp4Dispatch valid for k=256"):
+            nvfp4.plan(64, 256, override=override)
+
+
+class _Recorder:
+    def __init__(self, name, calls):
+        self.name, self.calls = name, calls
+
+    def __call__(self, x, packed, scales, gs_ptr, gs_value, gs_on_device, m):
+        self.calls.append((self.name, m, gs_on_device))
+
+
+def _fake_state(selection, calls):
+    """A prepared-looking state whose kernels resolve to recorders (no compile, no GPU)."""
+    configs = _dispatch.selection_configs(selection)
+    compile_fn = {c: _Recorder(f"tile{i}", calls) for i, c in enumerate(configs)}
+    state = PlanState(handle=1, device=torch.device("cpu"), arch=ARCH, selection=selection)
+    state.kernels = tuple((lambda *args, c=c: compile_fn[c], ("bfloat16", 64, c, ARCH)) for c in configs)
+    state.scratch["global_scale"] = torch.ones(1)
+    return state
+
+
+def test_run_picks_the_tile_by_live_rows_and_prime_loads_both():
+    calls = []
+    d = _dispatch.NvFp4Dispatch(_kernel.NvFp4Config(16, 64, 4), _dispatch.large_config(64), 5)
+    state = _fake_state(d, calls)
+    packed, scales = torch.empty(8, 32, dtype=torch.uint8), torch.empty(512, dtype=torch.uint8)
+    for m in (1, 4, 5, 8, 0):
+        api._execute(state, torch.zeros(m, 64, dtype=torch.bfloat16), None, 2.0, packed, scales)
+    assert calls == [("tile0", 1, 0), ("tile0", 4, 0), ("tile1", 5, 0), ("tile1", 8, 0), ("tile0", 0, 0)]
+    calls.clear()
+    p = nvfp4.plan(8, 64, override=d)
+    p.prime(state)  # every tile, with the float and the device-tensor global scale
+    assert [(name, gs_on_device) for name, _, gs_on_device in calls] == [
+        ("tile0", 0),
+        ("tile0", 1),
+        ("tile1", 0),
+        ("tile1", 1),
+    ]
+
+
+def test_one_tile_selection_never_picks():
+    calls = []
+    state = _fake_state(_kernel.default_config(64), calls)
+    packed, scales = torch.empty(8, 32, dtype=torch.uint8), torch.empty(512, dtype=torch.uint8)
+    for m in (1, 8):
+        api._execute(state, torch.zeros(m, 64, dtype=torch.bfloat16), torch.ones(1), 0.0, packed, scales)
+    assert calls == [("tile0", 1, 1), ("tile0", 8, 1)]
