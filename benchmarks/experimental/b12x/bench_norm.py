@@ -112,7 +112,6 @@ def sweep_configs():
         ApplyConfig,
         FusedConfig,
         MhcConfig,
-        PersistConfig,
         RowConfig,
         SmallConfig,
         StreamConfig,
@@ -145,26 +144,6 @@ def sweep_configs():
         "fused_pp_sps8": dataclasses.replace(
             fused, post_pre_split=False, fused_post_pre=dataclasses.replace(FUSED_POST_PRE, steps_per_split=8)
         ),
-        # the persistent one-launch pre (_kernel_persist.py) at every T (bcast stays two-pass;
-        # post_pre above small_max_tokens = post's kernel + it): default tile 28 splits x 14 lanes at
-        # H = 7168 on 132 SMs; lanes, squares, split width; "emulate" = its 2-3 launches, no waiting
-        "persist": dataclasses.replace(base, fused_pre=PersistConfig(), fused_min_tokens=1),
-        "persist_c2": dataclasses.replace(base, fused_pre=PersistConfig(ctas_per_sm=2), fused_min_tokens=1),
-        "persist_c1": dataclasses.replace(base, fused_pre=PersistConfig(ctas_per_sm=1), fused_min_tokens=1),
-        "persist_step": dataclasses.replace(base, fused_pre=PersistConfig(sq="step"), fused_min_tokens=1),
-        "persist_w128": dataclasses.replace(base, fused_pre=PersistConfig(block_w=128), fused_min_tokens=1),
-        "persist_w512": dataclasses.replace(base, fused_pre=PersistConfig(block_w=512), fused_min_tokens=1),
-        "persist_y128": dataclasses.replace(base, fused_pre=PersistConfig(block_y=128), fused_min_tokens=1),
-        "persist_y256_c2": dataclasses.replace(
-            base, fused_pre=PersistConfig(block_y=256, ctas_per_sm=2), fused_min_tokens=1
-        ),
-        "persist_t16": dataclasses.replace(base, fused_pre=PersistConfig(block_t=16), fused_min_tokens=1),
-        "persist_w2_c5": dataclasses.replace(
-            base, fused_pre=PersistConfig(num_warps=2, ctas_per_sm=5), fused_min_tokens=1
-        ),
-        "persist_look": dataclasses.replace(base, fused_pre=PersistConfig(lookahead=True), fused_min_tokens=1),
-        "persist_u8": dataclasses.replace(base, fused_pre=PersistConfig(split_unroll=8), fused_min_tokens=1),
-        "persist_emulate": dataclasses.replace(base, fused_pre=PersistConfig(emulate=True), fused_min_tokens=1),
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles
         # the one-launch path at T <= 4 (16), the row pass 2 above
         "small": dataclasses.replace(row, small=SmallConfig()),

@@ -14,7 +14,14 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small, api
+from flashinfer.experimental.b12x.norm.mhc import (
+    _config,
+    _kernel,
+    _kernel_fused,
+    _kernel_row,
+    _kernel_small,
+    api,
+)
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 from .mhc_cases import assert_ulps, inputs
@@ -432,82 +439,3 @@ def test_fused_at_hidden_7168(tokens):
     assert launched == ["pre", "post_pre"]
     assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
 
-
-# ---------------------------------------------------------------------------------------------
-# The persistent one-launch pre (_kernel_persist.py), in its no-wait form (stages as launches:
-# the interpreter runs programs one after another, so the waiting form is the GPU tier's).
-# ---------------------------------------------------------------------------------------------
-
-P = _config.PersistConfig
-# At H = 256: 4 splits of 64 (2 pass-1 steps of 32 flat elements each; post/comb 4 tokens per
-# program and 16-token block; y in chunks of 32), or 8 splits of 32 with 32-token blocks, "step"
-# squares, 2 fixed lanes and the one-block lookahead; lanes otherwise from the stand-in SM count.
-PERSIST = {
-    "w64_gram": _config.MhcConfig(
-        fused_pre=P(block_t=16, block_w=64, block_h=32, block_y=32, num_stages=2), fused_min_tokens=1
-    ),
-    "w32_step": _config.MhcConfig(
-        fused_pre=P(block_t=32, block_w=32, block_h=16, sq="step", lanes=2, num_stages=2, lookahead=True),
-        fused_min_tokens=2,
-        small_max_tokens=8,
-    ),
-}
-
-
-@pytest.fixture(params=list(PERSIST))
-def persist(request):
-    return PERSIST[request.param]
-
-
-@pytest.mark.parametrize("tokens, weight", [(1, None), (3, "w_f32"), (17, "w_act"), (40, None)])
-def test_persist_pre_twice(tokens, weight, persist):
-    """Tails, both norm weight dtypes, a second call on fresh inputs with the counters back at 0."""
-    p = interpret_plan(48, target_ctas=4, config=persist)
-    launched = counting(p)
-    for seed in (tokens, 2000 + tokens):
-        ins = inputs(tokens, H, seed=seed)
-        w = None if weight is None else ins[weight]
-        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-        got = mhc.run_pre(
-            ins["residual"], *mix, plan=p, norm_weight=w, norm_eps=1e-5, **poisoned_outs(tokens, H), **SCAL
-        )
-        want = R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], norm_weight=w, norm_eps=1e-5, **SCAL)
-        check_pre_outputs(got, want)
-        assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
-    assert launched == (["pre", "pre"] if tokens >= persist.fused_min_tokens else [])
-
-
-@pytest.mark.parametrize("tokens", [5, 20])
-def test_persist_post_pre_and_broadcast(tokens, persist):
-    """post_pre above small_max_tokens = post's kernel + the persist pre; bcast stays two-pass."""
-    p = interpret_plan(48, target_ctas=4, config=persist)
-    launched = counting(p)
-    ins = inputs(tokens, H, seed=90 + tokens)
-    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
-    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
-    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
-    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
-    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
-    outs = poisoned_outs(tokens, H, residual=True)
-    got = mhc.run_pre(ins["x"], *mix, plan=p, **outs, **SCAL)
-    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **SCAL))
-    sel = p.state.selection
-    assert launched == (["pre"] if tokens > sel.small_max_tokens else [])
-    assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
-
-
-def test_persist_float16_at_hidden_7168():
-    """The real hidden size with the default persist tile (28 splits of 256), fp16 activations."""
-    hidden = 7168
-    cfg = _config.MhcConfig(fused_pre=P(), fused_min_tokens=1)
-    p = interpret_plan(40, target_ctas=4, config=cfg, hidden=hidden, dtype=torch.float16)
-    ins = inputs(33, hidden, dtype=torch.float16, seed=5)
-    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-    outs = poisoned_outs(33, hidden)
-    outs["y_out"] = outs["y_out"].to(torch.float16)
-    got = mhc.run_pre(ins["residual"], *mix, plan=p, norm_weight=ins["w_f32"], **outs, **SCAL)
-    want = R.mhc_pre(ins["residual"], sfn(ins["fn"], torch.float16), *mix[1:], norm_weight=ins["w_f32"], **SCAL)
-    close_fp32(got[1], want[1], "post")
-    close_fp32(got[2], want[2], "comb")
-    torch.testing.assert_close(got[3], want[3], rtol=2**-10, atol=1e-5)

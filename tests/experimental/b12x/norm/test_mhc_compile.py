@@ -15,7 +15,13 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
 
-from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small
+from flashinfer.experimental.b12x.norm.mhc import (
+    _config,
+    _kernel,
+    _kernel_fused,
+    _kernel_row,
+    _kernel_small,
+)
 
 pytestmark = pytest.mark.compile
 
@@ -179,33 +185,3 @@ def test_stream_config_refuses_wgmma_tiles():
         _config.StreamConfig(block_t=64, block_h=32, num_warps=4)
     _config.StreamConfig(block_t=64, block_h=16, num_warps=2)  # 2 warps: mma.sync
 
-
-PERSIST_SIG = dict(res_ptr="*bf16", fn_ptr="*fp32", part_ptr="*fp32", cnt_ptr="*i32", scale_ptr="*fp32")
-PERSIST_SIG |= dict(base_ptr="*fp32", w_ptr="*bf16", y_ptr="*bf16", post_ptr="*fp32", comb_ptr="*fp32", T="i32")
-PERSIST_SIG |= dict(splits="i32", lanes="i32", sinkhorn_iters="i32", has_norm="i32")
-PERSIST_SIG |= dict(rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
-# The persistent pre's tiles of bench_norm --sweep (persist*): 144 registers at the default (3
-# programs per SM at 4 warps), no spills. Its split partial sums are loops over a runtime split
-# count: unrolled 28-56 times they took 255 registers or spilled (ptxas fell back to 32 + stack).
-PERSIST_TILES = {
-    "default": _config.PersistConfig(),
-    "step": _config.PersistConfig(sq="step"),
-    "w512": _config.PersistConfig(block_w=512),
-    "unroll8": _config.PersistConfig(split_unroll=8),
-    "y256_c2": _config.PersistConfig(block_y=256, ctas_per_sm=2),  # 252 registers: 2 programs per SM
-    "t16": _config.PersistConfig(block_t=16),  # 136 registers
-    "look": _config.PersistConfig(lookahead=True),
-    "w2_c5": _config.PersistConfig(num_warps=2, ctas_per_sm=5),  # 187 registers x 64 threads: 5 per SM
-}
-
-
-@pytest.mark.parametrize("tile", list(PERSIST_TILES))
-@pytest.mark.parametrize("hidden", [4096, 7168])
-def test_persist_kernel(tile, hidden):
-    """The persistent pre, waiting form (STAGE 0) on sm_90a: mma.sync, no wgmma, no spills."""
-    from flashinfer.experimental.b12x.norm.mhc import _kernel_persist
-
-    cfg = PERSIST_TILES[tile]
-    consts = _kernel_persist.persist_constexprs(hidden, cfg) | {"STAGE": 0}
-    compiled = _compile(_kernel_persist._mhc_persist_kernel, PERSIST_SIG, consts, cfg.num_warps, cfg.num_stages, 90)
-    _check(compiled, f"persist {tile}", mma=True)

@@ -421,7 +421,7 @@ def test_fused_selection_jobs_workspace_and_counters():
     + the one-launch pre); its workspace covers splits x max_tokens and it has a counter per block."""
     with pytest.raises(ValueError, match="MhcConfig.fused_min_tokens must be an int >= 1, got 0"):
         _config.MhcConfig(fused_min_tokens=0)
-    with pytest.raises(ValueError, match="MhcConfig.fused_pre must be a FusedConfig, a PersistConfig or None, got Str"):
+    with pytest.raises(ValueError, match="MhcConfig.fused_pre must be a FusedConfig or None, got Str"):
         _config.MhcConfig(fused_pre=_config.StreamConfig(16, 16))
     cfg = _config.default_config("sm_90a")
     assert cfg.fused("pre", cfg.fused_min_tokens - 1) is None and cfg.fused("bcast", cfg.fused_min_tokens) is not None
@@ -439,42 +439,6 @@ def test_fused_selection_jobs_workspace_and_counters():
     )  # below fused_min_tokens: the two-pass jobs only
     with pytest.raises(ValueError, match=re.escape("override: pre tile block_h=512 must divide hidden_size=256")):
         mhc.plan(caps(), override=_config.MhcConfig(fused_pre=_config.FusedConfig(block_h=512)))
-
-
-@pytest.mark.parametrize(
-    "kw, message",
-    [
-        (dict(block_w=96), "PersistConfig.block_w must be a power of two >= 1, got 96"),
-        (dict(block_t=8), "PersistConfig.block_t must be >= 16 (a dot's M), got 8"),
-        (dict(block_w=8), "PersistConfig.block_w must be >= block_h, got 8 < 16"),
-        (dict(sq="auto"), "PersistConfig.sq must be step, lazy or gram (no auto), got 'auto'"),
-        (dict(block_t=64), "PersistConfig(block_t=64, num_warps=4) would compile to wgmma"),
-        (dict(lanes=0), "PersistConfig.lanes must be None or an int >= 1, got 0"),
-        (dict(ctas_per_sm=0), "PersistConfig.ctas_per_sm must be an int >= 1, got 0"),
-        (dict(split_unroll=3), "PersistConfig.split_unroll must be a power of two >= 1, got 3"),
-        (dict(emulate=1), "PersistConfig.emulate must be a bool, got 1"),
-        (dict(lookahead=None), "PersistConfig.lookahead must be a bool, got None"),
-    ],
-)
-def test_persist_config_rejects(kw, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
-        _config.PersistConfig(**kw)
-
-
-def test_persist_selection_jobs_workspace_and_counters():
-    """The persist tile serves pre (and post_pre's pre above small_max_tokens), never bcast; its
-    workspace is (H / block_w) x max_tokens rows and its counters 2 + 2 per 32-token block."""
-    tile = _config.PersistConfig()
-    cfg = _config.MhcConfig(fused_pre=tile, fused_min_tokens=1)
-    assert cfg.fused("pre", 1) is tile and cfg.fused("bcast", 1000) is None and cfg.fused("post_pre", 1000) is None
-    assert tile.split(7168) == (28, 16) and tile.split(7168, split_k=5) == (28, 16)
-    with pytest.raises(ValueError, match=re.escape("PersistConfig.block_w=256 must divide hidden_size=384")):
-        tile.splits(384)
-    p = mhc.plan(caps(max_tokens=100))
-    jobs = [(k.__name__, args[0]) for k, args in p.kernels(cfg, "sm_90a") if k.__name__ == "compile_fused"]
-    assert sorted(jobs) == [("compile_fused", "pre")] * 2  # 2 norm weight dtypes, no bcast
-    assert p.workspace_rows(cfg, "cuda") >= (H // tile.block_w) * 100
-    assert cfg.counters(api.FORMS, 100) == 2 + 2 * 4
 
 
 def test_entry_point_outside_the_invocation_names_itself():

@@ -171,66 +171,6 @@ class FusedConfig:
 
 
 @dataclass(frozen=True)
-class PersistConfig:
-    """Tile of the persistent one-launch pre (_kernel_persist.py): H / block_w split programs a lane,
-    each mixing 4 * block_w contiguous elements of the flat row (pre's pass-1 tile: block_t tokens,
-    steps of 4 * block_h, squares by `sq`) and writing block_w of y (chunks of block_y), summing
-    the block's partials split_unroll splits a loop step (their loads in flight together), `lanes`
-    token-block walks side by side (None: ctas_per_sm programs per SM), `lookahead`: a program mixes
-    its next block before it waits on the one it finishes. `emulate` runs the no-wait
-    2-3 launch form the interpreter uses (a test knob: the GPU tests check both forms). Pre only:
-    bcast stays two-pass and post_pre_split runs post's kernel, then this."""
-
-    block_t: int = 32
-    block_w: int = 256
-    block_h: int = 16
-    num_warps: int = 4
-    num_stages: int = 3
-    sq: str = "gram"
-    block_y: int = 64
-    split_unroll: int = 4
-    lanes: int | None = None
-    ctas_per_sm: int = 3
-    lookahead: bool = False
-    emulate: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("block_t", "block_w", "block_h", "num_warps", "block_y", "split_unroll"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1 or v & (v - 1):
-                raise ValueError(f"PersistConfig.{name} must be a power of two >= 1, got {v!r}")
-        if self.block_t < 16:
-            raise ValueError(f"PersistConfig.block_t must be >= 16 (a dot's M), got {self.block_t}")
-        if self.block_w < self.block_h:
-            raise ValueError(f"PersistConfig.block_w must be >= block_h, got {self.block_w} < {self.block_h}")
-        if self.sq == "auto":
-            raise ValueError("PersistConfig.sq must be step, lazy or gram (no auto), got 'auto'")
-        _check_pass1_tile("PersistConfig", self.block_t, self.block_h, self.num_warps, self.sq)
-        if self.lanes is not None and (not isinstance(self.lanes, int) or self.lanes < 1):
-            raise ValueError(f"PersistConfig.lanes must be None or an int >= 1, got {self.lanes!r}")
-        for name in ("ctas_per_sm", "num_stages"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"PersistConfig.{name} must be an int >= 1, got {v!r}")
-        for name in ("lookahead", "emulate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"PersistConfig.{name} must be a bool, got {getattr(self, name)!r}")
-
-    def splits(self, hidden: int) -> int:
-        if hidden % self.block_w:
-            raise ValueError(f"PersistConfig.block_w={self.block_w} must divide hidden_size={hidden}")
-        return hidden // self.block_w
-
-    def split(self, hidden: int, split_k: int | None = None) -> tuple[int, int]:
-        """(splits, steps per split): the splits follow block_w (Caps.split_k does not apply)."""
-        return self.splits(hidden), self.block_w // self.block_h
-
-    def counters(self, max_tokens: int) -> int:
-        """Slot and done tickets, then 2 counters a token block (mixes, sums of y^2)."""
-        return 2 + 2 * cdiv(max_tokens, self.block_t)
-
-
-@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -272,7 +212,7 @@ class MhcConfig:
     # heuristic turns it on: FUSED_PRE, FUSED_POST_PRE). From 512 tokens by prediction, unmeasured:
     # the finisher's y loop walks H in [block_t, finish_h] tiles whatever the live tokens (~112
     # dependent L2 round trips at H = 7168), ~20 us that the two-pass path beats at small T.
-    fused_pre: FusedConfig | PersistConfig | None = None
+    fused_pre: FusedConfig | None = None
     fused_post_pre: FusedConfig | None = None
     fused_min_tokens: int = 512
 
@@ -281,16 +221,16 @@ class MhcConfig:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
         if not isinstance(self.fused_min_tokens, int) or self.fused_min_tokens < 1:
             raise ValueError(f"MhcConfig.fused_min_tokens must be an int >= 1, got {self.fused_min_tokens!r}")
-        if self.fused_pre is not None and not isinstance(self.fused_pre, (FusedConfig, PersistConfig)):
+        if self.fused_pre is not None and not isinstance(self.fused_pre, FusedConfig):
             got = type(self.fused_pre).__name__
-            raise ValueError(f"MhcConfig.fused_pre must be a FusedConfig, a PersistConfig or None, got {got}")
+            raise ValueError(f"MhcConfig.fused_pre must be a FusedConfig or None, got {got}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
 
-    def fused_tile(self, form: str) -> FusedConfig | PersistConfig | None:
-        """The one-launch tile of `form` (None: that form never runs it; the persist tile is pre's only)."""
-        if form == "post" or (form == "bcast" and isinstance(self.fused_pre, PersistConfig)):
+    def fused_tile(self, form: str) -> FusedConfig | None:
+        """The one-launch tile of `form` (None: that form never runs it)."""
+        if form == "post":
             return None
         return self.fused_post_pre if form == "post_pre" else self.fused_pre
 
@@ -321,10 +261,7 @@ class MhcConfig:
         """Ticket counters the plan needs: one per token block of the one-launch kernel (1 at least:
         the small path's)."""
         tiles = [self.fused_tile(f) for f in self.fused_forms(forms, max_tokens)]
-        per_tile = [
-            c.counters(max_tokens) if isinstance(c, PersistConfig) else cdiv(max_tokens, c.block_t) for c in tiles
-        ]
-        return max([1] + per_tile)
+        return max([1] + [cdiv(max_tokens, c.block_t) for c in tiles])
 
     def apply(self, tokens: int):
         """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""

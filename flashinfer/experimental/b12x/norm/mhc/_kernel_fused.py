@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
-from ._config import FusedConfig, PersistConfig
+from ._config import FusedConfig
 from ._kernel import MODES, _partial_rows, _pass1_tile, _tok_weights, _write_y, stream_constexprs
 
 
@@ -163,15 +163,8 @@ def launch_fused(
     cps,
     **s,
 ):
-    """The whole call (pass 1 + finish) over T tokens in one launch; unused pointers take stand-ins.
-    A PersistConfig tile runs _kernel_persist's kernel instead (same arguments)."""
+    """The whole call (pass 1 + finish) over T tokens in one launch; unused pointers take stand-ins."""
     from ._kernel import _interpreting
-
-    if isinstance(config, PersistConfig):
-        from ._kernel_persist import launch_persist
-
-        return launch_persist(mode, hidden, config, res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base,
-                              w, y, post, comb, T=T, splits=splits, cps=cps, **s)  # fmt: skip
 
     _mhc_fused_kernel[(triton.cdiv(T, config.block_t) * splits,)](
         res,
@@ -208,15 +201,8 @@ def launch_fused(
 def compile_fused(
     mode: str, dtype: str, hidden: int, weight_dtype: str, config: FusedConfig, device_index: int, arch: str
 ):
-    """The one-launch kernel for one form (pre, post_pre, bcast) and norm weight dtype (a
-    PersistConfig: _kernel_persist's pre)."""
+    """The one-launch kernel for one form (pre, post_pre, bcast) and norm weight dtype."""
     from ._kernel import _one_launch_fakes
-
-    if isinstance(config, PersistConfig):
-        from ._kernel_persist import warmup_persist
-
-        warmup_persist(dtype, hidden, weight_dtype, config, device_index)
-        return functools.partial(launch_fused, MODES[mode], hidden, config)
 
     args = _one_launch_fakes(dtype, weight_dtype) + (1, 1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
     with torch.cuda.device(device_index):
