@@ -8,6 +8,7 @@ config the caps accept.
 
 import dataclasses
 import itertools
+import re
 
 import pytest
 import torch
@@ -114,6 +115,67 @@ def test_decode_one_launch_compiles(arch, kv_dtype, tmp_path):
         kd.compile_decode(*dims, cfg, arch=arch)
     with pytest.raises(ValueError, match="schedule must be a ScheduleConfig with fused_schedule and None without"):
         kd.compile_decode(*dims, base, arch=arch, schedule=ScheduleConfig())
+
+
+def _loads_before_first_barrier(ptx: str) -> int:
+    head = ptx[: ptx.index("bar.sync")]
+    return head.count("ld.global.")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_fp8_fast_prologue_compiles(arch, tmp_path):
+    """fast_prologue (fp8): the k/v descale loads leave before the first CTA barrier (two more global
+    loads there), Q is staged by 16-byte vectors (no 16-bit shared loads or stores left), the main
+    loop is unchanged (same mma and cvt counts), no spills. For bf16 KV the flag changes nothing."""
+    kd, _ = _modules()
+    base = dataclasses.replace(default_config("float8_e4m3fn", 128, 16, arch), fused_merge=True, fused_schedule=True)
+    fast = dataclasses.replace(base, fast_prologue=True)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    sched = ScheduleConfig(64, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    ptx = _check_binary(kd.compile_decode(*dims, fast, arch=arch, schedule=sched), arch)
+    assert _loads_before_first_barrier(ptx) == _loads_before_first_barrier(plain) + 2
+    assert "ld.shared.b16" in plain and "st.shared.b16" in plain  # the per-element staging loop
+    assert "ld.shared.b16" not in ptx and "st.shared.b16" not in ptx
+    assert ptx.count("ld.shared.v4") == plain.count("ld.shared.v4") + 2  # 16 bf16 of Q a thread
+    assert ptx.count("st.shared.v4") == plain.count("st.shared.v4") + 2  # 16 fp16 of Q a thread
+    for op in ("mma.sync.aligned.m16n8k16", "cvt.rn.f16x2.e4m3x2", "prmt.b32"):
+        assert ptx.count(op) == plain.count(op), op
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * fast.warps <= 65536, (regs, spills)
+    bf16 = ("bfloat16", "bfloat16", 32, 8, 128, 128, 16)
+    same = kd.compile_decode(*bf16, dataclasses.replace(base, fast_prologue=True), arch=arch, schedule=sched)
+    assert same.artifacts.PTX.count("bar.sync") == kd.compile_decode(
+        *bf16, base, arch=arch, schedule=sched
+    ).artifacts.PTX.count("bar.sync")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    "cfg",
+    [DecodeConfig(4, 16, 3, True, True, True, 3), DecodeConfig(4, 16, 4, True, True, True, 3),
+     DecodeConfig(2, 16, 3, True, True, True, 6), DecodeConfig(4, 16, 6, True, True), DecodeConfig(2, 16, 4, True, True, True)],
+    ids=["w4s3-o3", "w4s4-o3", "w2s3-o6", "w4s6", "w2s4"],
+)  # fmt: skip
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_streaming_configs_compile(arch, cfg, kv_dtype, tmp_path):
+    """The fp8 streaming sweep's configs (docs/predictions/attention.md): more stages, two-warp CTAs,
+    and the min_ctas launch bound, which ptxas must honour (registers x threads x min_ctas <= 64K;
+    it spills a few loop invariants for that, bounded here so growth shows). bf16 KV compiles too:
+    the bench accepts an entry only if both KV dtypes do."""
+    kd, _ = _modules()
+    if why_not("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch) is not None:
+        pytest.skip(why_not("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch))
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    ptx = _check_binary(
+        kd.compile_decode(*dims, cfg, arch=arch, schedule=ScheduleConfig(16 * cfg.warps, 50, 256)), arch
+    )
+    assert re.search(rf"cp\.async\.wait_group\s+{cfg.stages - 2};", ptx)  # the main loop's wait
+    if cfg.min_ctas:
+        assert f".minnctapersm {cfg.min_ctas}" in ptx
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert regs * 32 * cfg.warps * max(1, cfg.min_ctas) <= 65536, (regs, spills)
+    assert spills <= (96 if cfg.min_ctas else 0), (regs, spills)
 
 
 def test_fused_merge_acquire_invalidates_l1():

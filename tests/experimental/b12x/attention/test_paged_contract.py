@@ -331,6 +331,37 @@ def test_benchmark_module_help_and_cuda_requirement(run_python):
         assert out.returncode != 0 and "bench_attention needs a CUDA device" in out.stderr
 
 
+# The fp8 streaming sweep (docs/predictions/attention.md): the entries must stay valid bench rows.
+FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x4fs", "4x16x6fs", "4x16x4fsp", "4x16x6fsp", "4x16x3fsp:o3", "4x16x4fsp:o3",
+                       "2x16x3fsp:o6", "2x16x4fsp")  # fmt: skip
+
+
+def test_streaming_knobs_predicate_and_occupancy():
+    """min_ctas bounds the registers (resident CTAs follow), stages reach 6, each value is checked."""
+    from flashinfer.experimental.b12x.attention.paged._config import bounded_registers, resident_ctas, why_not
+
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    assert resident_ctas("float8_e4m3fn", 128, DecodeConfig(4, 16, 3), "sm_90a") == 2  # 200 registers
+    assert bounded_registers(128, DecodeConfig(4, 16, 3, min_ctas=3)) == 168
+    assert resident_ctas("float8_e4m3fn", 128, DecodeConfig(4, 16, 4, min_ctas=3), "sm_90a") == 3
+    assert resident_ctas("bfloat16", 128, DecodeConfig(4, 16, 3, min_ctas=3), "sm_90a") == 2  # smem-bound
+    assert resident_ctas("float8_e4m3fn", 128, DecodeConfig(2, 16, 3, min_ctas=6), "sm_90a") == 6
+    assert why_not(*dims, DecodeConfig(4, 16, 6), "sm_90a") is None
+    assert why_not(*dims, DecodeConfig(4, 16, 7), "sm_90a").startswith("config out of range")
+    assert why_not(*dims, DecodeConfig(4, 16, 3, min_ctas=7), "sm_90a") == (
+        "min_ctas must be one of (0, 2, 3, 4, 5, 6, 8), got 7"
+    )
+    assert why_not(*dims, DecodeConfig(4, 16, 3, min_ctas=True), "sm_90a").startswith("min_ctas must be")
+    assert why_not(*dims, DecodeConfig(8, 16, 3, min_ctas=3), "sm_90a") == (
+        "min_ctas 3 x 256 threads leaves under 128 registers a thread"
+    )
+    assert why_not(*dims, DecodeConfig(4, 16, 3, fast_prologue=1), "sm_90a") == "fast_prologue must be a bool, got 1"
+    assert repr(DecodeConfig(4, 16, 3, fast_prologue=True, min_ctas=3)) == (
+        "DecodeConfig(warps=4, keys_per_warp=16, stages=3, fast_prologue=True, min_ctas=3)"
+    )
+    assert repr(DecodeConfig(4, 16, 3)) == "DecodeConfig(warps=4, keys_per_warp=16, stages=3)"
+
+
 def test_bench_decode_config_entries():
     from benchmarks.experimental.b12x import bench_attention as B
     from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, split_schedule
@@ -339,9 +370,23 @@ def test_bench_decode_config_entries():
     assert B.parse_decode_entry("4x16x2sf") == (DecodeConfig(4, 16, 2, True, True), {"f", "s"}, None, None)
     assert B.parse_decode_entry("hf") == (None, {"f"}, None, None)
     assert B.parse_decode_entry("h:t66") == (None, set(), 66, None)
-    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][:tN][:mN]"), ("hf:x3", "schedule parts are tN"),
+    # the fp8 streaming knobs: p (fast_prologue) and oN (min_ctas) need an explicit WxKxS
+    assert B.parse_decode_entry("4x16x4fsp:o3") == (
+        DecodeConfig(4, 16, 4, True, True, True, 3),
+        {"f", "s", "p"},
+        None,
+        None,
+    )
+    assert B.parse_decode_entry("2x16x3p:o6:t99") == (
+        DecodeConfig(2, 16, 3, fast_prologue=True, min_ctas=6),
+        {"p"},
+        99,
+        None,
+    )
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][:tN][:mN][:oN]"), ("hf:x3", "schedule parts are tN"),
                          ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is"),
-                         ("hff", "flags are f and s, once each")):  # fmt: skip
+                         ("hff", "flags are f, s and p, once each"), ("hfsp", "p and oN need an explicit WxKxS"),
+                         ("hfs:o3", "p and oN need an explicit WxKxS"), ("4x16x3:o0", "N >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             B.parse_decode_entry(bad)
     assert B.decode_selection("heuristic", "bfloat16", "sm_90a", 132) is None
@@ -354,6 +399,11 @@ def test_bench_decode_config_entries():
     for entry in B.DECODE_CONFIGS[1:]:
         B.decode_selection(entry, "float8_e4m3fn", "sm_90a", 132)
     assert B.parse_args(["--decode-configs", "heuristic", "hf:t66"]).decode_configs == ["heuristic", "hf:t66"]
+    sweep = ["heuristic", *FP8_STREAMING_SWEEP]  # the rows the lead times (docs/predictions/attention.md)
+    assert B.parse_args(["--decode-configs", *sweep]).decode_configs == sweep
+    sel = B.decode_selection("4x16x4fsp:o3", "float8_e4m3fn", "sm_90a", 132)
+    assert sel.decode == DecodeConfig(4, 16, 4, True, True, True, 3)
+    assert sel.schedule.target_items == 50  # one wave of 3 CTAs per SM over 8 KV heads
 
 
 def test_heuristic_picks_the_one_launch_decode_only_when_enabled(monkeypatch):

@@ -123,3 +123,54 @@ def test_fp8_v_fragments_give_p_v(keys, head_dim):
     restored = np.empty_like(out)
     restored[:, [o_col_dim(n) for n in range(head_dim)]] = out
     np.testing.assert_allclose(restored, p @ vf, rtol=1e-12, atol=1e-9)
+
+
+def _stage_q_elementwise(q, amax_rows):
+    """`stage_q_fp16`: amax over the first amax_rows rows, scale 2^(13 - e), per-element permute."""
+    amax = np.float32(np.abs(q[:amax_rows]).max()) if amax_rows else np.float32(0)
+    e = ((amax.view(np.int32) >> 23) & 0xFF) - 127
+    shift = min(max(13 - int(e), -126), 126)
+    out = np.zeros(q.shape, np.float16)
+    for r in range(q.shape[0]):
+        for c in range(q.shape[1]):
+            out[r, c - c % 16 + q_dim_slot(c % 16)] = np.float16(q[r, c] * np.float32(2.0**shift))
+    return out, 2.0**-shift
+
+
+def _stage_q_vectors(q, amax_rows, threads):
+    """`stage_q_fp16_vec` thread by thread: thread t holds blocks t, t + threads, ... of 16 elements
+    (block b = row b // (d / 16), columns 16 (b % (d / 16)) ..), each read once."""
+    rows, d = q.shape
+    per_row = d // 16
+    per_thread = -(-rows * per_row // threads)
+    held, amax = {}, np.float32(0)
+    for t in range(threads):
+        for i in range(per_thread):
+            blk = t + i * threads
+            if blk < rows * per_row:
+                r, c0 = blk // per_row, 16 * (blk % per_row)
+                held[blk] = q[r, c0 : c0 + 16].copy()
+                if r < amax_rows:
+                    amax = max(amax, np.float32(np.abs(held[blk]).max()))
+    e = ((amax.view(np.int32) >> 23) & 0xFF) - 127
+    shift = min(max(13 - int(e), -126), 126)
+    out = np.full(q.shape, np.nan, np.float16)
+    for blk, vals in held.items():
+        r, c0 = blk // per_row, 16 * (blk % per_row)
+        for j in range(16):
+            out[r, c0 + q_dim_slot(j)] = np.float16(vals[j] * np.float32(2.0**shift))
+    return out, 2.0**-shift, sorted(held)
+
+
+@pytest.mark.parametrize("head_dim,threads,amax_rows", [(128, 128, 4), (64, 64, 1), (256, 64, 16), (128, 256, 8)])
+def test_vector_q_staging_equals_the_element_loop(head_dim, threads, amax_rows):
+    """fast_prologue's Q staging covers every 16-element block once and writes what the element loop
+    writes (rows >= amax_rows are the zero padding; the scale comes from the first amax_rows)."""
+    rng = np.random.default_rng(head_dim + threads)
+    q = np.zeros((16, head_dim), np.float32)
+    q[:amax_rows] = rng.standard_normal((amax_rows, head_dim)) * 2.0 ** rng.integers(-6, 7, (amax_rows, head_dim))
+    q = torch.from_numpy(q).bfloat16().float().numpy()  # bf16 values, as sQraw holds
+    want, unscale = _stage_q_elementwise(q, amax_rows)
+    got, got_unscale, blocks = _stage_q_vectors(q, amax_rows, threads)
+    assert blocks == list(range(16 * head_dim // 16))
+    assert got_unscale == unscale and np.array_equal(got.view(np.uint16), want.view(np.uint16))

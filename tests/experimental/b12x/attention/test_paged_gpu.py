@@ -8,6 +8,7 @@ the same computation done in torch at the kernel's precision (P rounded to the m
 rounded to q's dtype), plus 1e-3 absolute slack; LSE (base 2) within 2e-3.
 """
 
+import dataclasses
 import math
 import random
 
@@ -21,6 +22,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     ScheduleConfig,
     default_config,
     schedule_reference,
+    why_not,
 )
 from flashinfer.experimental.b12x.attention.paged.api import Selection
 
@@ -169,6 +171,102 @@ def test_non_default_configs(kv_dtype, config):
     case = make_case([1, 63, 3000, 64, 129], num_q_heads=40, num_kv_heads=8, head_dim=128, page_size=64,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(config))  # fmt: skip
     check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=DecodeConfig(*config))), case)
+
+
+# ---- the fp8 streaming knobs (fast_prologue, min_ctas, stages up to 6; docs/predictions/attention.md) --
+STREAMING = {
+    "w4s3p": DecodeConfig(4, 16, 3, True, True, fast_prologue=True),
+    "w4s4p-o3": DecodeConfig(4, 16, 4, True, True, fast_prologue=True, min_ctas=3),
+    "w4s3p-o3": DecodeConfig(4, 16, 3, True, True, fast_prologue=True, min_ctas=3),
+    "w2s3p-o6": DecodeConfig(2, 16, 3, True, True, fast_prologue=True, min_ctas=6),
+    "w2s4p": DecodeConfig(2, 16, 4, True, True, fast_prologue=True),
+    "w4s6p": DecodeConfig(4, 16, 6, True, True, fast_prologue=True),
+    "w8s5p-3launch": DecodeConfig(8, 16, 5, fast_prologue=True),
+}
+B128 = [0 if i % 11 == 3 else n for i, n in enumerate(_lengths(128, 4096, seed=128))]
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", list(STREAMING))
+@pytest.mark.parametrize(
+    "lens", [[32768], [0, 1, 17, 1000, 32768, 4097, 65, 300], B128], ids=["b1-32k", "b8-ragged", "b128-ragged"]
+)
+def test_streaming_configs_match_reference(kv_dtype, name, lens):
+    """Each streaming config on B 1..128, lengths 0, 1, page and tile edges up to 32k, split and
+    unsplit requests, NaN-poisoned outputs; the device schedule is its mirror (check)."""
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + len(name))  # fmt: skip
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=STREAMING[name]))
+    for _ in range(2):  # the second run merges only if the first reset the tickets
+        check(plan, case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", ["w4s4p-o3", "w2s3p-o6", "w4s6p"])
+def test_streaming_configs_window_sinks_and_gqa(kv_dtype, name):
+    """Sliding windows, sinks and group sizes 4, 16 and 1 (D 128, 64, 256) under the streaming knobs."""
+    kvt = getattr(torch, kv_dtype)
+    lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
+    arch = target_arch(torch.device(DEV))
+    for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):
+        cfg = STREAMING[name]
+        while why_not("bfloat16", kv_dtype, hq, hkv, d, d, 16, cfg, arch) is not None:  # D 256: fewer stages
+            cfg = dataclasses.replace(cfg, stages=cfg.stages - 1)
+        case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
+                         combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16, config=cfg))
+        sinks = torch.randn(hq, device=DEV) * 3
+        for window_left in (-1, 0, 100, 4096):
+            check(plan, case, window_left=window_left, sinks=sinks)
+
+
+def test_fast_prologue_equals_the_element_loop():
+    """fast_prologue stages the same fp16 Q with the same scale: outputs bit-identical to the plain
+    fp8 config on the same inputs (Q spanning many binades, so the power-of-two scale matters)."""
+    case = make_case([3000, 1, 32768, 700, 0], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=FP8, device=DEV, seed=9)  # fmt: skip
+    case.q.mul_(torch.exp2(torch.randint(-4, 5, case.q.shape, device=DEV)).to(case.q.dtype))
+    outs = []
+    for cfg in (DecodeConfig(4, 16, 3, True, True), DecodeConfig(4, 16, 3, True, True, fast_prologue=True)):
+        out, lse = check(prepared(caps_for(case, dtype="bfloat16", kv_dtype="float8_e4m3fn", config=cfg)), case)
+        outs.append((out.clone(), lse.clone()))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
+
+
+@pytest.mark.parametrize("name", ["w4s4p-o3", "w2s3p-o6"])
+def test_streaming_graph_replay_with_new_lengths(name):
+    """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
+    replay equals eager and the reference."""
+    full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
+                     width=2100, device=DEV, seed=6)  # fmt: skip
+    plan = prepared(caps_for(full, dtype="bfloat16", kv_dtype="float8_e4m3fn", config=STREAMING[name]))
+    lens = full.cache_seqlens.clone()
+    binding = paged.bind(plan, q=full.q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
+                         cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
+    paged.run(binding=binding)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged.run(binding=binding)
+    rng = random.Random(1)
+    for step in range(3):
+        lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(16)],
+                                dtype=torch.int32))  # fmt: skip
+        poison(plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_tickets_reset(plan)
+        got = binding.out.clone()
+        ref_out, _ = paged.paged_attention_reference(
+            full.q, full.k_cache, full.v_cache, full.page_table, lens, full.cu_seqlens_q,
+            k_descale=full.k_descale, v_descale=full.v_descale,
+        )  # fmt: skip
+        torch.testing.assert_close(got.float(), ref_out, rtol=2e-2, atol=2e-2)
+        poison(plan)
+        eager, _ = paged.run(binding=binding)
+        torch.cuda.synchronize()
+        assert torch.equal(got, eager), f"step {step}: replay differs from eager"
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])

@@ -14,6 +14,9 @@ KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 LOG2E = 1.4426950408889634
 M_TILE = 16  # query rows per MMA tile: the G heads of one KV head, zero-padded
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024, "sm_121a": 99 * 1024}
+THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
+DECODE_STAGES = (2, 3, 4, 5, 6)
+MIN_CTAS = (0, 2, 3, 4, 5, 6, 8)
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -25,17 +28,29 @@ class DecodeConfig:
     of a third launch (`_kernel_split.Merge`) doing it; fused_schedule: every warp of every decode CTA
     recomputes the split from cache_seqlens (`_kernel_split.Schedule.locate`, O(batch / 32) steps,
     so batches up to FUSED_SCHEDULE_MAX_BATCH) instead of a first launch (`Schedule`) writing it.
-    Both set: one launch."""
+    Both set: one launch.
+
+    fp8 streaming knobs (docs/predictions/attention.md, "FP8 decode"): fast_prologue: fp8 KV only
+    (a no-op for bf16/fp16 KV): the k/v descales are loaded with the first sub-tiles instead of after
+    the Q barrier, and Q is staged to fp16 by 16-element vectors (`stage_q_fp16_vec`: one shared-memory
+    pass, no per-element loop); min_ctas: 0, or a launch bound (nvvm.minctasm) asking ptxas for
+    registers that let min_ctas CTAs share an SM (3 at 4 warps: 168 registers, a few spilled loop
+    invariants). stages may reach 6: more sub-tiles in flight per warp (fp8 sub-tiles carry half the
+    bytes of bf16 ones)."""
 
     warps: int = 4
     keys_per_warp: int = 16
     stages: int = 2
     fused_merge: bool = False
     fused_schedule: bool = False
+    fast_prologue: bool = False
+    min_ctas: int = 0
 
-    def __repr__(self) -> str:  # the fused flags only when set: the three-field form stays as it was
+    def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
         extra += ", fused_schedule=True" if self.fused_schedule else ""
+        extra += ", fast_prologue=True" if self.fast_prologue else ""
+        extra += f", min_ctas={self.min_ctas}" if self.min_ctas else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -77,12 +92,15 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if page_size not in (16, 32, 64, 128):
         return f"page_size must be 16, 32, 64 or 128, got {page_size}"
     c = config
-    if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in (2, 3, 4):
+    if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
-    if not isinstance(c.fused_merge, bool):
-        return f"fused_merge must be a bool, got {c.fused_merge!r}"
-    if not isinstance(c.fused_schedule, bool):
-        return f"fused_schedule must be a bool, got {c.fused_schedule!r}"
+    for name in ("fused_merge", "fused_schedule", "fast_prologue"):
+        if not isinstance(getattr(c, name), bool):
+            return f"{name} must be a bool, got {getattr(c, name)!r}"
+    if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
+        return f"min_ctas must be one of {MIN_CTAS}, got {c.min_ctas!r}"
+    if c.min_ctas and 65536 // (c.min_ctas * 32 * c.warps) < 128:
+        return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
     if c.keys_per_warp > page_size:
         return f"keys_per_warp {c.keys_per_warp} > page_size {page_size}: a warp's sub-tile must lie in one page"
     need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
@@ -151,9 +169,6 @@ def why_not_schedule(config) -> str | None:
     return None
 
 
-THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
-
-
 def decode_registers(head_dim: int) -> int:
     """Registers per thread of the decode kernel, as allocated (multiples of 8). ptxas (CUDA 13) on
     sm_90a and sm_120a, 2026-11-30: D 64: 126-146; D 128: 168-198 for every config and both KV
@@ -161,12 +176,22 @@ def decode_registers(head_dim: int) -> int:
     return 256 if head_dim > 128 else 200 if head_dim > 64 else 152
 
 
+def bounded_registers(head_dim: int, config: DecodeConfig) -> int:
+    """Registers per thread under the config's launch bound: ptxas keeps min_ctas CTAs' threads in
+    the 64K registers (a multiple of 8, at most 255), else `decode_registers`."""
+    regs = decode_registers(head_dim)
+    if config.min_ctas:
+        regs = min(regs, 65536 // (config.min_ctas * 32 * config.warps) // 8 * 8)
+    return regs
+
+
 def resident_ctas(kv_dtype: str, head_dim: int, config: DecodeConfig, arch: str) -> int:
     """Decode CTAs one SM holds at once: the least of shared memory (2 at bf16 D 128 4 x 16 x 3 on
-    sm_90a), the 64K registers (2 at D 128: 200 x 128 threads each) and the threads per SM."""
+    sm_90a), the 64K registers (2 at D 128: 200 x 128 threads each; 3 with min_ctas 3) and the
+    threads per SM."""
     threads = 32 * config.warps
     by_smem = SMEM_LIMIT.get(arch, 99 * 1024) // smem_bytes(kv_dtype, head_dim, head_dim, config)
-    by_regs = 65536 // (decode_registers(head_dim) * threads)
+    by_regs = 65536 // (bounded_registers(head_dim, config) * threads)
     return max(1, min(by_smem, by_regs, THREADS_PER_SM.get(arch, 1536) // threads))
 
 
@@ -256,28 +281,45 @@ def q_dim_slot(d16: int) -> int:
 def parse_decode_entry(text: str):
     """'4x16x3fs:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True, fused_schedule=True) or None
     for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
-    the heuristic's DecodeConfig with them."""
+    the heuristic's DecodeConfig with them.
+
+    Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue; parts: tN target_items, mN
+    min_chunk, oN min_ctas (e.g. '4x16x4fsp:o3'). 'h' takes only f and s (the bench rebuilds the
+    heuristic's config from those two), so p and oN need an explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fs")
+    body = head.rstrip("fsp")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f and s, once each, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s and p, once each, got {text!r}")
     decode = None
-    if body != "h":
-        parts = body.split("x")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a decode entry is h|WxKxS[f][s][:tN][:mN] like 4x16x3fs:t33, got {text!r}")
-        decode = DecodeConfig(*(int(p) for p in parts), fused_merge="f" in flags, fused_schedule="s" in flags)
     target = min_chunk = None
+    min_ctas = 0
     for part in rest:
-        if len(part) < 2 or part[0] not in "tm" or not part[1:].isdigit() or int(part[1:]) < 1:
+        if len(part) < 2 or part[0] not in "tmo" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
-                f"schedule parts are tN (target_items) or mN (min_chunk), N >= 1, got {part!r} in {text!r}"
+                f"schedule parts are tN (target_items) or mN (min_chunk), decode part oN (min_ctas), N >= 1, "
+                f"got {part!r} in {text!r}"
             )
         if part[0] == "t":
             target = int(part[1:])
-        else:
+        elif part[0] == "m":
             min_chunk = int(part[1:])
+        else:
+            min_ctas = int(part[1:])
+    if body == "h":
+        if "p" in flags or min_ctas:
+            raise ValueError(f"p and oN need an explicit WxKxS entry (like 4x16x3fsp:o3), got {text!r}")
+    else:
+        parts = body.split("x")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"a decode entry is h|WxKxS[f][s][p][:tN][:mN][:oN] like 4x16x3fs:t33, got {text!r}")
+        decode = DecodeConfig(
+            *(int(p) for p in parts),
+            fused_merge="f" in flags,
+            fused_schedule="s" in flags,
+            fast_prologue="p" in flags,
+            min_ctas=min_ctas,
+        )
     return decode, flags, target, min_chunk
 
 

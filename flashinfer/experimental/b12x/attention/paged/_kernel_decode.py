@@ -51,7 +51,17 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 
 from ..._lib.compile import cute_compile, kernel
 from ._config import LOG2E, M_TILE, DecodeConfig, ScheduleConfig, why_not
-from ._fragments import c_as_a, expand_k, expand_v, mn_view, quad_max, quad_sum, stage_q_fp16, swizzled
+from ._fragments import (
+    c_as_a,
+    expand_k,
+    expand_v,
+    mn_view,
+    quad_max,
+    quad_sum,
+    stage_q_fp16,
+    stage_q_fp16_vec,
+    swizzled,
+)
 from ._kernel_split import PartialMerge, Schedule
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
@@ -76,6 +86,8 @@ class PagedDecode:
         self.threads = 32 * config.warps
         self.fused = config.fused_merge
         self.fused_schedule = config.fused_schedule
+        self.fast_prologue = config.fast_prologue and self.fp8  # a no-op for bf16/fp16 KV
+        self.min_ctas = config.min_ctas
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps)
 
@@ -135,7 +147,14 @@ class PagedDecode:
         self.kernel(
             mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
             mSeqlens, scale_log2, has_sink, window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
-        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
+        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream, **self._bounds())  # fmt: skip
+
+    def _bounds(self):
+        """Launch bound of `DecodeConfig.min_ctas` (nvvm.minctasm: ptxas caps the registers so that
+        many CTAs fit an SM); the carveout is given so the DSL does not query a device for it."""
+        if self.min_ctas == 0:
+            return {}
+        return {"min_blocks_per_mp": self.min_ctas, "preferred_smem_carveout": 100}
 
     @cute.kernel
     def kernel(
@@ -202,6 +221,11 @@ class PagedDecode:
                 kv_end = mWork[item, 2]
                 split = mWork[item, 3]
         if live:
+            kd_early = Float32(1.0)
+            vd_early = Float32(1.0)
+            if cutlass.const_expr(self.fast_prologue):  # in flight with Q and the first sub-tiles
+                kd_early = mKDesc[req, kvh]
+                vd_early = mVDesc[req, kvh]
             # ---- shared memory ------------------------------------------------------------------
             smem = cutlass.memory.SmemAllocator()
             sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
@@ -268,7 +292,15 @@ class PagedDecode:
             cute.arch.sync_threads()
             qk_scale = scale_log2
             vd = Float32(1.0)
-            if cutlass.const_expr(self.fp8):
+            if cutlass.const_expr(self.fast_prologue):
+                qk_scale = (
+                    scale_log2
+                    * kd_early
+                    * stage_q_fp16_vec(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
+                )
+                vd = vd_early
+                cute.arch.sync_threads()
+            elif cutlass.const_expr(self.fp8):
                 qk_scale = (
                     scale_log2
                     * mKDesc[req, kvh]
