@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.attention.paged._config import (
+    FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
@@ -148,6 +149,31 @@ def test_decode_fp8_fast_prologue_compiles(arch, tmp_path):
     assert same.artifacts.PTX.count("bar.sync") == kd.compile_decode(
         *bf16, base, arch=arch, schedule=sched
     ).artifacts.PTX.count("bar.sync")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_preloaded_lengths_compile(arch, kv_dtype, tmp_path):
+    """preload_lengths: the fused schedule's two passes over the batch are unrolled (4 warp sums and
+    4 ballots for 128 requests, one of each in the loop form) on lengths loaded up front; the main
+    loop is unchanged; without fused_schedule the flag changes nothing."""
+    kd, _ = _modules()
+    base = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True, fused_schedule=True)
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    sched = ScheduleConfig(64, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    cfg = dataclasses.replace(base, preload_lengths=True)
+    ptx = _check_binary(kd.compile_decode(*dims, cfg, arch=arch, schedule=sched), arch)
+    steps = FUSED_SCHEDULE_MAX_BATCH // 32
+    assert plain.count("redux.sync") == 1 and ptx.count("redux.sync") == steps
+    assert plain.count("vote.sync.ballot") == 1 and ptx.count("vote.sync.ballot") == steps
+    assert ptx.count("mma.sync.aligned.m16n8k16") == plain.count("mma.sync.aligned.m16n8k16")
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+    unfused = dataclasses.replace(base, fused_schedule=False)
+    a = kd.compile_decode(*dims, unfused, arch=arch).artifacts.PTX
+    b = kd.compile_decode(*dims, dataclasses.replace(unfused, preload_lengths=True), arch=arch).artifacts.PTX
+    assert a.count("\n") == b.count("\n") and "redux.sync" not in b
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -332,8 +332,8 @@ def test_benchmark_module_help_and_cuda_requirement(run_python):
 
 
 # The fp8 streaming sweep (docs/predictions/attention.md): the entries must stay valid bench rows.
-FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x4fs", "4x16x6fs", "4x16x4fsp", "4x16x6fsp", "4x16x3fsp:o3", "4x16x4fsp:o3",
-                       "2x16x3fsp:o6", "2x16x4fsp")  # fmt: skip
+FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x3fsl", "4x16x3fspl", "4x16x4fspl", "4x16x6fspl", "4x16x3fspl:o3",
+                       "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl")  # fmt: skip
 
 
 def test_streaming_knobs_predicate_and_occupancy():
@@ -377,16 +377,23 @@ def test_bench_decode_config_entries():
         None,
         None,
     )
+    assert B.parse_decode_entry("4x16x3fsl") == (
+        DecodeConfig(4, 16, 3, True, True, preload_lengths=True),
+        {"f", "s", "l"},
+        None,
+        None,
+    )
     assert B.parse_decode_entry("2x16x3p:o6:t99") == (
         DecodeConfig(2, 16, 3, fast_prologue=True, min_ctas=6),
         {"p"},
         99,
         None,
     )
-    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][:tN][:mN][:oN]"), ("hf:x3", "schedule parts are tN"),
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN]"), ("hf:x3", "schedule parts are tN"),
                          ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is"),
-                         ("hff", "flags are f, s and p, once each"), ("hfsp", "p and oN need an explicit WxKxS"),
-                         ("hfs:o3", "p and oN need an explicit WxKxS"), ("4x16x3:o0", "N >= 1")):  # fmt: skip
+                         ("hff", "flags are f, s, p and l, once each"), ("hfsp", "p, l and oN need an explicit WxKxS"),
+                         ("hfsl", "p, l and oN need an explicit"), ("hfs:o3", "p, l and oN need an explicit WxKxS"),
+                         ("4x16x3:o0", "N >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             B.parse_decode_entry(bad)
     assert B.decode_selection("heuristic", "bfloat16", "sm_90a", 132) is None
@@ -401,8 +408,8 @@ def test_bench_decode_config_entries():
     assert B.parse_args(["--decode-configs", "heuristic", "hf:t66"]).decode_configs == ["heuristic", "hf:t66"]
     sweep = ["heuristic", *FP8_STREAMING_SWEEP]  # the rows the lead times (docs/predictions/attention.md)
     assert B.parse_args(["--decode-configs", *sweep]).decode_configs == sweep
-    sel = B.decode_selection("4x16x4fsp:o3", "float8_e4m3fn", "sm_90a", 132)
-    assert sel.decode == DecodeConfig(4, 16, 4, True, True, True, 3)
+    sel = B.decode_selection("4x16x4fspl:o3", "float8_e4m3fn", "sm_90a", 132)
+    assert sel.decode == DecodeConfig(4, 16, 4, True, True, True, 3, True)
     assert sel.schedule.target_items == 50  # one wave of 3 CTAs per SM over 8 KV heads
 
 

@@ -176,12 +176,13 @@ def test_non_default_configs(kv_dtype, config):
 # ---- the fp8 streaming knobs (fast_prologue, min_ctas, stages up to 6; docs/predictions/attention.md) --
 STREAMING = {
     "w4s3p": DecodeConfig(4, 16, 3, True, True, fast_prologue=True),
-    "w4s4p-o3": DecodeConfig(4, 16, 4, True, True, fast_prologue=True, min_ctas=3),
+    "w4s3l": DecodeConfig(4, 16, 3, True, True, preload_lengths=True),
+    "w4s4pl-o3": DecodeConfig(4, 16, 4, True, True, fast_prologue=True, min_ctas=3, preload_lengths=True),
     "w4s3p-o3": DecodeConfig(4, 16, 3, True, True, fast_prologue=True, min_ctas=3),
-    "w2s3p-o6": DecodeConfig(2, 16, 3, True, True, fast_prologue=True, min_ctas=6),
+    "w2s3pl-o6": DecodeConfig(2, 16, 3, True, True, fast_prologue=True, min_ctas=6, preload_lengths=True),
     "w2s4p": DecodeConfig(2, 16, 4, True, True, fast_prologue=True),
-    "w4s6p": DecodeConfig(4, 16, 6, True, True, fast_prologue=True),
-    "w8s5p-3launch": DecodeConfig(8, 16, 5, fast_prologue=True),
+    "w4s6pl": DecodeConfig(4, 16, 6, True, True, fast_prologue=True, preload_lengths=True),
+    "w8s5p-3launch": DecodeConfig(8, 16, 5, fast_prologue=True, preload_lengths=True),  # l: a no-op here
 }
 B128 = [0 if i % 11 == 3 else n for i, n in enumerate(_lengths(128, 4096, seed=128))]
 
@@ -202,7 +203,7 @@ def test_streaming_configs_match_reference(kv_dtype, name, lens):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", ["w4s4p-o3", "w2s3p-o6", "w4s6p"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4s6pl"])
 def test_streaming_configs_window_sinks_and_gqa(kv_dtype, name):
     """Sliding windows, sinks and group sizes 4, 16 and 1 (D 128, 64, 256) under the streaming knobs."""
     kvt = getattr(torch, kv_dtype)
@@ -234,7 +235,7 @@ def test_fast_prologue_equals_the_element_loop():
     assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
 
 
-@pytest.mark.parametrize("name", ["w4s4p-o3", "w2s3p-o6"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6"])
 def test_streaming_graph_replay_with_new_lengths(name):
     """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
     replay equals eager and the reference."""

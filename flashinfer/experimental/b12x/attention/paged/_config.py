@@ -36,7 +36,9 @@ class DecodeConfig:
     pass, no per-element loop); min_ctas: 0, or a launch bound (nvvm.minctasm) asking ptxas for
     registers that let min_ctas CTAs share an SM (3 at 4 warps: 168 registers, a few spilled loop
     invariants). stages may reach 6: more sub-tiles in flight per warp (fp8 sub-tiles carry half the
-    bytes of bf16 ones)."""
+    bytes of bf16 ones). preload_lengths (with fused_schedule, any KV dtype; a no-op without): each
+    warp loads the batch's lengths at once, then locates its work row on registers
+    (`Schedule.locate(preload=True)`: one memory latency instead of two per 32 requests)."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -45,12 +47,14 @@ class DecodeConfig:
     fused_schedule: bool = False
     fast_prologue: bool = False
     min_ctas: int = 0
+    preload_lengths: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
         extra += ", fused_schedule=True" if self.fused_schedule else ""
         extra += ", fast_prologue=True" if self.fast_prologue else ""
         extra += f", min_ctas={self.min_ctas}" if self.min_ctas else ""
+        extra += ", preload_lengths=True" if self.preload_lengths else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -94,7 +98,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     c = config
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
-    for name in ("fused_merge", "fused_schedule", "fast_prologue"):
+    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths"):
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -283,14 +287,14 @@ def parse_decode_entry(text: str):
     for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
     the heuristic's DecodeConfig with them.
 
-    Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue; parts: tN target_items, mN
-    min_chunk, oN min_ctas (e.g. '4x16x4fsp:o3'). 'h' takes only f and s (the bench rebuilds the
-    heuristic's config from those two), so p and oN need an explicit WxKxS."""
+    Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths; parts: tN
+    target_items, mN min_chunk, oN min_ctas (e.g. '4x16x4fspl:o3'). 'h' takes only f and s (the bench
+    rebuilds the heuristic's config from those two), so p, l and oN need an explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fsp")
+    body = head.rstrip("fspl")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s and p, once each, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p and l, once each, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -307,18 +311,19 @@ def parse_decode_entry(text: str):
         else:
             min_ctas = int(part[1:])
     if body == "h":
-        if "p" in flags or min_ctas:
-            raise ValueError(f"p and oN need an explicit WxKxS entry (like 4x16x3fsp:o3), got {text!r}")
+        if flags & {"p", "l"} or min_ctas:
+            raise ValueError(f"p, l and oN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a decode entry is h|WxKxS[f][s][p][:tN][:mN][:oN] like 4x16x3fs:t33, got {text!r}")
+            raise ValueError(f"a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN] like 4x16x3fs:t33, got {text!r}")
         decode = DecodeConfig(
             *(int(p) for p in parts),
             fused_merge="f" in flags,
             fused_schedule="s" in flags,
             fast_prologue="p" in flags,
             min_ctas=min_ctas,
+            preload_lengths="l" in flags,
         )
     return decode, flags, target, min_chunk
 

@@ -50,7 +50,7 @@ from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
 from ..._lib.compile import cute_compile, kernel
-from ._config import LOG2E, M_TILE, DecodeConfig, ScheduleConfig, why_not
+from ._config import FUSED_SCHEDULE_MAX_BATCH, LOG2E, M_TILE, DecodeConfig, ScheduleConfig, why_not
 from ._fragments import (
     c_as_a,
     expand_k,
@@ -88,6 +88,7 @@ class PagedDecode:
         self.fused_schedule = config.fused_schedule
         self.fast_prologue = config.fast_prologue and self.fp8  # a no-op for bf16/fp16 KV
         self.min_ctas = config.min_ctas
+        self.preload_lengths = config.preload_lengths
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps)
 
@@ -192,7 +193,7 @@ class PagedDecode:
         wid = tidx // 32
         if cutlass.const_expr(self.fused_schedule):
             req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
-                mSeqlens, item, mWork.shape[0], window_left, lane
+                mSeqlens, item, mWork.shape[0], window_left, lane, self.preload_lengths, FUSED_SCHEDULE_MAX_BATCH
             )
             live = req >= 0
             split = Int32(1) if n_items > 1 else Int32(0)

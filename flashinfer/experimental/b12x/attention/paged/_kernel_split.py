@@ -111,14 +111,29 @@ class Schedule:
         return incl
 
     @cute.jit
-    def locate(self, mSeqlens, item, cap, window_left, lane):
+    def locate(
+        self,
+        mSeqlens,
+        item,
+        cap,
+        window_left,
+        lane,
+        preload: cutlass.Constexpr = False,
+        max_batch: cutlass.Constexpr = 128,
+    ):
         """The schedule of work row `item`, recomputed by one warp (the decode kernel's fused_schedule:
         every warp of every CTA runs this, no barrier, no scratch read). Same arithmetic as `kernel`:
         the total visible length over the batch, the chunk, then a warp-wide scan of the requests'
         item counts, 32 requests a step, until the request holding `item` is found.
 
+        preload (`DecodeConfig.preload_lengths`, batch <= max_batch): each lane loads its
+        max_batch / 32 lengths at once (one memory latency, not one per step and pass) and both
+        passes run unrolled on registers (steps past the batch skipped, warp-uniformly).
+
         Returns (request, kv_start, kv_end, first item, items of the request, total items); request
         is -1 when item >= total items (a dead row)."""
+        if cutlass.const_expr(preload):
+            return self._locate_preloaded(mSeqlens, item, cap, window_left, lane, max_batch)
         batch = mSeqlens.shape[0]
         total = Int32(0)
         for b0 in range(0, batch, 32):
@@ -161,6 +176,63 @@ class Schedule:
                 kv_start = lo + (item - first) * size_b
                 kv_end = cutlass.min(kv_start + size_b, n_b)
             base = base + cute.arch.shuffle_sync(incl, 31)
+        return req, kv_start, kv_end, first, n_items, base
+
+    @cute.jit
+    def _chunk(self, total, batch, cap):
+        target = cutlass.min(Int32(self.target), cap) - batch
+        chunk = Int32(NO_SPLIT_CHUNK)
+        if target > 0:
+            chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
+            chunk = (chunk + self.tile - 1) // self.tile * self.tile
+        return chunk
+
+    @cute.jit
+    def _locate_preloaded(self, mSeqlens, item, cap, window_left, lane, max_batch: cutlass.Constexpr):
+        """`locate` with the lengths loaded up front (see there)."""
+        steps = max_batch // 32
+        batch = mSeqlens.shape[0]
+        lens = cute.make_rmem_tensor(cute.make_layout(steps), Int32)
+        for s in cutlass.range_constexpr(steps):  # every load issued before any is used
+            lens[s] = Int32(0)
+            if s * 32 + lane < batch:
+                lens[s] = mSeqlens[s * 32 + lane]
+        vis = cute.make_rmem_tensor(cute.make_layout(steps), Int32)
+        total = Int32(0)
+        for s in cutlass.range_constexpr(steps):
+            vis[s] = lens[s]
+            if window_left >= 0:
+                vis[s] = cutlass.min(lens[s], window_left + 1)
+            if s * 32 < batch:
+                total = total + cute.arch.warp_redux_sync(vis[s], "add")
+        chunk = self._chunk(total, batch, cap)
+
+        req = Int32(-1)
+        kv_start = Int32(0)
+        kv_end = Int32(0)
+        first = Int32(0)
+        n_items = Int32(0)
+        base = Int32(0)
+        for s in cutlass.range_constexpr(steps):
+            if s * 32 < batch:
+                items = Int32(0)
+                size = Int32(self.tile)
+                if s * 32 + lane < batch:
+                    items, size = self._split(vis[s], chunk)
+                incl = self._warp_scan(items, lane)
+                mine = (item >= base + incl - items) & (item < base + incl)
+                ballot = cute.arch.vote_ballot_sync(mine)
+                if ballot != 0:
+                    src = Int32(31) - Int32(cute.arch.clz(ballot))
+                    req = s * 32 + src
+                    first = base + cute.arch.shuffle_sync(incl - items, src)
+                    n_items = cute.arch.shuffle_sync(items, src)
+                    size_b = cute.arch.shuffle_sync(size, src)
+                    n_b = cute.arch.shuffle_sync(lens[s], src)
+                    lo = n_b - cute.arch.shuffle_sync(vis[s], src)
+                    kv_start = lo + (item - first) * size_b
+                    kv_end = cutlass.min(kv_start + size_b, n_b)
+                base = base + cute.arch.shuffle_sync(incl, 31)
         return req, kv_start, kv_end, first, n_items, base
 
     @cute.kernel
