@@ -11,6 +11,11 @@
 - sub_tiles / lazy_rescale (the pipelined variants the lead sweeps): two traced bodies, one more
   max/sum step per slice, one warp vote per step; the sliced tile re-reads Q per slice (SASS LDSM
   count) instead of keeping it live and spilling; out-of-range fields are rejected by name.
+- block_m 256 and stagger: compile on sm_90a (sm_120a's 99 KB rejects 256 rows by name), the
+  staggered loops trace three tiles' worth of mma (first group's step; the second group's peeled
+  step 0 QK^T, its loop's PV + QK^T and the last PV), and fit 255 registers with a small stack
+  (cuobjdump; a formulation with the late PV behind a branch in the loop got 32 registers and a
+  6 KB stack from ptxas).
 """
 
 import dataclasses
@@ -142,6 +147,8 @@ def test_pipelined_variants_compile(name, kv_dtype, arch):
     ("lazy_rescale", -1, "lazy_rescale must be an int in \\[0, 15\\]"),
     ("page_prefetch", 1, "page_prefetch must be a bool, got 1"),
     ("cross_tile", True, "cross_tile needs stages >= 3 and sub_tiles 1"),
+    ("stagger", 1, "stagger must be a bool, got 1"),
+    ("stagger", True, "stagger needs 8 warps, stages >= 3, sub_tiles 1 and no cross_tile"),
 ])  # fmt: skip
 def test_pipelining_fields_are_validated(field, value, match):
     cfg = dataclasses.replace(ExtendConfig(128, 64, 2, 2), **{field: value})
@@ -181,3 +188,54 @@ def test_sliced_tile_rereads_q_instead_of_spilling():
     ops = _sass(ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch="sm_90a"))
     assert sum(op.startswith("LDSM") for op in ops) == 2 * 96
     assert sum(op.startswith("STL") for op in ops) <= 32 and sum(op.startswith("LDL") for op in ops) <= 32
+
+
+WIDE = {  # test_paged_extend_gpu.WIDE: 256-row CTAs and the staggered warp groups the lead sweeps
+    "m256n64r2p": ExtendConfig(256, 64, 2, 2, True),
+    "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
+    "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
+    "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),  # 8 warps x 16 rows: fits sm_120a
+}
+
+
+def _resources(fn) -> tuple[int, int]:
+    """(registers, stack bytes) of the cubin's kernel per cuobjdump -res-usage (Triton's copy or PATH)."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        tool = str(found) if found.exists() else pytest.skip("no cuobjdump")
+    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    out = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    return int(found.group(1)), int(found.group(2))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", sorted(WIDE))
+def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
+    cfg = WIDE[name]
+    reason = why_not_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch)
+    if cfg.block_m == 256 and arch == "sm_120a":  # 64 KB of Q alone: two 64-key tiles do not fit 99 KB
+        assert reason is not None and "bytes of shared memory" in reason, reason
+        return
+    assert reason is None, reason
+    ke = _extend_module()
+    fn = ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch)
+    ptx = _check_binary(fn, arch)
+    base = _compile(kv_dtype, dataclasses.replace(cfg, stagger=False), arch)
+    mma = "mma.sync.aligned.m16n8k16"
+    assert ptx.count(mma) == (3 if cfg.stagger else 1) * base.count(mma) > 0
+    regs, stack = _resources(fn)
+    assert regs <= 255 and stack <= 256, (regs, stack)
+    if cfg.stagger:  # one tile fewer in flight than stages: the prologue issues stages - 2 tiles; one
+        # tile issue in each traced step (first group's loop, second group's peeled step and loop)
+        q_vecs, kv_vecs = _cp_async_per_thread(cfg, kv_dtype, 16)
+        assert ptx.count("cp.async.cg.shared.global") == q_vecs + (cfg.stages - 2) * kv_vecs + 3 * kv_vecs

@@ -198,6 +198,9 @@ def test_bench_extend_helpers():
     assert B.parse_extend_config("128x64x2x2ps2l8") == ExtendConfig(128, 64, 2, 2, True, sub_tiles=2, lazy_rescale=8)
     assert B.parse_extend_config("128x32x2x2l4") == ExtendConfig(128, 32, 2, 2, lazy_rescale=4)
     assert B.parse_extend_config("128x32x3x2pc") == ExtendConfig(128, 32, 3, 2, True, cross_tile=True)
+    assert B.parse_extend_config("256x64x3x2pg") == ExtendConfig(256, 64, 3, 2, True, stagger=True)
+    assert B.parse_extend_config("256x64x2x2") == ExtendConfig(256, 64, 2, 2)
+    assert "stagger=True" in repr(ExtendConfig(256, 64, 3, 2, stagger=True))
     with pytest.raises(
         ValueError, match=re.escape("block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional")
     ):

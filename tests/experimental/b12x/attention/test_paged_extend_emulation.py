@@ -8,6 +8,8 @@ token, window of the last, end of the cache), base-2 online softmax, the sink fo
 K/V tiles are read from the paged cache (NaN past each request's keys) chunk by chunk through the
 kernel's `stages`-deep ring, with the page ids looked up when the kernel looks them up: at the
 tile's issue, or with page_prefetch one tile earlier (`_page_ids` before the previous tile's math).
+With stagger the second warp group's rows take each tile's P V one step late, from the ring slot as it
+stands then (stages - 2 tiles in flight): a slot refilled too early shows up as a ring assertion.
 A wrong skip, mask condition, page lookup or ring slot shows up here as a mismatch with the reference.
 """
 
@@ -59,6 +61,15 @@ def _load_tile(case, config, req, kvh, kv_len, key0, pages):
     return key0, k, v
 
 
+def _late_pv(ring, tile, key0, p_late, late):
+    """stagger: the second warp group's P V of tile `tile` (keys from key0), read from its ring slot as
+    it stands now; rows of the first group get 0."""
+    slot_key0, _, v = ring[tile % len(ring)]
+    assert slot_key0 == key0, "the late PV's ring slot was refilled"
+    pv = p_late @ v
+    return torch.where(late[:, None], pv, torch.zeros_like(pv))
+
+
 def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
     q = case.q.float()
     total_q, hq, d = q.shape
@@ -74,6 +85,9 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
     work, _ = extend_schedule_reference(cu, tokens)
     rows = torch.arange(bm)
     warp_of_row = (rows % (16 * config.warps)) // 16  # the mma's 16-row blocks, warps fastest
+    # stagger: rows of the second warp group run each tile's PV one step late
+    late = warp_of_row >= config.warps // 2 if config.stagger else torch.zeros(bm, dtype=torch.bool)
+    ahead = config.stages - 2 if config.stagger else config.stages - 1  # tiles in flight
     for req, tok0 in work:
         q0, q_len, kv_len = cu[req], cu[req + 1] - cu[req], lens[req]
         n_tok = min(tokens, q_len - tok0)
@@ -98,19 +112,23 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
             ring = [None] * config.stages  # (key0, K, V) per cp.async stage
             load = functools.partial(_load_tile, case, config, req, kvh, kv_len)
             pages = None
-            for st in range(config.stages - 1):
+            for st in range(ahead):
                 if config.page_prefetch:
                     pages = _page_ids(case, config, req, (t_begin + st) * bn, kv_len)
                 if st < n_tiles:
                     ring[st] = load((t_begin + st) * bn, pages)
             if config.page_prefetch:
-                pages = _page_ids(case, config, req, (t_begin + config.stages - 1) * bn, kv_len)
+                pages = _page_ids(case, config, req, (t_begin + ahead) * bn, kv_len)
+
+            p_late = None
             for i in range(n_tiles):
-                nxt = i + config.stages - 1
+                nxt = i + ahead
                 if nxt < n_tiles:
                     ring[nxt % config.stages] = load((t_begin + nxt) * bn, pages)
                 if config.page_prefetch:
                     pages = _page_ids(case, config, req, (t_begin + nxt + 1) * bn, kv_len)
+                if p_late is not None:
+                    acc = acc + _late_pv(ring, i - 1, (t_begin + i - 1) * bn, p_late, late)
                 key0, k, v = ring[i % config.stages]
                 assert key0 == (t_begin + i) * bn, "the ring slot holds another tile"
                 cross = key0 + bn - 1 > tok0 + diag or key0 + bn > kv_len
@@ -133,7 +151,11 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
                     corr = torch.exp2(m - m_use)
                     s_sum = s_sum * corr + p.sum(1)
                     m = m_new
-                    acc = acc * corr[:, None] + p @ v[h * bs : (h + 1) * bs]
+                    pv = p @ v[h * bs : (h + 1) * bs]
+                    acc = acc * corr[:, None] + torch.where(late[:, None], torch.zeros_like(pv), pv)
+                    p_late = p if config.stagger else None
+            if p_late is not None:
+                acc = acc + _late_pv(ring, n_tiles - 1, (t_begin + n_tiles - 1) * bn, p_late, late)
             m_use = torch.where(torch.isinf(m), torch.zeros_like(m), m)
             row_lse = torch.where(s_sum > 0, m_use + torch.log2(s_sum), torch.full_like(m, -math.inf))
             factor = torch.where(s_sum > 0, 1 / s_sum, torch.zeros_like(s_sum))
@@ -167,6 +189,12 @@ CASES = [
     ([900, 300], [900, 299], (32, 8), 16, ExtendConfig(128, 64, 2, 2, True, lazy_rescale=15), -1),
     # cross_tile: the same math a tile at a time (its ring of 3 slots is the emulator's ring)
     ([1000, 33, 5], [77, 33, 0], (32, 8), 16, ExtendConfig(128, 32, 3, 2, True, cross_tile=True), 40),
+    # 256 rows (8 warps); stagger: the second group's PV one step late out of a ring of 3 (or 2 in flight of 3)
+    ([300, 17, 64, 129], [300, 5, 1, 64], (32, 8), 16, ExtendConfig(256, 64, 2, 2, True), -1),
+    ([1000, 300, 5, 1], [700, 300, 0, 1], (32, 8), 16, ExtendConfig(256, 64, 3, 2, True, stagger=True), -1),
+    ([1000, 33, 5], [77, 33, 0], (32, 8), 32, ExtendConfig(256, 64, 3, 2, stagger=True), 40),
+    ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(256, 32, 3, 2, True, stagger=True), -1),  # G 5: 1 pad row
+    ([2100, 16], [16, 16], (8, 8), 16, ExtendConfig(128, 64, 3, 1, True, stagger=True), 0),  # 8 warps x 16 rows
 ]
 
 

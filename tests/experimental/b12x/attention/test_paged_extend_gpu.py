@@ -159,6 +159,40 @@ def test_extend_pipelined_variants(name, layout, kv_dtype):
         check(plan, case, window_left=100, sinks=torch.randn(heads[0], device=DEV) * 3)
 
 
+# 256-row CTAs (8 warps) and stagger (the second warp group's PV one step late; docs/predictions/
+# attention_extend.md): every case checked plain and with a window and sinks (the masked tiles)
+WIDE = {  # test_paged_extend_compile.WIDE
+    "m256n64r2p": ExtendConfig(256, 64, 2, 2, True),
+    "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
+    "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
+    "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),
+}
+WIDE_CASES = [  # name, kv dtype, (Hq, Hkv), page size
+    ("m256n64s3r2pg", "bfloat16", (8, 8), 16),
+    ("m256n64s3r2pg", "bfloat16", (32, 8), 16),
+    ("m256n64s3r2pg", "bfloat16", (64, 8), 64),
+    ("m256n64s3r2pg", "float8_e4m3fn", (32, 8), 16),
+    ("m256n64r2p", "bfloat16", (32, 8), 16),
+    ("m256n64r2p", "float8_e4m3fn", (64, 8), 16),
+    ("m256n64s3r2p", "bfloat16", (40, 8), 64),  # G 5: a padding row
+    ("m128n32s3pg", "bfloat16", (32, 8), 16),
+    ("m128n32s3pg", "float8_e4m3fn", (8, 8), 64),
+]
+
+
+@pytest.mark.parametrize("name,kv_dtype,heads,page_size", WIDE_CASES,
+                         ids=[f"wide-{n}-{'fp8' if 'float8' in k else 'bf16'}-h{h[0]}-p{p}" for n, k, h, p in WIDE_CASES])  # fmt: skip
+def test_extend_wide_and_staggered(name, kv_dtype, heads, page_size):
+    """Ragged requests from 1 to 4096 query tokens (empty ones, a 4096-token prefill without prefix,
+    an 8000-key prefix), against the reference at the kernel's precision."""
+    q_lens, kv_lens = [1, 17, 64, 300, 1000, 0, 5, 129, 4096], [1, 117, 4064, 303, 8000, 50, 21, 129, 4096]
+    case = make_case(kv_lens, q_lens, num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=128,
+                     page_size=page_size, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=heads[0] + page_size)  # fmt: skip
+    plan = prepared(caps_for(case, kv_dtype=kv_dtype, config=WIDE[name]))
+    check(plan, case)
+    check(plan, case, window_left=100, sinks=torch.randn(heads[0], device=DEV) * 3)
+
+
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_extend_window_sinks_views_and_empty_requests(kv_dtype):
     q_lens = [0, 1, 700, 0, 33, 2000, 16, 17]

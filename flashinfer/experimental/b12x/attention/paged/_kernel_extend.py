@@ -83,6 +83,10 @@ class PagedExtend:
         self.sub_tiles, self.bs = config.sub_tiles, config.slice_keys
         self.lazy = config.lazy_rescale
         self.cross = config.cross_tile
+        self.stagger = config.stagger
+        # tiles in flight ahead of the one computed: stagger keeps one more ring slot for the second warp
+        # group's PV of the previous tile, read after the barrier that frees the slot refilled next
+        self.ahead = self.stages - 2 if self.stagger else self.stages - 1
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -210,7 +214,7 @@ class PagedExtend:
             valid_rows = n_tok * self.group
             self._load_q(mQ, sQdst, q0 + tok0, n_tok, valid_rows, kvh, q_copy, tidx)
             pages = cute.make_rmem_tensor(self.chunks, Int32)  # page_prefetch: the next tile's pages
-            for s in cutlass.range_constexpr(self.stages - 1):
+            for s in cutlass.range_constexpr(self.ahead):
                 key0 = (t_begin + s) * self.bn
                 if cutlass.const_expr(self.prefetch):
                     self._page_ids(mPT, pages, req, key0, kv_len, width)
@@ -219,8 +223,8 @@ class PagedExtend:
                                     kv_copy_threads, cKV, tidx, pages)  # fmt: skip
                 cute.arch.cp_async_commit_group()
             if cutlass.const_expr(self.prefetch):
-                self._page_ids(mPT, pages, req, (t_begin + self.stages - 1) * self.bn, kv_len, width)
-            cute.arch.cp_async_wait_group(self.stages - 2)
+                self._page_ids(mPT, pages, req, (t_begin + self.ahead) * self.bn, kv_len, width)
+            cute.arch.cp_async_wait_group(self.ahead - 1)
             cute.arch.sync_threads()
             qk_scale = scale_log2
             vd = Float32(1.0)
@@ -255,28 +259,18 @@ class PagedExtend:
                                  kv_copy_threads, cKV, tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma,
                                  thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
             else:
-                for i in range(n_tiles):
-                    cute.arch.cp_async_wait_group(self.stages - 2)
-                    cute.arch.sync_threads()
-                    nxt = i + self.stages - 1
-                    if nxt < n_tiles:
-                        self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
-                                        nxt % self.stages, kv_copy, kv_copy_threads, cKV, tidx, pages)  # fmt: skip
-                    cute.arch.cp_async_commit_group()
-                    if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
-                        self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
-                    key0 = (t_begin + i) * self.bn
-                    if cutlass.const_expr(self.sub_tiles == 1):
-                        self._tile(sK, sV, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
-                                   tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
-                    elif self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
-                        self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
-                                          tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
-                                          True)  # fmt: skip
+                args = (mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, kv_copy_threads, cKV,
+                        tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
+                        row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+                if cutlass.const_expr(self.stagger):
+                    # warps w and w + warps / 2 share a scheduler: the second group runs each tile's PV
+                    # one step late, so its softmax meets the first group's mma and vice versa
+                    if cute.arch.make_warp_uniform(cute.arch.warp_idx()) < self.warps // 2:
+                        self._loop(*args, 0)
                     else:
-                        self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale,
-                                          tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v,
-                                          False)  # fmt: skip
+                        self._loop(*args, 1)
+                else:
+                    self._loop(*args, 0)
             cute.arch.cp_async_wait_group(0)
 
             # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
@@ -284,6 +278,63 @@ class PagedExtend:
                              mSink, has_sink, mOut, mLse)  # fmt: skip
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _loop(self, mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV, tidx,
+              pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r,
+              tSsQ, tSrQ_v, lag: cutlass.Constexpr):  # fmt: skip
+        """Main loop, one CTA barrier per tile: the ring slot refilled after it was last read (PV) in an
+        earlier step, which every warp has finished when it passes the barrier. lag 1 (stagger's second
+        warp group): step i runs the PV of tile i - 1 (P kept in registers, its slot not yet refilled)
+        before tile i's QK^T and softmax; the last tile's PV follows the loop."""
+        rP = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), self.mma_dtype)
+        first = 0
+        if cutlass.const_expr(lag == 1):  # step 0 has no previous PV: peeled, so no branch in the loop
+            if n_tiles > 0:
+                self._step(mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV,
+                           tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O,
+                           row_max, row_sum, q_s2r, tSsQ, tSrQ_v, rP, 0, lag, False)  # fmt: skip
+            first = 1
+        for i in range(first, n_tiles):
+            self._step(mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV, tidx,
+                       pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
+                       row_sum, q_s2r, tSsQ, tSrQ_v, rP, i, lag, True)  # fmt: skip
+        if cutlass.const_expr(lag == 1):
+            if n_tiles > 0:
+                self._pv_p(acc_O, rP, sV[None, None, (n_tiles - 1) % self.stages], tiled_mma, thr_mma, tidx)
+
+    @cute.jit
+    def _step(self, mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV, tidx,
+              pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r,
+              tSsQ, tSrQ_v, rP, i, lag: cutlass.Constexpr, prev: cutlass.Constexpr):  # fmt: skip
+        """Step i of `_loop`: wait for tile i, barrier, issue tile i + ahead, then the tile's math (lag 1:
+        the PV of tile i - 1 from rP first when `prev`, and tile i's P left in rP)."""
+        cute.arch.cp_async_wait_group(self.ahead - 1)
+        cute.arch.sync_threads()
+        nxt = i + self.ahead
+        if nxt < n_tiles:
+            self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
+                            nxt % self.stages, kv_copy, copy_threads, cKV, tidx, pages)  # fmt: skip
+        cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
+            self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
+        key0 = (t_begin + i) * self.bn
+        if cutlass.const_expr(lag == 1):
+            if cutlass.const_expr(prev):
+                self._pv_p(acc_O, rP, sV[None, None, (i - 1) % self.stages], tiled_mma, thr_mma, tidx)
+            acc_S = self._tile_scores(sK, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
+                                      tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ,
+                                      tSrQ_v)  # fmt: skip
+            rP.store(acc_S.load().to(self.mma_dtype))
+        elif cutlass.const_expr(self.sub_tiles == 1):
+            self._tile(sK, sV, i % self.stages, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale,
+                       tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+        elif self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
+            self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale, tiled_mma,
+                              thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v, True)  # fmt: skip
+        else:
+            self._tile_sliced(sK, sV, i % self.stages, key0, tok0, diag, kv_len, window_left, qk_scale, tiled_mma,
+                              thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v, False)  # fmt: skip
+
     @cute.jit
     def _loop_cross(self, mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, copy_threads, cKV,
                     tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
@@ -405,6 +456,15 @@ class PagedExtend:
     def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
               tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v):  # fmt: skip
         """One KV tile for this warp's rows: S = Q K^T, mask, online softmax (base 2), O += P V."""
+        acc_S = self._tile_scores(sK, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma,
+                                  thr_mma, tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+        self._pv(acc_O, acc_S, sV[None, None, stage], tiled_mma, thr_mma, tidx)
+
+    @cute.jit
+    def _tile_scores(self, sK, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
+                     tSrQ, acc_O, row_max, row_sum, tidx, q_s2r, tSsQ, tSrQ_v):  # fmt: skip
+        """S = Q K^T of one tile, masked, through the online softmax: returns P (fp32, relative to the
+        new row max; O and the row sums already rescaled)."""
         acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.bn)), Float32)
         self._qk(acc_S, sK[None, None, stage], tiled_mma, thr_mma, tSrQ, tidx, q_s2r, tSsQ, tSrQ_v)
         # Mask only tiles that cross the diagonal of the first token, the window of the last
@@ -412,7 +472,7 @@ class PagedExtend:
         if self._crosses(key0, tok0, n_tok, diag, kv_len, window_left):
             self._mask(acc_S, thr_mma, self.bn, key0, tok0, diag, kv_len, window_left)
         self._online_softmax(acc_S, acc_O, qk_scale, row_max, row_sum)
-        self._pv(acc_O, acc_S, sV[None, None, stage], tiled_mma, thr_mma, tidx)
+        return acc_S
 
     @cute.jit
     def _tile_sliced(self, sK, sV, stage, key0, tok0, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
@@ -562,6 +622,11 @@ class PagedExtend:
         as the A operand from registers, one 16-key block at a time."""
         rP = cute.make_fragment_like(acc_S, self.mma_dtype)
         rP.store(acc_S.load().to(self.mma_dtype))
+        self._pv_p(acc_O, rP, sVs, tiled_mma, thr_mma, tidx)
+
+    @cute.jit
+    def _pv_p(self, acc_O, rP, sVs, tiled_mma, thr_mma, tidx):
+        """O += P V with P already in the mma dtype (rP: a C-fragment-shaped register tensor)."""
         tOrP = c_as_a(rP)  # ((2,2,2), 1, keys/16)
         keys = cute.size(sVs, mode=[0])
         v_s2r = cute.make_tiled_copy_B(
