@@ -333,7 +333,7 @@ def test_benchmark_module_help_and_cuda_requirement(run_python):
 
 # The fp8 streaming sweep (docs/predictions/attention.md): the entries must stay valid bench rows.
 FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x3fsl", "4x16x3fspl", "4x16x4fspl", "4x16x6fspl", "4x16x3fspl:o3",
-                       "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl")  # fmt: skip
+                       "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl", "4x32x3fspl", "4x32x2fspl")  # fmt: skip
 
 
 def test_streaming_knobs_predicate_and_occupancy():

@@ -22,6 +22,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     ScheduleConfig,
     default_config,
     schedule_reference,
+    split_schedule,
     why_not,
 )
 from flashinfer.experimental.b12x.attention.paged.api import Selection
@@ -183,7 +184,23 @@ STREAMING = {
     "w2s4p": DecodeConfig(2, 16, 4, True, True, fast_prologue=True),
     "w4s6pl": DecodeConfig(4, 16, 6, True, True, fast_prologue=True, preload_lengths=True),
     "w8s5p-3launch": DecodeConfig(8, 16, 5, fast_prologue=True, preload_lengths=True),  # l: a no-op here
+    # 32 keys a warp on 16-key pages: each sub-tile spans two pages (two page-table reads, two copies)
+    "w4k32s3pl": DecodeConfig(4, 32, 3, True, True, fast_prologue=True, preload_lengths=True),
+    "w4k32s2": DecodeConfig(4, 32, 2, True, True),
+    "w2k32s3pl-3launch": DecodeConfig(2, 32, 3, fast_prologue=True, preload_lengths=True),
 }
+
+
+def streaming_plan(case, kv_dtype, cfg, **kw):
+    """A plan running `cfg` exactly (an override: the heuristic path would fit keys_per_warp to the
+    page) with `split_schedule`'s split for it on this GPU."""
+    dev = torch.device(DEV)
+    d, hkv = case.q.shape[2], case.k_cache.shape[2]
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    sched = split_schedule(cfg, kv_dtype, d, hkv, sms, target_arch(dev))
+    return prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, **kw), override=Selection(cfg, sched))
+
+
 B128 = [0 if i % 11 == 3 else n for i, n in enumerate(_lengths(128, 4096, seed=128))]
 
 
@@ -197,25 +214,27 @@ def test_streaming_configs_match_reference(kv_dtype, name, lens):
     unsplit requests, NaN-poisoned outputs; the device schedule is its mirror (check)."""
     case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + len(name))  # fmt: skip
-    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, config=STREAMING[name]))
+    plan = streaming_plan(case, kv_dtype, STREAMING[name])
+    assert plan.state.selection.decode == STREAMING[name]
     for _ in range(2):  # the second run merges only if the first reset the tickets
         check(plan, case)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4s6pl"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4s6pl", "w4k32s3pl"])
 def test_streaming_configs_window_sinks_and_gqa(kv_dtype, name):
     """Sliding windows, sinks and group sizes 4, 16 and 1 (D 128, 64, 256) under the streaming knobs."""
     kvt = getattr(torch, kv_dtype)
     lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
     arch = target_arch(torch.device(DEV))
     for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):
-        cfg = STREAMING[name]
-        while why_not("bfloat16", kv_dtype, hq, hkv, d, d, 16, cfg, arch) is not None:  # D 256: fewer stages
-            cfg = dataclasses.replace(cfg, stages=cfg.stages - 1)
+        base = STREAMING[name]  # D 256: fewer stages, then 16 keys a warp, until shared memory fits
+        fits = [dataclasses.replace(base, keys_per_warp=k, stages=st) for k in (base.keys_per_warp, 16)
+                for st in range(base.stages, 1, -1)]  # fmt: skip
+        cfg = next(c for c in fits if why_not("bfloat16", kv_dtype, hq, hkv, d, d, 16, c, arch) is None)
         case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
                          combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
-        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16, config=cfg))
+        plan = streaming_plan(case, kv_dtype, cfg, max_batch=16)
         sinks = torch.randn(hq, device=DEV) * 3
         for window_left in (-1, 0, 100, 4096):
             check(plan, case, window_left=window_left, sinks=sinks)
@@ -235,13 +254,13 @@ def test_fast_prologue_equals_the_element_loop():
     assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
 
 
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl"])
 def test_streaming_graph_replay_with_new_lengths(name):
     """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
     replay equals eager and the reference."""
     full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
                      width=2100, device=DEV, seed=6)  # fmt: skip
-    plan = prepared(caps_for(full, dtype="bfloat16", kv_dtype="float8_e4m3fn", config=STREAMING[name]))
+    plan = streaming_plan(full, "float8_e4m3fn", STREAMING[name])
     lens = full.cache_seqlens.clone()
     binding = paged.bind(plan, q=full.q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
                          cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip

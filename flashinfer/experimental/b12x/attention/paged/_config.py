@@ -105,8 +105,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"min_ctas must be one of {MIN_CTAS}, got {c.min_ctas!r}"
     if c.min_ctas and 65536 // (c.min_ctas * 32 * c.warps) < 128:
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
-    if c.keys_per_warp > page_size:
-        return f"keys_per_warp {c.keys_per_warp} > page_size {page_size}: a warp's sub-tile must lie in one page"
+    if c.keys_per_warp > 2 * page_size:
+        return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
     need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
     if need > SMEM_LIMIT.get(arch, 99 * 1024):
         return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"

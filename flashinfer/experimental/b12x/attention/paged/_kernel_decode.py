@@ -82,6 +82,9 @@ class PagedDecode:
         self.de = head_dim // 2 if self.fp8 else head_dim  # kv_dtype elements per K row
         self.dve = head_dim_v // 2 if self.fp8 else head_dim_v
         self.page_size = page_size
+        # keys_per_warp > page_size: a sub-tile spans `pieces` consecutive pages of `piece_keys` keys
+        self.piece_keys = min(config.keys_per_warp, page_size)
+        self.pieces = config.keys_per_warp // self.piece_keys
         self.warps, self.nw, self.stages = config.warps, config.keys_per_warp, config.stages
         self.threads = 32 * config.warps
         self.fused = config.fused_merge
@@ -272,7 +275,7 @@ class PagedDecode:
                 t_end = t_begin
             n_mine = cutlass.max(t_end - t_begin - wid + self.warps - 1, 0) // self.warps
             thr_kv = kv_copy.get_slice(lane)
-            cKV = thr_kv.partition_S(cute.make_identity_tensor((self.nw, self.de)))
+            cKV = thr_kv.partition_S(cute.make_identity_tensor((self.piece_keys, self.de)))
 
             # Prologue: stages - 1 sub-tiles in flight (a group is committed even when empty, so
             # the wait counts below stay uniform).
@@ -280,13 +283,16 @@ class PagedDecode:
                 if s < n_mine:
                     tile = t_begin + wid + s * self.warps
                     self._load_tile(mK, mV, sK, sV, mPT[req, tile * self.nw // self.page_size], kvh, tile,
-                                    kv_start, kv_end, wid * self.stages + s, kv_copy, thr_kv, cKV)  # fmt: skip
+                                    kv_start, kv_end, wid * self.stages + s, kv_copy, thr_kv, cKV,
+                                    self._second_page(mPT, req, tile, kv_end))  # fmt: skip
                 cute.arch.cp_async_commit_group()
             # The page of the next sub-tile to prefetch is read one iteration ahead, so the main
             # loop never waits on a page-table load before issuing its cp.async.
             next_page = Int32(0)
+            next_page2 = Int32(0)  # the sub-tile's second page (pieces == 2)
             if self.stages - 1 < n_mine:
                 next_page = mPT[req, (t_begin + wid + (self.stages - 1) * self.warps) * self.nw // self.page_size]
+                next_page2 = self._second_page(mPT, req, t_begin + wid + (self.stages - 1) * self.warps, kv_end)
 
             # Q must be in smem (its group is the oldest) and visible to every warp.
             cute.arch.cp_async_wait_group(self.stages - 1)
@@ -331,10 +337,12 @@ class PagedDecode:
                 nxt = i + self.stages - 1
                 if nxt < n_mine:
                     self._load_tile(mK, mV, sK, sV, next_page, kvh, t_begin + wid + nxt * self.warps,
-                                    kv_start, kv_end, wid * self.stages + nxt % self.stages, kv_copy, thr_kv, cKV)  # fmt: skip
+                                    kv_start, kv_end, wid * self.stages + nxt % self.stages, kv_copy, thr_kv, cKV,
+                                    next_page2)  # fmt: skip
                 cute.arch.cp_async_commit_group()
                 if nxt + 1 < n_mine:
                     next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
+                    next_page2 = self._second_page(mPT, req, t_begin + wid + (nxt + 1) * self.warps, kv_end)
                 self._tile(sK, sV, wid * self.stages + i % self.stages, (t_begin + wid + i * self.warps) * self.nw,
                            kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
             cute.arch.cp_async_wait_group(0)
@@ -393,16 +401,42 @@ class PagedDecode:
             self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, req, kvh, tidx, fbuf)
 
     @cute.jit
-    def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV):
-        """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`) of K and V into
-        buffer `slot`; keys outside [kv_start, kv_end) are zero-filled (never read from the cache)."""
-        key0 = tile * self.nw
+    def _second_page(self, mPT, req, tile, kv_end):
+        """The page of keys tile*nw + page_size .. of a sub-tile spanning two pages; 0 (unused: that
+        piece's copy is predicated off) when they lie past kv_end, so the read stays inside the
+        request's page-table entries."""
+        page = Int32(0)
+        if cutlass.const_expr(self.pieces == 2):
+            if tile * self.nw + self.piece_keys < kv_end:
+                page = mPT[req, tile * self.pieces + 1]
+        return page
+
+    @cute.jit
+    def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV, page2):
+        """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`, or pages `page` and
+        `page2` when keys_per_warp = 2 x page_size) of K and V into buffer `slot`; keys outside
+        [kv_start, kv_end) are zero-filled (never read from the cache)."""
+        if cutlass.const_expr(self.pieces == 1):
+            self._load_piece(mK, mV, sK[None, None, slot], sV[None, None, slot], page, kvh, tile * self.nw,
+                             kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
+        else:
+            rows = self.piece_keys
+            for h in cutlass.range_constexpr(self.pieces):
+                sKh = cute.local_tile(sK[None, None, slot], (rows, self.de), (h, 0))
+                sVh = cute.local_tile(sV[None, None, slot], (rows, self.dve), (h, 0))
+                self._load_piece(mK, mV, sKh, sVh, page if h == 0 else page2, kvh, tile * self.nw + h * rows,
+                                 kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
+
+    @cute.jit
+    def _load_piece(self, mK, mV, sKt, sVt, page, kvh, key0, kv_start, kv_end, kv_copy, thr_kv, cKV):
+        """cp.async keys key0 .. key0 + piece_keys (one cache page) of K and V into sKt / sVt."""
+        nw = self.piece_keys
         off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
-        gK = cute.make_tensor(mK.iterator + off, cute.make_layout((self.nw, self.de), stride=(mK.stride[1], 1)))
+        gK = cute.make_tensor(mK.iterator + off, cute.make_layout((nw, self.de), stride=(mK.stride[1], 1)))
         offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
-        gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((self.nw, self.dve), stride=(mV.stride[1], 1)))
-        tKs = thr_kv.partition_D(sK[None, None, slot])
-        tVs = thr_kv.partition_D(sV[None, None, slot])
+        gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((nw, self.dve), stride=(mV.stride[1], 1)))
+        tKs = thr_kv.partition_D(sKt)
+        tVs = thr_kv.partition_D(sVt)
         pred = cute.make_rmem_tensor(
             cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
         )
