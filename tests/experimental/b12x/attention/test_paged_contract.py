@@ -148,7 +148,8 @@ def _selection(decode=None, schedule=None):
     [
         (lambda: _selection(decode=ExtendConfig()), "override.decode must be a DecodeConfig, got ExtendConfig"),
         (lambda: _selection(decode=DecodeConfig(warps=3)), "override.decode: config out of range: DecodeConfig(warps=3"),
-        (lambda: _selection(decode=DecodeConfig(keys_per_warp=32)), "override.decode: keys_per_warp 32 > page_size 16"),
+        (lambda: _selection(decode=DecodeConfig(stages=7)), "override.decode: config out of range: DecodeConfig(warps=4, keys_per_warp=16, stages=7)"),
+        (lambda: _selection(decode=DecodeConfig(min_ctas=1)), "override.decode: min_ctas must be one of (0, 2, 3, 4, 5, 6, 8), got 1"),
         (lambda: _selection(decode=DecodeConfig(fused_merge=1)), "override.decode: fused_merge must be a bool, got 1"),
         (lambda: _selection(decode=DecodeConfig(fused_schedule=None)), "fused_schedule must be a bool, got None"),
         (lambda: _selection(schedule={}), "override.schedule: schedule must be a ScheduleConfig, got dict"),
