@@ -194,6 +194,7 @@ WIDE = {  # test_paged_extend_gpu.WIDE: 256-row CTAs and the staggered warp grou
     "m256n64r2p": ExtendConfig(256, 64, 2, 2, True),
     "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
     "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
+    "m256n64s4r2pg": ExtendConfig(256, 64, 4, 2, True, stagger=True),  # two tiles in flight
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),  # 8 warps x 16 rows: fits sm_120a
 }
 

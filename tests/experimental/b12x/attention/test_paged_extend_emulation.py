@@ -195,6 +195,8 @@ CASES = [
     ([1000, 33, 5], [77, 33, 0], (32, 8), 32, ExtendConfig(256, 64, 3, 2, stagger=True), 40),
     ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(256, 32, 3, 2, True, stagger=True), -1),  # G 5: 1 pad row
     ([2100, 16], [16, 16], (8, 8), 16, ExtendConfig(128, 64, 3, 1, True, stagger=True), 0),  # 8 warps x 16 rows
+    ([1000, 33, 5, 700], [77, 33, 0, 700], (32, 8), 16, ExtendConfig(256, 64, 4, 2, True, stagger=True), 40),
+    ([700, 90], [300, 90], (32, 8), 16, ExtendConfig(128, 64, 4, 2, True), -1),  # 4 stages, plain loop
 ]
 
 

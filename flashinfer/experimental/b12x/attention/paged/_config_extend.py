@@ -43,7 +43,7 @@ class ExtendConfig:
 
     block_m 256 (8 warps at row_blocks 2, 64 tokens x G 4): one CTA an SM (the 8 warps of two 128-row
     CTAs), each K / V tile loaded once for twice the rows: half the cp.async issue and L2 traffic
-    per flop; 3 stages fit its shared memory (sm_90a; not sm_120a's 99 KB)."""
+    per flop; 3 or 4 stages fit its shared memory (sm_90a; not sm_120a's 99 KB). stages: 2 to 4."""
 
     block_m: int = 64
     block_n: int = 64
@@ -96,7 +96,7 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
     if reason is not None and "shared memory" not in reason:
         return reason
     c = config
-    if c.block_m not in (16, 32, 64, 128, 256) or c.block_n not in (16, 32, 64, 128) or c.stages not in (2, 3):
+    if c.block_m not in (16, 32, 64, 128, 256) or c.block_n not in (16, 32, 64, 128) or c.stages not in (2, 3, 4):
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
