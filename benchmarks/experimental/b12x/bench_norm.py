@@ -115,6 +115,7 @@ def sweep_configs():
         RowConfig,
         SmallConfig,
         StreamConfig,
+        WideConfig,
         default_config,
     )
 
@@ -144,6 +145,15 @@ def sweep_configs():
         "fused_pp_sps8": dataclasses.replace(
             fused, post_pre_split=False, fused_post_pre=dataclasses.replace(FUSED_POST_PRE, steps_per_split=8)
         ),
+        # T <= 4 without a norm weight (the bench's case): the wide pass 2 (y over H / block_y
+        # programs, scalar Sinkhorn), or the whole call in one launch ("tiny": pass 1 producers +
+        # wide-finish consumers waiting on them); the heuristic's path everywhere else
+        "wide": dataclasses.replace(fused, wide=WideConfig()),
+        "wide_y128": dataclasses.replace(fused, wide=WideConfig(block_y=128)),
+        "wide_y512_w8": dataclasses.replace(fused, wide=WideConfig(block_y=512, num_warps=8)),
+        "tiny": dataclasses.replace(fused, tiny=WideConfig()),
+        "tiny_y128": dataclasses.replace(fused, tiny=WideConfig(block_y=128)),
+        "tiny_y512": dataclasses.replace(fused, tiny=WideConfig(block_y=512)),
         # pass 2 kind: the row kernel (the row read once) vs the apply kernel, and row tiles
         # the one-launch path at T <= 4 (16), the row pass 2 above
         "small": dataclasses.replace(row, small=SmallConfig()),

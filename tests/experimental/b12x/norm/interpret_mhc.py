@@ -20,6 +20,8 @@ from flashinfer.experimental.b12x.norm.mhc import (
     _kernel_fused,
     _kernel_row,
     _kernel_small,
+    _kernel_tiny,
+    _kernel_wide,
     api,
 )
 from flashinfer.experimental.b12x.norm.mhc import reference as R
@@ -45,6 +47,12 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             form, _, hidden, _, tile = args[:5]
             module = _kernel_small.launch_small if k.__name__ == "compile_small" else _kernel_fused.launch_fused
             table[(k.__name__, args[:-2])] = functools.partial(module, _kernel.MODES[form], hidden, tile)
+        elif k.__name__ == "compile_tiny":
+            form, _, hidden, stream, wide = args[:5]
+            launch = functools.partial(_kernel_tiny.launch_tiny, _kernel.MODES[form], hidden, stream, wide)
+            table[(k.__name__, args[:-2])] = launch
+        elif k.__name__ == "compile_wide":
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel_wide.launch_wide, args[1], args[2])
         elif k.__name__ == "compile_row":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
@@ -70,6 +78,9 @@ VARIANTS = {
     "split": _config.MhcConfig(
         post_pre_split=True, small_max_tokens=2, pre_small=_config.StreamConfig(16, 32, 4, 2, sq="step")
     ),
+    # the wide pass 2 at T <= 4 without a norm weight (4 programs of 64 columns at H = 256, the
+    # partials summed 4 rows a step), the row pass 2 otherwise
+    "wide": _config.MhcConfig(pass2="row", wide=_config.WideConfig(max_tokens=4, block_y=64, block_s=4)),
     "row_chunked": _config.MhcConfig(
         pass2="row",
         row_small=_config.RowConfig(block_h=128, block_s=2, num_warps=4),
@@ -439,3 +450,147 @@ def test_fused_at_hidden_7168(tokens):
     assert launched == ["pre", "post_pre"]
     assert torch.equal(p.state.scratch["counter"], torch.zeros_like(p.state.scratch["counter"]))
 
+
+# ---------------------------------------------------------------------------------------------
+# The wide pass 2 (_kernel_wide.py): y over H / block_y programs, scalar Sinkhorn in program 0.
+# ---------------------------------------------------------------------------------------------
+
+
+def counting_kind(p, kind):
+    """Wrap the plan's `kind` launchers (compile_wide, ...): returns the list of their launches."""
+    launched = []
+    table = p.state.extra["launchers"]
+    for key, launch in list(table.items()):
+        if key[0] == kind:
+
+            def wrapped(*a, _launch=launch, **kw):
+                launched.append(kw["T"])
+                return _launch(*a, **kw)
+
+            table[key] = wrapped
+    return launched
+
+
+WIDE = {
+    "y64_s4": _config.WideConfig(max_tokens=4, block_y=64, block_s=4),
+    "y256_s256_w8": _config.WideConfig(max_tokens=2, block_y=256, block_s=256, num_warps=8),
+    "y32_s1_w1": _config.WideConfig(max_tokens=4, block_y=32, block_s=1, num_warps=1),
+}
+
+
+@pytest.mark.parametrize("wide", list(WIDE))
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4])
+def test_wide_pass2(tokens, wide):
+    """pre, bcast and post_pre through the wide pass 2 (twice, fresh NaN-poisoned outputs); above
+    max_tokens, or with a norm weight, the row pass 2 runs instead."""
+    cfg = _config.MhcConfig(wide=WIDE[wide])
+    p = interpret_plan(8, target_ctas=6, config=cfg)
+    launched = counting_kind(p, "compile_wide")
+    for seed in (tokens, 300 + tokens):
+        ins = inputs(tokens, H, seed=seed)
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **SCAL)
+        check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **SCAL))
+        outs = poisoned_outs(tokens, H, residual=True)
+        got = mhc.run_pre(ins["x"], *mix, plan=p, **outs, **SCAL)
+        check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **SCAL))
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+        got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+        assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+        check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+    n = 6 if tokens <= WIDE[wide].max_tokens else 0
+    assert launched == [tokens] * n
+    ins = inputs(tokens, H, seed=9)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    assert launched == [tokens] * n  # a norm weight: the row pass 2
+
+
+def test_wide_pass2_float16_at_hidden_7168():
+    """The real hidden size (28 programs of 256 columns, 224 partial rows at T = 1), fp16."""
+    hidden = 7168
+    cfg = _config.MhcConfig(wide=_config.WideConfig())
+    p = interpret_plan(2, target_ctas=1000, config=cfg, hidden=hidden, dtype=torch.float16)
+    launched = counting_kind(p, "compile_wide")
+    ins = inputs(1, hidden, dtype=torch.float16, seed=11)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    outs = poisoned_outs(1, hidden)
+    outs["y_out"] = outs["y_out"].to(torch.float16)
+    kw = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=20)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **outs, **kw)
+    want = R.mhc_pre(ins["residual"], sfn(ins["fn"], torch.float16), *mix[1:], **kw)
+    close_fp32(got[1], want[1], "post")
+    close_fp32(got[2], want[2], "comb")
+    torch.testing.assert_close(got[3], want[3], rtol=2**-10, atol=1e-5)
+    assert launched == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The tiny one-launch kernel (_kernel_tiny.py): pass 1 producers, then wide-finish consumers that
+# wait on them (under the interpreter programs run in ticket order, so no wait spins).
+# ---------------------------------------------------------------------------------------------
+
+TINY = {
+    "y64_s4": _config.MhcConfig(tiny=_config.WideConfig(max_tokens=4, block_y=64, block_s=4)),
+    # post_pre's pass 1 in "gram" squares, pre's in "step", 2 warps; y in 128-wide programs
+    "y128_gram": _config.MhcConfig(
+        tiny=_config.WideConfig(max_tokens=2, block_y=128, block_s=8),
+        pre_small=_config.StreamConfig(16, 32, 2, 2, sq="step"),
+        post_pre_small=_config.StreamConfig(16, 16, 4, 2, sq="gram"),
+    ),
+}
+
+
+@pytest.mark.parametrize("tiny", list(TINY))
+@pytest.mark.parametrize("tokens", [1, 3, 5])
+def test_tiny_one_launch(tokens, tiny):
+    """pre, bcast and post_pre in one launch (twice: counters back at 0, fresh NaN-poisoned outputs);
+    above max_tokens or with a norm weight the two-pass path runs instead."""
+    cfg = TINY[tiny]
+    p = interpret_plan(8, target_ctas=6, config=cfg)
+    launched = counting_kind(p, "compile_tiny")
+    zero = torch.zeros_like(p.state.scratch["counter"])
+    for seed in (tokens, 400 + tokens):
+        ins = inputs(tokens, H, seed=seed)
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **SCAL)
+        check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **SCAL))
+        assert torch.equal(p.state.scratch["counter"], zero)
+        outs = poisoned_outs(tokens, H, residual=True)
+        got = mhc.run_pre(ins["x"], *mix, plan=p, **outs, **SCAL)
+        assert torch.equal(outs["residual_out"], ins["x"].unsqueeze(1).expand(tokens, 4, H))
+        check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **SCAL))
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+        got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+        assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+        check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+        assert torch.equal(p.state.scratch["counter"], zero)
+    n = 6 if tokens <= cfg.tiny.max_tokens else 0
+    assert launched == [tokens] * n
+    ins = inputs(tokens, H, seed=19)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    kw = dict(norm_weight=ins["w_f32"], norm_eps=1e-5, **SCAL)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    assert launched == [tokens] * n  # a norm weight: two passes
+
+
+def test_tiny_at_hidden_7168_in_place():
+    """The real hidden size (224 producers + 28 y programs at T = 1), post_pre in place, 20 rounds."""
+    hidden = 7168
+    cfg = _config.MhcConfig(tiny=_config.WideConfig())
+    p = interpret_plan(2, target_ctas=528, config=cfg, hidden=hidden)
+    launched = counting_kind(p, "compile_tiny")
+    ins = inputs(1, hidden, seed=12)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    new_exact = R.mhc_post(*args, compute_dtype=torch.float64).double()
+    kw = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=20)
+    outs = poisoned_outs(1, hidden)
+    res = ins["residual"].clone()
+    got = mhc.run_post_pre(ins["x"], res, ins["post"], ins["comb"], *mix, plan=p, residual_out=res, **outs, **kw)
+    assert_ulps(got[0], new_exact, 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
+    assert launched == [1]

@@ -21,6 +21,8 @@ from flashinfer.experimental.b12x.norm.mhc import (
     _kernel_fused,
     _kernel_row,
     _kernel_small,
+    _kernel_tiny,
+    _kernel_wide,
 )
 
 pytestmark = pytest.mark.compile
@@ -185,3 +187,60 @@ def test_stream_config_refuses_wgmma_tiles():
         _config.StreamConfig(block_t=64, block_h=32, num_warps=4)
     _config.StreamConfig(block_t=64, block_h=16, num_warps=2)  # 2 warps: mma.sync
 
+
+WIDE_SIG = dict(src_ptr="*bf16", part_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", y_ptr="*bf16")
+WIDE_SIG |= dict(post_ptr="*fp32", comb_ptr="*fp32", T="i32", splits="i32", sinkhorn_iters="i32")
+WIDE_SIG |= dict(tok_stride="i32", stream_stride="i32", rms_eps="fp32", hc_eps="fp32")
+# The wide pass 2's tiles of bench_norm --sweep (wide*).
+WIDE_TILES = {
+    "default": _config.WideConfig(),
+    "y128": _config.WideConfig(block_y=128),
+    "y512_w8": _config.WideConfig(block_y=512, num_warps=8),
+    "s128_w2": _config.WideConfig(block_s=128, num_warps=2),
+}
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("tile", list(WIDE_TILES))
+@pytest.mark.parametrize("hidden", [2048, 7168, 16384])
+def test_wide_kernel(tile, hidden, cc):
+    """The wide pass 2 (no dot): no spills, and its Sinkhorn has no cross-lane traffic (no shfl or
+    bar.sync inside the rounds' loop: the comb entries are per-thread scalars)."""
+    cfg = WIDE_TILES[tile]
+    block_y, block_s = _kernel_wide.wide_tile(hidden, cfg)
+    consts = dict(H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s)
+    compiled = _compile(_kernel_wide._mhc_wide_kernel, WIDE_SIG, consts, cfg.num_warps, 1, cc)
+    _check(compiled, f"wide {tile}", mma=False)
+    ptx = compiled.asm["ptx"]
+    # the Sinkhorn loop: the only loop whose body holds 8 reciprocals (div.full / rcp)
+    loops = re.findall(r"\$L__BB0_\d+:(.*?)bra(?:\.uni)?\s+\$L__BB0_\d+;", ptx, re.S)
+    sink = [body for body in loops if len(re.findall(r"\b(?:div|rcp)\.", body)) >= 8]
+    assert sink, "wide: no Sinkhorn loop found in the PTX"
+    assert not any(re.search(r"\bshfl\.|\bbar\.sync|\bbarrier\.", body) for body in sink), "wide: shuffles in Sinkhorn"
+
+
+TINY_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")
+TINY_SIG |= dict(part_ptr="*fp32", cnt_ptr="*i32", scale_ptr="*fp32", base_ptr="*fp32", y_ptr="*bf16")
+TINY_SIG |= dict(post_ptr="*fp32", comb_ptr="*fp32", T="i32", splits="i32", cps="i32", fn_blocks="i32")
+TINY_SIG |= dict(sinkhorn_iters="i32", rms_eps="fp32", hc_eps="fp32")
+
+
+def _tiny_cases():
+    for cc, arch in ((90, "sm_90a"), (120, "sm_120a")):
+        cfg = _config.default_config(arch)
+        for form in ("pre", "post_pre", "bcast"):
+            for name, wide in (("default", _config.WideConfig()), ("y128", _config.WideConfig(block_y=128))):
+                for hidden in (4096, 7168, 16384):
+                    yield pytest.param(form, cfg.stream(form, 1), wide, hidden, cc, id=f"{form}-{name}-{hidden}-{arch}")
+        # (wider pass-1 steps, pre 16 x 128 / post_pre 16 x 64, spill here: 255 registers + 120-240
+        # bytes of stack with the finish in the same kernel; not offered)
+
+
+@pytest.mark.parametrize("form, stream, wide, hidden, cc", list(_tiny_cases()))
+def test_tiny_kernel(form, stream, wide, hidden, cc):
+    """The tiny one-launch kernel (pass 1 with the small stream tile + the wide finish): mma.sync
+    mixes, no wgmma, no spills."""
+    consts = _kernel_tiny.tiny_constexprs(hidden, _kernel.MODES[form], stream, wide)
+    warps = _kernel_tiny.tiny_warps(stream, wide)
+    compiled = _compile(_kernel_tiny._mhc_tiny_kernel, TINY_SIG, consts, warps, stream.num_stages, cc)
+    _check(compiled, f"tiny {form}", mma=True)

@@ -458,3 +458,39 @@ def test_entry_point_outside_the_invocation_names_itself():
     with pytest.raises(ValueError, match=r"prepared for forms \('pre',\); bcast is not one of them"):
         mhc.run_pre(ins["x"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
     mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCALARS)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(block_y=96), "WideConfig.block_y must be a power of two >= 1, got 96"),
+        (dict(block_y=16), "WideConfig.block_y must be >= 32, got 16"),
+        (dict(max_tokens=0), "WideConfig.max_tokens must be a power of two >= 1, got 0"),
+        (dict(num_warps=3), "WideConfig.num_warps must be a power of two >= 1, got 3"),
+    ],
+)
+def test_wide_config_errors(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _config.WideConfig(**kw)
+
+
+def test_wide_and_tiny_selection_jobs_and_counters():
+    """wide adds one pass-2 job (no norm weight dtype: it never runs with one); tiny one job per
+    mixing form with the small stream tile, and 3 counters; both off by default."""
+    assert _config.MhcConfig().wide is None and _config.MhcConfig().tiny is None
+    assert _config.default_config("sm_90a").wide is None and _config.default_config("sm_90a").tiny is None
+    with pytest.raises(ValueError, match="MhcConfig.wide must be a WideConfig or None, got RowConfig"):
+        _config.MhcConfig(wide=_config.RowConfig())
+    with pytest.raises(ValueError, match="MhcConfig.tiny must be a WideConfig or None, got int"):
+        _config.MhcConfig(tiny=4)
+    with pytest.raises(ValueError, match=re.escape("MhcConfig.tiny.max_tokens=8 must be <= small_max_tokens=4")):
+        _config.MhcConfig(tiny=_config.WideConfig(max_tokens=8), small_max_tokens=4)
+    p = mhc.plan(caps(max_tokens=100))
+    cfg = _config.MhcConfig(wide=_config.WideConfig(), tiny=_config.WideConfig(block_y=128))
+    jobs = [(k.__name__, args[:-2]) for k, args in p.kernels(cfg, "sm_90a")]
+    wide = [a for k, a in jobs if k == "compile_wide"]
+    tiny = sorted(a[0] for k, a in jobs if k == "compile_tiny")
+    assert wide == [("bfloat16", H, cfg.wide)] and tiny == ["bcast", "post_pre", "pre"]
+    assert all(a[3] == cfg.stream(a[0], 1) for k, a in jobs if k == "compile_tiny")
+    assert cfg.counters(api.FORMS, 100) == 3 and _config.MhcConfig().counters(api.FORMS, 100) == 1
+    assert cfg.counters(("post",), 100) == 1

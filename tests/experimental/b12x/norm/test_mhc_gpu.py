@@ -149,6 +149,10 @@ PASS2 = {
         post_pre_split=False,
     ),
     "fused_step_split": _config.MhcConfig(fused_pre=_config.FusedConfig(32, 16, 8, 4, 3, sq="step", finish_h=32)),
+    # T <= 4 without a norm weight: the wide pass 2 (y over H / 256 programs), or the whole call in
+    # one launch (tiny: pass 1 producers, then y programs waiting on them); two passes otherwise
+    "wide": _config.MhcConfig(wide=_config.WideConfig()),
+    "tiny": _config.MhcConfig(tiny=_config.WideConfig()),
 }
 
 
@@ -207,7 +211,7 @@ def test_split_k_cap_and_float16():
         mhc.run_post_pre(*a, plan=p16, **SCALARS)
 
 
-@pytest.mark.parametrize("variant", [None, "small", "fused_all", "row"])  # None: the heuristic (fused)
+@pytest.mark.parametrize("variant", [None, "small", "fused_all", "row", "wide", "tiny"])  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256
     p = prepared(hidden, override=None if variant is None else PASS2[variant])
@@ -372,3 +376,98 @@ def test_fused_counters_reset_and_repeat(tokens):
             got, R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
         )
         assert torch.count_nonzero(counter).item() == 0
+
+
+def counting_kind(p, kind):
+    """Wrap the plan's `kind` launchers (compile_wide, compile_tiny): returns the T of each launch."""
+    launched = []
+    table = p.state.extra["launchers"]
+    for key, launch in list(table.items()):
+        if key[0] == kind:
+
+            def wrapped(*a, _launch=launch, **kw):
+                launched.append(kw["T"])
+                return _launch(*a, **kw)
+
+            table[key] = wrapped
+    return launched
+
+
+SMALL_T = {"wide": ("compile_wide", "wide"), "tiny": ("compile_tiny", "tiny")}
+
+
+@pytest.mark.parametrize("variant", list(SMALL_T))
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4, 5])
+def test_small_t_variants_without_norm_weight(variant, hidden, tokens):
+    """The wide pass 2 / tiny one launch run at T <= 4 without a norm weight: pre, broadcast (fn
+    folded and not) and post_pre (in place and not), three rounds of fresh inputs and NaN-poisoned
+    outputs and partials; the tiny kernel's 3 counters are back at 0 after each call."""
+    kind, field = SMALL_T[variant]
+    cfg = _config.MhcConfig(**{field: _config.WideConfig()})
+    p = prepared(hidden, max_tokens=64, override=cfg)
+    launched = counting_kind(p, kind)
+    counter = p.state.scratch["counter"]
+    for seed in (1, 2, 3):
+        p.state.scratch["partials"].fill_(float("nan"))
+        ins = gpu_inputs(tokens, hidden, seed=700 + 10 * seed + tokens)
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **SCALARS)
+        check_outputs(got, *pre_refs(ins["residual"], *mix, **SCALARS))
+        assert torch.count_nonzero(counter).item() == 0
+        fn = ins["fn"].view(24, 4, hidden).sum(1).contiguous() if seed == 2 else ins["fn"]
+        got = mhc.run_pre(ins["x"], fn, *mix[1:], plan=p, **pre_buffers(tokens, hidden, residual=True), **SCALARS)
+        ref32, ref_lo = pre_refs(ins["x"], fn, *mix[1:], **SCALARS)
+        assert torch.equal(got[0], ref32[0])
+        check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+        ref32 = R.mhc_post_pre(*args, **SCALARS)
+        ref_lo = R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
+        outs = pre_buffers(tokens, hidden, residual=True)
+        if seed == 3:  # in place
+            outs["residual_out"] = ins["residual"].clone()
+            args = (ins["x"], outs["residual_out"], *args[2:])
+        got = mhc.run_post_pre(*args, plan=p, **outs, **SCALARS)
+        check_outputs(got, ref32, ref_lo)
+        assert torch.count_nonzero(counter).item() == 0
+    assert launched == ([tokens] * 9 if tokens <= 4 else [])
+    ins = gpu_inputs(tokens, hidden, seed=799)
+    kw = dict(SCALARS, norm_weight=ins["w_f32"], norm_eps=1e-6)
+    got = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **kw)
+    check_outputs(got, *pre_refs(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw))
+    assert len(launched) == (9 if tokens <= 4 else 0)  # a norm weight: the two-pass path
+
+
+def test_tiny_graph_replays_back_to_back():
+    """The tiny one launch captured once, replayed 50 times back to back on changing inputs (the
+    counters must return to 0 between replays or a replay would wait forever or read stale partials)."""
+    hidden = 7168
+    p = prepared(hidden, max_tokens=64, override=PASS2["tiny"])
+    static = gpu_inputs(1, hidden, seed=31)
+    outs = pre_buffers(1, hidden, residual=True)
+    a = (static["x"], static["residual"], static["post"], static["comb"], static["fn"], static["hc_scale"])
+
+    def step():
+        mhc.run_post_pre(*a, static["hc_base"], plan=p, **outs, **SCALARS)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i in range(50):
+        fresh = gpu_inputs(1, hidden, seed=900 + i)
+        for k in ("x", "residual", "post", "comb"):
+            static[k].copy_(fresh[k])
+        graph.replay()
+    torch.cuda.synchronize()
+    args = (static["x"], static["residual"], static["post"], static["comb"], static["fn"], static["hc_scale"])
+    args += (static["hc_base"],)
+    ref32 = R.mhc_post_pre(*args, **SCALARS)
+    ref_lo = R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS)
+    got = (outs["residual_out"], outs["post_out"], outs["comb_out"], outs["y_out"])
+    check_outputs(got, ref32, ref_lo)
+    assert torch.count_nonzero(p.state.scratch["counter"]).item() == 0

@@ -126,6 +126,26 @@ class SmallConfig:
 
 
 @dataclass(frozen=True)
+class WideConfig:
+    """The "wide" pass 2 (_kernel_wide.py) for calls of at most `max_tokens` tokens without a norm
+    weight: grid (T, H / block_y), every program sums its token's partials ([block_s, 32] a step)
+    and writes block_y columns of y; program (t, 0) also writes post and comb (scalar Sinkhorn)."""
+
+    max_tokens: int = 4
+    block_y: int = 256
+    block_s: int = 256
+    num_warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "block_y", "block_s", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"WideConfig.{name} must be a power of two >= 1, got {v!r}")
+        if self.block_y < 32:
+            raise ValueError(f"WideConfig.block_y must be >= 32, got {self.block_y}")
+
+
+@dataclass(frozen=True)
 class FusedConfig:
     """Tile of the one-launch kernel (_kernel_fused.py): one program per block of `block_t` tokens
     and split of the hidden dimension (`steps_per_split` steps of `block_h` per stream); the last
@@ -205,6 +225,13 @@ class MhcConfig:
     # post_pre above small_max_tokens as post's kernel, then pre's pass 1 on the stored residual.
     # H200 (04:04 UTC run): whole post_pre 909 us at T=8192 (fused pass 1: 1154), 108 at T=1024 (172)
     post_pre_split: bool = True
+    # pass 2 at T <= wide.max_tokens without a norm weight: the wide kernel (y over H / block_y
+    # programs, scalar Sinkhorn); None: off (the default until measured)
+    wide: WideConfig | None = None
+    # the whole call in ONE launch at T <= tiny.max_tokens without a norm weight (_kernel_tiny.py:
+    # pass 1 with the small stream tile, then this finish tile's y programs, which wait on it);
+    # None: off (the default until measured). tiny.max_tokens must be <= small_max_tokens.
+    tiny: WideConfig | None = None
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
@@ -224,6 +251,14 @@ class MhcConfig:
         if self.fused_pre is not None and not isinstance(self.fused_pre, FusedConfig):
             got = type(self.fused_pre).__name__
             raise ValueError(f"MhcConfig.fused_pre must be a FusedConfig or None, got {got}")
+        if self.wide is not None and not isinstance(self.wide, WideConfig):
+            raise ValueError(f"MhcConfig.wide must be a WideConfig or None, got {type(self.wide).__name__}")
+        if self.tiny is not None and not isinstance(self.tiny, WideConfig):
+            raise ValueError(f"MhcConfig.tiny must be a WideConfig or None, got {type(self.tiny).__name__}")
+        if self.tiny is not None and self.tiny.max_tokens > self.small_max_tokens:
+            raise ValueError(
+                f"MhcConfig.tiny.max_tokens={self.tiny.max_tokens} must be <= small_max_tokens={self.small_max_tokens}"
+            )
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
@@ -259,9 +294,10 @@ class MhcConfig:
 
     def counters(self, forms, max_tokens: int) -> int:
         """Ticket counters the plan needs: one per token block of the one-launch kernel (1 at least:
-        the small path's)."""
+        the small path's; 3 with the tiny kernel)."""
         tiles = [self.fused_tile(f) for f in self.fused_forms(forms, max_tokens)]
-        return max([1] + [cdiv(max_tokens, c.block_t) for c in tiles])
+        tiny = 3 if self.tiny is not None and any(f != "post" for f in forms) else 1  # _kernel_tiny.COUNTERS
+        return max([tiny] + [cdiv(max_tokens, c.block_t) for c in tiles])
 
     def apply(self, tokens: int):
         """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""

@@ -6,7 +6,9 @@ last of each token block finishes it). Otherwise (two-pass path): run_pre 2 (pas
 pass 2 finish + y), run_post_pre 2 up to MhcConfig.small_max_tokens (pass 1 writes the new residual
 and its mixes, pass 2 as in pre) and 3 above it with MhcConfig.post_pre_split (post's kernel, pre's
 pass 1 on the stored residual, pass 2); 1 with MhcConfig.small at T <= small.max_tokens (off by
-default: slower on the H200). run_post is always 1. No call allocates
+default: slower on the H200); with MhcConfig.tiny, 1 at T <= tiny.max_tokens without a norm
+weight (_kernel_tiny.py), and MhcConfig.wide makes pass 2 there the wide kernel (_kernel_wide.py);
+both off by default until measured. run_post is always 1. No call allocates
 (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors run
 `reference.py` (one warning per process, from PreparationSession).
 
@@ -35,6 +37,7 @@ from ._config import (
     RowConfig,
     SmallConfig,
     StreamConfig,
+    WideConfig,
     default_config,
     split_for,
     workspace_rows,
@@ -108,6 +111,8 @@ class MhcPlan(Plan):
         from ._kernel_fused import compile_fused
         from ._kernel_row import compile_row
         from ._kernel_small import compile_small
+        from ._kernel_tiny import compile_tiny
+        from ._kernel_wide import compile_wide
 
         caps, dt = self.caps, _dname(self.caps.dtype)
         dev = caps.device.index or 0
@@ -120,6 +125,11 @@ class MhcPlan(Plan):
             if form != "post" and config.small is not None:
                 for wdt in dict.fromkeys((dt, "float32")):
                     jobs.append((compile_small, (form, dt, caps.hidden_size, wdt, config.small, dev, arch)))
+            if form != "post" and config.tiny is not None:
+                tile = config.stream(form, 1)
+                jobs.append((compile_tiny, (form, dt, caps.hidden_size, tile, config.tiny, dev, arch)))
+            if form != "post" and config.wide is not None:
+                jobs.append((compile_wide, (dt, caps.hidden_size, config.wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
                 for tile in config.pass2_tiles():
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
@@ -606,6 +616,11 @@ def _launcher(p: MhcPlan, kind: str, key: tuple):
         raise ValueError(f"{OP}: this plan was prepared for forms {p.forms()}; {key[0]} is not one of them") from None
 
 
+def _target(p: MhcPlan) -> int:
+    """Pass 1's target program count (split_for)."""
+    return p.state.extra["target_ctas"]
+
+
 def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding) -> int:
     """Pass 1 of `form` at t tokens; returns the number of splits it wrote."""
     caps, cfg = p.caps, p.state.selection.stream(form, t)
@@ -613,7 +628,7 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
     if form == "post":
         splits, cps = n_chunks, 1
     else:
-        splits, cps = split_for(t, cfg.block_t, n_chunks, p.state.extra["target_ctas"], caps.split_k)
+        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p), caps.split_k)
     launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
     launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
     return splits
@@ -622,10 +637,15 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
 def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
     caps, dt = p.caps, _dname(p.caps.dtype)
     wdt = "float32" if w is None else _dname(w.dtype)
-    tile = p.state.selection.apply(t)
+    sel = p.state.selection
+    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
+    if sel.wide is not None and t <= sel.wide.max_tokens and w is None:
+        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide))
+        launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
+        return
+    tile = sel.apply(t)
     kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
     launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))
-    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
 
@@ -637,6 +657,14 @@ def _one_launch(
     sel, caps = p.state.selection, p.caps
     dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
     tile = sel.fused(form, t)
+    if small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
+        stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
+        splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p), caps.split_k)
+        kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
+        scratch = binding.scratch if binding is not None else p.state.scratch
+        kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
+               outs["y_out"], outs["post_out"], outs["comb_out"], T=t, splits=splits, cps=cps, **scal)  # fmt: skip
+        return True
     if small and sel.small is not None and t <= sel.small.max_tokens:
         launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
     elif tile is not None:
@@ -755,6 +783,7 @@ __all__ += [
     "RowConfig",
     "SmallConfig",
     "StreamConfig",
+    "WideConfig",
     "MULT",
     "MIXES",
     "FORMS",
