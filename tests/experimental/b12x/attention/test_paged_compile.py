@@ -227,6 +227,25 @@ def test_decode_two_page_sub_tiles_compile(arch, kv_dtype, tmp_path):
         assert regs * 32 * cfg.warps * 2 <= 65536, regs
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("unroll", [4, 8])
+def test_decode_batched_merge_compiles(arch, unroll, tmp_path):
+    """merge_unroll 4 / 8: the fused merge loads `unroll` items (G = 4 rows x (1 LSE + Dv / 32 columns)
+    a lane) in straight-line code before folding them: 20 more global loads per extra item than the
+    two-item loop of the default; the main loop is unchanged; no spills."""
+    kd, _ = _modules()
+    base = dataclasses.replace(default_config("float8_e4m3fn", 128, 16, arch), fused_merge=True, fused_schedule=True)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    sched = ScheduleConfig(64, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    cfg = dataclasses.replace(base, merge_unroll=unroll)
+    ptx = _check_binary(kd.compile_decode(*dims, cfg, arch=arch, schedule=sched), arch)
+    assert ptx.count("ld.global.") - plain.count("ld.global.") == (unroll - 2) * 4 * (1 + 128 // 32)
+    assert ptx.count("mma.sync.aligned.m16n8k16") == plain.count("mma.sync.aligned.m16n8k16")
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
 def test_fused_merge_acquire_invalidates_l1():
     """The merging CTA reads partial rows other SMs wrote: its acquire fence must drop stale L1 lines
     (SASS CCTL.IVALL after MEMBAR.GPU) before the first load of them. Checked on the cubin with

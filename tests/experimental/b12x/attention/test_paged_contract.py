@@ -334,7 +334,8 @@ def test_benchmark_module_help_and_cuda_requirement(run_python):
 
 # The fp8 streaming sweep (docs/predictions/attention.md): the entries must stay valid bench rows.
 FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x3fsl", "4x16x3fspl", "4x16x4fspl", "4x16x6fspl", "4x16x3fspl:o3",
-                       "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl", "4x32x3fspl", "4x32x2fspl")  # fmt: skip
+                       "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl", "4x32x3fspl", "4x32x2fspl",
+                       "4x16x3fspl:u8", "4x32x3fspl:u8", "4x16x6fspl:u8")  # fmt: skip
 
 
 def test_streaming_knobs_predicate_and_occupancy():
@@ -357,6 +358,8 @@ def test_streaming_knobs_predicate_and_occupancy():
         "min_ctas 3 x 256 threads leaves under 128 registers a thread"
     )
     assert why_not(*dims, DecodeConfig(4, 16, 3, fast_prologue=1), "sm_90a") == "fast_prologue must be a bool, got 1"
+    assert why_not(*dims, DecodeConfig(4, 16, 3, merge_unroll=3), "sm_90a") == "merge_unroll must be 2, 4 or 8, got 3"
+    assert repr(DecodeConfig(4, 16, 3, merge_unroll=8)).endswith("stages=3, merge_unroll=8)")
     assert repr(DecodeConfig(4, 16, 3, fast_prologue=True, min_ctas=3)) == (
         "DecodeConfig(warps=4, keys_per_warp=16, stages=3, fast_prologue=True, min_ctas=3)"
     )
@@ -384,16 +387,17 @@ def test_bench_decode_config_entries():
         None,
         None,
     )
+    assert B.parse_decode_entry("4x16x3fspl:u8")[0] == DecodeConfig(4, 16, 3, True, True, True, 0, True, 8)
     assert B.parse_decode_entry("2x16x3p:o6:t99") == (
         DecodeConfig(2, 16, 3, fast_prologue=True, min_ctas=6),
         {"p"},
         99,
         None,
     )
-    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN]"), ("hf:x3", "schedule parts are tN"),
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN][:uN]"), ("hf:x3", "schedule parts are tN"),
                          ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is"),
-                         ("hff", "flags are f, s, p and l, once each"), ("hfsp", "p, l and oN need an explicit WxKxS"),
-                         ("hfsl", "p, l and oN need an explicit"), ("hfs:o3", "p, l and oN need an explicit WxKxS"),
+                         ("hff", "flags are f, s, p and l, once each"), ("hfsp", "p, l, oN and uN need an explicit WxKxS"),
+                         ("hfsl", "p, l, oN and uN need an explicit"), ("hfs:o3", "p, l, oN and uN need an explicit WxKxS"), ("h:u8", "p, l, oN and uN need"),
                          ("4x16x3:o0", "N >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             B.parse_decode_entry(bad)

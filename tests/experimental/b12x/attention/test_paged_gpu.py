@@ -188,6 +188,9 @@ STREAMING = {
     "w4k32s3pl": DecodeConfig(4, 32, 3, True, True, fast_prologue=True, preload_lengths=True),
     "w4k32s2": DecodeConfig(4, 32, 2, True, True),
     "w2k32s3pl-3launch": DecodeConfig(2, 32, 3, fast_prologue=True, preload_lengths=True),
+    # the fused merge folding 8 (4) items a warp per batch of loads; ragged item counts exercise the tail
+    "w4s3pl-u8": DecodeConfig(4, 16, 3, True, True, True, 0, True, merge_unroll=8),
+    "w4k32s3pl-u4": DecodeConfig(4, 32, 3, True, True, True, 0, True, merge_unroll=4),
 }
 
 
@@ -221,7 +224,7 @@ def test_streaming_configs_match_reference(kv_dtype, name, lens):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4s6pl", "w4k32s3pl"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4s6pl", "w4k32s3pl", "w4s3pl-u8"])
 def test_streaming_configs_window_sinks_and_gqa(kv_dtype, name):
     """Sliding windows, sinks and group sizes 4, 16 and 1 (D 128, 64, 256) under the streaming knobs."""
     kvt = getattr(torch, kv_dtype)
@@ -254,7 +257,7 @@ def test_fast_prologue_equals_the_element_loop():
     assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
 
 
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl", "w4s3pl-u8"])
 def test_streaming_graph_replay_with_new_lengths(name):
     """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
     replay equals eager and the reference."""

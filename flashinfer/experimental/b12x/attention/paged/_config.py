@@ -38,7 +38,9 @@ class DecodeConfig:
     invariants). stages may reach 6: more sub-tiles in flight per warp (fp8 sub-tiles carry half the
     bytes of bf16 ones). preload_lengths (with fused_schedule, any KV dtype; a no-op without): each
     warp loads the batch's lengths at once, then locates its work row on registers
-    (`Schedule.locate(preload=True)`: one memory latency instead of two per 32 requests)."""
+    (`Schedule.locate(preload=True)`: one memory latency instead of two per 32 requests).
+    merge_unroll: items each warp of the fused merge folds per unrolled step (`PartialMerge`; their
+    partial-row loads are in flight together): 2, 4 or 8; 32 items at B=1 L=32k are 8 a warp."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -48,6 +50,7 @@ class DecodeConfig:
     fast_prologue: bool = False
     min_ctas: int = 0
     preload_lengths: bool = False
+    merge_unroll: int = 2
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -55,6 +58,7 @@ class DecodeConfig:
         extra += ", fast_prologue=True" if self.fast_prologue else ""
         extra += f", min_ctas={self.min_ctas}" if self.min_ctas else ""
         extra += ", preload_lengths=True" if self.preload_lengths else ""
+        extra += f", merge_unroll={self.merge_unroll}" if self.merge_unroll != 2 else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -103,6 +107,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
         return f"min_ctas must be one of {MIN_CTAS}, got {c.min_ctas!r}"
+    if isinstance(c.merge_unroll, bool) or c.merge_unroll not in (2, 4, 8):
+        return f"merge_unroll must be 2, 4 or 8, got {c.merge_unroll!r}"
     if c.min_ctas and 65536 // (c.min_ctas * 32 * c.warps) < 128:
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
     if c.keys_per_warp > 2 * page_size:
@@ -288,8 +294,9 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths; parts: tN
-    target_items, mN min_chunk, oN min_ctas (e.g. '4x16x4fspl:o3'). 'h' takes only f and s (the bench
-    rebuilds the heuristic's config from those two), so p, l and oN need an explicit WxKxS."""
+    target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
+    f and s (the bench rebuilds the heuristic's config from those two), so p, l, oN and uN need an
+    explicit WxKxS."""
     head, *rest = text.split(":")
     body = head.rstrip("fspl")
     flags = set(head[len(body) :])
@@ -298,25 +305,30 @@ def parse_decode_entry(text: str):
     decode = None
     target = min_chunk = None
     min_ctas = 0
+    unroll = 2
     for part in rest:
-        if len(part) < 2 or part[0] not in "tmo" or not part[1:].isdigit() or int(part[1:]) < 1:
+        if len(part) < 2 or part[0] not in "tmou" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
-                f"schedule parts are tN (target_items) or mN (min_chunk), decode part oN (min_ctas), N >= 1, "
-                f"got {part!r} in {text!r}"
+                f"schedule parts are tN (target_items) or mN (min_chunk), decode parts oN (min_ctas) or uN "
+                f"(merge_unroll), N >= 1, got {part!r} in {text!r}"
             )
         if part[0] == "t":
             target = int(part[1:])
         elif part[0] == "m":
             min_chunk = int(part[1:])
-        else:
+        elif part[0] == "o":
             min_ctas = int(part[1:])
+        else:
+            unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l"} or min_ctas:
-            raise ValueError(f"p, l and oN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
+        if flags & {"p", "l"} or min_ctas or unroll != 2:
+            raise ValueError(f"p, l, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN] like 4x16x3fs:t33, got {text!r}")
+            raise ValueError(
+                f"a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN][:uN] like 4x16x3fs:t33, got {text!r}"
+            )
         decode = DecodeConfig(
             *(int(p) for p in parts),
             fused_merge="f" in flags,
@@ -324,6 +336,7 @@ def parse_decode_entry(text: str):
             fast_prologue="p" in flags,
             min_ctas=min_ctas,
             preload_lengths="l" in flags,
+            merge_unroll=unroll,
         )
     return decode, flags, target, min_chunk
 

@@ -93,7 +93,7 @@ class PagedDecode:
         self.min_ctas = config.min_ctas
         self.preload_lengths = config.preload_lengths
         self.schedule = Schedule(schedule) if config.fused_schedule else None
-        self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps)
+        self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
 
     def _smem_layouts(self):
         qa, _ = swizzled(M_TILE, self.d, self.mma_dtype)

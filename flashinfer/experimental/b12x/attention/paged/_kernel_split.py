@@ -348,9 +348,10 @@ class PartialMerge:
 
     ROWS = 4  # rows per pass: 4 x Dv / 32 accumulators per lane
 
-    def __init__(self, out_dtype, group: int, head_dim_v: int, warps: int) -> None:
+    def __init__(self, out_dtype, group: int, head_dim_v: int, warps: int, unroll: int = 2) -> None:
         self.out_dtype = out_dtype  # a cutlass numeric type
         self.group, self.dv, self.warps = group, head_dim_v, warps
+        self.unroll = unroll  # items a warp folds per unrolled step: their loads are in flight together
         self.threads = 32 * warps
         self.per_lane = head_dim_v // 32
         self.rows = min(group, self.ROWS)
@@ -376,18 +377,21 @@ class PartialMerge:
             m.fill(-Float32.inf)
             s = cute.make_rmem_tensor(R, Float32)
             s.fill(0.0)
-            for i in cutlass.range(first + wid, first + n, self.warps, unroll=2):
-                for rr in cutlass.range_constexpr(here):
-                    head = kvh * self.group + r0 + rr
-                    lse_i = mPartLse[i, head]
-                    m_new = cute.arch.fmax(m[rr], lse_i)
-                    m_use = Float32(0.0) if m_new == -Float32.inf else m_new
-                    corr = cute.math.exp2(m[rr] - m_use, fastmath=True)
-                    w = cute.math.exp2(lse_i - m_use, fastmath=True)
-                    s[rr] = s[rr] * corr + w
-                    m[rr] = m_new
-                    for k in cutlass.range_constexpr(self.per_lane):
-                        acc[rr, k] = acc[rr, k] * corr + w * mPartO[i, head, lane + 32 * k]
+            if cutlass.const_expr(self.unroll == 2):
+                for i in cutlass.range(first + wid, first + n, self.warps, unroll=2):
+                    for rr in cutlass.range_constexpr(here):
+                        head = kvh * self.group + r0 + rr
+                        lse_i = mPartLse[i, head]
+                        m_new = cute.arch.fmax(m[rr], lse_i)
+                        m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+                        corr = cute.math.exp2(m[rr] - m_use, fastmath=True)
+                        w = cute.math.exp2(lse_i - m_use, fastmath=True)
+                        s[rr] = s[rr] * corr + w
+                        m[rr] = m_new
+                        for k in cutlass.range_constexpr(self.per_lane):
+                            acc[rr, k] = acc[rr, k] * corr + w * mPartO[i, head, lane + 32 * k]
+            else:
+                self._fold_batched(mPartO, mPartLse, first, n, kvh, r0, here, wid, lane, acc, m, s)
             for rr in cutlass.range_constexpr(here):
                 for k in cutlass.range_constexpr(self.per_lane):
                     sAcc[wid, rr, lane + 32 * k] = acc[rr, k]
@@ -429,6 +433,38 @@ class PartialMerge:
                     if c == 0:
                         mLse[out_row, head] = lse
             cute.arch.sync_threads()  # sAcc / sM / sS are rewritten by the next pass
+
+    @cute.jit
+    def _fold_batched(self, mPartO, mPartLse, first, n, kvh, r0, here: cutlass.Constexpr, wid, lane, acc, m, s):
+        """Phase 1 with `unroll` items a step whose loads all issue before any is used (the unrolled
+        `cutlass.range` keeps a branch per item, so each item's loads waited for the previous
+        item's math): items past the request read as (lse -inf, o 0), which fold to nothing."""
+        U = self.unroll
+        lse_b = cute.make_rmem_tensor((U, self.rows), Float32)
+        o_b = cute.make_rmem_tensor((U, self.rows, self.per_lane), Float32)
+        for i0 in range(first + wid, first + n, self.warps * U):
+            for u in cutlass.range_constexpr(U):
+                i = i0 + u * self.warps
+                ok = i < first + n
+                row = cutlass.min(i, first + n - 1)  # an address inside the request even when not ok
+                for rr in cutlass.range_constexpr(here):
+                    head = kvh * self.group + r0 + rr
+                    lse_b[u, rr] = mPartLse[row, head]
+                    for k in cutlass.range_constexpr(self.per_lane):
+                        o_b[u, rr, k] = mPartO[row, head, lane + 32 * k]
+                    if not ok:
+                        lse_b[u, rr] = -Float32.inf
+            for u in cutlass.range_constexpr(U):
+                for rr in cutlass.range_constexpr(here):
+                    lse_i = lse_b[u, rr]
+                    m_new = cute.arch.fmax(m[rr], lse_i)
+                    m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+                    corr = cute.math.exp2(m[rr] - m_use, fastmath=True)
+                    w = cute.math.exp2(lse_i - m_use, fastmath=True)
+                    s[rr] = s[rr] * corr + w
+                    m[rr] = m_new
+                    for k in cutlass.range_constexpr(self.per_lane):
+                        acc[rr, k] = acc[rr, k] * corr + w * o_b[u, rr, k]
 
 
 class Merge:
