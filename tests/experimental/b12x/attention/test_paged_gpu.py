@@ -243,6 +243,23 @@ def test_streaming_configs_window_sinks_and_gqa(kv_dtype, name):
             check(plan, case, window_left=window_left, sinks=sinks)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_default_switches_on_match_reference(kv_dtype, monkeypatch):
+    """_config.DECODE_LATENCY_FLAGS and FP8_TWO_PAGE_TILES on (what the lead switches after the
+    sweep): the plan's own heuristic path (no config, no override) on B 1, 8, 128."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    monkeypatch.setattr(_config, "DECODE_LATENCY_FLAGS", True)
+    monkeypatch.setattr(_config, "FP8_TWO_PAGE_TILES", True)
+    for lens in ([32768], [0, 1, 17, 1000, 32768, 4097, 65, 300], B128):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                         kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens))  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype))
+        decode = plan.state.selection.decode
+        assert decode.fast_prologue and decode.preload_lengths and decode.merge_unroll == 8
+        check(plan, case)
+
+
 def test_fast_prologue_equals_the_element_loop():
     """fast_prologue stages the same fp16 Q with the same scale: outputs bit-identical to the plain
     fp8 config on the same inputs (Q spanning many binades, so the power-of-two scale matters)."""

@@ -119,10 +119,33 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     return None
 
 
+# Switches for the lead after the H200 sweep of the fp8 streaming knobs (docs/predictions/attention.md,
+# "FP8 KV decode streaming"); both False: the defaults measured at 08:46. DECODE_LATENCY_FLAGS: every
+# default config gets fast_prologue (fp8 only), preload_lengths (with the fused schedule) and the
+# batched fused merge (merge_unroll 8). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
+# 32 keys x 3 stages (64 KB in flight per CTA, as bf16's default); needs api._fit_page to allow
+# keys_per_warp = 2 x page_size.
+DECODE_LATENCY_FLAGS = False
+FP8_TWO_PAGE_TILES = False
+
+
 def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
-    2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits."""
+    2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The two switches
+    above change it (off by default)."""
+    cfg = _default_shape(kv_dtype, head_dim, page_size, arch)
+    if DECODE_LATENCY_FLAGS:
+        cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
+                           merge_unroll=8)  # fmt: skip
+    return cfg
+
+
+def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
     limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    if FP8_TWO_PAGE_TILES and kv_dtype == "float8_e4m3fn" and head_dim == 128 and arch == "sm_90a":
+        cfg = DecodeConfig(warps=4, keys_per_warp=32, stages=3)
+        if 2 * page_size >= 32 and smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
+            return cfg
     for warps in (4, 2):
         for stages in (3, 2) if arch == "sm_90a" else (2,):
             cfg = DecodeConfig(warps=warps, keys_per_warp=16, stages=stages)
