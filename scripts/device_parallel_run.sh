@@ -8,7 +8,9 @@
 #
 #   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
 #
-# pytest paths: what the gpu tier covers (default tests/experimental/b12x; "none" skips the tests).
+# pytest paths: what the gpu tier covers (default tests/experimental/b12x; "none" skips the tests;
+# "@FILE": each line of FILE is one pytest selection such as `tests/x/test_y.py -k "a and b"`, run side
+# by side instead of the sharded tier).
 # JOBS_FILE: one benchmark per line, `NAME MODULE_SUFFIX ARGS...` (e.g. `gemm_m1 gemm --m 1 --quick`);
 # blank lines and # comments are skipped; "-" or no file: no benchmarks.
 # Everything lands in /tmp/b12x-par and comes back as $OUT/results.tgz; a summary goes to stdout.
@@ -26,7 +28,27 @@ echo "commit ${B12X_GIT_COMMIT:-unknown} $(date -u +%FT%TZ)" | tee "$LOG/run.txt
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$LOG/run.txt" 2>&1
 status=0
 
-if [[ ${paths[0]} != none ]]; then
+if [[ ${paths[0]} == @* ]]; then
+  # Selections: each line of the file is one pytest argument string (paths and -k), run as its own
+  # job side by side with the others (a mid-session check of a few variants, not the whole tier).
+  n=0
+  while read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    name=$(printf 'sel%02d' "$n"); n=$((n + 1))
+    echo "$line" >"$LOG/$name.txt"
+    # shellcheck disable=SC2086  # the line is a list of pytest arguments; eval keeps its quotes
+    (eval "timeout ${TEST_LIMIT:-420} python3 -m pytest $line -m gpu -q -rfEs -p no:cacheprovider --timeout 300" \
+       >"$LOG/$name.log" 2>&1
+     echo "rc=$?" >>"$LOG/$name.log") &
+  done <"${paths[0]#@}"
+  wait
+  for log in "$LOG"/sel*.log; do
+    rc=$(grep -o 'rc=[0-9]*' "$log" | tail -n 1)
+    [[ $rc == rc=0 ]] || status=1
+    echo "$(basename "$log" .log) [$(cat "${log%.log}.txt")]: $(tail -n 3 "$log" | grep -E 'passed|failed|error|skipped' | tail -n 1) $rc"
+    grep -E '^(FAILED|ERROR)' "$log" | head -n 20
+  done
+elif [[ ${paths[0]} != none ]]; then
   # Shards: each file's gpu tests in collection order, cut into contiguous runs (neighbouring
   # parametrizations share compiled kernels), about SHARDS runs in all.
   python3 -m pytest "${paths[@]}" -m gpu --collect-only -q -p no:cacheprovider 2>/dev/null \
@@ -57,7 +79,7 @@ EOF
   for log in "$LOG"/shard*.log; do
     rc=$(grep -o 'rc=[0-9]*' "$log" | tail -n 1)
     [[ $rc == rc=0 ]] || status=1
-    echo "$(basename "$log" .log): $(tail -n 3 "$log" | grep -E 'passed|failed|error' | tail -n 1) $rc"
+    echo "$(basename "$log" .log): $(tail -n 3 "$log" | grep -E 'passed|failed|error|skipped' | tail -n 1) $rc"
     grep -E '^(FAILED|ERROR)' "$log" | head -n 20
   done
 fi
@@ -72,7 +94,7 @@ if [[ $jobs_file != - && -f $jobs_file ]]; then
   done <"$jobs_file"
   wait
   for log in "$LOG"/*.log; do
-    case $(basename "$log") in shard*|install.log) continue ;; esac
+    case $(basename "$log") in shard*|sel*|install.log) continue ;; esac
     echo "== $(basename "$log" .log): $(tail -n 1 "$log")"
     grep -E 'sweep .*best|Error|MISS' "$log" | head -n 12
   done
