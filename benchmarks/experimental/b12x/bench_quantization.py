@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -15,8 +15,8 @@ each config checks ours against the oracle bit for bit (and the default notes th
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --ms/--ks
 pick shapes. The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
 capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
-config rows run one tile at every M (`--encode search steps --ms 256 512 1024 2048` shows the
-crossover). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
+two tiles alone: the crossover). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -56,7 +56,9 @@ from flashinfer.experimental.b12x._lib.quant.scales import fp32_const
 from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
 from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
+from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
+from flashinfer.experimental.b12x.quantization.nvfp4._kernel import default_config as nvfp4_default_config
 
 MODULE = "benchmarks.experimental.b12x.bench_quantization"
 MS, KS = (1, 16, 128, 4096, 16384), (4096, 7168)
@@ -127,6 +129,8 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     configs = [None] + (list(nvfp4_configs(k, unvalidated=True)) if args.all_configs else [])
     if args.encode:  # only the candidates of these NVFP4 encodes (and the plan's selection)
         configs = [None] + [c for c in nvfp4_configs(k, unvalidated=True) if c.encode in args.encode]
+    if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
+        configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
@@ -216,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-configs", action="store_true", help="also time every candidate kernel config")
     parser.add_argument(
         "--encode", nargs="+", default=None, help="NVFP4: time only the candidate configs of these encodes"
+    )
+    parser.add_argument(
+        "--dispatch-tiles", action="store_true", help="NVFP4: also time the live-M dispatch's two tiles alone"
     )
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")

@@ -53,9 +53,18 @@ NVFP4_VARIANTS = [
     ((16, 64, 4, "steps", True, True, "halves"), 130, 160),
     ((16, 32, 4, "steps", False, False, "halves", 4), 130, 160),  # k_iters: 6 tiles, 2 programs, 2 skipped
     ((4, 16, 1, "steps", False, False, "halves", 8), 5, 128),  # k_iters: 8 tiles, one program
+    # the bf16-pair encode (`_pairs.py`; its plain-Triton mirror here: float64 directed roundings,
+    # integer compares of the 15-bit magnitudes). On fp16 input the kernel runs "steps".
+    ((16, 32, 4, "pairs", False, False, "halves"), 130, 160),
+    ((16, 64, 4, "pairs", True, True, "halves", 4), 130, 160),  # 3 tiles in one program, 1 skipped
+    ((16, 32, 4, "pairs", False, False, "halves", 4), 130, 160),
+    ((4, 16, 1, "pairs", False, False, "halves", 8), 5, 128),
 ]
 # "steps" under other global scales and fp16: its rows and halves variants (few: the interpreter is slow).
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]
+# "pairs" under other global scales (its thresholds scale u and gs by 2^64 below gs = 2^-64; "denorm_gs"
+# is the smallest fp32, "max_gs" near the largest) and on fp16 (where it runs "steps").
+PAIRS_VARIANTS = [(16, 32, 4, "pairs", False, False, "halves")]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
 MXFP8_VARIANTS = [
     ((16, 32, 4, True), 130, 160),
@@ -91,9 +100,9 @@ def _cases():
     for cfg, m, k in NVFP4_CONFIGS:
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "wide", "float"))
     for cfg, m, k in NVFP4_VARIANTS:
-        # every data set for each variant; the other "steps" tilings (same math): specials and near
-        full = cfg[3] != "steps" or cfg in STEPS_VARIANTS
-        for data in NVFP4_DATA if full else ["specials", "near"]:
+        # every data set for each variant; the other "steps"/"pairs" tilings (same math): fewer
+        full = cfg[3] not in ("steps", "pairs") or cfg in STEPS_VARIANTS + PAIRS_VARIANTS
+        for data in NVFP4_DATA if full else ["specials", "near"] + (["decades"] if cfg[3] == "pairs" else []):
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
     for cfg, m, k in NVFP4_GPU_FAILED:
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "decades", "tensor"))
@@ -101,6 +110,8 @@ def _cases():
         for gs in ("tensor", "up", "down"):
             for cfg in (None, NVFP4_VARIANTS[0][0], NVFP4_VARIANTS[6][0], NVFP4_VARIANTS[9][0], *STEPS_VARIANTS):
                 cases.append(("nvfp4", dtype, 9, 2048, cfg, "near", gs))
+            for cfg in PAIRS_VARIANTS:  # a smaller shape: the interpreter runs the pair mirror slowly
+                cases.append(("nvfp4", dtype, 3, 512, cfg, "near", gs))
     for cfg, m, k in MXFP8_CONFIGS:
         cases.append(("mxfp8", "bfloat16", m, k, cfg, "wide", ""))
     for cfg, m, k in MXFP8_VARIANTS:
@@ -108,8 +119,12 @@ def _cases():
             for dtype in ("bfloat16", "float16"):
                 cases.append(("mxfp8", dtype, m, k, cfg, data, ""))
     for gs in ("float", "tiny_gs", "huge_gs"):
-        for cfg in (None, *STEPS_VARIANTS):
+        for cfg in (None, *STEPS_VARIANTS, *PAIRS_VARIANTS):
             cases.append(("nvfp4", "bfloat16", 7, 64, cfg, "specials", gs))
+    for gs in ("denorm_gs", "max_gs"):
+        for cfg in (None, *PAIRS_VARIANTS):
+            for data in ("specials", "wide"):
+                cases.append(("nvfp4", "bfloat16", 7, 64, cfg, data, gs))
     return cases
 
 
@@ -224,6 +239,7 @@ def run_case(case) -> str:
 
         x = make_input(data, m, k, dtype, 16, seed)
         gs = {"tiny_gs": 2.0**-100, "huge_gs": 1e30, "up": 1 + 2.0**-20, "down": 1 - 2.0**-20}.get(gs_kind)
+        gs = {"denorm_gs": 1e-45, "max_gs": 3e38}.get(gs_kind, gs)
         if gs is None:
             gs = 1.0 if data in ("ties", "near", "scale_ties") else float(nvfp4_global_scale(x))
         launcher = kmod.interpreted_launcher(k, None if cfg is None else kmod.NvFp4Config(*cfg))

@@ -136,7 +136,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         names = {n.id for n in ast.walk(ast.parse(fn.src)) if isinstance(n, ast.Name)}
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
-    nv_modules = {nv._encodes.__name__, nv._steps.__name__}
+    nv_modules = {nv._encodes.__name__, nv._steps.__name__, nv._pairs.__name__, nv._kernel_pairs.__name__}
     assert outside == {_triton_helpers.__name__} | (nv_modules if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
@@ -207,6 +207,14 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.sat.f32"}, (cfg, ops)
             assert ptx.count("fma.rn.sat.f32") == 7 * cfg.block_m * cfg.block_k // (32 * cfg.num_warps), cfg
             ops -= {"fma.rn.sat.f32"}
+        if op == "nvfp4" and cfg.encode == "pairs":
+            # Its only FMAs sum the 8 bf16x2 steps of each pair of values (`_pairs.py`): nothing
+            # contracted; the seven thresholds per block are directed-rounding products.
+            vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps)  # values a thread owns per tile
+            assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.bf16x2"}, (cfg, ops)
+            assert ptx.count("fma.rn.bf16x2") == 4 * vpt and ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2
+            assert ptx.count("mul.rm.f32") == 7 * vpt // 16 and "rcp.rm.f32" in ptx, cfg
+            ops -= {"fma.rn.bf16x2"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
             # No fp8 instruction at all: the scale is rounded by bits (`_e4m3_rn`). Triton 3.6's
@@ -223,7 +231,8 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
 
 def test_candidates_cover_every_variant():
     nv_configs = nv.candidate_configs(7168, unvalidated=True)
-    assert {c.encode for c in nv_configs} == {"div", "mul", "search", "steps"}
+    assert {c.encode for c in nv_configs} == {"div", "mul", "search", "steps", "pairs"}
+    assert all(c.layout == "halves" for c in nv_configs if c.encode == "pairs")
     assert {(c.skip_dead, c.scale_words) for c in nv_configs} == {(False, False), (True, False), (True, True)}
     assert {(c.layout, c.encode) for c in nv_configs} >= {("halves", "mul"), ("halves", "search")}
     assert {(c.lean, c.layout) for c in mx.candidate_configs(7168, unvalidated=True)} == {
@@ -248,8 +257,8 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         default = kmod.candidate_configs(k)
         everything = kmod.candidate_configs(k, unvalidated=True)
         assert default[0] == kmod.default_config(k) and set(default) <= set(everything)
-        if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all validated
-            assert default == everything, default
+        if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"
+            assert default == tuple(c for c in everything if c.encode != "pairs"), default
             continue
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
             assert default == tuple(c for c in everything if c.encode != "steps"), default
@@ -274,4 +283,4 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "DIVISION_FREE_GPU_VALIDATED", True)
         monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
-        assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode != "steps")
+        assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

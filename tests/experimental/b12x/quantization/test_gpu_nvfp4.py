@@ -1,13 +1,17 @@
-"""GPU tier: the NVFP4 live-M dispatch (`nvfp4/_dispatch.py`) bit for bit on the device.
+"""GPU tier: the NVFP4 live-M dispatch (`nvfp4/_dispatch.py`) and the "pairs" encode (`nvfp4/_pairs.py`)
+bit for bit on the device.
 
-A plan with capacity >= LARGE_FROM_M selects two tiles; every live M below the threshold runs the
-small one, every M from it the large one. Checked against the oracle with outputs poisoned first
-(0xFF bytes): M on both sides of the threshold and at it, K from 32 to 16384 (tails: K/16 not a
-multiple of 4, K not a multiple of the tile), random rows over ten decades and extreme blocks,
-the global scale as a float and as a device tensor; CUDA-graph capture of both tiles; freeze after
-prepare (a new M on either side compiles nothing).
+Dispatch: a plan with capacity >= LARGE_FROM_M selects two tiles; every live M below the threshold
+runs the small one, every M from it the large one. Pairs: its inline PTX (`set.gt.bf16x2`,
+`fma.rn.bf16x2`, `mul.rm.f32`, `rcp.rm.f32`, `max.bf16x2`, `prmt`) runs only here. Checked against
+the oracle with outputs poisoned first (0xFF bytes): M on both sides of the threshold and at it, K
+from 32 to 16384 (tails: K/16 not a multiple of 4, K not a multiple of the tile), random rows over
+ten decades and extreme blocks (zero, NaN, Inf, max, subnormal), the global scale as a float and as
+a device tensor and at its extremes (the smallest fp32 to 3e38); CUDA-graph capture of both tiles;
+freeze after prepare (a new M on either side compiles nothing).
 """
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -118,3 +122,62 @@ def test_dispatch_freeze_compiles_nothing(session):
     finally:
         b12x.unfreeze_kernel_resolution()
     assert nv_kernel.compile_nvfp4.compile_count == count
+
+
+# -- "pairs" --------------------------------------------------------------------------------------
+PAIRS = [c for c in nv_kernel.candidate_configs(7168, unvalidated=True) if c.encode == "pairs"]
+PAIRS_MAIN = [
+    PAIRS[0],
+    next(c for c in PAIRS if c.skip_dead and c.scale_words),
+]  # 8x256x4 k_iters 4; its skip_dead twin
+PAIRS_MS = [1, 7, 128, 4097]
+EXTREME_GS = [1.0, 1e-45, 2.0**-100, 2.0**-64, 1e-20, 1e30, 3e38]
+
+
+@pytest.fixture(scope="module")
+def pair_plans(session):
+    cache = {}
+
+    def get(cfg, k, dtype=torch.bfloat16):
+        cfg = dataclasses.replace(cfg, block_k=nv_kernel._block_k_cap(k, cfg.block_k))
+        if (cfg, k, dtype) not in cache:
+            p = nvfp4.plan(4097, k, invocation=dtype, override=cfg)
+            session.prepare([p])
+            assert p.selection == cfg
+            cache[(cfg, k, dtype)] = (p, nvfp4.allocate_outputs(p))
+        return cache[(cfg, k, dtype)]
+
+    return get
+
+
+@pytest.mark.parametrize("k", DISPATCH_KS)
+@pytest.mark.parametrize("m", PAIRS_MS)
+@pytest.mark.parametrize("cfg", PAIRS_MAIN, ids=lambda c: "-".join(str(v) for v in vars(c).values()))
+def test_pairs_bitwise(pair_plans, cfg, m, k):
+    p, out = pair_plans(cfg, k)
+    for seed, kind in ((m * 37 + k, "random"), (m * 37 + k + 1, "extreme")):
+        x = _random(m, k, torch.bfloat16, seed) if kind == "random" else _extreme(m, k, torch.bfloat16, seed, 16)
+        gs = nvfp4_global_scale(x)
+        for as_tensor in (True, False):
+            _poison_nvfp4(out)
+            nvfp4.run(plan=p, x=x, global_scale=gs.reshape(1) if as_tensor else float(gs), outputs=out)
+            _check_nvfp4(out, x, gs)
+
+
+@pytest.mark.parametrize("gs", EXTREME_GS)
+@pytest.mark.parametrize("cfg", PAIRS, ids=lambda c: "-".join(str(v) for v in vars(c).values()))
+def test_pairs_global_scale_extremes(pair_plans, cfg, gs):
+    p, out = pair_plans(cfg, 4096)
+    for x in (_extreme(300, 4096, torch.bfloat16, 5, 16), _random(300, 4096, torch.bfloat16, 6)):
+        _poison_nvfp4(out)
+        nvfp4.run(plan=p, x=x, global_scale=torch.tensor([gs], device="cuda"), outputs=out)
+        _check_nvfp4(out, x, gs)
+
+
+def test_pairs_on_float16_runs_steps(pair_plans):
+    p, out = pair_plans(PAIRS[0], 7168, torch.float16)
+    for m in (1, 4097):
+        x = _random(m, 7168, torch.float16, m)
+        _poison_nvfp4(out)
+        nvfp4.run(plan=p, x=x, global_scale=float(nvfp4_global_scale(x)), outputs=out)
+        _check_nvfp4(out, x, float(nvfp4_global_scale(x)))

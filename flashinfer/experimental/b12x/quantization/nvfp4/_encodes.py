@@ -1,6 +1,6 @@
-"""The comparison encodes of the NVFP4 quantizer ("div", "mul", "search") and the bit-level E4M3 scale
-rounding the division-free encodes use: E2M1 codes of a [rows, blocks, E] tile under block scales
-[rows, blocks]. The kernel (`_kernel.py`) picks one by `NvFp4Config.encode`; "steps" is in
+"""The comparison encodes of the NVFP4 quantizer ("div", "mul", "search"), the bit-level E4M3 scale
+rounding the division-free encodes use, and the swizzled scale store every tile ends with: E2M1 codes
+of a [rows, blocks, E] tile under block scales [rows, blocks]. The kernel (`_kernel.py`) picks one by `NvFp4Config.encode`; "steps" is in
 `_steps.py`. Each function's docstring carries its exactness argument; `test_e2m1_division_free.py`
 mirrors them in torch and checks them exhaustively against the oracle.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from ..._lib.triton_quant import pack_bytes4, swizzled_scale_offsets
 
 
 @triton.jit
@@ -130,3 +132,19 @@ def _e2m1_codes_search(xb, gs, sf):
     b0 = a > tl.where(b2, tl.where(b1, u6, u4), tl.where(b1, u2, u0))
     code = tl.where(b2, 4, 0) | tl.where(b1, 2, 0) | tl.where(b0, 1, 0)
     return tl.where(p < -u0, code | 8, code)
+
+
+@triton.jit
+def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: tl.constexpr, WORDS: tl.constexpr):
+    """Scale bytes sbits (int32 0..255, [rows, TILE_NB]) at their swizzled offsets; padding columns
+    (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked."""
+    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
+    if WORDS:
+        gcols = pid_k * TILE_NB + tl.arange(0, TILE_NB // 4) * 4  # first column of each 4-group
+        offs = swizzled_scale_offsets(rows64, gcols, NB) // 4
+        mask = (gcols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
+        tl.store(scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask)
+    else:
+        scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
+        mask = (scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
+        tl.store(scales_ptr + swizzled_scale_offsets(rows64, scols, NB), sbits.to(tl.uint8), mask=mask)

@@ -47,9 +47,10 @@ import triton.language as tl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, pack_bytes4, swizzled_scale_offsets
-from . import _encodes, _steps
-from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn
+from ..._lib.triton_quant import block_amax, block_amax_maxnum
+from . import _encodes, _kernel_pairs, _pairs, _steps
+from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
+from ._kernel_pairs import program_pairs
 from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, pack_steps_top
 
 OP = "quantization.nvfp4"
@@ -62,7 +63,7 @@ UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 # -------------------------------------------------------------------------------------------------
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
-ENCODES = ("div", "mul", "search", "steps")
+ENCODES = ("div", "mul", "search", "steps", "pairs")
 LAYOUTS = ("rows", "halves")
 
 
@@ -74,7 +75,10 @@ class NvFp4Config:
     select in amax); "mul" = division-free and bit-equal (|x * gs| against midpoint * sf, proof at
     `_e2m1_codes_mul`; one NaN select per block in amax); "search" = "mul" with a 3-step binary
     search over the 7 thresholds instead of 7 selects (`_e2m1_codes_search`); "steps" = the same
-    count as a sum of saturating FMAs, no compare or select per element (`_steps.py`).
+    count as a sum of saturating FMAs, no compare or select per element (`_steps.py`); "pairs" = the
+    same count decided on raw bf16 pairs against thresholds pulled back into the input's domain, two
+    values per instruction (`_pairs.py`, program in `_kernel_pairs.py`; layout "halves" only; on
+    fp16 input it runs "steps").
     skip_dead: programs whose rows are all >= live M (the zero padding of the last 128-row scale
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
@@ -114,6 +118,7 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.scale_words or config.block_k >= 64)
         and config.layout in LAYOUTS
         and (config.layout == "rows" or config.encode != "div")
+        and (config.layout == "halves" or config.encode != "pairs")
         and config.k_iters in (1, 2, 4, 8, 16)
     )
 
@@ -222,6 +227,21 @@ _UNVALIDATED_STEPS = (
 )
 
 
+# The bf16-pair encode ("pairs", `_pairs.py`): ~16.5 SASS instructions per value at 8x256x4 k_iters 4
+# against 21.8 for the same "steps" tile (sm_90a, Triton 3.9). Not yet run on a GPU: offered only with
+# B12X_QUANT_UNVALIDATED_CANDIDATES=1 (test_gpu_candidates, bench --encode pairs / --all-configs).
+# Predictions in docs/predictions/quantization.md (2026-11-30 13:30 section).
+_UNVALIDATED_PAIRS = (
+    (8, 256, 4, "pairs", False, False, "halves", 4),  # the best "steps" tile, re-encoded
+    (8, 256, 4, "pairs", False, False, "halves", 1),
+    (16, 256, 8, "pairs", False, False, "halves", 4),
+    (16, 256, 8, "pairs", False, False, "halves", 8),
+    (32, 256, 16, "pairs", False, False, "halves", 4),
+    (8, 256, 4, "pairs", True, True, "halves", 4),
+    (16, 128, 4, "pairs", False, False, "halves", 4),
+)
+
+
 def unvalidated_enabled() -> bool:
     """B12X_QUANT_UNVALIDATED_CANDIDATES=1: offer the configs that have not passed the GPU tier."""
     return os.environ.get(UNVALIDATED_ENV) == "1"
@@ -230,7 +250,8 @@ def unvalidated_enabled() -> bool:
 def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
     default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones,
-    then (when `unvalidated` or once STEPS_GPU_VALIDATED) the "steps" ones;
+    then (when `unvalidated` or once STEPS_GPU_VALIDATED) the "steps" ones, then (only when
+    `unvalidated`) the "pairs" ones;
     tiles wider than the padded row are capped. PreparationSession autotune and
     bench_quantization sweep what this returns."""
     if unvalidated is None:
@@ -238,7 +259,8 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     out = [default_config(k)]
     offered = _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ())
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
-    for bm, bk, nw, *rest in offered + steps:
+    pairs = _UNVALIDATED_PAIRS if unvalidated else ()
+    for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
@@ -279,22 +301,6 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
 # -------------------------------------------------------------------------------------------------
 # Kernel
 # -------------------------------------------------------------------------------------------------
-@triton.jit
-def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: tl.constexpr, WORDS: tl.constexpr):
-    """Scale bytes sbits (int32 0..255, [rows, TILE_NB]) at their swizzled offsets; padding columns
-    (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked."""
-    NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
-    if WORDS:
-        gcols = pid_k * TILE_NB + tl.arange(0, TILE_NB // 4) * 4  # first column of each 4-group
-        offs = swizzled_scale_offsets(rows64, gcols, NB) // 4
-        mask = (gcols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
-        tl.store(scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask)
-    else:
-        scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
-        mask = (scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
-        tl.store(scales_ptr + swizzled_scale_offsets(rows64, scols, NB), sbits.to(tl.uint8), mask=mask)
-
-
 @triton.jit
 def _quantize_tile_rows(
     x_ptr,
@@ -513,6 +519,46 @@ def _program_tile(
         )  # fmt: skip
 
 
+@triton.jit
+def _program_tiles(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs_ptr,
+    gs_value,
+    gs_on_device,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ENCODE: tl.constexpr,
+    SKIP_DEAD: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    HALVES: tl.constexpr,
+    K_ITERS: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """Every encode but "pairs" on bf16: K_ITERS column tiles of one row block, one after the other."""
+    pid_m = tl.program_id(0)
+    if K_ITERS == 1:  # one tile: the GPU-validated configs' code, unchanged
+        pid_k = tl.program_id(1)
+        _program_tile(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
+            K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+        )  # fmt: skip
+    else:
+        # A loop, not unrolled: per-thread setup is paid once per K_ITERS tiles, registers stay those
+        # of one tile. The last program's tiles past ceil64(K) are skipped.
+        NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+        for it in range(K_ITERS):
+            pid_k = tl.program_id(1) * K_ITERS + it
+            if (NK % K_ITERS == 0) or (pid_k < NK):
+                _program_tile(
+                    x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
+                    K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+                )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["gs_ptr", "gs_value", "gs_on_device", "m"], do_not_specialize_on_alignment=["gs_ptr"])
 def _nvfp4_quantize_kernel(
     x_ptr,  # [m, K] bf16/fp16, row-major, 16-byte aligned
@@ -532,24 +578,18 @@ def _nvfp4_quantize_kernel(
     K_ITERS: tl.constexpr,  # NvFp4Config.k_iters: column tiles per program, one after the other
     ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
 ):
-    pid_m = tl.program_id(0)
-    if K_ITERS == 1:  # one tile: the GPU-validated configs' code, unchanged
-        pid_k = tl.program_id(1)
-        _program_tile(
-            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
-            K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+    PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
+    if PAIRS:
+        program_pairs(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, ASM,
         )  # fmt: skip
     else:
-        # A loop, not unrolled: per-thread setup is paid once per K_ITERS tiles, registers stay those
-        # of one tile. The last program's tiles past ceil64(K) are skipped.
-        NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-        for it in range(K_ITERS):
-            pid_k = tl.program_id(1) * K_ITERS + it
-            if (NK % K_ITERS == 0) or (pid_k < NK):
-                _program_tile(
-                    x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
-                    K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
-                )  # fmt: skip
+        ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
+        _program_tiles(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+            K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM,
+        )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------
@@ -635,7 +675,11 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _encodes.__name__, _steps.__name__))
+@kernel(
+    OP,
+    backend="triton",
+    sources=(_triton_helpers.__name__, _encodes.__name__, _steps.__name__, _pairs.__name__, _kernel_pairs.__name__),
+)
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
     first = [compile_for_target(dtype, k, config, arch)]

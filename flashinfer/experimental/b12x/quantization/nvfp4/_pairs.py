@@ -1,0 +1,233 @@
+"""The "pairs" E2M1 encode of the NVFP4 quantizer (bf16 input): the codes of `_encodes._e2m1_codes_mul`,
+bit for bit, decided on the raw bf16 pairs, two values per instruction.
+
+Why. "steps" (`_steps.py`) spends ~15 instructions per value on the encode (1 FMUL for |x * gs|,
+7 saturating FFMAs, 3 IADD3 + 1 IMAD for the count, 2 for the sign, ~1 to pack): at 21.8 SASS
+instructions per value in all it issues ~5.9 values per SM cycle at best, and the H200 ran it at
+62.6% of the copy ceiling (16384 x 7168). The thresholds can move into the input's own domain
+instead, where bf16x2 instructions decide two values at once.
+
+How. p = fl(x * gs) is monotone in x, so for every strict threshold u of `_encodes._e2m1_codes_search`
+(u_j = m_j * sf, or the fp32 just below it where a tie rounds up) there is one bf16 value
+
+    T(u) = the largest finite bf16 X >= 0 with fl(X * gs) <= u,     and   [|p| > u] == [|x| > T(u)]
+
+for every bf16 x (NaN compares false on both sides; |x| = Inf exceeds every finite T, as |p| = Inf
+exceeds every u). Per block, each T comes from c = RD(u * RD(1/gs)) <= u / gs <= T's real bound B
+(directed roundings, `mul.rm`/`rcp.rm`): X = c truncated to bf16 is <= B, and B - c < one bf16 ulp
+(c is within 2^-22 of u / gs relatively, or 2^-149 absolutely when subnormal; B within 2^-24 of
+it), so T is X or the next bf16, the one with fl(next * gs) <= u. One FMUL and one compare decide
+which. RD never overflows to Inf (it saturates at the largest fp32, whose truncation is the largest
+bf16: an |x| = Inf still counts). When 1/gs would overflow (gs < 2^-64 here), u and gs are scaled by
+2^64 first (exact; fl(next * gs) is a normal number near u there, so the scaled check rounds the
+same). sf == 0 makes u NaN, T a NaN bf16: every comparison fails, the block's codes are 0.
+Per pair of values (one 32-bit word w of two bf16): |w| = w & 0x7FFF7FFF, then seven
+`set.gt.bf16x2.bf16x2` (1.0 or 0.0 per half) summed by `fma.rn.bf16x2` onto 128 + 8 * [x < -T(u_0)]
+(the sign, `set.lt` on w), so each half ends as the bf16 128 + code (bits 0x4300 + code, exact:
+integers below 256); two `prmt` and a shift-or per 8 values pack the low nibbles. The block amax
+is a `max.bf16x2` tree on the |w| (NaN-ignoring, as `block_amax_maxnum`).
+Per value: ~8.5 instructions of encode (vs ~15); per block: ~60 for the seven T (vs ~12).
+
+`test_nvfp4_pairs.py` mirrors the rule in torch and checks it exhaustively (every bf16 x against
+every E4M3 scale under 30+ global scales from 1e-45 to 3e38, and T against a brute-force search);
+under TRITON_INTERPRET (no inline asm there) the kernel runs the same rule in plain Triton
+(`ASM` False: float64 for the directed roundings, integer compares on the 15-bit magnitudes).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rd_mul(a, b, ASM: tl.constexpr):
+    """RD(a * b) for a, b >= 0 (fp32; NaN stays NaN, overflow gives the largest fp32)."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "mul.rm.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        p = a.to(tl.float64) * b.to(tl.float64)  # exact: 24 x 24 bits
+        c = p.to(tl.float32)
+        down = (c.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)  # c > 0 here
+        return tl.where(c.to(tl.float64) > p, down, c)
+
+
+@triton.jit
+def _rd_recip(a, ASM: tl.constexpr):
+    """RD(1 / a) for a finite fp32 a > 0 (the largest fp32 when 1/a overflows)."""
+    if ASM:
+        return tl.inline_asm_elementwise("rcp.rm.f32 $0, $1;", "=f,f", [a], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        q = (1.0 / a.to(tl.float64)).to(tl.float32)  # RD or RU of 1/a
+        down = (q.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
+        return tl.where(q.to(tl.float64) * a.to(tl.float64) > 1.0, down, q)
+
+
+@triton.jit
+def pairs_prologue(gs, ASM: tl.constexpr):
+    """(scale, rg, gs_k) once per program: scale = 2^64 when gs < 2^-64 else 1, rg = RD(1/(gs * scale)),
+    gs_k = gs * scale (exact)."""
+    scale = tl.where(gs < 5.421010862427522e-20, 18446744073709551616.0, 1.0)  # 2^-64, 2^64
+    gs_k = gs * scale
+    return scale, _rd_recip(gs_k, ASM), gs_k
+
+
+@triton.jit
+def _dup(t, ASM: tl.constexpr):
+    """A bf16 in the top half of t (low half 0) in both halves."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "prmt.b32 $0, $1, $1, 0x3232;", "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        return t | ((t >> 16) & 0xFFFF)
+
+
+@triton.jit
+def _x_threshold(s, m: tl.constexpr, TIE_UP: tl.constexpr, scale, rg, gs_k, ASM: tl.constexpr):
+    """T(u) for u = m * s (made strict where the tie rounds up), in both halves of an int32 [rows, blocks]."""
+    u = s * (m * scale)  # exact: m has <= 3 significant bits, s <= 448, scale a power of two
+    if TIE_UP:
+        u = (u.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
+    x = _rd_mul(u, rg, ASM).to(tl.int32, bitcast=True) & -65536  # truncated to bf16: <= B
+    nxt = x + 65536
+    t = tl.where(nxt.to(tl.float32, bitcast=True) * gs_k <= u, nxt, x)
+    return _dup(t, ASM)
+
+
+@triton.jit
+def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr):
+    """The seven T(u_j) of the block scales sf [rows, blocks] (fp32 E4M3 values) as bf16 pairs, and
+    -T(u_0) as a pair (the sign test). NaN pairs where sf == 0."""
+    nan = tl.full(sf.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
+    s = tl.where(sf == 0, nan, sf)
+    t0 = _x_threshold(s, 0.25, False, scale, rg, gs_k, ASM)
+    t1 = _x_threshold(s, 0.75, True, scale, rg, gs_k, ASM)
+    t2 = _x_threshold(s, 1.25, False, scale, rg, gs_k, ASM)
+    t3 = _x_threshold(s, 1.75, True, scale, rg, gs_k, ASM)
+    t4 = _x_threshold(s, 2.5, False, scale, rg, gs_k, ASM)
+    t5 = _x_threshold(s, 3.5, True, scale, rg, gs_k, ASM)
+    t6 = _x_threshold(s, 5.0, False, scale, rg, gs_k, ASM)
+    return t0, t1, t2, t3, t4, t5, t6, t0 | -2147450880  # 0x80008000: both halves negated
+
+
+@triton.jit
+def _half_gt(a, t):
+    """Mirror of `set.gt.bf16x2.bf16x2` on non-negative bf16 pairs: 1.0 (0x3F80) per half where a > t,
+    0 where not or where either is NaN (magnitudes above 0x7F80)."""
+    out = tl.zeros_like(a)
+    for sh in tl.static_range(0, 32, 16):
+        ah, th = (a >> sh) & 0x7FFF, (t >> sh) & 0x7FFF
+        out |= tl.where((ah > th) & (ah <= 0x7F80) & (th <= 0x7F80), 0x3F80 << sh, 0)
+    return out
+
+
+@triton.jit
+def _step(a, t, ASM: tl.constexpr):
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "set.gt.bf16x2.bf16x2 $0, $1, $2;", "=r,r,r", [a, t], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        return _half_gt(a, t)
+
+
+@triton.jit
+def _neg_step(w, a, nt0, ASM: tl.constexpr):
+    """1.0 per half where the signed bf16 of w is below -T(u_0) (nt0 = -T(u_0) in both halves)."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "set.lt.bf16x2.bf16x2 $0, $1, $2;", "=r,r,r", [w, nt0], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        sign = ((w >> 15) & 1) * 0x3F80 | ((w >> 31) & 1) * 0x3F800000  # 1.0 where negative
+        return _half_gt(a, nt0 & 0x7FFF7FFF) & sign
+
+
+@triton.jit
+def _acc(s, acc, SIGN: tl.constexpr, ASM: tl.constexpr):
+    """fma.rn.bf16x2(s, w, acc), w = 8.0 (SIGN) or 1.0 per half: exact here (integers below 256)."""
+    if ASM:
+        w = tl.full(s.shape, 0x41004100 if SIGN else 0x3F803F80, tl.int32)
+        return tl.inline_asm_elementwise(
+            "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r", [s, w, acc], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        # s is 0 or 1.0 per half; acc holds 128 + k per half (bits 0x4300 + k): add w's integer.
+        inc = 8 if SIGN else 1
+        return acc + tl.where((s & 0xFFFF) != 0, inc, 0) + tl.where((s >> 16) != 0, inc << 16, 0)
+
+
+@triton.jit
+def pair_codes(w, th, ASM: tl.constexpr):
+    """[rows, blocks, n] bf16-pair words -> the same words holding 0x4300 + code per half (code 0..15:
+    the E2M1 count, 8 for a negative x with a non-zero count). th = `pair_thresholds`, [rows, blocks]."""
+    t0, t1, t2, t3, t4, t5, t6, nt0 = th
+    a = w & 0x7FFF7FFF
+    acc = tl.full(w.shape, 0x43004300, tl.int32)  # bf16x2 (128, 128): 128 + code has bits 0x4300 + code
+    acc = _acc(_neg_step(w, a, nt0[:, :, None], ASM), acc, True, ASM)
+    acc = _acc(_step(a, t0[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t1[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t2[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t3[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t4[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t5[:, :, None], ASM), acc, False, ASM)
+    acc = _acc(_step(a, t6[:, :, None], ASM), acc, False, ASM)
+    return acc
+
+
+@triton.jit
+def _prmt_lo(a, b, ASM: tl.constexpr):
+    """Bytes 0 and 2 of a, then bytes 0 and 2 of b (`prmt.b32 d, a, b, 0x6420`)."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "prmt.b32 $0, $1, $2, 0x6420;", "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        return (a & 0xFF) | ((a >> 8) & 0xFF00) | ((b & 0xFF) << 16) | (((b >> 16) & 0xFF) << 24)
+
+
+@triton.jit
+def pack_pair_codes(c, ASM: tl.constexpr):
+    """[rows, blocks, 4] words from `pair_codes` (elements 2j, 2j+1 in word j) -> [rows, blocks] uint32,
+    code i in nibble i (little-endian: element 0 lowest)."""
+    ev, od = tl.split(tl.reshape(c, (c.shape[0], c.shape[1], 2, 2)))  # words (0, 2) and (1, 3)
+    b = _prmt_lo(ev, od, ASM)  # per byte one code: elements 4p .. 4p + 3
+    b = b | (b >> 4)  # bytes 0 and 2 now hold two codes each (bit 31 of b is 0)
+    lo, hi = tl.split(b)
+    return _prmt_lo(lo, hi, ASM).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _max2(a, b, ASM: tl.constexpr):
+    """`max.bf16x2` of non-negative pairs, NaN-ignoring; the mirror maps NaN halves to 0 first (the
+    block amax only ever sees it through the NaN-to-0 rule of the caller)."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "max.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int32, is_pure=True, pack=1
+        )
+    else:
+        out = tl.zeros_like(a)
+        for sh in tl.static_range(0, 32, 16):
+            ah, bh = (a >> sh) & 0x7FFF, (b >> sh) & 0x7FFF
+            ah = tl.where(ah > 0x7F80, 0, ah)
+            bh = tl.where(bh > 0x7F80, 0, bh)
+            out |= tl.maximum(ah, bh) << sh
+        return out
+
+
+@triton.jit
+def pair_amax(wa, wb, ASM: tl.constexpr):
+    """fp32 amax [rows, blocks] of the two half-blocks wa, wb [rows, blocks, 4] (bf16 pairs), NaN ignored
+    (0 for an all-NaN block)."""
+    a0, a1 = tl.split(tl.reshape(wa & 0x7FFF7FFF, (wa.shape[0], wa.shape[1], 2, 2)))
+    b0, b1 = tl.split(tl.reshape(wb & 0x7FFF7FFF, (wb.shape[0], wb.shape[1], 2, 2)))
+    m = _max2(_max2(a0, a1, ASM), _max2(b0, b1, ASM), ASM)  # [rows, blocks, 2]
+    m0, m1 = tl.split(m)
+    m = _max2(m0, m1, ASM)
+    lo = (m << 16).to(tl.float32, bitcast=True)
+    hi = (m & -65536).to(tl.float32, bitcast=True)
+    amax = tl.maximum(lo, hi)
+    return tl.where(amax == amax, amax, 0.0)
