@@ -49,12 +49,14 @@ def _compile(kv_dtype, cfg, arch, page_size=16):
 
 
 def _cp_async_per_thread(cfg: ExtendConfig, kv_dtype: str, page_size: int, d: int = 128) -> tuple[int, int]:
-    """(Q vectors, K + V vectors of one tile) a thread issues, per the kernel's copy layouts."""
+    """(Q vectors, K + V vectors of one tile) a thread issues, per the kernel's copy layouts (split_issue:
+    half the threads copy K and V)."""
     threads = 32 * cfg.warps
+    copiers = threads // 2 if cfg.split_issue else threads
     de = d // 2 if kv_dtype == "float8_e4m3fn" else d
     ck = min(page_size, cfg.block_n)
     vec_cols = min(de // 8, 32)
-    vec_rows = min(threads // vec_cols, ck)
+    vec_rows = min(copiers // vec_cols, ck)
     per_chunk = ck * (de // 8) // (vec_rows * vec_cols)
     return cfg.block_m * d // 8 // threads, 2 * (cfg.block_n // ck) * per_chunk
 
@@ -149,6 +151,7 @@ def test_pipelined_variants_compile(name, kv_dtype, arch):
     ("cross_tile", True, "cross_tile needs stages >= 3 and sub_tiles 1"),
     ("stagger", 1, "stagger must be a bool, got 1"),
     ("stagger", True, "stagger needs 8 warps, stages >= 3, sub_tiles 1 and no cross_tile"),
+    ("split_issue", True, "split_issue needs stagger"),
 ])  # fmt: skip
 def test_pipelining_fields_are_validated(field, value, match):
     cfg = dataclasses.replace(ExtendConfig(128, 64, 2, 2), **{field: value})
@@ -195,6 +198,8 @@ WIDE = {  # test_paged_extend_gpu.WIDE: 256-row CTAs and the staggered warp grou
     "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
     "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
     "m256n64s4r2pg": ExtendConfig(256, 64, 4, 2, True, stagger=True),  # two tiles in flight
+    "m256n64s3r2pgi": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True),
+    "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),  # 8 warps x 16 rows: fits sm_120a
 }
 
@@ -231,12 +236,14 @@ def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
     ke = _extend_module()
     fn = ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch)
     ptx = _check_binary(fn, arch)
-    base = _compile(kv_dtype, dataclasses.replace(cfg, stagger=False), arch)
+    base = _compile(kv_dtype, dataclasses.replace(cfg, stagger=False, split_issue=False), arch)
     mma = "mma.sync.aligned.m16n8k16"
     assert ptx.count(mma) == (3 if cfg.stagger else 1) * base.count(mma) > 0
     regs, stack = _resources(fn)
     assert regs <= 255 and stack <= 256, (regs, stack)
     if cfg.stagger:  # one tile fewer in flight than stages: the prologue issues stages - 2 tiles; one
-        # tile issue in each traced step (first group's loop, second group's peeled step and loop)
+        # tile issue in each traced step (the late group's peeled step and loop, the other group's loop
+        # unless split_issue leaves the copies to the late group)
         q_vecs, kv_vecs = _cp_async_per_thread(cfg, kv_dtype, 16)
-        assert ptx.count("cp.async.cg.shared.global") == q_vecs + (cfg.stages - 2) * kv_vecs + 3 * kv_vecs
+        steps = 2 if cfg.split_issue else 3
+        assert ptx.count("cp.async.cg.shared.global") == q_vecs + (cfg.stages - 2 + steps) * kv_vecs

@@ -8,7 +8,7 @@ token, window of the last, end of the cache), base-2 online softmax, the sink fo
 K/V tiles are read from the paged cache (NaN past each request's keys) chunk by chunk through the
 kernel's `stages`-deep ring, with the page ids looked up when the kernel looks them up: at the
 tile's issue, or with page_prefetch one tile earlier (`_page_ids` before the previous tile's math).
-With stagger the second warp group's rows take each tile's P V one step late, from the ring slot as it
+With stagger the first warp group's rows take each tile's P V one step late, from the ring slot as it
 stands then (stages - 2 tiles in flight): a slot refilled too early shows up as a ring assertion.
 A wrong skip, mask condition, page lookup or ring slot shows up here as a mismatch with the reference.
 """
@@ -62,8 +62,8 @@ def _load_tile(case, config, req, kvh, kv_len, key0, pages):
 
 
 def _late_pv(ring, tile, key0, p_late, late):
-    """stagger: the second warp group's P V of tile `tile` (keys from key0), read from its ring slot as
-    it stands now; rows of the first group get 0."""
+    """stagger: the late warp group's P V of tile `tile` (keys from key0), read from its ring slot as
+    it stands now; rows of the other group get 0."""
     slot_key0, _, v = ring[tile % len(ring)]
     assert slot_key0 == key0, "the late PV's ring slot was refilled"
     pv = p_late @ v
@@ -85,8 +85,8 @@ def emulate_extend(case, config: ExtendConfig, *, window_left=-1, sinks=None):
     work, _ = extend_schedule_reference(cu, tokens)
     rows = torch.arange(bm)
     warp_of_row = (rows % (16 * config.warps)) // 16  # the mma's 16-row blocks, warps fastest
-    # stagger: rows of the second warp group run each tile's PV one step late
-    late = warp_of_row >= config.warps // 2 if config.stagger else torch.zeros(bm, dtype=torch.bool)
+    # stagger: rows of the first warp group (warps < warps / 2) run each tile's PV one step late
+    late = warp_of_row < config.warps // 2 if config.stagger else torch.zeros(bm, dtype=torch.bool)
     ahead = config.stages - 2 if config.stagger else config.stages - 1  # tiles in flight
     for req, tok0 in work:
         q0, q_len, kv_len = cu[req], cu[req + 1] - cu[req], lens[req]
@@ -196,6 +196,7 @@ CASES = [
     ([700, 90], [300, 90], (40, 8), 64, ExtendConfig(256, 32, 3, 2, True, stagger=True), -1),  # G 5: 1 pad row
     ([2100, 16], [16, 16], (8, 8), 16, ExtendConfig(128, 64, 3, 1, True, stagger=True), 0),  # 8 warps x 16 rows
     ([1000, 33, 5, 700], [77, 33, 0, 700], (32, 8), 16, ExtendConfig(256, 64, 4, 2, True, stagger=True), 40),
+    ([1000, 300, 5], [700, 300, 5], (32, 8), 16, ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True), -1),
     ([700, 90], [300, 90], (32, 8), 16, ExtendConfig(128, 64, 4, 2, True), -1),  # 4 stages, plain loop
 ]
 

@@ -166,6 +166,8 @@ WIDE = {  # test_paged_extend_compile.WIDE
     "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
     "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
     "m256n64s4r2pg": ExtendConfig(256, 64, 4, 2, True, stagger=True),  # two tiles in flight
+    "m256n64s3r2pgi": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True),
+    "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),
 }
 WIDE_CASES = [  # name, kv dtype, (Hq, Hkv), page size
@@ -175,6 +177,11 @@ WIDE_CASES = [  # name, kv dtype, (Hq, Hkv), page size
     ("m256n64s3r2pg", "float8_e4m3fn", (32, 8), 16),
     ("m256n64s4r2pg", "bfloat16", (32, 8), 16),
     ("m256n64s4r2pg", "float8_e4m3fn", (8, 8), 64),
+    ("m256n64s3r2pgi", "bfloat16", (8, 8), 16),
+    ("m256n64s3r2pgi", "bfloat16", (32, 8), 16),
+    ("m256n64s3r2pgi", "float8_e4m3fn", (64, 8), 64),
+    ("m256n64s4r2pgi", "bfloat16", (64, 8), 16),
+    ("m256n64s4r2pgi", "float8_e4m3fn", (32, 8), 16),
     ("m256n64r2p", "bfloat16", (32, 8), 16),
     ("m256n64r2p", "float8_e4m3fn", (64, 8), 16),
     ("m256n64s3r2p", "bfloat16", (40, 8), 64),  # G 5: a padding row

@@ -87,6 +87,10 @@ class PagedExtend:
         # tiles in flight ahead of the one computed: stagger keeps one more ring slot for the second warp
         # group's PV of the previous tile, read after the barrier that frees the slot refilled next
         self.ahead = self.stages - 2 if self.stagger else self.stages - 1
+        # threads issuing the K/V cp.async: with split_issue only the late group (warps < warps / 2, the
+        # leaner loop), so the other group's step has no issue block or page lookups
+        self.split_issue = config.split_issue
+        self.copiers = self.threads // 2 if self.split_issue else self.threads
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -129,7 +133,7 @@ class PagedExtend:
         )
         # One chunk (ck keys x De) per copy: 16-byte vectors, threads beyond the chunk's rows idle.
         vec_cols = min(self.de // 8, 32)
-        vec_rows = min(self.threads // vec_cols, self.ck)
+        vec_rows = min(self.copiers // vec_cols, self.ck)
         kv_copy = cute.make_tiled_copy_tv(
             cp_atom, cute.make_layout((vec_rows, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
         )
@@ -263,12 +267,12 @@ class PagedExtend:
                         tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
                         row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
                 if cutlass.const_expr(self.stagger):
-                    # warps w and w + warps / 2 share a scheduler: the second group runs each tile's PV
-                    # one step late, so its softmax meets the first group's mma and vice versa
+                    # warps w and w + warps / 2 share a scheduler: the first group runs each tile's PV
+                    # one step late, so its softmax meets the second group's mma and vice versa
                     if cute.arch.make_warp_uniform(cute.arch.warp_idx()) < self.warps // 2:
-                        self._loop(*args, 0)
-                    else:
                         self._loop(*args, 1)
+                    else:
+                        self._loop(*args, 0)
                 else:
                     self._loop(*args, 0)
             cute.arch.cp_async_wait_group(0)
@@ -311,12 +315,13 @@ class PagedExtend:
         cute.arch.cp_async_wait_group(self.ahead - 1)
         cute.arch.sync_threads()
         nxt = i + self.ahead
-        if nxt < n_tiles:
-            self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
-                            nxt % self.stages, kv_copy, copy_threads, cKV, tidx, pages)  # fmt: skip
-        cute.arch.cp_async_commit_group()
-        if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
-            self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
+        if cutlass.const_expr(lag == 1 or not self.split_issue):  # this group issues the copies
+            if nxt < n_tiles:
+                self._load_tile(mK, mV, mPT, sK, sV, req, kvh, (t_begin + nxt) * self.bn, kv_len, width,
+                                nxt % self.stages, kv_copy, copy_threads, cKV, tidx, pages)  # fmt: skip
+            cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(self.prefetch):  # lands while this tile's math runs
+                self._page_ids(mPT, pages, req, (t_begin + nxt + 1) * self.bn, kv_len, width)
         key0 = (t_begin + i) * self.bn
         if cutlass.const_expr(lag == 1):
             if cutlass.const_expr(prev):
