@@ -17,7 +17,10 @@ step, software-pipelined (the next slice's QK^T is issued before a slice's softm
 block per masked / unmasked body) so a warp's exp2 / max / sum work hides behind its own mma;
 config.lazy_rescale keeps a warp's row maxima until one grows by more than N (base 2) and skips
 the O rescale meanwhile; config.cross_tile issues the next tile's QK^T before a tile's softmax
-(`_loop_cross`, a ring of >= 3 stages) (`ExtendConfig`).
+(`_loop_cross`, a ring of >= 3 stages); config.stagger (8 warps) runs warps 0-3 one PV behind warps
+4-7 (`_loop` lag 1: P kept in registers, stages - 2 tiles in flight) so the two warps sharing a
+scheduler are in opposite phases, and config.split_issue leaves the K/V copies to warps 0-3
+(`ExtendConfig`).
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
 max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
