@@ -104,6 +104,14 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
     return splits, {"pass1": pass1, "pass2": pass2}
 
 
+def _fn_split(cfg, mode: str):
+    """`cfg` with fn_split=`mode` on every pre pass-1 tile (two-pass small / large, fused)."""
+    tiles = dict(pre_small=cfg.pre_small, pre_large=cfg.pre_large, fused_pre=cfg.fused_pre)
+    return dataclasses.replace(
+        cfg, **{k: None if t is None else dataclasses.replace(t, fn_split=mode) for k, t in tiles.items()}
+    )
+
+
 def sweep_configs():
     """Named alternatives to the heuristic (MhcConfig overrides) for --sweep."""
     from flashinfer.experimental.b12x.norm.mhc._config import (
@@ -145,6 +153,12 @@ def sweep_configs():
         "fused_pp_sps8": dataclasses.replace(
             fused, post_pre_split=False, fused_post_pre=dataclasses.replace(FUSED_POST_PRE, steps_per_split=8)
         ),
+        # pre's fn split once per call by its own launch (hi + lo in bf16: no split ALU in the
+        # pass-1 loop; "hi": hi only, one dot a step) in every pre pass 1 (small, large, fused)
+        "fn_pre": _fn_split(fused, "pre"),
+        "fn_hi": _fn_split(fused, "hi"),
+        "two_pass_fn_pre": _fn_split(base, "pre"),
+        "two_pass_fn_hi": _fn_split(base, "hi"),
         # T <= 4 without a norm weight (the bench's case): the wide pass 2 (y over H / block_y
         # programs, scalar Sinkhorn), or the whole call in one launch ("tiny": pass 1 producers +
         # wide-finish consumers waiting on them); the heuristic's path everywhere else

@@ -53,6 +53,8 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             table[(k.__name__, args[:-2])] = launch
         elif k.__name__ == "compile_wide":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_wide.launch_wide, args[1], args[2])
+        elif k.__name__ == "compile_split_fn":
+            table[(k.__name__, args[:-2])] = _kernel.launch_split_fn
         elif k.__name__ == "compile_row":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
@@ -62,6 +64,8 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
     counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)
     st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": counters}
+    if cfg.fn_split_needed(p.forms(), max_tokens):
+        st.scratch["fn_split"] = torch.full((2, 24, 4 * hidden), float("nan"), dtype=dtype)
     st.extra = {"launchers": table, "target_ctas": target_ctas}
     p._assign_handle()
     return p
@@ -594,3 +598,57 @@ def test_tiny_at_hidden_7168_in_place():
     assert_ulps(got[0], new_exact, 1)
     check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
     assert launched == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# fn split once per call (StreamConfig / FusedConfig fn_split "pre": hi + lo; "hi": hi only).
+# ---------------------------------------------------------------------------------------------
+
+
+def _fn_split_config(mode):
+    return _config.MhcConfig(
+        pre_small=_config.StreamConfig(16, 32, 4, 2, fn_split=mode),
+        pre_large=_config.StreamConfig(64, 16, 2, 2, fn_split=mode),
+        fused_pre=_config.FusedConfig(16, 16, 2, sq="gram", block_s=4, finish_h=64, fn_split=mode),
+        fused_min_tokens=40,
+        small_max_tokens=8,
+    )
+
+
+@pytest.mark.parametrize("mode", ["pre", "hi"])
+@pytest.mark.parametrize("tokens, weight", [(1, None), (5, "w_act"), (20, None), (45, "w_f32")])
+def test_fn_split_once(mode, tokens, weight):
+    """pre through the two-pass small / large tiles (T 1, 5, 20) and the fused kernel (T 45) with fn
+    split by its own launch; post_pre above small_max_tokens borrows pre's pass 1 (fused at 45);
+    bcast ignores fn_split (the kernel folds fp32 fn). "hi" matches the reference with fn rounded to
+    bf16, "pre" with fn = hi + lo (split_fn)."""
+    p = interpret_plan(48, target_ctas=4, config=_fn_split_config(mode))
+    assert p.state.scratch["fn_split"].shape == (2, 24, 4 * H)
+    ins = inputs(tokens, H, seed=60 + tokens)
+    w = None if weight is None else ins[weight]
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    seen = sfn(ins["fn"]) if mode == "pre" else ins["fn"].to(torch.bfloat16).float()
+    kw = dict(norm_weight=w, norm_eps=1e-5, **SCAL)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], seen, *mix[1:], **kw))
+    split = p.state.scratch["fn_split"].float()
+    hi = ins["fn"].to(torch.bfloat16).float()
+    assert torch.equal(split[0], hi) and torch.equal(split[1], (ins["fn"] - hi).to(torch.bfloat16).float())
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    post_pre_seen = seen if tokens > p.state.selection.small_max_tokens else sfn(ins["fn"])
+    check_pre_outputs(got, R.mhc_pre(got[0], post_pre_seen, *mix[1:], **kw))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **kw))
+
+
+def test_fn_split_hi_differs_from_hi_plus_lo():
+    """The "hi" tile really drops lo: its mixes differ from the hi + lo ones (so the test above,
+    which compares each mode with its own reference, can tell them apart)."""
+    ins = inputs(3, H, seed=5)
+    outs = {}
+    for mode in ("pre", "hi"):
+        p = interpret_plan(8, target_ctas=4, config=_fn_split_config(mode))
+        outs[mode] = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
+    assert not torch.equal(outs["pre"][2], outs["hi"][2])

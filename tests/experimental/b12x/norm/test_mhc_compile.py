@@ -244,3 +244,35 @@ def test_tiny_kernel(form, stream, wide, hidden, cc):
     warps = _kernel_tiny.tiny_warps(stream, wide)
     compiled = _compile(_kernel_tiny._mhc_tiny_kernel, TINY_SIG, consts, warps, stream.num_stages, cc)
     _check(compiled, f"tiny {form}", mma=True)
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("mode", ["pre", "hi"])
+def test_fn_split_pass1(mode, cc):
+    """pre's pass 1 (both default tiles) and the fused pre reading fn split once (fn_split "pre" /
+    "hi"): mma.sync, no wgmma, no spills, and none of the in-loop split's conversions left (the
+    fp32 -> bf16 cvt.rn of fn appears only with fn_split="kernel")."""
+    import dataclasses
+
+    arch = "sm_90a" if cc == 90 else "sm_120a"
+    cfg = _config.default_config(arch)
+    for tile in cfg.streams("pre"):
+        tile = dataclasses.replace(tile, fn_split=mode)
+        consts = _kernel.stream_constexprs(7168, _kernel.MODES["pre"], tile)
+        assert consts["FN_SPLIT"] == {"pre": 1, "hi": 2}[mode]
+        sig = STREAM_SIG | dict(fn_ptr="*bf16")  # the split_fn launch's output
+        compiled = _compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
+        _check(compiled, f"pre {mode}", mma=True)
+        assert "cvt.rn.bf16" not in compiled.asm["ptx"], f"pre {mode}: fn still split in the loop"
+    tile = dataclasses.replace(cfg.fused_pre, fn_split=mode)
+    consts = _kernel_fused.fused_constexprs(7168, _kernel.MODES["pre"], tile)
+    sig = FUSED_SIG | dict(fn_ptr="*bf16")
+    compiled = _compile(_kernel_fused._mhc_fused_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
+    _check(compiled, f"fused pre {mode}", mma=True)
+
+
+def test_split_fn_kernel():
+    sig = dict(fn_ptr="*fp32", out_ptr="*bf16", n="i32")
+    for cc in (90, 120):
+        compiled = _compile(_kernel._mhc_split_fn_kernel, sig, dict(BLOCK=_kernel.SPLIT_FN_BLOCK), 4, 1, cc)
+        _check(compiled, "split_fn", mma=False)

@@ -494,3 +494,24 @@ def test_wide_and_tiny_selection_jobs_and_counters():
     assert all(a[3] == cfg.stream(a[0], 1) for k, a in jobs if k == "compile_tiny")
     assert cfg.counters(api.FORMS, 100) == 3 and _config.MhcConfig().counters(api.FORMS, 100) == 1
     assert cfg.counters(("post",), 100) == 1
+
+
+def test_fn_split_config_jobs_and_scratch():
+    """fn_split "pre" / "hi" on a pre tile adds the split launch's job and the [2, 24, 4H] scratch;
+    the default and the tiles of other forms do not."""
+    with pytest.raises(ValueError, match=re.escape("StreamConfig.fn_split must be one of ('kernel', 'pre', 'hi')")):
+        _config.StreamConfig(16, 32, fn_split="lo")
+    with pytest.raises(ValueError, match=re.escape("FusedConfig.fn_split must be one of ('kernel', 'pre', 'hi')")):
+        _config.FusedConfig(fn_split=True)
+    p = mhc.plan(caps(max_tokens=100))
+    assert not _config.default_config("sm_90a").fn_split_needed(api.FORMS, 100)
+    assert not any(s.name == "fn_split" for s in p.scratch_specs(_config.MhcConfig()))
+    cfg = _config.MhcConfig(pre_large=_config.StreamConfig(64, 16, 2, 4, fn_split="pre"))
+    assert cfg.fn_split_needed(api.FORMS, 100) and cfg.fn_split_needed(("pre",), 1)  # every pre tile compiles
+    assert cfg.fn_split_needed(("post_pre",), 100) and not cfg.fn_split_needed(("bcast",), 100)
+    jobs = [(k.__name__, args[:-2]) for k, args in p.kernels(cfg, "sm_90a")]
+    assert ("compile_split_fn", ("bfloat16", H)) in jobs
+    (spec,) = [s for s in p.scratch_specs(cfg) if s.name == "fn_split"]
+    assert spec.shape == (2, 24, 4 * H) and spec.dtype == torch.bfloat16
+    fused = _config.MhcConfig(fused_pre=_config.FusedConfig(fn_split="hi"), fused_min_tokens=64)
+    assert fused.fn_split_needed(("pre",), 64) and not fused.fn_split_needed(("pre",), 63)

@@ -151,6 +151,22 @@ PASS2 = {
     "fused_step_split": _config.MhcConfig(fused_pre=_config.FusedConfig(32, 16, 8, 4, 3, sq="step", finish_h=32)),
     # T <= 4 without a norm weight: the wide pass 2 (y over H / 256 programs), or the whole call in
     # one launch (tiny: pass 1 producers, then y programs waiting on them); two passes otherwise
+    # pre's fn split once per call by its own launch (hi + lo; or hi only) in every pre pass 1 (the
+    # two-pass small / large tiles and the one-launch pre from 1000 tokens)
+    "fn_pre": dataclasses.replace(
+        _config.MhcConfig(),
+        pre_small=dataclasses.replace(_config.MhcConfig().pre_small, fn_split="pre"),
+        pre_large=dataclasses.replace(_config.MhcConfig().pre_large, fn_split="pre"),
+        fused_pre=dataclasses.replace(_config.FUSED_PRE, fn_split="pre"),
+        fused_min_tokens=1000,
+    ),
+    "fn_hi": dataclasses.replace(
+        _config.MhcConfig(),
+        pre_small=dataclasses.replace(_config.MhcConfig().pre_small, fn_split="hi"),
+        pre_large=dataclasses.replace(_config.MhcConfig().pre_large, fn_split="hi"),
+        fused_pre=dataclasses.replace(_config.FUSED_PRE, fn_split="hi"),
+        fused_min_tokens=1000,
+    ),
     "wide": _config.MhcConfig(wide=_config.WideConfig()),
     "tiny": _config.MhcConfig(tiny=_config.WideConfig()),
 }
@@ -211,7 +227,9 @@ def test_split_k_cap_and_float16():
         mhc.run_post_pre(*a, plan=p16, **SCALARS)
 
 
-@pytest.mark.parametrize("variant", [None, "small", "fused_all", "row", "wide", "tiny"])  # None: the heuristic
+@pytest.mark.parametrize(
+    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre"]
+)  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256
     p = prepared(hidden, override=None if variant is None else PASS2[variant])

@@ -30,22 +30,29 @@ class StreamConfig:
     # (a row reduction per step), "lazy" (elementwise, one reduction after the loop), "gram" (on the
     # tensor cores: the diagonal of a @ a^T, one more dot of N = block_t per step)
     sq: str = "auto"
+    # pre's fn operand: "kernel" (fp32 fn split into hi + lo in every program, each step), "pre" (a
+    # launch before pass 1 splits fn once into hi + lo in the activation dtype: no split ALU in the
+    # loop), "hi" (that launch keeps hi only: one dot a step; fn rounded to the activation dtype)
+    fn_split: str = "kernel"
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
-        _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq)
+        _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq, self.fn_split)
 
 
 SQ_MODES = ("auto", "step", "lazy", "gram")
+FN_SPLITS = ("kernel", "pre", "hi")  # _kernel.FN_SPLIT_MODES
 
 
-def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str) -> None:
+def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str, fn_split: str) -> None:
     """The checks every pass-1 tile (StreamConfig, FusedConfig) shares."""
     if sq not in SQ_MODES:
         raise ValueError(f"{cls}.sq must be one of {SQ_MODES}, got {sq!r}")
+    if fn_split not in FN_SPLITS:
+        raise ValueError(f"{cls}.fn_split must be one of {FN_SPLITS}, got {fn_split!r}")
     if block_h < 8:
         raise ValueError(f"{cls}.block_h must be >= 8 (a dot's K), got {block_h}")
     if num_warps % 4 == 0 and block_t >= 64:
@@ -162,6 +169,7 @@ class FusedConfig:
     finish_h: int = 64
     block_s: int = 2
     prefetch: bool = True
+    fn_split: str = "kernel"  # pre's fn operand, as StreamConfig.fn_split
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps", "finish_h", "block_s"):
@@ -178,7 +186,7 @@ class FusedConfig:
             raise ValueError(f"FusedConfig.prefetch must be a bool, got {self.prefetch!r}")
         if self.sq == "auto":
             raise ValueError("FusedConfig.sq must be step, lazy or gram (no auto), got 'auto'")
-        _check_pass1_tile("FusedConfig", self.block_t, self.block_h, self.num_warps, self.sq)
+        _check_pass1_tile("FusedConfig", self.block_t, self.block_h, self.num_warps, self.sq, self.fn_split)
 
     def split(self, hidden: int, split_k: int | None = None) -> tuple[int, int]:
         """(splits, steps per split) at `hidden`: Caps.split_k splits when given, else enough
@@ -334,6 +342,14 @@ class MhcConfig:
         """The pass-1 forms `forms` run: post_pre_split adds post and pre to post_pre."""
         extra = ("post", "pre") if self.post_pre_split and "post_pre" in forms else ()
         return tuple(f for f in STREAM_FORMS if f in forms or f in extra)
+
+    def fn_split_needed(self, forms, max_tokens: int) -> bool:
+        """Whether a pre pass-1 tile this selection may run reads a pre-split fn (the "fn_split"
+        scratch and the split launch): pre's own tiles, post_pre_split's borrowed pre, the fused pre."""
+        tiles = list(self.streams("pre")) if "pre" in self.forms_needed(forms) else []
+        if "pre" in self.fused_forms(forms, max_tokens):
+            tiles.append(self.fused_tile("pre"))
+        return any(t.fn_split != "kernel" for t in tiles)
 
     def streams(self, form: str) -> tuple:
         """Every tile `form` may run (the compile jobs)."""

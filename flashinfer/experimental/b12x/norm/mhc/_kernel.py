@@ -114,10 +114,13 @@ def _pass1_tile(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,
+    FN_SPLIT: tl.constexpr,
 ):
     """Pass 1's work on steps c_begin..c_end of the token rows `row` (arguments as
     _mhc_stream_kernel's): fp32 [BLOCK_T, 32], columns 0..23 the partial mixes, 24 the partial sum
-    of squares, 25..31 zero. Shared by the two-pass stream kernel and the one-launch kernel."""
+    of squares, 25..31 zero. Shared by the two-pass stream kernel and the one-launch kernels.
+    FN_SPLIT (PRE only; stream_constexprs): 0 fn is fp32 [24, 4H], split here each step; 1 fn is
+    the split_fn launch's [2, 24, 4H] hi, lo in the activation dtype; 2 the same, hi only."""
     READS_X: tl.constexpr = (MODE == 1) or (MODE == 2)
     hh = tl.arange(0, BLOCK_H)
     k4 = tl.arange(0, 4 * BLOCK_H)
@@ -240,7 +243,12 @@ def _pass1_tile(
                 gram = tl.dot(a, tl.trans(a), gram)
             else:
                 sq += _sum_sq(a)
-            acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
+            if FN_SPLIT == 0:
+                acc = _mix_step(a, fn_ptr + k0, fk, f_mask, acc)
+            else:
+                acc = tl.dot(a, tl.load(fn_ptr + k0 + fk, mask=f_mask, other=0.0), acc)
+                if FN_SPLIT == 1:
+                    acc = tl.dot(a, tl.load(fn_ptr + 96 * H + k0 + fk, mask=f_mask, other=0.0), acc)
 
     if SQ_MODE == 1:
         sq = tl.sum(sqe, axis=1)
@@ -269,6 +277,7 @@ def _mhc_stream_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,  # 0 per-step reduction, 1 elementwise (PRE only), 2 gram (stream_constexprs)
+    FN_SPLIT: tl.constexpr,  # PRE: 0 fp32 fn, 1 pre-split hi + lo, 2 hi only (_pass1_tile)
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     pid_t = tl.program_id(0)
@@ -280,7 +289,7 @@ def _mhc_stream_kernel(
     c_end = tl.minimum(c_begin + chunks_per_split, N_CHUNKS)
     acc = _pass1_tile(
         res_ptr, x_ptr, post_ptr, comb_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
-        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE,
+        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT,
     )  # fmt: skip
     # This split's partial mixes and sum of squares (row stride 32 floats: 0..23 mixes, 24 the sum
     # of squares, 25..31 the zero pad of the dot); POST has no mixes.
@@ -543,7 +552,44 @@ def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
         sq = int(config.block_t * 4 * config.block_h <= 32 * 32 * config.num_warps)
     if mode == MODE_POST or (sq == 1 and mode != MODE_PRE):
         sq = 0
-    return dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq)
+    fn_split = FN_SPLIT_MODES[config.fn_split] if mode == MODE_PRE else 0
+    return dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq, FN_SPLIT=fn_split)
+
+
+FN_SPLIT_MODES = {"kernel": 0, "pre": 1, "hi": 2}  # StreamConfig.fn_split -> _pass1_tile's FN_SPLIT
+
+
+@triton.jit(do_not_specialize=["n"])
+def _mhc_split_fn_kernel(fn_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """fn fp32 [24, 4H] (n elements) -> out [2, 24, 4H] in out's dtype: hi = RNE(fn), lo = RNE(fn - hi)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    f = tl.load(fn_ptr + i, mask=m, other=0.0)
+    hi = f.to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    lo = (f - hi.to(tl.float32)).to(out_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(out_ptr + i, hi, mask=m)
+    tl.store(out_ptr + n + i, lo, mask=m)
+
+
+SPLIT_FN_BLOCK = 4096
+
+
+def launch_split_fn(fn, out):
+    """out [2, 24, 4H] (activation dtype) = the hi, lo split of fn fp32 [24, 4H]; one launch."""
+    n = fn.numel()
+    _mhc_split_fn_kernel[(triton.cdiv(n, SPLIT_FN_BLOCK),)](
+        fn, out, n, BLOCK=SPLIT_FN_BLOCK, num_warps=4, **({} if _interpreting() else _OPTS)
+    )
+
+
+@kernel("norm.mhc", backend="triton")
+def compile_split_fn(dtype: str, hidden: int, device_index: int, arch: str):
+    """The fn split launch of fn_split="pre" / "hi" pass-1 tiles."""
+    with torch.cuda.device(device_index):
+        _mhc_split_fn_kernel.warmup(
+            _fake(torch.float32), _fake(_TL_DTYPES[dtype]), 1, BLOCK=SPLIT_FN_BLOCK, num_warps=4, grid=(1,), **_OPTS
+        )
+    return launch_split_fn
 
 
 def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, comb, out, fn, part, *, T, splits, cps):
@@ -616,11 +662,13 @@ def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, dev
     """Pass 1 for one mode (pre, post, post_pre, bcast): compiled now, for `device_index`."""
     act, f32 = _TL_DTYPES[dtype], torch.float32
     # stand-ins as launch_stream passes them: x -> res (act), post/comb -> part (f32), out -> res.
-    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), 1, 1, 1)
+    consts = stream_constexprs(hidden, MODES[mode], config)
+    fn = act if consts["FN_SPLIT"] else f32  # fn split once: the split_fn launch's output (activation dtype)
+    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(fn), _fake(f32), 1, 1, 1)
     with torch.cuda.device(device_index):
         _mhc_stream_kernel.warmup(
             *args,
-            **stream_constexprs(hidden, MODES[mode], config),
+            **consts,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
             grid=(1, 1),

@@ -66,6 +66,7 @@ def _mhc_fused_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,  # _kernel.stream_constexprs
+    FN_SPLIT: tl.constexpr,  # _kernel.stream_constexprs (pre: 1, 2 read the split_fn launch's output)
     FINISH_H: tl.constexpr,  # chunk of a row in the finisher's y loops
     PREFETCH: tl.constexpr,  # the y loops keep the next chunk's loads in flight (_kernel._y_walk)
     BLOCK_S: tl.constexpr,  # partial rows per step of the finisher's split sum
@@ -82,7 +83,7 @@ def _mhc_fused_kernel(
     # Phase A: this split's share of the mixes and of sum(flat^2) (column 24), to the workspace.
     acc = _pass1_tile(
         res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
-        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE,
+        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT,
     )  # fmt: skip
     m32 = tl.arange(0, 32)
     tl.store(part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32 + m32[None, :], acc, mask=t_mask[:, None])
@@ -205,6 +206,8 @@ def compile_fused(
     from ._kernel import _one_launch_fakes
 
     args = _one_launch_fakes(dtype, weight_dtype) + (1, 1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
+    if fused_constexprs(hidden, MODES[mode], config)["FN_SPLIT"]:  # fn: the split_fn launch's output
+        args = args[:5] + (args[0],) + args[6:]
     with torch.cuda.device(device_index):
         _mhc_fused_kernel.warmup(
             *args,

@@ -63,6 +63,7 @@ def _mhc_tiny_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,
+    FN_SPLIT: tl.constexpr,  # 0: fp32 fn (tiny_constexprs; one launch, no split launch before it)
     BLOCK_Y: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
@@ -80,7 +81,7 @@ def _mhc_tiny_kernel(
         c_end = tl.minimum(c_begin + cps, N_CHUNKS)
         acc = _pass1_tile(
             res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
-            H, MODE, BLOCK_T, BLOCK_H, SQ_MODE,
+            H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT,
         )  # fmt: skip
         m32 = tl.arange(0, 32)
         part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
@@ -120,7 +121,7 @@ COUNTERS = 3  # int32 counters the tiny kernel uses (the plan's "counter" scratc
 
 def tiny_constexprs(hidden: int, mode: int, stream: StreamConfig, wide: WideConfig) -> dict:
     block_y, block_s = wide_tile(hidden, wide)
-    return stream_constexprs(hidden, mode, stream) | dict(BLOCK_Y=block_y, BLOCK_S=block_s)
+    return stream_constexprs(hidden, mode, stream) | dict(FN_SPLIT=0, BLOCK_Y=block_y, BLOCK_S=block_s)
 
 
 def tiny_warps(stream: StreamConfig, wide: WideConfig) -> int:

@@ -107,7 +107,7 @@ class MhcPlan(Plan):
         return self.override if self.override is not None else default_config(arch)
 
     def kernels(self, config, arch):
-        from ._kernel import compile_apply, compile_stream
+        from ._kernel import compile_apply, compile_split_fn, compile_stream
         from ._kernel_fused import compile_fused
         from ._kernel_row import compile_row
         from ._kernel_small import compile_small
@@ -135,6 +135,8 @@ class MhcPlan(Plan):
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
                     for wdt in dict.fromkeys((dt, "float32")):
                         jobs.append((k, (dt, caps.hidden_size, wdt, tile, dev, arch)))
+        if config.fn_split_needed(self.forms(), caps.max_tokens):
+            jobs.append((compile_split_fn, (dt, caps.hidden_size, dev, arch)))
         for form in config.fused_forms(self.forms(), caps.max_tokens):
             for wdt in dict.fromkeys((dt, "float32")):
                 jobs.append((compile_fused, (form, dt, caps.hidden_size, wdt, config.fused_tile(form), dev, arch)))
@@ -151,12 +153,16 @@ class MhcPlan(Plan):
             return ()  # the reference backend needs no workspace
         config = config or self.heuristic(None)
         rows = self.workspace_rows(config, device)
-        return (
+        specs = (
             ScratchBufferSpec("partials", (max(rows, 1), 32), torch.float32, device),
             # the one-launch paths' ticket counters, one per token block (0 between calls; prime
             # zeroes them, and each call's finishers reset theirs)
             ScratchBufferSpec("counter", (config.counters(self.forms(), self.caps.max_tokens),), torch.int32, device),
         )
+        if config.fn_split_needed(self.forms(), self.caps.max_tokens):  # fn as hi, lo (fn_split="pre"/"hi")
+            shape = (2, MIXES, MULT * self.caps.hidden_size)
+            specs += (ScratchBufferSpec("fn_split", shape, self.caps.dtype, device),)
+        return specs
 
     def prime(self, state) -> None:
         """Run every prepared form once at a small and (when it fits) a large T on random inputs."""
@@ -279,7 +285,8 @@ def bind(plan: MhcPlan, **kwargs) -> MhcBinding:
 
         for spec in plan.scratch_specs(state.selection, state.device):
             if spec.name not in scratch:
-                raise ValueError(f"scratch lacks {spec.name!r} (the plan's scratch specs: partials, counter)")
+                names = ", ".join(x.name for x in plan.scratch_specs(state.selection, state.device))
+                raise ValueError(f"scratch lacks {spec.name!r} (the plan's scratch specs: {names})")
             check_buffer(
                 f"scratch[{spec.name!r}]", scratch[spec.name], shape=spec.shape, dtype=spec.dtype, device=spec.device
             )
@@ -621,9 +628,20 @@ def _target(p: MhcPlan) -> int:
     return p.state.extra["target_ctas"]
 
 
+def _split_fn(p: MhcPlan, fn, binding):
+    """fn split once into hi, lo in the activation dtype (one launch) for a pre tile with
+    fn_split "pre" / "hi"; returns the scratch it wrote, viewed [48, 4H] like a fn."""
+    scratch = binding.scratch if binding is not None else p.state.scratch
+    out = scratch["fn_split"]
+    _launcher(p, "compile_split_fn", (_dname(p.caps.dtype), p.caps.hidden_size))(fn, out)
+    return out.view(2 * MIXES, -1)
+
+
 def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding) -> int:
     """Pass 1 of `form` at t tokens; returns the number of splits it wrote."""
     caps, cfg = p.caps, p.state.selection.stream(form, t)
+    if form == "pre" and cfg.fn_split != "kernel":
+        fn = _split_fn(p, fn, binding)
     n_chunks = caps.hidden_size // cfg.block_h
     if form == "post":
         splits, cps = n_chunks, 1
@@ -668,6 +686,8 @@ def _one_launch(
     if small and sel.small is not None and t <= sel.small.max_tokens:
         launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
     elif tile is not None:
+        if form == "pre" and tile.fn_split != "kernel":
+            fn = _split_fn(p, fn, binding)
         splits, cps = tile.split(caps.hidden_size, caps.split_k)
         kernel = _launcher(p, "compile_fused", (form, dt, caps.hidden_size, wdt, tile))
         launch = functools.partial(kernel, splits=splits, cps=cps)
