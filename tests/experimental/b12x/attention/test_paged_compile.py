@@ -228,6 +228,25 @@ def test_decode_two_page_sub_tiles_compile(arch, kv_dtype, tmp_path):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("preload", [False, True])
+def test_decode_direct_items_compile(arch, preload, tmp_path):
+    """direct_items: a batch-size test before the scan (which stays, for split batches), one extra
+    length load on the direct path; the main loop is unchanged; no spills."""
+    kd, _ = _modules()
+    base = DecodeConfig(4, 16, 3, True, True, fast_prologue=True, preload_lengths=preload)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    sched = ScheduleConfig(64, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    cfg = dataclasses.replace(base, direct_items=True)
+    ptx = _check_binary(kd.compile_decode(*dims, cfg, arch=arch, schedule=sched), arch)
+    assert ptx.count("redux.sync") == plain.count("redux.sync") > 0  # the scan is still there
+    assert ptx.count("ld.global.") == plain.count("ld.global.") + 1
+    assert ptx.count("mma.sync.aligned.m16n8k16") == plain.count("mma.sync.aligned.m16n8k16")
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("unroll", [4, 8])
 def test_decode_batched_merge_compiles(arch, unroll, tmp_path):
     """merge_unroll 4 / 8: the fused merge loads `unroll` items (G = 4 rows x (1 LSE + Dv / 32 columns)

@@ -335,7 +335,7 @@ def test_benchmark_module_help_and_cuda_requirement(run_python):
 # The fp8 streaming sweep (docs/predictions/attention.md): the entries must stay valid bench rows.
 FP8_STREAMING_SWEEP = ("4x16x3fsp", "4x16x3fsl", "4x16x3fspl", "4x16x4fspl", "4x16x6fspl", "4x16x3fspl:o3",
                        "4x16x4fspl:o3", "2x16x3fspl:o6", "2x16x4fspl", "4x32x3fspl", "4x32x2fspl",
-                       "4x16x3fspl:u8", "4x32x3fspl:u8", "4x16x6fspl:u8")  # fmt: skip
+                       "4x16x3fspl:u8", "4x32x3fspl:u8", "4x16x6fspl:u8", "4x16x3fspld", "4x32x3fspld:u8")  # fmt: skip
 
 
 def test_streaming_knobs_predicate_and_occupancy():
@@ -409,16 +409,18 @@ def test_bench_decode_config_entries():
         None,
     )
     assert B.parse_decode_entry("4x16x3fspl:u8")[0] == DecodeConfig(4, 16, 3, True, True, True, 0, True, 8)
+    assert B.parse_decode_entry("4x32x3fspld:u8")[0] == DecodeConfig(4, 32, 3, True, True, True, 0, True, 8, True)
     assert B.parse_decode_entry("2x16x3p:o6:t99") == (
         DecodeConfig(2, 16, 3, fast_prologue=True, min_ctas=6),
         {"p"},
         99,
         None,
     )
-    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN][:uN]"), ("hf:x3", "schedule parts are tN"),
+    for bad, message in (("4x16", "a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN]"), ("hf:x3", "schedule parts are tN"),
                          ("h:t0", "got 't0' in 'h:t0'"), ("hx", "a decode entry is"),
-                         ("hff", "flags are f, s, p and l, once each"), ("hfsp", "p, l, oN and uN need an explicit WxKxS"),
-                         ("hfsl", "p, l, oN and uN need an explicit"), ("hfs:o3", "p, l, oN and uN need an explicit WxKxS"), ("h:u8", "p, l, oN and uN need"),
+                         ("hff", "flags are f, s, p, l and d, once each"), ("hfsp", "p, l, d, oN and uN need an explicit WxKxS"),
+                         ("hfsl", "p, l, d, oN and uN need an explicit"), ("hfs:o3", "p, l, d, oN and uN need an explicit WxKxS"), ("h:u8", "p, l, d, oN and uN need"),
+                         ("hfsd", "p, l, d, oN and uN need"),
                          ("4x16x3:o0", "N >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             B.parse_decode_entry(bad)

@@ -191,16 +191,21 @@ STREAMING = {
     # the fused merge folding 8 (4) items a warp per batch of loads; ragged item counts exercise the tail
     "w4s3pl-u8": DecodeConfig(4, 16, 3, True, True, True, 0, True, merge_unroll=8),
     "w4k32s3pl-u4": DecodeConfig(4, 32, 3, True, True, True, 0, True, merge_unroll=4),
+    # direct items (no scan when nothing splits: B=128 here; B=1, 8 take the scan)
+    "w4s3pld": DecodeConfig(4, 16, 3, True, True, True, 0, True, direct_items=True),
+    "w4k32s3pld-u8": DecodeConfig(4, 32, 3, True, True, True, 0, True, merge_unroll=8, direct_items=True),
 }
 
 
-def streaming_plan(case, kv_dtype, cfg, **kw):
+def streaming_plan(case, kv_dtype, cfg, target=None, **kw):
     """A plan running `cfg` exactly (an override: the heuristic path would fit keys_per_warp to the
-    page) with `split_schedule`'s split for it on this GPU."""
+    page) with `split_schedule`'s split for it on this GPU (target: its target_items instead)."""
     dev = torch.device(DEV)
     d, hkv = case.q.shape[2], case.k_cache.shape[2]
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     sched = split_schedule(cfg, kv_dtype, d, hkv, sms, target_arch(dev))
+    if target is not None:
+        sched = ScheduleConfig(sched.tile_keys, target, sched.min_chunk)
     return prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, **kw), override=Selection(cfg, sched))
 
 
@@ -260,6 +265,26 @@ def test_default_switches_on_match_reference(kv_dtype, monkeypatch):
         check(plan, case)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_direct_items_equal_the_scan(kv_dtype):
+    """direct_items with a target at or below B (nothing splits): sliding windows, sinks, empty and
+    one-key requests; outputs bit-equal to the same config finding its rows by the scan, and the
+    device's work rows equal the Python schedule (check)."""
+    lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), combined=True, extra_pages=50, width=1400, device=DEV,
+                     seed=21)  # fmt: skip
+    sinks = torch.randn(32, device=DEV) * 3
+    scan = DecodeConfig(4, 16, 3, True, True, True, 0, True)
+    direct = dataclasses.replace(scan, direct_items=True)
+    plans = [streaming_plan(case, kv_dtype, c, target=len(lens) - 2, max_batch=16) for c in (scan, direct)]
+    for window_left in (-1, 0, 100, 4096):
+        outs = [check(p, case, window_left=window_left, sinks=sinks) for p in plans]
+        assert plans[1].state.scratch["count"][0].item() == len(lens)  # one item per request
+        assert torch.equal(outs[0][0], outs[1][0])
+        assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
+
+
 def test_fast_prologue_equals_the_element_loop():
     """fast_prologue stages the same fp16 Q with the same scale: outputs bit-identical to the plain
     fp8 config on the same inputs (Q spanning many binades, so the power-of-two scale matters)."""
@@ -274,7 +299,7 @@ def test_fast_prologue_equals_the_element_loop():
     assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
 
 
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl", "w4s3pl-u8"])
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl", "w4s3pl-u8", "w4s3pld"])
 def test_streaming_graph_replay_with_new_lengths(name):
     """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
     replay equals eager and the reference."""

@@ -39,6 +39,9 @@ class DecodeConfig:
     bytes of bf16 ones). preload_lengths (with fused_schedule, any KV dtype; a no-op without): each
     warp loads the batch's lengths at once, then locates its work row on registers
     (`Schedule.locate(preload=True)`: one memory latency instead of two per 32 requests).
+    direct_items (with fused_schedule; a no-op without): when the batch alone shows that nothing is
+    split (min(target_items, work rows) <= batch: B=128 at the one-wave targets), item b is request b
+    and its CTA skips the scan (`Schedule.locate(direct=True)`).
     merge_unroll: items each warp of the fused merge folds per unrolled step (`PartialMerge`; their
     partial-row loads are in flight together): 2, 4 or 8; 32 items at B=1 L=32k are 8 a warp."""
 
@@ -51,6 +54,7 @@ class DecodeConfig:
     min_ctas: int = 0
     preload_lengths: bool = False
     merge_unroll: int = 2
+    direct_items: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -59,6 +63,7 @@ class DecodeConfig:
         extra += f", min_ctas={self.min_ctas}" if self.min_ctas else ""
         extra += ", preload_lengths=True" if self.preload_lengths else ""
         extra += f", merge_unroll={self.merge_unroll}" if self.merge_unroll != 2 else ""
+        extra += ", direct_items=True" if self.direct_items else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -102,7 +107,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     c = config
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
-    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths"):
+    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items"):
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -316,15 +321,16 @@ def parse_decode_entry(text: str):
     for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
     the heuristic's DecodeConfig with them.
 
-    Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths; parts: tN
+    Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
+    direct_items; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
-    f and s (the bench rebuilds the heuristic's config from those two), so p, l, oN and uN need an
+    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, oN and uN need an
     explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspl")
+    body = head.rstrip("fspld")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p and l, once each, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -344,13 +350,13 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l"} or min_ctas or unroll != 2:
-            raise ValueError(f"p, l, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
+        if flags & {"p", "l", "d"} or min_ctas or unroll != 2:
+            raise ValueError(f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(
-                f"a decode entry is h|WxKxS[f][s][p][l][:tN][:mN][:oN][:uN] like 4x16x3fs:t33, got {text!r}"
+                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33, got {text!r}"
             )
         decode = DecodeConfig(
             *(int(p) for p in parts),
@@ -360,6 +366,7 @@ def parse_decode_entry(text: str):
             min_ctas=min_ctas,
             preload_lengths="l" in flags,
             merge_unroll=unroll,
+            direct_items="d" in flags,
         )
     return decode, flags, target, min_chunk
 

@@ -92,6 +92,7 @@ class PagedDecode:
         self.fast_prologue = config.fast_prologue and self.fp8  # a no-op for bf16/fp16 KV
         self.min_ctas = config.min_ctas
         self.preload_lengths = config.preload_lengths
+        self.direct_items = config.direct_items
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
 
@@ -196,7 +197,14 @@ class PagedDecode:
         wid = tidx // 32
         if cutlass.const_expr(self.fused_schedule):
             req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
-                mSeqlens, item, mWork.shape[0], window_left, lane, self.preload_lengths, FUSED_SCHEDULE_MAX_BATCH
+                mSeqlens,
+                item,
+                mWork.shape[0],
+                window_left,
+                lane,
+                self.preload_lengths,
+                FUSED_SCHEDULE_MAX_BATCH,
+                self.direct_items,
             )
             live = req >= 0
             split = Int32(1) if n_items > 1 else Int32(0)

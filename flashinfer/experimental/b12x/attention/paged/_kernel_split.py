@@ -120,6 +120,7 @@ class Schedule:
         lane,
         preload: cutlass.Constexpr = False,
         max_batch: cutlass.Constexpr = 128,
+        direct: cutlass.Constexpr = False,
     ):
         """The schedule of work row `item`, recomputed by one warp (the decode kernel's fused_schedule:
         every warp of every CTA runs this, no barrier, no scratch read). Same arithmetic as `kernel`:
@@ -130,8 +131,14 @@ class Schedule:
         max_batch / 32 lengths at once (one memory latency, not one per step and pass) and both
         passes run unrolled on registers (steps past the batch skipped, warp-uniformly).
 
+        direct (`DecodeConfig.direct_items`): when min(target_items, cap) <= batch the schedule splits
+        nothing (chunk = NO_SPLIT_CHUNK: one item per request, item b = request b), which the batch
+        size alone tells: item's row is (item, n - visible, n) from its own length, no scan.
+
         Returns (request, kv_start, kv_end, first item, items of the request, total items); request
         is -1 when item >= total items (a dead row)."""
+        if cutlass.const_expr(direct):
+            return self._locate_direct(mSeqlens, item, cap, window_left, lane, preload, max_batch)
         if cutlass.const_expr(preload):
             return self._locate_preloaded(mSeqlens, item, cap, window_left, lane, max_batch)
         batch = mSeqlens.shape[0]
@@ -186,6 +193,31 @@ class Schedule:
             chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
             chunk = (chunk + self.tile - 1) // self.tile * self.tile
         return chunk
+
+    @cute.jit
+    def _locate_direct(self, mSeqlens, item, cap, window_left, lane, preload: cutlass.Constexpr, max_batch):
+        """`locate(direct=True)`: the no-split case without a scan, else `locate` as configured."""
+        batch = mSeqlens.shape[0]
+        req = Int32(-1)
+        kv_start = Int32(0)
+        kv_end = Int32(0)
+        first = Int32(0)
+        n_items = Int32(0)
+        count = Int32(0)
+        if cutlass.min(Int32(self.target), cap) - batch <= 0:
+            count = batch
+            if item < batch:
+                n, length = self._visible(mSeqlens, item, window_left)
+                req = item
+                kv_start = n - length
+                kv_end = n
+                first = item
+                n_items = Int32(1)
+        else:
+            req, kv_start, kv_end, first, n_items, count = self.locate(
+                mSeqlens, item, cap, window_left, lane, preload, max_batch
+            )
+        return req, kv_start, kv_end, first, n_items, count
 
     @cute.jit
     def _locate_preloaded(self, mSeqlens, item, cap, window_left, lane, max_batch: cutlass.Constexpr):
