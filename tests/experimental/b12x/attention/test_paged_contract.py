@@ -367,7 +367,7 @@ def test_streaming_knobs_predicate_and_occupancy():
 
 
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
-    """Both switches off: the measured defaults. DECODE_LATENCY_FLAGS: p, l and u8 on every default
+    """Both switches off: the measured defaults. DECODE_LATENCY_FLAGS: p, l, d and u8 on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets
     4 x 32 x 3, a config the kernels accept on 16-key pages."""
     from flashinfer.experimental.b12x.attention.paged import _config
@@ -375,7 +375,7 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     monkeypatch.setattr(_config, "DECODE_LATENCY_FLAGS", True)
-    flags = dict(fast_prologue=True, preload_lengths=True, merge_unroll=8)
+    flags = dict(fast_prologue=True, preload_lengths=True, merge_unroll=8, direct_items=True)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3, **flags)
     assert paged.plan(caps()).heuristic("sm_90a").decode == DecodeConfig(4, 16, 3, True, True, **flags)
     monkeypatch.setattr(_config, "FP8_TWO_PAGE_TILES", True)

@@ -261,7 +261,7 @@ def test_default_switches_on_match_reference(kv_dtype, monkeypatch):
                          kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens))  # fmt: skip
         plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype))
         decode = plan.state.selection.decode
-        assert decode.fast_prologue and decode.preload_lengths and decode.merge_unroll == 8
+        assert decode.fast_prologue and decode.preload_lengths and decode.direct_items and decode.merge_unroll == 8
         check(plan, case)
 
 

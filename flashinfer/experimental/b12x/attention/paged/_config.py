@@ -126,8 +126,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 
 # Switches for the lead after the H200 sweep of the fp8 streaming knobs (docs/predictions/attention.md,
 # "FP8 KV decode streaming"); both False: the defaults measured at 08:46. DECODE_LATENCY_FLAGS: every
-# default config gets fast_prologue (fp8 only), preload_lengths (with the fused schedule) and the
-# batched fused merge (merge_unroll 8). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
+# default config gets fast_prologue (fp8 only), preload_lengths and direct_items (with the fused
+# schedule) and the batched fused merge (merge_unroll 8). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
 # 32 keys x 3 stages (64 KB in flight per CTA, as bf16's default); needs api._fit_page to allow
 # keys_per_warp = 2 x page_size.
 DECODE_LATENCY_FLAGS = False
@@ -141,7 +141,7 @@ def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> D
     cfg = _default_shape(kv_dtype, head_dim, page_size, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
-                           merge_unroll=8)  # fmt: skip
+                           merge_unroll=8, direct_items=True)  # fmt: skip
     return cfg
 
 
