@@ -104,12 +104,16 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
     return splits, {"pass1": pass1, "pass2": pass2}
 
 
-def _fn_split(cfg, mode: str):
-    """`cfg` with fn_split=`mode` on every pre pass-1 tile (two-pass small / large, fused)."""
+def _fn_split(cfg, mode: str, sq: str | None = None):
+    """`cfg` with fn_split=`mode` on every pre pass-1 tile (two-pass small / large, fused), and with
+    sq set to `sq` on those and bcast's when given (post_pre's tiles spill with sq="diag")."""
     tiles = dict(pre_small=cfg.pre_small, pre_large=cfg.pre_large, fused_pre=cfg.fused_pre)
-    return dataclasses.replace(
-        cfg, **{k: None if t is None else dataclasses.replace(t, fn_split=mode) for k, t in tiles.items()}
-    )
+    out = {k: None if t is None else dataclasses.replace(t, fn_split=mode) for k, t in tiles.items()}
+    if sq is not None:
+        out |= {
+            k: None if t is None else dataclasses.replace(t, sq=sq) for k, t in (out | {"bcast": cfg.bcast}).items()
+        }
+    return dataclasses.replace(cfg, **out)
 
 
 def sweep_configs():
@@ -159,6 +163,14 @@ def sweep_configs():
         "fn_hi": _fn_split(fused, "hi"),
         "two_pass_fn_pre": _fn_split(base, "pre"),
         "two_pass_fn_hi": _fn_split(base, "hi"),
+        # square sums from the 16 x 16 diagonal blocks of a @ a^T (one batched mma.sync dot a step)
+        # on pre's and bcast's pass-1 tiles: the pre_large loop goes from 430 (fn_pre) to ~190
+        # instructions per warp-step (SASS, sm_90a)
+        "diag": _fn_split(fused, "kernel", "diag"),
+        "fn_pre_diag": _fn_split(fused, "pre", "diag"),
+        "fn_hi_diag": _fn_split(fused, "hi", "diag"),
+        "two_pass_diag": _fn_split(base, "kernel", "diag"),
+        "two_pass_fn_pre_diag": _fn_split(base, "pre", "diag"),
         # T <= 4 without a norm weight (the bench's case): the wide pass 2 (y over H / block_y
         # programs, scalar Sinkhorn), or the whole call in one launch ("tiny": pass 1 producers +
         # wide-finish consumers waiting on them); the heuristic's path everywhere else

@@ -652,3 +652,47 @@ def test_fn_split_hi_differs_from_hi_plus_lo():
         p = interpret_plan(8, target_ctas=4, config=_fn_split_config(mode))
         outs[mode] = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **SCAL)
     assert not torch.equal(outs["pre"][2], outs["hi"][2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Square sums on the tensor cores' 16 x 16 diagonal blocks (sq="diag", _kernel._diag_sq).
+# ---------------------------------------------------------------------------------------------
+
+D = _config.StreamConfig
+DIAG = _config.MhcConfig(
+    pre_small=D(16, 32, 4, 2, sq="diag"),
+    pre_large=D(64, 16, 2, 2, sq="diag", fn_split="pre"),
+    post_pre_small=D(32, 16, 4, 2, sq="diag"),
+    bcast=D(32, 32, 4, 2, sq="diag"),
+    fused_pre=_config.FusedConfig(32, 16, 2, sq="diag", block_s=4, finish_h=64),
+    fused_post_pre=_config.FusedConfig(16, 32, 2, sq="diag", block_s=4),
+    post_pre_split=False,
+    fused_min_tokens=40,
+    small_max_tokens=8,
+)
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 20, 45])
+def test_diag_square_sums(tokens):
+    """pre (small, large with fn split once, fused), post_pre (small tile, fused from 40 tokens) and
+    bcast with the squares from the diagonal blocks; the partials' column 24 holds each split's sum
+    of squares exactly as the plain sum gives it (fp32 order aside)."""
+    p = interpret_plan(48, target_ctas=4, config=DIAG)
+    ins = inputs(tokens, H, seed=80 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    if tokens < DIAG.fused_min_tokens:  # two passes: pass 1's partials are still in the workspace
+        ws = p.state.scratch["partials"]
+        tile = DIAG.stream("pre", tokens)
+        splits, _ = api.split_for(tokens, tile.block_t, H // tile.block_h, 4)
+        flat = ins["residual"].float().reshape(tokens, 4 * H)
+        got_sq = ws[: splits * tokens, 24].view(splits, tokens).sum(0)
+        torch.testing.assert_close(got_sq, flat.square().sum(-1), rtol=1e-5, atol=0)
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **kw))

@@ -276,3 +276,31 @@ def test_split_fn_kernel():
     for cc in (90, 120):
         compiled = _compile(_kernel._mhc_split_fn_kernel, sig, dict(BLOCK=_kernel.SPLIT_FN_BLOCK), 4, 1, cc)
         _check(compiled, "split_fn", mma=False)
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("fn_split", ["kernel", "pre"])
+def test_diag_squares(fn_split, cc):
+    """sq="diag" on pre's and bcast's pass-1 tiles of the selection and the fused pre: mma.sync only,
+    no spills (H = 7168). Not offered, because they spill: post_pre's 16 x 32 tile (255 registers +
+    48 bytes of stack on sm_90a), and on sm_120a bcast's 32 x 32 tile (72 + 8) and the sm_120a
+    pre_large 32 x 32 x 3 stages with fn split once (96 + 16): the sweeps target the H200."""
+    import dataclasses
+
+    arch = "sm_90a" if cc == 90 else "sm_120a"
+    cfg = _config.default_config(arch)
+    for form in ("pre", "bcast"):
+        for tile in cfg.streams(form):
+            if cc == 120 and (form == "bcast" or (fn_split == "pre" and tile == cfg.pre_large)):
+                continue  # spills there (docstring)
+            tile = dataclasses.replace(tile, sq="diag", fn_split=fn_split)
+            consts = _kernel.stream_constexprs(7168, _kernel.MODES[form], tile)
+            assert consts["SQ_MODE"] == 3
+            sig = STREAM_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})
+            compiled = _compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
+            _check(compiled, f"{form} diag {fn_split} {tile}", mma=True)
+    tile = dataclasses.replace(cfg.fused_pre, sq="diag", fn_split=fn_split)
+    consts = _kernel_fused.fused_constexprs(7168, _kernel.MODES["pre"], tile)
+    sig = FUSED_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})
+    compiled = _compile(_kernel_fused._mhc_fused_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
+    _check(compiled, f"fused pre diag {fn_split}", mma=True)

@@ -405,7 +405,7 @@ def test_custom_op_traces_with_torch_compile_on_cpu(prepared):
         (dict(block_t=48), "FusedConfig.block_t must be a power of two >= 1, got 48"),
         (dict(block_t=64, num_warps=4), "FusedConfig(block_t=64, num_warps=4) would compile to wgmma on sm_90a"),
         (dict(sq="auto"), "FusedConfig.sq must be step, lazy or gram (no auto), got 'auto'"),
-        (dict(sq="fast"), "FusedConfig.sq must be one of ('auto', 'step', 'lazy', 'gram'), got 'fast'"),
+        (dict(sq="fast"), "FusedConfig.sq must be one of ('auto', 'step', 'lazy', 'gram', 'diag'), got 'fast'"),
         (dict(steps_per_split=0), "FusedConfig.steps_per_split must be an int >= 1, got 0"),
         (dict(prefetch=1), "FusedConfig.prefetch must be a bool, got 1"),
         (dict(block_h=4), "FusedConfig.block_h must be >= 8 (a dot's K), got 4"),
@@ -515,3 +515,11 @@ def test_fn_split_config_jobs_and_scratch():
     assert spec.shape == (2, 24, 4 * H) and spec.dtype == torch.bfloat16
     fused = _config.MhcConfig(fused_pre=_config.FusedConfig(fn_split="hi"), fused_min_tokens=64)
     assert fused.fn_split_needed(("pre",), 64) and not fused.fn_split_needed(("pre",), 63)
+
+
+def test_diag_squares_config():
+    with pytest.raises(ValueError, match=re.escape("StreamConfig(sq='diag') needs block_t >= 16 and block_h >= 16")):
+        _config.StreamConfig(4, 128, sq="diag")
+    with pytest.raises(ValueError, match=re.escape("FusedConfig(sq='diag') needs block_t >= 16 and block_h >= 16")):
+        _config.FusedConfig(block_h=8, sq="diag")
+    assert _config.StreamConfig(64, 16, 2, sq="diag").sq == "diag"

@@ -121,6 +121,15 @@ def test_run_post_pre(hidden, tokens, weight):
     assert excess <= 0, f"post differs from pre of the stored residual by {excess:.3e} beyond the fp32 order bound"
 
 
+_BASE = _config.MhcConfig()
+_MIX_TILES = dict(
+    pre_small=_BASE.pre_small,
+    pre_large=_BASE.pre_large,
+    bcast=_BASE.bcast,
+    fused_pre=_config.FUSED_PRE,
+)  # (post_pre's tiles spill with sq="diag": not offered)
+
+
 # The pass-2 kinds the selection can run, each as an override (the default one runs above too).
 PASS2 = {
     "apply": _config.MhcConfig(pass2="apply"),
@@ -166,6 +175,14 @@ PASS2 = {
         pre_large=dataclasses.replace(_config.MhcConfig().pre_large, fn_split="hi"),
         fused_pre=dataclasses.replace(_config.FUSED_PRE, fn_split="hi"),
         fused_min_tokens=1000,
+    ),
+    # square sums from the 16 x 16 diagonal blocks of a @ a^T on every pass-1 tile (with and without
+    # fn split once), the one-launch pre from 1000 tokens
+    "diag": _config.MhcConfig(
+        fused_min_tokens=1000, **{k: dataclasses.replace(v, sq="diag") for k, v in _MIX_TILES.items()}
+    ),
+    "fn_pre_diag": _config.MhcConfig(
+        fused_min_tokens=1000, **{k: dataclasses.replace(v, sq="diag", fn_split="pre") for k, v in _MIX_TILES.items()}
     ),
     "wide": _config.MhcConfig(wide=_config.WideConfig()),
     "tiny": _config.MhcConfig(tiny=_config.WideConfig()),

@@ -28,7 +28,8 @@ class StreamConfig:
     num_stages: int = 2
     # pre's sum of squares: "auto" (elementwise when it fits in 32 registers, else per step), "step"
     # (a row reduction per step), "lazy" (elementwise, one reduction after the loop), "gram" (on the
-    # tensor cores: the diagonal of a @ a^T, one more dot of N = block_t per step)
+    # tensor cores: the diagonal of a @ a^T, one more dot of N = block_t per step), "diag" (only the
+    # 16 x 16 diagonal blocks of that product: one batched dot of N = 16 per step)
     sq: str = "auto"
     # pre's fn operand: "kernel" (fp32 fn split into hi + lo in every program, each step), "pre" (a
     # launch before pass 1 splits fn once into hi + lo in the activation dtype: no split ALU in the
@@ -43,7 +44,7 @@ class StreamConfig:
         _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq, self.fn_split)
 
 
-SQ_MODES = ("auto", "step", "lazy", "gram")
+SQ_MODES = ("auto", "step", "lazy", "gram", "diag")
 FN_SPLITS = ("kernel", "pre", "hi")  # _kernel.FN_SPLIT_MODES
 
 
@@ -55,6 +56,8 @@ def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: 
         raise ValueError(f"{cls}.fn_split must be one of {FN_SPLITS}, got {fn_split!r}")
     if block_h < 8:
         raise ValueError(f"{cls}.block_h must be >= 8 (a dot's K), got {block_h}")
+    if sq == "diag" and (block_h < 16 or block_t < 16):
+        raise ValueError(f"{cls}(sq='diag') needs block_t >= 16 and block_h >= 16, got {block_t} x {block_h}")
     if num_warps % 4 == 0 and block_t >= 64:
         raise ValueError(
             f"{cls}(block_t={block_t}, num_warps={num_warps}) would compile to wgmma on "

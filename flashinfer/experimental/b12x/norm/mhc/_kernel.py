@@ -91,6 +91,22 @@ def _sum_sq(a):
 
 
 @triton.jit
+def _diag_sq(a, dg):
+    """dg [BT / 16, 16, 16] += the 16 x 16 diagonal blocks of a @ a^T (a [BT, K] bf16/fp16: the
+    products are exact in fp32): one batched mma.sync dot, 16 x fewer MACs than the full BT x BT gram
+    at BT = 64; each row's sum of squares is on the blocks' diagonals (_diag_rows)."""
+    a3 = tl.reshape(a, [a.shape[0] // 16, 16, a.shape[1]])
+    return tl.dot(a3, tl.permute(a3, (0, 2, 1)), dg)
+
+
+@triton.jit
+def _diag_rows(dg, BLOCK_T: tl.constexpr):
+    """[BLOCK_T]: the diagonals of _diag_sq's blocks, in row order."""
+    i = tl.arange(0, 16)
+    return tl.reshape(tl.sum(tl.where((i[:, None] == i[None, :])[None, :, :], dg, 0.0), axis=2), [BLOCK_T])
+
+
+@triton.jit
 def _mix_step(a, fn_base, f_off, f_mask, acc):
     """acc [BT, 32] += a [BT, K] @ fn-tile [K, 32] (columns 24..31 masked to zero)."""
     return _split_dot(a, tl.load(fn_base + f_off, mask=f_mask, other=0.0), acc)
@@ -161,6 +177,8 @@ def _pass1_tile(
     # SQ_MODE 2: on the tensor cores, gram = sum of a @ a^T (bf16/fp16 products are exact in fp32),
     # whose diagonal is each row's sum of squares
     gram = tl.zeros([BLOCK_T, BLOCK_T if SQ_MODE == 2 else 1], dtype=tl.float32)
+    # SQ_MODE 3: only the 16 x 16 diagonal blocks of that gram (one batched dot: _diag_sq)
+    dg = tl.zeros([BLOCK_T // 16 if SQ_MODE == 3 else 1, 16, 16], dtype=tl.float32)
     mask2 = t_mask[:, None]
     tile = row[:, None] * (4 * H) + hh[None, :]  # [BT, BH]: stream 0 of this step; stream i at + i * H
     fn_t = m32[None, :] * (fn_blocks * H) + hh[:, None]  # [BH, 32]: fn block 0 (block i at + i * H)
@@ -177,6 +195,8 @@ def _pass1_tile(
             acc = _split_dot(xv, f, acc)
             if SQ_MODE == 2:
                 gram = tl.dot(xv, tl.trans(xv), gram)
+            elif SQ_MODE == 3:
+                dg = _diag_sq(xv, dg)
             else:
                 sq += _sum_sq(xv)
         elif READS_X:
@@ -224,6 +244,8 @@ def _pass1_tile(
                     gram = tl.dot(n_1, tl.trans(n_1), gram)
                     gram = tl.dot(n_2, tl.trans(n_2), gram)
                     gram = tl.dot(n_3, tl.trans(n_3), gram)
+                elif SQ_MODE == 3:
+                    dg = _diag_sq(n_3, _diag_sq(n_2, _diag_sq(n_1, _diag_sq(n_0, dg))))
                 else:
                     sq += _sum_sq(n_0) + _sum_sq(n_1) + _sum_sq(n_2) + _sum_sq(n_3)
                 acc = _mix_step(n_0, fn_ptr + h0, fn_t, f_mask, acc)
@@ -241,6 +263,8 @@ def _pass1_tile(
                 sqe += af * af
             elif SQ_MODE == 2:
                 gram = tl.dot(a, tl.trans(a), gram)
+            elif SQ_MODE == 3:
+                dg = _diag_sq(a, dg)
             else:
                 sq += _sum_sq(a)
             if FN_SPLIT == 0:
@@ -255,6 +279,8 @@ def _pass1_tile(
     elif SQ_MODE == 2:
         ti = tl.arange(0, BLOCK_T)
         sq = tl.sum(tl.where(ti[:, None] == ti[None, :], gram, 0.0), axis=1)
+    elif SQ_MODE == 3:
+        sq = _diag_rows(dg, BLOCK_T)
     if MODE == 3:
         sq = 4.0 * sq  # the flat 4H row holds x four times
     return tl.where(m32[None, :] == 24, sq[:, None], acc)
@@ -276,7 +302,7 @@ def _mhc_stream_kernel(
     MODE: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    SQ_MODE: tl.constexpr,  # 0 per-step reduction, 1 elementwise (PRE only), 2 gram (stream_constexprs)
+    SQ_MODE: tl.constexpr,  # 0 per-step reduction, 1 elementwise (PRE only), 2 gram, 3 diag (stream_constexprs)
     FN_SPLIT: tl.constexpr,  # PRE: 0 fp32 fn, 1 pre-split hi + lo, 2 hi only (_pass1_tile)
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
@@ -544,10 +570,10 @@ def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
     """Pass 1's constexprs (also the one-launch kernel's: `config` may be a FusedConfig).
 
     SQ_MODE from config.sq: "step" 0, "lazy" 1 (pre only: the other forms sum per step), "gram" 2
-    (pre, post_pre, bcast); "auto" sums the squares elementwise when that accumulator costs at most
+    (pre, post_pre, bcast), "diag" 3 (gram's 16 x 16 diagonal blocks only: _diag_sq); "auto" sums the squares elementwise when that accumulator costs at most
     32 fp32 registers a thread (block_t x 4 block_h over the program's threads), else per step (the
     2-warp 64-token tile would spill)."""
-    sq = {"step": 0, "lazy": 1, "gram": 2}.get(config.sq)
+    sq = {"step": 0, "lazy": 1, "gram": 2, "diag": 3}.get(config.sq)
     if sq is None:  # auto
         sq = int(config.block_t * 4 * config.block_h <= 32 * 32 * config.num_warps)
     if mode == MODE_POST or (sq == 1 and mode != MODE_PRE):
