@@ -170,29 +170,30 @@ WIDE = {  # test_paged_extend_compile.WIDE
     "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),
 }
-WIDE_CASES = [  # name, kv dtype, (Hq, Hkv), page size
-    ("m256n64s3r2pg", "bfloat16", (8, 8), 16),
-    ("m256n64s3r2pg", "bfloat16", (32, 8), 16),
-    ("m256n64s3r2pg", "bfloat16", (64, 8), 64),
-    ("m256n64s3r2pg", "float8_e4m3fn", (32, 8), 16),
-    ("m256n64s4r2pg", "bfloat16", (32, 8), 16),
-    ("m256n64s4r2pg", "float8_e4m3fn", (8, 8), 64),
-    ("m256n64s3r2pgi", "bfloat16", (8, 8), 16),
-    ("m256n64s3r2pgi", "bfloat16", (32, 8), 16),
-    ("m256n64s3r2pgi", "float8_e4m3fn", (64, 8), 64),
-    ("m256n64s4r2pgi", "bfloat16", (64, 8), 16),
-    ("m256n64s4r2pgi", "float8_e4m3fn", (32, 8), 16),
-    ("m256n64r2p", "bfloat16", (32, 8), 16),
-    ("m256n64r2p", "float8_e4m3fn", (64, 8), 16),
-    ("m256n64s3r2p", "bfloat16", (40, 8), 64),  # G 5: a padding row
-    ("m128n32s3pg", "bfloat16", (32, 8), 16),
-    ("m128n32s3pg", "float8_e4m3fn", (8, 8), 64),
+WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtype, (Hq, Hkv), page size
+    (1, "m256n64s3r2pg", "bfloat16", (8, 8), 16),
+    (1, "m256n64s3r2pg", "bfloat16", (32, 8), 16),
+    (1, "m256n64s3r2pg", "bfloat16", (64, 8), 64),
+    (1, "m256n64s3r2pg", "float8_e4m3fn", (32, 8), 16),
+    (2, "m256n64s3r2pgi", "bfloat16", (8, 8), 16),
+    (2, "m256n64s3r2pgi", "bfloat16", (32, 8), 16),
+    (2, "m256n64s3r2pgi", "float8_e4m3fn", (64, 8), 64),
+    (2, "m256n64s4r2pgi", "bfloat16", (64, 8), 16),
+    (3, "m256n64s4r2pgi", "float8_e4m3fn", (32, 8), 16),
+    (3, "m256n64s4r2pg", "bfloat16", (32, 8), 16),
+    (3, "m256n64s4r2pg", "float8_e4m3fn", (8, 8), 64),
+    (3, "m256n64r2p", "bfloat16", (32, 8), 16),
+    (4, "m256n64r2p", "float8_e4m3fn", (64, 8), 16),
+    (4, "m256n64s3r2p", "bfloat16", (40, 8), 64),  # G 5: a padding row
+    (4, "m128n32s3pg", "bfloat16", (32, 8), 16),
+    (4, "m128n32s3pg", "float8_e4m3fn", (8, 8), 64),
 ]
 
 
-@pytest.mark.parametrize("name,kv_dtype,heads,page_size", WIDE_CASES,
-                         ids=[f"wide-{n}-{'fp8' if 'float8' in k else 'bf16'}-h{h[0]}-p{p}" for n, k, h, p in WIDE_CASES])  # fmt: skip
-def test_extend_wide_and_staggered(name, kv_dtype, heads, page_size):
+@pytest.mark.parametrize("batch,name,kv_dtype,heads,page_size", WIDE_CASES,
+                         ids=[f"wide{g}-{n}-{'fp8' if 'float8' in k else 'bf16'}-h{h[0]}-p{p}"
+                              for g, n, k, h, p in WIDE_CASES])  # fmt: skip
+def test_extend_wide_and_staggered(batch, name, kv_dtype, heads, page_size):
     """Ragged requests from 1 to 4096 query tokens (empty ones, a 4096-token prefill without prefix,
     an 8000-key prefix), against the reference at the kernel's precision."""
     q_lens, kv_lens = [1, 17, 64, 300, 1000, 0, 5, 129, 4096], [1, 117, 4064, 303, 8000, 50, 21, 129, 4096]
