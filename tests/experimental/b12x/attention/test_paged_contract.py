@@ -366,6 +366,18 @@ def test_streaming_knobs_predicate_and_occupancy():
     assert repr(DecodeConfig(4, 16, 3)) == "DecodeConfig(warps=4, keys_per_warp=16, stages=3)"
 
 
+def test_gpu_streaming_cases_are_valid_configs():
+    """The gpu tier's streaming configs (test_paged_gpu.STREAMING) pass the predicate for both KV
+    dtypes at the shape they run (D 128, 16-key pages, sm_90a): a typo must fail here, not on the H200."""
+    from flashinfer.experimental.b12x.attention.paged._config import why_not
+
+    from .test_paged_gpu import STREAMING
+
+    for name, cfg in STREAMING.items():
+        for kv in ("bfloat16", "float8_e4m3fn"):
+            assert why_not("bfloat16", kv, 32, 8, 128, 128, 16, cfg, "sm_90a") is None, (name, kv)
+
+
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
     """Both switches off: the measured defaults. DECODE_LATENCY_FLAGS: p, l, d and u8 on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets

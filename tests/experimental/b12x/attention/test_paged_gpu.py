@@ -183,7 +183,8 @@ STREAMING = {
     "w2s3pl-o6": DecodeConfig(2, 16, 3, True, True, fast_prologue=True, min_ctas=6, preload_lengths=True),
     "w2s4p": DecodeConfig(2, 16, 4, True, True, fast_prologue=True),
     "w4s6pl": DecodeConfig(4, 16, 6, True, True, fast_prologue=True, preload_lengths=True),
-    "w8s5p-3launch": DecodeConfig(8, 16, 5, fast_prologue=True, preload_lengths=True),  # l: a no-op here
+    "w4s5p": DecodeConfig(4, 16, 5, True, True, fast_prologue=True),
+    "w8s3p-3launch": DecodeConfig(8, 16, 3, fast_prologue=True, preload_lengths=True),  # l: a no-op here
     # 32 keys a warp on 16-key pages: each sub-tile spans two pages (two page-table reads, two copies)
     "w4k32s3pl": DecodeConfig(4, 32, 3, True, True, fast_prologue=True, preload_lengths=True),
     "w4k32s2": DecodeConfig(4, 32, 2, True, True),
