@@ -276,3 +276,21 @@ def test_fused_schedule_locate_matches_the_schedule(batch, window_left):
                 assert (req, start, end, int(n > 1)) == tuple(work[item]) and (first, n) == tuple(reqs[req])
             else:
                 assert req == -1
+
+
+@pytest.mark.parametrize("window_left", [-1, 0, 100])
+@pytest.mark.parametrize("batch", [1, 8, 33, 128])
+def test_direct_items_is_the_schedule_when_nothing_splits(batch, window_left):
+    """`Schedule.locate(direct=True)` skips the scan when min(target_items, cap) <= batch: then the
+    schedule must make exactly one item per request, item b = (b, n_b - visible_b, n_b, 0)."""
+    rng = np.random.default_rng(batch + 7)
+    lens = [int(x) for x in rng.choice([0, 1, 15, 16, 17, 300, 5000, 32768], size=batch)]
+    for target in (1, batch):
+        config = ScheduleConfig(tile_keys=64, target_items=target, min_chunk=256)
+        for cap in (batch, batch + 33):
+            assert min(target, cap) - batch <= 0
+            work, reqs, count = schedule_reference(lens, window_left, cap, config)
+            assert count == batch and reqs == [(b, 1) for b in range(batch)]
+            for b, n in enumerate(lens):
+                visible = n if window_left < 0 else min(n, window_left + 1)
+                assert tuple(work[b]) == (b, n - visible, n, 0)

@@ -21,6 +21,13 @@ finds its CTA's work row itself from cache_seqlens (`_kernel_split.Schedule.loca
 launch's arithmetic), so the first launch is not made either; the CTAs of KV head 0 still write
 their work row, request row and the item count to scratch, as the schedule launch would.
 
+Streaming knobs (`DecodeConfig`, all off in the default configs; docs/predictions/attention.md):
+keys_per_warp = 2 x page_size makes a sub-tile of two pages, copied as two one-page pieces
+(`_load_piece`; the second page-table entry is read only when its keys lie inside the item);
+fast_prologue (fp8) loads the descales with the first sub-tiles and stages Q by 16-element vectors
+(`stage_q_fp16_vec`); min_ctas is a launch bound (nvvm.minctasm); preload_lengths and direct_items
+select `Schedule.locate` variants; merge_unroll batches the fused merge's loads (`PartialMerge`).
+
 KV storage and the MMA type:
 - bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
 - fp8 e4m3 KV: mma in fp16. e4m3 -> fp16 is exact (`cvt.rn.f16x2.e4m3x2`). The cache is handed
