@@ -171,6 +171,16 @@ def sweep_configs():
         "fn_hi_diag": _fn_split(fused, "hi", "diag"),
         "two_pass_diag": _fn_split(base, "kernel", "diag"),
         "two_pass_fn_pre_diag": _fn_split(base, "pre", "diag"),
+        # the row pass 2 streaming its row in pipelined 2048-wide chunks (66 registers, 40 KB of
+        # shared memory at 4 warps x 3 stages: 5 programs per SM instead of the one-shot tile's 2),
+        # alone and under pass 1 with fn split once + diagonal-block squares (two passes everywhere)
+        "row_stream": dataclasses.replace(fused, row_large=RowConfig(2048, 16, 4, stages=3)),
+        "row_stream_s4": dataclasses.replace(fused, row_large=RowConfig(2048, 16, 4, stages=4)),
+        "row_stream_w8": dataclasses.replace(fused, row_large=RowConfig(2048, 16, 8, stages=3)),
+        "two_pass_row_stream": dataclasses.replace(base, row_large=RowConfig(2048, 16, 4, stages=3)),
+        "two_pass_fn_pre_diag_stream": dataclasses.replace(
+            _fn_split(base, "pre", "diag"), row_large=RowConfig(2048, 16, 4, stages=3)
+        ),
         # T <= 4 without a norm weight (the bench's case): the wide pass 2 (y over H / block_y
         # programs, scalar Sinkhorn), or the whole call in one launch ("tiny": pass 1 producers +
         # wide-finish consumers waiting on them); the heuristic's path everywhere else

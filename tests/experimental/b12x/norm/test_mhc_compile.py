@@ -103,6 +103,10 @@ ROW_TILES = {
     "row_small": _config.MhcConfig().row_small,
     "row_large": _config.MhcConfig().row_large,
     "row_w16": _config.RowConfig(block_h=8192, block_s=16, num_warps=16),
+    # bench_norm's row_stream*: the row in pipelined chunks (cp.async, stages - 1 chunks in flight)
+    "c2048_w4_s3": _config.RowConfig(block_h=2048, block_s=16, num_warps=4, stages=3),
+    "c2048_w4_s4": _config.RowConfig(block_h=2048, block_s=16, num_warps=4, stages=4),
+    "c2048_w8_s3": _config.RowConfig(block_h=2048, block_s=16, num_warps=8, stages=3),
 }
 
 
@@ -113,9 +117,11 @@ def test_row_kernel(tile, hidden, cc):
     """The row pass 2: the whole row as one tile up to 8192 (16384 streams two chunks), no spills."""
     cfg = ROW_TILES[tile]
     block_h, block_s = _kernel_row.row_tile(hidden, cfg)
-    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s)
+    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=cfg.stages)
     compiled = _compile(_kernel_row._mhc_row_kernel, APPLY_SIG, consts, cfg.num_warps, 1, cc)
     _check(compiled, f"row {tile}", mma=False)
+    if cfg.stages > 1 and hidden > block_h:  # the chunk loop is software-pipelined
+        assert "cp.async" in compiled.asm["ptx"], f"row {tile}: no cp.async in the chunk loop"
 
 
 SMALL_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")

@@ -523,3 +523,9 @@ def test_diag_squares_config():
     with pytest.raises(ValueError, match=re.escape("FusedConfig(sq='diag') needs block_t >= 16 and block_h >= 16")):
         _config.FusedConfig(block_h=8, sq="diag")
     assert _config.StreamConfig(64, 16, 2, sq="diag").sq == "diag"
+
+
+def test_row_config_stages():
+    with pytest.raises(ValueError, match=re.escape("RowConfig.stages must be an int >= 1, got 0")):
+        _config.RowConfig(2048, 16, 4, stages=0)
+    assert _config.RowConfig().stages == 1 and _config.MhcConfig().row_large.stages == 1  # default unchanged

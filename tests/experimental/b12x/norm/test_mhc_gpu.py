@@ -184,6 +184,10 @@ PASS2 = {
     "fn_pre_diag": _config.MhcConfig(
         fused_min_tokens=1000, **{k: dataclasses.replace(v, sq="diag", fn_split="pre") for k, v in _MIX_TILES.items()}
     ),
+    # the row pass 2 streaming its row in 2048-wide chunks, 3 stages deep (cp.async), 4 warps
+    "row_stream": _config.MhcConfig(
+        row_small=_config.RowConfig(2048, 64, 4, stages=3), row_large=_config.RowConfig(2048, 16, 4, stages=3)
+    ),
     "wide": _config.MhcConfig(wide=_config.WideConfig()),
     "tiny": _config.MhcConfig(tiny=_config.WideConfig()),
 }

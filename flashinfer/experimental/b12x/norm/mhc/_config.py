@@ -98,12 +98,17 @@ class RowConfig:
     block_h: int = 8192
     block_s: int = 64
     num_warps: int = 16
+    # chunked rows (block_h < H): the chunk loops' software pipeline depth (cp.async; 1: none, each
+    # chunk waits its own load)
+    stages: int = 1
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_s", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
+        if not isinstance(self.stages, int) or self.stages < 1:
+            raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 

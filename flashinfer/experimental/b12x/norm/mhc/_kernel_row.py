@@ -9,7 +9,9 @@ as one [4, BLOCK_H] tile at the start (the load is issued before the partial sum
 so its latency overlaps them). With a norm weight, mean(y^2) comes from that same tile in registers.
 
 When H > BLOCK_H (hidden sizes above the one-shot width), the row is streamed in BLOCK_H chunks
-instead: one loop for y (plus one for mean(y^2) with a norm weight, re-reading from L1/L2).
+instead: one loop for y (plus one for mean(y^2) with a norm weight, re-reading from L1/L2), the y
+loop software-pipelined STAGES deep (RowConfig.stages: fewer registers than the one-shot tile, so
+more programs per SM, each with STAGES - 1 chunks in flight).
 
 Bytes per token: the row (8H) once, y (2H), the partials (splits x 128) and post/comb (80). The
 legacy pass 2 (`_kernel._mhc_apply_kernel`) reads the row twice or three times.
@@ -56,6 +58,7 @@ def _mhc_row_kernel(
     H: tl.constexpr,
     BLOCK_H: tl.constexpr,  # power of two; the whole row in one tile when BLOCK_H >= H
     BLOCK_S: tl.constexpr,  # partial rows per step of the split sum
+    STAGES: tl.constexpr,  # chunked rows: the y loop's pipeline depth (RowConfig.stages)
 ):
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
@@ -114,7 +117,7 @@ def _mhc_row_kernel(
                 y = tl.sum(pre[:, None] * _stream_tile(row, i4, h0 + hh, stream_stride, H), axis=0)
                 yy += y * y
             inv = 1.0 / tl.sqrt_rn(tl.sum(yy, axis=0) / H + norm_eps)
-        for h0 in tl.range(0, H, BLOCK_H, num_stages=1):
+        for h0 in tl.range(0, H, BLOCK_H, num_stages=STAGES):
             y = tl.sum(pre[:, None] * _stream_tile(row, i4, h0 + hh, stream_stride, H), axis=0)
             hm = (h0 + hh) < H
             w = tl.load(w_ptr + h0 + hh, mask=h0 + hh < H * has_norm, other=1.0).to(tl.float32)
@@ -155,6 +158,7 @@ def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, wei
         H=hidden,
         BLOCK_H=block_h,
         BLOCK_S=block_s,
+        STAGES=config.stages,
         num_warps=config.num_warps,
         **({} if _interpreting() else _OPTS),
     )
@@ -175,6 +179,7 @@ def compile_row(dtype: str, hidden: int, weight_dtype: str, config: RowConfig, d
             H=hidden,
             BLOCK_H=block_h,
             BLOCK_S=block_s,
+            STAGES=config.stages,
             num_warps=config.num_warps,
             grid=(1,),
             **_OPTS,
