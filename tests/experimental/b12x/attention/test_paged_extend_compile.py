@@ -55,7 +55,7 @@ def _cp_async_per_thread(cfg: ExtendConfig, kv_dtype: str, page_size: int, d: in
     copiers = threads // 2 if cfg.split_issue else threads
     de = d // 2 if kv_dtype == "float8_e4m3fn" else d
     ck = min(page_size, cfg.block_n)
-    vec_cols = min(de // 8, 32)
+    vec_cols = min(de // (16 if cfg.wide_copy else 8), 32)
     vec_rows = min(copiers // vec_cols, ck)
     per_chunk = ck * (de // 8) // (vec_rows * vec_cols)
     return cfg.block_m * d // 8 // threads, 2 * (cfg.block_n // ck) * per_chunk
@@ -152,6 +152,7 @@ def test_pipelined_variants_compile(name, kv_dtype, arch):
     ("stagger", 1, "stagger must be a bool, got 1"),
     ("stagger", True, "stagger needs 8 warps, stages >= 3, sub_tiles 1 and no cross_tile"),
     ("split_issue", True, "split_issue needs stagger"),
+    ("wide_copy", 1, "wide_copy must be a bool, got 1"),
 ])  # fmt: skip
 def test_pipelining_fields_are_validated(field, value, match):
     cfg = dataclasses.replace(ExtendConfig(128, 64, 2, 2), **{field: value})
@@ -201,6 +202,8 @@ WIDE = {  # test_paged_extend_gpu.WIDE: 256-row CTAs and the staggered warp grou
     "m256n64s3r2pgi": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True),
     "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),  # 8 warps x 16 rows: fits sm_120a
+    "m128n64r2pw": ExtendConfig(128, 64, 2, 2, True, wide_copy=True),  # the default with wide_copy
+    "m256n64s3r2pgiw": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True),
 }
 
 
@@ -241,6 +244,10 @@ def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
     assert ptx.count(mma) == (3 if cfg.stagger else 1) * base.count(mma) > 0
     regs, stack = _resources(fn)
     assert regs <= 255 and stack <= 256, (regs, stack)
+    if cfg.wide_copy:  # each copying thread's second vector of a key row at an immediate De / 2 (bytes: De)
+        second = f"+{64 if kv_dtype == 'float8_e4m3fn' else 128}], 16"
+        plain = _compile(kv_dtype, dataclasses.replace(cfg, wide_copy=False), arch)
+        assert ptx.count(second) > plain.count(second), (ptx.count(second), plain.count(second))
     if cfg.stagger:  # one tile fewer in flight than stages: the prologue issues stages - 2 tiles; one
         # tile issue in each traced step (the late group's peeled step and loop, the other group's loop
         # unless split_issue leaves the copies to the late group)

@@ -200,6 +200,7 @@ def test_bench_extend_helpers():
     assert B.parse_extend_config("128x32x3x2pc") == ExtendConfig(128, 32, 3, 2, True, cross_tile=True)
     assert B.parse_extend_config("256x64x3x2pg") == ExtendConfig(256, 64, 3, 2, True, stagger=True)
     assert B.parse_extend_config("256x64x4x2pgi") == ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True)
+    assert B.parse_extend_config("128x64x2x2pw") == ExtendConfig(128, 64, 2, 2, True, wide_copy=True)
     assert B.parse_extend_config("256x64x2x2") == ExtendConfig(256, 64, 2, 2)
     assert "stagger=True" in repr(ExtendConfig(256, 64, 3, 2, stagger=True))
     with pytest.raises(

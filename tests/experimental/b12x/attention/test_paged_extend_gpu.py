@@ -169,6 +169,8 @@ WIDE = {  # test_paged_extend_compile.WIDE
     "m256n64s3r2pgi": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True),
     "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),
+    "m128n64r2pw": ExtendConfig(128, 64, 2, 2, True, wide_copy=True),
+    "m256n64s3r2pgiw": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True),
 }
 WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtype, (Hq, Hkv), page size
     (1, "m256n64s3r2pg", "bfloat16", (8, 8), 16),
@@ -187,6 +189,10 @@ WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtyp
     (4, "m256n64s3r2p", "bfloat16", (40, 8), 64),  # G 5: a padding row
     (4, "m128n32s3pg", "bfloat16", (32, 8), 16),
     (4, "m128n32s3pg", "float8_e4m3fn", (8, 8), 64),
+    (5, "m128n64r2pw", "bfloat16", (32, 8), 16),
+    (5, "m128n64r2pw", "bfloat16", (8, 8), 64),
+    (5, "m128n64r2pw", "float8_e4m3fn", (32, 8), 16),
+    (5, "m256n64s3r2pgiw", "bfloat16", (32, 8), 16),
 ]
 
 

@@ -43,6 +43,10 @@ class ExtendConfig:
     split_issue (with stagger): only the late group issues the K/V cp.async (and page lookups), twice
     as many per thread; the other group's step has no issue block (SASS a tile: 1047 + 867
     instructions for the two groups instead of 1009 + ~1110).
+    wide_copy: half as many copying threads across a key row, each moving two 16-byte vectors De / 2
+    apart in one row (one source address, the second at an immediate offset) instead of one vector
+    in each of two rows: the cp.async issue needs half the 64-bit address chains (SASS at 128 x 64:
+    1097 instructions a tile instead of 1142; 256x64x3x2pgi's late group 1001 instead of 1047).
 
     block_m 256 (8 warps at row_blocks 2, 64 tokens x G 4): one CTA an SM (the 8 warps of two 128-row
     CTAs), each K / V tile loaded once for twice the rows: half the cp.async issue and L2 traffic
@@ -58,6 +62,7 @@ class ExtendConfig:
     cross_tile: bool = False
     stagger: bool = False
     split_issue: bool = False
+    wide_copy: bool = False
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
@@ -66,6 +71,7 @@ class ExtendConfig:
         extra += ", cross_tile=True" if self.cross_tile else ""
         extra += ", stagger=True" if self.stagger else ""
         extra += ", split_issue=True" if self.split_issue else ""
+        extra += ", wide_copy=True" if self.wide_copy else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -105,7 +111,7 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
-    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue"):
+    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue", "wide_copy"):
         if not isinstance(getattr(c, flag), bool):
             return f"{flag} must be a bool, got {getattr(c, flag)!r}"
     if c.cross_tile and (c.stages < 3 or c.sub_tiles != 1):
@@ -177,15 +183,15 @@ def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
 
 def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
-    in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'sN' sub_tiles=N,
-    'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgi')."""
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(?:s(\d+))?(?:l(\d+))?", text)
+    in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
+    'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw')."""
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(
             f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
-            f"c: cross_tile, g: stagger, i: split_issue, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
+            f"c: cross_tile, g: stagger, i: split_issue, w: wide_copy, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
         )
-    m, n, st, rb, p, cross, stagger, split, sub, lazy = match.groups()
-    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), stagger=bool(stagger), split_issue=bool(split), sub_tiles=int(sub or 1),
+    m, n, st, rb, p, cross, stagger, split, wide, sub, lazy = match.groups()
+    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), stagger=bool(stagger), split_issue=bool(split), wide_copy=bool(wide), sub_tiles=int(sub or 1),
                  lazy_rescale=int(lazy or 0))  # fmt: skip
     return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)

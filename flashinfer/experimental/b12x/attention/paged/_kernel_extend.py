@@ -94,6 +94,7 @@ class PagedExtend:
         # leaner loop), so the other group's step has no issue block or page lookups
         self.split_issue = config.split_issue
         self.copiers = self.threads // 2 if self.split_issue else self.threads
+        self.wide_copy = config.wide_copy
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -135,7 +136,10 @@ class PagedExtend:
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
         )
         # One chunk (ck keys x De) per copy: 16-byte vectors, threads beyond the chunk's rows idle.
-        vec_cols = min(self.de // 8, 32)
+        # wide_copy: half the threads across a row, so each thread moves vectors De / 2 apart in one
+        # key row (one source address, the second at an immediate offset) instead of two rows; a
+        # warp's instruction still covers whole 32-byte sectors
+        vec_cols = min(self.de // (16 if self.wide_copy else 8), 32)
         vec_rows = min(self.copiers // vec_cols, self.ck)
         kv_copy = cute.make_tiled_copy_tv(
             cp_atom, cute.make_layout((vec_rows, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
