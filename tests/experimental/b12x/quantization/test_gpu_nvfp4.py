@@ -126,10 +126,11 @@ def test_dispatch_freeze_compiles_nothing(session):
 
 # -- "pairs" --------------------------------------------------------------------------------------
 PAIRS = [c for c in nv_kernel.candidate_configs(7168, unvalidated=True) if c.encode == "pairs"]
-PAIRS_MAIN = [
+PAIRS_MAIN = [  # 8x256x4 k_iters 4; its skip_dead + scale_words twin; its prefetch twin
     PAIRS[0],
     next(c for c in PAIRS if c.skip_dead and c.scale_words),
-]  # 8x256x4 k_iters 4; its skip_dead twin
+    next(c for c in PAIRS if c.prefetch),
+]
 PAIRS_MS = [1, 7, 128, 4097]
 EXTREME_GS = [1.0, 1e-45, 2.0**-100, 2.0**-64, 1e-20, 1e30, 3e38]
 

@@ -11,6 +11,7 @@ the gpu tier (test_gpu_nvfp4.py, test_gpu_candidates.py) runs the inline PTX.
 """
 
 import math
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ TIES_UP = [False, True, False, True, False, True, False]
 SCALES = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 0 and every positive
 NEG_INF = torch.tensor(-math.inf)
 TINY_GS = 2.0**-64  # below it u and gs are scaled by 2^64 (1/gs would overflow)
+DOUBLING_GS = 2.0**100  # up to it every T is a normal bf16, so T(2u) = 2 T(u) exactly
 
 
 def rd_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -39,8 +41,11 @@ def rd_recip(a: torch.Tensor) -> torch.Tensor:
     return torch.where(q.double() * a.double() > 1.0, torch.nextafter(q, NEG_INF), q)
 
 
-def thresholds(sf: torch.Tensor, gs: float, fixup: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(T as bf16-in-the-top-half int32 bits, u unscaled) per midpoint: `_pairs._x_threshold`."""
+def thresholds(
+    sf: torch.Tensor, gs: float, fixup: bool = True, double: bool = True
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(T as bf16-in-the-top-half int32 bits, u unscaled) per midpoint: `_pairs.pair_thresholds`.
+    T(2u) = 2 T(u) (RD: saturating) for 2.5 = 2 * 1.25, 5 = 4 * 1.25, 3.5 = 2 * 1.75 while gs <= 2^100."""
     s = torch.where(sf == 0, torch.full_like(sf, math.nan), sf)
     g = torch.tensor(gs, dtype=torch.float32)
     scale = torch.tensor(2.0**64 if float(g) < TINY_GS else 1.0)
@@ -55,6 +60,10 @@ def thresholds(sf: torch.Tensor, gs: float, fixup: bool = True) -> list[tuple[to
         nxt = x + 65536
         t = torch.where(nxt.view(torch.float32) * gs_k <= u, nxt, x) if fixup else x
         out.append((t, u / scale))
+    if double and float(g) <= DOUBLING_GS:
+        for j, (base, times) in {4: (2, 2.0), 5: (3, 2.0), 6: (2, 4.0)}.items():
+            t = rd_mul(out[base][0].view(torch.float32), torch.tensor(times)).view(torch.int32) & -65536
+            out[j] = (t, out[j][1])
     return out
 
 
@@ -93,6 +102,8 @@ GLOBAL_SCALES = [
     1e-40,
     1e-45,  # the smallest fp32: 1/gs overflows
     7.9e-36,
+    2.0**100,
+    1.0000001 * 2.0**100,
     1e30,
     2.688e33,
     3e38,
@@ -134,3 +145,11 @@ def test_directed_rounding_mirrors():
     assert c[2] == torch.finfo(torch.float32).max and c[3] == 0 and c[4].isnan()
     r = rd_recip(torch.tensor([3.0, 1e-45, 1.0]))
     assert r[0].double() * 3 < 1 and r[1] == torch.finfo(torch.float32).max and r[2] == 1
+
+
+def test_doubling_needs_its_range(monkeypatch):
+    # T(2u) = 2 T(u) only while the T are normal bf16: at gs = 3e38 they are subnormal and doubling
+    # them breaks codes, which is why the kernel computes all seven above gs = 2^100.
+    monkeypatch.setattr(sys.modules[__name__], "DOUBLING_GS", 1e39)
+    x, sf = ALL_BF16[:, None], SCALES[None, :]
+    assert not torch.equal(codes_pairs(x, sf, 3e38), codes_oracle(x, sf, 3e38))

@@ -85,6 +85,8 @@ class NvFp4Config:
     the 128x4 layout) instead of bytes; needs block_k >= 64.
     k_iters: each program quantizes k_iters column tiles one after the other (a loop): the per-thread
     setup is paid once for them (the grid has ceil(tiles / k_iters) programs along K).
+    prefetch ("pairs" with k_iters > 1 only): each column tile's loads are issued before the previous
+    tile's math (`_kernel_pairs.py`).
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
@@ -99,6 +101,7 @@ class NvFp4Config:
     scale_words: bool = False
     layout: str = "rows"
     k_iters: int = 1
+    prefetch: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -120,6 +123,8 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (config.layout == "rows" or config.encode != "div")
         and (config.layout == "halves" or config.encode != "pairs")
         and config.k_iters in (1, 2, 4, 8, 16)
+        and isinstance(config.prefetch, bool)
+        and (not config.prefetch or (config.encode == "pairs" and config.k_iters > 1))
     )
 
 
@@ -239,6 +244,10 @@ _UNVALIDATED_PAIRS = (
     (32, 256, 16, "pairs", False, False, "halves", 4),
     (8, 256, 4, "pairs", True, True, "halves", 4),
     (16, 128, 4, "pairs", False, False, "halves", 4),
+    # the next column tile's loads in flight during this tile's math (+8 registers)
+    (8, 256, 4, "pairs", False, False, "halves", 4, True),
+    (16, 256, 8, "pairs", False, False, "halves", 4, True),
+    (8, 256, 4, "pairs", False, False, "halves", 8, True),
 )
 
 
@@ -294,6 +303,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.scale_words,
         cfg.layout == "halves",
         cfg.k_iters,
+        cfg.prefetch,
         asm,
     )
 
@@ -576,13 +586,14 @@ def _nvfp4_quantize_kernel(
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
     HALVES: tl.constexpr,  # NvFp4Config.layout == "halves"
     K_ITERS: tl.constexpr,  # NvFp4Config.k_iters: column tiles per program, one after the other
+    PREFETCH: tl.constexpr,  # NvFp4Config.prefetch ("pairs" only)
     ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
 ):
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, ASM,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -656,6 +667,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "SCALE_WORDS": "constexpr",
         "HALVES": "constexpr",
         "K_ITERS": "constexpr",
+        "PREFETCH": "constexpr",
         "ASM": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]

@@ -26,7 +26,8 @@ Per pair of values (one 32-bit word w of two bf16): |w| = w & 0x7FFF7FFF, then s
 (the sign, `set.lt` on w), so each half ends as the bf16 128 + code (bits 0x4300 + code, exact:
 integers below 256); two `prmt` and a shift-or per 8 values pack the low nibbles. The block amax
 is a `max.bf16x2` tree on the |w| (NaN-ignoring, as `block_amax_maxnum`).
-Per value: ~8.5 instructions of encode (vs ~15); per block: ~60 for the seven T (vs ~12).
+Per value: ~8.5 instructions of encode (vs ~15); per block: ~45 for the seven T (vs ~12): four
+computed, three doubled (`pair_thresholds`).
 
 `test_nvfp4_pairs.py` mirrors the rule in torch and checks it exhaustively (every bf16 x against
 every E4M3 scale under 30+ global scales from 1e-45 to 3e38, and T against a brute-force search);
@@ -76,40 +77,60 @@ def pairs_prologue(gs, ASM: tl.constexpr):
 
 @triton.jit
 def _dup(t, ASM: tl.constexpr):
-    """A bf16 in the top half of t (low half 0) in both halves."""
+    """The top half of t (a bf16; the low half is ignored) in both halves."""
     if ASM:
         return tl.inline_asm_elementwise(
             "prmt.b32 $0, $1, $1, 0x3232;", "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1
         )
     else:
-        return t | ((t >> 16) & 0xFFFF)
+        return (t & -65536) | ((t >> 16) & 0xFFFF)
 
 
 @triton.jit
 def _x_threshold(s, m: tl.constexpr, TIE_UP: tl.constexpr, scale, rg, gs_k, ASM: tl.constexpr):
-    """T(u) for u = m * s (made strict where the tie rounds up), in both halves of an int32 [rows, blocks]."""
+    """T(u) for u = m * s (made strict where the tie rounds up) in the top half of an int32 [rows, blocks]."""
     u = s * (m * scale)  # exact: m has <= 3 significant bits, s <= 448, scale a power of two
     if TIE_UP:
         u = (u.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
     x = _rd_mul(u, rg, ASM).to(tl.int32, bitcast=True) & -65536  # truncated to bf16: <= B
     nxt = x + 65536
-    t = tl.where(nxt.to(tl.float32, bitcast=True) * gs_k <= u, nxt, x)
-    return _dup(t, ASM)
+    return tl.where(nxt.to(tl.float32, bitcast=True) * gs_k <= u, nxt, x)
+
+
+@triton.jit
+def _doubled(t, times: tl.constexpr, ASM: tl.constexpr):
+    """T(times * u) = times * T(u) (times a power of two): exact while the T are normal bf16 (X = 2Y
+    and fl(2Y gs) = 2 fl(Y gs) near u); RD saturates an overflow at the largest fp32, whose top half
+    is the largest bf16."""
+    return _rd_mul(t.to(tl.float32, bitcast=True), tl.full(t.shape, times, tl.float32), ASM).to(tl.int32, bitcast=True)
 
 
 @triton.jit
 def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr):
     """The seven T(u_j) of the block scales sf [rows, blocks] (fp32 E4M3 values) as bf16 pairs, and
-    -T(u_0) as a pair (the sign test). NaN pairs where sf == 0."""
+    -T(u_0) as a pair (the sign test). NaN pairs where sf == 0.
+
+    The midpoints 2.5, 3.5, 5 are 2, 2, 4 times 1.25, 1.75, 1.25 (and below(2t) = 2 below(t)), so
+    while every T is a normal bf16 (gs <= 2^100: T ~ u / gs >= 2^-111) their T are the doubled
+    ones (2 instructions instead of ~9); above that (bf16-subnormal thresholds, where X = 2Y fails for
+    odd multiples of the smallest subnormal) all seven are computed. A uniform branch per program."""
     nan = tl.full(sf.shape, 0x7FC00000, tl.int32).to(tl.float32, bitcast=True)
     s = tl.where(sf == 0, nan, sf)
     t0 = _x_threshold(s, 0.25, False, scale, rg, gs_k, ASM)
     t1 = _x_threshold(s, 0.75, True, scale, rg, gs_k, ASM)
     t2 = _x_threshold(s, 1.25, False, scale, rg, gs_k, ASM)
     t3 = _x_threshold(s, 1.75, True, scale, rg, gs_k, ASM)
-    t4 = _x_threshold(s, 2.5, False, scale, rg, gs_k, ASM)
-    t5 = _x_threshold(s, 3.5, True, scale, rg, gs_k, ASM)
-    t6 = _x_threshold(s, 5.0, False, scale, rg, gs_k, ASM)
+    if gs_k <= 1.2676506002282294e30:  # 2^100 (gs_k differs from gs only below 2^-64)
+        t4 = _doubled(t2, 2.0, ASM)
+        t5 = _doubled(t3, 2.0, ASM)
+        t6 = _doubled(t2, 4.0, ASM)
+    else:
+        t4 = _x_threshold(s, 2.5, False, scale, rg, gs_k, ASM)
+        t5 = _x_threshold(s, 3.5, True, scale, rg, gs_k, ASM)
+        t6 = _x_threshold(s, 5.0, False, scale, rg, gs_k, ASM)
+    t0 = _dup(t0, ASM)
+    t1, t2, t3 = _dup(t1, ASM), _dup(t2, ASM), _dup(t3, ASM)
+    t4, t5, t6 = _dup(t4, ASM), _dup(t5, ASM), _dup(t6, ASM)
     return t0, t1, t2, t3, t4, t5, t6, t0 | -2147450880  # 0x80008000: both halves negated
 
 
