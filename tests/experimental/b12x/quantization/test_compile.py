@@ -214,7 +214,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.bf16x2"}, (cfg, ops)
             assert ptx.count("fma.rn.bf16x2") == 4 * vpt and ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2
             # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other branch)
-            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 and "rcp.rm.f32" in ptx, cfg
+            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
             ops -= {"fma.rn.bf16x2"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":

@@ -1,7 +1,7 @@
 """Reference tier: the "pairs" E2M1 encode of the NVFP4 kernel (`nvfp4/_pairs.py`) equals the oracle's
 `e2m1(clamp((x * gs) / sf))` on every bf16 input.
 
-The rule, mirrored here in torch (fp32 ops; the directed roundings `mul.rm`/`rcp.rm` through float64,
+The rule, mirrored here in torch (fp32 ops; the directed roundings `mul.rm` and RD(1/gs) through float64,
 where a product of two fp32 is exact): per block scale sf and global scale gs, seven bf16 thresholds
 T(u_j) in the input's domain, u_j the strict thresholds of the "search" encode; the code counts the
 T below |x| (+8 when x < -T(u_0)). Checked exhaustively: every bf16 x (NaN, Inf, subnormals and -0
@@ -36,7 +36,7 @@ def rd_mul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def rd_recip(a: torch.Tensor) -> torch.Tensor:
-    """`rcp.rm.f32` for a finite a > 0."""
+    """RD(1 / a) for a finite fp32 a > 0, as `_pairs._rd_recip` computes it."""
     q = (1.0 / a.double()).float()
     return torch.where(q.double() * a.double() > 1.0, torch.nextafter(q, NEG_INF), q)
 

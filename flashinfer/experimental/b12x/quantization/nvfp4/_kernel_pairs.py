@@ -3,7 +3,7 @@
 Same tiling and outputs as the "halves" layout of `_kernel.py` (one thread owns whole 16-element
 blocks, loaded as 4 int32 words per half, the 16 codes stored as one 8-byte word; the scales at their
 swizzled offsets), with the per-program work hoisted out of the k_iters loop: the global-scale load
-and `pairs_prologue` (one `rcp.rm.f32`) run once per program, not once per tile.
+and `pairs_prologue` (RD(1/gs), one float64 division) run once per program, not once per tile.
 PREFETCH (`NvFp4Config.prefetch`): the loop loads column tile i + 1 before it encodes tile i, so each
 warp keeps its next 1 KB in flight while it computes (8 more registers): a bet that the steps tile's
 67% issue efficiency on the H200 came from exposed DRAM latency.

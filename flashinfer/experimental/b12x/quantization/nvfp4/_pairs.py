@@ -14,7 +14,7 @@ How. p = fl(x * gs) is monotone in x, so for every strict threshold u of `_encod
 
 for every bf16 x (NaN compares false on both sides; |x| = Inf exceeds every finite T, as |p| = Inf
 exceeds every u). Per block, each T comes from c = RD(u * RD(1/gs)) <= u / gs <= T's real bound B
-(directed roundings, `mul.rm`/`rcp.rm`): X = c truncated to bf16 is <= B, and B - c < one bf16 ulp
+(directed roundings: `mul.rm`, and a float64 check for 1/gs): X = c truncated to bf16 is <= B, and B - c < one bf16 ulp
 (c is within 2^-22 of u / gs relatively, or 2^-149 absolutely when subnormal; B within 2^-24 of
 it), so T is X or the next bf16, the one with fl(next * gs) <= u. One FMUL and one compare decide
 which. RD never overflows to Inf (it saturates at the largest fp32, whose truncation is the largest
@@ -56,14 +56,12 @@ def _rd_mul(a, b, ASM: tl.constexpr):
 
 
 @triton.jit
-def _rd_recip(a, ASM: tl.constexpr):
-    """RD(1 / a) for a finite fp32 a > 0 (the largest fp32 when 1/a overflows)."""
-    if ASM:
-        return tl.inline_asm_elementwise("rcp.rm.f32 $0, $1;", "=f,f", [a], dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        q = (1.0 / a.to(tl.float64)).to(tl.float32)  # RD or RU of 1/a
-        down = (q.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
-        return tl.where(q.to(tl.float64) * a.to(tl.float64) > 1.0, down, q)
+def _rd_recip(a):
+    """RD(1 / a) for a finite fp32 scalar a > 0 (the largest fp32 when 1/a overflows), once per program:
+    RN(1/a) in float64 rounded to fp32 is RD or RU of 1/a, and the exact float64 product says which."""
+    q = (1.0 / a.to(tl.float64)).to(tl.float32)
+    down = (q.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)  # Inf -> the largest fp32
+    return tl.where(q.to(tl.float64) * a.to(tl.float64) > 1.0, down, q)
 
 
 @triton.jit
@@ -72,7 +70,7 @@ def pairs_prologue(gs, ASM: tl.constexpr):
     gs_k = gs * scale (exact)."""
     scale = tl.where(gs < 5.421010862427522e-20, 18446744073709551616.0, 1.0)  # 2^-64, 2^64
     gs_k = gs * scale
-    return scale, _rd_recip(gs_k, ASM), gs_k
+    return scale, _rd_recip(gs_k), gs_k
 
 
 @triton.jit
