@@ -181,6 +181,24 @@ def sweep_configs():
         "two_pass_fn_pre_diag_stream": dataclasses.replace(
             _fn_split(base, "pre", "diag"), row_large=RowConfig(2048, 16, 4, stages=3)
         ),
+        # the row pass 2's weights as scalars (one partial reduction, shuffle-free Sinkhorn: the
+        # per-token chain that bounds pass 2 at T <= ~1024), one-shot rows / streamed rows
+        # (1024-wide chunks, 3 stages, 4 warps: 126 registers; scalar with the one-shot tile spills)
+        "row_scalar": dataclasses.replace(
+            fused,
+            row_small=RowConfig(1024, 256, 4, stages=3, scalar=True),
+            row_large=RowConfig(1024, 16, 4, stages=3, scalar=True),
+        ),
+        "two_pass_row_scalar": dataclasses.replace(
+            base,
+            row_small=RowConfig(1024, 256, 4, stages=3, scalar=True),
+            row_large=RowConfig(1024, 16, 4, stages=3, scalar=True),
+        ),
+        "two_pass_fn_pre_diag_scalar": dataclasses.replace(
+            _fn_split(base, "pre", "diag"),
+            row_small=RowConfig(1024, 256, 4, stages=3, scalar=True),
+            row_large=RowConfig(1024, 16, 4, stages=3, scalar=True),
+        ),
         # T <= 4 without a norm weight (the bench's case): the wide pass 2 (y over H / block_y
         # programs, scalar Sinkhorn), or the whole call in one launch ("tiny": pass 1 producers +
         # wide-finish consumers waiting on them); the heuristic's path everywhere else

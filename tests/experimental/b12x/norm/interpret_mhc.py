@@ -85,6 +85,11 @@ VARIANTS = {
     # the wide pass 2 at T <= 4 without a norm weight (4 programs of 64 columns at H = 256, the
     # partials summed 4 rows a step), the row pass 2 otherwise
     "wide": _config.MhcConfig(pass2="row", wide=_config.WideConfig(max_tokens=4, block_y=64, block_s=4)),
+    # the weights as scalars in the row kernel (one-shot at small T, 128-wide chunks at large T)
+    "row_scalar": _config.MhcConfig(
+        row_small=_config.RowConfig(block_h=8192, block_s=4, num_warps=4, scalar=True),
+        row_large=_config.RowConfig(block_h=128, block_s=2, num_warps=4, stages=2, scalar=True),
+    ),
     "row_chunked": _config.MhcConfig(
         pass2="row",
         row_small=_config.RowConfig(block_h=128, block_s=2, num_warps=4),

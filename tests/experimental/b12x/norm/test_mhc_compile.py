@@ -107,6 +107,10 @@ ROW_TILES = {
     "c2048_w4_s3": _config.RowConfig(block_h=2048, block_s=16, num_warps=4, stages=3),
     "c2048_w4_s4": _config.RowConfig(block_h=2048, block_s=16, num_warps=4, stages=4),
     "c2048_w8_s3": _config.RowConfig(block_h=2048, block_s=16, num_warps=8, stages=3),
+    # ... and with the weights as scalars (row_scalar: 126-147 registers; scalar with the one-shot
+    # 8192 tile or 2048 chunks at 4 warps spills, 255 registers + stack: not offered)
+    "c1024_s256_scalar": _config.RowConfig(block_h=1024, block_s=256, num_warps=4, stages=3, scalar=True),
+    "c1024_s16_scalar": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=3, scalar=True),
 }
 
 
@@ -117,7 +121,7 @@ def test_row_kernel(tile, hidden, cc):
     """The row pass 2: the whole row as one tile up to 8192 (16384 streams two chunks), no spills."""
     cfg = ROW_TILES[tile]
     block_h, block_s = _kernel_row.row_tile(hidden, cfg)
-    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=cfg.stages)
+    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=cfg.stages, SCALAR=cfg.scalar)
     compiled = _compile(_kernel_row._mhc_row_kernel, APPLY_SIG, consts, cfg.num_warps, 1, cc)
     _check(compiled, f"row {tile}", mma=False)
     if cfg.stages > 1 and hidden > block_h:  # the chunk loop is software-pipelined

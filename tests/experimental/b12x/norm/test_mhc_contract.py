@@ -529,3 +529,5 @@ def test_row_config_stages():
     with pytest.raises(ValueError, match=re.escape("RowConfig.stages must be an int >= 1, got 0")):
         _config.RowConfig(2048, 16, 4, stages=0)
     assert _config.RowConfig().stages == 1 and _config.MhcConfig().row_large.stages == 1  # default unchanged
+    with pytest.raises(ValueError, match=re.escape("RowConfig.scalar must be a bool, got 1")):
+        _config.RowConfig(scalar=1)

@@ -188,6 +188,10 @@ PASS2 = {
     "row_stream": _config.MhcConfig(
         row_small=_config.RowConfig(2048, 64, 4, stages=3), row_large=_config.RowConfig(2048, 16, 4, stages=3)
     ),
+    "row_scalar": _config.MhcConfig(
+        row_small=_config.RowConfig(1024, 256, 4, stages=3, scalar=True),
+        row_large=_config.RowConfig(1024, 16, 4, stages=3, scalar=True),
+    ),
     "wide": _config.MhcConfig(wide=_config.WideConfig()),
     "tiny": _config.MhcConfig(tiny=_config.WideConfig()),
 }

@@ -101,6 +101,9 @@ class RowConfig:
     # chunked rows (block_h < H): the chunk loops' software pipeline depth (cp.async; 1: none, each
     # chunk waits its own load)
     stages: int = 1
+    # the weights (pre, post, comb: softmax + Sinkhorn) as per-thread scalars from one [block_s, 32]
+    # partial reduction (_kernel_wide's finish) instead of [4] / [4, 4] tiles reduced across lanes
+    scalar: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_s", "num_warps"):
@@ -109,6 +112,8 @@ class RowConfig:
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
+        if not isinstance(self.scalar, bool):
+            raise ValueError(f"RowConfig.scalar must be a bool, got {self.scalar!r}")
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import RowConfig
+from ._kernel_wide import _pick, _post_comb
 
 
 @triton.jit
@@ -59,6 +60,7 @@ def _mhc_row_kernel(
     BLOCK_H: tl.constexpr,  # power of two; the whole row in one tile when BLOCK_H >= H
     BLOCK_S: tl.constexpr,  # partial rows per step of the split sum
     STAGES: tl.constexpr,  # chunked rows: the y loop's pipeline depth (RowConfig.stages)
+    SCALAR: tl.constexpr,  # the weights as per-thread scalars (RowConfig.scalar; _kernel_wide._post_comb)
 ):
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
@@ -70,35 +72,50 @@ def _mhc_row_kernel(
     if ONE_SHOT:
         v = _stream_tile(row, i4, hh, stream_stride, H)  # issued first: overlaps the 4x4 math
 
-    # The mixes: partials summed over the splits (elementwise per step, one reduction at the end).
-    ss = tl.arange(0, BLOCK_S)
-    a_pre = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
-    a_post = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
-    a_comb = tl.zeros([BLOCK_S, 4, 4], dtype=tl.float32)
-    a_sq = tl.zeros([BLOCK_S], dtype=tl.float32)
-    for s0 in range(0, splits, BLOCK_S):
-        s = s0 + ss
-        sm = s < splits
-        prow = part_ptr + (s.to(tl.int64) * T + tok) * 32  # [BS]
-        a_pre += tl.load(prow[:, None] + i4[None, :], mask=sm[:, None], other=0.0)
-        a_post += tl.load(prow[:, None] + 4 + i4[None, :], mask=sm[:, None], other=0.0)
-        cofs = 8 + i4[None, :, None] * 4 + i4[None, None, :]
-        a_comb += tl.load(prow[:, None, None] + cofs, mask=sm[:, None, None], other=0.0)
-        a_sq += tl.load(prow + 24, mask=sm, other=0.0)
-    rs = 1.0 / tl.sqrt_rn(tl.sum(a_sq, axis=0) / (4 * H) + rms_eps)
+    if SCALAR:
+        # One [BLOCK_S, 32] partial tile a step, one reduction; the weights as scalars
+        # (_kernel_wide: pre by a masked sum, post and comb with a shuffle-free Sinkhorn).
+        c = tl.arange(0, 32)
+        acc = tl.zeros([BLOCK_S, 32], dtype=tl.float32)
+        for s0 in range(0, splits, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            prow = part_ptr + (s.to(tl.int64) * T + tok) * 32
+            acc += tl.load(prow[:, None] + c[None, :], mask=(s < splits)[:, None], other=0.0)
+        tot = tl.sum(acc, axis=0)
+        rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
+        pre = tl.sum(tl.where(c[None, :] == i4[:, None], tot[None, :], 0.0), axis=1)
+        pre = tl.sigmoid(pre * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
+        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps)
+    else:
+        # The mixes: partials summed over the splits (elementwise per step, one reduction at the end).
+        ss = tl.arange(0, BLOCK_S)
+        a_pre = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
+        a_post = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
+        a_comb = tl.zeros([BLOCK_S, 4, 4], dtype=tl.float32)
+        a_sq = tl.zeros([BLOCK_S], dtype=tl.float32)
+        for s0 in range(0, splits, BLOCK_S):
+            s = s0 + ss
+            sm = s < splits
+            prow = part_ptr + (s.to(tl.int64) * T + tok) * 32  # [BS]
+            a_pre += tl.load(prow[:, None] + i4[None, :], mask=sm[:, None], other=0.0)
+            a_post += tl.load(prow[:, None] + 4 + i4[None, :], mask=sm[:, None], other=0.0)
+            cofs = 8 + i4[None, :, None] * 4 + i4[None, None, :]
+            a_comb += tl.load(prow[:, None, None] + cofs, mask=sm[:, None, None], other=0.0)
+            a_sq += tl.load(prow + 24, mask=sm, other=0.0)
+        rs = 1.0 / tl.sqrt_rn(tl.sum(a_sq, axis=0) / (4 * H) + rms_eps)
 
-    # pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds) as a [4, 4] tile.
-    pre = tl.sigmoid(tl.sum(a_pre, axis=0) * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
-    post = 2.0 * tl.sigmoid(tl.sum(a_post, axis=0) * rs * tl.load(scale_ptr + 1) + tl.load(base_ptr + 4 + i4))
-    tl.store(post_ptr + tok * 4 + i4, post)
-    cij = i4[:, None] * 4 + i4[None, :]
-    logits = tl.sum(a_comb, axis=0) * (rs * tl.load(scale_ptr + 2)) + tl.load(base_ptr + 8 + cij)
-    e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-    comb = e / tl.sum(e, axis=1)[:, None] + hc_eps
-    for _ in range(sinkhorn_iters):  # reciprocals, then multiplies
-        comb = comb * (1.0 / (tl.sum(comb, axis=1) + hc_eps))[:, None]
-        comb = comb * (1.0 / (tl.sum(comb, axis=0) + hc_eps))[None, :]
-    tl.store(comb_ptr + tok * 16 + cij, comb)
+        # pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds) as a [4, 4] tile.
+        pre = tl.sigmoid(tl.sum(a_pre, axis=0) * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
+        post = 2.0 * tl.sigmoid(tl.sum(a_post, axis=0) * rs * tl.load(scale_ptr + 1) + tl.load(base_ptr + 4 + i4))
+        tl.store(post_ptr + tok * 4 + i4, post)
+        cij = i4[:, None] * 4 + i4[None, :]
+        logits = tl.sum(a_comb, axis=0) * (rs * tl.load(scale_ptr + 2)) + tl.load(base_ptr + 8 + cij)
+        e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+        comb = e / tl.sum(e, axis=1)[:, None] + hc_eps
+        for _ in range(sinkhorn_iters):  # reciprocals, then multiplies
+            comb = comb * (1.0 / (tl.sum(comb, axis=1) + hc_eps))[:, None]
+            comb = comb * (1.0 / (tl.sum(comb, axis=0) + hc_eps))[None, :]
+        tl.store(comb_ptr + tok * 16 + cij, comb)
 
     # y = sum_i pre_i * residual_i, then the optional RMS norm (weight load masked by has_norm).
     y_row = y_ptr + tok * H
@@ -159,6 +176,7 @@ def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, wei
         BLOCK_H=block_h,
         BLOCK_S=block_s,
         STAGES=config.stages,
+        SCALAR=config.scalar,
         num_warps=config.num_warps,
         **({} if _interpreting() else _OPTS),
     )
@@ -180,6 +198,7 @@ def compile_row(dtype: str, hidden: int, weight_dtype: str, config: RowConfig, d
             BLOCK_H=block_h,
             BLOCK_S=block_s,
             STAGES=config.stages,
+            SCALAR=config.scalar,
             num_warps=config.num_warps,
             grid=(1,),
             **_OPTS,
