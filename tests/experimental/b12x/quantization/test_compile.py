@@ -258,8 +258,8 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         default = kmod.candidate_configs(k)
         everything = kmod.candidate_configs(k, unvalidated=True)
         assert default[0] == kmod.default_config(k) and set(default) <= set(everything)
-        if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"
-            assert default == tuple(c for c in everything if c.encode != "pairs"), default
+        if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"?
+            assert default == tuple(c for c in everything if nv.PAIRS_GPU_VALIDATED or c.encode != "pairs")
             continue
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
             assert default == tuple(c for c in everything if c.encode != "steps"), default
@@ -274,6 +274,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     cls = nv.NvFp4Config if op == "nvfp4" else mx.MxFp8Config
     passed = kmod._VALIDATED + (kmod._UNVALIDATED if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED else ())
     passed += kmod._UNVALIDATED_STEPS if op == "nvfp4" and nv.STEPS_GPU_VALIDATED else ()
+    passed += kmod._UNVALIDATED_PAIRS if op == "nvfp4" and nv.PAIRS_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -283,5 +284,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     if op == "nvfp4":  # the one-line switch after the GPU run passes: every candidate but "steps" is offered
         monkeypatch.setattr(nv, "DIVISION_FREE_GPU_VALIDATED", True)
         monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
+        monkeypatch.setattr(nv, "PAIRS_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -27,6 +27,17 @@ def test_heuristic_dispatches_only_from_the_threshold():
     assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
 
 
+def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
+    # The one-line switch after the H200 passes "pairs": the dispatch's large tile becomes LARGE_M_PAIRS
+    # (a config test_gpu_candidates checks, being one of the pairs candidates) and pairs are offered.
+    assert _kernel.LARGE_M_PAIRS in _kernel._UNVALIDATED_PAIRS and not _kernel.PAIRS_GPU_VALIDATED
+    assert _dispatch.large_config(7168).encode == "steps"
+    monkeypatch.setattr(_kernel, "PAIRS_GPU_VALIDATED", True)
+    d = nvfp4.plan(4096, 7168).heuristic(ARCH)
+    assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) and d.large in _kernel.candidate_configs(7168)
+    assert d.small == _kernel.default_config(7168)
+
+
 def test_large_tile_is_capped_to_the_row():
     d = nvfp4.plan(4096, 32).heuristic(ARCH)
     assert d.large.block_k == 64 and _kernel.can_implement(32, d.large) and _dispatch.can_select(32, d)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._kernel import LARGE_M_STEPS, NvFp4Config, can_implement, candidate_configs, default_config
+from . import _kernel
+from ._kernel import NvFp4Config, can_implement, candidate_configs, default_config
 from ._kernel import _block_k_cap as block_k_cap
 
 # Live M from which the large tile runs. The large tile's grid is ceil128(M) / 8 x 7 programs of
@@ -47,14 +48,15 @@ class NvFp4Dispatch:
 
 
 def large_config(k: int) -> NvFp4Config:
-    """The large-M tile at K (its block_k capped to the padded row, as every candidate's is)."""
-    bm, bk, nw, *rest = LARGE_M_STEPS
+    """The large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED (its block_k
+    capped to the padded row, as every candidate's is)."""
+    bm, bk, nw, *rest = _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS
     return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
 
 
 def default_selection(max_rows: int, k: int):
     """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch
-    between it and the large-M "steps" tile."""
+    between it and the large-M tile (`large_config`)."""
     if max_rows < LARGE_FROM_M:
         return default_config(k)
     return NvFp4Dispatch(default_config(k), large_config(k))

@@ -232,10 +232,14 @@ _UNVALIDATED_STEPS = (
 )
 
 
-# The bf16-pair encode ("pairs", `_pairs.py`): ~16.5 SASS instructions per value at 8x256x4 k_iters 4
-# against 21.8 for the same "steps" tile (sm_90a, Triton 3.9). Not yet run on a GPU: offered only with
+# The bf16-pair encode ("pairs", `_pairs.py`): 16.9 SASS instructions per value at 8x256x4 k_iters 4
+# against 21.75 for the same "steps" tile (sm_90a, Triton 3.9). Not yet run on a GPU: offered only with
 # B12X_QUANT_UNVALIDATED_CANDIDATES=1 (test_gpu_candidates, bench --encode pairs / --all-configs).
-# Predictions in docs/predictions/quantization.md (2026-11-30 13:30 section).
+# Predictions in docs/predictions/quantization.md (2026-11-30 13:30 section). After the H200 passes
+# them (test_gpu_nvfp4 -k pairs, test_gpu_candidates -k pairs): set PAIRS_GPU_VALIDATED, which offers
+# them by default and makes LARGE_M_PAIRS (set it to the measured winner) the dispatch's large tile.
+PAIRS_GPU_VALIDATED = False
+LARGE_M_PAIRS = (8, 256, 4, "pairs", False, False, "halves", 4, True)  # predicted best (13:45 section)
 _UNVALIDATED_PAIRS = (
     (8, 256, 4, "pairs", False, False, "halves", 4),  # the best "steps" tile, re-encoded
     (8, 256, 4, "pairs", False, False, "halves", 1),
@@ -259,8 +263,8 @@ def unvalidated_enabled() -> bool:
 def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4Config, ...]:
     """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
     default: `unvalidated_enabled()`, or once DIVISION_FREE_GPU_VALIDATED) the division-free ones,
-    then (when `unvalidated` or once STEPS_GPU_VALIDATED) the "steps" ones, then (only when
-    `unvalidated`) the "pairs" ones;
+    then (when `unvalidated` or once STEPS_GPU_VALIDATED) the "steps" ones, then (when `unvalidated`
+    or once PAIRS_GPU_VALIDATED) the "pairs" ones;
     tiles wider than the padded row are capped. PreparationSession autotune and
     bench_quantization sweep what this returns."""
     if unvalidated is None:
@@ -268,7 +272,7 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     out = [default_config(k)]
     offered = _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ())
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
-    pairs = _UNVALIDATED_PAIRS if unvalidated else ()
+    pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
