@@ -379,11 +379,18 @@ def test_gpu_streaming_cases_are_valid_configs():
 
 
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
-    """Both switches off: the measured defaults. DECODE_LATENCY_FLAGS: p, l, d and u8 on every default
+    """Both switches off: the 08:46 defaults. DECODE_LATENCY_FLAGS: p, l, d and u8 on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets
-    4 x 32 x 3, a config the kernels accept on 16-key pages."""
+    4 x 32 x 3, a config the kernels accept on 16-key pages. Both are on since the 14:03 sweep."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
+    assert _config.DECODE_LATENCY_FLAGS and _config.FP8_TWO_PAGE_TILES
+    # the plan keeps the two-page sub-tile on 16-key pages (api._fit_page allows 2 x page_size)
+    fp8_caps = caps(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128)
+    fp8_plan = paged.plan(fp8_caps).heuristic("sm_90a").decode
+    assert fp8_plan.keys_per_warp == 32 and fp8_plan.fast_prologue and fp8_plan.direct_items
+    monkeypatch.setattr(_config, "DECODE_LATENCY_FLAGS", False)
+    monkeypatch.setattr(_config, "FP8_TWO_PAGE_TILES", False)
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     monkeypatch.setattr(_config, "DECODE_LATENCY_FLAGS", True)

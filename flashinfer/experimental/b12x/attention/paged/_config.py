@@ -125,13 +125,14 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 
 
 # Switches for the lead after the H200 sweep of the fp8 streaming knobs (docs/predictions/attention.md,
-# "FP8 KV decode streaming"); both False: the defaults measured at 08:46. DECODE_LATENCY_FLAGS: every
+# "FP8 KV decode streaming"); both on since the 14:03 sweep (docs/performance.md, session 6: fp8 B=128 L=1k
+# 99.4 -> 86.1 µs, bf16 148 -> 141.6, the other decode cases within +-2%). DECODE_LATENCY_FLAGS: every
 # default config gets fast_prologue (fp8 only), preload_lengths and direct_items (with the fused
 # schedule) and the batched fused merge (merge_unroll 8). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
 # 32 keys x 3 stages (64 KB in flight per CTA, as bf16's default); needs api._fit_page to allow
 # keys_per_warp = 2 x page_size.
-DECODE_LATENCY_FLAGS = False
-FP8_TWO_PAGE_TILES = False
+DECODE_LATENCY_FLAGS = True
+FP8_TWO_PAGE_TILES = True
 
 
 def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:

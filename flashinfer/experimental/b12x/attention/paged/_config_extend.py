@@ -140,6 +140,14 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
     1.05x / 1.06x / 0.99x SDPA's FA2 backend at L = 512 / 1k / 2k / 4k, the fastest of six configs
     within 2% at every length (the 16-rows-a-warp 128 x 64 below: 0.88-0.96x).
 
+    On sm_90a (session 6, 2026-11-30 14:03, graph timer, same cases): 256 rows (8 warps x 32 rows, one
+    CTA an SM), 3 stages, stagger (warps 0-3 run each tile's PV one step late so the two warps of a
+    scheduler alternate softmax and mma), split_issue (only the late group issues the K/V copies) and
+    wide_copy (two 16-byte vectors of one key row per copying thread): 168.4 / 493.5 / 1675 / 3108 µs
+    at L = 512 / 1k / 2k / 4k against the 128-row default's 161.3 / 524.9 / 1806 / 3360 (SDPA FA2
+    184.8 / 546.1 / 1873 / 3508): faster from 1k, 4% slower at 512 (one CTA an SM leaves its prologue
+    and epilogue exposed). It does not fit sm_120a's 99 KB.
+
     Otherwise (fp8 KV, whose timing with row_blocks 2 has not been measured; verify; D 256) the first
     choice: 16 rows per warp (Q, S and O in registers: ~190 at D 128, no spills), 64-key tiles (32 at
     D 256), two stages.
@@ -149,6 +157,13 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
     ~5 TB/s at 320 TFLOP/s causal (the H200's L2 is about that), 128 rows half of it.
     verify (q_len * G rows of a few tokens) and D 256 (255 registers a thread): block_m 64."""
     limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn" and arch == "sm_90a":
+        wide = ExtendConfig(
+            block_m=256, block_n=64, stages=3, row_blocks=2, page_prefetch=True,
+            stagger=True, split_issue=True, wide_copy=True,
+        )  # fmt: skip
+        if extend_smem_bytes(kv_dtype, head_dim, head_dim, wide) <= limit:
+            return wide
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
         fa2 = ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=2, page_prefetch=True)
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:

@@ -325,7 +325,8 @@ class PagedAttentionPlan(Plan):
 
 
 def _fit_page(config, page_size: int):
-    if config.keys_per_warp <= page_size:
+    """A warp's sub-tile may span two pages (the kernel copies it as two one-page pieces)."""
+    if config.keys_per_warp <= 2 * page_size:
         return config
     return dataclasses.replace(config, keys_per_warp=page_size)
 
