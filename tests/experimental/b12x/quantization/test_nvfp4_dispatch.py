@@ -22,20 +22,22 @@ def test_heuristic_dispatches_only_from_the_threshold():
     d = nvfp4.plan(_dispatch.LARGE_FROM_M, 7168).heuristic(ARCH)
     assert isinstance(d, _dispatch.NvFp4Dispatch)
     assert d.small == _kernel.default_config(7168) and d.small.encode == "search" and d.small.skip_dead
-    assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_STEPS) and d.large_from == _dispatch.LARGE_FROM_M
+    assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) and d.large_from == _dispatch.LARGE_FROM_M
     assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == d  # quantize()'s one-shot capacity
     assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
 
 
 def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
-    # The one-line switch after the H200 passes "pairs": the dispatch's large tile becomes LARGE_M_PAIRS
-    # (a config test_gpu_candidates checks, being one of the pairs candidates) and pairs are offered.
-    assert _kernel.LARGE_M_PAIRS in _kernel._UNVALIDATED_PAIRS and not _kernel.PAIRS_GPU_VALIDATED
-    assert _dispatch.large_config(7168).encode == "steps"
-    monkeypatch.setattr(_kernel, "PAIRS_GPU_VALIDATED", True)
+    # The switch the H200 run of 14:02 turned on: the dispatch's large tile is LARGE_M_PAIRS (a config
+    # test_gpu_candidates checks, being one of the pairs candidates) and pairs are offered; off, the
+    # validated "steps" tile is the large one again.
+    assert _kernel.LARGE_M_PAIRS in _kernel._UNVALIDATED_PAIRS and _kernel.PAIRS_GPU_VALIDATED
     d = nvfp4.plan(4096, 7168).heuristic(ARCH)
     assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) and d.large in _kernel.candidate_configs(7168)
     assert d.small == _kernel.default_config(7168)
+    monkeypatch.setattr(_kernel, "PAIRS_GPU_VALIDATED", False)
+    assert _dispatch.large_config(7168).encode == "steps"
+    assert _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) not in _kernel.candidate_configs(7168)
 
 
 def test_large_tile_is_capped_to_the_row():

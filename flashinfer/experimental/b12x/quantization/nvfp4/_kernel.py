@@ -233,13 +233,13 @@ _UNVALIDATED_STEPS = (
 
 
 # The bf16-pair encode ("pairs", `_pairs.py`): 16.9 SASS instructions per value at 8x256x4 k_iters 4
-# against 21.75 for the same "steps" tile (sm_90a, Triton 3.9). Not yet run on a GPU: offered only with
-# B12X_QUANT_UNVALIDATED_CANDIDATES=1 (test_gpu_candidates, bench --encode pairs / --all-configs).
-# Predictions in docs/predictions/quantization.md (2026-11-30 13:30 section). After the H200 passes
-# them (test_gpu_nvfp4 -k pairs, test_gpu_candidates -k pairs): set PAIRS_GPU_VALIDATED, which offers
-# them by default and makes LARGE_M_PAIRS (set it to the measured winner) the dispatch's large tile.
-PAIRS_GPU_VALIDATED = False
-LARGE_M_PAIRS = (8, 256, 4, "pairs", False, False, "halves", 4, True)  # predicted best (13:45 section)
+# against 21.75 for the same "steps" tile (sm_90a, Triton 3.9). GPU-validated on the H200 (session 6,
+# 14:02, tree 8e65b41: test_gpu_nvfp4 -k pairs 131 passed, test_gpu_candidates -k "nvfp4 and pairs" 40
+# passed, bit-equal to the oracle), so it is offered by default and LARGE_M_PAIRS, the fastest row of
+# the 14:03 sweep (graph timer: 16384x7168 97.6 µs against the steps tile's 113, 16384x4096 56.0,
+# 4096x7168 27.0, 4096x4096 15.9), is the dispatch's large tile.
+PAIRS_GPU_VALIDATED = True
+LARGE_M_PAIRS = (8, 256, 4, "pairs", False, False, "halves", 4, True)  # measured best (14:03)
 _UNVALIDATED_PAIRS = (
     (8, 256, 4, "pairs", False, False, "halves", 4),  # the best "steps" tile, re-encoded
     (8, 256, 4, "pairs", False, False, "halves", 1),
