@@ -435,8 +435,8 @@ def test_fused_selection_jobs_workspace_and_counters():
     assert p.workspace_rows(cfg, "cuda") >= splits * big
     assert cfg.counters(api.FORMS, big) == -(-big // _config.FUSED_PRE.block_t)
     assert mhc.plan(caps(max_tokens=100)).kernels(cfg, "sm_90a") == mhc.plan(caps(max_tokens=100)).kernels(
-        _config.MhcConfig(), "sm_90a"
-    )  # below fused_min_tokens: the two-pass jobs only
+        _config.MhcConfig(wide=cfg.wide), "sm_90a"
+    )  # below fused_min_tokens: the two-pass jobs (and the default's wide pass 2) only
     with pytest.raises(ValueError, match=re.escape("override: pre tile block_h=512 must divide hidden_size=256")):
         mhc.plan(caps(), override=_config.MhcConfig(fused_pre=_config.FusedConfig(block_h=512)))
 
@@ -476,9 +476,12 @@ def test_wide_config_errors(kw, message):
 
 def test_wide_and_tiny_selection_jobs_and_counters():
     """wide adds one pass-2 job (no norm weight dtype: it never runs with one); tiny one job per
-    mixing form with the small stream tile, and 3 counters; both off by default."""
+    mixing form with the small stream tile, and 3 counters; both off in a bare MhcConfig, and the
+    heuristic turns wide on (block_y 128: the 13:31 H200 sweep's fastest T <= 4 row), tiny not."""
     assert _config.MhcConfig().wide is None and _config.MhcConfig().tiny is None
-    assert _config.default_config("sm_90a").wide is None and _config.default_config("sm_90a").tiny is None
+    for arch in ("sm_90a", "sm_120a"):
+        assert _config.default_config(arch).wide == _config.WideConfig(block_y=128)
+        assert _config.default_config(arch).tiny is None
     with pytest.raises(ValueError, match="MhcConfig.wide must be a WideConfig or None, got RowConfig"):
         _config.MhcConfig(wide=_config.RowConfig())
     with pytest.raises(ValueError, match="MhcConfig.tiny must be a WideConfig or None, got int"):
@@ -505,6 +508,9 @@ def test_fn_split_config_jobs_and_scratch():
         _config.FusedConfig(fn_split=True)
     p = mhc.plan(caps(max_tokens=100))
     assert not _config.default_config("sm_90a").fn_split_needed(api.FORMS, 100)
+    # sm_90a's one-launch pre (from FUSED_MIN_TOKENS) reads fn split once; sm_120a keeps the in-loop split
+    assert _config.default_config("sm_90a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
+    assert not _config.default_config("sm_120a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
     assert not any(s.name == "fn_split" for s in p.scratch_specs(_config.MhcConfig()))
     cfg = _config.MhcConfig(pre_large=_config.StreamConfig(64, 16, 2, 4, fn_split="pre"))
     assert cfg.fn_split_needed(api.FORMS, 100) and cfg.fn_split_needed(("pre",), 1)  # every pre tile compiles

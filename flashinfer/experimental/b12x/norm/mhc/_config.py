@@ -397,6 +397,9 @@ def default_config(arch: str | None) -> MhcConfig:
     registers + 40-byte stack since pass 1 also sums the squares); on sm_90a it takes 186 registers
     and no stack."""
     fused = dict(fused_pre=FUSED_PRE, fused_post_pre=FUSED_POST_PRE)
+    # T <= 4 without a norm weight: the wide pass 2 (H200, session 6, 13:31, graph timer, H 7168: pre
+    # T=1 12.8 -> 9.6 µs, post_pre T=1 13.0 -> 10.4, T=4 12.6 -> 10.5 / 13.3 -> 11.2)
+    wide = WideConfig(block_y=128)
     if arch is not None and not str(arch).startswith("sm_90"):
         # sm_120a: the 3-stage one-launch pre tile gets 96 registers + an 8-byte stack from ptxas;
         # 2 stages take 140 and no stack
@@ -404,9 +407,14 @@ def default_config(arch: str | None) -> MhcConfig:
         return MhcConfig(
             pre_large=StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=3),
             fused_min_tokens=FUSED_MIN_TOKENS,
+            wide=wide,
             **fused,
         )
-    return MhcConfig(fused_min_tokens=FUSED_MIN_TOKENS, **fused)
+    # sm_90a: the one-launch pre (T >= FUSED_MIN_TOKENS) reads fn split once per call into bf16 hi + lo
+    # (H200, 14:03: pre T=8192 624 -> 506 µs, 2.11x torch.compile); the smaller pre tiles keep the
+    # in-loop split (fn_pre there: T=1024 76.8 -> 81.8 µs)
+    fused["fused_pre"] = dataclasses.replace(FUSED_PRE, fn_split="pre")
+    return MhcConfig(fused_min_tokens=FUSED_MIN_TOKENS, wide=wide, **fused)
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
