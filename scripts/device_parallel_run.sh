@@ -6,7 +6,7 @@
 # Run after the two wheel-install steps of ../shared/tools/device-wheels, from the tree to test
 # (a `git archive` snapshot when the checkout holds uncommitted work: AGENTS.md).
 #
-#   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
+#   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 [BENCH_SERIAL=1] bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
 #
 # pytest paths: what the gpu tier covers (default tests/experimental/b12x; "none" skips the tests;
 # "@FILE": each line of FILE is one pytest selection such as `tests/x/test_y.py -k "a and b"`, run side
@@ -91,6 +91,9 @@ if [[ $jobs_file != - && -f $jobs_file ]]; then
     (timeout "${BENCH_LIMIT:-400}" python3 -m "benchmarks.experimental.b12x.bench_$bench" \
        --json "$LOG/$name.json" $args >"$LOG/$name.log" 2>&1
      echo "rc=$?" >>"$LOG/$name.log") &
+    # BENCH_SERIAL=1: one benchmark at a time (the lock orders timed regions only; a peer's untimed
+    # GPU work, e.g. torch.compile autotuning or priming, can otherwise land in another's timed region)
+    [[ ${BENCH_SERIAL:-0} == 1 ]] && wait
   done <"$jobs_file"
   wait
   for log in "$LOG"/*.log; do
