@@ -379,7 +379,7 @@ def test_gpu_streaming_cases_are_valid_configs():
 
 
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
-    """Both switches off: the 08:46 defaults. DECODE_LATENCY_FLAGS: p, l, d and u8 on every default
+    """Both switches off: the 08:46 defaults. DECODE_LATENCY_FLAGS: p, l and d on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets
     4 x 32 x 3, a config the kernels accept on 16-key pages. Both are on since the 14:03 sweep."""
     from flashinfer.experimental.b12x.attention.paged import _config
@@ -394,7 +394,7 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3)
     monkeypatch.setattr(_config, "DECODE_LATENCY_FLAGS", True)
-    flags = dict(fast_prologue=True, preload_lengths=True, merge_unroll=8, direct_items=True)
+    flags = dict(fast_prologue=True, preload_lengths=True, direct_items=True)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a") == DecodeConfig(4, 16, 3, **flags)
     assert paged.plan(caps()).heuristic("sm_90a").decode == DecodeConfig(4, 16, 3, True, True, **flags)
     monkeypatch.setattr(_config, "FP8_TWO_PAGE_TILES", True)

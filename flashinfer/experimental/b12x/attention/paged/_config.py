@@ -128,7 +128,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 # "FP8 KV decode streaming"); both on since the 14:03 sweep (docs/performance.md, session 6: fp8 B=128 L=1k
 # 99.4 -> 86.1 µs, bf16 148 -> 141.6, the other decode cases within +-2%). DECODE_LATENCY_FLAGS: every
 # default config gets fast_prologue (fp8 only), preload_lengths and direct_items (with the fused
-# schedule) and the batched fused merge (merge_unroll 8). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
+# schedule); not the batched fused merge (merge_unroll 8: 14:37, 200 samples, bf16 B=1 L=1k 13.3 -> 14.4
+# µs, B=8 L=1k 23.0 -> 23.9, fp8 B=8 L=8k 50.9 -> 55.6; it helps only B=1 L=32k, by 2%). FP8_TWO_PAGE_TILES: fp8 KV at D 128 on sm_90a runs 4 warps x
 # 32 keys x 3 stages (64 KB in flight per CTA, as bf16's default); needs api._fit_page to allow
 # keys_per_warp = 2 x page_size.
 DECODE_LATENCY_FLAGS = True
@@ -142,7 +143,7 @@ def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> D
     cfg = _default_shape(kv_dtype, head_dim, page_size, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
-                           merge_unroll=8, direct_items=True)  # fmt: skip
+                           direct_items=True)  # fmt: skip
     return cfg
 
 
