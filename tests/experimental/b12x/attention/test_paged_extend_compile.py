@@ -194,7 +194,7 @@ def test_sliced_tile_rereads_q_instead_of_spilling():
     assert sum(op.startswith("STL") for op in ops) <= 32 and sum(op.startswith("LDL") for op in ops) <= 32
 
 
-WIDE = {  # test_paged_extend_gpu.WIDE: 256-row CTAs and the staggered warp groups the lead sweeps
+WIDE = {  # also test_paged_extend_gpu's cases: 256-row CTAs and the staggered warp groups the lead sweeps
     "m256n64r2p": ExtendConfig(256, 64, 2, 2, True),
     "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
     "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),

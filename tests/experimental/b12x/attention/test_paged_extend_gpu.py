@@ -18,6 +18,7 @@ from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, e
 from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
 
 from .paged_cases import check_against_reference, make_case
+from .test_paged_extend_compile import WIDE
 from .test_paged_gpu import DEV, FP8, prepared
 
 pytestmark = pytest.mark.gpu
@@ -161,17 +162,7 @@ def test_extend_pipelined_variants(name, layout, kv_dtype):
 
 # 256-row CTAs (8 warps) and stagger (the second warp group's PV one step late; docs/predictions/
 # attention_extend.md): every case checked plain and with a window and sinks (the masked tiles)
-WIDE = {  # test_paged_extend_compile.WIDE
-    "m256n64r2p": ExtendConfig(256, 64, 2, 2, True),
-    "m256n64s3r2p": ExtendConfig(256, 64, 3, 2, True),
-    "m256n64s3r2pg": ExtendConfig(256, 64, 3, 2, True, stagger=True),
-    "m256n64s4r2pg": ExtendConfig(256, 64, 4, 2, True, stagger=True),  # two tiles in flight
-    "m256n64s3r2pgi": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True),
-    "m256n64s4r2pgi": ExtendConfig(256, 64, 4, 2, True, stagger=True, split_issue=True),
-    "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),
-    "m128n64r2pw": ExtendConfig(128, 64, 2, 2, True, wide_copy=True),
-    "m256n64s3r2pgiw": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True),
-}
+# WIDE (imported above from test_paged_extend_compile): one list, compiled on the CPU and run here
 WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtype, (Hq, Hkv), page size
     (1, "m256n64s3r2pg", "bfloat16", (8, 8), 16),
     (1, "m256n64s3r2pg", "bfloat16", (32, 8), 16),
