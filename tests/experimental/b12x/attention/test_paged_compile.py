@@ -57,6 +57,11 @@ def _check_binary(fn, arch):
     return ptx
 
 
+# the decode flags DECODE_LATENCY_FLAGS turns on in every default config, off: the baseline of the
+# tests below that measure what one flag adds
+NO_LATENCY_FLAGS = dict(fast_prologue=False, preload_lengths=False, direct_items=False)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_decode_default_config_compiles(arch, kv_dtype):
@@ -132,6 +137,7 @@ def test_decode_fp8_fast_prologue_compiles(arch, tmp_path):
     loop is unchanged (same mma and cvt counts), no spills. For bf16 KV the flag changes nothing."""
     kd, _ = _modules()
     base = dataclasses.replace(default_config("float8_e4m3fn", 128, 16, arch), fused_merge=True, fused_schedule=True)
+    base = dataclasses.replace(base, **NO_LATENCY_FLAGS)  # the default has them (DECODE_LATENCY_FLAGS)
     fast = dataclasses.replace(base, fast_prologue=True)
     dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
     sched = ScheduleConfig(64, 33, 256)
@@ -161,6 +167,7 @@ def test_decode_preloaded_lengths_compile(arch, kv_dtype, tmp_path):
     loop is unchanged; without fused_schedule the flag changes nothing."""
     kd, _ = _modules()
     base = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True, fused_schedule=True)
+    base = dataclasses.replace(base, **NO_LATENCY_FLAGS)  # the default has them (DECODE_LATENCY_FLAGS)
     dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
     sched = ScheduleConfig(64, 33, 256)
     plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
