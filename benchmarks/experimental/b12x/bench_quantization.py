@@ -13,7 +13,11 @@ of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of th
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
 each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --ms/--ks
-pick shapes. The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
+pick shapes. Every case also times a "copy (same bytes)" reference row: a plain device copy
+(`dst.copy_(src)`, uint8) of half the case's bytes each way, so it moves the same byte count, with the
+same timer and (graph timer) the same number of rotated source sets; the "% copy" column is that
+copy's time / the row's time (what fraction of a same-size copy a row reaches: at 42 MB the copy
+itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
 capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
 config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
 two tiles alone: the crossover). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
@@ -32,6 +36,7 @@ import torch
 import b12x
 from benchmarks.experimental.b12x.common import (
     Case,
+    Result,
     Table,
     ceilings,
     measure,
@@ -78,6 +83,66 @@ def mxfp8_bytes(m: int, k: int) -> int:
     return 2 * m * k + m * k + 2 * m * k // 32
 
 
+# Same-size copy reference ----------------------------------------------------------------------------
+COPY_IMPL = "copy (same bytes)"
+
+
+def copy_bytes_each_way(nbytes: int) -> int:
+    """Bytes the reference copy reads (and writes) for a case moving `nbytes` in all: half, so read +
+    write is the case's byte count (rounded down to even)."""
+    if nbytes < 2:
+        raise ValueError(f"nbytes must be >= 2, got {nbytes}")
+    return nbytes // 2
+
+
+def same_size_copy(nbytes: int, n_sets: int, dev, gen):
+    """A call copying `copy_bytes_each_way(nbytes)` random bytes from one of `n_sets` rotated sources into
+    one destination (as the quantizers read rotated inputs into fixed outputs)."""
+    n = copy_bytes_each_way(nbytes)
+    srcs = [torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev, generator=gen) for _ in range(n_sets)]
+    dst = torch.empty_like(srcs[0])
+    nxt = rotate(srcs)
+    return lambda: dst.copy_(nxt())
+
+
+class QuantTable(Table):
+    """`Table` plus a "% copy" column: the same case's `COPY_IMPL` row time / this row's time."""
+
+    def copy_time(self, row: Result) -> float | None:
+        for r in self.rows:
+            if r.impl == COPY_IMPL and r.case == row.case:
+                return r.time_us
+        return None
+
+    def pct_of_copy(self, row: Result) -> float | None:
+        ref = self.copy_time(row)
+        return None if ref is None or row.time_us <= 0 else 100.0 * ref / row.time_us
+
+    def ratios(self, row: Result) -> dict[str, float]:
+        return {} if row.impl == COPY_IMPL else super().ratios(row)
+
+    def row_dict(self, row: Result) -> dict:
+        return super().row_dict(row) | {"pct_of_same_size_copy": self.pct_of_copy(row)}
+
+    def _cells(self):
+        head, body = super()._cells()
+        at = head.index("% ceil") + 1
+        head = head[:at] + ["% copy"] + head[at:]
+        for cells, row in zip(body, self.rows):
+            pct = self.pct_of_copy(row)
+            cells.insert(at, "-" if pct is None else f"{pct:.1f}%")
+        return head, body
+
+
+def add_copy_row(table, case: Case, args, dev, n_sets: int) -> None:
+    """Time the same-size copy of `case` (same timer, `n_sets` rotated sources) as its reference row
+    (its own generator: the cases' inputs stay those of runs without it)."""
+    fn = same_size_copy(case.bytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1))
+    table.add(case, COPY_IMPL, _time(fn, args, n_sets), note="reference: plain device copy, same bytes")
+    del fn
+    torch.cuda.empty_cache()
+
+
 # Peers ----------------------------------------------------------------------------------------------
 def nvfp4_peer_math(x: torch.Tensor, gs: torch.Tensor):
     """`_lib.quant.quantize_nvfp4` + swizzle with `gs` a 0-d device tensor: the oracle's op sequence
@@ -120,8 +185,17 @@ def _inputs(m: int, k: int, dtype, n_sets: int, dev, gen):
     return xs
 
 
+def nvfp4_case(m: int, k: int, dtype) -> Case:
+    return Case("nvfp4", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=nvfp4_bytes(m, k), ceiling="copy")
+
+
+def mxfp8_case(m: int, k: int, dtype) -> Case:
+    return Case("mxfp8", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=mxfp8_bytes(m, k), ceiling="copy")
+
+
 def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
-    case = Case("nvfp4", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=nvfp4_bytes(m, k), ceiling="copy")
+    case = nvfp4_case(m, k, dtype)
+    add_copy_row(table, case, args, dev, sets_for(case.bytes))
     xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
     gs = nvfp4_global_scale(xs[0]).reshape(1)
     # None = the plan's own selection (capacity M >= LARGE_FROM_M: the live-M dispatch of two tiles);
@@ -161,7 +235,8 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
 
 
 def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
-    case = Case("mxfp8", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=mxfp8_bytes(m, k), ceiling="copy")
+    case = mxfp8_case(m, k, dtype)
+    add_copy_row(table, case, args, dev, sets_for(case.bytes))
     xs = _inputs(m, k, dtype, sets_for(mxfp8_bytes(m, k)), dev, gen)
     values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
     rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
@@ -235,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ms, ks = (QUICK_MS, QUICK_KS) if args.quick else (MS, KS)
     ms, ks = args.ms or ms, args.ks or ks
     ops = ("nvfp4", "mxfp8") if args.op == "all" else (args.op,)
-    table = Table(f"b12x quantization ({args.dtype}) on {torch.cuda.get_device_name(dev)}", ceilings(dev, fp8=False))
+    table = QuantTable(
+        f"b12x quantization ({args.dtype}) on {torch.cuda.get_device_name(dev)}", ceilings(dev, fp8=False)
+    )
     gen = torch.Generator(device=dev).manual_seed(0)
     # The events timer flushes L2 before every call: one input set is enough. Graph replays rotate
     # sets totalling 3x L2 (capped at MAX_SETS for tiny shapes).

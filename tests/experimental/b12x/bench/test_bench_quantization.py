@@ -1,0 +1,108 @@
+"""bench_quantization's CPU-checkable parts: the byte formulas, the same-size copy reference (it moves
+the case's byte count: half read, half written) and the "% copy" column it feeds."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[4]
+if str(REPO) not in sys.path:  # benchmarks/ is not installed
+    sys.path.insert(0, str(REPO))
+BQ = importlib.import_module("benchmarks.experimental.b12x.bench_quantization")
+C = importlib.import_module("benchmarks.experimental.b12x.common")
+
+
+@pytest.mark.parametrize(
+    "m, k, want",
+    [
+        # 2*M*K read + 4 (global scale) + M*K/2 packed + ceil128(M) * ceil4(K/16) scale bytes
+        (4096, 4096, 2 * 4096 * 4096 + 4 + 4096 * 2048 + 4096 * 256),
+        (4096, 7168, 2 * 4096 * 7168 + 4 + 4096 * 3584 + 4096 * 448),
+        (1, 4096, 2 * 4096 + 4 + 2048 + 128 * 256),
+        (130, 160, 2 * 130 * 160 + 4 + 130 * 80 + 256 * 12),  # K/16 = 10 -> 12 padded scale columns
+    ],
+)
+def test_nvfp4_bytes(m, k, want):
+    assert BQ.nvfp4_bytes(m, k) == want
+    case = BQ.nvfp4_case(m, k, torch.bfloat16)
+    assert case.bytes == want and case.ceiling == "copy" and case.shape == {"M": m, "K": k, "dtype": "bfloat16"}
+
+
+def test_mxfp8_bytes():
+    m, k = 4096, 7168
+    assert BQ.mxfp8_bytes(m, k) == 3 * m * k + 2 * m * k // 32
+    assert BQ.mxfp8_case(m, k, torch.bfloat16).bytes == BQ.mxfp8_bytes(m, k)
+
+
+@pytest.mark.parametrize("m, k", [(4096, 4096), (16384, 7168), (1, 4096)])
+def test_same_size_copy_moves_the_case_bytes(m, k):
+    nbytes = BQ.nvfp4_bytes(m, k)
+    each = BQ.copy_bytes_each_way(nbytes)
+    assert 2 * each in (nbytes, nbytes - 1)  # read + write == the case's bytes (odd: one byte less)
+    # 4096 x 4096 moves ~43 MB (a copy that small is not the 2 GiB ceiling's copy)
+    if (m, k) == (4096, 4096):
+        assert 42e6 < nbytes < 44e6
+
+
+def test_copy_bytes_each_way_rejects_tiny():
+    with pytest.raises(ValueError, match="nbytes"):
+        BQ.copy_bytes_each_way(1)
+
+
+def test_same_size_copy_copies_each_rotated_source():
+    gen = torch.Generator().manual_seed(3)
+    fn = BQ.same_size_copy(1000, 3, torch.device("cpu"), gen)
+    outs = [fn().clone() for _ in range(4)]
+    assert all(o.numel() == 500 and o.dtype == torch.uint8 for o in outs)
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
+    assert torch.equal(outs[0], outs[3])  # three sources, cycled
+
+
+def _t(us):
+    return C.Timing(us, us, us, 1, "graph_replay")
+
+
+def _table():
+    ceil = C.Ceilings("H200", (9, 0), 4.25, 787.0, None, 2**31, (8192, 8192, 8192))
+    table = BQ.QuantTable("t", ceil)
+    case = BQ.nvfp4_case(4096, 4096, torch.bfloat16)
+    other = BQ.nvfp4_case(16384, 4096, torch.bfloat16)
+    table.add(case, BQ.COPY_IMPL, _t(12.0), note="reference")
+    table.add(case, "b12x", _t(16.0))
+    table.add(case, "torch.compile", _t(64.0), peer=True)
+    table.add(other, "b12x", _t(56.0))  # no copy row for this case
+    return table, case
+
+
+def test_pct_of_same_size_copy_column():
+    table, case = _table()
+    copy_row, ours, peer, lone = table.rows
+    assert table.pct_of_copy(ours) == pytest.approx(75.0)
+    assert table.pct_of_copy(peer) == pytest.approx(18.75)
+    assert table.pct_of_copy(copy_row) == pytest.approx(100.0)
+    assert table.pct_of_copy(lone) is None
+    # the copy row is a reference, not one of ours: no peer ratio on it; ours keeps its own
+    assert table.ratios(copy_row) == {}
+    assert table.ratios(ours) == {"torch.compile": pytest.approx(4.0)}
+    d = table.row_dict(ours)
+    assert d["pct_of_same_size_copy"] == pytest.approx(75.0)
+    assert d["pct_of_ceiling"] == pytest.approx(100.0 * case.bytes / 16.0 / 1e6 / 4.25)  # kept as before
+    head, body = table._cells()
+    at = head.index("% copy")
+    assert head[at - 1] == "% ceil"
+    assert [row[at] for row in body] == ["100.0%", "75.0%", "18.8%", "-"]
+    text = table.render()
+    assert "% copy" in text and "75.0%" in text
+
+
+def test_report_round_trip_keeps_the_copy_column():
+    table, _ = _table()
+    report = json.loads(json.dumps(table.to_dict()))
+    C.check_report(report)
+    assert [r["pct_of_same_size_copy"] for r in report["rows"]][:2] == [pytest.approx(100.0), pytest.approx(75.0)]
+    again = BQ.QuantTable.from_dict(report)
+    assert again.pct_of_copy(again.rows[1]) == pytest.approx(75.0)
