@@ -10,12 +10,13 @@ Bytes (the minimum an implementation must move; e = element size of the activati
     pre      = T * (4H + H) * e + T * 80 + 96H * 4           residual in, y out, post/comb out, fn
     post     = T * (H + 4H + 4H) * e + T * 80                x and residual in, residual out, weights
     post_pre = T * (H + 4H + 4H + H) * e + T * 160 + 96H * 4
-Ours moves more than that: the two-pass path's pass 2 reads the residual again (4H * e per token
-from HBM); the one-launch ("fused") kernel, the default from 2 tokens, re-reads it from L2. % of the
-copy ceiling uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer, and
-run_post_pre at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick the
-heuristic: `--sweep --variants two_pass` times the fused default against the two-pass path in one
-run (fused_* variants: other one-launch tiles). --per-pass also times pass 1 and pass 2 of pre and
+Ours moves more than that: the two-pass path (sm_90a's default at every T) has pass 2 read the
+residual again (4H * e per token from HBM); the one-launch ("fused") kernel re-reads it from L2. % of
+the copy ceiling uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer,
+and run_post_pre at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick
+the heuristic: `--sweep --variants fused_default` times the default against session 6's (the
+one-launch pre from 8192 tokens) in one run (fused_* variants: other one-launch tiles, all derived
+from fused_default). --per-pass also times pass 1 and pass 2 of pre and
 post_pre alone (rows "pre.pass1", ...), each through the plan's own two-pass launchers (api._stream
 / api._apply; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
 implemented (pass_bytes); their sum against the whole call shows the launch gap.
@@ -128,15 +129,17 @@ def sweep_configs():
         SmallConfig,
         StreamConfig,
         WideConfig,
-        default_config,
+        fused_config,
     )
 
-    base = MhcConfig()  # the two-pass path (no one-launch tiles)
-    fused = default_config("sm_90a")  # the heuristic: one launch from 2 tokens
+    base = MhcConfig()  # the two-pass path (no one-launch tiles), session 1-6 tiles
+    fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
-        # the one-launch kernel (the default) vs the two-pass path, and other one-launch tiles
+        # session 6's default (one launch from 8192 tokens), the two-pass path with the old tiles, and
+        # other one-launch tiles
+        "fused_default": fused,
         "two_pass": base,
         "fused_all": dataclasses.replace(fused, fused_min_tokens=1, post_pre_split=False),
         "fused_t1": dataclasses.replace(fused, fused_min_tokens=1),

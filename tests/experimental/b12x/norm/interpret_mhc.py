@@ -334,7 +334,7 @@ FUSED = {
         fused_min_tokens=2,
     ),
     # the heuristic's selection: post_pre above small_max_tokens = post's kernel + fused pre
-    "default": dataclasses.replace(_config.default_config("sm_90a"), small_max_tokens=8, fused_min_tokens=2),
+    "default": dataclasses.replace(_config.fused_config("sm_90a"), small_max_tokens=8, fused_min_tokens=2),
 }
 
 
@@ -445,7 +445,7 @@ def test_fused_split_k_and_float16():
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_fused_at_hidden_7168(tokens):
     """The real hidden size with the heuristic's tiles (28 splits, 16 steps each)."""
-    hidden, cfg = 7168, dataclasses.replace(_config.default_config("sm_90a"), fused_min_tokens=1)
+    hidden, cfg = 7168, dataclasses.replace(_config.fused_config("sm_90a"), fused_min_tokens=1)
     p = interpret_plan(4, target_ctas=4, config=cfg, hidden=hidden)
     launched = counting(p)
     ins = inputs(tokens, hidden, seed=tokens)
@@ -701,3 +701,39 @@ def test_diag_square_sums(tokens):
     check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **kw))
     got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
     check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"]), *mix[1:], **kw))
+
+
+# The sm_90a default (two passes at every T: pre_large with fn split once and diagonal-block squares,
+# bcast's squares on the diagonal blocks, the row pass 2 streamed) at H = 256: small_max_tokens 8 so
+# that 20 tokens run the large tiles, and the row streamed in 128-wide chunks (the default's 2048 is
+# one chunk at H = 256; the GPU tier runs the real tile).
+DEFAULT_TWO_PASS = dataclasses.replace(
+    _config.default_config("sm_90a"),
+    small_max_tokens=8,
+    row_large=_config.RowConfig(block_h=128, block_s=16, num_warps=4, stages=3),
+)
+
+
+@pytest.mark.parametrize("tokens", [3, 20])
+def test_default_two_pass(tokens):
+    """pre (norm weight and none), bcast and post_pre (post's kernel + pre's pass 1 above 8 tokens)
+    through the default's tiles, NaN-poisoned outputs and partials."""
+    p = interpret_plan(24, target_ctas=4, config=DEFAULT_TWO_PASS)
+    assert (DEFAULT_TWO_PASS.stream("pre", tokens).fn_split == "pre") == (tokens > 8)
+    ins = inputs(tokens, H, seed=90 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    for w in (None, ins["w_act"]):
+        kw = dict(norm_weight=w, norm_eps=1e-5, **SCAL)
+        got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+        check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    kw = dict(norm_weight=ins["w_f32"], **SCAL)
+    p.state.scratch["partials"].fill_(float("nan"))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    assert torch.equal(got[0], ins["x"].unsqueeze(1).expand(tokens, 4, H))
+    folded = ins["fn"].view(24, 4, H).sum(1)  # the kernel folds fn, then splits it
+    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(folded), *mix[1:], **kw))
+    p.state.scratch["partials"].fill_(float("nan"))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))

@@ -76,12 +76,17 @@ def test_target_checks():
 
 
 def test_sweep_compares_the_fused_default_with_the_two_pass_path():
-    """`--sweep --variants two_pass` times the heuristic (one launch from fused_min_tokens) against
-    the two-pass path in one run: the two must differ exactly there."""
+    """`--sweep --variants fused_default two_pass` times session 6's default (one launch from
+    fused_min_tokens) and the old two-pass tiles against the default (two passes, fn split once,
+    diagonal-block squares, streamed pass 2) in one run: each must differ from it."""
     from flashinfer.experimental.b12x.norm.mhc import _config
 
     sweep, default = bench_norm.sweep_configs(), _config.default_config("sm_90a")
-    two = sweep["two_pass"]
-    assert two.fused_pre is None and two.fused_post_pre is None
-    assert default.fused("pre", 8192) is not None and default.fused("pre", 1) is None
+    two, fused = sweep["two_pass"], sweep["fused_default"]
+    assert two.fused_pre is None and two.fused_post_pre is None and two != default
+    assert fused == _config.fused_config("sm_90a") != default
+    assert fused.fused("pre", 8192) is not None and fused.fused("pre", 1) is None
+    assert default.fused("pre", 8192) is None
+    stream = sweep["two_pass_fn_pre_diag_stream"]  # the measured variant the default adopted above 64 tokens
+    assert (stream.pre_large, stream.bcast, stream.row_large) == (default.pre_large, default.bcast, default.row_large)
     assert sweep["fused_all"].fused("post_pre", 1) is not None and sweep["fused_all"].fused("pre", 1) is not None

@@ -83,7 +83,8 @@ ARCHS = [pytest.param(90, id="sm_90a"), pytest.param(120, id="sm_120a")]
 @pytest.mark.parametrize("form, tile, cc", list(_stream_cases()))
 def test_stream_kernel(form, tile, cc):
     consts = _kernel.stream_constexprs(7168, _kernel.MODES[form], tile)
-    compiled = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc)
+    sig = STREAM_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})  # sm_90a's pre_large: fn split once
+    compiled = _compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
     _check(compiled, form, mma=form != "post")
 
 
@@ -161,7 +162,7 @@ FUSED_TILES = {
 
 def _fused_cases():
     for cc, arch in ((90, "sm_90a"), (120, "sm_120a")):
-        cfg = _config.default_config(arch)
+        cfg = _config.fused_config(arch)  # the one-launch tiles (sm_90a's default runs two passes)
         tiles = {
             "default_pre": (cfg.fused_pre, ("pre", "bcast")),
             "default_post_pre": (cfg.fused_post_pre, ("post_pre",)),
@@ -187,7 +188,8 @@ def test_float16_stream_kernel(cc):
     sig = STREAM_SIG | {k: "*fp16" for k in ("res_ptr", "x_ptr", "out_ptr")}
     tile = _config.default_config("sm_90a" if cc == 90 else "sm_120a").pre_large
     consts = _kernel.stream_constexprs(4096, _kernel.MODES["pre"], tile)
-    _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
+    pre_sig = sig | (dict(fn_ptr="*fp16") if consts["FN_SPLIT"] else {})  # fn split once into fp16 hi + lo
+    _check(_compile(_kernel._mhc_stream_kernel, pre_sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
     tile = _config.MhcConfig().post_pre_large
     consts = _kernel.stream_constexprs(4096, _kernel.MODES["post_pre"], tile)
     _check(_compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc), "fp16", mma=True)
@@ -275,7 +277,7 @@ def test_fn_split_pass1(mode, cc):
         compiled = _compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
         _check(compiled, f"pre {mode}", mma=True)
         assert "cvt.rn.bf16" not in compiled.asm["ptx"], f"pre {mode}: fn still split in the loop"
-    tile = dataclasses.replace(cfg.fused_pre, fn_split=mode)
+    tile = dataclasses.replace(_config.fused_config(arch).fused_pre, fn_split=mode)
     consts = _kernel_fused.fused_constexprs(7168, _kernel.MODES["pre"], tile)
     sig = FUSED_SIG | dict(fn_ptr="*bf16")
     compiled = _compile(_kernel_fused._mhc_fused_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
@@ -310,7 +312,7 @@ def test_diag_squares(fn_split, cc):
             sig = STREAM_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})
             compiled = _compile(_kernel._mhc_stream_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
             _check(compiled, f"{form} diag {fn_split} {tile}", mma=True)
-    tile = dataclasses.replace(cfg.fused_pre, sq="diag", fn_split=fn_split)
+    tile = dataclasses.replace(_config.fused_config(arch).fused_pre, sq="diag", fn_split=fn_split)
     consts = _kernel_fused.fused_constexprs(7168, _kernel.MODES["pre"], tile)
     sig = FUSED_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})
     compiled = _compile(_kernel_fused._mhc_fused_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)

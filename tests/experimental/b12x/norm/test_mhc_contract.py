@@ -1,5 +1,6 @@
 """norm.mhc contract on the CPU: plan purity, workspace sizing, errors, bind, forms, custom ops."""
 
+import dataclasses
 import re
 import warnings
 from unittest import mock
@@ -423,7 +424,7 @@ def test_fused_selection_jobs_workspace_and_counters():
         _config.MhcConfig(fused_min_tokens=0)
     with pytest.raises(ValueError, match="MhcConfig.fused_pre must be a FusedConfig or None, got Str"):
         _config.MhcConfig(fused_pre=_config.StreamConfig(16, 16))
-    cfg = _config.default_config("sm_90a")
+    cfg = _config.fused_config("sm_90a")  # session 6's default (sm_120a's now)
     assert cfg.fused("pre", cfg.fused_min_tokens - 1) is None and cfg.fused("bcast", cfg.fused_min_tokens) is not None
     assert cfg.fused("post_pre", 8192) is None  # post_pre_split: post's kernel, then fused("pre")
     assert _config.FUSED_PRE.split(7168) == (28, 16) and _config.FUSED_PRE.split(7168, split_k=5) == (5, 90)
@@ -507,10 +508,12 @@ def test_fn_split_config_jobs_and_scratch():
     with pytest.raises(ValueError, match=re.escape("FusedConfig.fn_split must be one of ('kernel', 'pre', 'hi')")):
         _config.FusedConfig(fn_split=True)
     p = mhc.plan(caps(max_tokens=100))
-    assert not _config.default_config("sm_90a").fn_split_needed(api.FORMS, 100)
-    # sm_90a's one-launch pre (from FUSED_MIN_TOKENS) reads fn split once; sm_120a keeps the in-loop split
-    assert _config.default_config("sm_90a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
+    # sm_90a's pre_large (above small_max_tokens) reads fn split once; sm_120a keeps the in-loop split
+    assert _config.default_config("sm_90a").fn_split_needed(api.FORMS, 100)
+    assert not _config.default_config("sm_90a").fn_split_needed(("post", "bcast"), 100)
     assert not _config.default_config("sm_120a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
+    assert _config.fused_config("sm_90a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
+    assert not _config.fused_config("sm_90a").fn_split_needed(api.FORMS, 100)
     assert not any(s.name == "fn_split" for s in p.scratch_specs(_config.MhcConfig()))
     cfg = _config.MhcConfig(pre_large=_config.StreamConfig(64, 16, 2, 4, fn_split="pre"))
     assert cfg.fn_split_needed(api.FORMS, 100) and cfg.fn_split_needed(("pre",), 1)  # every pre tile compiles
@@ -537,3 +540,24 @@ def test_row_config_stages():
     assert _config.RowConfig().stages == 1 and _config.MhcConfig().row_large.stages == 1  # default unchanged
     with pytest.raises(ValueError, match=re.escape("RowConfig.scalar must be a bool, got 1")):
         _config.RowConfig(scalar=1)
+
+
+def test_default_selection_by_arch():
+    """sm_90a: two passes at every T (no one-launch tile); above small_max_tokens pre's pass 1 reads
+    fn split once with diagonal-block squares and pass 2 streams its row (the 14:37 H200 sweep's
+    two_pass_fn_pre_diag_stream); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
+    sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
+    cfg, old = _config.default_config("sm_90a"), _config.fused_config("sm_90a")
+    assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
+    assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
+    assert cfg.stream("pre", 65) == _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
+    assert cfg.stream("pre", 64) == old.stream("pre", 64) and cfg.stream("pre", 64).fn_split == "kernel"
+    assert cfg.stream("post_pre", 64) == old.stream("post_pre", 64) and cfg.stream("post", 1) == old.post
+    assert cfg.bcast == dataclasses.replace(old.bcast, sq="diag")
+    assert cfg.apply(65) == _config.RowConfig(2048, 16, 4, stages=3) and cfg.apply(64) == old.apply(64)
+    assert cfg.wide == old.wide == _config.WideConfig(block_y=128) and cfg.tiny is None and cfg.small is None
+    assert cfg.counters(api.FORMS, 8192) == 1
+    assert _config.default_config(None) == cfg  # no arch at hand (scratch_specs): the sm_90a tiles
+    assert _config.default_config("sm_120a") == _config.fused_config("sm_120a")
+    jobs = {(k.__name__, args[0]) for k, args in mhc.plan(caps(max_tokens=8192)).kernels(cfg, "sm_90a")}
+    assert ("compile_split_fn", "bfloat16") in jobs and not any(k == "compile_fused" for k, _ in jobs)

@@ -403,7 +403,7 @@ def test_fused_counters_reset_and_repeat(tokens):
     """The heuristic's one-launch tiles (from 2 tokens here): the ticket counters are back at 0 after
     every call, so back-to-back calls on fresh inputs (and the prime before them) stay right."""
     hidden = 7168
-    p = prepared(hidden, override=dataclasses.replace(_config.default_config("sm_90a"), fused_min_tokens=2))
+    p = prepared(hidden, override=dataclasses.replace(_config.fused_config("sm_90a"), fused_min_tokens=2))
     assert p.state.selection.fused("pre", tokens) is not None
     counter = p.state.scratch["counter"]
     assert counter.numel() == -(-MAX_T // _config.FUSED_PRE.block_t)
@@ -514,3 +514,55 @@ def test_tiny_graph_replays_back_to_back():
     got = (outs["residual_out"], outs["post_out"], outs["comb_out"], outs["y_out"])
     check_outputs(got, ref32, ref_lo)
     assert torch.count_nonzero(p.state.scratch["counter"]).item() == 0
+
+
+def counting_launches(p):
+    """Wrap every launcher of the plan: returns the list of (kind, key) of each launch, in order."""
+    launched = []
+    table = p.state.extra["launchers"]
+    for key, launch in list(table.items()):
+
+        def wrapped(*a, _launch=launch, _key=key, **kw):
+            launched.append(_key)
+            return _launch(*a, **kw)
+
+        table[key] = wrapped
+    return launched
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("tokens", [65, 1000, 8192])
+@pytest.mark.parametrize("weight", [None, "w_act"])
+def test_default_above_small_max_tokens(hidden, tokens, weight):
+    """The sm_90a default above small_max_tokens (two passes: fn split once, pre's large tile with
+    diagonal-block squares, the row pass 2 streamed in 2048-wide chunks) on pre, broadcast (diag
+    squares) and post_pre (post's kernel + pre's pass 1 + pass 2), NaN-poisoned outputs and
+    partials, and the launches it makes."""
+    p = prepared(hidden)
+    sel = p.state.selection
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm_90a default")
+    assert sel == _config.default_config("sm_90a") and sel.fused_pre is None and tokens > sel.small_max_tokens
+    launched = counting_launches(p)
+    ins = gpu_inputs(tokens, hidden, seed=1100 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    kw = dict(SCALARS, norm_weight=None if weight is None else ins[weight], norm_eps=1e-6)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **kw)
+    check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
+    pre_launches = [k for k, _ in launched]
+    assert pre_launches == ["compile_split_fn", "compile_stream", "compile_row"], pre_launches
+    assert launched[1][1][3] == sel.pre_large and launched[2][1][3] == sel.row_large
+    p.state.scratch["partials"].fill_(float("nan"))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
+    ref32, ref_lo = pre_refs(ins["x"], *mix, **kw)
+    assert torch.equal(got[0], ref32[0])
+    check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+    assert [k for k, _ in launched[3:]] == ["compile_stream", "compile_row"]
+    assert launched[3][1][0] == "bcast" and launched[3][1][3].sq == "diag"
+    p.state.scratch["partials"].fill_(float("nan"))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+    got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
+    check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
+    kinds = [k for k, _ in launched[5:]]
+    assert kinds == ["compile_stream", "compile_split_fn", "compile_stream", "compile_row"], kinds
+    assert launched[5][1][0] == "post" and launched[7][1][0] == "pre"

@@ -23,8 +23,9 @@ META = OpMeta(
     dtypes=("bfloat16", "float16"),
     requires=("torch", "triton", "cuda"),
     notes=(
-        "Triton; mixes on mma.sync (fn split hi + lo in the activation dtype); split-K partials in the workspace; "
-        "one launch per call from MhcConfig.fused_min_tokens tokens (the last split of each token block finishes it)"
+        "Triton; mixes on mma.sync (fn split hi + lo in the activation dtype); split-K partials in the workspace, "
+        "then a row pass 2 (sm_90a at every T); on sm_120a one launch per call from MhcConfig.fused_min_tokens "
+        "tokens (the last split of each token block finishes it)"
     ),
 )
 

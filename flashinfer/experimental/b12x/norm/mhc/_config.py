@@ -391,11 +391,12 @@ FUSED_POST_PRE = FusedConfig(
 FUSED_MIN_TOKENS = 8192
 
 
-def default_config(arch: str | None) -> MhcConfig:
-    """The heuristic's selection for `arch`: the one-launch kernel from fused_min_tokens (pre and
-    bcast; post_pre there is post's kernel + the one-launch pre), the two-pass path below. sm_120a gets a 4-warp 32-token pre tile: the 2-warp 64-token one spills there (255
-    registers + 40-byte stack since pass 1 also sums the squares); on sm_90a it takes 186 registers
-    and no stack."""
+def fused_config(arch: str | None) -> MhcConfig:
+    """Session 6's default selection for `arch` (the sweep's "fused_default" row, and what the tests
+    of the one-launch kernel derive their tiles from): the one-launch kernel from fused_min_tokens
+    (pre and bcast; post_pre there is post's kernel + the one-launch pre), the two-pass path below.
+    sm_120a gets a 4-warp 32-token pre tile: the 2-warp 64-token one spills there (255 registers +
+    40-byte stack since pass 1 also sums the squares); on sm_90a it takes 186 registers and no stack."""
     fused = dict(fused_pre=FUSED_PRE, fused_post_pre=FUSED_POST_PRE)
     # T <= 4 without a norm weight: the wide pass 2 (H200, session 6, 13:31, graph timer, H 7168: pre
     # T=1 12.8 -> 9.6 µs, post_pre T=1 13.0 -> 10.4, T=4 12.6 -> 10.5 / 13.3 -> 11.2)
@@ -415,6 +416,32 @@ def default_config(arch: str | None) -> MhcConfig:
     # in-loop split (fn_pre there: T=1024 76.8 -> 81.8 µs)
     fused["fused_pre"] = dataclasses.replace(FUSED_PRE, fn_split="pre")
     return MhcConfig(fused_min_tokens=FUSED_MIN_TOKENS, wide=wide, **fused)
+
+
+# sm_90a above small_max_tokens: two passes at every T. H200 (session 6, 14:37 sweep, graph timer,
+# H = 7168; fused_config's numbers in brackets): pre 55.8 [74.1] µs at T = 1024, 364.1 [497.8] at
+# 8192 (37.9% of copy); post_pre 90.3 [108.1] / 651.7 [767.6]. Pass 1 reads fn split once per call
+# (no split ALU in the loop) and sums the squares on the 16 x 16 diagonal blocks of a @ a^T (one
+# batched mma.sync a step: 190 instructions a warp-step, was 703); pass 2 streams its row in
+# 2048-wide chunks through 3 cp.async stages at 4 warps (66 registers, 5 programs per SM).
+PRE_LARGE_90 = StreamConfig(block_t=64, block_h=16, num_warps=2, num_stages=4, sq="diag", fn_split="pre")
+ROW_LARGE_90 = RowConfig(block_h=2048, block_s=16, num_warps=4, stages=3)
+
+
+def default_config(arch: str | None) -> MhcConfig:
+    """The heuristic's selection for `arch`. sm_90a: the two-pass path at every T (pre's large tile
+    with fn split once and diagonal-block squares, bcast's squares on the diagonal blocks, the row
+    pass 2 streamed above small_max_tokens; T <= small_max_tokens as in fused_config, the wide pass 2
+    at T <= 4 without a norm weight). sm_120a: fused_config's selection (bcast's 32 x 32 tile with
+    sq="diag" spills there, and so does its pre_large with fn split once: test_mhc_compile)."""
+    fused = fused_config(arch)
+    if arch is not None and not str(arch).startswith("sm_90"):
+        return fused
+    base = MhcConfig(wide=fused.wide)
+    # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
+    return dataclasses.replace(
+        base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
+    )
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
