@@ -213,9 +213,12 @@ class TiledLogic:
             ld = ops.i64(AD.row_bytes(fmt, rt.k))
             for i in range(count):
                 s = tid + i * self.threads
-                row = r0 + s // self.spr
                 k0 = k_tile + (s % self.spr) * 32
-                ok = row < limit
+                if side == "a":
+                    row = r0 + s // self.spr
+                    ok = row < limit
+                else:
+                    row, ok = self.b_row(ops, rt, n0, s // self.spr)
                 words = AD.load_span(ops, fmt, base, ld, row, k0, ok)
                 sc = AD.load_span_scale(ops, fmt, sf_base, row, k0, rt.k, ok)
                 if self.cfg.fp8_mma:  # raw E4M3 to shared; block scales act on the partial sums
@@ -228,6 +231,12 @@ class TiledLogic:
                         sc = block_scale
                 out.append((words, sc))
         return out
+
+    def b_row(self, ops, rt: Runtime, n0, local):
+        """(B row, in range) of tile row `local` of the CTA whose tile starts at column n0: row n0 +
+        local here; a subclass may map tile rows elsewhere (moe's gated FC1 pairs gate and up rows)."""
+        row = n0 + local
+        return row, row < rt.n
 
     # -- registers -> shared (dequantized) ------------------------------------------------------
     def _row_addr(self, smem_base, buf, row_local, chunk):
@@ -355,13 +364,17 @@ class TiledLogic:
         return out
 
     # -- epilogue -------------------------------------------------------------------------------
+    def epilogue_scale(self, ops, rt: Runtime):
+        """alpha * s0 * s1 * s2 * 2^(C_a + C_b): what every accumulator is multiplied by."""
+        true = ops.boolean(True)
+        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
+        return scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+
     def epilogue(self, ops, rt: Runtime, tid, m0, n0, acc):
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         g, t = lane >> 2, lane & 3
-        true = ops.boolean(True)
-        scale = rt.alpha * ops.ldg_f32(rt.s0_base, true) * ops.ldg_f32(rt.s1_base, true)
-        scale = scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
+        scale = self.epilogue_scale(ops, rt)
         n_mt, n_nt = self.wtm // 16, self.wtn // 8
         for mt in range(n_mt):
             for nt in range(n_nt):
