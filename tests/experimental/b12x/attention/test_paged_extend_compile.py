@@ -254,3 +254,20 @@ def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
         q_vecs, kv_vecs = _cp_async_per_thread(cfg, kv_dtype, 16)
         steps = 2 if cfg.split_issue else 3
         assert ptx.count("cp.async.cg.shared.global") == q_vecs + (cfg.stages - 2 + steps) * kv_vecs
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dual_extend_schedule_compiles(arch):
+    """The live tile choice's schedule (`_kernel_extend_schedule`): one CTA, three block scans (live
+    tokens, live requests, the chosen tile's items), a runtime tile size (an integer division by a
+    register, not by a constant), and both counts written."""
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    from flashinfer.experimental.b12x.attention.paged import _kernel_extend_schedule as kes
+
+    ptx = _check_binary(kes.compile_dual_extend_schedule(64, 32, 768, arch=arch), arch)
+    assert ptx.count("bar.sync") >= 6  # two barriers a block scan
+    assert re.search(r"div\.s32\s", ptx) or re.search(r"div\.u32\s", ptx), "no runtime division by the tile"
+    assert "st.global.v2.b32" in ptx  # a work row (request, first token) in one store
+    counts = re.findall(r"st\.global\.b32\s+\[(%rd\d+)(\+4)?\]", ptx)  # count[0] and count[1]
+    assert len(counts) == 2 and counts[0][0] == counts[1][0] and {c[1] for c in counts} == {"", "+4"}, counts

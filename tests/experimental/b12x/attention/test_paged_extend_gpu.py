@@ -15,6 +15,7 @@ import torch
 
 import b12x
 from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, extend_schedule_reference
+from flashinfer.experimental.b12x.attention.paged._config_extend import dual_extend_schedule_reference
 from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
 
 from .paged_cases import check_against_reference, make_case
@@ -86,15 +87,23 @@ def check(plan, case, *, window_left=-1, sinks=None, output=None):
     torch.cuda.synchronize()
     emu = emulated(case, torch.float16 if kv_fp8 else case.q.dtype, case.q.dtype, window_left=window_left, sinks=sinks)
     check_against_reference(case, out, lse, emu, window_left=window_left, sinks=sinks)
-    # the device tile list is its Python mirror
-    group = case.q.shape[1] // case.k_cache.shape[2]
-    work, count = extend_schedule_reference(
-        case.cu_seqlens_q.tolist(), plan.state.selection.extend.tokens_per_tile(group)
-    )
-    s = plan.state.scratch
-    assert s["count"][0].item() == count
-    assert s["tiles"][:count].tolist() == [list(w) for w in work]
+    check_schedule(plan, case.cu_seqlens_q.tolist(), case.q.shape[1] // case.k_cache.shape[2])
     return out, lse
+
+
+def check_schedule(plan, cu, group):
+    """The device tile list (and, with the live tile choice, both kernels' counts) is its Python mirror."""
+    ext = plan.state.selection.extend
+    s = plan.state.scratch
+    if ext.small is None:
+        work, count = extend_schedule_reference(cu, ext.tokens_per_tile(group))
+        assert s["count"][0].item() == count
+    else:
+        large, small = ext.tokens_per_tile(group), ext.small.tokens_per_tile(group)
+        work, counts, _ = dual_extend_schedule_reference(cu, large, small, ext.small_below)
+        assert tuple(s["count"][:2].tolist()) == counts
+        count = len(work)
+    assert s["tiles"][:count].tolist() == [list(w) for w in work]
 
 
 # q_lens / kv_lens: page and tile edges, a prefill with no prefix, empty requests, 32k caches
@@ -265,6 +274,8 @@ def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
         assert torch.equal(got_out, eager_out[:live]), f"step {step}: replay differs from eager"
         assert torch.equal(got_lse, eager_lse[:live])
         assert not torch.isnan(got_out).any() and not torch.isnan(got_lse).any()
+        if not live:
+            continue
         ref_out, ref_lse = paged.paged_attention_reference(
             q[:live], full.k_cache, full.v_cache, full.page_table, lens, cu,
             k_descale=full.k_descale, v_descale=full.v_descale,
@@ -301,3 +312,78 @@ def test_extend_cache_past_2_31_elements(kv_dtype):
     check(prepared(caps_for(small, kv_dtype=kv_dtype)), small)
     del k, v
     torch.cuda.empty_cache()
+
+
+# the live tile choice (ExtendConfig.small, _kernel_extend_schedule): the sm_90a candidate default
+# (256-row large tile, 128-row small tile) with a threshold of 200 tokens, so both sides are small cases
+DUAL = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True,
+                    small=ExtendConfig(128, 64, 2, 2, True), small_below=200)  # fmt: skip
+CHOICE_STEPS = [  # live q_lens (sum <= 2048 captured rows); mean over non-empty requests vs 200
+    [0, 150, 7, 300, 0, 64, 199, 1],  # 120: small
+    [400, 250, 0, 0, 512, 211, 64, 300],  # 289: large
+    [199] * 8,  # small
+    [200] * 8,  # at the threshold: large
+    [1, 0, 0, 0, 0, 0, 0, 2000],  # 1000: large (one long request, one token)
+    [0, 0, 0, 0, 0, 0, 0, 0],  # nothing live: no row written
+    [17, 33, 0, 5, 0, 0, 64, 129],  # 49: small
+]
+
+
+@pytest.mark.parametrize("masking", ["plain", "window-sinks"])
+@pytest.mark.parametrize("heads", [(32, 8), (64, 8)], ids=["gqa4", "gqa8"])
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"], ids=["bf16", "fp8"])
+def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking):
+    """One captured graph (schedule + both kernels) replayed with live sizes on both sides of the
+    threshold: the schedule's choice and counts are its mirror's, every live row matches the
+    reference (and the eager run bit for bit), rows past the live ones stay poisoned."""
+    cap_batch, max_q, max_kv = 8, 2048, 4096
+    kvt = getattr(torch, kv_dtype)
+    full = make_case([max_kv] * cap_batch, [max_q // cap_batch] * cap_batch, num_q_heads=heads[0],
+                     num_kv_heads=heads[1], head_dim=128, page_size=16, kv_dtype=kvt, device=DEV,
+                     seed=heads[0] + len(kv_dtype))  # fmt: skip
+    plan = prepared(caps_for(full, kv_dtype=kv_dtype, config=DUAL))
+    window, sinks = (100, torch.randn(heads[0], device=DEV) * 3) if masking == "window-sinks" else (-1, None)
+    lens, cu, q = full.cache_seqlens.clone(), full.cu_seqlens_q.clone(), full.q.clone()
+    fp8 = dict(k_descale=full.k_descale, v_descale=full.v_descale) if kvt == FP8 else {}
+    binding = paged.bind(plan, q=q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
+                         cache_seqlens=lens, cu_seqlens_q=cu, window_left=window, attention_sink_bias=sinks,
+                         **fp8)  # fmt: skip
+    paged.run(binding=binding)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged.run(binding=binding)
+    rng = random.Random(len(masking))
+    group = heads[0] // heads[1]
+    chosen = set()
+    for step, q_lens in enumerate(CHOICE_STEPS):
+        kv_lens = [n + rng.choice([0, 1, 100, max_kv - n]) for n in q_lens]
+        new_cu = [0, *torch.tensor(q_lens).cumsum(0).tolist()]
+        lens.copy_(torch.tensor(kv_lens, dtype=torch.int32))
+        cu.copy_(torch.tensor(new_cu, dtype=torch.int32))
+        q.copy_(torch.randn_like(q, dtype=torch.float32).to(q.dtype))
+        live = new_cu[-1]
+        poison(plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_schedule(plan, new_cu, group)
+        _, counts, small = dual_extend_schedule_reference(new_cu, 256 // group, 128 // group, DUAL.small_below)
+        if live:
+            chosen.add(small)
+        got_out, got_lse = binding.out[:live].clone(), binding.lse[:live].clone()
+        assert torch.isnan(binding.out[live:]).all() and torch.isnan(binding.lse[live:]).all(), f"step {step}"
+        assert not torch.isnan(got_out).any() and not torch.isnan(got_lse).any(), f"step {step} (small={small})"
+        poison(plan)
+        eager_out, eager_lse = paged.run(binding=binding)
+        torch.cuda.synchronize()
+        assert torch.equal(got_out, eager_out[:live]) and torch.equal(got_lse, eager_lse[:live]), f"step {step}"
+        if not live:
+            continue
+        ref_out, ref_lse = paged.paged_attention_reference(
+            q[:live], full.k_cache, full.v_cache, full.page_table, lens, cu, window_left=window, sinks=sinks, **fp8
+        )
+        tol = 3e-2 if kvt == FP8 else 2e-2
+        where = lambda m, step=step: f"step {step}: {m}"  # noqa: E731
+        torch.testing.assert_close(got_out.float(), ref_out, rtol=tol, atol=tol, msg=where)
+        torch.testing.assert_close(got_lse, ref_lse, rtol=0, atol=2e-3, msg=where)
+    assert chosen == {False, True}

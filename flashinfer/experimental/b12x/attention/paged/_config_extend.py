@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -50,7 +51,16 @@ class ExtendConfig:
 
     block_m 256 (8 warps at row_blocks 2, 64 tokens x G 4): one CTA an SM (the 8 warps of two 128-row
     CTAs), each K / V tile loaded once for twice the rows: half the cp.async issue and L2 traffic
-    per flop; 3 or 4 stages fit its shared memory (sm_90a; not sm_120a's 99 KB). stages: 2 to 4."""
+    per flop; 3 or 4 stages fit its shared memory (sm_90a; not sm_120a's 99 KB). stages: 2 to 4.
+
+    small / small_below (the live tile choice, `_kernel_extend_schedule`): with `small` an
+    ExtendConfig (itself without `small`), the plan compiles both kernels, this one without its
+    `small` (`single`) and `small`, sizes the work list for the one with fewer tokens a tile, and
+    the device schedule picks per run: the small tile when the live mean q_len (query tokens over
+    non-empty requests) is below `small_below` tokens, else this one. Both kernels are launched;
+    the schedule gives the other one 0 items (its CTAs exit at their first load). small_below 0:
+    always this tile; a huge one: always the small tile (the bench's way to time each path's
+    overhead against the single-kernel plans)."""
 
     block_m: int = 64
     block_n: int = 64
@@ -63,6 +73,8 @@ class ExtendConfig:
     stagger: bool = False
     split_issue: bool = False
     wide_copy: bool = False
+    small: ExtendConfig | None = None
+    small_below: int = 768  # = SMALL_BELOW
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
@@ -72,6 +84,7 @@ class ExtendConfig:
         extra += ", stagger=True" if self.stagger else ""
         extra += ", split_issue=True" if self.split_issue else ""
         extra += ", wide_copy=True" if self.wide_copy else ""
+        extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -90,6 +103,20 @@ class ExtendConfig:
         """Query tokens one CTA owns: block_m // G (rows past tokens * G are padding)."""
         return self.block_m // group
 
+    @property
+    def single(self) -> ExtendConfig:
+        """This tile's kernel config without the live choice (its compile key: the same kernel as
+        the single-tile plan's)."""
+        return dataclasses.replace(self, small=None, small_below=768)
+
+    def tiles(self) -> tuple[ExtendConfig, ...]:
+        """The kernel configs the plan compiles: (self,) or (single, small)."""
+        return (self,) if self.small is None else (self.single, self.small)
+
+    def list_tokens(self, group: int) -> int:
+        """Tokens a tile of the work list is sized for: the fewest over `tiles()` (most items)."""
+        return min(c.tokens_per_tile(group) for c in self.tiles())
+
 
 def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: ExtendConfig) -> int:
     """Q tile (fp8 path: plus its raw copy) + `stages` K and V tiles + the fp8 reduction slots."""
@@ -100,7 +127,20 @@ def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: Ext
 
 
 def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
-    """None when the extend kernel implements this problem with `config` on `arch`, else why not."""
+    """None when the extend kernel implements this problem with `config` on `arch`, else why not
+    (with `config.small`: both tiles, the small one's reason prefixed "small: ")."""
+    if isinstance(config, ExtendConfig) and config.small is not None:
+        dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
+        small, below = config.small, config.small_below
+        if not isinstance(small, ExtendConfig) or small.small is not None:
+            return f"small must be an ExtendConfig without its own small, got {small!r}"
+        if not isinstance(below, int) or isinstance(below, bool) or not 0 <= below < 2**31:
+            return f"small_below must be an int in [0, 2^31) (query tokens), got {below!r}"
+        reason = why_not_extend(*dims, config.single, arch)
+        if reason is not None:
+            return reason
+        reason = why_not_extend(*dims, small, arch)
+        return None if reason is None else f"small: {reason}"
     reason = why_not(
         q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, DecodeConfig(), arch
     )
@@ -133,6 +173,12 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
     return None
 
 
+# The live tile choice (ExtendConfig.small) as the sm_90a extend default: off until the H200 sweep of
+# '256x64x3x2pgiw+128x64x2x2p@N' against the two single tiles says so (docs/predictions/attention_extend.md).
+LIVE_TILE_CHOICE = False
+SMALL_BELOW = 768  # mean live q_len (tokens) under which the 128-row tile runs: 512 -> small, 1k -> large
+
+
 def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "extend") -> ExtendConfig:
     """extend, bf16/fp16 KV, D <= 128: 128 rows, 64-key tiles, two stages, FlashAttention-2's 32 rows a
     warp (row_blocks 2: half the shared-memory reads of K and V per flop) and page prefetch. Measured
@@ -157,15 +203,17 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
     ~5 TB/s at 320 TFLOP/s causal (the H200's L2 is about that), 128 rows half of it.
     verify (q_len * G rows of a few tokens) and D 256 (255 registers a thread): block_m 64."""
     limit = SMEM_LIMIT.get(arch, 99 * 1024)
+    fa2 = ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=2, page_prefetch=True)
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn" and arch == "sm_90a":
         wide = ExtendConfig(
             block_m=256, block_n=64, stages=3, row_blocks=2, page_prefetch=True,
             stagger=True, split_issue=True, wide_copy=True,
         )  # fmt: skip
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, wide) <= limit:
+            if LIVE_TILE_CHOICE and extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
+                return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW)
             return wide
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
-        fa2 = ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=2, page_prefetch=True)
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
             return fa2
     rows = (128, 64) if mode == "extend" and head_dim <= 128 else (64,)
@@ -196,10 +244,39 @@ def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
     return work, len(work)
 
 
+def live_small_tile(cu_seqlens_q, small_below: int) -> bool:
+    """The dual schedule's choice: the live mean q_len (over non-empty requests) < small_below.
+    No non-empty request: the large tile (nothing is launched either way)."""
+    cu = [int(x) for x in cu_seqlens_q]
+    lens = [max(0, b - a) for a, b in zip(cu, cu[1:])]
+    live = sum(1 for n in lens if n > 0)
+    return live > 0 and sum(lens) // live < small_below
+
+
+def dual_extend_schedule_reference(cu_seqlens_q, large_tokens: int, small_tokens: int, small_below: int):
+    """The dual schedule kernel's output in Python: (work rows, (large count, small count), small).
+
+    The work list is `extend_schedule_reference`'s for the chosen tile; the other kernel's count is
+    0. The list's capacity is `extend_item_capacity` of the smaller tile."""
+    small = live_small_tile(cu_seqlens_q, small_below)
+    work, count = extend_schedule_reference(cu_seqlens_q, small_tokens if small else large_tokens)
+    return work, ((0, count) if small else (count, 0)), small
+
+
 def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
-    'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw')."""
+    'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
+    'LARGE+SMALL[@N]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768),
+    e.g. '256x64x3x2pgiw+128x64x2x2p@768'."""
+    if "+" in text:
+        large, _, rest = text.partition("+")
+        small, at, below = rest.partition("@")
+        if at and not below.isdigit():
+            raise ValueError(f"an extend config's '@N' (small_below) must be a number of tokens, got {text!r}")
+        return dataclasses.replace(
+            parse_extend_config(large), small=parse_extend_config(small), small_below=int(below) if at else 768
+        )
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(

@@ -182,11 +182,12 @@ def _validate(caps: Caps) -> None:
         config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a", caps.mode)
         reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
         if reason is None and caps.num_q_heads % caps.num_kv_heads == 0:
-            tiles = extend_item_capacity(caps.max_total_q, caps.max_batch, config.tokens_per_tile(caps.group))
+            tokens = config.list_tokens(caps.group)
+            tiles = extend_item_capacity(caps.max_total_q, caps.max_batch, tokens)
             if tiles > MAX_GRID_Y:
                 raise ValueError(
                     f"max_total_q={caps.max_total_q} and max_batch={caps.max_batch} allow {tiles} query tiles of "
-                    f"{config.tokens_per_tile(caps.group)} tokens, more than the {MAX_GRID_Y} a grid dimension holds"
+                    f"{tokens} tokens, more than the {MAX_GRID_Y} a grid dimension holds"
                 )
     else:
         if caps.config is not None and not isinstance(caps.config, DecodeConfig):
@@ -244,14 +245,25 @@ class PagedAttentionPlan(Plan):
         dims = (c.dtype, c.kv_dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_qk, c.head_dim_vo, c.page_size)
         if c.mode in EXTEND_MODES:
             from ._kernel_extend import compile_extend
-            from ._kernel_split import compile_extend_schedule
 
-            reason = why_not_extend(*dims, config.extend, arch)
+            ext = config.extend
+            reason = why_not_extend(*dims, ext, arch)
             if reason is not None:
                 raise NotImplementedError(f"{OP}: {reason}")
+            if ext.small is not None:  # the live tile choice: schedule, large kernel, small kernel
+                from ._kernel_extend_schedule import compile_dual_extend_schedule
+
+                tokens = (ext.tokens_per_tile(c.group), ext.small.tokens_per_tile(c.group), ext.small_below)
+                return (
+                    (compile_dual_extend_schedule, (*tokens, arch)),
+                    (compile_extend, (*dims, ext.single, arch)),
+                    (compile_extend, (*dims, ext.small, arch)),
+                )
+            from ._kernel_split import compile_extend_schedule
+
             return (
-                (compile_extend_schedule, (config.extend.tokens_per_tile(c.group), arch)),
-                (compile_extend, (*dims, config.extend, arch)),
+                (compile_extend_schedule, (ext.tokens_per_tile(c.group), arch)),
+                (compile_extend, (*dims, ext, arch)),
             )
         from ._kernel_decode import compile_decode
         from ._kernel_split import compile_merge, compile_schedule
@@ -273,7 +285,7 @@ class PagedAttentionPlan(Plan):
         cap, hq = c.item_capacity, c.num_q_heads
         if c.mode in EXTEND_MODES:
             ext = (config or self.heuristic(None)).extend
-            tiles = extend_item_capacity(c.max_total_q, c.max_batch, ext.tokens_per_tile(c.group))
+            tiles = extend_item_capacity(c.max_total_q, c.max_batch, ext.list_tokens(c.group))
             specs = [
                 ScratchBufferSpec("tiles", (tiles, 2), "int32", device),
                 ScratchBufferSpec("count", (4,), "int32", device),
@@ -400,6 +412,7 @@ class Binding:
     reference_inputs: tuple = field(repr=False, default=())
     cu_seqlens_q: object = None  # extend/verify: the request rows of q
     decode_views: tuple = field(repr=False, default=())  # decode: (requests, count, part_o, part_lse, tickets)
+    extend_views: tuple = field(repr=False, default=())  # live tile choice: (counts, large work, large/small count)
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
@@ -535,12 +548,18 @@ def bind(
     # The schedule never makes more than batch + target items: launching only that many rows keeps
     # CTAs of dead items (which exit at once) few; the row count is a shape, fixed under capture.
     selection = state.selection
+    extend_views = ()
     if c.mode in EXTEND_MODES:
         tiles = scratch["tiles"]
         group = c.num_q_heads // c.num_kv_heads
-        need = extend_item_capacity(total_q, batch, selection.extend.tokens_per_tile(group))
+        ext = selection.extend
+        need = extend_item_capacity(total_q, batch, ext.list_tokens(group))
         work = tiles[: min(tiles.shape[0], need)]
         no_sink = scratch["no_sink"]
+        if ext.small is not None:  # the large kernel's grid: the rows its own tile could need
+            large = extend_item_capacity(total_q, batch, ext.tokens_per_tile(group))
+            count = scratch["count"]
+            extend_views = (count[:2], work[: min(work.shape[0], large)], count[0:1], count[1:2])
     else:
         rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
         work = scratch["work"][:rows]
@@ -562,6 +581,7 @@ def bind(
         sink=no_sink if sink is None else sink, has_sink=int(sink is not None),
         window_left=window_left, sm_scale=scale, work=work, scratch=scratch,
         reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q, decode_views=decode_views,
+        extend_views=extend_views,
     )  # fmt: skip
 
 
@@ -644,7 +664,7 @@ def run(*, binding: Binding, plan=None):
 
 
 def _run_extend(b: Binding):
-    sched, extend = _launchers(b.plan)
+    launchers = _launchers(b.plan)
     s = b.scratch
     lens, pt, cu = b.cache_seqlens, b.page_table, b.cu_seqlens_q
     if b.plan.caps.copy_runtime_metadata:
@@ -653,10 +673,20 @@ def _run_extend(b: Binding):
         s["page_table"][:batch, :width].copy_(pt)
         s["cu_seqlens_q"][: batch + 1].copy_(cu)
         lens, pt, cu = s["cache_seqlens"][:batch], s["page_table"][:batch, :width], s["cu_seqlens_q"][: batch + 1]
+    scale = b.sm_scale * LOG2E
+    if b.extend_views:  # the live tile choice: the schedule gives the unchosen kernel 0 items
+        sched, large, small = launchers
+        counts, large_work, large_count, small_count = b.extend_views
+        sched(cu, b.work, counts)
+        for fn, work, count in ((large, large_work, large_count), (small, b.work, small_count)):
+            fn(b.q, b.k_cache, b.v_cache, pt, cu, lens, work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
+               scale, b.has_sink, b.window_left)  # fmt: skip
+        return b.out, b.lse
+    sched, extend = launchers
     count = s["count"][:1]
     sched(cu, b.work, count)
     extend(b.q, b.k_cache, b.v_cache, pt, cu, lens, b.work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
-           b.sm_scale * LOG2E, b.has_sink, b.window_left)  # fmt: skip
+           scale, b.has_sink, b.window_left)  # fmt: skip
     return b.out, b.lse
 
 
@@ -681,7 +711,7 @@ def clear_caches() -> None:
     """Forget this op's compiled kernels in memory (the disk cache stays)."""
     import sys
 
-    for name in ("._kernel_decode", "._kernel_split", "._kernel_extend"):
+    for name in ("._kernel_decode", "._kernel_split", "._kernel_extend", "._kernel_extend_schedule"):
         module = sys.modules.get(__package__ + name)
         if module is None:
             continue
@@ -691,6 +721,7 @@ def clear_caches() -> None:
             "compile_merge",
             "compile_extend",
             "compile_extend_schedule",
+            "compile_dual_extend_schedule",
         ):
             k = getattr(module, attr, None)
             if k is not None:

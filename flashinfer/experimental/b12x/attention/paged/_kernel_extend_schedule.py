@@ -1,0 +1,123 @@
+"""The extend work list with a live tile choice (`ExtendConfig.small`), on device: one CTA.
+
+Why: the 256-row tile (one CTA an SM) is the fastest from q_len 1k, but at 512 its CTAs run few
+KV tiles each and the exposed prologue / epilogue of a lone CTA make it 4-8% slower than the
+128-row tile (two CTAs an SM overlap each other's); the plan cannot know the live q_lens.
+
+Design (CUDA-graph safe, no host read): the plan compiles both extend kernels (the large tile and
+the small one) and this schedule. Per run the schedule
+1. sums the live q_lens L_b = max(0, cu[b + 1] - cu[b]) and counts the non-empty requests (two
+   block scans over the batch);
+2. picks the small tile when total // non-empty < small_below (the mean q_len of the live
+   requests: short requests mean few KV tiles a CTA, where one 256-row CTA an SM leaves its
+   prologue and epilogue exposed; a q_len * G of 128 rows also half-fills a 256-row tile);
+3. writes the chosen tile's list exactly as `ExtendSchedule` does (request b's ceil(L_b / T)
+   tiles, last first) into the one shared work list, sized for the small tile (more items:
+   `extend_item_capacity` of the fewest tokens a tile, which also bounds the large tile's count);
+4. writes count[0] = items if the large tile was chosen else 0, count[1] = items if the small
+   one was else 0.
+Then both extend kernels launch (large, then small), each over the rows its own tile could need
+and each reading its own count (count[0:1] and count[1:2]): the unchosen one reads 0 and every
+CTA of it exits at its first load. That dead grid is the cost of the choice: (its rows x Hkv)
+CTAs of one load each, at the occupancy its shared memory allows (the 128-row tile: 2 an SM,
+the 256-row: 1); `docs/predictions/attention_extend.md` estimates it.
+`dual_extend_schedule_reference` (`_config_extend`) is the same algorithm in Python.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+from ..._lib.compile import cute_compile, kernel
+from ._config import SCHEDULE_THREADS
+from ._kernel_split import Schedule
+
+
+class DualExtendSchedule(Schedule):
+    """One CTA: see the module docstring. large_tokens / small_tokens: query tokens a tile of each
+    kernel (block_m // G); small_below: the mean-q_len threshold in tokens."""
+
+    def __init__(self, large_tokens: int, small_tokens: int, small_below: int) -> None:
+        self.large, self.small, self.below = large_tokens, small_tokens, small_below
+        self.threads = SCHEDULE_THREADS
+        self.warps = SCHEDULE_THREADS // 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
+        mWork: cute.Tensor,  # (cap, 2) int32: request, first token (cap: the small tile's rows)
+        mCount: cute.Tensor,  # (2,) int32: items of the large kernel, items of the small one
+        stream: cuda.CUstream,
+    ):
+        self.kernel(mCu, mWork, mCount).launch(grid=[1, 1, 1], block=[self.threads, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mCu: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor):
+        tid, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
+        batch = mCu.shape[0] - 1
+        cap = mWork.shape[0]
+        per = (batch + self.threads - 1) // self.threads
+        b0 = cutlass.min(tid * per, batch)
+        b1 = cutlass.min(b0 + per, batch)
+
+        # ---- 1-2: the live mean q_len picks the tile ----------------------------------------------
+        tokens = Int32(0)
+        live = Int32(0)
+        for b in range(b0, b1):
+            length = cutlass.max(mCu[b + 1] - mCu[b], 0)
+            tokens = tokens + length
+            if length > 0:
+                live = live + 1
+        _, total = self._block_scan(tokens, tid, sWarp)
+        _, n_live = self._block_scan(live, tid, sWarp)
+        small = Int32(0)
+        if n_live > 0:
+            if total // n_live < self.below:
+                small = Int32(1)
+        tq = Int32(self.large)
+        if small != 0:
+            tq = Int32(self.small)
+
+        # ---- 3: the chosen tile's list (ExtendSchedule's, with a live tile size) -------------------
+        mine = Int32(0)
+        for b in range(b0, b1):
+            mine = mine + (cutlass.max(mCu[b + 1] - mCu[b], 0) + tq - 1) // tq
+        first, n_items = self._block_scan(mine, tid, sWarp)
+        item = first
+        for b in range(b0, b1):
+            tiles = (cutlass.max(mCu[b + 1] - mCu[b], 0) + tq - 1) // tq
+            for j in range(tiles):
+                if item < cap:  # cannot overflow for valid cu_seqlens_q; bad ones must not fault
+                    mWork[item, 0] = b
+                    mWork[item, 1] = (tiles - 1 - j) * tq
+                item = item + 1
+
+        # ---- 4: the chosen kernel's count, 0 for the other ---------------------------------------
+        if tid == 0:
+            n_items = cutlass.min(n_items, cap)
+            mCount[0] = Int32(0) if small != 0 else n_items
+            mCount[1] = n_items if small != 0 else Int32(0)
+
+
+@kernel(
+    "attention.paged.dual_extend_schedule",
+    sources=(
+        "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._kernel_split",  # Schedule._block_scan
+    ),
+)
+def compile_dual_extend_schedule(large_tokens: int, small_tokens: int, small_below: int, arch: str):
+    """tvm-ffi launcher `fn(cu_seqlens_q, work, count)` (one CTA; count: int32 [2])."""
+    cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
+    count = make_fake_compact_tensor(Int32, (2,), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    schedule = DualExtendSchedule(large_tokens, small_tokens, small_below)
+    return cute_compile(schedule, cu, work, count, stream, arch=arch)

@@ -1,0 +1,205 @@
+"""Contract tier (CPU) of the extend kernel's live tile choice (`ExtendConfig.small`,
+`_kernel_extend_schedule`): the schedule's Python mirror picks the tile on each side of the
+threshold, its counts and capacity; the config's validation, string form and plan / bind sizing."""
+
+import math
+import random
+import re
+import warnings
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.attention.paged._config import (
+    ExtendConfig,
+    default_extend_config,
+    extend_item_capacity,
+    extend_schedule_reference,
+    parse_extend_config,
+    why_not_extend,
+)
+from flashinfer.experimental.b12x.attention.paged._config_extend import (
+    dual_extend_schedule_reference,
+    live_small_tile,
+)
+from flashinfer.experimental.b12x.preparation import session as session_mod
+
+from .paged_cases import make_case
+
+pytestmark = pytest.mark.contract
+
+paged = b12x.attention.paged
+
+LARGE = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True)
+SMALL = ExtendConfig(128, 64, 2, 2, True)
+DUAL = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True, small=SMALL)
+DIMS = ("bfloat16", "bfloat16", 32, 8, 128, 128, 16)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_reference_warning(monkeypatch):
+    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
+        yield
+
+
+def _cu(q_lens):
+    return [0, *torch.tensor(q_lens, dtype=torch.int64).cumsum(0).tolist()]
+
+
+# -- the schedule's mirror -------------------------------------------------------------------------
+@pytest.mark.parametrize("below", [1, 64, 512, 768, 1024])
+def test_choice_flips_at_the_mean_live_q_len(below):
+    for mean in (below - 1, below, below + 1):
+        if mean < 1:
+            continue
+        want_small = mean < below
+        # uniform, ragged with the same mean (and empty requests, which do not count), one request
+        for q_lens in ([mean] * 16, [2 * mean, 0, 0, mean // 2, mean - mean // 2], [mean]):
+            assert live_small_tile(_cu(q_lens), below) == want_small, (q_lens, below)
+    assert not live_small_tile([0, 0, 0], below)  # nothing live: the large tile (nothing launches)
+
+
+def test_choice_uses_floor_of_the_mean_and_ignores_decreasing_rows():
+    assert live_small_tile(_cu([767, 768]), 768)  # mean 767.5 -> 767 < 768
+    assert not live_small_tile(_cu([768, 768]), 768)
+    assert live_small_tile([0, 10, 4, 8], 8)  # lens 10, 0 (negative), 4: mean 7
+    assert not live_small_tile(_cu([10**6]), 0)  # small_below 0: never the small tile
+    assert live_small_tile(_cu([10**6]), 2**31 - 1)  # a huge one: always
+
+
+@pytest.mark.parametrize("group", [1, 4, 5, 8])
+@pytest.mark.parametrize("seed", range(4))
+def test_dual_schedule_lists_the_chosen_tile_within_capacity(group, seed):
+    rng = random.Random(seed * 10 + group)
+    large, small = LARGE.tokens_per_tile(group), SMALL.tokens_per_tile(group)
+    for below in (0, 300, 768, 10**9):
+        batch = rng.randint(1, 24)
+        q_lens = [0 if rng.random() < 0.2 else rng.choice([1, small - 1, small, large + 1, 511, 512, 1024, 3000])
+                  for _ in range(batch)]  # fmt: skip
+        cu = _cu(q_lens)
+        work, counts, chose_small = dual_extend_schedule_reference(cu, large, small, below)
+        assert chose_small == live_small_tile(cu, below)
+        tokens = small if chose_small else large
+        assert (work, len(work)) == extend_schedule_reference(cu, tokens)
+        assert counts == ((0, len(work)) if chose_small else (len(work), 0))
+        # the list is sized for the small tile; the large kernel's grid for its own tile
+        cap = extend_item_capacity(cu[-1], batch, DUAL.list_tokens(group))
+        assert len(work) <= cap and counts[0] <= extend_item_capacity(cu[-1], batch, large)
+        covered = sorted((b, t) for b, t0 in work for t in range(t0, min(t0 + tokens, q_lens[b])))
+        assert covered == [(b, t) for b, n in enumerate(q_lens) for t in range(n)]
+
+
+def test_bench_cases_choose_as_predicted():
+    """bench_attention's extend cases (B x L, kv = q): the default threshold runs 512 small, 1k+ large."""
+    for batch, q_len, want in ((16, 512, True), (16, 1024, False), (16, 2048, False), (8, 4096, False)):
+        _, counts, small = dual_extend_schedule_reference(_cu([q_len] * batch), 64, 32, DUAL.small_below)
+        assert small == want
+        assert counts == ((0, batch * q_len // 32) if want else (batch * q_len // 64, 0))
+
+
+# -- config, string form, validation ---------------------------------------------------------------
+def test_config_string_form_and_fields():
+    assert parse_extend_config("256x64x3x2pgiw+128x64x2x2p") == DUAL
+    assert parse_extend_config("256x64x3x2pgiw+128x64x2x2p@512") == ExtendConfig(
+        256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True, small=SMALL, small_below=512
+    )
+    assert DUAL.single == LARGE and DUAL.tiles() == (LARGE, SMALL) and LARGE.tiles() == (LARGE,)
+    assert DUAL.list_tokens(4) == 32 and DUAL.tokens_per_tile(4) == 64 and LARGE.list_tokens(4) == 64
+    assert "small=ExtendConfig(block_m=128" in repr(DUAL) and "small_below=768" in repr(DUAL)
+    assert "small" not in repr(LARGE)
+    with pytest.raises(ValueError, match=re.escape("'@N' (small_below) must be a number of tokens")):
+        parse_extend_config("256x64x3x2pgiw+128x64x2x2p@x")
+    with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
+        parse_extend_config("256x64x3x2pgiw+128x64")
+
+
+def test_validation_names_the_failing_tile():
+    assert why_not_extend(*DIMS, DUAL, "sm_90a") is None
+    # sm_120a: the large tile does not fit its 99 KB (the plan keeps one kernel there)
+    assert "bytes of shared memory" in why_not_extend(*DIMS, DUAL, "sm_120a")
+    both_fit = ExtendConfig(128, 64, 2, 2, True, small=ExtendConfig(64, 64, 2, 1))
+    assert why_not_extend(*DIMS, both_fit, "sm_120a") is None
+    bad_small = ExtendConfig(128, 64, 2, 2, small=ExtendConfig(48, 64, 2, 1))
+    assert why_not_extend(*DIMS, bad_small, "sm_90a").startswith("small: config out of range")
+    nested = ExtendConfig(128, 64, 2, 2, small=DUAL)
+    assert "without its own small" in why_not_extend(*DIMS, nested, "sm_90a")
+    for below in (-1, 2**31, True, 1.5):
+        cfg = ExtendConfig(128, 64, 2, 2, small=SMALL, small_below=below)
+        assert "small_below must be an int" in why_not_extend(*DIMS, cfg, "sm_90a")
+
+
+def test_default_keeps_one_tile_until_switched(monkeypatch):
+    assert default_extend_config("bfloat16", 128, "sm_90a") == LARGE
+    monkeypatch.setattr("flashinfer.experimental.b12x.attention.paged._config_extend.LIVE_TILE_CHOICE", True)
+    assert default_extend_config("bfloat16", 128, "sm_90a") == DUAL
+    for args in (("bfloat16", 128, "sm_120a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 256, "sm_90a"),
+                 ("bfloat16", 128, "sm_90a", "verify")):  # fmt: skip
+        assert default_extend_config(*args).small is None, args
+
+
+# -- plan and bind ---------------------------------------------------------------------------------
+def caps(**kw):
+    base = dict(
+        device="cpu", mode="extend", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=32, num_kv_heads=8,
+        head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=1000, max_batch=6, max_page_table_width=64,
+        max_work_items=1, max_partial_rows=1, num_cache_pages=400, config=DUAL,
+    )  # fmt: skip
+    base.update(kw)
+    return paged.Caps(**base)
+
+
+def test_plan_compiles_both_tiles_and_sizes_the_list_for_the_small_one():
+    p = paged.plan(caps())
+    sel = p.heuristic("sm_90a")
+    assert sel.extend == DUAL
+    (sched, sched_args), (k1, args1), (k2, args2) = p.kernels(sel, "sm_90a")
+    assert sched.op == "attention.paged.dual_extend_schedule" and sched_args == (64, 32, 768, "sm_90a")
+    assert k1.op == k2.op == "attention.paged.extend"
+    assert args1 == (*DIMS, LARGE, "sm_90a") and args2 == (*DIMS, SMALL, "sm_90a")  # LARGE: the single plan's key
+    single = paged.plan(caps(config=LARGE))
+    assert len(single.kernels(single.heuristic("sm_90a"), "sm_90a")) == 2
+    with pytest.raises(NotImplementedError, match="bytes of shared memory"):
+        p.kernels(sel, "sm_120a")
+    tiles = {s.name: s.shape for s in p.scratch_specs(sel, "cpu")}["tiles"]
+    assert tiles == (extend_item_capacity(1000, 6, 32), 2)
+    one = {s.name: s.shape for s in single.scratch_specs(None, "cpu")}["tiles"]
+    assert one == (extend_item_capacity(1000, 6, 64), 2)
+
+
+def test_bind_sizes_each_kernels_grid_and_the_reference_runs():
+    p = paged.plan(caps())
+    b12x.PreparationSession("cpu").prepare([p])
+    q_lens, kv_lens = [300, 0, 17, 1, 500], [300, 9, 400, 1, 900]
+    case = make_case(kv_lens, q_lens, num_q_heads=32, num_kv_heads=8, head_dim=128, width=64, seed=3)
+    binding = paged.bind(p, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q)  # fmt: skip
+    total, batch = sum(q_lens), len(q_lens)
+    assert binding.work.shape[0] == extend_item_capacity(total, batch, 32)
+    counts, large_work, large_count, small_count = binding.extend_views
+    assert counts.shape == (2,) and large_count.data_ptr() == counts.data_ptr()
+    assert small_count.data_ptr() == counts.data_ptr() + 4
+    assert large_work.shape[0] == extend_item_capacity(total, batch, 64)
+    assert large_work.data_ptr() == binding.work.data_ptr()
+    out, lse = paged.run(binding=binding)
+    want_out, want_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    torch.testing.assert_close(out, want_out.to(out.dtype), rtol=0, atol=0)
+    torch.testing.assert_close(lse, want_lse, rtol=0, atol=0)
+    single = paged.plan(caps(config=LARGE))
+    b12x.PreparationSession("cpu").prepare([single])
+    plain = paged.bind(single, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                       cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q)  # fmt: skip
+    assert plain.extend_views == () and plain.work.shape[0] == extend_item_capacity(total, batch, 64)
+
+
+def test_caps_grid_limit_counts_the_small_tile():
+    # 65535 rows: the large tile's list fits, the small one's (twice the items) does not
+    total = 64 * (65535 - 6)
+    paged.plan(caps(config=LARGE, max_total_q=total))
+    with pytest.raises(ValueError, match=re.escape("query tiles of 32 tokens, more than the 65535")):
+        paged.plan(caps(max_total_q=total))
+    assert math.ceil(total / 32) + 6 > 65535
