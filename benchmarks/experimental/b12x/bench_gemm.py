@@ -1,8 +1,8 @@
 """Benchmark b12x.gemm (blockscaled decode/tiled kernels and the linear ops) against torch's GEMMs.
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
-        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton]
-        [--sweep [--sweep-subset prefetch|stream|probe|gemv]] [--timer events|graph] [--json PATH]
+        [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
+        [--sweep [--sweep-subset prefetch|stream|probe|gemv|layout]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -21,6 +21,9 @@ the fp32 reference first (max abs error in the note). --sweep times every candid
 per case (prepared plans with overrides) and reports the fastest: the tuning input for the heuristics.
 --decode-kernel triton runs the weight-only NVFP4 / MXFP4 / MXFP8 cases at M <= 16 on the Triton GEMV
 (its heuristic config, `blockscaled/_gemv_config.py`) instead of the CuTe decode kernel;
+--decode-kernel stream runs the W4A16 NVFP4 cases at M <= 16 on the stream-layout decode kernel
+(`blockscaled/_kernel_stream.py`, weight repacked once outside the timed region; K % 512 shapes);
+--sweep-subset layout times the CuTe decode heuristic config and the stream kernel's candidates;
 --sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
 groups, warp groups along N: `_kernel_decode.stream_variants`); --sweep-subset probe the heuristic
@@ -100,11 +103,19 @@ class Ours:
 
 
 def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int, k: int):
-    """The plan override --decode-kernel asks for ({bucket: GemvConfig} for the Triton GEMV), or None."""
+    """The plan override --decode-kernel asks for ({bucket: GemvConfig} for the Triton GEMV, {bucket:
+    StreamConfig} for the stream-layout kernel), or None."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
 
     bucket = L.bucket_for(m)
+    if decode_kernel == "stream":
+        from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
+
+        cfg = KS.default_config(L.BUCKET_MAX_M.get(bucket, m), n, k)
+        if cfg is None or L.why_not(a_fmt, b_fmt, "bfloat16", bucket, cfg) is not None:
+            return None
+        return {bucket: cfg}
     if decode_kernel != "triton" or L.why_not(a_fmt, b_fmt, "bfloat16", bucket, GC.GemvConfig()) is not None:
         return None
     return {bucket: GC.default_config(n, k, b_fmt)}
@@ -208,6 +219,12 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
+    if subset == "layout":
+        from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
+
+        if bucket not in L.STREAM_BUCKETS or b_fmt != "nvfp4":
+            return ()
+        return (L.default_config(bucket, n, k, b_fmt),) + KS.candidate_configs(L.BUCKET_MAX_M[bucket], n, k)
     if subset == "gemv":
         if bucket not in GC.BUCKETS or b_fmt not in GC.RECIPES:
             return ()
@@ -281,11 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "probe", "gemv"),
+        choices=("all", "prefetch", "stream", "probe", "gemv", "layout"),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
-        "variants, the decode timing probes (garbage outputs), or the Triton GEMV candidates (each + the "
-        "CuTe heuristic config)",
+        "variants, the decode timing probes (garbage outputs), the Triton GEMV candidates, or the stream-layout "
+        "kernel's candidates (each + the CuTe heuristic config)",
     )
     parser.add_argument(
         "--sweep-workers",
@@ -295,9 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--decode-kernel",
-        choices=("cute", "triton"),
+        choices=("cute", "triton", "stream"),
         default="cute",
-        help="weight-only NVFP4/MXFP4/MXFP8 at M <= 16: the CuTe decode kernel or the Triton GEMV",
+        help="weight-only NVFP4/MXFP4/MXFP8 at M <= 16: the CuTe decode kernel, the Triton GEMV, or (W4A16 "
+        "NVFP4) the stream-layout decode kernel",
     )
     args = parser.parse_args(argv)
     if args.sweep and args.sweep_subset == "probe":  # let the garbage-computing probe configs build

@@ -11,6 +11,7 @@ import torch
 
 from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
 from .emulator import EmuOps, GlobalMemory
@@ -65,6 +66,36 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(config.warps):  # phase 2, after the barrier
             logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+    return _read_c(gmem, bases[4], c)
+
+
+def run_stream(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
+    """Emulate compile_stream(a_fmt, b_fmt, out_dtype, config)(*args, alpha) (args[2] is the
+    stream-layout weight); returns C. The prefetch pipeline loads the same slabs in the same order."""
+    a, sfa, b, sfb, c, s0, s1, s2 = args
+    logic = KS.StreamLogic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    bases = _place(gmem, args)
+    m, n = c.shape
+    k = a.shape[1]
+    rt = KD.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+    slabs = k // (KD.CHUNK * logic.kc)
+    for bidx in range((n + logic.bn - 1) // logic.bn):
+        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+        for w in range(config.warps):
+            ops = EmuOps(gmem, smem)
+            acc = logic.zero_acc(ops)
+            first, step = w % logic.kstep, logic.kstep
+            tile = np.int32(min(bidx * config.wn + w // logic.kstep, n // 16 - 1))
+            stage = logic.slab_loads(ops, rt, LANE, tile, np.int32(min(first, slabs - 1)), slabs)
+            for s in range(first, slabs, step):
+                flat = stage if config.prefetch else logic.slab_loads(ops, rt, LANE, tile, np.int32(s), slabs)
+                if config.prefetch:
+                    stage = logic.slab_loads(ops, rt, LANE, tile, np.int32(min(s + step, slabs - 1)), slabs)
+                acc = logic.slab_math(ops, rt, LANE, np.int32(s), flat, acc)
+            logic.reduce_stage(ops, 0, w, LANE, acc)
+        for w in range(config.warps):
+            logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, np.int32(bidx * logic.bn))
     return _read_c(gmem, bases[4], c)
 
 

@@ -63,3 +63,18 @@ def test_stream_and_probe_subsets_and_sweep_workers(capsys):
         BG.main(["--help"])
     out = capsys.readouterr().out
     assert "--sweep-workers" in out and "stream" in out and "probe" in out
+
+
+def test_layout_subset_and_stream_decode_kernel():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
+
+    cands = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "layout")
+    assert cands[0] == L.default_config("decode8", 28672, 4096, "nvfp4") and not L.is_stream(cands[0])
+    assert cands[1:] == KS.candidate_configs(8, 28672, 4096) and all(L.is_stream(c) for c in cands[1:])
+    assert BG.sweep_configs("decode8", 1, 28672, 4096, "mxfp4", "layout") == ()
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "layout") == ()
+    over = BG._decode_override("stream", "bfloat16", "nvfp4", 16, 4096, 14336)
+    assert over == {"decode16": KS.default_config(16, 4096, 14336)}
+    assert BG._decode_override("stream", "nvfp4", "nvfp4", 16, 4096, 14336) is None  # not weight-only
+    assert BG._decode_override("stream", "bfloat16", "nvfp4", 1, 4096, 640) is None  # no layout for K

@@ -14,7 +14,9 @@ The same variants run on sm_90a and sm_120a (portable mma.sync kernels). On sm_1
 tiled buckets of NVFP4 / MXFP4 / MXFP8 pairs can use the native block-scaled MMA kernel
 (`_kernel_sm120`; compiled on the CPU, never run: opt in with B12X_GEMM_SM120_MMA=1, `sm120_mma`).
 The decode8 / decode16 buckets of weight-only NVFP4 / MXFP4 / MXFP8 can run the Triton GEMV
-(`blockscaled/_kernel_gemv`, a `GemvConfig`): a plan override, or B12X_GEMM_DECODE_KERNEL=triton. `launch_args` builds the tensors every kernel takes,
+(`blockscaled/_kernel_gemv`, a `GemvConfig`): a plan override, or B12X_GEMM_DECODE_KERNEL=triton;
+those of W4A16 NVFP4 the stream-layout decode kernel (`blockscaled/_kernel_stream`, a `StreamConfig`,
+weight repacked once by `_stream_cache`): a plan override, or B12X_GEMM_DECODE_KERNEL=stream. `launch_args` builds the tensors every kernel takes,
 (A, SFA, B, SFB, C, S0, S1, S2) + alpha: the epilogue multiplies by alpha * S0 * S1 * S2 * 2^E with
 S0 the caller's alpha tensor, S1 / S2 the per-tensor scale (fp8_tensor) or Weight alpha of A / B
 (1.0 where absent), so no scalar is ever read on the host.
@@ -147,6 +149,24 @@ def _is_gemv(config) -> bool:
     return type(config).__name__ == "GemvConfig"
 
 
+def is_stream(config) -> bool:
+    """Whether `config` runs the stream-layout decode kernel (its weight operand is
+    `blockscaled/_stream_cache.stream_weight`, not the plain values)."""
+    return type(config).__name__ == "StreamConfig"
+
+
+DECODE_KERNEL_ENV = "B12X_GEMM_DECODE_KERNEL"  # "triton": the Triton GEMV; "stream": the stream kernel
+STREAM_BUCKETS = ("decode8", "decode16")
+
+
+def stream_selected(a_fmt: str | None, b_fmt: str | None, bucket: str) -> bool:
+    """Whether B12X_GEMM_DECODE_KERNEL=stream routes this case to the stream-layout decode kernel
+    (W4A16 NVFP4 at M <= 16; shapes without a stream layout keep the decode kernel)."""
+    if os.environ.get(DECODE_KERNEL_ENV, "cute") != "stream":
+        return False
+    return bucket in STREAM_BUCKETS and a_fmt in SHARED_A and b_fmt == "nvfp4"
+
+
 def default_config(
     bucket: str,
     n: int | None = None,
@@ -165,6 +185,12 @@ def default_config(
         return sm120_config(a_fmt)
     from ..blockscaled import _gemv_config as GC
 
+    if n is not None and k is not None and stream_selected(a_fmt, b_fmt, bucket):
+        from ..blockscaled._kernel_stream import default_config as stream_config
+
+        found = stream_config(BUCKET_MAX_M[bucket], n, k)
+        if found is not None:
+            return found
     if GC.selected(a_fmt, b_fmt, bucket):
         return GC.default_config(n, k, b_fmt)
     if bucket.startswith("decode"):
@@ -189,6 +215,10 @@ def compile_fn(bucket: str, config=None):
         from ..blockscaled._kernel_gemv import compile_gemv
 
         return compile_gemv
+    if is_stream(config):
+        from ..blockscaled._kernel_stream import compile_stream
+
+        return compile_stream
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import compile_decode
 
@@ -207,6 +237,12 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
         from ..blockscaled._gemv_config import why_not as gemv_reason
 
         return gemv_reason(a_fmt, b_fmt, out_dtype, config, bucket)
+    if is_stream(config):
+        from ..blockscaled._kernel_stream import why_not as stream_reason
+
+        if bucket not in STREAM_BUCKETS or config.max_m < BUCKET_MAX_M[bucket]:
+            return f"a StreamConfig serves decode8 / decode16 with 8 ntiles >= the bucket's M, got {bucket}, {config}"
+        return stream_reason(a_fmt, b_fmt, out_dtype, config)
     if bucket.startswith("decode"):
         from ..blockscaled._kernel_decode import why_not as reason
     else:
@@ -238,6 +274,9 @@ def device_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def clear() -> None:
     _CONSTS.clear()
+    cache = sys.modules.get(__name__.rsplit(".", 2)[0] + ".blockscaled._stream_cache")
+    if cache is not None:
+        cache.clear()
     gemv = sys.modules.get(__name__.rsplit(".", 2)[0] + ".blockscaled._kernel_gemv")
     if gemv is not None:  # split-K workspaces of the Triton GEMV (never imported just to clear)
         gemv.WORKSPACES.clear()

@@ -110,10 +110,12 @@ class GemmPlan(Plan):
             return
         q = self.caps
         launchers = {}
-        for (bucket, _), (fn, args) in zip(state.selection, state.kernels):
-            launchers[bucket] = fn(*args)
+        for (bucket, cfg), (fn, args) in zip(state.selection, state.kernels):
+            launchers[bucket] = (fn(*args), cfg)
             m = int(min(L.BUCKET_MAX_M[bucket], q.max_m))
-            _run_synthetic(q.a_format, q.b_format, q.n, q.k, min(m, 4096), q.out_dtype, state.device, launchers[bucket])
+            _run_synthetic(
+                q.a_format, q.b_format, q.n, q.k, min(m, 4096), q.out_dtype, state.device, launchers[bucket][0], cfg
+            )
         state.extra["launchers"] = launchers
         torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
 
@@ -143,6 +145,10 @@ def plan(query, *, invocation=None, override=None) -> GemmPlan:
             if b not in L.BUCKETS:
                 raise ValueError(f"override bucket must be one of {L.BUCKETS}, got {b!r}")
             reason = L.why_not(query.a_format, query.b_format, query.out_dtype, b, cfg)
+            if reason is None and L.is_stream(cfg):
+                from ._kernel_stream import shape_reason
+
+                reason = shape_reason(query.n, query.k, cfg)
             if reason is not None:
                 raise ValueError(f"override for {b}: {reason}")
         pairs = tuple(sorted(override.items()))
@@ -165,7 +171,18 @@ def clear_caches() -> None:
     L.clear()
 
 
+def _device_b(config, p_fmt, b, sb, n, k):
+    """The weight operand a variant reads: the stream layout (made once, `_stream_cache`) for a
+    StreamConfig, else the values and scales as they are."""
+    if not L.is_stream(config):
+        return b, sb
+    from ._stream_cache import stream_weight
+
+    return stream_weight(b, sb, n, k, config.kc), sb
+
+
 def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
+    """(compiled launcher, its config) for this problem."""
     if plan_obj is not None:
         if not isinstance(plan_obj, GemmPlan):
             raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan_obj).__name__}")
@@ -186,7 +203,7 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
         raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
     bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
     fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device))
-    return fn(*key)
+    return fn(*key), key[3]
 
 
 def _check_alpha(alpha, device):
@@ -214,10 +231,10 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None
             (out if p.batch == 0 else out[..., li]).copy_(c)
         return
     check_device_operands(p, out)
-    launch = _launcher(p, device, plan_obj, expected_m)
+    launch, config = _launcher(p, device, plan_obj, expected_m)
     for li in range(max(p.batch, 1)):
         a, sa = p.slice(p.a, li)
-        b, sb = p.slice(p.b, li)
+        b, sb = _device_b(config, p.b.fmt, *p.slice(p.b, li), p.n, p.k)
         c = out if p.batch == 0 else out[..., li]
         args, alpha_f = L.launch_args(p.a.fmt, a, sa, p.a.alpha, p.b.fmt, b, sb, p.b.alpha, alpha, c)
         launch(*args, alpha_f)
@@ -395,14 +412,13 @@ def _synthetic_rhs(b_fmt: str, n: int, k: int, device) -> Weight:
     return Weight(b_fmt, values, scales, torch.ones(1, dtype=torch.float32, device=device), n, k)
 
 
-def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, weight=None) -> None:
+def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, weight=None) -> None:
     rhs = weight if weight is not None else _synthetic_rhs(b_fmt, n, k, device)
     p = resolve(synthetic_lhs(a_fmt, m, k, device), rhs, None, c_dtype=out_dtype)
     out = _allocate_out(p, device)
     check_device_operands(p, out)
-    args, alpha_f = L.launch_args(
-        p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, p.b.values, p.b.scales, p.b.alpha, 1.0, out
-    )
+    b, sb = _device_b(config, p.b.fmt, p.b.values, p.b.scales, n, k)
+    args, alpha_f = L.launch_args(p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, b, sb, p.b.alpha, 1.0, out)
     launcher(*args, alpha_f)
 
 
@@ -435,7 +451,7 @@ def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=No
             for bucket in dict.fromkeys(L.bucket_for(m) for m in counts):
                 fn, key = L.kernel_key(a_fmt, weight.recipe, out_name, bucket, _arch(device))
                 m = max(c for c in counts if L.bucket_for(c) == bucket)
-                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), weight)
+                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), key[3], weight)
         torch.cuda.synchronize(device)
 
 

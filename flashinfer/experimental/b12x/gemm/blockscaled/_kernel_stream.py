@@ -1,0 +1,294 @@
+"""Decode GEMM on the STREAM weight layout (M <= 16, W4A16 NVFP4; issue #6): C[M, N] = scale * A B^T.
+
+The same math as `_kernel_decode` (swap AB on warp mma.sync, FP4 dequantized in registers: the
+`DecodeLogic` chunk, reduction and epilogue run unchanged), but the weight comes pre-permuted by
+`_shared/stream_layout.pack_stream`: a warp owns one 16-row tile and a set of SLABS (kc chunks of 128
+K values), and each slab is `2 kc + kc / 4` warp loads of 512 consecutive bytes (16 aligned bytes a
+lane), scales included. A CTA holds wn row tiles x kwarps warps per tile: warp w takes tile w //
+kwarps and slabs w % kwarps, + kwarps, ...; the warps of a tile reduce through shared memory
+(`DecodeLogic.reduce_stage` / `finish`, as the decode kernel with wn groups of tiles = 1).
+
+Bytes in flight: a warp issues all `loads(kc)` weight loads of a slab before its math: 4.6 KB (kc 4)
+or 9.2 KB (kc 8); with prefetch = 1 it also keeps the next slab's loads in flight during this one's
+math (the loop carries them). Per SM that is resident warps x those bytes (Little: ~32-48 KB an SM
+at ~1 us loaded latency on the H200).
+
+Bytes: N K / 2 + N K / 16 weight (9/16 byte per value), M K 2 activation per CTA (L2), M N outputs.
+Constraints: weight NVFP4, activations bf16 / fp16, N % 16 == 0, K % (128 kc) == 0 (plan / pack
+time); M <= 8 ntiles is a run-time extent. Rows of a tile past N never happen (N % 16 == 0); a CTA's
+tiles past the last (N / 16 not a multiple of wn) clamp to the last tile and store nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+from cutlass.cute.runtime import make_fake_stream
+
+from ..._lib.compile import cute_compile, kernel
+from .._shared import stream_layout as SL
+from .._shared.formats import OUT_DTYPES
+from .._shared.ptx import DEVICE
+from ._kernel_decode import CHUNK, DecodeConfig, DecodeLogic, Runtime, fake_args
+
+_SOURCES = tuple(
+    f"flashinfer.experimental.b12x.gemm._shared.{m}"
+    for m in ("addressing", "dequant", "formats", "ptx", "stream_layout")
+) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
+
+A_FORMATS = ("bfloat16", "float16")
+WCACHE = ("nc", "na", "na256", "ef")  # the weight loads' cache hint (ptx.LDG_HINTS)
+ACACHE = ("nc", "el")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """warps: per CTA; wn: 16-row tiles per CTA (warps / wn warps split each tile's K); kc: chunks of
+    128 values per slab (the layout's, 4 or 8); ntiles: 8-token MMA tiles (M <= 8 ntiles); unroll:
+    slab-loop unroll; prefetch: 0 or 1 slab of weight loads carried ahead of the math; wcache /
+    acache: cache hints of the weight / activation loads (as DecodeConfig's)."""
+
+    warps: int = 8
+    wn: int = 1
+    kc: int = 4
+    ntiles: int = 1
+    unroll: int = 1
+    prefetch: int = 0
+    wcache: str = "na"
+    acache: str = "el"
+
+    @property
+    def kwarps(self) -> int:
+        return self.warps // self.wn
+
+    @property
+    def max_m(self) -> int:
+        return 8 * self.ntiles
+
+    def decode(self) -> DecodeConfig:
+        """The DecodeConfig whose chunk math, reduction and epilogue this kernel runs: tiles 1, wn
+        tiles per CTA, tokens past M clamped (unpredicated activation loads)."""
+        return DecodeConfig(
+            warps=self.warps,
+            tiles=1,
+            ntiles=self.ntiles,
+            unroll=self.unroll,
+            wn=self.wn,
+            clamp=True,
+            wcache=self.wcache,
+            acache=self.acache,
+        )
+
+
+def config_reason(config) -> str | None:
+    if not isinstance(config, StreamConfig):
+        return f"config must be a StreamConfig, got {type(config).__name__}"
+    c = config
+    if c.warps not in (1, 2, 4, 8, 16) or c.wn not in (1, 2, 4, 8) or c.warps % c.wn:
+        return f"warps (1..16) and wn (1..8) must be powers of two with wn dividing warps, got {c.warps} / {c.wn}"
+    if c.kc not in SL.KCS:
+        return f"kc must be one of {SL.KCS}, got {c.kc}"
+    if c.ntiles not in (1, 2):
+        return f"ntiles must be 1 or 2 (M <= 16), got {c.ntiles}"
+    if c.unroll not in (1, 2) or c.prefetch not in (0, 1):
+        return f"unroll must be 1 or 2 and prefetch 0 or 1, got {c.unroll} / {c.prefetch}"
+    if c.wcache not in WCACHE or c.acache not in ACACHE:
+        return f"wcache must be one of {WCACHE} and acache one of {ACACHE}, got {c.wcache!r} / {c.acache!r}"
+    return None
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config) -> str | None:
+    """None when the stream kernel implements this combination (shape limits: `shape_reason`)."""
+    if a_fmt not in A_FORMATS or b_fmt != "nvfp4":
+        return f"the stream decode kernel takes bf16 / fp16 activations x NVFP4 weights, got {a_fmt} x {b_fmt}"
+    if out_dtype not in OUT_DTYPES:
+        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    return config_reason(config)
+
+
+def shape_reason(n: int, k: int, config: StreamConfig) -> str | None:
+    return SL.why_not(n, k, config.kc)
+
+
+def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
+    """The prediction-backed starting point (docs/predictions/gemm_decode.md, session 7; not yet timed):
+    kc 4 (9 loads = 4.6 KB per slab), 8 warps per CTA, the next slab's loads carried over the math
+    (prefetch 1: ~9 KB in flight per warp, 80 registers, 3 CTAs an SM), and the most row tiles per CTA
+    (wn; the CTA's 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 28672 rows -> wn 8
+    (each warp streams a whole 36 KB tile, no split), 11264 / 7168 -> wn 2, 4096 / 2048 -> wn 1. None
+    when the shape has no kc-4 layout."""
+    ntiles = 1 if max_m <= 8 else 2
+    kc = 4
+    if SL.why_not(n, k, kc) is not None:
+        return None
+    tiles = n // 16
+    wn = 8
+    while wn > 1 and tiles // wn < MIN_CTAS:
+        wn //= 2
+    return StreamConfig(warps=8, wn=wn, kc=kc, ntiles=ntiles, prefetch=1)
+
+
+MIN_CTAS = 200  # default_config: ~1.5 CTAs per H200 SM (132) before a CTA takes more row tiles
+
+
+def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
+    """What `bench_gemm --sweep-subset layout` times, one hypothesis each around `default_config`:
+    no prefetch (fewer registers, more warps an SM); kc 8 (twice the bytes per slab), with and without
+    prefetch; K split over all 8 warps of one tile (wn 1), over 4 (wn 2), none (wn 8); 4-warp CTAs of
+    whole tiles (finer CTAs, more of them resident); 16 warps of 8 tiles; the plain loads (no cache
+    hints); the L2 256-byte prefetch hint. Shapes the layout cannot hold and duplicates are dropped
+    (10-11 a case; none when K has no kc-4 layout)."""
+    base = default_config(max_m, n, k)
+    if base is None:
+        return ()
+    cands = (
+        base,
+        replace(base, prefetch=0),
+        replace(base, kc=8),
+        replace(base, kc=8, prefetch=0),
+        replace(base, wn=1),
+        replace(base, wn=2),
+        replace(base, wn=8),
+        replace(base, warps=4, wn=4),
+        replace(base, warps=16, wn=8),
+        replace(base, wcache="nc", acache="nc"),
+        replace(base, wcache="na256"),
+    )
+    out = []
+    for c in cands:
+        if c not in out and shape_reason(n, k, c) is None and config_reason(c) is None:
+            out.append(c)
+    return tuple(out)
+
+
+# ---- per-thread logic (device and CPU emulator) ---------------------------------------------------
+class StreamLogic(DecodeLogic):
+    what = "gemm.blockscaled stream decode kernel"
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: StreamConfig) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        if reason is not None:
+            raise ValueError(f"{self.what}: {reason}")
+        super().__init__(a_fmt, b_fmt, out_dtype, config.decode())
+        self.scfg = config
+        self.kc = config.kc
+        self.nloads = SL.loads(config.kc)
+        self.slab_bytes = SL.slab_bytes(config.kc)
+
+    def slab_loads(self, ops, rt: Runtime, lane, tile, s, slabs):
+        """Slab s of row tile `tile`: the lane's 16-byte words of every load, in layout order."""
+        base = rt.b_base + (ops.i64(tile) * ops.i64(slabs) + ops.i64(s)) * self.slab_bytes + ops.i64(lane * 16)
+        true = ops.boolean(True)
+        hint = None if self.scfg.wcache == "nc" else self.scfg.wcache
+        out = []
+        for i in range(self.nloads):
+            addr = base + SL.LOAD_BYTES * i
+            out.append(ops.ldg_v4(addr, true) if hint is None else ops.ldg_v4_hint(addr, true, hint))
+        return [w for words in out for w in words]
+
+    def slab_math(self, ops, rt: Runtime, lane, s, flat, acc):
+        """The kc chunks of slab s on its loaded words (`slab_loads`), chunk by chunk in K order."""
+        for ci in range(self.kc):
+            sc = flat[4 * (2 * self.kc + ci // 4) + ci % 4]  # bytes (h, j): scales of rows g, g + 8
+            spans = [[(flat[4 * (2 * ci + h) : 4 * (2 * ci + h) + 4], sc if h == 0 else sc >> 16) for h in range(2)]]
+            acc = self.chunk_with(ops, rt, lane, None, s * self.kc + ci, (spans, None), acc)
+        return acc
+
+
+# ---- the CuTe kernel ----------------------------------------------------------------------------
+class StreamGemm:
+    def __init__(self, logic: StreamLogic) -> None:
+        self.logic = logic
+        self.threads = logic.cfg.warps * 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+        stream: cuda.CUstream,
+    ):
+        grid_n = (mC.shape[1] + self.logic.bn - 1) // self.logic.bn
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
+            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+    ):
+        ops = DEVICE
+        L = self.logic
+        tid, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp, lane = tid >> 5, tid & 31
+        n0 = bidx * L.bn
+        k = mA.shape[1]  # 16-bit activations: K values per row
+        rt = Runtime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint(),
+            mSFB.iterator.toint(),
+            mC.iterator.toint(),
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            mC.shape[1],
+            k,
+            alpha,
+        )
+        smem = cutlass.memory.SmemAllocator()
+        red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
+        red_base = red.iterator.toint()
+
+        acc = L.zero_acc(ops)
+        slabs = k // (CHUNK * L.kc)
+        first, step = warp % L.kstep, L.kstep  # this warp's slabs: first, first + step, ...
+        # its row tile, clamped to the last one (a CTA past N / 16 tiles stores nothing)
+        tile = ops.imin(bidx * L.cfg.wn + warp // L.kstep, rt.n // 16 - 1)
+        if cutlass.const_expr(L.scfg.prefetch == 0):
+            for s in cutlass.range(first, slabs, step, unroll=L.cfg.unroll):
+                flat = self.logic.slab_loads(DEVICE, rt, lane, tile, s, slabs)
+                acc = self.logic.slab_math(DEVICE, rt, lane, s, flat, acc)
+        else:  # the next slab's loads (clamped to the last slab past the end) carried over the math
+            stage = L.slab_loads(ops, rt, lane, tile, ops.imin(first, slabs - 1), slabs)
+            for s in cutlass.range(first, slabs, step, unroll=L.cfg.unroll):
+                ahead = self.logic.slab_loads(DEVICE, rt, lane, tile, DEVICE.imin(s + step, slabs - 1), slabs)
+                acc = self.logic.slab_math(DEVICE, rt, lane, s, stage, acc)
+                stage = ahead
+        L.reduce_stage(ops, red_base, warp, lane, acc)
+        ops.barrier()
+        L.finish(ops, rt, red_base, tid, n0)
+
+
+@kernel("gemm.blockscaled.decode_stream", sources=_SOURCES)
+def compile_stream(a_fmt: str, b_fmt: str, out_dtype: str, config: StreamConfig, arch: str):
+    """tvm-ffi launcher `fn(A, SFA, P, SFB, C, S0, S1, S2, alpha)` on torch's current stream: P is the
+    stream-layout weight (`stream_layout.pack_stream`, any shape, read as bytes), SFB unused."""
+    logic = StreamLogic(a_fmt, b_fmt, out_dtype, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(StreamGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)
+
+
+__all__ = ["StreamConfig", "StreamLogic", "compile_stream", "default_config", "why_not"]

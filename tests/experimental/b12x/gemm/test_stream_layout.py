@@ -1,0 +1,220 @@
+"""The decode stream layout (`_shared/stream_layout`) and the stream decode kernel on the CPU: the
+permutation by hand, pack/unpack round trips, the kernel's logic on the PTX emulator against the fp32
+reference, the plan/API plumbing, and builds for sm_90a and sm_120a (GPU tier: test_stream_gpu.py)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from flashinfer.experimental.b12x._lib import quant as Q
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm._shared import stream_layout as SL
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
+
+from . import emulated as E
+from .helpers import TORCH, check_tolerance, make_operands
+
+
+def _random_nvfp4(n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g)
+    sf = torch.randint(0, 127, (n, k // 16), dtype=torch.uint8, generator=g)
+    return values, sf, Q.swizzle_scales(sf, 0)
+
+
+# ---- the layout ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kc", SL.KCS)
+def test_layout_by_hand(kc):
+    """Every lane's bytes where the docstring says, element by element (an independent loop)."""
+    n, k = 32, 128 * kc * 2
+    values, sf, storage = _random_nvfp4(n, k, seed=kc)
+    packed = SL.pack_stream(values, storage, n, k, kc)
+    assert packed.shape == (n // 16, 2, SL.slab_bytes(kc)) and packed.dtype == torch.uint8
+    p = packed.numpy()
+    v, f = values.numpy(), sf.numpy()
+    for r in range(n // 16):
+        for s in range(2):
+            for g in range(8):
+                for t in range(4):
+                    lane = 4 * g + t
+                    for ci in range(kc):
+                        c = kc * s + ci
+                        for h in range(2):
+                            row = 16 * r + 8 * h + g
+                            load = p[r, s, (2 * ci + h) * 512 + lane * 16 : (2 * ci + h) * 512 + lane * 16 + 16]
+                            k0 = 128 * c + 32 * t
+                            np.testing.assert_array_equal(load, v[row, k0 // 2 : k0 // 2 + 16])
+                            word = (2 * kc + ci // 4) * 512 + lane * 16 + 4 * (ci % 4)
+                            for j in range(2):
+                                assert p[r, s, word + 2 * h + j] == f[row, k0 // 16 + j]
+
+
+@pytest.mark.parametrize("kc", SL.KCS)
+@pytest.mark.parametrize("n, k", [(16, 1024), (48, 2048), (64, 5120)])
+def test_pack_unpack_round_trip(kc, n, k):
+    if k % (128 * kc):
+        pytest.skip("no layout")
+    values, sf, storage = _random_nvfp4(n, k, seed=n + k)
+    packed = SL.pack_stream(values, storage.view(torch.float8_e4m3fn), n, k, kc)
+    assert packed.numel() == n * k * 9 // 16  # the same bytes, moved
+    v, f = SL.unpack_stream(packed, n, k, kc)
+    assert torch.equal(v, values) and torch.equal(f, sf)
+
+
+def test_layout_rejects_shapes_it_cannot_hold():
+    values, _, storage = _random_nvfp4(32, 640, seed=1)
+    with pytest.raises(ValueError, match="K % 512 == 0"):
+        SL.pack_stream(values, storage, 32, 640, 4)
+    with pytest.raises(ValueError, match="kc"):
+        SL.pack_stream(values, storage, 32, 640, 2)
+    with pytest.raises(ValueError, match="values must be"):
+        SL.pack_stream(values[:16], storage, 32, 1024, 4)
+    assert SL.why_not(4096, 5632, 4) is None and SL.why_not(4096, 5632, 8) is not None
+
+
+# ---- the kernel's logic on the emulator --------------------------------------------------------
+def _args(ops, out_dtype, kc):
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
+    packed = SL.pack_stream(ops.b_values, ops.b_scales, ops.n, ops.k, kc).view(ops.n, -1)
+    args, alpha = L.launch_args(
+        ops.a_fmt, ops.a_values, None, None, "nvfp4", packed, ops.b_scales, ops.weight.alpha, ops.alpha, out
+    )
+    return args, alpha
+
+
+EMU = [
+    KS.StreamConfig(warps=2, wn=1, kc=4, ntiles=1),  # 2 warps split K of one tile
+    KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=2, prefetch=1),  # 2 tiles x 2 K warps, pipelined
+    KS.StreamConfig(warps=4, wn=4, kc=8, ntiles=1, prefetch=1, wcache="nc", acache="nc"),  # whole tiles
+    KS.StreamConfig(warps=8, wn=2, kc=4, ntiles=2, unroll=2),  # idle K warps (4 per tile, 2 slabs)
+]
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}")
+@pytest.mark.parametrize("a_fmt", ["bfloat16", "float16"])
+def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
+    m = 3 if cfg.ntiles == 1 else 11
+    # N = 48: 3 tiles, so wn 2 / 4 leave a CTA's last tiles past N (clamped, never stored)
+    ops = make_operands(a_fmt, "nvfp4", m, 48, 1024, seed=cfg.warps + cfg.kc)
+    args, alpha = _args(ops, "bfloat16", cfg.kc)
+    check_tolerance(E.run_stream(a_fmt, "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+def test_stream_kernel_equals_the_decode_kernel_bitwise_with_one_slab_per_warp():
+    """kc 4 with K = 512 is one slab: the same chunk math in the same order as the decode kernel with
+    one warp and tiles 1, so the fp32 outputs match bit for bit (the layout moved bytes only)."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    ops = make_operands("bfloat16", "nvfp4", 5, 32, 512, seed=9)
+    args, alpha = _args(ops, "float32", 4)
+    ours = E.run_stream("bfloat16", "nvfp4", "float32", KS.StreamConfig(warps=1, kc=4), args, alpha)
+    dec_args, _ = L.launch_args(
+        "bfloat16",
+        ops.a_values,
+        None,
+        None,
+        "nvfp4",
+        ops.b_values,
+        ops.b_scales,
+        ops.weight.alpha,
+        ops.alpha,
+        torch.full((5, 32), float("nan")),
+    )
+    plain = E.run_decode("bfloat16", "nvfp4", "float32", KD.DecodeConfig(1, 1, 1, 1), dec_args, alpha)
+    assert torch.equal(ours.view(torch.int32), plain.view(torch.int32))
+
+
+# ---- configs, selection, plumbing ----------------------------------------------------------------
+def test_config_validation_names_the_problem():
+    assert KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig()) is None
+    assert "NVFP4" in KS.why_not("bfloat16", "mxfp4", "bfloat16", KS.StreamConfig())
+    assert "kc" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(kc=2))
+    assert "wn" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(warps=4, wn=8))
+    assert "ntiles" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(ntiles=4))
+    with pytest.raises(ValueError, match="stream decode kernel"):
+        KS.StreamLogic("nvfp4", "nvfp4", "bfloat16", KS.StreamConfig())
+
+
+@pytest.mark.parametrize("n, k", [(28672, 4096), (4096, 14336), (11264, 2048), (2048, 5632), (7168, 2048)])
+@pytest.mark.parametrize("m", [1, 16])
+def test_default_and_candidates_are_valid(m, n, k):
+    base = KS.default_config(m, n, k)
+    assert base is not None and KS.shape_reason(n, k, base) is None and KS.config_reason(base) is None
+    assert base.max_m >= m
+    cands = KS.candidate_configs(m, n, k)
+    assert len(cands) == len(set(cands)) >= 8
+    assert all(KS.shape_reason(n, k, c) is None and c.max_m >= m for c in cands)
+    assert KS.default_config(m, 4096, 640) is None  # K % 512: no stream layout
+
+
+def test_env_selects_the_stream_kernel_only_where_it_applies(monkeypatch):
+    monkeypatch.setenv(L.DECODE_KERNEL_ENV, "stream")
+    cfg = L.default_config("decode8", 28672, 4096, "nvfp4", a_fmt="bfloat16")
+    assert isinstance(cfg, KS.StreamConfig) and cfg == KS.default_config(8, 28672, 4096)
+    assert not isinstance(L.default_config("decode8", 4096, 640, "nvfp4", a_fmt="bfloat16"), KS.StreamConfig)
+    assert not isinstance(L.default_config("decode8", 4096, 4096, "nvfp4", a_fmt="nvfp4"), KS.StreamConfig)
+    assert not isinstance(L.default_config("decode32", 4096, 4096, "nvfp4", a_fmt="bfloat16"), KS.StreamConfig)
+    monkeypatch.delenv(L.DECODE_KERNEL_ENV)
+    assert not isinstance(L.default_config("decode8", 28672, 4096, "nvfp4", a_fmt="bfloat16"), KS.StreamConfig)
+
+
+def test_plan_override_checks_the_shape():
+    from flashinfer.experimental.b12x.gemm.blockscaled import api
+
+    q = api.GemmQuery("bfloat16", "nvfp4", 4096, 5632, max_m=8)
+    api.plan(q, override={"decode8": KS.StreamConfig(kc=4)})
+    with pytest.raises(ValueError, match="K % 1024"):
+        api.plan(q, override={"decode8": KS.StreamConfig(kc=8)})
+    with pytest.raises(ValueError, match="stream decode kernel"):
+        api.plan(api.GemmQuery("nvfp4", "nvfp4", 4096, 4096, max_m=8), override={"decode8": KS.StreamConfig()})
+    with pytest.raises(ValueError, match="decode8 / decode16"):
+        api.plan(api.GemmQuery("bfloat16", "nvfp4", 4096, 4096), override={"decode32": KS.StreamConfig(ntiles=2)})
+
+
+def test_packed_weights_are_cached_per_weight_and_kc():
+    from flashinfer.experimental.b12x.gemm.blockscaled import _stream_cache as SC
+
+    ops = make_operands("bfloat16", "nvfp4", 1, 32, 1024, seed=2)
+    w = ops.weight
+    p4 = SC.stream_weight(w.values, w.scales, 32, 1024, 4)
+    assert SC.stream_weight(w.values, w.scales, 32, 1024, 4) is p4
+    p8 = SC.stream_weight(w.values, w.scales, 32, 1024, 8)
+    assert p8 is not p4 and p8.shape == (32, 1024 * 9 // 16)
+    v, f = SL.unpack_stream(p4.view(2, 2, -1), 32, 1024, 4)
+    assert torch.equal(v, w.values.view(torch.uint8))
+    other = make_operands("bfloat16", "nvfp4", 1, 32, 1024, seed=3).weight
+    assert not torch.equal(SC.stream_weight(other.values, other.scales, 32, 1024, 4), p4)
+
+
+# ---- builds ----------------------------------------------------------------------------------------
+BUILDS = [
+    KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=1, prefetch=1),
+    KS.StreamConfig(warps=8, wn=1, kc=8, ntiles=2),
+]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("cfg", BUILDS, ids=lambda c: f"wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}")
+def test_stream_kernel_builds(cfg, arch):
+    fn = KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+    ptx = fn.artifacts.PTX
+    assert "mma.sync.aligned.m16n8k16" in ptx
+    assert "L1::no_allocate" in ptx  # the default weight hint
+    assert ".local" not in ptx  # no stack arrays
+
+
+@pytest.mark.compile
+def test_stream_kernel_sass_loads_full_lines_without_spills(tmp_path):
+    """sm_90a SASS: every weight load a 128-bit LDG, no local memory (spills)."""
+    from .test_decode_stream import _sass
+
+    cfg = dataclasses.replace(KS.default_config(1, 28672, 4096))
+    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
+    assert "LDL" not in sass and "STL" not in sass
+    assert sass.count("LDG.E.NA.128") >= 2 * SL.loads(cfg.kc)  # the prologue's slab and the loop's
+    assert "LDG.E.U16" not in sass and "LDG.E.U8" not in sass  # no scattered scale loads
