@@ -110,8 +110,12 @@ def test_config_string_form_and_fields():
     assert DUAL.list_tokens(4) == 32 and DUAL.tokens_per_tile(4) == 64 and LARGE.list_tokens(4) == 64
     assert "small=ExtendConfig(block_m=128" in repr(DUAL) and "small_below=768" in repr(DUAL)
     assert "small" not in repr(LARGE)
-    with pytest.raises(ValueError, match=re.escape("'@N' (small_below) must be a number of tokens")):
-        parse_extend_config("256x64x3x2pgiw+128x64x2x2p@x")
+    cond = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@1024c")
+    assert cond.conditional and cond.small_below == 1024 and cond.small == SMALL
+    assert cond.single == LARGE and "conditional=True" in repr(cond) and not DUAL.conditional
+    for bad in ("256x64x3x2pgiw+128x64x2x2p@x", "256x64x3x2pgiw+128x64x2x2p@c", "256x64x3x2pgiw+128x64x2x2p@5cc"):
+        with pytest.raises(ValueError, match=re.escape("'@N[c]' (small_below, conditional) needs a number")):
+            parse_extend_config(bad)
     with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
         parse_extend_config("256x64x3x2pgiw+128x64")
 
@@ -126,6 +130,10 @@ def test_validation_names_the_failing_tile():
     assert why_not_extend(*DIMS, bad_small, "sm_90a").startswith("small: config out of range")
     nested = ExtendConfig(128, 64, 2, 2, small=DUAL)
     assert "without its own small" in why_not_extend(*DIMS, nested, "sm_90a")
+    lone = ExtendConfig(128, 64, 2, 2, conditional=True)
+    assert "conditional (CUDA-graph if-nodes) needs small" in why_not_extend(*DIMS, lone, "sm_90a")
+    odd = ExtendConfig(128, 64, 2, 2, small=SMALL, conditional=1)
+    assert "conditional must be a bool" in why_not_extend(*DIMS, odd, "sm_90a")
     for below in (-1, 2**31, True, 1.5):
         cfg = ExtendConfig(128, 64, 2, 2, small=SMALL, small_below=below)
         assert "small_below must be an int" in why_not_extend(*DIMS, cfg, "sm_90a")
@@ -178,9 +186,12 @@ def test_bind_sizes_each_kernels_grid_and_the_reference_runs():
                          cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q)  # fmt: skip
     total, batch = sum(q_lens), len(q_lens)
     assert binding.work.shape[0] == extend_item_capacity(total, batch, 32)
-    counts, large_work, large_count, small_count = binding.extend_views
+    counts, flags, large_work, large_count, small_count, large_pred, small_pred = binding.extend_views
     assert counts.shape == (2,) and large_count.data_ptr() == counts.data_ptr()
     assert small_count.data_ptr() == counts.data_ptr() + 4
+    assert flags.dtype == torch.uint8 and flags.shape == (2,)
+    for i, pred in enumerate((large_pred, small_pred)):  # the if-nodes' predicates: 0-d bools on the flags
+        assert pred.dtype == torch.bool and pred.dim() == 0 and pred.data_ptr() == flags.data_ptr() + i
     assert large_work.shape[0] == extend_item_capacity(total, batch, 64)
     assert large_work.data_ptr() == binding.work.data_ptr()
     out, lse = paged.run(binding=binding)

@@ -260,7 +260,7 @@ def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
 def test_dual_extend_schedule_compiles(arch):
     """The live tile choice's schedule (`_kernel_extend_schedule`): one CTA, three block scans (live
     tokens, live requests, the chosen tile's items), a runtime tile size (an integer division by a
-    register, not by a constant), and both counts written."""
+    register, not by a constant), both counts and both one-byte flags written."""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     from flashinfer.experimental.b12x.attention.paged import _kernel_extend_schedule as kes
@@ -271,3 +271,5 @@ def test_dual_extend_schedule_compiles(arch):
     assert "st.global.v2.b32" in ptx  # a work row (request, first token) in one store
     counts = re.findall(r"st\.global\.b32\s+\[(%rd\d+)(\+4)?\]", ptx)  # count[0] and count[1]
     assert len(counts) == 2 and counts[0][0] == counts[1][0] and {c[1] for c in counts} == {"", "+4"}, counts
+    flags = re.findall(r"st\.global\.b8\s+\[(%rd\d+)(\+1)?\]", ptx)  # flags[0] and flags[1]
+    assert len(flags) == 2 and flags[0][0] == flags[1][0] and {f[1] for f in flags} == {"", "+1"}, flags

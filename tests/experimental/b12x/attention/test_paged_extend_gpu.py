@@ -7,6 +7,7 @@ computation done in torch at the kernel's precision (P rounded to the mma dtype,
 q's dtype), plus 1e-3 absolute slack; LSE (base 2) within 2e-3.
 """
 
+import dataclasses
 import math
 import random
 
@@ -329,19 +330,24 @@ CHOICE_STEPS = [  # live q_lens (sum <= 2048 captured rows); mean over non-empty
 ]
 
 
+@pytest.mark.parametrize("launch", ["both", "ifnode"])
 @pytest.mark.parametrize("masking", ["plain", "window-sinks"])
 @pytest.mark.parametrize("heads", [(32, 8), (64, 8)], ids=["gqa4", "gqa8"])
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"], ids=["bf16", "fp8"])
-def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking):
-    """One captured graph (schedule + both kernels) replayed with live sizes on both sides of the
-    threshold: the schedule's choice and counts are its mirror's, every live row matches the
-    reference (and the eager run bit for bit), rows past the live ones stay poisoned."""
+def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking, launch):
+    """One captured graph (schedule + both kernels; ifnode: each kernel in a CUDA-graph if-node)
+    replayed with live sizes on both sides of the threshold: the schedule's choice and counts are
+    its mirror's, every live row matches the reference (and the eager run, which launches both
+    kernels, bit for bit), rows past the live ones stay poisoned."""
     cap_batch, max_q, max_kv = 8, 2048, 4096
     kvt = getattr(torch, kv_dtype)
     full = make_case([max_kv] * cap_batch, [max_q // cap_batch] * cap_batch, num_q_heads=heads[0],
                      num_kv_heads=heads[1], head_dim=128, page_size=16, kv_dtype=kvt, device=DEV,
                      seed=heads[0] + len(kv_dtype))  # fmt: skip
-    plan = prepared(caps_for(full, kv_dtype=kv_dtype, config=DUAL))
+    if launch == "ifnode" and not hasattr(torch.cuda.CUDAGraph, "begin_capture_to_if_node"):
+        pytest.skip(f"torch {torch.__version__} has no CUDA-graph if-nodes (conditional falls back to both)")
+    config = dataclasses.replace(DUAL, conditional=launch == "ifnode")
+    plan = prepared(caps_for(full, kv_dtype=kv_dtype, config=config))
     window, sinks = (100, torch.randn(heads[0], device=DEV) * 3) if masking == "window-sinks" else (-1, None)
     lens, cu, q = full.cache_seqlens.clone(), full.cu_seqlens_q.clone(), full.q.clone()
     fp8 = dict(k_descale=full.k_descale, v_descale=full.v_descale) if kvt == FP8 else {}
@@ -367,7 +373,9 @@ def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking):
         graph.replay()
         torch.cuda.synchronize()
         check_schedule(plan, new_cu, group)
+        flags = plan.state.scratch["choice"].tolist()
         _, counts, small = dual_extend_schedule_reference(new_cu, 256 // group, 128 // group, DUAL.small_below)
+        assert flags == [int(not small), int(small)], f"step {step}"
         if live:
             chosen.add(small)
         got_out, got_lse = binding.out[:live].clone(), binding.lse[:live].clone()

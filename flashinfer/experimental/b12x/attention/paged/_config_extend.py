@@ -60,7 +60,9 @@ class ExtendConfig:
     non-empty requests) is below `small_below` tokens, else this one. Both kernels are launched;
     the schedule gives the other one 0 items (its CTAs exit at their first load). small_below 0:
     always this tile; a huge one: always the small tile (the bench's way to time each path's
-    overhead against the single-kernel plans)."""
+    overhead against the single-kernel plans). conditional (with small): a run captured into a
+    torch CUDA graph puts each kernel in a CUDA-graph if-node on the schedule's choice, so the
+    unchosen grid is not launched at all (eager runs launch both as without it)."""
 
     block_m: int = 64
     block_n: int = 64
@@ -75,6 +77,7 @@ class ExtendConfig:
     wide_copy: bool = False
     small: ExtendConfig | None = None
     small_below: int = 768  # = SMALL_BELOW
+    conditional: bool = False
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
@@ -85,6 +88,7 @@ class ExtendConfig:
         extra += ", split_issue=True" if self.split_issue else ""
         extra += ", wide_copy=True" if self.wide_copy else ""
         extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
+        extra += ", conditional=True" if self.conditional else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -107,7 +111,7 @@ class ExtendConfig:
     def single(self) -> ExtendConfig:
         """This tile's kernel config without the live choice (its compile key: the same kernel as
         the single-tile plan's)."""
-        return dataclasses.replace(self, small=None, small_below=768)
+        return dataclasses.replace(self, small=None, small_below=768, conditional=False)
 
     def tiles(self) -> tuple[ExtendConfig, ...]:
         """The kernel configs the plan compiles: (self,) or (single, small)."""
@@ -129,6 +133,8 @@ def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: Ext
 def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
     """None when the extend kernel implements this problem with `config` on `arch`, else why not
     (with `config.small`: both tiles, the small one's reason prefixed "small: ")."""
+    if isinstance(config, ExtendConfig) and config.conditional is not False and config.small is None:
+        return f"conditional (CUDA-graph if-nodes) needs small (two tiles), got {config}"
     if isinstance(config, ExtendConfig) and config.small is not None:
         dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
         small, below = config.small, config.small_below
@@ -136,6 +142,8 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
             return f"small must be an ExtendConfig without its own small, got {small!r}"
         if not isinstance(below, int) or isinstance(below, bool) or not 0 <= below < 2**31:
             return f"small_below must be an int in [0, 2^31) (query tokens), got {below!r}"
+        if not isinstance(config.conditional, bool):
+            return f"conditional must be a bool, got {config.conditional!r}"
         reason = why_not_extend(*dims, config.single, arch)
         if reason is not None:
             return reason
@@ -267,16 +275,21 @@ def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
     'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
-    'LARGE+SMALL[@N]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768),
-    e.g. '256x64x3x2pgiw+128x64x2x2p@768'."""
+    'LARGE+SMALL[@N][c]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768;
+    'c': conditional, CUDA-graph if-nodes), e.g. '256x64x3x2pgiw+128x64x2x2p@768c'."""
     if "+" in text:
         large, _, rest = text.partition("+")
         small, at, below = rest.partition("@")
+        cond = below.endswith("c")
+        below = below.removesuffix("c")
         if at and not below.isdigit():
-            raise ValueError(f"an extend config's '@N' (small_below) must be a number of tokens, got {text!r}")
+            raise ValueError(
+                f"an extend config's '@N[c]' (small_below, conditional) needs a number of tokens, got {text!r}"
+            )
         return dataclasses.replace(
-            parse_extend_config(large), small=parse_extend_config(small), small_below=int(below) if at else 768
-        )
+            parse_extend_config(large), small=parse_extend_config(small), small_below=int(below) if at else 768,
+            conditional=cond,
+        )  # fmt: skip
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(

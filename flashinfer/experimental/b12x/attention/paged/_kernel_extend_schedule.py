@@ -15,12 +15,15 @@ the small one) and this schedule. Per run the schedule
    tiles, last first) into the one shared work list, sized for the small tile (more items:
    `extend_item_capacity` of the fewest tokens a tile, which also bounds the large tile's count);
 4. writes count[0] = items if the large tile was chosen else 0, count[1] = items if the small
-   one was else 0.
+   one was else 0, and flags[0] / flags[1] = whether each kernel was chosen (one byte each).
 Then both extend kernels launch (large, then small), each over the rows its own tile could need
 and each reading its own count (count[0:1] and count[1:2]): the unchosen one reads 0 and every
 CTA of it exits at its first load. That dead grid is the cost of the choice: (its rows x Hkv)
 CTAs of one load each, at the occupancy its shared memory allows (the 128-row tile: 2 an SM,
-the 256-row: 1); `docs/predictions/attention_extend.md` estimates it.
+the 256-row: 1); `docs/predictions/attention_extend.md` estimates it. With
+`ExtendConfig.conditional`, a run captured into a torch CUDA graph puts each kernel in a
+CUDA-graph if-node on its flag (`CUDAGraph.begin_capture_to_if_node`): the unchosen grid is not
+launched at all, for two one-thread kernels that set the nodes' handles (torch's) instead.
 `dual_extend_schedule_reference` (`_config_extend`) is the same algorithm in Python.
 """
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Int32, Uint8
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
@@ -52,12 +55,13 @@ class DualExtendSchedule(Schedule):
         mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
         mWork: cute.Tensor,  # (cap, 2) int32: request, first token (cap: the small tile's rows)
         mCount: cute.Tensor,  # (2,) int32: items of the large kernel, items of the small one
+        mFlags: cute.Tensor,  # (2,) uint8: the large kernel chosen, the small one chosen
         stream: cuda.CUstream,
     ):
-        self.kernel(mCu, mWork, mCount).launch(grid=[1, 1, 1], block=[self.threads, 1, 1], stream=stream)
+        self.kernel(mCu, mWork, mCount, mFlags).launch(grid=[1, 1, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.kernel
-    def kernel(self, mCu: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor):
+    def kernel(self, mCu: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor, mFlags: cute.Tensor):
         tid, _, _ = cute.arch.thread_idx()
         smem = cutlass.memory.SmemAllocator()
         sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
@@ -104,6 +108,8 @@ class DualExtendSchedule(Schedule):
             n_items = cutlass.min(n_items, cap)
             mCount[0] = Int32(0) if small != 0 else n_items
             mCount[1] = n_items if small != 0 else Int32(0)
+            mFlags[0] = Uint8(0) if small != 0 else Uint8(1)
+            mFlags[1] = Uint8(1) if small != 0 else Uint8(0)
 
 
 @kernel(
@@ -114,10 +120,12 @@ class DualExtendSchedule(Schedule):
     ),
 )
 def compile_dual_extend_schedule(large_tokens: int, small_tokens: int, small_below: int, arch: str):
-    """tvm-ffi launcher `fn(cu_seqlens_q, work, count)` (one CTA; count: int32 [2])."""
+    """tvm-ffi launcher `fn(cu_seqlens_q, work, count, flags)` (one CTA; count: int32 [2], flags:
+    uint8 [2])."""
     cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
     work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
     count = make_fake_compact_tensor(Int32, (2,), assumed_align=4)
+    flags = make_fake_compact_tensor(Uint8, (2,), assumed_align=1)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     schedule = DualExtendSchedule(large_tokens, small_tokens, small_below)
-    return cute_compile(schedule, cu, work, count, stream, arch=arch)
+    return cute_compile(schedule, cu, work, count, flags, stream, arch=arch)

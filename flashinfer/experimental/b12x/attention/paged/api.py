@@ -289,6 +289,7 @@ class PagedAttentionPlan(Plan):
             specs = [
                 ScratchBufferSpec("tiles", (tiles, 2), "int32", device),
                 ScratchBufferSpec("count", (4,), "int32", device),
+                ScratchBufferSpec("choice", (2,), "uint8", device),  # live tile choice: which kernel runs
                 ScratchBufferSpec("out", (c.max_total_q, hq, c.head_dim_vo), c.dtype, device),
                 ScratchBufferSpec("lse", (c.max_total_q, hq), "float32", device),
                 ScratchBufferSpec("unit", (1, 1), "float32", device),
@@ -558,8 +559,10 @@ def bind(
         no_sink = scratch["no_sink"]
         if ext.small is not None:  # the large kernel's grid: the rows its own tile could need
             large = extend_item_capacity(total_q, batch, ext.tokens_per_tile(group))
-            count = scratch["count"]
-            extend_views = (count[:2], work[: min(work.shape[0], large)], count[0:1], count[1:2])
+            count, flags = scratch["count"], scratch["choice"]
+            preds = flags.view(torch.bool)  # 0-d views: the if-nodes' predicates (conditional)
+            extend_views = (count[:2], flags, work[: min(work.shape[0], large)], count[0:1], count[1:2],
+                            preds[0], preds[1])  # fmt: skip
     else:
         rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
         work = scratch["work"][:rows]
@@ -676,11 +679,17 @@ def _run_extend(b: Binding):
     scale = b.sm_scale * LOG2E
     if b.extend_views:  # the live tile choice: the schedule gives the unchosen kernel 0 items
         sched, large, small = launchers
-        counts, large_work, large_count, small_count = b.extend_views
-        sched(cu, b.work, counts)
-        for fn, work, count in ((large, large_work, large_count), (small, b.work, small_count)):
+        counts, flags, large_work, large_count, small_count, large_pred, small_pred = b.extend_views
+        sched(cu, b.work, counts, flags)
+        graph = _if_node_graph() if b.plan.state.selection.extend.conditional else None
+        for fn, work, count, pred in ((large, large_work, large_count, large_pred),
+                                      (small, b.work, small_count, small_pred)):  # fmt: skip
+            if graph is not None:
+                graph.begin_capture_to_if_node(pred)
             fn(b.q, b.k_cache, b.v_cache, pt, cu, lens, work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
                scale, b.has_sink, b.window_left)  # fmt: skip
+            if graph is not None:
+                graph.end_capture_to_conditional_node()
         return b.out, b.lse
     sched, extend = launchers
     count = s["count"][:1]
@@ -688,6 +697,23 @@ def _run_extend(b: Binding):
     extend(b.q, b.k_cache, b.v_cache, pt, cu, lens, b.work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
            scale, b.has_sink, b.window_left)  # fmt: skip
     return b.out, b.lse
+
+
+def _if_node_graph():
+    """The torch CUDA graph being captured on the current stream when it can take if-nodes (torch
+    with `CUDAGraph.begin_capture_to_if_node`, CUDA >= 12.4), else None (eager, or a capture this
+    torch cannot nest a conditional node in: both kernels are then launched)."""
+    import torch
+
+    if not torch.cuda.is_current_stream_capturing():
+        return None
+    cls = torch.cuda.CUDAGraph
+    if not hasattr(cls, "begin_capture_to_if_node") or not hasattr(cls, "get_currently_capturing_graph"):
+        return None
+    try:
+        return cls.get_currently_capturing_graph()
+    except RuntimeError:  # a capture not begun by torch.cuda.graph
+        return None
 
 
 def _run_reference(b: Binding):
