@@ -273,3 +273,27 @@ def test_dual_extend_schedule_compiles(arch):
     assert len(counts) == 2 and counts[0][0] == counts[1][0] and {c[1] for c in counts} == {"", "+4"}, counts
     flags = re.findall(r"st\.global\.b8\s+\[(%rd\d+)(\+1)?\]", ptx)  # flags[0] and flags[1]
     assert len(flags) == 2 and flags[0][0] == flags[1][0] and {f[1] for f in flags} == {"", "+1"}, flags
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_live_tile_choice_plan_compiles_its_three_kernels(arch):
+    """A plan with two tiles compiles the dual schedule and both extend kernels (sm_90a: the 256-row
+    candidate default with the 128-row tile; sm_120a: two tiles that fit its 99 KB), the large one
+    under the single-tile plan's key (the same kernel, shared with it)."""
+    from flashinfer.experimental.b12x.attention import paged
+
+    small = ExtendConfig(128, 64, 2, 2, page_prefetch=True)
+    large = default_extend_config("bfloat16", 128, "sm_90a") if arch == "sm_90a" else small
+    small = small if arch == "sm_90a" else ExtendConfig(64, 64, 2, 1, page_prefetch=True)
+    dual = dataclasses.replace(large, small=small, conditional=True)
+    caps = paged.Caps(
+        device="cpu", mode="extend", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=32, num_kv_heads=8,
+        head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=4096, max_batch=8, max_page_table_width=256,
+        max_work_items=1, max_partial_rows=1, num_cache_pages=2048, config=dual,
+    )  # fmt: skip
+    plan = paged.plan(caps)
+    kernels = plan.kernels(plan.heuristic(arch), arch)
+    assert [args[-2] for _, args in kernels[1:]] == [large, small]
+    _extend_module()
+    for fn, args in kernels:
+        _check_binary(fn(*args), arch)
