@@ -2,6 +2,7 @@
 `_kernel_extend_schedule`): the schedule's Python mirror picks the tile on each side of the
 threshold, its counts and capacity; the config's validation, string form and plan / bind sizing."""
 
+import dataclasses
 import math
 import random
 import re
@@ -141,8 +142,11 @@ def test_validation_names_the_failing_tile():
 
 def test_default_keeps_one_tile_until_switched(monkeypatch):
     assert default_extend_config("bfloat16", 128, "sm_90a") == LARGE
-    monkeypatch.setattr("flashinfer.experimental.b12x.attention.paged._config_extend.LIVE_TILE_CHOICE", True)
-    assert default_extend_config("bfloat16", 128, "sm_90a") == DUAL
+    module = "flashinfer.experimental.b12x.attention.paged._config_extend"
+    monkeypatch.setattr(f"{module}.LIVE_TILE_CHOICE", True)
+    for conditional in (False, True):
+        monkeypatch.setattr(f"{module}.LIVE_TILE_CONDITIONAL", conditional)
+        assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(DUAL, conditional=conditional)
     for args in (("bfloat16", 128, "sm_120a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 256, "sm_90a"),
                  ("bfloat16", 128, "sm_90a", "verify")):  # fmt: skip
         assert default_extend_config(*args).small is None, args

@@ -283,7 +283,7 @@ def test_live_tile_choice_plan_compiles_its_three_kernels(arch):
     from flashinfer.experimental.b12x.attention import paged
 
     small = ExtendConfig(128, 64, 2, 2, page_prefetch=True)
-    large = default_extend_config("bfloat16", 128, "sm_90a") if arch == "sm_90a" else small
+    large = default_extend_config("bfloat16", 128, "sm_90a").single if arch == "sm_90a" else small
     small = small if arch == "sm_90a" else ExtendConfig(64, 64, 2, 1, page_prefetch=True)
     dual = dataclasses.replace(large, small=small, conditional=True)
     caps = paged.Caps(

@@ -182,8 +182,10 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
 
 
 # The live tile choice (ExtendConfig.small) as the sm_90a extend default: off until the H200 sweep of
-# '256x64x3x2pgiw+128x64x2x2p@N' against the two single tiles says so (docs/predictions/attention_extend.md).
+# '256x64x3x2pgiw+128x64x2x2p@N[c]' against the two single tiles says so (docs/predictions/attention_extend.md);
+# LIVE_TILE_CONDITIONAL: the default's `conditional` (CUDA-graph if-nodes instead of a dead grid).
 LIVE_TILE_CHOICE = False
+LIVE_TILE_CONDITIONAL = True
 SMALL_BELOW = 768  # mean live q_len (tokens) under which the 128-row tile runs: 512 -> small, 1k -> large
 
 
@@ -219,7 +221,7 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
         )  # fmt: skip
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, wide) <= limit:
             if LIVE_TILE_CHOICE and extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
-                return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW)
+                return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW, conditional=LIVE_TILE_CONDITIONAL)
             return wide
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
