@@ -2,7 +2,8 @@
 on warp-level mma.sync: one CTA per (work item, KV head).
 
 A work item is (request, first token) of a tile of T = block_m // G query tokens of one request
-(written on device by `_kernel_split.ExtendSchedule`). The CTA packs the G query heads of its KV
+(written on device by `_kernel_split.ExtendSchedule`, or `_kernel_extend_schedule.DualExtendSchedule`
+when the plan holds two tiles and picks one per run). The CTA packs the G query heads of its KV
 head with those tokens into block_m rows (row r = token r // G, head r % G; rows past T * G and
 tokens past the request's q_len are zero padding, never written), stages Q with 16-byte cp.async
 (padding rows zero-filled; it joins the first KV tile's group, so the two latencies overlap),

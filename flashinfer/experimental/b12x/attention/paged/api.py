@@ -29,7 +29,10 @@ merges instead, through a ticket counter in the plan's scratch, and there is no 
 row and there is no first launch). The
 split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Selection(decode,
 schedule))` sets both configs. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
-live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head). Verify runs the
+live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); with two tiles
+(`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live mean
+q_len and both extend kernels launch, the unchosen one with 0 items (with `conditional`, under torch
+CUDA-graph capture, each in an if-node on the choice, so the unchosen one is not launched). Verify runs the
 extend kernel: its q_len * G rows fill the same packed tiles, and one kernel is one thing to get
 right (decode's split-KV would help verify only at small batch and long context).
 CPU tensors run `reference.py` instead.
