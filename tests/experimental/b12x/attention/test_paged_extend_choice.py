@@ -52,23 +52,28 @@ def _cu(q_lens):
 
 # -- the schedule's mirror -------------------------------------------------------------------------
 @pytest.mark.parametrize("below", [1, 64, 512, 768, 1024])
-def test_choice_flips_at_the_mean_live_q_len(below):
+def test_choice_flips_at_the_token_weighted_mean_q_len(below):
     for mean in (below - 1, below, below + 1):
         if mean < 1:
             continue
         want_small = mean < below
-        # uniform, ragged with the same mean (and empty requests, which do not count), one request
-        for q_lens in ([mean] * 16, [2 * mean, 0, 0, mean // 2, mean - mean // 2], [mean]):
+        # uniform batches (empty requests weigh nothing): the weighted mean is their q_len
+        for q_lens in ([mean] * 16, [mean, 0, 0, mean], [mean]):
             assert live_small_tile(_cu(q_lens), below) == want_small, (q_lens, below)
     assert not live_small_tile([0, 0, 0], below)  # nothing live: the large tile (nothing launches)
 
 
-def test_choice_uses_floor_of_the_mean_and_ignores_decreasing_rows():
-    assert live_small_tile(_cu([767, 768]), 768)  # mean 767.5 -> 767 < 768
+def test_choice_weighs_requests_by_their_tokens():
+    # sum L^2 / sum L: the q_len of the request an average query token belongs to
+    assert not live_small_tile(_cu([4096] + [1] * 15), 768)  # a long prefill among one-token requests
+    assert live_small_tile(_cu([700] * 15 + [1000]), 768)  # (15 * 700^2 + 1000^2) / 11500 = 726
+    assert not live_small_tile(_cu([512] * 16 + [4096]), 768)  # (16 * 512^2 + 4096^2) / 12288 = 1706
+    assert live_small_tile(_cu([767, 768]), 768)  # 767.5: exact, no rounding to 768
     assert not live_small_tile(_cu([768, 768]), 768)
-    assert live_small_tile([0, 10, 4, 8], 8)  # lens 10, 0 (negative), 4: mean 7
+    # lens 10, 0 (a decreasing row counts as empty), 4: 116 / 14 = 8.3
+    assert not live_small_tile([0, 10, 4, 8], 8) and live_small_tile([0, 10, 4, 8], 9)
     assert not live_small_tile(_cu([10**6]), 0)  # small_below 0: never the small tile
-    assert live_small_tile(_cu([10**6]), 2**31 - 1)  # a huge one: always
+    assert live_small_tile(_cu([2**31 - 2]), 2**31 - 1)  # a huge one: always, and no int32 overflow
 
 
 @pytest.mark.parametrize("group", [1, 4, 5, 8])

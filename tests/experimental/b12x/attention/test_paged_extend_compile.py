@@ -258,15 +258,17 @@ def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_dual_extend_schedule_compiles(arch):
-    """The live tile choice's schedule (`_kernel_extend_schedule`): one CTA, three block scans (live
-    tokens, live requests, the chosen tile's items), a runtime tile size (an integer division by a
-    register, not by a constant), both counts and both one-byte flags written."""
+    """The live tile choice's schedule (`_kernel_extend_schedule`): one CTA, two 64-bit block sums
+    (live tokens and their squares: 64-bit shuffles and products) and a block scan (the chosen
+    tile's items), a runtime tile size (an integer division by a register, not by a constant),
+    both counts and both one-byte flags written."""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     from flashinfer.experimental.b12x.attention.paged import _kernel_extend_schedule as kes
 
     ptx = _check_binary(kes.compile_dual_extend_schedule(64, 32, 768, arch=arch), arch)
-    assert ptx.count("bar.sync") >= 6  # two barriers a block scan
+    assert ptx.count("bar.sync") >= 6  # two barriers a block sum or scan
+    assert re.search(r"mul\.lo\.s64\s", ptx) and "shfl.sync.bfly.b32" in ptx  # L * L in 64 bits, its sum
     assert re.search(r"div\.s32\s", ptx) or re.search(r"div\.u32\s", ptx), "no runtime division by the tile"
     assert "st.global.v2.b32" in ptx  # a work row (request, first token) in one store
     counts = re.findall(r"st\.global\.b32\s+\[(%rd\d+)(\+4)?\]", ptx)  # count[0] and count[1]

@@ -319,14 +319,15 @@ def test_extend_cache_past_2_31_elements(kv_dtype):
 # (256-row large tile, 128-row small tile) with a threshold of 200 tokens, so both sides are small cases
 DUAL = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True,
                     small=ExtendConfig(128, 64, 2, 2, True), small_below=200)  # fmt: skip
-CHOICE_STEPS = [  # live q_lens (sum <= 2048 captured rows); mean over non-empty requests vs 200
-    [0, 150, 7, 300, 0, 64, 199, 1],  # 120: small
-    [400, 250, 0, 0, 512, 211, 64, 300],  # 289: large
+CHOICE_STEPS = [  # live q_lens (sum <= 2048 captured rows); token-weighted mean q_len sum L^2 / sum L vs 200
+    [0, 150, 7, 250, 0, 64, 199, 1],  # 191.9: small
+    [400, 250, 0, 0, 512, 211, 64, 300],  # 358.8: large
     [199] * 8,  # small
     [200] * 8,  # at the threshold: large
-    [1, 0, 0, 0, 0, 0, 0, 2000],  # 1000: large (one long request, one token)
+    [1, 0, 0, 0, 0, 0, 0, 2000],  # 1999.0: large (one long request, one one-token)
     [0, 0, 0, 0, 0, 0, 0, 0],  # nothing live: no row written
-    [17, 33, 0, 5, 0, 0, 64, 129],  # 49: small
+    [17, 33, 0, 5, 0, 0, 64, 129],  # 89.3: small
+    [0, 150, 7, 300, 0, 64, 199, 1],  # 216.7: large
 ]
 
 

@@ -56,8 +56,8 @@ class ExtendConfig:
     small / small_below (the live tile choice, `_kernel_extend_schedule`): with `small` an
     ExtendConfig (itself without `small`), the plan compiles both kernels, this one without its
     `small` (`single`) and `small`, sizes the work list for the one with fewer tokens a tile, and
-    the device schedule picks per run: the small tile when the live mean q_len (query tokens over
-    non-empty requests) is below `small_below` tokens, else this one. Both kernels are launched;
+    the device schedule picks per run: the small tile when the live token-weighted mean q_len
+    (sum L^2 / sum L over the requests) is below `small_below` tokens, else this one. Both kernels are launched;
     the schedule gives the other one 0 items (its CTAs exit at their first load). small_below 0:
     always this tile; a huge one: always the small tile (the bench's way to time each path's
     overhead against the single-kernel plans). conditional (with small): a run captured into a
@@ -186,7 +186,7 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
 # LIVE_TILE_CONDITIONAL: the default's `conditional` (CUDA-graph if-nodes instead of a dead grid).
 LIVE_TILE_CHOICE = False
 LIVE_TILE_CONDITIONAL = True
-SMALL_BELOW = 768  # mean live q_len (tokens) under which the 128-row tile runs: 512 -> small, 1k -> large
+SMALL_BELOW = 768  # token-weighted mean live q_len under which the 128-row tile runs: 512 -> small, 1k -> large
 
 
 def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "extend") -> ExtendConfig:
@@ -255,12 +255,12 @@ def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
 
 
 def live_small_tile(cu_seqlens_q, small_below: int) -> bool:
-    """The dual schedule's choice: the live mean q_len (over non-empty requests) < small_below.
-    No non-empty request: the large tile (nothing is launched either way)."""
+    """The dual schedule's choice: the token-weighted mean q_len sum L^2 / sum L (the q_len of the
+    request an average query token belongs to) < small_below, compared exactly as
+    sum L^2 < small_below * sum L. No live token: the large tile (nothing is launched either way)."""
     cu = [int(x) for x in cu_seqlens_q]
     lens = [max(0, b - a) for a, b in zip(cu, cu[1:])]
-    live = sum(1 for n in lens if n > 0)
-    return live > 0 and sum(lens) // live < small_below
+    return sum(n * n for n in lens) < small_below * sum(lens)
 
 
 def dual_extend_schedule_reference(cu_seqlens_q, large_tokens: int, small_tokens: int, small_below: int):

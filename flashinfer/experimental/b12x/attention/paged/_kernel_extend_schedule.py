@@ -6,11 +6,14 @@ KV tiles each and the exposed prologue / epilogue of a lone CTA make it 4-8% slo
 
 Design (CUDA-graph safe, no host read): the plan compiles both extend kernels (the large tile and
 the small one) and this schedule. Per run the schedule
-1. sums the live q_lens L_b = max(0, cu[b + 1] - cu[b]) and counts the non-empty requests (two
-   block scans over the batch);
-2. picks the small tile when total // non-empty < small_below (the mean q_len of the live
-   requests: short requests mean few KV tiles a CTA, where one 256-row CTA an SM leaves its
-   prologue and epilogue exposed; a q_len * G of 128 rows also half-fills a 256-row tile);
+1. sums the live q_lens L_b = max(0, cu[b + 1] - cu[b]) and their squares over the batch (two
+   64-bit block sums: exact for any int32 lengths);
+2. picks the small tile when sum L_b^2 < small_below * sum L_b, i.e. the token-weighted mean q_len
+   (the q_len of the request an average query token belongs to) is below small_below: short
+   requests mean few KV tiles a CTA, where one 256-row CTA an SM leaves its prologue and epilogue
+   exposed (a q_len * G of 128 rows also half-fills a 256-row tile), while one long request among
+   many one-token ones still gets the large tile (its tokens are the work; a plain mean over
+   requests would pick the small one). Uniform batches: the mean is their q_len;
 3. writes the chosen tile's list exactly as `ExtendSchedule` does (request b's ceil(L_b / T)
    tiles, last first) into the one shared work list, sized for the small tile (more items:
    `extend_item_capacity` of the fewest tokens a tile, which also bounds the large tile's count);
@@ -32,7 +35,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Uint8
+from cutlass import Int32, Int64, Uint8
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
@@ -42,7 +45,7 @@ from ._kernel_split import Schedule
 
 class DualExtendSchedule(Schedule):
     """One CTA: see the module docstring. large_tokens / small_tokens: query tokens a tile of each
-    kernel (block_m // G); small_below: the mean-q_len threshold in tokens."""
+    kernel (block_m // G); small_below: the threshold of the token-weighted mean q_len, in tokens."""
 
     def __init__(self, large_tokens: int, small_tokens: int, small_below: int) -> None:
         self.large, self.small, self.below = large_tokens, small_tokens, small_below
@@ -65,26 +68,25 @@ class DualExtendSchedule(Schedule):
         tid, _, _ = cute.arch.thread_idx()
         smem = cutlass.memory.SmemAllocator()
         sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
+        sWarp64 = smem.allocate_tensor(Int64, cute.make_layout(self.warps), 16)
         batch = mCu.shape[0] - 1
         cap = mWork.shape[0]
         per = (batch + self.threads - 1) // self.threads
         b0 = cutlass.min(tid * per, batch)
         b1 = cutlass.min(b0 + per, batch)
 
-        # ---- 1-2: the live mean q_len picks the tile ----------------------------------------------
-        tokens = Int32(0)
-        live = Int32(0)
+        # ---- 1-2: the token-weighted mean q_len picks the tile ------------------------------------
+        tokens = Int64(0)
+        squares = Int64(0)
         for b in range(b0, b1):
-            length = cutlass.max(mCu[b + 1] - mCu[b], 0)
+            length = Int64(cutlass.max(mCu[b + 1] - mCu[b], 0))
             tokens = tokens + length
-            if length > 0:
-                live = live + 1
-        _, total = self._block_scan(tokens, tid, sWarp)
-        _, n_live = self._block_scan(live, tid, sWarp)
+            squares = squares + length * length
+        total = self._block_sum64(tokens, tid, sWarp64)
+        total_sq = self._block_sum64(squares, tid, sWarp64)
         small = Int32(0)
-        if n_live > 0:
-            if total // n_live < self.below:
-                small = Int32(1)
+        if total_sq < total * self.below:  # no live token: 0 < 0 is false, the large tile (nothing runs)
+            small = Int32(1)
         tq = Int32(self.large)
         if small != 0:
             tq = Int32(self.small)
@@ -103,13 +105,27 @@ class DualExtendSchedule(Schedule):
                     mWork[item, 1] = (tiles - 1 - j) * tq
                 item = item + 1
 
-        # ---- 4: the chosen kernel's count, 0 for the other ---------------------------------------
+        # ---- 4: the chosen kernel's count and flag, 0 for the other ---------------------------------------
         if tid == 0:
             n_items = cutlass.min(n_items, cap)
             mCount[0] = Int32(0) if small != 0 else n_items
             mCount[1] = n_items if small != 0 else Int32(0)
             mFlags[0] = Uint8(0) if small != 0 else Uint8(1)
             mFlags[1] = Uint8(1) if small != 0 else Uint8(0)
+
+    @cute.jit
+    def _block_sum64(self, x, tid, sWarp64):
+        """Sum of the Int64 x over the CTA (every thread gets it)."""
+        for k in cutlass.range_constexpr(5):
+            x = x + cute.arch.shuffle_sync_bfly(x, offset=1 << k)
+        if tid % 32 == 0:
+            sWarp64[tid // 32] = x
+        cute.arch.sync_threads()
+        total = Int64(0)
+        for w in cutlass.range_constexpr(self.warps):
+            total = total + sWarp64[w]
+        cute.arch.sync_threads()  # sWarp64 is rewritten by the next sum
+        return total
 
 
 @kernel(
