@@ -80,13 +80,37 @@ def run_stream(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
     k = a.shape[1]
     rt = KD.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
     slabs = k // (KD.CHUNK * logic.kc)
+    nst, sb = config.stages, logic.slab_bytes
+    bufs = -(-logic.red_floats * 4 // 128) * 128  # bulk buffers after the reduction, then mbarriers
+    bars = bufs + config.warps * nst * sb
     for bidx in range((n + logic.bn - 1) // logic.bn):
-        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+        smem = np.zeros(bars + 8 * config.warps * nst if config.load == "bulk" else bufs, dtype=np.uint8)
         for w in range(config.warps):
             ops = EmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
             first, step = w % logic.kstep, logic.kstep
             tile = np.int32(min(bidx * config.wn + w // logic.kstep, n // 16 - 1))
+            if config.load == "bulk":  # the kernel's bulk pipeline, in the same order
+                buf, mbar = bufs + w * nst * sb, bars + w * nst * 8
+                logic.bulk_init(ops, LANE, mbar)
+                for j in range(nst):
+                    sj = first + j * step
+                    logic.bulk_issue(
+                        ops, rt, LANE, tile, min(sj, slabs - 1), slabs, buf + j * sb, mbar + 8 * j, sj < slabs
+                    )
+                for s in range(first, slabs, step):
+                    it = (s - first) // step
+                    st, parity = it % nst, (it // nst) & 1
+                    ops.mbar_wait(mbar + 8 * st, parity)
+                    acc = logic.slab_math(ops, rt, LANE, np.int32(s), logic.bulk_read(ops, LANE, buf + st * sb), acc)
+                    ops.sync_warp()
+                    nxt = s + nst * step
+                    logic.bulk_issue(
+                        ops, rt, LANE, tile, min(nxt, slabs - 1), slabs, buf + st * sb, mbar + 8 * st, nxt < slabs
+                    )
+                assert all(not b["pending"] for b in ops.mbars.values()), "a bulk copy left in flight at exit"
+                logic.reduce_stage(ops, 0, w, LANE, acc)
+                continue
             stage = logic.slab_loads(ops, rt, LANE, tile, np.int32(min(first, slabs - 1)), slabs)
             for s in range(first, slabs, step):
                 flat = stage if config.prefetch else logic.slab_loads(ops, rt, LANE, tile, np.int32(s), slabs)

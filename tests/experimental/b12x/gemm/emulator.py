@@ -322,3 +322,37 @@ class EmuOps:
 
     def barrier(self):  # the emulator's kernel drivers run the phases between barriers in order
         pass
+
+    # bulk copies on mbarriers (one warp's view; the drivers give each warp its own barriers).
+    # A copy poisons its destination (0xA5) when issued and lands when waited for, so reading a
+    # buffer before its wait, or refilling it before the reads, shows up as wrong values.
+    def _one(self, x, pred):
+        lanes = self._lanes(pred)
+        return None if len(lanes) == 0 else int(np.broadcast_to(np.asarray(x), (LANES,))[lanes[0]])
+
+    def mbar_init(self, saddr, pred, count: int):
+        addr = self._one(saddr, pred)
+        if addr is not None:
+            assert count == 1 and addr % 8 == 0
+            self.mbars = getattr(self, "mbars", {})
+            self.mbars[addr] = {"done": 0, "pending": []}
+
+    def bulk_g2s(self, sdst, gsrc, nbytes: int, smbar, pred):
+        dst, src, bar = self._one(sdst, pred), self._one(gsrc, pred), self._one(smbar, pred)
+        if dst is None:
+            return
+        assert dst % 16 == 0 and src % 16 == 0 and nbytes % 16 == 0 and 0 <= dst and dst + nbytes <= self.smem.size
+        self.smem[dst : dst + nbytes] = 0xA5
+        data = b"".join(self.g.read(src + i, 16) for i in range(0, nbytes, 16))  # 16-byte aligned reads
+        self.mbars[bar]["pending"].append((dst, np.frombuffer(data, dtype=np.uint8).copy()))
+
+    def mbar_wait(self, smbar, parity):
+        bar = self.mbars[int(np.broadcast_to(np.asarray(smbar), (LANES,))[0])]
+        assert bar["pending"], "waiting on an mbarrier with no copy in flight (would hang)"
+        assert bar["done"] % 2 == int(np.broadcast_to(np.asarray(parity), (LANES,))[0]), "wrong phase parity"
+        dst, data = bar["pending"].pop(0)
+        self.smem[dst : dst + data.size] = data
+        bar["done"] += 1
+
+    def sync_warp(self):
+        pass

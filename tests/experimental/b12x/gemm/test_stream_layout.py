@@ -89,16 +89,24 @@ EMU = [
     KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=2, prefetch=1),  # 2 tiles x 2 K warps, pipelined
     KS.StreamConfig(warps=4, wn=4, kc=8, ntiles=1, prefetch=1, wcache="nc", acache="nc"),  # whole tiles
     KS.StreamConfig(warps=8, wn=2, kc=4, ntiles=2, unroll=2),  # idle K warps (4 per tile, 2 slabs)
+    KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=1, load="bulk", stages=2),  # 6 slabs a warp: 3 phases
+    KS.StreamConfig(warps=4, wn=1, kc=8, ntiles=2, load="bulk", stages=2),  # 1 slab a warp, 1 idle warp
+    KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=1, load="bulk", stages=4, unroll=2),  # 3 slabs < 4 stages
+    KS.StreamConfig(warps=4, wn=4, kc=4, ntiles=2, load="bulk", stages=3),  # 6 slabs over 3 stages
 ]
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}")
+@pytest.mark.parametrize(
+    "cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}"
+)
 @pytest.mark.parametrize("a_fmt", ["bfloat16", "float16"])
 def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
     m = 3 if cfg.ntiles == 1 else 11
-    # N = 48: 3 tiles, so wn 2 / 4 leave a CTA's last tiles past N (clamped, never stored)
-    ops = make_operands(a_fmt, "nvfp4", m, 48, 1024, seed=cfg.warps + cfg.kc)
+    # N = 48: 3 tiles, so wn 2 / 4 leave a CTA's last tiles past N (clamped, never stored); bulk
+    # configs take K = 3072 (6 / 3 slabs): their buffers refill and their phases wrap
+    k = 3072 if cfg.load == "bulk" else 1024
+    ops = make_operands(a_fmt, "nvfp4", m, 48, k, seed=cfg.warps + cfg.kc)
     args, alpha = _args(ops, "bfloat16", cfg.kc)
     check_tolerance(E.run_stream(a_fmt, "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
@@ -192,29 +200,42 @@ def test_packed_weights_are_cached_per_weight_and_kc():
 
 # ---- builds ----------------------------------------------------------------------------------------
 BUILDS = [
+    KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=1, load="bulk", stages=2),
     KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=1, prefetch=1),
-    KS.StreamConfig(warps=8, wn=1, kc=8, ntiles=2),
+    KS.StreamConfig(warps=4, wn=1, kc=8, ntiles=2, load="bulk", stages=2),
 ]
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("cfg", BUILDS, ids=lambda c: f"wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}")
+@pytest.mark.parametrize("cfg", BUILDS, ids=lambda c: f"wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}")
 def test_stream_kernel_builds(cfg, arch):
     fn = KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
     ptx = fn.artifacts.PTX
     assert "mma.sync.aligned.m16n8k16" in ptx
-    assert "L1::no_allocate" in ptx  # the default weight hint
     assert ".local" not in ptx  # no stack arrays
+    if cfg.load == "bulk":
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+        assert f"{SL.slab_bytes(cfg.kc)}, [" in ptx  # one copy is one whole slab
+    else:
+        assert "L1::no_allocate" in ptx  # the default weight hint
 
 
 @pytest.mark.compile
-def test_stream_kernel_sass_loads_full_lines_without_spills(tmp_path):
-    """sm_90a SASS: every weight load a 128-bit LDG, no local memory (spills)."""
+@pytest.mark.parametrize("load", ["ldg", "bulk"])
+def test_stream_kernel_sass_streams_whole_slabs_without_spills(load, tmp_path):
+    """sm_90a SASS: no local memory (spills), no scattered scale loads; "ldg": every weight load a
+    128-bit LDG (the prologue's slab and the loop's); "bulk": slab copies (UBLKCP) on mbarriers and
+    one 128-bit shared load per 512-byte warp load of the slab."""
     from .test_decode_stream import _sass
 
-    cfg = dataclasses.replace(KS.default_config(1, 28672, 4096))
+    cfg = KS.default_config(1, 28672, 4096)
+    cfg = cfg if load == "bulk" else dataclasses.replace(cfg, load="ldg", prefetch=1)
     sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
     assert "LDL" not in sass and "STL" not in sass
-    assert sass.count("LDG.E.NA.128") >= 2 * SL.loads(cfg.kc)  # the prologue's slab and the loop's
-    assert "LDG.E.U16" not in sass and "LDG.E.U8" not in sass  # no scattered scale loads
+    assert "LDG.E.U16" not in sass and "LDG.E.U8" not in sass
+    if load == "bulk":
+        assert "UBLKCP" in sass and "SYNCS.PHASECHK" in sass and "LDG.E.NA" not in sass
+        assert sass.count("LDS.128") >= SL.loads(cfg.kc)
+    else:
+        assert sass.count("LDG.E.NA.128") >= 2 * SL.loads(cfg.kc)

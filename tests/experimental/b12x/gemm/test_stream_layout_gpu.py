@@ -65,10 +65,14 @@ def test_stream_layout_candidates(n, k, m):
         (KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=2, prefetch=1), 13, "bfloat16"),  # 33 CTAs, last partial
         (KS.StreamConfig(warps=4, wn=4, kc=8, ntiles=1, prefetch=0, unroll=2), 5, "float16"),
         (KS.StreamConfig(warps=16, wn=2, kc=4, ntiles=2, prefetch=1, wcache="ef"), 9, "bfloat16"),  # idle K warps
+        (KS.StreamConfig(warps=4, wn=4, kc=4, ntiles=2, load="bulk", stages=3), 16, "bfloat16"),  # phases wrap
+        (KS.StreamConfig(warps=2, wn=2, kc=8, ntiles=1, load="bulk", stages=4), 1, "float16"),  # 5 slabs, 4 stages
+        (KS.StreamConfig(warps=8, wn=1, kc=4, ntiles=1, load="bulk", stages=2), 8, "bfloat16"),  # uneven K
     ],
 )
 def test_stream_layout_partial_ctas_and_fp16(cfg, m, a_fmt):
-    """N = 4160 (260 tiles: not a multiple of wn = 8 / 4 / 2), K = 5120 (10 slabs of kc 4, 5 of kc 8)."""
+    """N = 4160 (260 tiles: not a multiple of wn = 8 / 4 / 2), K = 5120 (10 slabs of kc 4, 5 of kc 8):
+    partial CTAs, warps without slabs, bulk buffers refilled and mbarrier phases wrapping."""
     ops = make_operands(a_fmt, "nvfp4", m, 4160, 5120, seed=11, device="cuda")
     bucket = L.bucket_for(m)
     query = B.GemmQuery(a_fmt, "nvfp4", 4160, 5120, max_m=m, m_values=(m,))

@@ -132,6 +132,57 @@ def _lds_v4(saddr, *, loc=None, ip=None):
     return _unpack(res, 4, Uint32, T.i32(), loc, ip)
 
 
+# Bulk copies (sm_90+, so sm_90a and sm_120a): one instruction moves a contiguous global span into
+# shared memory and signals an mbarrier with the bytes (the stream decode kernel's slab loads).
+@dsl_user_op
+def _mbar_init(saddr, pred, count: int, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(saddr, Int32, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $1, 0;\n\t"
+        f"@p mbarrier.init.shared::cta.b64 [$0], {count};\n\t"
+        "fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;\n\t}",
+        "r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _bulk_g2s(sdst, gsrc, nbytes: int, smbar, pred, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(sdst, Int32, loc, ip), _iv(gsrc, Int64, loc, ip), _iv(smbar, Int32, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $3, 0;\n\t"
+        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$2], {nbytes};\n\t"
+        f"@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], {nbytes}, [$2];\n\t}}",
+        "r,l,r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _mbar_wait(smbar, parity, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(smbar, Int32, loc, ip), _iv(parity, Int32, loc, ip)],
+        "{\n\t.reg .pred done;\n\tWAIT:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t@!done bra WAIT;\n\t}",
+        "r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _sync_warp(*, loc=None, ip=None):
+    _asm(None, [_iv(0, Int32, loc, ip)], "bar.warp.sync -1; // $0", "r", effects=True, loc=loc, ip=ip)
+
+
 @dsl_user_op
 def _sts_f32(saddr, value, *, loc=None, ip=None):
     _asm(
@@ -311,6 +362,14 @@ class DeviceOps:
     sts_f32 = staticmethod(_sts_f32)
     lds_f32 = staticmethod(_lds_f32)
     ldmatrix_x4 = staticmethod(_ldmatrix_x4)
+    # bulk copies: mbar_init(saddr, pred, count) (lanes with pred init; then the init fences);
+    # bulk_g2s(sdst, gsrc, nbytes, smbar, pred): expect nbytes on the mbarrier and start the copy;
+    # mbar_wait(smbar, parity) spins until the phase of that parity completed; sync_warp() orders the
+    # warp's shared reads before a lane's next copy into the same buffer
+    mbar_init = staticmethod(_mbar_init)
+    bulk_g2s = staticmethod(_bulk_g2s)
+    mbar_wait = staticmethod(_mbar_wait)
+    sync_warp = staticmethod(_sync_warp)
 
     # tensor cores: (a0..a3), (b0, b1), (c0..c3) -> (d0..d3); fragments as in the PTX ISA
     mma = staticmethod(_mma)

@@ -43,6 +43,8 @@ _SOURCES = tuple(
 A_FORMATS = ("bfloat16", "float16")
 WCACHE = ("nc", "na", "na256", "ef")  # the weight loads' cache hint (ptx.LDG_HINTS)
 ACACHE = ("nc", "el")
+LOADS = ("ldg", "bulk")
+SMEM_LIMIT = 96 * 1024
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,24 @@ class StreamConfig:
     """warps: per CTA; wn: 16-row tiles per CTA (warps / wn warps split each tile's K); kc: chunks of
     128 values per slab (the layout's, 4 or 8); ntiles: 8-token MMA tiles (M <= 8 ntiles); unroll:
     slab-loop unroll; prefetch: 0 or 1 slab of weight loads carried ahead of the math; wcache /
-    acache: cache hints of the weight / activation loads (as DecodeConfig's)."""
+    acache: cache hints of the weight / activation loads (as DecodeConfig's).
+    load: "ldg" (each lane loads its 16-byte words of the slab into registers; ptxas decides when
+    they issue) or "bulk" (lane 0 copies whole slabs, 4.6 / 9.2 KB contiguous, into the warp's
+    `stages` shared-memory buffers with cp.async.bulk on an mbarrier, `stages` slabs in flight per
+    warp whatever ptxas schedules; lanes read their words back with 128-bit shared loads; prefetch and
+    wcache do not apply)."""
+
+    @property
+    def bulk_bytes(self) -> int:
+        """Shared memory of the bulk buffers and their mbarriers (0 for ldg)."""
+        if self.load != "bulk":
+            return 0
+        return self.warps * self.stages * (SL.slab_bytes(self.kc) + 8)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Reduction (warps x tokens x 16 rows fp32) + bulk buffers, with the allocator's alignment."""
+        return 4 * self.warps * self.max_m * 16 + self.bulk_bytes + 256
 
     warps: int = 8
     wn: int = 1
@@ -60,6 +79,8 @@ class StreamConfig:
     prefetch: int = 0
     wcache: str = "na"
     acache: str = "el"
+    load: str = "ldg"
+    stages: int = 2
 
     @property
     def kwarps(self) -> int:
@@ -98,6 +119,15 @@ def config_reason(config) -> str | None:
         return f"unroll must be 1 or 2 and prefetch 0 or 1, got {c.unroll} / {c.prefetch}"
     if c.wcache not in WCACHE or c.acache not in ACACHE:
         return f"wcache must be one of {WCACHE} and acache one of {ACACHE}, got {c.wcache!r} / {c.acache!r}"
+    if c.load not in LOADS or c.stages not in (2, 3, 4):
+        return f"load must be one of {LOADS} and stages 2, 3 or 4, got {c.load!r} / {c.stages}"
+    if c.load == "bulk" and c.prefetch:
+        return "prefetch applies to load='ldg' only (bulk keeps `stages` slabs in flight)"
+    if c.smem_bytes > SMEM_LIMIT:
+        return (
+            f"shared memory {c.smem_bytes} bytes (reduction + {c.warps} warps x {c.stages} stages x "
+            f"{SL.slab_bytes(c.kc)}-byte slabs) exceeds {SMEM_LIMIT} (sm_120 gives a block 99 KB): fewer warps or stages"
+        )
     return None
 
 
@@ -116,11 +146,11 @@ def shape_reason(n: int, k: int, config: StreamConfig) -> str | None:
 
 def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
     """The prediction-backed starting point (docs/predictions/gemm_decode.md, session 7; not yet timed):
-    kc 4 (9 loads = 4.6 KB per slab), 8 warps per CTA, the next slab's loads carried over the math
-    (prefetch 1: ~9 KB in flight per warp, 80 registers, 3 CTAs an SM), and the most row tiles per CTA
+    bulk slab copies (load "bulk": 2 stages of 4.6 KB slabs per warp in flight whatever ptxas
+    schedules; 8 warps = 74 KB of buffers, 2 CTAs an H200 SM), kc 4, and the most row tiles per CTA
     (wn; the CTA's 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 28672 rows -> wn 8
-    (each warp streams a whole 36 KB tile, no split), 11264 / 7168 -> wn 2, 4096 / 2048 -> wn 1. None
-    when the shape has no kc-4 layout."""
+    (each warp streams a whole tile, no split), 11264 / 7168 -> wn 2, 4096 / 2048 -> wn 1. None when
+    the shape has no kc-4 layout."""
     ntiles = 1 if max_m <= 8 else 2
     kc = 4
     if SL.why_not(n, k, kc) is not None:
@@ -129,34 +159,38 @@ def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
     wn = 8
     while wn > 1 and tiles // wn < MIN_CTAS:
         wn //= 2
-    return StreamConfig(warps=8, wn=wn, kc=kc, ntiles=ntiles, prefetch=1)
+    return StreamConfig(warps=8, wn=wn, kc=kc, ntiles=ntiles, load="bulk", stages=2)
 
 
 MIN_CTAS = 200  # default_config: ~1.5 CTAs per H200 SM (132) before a CTA takes more row tiles
 
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
-    """What `bench_gemm --sweep-subset layout` times, one hypothesis each around `default_config`:
-    no prefetch (fewer registers, more warps an SM); kc 8 (twice the bytes per slab), with and without
-    prefetch; K split over all 8 warps of one tile (wn 1), over 4 (wn 2), none (wn 8); 4-warp CTAs of
-    whole tiles (finer CTAs, more of them resident); 16 warps of 8 tiles; the plain loads (no cache
-    hints); the L2 256-byte prefetch hint. Shapes the layout cannot hold and duplicates are dropped
-    (10-11 a case; none when K has no kc-4 layout)."""
+    """What `bench_gemm --sweep-subset layout` times, one hypothesis each around `default_config`.
+    Bulk copies: 4 warps x 3 stages (finer CTAs, deeper per warp), 4 warps of kc 8 slabs, 2 warps x 4
+    stages (most CTAs an SM), K split over all 8 warps (wn 1) or none (wn 8). Register loads ("ldg"):
+    the next slab carried over the math (prefetch 1), kc 4 and 8; without prefetch; wn 1 / 2; 4 warps
+    of whole tiles; the plain loads (no cache hints). Shapes the layout cannot hold, configs over the
+    shared-memory limit and duplicates are dropped (~12 a case; none when K has no kc-4 layout)."""
     base = default_config(max_m, n, k)
     if base is None:
         return ()
+    w4 = min(base.wn, 4)
+    ldg = replace(base, load="ldg", stages=2, prefetch=1)
     cands = (
         base,
-        replace(base, prefetch=0),
-        replace(base, kc=8),
-        replace(base, kc=8, prefetch=0),
+        replace(base, warps=4, wn=w4, stages=3),
+        replace(base, warps=4, wn=w4, kc=8),
+        replace(base, warps=2, wn=min(base.wn, 2), stages=4),
         replace(base, wn=1),
-        replace(base, wn=2),
         replace(base, wn=8),
-        replace(base, warps=4, wn=4),
-        replace(base, warps=16, wn=8),
-        replace(base, wcache="nc", acache="nc"),
-        replace(base, wcache="na256"),
+        ldg,
+        replace(ldg, kc=8),
+        replace(ldg, prefetch=0),
+        replace(ldg, wn=1),
+        replace(ldg, wn=2),
+        replace(ldg, warps=4, wn=w4),
+        replace(ldg, wcache="nc", acache="nc"),
     )
     out = []
     for c in cands:
@@ -189,6 +223,22 @@ class StreamLogic(DecodeLogic):
             addr = base + SL.LOAD_BYTES * i
             out.append(ops.ldg_v4(addr, true) if hint is None else ops.ldg_v4_hint(addr, true, hint))
         return [w for words in out for w in words]
+
+    # load = "bulk": per warp `stages` buffers of one slab and an mbarrier each (bases given per warp)
+    def bulk_init(self, ops, lane, mbar):
+        """Lane 0 initialises the warp's mbarriers (one arrival each: its own expect_tx)."""
+        for st in range(self.scfg.stages):
+            ops.mbar_init(mbar + 8 * st, lane == 0, 1)
+        ops.sync_warp()
+
+    def bulk_issue(self, ops, rt: Runtime, lane, tile, s, slabs, buf, mbar, ok):
+        """Lane 0 (where ok) starts the copy of slab s of `tile` into `buf`, completing on `mbar`."""
+        src = rt.b_base + (ops.i64(tile) * ops.i64(slabs) + ops.i64(s)) * self.slab_bytes
+        ops.bulk_g2s(buf, src, self.slab_bytes, mbar, (lane == 0) & ok)
+
+    def bulk_read(self, ops, lane, buf):
+        """The lane's 16-byte words of a landed slab, as `slab_loads` returns them."""
+        return [w for i in range(self.nloads) for w in ops.lds_v4(buf + SL.LOAD_BYTES * i + lane * 16)]
 
     def slab_math(self, ops, rt: Runtime, lane, s, flat, acc):
         """The kc chunks of slab s on its loaded words (`slab_loads`), chunk by chunk in K order."""
@@ -261,13 +311,48 @@ class StreamGemm:
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()
+        buf, mbar = red_base, red_base
+        if cutlass.const_expr(L.scfg.load == "bulk"):
+            nbuf = L.cfg.warps * L.scfg.stages
+            bufs = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(nbuf * L.slab_bytes), 128)
+            bars = smem.allocate_tensor(cutlass.Int64, cute.make_layout(nbuf), 8)
+            buf = bufs.iterator.toint() + warp * (L.scfg.stages * L.slab_bytes)  # this warp's buffers
+            mbar = bars.iterator.toint() + warp * (L.scfg.stages * 8)
 
         acc = L.zero_acc(ops)
         slabs = k // (CHUNK * L.kc)
         first, step = warp % L.kstep, L.kstep  # this warp's slabs: first, first + step, ...
         # its row tile, clamped to the last one (a CTA past N / 16 tiles stores nothing)
         tile = ops.imin(bidx * L.cfg.wn + warp // L.kstep, rt.n // 16 - 1)
-        if cutlass.const_expr(L.scfg.prefetch == 0):
+        if cutlass.const_expr(L.scfg.load == "bulk"):
+            stages = L.scfg.stages
+            L.bulk_init(ops, lane, mbar)
+            for j in cutlass.range_constexpr(stages):  # the first `stages` slabs in flight
+                sj = first + j * step
+                L.bulk_issue(
+                    ops,
+                    rt,
+                    lane,
+                    tile,
+                    ops.imin(sj, slabs - 1),
+                    slabs,
+                    buf + j * L.slab_bytes,
+                    mbar + 8 * j,
+                    sj < slabs,
+                )
+            for s in cutlass.range(first, slabs, step, unroll=L.cfg.unroll):
+                it = (s - first) // step
+                st, parity = it % stages, (it // stages) & 1
+                DEVICE.mbar_wait(mbar + 8 * st, parity)
+                flat = self.logic.bulk_read(DEVICE, lane, buf + st * self.logic.slab_bytes)
+                acc = self.logic.slab_math(DEVICE, rt, lane, s, flat, acc)
+                DEVICE.sync_warp()  # every lane's reads of this buffer are done: refill it
+                nxt = s + stages * step
+                self.logic.bulk_issue(
+                    DEVICE, rt, lane, tile, DEVICE.imin(nxt, slabs - 1), slabs, buf + st * self.logic.slab_bytes,
+                    mbar + 8 * st, nxt < slabs,
+                )  # fmt: skip
+        elif cutlass.const_expr(L.scfg.prefetch == 0):
             for s in cutlass.range(first, slabs, step, unroll=L.cfg.unroll):
                 flat = self.logic.slab_loads(DEVICE, rt, lane, tile, s, slabs)
                 acc = self.logic.slab_math(DEVICE, rt, lane, s, flat, acc)
