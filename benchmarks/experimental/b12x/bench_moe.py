@@ -24,6 +24,10 @@ before, launch gaps in a graph included (the decode breakdown: docs/moe.md). Our
 plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed experts while T * k < E,
 else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
+--tiled / --decode-only add, per T and recipe, a row with the grouped large-T expert kernels
+(`_kernel_grouped.py`: gemm's tiled GEMM over windows of the sorted rows; recipes with MXFP8
+activations have none and fail their row) or with the decode expert kernels at every T (the default
+uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
 --expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
 ("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label, "-s2": two column tiles
 per CTA; n2 = 16-token groups, swept
@@ -378,6 +382,15 @@ def expert_variants(args, t: int, max_t: int) -> list:
     with --expert-sweep one single-bucket override per `sweep_pairs` entry (" n1 w4p1"), for
     16-token groups too when T > SWEEP_SMALL_T; --expert-sweep LABEL ... keeps those labels."""
     found = [("", None)]
+    if getattr(args, "decode_only", False) or getattr(args, "tiled", False):
+        from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+        from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+        from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
+
+        if getattr(args, "decode_only", False):  # the decode buckets at every T (the pre-grouped default)
+            found.append((" decode", X.default_buckets(max_t)))
+        if getattr(args, "tiled", False):  # the grouped kernels at every T
+            found.append((" tiled", (ExpertBucket(max_t, G.default_config(1), G.default_config(2)),)))
     labels = getattr(args, "expert_sweep", None)  # None: no sweep; []: every label
     if labels is None:
         return found
@@ -447,6 +460,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="LABEL",
         help="also time each expert-GEMM tiling of _kernel_experts.sweep_pairs (or only these labels)",
+    )
+    parser.add_argument(
+        "--tiled", action="store_true", help="also time ours with the grouped (tiled) expert kernels at every T"
+    )
+    parser.add_argument(
+        "--decode-only", action="store_true", help="also time ours with the decode expert kernels at every T"
     )
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):

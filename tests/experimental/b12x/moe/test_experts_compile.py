@@ -183,3 +183,20 @@ def test_sweep_tilings_compile_without_spills(arch, ntiles):
             fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list", span)
             _check_built(fn, arch)
             _check_no_spills(fn, arch)
+
+
+# ---- the grouped (large-T) expert GEMMs: gemm's tiled kernel over windows of sorted rows -----------
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    "fc, a_fmt, b_fmt, activation",
+    [(1, "bfloat16", "nvfp4", "silu"), (1, "nvfp4", "nvfp4", "swiglu_oai"), (2, "bfloat16", "nvfp4", None)],
+)
+def test_grouped_kernels_build(fc, a_fmt, b_fmt, activation, arch):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    cfg = G.default_config(fc)
+    if fc == 1:
+        fn = G.compile_grouped_fc1(a_fmt, b_fmt, activation, cfg, arch)
+    else:
+        fn = G.compile_grouped_fc2(a_fmt, b_fmt, cfg, arch)
+    _check_built(fn, arch, activation)

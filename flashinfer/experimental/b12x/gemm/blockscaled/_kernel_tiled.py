@@ -371,15 +371,20 @@ class TiledLogic:
         return scale * ops.ldg_f32(rt.s2_base, true) * ops.f32(float(2.0**self.exp))
 
     def epilogue(self, ops, rt: Runtime, tid, m0, n0, acc):
+        self.store_acc(ops, rt, tid, m0, n0, acc, self.epilogue_scale(ops, rt))
+
+    def store_acc(self, ops, rt: Runtime, tid, m0, c0, acc, scale, step: int = 1):
+        """C[row, col] = acc * scale for n-tiles 0, step, 2 step, ... of each warp m-tile; n-tile nt
+        lands at columns c0 + (wn * wtn + 8 nt) / step + 2t (+1). step 2: a caller that folded each
+        odd n-tile into the even one before it (moe's gate/up pairs)."""
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         g, t = lane >> 2, lane & 3
-        scale = self.epilogue_scale(ops, rt)
         n_mt, n_nt = self.wtm // 16, self.wtn // 8
         for mt in range(n_mt):
-            for nt in range(n_nt):
+            for nt in range(0, n_nt, step):
                 idx = (mt * n_nt + nt) * 4
-                col = n0 + wn * self.wtn + 8 * nt + 2 * t
+                col = c0 + wn * (self.wtn // step) + (8 * nt) // step + 2 * t
                 for h in range(2):
                     row = m0 + wm * self.wtm + 16 * mt + 8 * h + g
                     ok = (row < rt.m) & (col < rt.n)
@@ -393,8 +398,12 @@ class TiledLogic:
 
 
 class TiledGemm:
-    def __init__(self, logic: TiledLogic) -> None:
+    """The kernel of one TiledLogic; `ops` the device backend its `tile` runs the logic with (a
+    subclass of ptx.DeviceOps when a caller's logic needs more instructions, as moe's activations)."""
+
+    def __init__(self, logic: TiledLogic, ops=DEVICE) -> None:
         self.logic = logic
+        self.ops = ops
 
     @cute.jit
     def __call__(
@@ -460,17 +469,17 @@ class TiledGemm:
     def tile(self, rt: Runtime, tid, m0, n0, sbase):
         """The K loop and epilogue of one CTA tile."""
         chunks = rt.k // self.logic.bk
-        regs = self.logic.load(DEVICE, rt, tid, m0, n0, 0)
-        self.logic.store_tile(DEVICE, rt, tid, regs, 0, sbase)
-        DEVICE.barrier()
-        acc = self.logic.zero_acc(DEVICE)
+        regs = self.logic.load(self.ops, rt, tid, m0, n0, 0)
+        self.logic.store_tile(self.ops, rt, tid, regs, 0, sbase)
+        self.ops.barrier()
+        acc = self.logic.zero_acc(self.ops)
         for kc in cutlass.range(chunks):
             # The last iteration reloads its own tile into the idle buffer: no branch in the loop.
-            nxt = DEVICE.imin(kc + 1, chunks - 1)
-            regs = self.logic.load(DEVICE, rt, tid, m0, n0, nxt)
-            acc = self.logic.k_tile(DEVICE, rt, tid, m0, n0, kc, acc, regs, sbase)
-            DEVICE.barrier()
-        self.logic.epilogue(DEVICE, rt, tid, m0, n0, acc)
+            nxt = self.ops.imin(kc + 1, chunks - 1)
+            regs = self.logic.load(self.ops, rt, tid, m0, n0, nxt)
+            acc = self.logic.k_tile(self.ops, rt, tid, m0, n0, kc, acc, regs, sbase)
+            self.ops.barrier()
+        self.logic.epilogue(self.ops, rt, tid, m0, n0, acc)
 
 
 @kernel("gemm.blockscaled.tiled", sources=_SOURCES)

@@ -279,7 +279,31 @@ def _fp8_words_in_fp4_order(ops, words):
     return out
 
 
-class ExpertLogic(KD.DecodeLogic):
+class Activation:
+    """FC1's activation on fp32 outputs (`self.activation`; swiglu_oai's parameters at rt.s2_base),
+    shared by the decode expert kernel and the grouped one (`_kernel_grouped.py`)."""
+
+    def _sigmoid(self, ops, x):
+        return ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
+
+    def act(self, ops, rt, x, u):
+        """The activation of FC1 output x (gate or single) and u (up), fp32."""
+        if self.activation == "relu2":
+            r = ops.fmax(x, ops.f32(0.0))
+            return r * r
+        if self.activation == "silu":
+            return x * self._sigmoid(ops, x) * u
+        true = ops.boolean(True)
+        limit = ops.ldg_f32(rt.s2_base, true)
+        alpha = ops.ldg_f32(rt.s2_base + 4, true)
+        beta = ops.ldg_f32(rt.s2_base + 8, true)
+        neg = ops.f32(0.0) - limit
+        g = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - x, neg)  # min(x, limit)
+        u = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - ops.fmax(u, neg), neg)  # clamp(u, -limit, limit)
+        return g * self._sigmoid(ops, alpha * g) * (u + beta)
+
+
+class ExpertLogic(Activation, KD.DecodeLogic):
     """DecodeLogic with the expert hooks (module docstring); fc 1 stores act(.) in bf16, fc 2 fp32."""
 
     what = "moe.fused_moe expert kernel"
@@ -382,25 +406,6 @@ class ExpertLogic(KD.DecodeLogic):
         """True when the K loop is `chunk` per chunk (prefetch 0), else the weight prefetch pipeline
         (`prefetch_prologue` once per group, then `pipelined_chunk`; gemm decode's)."""
         return self.cfg.prefetch == 0
-
-    def _sigmoid(self, ops, x):
-        return ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
-
-    def act(self, ops, rt, x, u):
-        """The activation of FC1 output x (gate or single) and u (up), fp32."""
-        if self.activation == "relu2":
-            r = ops.fmax(x, ops.f32(0.0))
-            return r * r
-        if self.activation == "silu":
-            return x * self._sigmoid(ops, x) * u
-        true = ops.boolean(True)
-        limit = ops.ldg_f32(rt.s2_base, true)
-        alpha = ops.ldg_f32(rt.s2_base + 4, true)
-        beta = ops.ldg_f32(rt.s2_base + 8, true)
-        neg = ops.f32(0.0) - limit
-        g = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - x, neg)  # min(x, limit)
-        u = ops.f32(0.0) - ops.fmax(ops.f32(0.0) - ops.fmax(u, neg), neg)  # clamp(u, -limit, limit)
-        return g * self._sigmoid(ops, alpha * g) * (u + beta)
 
     def finish(self, ops, rt, red_base, tid, n0, scale):
         """Sum the warps' partials of outputs (tok, n0 + c), times `scale` (`epilogue_scale`, loaded

@@ -130,6 +130,16 @@ class ExpertBucket:
     fc1_span: int = 1  # column tiles per CTA (`_kernel_experts` "Fewer, fatter CTAs"); 1: one each
     fc2_span: int = 1
 
+    @property
+    def tiled(self) -> bool:
+        """Whether both GEMMs are gemm `TiledConfig`s: the grouped large-T kernels
+        (`_kernel_grouped.py`, grid "tiled") instead of the decode expert kernels."""
+        return _is_tiled(self.fc1) and _is_tiled(self.fc2)
+
+
+def _is_tiled(config) -> bool:
+    return type(config).__name__ == "TiledConfig"
+
 
 @dataclass(frozen=True)
 class MoeConfig:
@@ -139,6 +149,43 @@ class MoeConfig:
     routing: object
     combine: object
     experts: tuple
+
+
+TILED_ROWS = 64  # mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels
+
+
+def tiled_from(caps) -> int | None:
+    """The smallest live T the heuristic gives the grouped (tiled) expert kernels, or None when they
+    do not implement this plan (pair, activation, K not a multiple of 128) or no T <= max_tokens
+    reaches TILED_ROWS rows an expert."""
+    wp = caps.weight_plan
+    a1, a2 = OPERANDS[caps.quant_mode]
+    g = _grouped_module()
+    cfg1, cfg2 = g.default_config(1), g.default_config(2)
+    if g.why_not(1, a1, wp.weight_format, wp.activation, cfg1, wp.hidden_size) or g.why_not(
+        2, a2 or "bfloat16", wp.weight_format, None, cfg2, wp.intermediate_size
+    ):
+        return None
+    t = -(-TILED_ROWS * wp.num_experts // caps.num_topk)
+    return t if t <= caps.max_tokens else None
+
+
+def with_tiled_bucket(caps, buckets: tuple) -> tuple:
+    """buckets, with live T >= tiled_from(caps) moved to one grouped-kernel bucket (gemm's tiled
+    kernel over windows of the sorted rows: `_kernel_grouped.py`) when the plan allows it."""
+    t = tiled_from(caps)
+    if t is None:
+        return buckets
+    g = _grouped_module()
+    kept = []
+    for b in buckets:
+        if b.max_tokens < t:
+            kept.append(b)
+            continue
+        if t > 1 and (not kept or kept[-1].max_tokens < t - 1):  # the bucket that held t ends at t - 1
+            kept.append(ExpertBucket(t - 1, b.fc1, b.fc2, b.fc1_span, b.fc2_span))
+        break
+    return (*kept, ExpertBucket(caps.max_tokens, g.default_config(1), g.default_config(2)))
 
 
 def expert_bucket(buckets, t_count: int) -> int:
@@ -159,9 +206,9 @@ def expert_variants(compact: bool, num_experts: int, num_topk: int, max_tokens: 
         for i, b in enumerate(buckets):
             hi = min(b.max_tokens, max_tokens) if i < len(buckets) - 1 else max_tokens
             if lo <= hi and any(expert_grid(compact, num_experts, num_topk, t) == grid for t in (lo, hi)):
-                found.append((grid, i))
+                found.append(("tiled" if b.tiled else grid, i))
             lo = max(lo, hi + 1)
-    return tuple(found)
+    return tuple(dict.fromkeys(found))  # a tiled bucket is one variant whatever the decode grid
 
 
 def expert_grids(compact: bool, num_experts: int, num_topk: int, max_tokens: int) -> tuple[str, ...]:
@@ -189,6 +236,13 @@ def _experts_module():
     return _kernel_experts
 
 
+def _grouped_module():
+    """`_kernel_grouped` (imports cutlass: only when a CUDA plan is prepared)."""
+    from . import _kernel_grouped
+
+    return _kernel_grouped
+
+
 class FusedMoePlan(Plan):
     """caps = Caps; selection = MoeConfig (None on the reference backend). Workspace: module
     docstring; `scratch_specs` lists every buffer."""
@@ -206,7 +260,7 @@ class FusedMoePlan(Plan):
         return MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=_experts_module().default_buckets(caps.max_tokens),
+            experts=with_tiled_bucket(caps, _experts_module().default_buckets(caps.max_tokens)),
         )
 
     def expert_jobs(self, config, arch: str) -> dict:
@@ -218,6 +272,13 @@ class FusedMoePlan(Plan):
         out = {}
         for grid, i in expert_variants(config.routing.compact_grid, e, k, caps.max_tokens, config.experts):
             b = config.experts[i]
+            if grid == "tiled":
+                g = _grouped_module()
+                out[(grid, i)] = (
+                    (g.compile_grouped_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch)),
+                    (g.compile_grouped_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch)),
+                )
+                continue
             # span only when > 1: a span-1 job keeps the arguments (and launch) it always had
             span1, span2 = ((s,) if s != 1 else () for s in (b.fc1_span, b.fc2_span))
             out[(grid, i)] = (
@@ -427,7 +488,11 @@ def _check_buckets(caps: Caps, buckets) -> None:
     for i, b in enumerate(buckets):
         fcs = ((1, a1, b.fc1, wp.activation, b.fc1_span), (2, a2 or "bfloat16", b.fc2, None, b.fc2_span))
         for fc, a_fmt, cfg, act, span in fcs:
-            reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg, "list", span)
+            if b.tiled:
+                k = wp.hidden_size if fc == 1 else wp.intermediate_size
+                reason = _grouped_module().why_not(fc, a_fmt, wp.weight_format, act, cfg, k)
+            else:
+                reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg, "list", span)
             if reason is not None:
                 raise ValueError(f"{what}[{i}].fc{fc}: {reason}")
 
@@ -563,15 +628,17 @@ def device_binding(
     # (compact_grid with T * k < E) the first T * k entries of the routing's list of hit experts: no
     # more can have rows.
     e, k = plan.caps.weight_plan.num_experts, plan.caps.num_topk
+    bucket = 0 if buckets is None else expert_bucket(buckets, a.shape[0])
     grid = expert_grid(compact, e, k, a.shape[0])
     active = s["active"][: a.shape[0] * k] if grid == "list" else s["active"]
+    if buckets is not None and buckets[bucket].tiled:  # the grouped kernels read the rows' experts
+        grid, active = "tiled", s["sorted_expert"]
     fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), s["c1"], s["expert_start"], ex.w1_alpha, s["alpha1"])
     fc1 += (s["act_params"], active)
     fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
     fc2 += (active,)
     nvfp4 = plan.operand_formats[0] == "nvfp4"
     gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
-    bucket = 0 if buckets is None else expert_bucket(buckets, a.shape[0])
     return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid, bucket)
 
 

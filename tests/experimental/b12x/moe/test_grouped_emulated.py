@@ -1,0 +1,198 @@
+"""moe.fused_moe grouped (large-T) expert GEMMs (_kernel_grouped.py): the kernel's per-thread logic on
+the CPU PTX emulator against the same torch oracle and tolerance rule as the decode expert kernels
+(test_experts_emulated.py's `make_problem` / `check`: C poisoned with NaN, rows past start[E] of A
+hold NaN, so a row read or written outside its expert shows).
+
+`run_grouped` mirrors the `@cute.kernel` body: CTA row y owns the window [y bm, y bm + bm) of the
+sorted rows, loops over the experts from sorted_expert[w0] to sorted_expert[w1 - 1], and runs gemm's
+tiled K loop (two shared buffers, one barrier per K-tile) on rows [max(start[e], w0), min(start[e+1],
+w1)) of each; the launcher's exact arguments with `sorted_expert` in place of `active`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled import TiledConfig
+
+from .test_experts_emulated import EMU, MoeEmuOps, check, make_problem
+
+pytestmark = pytest.mark.interpret
+
+LANE = np.arange(32, dtype=np.int32)
+SMALL = TiledConfig(64, 64, 2, 2)  # 4 warps, 32 x 32 warp tiles: small enough to emulate
+
+
+def _G():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    return G
+
+
+def grouped_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu"):
+    """make_problem's launcher arguments with the last one `sorted_expert` (expert of each sorted
+    row; rows past start[E] hold E, never read)."""
+    p = make_problem(fc, a_fmt, b_fmt, activation, counts, h=h, i=i, r_cap=r_cap, seed=seed, device=device)
+    r_cap = p.out.shape[0]
+    owner = [e for e, c in enumerate(counts) for _ in range(c)]
+    owner += [len(counts)] * (r_cap - len(owner))
+    p.args = p.args[:-1] + (torch.tensor(owner, dtype=torch.int32, device=device),)
+    return p
+
+
+def run_grouped(p, config: TiledConfig) -> torch.Tensor:
+    """Emulate compile_grouped_fc1 / compile_grouped_fc2(p's formats, config)(*p.args); returns C."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+
+    G = _G()
+    logic = G.GroupedLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config)
+    args = p.args[:9] if p.fc == 1 else p.args[:8] + (p.args[7],)
+    gmem = EMU.GlobalMemory()
+    a, sfa, b, sfb, c, _, wa, aa, act = (gmem.put(t) for t in args)
+    num_e, n_rows, kb = p.args[2].shape
+    k, n = kb * 2, p.out.shape[1]
+    start, owner = p.args[5].tolist(), p.args[-1].tolist()
+    total, warps = start[num_e], logic.threads // 32
+    for by in range(-(-p.out.shape[0] // config.bm)):  # blockIdx.y: the window
+        w0 = by * config.bm
+        if w0 >= total:
+            continue
+        w1 = min(w0 + config.bm, total)
+        for e in range(owner[w0], owner[w1 - 1] + 1):
+            lo, hi = max(start[e], w0), min(start[e + 1], w1)
+            if lo >= hi:
+                continue
+            rt = KT.Runtime(
+                a,
+                sfa,
+                b + e * n_rows * kb,
+                sfb + e * p.args[3].shape[1],
+                c,
+                wa + 4 * e,
+                aa + 4 * e,
+                act,
+                np.int32(hi),
+                np.int32(n),
+                np.int32(k),
+                np.float32(1.0),
+            )
+            for bx in range(logic.grid_n(n_rows)):  # blockIdx.x
+                _tile(logic, gmem, rt, warps, np.int32(lo), np.int32(bx * config.bn), k // logic.bk)
+    raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
+    return raw.view(p.out.dtype).reshape(p.out.shape)
+
+
+def _tile(logic, gmem, rt, warps, m0, n0, chunks):
+    """`TiledGemm.tile`: prologue load + store, then per K-tile the next tile's loads, its stores into
+    the other buffer (before any warp's math: a legal interleaving that exposes a read/write race
+    between two barriers), the MMAs; the epilogue."""
+    smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
+    ops = [MoeEmuOps(gmem, smem) for _ in range(warps)]
+    tid = [w * 32 + LANE for w in range(warps)]
+    regs = [logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)) for w in range(warps)]
+    for w in range(warps):
+        logic.store_tile(ops[w], rt, tid[w], regs[w], 0)
+    acc = [logic.zero_acc(ops[w]) for w in range(warps)]
+    for kc in range(chunks):
+        nxt = np.int32(min(kc + 1, chunks - 1))
+        regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
+        for w in range(warps):
+            logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
+        for w in range(warps):
+            acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
+    for w in range(warps):
+        logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
+
+
+# Windows of 64 rows: expert 0's 3 rows and expert 2's first 61 share window 0; window 1 holds the
+# rest of expert 2, expert 3's single row and the start of expert 4; expert 1 and 5 are empty.
+COUNTS = [3, 0, 70, 1, 60, 0]
+
+
+@pytest.mark.parametrize(
+    "fc, a_fmt, b_fmt, activation",
+    [
+        (1, "bfloat16", "nvfp4", "silu"),
+        (1, "nvfp4", "nvfp4", "swiglu_oai"),
+        (1, "bfloat16", "mxfp4", "relu2"),
+        (2, "bfloat16", "nvfp4", None),
+        (2, "nvfp4", "nvfp4", None),
+    ],
+)
+def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation):
+    p = grouped_problem(fc, a_fmt, b_fmt, activation, COUNTS, r_cap=150)
+    check(p, run_grouped(p, SMALL))
+
+
+def test_no_routed_rows_writes_nothing():
+    p = grouped_problem(2, "bfloat16", "nvfp4", None, [0, 0, 0], r_cap=70)
+    out = run_grouped(p, SMALL)
+    assert torch.isnan(out).all()
+
+
+def test_gate_up_rows_pair_by_eight():
+    """b_row of a gated FC1 tile: rows 16p..16p+7 are gate rows j0 + 8p.., the next 8 the up rows."""
+    G = _G()
+    logic = G.GroupedLogic(1, "bfloat16", "nvfp4", "silu", SMALL)
+
+    class Rt:
+        n = np.int32(100)  # I
+
+    got = [logic.b_row(MoeEmuOps(EMU.GlobalMemory()), Rt, 64, local) for local in (0, 7, 8, 15, 16, 63)]
+    rows = [int(np.asarray(r).reshape(-1)[0]) for r, _ in got]
+    assert rows == [32, 39, 132, 139, 40, 163]
+    assert [bool(np.asarray(ok).reshape(-1)[0]) for _, ok in got] == [True, True, True, True, True, True]
+    row, ok = logic.b_row(MoeEmuOps(EMU.GlobalMemory()), Rt, 192, 8)  # j = 96 + 0 < 100; up row 196
+    assert int(np.asarray(row).reshape(-1)[0]) == 196 and bool(np.asarray(ok).reshape(-1)[0])
+    row, ok = logic.b_row(MoeEmuOps(EMU.GlobalMemory()), Rt, 192, 40)  # j = 96 + 16 = 112 >= I: off
+    assert not bool(np.asarray(ok).reshape(-1)[0])
+
+
+def test_invalid_variants_are_rejected():
+    G = _G()
+    assert G.why_not(1, "mxfp8", "nvfp4", "silu", SMALL) is not None  # no tiled MXFP8 x FP4 pair
+    assert G.why_not(1, "bfloat16", "nvfp4", "gelu", SMALL) is not None
+    assert G.why_not(2, "bfloat16", "nvfp4", None, TiledConfig(128, 128, 2, 4, group_m=16)) is not None
+    assert "multiple of 128" in G.why_not(2, "bfloat16", "nvfp4", None, SMALL, k=96)
+    assert G.why_not(2, "bfloat16", "nvfp4", None, SMALL, k=768) is None
+    with pytest.raises(ValueError, match="grouped expert kernel"):
+        G.GroupedLogic(3, "bfloat16", "nvfp4", None, SMALL)
+
+
+def _caps(mode, source, max_tokens, *, e=128, k=8, h=2048, i=768, act="silu"):
+    from flashinfer.experimental.b12x.moe.fused_moe import api
+
+    from .moe_cases import weight_plan
+
+    wp = weight_plan(source, act, (mode,), e=e, h=h, i=i)
+    return api.Caps(max_tokens=max_tokens, num_topk=k, device="cpu", weight_plan=wp, quant_mode=mode)
+
+
+def test_heuristic_moves_large_t_to_one_grouped_bucket():
+    """From T * k / E >= TILED_ROWS (E = 128, k = 8: T >= 1024) the grouped kernels; below, the
+    decode buckets unchanged, the one that held T = 1024 cut at 1023."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+    from flashinfer.experimental.b12x.moe.fused_moe import api
+
+    caps = _caps("w4a16", "modelopt_nvfp4", 4096)
+    assert api.tiled_from(caps) == -(-api.TILED_ROWS * 128 // 8) == 1024
+    got = api.with_tiled_bucket(caps, X.default_buckets(4096))
+    assert [b.max_tokens for b in got] == [8, 16, 1023, 4096]
+    assert [b.tiled for b in got] == [False, False, False, True]
+    assert got[-1].fc1 == _G().default_config(1)
+    assert ("tiled", 3) in api.expert_variants(True, 128, 8, 4096, got)
+    assert api.expert_bucket(got, 1023) == 2 and api.expert_bucket(got, 1024) == 3
+    nv = _caps("nvfp4", "modelopt_nvfp4", 8192, e=512, k=10, h=4096, i=1024)
+    assert api.tiled_from(nv) == 3277  # ceil(64 * 512 / 10)
+    small = _caps("w4a16", "modelopt_nvfp4", 64)
+    assert api.tiled_from(small) is None  # T * k / E stays below TILED_ROWS
+    assert api.with_tiled_bucket(small, X.default_buckets(64)) == X.default_buckets(64)
+    assert api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096)) is None  # no tiled MXFP8 x FP4
+    assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 1024
+    assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, i=800)) is None  # I % 128 != 0
+    one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 64: every bucket but the first T
+    assert [b.max_tokens for b in api.with_tiled_bucket(one, X.default_buckets(64))] == [8, 16, 63, 64]
+    tiny = _caps("w4a16", "modelopt_nvfp4", 16, e=4, k=4)  # TILED_ROWS * 4 / 4 = 64 > 16: none
+    assert api.tiled_from(tiny) is None
