@@ -361,8 +361,9 @@ def build_parser():
     )  # fmt: skip
     parser.add_argument(
         "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",
-        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][s][:tN][:mN] (f: fused merge; s: fused "
-        "schedule, B <= 128; tN / mN: the schedule's target_items / min_chunk)",
+        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][s][p][l][d][r][:tN][:mN][:oN][:uN] (f: "
+        "fused merge; s: fused schedule, B <= 128; p, l, d: fast prologue, preloaded lengths, direct items; r: "
+        "persistent one-wave grid; tN / mN: the schedule's target_items / min_chunk; oN min_ctas, uN merge_unroll)",
     )  # fmt: skip
     parser.add_argument("--batch", type=int, nargs="+", default=None, help=f"batch sizes (default {BATCHES})")
     parser.add_argument("--kv-len", type=int, nargs="+", default=None, help=f"KV lengths (default {KV_LENS})")
@@ -394,7 +395,8 @@ def parse_args(argv: list[str] | None = None):
             decode, *_ = parse_decode_entry(entry)
         except ValueError as e:
             parser.error(f"--decode-configs: {e}")
-        for kv in ("bfloat16", "float8_e4m3fn") if decode is not None else ():
+        timed = {"bf16": ("bfloat16",), "fp8": ("float8_e4m3fn",), "all": ("bfloat16", "float8_e4m3fn")}[args.kv]
+        for kv in timed if decode is not None else ():  # the KV dtypes this run times (r: fp8 needs 4x32x3)
             reason = why_not("bfloat16", kv, HQ, HKV, D, D, PAGE, decode, "sm_90a")
             if reason is not None:
                 parser.error(f"--decode-configs {entry}: {reason}")

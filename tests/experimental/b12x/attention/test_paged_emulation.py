@@ -19,6 +19,8 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     NO_SPLIT_CHUNK,
     DecodeConfig,
     ScheduleConfig,
+    persistent_grid_rows,
+    persistent_items,
     schedule_reference,
 )
 from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_attention_reference
@@ -69,7 +71,8 @@ def partial_merge(part_o, part_lse, first, n, heads, warps, sink2):
 def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, rows=None, tickets=None, seed=0):
     """The decode launches in float64. With decode.fused_merge the (item, KV head) CTAs finish in a
     random order (`seed`) and take tickets from `tickets` (zeros: a fresh or reset counter array);
-    returns (out, lse, item count)."""
+    with decode.persistent each CTA row runs its `persistent_items` in order, the CTAs interleaved
+    at random (an item never run leaves NaN rows); returns (out, lse, item count)."""
     decode = decode or DecodeConfig()
     q = case.q.double().numpy()
     total_q, hq, d = q.shape
@@ -91,6 +94,12 @@ def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, row
     if decode.fused_merge:
         np.random.default_rng(seed).shuffle(ctas)  # any completion order
         tickets = np.zeros((len(lens), hkv), dtype=np.int64) if tickets is None else tickets
+    if decode.persistent:  # CTA (y, kvh) runs persistent_items(y) in order; the CTAs interleave at random
+        queues = [[(i, kvh) for i in persistent_items(y, rows, schedule) if i < len(work)]
+                  for y in range(persistent_grid_rows(rows, schedule)) for kvh in range(hkv)]  # fmt: skip
+        rng, ctas = np.random.default_rng(seed + 1), []
+        while any(queues):
+            ctas.append(queues[rng.choice([j for j, q in enumerate(queues) if q])].pop(0))
     for item, kvh in ctas:
         b, start, end, split = work[item]
         keys_k = case.k_dense[b].double().numpy()  # [N, Hkv, D], descale applied
@@ -158,6 +167,12 @@ CASES = [
     dict(lens=[3000, 0, 1, 2000], decode=DecodeConfig(4, 16, 2, fused_merge=True)),
     dict(lens=[5000], decode=DecodeConfig(2, 32, 3, fused_merge=True), page_size=32, window_left=3000),
     dict(lens=[4096, 17], decode=DecodeConfig(8, 16, 2, fused_merge=True)),
+    # persistent: 8 CTA rows for the 2 + 8 rows of these work lists (split: one item a CTA) ...
+    dict(lens=[3000, 0, 1, 2000], decode=DecodeConfig(4, 16, 3, True, True, persistent=True)),
+    dict(lens=[5000], decode=DecodeConfig(2, 32, 3, True, True, persistent=True), page_size=32, window_left=3000),
+    # ... and unsplit batches of more requests than CTA rows (several items a CTA)
+    dict(lens=[1, 17, 130, 64, 0, 700, 33, 2, 900, 5, 16], decode=DecodeConfig(4, 16, 3, True, True, persistent=True)),
+    dict(lens=[200] * 9 + [0, 1000], decode=DecodeConfig(4, 16, 3, True, True, persistent=True), window_left=100),
 ]
 
 

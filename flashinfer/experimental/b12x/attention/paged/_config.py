@@ -43,7 +43,18 @@ class DecodeConfig:
     split (min(target_items, work rows) <= batch: B=128 at the one-wave targets), item b is request b
     and its CTA skips the scan (`Schedule.locate(direct=True)`).
     merge_unroll: items each warp of the fused merge folds per unrolled step (`PartialMerge`; their
-    partial-row loads are in flight together): 2, 4 or 8; 32 items at B=1 L=32k are 8 a warp."""
+    partial-row loads are in flight together): 2, 4 or 8; 32 items at B=1 L=32k are 8 a warp.
+
+    persistent (with fused_schedule): the grid holds one wave of CTAs (schedule.target_items rows a
+    KV head, `persistent_grid_rows`) and CTA row y runs items y, y + rows, y + 2 rows, ...
+    (`persistent_items`); while an item streams, the CTA already locates its next item and loads
+    that item's descales and first page-table entries, and it issues the next item's Q and first
+    sub-tiles (one per warp) before its epilogue, so the next item's prologue chain overlaps this
+    item's epilogue and merge (docs/predictions/attention.md, session 7). Only a batch with more
+    items than one wave (B=128: 128 items a head for 33 rows) runs several items a CTA. The
+    epilogue's buffers then live in stages >= 1 of the K/V ring (stage 0 holds the next item's first
+    sub-tiles), which needs (stages - 1) x keys_per_warp x D x kv_itemsize >= 64 x Dv bytes
+    (`persistent_fits`)."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -55,6 +66,7 @@ class DecodeConfig:
     preload_lengths: bool = False
     merge_unroll: int = 2
     direct_items: bool = False
+    persistent: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -64,6 +76,7 @@ class DecodeConfig:
         extra += ", preload_lengths=True" if self.preload_lengths else ""
         extra += f", merge_unroll={self.merge_unroll}" if self.merge_unroll != 2 else ""
         extra += ", direct_items=True" if self.direct_items else ""
+        extra += ", persistent=True" if self.persistent else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -90,6 +103,32 @@ def smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConf
     return q + max(kv, epilogue) + ticket + 1024
 
 
+def persistent_fits(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConfig) -> bool:
+    """The persistent kernel's epilogue (the warps' fp32 O rows, 64 x Dv bytes a warp) fits the K
+    ring's stages 1 .. stages - 1 (its stats go to the V ring's), so stage 0 stays free for the next
+    item's first sub-tiles."""
+    c = config
+    return (c.stages - 1) * c.keys_per_warp * head_dim * kv_itemsize(kv_dtype) >= 64 * head_dim_v
+
+
+def ring_stage_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConfig) -> tuple[int, int]:
+    """Bytes of one stage (every warp's sub-tile) of the K ring and of the V ring; the V ring starts
+    after the config.stages stages of K."""
+    per_key = config.warps * config.keys_per_warp * kv_itemsize(kv_dtype)
+    return per_key * head_dim, per_key * head_dim_v
+
+
+def epilogue_offsets(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConfig) -> tuple[int, int]:
+    """Byte offsets, in the decode kernel's shared K/V ring, of the epilogue's fp32 O rows (warps x 16
+    x Dv; the fused merge reuses them) and of its stats (max, sum, weight: warps x 16 each, then 16
+    LSE): the ring's start, or (persistent) K stage 1 and V stage 1, so that stage 0 of both rings
+    (ring slots are stage-major there) can take the next item's first sub-tiles."""
+    if not config.persistent:
+        return 0, 4 * config.warps * M_TILE * head_dim_v
+    k_stage, v_stage = ring_stage_bytes(kv_dtype, head_dim, head_dim_v, config)
+    return k_stage, config.stages * k_stage + v_stage
+
+
 def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch) -> str | None:
     """None when the decode kernel implements this problem with `config` on `arch`, else why not."""
     if q_dtype not in DTYPES:
@@ -107,7 +146,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     c = config
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
-    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items"):
+    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent"):
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -118,6 +157,13 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
     if c.keys_per_warp > 2 * page_size:
         return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
+    if c.persistent and not c.fused_schedule:
+        return "persistent needs fused_schedule (the kernel sizes its one-wave grid from the schedule)"
+    if c.persistent and not persistent_fits(kv_dtype, head_dim, head_dim_v, c):
+        return (
+            f"persistent needs (stages - 1) x keys_per_warp x head_dim x kv_itemsize >= 64 x head_dim_v bytes (the "
+            f"epilogue in the K/V ring's stages >= 1), got {c} at D {head_dim}"
+        )
     need = smem_bytes(kv_dtype, head_dim, head_dim_v, c)
     if need > SMEM_LIMIT.get(arch, 99 * 1024):
         return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
@@ -297,6 +343,18 @@ def schedule_reference(seqlens, window_left: int, cap: int, config: ScheduleConf
     return work, reqs, len(work)
 
 
+def persistent_grid_rows(rows: int, config: ScheduleConfig) -> int:
+    """Grid rows (per KV head) of the persistent decode kernel: one wave of resident CTAs
+    (`split_schedule`'s target_items), never more than the launched work rows."""
+    return max(1, min(rows, config.target_items))
+
+
+def persistent_items(cta_row: int, rows: int, config: ScheduleConfig) -> list[int]:
+    """Work rows CTA row `cta_row` of the persistent decode kernel runs, in order (a fixed stride: no
+    counter to reset between graph replays); rows past the live item count exit at once."""
+    return list(range(cta_row, rows, persistent_grid_rows(rows, config)))
+
+
 # ---- fp8 fragment plumbing (shared by the decode kernel and its CPU emulation test) ---------------
 PRMT_EVEN_DIM, PRMT_ODD_DIM = 0x6420, 0x7531
 
@@ -324,15 +382,15 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items; parts: tN
+    direct_items, r persistent; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
-    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, oN and uN need an
-    explicit WxKxS."""
+    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, oN and uN need
+    an explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspld")
+    body = head.rstrip("fspldr")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -352,13 +410,15 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d"} or min_ctas or unroll != 2:
-            raise ValueError(f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), got {text!r}")
+        if flags & {"p", "l", "d", "r"} or min_ctas or unroll != 2:
+            raise ValueError(
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, got {text!r}"
+            )
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(
-                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33, got {text!r}"
+                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33 (r after d), got {text!r}"
             )
         decode = DecodeConfig(
             *(int(p) for p in parts),
@@ -369,6 +429,7 @@ def parse_decode_entry(text: str):
             preload_lengths="l" in flags,
             merge_unroll=unroll,
             direct_items="d" in flags,
+            persistent="r" in flags,
         )
     return decode, flags, target, min_chunk
 

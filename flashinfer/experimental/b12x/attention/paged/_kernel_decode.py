@@ -21,12 +21,23 @@ finds its CTA's work row itself from cache_seqlens (`_kernel_split.Schedule.loca
 launch's arithmetic), so the first launch is not made either; the CTAs of KV head 0 still write
 their work row, request row and the item count to scratch, as the schedule launch would.
 
-Streaming knobs (`DecodeConfig`, all off in the default configs; docs/predictions/attention.md):
-keys_per_warp = 2 x page_size makes a sub-tile of two pages, copied as two one-page pieces
-(`_load_piece`; the second page-table entry is read only when its keys lie inside the item);
-fast_prologue (fp8) loads the descales with the first sub-tiles and stages Q by 16-element vectors
-(`stage_q_fp16_vec`); min_ctas is a launch bound (nvvm.minctasm); preload_lengths and direct_items
-select `Schedule.locate` variants; merge_unroll batches the fused merge's loads (`PartialMerge`).
+Streaming knobs (`DecodeConfig`; docs/predictions/attention.md; `_config.default_config` says which
+the defaults have): keys_per_warp = 2 x page_size makes a sub-tile of two pages, copied as two
+one-page pieces (`_decode_loads.DecodeLoads._load_piece`; the second page-table entry is read only
+when its keys lie inside the item); fast_prologue (fp8) loads the descales with the first sub-tiles
+and stages Q by 16-element vectors (`stage_q_fp16_vec`); min_ctas is a launch bound (nvvm.minctasm);
+preload_lengths and direct_items select `Schedule.locate` variants; merge_unroll batches the fused
+merge's loads (`PartialMerge`).
+
+Persistent (`DecodeConfig.persistent`, with the fused schedule): the grid is one wave (the schedule's
+target_items rows a KV head) and CTA row y runs work rows y, y + rows, ... (`_persistent`). While an
+item streams, its CTA locates the next item and loads that item's descales and first page-table
+entries; after the main loop's last wait and the epilogue's first barrier it issues the next item's Q
+(one cp.async group) and each warp's first sub-tile (the next group) into ring stage 0, then runs the
+epilogue and merge in stages >= 1 (`_config.epilogue_offsets`; ring slots are stage-major there) and
+ends the item with a barrier, so the next item's prologue starts with its Q and first sub-tiles in
+flight. The commit-group sequence of every item (Q, stage 0, ..., stage S - 2, then one per main-loop
+step) is the one-item kernel's, so the same waits apply.
 
 KV storage and the MMA type:
 - bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
@@ -52,12 +63,19 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
 from ..._lib.compile import cute_compile, kernel
-from ._config import FUSED_SCHEDULE_MAX_BATCH, LOG2E, M_TILE, DecodeConfig, ScheduleConfig, why_not
+from ._config import (
+    LOG2E,
+    M_TILE,
+    DecodeConfig,
+    ScheduleConfig,
+    why_not,
+)
+from ._decode_loads import DecodeLoads
 from ._fragments import (
     c_as_a,
     expand_k,
@@ -75,7 +93,7 @@ CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
 # ---- the kernel ----------------------------------------------------------------------------------
-class PagedDecode:
+class PagedDecode(DecodeLoads):
     def __init__(
         self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, schedule=None
     ):
@@ -100,6 +118,8 @@ class PagedDecode:
         self.min_ctas = config.min_ctas
         self.preload_lengths = config.preload_lengths
         self.direct_items = config.direct_items
+        self.persistent = config.persistent
+        self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
 
@@ -159,7 +179,13 @@ class PagedDecode:
         self.kernel(
             mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
             mSeqlens, scale_log2, has_sink, window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
-        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream, **self._bounds())  # fmt: skip
+        ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream, **self._bounds())  # fmt: skip
+
+    def _grid_rows(self, mWork):
+        """CTA rows a KV head: one per work row, or (persistent) `_config.persistent_grid_rows`."""
+        if self.persistent:
+            return cutlass.max(cutlass.min(mWork.shape[0], Int32(self.schedule.target)), Int32(1))
+        return mWork.shape[0]
 
     def _bounds(self):
         """Launch bound of `DecodeConfig.min_ctas` (nvvm.minctasm: ptxas caps the registers so that
@@ -200,200 +226,240 @@ class PagedDecode:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
+        # ---- shared memory ----------------------------------------------------------------------
+        smem = cutlass.memory.SmemAllocator()
+        sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
+        sQraw = None
+        sRed = None
+        if cutlass.const_expr(self.fp8):
+            sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((M_TILE, self.d), stride=(self.d, 1)), 16)
+            sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+        sLast = None
+        if cutlass.const_expr(self.fused):
+            sLast = smem.allocate_tensor(Int32, cute.make_layout(1), 16)
+        kv_bytes = cute.cosize(sK_layout) * 2 + cute.cosize(sV_layout) * 2
+        epi_floats = self.warps * M_TILE * self.dv + self.warps * M_TILE * 3 + M_TILE
+        union_bytes = max(kv_bytes, epi_floats * 4)
+        buf = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(union_bytes), 1024)
+        sK = cute.make_tensor(cute.recast_ptr(buf.iterator, dtype=self.kv_dtype), sK_layout)
+        sV = cute.make_tensor(
+            cute.recast_ptr(buf.iterator + cute.cosize(sK_layout) * 2, dtype=self.kv_dtype), sV_layout
+        )
+        sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
+        tensors = (mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
+                   mSeqlens)  # fmt: skip
+        views = (sQ, sQdst, sRed, sLast, buf, sK, sV)
+        copies = (tiled_mma, kv_copy, q_copy, q_copy_threads)
+        if cutlass.const_expr(self.persistent):
+            self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
+        else:
+            if cutlass.const_expr(self.fused_schedule):
+                req, kv_start, kv_end, split, first, n_items = self._locate(
+                    mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left
+                )
+                live = req >= 0
+            else:
+                live = item < mCount[0]
+                req = Int32(0)
+                kv_start = Int32(0)
+                kv_end = Int32(0)
+                split = Int32(0)
+                first = Int32(0)
+                n_items = Int32(0)
+                if live:
+                    req = mWork[item, 0]
+                    kv_start = mWork[item, 1]
+                    kv_end = mWork[item, 2]
+                    split = mWork[item, 3]
+            if live:
+                kd_early = Float32(1.0)
+                vd_early = Float32(1.0)
+                if cutlass.const_expr(self.fast_prologue):  # in flight with Q and the first sub-tiles
+                    kd_early = mKDesc[req, kvh]
+                    vd_early = mVDesc[req, kvh]
+                # Q: G rows of this KV head (rows >= G zero-filled by predicated cp.async)
+                self._issue_q(mQ, sQdst, req, kvh, tidx, q_copy, q_copy_threads)
+                cute.arch.cp_async_commit_group()
+                self._run_item(tensors, views, copies, scale_log2, has_sink, window_left, kvh, tidx, item, req,
+                               kv_start, kv_end, split, first, n_items, kd_early, vd_early, item)  # fmt: skip
+
+    # ---- one work item, and the persistent loop over items -------------------------------------------
+    @cute.jit
+    def _persistent(self, tensors, views, copies, scale_log2, has_sink, window_left, kvh, item0, tidx):
+        """`DecodeConfig.persistent`: CTA row item0 runs items item0, item0 + rows, ... (`persistent_items`);
+        each item's head (Q, one sub-tile a warp) was issued before the previous item's epilogue."""
+        mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
+            tensors
+        )
+        sQ, sQdst, sRed, sLast, buf, sK, sV = views
+        tiled_mma, kv_copy, q_copy, q_copy_threads = copies
+        wid = tidx // 32
+        stride = cute.arch.grid_dim()[1]
+        req, kv_start, kv_end, split, first, n_items = self._locate(
+            mSeqlens, mWork, mCount, mReq, item0, kvh, tidx, window_left
+        )
+        kd = Float32(1.0)
+        vd = Float32(1.0)
+        if req >= 0:
+            if cutlass.const_expr(self.fp8):
+                kd = mKDesc[req, kvh]
+                vd = mVDesc[req, kvh]
+            page, page2 = self._first_pages(mPT, req, kv_start, kv_end, wid)
+            self._issue_head(mQ, mK, mV, sQdst, sK, sV, req, kvh, kv_start, kv_end, page, page2, tidx, q_copy,
+                             q_copy_threads, kv_copy)  # fmt: skip
+        for i in range(item0, mWork.shape[0], stride):
+            if req >= 0:
+                req, kv_start, kv_end, split, first, n_items, kd, vd = self._run_item(
+                    tensors, views, copies, scale_log2, has_sink, window_left, kvh, tidx, i, req, kv_start, kv_end,
+                    split, first, n_items, kd, vd, i + stride,
+                )  # fmt: skip
+
+    @cute.jit
+    def _run_item(
+        self, tensors, views, copies, scale_log2, has_sink, window_left, kvh, tidx, item, req, kv_start, kv_end,
+        split, first, n_items, kd, vd, nxt_item,
+    ):  # fmt: skip
+        """Work row `item` (request req, keys [kv_start, kv_end)) of this CTA's KV head, its Q copy
+        committed (persistent: also its first sub-tile a warp). kd / vd: its fp8 descales when loaded
+        early (fast_prologue or persistent). Persistent: locates work row nxt_item while this one
+        streams, issues its head before this item's epilogue and returns its state."""
+        mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
+            tensors
+        )
+        sQ, sQdst, sRed, sLast, buf, sK, sV = views
+        tiled_mma, kv_copy, q_copy, q_copy_threads = copies
         lane = tidx % 32
         wid = tidx // 32
-        if cutlass.const_expr(self.fused_schedule):
-            req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
-                mSeqlens,
-                item,
-                mWork.shape[0],
-                window_left,
-                lane,
-                self.preload_lengths,
-                FUSED_SCHEDULE_MAX_BATCH,
-                self.direct_items,
-            )
-            live = req >= 0
-            split = Int32(1) if n_items > 1 else Int32(0)
-            if (tidx == 0) & (kvh == 0):  # the scratch rows the schedule launch would have written
-                if live:
-                    mWork[item, 0] = req
-                    mWork[item, 1] = kv_start
-                    mWork[item, 2] = kv_end
-                    mWork[item, 3] = split
-                    if item == first:
-                        mReq[req, 0] = first
-                        mReq[req, 1] = n_items
-                if item == 0:
-                    mCount[0] = count
-        else:
-            live = item < mCount[0]
-            req = Int32(0)
-            kv_start = Int32(0)
-            kv_end = Int32(0)
-            split = Int32(0)
-            first = Int32(0)
-            n_items = Int32(0)
-            if live:
-                req = mWork[item, 0]
-                kv_start = mWork[item, 1]
-                kv_end = mWork[item, 2]
-                split = mWork[item, 3]
-        if live:
-            kd_early = Float32(1.0)
-            vd_early = Float32(1.0)
-            if cutlass.const_expr(self.fast_prologue):  # in flight with Q and the first sub-tiles
-                kd_early = mKDesc[req, kvh]
-                vd_early = mVDesc[req, kvh]
-            # ---- shared memory ------------------------------------------------------------------
-            smem = cutlass.memory.SmemAllocator()
-            sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
-            sQraw = None
-            sRed = None
-            if cutlass.const_expr(self.fp8):
-                sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((M_TILE, self.d), stride=(self.d, 1)), 16)
-                sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
-            sLast = None
-            if cutlass.const_expr(self.fused):
-                sLast = smem.allocate_tensor(Int32, cute.make_layout(1), 16)
-            kv_bytes = cute.cosize(sK_layout) * 2 + cute.cosize(sV_layout) * 2
-            epi_floats = self.warps * M_TILE * self.dv + self.warps * M_TILE * 3 + M_TILE
-            union_bytes = max(kv_bytes, epi_floats * 4)
-            buf = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(union_bytes), 1024)
-            sK = cute.make_tensor(cute.recast_ptr(buf.iterator, dtype=self.kv_dtype), sK_layout)
-            sV = cute.make_tensor(
-                cute.recast_ptr(buf.iterator + cute.cosize(sK_layout) * 2, dtype=self.kv_dtype), sV_layout
-            )
+        # ---- this warp's sub-tiles of [kv_start, kv_end) -------------------------------------------
+        t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)
+        thr_kv = kv_copy.get_slice(lane)
+        cKV = thr_kv.partition_S(cute.make_identity_tensor((self.piece_keys, self.de)))
 
-            # ---- Q: G rows of this KV head (rows >= G zero-filled by predicated cp.async) ----------
-            q_row0 = mQ.iterator + Int64(req) * mQ.stride[0] + Int64(kvh * self.group) * mQ.stride[1]
-            gQ = cute.make_tensor(q_row0, cute.make_layout((M_TILE, self.d), stride=(mQ.stride[1], 1)))
-            sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
-            if tidx < q_copy_threads:
-                thr_q = q_copy.get_slice(tidx)
-                tQg = thr_q.partition_S(gQ)
-                tQs = thr_q.partition_D(sQdst)
-                cQ = thr_q.partition_S(cute.make_identity_tensor((M_TILE, self.d)))
-                tQp = cute.make_rmem_tensor(
-                    cute.make_layout((1, cute.size(tQs, mode=[1]), cute.size(tQs, mode=[2])), stride=(0, 1, 0)),
-                    cutlass.Boolean,
-                )
-                for r in cutlass.range_constexpr(cute.size(tQs, mode=[1])):
-                    tQp[0, r, 0] = cQ[0, r, 0][0] < self.group
-                cute.copy(q_copy, tQg, tQs, pred=tQp)
+        # Prologue: stages - 1 sub-tiles in flight (a group is committed even when empty, so the wait
+        # counts below stay uniform); persistent: the first was issued with Q.
+        for s in cutlass.range_constexpr(1 if self.persistent else 0, self.stages - 1):
+            if s < n_mine:
+                tile = t_begin + wid + s * self.warps
+                self._load_tile(mK, mV, sK, sV, mPT[req, tile * self.nw // self.page_size], kvh, tile,
+                                kv_start, kv_end, self._slot(wid, s), kv_copy, thr_kv, cKV,
+                                self._second_page(mPT, req, tile, kv_end))  # fmt: skip
             cute.arch.cp_async_commit_group()
+        # The page of the next sub-tile to prefetch is read one iteration ahead, so the main
+        # loop never waits on a page-table load before issuing its cp.async.
+        next_page = Int32(0)
+        next_page2 = Int32(0)  # the sub-tile's second page (pieces == 2)
+        if self.stages - 1 < n_mine:
+            next_page = mPT[req, (t_begin + wid + (self.stages - 1) * self.warps) * self.nw // self.page_size]
+            next_page2 = self._second_page(mPT, req, t_begin + wid + (self.stages - 1) * self.warps, kv_end)
 
-            # ---- this warp's sub-tiles of [kv_start, kv_end) -------------------------------------
-            t_begin = kv_start // self.nw
-            t_end = (kv_end + self.nw - 1) // self.nw
-            if kv_end <= kv_start:
-                t_end = t_begin
-            n_mine = cutlass.max(t_end - t_begin - wid + self.warps - 1, 0) // self.warps
-            thr_kv = kv_copy.get_slice(lane)
-            cKV = thr_kv.partition_S(cute.make_identity_tensor((self.piece_keys, self.de)))
+        # persistent: the next item's row, descales and first pages load while this item streams
+        n_req = Int32(-1)
+        n_start = Int32(0)
+        n_end = Int32(0)
+        n_split = Int32(0)
+        n_first = Int32(0)
+        n_count = Int32(0)
+        n_kd = Float32(1.0)
+        n_vd = Float32(1.0)
+        n_page = Int32(0)
+        n_page2 = Int32(0)
+        if cutlass.const_expr(self.persistent):
+            if nxt_item < mWork.shape[0]:
+                n_req, n_start, n_end, n_split, n_first, n_count = self._locate(
+                    mSeqlens, mWork, mCount, mReq, nxt_item, kvh, tidx, window_left
+                )
+                if n_req >= 0:
+                    if cutlass.const_expr(self.fp8):
+                        n_kd = mKDesc[n_req, kvh]
+                        n_vd = mVDesc[n_req, kvh]
+                    n_page, n_page2 = self._first_pages(mPT, n_req, n_start, n_end, wid)
 
-            # Prologue: stages - 1 sub-tiles in flight (a group is committed even when empty, so
-            # the wait counts below stay uniform).
-            for s in cutlass.range_constexpr(self.stages - 1):
-                if s < n_mine:
-                    tile = t_begin + wid + s * self.warps
-                    self._load_tile(mK, mV, sK, sV, mPT[req, tile * self.nw // self.page_size], kvh, tile,
-                                    kv_start, kv_end, wid * self.stages + s, kv_copy, thr_kv, cKV,
-                                    self._second_page(mPT, req, tile, kv_end))  # fmt: skip
-                cute.arch.cp_async_commit_group()
-            # The page of the next sub-tile to prefetch is read one iteration ahead, so the main
-            # loop never waits on a page-table load before issuing its cp.async.
-            next_page = Int32(0)
-            next_page2 = Int32(0)  # the sub-tile's second page (pieces == 2)
-            if self.stages - 1 < n_mine:
-                next_page = mPT[req, (t_begin + wid + (self.stages - 1) * self.warps) * self.nw // self.page_size]
-                next_page2 = self._second_page(mPT, req, t_begin + wid + (self.stages - 1) * self.warps, kv_end)
-
-            # Q must be in smem (its group is the oldest) and visible to every warp.
-            cute.arch.cp_async_wait_group(self.stages - 1)
-            cute.arch.sync_threads()
-            qk_scale = scale_log2
-            vd = Float32(1.0)
+        # Q must be in smem (its group is the oldest) and visible to every warp.
+        cute.arch.cp_async_wait_group(self.stages - 1)
+        cute.arch.sync_threads()
+        qk_scale = scale_log2
+        vd_use = Float32(1.0)
+        if cutlass.const_expr(self.fp8):
+            kd_use = kd
+            if cutlass.const_expr(not (self.fast_prologue or self.persistent)):
+                kd_use = mKDesc[req, kvh]
+            sQraw = sQdst
             if cutlass.const_expr(self.fast_prologue):
-                qk_scale = (
-                    scale_log2
-                    * kd_early
-                    * stage_q_fp16_vec(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
-                )
-                vd = vd_early
-                cute.arch.sync_threads()
-            elif cutlass.const_expr(self.fp8):
-                qk_scale = (
-                    scale_log2
-                    * mKDesc[req, kvh]
-                    * stage_q_fp16(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
-                )
-                vd = mVDesc[req, kvh]
-                cute.arch.sync_threads()
-
-            thr_mma = tiled_mma.get_slice(lane)
-            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-            q_s2r = cute.make_tiled_copy_A(
-                cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
-            )
-            thr_q_s2r = q_s2r.get_slice(lane)
-            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
-
-            acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.dv)), Float32)
-            acc_O.fill(0.0)
-            row_max = cute.make_rmem_tensor(2, Float32)
-            row_sum = cute.make_rmem_tensor(2, Float32)
-            row_max.fill(-Float32.inf)
-            row_sum.fill(0.0)
-
-            for i in range(n_mine):
-                cute.arch.cp_async_wait_group(self.stages - 2)
-                cute.arch.sync_warp()
-                nxt = i + self.stages - 1
-                if nxt < n_mine:
-                    self._load_tile(mK, mV, sK, sV, next_page, kvh, t_begin + wid + nxt * self.warps,
-                                    kv_start, kv_end, wid * self.stages + nxt % self.stages, kv_copy, thr_kv, cKV,
-                                    next_page2)  # fmt: skip
-                cute.arch.cp_async_commit_group()
-                if nxt + 1 < n_mine:
-                    next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
-                    next_page2 = self._second_page(mPT, req, t_begin + wid + (nxt + 1) * self.warps, kv_end)
-                self._tile(sK, sV, wid * self.stages + i % self.stages, (t_begin + wid + i * self.warps) * self.nw,
-                           kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
-            cute.arch.cp_async_wait_group(0)
-
-            # ---- epilogue: merge the warps, write final or partial rows ---------------------------
-            for r in cutlass.range_constexpr(2):
-                row_sum[r] = quad_sum(row_sum[r])
-            cute.arch.sync_threads()  # every warp is done with sK/sV: the buffer becomes sO/sML
-            fbuf = cute.recast_ptr(buf.iterator, dtype=Float32)
-            sO = cute.make_tensor(
-                fbuf, cute.make_layout((self.warps, M_TILE, self.dv), stride=(M_TILE * self.dv, self.dv, 1))
-            )
-            stat0 = self.warps * M_TILE * self.dv
-            sM = cute.make_tensor(fbuf + stat0, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1)))
-            sL = cute.make_tensor(
-                fbuf + stat0 + self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
-            )
-            sW = cute.make_tensor(
-                fbuf + stat0 + 2 * self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
-            )
-            sLse = cute.make_tensor(fbuf + stat0 + 3 * self.warps * M_TILE, cute.make_layout(M_TILE))
-            self._store_warp_state(sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum)
+                q_scale = stage_q_fp16_vec(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
+            else:
+                q_scale = stage_q_fp16(sQraw, sQ, sRed, tidx, self.group, M_TILE, self.d, self.threads)
+            qk_scale = scale_log2 * kd_use * q_scale
+            vd_use = vd
+            if cutlass.const_expr(not (self.fast_prologue or self.persistent)):
+                vd_use = mVDesc[req, kvh]
             cute.arch.sync_threads()
-            if tidx < M_TILE:
-                self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd, split, mSink, has_sink)
-            cute.arch.sync_threads()
-            self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
-            if cutlass.const_expr(self.fused):
-                if split != 0:
-                    if cutlass.const_expr(not self.fused_schedule):
-                        first = mReq[req, 0]
-                        n_items = mReq[req, 1]
-                    self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first,
-                                        n_items, tidx, sLast, fbuf)  # fmt: skip
 
-    # ---- device helpers (traced inline) ----------------------------------------------------------
+        thr_mma = tiled_mma.get_slice(lane)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        q_s2r = cute.make_tiled_copy_A(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
+        )
+        thr_q_s2r = q_s2r.get_slice(lane)
+        cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+
+        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.dv)), Float32)
+        acc_O.fill(0.0)
+        row_max = cute.make_rmem_tensor(2, Float32)
+        row_sum = cute.make_rmem_tensor(2, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
+
+        for i in range(n_mine):
+            cute.arch.cp_async_wait_group(self.stages - 2)
+            cute.arch.sync_warp()
+            nxt = i + self.stages - 1
+            if nxt < n_mine:
+                self._load_tile(mK, mV, sK, sV, next_page, kvh, t_begin + wid + nxt * self.warps,
+                                kv_start, kv_end, self._slot(wid, nxt % self.stages), kv_copy, thr_kv, cKV,
+                                next_page2)  # fmt: skip
+            cute.arch.cp_async_commit_group()
+            if nxt + 1 < n_mine:
+                next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
+                next_page2 = self._second_page(mPT, req, t_begin + wid + (nxt + 1) * self.warps, kv_end)
+            self._tile(sK, sV, self._slot(wid, i % self.stages), (t_begin + wid + i * self.warps) * self.nw,
+                       kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
+        cute.arch.cp_async_wait_group(0)
+
+        # ---- epilogue: merge the warps, write final or partial rows ---------------------------------
+        for r in cutlass.range_constexpr(2):
+            row_sum[r] = quad_sum(row_sum[r])
+        cute.arch.sync_threads()  # every warp is done with sK/sV: the buffer becomes sO/sML
+        if cutlass.const_expr(self.persistent):
+            if n_req >= 0:  # the next item's Q and first sub-tiles (stage 0: outside sO / sML)
+                self._issue_head(mQ, mK, mV, sQdst, sK, sV, n_req, kvh, n_start, n_end, n_page, n_page2, tidx,
+                                 q_copy, q_copy_threads, kv_copy)  # fmt: skip
+        fbuf, stats = self._epilogue_ptrs(buf)
+        sO = cute.make_tensor(
+            fbuf, cute.make_layout((self.warps, M_TILE, self.dv), stride=(M_TILE * self.dv, self.dv, 1))
+        )
+        sM = cute.make_tensor(stats, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1)))
+        sL = cute.make_tensor(stats + self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1)))
+        sW = cute.make_tensor(
+            stats + 2 * self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
+        )
+        sLse = cute.make_tensor(stats + 3 * self.warps * M_TILE, cute.make_layout(M_TILE))
+        self._store_warp_state(sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum)
+        cute.arch.sync_threads()
+        if tidx < M_TILE:
+            self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd_use, split, mSink, has_sink)
+        cute.arch.sync_threads()
+        self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
+        if cutlass.const_expr(self.fused):
+            if split != 0:
+                if cutlass.const_expr(not self.fused_schedule):
+                    first = mReq[req, 0]
+                    n_items = mReq[req, 1]
+                self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first,
+                                    n_items, tidx, sLast, fbuf)  # fmt: skip
+        if cutlass.const_expr(self.persistent):
+            cute.arch.sync_threads()  # sO / sML / the merge's buffer are the next item's stages >= 1
+        return n_req, n_start, n_end, n_split, n_first, n_count, n_kd, n_vd
+
     @cute.jit
     def _merge_if_last(
         self, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n, tidx, sLast, fbuf
@@ -414,52 +480,6 @@ class PagedDecode:
         if sLast[0] != 0:
             cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
             self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, req, kvh, tidx, fbuf)
-
-    @cute.jit
-    def _second_page(self, mPT, req, tile, kv_end):
-        """The page of keys tile*nw + page_size .. of a sub-tile spanning two pages; 0 (unused: that
-        piece's copy is predicated off) when they lie past kv_end, so the read stays inside the
-        request's page-table entries."""
-        page = Int32(0)
-        if cutlass.const_expr(self.pieces == 2):
-            if tile * self.nw + self.piece_keys < kv_end:
-                page = mPT[req, tile * self.pieces + 1]
-        return page
-
-    @cute.jit
-    def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV, page2):
-        """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`, or pages `page` and
-        `page2` when keys_per_warp = 2 x page_size) of K and V into buffer `slot`; keys outside
-        [kv_start, kv_end) are zero-filled (never read from the cache)."""
-        if cutlass.const_expr(self.pieces == 1):
-            self._load_piece(mK, mV, sK[None, None, slot], sV[None, None, slot], page, kvh, tile * self.nw,
-                             kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
-        else:
-            rows = self.piece_keys
-            for h in cutlass.range_constexpr(self.pieces):
-                sKh = cute.local_tile(sK[None, None, slot], (rows, self.de), (h, 0))
-                sVh = cute.local_tile(sV[None, None, slot], (rows, self.dve), (h, 0))
-                self._load_piece(mK, mV, sKh, sVh, page if h == 0 else page2, kvh, tile * self.nw + h * rows,
-                                 kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
-
-    @cute.jit
-    def _load_piece(self, mK, mV, sKt, sVt, page, kvh, key0, kv_start, kv_end, kv_copy, thr_kv, cKV):
-        """cp.async keys key0 .. key0 + piece_keys (one cache page) of K and V into sKt / sVt."""
-        nw = self.piece_keys
-        off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
-        gK = cute.make_tensor(mK.iterator + off, cute.make_layout((nw, self.de), stride=(mK.stride[1], 1)))
-        offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
-        gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((nw, self.dve), stride=(mV.stride[1], 1)))
-        tKs = thr_kv.partition_D(sKt)
-        tVs = thr_kv.partition_D(sVt)
-        pred = cute.make_rmem_tensor(
-            cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
-        )
-        for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
-            key = key0 + cKV[0, r, 0][0]
-            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
-        cute.copy(kv_copy, thr_kv.partition_S(gK), tKs, pred=pred)
-        cute.copy(kv_copy, thr_kv.partition_S(gV), tVs, pred=pred)
 
     @cute.jit
     def _tile(
@@ -631,6 +651,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     "attention.paged.decode",
     sources=(
         "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._decode_loads",
         "flashinfer.experimental.b12x.attention.paged._fragments",
         "flashinfer.experimental.b12x.attention.paged._kernel_split",
     ),

@@ -1,0 +1,163 @@
+"""Per-item loads of the paged decode kernel (`_kernel_decode.PagedDecode` inherits them): finding a
+work row (fused schedule), the Q copy, the cp.async of K/V sub-tiles from cache pages, the ring-slot
+and epilogue placement in shared memory, and the persistent kernel's head of an item (its Q and first
+sub-tile a warp, issued before the previous item's epilogue). Traced inline into the decode kernel.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+
+from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, epilogue_offsets
+
+
+class DecodeLoads:
+    """Mixin of `PagedDecode` (its attributes: warps, nw, stages, de, dve, d, dv, group, page_size,
+    piece_keys, pieces, persistent, schedule, preload_lengths, direct_items, config, kv_name)."""
+
+    @cute.jit
+    def _locate(self, mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left):
+        """Fused schedule: (request or -1, kv_start, kv_end, split, first item, items) of work row
+        `item`; the CTAs of KV head 0 write the scratch rows the schedule launch would have."""
+        req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
+            mSeqlens,
+            item,
+            mWork.shape[0],
+            window_left,
+            tidx % 32,
+            self.preload_lengths,
+            FUSED_SCHEDULE_MAX_BATCH,
+            self.direct_items,
+        )
+        split = Int32(1) if n_items > 1 else Int32(0)
+        if (tidx == 0) & (kvh == 0):  # the scratch rows the schedule launch would have written
+            if req >= 0:
+                mWork[item, 0] = req
+                mWork[item, 1] = kv_start
+                mWork[item, 2] = kv_end
+                mWork[item, 3] = split
+                if item == first:
+                    mReq[req, 0] = first
+                    mReq[req, 1] = n_items
+            if item == 0:
+                mCount[0] = count
+        return req, kv_start, kv_end, split, first, n_items
+
+    @cute.jit
+    def _issue_q(self, mQ, sQdst, req, kvh, tidx, q_copy, q_copy_threads: cutlass.Constexpr):
+        """cp.async the G query rows of (req, kvh) into sQdst (rows >= G zero-filled); no commit."""
+        q_row0 = mQ.iterator + Int64(req) * mQ.stride[0] + Int64(kvh * self.group) * mQ.stride[1]
+        gQ = cute.make_tensor(q_row0, cute.make_layout((M_TILE, self.d), stride=(mQ.stride[1], 1)))
+        if tidx < q_copy_threads:
+            thr_q = q_copy.get_slice(tidx)
+            tQg = thr_q.partition_S(gQ)
+            tQs = thr_q.partition_D(sQdst)
+            cQ = thr_q.partition_S(cute.make_identity_tensor((M_TILE, self.d)))
+            tQp = cute.make_rmem_tensor(
+                cute.make_layout((1, cute.size(tQs, mode=[1]), cute.size(tQs, mode=[2])), stride=(0, 1, 0)),
+                cutlass.Boolean,
+            )
+            for r in cutlass.range_constexpr(cute.size(tQs, mode=[1])):
+                tQp[0, r, 0] = cQ[0, r, 0][0] < self.group
+            cute.copy(q_copy, tQg, tQs, pred=tQp)
+
+    @cute.jit
+    def _issue_head(self, mQ, mK, mV, sQdst, sK, sV, req, kvh, kv_start, kv_end, page, page2, tidx, q_copy,
+                    q_copy_threads: cutlass.Constexpr, kv_copy):  # fmt: skip
+        """Persistent: an item's Q (one commit group) and each warp's first sub-tile (the next group),
+        into stage 0; page / page2: that sub-tile's pages (`_first_pages`)."""
+        lane = tidx % 32
+        wid = tidx // 32
+        self._issue_q(mQ, sQdst, req, kvh, tidx, q_copy, q_copy_threads)
+        cute.arch.cp_async_commit_group()
+        t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)
+        if 0 < n_mine:
+            thr_kv = kv_copy.get_slice(lane)
+            cKV = thr_kv.partition_S(cute.make_identity_tensor((self.piece_keys, self.de)))
+            self._load_tile(mK, mV, sK, sV, page, kvh, t_begin + wid, kv_start, kv_end, self._slot(wid, 0), kv_copy,
+                            thr_kv, cKV, page2)  # fmt: skip
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def _first_pages(self, mPT, req, kv_start, kv_end, wid):
+        """The page(s) of this warp's first sub-tile of [kv_start, kv_end) (0 when it has none)."""
+        t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)
+        page = Int32(0)
+        page2 = Int32(0)
+        if 0 < n_mine:
+            page = mPT[req, (t_begin + wid) * self.nw // self.page_size]
+            page2 = self._second_page(mPT, req, t_begin + wid, kv_end)
+        return page, page2
+
+    @cute.jit
+    def _my_tiles(self, kv_start, kv_end, wid):
+        """(first sub-tile of the range, sub-tiles of warp wid: t_begin + wid, + W, ...)."""
+        t_begin = kv_start // self.nw
+        t_end = (kv_end + self.nw - 1) // self.nw
+        if kv_end <= kv_start:
+            t_end = t_begin
+        n_mine = cutlass.max(t_end - t_begin - wid + self.warps - 1, 0) // self.warps
+        return t_begin, n_mine
+
+    def _slot(self, wid, s):
+        """K/V ring buffer of warp wid's stage s: warp-major, or stage-major when persistent (stage 0 of
+        every warp first, so the epilogue can use stages >= 1 while the next item's stage 0 fills)."""
+        if self.persistent:
+            return s * self.warps + wid
+        return wid * self.stages + s
+
+    def _epilogue_ptrs(self, buf):
+        """Float32 pointers to the epilogue's O rows (and the merge's buffer) and to its stats (max,
+        sum, weights, LSE) in the K/V ring (`_config.epilogue_offsets`)."""
+        o_off, stats_off = epilogue_offsets(self.kv_name, self.d, self.dv, self.config)
+        fbuf = cute.recast_ptr(buf.iterator + o_off, dtype=Float32)
+        return fbuf, cute.recast_ptr(buf.iterator + stats_off, dtype=Float32)
+
+    # ---- device helpers (traced inline) ----------------------------------------------------------
+    @cute.jit
+    def _second_page(self, mPT, req, tile, kv_end):
+        """The page of keys tile*nw + page_size .. of a sub-tile spanning two pages; 0 (unused: that
+        piece's copy is predicated off) when they lie past kv_end, so the read stays inside the
+        request's page-table entries."""
+        page = Int32(0)
+        if cutlass.const_expr(self.pieces == 2):
+            if tile * self.nw + self.piece_keys < kv_end:
+                page = mPT[req, tile * self.pieces + 1]
+        return page
+
+    @cute.jit
+    def _load_tile(self, mK, mV, sK, sV, page, kvh, tile, kv_start, kv_end, slot, kv_copy, thr_kv, cKV, page2):
+        """cp.async sub-tile `tile` (keys tile*nw .., inside cache page `page`, or pages `page` and
+        `page2` when keys_per_warp = 2 x page_size) of K and V into buffer `slot`; keys outside
+        [kv_start, kv_end) are zero-filled (never read from the cache)."""
+        if cutlass.const_expr(self.pieces == 1):
+            self._load_piece(mK, mV, sK[None, None, slot], sV[None, None, slot], page, kvh, tile * self.nw,
+                             kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
+        else:
+            rows = self.piece_keys
+            for h in cutlass.range_constexpr(self.pieces):
+                sKh = cute.local_tile(sK[None, None, slot], (rows, self.de), (h, 0))
+                sVh = cute.local_tile(sV[None, None, slot], (rows, self.dve), (h, 0))
+                self._load_piece(mK, mV, sKh, sVh, page if h == 0 else page2, kvh, tile * self.nw + h * rows,
+                                 kv_start, kv_end, kv_copy, thr_kv, cKV)  # fmt: skip
+
+    @cute.jit
+    def _load_piece(self, mK, mV, sKt, sVt, page, kvh, key0, kv_start, kv_end, kv_copy, thr_kv, cKV):
+        """cp.async keys key0 .. key0 + piece_keys (one cache page) of K and V into sKt / sVt."""
+        nw = self.piece_keys
+        off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
+        gK = cute.make_tensor(mK.iterator + off, cute.make_layout((nw, self.de), stride=(mK.stride[1], 1)))
+        offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
+        gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((nw, self.dve), stride=(mV.stride[1], 1)))
+        tKs = thr_kv.partition_D(sKt)
+        tVs = thr_kv.partition_D(sVt)
+        pred = cute.make_rmem_tensor(
+            cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
+        )
+        for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
+            key = key0 + cKV[0, r, 0][0]
+            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
+        cute.copy(kv_copy, thr_kv.partition_S(gK), tKs, pred=pred)
+        cute.copy(kv_copy, thr_kv.partition_S(gV), tVs, pred=pred)

@@ -1,0 +1,116 @@
+"""The persistent decode kernel (`DecodeConfig.persistent`) on the GPU: against the fp32 reference on
+NaN-poisoned buffers (ragged B 1..128, empty requests, GQA 1/4/16, windows and sinks, D 64/128/256),
+bit-equal to the same config without persistent (same per-item arithmetic, only the CTA that runs
+an item and the timing of its loads change), and CUDA-graph replay with new live lengths equal to
+eager. Small split targets make CTAs run several items each (the lookahead path); the default
+targets cover the split, one-item-a-CTA path with the fused merge.
+"""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x._lib.arch import target_arch
+from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, why_not
+
+from .paged_cases import make_case
+from .test_paged_gpu import B128, DEV, FP8, _lengths, assert_tickets_reset, check, paged, poison, streaming_plan
+
+pytestmark = pytest.mark.gpu
+
+FLAGS = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True)
+# sm_90a's fp8 default shape (two-page sub-tiles) and the bf16 one, with and without persistent
+BASE = {"float8_e4m3fn": DecodeConfig(4, 32, 3, **FLAGS), "bfloat16": DecodeConfig(4, 16, 3, **FLAGS)}
+
+
+def persistent(kv_dtype):
+    return dataclasses.replace(BASE[kv_dtype], persistent=True)
+
+
+def _run_both(case, kv_dtype, target=None, **kw):
+    """(plain, persistent) outputs of `check` (reference, schedule mirror, tickets) on one case."""
+    outs = []
+    for cfg in (BASE[kv_dtype], persistent(kv_dtype)):
+        plan = streaming_plan(case, kv_dtype, cfg, target=target, **kw)
+        assert plan.state.selection.decode == cfg
+        out, lse = check(plan, case)
+        outs.append((out.clone(), lse.clone()))
+        out, lse = check(plan, case)  # a second run: tickets were reset, the head issue starts clean
+        assert torch.equal(out, outs[-1][0])
+    return outs
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize(
+    "lens,target",
+    [([32768], None), ([0, 1, 17, 1000, 32768, 4097, 65, 300], None), (B128, None),
+     ([0, 1, 17, 1000, 32768, 4097, 65, 300], 3), ([4096] * 128, None), (_lengths(70, 20000, seed=70), 9)],
+    ids=["b1-32k-split", "b8-ragged-split", "b128-ragged", "b8-ragged-3rows", "b128-4k", "b70-9rows"],
+)  # fmt: skip
+def test_persistent_matches_reference_and_plain(kv_dtype, lens, target):
+    """B=128 runs 4 items a CTA (33 rows a head on the H200), target 3 / 9 makes B=8 / 70 unsplit on
+    3 / 9 CTA rows (up to 8 items a CTA); the split cases keep one item a CTA. Outputs and LSE are
+    bit-equal to the one-item-a-CTA kernel."""
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + (target or 0))  # fmt: skip
+    (po, pl), (ro, rl) = _run_both(case, kv_dtype, target=target)
+    assert torch.equal(po, ro)
+    assert torch.equal(pl.nan_to_num(), rl.nan_to_num())
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_persistent_window_sinks_and_gqa(kv_dtype):
+    """Sliding windows, sinks, group sizes 4, 16 and 1 (D 128, 64, 256), on 5 CTA rows for 8 requests
+    (several items a CTA, empty and one-key requests among them) and on the split default target."""
+    kvt = getattr(torch, kv_dtype)
+    lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
+    arch = target_arch(torch.device(DEV))
+    for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):
+        base = persistent(kv_dtype)
+        fits = [dataclasses.replace(base, keys_per_warp=k, stages=st) for k in (base.keys_per_warp, 32, 16)
+                for st in range(6, 1, -1)]  # fmt: skip
+        cfg = next(c for c in fits if why_not("bfloat16", kv_dtype, hq, hkv, d, d, 16, c, arch) is None)
+        case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
+                         combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
+        sinks = torch.randn(hq, device=DEV) * 3
+        for target in (5, None):
+            plan = streaming_plan(case, kv_dtype, cfg, target=target, max_batch=16)
+            for window_left in (-1, 0, 100, 4096):
+                check(plan, case, window_left=window_left, sinks=sinks)
+
+
+@pytest.mark.parametrize("target", [6, None], ids=["6rows", "split"])
+def test_persistent_graph_replay_with_new_lengths(target):
+    """CUDA-graph replay of the persistent kernel: new lengths (empty requests included) each step;
+    the replay equals eager and the reference, the tickets are back at zero."""
+    full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
+                     width=2100, device=DEV, seed=16)  # fmt: skip
+    plan = streaming_plan(full, "float8_e4m3fn", persistent("float8_e4m3fn"), target=target)
+    lens = full.cache_seqlens.clone()
+    binding = paged.bind(plan, q=full.q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
+                         cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
+    paged.run(binding=binding)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged.run(binding=binding)
+    rng = random.Random(2)
+    for step in range(4):
+        lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(16)],
+                                dtype=torch.int32))  # fmt: skip
+        poison(plan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_tickets_reset(plan)
+        got = binding.out.clone()
+        ref_out, _ = paged.paged_attention_reference(
+            full.q, full.k_cache, full.v_cache, full.page_table, lens, full.cu_seqlens_q,
+            k_descale=full.k_descale, v_descale=full.v_descale,
+        )  # fmt: skip
+        torch.testing.assert_close(got.float(), ref_out, rtol=2e-2, atol=2e-2)
+        poison(plan)
+        eager, _ = paged.run(binding=binding)
+        torch.cuda.synchronize()
+        assert torch.equal(got, eager), f"step {step}: replay differs from eager"
