@@ -48,6 +48,9 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     """9..16 tokens x 16-bit activations x FP4 weights with N >= WIDE_DECODE_N take the shared-
     activation warp groups (H200 sweep 10:48); every other case keeps the plain config; all implementable."""
     cfg = L.default_config(L.bucket_for(m), n, 4096, b_fmt, a_fmt=a_fmt)
+    if L.stream_selected(a_fmt, b_fmt, L.bucket_for(m)):  # the stream-layout kernel (launch.STREAM_DEFAULT)
+        assert L.is_stream(cfg)
+        return
     wide = m > 8 and n >= L.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in L.SHARED_A
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == ((2, True, "na", "el") if wide else (1, False, "nc", "nc"))
     assert (

@@ -167,7 +167,14 @@ def test_env_selects_the_stream_kernel_only_where_it_applies(monkeypatch):
     assert not isinstance(L.default_config("decode8", 4096, 4096, "nvfp4", a_fmt="nvfp4"), KS.StreamConfig)
     assert not isinstance(L.default_config("decode32", 4096, 4096, "nvfp4", a_fmt="bfloat16"), KS.StreamConfig)
     monkeypatch.delenv(L.DECODE_KERNEL_ENV)
+    unset = L.default_config("decode8", 28672, 4096, "nvfp4", a_fmt="bfloat16")
+    assert isinstance(unset, KS.StreamConfig) == L.STREAM_DEFAULT
+    monkeypatch.setenv(L.DECODE_KERNEL_ENV, "cute")
     assert not isinstance(L.default_config("decode8", 28672, 4096, "nvfp4", a_fmt="bfloat16"), KS.StreamConfig)
+    monkeypatch.setattr(L, "STREAM_DEFAULT", True)  # the one-line switch, once the H200 sweep backs it
+    monkeypatch.delenv(L.DECODE_KERNEL_ENV)
+    assert isinstance(L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="float16"), KS.StreamConfig)
+    assert not isinstance(L.default_config("decode16", 28672, 4096, "mxfp4", a_fmt="bfloat16"), KS.StreamConfig)
 
 
 def test_plan_override_checks_the_shape():

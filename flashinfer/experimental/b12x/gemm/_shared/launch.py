@@ -157,12 +157,17 @@ def is_stream(config) -> bool:
 
 DECODE_KERNEL_ENV = "B12X_GEMM_DECODE_KERNEL"  # "triton": the Triton GEMV; "stream": the stream kernel
 STREAM_BUCKETS = ("decode8", "decode16")
+# Whether W4A16 NVFP4 decode runs the stream-layout kernel when B12X_GEMM_DECODE_KERNEL is unset
+# (False until an H200 sweep says so: docs/predictions/gemm_decode.md, session 7).
+STREAM_DEFAULT = False
 
 
 def stream_selected(a_fmt: str | None, b_fmt: str | None, bucket: str) -> bool:
-    """Whether B12X_GEMM_DECODE_KERNEL=stream routes this case to the stream-layout decode kernel
-    (W4A16 NVFP4 at M <= 16; shapes without a stream layout keep the decode kernel)."""
-    if os.environ.get(DECODE_KERNEL_ENV, "cute") != "stream":
+    """Whether this case runs the stream-layout decode kernel: B12X_GEMM_DECODE_KERNEL=stream, or
+    unset with STREAM_DEFAULT (W4A16 NVFP4 at M <= 16; shapes without a stream layout keep the
+    decode kernel; "cute" / "triton" turn it off)."""
+    env = os.environ.get(DECODE_KERNEL_ENV)
+    if not (env == "stream" or (env is None and STREAM_DEFAULT)):
         return False
     return bucket in STREAM_BUCKETS and a_fmt in SHARED_A and b_fmt == "nvfp4"
 
