@@ -24,9 +24,9 @@ before, launch gaps in a graph included (the decode breakdown: docs/moe.md). Our
 plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed experts while T * k < E,
 else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
---tiled / --decode-only add, per T and recipe, a row with the grouped large-T expert kernels
-(`_kernel_grouped.py`: gemm's tiled GEMM over windows of the sorted rows; recipes with MXFP8
-activations have none and fail their row) or with the decode expert kernels at every T (the default
+--tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
+kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
+of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
 uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
 --expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
 ("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label, "-s2": two column tiles
@@ -382,15 +382,15 @@ def expert_variants(args, t: int, max_t: int) -> list:
     with --expert-sweep one single-bucket override per `sweep_pairs` entry (" n1 w4p1"), for
     16-token groups too when T > SWEEP_SMALL_T; --expert-sweep LABEL ... keeps those labels."""
     found = [("", None)]
-    if getattr(args, "decode_only", False) or getattr(args, "tiled", False):
+    if getattr(args, "decode_only", False) or tiled_entries(args):
         from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
-        from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
         from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
 
         if getattr(args, "decode_only", False):  # the decode buckets at every T (the pre-grouped default)
             found.append((" decode", X.default_buckets(max_t)))
-        if getattr(args, "tiled", False):  # the grouped kernels at every T
-            found.append((" tiled", (ExpertBucket(max_t, G.default_config(1), G.default_config(2)),)))
+        for text in tiled_entries(args):  # the grouped kernels at every T
+            cfg = parse_grouped(text)
+            found.append((f" tiled {text}", (ExpertBucket(max_t, cfg, cfg),)))
     labels = getattr(args, "expert_sweep", None)  # None: no sweep; []: every label
     if labels is None:
         return found
@@ -402,6 +402,30 @@ def expert_variants(args, t: int, max_t: int) -> list:
             if not labels or label in labels:
                 found.append((f" n{ntiles} {label}", (ExpertBucket(max_t, fc1, fc2, span, span),)))
     return found
+
+
+TILED_DEFAULT_ENTRIES = ("128x128x2x4", "128x128x2x4w")
+
+
+def tiled_entries(args) -> tuple:
+    """--tiled's entries: None (absent) -> (), [] -> TILED_DEFAULT_ENTRIES, else the given ones."""
+    given = getattr(args, "tiled", None)
+    if given is None:
+        return ()
+    return tuple(given) or TILED_DEFAULT_ENTRIES
+
+
+def parse_grouped(text: str):
+    """`BMxBNxWMxWN` (gemm TiledConfig bm, bn, warps_m, warps_n), suffix "w" for the window mapping
+    -> `_kernel_grouped.GroupedConfig`; ValueError naming the entry otherwise."""
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled import TiledConfig
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    body, window = (text[:-1], True) if text.endswith("w") else (text, False)
+    parts = body.split("x")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"--tiled entry must be BMxBNxWMxWN[w] (e.g. 128x128x2x4), got {text!r}")
+    return G.GroupedConfig(TiledConfig(*(int(p) for p in parts)), per_expert=not window)
 
 
 def sweep_labels() -> list:
@@ -462,7 +486,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time each expert-GEMM tiling of _kernel_experts.sweep_pairs (or only these labels)",
     )
     parser.add_argument(
-        "--tiled", action="store_true", help="also time ours with the grouped (tiled) expert kernels at every T"
+        "--tiled",
+        nargs="*",
+        default=None,
+        metavar="BMxBNxWMxWN[w]",
+        help="also time ours with the grouped (tiled) expert kernels at every T, one row per tile "
+        f"(w: windows of the sorted rows instead of per-expert tiles; default {' '.join(TILED_DEFAULT_ENTRIES)})",
     )
     parser.add_argument(
         "--decode-only", action="store_true", help="also time ours with the decode expert kernels at every T"
@@ -470,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")
+    for text in args.tiled or ():
+        try:
+            parse_grouped(text)
+        except ValueError as e:
+            parser.error(str(e))
     if args.expert_sweep:
         unknown = sorted(set(args.expert_sweep) - set(sweep_labels()))
         if unknown:

@@ -194,9 +194,10 @@ def test_sweep_tilings_compile_without_spills(arch, ntiles):
 def test_grouped_kernels_build(fc, a_fmt, b_fmt, activation, arch):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
 
-    cfg = G.default_config(fc)
-    if fc == 1:
-        fn = G.compile_grouped_fc1(a_fmt, b_fmt, activation, cfg, arch)
-    else:
-        fn = G.compile_grouped_fc2(a_fmt, b_fmt, cfg, arch)
-    _check_built(fn, arch, activation)
+    for per_expert, num_e in ((True, 128), (False, 512)):
+        cfg = G.GroupedConfig(per_expert=per_expert)
+        if fc == 1:
+            fn = G.compile_grouped_fc1(a_fmt, b_fmt, activation, cfg, arch, num_e)
+        else:
+            fn = G.compile_grouped_fc2(a_fmt, b_fmt, cfg, arch, num_e)
+        _check_built(fn, arch, activation)

@@ -22,13 +22,7 @@ from .test_experts_emulated import EMU, MoeEmuOps, check, make_problem
 pytestmark = pytest.mark.interpret
 
 LANE = np.arange(32, dtype=np.int32)
-SMALL = TiledConfig(64, 64, 2, 2)  # 4 warps, 32 x 32 warp tiles: small enough to emulate
-
-
-def _G():
-    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
-
-    return G
+SMALL_TILE = TiledConfig(64, 64, 2, 2)  # 4 warps, 32 x 32 warp tiles: small enough to emulate
 
 
 def grouped_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap=None, seed=0, device="cpu"):
@@ -42,26 +36,48 @@ def grouped_problem(fc, a_fmt, b_fmt, activation, counts, *, h=256, i=128, r_cap
     return p
 
 
-def run_grouped(p, config: TiledConfig) -> torch.Tensor:
-    """Emulate compile_grouped_fc1 / compile_grouped_fc2(p's formats, config)(*p.args); returns C."""
+def _G():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    return G
+
+
+def small(per_expert: bool = True):
+    return _G().GroupedConfig(SMALL_TILE, per_expert)
+
+
+def run_grouped(p, config) -> torch.Tensor:
+    """Emulate compile_grouped_fc1 / compile_grouped_fc2(p's formats, config, E)(*p.args); returns C.
+    Per-expert tiles: every warp runs `locate` for its CTA row (all must agree); windows: the experts
+    from sorted_expert[w0] to sorted_expert[w1 - 1]."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
     G = _G()
-    logic = G.GroupedLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config)
+    num_e, n_rows, kb = p.args[2].shape
+    logic = G.GroupedLogic(p.fc, p.a_fmt, p.b_fmt, p.activation, config, num_e)
     args = p.args[:9] if p.fc == 1 else p.args[:8] + (p.args[7],)
     gmem = EMU.GlobalMemory()
     a, sfa, b, sfb, c, _, wa, aa, act = (gmem.put(t) for t in args)
-    num_e, n_rows, kb = p.args[2].shape
     k, n = kb * 2, p.out.shape[1]
-    start, owner = p.args[5].tolist(), p.args[-1].tolist()
-    total, warps = start[num_e], logic.threads // 32
-    for by in range(-(-p.out.shape[0] // config.bm)):  # blockIdx.y: the window
-        w0 = by * config.bm
-        if w0 >= total:
-            continue
-        w1 = min(w0 + config.bm, total)
-        for e in range(owner[w0], owner[w1 - 1] + 1):
-            lo, hi = max(start[e], w0), min(start[e + 1], w1)
+    start, owner = p.args[5].cpu().numpy(), p.args[-1].tolist()
+    total, warps, bm = int(start[num_e]), logic.threads // 32, config.tile.bm
+    for by in range(logic.grid_m(p.out.shape[0])):  # blockIdx.y
+        if config.per_expert:
+            vals = np.stack(logic.locate(MoeEmuOps(gmem), LANE, np.int32(by), start))  # (found, e, j) x lanes
+            assert (vals == vals[:, :1]).all(), f"CTA row {by}: the lanes disagree on the tile"
+            hit, e, j = (int(v) for v in vals[:, 0])
+            if not hit:
+                continue
+            spans = [(e, int(start[e]) + j * bm, min(int(start[e]) + (j + 1) * bm, int(start[e + 1])))]
+        else:
+            w0 = by * bm
+            if w0 >= total:
+                continue
+            w1 = min(w0 + bm, total)
+            spans = [
+                (e, max(int(start[e]), w0), min(int(start[e + 1]), w1)) for e in range(owner[w0], owner[w1 - 1] + 1)
+            ]
+        for e, lo, hi in spans:
             if lo >= hi:
                 continue
             rt = KT.Runtime(
@@ -79,7 +95,7 @@ def run_grouped(p, config: TiledConfig) -> torch.Tensor:
                 np.float32(1.0),
             )
             for bx in range(logic.grid_n(n_rows)):  # blockIdx.x
-                _tile(logic, gmem, rt, warps, np.int32(lo), np.int32(bx * config.bn), k // logic.bk)
+                _tile(logic, gmem, rt, warps, np.int32(lo), np.int32(bx * config.tile.bn), k // logic.bk)
     raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
     return raw.view(p.out.dtype).reshape(p.out.shape)
 
@@ -121,21 +137,23 @@ COUNTS = [3, 0, 70, 1, 60, 0]
         (2, "nvfp4", "nvfp4", None),
     ],
 )
-def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation):
+@pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
+def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation, per_expert):
     p = grouped_problem(fc, a_fmt, b_fmt, activation, COUNTS, r_cap=150)
-    check(p, run_grouped(p, SMALL))
+    check(p, run_grouped(p, small(per_expert)))
 
 
-def test_no_routed_rows_writes_nothing():
+@pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
+def test_no_routed_rows_writes_nothing(per_expert):
     p = grouped_problem(2, "bfloat16", "nvfp4", None, [0, 0, 0], r_cap=70)
-    out = run_grouped(p, SMALL)
+    out = run_grouped(p, small(per_expert))
     assert torch.isnan(out).all()
 
 
 def test_gate_up_rows_pair_by_eight():
     """b_row of a gated FC1 tile: rows 16p..16p+7 are gate rows j0 + 8p.., the next 8 the up rows."""
     G = _G()
-    logic = G.GroupedLogic(1, "bfloat16", "nvfp4", "silu", SMALL)
+    logic = G.GroupedLogic(1, "bfloat16", "nvfp4", "silu", small(), 6)
 
     class Rt:
         n = np.int32(100)  # I
@@ -150,15 +168,34 @@ def test_gate_up_rows_pair_by_eight():
     assert not bool(np.asarray(ok).reshape(-1)[0])
 
 
+@pytest.mark.parametrize("num_e", [1, 6, 33, 128, 300])
+def test_locate_finds_every_tile_once(num_e):
+    """`locate` against a Python enumeration of every expert's ceil(rows / bm) tiles, y past the last
+    tile (found 0) included; E not a multiple of 32 and lanes past E."""
+    G = _G()
+    logic = G.GroupedLogic(2, "bfloat16", "nvfp4", None, small(), num_e)
+    gen = torch.Generator().manual_seed(num_e)
+    counts = torch.randint(0, 200, (num_e,), generator=gen) * (torch.rand(num_e, generator=gen) < 0.7)
+    start = np.concatenate([[0], np.cumsum(counts.numpy())]).astype(np.int32)
+    want = [(e, j) for e in range(num_e) for j in range(-(-int(counts[e]) // 64))]
+    for y in range(len(want) + 3):
+        vals = np.stack(logic.locate(EMU.EmuOps(EMU.GlobalMemory()), LANE, np.int32(y), start))
+        assert (vals == vals[:, :1]).all()
+        got = tuple(int(v) for v in vals[:, 0])
+        assert got == ((1, *want[y]) if y < len(want) else (0, 0, 0)), f"tile {y}"
+
+
 def test_invalid_variants_are_rejected():
     G = _G()
-    assert G.why_not(1, "mxfp8", "nvfp4", "silu", SMALL) is not None  # no tiled MXFP8 x FP4 pair
-    assert G.why_not(1, "bfloat16", "nvfp4", "gelu", SMALL) is not None
-    assert G.why_not(2, "bfloat16", "nvfp4", None, TiledConfig(128, 128, 2, 4, group_m=16)) is not None
-    assert "multiple of 128" in G.why_not(2, "bfloat16", "nvfp4", None, SMALL, k=96)
-    assert G.why_not(2, "bfloat16", "nvfp4", None, SMALL, k=768) is None
+    assert G.why_not(1, "mxfp8", "nvfp4", "silu", small()) is not None  # no tiled MXFP8 x FP4 pair
+    assert G.why_not(1, "bfloat16", "nvfp4", "gelu", small()) is not None
+    assert G.why_not(2, "bfloat16", "nvfp4", None, G.GroupedConfig(TiledConfig(128, 128, 2, 4, group_m=16))) is not None
+    assert G.why_not(2, "bfloat16", "nvfp4", None, TiledConfig(128, 128, 2, 4)) is not None  # not a GroupedConfig
+    assert "num_experts" in G.why_not(2, "bfloat16", "nvfp4", None, small(), num_experts=2000)
+    assert "multiple of 128" in G.why_not(2, "bfloat16", "nvfp4", None, small(), k=96)
+    assert G.why_not(2, "bfloat16", "nvfp4", None, small(), k=768) is None
     with pytest.raises(ValueError, match="grouped expert kernel"):
-        G.GroupedLogic(3, "bfloat16", "nvfp4", None, SMALL)
+        G.GroupedLogic(3, "bfloat16", "nvfp4", None, small(), 4)
 
 
 def _caps(mode, source, max_tokens, *, e=128, k=8, h=2048, i=768, act="silu"):

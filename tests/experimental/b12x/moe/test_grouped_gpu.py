@@ -33,21 +33,22 @@ CASES = [
 ]
 
 
-def _kernel(fc, a_fmt, b_fmt, activation, config=None):
+def _kernel(fc, a_fmt, b_fmt, activation, num_e, per_expert=True):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
 
-    cfg = config or G.default_config(fc)
+    cfg = G.GroupedConfig(per_expert=per_expert)
     if fc == 1:
-        return G.compile_grouped_fc1(a_fmt, b_fmt, activation, cfg, target_arch())
-    return G.compile_grouped_fc2(a_fmt, b_fmt, cfg, target_arch())
+        return G.compile_grouped_fc1(a_fmt, b_fmt, activation, cfg, target_arch(), num_e)
+    return G.compile_grouped_fc2(a_fmt, b_fmt, cfg, target_arch(), num_e)
 
 
+@pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
 @pytest.mark.parametrize("dist", sorted(COUNTS))
 @pytest.mark.parametrize("fc, a_fmt, b_fmt, activation", CASES)
-def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation, dist):
+def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation, dist, per_expert):
     counts = COUNTS[dist]
     p = grouped_problem(fc, a_fmt, b_fmt, activation, counts, h=512, i=256, r_cap=sum(counts) + 70, device="cuda")
-    _kernel(fc, a_fmt, b_fmt, activation)(*p.args)
+    _kernel(fc, a_fmt, b_fmt, activation, len(counts), per_expert)(*p.args)
     torch.cuda.synchronize()
     check(p, p.out)
 
@@ -58,7 +59,7 @@ def test_model_sized_expert_gemm():
     counts = (torch.randint(200, 300, (16,), generator=gen)).tolist()
     for fc, act in ((1, "silu"), (2, None)):
         p = grouped_problem(fc, "bfloat16", "nvfp4", act, counts, h=2048, i=768, device="cuda")
-        _kernel(fc, "bfloat16", "nvfp4", act)(*p.args)
+        _kernel(fc, "bfloat16", "nvfp4", act, len(counts))(*p.args)
         torch.cuda.synchronize()
         check(p, p.out)
 
@@ -66,7 +67,7 @@ def test_model_sized_expert_gemm():
 def test_graph_replay_follows_the_sorted_rows():
     p = grouped_problem(2, "bfloat16", "nvfp4", None, [100, 0, 200, 7], h=512, i=256, r_cap=400, device="cuda")
     q = grouped_problem(2, "bfloat16", "nvfp4", None, [3, 250, 0, 60], h=512, i=256, r_cap=400, device="cuda")
-    fn = _kernel(2, "bfloat16", "nvfp4", None)
+    fn = _kernel(2, "bfloat16", "nvfp4", None, 4)
     fn(*p.args)  # warm (module load) outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

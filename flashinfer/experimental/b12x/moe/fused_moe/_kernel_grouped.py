@@ -13,8 +13,16 @@ walk one expert's weight tiles) and runs one tiled GEMM tile per expert that has
 
 so no work list is needed (routing's `sorted_expert` and `expert_start` say it all) and live T is read
 on the device only (graph replay at any T <= max_tokens). The tile-loops done are R / bm + (experts
-that start inside a window), against sum_e ceil(rows_e / bm) for per-expert tiles: 1.5x the useful
-rows at E = 128 with bm = 128 and 256 rows an expert (docs/predictions/moe.md).
+that start inside a window): 1.5x the useful rows at E = 128 with bm = 128 and 256 rows an expert.
+
+`GroupedConfig.per_expert` (the default) tiles each expert's rows instead: CTA row y takes the y-th
+(expert, j) of the sequence of every expert's ceil(rows_e / bm) tiles, rows [start[e] + j bm,
+min(start[e] + (j + 1) bm, start[e + 1])): sum_e ceil(rows_e / bm) tiles, ~1.25x the useful rows in
+the same example, one tile per CTA. Each warp finds its (e, j) itself (`locate`): lane l loads the
+starts of experts [l c, l c + c] (c = ceil(E / 32), one round trip), sums its experts' tile counts,
+an xor-butterfly scan gives every lane its first tile, the lane holding y picks (e, j), and three
+butterfly sums broadcast them; grid y = ceil(R_cap / bm) + E bounds the tile count, and the CTAs past
+it exit. E is then a compile-time constant (part of the kernel key).
 
 FC1 (gated activations): a CTA's B tile of bn rows holds bn / 2 gate rows and the bn / 2 up rows they
 pair with, interleaved by 8 (`b_row`: tile rows 16p .. 16p + 7 are gate rows j0 + 8p .., rows
@@ -31,6 +39,8 @@ K (H for FC1, I for FC2) a multiple of 128 (`why_not`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -52,40 +62,95 @@ _SOURCES = X._SOURCES + (
 )
 
 
-def default_config(fc: int) -> TiledConfig:
-    """128 x 128 tiles, 8 warps (gemm's M > 256 tile without the grouped raster: the window grid
-    already walks N fastest inside a window)."""
-    return TiledConfig(128, 128, 2, 4)
+@dataclass(frozen=True)
+class GroupedConfig:
+    """tile: gemm's CTA tile (its group_m / fp8_mma unused); per_expert: tiles of each expert's
+    rows (True) or windows of the sorted rows (False; module docstring)."""
+
+    tile: TiledConfig = TiledConfig(128, 128, 2, 4)
+    per_expert: bool = True
 
 
-def why_not(fc: int, a_fmt: str, b_fmt: str, activation: str | None, config, k: int | None = None) -> str | None:
-    """None when the grouped kernel implements this GEMM, else the reason. k: its K when known."""
+def default_config(fc: int) -> GroupedConfig:
+    """128 x 128 tiles, 8 warps, per-expert tiles (gemm's M > 256 tile without the grouped raster:
+    the grid walks N fastest inside a row tile already)."""
+    return GroupedConfig()
+
+
+MAX_EXPERTS = 32 * 32  # per_expert: at most 32 experts a lane (`locate`)
+
+
+def why_not(
+    fc: int, a_fmt: str, b_fmt: str, activation: str | None, config, k: int | None = None, num_experts=None
+) -> str | None:
+    """None when the grouped kernel implements this GEMM, else the reason. k, num_experts: when known."""
     if fc not in (1, 2):
         return f"fc must be 1 or 2, got {fc!r}"
-    if not isinstance(config, TiledConfig):
-        return f"config must be a gemm TiledConfig, got {type(config).__name__}"
-    if config.group_m or config.fp8_mma:
-        return f"{config}: group_m and fp8_mma are not used by the grouped kernel (the window grid is its raster)"
+    if not isinstance(config, GroupedConfig) or not isinstance(config.tile, TiledConfig):
+        return f"config must be a GroupedConfig of a gemm TiledConfig, got {config!r}"
+    tile = config.tile
+    if tile.group_m or tile.fp8_mma:
+        return f"{tile}: group_m and fp8_mma are not used by the grouped kernel (its grid is the raster)"
     if not pair_ok(a_fmt, b_fmt) or (a_fmt, b_fmt) not in X.PAIRS:
         return f"A format {a_fmt} x weight format {b_fmt} has no tiled expert kernel"
     if fc == 1 and activation not in X.ACTIVATIONS:
         return f"activation must be one of {X.ACTIVATIONS}, got {activation!r}"
     if k is not None and (k <= 0 or k % K_ALIGN):
         return f"K = {k} must be a positive multiple of {K_ALIGN}"
-    return KT.why_not(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config)
+    if num_experts is not None and not 1 <= num_experts <= MAX_EXPERTS:
+        return f"num_experts must be 1..{MAX_EXPERTS}, got {num_experts}"
+    if tile.bm & (tile.bm - 1):
+        return f"{tile}: bm must be a power of two (the tile count per expert is a shift)"
+    return KT.why_not(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", tile)
 
 
 class GroupedLogic(X.Activation, KT.TiledLogic):
     """TiledLogic of one expert GEMM: per-expert scale, and for a gated FC1 the gate/up pairing."""
 
-    def __init__(self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: TiledConfig) -> None:
-        reason = why_not(fc, a_fmt, b_fmt, activation, config)
+    def __init__(
+        self, fc: int, a_fmt: str, b_fmt: str, activation: str | None, config: GroupedConfig, num_experts: int
+    ) -> None:
+        reason = why_not(fc, a_fmt, b_fmt, activation, config, num_experts=num_experts)
         if reason is not None:
             raise ValueError(f"moe.fused_moe grouped expert kernel: {reason}")
-        super().__init__(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config)
+        super().__init__(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", config.tile)
         self.fc = fc
         self.activation = activation if fc == 1 else None
         self.gated = self.activation in GATED
+        self.per_expert = config.per_expert
+        self.num_e = num_experts
+        self.per_lane = -(-num_experts // 32)  # experts a lane scans in `locate`
+
+    def grid_m(self, r_cap):
+        """CTA rows: windows of the sorted rows, or an upper bound on the experts' tile count."""
+        tiles = (r_cap + self.cfg.bm - 1) // self.cfg.bm
+        return tiles + self.num_e if self.per_expert else tiles
+
+    def locate(self, ops, lane, y, start):
+        """(found, e, j) of tile y in the sequence of every expert's ceil(rows / bm) tiles, the same in
+        every lane (found 0: y is past the last tile). start: indexable int32 [E + 1] (a tensor on
+        the device, a numpy array in the emulator); lane: the lane index (per lane)."""
+        c, shift = self.per_lane, self.cfg.bm.bit_length() - 1
+        first = lane * c
+        starts = [start[ops.imin(first + i, self.num_e)] for i in range(c + 1)]  # past E: start[E]
+        tiles = [(starts[i + 1] - starts[i] + (self.cfg.bm - 1)) >> shift for i in range(c)]
+        own = tiles[0]
+        for i in range(1, c):
+            own = own + tiles[i]
+        incl, total = own, own
+        for b in range(5):  # butterfly scan: the upper half of each 2^(b+1) block adds the lower's total
+            other = ops.shfl_xor(total, 1 << b)
+            incl = incl + other * ((lane >> b) & 1)
+            total = total + other
+        t = y - (incl - own)  # y's tile index among this lane's experts' tiles
+        e, j, found = ops.i32(0), ops.i32(0), ops.i32(0)
+        for i in range(c):
+            hit = ops.imin(ops.imax(t + 1, 0), 1) * ops.imin(ops.imax(tiles[i] - t, 0), 1)  # 0 <= t < tiles[i]
+            e, j, found = e + hit * (first + i), j + hit * t, found + hit
+            t = t - tiles[i]
+        for b in range(5):  # one lane holds the tile: butterfly sums broadcast it
+            e, j, found = e + ops.shfl_xor(e, 1 << b), j + ops.shfl_xor(j, 1 << b), found + ops.shfl_xor(found, 1 << b)
+        return found, e, j
 
     # Runtime of one (window, expert): m = the last row + 1 (rows from the tile's m0), n = output
     # columns (I for FC1, H for FC2), s0 / s1 = &w_alpha[e], &a_alpha[e], s2 = act_params.
@@ -129,7 +194,7 @@ class GroupedGemm:
 
     @cute.jit
     def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mSorted, stream):
-        grid_m = (mC.shape[0] + self.logic.cfg.bm - 1) // self.logic.cfg.bm
+        grid_m = self.logic.grid_m(mC.shape[0])
         grid_n = self.logic.grid_n(mB.shape[1])
         self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mSorted).launch(
             grid=[grid_n, grid_m, 1], block=[self.logic.threads, 1, 1], stream=stream
@@ -139,13 +204,43 @@ class GroupedGemm:
     def kernel(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mSorted):
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
-        num_e = mB.shape[0]
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
         n0 = bx * self.logic.cfg.bn
         smem = cutlass.memory.SmemAllocator()
         tiles = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
         sbase = tiles.iterator.toint()
-        total = mStart[num_e]
+        if cutlass.const_expr(self.logic.per_expert):
+            found, e, j = self.logic.locate(X.DEVICE, tid & 31, by, mStart)
+            if found > 0:  # the same in every lane and warp: CTAs past the last tile exit
+                lo = mStart[e] + j * self.logic.cfg.bm
+                hi = X.DEVICE.imin(lo + self.logic.cfg.bm, mStart[e + 1])
+                self.tile(mA, mSFA, mB, mSFB, mC, mWAlpha, mAAlpha, mAct, tid, e, lo, hi, n0, k, sbase)
+        else:
+            self.windows(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mSorted, tid, by, n0, k, sbase)
+
+    @cute.jit
+    def tile(self, mA, mSFA, mB, mSFB, mC, mWAlpha, mAAlpha, mAct, tid, e, lo, hi, n0, k, sbase):
+        """gemm's tiled K loop and this logic's epilogue on rows [lo, hi) of expert e."""
+        rt = KT.Runtime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2]),
+            mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1]),
+            mC.iterator.toint(),
+            mWAlpha.iterator.toint() + Int64(e) * 4,
+            mAAlpha.iterator.toint() + Int64(e) * 4,
+            mAct.iterator.toint(),
+            hi,
+            mC.shape[1],
+            k,
+            Float32(1.0),
+        )
+        self.inner.tile(rt, tid, lo, n0, sbase)
+
+    @cute.jit
+    def windows(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mSorted, tid, by, n0, k, sbase):
+        """The window mapping: one tile per expert with rows in [by bm, by bm + bm)."""
+        total = mStart[mB.shape[0]]
         w0 = by * self.logic.cfg.bm
         if w0 < total:  # uniform per CTA: windows past the routed rows exit at once
             w1 = X.DEVICE.imin(w0 + self.logic.cfg.bm, total)
@@ -155,21 +250,7 @@ class GroupedGemm:
                 lo = X.DEVICE.imax(mStart[e], w0)
                 hi = X.DEVICE.imin(mStart[e + 1], w1)
                 if lo < hi:
-                    rt = KT.Runtime(
-                        mA.iterator.toint(),
-                        mSFA.iterator.toint(),
-                        mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2]),
-                        mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1]),
-                        mC.iterator.toint(),
-                        mWAlpha.iterator.toint() + Int64(e) * 4,
-                        mAAlpha.iterator.toint() + Int64(e) * 4,
-                        mAct.iterator.toint(),
-                        hi,
-                        mC.shape[1],
-                        k,
-                        Float32(1.0),
-                    )
-                    self.inner.tile(rt, tid, lo, n0, sbase)
+                    self.tile(mA, mSFA, mB, mSFB, mC, mWAlpha, mAAlpha, mAct, tid, e, lo, hi, n0, k, sbase)
                     X.DEVICE.barrier()  # the next expert's first stores reuse buffer 0
 
 
@@ -186,18 +267,18 @@ class GroupedFc2(GroupedGemm):
 
 
 @kernel("moe.fused_moe.grouped_fc1", sources=_SOURCES)
-def compile_grouped_fc1(a_fmt: str, b_fmt: str, activation: str, config: TiledConfig, arch: str):
+def compile_grouped_fc1(a_fmt: str, b_fmt: str, activation: str, config: GroupedConfig, arch: str, num_experts: int):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, expert_start, w_alpha, a_alpha, act_params,
-    sorted_expert)` on torch's current stream (module docstring)."""
-    logic = GroupedLogic(1, a_fmt, b_fmt, activation, config)
+    sorted_expert)` on torch's current stream (module docstring); B holds num_experts experts."""
+    logic = GroupedLogic(1, a_fmt, b_fmt, activation, config, num_experts)
     act = X.make_fake_compact_tensor(cutlass.Float32, (3,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(GroupedFc1(logic), *X.fake_args(a_fmt, "bfloat16"), act, X.fake_active(), stream, arch=arch)
 
 
 @kernel("moe.fused_moe.grouped_fc2", sources=_SOURCES)
-def compile_grouped_fc2(a_fmt: str, b_fmt: str, config: TiledConfig, arch: str):
+def compile_grouped_fc2(a_fmt: str, b_fmt: str, config: GroupedConfig, arch: str, num_experts: int):
     """tvm-ffi launcher `fn(A2, SFA2, B2, SFB2, C2, expert_start, w_alpha, a_alpha, sorted_expert)`."""
-    logic = GroupedLogic(2, a_fmt, b_fmt, None, config)
+    logic = GroupedLogic(2, a_fmt, b_fmt, None, config, num_experts)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute_compile(GroupedFc2(logic), *X.fake_args(a_fmt, "float32"), X.fake_active(), stream, arch=arch)

@@ -132,13 +132,13 @@ class ExpertBucket:
 
     @property
     def tiled(self) -> bool:
-        """Whether both GEMMs are gemm `TiledConfig`s: the grouped large-T kernels
-        (`_kernel_grouped.py`, grid "tiled") instead of the decode expert kernels."""
+        """Whether both GEMMs are `_kernel_grouped.GroupedConfig`s: the grouped large-T kernels
+        (gemm's tiled GEMM per expert tile, grid "tiled") instead of the decode expert kernels."""
         return _is_tiled(self.fc1) and _is_tiled(self.fc2)
 
 
 def _is_tiled(config) -> bool:
-    return type(config).__name__ == "TiledConfig"
+    return type(config).__name__ == "GroupedConfig"
 
 
 @dataclass(frozen=True)
@@ -162,8 +162,9 @@ def tiled_from(caps) -> int | None:
     a1, a2 = OPERANDS[caps.quant_mode]
     g = _grouped_module()
     cfg1, cfg2 = g.default_config(1), g.default_config(2)
-    if g.why_not(1, a1, wp.weight_format, wp.activation, cfg1, wp.hidden_size) or g.why_not(
-        2, a2 or "bfloat16", wp.weight_format, None, cfg2, wp.intermediate_size
+    e = wp.num_experts
+    if g.why_not(1, a1, wp.weight_format, wp.activation, cfg1, wp.hidden_size, e) or g.why_not(
+        2, a2 or "bfloat16", wp.weight_format, None, cfg2, wp.intermediate_size, e
     ):
         return None
     t = -(-TILED_ROWS * wp.num_experts // caps.num_topk)
@@ -275,8 +276,8 @@ class FusedMoePlan(Plan):
             if grid == "tiled":
                 g = _grouped_module()
                 out[(grid, i)] = (
-                    (g.compile_grouped_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch)),
-                    (g.compile_grouped_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch)),
+                    (g.compile_grouped_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, e)),
+                    (g.compile_grouped_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, e)),
                 )
                 continue
             # span only when > 1: a span-1 job keeps the arguments (and launch) it always had
@@ -490,7 +491,7 @@ def _check_buckets(caps: Caps, buckets) -> None:
         for fc, a_fmt, cfg, act, span in fcs:
             if b.tiled:
                 k = wp.hidden_size if fc == 1 else wp.intermediate_size
-                reason = _grouped_module().why_not(fc, a_fmt, wp.weight_format, act, cfg, k)
+                reason = _grouped_module().why_not(fc, a_fmt, wp.weight_format, act, cfg, k, wp.num_experts)
             else:
                 reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg, "list", span)
             if reason is not None:
