@@ -129,11 +129,15 @@ def sweep_configs():
         SmallConfig,
         StreamConfig,
         WideConfig,
+        default_config,
         fused_config,
+        with_pdl,
     )
 
     base = MhcConfig()  # the two-pass path (no one-launch tiles), session 1-6 tiles
     fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
+    default = default_config("sm_90a")
+    pdl_fast = with_pdl(default, fast=True)
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
@@ -141,6 +145,23 @@ def sweep_configs():
         # other one-launch tiles
         "fused_default": fused,
         "two_pass": base,
+        # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
+        # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
+        # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles
+        # 64 wide (pre only, 112 splits at H = 7168: fewer partial rows for pass 2; post_pre's 16 x 64
+        # spills, 255 registers + 80 bytes of stack) or 16 wide (448 splits: each program reads half)
+        "pdl": with_pdl(default),
+        "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
+        "pdl_fast": pdl_fast,
+        "pdl_fast_h64": dataclasses.replace(
+            pdl_fast,
+            pre_small=StreamConfig(16, 64, 4, 2, pdl=True),
+        ),
+        "pdl_fast_h16": dataclasses.replace(
+            pdl_fast,
+            pre_small=StreamConfig(16, 16, 4, 2, pdl=True),
+            post_pre_small=StreamConfig(16, 16, 4, 2, pdl=True),
+        ),
         "fused_all": dataclasses.replace(fused, fused_min_tokens=1, post_pre_split=False),
         "fused_t1": dataclasses.replace(fused, fused_min_tokens=1),
         "fused_from64": dataclasses.replace(fused, fused_min_tokens=64),

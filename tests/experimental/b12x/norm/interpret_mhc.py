@@ -484,6 +484,8 @@ WIDE = {
     "y64_s4": _config.WideConfig(max_tokens=4, block_y=64, block_s=4),
     "y256_s256_w8": _config.WideConfig(max_tokens=2, block_y=256, block_s=256, num_warps=8),
     "y32_s1_w1": _config.WideConfig(max_tokens=4, block_y=32, block_s=1, num_warps=1),
+    # the Sinkhorn's tree sums and rsqrt-squared reciprocals (exact rsqrt here; PDL is a no-op here)
+    "y64_s4_fast_pdl": _config.WideConfig(max_tokens=4, block_y=64, block_s=4, fast=True, pdl=True),
 }
 
 

@@ -121,8 +121,8 @@ ROW_TILES = {
 def test_row_kernel(tile, hidden, cc):
     """The row pass 2: the whole row as one tile up to 8192 (16384 streams two chunks), no spills."""
     cfg = ROW_TILES[tile]
-    block_h, block_s = _kernel_row.row_tile(hidden, cfg)
-    consts = dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=cfg.stages, SCALAR=cfg.scalar)
+    consts = _kernel_row.row_constexprs(hidden, cfg)
+    block_h = consts["BLOCK_H"]
     compiled = _compile(_kernel_row._mhc_row_kernel, APPLY_SIG, consts, cfg.num_warps, 1, cc)
     _check(compiled, f"row {tile}", mma=False)
     if cfg.stages > 1 and hidden > block_h:  # the chunk loop is software-pipelined
@@ -210,6 +210,8 @@ WIDE_TILES = {
     "y128": _config.WideConfig(block_y=128),
     "y512_w8": _config.WideConfig(block_y=512, num_warps=8),
     "s128_w2": _config.WideConfig(block_s=128, num_warps=2),
+    # the T = 1 candidates: programmatic dependent launch, the Sinkhorn's approximate reciprocals
+    "y128_pdl_fast": _config.WideConfig(block_y=128, pdl=True, fast=True),
 }
 
 
@@ -220,16 +222,18 @@ def test_wide_kernel(tile, hidden, cc):
     """The wide pass 2 (no dot): no spills, and its Sinkhorn has no cross-lane traffic (no shfl or
     bar.sync inside the rounds' loop: the comb entries are per-thread scalars)."""
     cfg = WIDE_TILES[tile]
-    block_y, block_s = _kernel_wide.wide_tile(hidden, cfg)
-    consts = dict(H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s)
+    consts = _kernel_wide.wide_constexprs(hidden, cfg)
     compiled = _compile(_kernel_wide._mhc_wide_kernel, WIDE_SIG, consts, cfg.num_warps, 1, cc)
     _check(compiled, f"wide {tile}", mma=False)
     ptx = compiled.asm["ptx"]
     # the Sinkhorn loop: the only loop whose body holds 8 reciprocals (div.full / rcp)
     loops = re.findall(r"\$L__BB0_\d+:(.*?)bra(?:\.uni)?\s+\$L__BB0_\d+;", ptx, re.S)
-    sink = [body for body in loops if len(re.findall(r"\b(?:div|rcp)\.", body)) >= 8]
+    sink = [body for body in loops if len(re.findall(r"\b(?:div|rcp|rsqrt)\.", body)) >= 8]
     assert sink, "wide: no Sinkhorn loop found in the PTX"
     assert not any(re.search(r"\bshfl\.|\bbar\.sync|\bbarrier\.", body) for body in sink), "wide: shuffles in Sinkhorn"
+    if cfg.fast:  # 8 rsqrt.approx a round, no division left in the rounds
+        assert all(len(re.findall(r"\brsqrt\.approx", b)) == 8 and not re.search(r"\bdiv\.", b) for b in sink)
+    assert ("griddepcontrol.wait" in ptx) == cfg.pdl and ("griddepcontrol.launch_dependents" in ptx) == cfg.pdl
 
 
 TINY_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")
@@ -317,3 +321,37 @@ def test_diag_squares(fn_split, cc):
     sig = FUSED_SIG | (dict(fn_ptr="*bf16") if consts["FN_SPLIT"] else {})
     compiled = _compile(_kernel_fused._mhc_fused_kernel, sig, consts, tile.num_warps, tile.num_stages, cc)
     _check(compiled, f"fused pre diag {fn_split}", mma=True)
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+def test_pdl_tiles(cc):
+    """StreamConfig / RowConfig pdl: griddepcontrol.wait then launch_dependents before the first
+    global load (a PDL launch may start before the kernel it depends on has finished)."""
+    import dataclasses
+
+    cfg = _config.default_config("sm_90a")
+    tiles = [("pre", cfg.pre_small), ("post_pre", cfg.post_pre_small), ("post", cfg.post)]
+    # bench_norm's pdl_fast_h64 / _h16 small tiles (112 / 448 splits at H = 7168; post_pre's 16 x 64
+    # spills: 255 registers + 80 bytes of stack; its 16 x 16 on sm_120a: 128 + 8, the sweeps target
+    # the H200)
+    tiles += [("pre", _config.StreamConfig(16, 64, 4, 2)), ("pre", _config.StreamConfig(16, 16, 4, 2))]
+    tiles += [("post_pre", _config.StreamConfig(16, 16, 4, 2))] if cc == 90 else []
+    for form, tile in tiles:
+        tile = dataclasses.replace(tile, pdl=True)
+        consts = _kernel.stream_constexprs(7168, _kernel.MODES[form], tile)
+        assert consts["PDL"] == 1
+        compiled = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc)
+        _check(compiled, f"{form} pdl", mma=form != "post")
+        _check_gdc_first(compiled.asm["ptx"], form)
+    for tile in (cfg.row_small, cfg.row_large):
+        tile = dataclasses.replace(tile, pdl=True)
+        compiled = _compile(_kernel_row._mhc_row_kernel, APPLY_SIG, _kernel_row.row_constexprs(7168, tile),
+                            tile.num_warps, 1, cc)  # fmt: skip
+        _check(compiled, "row pdl", mma=False)
+        _check_gdc_first(compiled.asm["ptx"], "row")
+
+
+def _check_gdc_first(ptx, what):
+    wait, launch = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
+    first_load = min(i for i in (ptx.find("ld.global"), ptx.find("cp.async")) if i >= 0)
+    assert 0 <= wait < launch < first_load, f"{what}: griddepcontrol not before the first global load"

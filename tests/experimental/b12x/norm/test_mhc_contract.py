@@ -561,3 +561,22 @@ def test_default_selection_by_arch():
     assert _config.default_config("sm_120a") == _config.fused_config("sm_120a")
     jobs = {(k.__name__, args[0]) for k, args in mhc.plan(caps(max_tokens=8192)).kernels(cfg, "sm_90a")}
     assert ("compile_split_fn", "bfloat16") in jobs and not any(k == "compile_fused" for k, _ in jobs)
+
+
+def test_pdl_and_fast_config():
+    """with_pdl marks every two-pass tile (pass 1, row and wide pass 2) for programmatic dependent
+    launch, and fast the wide pass 2's Sinkhorn; they are new compile jobs, the default has neither."""
+    for cls, kw in ((_config.StreamConfig, dict(block_t=16, block_h=32)), (_config.RowConfig, {})):
+        with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}.pdl must be a bool, got 1")):
+            cls(**kw, pdl=1)
+    with pytest.raises(ValueError, match=re.escape("WideConfig.fast must be a bool, got 'yes'")):
+        _config.WideConfig(fast="yes")
+    cfg = _config.default_config("sm_90a")
+    pdl = _config.with_pdl(cfg, fast=True)
+    tiles = [pdl.stream(f, t) for f in ("pre", "post_pre", "bcast", "post") for t in (1, 65)]
+    assert all(t.pdl for t in tiles + [pdl.apply(1), pdl.apply(65), pdl.wide]) and pdl.wide.fast
+    assert not any(t.pdl for t in [cfg.stream("pre", 1), cfg.apply(65), cfg.wide]) and not cfg.wide.fast
+    assert _config.with_pdl(cfg).wide == dataclasses.replace(cfg.wide, pdl=True)
+    p = mhc.plan(caps(max_tokens=100))
+    jobs, base = set(p.kernels(pdl, "sm_90a")), set(p.kernels(cfg, "sm_90a"))
+    assert len(jobs) == len(base) and len(jobs & base) == 1  # only the fn split launch is shared

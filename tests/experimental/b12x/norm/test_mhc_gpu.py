@@ -194,6 +194,9 @@ PASS2 = {
     ),
     "wide": _config.MhcConfig(wide=_config.WideConfig()),
     "tiny": _config.MhcConfig(tiny=_config.WideConfig()),
+    # the default with every two-pass kernel launched with programmatic dependent launch (pass 2
+    # waiting in griddepcontrol.wait on pass 1) and the wide pass 2's approximate Sinkhorn reciprocals
+    "pdl_fast": _config.with_pdl(_config.default_config("sm_90a"), fast=True),
 }
 
 
@@ -253,7 +256,7 @@ def test_split_k_cap_and_float16():
 
 
 @pytest.mark.parametrize(
-    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre"]
+    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast"]
 )  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256
@@ -436,7 +439,28 @@ def counting_kind(p, kind):
     return launched
 
 
-SMALL_T = {"wide": ("compile_wide", "wide"), "tiny": ("compile_tiny", "tiny")}
+_PDL_FAST = PASS2["pdl_fast"]
+SMALL_T = {
+    "wide": ("compile_wide", _config.MhcConfig(wide=_config.WideConfig())),
+    "tiny": ("compile_tiny", _config.MhcConfig(tiny=_config.WideConfig())),
+    # bench_norm's T = 1 candidates: PDL + fast Sinkhorn, with pass 1's small tiles 64 / 16 wide
+    "pdl_fast": ("compile_wide", _PDL_FAST),
+    "pdl_fast_h64": (
+        "compile_wide",
+        dataclasses.replace(
+            _PDL_FAST,
+            pre_small=_config.StreamConfig(16, 64, 4, 2, pdl=True),
+        ),
+    ),
+    "pdl_fast_h16": (
+        "compile_wide",
+        dataclasses.replace(
+            _PDL_FAST,
+            pre_small=_config.StreamConfig(16, 16, 4, 2, pdl=True),
+            post_pre_small=_config.StreamConfig(16, 16, 4, 2, pdl=True),
+        ),
+    ),
+}
 
 
 @pytest.mark.parametrize("variant", list(SMALL_T))
@@ -446,8 +470,7 @@ def test_small_t_variants_without_norm_weight(variant, hidden, tokens):
     """The wide pass 2 / tiny one launch run at T <= 4 without a norm weight: pre, broadcast (fn
     folded and not) and post_pre (in place and not), three rounds of fresh inputs and NaN-poisoned
     outputs and partials; the tiny kernel's 3 counters are back at 0 after each call."""
-    kind, field = SMALL_T[variant]
-    cfg = _config.MhcConfig(**{field: _config.WideConfig()})
+    kind, cfg = SMALL_T[variant]
     p = prepared(hidden, max_tokens=64, override=cfg)
     launched = counting_kind(p, kind)
     counter = p.state.scratch["counter"]

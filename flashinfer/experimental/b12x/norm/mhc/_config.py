@@ -35,17 +35,27 @@ class StreamConfig:
     # launch before pass 1 splits fn once into hi + lo in the activation dtype: no split ALU in the
     # loop), "hi" (that launch keeps hi only: one dot a step; fn rounded to the activation dtype)
     fn_split: str = "kernel"
+    # programmatic dependent launch (sm_90+): launched with launch_pdl, the kernel waits on the one
+    # before it (griddepcontrol.wait) before its first load, then lets the next one launch its programs
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
+        _check_bools("StreamConfig", self, ("pdl",))
         _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq, self.fn_split)
 
 
 SQ_MODES = ("auto", "step", "lazy", "gram", "diag")
 FN_SPLITS = ("kernel", "pre", "hi")  # _kernel.FN_SPLIT_MODES
+
+
+def _check_bools(cls: str, config, names) -> None:
+    for name in names:
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f"{cls}.{name} must be a bool, got {getattr(config, name)!r}")
 
 
 def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str, fn_split: str) -> None:
@@ -104,6 +114,7 @@ class RowConfig:
     # the weights (pre, post, comb: softmax + Sinkhorn) as per-thread scalars from one [block_s, 32]
     # partial reduction (_kernel_wide's finish) instead of [4] / [4, 4] tiles reduced across lanes
     scalar: bool = False
+    pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl
 
     def __post_init__(self) -> None:
         for name in ("block_h", "block_s", "num_warps"):
@@ -112,8 +123,7 @@ class RowConfig:
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
-        if not isinstance(self.scalar, bool):
-            raise ValueError(f"RowConfig.scalar must be a bool, got {self.scalar!r}")
+        _check_bools("RowConfig", self, ("scalar", "pdl"))
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 
@@ -155,12 +165,18 @@ class WideConfig:
     block_y: int = 256
     block_s: int = 256
     num_warps: int = 4
+    pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl (pass 2 only: tiny is one launch)
+    # the Sinkhorn rounds' row / column sums as trees and their reciprocals as rsqrt.approx squared
+    # (MUFU.RSQ + FMUL, ~2^-22 relative) instead of div.full's range-checked sequence: ~35 instead of
+    # ~65 dependent cycles per half-round (SASS, sm_90a), 40 half-rounds on program 0's critical path
+    fast: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "block_y", "block_s", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"WideConfig.{name} must be a power of two >= 1, got {v!r}")
+        _check_bools("WideConfig", self, ("pdl", "fast"))
         if self.block_y < 32:
             raise ValueError(f"WideConfig.block_y must be >= 32, got {self.block_y}")
 
@@ -442,6 +458,17 @@ def default_config(arch: str | None) -> MhcConfig:
     return dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
     )
+
+
+def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
+    """`config` with every two-pass kernel (pass-1 tiles, the row and wide pass 2) launched with
+    programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
+    reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
+    forms = ("pre_small", "pre_large", "post_pre_small", "post_pre_large", "bcast", "post", "row_small", "row_large")
+    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in forms}
+    if config.wide is not None:
+        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, fast=fast or config.wide.fast)
+    return dataclasses.replace(config, **tiles)
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):

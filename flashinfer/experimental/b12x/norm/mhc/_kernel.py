@@ -304,7 +304,9 @@ def _mhc_stream_kernel(
     BLOCK_H: tl.constexpr,
     SQ_MODE: tl.constexpr,  # 0 per-step reduction, 1 elementwise (PRE only), 2 gram, 3 diag (stream_constexprs)
     FN_SPLIT: tl.constexpr,  # PRE: 0 fp32 fn, 1 pre-split hi + lo, 2 hi only (_pass1_tile)
+    PDL: tl.constexpr,  # programmatic dependent launch (StreamConfig.pdl)
 ):
+    _gdc_enter(PDL)
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -566,6 +568,30 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def pdl_constexpr(pdl: bool) -> int:
+    """A tile's PDL constexpr: 0 under the CPU interpreter (it has no griddepcontrol; the math is the same)."""
+    return int(pdl and not _interpreting())
+
+
+def launch_options(pdl: bool = False) -> dict:
+    """Compile / launch options of a kernel whose PDL constexpr is pdl_constexpr(pdl): the same for
+    warmup and launch (launch_pdl is part of Triton's compile key)."""
+    if _interpreting():
+        return {}
+    return _OPTS | ({"launch_pdl": True} if pdl else {})
+
+
+@triton.jit
+def _gdc_enter(PDL: tl.constexpr):
+    """Programmatic dependent launch (a PDL tile, launched with launch_pdl): wait until the kernel
+    before this one has finished and its writes are visible, then let the next kernel launch its
+    programs (a PDL kernel waits likewise before its first load, so inputs written by any earlier
+    kernel are visible to it). Call before the first global load; nothing when PDL is 0."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
     """Pass 1's constexprs (also the one-launch kernel's: `config` may be a FusedConfig).
 
@@ -579,7 +605,10 @@ def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
     if mode == MODE_POST or (sq == 1 and mode != MODE_PRE):
         sq = 0
     fn_split = FN_SPLIT_MODES[config.fn_split] if mode == MODE_PRE else 0
-    return dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq, FN_SPLIT=fn_split)
+    out = dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq, FN_SPLIT=fn_split)
+    if isinstance(config, StreamConfig):  # (the one-launch kernel has no PDL)
+        out["PDL"] = pdl_constexpr(config.pdl)
+    return out
 
 
 FN_SPLIT_MODES = {"kernel": 0, "pre": 1, "hi": 2}  # StreamConfig.fn_split -> _pass1_tile's FN_SPLIT
@@ -636,7 +665,7 @@ def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, co
         **stream_constexprs(hidden, mode, config),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(config.pdl),
     )
 
 
@@ -698,7 +727,7 @@ def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, dev
             num_warps=config.num_warps,
             num_stages=config.num_stages,
             grid=(1, 1),
-            **_OPTS,
+            **launch_options(config.pdl),
         )
     return functools.partial(launch_stream, MODES[mode], hidden, config)
 

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import RowConfig
+from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pdl_constexpr
 from ._kernel_wide import _pick, _post_comb
 
 
@@ -61,7 +62,9 @@ def _mhc_row_kernel(
     BLOCK_S: tl.constexpr,  # partial rows per step of the split sum
     STAGES: tl.constexpr,  # chunked rows: the y loop's pipeline depth (RowConfig.stages)
     SCALAR: tl.constexpr,  # the weights as per-thread scalars (RowConfig.scalar; _kernel_wide._post_comb)
+    PDL: tl.constexpr,  # programmatic dependent launch (RowConfig.pdl)
 ):
+    _gdc_enter(PDL)
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
@@ -85,7 +88,7 @@ def _mhc_row_kernel(
         rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
         pre = tl.sum(tl.where(c[None, :] == i4[:, None], tot[None, :], 0.0), axis=1)
         pre = tl.sigmoid(pre * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
-        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps)
+        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, False)
     else:
         # The mixes: partials summed over the splits (elementwise per step, one reduction at the end).
         ss = tl.arange(0, BLOCK_S)
@@ -141,19 +144,20 @@ def _mhc_row_kernel(
             tl.store(y_row + h0 + hh, (y * inv * w).to(y_ptr.dtype.element_ty), mask=hm)
 
 
-_OPTS = {"enable_fp_fusion": True}
-
-
 def row_tile(hidden: int, config: RowConfig) -> tuple[int, int]:
     """(BLOCK_H, BLOCK_S) of `config` at `hidden`: the row in one tile up to config.block_h."""
     return min(config.block_h, triton.next_power_of_2(hidden)), config.block_s
 
 
+def row_constexprs(hidden: int, config: RowConfig) -> dict:
+    """The row kernel's constexprs for `config` at `hidden`."""
+    block_h, block_s = row_tile(hidden, config)
+    return dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=config.stages, SCALAR=config.scalar,
+                PDL=pdl_constexpr(config.pdl))  # fmt: skip
+
+
 def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
     """Pass 2 over T tokens (one program each); same arguments as _kernel.launch_apply."""
-    from ._kernel import _interpreting
-
-    block_h, block_s = row_tile(hidden, config)
     _mhc_row_kernel[(T,)](
         src,
         part,
@@ -172,35 +176,24 @@ def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, wei
         float(s["rms_eps"]),
         float(s["hc_eps"]),
         float(s["norm_eps"]),
-        H=hidden,
-        BLOCK_H=block_h,
-        BLOCK_S=block_s,
-        STAGES=config.stages,
-        SCALAR=config.scalar,
+        **row_constexprs(hidden, config),
         num_warps=config.num_warps,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(config.pdl),
     )
 
 
 @kernel("norm.mhc", backend="triton")
 def compile_row(dtype: str, hidden: int, weight_dtype: str, config: RowConfig, device_index: int, arch: str):
     """The row pass 2 for one norm weight dtype (the broadcast form is a runtime stride)."""
-    from ._kernel import _TL_DTYPES, _fake
-
     act, f32 = _TL_DTYPES[dtype], torch.float32
     args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act))
     args += (_fake(f32), _fake(f32), 1, 1, 1, 4 * hidden, hidden, 1, 1e-6, 1e-6, 1e-6)
-    block_h, block_s = row_tile(hidden, config)
     with torch.cuda.device(device_index):
         _mhc_row_kernel.warmup(
             *args,
-            H=hidden,
-            BLOCK_H=block_h,
-            BLOCK_S=block_s,
-            STAGES=config.stages,
-            SCALAR=config.scalar,
+            **row_constexprs(hidden, config),
             num_warps=config.num_warps,
             grid=(1,),
-            **_OPTS,
+            **launch_options(config.pdl),
         )
     return functools.partial(launch_row, hidden, config)

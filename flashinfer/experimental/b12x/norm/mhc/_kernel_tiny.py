@@ -66,6 +66,7 @@ def _mhc_tiny_kernel(
     FN_SPLIT: tl.constexpr,  # 0: fp32 fn (tiny_constexprs; one launch, no split launch before it)
     BLOCK_Y: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    FAST: tl.constexpr,  # WideConfig.fast: the Sinkhorn's approximate reciprocals
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     N_Y: tl.constexpr = H // BLOCK_Y
@@ -106,7 +107,7 @@ def _mhc_tiny_kernel(
             row_ptr = res_ptr + tok * (4 * H)
             stream_stride = H
         _wide_finish(row_ptr, stream_stride, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr, comb_ptr, tok, pid_h,
-                     T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, ".cg")  # fmt: skip
+                     T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, ".cg", FAST)  # fmt: skip
         tl.debug_barrier()
         done = tl.atomic_add(cnt_ptr + 2, 1, sem="acq_rel", scope="gpu")
         if done == T * N_Y - 1:  # the last consumer: every ticket was taken, every producer arrived
@@ -121,7 +122,8 @@ COUNTERS = 3  # int32 counters the tiny kernel uses (the plan's "counter" scratc
 
 def tiny_constexprs(hidden: int, mode: int, stream: StreamConfig, wide: WideConfig) -> dict:
     block_y, block_s = wide_tile(hidden, wide)
-    return stream_constexprs(hidden, mode, stream) | dict(FN_SPLIT=0, BLOCK_Y=block_y, BLOCK_S=block_s)
+    consts = {k: v for k, v in stream_constexprs(hidden, mode, stream).items() if k != "PDL"}  # one launch: no PDL
+    return consts | dict(FN_SPLIT=0, BLOCK_Y=block_y, BLOCK_S=block_s, FAST=int(wide.fast))
 
 
 def tiny_warps(stream: StreamConfig, wide: WideConfig) -> int:

@@ -27,6 +27,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import WideConfig
+from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pdl_constexpr
 
 
 @triton.jit
@@ -52,7 +53,17 @@ def _scale4(a, b, c, d, s):
 
 
 @triton.jit
-def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps):
+def _normalize4(a, b, c, d, hc_eps, FAST: tl.constexpr):
+    """(a, b, c, d) / (a + b + c + d + hc_eps). FAST: the sum as a tree and the reciprocal as
+    rsqrt.approx squared (the sum is >= hc_eps > 0; ~2^-22 relative): a shorter dependent chain."""
+    if FAST:
+        r = tl.rsqrt((a + b) + (c + d) + hc_eps)
+        return _scale4(a, b, c, d, r * r)
+    return _scale4(a, b, c, d, 1.0 / (a + b + c + d + hc_eps))
+
+
+@triton.jit
+def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST: tl.constexpr):
     """post [4] and comb [4, 4] of one token from its summed mixes v [32] (scalars throughout)."""
     i4 = tl.arange(0, 4)
     z = tl.sum(tl.where(c[None, :] == i4[:, None] + 4, v[None, :], 0.0), axis=1)  # [4] post logits
@@ -89,14 +100,14 @@ def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_
         hc_eps,
     )
     for _ in range(sinkhorn_iters):  # rows, then columns; reciprocals, then multiplies
-        a00, a01, a02, a03 = _scale4(a00, a01, a02, a03, 1.0 / (a00 + a01 + a02 + a03 + hc_eps))
-        a10, a11, a12, a13 = _scale4(a10, a11, a12, a13, 1.0 / (a10 + a11 + a12 + a13 + hc_eps))
-        a20, a21, a22, a23 = _scale4(a20, a21, a22, a23, 1.0 / (a20 + a21 + a22 + a23 + hc_eps))
-        a30, a31, a32, a33 = _scale4(a30, a31, a32, a33, 1.0 / (a30 + a31 + a32 + a33 + hc_eps))
-        a00, a10, a20, a30 = _scale4(a00, a10, a20, a30, 1.0 / (a00 + a10 + a20 + a30 + hc_eps))
-        a01, a11, a21, a31 = _scale4(a01, a11, a21, a31, 1.0 / (a01 + a11 + a21 + a31 + hc_eps))
-        a02, a12, a22, a32 = _scale4(a02, a12, a22, a32, 1.0 / (a02 + a12 + a22 + a32 + hc_eps))
-        a03, a13, a23, a33 = _scale4(a03, a13, a23, a33, 1.0 / (a03 + a13 + a23 + a33 + hc_eps))
+        a00, a01, a02, a03 = _normalize4(a00, a01, a02, a03, hc_eps, FAST)
+        a10, a11, a12, a13 = _normalize4(a10, a11, a12, a13, hc_eps, FAST)
+        a20, a21, a22, a23 = _normalize4(a20, a21, a22, a23, hc_eps, FAST)
+        a30, a31, a32, a33 = _normalize4(a30, a31, a32, a33, hc_eps, FAST)
+        a00, a10, a20, a30 = _normalize4(a00, a10, a20, a30, hc_eps, FAST)
+        a01, a11, a21, a31 = _normalize4(a01, a11, a21, a31, hc_eps, FAST)
+        a02, a12, a22, a32 = _normalize4(a02, a12, a22, a32, hc_eps, FAST)
+        a03, a13, a23, a33 = _normalize4(a03, a13, a23, a33, hc_eps, FAST)
     # one [16] store: entry k = 4 i + j
     k = tl.arange(0, 16)
     out = tl.where(k == 0, a00, tl.where(k == 1, a01, tl.where(k == 2, a02, tl.where(k == 3, a03, 0.0))))
@@ -127,6 +138,7 @@ def _wide_finish(
     BLOCK_Y: tl.constexpr,
     BLOCK_S: tl.constexpr,
     CACHE: tl.constexpr,  # "" in pass 2; ".cg" in the one-launch kernel (written by other SMs this launch)
+    FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
 ):
     """Columns [pid_h * BLOCK_Y, +BLOCK_Y) of token tok's y; with pid_h == 0 also its post and comb."""
     i4 = tl.arange(0, 4)
@@ -153,7 +165,7 @@ def _wide_finish(
     y = tl.sum(pre[:, None] * v, axis=0)
     tl.store(y_ptr + tok * H + h, y.to(y_ptr.dtype.element_ty))
     if pid_h == 0:
-        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps)
+        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST)
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride"])
@@ -175,16 +187,16 @@ def _mhc_wide_kernel(
     H: tl.constexpr,
     BLOCK_Y: tl.constexpr,  # columns of y per program (divides H)
     BLOCK_S: tl.constexpr,  # partial rows per step of the split sum
+    PDL: tl.constexpr,  # programmatic dependent launch (WideConfig.pdl)
+    FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
 ):
+    _gdc_enter(PDL)
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
     _wide_finish(src_ptr + tok * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr,
                  comb_ptr, tok, tl.program_id(1), T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y,
-                 BLOCK_S, "")  # fmt: skip
-
-
-_OPTS = {"enable_fp_fusion": True}
+                 BLOCK_S, "", FAST)  # fmt: skip
 
 
 def wide_tile(hidden: int, config: WideConfig) -> tuple[int, int]:
@@ -192,12 +204,16 @@ def wide_tile(hidden: int, config: WideConfig) -> tuple[int, int]:
     return min(config.block_y, hidden & -hidden), config.block_s
 
 
+def wide_constexprs(hidden: int, config: WideConfig) -> dict:
+    """The wide kernel's constexprs for `config` at `hidden`."""
+    block_y, block_s = wide_tile(hidden, config)
+    return dict(H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s, PDL=pdl_constexpr(config.pdl), FAST=int(config.fast))
+
+
 def launch_wide(hidden: int, config: WideConfig, src, part, hc_scale, hc_base, y, post, comb, *, T, splits, **s):
     """The wide pass 2 over T tokens (no norm weight): grid (T, hidden / BLOCK_Y)."""
-    from ._kernel import _interpreting
-
-    block_y, block_s = wide_tile(hidden, config)
-    _mhc_wide_kernel[(T, hidden // block_y)](
+    consts = wide_constexprs(hidden, config)
+    _mhc_wide_kernel[(T, hidden // consts["BLOCK_Y"])](
         src,
         part,
         hc_scale,
@@ -212,25 +228,19 @@ def launch_wide(hidden: int, config: WideConfig, src, part, hc_scale, hc_base, y
         0 if src.dim() == 2 else hidden,
         float(s["rms_eps"]),
         float(s["hc_eps"]),
-        H=hidden,
-        BLOCK_Y=block_y,
-        BLOCK_S=block_s,
+        **consts,
         num_warps=config.num_warps,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(config.pdl),
     )
 
 
 @kernel("norm.mhc", backend="triton")
 def compile_wide(dtype: str, hidden: int, config: WideConfig, device_index: int, arch: str):
     """The wide pass 2 (the broadcast form is a runtime stride)."""
-    from ._kernel import _TL_DTYPES, _fake
-
     act, f32 = _TL_DTYPES[dtype], torch.float32
     args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32))
     args += (1, 1, 1, 4 * hidden, hidden, 1e-6, 1e-6)
-    block_y, block_s = wide_tile(hidden, config)
+    consts = wide_constexprs(hidden, config)
     with torch.cuda.device(device_index):
-        _mhc_wide_kernel.warmup(
-            *args, H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s, num_warps=config.num_warps, grid=(1, 1), **_OPTS
-        )
+        _mhc_wide_kernel.warmup(*args, **consts, num_warps=config.num_warps, grid=(1, 1), **launch_options(config.pdl))
     return functools.partial(launch_wide, hidden, config)
