@@ -145,6 +145,24 @@ def expand_v_block(raw, frag, kb: cutlass.Constexpr):
 
 
 @cute.jit
+def _pow2_scale(amax, sRed, tidx, threads: cutlass.Constexpr):
+    """The fp8 Q staging's scale (`stage_q_fp16`, `stage_q_fp16_vec`): the CTA-wide max of each
+    thread's `amax` (a warp butterfly, then the warps' maxima through sRed: one barrier) and the
+    power of two 2^e that puts it in [2^13, 2^14), e clamped to normal exponents; returns (2^e, 2^-e)."""
+    for off in cutlass.range_constexpr(5):
+        amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
+    if tidx % 32 == 0:
+        sRed[tidx // 32] = amax
+    cute.arch.sync_threads()
+    amax = sRed[0]
+    for w in cutlass.range_constexpr(1, threads // 32):
+        amax = cute.arch.fmax(amax, sRed[w])
+    exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
+    shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
+    return bits_f32((127 + shift) << 23), bits_f32((127 - shift) << 23)
+
+
+@cute.jit
 def stage_q_fp16(
     sQraw,
     sQ,
@@ -160,27 +178,16 @@ def stage_q_fp16(
     e puts max|q| over the first `amax_rows` rows in [2^13, 2^14): fp16 (normal from 2^-14) keeps
     every bf16 mantissa bit of each element above 2^-27 of that maximum, far from fp16 overflow.
     Needs a CTA barrier-free entry (it syncs once) and sRed of threads // 32 floats."""
-    warps = threads // 32
     amax = Float32(0.0)
     for e in range(tidx, amax_rows * d, threads):
         amax = cute.arch.fmax(amax, cute.math.absf(sQraw[e // d, e % d].to(Float32)))
-    for off in cutlass.range_constexpr(5):
-        amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
-    if tidx % 32 == 0:
-        sRed[tidx // 32] = amax
-    cute.arch.sync_threads()
-    amax = sRed[0]
-    for w in cutlass.range_constexpr(1, warps):
-        amax = cute.arch.fmax(amax, sRed[w])
-    exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
-    shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
-    scale = bits_f32((127 + shift) << 23)
+    scale, unscale = _pow2_scale(amax, sRed, tidx, threads)
     for e in range(tidx, rows * d, threads):
         r = e // d
         c = e % d
         d16 = c % 16
         sQ[r, c - d16 + q_dim_slot(d16)] = (sQraw[r, c].to(Float32) * scale).to(cutlass.Float16)
-    return bits_f32((127 - shift) << 23)
+    return unscale
 
 
 @cute.jit
@@ -200,7 +207,6 @@ def stage_q_fp16_vec(
     thread: rows * d / 16 / threads (1 for 16 x 128 at 4 warps). Same barrier contract."""
     blocks_per_row = d // 16
     per_thread = (rows * blocks_per_row + threads - 1) // threads
-    warps = threads // 32
     src = cute.flat_divide(sQraw, (1, 16))  # (1, 16, rows, d / 16)
     dst = cute.flat_divide(sQ, (1, 16))
     held = cute.make_rmem_tensor(cute.make_layout((16, per_thread), stride=(1, 16)), sQraw.element_type)
@@ -214,17 +220,7 @@ def stage_q_fp16_vec(
                 vals = held[None, i].load().to(Float32)
                 for j in cutlass.range_constexpr(16):
                     amax = cute.arch.fmax(amax, cute.math.absf(vals[j]))
-    for off in cutlass.range_constexpr(5):
-        amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=16 >> off))
-    if tidx % 32 == 0:
-        sRed[tidx // 32] = amax
-    cute.arch.sync_threads()
-    amax = sRed[0]
-    for w in cutlass.range_constexpr(1, warps):
-        amax = cute.arch.fmax(amax, sRed[w])
-    exp = ((f32_bits(amax) >> 23) & 0xFF) - 127
-    shift = cutlass.min(cutlass.max(13 - exp, -126), 126)
-    scale = bits_f32((127 + shift) << 23)
+    scale, unscale = _pow2_scale(amax, sRed, tidx, threads)
     out = cute.make_rmem_tensor(cute.make_layout(16), cutlass.Float16)
     for i in cutlass.range_constexpr(per_thread):
         blk = tidx + i * threads
@@ -233,4 +229,4 @@ def stage_q_fp16_vec(
             for j in cutlass.range_constexpr(16):
                 out[q_dim_slot(j)] = (vals[j] * scale).to(cutlass.Float16)
             cute.autovec_copy(out, dst[0, None, blk // blocks_per_row, blk % blocks_per_row])
-    return bits_f32((127 - shift) << 23)
+    return unscale
