@@ -22,6 +22,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     persistent_grid_rows,
     persistent_items,
     schedule_reference,
+    split_schedule,
 )
 from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_attention_reference
 
@@ -309,3 +310,35 @@ def test_direct_items_is_the_schedule_when_nothing_splits(batch, window_left):
             for b, n in enumerate(lens):
                 visible = n if window_left < 0 else min(n, window_left + 1)
                 assert tuple(work[b]) == (b, n - visible, n, 0)
+
+
+def test_min_chunk_16_key_fills_switch(monkeypatch):
+    """_config.MIN_CHUNK_16_KEY_FILLS: fp8's two-page 4x32x3 gets bf16's 256-key shortest chunk (512
+    without), so B=1 L=1k / 8k and B=8 L=1k split into more, shorter items and the long shapes split as
+    before; the decode and its merge on such a split still match the reference."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    fp8, bf16, args = DecodeConfig(4, 32, 3), DecodeConfig(4, 16, 3), (128, 8, 132, "sm_90a")
+    assert split_schedule(fp8, "float8_e4m3fn", *args).min_chunk == 512
+    assert split_schedule(bf16, "bfloat16", *args).min_chunk == 256
+    monkeypatch.setattr(_config, "MIN_CHUNK_16_KEY_FILLS", True)
+    sched = split_schedule(fp8, "float8_e4m3fn", *args)
+    assert sched.min_chunk == 256 and split_schedule(bf16, "bfloat16", *args).min_chunk == 256
+    for lens, items in (
+        ([1024], 4),
+        ([8192], 32),
+        ([1024] * 8, 24),
+        ([32768], 32),
+        ([8192] * 8, 32),
+        ([1024] * 32, 32),
+    ):
+        assert schedule_reference(lens, -1, len(lens) + sched.target_items, sched)[2] == items, lens
+    case = make_case([1024, 300, 0], num_q_heads=8, num_kv_heads=2, head_dim=64, kv_dtype=torch.float8_e4m3fn, seed=3)
+    small = ScheduleConfig(fp8.tile_keys, 8, sched.min_chunk)
+    out, lse, count = emulate(case, decode=DecodeConfig(4, 32, 3, fused_merge=True), schedule=small)
+    assert count == 5  # 3 items of the 1k request (chunk 384), one each for the others
+    ref_out, ref_lse = paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+        k_descale=case.k_descale, v_descale=case.v_descale,
+    )  # fmt: skip
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-4)

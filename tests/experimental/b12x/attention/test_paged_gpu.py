@@ -268,6 +268,22 @@ def test_default_switches_on_match_reference(kv_dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_min_chunk_16_key_fills_switch_matches_reference(kv_dtype, monkeypatch):
+    """_config.MIN_CHUNK_16_KEY_FILLS on: the plan's own heuristic path on the small split shapes it
+    changes (B=1 L=1k / 8k, B=8 L=1k: shorter items, more of them to merge) and a ragged batch."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    monkeypatch.setattr(_config, "MIN_CHUNK_16_KEY_FILLS", True)
+    for lens in ([1024], [8192], [1024] * 8, [0, 1, 17, 1000, 8192, 4097, 65, 300]):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                         kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 3)  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype))
+        assert plan.state.selection.schedule.min_chunk == 256
+        for _ in range(2):
+            check(plan, case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_direct_items_equal_the_scan(kv_dtype):
     """direct_items with a target at or below B (nothing splits): sliding windows, sinks, empty and
     one-key requests; outputs bit-equal to the same config finding its rows by the scan, and the

@@ -226,6 +226,13 @@ FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps 
 # bf16, docs/performance.md): "hfs" beat the three-launch "heuristic" in every case, B=1 L=1k 18.4 ->
 # 13.5 µs, L=32k 60.1 -> 52.0, B=8 L=1k 29.6 -> 23.7, L=8k 85.8 -> 80.7.
 FUSED_BY_DEFAULT = True
+# split_schedule's shortest chunk counts pipeline fills of 16-key sub-tiles (True) instead of the
+# config's own sub-tiles (False): fp8's two-page default 4x32x3 then keeps bf16's 256 keys instead of
+# 512, so the small split shapes get shorter items (B=1 L=1k: 2 -> 4 items a head, B=1 L=8k: 16 -> 32,
+# B=8 L=1k: 16 -> 24), each warp 2 sub-tiles in flight at once instead of 4 in two rounds; a batch
+# whose total exceeds (target_items - B) x 512 keys splits as before. For the lead after the ':m256'
+# rows of the session-7 sweep (docs/predictions/attention.md); off until measured.
+MIN_CHUNK_16_KEY_FILLS = False
 
 
 @dataclass(frozen=True)
@@ -297,17 +304,18 @@ def split_schedule(
       one per request made 72 items, 2.2 waves, at B=8 L=32k; bench_attention --decode-configs
       times both).
     - min_chunk: two pipeline fills of the CTA (2 * warps * (stages - 1) * keys_per_warp; 256 keys
-      for 4 x 16 x 3). A CTA's fixed cost is about one memory latency (Q and the first sub-tiles
+      for 4 x 16 x 3; with MIN_CHUNK_16_KEY_FILLS a fill counts 16-key sub-tiles). A CTA's fixed cost is about one memory latency (Q and the first sub-tiles
       travel together, then the partial row, the ticket and the merge); with two fills the KV
       stream still takes about two thirds of a shortest item's time.
     - tile_keys: items start on CTA-round boundaries, so no warp gets an extra partial sub-tile.
     Unmeasured as a whole; the choice it replaces (66 items, 256 keys) measured 0.70x FlashInfer at
     B=1 (docs/performance.md)."""
     slots = resident_ctas(kv_dtype, head_dim, decode, arch) * sm_count
+    fill_keys = 16 if MIN_CHUNK_16_KEY_FILLS else decode.keys_per_warp
     return ScheduleConfig(
         tile_keys=decode.tile_keys,
         target_items=max(1, _ceil_div(slots, num_kv_heads)),
-        min_chunk=max(decode.tile_keys, 2 * decode.keys_in_flight),
+        min_chunk=max(decode.tile_keys, 2 * decode.warps * (decode.stages - 1) * fill_keys),
     )
 
 
