@@ -16,9 +16,9 @@ the copy ceiling uses the minimum above; the targets are >= 75% of it at T >= 10
 and run_post_pre at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick
 the heuristic: `--sweep --variants fused_default` times the default against session 6's (the
 one-launch pre from 8192 tokens) in one run (fused_* variants: other one-launch tiles, all derived
-from fused_default). --per-pass also times pass 1 and pass 2 of pre and
-post_pre alone (rows "pre.pass1", ...), each through the plan's own two-pass launchers (api._stream
-/ api._apply; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
+from fused_default). --per-pass also times pass 1 and pass 2 of pre and post_pre alone (rows
+"pre.pass1", ...), each through the plan's own two-pass launchers (_stream / _apply of
+norm.mhc._execute; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
 implemented (pass_bytes); their sum against the whole call shows the launch gap.
 Without --json the report goes to $OUT/b12x_bench_norm.json when $OUT is set.
 """
@@ -75,16 +75,17 @@ def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem:
     raise ValueError(f"pass_bytes: op must be pre or post_pre and which pass1 or pass2, got {op!r}, {which!r}")
 
 
-def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
-    """(splits, {"pass1": fn, "pass2": fn}) of `op` through the plan's launchers, exactly as
-    api.execute_pre / execute_post_pre issue them. Pass 1 runs once here so that pass 2, timed alone,
-    reads partials of this very call; `outs` holds y, post, comb (and residual for post_pre)."""
+def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
+    """(splits, {"pass1": fn, "pass2": fn}) of `op` through the plan's launchers (`ex`: the module
+    norm.mhc._execute), exactly as its execute_pre / execute_post_pre issue them. Pass 1 runs once
+    here so that pass 2, timed alone, reads partials of this very call; `outs` holds y, post, comb
+    (and residual for post_pre)."""
     res, x, post, comb, fn = ins["residual"], ins["x"], ins["post"], ins["comb"], ins["fn"]
     t = res.shape[0]
     pouts = {"y_out": outs["y"], "post_out": outs["post"], "comb_out": outs["comb"]}
-    api._launchers(plan)
+    ex._launchers(plan)
     if op == "pre":
-        pass1 = lambda: api._stream(plan, "pre", t, res, None, None, None, None, fn, None)  # noqa: E731
+        pass1 = lambda: ex._stream(plan, "pre", t, res, None, None, None, None, fn, None)  # noqa: E731
         src = res
     elif op == "post_pre":
         new = outs["residual"]
@@ -92,16 +93,16 @@ def per_pass_calls(api, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL)
         if sel.post_pre_split and t > sel.small_max_tokens:  # as execute_post_pre: post, then pre's pass 1
 
             def pass1():
-                api._stream(plan, "post", t, res, x, post, comb, new, api._workspace(plan, None), None)
-                return api._stream(plan, "pre", t, new, None, None, None, None, fn, None)
+                ex._stream(plan, "post", t, res, x, post, comb, new, ex._workspace(plan, None), None)
+                return ex._stream(plan, "pre", t, new, None, None, None, None, fn, None)
         else:
-            pass1 = lambda: api._stream(plan, "post_pre", t, res, x, post, comb, new, fn, None)  # noqa: E731
+            pass1 = lambda: ex._stream(plan, "post_pre", t, res, x, post, comb, new, fn, None)  # noqa: E731
         src = new
     else:
         raise ValueError(f"per_pass_calls: op must be pre or post_pre, got {op!r}")
     splits = pass1()
     hc, scal = (ins["hc_scale"], ins["hc_base"]), {"norm_eps": 0.0} | dict(scal)  # run_pre's default norm_eps
-    pass2 = lambda: api._apply(plan, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
+    pass2 = lambda: ex._apply(plan, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
     return splits, {"pass1": pass1, "pass2": pass2}
 
 
@@ -328,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import b12x
     from flashinfer.experimental.b12x.norm import mhc
-    from flashinfer.experimental.b12x.norm.mhc import api, reference
+    from flashinfer.experimental.b12x.norm.mhc import _execute, api, reference
 
     tokens = args.tokens or (QUICK_TOKENS if args.quick else TOKENS)
     for knob in ("recompile_limit", "cache_size_limit"):  # room for the peers' recompiles
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 if args.per_pass and op in ("pre", "post_pre"):
                     for name, p in plans.items():  # every variant's passes (a sweep's too)
-                        splits, passes = per_pass_calls(api, p, op, ins, outs)
+                        splits, passes = per_pass_calls(_execute, p, op, ins, outs)
                         reads = 1 if p.state.selection.pass2 == "row" else 2
                         for which, fn in passes.items():
                             pcase = Case(

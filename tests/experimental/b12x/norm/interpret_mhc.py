@@ -16,6 +16,7 @@ import torch
 from flashinfer.experimental.b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import (
     _config,
+    _execute,
     _kernel,
     _kernel_fused,
     _kernel_row,
@@ -278,7 +279,7 @@ def test_interpreter_bf16_rounding_is_patched():
 
 @pytest.mark.parametrize("op", ["pre", "post_pre"])
 def test_bench_per_pass_calls_match_the_entry_point(op, variant):
-    """bench_norm --per-pass times pass 1 and pass 2 through api._stream / api._apply: run back to
+    """bench_norm --per-pass times pass 1 and pass 2 through _execute._stream / _apply: run back to
     back they must write exactly what the entry point writes (same launchers, splits, workspace)."""
     from benchmarks.experimental.b12x import bench_norm
 
@@ -295,7 +296,7 @@ def test_bench_per_pass_calls_match_the_entry_point(op, variant):
         )
 
     outs = fresh()
-    splits, passes = bench_norm.per_pass_calls(api, p, op, ins, outs, scal)
+    splits, passes = bench_norm.per_pass_calls(_execute, p, op, ins, outs, scal)
     assert splits > 1 and set(passes) == {"pass1", "pass2"}
     passes["pass2"]()
     passes["pass1"]()  # timed alone and repeated: idempotent

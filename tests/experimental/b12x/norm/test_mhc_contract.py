@@ -10,7 +10,7 @@ import torch
 
 import b12x
 from b12x.norm import mhc
-from flashinfer.experimental.b12x.norm.mhc import _config, api
+from flashinfer.experimental.b12x.norm.mhc import _config, _validate, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
@@ -360,7 +360,7 @@ def test_functional_default_plan_grows_and_obeys_freeze():
         warnings.simplefilter("ignore")
         y = mhc.run_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS)[3]
     assert torch.equal(y, R.mhc_pre(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **SCALARS)[3])
-    first = api._default_plans[("cpu", 384, torch.bfloat16)]
+    first = _validate._default_plans[("cpu", 384, torch.bfloat16)]
     assert first.caps.max_tokens == 256
     b12x.freeze_kernel_resolution("test")
     try:
@@ -379,7 +379,7 @@ def test_functional_default_plan_grows_and_obeys_freeze():
             **SCALARS,
         )
     api.clear_caches()
-    assert not api._default_plans
+    assert not _validate._default_plans
 
 
 def test_custom_op_traces_with_torch_compile_on_cpu(prepared):

@@ -1,0 +1,215 @@
+"""norm.mhc execution on validated inputs (the entry points and the custom ops call these): the
+plan's resolved launchers, pass 1 / pass 2 / the one-launch kernels, and the CPU reference path.
+Nothing here compiles, allocates or syncs the host (CUDA-graph safe)."""
+
+from __future__ import annotations
+
+import functools
+
+from . import reference
+from ._config import RowConfig, split_for
+from ._plan import OP, MhcPlan, _dname, _sm_count
+from .reference import MIXES
+
+
+def _workspace(p: MhcPlan, binding):
+    scratch = binding.scratch if binding is not None else p.state.scratch
+    return scratch["partials"]
+
+
+def _launchers(p: MhcPlan) -> dict:
+    """The plan's resolved launchers, looked up once: run never compiles (it raises instead)."""
+    st = p.state
+    table = st.extra.get("launchers")
+    if table is None:
+        table = {}
+        for k, args in st.kernels:
+            if not k.resolved(*args):
+                raise RuntimeError(
+                    f"{OP}: kernel {k.key_summary(*args)} is no longer resolved in memory "
+                    "(clear_all_caches after preparation?); prepare the plan again in a PreparationSession"
+                )
+            table[(k.__name__, args[:-2])] = k(*args)
+        st.extra["launchers"] = table
+        st.extra["target_ctas"] = st.selection.ctas_per_sm * _sm_count(st.device)
+    return table
+
+
+def _launcher(p: MhcPlan, kind: str, key: tuple):
+    try:
+        return _launchers(p)[(kind, key)]
+    except KeyError:
+        raise ValueError(f"{OP}: this plan was prepared for forms {p.forms()}; {key[0]} is not one of them") from None
+
+
+def _target(p: MhcPlan) -> int:
+    """Pass 1's target program count (split_for)."""
+    return p.state.extra["target_ctas"]
+
+
+def _split_fn(p: MhcPlan, fn, binding):
+    """fn split once into hi, lo in the activation dtype (one launch) for a pre tile with
+    fn_split "pre" / "hi"; returns the scratch it wrote, viewed [48, 4H] like a fn."""
+    scratch = binding.scratch if binding is not None else p.state.scratch
+    out = scratch["fn_split"]
+    _launcher(p, "compile_split_fn", (_dname(p.caps.dtype), p.caps.hidden_size))(fn, out)
+    return out.view(2 * MIXES, -1)
+
+
+def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding) -> int:
+    """Pass 1 of `form` at t tokens; returns the number of splits it wrote."""
+    caps, cfg = p.caps, p.state.selection.stream(form, t)
+    if form == "pre" and cfg.fn_split != "kernel":
+        fn = _split_fn(p, fn, binding)
+    n_chunks = caps.hidden_size // cfg.block_h
+    if form == "post":
+        splits, cps = n_chunks, 1
+    else:
+        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p), caps.split_k)
+    launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
+    launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
+    return splits
+
+
+def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
+    caps, dt = p.caps, _dname(p.caps.dtype)
+    wdt = "float32" if w is None else _dname(w.dtype)
+    sel = p.state.selection
+    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
+    if sel.wide is not None and t <= sel.wide.max_tokens and w is None:
+        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide))
+        launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
+        return
+    tile = sel.apply(t)
+    kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
+    launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))
+    launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
+
+
+def _one_launch(
+    p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, small=True, **scal
+):
+    """A one-launch path when the selection has one for `form` at t tokens: the small-T kernel
+    (MhcConfig.small, unless small=False), else the fused kernel (MhcConfig.fused_*); True if one ran."""
+    sel, caps = p.state.selection, p.caps
+    dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
+    tile = sel.fused(form, t)
+    if small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
+        stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
+        splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p), caps.split_k)
+        kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
+        scratch = binding.scratch if binding is not None else p.state.scratch
+        kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
+               outs["y_out"], outs["post_out"], outs["comb_out"], T=t, splits=splits, cps=cps, **scal)  # fmt: skip
+        return True
+    if small and sel.small is not None and t <= sel.small.max_tokens:
+        launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
+    elif tile is not None:
+        if form == "pre" and tile.fn_split != "kernel":
+            fn = _split_fn(p, fn, binding)
+        splits, cps = tile.split(caps.hidden_size, caps.split_k)
+        kernel = _launcher(p, "compile_fused", (form, dt, caps.hidden_size, wdt, tile))
+        launch = functools.partial(kernel, splits=splits, cps=cps)
+    else:
+        return False
+    scratch = binding.scratch if binding is not None else p.state.scratch
+    y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
+    launch(
+        res,
+        x,
+        post_in,
+        comb_in,
+        out,
+        fn,
+        scratch["partials"],
+        scratch["counter"],
+        hc_scale,
+        hc_base,
+        w,
+        y,
+        post,
+        comb,
+        T=t,
+        **scal,
+    )
+    return True
+
+
+def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=None, **scal) -> None:
+    t = residual.shape[0]
+    if p.state.arch is None:
+        r, post, comb, y = reference.mhc_pre(residual, fn, hc_scale, hc_base, norm_weight=norm_weight, **scal)
+        return _copy_outs(outs, residual_out=r, post_out=post, comb_out=comb, y_out=y)
+    if t == 0:
+        return None
+    bcast = residual.dim() == 2
+    _launchers(p)
+    form = "bcast" if bcast else "pre"
+    if _one_launch(
+        p,
+        form,
+        t,
+        residual,
+        None,
+        None,
+        None,
+        outs.get("residual_out"),
+        fn,
+        hc_scale,
+        hc_base,
+        norm_weight,
+        outs,
+        binding,
+        **scal,
+    ):
+        return None
+    splits = _stream(p, form, t, residual, None, None, None, outs.get("residual_out"), fn, binding)
+    _apply(p, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    return None
+
+
+def execute_post(p, x, residual, prev_post, prev_comb, out) -> None:
+    t = residual.shape[0]
+    if p.state.arch is None:
+        out.copy_(reference.mhc_post(x, residual, prev_post, prev_comb))
+        return
+    if t:
+        _launchers(p)
+        ws = _workspace(p, None)  # stands in for fn (post reads no fn; no allocation)
+        _stream(p, "post", t, residual, x, prev_post, prev_comb, out, ws, None)
+
+
+def execute_post_pre(
+    p, x, residual, prev_post, prev_comb, fn, hc_scale, hc_base, outs, norm_weight, binding=None, **scal
+):
+    t = residual.shape[0]
+    if p.state.arch is None:
+        res = reference.mhc_post_pre(
+            x, residual, prev_post, prev_comb, fn, hc_scale, hc_base, norm_weight=norm_weight, **scal
+        )
+        return _copy_outs(outs, residual_out=res[0], post_out=res[1], comb_out=res[2], y_out=res[3])
+    if t == 0:
+        return None
+    _launchers(p)
+    args = (x, prev_post, prev_comb, outs["residual_out"], fn, hc_scale, hc_base, norm_weight, outs, binding)
+    if _one_launch(p, "post_pre", t, residual, *args, **scal):
+        return None
+    sel = p.state.selection
+    if sel.post_pre_split and t > sel.small_max_tokens:  # post's kernel, then pre on what it stored
+        new = outs["residual_out"]
+        _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
+        args = (new, None, None, None, None, fn, hc_scale, hc_base, norm_weight, outs, binding)
+        if _one_launch(p, "pre", t, *args, small=False, **scal):
+            return None
+        splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding)
+        _apply(p, t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+        return None
+    splits = _stream(p, "post_pre", t, residual, x, prev_post, prev_comb, outs["residual_out"], fn, binding)
+    _apply(p, t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    return None
+
+
+def _copy_outs(outs: dict, **values) -> None:
+    for name, buf in outs.items():
+        if values[name] is not buf:
+            buf.copy_(values[name])
