@@ -119,9 +119,13 @@ def test_config_string_form_and_fields():
     cond = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@1024c")
     assert cond.conditional and cond.small_below == 1024 and cond.small == SMALL
     assert cond.single == LARGE and "conditional=True" in repr(cond) and not DUAL.conditional
-    for bad in ("256x64x3x2pgiw+128x64x2x2p@x", "256x64x3x2pgiw+128x64x2x2p@c", "256x64x3x2pgiw+128x64x2x2p@5cc"):
-        with pytest.raises(ValueError, match=re.escape("'@N[c]' (small_below, conditional) needs a number")):
-            parse_extend_config(bad)
+    over = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@600o")
+    assert over.overlap and not over.conditional and over.small_below == 600 and "overlap=True" in repr(over)
+    assert over.single == LARGE and over.pdl_modes() == ("trigger", "dependent")
+    assert DUAL.pdl_modes() == cond.pdl_modes() == ("none", "none") and LARGE.pdl_modes() == ("none",)
+    for tail in ("@x", "@c", "@5cc", "@5oc", "@5co", "@", "@5 "):
+        with pytest.raises(ValueError, match=re.escape("'@N[c|o]' (small_below, conditional / overlap) needs")):
+            parse_extend_config("256x64x3x2pgiw+128x64x2x2p" + tail)
     with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
         parse_extend_config("256x64x3x2pgiw+128x64")
 
@@ -136,10 +140,13 @@ def test_validation_names_the_failing_tile():
     assert why_not_extend(*DIMS, bad_small, "sm_90a").startswith("small: config out of range")
     nested = ExtendConfig(128, 64, 2, 2, small=DUAL)
     assert "without its own small" in why_not_extend(*DIMS, nested, "sm_90a")
-    lone = ExtendConfig(128, 64, 2, 2, conditional=True)
-    assert "conditional (CUDA-graph if-nodes) needs small" in why_not_extend(*DIMS, lone, "sm_90a")
-    odd = ExtendConfig(128, 64, 2, 2, small=SMALL, conditional=1)
-    assert "conditional must be a bool" in why_not_extend(*DIMS, odd, "sm_90a")
+    for flag in ("conditional", "overlap"):
+        lone = ExtendConfig(128, 64, 2, 2, **{flag: True})
+        assert "conditional (CUDA-graph if-nodes) and overlap need small" in why_not_extend(*DIMS, lone, "sm_90a")
+        odd = ExtendConfig(128, 64, 2, 2, small=SMALL, **{flag: 1})
+        assert f"{flag} must be a bool" in why_not_extend(*DIMS, odd, "sm_90a")
+    both = ExtendConfig(128, 64, 2, 2, small=SMALL, conditional=True, overlap=True)
+    assert "exclude each other" in why_not_extend(*DIMS, both, "sm_90a")
     for below in (-1, 2**31, True, 1.5):
         cfg = ExtendConfig(128, 64, 2, 2, small=SMALL, small_below=below)
         assert "small_below must be an int" in why_not_extend(*DIMS, cfg, "sm_90a")
@@ -175,7 +182,11 @@ def test_plan_compiles_both_tiles_and_sizes_the_list_for_the_small_one():
     (sched, sched_args), (k1, args1), (k2, args2) = p.kernels(sel, "sm_90a")
     assert sched.op == "attention.paged.dual_extend_schedule" and sched_args == (64, 32, 768, "sm_90a")
     assert k1.op == k2.op == "attention.paged.extend"
-    assert args1 == (*DIMS, LARGE, "sm_90a") and args2 == (*DIMS, SMALL, "sm_90a")  # LARGE: the single plan's key
+    # LARGE: the single plan's key; overlap: the large kernel lets the small one launch early
+    assert args1 == (*DIMS, LARGE, "sm_90a", "none") and args2 == (*DIMS, SMALL, "sm_90a", "none")
+    over = paged.plan(caps(config=dataclasses.replace(DUAL, overlap=True)))
+    _, (_, args1), (_, args2) = over.kernels(over.heuristic("sm_90a"), "sm_90a")
+    assert args1 == (*DIMS, LARGE, "sm_90a", "trigger") and args2 == (*DIMS, SMALL, "sm_90a", "dependent")
     single = paged.plan(caps(config=LARGE))
     assert len(single.kernels(single.heuristic("sm_90a"), "sm_90a")) == 2
     with pytest.raises(NotImplementedError, match="bytes of shared memory"):

@@ -295,7 +295,27 @@ def test_live_tile_choice_plan_compiles_its_three_kernels(arch):
     )  # fmt: skip
     plan = paged.plan(caps)
     kernels = plan.kernels(plan.heuristic(arch), arch)
-    assert [args[-2] for _, args in kernels[1:]] == [large, small]
+    assert [args[-3:] for _, args in kernels[1:]] == [(large, arch, "none"), (small, arch, "none")]
     _extend_module()
     for fn, args in kernels:
         _check_binary(fn(*args), arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_overlap_lets_the_small_kernel_launch_early(arch):
+    """overlap: the large kernel's CTAs each run griddepcontrol.launch_dependents first (before the
+    count load: dead CTAs trigger too), the small one is launched as a programmatic dependent (a
+    host-side launch attribute: its PTX is the plain kernel's) and waits on nothing."""
+    ke = _extend_module()
+    cfg = ExtendConfig(128, 64, 2, 2, page_prefetch=True)
+    plain = _compile("bfloat16", cfg, arch)
+    trigger = _check_binary(ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, "trigger"), arch)
+    dependent = _check_binary(
+        ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, "dependent"), arch
+    )
+    assert "griddepcontrol" not in plain and "griddepcontrol" not in dependent
+    assert trigger.count("griddepcontrol.launch_dependents") == 1 and "griddepcontrol.wait" not in trigger
+    body = trigger[trigger.index(".entry") :]
+    assert body.index("griddepcontrol.launch_dependents") < body.index("ld.global")
+    with pytest.raises(ValueError, match="pdl must be 'none', 'trigger' or 'dependent'"):
+        ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, "early")

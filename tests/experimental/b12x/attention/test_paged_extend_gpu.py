@@ -331,15 +331,23 @@ CHOICE_STEPS = [  # live q_lens (sum <= 2048 captured rows); token-weighted mean
 ]
 
 
-@pytest.mark.parametrize("launch", ["both", "ifnode"])
+CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two extend compiles (< 150 s)
+    ("bfloat16", (32, 8), "both"), ("bfloat16", (32, 8), "ifnode"), ("bfloat16", (32, 8), "overlap"),
+    ("bfloat16", (64, 8), "both"), ("bfloat16", (64, 8), "ifnode"),
+    ("float8_e4m3fn", (32, 8), "both"), ("float8_e4m3fn", (32, 8), "ifnode"),
+    ("float8_e4m3fn", (64, 8), "both"), ("float8_e4m3fn", (64, 8), "ifnode"), ("float8_e4m3fn", (64, 8), "overlap"),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("masking", ["plain", "window-sinks"])
-@pytest.mark.parametrize("heads", [(32, 8), (64, 8)], ids=["gqa4", "gqa8"])
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"], ids=["bf16", "fp8"])
-def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking, launch):
-    """One captured graph (schedule + both kernels; ifnode: each kernel in a CUDA-graph if-node)
-    replayed with live sizes on both sides of the threshold: the schedule's choice and counts are
-    its mirror's, every live row matches the reference (and the eager run, which launches both
-    kernels, bit for bit), rows past the live ones stay poisoned."""
+@pytest.mark.parametrize("kv_dtype,heads,launch", CHOICE_CASES,
+                         ids=[f"{'fp8' if 'float8' in k else 'bf16'}-gqa{h[0] // h[1]}-{m}" for k, h, m in CHOICE_CASES])  # fmt: skip
+def test_live_tile_choice_in_one_graph(kv_dtype, heads, launch, masking):
+    """One captured graph (schedule + both kernels; ifnode: each kernel in a CUDA-graph if-node;
+    overlap: the small kernel a programmatic dependent launch of the large one) replayed with live
+    sizes on both sides of the threshold: the schedule's choice and counts are its mirror's, every
+    live row matches the reference (and the eager run, which launches both kernels, bit for bit),
+    rows past the live ones stay poisoned."""
     cap_batch, max_q, max_kv = 8, 2048, 4096
     kvt = getattr(torch, kv_dtype)
     full = make_case([max_kv] * cap_batch, [max_q // cap_batch] * cap_batch, num_q_heads=heads[0],
@@ -347,7 +355,7 @@ def test_live_tile_choice_in_one_graph(kv_dtype, heads, masking, launch):
                      seed=heads[0] + len(kv_dtype))  # fmt: skip
     if launch == "ifnode" and not hasattr(torch.cuda.CUDAGraph, "begin_capture_to_if_node"):
         pytest.skip(f"torch {torch.__version__} has no CUDA-graph if-nodes (conditional falls back to both)")
-    config = dataclasses.replace(DUAL, conditional=launch == "ifnode")
+    config = dataclasses.replace(DUAL, conditional=launch == "ifnode", overlap=launch == "overlap")
     plan = prepared(caps_for(full, kv_dtype=kv_dtype, config=config))
     window, sinks = (100, torch.randn(heads[0], device=DEV) * 3) if masking == "window-sinks" else (-1, None)
     lens, cu, q = full.cache_seqlens.clone(), full.cu_seqlens_q.clone(), full.q.clone()

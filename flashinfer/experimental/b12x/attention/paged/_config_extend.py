@@ -62,7 +62,10 @@ class ExtendConfig:
     always this tile; a huge one: always the small tile (the bench's way to time each path's
     overhead against the single-kernel plans). conditional (with small): a run captured into a
     torch CUDA graph puts each kernel in a CUDA-graph if-node on the schedule's choice, so the
-    unchosen grid is not launched at all (eager runs launch both as without it)."""
+    unchosen grid is not launched at all (eager runs launch both as without it). overlap (with
+    small, not conditional): the small kernel is a programmatic dependent launch of the large one,
+    whose CTAs each let it start: its grid starts as soon as the large one's last wave is
+    resident, so whichever grid is dead exits beside the other's tail instead of after it."""
 
     block_m: int = 64
     block_n: int = 64
@@ -78,6 +81,7 @@ class ExtendConfig:
     small: ExtendConfig | None = None
     small_below: int = 768  # = SMALL_BELOW
     conditional: bool = False
+    overlap: bool = False
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
@@ -89,6 +93,7 @@ class ExtendConfig:
         extra += ", wide_copy=True" if self.wide_copy else ""
         extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
         extra += ", conditional=True" if self.conditional else ""
+        extra += ", overlap=True" if self.overlap else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -111,7 +116,11 @@ class ExtendConfig:
     def single(self) -> ExtendConfig:
         """This tile's kernel config without the live choice (its compile key: the same kernel as
         the single-tile plan's)."""
-        return dataclasses.replace(self, small=None, small_below=768, conditional=False)
+        return dataclasses.replace(self, small=None, small_below=768, conditional=False, overlap=False)
+
+    def pdl_modes(self) -> tuple[str, ...]:
+        """`compile_extend`'s pdl argument of each of `tiles()` (overlap: trigger, dependent)."""
+        return ("trigger", "dependent") if self.overlap else ("none",) * len(self.tiles())
 
     def tiles(self) -> tuple[ExtendConfig, ...]:
         """The kernel configs the plan compiles: (self,) or (single, small)."""
@@ -133,8 +142,9 @@ def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: Ext
 def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
     """None when the extend kernel implements this problem with `config` on `arch`, else why not
     (with `config.small`: both tiles, the small one's reason prefixed "small: ")."""
-    if isinstance(config, ExtendConfig) and config.conditional is not False and config.small is None:
-        return f"conditional (CUDA-graph if-nodes) needs small (two tiles), got {config}"
+    if isinstance(config, ExtendConfig) and config.small is None:
+        if config.conditional is not False or config.overlap is not False:
+            return f"conditional (CUDA-graph if-nodes) and overlap need small (two tiles), got {config}"
     if isinstance(config, ExtendConfig) and config.small is not None:
         dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
         small, below = config.small, config.small_below
@@ -142,8 +152,11 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
             return f"small must be an ExtendConfig without its own small, got {small!r}"
         if not isinstance(below, int) or isinstance(below, bool) or not 0 <= below < 2**31:
             return f"small_below must be an int in [0, 2^31) (query tokens), got {below!r}"
-        if not isinstance(config.conditional, bool):
-            return f"conditional must be a bool, got {config.conditional!r}"
+        for flag in ("conditional", "overlap"):
+            if not isinstance(getattr(config, flag), bool):
+                return f"{flag} must be a bool, got {getattr(config, flag)!r}"
+        if config.conditional and config.overlap:
+            return "conditional (if-nodes: one grid launched) and overlap (both, overlapped) exclude each other"
         reason = why_not_extend(*dims, config.single, arch)
         if reason is not None:
             return reason
@@ -277,20 +290,20 @@ def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
     'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
-    'LARGE+SMALL[@N][c]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768;
-    'c': conditional, CUDA-graph if-nodes), e.g. '256x64x3x2pgiw+128x64x2x2p@768c'."""
+    'LARGE+SMALL[@N][c|o]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768;
+    'c': conditional, CUDA-graph if-nodes; 'o': overlap), e.g. '256x64x3x2pgiw+128x64x2x2p@768c'."""
     if "+" in text:
         large, _, rest = text.partition("+")
-        small, at, below = rest.partition("@")
-        cond = below.endswith("c")
-        below = below.removesuffix("c")
-        if at and not below.isdigit():
+        small, at, tail = rest.partition("@")
+        tail_match = re.fullmatch(r"(\d+)([co]?)", tail) if at else None
+        if at and tail_match is None:
             raise ValueError(
-                f"an extend config's '@N[c]' (small_below, conditional) needs a number of tokens, got {text!r}"
+                f"an extend config's '@N[c|o]' (small_below, conditional / overlap) needs a number of tokens, got {text!r}"
             )
+        below, flag = tail_match.groups() if tail_match else ("768", "")
         return dataclasses.replace(
-            parse_extend_config(large), small=parse_extend_config(small), small_below=int(below) if at else 768,
-            conditional=cond,
+            parse_extend_config(large), small=parse_extend_config(small), small_below=int(below),
+            conditional=flag == "c", overlap=flag == "o",
         )  # fmt: skip
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:

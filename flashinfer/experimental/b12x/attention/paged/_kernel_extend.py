@@ -63,7 +63,9 @@ CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
 class PagedExtend:
-    def __init__(self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config):
+    def __init__(
+        self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, pdl="none"
+    ):
         self.fp8 = kv_dtype == "float8_e4m3fn"
         self.q_dtype = CUTE_DTYPES[q_dtype]
         self.mma_dtype = cutlass.Float16 if self.fp8 else self.q_dtype
@@ -96,6 +98,10 @@ class PagedExtend:
         self.split_issue = config.split_issue
         self.copiers = self.threads // 2 if self.split_issue else self.threads
         self.wide_copy = config.wide_copy
+        # programmatic dependent launch (the live tile choice's `overlap`): "trigger" lets the next
+        # kernel launch once every CTA has started; "dependent" is launched so (it needs nothing the
+        # previous kernel writes: both extend kernels read only the schedule's output)
+        self.pdl = pdl
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -155,7 +161,8 @@ class PagedExtend:
         self.kernel(
             mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
             window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols, q_copy,
-        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream)  # fmt: skip
+        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream,
+                 use_pdl=self.pdl == "dependent")  # fmt: skip
 
     @cute.kernel
     def kernel(
@@ -187,6 +194,8 @@ class PagedExtend:
         tidx, _, _ = cute.arch.thread_idx()
         kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
         lane = tidx % 32
+        if cutlass.const_expr(self.pdl == "trigger"):
+            cute.arch.griddepcontrol_launch_dependents()
         if item < mCount[0]:
             req = mWork[item, 0]
             tok0 = mWork[item, 1]
@@ -747,13 +756,20 @@ def compile_extend(
     page_size: int,
     config: ExtendConfig,
     arch: str,
+    pdl: str = "none",
 ):
     """tvm-ffi launcher `fn(q, k, v, page_table, cu_seqlens_q, cache_seqlens, work, count, out, lse,
-    sink, k_descale, v_descale, scale_log2, has_sink, window_left)` on torch's current stream."""
+    sink, k_descale, v_descale, scale_log2, has_sink, window_left)` on torch's current stream.
+    pdl: "none", "trigger" (each CTA lets the next launch start) or "dependent" (launched as a
+    programmatic dependent: it may start before the previous kernel ends, so it must read nothing
+    that kernel writes)."""
+    if pdl not in ("none", "trigger", "dependent"):
+        raise ValueError(f"pdl must be 'none', 'trigger' or 'dependent', got {pdl!r}")
     dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
     reason = why_not_extend(*dims, config, arch)
     if reason is not None:
         raise ValueError(f"attention.paged extend kernel: {reason}")
     args = fake_args(*dims)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(PagedExtend(*dims, config), *args, Float32(1.0), Int32(0), Int32(-1), stream, arch=arch)
+    extend = PagedExtend(*dims, config, pdl)
+    return cute_compile(extend, *args, Float32(1.0), Int32(0), Int32(-1), stream, arch=arch)

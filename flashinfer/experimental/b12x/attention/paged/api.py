@@ -257,10 +257,11 @@ class PagedAttentionPlan(Plan):
                 from ._kernel_extend_schedule import compile_dual_extend_schedule
 
                 tokens = (ext.tokens_per_tile(c.group), ext.small.tokens_per_tile(c.group), ext.small_below)
+                large_pdl, small_pdl = ext.pdl_modes()
                 return (
                     (compile_dual_extend_schedule, (*tokens, arch)),
-                    (compile_extend, (*dims, ext.single, arch)),
-                    (compile_extend, (*dims, ext.small, arch)),
+                    (compile_extend, (*dims, ext.single, arch, large_pdl)),
+                    (compile_extend, (*dims, ext.small, arch, small_pdl)),
                 )
             from ._kernel_split import compile_extend_schedule
 
