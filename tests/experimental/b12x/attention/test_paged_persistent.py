@@ -107,8 +107,9 @@ def test_persistent_predicate_and_bench_entry():
     dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
     assert why_not(*dims, SM90["float8_e4m3fn"], "sm_90a") is None
     assert why_not(*dims, dataclasses.replace(SM90["float8_e4m3fn"], persistent=True), "sm_90a") is None
-    unfused = DecodeConfig(4, 32, 3, fused_merge=True, persistent=True)
-    assert "persistent needs fused_schedule" in why_not(*dims, unfused, "sm_90a")
+    unfused = DecodeConfig(4, 32, 3, fused_merge=True, persistent=True)  # a no-op without the fused schedule
+    assert why_not(*dims, unfused, "sm_90a") is None and not unfused.runs_persistent
+    assert epilogue_offsets("float8_e4m3fn", 128, 128, unfused) == (0, 4 * 4 * M_TILE * 128)
     small = DecodeConfig(4, 16, 3, **PERSISTENT, persistent=True)  # fp8: 2 x 16 x 128 B < 64 x 128
     assert "persistent needs (stages - 1) x keys_per_warp" in why_not(*dims, small, "sm_90a")
     assert why_not("bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a") is None
@@ -149,3 +150,35 @@ def test_persistent_compiles(arch, kv_dtype, tmp_path):
     regs, spills = _ptxas_usage(ptx, arch, tmp_path)
     assert spills == 0, (regs, spills)
     assert regs * 32 * cfg.warps * (2 if arch == "sm_90a" else 1) <= 65536, regs
+
+
+@pytest.mark.reference
+def test_persistent_default_switch(monkeypatch):
+    """_config.PERSISTENT_DECODE: the default configs whose epilogue fits the ring (D <= 128) get
+    persistent, the others stay as they are; it takes effect only with the fused schedule."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    off = {(kv, d, arch): _config.default_config(kv, d, 16, arch)
+           for kv in ("bfloat16", "float8_e4m3fn") for d in (64, 128, 256) for arch in ARCHS}  # fmt: skip
+    assert not any(c.persistent for c in off.values())
+    monkeypatch.setattr(_config, "PERSISTENT_DECODE", True)
+    for (kv, d, arch), before in off.items():
+        cfg = _config.default_config(kv, d, 16, arch)
+        fits = d <= 128 and _config.persistent_fits(kv, d, d, before)
+        assert cfg == dataclasses.replace(before, persistent=fits), (kv, d, arch)
+        assert why_not("bfloat16", kv, 32, 8, d, d, 16, cfg, arch) is None
+    assert _config.default_config("float8_e4m3fn", 128, 16, "sm_90a") == dataclasses.replace(
+        SM90["float8_e4m3fn"], fused_merge=False, fused_schedule=False, persistent=True
+    )
+
+
+@pytest.mark.compile
+def test_persistent_without_fused_schedule_is_the_plain_kernel():
+    """persistent on a three-launch config (the heuristic for max_batch > 128 under PERSISTENT_DECODE)
+    compiles the one-item kernel: the same PTX."""
+    kd, _ = _modules()
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    base = DecodeConfig(4, 32, 3, fused_merge=True, fast_prologue=True)
+    plain = kd.compile_decode(*dims, base, arch="sm_90a").artifacts.PTX
+    noop = kd.compile_decode(*dims, dataclasses.replace(base, persistent=True), arch="sm_90a").artifacts.PTX
+    assert noop == plain and "nctaid.y" not in noop

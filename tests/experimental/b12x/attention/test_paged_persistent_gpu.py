@@ -114,3 +114,22 @@ def test_persistent_graph_replay_with_new_lengths(target):
         eager, _ = paged.run(binding=binding)
         torch.cuda.synchronize()
         assert torch.equal(got, eager), f"step {step}: replay differs from eager"
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_persistent_default_switch_matches_reference(kv_dtype, monkeypatch):
+    """_config.PERSISTENT_DECODE on: the plan's own heuristic path at B 1, 8, 128 (persistent) and at
+    B=130 (above the fused schedule's batch limit: three launches, persistent a no-op)."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    from .test_paged_gpu import caps_for, prepared
+
+    monkeypatch.setattr(_config, "PERSISTENT_DECODE", True)
+    for lens in ([32768], [0, 1, 17, 1000, 32768, 4097, 65, 300], B128, _lengths(130, 600, seed=130)):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                         kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 1)  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype))
+        decode = plan.state.selection.decode
+        assert decode.persistent and decode.runs_persistent == (len(lens) <= 128)
+        for _ in range(2):
+            check(plan, case)

@@ -7,7 +7,7 @@ compile fingerprints, so an edit here recompiles them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
@@ -45,7 +45,7 @@ class DecodeConfig:
     merge_unroll: items each warp of the fused merge folds per unrolled step (`PartialMerge`; their
     partial-row loads are in flight together): 2, 4 or 8; 32 items at B=1 L=32k are 8 a warp.
 
-    persistent (with fused_schedule): the grid holds one wave of CTAs (schedule.target_items rows a
+    persistent (with fused_schedule; a no-op without): the grid holds one wave of CTAs (schedule.target_items rows a
     KV head, `persistent_grid_rows`) and CTA row y runs items y, y + rows, y + 2 rows, ...
     (`persistent_items`); while an item streams, the CTA already locates its next item and loads
     that item's descales and first page-table entries, and it issues the next item's Q and first
@@ -78,6 +78,11 @@ class DecodeConfig:
         extra += ", direct_items=True" if self.direct_items else ""
         extra += ", persistent=True" if self.persistent else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
+
+    @property
+    def runs_persistent(self) -> bool:
+        """persistent takes effect (it needs the fused schedule: the grid is sized from its target)."""
+        return self.persistent and self.fused_schedule
 
     @property
     def tile_keys(self) -> int:
@@ -123,7 +128,7 @@ def epilogue_offsets(kv_dtype: str, head_dim: int, head_dim_v: int, config: Deco
     x Dv; the fused merge reuses them) and of its stats (max, sum, weight: warps x 16 each, then 16
     LSE): the ring's start, or (persistent) K stage 1 and V stage 1, so that stage 0 of both rings
     (ring slots are stage-major there) can take the next item's first sub-tiles."""
-    if not config.persistent:
+    if not config.runs_persistent:
         return 0, 4 * config.warps * M_TILE * head_dim_v
     k_stage, v_stage = ring_stage_bytes(kv_dtype, head_dim, head_dim_v, config)
     return k_stage, config.stages * k_stage + v_stage
@@ -157,8 +162,6 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
     if c.keys_per_warp > 2 * page_size:
         return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
-    if c.persistent and not c.fused_schedule:
-        return "persistent needs fused_schedule (the kernel sizes its one-wave grid from the schedule)"
     if c.persistent and not persistent_fits(kv_dtype, head_dim, head_dim_v, c):
         return (
             f"persistent needs (stages - 1) x keys_per_warp x head_dim x kv_itemsize >= 64 x head_dim_v bytes (the "
@@ -180,16 +183,23 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 # keys_per_warp = 2 x page_size.
 DECODE_LATENCY_FLAGS = True
 FP8_TWO_PAGE_TILES = True
+# PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every default config
+# whose epilogue fits its ring's stages >= 1 (`persistent_fits`: fp8 4x32x3 and bf16 4x16x3 at D 128;
+# not D 256, whose one-item kernel already needs 255 registers) gets persistent, which takes effect with the fused schedule (B <= 128 plans): only batches of more
+# items than one wave (B=128) run several items a CTA (docs/predictions/attention.md, session 7).
+PERSISTENT_DECODE = False
 
 
 def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
-    2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The two switches
-    above change it (off by default)."""
+    2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The switches
+    above change it (DECODE_LATENCY_FLAGS and FP8_TWO_PAGE_TILES are on, PERSISTENT_DECODE off)."""
     cfg = _default_shape(kv_dtype, head_dim, page_size, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
+    if PERSISTENT_DECODE and head_dim <= 128 and persistent_fits(kv_dtype, head_dim, head_dim, cfg):
+        cfg = replace(cfg, persistent=True)
     return cfg
 
 

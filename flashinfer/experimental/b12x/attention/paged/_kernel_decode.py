@@ -29,7 +29,7 @@ and stages Q by 16-element vectors (`stage_q_fp16_vec`); min_ctas is a launch bo
 preload_lengths and direct_items select `Schedule.locate` variants; merge_unroll batches the fused
 merge's loads (`PartialMerge`).
 
-Persistent (`DecodeConfig.persistent`, with the fused schedule): the grid is one wave (the schedule's
+Persistent (`DecodeConfig.persistent`, with the fused schedule; a no-op without): the grid is one wave (the schedule's
 target_items rows a KV head) and CTA row y runs work rows y, y + rows, ... (`_persistent`). While an
 item streams, its CTA locates the next item and loads that item's descales and first page-table
 entries; after the main loop's last wait and the epilogue's first barrier it issues the next item's Q
@@ -118,7 +118,7 @@ class PagedDecode(DecodeLoads):
         self.min_ctas = config.min_ctas
         self.preload_lengths = config.preload_lengths
         self.direct_items = config.direct_items
-        self.persistent = config.persistent
+        self.persistent = config.runs_persistent
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
