@@ -30,9 +30,10 @@ row and there is no first launch). The
 split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Selection(decode,
 schedule))` sets both configs. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); with two tiles
-(`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live mean
-q_len and both extend kernels launch, the unchosen one with 0 items (with `conditional`, under torch
-CUDA-graph capture, each in an if-node on the choice, so the unchosen one is not launched). Verify runs the
+(`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live
+token-weighted mean q_len and both extend kernels launch, the unchosen one with 0 items (with
+`conditional`, under torch CUDA-graph capture, each in an if-node on the choice, so the unchosen one
+is not launched; with `overlap`, the small one as a programmatic dependent launch). Verify runs the
 extend kernel: its q_len * G rows fill the same packed tiles, and one kernel is one thing to get
 right (decode's split-KV would help verify only at small batch and long context).
 CPU tensors run `reference.py` instead.
@@ -417,7 +418,9 @@ class Binding:
     reference_inputs: tuple = field(repr=False, default=())
     cu_seqlens_q: object = None  # extend/verify: the request rows of q
     decode_views: tuple = field(repr=False, default=())  # decode: (requests, count, part_o, part_lse, tickets)
-    extend_views: tuple = field(repr=False, default=())  # live tile choice: (counts, large work, large/small count)
+    # live tile choice: (counts [2], flags [2], large kernel's work rows, large count, small count,
+    # large flag, small flag (0-d bool views: the if-nodes' predicates))
+    extend_views: tuple = field(repr=False, default=())
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
