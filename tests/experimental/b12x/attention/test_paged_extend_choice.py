@@ -234,3 +234,16 @@ def test_caps_grid_limit_counts_the_small_tile():
     with pytest.raises(ValueError, match=re.escape("query tiles of 32 tokens, more than the 65535")):
         paged.plan(caps(max_total_q=total))
     assert math.ceil(total / 32) + 6 > 65535
+
+
+def test_bench_times_the_choice_beside_the_single_tiles():
+    from benchmarks.experimental.b12x import bench_attention as B
+
+    entries = ["heuristic", "128x64x2x2p", "256x64x3x2pgiw+128x64x2x2p@768", "256x64x3x2pgiw+128x64x2x2p@768c",
+               "256x64x3x2pgiw+128x64x2x2p@768o", "256x64x3x2pgiw+128x64x2x2p@0", "256x64x3x2pgiw+128x64x2x2p@1000000000c"]  # fmt: skip
+    args = B.parse_args(["--mode", "extend", "--extend-configs", *entries])
+    assert args.extend_configs == entries
+    assert B.parse_extend_config(entries[3]) == dataclasses.replace(DUAL, conditional=True)
+    for bad in ("256x64x3x2pgiw+48x64x2x1", "256x64x3x2pgiw+128x64x2x2p@768x", "256x64x3x2pgiw+128x64x2x2p+64x64x2x1"):
+        with pytest.raises(SystemExit):
+            B.parse_args(["--mode", "extend", "--extend-configs", bad])
