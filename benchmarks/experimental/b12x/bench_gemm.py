@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|gemv|layout]] [--timer events|graph] [--json PATH]
+        [--sweep [--sweep-subset prefetch|stream|probe|gemv|layout|layout-probe]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -23,7 +23,9 @@ per case (prepared plans with overrides) and reports the fastest: the tuning inp
 (its heuristic config, `blockscaled/_gemv_config.py`) instead of the CuTe decode kernel;
 --decode-kernel stream runs the W4A16 NVFP4 cases at M <= 16 on the stream-layout decode kernel
 (`blockscaled/_kernel_stream.py`, weight repacked once outside the timed region; K % 512 shapes);
---sweep-subset layout times the CuTe decode heuristic config and the stream kernel's candidates;
+--sweep-subset layout times the CuTe decode heuristic config and the stream kernel's candidates,
+--sweep-subset layout-probe the same baseline, the stream default and its loads-only probe, and both
+for register loads (`_kernel_stream.probe_variants`; probes compute garbage);
 --sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
 groups, warp groups along N: `_kernel_decode.stream_variants`); --sweep-subset probe the heuristic
@@ -219,11 +221,15 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
-    if subset == "layout":
+    if subset in ("layout", "layout-probe"):
         from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 
-        if bucket not in L.STREAM_BUCKETS or b_fmt != "nvfp4":
+        if bucket not in L.STREAM_BUCKETS or b_fmt != "nvfp4" or KS.default_config(m, n, k) is None:
             return ()
+        if subset == "layout-probe":
+            return (L.default_config(bucket, n, k, b_fmt),) + KS.probe_variants(
+                KS.default_config(L.BUCKET_MAX_M[bucket], n, k)
+            )
         return (L.default_config(bucket, n, k, b_fmt),) + KS.candidate_configs(L.BUCKET_MAX_M[bucket], n, k)
     if subset == "gemv":
         if bucket not in GC.BUCKETS or b_fmt not in GC.RECIPES:
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "probe", "gemv", "layout"),
+        choices=("all", "prefetch", "stream", "probe", "gemv", "layout", "layout-probe"),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
         "variants, the decode timing probes (garbage outputs), the Triton GEMV candidates, or the stream-layout "
@@ -318,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "NVFP4) the stream-layout decode kernel",
     )
     args = parser.parse_args(argv)
-    if args.sweep and args.sweep_subset == "probe":  # let the garbage-computing probe configs build
+    if args.sweep and args.sweep_subset in ("probe", "layout-probe"):  # let the garbage-computing probes build
         from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
 
         os.environ[PROBE_ENV] = "1"

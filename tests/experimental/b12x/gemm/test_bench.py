@@ -78,3 +78,12 @@ def test_layout_subset_and_stream_decode_kernel():
     assert over == {"decode16": KS.default_config(16, 4096, 14336)}
     assert BG._decode_override("stream", "nvfp4", "nvfp4", 16, 4096, 14336) is None  # not weight-only
     assert BG._decode_override("stream", "bfloat16", "nvfp4", 1, 4096, 640) is None  # no layout for K
+
+
+def test_layout_probe_subset():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
+
+    cands = BG.sweep_configs("decode16", 16, 4096, 14336, "nvfp4", "layout-probe")
+    assert not L.is_stream(cands[0]) and cands[1:] == KS.probe_variants(KS.default_config(16, 4096, 14336))
+    assert [c.probe for c in cands[1:]] == ["", "loads", "", "loads"]

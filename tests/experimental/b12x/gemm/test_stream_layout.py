@@ -246,3 +246,20 @@ def test_stream_kernel_sass_streams_whole_slabs_without_spills(load, tmp_path):
         assert sass.count("LDS.128") >= SL.loads(cfg.kc)
     else:
         assert sass.count("LDG.E.NA.128") >= 2 * SL.loads(cfg.kc)
+
+
+@pytest.mark.compile
+def test_stream_probe_is_gated_and_keeps_only_the_loads(monkeypatch, tmp_path):
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
+
+    from .test_decode_stream import _sass
+
+    base = KS.default_config(1, 28672, 4096)
+    probe = dataclasses.replace(base, probe="loads")
+    monkeypatch.delenv(PROBE_ENV, raising=False)
+    assert "timing probe" in KS.why_not("bfloat16", "nvfp4", "bfloat16", probe)
+    monkeypatch.setenv(PROBE_ENV, "1")
+    assert KS.why_not("bfloat16", "nvfp4", "bfloat16", probe) is None
+    assert KS.probe_variants(base)[:2] == (base, probe)
+    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", probe, arch="sm_90a"), tmp_path)
+    assert "UBLKCP" in sass and sass.count("LDS.128") >= SL.loads(base.kc) and "HMMA" not in sass

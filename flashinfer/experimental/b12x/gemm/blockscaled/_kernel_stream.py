@@ -21,6 +21,7 @@ tiles past the last (N / 16 not a multiple of wn) clamp to the last tile and sto
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import cuda.bindings.driver as cuda
@@ -33,7 +34,7 @@ from ..._lib.compile import cute_compile, kernel
 from .._shared import stream_layout as SL
 from .._shared.formats import OUT_DTYPES
 from .._shared.ptx import DEVICE
-from ._kernel_decode import CHUNK, DecodeConfig, DecodeLogic, Runtime, fake_args
+from ._kernel_decode import CHUNK, PROBE_ENV, DecodeConfig, DecodeLogic, Runtime, fake_args
 
 _SOURCES = tuple(
     f"flashinfer.experimental.b12x.gemm._shared.{m}"
@@ -57,7 +58,10 @@ class StreamConfig:
     they issue) or "bulk" (lane 0 copies whole slabs, 4.6 / 9.2 KB contiguous, into the warp's
     `stages` shared-memory buffers with cp.async.bulk on an mbarrier, `stages` slabs in flight per
     warp whatever ptxas schedules; lanes read their words back with 128-bit shared loads; prefetch and
-    wcache do not apply)."""
+    wcache do not apply).
+    probe: "" or "loads", a timing probe (garbage output, B12X_GEMM_DECODE_PROBE=1 only): the same
+    slab and activation loads XORed into one register instead of the dequant and MMAs, the layout's
+    streaming ceiling under this config's CTA shape (`probe_variants`)."""
 
     @property
     def bulk_bytes(self) -> int:
@@ -81,6 +85,7 @@ class StreamConfig:
     acache: str = "el"
     load: str = "ldg"
     stages: int = 2
+    probe: str = ""
 
     @property
     def kwarps(self) -> int:
@@ -102,6 +107,7 @@ class StreamConfig:
             clamp=True,
             wcache=self.wcache,
             acache=self.acache,
+            probe=self.probe,
         )
 
 
@@ -121,6 +127,8 @@ def config_reason(config) -> str | None:
         return f"wcache must be one of {WCACHE} and acache one of {ACACHE}, got {c.wcache!r} / {c.acache!r}"
     if c.load not in LOADS or c.stages not in (2, 3, 4):
         return f"load must be one of {LOADS} and stages 2, 3 or 4, got {c.load!r} / {c.stages}"
+    if c.probe not in ("", "loads"):
+        return f"probe must be '' or 'loads' (a timing probe: the slab and activation loads XORed, no math), got {c.probe!r}"
     if c.load == "bulk" and c.prefetch:
         return "prefetch applies to load='ldg' only (bulk keeps `stages` slabs in flight)"
     if c.smem_bytes > SMEM_LIMIT:
@@ -137,6 +145,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config) -> str | None:
         return f"the stream decode kernel takes bf16 / fp16 activations x NVFP4 weights, got {a_fmt} x {b_fmt}"
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if isinstance(config, StreamConfig) and config.probe and os.environ.get(PROBE_ENV) != "1":
+        return f"probe {config.probe!r} computes garbage (a timing probe): set {PROBE_ENV}=1 to build it"
     return config_reason(config)
 
 
@@ -197,6 +207,14 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
         if c not in out and shape_reason(n, k, c) is None and config_reason(c) is None:
             out.append(c)
     return tuple(out)
+
+
+def probe_variants(base: StreamConfig) -> tuple[StreamConfig, ...]:
+    """What `bench_gemm --sweep-subset layout-probe` times after the CuTe baseline: `base`, its
+    loads-only probe, and the same pair for register loads with prefetch (the access pattern's
+    ceiling against the full kernel, per load mode)."""
+    ldg = replace(base, load="ldg", stages=2, prefetch=1)
+    return (base, replace(base, probe="loads"), ldg, replace(ldg, probe="loads"))
 
 
 # ---- per-thread logic (device and CPU emulator) ---------------------------------------------------
