@@ -157,50 +157,67 @@ def shape_reason(n: int, k: int, config: StreamConfig) -> str | None:
 def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
     """The prediction-backed starting point (docs/predictions/gemm_decode.md, session 7; not yet timed):
     bulk slab copies (load "bulk": 2 stages of 4.6 KB slabs per warp in flight whatever ptxas
-    schedules; 8 warps = 74 KB of buffers, 2 CTAs an H200 SM), kc 4, and the most row tiles per CTA
-    (wn; the CTA's 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 28672 rows -> wn 8
-    (each warp streams a whole tile, no split), 11264 / 7168 -> wn 2, 4096 / 2048 -> wn 1. None when
-    the shape has no kc-4 layout."""
+    schedules), kc 4. Wide N (>= WIDE_TILES row tiles): 2-warp CTAs of whole tiles (wn 2, no K split,
+    20 KB of shared memory): 28672 rows make 896 CTAs, 6.8 an SM, so the SMs' shares differ by one
+    36 KB tile (3%) where 8-warp CTAs (224 of them, 2 an SM) leave 40 SMs with half the work of the
+    rest (18% if the SMs' issue, not HBM, binds). Narrower N: 8 warps (78 KB, 2 CTAs an SM) with the
+    most row tiles per CTA (wn; 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 11264 /
+    7168 -> wn 2, 4096 / 2048 -> wn 1. None when the shape has no kc-4 layout."""
     ntiles = 1 if max_m <= 8 else 2
-    kc = 4
-    if SL.why_not(n, k, kc) is not None:
+    if SL.why_not(n, k, 4) is not None:
         return None
-    tiles = n // 16
+    if n // 16 >= WIDE_TILES:
+        return StreamConfig(warps=2, wn=2, kc=4, ntiles=ntiles, load="bulk", stages=2)
+    return StreamConfig(warps=8, wn=_split_wn(n), kc=4, ntiles=ntiles, load="bulk", stages=2)
+
+
+MIN_CTAS = 200  # ~1.5 CTAs per H200 SM (132) before an 8-warp CTA takes more row tiles
+WIDE_TILES = 1024  # N >= 16384: whole tiles per warp in small CTAs (default_config)
+
+
+def _split_wn(n: int) -> int:
+    """Row tiles of an 8-warp CTA: the most (8 / wn warps split K) that keeps >= MIN_CTAS CTAs."""
     wn = 8
-    while wn > 1 and tiles // wn < MIN_CTAS:
+    while wn > 1 and (n // 16) // wn < MIN_CTAS:
         wn //= 2
-    return StreamConfig(warps=8, wn=wn, kc=kc, ntiles=ntiles, load="bulk", stages=2)
-
-
-MIN_CTAS = 200  # default_config: ~1.5 CTAs per H200 SM (132) before a CTA takes more row tiles
+    return wn
 
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
-    """What `bench_gemm --sweep-subset layout` times, one hypothesis each around `default_config`.
-    Bulk copies: 4 warps x 3 stages (finer CTAs, deeper per warp), 4 warps of kc 8 slabs, 2 warps x 4
-    stages (most CTAs an SM), K split over all 8 warps (wn 1) or none (wn 8). Register loads ("ldg"):
-    the next slab carried over the math (prefetch 1), kc 4 and 8; without prefetch; wn 1 / 2; 4 warps
-    of whole tiles; the plain loads (no cache hints). Shapes the layout cannot hold, configs over the
-    shared-memory limit and duplicates are dropped (~12 a case; none when K has no kc-4 layout)."""
+    """What `bench_gemm --sweep-subset layout` times, one hypothesis each (kc 4 unless named).
+    Bulk copies: the default; 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
+    (3 stages), 2 and 4 warps; 2 warps x 4 stages; K split over all 8 warps (wn 1); 4 warps x 3
+    stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab carried over the math
+    (prefetch 1) in 8-warp CTAs, kc 4 and 8; without prefetch; 2-warp CTAs of whole tiles; the plain
+    loads (no cache hints). Shapes the layout cannot hold, configs over the shared-memory limit and
+    duplicates are dropped (~13 a case; none when K has no kc-4 layout)."""
     base = default_config(max_m, n, k)
     if base is None:
         return ()
-    w4 = min(base.wn, 4)
-    ldg = replace(base, load="ldg", stages=2, prefetch=1)
+    nt, wn8 = base.ntiles, _split_wn(n)
+    w4 = min(wn8, 4)
+
+    def bulk(warps, wn, stages=2, kc=4):
+        return StreamConfig(warps=warps, wn=wn, kc=kc, ntiles=nt, load="bulk", stages=stages)
+
+    def ldg(warps, wn, prefetch=1, kc=4, **hints):
+        return StreamConfig(warps=warps, wn=wn, kc=kc, ntiles=nt, prefetch=prefetch, **hints)
+
     cands = (
         base,
-        replace(base, warps=4, wn=w4, stages=3),
-        replace(base, warps=4, wn=w4, kc=8),
-        replace(base, warps=2, wn=min(base.wn, 2), stages=4),
-        replace(base, wn=1),
-        replace(base, wn=8),
-        ldg,
-        replace(ldg, kc=8),
-        replace(ldg, prefetch=0),
-        replace(ldg, wn=1),
-        replace(ldg, wn=2),
-        replace(ldg, warps=4, wn=w4),
-        replace(ldg, wcache="nc", acache="nc"),
+        bulk(8, wn8),
+        bulk(1, 1, stages=3),
+        bulk(2, 2),
+        bulk(4, 4),
+        bulk(2, 2, stages=4),
+        bulk(8, 1),
+        bulk(4, w4, stages=3),
+        bulk(4, w4, kc=8),
+        ldg(8, wn8),
+        ldg(8, wn8, kc=8),
+        ldg(8, wn8, prefetch=0),
+        ldg(2, 2),
+        ldg(8, wn8, wcache="nc", acache="nc"),
     )
     out = []
     for c in cands:
