@@ -61,6 +61,25 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 8), 5, 128),
     ((16, 32, 4, "pairs", False, False, "halves", 4, True), 130, 160),  # prefetch: 3 tiles, 1 past the end
     ((4, 16, 1, "pairs", False, False, "halves", 8, True), 5, 128),
+    # session 7: unrolled column loop, persistent grids (3 SMs under the interpreter: 16 programs per
+    # SM = 48 programs; ranges crossing row blocks), streaming hints, register caps (no-ops here)
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True), 5, 48),  # 4 tiles, the last padding
+    ((4, 16, 1, "pairs", False, False, "halves", 8, True, True), 5, 128),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 0, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16), 5, 48),  # 128 tiles, 48 programs
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16, False, 56), 5, 128),  # 64 groups
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16), 5, 128),
+    ((4, 16, 1, "pairs", False, False, "halves", 2, True, True, 16, False, 56), 5, 128),  # 128 groups
+    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16), 5, 128),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16, True, 56), 5, 128),
+    ((16, 32, 4, "pairs", False, False, "halves", 1, True, False, 2), 130, 160),  # 96 tiles, 6 programs
+    ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 2), 130, 160),  # 32 groups, 2 tiles skipped
+]
+# A persistent grid on fp16 input (which runs "steps" tile by tile over the same ranges).
+PERSISTENT_FP16 = [
+    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16), 5, 128),
 ]
 # "steps" under other global scales and fp16: its rows and halves variants (few: the interpreter is slow).
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]
@@ -107,6 +126,8 @@ def _cases():
         decades = cfg[3] == "pairs" and len(cfg) < 9  # (not the slow prefetch loops)
         for data in NVFP4_DATA if full else ["specials", "near"] + (["decades"] if decades else []):
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
+    for cfg, m, k in PERSISTENT_FP16:
+        cases.append(("nvfp4", "float16", m, k, cfg, "near", "tensor"))
     for cfg, m, k in NVFP4_GPU_FAILED:
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "decades", "tensor"))
     for dtype in ("bfloat16", "float16"):

@@ -159,7 +159,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, 1, False, True)  # ASM last
+    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, 1, False, True, False, 0, False)
     assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
@@ -211,6 +211,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             # Its only FMAs sum the 8 bf16x2 steps of each pair of values (`_pairs.py`): nothing
             # contracted; the thresholds per block are directed-rounding products.
             vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps)  # values a thread owns per tile
+            vpt *= cfg.k_iters if cfg.unroll else 1  # the unrolled column loop: every tile's code
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.bf16x2"}, (cfg, ops)
             assert ptx.count("fma.rn.bf16x2") == 4 * vpt and ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2
             # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other branch)
@@ -223,9 +224,15 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             # cvt.rn.f16x2.e4m3x2 unpack) in 16x256x4-like tiles: the 03:45 and 05:55 H200 failures.
             assert "e4m3" not in ptx, cfg
             div_ptx = kmod.compile_for_target(
-                "bfloat16", 7168, dataclasses.replace(cfg, encode="div", layout="rows", prefetch=False), "sm_90a"
+                "bfloat16",
+                7168,
+                dataclasses.replace(
+                    cfg, encode="div", layout="rows", prefetch=False, unroll=False, persistent=0, stream=False
+                ),
+                "sm_90a",
             )
-            assert ptx.count("div.rn.f32") * 8 <= div_ptx.asm["ptx"].count("div.rn.f32"), cfg
+            tiles = cfg.k_iters if cfg.unroll else 1  # the unrolled loop holds every tile's code
+            assert ptx.count("div.rn.f32") * 8 <= div_ptx.asm["ptx"].count("div.rn.f32") * tiles, cfg
         else:
             assert "cvt.rn.satfinite.e4m3x2.f32" in ops, cfg
 
@@ -259,7 +266,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         everything = kmod.candidate_configs(k, unvalidated=True)
         assert default[0] == kmod.default_config(k) and set(default) <= set(everything)
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"?
-            assert default == tuple(c for c in everything if nv.PAIRS_GPU_VALIDATED or c.encode != "pairs")
+            # the session-7 variants (every one unrolled or persistent) wait for S7_PAIRS_GPU_VALIDATED
+            s7 = lambda c: not nv.S7_PAIRS_GPU_VALIDATED and (c.unroll or c.persistent > 0)
+            offered = [c for c in everything if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c)]
+            assert default == tuple(offered)
             continue
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
             assert default == tuple(c for c in everything if c.encode != "steps"), default
@@ -275,6 +285,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed = kmod._VALIDATED + (kmod._UNVALIDATED if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED else ())
     passed += kmod._UNVALIDATED_STEPS if op == "nvfp4" and nv.STEPS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS if op == "nvfp4" and nv.PAIRS_GPU_VALIDATED else ()
+    passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")

@@ -3,6 +3,8 @@ gets, what it compiles and primes, and which tile `run` launches for a live M, w
 replaced by recorders (the tiles themselves are the interpret and gpu tiers' configs; the gpu tier's
 `test_gpu_nvfp4.py` checks the dispatch bit for bit on the device)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -38,6 +40,21 @@ def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
     monkeypatch.setattr(_kernel, "PAIRS_GPU_VALIDATED", False)
     assert _dispatch.large_config(7168).encode == "steps"
     assert _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) not in _kernel.candidate_configs(7168)
+
+
+def test_s7_switch_is_off_and_replaces_the_large_tile(monkeypatch):
+    # Off by default: the large tile stays LARGE_M_PAIRS. Set to a session-7 tuple, the dispatch's
+    # large tile is that config (capped to the row), the small one unchanged.
+    assert _dispatch.LARGE_M_S7 is None
+    assert _dispatch.large_config(7168) == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS)
+    for tup in _kernel._UNVALIDATED_PAIRS_S7:
+        monkeypatch.setattr(_dispatch, "LARGE_M_S7", tup)
+        assert _dispatch.large_config(7168) == _kernel.NvFp4Config(*tup)
+        capped = _dispatch.large_config(48)
+        assert capped.block_k == 64 and dataclasses.replace(capped, block_k=tup[1]) == _kernel.NvFp4Config(*tup)
+        d = nvfp4.plan(4096, 7168).heuristic(ARCH)
+        assert d.large == _kernel.NvFp4Config(*tup) and d.small == _kernel.default_config(7168)
+        assert _dispatch.can_select(7168, d)
 
 
 def test_large_tile_is_capped_to_the_row():

@@ -29,6 +29,12 @@ from ._kernel import _block_k_cap as block_k_cap
 # docs/predictions/quantization.md); move this to the measured crossover.
 LARGE_FROM_M = 1024
 
+# Session 7 (issue #4): the large tile's switch to one of `_kernel._UNVALIDATED_PAIRS_S7` (unrolled /
+# persistent "pairs" tiles), off by default. Set it to that tuple only after the H200 passes it bit for
+# bit (test_gpu_candidates) and times it faster than LARGE_M_PAIRS at M >= 4096 (bench --encode pairs);
+# with S7_PAIRS_GPU_VALIDATED, so autotune offers the same config.
+LARGE_M_S7: tuple | None = None
+
 
 @dataclass(frozen=True)
 class NvFp4Dispatch:
@@ -48,8 +54,11 @@ class NvFp4Dispatch:
 
 
 def large_config(k: int) -> NvFp4Config:
-    """The large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED (its block_k
-    capped to the padded row, as every candidate's is)."""
+    """The large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED, or `LARGE_M_S7`
+    when set (its block_k capped to the padded row, as every candidate's is)."""
+    if LARGE_M_S7 is not None and _kernel.PAIRS_GPU_VALIDATED:
+        bm, bk, nw, *rest = LARGE_M_S7
+        return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
     bm, bk, nw, *rest = _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS
     return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
 

@@ -135,16 +135,39 @@ def _e2m1_codes_search(xb, gs, sf):
 
 
 @triton.jit
-def _store_scales(scales_ptr, rows64, pid_k, sbits, NB: tl.constexpr, TILE_NB: tl.constexpr, WORDS: tl.constexpr):
+def _store_scales(
+    scales_ptr,
+    rows64,
+    pid_k,
+    sbits,
+    NB: tl.constexpr,
+    TILE_NB: tl.constexpr,
+    WORDS: tl.constexpr,
+    CS: tl.constexpr = False,
+):
     """Scale bytes sbits (int32 0..255, [rows, TILE_NB]) at their swizzled offsets; padding columns
-    (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked."""
+    (K/16 <= c < ceil4(K/16)) included (they hold 0), columns past them masked. CS: streaming stores
+    (`st.global.cs`, `NvFp4Config.stream`)."""
     NB_PAD: tl.constexpr = (NB + 3) // 4 * 4
     if WORDS:
         gcols = pid_k * TILE_NB + tl.arange(0, TILE_NB // 4) * 4  # first column of each 4-group
         offs = swizzled_scale_offsets(rows64, gcols, NB) // 4
         mask = (gcols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
-        tl.store(scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask)
+        if CS:
+            tl.store(
+                scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask, cache_modifier=".cs"
+            )
+        else:
+            tl.store(scales_ptr.to(tl.pointer_type(tl.int32)) + offs, pack_bytes4(sbits), mask=mask)
     else:
         scols = pid_k * TILE_NB + tl.arange(0, TILE_NB)
         mask = (scols < NB_PAD)[None, :] & (rows64 >= 0)[:, None]
-        tl.store(scales_ptr + swizzled_scale_offsets(rows64, scols, NB), sbits.to(tl.uint8), mask=mask)
+        if CS:
+            tl.store(
+                scales_ptr + swizzled_scale_offsets(rows64, scols, NB),
+                sbits.to(tl.uint8),
+                mask=mask,
+                cache_modifier=".cs",
+            )
+        else:
+            tl.store(scales_ptr + swizzled_scale_offsets(rows64, scols, NB), sbits.to(tl.uint8), mask=mask)

@@ -50,7 +50,8 @@ from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
 from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
-from ._kernel_pairs import program_pairs
+from ._kernel_pairs import persistent_range, program_pairs
+from ._occupancy import resident_programs
 from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, pack_steps_top
 
 OP = "quantization.nvfp4"
@@ -87,6 +88,9 @@ class NvFp4Config:
     setup is paid once for them (the grid has ceil(tiles / k_iters) programs along K).
     prefetch ("pairs" with k_iters > 1 only): each column tile's loads are issued before the previous
     tile's math (`_kernel_pairs.py`).
+    unroll, persistent, stream ("pairs"; `_kernel_pairs.py` docstring): the column loop unrolled; a
+    grid of `persistent` programs per SM (capped to what is resident, `_occupancy.py`) looping over
+    tile ranges; streaming cache hints. max_regs: Triton's maxnreg (0: the compiler's choice).
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
@@ -102,6 +106,10 @@ class NvFp4Config:
     layout: str = "rows"
     k_iters: int = 1
     prefetch: bool = False
+    unroll: bool = False
+    persistent: int = 0
+    stream: bool = False
+    max_regs: int = 0
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -124,7 +132,17 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (config.layout == "halves" or config.encode != "pairs")
         and config.k_iters in (1, 2, 4, 8, 16)
         and isinstance(config.prefetch, bool)
-        and (not config.prefetch or (config.encode == "pairs" and config.k_iters > 1))
+        and (not config.prefetch or (config.encode == "pairs" and (config.k_iters > 1 or config.persistent > 0)))
+        and isinstance(config.unroll, bool)
+        and (not config.unroll or (config.encode == "pairs" and config.k_iters > 1))
+        and type(config.persistent) is int
+        and 0 <= config.persistent <= 32
+        and (config.persistent == 0 or (config.encode == "pairs" and not config.skip_dead))
+        and (config.persistent == 0 or config.k_iters == 1 or config.unroll)
+        and isinstance(config.stream, bool)
+        and (not config.stream or config.unroll or config.persistent > 0)
+        and type(config.max_regs) is int
+        and (config.max_regs == 0 or (24 <= config.max_regs <= 255 and config.max_regs % 8 == 0))
     )
 
 
@@ -255,6 +273,25 @@ _UNVALIDATED_PAIRS = (
 )
 
 
+# Session 7 (issue #4, `_kernel_pairs.py` docstring), offered only with B12X_QUANT_UNVALIDATED_CANDIDATES
+# until test_gpu_candidates passes them on the H200. Fields after layout: k_iters, prefetch, unroll,
+# persistent, stream, max_regs. Predictions: docs/predictions/quantization.md (session 7).
+S7_PAIRS_GPU_VALIDATED = False
+_UNVALIDATED_PAIRS_S7 = (
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True),  # LARGE_M_PAIRS unrolled (56 regs)
+    (8, 256, 4, "pairs", False, False, "halves", 8, True, True),
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True),  # no prefetch: 48 regs, 10 programs / SM
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, True),  # + streaming hints
+    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 16),  # persistent, one tile a unit (64 regs)
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16, False, 56),  # 4-tile groups, 9 / SM
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16),  # 64 regs: 8 / SM
+    (8, 256, 4, "pairs", False, False, "halves", 2, True, True, 16, False, 56),
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 16),
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16, True, 56),  # + streaming hints
+    (16, 256, 8, "pairs", False, False, "halves", 4, True, True, 16),
+)
+
+
 def unvalidated_enabled() -> bool:
     """B12X_QUANT_UNVALIDATED_CANDIDATES=1: offer the configs that have not passed the GPU tier."""
     return os.environ.get(UNVALIDATED_ENV) == "1"
@@ -273,6 +310,7 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     offered = _VALIDATED + (_UNVALIDATED if unvalidated or DIVISION_FREE_GPU_VALIDATED else ())
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
+    pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
@@ -288,9 +326,17 @@ def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
-def grid(m: int, k: int, config: NvFp4Config) -> tuple[int, int, int]:
-    """Programs over ceil128(m) rows (scale padding included) x ceil64(k) columns."""
+def grid(m: int, k: int, config: NvFp4Config, resident: int | None = None) -> tuple[int, int, int]:
+    """Programs over ceil128(m) rows (scale padding included) x ceil64(k) columns; with
+    `config.persistent`, min(units, resident) programs along one axis, each looping over its range of
+    units (tiles, or groups of k_iters tiles); `resident`: the programs the device holds at once
+    (`NvFp4Launcher._resident`; default `config.persistent`, one SM's worth)."""
     tiles_k = triton.cdiv(_round_up(k, 64), config.block_k)
+    if config.persistent:  # units: tiles (k_iters 1) or groups of k_iters tiles of one row block
+        tiles = _round_up(m, 128) // config.block_m * triton.cdiv(tiles_k, config.k_iters)
+        if tiles >= 2**31:
+            raise ValueError(f"{OP}: m={m} x k={k} is {tiles} tiles of {config}; a persistent grid needs < 2^31")
+        return (min(tiles, config.persistent if resident is None else resident), 1, 1)
     return (_round_up(m, 128) // config.block_m, triton.cdiv(tiles_k, config.k_iters), 1)
 
 
@@ -309,6 +355,9 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.k_iters,
         cfg.prefetch,
         asm,
+        cfg.unroll,
+        cfg.persistent,
+        cfg.stream,
     )
 
 
@@ -592,19 +641,32 @@ def _nvfp4_quantize_kernel(
     K_ITERS: tl.constexpr,  # NvFp4Config.k_iters: column tiles per program, one after the other
     PREFETCH: tl.constexpr,  # NvFp4Config.prefetch ("pairs" only)
     ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
+    UNROLL: tl.constexpr,  # NvFp4Config.unroll ("pairs" only)
+    PERSISTENT: tl.constexpr,  # NvFp4Config.persistent: > 0 = a persistent grid (`grid`)
+    STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
 ):
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
-        _program_tiles(
-            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM,
-        )  # fmt: skip
+        if PERSISTENT > 0:  # fp16 input under a persistent grid: its tiles one by one (same bits)
+            NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+            start, end = persistent_range(m, NK, BLOCK_M)
+            for t in range(start, end):
+                pid_m = t // NK
+                _program_tile(
+                    x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, t - pid_m * NK,
+                    K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
+                )  # fmt: skip
+        else:
+            _program_tiles(
+                x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+                K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM,
+            )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------
@@ -618,10 +680,14 @@ class NvFp4Launcher:
     device, or the JIT function under TRITON_INTERPRET); `compiled` says which.
     """
 
-    def __init__(self, k: int, config: NvFp4Config, load, *, compiled: bool, key: str = "") -> None:
+    def __init__(
+        self, k: int, config: NvFp4Config, load, *, compiled: bool, key: str = "", sms: int | None = None
+    ) -> None:
         self.k, self.config, self.compiled, self.key = k, config, compiled, key
         self._load = load
         self._by_device: dict = {}
+        self._sms = sms  # persistent grids: the SM count (None: the device's, read once per device)
+        self._sms_by_device: dict = {}  # device index -> resident programs of a persistent grid
 
     def _kernel_for(self, index):
         fn = self._by_device.get(index)
@@ -631,17 +697,28 @@ class NvFp4Launcher:
             fn = self._by_device[index] = self._load(index)
         return fn
 
+    def _resident(self, fn, index) -> int:
+        """Persistent grids: the programs the device holds at once (`_occupancy.resident_programs`)."""
+        n = self._sms_by_device.get(index)
+        if n is None:
+            import torch
+
+            props = torch.cuda.get_device_properties(index)
+            n = self._sms_by_device[index] = resident_programs(self.config, fn, props, self._sms)
+        return n
+
     def __call__(self, x, packed, scales, gs_ptr, gs_value, gs_on_device, m) -> None:
         if m == 0:
             return
         cfg = self.config
-        g = grid(m, self.k, cfg)
         args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, *constexprs(self.k, cfg, asm=self.compiled))
         if not self.compiled:
+            g = grid(m, self.k, cfg, cfg.persistent * (self._sms or 1))
             _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
         index = x.device.index
         fn = self._kernel_for(index)
+        g = grid(m, self.k, cfg, self._resident(fn, index) if cfg.persistent else None)
         import torch
 
         if index != torch.cuda.current_device():
@@ -673,6 +750,9 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "K_ITERS": "constexpr",
         "PREFETCH": "constexpr",
         "ASM": "constexpr",
+        "UNROLL": "constexpr",
+        "PERSISTENT": "constexpr",
+        "STREAM": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
@@ -688,6 +768,8 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
     options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
+    if config.max_regs:
+        options["maxnreg"] = config.max_regs
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
@@ -714,9 +796,10 @@ def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4La
     return NvFp4Launcher(k, config, load, compiled=True, key=key)
 
 
-def interpreted_launcher(k: int, config: NvFp4Config | None = None) -> NvFp4Launcher:
-    """A launcher through the JIT function, for TRITON_INTERPRET=1 runs on CPU tensors (tests)."""
+def interpreted_launcher(k: int, config: NvFp4Config | None = None, *, sms: int = 3) -> NvFp4Launcher:
+    """A launcher through the JIT function, for TRITON_INTERPRET=1 runs on CPU tensors (tests); a
+    persistent config's grid counts `sms` SMs (3: programs get uneven tile ranges)."""
     config = config or default_config(k)
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
-    return NvFp4Launcher(k, config, None, compiled=False)
+    return NvFp4Launcher(k, config, None, compiled=False, sms=sms)

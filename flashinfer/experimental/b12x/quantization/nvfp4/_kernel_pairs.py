@@ -7,6 +7,21 @@ and `pairs_prologue` (RD(1/gs), one float64 division) run once per program, not 
 PREFETCH (`NvFp4Config.prefetch`): the loop loads column tile i + 1 before it encodes tile i, so each
 warp keeps its next 1 KB in flight while it computes (8 more registers): a bet that the steps tile's
 67% issue efficiency on the H200 came from exposed DRAM latency.
+
+Session 7 variants (issue #4: >= 80% of the copy ceiling at M >= 4096; each bit-equal, selectable by
+`NvFp4Config`, none the default):
+- UNROLL: the k_iters loop unrolled (`tl.static_range`): no loop-carried register moves (9 IMAD.MOV
+  a tile on sm_90a with prefetch), no loop counter, the last tile's bounds check folded.
+- PERSISTENT (CTAs per SM, clamped at launch to what is resident: `NvFp4Launcher`): a grid of
+  persistent * SMs programs, each quantizing one contiguous range of the (row block, column tile)
+  tiles in row-major order (`persistent_range`: ranges differ by at most one tile, so there is no
+  partial last wave: the 8x256x4 tile holds 56 registers, 9 programs per SM, so 4096 x 4096's 2048
+  programs are 1.7 waves), with the prologue (global scale, RD(1/gs) in float64: ~120 SASS
+  instructions a thread, ~10% of a 4-tile program) paid once per range; with PREFETCH the next
+  tile's loads in flight across row blocks. With k_iters > 1 (and unroll) the unit is a group of
+  k_iters tiles of one row block, each through the unrolled loop.
+- STREAM: streaming cache hints (loads evict_first, stores `.cs`): the input is read once and the
+  outputs are not read back by this kernel.
 """
 
 from __future__ import annotations
@@ -19,9 +34,8 @@ from ._pairs import pack_pair_codes, pair_amax, pair_codes, pair_thresholds, pai
 
 
 @triton.jit
-def _load_pair_words(x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr):
-    """(half a, half b [rows, blocks, 4] int32 words of two bf16 each, block mask [rows, blocks], block
-    indices [blocks]) of column tile pid_k; rows and blocks outside read as 0 (code 0, scale 0)."""
+def _tile_blocks(row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(block mask [rows, blocks], global block indices [blocks]) of column tile pid_k."""
     NB: tl.constexpr = K // 16
     TILE_NB: tl.constexpr = BLOCK_K // 16
     EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
@@ -30,11 +44,25 @@ def _load_pair_words(x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.
         bmask = row_ok[:, None] & (blk >= 0)[None, :]
     else:
         bmask = row_ok[:, None] & (blk < NB)[None, :]  # K % 16 == 0: a block is all in or all out
+    return bmask, blk
+
+
+@triton.jit
+def _load_pair_words(
+    x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr = False
+):
+    """(half a, half b [rows, blocks, 4] int32 words of two bf16 each, block mask [rows, blocks], block
+    indices [blocks]) of column tile pid_k; rows and blocks outside read as 0 (code 0, scale 0)."""
+    bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K)
     j = tl.arange(0, 4)
     wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None, None] * (K // 2) + (blk * 8)[None, :, None]
     wptrs += j[None, None, :]
-    ua = tl.load(wptrs, mask=bmask[:, :, None], other=0)
-    ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0)
+    if STREAM:
+        ua = tl.load(wptrs, mask=bmask[:, :, None], other=0, eviction_policy="evict_first")
+        ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0, eviction_policy="evict_first")
+    else:
+        ua = tl.load(wptrs, mask=bmask[:, :, None], other=0)
+        ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0)
     return ua, ub, bmask, blk
 
 
@@ -56,6 +84,7 @@ def _encode_store_pairs(
     BLOCK_K: tl.constexpr,
     SCALE_WORDS: tl.constexpr,
     ASM: tl.constexpr,
+    STREAM: tl.constexpr = False,
 ):
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
@@ -67,9 +96,166 @@ def _encode_store_pairs(
     wb = pack_pair_codes(pair_codes(ub, th, ASM), ASM)
     words = wa.to(tl.uint64) | (wb.to(tl.uint64) << 32)
     offs = rows64[:, None] * NB + blk[None, :]  # 8-byte units: a row is K/2 = 8 * NB bytes
-    tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
+    if STREAM:
+        tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask, cache_modifier=".cs")
+    else:
+        tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
 
-    _store_scales(scales_ptr, rows64, pid_k, sbits, NB, BLOCK_K // 16, SCALE_WORDS)
+    _store_scales(scales_ptr, rows64, pid_k, sbits, NB, BLOCK_K // 16, SCALE_WORDS, STREAM)
+
+
+@triton.jit
+def persistent_range(m, NK: tl.constexpr, BLOCK_M: tl.constexpr):
+    """[start, end) of this program's tiles in a persistent grid: tile t is row block t // NK and column
+    tile t % NK over ceil128(m) rows (padding rows included: they read zeros, so their scales are 0);
+    program p of P gets [p n / P, (p + 1) n / P) of the n tiles (lengths differ by at most one).
+    `grid` keeps n below 2^31."""
+    n = ((m + 127) // 128 * (128 // BLOCK_M)).to(tl.int64) * NK
+    p = tl.program_id(0).to(tl.int64)
+    num = tl.num_programs(0).to(tl.int64)
+    return (p * n // num).to(tl.int32), ((p + 1) * n // num).to(tl.int32)
+
+
+@triton.jit
+def _program_pairs_persistent(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs_ptr,
+    gs_value,
+    gs_on_device,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    STREAM: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """The tiles of `persistent_range`, one after the other; with PREFETCH the next tile's loads (the
+    next row block's at a row end) go out before this tile's math."""
+    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+    start, end = persistent_range(m, NK, BLOCK_M)
+    gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+    scale, rg, gs_k = pairs_prologue(gs, ASM)
+    # The tile's coordinates advance by one column (wrapping to the next row block), no division.
+    pid_m = start // NK
+    pid_k = start - pid_m * NK
+    row0 = pid_m * BLOCK_M
+    r = tl.arange(0, BLOCK_M)
+    if PREFETCH:
+        rows = row0 + r
+        ok = (rows < m) & (rows * 0 + start < end)  # full-shape masks (the interpreter's masked load)
+        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows.to(tl.int64), ok, pid_k, K, BLOCK_K, STREAM)
+    for t in range(start, end):
+        rows = row0 + r
+        row_ok = rows < m
+        rows64 = rows.to(tl.int64)
+        wrap = pid_k == NK - 1
+        nrow0 = tl.where(wrap, row0 + BLOCK_M, row0)
+        npid_k = tl.where(wrap, 0, pid_k + 1)
+        if PREFETCH:
+            nrows = nrow0 + r
+            more = (nrows < m) & (nrows * 0 + (t + 1) < end)
+            na, nb, nmask, nblk = _load_pair_words(x_ptr, nrows.to(tl.int64), more, npid_k, K, BLOCK_K, STREAM)
+            bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K)
+        else:
+            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
+        _encode_store_pairs(
+            ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
+            K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
+        )  # fmt: skip
+        if PREFETCH:
+            ua, ub = na, nb
+        row0, pid_k = nrow0, npid_k
+
+
+@triton.jit
+def _k_tiles_unrolled(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs,
+    scale,
+    rg,
+    gs_k,
+    rows64,
+    row_ok,
+    dead,
+    k0,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SKIP_DEAD: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    K_ITERS: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    STREAM: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
+    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+    if PREFETCH:
+        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K, STREAM)
+    for it in tl.static_range(K_ITERS):
+        pid_k = k0 + it
+        if PREFETCH:
+            if it + 1 < K_ITERS:  # the next tile's loads go out before this tile's math
+                if NK % K_ITERS == 0:  # every tile of the group exists
+                    more = row_ok
+                else:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
+                    more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < NK)
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
+        if (NK % K_ITERS == 0) or (pid_k < NK):
+            if SKIP_DEAD and dead:
+                zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
+                _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS, STREAM)
+            else:
+                if not PREFETCH:
+                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
+                _encode_store_pairs(
+                    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
+                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
+                )  # fmt: skip
+        if PREFETCH:
+            if it + 1 < K_ITERS:
+                ua, ub, bmask, blk = na, nb, nmask, nblk
+
+
+@triton.jit
+def _program_pairs_persistent_groups(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs_ptr,
+    gs_value,
+    gs_on_device,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    K_ITERS: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    STREAM: tl.constexpr,
+    ASM: tl.constexpr,
+):
+    """A persistent grid over groups of K_ITERS column tiles of one row block (the unit of the plain
+    grid's programs): `persistent_range` over the (row block, group) pairs, each group through the
+    unrolled column loop (`_k_tiles_unrolled`), the prologue once per program."""
+    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+    NG: tl.constexpr = (NK + K_ITERS - 1) // K_ITERS
+    start, end = persistent_range(m, NG, BLOCK_M)
+    gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
+    scale, rg, gs_k = pairs_prologue(gs, ASM)
+    for i in range(start, end):
+        pid_m = i // NG
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        _k_tiles_unrolled(
+            x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows.to(tl.int64), rows < m, False,
+            (i - pid_m * NG) * K_ITERS, K, BLOCK_M, BLOCK_K, False, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -89,6 +275,48 @@ def program_pairs(
     K_ITERS: tl.constexpr,
     PREFETCH: tl.constexpr,
     ASM: tl.constexpr,
+    UNROLL: tl.constexpr = False,
+    PERSISTENT: tl.constexpr = 0,
+    STREAM: tl.constexpr = False,
+):
+    """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
+    (PERSISTENT) the tile range of `persistent_range`."""
+    if PERSISTENT > 0 and K_ITERS > 1:
+        _program_pairs_persistent_groups(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+        )  # fmt: skip
+    elif PERSISTENT > 0:
+        _program_pairs_persistent(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM,
+        )  # fmt: skip
+    else:
+        _program_pairs_tiles(
+            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM,
+        )  # fmt: skip
+
+
+@triton.jit
+def _program_pairs_tiles(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    gs_ptr,
+    gs_value,
+    gs_on_device,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SKIP_DEAD: tl.constexpr,
+    SCALE_WORDS: tl.constexpr,
+    K_ITERS: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    ASM: tl.constexpr,
+    UNROLL: tl.constexpr,
+    STREAM: tl.constexpr,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
     pid_m = tl.program_id(0)
@@ -100,23 +328,29 @@ def program_pairs(
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     dead = pid_m * BLOCK_M >= m  # padding rows only (skip_dead): their scales are 0, nothing else
     k0 = tl.program_id(1) * K_ITERS
-    if PREFETCH:
-        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K)
-    for it in range(K_ITERS):
-        pid_k = k0 + it
-        if PREFETCH:  # the next tile's loads go out before this tile's math (masked past the last)
-            more = row_ok & ((it + 1 < K_ITERS) & (pid_k + 1 < NK))
-            na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K)
-        if (NK % K_ITERS == 0) or (pid_k < NK):
-            if SKIP_DEAD and dead:
-                zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
-                _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
-            else:
-                if not PREFETCH:
-                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K)
-                _encode_store_pairs(
-                    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM,
-                )  # fmt: skip
+    if UNROLL:
+        _k_tiles_unrolled(
+            x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+        )  # fmt: skip
+    else:
         if PREFETCH:
-            ua, ub, bmask, blk = na, nb, nmask, nblk
+            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K)
+        for it in range(K_ITERS):
+            pid_k = k0 + it
+            if PREFETCH:  # the next tile's loads go out before this tile's math (masked past the last)
+                more = row_ok & ((it + 1 < K_ITERS) & (pid_k + 1 < NK))
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K)
+            if (NK % K_ITERS == 0) or (pid_k < NK):
+                if SKIP_DEAD and dead:
+                    zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
+                    _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
+                else:
+                    if not PREFETCH:
+                        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K)
+                    _encode_store_pairs(
+                        ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
+                        K, BLOCK_K, SCALE_WORDS, ASM,
+                    )  # fmt: skip
+            if PREFETCH:
+                ua, ub, bmask, blk = na, nb, nmask, nblk

@@ -1,0 +1,149 @@
+"""Session-7 NVFP4 "pairs" variants (issue #4): unrolled column loop, persistent grids, streaming hints.
+
+CPU checks of what the interpreter tier cannot show: the persistent grid's size and tile ranges (a
+plain-Python mirror of `_kernel_pairs.persistent_range` proves every tile is quantized exactly once),
+the config rules, and that each variant compiles for sm_90a and sm_120a without local-memory spills.
+Bits: test_interpret (`_interpret_run.NVFP4_VARIANTS`, session-7 rows) and, on the H200,
+test_gpu_candidates (`-k "nvfp4 and pairs and not False-0-False"`).
+"""
+
+import os
+import re
+import subprocess
+
+import pytest
+import triton
+
+from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv
+from flashinfer.experimental.b12x.quantization.nvfp4 import _occupancy as occ
+
+S7 = [nv.NvFp4Config(*c) for c in nv._UNVALIDATED_PAIRS_S7]
+
+
+def _ranges(m, k, cfg, resident):
+    """Mirror of `persistent_range` for every program of `grid`: [(start, end)] over the units (tiles, or
+    groups of k_iters tiles of one row block)."""
+    programs = nv.grid(m, k, cfg, resident)[0]
+    units_k = triton.cdiv(triton.cdiv((k + 63) // 64 * 64, cfg.block_k), cfg.k_iters)
+    n = (m + 127) // 128 * (128 // cfg.block_m) * units_k
+    return [(p * n // programs, (p + 1) * n // programs) for p in range(programs)], n
+
+
+@pytest.mark.parametrize("m, k", [(1, 7168), (33, 7168), (130, 160), (4097, 4096), (16384, 7168), (5, 48)])
+@pytest.mark.parametrize("sms", [3, 132, 188])
+def test_persistent_ranges_cover_every_tile_once(m, k, sms):
+    for cfg in [c for c in S7 if c.persistent] + [nv.NvFp4Config(4, 16, 1, "pairs", layout="halves", persistent=2)]:
+        resident = cfg.persistent * sms
+        if not nv.can_implement(k, nv.NvFp4Config(**{**vars(cfg), "block_k": nv._block_k_cap(k, cfg.block_k)})):
+            continue
+        cfg = nv.NvFp4Config(**{**vars(cfg), "block_k": nv._block_k_cap(k, cfg.block_k)})
+        ranges, n = _ranges(m, k, cfg, resident)
+        assert len(ranges) == min(n, resident)
+        assert ranges[0][0] == 0 and ranges[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, no overlap
+        lengths = {e - s for s, e in ranges}
+        assert max(lengths) - min(lengths) <= 1 and min(lengths) >= 1  # balanced, no idle program
+
+
+def test_grid_shapes():
+    cfg = nv.NvFp4Config(8, 256, 4, "pairs", layout="halves", prefetch=True, persistent=16)
+    assert nv.grid(16384, 7168, cfg, 9 * 132) == (9 * 132, 1, 1)
+    assert nv.grid(16384, 7168, cfg) == (16, 1, 1)  # no device: one SM's worth
+    assert nv.grid(1, 7168, cfg, 9 * 132) == (16 * 28, 1, 1)  # 16 row blocks x 28 tiles < 1188
+    groups = nv.NvFp4Config(8, 256, 4, "pairs", layout="halves", k_iters=4, prefetch=True, unroll=True, persistent=16)
+    assert nv.grid(1, 7168, groups, 9 * 132) == (16 * 7, 1, 1)  # 16 row blocks x 7 groups of 4 tiles
+    plain = nv.NvFp4Config(8, 256, 4, "pairs", layout="halves", k_iters=4, prefetch=True, unroll=True)
+    assert nv.grid(16384, 7168, plain, 132) == nv.grid(16384, 7168, nv.NvFp4Config(*nv.LARGE_M_PAIRS)) == (2048, 7, 1)
+    with pytest.raises(ValueError, match="persistent grid"):
+        nv.grid(2**31 - 128, 2**20, cfg, 132)
+
+
+def test_programs_per_sm():
+    # sm_90: 65536 registers, 2048 threads, 32 blocks per SM; registers allocated in multiples of 8
+    assert occ.programs_per_sm(16, 4, 56) == 9  # the LARGE_M_PAIRS tile: 36 warps
+    assert occ.programs_per_sm(16, 4, 55) == 9
+    assert occ.programs_per_sm(16, 4, 64) == 8
+    assert occ.programs_per_sm(16, 4, 48) == 10
+    assert occ.programs_per_sm(16, 4, 32) == 16
+    assert occ.programs_per_sm(16, 4, 24) == 16  # threads: 2048 / 128
+    assert occ.programs_per_sm(4, 4, 24) == 4  # the request
+    assert occ.programs_per_sm(16, 8, 64) == 4
+    assert occ.programs_per_sm(16, 1, 16) == 16 and occ.programs_per_sm(32, 1, 16) == 32  # block limit
+    assert occ.programs_per_sm(16, 4, 32, 100 * 1024) == 2  # shared memory
+    assert occ.programs_per_sm(16, 4, 32, max_threads=1536) == 12  # sm_120: 1536 threads
+    assert occ.programs_per_sm(16, 16, 255) == 1  # never 0
+    with pytest.raises(ValueError, match="requested"):
+        occ.programs_per_sm(0, 4, 32)
+
+
+def test_resident_programs_reads_the_kernel_and_device():
+    class Props:
+        multi_processor_count = 132
+        max_threads_per_multi_processor = 2048
+        regs_per_multiprocessor = 65536
+        shared_memory_per_multiprocessor = 233472
+
+    class Meta:
+        shared = 0
+
+    class Fn:
+        n_regs, metadata = 56, Meta()
+
+    cfg = nv.NvFp4Config(*nv._UNVALIDATED_PAIRS_S7[4])
+    assert cfg.persistent == 16
+    assert occ.resident_programs(cfg, Fn(), Props()) == 9 * 132
+    assert occ.resident_programs(cfg, Fn(), Props(), sms=3) == 27
+    Fn.n_regs = 0  # unknown: capped by threads and the request only
+    assert occ.resident_programs(cfg, Fn(), Props()) == 16 * 132
+
+
+def test_config_rules():
+    ok = lambda **kw: nv.can_implement(7168, nv.NvFp4Config(8, 256, 4, "pairs", layout="halves", **kw))
+    assert all(nv.can_implement(7168, c) for c in S7)
+    assert ok(k_iters=4, unroll=True) and ok(k_iters=4, prefetch=True, unroll=True, stream=True)
+    assert not ok(k_iters=1, unroll=True)  # nothing to unroll
+    assert ok(persistent=16) and ok(persistent=16, prefetch=True) and ok(persistent=8, stream=True)
+    assert not ok(persistent=16, k_iters=4)  # groups of tiles run through the unrolled loop only
+    assert ok(persistent=16, k_iters=4, unroll=True) and ok(persistent=16, k_iters=4, unroll=True, max_regs=56)
+    assert not ok(persistent=16, skip_dead=True)  # padding tiles are quantized (zeros) in range
+    assert not ok(max_regs=20) and not ok(max_regs=50) and not ok(max_regs=True) and ok(max_regs=64)
+    assert not ok(persistent=True) and not ok(persistent=-1) and not ok(persistent=33)
+    assert not ok(stream=True) and not ok(k_iters=4, stream=True)  # stream needs unroll or persistent
+    assert not nv.can_implement(7168, nv.NvFp4Config(8, 256, 4, "steps", layout="halves", persistent=16))
+    assert not nv.can_implement(7168, nv.NvFp4Config(8, 256, 4, "steps", layout="halves", k_iters=4, unroll=True))
+
+
+def test_s7_offered_only_unvalidated(monkeypatch):
+    monkeypatch.delenv(nv.UNVALIDATED_ENV, raising=False)
+    if not nv.S7_PAIRS_GPU_VALIDATED:
+        assert not set(S7) & set(nv.candidate_configs(7168))
+    assert set(S7) <= set(nv.candidate_configs(7168, unvalidated=True))
+
+
+def _sass(cubin: bytes, tmp_path, flag: str = "-sass") -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        pytest.skip("cuobjdump not shipped with this Triton")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    return subprocess.run([tool, flag, str(path)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("idx", [0, 3, 4, 5])  # unrolled, + stream, persistent tiles, persistent groups (56 regs)
+def test_s7_compiles_without_spills(arch, idx, tmp_path):
+    cfg = S7[idx]
+    compiled = nv.compile_for_target("bfloat16", 7168, cfg, arch)
+    ptx = compiled.asm["ptx"]
+    vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps) * (cfg.k_iters if cfg.unroll else 1)
+    assert ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2, cfg
+    if cfg.stream:
+        assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx, cfg
+    else:
+        assert "evict_first" not in ptx and ".cs." not in ptx, cfg
+    sass = _sass(compiled.asm["cubin"], tmp_path)
+    assert not re.search(r"\b(STL|LDL)\b", sass), f"{cfg} spills on {arch}"
+    if cfg.max_regs:
+        regs = int(re.search(r"REG:(\d+)", _sass(compiled.asm["cubin"], tmp_path, "-res-usage")).group(1))
+        assert regs <= cfg.max_regs, (cfg, regs)
