@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -12,7 +12,8 @@ Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: to
 of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
 each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
---encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --ms/--ks
+--encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
+[S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
 pick shapes. Every case also times a "copy (same bytes)" reference row: a plain device copy
 (`dst.copy_(src)`, uint8) of half the case's bytes each way, so it moves the same byte count, with the
 same timer and (graph timer) the same number of rotated source sets; the "% copy" column is that
@@ -193,18 +194,30 @@ def mxfp8_case(m: int, k: int, dtype) -> Case:
     return Case("mxfp8", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=mxfp8_bytes(m, k), ceiling="copy")
 
 
+def nvfp4_bench_configs(k: int, args) -> list:
+    """The NVFP4 rows of a case: None (the plan's own selection: from LARGE_FROM_M rows of capacity the
+    live-M dispatch of two tiles), then candidate configs alone: all (--all-configs), those of some
+    encodes (--encode), those whose repr contains one of --match's strings (with --encode: both), and
+    the dispatch's two tiles (--dispatch-tiles)."""
+    configs = [None] + (list(nvfp4_configs(k, unvalidated=True)) if args.all_configs else [])
+    if args.encode or args.match:
+        configs = [None] + [
+            c
+            for c in nvfp4_configs(k, unvalidated=True)
+            if (not args.encode or c.encode in args.encode)
+            and (not args.match or any(s in repr(c) for s in args.match))
+        ]
+    if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
+        configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
+    return configs
+
+
 def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     case = nvfp4_case(m, k, dtype)
     add_copy_row(table, case, args, dev, sets_for(case.bytes))
     xs = _inputs(m, k, dtype, sets_for(nvfp4_bytes(m, k)), dev, gen)
     gs = nvfp4_global_scale(xs[0]).reshape(1)
-    # None = the plan's own selection (capacity M >= LARGE_FROM_M: the live-M dispatch of two tiles);
-    # then each candidate config alone (default_config(k), the small tile, included).
-    configs = [None] + (list(nvfp4_configs(k, unvalidated=True)) if args.all_configs else [])
-    if args.encode:  # only the candidates of these NVFP4 encodes (and the plan's selection)
-        configs = [None] + [c for c in nvfp4_configs(k, unvalidated=True) if c.encode in args.encode]
-    if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
-        configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
+    configs = nvfp4_bench_configs(k, args)
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
@@ -299,10 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dispatch-tiles", action="store_true", help="NVFP4: also time the live-M dispatch's two tiles alone"
     )
+    parser.add_argument(
+        "--match",
+        nargs="+",
+        default=None,
+        help="NVFP4: time only the candidate configs whose repr contains one of these strings (e.g. unroll=True)",
+    )
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")
     args = parser.parse_args(argv)
-    if args.all_configs or args.encode:  # every candidate, GPU-validated or not: each one's bits are checked below
+    if args.all_configs or args.encode or args.match:  # every candidate, GPU-validated or not: bits checked below
         os.environ["B12X_QUANT_UNVALIDATED_CANDIDATES"] = "1"
     dev = require_cuda("bench_quantization", args.device)
     torch.cuda.set_device(dev)

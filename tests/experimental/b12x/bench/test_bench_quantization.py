@@ -106,3 +106,38 @@ def test_report_round_trip_keeps_the_copy_column():
     assert [r["pct_of_same_size_copy"] for r in report["rows"]][:2] == [pytest.approx(100.0), pytest.approx(75.0)]
     again = BQ.QuantTable.from_dict(report)
     assert again.pct_of_copy(again.rows[1]) == pytest.approx(75.0)
+
+
+def _args(*argv):
+    import argparse
+
+    a = argparse.Namespace(all_configs=False, encode=None, match=None, dispatch_tiles=False)
+    for k, v in argv:
+        setattr(a, k, v)
+    return a
+
+
+def test_nvfp4_bench_configs_selects_rows():
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv
+
+    assert BQ.nvfp4_bench_configs(7168, _args()) == [None]
+    everything = list(nv.candidate_configs(7168, unvalidated=True))
+    assert BQ.nvfp4_bench_configs(7168, _args(("all_configs", True))) == [None] + everything
+    pairs = BQ.nvfp4_bench_configs(7168, _args(("encode", ["pairs"])))
+    assert pairs[0] is None and pairs[1:] and all(c.encode == "pairs" for c in pairs[1:])
+    # --match: the session-7 variants (every one unrolled or persistent), nothing else
+    s7 = BQ.nvfp4_bench_configs(7168, _args(("match", ["unroll=True", "persistent=16"])))
+    assert s7[0] is None and set(s7[1:]) == {nv.NvFp4Config(*c) for c in nv._UNVALIDATED_PAIRS_S7}
+    both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
+    assert both == [None]
+    tiles = BQ.nvfp4_bench_configs(7168, _args(("dispatch_tiles", True)))
+    assert tiles == [None, nv.default_config(7168), nv.NvFp4Config(*nv.LARGE_M_PAIRS)]
+
+
+def test_match_option_parses():
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()) as out, pytest.raises(SystemExit):
+        BQ.main(["--help"])
+    assert "--match" in out.getvalue()
