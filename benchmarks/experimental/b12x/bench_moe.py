@@ -404,7 +404,7 @@ def expert_variants(args, t: int, max_t: int) -> list:
     return found
 
 
-TILED_DEFAULT_ENTRIES = ("128x128x2x4", "128x128x2x4w")
+TILED_DEFAULT_ENTRIES = ("64x256x1x4", "64x256x1x4w", "128x128x2x4")
 
 
 def tiled_entries(args) -> tuple:

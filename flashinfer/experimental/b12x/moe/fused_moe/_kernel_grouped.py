@@ -67,13 +67,15 @@ class GroupedConfig:
     """tile: gemm's CTA tile (its group_m / fp8_mma unused); per_expert: tiles of each expert's
     rows (True) or windows of the sorted rows (False; module docstring)."""
 
-    tile: TiledConfig = TiledConfig(128, 128, 2, 4)
+    tile: TiledConfig = TiledConfig(64, 256, 1, 4)
     per_expert: bool = True
 
 
 def default_config(fc: int) -> GroupedConfig:
-    """128 x 128 tiles, 8 warps, per-expert tiles (gemm's M > 256 tile without the grouped raster:
-    the grid walks N fastest inside a row tile already)."""
+    """64 x 256 tiles of 4 warps (64 x 64 warp tiles), per-expert tiles. H200 2026-11-30 16:42,
+    E=512 k=10 H=4096 I=1024 w4a16 T=4096 (~80 rows an expert): 6241 µs per layer against 9595 for
+    128 x 128 / 8 warps (64 x 32 warp tiles, 1.6x the rows issued) and 7629 for 64 x 128 / 4 warps;
+    torch._grouped_mm bf16 6114."""
     return GroupedConfig()
 
 

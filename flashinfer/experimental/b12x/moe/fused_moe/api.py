@@ -419,7 +419,9 @@ def _prime_experts(p: FusedMoePlan, state) -> None:
     wp = p.caps.weight_plan
     dev = state.device
     n1, h, i = wp.fc1_rows, wp.hidden_size, wp.intermediate_size
-    start = torch.zeros(2, dtype=torch.int32, device=dev)
+    # E + 1 zero starts: the grouped kernels scan all E experts' starts (`_kernel_grouped.locate`,
+    # E compiled in); the decode kernels read start[0], start[1] of their one-expert grid
+    start = torch.zeros(wp.num_experts + 1, dtype=torch.int32, device=dev)
     one = torch.ones(1, dtype=torch.float32, device=dev)
     b1 = torch.zeros(1, n1, h // 2, dtype=torch.uint8, device=dev)
     b2 = torch.zeros(1, h, i // 2, dtype=torch.uint8, device=dev)
