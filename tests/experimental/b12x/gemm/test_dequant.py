@@ -113,7 +113,7 @@ def test_fp8_block_activation_fold_rounds_once_to_bf16():
 
 
 @pytest.mark.parametrize("compute", COMPUTES)
-@pytest.mark.parametrize("family", ["fp4", "fp8"])
+@pytest.mark.parametrize("family", ["fp4", "fp8", "natural"])
 @pytest.mark.parametrize("scaled", [False, True])
 def test_raw16_groups_follow_the_weight_order(family, compute, scaled):
     ops = _ops()

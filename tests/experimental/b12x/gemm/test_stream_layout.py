@@ -51,16 +51,27 @@ def test_layout_by_hand(kc):
                                 assert p[r, s, word + 2 * h + j] == f[row, k0 // 16 + j]
 
 
+@pytest.mark.parametrize("order", SL.ORDERS)
 @pytest.mark.parametrize("kc", SL.KCS)
 @pytest.mark.parametrize("n, k", [(16, 1024), (48, 2048), (64, 5120)])
-def test_pack_unpack_round_trip(kc, n, k):
+def test_pack_unpack_round_trip(kc, n, k, order):
     if k % (128 * kc):
         pytest.skip("no layout")
     values, sf, storage = _random_nvfp4(n, k, seed=n + k)
-    packed = SL.pack_stream(values, storage.view(torch.float8_e4m3fn), n, k, kc)
+    packed = SL.pack_stream(values, storage.view(torch.float8_e4m3fn), n, k, kc, order)
     assert packed.numel() == n * k * 9 // 16  # the same bytes, moved
-    v, f = SL.unpack_stream(packed, n, k, kc)
+    v, f = SL.unpack_stream(packed, n, k, kc, order)
     assert torch.equal(v, values) and torch.equal(f, sf)
+
+
+def test_natural_order_by_hand():
+    """One word: values 0..7 (plain bytes 0x10, 0x32, 0x54, 0x76) -> nibbles 0, 2, 4, 6, 1, 3, 5, 7."""
+    values = torch.tensor([[0x10, 0x32, 0x54, 0x76] * 128] * 16, dtype=torch.uint8)
+    storage = Q.swizzle_scales(torch.zeros(16, 64, dtype=torch.uint8), 0)
+    packed = SL.pack_stream(values, storage, 16, 1024, 4, "natural")
+    assert packed[0, 0, :4].tolist() == [0x20, 0x64, 0x31, 0x75]
+    plain = SL.pack_stream(values, storage, 16, 1024, 4, "fp4")
+    assert plain[0, 0, :4].tolist() == [0x10, 0x32, 0x54, 0x76]
 
 
 def test_layout_rejects_shapes_it_cannot_hold():
@@ -75,9 +86,9 @@ def test_layout_rejects_shapes_it_cannot_hold():
 
 
 # ---- the kernel's logic on the emulator --------------------------------------------------------
-def _args(ops, out_dtype, kc):
+def _args(ops, out_dtype, kc, order="natural"):
     out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
-    packed = SL.pack_stream(ops.b_values, ops.b_scales, ops.n, ops.k, kc).view(ops.n, -1)
+    packed = SL.pack_stream(ops.b_values, ops.b_scales, ops.n, ops.k, kc, order).view(ops.n, -1)
     args, alpha = L.launch_args(
         ops.a_fmt, ops.a_values, None, None, "nvfp4", packed, ops.b_scales, ops.weight.alpha, ops.alpha, out
     )
@@ -87,7 +98,7 @@ def _args(ops, out_dtype, kc):
 EMU = [
     KS.StreamConfig(warps=2, wn=1, kc=4, ntiles=1),  # 2 warps split K of one tile
     KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=2, prefetch=1),  # 2 tiles x 2 K warps, pipelined
-    KS.StreamConfig(warps=4, wn=4, kc=8, ntiles=1, prefetch=1, wcache="nc", acache="nc"),  # whole tiles
+    KS.StreamConfig(warps=4, wn=4, kc=8, ntiles=1, prefetch=1, wcache="nc", acache="nc", order="fp4"),
     KS.StreamConfig(warps=8, wn=2, kc=4, ntiles=2, unroll=2),  # idle K warps (4 per tile, 2 slabs)
     KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=1, load="bulk", stages=2),  # 6 slabs a warp: 3 phases
     KS.StreamConfig(warps=4, wn=1, kc=8, ntiles=2, load="bulk", stages=2),  # 1 slab a warp, 1 idle warp
@@ -98,7 +109,7 @@ EMU = [
 
 @pytest.mark.interpret
 @pytest.mark.parametrize(
-    "cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}"
+    "cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}{c.order}"
 )
 @pytest.mark.parametrize("a_fmt", ["bfloat16", "float16"])
 def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
@@ -107,19 +118,21 @@ def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
     # configs take K = 3072 (6 / 3 slabs): their buffers refill and their phases wrap
     k = 3072 if cfg.load == "bulk" else 1024
     ops = make_operands(a_fmt, "nvfp4", m, 48, k, seed=cfg.warps + cfg.kc)
-    args, alpha = _args(ops, "bfloat16", cfg.kc)
+    args, alpha = _args(ops, "bfloat16", cfg.kc, cfg.order)
     check_tolerance(E.run_stream(a_fmt, "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
 
 @pytest.mark.interpret
 def test_stream_kernel_equals_the_decode_kernel_bitwise_with_one_slab_per_warp():
     """kc 4 with K = 512 is one slab: the same chunk math in the same order as the decode kernel with
-    one warp and tiles 1, so the fp32 outputs match bit for bit (the layout moved bytes only)."""
+    one warp and tiles 1, so with the plain nibble order the fp32 outputs match bit for bit (the
+    layout moved bytes only)."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
     ops = make_operands("bfloat16", "nvfp4", 5, 32, 512, seed=9)
-    args, alpha = _args(ops, "float32", 4)
-    ours = E.run_stream("bfloat16", "nvfp4", "float32", KS.StreamConfig(warps=1, kc=4), args, alpha)
+    args, alpha = _args(ops, "float32", 4, "fp4")
+    cfg = KS.StreamConfig(warps=1, kc=4, order="fp4")
+    ours = E.run_stream("bfloat16", "nvfp4", "float32", cfg, args, alpha)
     dec_args, _ = L.launch_args(
         "bfloat16",
         ops.a_values,
@@ -197,6 +210,7 @@ def test_packed_weights_are_cached_per_weight_and_kc():
     w = ops.weight
     p4 = SC.stream_weight(w.values, w.scales, 32, 1024, 4)
     assert SC.stream_weight(w.values, w.scales, 32, 1024, 4) is p4
+    assert SC.stream_weight(w.values, w.scales, 32, 1024, 4, "natural") is not p4
     p8 = SC.stream_weight(w.values, w.scales, 32, 1024, 8)
     assert p8 is not p4 and p8.shape == (32, 1024 * 9 // 16)
     v, f = SL.unpack_stream(p4.view(2, 2, -1), 32, 1024, 4)

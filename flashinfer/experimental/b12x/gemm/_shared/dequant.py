@@ -31,6 +31,10 @@ from .formats import DEQUANT_SHIFT, FORMAT, PLACEMENT_EXP
 
 K_ORDER = {
     "fp4": (0, 4, 1, 5, 2, 6, 3, 7),
+    # FP4 weights whose nibbles were stored pre-permuted (the stream layout's order "natural": nibble
+    # i holds value 2i, nibble i + 4 value 2i + 1), so `fp4_pair` yields (v2i, v2i+1) and 16-bit
+    # activations need no permute
+    "natural": (0, 1, 2, 3, 4, 5, 6, 7),
     "fp8": (0, 2, 1, 3, 4, 6, 5, 7),
 }
 _MANT = {"bfloat16": 7, "float16": 10}
@@ -78,6 +82,8 @@ def fp8_pair(ops, q, i: int, compute: str):
 
 def raw16_group(ops, family: str, x):
     """8 consecutive 16-bit values in 4 registers (x[r] = elements 2r, 2r+1) -> the family's order."""
+    if family == "natural":
+        return tuple(x)
     if family == "fp4":
         return (
             ops.prmt(x[0], x[2], 0x5410),

@@ -19,7 +19,10 @@ lanes x 16 bytes, load-major:
                    16 j .. + 15 (the two scales of the span above, for chunk ci = 4 v + w).
 
 So 1152 kc bytes per slab: 1024 kc of values (the same bytes as the plain layout, moved) and 128 kc
-of scales (likewise). Constraints: N % 16 == 0, K % (128 kc) == 0. `pack_stream` / `unpack_stream`
+of scales (likewise). ORDER "natural" also permutes the nibbles inside each 32-bit word of values (8
+values v0..v7 of one group): nibble i holds v2i and nibble i + 4 holds v2i+1 (i < 4), so the kernel's
+`fp4_pair(i)` yields (v2i, v2i+1), the order 16-bit activations already have in registers
+(`dequant.K_ORDER["natural"]`: no activation permute); ORDER "fp4" keeps the plain nibbles. Constraints: N % 16 == 0, K % (128 kc) == 0. `pack_stream` / `unpack_stream`
 are pure tensor permutations (CPU or the weight's device, once, at pack time).
 """
 
@@ -31,6 +34,7 @@ from ..._lib.quant import unswizzle_scales
 from ..._lib.quant.scales import as_bytes
 
 KCS = (4, 8)  # chunks per slab: the scales fill whole 16-byte lanes from kc = 4 on
+ORDERS = ("fp4", "natural")  # nibble order inside each 32-bit word of values (module docstring)
 LOAD_BYTES = 512  # one warp load instruction: 32 lanes x 16 bytes
 
 
@@ -43,8 +47,10 @@ def slab_bytes(kc: int) -> int:
     return LOAD_BYTES * loads(kc)
 
 
-def why_not(n: int, k: int, kc: int) -> str | None:
+def why_not(n: int, k: int, kc: int, order: str = "fp4") -> str | None:
     """None when an [n, k] NVFP4 weight has a stream layout with kc chunks per slab, else why not."""
+    if order not in ORDERS:
+        return f"order must be one of {ORDERS}, got {order!r}"
     if kc not in KCS:
         return f"kc (chunks of 128 values per slab) must be one of {KCS}, got {kc}"
     if n % 16 or k % (128 * kc):
@@ -52,19 +58,40 @@ def why_not(n: int, k: int, kc: int) -> str | None:
     return None
 
 
-def _check(n: int, k: int, kc: int) -> None:
-    reason = why_not(n, k, kc)
+def _check(n: int, k: int, kc: int, order: str = "fp4") -> None:
+    reason = why_not(n, k, kc, order)
     if reason is not None:
         raise ValueError(f"stream layout: {reason}")
 
 
-def pack_stream(values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: int) -> torch.Tensor:
+def _natural(vals: torch.Tensor) -> torch.Tensor:
+    """Bytes [..., 4 w] of plain words (byte b = v2b | v2b+1 << 4) -> the "natural" nibble order:
+    bytes (v0 | v2 << 4, v4 | v6 << 4, v1 | v3 << 4, v5 | v7 << 4)."""
+    b = vals.reshape(*vals.shape[:-1], -1, 4)
+    lo, hi = b & 0xF, b >> 4  # lo[j] = v2j, hi[j] = v2j+1
+    out = torch.stack([lo[..., 0] | lo[..., 1] << 4, lo[..., 2] | lo[..., 3] << 4, hi[..., 0] | hi[..., 1] << 4, hi[..., 2] | hi[..., 3] << 4], -1)  # fmt: skip
+    return out.reshape(vals.shape)
+
+
+def _plain(vals: torch.Tensor) -> torch.Tensor:
+    """The inverse of `_natural`."""
+    b = vals.reshape(*vals.shape[:-1], -1, 4)
+    ev = torch.stack([b[..., 0] & 0xF, b[..., 0] >> 4, b[..., 1] & 0xF, b[..., 1] >> 4], -1)  # v0 v2 v4 v6
+    od = torch.stack([b[..., 2] & 0xF, b[..., 2] >> 4, b[..., 3] & 0xF, b[..., 3] >> 4], -1)  # v1 v3 v5 v7
+    return (ev | od << 4).reshape(vals.shape)
+
+
+def pack_stream(
+    values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4"
+) -> torch.Tensor:
     """NVFP4 values uint8 [n, k/2] + swizzled E4M3 scales -> the stream layout, uint8 [n/16, k/(128 kc),
     slab_bytes(kc)] on values' device (module docstring)."""
-    _check(n, k, kc)
+    _check(n, k, kc, order)
     vals = as_bytes(values)
     if tuple(vals.shape) != (n, k // 2):
         raise ValueError(f"stream layout: values must be [{n}, {k // 2}] bytes, got {tuple(values.shape)}")
+    if order == "natural":
+        vals = _natural(vals)
     sf = as_bytes(unswizzle_scales(as_bytes(scales).reshape(-1), n, k // 16))  # [n, k/16] row-major
     t, s = n // 16, k // (128 * kc)
     # values: row = 16 r + 8 h + g, byte = 64 (kc s + ci) + 16 tt + b  ->  [r, s, ci, h, g, tt, b]
@@ -76,13 +103,16 @@ def pack_stream(values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: 
     return torch.cat([v, f], dim=2).contiguous()
 
 
-def unpack_stream(packed: torch.Tensor, n: int, k: int, kc: int) -> tuple[torch.Tensor, torch.Tensor]:
+def unpack_stream(
+    packed: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The inverse of `pack_stream`: (values uint8 [n, k/2], row-major E4M3 scale bytes uint8 [n, k/16])."""
-    _check(n, k, kc)
+    _check(n, k, kc, order)
     t, s = n // 16, k // (128 * kc)
     if tuple(packed.shape) != (t, s, slab_bytes(kc)):
         raise ValueError(f"stream layout: packed must be [{t}, {s}, {slab_bytes(kc)}], got {tuple(packed.shape)}")
     split = 2 * kc * LOAD_BYTES
     v = packed[:, :, :split].reshape(t, s, kc, 2, 8, 4, 16).permute(0, 3, 4, 1, 2, 5, 6)
     f = packed[:, :, split:].reshape(t, s, kc // 4, 8, 4, 4, 2, 2).permute(0, 6, 3, 1, 2, 5, 4, 7)
-    return v.reshape(n, k // 2).contiguous(), f.reshape(n, k // 16).contiguous()
+    v = v.reshape(n, k // 2)
+    return (_plain(v) if order == "natural" else v).contiguous(), f.reshape(n, k // 16).contiguous()

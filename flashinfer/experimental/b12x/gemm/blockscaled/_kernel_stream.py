@@ -59,6 +59,10 @@ class StreamConfig:
     `stages` shared-memory buffers with cp.async.bulk on an mbarrier, `stages` slabs in flight per
     warp whatever ptxas schedules; lanes read their words back with 128-bit shared loads; prefetch and
     wcache do not apply).
+    order: the layout's nibble order (`stream_layout.ORDERS`): "natural" stores each word's nibbles
+    so the weight pairs come out in the activations' own register order (no activation permute: 64 /
+    128 fewer PRMT per slab at M <= 8 / 16), "fp4" the plain order (bit-identical sums to the decode
+    kernel's chunk math).
     probe: "" or "loads", a timing probe (garbage output, B12X_GEMM_DECODE_PROBE=1 only): the same
     slab and activation loads XORed into one register instead of the dequant and MMAs, the layout's
     streaming ceiling under this config's CTA shape (`probe_variants`)."""
@@ -86,6 +90,7 @@ class StreamConfig:
     load: str = "ldg"
     stages: int = 2
     probe: str = ""
+    order: str = "natural"
 
     @property
     def kwarps(self) -> int:
@@ -119,6 +124,8 @@ def config_reason(config) -> str | None:
         return f"warps (1..16) and wn (1..8) must be powers of two with wn dividing warps, got {c.warps} / {c.wn}"
     if c.kc not in SL.KCS:
         return f"kc must be one of {SL.KCS}, got {c.kc}"
+    if c.order not in SL.ORDERS:
+        return f"order must be one of {SL.ORDERS}, got {c.order!r}"
     if c.ntiles not in (1, 2):
         return f"ntiles must be 1 or 2 (M <= 16), got {c.ntiles}"
     if c.unroll not in (1, 2) or c.prefetch not in (0, 1):
@@ -184,8 +191,8 @@ def _split_wn(n: int) -> int:
 
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
-    """What `bench_gemm --sweep-subset layout` times, one hypothesis each (kc 4 unless named).
-    Bulk copies: the default; 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
+    """What `bench_gemm --sweep-subset layout` times, one hypothesis each (kc 4, order "natural" unless
+    named). Bulk copies: the default and the same with the plain nibble order; 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
     (3 stages), 2 and 4 warps; 2 warps x 4 stages; K split over all 8 warps (wn 1); 4 warps x 3
     stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab carried over the math
     (prefetch 1) in 8-warp CTAs, kc 4 and 8; without prefetch; 2-warp CTAs of whole tiles; the plain
@@ -205,6 +212,7 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
 
     cands = (
         base,
+        replace(base, order="fp4"),
         bulk(8, wn8),
         bulk(1, 1, stages=3),
         bulk(2, 2),
@@ -243,6 +251,8 @@ class StreamLogic(DecodeLogic):
         if reason is not None:
             raise ValueError(f"{self.what}: {reason}")
         super().__init__(a_fmt, b_fmt, out_dtype, config.decode())
+        if config.order == "natural":  # the weight's pairs come in the activations' register order
+            self.family = "natural"
         self.scfg = config
         self.kc = config.kc
         self.nloads = SL.loads(config.kc)
