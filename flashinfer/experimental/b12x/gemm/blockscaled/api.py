@@ -232,6 +232,8 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None
         return
     check_device_operands(p, out)
     launch, config = _launcher(p, device, plan_obj, expected_m)
+    if p.batch and L.is_stream(config):
+        raise ValueError(f"the stream decode kernel ({config}) takes 2-D weights [N, K], got a batch of {p.batch}")
     for li in range(max(p.batch, 1)):
         a, sa = p.slice(p.a, li)
         b, sb = _device_b(config, p.b.fmt, *p.slice(p.b, li), p.n, p.k)
