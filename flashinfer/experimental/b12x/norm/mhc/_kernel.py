@@ -633,7 +633,7 @@ def launch_split_fn(fn, out):
     """out [2, 24, 4H] (activation dtype) = the hi, lo split of fn fp32 [24, 4H]; one launch."""
     n = fn.numel()
     _mhc_split_fn_kernel[(triton.cdiv(n, SPLIT_FN_BLOCK),)](
-        fn, out, n, BLOCK=SPLIT_FN_BLOCK, num_warps=4, **({} if _interpreting() else _OPTS)
+        fn, out, n, BLOCK=SPLIT_FN_BLOCK, num_warps=4, **launch_options()
     )
 
 
@@ -642,7 +642,13 @@ def compile_split_fn(dtype: str, hidden: int, device_index: int, arch: str):
     """The fn split launch of fn_split="pre" / "hi" pass-1 tiles."""
     with torch.cuda.device(device_index):
         _mhc_split_fn_kernel.warmup(
-            _fake(torch.float32), _fake(_TL_DTYPES[dtype]), 1, BLOCK=SPLIT_FN_BLOCK, num_warps=4, grid=(1,), **_OPTS
+            _fake(torch.float32),
+            _fake(_TL_DTYPES[dtype]),
+            1,
+            BLOCK=SPLIT_FN_BLOCK,
+            num_warps=4,
+            grid=(1,),
+            **launch_options(),
         )
     return launch_split_fn
 
@@ -669,34 +675,51 @@ def launch_stream(mode: int, hidden: int, config: StreamConfig, res, x, post, co
     )
 
 
+def pass2_args(hidden: int, src, part, hc_scale, hc_base, weight, y, post, comb, T, splits, s, *, norm=True):
+    """The runtime arguments of a pass-2 kernel (apply, row; wide with norm=False: no norm weight),
+    in their order. `s`: sinkhorn_iters, rms_eps, hc_eps (, norm_eps); src 2-D means bcast (x read
+    with stream stride 0); an absent weight takes a stand-in."""
+    bcast = src.dim() == 2
+    strides = (hidden if bcast else 4 * hidden, 0 if bcast else hidden)
+    head = (src, part, hc_scale, hc_base) + ((part if weight is None else weight,) if norm else ())
+    args = head + (y, post, comb, T, splits, int(s["sinkhorn_iters"])) + strides
+    if not norm:
+        return args + (float(s["rms_eps"]), float(s["hc_eps"]))
+    return args + (int(weight is not None), float(s["rms_eps"]), float(s["hc_eps"]), float(s["norm_eps"]))
+
+
+def pass2_fakes(dtype: str, hidden: int, weight_dtype: str) -> tuple:
+    """pass2_args' stand-ins for a warmup (apply, row)."""
+    act, f32 = _TL_DTYPES[dtype], torch.float32
+    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act))
+    return args + (_fake(f32), _fake(f32), 1, 1, 1, 4 * hidden, hidden, 1, 1e-6, 1e-6, 1e-6)
+
+
+def one_launch_args(res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb, *, norm=True):
+    """The 14 tensor arguments the one-launch kernels (small, fused; tiny with norm=False: 13, no
+    norm weight) take first, in their order; absent ones take a same-dtype stand-in."""
+    head = (res, res if x is None else x, part if post_in is None else post_in, part if comb_in is None else comb_in)
+    head += (res if out is None else out, fn, part, cnt, hc_scale, hc_base)
+    return head + ((part if w is None else w,) if norm else ()) + (y, post, comb)
+
+
+def fn_blocks_of(fn, hidden: int, res) -> int:
+    """fn's column blocks of H: 4 ([24, 4H]), or 1 for the broadcast form's folded [24, H]."""
+    return fn.shape[1] // hidden if res.dim() == 2 else 4
+
+
 def launch_apply(hidden: int, config, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
     """Pass 2 over T tokens. `s`: sinkhorn_iters, rms_eps, hc_eps, norm_eps; src 2-D means bcast."""
     tok, block_h, stages = config.tile(hidden)
     _mhc_apply_kernel[(triton.cdiv(T, tok),)](
-        src,
-        part,
-        hc_scale,
-        hc_base,
-        part if weight is None else weight,
-        y,
-        post,
-        comb,
-        T,
-        splits,
-        int(s["sinkhorn_iters"]),
-        hidden if src.dim() == 2 else 4 * hidden,
-        0 if src.dim() == 2 else hidden,
-        int(weight is not None),
-        float(s["rms_eps"]),
-        float(s["hc_eps"]),
-        float(s["norm_eps"]),
+        *pass2_args(hidden, src, part, hc_scale, hc_base, weight, y, post, comb, T, splits, s),
         H=hidden,
         TOK=tok,
         BLOCK_H=block_h,
         STAGES=stages,
         BLOCK_S=APPLY_BLOCK_S,
         num_warps=config.num_warps,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(),
     )
 
 
@@ -735,13 +758,10 @@ def compile_stream(mode: str, dtype: str, hidden: int, config: StreamConfig, dev
 @kernel("norm.mhc", backend="triton")
 def compile_apply(dtype: str, hidden: int, weight_dtype: str, config: ApplyConfig, device_index: int, arch: str):
     """Pass 2 (pre/post/comb and y; the broadcast form is a runtime flag) for one norm weight dtype."""
-    act, f32 = _TL_DTYPES[dtype], torch.float32
-    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act))
-    args += (_fake(f32), _fake(f32), 1, 1, 1, 4 * hidden, hidden, 1, 1e-6, 1e-6, 1e-6)
     tok, block_h, stages = config.tile(hidden)
     with torch.cuda.device(device_index):
         _mhc_apply_kernel.warmup(
-            *args,
+            *pass2_fakes(dtype, hidden, weight_dtype),
             H=hidden,
             TOK=tok,
             BLOCK_H=block_h,
@@ -749,6 +769,6 @@ def compile_apply(dtype: str, hidden: int, weight_dtype: str, config: ApplyConfi
             BLOCK_S=APPLY_BLOCK_S,
             num_warps=config.num_warps,
             grid=(1,),
-            **_OPTS,
+            **launch_options(),
         )
     return functools.partial(launch_apply, hidden, config)

@@ -33,7 +33,18 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import FusedConfig
-from ._kernel import MODES, _partial_rows, _pass1_tile, _tok_weights, _write_y, stream_constexprs
+from ._kernel import (
+    MODES,
+    _one_launch_fakes,
+    _partial_rows,
+    _pass1_tile,
+    _tok_weights,
+    _write_y,
+    fn_blocks_of,
+    launch_options,
+    one_launch_args,
+    stream_constexprs,
+)
 
 
 @triton.jit(do_not_specialize=["T", "splits", "cps", "fn_blocks", "sinkhorn_iters", "has_norm"])
@@ -127,9 +138,6 @@ def _mhc_fused_kernel(
                      H, FINISH_H, 1, ".cg", PREFETCH)  # fmt: skip
 
 
-_OPTS = {"enable_fp_fusion": True}
-
-
 def fused_constexprs(hidden: int, mode: int, config: FusedConfig) -> dict:
     """The one-launch kernel's constexprs for one form at `hidden`."""
     return dict(
@@ -141,51 +149,16 @@ def fused_constexprs(hidden: int, mode: int, config: FusedConfig) -> dict:
 
 
 def launch_fused(
-    mode: int,
-    hidden: int,
-    config: FusedConfig,
-    res,
-    x,
-    post_in,
-    comb_in,
-    out,
-    fn,
-    part,
-    cnt,
-    hc_scale,
-    hc_base,
-    w,
-    y,
-    post,
-    comb,
-    *,
-    T,
-    splits,
-    cps,
-    **s,
-):
+    mode: int, hidden: int, config: FusedConfig,
+    res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb, *, T, splits, cps, **s,
+):  # fmt: skip
     """The whole call (pass 1 + finish) over T tokens in one launch; unused pointers take stand-ins."""
-    from ._kernel import _interpreting
-
     _mhc_fused_kernel[(triton.cdiv(T, config.block_t) * splits,)](
-        res,
-        res if x is None else x,
-        part if post_in is None else post_in,
-        part if comb_in is None else comb_in,
-        res if out is None else out,
-        fn,
-        part,
-        cnt,
-        hc_scale,
-        hc_base,
-        part if w is None else w,
-        y,
-        post,
-        comb,
+        *one_launch_args(res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb),
         T,
         splits,
         cps,
-        fn.shape[1] // hidden if res.dim() == 2 else 4,
+        fn_blocks_of(fn, hidden, res),
         int(s["sinkhorn_iters"]),
         int(w is not None),
         float(s["rms_eps"]),
@@ -194,7 +167,7 @@ def launch_fused(
         **fused_constexprs(hidden, mode, config),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(),
     )
 
 
@@ -203,8 +176,6 @@ def compile_fused(
     mode: str, dtype: str, hidden: int, weight_dtype: str, config: FusedConfig, device_index: int, arch: str
 ):
     """The one-launch kernel for one form (pre, post_pre, bcast) and norm weight dtype."""
-    from ._kernel import _one_launch_fakes
-
     args = _one_launch_fakes(dtype, weight_dtype) + (1, 1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
     if fused_constexprs(hidden, MODES[mode], config)["FN_SPLIT"]:  # fn: the split_fn launch's output
         args = args[:5] + (args[0],) + args[6:]
@@ -215,6 +186,6 @@ def compile_fused(
             num_warps=config.num_warps,
             num_stages=config.num_stages,
             grid=(1,),
-            **_OPTS,
+            **launch_options(),
         )
     return functools.partial(launch_fused, MODES[mode], hidden, config)

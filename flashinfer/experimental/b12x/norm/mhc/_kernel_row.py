@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import RowConfig
-from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pdl_constexpr
+from ._kernel import _gdc_enter, launch_options, pass2_args, pass2_fakes, pdl_constexpr
 from ._kernel_wide import _pick, _post_comb
 
 
@@ -159,23 +159,7 @@ def row_constexprs(hidden: int, config: RowConfig) -> dict:
 def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):
     """Pass 2 over T tokens (one program each); same arguments as _kernel.launch_apply."""
     _mhc_row_kernel[(T,)](
-        src,
-        part,
-        hc_scale,
-        hc_base,
-        part if weight is None else weight,
-        y,
-        post,
-        comb,
-        T,
-        splits,
-        int(s["sinkhorn_iters"]),
-        hidden if src.dim() == 2 else 4 * hidden,
-        0 if src.dim() == 2 else hidden,
-        int(weight is not None),
-        float(s["rms_eps"]),
-        float(s["hc_eps"]),
-        float(s["norm_eps"]),
+        *pass2_args(hidden, src, part, hc_scale, hc_base, weight, y, post, comb, T, splits, s),
         **row_constexprs(hidden, config),
         num_warps=config.num_warps,
         **launch_options(config.pdl),
@@ -185,12 +169,9 @@ def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, wei
 @kernel("norm.mhc", backend="triton")
 def compile_row(dtype: str, hidden: int, weight_dtype: str, config: RowConfig, device_index: int, arch: str):
     """The row pass 2 for one norm weight dtype (the broadcast form is a runtime stride)."""
-    act, f32 = _TL_DTYPES[dtype], torch.float32
-    args = (_fake(act), _fake(f32), _fake(f32), _fake(f32), _fake(getattr(torch, weight_dtype)), _fake(act))
-    args += (_fake(f32), _fake(f32), 1, 1, 1, 4 * hidden, hidden, 1, 1e-6, 1e-6, 1e-6)
     with torch.cuda.device(device_index):
         _mhc_row_kernel.warmup(
-            *args,
+            *pass2_fakes(dtype, hidden, weight_dtype),
             **row_constexprs(hidden, config),
             num_warps=config.num_warps,
             grid=(1,),

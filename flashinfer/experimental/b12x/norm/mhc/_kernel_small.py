@@ -25,7 +25,16 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import SmallConfig
-from ._kernel import MODES, _mix_step, _split_dot, _tok_weights
+from ._kernel import (
+    MODES,
+    _mix_step,
+    _one_launch_fakes,
+    _split_dot,
+    _tok_weights,
+    fn_blocks_of,
+    launch_options,
+    one_launch_args,
+)
 
 
 @triton.jit
@@ -230,9 +239,6 @@ def _finish(
         tl.store(y_ptr + t * H + hy, (y * inv * w).to(y_ptr.dtype.element_ty), mask=hm)
 
 
-_OPTS = {"enable_fp_fusion": True}
-
-
 def small_tile(hidden: int, config: SmallConfig, mode: int) -> dict:
     """The constexprs of one form's small kernel at `hidden`."""
     form = next(k for k, v in MODES.items() if v == mode)
@@ -245,49 +251,15 @@ def small_tile(hidden: int, config: SmallConfig, mode: int) -> dict:
 
 
 def launch_small(
-    mode: int,
-    hidden: int,
-    config,
-    res,
-    x,
-    post_in,
-    comb_in,
-    out,
-    fn,
-    part,
-    cnt,
-    hc_scale,
-    hc_base,
-    w,
-    y,
-    post,
-    comb,
-    *,
-    T,
-    **s,
-):
+    mode: int, hidden: int, config,
+    res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb, *, T, **s,
+):  # fmt: skip
     """The whole call (pass 1 + finish) at T <= config.max_tokens in one launch."""
-    from ._kernel import _interpreting
-
     tiles = small_tile(hidden, config, mode)
-    bcast = res.dim() == 2
     _mhc_small_kernel[(hidden // tiles["BLOCK_H"],)](
-        res,
-        res if x is None else x,
-        part if post_in is None else post_in,
-        part if comb_in is None else comb_in,
-        res if out is None else out,
-        fn,
-        part,
-        cnt,
-        hc_scale,
-        hc_base,
-        part if w is None else w,
-        y,
-        post,
-        comb,
+        *one_launch_args(res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb),
         T,
-        fn.shape[1] // hidden if bcast else 4,
+        fn_blocks_of(fn, hidden, res),
         int(s["sinkhorn_iters"]),
         int(w is not None),
         float(s["rms_eps"]),
@@ -297,7 +269,7 @@ def launch_small(
         MODE=mode,
         num_warps=config.num_warps,
         **tiles,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(),
     )
 
 
@@ -306,8 +278,6 @@ def compile_small(
     mode: str, dtype: str, hidden: int, weight_dtype: str, config: SmallConfig, device_index: int, arch: str
 ):
     """The one-launch small-T kernel for one form (pre, post_pre, bcast) and norm weight dtype."""
-    from ._kernel import _one_launch_fakes
-
     args = _one_launch_fakes(dtype, weight_dtype) + (1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
     with torch.cuda.device(device_index):
         _mhc_small_kernel.warmup(
@@ -317,6 +287,6 @@ def compile_small(
             num_warps=config.num_warps,
             grid=(1,),
             **small_tile(hidden, config, MODES[mode]),
-            **_OPTS,
+            **launch_options(),
         )
     return functools.partial(launch_small, MODES[mode], hidden, config)

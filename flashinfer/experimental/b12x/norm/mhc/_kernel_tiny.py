@@ -32,7 +32,15 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import StreamConfig, WideConfig
-from ._kernel import MODES, _pass1_tile, stream_constexprs
+from ._kernel import (
+    MODES,
+    _one_launch_fakes,
+    _pass1_tile,
+    fn_blocks_of,
+    launch_options,
+    one_launch_args,
+    stream_constexprs,
+)
 from ._kernel_wide import _wide_finish, wide_tile
 
 
@@ -116,7 +124,6 @@ def _mhc_tiny_kernel(
             tl.atomic_xchg(cnt_ptr + 2, 0)
 
 
-_OPTS = {"enable_fp_fusion": True}
 COUNTERS = 3  # int32 counters the tiny kernel uses (the plan's "counter" scratch has at least these)
 
 
@@ -136,46 +143,32 @@ def launch_tiny(
     res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, y, post, comb, *, T, splits, cps, **s,
 ):  # fmt: skip
     """The whole call over T tokens in one launch (no norm weight); unused pointers take stand-ins."""
-    from ._kernel import _interpreting
-
     block_y, _ = wide_tile(hidden, wide)
     n_prod = triton.cdiv(T, stream.block_t) * splits
+    ptrs = one_launch_args(
+        res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, None, y, post, comb, norm=False
+    )
     _mhc_tiny_kernel[(n_prod + T * (hidden // block_y),)](
-        res,
-        res if x is None else x,
-        part if post_in is None else post_in,
-        part if comb_in is None else comb_in,
-        res if out is None else out,
-        fn,
-        part,
-        cnt,
-        hc_scale,
-        hc_base,
-        y,
-        post,
-        comb,
+        *ptrs,
         T,
         splits,
         cps,
-        fn.shape[1] // hidden if res.dim() == 2 else 4,
+        fn_blocks_of(fn, hidden, res),
         int(s["sinkhorn_iters"]),
         float(s["rms_eps"]),
         float(s["hc_eps"]),
         **tiny_constexprs(hidden, mode, stream, wide),
         num_warps=tiny_warps(stream, wide),
         num_stages=stream.num_stages,
-        **({} if _interpreting() else _OPTS),
+        **launch_options(),
     )
 
 
 @kernel("norm.mhc", backend="triton")
 def compile_tiny(mode: str, dtype: str, hidden: int, stream: StreamConfig, wide: WideConfig, device_index: int, arch):
     """The tiny one-launch kernel for one form (pre, post_pre, bcast)."""
-    from ._kernel import _TL_DTYPES, _fake
-
-    act, f32 = _TL_DTYPES[dtype], torch.float32
-    args = (_fake(act), _fake(act), _fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), _fake(torch.int32))
-    args += (_fake(f32), _fake(f32), _fake(act), _fake(f32), _fake(f32), 1, 1, 1, 4, 1, 1e-6, 1e-6)
+    fakes = _one_launch_fakes(dtype, "float32")
+    args = fakes[:10] + fakes[11:] + (1, 1, 1, 4, 1, 1e-6, 1e-6)  # no norm weight
     with torch.cuda.device(device_index):
         _mhc_tiny_kernel.warmup(
             *args,
@@ -183,6 +176,6 @@ def compile_tiny(mode: str, dtype: str, hidden: int, stream: StreamConfig, wide:
             num_warps=tiny_warps(stream, wide),
             num_stages=stream.num_stages,
             grid=(1,),
-            **_OPTS,
+            **launch_options(),
         )
     return functools.partial(launch_tiny, MODES[mode], hidden, stream, wide)

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..._lib.compile import kernel
 from ._config import WideConfig
-from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pdl_constexpr
+from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pass2_args, pdl_constexpr
 
 
 @triton.jit
@@ -214,20 +214,7 @@ def launch_wide(hidden: int, config: WideConfig, src, part, hc_scale, hc_base, y
     """The wide pass 2 over T tokens (no norm weight): grid (T, hidden / BLOCK_Y)."""
     consts = wide_constexprs(hidden, config)
     _mhc_wide_kernel[(T, hidden // consts["BLOCK_Y"])](
-        src,
-        part,
-        hc_scale,
-        hc_base,
-        y,
-        post,
-        comb,
-        T,
-        splits,
-        int(s["sinkhorn_iters"]),
-        hidden if src.dim() == 2 else 4 * hidden,
-        0 if src.dim() == 2 else hidden,
-        float(s["rms_eps"]),
-        float(s["hc_eps"]),
+        *pass2_args(hidden, src, part, hc_scale, hc_base, None, y, post, comb, T, splits, s, norm=False),
         **consts,
         num_warps=config.num_warps,
         **launch_options(config.pdl),
