@@ -67,7 +67,8 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 8, True, True), 5, 128),
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True), 5, 48),
     ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 0, True), 5, 48),
-    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16), 5, 48),  # 128 tiles, 48 programs
+    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 56), 5, 48),  # 128 tiles, 48 programs
+    ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16), 5, 48),
     ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16, False, 56), 5, 128),  # 64 groups
     ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16), 5, 128),
     ((4, 16, 1, "pairs", False, False, "halves", 2, True, True, 16, False, 56), 5, 128),  # 128 groups

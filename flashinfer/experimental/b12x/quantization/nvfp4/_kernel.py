@@ -282,7 +282,8 @@ _UNVALIDATED_PAIRS_S7 = (
     (8, 256, 4, "pairs", False, False, "halves", 8, True, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True),  # no prefetch: 48 regs, 10 programs / SM
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, True),  # + streaming hints
-    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 16),  # persistent, one tile a unit (64 regs)
+    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 16, False, 56),  # persistent, tile units, 9 / SM
+    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16),  # no prefetch: 54 regs, 9 / SM
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16, False, 56),  # 4-tile groups, 9 / SM
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16),  # 64 regs: 8 / SM
     (8, 256, 4, "pairs", False, False, "halves", 2, True, True, 16, False, 56),

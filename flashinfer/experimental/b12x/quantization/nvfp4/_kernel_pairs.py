@@ -133,42 +133,33 @@ def _program_pairs_persistent(
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
 ):
-    """The tiles of `persistent_range`, one after the other; with PREFETCH the next tile's loads (the
-    next row block's at a row end) go out before this tile's math."""
+    """The tiles of `persistent_range`, row block by row block: each row block's part of the range is
+    a column loop like the plain grid's (addresses advance by a constant, no division per tile); with
+    PREFETCH the next tile's loads of the same row block go out before this tile's math."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     start, end = persistent_range(m, NK, BLOCK_M)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
-    # The tile's coordinates advance by one column (wrapping to the next row block), no division.
-    pid_m = start // NK
-    pid_k = start - pid_m * NK
-    row0 = pid_m * BLOCK_M
-    r = tl.arange(0, BLOCK_M)
-    if PREFETCH:
-        rows = row0 + r
-        ok = (rows < m) & (rows * 0 + start < end)  # full-shape masks (the interpreter's masked load)
-        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows.to(tl.int64), ok, pid_k, K, BLOCK_K, STREAM)
-    for t in range(start, end):
-        rows = row0 + r
+    for pid_m in range(start // NK, (end + NK - 1) // NK):
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < m
         rows64 = rows.to(tl.int64)
-        wrap = pid_k == NK - 1
-        nrow0 = tl.where(wrap, row0 + BLOCK_M, row0)
-        npid_k = tl.where(wrap, 0, pid_k + 1)
+        k_lo = tl.maximum(start - pid_m * NK, 0)
+        k_hi = tl.minimum(end - pid_m * NK, NK)
         if PREFETCH:
-            nrows = nrow0 + r
-            more = (nrows < m) & (nrows * 0 + (t + 1) < end)
-            na, nb, nmask, nblk = _load_pair_words(x_ptr, nrows.to(tl.int64), more, npid_k, K, BLOCK_K, STREAM)
-            bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K)
-        else:
-            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
-        _encode_store_pairs(
-            ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-            K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
-        )  # fmt: skip
-        if PREFETCH:
-            ua, ub = na, nb
-        row0, pid_k = nrow0, npid_k
+            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k_lo, K, BLOCK_K, STREAM)
+        for pid_k in range(k_lo, k_hi):
+            if PREFETCH:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
+                more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < k_hi)
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
+            else:
+                ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
+            _encode_store_pairs(
+                ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
+                K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
+            )  # fmt: skip
+            if PREFETCH:
+                ua, ub, bmask, blk = na, nb, nmask, nblk
 
 
 @triton.jit
