@@ -422,10 +422,12 @@ def parse_grouped(text: str):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
 
     body, window = (text[:-1], True) if text.endswith("w") else (text, False)
+    body, _, mix = body.partition("m")
     parts = body.split("x")
-    if len(parts) != 4 or not all(p.isdigit() for p in parts):
-        raise ValueError(f"--tiled entry must be BMxBNxWMxWN[w] (e.g. 128x128x2x4), got {text!r}")
-    return G.GroupedConfig(TiledConfig(*(int(p) for p in parts)), per_expert=not window)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts) or not (mix == "" or mix.isdigit()):
+        raise ValueError(f"--tiled entry must be BMxBNxWMxWN[mS][w] (e.g. 128x128x2x4, 64x256x1x4m2), got {text!r}")
+    tile = TiledConfig(*(int(p) for p in parts), mix=int(mix or 0))
+    return G.GroupedConfig(tile, per_expert=not window)
 
 
 def sweep_labels() -> list:
@@ -489,9 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         "--tiled",
         nargs="*",
         default=None,
-        metavar="BMxBNxWMxWN[w]",
+        metavar="BMxBNxWMxWN[mS][w]",
         help="also time ours with the grouped (tiled) expert kernels at every T, one row per tile "
-        f"(w: windows of the sorted rows instead of per-expert tiles; default {' '.join(TILED_DEFAULT_ENTRIES)})",
+        f"(mS: gemm's mix, the next K-tile's stores over the last S k-steps; w: windows of the sorted rows "
+        f"instead of per-expert tiles; default {' '.join(TILED_DEFAULT_ENTRIES)})",
     )
     parser.add_argument(
         "--decode-only", action="store_true", help="also time ours with the decode expert kernels at every T"
