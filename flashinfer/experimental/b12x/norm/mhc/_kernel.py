@@ -113,6 +113,13 @@ def _mix_step(a, fn_base, f_off, f_mask, acc):
 
 
 @triton.jit
+def _new_stream(xf, r_0, r_1, r_2, r_3, p, c_0, c_1, c_2, c_3):
+    """Stream j of the new residual in fp32: post_j * x + sum_i comb[i, j] * res_i (p = post_j,
+    c_i = comb[i, j]); the stored, rounded value is what pre sees."""
+    return p[:, None] * xf + c_0[:, None] * r_0 + c_1[:, None] * r_1 + c_2[:, None] * r_2 + c_3[:, None] * r_3
+
+
+@triton.jit
 def _pass1_tile(
     res_ptr,
     x_ptr,
@@ -205,35 +212,11 @@ def _pass1_tile(
             r_1 = tl.load(res_ptr + tile + H + h0, mask=mask2, other=0.0).to(tl.float32)
             r_2 = tl.load(res_ptr + tile + 2 * H + h0, mask=mask2, other=0.0).to(tl.float32)
             r_3 = tl.load(res_ptr + tile + 3 * H + h0, mask=mask2, other=0.0).to(tl.float32)
-            # new_j = post_j * x + sum_i comb[i, j] * res_i, rounded: the stored residual is what pre sees.
-            n_0 = (
-                p_0[:, None] * xf
-                + c_00[:, None] * r_0
-                + c_10[:, None] * r_1
-                + c_20[:, None] * r_2
-                + c_30[:, None] * r_3
-            ).to(out_ptr.dtype.element_ty)
-            n_1 = (
-                p_1[:, None] * xf
-                + c_01[:, None] * r_0
-                + c_11[:, None] * r_1
-                + c_21[:, None] * r_2
-                + c_31[:, None] * r_3
-            ).to(out_ptr.dtype.element_ty)
-            n_2 = (
-                p_2[:, None] * xf
-                + c_02[:, None] * r_0
-                + c_12[:, None] * r_1
-                + c_22[:, None] * r_2
-                + c_32[:, None] * r_3
-            ).to(out_ptr.dtype.element_ty)
-            n_3 = (
-                p_3[:, None] * xf
-                + c_03[:, None] * r_0
-                + c_13[:, None] * r_1
-                + c_23[:, None] * r_2
-                + c_33[:, None] * r_3
-            ).to(out_ptr.dtype.element_ty)
+            dt = out_ptr.dtype.element_ty
+            n_0 = _new_stream(xf, r_0, r_1, r_2, r_3, p_0, c_00, c_10, c_20, c_30).to(dt)
+            n_1 = _new_stream(xf, r_0, r_1, r_2, r_3, p_1, c_01, c_11, c_21, c_31).to(dt)
+            n_2 = _new_stream(xf, r_0, r_1, r_2, r_3, p_2, c_02, c_12, c_22, c_32).to(dt)
+            n_3 = _new_stream(xf, r_0, r_1, r_2, r_3, p_3, c_03, c_13, c_23, c_33).to(dt)
             tl.store(out_ptr + tile + h0, n_0, mask=mask2)
             tl.store(out_ptr + tile + H + h0, n_1, mask=mask2)
             tl.store(out_ptr + tile + 2 * H + h0, n_2, mask=mask2)

@@ -28,6 +28,7 @@ from ._config import SmallConfig
 from ._kernel import (
     MODES,
     _mix_step,
+    _new_stream,
     _one_launch_fakes,
     _split_dot,
     _tok_weights,
@@ -171,7 +172,7 @@ def _post_stream(xf, r_0, r_1, r_2, r_3, wp, cp, j: tl.constexpr, t_mask):
     c_1 = tl.load(cp + 4 + j, mask=t_mask, other=0.0)
     c_2 = tl.load(cp + 8 + j, mask=t_mask, other=0.0)
     c_3 = tl.load(cp + 12 + j, mask=t_mask, other=0.0)
-    return p[:, None] * xf + c_0[:, None] * r_0 + c_1[:, None] * r_1 + c_2[:, None] * r_2 + c_3[:, None] * r_3
+    return _new_stream(xf, r_0, r_1, r_2, r_3, p, c_0, c_1, c_2, c_3)
 
 
 @triton.jit
