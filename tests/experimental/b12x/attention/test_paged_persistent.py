@@ -53,6 +53,10 @@ def test_persistent_items_run_every_row_once(batch, target):
     # a split batch (count <= target) is one item a CTA; only more items than one wave repeat
     per_cta = max(len([i for i in run if i < count]) for run in runs)
     assert per_cta == -(-count // grid)
+    # the kernel looks ahead to row nxt >= grid only when nxt < batch: that is nxt < count (a split
+    # batch makes at most grid items, all below any CTA's second row; an unsplit one makes batch)
+    for nxt in range(grid, rows + grid):
+        assert (nxt < batch) == (nxt < count), (nxt, batch, count, grid)
 
 
 @pytest.mark.reference

@@ -19,8 +19,9 @@ class DecodeLoads:
 
     @cute.jit
     def _locate(self, mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left):
-        """Fused schedule: (request or -1, kv_start, kv_end, split, first item, items) of work row
-        `item`; the CTAs of KV head 0 write the scratch rows the schedule launch would have."""
+        """Fused schedule: (request or -1, kv_start, kv_end, split, first item, items, live items of the
+        launch) of work row `item`; the CTAs of KV head 0 write the scratch rows the schedule launch
+        would have."""
         req, kv_start, kv_end, first, n_items, count = self.schedule.locate(
             mSeqlens,
             item,
@@ -43,7 +44,7 @@ class DecodeLoads:
                     mReq[req, 1] = n_items
             if item == 0:
                 mCount[0] = count
-        return req, kv_start, kv_end, split, first, n_items
+        return req, kv_start, kv_end, split, first, n_items, count
 
     @cute.jit
     def _issue_q(self, mQ, sQdst, req, kvh, tidx, q_copy, q_copy_threads: cutlass.Constexpr):

@@ -254,7 +254,7 @@ class PagedDecode(DecodeLoads):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:
             if cutlass.const_expr(self.fused_schedule):
-                req, kv_start, kv_end, split, first, n_items = self._locate(
+                req, kv_start, kv_end, split, first, n_items, _ = self._locate(
                     mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left
                 )
                 live = req >= 0
@@ -295,7 +295,7 @@ class PagedDecode(DecodeLoads):
         tiled_mma, kv_copy, q_copy, q_copy_threads = copies
         wid = tidx // 32
         stride = cute.arch.grid_dim()[1]
-        req, kv_start, kv_end, split, first, n_items = self._locate(
+        req, kv_start, kv_end, split, first, n_items, _ = self._locate(
             mSeqlens, mWork, mCount, mReq, item0, kvh, tidx, window_left
         )
         kd = Float32(1.0)
@@ -322,7 +322,10 @@ class PagedDecode(DecodeLoads):
         """Work row `item` (request req, keys [kv_start, kv_end)) of this CTA's KV head, its Q copy
         committed (persistent: also its first sub-tile a warp). kd / vd: its fp8 descales when loaded
         early (fast_prologue or persistent). Persistent: locates work row nxt_item while this one
-        streams, issues its head before this item's epilogue and returns its state."""
+        streams (when nxt_item < batch: a split batch makes at most grid-rows items, fewer than any
+        CTA's second row, and an unsplit one exactly batch items, so that is nxt_item < live items,
+        read from a launch parameter instead of a register), issues its head before this item's
+        epilogue and returns its state."""
         mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
             tensors
         )
@@ -364,8 +367,8 @@ class PagedDecode(DecodeLoads):
         n_page = Int32(0)
         n_page2 = Int32(0)
         if cutlass.const_expr(self.persistent):
-            if nxt_item < mWork.shape[0]:
-                n_req, n_start, n_end, n_split, n_first, n_count = self._locate(
+            if nxt_item < mSeqlens.shape[0]:
+                n_req, n_start, n_end, n_split, n_first, n_count, _ = self._locate(
                     mSeqlens, mWork, mCount, mReq, nxt_item, kvh, tidx, window_left
                 )
                 if n_req >= 0:
