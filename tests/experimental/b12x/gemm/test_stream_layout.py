@@ -277,3 +277,16 @@ def test_stream_probe_is_gated_and_keeps_only_the_loads(monkeypatch, tmp_path):
     assert KS.probe_variants(base)[:2] == (base, probe)
     sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", probe, arch="sm_90a"), tmp_path)
     assert "UBLKCP" in sass and sass.count("LDS.128") >= SL.loads(base.kc) and "HMMA" not in sass
+
+
+@pytest.mark.compile
+def test_launch_bound_keeps_m16_builds_out_of_local_memory(tmp_path):
+    """8-warp M <= 16 bulk build (narrow N's default): with the launch bound (min_ctas 1, the default)
+    ptxas takes the registers it needs and nothing spills (without one, ptxas of CuTe DSL 4.8.1 capped
+    this build at 64 registers and spilled 32 bytes in the K loop on sm_90a)."""
+    from .test_decode_stream import _sass
+
+    cfg = KS.default_config(16, 4096, 14336)
+    assert cfg.warps == 8 and cfg.ntiles == 2 and cfg.load == "bulk" and cfg.min_ctas == 1
+    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
+    assert "STL" not in sass and "LDL" not in sass

@@ -75,7 +75,7 @@ def test_stream_layout_partial_ctas_and_fp16(cfg, m, a_fmt):
     partial CTAs, warps without slabs, bulk buffers refilled and mbarrier phases wrapping."""
     ops = make_operands(a_fmt, "nvfp4", m, 4160, 5120, seed=11, device="cuda")
     bucket = L.bucket_for(m)
-    query = B.GemmQuery(a_fmt, "nvfp4", 4160, 5120, max_m=m, m_values=(m,))
+    query = B.GemmQuery(a_fmt, "nvfp4", 4160, 5120, out_dtype="float16", max_m=m, m_values=(m,))
     plan = B.plan(query, override={bucket: cfg})
     with b12x.PreparationSession("cuda") as s:
         s.prepare([plan])

@@ -63,6 +63,9 @@ class StreamConfig:
     so the weight pairs come out in the activations' own register order (no activation permute: 64 /
     128 fewer PRMT per slab at M <= 8 / 16), "fp4" the plain order (bit-identical sums to the decode
     kernel's chunk math).
+    min_ctas: the launch bound (nvvm.minctasm) ptxas compiles for: 1 lets it use registers up to the
+    block's share of the file (no spills: without a bound ptxas capped 8-warp M <= 16 builds at 64
+    registers and spilled 16-32 bytes in the loop), 0 gives no bound (ptxas's own choice).
     probe: "" or "loads", a timing probe (garbage output, B12X_GEMM_DECODE_PROBE=1 only): the same
     slab and activation loads XORed into one register instead of the dequant and MMAs, the layout's
     streaming ceiling under this config's CTA shape (`probe_variants`)."""
@@ -91,6 +94,7 @@ class StreamConfig:
     stages: int = 2
     probe: str = ""
     order: str = "natural"
+    min_ctas: int = 1
 
     @property
     def kwarps(self) -> int:
@@ -124,6 +128,8 @@ def config_reason(config) -> str | None:
         return f"warps (1..16) and wn (1..8) must be powers of two with wn dividing warps, got {c.warps} / {c.wn}"
     if c.kc not in SL.KCS:
         return f"kc must be one of {SL.KCS}, got {c.kc}"
+    if c.min_ctas not in (0, 1):
+        return f"min_ctas must be 0 (no launch bound) or 1, got {c.min_ctas}"
     if c.order not in SL.ORDERS:
         return f"order must be one of {SL.ORDERS}, got {c.order!r}"
     if c.ntiles not in (1, 2):
@@ -192,7 +198,8 @@ def _split_wn(n: int) -> int:
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     """What `bench_gemm --sweep-subset layout` times, one hypothesis each (kc 4, order "natural" unless
-    named). Bulk copies: the default and the same with the plain nibble order; 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
+    named). Bulk copies: the default, the same with the plain nibble order and without the launch
+    bound (min_ctas 0); 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
     (3 stages), 2 and 4 warps; 2 warps x 4 stages; K split over all 8 warps (wn 1); 4 warps x 3
     stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab carried over the math
     (prefetch 1) in 8-warp CTAs; without prefetch; 2-warp CTAs of whole tiles (the cache hints and
@@ -213,6 +220,7 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     cands = (
         base,
         replace(base, order="fp4"),
+        replace(base, min_ctas=0),
         bulk(8, wn8),
         bulk(1, 1, stages=3),
         bulk(2, 2),
@@ -314,7 +322,7 @@ class StreamGemm:
     ):
         grid_n = (mC.shape[1] + self.logic.bn - 1) // self.logic.bn
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
-            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream
+            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, min_blocks_per_mp=self.logic.scfg.min_ctas
         )
 
     @cute.kernel
