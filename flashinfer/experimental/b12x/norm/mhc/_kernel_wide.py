@@ -63,6 +63,19 @@ def _normalize4(a, b, c, d, hc_eps, FAST: tl.constexpr):
 
 
 @triton.jit
+def _comb_row(v, c, s, base_ptr, i: tl.constexpr, hc_eps):
+    """Row i of comb before the Sinkhorn: softmax over j of mix 8 + 4 i + j (scaled, plus hc_base)."""
+    k: tl.constexpr = 8 + 4 * i
+    return _softmax4(
+        _pick(v, c, k) * s + tl.load(base_ptr + k),
+        _pick(v, c, k + 1) * s + tl.load(base_ptr + k + 1),
+        _pick(v, c, k + 2) * s + tl.load(base_ptr + k + 2),
+        _pick(v, c, k + 3) * s + tl.load(base_ptr + k + 3),
+        hc_eps,
+    )
+
+
+@triton.jit
 def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST: tl.constexpr):
     """post [4] and comb [4, 4] of one token from its summed mixes v [32] (scalars throughout)."""
     i4 = tl.arange(0, 4)
@@ -71,34 +84,10 @@ def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_
     tl.store(post_ptr + tok * 4 + i4, post)
     s = rs * tl.load(scale_ptr + 2)
     # comb[i, j] = entry 8 + 4 i + j (row i over j: the softmax axis), with the hc_base offsets
-    a00, a01, a02, a03 = _softmax4(
-        _pick(v, c, 8) * s + tl.load(base_ptr + 8),
-        _pick(v, c, 9) * s + tl.load(base_ptr + 9),
-        _pick(v, c, 10) * s + tl.load(base_ptr + 10),
-        _pick(v, c, 11) * s + tl.load(base_ptr + 11),
-        hc_eps,
-    )
-    a10, a11, a12, a13 = _softmax4(
-        _pick(v, c, 12) * s + tl.load(base_ptr + 12),
-        _pick(v, c, 13) * s + tl.load(base_ptr + 13),
-        _pick(v, c, 14) * s + tl.load(base_ptr + 14),
-        _pick(v, c, 15) * s + tl.load(base_ptr + 15),
-        hc_eps,
-    )
-    a20, a21, a22, a23 = _softmax4(
-        _pick(v, c, 16) * s + tl.load(base_ptr + 16),
-        _pick(v, c, 17) * s + tl.load(base_ptr + 17),
-        _pick(v, c, 18) * s + tl.load(base_ptr + 18),
-        _pick(v, c, 19) * s + tl.load(base_ptr + 19),
-        hc_eps,
-    )
-    a30, a31, a32, a33 = _softmax4(
-        _pick(v, c, 20) * s + tl.load(base_ptr + 20),
-        _pick(v, c, 21) * s + tl.load(base_ptr + 21),
-        _pick(v, c, 22) * s + tl.load(base_ptr + 22),
-        _pick(v, c, 23) * s + tl.load(base_ptr + 23),
-        hc_eps,
-    )
+    a00, a01, a02, a03 = _comb_row(v, c, s, base_ptr, 0, hc_eps)
+    a10, a11, a12, a13 = _comb_row(v, c, s, base_ptr, 1, hc_eps)
+    a20, a21, a22, a23 = _comb_row(v, c, s, base_ptr, 2, hc_eps)
+    a30, a31, a32, a33 = _comb_row(v, c, s, base_ptr, 3, hc_eps)
     for _ in range(sinkhorn_iters):  # rows, then columns; reciprocals, then multiplies
         a00, a01, a02, a03 = _normalize4(a00, a01, a02, a03, hc_eps, FAST)
         a10, a11, a12, a13 = _normalize4(a10, a11, a12, a13, hc_eps, FAST)
