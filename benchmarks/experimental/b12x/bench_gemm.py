@@ -114,7 +114,7 @@ def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int,
     if decode_kernel == "stream":
         from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 
-        cfg = KS.default_config(L.BUCKET_MAX_M.get(bucket, m), n, k)
+        cfg = KS.default_config(L.BUCKET_MAX_M.get(bucket, m), n, k, a_fmt)
         if cfg is None or L.why_not(a_fmt, b_fmt, "bfloat16", bucket, cfg) is not None:
             return None
         return {bucket: cfg}

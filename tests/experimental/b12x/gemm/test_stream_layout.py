@@ -149,6 +149,44 @@ def test_stream_kernel_equals_the_decode_kernel_bitwise_with_one_slab_per_warp()
     assert torch.equal(ours.view(torch.int32), plain.view(torch.int32))
 
 
+@pytest.mark.interpret
+@pytest.mark.parametrize("load", ["bulk", "ldg"])
+def test_placed_order_equals_natural_bitwise(load):
+    """order "placed" moves each code's bits at pack time and extracts them with fewer instructions;
+    the dequantized registers, so the fp32 sums, are those of order "natural" bit for bit."""
+    ops = make_operands("bfloat16", "nvfp4", 11, 32, 2048, seed=4)
+    outs = []
+    for order in ("natural", "placed"):
+        cfg = KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=2, load=load, order=order)
+        args, alpha = _args(ops, "float32", 4, order)
+        outs.append(E.run_stream("bfloat16", "nvfp4", "float32", cfg, args, alpha))
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+    check_tolerance(outs[1], ops, "float32")
+
+
+def test_placed_pairs_are_the_natural_pairs():
+    """dequant.fp4_pair_placed on placed words == dequant.fp4_pair on the natural words, every pair,
+    random words plus all 16 codes in every position."""
+    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
+
+    from .emulator import EmuOps, GlobalMemory
+
+    emu = EmuOps(GlobalMemory())
+    g = torch.Generator().manual_seed(0)
+    nat = torch.randint(0, 256, (32 * 64,), dtype=torch.uint8, generator=g)
+    every = torch.arange(16, dtype=torch.uint8).repeat_interleave(8).reshape(16, 8)  # word of one code
+    nat = torch.cat([nat, (every[:, 0::2] | every[:, 1::2] << 4).reshape(-1).repeat(4)])
+    placed = SL._place(nat)
+    assert torch.equal(SL._unplace(placed), nat)
+    for chunk in range(0, nat.numel(), 128):  # 32 lanes x 4 bytes
+        wn = SL._words(nat[chunk : chunk + 128]).numpy()
+        wp = SL._words(placed[chunk : chunk + 128]).numpy()
+        for i in range(4):
+            want = DQ.fp4_pair(emu, emu.u32(wn), i, "bfloat16")
+            np.testing.assert_array_equal(DQ.fp4_pair_placed(emu, emu.u32(wp), i), want)
+    assert "bf16" in KS.why_not("float16", "nvfp4", "bfloat16", KS.StreamConfig(order="placed"))
+
+
 # ---- configs, selection, plumbing ----------------------------------------------------------------
 def test_config_validation_names_the_problem():
     assert KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig()) is None

@@ -193,7 +193,7 @@ def default_config(
     if n is not None and k is not None and stream_selected(a_fmt, b_fmt, bucket):
         from ..blockscaled._kernel_stream import default_config as stream_config
 
-        found = stream_config(BUCKET_MAX_M[bucket], n, k)
+        found = stream_config(BUCKET_MAX_M[bucket], n, k, a_fmt)
         if found is not None:
             return found
     if GC.selected(a_fmt, b_fmt, bucket):

@@ -22,7 +22,9 @@ So 1152 kc bytes per slab: 1024 kc of values (the same bytes as the plain layout
 of scales (likewise). ORDER "natural" also permutes the nibbles inside each 32-bit word of values (8
 values v0..v7 of one group): nibble i holds v2i and nibble i + 4 holds v2i+1 (i < 4), so the kernel's
 `fp4_pair(i)` yields (v2i, v2i+1), the order 16-bit activations already have in registers
-(`dequant.K_ORDER["natural"]`: no activation permute); ORDER "fp4" keeps the plain nibbles. Constraints: N % 16 == 0, K % (128 kc) == 0. `pack_stream` / `unpack_stream`
+(`dequant.K_ORDER["natural"]`: no activation permute); ORDER "fp4" keeps the plain nibbles; ORDER
+"placed" is "natural" with each code's 4 bits moved within its 16-bit half (`_PLACE`) so that the
+bf16 kernel extracts a pair with one shift and one mask (`dequant.fp4_pair_placed`). Constraints: N % 16 == 0, K % (128 kc) == 0. `pack_stream` / `unpack_stream`
 are pure tensor permutations (CPU or the weight's device, once, at pack time).
 """
 
@@ -34,7 +36,10 @@ from ..._lib.quant import unswizzle_scales
 from ..._lib.quant.scales import as_bytes
 
 KCS = (4, 8)  # chunks per slab: the scales fill whole 16-byte lanes from kc = 4 on
-ORDERS = ("fp4", "natural")  # nibble order inside each 32-bit word of values (module docstring)
+ORDERS = ("fp4", "natural", "placed")  # code order inside each 32-bit word of values (module docstring)
+# "placed": the natural order's codes with their bits pre-placed for bf16 (`dequant.fp4_pair_placed`):
+# pair i's code in each 16-bit half -> (bits of m, e0, e1, s)
+_PLACE = ((6, 7, 8, 15), (0, 1, 2, 9), (3, 4, 5, 12), (11, 13, 14, 10))
 LOAD_BYTES = 512  # one warp load instruction: 32 lanes x 16 bytes
 
 
@@ -81,6 +86,37 @@ def _plain(vals: torch.Tensor) -> torch.Tensor:
     return (ev | od << 4).reshape(vals.shape)
 
 
+def _words(vals: torch.Tensor) -> torch.Tensor:
+    """Bytes [..., 4 w] -> their little-endian 32-bit words as int64 [..., w]."""
+    b = vals.reshape(*vals.shape[:-1], -1, 4).to(torch.int64)
+    return b[..., 0] | b[..., 1] << 8 | b[..., 2] << 16 | b[..., 3] << 24
+
+
+def _bytes(words: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return torch.stack([(words >> (8 * i)) & 0xFF for i in range(4)], -1).to(torch.uint8).reshape(like.shape)
+
+
+def _place(vals: torch.Tensor) -> torch.Tensor:
+    """Natural-order bytes -> "placed" bytes (`_PLACE`, both 16-bit halves alike)."""
+    w, out = _words(vals), 0
+    for half in (0, 16):
+        for i, spots in enumerate(_PLACE):
+            code = (w >> (half + 4 * i)) & 0xF
+            for bit, spot in enumerate(spots):
+                out = out | (((code >> bit) & 1) << (half + spot))
+    return _bytes(out, vals)
+
+
+def _unplace(vals: torch.Tensor) -> torch.Tensor:
+    """The inverse of `_place`."""
+    w, out = _words(vals), 0
+    for half in (0, 16):
+        for i, spots in enumerate(_PLACE):
+            for bit, spot in enumerate(spots):
+                out = out | (((w >> (half + spot)) & 1) << (half + 4 * i + bit))
+    return _bytes(out, vals)
+
+
 def pack_stream(
     values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4"
 ) -> torch.Tensor:
@@ -90,8 +126,10 @@ def pack_stream(
     vals = as_bytes(values)
     if tuple(vals.shape) != (n, k // 2):
         raise ValueError(f"stream layout: values must be [{n}, {k // 2}] bytes, got {tuple(values.shape)}")
-    if order == "natural":
+    if order in ("natural", "placed"):
         vals = _natural(vals)
+    if order == "placed":
+        vals = _place(vals)
     sf = as_bytes(unswizzle_scales(as_bytes(scales).reshape(-1), n, k // 16))  # [n, k/16] row-major
     t, s = n // 16, k // (128 * kc)
     # values: row = 16 r + 8 h + g, byte = 64 (kc s + ci) + 16 tt + b  ->  [r, s, ci, h, g, tt, b]
@@ -115,4 +153,7 @@ def unpack_stream(
     v = packed[:, :, :split].reshape(t, s, kc, 2, 8, 4, 16).permute(0, 3, 4, 1, 2, 5, 6)
     f = packed[:, :, split:].reshape(t, s, kc // 4, 8, 4, 4, 2, 2).permute(0, 6, 3, 1, 2, 5, 4, 7)
     v = v.reshape(n, k // 2)
-    return (_plain(v) if order == "natural" else v).contiguous(), f.reshape(n, k // 16).contiguous()
+    if order == "placed":
+        v = _unplace(v)
+    v = _plain(v) if order in ("natural", "placed") else v
+    return v.contiguous(), f.reshape(n, k // 16).contiguous()

@@ -62,7 +62,9 @@ class StreamConfig:
     order: the layout's nibble order (`stream_layout.ORDERS`): "natural" stores each word's nibbles
     so the weight pairs come out in the activations' own register order (no activation permute: 64 /
     128 fewer PRMT per slab at M <= 8 / 16), "fp4" the plain order (bit-identical sums to the decode
-    kernel's chunk math).
+    kernel's chunk math); "placed" is "natural" with each code's bits pre-placed for bf16 (one shift
+    and one mask per pair for 3 of 4 pairs: 11 instead of 15 ALU instructions per 8 values; bf16
+    activations only; the same sums as "natural" bit for bit).
     min_ctas: the launch bound (nvvm.minctasm) ptxas compiles for: 1 lets it use registers up to the
     block's share of the file (no spills: without a bound ptxas capped 8-warp M <= 16 builds at 64
     registers and spilled 16-32 bytes in the loop), 0 gives no bound (ptxas's own choice).
@@ -158,6 +160,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config) -> str | None:
         return f"the stream decode kernel takes bf16 / fp16 activations x NVFP4 weights, got {a_fmt} x {b_fmt}"
     if out_dtype not in OUT_DTYPES:
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if isinstance(config, StreamConfig) and config.order == "placed" and a_fmt != "bfloat16":
+        return f"order 'placed' places FP4 codes for bf16 activations, got {a_fmt}"
     if isinstance(config, StreamConfig) and config.probe and os.environ.get(PROBE_ENV) != "1":
         return f"probe {config.probe!r} computes garbage (a timing probe): set {PROBE_ENV}=1 to build it"
     return config_reason(config)
@@ -167,7 +171,7 @@ def shape_reason(n: int, k: int, config: StreamConfig) -> str | None:
     return SL.why_not(n, k, config.kc)
 
 
-def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
+def default_config(max_m: int, n: int, k: int, a_fmt: str = "bfloat16") -> StreamConfig | None:
     """The prediction-backed starting point (docs/predictions/gemm_decode.md, session 7; not yet timed):
     bulk slab copies (load "bulk": 2 stages of 4.6 KB slabs per warp in flight whatever ptxas
     schedules), kc 4. Wide N (>= WIDE_TILES row tiles): 2-warp CTAs of whole tiles (wn 2, no K split,
@@ -175,13 +179,15 @@ def default_config(max_m: int, n: int, k: int) -> StreamConfig | None:
     36 KB tile (3%) where 8-warp CTAs (224 of them, 2 an SM) leave 40 SMs with half the work of the
     rest (18% if the SMs' issue, not HBM, binds). Narrower N: 8 warps (78 KB, 2 CTAs an SM) with the
     most row tiles per CTA (wn; 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 11264 /
-    7168 -> wn 2, 4096 / 2048 -> wn 1. None when the shape has no kc-4 layout."""
+    7168 -> wn 2, 4096 / 2048 -> wn 1. Order "placed" for bf16 activations (the fewest dequant
+    instructions), "natural" for fp16. None when the shape has no kc-4 layout."""
     ntiles = 1 if max_m <= 8 else 2
     if SL.why_not(n, k, 4) is not None:
         return None
+    order = "placed" if a_fmt == "bfloat16" else "natural"
     if n // 16 >= WIDE_TILES:
-        return StreamConfig(warps=2, wn=2, kc=4, ntiles=ntiles, load="bulk", stages=2)
-    return StreamConfig(warps=8, wn=_split_wn(n), kc=4, ntiles=ntiles, load="bulk", stages=2)
+        return StreamConfig(warps=2, wn=2, kc=4, ntiles=ntiles, load="bulk", stages=2, order=order)
+    return StreamConfig(warps=8, wn=_split_wn(n), kc=4, ntiles=ntiles, load="bulk", stages=2, order=order)
 
 
 MIN_CTAS = 200  # ~1.5 CTAs per H200 SM (132) before an 8-warp CTA takes more row tiles
@@ -197,9 +203,9 @@ def _split_wn(n: int) -> int:
 
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
-    """What `bench_gemm --sweep-subset layout` times, one hypothesis each (kc 4, order "natural" unless
-    named). Bulk copies: the default, the same with the plain nibble order and without the launch
-    bound (min_ctas 0); 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
+    """What `bench_gemm --sweep-subset layout` times for bf16 activations, one hypothesis each (kc 4,
+    order "placed" unless named). Bulk copies: the default, the same with orders "natural" and "fp4"
+    and without the launch bound (min_ctas 0); 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
     (3 stages), 2 and 4 warps; 2 warps x 4 stages; K split over all 8 warps (wn 1); 4 warps x 3
     stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab carried over the math
     (prefetch 1) in 8-warp CTAs; without prefetch; 2-warp CTAs of whole tiles (the cache hints and
@@ -212,13 +218,14 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     w4 = min(wn8, 4)
 
     def bulk(warps, wn, stages=2, kc=4):
-        return StreamConfig(warps=warps, wn=wn, kc=kc, ntiles=nt, load="bulk", stages=stages)
+        return StreamConfig(warps=warps, wn=wn, kc=kc, ntiles=nt, load="bulk", stages=stages, order="placed")
 
     def ldg(warps, wn, prefetch=1):
-        return StreamConfig(warps=warps, wn=wn, kc=4, ntiles=nt, prefetch=prefetch)
+        return StreamConfig(warps=warps, wn=wn, kc=4, ntiles=nt, prefetch=prefetch, order="placed")
 
     cands = (
         base,
+        replace(base, order="natural"),
         replace(base, order="fp4"),
         replace(base, min_ctas=0),
         bulk(8, wn8),
@@ -257,8 +264,10 @@ class StreamLogic(DecodeLogic):
         if reason is not None:
             raise ValueError(f"{self.what}: {reason}")
         super().__init__(a_fmt, b_fmt, out_dtype, config.decode())
-        if config.order == "natural":  # the weight's pairs come in the activations' register order
+        if config.order in ("natural", "placed"):  # the weight's pairs come in the activations' order
             self.family = "natural"
+        if config.order == "placed":  # and their bits pre-placed (dequant.fp4_pair_placed)
+            self.cfg = replace(self.cfg, fp4="placed")
         self.scfg = config
         self.kc = config.kc
         self.nloads = SL.loads(config.kc)
