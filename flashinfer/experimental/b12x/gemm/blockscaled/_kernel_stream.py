@@ -178,8 +178,9 @@ def default_config(max_m: int, n: int, k: int, a_fmt: str = "bfloat16") -> Strea
     20 KB of shared memory): 28672 rows make 896 CTAs, 6.8 an SM, so the SMs' shares differ by one
     36 KB tile (3%) where 8-warp CTAs (224 of them, 2 an SM) leave 40 SMs with half the work of the
     rest (18% if the SMs' issue, not HBM, binds). Narrower N: 8 warps (78 KB, 2 CTAs an SM) with the
-    most row tiles per CTA (wn; 8 / wn warps split each tile's K) that keeps >= MIN_CTAS CTAs: 11264 /
-    7168 -> wn 2, 4096 / 2048 -> wn 1. Order "placed" for bf16 activations (the fewest dequant
+    fewest row tiles per CTA (wn; 8 / wn warps split each tile's K) whose grid fits one wave of
+    WAVE_CTAS: 11264 -> wn 4 (176 CTAs; wn 2 would make 352, a second wave of 88), 7168 -> wn 2,
+    4096 / 2048 -> wn 1. Order "placed" for bf16 activations (the fewest dequant
     instructions), "natural" for fp16. None when the shape has no kc-4 layout."""
     ntiles = 1 if max_m <= 8 else 2
     if SL.why_not(n, k, 4) is not None:
@@ -190,27 +191,28 @@ def default_config(max_m: int, n: int, k: int, a_fmt: str = "bfloat16") -> Strea
     return StreamConfig(warps=8, wn=_split_wn(n), kc=4, ntiles=ntiles, load="bulk", stages=2, order=order)
 
 
-MIN_CTAS = 200  # ~1.5 CTAs per H200 SM (132) before an 8-warp CTA takes more row tiles
+WAVE_CTAS = 264  # 8-warp bulk CTAs (78-82 KB of shared memory) resident at once: 2 an H200 SM x 132
 WIDE_TILES = 1024  # N >= 16384: whole tiles per warp in small CTAs (default_config)
 
 
 def _split_wn(n: int) -> int:
-    """Row tiles of an 8-warp CTA: the most (8 / wn warps split K) that keeps >= MIN_CTAS CTAs."""
-    wn = 8
-    while wn > 1 and (n // 16) // wn < MIN_CTAS:
-        wn //= 2
+    """Row tiles of an 8-warp CTA: the fewest (8 / wn warps split K) whose grid fits WAVE_CTAS."""
+    wn = 1
+    while wn < 8 and -(-(n // 16) // wn) > WAVE_CTAS:
+        wn *= 2
     return wn
 
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     """What `bench_gemm --sweep-subset layout` times for bf16 activations, one hypothesis each (kc 4,
-    order "placed" unless named). Bulk copies: the default, the same with orders "natural" and "fp4"
-    and without the launch bound (min_ctas 0); 8-warp CTAs with the MIN_CTAS rule; whole tiles per warp in CTAs of 1
-    (3 stages), 2 and 4 warps; 2 warps x 4 stages; K split over all 8 warps (wn 1); 4 warps x 3
-    stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab carried over the math
-    (prefetch 1) in 8-warp CTAs; without prefetch; 2-warp CTAs of whole tiles (the cache hints and
-    kc 8 of "ldg" stay selectable, not swept). Shapes the layout cannot hold, configs over the
-    shared-memory limit and duplicates are dropped (9-12 a case; none when K has no kc-4 layout)."""
+    order "placed" unless named). Bulk copies: the default; the same with orders "natural" and "fp4"
+    and without the launch bound (min_ctas 0); 8-warp CTAs with the WAVE_CTAS rule and with half its
+    tiles per CTA (twice the CTAs); 4 warps of 2 tiles; whole tiles per warp in CTAs of 1 (3 stages),
+    2 and 4 warps; 2 warps x 4 stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab
+    carried over the math (prefetch 1) in 8-warp CTAs and in 2-warp CTAs of whole tiles (no prefetch,
+    the cache hints and kc 8 stay selectable, not swept: SASS shows the unprefetched loads issuing
+    after the first dependent math). Shapes the layout cannot hold, configs over the shared-memory
+    limit and duplicates are dropped (10-13 a case; none when K has no kc-4 layout)."""
     base = default_config(max_m, n, k)
     if base is None:
         return ()
@@ -229,15 +231,14 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
         replace(base, order="fp4"),
         replace(base, min_ctas=0),
         bulk(8, wn8),
+        bulk(8, max(1, wn8 // 2)),
+        bulk(4, 2),
         bulk(1, 1, stages=3),
         bulk(2, 2),
         bulk(4, 4),
         bulk(2, 2, stages=4),
-        bulk(8, 1),
-        bulk(4, w4, stages=3),
         bulk(4, w4, kc=8),
         ldg(8, wn8),
-        ldg(8, wn8, prefetch=0),
         ldg(2, 2),
     )
     out = []
