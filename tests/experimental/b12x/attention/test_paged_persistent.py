@@ -1,7 +1,8 @@
 """The persistent decode kernel (`DecodeConfig.persistent`) on the CPU: its item order and its
 shared-memory placement against their Python mirrors (`_config.persistent_items`,
 `_config.epilogue_offsets`), the predicate and the bench entry, and the compile for sm_90a and
-sm_120a (PTX shape, registers). The GPU tier is test_paged_persistent_gpu.py.
+sm_120a (PTX shape, registers); the page-table L2 prefetch (`DecodeConfig.prefetch_pages`) with
+and without it. The GPU tier is test_paged_persistent_gpu.py.
 """
 
 import dataclasses
@@ -186,3 +187,28 @@ def test_persistent_without_fused_schedule_is_the_plain_kernel():
     plain = kd.compile_decode(*dims, base, arch="sm_90a").artifacts.PTX
     noop = kd.compile_decode(*dims, dataclasses.replace(base, persistent=True), arch="sm_90a").artifacts.PTX
     assert noop == plain and "nctaid.y" not in noop
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-item", "persistent"])
+def test_prefetch_pages_compiles(arch, kv_dtype, persistent, tmp_path):
+    """prefetch_pages (bench flag g): L2 prefetches of the item's page-table lines (none without the
+    flag), nothing else changes in the work (same mma, cvt, cp.async and barriers); no spills, two
+    CTAs an SM on sm_90a."""
+    kd, _ = _modules()
+    base = dataclasses.replace((SM90 if arch == "sm_90a" else SM120)[kv_dtype], persistent=persistent)
+    cfg = dataclasses.replace(base, prefetch_pages=True)
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    sched = ScheduleConfig(cfg.tile_keys, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    ptx = _check_binary(kd.compile_decode(*dims, cfg, arch=arch, schedule=sched), arch)
+    assert "prefetch.global.L2" in ptx and "prefetch" not in plain
+    for op in ("mma.sync.aligned.m16n8k16", "cvt.rn.f16x2.e4m3x2", "cp.async.cg.shared.global", "bar.sync"):
+        assert ptx.count(op) == plain.count(op), op
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0, (regs, spills)
+    assert regs * 32 * cfg.warps * (2 if arch == "sm_90a" else 1) <= 65536, regs
+    entry = parse_decode_entry("4x32x3fspld" + ("r" if persistent else "") + "g")[0]
+    assert entry == dataclasses.replace(SM90["float8_e4m3fn"], persistent=persistent, prefetch_pages=True)

@@ -133,3 +133,20 @@ def test_persistent_default_switch_matches_reference(kv_dtype, monkeypatch):
         assert decode.persistent and decode.runs_persistent == (len(lens) <= 128)
         for _ in range(2):
             check(plan, case)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("persistent", [False, True], ids=["one-item", "persistent"])
+def test_prefetch_pages_bit_equal(kv_dtype, persistent):
+    """prefetch_pages only warms L2: outputs bit-equal to the same config without it, against the
+    reference, on B=1 32k (split), ragged B=8 and B=128 (several items a CTA when persistent)."""
+    base = dataclasses.replace(BASE[kv_dtype], persistent=persistent)
+    for lens in ([32768], [0, 1, 17, 1000, 32768, 4097, 65, 300], B128):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                         kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 5)  # fmt: skip
+        outs = []
+        for cfg in (base, dataclasses.replace(base, prefetch_pages=True)):
+            out, lse = check(streaming_plan(case, kv_dtype, cfg), case)
+            outs.append((out.clone(), lse.clone()))
+        assert torch.equal(outs[0][0], outs[1][0])
+        assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())

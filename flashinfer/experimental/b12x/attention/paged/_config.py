@@ -54,7 +54,13 @@ class DecodeConfig:
     items than one wave (B=128: 128 items a head for 33 rows) runs several items a CTA. The
     epilogue's buffers then live in stages >= 1 of the K/V ring (stage 0 holds the next item's first
     sub-tiles), which needs (stages - 1) x keys_per_warp x D x kv_itemsize >= 64 x Dv bytes
-    (`persistent_fits`)."""
+    (`persistent_fits`).
+
+    prefetch_pages: each item's page-table entries (one int32 per page of [kv_start, kv_end)) are
+    prefetched into L2 when the item starts (one prefetch.global.L2 per 128-byte line, the CTA's threads
+    in turn): the main loop reads a sub-tile's page one iteration ahead, and after the bench's L2 flush
+    (or in a cold serving step) every 128 bytes of page table (32 pages: 4 iterations of a 4 x 32-key
+    CTA) was a DRAM miss that one fp8 iteration does not hide."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -67,6 +73,7 @@ class DecodeConfig:
     merge_unroll: int = 2
     direct_items: bool = False
     persistent: bool = False
+    prefetch_pages: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -77,6 +84,7 @@ class DecodeConfig:
         extra += f", merge_unroll={self.merge_unroll}" if self.merge_unroll != 2 else ""
         extra += ", direct_items=True" if self.direct_items else ""
         extra += ", persistent=True" if self.persistent else ""
+        extra += ", prefetch_pages=True" if self.prefetch_pages else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -151,7 +159,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     c = config
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
-    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent"):
+    for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
+                 "prefetch_pages"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -400,15 +409,15 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent; parts: tN
+    direct_items, r persistent, g prefetch_pages; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
-    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, oN and uN need
-    an explicit WxKxS."""
+    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, g, oN and uN
+    need an explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldr")
+    body = head.rstrip("fspldrg")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, g, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -428,15 +437,15 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r"} or min_ctas or unroll != 2:
+        if flags & {"p", "l", "d", "r", "g"} or min_ctas or unroll != 2:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, got {text!r}"
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, g, got {text!r}"
             )
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(
-                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33 (r after d), got {text!r}"
+                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33 (r, g after d), got {text!r}"
             )
         decode = DecodeConfig(
             *(int(p) for p in parts),
@@ -448,6 +457,7 @@ def parse_decode_entry(text: str):
             merge_unroll=unroll,
             direct_items="d" in flags,
             persistent="r" in flags,
+            prefetch_pages="g" in flags,
         )
     return decode, flags, target, min_chunk
 

@@ -82,6 +82,20 @@ class DecodeLoads:
         cute.arch.cp_async_commit_group()
 
     @cute.jit
+    def _prefetch_pages(self, mPT, req, kv_start, kv_end, tidx):
+        """`DecodeConfig.prefetch_pages`: page-table entries kv_start // page_size .. (kv_end - 1) //
+        page_size of request req into L2, one prefetch per 128-byte line (32 entries; the last
+        entry's line once more, in case the range straddles one line more), the CTA's threads in turn.
+        Only entries the item reads itself are touched."""
+        if kv_end > kv_start:
+            p0 = kv_start // self.page_size
+            p1 = (kv_end - 1) // self.page_size
+            row = mPT.iterator + Int64(req) * mPT.stride[0]
+            for k in range(tidx, (p1 - p0) // 32 + 2, self.threads):
+                entry = cutlass.min(p0 + 32 * k, p1)
+                cute.arch.prefetch((row + entry).llvm_ptr, cache_level="L2")
+
+    @cute.jit
     def _first_pages(self, mPT, req, kv_start, kv_end, wid):
         """The page(s) of this warp's first sub-tile of [kv_start, kv_end) (0 when it has none)."""
         t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)

@@ -27,7 +27,8 @@ one-page pieces (`_decode_loads.DecodeLoads._load_piece`; the second page-table 
 when its keys lie inside the item); fast_prologue (fp8) loads the descales with the first sub-tiles
 and stages Q by 16-element vectors (`stage_q_fp16_vec`); min_ctas is a launch bound (nvvm.minctasm);
 preload_lengths and direct_items select `Schedule.locate` variants; merge_unroll batches the fused
-merge's loads (`PartialMerge`).
+merge's loads (`PartialMerge`); prefetch_pages prefetches an item's page-table lines into L2 after
+its prologue (persistent: the next item's, after issuing its head).
 
 Persistent (`DecodeConfig.persistent`, with the fused schedule; a no-op without): the grid is one wave (the schedule's
 target_items rows a KV head) and CTA row y runs work rows y, y + rows, ... (`_persistent`). While an
@@ -119,6 +120,7 @@ class PagedDecode(DecodeLoads):
         self.preload_lengths = config.preload_lengths
         self.direct_items = config.direct_items
         self.persistent = config.runs_persistent
+        self.prefetch_pages = config.prefetch_pages
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
@@ -307,6 +309,8 @@ class PagedDecode(DecodeLoads):
             page, page2 = self._first_pages(mPT, req, kv_start, kv_end, wid)
             self._issue_head(mQ, mK, mV, sQdst, sK, sV, req, kvh, kv_start, kv_end, page, page2, tidx, q_copy,
                              q_copy_threads, kv_copy)  # fmt: skip
+            if cutlass.const_expr(self.prefetch_pages):
+                self._prefetch_pages(mPT, req, kv_start, kv_end, tidx)
         for i in range(item0, mWork.shape[0], stride):
             if req >= 0:
                 req, kv_start, kv_end, split, first, n_items, kd, vd = self._run_item(
@@ -354,6 +358,8 @@ class PagedDecode(DecodeLoads):
         if self.stages - 1 < n_mine:
             next_page = mPT[req, (t_begin + wid + (self.stages - 1) * self.warps) * self.nw // self.page_size]
             next_page2 = self._second_page(mPT, req, t_begin + wid + (self.stages - 1) * self.warps, kv_end)
+        if cutlass.const_expr(self.prefetch_pages and not self.persistent):  # (persistent: with the head)
+            self._prefetch_pages(mPT, req, kv_start, kv_end, tidx)
 
         # persistent: the next item's row, descales and first pages load while this item streams
         n_req = Int32(-1)
@@ -436,6 +442,8 @@ class PagedDecode(DecodeLoads):
             if n_req >= 0:  # the next item's Q and first sub-tiles (stage 0: outside sO / sML)
                 self._issue_head(mQ, mK, mV, sQdst, sK, sV, n_req, kvh, n_start, n_end, n_page, n_page2, tidx,
                                  q_copy, q_copy_threads, kv_copy)  # fmt: skip
+                if cutlass.const_expr(self.prefetch_pages):
+                    self._prefetch_pages(mPT, n_req, n_start, n_end, tidx)
         fbuf, stats = self._epilogue_ptrs(buf)
         sO = cute.make_tensor(
             fbuf, cute.make_layout((self.warps, M_TILE, self.dv), stride=(M_TILE * self.dv, self.dv, 1))
