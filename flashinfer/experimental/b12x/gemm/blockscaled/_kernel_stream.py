@@ -8,10 +8,16 @@ lane), scales included. A CTA holds wn row tiles x kwarps warps per tile: warp w
 kwarps and slabs w % kwarps, + kwarps, ...; the warps of a tile reduce through shared memory
 (`DecodeLogic.reduce_stage` / `finish`, as the decode kernel with wn groups of tiles = 1).
 
-Bytes in flight: a warp issues all `loads(kc)` weight loads of a slab before its math: 4.6 KB (kc 4)
-or 9.2 KB (kc 8); with prefetch = 1 it also keeps the next slab's loads in flight during this one's
-math (the loop carries them). Per SM that is resident warps x those bytes (Little: ~32-48 KB an SM
-at ~1 us loaded latency on the H200).
+Bytes in flight (Little: ~32-48 KB an SM at ~1 us loaded latency on the H200): load "bulk" (the
+default) keeps `stages` whole slabs per warp in flight by construction (lane 0's cp.async.bulk into
+the warp's shared buffers, an mbarrier each; 2 x 4.6 KB at kc 4); load "ldg" has each lane load its
+words of a slab into registers (with prefetch = 1 the next slab's, carried over the math), but
+ptxas decides when those loads issue (SASS: after the first dependent math, or at the loop's end).
+
+Dequantization: the layout's code order "natural" stores each word's FP4 codes so that
+`dequant.fp4_pair` yields pairs in the activations' own register order (no activation permute);
+"placed" (bf16) also pre-places each code's bits (`dequant.fp4_pair_placed`: 11 ALU instructions
+per 8 values instead of 15), bit-identical registers; "fp4" is the plain order.
 
 Bytes: N K / 2 + N K / 16 weight (9/16 byte per value), M K 2 activation per CTA (L2), M N outputs.
 Constraints: weight NVFP4, activations bf16 / fp16, N % 16 == 0, K % (128 kc) == 0 (plan / pack
