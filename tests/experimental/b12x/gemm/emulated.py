@@ -103,7 +103,7 @@ def run_stream(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
                     st, parity = it % nst, (it // nst) & 1
                     ops.mbar_wait(mbar + 8 * st, parity)
                     acc = logic.slab_math(ops, rt, LANE, np.int32(s), logic.bulk_read(ops, LANE, buf + st * sb), acc)
-                    ops.sync_warp()
+                    ops.sync_warp()  # (lockstep's CTA barrier orders nothing the emulator can see)
                     nxt = s + nst * step
                     logic.bulk_issue(
                         ops, rt, LANE, tile, min(nxt, slabs - 1), slabs, buf + st * sb, mbar + 8 * st, nxt < slabs

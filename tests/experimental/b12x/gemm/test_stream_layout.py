@@ -104,12 +104,17 @@ EMU = [
     KS.StreamConfig(warps=4, wn=1, kc=8, ntiles=2, load="bulk", stages=2),  # 1 slab a warp, 1 idle warp
     KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=1, load="bulk", stages=4, unroll=2),  # 3 slabs < 4 stages
     KS.StreamConfig(warps=4, wn=4, kc=4, ntiles=2, load="bulk", stages=3),  # 6 slabs over 3 stages
+    KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=2, load="bulk", lockstep=True),  # CTA barrier per slab
 ]
 
 
 @pytest.mark.interpret
 @pytest.mark.parametrize(
-    "cfg", EMU, ids=lambda c: f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}{c.order}"
+    "cfg",
+    EMU,
+    ids=lambda c: (
+        f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}{c.order}{'L' if c.lockstep else ''}"
+    ),
 )
 @pytest.mark.parametrize("a_fmt", ["bfloat16", "float16"])
 def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
@@ -194,6 +199,8 @@ def test_config_validation_names_the_problem():
     assert "kc" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(kc=2))
     assert "wn" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(warps=4, wn=8))
     assert "ntiles" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(ntiles=4))
+    assert "lockstep" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(load="bulk", wn=2, lockstep=True))
+    assert "lockstep" in KS.why_not("bfloat16", "nvfp4", "bfloat16", KS.StreamConfig(wn=8, lockstep=True))
     with pytest.raises(ValueError, match="stream decode kernel"):
         KS.StreamLogic("nvfp4", "nvfp4", "bfloat16", KS.StreamConfig())
 
@@ -262,17 +269,21 @@ BUILDS = [
     KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=1, load="bulk", stages=2),
     KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=1, prefetch=1),
     KS.StreamConfig(warps=4, wn=1, kc=8, ntiles=2, load="bulk", stages=2),
+    KS.StreamConfig(warps=8, wn=8, kc=4, ntiles=2, load="bulk", stages=2, lockstep=True, order="placed"),
 ]
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("cfg", BUILDS, ids=lambda c: f"wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}")
+@pytest.mark.parametrize(
+    "cfg", BUILDS, ids=lambda c: f"wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.order}{c.lockstep}"
+)
 def test_stream_kernel_builds(cfg, arch):
     fn = KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
     ptx = fn.artifacts.PTX
     assert "mma.sync.aligned.m16n8k16" in ptx
     assert ".local" not in ptx  # no stack arrays
+    assert ptx.count("bar.sync") == 1 + cfg.lockstep  # the reduction's barrier (+ lockstep's per slab)
     if cfg.load == "bulk":
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
         assert f"{SL.slab_bytes(cfg.kc)}, [" in ptx  # one copy is one whole slab

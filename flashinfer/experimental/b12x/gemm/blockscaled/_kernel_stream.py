@@ -74,6 +74,10 @@ class StreamConfig:
     min_ctas: the launch bound (nvvm.minctasm) ptxas compiles for: 1 lets it use registers up to the
     block's share of the file (no spills: without a bound ptxas capped 8-warp M <= 16 builds at 64
     registers and spilled 16-32 bytes in the loop), 0 gives no bound (ptxas's own choice).
+    lockstep (bulk, wn == warps: every warp streams its own whole tile, so all take the same number
+    of slabs): a CTA barrier after each slab keeps the warps on the same slab, so the activation
+    span every warp of the CTA reads next is one L2 read and L1 hits (at M = 16 each warp re-reads
+    16 KB of activations per 4.6 KB slab; unsynchronised warps drift apart and miss L1).
     probe: "" or "loads", a timing probe (garbage output, B12X_GEMM_DECODE_PROBE=1 only): the same
     slab and activation loads XORed into one register instead of the dequant and MMAs, the layout's
     streaming ceiling under this config's CTA shape (`probe_variants`)."""
@@ -103,6 +107,7 @@ class StreamConfig:
     probe: str = ""
     order: str = "natural"
     min_ctas: int = 1
+    lockstep: bool = False
 
     @property
     def kwarps(self) -> int:
@@ -150,6 +155,8 @@ def config_reason(config) -> str | None:
         return f"load must be one of {LOADS} and stages 2, 3 or 4, got {c.load!r} / {c.stages}"
     if c.probe not in ("", "loads"):
         return f"probe must be '' or 'loads' (a timing probe: the slab and activation loads XORed, no math), got {c.probe!r}"
+    if c.lockstep and (c.load != "bulk" or c.wn != c.warps):
+        return "lockstep needs load='bulk' and wn == warps (whole tiles: every warp takes the same slabs)"
     if c.load == "bulk" and c.prefetch:
         return "prefetch applies to load='ldg' only (bulk keeps `stages` slabs in flight)"
     if c.smem_bytes > SMEM_LIMIT:
@@ -214,7 +221,8 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     order "placed" unless named). Bulk copies: the default; the same with orders "natural" and "fp4"
     and without the launch bound (min_ctas 0); 8-warp CTAs with the WAVE_CTAS rule and with half its
     tiles per CTA (twice the CTAs); 4 warps of 2 tiles; whole tiles per warp in CTAs of 1 (3 stages),
-    2 and 4 warps; 2 warps x 4 stages; 4 warps of kc 8 slabs. Register loads ("ldg"): the next slab
+    2 and 4 warps; 2 warps x 4 stages; 4 warps of kc 8 slabs; 8 warps of whole tiles in lockstep
+    (shared activation reads). Register loads ("ldg"): the next slab
     carried over the math (prefetch 1) in 8-warp CTAs and in 2-warp CTAs of whole tiles (no prefetch,
     the cache hints and kc 8 stay selectable, not swept: SASS shows the unprefetched loads issuing
     after the first dependent math). Shapes the layout cannot hold, configs over the shared-memory
@@ -244,6 +252,7 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
         bulk(4, 4),
         bulk(2, 2, stages=4),
         bulk(4, w4, kc=8),
+        replace(bulk(8, 8), lockstep=True),
         ldg(8, wn8),
         ldg(2, 2),
     )
@@ -414,6 +423,8 @@ class StreamGemm:
                 flat = self.logic.bulk_read(DEVICE, lane, buf + st * self.logic.slab_bytes)
                 acc = self.logic.slab_math(DEVICE, rt, lane, s, flat, acc)
                 DEVICE.sync_warp()  # every lane's reads of this buffer are done: refill it
+                if cutlass.const_expr(self.logic.scfg.lockstep):
+                    DEVICE.barrier()  # the CTA's warps move to the next slab together
                 nxt = s + stages * step
                 self.logic.bulk_issue(
                     DEVICE, rt, lane, tile, DEVICE.imin(nxt, slabs - 1), slabs, buf + st * self.logic.slab_bytes,
