@@ -11,7 +11,8 @@ Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns
 Ours: a prepared plan at capacity M, `run` / `quantize_rows(plan=...)`. Peer: torch.compile (inductor)
 of the oracle's math (`_lib/quant`; for NVFP4 the oracle's host-side check of the global scale is
 left out so the compiled graph has no host sync and the scale stays on the device). Before timing,
-each config checks ours against the oracle bit for bit (and the default notes the peer's distance).
+each config checks ours against the oracle bit for bit (and the default notes the peer's distance): the
+plan's own selection stops the run on a mismatch, a candidate row is reported (MISMATCH) and skipped.
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
 [S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
 pick shapes. Every case also times a "copy (same bytes)" reference row: a plain device copy
@@ -230,8 +231,13 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         out.scales.view(torch.uint8).fill_(0xFF)
         nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
         ok = torch.equal(out.packed, ref_packed) and torch.equal(out.scales.view(torch.uint8), ref_scales)
-        if not ok:
+        if not ok and config is None:
             raise SystemExit(f"nvfp4 M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
+        if not ok:  # a candidate of a sweep: say so, time the others
+            print(f"MISMATCH nvfp4 M={m} K={k} {config}: ours and the oracle disagree; not timed", flush=True)
+            MISMATCHES.append(f"nvfp4 M={m} K={k} {config}")
+            session.release(plan)
+            continue
         if config is None:
             peer_packed, peer_scales = peer_fn(xs[0], gs[0])
             _note_peer_bits(f"nvfp4 M={m} K={k}", (peer_packed, out.packed), (peer_scales, out.scales))
@@ -284,6 +290,7 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
 
 
 BEST: dict = {}  # (op, M, K) -> (median µs, config): the fastest config seen, for the heuristics
+MISMATCHES: list = []  # candidate configs whose bits differed from the oracle (not timed)
 
 
 def _note_best(key, timing, config) -> None:
@@ -349,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         for (op, m, k), (us, cfg) in sorted(BEST.items()):
             print(f"best {op} M={m} K={k}: {us:.2f} us {cfg}")
     best = {f"{op} M={m} K={k}": [us, str(cfg)] for (op, m, k), (us, cfg) in sorted(BEST.items())}
-    extra = {"bitwise_checked": True, "dtype": args.dtype, "best_config": best}
+    for line in MISMATCHES:
+        print(f"MISMATCH (not timed): {line}")
+    extra = {"bitwise_checked": True, "dtype": args.dtype, "best_config": best, "mismatches": list(MISMATCHES)}
     write_report(table, args, "b12x_quantization.json", MODULE, argv, dev, extra)
     return 0
 

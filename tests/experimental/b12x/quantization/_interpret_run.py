@@ -76,7 +76,17 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16, True, 56), 5, 128),
     ((16, 32, 4, "pairs", False, False, "halves", 1, True, False, 2), 130, 160),  # 96 tiles, 6 programs
     ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 2), 130, 160),  # 32 groups, 2 tiles skipped
+    # thresholds from the lane table (`_pairs.pair_thresholds_lut`; here recomputed from each block's M)
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16, False, 0, True), 5, 128),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True), 5, 128),
+    ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 64, True), 5, 48),
 ]
+# The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
+# uniform fallback to the computed thresholds): every special input, every gs kind.
+LUT_GS = [(4, 16, 1, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True)]
 # A persistent grid on fp16 input (which runs "steps" tile by tile over the same ranges).
 PERSISTENT_FP16 = [
     ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16), 5, 48),
@@ -145,6 +155,9 @@ def _cases():
                 cases.append(("mxfp8", dtype, m, k, cfg, data, ""))
     for gs in ("float", "tiny_gs", "huge_gs"):
         for cfg in (None, *STEPS_VARIANTS, *PAIRS_VARIANTS):
+            cases.append(("nvfp4", "bfloat16", 7, 64, cfg, "specials", gs))
+    for gs in ("float", "tiny_gs", "huge_gs", "denorm_gs", "max_gs"):
+        for cfg in LUT_GS:
             cases.append(("nvfp4", "bfloat16", 7, 64, cfg, "specials", gs))
     for gs in ("denorm_gs", "max_gs"):
         for cfg in (None, *PAIRS_VARIANTS):

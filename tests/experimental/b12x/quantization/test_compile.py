@@ -159,7 +159,29 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     launcher = nv.NvFp4Launcher(64, cfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "packed", "scales", "gs", 2.5, 1, 5)
     launcher(x, "packed", "scales", "gs", 2.5, 1, 0)  # m == 0: nothing
-    want = (x, "packed", "scales", "gs", 2.5, 1, 5, 64, 16, 64, 0, False, False, False, 1, False, True, False, 0, False)
+    want = (
+        x,
+        "packed",
+        "scales",
+        "gs",
+        2.5,
+        1,
+        5,
+        64,
+        16,
+        64,
+        0,
+        False,
+        False,
+        False,
+        1,
+        False,
+        True,
+        False,
+        0,
+        False,
+        False,
+    )
     assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
@@ -215,7 +237,10 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.bf16x2"}, (cfg, ops)
             assert ptx.count("fma.rn.bf16x2") == 4 * vpt and ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2
             # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other branch)
-            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
+            # (lut: the table once per program, one entry per block a thread owns, + the fallback per block)
+            table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
+            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
+            assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
             ops -= {"fma.rn.bf16x2"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
@@ -227,7 +252,14 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                 "bfloat16",
                 7168,
                 dataclasses.replace(
-                    cfg, encode="div", layout="rows", prefetch=False, unroll=False, persistent=0, stream=False
+                    cfg,
+                    encode="div",
+                    layout="rows",
+                    prefetch=False,
+                    unroll=False,
+                    persistent=0,
+                    stream=False,
+                    lut=False,
                 ),
                 "sm_90a",
             )

@@ -131,13 +131,15 @@ def _sass(cubin: bytes, tmp_path, flag: str = "-sass") -> str:
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("idx", [0, 3, 4, 6])  # unrolled, + stream, persistent tiles, persistent groups (56 regs)
+# unrolled, + stream, persistent tiles, persistent groups (56 regs), lane table unrolled / persistent tiles
+@pytest.mark.parametrize("idx", [0, 3, 4, 6, 12, 17])
 def test_s7_compiles_without_spills(arch, idx, tmp_path):
     cfg = S7[idx]
     compiled = nv.compile_for_target("bfloat16", 7168, cfg, arch)
     ptx = compiled.asm["ptx"]
     vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps) * (cfg.k_iters if cfg.unroll else 1)
     assert ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2, cfg
+    assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg  # 7 a block
     if cfg.stream:
         assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx, cfg
     else:
@@ -147,3 +149,62 @@ def test_s7_compiles_without_spills(arch, idx, tmp_path):
     if cfg.max_regs:
         regs = int(re.search(r"REG:(\d+)", _sass(compiled.asm["cubin"], tmp_path, "-res-usage")).group(1))
         assert regs <= cfg.max_regs, (cfg, regs)
+
+
+# The lane table (`_pairs.pair_thresholds_lut`): T(m_j M 2^E) = 2^E T(m_j M) inside [LUT_LO, LUT_HI],
+# checked with test_nvfp4_pairs's torch mirror of `pair_thresholds` (itself checked exhaustively there
+# against the oracle's codes and a brute-force T) for every positive E4M3 scale.
+def _pairs_mirror():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_b12x_pairs_mirror", Path(__file__).with_name("test_nvfp4_pairs.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _lut_thresholds(mirror, sf, gs):
+    """The seven T (bf16 in the top half of an int32) the table path gives for scales sf > 0."""
+    import torch
+
+    bits = sf.view(torch.int32)
+    m = ((bits & 0x007FFFFF) | 0x3F800000).view(torch.float32)
+    e = (bits >> 23) - 127
+    return [t + (e << 23) for t, _u in mirror.thresholds(m, gs)]
+
+
+LUT_GS = [2.0**-60, 1.5 * 2.0**-60, 2.0**-40, 1e-6, 0.1, 1 / 3, 1.0, 1 + 2.0**-20, 448.0 * 6 / 7.5, 2.0**23, 1e12]
+LUT_GS += [2.0**59, 2.0**60, 3.0e17, 8.7e-19]
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("gs", LUT_GS, ids=lambda g: f"{g:.4g}")
+def test_lut_thresholds_are_the_computed_ones(gs):
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _pairs
+
+    mirror = _pairs_mirror()
+    assert _pairs.LUT_LO.value <= gs <= _pairs.LUT_HI.value
+    sf = mirror.SCALES[1:]  # every positive E4M3 scale, subnormal ones included
+    want = [t for t, _u in mirror.thresholds(sf, gs)]
+    got = _lut_thresholds(mirror, sf, gs)
+    for j, (w, g) in enumerate(zip(want, got)):
+        assert torch_equal(w, g), (gs, j, int((w != g).sum()))
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("gs", [1e-45, 3e38])
+def test_lut_range_is_needed(gs):
+    # Outside the range a T leaves the normal bf16 (or fp32) range and 2^E scaling breaks: the kernel
+    # takes the computed thresholds there (a uniform branch on gs).
+    mirror = _pairs_mirror()
+    sf = mirror.SCALES[1:]
+    want = [t for t, _u in mirror.thresholds(sf, gs)]
+    got = _lut_thresholds(mirror, sf, gs)
+    assert any(not torch_equal(w, g) for w, g in zip(want, got))
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)

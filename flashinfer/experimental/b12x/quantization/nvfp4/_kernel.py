@@ -90,7 +90,8 @@ class NvFp4Config:
     tile's math (`_kernel_pairs.py`).
     unroll, persistent, stream ("pairs"; `_kernel_pairs.py` docstring): the column loop unrolled; a
     grid of `persistent` programs per SM (capped to what is resident, `_occupancy.py`) looping over
-    tile ranges; streaming cache hints. max_regs: Triton's maxnreg (0: the compiler's choice).
+    tile ranges; streaming cache hints. max_regs: Triton's maxnreg (0: the compiler's choice). lut
+    ("pairs", with unroll or persistent): the block thresholds from a per-lane table (`_pairs.py`).
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
@@ -110,6 +111,7 @@ class NvFp4Config:
     persistent: int = 0
     stream: bool = False
     max_regs: int = 0
+    lut: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -143,6 +145,8 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.stream or config.unroll or config.persistent > 0)
         and type(config.max_regs) is int
         and (config.max_regs == 0 or (24 <= config.max_regs <= 255 and config.max_regs % 8 == 0))
+        and isinstance(config.lut, bool)
+        and (not config.lut or config.unroll or config.persistent > 0)
     )
 
 
@@ -290,6 +294,13 @@ _UNVALIDATED_PAIRS_S7 = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 16),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16, True, 56),  # + streaming hints
     (16, 256, 8, "pairs", False, False, "halves", 4, True, True, 16),
+    # thresholds from the per-lane table (lut: ~237 SASS a tile-thread on the executed path vs 285)
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True),  # 64 regs: 8 / SM
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True),  # 56 regs: 9 / SM
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 16, False, 0, True),
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True),
+    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True),
+    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 16, False, 64, True),
 )
 
 
@@ -359,6 +370,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.unroll,
         cfg.persistent,
         cfg.stream,
+        cfg.lut,
     )
 
 
@@ -645,12 +657,13 @@ def _nvfp4_quantize_kernel(
     UNROLL: tl.constexpr,  # NvFp4Config.unroll ("pairs" only)
     PERSISTENT: tl.constexpr,  # NvFp4Config.persistent: > 0 = a persistent grid (`grid`)
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
+    LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
 ):
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -754,6 +767,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "UNROLL": "constexpr",
         "PERSISTENT": "constexpr",
         "STREAM": "constexpr",
+        "LUT": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}

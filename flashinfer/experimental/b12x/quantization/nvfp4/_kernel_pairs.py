@@ -30,7 +30,17 @@ import triton
 import triton.language as tl
 
 from ._encodes import _e4m3_rn, _store_scales
-from ._pairs import pack_pair_codes, pair_amax, pair_codes, pair_thresholds, pairs_prologue
+from ._pairs import (
+    LUT_HI,
+    LUT_LO,
+    lut_prologue,
+    pack_pair_codes,
+    pair_amax,
+    pair_codes,
+    pair_thresholds,
+    pair_thresholds_lut,
+    pairs_prologue,
+)
 
 
 @triton.jit
@@ -85,15 +95,27 @@ def _encode_store_pairs(
     SCALE_WORDS: tl.constexpr,
     ASM: tl.constexpr,
     STREAM: tl.constexpr = False,
+    lut=None,
+    LUT: tl.constexpr = False,
 ):
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
     sbits, sf = _e4m3_rn(t)
 
-    th = pair_thresholds(sf, scale, rg, gs_k, ASM)
+    if LUT:  # `_pairs.pair_thresholds_lut` inside its global-scale range (a uniform branch)
+        if (gs_k >= LUT_LO) & (gs_k <= LUT_HI):
+            t0, t1, t2, t3, t4, t5, t6, nt0 = pair_thresholds_lut(sf, lut, scale, rg, gs_k, ASM)
+        else:
+            t0, t1, t2, t3, t4, t5, t6, nt0 = pair_thresholds(sf, scale, rg, gs_k, ASM)
+        th = (t0, t1, t2, t3, t4, t5, t6, nt0)
+    else:
+        th = pair_thresholds(sf, scale, rg, gs_k, ASM)
     wa = pack_pair_codes(pair_codes(ua, th, ASM), ASM)
     wb = pack_pair_codes(pair_codes(ub, th, ASM), ASM)
+    if LUT:  # sf == 0: every code 0 (the table's thresholds are not NaN there)
+        wa = tl.where(sf == 0, 0, wa)
+        wb = tl.where(sf == 0, 0, wb)
     words = wa.to(tl.uint64) | (wb.to(tl.uint64) << 32)
     offs = rows64[:, None] * NB + blk[None, :]  # 8-byte units: a row is K/2 = 8 * NB bytes
     if STREAM:
@@ -132,6 +154,7 @@ def _program_pairs_persistent(
     PREFETCH: tl.constexpr,
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
+    LUT: tl.constexpr,
 ):
     """The tiles of `persistent_range`, row block by row block: each row block's part of the range is
     a column loop like the plain grid's (addresses advance by a constant, no division per tile); with
@@ -140,6 +163,7 @@ def _program_pairs_persistent(
     start, end = persistent_range(m, NK, BLOCK_M)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
+    lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
     for pid_m in range(start // NK, (end + NK - 1) // NK):
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < m
@@ -156,7 +180,7 @@ def _program_pairs_persistent(
                 ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
             _encode_store_pairs(
                 ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
+                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
             )  # fmt: skip
             if PREFETCH:
                 ua, ub, bmask, blk = na, nb, nmask, nblk
@@ -184,6 +208,8 @@ def _k_tiles_unrolled(
     PREFETCH: tl.constexpr,
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
+    lut,
+    LUT: tl.constexpr,
 ):
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
@@ -207,7 +233,7 @@ def _k_tiles_unrolled(
                     ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
                 _encode_store_pairs(
                     ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM,
+                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
                 )  # fmt: skip
         if PREFETCH:
             if it + 1 < K_ITERS:
@@ -231,6 +257,7 @@ def _program_pairs_persistent_groups(
     PREFETCH: tl.constexpr,
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
+    LUT: tl.constexpr,
 ):
     """A persistent grid over groups of K_ITERS column tiles of one row block (the unit of the plain
     grid's programs): `persistent_range` over the (row block, group) pairs, each group through the
@@ -240,12 +267,14 @@ def _program_pairs_persistent_groups(
     start, end = persistent_range(m, NG, BLOCK_M)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
+    lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
     for i in range(start, end):
         pid_m = i // NG
         rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows.to(tl.int64), rows < m, False,
             (i - pid_m * NG) * K_ITERS, K, BLOCK_M, BLOCK_K, False, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+            lut, LUT,
         )  # fmt: skip
 
 
@@ -269,23 +298,24 @@ def program_pairs(
     UNROLL: tl.constexpr = False,
     PERSISTENT: tl.constexpr = 0,
     STREAM: tl.constexpr = False,
+    LUT: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
     (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT,
         )  # fmt: skip
     elif PERSISTENT > 0:
         _program_pairs_persistent(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM, LUT,
         )  # fmt: skip
     else:
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT,
         )  # fmt: skip
 
 
@@ -308,6 +338,7 @@ def _program_pairs_tiles(
     ASM: tl.constexpr,
     UNROLL: tl.constexpr,
     STREAM: tl.constexpr,
+    LUT: tl.constexpr,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
     pid_m = tl.program_id(0)
@@ -320,9 +351,10 @@ def _program_pairs_tiles(
     dead = pid_m * BLOCK_M >= m  # padding rows only (skip_dead): their scales are 0, nothing else
     k0 = tl.program_id(1) * K_ITERS
     if UNROLL:
+        lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT,
         )  # fmt: skip
     else:
         if PREFETCH:
