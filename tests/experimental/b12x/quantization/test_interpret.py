@@ -32,10 +32,16 @@ def _quick(case: str) -> bool:
     return "-7x64-" in case or (("-5x128-" in case or "-5x48-" in case) and "-near-" in case)
 
 
+_S7 = sorted(c for c, v in _runner.CASES.items() if v[4] is not None and len(v[4]) >= 10)
+
+
 def _group(case: str) -> str:
     """The NVFP4 "steps" and "pairs" cases run in their own interpreters (and 600 s budgets), the
     quick ones apart from the slow ones so the default tier never waits for a slow batch."""
     speed = "" if _quick(case) else "-slow"
+    if case in _S7:  # session-7 variants (unroll, persistent, lut): their own batches of 4
+        same = [c for c in _S7 if _quick(c) == _quick(case)]
+        return f"s7-{same.index(case) // 4}{speed}"
     if "xpairs" in case:  # the slow ones in four batches of ~6 cases
         return f"pairs{sum(map(ord, case)) % 4 if speed else ''}{speed}"
     return ("steps" + speed) if "xsteps" in case else "rest"
