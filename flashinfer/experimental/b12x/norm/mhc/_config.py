@@ -272,8 +272,8 @@ class MhcConfig:
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
-    # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (the default_config
-    # heuristic turns it on: FUSED_PRE, FUSED_POST_PRE). From 512 tokens by prediction, unmeasured:
+    # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (fused_config turns it
+    # on: FUSED_PRE, FUSED_POST_PRE; sm_90a's default_config does not). From 512 tokens by prediction:
     # the finisher's y loop walks H in [block_t, finish_h] tiles whatever the live tokens (~112
     # dependent L2 round trips at H = 7168), ~20 us that the two-pass path beats at small T.
     fused_pre: FusedConfig | None = None
@@ -387,7 +387,7 @@ class MhcConfig:
         return tuple(dict.fromkeys((getattr(self, f"{form}_small"), getattr(self, f"{form}_large"))))
 
 
-# The one-launch tiles of the heuristic (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
+# The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
 # has the reasoning; registers from CPU compiles for sm_90a at H = 7168). pre: 32 tokens on 4 warps
 # (mma.sync; 64 at 4 warps would be wgmma) reading 16 steps of 64 contiguous elements of the flat
 # row (28 splits at H = 7168, so a token block's rows stay in L2 until its finisher reads them),
@@ -400,7 +400,7 @@ FUSED_POST_PRE = FusedConfig(
 )
 
 
-# Where the heuristic switches to the one launch. H200 (2026-11-30 08:31, bench_norm --sweep, H = 7168,
+# Where fused_config switches to the one launch. H200 (2026-11-30 08:31, bench_norm --sweep, H = 7168,
 # graph timer): one launch vs two passes, pre 17.6 / 17.4 µs at T = 64, 197.8 / 74.6 at T = 1024,
 # 594 / 634 at T = 8192; post_pre 230.8 / 108.1 at 1024, 859 / 906 at 8192. The serial finisher of
 # each 32-token block costs more than the second read of the residual below several thousand tokens.
