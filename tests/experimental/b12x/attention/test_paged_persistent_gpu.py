@@ -118,8 +118,9 @@ def test_persistent_graph_replay_with_new_lengths(target):
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_persistent_default_switch_matches_reference(kv_dtype, monkeypatch):
-    """_config.PERSISTENT_DECODE on: the plan's own heuristic path at B 1, 8, 128 (persistent) and at
-    B=130 (above the fused schedule's batch limit: three launches, persistent a no-op)."""
+    """_config.PERSISTENT_DECODE on: the plan's own heuristic path at B 1, 8, 128 (fp8: persistent; bf16
+    KV keeps the one-item kernel) and at B=130 (above the fused schedule's batch limit: persistent a
+    no-op)."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
     from .test_paged_gpu import caps_for, prepared
@@ -130,7 +131,8 @@ def test_persistent_default_switch_matches_reference(kv_dtype, monkeypatch):
                          kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 1)  # fmt: skip
         plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype))
         decode = plan.state.selection.decode
-        assert decode.persistent and decode.runs_persistent == (len(lens) <= 128)
+        fp8 = kv_dtype == "float8_e4m3fn"
+        assert decode.persistent == fp8 and decode.runs_persistent == (fp8 and len(lens) <= 128)
         for _ in range(2):
             check(plan, case)
 

@@ -192,9 +192,10 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
 # keys_per_warp = 2 x page_size.
 DECODE_LATENCY_FLAGS = True
 FP8_TWO_PAGE_TILES = True
-# PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every default config
-# whose epilogue fits its ring's stages >= 1 (`persistent_fits`: fp8 4x32x3 and bf16 4x16x3 at D 128;
-# not D 256, whose one-item kernel already needs 255 registers) gets persistent, which takes effect with the fused schedule (B <= 128 plans): only batches of more
+# PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every fp8-KV default
+# config whose epilogue fits its ring's stages >= 1 (`persistent_fits`: 4x32x3 at D 128; not D 256, whose
+# one-item kernel already needs 255 registers) gets persistent (measured 16:50: fp8 B=128 L=1k 85.57 ->
+# 83.26 us; bf16 gained nothing and lost 0.8 us at B=1 L=1k before b2a3839, so bf16 stays as it is), which takes effect with the fused schedule (B <= 128 plans): only batches of more
 # items than one wave (B=128) run several items a CTA (docs/predictions/attention.md, session 7).
 PERSISTENT_DECODE = False
 
@@ -207,7 +208,8 @@ def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> D
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
-    if PERSISTENT_DECODE and head_dim <= 128 and persistent_fits(kv_dtype, head_dim, head_dim, cfg):
+    fp8 = kv_dtype == "float8_e4m3fn"
+    if PERSISTENT_DECODE and fp8 and head_dim <= 128 and persistent_fits(kv_dtype, head_dim, head_dim, cfg):
         cfg = replace(cfg, persistent=True)
     return cfg
 
