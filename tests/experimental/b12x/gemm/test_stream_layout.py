@@ -51,17 +51,21 @@ def test_layout_by_hand(kc):
                                 assert p[r, s, word + 2 * h + j] == f[row, k0 // 16 + j]
 
 
+@pytest.mark.parametrize("major", SL.MAJORS)
 @pytest.mark.parametrize("order", SL.ORDERS)
 @pytest.mark.parametrize("kc", SL.KCS)
 @pytest.mark.parametrize("n, k", [(16, 1024), (48, 2048), (64, 5120)])
-def test_pack_unpack_round_trip(kc, n, k, order):
+def test_pack_unpack_round_trip(kc, n, k, order, major):
     if k % (128 * kc):
         pytest.skip("no layout")
     values, sf, storage = _random_nvfp4(n, k, seed=n + k)
-    packed = SL.pack_stream(values, storage.view(torch.float8_e4m3fn), n, k, kc, order)
+    packed = SL.pack_stream(values, storage.view(torch.float8_e4m3fn), n, k, kc, order, major)
     assert packed.numel() == n * k * 9 // 16  # the same bytes, moved
-    v, f = SL.unpack_stream(packed, n, k, kc, order)
+    v, f = SL.unpack_stream(packed, n, k, kc, order, major)
     assert torch.equal(v, values) and torch.equal(f, sf)
+    if major == "slab":  # slab s of tile r at [s, r]
+        tile_major = SL.pack_stream(values, storage, n, k, kc, order)
+        assert torch.equal(packed.transpose(0, 1), tile_major)
 
 
 def test_natural_order_by_hand():
@@ -86,9 +90,9 @@ def test_layout_rejects_shapes_it_cannot_hold():
 
 
 # ---- the kernel's logic on the emulator --------------------------------------------------------
-def _args(ops, out_dtype, kc, order="natural"):
+def _args(ops, out_dtype, kc, order="natural", major="tile"):
     out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
-    packed = SL.pack_stream(ops.b_values, ops.b_scales, ops.n, ops.k, kc, order).view(ops.n, -1)
+    packed = SL.pack_stream(ops.b_values, ops.b_scales, ops.n, ops.k, kc, order, major).reshape(ops.n, -1)
     args, alpha = L.launch_args(
         ops.a_fmt, ops.a_values, None, None, "nvfp4", packed, ops.b_scales, ops.weight.alpha, ops.alpha, out
     )
@@ -105,6 +109,8 @@ EMU = [
     KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=1, load="bulk", stages=4, unroll=2),  # 3 slabs < 4 stages
     KS.StreamConfig(warps=4, wn=4, kc=4, ntiles=2, load="bulk", stages=3),  # 6 slabs over 3 stages
     KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=2, load="bulk", lockstep=True),  # CTA barrier per slab
+    KS.StreamConfig(warps=4, wn=2, kc=4, ntiles=1, load="bulk", major="slab"),  # slab-major, K split
+    KS.StreamConfig(warps=2, wn=2, kc=4, ntiles=2, prefetch=1, major="slab"),  # ldg, 2 slabs
 ]
 
 
@@ -113,7 +119,7 @@ EMU = [
     "cfg",
     EMU,
     ids=lambda c: (
-        f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}{c.order}{'L' if c.lockstep else ''}"
+        f"w{c.warps}wn{c.wn}kc{c.kc}nt{c.ntiles}p{c.prefetch}{c.load}{c.stages}{c.order}{'L' if c.lockstep else ''}{c.major}"
     ),
 )
 @pytest.mark.parametrize("a_fmt", ["bfloat16", "float16"])
@@ -123,7 +129,7 @@ def test_stream_kernel_logic_matches_the_reference(cfg, a_fmt):
     # configs take K = 3072 (6 / 3 slabs): their buffers refill and their phases wrap
     k = 3072 if cfg.load == "bulk" else 1024
     ops = make_operands(a_fmt, "nvfp4", m, 48, k, seed=cfg.warps + cfg.kc)
-    args, alpha = _args(ops, "bfloat16", cfg.kc, cfg.order)
+    args, alpha = _args(ops, "bfloat16", cfg.kc, cfg.order, cfg.major)
     check_tolerance(E.run_stream(a_fmt, "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
 

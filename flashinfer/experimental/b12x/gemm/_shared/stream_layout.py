@@ -36,6 +36,7 @@ from ..._lib.quant import unswizzle_scales
 from ..._lib.quant.scales import as_bytes
 
 KCS = (4, 8)  # chunks per slab: the scales fill whole 16-byte lanes from kc = 4 on
+MAJORS = ("tile", "slab")  # slab order in memory: a tile's slabs contiguous, or every tile's slab s
 ORDERS = ("fp4", "natural", "placed")  # code order inside each 32-bit word of values (module docstring)
 # "placed": the natural order's codes with their bits pre-placed for bf16 (`dequant.fp4_pair_placed`):
 # pair i's code in each 16-bit half -> (bits of m, e0, e1, s)
@@ -118,10 +119,13 @@ def _unplace(vals: torch.Tensor) -> torch.Tensor:
 
 
 def pack_stream(
-    values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4"
+    values: torch.Tensor, scales: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4", major: str = "tile"
 ) -> torch.Tensor:
     """NVFP4 values uint8 [n, k/2] + swizzled E4M3 scales -> the stream layout, uint8 [n/16, k/(128 kc),
-    slab_bytes(kc)] on values' device (module docstring)."""
+    slab_bytes(kc)] (major "tile") or [k/(128 kc), n/16, slab_bytes(kc)] (major "slab": the warps that
+    stream slab s of their tiles at the same time read one contiguous region) on values' device."""
+    if major not in MAJORS:
+        raise ValueError(f"stream layout: major must be one of {MAJORS}, got {major!r}")
     _check(n, k, kc, order)
     vals = as_bytes(values)
     if tuple(vals.shape) != (n, k // 2):
@@ -138,15 +142,20 @@ def pack_stream(
     # scales: col = 8 (kc s + 4 vv + w) + 2 tt + j  ->  [r, s, vv, g, tt, w, h, j]
     f = sf.reshape(t, 2, 8, s, kc // 4, 4, 4, 2).permute(0, 3, 4, 2, 6, 5, 1, 7)
     f = f.reshape(t, s, (kc // 4) * LOAD_BYTES)
-    return torch.cat([v, f], dim=2).contiguous()
+    out = torch.cat([v, f], dim=2)
+    return (out.transpose(0, 1) if major == "slab" else out).contiguous()
 
 
 def unpack_stream(
-    packed: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4"
+    packed: torch.Tensor, n: int, k: int, kc: int, order: str = "fp4", major: str = "tile"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The inverse of `pack_stream`: (values uint8 [n, k/2], row-major E4M3 scale bytes uint8 [n, k/16])."""
     _check(n, k, kc, order)
     t, s = n // 16, k // (128 * kc)
+    if major == "slab":
+        if tuple(packed.shape) != (s, t, slab_bytes(kc)):
+            raise ValueError(f"stream layout: packed must be [{s}, {t}, {slab_bytes(kc)}], got {tuple(packed.shape)}")
+        packed = packed.transpose(0, 1)
     if tuple(packed.shape) != (t, s, slab_bytes(kc)):
         raise ValueError(f"stream layout: packed must be [{t}, {s}, {slab_bytes(kc)}], got {tuple(packed.shape)}")
     split = 2 * kc * LOAD_BYTES

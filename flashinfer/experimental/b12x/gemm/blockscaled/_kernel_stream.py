@@ -74,6 +74,9 @@ class StreamConfig:
     min_ctas: the launch bound (nvvm.minctasm) ptxas compiles for: 1 lets it use registers up to the
     block's share of the file (no spills: without a bound ptxas capped 8-warp M <= 16 builds at 64
     registers and spilled 16-32 bytes in the loop), 0 gives no bound (ptxas's own choice).
+    major: the layout's slab order (`stream_layout.MAJORS`): "tile" (a tile's slabs contiguous: each
+    warp streams one 36 KB run at 4096 values of K) or "slab" (every tile's slab s together: the
+    warps that are on slab s at the same time read one contiguous region, DRAM-row friendlier).
     lockstep (bulk, wn == warps: every warp streams its own whole tile, so all take the same number
     of slabs): a CTA barrier after each slab keeps the warps on the same slab, so the activation
     span every warp of the CTA reads next is one L2 read and L1 hits (at M = 16 each warp re-reads
@@ -106,6 +109,7 @@ class StreamConfig:
     stages: int = 2
     probe: str = ""
     order: str = "natural"
+    major: str = "tile"
     min_ctas: int = 1
     lockstep: bool = False
 
@@ -143,6 +147,8 @@ def config_reason(config) -> str | None:
         return f"kc must be one of {SL.KCS}, got {c.kc}"
     if c.min_ctas not in (0, 1):
         return f"min_ctas must be 0 (no launch bound) or 1, got {c.min_ctas}"
+    if c.major not in SL.MAJORS:
+        return f"major must be one of {SL.MAJORS}, got {c.major!r}"
     if c.order not in SL.ORDERS:
         return f"order must be one of {SL.ORDERS}, got {c.order!r}"
     if c.ntiles not in (1, 2):
@@ -219,7 +225,7 @@ def _split_wn(n: int) -> int:
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     """What `bench_gemm --sweep-subset layout` times for bf16 activations, one hypothesis each (kc 4,
     order "placed" unless named). Bulk copies: the default; the same with orders "natural" and "fp4"
-    and without the launch bound (min_ctas 0); 8-warp CTAs with the WAVE_CTAS rule and with half its
+    and without the launch bound (min_ctas 0), and slab-major; 8-warp CTAs with the WAVE_CTAS rule and with half its
     tiles per CTA (twice the CTAs); 4 warps of 2 tiles; whole tiles per warp in CTAs of 1 (3 stages),
     2 and 4 warps; 2 warps x 4 stages; 4 warps of kc 8 slabs; 8 warps of whole tiles in lockstep
     (shared activation reads). Register loads ("ldg"): the next slab
@@ -244,6 +250,7 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
         replace(base, order="natural"),
         replace(base, order="fp4"),
         replace(base, min_ctas=0),
+        replace(base, major="slab"),
         bulk(8, wn8),
         bulk(8, max(1, wn8 // 2)),
         bulk(4, 2),
@@ -289,9 +296,15 @@ class StreamLogic(DecodeLogic):
         self.nloads = SL.loads(config.kc)
         self.slab_bytes = SL.slab_bytes(config.kc)
 
+    def slab_offset(self, ops, rt: Runtime, tile, s, slabs):
+        """Byte offset of slab s of row tile `tile` in the layout (its `major`)."""
+        if self.scfg.major == "slab":
+            return (ops.i64(s) * ops.i64(rt.n >> 4) + ops.i64(tile)) * self.slab_bytes
+        return (ops.i64(tile) * ops.i64(slabs) + ops.i64(s)) * self.slab_bytes
+
     def slab_loads(self, ops, rt: Runtime, lane, tile, s, slabs):
         """Slab s of row tile `tile`: the lane's 16-byte words of every load, in layout order."""
-        base = rt.b_base + (ops.i64(tile) * ops.i64(slabs) + ops.i64(s)) * self.slab_bytes + ops.i64(lane * 16)
+        base = rt.b_base + self.slab_offset(ops, rt, tile, s, slabs) + ops.i64(lane * 16)
         true = ops.boolean(True)
         hint = None if self.scfg.wcache == "nc" else self.scfg.wcache
         out = []
@@ -309,7 +322,7 @@ class StreamLogic(DecodeLogic):
 
     def bulk_issue(self, ops, rt: Runtime, lane, tile, s, slabs, buf, mbar, ok):
         """Lane 0 (where ok) starts the copy of slab s of `tile` into `buf`, completing on `mbar`."""
-        src = rt.b_base + (ops.i64(tile) * ops.i64(slabs) + ops.i64(s)) * self.slab_bytes
+        src = rt.b_base + self.slab_offset(ops, rt, tile, s, slabs)
         ops.bulk_g2s(buf, src, self.slab_bytes, mbar, (lane == 0) & ok)
 
     def bulk_read(self, ops, lane, buf):

@@ -178,7 +178,7 @@ def _device_b(config, p_fmt, b, sb, n, k):
         return b, sb
     from ._stream_cache import stream_weight
 
-    return stream_weight(b, sb, n, k, config.kc, config.order), sb
+    return stream_weight(b, sb, n, k, config.kc, config.order, config.major), sb
 
 
 def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
