@@ -152,3 +152,20 @@ def test_prefetch_pages_bit_equal(kv_dtype, persistent):
             outs.append((out.clone(), lse.clone()))
         assert torch.equal(outs[0][0], outs[1][0])
         assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
+
+
+@pytest.mark.parametrize("target", [None, 3], ids=["default-target", "3rows"])
+def test_persistent_16_key_sub_tiles_5_stages(target):
+    """fp8 4 x 16 x 5 (the sweep's 16-key alternative that fits persistent: 4 stages of 16 keys in
+    flight a warp): persistent bit-equal to the one-item kernel and against the reference, B=128 and
+    a ragged B=8 (3 CTA rows: several items a CTA)."""
+    plain = DecodeConfig(4, 16, 5, **FLAGS)
+    for lens in (B128, [0, 1, 17, 1000, 32768, 4097, 65, 300]):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
+                         device=DEV, seed=len(lens) + 9)  # fmt: skip
+        outs = []
+        for cfg in (plain, dataclasses.replace(plain, persistent=True)):
+            out, lse = check(streaming_plan(case, "float8_e4m3fn", cfg, target=target), case)
+            outs.append((out.clone(), lse.clone()))
+        assert torch.equal(outs[0][0], outs[1][0])
+        assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
