@@ -224,15 +224,15 @@ def _split_wn(n: int) -> int:
 
 def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     """What `bench_gemm --sweep-subset layout` times for bf16 activations, one hypothesis each (kc 4,
-    order "placed" unless named). Bulk copies: the default; the same with orders "natural" and "fp4"
-    and without the launch bound (min_ctas 0), and slab-major; 8-warp CTAs with the WAVE_CTAS rule and with half its
-    tiles per CTA (twice the CTAs); 4 warps of 2 tiles; whole tiles per warp in CTAs of 1 (3 stages),
-    2 and 4 warps; 2 warps x 4 stages; 4 warps of kc 8 slabs; 8 warps of whole tiles in lockstep
-    (shared activation reads). Register loads ("ldg"): the next slab
-    carried over the math (prefetch 1) in 8-warp CTAs and in 2-warp CTAs of whole tiles (no prefetch,
-    the cache hints and kc 8 stay selectable, not swept: SASS shows the unprefetched loads issuing
-    after the first dependent math). Shapes the layout cannot hold, configs over the shared-memory
-    limit and duplicates are dropped (10-13 a case; none when K has no kc-4 layout)."""
+    order "placed" unless named). Bulk copies: the default; the same with order "natural", without
+    the launch bound (min_ctas 0), and slab-major; 8-warp CTAs with the WAVE_CTAS rule and with half
+    its tiles per CTA (twice the CTAs); 4 warps of 2 tiles; whole tiles per warp in CTAs of 1 (3
+    stages), 2 and 4 warps; 4 warps of kc 8 slabs; 8 warps of whole tiles in lockstep (shared
+    activation reads). Register loads ("ldg"): the next slab carried over the math (prefetch 1) in
+    8-warp CTAs. (Order "fp4", no prefetch, more stages, the cache hints stay selectable, not swept:
+    SASS shows unprefetched register loads issuing after the first dependent math.) Shapes the layout
+    cannot hold, configs over the shared-memory limit and duplicates are dropped (10-13 a case; none
+    when K has no kc-4 layout)."""
     base = default_config(max_m, n, k)
     if base is None:
         return ()
@@ -248,7 +248,6 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
     cands = (
         base,
         replace(base, order="natural"),
-        replace(base, order="fp4"),
         replace(base, min_ctas=0),
         replace(base, major="slab"),
         bulk(8, wn8),
@@ -257,11 +256,9 @@ def candidate_configs(max_m: int, n: int, k: int) -> tuple[StreamConfig, ...]:
         bulk(1, 1, stages=3),
         bulk(2, 2),
         bulk(4, 4),
-        bulk(2, 2, stages=4),
         bulk(4, w4, kc=8),
         replace(bulk(8, 8), lockstep=True),
         ldg(8, wn8),
-        ldg(2, 2),
     )
     out = []
     for c in cands:
