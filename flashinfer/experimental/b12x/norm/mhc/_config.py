@@ -448,12 +448,16 @@ def default_config(arch: str | None) -> MhcConfig:
     """The heuristic's selection for `arch`. sm_90a: the two-pass path at every T (pre's large tile
     with fn split once and diagonal-block squares, bcast's squares on the diagonal blocks, the row
     pass 2 streamed above small_max_tokens; T <= small_max_tokens as in fused_config, the wide pass 2
-    at T <= 4 without a norm weight). sm_120a: fused_config's selection (bcast's 32 x 32 tile with
+    at T <= 4 without a norm weight, with its fast Sinkhorn). sm_120a: fused_config's selection (bcast's 32 x 32 tile with
     sq="diag" spills there, and so does its pre_large with fn split once: test_mhc_compile)."""
     fused = fused_config(arch)
     if arch is not None and not str(arch).startswith("sm_90"):
         return fused
-    base = MhcConfig(wide=fused.wide)
+    # The wide pass 2's Sinkhorn on tree sums and rsqrt.approx^2 reciprocals (WideConfig.fast): H200
+    # 2026-11-30 16:41, H = 7168, graph timer: post_pre T=1 10.16 -> 9.59 µs, T=4 11.60 -> 10.80, pre
+    # T=1 9.57 -> 9.11 (the programmatic dependent launch rows gained nothing under the graph)
+    wide = None if fused.wide is None else dataclasses.replace(fused.wide, fast=True)
+    base = MhcConfig(wide=wide)
     # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
     return dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
