@@ -14,7 +14,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
-from .emulator import EmuOps, GlobalMemory
+from .emulator import EmuOps, GlobalMemory, emulate_tile
 
 LANE = np.arange(32, dtype=np.int32)
 
@@ -154,27 +154,7 @@ def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tens
     m, n = c.shape
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    warps = logic.threads // 32
-    chunks = k // logic.bk
     for by in range((m + config.bm - 1) // config.bm):
         for bx in range((n + config.bn - 1) // config.bn):
-            m0, n0 = np.int32(by * config.bm), np.int32(bx * config.bn)
-            smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
-            ops = [EmuOps(gmem, smem) for _ in range(warps)]
-            tid = [w * 32 + LANE for w in range(warps)]
-            regs = [logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)) for w in range(warps)]
-            for w in range(warps):
-                logic.store_tile(ops[w], rt, tid[w], regs[w], 0)
-            acc = [logic.zero_acc(ops[w]) for w in range(warps)]
-            for kc in range(chunks):  # one barrier per iteration, at its end
-                nxt = np.int32(min(kc + 1, chunks - 1))
-                regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
-                # Stores into the other buffer before any warp's math: a legal interleaving that
-                # exposes a kernel which reads and writes the same buffer between two barriers.
-                for w in range(warps):
-                    logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
-                for w in range(warps):
-                    acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
-            for w in range(warps):
-                logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
+            emulate_tile(logic, gmem, rt, np.int32(by * config.bm), np.int32(bx * config.bn))
     return _read_c(gmem, bases[4], c)

@@ -356,3 +356,32 @@ class EmuOps:
 
     def sync_warp(self):
         pass
+
+
+# ---- drivers shared by several kernels' emulations ------------------------------------------
+def emulate_tile(logic, gmem: GlobalMemory, rt, m0, n0, ops_cls=EmuOps) -> None:
+    """One CTA of `TiledGemm.tile` (the K loop and epilogue of tile (m0, n0)) with `ops_cls` warps:
+    the first K-tile's loads and stores, then per K-tile the next one's loads, its stores into the
+    other buffer before any warp's math (a legal interleaving that exposes a kernel which reads and
+    writes the same buffer between two barriers; with `mix` each warp's k_tile does both), the MMAs;
+    the epilogue. Shared by gemm's tiled tests and moe's grouped expert kernels (a TiledLogic)."""
+    warps, chunks = logic.threads // 32, int(rt.k) // logic.bk
+    smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
+    ops = [ops_cls(gmem, smem) for _ in range(warps)]
+    tid = [w * 32 + np.arange(LANES, dtype=np.int32) for w in range(warps)]
+    for w in range(warps):
+        logic.store_tile(ops[w], rt, tid[w], logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)), 0)
+    acc = [logic.zero_acc(ops[w]) for w in range(warps)]
+    for kc in range(chunks):  # one barrier per iteration, at its end
+        nxt = np.int32(min(kc + 1, chunks - 1))
+        regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
+        if logic.cfg.mix:
+            for w in range(warps):
+                acc[w] = logic.k_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), acc[w], regs[w])
+            continue
+        for w in range(warps):
+            logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
+        for w in range(warps):
+            acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
+    for w in range(warps):
+        logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])

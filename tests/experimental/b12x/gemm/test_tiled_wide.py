@@ -18,7 +18,7 @@ from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
-from .emulator import EmuOps, GlobalMemory
+from .emulator import GlobalMemory, emulate_tile
 from .helpers import PAIRS, TORCH, check_tolerance, make_operands
 
 ARCHS = ("sm_90a", "sm_120a")
@@ -106,34 +106,13 @@ def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
     m, n = c.shape
     k = args[2].shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    warps, chunks = logic.threads // 32, k // logic.bk
     gx, gy, _ = logic.grid(-(-m // config.bm), -(-n // config.bn))
-    lane = np.arange(32, dtype=np.int32)
     for by in range(gy):
         for bx in range(gx):
             m0, n0 = logic.tile_origin((bx, by))
             if m0 >= m:  # an idle CTA of the grouped raster's last group: the kernel skips it whole
                 continue
-            m0, n0 = np.int32(m0), np.int32(n0)
-            smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
-            ops = [EmuOps(gmem, smem) for _ in range(warps)]
-            tid = [w * 32 + lane for w in range(warps)]
-            for w in range(warps):
-                logic.store_tile(ops[w], rt, tid[w], logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)), 0)
-            acc = [logic.zero_acc(ops[w]) for w in range(warps)]
-            for kc in range(chunks):
-                nxt = np.int32(min(kc + 1, chunks - 1))
-                regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
-                if config.mix:
-                    for w in range(warps):
-                        acc[w] = logic.k_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), acc[w], regs[w])
-                    continue
-                for w in range(warps):
-                    logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
-                for w in range(warps):
-                    acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
-            for w in range(warps):
-                logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
+            emulate_tile(logic, gmem, rt, np.int32(m0), np.int32(n0))
     raw = torch.from_numpy(gmem.get(bases[4])[: c.numel() * c.element_size()].copy())
     return raw.view(c.dtype).reshape(c.shape)
 

@@ -60,7 +60,7 @@ def run_grouped(p, config) -> torch.Tensor:
     a, sfa, b, sfb, c, _, wa, aa, act = (gmem.put(t) for t in args)
     k, n = kb * 2, p.out.shape[1]
     start, owner = p.args[5].cpu().numpy(), p.args[-1].tolist()
-    total, warps, bm = int(start[num_e]), logic.threads // 32, config.tile.bm
+    total, bm = int(start[num_e]), config.tile.bm
     for by in range(logic.grid_m(p.out.shape[0])):  # blockIdx.y
         if config.per_expert:
             vals = np.stack(logic.locate(MoeEmuOps(gmem), LANE, np.int32(by), start))  # (found, e, j) x lanes
@@ -95,31 +95,9 @@ def run_grouped(p, config) -> torch.Tensor:
                 np.float32(1.0),
             )
             for bx in range(logic.grid_n(n_rows)):  # blockIdx.x
-                _tile(logic, gmem, rt, warps, np.int32(lo), np.int32(bx * config.tile.bn), k // logic.bk)
+                EMU.emulate_tile(logic, gmem, rt, np.int32(lo), np.int32(bx * config.tile.bn), MoeEmuOps)
     raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
     return raw.view(p.out.dtype).reshape(p.out.shape)
-
-
-def _tile(logic, gmem, rt, warps, m0, n0, chunks):
-    """`TiledGemm.tile`: prologue load + store, then per K-tile the next tile's loads, its stores into
-    the other buffer (before any warp's math: a legal interleaving that exposes a read/write race
-    between two barriers), the MMAs; the epilogue."""
-    smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
-    ops = [MoeEmuOps(gmem, smem) for _ in range(warps)]
-    tid = [w * 32 + LANE for w in range(warps)]
-    regs = [logic.load(ops[w], rt, tid[w], m0, n0, np.int32(0)) for w in range(warps)]
-    for w in range(warps):
-        logic.store_tile(ops[w], rt, tid[w], regs[w], 0)
-    acc = [logic.zero_acc(ops[w]) for w in range(warps)]
-    for kc in range(chunks):
-        nxt = np.int32(min(kc + 1, chunks - 1))
-        regs = [logic.load(ops[w], rt, tid[w], m0, n0, nxt) for w in range(warps)]
-        for w in range(warps):
-            logic.store_tile(ops[w], rt, tid[w], regs[w], (kc + 1) & 1)
-        for w in range(warps):
-            acc[w] = logic.mma_tile(ops[w], rt, tid[w], m0, n0, np.int32(kc), kc & 1, acc[w])
-    for w in range(warps):
-        logic.epilogue(ops[w], rt, tid[w], m0, n0, acc[w])
 
 
 # Windows of 64 rows: expert 0's 3 rows and expert 2's first 61 share window 0; window 1 holds the
