@@ -27,6 +27,12 @@ python3 -c "import b12x" 2>/dev/null \
 echo "commit ${B12X_GIT_COMMIT:-unknown} $(date -u +%FT%TZ)" | tee "$LOG/run.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$LOG/run.txt" 2>&1
 status=0
+if [[ ${paths[0]} != none ]]; then
+  # A machine session keeps /tmp between calls: drop the previous call's test logs, so that the
+  # summary and results.tgz hold this call's shards and selections only (stale shard logs of a
+  # larger earlier run once read as part of this one).
+  rm -f "$LOG"/shard*.log "$LOG"/shard*.txt "$LOG"/sel*.log "$LOG"/sel*.txt "$LOG/collected.txt"
+fi
 
 if [[ ${paths[0]} == @* ]]; then
   # Selections: each line of the file is one pytest argument string (paths and -k), run as its own
