@@ -317,13 +317,10 @@ def test_fast_prologue_equals_the_element_loop():
     assert torch.equal(outs[0][1].nan_to_num(), outs[1][1].nan_to_num())
 
 
-@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl", "w4s3pl-u8", "w4s3pld"])
-def test_streaming_graph_replay_with_new_lengths(name):
-    """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
-    replay equals eager and the reference."""
-    full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
-                     width=2100, device=DEV, seed=6)  # fmt: skip
-    plan = streaming_plan(full, "float8_e4m3fn", STREAMING[name])
+def replay_with_new_lengths(plan, full, *, seed: int, steps: int) -> None:
+    """Capture one decode of `full` (16 requests) in a CUDA graph, then `steps` times: new lengths
+    (empty requests included), poisoned outputs, replay; the tickets are back at zero, the output
+    matches the reference and equals an eager run on the same binding."""
     lens = full.cache_seqlens.clone()
     binding = paged.bind(plan, q=full.q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
                          cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
@@ -332,8 +329,8 @@ def test_streaming_graph_replay_with_new_lengths(name):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         paged.run(binding=binding)
-    rng = random.Random(1)
-    for step in range(3):
+    rng = random.Random(seed)
+    for step in range(steps):
         lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(16)],
                                 dtype=torch.int32))  # fmt: skip
         poison(plan)
@@ -350,6 +347,16 @@ def test_streaming_graph_replay_with_new_lengths(name):
         eager, _ = paged.run(binding=binding)
         torch.cuda.synchronize()
         assert torch.equal(got, eager), f"step {step}: replay differs from eager"
+
+
+@pytest.mark.parametrize("name", ["w4s4pl-o3", "w2s3pl-o6", "w4k32s3pl", "w4s3pl-u8", "w4s3pld"])
+def test_streaming_graph_replay_with_new_lengths(name):
+    """CUDA-graph replay under the launch bound and the fast prologue: new lengths each step, the
+    replay equals eager and the reference."""
+    full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
+                     width=2100, device=DEV, seed=6)  # fmt: skip
+    plan = streaming_plan(full, "float8_e4m3fn", STREAMING[name])
+    replay_with_new_lengths(plan, full, seed=1, steps=3)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])

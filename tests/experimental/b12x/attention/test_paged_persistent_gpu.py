@@ -7,7 +7,6 @@ targets cover the split, one-item-a-CTA path with the fused merge.
 """
 
 import dataclasses
-import random
 
 import pytest
 import torch
@@ -16,7 +15,15 @@ from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, why_not
 
 from .paged_cases import make_case
-from .test_paged_gpu import B128, DEV, FP8, _lengths, assert_tickets_reset, check, paged, poison, streaming_plan
+from .test_paged_gpu import (
+    B128,
+    DEV,
+    FP8,
+    _lengths,
+    check,
+    replay_with_new_lengths,
+    streaming_plan,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -88,32 +95,7 @@ def test_persistent_graph_replay_with_new_lengths(target):
     full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=FP8,
                      width=2100, device=DEV, seed=16)  # fmt: skip
     plan = streaming_plan(full, "float8_e4m3fn", persistent("float8_e4m3fn"), target=target)
-    lens = full.cache_seqlens.clone()
-    binding = paged.bind(plan, q=full.q, k_cache=full.k_cache, v_cache=full.v_cache, page_table=full.page_table,
-                         cache_seqlens=lens, k_descale=full.k_descale, v_descale=full.v_descale)  # fmt: skip
-    paged.run(binding=binding)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        paged.run(binding=binding)
-    rng = random.Random(2)
-    for step in range(4):
-        lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(16)],
-                                dtype=torch.int32))  # fmt: skip
-        poison(plan)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_tickets_reset(plan)
-        got = binding.out.clone()
-        ref_out, _ = paged.paged_attention_reference(
-            full.q, full.k_cache, full.v_cache, full.page_table, lens, full.cu_seqlens_q,
-            k_descale=full.k_descale, v_descale=full.v_descale,
-        )  # fmt: skip
-        torch.testing.assert_close(got.float(), ref_out, rtol=2e-2, atol=2e-2)
-        poison(plan)
-        eager, _ = paged.run(binding=binding)
-        torch.cuda.synchronize()
-        assert torch.equal(got, eager), f"step {step}: replay differs from eager"
+    replay_with_new_lengths(plan, full, seed=2, steps=4)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
