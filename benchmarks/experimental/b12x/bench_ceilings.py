@@ -22,7 +22,9 @@ from benchmarks.experimental.b12x.common import (
     Case,
     Table,
     copy_fn,
+    kernel_copy_fn,
     measure_ceilings,
+    read_fn,
     require_cuda,
     standard_parser,
     time_cuda_events,
@@ -38,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--copy-gib", type=float, default=2.0, help="GiB copied by the bandwidth ceiling")
     parser.add_argument("--no-fp8", action="store_true", help="skip the fp8 _scaled_mm ceiling")
+    parser.add_argument(
+        "--sizes-mb",
+        type=float,
+        nargs="*",
+        default=[],
+        help="also time, at each size (MB of bytes moved), a memcpy copy, an SM-kernel copy and a read "
+        "(torch.amax), the rates a kernel of that size can be compared with (e.g. 43 66 300)",
+    )
     args = parser.parse_args(argv)
     dev = require_cuda("bench_ceilings", args.device)
     tk = timing_kwargs(args)
@@ -59,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     for nbytes, hot in ((copy_bytes, False), (16 * 2**20, True)):
         case = Case("copy", {"MiB": nbytes // 2**20}, bytes=2 * nbytes, ceiling="copy")
         bench(case, copy_fn(nbytes, dev, gen), hot=hot)
+
+    # size-matched references: what a copy / a read of a kernel's own byte count reaches
+    for mb in args.sizes_mb:
+        moved = int(mb * 1e6)
+        half = moved // 2
+        bench(Case("copy_memcpy", {"MB": mb}, bytes=2 * half, ceiling="copy"), copy_fn(half, dev, gen))
+        bench(Case("copy_kernel", {"MB": mb}, bytes=half // 16 * 32, ceiling="copy"), kernel_copy_fn(half, dev, gen))
+        bench(Case("read_amax", {"MB": mb}, bytes=moved // 16 * 16, ceiling="copy"), read_fn(moved, dev, gen))
+        torch.cuda.empty_cache()
 
     # mm: FLOPs = 2*M*N*K; bytes = A + B + C, each read or written once
     m = n = k = ceil.mm_shape[0]

@@ -16,7 +16,9 @@ plan's own selection stops the run on a mismatch, a candidate row is reported (M
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
 [S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
 pick shapes. Every case also times a "copy (same bytes)" reference row: a plain device copy
-(`dst.copy_(src)`, uint8) of half the case's bytes each way, so it moves the same byte count, with the
+(`common.kernel_copy_fn`: an SM kernel, not a memcpy, which a captured graph may run on a copy
+engine at a lower rate; session 7's memcpy row read 60-64% of the ceiling at 43-300 MB) of half the
+case's bytes each way, so it moves the same byte count, with the
 same timer and (graph timer) the same number of rotated source sets; the "% copy" column is that
 copy's time / the row's time (what fraction of a same-size copy a row reaches: at 42 MB the copy
 itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
@@ -41,6 +43,7 @@ from benchmarks.experimental.b12x.common import (
     Result,
     Table,
     ceilings,
+    kernel_copy_fn,
     measure,
     require_cuda,
     rotate,
@@ -100,11 +103,7 @@ def copy_bytes_each_way(nbytes: int) -> int:
 def same_size_copy(nbytes: int, n_sets: int, dev, gen):
     """A call copying `copy_bytes_each_way(nbytes)` random bytes from one of `n_sets` rotated sources into
     one destination (as the quantizers read rotated inputs into fixed outputs)."""
-    n = copy_bytes_each_way(nbytes)
-    srcs = [torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev, generator=gen) for _ in range(n_sets)]
-    dst = torch.empty_like(srcs[0])
-    nxt = rotate(srcs)
-    return lambda: dst.copy_(nxt())
+    return kernel_copy_fn(copy_bytes_each_way(nbytes), dev, gen, sources=n_sets)
 
 
 class QuantTable(Table):

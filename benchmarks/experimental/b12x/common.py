@@ -275,6 +275,37 @@ def copy_fn(nbytes: int, device: torch.device, generator: torch.Generator | None
     return lambda: dst.copy_(src)
 
 
+def kernel_copy_fn(
+    nbytes: int, device: torch.device, generator: torch.Generator | None = None, sources: int = 1
+) -> Callable[[], Any]:
+    """A call moving ``nbytes`` (rounded down to 16) from one of ``sources`` rotated random buffers
+    into one destination through an SM kernel (an elementwise bitwise NOT on int32 words: same
+    bytes read and written as a copy). ``dst.copy_(src)`` is a memcpy, which a captured CUDA graph
+    turns into a memcpy node that may run on a copy engine at a lower rate than a kernel, so this is
+    the copy to compare a graph-timed kernel with."""
+    words = nbytes // 16 * 4
+    if words < 4:
+        raise ValueError(f"nbytes must be >= 16, got {nbytes}")
+    srcs = [
+        torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32, device=device, generator=generator)
+        for _ in range(sources)
+    ]
+    dst = torch.empty_like(srcs[0])
+    nxt = rotate(srcs)
+    return lambda: torch.bitwise_not(nxt(), out=dst)
+
+
+def read_fn(nbytes: int, device: torch.device, generator: torch.Generator | None = None) -> Callable[[], Any]:
+    """A call reading ``nbytes`` (rounded down to 16) once: ``torch.amax`` over fp32 words into a 0-d
+    output (torch's reduction: a lower bound of what a streaming read can reach at that size)."""
+    words = nbytes // 16 * 4
+    if words < 4:
+        raise ValueError(f"nbytes must be >= 16, got {nbytes}")
+    src = torch.randn(words, dtype=torch.float32, device=device, generator=generator)
+    out = torch.empty((), dtype=torch.float32, device=device)
+    return lambda: torch.amax(src, dim=0, out=out)
+
+
 def measure_ceilings(
     device: Device = None, *, copy_bytes: int = 2**31, mm_n: int = 8192, warmup: int = 5, iters: int = 20, fp8=True
 ) -> Ceilings:

@@ -57,9 +57,25 @@ def test_same_size_copy_copies_each_rotated_source():
     gen = torch.Generator().manual_seed(3)
     fn = BQ.same_size_copy(1000, 3, torch.device("cpu"), gen)
     outs = [fn().clone() for _ in range(4)]
-    assert all(o.numel() == 500 and o.dtype == torch.uint8 for o in outs)
+    # 500 bytes each way, rounded down to 16: 496 bytes = 124 int32 words
+    assert all(o.numel() == 124 and o.dtype == torch.int32 for o in outs)
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
     assert torch.equal(outs[0], outs[3])  # three sources, cycled
+
+
+def test_kernel_copy_writes_every_word_of_its_source():
+    gen = torch.Generator().manual_seed(4)
+    fn = C.kernel_copy_fn(64, torch.device("cpu"), gen, sources=2)
+    a, b = fn().clone(), fn().clone()
+    assert a.numel() == 16 and not torch.equal(a, b)
+    assert torch.equal(torch.bitwise_not(a), torch.bitwise_not(fn()))  # cycled back to the first source
+    with pytest.raises(ValueError, match="nbytes"):
+        C.kernel_copy_fn(8, torch.device("cpu"))
+
+
+def test_read_fn_reads_its_buffer():
+    fn = C.read_fn(4096, torch.device("cpu"), torch.Generator().manual_seed(5))
+    assert fn().dim() == 0 and torch.isfinite(fn())
 
 
 def _t(us):
