@@ -26,6 +26,11 @@ python3 -c "import b12x" 2>/dev/null \
   || python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1
 echo "commit ${B12X_GIT_COMMIT:-unknown} $(date -u +%FT%TZ)" | tee "$LOG/run.txt"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>"$LOG/run.txt" 2>&1
+# Every GPU of the machine takes work: test shards and selections round robin, benchmarks in one lane
+# per GPU (each lane with its own timing lock; BENCH_SERIAL=1 makes each lane one benchmark at a time).
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[[ $ngpu -ge 1 ]] || ngpu=1
+echo "gpus $ngpu" | tee -a "$LOG/run.txt"
 status=0
 if [[ ${paths[0]} != none ]]; then
   # A machine session keeps /tmp between calls: drop the previous call's test logs, so that the
@@ -43,7 +48,8 @@ if [[ ${paths[0]} == @* ]]; then
     name=$(printf 'sel%02d' "$n"); n=$((n + 1))
     echo "$line" >"$LOG/$name.txt"
     # shellcheck disable=SC2086  # the line is a list of pytest arguments; eval keeps its quotes
-    (eval "timeout ${TEST_LIMIT:-420} python3 -m pytest $line -m gpu -q -rfEs -p no:cacheprovider --timeout 300" \
+    (export CUDA_VISIBLE_DEVICES=$(( (n - 1) % ngpu ))
+     eval "timeout ${TEST_LIMIT:-420} python3 -m pytest $line -m gpu -q -rfEs -p no:cacheprovider --timeout 300" \
        >"$LOG/$name.log" 2>&1
      echo "rc=$?" >>"$LOG/$name.log") &
   done <"${paths[0]#@}"
@@ -74,12 +80,15 @@ for nodes in by_file.values():
         n += 1
 print(f"{sum(map(len, by_file.values()))} gpu tests in {n} shards")
 EOF
+  i=0
   for shard in "$LOG"/shard*.txt; do
     name=$(basename "$shard" .txt)
-    (mapfile -t ids <"$shard"
+    (export CUDA_VISIBLE_DEVICES=$((i % ngpu))
+     mapfile -t ids <"$shard"
      timeout "${TEST_LIMIT:-420}" python3 -m pytest "${ids[@]}" -m gpu -q -rfEs -p no:cacheprovider \
        --timeout 300 >"$LOG/$name.log" 2>&1
      echo "rc=$?" >>"$LOG/$name.log") &
+    i=$((i + 1))
   done
   wait
   for log in "$LOG"/shard*.log; do
@@ -91,16 +100,24 @@ EOF
 fi
 
 if [[ $jobs_file != - && -f $jobs_file ]]; then
-  while read -r name bench args; do
-    [[ -z $name || $name == \#* ]] && continue
-    # shellcheck disable=SC2086  # ARGS is a space-separated list on purpose
-    (timeout "${BENCH_LIMIT:-400}" python3 -m "benchmarks.experimental.b12x.bench_$bench" \
-       --json "$LOG/$name.json" $args >"$LOG/$name.log" 2>&1
-     echo "rc=$?" >>"$LOG/$name.log") &
-    # BENCH_SERIAL=1: one benchmark at a time (the lock orders timed regions only; a peer's untimed
-    # GPU work, e.g. torch.compile autotuning or priming, can otherwise land in another's timed region)
-    [[ ${BENCH_SERIAL:-0} == 1 ]] && wait
-  done <"$jobs_file"
+  run_lane() {  # run_lane GPU: the jobs of lane GPU (every ngpu-th line), on that GPU, under its lock
+    local g=$1 k=0 name bench args
+    while read -r name bench args; do
+      [[ -z $name || $name == \#* ]] && continue
+      k=$((k + 1)); (( (k - 1) % ngpu == g )) || continue
+      # shellcheck disable=SC2086  # ARGS is a space-separated list on purpose
+      (CUDA_VISIBLE_DEVICES=$g B12X_BENCH_GPU_LOCK=$LOG/gpu$g.lock \
+         timeout "${BENCH_LIMIT:-400}" python3 -m "benchmarks.experimental.b12x.bench_$bench" \
+         --json "$LOG/$name.json" $args >"$LOG/$name.log" 2>&1
+       echo "rc=$? gpu=$g" >>"$LOG/$name.log") &
+      # BENCH_SERIAL=1: one benchmark at a time in a lane (the lock orders timed regions only; a peer's
+      # untimed GPU work, e.g. torch.compile autotuning or priming, can otherwise land in another's
+      # timed region)
+      [[ ${BENCH_SERIAL:-0} == 1 ]] && wait
+    done <"$jobs_file"
+    wait
+  }
+  for ((g = 0; g < ngpu; g++)); do run_lane "$g" & done
   wait
   for log in "$LOG"/*.log; do
     case $(basename "$log") in shard*|sel*|install.log) continue ;; esac
