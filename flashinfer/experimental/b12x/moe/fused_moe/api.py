@@ -34,6 +34,20 @@ import torch
 from ..._lib.checks import describe
 from ...preparation.plan import Plan
 from . import reference
+from ._buckets import (  # noqa: F401  (re-exported: tests and benchmarks import them from api)
+    OPERANDS,
+    TILED_ROWS,
+    ExpertBucket,
+    _experts_module,
+    _grouped_module,
+    check_buckets,
+    expert_bucket,
+    expert_grid,
+    expert_grids,
+    expert_variants,
+    tiled_from,
+    with_tiled_bucket,
+)
 from .weights import ExpertWeights, WeightPlan
 
 OP = "moe.fused_moe"
@@ -105,40 +119,9 @@ class Caps:
             raise ValueError(f"swiglu_limit must be > 0, got {self.swiglu_limit}")
 
 
-# Operand formats of each recipe: (FC1 A, FC2 A; None = FC1's bf16 output as is).
-OPERANDS = {
-    "w4a16": ("bfloat16", None),
-    "nvfp4": ("nvfp4", "nvfp4"),
-    "w4a8_mx": ("mxfp8", "mxfp8"),
-    "w4a8_nvfp4": ("mxfp8", "mxfp8"),
-}
 SF_BLOCK = {"nvfp4": 16, "mxfp8": 32}
 SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}
 IDS_DTYPES = ("int32", "int64")  # both are prepared: topk_ids may come in either
-
-
-@dataclass(frozen=True)
-class ExpertBucket:
-    """The expert GEMMs' tilings (gemm's `DecodeConfig`, one per GEMM) for live T <= max_tokens.
-    A plan holds one or more, ascending in max_tokens; a binding of T takes the first that holds
-    T (`expert_bucket`), so e.g. T <= 8 runs 8-token MMA groups and larger T 16-token ones without
-    a compile per T (every bucket's kernels are compiled at prepare time)."""
-
-    max_tokens: int
-    fc1: object
-    fc2: object
-    fc1_span: int = 1  # column tiles per CTA (`_kernel_experts` "Fewer, fatter CTAs"); 1: one each
-    fc2_span: int = 1
-
-    @property
-    def tiled(self) -> bool:
-        """Whether both GEMMs are `_kernel_grouped.GroupedConfig`s: the grouped large-T kernels
-        (gemm's tiled GEMM per expert tile, grid "tiled") instead of the decode expert kernels."""
-        return _is_tiled(self.fc1) and _is_tiled(self.fc2)
-
-
-def _is_tiled(config) -> bool:
-    return type(config).__name__ == "GroupedConfig"
 
 
 @dataclass(frozen=True)
@@ -149,99 +132,6 @@ class MoeConfig:
     routing: object
     combine: object
     experts: tuple
-
-
-TILED_ROWS = 64  # mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels
-
-
-def tiled_from(caps) -> int | None:
-    """The smallest live T the heuristic gives the grouped (tiled) expert kernels, or None when they
-    do not implement this plan (pair, activation, K not a multiple of 128) or no T <= max_tokens
-    reaches TILED_ROWS rows an expert."""
-    wp = caps.weight_plan
-    a1, a2 = OPERANDS[caps.quant_mode]
-    g = _grouped_module()
-    cfg1, cfg2 = g.default_config(1), g.default_config(2)
-    e = wp.num_experts
-    if g.why_not(1, a1, wp.weight_format, wp.activation, cfg1, wp.hidden_size, e) or g.why_not(
-        2, a2 or "bfloat16", wp.weight_format, None, cfg2, wp.intermediate_size, e
-    ):
-        return None
-    t = -(-TILED_ROWS * wp.num_experts // caps.num_topk)
-    return t if t <= caps.max_tokens else None
-
-
-def with_tiled_bucket(caps, buckets: tuple) -> tuple:
-    """buckets, with live T >= tiled_from(caps) moved to one grouped-kernel bucket (gemm's tiled
-    kernel over windows of the sorted rows: `_kernel_grouped.py`) when the plan allows it."""
-    t = tiled_from(caps)
-    if t is None:
-        return buckets
-    g = _grouped_module()
-    kept = []
-    for b in buckets:
-        if b.max_tokens < t:
-            kept.append(b)
-            continue
-        if t > 1 and (not kept or kept[-1].max_tokens < t - 1):  # the bucket that held t ends at t - 1
-            kept.append(ExpertBucket(t - 1, b.fc1, b.fc2, b.fc1_span, b.fc2_span))
-        break
-    return (*kept, ExpertBucket(caps.max_tokens, g.default_config(1), g.default_config(2)))
-
-
-def expert_bucket(buckets, t_count: int) -> int:
-    """The index of the bucket a binding of T = t_count launches: the first whose max_tokens >= T
-    (the plan's last bucket covers its max_tokens; `_check_buckets` checks that)."""
-    for i, b in enumerate(buckets):
-        if t_count <= b.max_tokens:
-            return i
-    return len(buckets) - 1
-
-
-def expert_variants(compact: bool, num_experts: int, num_topk: int, max_tokens: int, buckets) -> tuple:
-    """The (grid, bucket index) pairs some live T in [1, max_tokens] binds (`expert_grid`,
-    `expert_bucket`): what a plan compiles and primes, grids in `expert_grids` order."""
-    found = []
-    for grid in expert_grids(compact, num_experts, num_topk, max_tokens):
-        lo = 1
-        for i, b in enumerate(buckets):
-            hi = min(b.max_tokens, max_tokens) if i < len(buckets) - 1 else max_tokens
-            if lo <= hi and any(expert_grid(compact, num_experts, num_topk, t) == grid for t in (lo, hi)):
-                found.append(("tiled" if b.tiled else grid, i))
-            lo = max(lo, hi + 1)
-    return tuple(dict.fromkeys(found))  # a tiled bucket is one variant whatever the decode grid
-
-
-def expert_grids(compact: bool, num_experts: int, num_topk: int, max_tokens: int) -> tuple[str, ...]:
-    """The expert GEMM variants (`_kernel_experts.GRIDS`) a plan can launch, so it compiles no other:
-    "identity" (grid = every expert, no list read) whenever some live T has T * k >= E or the compact
-    grid is off; "list" when the compact grid is on and T = 1 gives k < E."""
-    grids = []
-    if not compact or max_tokens * num_topk >= num_experts:
-        grids.append("identity")
-    if compact and num_topk < num_experts:
-        grids.append("list")
-    return tuple(grids)
-
-
-def expert_grid(compact: bool, num_experts: int, num_topk: int, t_count: int) -> str:
-    """The variant a binding of T = t_count launches: the list only while it is shorter than E (the
-    compact grid with T * k < E); otherwise every expert, without the dependent `active[y]` load."""
-    return "list" if compact and t_count * num_topk < num_experts else "identity"
-
-
-def _experts_module():
-    """`_kernel_experts` (imports cutlass: only when a CUDA plan is prepared)."""
-    from . import _kernel_experts
-
-    return _kernel_experts
-
-
-def _grouped_module():
-    """`_kernel_grouped` (imports cutlass: only when a CUDA plan is prepared)."""
-    from . import _kernel_grouped
-
-    return _kernel_grouped
 
 
 class FusedMoePlan(Plan):
@@ -456,7 +346,7 @@ def plan(caps: Caps, *, invocation=None, override=None) -> FusedMoePlan:
         )
     if override is not None:
         _check_override(caps, override)
-        _check_buckets(caps, override.experts)
+        check_buckets(caps, override.experts)
     return FusedMoePlan(op=OP, caps=caps, invocation=invocation, override=override)
 
 
@@ -472,32 +362,6 @@ def _check_override(caps: Caps, override) -> None:
         raise ValueError(f"override.routing cannot implement H={wp.hidden_size} with {a1}: {routing!r}")
     if not isinstance(combine, _combine.CombineConfig) or not _combine.can_implement(wp.intermediate_size, a2, combine):
         raise ValueError(f"override.combine cannot implement I={wp.intermediate_size} with {a2}: {combine!r}")
-
-
-def _check_buckets(caps: Caps, buckets) -> None:
-    """override.experts: a non-empty tuple of ExpertBucket, max_tokens strictly ascending, the last
-    >= caps.max_tokens, each GEMM's tiling one the expert kernels implement for this plan."""
-    ex = _experts_module()
-    wp = caps.weight_plan
-    a1, a2 = OPERANDS[caps.quant_mode]
-    what = "override.experts"
-    if not isinstance(buckets, tuple) or not buckets or not all(isinstance(b, ExpertBucket) for b in buckets):
-        raise ValueError(f"{what} must be a non-empty tuple of moe.fused_moe ExpertBucket, got {buckets!r}")
-    tops = [b.max_tokens for b in buckets]
-    if any(isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in tops) or tops != sorted(set(tops)):
-        raise ValueError(f"{what}: bucket max_tokens must be ints >= 1, strictly ascending, got {tops}")
-    if tops[-1] < caps.max_tokens:
-        raise ValueError(f"{what}: the last bucket must hold the caps' max_tokens = {caps.max_tokens}, got {tops}")
-    for i, b in enumerate(buckets):
-        fcs = ((1, a1, b.fc1, wp.activation, b.fc1_span), (2, a2 or "bfloat16", b.fc2, None, b.fc2_span))
-        for fc, a_fmt, cfg, act, span in fcs:
-            if b.tiled:
-                k = wp.hidden_size if fc == 1 else wp.intermediate_size
-                reason = _grouped_module().why_not(fc, a_fmt, wp.weight_format, act, cfg, k, wp.num_experts)
-            else:
-                reason = ex.why_not(fc, a_fmt, wp.weight_format, act, cfg, "list", span)
-            if reason is not None:
-                raise ValueError(f"{what}[{i}].fc{fc}: {reason}")
 
 
 @dataclass(frozen=True)
