@@ -141,6 +141,36 @@ def sm120_mma(a_fmt: str | None, b_fmt: str | None, bucket: str, arch: str | Non
     return arch in KS.ARCHS and a_fmt == b_fmt and b_fmt in KS.RECIPES
 
 
+def fused_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str = "none", pdl: str = "off"):
+    """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
+    programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
+    (wn 1, no ashare, kgroup 1: what that kernel runs), tiles doubled to an even count for silu_mul
+    (gate and up halves: T = 1 gate_up 11264 x 2048 gets 352 CTAs of 16 gate + 16 up rows instead of
+    704 of 16 rows), fewer warps while the reduction buffer or a chunk per warp says so. n: the
+    weight's rows (2I for silu_mul)."""
+    from ..blockscaled._kernel_decode import DecodeConfig
+    from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
+
+    if not bucket.startswith("decode"):
+        raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
+    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
+    base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
+    if epilogue == "silu_mul" and base.tiles % 2:
+        base = dataclasses.replace(base, tiles=2 * base.tiles)
+    out_dtype = "bfloat16"
+    config = FusedConfig(base, epilogue, pdl)
+    while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
+        base = dataclasses.replace(base, warps=base.warps // 2)
+        config = FusedConfig(base, epilogue, pdl)
+    assert isinstance(base, DecodeConfig)
+    return config
+
+
+def is_fused(config) -> bool:
+    """Whether `config` runs the fused decode kernel (its launcher takes R after S2)."""
+    return type(config).__name__ == "FusedConfig"
+
+
 def _is_sm120(config) -> bool:
     return type(config).__name__ == "Sm120Config"
 
@@ -216,6 +246,10 @@ def compile_fn(bucket: str, config=None):
         from ..blockscaled._kernel_sm120 import compile_sm120
 
         return compile_sm120
+    if is_fused(config):
+        from ..blockscaled._kernel_decode_fused import compile_decode_fused
+
+        return compile_decode_fused
     if _is_gemv(config):
         from ..blockscaled._kernel_gemv import compile_gemv
 
@@ -238,6 +272,12 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
         from ..blockscaled._kernel_sm120 import why_not as sm120_reason
 
         return sm120_reason(a_fmt, b_fmt, out_dtype, config)
+    if is_fused(config):
+        from ..blockscaled._kernel_decode_fused import why_not as fused_reason
+
+        if not bucket.startswith("decode") or config.max_m < BUCKET_MAX_M[bucket]:
+            return f"a FusedConfig serves a decode bucket with 8 ntiles >= the bucket's M, got {bucket}, {config}"
+        return fused_reason(a_fmt, b_fmt, out_dtype, config)
     if _is_gemv(config):
         from ..blockscaled._gemv_config import why_not as gemv_reason
 

@@ -359,13 +359,19 @@ class DecodeLogic:
     def load_b(self, ops, rt: Runtime, n0, tt, h, g, k0):
         """(raw words, scale data) of the weight span lane group g loads for tile tt, half h: row
         n0 + 16 tt + 8 h + g, values k0 .. k0 + 31 (zeros past N)."""
+        row, ok = self.weight_row(ops, rt, n0, tt, h, g)
+        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
+        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok, _hint(self.cfg.wcache))
+        return words, AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+
+    def weight_row(self, ops, rt: Runtime, n0, tt, h, g):
+        """(weight row, in range) of lane group g's row in tile tt, half h: n0 + 16 tt + 8 h + g, in
+        range below N (hook: the gated epilogue pairs gate and up rows, `_kernel_decode_fused`)."""
         row = n0 + 16 * tt + 8 * h + g
         ok = row < rt.n
         if self.cfg.clamp:  # load row N - 1 instead (never stored): no predicate
             row, ok = ops.imin(row, rt.n - 1), ops.boolean(True)
-        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
-        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok, _hint(self.cfg.wcache))
-        return words, AD.load_span_scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
+        return row, ok
 
     def load_a(self, ops, rt: Runtime, tok, k0, ok):
         """(raw words, scale data) of token tok's span k0 .. k0 + 31 (zeros where not ok)."""

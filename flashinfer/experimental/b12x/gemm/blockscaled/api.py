@@ -29,6 +29,7 @@ from .._shared import launch as L
 from .._shared.formats import FORMAT, FORMATS, OUT_DTYPES, check_shape, dtype_key, pair_ok
 from .._shared.operands import TORCH_OUT, Problem, check_device_operands, check_layout, describe, resolve
 from .._shared.weight import Weight, pack_weight
+from . import _epilogue as EP
 from . import reference
 
 OP = "gemm.blockscaled"
@@ -52,7 +53,9 @@ __all__ = [
 @dataclass(frozen=True)
 class GemmQuery:
     """Static facts of a GEMM: A and B formats (formats.py), N, K, output dtype, the capacity of M and
-    the live M values to prepare (their buckets; empty: every bucket up to max_m)."""
+    the live M values to prepare (their buckets; empty: every bucket up to max_m); epilogue and pdl:
+    the fused decode kernel's options (`_epilogue` docstring; n stays the weight's rows, 2I for
+    "silu_mul"), "none" / "off" for the plain kernels."""
 
     a_format: str
     b_format: str
@@ -61,6 +64,8 @@ class GemmQuery:
     out_dtype: str = "bfloat16"
     max_m: int = MAX_M
     m_values: tuple[int, ...] = ()
+    epilogue: str = "none"
+    pdl: str = "off"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dtype", dtype_key(self.out_dtype))
@@ -74,6 +79,7 @@ class GemmQuery:
         if any(m < 1 or m > self.max_m for m in self.m_values):
             raise ValueError(f"query.m_values must lie in [1, max_m={self.max_m}], got {self.m_values}")
         check_shape(OP, self.n, self.k)
+        EP.check_query(self)
 
     @property
     def buckets(self) -> tuple[str, ...]:
@@ -96,6 +102,11 @@ class GemmPlan(Plan):
             return None
         chosen = dict(self.override or ())
         q = self.caps
+        if EP.fused(q.epilogue, q.pdl):
+            return tuple(
+                (b, chosen.get(b, L.fused_config(b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl)))
+                for b in q.buckets
+            )
         return tuple(
             (b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format, a_fmt=q.a_format, arch=arch)))
             for b in q.buckets
@@ -181,8 +192,10 @@ def _device_b(config, p_fmt, b, sb, n, k):
     return stream_weight(b, sb, n, k, config.kc, config.order, config.major), sb
 
 
-def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
+def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="none"):
     """(compiled launcher, its config) for this problem."""
+    if plan_obj is not None and plan_obj.caps.epilogue != epilogue:
+        raise ValueError(f"epilogue={epilogue!r} does not match the plan's query.epilogue={plan_obj.caps.epilogue!r}")
     if plan_obj is not None:
         if not isinstance(plan_obj, GemmPlan):
             raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan_obj).__name__}")
@@ -202,7 +215,8 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m):
                 return launchers[b]
         raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
     bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
-    fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device))
+    cfg = None if epilogue == "none" else L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue)
+    fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device), cfg)
     return fn(*key), key[3]
 
 
@@ -218,7 +232,7 @@ def _check_alpha(alpha, device):
     return float(alpha)
 
 
-def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None:
+def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogue="none", residual=None) -> None:
     device = out.device
     if device.type != "cuda":
         check_layout(p)
@@ -227,11 +241,16 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None
             b, sb = p.slice(p.b, li)
             scale = alpha if p.a.alpha is None else alpha * p.a.alpha.float().reshape(())
             scale = scale if p.b.alpha is None else scale * p.b.alpha.float().reshape(())
-            c = reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, p.out_dtype)
+            if epilogue == "none":
+                c = reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, p.out_dtype)
+            else:
+                c = reference.apply_epilogue(
+                    reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, "float32"), epilogue, residual
+                )
             (out if p.batch == 0 else out[..., li]).copy_(c)
         return
-    check_device_operands(p, out)
-    launch, config = _launcher(p, device, plan_obj, expected_m)
+    check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
+    launch, config = _launcher(p, device, plan_obj, expected_m, epilogue)
     if p.batch and L.is_stream(config):
         raise ValueError(f"the stream decode kernel ({config}) takes 2-D weights [N, K], got a batch of {p.batch}")
     for li in range(max(p.batch, 1)):
@@ -239,13 +258,15 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m) -> None
         b, sb = _device_b(config, p.b.fmt, *p.slice(p.b, li), p.n, p.k)
         c = out if p.batch == 0 else out[..., li]
         args, alpha_f = L.launch_args(p.a.fmt, a, sa, p.a.alpha, p.b.fmt, b, sb, p.b.alpha, alpha, c)
+        if L.is_fused(config):  # R after S2: the residual, or C itself (never read)
+            args = (*args, residual if residual is not None else c)
         launch(*args, alpha_f)
 
 
-def _allocate_out(p: Problem, device) -> torch.Tensor:
+def _allocate_out(p: Problem, device, epilogue="none") -> torch.Tensor:
     dt = TORCH_OUT[p.out_dtype]
     if p.batch == 0:
-        return torch.empty(p.m, p.n, dtype=dt, device=device)
+        return torch.empty(p.m, EP.out_cols(p.n, epilogue), dtype=dt, device=device)
     # [M, N, L] whose [:, :, l] slices are contiguous (an (L, M, N) buffer, permuted)
     return torch.empty(p.batch, p.m, p.n, dtype=dt, device=device).permute(1, 2, 0)
 
@@ -263,8 +284,10 @@ def mm(
     sf_vec_size=None,
     alpha=1.0,
     stream=None,
+    epilogue=None,
+    residual=None,
 ):
-    """C = alpha * deq(lhs) @ deq(rhs)^T.
+    """C = alpha * deq(lhs) @ deq(rhs)^T, or a fused epilogue of it.
 
     lhs: (values, scales) [M, K(bytes)] or [M, K(bytes), L], or bf16/fp16 activations [M, K]
     (weight-only product). rhs: (values, scales) [N, K(bytes)(, L)] or a packed `Weight`.
@@ -273,20 +296,30 @@ def mm(
     sf_vec_size), a Weight, or the dtypes. c_dtype: bf16 (default) / fp16 / fp32, or out's dtype.
     alpha: float or 1-element fp32 tensor on the device. expected_m: the M a variant is picked for
     when it is larger than the live M (one variant for a range of M). stream: run on this stream.
-    Returns out ([M, N], or [M, N, L] for 3-D operands).
+    epilogue: None / "none", "silu_mul" (rhs a [2I, K] gate_up weight, gate rows first: C = silu(gate)
+    * up, [M, I]) or "residual" (C = product + residual, residual [M, N] in C's dtype), each in fp32
+    before the one rounding; 2-D operands, M <= 64 on CUDA (the fused decode kernel; `_epilogue`).
+    A plan's query.epilogue must match. Returns out ([M, N] or [M, I], or [M, N, L] for 3-D operands).
     """
-    p = resolve(lhs, rhs, out, ab_dtype=ab_dtype, sf_dtype=sf_dtype, c_dtype=c_dtype, sf_vec_size=sf_vec_size)
+    epilogue = EP.normalize(epilogue)
+    if epilogue == "silu_mul" and out is not None and c_dtype is None:
+        c_dtype = out.dtype
+    p = resolve(lhs, rhs, None if epilogue == "silu_mul" else out, ab_dtype=ab_dtype, sf_dtype=sf_dtype,
+                c_dtype=c_dtype, sf_vec_size=sf_vec_size)  # fmt: skip
     device = p.b.values.device
     alpha = _check_alpha(alpha, device)
+    EP.check_call(p, epilogue, residual, p.out_dtype, device)
+    if epilogue == "silu_mul":
+        EP.check_out(out, p.m, p.n // 2, p.out_dtype)
     if out is None:
-        out = _allocate_out(p, device)
+        out = _allocate_out(p, device, epilogue)
     if p.m == 0:
         return out
     if stream is not None and device.type == "cuda":
         with torch.cuda.stream(stream):
-            _execute(p, out, alpha, plan, expected_m)
+            _execute(p, out, alpha, plan, expected_m, epilogue, residual)
     else:
-        _execute(p, out, alpha, plan, expected_m)
+        _execute(p, out, alpha, plan, expected_m, epilogue, residual)
     return out
 
 
@@ -417,10 +450,13 @@ def _synthetic_rhs(b_fmt: str, n: int, k: int, device) -> Weight:
 def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, weight=None) -> None:
     rhs = weight if weight is not None else _synthetic_rhs(b_fmt, n, k, device)
     p = resolve(synthetic_lhs(a_fmt, m, k, device), rhs, None, c_dtype=out_dtype)
-    out = _allocate_out(p, device)
-    check_device_operands(p, out)
+    epilogue = config.epilogue if L.is_fused(config) else "none"
+    out = _allocate_out(p, device, epilogue)
+    check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
     b, sb = _device_b(config, p.b.fmt, p.b.values, p.b.scales, n, k)
     args, alpha_f = L.launch_args(p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, b, sb, p.b.alpha, 1.0, out)
+    if L.is_fused(config):  # R: zeros for the residual epilogue, else C itself
+        args = (*args, torch.zeros_like(out) if epilogue == "residual" else out)
     launcher(*args, alpha_f)
 
 

@@ -70,3 +70,15 @@ def quantize_tensor_fp8(x: torch.Tensor, scale=None) -> tuple[torch.Tensor, torc
     else:
         s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(1)
     return Q.e4m3_encode(x.float() / s.reshape(())), s.reshape(1).float()
+
+
+def apply_epilogue(c: torch.Tensor, epilogue: str = "none", residual=None) -> torch.Tensor:
+    """The fused epilogues of `mm(..., epilogue=...)` on the fp32 product c [M, N] (before rounding):
+    "none" c; "silu_mul" silu(c[:, :I]) * c[:, I:] for N = 2I (gate rows first: [M, I]); "residual"
+    c + residual.float() (residual [M, N])."""
+    if epilogue == "silu_mul":
+        gate, up = c.float().chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+    if epilogue == "residual":
+        return c.float() + residual.float().to(c.device)
+    return c

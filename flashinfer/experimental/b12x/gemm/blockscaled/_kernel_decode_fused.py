@@ -1,0 +1,343 @@
+"""Decode GEMM with a fused epilogue and programmatic dependent launch (issues #10 and #6).
+
+The decode kernel (`_kernel_decode`: swap-AB mma.sync, split-K over warps, shared-memory reduction)
+with two additions, each a field of `FusedConfig` (both part of the compile key):
+
+epilogue (what the reduced fp32 sum s = alpha * S0 * S1 * S2 * A B^T becomes before its one rounding):
+- "none":     C[m, n] = s[m, n]                                   (the plain kernel's output)
+- "silu_mul": C[m, j] = silu(s[m, j]) * s[m, I + j], j < I        (B is a [2I, K] gate_up weight: gate
+  rows 0..I-1, up rows I..2I-1; C is [M, I]). A CTA owns I-columns [n0, n0 + BN/2): its warps load
+  tiles / 2 16-row tiles of gate rows and as many of the matching up rows (the `weight_row` hook,
+  the pairing moe.fused_moe's FC1 makes), so both sums of an output meet in the CTA's reduction.
+  silu(g) = g / (1 + 2^(-g log2 e)) with ex2.approx (2^-22 relative) and an IEEE division.
+- "residual": C[m, n] = s[m, n] + R[m, n]                         (R [M, N] in C's 16-bit dtype)
+Either saves a launch and one bf16 round trip of the [M, 2I] / [M, N] intermediate.
+
+pdl (programmatic dependent launch, sm_90+):
+- "off":      a plain launch (the `_kernel_decode` kernel's behaviour).
+- "wait":     launched with the programmatic-stream-serialization attribute: the CTAs may become
+  resident while the previous kernel of the stream still runs; each waits (griddepcontrol.wait: the
+  previous grid complete, its writes visible) before its first read of anything but constants, then
+  lets the next PDL kernel launch (griddepcontrol.launch_dependents).
+- "prefetch": "wait" plus, before the wait, an L2 prefetch (`prefetch.global.L2`, one 128-byte line
+  per instruction) of every line of the CTA's weight rows and of their swizzled scales: the weights
+  never depend on the previous kernel, so their DRAM reads overlap its tail and the K loop's weight
+  loads hit L2. Activations, alpha tensors and outputs are touched only after the wait.
+Under CUDA graph capture the launch attribute becomes a programmatic edge; a kernel before it that
+never triggers early still gives the overlap of this kernel's launch with its tail.
+
+Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, no ashare, no probe (the K loop is
+the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
+a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
+needs a 16-bit output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from ..._lib.compile import cute_compile, kernel
+from .._shared import addressing as AD
+from .._shared.formats import FORMAT
+from .._shared.ptx import DeviceOps, _asm, _iv
+from . import _kernel_decode as KD
+
+EPILOGUES = ("none", "silu_mul", "residual")
+PDL_MODES = ("off", "wait", "prefetch")
+LINE = 128  # bytes per L2 prefetch (one cache line)
+_LOG2E = 1.4426950408889634
+_SOURCES = (*KD._SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode")
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """decode: the DecodeConfig of the K loop; epilogue: one of EPILOGUES; pdl: one of PDL_MODES."""
+
+    decode: KD.DecodeConfig
+    epilogue: str = "none"
+    pdl: str = "off"
+
+    @property
+    def max_m(self) -> int:
+        return self.decode.max_m
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str | None:
+    """None when the fused kernel implements this combination, else the reason."""
+    if not isinstance(config, FusedConfig):
+        return f"config must be a FusedConfig, got {type(config).__name__}"
+    if config.epilogue not in EPILOGUES:
+        return f"epilogue must be one of {EPILOGUES}, got {config.epilogue!r}"
+    if config.pdl not in PDL_MODES:
+        return f"pdl must be one of {PDL_MODES}, got {config.pdl!r}"
+    d = config.decode
+    if not isinstance(d, KD.DecodeConfig):
+        return f"config.decode must be a DecodeConfig, got {type(d).__name__}"
+    if d.wn != 1 or d.kgroup != 1 or d.ashare or d.probe:
+        return f"the fused decode kernel runs wn 1, kgroup 1, no ashare and no probe, got {d}"
+    if config.epilogue == "silu_mul":
+        if d.tiles % 2:
+            return f"epilogue 'silu_mul' needs an even tiles (gate and up halves), got tiles={d.tiles}"
+        if b_fmt == "fp8_block":
+            return "epilogue 'silu_mul' takes no fp8_block weight (its 128-row block scale is read per CTA)"
+    if config.epilogue == "residual" and out_dtype not in ("bfloat16", "float16"):
+        return f"epilogue 'residual' needs a bfloat16 / float16 output, got {out_dtype}"
+    return KD.why_not(a_fmt, b_fmt, out_dtype, d)
+
+
+def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> bool:
+    return why_not(a_fmt, b_fmt, out_dtype, config) is None
+
+
+# ---- ops: gemm's PTX backend plus exp2, an L2 prefetch and the grid dependency controls -----------
+@dsl_user_op
+def _ex2(x, *, loc=None, ip=None):
+    return Float32(_asm(T.f32(), [_iv(x, Float32, loc, ip)], "ex2.approx.f32 $0, $1;", "=f,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _prefetch_l2(addr, pred, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(addr, cutlass.Int64, loc, ip), _iv(pred, cutlass.Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $1, 0;\n\t@p prefetch.global.L2 [$0];\n\t}",
+        "l,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+class FusedOps(DeviceOps):
+    """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), prefetch_l2(addr, pred) and the griddepcontrol pair
+    (the CPU emulator implements them as exact 2^x and no-ops)."""
+
+    ex2 = staticmethod(_ex2)
+    prefetch_l2 = staticmethod(_prefetch_l2)
+
+    @staticmethod
+    def gdc_wait():
+        cute.arch.griddepcontrol_wait()
+
+    @staticmethod
+    def gdc_launch_dependents():
+        cute.arch.griddepcontrol_launch_dependents()
+
+
+DEVICE = FusedOps()
+
+
+# ---- per-thread logic (backend-agnostic: runs on the device and in the CPU emulator) -------------
+@dataclass
+class FusedRuntime(KD.Runtime):
+    """KD.Runtime plus the residual's base address (C's own when there is no residual); n is C's
+    column count (I for silu_mul, whose weight has 2I rows)."""
+
+    r_base: object = 0
+
+
+class FusedLogic(KD.DecodeLogic):
+    """DecodeLogic with the gated row pairing (silu_mul), the fused epilogues and the L2 prefetch."""
+
+    what = "gemm.blockscaled fused decode kernel"
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        if reason is not None:
+            raise ValueError(f"{self.what}: {reason}")
+        super().__init__(a_fmt, b_fmt, out_dtype, config.decode)
+        self.fusion = config
+        self.gated = config.epilogue == "silu_mul"
+        self.cols = self.bn // 2 if self.gated else self.bn  # output columns of a CTA
+
+    def weight_row(self, ops, rt, n0, tt, h, g):
+        """silu_mul: tiles tt < tiles / 2 load gate rows j = n0 + 16 tt + 8 h + g, the others the up
+        rows I + j of the same j (n0 is the CTA's first output column); else the plain rows."""
+        if not self.gated:
+            return super().weight_row(ops, rt, n0, tt, h, g)
+        half = self.cfg.tiles // 2
+        up = tt >= half
+        j = n0 + 16 * (tt - half if up else tt) + 8 * h + g
+        ok = j < rt.n
+        if self.cfg.clamp:  # load column N - 1's rows instead (never stored): no predicate
+            j, ok = ops.imin(j, rt.n - 1), ops.boolean(True)
+        return (rt.n + j if up else j), ok
+
+    # -- the L2 prefetch of "prefetch" (dynamic item indices: the kernel loops over them) --
+    def _local_row(self, ops, rt, n0, r):
+        """(weight row, in range) of the CTA's local row r (0 <= r < BN, a run-time value): the same
+        rows `weight_row` hands the warps."""
+        if not self.gated:
+            return n0 + r, (n0 + r) < rt.n
+        up = r >> (self.cols.bit_length() - 1)  # 1 for the up half
+        j = n0 + r - up * self.cols
+        return j + up * rt.n, j < rt.n
+
+    def value_lines(self, k):
+        """128-byte lines of one weight row (K * bits / 8 is a multiple of 64: K % 128 == 0)."""
+        return (AD.row_bytes(self.b_fmt, k) + LINE - 1) // LINE
+
+    def prefetch_value_line(self, ops, rt, n0, i, live):
+        """Item i < BN * value_lines (live: i is one; the kernel's loop guarantees it): line i // BN of
+        local row i % BN."""
+        r = i & (self.bn - 1)
+        row, ok = self._local_row(ops, rt, n0, r)
+        ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
+        addr = rt.b_base + ops.i64(row) * ldb + ops.i64((i >> (self.bn.bit_length() - 1)) * LINE)
+        ops.prefetch_l2(addr, ok & live)
+
+    def scale_atoms(self, k):
+        """Swizzled 128x4 atoms along one row's scales (0 for formats without swizzled scales)."""
+        spec = FORMAT[self.b_fmt]
+        return (k // spec.sf_vec) >> 2 if spec.swizzled else 0
+
+    def prefetch_scale_line(self, ops, rt, n0, i, live):
+        """Item i < BN / 8 * scale_atoms: atom i // (BN / 8) of the 8-row group i % (BN / 8), whose 8
+        rows' 16-byte units form one aligned 128-byte line of the atom (FORMATS.md)."""
+        groups = self.bn // 8
+        r = (i & (groups - 1)) * 8
+        row, ok = self._local_row(ops, rt, n0, r)
+        cols4 = rt.k // FORMAT[self.b_fmt].sf_vec
+        atom = i >> (groups.bit_length() - 1)
+        ops.prefetch_l2(rt.sfb_base + AD.swizzled_offset(ops, row, atom * 4, cols4), ok & live)
+
+    # -- the epilogue --
+    def silu(self, ops, x):
+        return x * ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
+
+    def finish(self, ops, rt, red_base, tid, n0):
+        """Sum the warps' partials of outputs (tok, n0 + c), scale, epilogue, round, store."""
+        scale = self.epilogue_scale(ops, rt)
+        threads = self.cfg.warps * 32
+        total = self.ntok * self.cols
+        log_cols = self.cols.bit_length() - 1
+        for r in range((total + threads - 1) // threads):
+            live = (tid + r * threads) < total
+            o = ops.imin(tid + r * threads, total - 1)  # o >= total only when threads do not divide it
+            tok, c = o >> log_cols, o & (self.cols - 1)
+            x = ops.f32_zero()
+            u = ops.f32_zero()
+            for w in range(self.cfg.warps):
+                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, c))
+                if self.gated:  # the up sum of column c sits cols rows below its gate sum
+                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
+            x = x * scale
+            if self.gated:
+                x = self.silu(ops, x) * (u * scale)
+            n = n0 + c
+            ok = live & (tok < rt.m) & (n < rt.n)
+            if self.fusion.epilogue == "residual":
+                elem = ops.i64(tok) * ops.i64(rt.n) + ops.i64(n)
+                x = x + ops.half2_to_f32(self.out_dtype, ops.ldg_u16(rt.r_base + elem * 2, ok))[0]
+            self.store(ops, rt, tok, n, x, ok)
+
+
+# ---- the CuTe kernel ----------------------------------------------------------------------------
+class FusedDecodeGemm:
+    def __init__(self, logic: FusedLogic) -> None:
+        self.logic = logic
+        self.threads = logic.cfg.warps * 32
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        mR: cute.Tensor,
+        alpha: Float32,
+        stream: cuda.CUstream,
+    ):
+        grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, alpha).launch(
+            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.fusion.pdl != "off"
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        mR: cute.Tensor,
+        alpha: Float32,
+    ):
+        # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
+        L = self.logic
+        tid, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp, lane = tid >> 5, tid & 31
+        n0 = bidx * L.cols
+        k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
+        rt = FusedRuntime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint(),
+            mSFB.iterator.toint(),
+            mC.iterator.toint(),
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            mC.shape[1],
+            k,
+            alpha,
+            mR.iterator.toint(),
+        )
+        if cutlass.const_expr(L.fusion.pdl == "prefetch"):  # the weights before the wait
+            for i in cutlass.range(tid, L.bn * L.value_lines(k), self.threads, unroll=1):
+                self.logic.prefetch_value_line(DEVICE, rt, n0, i, DEVICE.boolean(True))
+            if cutlass.const_expr(FORMAT[L.b_fmt].swizzled):
+                for i in cutlass.range(tid, (L.bn // 8) * L.scale_atoms(k), self.threads, unroll=1):
+                    self.logic.prefetch_scale_line(DEVICE, rt, n0, i, DEVICE.boolean(True))
+        if cutlass.const_expr(L.fusion.pdl != "off"):
+            DEVICE.gdc_wait()
+            DEVICE.gdc_launch_dependents()
+        smem = cutlass.memory.SmemAllocator()
+        red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
+        red_base = red.iterator.toint()
+        acc = L.zero_acc(DEVICE)
+        chunks = k // KD.CHUNK
+        if cutlass.const_expr(L.cfg.prefetch == 0):
+            for c in cutlass.range(warp, chunks, L.cfg.warps, unroll=L.cfg.unroll):
+                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        else:
+            stages = L.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
+            for c in cutlass.range(warp, chunks, L.cfg.warps, unroll=L.cfg.unroll):
+                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
+        L.reduce_stage(DEVICE, red_base, warp, lane, acc)
+        DEVICE.barrier()
+        L.finish(DEVICE, rt, red_base, tid, n0)
+
+
+def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
+    """KD.fake_args plus R [M, N] in C's dtype (the residual; the callers pass C when there is none)."""
+    a, sfa, b, sfb, c, s0, s1, s2 = KD.fake_args(a_fmt, b_fmt, out_dtype)
+    r = make_fake_compact_tensor(KD._CUTE[out_dtype], c.shape, stride_order=(1, 0), assumed_align=16)
+    return a, sfa, b, sfb, c, s0, s1, s2, r
+
+
+@kernel("gemm.blockscaled.decode_fused", sources=_SOURCES)
+def compile_decode_fused(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig, arch: str):
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, R, alpha)` on torch's current stream; C
+    [M, N] (silu_mul: [M, I] for a [2I, K] weight), R [M, N] the residual (C itself when none)."""
+    logic = FusedLogic(a_fmt, b_fmt, out_dtype, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(FusedDecodeGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)

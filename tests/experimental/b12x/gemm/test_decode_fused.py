@@ -1,0 +1,274 @@
+"""The fused decode kernel (`_kernel_decode_fused`: epilogues silu_mul / residual, programmatic dependent
+launch with an L2 weight prefetch) on the CPU: its own logic on the PTX emulator against
+`reference.apply_epilogue` (outputs poisoned first), the prefetch's lines against the lines the K loop
+reads, the configs and checks of the api, the CPU reference path of `mm(..., epilogue=...)`, and
+compiles for sm_90a / sm_120a (no spills; the PDL and prefetch instructions where asked)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm import blockscaled as G
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
+from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
+
+from .emulator import EmuOps, GlobalMemory
+from .helpers import TORCH, make_operands
+
+LANE = np.arange(32, dtype=np.int32)
+
+
+# ---- the emulated kernel --------------------------------------------------------------------------
+class FusedEmuOps(EmuOps):
+    """EmuOps plus the fused kernel's ops; records every global line read and prefetched."""
+
+    def ex2(self, x):
+        with np.errstate(over="ignore"):
+            return np.exp2(self.f32(x).astype(np.float64)).astype(np.float32)
+
+    def prefetch_l2(self, addr, pred):
+        addr = self.i64(addr)
+        for ln in self._lanes(pred):
+            self.g._find(int(addr[ln]), 1)  # a prefetch inside some tensor
+            self.g.prefetched.add(int(addr[ln]) // F.LINE)
+
+    def gdc_wait(self):
+        self.g.waits += 1
+
+    def gdc_launch_dependents(self):
+        pass
+
+    def ldg_v4(self, addr, pred):
+        for ln in self._lanes(pred):
+            self.g.loaded.add(int(self.i64(addr)[ln]) // F.LINE)
+        return super().ldg_v4(addr, pred)
+
+    def _ldg(self, addr, pred, size, np_dtype):
+        for ln in self._lanes(pred):
+            self.g.loaded.add(int(self.i64(addr)[ln]) // F.LINE)
+        return super()._ldg(addr, pred, size, np_dtype)
+
+
+def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float):
+    """Emulate compile_decode_fused(...)(*args, alpha) (args: A, SFA, B, SFB, C, S0, S1, S2, R), in the
+    kernel's order: prefetch, wait, K loops, reduction, finish. Returns (C, gmem, bases)."""
+    logic = F.FusedLogic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    gmem.prefetched, gmem.loaded, gmem.waits = set(), set(), 0
+    bases = [gmem.put(t) for t in args]
+    c = args[4]
+    m, n = c.shape
+    k = args[2].shape[1] * 8 // FORMAT[b_fmt].value_bits
+    rt = F.FusedRuntime(*bases[:8], np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), bases[8])
+    cfg, threads = config.decode, config.decode.warps * 32
+    for bidx in range((n + logic.cols - 1) // logic.cols):
+        n0 = np.int32(bidx * logic.cols)
+        for w in range(cfg.warps):
+            ops, tid = FusedEmuOps(gmem), w * 32 + LANE
+            if config.pdl == "prefetch":
+                items = logic.bn * logic.value_lines(k)
+                for i0 in range(0, items, threads):
+                    logic.prefetch_value_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)
+                items = logic.bn // 8 * logic.scale_atoms(k)
+                for i0 in range(0, items, threads):
+                    logic.prefetch_scale_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)
+            if config.pdl != "off":
+                ops.gdc_wait()
+        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
+        for w in range(cfg.warps):
+            ops = FusedEmuOps(gmem, smem)
+            acc = logic.zero_acc(ops)
+            chunks = np.int32(k // KD.CHUNK)
+            if cfg.prefetch == 0:
+                for ch in range(w, chunks, cfg.warps):
+                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            else:
+                stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), chunks)
+                for ch in range(w, chunks, cfg.warps):
+                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
+            logic.reduce_stage(ops, 0, w, LANE, acc)
+        for w in range(cfg.warps):
+            logic.finish(FusedEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+    raw = torch.from_numpy(gmem.get(bases[4])[: c.numel() * c.element_size()].copy())
+    return raw.view(c.dtype).reshape(c.shape), gmem, bases
+
+
+def fused_args(ops, epilogue: str, out_dtype: str, seed: int = 0):
+    """Launch arguments (C poisoned) and the residual (or None)."""
+    cols = ops.n // 2 if epilogue == "silu_mul" else ops.n
+    out = torch.full((ops.m, cols), float("nan"), dtype=TORCH[out_dtype])
+    args, alpha = L.launch_args(ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values,
+                                ops.b_scales, ops.weight.alpha, ops.alpha, out)  # fmt: skip
+    residual = None
+    if epilogue == "residual":
+        g = torch.Generator().manual_seed(seed + 99)
+        residual = torch.randn(ops.m, ops.n, generator=g).to(TORCH[out_dtype])
+    return (*args, out if residual is None else residual), alpha, residual
+
+
+def check_fused(out, ops, epilogue: str, out_dtype: str, residual) -> None:
+    """max |ours - fp32 reference| <= 2 x max |unfused torch same precision - reference| + a floor of
+    2^-20 of the reference's magnitude (the unfused peer rounds the product to out_dtype first)."""
+    ref = R.apply_epilogue(ops.reference("float32").float(), epilogue, residual)
+    prod = ops.torch_same_precision(out_dtype)
+    if epilogue == "silu_mul":
+        g, u = prod.chunk(2, dim=-1)
+        peer = (torch.nn.functional.silu(g.float()) * u.float()).to(TORCH[out_dtype])
+    elif epilogue == "residual":
+        peer = prod + residual
+    else:
+        peer = prod
+    ours = out.float()
+    assert not torch.isnan(ours).any(), "output holds NaN (unwritten or poisoned elements)"
+    assert ours.shape == ref.shape
+    err = (ours - ref).abs().max().item()
+    peer_err = (peer.float() - ref).abs().max().item()
+    floor = ref.abs().max().item() * 2.0**-20
+    assert err <= 2 * peer_err + floor, f"{epilogue}: max error {err:.3e} > 2 x the unfused peer's {peer_err:.3e}"
+
+
+CASES = [  # (a_fmt, b_fmt, m, n, k, DecodeConfig)
+    ("bfloat16", "nvfp4", 1, 96, 384, KD.DecodeConfig(2, 2, 1, 1)),
+    ("bfloat16", "nvfp4", 3, 64, 256, KD.DecodeConfig(4, 2, 1, 2)),
+    ("bfloat16", "nvfp4", 16, 96, 256, KD.DecodeConfig(2, 2, 2, 1, 1)),
+    ("nvfp4", "nvfp4", 5, 64, 384, KD.DecodeConfig(2, 4, 1, 1)),
+    ("bfloat16", "mxfp8", 3, 64, 256, KD.DecodeConfig(2, 2, 1, 1)),
+    ("float16", "nvfp4", 9, 32, 256, KD.DecodeConfig(1, 2, 2, 1, 2)),
+]
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("epilogue", ["silu_mul", "residual", "none"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_fused_epilogues_on_the_emulator(epilogue, case):
+    a_fmt, b_fmt, m, n, k, cfg = CASES[case]
+    out_dtype = "float16" if a_fmt == "float16" else "bfloat16"
+    ops = make_operands(a_fmt, b_fmt, m, n, k, seed=case)
+    args, alpha, residual = fused_args(ops, epilogue, out_dtype, seed=case)
+    pdl = ("off", "wait", "prefetch")[case % 3]
+    out, gmem, _ = run_fused(a_fmt, b_fmt, out_dtype, F.FusedConfig(cfg, epilogue, pdl), args, alpha)
+    check_fused(out, ops, epilogue, out_dtype, residual)
+    assert (gmem.waits > 0) == (pdl != "off")
+
+
+@pytest.mark.interpret
+def test_gated_pairing_is_the_one_checked():
+    """Swapping the gate and up halves of the weight must change the output (the check can fail)."""
+    ops = make_operands("bfloat16", "nvfp4", 2, 64, 256, seed=5)
+    args, alpha, _ = fused_args(ops, "silu_mul", "bfloat16")
+    cfg = F.FusedConfig(KD.DecodeConfig(2, 2, 1, 1), "silu_mul")
+    out, _, _ = run_fused("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha)
+    b = args[2]
+    swapped = (*args[:2], torch.cat([b[32:], b[:32]]), *args[3:])
+    other, _, _ = run_fused("bfloat16", "nvfp4", "bfloat16", cfg, swapped, alpha)
+    assert (out.float() - other.float()).abs().max().item() > 1e-3
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("epilogue", ["silu_mul", "none"])
+@pytest.mark.parametrize("b_fmt, n", [("nvfp4", 96), ("mxfp4", 64), ("bfloat16", 48)])
+def test_prefetch_lines_are_the_k_loops_weight_lines(epilogue, b_fmt, n):
+    """pdl="prefetch" prefetches exactly the 128-byte lines of B and of its scales that the K loop
+    then reads (none outside, none missing), N not a multiple of the CTA's rows included."""
+    a_fmt = "bfloat16"
+    if b_fmt == "bfloat16":  # a raw weight has no pair with bf16 activations: use fp8_tensor weights
+        b_fmt = "fp8_tensor"
+    if epilogue == "silu_mul" and n % 32:
+        n = 64
+    ops = make_operands(a_fmt, b_fmt, 3, n, 512, seed=n)
+    args, alpha, _ = fused_args(ops, epilogue, "bfloat16")
+    cfg = F.FusedConfig(KD.DecodeConfig(2, 2, 1, 1), epilogue, "prefetch")
+    _, gmem, bases = run_fused(a_fmt, b_fmt, "bfloat16", cfg, args, alpha)
+    weight = set()
+    for i in (2, 3):  # B, SFB
+        lo, size = bases[i], gmem.get(bases[i]).size
+        weight |= {line for line in gmem.loaded if lo // F.LINE <= line <= (lo + size - 1) // F.LINE}
+    if not FORMAT[b_fmt].swizzled:  # fp8_tensor: its one scale is S2, not a swizzled SFB
+        weight = {line for line in weight if line < (bases[3] // F.LINE)}
+    assert weight and gmem.prefetched == weight
+
+
+# ---- configs and checks ---------------------------------------------------------------------------
+def test_why_not_names_the_problem():
+    d = KD.DecodeConfig(8, 1, 1, 2)
+    assert "even tiles" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "silu_mul"))
+    assert "16-bit output" in F.why_not("bfloat16", "nvfp4", "float32", F.FusedConfig(d, "residual")) or "bfloat16" in (
+        F.why_not("bfloat16", "nvfp4", "float32", F.FusedConfig(d, "residual"))
+    )
+    assert "epilogue must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "gelu"))
+    assert "pdl must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "none", "on"))
+    assert "wn 1" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2)))
+    with pytest.raises(ValueError, match="fused decode kernel"):
+        F.FusedLogic("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "silu_mul"))
+
+
+@pytest.mark.parametrize("m", [1, 8, 16, 32, 64])
+@pytest.mark.parametrize("name, n, k, epilogue", [("gate_up", 11264, 2048, "silu_mul"), ("down", 2048, 5632, "residual"),
+                                                  ("qkv", 3072, 2048, "none")])  # fmt: skip
+def test_fused_config_is_valid_for_the_demo_block(m, name, n, k, epilogue):
+    bucket = L.bucket_for(m)
+    for pdl in F.PDL_MODES:
+        cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+        assert L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is None, (name, cfg)
+        assert L.compile_fn(bucket, cfg) is F.compile_decode_fused
+
+
+def test_query_checks_name_the_field():
+    with pytest.raises(ValueError, match="query.epilogue"):
+        G.GemmQuery("bfloat16", "nvfp4", 64, 256, epilogue="gelu")
+    with pytest.raises(ValueError, match="query.pdl"):
+        G.GemmQuery("bfloat16", "nvfp4", 64, 256, pdl="yes")
+    with pytest.raises(ValueError, match="max_m"):
+        G.GemmQuery("bfloat16", "nvfp4", 64, 256, max_m=128, epilogue="residual")
+    with pytest.raises(ValueError, match="I % 16"):
+        G.GemmQuery("bfloat16", "nvfp4", 48, 256, max_m=8, epilogue="silu_mul")
+    q = G.GemmQuery("bfloat16", "nvfp4", 64, 256, max_m=8, m_values=(8,), epilogue="silu_mul", pdl="prefetch")
+    (bucket, cfg), = G.plan(q).heuristic("sm_90a")  # fmt: skip
+    assert bucket == "decode8" and L.is_fused(cfg) and (cfg.epilogue, cfg.pdl) == ("silu_mul", "prefetch")
+    plain = G.plan(G.GemmQuery("bfloat16", "nvfp4", 64, 256, max_m=8, m_values=(8,))).heuristic("sm_90a")
+    assert not L.is_fused(plain[0][1])  # the default path is untouched
+
+
+def test_mm_epilogue_on_cpu_and_its_errors():
+    ops = make_operands("bfloat16", "nvfp4", 3, 64, 256, seed=2)
+    x, w = ops.a_values, ops.weight
+    prod = R.weight_only(x, w, torch.float32)
+    got = G.mm(x, w, epilogue="silu_mul")
+    assert got.shape == (3, 32) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, R.apply_epilogue(prod, "silu_mul").bfloat16(), rtol=0, atol=0)
+    res = torch.randn(3, 64).bfloat16()
+    out = torch.full((3, 64), float("nan"), dtype=torch.bfloat16)
+    G.mm(x, w, out, epilogue="residual", residual=res)
+    torch.testing.assert_close(out, (prod + res.float()).bfloat16(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="residual must be"):
+        G.mm(x, w, epilogue="residual", residual=res.float())
+    with pytest.raises(ValueError, match="residual is only read"):
+        G.mm(x, w, residual=res)
+    with pytest.raises(ValueError, match="epilogue must be"):
+        G.mm(x, w, epilogue="relu")
+    with pytest.raises(ValueError, match=r"out must be bfloat16 \[3, 32\]"):
+        G.mm(x, w, torch.empty(3, 64, dtype=torch.bfloat16), epilogue="silu_mul")
+
+
+# ---- compiles -------------------------------------------------------------------------------------
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("epilogue, pdl", [("silu_mul", "prefetch"), ("residual", "wait"), ("none", "prefetch")])
+def test_fused_kernel_compiles_for_both_archs(arch, epilogue, pdl):
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    for m in (1, 16, 64):
+        n, k = (11264, 2048) if epilogue == "silu_mul" else (2048, 5632)
+        cfg = L.fused_config(L.bucket_for(m), n, k, "nvfp4", "bfloat16", epilogue, pdl)
+        fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+        ptx = fn.artifacts.PTX
+        assert fn.artifacts.CUBIN[:4] == b"\x7fELF"
+        assert ".local" not in ptx, f"the kernel spills to local memory ({cfg})"
+        assert ("griddepcontrol.wait" in ptx) == (pdl != "off")
+        assert ("prefetch.global.L2" in ptx) == (pdl == "prefetch")
+        assert ("ex2.approx.f32" in ptx) == (epilogue == "silu_mul")
