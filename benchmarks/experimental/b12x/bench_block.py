@@ -1,8 +1,8 @@
 """The demo's decoder block through PreparationSession against the same block in plain torch.
 
     python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
-        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--per-op] [--startup]
-        [--json PATH]
+        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--variant base [fused+pdl ...]]
+        [--per-op] [--startup] [--json PATH]
 
 Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
 -> attention -> O -> residual + RMSNorm -> gate/up -> SiLU * up -> down -> residual, NVFP4 weights.
@@ -10,7 +10,9 @@ Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> Q
 Decode (T requests, one new token each, every request with --context cached tokens):
 - ours: the demo's DecodeStep (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode, the glue
   of each --glue choice: Triton kernels by default, or torch.compile / plain torch) captured in one
-  CUDA graph; the timed call is one graph replay. One row per glue choice.
+  CUDA graph; the timed call is one graph replay. One row per glue choice and --variant (VARIANTS: the
+  GEMMs' fused epilogues, gate_up + SiLU * up and down + residual in one launch each, and their
+  programmatic dependent launch, "pdl" with an L2 weight prefetch before the wait, "pdl-wait" without).
 - peer: the same block in plain torch with the checkpoint's weights dequantized to bf16, KV in a
   contiguous [T, L, Hkv, D] cache, attention by SDPA (GQA), the step `torch.compile`d and captured in
   one CUDA graph; the timed call is one replay.
@@ -62,6 +64,15 @@ from benchmarks.experimental.b12x.common import (
 from flashinfer.experimental.b12x._demo import GLUE_CHOICES
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
+# --variant name -> (fused epilogues, GemmQuery.pdl) of the decode step's GEMM plans (run.prepare)
+VARIANTS = {
+    "base": (False, "off"),
+    "fused": (True, "off"),
+    "pdl": (False, "prefetch"),
+    "pdl-wait": (False, "wait"),
+    "fused+pdl": (True, "prefetch"),
+    "fused+pdl-wait": (True, "wait"),
+}
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
 
@@ -169,23 +180,28 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     with tempfile.TemporaryDirectory(prefix="b12x-bench-block-") as tmp:
         built = R.build(spec, tokens, dev, seed=tokens, tmp=tmp, lens=[args.context] * tokens)
     cache, weights, moe = built["cache"], built["weights"], built["moe"]
-    plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0], freeze=False)
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
-    for glue in args.glue:  # every choice's step over the same weights, cache and input
-        step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
-                            moe=None if moe is None else moe[1:])  # fmt: skip
-        step.x.copy_(x)
-        graphs[glue] = capture(step, dev)
-        outs[glue] = step.buf["out"].float().clone()
-        steps[glue] = step
+    for variant in args.variant:
+        fused, pdl = VARIANTS[variant]
+        plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
+                             freeze=False, fused=fused, pdl=pdl)  # fmt: skip
+        for glue in args.glue:  # every choice's step over the same weights, cache and input
+            label = glue if variant == "base" else f"{glue} glue, {variant}"
+            step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
+                                moe=None if moe is None else moe[1:])  # fmt: skip
+            step.x.copy_(x)
+            graphs[label] = capture(step, dev)
+            outs[label] = step.buf["out"].float().clone()
+            steps[label] = step
+    first = next(iter(graphs))
     case = Case(
         "decode",
         {"T": tokens, "L": args.context},
         bytes=weight_bytes(weights) + kv_bytes(spec, tokens, args.context),  # (MoE: experts not counted)
         ceiling="copy",
     )
-    ours_out = outs[args.glue[0]]
+    ours_out = outs[first]
     note = ""
     if spec.moe is not None and not args.no_peers:
         print(f"decode T={tokens}: no plain-torch peer for MoE blocks yet (bench_moe times the expert layer's peers)")
@@ -201,17 +217,19 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         pgraph = capture(peer_step, dev)
         note = f"cosine(ours, torch peer) = {cosine(ours_out, out.float()):.6f}"
         table.add(case, "torch.compile bf16 + SDPA (peer)", measure_replay(pgraph, args), peer=True)
-    for glue, graph in graphs.items():
-        agree = (
-            f"cosine(ours, {args.glue[0]} glue) = {cosine(outs[glue], ours_out):.6f}" if glue != args.glue[0] else note
-        )
-        table.add(case, f"b12x block (graph, {glue} glue)", measure_replay(graph, args), note=agree)
-    if args.per_op:  # every op of the first choice's step, then the glue ops of the other choices
-        for i, glue in enumerate(args.glue):
-            for name, backend, fn in steps[glue].ops:
-                if i == 0 or backend == glue:
-                    op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
-                    table.add(op_case, backend, measure_replay(capture(fn, dev), args))
+    for label, graph in graphs.items():
+        agree = f"cosine(ours, {first}) = {cosine(outs[label], ours_out):.6f}" if label != first else note
+        name = f"b12x block (graph, {label} glue)" if label in args.glue else f"b12x block (graph, {label})"
+        table.add(case, name, measure_replay(graph, args), note=agree)
+    if args.per_op:  # every op of the first step, then the other steps' ops of a new (name, backend)
+        seen = set()
+        for step in steps.values():
+            for name, backend, fn in step.ops:
+                if (name, backend) in seen:
+                    continue
+                seen.add((name, backend))
+                op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
+                table.add(op_case, backend, measure_replay(capture(fn, dev), args))
 
 
 def measure_replay(graph: torch.cuda.CUDAGraph, args) -> Timing:
@@ -376,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--glue", nargs="+", choices=GLUE_CHOICES, default=["triton"],
         help="glue of our decode step, one row each (default triton); --startup times the first",
+    )  # fmt: skip
+    parser.add_argument(
+        "--variant", nargs="+", choices=tuple(VARIANTS), default=["base"],
+        help="GEMM variants of our decode step, one row each with every --glue (default base): fused epilogues "
+        "and/or programmatic dependent launch (module docstring)",
     )  # fmt: skip
     parser.add_argument("--per-op", action="store_true", help="also time each decode op in a graph of its own")
     parser.add_argument("--startup", action="store_true", help="also time cold/warm starts in child processes")

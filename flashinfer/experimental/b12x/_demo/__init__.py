@@ -15,6 +15,7 @@ from __future__ import annotations
 
 MODEL_NAMES = ("llama-small", "qwen3-moe-small")  # keep in sync with block.MODELS (a contract test checks)
 GLUE_CHOICES = ("triton", "torch.compile", "torch")  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
+PDL_CHOICES = ("off", "wait", "prefetch")  # gemm.blockscaled GemmQuery.pdl
 MAX_TOKENS = 64
 
 
@@ -49,6 +50,17 @@ def add_parser(sub) -> None:
         default=None,
         help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: triton on CUDA, torch on CPU)",
     )
+    p.add_argument(
+        "--fused-epilogues",
+        action="store_true",
+        help="dense FFN: gate_up + SiLU * up and down + residual as one GEMM launch each (ten launches -> eight)",
+    )
+    p.add_argument(
+        "--gemm-pdl",
+        choices=PDL_CHOICES,
+        default="off",
+        help="launch the GEMMs as programmatic dependents (prefetch: their weights to L2 before the wait)",
+    )
     p.set_defaults(func=main)
 
 
@@ -72,7 +84,9 @@ def main(args) -> int:
     if args.glue == "triton" and device.type != "cuda":
         print("b12x demo: --glue triton needs a CUDA device (use torch or torch.compile on CPU)")
         return 2
-    return run_demo(args.model, args.tokens, device, seed=args.seed, glue=args.glue)
+    return run_demo(
+        args.model, args.tokens, device, seed=args.seed, glue=args.glue, fused=args.fused_epilogues, pdl=args.gemm_pdl
+    )
 
 
-__all__ = ["GLUE_CHOICES", "MODEL_NAMES", "add_parser", "main"]
+__all__ = ["GLUE_CHOICES", "MODEL_NAMES", "PDL_CHOICES", "add_parser", "main"]

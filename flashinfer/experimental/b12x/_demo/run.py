@@ -34,7 +34,11 @@ class DecodeStep:
     glue: "triton" (default on CUDA: one launch per glue op, compiled or loaded here, so build the
     step, or a `glue.TritonGlue` of the same block, before freezing), "torch.compile" (each glue op
     one Inductor kernel or a few, compiled at the first call, which must come before capture) or
-    "torch" (default on CPU: the plain torch functions the other two are checked against)."""
+    "torch" (default on CPU: the plain torch functions the other two are checked against).
+
+    The GEMM plans decide the FFN's launches: with `prepare(..., fused=True)` gate_up's plan has the
+    silu_mul epilogue and down's the residual one, so gate_up + SiLU * up and down + the final residual
+    are one launch each (ten launches -> eight; dense blocks); `pdl` is in the plans too."""
 
     def __init__(self, spec, weights, norms, cache, plans, device, tokens, glue=None, moe=None):
         from ..attention import paged
@@ -75,16 +79,28 @@ class DecodeStep:
             ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
             ("residual + rmsnorm", glue, self._norm2),
         ]
-        self.ops += self._dense_ffn(glue) if spec.moe is None else self._moe_ffn(moe, device, tokens)
-        self.ops.append(
-            ("residual", glue, lambda: self._glue["add"](self.buf["x1"], self.buf["down"], self.buf["out"]))
-        )
+        self.fused = spec.moe is None and plans["gate_up"].caps.epilogue == "silu_mul"
+        if self.fused:
+            self.ops += self._fused_ffn()
+        else:
+            self.ops += self._dense_ffn(glue) if spec.moe is None else self._moe_ffn(moe, device, tokens)
+            self.ops.append(
+                ("residual", glue, lambda: self._glue["add"](self.buf["x1"], self.buf["down"], self.buf["out"]))
+            )
 
     def _dense_ffn(self, glue):
         return [
             ("gate_up_proj", "gemm.blockscaled w4a16", lambda: self._mm("gate_up", self.buf["h2"], "gu")),
             ("silu * up", glue, self._act),
             ("down_proj", "gemm.blockscaled w4a16", lambda: self._mm("down", self.buf["act"], "down")),
+        ]
+
+    def _fused_ffn(self):
+        """gate_up with SiLU * up in its epilogue (-> act), down with the residual x1 (-> out)."""
+        mm = "gemm.blockscaled w4a16"
+        return [
+            ("gate_up_proj + silu * up", f"{mm} silu_mul", lambda: self._mm("gate_up", self.buf["h2"], "act")),
+            ("down_proj + residual", f"{mm} residual", lambda: self._mm("down", self.buf["act"], "out", "x1")),
         ]
 
     def _moe_ffn(self, moe, device, tokens):
@@ -106,8 +122,10 @@ class DecodeStep:
             ("experts", f"moe.fused_moe {m.recipe}", lambda: FM.run(binding=binding)),
         ]
 
-    def _mm(self, name, lhs, dst):
-        self.G.mm(lhs, self.w[name], self.buf[dst], plan=self.plans[name])
+    def _mm(self, name, lhs, dst, residual=None):
+        plan = self.plans[name]
+        res = None if residual is None else self.buf[residual]
+        self.G.mm(lhs, self.w[name], self.buf[dst], plan=plan, epilogue=plan.caps.epilogue, residual=res)
 
     def _norm1(self):
         self._glue["rmsnorm"](self.x, self.norms["input_layernorm"], self.spec.eps, self.buf["h"])
@@ -192,8 +210,15 @@ def _agreement(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
     return err, cos
 
 
-def prepare(spec, weights, cache, device, tokens, *, moe_plan=None, compile_workers=None, freeze=True):
+FUSED_EPILOGUES = {"gate_up": "silu_mul", "down": "residual"}  # prepare(fused=True): the dense FFN's
+
+
+def prepare(
+    spec, weights, cache, device, tokens, *, moe_plan=None, compile_workers=None, freeze=True, fused=False, pdl="off"
+):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
+    fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
+    programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl).
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -218,7 +243,9 @@ def prepare(spec, weights, cache, device, tokens, *, moe_plan=None, compile_work
         plans["moe"] = FM.plan(FM.Caps(max_tokens=tokens, num_topk=m.topk, device=str(device), weight_plan=moe_plan,
                                        quant_mode=m.recipe))  # fmt: skip
     for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
-        plans[name] = G.plan(G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,)))
+        epilogue = FUSED_EPILOGUES.get(name, "none") if fused and spec.moe is None else "none"
+        q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl)
+        plans[name] = G.plan(q)
     with PreparationSession(device, compile_workers=compile_workers) as session:
         result = session.prepare([p.request(name=f"layer0.{n}") for n, p in plans.items()])
         if freeze:
@@ -251,7 +278,9 @@ def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=
             "moe": moe}  # fmt: skip
 
 
-def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50, glue=None) -> int:
+def run_demo(
+    model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50, glue=None, fused=False, pdl="off"
+) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
 
@@ -282,7 +311,9 @@ def run_demo(model: str, tokens: int, device: torch.device, seed: int = 0, repla
         print(f"    glue {glue}: {how or f'{n} Triton kernels compiled or loaded'} ({time.perf_counter() - t2:.2f} s)")
         t2 = time.perf_counter()
         moe = built["moe"]
-        plans, result = prepare(spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0])
+        plans, result = prepare(
+            spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl
+        )
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")

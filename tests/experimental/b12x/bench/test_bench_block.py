@@ -107,3 +107,13 @@ def test_glue_rows_take_the_demos_choices(capsys):
     with pytest.raises(SystemExit):
         BB.main(["--glue", "inductor"])
     assert "--glue" in capsys.readouterr().err
+
+
+def test_variants_name_valid_gemm_options():
+    """Every --variant maps to prepare()'s (fused, pdl) with a pdl mode GemmQuery takes; base is the
+    unchanged step."""
+    from flashinfer.experimental.b12x._demo import PDL_CHOICES
+
+    assert BB.VARIANTS["base"] == (False, "off")
+    for fused, pdl in BB.VARIANTS.values():
+        assert isinstance(fused, bool) and pdl in PDL_CHOICES

@@ -1,0 +1,86 @@
+"""The demo block with fused GEMM epilogues (`prepare(fused=True)`: gate_up + SiLU * up and down +
+residual, eight launches instead of ten) and programmatic dependent GEMM launches (`pdl`): the CPU
+lifecycle (contract) and the CUDA graph path (gpu), each against the fp32 reference of the block."""
+
+import subprocess
+import sys
+
+import pytest
+
+AGREEMENT = "agreement with the fp32 torch reference"
+OK = "-> OK (cosine >= 0.999)"
+
+
+def _demo(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "b12x", "demo", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.contract
+def test_cpu_fused_demo_has_eight_ops_and_agrees(capsys):
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    steps = []
+    init = run.DecodeStep.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        steps.append(self)
+
+    run.DecodeStep.__init__ = spy
+    try:
+        with pytest.warns(UserWarning, match="reference backend"):
+            rc = run.run_demo("llama-small", 2, torch.device("cpu"), fused=True, pdl="prefetch")
+    finally:
+        run.DecodeStep.__init__ = init
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    assert rc == 0 and line.endswith(OK), line
+    (step,) = steps
+    names = [name for name, _, _ in step.ops]
+    assert len(names) == 8 and "silu * up" not in names and "residual" not in names, names
+    assert names[-2:] == ["gate_up_proj + silu * up", "down_proj + residual"]
+    assert step.plans["gate_up"].caps.epilogue == "silu_mul" and step.plans["down"].caps.epilogue == "residual"
+    assert all(step.plans[n].caps.pdl == "prefetch" for n in ("qkv", "o", "gate_up", "down"))
+
+
+@pytest.mark.contract
+def test_fused_demo_agreement_check_can_fail(monkeypatch, capsys):
+    """A fused block whose down GEMM forgets the residual must fail the block-level check."""
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    mm = run.DecodeStep._mm
+
+    def no_residual(self, name, lhs, dst, residual=None):
+        if residual is None:
+            return mm(self, name, lhs, dst)
+        self.buf[dst].copy_(self.G.mm(lhs, self.w[name], epilogue="residual", residual=torch.zeros_like(self.buf[dst])))
+
+    monkeypatch.setattr(run.DecodeStep, "_mm", no_residual)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("llama-small", 1, torch.device("cpu"), fused=True)
+    assert rc == 1
+
+
+@pytest.mark.contract
+def test_demo_cli_has_the_fused_and_pdl_options():
+    out = _demo("--help")
+    assert out.returncode == 0, out.stderr
+    assert "--fused-epilogues" in out.stdout and "--gemm-pdl" in out.stdout
+    bad = _demo("--gemm-pdl", "sometimes")
+    assert bad.returncode == 2 and "--gemm-pdl" in bad.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens, pdl", [(1, "prefetch"), (8, "wait"), (3, "off")])
+def test_cuda_fused_demo_captures_and_agrees(tokens, pdl):
+    out = _demo("--tokens", str(tokens), "--fused-epilogues", "--gemm-pdl", pdl, timeout=1800)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[6] CUDA graph: one decode step captured" in out.stdout
+    assert "down_proj + residual" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
+    assert line.endswith(OK), line

@@ -1,0 +1,116 @@
+"""The fused decode kernel on the GPU (-m gpu; select with -k decode_fused): every epilogue x pdl mode at
+the demo block's shapes (W4A16 NVFP4), M = 1, 3, 16, outputs NaN-poisoned, against the fp32 reference;
+CUDA-graph replay == eager with the inputs written by the kernel before (a programmatic dependent
+launch must still wait for them), two PDL GEMMs back to back (gate_up -> down, the second's CTAs
+launched early by the first's trigger), and the one-shot mm path."""
+
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+from .helpers import make_operands
+from .test_decode_fused import check_fused
+
+pytestmark = pytest.mark.gpu
+
+B = b12x.gemm.blockscaled
+SHAPES = {"silu_mul": (11264, 2048), "residual": (2048, 5632), "none": (3072, 2048)}  # gate_up, down, qkv
+MS = (1, 3, 16)
+_PLANS: dict = {}
+_WEIGHTS: dict = {}
+
+
+def _weight(n, k):
+    if (n, k) not in _WEIGHTS:
+        _WEIGHTS[(n, k)] = make_operands("bfloat16", "nvfp4", 1, n, k, seed=n + k, device="cuda").weight
+    return _WEIGHTS[(n, k)]
+
+
+def _plan(epilogue, pdl, n, k):
+    key = (epilogue, pdl, n, k)
+    if key not in _PLANS:
+        q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue=epilogue, pdl=pdl)
+        plan = B.plan(q)
+        with b12x.PreparationSession("cuda") as s:
+            s.prepare([plan])
+        assert all(L.is_fused(cfg) for _, cfg in plan.state.selection)
+        _PLANS[key] = plan
+    return _PLANS[key]
+
+
+def _residual(m, n, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(m, n, generator=g, device="cuda").bfloat16()
+
+
+@pytest.mark.parametrize("pdl", ["off", "wait", "prefetch"])
+@pytest.mark.parametrize("epilogue", ["silu_mul", "residual", "none"])
+def test_decode_fused_matches_reference(epilogue, pdl):
+    n, k = SHAPES[epilogue]
+    plan = _plan(epilogue, pdl, n, k)
+    for m in MS:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight(n, k))
+        res = _residual(m, n, m) if epilogue == "residual" else None
+        out = torch.full(
+            (m, n // 2 if epilogue == "silu_mul" else n), float("nan"), dtype=torch.bfloat16, device="cuda"
+        )
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+
+
+def _cpu(ops):
+    """The operands on the CPU (the reference's matmuls; the GPU's fp32 matmul may use TF32)."""
+    w = ops.weight
+    cpu_w = type(w)(w.recipe, w.values.cpu(), w.scales.cpu(), w.alpha.cpu(), w.n, w.k)
+    return type(ops)(ops.a_fmt, ops.b_fmt, ops.a_values.cpu(), None, cpu_w, ops.alpha, ops.m, ops.n, ops.k)
+
+
+@pytest.mark.parametrize("pdl", ["off", "prefetch", "wait"])
+@pytest.mark.parametrize("m", MS)
+def test_decode_fused_graph_replay_equals_eager(m, pdl):
+    """A graph of: copy new activations in (a torch kernel), gate_up + silu (PDL), down + residual (PDL).
+    Replayed after the source changes, it must equal the eager run on the new source: a PDL GEMM that
+    read its activations before the previous kernel finished would see the old ones."""
+    (n1, k1), (n2, k2) = SHAPES["silu_mul"], SHAPES["residual"]
+    up_plan, down_plan = _plan("silu_mul", pdl, n1, k1), _plan("residual", pdl, n2, k2)
+    w1, w2 = _weight(n1, k1), _weight(n2, k2)
+    src = torch.randn(m, k1, device="cuda").bfloat16()
+    x = torch.empty_like(src)
+    act = torch.empty(m, n1 // 2, dtype=torch.bfloat16, device="cuda")
+    res = _residual(m, n2, 7)
+    out = torch.empty(m, n2, dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        x.copy_(src)
+        B.mm(x, w1, act, plan=up_plan, epilogue="silu_mul")
+        B.mm(act, w2, out, plan=down_plan, epilogue="residual", residual=res)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for trial in range(3):
+        src.copy_(torch.randn(m, k1, device="cuda").bfloat16() * (trial + 1))
+        act.fill_(float("nan"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        got_act, got = act.clone(), out.clone()
+        act.fill_(float("nan"))
+        out.fill_(float("nan"))
+        step()
+        torch.cuda.synchronize()
+        assert not torch.isnan(got).any()
+        assert torch.equal(got_act, act) and torch.equal(got, out), f"trial {trial}: replay differs from eager"
+
+
+def test_decode_fused_one_shot_mm():
+    n, k = SHAPES["silu_mul"]
+    ops = make_operands("bfloat16", "nvfp4", 3, n, k, seed=11, device="cuda", weight=_weight(n, k))
+    out = B.mm(ops.a_values, ops.weight, epilogue="silu_mul")
+    torch.cuda.synchronize()
+    check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
