@@ -3,7 +3,7 @@
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
-        [--expert-sweep [LABEL ...]]
+        [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -28,6 +28,10 @@ else every expert); --full-grid prepares it with compact_grid off (every T launc
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
 of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
 uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
+--tiled-dequant adds, per T, an nvfp4 row " deq": the heuristic's plan with its grouped bucket taking
+the dequantized bf16 operands (`api.ExpertBucket.dequant`: the gather and requantize write e2m1 x e4m3
+in bf16, the grouped kernels run their bf16-A path), and with --tiled a " deq" twin of each entry's
+row; other recipes get no such rows.
 --expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
 ("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label, "-s2": two column tiles
 per CTA; n2 = 16-token groups, swept
@@ -189,7 +193,8 @@ class Ours:
 
 def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None, buckets=None) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
-    buckets: None (the heuristic's expert buckets) or a tuple of `api.ExpertBucket` (CUDA only)."""
+    buckets: None (the heuristic's expert buckets), a tuple of `api.ExpertBucket` or a callable of the
+    heuristic's tuple (`with_override`; CUDA only)."""
     import b12x
     from b12x.moe import fused_moe as fm
 
@@ -216,7 +221,8 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
 
 def with_override(p, arch: str, compact_grid=None, buckets=None):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
-    compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`)."""
+    compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a callable
+    taking the heuristic's tuple to the override's)."""
     from b12x.moe import fused_moe as fm
 
     if compact_grid is None and buckets is None:
@@ -224,6 +230,8 @@ def with_override(p, arch: str, compact_grid=None, buckets=None):
     cfg = p.heuristic(arch)
     if compact_grid is not None:
         cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
+    if callable(buckets):
+        buckets = buckets(cfg.experts)
     return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
 
 
@@ -344,7 +352,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            for label, buckets in expert_variants(args, t, max_t):
+            for label, buckets in expert_variants(args, t, max_t, recipe):
                 compact = grid_choice(args)
                 ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact, buckets)
                 fmt = ours.wplan.weight_format
@@ -377,11 +385,21 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
 SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
 
 
-def expert_variants(args, t: int, max_t: int) -> list:
+def with_dequant(buckets: tuple) -> tuple:
+    """buckets with every grouped (tiled) one taking the dequantized operands (--tiled-dequant)."""
+    return tuple(replace(b, dequant=True) if b.tiled else b for b in buckets)
+
+
+def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list:
     """[(row label suffix, experts override or None)] for one T: the heuristic's plan (""), then
     with --expert-sweep one single-bucket override per `sweep_pairs` entry (" n1 w4p1"), for
-    16-token groups too when T > SWEEP_SMALL_T; --expert-sweep LABEL ... keeps those labels."""
+    16-token groups too when T > SWEEP_SMALL_T; --expert-sweep LABEL ... keeps those labels.
+    An override may be a callable (the heuristic's buckets -> the override's: `with_dequant`).
+    recipe: the row's (--tiled-dequant rows for "nvfp4" only; None: as for nvfp4)."""
     found = [("", None)]
+    dequant = getattr(args, "tiled_dequant", False) and recipe in (None, "nvfp4")
+    if dequant:
+        found.append((" deq", with_dequant))
     if getattr(args, "decode_only", False) or tiled_entries(args):
         from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
         from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
@@ -391,6 +409,8 @@ def expert_variants(args, t: int, max_t: int) -> list:
         for text in tiled_entries(args):  # the grouped kernels at every T
             cfg = parse_grouped(text)
             found.append((f" tiled {text}", (ExpertBucket(max_t, cfg, cfg),)))
+            if dequant:
+                found.append((f" tiled {text} deq", (ExpertBucket(max_t, cfg, cfg, dequant=True),)))
     labels = getattr(args, "expert_sweep", None)  # None: no sweep; []: every label
     if labels is None:
         return found
@@ -498,6 +518,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--decode-only", action="store_true", help="also time ours with the decode expert kernels at every T"
+    )
+    parser.add_argument(
+        "--tiled-dequant",
+        action="store_true",
+        help="also time nvfp4 with its grouped bucket on dequantized bf16 operands (row ' deq'; with --tiled a "
+        "' deq' twin of each entry)",
     )
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):

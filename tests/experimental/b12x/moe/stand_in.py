@@ -190,10 +190,26 @@ def kernel_intermediate(s, ids, e):
     return torch.where((rr >= 0)[..., None], c1, float("nan"))
 
 
+def nvfp4_deq(x: torch.Tensor, gs) -> torch.Tensor:
+    """bf16 deq(quant(x)) without the global scale: e2m1(q) * e4m3(sf) of quantize_nvfp4(x, gs)
+    (exact in bf16), what the "nvfp4_deq" gather and requantize write."""
+    q, sf = Q.quantize_nvfp4(x, gs)
+    return Q.dequantize_nvfp4(q, sf, 1.0).bfloat16()
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """bf16 tensors bit for bit, except that any NaN matches any NaN (a NaN input's block)."""
+    both_nan = got.isnan() & want.isnan()
+    same = got.view(torch.int16) == want.view(torch.int16)
+    bad = ~(same | both_nan)
+    assert not bool(bad.any()), f"{what}: {int(bad.sum())} elements differ, first at {bad.nonzero()[0].tolist()}"
+
+
 def check_operands(s, formats, on_input, experts, a, ids, w):
     """The FC1 operand (gather) and the FC2 operand (requantize) bytes in workspace `s` are the
     `_lib.quant` oracles' on the kernel's own inputs (a's rows; FC1's bf16 intermediate), bit for
-    bit, expert by expert. formats: the plan's operand_formats (A1, A2 or None)."""
+    bit, expert by expert. formats: the binding's operand formats as the gather and requantize
+    write them (A1, A2 or None; "nvfp4_deq": bf16 `nvfp4_deq` values in a1_deq / a2_deq)."""
     a1_fmt, a2_fmt = formats
     start = s["expert_start"].tolist()
     n = start[-1]
@@ -207,6 +223,14 @@ def check_operands(s, formats, on_input, experts, a, ids, w):
     if a2_fmt is not None:
         todo.append(("a2", a2_fmt, s["c1"][:n].float(), experts.a2_gscale))
     for name, fmt, vals, gs in todo:
+        if fmt == "nvfp4_deq":
+            for e in range(len(start) - 1):
+                lo, hi = start[e], start[e + 1]
+                if hi > lo:
+                    assert_same_bits(
+                        s[f"{name}_deq"][lo:hi], nvfp4_deq(vals[lo:hi], gs[e]), f"{name} values of expert {e}"
+                    )
+            continue
         if fmt == "bfloat16":
             assert torch.equal(s[name][:n].view(torch.int16), vals.bfloat16().view(torch.int16)), f"{name} bytes"
             continue

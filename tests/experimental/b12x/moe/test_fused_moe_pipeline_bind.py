@@ -127,6 +127,9 @@ class _Recorder:
     (an expert GEMM's name carries its grid: "fc1:list")."""
 
     expert_gemms = api.Launchers.expert_gemms
+    routing_for = api.Launchers.routing_for
+    requantizer = api.Launchers.requantizer
+    dequant = None
 
     def __init__(self, log, requant, grids=("identity", "list")):
         self.log = log

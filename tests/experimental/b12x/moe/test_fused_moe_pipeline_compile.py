@@ -44,6 +44,7 @@ def exact_ops(ops):
         ("sm_90a", "nvfp4", "int64", False),
         ("sm_120a", "mxfp8", "int32", False),
         ("sm_90a", "nvfp4", "int32", True),
+        ("sm_90a", "nvfp4_deq", "int64", False),  # the dequant bucket's gather (bf16 e2m1 x e4m3)
     ],
 )
 def test_routing_kernels_compile_exact(arch, a_fmt, ids, compact):
@@ -55,11 +56,13 @@ def test_routing_kernels_compile_exact(arch, a_fmt, ids, compact):
     ops = float_ops(k.micro) | float_ops(k.gather)
     if a_fmt != "bfloat16":
         assert "div.rn.f32" in ops and "cvt.rn.satfinite.e4m3x2.f32" in ops
-    if a_fmt == "nvfp4":
+    if a_fmt in ("nvfp4", "nvfp4_deq"):
         assert "div.rn.f32" in float_ops(k.start)  # alpha = 1 / gs, correctly rounded
 
 
-@pytest.mark.parametrize("arch, a2_fmt", [("sm_90a", None), ("sm_90a", "nvfp4"), ("sm_120a", "mxfp8")])
+@pytest.mark.parametrize(
+    "arch, a2_fmt", [("sm_90a", None), ("sm_90a", "nvfp4"), ("sm_120a", "mxfp8"), ("sm_90a", "nvfp4_deq")]
+)
 def test_requant_and_combine_compile_exact(arch, a2_fmt):
     c = _combine.compile_combine(8, 128, 2048, 768, a2_fmt, False, _combine.default_config(768), arch)
     exact_ops(float_ops(c.combine))

@@ -18,6 +18,13 @@ OPERANDS = {
     "w4a8_mx": ("mxfp8", "mxfp8"),
     "w4a8_nvfp4": ("mxfp8", "mxfp8"),
 }
+# The nvfp4 recipe's operands in a `dequant` bucket: NVFP4-quantized exactly as above, stored as
+# bf16 deq values (e2m1 x e4m3 block scale, exact in bf16; 1 / gs stays in the epilogue's alpha).
+# The routing/requantize kernels write this format; the GEMMs read it as plain bfloat16.
+NVFP4_DEQ = "nvfp4_deq"
+# Whether the heuristic's grouped bucket of an nvfp4 plan takes the dequantized bf16 operands
+# (`ExpertBucket.dequant`). Off until timed on the H200 (bench_moe --tiled-dequant).
+TILED_DEQUANT = False
 
 
 @dataclass(frozen=True)
@@ -32,12 +39,43 @@ class ExpertBucket:
     fc2: object
     fc1_span: int = 1  # column tiles per CTA (`_kernel_experts` "Fewer, fatter CTAs"); 1: one each
     fc2_span: int = 1
+    # nvfp4 recipe, grouped bucket only: the gather and the requantize write deq(quant(x)) as bf16
+    # (`NVFP4_DEQ`; the per-route NVFP4 quantization unchanged) and the grouped kernels run their
+    # bf16-A (w4a16) path with alpha = w_alpha * (1 / gs): the same products, so the same result up
+    # to fp32 accumulation order (none: both paths feed the MMA the same values times 2^-16 or 1).
+    dequant: bool = False
 
     @property
     def tiled(self) -> bool:
         """Whether both GEMMs are `_kernel_grouped.GroupedConfig`s: the grouped large-T kernels
         (gemm's tiled GEMM per expert tile, grid "tiled") instead of the decode expert kernels."""
         return _is_tiled(self.fc1) and _is_tiled(self.fc2)
+
+
+def gather_formats(quant_mode: str, bucket) -> tuple[str, str | None]:
+    """(FC1 operand, FC2 operand) as the routing gather and the requantize write them for a binding
+    in `bucket` (None: FC1's bf16 output as is): the recipe's, or NVFP4_DEQ twice in a dequant bucket."""
+    return (NVFP4_DEQ, NVFP4_DEQ) if bucket is not None and bucket.dequant else OPERANDS[quant_mode]
+
+
+def gemm_formats(quant_mode: str, bucket) -> tuple[str, str]:
+    """(FC1 A, FC2 A) formats the expert GEMMs of `bucket` read (a dequant bucket's: bfloat16)."""
+    a1, a2 = gather_formats(quant_mode, bucket)
+    return tuple("bfloat16" if f in (None, NVFP4_DEQ) else f for f in (a1, a2))
+
+
+def has_dequant(buckets) -> bool:
+    """Whether some bucket takes the dequantized operands (the plan then compiles their routing and
+    requantize kernels and holds their workspace)."""
+    return any(b.dequant for b in buckets or ())
+
+
+def plan_dequant(caps, config) -> bool:
+    """has_dequant of a prepared config's buckets; for config None (an unprepared plan's memory
+    requirements) whether the heuristic would give the plan a dequant bucket."""
+    if config is not None:
+        return has_dequant(config.experts)
+    return TILED_DEQUANT and caps.quant_mode == "nvfp4" and tiled_from(caps) is not None
 
 
 def _is_tiled(config) -> bool:
@@ -79,7 +117,8 @@ def with_tiled_bucket(caps, buckets: tuple) -> tuple:
         if t > 1 and (not kept or kept[-1].max_tokens < t - 1):  # the bucket that held t ends at t - 1
             kept.append(ExpertBucket(t - 1, b.fc1, b.fc2, b.fc1_span, b.fc2_span))
         break
-    return (*kept, ExpertBucket(caps.max_tokens, g.default_config(1), g.default_config(2)))
+    dequant = TILED_DEQUANT and caps.quant_mode == "nvfp4"
+    return (*kept, ExpertBucket(caps.max_tokens, g.default_config(1), g.default_config(2), dequant=dequant))
 
 
 def expert_bucket(buckets, t_count: int) -> int:
@@ -142,7 +181,6 @@ def check_buckets(caps, buckets) -> None:
     >= caps.max_tokens, each GEMM's tiling one the expert kernels implement for this plan."""
     ex = _experts_module()
     wp = caps.weight_plan
-    a1, a2 = OPERANDS[caps.quant_mode]
     what = "override.experts"
     if not isinstance(buckets, tuple) or not buckets or not all(isinstance(b, ExpertBucket) for b in buckets):
         raise ValueError(f"{what} must be a non-empty tuple of moe.fused_moe ExpertBucket, got {buckets!r}")
@@ -152,7 +190,13 @@ def check_buckets(caps, buckets) -> None:
     if tops[-1] < caps.max_tokens:
         raise ValueError(f"{what}: the last bucket must hold the caps' max_tokens = {caps.max_tokens}, got {tops}")
     for i, b in enumerate(buckets):
-        fcs = ((1, a1, b.fc1, wp.activation, b.fc1_span), (2, a2 or "bfloat16", b.fc2, None, b.fc2_span))
+        if not isinstance(b.dequant, bool) or (b.dequant and not (b.tiled and caps.quant_mode == "nvfp4")):
+            raise ValueError(
+                f"{what}[{i}].dequant applies to a grouped (tiled) bucket of the nvfp4 recipe only, got "
+                f"dequant={b.dequant!r} on a {'grouped' if b.tiled else 'decode'} bucket of {caps.quant_mode!r}"
+            )
+        a1, a2 = gemm_formats(caps.quant_mode, b)
+        fcs = ((1, a1, b.fc1, wp.activation, b.fc1_span), (2, a2, b.fc2, None, b.fc2_span))
         for fc, a_fmt, cfg, act, span in fcs:
             if b.tiled:
                 k = wp.hidden_size if fc == 1 else wp.intermediate_size

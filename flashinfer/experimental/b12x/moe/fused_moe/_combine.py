@@ -2,7 +2,8 @@
 
 requantize (nvfp4 / w4a8 recipes): FC1's bf16 output C [R_cap, I] (sorted rows) -> the FC2 operand,
 NVFP4 (global scale a2_gscale[sorted_expert[p]]) or MXFP8, bit-exact to the `_lib.quant` oracles on
-C's values (the same tile encoders as the gather, `_routing.store_operand`). Rows p >=
+C's values (the same tile encoders as the gather, `_routing.store_operand`), or "nvfp4_deq" (the
+NVFP4 quantization stored as bf16 e2m1 x e4m3 into a2_deq, for the grouped kernels' bf16-A path). Rows p >=
 expert_start[E] are skipped: the count is read on the device, the grid covers the live T * k rows.
 
 combine: out[t] = round_to_bf16( sum_{j = 0..k-1, route valid} w[t, j] * C2[route_row[t, j]] )
@@ -23,7 +24,16 @@ import triton.language as tl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from . import _routing
-from ._routing import OP, OPERAND_FORMATS, SF_BLOCK, TritonKernel, largest_pow2_divisor, store_operand
+from ._routing import (
+    OP,
+    OPERAND_FORMATS,
+    SF_BLOCK,
+    TritonKernel,
+    fmt_ptr,
+    largest_pow2_divisor,
+    operand_buffers,
+    store_operand,
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,7 @@ def can_implement(intermediate: int, a2_fmt: str | None, config: CombineConfig) 
     pow2 = lambda n: n > 0 and n & (n - 1) == 0
     ok = all(pow2(v) for v in (config.block_m, config.block_k, config.block_t, config.block_h))
     if a2_fmt is not None:
-        ok = ok and a2_fmt in ("nvfp4", "mxfp8") and config.block_k >= SF_BLOCK[a2_fmt]
+        ok = ok and a2_fmt in ("nvfp4", "mxfp8", "nvfp4_deq") and config.block_k >= SF_BLOCK[a2_fmt]
         ok = ok and intermediate % config.block_k == 0
     return ok and config.num_warps in (1, 2, 4, 8, 16)
 
@@ -59,7 +69,7 @@ def _requant_kernel(
     sorted_expert_ptr,  # int32 [R_cap]
     start_ptr,  # int32 [E + 1]; start[E] = live rows
     g2_ptr,  # fp32 [E] a2_gscale (nvfp4) or any fp32 pointer
-    out_ptr,  # the FC2 operand's values (uint8)
+    out_ptr,  # the FC2 operand's values (uint8; bf16 for nvfp4_deq)
     sf_ptr,  # its swizzled scales (uint8)
     R,  # T * k: rows the grid covers
     IDIM: tl.constexpr,
@@ -74,7 +84,7 @@ def _requant_kernel(
     col0 = tl.program_id(1) * BLOCK_K
     cols = col0 + tl.arange(0, BLOCK_K)
     x = tl.load(c_ptr + rows64[:, None] * IDIM + cols[None, :], mask=ok[:, None], other=0.0).to(tl.float32)
-    if FMT == 1:
+    if (FMT == 1) or (FMT == 3):
         e = tl.load(sorted_expert_ptr + rows, mask=ok, other=0)
         gs = tl.load(g2_ptr + e, mask=ok, other=1.0)
     else:
@@ -121,6 +131,7 @@ class CombineKernels:
         self.k, self.h, self.i, self.config = num_topk, hidden, intermediate, config
         key = f"combine k={num_topk} E={num_experts} H={hidden} I={intermediate} {a2_fmt} on_input={on_input}"
         self.requant = None
+        self.a2_fmt = a2_fmt
         if a2_fmt is not None:
             self.requant = TritonKernel(
                 _requant_kernel,
@@ -129,7 +140,7 @@ class CombineKernels:
                     sorted_expert_ptr="*i32",
                     start_ptr="*i32",
                     g2_ptr="*fp32",
-                    out_ptr="*u8",
+                    out_ptr=fmt_ptr(a2_fmt),
                     sf_ptr="*u8",
                     R="i32",
                 ),
@@ -162,11 +173,13 @@ class CombineKernels:
                 k._loaded(index)
 
     def requantize(self, T, s, g2) -> None:
-        """C1 -> (a2, a2_scales) for the live T * k rows (workspace views `s`)."""
+        """C1 -> the FC2 operand (a2, a2_scales; a2_deq for nvfp4_deq) for the live T * k rows
+        (workspace views `s`)."""
         cfg, R = self.config, T * self.k
         if R:
             grid = (triton.cdiv(R, cfg.block_m), self.i // cfg.block_k, 1)
-            self.requant.launch(grid, s["c1"], s["sorted_expert"], s["expert_start"], g2, s["a2"], s["a2_scales"], R)
+            values, scales = (s[name] for name in operand_buffers(2, self.a2_fmt))
+            self.requant.launch(grid, s["c1"], s["sorted_expert"], s["expert_start"], g2, values, scales, R)
 
     def __call__(self, T, s, w, out) -> None:
         """out [T, H] = the weighted sum of each token's C2 rows."""
@@ -187,7 +200,7 @@ def compile_combine(
     config: CombineConfig,
     arch: str,
 ) -> CombineKernels:
-    """requantize (a2_fmt "nvfp4" | "mxfp8", None for w4a16) + combine, compiled for `arch`."""
+    """requantize (a2_fmt "nvfp4" | "mxfp8" | "nvfp4_deq", None for w4a16) + combine, compiled for `arch`."""
     return _checked(num_topk, num_experts, hidden, intermediate, a2_fmt, on_input, config, arch)
 
 

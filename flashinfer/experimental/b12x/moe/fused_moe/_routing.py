@@ -11,8 +11,11 @@ Outputs, in the plan's workspace (sized by max_tokens, never by T):
     A1, SFA1      the FC1 operand, row p = a[sorted_token[p]] (times the route weight when it is
                   applied on the input): bf16 [R_cap, H] | NVFP4 packed uint8 [R_cap, H/2] + E4M3
                   scales (128x4 swizzled over R_cap rows, global scale a1_gscale[expert]) | MXFP8 e4m3
-                  bytes [R_cap, H] + UE8M0 scales (swizzled)
-    alpha1, alpha2 fp32 [E]           the GEMMs' activation dequant factor: 1 / a*_gscale (nvfp4), else 1
+                  bytes [R_cap, H] + UE8M0 scales (swizzled) | "nvfp4_deq": the same NVFP4
+                  quantization stored dequantized without the global scale, bf16 [R_cap, H] of
+                  e2m1(q) * e4m3(sf) (exact in bf16; for the grouped kernels' bf16-A path)
+    alpha1, alpha2 fp32 [E]           the GEMMs' activation dequant factor: 1 / a*_gscale (nvfp4 and
+                                      nvfp4_deq), else 1
     active        int32 [E]           compact_grid only: the experts with rows, ascending, then E up to
                                       [E - 1] (the expert GEMMs' grid list; otherwise 0..E-1, constant)
 
@@ -51,9 +54,15 @@ from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 
 OP = "moe.fused_moe"
-FMT_BF16, FMT_NVFP4, FMT_MXFP8 = 0, 1, 2
-OPERAND_FORMATS = {"bfloat16": FMT_BF16, "nvfp4": FMT_NVFP4, "mxfp8": FMT_MXFP8}
-SF_BLOCK = {"nvfp4": 16, "mxfp8": 32}
+FMT_BF16, FMT_NVFP4, FMT_MXFP8, FMT_NVFP4_DEQ = 0, 1, 2, 3
+OPERAND_FORMATS = {"bfloat16": FMT_BF16, "nvfp4": FMT_NVFP4, "mxfp8": FMT_MXFP8, "nvfp4_deq": FMT_NVFP4_DEQ}
+GLOBAL_SCALED = ("nvfp4", "nvfp4_deq")  # formats quantized with the expert's gs (alpha = 1 / gs)
+# Workspace buffers (values, scales) each operand format is written to ("dummy": no scales).
+BUFFERS = {
+    1: {"nvfp4_deq": ("a1_deq", "dummy")},
+    2: {"nvfp4_deq": ("a2_deq", "dummy")},
+}
+SF_BLOCK = {"nvfp4": 16, "mxfp8": 32, "nvfp4_deq": 16}
 SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}  # FORMATS.md: NVFP4 pads with 0, MX with 127 (scale 1.0)
 CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 IDS_DTYPES = {"int32": "i32", "int64": "i64"}
@@ -155,10 +164,9 @@ def _write_active(count, ea, active_ptr, E: tl.constexpr):
 
 
 @triton.jit
-def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
-    """Quantize x fp32 [BR, BK] (columns col0.. of rows rows64) to NVFP4 with per-row global scale
-    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4)."""
-    NB: tl.constexpr = KDIM // 16
+def _nvfp4_codes(x, gs, BR: tl.constexpr, BK: tl.constexpr):
+    """NVFP4 of x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (quantize_nvfp4): E2M1 codes
+    int32 [BR, BK // 16, 16] (sign in bit 3) and the E4M3 block scales [BR, BK // 16] as fp8 and fp32."""
     xb = tl.reshape(x, (BR, BK // 16, 16))
     amax = block_amax(xb)
     t = tl.minimum(tl.math.div_rn(gs[:, None] * amax, 6.0), 448.0)
@@ -172,6 +180,15 @@ def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr
     code += (mag > 5.0).to(tl.int32)
     code = tl.where((y < 0) & (code != 0), code | 8, code)
     code = tl.where(sf[:, :, None] == 0, 0, code)
+    return code, sf8, sf
+
+
+@triton.jit
+def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+    """Quantize x fp32 [BR, BK] (columns col0.. of rows rows64) to NVFP4 with per-row global scale
+    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4)."""
+    NB: tl.constexpr = KDIM // 16
+    code, sf8, _ = _nvfp4_codes(x, gs, BR, BK)
     lo, hi = tl.split(tl.reshape(code, (BR, BK // 2, 2)))
     pcols = col0 // 2 + tl.arange(0, BK // 2)
     tl.store(
@@ -180,6 +197,23 @@ def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr
     scols = col0 // 16 + tl.arange(0, BK // 16)
     offs = swizzled_scale_offsets(rows64, scols, NB)
     tl.store(sf_ptr + offs, sf8.to(tl.uint8, bitcast=True), mask=row_ok[:, None])
+
+
+@triton.jit
+def _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+    """Quantize x as `_nvfp4_tile` does and store bf16 [., KDIM] of e2m1(code) * sf: exact (a 2-bit
+    times a 4-bit significand; |value| in [2^-10, 2688]), the global scale left to the GEMM's alpha."""
+    code, _, sf = _nvfp4_codes(x, gs, BR, BK)
+    mag = code & 7  # E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    val = tl.where(mag < 4, mag.to(tl.float32) * 0.5, (mag - 2).to(tl.float32))  # 4..6 -> 2, 3, 4
+    val = tl.where(mag == 7, 6.0, val)
+    val = tl.where(code >= 8, -val, val) * sf[:, :, None]
+    cols = col0 + tl.arange(0, BK)
+    tl.store(
+        out_ptr + rows64[:, None] * KDIM + cols[None, :],
+        tl.reshape(val, (BR, BK)).to(tl.bfloat16),
+        mask=row_ok[:, None],
+    )
 
 
 @triton.jit
@@ -225,8 +259,10 @@ def store_operand(
         tl.store(out_ptr + rows64[:, None] * KDIM + cols[None, :], x.to(tl.bfloat16), mask=row_ok[:, None])
     elif FMT == 1:
         _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM, BR, BK)
-    else:
+    elif FMT == 2:
         _mxfp8_tile(x, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM, BR, BK)
+    else:
+        _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM, BR, BK)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -280,7 +316,7 @@ def _route_gather_kernel(
                 ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, CHUNK), R, ids_st, ids_sj, K, E)
                 below += tl.sum((ex[None, :] < ec[:, None]).to(tl.int32), axis=1)
             tl.store(start_ptr + ec, below, mask=ec <= E)
-            _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, FMT == 1)
+            _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, (FMT == 1) or (FMT == 3))
             if COMPACT:
                 if pid == n_route_blocks:  # one program lists the hit experts (all E counts)
                     ea = tl.arange(0, E_PAD)
@@ -318,7 +354,7 @@ def _route_gather_kernel(
         if ON_INPUT:
             w = tl.load(w_ptr + tok64 * w_st + (r - tok * K) * w_sj, mask=valid, other=0.0)
             x = x * w[:, None]
-        if FMT == 1:
+        if (FMT == 1) or (FMT == 3):
             gs = tl.load(g1_ptr + e, mask=valid, other=1.0)
         else:
             gs = tl.full([BLOCK_R], 1.0, tl.float32)
@@ -455,8 +491,14 @@ class TritonKernel:
             fn[grid](*args, *self._tail, stream=stream)
 
 
-def _fmt_ptr(a_fmt: str) -> str:
-    return "*bf16" if a_fmt == "bfloat16" else "*u8"
+def fmt_ptr(a_fmt: str) -> str:
+    """The Triton pointer type of an operand format's values."""
+    return "*bf16" if a_fmt in ("bfloat16", "nvfp4_deq") else "*u8"
+
+
+def operand_buffers(which: int, fmt: str) -> tuple[str, str]:
+    """(values, scales) workspace names operand `which` (1: FC1's, 2: FC2's) in `fmt` is written to."""
+    return BUFFERS[which].get(fmt, (f"a{which}", f"a{which}_scales"))
 
 
 class RoutingKernels:
@@ -471,7 +513,7 @@ class RoutingKernels:
         gather_sig = dict(
             ids_ptr=ids, w_ptr=f32, a_ptr="*bf16", start_ptr=i32, sorted_token_ptr=i32, sorted_expert_ptr=i32,
             route_row_ptr=i32, offs_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32,
-            active_ptr=i32, out_ptr=_fmt_ptr(a_fmt), sf_ptr="*u8", T="i32", ids_st="i32", ids_sj="i32", w_st="i32", w_sj="i32",
+            active_ptr=i32, out_ptr=fmt_ptr(a_fmt), sf_ptr="*u8", T="i32", ids_st="i32", ids_sj="i32", w_st="i32", w_sj="i32",
         )  # fmt: skip
         common = dict(K=num_topk, E=num_experts, H=hidden, FMT=OPERAND_FORMATS[a_fmt], ON_INPUT=bool(on_input))
         e_pad = triton.next_power_of_2(num_experts)
@@ -506,7 +548,7 @@ class RoutingKernels:
         self.start = TritonKernel(
             _route_start_kernel,
             dict(count_ptr=i32, start_ptr=i32, g1_ptr=f32, g2_ptr=f32, alpha1_ptr=f32, alpha2_ptr=f32, active_ptr=i32),
-            dict(E=num_experts, E_PAD=e_pad, NVFP4=a_fmt == "nvfp4", COMPACT=cfg.compact_grid),
+            dict(E=num_experts, E_PAD=e_pad, NVFP4=a_fmt in GLOBAL_SCALED, COMPACT=cfg.compact_grid),
             nw,
             arch,
             key + " start",
@@ -530,7 +572,8 @@ class RoutingKernels:
             return
         strides = (ids.stride(0), ids.stride(1), w.stride(0), w.stride(1))
         n_h = self.h // cfg.block_h
-        tail = (s["a1"], s.get("a1_scales", s["dummy"]), T, *strides)
+        values, scales = operand_buffers(1, self.a_fmt)
+        tail = (s[values], s.get(scales, s["dummy"]), T, *strides)
         meta = (s["expert_start"], s["sorted_token"], s["sorted_expert"], s["route_row"], s["hist"])
         alphas = (g1, g2, s["alpha1"], s["alpha2"], s["active"])
         if R <= cfg.micro_max_routes:

@@ -11,6 +11,9 @@ every intermediate in the plan's workspace (sized by max_tokens):
 no allocation (pass `output=`), no compile, no host sync, so a call can be captured in a CUDA graph
 and replayed for its T. Live T picks the routing path at run time (micro: one launch routes and
 gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launches); no T compiles.
+A bucket with `dequant` (nvfp4 recipe, grouped kernels; `_buckets.py`) has its own routing and
+requantize kernels write the NVFP4-quantized operands dequantized to bf16 (a1_deq, a2_deq) and its
+GEMMs read them as bf16: the binding's `dequant` picks those launchers.
 
     wplan = plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
                          num_experts=E, hidden_size=H, intermediate_size=I)
@@ -33,8 +36,9 @@ import torch
 
 from ..._lib.checks import describe
 from ...preparation.plan import Plan
-from . import reference
+from . import _buckets, reference
 from ._buckets import (  # noqa: F401  (re-exported: tests and benchmarks import them from api)
+    NVFP4_DEQ,
     OPERANDS,
     TILED_ROWS,
     ExpertBucket,
@@ -45,6 +49,9 @@ from ._buckets import (  # noqa: F401  (re-exported: tests and benchmarks import
     expert_grid,
     expert_grids,
     expert_variants,
+    gather_formats,
+    gemm_formats,
+    has_dequant,
     tiled_from,
     with_tiled_bucket,
 )
@@ -158,23 +165,23 @@ class FusedMoePlan(Plan):
         """{(grid, bucket index): ((compile_fc1, args), (compile_fc2, args))} of `expert_variants`."""
         ex = _experts_module()
         caps, wp = self.caps, self.caps.weight_plan
-        a1, a2 = self.operand_formats
         e, k = wp.num_experts, caps.num_topk
         out = {}
         for grid, i in expert_variants(config.routing.compact_grid, e, k, caps.max_tokens, config.experts):
             b = config.experts[i]
+            a1, a2 = gemm_formats(caps.quant_mode, b)  # a dequant bucket's GEMMs read bf16 A
             if grid == "tiled":
                 g = _grouped_module()
                 out[(grid, i)] = (
                     (g.compile_grouped_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, e)),
-                    (g.compile_grouped_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, e)),
+                    (g.compile_grouped_fc2, (a2, wp.weight_format, b.fc2, arch, e)),
                 )
                 continue
             # span only when > 1: a span-1 job keeps the arguments (and launch) it always had
             span1, span2 = ((s,) if s != 1 else () for s in (b.fc1_span, b.fc2_span))
             out[(grid, i)] = (
                 (ex.compile_fc1, (a1, wp.weight_format, wp.activation, b.fc1, arch, grid, *span1)),
-                (ex.compile_fc2, (a2 or "bfloat16", wp.weight_format, b.fc2, arch, grid, *span2)),
+                (ex.compile_fc2, (a2, wp.weight_format, b.fc2, arch, grid, *span2)),
             )
         return out
 
@@ -192,8 +199,13 @@ class FusedMoePlan(Plan):
             caps.num_topk,
             caps.apply_router_weight_on_input,
         )
-        jobs = [(_routing.compile_routing, (d, k, e, h, a1, on_input, config.routing, arch)) for d in IDS_DTYPES]
-        jobs.append((_combine.compile_combine, (k, e, h, i, a2, on_input, config.combine, arch)))
+        formats = [(a1, a2)]
+        if has_dequant(config.experts):  # routing and requantize writing the dequantized operands too
+            formats.append((NVFP4_DEQ, NVFP4_DEQ))
+        jobs = []
+        for f1, f2 in formats:
+            jobs += [(_routing.compile_routing, (d, k, e, h, f1, on_input, config.routing, arch)) for d in IDS_DTYPES]
+            jobs.append((_combine.compile_combine, (k, e, h, i, f2, on_input, config.combine, arch)))
         for pair in self.expert_jobs(config, arch).values():
             jobs += [job for job in pair if job not in jobs]  # buckets may share a GEMM's tiling
         return tuple(jobs)
@@ -234,6 +246,9 @@ class FusedMoePlan(Plan):
             elif fmt is not None:
                 specs.append(S(name, (r_cap, cols // 2 if fmt == "nvfp4" else cols), "uint8", device))
                 specs.append(S(f"{name}_scales", (swizzled_size(r_cap, cols // SF_BLOCK[fmt]),), "uint8", device))
+        if _buckets.plan_dequant(caps, config):  # a dequant bucket's bf16 FC1 and FC2 operands
+            specs.append(S("a1_deq", (r_cap, h), "bfloat16", device))
+            specs.append(S("a2_deq", (r_cap, i), "bfloat16", device))
         specs.append(S("c1", (r_cap, i), "bfloat16", device))
         specs.append(S("c2", (r_cap, h), "float32", device))
         return tuple(specs)
@@ -251,6 +266,9 @@ class FusedMoePlan(Plan):
         index = state.device.index if state.device.index is not None else torch.cuda.current_device()
         for kern in (*launchers.routing.values(), launchers.combine):
             kern.load(index)
+        if launchers.dequant is not None:
+            for kern in (*launchers.dequant[0].values(), launchers.dequant[1]):
+                kern.load(index)
         _prime_experts(self, state)
         torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
 
@@ -263,6 +281,16 @@ class Launchers:
     combine: object  # _combine.CombineKernels
     # (expert grid ("identity", "list"), bucket index) -> (fc1, fc2): only the variants the plan compiled
     experts: dict
+    # (routing per ids dtype, combine) writing the NVFP4_DEQ operands, for dequant buckets; None: none
+    dequant: tuple | None = None
+
+    def routing_for(self, ids_dtype: str, dequant: bool = False):
+        """The routing/gather kernels a binding runs (its ids dtype name; dequant: its bucket's)."""
+        return (self.dequant[0] if dequant else self.routing)[ids_dtype]
+
+    def requantizer(self, dequant: bool = False):
+        """The CombineKernels whose `requantize` a binding runs (its bucket's FC2 operand format)."""
+        return self.dequant[1] if dequant else self.combine
 
     def expert_gemms(self, grid: str, bucket: int = 0) -> tuple:
         """(fc1, fc2) of one variant (a binding's `grid` and `bucket`)."""
@@ -277,15 +305,18 @@ class Launchers:
 
 def resolve_launchers(jobs, experts: dict) -> Launchers:
     """The Launchers of `FusedMoePlan.kernels`' (compile function, args) jobs: routing per ids
-    dtype and the combine, in job order; experts: `FusedMoePlan.expert_jobs` ((grid, bucket) ->
-    the FC1 and FC2 jobs), each resolved (a compiled kernel resolves from memory)."""
-    found = {}
+    dtype and the combine, per operand format (the recipe's; NVFP4_DEQ for dequant buckets);
+    experts: `FusedMoePlan.expert_jobs` ((grid, bucket) -> the FC1 and FC2 jobs), each resolved
+    (a compiled kernel resolves from memory)."""
+    routing, combine = {False: {}, True: {}}, {}
     for fn, args in jobs:
-        if fn.__name__ in ("compile_routing", "compile_combine"):
-            found.setdefault(fn.__name__, []).append(fn(*args))
-    routing = dict(zip(IDS_DTYPES, found["compile_routing"]))
+        if fn.__name__ == "compile_routing":  # (ids dtype, k, E, H, a_fmt, ...)
+            routing[args[4] == NVFP4_DEQ][args[0]] = fn(*args)
+        elif fn.__name__ == "compile_combine":  # (k, E, H, I, a2_fmt, ...)
+            combine[args[4] == NVFP4_DEQ] = fn(*args)
     gemms = {key: tuple(fn(*args) for fn, args in pair) for key, pair in experts.items()}
-    return Launchers(routing, found["compile_combine"][0], gemms)
+    dequant = (routing[True], combine[True]) if True in combine else None
+    return Launchers(routing[False], combine[False], gemms, dequant)
 
 
 def _fill_constants(p: FusedMoePlan, s: dict) -> None:
@@ -316,15 +347,19 @@ def _prime_experts(p: FusedMoePlan, state) -> None:
     b1 = torch.zeros(1, n1, h // 2, dtype=torch.uint8, device=dev)
     b2 = torch.zeros(1, h, i // 2, dtype=torch.uint8, device=dev)
     sf1 = torch.zeros(1, 16, dtype=torch.uint8, device=dev)
-    a1, a2 = _operands(p, s)
     active = torch.zeros(1, dtype=torch.int32, device=dev)
-    for fc1, fc2 in L.experts.values():
+    found = getattr(state.selection, "experts", None) or ()  # the buckets (none in a hand-built state)
+    for (_, bucket), (fc1, fc2) in L.experts.items():
+        a1, a2 = _operands(p, s, found[bucket] if bucket < len(found) else None)
         fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"], active)
         fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one, active)
 
 
-def _operands(p: FusedMoePlan, s: dict):
-    """((A1, SFA1), (A2, SFA2)) as the expert GEMMs take them (SFA: a uint8 view or the dummy)."""
+def _operands(p: FusedMoePlan, s: dict, bucket=None):
+    """((A1, SFA1), (A2, SFA2)) as the expert GEMMs of `bucket` take them (SFA: a uint8 view or the
+    dummy; a dequant bucket's: the bf16 a1_deq and a2_deq)."""
+    if bucket is not None and bucket.dequant:
+        return (s["a1_deq"], s["dummy"]), (s["a2_deq"], s["dummy"])
     a1, a2 = p.operand_formats
     first = (s["a1"], s["a1_scales"] if a1 != "bfloat16" else s["dummy"])
     second = (s["c1"], s["dummy"]) if a2 is None else (s["a2"], s["a2_scales"])
@@ -378,6 +413,7 @@ class FusedMoeBinding:
     gscales: tuple | None = None  # CUDA: (a1_gscale, a2_gscale) or fp32 stand-ins
     grid: str | None = None  # CUDA: the expert GEMMs' variant (`expert_grid`)
     bucket: int = 0  # CUDA: the expert GEMMs' tiling bucket (`expert_bucket`)
+    dequant: bool = False  # CUDA: that bucket takes the NVFP4_DEQ operands (`ExpertBucket.dequant`)
 
 
 def _on_device(name: str, t: torch.Tensor, device: str) -> None:
@@ -489,13 +525,14 @@ def device_binding(
 ) -> FusedMoeBinding:
     """The binding of the device pipeline on workspace views `s` (arguments already checked);
     compact: the selection's routing.compact_grid; buckets: its expert buckets (None: bucket 0)."""
-    (A1, SFA1), (A2, SFA2) = _operands(plan, s)
+    e, k = plan.caps.weight_plan.num_experts, plan.caps.num_topk
+    bucket = 0 if buckets is None else expert_bucket(buckets, a.shape[0])
+    dequant = buckets is not None and buckets[bucket].dequant
+    (A1, SFA1), (A2, SFA2) = _operands(plan, s, buckets[bucket] if buckets is not None else None)
     ex, u8 = experts, torch.uint8
     # The expert GEMMs' grid rows: every expert ("identity": the active argument is not read), or
     # (compact_grid with T * k < E) the first T * k entries of the routing's list of hit experts: no
     # more can have rows.
-    e, k = plan.caps.weight_plan.num_experts, plan.caps.num_topk
-    bucket = 0 if buckets is None else expert_bucket(buckets, a.shape[0])
     grid = expert_grid(compact, e, k, a.shape[0])
     active = s["active"][: a.shape[0] * k] if grid == "list" else s["active"]
     if buckets is not None and buckets[bucket].tiled:  # the grouped kernels read the rows' experts
@@ -504,9 +541,12 @@ def device_binding(
     fc1 += (s["act_params"], active)
     fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
     fc2 += (active,)
+    # a dequant bucket's A is e2m1 x sf without 1 / gs: s["alpha1"], s["alpha2"] (= 1 / gs) hold it
     nvfp4 = plan.operand_formats[0] == "nvfp4"
     gscales = (ex.a1_gscale, ex.a2_gscale) if nvfp4 else (s["alpha1"], s["alpha2"])
-    return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid, bucket)
+    return FusedMoeBinding(
+        plan, a, experts, topk_weights, topk_ids, output, s, fc1, fc2, gscales, grid, bucket, dequant
+    )
 
 
 def run(*, binding: FusedMoeBinding) -> torch.Tensor:
@@ -549,12 +589,13 @@ def execute(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> None
         return
     s = b.scratch
     g1, g2 = b.gscales
-    routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    routing = launchers.routing_for(str(b.topk_ids.dtype).removeprefix("torch."), b.dequant)
+    requant = launchers.requantizer(b.dequant)
     fc1, fc2 = launchers.expert_gemms(b.grid, b.bucket)
     routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)
     fc1(*b.fc1_args)
-    if launchers.combine.requant is not None:
-        launchers.combine.requantize(t_count, s, g2)
+    if requant.requant is not None:
+        requant.requantize(t_count, s, g2)
     fc2(*b.fc2_args)
     launchers.combine(t_count, s, b.topk_weights, out)
 
@@ -568,14 +609,15 @@ def steps(launchers: Launchers, b: FusedMoeBinding, out: torch.Tensor) -> list:
         return []
     s = b.scratch
     g1, g2 = b.gscales
-    routing = launchers.routing[str(b.topk_ids.dtype).removeprefix("torch.")]
+    routing = launchers.routing_for(str(b.topk_ids.dtype).removeprefix("torch."), b.dequant)
+    requant = launchers.requantizer(b.dequant)
     fc1, fc2 = launchers.expert_gemms(b.grid, b.bucket)
     found = [
         ("route+gather", lambda: routing(t_count, b.topk_ids, b.topk_weights, b.a, s, g1, g2)),
         ("fc1", lambda: fc1(*b.fc1_args)),
     ]
-    if launchers.combine.requant is not None:
-        found.append(("requantize", lambda: launchers.combine.requantize(t_count, s, g2)))
+    if requant.requant is not None:
+        found.append(("requantize", lambda: requant.requantize(t_count, s, g2)))
     found.append(("fc2", lambda: fc2(*b.fc2_args)))
     found.append(("combine", lambda: launchers.combine(t_count, s, b.topk_weights, out)))
     return found

@@ -1,0 +1,166 @@
+"""moe.fused_moe's nvfp4 dequant bucket on the host (`ExpertBucket.dequant`, `_buckets.TILED_DEQUANT`):
+the heuristic gives it to the grouped bucket of an nvfp4 plan only when the flag is on (off by default),
+override checks, the workspace (a1_deq / a2_deq only with a dequant bucket), the compile jobs (the
+NVFP4_DEQ routing and requantize, bf16-A grouped GEMMs), resolve_launchers, bind's choice per live T
+(meta tensors, as test_fused_moe_pipeline_bind.py) and bench_moe's --tiled-dequant rows. The kernels'
+bytes and the layer's values: test_fused_moe_dequant_cases.py (interpreter) and
+test_fused_moe_dequant_gpu.py."""
+
+import argparse
+import dataclasses
+
+import pytest
+import torch
+
+from b12x.moe import fused_moe as fm
+from flashinfer.experimental.b12x._lib.scratch import dtype_name
+from flashinfer.experimental.b12x.moe.fused_moe import _buckets, api
+
+from .moe_cases import weight_plan
+from .test_fused_moe_pipeline_bind import config, device_plan
+
+pytestmark = pytest.mark.contract
+
+
+def _g():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    return G
+
+
+def _caps(mode, max_tokens=4096, *, e=128, k=8, h=2048, i=768, device="cpu"):
+    wp = weight_plan("modelopt_nvfp4", "silu", (mode,), e=e, h=h, i=i)
+    return api.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wp, quant_mode=mode)
+
+
+def _heuristic(mode, monkeypatch, flag):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    monkeypatch.setattr(_buckets, "TILED_DEQUANT", flag)
+    caps = _caps(mode)
+    return caps, api.with_tiled_bucket(caps, X.default_buckets(caps.max_tokens))
+
+
+def test_the_default_heuristic_keeps_the_packed_operands():
+    assert _buckets.TILED_DEQUANT is False  # flipped only on a measured win (docs/predictions/moe.md)
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    got = api.with_tiled_bucket(_caps("nvfp4"), X.default_buckets(4096))
+    assert got[-1].tiled and not any(b.dequant for b in got)
+
+
+@pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
+def test_the_flag_gives_the_grouped_bucket_of_nvfp4_only(mode, monkeypatch):
+    caps, got = _heuristic(mode, monkeypatch, True)
+    assert [b.tiled for b in got] == [False, False, False, True]
+    assert [b.dequant for b in got] == [False, False, False, mode == "nvfp4"]
+    api.check_buckets(caps, got)  # the heuristic's buckets pass the override check
+    assert api.gemm_formats(mode, got[-1]) == ("bfloat16", "bfloat16")  # the grouped GEMMs' bf16-A path
+    assert api.gather_formats("nvfp4", got[-1] if mode == "nvfp4" else None) == (
+        (api.NVFP4_DEQ, api.NVFP4_DEQ) if mode == "nvfp4" else ("nvfp4", "nvfp4")
+    )
+    assert api.gemm_formats("nvfp4", got[0]) == ("nvfp4", "nvfp4")  # decode buckets: unchanged
+
+
+def test_override_checks_name_the_dequant_bucket(monkeypatch):
+    caps, got = _heuristic("nvfp4", monkeypatch, True)
+    decode = dataclasses.replace(got[0], dequant=True)
+    with pytest.raises(ValueError, match=r"override.experts\[0\].dequant applies to a grouped \(tiled\) bucket"):
+        api.check_buckets(caps, (decode, *got[1:]))
+    w4, w4_got = _heuristic("w4a16", monkeypatch, False)
+    bad = (*w4_got[:-1], dataclasses.replace(w4_got[-1], dequant=True))
+    with pytest.raises(ValueError, match=r"override.experts\[3\].dequant .* of 'w4a16'"):
+        api.check_buckets(w4, bad)
+    with pytest.raises(ValueError, match="dequant=1"):
+        api.check_buckets(caps, (*got[:-1], dataclasses.replace(got[-1], dequant=1)))
+
+
+def test_workspace_holds_the_bf16_operands_only_with_a_dequant_bucket(monkeypatch):
+    caps, got = _heuristic("nvfp4", monkeypatch, True)
+    caps = dataclasses.replace(caps, device="cuda")
+    p = fm.plan(caps)
+    r = caps.max_tokens * caps.num_topk
+    cfg = api.MoeConfig(config(2048, 768).routing, config(2048, 768).combine, got)
+    specs = {s.name: (s.shape, dtype_name(s.dtype)) for s in p.scratch_specs(cfg, "cuda")}
+    assert specs["a1_deq"] == ((r, 2048), "bfloat16") and specs["a2_deq"] == ((r, 768), "bfloat16")
+    assert "a1" in specs and "a1_scales" in specs and "a2" in specs  # the decode buckets' operands stay
+    plain = dataclasses.replace(cfg, experts=tuple(dataclasses.replace(b, dequant=False) for b in got))
+    assert not {"a1_deq", "a2_deq"} & {s.name for s in p.scratch_specs(plain, "cuda")}
+    assert "a1_deq" in {s.name for s in p.scratch_specs(None, "cuda")}  # unprepared: the heuristic's (flag on)
+    monkeypatch.setattr(_buckets, "TILED_DEQUANT", False)
+    assert "a1_deq" not in {s.name for s in p.scratch_specs(None, "cuda")}
+
+
+def _stub(fn):
+    out = lambda *args, name=fn.__name__: (name, args)  # noqa: E731
+    out.__name__ = fn.__name__
+    return out
+
+
+def test_jobs_compile_the_dequant_kernels_and_resolve_apart(monkeypatch):
+    caps, got = _heuristic("nvfp4", monkeypatch, True)
+    caps = dataclasses.replace(caps, device="cuda")
+    p = fm.plan(caps)
+    cfg = p.heuristic("sm_90a")
+    assert cfg.experts == got
+    jobs = p.kernels(cfg, "sm_90a")
+    routing = [args for fn, args in jobs if fn.__name__ == "compile_routing"]
+    combine = [args for fn, args in jobs if fn.__name__ == "compile_combine"]
+    assert [(a[0], a[4]) for a in routing] == [("int32", "nvfp4"), ("int64", "nvfp4")] + [
+        ("int32", api.NVFP4_DEQ),
+        ("int64", api.NVFP4_DEQ),
+    ]
+    assert [a[4] for a in combine] == ["nvfp4", api.NVFP4_DEQ]
+    expert_jobs = p.expert_jobs(cfg, "sm_90a")
+    (fc1, args1), (fc2, args2) = expert_jobs[("tiled", 3)]
+    assert fc1.__name__ == "compile_grouped_fc1" and args1[0] == "bfloat16"
+    assert fc2.__name__ == "compile_grouped_fc2" and args2[0] == "bfloat16"
+    for key, ((_, a1), (_, a2)) in expert_jobs.items():
+        if key[0] != "tiled":
+            assert a1[0] == a2[0] == "nvfp4"  # the decode buckets keep the packed operands
+    fake = [(_stub(fn), args) for fn, args in jobs]
+    stubs = {key: tuple((_stub(fn), args) for fn, args in pair) for key, pair in expert_jobs.items()}
+    L = api.resolve_launchers(fake, stubs)
+    assert L.routing_for("int64")[1][4] == "nvfp4" and L.routing_for("int64", True)[1][4] == api.NVFP4_DEQ
+    assert L.requantizer()[1][4] == "nvfp4" and L.requantizer(True)[1][4] == api.NVFP4_DEQ
+    plain = api.resolve_launchers([job for job in fake if api.NVFP4_DEQ not in job[1]], stubs)
+    assert plain.dequant is None
+
+
+def test_bind_takes_the_dequant_operands_in_that_bucket_only():
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    p, tensors = device_plan("nvfp4")  # T = 5, max_tokens 8
+    g = _g().GroupedConfig()
+    small = X.default_buckets(4)[0]
+    bk = (api.ExpertBucket(4, small.fc1, small.fc2), api.ExpertBucket(8, g, g, dequant=True))
+    st = p._state
+    st.selection = dataclasses.replace(config(), experts=bk)
+    specs = p.scratch_specs(st.selection, "cuda")
+    st.scratch = {s.name: torch.empty(s.shape, dtype=getattr(torch, dtype_name(s.dtype)), device="meta") for s in specs}
+    s = st.scratch
+    b = fm.bind(p, **tensors)
+    assert b.dequant and b.bucket == 1 and b.grid == "tiled"
+    assert b.fc1_args[0] is s["a1_deq"] and b.fc1_args[1] is s["dummy"]
+    assert b.fc2_args[0] is s["a2_deq"] and b.fc2_args[1] is s["dummy"]
+    assert b.fc1_args[7] is s["alpha1"] and b.fc2_args[7] is s["alpha2"]  # 1 / gs in the epilogue
+    ex = tensors["experts"]
+    assert b.gscales == (ex.a1_gscale, ex.a2_gscale)  # the gather still quantizes with gs
+    part = {k: tensors[k][:4] for k in ("a", "topk_ids", "topk_weights")}
+    d = fm.bind(p, **{**tensors, **part})
+    assert not d.dequant and d.bucket == 0 and d.fc1_args[0] is s["a1"] and d.fc2_args[0] is s["a2"]
+
+
+def test_bench_tiled_dequant_rows():
+    from benchmarks.experimental.b12x import bench_moe as B
+
+    args = argparse.Namespace(tiled_dequant=True)
+    rows = B.expert_variants(args, 4096, 4096, "nvfp4")
+    assert [label for label, _ in rows] == ["", " deq"] and rows[1][1] is B.with_dequant
+    assert B.expert_variants(args, 4096, 4096, "w4a16") == [("", None)]
+    tiled = B.expert_variants(argparse.Namespace(tiled_dequant=True, tiled=["64x256x1x4"]), 4096, 4096, "nvfp4")
+    assert [label for label, _ in tiled] == ["", " deq", " tiled 64x256x1x4", " tiled 64x256x1x4 deq"]
+    assert not tiled[2][1][0].dequant and tiled[3][1][0].dequant
+    p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
+    planned = B.with_override(p, "sm_90a", None, B.with_dequant)
+    assert [b.dequant for b in planned.override.experts] == [False, False, False, True]

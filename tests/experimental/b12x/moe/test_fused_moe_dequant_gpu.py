@@ -1,0 +1,107 @@
+"""moe.fused_moe's nvfp4 dequant bucket on the GPU (H200): the heuristic's plan with its grouped bucket
+taking the dequantized bf16 operands (`ExpertBucket.dequant`, bench_moe's `with_dequant`) against
+1. test_fused_moe_gpu.py's numeric bar (outputs and the FC1 intermediate NaN-poisoned, the operands
+   read back bit for bit: a1_deq / a2_deq = stand_in.nvfp4_deq of the kernel's inputs in the grouped
+   bucket, the packed bytes in the decode buckets; check_staged's three stages);
+2. the packed-NVFP4 plan (the default) on the same inputs, bit for bit: both paths give the MMAs
+   the same values (e2m1 x e4m3 exactly, times 2^-16 in the packed path's shared tiles) in the same
+   K order, and the epilogue's alpha absorbs the power of two exactly;
+3. CUDA graph replay equal to eager (E = 128).
+At T = 1000 every issue shape is still in a decode bucket (tiled_from: 1024 / 2048 / 3277), so the
+plan's decode path is checked too; T = 4096 runs the grouped bucket at all three."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import b12x
+from b12x.moe import fused_moe as fm
+from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint, with_dequant
+from flashinfer.experimental.b12x.moe.fused_moe import api
+
+from .stand_in import check_operands, check_staged, kernel_intermediate
+from .test_fused_moe_gpu import DEV, SHAPES, inputs
+
+pytestmark = pytest.mark.gpu
+
+
+def build_pair(shape, max_tokens=4096, seed=0):
+    """(dequant plan, packed plan, experts): the heuristic's nvfp4 plan with and without
+    ExpertBucket.dequant on its grouped bucket, prepared together on one set of weights."""
+    e, k, h, i = shape
+    wplan = fm.plan_weights(
+        quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu", num_experts=e, hidden_size=h,
+        intermediate_size=i,
+    )  # fmt: skip
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
+    caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode="nvfp4")
+    packed = fm.plan(caps)
+    cfg = packed.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
+    assert cfg.experts[-1].tiled and not cfg.experts[-1].dequant  # the default keeps the packed operands
+    dequant = fm.plan(caps, override=replace(cfg, experts=with_dequant(cfg.experts)))
+    with b12x.PreparationSession(DEV) as session:
+        session.prepare([dequant, packed])
+    return dequant, packed, experts
+
+
+def run(p, experts, a, ids, w):
+    """(binding, out) of one NaN-poisoned run (out and FC1's intermediate poisoned first)."""
+    out = torch.full_like(a, float("nan"))
+    p.state.scratch["c1"].fill_(float("nan"))
+    b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
+    fm.run(binding=b)
+    torch.cuda.synchronize()
+    return b, out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_dequant_bucket_vs_reference_and_packed(shape):
+    e, k, h, _ = shape
+    dequant, packed, experts = build_pair(shape)
+    tiled_t = api.tiled_from(dequant.caps)
+    for t in (1000, 4096):
+        a, ids, w = inputs(t, k, e, h, seed=200 + t)
+        what = f"nvfp4 dequant {shape} T={t}"
+        s = dequant.state.scratch
+        s["a1_deq"].fill_(float("nan"))
+        s["a2_deq"].fill_(float("nan"))
+        b, out = run(dequant, experts, a, ids, w)
+        assert b.dequant is (t >= tiled_t), f"{what}: dequant {b.dequant}, grouped bucket from T = {tiled_t}"
+        bucket = dequant.state.selection.experts[b.bucket]
+        check_operands(s, api.gather_formats("nvfp4", bucket), False, experts, a, ids, w)
+        check_staged(out, kernel_intermediate(s, ids, e), a, experts, w, ids, what=what, quant_mode="nvfp4")
+        _, want = run(packed, experts, a, ids, w)
+        same = out.view(torch.int16) == want.view(torch.int16)
+        assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
+
+
+def test_dequant_graph_replay_equals_eager():
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    dequant, _, experts = build_pair(shape)
+    t = 4096
+    a, ids, w = inputs(t, k, e, h, seed=7)
+    out = torch.full_like(a, float("nan"))
+    binding = fm.bind(dequant, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
+    assert binding.dequant
+    side = torch.cuda.Stream()  # warm outside the capture, as test_fused_moe_gpu's replay test
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fm.run(binding=binding)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fm.run(binding=binding)
+    for seed in (8, 9):  # other routings and inputs in the captured buffers
+        a2, ids2, w2 = inputs(t, k, e, h, seed=seed)
+        a.copy_(a2), ids.copy_(ids2), w.copy_(w2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = out.clone()
+        _, eager = run(dequant, experts, a2, ids2, w2)
+        assert torch.equal(replayed.view(torch.int16), eager.view(torch.int16)), f"seed {seed}: replay differs"
