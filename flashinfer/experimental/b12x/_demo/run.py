@@ -214,11 +214,24 @@ FUSED_EPILOGUES = {"gate_up": "silu_mul", "down": "residual"}  # prepare(fused=T
 
 
 def prepare(
-    spec, weights, cache, device, tokens, *, moe_plan=None, compile_workers=None, freeze=True, fused=False, pdl="off"
+    spec,
+    weights,
+    cache,
+    device,
+    tokens,
+    *,
+    moe_plan=None,
+    compile_workers=None,
+    freeze=True,
+    fused=False,
+    pdl="off",
+    gate_up_opts=None,
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
-    programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl).
+    programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
+    gate_up_opts: DecodeConfig changes for the fused gate_up's kernel (launch.fused_config's opts, a plan
+    override: bench_block's variants sweep them).
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -245,7 +258,13 @@ def prepare(
     for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
         epilogue = FUSED_EPILOGUES.get(name, "none") if fused and spec.moe is None else "none"
         q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl)
-        plans[name] = G.plan(q)
+        override = None
+        if epilogue == "silu_mul" and gate_up_opts:
+            from ..gemm._shared import launch as L
+
+            bucket = L.bucket_for(tokens)
+            override = {bucket: L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, gate_up_opts)}
+        plans[name] = G.plan(q, override=override)
     with PreparationSession(device, compile_workers=compile_workers) as session:
         result = session.prepare([p.request(name=f"layer0.{n}") for n, p in plans.items()])
         if freeze:

@@ -141,13 +141,25 @@ def sm120_mma(a_fmt: str | None, b_fmt: str | None, bucket: str, arch: str | Non
     return arch in KS.ARCHS and a_fmt == b_fmt and b_fmt in KS.RECIPES
 
 
-def fused_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str = "none", pdl: str = "off"):
+def fused_config(
+    bucket: str,
+    n: int,
+    k: int,
+    b_fmt: str,
+    a_fmt: str | None,
+    epilogue: str = "none",
+    pdl: str = "off",
+    opts: str | None = None,
+):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
     (wn 1, no ashare, kgroup 1: what that kernel runs), tiles doubled to an even count for silu_mul
     (gate and up halves: T = 1 gate_up 11264 x 2048 gets 352 CTAs of 16 gate + 16 up rows instead of
     704 of 16 rows), fewer warps while the reduction buffer or a chunk per warp says so. n: the
-    weight's rows (2I for silu_mul)."""
+    weight's rows (2I for silu_mul). opts: DecodeConfig changes as `with_decode_opts` takes them, applied
+    last (a plan override's way to sweep, e.g. "unroll=1,prefetch=1": the gated T = 1 config then
+    needs 64 registers a lane instead of 112, ptxas 13.0 sm_90a); B12X_GEMM_DECODE_OPTS applies only
+    through decode_config_for."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
@@ -157,6 +169,8 @@ def fused_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epi
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
+    if opts:
+        base = with_decode_opts(base, opts)
     out_dtype = "bfloat16"
     config = FusedConfig(base, epilogue, pdl)
     while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
