@@ -114,3 +114,23 @@ def test_decode_fused_one_shot_mm():
     out = B.mm(ops.a_values, ops.weight, epilogue="silu_mul")
     torch.cuda.synchronize()
     check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+
+
+@pytest.mark.parametrize("pdl", ["off", "prefetch"])
+def test_decode_fused_gated_pipeline_variant(pdl):
+    """The gated gate_up as the 1-chunk weight pipeline (bench_block's "-p1" variants), M = 1, 3, 16."""
+    n, k = SHAPES["silu_mul"]
+    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue="silu_mul", pdl=pdl)
+    override = {
+        b: L.fused_config(b, n, k, "nvfp4", "bfloat16", "silu_mul", pdl, "unroll=1,prefetch=1") for b in q.buckets
+    }
+    plan = B.plan(q, override=override)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert all(cfg.decode.prefetch == 1 for _, cfg in plan.state.selection)
+    for m in MS:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 5, device="cuda", weight=_weight(n, k))
+        out = torch.full((m, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
