@@ -3,7 +3,7 @@
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
-        [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant]
+        [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--tiled-rows R ...]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -32,6 +32,9 @@ uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
 the dequantized bf16 operands (`api.ExpertBucket.dequant`: the gather and requantize write e2m1 x e4m3
 in bf16, the grouped kernels run their bf16-A path), and with --tiled a " deq" twin of each entry's
 row; other recipes get no such rows.
+--tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
+bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
+so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
 --expert-sweep adds, per T and recipe, one row per expert-GEMM tiling of `_kernel_experts.sweep_pairs`
 ("b12x w4a16 n1 w4p1": 8-token groups, FC1 / FC2 configs of that label, "-s2": two column tiles
 per CTA; n2 = 16-token groups, swept
@@ -222,7 +225,7 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
 def with_override(p, arch: str, compact_grid=None, buckets=None):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
     compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a callable
-    taking the heuristic's tuple to the override's)."""
+    (the heuristic's tuple, caps) -> the override's)."""
     from b12x.moe import fused_moe as fm
 
     if compact_grid is None and buckets is None:
@@ -231,7 +234,7 @@ def with_override(p, arch: str, compact_grid=None, buckets=None):
     if compact_grid is not None:
         cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
     if callable(buckets):
-        buckets = buckets(cfg.experts)
+        buckets = buckets(cfg.experts, p.caps)
     return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
 
 
@@ -385,9 +388,25 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
 SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
 
 
-def with_dequant(buckets: tuple) -> tuple:
+def with_dequant(buckets: tuple, caps=None) -> tuple:
     """buckets with every grouped (tiled) one taking the dequantized operands (--tiled-dequant)."""
     return tuple(replace(b, dequant=True) if b.tiled else b for b in buckets)
+
+
+def with_tiled_rows(rows: int):
+    """(buckets, caps) -> the heuristic's buckets rebuilt with the grouped bucket from `rows` rows an
+    expert (--tiled-rows), the heuristic's dequant choice kept."""
+
+    def rebuild(buckets: tuple, caps) -> tuple:
+        from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+        from flashinfer.experimental.b12x.moe.fused_moe import api
+
+        found = api.with_tiled_bucket(caps, X.default_buckets(caps.max_tokens), rows=rows)
+        dequant = any(b.dequant for b in buckets)
+        return with_dequant(found) if dequant else found
+
+    rebuild.rows = rows
+    return rebuild
 
 
 def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list:
@@ -400,6 +419,8 @@ def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list
     dequant = getattr(args, "tiled_dequant", False) and recipe in (None, "nvfp4")
     if dequant:
         found.append((" deq", with_dequant))
+    for rows in getattr(args, "tiled_rows", None) or ():
+        found.append((f" rows {rows}", with_tiled_rows(rows)))
     if getattr(args, "decode_only", False) or tiled_entries(args):
         from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
         from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
@@ -525,9 +546,19 @@ def main(argv: list[str] | None = None) -> int:
         help="also time nvfp4 with its grouped bucket on dequantized bf16 operands (row ' deq'; with --tiled a "
         "' deq' twin of each entry)",
     )
+    parser.add_argument(
+        "--tiled-rows",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="R",
+        help="also time ours with the grouped bucket from R rows an expert (T * k / E) instead of api.TILED_ROWS",
+    )
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")
+    if args.tiled_rows is not None and any(r < 1 for r in args.tiled_rows):
+        parser.error(f"--tiled-rows must be >= 1, got {args.tiled_rows}")
     for text in args.tiled or ():
         try:
             parse_grouped(text)

@@ -164,3 +164,33 @@ def test_bench_tiled_dequant_rows():
     p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     planned = B.with_override(p, "sm_90a", None, B.with_dequant)
     assert [b.dequant for b in planned.override.experts] == [False, False, False, True]
+
+
+def test_tiled_rows_moves_the_switch(monkeypatch):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    caps = _caps("nvfp4")  # E = 128, k = 8
+    assert api.tiled_from(caps) == api.tiled_from(caps, api.TILED_ROWS) == 1024
+    assert api.tiled_from(caps, 32) == 512 and api.tiled_from(caps, 256) == 4096 and api.tiled_from(caps, 257) is None
+    got = api.with_tiled_bucket(caps, X.default_buckets(4096), rows=16)
+    assert [b.max_tokens for b in got][-2:] == [255, 4096] and got[-1].tiled and not got[-2].tiled
+    assert api.with_tiled_bucket(caps, X.default_buckets(4096), rows=1000) == X.default_buckets(4096)
+    with pytest.raises(ValueError, match="rows must be an int >= 1"):
+        api.tiled_from(caps, 0)
+
+
+def test_bench_tiled_rows_rows(monkeypatch):
+    from benchmarks.experimental.b12x import bench_moe as B
+
+    rows = B.expert_variants(argparse.Namespace(tiled_rows=[32, 128]), 1024, 4096, "w4a16")
+    assert [label for label, _ in rows] == ["", " rows 32", " rows 128"]
+    p = fm.plan(dataclasses.replace(_caps("w4a16"), device="cuda"))
+    planned = B.with_override(p, "sm_90a", None, rows[1][1])
+    assert api.expert_bucket(planned.override.experts, 512) == len(planned.override.experts) - 1  # T = 512: tiled
+    assert [b.max_tokens for b in planned.override.experts][-2:] == [511, 4096]
+    monkeypatch.setattr(_buckets, "TILED_DEQUANT", True)
+    nv = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
+    kept = B.with_override(nv, "sm_90a", None, B.with_tiled_rows(32)).override.experts
+    assert kept[-1].dequant and not any(b.dequant for b in kept[:-1])  # the heuristic's dequant choice kept
+    with pytest.raises(SystemExit):
+        B.main(["--tiled-rows", "0"])

@@ -85,10 +85,10 @@ def _is_tiled(config) -> bool:
 TILED_ROWS = 64  # mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels
 
 
-def tiled_from(caps) -> int | None:
+def tiled_from(caps, rows: int | None = None) -> int | None:
     """The smallest live T the heuristic gives the grouped (tiled) expert kernels, or None when they
     do not implement this plan (pair, activation, K not a multiple of 128) or no T <= max_tokens
-    reaches TILED_ROWS rows an expert."""
+    reaches `rows` (None: TILED_ROWS) rows an expert."""
     wp = caps.weight_plan
     a1, a2 = OPERANDS[caps.quant_mode]
     g = _grouped_module()
@@ -98,14 +98,18 @@ def tiled_from(caps) -> int | None:
         2, a2 or "bfloat16", wp.weight_format, None, cfg2, wp.intermediate_size, e
     ):
         return None
-    t = -(-TILED_ROWS * wp.num_experts // caps.num_topk)
+    rows = TILED_ROWS if rows is None else rows
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows must be an int >= 1 (mean rows an expert), got {rows!r}")
+    t = -(-rows * wp.num_experts // caps.num_topk)
     return t if t <= caps.max_tokens else None
 
 
-def with_tiled_bucket(caps, buckets: tuple) -> tuple:
-    """buckets, with live T >= tiled_from(caps) moved to one grouped-kernel bucket (gemm's tiled
-    kernel over windows of the sorted rows: `_kernel_grouped.py`) when the plan allows it."""
-    t = tiled_from(caps)
+def with_tiled_bucket(caps, buckets: tuple, rows: int | None = None) -> tuple:
+    """buckets, with live T >= tiled_from(caps, rows) moved to one grouped-kernel bucket (gemm's tiled
+    kernel over windows of the sorted rows: `_kernel_grouped.py`) when the plan allows it (rows:
+    None = TILED_ROWS; bench_moe --tiled-rows sweeps it)."""
+    t = tiled_from(caps, rows)
     if t is None:
         return buckets
     g = _grouped_module()
