@@ -14,7 +14,12 @@ Importing this package loads no torch: `_cli` builds its parser from `add_parser
 from __future__ import annotations
 
 MODEL_NAMES = ("llama-small", "qwen3-moe-small")  # keep in sync with block.MODELS (a contract test checks)
-GLUE_CHOICES = ("triton", "torch.compile", "torch")  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
+GLUE_CHOICES = (
+    "triton",
+    "torch.compile",
+    "torch",
+    "triton-pdl",
+)  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
 PDL_CHOICES = ("off", "wait", "prefetch")  # gemm.blockscaled GemmQuery.pdl
 MAX_TOKENS = 64
 
@@ -48,7 +53,8 @@ def add_parser(sub) -> None:
         "--glue",
         choices=GLUE_CHOICES,
         default=None,
-        help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: triton on CUDA, torch on CPU)",
+        help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: triton on CUDA, torch on CPU; "
+        "triton-pdl: the Triton kernels launched as programmatic dependents)",
     )
     p.add_argument(
         "--fused-epilogues",
@@ -81,8 +87,8 @@ def main(args) -> int:
     elif device.type != "cpu":
         print(f"b12x demo: --device must be cuda[:N] or cpu, got {args.device}")
         return 2
-    if args.glue == "triton" and device.type != "cuda":
-        print("b12x demo: --glue triton needs a CUDA device (use torch or torch.compile on CPU)")
+    if args.glue in ("triton", "triton-pdl") and device.type != "cuda":
+        print(f"b12x demo: --glue {args.glue} needs a CUDA device (use torch or torch.compile on CPU)")
         return 2
     return run_demo(
         args.model, args.tokens, device, seed=args.seed, glue=args.glue, fused=args.fused_epilogues, pdl=args.gemm_pdl

@@ -21,6 +21,12 @@ On CUDA the kernels are resolved through `_lib.compile` (`demo.glue`, Triton bac
 is Triton's own under the b12x cache dir; resolution obeys freeze): build `TritonGlue` before
 freezing, or after an earlier `TritonGlue` of the same shapes put them in memory. T is a runtime
 argument (never specialized), so one compile serves every decode batch.
+
+Glue "triton-pdl" (`TritonGlue(pdl=True)`): the same kernels launched as programmatic dependents
+(Triton's launch_pdl): each program first waits for the kernel before it (griddepcontrol.wait: its
+writes visible) and then lets the next kernel launch (launch_dependents), so a GEMM launched with
+gemm.blockscaled's pdl="prefetch" after a glue kernel gets its CTAs resident and its weights on the
+way to L2 while the glue runs. Bits unchanged (the PDL constexpr only adds the two instructions).
 """
 
 from __future__ import annotations
@@ -67,6 +73,16 @@ TORCH_GLUE = {"rmsnorm": rmsnorm_into, "rope_append": rope_append_into, "silu_mu
 
 
 # ---- Triton kernels ------------------------------------------------------------------------------
+@triton.jit
+def _gdc_enter(PDL: tl.constexpr):
+    """A kernel launched with launch_pdl: wait until the kernel before it has finished and its writes
+    are visible, then let the next kernel launch its CTAs (it waits likewise before reading ours).
+    Nothing when PDL is 0. Call before the first global access."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 @triton.jit(do_not_specialize=["eps"])
 def _rmsnorm_kernel(
     x_ptr,  # x [T, H] bf16
@@ -78,7 +94,9 @@ def _rmsnorm_kernel(
     H: tl.constexpr,
     BLOCK_H: tl.constexpr,  # next power of two >= H: the row in one tile
     RESIDUAL: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (_gdc_enter)
 ):
+    _gdc_enter(PDL)
     row = tl.program_id(0).to(tl.int64) * H
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -106,7 +124,9 @@ def _rope_append_kernel(
     HKV: tl.constexpr,
     D: tl.constexpr,
     PAGE: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    _gdc_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)  # one head of the HQ + 2 HKV in the qkv row
     HALF: tl.constexpr = D // 2
@@ -138,7 +158,9 @@ def _silu_mul_kernel(
     out_ptr,  # [T, INTER]
     INTER: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    _gdc_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < INTER
@@ -149,7 +171,8 @@ def _silu_mul_kernel(
 
 
 @triton.jit(do_not_specialize=["n"])
-def _add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):  # out = a + b, flat [n]
+def _add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr):  # out = a + b, flat [n]
+    _gdc_enter(PDL)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     a = tl.load(a_ptr + offs, mask=m, other=0.0).to(tl.float32)
@@ -168,43 +191,50 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _opts() -> dict:
-    return {} if _interpreting() else _OPTS
+def _opts(pdl: bool = False) -> dict:
+    """Launch / warmup options and the PDL constexpr (launch_pdl is part of Triton's compile key; the
+    interpreter has no griddepcontrol: PDL 0 there, the math is the same)."""
+    if _interpreting():
+        return {"PDL": 0}
+    return _OPTS | ({"launch_pdl": True, "PDL": 1} if pdl else {"PDL": 0})
 
 
-def launch_rmsnorm(hidden: int, residual: bool, x, weight, eps, out, r=None, x1=None):
+def launch_rmsnorm(hidden: int, residual: bool, x, weight, eps, out, r=None, x1=None, *, pdl=False):
     t = x.shape[0]
     if t == 0:
         return
     _rmsnorm_kernel[(t,)](
         x, r if residual else x, weight, x1 if residual else out, out, float(eps),
-        H=hidden, BLOCK_H=triton.next_power_of_2(hidden), RESIDUAL=residual, num_warps=NORM_WARPS, **_opts(),
+        H=hidden, BLOCK_H=triton.next_power_of_2(hidden), RESIDUAL=residual, num_warps=NORM_WARPS, **_opts(pdl),
     )  # fmt: skip
 
 
-def launch_rope_append(hq: int, hkv: int, d: int, page: int, qkv, cos, sin, q, k_cache, v_cache, slot_page, slot_off):
+def launch_rope_append(
+    hq: int, hkv: int, d: int, page: int, qkv, cos, sin, q, k_cache, v_cache, slot_page, slot_off, *, pdl=False
+):
     t = qkv.shape[0]
     if t == 0:
         return
     _rope_append_kernel[(t, hq + 2 * hkv)](
-        qkv, cos, sin, q, k_cache, v_cache, slot_page, slot_off, HQ=hq, HKV=hkv, D=d, PAGE=page, num_warps=1, **_opts()
-    )
+        qkv, cos, sin, q, k_cache, v_cache, slot_page, slot_off, HQ=hq, HKV=hkv, D=d, PAGE=page, num_warps=1,
+        **_opts(pdl),
+    )  # fmt: skip
 
 
-def launch_silu_mul(inter: int, gu, out):
+def launch_silu_mul(inter: int, gu, out, *, pdl=False):
     t = gu.shape[0]
     if t == 0:
         return
     _silu_mul_kernel[(t, triton.cdiv(inter, ELEMENT_BLOCK))](
-        gu, out, INTER=inter, BLOCK=ELEMENT_BLOCK, num_warps=4, **_opts()
+        gu, out, INTER=inter, BLOCK=ELEMENT_BLOCK, num_warps=4, **_opts(pdl)
     )
 
 
-def launch_add(a, b, out):
+def launch_add(a, b, out, *, pdl=False):
     n = out.numel()
     if n == 0:
         return
-    _add_kernel[(triton.cdiv(n, ELEMENT_BLOCK),)](a, b, out, n, BLOCK=ELEMENT_BLOCK, num_warps=4, **_opts())
+    _add_kernel[(triton.cdiv(n, ELEMENT_BLOCK),)](a, b, out, n, BLOCK=ELEMENT_BLOCK, num_warps=4, **_opts(pdl))
 
 
 _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -215,44 +245,49 @@ def _fake(dtype: str | torch.dtype):
 
 
 @kernel("demo.glue", backend="triton")
-def compile_rmsnorm(dtype: str, weight_dtype: str, hidden: int, residual: bool, device_index: int, arch: str):
-    """rmsnorm (residual=False) or residual add + rmsnorm over a [T, hidden] row block."""
+def compile_rmsnorm(
+    dtype: str, weight_dtype: str, hidden: int, residual: bool, device_index: int, arch: str, pdl: bool = False
+):
+    """rmsnorm (residual=False) or residual add + rmsnorm over a [T, hidden] row block (pdl: launched
+    as a programmatic dependent, module docstring)."""
     a = _fake(dtype)
     with torch.cuda.device(device_index):
         _rmsnorm_kernel.warmup(
             a, a, _fake(weight_dtype), a, a, 1e-5, H=hidden, BLOCK_H=triton.next_power_of_2(hidden),
-            RESIDUAL=residual, num_warps=NORM_WARPS, grid=(1,), **_OPTS,
+            RESIDUAL=residual, num_warps=NORM_WARPS, grid=(1,), **_opts(pdl),
         )  # fmt: skip
-    return functools.partial(launch_rmsnorm, hidden, residual)
+    return functools.partial(launch_rmsnorm, hidden, residual, pdl=pdl)
 
 
 @kernel("demo.glue", backend="triton")
-def compile_rope_append(dtype: str, hq: int, hkv: int, d: int, page: int, device_index: int, arch: str):
+def compile_rope_append(
+    dtype: str, hq: int, hkv: int, d: int, page: int, device_index: int, arch: str, pdl: bool = False
+):
     """RoPE of q and k, q written, k and v appended to the paged cache (of `dtype` too) at (slot_page, slot_off)."""
     a, f32, i64 = _fake(dtype), _fake(torch.float32), _fake(torch.int64)
     with torch.cuda.device(device_index):
         _rope_append_kernel.warmup(
-            a, f32, f32, a, a, a, i64, i64, HQ=hq, HKV=hkv, D=d, PAGE=page, num_warps=1, grid=(1,), **_OPTS
+            a, f32, f32, a, a, a, i64, i64, HQ=hq, HKV=hkv, D=d, PAGE=page, num_warps=1, grid=(1,), **_opts(pdl)
         )
-    return functools.partial(launch_rope_append, hq, hkv, d, page)
+    return functools.partial(launch_rope_append, hq, hkv, d, page, pdl=pdl)
 
 
 @kernel("demo.glue", backend="triton")
-def compile_silu_mul(dtype: str, inter: int, device_index: int, arch: str):
+def compile_silu_mul(dtype: str, inter: int, device_index: int, arch: str, pdl: bool = False):
     """silu(gate) * up from the gate_up GEMM's [T, 2 inter] output."""
     a = _fake(dtype)
     with torch.cuda.device(device_index):
-        _silu_mul_kernel.warmup(a, a, INTER=inter, BLOCK=ELEMENT_BLOCK, num_warps=4, grid=(1,), **_OPTS)
-    return functools.partial(launch_silu_mul, inter)
+        _silu_mul_kernel.warmup(a, a, INTER=inter, BLOCK=ELEMENT_BLOCK, num_warps=4, grid=(1,), **_opts(pdl))
+    return functools.partial(launch_silu_mul, inter, pdl=pdl)
 
 
 @kernel("demo.glue", backend="triton")
-def compile_add(dtype: str, device_index: int, arch: str):
+def compile_add(dtype: str, device_index: int, arch: str, pdl: bool = False):
     """out = a + b (the block's final residual)."""
     a = _fake(dtype)
     with torch.cuda.device(device_index):
-        _add_kernel.warmup(a, a, a, 1, BLOCK=ELEMENT_BLOCK, num_warps=4, grid=(1,), **_OPTS)
-    return launch_add
+        _add_kernel.warmup(a, a, a, 1, BLOCK=ELEMENT_BLOCK, num_warps=4, grid=(1,), **_opts(pdl))
+    return functools.partial(launch_add, pdl=pdl)
 
 
 # ---- host -----------------------------------------------------------------------------------------
@@ -278,10 +313,11 @@ class TritonGlue:
     spec: a `block.BlockSpec` (its page_size is the paged KV cache's, which holds `dtype` too). On
     CUDA the kernels are compiled (or loaded from Triton's disk cache) here, so constructing this
     before capture and before freeze is the warm-up; on CPU tensors it runs the launchers under the
-    Triton interpreter (TRITON_INTERPRET=1, the interpret tier), and refuses otherwise.
+    Triton interpreter (TRITON_INTERPRET=1, the interpret tier), and refuses otherwise. pdl: every
+    kernel launched as a programmatic dependent (glue "triton-pdl", module docstring).
     """
 
-    def __init__(self, spec, device: torch.device, dtype=torch.bfloat16):
+    def __init__(self, spec, device: torch.device, dtype=torch.bfloat16, pdl: bool = False):
         from .._lib.arch import target_arch
 
         self.spec, self.device, self.dtype = spec, torch.device(device), dtype
@@ -293,11 +329,11 @@ class TritonGlue:
             self.device = torch.device("cuda", idx)
             arch, act = target_arch(self.device), _dtype_name(dtype)
             wdt = act  # the checkpoint's norm weights are bf16, as the activations
-            self._norm = compile_rmsnorm(act, wdt, spec.hidden, False, idx, arch)
-            self._add_norm = compile_rmsnorm(act, wdt, spec.hidden, True, idx, arch)
-            self._rope = compile_rope_append(act, hq, hkv, d, page, idx, arch)
-            self._silu = compile_silu_mul(act, spec.intermediate, idx, arch) if spec.moe is None else None
-            self._add = compile_add(act, idx, arch)
+            self._norm = compile_rmsnorm(act, wdt, spec.hidden, False, idx, arch, pdl)
+            self._add_norm = compile_rmsnorm(act, wdt, spec.hidden, True, idx, arch, pdl)
+            self._rope = compile_rope_append(act, hq, hkv, d, page, idx, arch, pdl)
+            self._silu = compile_silu_mul(act, spec.intermediate, idx, arch, pdl) if spec.moe is None else None
+            self._add = compile_add(act, idx, arch, pdl)
         elif _interpreting():
             self._norm = functools.partial(launch_rmsnorm, spec.hidden, False)
             self._add_norm = functools.partial(launch_rmsnorm, spec.hidden, True)
@@ -371,13 +407,15 @@ def warm(choice: str, spec, device) -> int:
     "torch" has none. Returns how many kernels were resolved."""
     if choice not in GLUE_CHOICES:
         raise ValueError(f"glue must be one of {GLUE_CHOICES}, got {choice!r}")
-    return TritonGlue(spec, device).kernel_count if choice == "triton" else 0
+    if choice.startswith("triton"):
+        return TritonGlue(spec, device, pdl=choice == "triton-pdl").kernel_count
+    return 0
 
 
 def make_glue(choice: str, spec, device: torch.device) -> dict:
-    """{glue name: callable} for `choice` ("triton" | "torch.compile" | "torch")."""
-    if choice == "triton":
-        return TritonGlue(spec, device).functions()
+    """{glue name: callable} for `choice` ("triton" | "triton-pdl" | "torch.compile" | "torch")."""
+    if choice in ("triton", "triton-pdl"):
+        return TritonGlue(spec, device, pdl=choice == "triton-pdl").functions()
     if choice == "torch.compile":
         return {name: torch.compile(f, dynamic=False) for name, f in TORCH_GLUE.items()}
     if choice == "torch":

@@ -1,6 +1,7 @@
 """The demo block with fused GEMM epilogues (`prepare(fused=True)`: gate_up + SiLU * up and down +
-residual, eight launches instead of ten) and programmatic dependent GEMM launches (`pdl`): the CPU
-lifecycle (contract) and the CUDA graph path (gpu), each against the fp32 reference of the block."""
+residual, eight launches instead of ten), programmatic dependent GEMM launches (`pdl`) and the glue
+launched the same way (--glue triton-pdl): the CPU lifecycle (contract) and the CUDA graph path (gpu),
+each against the fp32 reference of the block."""
 
 import subprocess
 import sys
@@ -76,9 +77,11 @@ def test_demo_cli_has_the_fused_and_pdl_options():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens, pdl", [(1, "prefetch"), (8, "wait"), (3, "off")])
-def test_cuda_fused_demo_captures_and_agrees(tokens, pdl):
-    out = _demo("--tokens", str(tokens), "--fused-epilogues", "--gemm-pdl", pdl, timeout=1800)
+@pytest.mark.parametrize(
+    "tokens, pdl, glue", [(1, "prefetch", "triton-pdl"), (8, "wait", "triton"), (3, "off", "triton-pdl")]
+)
+def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue):
+    out = _demo("--tokens", str(tokens), "--fused-epilogues", "--gemm-pdl", pdl, "--glue", glue, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[6] CUDA graph: one decode step captured" in out.stdout
     assert "down_proj + residual" in out.stdout

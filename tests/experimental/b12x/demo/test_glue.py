@@ -13,7 +13,7 @@ def test_glue_choices_and_defaults():
     from flashinfer.experimental.b12x import _demo
     from flashinfer.experimental.b12x._demo import glue as G
 
-    assert G.GLUE_CHOICES == _demo.GLUE_CHOICES == ("triton", "torch.compile", "torch")
+    assert G.GLUE_CHOICES == _demo.GLUE_CHOICES == ("triton", "torch.compile", "torch", "triton-pdl")
     assert G.default_choice("cpu") == "torch" and G.default_choice(torch.device("cuda", 0)) == "triton"
     assert G.make_glue("torch", None, torch.device("cpu")) == G.TORCH_GLUE
     with pytest.raises(ValueError, match="glue must be one of"):

@@ -31,6 +31,7 @@ def _triton_cache(tmp_path, monkeypatch):
 
 def _compile(fn, sig, constexprs, num_warps, cc):
     # Pointers 16-byte aligned, as the JIT specializes torch's allocations (tt.divisibility).
+    constexprs = {"PDL": 0} | constexprs  # the plain launch unless a test asks for the PDL variant
     names = list(fn.arg_names)
     attrs = {(names.index(k),): CUDABackend.parse_attr("D") for k, v in sig.items() if v.startswith("*")}
     src = ASTSource(fn=fn, signature=sig | {k: "constexpr" for k in constexprs}, constexprs=constexprs, attrs=attrs)
@@ -81,3 +82,27 @@ def test_silu_mul_divides_rounded(cc):
 @pytest.mark.parametrize("cc", ARCHS)
 def test_add(cc):
     _compile(G._add_kernel, dict(a_ptr=BF, b_ptr=BF, out_ptr=BF, n="i32"), dict(BLOCK=G.ELEMENT_BLOCK), 4, cc)
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+def test_pdl_variants_wait_then_trigger(cc):
+    """glue "triton-pdl": every kernel waits for the previous grid, then lets the next one launch, before
+    its first global access; the plain variant has neither instruction."""
+    spec = B.MODELS["llama-small"]
+    norm = dict(x_ptr=BF, r_ptr=BF, w_ptr=BF, x1_ptr=BF, out_ptr=BF, eps="fp32")
+    rope = dict(qkv_ptr=BF, cos_ptr="*fp32", sin_ptr="*fp32", q_ptr=BF, k_cache_ptr=BF, v_cache_ptr=BF,
+                slot_page_ptr="*i64", slot_off_ptr="*i64")  # fmt: skip
+    cases = [
+        (G._rmsnorm_kernel, norm, dict(H=spec.hidden, BLOCK_H=2048, RESIDUAL=True), G.NORM_WARPS),
+        (G._rope_append_kernel, rope, dict(HQ=spec.q_heads, HKV=spec.kv_heads, D=spec.head_dim, PAGE=16), 1),
+        (G._silu_mul_kernel, dict(gu_ptr=BF, out_ptr=BF), dict(INTER=spec.intermediate, BLOCK=G.ELEMENT_BLOCK), 4),
+        (G._add_kernel, dict(a_ptr=BF, b_ptr=BF, out_ptr=BF, n="i32"), dict(BLOCK=G.ELEMENT_BLOCK), 4),
+    ]
+    for fn, sig, consts, warps in cases:
+        ptx = _compile(fn, sig, consts | {"PDL": 1}, warps, cc)
+        body = ptx[ptx.index(".entry") :]
+        wait, trig = body.find("griddepcontrol.wait"), body.find("griddepcontrol.launch_dependents")
+        first_ld = min(i for i in (body.find("ld.global"), body.find("st.global")) if i >= 0)
+        assert 0 <= wait < trig < first_ld, f"{fn.__name__}: wait, trigger, then the first global access"
+        plain = _compile(fn, sig, consts, warps, cc)
+        assert "griddepcontrol" not in plain, fn.__name__

@@ -24,10 +24,11 @@ def _variants() -> int:
     return sum(len(c[0]) for k in KERNELS for c in k.device_caches.values())
 
 
+@pytest.mark.parametrize("choice", ["triton", "triton-pdl"])
 @pytest.mark.parametrize("tokens", [1, 8, 32])
 @pytest.mark.parametrize("spec", [DENSE, MOE], ids=["llama-small", "qwen3-moe-small"])
-def test_triton_glue_matches_torch_glue(spec, tokens):
-    glue = G.make_glue("triton", spec, torch.device("cuda"))
+def test_triton_glue_matches_torch_glue(spec, tokens, choice):
+    glue = G.make_glue(choice, spec, torch.device("cuda"))
     inp = inputs(spec, tokens, "cuda", seed=tokens)
     check_rmsnorm(glue, spec, inp, residual=False)
     check_rmsnorm(glue, spec, inp, residual=True)
