@@ -23,6 +23,8 @@ from flashinfer.experimental.b12x.attention.paged._config import (
 from flashinfer.experimental.b12x.attention.paged._config_extend import (
     dual_extend_schedule_reference,
     live_small_tile,
+    persistent_grid_rows,
+    persistent_item_order,
 )
 from flashinfer.experimental.b12x.preparation import session as session_mod
 
@@ -123,8 +125,8 @@ def test_config_string_form_and_fields():
     assert over.overlap and not over.conditional and over.small_below == 600 and "overlap=True" in repr(over)
     assert over.single == LARGE and over.pdl_modes() == ("trigger", "dependent")
     assert DUAL.pdl_modes() == cond.pdl_modes() == ("none", "none") and LARGE.pdl_modes() == ("none",)
-    for tail in ("@x", "@c", "@5cc", "@5oc", "@5co", "@", "@5 "):
-        with pytest.raises(ValueError, match=re.escape("'@N[c|o]' (small_below, conditional / overlap) needs")):
+    for tail in ("@x", "@c", "@5cc", "@5oc", "@5co", "@", "@5 ", "@5rs", "@5rR", "@5so", "@5ss", "@5r "):
+        with pytest.raises(ValueError, match=re.escape("'@N[c|o][s][r|R]' (small_below, conditional / overlap,")):
             parse_extend_config("256x64x3x2pgiw+128x64x2x2p" + tail)
     with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
         parse_extend_config("256x64x3x2pgiw+128x64")
@@ -207,7 +209,8 @@ def test_bind_sizes_each_kernels_grid_and_the_reference_runs():
     total, batch = sum(q_lens), len(q_lens)
     assert binding.work.shape[0] == extend_item_capacity(total, batch, 32)
     counts, flags, large_work, large_count, small_count, large_pred, small_pred = binding.extend_views
-    assert counts.shape == (2,) and large_count.data_ptr() == counts.data_ptr()
+    assert counts.shape == (4,) and large_count.data_ptr() == counts.data_ptr()  # items, items, counters
+    assert large_count.shape == small_count.shape == (1,)  # not persistent: the items only
     assert small_count.data_ptr() == counts.data_ptr() + 4
     assert flags.dtype == torch.uint8 and flags.shape == (2,)
     for i, pred in enumerate((large_pred, small_pred)):  # the if-nodes' predicates: 0-d bools on the flags
@@ -247,3 +250,97 @@ def test_bench_times_the_choice_beside_the_single_tiles():
     for bad in ("256x64x3x2pgiw+48x64x2x1", "256x64x3x2pgiw+128x64x2x2p@768x", "256x64x3x2pgiw+128x64x2x2p+64x64x2x1"):
         with pytest.raises(SystemExit):
             B.parse_args(["--mode", "extend", "--extend-configs", bad])
+
+
+# -- small_first and persistent (session 8: the dead grid's cost) ----------------------------------
+def test_small_first_and_persistent_string_form_and_fields():
+    cfg = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@768osr")
+    assert cfg == dataclasses.replace(DUAL, overlap=True, small_first=True, persistent=1)
+    assert "small_first=True" in repr(cfg) and "persistent=1" in repr(cfg) and cfg.single == LARGE
+    # overlap: the kernel launched first triggers, the other is the programmatic dependent
+    assert cfg.pdl_modes() == ("dependent", "trigger") and cfg.persistent_tiles() == (False, True)
+    both = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@0R")
+    assert both.persistent == 2 and not both.small_first and both.persistent_tiles() == (True, True)
+    assert both.pdl_modes() == ("none", "none") and both.small_below == 0
+    assert parse_extend_config("256x64x3x2pgiw+128x64x2x2p@768cs") == dataclasses.replace(
+        DUAL, conditional=True, small_first=True
+    )
+    assert DUAL.persistent_tiles() == (False, False) and LARGE.persistent_tiles() == (False,)
+    assert "small_first" not in repr(DUAL) and "persistent" not in repr(DUAL)
+
+
+def test_small_first_and_persistent_are_validated():
+    assert why_not_extend(*DIMS, dataclasses.replace(DUAL, small_first=True, persistent=2), "sm_90a") is None
+    for field, value in (("small_first", True), ("persistent", 1)):
+        lone = dataclasses.replace(LARGE, **{field: value})
+        assert "small_first and persistent need small" in why_not_extend(*DIMS, lone, "sm_90a")
+    assert "small_first must be a bool" in why_not_extend(*DIMS, dataclasses.replace(DUAL, small_first=1), "sm_90a")
+    for bad in (3, -1, True, 1.0):
+        reason = why_not_extend(*DIMS, dataclasses.replace(DUAL, persistent=bad), "sm_90a")
+        assert "persistent must be 0, 1 (the small kernel) or 2 (both)" in reason, bad
+
+
+def test_resident_ctas_are_one_wave_of_each_tile():
+    from flashinfer.experimental.b12x.attention.paged._config_extend import resident_ctas
+
+    # 255 registers a thread: 4 warps x 2 CTAs, or one 8-warp CTA, fill the 64k register file
+    assert resident_ctas("bfloat16", 128, 128, SMALL, "sm_90a") == 2
+    assert resident_ctas("bfloat16", 128, 128, LARGE, "sm_90a") == 1
+    assert resident_ctas("float8_e4m3fn", 128, 128, SMALL, "sm_90a") == 2
+    # sm_120a's 99 KB: one 128-row bf16 tile (97 KB) an SM
+    assert resident_ctas("bfloat16", 128, 128, SMALL, "sm_120a") == 1
+    assert resident_ctas("bfloat16", 128, 128, ExtendConfig(64, 32, 2, 1), "sm_120a") == 2  # 49 KB
+
+
+def test_plan_passes_one_wave_to_persistent_kernels_and_keeps_the_large_key():
+    over = paged.plan(caps(config=dataclasses.replace(DUAL, overlap=True, small_first=True, persistent=1)))
+    sms = over._sm_count()
+    (sched, sched_args), (_, args1), (_, args2) = over.kernels(over.heuristic("sm_90a"), "sm_90a")
+    assert sched_args == (64, 32, 768, "sm_90a")
+    # the large kernel: the single-tile plan's key (no persistent argument), the dependent launch
+    assert args1 == (*DIMS, LARGE, "sm_90a", "dependent")
+    assert args2 == (*DIMS, SMALL, "sm_90a", "trigger", 2 * sms)  # 2 CTAs an SM of the small tile
+    both = paged.plan(caps(config=dataclasses.replace(DUAL, persistent=2)))
+    _, (_, args1), (_, args2) = both.kernels(both.heuristic("sm_90a"), "sm_90a")
+    assert args1 == (*DIMS, LARGE, "sm_90a", "none", sms) and args2 == (*DIMS, SMALL, "sm_90a", "none", 2 * sms)
+
+
+@pytest.mark.parametrize("persistent", [1, 2])
+def test_bind_gives_persistent_kernels_their_items_and_counter(persistent):
+    p = paged.plan(caps(config=dataclasses.replace(DUAL, persistent=persistent, small_first=True)))
+    b12x.PreparationSession("cpu").prepare([p])
+    q_lens, kv_lens = [300, 0, 17], [300, 9, 400]
+    case = make_case(kv_lens, q_lens, num_q_heads=32, num_kv_heads=8, head_dim=128, width=64, seed=5)
+    binding = paged.bind(p, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, cu_seqlens_q=case.cu_seqlens_q)  # fmt: skip
+    counts, _, _, large_count, small_count, _, _ = binding.extend_views
+    base = counts.data_ptr()
+    # (items, counter) of each kernel: count[k::2], the dual schedule's count[k] and count[k + 2]
+    assert small_count.shape == (2,) and small_count.stride() == (2,) and small_count.data_ptr() == base + 4
+    if persistent == 2:
+        assert large_count.shape == (2,) and large_count.stride() == (2,) and large_count.data_ptr() == base
+    else:
+        assert large_count.shape == (1,) and large_count.data_ptr() == base
+    out, lse = paged.run(binding=binding)  # CPU: the reference backend
+    want_out, want_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    torch.testing.assert_close(out, want_out.to(out.dtype), rtol=0, atol=0)
+    torch.testing.assert_close(lse, want_lse, rtol=0, atol=0)
+
+
+def test_persistent_items_run_once_in_any_finishing_order():
+    """The persistent kernel's draw (Python mirror): every (work row, KV head) pair below the live
+    count starts exactly once, whatever order CTAs finish in; the first wave is the one-item grid's
+    first CTAs; a dead kernel (count 0) starts none; a grid of more rows than items is that grid."""
+    hkv = 8
+    assert persistent_grid_rows(528, 264, hkv) == 33 and persistent_grid_rows(20, 264, hkv) == 20
+    assert persistent_grid_rows(0, 264, hkv) == 1 and persistent_grid_rows(272, 132, hkv) == 17  # 132 -> 136 CTAs
+    for seed, (count, rows) in enumerate(((0, 33), (5, 33), (200, 33), (1000, 17), (40, 200))):
+        rng = random.Random(seed)
+        grid = persistent_grid_rows(rows, 264, hkv)
+        for finish in (lambda r: r[0], lambda r: r[-1], rng.choice):
+            order = persistent_item_order(count, grid, hkv, finish)
+            assert sorted(order) == [(i, k) for i in range(count) for k in range(hkv)], (count, rows)
+            first = [(i, k) for i in range(min(count, grid)) for k in range(hkv)]
+            assert order[: len(first)] == first  # heads fastest, as the hardware launches the grid

@@ -271,8 +271,11 @@ def test_dual_extend_schedule_compiles(arch):
     assert re.search(r"mul\.lo\.s64\s", ptx) and "shfl.sync.bfly.b32" in ptx  # L * L in 64 bits, its sum
     assert re.search(r"div\.s32\s", ptx) or re.search(r"div\.u32\s", ptx), "no runtime division by the tile"
     assert "st.global.v2.b32" in ptx  # a work row (request, first token) in one store
-    counts = re.findall(r"st\.global\.b32\s+\[(%rd\d+)(\+4)?\]", ptx)  # count[0] and count[1]
-    assert len(counts) == 2 and counts[0][0] == counts[1][0] and {c[1] for c in counts} == {"", "+4"}, counts
+    # count[0] and count[1] (the items), count[2] and count[3] zeroed (the persistent kernels' counters)
+    counts = re.findall(r"st\.global\.b32\s+\[(%rd\d+)(\+\d+)?\],\s*(\S+);", ptx)
+    assert len(counts) == 4 and len({c[0] for c in counts}) == 1, counts
+    assert {c[1] for c in counts} == {"", "+4", "+8", "+12"}, counts
+    assert [c[2] for c in counts if c[1] in ("+8", "+12")] == ["0", "0"], counts
     flags = re.findall(r"st\.global\.b8\s+\[(%rd\d+)(\+1)?\]", ptx)  # flags[0] and flags[1]
     assert len(flags) == 2 and flags[0][0] == flags[1][0] and {f[1] for f in flags} == {"", "+1"}, flags
 
@@ -319,3 +322,72 @@ def test_overlap_lets_the_small_kernel_launch_early(arch):
     assert body.index("griddepcontrol.launch_dependents") < body.index("ld.global")
     with pytest.raises(ValueError, match="pdl must be 'none', 'trigger' or 'dependent'"):
         ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, "early")
+
+
+def _draws(ptx: str) -> list[str]:
+    return re.findall(r"atom\.[\w.]*add[\w.]*", ptx)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_persistent_kernel_draws_one_item_a_loop(arch, kv_dtype):
+    """persistent_ctas (ExtendConfig.persistent): one relaxed atomic add an item (thread 0's
+    draw of the next one) and the item body inside a loop; the one-item kernel has no atomic, so the
+    single-tile plans and the default stay as they were. The small tile of each arch's dual plan."""
+    ke = _extend_module()
+    cfg = ExtendConfig(128, 64, 2, 2, page_prefetch=True) if arch == "sm_90a" else ExtendConfig(64, 64, 2, 1)
+    plain = _compile(kv_dtype, cfg, arch)
+    ptx = _check_binary(
+        ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch, "trigger", persistent_ctas=264), arch
+    )
+    assert _draws(plain) == [] and len(_draws(ptx)) == 1, _draws(ptx)
+    # PTX's default atom is relaxed at GPU scope: the counter orders nothing but itself
+    assert not re.search(r"\.(acq_rel|acquire|release|cta|sys)\b", _draws(ptx)[0]), _draws(ptx)
+    assert ptx.count("griddepcontrol.launch_dependents") == 1
+    assert ptx.count("bar.sync") == plain.count("bar.sync") + 1  # the barrier that ends an item
+    with pytest.raises(ValueError, match=re.escape("persistent_ctas must be an int in [0, 65536)")):
+        ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch, "none", persistent_ctas=-1)
+
+
+def _tile_loop_spills(fn) -> list[int]:
+    """STL + LDL of each tile loop (a backward branch over code with HMMA) of the cubin's SASS."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
+    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    text = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ins, labels = [], {}
+    for line in text.splitlines():
+        label = re.match(r"^\s*(\.L_x_\d+):", line)
+        if label:
+            labels[label.group(1)] = len(ins)
+        elif "*/" in line:
+            ins.append(line.split("*/", 1)[-1])
+    loops = []
+    for i, op in enumerate(ins):
+        target = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", op)
+        if target and labels.get(target.group(1), i + 1) <= i:
+            body = ins[labels[target.group(1)] : i + 1]
+            if any("HMMA" in x for x in body) and sum("HMMA" in x for x in body) < len(body) // 2:
+                loops.append(sum(("STL" in x) or ("LDL" in x) for x in body))
+    return loops
+
+
+def test_persistent_small_tile_loop_spills_no_more_than_one_item_a_cta():
+    """Why `persistent` 1 (the small kernel only) exists: the 128-row tile's loop keeps its spills
+    inside the persistent loop (SASS, sm_90a: 6 / 6 STL / LDL a tile against 15 / 16), while the
+    256-row staggered tile's second group doubles them (26 / 32 against 13 / 13, persistent 2)."""
+    ke = _extend_module()
+    small = ExtendConfig(128, 64, 2, 2, page_prefetch=True)
+    args = ("bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")
+    plain = _tile_loop_spills(ke.compile_extend(*args))
+    persistent = _tile_loop_spills(ke.compile_extend(*args, "trigger", persistent_ctas=264))
+    assert plain and persistent and max(persistent) <= max(plain), (plain, persistent)

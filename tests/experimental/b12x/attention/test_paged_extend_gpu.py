@@ -104,6 +104,10 @@ def check_schedule(plan, cu, group):
         work, counts, _ = dual_extend_schedule_reference(cu, large, small, ext.small_below)
         assert tuple(s["count"][:2].tolist()) == counts
         count = len(work)
+        hkv = plan.caps.num_kv_heads
+        for k, persistent in enumerate(ext.persistent_tiles()):
+            if persistent:  # one draw an item run: every (item, KV head) ran once, a dead kernel none
+                assert s["count"][2 + k].item() == counts[k] * hkv, (k, s["count"].tolist(), counts)
     assert s["tiles"][:count].tolist() == [list(w) for w in work]
 
 
@@ -336,7 +340,15 @@ CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two e
     ("bfloat16", (64, 8), "both"), ("bfloat16", (64, 8), "ifnode"),
     ("float8_e4m3fn", (32, 8), "both"), ("float8_e4m3fn", (32, 8), "ifnode"),
     ("float8_e4m3fn", (64, 8), "both"), ("float8_e4m3fn", (64, 8), "ifnode"), ("float8_e4m3fn", (64, 8), "overlap"),
+    # session 8: the small kernel first, persistent (r: the small one, R: both), with / without overlap
+    ("bfloat16", (32, 8), "first-pdl-r1"), ("bfloat16", (64, 8), "first-r1"), ("bfloat16", (32, 8), "r2"),
+    ("bfloat16", (32, 8), "pdl-r2"), ("float8_e4m3fn", (32, 8), "first-pdl-r1"), ("float8_e4m3fn", (64, 8), "r2"),
 ]  # fmt: skip
+LAUNCHES = {  # launch id -> the dual config's fields besides the tiles (bench tails @N, o, c, osr, sr, R, oR)
+    "both": {}, "ifnode": dict(conditional=True), "overlap": dict(overlap=True),
+    "first-pdl-r1": dict(overlap=True, small_first=True, persistent=1), "first-r1": dict(small_first=True, persistent=1),
+    "r2": dict(persistent=2), "pdl-r2": dict(overlap=True, persistent=2),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("masking", ["plain", "window-sinks"])
@@ -344,10 +356,11 @@ CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two e
                          ids=[f"{'fp8' if 'float8' in k else 'bf16'}-gqa{h[0] // h[1]}-{m}" for k, h, m in CHOICE_CASES])  # fmt: skip
 def test_live_tile_choice_in_one_graph(kv_dtype, heads, launch, masking):
     """One captured graph (schedule + both kernels; ifnode: each kernel in a CUDA-graph if-node;
-    overlap: the small kernel a programmatic dependent launch of the large one) replayed with live
-    sizes on both sides of the threshold: the schedule's choice and counts are its mirror's, every
-    live row matches the reference (and the eager run, which launches both kernels, bit for bit),
-    rows past the live ones stay poisoned."""
+    overlap: the second kernel a programmatic dependent launch of the first; s: the small kernel
+    first; r / R: the small / both kernels persistent, with more items than CTAs at the larger steps)
+    replayed with live sizes on both sides of the threshold: the schedule's choice and counts are its
+    mirror's, every live row matches the reference (and the eager run, which launches both kernels,
+    bit for bit), rows past the live ones stay poisoned."""
     cap_batch, max_q, max_kv = 8, 2048, 4096
     kvt = getattr(torch, kv_dtype)
     full = make_case([max_kv] * cap_batch, [max_q // cap_batch] * cap_batch, num_q_heads=heads[0],
@@ -355,7 +368,7 @@ def test_live_tile_choice_in_one_graph(kv_dtype, heads, launch, masking):
                      seed=heads[0] + len(kv_dtype))  # fmt: skip
     if launch == "ifnode" and not hasattr(torch.cuda.CUDAGraph, "begin_capture_to_if_node"):
         pytest.skip(f"torch {torch.__version__} has no CUDA-graph if-nodes (conditional falls back to both)")
-    config = dataclasses.replace(DUAL, conditional=launch == "ifnode", overlap=launch == "overlap")
+    config = dataclasses.replace(DUAL, **LAUNCHES[launch])
     plan = prepared(caps_for(full, kv_dtype=kv_dtype, config=config))
     window, sinks = (100, torch.randn(heads[0], device=DEV) * 3) if masking == "window-sinks" else (-1, None)
     lens, cu, q = full.cache_seqlens.clone(), full.cu_seqlens_q.clone(), full.q.clone()

@@ -65,7 +65,14 @@ class ExtendConfig:
     unchosen grid is not launched at all (eager runs launch both as without it). overlap (with
     small, not conditional): the small kernel is a programmatic dependent launch of the large one,
     whose CTAs each let it start: its grid starts as soon as the large one's last wave is
-    resident, so whichever grid is dead exits beside the other's tail instead of after it."""
+    resident, so whichever grid is dead exits beside the other's tail instead of after it.
+    small_first (with small): the small kernel is launched first (with overlap: it triggers, the
+    large one is the dependent). persistent (with small): 1: the small kernel, 2: both, run as
+    persistent CTAs (`_kernel_extend_persistent`: one wave, `resident_ctas` an SM, each looping over
+    items drawn from a counter the dual schedule resets), so a dead grid costs one wave instead of
+    16-32 (the small tile's 4-8k CTAs from L = 1k). The large tile's persistent loop spills more in
+    its tile loop (SASS, sm_90a: 26 / 32 STL / LDL a tile in the second warp group, 13 / 13 without),
+    the small one's less (6 / 6 against 15 / 16): hence 1 (`r`) and 2 (`R`)."""
 
     block_m: int = 64
     block_n: int = 64
@@ -82,6 +89,8 @@ class ExtendConfig:
     small_below: int = 768  # = SMALL_BELOW
     conditional: bool = False
     overlap: bool = False
+    small_first: bool = False
+    persistent: int = 0
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
         extra = ", page_prefetch=True" if self.page_prefetch else ""
@@ -94,6 +103,8 @@ class ExtendConfig:
         extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
         extra += ", conditional=True" if self.conditional else ""
         extra += ", overlap=True" if self.overlap else ""
+        extra += ", small_first=True" if self.small_first else ""
+        extra += f", persistent={self.persistent}" if self.persistent else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
             f"row_blocks={self.row_blocks}{extra})"
@@ -116,11 +127,22 @@ class ExtendConfig:
     def single(self) -> ExtendConfig:
         """This tile's kernel config without the live choice (its compile key: the same kernel as
         the single-tile plan's)."""
-        return dataclasses.replace(self, small=None, small_below=768, conditional=False, overlap=False)
+        return dataclasses.replace(
+            self, small=None, small_below=768, conditional=False, overlap=False, small_first=False, persistent=0
+        )
 
     def pdl_modes(self) -> tuple[str, ...]:
-        """`compile_extend`'s pdl argument of each of `tiles()` (overlap: trigger, dependent)."""
-        return ("trigger", "dependent") if self.overlap else ("none",) * len(self.tiles())
+        """`compile_extend`'s pdl argument of each of `tiles()` (overlap: the first launched triggers,
+        the other is the dependent)."""
+        if not self.overlap:
+            return ("none",) * len(self.tiles())
+        return ("dependent", "trigger") if self.small_first else ("trigger", "dependent")
+
+    def persistent_tiles(self) -> tuple[bool, ...]:
+        """Whether each of `tiles()` runs as persistent CTAs (persistent 1: the small one, 2: both)."""
+        if self.small is None:
+            return (False,)
+        return (self.persistent >= 2, self.persistent >= 1)
 
     def tiles(self) -> tuple[ExtendConfig, ...]:
         """The kernel configs the plan compiles: (self,) or (single, small)."""
@@ -139,12 +161,50 @@ def extend_smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: Ext
     return q + kv + 1024 + 64
 
 
+def resident_ctas(kv_dtype: str, head_dim: int, head_dim_v: int, config: ExtendConfig, arch: str) -> int:
+    """CTAs of `config` an SM can hold (at least 1): its shared memory against the arch's, and 255
+    registers a thread (what ptxas gives the row_blocks 2 tiles) against the 64k register file: the
+    128-row tiles 2, the 256-row ones 1. The persistent grid's size (`ExtendConfig.persistent`)."""
+    smem = SMEM_LIMIT.get(arch, 99 * 1024) // extend_smem_bytes(kv_dtype, head_dim, head_dim_v, config)
+    regs = 65536 // (256 * 32 * config.warps)
+    return max(1, min(smem, regs))
+
+
+def persistent_grid_rows(work_rows: int, ctas: int, num_kv_heads: int) -> int:
+    """CTA rows a KV head of a persistent extend kernel (`_kernel_extend_persistent`): enough for
+    `ctas` CTAs (rounded up to whole rows), never more than the work rows, at least 1."""
+    return max(1, min(work_rows, -(-ctas // num_kv_heads)))
+
+
+def persistent_item_order(count: int, grid_rows: int, num_kv_heads: int, finish_order) -> list[tuple[int, int]]:
+    """The persistent kernel's (work row, KV head) pairs in the order they start, in Python: CTA (kvh,
+    row) first runs linear item row * Hkv + kvh (row < grid_rows), then each CTA that finishes an item
+    draws the next linear index grid_rows * Hkv, + 1, ... (`finish_order(pending)` picks which running
+    CTA finishes next: any order the hardware may take). Indices at or past count * Hkv exit."""
+    ctas = grid_rows * num_kv_heads
+    running = [i for i in range(ctas) if i // num_kv_heads < count]
+    started = list(running)
+    drawn = 0
+    while running:
+        running.remove(finish_order(running))
+        nxt = ctas + drawn
+        drawn += 1
+        if nxt // num_kv_heads < count:
+            running.append(nxt)
+            started.append(nxt)
+    return [(i // num_kv_heads, i % num_kv_heads) for i in started]
+
+
 def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch):
     """None when the extend kernel implements this problem with `config` on `arch`, else why not
     (with `config.small`: both tiles, the small one's reason prefixed "small: ")."""
     if isinstance(config, ExtendConfig) and config.small is None:
         if config.conditional is not False or config.overlap is not False:
             return f"conditional (CUDA-graph if-nodes) and overlap need small (two tiles), got {config}"
+        if config.small_first is not False or config.persistent != 0:
+            return (
+                f"small_first and persistent need small (two tiles; the dual schedule resets the counter), got {config}"
+            )
     if isinstance(config, ExtendConfig) and config.small is not None:
         dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
         small, below = config.small, config.small_below
@@ -152,9 +212,11 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
             return f"small must be an ExtendConfig without its own small, got {small!r}"
         if not isinstance(below, int) or isinstance(below, bool) or not 0 <= below < 2**31:
             return f"small_below must be an int in [0, 2^31) (query tokens), got {below!r}"
-        for flag in ("conditional", "overlap"):
+        for flag in ("conditional", "overlap", "small_first"):
             if not isinstance(getattr(config, flag), bool):
                 return f"{flag} must be a bool, got {getattr(config, flag)!r}"
+        if type(config.persistent) is not int or config.persistent not in (0, 1, 2):
+            return f"persistent must be 0, 1 (the small kernel) or 2 (both), got {config.persistent!r}"
         if config.conditional and config.overlap:
             return "conditional (if-nodes: one grid launched) and overlap (both, overlapped) exclude each other"
         reason = why_not_extend(*dims, config.single, arch)
@@ -290,20 +352,22 @@ def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
     'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
-    'LARGE+SMALL[@N][c|o]': the live choice (ExtendConfig.small = SMALL, small_below = N, default 768;
-    'c': conditional, CUDA-graph if-nodes; 'o': overlap), e.g. '256x64x3x2pgiw+128x64x2x2p@768c'."""
+    'LARGE+SMALL[@N][c|o][s][r|R]': the live choice (ExtendConfig.small = SMALL, small_below = N, default
+    768; 'c': conditional, CUDA-graph if-nodes; 'o': overlap; 's': small_first; 'r': persistent 1 (the
+    small kernel), 'R': 2 (both)), e.g. '256x64x3x2pgiw+128x64x2x2p@768c', '...@768osr'."""
     if "+" in text:
         large, _, rest = text.partition("+")
         small, at, tail = rest.partition("@")
-        tail_match = re.fullmatch(r"(\d+)([co]?)", tail) if at else None
+        tail_match = re.fullmatch(r"(\d+)([co]?)(s?)([rR]?)", tail) if at else None
         if at and tail_match is None:
             raise ValueError(
-                f"an extend config's '@N[c|o]' (small_below, conditional / overlap) needs a number of tokens, got {text!r}"
+                f"an extend config's '@N[c|o][s][r|R]' (small_below, conditional / overlap, small_first, persistent) "
+                f"needs a number of tokens, got {text!r}"
             )
-        below, flag = tail_match.groups() if tail_match else ("768", "")
+        below, flag, first, pers = tail_match.groups() if tail_match else ("768", "", "", "")
         return dataclasses.replace(
             parse_extend_config(large), small=parse_extend_config(small), small_below=int(below),
-            conditional=flag == "c", overlap=flag == "o",
+            conditional=flag == "c", overlap=flag == "o", small_first=first == "s", persistent={"": 0, "r": 1, "R": 2}[pers],
         )  # fmt: skip
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:

@@ -21,7 +21,9 @@ the O rescale meanwhile; config.cross_tile issues the next tile's QK^T before a 
 (`_loop_cross`, a ring of >= 3 stages); config.stagger (8 warps) runs warps 0-3 one PV behind warps
 4-7 (`_loop` lag 1: P kept in registers, stages - 2 tiles in flight) so the two warps sharing a
 scheduler are in opposite phases, and config.split_issue leaves the K/V copies to warps 0-3
-(`ExtendConfig`).
+(`ExtendConfig`). With persistent_ctas (`ExtendConfig.persistent`, the live tile choice) the grid
+is one wave and each CTA loops over items drawn from a counter (`_kernel_extend_persistent`); the
+tile math and loads live in `_kernel_extend_tile`.
 
 Query token t (0-based in its request, q_len L, kv_len N) sees keys k with
 max(0, t + N - L - window_left) <= k <= t + N - L (FORMATS.md). A KV tile is loaded in chunks of
@@ -49,15 +51,17 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..._lib.compile import cute_compile, kernel
 from ._config import ExtendConfig, why_not_extend
 from ._fragments import stage_q_fp16, swizzled
+from ._kernel_extend_persistent import ExtendPersistent
 from ._kernel_extend_tile import ExtendTile
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
-class PagedExtend(ExtendTile):
+class PagedExtend(ExtendTile, ExtendPersistent):
     def __init__(
-        self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, pdl="none"
-    ):
+        self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, pdl="none",
+        persistent_ctas=0,
+    ):  # fmt: skip
         self.fp8 = kv_dtype == "float8_e4m3fn"
         self.q_dtype = CUTE_DTYPES[q_dtype]
         self.mma_dtype = cutlass.Float16 if self.fp8 else self.q_dtype
@@ -94,6 +98,9 @@ class PagedExtend(ExtendTile):
         # kernel launch once every CTA has started; "dependent" is launched so (it needs nothing the
         # previous kernel writes: both extend kernels read only the schedule's output)
         self.pdl = pdl
+        # persistent (`ExtendConfig.persistent`): at most this many CTA rows a KV head, looping over items
+        # (`_kernel_extend_persistent`); 0: one CTA per (work row, KV head)
+        self.persistent_ctas = persistent_ctas
 
     def _smem_layouts(self):
         qa, _ = swizzled(self.bm, self.d, self.mma_dtype)
@@ -114,7 +121,7 @@ class PagedExtend(ExtendTile):
         mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
         mLens: cute.Tensor,  # (batch,) int32: cache_seqlens (KV length incl. the new tokens)
         mWork: cute.Tensor,  # (item_cap, 2) int32: request, first token of the tile
-        mCount: cute.Tensor,  # (1,) int32: live items
+        mCount: cute.Tensor,  # (1,) int32: live items (persistent: (2,) stride 2: items, next-item counter)
         mOut: cute.Tensor,  # (total_q, Hq, Dv) q dtype
         mLse: cute.Tensor,  # (total_q, Hq) fp32, base 2
         mSink: cute.Tensor,  # (Hq,) fp32 (read when has_sink != 0)
@@ -153,8 +160,15 @@ class PagedExtend(ExtendTile):
         self.kernel(
             mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
             window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols, q_copy,
-        ).launch(grid=[self.hkv, mWork.shape[0], 1], block=[self.threads, 1, 1], stream=stream,
+        ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream,
                  use_pdl=self.pdl == "dependent")  # fmt: skip
+
+    def _grid_rows(self, mWork):
+        """CTA rows a KV head: one per work row, or (persistent) `_config_extend.persistent_grid_rows`."""
+        if self.persistent_ctas:
+            rows = -(-self.persistent_ctas // self.hkv)
+            return cutlass.max(cutlass.min(mWork.shape[0], Int32(rows)), Int32(1))
+        return mWork.shape[0]
 
     @cute.kernel
     def kernel(
@@ -188,107 +202,137 @@ class PagedExtend(ExtendTile):
         lane = tidx % 32
         if cutlass.const_expr(self.pdl == "trigger"):
             cute.arch.griddepcontrol_launch_dependents()
-        if item < mCount[0]:
-            req = mWork[item, 0]
-            tok0 = mWork[item, 1]
-            q0 = mCu[req]
-            q_len = mCu[req + 1] - q0
-            kv_len = mLens[req]
-            n_tok = cutlass.min(Int32(self.tokens), q_len - tok0)
-            diag = kv_len - q_len  # token t sees keys <= t + diag
+        tensors = (mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc)
+        layouts = (sQ_layout, sK_layout, sV_layout)
+        copies = (tiled_mma, kv_copy, kv_copy_threads, q_copy)
+        scalars = (scale_log2, has_sink, window_left)
+        if cutlass.const_expr(self.persistent_ctas > 0):
+            self._persistent(tensors, layouts, copies, scalars, kvh, item, tidx, lane)
+        else:
+            if item < mCount[0]:
+                self._item(tensors, layouts, copies, scalars, item, kvh, tidx, lane)
 
-            # ---- shared memory ------------------------------------------------------------------
-            smem = cutlass.memory.SmemAllocator()
-            sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
-            sK = smem.allocate_tensor(self.kv_dtype, sK_layout, 1024)
-            sV = smem.allocate_tensor(self.kv_dtype, sV_layout, 1024)
-            sQraw = None
-            sRed = None
-            if cutlass.const_expr(self.fp8):
-                sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((self.bm, self.d), stride=(self.d, 1)), 16)
-                sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+    @cute.jit
+    def _item(self, tensors, layouts, copies, scalars, item, kvh, tidx, lane):
+        """Work row `item` for KV head kvh: Q and the first tiles, the main loop, the epilogue.
+        Persistent: also draws the next item and returns its linear index (`_kernel_extend_persistent`)."""
+        mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc = tensors
+        sQ_layout, sK_layout, sV_layout = layouts
+        tiled_mma, kv_copy, kv_copy_threads, q_copy = copies
+        scale_log2, has_sink, window_left = scalars
+        req = mWork[item, 0]
+        tok0 = mWork[item, 1]
+        q0 = mCu[req]
+        q_len = mCu[req + 1] - q0
+        kv_len = mLens[req]
+        n_tok = cutlass.min(Int32(self.tokens), q_len - tok0)
+        diag = kv_len - q_len  # token t sees keys <= t + diag
 
-            # ---- the keys this tile's rows see: [lo, hi) ----------------------------------------
-            hi = cutlass.max(cutlass.min(tok0 + n_tok + diag, kv_len), 0)
-            lo = Int32(0)
-            if window_left >= 0:
-                lo = cutlass.max(tok0 + diag - window_left, 0)
-            t_begin = lo // self.bn
-            t_end = (hi + self.bn - 1) // self.bn
-            if hi <= lo:
-                t_end = t_begin
-            n_tiles = t_end - t_begin
-            width = mPT.shape[1]
-            cKV = kv_copy.get_slice(tidx % kv_copy_threads).partition_S(cute.make_identity_tensor((self.ck, self.de)))
+        # ---- shared memory ------------------------------------------------------------------
+        smem = cutlass.memory.SmemAllocator()
+        sQ = smem.allocate_tensor(self.mma_dtype, sQ_layout, 1024)
+        sK = smem.allocate_tensor(self.kv_dtype, sK_layout, 1024)
+        sV = smem.allocate_tensor(self.kv_dtype, sV_layout, 1024)
+        sQraw = None
+        sRed = None
+        if cutlass.const_expr(self.fp8):
+            sQraw = smem.allocate_tensor(self.q_dtype, cute.make_layout((self.bm, self.d), stride=(self.d, 1)), 16)
+            sRed = smem.allocate_tensor(Float32, cute.make_layout(self.warps), 16)
+        sNext = None
+        if cutlass.const_expr(self.persistent_ctas > 0):
+            sNext = smem.allocate_tensor(Int32, cute.make_layout(1), 16)
 
-            # ---- Q first (it joins the first tile's cp.async group): block_m packed rows, one
-            # 16-byte vector per thread and copy step, zero-filled past the request's tokens -------
-            sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
-            valid_rows = n_tok * self.group
-            self._load_q(mQ, sQdst, q0 + tok0, n_tok, valid_rows, kvh, q_copy, tidx)
-            pages = cute.make_rmem_tensor(self.chunks, Int32)  # page_prefetch: the next tile's pages
-            for s in cutlass.range_constexpr(self.ahead):
-                key0 = (t_begin + s) * self.bn
-                if cutlass.const_expr(self.prefetch):
-                    self._page_ids(mPT, pages, req, key0, kv_len, width)
-                if s < n_tiles:
-                    self._load_tile(mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, s, kv_copy,
-                                    kv_copy_threads, cKV, tidx, pages)  # fmt: skip
-                cute.arch.cp_async_commit_group()
+        # ---- the keys this tile's rows see: [lo, hi) ----------------------------------------
+        hi = cutlass.max(cutlass.min(tok0 + n_tok + diag, kv_len), 0)
+        lo = Int32(0)
+        if window_left >= 0:
+            lo = cutlass.max(tok0 + diag - window_left, 0)
+        t_begin = lo // self.bn
+        t_end = (hi + self.bn - 1) // self.bn
+        if hi <= lo:
+            t_end = t_begin
+        n_tiles = t_end - t_begin
+        width = mPT.shape[1]
+        cKV = kv_copy.get_slice(tidx % kv_copy_threads).partition_S(cute.make_identity_tensor((self.ck, self.de)))
+
+        # ---- Q first (it joins the first tile's cp.async group): block_m packed rows, one
+        # 16-byte vector per thread and copy step, zero-filled past the request's tokens -------
+        sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
+        valid_rows = n_tok * self.group
+        self._load_q(mQ, sQdst, q0 + tok0, n_tok, valid_rows, kvh, q_copy, tidx)
+        pages = cute.make_rmem_tensor(self.chunks, Int32)  # page_prefetch: the next tile's pages
+        for s in cutlass.range_constexpr(self.ahead):
+            key0 = (t_begin + s) * self.bn
             if cutlass.const_expr(self.prefetch):
-                self._page_ids(mPT, pages, req, (t_begin + self.ahead) * self.bn, kv_len, width)
-            cute.arch.cp_async_wait_group(self.ahead - 1)
+                self._page_ids(mPT, pages, req, key0, kv_len, width)
+            if s < n_tiles:
+                self._load_tile(mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, s, kv_copy,
+                                kv_copy_threads, cKV, tidx, pages)  # fmt: skip
+            cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(self.prefetch):
+            self._page_ids(mPT, pages, req, (t_begin + self.ahead) * self.bn, kv_len, width)
+        drawn = Int32(0)
+        if cutlass.const_expr(self.persistent_ctas > 0):  # the next item's index: lands beside this prologue
+            drawn = self._draw_next(mCount, tidx)
+        cute.arch.cp_async_wait_group(self.ahead - 1)
+        cute.arch.sync_threads()
+        if cutlass.const_expr(self.persistent_ctas > 0):  # every thread has read the previous item's slot
+            self._publish_next(sNext, drawn, tidx)
+        qk_scale = scale_log2
+        vd = Float32(1.0)
+        if cutlass.const_expr(self.fp8):
+            vd = mVDesc[req, kvh]
+            q_unscale = stage_q_fp16(sQraw, sQ, sRed, tidx, self.bm, self.bm, self.d, self.threads)
+            qk_scale = scale_log2 * mKDesc[req, kvh] * q_unscale
             cute.arch.sync_threads()
-            qk_scale = scale_log2
-            vd = Float32(1.0)
-            if cutlass.const_expr(self.fp8):
-                vd = mVDesc[req, kvh]
-                q_unscale = stage_q_fp16(sQraw, sQ, sRed, tidx, self.bm, self.bm, self.d, self.threads)
-                qk_scale = scale_log2 * mKDesc[req, kvh] * q_unscale
-                cute.arch.sync_threads()
 
-            thr_mma = tiled_mma.get_slice(tidx)
-            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-            q_s2r = cute.make_tiled_copy_A(
-                cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
-            )
-            thr_q_s2r = q_s2r.get_slice(tidx)
-            tSsQ = thr_q_s2r.partition_S(sQ)
-            tSrQ_v = thr_q_s2r.retile(tSrQ)
-            if cutlass.const_expr(self.q_in_regs):
-                cute.copy(q_s2r, tSsQ, tSrQ_v)
+        thr_mma = tiled_mma.get_slice(tidx)
+        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+        q_s2r = cute.make_tiled_copy_A(
+            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
+        )
+        thr_q_s2r = q_s2r.get_slice(tidx)
+        tSsQ = thr_q_s2r.partition_S(sQ)
+        tSrQ_v = thr_q_s2r.retile(tSrQ)
+        if cutlass.const_expr(self.q_in_regs):
+            cute.copy(q_s2r, tSsQ, tSrQ_v)
 
-            acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.dv)), Float32)
-            acc_O.fill(0.0)
-            row_max = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
-            row_sum = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
-            row_max.fill(-Float32.inf)
-            row_sum.fill(0.0)
+        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.bm, self.dv)), Float32)
+        acc_O.fill(0.0)
+        row_max = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
+        row_sum = cute.make_rmem_tensor(2 * self.row_blocks, Float32)
+        row_max.fill(-Float32.inf)
+        row_sum.fill(0.0)
 
-            # ---- main loop: one CTA barrier per tile (the stage refilled below was last read
-            # in the previous iteration, which every warp has finished when it passes it) --------
-            if cutlass.const_expr(self.cross):
-                self._loop_cross(mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy,
-                                 kv_copy_threads, cKV, tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma,
-                                 thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
-            else:
-                args = (mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, kv_copy_threads, cKV,
-                        tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
-                        row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
-                if cutlass.const_expr(self.stagger):
-                    # warps w and w + warps / 2 share a scheduler: the first group runs each tile's PV
-                    # one step late, so its softmax meets the second group's mma and vice versa
-                    if cute.arch.make_warp_uniform(cute.arch.warp_idx()) < self.warps // 2:
-                        self._loop(*args, 1)
-                    else:
-                        self._loop(*args, 0)
+        # ---- main loop: one CTA barrier per tile (the stage refilled below was last read
+        # in the previous iteration, which every warp has finished when it passes it) --------
+        if cutlass.const_expr(self.cross):
+            self._loop_cross(mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy,
+                             kv_copy_threads, cKV, tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma,
+                             thr_mma, tSrQ, acc_O, row_max, row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+        else:
+            args = (mK, mV, mPT, sK, sV, req, kvh, t_begin, n_tiles, kv_len, width, kv_copy, kv_copy_threads, cKV,
+                    tidx, pages, tok0, n_tok, diag, window_left, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max,
+                    row_sum, q_s2r, tSsQ, tSrQ_v)  # fmt: skip
+            if cutlass.const_expr(self.stagger):
+                # warps w and w + warps / 2 share a scheduler: the first group runs each tile's PV
+                # one step late, so its softmax meets the second group's mma and vice versa
+                if cute.arch.make_warp_uniform(cute.arch.warp_idx()) < self.warps // 2:
+                    self._loop(*args, 1)
                 else:
                     self._loop(*args, 0)
-            cute.arch.cp_async_wait_group(0)
+            else:
+                self._loop(*args, 0)
+        cute.arch.cp_async_wait_group(0)
 
-            # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
-            self._write_rows(acc_O, row_max, row_sum, thr_mma, q0, tok0, valid_rows, kvh, vd, lane,
-                             mSink, has_sink, mOut, mLse)  # fmt: skip
+        # ---- epilogue: normalise, fold the sink, write rows of real tokens -----------------
+        self._write_rows(acc_O, row_max, row_sum, thr_mma, q0, tok0, valid_rows, kvh, vd, lane,
+                         mSink, has_sink, mOut, mLse)  # fmt: skip
+        nxt = None
+        if cutlass.const_expr(self.persistent_ctas > 0):  # every warp is past its last shared-memory read
+            cute.arch.sync_threads()
+            nxt = sNext[0]
+        return nxt
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
@@ -408,8 +452,9 @@ class PagedExtend(ExtendTile):
 
 
 # ---- compile -------------------------------------------------------------------------------------
-def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size):
-    """Fake tensors with the runtime contract of `PagedExtend.__call__`."""
+def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, persistent=False):
+    """Fake tensors with the runtime contract of `PagedExtend.__call__` (persistent: count is the (2,)
+    stride-2 view (items, next-item counter) of the dual schedule's count[0::2] or count[1::2])."""
     fp8 = kv_dtype == "float8_e4m3fn"
     qt = CUTE_DTYPES[q_dtype]
     kvt = cutlass.Float16 if fp8 else qt
@@ -427,7 +472,10 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
     lens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
     work = make_fake_compact_tensor(Int32, (cap, 2), stride_order=(1, 0), assumed_align=8)
-    count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
+    if persistent:
+        count = make_fake_tensor(Int32, (2,), stride=(2,), assumed_align=4)
+    else:
+        count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
     out = make_fake_tensor(qt, (total_q, num_q_heads, head_dim_v), stride=(s64(), s64(), 1), assumed_align=16)
     lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(cute.sym_int64(), 1), assumed_align=4)
     sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
@@ -442,6 +490,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._config_extend",
         "flashinfer.experimental.b12x.attention.paged._fragments",
+        "flashinfer.experimental.b12x.attention.paged._kernel_extend_persistent",
         "flashinfer.experimental.b12x.attention.paged._kernel_extend_tile",
     ),
 )
@@ -456,19 +505,25 @@ def compile_extend(
     config: ExtendConfig,
     arch: str,
     pdl: str = "none",
+    persistent_ctas: int = 0,
 ):
     """tvm-ffi launcher `fn(q, k, v, page_table, cu_seqlens_q, cache_seqlens, work, count, out, lse,
     sink, k_descale, v_descale, scale_log2, has_sink, window_left)` on torch's current stream.
     pdl: "none", "trigger" (each CTA lets the next launch start) or "dependent" (launched as a
     programmatic dependent: it may start before the previous kernel ends, so it must read nothing
-    that kernel writes)."""
+    that kernel writes). persistent_ctas > 0: at most that many CTAs (rounded up to whole KV-head
+    rows) loop over the items (`_kernel_extend_persistent`; count is then (items, counter), stride 2)."""
     if pdl not in ("none", "trigger", "dependent"):
         raise ValueError(f"pdl must be 'none', 'trigger' or 'dependent', got {pdl!r}")
+    if not isinstance(persistent_ctas, int) or isinstance(persistent_ctas, bool) or not 0 <= persistent_ctas < 2**16:
+        raise ValueError(
+            f"persistent_ctas must be an int in [0, 65536) (0: one CTA per work row), got {persistent_ctas!r}"
+        )
     dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
     reason = why_not_extend(*dims, config, arch)
     if reason is not None:
         raise ValueError(f"attention.paged extend kernel: {reason}")
-    args = fake_args(*dims)
+    args = fake_args(*dims, persistent=persistent_ctas > 0)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    extend = PagedExtend(*dims, config, pdl)
+    extend = PagedExtend(*dims, config, pdl, persistent_ctas)
     return cute_compile(extend, *args, Float32(1.0), Int32(0), Int32(-1), stream, arch=arch)

@@ -18,8 +18,11 @@ the small one) and this schedule. Per run the schedule
    tiles, last first) into the one shared work list, sized for the small tile (more items:
    `extend_item_capacity` of the fewest tokens a tile, which also bounds the large tile's count);
 4. writes count[0] = items if the large tile was chosen else 0, count[1] = items if the small
-   one was else 0, and flags[0] / flags[1] = whether each kernel was chosen (one byte each).
-Then both extend kernels launch (large, then small), each over the rows its own tile could need
+   one was else 0, zeroes count[2] / count[3] (the next-item counters of a persistent large / small
+   kernel, `_kernel_extend_persistent`: each reads its (items, counter) pair as count[k::2]), and
+   flags[0] / flags[1] = whether each kernel was chosen (one byte each).
+Then both extend kernels launch (large, then small; `small_first`: small, then large), each over the
+rows its own tile could need (a persistent one: one wave of CTAs looping over them)
 and each reading its own count (count[0:1] and count[1:2]): the unchosen one reads 0 and every
 CTA of it exits at its first load. That dead grid is the cost of the choice: (its rows x Hkv)
 CTAs of one load each, at the occupancy its shared memory allows (the 128-row tile: 2 an SM,
@@ -57,7 +60,7 @@ class DualExtendSchedule(Schedule):
         self,
         mCu: cute.Tensor,  # (batch + 1,) int32: cu_seqlens_q
         mWork: cute.Tensor,  # (cap, 2) int32: request, first token (cap: the small tile's rows)
-        mCount: cute.Tensor,  # (2,) int32: items of the large kernel, items of the small one
+        mCount: cute.Tensor,  # (4,) int32: items of the large kernel, of the small one, their counters
         mFlags: cute.Tensor,  # (2,) uint8: the large kernel chosen, the small one chosen
         stream: cuda.CUstream,
     ):
@@ -110,6 +113,8 @@ class DualExtendSchedule(Schedule):
             n_items = cutlass.min(n_items, cap)
             mCount[0] = Int32(0) if small != 0 else n_items
             mCount[1] = n_items if small != 0 else Int32(0)
+            mCount[2] = Int32(0)
+            mCount[3] = Int32(0)
             mFlags[0] = Uint8(0) if small != 0 else Uint8(1)
             mFlags[1] = Uint8(1) if small != 0 else Uint8(0)
 
@@ -136,11 +141,11 @@ class DualExtendSchedule(Schedule):
     ),
 )
 def compile_dual_extend_schedule(large_tokens: int, small_tokens: int, small_below: int, arch: str):
-    """tvm-ffi launcher `fn(cu_seqlens_q, work, count, flags)` (one CTA; count: int32 [2], flags:
+    """tvm-ffi launcher `fn(cu_seqlens_q, work, count, flags)` (one CTA; count: int32 [4], flags:
     uint8 [2])."""
     cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
     work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
-    count = make_fake_compact_tensor(Int32, (2,), assumed_align=4)
+    count = make_fake_compact_tensor(Int32, (4,), assumed_align=4)
     flags = make_fake_compact_tensor(Uint8, (2,), assumed_align=1)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     schedule = DualExtendSchedule(large_tokens, small_tokens, small_below)

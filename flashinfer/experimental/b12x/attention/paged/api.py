@@ -62,6 +62,7 @@ from ._config import (
     why_not_extend,
     why_not_schedule,
 )
+from ._config_extend import resident_ctas
 from .reference import LOG2E, paged_attention_reference
 
 OP = "attention.paged"
@@ -258,12 +259,15 @@ class PagedAttentionPlan(Plan):
                 from ._kernel_extend_schedule import compile_dual_extend_schedule
 
                 tokens = (ext.tokens_per_tile(c.group), ext.small.tokens_per_tile(c.group), ext.small_below)
-                large_pdl, small_pdl = ext.pdl_modes()
-                return (
-                    (compile_dual_extend_schedule, (*tokens, arch)),
-                    (compile_extend, (*dims, ext.single, arch, large_pdl)),
-                    (compile_extend, (*dims, ext.small, arch, small_pdl)),
-                )
+                tiles = []
+                for tile, pdl, persistent in zip(ext.tiles(), ext.pdl_modes(), ext.persistent_tiles()):
+                    # persistent: one wave of CTAs (an argument only then: the large kernel keeps the
+                    # single-tile plan's compile key)
+                    ctas = resident_ctas(c.kv_dtype, c.head_dim_qk, c.head_dim_vo, tile, arch) * self._sm_count()
+                    tiles.append(
+                        (compile_extend, (*dims, tile, arch, pdl, ctas) if persistent else (*dims, tile, arch, pdl))
+                    )
+                return ((compile_dual_extend_schedule, (*tokens, arch)), *tiles)
             from ._kernel_split import compile_extend_schedule
 
             return (
@@ -568,7 +572,11 @@ def bind(
             large = extend_item_capacity(total_q, batch, ext.tokens_per_tile(group))
             count, flags = scratch["count"], scratch["choice"]
             preds = flags.view(torch.bool)  # 0-d views: the if-nodes' predicates (conditional)
-            extend_views = (count[:2], flags, work[: min(work.shape[0], large)], count[0:1], count[1:2],
+            # a persistent kernel reads (its items, its next-item counter): count[k::2]
+            large_count, small_count = (
+                count[k::2] if p else count[k : k + 1] for k, p in enumerate(ext.persistent_tiles())
+            )
+            extend_views = (count[:4], flags, work[: min(work.shape[0], large)], large_count, small_count,
                             preds[0], preds[1])  # fmt: skip
     else:
         rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
@@ -688,9 +696,10 @@ def _run_extend(b: Binding):
         sched, large, small = launchers
         counts, flags, large_work, large_count, small_count, large_pred, small_pred = b.extend_views
         sched(cu, b.work, counts, flags)
-        graph = _if_node_graph() if b.plan.state.selection.extend.conditional else None
-        for fn, work, count, pred in ((large, large_work, large_count, large_pred),
-                                      (small, b.work, small_count, small_pred)):  # fmt: skip
+        ext = b.plan.state.selection.extend
+        graph = _if_node_graph() if ext.conditional else None
+        order = ((large, large_work, large_count, large_pred), (small, b.work, small_count, small_pred))
+        for fn, work, count, pred in order[::-1] if ext.small_first else order:
             if graph is not None:
                 graph.begin_capture_to_if_node(pred)
             fn(b.q, b.k_cache, b.v_cache, pt, cu, lens, work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
