@@ -357,7 +357,9 @@ def build_parser():
     parser.add_argument(
         "--extend-configs", nargs="+", default=list(EXTEND_CONFIGS), metavar="MxNxSxR[p][c][sN][lN]",
         help="extend kernel configs to time (block_m x block_n x stages x row_blocks, 'p': page_prefetch, 'c': "
-        "cross_tile, 'sN': sub_tiles, 'lN': lazy_rescale; or 'heuristic'), a row each",
+        "cross_tile, 'sN': sub_tiles, 'lN': lazy_rescale; or 'heuristic'), a row each; 'LARGE+SMALL@N[c|o][s][r|R]': "
+        "the live tile choice (c: if-nodes, o: PDL overlap, s: small kernel first, r / R: the small / both "
+        "kernels persistent), e.g. 256x64x3x2pgiw+128x64x2x2p@768osr",
     )  # fmt: skip
     parser.add_argument(
         "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",
