@@ -164,15 +164,24 @@ def _write_active(count, ea, active_ptr, E: tl.constexpr):
 
 
 @triton.jit
-def _nvfp4_codes(x, gs, BR: tl.constexpr, BK: tl.constexpr):
-    """NVFP4 of x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (quantize_nvfp4): E2M1 codes
-    int32 [BR, BK // 16, 16] (sign in bit 3) and the E4M3 block scales [BR, BK // 16] as fp8 and fp32."""
+def _nvfp4_scaled(x, gs, BR: tl.constexpr, BK: tl.constexpr):
+    """quantize_nvfp4's first steps on x fp32 [BR, BK] with per-row global scale gs fp32 [BR]: the
+    E4M3 block scales [BR, BK // 16] as fp8 and fp32, and y = x gs / sf [BR, BK // 16, 16] (the
+    value the E2M1 code rounds)."""
     xb = tl.reshape(x, (BR, BK // 16, 16))
     amax = block_amax(xb)
     t = tl.minimum(tl.math.div_rn(gs[:, None] * amax, 6.0), 448.0)
     sf8 = t.to(tl.float8e4nv)
     sf = sf8.to(tl.float32)
     y = tl.math.div_rn(xb * gs[:, None, None], sf[:, :, None])
+    return y, sf8, sf
+
+
+@triton.jit
+def _nvfp4_codes(x, gs, BR: tl.constexpr, BK: tl.constexpr):
+    """NVFP4 of x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (quantize_nvfp4): E2M1 codes
+    int32 [BR, BK // 16, 16] (sign in bit 3) and the E4M3 block scales [BR, BK // 16] as fp8 and fp32."""
+    y, sf8, sf = _nvfp4_scaled(x, gs, BR, BK)
     mag = tl.abs(y)
     # E2M1 code by counting grid midpoints passed; `>` vs `>=` sends each tie to the even code.
     code = (mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
@@ -202,12 +211,17 @@ def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr
 @triton.jit
 def _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
     """Quantize x as `_nvfp4_tile` does and store bf16 [., KDIM] of e2m1(code) * sf: exact (a 2-bit
-    times a 4-bit significand; |value| in [2^-10, 2688]), the global scale left to the GEMM's alpha."""
-    code, _, sf = _nvfp4_codes(x, gs, BR, BK)
-    mag = code & 7  # E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6
-    val = tl.where(mag < 4, mag.to(tl.float32) * 0.5, (mag - 2).to(tl.float32))  # 4..6 -> 2, 3, 4
-    val = tl.where(mag == 7, 6.0, val)
-    val = tl.where(code >= 8, -val, val) * sf[:, :, None]
+    times a 4-bit significand; |value| in [2^-10, 2688]), the global scale left to the GEMM's alpha.
+    The E2M1 value is |y| rounded to the grid directly: the grid's step is 0.5 below 2, 1 in [2, 4)
+    and 2 from 4, so fl(fl(|y| + c) - c) with c = 2^22, 2^23, 2^24 rounds to it with the ties to the
+    even code (`_nvfp4_codes`' `>` / `>=` rule: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
+    3.5 -> 4, 5 -> 4), then min(., 6) saturates; NaN y (code 0 there) and zero scales give +0."""
+    y, _, sf = _nvfp4_scaled(x, gs, BR, BK)
+    mag = tl.abs(y)
+    c = tl.where(mag < 2.0, 4194304.0, tl.where(mag < 4.0, 8388608.0, 16777216.0))
+    val = tl.minimum((mag + c) - c, 6.0)  # fp fusion is off: two correctly rounded adds
+    val = tl.where((mag != mag) | (sf[:, :, None] == 0), 0.0, val)
+    val = tl.where(y < 0, 0.0 - val, val) * sf[:, :, None]  # 0 - 0 = +0: no negative zeros
     cols = col0 + tl.arange(0, BK)
     tl.store(
         out_ptr + rows64[:, None] * KDIM + cols[None, :],
