@@ -11,6 +11,8 @@ w1)) of each; the launcher's exact arguments with `sorted_expert` in place of `a
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -119,6 +121,26 @@ COUNTS = [3, 0, 70, 1, 60, 0]
 def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation, per_expert):
     p = grouped_problem(fc, a_fmt, b_fmt, activation, COUNTS, r_cap=150)
     check(p, run_grouped(p, small(per_expert)))
+
+
+@pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "relu2"), (2, None)])
+def test_dequantized_bf16_a_is_bit_equal_to_the_nvfp4_a(fc, activation):
+    """The nvfp4 recipe's dequant bucket (api.ExpertBucket.dequant): A stored as bf16 e2m1 x e4m3
+    (what the "nvfp4_deq" gather writes) through the bf16-A kernel gives exactly the NVFP4-A kernel's
+    C: the shared tiles hold the same values (times 2^-16 in the NVFP4 path) in the same K order, and
+    the epilogue's 2^(C_a + C_b) absorbs the power of two."""
+    p = grouped_problem(fc, "nvfp4", "nvfp4", activation, COUNTS, r_cap=150)
+    rows = sum(COUNTS)
+    a = torch.full(p.x.shape, float("nan"), dtype=torch.bfloat16)
+    a[:rows] = p.x[:rows].bfloat16()
+    assert torch.equal(a[:rows].float(), p.x[:rows])  # e2m1 x e4m3 is exact in bf16
+    q = dataclasses.replace(p, a_fmt="bfloat16", args=(a, torch.zeros(16, dtype=torch.uint8), *p.args[2:]))
+    want = run_grouped(p, small())
+    got = run_grouped(q, small())
+    assert torch.equal(
+        got.view(torch.int16 if fc == 1 else torch.int32), want.view(torch.int16 if fc == 1 else torch.int32)
+    )
+    check(q, got)
 
 
 @pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
