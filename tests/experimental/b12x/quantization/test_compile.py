@@ -328,5 +328,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "DIVISION_FREE_GPU_VALIDATED", True)
         monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PAIRS_GPU_VALIDATED", False)
+        monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))
