@@ -344,3 +344,17 @@ def test_persistent_items_run_once_in_any_finishing_order():
             assert sorted(order) == [(i, k) for i in range(count) for k in range(hkv)], (count, rows)
             first = [(i, k) for i in range(min(count, grid)) for k in range(hkv)]
             assert order[: len(first)] == first  # heads fastest, as the hardware launches the grid
+
+
+def test_early_pages_string_form_and_validation():
+    cfg = parse_extend_config("256x64x3x2pgiwe")
+    assert cfg == dataclasses.replace(LARGE, early_pages=True) and "early_pages=True" in repr(cfg)
+    assert "early_pages" not in repr(LARGE) and why_not_extend(*DIMS, cfg, "sm_90a") is None
+    dual = parse_extend_config("256x64x3x2pgiwe+128x64x2x2p@768osr")
+    assert dual.single == cfg and dual.small == SMALL and dual.persistent == 1
+    assert parse_extend_config("128x64x2x2pes2") == ExtendConfig(128, 64, 2, 2, True, early_pages=True, sub_tiles=2)
+    reason = why_not_extend(*DIMS, ExtendConfig(128, 64, 2, 2, early_pages=True), "sm_90a")
+    assert "early_pages needs page_prefetch" in reason
+    assert "early_pages must be a bool" in why_not_extend(*DIMS, dataclasses.replace(cfg, early_pages=1), "sm_90a")
+    with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
+        parse_extend_config("256x64x3x2pgiew")  # flags in their order only

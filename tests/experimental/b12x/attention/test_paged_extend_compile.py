@@ -204,7 +204,9 @@ WIDE = {  # also test_paged_extend_gpu's cases: 256-row CTAs and the staggered w
     "m128n32s3pg": ExtendConfig(128, 32, 3, 1, True, stagger=True),  # 8 warps x 16 rows: fits sm_120a
     "m128n64r2pw": ExtendConfig(128, 64, 2, 2, True, wide_copy=True),  # the default with wide_copy
     "m256n64s3r2pgiw": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True),
-}
+    "m256n64s3r2pgiwe": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True,
+                                     early_pages=True),  # session 8: the default with early_pages
+}  # fmt: skip
 
 
 def _resources(fn) -> tuple[int, int]:
@@ -391,3 +393,55 @@ def test_persistent_small_tile_loop_spills_no_more_than_one_item_a_cta():
     plain = _tile_loop_spills(ke.compile_extend(*args))
     persistent = _tile_loop_spills(ke.compile_extend(*args, "trigger", persistent_ctas=264))
     assert plain and persistent and max(persistent) <= max(plain), (plain, persistent)
+
+
+def _sass_lines(fn) -> list[str]:
+    """The cubin's SASS instructions (predicates kept), in order."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        triton = pytest.importorskip("triton")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
+    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
+    cubin.write_bytes(fn.artifacts.CUBIN)
+    text = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return [line.split("*/", 1)[-1].split(";")[0].strip() for line in text.splitlines() if "*/" in line]
+
+
+def _prologue_loads(lines: list[str]) -> tuple[int, int]:
+    """(global loads before the first EXIT, unpredicated global loads before the first cp.async)."""
+    first_exit = next(i for i, x in enumerate(lines) if "EXIT" in x)
+    first_copy = next(i for i, x in enumerate(lines) if x.startswith("LDGSTS") or " LDGSTS" in x)
+    loads = [i for i, x in enumerate(lines) if re.match(r"(@!?U?P\d+ )?LDG\.", x)]
+    before_exit = sum(i < first_exit for i in loads)
+    plain = sum(i < first_copy and lines[i].startswith("LDG.") for i in loads)
+    return before_exit, plain
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_early_pages_shorten_the_prologue_chain(kv_dtype):
+    """early_pages (sm_90a, the 256-row default + e): the work row loads beside the live count (both
+    before the dead CTA's exit), and the first tile's page-table entries load unpredicated, beside the
+    request's lengths, before any cp.async (without it: one load before the exit and the pages
+    predicated on kv_len, i.e. after it). The tile loops are the default's (same instruction count)."""
+    ke = _extend_module()
+    base_cfg = default_extend_config(kv_dtype, 128, "sm_90a")
+    cfg = dataclasses.replace(base_cfg, page_prefetch=True, early_pages=True)
+    args = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    base = _sass_lines(ke.compile_extend(*args, dataclasses.replace(cfg, early_pages=False), "sm_90a"))
+    early = _sass_lines(ke.compile_extend(*args, cfg, "sm_90a"))
+    chunks = cfg.block_n // 16
+    assert _prologue_loads(base)[0] == 1 and _prologue_loads(early)[0] == 2  # count (+ the work row)
+    # unpredicated before the first cp.async: count, row, q0, q_len end, kv_len (+ the pages)
+    assert _prologue_loads(early)[1] >= _prologue_loads(base)[1] + chunks, (
+        _prologue_loads(base),
+        _prologue_loads(early),
+    )
+    assert sum("HMMA" in x for x in early) == sum("HMMA" in x for x in base)
+    reason = why_not_extend(*args, dataclasses.replace(cfg, page_prefetch=False), "sm_90a")
+    assert reason is not None and "early_pages needs page_prefetch" in reason

@@ -198,6 +198,9 @@ WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtyp
     (5, "m128n64r2pw", "bfloat16", (8, 8), 64),
     (5, "m128n64r2pw", "float8_e4m3fn", (32, 8), 16),
     (5, "m256n64s3r2pgiw", "bfloat16", (32, 8), 16),
+    (6, "m256n64s3r2pgiwe", "bfloat16", (32, 8), 16),  # session 8: early_pages (window 100: its fallback)
+    (6, "m256n64s3r2pgiwe", "bfloat16", (8, 8), 64),
+    (6, "m256n64s3r2pgiwe", "float8_e4m3fn", (32, 8), 16),
 ]
 
 
@@ -343,11 +346,13 @@ CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two e
     # session 8: the small kernel first, persistent (r: the small one, R: both), with / without overlap
     ("bfloat16", (32, 8), "first-pdl-r1"), ("bfloat16", (64, 8), "first-r1"), ("bfloat16", (32, 8), "r2"),
     ("bfloat16", (32, 8), "pdl-r2"), ("float8_e4m3fn", (32, 8), "first-pdl-r1"), ("float8_e4m3fn", (64, 8), "r2"),
+    ("bfloat16", (32, 8), "early-first-pdl-r1"),  # the large tile with early_pages
 ]  # fmt: skip
 LAUNCHES = {  # launch id -> the dual config's fields besides the tiles (bench tails @N, o, c, osr, sr, R, oR)
     "both": {}, "ifnode": dict(conditional=True), "overlap": dict(overlap=True),
     "first-pdl-r1": dict(overlap=True, small_first=True, persistent=1), "first-r1": dict(small_first=True, persistent=1),
     "r2": dict(persistent=2), "pdl-r2": dict(overlap=True, persistent=2),
+    "early-first-pdl-r1": dict(early_pages=True, overlap=True, small_first=True, persistent=1),
 }  # fmt: skip
 
 

@@ -49,6 +49,12 @@ class ExtendConfig:
     in each of two rows: the cp.async issue needs half the 64-bit address chains (SASS at 128 x 64:
     1097 instructions a tile instead of 1142; 256x64x3x2pgi's late group 1001 instead of 1047).
 
+    early_pages (with page_prefetch): the first tile's page-table entries are read right after the
+    work row, beside the request's q_len / kv_len, instead of after them: the prologue's dependent
+    chain (work row -> lengths -> pages -> K/V) loses one L2 round trip an item (~0.4-0.5 µs), which
+    one 256-row CTA an SM has nothing to hide behind (a window that skips the first tile looks the
+    pages up as before).
+
     block_m 256 (8 warps at row_blocks 2, 64 tokens x G 4): one CTA an SM (the 8 warps of two 128-row
     CTAs), each K / V tile loaded once for twice the rows: half the cp.async issue and L2 traffic
     per flop; 3 or 4 stages fit its shared memory (sm_90a; not sm_120a's 99 KB). stages: 2 to 4.
@@ -85,6 +91,7 @@ class ExtendConfig:
     stagger: bool = False
     split_issue: bool = False
     wide_copy: bool = False
+    early_pages: bool = False
     small: ExtendConfig | None = None
     small_below: int = 768  # = SMALL_BELOW
     conditional: bool = False
@@ -100,6 +107,7 @@ class ExtendConfig:
         extra += ", stagger=True" if self.stagger else ""
         extra += ", split_issue=True" if self.split_issue else ""
         extra += ", wide_copy=True" if self.wide_copy else ""
+        extra += ", early_pages=True" if self.early_pages else ""
         extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
         extra += ", conditional=True" if self.conditional else ""
         extra += ", overlap=True" if self.overlap else ""
@@ -234,9 +242,11 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
-    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue", "wide_copy"):
+    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue", "wide_copy", "early_pages"):
         if not isinstance(getattr(c, flag), bool):
             return f"{flag} must be a bool, got {getattr(c, flag)!r}"
+    if c.early_pages and not c.page_prefetch:
+        return f"early_pages needs page_prefetch (the first tile's pages in registers), got {c}"
     if c.cross_tile and (c.stages < 3 or c.sub_tiles != 1):
         return f"cross_tile needs stages >= 3 and sub_tiles 1, got {c}"
     if c.stagger and (c.warps != 8 or c.stages < 3 or c.sub_tiles != 1 or c.cross_tile):
@@ -351,7 +361,7 @@ def dual_extend_schedule_reference(cu_seqlens_q, large_tokens: int, small_tokens
 def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
-    'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
+    'e' early_pages, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
     'LARGE+SMALL[@N][c|o][s][r|R]': the live choice (ExtendConfig.small = SMALL, small_below = N, default
     768; 'c': conditional, CUDA-graph if-nodes; 'o': overlap; 's': small_first; 'r': persistent 1 (the
     small kernel), 'R': 2 (both)), e.g. '256x64x3x2pgiw+128x64x2x2p@768c', '...@768osr'."""
@@ -369,13 +379,13 @@ def parse_extend_config(text: str) -> ExtendConfig:
             parse_extend_config(large), small=parse_extend_config(small), small_below=int(below),
             conditional=flag == "c", overlap=flag == "o", small_first=first == "s", persistent={"": 0, "r": 1, "R": 2}[pers],
         )  # fmt: skip
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(?:s(\d+))?(?:l(\d+))?", text)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(e?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(
             f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
             f"c: cross_tile, g: stagger, i: split_issue, w: wide_copy, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
         )
-    m, n, st, rb, p, cross, stagger, split, wide, sub, lazy = match.groups()
-    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), stagger=bool(stagger), split_issue=bool(split), wide_copy=bool(wide), sub_tiles=int(sub or 1),
-                 lazy_rescale=int(lazy or 0))  # fmt: skip
+    m, n, st, rb, p, cross, stagger, split, wide, early, sub, lazy = match.groups()
+    flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), stagger=bool(stagger), split_issue=bool(split), wide_copy=bool(wide),
+                 early_pages=bool(early), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))  # fmt: skip
     return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)

@@ -98,6 +98,9 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         # kernel launch once every CTA has started; "dependent" is launched so (it needs nothing the
         # previous kernel writes: both extend kernels read only the schedule's output)
         self.pdl = pdl
+        # early_pages: the first tile's page-table entries load beside the request's lengths (its
+        # lookups then cost no round trip of their own in the prologue chain; `_first_pages`)
+        self.early_pages = config.early_pages
         # persistent (`ExtendConfig.persistent`): at most this many CTA rows a KV head, looping over items
         # (`_kernel_extend_persistent`); 0: one CTA per (work row, KV head)
         self.persistent_ctas = persistent_ctas
@@ -209,19 +212,32 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         if cutlass.const_expr(self.persistent_ctas > 0):
             self._persistent(tensors, layouts, copies, scalars, kvh, item, tidx, lane)
         else:
-            if item < mCount[0]:
-                self._item(tensors, layouts, copies, scalars, item, kvh, tidx, lane)
+            if cutlass.const_expr(self.early_pages):
+                # the work row (in bounds: one grid row per work row) loads beside the count: the
+                # branch tests both (a live row's request is >= 0), so neither load sinks past the other
+                row = (mWork[item, 0], mWork[item, 1])
+                if (item < mCount[0]) & (row[0] >= 0):
+                    self._item(tensors, layouts, copies, scalars, item, kvh, tidx, lane, row)
+            else:
+                if item < mCount[0]:
+                    self._item(tensors, layouts, copies, scalars, item, kvh, tidx, lane)
 
     @cute.jit
-    def _item(self, tensors, layouts, copies, scalars, item, kvh, tidx, lane):
+    def _item(self, tensors, layouts, copies, scalars, item, kvh, tidx, lane, row=None):
         """Work row `item` for KV head kvh: Q and the first tiles, the main loop, the epilogue.
         Persistent: also draws the next item and returns its linear index (`_kernel_extend_persistent`)."""
         mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc = tensors
         sQ_layout, sK_layout, sV_layout = layouts
         tiled_mma, kv_copy, kv_copy_threads, q_copy = copies
         scale_log2, has_sink, window_left = scalars
-        req = mWork[item, 0]
-        tok0 = mWork[item, 1]
+        if cutlass.const_expr(row is None):
+            req = mWork[item, 0]
+            tok0 = mWork[item, 1]
+        else:  # early_pages: the work row was loaded beside the live count
+            req, tok0 = row
+        early = None
+        if cutlass.const_expr(self.early_pages):  # beside the q_len / kv_len loads, not after them
+            early = self._first_pages(mPT, req)
         q0 = mCu[req]
         q_len = mCu[req + 1] - q0
         kv_len = mLens[req]
@@ -263,7 +279,9 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         pages = cute.make_rmem_tensor(self.chunks, Int32)  # page_prefetch: the next tile's pages
         for s in cutlass.range_constexpr(self.ahead):
             key0 = (t_begin + s) * self.bn
-            if cutlass.const_expr(self.prefetch):
+            if cutlass.const_expr(self.early_pages and s == 0):
+                self._early_page_ids(mPT, pages, early, req, t_begin, kv_len, width)
+            elif cutlass.const_expr(self.prefetch):
                 self._page_ids(mPT, pages, req, key0, kv_len, width)
             if s < n_tiles:
                 self._load_tile(mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, s, kv_copy,

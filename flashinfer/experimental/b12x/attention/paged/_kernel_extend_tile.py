@@ -46,6 +46,28 @@ class ExtendTile:
             pages[ch] = page
 
     @cute.jit
+    def _first_pages(self, mPT, req):
+        """early_pages: the page of each chunk of keys [0, block_n) (a causal request's first tile),
+        read right after the work row, so the loads run beside those of the request's q_len and
+        kv_len instead of after them (the prologue chain: work row -> lengths -> pages -> K/V was
+        four L2 round trips before the first tile's math, with no other CTA on the SM to cover them
+        at 256 rows). Columns clamped into the table; unused past kv_len (`_early_page_ids`)."""
+        early = cute.make_rmem_tensor(self.chunks, Int32)
+        width = mPT.shape[1]
+        for ch in cutlass.range_constexpr(self.chunks):
+            early[ch] = mPT[req, cutlass.min((ch * self.ck) // self.page_size, width - 1)]
+        return early
+
+    @cute.jit
+    def _early_page_ids(self, mPT, pages, early, req, t_begin, kv_len, width):
+        """The first tile's pages: `_first_pages`' (0 past kv_len, as `_page_ids`) when the tile starts
+        at key 0, else (a window past the first tile) looked up as `_page_ids` does."""
+        for ch in cutlass.range_constexpr(self.chunks):
+            pages[ch] = early[ch] if ch * self.ck < kv_len else Int32(0)
+        if t_begin != 0:
+            self._page_ids(mPT, pages, req, t_begin * self.bn, kv_len, width)
+
+    @cute.jit
     def _load_tile(self, mK, mV, mPT, sK, sV, req, kvh, key0, kv_len, width, stage, kv_copy, copy_threads, cKV, tidx,
                    pages):  # fmt: skip
         """cp.async keys [key0, key0 + block_n) of K and V into `stage`, chunk by chunk (one page
