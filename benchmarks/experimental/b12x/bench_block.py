@@ -64,18 +64,23 @@ from benchmarks.experimental.b12x.common import (
 from flashinfer.experimental.b12x._demo import GLUE_CHOICES
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
-# --variant name -> (fused epilogues, GemmQuery.pdl, the fused gate_up's DecodeConfig changes) of the
-# decode step's GEMM plans (run.prepare); "-p1": gate_up's K loop as the 1-chunk weight pipeline
-# (64 registers a lane instead of 112 at T <= 8: twice the resident CTAs)
+# --variant name -> (fused epilogues, GemmQuery.pdl, the fused gate_up's DecodeConfig changes, norms
+# in the GEMMs) of the decode step's GEMM plans (run.prepare); "-p1": gate_up's K loop as the 1-chunk
+# weight pipeline (64 registers a lane instead of 112 at T <= 8: twice the resident CTAs); "fused6":
+# the RMSNorms inside qkv / gate_up and the first residual inside o too (six launches)
+P1 = "unroll=1,prefetch=1"
 VARIANTS = {
-    "base": (False, "off", None),
-    "fused": (True, "off", None),
-    "pdl": (False, "prefetch", None),
-    "pdl-wait": (False, "wait", None),
-    "fused+pdl": (True, "prefetch", None),
-    "fused+pdl-wait": (True, "wait", None),
-    "fused-p1": (True, "off", "unroll=1,prefetch=1"),
-    "fused+pdl-p1": (True, "prefetch", "unroll=1,prefetch=1"),
+    "base": (False, "off", None, False),
+    "fused": (True, "off", None, False),
+    "pdl": (False, "prefetch", None, False),
+    "pdl-wait": (False, "wait", None, False),
+    "fused+pdl": (True, "prefetch", None, False),
+    "fused+pdl-wait": (True, "wait", None, False),
+    "fused-p1": (True, "off", P1, False),
+    "fused+pdl-p1": (True, "prefetch", P1, False),
+    "fused6": (True, "off", None, True),
+    "fused6+pdl": (True, "prefetch", None, True),
+    "fused6+pdl-p1": (True, "prefetch", P1, True),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
@@ -187,9 +192,9 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
     for variant in args.variant:
-        fused, pdl, opts = VARIANTS[variant]
+        fused, pdl, opts, norms = VARIANTS[variant]
         plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
-                             freeze=False, fused=fused, pdl=pdl, gate_up_opts=opts)  # fmt: skip
+                             freeze=False, fused=fused, pdl=pdl, gate_up_opts=opts, norms=norms)  # fmt: skip
         for glue in args.glue:  # every choice's step over the same weights, cache and input
             label = glue if variant == "base" else f"{glue} glue, {variant}"
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,

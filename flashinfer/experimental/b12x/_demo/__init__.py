@@ -62,6 +62,12 @@ def add_parser(sub) -> None:
         help="dense FFN: gate_up + SiLU * up and down + residual as one GEMM launch each (ten launches -> eight)",
     )
     p.add_argument(
+        "--fused-norms",
+        action="store_true",
+        help="also the RMSNorms inside the qkv / gate_up GEMMs and the first residual inside o (six launches; "
+        "implies --fused-epilogues)",
+    )
+    p.add_argument(
         "--gemm-pdl",
         choices=PDL_CHOICES,
         default="off",
@@ -91,8 +97,9 @@ def main(args) -> int:
         print(f"b12x demo: --glue {args.glue} needs a CUDA device (use torch or torch.compile on CPU)")
         return 2
     return run_demo(
-        args.model, args.tokens, device, seed=args.seed, glue=args.glue, fused=args.fused_epilogues, pdl=args.gemm_pdl
-    )
+        args.model, args.tokens, device, seed=args.seed, glue=args.glue,
+        fused=args.fused_epilogues or args.fused_norms, pdl=args.gemm_pdl, fused_norms=args.fused_norms,
+    )  # fmt: skip
 
 
 __all__ = ["GLUE_CHOICES", "MODEL_NAMES", "PDL_CHOICES", "add_parser", "main"]

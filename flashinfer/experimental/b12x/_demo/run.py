@@ -80,7 +80,9 @@ class DecodeStep:
             ("residual + rmsnorm", glue, self._norm2),
         ]
         self.fused = spec.moe is None and plans["gate_up"].caps.epilogue == "silu_mul"
-        if self.fused:
+        if self.fused and plans["qkv"].caps.norm:  # six launches: the norms in the GEMMs too
+            self.ops = self._six_ops(paged, t, hq * d)
+        elif self.fused:
             self.ops += self._fused_ffn()
         else:
             self.ops += self._dense_ffn(glue) if spec.moe is None else self._moe_ffn(moe, device, tokens)
@@ -93,6 +95,32 @@ class DecodeStep:
             ("gate_up_proj", "gemm.blockscaled w4a16", lambda: self._mm("gate_up", self.buf["h2"], "gu")),
             ("silu * up", glue, self._act),
             ("down_proj", "gemm.blockscaled w4a16", lambda: self._mm("down", self.buf["act"], "down")),
+        ]
+
+    def _six_ops(self, paged, t, q_width):
+        """prepare(norms=True): qkv normalizes x itself, o adds the residual (-> x1), gate_up
+        normalizes x1 and applies SiLU * up, down adds x1: qkv, rope, attention, o, gate_up, down."""
+        mm, s, b, n = "gemm.blockscaled w4a16", self.spec, self.buf, self.norms
+
+        def qkv():
+            plan = self.plans["qkv"]
+            self.G.mm(self.x, self.w["qkv"], b["qkv"], plan=plan, norm_weight=n["input_layernorm"], norm_eps=s.eps)
+
+        def o():
+            self.G.mm(b["attn"].view(t, q_width), self.w["o"], b["x1"], plan=self.plans["o"], epilogue="residual",
+                      residual=self.x)  # fmt: skip
+
+        def gate_up():
+            self.G.mm(b["x1"], self.w["gate_up"], b["act"], plan=self.plans["gate_up"], epilogue="silu_mul",
+                      norm_weight=n["post_attention_layernorm"], norm_eps=s.eps)  # fmt: skip
+
+        return [
+            ("rmsnorm + qkv_proj", f"{mm} norm", qkv),
+            ("rope + kv append", self.glue, self._rope_append),
+            ("attention", "attention.paged decode", lambda: paged.run(binding=self.binding)),
+            ("o_proj + residual", f"{mm} residual", o),
+            ("rmsnorm + gate_up_proj + silu * up", f"{mm} norm silu_mul", gate_up),
+            ("down_proj + residual", f"{mm} residual", lambda: self._mm("down", b["act"], "out", "x1")),
         ]
 
     def _fused_ffn(self):
@@ -226,12 +254,14 @@ def prepare(
     fused=False,
     pdl="off",
     gate_up_opts=None,
+    norms=False,
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
     programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
     gate_up_opts: DecodeConfig changes for the fused gate_up's kernel (launch.fused_config's opts, a plan
-    override: bench_block's variants sweep them).
+    override: bench_block's variants sweep them); norms (with fused): the RMSNorms inside qkv and
+    gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`).
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -256,14 +286,22 @@ def prepare(
         plans["moe"] = FM.plan(FM.Caps(max_tokens=tokens, num_topk=m.topk, device=str(device), weight_plan=moe_plan,
                                        quant_mode=m.recipe))  # fmt: skip
     for name, w in weights.items():  # bf16 activations x NVFP4 weight (W4A16), M = the decode batch
-        epilogue = FUSED_EPILOGUES.get(name, "none") if fused and spec.moe is None else "none"
-        q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl)
+        dense_fused = fused and spec.moe is None
+        epilogue = FUSED_EPILOGUES.get(name, "none") if dense_fused else "none"
+        six = dense_fused and norms
+        if six and name == "o":
+            epilogue = "residual"
+        norm = six and name in ("qkv", "gate_up")
+        q = G.GemmQuery(
+            "bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl, norm=norm
+        )
         override = None
         if epilogue == "silu_mul" and gate_up_opts:
             from ..gemm._shared import launch as L
 
             bucket = L.bucket_for(tokens)
-            override = {bucket: L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, gate_up_opts)}
+            cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, gate_up_opts, norm=norm)
+            override = {bucket: cfg}
         plans[name] = G.plan(q, override=override)
     with PreparationSession(device, compile_workers=compile_workers) as session:
         result = session.prepare([p.request(name=f"layer0.{n}") for n, p in plans.items()])
@@ -298,7 +336,15 @@ def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=
 
 
 def run_demo(
-    model: str, tokens: int, device: torch.device, seed: int = 0, replays: int = 50, glue=None, fused=False, pdl="off"
+    model: str,
+    tokens: int,
+    device: torch.device,
+    seed: int = 0,
+    replays: int = 50,
+    glue=None,
+    fused=False,
+    pdl="off",
+    fused_norms=False,
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -331,8 +377,9 @@ def run_demo(
         t2 = time.perf_counter()
         moe = built["moe"]
         plans, result = prepare(
-            spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl
-        )
+            spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl,
+            norms=fused_norms,
+        )  # fmt: skip
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")

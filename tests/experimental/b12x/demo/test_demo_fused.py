@@ -48,6 +48,36 @@ def test_cpu_fused_demo_has_eight_ops_and_agrees(capsys):
 
 
 @pytest.mark.contract
+def test_cpu_six_launch_demo_agrees(capsys):
+    """--fused-norms: the RMSNorms inside qkv / gate_up, the first residual inside o: six ops."""
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    steps = []
+    init = run.DecodeStep.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        steps.append(self)
+
+    run.DecodeStep.__init__ = spy
+    try:
+        with pytest.warns(UserWarning, match="reference backend"):
+            rc = run.run_demo("llama-small", 3, torch.device("cpu"), fused=True, pdl="wait", fused_norms=True)
+    finally:
+        run.DecodeStep.__init__ = init
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    assert rc == 0 and line.endswith(OK), line
+    (step,) = steps
+    names = [name for name, _, _ in step.ops]
+    assert names == ["rmsnorm + qkv_proj", "rope + kv append", "attention", "o_proj + residual",
+                     "rmsnorm + gate_up_proj + silu * up", "down_proj + residual"], names  # fmt: skip
+    assert step.plans["qkv"].caps.norm and step.plans["gate_up"].caps.norm and not step.plans["o"].caps.norm
+    assert step.plans["o"].caps.epilogue == "residual"
+
+
+@pytest.mark.contract
 def test_fused_demo_agreement_check_can_fail(monkeypatch, capsys):
     """A fused block whose down GEMM forgets the residual must fail the block-level check."""
     import torch
@@ -71,17 +101,24 @@ def test_fused_demo_agreement_check_can_fail(monkeypatch, capsys):
 def test_demo_cli_has_the_fused_and_pdl_options():
     out = _demo("--help")
     assert out.returncode == 0, out.stderr
-    assert "--fused-epilogues" in out.stdout and "--gemm-pdl" in out.stdout
+    assert "--fused-epilogues" in out.stdout and "--gemm-pdl" in out.stdout and "--fused-norms" in out.stdout
     bad = _demo("--gemm-pdl", "sometimes")
     assert bad.returncode == 2 and "--gemm-pdl" in bad.stderr
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tokens, pdl, glue", [(1, "prefetch", "triton-pdl"), (8, "wait", "triton"), (3, "off", "triton-pdl")]
+    "tokens, pdl, glue, fuse",
+    [
+        (1, "prefetch", "triton-pdl", "--fused-epilogues"),
+        (8, "wait", "triton", "--fused-epilogues"),
+        (3, "off", "triton-pdl", "--fused-epilogues"),
+        (1, "prefetch", "triton-pdl", "--fused-norms"),
+        (16, "off", "triton", "--fused-norms"),
+    ],
 )
-def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue):
-    out = _demo("--tokens", str(tokens), "--fused-epilogues", "--gemm-pdl", pdl, "--glue", glue, timeout=1800)
+def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse):
+    out = _demo("--tokens", str(tokens), fuse, "--gemm-pdl", pdl, "--glue", glue, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[6] CUDA graph: one decode step captured" in out.stdout
     assert "down_proj + residual" in out.stdout

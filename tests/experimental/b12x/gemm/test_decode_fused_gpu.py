@@ -134,3 +134,23 @@ def test_decode_fused_gated_pipeline_variant(pdl):
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+
+
+@pytest.mark.parametrize("pdl", ["off", "prefetch"])
+@pytest.mark.parametrize("epilogue", ["none", "silu_mul"])
+def test_decode_fused_norm_matches_reference(epilogue, pdl):
+    """norm: A RMS-normalized inside the kernel (the block's qkv and gate_up), M = 1, 3, 16."""
+    n, k = SHAPES["silu_mul"] if epilogue == "silu_mul" else SHAPES["none"]
+    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue=epilogue, pdl=pdl, norm=True)
+    plan = B.plan(q)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    g = (1.0 + 0.2 * torch.randn(k, generator=torch.Generator().manual_seed(k))).bfloat16()
+    for m in MS:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 3, device="cuda", weight=_weight(n, k))
+        out = torch.full(
+            (m, n // 2 if epilogue == "silu_mul" else n), float("nan"), dtype=torch.bfloat16, device="cuda"
+        )
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, norm_weight=g.cuda(), norm_eps=1e-5)
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None, norm=(g, 1e-5))

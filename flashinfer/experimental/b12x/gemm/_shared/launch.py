@@ -150,13 +150,14 @@ def fused_config(
     epilogue: str = "none",
     pdl: str = "off",
     opts: str | None = None,
+    norm: bool = False,
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
     (wn 1, no ashare, kgroup 1: what that kernel runs), tiles doubled to an even count for silu_mul
     (gate and up halves: T = 1 gate_up 11264 x 2048 gets 352 CTAs of 16 gate + 16 up rows instead of
     704 of 16 rows), fewer warps while the reduction buffer or a chunk per warp says so. n: the
-    weight's rows (2I for silu_mul). opts: DecodeConfig changes as `with_decode_opts` takes them, applied
+    weight's rows (2I for silu_mul); norm: A RMS-normalized in the kernel (FusedConfig.norm). opts: DecodeConfig changes as `with_decode_opts` takes them, applied
     last (a plan override's way to sweep, e.g. "unroll=1,prefetch=1": the gated T = 1 config then
     needs 64 registers a lane instead of 112, ptxas 13.0 sm_90a); B12X_GEMM_DECODE_OPTS applies only
     through decode_config_for."""
@@ -172,17 +173,26 @@ def fused_config(
     if opts:
         base = with_decode_opts(base, opts)
     out_dtype = "bfloat16"
-    config = FusedConfig(base, epilogue, pdl)
+    config = FusedConfig(base, epilogue, pdl, norm)
     while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
         base = dataclasses.replace(base, warps=base.warps // 2)
-        config = FusedConfig(base, epilogue, pdl)
+        config = FusedConfig(base, epilogue, pdl, norm)
     assert isinstance(base, DecodeConfig)
     return config
 
 
 def is_fused(config) -> bool:
-    """Whether `config` runs the fused decode kernel (its launcher takes R after S2)."""
+    """Whether `config` runs the fused decode kernel (its launcher takes R and G after S2, eps after
+    alpha: `fused_args`)."""
     return type(config).__name__ == "FusedConfig"
+
+
+def fused_args(args, alpha_f, out, residual=None, norm_weight=None, eps=1e-6):
+    """`launch_args`' (args, alpha) -> the fused launcher's (A, SFA, B, SFB, C, S0, S1, S2, R, G, alpha,
+    eps): R the residual or C, G the norm weight or A flattened (never read when absent)."""
+    r = out if residual is None else residual
+    g = args[0].reshape(-1) if norm_weight is None else norm_weight
+    return (*args, r, g, alpha_f, float(eps))
 
 
 def _is_sm120(config) -> bool:

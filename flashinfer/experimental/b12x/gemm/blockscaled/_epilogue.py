@@ -6,6 +6,8 @@ output shapes and the launcher's residual argument (the kernel is `_kernel_decod
     epilogue="residual"  C = alpha * A B^T + residual                    [M, N], residual [M, N] in C's dtype
     pdl="off" | "wait" | "prefetch"  (plans only) programmatic dependent launch, with an L2 prefetch of
                          the weights before the wait for "prefetch" (_kernel_decode_fused docstring)
+    norm_weight=g, norm_eps  A replaced by rmsnorm(A) = A * rsqrt(mean(A^2) + eps) * g (16-bit A, g [K] in
+                         A's dtype; plans: GemmQuery(norm=True))
 
 All in fp32 before one rounding to C's dtype (reference.apply_epilogue). Fused epilogues and pdl run
 in the decode buckets (M <= 64) of 2-D operands; a plan compiles them at prepare time like any
@@ -37,11 +39,17 @@ def check_query(q) -> None:
         raise ValueError(f"query.epilogue must be one of {EPILOGUES}, got {q.epilogue!r}")
     if q.pdl not in PDL_MODES:
         raise ValueError(f"query.pdl must be one of {PDL_MODES}, got {q.pdl!r}")
-    if not fused(q.epilogue, q.pdl):
+    if not isinstance(q.norm, bool):
+        raise ValueError(f"query.norm must be a bool, got {q.norm!r}")
+    if q.norm and (q.a_format not in ("bfloat16", "float16") or q.b_format == "fp8_block"):
+        raise ValueError(
+            f"query.norm normalizes 16-bit activations (not against fp8_block weights), got {q.a_format} x {q.b_format}"
+        )
+    if not fused(q.epilogue, q.pdl, q.norm):
         return
     if q.max_m > MAX_M:
         raise ValueError(
-            f"query.epilogue={q.epilogue!r} / query.pdl={q.pdl!r} run in the decode buckets: max_m must be <= "
+            f"query.epilogue={q.epilogue!r} / query.pdl={q.pdl!r} / query.norm={q.norm} run in the decode buckets: max_m must be <= "
             f"{MAX_M}, got {q.max_m}"
         )
     if q.epilogue == "silu_mul" and q.n % 32:
@@ -50,8 +58,8 @@ def check_query(q) -> None:
         raise ValueError(f"query.epilogue='residual' needs out_dtype bfloat16 or float16, got {q.out_dtype}")
 
 
-def fused(epilogue: str, pdl: str = "off") -> bool:
-    return epilogue != "none" or pdl != "off"
+def fused(epilogue: str, pdl: str = "off", norm: bool = False) -> bool:
+    return epilogue != "none" or pdl != "off" or norm
 
 
 def out_cols(n: int, epilogue: str) -> int:
@@ -87,6 +95,33 @@ def check_call(p, epilogue: str, residual, out_dtype: str, device) -> None:
         raise ValueError(f"residual is only read with epilogue='residual', got epilogue={epilogue!r}")
     if device.type == "cuda" and L.bucket_for(p.m) not in L.BUCKETS[:4]:
         raise ValueError(f"epilogue={epilogue!r} runs in the decode buckets (M <= {MAX_M}), got M = {p.m}")
+
+
+def check_norm(p, norm_weight, norm_eps, device) -> float:
+    """mm's norm_weight / norm_eps against the resolved problem; returns eps as a float."""
+    if norm_weight is None:
+        return 1e-6
+    if p.batch or p.a.fmt not in ("bfloat16", "float16") or p.b.fmt == "fp8_block":
+        raise ValueError(
+            f"norm_weight normalizes 2-D 16-bit activations (not against fp8_block weights), got {p.a.fmt} x {p.b.fmt}"
+        )
+    dt = p.a.values.dtype
+    if (
+        not isinstance(norm_weight, torch.Tensor)
+        or tuple(norm_weight.shape) != (p.k,)
+        or norm_weight.dtype != dt
+        or norm_weight.device != device
+        or not norm_weight.is_contiguous()
+    ):
+        got = describe(norm_weight) if isinstance(norm_weight, torch.Tensor) else type(norm_weight).__name__
+        raise ValueError(
+            f"norm_weight must be a contiguous {str(dt).removeprefix('torch.')} [{p.k}] tensor on {device}, got {got}"
+        )
+    if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= float(norm_eps) < 1:
+        raise ValueError(f"norm_eps must be a float in [0, 1), got {norm_eps!r}")
+    if device.type == "cuda" and L.bucket_for(p.m) not in L.BUCKETS[:4]:
+        raise ValueError(f"norm_weight runs in the decode buckets (M <= {MAX_M}), got M = {p.m}")
+    return float(norm_eps)
 
 
 def check_out(out, m: int, cols: int, out_dtype: str) -> None:

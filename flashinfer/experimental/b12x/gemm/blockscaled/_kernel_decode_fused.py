@@ -13,6 +13,15 @@ epilogue (what the reduced fp32 sum s = alpha * S0 * S1 * S2 * A B^T becomes bef
 - "residual": C[m, n] = s[m, n] + R[m, n]                         (R [M, N] in C's 16-bit dtype)
 Either saves a launch and one bf16 round trip of the [M, 2I] / [M, N] intermediate.
 
+norm (16-bit activations): A is first RMS-normalized, s = alpha * rmsnorm(A) B^T with rmsnorm(x) =
+x * rsqrt(mean_k(x^2) + eps) * g (g [K] in A's dtype, eps a launch argument), so the RMSNorm launch
+before qkv (and, with the residual epilogue on o_proj writing x1, the residual + RMSNorm before
+gate_up) goes away. Every CTA reads whole activation rows anyway (its warps split K), so each lane
+also sums the squares of its token's span (fp32), the sums meet in the reduction beside the
+products, and the per-token 1 / rms (rsqrt.approx) multiplies the reduced sums; g multiplies the
+activation words before the MMAs (bf16(x * g), one rounding, where the unfused path rounds x * inv *
+g once).
+
 pdl (programmatic dependent launch, sm_90+):
 - "off":      a plain launch (the `_kernel_decode` kernel's behaviour).
 - "wait":     launched with the programmatic-stream-serialization attribute: the CTAs may become
@@ -58,11 +67,13 @@ _SOURCES = (*KD._SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel
 
 @dataclass(frozen=True)
 class FusedConfig:
-    """decode: the DecodeConfig of the K loop; epilogue: one of EPILOGUES; pdl: one of PDL_MODES."""
+    """decode: the DecodeConfig of the K loop; epilogue: one of EPILOGUES; pdl: one of PDL_MODES; norm:
+    RMS-normalize A first (module docstring)."""
 
     decode: KD.DecodeConfig
     epilogue: str = "none"
     pdl: str = "off"
+    norm: bool = False
 
     @property
     def max_m(self) -> int:
@@ -89,6 +100,10 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
             return "epilogue 'silu_mul' takes no fp8_block weight (its 128-row block scale is read per CTA)"
     if config.epilogue == "residual" and out_dtype not in ("bfloat16", "float16"):
         return f"epilogue 'residual' needs a bfloat16 / float16 output, got {out_dtype}"
+    if not isinstance(config.norm, bool):
+        return f"norm must be a bool, got {config.norm!r}"
+    if config.norm and (a_fmt not in ("bfloat16", "float16") or b_fmt == "fp8_block"):
+        return f"norm normalizes 16-bit activations (not against fp8_block weights), got {a_fmt} x {b_fmt}"
     return KD.why_not(a_fmt, b_fmt, out_dtype, d)
 
 
@@ -100,6 +115,11 @@ def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -
 @dsl_user_op
 def _ex2(x, *, loc=None, ip=None):
     return Float32(_asm(T.f32(), [_iv(x, Float32, loc, ip)], "ex2.approx.f32 $0, $1;", "=f,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _rsqrt(x, *, loc=None, ip=None):
+    return Float32(_asm(T.f32(), [_iv(x, Float32, loc, ip)], "rsqrt.approx.f32 $0, $1;", "=f,f", loc=loc, ip=ip))
 
 
 @dsl_user_op
@@ -116,10 +136,11 @@ def _prefetch_l2(addr, pred, *, loc=None, ip=None):
 
 
 class FusedOps(DeviceOps):
-    """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), prefetch_l2(addr, pred) and the griddepcontrol pair
-    (the CPU emulator implements them as exact 2^x and no-ops)."""
+    """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), rsqrt (rsqrt.approx), prefetch_l2(addr, pred) and the
+    griddepcontrol pair (the CPU emulator implements them exactly and as no-ops)."""
 
     ex2 = staticmethod(_ex2)
+    rsqrt = staticmethod(_rsqrt)
     prefetch_l2 = staticmethod(_prefetch_l2)
 
     @staticmethod
@@ -137,10 +158,13 @@ DEVICE = FusedOps()
 # ---- per-thread logic (backend-agnostic: runs on the device and in the CPU emulator) -------------
 @dataclass
 class FusedRuntime(KD.Runtime):
-    """KD.Runtime plus the residual's base address (C's own when there is no residual); n is C's
-    column count (I for silu_mul, whose weight has 2I rows)."""
+    """KD.Runtime plus the residual's base address (C's own when there is no residual), the norm
+    weight's (A's when there is no norm) and eps; n is C's column count (I for silu_mul, whose weight
+    has 2I rows)."""
 
     r_base: object = 0
+    g_base: object = 0
+    eps: object = 0.0
 
 
 class FusedLogic(KD.DecodeLogic):
@@ -156,6 +180,57 @@ class FusedLogic(KD.DecodeLogic):
         self.fusion = config
         self.gated = config.epilogue == "silu_mul"
         self.cols = self.bn // 2 if self.gated else self.bn  # output columns of a CTA
+        self.norm = config.norm
+        self.red_mma = self.red_floats  # the products' partials; norm: then [warp][token] sums of squares
+        if self.norm:
+            self.red_floats += config.decode.warps * self.ntok
+
+    # -- norm: sums of squares beside the accumulators, g on the activation words --
+    def zero_acc(self, ops):
+        return super().zero_acc(ops) + ([ops.f32_zero() for _ in range(self.cfg.ntiles)] if self.norm else [])
+
+    def _token_span(self, ops, rt, lane, c, nt, block_scale):
+        """norm: the span's words times g (bf16x2 / f16x2 products), its sum of squares parked for
+        `chunk_with` (a trace-time hand-over inside one chunk)."""
+        words, f = super()._token_span(ops, rt, lane, c, nt, block_scale)
+        if not self.norm:
+            return words, f
+        k0 = c * KD.CHUNK + (lane & 3) * 32
+        gw = AD.load_span(ops, self.a_fmt, rt.g_base, ops.i64(0), 0, k0, ops.boolean(True))
+        ssq = ops.f32_zero()
+        for w in words:
+            lo, hi = ops.half2_to_f32(self.a_fmt, w)
+            ssq = ssq + lo * lo + hi * hi
+        self._ssq[nt] = ssq
+        return [ops.hmul2(self.compute, w, gv) for w, gv in zip(words, gw)], f
+
+    def chunk_with(self, ops, rt, lane, n0, c, wloads, acc, shared=None):
+        if not self.norm:
+            return super().chunk_with(ops, rt, lane, n0, c, wloads, acc, shared)
+        nm, self._ssq = len(acc) - self.cfg.ntiles, {}
+        out = super().chunk_with(ops, rt, lane, n0, c, wloads, acc[:nm], shared)
+        return list(out) + [acc[nm + nt] + self._ssq[nt] for nt in range(self.cfg.ntiles)]
+
+    def _ssq_addr(self, red_base, w, tok):
+        return red_base + (self.red_mma + w * self.ntok + tok) * 4
+
+    def reduce_stage(self, ops, red_base, warp, lane, acc):
+        if not self.norm:
+            return super().reduce_stage(ops, red_base, warp, lane, acc)
+        nm = len(acc) - self.cfg.ntiles
+        super().reduce_stage(ops, red_base, warp, lane, acc[:nm])
+        for nt in range(self.cfg.ntiles):  # lanes 4g .. 4g + 3 hold token 8 nt + g's spans
+            s = acc[nm + nt]
+            s = s + ops.shfl_xor(s, 1)
+            s = s + ops.shfl_xor(s, 2)
+            ops.sts_f32(self._ssq_addr(red_base, warp, 8 * nt + (lane >> 2)), s)
+
+    def inv_rms(self, ops, rt, red_base, tok):
+        """1 / sqrt(mean(x^2) + eps) of token tok (every warp's sums of squares)."""
+        s = ops.f32_zero()
+        for w in range(self.cfg.warps):
+            s = s + ops.lds_f32(self._ssq_addr(red_base, w, tok))
+        return ops.rsqrt(ops.div_rn(s, ops.f32(rt.k)) + rt.eps)
 
     def weight_row(self, ops, rt, n0, tt, h, g):
         """silu_mul: tiles tt < tiles / 2 load gate rows j = n0 + 16 tt + 8 h + g, the others the up
@@ -229,6 +304,9 @@ class FusedLogic(KD.DecodeLogic):
                 if self.gated:  # the up sum of column c sits cols rows below its gate sum
                     u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
             x = x * scale
+            if self.norm:
+                inv = self.inv_rms(ops, rt, red_base, tok)
+                x, u = x * inv, u * inv
             if self.gated:
                 x = self.silu(ops, x) * (u * scale)
             n = n0 + c
@@ -257,11 +335,13 @@ class FusedDecodeGemm:
         mS1: cute.Tensor,
         mS2: cute.Tensor,
         mR: cute.Tensor,
+        mG: cute.Tensor,
         alpha: Float32,
+        eps: Float32,
         stream: cuda.CUstream,
     ):
         grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
-        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, alpha).launch(
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, mG, alpha, eps).launch(
             grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.fusion.pdl != "off"
         )
 
@@ -277,7 +357,9 @@ class FusedDecodeGemm:
         mS1: cute.Tensor,
         mS2: cute.Tensor,
         mR: cute.Tensor,
+        mG: cute.Tensor,
         alpha: Float32,
+        eps: Float32,
     ):
         # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
         L = self.logic
@@ -300,6 +382,8 @@ class FusedDecodeGemm:
             k,
             alpha,
             mR.iterator.toint(),
+            mG.iterator.toint(),
+            eps,
         )
         if cutlass.const_expr(L.fusion.pdl == "prefetch"):  # the weights before the wait
             for i in cutlass.range(tid, L.bn * L.value_lines(k), self.threads, unroll=1):
@@ -328,16 +412,20 @@ class FusedDecodeGemm:
 
 
 def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
-    """KD.fake_args plus R [M, N] in C's dtype (the residual; the callers pass C when there is none)."""
+    """KD.fake_args plus R [M, N] in C's dtype (the residual; the callers pass C when there is none)
+    and G [K'] in A's element type (the norm weight; the callers pass A flattened when there is none)."""
     a, sfa, b, sfb, c, s0, s1, s2 = KD.fake_args(a_fmt, b_fmt, out_dtype)
     r = make_fake_compact_tensor(KD._CUTE[out_dtype], c.shape, stride_order=(1, 0), assumed_align=16)
-    return a, sfa, b, sfb, c, s0, s1, s2, r
+    g = make_fake_compact_tensor(a.element_type, (cute.sym_int(),), assumed_align=16)
+    return a, sfa, b, sfb, c, s0, s1, s2, r, g
 
 
 @kernel("gemm.blockscaled.decode_fused", sources=_SOURCES)
 def compile_decode_fused(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig, arch: str):
-    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, R, alpha)` on torch's current stream; C
-    [M, N] (silu_mul: [M, I] for a [2I, K] weight), R [M, N] the residual (C itself when none)."""
+    """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, R, G, alpha, eps)` on torch's current stream;
+    C [M, N] (silu_mul: [M, I] for a [2I, K] weight), R [M, N] the residual (C itself when none), G [K]
+    the norm weight (A flattened when none), eps the norm's (read only with norm)."""
     logic = FusedLogic(a_fmt, b_fmt, out_dtype, config)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(FusedDecodeGemm(logic), *fake_args(a_fmt, b_fmt, out_dtype), Float32(1.0), stream, arch=arch)
+    args = fake_args(a_fmt, b_fmt, out_dtype)
+    return cute_compile(FusedDecodeGemm(logic), *args, Float32(1.0), Float32(1e-6), stream, arch=arch)

@@ -55,7 +55,8 @@ class GemmQuery:
     """Static facts of a GEMM: A and B formats (formats.py), N, K, output dtype, the capacity of M and
     the live M values to prepare (their buckets; empty: every bucket up to max_m); epilogue and pdl:
     the fused decode kernel's options (`_epilogue` docstring; n stays the weight's rows, 2I for
-    "silu_mul"), "none" / "off" for the plain kernels."""
+    "silu_mul"), "none" / "off" for the plain kernels; norm: A RMS-normalized in that kernel (mm's
+    norm_weight)."""
 
     a_format: str
     b_format: str
@@ -66,6 +67,7 @@ class GemmQuery:
     m_values: tuple[int, ...] = ()
     epilogue: str = "none"
     pdl: str = "off"
+    norm: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dtype", dtype_key(self.out_dtype))
@@ -102,9 +104,9 @@ class GemmPlan(Plan):
             return None
         chosen = dict(self.override or ())
         q = self.caps
-        if EP.fused(q.epilogue, q.pdl):
+        if EP.fused(q.epilogue, q.pdl, q.norm):
             return tuple(
-                (b, chosen.get(b, L.fused_config(b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl)))
+                (b, chosen.get(b, L.fused_config(b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm)))
                 for b in q.buckets
             )
         return tuple(
@@ -192,10 +194,12 @@ def _device_b(config, p_fmt, b, sb, n, k):
     return stream_weight(b, sb, n, k, config.kc, config.order, config.major), sb
 
 
-def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="none"):
+def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="none", norm=False):
     """(compiled launcher, its config) for this problem."""
     if plan_obj is not None and plan_obj.caps.epilogue != epilogue:
         raise ValueError(f"epilogue={epilogue!r} does not match the plan's query.epilogue={plan_obj.caps.epilogue!r}")
+    if plan_obj is not None and plan_obj.caps.norm != norm:
+        raise ValueError(f"norm_weight (given: {norm}) must match the plan's query.norm={plan_obj.caps.norm}")
     if plan_obj is not None:
         if not isinstance(plan_obj, GemmPlan):
             raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan_obj).__name__}")
@@ -215,7 +219,8 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
                 return launchers[b]
         raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
     bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
-    cfg = None if epilogue == "none" else L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue)
+    fused = EP.fused(epilogue, "off", norm)
+    cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm) if fused else None
     fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device), cfg)
     return fn(*key), key[3]
 
@@ -232,7 +237,8 @@ def _check_alpha(alpha, device):
     return float(alpha)
 
 
-def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogue="none", residual=None) -> None:
+def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogue="none", residual=None, norm=None):
+    """norm: None, or (norm_weight, eps)."""
     device = out.device
     if device.type != "cuda":
         check_layout(p)
@@ -241,6 +247,8 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogu
             b, sb = p.slice(p.b, li)
             scale = alpha if p.a.alpha is None else alpha * p.a.alpha.float().reshape(())
             scale = scale if p.b.alpha is None else scale * p.b.alpha.float().reshape(())
+            if norm is not None:
+                a = reference.rms_norm(a, norm[0], norm[1])
             if epilogue == "none":
                 c = reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, p.out_dtype)
             else:
@@ -250,7 +258,7 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogu
             (out if p.batch == 0 else out[..., li]).copy_(c)
         return
     check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
-    launch, config = _launcher(p, device, plan_obj, expected_m, epilogue)
+    launch, config = _launcher(p, device, plan_obj, expected_m, epilogue, norm is not None)
     if p.batch and L.is_stream(config):
         raise ValueError(f"the stream decode kernel ({config}) takes 2-D weights [N, K], got a batch of {p.batch}")
     for li in range(max(p.batch, 1)):
@@ -258,9 +266,10 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogu
         b, sb = _device_b(config, p.b.fmt, *p.slice(p.b, li), p.n, p.k)
         c = out if p.batch == 0 else out[..., li]
         args, alpha_f = L.launch_args(p.a.fmt, a, sa, p.a.alpha, p.b.fmt, b, sb, p.b.alpha, alpha, c)
-        if L.is_fused(config):  # R after S2: the residual, or C itself (never read)
-            args = (*args, residual if residual is not None else c)
-        launch(*args, alpha_f)
+        if L.is_fused(config):
+            launch(*L.fused_args(args, alpha_f, c, residual, *(norm or (None, 1e-6))))
+        else:
+            launch(*args, alpha_f)
 
 
 def _allocate_out(p: Problem, device, epilogue="none") -> torch.Tensor:
@@ -286,6 +295,8 @@ def mm(
     stream=None,
     epilogue=None,
     residual=None,
+    norm_weight=None,
+    norm_eps=1e-6,
 ):
     """C = alpha * deq(lhs) @ deq(rhs)^T, or a fused epilogue of it.
 
@@ -299,7 +310,9 @@ def mm(
     epilogue: None / "none", "silu_mul" (rhs a [2I, K] gate_up weight, gate rows first: C = silu(gate)
     * up, [M, I]) or "residual" (C = product + residual, residual [M, N] in C's dtype), each in fp32
     before the one rounding; 2-D operands, M <= 64 on CUDA (the fused decode kernel; `_epilogue`).
-    A plan's query.epilogue must match. Returns out ([M, N] or [M, I], or [M, N, L] for 3-D operands).
+    A plan's query.epilogue must match. norm_weight (16-bit lhs, [K] in its dtype): lhs replaced by
+    lhs * rsqrt(mean(lhs^2) + norm_eps) * norm_weight, in the same kernel (a plan needs query.norm).
+    Returns out ([M, N] or [M, I], or [M, N, L] for 3-D operands).
     """
     epilogue = EP.normalize(epilogue)
     if epilogue == "silu_mul" and out is not None and c_dtype is None:
@@ -309,6 +322,8 @@ def mm(
     device = p.b.values.device
     alpha = _check_alpha(alpha, device)
     EP.check_call(p, epilogue, residual, p.out_dtype, device)
+    eps = EP.check_norm(p, norm_weight, norm_eps, device)
+    norm = None if norm_weight is None else (norm_weight, eps)
     if epilogue == "silu_mul":
         EP.check_out(out, p.m, p.n // 2, p.out_dtype)
     if out is None:
@@ -317,9 +332,9 @@ def mm(
         return out
     if stream is not None and device.type == "cuda":
         with torch.cuda.stream(stream):
-            _execute(p, out, alpha, plan, expected_m, epilogue, residual)
+            _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm)
     else:
-        _execute(p, out, alpha, plan, expected_m, epilogue, residual)
+        _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm)
     return out
 
 
@@ -455,9 +470,10 @@ def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, w
     check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
     b, sb = _device_b(config, p.b.fmt, p.b.values, p.b.scales, n, k)
     args, alpha_f = L.launch_args(p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, b, sb, p.b.alpha, 1.0, out)
-    if L.is_fused(config):  # R: zeros for the residual epilogue, else C itself
-        args = (*args, torch.zeros_like(out) if epilogue == "residual" else out)
-    launcher(*args, alpha_f)
+    if L.is_fused(config):  # R: zeros for the residual epilogue, else C itself; G: A flattened
+        launcher(*L.fused_args(args, alpha_f, out, torch.zeros_like(out) if epilogue == "residual" else None))
+    else:
+        launcher(*args, alpha_f)
 
 
 def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=None, activation=None) -> None:

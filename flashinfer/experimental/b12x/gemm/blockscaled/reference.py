@@ -72,6 +72,12 @@ def quantize_tensor_fp8(x: torch.Tensor, scale=None) -> tuple[torch.Tensor, torc
     return Q.e4m3_encode(x.float() / s.reshape(())), s.reshape(1).float()
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """fp32 x * rsqrt(mean(x^2) + eps) * weight over the last dim (`mm(..., norm_weight=)`'s A)."""
+    x = x.float()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float().to(x.device)
+
+
 def apply_epilogue(c: torch.Tensor, epilogue: str = "none", residual=None) -> torch.Tensor:
     """The fused epilogues of `mm(..., epilogue=...)` on the fp32 product c [M, N] (before rounding):
     "none" c; "silu_mul" silu(c[:, :I]) * c[:, I:] for N = 2I (gate rows first: [M, I]); "residual"
