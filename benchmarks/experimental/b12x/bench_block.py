@@ -80,7 +80,6 @@ VARIANTS = {
     "fused+pdl-p1": (True, "prefetch", P1, False),
     "fused6": (True, "off", None, True),
     "fused6+pdl": (True, "prefetch", None, True),
-    "fused6+pdl-p1": (True, "prefetch", P1, True),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
