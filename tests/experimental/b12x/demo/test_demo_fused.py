@@ -112,7 +112,6 @@ def test_demo_cli_has_the_fused_and_pdl_options():
     [
         (1, "prefetch", "triton-pdl", "--fused-epilogues"),
         (8, "wait", "triton", "--fused-epilogues"),
-        (3, "off", "triton-pdl", "--fused-epilogues"),
         (1, "prefetch", "triton-pdl", "--fused-norms"),
         (16, "off", "triton", "--fused-norms"),
     ],
