@@ -318,6 +318,10 @@ def test_mm_epilogue_on_cpu_and_its_errors():
         G.mm(x, w, norm_weight=g.float())
     with pytest.raises(ValueError, match="norm_eps"):
         G.mm(x, w, norm_weight=g, norm_eps=-1.0)
+    with pytest.raises(ValueError, match="norm_weight must start 16-byte aligned"):
+        G.mm(x, w, norm_weight=torch.cat([g, g])[1:257])
+    with pytest.raises(ValueError, match="residual must start 16-byte aligned"):
+        G.mm(x, w, epilogue="residual", residual=torch.randn(3 * 64 + 1).bfloat16()[1:].view(3, 64))
 
 
 # ---- compiles -------------------------------------------------------------------------------------

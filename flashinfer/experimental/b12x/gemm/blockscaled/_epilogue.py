@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from ..._lib.checks import check_aligned
 from .._shared import launch as L
 from .._shared.operands import describe
 
@@ -91,6 +92,7 @@ def check_call(p, epilogue: str, residual, out_dtype: str, device) -> None:
         ):
             got = describe(residual) if isinstance(residual, torch.Tensor) else type(residual).__name__
             raise ValueError(f"residual must be a contiguous {out_dtype} {list(want)} tensor on {device}, got {got}")
+        check_aligned("residual", residual, 16)  # the kernel's R is 16-byte aligned
     elif residual is not None:
         raise ValueError(f"residual is only read with epilogue='residual', got epilogue={epilogue!r}")
     if device.type == "cuda" and L.bucket_for(p.m) not in L.BUCKETS[:4]:
@@ -117,6 +119,7 @@ def check_norm(p, norm_weight, norm_eps, device) -> float:
         raise ValueError(
             f"norm_weight must be a contiguous {str(dt).removeprefix('torch.')} [{p.k}] tensor on {device}, got {got}"
         )
+    check_aligned("norm_weight", norm_weight, 16)  # the kernel's G is 16-byte aligned (16-byte loads)
     if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or not 0 <= float(norm_eps) < 1:
         raise ValueError(f"norm_eps must be a float in [0, 1), got {norm_eps!r}")
     if device.type == "cuda" and L.bucket_for(p.m) not in L.BUCKETS[:4]:
