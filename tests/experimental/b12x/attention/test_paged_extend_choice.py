@@ -125,8 +125,23 @@ def test_config_string_form_and_fields():
     assert over.overlap and not over.conditional and over.small_below == 600 and "overlap=True" in repr(over)
     assert over.single == LARGE and over.pdl_modes() == ("trigger", "dependent")
     assert DUAL.pdl_modes() == cond.pdl_modes() == ("none", "none") and LARGE.pdl_modes() == ("none",)
-    for tail in ("@x", "@c", "@5cc", "@5oc", "@5co", "@", "@5 ", "@5rs", "@5rR", "@5so", "@5ss", "@5r "):
-        with pytest.raises(ValueError, match=re.escape("'@N[c|o][s][r|R]' (small_below, conditional / overlap,")):
+    for tail in (
+        "@x",
+        "@c",
+        "@5cc",
+        "@5oc",
+        "@5co",
+        "@",
+        "@5 ",
+        "@5rs",
+        "@5rR",
+        "@5so",
+        "@5ss",
+        "@5r ",
+        "@5ls",
+        "@5rl",
+    ):
+        with pytest.raises(ValueError, match=re.escape("'@N[c|o][s][l][r|R]' (small_below, conditional / overlap,")):
             parse_extend_config("256x64x3x2pgiw+128x64x2x2p" + tail)
     with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
         parse_extend_config("256x64x3x2pgiw+128x64")
@@ -271,9 +286,12 @@ def test_small_first_and_persistent_string_form_and_fields():
 
 def test_small_first_and_persistent_are_validated():
     assert why_not_extend(*DIMS, dataclasses.replace(DUAL, small_first=True, persistent=2), "sm_90a") is None
-    for field, value in (("small_first", True), ("persistent", 1)):
+    for field, value in (("small_first", True), ("persistent", 1), ("early_launch", True)):
         lone = dataclasses.replace(LARGE, **{field: value})
-        assert "small_first and persistent need small" in why_not_extend(*DIMS, lone, "sm_90a")
+        assert "small_first, early_launch and persistent need small" in why_not_extend(*DIMS, lone, "sm_90a")
+    assert "early_launch must be a bool" in why_not_extend(*DIMS, dataclasses.replace(DUAL, early_launch=1), "sm_90a")
+    both = dataclasses.replace(DUAL, conditional=True, early_launch=True)
+    assert "conditional (if-nodes) and early_launch" in why_not_extend(*DIMS, both, "sm_90a")
     assert "small_first must be a bool" in why_not_extend(*DIMS, dataclasses.replace(DUAL, small_first=1), "sm_90a")
     for bad in (3, -1, True, 1.0):
         reason = why_not_extend(*DIMS, dataclasses.replace(DUAL, persistent=bad), "sm_90a")
@@ -358,3 +376,21 @@ def test_early_pages_string_form_and_validation():
     assert "early_pages must be a bool" in why_not_extend(*DIMS, dataclasses.replace(cfg, early_pages=1), "sm_90a")
     with pytest.raises(ValueError, match=re.escape("like 128x64x2x1")):
         parse_extend_config("256x64x3x2pgiew")  # flags in their order only
+
+
+def test_early_launch_chains_the_first_kernel_to_the_schedule():
+    cfg = parse_extend_config("256x64x3x2pgiw+128x64x2x2p@768oslr")
+    assert cfg == dataclasses.replace(DUAL, overlap=True, small_first=True, early_launch=True, persistent=1)
+    assert "early_launch=True" in repr(cfg) and cfg.single == LARGE
+    # the first launched waits for the schedule (and with overlap lets the second start)
+    assert cfg.pdl_modes() == ("dependent", "wait+trigger")
+    assert dataclasses.replace(cfg, small_first=False).pdl_modes() == ("wait+trigger", "dependent")
+    assert dataclasses.replace(cfg, overlap=False).pdl_modes() == ("none", "wait")
+    assert dataclasses.replace(cfg, overlap=False, small_first=False).pdl_modes() == ("wait", "none")
+    p = paged.plan(caps(config=cfg))
+    (sched, sched_args), (_, args1), (_, args2) = p.kernels(p.heuristic("sm_90a"), "sm_90a")
+    assert sched_args == (64, 32, 768, "sm_90a", True)  # the schedule triggers at its start
+    assert args1 == (*DIMS, LARGE, "sm_90a", "dependent")
+    assert args2 == (*DIMS, SMALL, "sm_90a", "wait+trigger", 2 * p._sm_count())
+    plain = paged.plan(caps(config=dataclasses.replace(cfg, early_launch=False)))
+    assert plain.kernels(plain.heuristic("sm_90a"), "sm_90a")[0][1] == (64, 32, 768, "sm_90a")

@@ -322,7 +322,7 @@ def test_overlap_lets_the_small_kernel_launch_early(arch):
     assert trigger.count("griddepcontrol.launch_dependents") == 1 and "griddepcontrol.wait" not in trigger
     body = trigger[trigger.index(".entry") :]
     assert body.index("griddepcontrol.launch_dependents") < body.index("ld.global")
-    with pytest.raises(ValueError, match="pdl must be 'none', 'trigger' or 'dependent'"):
+    with pytest.raises(ValueError, match="pdl must be one of 'none', 'trigger', 'dependent', 'wait', 'wait"):
         ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, "early")
 
 
@@ -445,3 +445,28 @@ def test_early_pages_shorten_the_prologue_chain(kv_dtype):
     assert sum("HMMA" in x for x in early) == sum("HMMA" in x for x in base)
     reason = why_not_extend(*args, dataclasses.replace(cfg, page_prefetch=False), "sm_90a")
     assert reason is not None and "early_pages needs page_prefetch" in reason
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_early_launch_waits_for_the_schedule_before_any_load(arch):
+    """early_launch: the dual schedule triggers at its start; the first extend kernel (pdl "wait" /
+    "wait+trigger", a host-side launch attribute) runs griddepcontrol.wait before its first global
+    load (it reads the schedule's count and list), then (with overlap) lets the second kernel start."""
+    pytest.importorskip("cutlass")
+    from flashinfer.experimental.b12x.attention.paged import _kernel_extend_schedule as kes
+
+    sched = _check_binary(kes.compile_dual_extend_schedule(64, 32, 768, arch, True), arch)
+    body = sched[sched.index(".entry") :]
+    assert body.count("griddepcontrol.launch_dependents") == 1 and "griddepcontrol.wait" not in body
+    assert body.index("griddepcontrol.launch_dependents") < body.index("ld.global")
+    plain = _check_binary(kes.compile_dual_extend_schedule(64, 32, 768, arch), arch)
+    assert "griddepcontrol" not in plain
+    ke = _extend_module()
+    cfg = ExtendConfig(128, 64, 2, 2, page_prefetch=True)
+    for pdl, trigger in (("wait", 0), ("wait+trigger", 1)):
+        ptx = _check_binary(ke.compile_extend("bfloat16", "bfloat16", 32, 8, 128, 128, 16, cfg, arch, pdl), arch)
+        body = ptx[ptx.index(".entry") :]
+        assert body.count("griddepcontrol.wait") == 1 and body.count("griddepcontrol.launch_dependents") == trigger
+        assert body.index("griddepcontrol.wait") < body.index("ld.global")
+        if trigger:
+            assert body.index("griddepcontrol.wait") < body.index("griddepcontrol.launch_dependents")

@@ -347,12 +347,15 @@ CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two e
     ("bfloat16", (32, 8), "first-pdl-r1"), ("bfloat16", (64, 8), "first-r1"), ("bfloat16", (32, 8), "r2"),
     ("bfloat16", (32, 8), "pdl-r2"), ("float8_e4m3fn", (32, 8), "first-pdl-r1"), ("float8_e4m3fn", (64, 8), "r2"),
     ("bfloat16", (32, 8), "early-first-pdl-r1"),  # the large tile with early_pages
+    ("bfloat16", (32, 8), "launch-first-pdl-r1"), ("float8_e4m3fn", (64, 8), "launch-r1"),  # early_launch
 ]  # fmt: skip
 LAUNCHES = {  # launch id -> the dual config's fields besides the tiles (bench tails @N, o, c, osr, sr, R, oR)
     "both": {}, "ifnode": dict(conditional=True), "overlap": dict(overlap=True),
     "first-pdl-r1": dict(overlap=True, small_first=True, persistent=1), "first-r1": dict(small_first=True, persistent=1),
     "r2": dict(persistent=2), "pdl-r2": dict(overlap=True, persistent=2),
     "early-first-pdl-r1": dict(early_pages=True, overlap=True, small_first=True, persistent=1),
+    "launch-first-pdl-r1": dict(early_launch=True, overlap=True, small_first=True, persistent=1),
+    "launch-r1": dict(early_launch=True, persistent=1),  # the large kernel waits, the small one follows
 }  # fmt: skip
 
 

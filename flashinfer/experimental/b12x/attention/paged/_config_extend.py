@@ -73,7 +73,10 @@ class ExtendConfig:
     whose CTAs each let it start: its grid starts as soon as the large one's last wave is
     resident, so whichever grid is dead exits beside the other's tail instead of after it.
     small_first (with small): the small kernel is launched first (with overlap: it triggers, the
-    large one is the dependent). persistent (with small): 1: the small kernel, 2: both, run as
+    large one is the dependent). early_launch (with small, not conditional): the dual schedule
+    triggers at its start and the first extend kernel is its programmatic dependent, waiting for its
+    results (griddepcontrol.wait) first: that kernel's launch overlaps the schedule instead of
+    following its completion (~1 µs a run, a hop the single-tile plan has too). persistent (with small): 1: the small kernel, 2: both, run as
     persistent CTAs (`_kernel_extend_persistent`: one wave, `resident_ctas` an SM, each looping over
     items drawn from a counter the dual schedule resets), so a dead grid costs one wave instead of
     16-32 (the small tile's 4-8k CTAs from L = 1k). The large tile's persistent loop spills more in
@@ -97,6 +100,7 @@ class ExtendConfig:
     conditional: bool = False
     overlap: bool = False
     small_first: bool = False
+    early_launch: bool = False
     persistent: int = 0
 
     def __repr__(self) -> str:  # later fields only when set: the four-field form stays as it was
@@ -112,6 +116,7 @@ class ExtendConfig:
         extra += ", conditional=True" if self.conditional else ""
         extra += ", overlap=True" if self.overlap else ""
         extra += ", small_first=True" if self.small_first else ""
+        extra += ", early_launch=True" if self.early_launch else ""
         extra += f", persistent={self.persistent}" if self.persistent else ""
         return (
             f"ExtendConfig(block_m={self.block_m}, block_n={self.block_n}, stages={self.stages}, "
@@ -136,15 +141,21 @@ class ExtendConfig:
         """This tile's kernel config without the live choice (its compile key: the same kernel as
         the single-tile plan's)."""
         return dataclasses.replace(
-            self, small=None, small_below=768, conditional=False, overlap=False, small_first=False, persistent=0
-        )
+            self, small=None, small_below=768, conditional=False, overlap=False, small_first=False,
+            early_launch=False, persistent=0,
+        )  # fmt: skip
 
     def pdl_modes(self) -> tuple[str, ...]:
-        """`compile_extend`'s pdl argument of each of `tiles()` (overlap: the first launched triggers,
-        the other is the dependent)."""
-        if not self.overlap:
-            return ("none",) * len(self.tiles())
-        return ("dependent", "trigger") if self.small_first else ("trigger", "dependent")
+        """`compile_extend`'s pdl argument of each of `tiles()`: overlap: the first launched triggers,
+        the other is the dependent; early_launch: the first launched is the schedule's dependent and
+        waits for its results ("wait", with overlap "wait+trigger")."""
+        if self.small is None:
+            return ("none",)
+        first = "trigger" if self.overlap else "none"
+        if self.early_launch:
+            first = "wait+trigger" if self.overlap else "wait"
+        second = "dependent" if self.overlap else "none"
+        return (second, first) if self.small_first else (first, second)
 
     def persistent_tiles(self) -> tuple[bool, ...]:
         """Whether each of `tiles()` runs as persistent CTAs (persistent 1: the small one, 2: both)."""
@@ -209,9 +220,10 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
     if isinstance(config, ExtendConfig) and config.small is None:
         if config.conditional is not False or config.overlap is not False:
             return f"conditional (CUDA-graph if-nodes) and overlap need small (two tiles), got {config}"
-        if config.small_first is not False or config.persistent != 0:
+        if config.small_first is not False or config.persistent != 0 or config.early_launch is not False:
             return (
-                f"small_first and persistent need small (two tiles; the dual schedule resets the counter), got {config}"
+                f"small_first, early_launch and persistent need small (two tiles; the dual schedule resets the "
+                f"counter and triggers the early launch), got {config}"
             )
     if isinstance(config, ExtendConfig) and config.small is not None:
         dims = (q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
@@ -220,9 +232,11 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
             return f"small must be an ExtendConfig without its own small, got {small!r}"
         if not isinstance(below, int) or isinstance(below, bool) or not 0 <= below < 2**31:
             return f"small_below must be an int in [0, 2^31) (query tokens), got {below!r}"
-        for flag in ("conditional", "overlap", "small_first"):
+        for flag in ("conditional", "overlap", "small_first", "early_launch"):
             if not isinstance(getattr(config, flag), bool):
                 return f"{flag} must be a bool, got {getattr(config, flag)!r}"
+        if config.conditional and config.early_launch:
+            return "conditional (if-nodes) and early_launch (a programmatic dependent launch) exclude each other"
         if type(config.persistent) is not int or config.persistent not in (0, 1, 2):
             return f"persistent must be 0, 1 (the small kernel) or 2 (both), got {config.persistent!r}"
         if config.conditional and config.overlap:
@@ -362,22 +376,24 @@ def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
     'e' early_pages, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
-    'LARGE+SMALL[@N][c|o][s][r|R]': the live choice (ExtendConfig.small = SMALL, small_below = N, default
-    768; 'c': conditional, CUDA-graph if-nodes; 'o': overlap; 's': small_first; 'r': persistent 1 (the
-    small kernel), 'R': 2 (both)), e.g. '256x64x3x2pgiw+128x64x2x2p@768c', '...@768osr'."""
+    'LARGE+SMALL[@N][c|o][s][l][r|R]': the live choice (ExtendConfig.small = SMALL, small_below = N,
+    default 768; 'c': conditional, CUDA-graph if-nodes; 'o': overlap; 's': small_first; 'l':
+    early_launch; 'r': persistent 1 (the small kernel), 'R': 2 (both)), e.g.
+    '256x64x3x2pgiw+128x64x2x2p@768c', '...@768osr', '...@768oslr'."""
     if "+" in text:
         large, _, rest = text.partition("+")
         small, at, tail = rest.partition("@")
-        tail_match = re.fullmatch(r"(\d+)([co]?)(s?)([rR]?)", tail) if at else None
+        tail_match = re.fullmatch(r"(\d+)([co]?)(s?)(l?)([rR]?)", tail) if at else None
         if at and tail_match is None:
             raise ValueError(
-                f"an extend config's '@N[c|o][s][r|R]' (small_below, conditional / overlap, small_first, persistent) "
-                f"needs a number of tokens, got {text!r}"
+                f"an extend config's '@N[c|o][s][l][r|R]' (small_below, conditional / overlap, small_first, "
+                f"early_launch, persistent) needs a number of tokens, got {text!r}"
             )
-        below, flag, first, pers = tail_match.groups() if tail_match else ("768", "", "", "")
+        below, flag, first, launch, pers = tail_match.groups() if tail_match else ("768", "", "", "", "")
         return dataclasses.replace(
             parse_extend_config(large), small=parse_extend_config(small), small_below=int(below),
-            conditional=flag == "c", overlap=flag == "o", small_first=first == "s", persistent={"": 0, "r": 1, "R": 2}[pers],
+            conditional=flag == "c", overlap=flag == "o", small_first=first == "s", early_launch=launch == "l",
+            persistent={"": 0, "r": 1, "R": 2}[pers],
         )  # fmt: skip
     match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(e?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:

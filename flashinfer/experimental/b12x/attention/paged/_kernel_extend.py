@@ -55,6 +55,7 @@ from ._kernel_extend_persistent import ExtendPersistent
 from ._kernel_extend_tile import ExtendTile
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
+PDL_MODES = ("none", "trigger", "dependent", "wait", "wait+trigger")
 
 
 class PagedExtend(ExtendTile, ExtendPersistent):
@@ -94,9 +95,12 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         self.split_issue = config.split_issue
         self.copiers = self.threads // 2 if self.split_issue else self.threads
         self.wide_copy = config.wide_copy
-        # programmatic dependent launch (the live tile choice's `overlap`): "trigger" lets the next
-        # kernel launch once every CTA has started; "dependent" is launched so (it needs nothing the
-        # previous kernel writes: both extend kernels read only the schedule's output)
+        # programmatic dependent launch (the live tile choice's `overlap` / `early_launch`): "trigger"
+        # lets the next kernel launch once every CTA has started; "dependent" is launched so (it needs
+        # nothing the previous kernel writes: both extend kernels read only the schedule's output);
+        # "wait" is launched so behind the schedule and waits for its results (griddepcontrol.wait)
+        # before anything else; "wait+trigger" then lets the next kernel launch (which may read the
+        # schedule's results: every CTA of this one has seen them complete)
         self.pdl = pdl
         # early_pages: the first tile's page-table entries load beside the request's lengths (its
         # lookups then cost no round trip of their own in the prologue chain; `_first_pages`)
@@ -164,7 +168,7 @@ class PagedExtend(ExtendTile, ExtendPersistent):
             mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
             window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols, q_copy,
         ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream,
-                 use_pdl=self.pdl == "dependent")  # fmt: skip
+                 use_pdl=self.pdl in ("dependent", "wait", "wait+trigger"))  # fmt: skip
 
     def _grid_rows(self, mWork):
         """CTA rows a KV head: one per work row, or (persistent) `_config_extend.persistent_grid_rows`."""
@@ -203,7 +207,9 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         tidx, _, _ = cute.arch.thread_idx()
         kvh, item, _ = cute.arch.block_idx()  # heads fastest: live items launch before dead ones
         lane = tidx % 32
-        if cutlass.const_expr(self.pdl == "trigger"):
+        if cutlass.const_expr(self.pdl in ("wait", "wait+trigger")):
+            cute.arch.griddepcontrol_wait()
+        if cutlass.const_expr(self.pdl in ("trigger", "wait+trigger")):
             cute.arch.griddepcontrol_launch_dependents()
         tensors = (mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc)
         layouts = (sQ_layout, sK_layout, sV_layout)
@@ -527,12 +533,14 @@ def compile_extend(
 ):
     """tvm-ffi launcher `fn(q, k, v, page_table, cu_seqlens_q, cache_seqlens, work, count, out, lse,
     sink, k_descale, v_descale, scale_log2, has_sink, window_left)` on torch's current stream.
-    pdl: "none", "trigger" (each CTA lets the next launch start) or "dependent" (launched as a
+    pdl: "none", "trigger" (each CTA lets the next launch start), "dependent" (launched as a
     programmatic dependent: it may start before the previous kernel ends, so it must read nothing
-    that kernel writes). persistent_ctas > 0: at most that many CTAs (rounded up to whole KV-head
+    that kernel writes), "wait" (launched so, it waits for the previous kernel's results first: the
+    dual schedule's, which triggers at its start) or "wait+trigger" (then lets the next one start).
+    persistent_ctas > 0: at most that many CTAs (rounded up to whole KV-head
     rows) loop over the items (`_kernel_extend_persistent`; count is then (items, counter), stride 2)."""
-    if pdl not in ("none", "trigger", "dependent"):
-        raise ValueError(f"pdl must be 'none', 'trigger' or 'dependent', got {pdl!r}")
+    if pdl not in PDL_MODES:
+        raise ValueError(f"pdl must be one of {', '.join(map(repr, PDL_MODES))}, got {pdl!r}")
     if not isinstance(persistent_ctas, int) or isinstance(persistent_ctas, bool) or not 0 <= persistent_ctas < 2**16:
         raise ValueError(
             f"persistent_ctas must be an int in [0, 65536) (0: one CTA per work row), got {persistent_ctas!r}"

@@ -30,6 +30,9 @@ the 256-row: 1); `docs/predictions/attention_extend.md` estimates it. With
 `ExtendConfig.conditional`, a run captured into a torch CUDA graph puts each kernel in a
 CUDA-graph if-node on its flag (`CUDAGraph.begin_capture_to_if_node`): the unchosen grid is not
 launched at all, for two one-thread kernels that set the nodes' handles (torch's) instead.
+With `ExtendConfig.early_launch` this kernel triggers at its start and the first extend kernel is its
+programmatic dependent, waiting (griddepcontrol.wait) for these results before it reads anything:
+its launch overlaps this kernel instead of following it.
 `dual_extend_schedule_reference` (`_config_extend`) is the same algorithm in Python.
 """
 
@@ -50,8 +53,9 @@ class DualExtendSchedule(Schedule):
     """One CTA: see the module docstring. large_tokens / small_tokens: query tokens a tile of each
     kernel (block_m // G); small_below: the threshold of the token-weighted mean q_len, in tokens."""
 
-    def __init__(self, large_tokens: int, small_tokens: int, small_below: int) -> None:
+    def __init__(self, large_tokens: int, small_tokens: int, small_below: int, trigger: bool = False) -> None:
         self.large, self.small, self.below = large_tokens, small_tokens, small_below
+        self.trigger = trigger  # early_launch: the first extend kernel launches while this one runs
         self.threads = SCHEDULE_THREADS
         self.warps = SCHEDULE_THREADS // 32
 
@@ -69,6 +73,8 @@ class DualExtendSchedule(Schedule):
     @cute.kernel
     def kernel(self, mCu: cute.Tensor, mWork: cute.Tensor, mCount: cute.Tensor, mFlags: cute.Tensor):
         tid, _, _ = cute.arch.thread_idx()
+        if cutlass.const_expr(self.trigger):  # the dependent waits (griddepcontrol.wait) for our results
+            cute.arch.griddepcontrol_launch_dependents()
         smem = cutlass.memory.SmemAllocator()
         sWarp = smem.allocate_tensor(Int32, cute.make_layout(self.warps), 16)
         sWarp64 = smem.allocate_tensor(Int64, cute.make_layout(self.warps), 16)
@@ -140,13 +146,16 @@ class DualExtendSchedule(Schedule):
         "flashinfer.experimental.b12x.attention.paged._kernel_split",  # Schedule._block_scan
     ),
 )
-def compile_dual_extend_schedule(large_tokens: int, small_tokens: int, small_below: int, arch: str):
+def compile_dual_extend_schedule(
+    large_tokens: int, small_tokens: int, small_below: int, arch: str, trigger: bool = False
+):
     """tvm-ffi launcher `fn(cu_seqlens_q, work, count, flags)` (one CTA; count: int32 [4], flags:
-    uint8 [2])."""
+    uint8 [2]). trigger (`ExtendConfig.early_launch`): its CTA lets the next kernel (launched as a
+    programmatic dependent that waits for this one's results) start at once."""
     cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
     work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
     count = make_fake_compact_tensor(Int32, (4,), assumed_align=4)
     flags = make_fake_compact_tensor(Uint8, (2,), assumed_align=1)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    schedule = DualExtendSchedule(large_tokens, small_tokens, small_below)
+    schedule = DualExtendSchedule(large_tokens, small_tokens, small_below, trigger)
     return cute_compile(schedule, cu, work, count, flags, stream, arch=arch)

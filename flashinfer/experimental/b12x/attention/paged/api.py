@@ -267,7 +267,8 @@ class PagedAttentionPlan(Plan):
                     tiles.append(
                         (compile_extend, (*dims, tile, arch, pdl, ctas) if persistent else (*dims, tile, arch, pdl))
                     )
-                return ((compile_dual_extend_schedule, (*tokens, arch)), *tiles)
+                sched = (*tokens, arch, True) if ext.early_launch else (*tokens, arch)  # True: trigger
+                return ((compile_dual_extend_schedule, sched), *tiles)
             from ._kernel_split import compile_extend_schedule
 
             return (
