@@ -1,7 +1,7 @@
 """Decode GEMM with a fused epilogue and programmatic dependent launch (issues #10 and #6).
 
 The decode kernel (`_kernel_decode`: swap-AB mma.sync, split-K over warps, shared-memory reduction)
-with two additions, each a field of `FusedConfig` (both part of the compile key):
+with three additions, each a field of `FusedConfig` (all part of the compile key):
 
 epilogue (what the reduced fp32 sum s = alpha * S0 * S1 * S2 * A B^T becomes before its one rounding):
 - "none":     C[m, n] = s[m, n]                                   (the plain kernel's output)
@@ -35,10 +35,14 @@ pdl (programmatic dependent launch, sm_90+):
 Under CUDA graph capture the launch attribute becomes a programmatic edge; a kernel before it that
 never triggers early still gives the overlap of this kernel's launch with its tail.
 
+Bytes and FLOPs: the decode kernel's, plus R's M x N x 2 bytes (residual), g's K x 2 bytes per CTA
+from L2 (norm), and a store of M x I instead of M x 2I outputs (silu_mul). The gated row pairing is
+the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto the `weight_row` hook.
+
 Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, no ashare, no probe (the K loop is
 the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
 a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
-needs a 16-bit output.
+needs a 16-bit output; norm 16-bit activations (not against fp8_block weights).
 """
 
 from __future__ import annotations
