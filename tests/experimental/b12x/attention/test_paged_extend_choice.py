@@ -173,9 +173,16 @@ def test_default_keeps_one_tile_until_switched(monkeypatch):
     assert default_extend_config("bfloat16", 128, "sm_90a") == LARGE
     module = "flashinfer.experimental.b12x.attention.paged._config_extend"
     monkeypatch.setattr(f"{module}.LIVE_TILE_CHOICE", True)
+    launch = dict(overlap=True, small_first=True, early_launch=True, persistent=1)  # '@768oslr'
     for conditional in (False, True):
         monkeypatch.setattr(f"{module}.LIVE_TILE_CONDITIONAL", conditional)
-        assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(DUAL, conditional=conditional)
+        want = dataclasses.replace(DUAL, **({"conditional": True} if conditional else launch))
+        assert default_extend_config("bfloat16", 128, "sm_90a") == want
+        assert why_not_extend(*DIMS, want, "sm_90a") is None
+    monkeypatch.setattr(f"{module}.EARLY_PAGES", True)
+    assert default_extend_config("bfloat16", 128, "sm_90a").single == dataclasses.replace(LARGE, early_pages=True)
+    monkeypatch.setattr(f"{module}.LIVE_TILE_CHOICE", False)
+    assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(LARGE, early_pages=True)
     for args in (("bfloat16", 128, "sm_120a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 256, "sm_90a"),
                  ("bfloat16", 128, "sm_90a", "verify")):  # fmt: skip
         assert default_extend_config(*args).small is None, args

@@ -280,11 +280,16 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
     return None
 
 
-# The live tile choice (ExtendConfig.small) as the sm_90a extend default: off until the H200 sweep of
-# '256x64x3x2pgiw+128x64x2x2p@N[c]' against the two single tiles says so (docs/predictions/attention_extend.md);
-# LIVE_TILE_CONDITIONAL: the default's `conditional` (CUDA-graph if-nodes instead of a dead grid).
+# The sm_90a extend default's switches, each off until an H200 run says so (docs/predictions/
+# attention_extend.md, session 8): EARLY_PAGES: the 256-row tile's early_pages ('256x64x3x2pgiwe');
+# LIVE_TILE_CHOICE: the live choice (ExtendConfig.small) of that tile and the 128-row one;
+# LIVE_TILE_CONDITIONAL: its CUDA-graph if-node form ('@768c': the device's torch 2.11 has no if-nodes,
+# so it launches both), else LIVE_TILE_LAUNCH ('@768oslr': the small kernel first, persistent and
+# launched behind the schedule, the large one its programmatic dependent).
+EARLY_PAGES = False
 LIVE_TILE_CHOICE = False
-LIVE_TILE_CONDITIONAL = True
+LIVE_TILE_CONDITIONAL = False
+LIVE_TILE_LAUNCH = dict(overlap=True, small_first=True, early_launch=True, persistent=1)
 SMALL_BELOW = 768  # token-weighted mean live q_len under which the 128-row tile runs: 512 -> small, 1k -> large
 
 
@@ -316,11 +321,12 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn" and arch == "sm_90a":
         wide = ExtendConfig(
             block_m=256, block_n=64, stages=3, row_blocks=2, page_prefetch=True,
-            stagger=True, split_issue=True, wide_copy=True,
+            stagger=True, split_issue=True, wide_copy=True, early_pages=EARLY_PAGES,
         )  # fmt: skip
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, wide) <= limit:
             if LIVE_TILE_CHOICE and extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
-                return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW, conditional=LIVE_TILE_CONDITIONAL)
+                launch = {"conditional": True} if LIVE_TILE_CONDITIONAL else LIVE_TILE_LAUNCH
+                return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW, **launch)
             return wide
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
