@@ -333,9 +333,25 @@ def test_mm_epilogue_on_cpu_and_its_errors():
      ("silu_mul", "prefetch", True), ("none", "wait", True)],
 )  # fmt: skip
 def test_fused_kernel_compiles_for_both_archs(arch, epilogue, pdl, norm):
+    _check_compiles(arch, epilogue, pdl, norm, (1, 16))
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize(
+    "epilogue, norm", [("silu_mul", False), ("residual", False), ("silu_mul", True), ("none", True)]
+)
+def test_fused_kernel_compiles_at_64_tokens(arch, epilogue, norm):
+    _check_compiles(arch, epilogue, "prefetch", norm, (32, 64))
+
+
+def _check_compiles(arch, epilogue, pdl, norm, ms):
+    """The heuristic's fused configs at the block's gate_up / down shapes build for `arch` without spills,
+    with exactly the instructions their options ask for."""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
-    for m in (1, 16, 64):
+    for m in ms:
         n, k = (11264, 2048) if epilogue == "silu_mul" else (2048, 5632)
         cfg = L.fused_config(L.bucket_for(m), n, k, "nvfp4", "bfloat16", epilogue, pdl, norm=norm)
         fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
