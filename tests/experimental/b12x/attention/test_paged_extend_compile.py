@@ -470,3 +470,31 @@ def test_early_launch_waits_for_the_schedule_before_any_load(arch):
         assert body.index("griddepcontrol.wait") < body.index("ld.global")
         if trigger:
             assert body.index("griddepcontrol.wait") < body.index("griddepcontrol.launch_dependents")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_session8_candidate_plan_compiles(arch):
+    """The plan of every session-8 option at once (LIVE_TILE_LAUNCH with early_pages on both tiles:
+    sm_90a '256x64x3x2pgiwe+128x64x2x2pe@768oslr'; sm_120a two tiles that fit its 99 KB) compiles its
+    triggering schedule, the small kernel (persistent, waits for the schedule, triggers) and the large
+    one (the programmatic dependent, under the single-tile key of its config)."""
+    from flashinfer.experimental.b12x.attention import paged
+
+    small = ExtendConfig(128, 64, 2, 2, page_prefetch=True, early_pages=True)
+    large = dataclasses.replace(default_extend_config("bfloat16", 128, "sm_90a"), early_pages=True)
+    if arch == "sm_120a":
+        large, small = small, ExtendConfig(64, 64, 2, 1, page_prefetch=True, early_pages=True)
+    cfg = dataclasses.replace(large, small=small, overlap=True, small_first=True, early_launch=True, persistent=1)
+    caps = paged.Caps(
+        device="cpu", mode="extend", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=32, num_kv_heads=8,
+        head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=4096, max_batch=8, max_page_table_width=256,
+        max_work_items=1, max_partial_rows=1, num_cache_pages=2048, config=cfg,
+    )  # fmt: skip
+    plan = paged.plan(caps)
+    kernels = plan.kernels(plan.heuristic(arch), arch)
+    assert kernels[0][1][-1] is True  # the schedule triggers
+    assert kernels[1][1][-2:] == (arch, "dependent") and kernels[2][1][-2] == "wait+trigger"
+    _extend_module()
+    ptxs = [_check_binary(fn(*args), arch) for fn, args in kernels]
+    assert "griddepcontrol.launch_dependents" in ptxs[0]
+    assert len(_draws(ptxs[2])) == 1 and not _draws(ptxs[1])  # only the small kernel is persistent

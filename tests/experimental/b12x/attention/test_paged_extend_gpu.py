@@ -348,6 +348,7 @@ CHOICE_CASES = [  # kv dtype, (Hq, Hkv), launch: -k "choice and <id>" runs two e
     ("bfloat16", (32, 8), "pdl-r2"), ("float8_e4m3fn", (32, 8), "first-pdl-r1"), ("float8_e4m3fn", (64, 8), "r2"),
     ("bfloat16", (32, 8), "early-first-pdl-r1"),  # the large tile with early_pages
     ("bfloat16", (32, 8), "launch-first-pdl-r1"), ("float8_e4m3fn", (64, 8), "launch-r1"),  # early_launch
+    ("bfloat16", (32, 8), "cand"), ("float8_e4m3fn", (32, 8), "cand"),  # '...pgiwe+128x64x2x2pe@200oslr'
 ]  # fmt: skip
 LAUNCHES = {  # launch id -> the dual config's fields besides the tiles (bench tails @N, o, c, osr, sr, R, oR)
     "both": {}, "ifnode": dict(conditional=True), "overlap": dict(overlap=True),
@@ -356,6 +357,8 @@ LAUNCHES = {  # launch id -> the dual config's fields besides the tiles (bench t
     "early-first-pdl-r1": dict(early_pages=True, overlap=True, small_first=True, persistent=1),
     "launch-first-pdl-r1": dict(early_launch=True, overlap=True, small_first=True, persistent=1),
     "launch-r1": dict(early_launch=True, persistent=1),  # the large kernel waits, the small one follows
+    "cand": dict(early_pages=True, small=dataclasses.replace(DUAL.small, early_pages=True), overlap=True,
+                 small_first=True, early_launch=True, persistent=1),  # every session-8 option at once
 }  # fmt: skip
 
 

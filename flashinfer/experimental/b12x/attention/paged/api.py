@@ -33,7 +33,9 @@ live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); wit
 (`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live
 token-weighted mean q_len and both extend kernels launch, the unchosen one with 0 items (with
 `conditional`, under torch CUDA-graph capture, each in an if-node on the choice, so the unchosen one
-is not launched; with `overlap`, the small one as a programmatic dependent launch). Verify runs the
+is not launched; with `overlap`, the second one as a programmatic dependent launch; `small_first`,
+`early_launch` and `persistent` order them, chain the first to the schedule and make a dead grid one
+wave: `ExtendConfig`). Verify runs the
 extend kernel: its q_len * G rows fill the same packed tiles, and one kernel is one thing to get
 right (decode's split-KV would help verify only at small batch and long context).
 CPU tensors run `reference.py` instead.
