@@ -169,23 +169,31 @@ def test_validation_names_the_failing_tile():
         assert "small_below must be an int" in why_not_extend(*DIMS, cfg, "sm_90a")
 
 
-def test_default_keeps_one_tile_until_switched(monkeypatch):
-    assert default_extend_config("bfloat16", 128, "sm_90a") == LARGE
-    module = "flashinfer.experimental.b12x.attention.paged._config_extend"
-    monkeypatch.setattr(f"{module}.LIVE_TILE_CHOICE", True)
+def test_default_follows_its_switches(monkeypatch):
+    """The sm_90a bf16 extend default is the 256-row tile, with early_pages per EARLY_PAGES and the
+    live choice per LIVE_TILE_CHOICE (its if-node form per LIVE_TILE_CONDITIONAL, else '@768oslr');
+    whatever the switches say today (the lead flips them after an H200 run), and every combination."""
+    from flashinfer.experimental.b12x.attention.paged import _config_extend as ce
+
+    today = default_extend_config("bfloat16", 128, "sm_90a")
+    assert today.single == dataclasses.replace(LARGE, early_pages=ce.EARLY_PAGES)
+    assert (today.small is not None) == ce.LIVE_TILE_CHOICE
     launch = dict(overlap=True, small_first=True, early_launch=True, persistent=1)  # '@768oslr'
-    for conditional in (False, True):
-        monkeypatch.setattr(f"{module}.LIVE_TILE_CONDITIONAL", conditional)
-        want = dataclasses.replace(DUAL, **({"conditional": True} if conditional else launch))
-        assert default_extend_config("bfloat16", 128, "sm_90a") == want
-        assert why_not_extend(*DIMS, want, "sm_90a") is None
-    monkeypatch.setattr(f"{module}.EARLY_PAGES", True)
-    assert default_extend_config("bfloat16", 128, "sm_90a").single == dataclasses.replace(LARGE, early_pages=True)
-    monkeypatch.setattr(f"{module}.LIVE_TILE_CHOICE", False)
-    assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(LARGE, early_pages=True)
+    assert ce.LIVE_TILE_LAUNCH == launch
+    for early in (False, True):
+        monkeypatch.setattr(ce, "EARLY_PAGES", early)
+        monkeypatch.setattr(ce, "LIVE_TILE_CHOICE", False)
+        assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(LARGE, early_pages=early)
+        monkeypatch.setattr(ce, "LIVE_TILE_CHOICE", True)
+        for conditional in (False, True):
+            monkeypatch.setattr(ce, "LIVE_TILE_CONDITIONAL", conditional)
+            want = dataclasses.replace(DUAL, early_pages=early, **({"conditional": True} if conditional else launch))
+            assert default_extend_config("bfloat16", 128, "sm_90a") == want
+            assert why_not_extend(*DIMS, want, "sm_90a") is None
     for args in (("bfloat16", 128, "sm_120a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 256, "sm_90a"),
                  ("bfloat16", 128, "sm_90a", "verify")):  # fmt: skip
         assert default_extend_config(*args).small is None, args
+        assert not default_extend_config(*args).early_pages, args
 
 
 # -- plan and bind ---------------------------------------------------------------------------------
