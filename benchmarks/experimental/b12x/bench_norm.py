@@ -125,6 +125,7 @@ def sweep_configs():
         FUSED_PRE,
         ApplyConfig,
         FusedConfig,
+        LastConfig,
         MhcConfig,
         RowConfig,
         SmallConfig,
@@ -145,6 +146,13 @@ def sweep_configs():
         # session 6's default (one launch from 8192 tokens), the two-pass path with the old tiles, and
         # other one-launch tiles
         "fused_default": fused,
+        # T <= 4 (8, 16) in ONE launch, the last program to arrive finishing the call (_kernel_last.py:
+        # every partial in one tile, y from the L2-resident row, scalar Sinkhorn after y), on the default
+        "last": dataclasses.replace(default, last=LastConfig()),
+        "last8": dataclasses.replace(default, last=LastConfig(max_tokens=8)),
+        "last16": dataclasses.replace(default, last=LastConfig(max_tokens=16)),
+        "last_h64": dataclasses.replace(default, last=LastConfig(block_h=64)),
+        "last_h16_s4": dataclasses.replace(default, last=LastConfig(block_h=16, steps=4)),
         "two_pass": base,
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the

@@ -19,6 +19,7 @@ from flashinfer.experimental.b12x.norm.mhc import (
     _execute,
     _kernel,
     _kernel_fused,
+    _kernel_last,
     _kernel_row,
     _kernel_small,
     _kernel_tiny,
@@ -48,6 +49,10 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             form, _, hidden, _, tile = args[:5]
             module = _kernel_small.launch_small if k.__name__ == "compile_small" else _kernel_fused.launch_fused
             table[(k.__name__, args[:-2])] = functools.partial(module, _kernel.MODES[form], hidden, tile)
+        elif k.__name__ == "compile_last":
+            form, _, hidden, _, tile = args[:5]
+            launch = functools.partial(_kernel_last.launch_last, _kernel.MODES[form], hidden, tile)
+            table[(k.__name__, args[:-2])] = launch
         elif k.__name__ == "compile_tiny":
             form, _, hidden, stream, wide = args[:5]
             launch = functools.partial(_kernel_tiny.launch_tiny, _kernel.MODES[form], hidden, stream, wide)

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[4]
 
 def test_kernels_under_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-    inner = Path(__file__).with_name("interpret_mhc.py")
-    cmd = [sys.executable, "-m", "pytest", str(inner), "-q", "-p", "no:cacheprovider", "-m", "interpret"]
+    inner = [str(Path(__file__).with_name(name)) for name in ("interpret_mhc.py", "interpret_mhc_last.py")]
+    cmd = [sys.executable, "-m", "pytest", *inner, "-q", "-p", "no:cacheprovider", "-m", "interpret"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     assert " passed" in out.stdout and "failed" not in out.stdout, out.stdout[-2000:]

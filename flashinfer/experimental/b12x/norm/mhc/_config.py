@@ -182,6 +182,35 @@ class WideConfig:
 
 
 @dataclass(frozen=True)
+class LastConfig:
+    """The "last" one-launch path (_kernel_last.py) for calls of at most `max_tokens` tokens (with or
+    without a norm weight): one program per `steps` pass-1 steps of [16 tokens, 4 x block_h] (block_h
+    divides H), the last program to arrive (a ticket) sums every partial in one tile, writes y, post
+    and comb for each token, and resets the ticket."""
+
+    max_tokens: int = 4
+    block_h: int = 32
+    steps: int = 1
+    num_warps: int = 8
+    sq: str = "step"  # pass 1's squares: "step", "gram" or "diag" (StreamConfig.sq)
+    fast: bool = True  # the Sinkhorn's approximate reciprocals (WideConfig.fast)
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "block_h", "num_warps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1 or v & (v - 1):
+                raise ValueError(f"LastConfig.{name} must be a power of two >= 1, got {v!r}")
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool) or self.steps < 1:
+            raise ValueError(f"LastConfig.steps must be an int >= 1, got {self.steps!r}")
+        if self.max_tokens > 16:
+            raise ValueError(f"LastConfig.max_tokens must be <= 16 (the pass-1 tile's tokens), got {self.max_tokens}")
+        if self.sq not in ("step", "gram", "diag"):
+            raise ValueError(f"LastConfig.sq must be 'step', 'gram' or 'diag', got {self.sq!r}")
+        _check_bools("LastConfig", self, ("fast",))
+        _check_pass1_tile("LastConfig", 16, self.block_h, self.num_warps, self.sq, "kernel")
+
+
+@dataclass(frozen=True)
 class FusedConfig:
     """Tile of the one-launch kernel (_kernel_fused.py): one program per block of `block_t` tokens
     and split of the hidden dimension (`steps_per_split` steps of `block_h` per stream); the last
@@ -269,6 +298,10 @@ class MhcConfig:
     # pass 1 with the small stream tile, then this finish tile's y programs, which wait on it);
     # None: off (the default until measured). tiny.max_tokens must be <= small_max_tokens.
     tiny: WideConfig | None = None
+    # the whole call in ONE launch at T <= last.max_tokens, the last program to arrive finishing it
+    # (_kernel_last.py; with or without a norm weight; takes precedence over tiny and small); None:
+    # off (the default until measured)
+    last: LastConfig | None = None
     small_max_tokens: int = 64
     ctas_per_sm: int = 4
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
@@ -296,6 +329,8 @@ class MhcConfig:
             raise ValueError(
                 f"MhcConfig.tiny.max_tokens={self.tiny.max_tokens} must be <= small_max_tokens={self.small_max_tokens}"
             )
+        if self.last is not None and not isinstance(self.last, LastConfig):
+            raise ValueError(f"MhcConfig.last must be a LastConfig or None, got {type(self.last).__name__}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
@@ -488,6 +523,10 @@ def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, targe
     if config.small is not None and any(f != "post" for f in forms):
         slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
         rows = slices * min(config.small.max_tokens, max_tokens)
+    if config.last is not None and any(f != "post" for f in forms):
+        rows = max(
+            rows, cdiv(hidden // config.last.block_h, config.last.steps) * min(config.last.max_tokens, max_tokens)
+        )
     for form in config.fused_forms(forms, max_tokens):
         rows = max(rows, config.fused_tile(form).split(hidden, split_k)[0] * max_tokens)
     for form in config.forms_needed(forms):

@@ -89,12 +89,15 @@ def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **sc
 def _one_launch(
     p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, small=True, **scal
 ):
-    """A one-launch path when the selection has one for `form` at t tokens: the small-T kernel
-    (MhcConfig.small, unless small=False), else the fused kernel (MhcConfig.fused_*); True if one ran."""
+    """A one-launch path when the selection has one for `form` at t tokens: the small-T kernels
+    (MhcConfig.last, tiny, small, in that order, unless small=False), else the fused kernel
+    (MhcConfig.fused_*); True if one ran."""
     sel, caps = p.state.selection, p.caps
     dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
     tile = sel.fused(form, t)
-    if small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
+    if small and sel.last is not None and t <= sel.last.max_tokens:
+        launch = _launcher(p, "compile_last", (form, dt, caps.hidden_size, wdt, sel.last))
+    elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
         splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p), caps.split_k)
         kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
@@ -102,7 +105,7 @@ def _one_launch(
         kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
                outs["y_out"], outs["post_out"], outs["comb_out"], T=t, splits=splits, cps=cps, **scal)  # fmt: skip
         return True
-    if small and sel.small is not None and t <= sel.small.max_tokens:
+    elif small and sel.small is not None and t <= sel.small.max_tokens:
         launch = _launcher(p, "compile_small", (form, dt, caps.hidden_size, wdt, sel.small))
     elif tile is not None:
         if form == "pre" and tile.fn_split != "kernel":

@@ -79,6 +79,7 @@ class MhcPlan(Plan):
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_split_fn, compile_stream
         from ._kernel_fused import compile_fused
+        from ._kernel_last import compile_last
         from ._kernel_row import compile_row
         from ._kernel_small import compile_small
         from ._kernel_tiny import compile_tiny
@@ -98,6 +99,9 @@ class MhcPlan(Plan):
             if form != "post" and config.tiny is not None:
                 tile = config.stream(form, 1)
                 jobs.append((compile_tiny, (form, dt, caps.hidden_size, tile, config.tiny, dev, arch)))
+            if form != "post" and config.last is not None:
+                for wdt in dict.fromkeys((dt, "float32")):
+                    jobs.append((compile_last, (form, dt, caps.hidden_size, wdt, config.last, dev, arch)))
             if form != "post" and config.wide is not None:
                 jobs.append((compile_wide, (dt, caps.hidden_size, config.wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
@@ -204,6 +208,10 @@ def plan(caps: Caps, *, invocation=None, override=None) -> MhcPlan:
                     raise ValueError(
                         f"override: {form} tile block_h={cfg.block_h} must divide hidden_size={caps.hidden_size}"
                     )
+        if override.last is not None and caps.hidden_size % override.last.block_h:
+            raise ValueError(
+                f"override: last.block_h={override.last.block_h} must divide hidden_size={caps.hidden_size}"
+            )
     return MhcPlan(op=OP, caps=caps, invocation=invocation, override=override)
 
 

@@ -1,0 +1,237 @@
+"""norm.mhc at a few tokens in ONE launch, finished by the last program to arrive ("last" path,
+`MhcConfig.last`, issue #5: run_post_pre at T = 1 under 8 µs).
+
+Grid: one program per split of the hidden dimension (`LastConfig.block_h` per stream a step,
+`steps` steps a program: 224 programs at H = 7168 with the default 32 x 1). Every program
+- runs pass 1 on its split for all T <= 16 live tokens (`_kernel._pass1_tile`, one [16, 4 x block_h]
+  step: post_pre writes its slice of residual' = post mixing of x and residual to residual_out,
+  bcast its slice of x's 4-stream repeat) and stores its partial mixes + sum of squares;
+- takes a ticket (CTA barrier so every thread's stores come first, then one acq_rel atomic at GPU
+  scope). No program ever waits on another: no co-residency requirement, no deadlock, and the CPU
+  interpreter (programs in order) runs the same code.
+The program that draws the last ticket resets the ticket to 0 (graph replays start from 0; stream
+order makes it visible to the next call) and, per token, with ALL its threads:
+- issues the load of the token's whole row [4, H] (L2-resident: pre's residual, or residual' the
+  others just wrote; `.cg` bypasses L1) BEFORE the partials, so the two round trips overlap;
+- loads the whole partial array [splits, 32] in one coalesced tile and reduces it in one tree;
+- computes rs, the 4 pre weights, y = sum_i pre_i * row_i (optionally the RMS norm with a weight:
+  this program holds the whole row, so mean(y^2) is local) and stores y; then post and comb with
+  the shuffle-free scalar Sinkhorn (`_kernel_wide._post_comb`, FAST reciprocals by default), which
+  does not delay y's stores.
+
+Why not the earlier one-launch kernels: `small` (32.7 µs at T = 1) had 56 programs of 128 columns
+and a finisher that summed partials column group by column group and ran the [T, 4, 4]-tile
+Sinkhorn (cross-lane sums); `fused` walks y in [block_t, finish_h] tiles (~112 dependent L2 round
+trips); `tiny` (13-15 µs) made 28 y programs spin on an arrival counter.
+
+Budget at T = 1, H = 7168 on the H200 (graph timer; µs, a dependent chain):
+  launch + CTA ramp of 224 programs (a one-kernel graph measured 3.6 for post at T = 1)   ~3.0
+  producer: fn slice (12 KB fp32, L2 or HBM) + residual slice loads, one round trip       ~0.9
+  hi/lo split + 8 mma.sync + partial store, barrier                                         ~0.3
+  the acq_rel ticket (store acknowledgement + one atomic round trip)                        ~0.8
+  last program: row (57 KB) and partials (28 KB) in flight together, one round trip        ~0.8
+  tree reduction of [256, 32] + sigmoids + y (28 K FMAs over 256 threads) + y store        ~0.4
+  scalar Sinkhorn, 20 rounds at ~35 dependent cycles a half-round (after y's stores)       ~0.7
+  total                                                                                    ~6.9 (6-9)
+T > 1 adds one row round trip + the Sinkhorn per token in the last program (~1.2 µs a token):
+hence a small bound (LastConfig.max_tokens, default 4, at most 16 = the pass-1 tile's BLOCK_T).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._lib.compile import kernel
+from ._config import LastConfig, StreamConfig
+from ._kernel import MODES, _one_launch_fakes, _pass1_tile, fn_blocks_of, launch_options, one_launch_args
+from ._kernel_wide import _pick, _post_comb
+
+
+@triton.jit
+def _last_token(
+    row,  # this token's row: 4 streams `stream_stride` apart
+    stream_stride,
+    part_ptr,
+    scale_ptr,
+    base_ptr,
+    w_ptr,
+    y_ptr,
+    post_ptr,
+    comb_ptr,
+    tok,
+    T,
+    splits,
+    sinkhorn_iters,
+    has_norm,
+    rms_eps,
+    hc_eps,
+    norm_eps,
+    H: tl.constexpr,
+    HP: tl.constexpr,  # next power of two >= H
+    SP: tl.constexpr,  # next power of two >= splits
+    FAST: tl.constexpr,
+):
+    """y, post and comb of token `tok` from every split's partials (written this launch: .cg)."""
+    h = tl.arange(0, HP)
+    hm = h < H
+    # the 4 streams as 4 [HP] rows (packed 16-bit until used; y is then elementwise: no [4, HP]
+    # product and axis-0 reduction, which pushed ptxas to its 32-register fallback), loads first
+    v0 = tl.load(row + h, mask=hm, other=0.0, cache_modifier=".cg")
+    v1 = tl.load(row + stream_stride + h, mask=hm, other=0.0, cache_modifier=".cg")
+    v2 = tl.load(row + 2 * stream_stride + h, mask=hm, other=0.0, cache_modifier=".cg")
+    v3 = tl.load(row + 3 * stream_stride + h, mask=hm, other=0.0, cache_modifier=".cg")
+    c = tl.arange(0, 32)
+    s = tl.arange(0, SP)
+    prow = part_ptr + (s.to(tl.int64) * T + tok) * 32
+    parts = tl.load(prow[:, None] + c[None, :], mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg")
+    tot = tl.sum(parts, axis=0)  # [32]: the token's 24 raw mixes and (24) its sum of squares
+    rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
+    s0 = rs * tl.load(scale_ptr)
+    p0 = tl.sigmoid(_pick(tot, c, 0) * s0 + tl.load(base_ptr)) + hc_eps
+    p1 = tl.sigmoid(_pick(tot, c, 1) * s0 + tl.load(base_ptr + 1)) + hc_eps
+    p2 = tl.sigmoid(_pick(tot, c, 2) * s0 + tl.load(base_ptr + 2)) + hc_eps
+    p3 = tl.sigmoid(_pick(tot, c, 3) * s0 + tl.load(base_ptr + 3)) + hc_eps
+    y = p0 * v0.to(tl.float32) + p1 * v1.to(tl.float32) + p2 * v2.to(tl.float32) + p3 * v3.to(tl.float32)
+    if has_norm:
+        inv = 1.0 / tl.sqrt_rn(tl.sum(y * y, axis=0) / H + norm_eps)
+        y = y * inv * tl.load(w_ptr + h, mask=hm, other=1.0).to(tl.float32)
+    tl.store(y_ptr + tok * H + h, y.to(y_ptr.dtype.element_ty), mask=hm)
+    _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST)
+
+
+@triton.jit(do_not_specialize=["T", "cps", "fn_blocks", "sinkhorn_iters", "has_norm"])
+def _mhc_last_kernel(
+    res_ptr,  # PRE: residual [T, 4, H]; POST_PRE: residual [T, 4, H]; BCAST: x [T, H]
+    x_ptr,  # POST_PRE: layer output x [T, H]
+    pin_ptr,  # POST_PRE: previous post fp32 [T, 4]
+    cin_ptr,  # POST_PRE: previous comb fp32 [T, 4, 4]
+    out_ptr,  # POST_PRE/BCAST: new residual [T, 4, H]
+    fn_ptr,  # fp32 [24, fn_blocks * H]
+    part_ptr,  # fp32 [splits, T, 32] partials of this call
+    cnt_ptr,  # int32 [>= 1]: the ticket, 0 between calls
+    scale_ptr,  # hc_scale fp32 [3]
+    base_ptr,  # hc_base fp32 [24]
+    w_ptr,  # norm weight [H] (a stand-in when has_norm is 0)
+    y_ptr,  # y [T, H]
+    post_ptr,  # post fp32 [T, 4]
+    comb_ptr,  # comb fp32 [T, 4, 4]
+    T,
+    cps,  # pass-1 steps per program
+    fn_blocks,
+    sinkhorn_iters,
+    has_norm,
+    rms_eps,
+    hc_eps,
+    norm_eps,
+    H: tl.constexpr,
+    MODE: tl.constexpr,  # 0 pre, 2 post_pre, 3 bcast (_kernel.MODES)
+    BLOCK_T: tl.constexpr,  # 16 >= T (a dot's M)
+    BLOCK_H: tl.constexpr,
+    SQ_MODE: tl.constexpr,
+    HP: tl.constexpr,
+    SP: tl.constexpr,
+    FAST: tl.constexpr,
+):
+    N_CHUNKS: tl.constexpr = H // BLOCK_H
+    pid = tl.program_id(0)
+    splits = tl.num_programs(0)
+    offs_t = tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    row = offs_t.to(tl.int64)
+    c_begin = pid * cps
+    c_end = tl.minimum(c_begin + cps, N_CHUNKS)
+    acc = _pass1_tile(
+        res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
+        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, 0,
+    )  # fmt: skip
+    m32 = tl.arange(0, 32)
+    tl.store(part_ptr + (pid * T + row[:, None]) * 32 + m32[None, :], acc, mask=t_mask[:, None])
+
+    # The ticket: every thread's stores (partials, residual') are ordered before it.
+    tl.debug_barrier()
+    ticket = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == splits - 1:
+        tl.atomic_xchg(cnt_ptr, 0)  # every ticket is drawn: ready for the next call
+        if MODE == 3:  # BCAST: the 4 streams are x (stride 0)
+            src = res_ptr
+            tok_stride = H
+            stream_stride = 0
+        else:  # PRE: the residual; POST_PRE: residual' this launch stored
+            src = res_ptr if MODE == 0 else out_ptr
+            tok_stride = 4 * H
+            stream_stride = H
+        for t in range(T):
+            _last_token(src + t * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, w_ptr, y_ptr,
+                        post_ptr, comb_ptr, t, T, splits, sinkhorn_iters, has_norm, rms_eps, hc_eps, norm_eps,
+                        H, HP, SP, FAST)  # fmt: skip
+
+
+def last_splits(hidden: int, config: LastConfig) -> tuple[int, int]:
+    """(programs, pass-1 steps per program) at `hidden`."""
+    n_chunks = hidden // config.block_h
+    return triton.cdiv(n_chunks, config.steps), config.steps
+
+
+def last_constexprs(hidden: int, mode: int, config: LastConfig) -> dict:
+    splits, _ = last_splits(hidden, config)
+    sq = {"step": 0, "gram": 2, "diag": 3}[config.sq]
+    return dict(
+        H=hidden,
+        MODE=mode,
+        BLOCK_T=16,
+        BLOCK_H=config.block_h,
+        SQ_MODE=sq,
+        HP=triton.next_power_of_2(hidden),
+        SP=triton.next_power_of_2(splits),
+        FAST=int(config.fast),
+    )
+
+
+def launch_last(
+    mode: int, hidden: int, config: LastConfig,
+    res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb, *, T, **s,
+):  # fmt: skip
+    """The whole call (pass 1 + the last program's finish) at T <= config.max_tokens in one launch."""
+    splits, cps = last_splits(hidden, config)
+    _mhc_last_kernel[(splits,)](
+        *one_launch_args(res, x, post_in, comb_in, out, fn, part, cnt, hc_scale, hc_base, w, y, post, comb),
+        T,
+        cps,
+        fn_blocks_of(fn, hidden, res),
+        int(s["sinkhorn_iters"]),
+        int(w is not None),
+        float(s["rms_eps"]),
+        float(s["hc_eps"]),
+        float(s["norm_eps"]),
+        **last_constexprs(hidden, mode, config),
+        num_warps=config.num_warps,
+        num_stages=1,
+        **launch_options(),
+    )
+
+
+def as_stream(config: LastConfig) -> StreamConfig:
+    """The pass-1 tile `config` runs (for the checks StreamConfig makes)."""
+    return StreamConfig(block_t=16, block_h=config.block_h, num_warps=config.num_warps, num_stages=1, sq=config.sq)
+
+
+@kernel("norm.mhc", backend="triton")
+def compile_last(
+    mode: str, dtype: str, hidden: int, weight_dtype: str, config: LastConfig, device_index: int, arch: str
+):
+    """The "last" one-launch kernel for one form (pre, post_pre, bcast) and norm weight dtype."""
+    args = _one_launch_fakes(dtype, weight_dtype) + (1, 1, 4, 1, 1, 1e-6, 1e-6, 1e-6)
+    with torch.cuda.device(device_index):
+        _mhc_last_kernel.warmup(
+            *args,
+            **last_constexprs(hidden, MODES[mode], config),
+            num_warps=config.num_warps,
+            num_stages=1,
+            grid=(1,),
+            **launch_options(),
+        )
+    return functools.partial(launch_last, MODES[mode], hidden, config)
