@@ -545,16 +545,20 @@ def test_row_config_stages():
 def test_default_selection_by_arch():
     """sm_90a: two passes at every T (no one-launch tile); above small_max_tokens pre's pass 1 reads
     fn split once with diagonal-block squares and pass 2 streams its row (the 14:37 H200 sweep's
-    two_pass_fn_pre_diag_stream); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
+    two_pass_fn_pre_diag_stream) from mid_max_tokens + 1 = 129, session 6's large tiles at 65..128 (18.6
+    against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
     cfg, old = _config.default_config("sm_90a"), _config.fused_config("sm_90a")
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
-    assert cfg.stream("pre", 65) == _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
+    assert cfg.stream("pre", 129) == _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
+    assert cfg.mid_max_tokens == 128 and cfg.stream("pre", 65) == old.stream("pre", 65) == cfg.stream("pre", 128)
+    assert cfg.apply(65) == old.apply(65) == cfg.apply(128) and cfg.stream("pre", 65).fn_split == "kernel"
     assert cfg.stream("pre", 64) == old.stream("pre", 64) and cfg.stream("pre", 64).fn_split == "kernel"
     assert cfg.stream("post_pre", 64) == old.stream("post_pre", 64) and cfg.stream("post", 1) == old.post
     assert cfg.bcast == dataclasses.replace(old.bcast, sq="diag")
-    assert cfg.apply(65) == _config.RowConfig(2048, 16, 4, stages=3) and cfg.apply(64) == old.apply(64)
+    assert cfg.apply(129) == _config.RowConfig(2048, 16, 4, stages=3) and cfg.apply(64) == old.apply(64)
+    assert _config.MhcConfig().apply(65) == _config.MhcConfig().row_large  # no mid tiles: large from 65
     assert old.wide == _config.WideConfig(block_y=128) and cfg.tiny is None and cfg.small is None
     assert cfg.wide == dataclasses.replace(old.wide, fast=True)  # the fast Sinkhorn (H200 16:41)
     assert cfg.counters(api.FORMS, 8192) == 1

@@ -303,6 +303,11 @@ class MhcConfig:
     # off (the default until measured)
     last: LastConfig | None = None
     small_max_tokens: int = 64
+    # pre's pass 1 (pre_mid; post_pre_split's borrowed pre too) and the row pass 2 (row_mid) for
+    # small_max_tokens < T <= mid_max_tokens when set (None: the large tiles from small_max_tokens + 1)
+    pre_mid: StreamConfig | None = None
+    row_mid: RowConfig | None = None
+    mid_max_tokens: int = 128
     ctas_per_sm: int = 4
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
     # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (fused_config turns it
@@ -328,6 +333,11 @@ class MhcConfig:
         if self.tiny is not None and self.tiny.max_tokens > self.small_max_tokens:
             raise ValueError(
                 f"MhcConfig.tiny.max_tokens={self.tiny.max_tokens} must be <= small_max_tokens={self.small_max_tokens}"
+            )
+        if not isinstance(self.mid_max_tokens, int) or self.mid_max_tokens < self.small_max_tokens:
+            raise ValueError(
+                f"MhcConfig.mid_max_tokens must be an int >= small_max_tokens={self.small_max_tokens}, "
+                f"got {self.mid_max_tokens!r}"
             )
         if self.last is not None and not isinstance(self.last, LastConfig):
             raise ValueError(f"MhcConfig.last must be a LastConfig or None, got {type(self.last).__name__}")
@@ -375,13 +385,16 @@ class MhcConfig:
         """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""
         small = tokens <= self.small_max_tokens
         if self.pass2 == "row":
+            if self.row_mid is not None and not small and tokens <= self.mid_max_tokens:
+                return self.row_mid
             return self.row_small if small else self.row_large
         return self.apply_small if small else self.apply_large
 
     def pass2_tiles(self) -> tuple:
         """Every pass-2 tile this selection may run (the compile jobs)."""
         if self.pass2 == "row":
-            return tuple(dict.fromkeys((self.row_small, self.row_large)))
+            mid = () if self.row_mid is None else (self.row_mid,)
+            return tuple(dict.fromkeys((self.row_small, *mid, self.row_large)))
         return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
@@ -398,6 +411,11 @@ class MhcConfig:
         small, large = getattr(self, f"{form}_small"), getattr(self, f"{form}_large")
         cut = min(self.small_max_tokens, max_tokens)
         out = [(small, 1, cut)]
+        if form == "pre" and self.pre_mid is not None and max_tokens > cut:
+            mid_cut = min(self.mid_max_tokens, max_tokens)
+            if mid_cut > cut:
+                out.append((self.pre_mid, cut + 1, mid_cut))
+            cut = mid_cut
         if max_tokens > cut:
             out.append((large, cut + 1, max_tokens))
         return tuple(out)
@@ -419,7 +437,8 @@ class MhcConfig:
         """Every tile `form` may run (the compile jobs)."""
         if form in ("bcast", "post"):
             return (getattr(self, form),)
-        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), getattr(self, f"{form}_large"))))
+        mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
+        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"))))
 
 
 # The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
@@ -492,7 +511,13 @@ def default_config(arch: str | None) -> MhcConfig:
     # 2026-11-30 16:41, H = 7168, graph timer: post_pre T=1 10.16 -> 9.59 µs, T=4 11.60 -> 10.80, pre
     # T=1 9.57 -> 9.11 (the programmatic dependent launch rows gained nothing under the graph)
     wide = None if fused.wide is None else dataclasses.replace(fused.wide, fast=True)
-    base = MhcConfig(wide=wide)
+    # 65 <= T <= 128: session 6's pre_large and row_large (in-loop fn split, one-shot 8192-wide row).
+    # H200, session 7 sweep (docs/performance.md "Sweeps of session 7"), graph timer, H = 7168: at
+    # T = 65 the large tiles below read pre 20.9 / post_pre 24.6 µs against 18.6 / 21.7 for these; at
+    # T = 1024 55.6 / 88.8 against 78.8 / 106.4. Linear between the two rows they cross near T = 150
+    # (pre) and 200 (post_pre): the cut sits at 128, under both.
+    session6 = MhcConfig()
+    base = MhcConfig(wide=wide, pre_mid=session6.pre_large, row_mid=session6.row_large, mid_max_tokens=128)
     # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
     return dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
@@ -504,6 +529,7 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
     reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
     forms = ("pre_small", "pre_large", "post_pre_small", "post_pre_large", "bcast", "post", "row_small", "row_large")
+    forms += tuple(name for name in ("pre_mid", "row_mid") if getattr(config, name) is not None)
     tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in forms}
     if config.wide is not None:
         tiles["wide"] = dataclasses.replace(config.wide, pdl=True, fast=fast or config.wide.fast)

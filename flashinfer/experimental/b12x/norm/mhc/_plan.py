@@ -147,7 +147,10 @@ class MhcPlan(Plan):
             state.scratch["counter"].zero_()
         gen = torch.Generator(device=caps.device).manual_seed(0)
         sel = state.selection
-        sizes = sorted({1, min(caps.max_tokens, sel.fused_min_tokens), min(caps.max_tokens, sel.small_max_tokens + 1)})
+        sizes = {1, min(caps.max_tokens, sel.fused_min_tokens), min(caps.max_tokens, sel.small_max_tokens + 1)}
+        if sel.pre_mid is not None or sel.row_mid is not None:  # the mid tiles and the large ones
+            sizes.add(min(caps.max_tokens, sel.mid_max_tokens + 1))
+        sizes = sorted(sizes)
         for t in sizes:
             ins = synthetic_inputs(t, caps.hidden_size, dtype=caps.dtype, device=caps.device, generator=gen)
             kw = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=2, plan=self)
