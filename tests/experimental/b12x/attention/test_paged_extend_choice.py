@@ -409,3 +409,38 @@ def test_early_launch_chains_the_first_kernel_to_the_schedule():
     assert args2 == (*DIMS, SMALL, "sm_90a", "wait+trigger", 2 * p._sm_count())
     plain = paged.plan(caps(config=dataclasses.replace(cfg, early_launch=False)))
     assert plain.kernels(plain.heuristic("sm_90a"), "sm_90a")[0][1] == (64, 32, 768, "sm_90a")
+
+
+def test_ranked_list_is_a_permutation_in_class_order():
+    """ranked (tile flag 'k', single-tile plans): the Python mirror of `_kernel_extend_ranked` lists
+    the plain schedule's items by class min(rank, 63): every request's last tile first; for a batch
+    of one q_len that is the longest-first order (each tile's keys never grow along the list)."""
+    from flashinfer.experimental.b12x.attention.paged._config_extend import (
+        RANK_CLASSES,
+        rank_class,
+        ranked_extend_schedule_reference,
+    )
+
+    assert RANK_CLASSES == 64
+    rng = random.Random(3)
+    for _ in range(20):
+        q_lens = [rng.choice([0, 1, 31, 32, 33, 64, 500, 4096, 5000]) for _ in range(rng.randint(1, 12))]
+        cu = _cu(q_lens)
+        for tq in (16, 32, 64):
+            plain, count = extend_schedule_reference(cu, tq)
+            work, n = ranked_extend_schedule_reference(cu, tq)
+            assert n == count and sorted(work) == sorted(plain)
+            classes = [rank_class(cu, w, tq) for w in work]
+            assert classes == sorted(classes) and max(classes, default=0) <= 63
+    work, _ = ranked_extend_schedule_reference(_cu([512] * 4), 64)
+    assert work[:4] == [(b, 448) for b in range(4)] and work[-4:] == [(b, 0) for b in range(4)]
+    keys = [t0 + 64 for _, t0 in work]  # causal, no prefix: the keys a tile sees
+    assert keys == sorted(keys, reverse=True)
+    cfg = parse_extend_config("256x64x3x2pgiwek")
+    assert cfg == dataclasses.replace(LARGE, early_pages=True, ranked=True) and "ranked=True" in repr(cfg)
+    assert why_not_extend(*DIMS, cfg, "sm_90a") is None
+    reason = why_not_extend(*DIMS, dataclasses.replace(DUAL, ranked=True), "sm_90a")
+    assert "ranked is for single-tile plans" in reason
+    reason = why_not_extend(*DIMS, dataclasses.replace(DUAL, small=dataclasses.replace(SMALL, ranked=True)), "sm_90a")
+    assert "ranked is for single-tile plans" in reason
+    assert "ranked must be a bool" in why_not_extend(*DIMS, dataclasses.replace(LARGE, ranked=1), "sm_90a")

@@ -206,6 +206,8 @@ WIDE = {  # also test_paged_extend_gpu's cases: 256-row CTAs and the staggered w
     "m256n64s3r2pgiw": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True),
     "m256n64s3r2pgiwe": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True,
                                      early_pages=True),  # session 8: the default with early_pages
+    "m256n64s3r2pgiwek": ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True,
+                                      early_pages=True, ranked=True),  # and the ranked list (same kernel)
 }  # fmt: skip
 
 
@@ -498,3 +500,28 @@ def test_session8_candidate_plan_compiles(arch):
     ptxs = [_check_binary(fn(*args), arch) for fn, args in kernels]
     assert "griddepcontrol.launch_dependents" in ptxs[0]
     assert len(_draws(ptxs[2])) == 1 and not _draws(ptxs[1])  # only the small kernel is persistent
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_ranked_schedule_compiles(arch):
+    """`_kernel_extend_ranked`: one CTA, three barriers (zeroed counters, the class histogram, its
+    prefix), shared-memory atomics for the histogram and each tile's ticket, the count stored once,
+    a work row in one 8-byte store; a ranked single-tile plan compiles it instead of the plain one."""
+    pytest.importorskip("cutlass")
+    from flashinfer.experimental.b12x.attention import paged
+    from flashinfer.experimental.b12x.attention.paged import _kernel_extend_ranked as kr
+
+    ptx = _check_binary(kr.compile_ranked_extend_schedule(64, arch), arch)
+    assert ptx.count("bar.sync") == 3
+    assert re.search(r"atom\.shared(\.cta)?\.add\.u32", ptx)  # histogram and tickets, in shared memory
+    assert not re.search(r"\b(atom|red)\.global", ptx) and "st.global.v2.b32" in ptx
+    cfg = ExtendConfig(128, 64, 2, 2, page_prefetch=True, ranked=True)
+    caps = paged.Caps(
+        device="cpu", mode="extend", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=32, num_kv_heads=8,
+        head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=4096, max_batch=8, max_page_table_width=256,
+        max_work_items=1, max_partial_rows=1, num_cache_pages=2048, config=cfg,
+    )  # fmt: skip
+    plan = paged.plan(caps)
+    (sched, args), (ext, ext_args) = plan.kernels(plan.heuristic(arch), arch)
+    assert sched.op == "attention.paged.ranked_extend_schedule" and args == (32, arch)
+    assert ext_args[-2] == cfg  # the kernel is the unranked tile's, with its own key

@@ -16,7 +16,11 @@ import torch
 
 import b12x
 from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, extend_schedule_reference
-from flashinfer.experimental.b12x.attention.paged._config_extend import dual_extend_schedule_reference
+from flashinfer.experimental.b12x.attention.paged._config_extend import (
+    dual_extend_schedule_reference,
+    rank_class,
+    ranked_extend_schedule_reference,
+)
 from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
 
 from .paged_cases import check_against_reference, make_case
@@ -96,6 +100,15 @@ def check_schedule(plan, cu, group):
     """The device tile list (and, with the live tile choice, both kernels' counts) is its Python mirror."""
     ext = plan.state.selection.extend
     s = plan.state.scratch
+    if ext.small is None and ext.ranked:  # a class's order is the device's atomics': compare classes
+        tq = ext.tokens_per_tile(group)
+        work, count = ranked_extend_schedule_reference(cu, tq)
+        assert s["count"][0].item() == count
+        got = [tuple(w) for w in s["tiles"][:count].tolist()]
+        assert sorted(got) == sorted(work)
+        classes = [rank_class(cu, w, tq) for w in got]
+        assert classes == sorted(classes), classes
+        return
     if ext.small is None:
         work, count = extend_schedule_reference(cu, ext.tokens_per_tile(group))
         assert s["count"][0].item() == count
@@ -201,6 +214,8 @@ WIDE_CASES = [  # batch (-k "wideN": four compiles each, < 150 s), name, kv dtyp
     (6, "m256n64s3r2pgiwe", "bfloat16", (32, 8), 16),  # session 8: early_pages (window 100: its fallback)
     (6, "m256n64s3r2pgiwe", "bfloat16", (8, 8), 64),
     (6, "m256n64s3r2pgiwe", "float8_e4m3fn", (32, 8), 16),
+    (7, "m256n64s3r2pgiwek", "bfloat16", (32, 8), 16),  # the ranked list (and early_pages)
+    (7, "m256n64s3r2pgiwek", "float8_e4m3fn", (8, 8), 64),
 ]
 
 

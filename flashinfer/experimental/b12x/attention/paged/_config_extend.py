@@ -49,6 +49,11 @@ class ExtendConfig:
     in each of two rows: the cp.async issue needs half the 64-bit address chains (SASS at 128 x 64:
     1097 instructions a tile instead of 1142; 256x64x3x2pgi's late group 1001 instead of 1047).
 
+    ranked: the work list in rank-major order (`_kernel_extend_ranked`: every request's last tile
+    first, then every second-to-last, ...; longest-processing-time first for a batch of one q_len)
+    instead of request by request, so the run does not end on the last request's longest tiles.
+    Single-tile plans only (the dual schedule keeps its order).
+
     early_pages (with page_prefetch): the first tile's page-table entries are read right after the
     work row, beside the request's q_len / kv_len, instead of after them: the prologue's dependent
     chain (work row -> lengths -> pages -> K/V) loses one L2 round trip an item (~0.4-0.5 µs), which
@@ -95,6 +100,7 @@ class ExtendConfig:
     split_issue: bool = False
     wide_copy: bool = False
     early_pages: bool = False
+    ranked: bool = False
     small: ExtendConfig | None = None
     small_below: int = 768  # = SMALL_BELOW
     conditional: bool = False
@@ -112,6 +118,7 @@ class ExtendConfig:
         extra += ", split_issue=True" if self.split_issue else ""
         extra += ", wide_copy=True" if self.wide_copy else ""
         extra += ", early_pages=True" if self.early_pages else ""
+        extra += ", ranked=True" if self.ranked else ""
         extra += f", small={self.small!r}, small_below={self.small_below}" if self.small is not None else ""
         extra += ", conditional=True" if self.conditional else ""
         extra += ", overlap=True" if self.overlap else ""
@@ -235,6 +242,8 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         for flag in ("conditional", "overlap", "small_first", "early_launch"):
             if not isinstance(getattr(config, flag), bool):
                 return f"{flag} must be a bool, got {getattr(config, flag)!r}"
+        if config.ranked is not False or config.small.ranked is not False:
+            return f"ranked is for single-tile plans (the dual schedule keeps its order), got {config}"
         if config.conditional and config.early_launch:
             return "conditional (if-nodes) and early_launch (a programmatic dependent launch) exclude each other"
         if type(config.persistent) is not int or config.persistent not in (0, 1, 2):
@@ -256,7 +265,7 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
         return f"config out of range: {c}"
     if c.row_blocks not in (1, 2) or c.block_m < 16 * c.row_blocks:
         return f"config out of range: {c}"
-    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue", "wide_copy", "early_pages"):
+    for flag in ("page_prefetch", "cross_tile", "stagger", "split_issue", "wide_copy", "early_pages", "ranked"):
         if not isinstance(getattr(c, flag), bool):
             return f"{flag} must be a bool, got {getattr(c, flag)!r}"
     if c.early_pages and not c.page_prefetch:
@@ -359,6 +368,25 @@ def extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
     return work, len(work)
 
 
+RANK_CLASSES = 64  # `_kernel_extend_ranked`: ranks 0 .. 62 each their own class, the rest one
+
+
+def ranked_extend_schedule_reference(cu_seqlens_q, tokens_per_tile: int):
+    """The ranked schedule's list in Python, (rows, count): `extend_schedule_reference`'s items
+    ordered by class min(tiles_b - 1 - j, RANK_CLASSES - 1), within a class by request then tile (the
+    device orders a class by atomic arrival instead: compare classes, not positions)."""
+    work, count = extend_schedule_reference(cu_seqlens_q, tokens_per_tile)
+    return sorted(work, key=lambda w: (rank_class(cu_seqlens_q, w, tokens_per_tile), w)), count
+
+
+def rank_class(cu_seqlens_q, row, tokens_per_tile: int) -> int:
+    """The class of work row (request, first token) in the ranked order."""
+    cu = [int(x) for x in cu_seqlens_q]
+    b, tok0 = row
+    tiles = _ceil_div(max(0, cu[b + 1] - cu[b]), tokens_per_tile)
+    return min(tiles - 1 - tok0 // tokens_per_tile, RANK_CLASSES - 1)
+
+
 def live_small_tile(cu_seqlens_q, small_below: int) -> bool:
     """The dual schedule's choice: the token-weighted mean q_len sum L^2 / sum L (the q_len of the
     request an average query token belongs to) < small_below, compared exactly as
@@ -381,7 +409,7 @@ def dual_extend_schedule_reference(cu_seqlens_q, large_tokens: int, small_tokens
 def parse_extend_config(text: str) -> ExtendConfig:
     """'128x64x2x1' -> ExtendConfig(block_m=128, block_n=64, stages=2, row_blocks=1); then optional flags
     in this order: 'p' page_prefetch, 'c' cross_tile, 'g' stagger, 'i' split_issue, 'w' wide_copy,
-    'e' early_pages, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
+    'e' early_pages, 'k' ranked, 'sN' sub_tiles=N, 'lN' lazy_rescale=N ('128x64x2x2ps2l8', '128x32x3x2pc', '256x64x3x2pgiw').
     'LARGE+SMALL[@N][c|o][s][l][r|R]': the live choice (ExtendConfig.small = SMALL, small_below = N,
     default 768; 'c': conditional, CUDA-graph if-nodes; 'o': overlap; 's': small_first; 'l':
     early_launch; 'r': persistent 1 (the small kernel), 'R': 2 (both)), e.g.
@@ -401,13 +429,13 @@ def parse_extend_config(text: str) -> ExtendConfig:
             conditional=flag == "c", overlap=flag == "o", small_first=first == "s", early_launch=launch == "l",
             persistent={"": 0, "r": 1, "R": 2}[pers],
         )  # fmt: skip
-    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(e?)(?:s(\d+))?(?:l(\d+))?", text)
+    match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(p?)(c?)(g?)(i?)(w?)(e?)(k?)(?:s(\d+))?(?:l(\d+))?", text)
     if match is None:
         raise ValueError(
             f"an extend config is block_m x block_n x stages x row_blocks[p] like 128x64x2x1 (then optional "
             f"c: cross_tile, g: stagger, i: split_issue, w: wide_copy, sN: sub_tiles, lN: lazy_rescale, as in 128x64x2x2ps2l8), got {text!r}"
         )
-    m, n, st, rb, p, cross, stagger, split, wide, early, sub, lazy = match.groups()
+    m, n, st, rb, p, cross, stagger, split, wide, early, ranked, sub, lazy = match.groups()
     flags = dict(page_prefetch=bool(p), cross_tile=bool(cross), stagger=bool(stagger), split_issue=bool(split), wide_copy=bool(wide),
-                 early_pages=bool(early), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))  # fmt: skip
+                 early_pages=bool(early), ranked=bool(ranked), sub_tiles=int(sub or 1), lazy_rescale=int(lazy or 0))  # fmt: skip
     return ExtendConfig(int(m), int(n), int(st), int(rb), **flags)
