@@ -153,6 +153,8 @@ def sweep_configs():
         "last16": dataclasses.replace(default, last=LastConfig(max_tokens=16)),
         "last_h64": dataclasses.replace(default, last=LastConfig(block_h=64)),
         "last_h16_s4": dataclasses.replace(default, last=LastConfig(block_h=16, steps=4)),
+        "last_r128": dataclasses.replace(default, last=LastConfig(maxnreg=128)),
+        "last8_r128": dataclasses.replace(default, last=LastConfig(max_tokens=8, maxnreg=128)),
         "two_pass": base,
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the

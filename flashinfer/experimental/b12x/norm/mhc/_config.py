@@ -194,8 +194,15 @@ class LastConfig:
     num_warps: int = 8
     sq: str = "step"  # pass 1's squares: "step", "gram" or "diag" (StreamConfig.sq)
     fast: bool = True  # the Sinkhorn's approximate reciprocals (WideConfig.fast)
+    # a register cap for ptxas (None: its own choice). sm_90a at 8 warps: 176 (pre) / 222 (post_pre)
+    # registers, one program per SM; 128 fits two (224 programs in one wave) and spills in the finish
+    maxnreg: int | None = None
 
     def __post_init__(self) -> None:
+        if self.maxnreg is not None and (
+            not isinstance(self.maxnreg, int) or isinstance(self.maxnreg, bool) or not 24 <= self.maxnreg <= 255
+        ):
+            raise ValueError(f"LastConfig.maxnreg must be None or an int in [24, 255], got {self.maxnreg!r}")
         for name in ("max_tokens", "block_h", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):

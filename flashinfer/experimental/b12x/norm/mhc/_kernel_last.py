@@ -10,14 +10,16 @@ Grid: one program per split of the hidden dimension (`LastConfig.block_h` per st
   scope). No program ever waits on another: no co-residency requirement, no deadlock, and the CPU
   interpreter (programs in order) runs the same code.
 The program that draws the last ticket resets the ticket to 0 (graph replays start from 0; stream
-order makes it visible to the next call) and, per token, with ALL its threads:
+order makes it visible to the next call) and, token after token, with ALL its threads:
 - issues the load of the token's whole row [4, H] (L2-resident: pre's residual, or residual' the
   others just wrote; `.cg` bypasses L1) BEFORE the partials, so the two round trips overlap;
 - loads the whole partial array [splits, 32] in one coalesced tile and reduces it in one tree;
 - computes rs, the 4 pre weights, y = sum_i pre_i * row_i (optionally the RMS norm with a weight:
-  this program holds the whole row, so mean(y^2) is local) and stores y; then post and comb with
-  the shuffle-free scalar Sinkhorn (`_kernel_wide._post_comb`, FAST reciprocals by default), which
-  does not delay y's stores.
+  this program holds the whole row, so mean(y^2) is local) and stores y;
+then post and comb of all T tokens at once: the shuffle-free scalar Sinkhorn of
+`_kernel_wide._post_comb` with every scalar a [T] vector (one chain, FAST reciprocals by default),
+after y's stores are issued. With a register cap (`LastConfig.maxnreg`) two 8-warp programs fit
+an SM: 224 programs in one wave, the finish spilling a little.
 
 Why not the earlier one-launch kernels: `small` (32.7 µs at T = 1) had 56 programs of 128 columns
 and a finisher that summed partials column group by column group and ran the [T, 4, 4]-tile
@@ -33,7 +35,9 @@ Budget at T = 1, H = 7168 on the H200 (graph timer; µs, a dependent chain):
   tree reduction of [256, 32] + sigmoids + y (28 K FMAs over 256 threads) + y store        ~0.4
   scalar Sinkhorn, 20 rounds at ~35 dependent cycles a half-round (after y's stores)       ~0.7
   total                                                                                    ~6.9 (6-9)
-T > 1 adds one row round trip + the Sinkhorn per token in the last program (~1.2 µs a token):
+Registers (sm_90a, 8 warps, CPU compile): pre 176, post_pre 222, bcast 99: one program per SM, so
+the default's 224 programs run in two waves (~+1 µs); `maxnreg=128` spills 24 / 152 bytes.
+T > 1 adds one row round trip (~0.6-0.8 µs) per token in the last program (the Sinkhorn is shared):
 hence a small bound (LastConfig.max_tokens, default 4, at most 16 = the pass-1 tile's BLOCK_T).
 """
 
@@ -46,9 +50,9 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
-from ._config import LastConfig, StreamConfig
+from ._config import LastConfig
 from ._kernel import MODES, _one_launch_fakes, _pass1_tile, fn_blocks_of, launch_options, one_launch_args
-from ._kernel_wide import _pick, _post_comb
+from ._kernel_wide import _normalize4, _pick, _softmax4
 
 
 @triton.jit
@@ -60,12 +64,9 @@ def _last_token(
     base_ptr,
     w_ptr,
     y_ptr,
-    post_ptr,
-    comb_ptr,
     tok,
     T,
     splits,
-    sinkhorn_iters,
     has_norm,
     rms_eps,
     hc_eps,
@@ -73,9 +74,9 @@ def _last_token(
     H: tl.constexpr,
     HP: tl.constexpr,  # next power of two >= H
     SP: tl.constexpr,  # next power of two >= splits
-    FAST: tl.constexpr,
 ):
-    """y, post and comb of token `tok` from every split's partials (written this launch: .cg)."""
+    """y of token `tok` from every split's partials (written this launch: .cg); returns the token's
+    summed partials [32] and its 1 / rms."""
     h = tl.arange(0, HP)
     hm = h < H
     # the 4 streams as 4 [HP] rows (packed 16-bit until used; y is then elementwise: no [4, HP]
@@ -100,7 +101,70 @@ def _last_token(
         inv = 1.0 / tl.sqrt_rn(tl.sum(y * y, axis=0) / H + norm_eps)
         y = y * inv * tl.load(w_ptr + h, mask=hm, other=1.0).to(tl.float32)
     tl.store(y_ptr + tok * H + h, y.to(y_ptr.dtype.element_ty), mask=hm)
-    _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST)
+    return tot, rs
+
+
+@triton.jit
+def _pick_t(v, c, j: tl.constexpr):
+    """Column j of the tokens' summed partials v [TOKP, 32]: [TOKP]."""
+    return tl.sum(tl.where(c[None, :] == j, v, 0.0), axis=1)
+
+
+@triton.jit
+def _comb_row_t(v, c, s, base_ptr, i: tl.constexpr, hc_eps):
+    """Row i of every token's comb before the Sinkhorn (softmax over j of mix 8 + 4 i + j): 4 x [TOKP]."""
+    k: tl.constexpr = 8 + 4 * i
+    return _softmax4(
+        _pick_t(v, c, k) * s + tl.load(base_ptr + k),
+        _pick_t(v, c, k + 1) * s + tl.load(base_ptr + k + 1),
+        _pick_t(v, c, k + 2) * s + tl.load(base_ptr + k + 2),
+        _pick_t(v, c, k + 3) * s + tl.load(base_ptr + k + 3),
+        hc_eps,
+    )
+
+
+@triton.jit
+def _post_comb_tokens(v, rs, tk, t_ok, scale_ptr, base_ptr, post_ptr, comb_ptr, sinkhorn_iters, hc_eps,
+                      FAST: tl.constexpr):  # fmt: skip
+    """post [T, 4] and comb [T, 4, 4] of every token at once from v [TOKP, 32] and rs [TOKP]: the
+    scalar Sinkhorn of _kernel_wide._post_comb with each scalar a [TOKP] vector (tokens side by side:
+    one chain for all T instead of T chains one after the other)."""
+    c = tl.arange(0, 32)
+    s1 = rs * tl.load(scale_ptr + 1)
+    for i in tl.static_range(4):
+        post = 2.0 * tl.sigmoid(_pick_t(v, c, 4 + i) * s1 + tl.load(base_ptr + 4 + i))
+        tl.store(post_ptr + tk * 4 + i, post, mask=t_ok)
+    s = rs * tl.load(scale_ptr + 2)
+    a00, a01, a02, a03 = _comb_row_t(v, c, s, base_ptr, 0, hc_eps)
+    a10, a11, a12, a13 = _comb_row_t(v, c, s, base_ptr, 1, hc_eps)
+    a20, a21, a22, a23 = _comb_row_t(v, c, s, base_ptr, 2, hc_eps)
+    a30, a31, a32, a33 = _comb_row_t(v, c, s, base_ptr, 3, hc_eps)
+    for _ in range(sinkhorn_iters):  # rows, then columns (as _post_comb)
+        a00, a01, a02, a03 = _normalize4(a00, a01, a02, a03, hc_eps, FAST)
+        a10, a11, a12, a13 = _normalize4(a10, a11, a12, a13, hc_eps, FAST)
+        a20, a21, a22, a23 = _normalize4(a20, a21, a22, a23, hc_eps, FAST)
+        a30, a31, a32, a33 = _normalize4(a30, a31, a32, a33, hc_eps, FAST)
+        a00, a10, a20, a30 = _normalize4(a00, a10, a20, a30, hc_eps, FAST)
+        a01, a11, a21, a31 = _normalize4(a01, a11, a21, a31, hc_eps, FAST)
+        a02, a12, a22, a32 = _normalize4(a02, a12, a22, a32, hc_eps, FAST)
+        a03, a13, a23, a33 = _normalize4(a03, a13, a23, a33, hc_eps, FAST)
+    cp = comb_ptr + tk * 16
+    tl.store(cp + 0, a00, mask=t_ok)
+    tl.store(cp + 1, a01, mask=t_ok)
+    tl.store(cp + 2, a02, mask=t_ok)
+    tl.store(cp + 3, a03, mask=t_ok)
+    tl.store(cp + 4, a10, mask=t_ok)
+    tl.store(cp + 5, a11, mask=t_ok)
+    tl.store(cp + 6, a12, mask=t_ok)
+    tl.store(cp + 7, a13, mask=t_ok)
+    tl.store(cp + 8, a20, mask=t_ok)
+    tl.store(cp + 9, a21, mask=t_ok)
+    tl.store(cp + 10, a22, mask=t_ok)
+    tl.store(cp + 11, a23, mask=t_ok)
+    tl.store(cp + 12, a30, mask=t_ok)
+    tl.store(cp + 13, a31, mask=t_ok)
+    tl.store(cp + 14, a32, mask=t_ok)
+    tl.store(cp + 15, a33, mask=t_ok)
 
 
 @triton.jit(do_not_specialize=["T", "cps", "fn_blocks", "sinkhorn_iters", "has_norm"])
@@ -134,6 +198,7 @@ def _mhc_last_kernel(
     SQ_MODE: tl.constexpr,
     HP: tl.constexpr,
     SP: tl.constexpr,
+    TOKP: tl.constexpr,  # next power of two >= LastConfig.max_tokens
     FAST: tl.constexpr,
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
@@ -164,10 +229,17 @@ def _mhc_last_kernel(
             src = res_ptr if MODE == 0 else out_ptr
             tok_stride = 4 * H
             stream_stride = H
-        for t in range(T):
-            _last_token(src + t * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, w_ptr, y_ptr,
-                        post_ptr, comb_ptr, t, T, splits, sinkhorn_iters, has_norm, rms_eps, hc_eps, norm_eps,
-                        H, HP, SP, FAST)  # fmt: skip
+        tk = tl.arange(0, TOKP)
+        tots = tl.zeros([TOKP, 32], dtype=tl.float32)
+        rss = tl.zeros([TOKP], dtype=tl.float32)
+        for t in range(T):  # y token by token (its row and partials in flight together)
+            tot, rs = _last_token(src + t * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, w_ptr,
+                                  y_ptr, t, T, splits, has_norm, rms_eps, hc_eps, norm_eps, H, HP, SP)  # fmt: skip
+            tots = tl.where(tk[:, None] == t, tot[None, :], tots)
+            rss = tl.where(tk == t, rs, rss)
+        # then post and comb of all T tokens in one Sinkhorn chain (after y's stores are issued)
+        _post_comb_tokens(tots, rss, tk, tk < T, scale_ptr, base_ptr, post_ptr, comb_ptr, sinkhorn_iters, hc_eps,
+                          FAST)  # fmt: skip
 
 
 def last_splits(hidden: int, config: LastConfig) -> tuple[int, int]:
@@ -187,6 +259,7 @@ def last_constexprs(hidden: int, mode: int, config: LastConfig) -> dict:
         SQ_MODE=sq,
         HP=triton.next_power_of_2(hidden),
         SP=triton.next_power_of_2(splits),
+        TOKP=triton.next_power_of_2(config.max_tokens),
         FAST=int(config.fast),
     )
 
@@ -210,13 +283,16 @@ def launch_last(
         **last_constexprs(hidden, mode, config),
         num_warps=config.num_warps,
         num_stages=1,
-        **launch_options(),
+        **last_options(config),
     )
 
 
-def as_stream(config: LastConfig) -> StreamConfig:
-    """The pass-1 tile `config` runs (for the checks StreamConfig makes)."""
-    return StreamConfig(block_t=16, block_h=config.block_h, num_warps=config.num_warps, num_stages=1, sq=config.sq)
+def last_options(config: LastConfig) -> dict:
+    """Compile / launch options (the same for warmup and launch): the register cap when set."""
+    opts = launch_options()
+    if config.maxnreg is not None and opts:  # (the interpreter takes no compile options)
+        opts = opts | {"maxnreg": config.maxnreg}
+    return opts
 
 
 @kernel("norm.mhc", backend="triton")
@@ -232,6 +308,6 @@ def compile_last(
             num_warps=config.num_warps,
             num_stages=1,
             grid=(1,),
-            **launch_options(),
+            **last_options(config),
         )
     return functools.partial(launch_last, MODES[mode], hidden, config)
