@@ -170,20 +170,24 @@ def test_validation_names_the_failing_tile():
 
 
 def test_default_follows_its_switches(monkeypatch):
-    """The sm_90a bf16 extend default is the 256-row tile, with early_pages per EARLY_PAGES and the
-    live choice per LIVE_TILE_CHOICE (its if-node form per LIVE_TILE_CONDITIONAL, else '@768oslr');
+    """The sm_90a bf16 extend default is the 256-row tile, with early_pages per EARLY_PAGES, the
+    ranked list per RANKED_LIST (single tile only) and the live choice per LIVE_TILE_CHOICE (its
+    if-node form per LIVE_TILE_CONDITIONAL, else '@768oslr');
     whatever the switches say today (the lead flips them after an H200 run), and every combination."""
     from flashinfer.experimental.b12x.attention.paged import _config_extend as ce
 
     today = default_extend_config("bfloat16", 128, "sm_90a")
-    assert today.single == dataclasses.replace(LARGE, early_pages=ce.EARLY_PAGES)
+    ranked = ce.RANKED_LIST and not ce.LIVE_TILE_CHOICE
+    assert today.single == dataclasses.replace(LARGE, early_pages=ce.EARLY_PAGES, ranked=ranked)
     assert (today.small is not None) == ce.LIVE_TILE_CHOICE
+    monkeypatch.setattr(ce, "RANKED_LIST", True)  # the single tile's list only: the dual keeps its order
     launch = dict(overlap=True, small_first=True, early_launch=True, persistent=1)  # '@768oslr'
     assert ce.LIVE_TILE_LAUNCH == launch
     for early in (False, True):
         monkeypatch.setattr(ce, "EARLY_PAGES", early)
         monkeypatch.setattr(ce, "LIVE_TILE_CHOICE", False)
-        assert default_extend_config("bfloat16", 128, "sm_90a") == dataclasses.replace(LARGE, early_pages=early)
+        want = dataclasses.replace(LARGE, early_pages=early, ranked=True)
+        assert default_extend_config("bfloat16", 128, "sm_90a") == want
         monkeypatch.setattr(ce, "LIVE_TILE_CHOICE", True)
         for conditional in (False, True):
             monkeypatch.setattr(ce, "LIVE_TILE_CONDITIONAL", conditional)
@@ -193,7 +197,7 @@ def test_default_follows_its_switches(monkeypatch):
     for args in (("bfloat16", 128, "sm_120a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 256, "sm_90a"),
                  ("bfloat16", 128, "sm_90a", "verify")):  # fmt: skip
         assert default_extend_config(*args).small is None, args
-        assert not default_extend_config(*args).early_pages, args
+        assert not default_extend_config(*args).early_pages and not default_extend_config(*args).ranked, args
 
 
 # -- plan and bind ---------------------------------------------------------------------------------

@@ -296,6 +296,7 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
 # so it launches both), else LIVE_TILE_LAUNCH ('@768oslr': the small kernel first, persistent and
 # launched behind the schedule, the large one its programmatic dependent).
 EARLY_PAGES = False
+RANKED_LIST = False  # the single 256-row tile's ranked work list ('k'); not with the live choice
 LIVE_TILE_CHOICE = False
 LIVE_TILE_CONDITIONAL = False
 LIVE_TILE_LAUNCH = dict(overlap=True, small_first=True, early_launch=True, persistent=1)
@@ -336,7 +337,7 @@ def default_extend_config(kv_dtype: str, head_dim: int, arch: str, mode: str = "
             if LIVE_TILE_CHOICE and extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
                 launch = {"conditional": True} if LIVE_TILE_CONDITIONAL else LIVE_TILE_LAUNCH
                 return dataclasses.replace(wide, small=fa2, small_below=SMALL_BELOW, **launch)
-            return wide
+            return dataclasses.replace(wide, ranked=RANKED_LIST)
     if mode == "extend" and head_dim <= 128 and kv_dtype != "float8_e4m3fn":
         if extend_smem_bytes(kv_dtype, head_dim, head_dim, fa2) <= limit:
             return fa2
