@@ -758,7 +758,8 @@ def clear_caches() -> None:
     """Forget this op's compiled kernels in memory (the disk cache stays)."""
     import sys
 
-    for name in ("._kernel_decode", "._kernel_split", "._kernel_extend", "._kernel_extend_schedule"):
+    for name in ("._kernel_decode", "._kernel_split", "._kernel_extend", "._kernel_extend_schedule",
+                 "._kernel_extend_ranked"):  # fmt: skip
         module = sys.modules.get(__package__ + name)
         if module is None:
             continue
@@ -769,6 +770,7 @@ def clear_caches() -> None:
             "compile_extend",
             "compile_extend_schedule",
             "compile_dual_extend_schedule",
+            "compile_ranked_extend_schedule",
         ):
             k = getattr(module, attr, None)
             if k is not None:
