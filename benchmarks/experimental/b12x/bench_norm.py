@@ -147,14 +147,22 @@ def sweep_configs():
         # other one-launch tiles
         "fused_default": fused,
         # T <= 4 (8, 16) in ONE launch, the last program to arrive finishing the call (_kernel_last.py:
-        # every partial in one tile, y from the L2-resident row, scalar Sinkhorn after y), on the default
+        # every partial in one tile, y from the L2-resident row, one Sinkhorn chain for all tokens), on
+        # the default. sm_90a (CPU compile): the default 32 x 8 warps is 224 programs at 145 (pre) / 218
+        # (post_pre) registers = one program per SM, two waves; h64: 112 programs, post_pre 255
+        # registers + 24 bytes of stack; h16_s4 / h16_s2: 112 / 224 programs of 4 / 2 steps; r128:
+        # ptxas capped at 128 registers (two programs per SM, one wave; the finish spills); pf: token
+        # t + 1's loads issued before token t's y
         "last": dataclasses.replace(default, last=LastConfig()),
         "last8": dataclasses.replace(default, last=LastConfig(max_tokens=8)),
         "last16": dataclasses.replace(default, last=LastConfig(max_tokens=16)),
         "last_h64": dataclasses.replace(default, last=LastConfig(block_h=64)),
+        "last_h16_s2": dataclasses.replace(default, last=LastConfig(block_h=16, steps=2)),
         "last_h16_s4": dataclasses.replace(default, last=LastConfig(block_h=16, steps=4)),
         "last_r128": dataclasses.replace(default, last=LastConfig(maxnreg=128)),
         "last8_r128": dataclasses.replace(default, last=LastConfig(max_tokens=8, maxnreg=128)),
+        "last8_pf": dataclasses.replace(default, last=LastConfig(max_tokens=8, prefetch=True)),
+        "last8_pf_r128": dataclasses.replace(default, last=LastConfig(max_tokens=8, prefetch=True, maxnreg=128)),
         "two_pass": base,
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the

@@ -26,6 +26,8 @@ LAST = {
     "h16_s2_diag": _config.MhcConfig(last=L(max_tokens=2, block_h=16, steps=2, num_warps=4, sq="diag", fast=False)),
     # 3 steps of 32 (3 programs, the last one with 2 steps), gram squares, 2 warps, the bound 16
     "h32_s3_gram": _config.MhcConfig(last=L(max_tokens=16, block_h=32, steps=3, num_warps=2, sq="gram")),
+    # token t + 1's loads issued before token t's y
+    "h32_prefetch": _config.MhcConfig(last=L(max_tokens=8, block_h=32, num_warps=4, prefetch=True)),
 }
 
 

@@ -23,7 +23,7 @@ LAST_SIG |= dict(part_ptr="*fp32", cnt_ptr="*i32", scale_ptr="*fp32", base_ptr="
 LAST_SIG |= dict(y_ptr="*bf16", post_ptr="*fp32", comb_ptr="*fp32", T="i32", cps="i32", fn_blocks="i32")
 LAST_SIG |= dict(sinkhorn_iters="i32", has_norm="i32", rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
 
-# The default tile (bench_norm --sweep "last"; sm_90a: 176 registers for pre, 222 for post_pre).
+# The default tile (bench_norm --sweep "last"; sm_90a: 145 registers for pre, 218 for post_pre).
 # Not here: 16 warps (ptxas caps at 128 registers: 104-632 bytes of spills), block_h 64 (post_pre
 # 255 registers + 48 bytes of stack), H = 16384 (the finisher's two [4, 16384] rows).
 
@@ -34,6 +34,9 @@ def _cases():
         for form in ("pre", "post_pre", "bcast"):
             yield pytest.param(form, tile, 7168, cc, id=f"{form}-7168-{arch}")
     yield pytest.param("post_pre", tile, 4096, 90, id="post_pre-4096-sm_90a")
+    pf = _config.LastConfig(max_tokens=8, prefetch=True)  # sweep "last8_pf"
+    for form in ("pre", "post_pre"):
+        yield pytest.param(form, pf, 7168, 90, id=f"prefetch-{form}-7168-sm_90a")
 
 
 @pytest.mark.parametrize("form, tile, hidden, cc", list(_cases()))

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.gpu
 
 LAST = {
     "last": _config.LastConfig(),
-    "last8": _config.LastConfig(max_tokens=8),
+    "last8_pf": _config.LastConfig(max_tokens=8, prefetch=True),
     "last16_h64": _config.LastConfig(max_tokens=16, block_h=64),
+    "last_r128": _config.LastConfig(maxnreg=128),
 }
 
 
@@ -50,7 +51,7 @@ def _cases():
 
 @pytest.mark.parametrize("name, hidden, tokens", list(_cases()))
 def test_last_matches_reference(name, hidden, tokens):
-    p = prepared(hidden, max_tokens=64, override=_override(name))
+    p = prepared(hidden, max_tokens=16, override=_override(name))
     launched = counting_last(p)
     ins = gpu_inputs(tokens, hidden, seed=40 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
@@ -84,7 +85,7 @@ def test_last_graph_replay_equals_eager(tokens):
     """post_pre captured once, replayed on changing inputs: each replay equals an eager call on the
     same inputs (bitwise: same kernel, same order of sums), and the ticket is back at 0."""
     hidden = 7168
-    p = prepared(hidden, max_tokens=64, override=_override("last8"))
+    p = prepared(hidden, max_tokens=16, override=_override("last8_pf"))
     static = gpu_inputs(tokens, hidden, seed=60 + tokens)
     outs = pre_buffers(tokens, hidden, residual=True)
     a = (static["x"], static["residual"], static["post"], static["comb"], static["fn"], static["hc_scale"])

@@ -194,9 +194,12 @@ class LastConfig:
     num_warps: int = 8
     sq: str = "step"  # pass 1's squares: "step", "gram" or "diag" (StreamConfig.sq)
     fast: bool = True  # the Sinkhorn's approximate reciprocals (WideConfig.fast)
-    # a register cap for ptxas (None: its own choice). sm_90a at 8 warps: 176 (pre) / 222 (post_pre)
+    # a register cap for ptxas (None: its own choice). sm_90a at 8 warps: 145 (pre) / 218 (post_pre)
     # registers, one program per SM; 128 fits two (224 programs in one wave) and spills in the finish
     maxnreg: int | None = None
+    # T > 1: the last program issues token t + 1's row and partial loads before token t's y (one L2
+    # round trip per call instead of one per token; twice the row's registers)
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         if self.maxnreg is not None and (
@@ -213,7 +216,7 @@ class LastConfig:
             raise ValueError(f"LastConfig.max_tokens must be <= 16 (the pass-1 tile's tokens), got {self.max_tokens}")
         if self.sq not in ("step", "gram", "diag"):
             raise ValueError(f"LastConfig.sq must be 'step', 'gram' or 'diag', got {self.sq!r}")
-        _check_bools("LastConfig", self, ("fast",))
+        _check_bools("LastConfig", self, ("fast", "prefetch"))
         _check_pass1_tile("LastConfig", 16, self.block_h, self.num_warps, self.sq, "kernel")
 
 

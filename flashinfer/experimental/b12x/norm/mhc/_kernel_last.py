@@ -35,8 +35,8 @@ Budget at T = 1, H = 7168 on the H200 (graph timer; µs, a dependent chain):
   tree reduction of [256, 32] + sigmoids + y (28 K FMAs over 256 threads) + y store        ~0.4
   scalar Sinkhorn, 20 rounds at ~35 dependent cycles a half-round (after y's stores)       ~0.7
   total                                                                                    ~6.9 (6-9)
-Registers (sm_90a, 8 warps, CPU compile): pre 176, post_pre 222, bcast 99: one program per SM, so
-the default's 224 programs run in two waves (~+1 µs); `maxnreg=128` spills 24 / 152 bytes.
+Registers (sm_90a, 8 warps, CPU compile): pre 145, post_pre 218, bcast 103: one program per SM, so
+the default's 224 programs run in two waves (~+1 µs); `maxnreg=128` spills 24 / 128 bytes.
 T > 1 adds one row round trip (~0.6-0.8 µs) per token in the last program (the Sinkhorn is shared):
 hence a small bound (LastConfig.max_tokens, default 4, at most 16 = the pass-1 tile's BLOCK_T).
 """
@@ -56,31 +56,13 @@ from ._kernel_wide import _normalize4, _pick, _softmax4
 
 
 @triton.jit
-def _last_token(
-    row,  # this token's row: 4 streams `stream_stride` apart
-    stream_stride,
-    part_ptr,
-    scale_ptr,
-    base_ptr,
-    w_ptr,
-    y_ptr,
-    tok,
-    T,
-    splits,
-    has_norm,
-    rms_eps,
-    hc_eps,
-    norm_eps,
-    H: tl.constexpr,
-    HP: tl.constexpr,  # next power of two >= H
-    SP: tl.constexpr,  # next power of two >= splits
-):
-    """y of token `tok` from every split's partials (written this launch: .cg); returns the token's
-    summed partials [32] and its 1 / rms."""
+def _load_token(row, stream_stride, part_ptr, tok, T, splits, H: tl.constexpr, HP: tl.constexpr, SP: tl.constexpr):
+    """Token `tok`'s row (4 streams `stream_stride` apart from `row`) and every split's partials
+    (written this launch: .cg); nothing when tok >= T (the prefetch past the last token). The 4 streams come as 4 [HP] rows, packed 16-bit until
+    used, so y is elementwise (a [4, HP] product reduced over axis 0 pushed ptxas to its 32-register
+    fallback)."""
     h = tl.arange(0, HP)
-    hm = h < H
-    # the 4 streams as 4 [HP] rows (packed 16-bit until used; y is then elementwise: no [4, HP]
-    # product and axis-0 reduction, which pushed ptxas to its 32-register fallback), loads first
+    hm = (h < H) & ((h * 0 + tok) < T)  # (a tensor comparison: the interpreter's masks must be tensors)
     v0 = tl.load(row + h, mask=hm, other=0.0, cache_modifier=".cg")
     v1 = tl.load(row + stream_stride + h, mask=hm, other=0.0, cache_modifier=".cg")
     v2 = tl.load(row + 2 * stream_stride + h, mask=hm, other=0.0, cache_modifier=".cg")
@@ -88,8 +70,20 @@ def _last_token(
     c = tl.arange(0, 32)
     s = tl.arange(0, SP)
     prow = part_ptr + (s.to(tl.int64) * T + tok) * 32
-    parts = tl.load(prow[:, None] + c[None, :], mask=(s < splits)[:, None], other=0.0, cache_modifier=".cg")
-    tot = tl.sum(parts, axis=0)  # [32]: the token's 24 raw mixes and (24) its sum of squares
+    pm = ((s < splits) & ((s * 0 + tok) < T))[:, None]
+    parts = tl.load(prow[:, None] + c[None, :], mask=pm, other=0.0, cache_modifier=".cg")
+    return v0, v1, v2, v3, parts
+
+
+@triton.jit
+def _y_token(v0, v1, v2, v3, parts, scale_ptr, base_ptr, w_ptr, y_ptr, tok, has_norm, rms_eps, hc_eps, norm_eps,
+             H: tl.constexpr, HP: tl.constexpr):  # fmt: skip
+    """y of token `tok` from its loaded row and partials; returns its summed partials [32] (24 raw
+    mixes, then the sum of squares) and its 1 / rms."""
+    h = tl.arange(0, HP)
+    hm = h < H
+    c = tl.arange(0, 32)
+    tot = tl.sum(parts, axis=0)
     rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
     s0 = rs * tl.load(scale_ptr)
     p0 = tl.sigmoid(_pick(tot, c, 0) * s0 + tl.load(base_ptr)) + hc_eps
@@ -200,6 +194,7 @@ def _mhc_last_kernel(
     SP: tl.constexpr,
     TOKP: tl.constexpr,  # next power of two >= LastConfig.max_tokens
     FAST: tl.constexpr,
+    PREFETCH: tl.constexpr,  # LastConfig.prefetch
 ):
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     pid = tl.program_id(0)
@@ -232,9 +227,20 @@ def _mhc_last_kernel(
         tk = tl.arange(0, TOKP)
         tots = tl.zeros([TOKP, 32], dtype=tl.float32)
         rss = tl.zeros([TOKP], dtype=tl.float32)
-        for t in range(T):  # y token by token (its row and partials in flight together)
-            tot, rs = _last_token(src + t * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, w_ptr,
-                                  y_ptr, t, T, splits, has_norm, rms_eps, hc_eps, norm_eps, H, HP, SP)  # fmt: skip
+        # y token by token (its row and partials in flight together); PREFETCH: token t + 1's loads
+        # are issued before token t's math and store (twice the row's registers)
+        if PREFETCH:
+            n0, n1, n2, n3, np_ = _load_token(src, stream_stride, part_ptr, 0, T, splits, H, HP, SP)
+        for t in range(T):
+            if PREFETCH:
+                v0, v1, v2, v3, parts = n0, n1, n2, n3, np_
+                n0, n1, n2, n3, np_ = _load_token(src + (t + 1) * tok_stride, stream_stride, part_ptr, t + 1, T,
+                                                  splits, H, HP, SP)  # fmt: skip
+            else:
+                v0, v1, v2, v3, parts = _load_token(src + t * tok_stride, stream_stride, part_ptr, t, T, splits,
+                                                    H, HP, SP)  # fmt: skip
+            tot, rs = _y_token(v0, v1, v2, v3, parts, scale_ptr, base_ptr, w_ptr, y_ptr, t, has_norm, rms_eps,
+                               hc_eps, norm_eps, H, HP)  # fmt: skip
             tots = tl.where(tk[:, None] == t, tot[None, :], tots)
             rss = tl.where(tk == t, rs, rss)
         # then post and comb of all T tokens in one Sinkhorn chain (after y's stores are issued)
@@ -260,6 +266,7 @@ def last_constexprs(hidden: int, mode: int, config: LastConfig) -> dict:
         HP=triton.next_power_of_2(hidden),
         SP=triton.next_power_of_2(splits),
         TOKP=triton.next_power_of_2(config.max_tokens),
+        PREFETCH=int(config.prefetch),
         FAST=int(config.fast),
     )
 
