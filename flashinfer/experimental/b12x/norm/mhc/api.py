@@ -5,12 +5,13 @@ argument checks in _validate.py, the launches in _execute.py (all re-exported he
 
 Launches per call (CUDA), two-pass path (sm_90a's default at every T): run_pre 2 (pass 1 split-K
 mixes, pass 2 finish + y), plus the fn split launch before pass 1 when its tile reads fn split once
-(sm_90a above MhcConfig.small_max_tokens); run_post_pre 2 up to small_max_tokens (pass 1 writes the
+(sm_90a above MhcConfig.mid_max_tokens; pre_mid between, in-loop split); run_post_pre 2 up to small_max_tokens (pass 1 writes the
 new residual and its mixes, pass 2 as in pre) and, with MhcConfig.post_pre_split, post's kernel then
 pre's launches above it. 1 for pre / bcast at T >= MhcConfig.fused_min_tokens with
 MhcConfig.fused_pre (the one-launch kernel, _kernel_fused.py: sm_120a's default from 8192 tokens);
-1 with MhcConfig.small at T <= small.max_tokens or MhcConfig.tiny at T <= tiny.max_tokens without a
-norm weight (_kernel_tiny.py), both off by default; MhcConfig.wide makes pass 2 the wide kernel at
+1 with MhcConfig.last at T <= last.max_tokens (_kernel_last.py: the last program to arrive finishes,
+with or without a norm weight), MhcConfig.small at T <= small.max_tokens or MhcConfig.tiny at
+T <= tiny.max_tokens without a norm weight (_kernel_tiny.py), all off by default; MhcConfig.wide makes pass 2 the wide kernel at
 T <= 4 without a norm weight (_kernel_wide.py, on by default). run_post is always 1. No call
 allocates (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors
 run `reference.py` (one warning per process, from PreparationSession).
@@ -28,6 +29,7 @@ import torch
 from ._config import (
     ApplyConfig,
     FusedConfig,
+    LastConfig,
     MhcConfig,
     RowConfig,
     SmallConfig,
@@ -198,6 +200,7 @@ __all__ = ["Caps", "MhcConfig", "MhcPlan", "MhcBinding", "plan", "bind", "run_pr
 __all__ += [
     "ApplyConfig",
     "FusedConfig",
+    "LastConfig",
     "RowConfig",
     "SmallConfig",
     "StreamConfig",
