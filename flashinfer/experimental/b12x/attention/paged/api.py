@@ -273,8 +273,10 @@ class PagedAttentionPlan(Plan):
                 return ((compile_dual_extend_schedule, sched), *tiles)
             from ._kernel_split import compile_extend_schedule
 
-            if ext.ranked:  # the list in rank-major order (same contract)
+            if ext.ranked:  # the list in rank-major order (same contract); the same extend kernel
                 from ._kernel_extend_ranked import compile_ranked_extend_schedule as compile_extend_schedule
+
+                ext = dataclasses.replace(ext, ranked=False)
             return (
                 (compile_extend_schedule, (ext.tokens_per_tile(c.group), arch)),
                 (compile_extend, (*dims, ext, arch)),
