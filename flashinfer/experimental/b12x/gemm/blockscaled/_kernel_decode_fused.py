@@ -419,6 +419,11 @@ def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
     """KD.fake_args plus R [M, N] in C's dtype (the residual; the callers pass C when there is none)
     and G [K'] in A's element type (the norm weight; the callers pass A flattened when there is none)."""
     a, sfa, b, sfb, c, s0, s1, s2 = KD.fake_args(a_fmt, b_fmt, out_dtype)
+    # C's columns get their own symbol: KD.fake_args ties them to B's rows, which silu_mul's C [M, I]
+    # against a [2I, K] weight breaks (tvm-ffi rejects the call: "Mismatched mC.shape[1]", H200 20:15)
+    c = make_fake_compact_tensor(
+        KD._CUTE[out_dtype], (c.shape[0], cute.sym_int()), stride_order=(1, 0), assumed_align=16
+    )
     r = make_fake_compact_tensor(KD._CUTE[out_dtype], c.shape, stride_order=(1, 0), assumed_align=16)
     g = make_fake_compact_tensor(a.element_type, (cute.sym_int(),), assumed_align=16)
     return a, sfa, b, sfb, c, s0, s1, s2, r, g
