@@ -324,6 +324,18 @@ def test_mm_epilogue_on_cpu_and_its_errors():
         G.mm(x, w, epilogue="residual", residual=torch.randn(3 * 64 + 1).bfloat16()[1:].view(3, 64))
 
 
+@pytest.mark.compile
+def test_launch_contract_symbols():
+    """The launcher's symbolic shapes: C's columns are their own (silu_mul's C [M, I] against a [2I, K]
+    weight; tying them to B's rows made tvm-ffi reject every silu_mul call on the H200, 20:15), R has
+    C's shape, C's rows are A's."""
+    pytest.importorskip("cutlass")
+    a, _, b, _, c, _, _, _, r, g = F.fake_args("bfloat16", "nvfp4", "bfloat16")
+    assert c.shape[1] is not b.shape[0]
+    assert r.shape[0] is c.shape[0] and r.shape[1] is c.shape[1] and c.shape[0] is a.shape[0]
+    assert g.shape[0] is not a.shape[1]  # G: the norm weight [K], or A flattened [M * K]
+
+
 # ---- compiles -------------------------------------------------------------------------------------
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
