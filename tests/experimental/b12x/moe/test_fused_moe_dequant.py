@@ -170,8 +170,8 @@ def test_tiled_rows_moves_the_switch(monkeypatch):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     caps = _caps("nvfp4")  # E = 128, k = 8
-    assert api.tiled_from(caps) == api.tiled_from(caps, api.TILED_ROWS) == 1024
-    assert api.tiled_from(caps, 32) == 512 and api.tiled_from(caps, 256) == 4096 and api.tiled_from(caps, 257) is None
+    assert api.tiled_from(caps) == api.tiled_from(caps, api.TILED_ROWS) == 512
+    assert api.tiled_from(caps, 64) == 1024 and api.tiled_from(caps, 256) == 4096 and api.tiled_from(caps, 257) is None
     got = api.with_tiled_bucket(caps, X.default_buckets(4096), rows=16)
     assert [b.max_tokens for b in got][-2:] == [255, 4096] and got[-1].tiled and not got[-2].tiled
     assert api.with_tiled_bucket(caps, X.default_buckets(4096), rows=1000) == X.default_buckets(4096)

@@ -7,8 +7,8 @@ taking the dequantized bf16 operands (`ExpertBucket.dequant`, bench_moe's `with_
    the same values (e2m1 x e4m3 exactly, times 2^-16 in the packed path's shared tiles) in the same
    K order, and the epilogue's alpha absorbs the power of two exactly;
 3. CUDA graph replay equal to eager (E = 128).
-At T = 1000 every issue shape is still in a decode bucket (tiled_from: 1024 / 2048 / 3277), so the
-plan's decode path is checked too; T = 4096 runs the grouped bucket at all three."""
+At T = 1000 E = 256 and 512 are still in a decode bucket (tiled_from: 512 / 1024 / 1639 with
+TILED_ROWS = 32), so the plan's decode path is checked too; T = 4096 runs the grouped bucket at all three."""
 
 from __future__ import annotations
 

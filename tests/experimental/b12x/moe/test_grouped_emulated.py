@@ -208,28 +208,28 @@ def _caps(mode, source, max_tokens, *, e=128, k=8, h=2048, i=768, act="silu"):
 
 
 def test_heuristic_moves_large_t_to_one_grouped_bucket():
-    """From T * k / E >= TILED_ROWS (E = 128, k = 8: T >= 1024) the grouped kernels; below, the
-    decode buckets unchanged, the one that held T = 1024 cut at 1023."""
+    """From T * k / E >= TILED_ROWS (32; E = 128, k = 8: T >= 512) the grouped kernels; below, the
+    decode buckets unchanged, the one that held T = 512 cut at 511."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
     from flashinfer.experimental.b12x.moe.fused_moe import api
 
     caps = _caps("w4a16", "modelopt_nvfp4", 4096)
-    assert api.tiled_from(caps) == -(-api.TILED_ROWS * 128 // 8) == 1024
+    assert api.tiled_from(caps) == -(-api.TILED_ROWS * 128 // 8) == 512
     got = api.with_tiled_bucket(caps, X.default_buckets(4096))
-    assert [b.max_tokens for b in got] == [8, 16, 1023, 4096]
+    assert [b.max_tokens for b in got] == [8, 16, 511, 4096]
     assert [b.tiled for b in got] == [False, False, False, True]
     assert got[-1].fc1 == _G().default_config(1)
     assert ("tiled", 3) in api.expert_variants(True, 128, 8, 4096, got)
-    assert api.expert_bucket(got, 1023) == 2 and api.expert_bucket(got, 1024) == 3
+    assert api.expert_bucket(got, 511) == 2 and api.expert_bucket(got, 512) == 3
     nv = _caps("nvfp4", "modelopt_nvfp4", 8192, e=512, k=10, h=4096, i=1024)
-    assert api.tiled_from(nv) == 3277  # ceil(64 * 512 / 10)
+    assert api.tiled_from(nv) == 1639  # ceil(32 * 512 / 10)
     small = _caps("w4a16", "modelopt_nvfp4", 64)
     assert api.tiled_from(small) is None  # T * k / E stays below TILED_ROWS
     assert api.with_tiled_bucket(small, X.default_buckets(64)) == X.default_buckets(64)
     assert api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096)) is None  # no tiled MXFP8 x FP4
-    assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 1024
+    assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 512
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, i=800)) is None  # I % 128 != 0
-    one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 64: every bucket but the first T
-    assert [b.max_tokens for b in api.with_tiled_bucket(one, X.default_buckets(64))] == [8, 16, 63, 64]
-    tiny = _caps("w4a16", "modelopt_nvfp4", 16, e=4, k=4)  # TILED_ROWS * 4 / 4 = 64 > 16: none
+    one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 32: the grouped bucket
+    assert [b.max_tokens for b in api.with_tiled_bucket(one, X.default_buckets(64))] == [8, 16, 31, 64]
+    tiny = _caps("w4a16", "modelopt_nvfp4", 16, e=4, k=4)  # TILED_ROWS * 4 / 4 = 32 > 16: none
     assert api.tiled_from(tiny) is None

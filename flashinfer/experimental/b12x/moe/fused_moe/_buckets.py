@@ -82,7 +82,11 @@ def _is_tiled(config) -> bool:
     return type(config).__name__ == "GroupedConfig"
 
 
-TILED_ROWS = 64  # mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels
+# mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels. 32 since the
+# H200 runs of 2026-11-30 19:15 / 20:16 (docs/performance.md "Sweeps of session 8"): the grouped
+# kernels ran 1.47x (E 128, T 512), 1.34x (E 256, T 1024) and 1.59x (E 512, T 2048: 40 rows) faster
+# than the decode kernels from 32 rows, tied at 16 (E 128, T 256) and lost at 8-16 (E 256).
+TILED_ROWS = 32
 
 
 def tiled_from(caps, rows: int | None = None) -> int | None:
