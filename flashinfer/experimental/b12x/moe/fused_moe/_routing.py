@@ -163,7 +163,7 @@ def _write_active(count, ea, active_ptr, E: tl.constexpr):
     tl.store(active_ptr + ea, tl.full(ea.shape, E, tl.int32), mask=(ea >= n_active) & (ea < E))
 
 
-LIST_CHUNK = 64  # routes a step of `_list_active` compares with its E_BLOCK experts
+LIST_CHUNK = tl.constexpr(64)  # routes a step of `_list_active` compares with its E_BLOCK experts
 
 
 @triton.jit
