@@ -352,8 +352,8 @@ def _route_gather_kernel(
         if (not DYNAMIC) and pid_h == 0:
             ec = (pid - n_route_blocks) * E_BLOCK + tl.arange(0, E_BLOCK)
             below = tl.zeros([E_BLOCK], dtype=tl.int32)
-            for c0 in range(0, R, CHUNK):
-                ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, CHUNK), R, ids_st, ids_sj, K, E)
+            for c0 in range(0, R, LIST_CHUNK):  # E_BLOCK x LIST_CHUNK: no spill (`_list_active`)
+                ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, LIST_CHUNK), R, ids_st, ids_sj, K, E)
                 below += tl.sum((ex[None, :] < ec[:, None]).to(tl.int32), axis=1)
             tl.store(start_ptr + ec, below, mask=ec <= E)
             _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, (FMT == 1) or (FMT == 3))
