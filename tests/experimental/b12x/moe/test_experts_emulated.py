@@ -235,19 +235,24 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list", span: int 
                     n0 = np.int32(logic.tile_n0(bx, j))
                     for w in range(config.warps):  # the K loop and the partial sums
                         ops = MoeEmuOps(gmem, smem)
+                        first, wcol = logic.warp_work(w)  # wn > 1: warp groups along N
+                        nw = np.int32(n0 + wcol)
                         acc = logic.zero_acc(ops)
                         chunks = logic.k_chunks(k)
                         if logic.k_loop_plain():
-                            for ch in range(w, chunks, config.warps):
-                                acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+                            for ch in range(first, chunks, logic.kstep):
+                                acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
                         else:  # the weight prefetch pipeline
-                            stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), np.int32(chunks))
-                            for ch in range(w, chunks, config.warps):
+                            stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), np.int32(chunks))
+                            for ch in range(first, chunks, logic.kstep):
                                 stages, acc = logic.pipelined_chunk(
-                                    ops, rt, LANE, n0, np.int32(ch), np.int32(chunks), stages, acc
+                                    ops, rt, LANE, nw, np.int32(ch), np.int32(chunks), stages, acc
                                 )
-                        logic.reduce_stage(ops, 0, w, LANE, acc)
-                    for w in range(config.warps):  # after the barrier
+                        if logic.direct:  # warp-owned tiles: the accumulators are the outputs
+                            logic.store_direct(ops, rt, LANE, nw, acc, scale)
+                        else:
+                            logic.reduce_stage(ops, 0, w, LANE, acc)
+                    for w in range(0 if logic.direct else config.warps):  # after the barrier
                         logic.finish(MoeEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, scale)
     raw = torch.from_numpy(gmem.get(c)[: p.out.numel() * p.out.element_size()].copy())
     return raw.view(p.out.dtype).reshape(p.out.shape)

@@ -42,6 +42,21 @@ expert's start[e] and scale loads, and every CTA of an expert without rows, are 
 identity grid's 14,336 CTAs only read start[e] and exit, each holding a CTA slot for an L2 round
 trip. A tile past N (N not a multiple of cols * span) loads and stores nothing.
 
+Warp-owned tiles and warp groups along N (`DecodeConfig.wn`, gemm's option; default 1 = the kernel
+above): the CTA's warps form wn groups, group i owns columns [n0 + i cols_w, n0 + (i + 1) cols_w)
+(cols_w = 16 tiles, or 8 tiles gated: a warp's gate tiles and their up tiles) and splits K among
+its warps / wn warps (`warp_work`). With wn = warps (`direct`, the sweep's "own" tilings) each warp
+runs the whole K of its rows through the weight prefetch pipeline and its m16n8 accumulators ARE
+the outputs (a gated FC1's gate and up values of one output sit in the same lane): scale,
+activation and store from registers (`store_direct`), no shared memory, no barrier, and a CTA of
+8 warps covers 128 output columns. `DecodeConfig.wcache` / `acache` put gemm's cache hints on the
+16-byte value loads (weights "na": L1::no_allocate, read once; activations "el": L1::evict_last,
+re-read by every CTA of the SM). Why: a split-K CTA's life is serial (start[e] -> weight loads ->
+MMAs -> reduction -> stores) and at FC2's K = 768 gives each of 8 warps one chunk; a warp-owned
+tile streams its whole K with the next chunks' loads in flight (gemm's decode stream config at M =
+1: 3.0 TB/s). What it costs: 1/kstep as many warps per expert, so at T = 1 on small experts
+(E = 128: FC1 384 warps) too few warps to fill 132 SMs (docs/moe.md, session 8 budget).
+
 Tilings per live T: a plan compiles one (FC1, FC2) pair of configs per `api.ExpertBucket`
 (`default_buckets`: 8-token groups for T <= 8, 16-token groups above) and a binding picks its
 bucket by T, like the grid variant; nothing is sized by live T at compile time.
@@ -95,7 +110,8 @@ PAIRS = (
     ("mxfp8", "nvfp4"),
 )
 K_ALIGN = 32  # one span
-IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch")  # the DecodeConfig fields honoured
+# the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring)
+IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache")
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
 _LOG2E = 1.4426950408889634
@@ -142,6 +158,18 @@ def default_buckets(max_tokens: int) -> tuple:
     return (small, mid, ExpertBucket(max_tokens, default_config(16), default_config(16)))
 
 
+def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1) -> DecodeConfig:
+    """A tiling with gemm's streaming cache hints: weights L1::no_allocate (read once), activations
+    L1::evict_last (every CTA of the SM re-reads them)."""
+    return DecodeConfig(warps, tiles, ntiles, unroll, prefetch, wcache="na", acache="el", wn=wn)
+
+
+def _owned(warps, tiles, ntiles, prefetch) -> DecodeConfig:
+    """Warp-owned tiles (module docstring): `warps` warp groups of one warp, each the whole K of its
+    16 * tiles rows with `prefetch` chunks of weight loads ahead, the hints of `_hinted`."""
+    return _hinted(warps, tiles, ntiles, 1, prefetch, wn=warps)
+
+
 # (label, FC1, FC2) per MMA token tiles: what `bench_moe --expert-sweep` times. FC1 (K = H, e.g. 16
 # chunks) and FC2 (K = I, e.g. 6 chunks: 8 warps leave 2 idle and give the rest one chunk each) get
 # their own shapes; the layer's --steps split shows each GEMM's time, so one row tests two ideas.
@@ -160,6 +188,12 @@ _SWEEP = {
         ("w16/w2p1", DecodeConfig(16, 2, 1, 1), DecodeConfig(2, 2, 1, 1, 1), 1),
         ("w4p1-s2", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 2),
         ("w4p1-s4", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 4),
+        ("w4p1h", _hinted(4, 2, 1, 2, 1), _hinted(4, 2, 1, 1, 1), 1),
+        ("own8", _owned(8, 2, 1, 1), _owned(8, 1, 1, 1), 1),
+        ("own8p2", _owned(8, 2, 1, 2), _owned(8, 1, 1, 4), 1),
+        ("own4p2", _owned(4, 2, 1, 2), _owned(4, 1, 1, 4), 1),
+        ("own2p4", _owned(2, 2, 1, 4), _owned(2, 1, 1, 4), 1),
+        ("w8n2p1", _hinted(8, 2, 1, 1, 1, wn=2), _hinted(8, 1, 1, 1, 1, wn=2), 1),
     ),
     2: (
         ("base", DecodeConfig(8, 2, 2, 1), DecodeConfig(8, 2, 2, 1), 1),
@@ -168,6 +202,12 @@ _SWEEP = {
         ("w8p1/w4t4", DecodeConfig(8, 2, 2, 1, 1), DecodeConfig(4, 4, 2, 1), 1),
         ("w4p1-s2", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1), 2),
         ("w4p1-s4", DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1), 4),
+        ("w4p1h", _hinted(4, 2, 2, 1, 1), _hinted(4, 2, 2, 2, 1), 1),
+        # FC2 with 8 warps: 4- and 2-warp FC2 at 16 tokens spill 4 bytes on some pair (ptxas 13.0),
+        # as 8-warp FC1 does on sm_120a (bf16 x mxfp4) and with prefetch 1 on sm_90a
+        ("own4p2/own8p2", _owned(4, 2, 2, 2), _owned(8, 1, 2, 2), 1),
+        ("own2p4/own8p2", _owned(2, 2, 2, 4), _owned(8, 1, 2, 2), 1),
+        ("w8n2p1", _hinted(8, 2, 2, 1, 1, wn=2), _hinted(8, 1, 2, 1, 1, wn=2), 1),
     ),
 }
 
@@ -329,7 +369,13 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         self.fc, self.activation = fc, activation if fc == 1 else None
         self.listed = grid == "list"  # a Python bool: the kernel's variant is fixed at trace time
         self.gated = self.activation in GATED
-        self.cols = self.bn // 2 if self.gated else self.bn
+        self.cols = self.bn // 2 if self.gated else self.bn  # output columns of the CTA (per column tile)
+        self.cols_w = self.cols // config.wn  # of one warp group
+        # warp-owned tiles: every warp runs the whole K of its rows, its accumulators are outputs
+        self.direct = config.kwarps == 1
+        # gemm's cache hints on the 16-byte value loads (None: the plain ld.global.nc, no hint)
+        self.whint = None if config.wcache == "nc" else config.wcache
+        self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
         self.kvec = FORMAT[b_fmt].sf_vec
 
@@ -359,6 +405,13 @@ class ExpertLogic(Activation, KD.DecodeLogic):
     def k_chunks(self, k):
         return (k + CHUNK - 1) // CHUNK
 
+    def warp_work(self, warp):
+        """(first chunk, column offset) of `warp`: it runs chunks first, first + kstep, ... of the
+        columns [n0 + offset, n0 + offset + cols_w) of the CTA's tile n0 (wn = 1: (warp, 0))."""
+        if self.cfg.wn == 1:
+            return warp, 0
+        return warp % self.kstep, (warp // self.kstep) * self.cols_w
+
     def _scale(self, ops, fmt, base, row, k0, k, ok):
         """Span (row, k0)'s scale data in the 128x4 swizzled layout whose column count is padded to
         4 (`load_span_scale` assumes K % 128 == 0; K here is a multiple of 32 only)."""
@@ -380,14 +433,14 @@ class ExpertLogic(Activation, KD.DecodeLogic):
             row = j
         ok = (j < rt.n) & (k0 < rt.k)
         ldb = ops.i64(AD.row_bytes(self.b_fmt, rt.k))
-        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok)
+        words = AD.load_span(ops, self.b_fmt, rt.b_base, ldb, row, k0, ok, self.whint)
         return words, self._scale(ops, self.b_fmt, rt.sfb_base, row, k0, rt.k, ok)
 
     def load_a(self, ops, rt, tok, k0, ok):
         row = rt.row0 + tok
         ok = ok & (k0 < rt.k)
         lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
-        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, row, k0, ok)
+        words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, row, k0, ok, self.ahint)
         if FORMAT[self.a_fmt].family == "fp8" and self.family == "fp4":
             words = _fp8_words_in_fp4_order(ops, words)
         return words, self._scale(ops, self.a_fmt, rt.sfa_base, row, k0, rt.k, ok)
@@ -418,15 +471,39 @@ class ExpertLogic(Activation, KD.DecodeLogic):
             live = (tid + r * threads) < total
             tok, c = o >> log_cols, o & (self.cols - 1)
             x, u = ops.f32_zero(), ops.f32_zero()
-            for w in range(self.cfg.warps):
-                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, c))
+            if self.cfg.wn == 1:  # every warp's partials of column c
+                cw, warps = c, list(range(self.cfg.warps))
+            else:  # the kstep warps of c's warp group (warps group * kstep ...), at its local column
+                group = c >> (self.cols_w.bit_length() - 1)
+                cw, warps = c & (self.cols_w - 1), [group * self.kstep + i for i in range(self.kstep)]
+            for w in warps:
+                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, cw))
                 if self.gated:
-                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
+                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, cw + self.cols_w))
             x = x * scale
             if self.fc == 1:
                 x = self.act(ops, rt, x, u * scale)
             n = n0 + c
             self.store(ops, rt, rt.row0 + tok, n, x, live & (tok < rt.m) & (n < rt.n))
+
+    def store_direct(self, ops, rt, lane, nw, acc, scale):
+        """Warp-owned tiles (`direct`): the warp's accumulators are its outputs. Lane (g, t) holds
+        rows g, g + 8 of each 16-row tile for tokens 2t, 2t + 1 of each token tile (the m16n8
+        layout), and a gated FC1's up tile tt + tiles / 2 holds the same (row, token) positions as
+        gate tile tt: scale, activation and store without shared memory or a barrier."""
+        g, t = lane >> 2, lane & 3
+        nt_count = self.cfg.ntiles
+        half = self.cfg.tiles // 2
+        for tt in range(half if self.gated else self.cfg.tiles):
+            for nt in range(nt_count):
+                for i in range(4):
+                    x = acc[(tt * nt_count + nt) * 4 + i] * scale
+                    if self.fc == 1:
+                        u = acc[((tt + half) * nt_count + nt) * 4 + i] * scale if self.gated else ops.f32_zero()
+                        x = self.act(ops, rt, x, u)
+                    tok = 8 * nt + 2 * t + (i & 1)
+                    n = nw + 16 * tt + 8 * (i >> 1) + g
+                    self.store(ops, rt, rt.row0 + tok, n, x, (tok < rt.m) & (n < rt.n))
 
 
 # ---- the CuTe kernel ----------------------------------------------------------------------------
@@ -457,10 +534,13 @@ class _ExpertGemm:
         wa_addr = mWAlpha.iterator.toint() + Int64(e) * 4
         aa_addr = mAAlpha.iterator.toint() + Int64(e) * 4
         scale = self.logic.expert_scale(DEVICE, wa_addr, aa_addr)
-        smem = cutlass.memory.SmemAllocator()
-        red = smem.allocate_tensor(Float32, cute.make_layout(self.logic.red_floats), 16)
-        red_base = red.iterator.toint()
+        red_base = Int64(0)  # warp-owned tiles (`direct`) reduce nothing
+        if cutlass.const_expr(not self.logic.direct):
+            smem = cutlass.memory.SmemAllocator()
+            red = smem.allocate_tensor(Float32, cute.make_layout(self.logic.red_floats), 16)
+            red_base = red.iterator.toint()
         chunks = self.logic.k_chunks(k)
+        first, wcol = self.logic.warp_work(warp)  # (warp, 0) unless warp groups split N (wn > 1)
         for grp in cutlass.range((end - start + self.logic.ntok - 1) // self.logic.ntok):
             row0 = start + grp * self.logic.ntok
             rt = ExpertRuntime(
@@ -480,18 +560,24 @@ class _ExpertGemm:
             )
             for j in cutlass.range(self.logic.span, unroll=1):  # the CTA's column tiles (past N: no stores)
                 n0 = self.logic.tile_n0(bidx, j)
+                nw = n0  # the first column of this warp's group
+                if cutlass.const_expr(self.logic.cfg.wn > 1):
+                    nw = n0 + wcol
                 acc = self.logic.zero_acc(DEVICE)
                 if cutlass.const_expr(self.logic.k_loop_plain()):
-                    for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                        acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+                    for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
+                        acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
                 else:
-                    stages = self.logic.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
-                    for c in cutlass.range(warp, chunks, self.logic.cfg.warps, unroll=self.logic.cfg.unroll):
-                        stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
-                self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
-                DEVICE.barrier()
-                self.logic.finish(DEVICE, rt, red_base, tid, n0, scale)
-                DEVICE.barrier()  # the next tile's or group's partial sums reuse the reduction buffer
+                    stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
+                    for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
+                        stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
+                if cutlass.const_expr(self.logic.direct):
+                    self.logic.store_direct(DEVICE, rt, lane, nw, acc, scale)
+                else:
+                    self.logic.reduce_stage(DEVICE, red_base, warp, lane, acc)
+                    DEVICE.barrier()
+                    self.logic.finish(DEVICE, rt, red_base, tid, n0, scale)
+                    DEVICE.barrier()  # the next tile's or group's partial sums reuse the reduction buffer
 
 
 class Fc1Gemm(_ExpertGemm):
