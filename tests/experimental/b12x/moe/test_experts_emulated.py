@@ -214,7 +214,20 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list", span: int 
         for bx in range(logic.grid_n(n)):  # blockIdx.x
             smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
             scale = logic.expert_scale(MoeEmuOps(gmem, smem), wa + 4 * e, aa + 4 * e)  # once per CTA
-            for grp in range((hi - lo + logic.ntok - 1) // logic.ntok):
+            groups = (hi - lo + logic.ntok - 1) // logic.ntok
+            chunks = logic.k_chunks(k)
+            early = {}  # ExpertConfig.early: each warp's next group's weight stages, issued ahead
+            for w in range(config.warps if logic.early else 0):
+                first, wcol = logic.warp_work(w)
+                rt0 = X.ExpertRuntime(a, sfa, b + e * n_rows * kb, sfb + e * p.args[3].shape[1], c, wa + 4 * e,
+                                      aa + 4 * e, act, np.int32(0), np.int32(n), np.int32(k), np.float32(1.0),
+                                      np.int32(lo))  # fmt: skip
+                live = logic.early_chunks(_UNIFORM, slot, num_e, active, lo, hi, chunks)
+                nw0 = np.int32(logic.tile_n0(bx, 0) + wcol)
+                early[w] = logic.prefetch_prologue(
+                    MoeEmuOps(gmem, smem), rt0, LANE, nw0, np.int32(first), np.int32(live)
+                )
+            for grp in range(groups):
                 row0 = lo + grp * logic.ntok
                 rt = X.ExpertRuntime(
                     a,
@@ -238,16 +251,21 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list", span: int 
                         first, wcol = logic.warp_work(w)  # wn > 1: warp groups along N
                         nw = np.int32(n0 + wcol)
                         acc = logic.zero_acc(ops)
-                        chunks = logic.k_chunks(k)
                         if logic.k_loop_plain():
                             for ch in range(first, chunks, logic.kstep):
                                 acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
                         else:  # the weight prefetch pipeline
-                            stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), np.int32(chunks))
+                            if logic.early:
+                                stages = early[w]
+                            else:
+                                stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), np.int32(chunks))
                             for ch in range(first, chunks, logic.kstep):
                                 stages, acc = logic.pipelined_chunk(
                                     ops, rt, LANE, nw, np.int32(ch), np.int32(chunks), stages, acc
                                 )
+                            if logic.early:  # the next group's first stages (none after the last)
+                                more = np.int32(chunks * min(groups - 1 - grp, 1))
+                                early[w] = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), more)
                         if logic.direct:  # warp-owned tiles: the accumulators are the outputs
                             logic.store_direct(ops, rt, LANE, nw, acc, scale)
                         else:

@@ -131,3 +131,32 @@ def test_gemm_only_options_stay_rejected():
         X.ExpertLogic(2, "bfloat16", "nvfp4", None, DecodeConfig(4, 2, 1, 1, 0, wn=8))
     with pytest.raises(ValueError, match="wcache must be one of"):
         X.ExpertLogic(2, "bfloat16", "nvfp4", None, DecodeConfig(4, 2, 1, 1, 0, wcache="xx"))
+
+
+@pytest.mark.parametrize("grid", ["list", "identity"])
+@pytest.mark.parametrize("fc, activation", [(1, "silu"), (2, None)])
+def test_early_weight_stages_are_the_same_sums(fc, activation, grid):
+    # ExpertConfig.early only moves when the first stages issue (before start[e]; the next group's
+    # at the end of a group): bit-identical to the plain pipeline. An expert with 17 rows (three
+    # 8-token groups), one without rows (identity: its CTAs load nothing), the list's sentinels.
+    X = _X()
+    h, i = (640, 96) if fc == 1 else (96, 640)
+    counts = [17, 0, 3, 1]
+    p = make_problem(fc, "bfloat16", "nvfp4", activation, counts, h=h, i=i, seed=51, active=[0, 2, 3, 4, 4])
+    plain = _owned(4, 2, 1, 2)
+    want = run_experts(p, plain, grid)
+    check(p, want)
+    early = X.ExpertConfig(**{f: getattr(plain, f) for f in ("warps", "tiles", "ntiles", "unroll", "prefetch",
+                                                             "wcache", "acache", "wn")}, early=True)  # fmt: skip
+    assert X.ExpertLogic(fc, "bfloat16", "nvfp4", activation, early, grid).early
+    got = run_experts(p, early, grid)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_early_needs_prefetch_and_one_tile():
+    X = _X()
+    with pytest.raises(ValueError, match="early weight stages need prefetch > 0 and span 1, got prefetch 0"):
+        X.ExpertLogic(2, "bfloat16", "nvfp4", None, X.ExpertConfig(4, 2, 1, 1, 0, early=True))
+    with pytest.raises(ValueError, match="got prefetch 1, span 2"):
+        X.ExpertLogic(2, "bfloat16", "nvfp4", None, X.ExpertConfig(4, 2, 1, 1, 1, early=True), "list", 2)
+    assert X.ExpertConfig(4, 2, 1, 1, 1) != DecodeConfig(4, 2, 1, 1, 1)  # the class is part of the key

@@ -111,7 +111,7 @@ PAIRS = (
 )
 K_ALIGN = 32  # one span
 # the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring)
-IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache")
+IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache", "early")
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
 _LOG2E = 1.4426950408889634
@@ -129,6 +129,17 @@ def default_config(max_rows: int) -> DecodeConfig:
     of 16. Not yet tuned on the H200 (`sweep_pairs`, `bench_moe --expert-sweep`)."""
     ntiles = 1 if max_rows <= 8 else 2
     return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertConfig(DecodeConfig):
+    """gemm's DecodeConfig plus the expert kernel's own option. early: the first group's weight
+    prefetch stages issue as soon as the CTA's expert id is known, before start[e] and the scale
+    come back (the weight address needs only e; list grid: predicated on active[y] < E, no extra
+    load; identity grid: on the expert having rows, so after start[e]), and each group's K loop
+    ends by issuing the next group's first stages (none after the last). prefetch > 0, span 1."""
+
+    early: bool = False
 
 
 MID_T = 16  # default_buckets: the 8-token-group prefetch tiling up to this T
@@ -164,10 +175,14 @@ def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1) -> DecodeConfig:
     return DecodeConfig(warps, tiles, ntiles, unroll, prefetch, wcache="na", acache="el", wn=wn)
 
 
-def _owned(warps, tiles, ntiles, prefetch) -> DecodeConfig:
+def _owned(warps, tiles, ntiles, prefetch, early=False) -> DecodeConfig:
     """Warp-owned tiles (module docstring): `warps` warp groups of one warp, each the whole K of its
-    16 * tiles rows with `prefetch` chunks of weight loads ahead, the hints of `_hinted`."""
-    return _hinted(warps, tiles, ntiles, 1, prefetch, wn=warps)
+    16 * tiles rows with `prefetch` chunks of weight loads ahead, the hints of `_hinted`; early: an
+    `ExpertConfig` whose first weight stages issue before start[e] is back."""
+    cfg = _hinted(warps, tiles, ntiles, 1, prefetch, wn=warps)
+    if not early:
+        return cfg
+    return ExpertConfig(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(DecodeConfig)}, early=True)
 
 
 # (label, FC1, FC2) per MMA token tiles: what `bench_moe --expert-sweep` times. FC1 (K = H, e.g. 16
@@ -191,6 +206,7 @@ _SWEEP = {
         ("w4p1h", _hinted(4, 2, 1, 2, 1), _hinted(4, 2, 1, 1, 1), 1),
         ("own8", _owned(8, 2, 1, 1), _owned(8, 1, 1, 1), 1),
         ("own8p2", _owned(8, 2, 1, 2), _owned(8, 1, 1, 4), 1),
+        ("own8p2e", _owned(8, 2, 1, 2, early=True), _owned(8, 1, 1, 4, early=True), 1),
         ("own4p2", _owned(4, 2, 1, 2), _owned(4, 1, 1, 4), 1),
         ("own2p4", _owned(2, 2, 1, 4), _owned(2, 1, 1, 4), 1),
         ("w8n2p1", _hinted(8, 2, 1, 1, 1, wn=2), _hinted(8, 1, 1, 1, 1, wn=2), 1),
@@ -250,6 +266,8 @@ def why_not(
         return f"config must be a DecodeConfig, got {type(config).__name__}"
     if fc == 1 and activation in GATED and config.tiles < 2:
         return f"a gated FC1 needs tiles >= 2 (gate and up tiles), got {config}"
+    if getattr(config, "early", False) and (config.prefetch == 0 or span != 1):
+        return f"early weight stages need prefetch > 0 and span 1, got prefetch {config.prefetch}, span {span}"
     # gemm decode options beyond these the expert kernel does not implement (its own loads and K
     # loop): they must keep DecodeConfig's defaults
     for f in dataclasses.fields(config):
@@ -374,6 +392,7 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         # warp-owned tiles: every warp runs the whole K of its rows, its accumulators are outputs
         self.direct = config.kwarps == 1
         # gemm's cache hints on the 16-byte value loads (None: the plain ld.global.nc, no hint)
+        self.early = getattr(config, "early", False)  # ExpertConfig.early
         self.whint = None if config.wcache == "nc" else config.wcache
         self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
@@ -404,6 +423,16 @@ class ExpertLogic(Activation, KD.DecodeLogic):
 
     def k_chunks(self, k):
         return (k + CHUNK - 1) // CHUNK
+
+    def early_chunks(self, ops, slot, num_e, active, start, end, chunks):
+        """`early`: the chunk count the CTA's first prefetch stages load with, 0 when the CTA has
+        nothing to do (list: active[slot] is the sentinel E, known with the expert id; identity:
+        the expert has no rows, known after start[e])."""
+        if self.listed:
+            live = ops.imin(num_e - active[slot], ops.i32(1))
+        else:
+            live = ops.imin(end - start, ops.i32(1))
+        return chunks * live
 
     def warp_work(self, warp):
         """(first chunk, column offset) of `warp`: it runs chunks first, first + kstep, ... of the
@@ -541,7 +570,29 @@ class _ExpertGemm:
             red_base = red.iterator.toint()
         chunks = self.logic.k_chunks(k)
         first, wcol = self.logic.warp_work(warp)  # (warp, 0) unless warp groups split N (wn > 1)
-        for grp in cutlass.range((end - start + self.logic.ntok - 1) // self.logic.ntok):
+        groups = (end - start + self.logic.ntok - 1) // self.logic.ntok
+        if cutlass.const_expr(self.logic.early):  # the first group's weight stages, before start[e] is back
+            nw0 = self.logic.tile_n0(bidx, 0)
+            if cutlass.const_expr(self.logic.cfg.wn > 1):
+                nw0 = nw0 + wcol
+            rt0 = ExpertRuntime(
+                mA.iterator.toint(),
+                mSFA.iterator.toint(),
+                b_base,
+                sfb_base,
+                mC.iterator.toint(),
+                wa_addr,
+                aa_addr,
+                mAct.iterator.toint(),
+                Int32(0),
+                mC.shape[1],
+                k,
+                Float32(1.0),
+                start,
+            )
+            live = self.logic.early_chunks(DEVICE, slot, mB.shape[0], mActive, start, end, chunks)
+            early_stages = self.logic.prefetch_prologue(DEVICE, rt0, lane, nw0, first, live)
+        for grp in cutlass.range(groups):
             row0 = start + grp * self.logic.ntok
             rt = ExpertRuntime(
                 mA.iterator.toint(),
@@ -568,9 +619,15 @@ class _ExpertGemm:
                     for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
                         acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
                 else:
-                    stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
+                    if cutlass.const_expr(self.logic.early):
+                        stages = early_stages
+                    else:
+                        stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
                     for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
                         stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
+                    if cutlass.const_expr(self.logic.early):  # the next group's first stages (none after the last)
+                        more = DEVICE.imin(groups - 1 - grp, Int32(1))
+                        early_stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks * more)
                 if cutlass.const_expr(self.logic.direct):
                     self.logic.store_direct(DEVICE, rt, lane, nw, acc, scale)
                 else:
