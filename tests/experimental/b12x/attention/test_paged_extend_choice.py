@@ -172,7 +172,7 @@ def test_validation_names_the_failing_tile():
 def test_default_follows_its_switches(monkeypatch):
     """The sm_90a bf16 extend default is the 256-row tile, with early_pages per EARLY_PAGES, the
     ranked list per RANKED_LIST (single tile only) and the live choice per LIVE_TILE_CHOICE (its
-    if-node form per LIVE_TILE_CONDITIONAL, else '@768oslr');
+    if-node form per LIVE_TILE_CONDITIONAL, else '@768o');
     whatever the switches say today (the lead flips them after an H200 run), and every combination."""
     from flashinfer.experimental.b12x.attention.paged import _config_extend as ce
 
@@ -181,7 +181,7 @@ def test_default_follows_its_switches(monkeypatch):
     assert today.single == dataclasses.replace(LARGE, early_pages=ce.EARLY_PAGES, ranked=ranked)
     assert (today.small is not None) == ce.LIVE_TILE_CHOICE
     monkeypatch.setattr(ce, "RANKED_LIST", True)  # the single tile's list only: the dual keeps its order
-    launch = dict(overlap=True, small_first=True, early_launch=True, persistent=1)  # '@768oslr'
+    launch = dict(overlap=True)  # '@768o', the H200's choice (21:16, session 8)
     assert ce.LIVE_TILE_LAUNCH == launch
     for early in (False, True):
         monkeypatch.setattr(ce, "EARLY_PAGES", early)

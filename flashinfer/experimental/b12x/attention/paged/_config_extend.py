@@ -295,11 +295,16 @@ def why_not_extend(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_
 # LIVE_TILE_CONDITIONAL: its CUDA-graph if-node form ('@768c': the device's torch 2.11 has no if-nodes,
 # so it launches both), else LIVE_TILE_LAUNCH ('@768oslr': the small kernel first, persistent and
 # launched behind the schedule, the large one its programmatic dependent).
+# H200 2026-11-30 21:16 (session 8, one benchmark at a time, SDPA FA2 in the same job): the live choice
+# with the PDL overlap ('@768o') reads 165.4 / 482.3 / 1655 / 3070 µs at L = 512 / 1k / 2k / 4k, 1.11 /
+# 1.14 / 1.13 / 1.13x FA2, against the single 256-row tile's 168.1 (1.09x) / 481.7 / 1642 / 3026: the one
+# default that holds 1.1x at every length. '@768oslr', early_pages and the ranked list measured slower
+# (docs/performance.md, session 8).
 EARLY_PAGES = False
 RANKED_LIST = False  # the single 256-row tile's ranked work list ('k'); not with the live choice
-LIVE_TILE_CHOICE = False
+LIVE_TILE_CHOICE = True
 LIVE_TILE_CONDITIONAL = False
-LIVE_TILE_LAUNCH = dict(overlap=True, small_first=True, early_launch=True, persistent=1)
+LIVE_TILE_LAUNCH = dict(overlap=True)  # '@768o'; the other forms: small_first, early_launch, persistent
 SMALL_BELOW = 768  # token-weighted mean live q_len under which the 128-row tile runs: 512 -> small, 1k -> large
 
 
