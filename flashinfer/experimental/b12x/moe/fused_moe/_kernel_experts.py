@@ -157,13 +157,17 @@ def default_buckets(max_tokens: int) -> tuple:
     # FC2 unroll 1: with the CTA's scale loaded before the K loop, unroll 2 took nvfp4 FC2 from 126
     # to 150 registers (ptxas 13.0, sm_90a: one 256-thread CTA per SM instead of two); at K = I = 768
     # each of 8 warps gets at most one chunk, so there is nothing to unroll.
-    small = ExpertBucket(min(SMALL_T, max_tokens), default_config(8), DecodeConfig(8, 2, 1, 1))
+    # T <= SMALL_T: the sweep's "w4p1" too since the H200 run of 2026-11-30 21:16 (session 8, graph
+    # timer, w4a16, µs per layer against 8 warps x 2 tiles): E = 128 T = 1 22.9 vs 25.1, T = 4 43.9 vs
+    # 50.6; E = 512 T = 1 47.7 vs 53.8, T = 4 127.7 vs 145.4.
+    w4p1 = (DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
+    small = ExpertBucket(min(SMALL_T, max_tokens), *w4p1)
     if max_tokens <= SMALL_T:
         return (small,)
     # SMALL_T < T <= MID_T: the sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's
     # up to 16 rows in two passes): H200 2026-11-30 11:14, E=128 k=8 H=2048 I=768 w4a16, T = 16:
     # 106.9 us per layer against 151.6 for the 16-token groups (3.25x torch._grouped_mm's 347.7).
-    mid = ExpertBucket(min(MID_T, max_tokens), DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
+    mid = ExpertBucket(min(MID_T, max_tokens), *w4p1)
     if max_tokens <= MID_T:
         return (small, mid)
     return (small, mid, ExpertBucket(max_tokens, default_config(16), default_config(16)))
