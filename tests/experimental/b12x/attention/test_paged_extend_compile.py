@@ -163,8 +163,8 @@ def test_pipelining_fields_are_validated(field, value, match):
         "bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")  # fmt: skip
 
 
-def _sass(fn) -> list[str]:
-    """Opcodes of the cubin's SASS (nvdisasm: Triton's copy, or one on PATH)."""
+def _disasm(fn) -> str:
+    """The compiled kernel's SASS text (nvdisasm: Triton's copy, or one on PATH)."""
     import shutil
     import subprocess
     import tempfile
@@ -177,7 +177,12 @@ def _sass(fn) -> list[str]:
         nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
     cubin = Path(tempfile.mkdtemp()) / "k.cubin"
     cubin.write_bytes(fn.artifacts.CUBIN)
-    sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _sass(fn) -> list[str]:
+    """Opcodes of the cubin's SASS."""
+    sass = _disasm(fn)
     ops = [line.split(";")[0].split("*/")[-1].split() for line in sass.splitlines() if "*/" in line]
     return [(op[1] if op[0].startswith("@") else op[0]) for op in ops if op]
 
@@ -355,19 +360,7 @@ def test_persistent_kernel_draws_one_item_a_loop(arch, kv_dtype):
 
 def _tile_loop_spills(fn) -> list[int]:
     """STL + LDL of each tile loop (a backward branch over code with HMMA) of the cubin's SASS."""
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    nvdisasm = shutil.which("nvdisasm")
-    if nvdisasm is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
-    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    text = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    text = _disasm(fn)
     ins, labels = [], {}
     for line in text.splitlines():
         label = re.match(r"^\s*(\.L_x_\d+):", line)
