@@ -163,21 +163,26 @@ def test_pipelining_fields_are_validated(field, value, match):
         "bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")  # fmt: skip
 
 
-def _disasm(fn) -> str:
-    """The compiled kernel's SASS text (nvdisasm: Triton's copy, or one on PATH)."""
+def _run_tool(fn, tool: str, *flags: str) -> str:
+    """stdout of CUDA binary tool `tool` (Triton's copy, or one on PATH) on the compiled kernel's cubin."""
     import shutil
     import subprocess
     import tempfile
     from pathlib import Path
 
-    nvdisasm = shutil.which("nvdisasm")
-    if nvdisasm is None:
+    path = shutil.which(tool)
+    if path is None:
         triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
+        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
+        path = str(found) if found.exists() else pytest.skip(f"no {tool}")
     cubin = Path(tempfile.mkdtemp()) / "k.cubin"
     cubin.write_bytes(fn.artifacts.CUBIN)
-    return subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([path, *flags, str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _disasm(fn) -> str:
+    """The compiled kernel's SASS text (nvdisasm)."""
+    return _run_tool(fn, "nvdisasm", "-c")
 
 
 def _sass(fn) -> list[str]:
@@ -218,19 +223,7 @@ WIDE = {  # also test_paged_extend_gpu's cases: 256-row CTAs and the staggered w
 
 def _resources(fn) -> tuple[int, int]:
     """(registers, stack bytes) of the cubin's kernel per cuobjdump -res-usage (Triton's copy or PATH)."""
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        tool = str(found) if found.exists() else pytest.skip("no cuobjdump")
-    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    out = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, check=True).stdout
+    out = _run_tool(fn, "cuobjdump", "-res-usage")
     found = re.search(r"REG:(\d+) STACK:(\d+)", out)
     return int(found.group(1)), int(found.group(2))
 
@@ -392,19 +385,7 @@ def test_persistent_small_tile_loop_spills_no_more_than_one_item_a_cta():
 
 def _sass_lines(fn) -> list[str]:
     """The cubin's SASS instructions (predicates kept), in order."""
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    nvdisasm = shutil.which("nvdisasm")
-    if nvdisasm is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-        nvdisasm = str(found) if found.exists() else pytest.skip("no nvdisasm")
-    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    text = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    text = _disasm(fn)
     return [line.split("*/", 1)[-1].split(";")[0].strip() for line in text.splitlines() if "*/" in line]
 
 
