@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
         [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--variant base [fused+pdl ...]]
-        [--per-op] [--startup] [--json PATH]
+        [--per-op] [--ablate] [--startup] [--json PATH]
 
 Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
 -> attention -> O -> residual + RMSNorm -> gate/up -> SiLU * up -> down -> residual, NVFP4 weights.
@@ -19,6 +19,7 @@ Decode (T requests, one new token each, every request with --context cached toke
 Both timed with CUDA events and L2 flushed before each replay (the block's NVFP4 weights, 25 MB, would
 otherwise sit in the 60 MB L2 across replays, which a real model's 30+ layers never allow).
 Bytes (% of the copy ceiling): our weight bytes (values + scales) + the KV bytes attention reads.
+--ablate: every step of the run captured once more per op, without that op, and timed the same way.
 --per-op: each op of the first glue choice's step (and the glue ops of the other choices) captured in
 a graph of its own and timed the same way (a breakdown: each replay pays one graph launch, so the sum
 exceeds the whole step's replay).
@@ -65,21 +66,26 @@ from flashinfer.experimental.b12x._demo import GLUE_CHOICES
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
 # --variant name -> (fused epilogues, GemmQuery.pdl, the fused gate_up's DecodeConfig changes, norms
-# in the GEMMs) of the decode step's GEMM plans (run.prepare); "-p1": gate_up's K loop as the 1-chunk
-# weight pipeline (64 registers a lane instead of 112 at T <= 8: twice the resident CTAs); "fused6":
-# the RMSNorms inside qkv / gate_up and the first residual inside o too (six launches)
+# in the GEMMs, attention.paged's Caps.pdl) of the decode step's plans (run.prepare); "-p1": gate_up's
+# K loop as the 1-chunk weight pipeline (64 registers a lane instead of 112 at T <= 8: twice the
+# resident CTAs); "fused6": the RMSNorms inside qkv / gate_up and the first residual inside o too (six
+# launches); "+attn": the decode attention a programmatic dependent too ("+attnp": with its first keys
+# prefetched to L2 before the wait)
 P1 = "unroll=1,prefetch=1"
 VARIANTS = {
-    "base": (False, "off", None, False),
-    "fused": (True, "off", None, False),
-    "pdl": (False, "prefetch", None, False),
-    "pdl-wait": (False, "wait", None, False),
-    "fused+pdl": (True, "prefetch", None, False),
-    "fused+pdl-wait": (True, "wait", None, False),
-    "fused-p1": (True, "off", P1, False),
-    "fused+pdl-p1": (True, "prefetch", P1, False),
-    "fused6": (True, "off", None, True),
-    "fused6+pdl": (True, "prefetch", None, True),
+    "base": (False, "off", None, False, "off"),
+    "fused": (True, "off", None, False, "off"),
+    "pdl": (False, "prefetch", None, False, "off"),
+    "pdl-wait": (False, "wait", None, False, "off"),
+    "fused+pdl": (True, "prefetch", None, False, "off"),
+    "fused+pdl-wait": (True, "wait", None, False, "off"),
+    "fused-p1": (True, "off", P1, False, "off"),
+    "fused+pdl-p1": (True, "prefetch", P1, False, "off"),
+    "fused6": (True, "off", None, True, "off"),
+    "fused6+pdl": (True, "prefetch", None, True, "off"),
+    "fused+pdl+attn": (True, "prefetch", None, False, "wait"),
+    "fused+pdl+attnp": (True, "prefetch", None, False, "prefetch"),
+    "fused6+pdl+attnp": (True, "prefetch", None, True, "prefetch"),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
@@ -191,9 +197,10 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
     for variant in args.variant:
-        fused, pdl, opts, norms = VARIANTS[variant]
+        fused, pdl, opts, norms, attention_pdl = VARIANTS[variant]
         plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
-                             freeze=False, fused=fused, pdl=pdl, gate_up_opts=opts, norms=norms)  # fmt: skip
+                             freeze=False, fused=fused, pdl=pdl, gate_up_opts=opts, norms=norms,
+                             attention_pdl=attention_pdl)  # fmt: skip
         for glue in args.glue:  # every choice's step over the same weights, cache and input
             label = glue if variant == "base" else f"{glue} glue, {variant}"
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
@@ -229,6 +236,17 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         agree = f"cosine(ours, {first}) = {cosine(outs[label], ours_out):.6f}" if label != first else note
         name = f"b12x block (graph, {label} glue)" if label in args.glue else f"b12x block (graph, {label})"
         table.add(case, name, measure_replay(graph, args), note=agree)
+    if args.ablate:  # each step replayed without one of its ops: its marginal cost is the difference
+        for label, step in steps.items():
+            for i, (name, _, _) in enumerate(step.ops):
+                rest = [fn for j, (_, _, fn) in enumerate(step.ops) if j != i]
+                graph = capture(lambda rest=rest: [fn() for fn in rest], dev)
+                op = name.replace(" + ", "+").replace(" ", "_")
+                table.add(
+                    Case("decode minus op", {"T": tokens, "op": op}),
+                    f"b12x block ({label})",
+                    measure_replay(graph, args),
+                )
     if args.per_op:  # every op of the first step, then the other steps' ops of a new (name, backend)
         seen = set()
         for step in steps.values():
@@ -409,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
         "and/or programmatic dependent launch (module docstring)",
     )  # fmt: skip
     parser.add_argument("--per-op", action="store_true", help="also time each decode op in a graph of its own")
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also replay each decode step without one of its ops, one row per op (the op's marginal cost in "
+        "the chain is the whole step's time minus that row's)",
+    )
     parser.add_argument("--startup", action="store_true", help="also time cold/warm starts in child processes")
     args = parser.parse_args(argv)
     if args.context < 1:

@@ -73,6 +73,12 @@ def add_parser(sub) -> None:
         default="off",
         help="launch the GEMMs as programmatic dependents (prefetch: their weights to L2 before the wait)",
     )
+    p.add_argument(
+        "--attention-pdl",
+        choices=PDL_CHOICES,
+        default="off",
+        help="launch the decode attention as a programmatic dependent (prefetch: its first keys to L2 before the wait)",
+    )
     p.set_defaults(func=main)
 
 
@@ -99,6 +105,7 @@ def main(args) -> int:
     return run_demo(
         args.model, args.tokens, device, seed=args.seed, glue=args.glue,
         fused=args.fused_epilogues or args.fused_norms, pdl=args.gemm_pdl, fused_norms=args.fused_norms,
+        attention_pdl=args.attention_pdl,
     )  # fmt: skip
 
 

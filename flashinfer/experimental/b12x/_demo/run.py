@@ -255,13 +255,16 @@ def prepare(
     pdl="off",
     gate_up_opts=None,
     norms=False,
+    attention_pdl="off",
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
     programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
     gate_up_opts: DecodeConfig changes for the fused gate_up's kernel (launch.fused_config's opts, a plan
     override: bench_block's variants sweep them); norms (with fused): the RMSNorms inside qkv and
-    gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`).
+    gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
+    decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
+    "prefetch").
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -276,7 +279,7 @@ def prepare(
         head_dim_vo=spec.head_dim, page_size=spec.page_size, max_total_q=tokens, max_batch=tokens,
         max_page_table_width=cache["page_table"].shape[1],
         max_work_items=items, max_partial_rows=paged.default_max_partial_rows(items, spec.q_heads),
-        num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True,
+        num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True, pdl=attention_pdl,
     )  # fmt: skip
     plans = {"attention": paged.plan(caps)}
     if moe_plan is not None:
@@ -345,6 +348,7 @@ def run_demo(
     fused=False,
     pdl="off",
     fused_norms=False,
+    attention_pdl="off",
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -378,7 +382,7 @@ def run_demo(
         moe = built["moe"]
         plans, result = prepare(
             spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl,
-            norms=fused_norms,
+            norms=fused_norms, attention_pdl=attention_pdl,
         )  # fmt: skip
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip

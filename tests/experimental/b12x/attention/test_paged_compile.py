@@ -125,6 +125,34 @@ def test_decode_one_launch_compiles(arch, kv_dtype, tmp_path):
         kd.compile_decode(*dims, base, arch=arch, schedule=ScheduleConfig())
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_pdl_compiles(arch, kv_dtype):
+    """pdl "wait": one griddepcontrol.wait before any global access, then launch_dependents; the
+    kernel otherwise unchanged (same mma count). "prefetch": L2 prefetches of K and V rows before
+    the wait, and no global store before it (the scratch rows are written after)."""
+    kd, _ = _modules()
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    base = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True, fused_schedule=True)
+    sched = ScheduleConfig(64, 33, 256)
+    plain = kd.compile_decode(*dims, base, arch=arch, schedule=sched).artifacts.PTX
+    assert "griddepcontrol" not in plain
+    for pdl in ("wait", "prefetch"):
+        ptx = _check_binary(
+            kd.compile_decode(*dims, dataclasses.replace(base, pdl=pdl), arch=arch, schedule=sched), arch
+        )
+        assert ptx.count("griddepcontrol.wait") == 1 and ptx.count("griddepcontrol.launch_dependents") == 1
+        assert ptx.index("griddepcontrol.wait") < ptx.index("griddepcontrol.launch_dependents")
+        head = ptx[: ptx.index("griddepcontrol.wait")]
+        assert "st.global" not in head and "atom." not in head and "cp.async" not in head
+        mma = "mma.sync.aligned.m16n8k16"
+        assert ptx.count(mma) == plain.count(mma) > 0
+        if pdl == "wait":
+            assert "ld.global" not in head and "prefetch.global.L2" not in head
+        else:
+            assert head.count("prefetch.global.L2") == 2  # one K line and one V line a loop step
+
+
 def _loads_before_first_barrier(ptx: str) -> int:
     head = ptx[: ptx.index("bar.sync")]
     return head.count("ld.global.")

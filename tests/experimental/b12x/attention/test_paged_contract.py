@@ -117,6 +117,12 @@ def test_caps_are_frozen_and_keyword_only():
         (dict(max_batch=60001, max_work_items=70000, max_partial_rows=560000), ValueError,
          "max_batch must be <= 60000 (work items are a grid dimension), got 60001"),
         (dict(config="fast"), ValueError, "config must be a DecodeConfig or None, got str"),
+        (dict(pdl="on"), ValueError, "pdl must be one of ('off', 'wait', 'prefetch'), got 'on'"),
+        (dict(mode="extend", pdl="wait"), ValueError, "pdl='wait' is a decode launch mode; mode 'extend' needs pdl='off'"),
+        (dict(pdl="prefetch", copy_runtime_metadata=True), ValueError, "copy_runtime_metadata=True copies them"),
+        (dict(pdl="wait", config=DecodeConfig(pdl="prefetch", fused_schedule=True)), ValueError,
+         "pdl='wait' disagrees with config.pdl='prefetch'"),
+        (dict(config=DecodeConfig(pdl="prefetch")), NotImplementedError, "pdl='prefetch' needs fused_schedule=True"),
     ],
 )  # fmt: skip
 def test_plan_rejects(kw, exc, message):
@@ -476,3 +482,20 @@ def test_heuristic_picks_the_one_launch_decode_only_when_enabled(monkeypatch):
     assert paged.plan(big).heuristic("sm_90a").decode == dataclasses.replace(base, fused_merge=True)
     mine = DecodeConfig(2, 16, 2)  # an explicit config is used as given
     assert paged.plan(caps(config=mine)).heuristic("sm_90a").decode == mine
+
+
+def test_caps_pdl_goes_onto_the_decode_config():
+    """Caps.pdl rides on the heuristic's config or the caps' own; "prefetch" falls back to "wait"
+    on a config that has no fused schedule (it locates the item itself)."""
+    base = paged.plan(caps()).heuristic("sm_90a").decode
+    assert base.pdl == "off"
+    for mode in ("wait", "prefetch"):
+        got = paged.plan(caps(pdl=mode)).heuristic("sm_90a").decode
+        assert got == dataclasses.replace(base, pdl=mode)
+    mine = DecodeConfig(2, 16, 2)
+    assert paged.plan(caps(config=mine, pdl="prefetch")).heuristic("sm_90a").decode == dataclasses.replace(
+        mine, pdl="wait"
+    )
+    one = DecodeConfig(2, 16, 2, fused_merge=True, fused_schedule=True)
+    assert paged.plan(caps(config=one, pdl="prefetch")).heuristic("sm_90a").decode.pdl == "prefetch"
+    assert "pdl='wait'" in repr(dataclasses.replace(mine, pdl="wait")) and "pdl" not in repr(mine)

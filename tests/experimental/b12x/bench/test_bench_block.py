@@ -115,10 +115,10 @@ def test_variants_name_valid_gemm_options():
     from flashinfer.experimental.b12x._demo import PDL_CHOICES
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    assert BB.VARIANTS["base"] == (False, "off", None, False)
-    for fused, pdl, opts, norms in BB.VARIANTS.values():
+    assert BB.VARIANTS["base"] == (False, "off", None, False, "off")
+    for fused, pdl, opts, norms, attention_pdl in BB.VARIANTS.values():
         assert fused or not norms  # the norms fuse only into the fused step
-        assert isinstance(fused, bool) and pdl in PDL_CHOICES
+        assert isinstance(fused, bool) and pdl in PDL_CHOICES and attention_pdl in PDL_CHOICES
         for m in (1, 8, 16, 32):  # the fused gate_up's config with these options is one the kernel takes
             bucket = L.bucket_for(m)
             cfg = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", pdl, opts, norm=norms)

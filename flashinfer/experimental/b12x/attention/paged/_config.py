@@ -17,6 +17,8 @@ SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024, "sm_121a": 99 * 1024}
 THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
 DECODE_STAGES = (2, 3, 4, 5, 6)
 MIN_CTAS = (0, 2, 3, 4, 5, 6, 8)
+PDL_MODES = ("off", "wait", "prefetch")  # DecodeConfig.pdl
+PDL_PREFETCH_KEYS = 256  # keys a CTA prefetches into L2 before its wait (pdl="prefetch"): 128 KB at D 128 bf16
 
 
 # ---- configuration -------------------------------------------------------------------------------
@@ -60,7 +62,20 @@ class DecodeConfig:
     prefetched into L2 when the item starts (one prefetch.global.L2 per 128-byte line, the CTA's threads
     in turn): the main loop reads a sub-tile's page one iteration ahead, and after the bench's L2 flush
     (or in a cold serving step) every 128 bytes of page table (32 pages: 4 iterations of a 4 x 32-key
-    CTA) was a DRAM miss that one fp8 iteration does not hide."""
+    CTA) was a DRAM miss that one fp8 iteration does not hide.
+
+    pdl (programmatic dependent launch, sm_90+; issue #10's decode step): "off" a plain launch;
+    "wait": launched with the programmatic-stream-serialization attribute, so the CTAs become resident
+    while the kernel before still runs; each CTA waits (griddepcontrol.wait: that kernel complete, its
+    writes visible) before its first global access, then lets the next kernel of the stream launch
+    (griddepcontrol.launch_dependents: a GEMM launched with pdl="prefetch" streams its weights into L2
+    while attention runs). Always correct. "prefetch" (with fused_schedule, not persistent): "wait"
+    plus, before the wait, each CTA locates its work row from cache_seqlens (read only) and prefetches
+    the K and V lines of its first PDL_PREFETCH_KEYS keys into L2 (`prefetch.global.L2`), so their
+    DRAM reads overlap the kernel before. It requires that the kernel launched just before does not
+    write cache_seqlens or the page table (the step's KV append, which writes only the new token's
+    slot, may run there: a prefetch of a line it writes only brings the line into L2, the coherence
+    point), hence not with copy_runtime_metadata (its copies are that kernel)."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -74,6 +89,7 @@ class DecodeConfig:
     direct_items: bool = False
     persistent: bool = False
     prefetch_pages: bool = False
+    pdl: str = "off"
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -85,6 +101,7 @@ class DecodeConfig:
         extra += ", direct_items=True" if self.direct_items else ""
         extra += ", persistent=True" if self.persistent else ""
         extra += ", prefetch_pages=True" if self.prefetch_pages else ""
+        extra += f", pdl={self.pdl!r}" if self.pdl != "off" else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -169,6 +186,10 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"merge_unroll must be 2, 4 or 8, got {c.merge_unroll!r}"
     if c.min_ctas and 65536 // (c.min_ctas * 32 * c.warps) < 128:
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
+    if c.pdl not in PDL_MODES:
+        return f"pdl must be one of {PDL_MODES}, got {c.pdl!r}"
+    if c.pdl == "prefetch" and (not c.fused_schedule or c.runs_persistent):
+        return f"pdl='prefetch' needs fused_schedule=True and persistent=False (it locates the item itself), got {c}"
     if c.keys_per_warp > 2 * page_size:
         return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
     if c.persistent and not persistent_fits(kv_dtype, head_dim, head_dim_v, c):
@@ -180,6 +201,36 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if need > SMEM_LIMIT.get(arch, 99 * 1024):
         return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
     return None
+
+
+def why_not_pdl(pdl, mode: str, copy_runtime_metadata: bool, config) -> str | None:
+    """None when attention.paged's `Caps.pdl` fits the other caps (`DecodeConfig.pdl` says what each
+    mode does), else why not."""
+    if pdl not in PDL_MODES:
+        return f"pdl must be one of {PDL_MODES}, got {pdl!r}"
+    if pdl == "off":
+        return None
+    if mode != "decode":
+        return f"pdl={pdl!r} is a decode launch mode; mode {mode!r} needs pdl='off'"
+    if pdl == "prefetch" and copy_runtime_metadata:
+        return (
+            "pdl='prefetch' reads cache_seqlens and the page table before its wait, but copy_runtime_metadata=True "
+            "copies them just before the launch: use pdl='wait'"
+        )
+    own = getattr(config, "pdl", "off")
+    if own not in ("off", pdl):
+        return f"pdl={pdl!r} disagrees with config.pdl={own!r}"
+    return None
+
+
+def with_pdl(pdl: str, decode: DecodeConfig) -> DecodeConfig:
+    """`Caps.pdl` on a decode config (the heuristic's or the caps'); "prefetch" needs the fused
+    schedule and no persistent loop, so a config without them gets "wait"."""
+    if pdl == "off":
+        return decode
+    if pdl == "prefetch" and (not decode.fused_schedule or decode.runs_persistent):
+        pdl = "wait"
+    return replace(decode, pdl=pdl)
 
 
 # Switches for the lead after the H200 sweep of the fp8 streaming knobs (docs/predictions/attention.md,

@@ -10,7 +10,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
-from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, epilogue_offsets
+from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, PDL_PREFETCH_KEYS, epilogue_offsets
 
 
 class DecodeLoads:
@@ -94,6 +94,29 @@ class DecodeLoads:
             for k in range(tidx, (p1 - p0) // 32 + 2, self.threads):
                 entry = cutlass.min(p0 + 32 * k, p1)
                 cute.arch.prefetch((row + entry).llvm_ptr, cache_level="L2")
+
+    @cute.jit
+    def _prefetch_kv(self, mSeqlens, mPT, mK, mV, item, kvh, tidx, window_left, cap):
+        """`DecodeConfig.pdl == "prefetch"`, before griddepcontrol.wait: locate work row `item` (read
+        only: `Schedule.locate`, no scratch write, so nothing races the kernel before) and prefetch
+        into L2 every 128-byte line of the K and V rows of its first PDL_PREFETCH_KEYS keys (KV head
+        kvh), the CTA's threads in turn; the page of each key is read from the page table."""
+        req, kv_start, kv_end, _, _, _ = self.schedule.locate(
+            mSeqlens, item, cap, window_left, tidx % 32, self.preload_lengths, FUSED_SCHEDULE_MAX_BATCH,
+            self.direct_items,
+        )  # fmt: skip
+        per_row = max(1, self.de * 2 // 128)  # 128-byte lines of one K (and one V) row (16-bit elements)
+        if req >= 0:
+            end = cutlass.min(kv_end, kv_start + PDL_PREFETCH_KEYS)
+            for i in range(tidx, (end - kv_start) * per_row, self.threads):
+                key = kv_start + i // per_row
+                col = Int64(i % per_row * 64)  # 64 16-bit elements a line
+                page = Int64(mPT[req, key // self.page_size])
+                row = Int64(key % self.page_size)
+                k_off = page * mK.stride[0] + row * mK.stride[1] + Int64(kvh) * mK.stride[2] + col
+                v_off = page * mV.stride[0] + row * mV.stride[1] + Int64(kvh) * mV.stride[2] + col
+                cute.arch.prefetch((mK.iterator + k_off).llvm_ptr, cache_level="L2")
+                cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
 
     @cute.jit
     def _first_pages(self, mPT, req, kv_start, kv_end, wid):

@@ -40,6 +40,13 @@ ends the item with a barrier, so the next item's prologue starts with its Q and 
 flight. The commit-group sequence of every item (Q, stage 0, ..., stage S - 2, then one per main-loop
 step) is the one-item kernel's, so the same waits apply.
 
+Programmatic dependent launch (`DecodeConfig.pdl`, "wait" / "prefetch"): the launch carries the
+programmatic-stream-serialization attribute; every CTA runs griddepcontrol.wait before its first
+global access and griddepcontrol.launch_dependents right after it, so the kernel before (the step's
+KV append) and the kernel after (the o projection, prefetching its weights) overlap this one's launch
+and run. "prefetch" also locates the CTA's item and prefetches its first keys' K/V lines into L2
+before the wait (`DecodeLoads._prefetch_kv`).
+
 KV storage and the MMA type:
 - bf16/fp16 KV: mma in q's dtype; K via ldmatrix, V via ldmatrix.trans.
 - fp8 e4m3 KV: mma in fp16. e4m3 -> fp16 is exact (`cvt.rn.f16x2.e4m3x2`). The cache is handed
@@ -121,6 +128,7 @@ class PagedDecode(DecodeLoads):
         self.direct_items = config.direct_items
         self.persistent = config.runs_persistent
         self.prefetch_pages = config.prefetch_pages
+        self.pdl = config.pdl
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
@@ -181,7 +189,7 @@ class PagedDecode(DecodeLoads):
         self.kernel(
             mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
             mSeqlens, scale_log2, has_sink, window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
-        ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream, **self._bounds())  # fmt: skip
+        ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.pdl != "off", **self._bounds())  # fmt: skip
 
     def _grid_rows(self, mWork):
         """CTA rows a KV head: one per work row, or (persistent) `_config.persistent_grid_rows`."""
@@ -252,6 +260,11 @@ class PagedDecode(DecodeLoads):
                    mSeqlens)  # fmt: skip
         views = (sQ, sQdst, sRed, sLast, buf, sK, sV)
         copies = (tiled_mma, kv_copy, q_copy, q_copy_threads)
+        if cutlass.const_expr(self.pdl == "prefetch"):  # this item's first keys into L2 while the kernel before runs
+            self._prefetch_kv(mSeqlens, mPT, mK, mV, item, kvh, tidx, window_left, mWork.shape[0])
+        if cutlass.const_expr(self.pdl != "off"):  # nothing global read or written above (the prefetch aside)
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.persistent):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:

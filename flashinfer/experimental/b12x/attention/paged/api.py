@@ -62,7 +62,9 @@ from ._config import (
     split_schedule,
     why_not,
     why_not_extend,
+    why_not_pdl,
     why_not_schedule,
+    with_pdl,
 )
 from ._config_extend import resident_ctas
 from .reference import LOG2E, paged_attention_reference
@@ -109,7 +111,11 @@ class Caps:
     for API compatibility (run is always capture-safe); copy_runtime_metadata: run first copies
     cache_seqlens, page_table (and cu_seqlens_q) into plan-owned buffers (stable addresses for
     graph capture); config: a `DecodeConfig` (decode; `fused_merge=True` merges split requests in
-    their last CTA) or `ExtendConfig` (extend/verify) to use instead of the heuristic one.
+    their last CTA) or `ExtendConfig` (extend/verify) to use instead of the heuristic one; pdl
+    (decode): "off", "wait" or "prefetch", the decode kernel's programmatic dependent launch
+    (`DecodeConfig.pdl`: "wait" is always correct; "prefetch" needs the kernel launched just before
+    attention to leave cache_seqlens and the page table alone, so not with copy_runtime_metadata),
+    applied to the heuristic's config or to `config`.
     """
 
     device: str
@@ -131,6 +137,7 @@ class Caps:
     copy_runtime_metadata: bool = False
     msa_block_sparse: bool = False
     config: object = None
+    pdl: str = "off"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "device", str(self.device))
@@ -180,6 +187,9 @@ def _validate(caps: Caps) -> None:
             f"max_partial_rows // num_q_heads={caps.max_partial_rows // caps.num_q_heads}) is smaller "
             "(use default_max_work_items / default_max_partial_rows)"
         )
+    reason = why_not_pdl(caps.pdl, caps.mode, caps.copy_runtime_metadata, caps.config)
+    if reason is not None:
+        raise ValueError(reason)
     dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
     if caps.mode in EXTEND_MODES:
         if caps.config is not None and not isinstance(caps.config, ExtendConfig):
@@ -244,6 +254,7 @@ class PagedAttentionPlan(Plan):
         if caps.config is None and FUSED_BY_DEFAULT:
             one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
             decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
+        decode = with_pdl(caps.pdl, decode)
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 
