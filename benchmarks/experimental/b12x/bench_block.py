@@ -65,27 +65,42 @@ from benchmarks.experimental.b12x.common import (
 from flashinfer.experimental.b12x._demo import GLUE_CHOICES
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
-# --variant name -> (fused epilogues, GemmQuery.pdl, the fused gate_up's DecodeConfig changes, norms
-# in the GEMMs, attention.paged's Caps.pdl) of the decode step's plans (run.prepare); "-p1": gate_up's
-# K loop as the 1-chunk weight pipeline (64 registers a lane instead of 112 at T <= 8: twice the
-# resident CTAs); "fused6": the RMSNorms inside qkv / gate_up and the first residual inside o too (six
-# launches); "+attn": the decode attention a programmatic dependent too ("+attnp": with its first keys
-# prefetched to L2 before the wait)
+# --variant name -> run.prepare's keyword arguments for the decode step's plans: fused (the GEMMs'
+# epilogues), pdl (GemmQuery.pdl), gate_up_opts (the fused gate_up's DecodeConfig changes), norms (the
+# RMSNorms in the GEMMs), attention_pdl (attention.paged's Caps.pdl), attention_opts (DecodeConfig /
+# ScheduleConfig changes of the attention plan). "-p1": gate_up's K loop as the 1-chunk weight
+# pipeline (64 registers a lane instead of 112 at T <= 8: twice the resident CTAs); "fused6": the
+# RMSNorms inside qkv / gate_up and the first residual inside o too (six launches); "+attn": the
+# decode attention a programmatic dependent too ("+attnp": with its first keys prefetched to L2 before
+# the wait); "+mN": the attention schedule's min_chunk N keys (more, shorter items at small batch);
+# "pp": its page-table lines prefetched to L2 when an item starts.
 P1 = "unroll=1,prefetch=1"
+
+
+def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None):
+    return dict(fused=fused, pdl=pdl, gate_up_opts=gate_up_opts, norms=norms, attention_pdl=attention_pdl,
+                attention_opts=attention_opts)  # fmt: skip
+
+
+FP = dict(fused=True, pdl="prefetch")
 VARIANTS = {
-    "base": (False, "off", None, False, "off"),
-    "fused": (True, "off", None, False, "off"),
-    "pdl": (False, "prefetch", None, False, "off"),
-    "pdl-wait": (False, "wait", None, False, "off"),
-    "fused+pdl": (True, "prefetch", None, False, "off"),
-    "fused+pdl-wait": (True, "wait", None, False, "off"),
-    "fused-p1": (True, "off", P1, False, "off"),
-    "fused+pdl-p1": (True, "prefetch", P1, False, "off"),
-    "fused6": (True, "off", None, True, "off"),
-    "fused6+pdl": (True, "prefetch", None, True, "off"),
-    "fused+pdl+attn": (True, "prefetch", None, False, "wait"),
-    "fused+pdl+attnp": (True, "prefetch", None, False, "prefetch"),
-    "fused6+pdl+attnp": (True, "prefetch", None, True, "prefetch"),
+    "base": _variant(),
+    "fused": _variant(fused=True),
+    "pdl": _variant(pdl="prefetch"),
+    "pdl-wait": _variant(pdl="wait"),
+    "fused+pdl": _variant(**FP),
+    "fused+pdl-wait": _variant(fused=True, pdl="wait"),
+    "fused-p1": _variant(fused=True, gate_up_opts=P1),
+    "fused+pdl-p1": _variant(**FP, gate_up_opts=P1),
+    "fused6": _variant(fused=True, norms=True),
+    "fused6+pdl": _variant(**FP, norms=True),
+    "fused+pdl+attn": _variant(**FP, attention_pdl="wait"),
+    "fused+pdl+attnp": _variant(**FP, attention_pdl="prefetch"),
+    "fused6+pdl+attnp": _variant(**FP, norms=True, attention_pdl="prefetch"),
+    "fused+pdl+m128": _variant(**FP, attention_opts=dict(min_chunk=128)),
+    "fused+pdl+m64": _variant(**FP, attention_opts=dict(min_chunk=64)),
+    "fused+pdl+pp": _variant(**FP, attention_opts=dict(prefetch_pages=True)),
+    "fused+pdl+m64pp": _variant(**FP, attention_opts=dict(min_chunk=64, prefetch_pages=True)),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
@@ -197,10 +212,8 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
     for variant in args.variant:
-        fused, pdl, opts, norms, attention_pdl = VARIANTS[variant]
         plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
-                             freeze=False, fused=fused, pdl=pdl, gate_up_opts=opts, norms=norms,
-                             attention_pdl=attention_pdl)  # fmt: skip
+                             freeze=False, **VARIANTS[variant])  # fmt: skip
         for glue in args.glue:  # every choice's step over the same weights, cache and input
             label = glue if variant == "base" else f"{glue} glue, {variant}"
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,

@@ -10,6 +10,7 @@ and nothing is captured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 import time
@@ -256,6 +257,7 @@ def prepare(
     gate_up_opts=None,
     norms=False,
     attention_pdl="off",
+    attention_opts=None,
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
@@ -264,7 +266,8 @@ def prepare(
     override: bench_block's variants sweep them); norms (with fused): the RMSNorms inside qkv and
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
-    "prefetch").
+    "prefetch"); attention_opts: DecodeConfig and ScheduleConfig field changes of the attention plan's
+    heuristic selection (a plan override: bench_block's variants sweep them).
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -281,7 +284,7 @@ def prepare(
         max_work_items=items, max_partial_rows=paged.default_max_partial_rows(items, spec.q_heads),
         num_cache_pages=cache["k_cache"].shape[0], use_cuda_graph=True, pdl=attention_pdl,
     )  # fmt: skip
-    plans = {"attention": paged.plan(caps)}
+    plans = {"attention": _attention_plan(paged, caps, device, attention_opts)}
     if moe_plan is not None:
         from ..moe import fused_moe as FM
 
@@ -311,6 +314,21 @@ def prepare(
         if freeze:
             session.freeze("b12x demo: serving")
     return plans, result
+
+
+def _attention_plan(paged, caps, device, opts):
+    """paged.plan(caps), or with `opts` applied to its heuristic's DecodeConfig / ScheduleConfig."""
+    plan = paged.plan(caps)
+    if not opts:
+        return plan
+    from .._lib.arch import target_arch
+    from ..attention.paged.api import Selection
+
+    sel = plan.heuristic(target_arch(device) if device.type == "cuda" else None)
+    fields = {f.name for f in dataclasses.fields(sel.decode)}
+    decode = dataclasses.replace(sel.decode, **{k: v for k, v in opts.items() if k in fields})
+    schedule = dataclasses.replace(sel.schedule, **{k: v for k, v in opts.items() if k not in fields})
+    return paged.plan(caps, override=Selection(decode, schedule))
 
 
 def build(spec, tokens: int, device: torch.device, seed: int, tmp: str, display=None, lens=None):

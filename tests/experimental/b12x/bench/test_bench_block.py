@@ -112,13 +112,23 @@ def test_glue_rows_take_the_demos_choices(capsys):
 def test_variants_name_valid_gemm_options():
     """Every --variant maps to prepare()'s (fused, pdl) with a pdl mode GemmQuery takes; base is the
     unchanged step."""
+    import dataclasses
+    import inspect
+
     from flashinfer.experimental.b12x._demo import PDL_CHOICES
+    from flashinfer.experimental.b12x._demo import run as R
+    from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ScheduleConfig
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    assert BB.VARIANTS["base"] == (False, "off", None, False, "off")
-    for fused, pdl, opts, norms, attention_pdl in BB.VARIANTS.values():
+    assert BB.VARIANTS["base"] == dict(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off",
+                                       attention_opts=None)  # fmt: skip
+    assert set(BB.VARIANTS["base"]) <= set(inspect.signature(R.prepare).parameters)
+    fields = {f.name for f in dataclasses.fields(DecodeConfig)} | {f.name for f in dataclasses.fields(ScheduleConfig)}
+    for v in BB.VARIANTS.values():
+        fused, pdl, opts, norms = v["fused"], v["pdl"], v["gate_up_opts"], v["norms"]
         assert fused or not norms  # the norms fuse only into the fused step
-        assert isinstance(fused, bool) and pdl in PDL_CHOICES and attention_pdl in PDL_CHOICES
+        assert isinstance(fused, bool) and pdl in PDL_CHOICES and v["attention_pdl"] in PDL_CHOICES
+        assert set(v["attention_opts"] or ()) <= fields
         for m in (1, 8, 16, 32):  # the fused gate_up's config with these options is one the kernel takes
             bucket = L.bucket_for(m)
             cfg = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", pdl, opts, norm=norms)
