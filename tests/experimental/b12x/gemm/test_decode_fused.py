@@ -46,6 +46,9 @@ class FusedEmuOps(EmuOps):
     def gdc_launch_dependents(self):
         pass
 
+    def ldg_i64(self, addr, pred):
+        return self._ldg(addr, pred, 8, np.int64)
+
     def ldg_v4(self, addr, pred):
         for ln in self._lanes(pred):
             self.g.loaded.add(int(self.i64(addr)[ln]) // F.LINE)
@@ -58,18 +61,22 @@ class FusedEmuOps(EmuOps):
 
 
 def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float, eps: float = 1e-6):
-    """Emulate compile_decode_fused(...)(*args, alpha, eps) (args: A, SFA, B, SFB, C, S0, S1, S2, R, G),
-    in the kernel's order: prefetch, wait, K loops, reduction, finish. Returns (C, gmem, bases)."""
+    """Emulate compile_decode_fused(...)(*args, alpha, eps) (args: A, SFA, B, SFB, C, S0, S1, S2, R, G,
+    and for rope_append COS, SIN, KC, VC, SP, SO), in the kernel's order: prefetch, wait, K loops,
+    reduction, finish. Returns (C, gmem, bases) (gmem.get(bases[i]) holds tensor i's bytes after)."""
     logic = F.FusedLogic(a_fmt, b_fmt, out_dtype, config)
     gmem = GlobalMemory()
     gmem.prefetched, gmem.loaded, gmem.waits = set(), set(), 0
     bases = [gmem.put(t) for t in args]
     c = args[4]
     m, n = c.shape
+    if logic.rope is not None:  # C = q_out [M, Hq D]; the CTAs split the layout's pairs
+        n = logic.rope.pairs
     k = args[2].shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = F.FusedRuntime(
-        *bases[:8], np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), bases[8], bases[9], np.float32(eps)
-    )
+        *bases[:8], np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), bases[8], bases[9], np.float32(eps),
+        *bases[10:],
+    )  # fmt: skip
     cfg, threads = config.decode, config.decode.warps * 32
     for bidx in range((n + logic.cols - 1) // logic.cols):
         n0 = np.int32(bidx * logic.cols)

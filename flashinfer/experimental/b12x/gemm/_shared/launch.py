@@ -151,6 +151,7 @@ def fused_config(
     pdl: str = "off",
     opts: str | None = None,
     norm: bool = False,
+    rope=None,
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
@@ -160,7 +161,9 @@ def fused_config(
     weight's rows (2I for silu_mul); norm: A RMS-normalized in the kernel (FusedConfig.norm). opts: DecodeConfig changes as `with_decode_opts` takes them, applied
     last (a plan override's way to sweep, e.g. "unroll=1,prefetch=1": the gated T = 1 config then
     needs 64 registers a lane instead of 112, ptxas 13.0 sm_90a); B12X_GEMM_DECODE_OPTS applies only
-    through decode_config_for."""
+    through decode_config_for. rope: the `_epilogue.RopeLayout` of epilogue "rope_append" (which keeps
+    the heuristic's tiles: its pairs are local rows r and r + BN/2 of any BN, so T = 1 qkv 3072 x 2048
+    keeps 192 CTAs of 16 rows = 8 pairs)."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
@@ -177,10 +180,10 @@ def fused_config(
     if opts:
         base = with_decode_opts(base, opts)
     out_dtype = "bfloat16"
-    config = FusedConfig(base, epilogue, pdl, norm)
+    config = FusedConfig(base, epilogue, pdl, norm, rope)
     while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
         base = dataclasses.replace(base, warps=base.warps // 2)
-        config = FusedConfig(base, epilogue, pdl, norm)
+        config = FusedConfig(base, epilogue, pdl, norm, rope)
     assert isinstance(base, DecodeConfig)
     return config
 
@@ -191,11 +194,15 @@ def is_fused(config) -> bool:
     return type(config).__name__ == "FusedConfig"
 
 
-def fused_args(args, alpha_f, out, residual=None, norm_weight=None, eps=1e-6):
+def fused_args(args, alpha_f, out, residual=None, norm_weight=None, eps=1e-6, rope=None):
     """`launch_args`' (args, alpha) -> the fused launcher's (A, SFA, B, SFB, C, S0, S1, S2, R, G, alpha,
-    eps): R the residual or C, G the norm weight or A flattened (never read when absent)."""
+    eps): R the residual or C, G the norm weight or A flattened (never read when absent); with rope
+    (a `_epilogue.RopeAppend`, epilogue "rope_append") its six tensors COS, SIN, KC, VC, SP, SO go
+    after G."""
     r = out if residual is None else residual
     g = args[0].reshape(-1) if norm_weight is None else norm_weight
+    if rope is not None:
+        return (*args, r, g, *rope.tensors(), alpha_f, float(eps))
     return (*args, r, g, alpha_f, float(eps))
 
 

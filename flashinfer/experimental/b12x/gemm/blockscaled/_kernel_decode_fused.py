@@ -11,7 +11,18 @@ epilogue (what the reduced fp32 sum s = alpha * S0 * S1 * S2 * A B^T becomes bef
   the pairing moe.fused_moe's FC1 makes), so both sums of an output meet in the CTA's reduction.
   silu(g) = g / (1 + 2^(-g log2 e)) with ex2.approx (2^-22 relative) and an IEEE division.
 - "residual": C[m, n] = s[m, n] + R[m, n]                         (R [M, N] in C's 16-bit dtype)
-Either saves a launch and one bf16 round trip of the [M, 2I] / [M, N] intermediate.
+- "rope_append": B is a qkv weight [(Hq + 2 Hkv) D, K] (q heads, k heads, v heads; `FusedConfig.rope`,
+  a `_epilogue.RopeLayout`, holds Hq, Hkv, D and the page size). Pair p < (Hq + 2 Hkv) D / 2 is
+  (head, j) = (p // (D/2), p % (D/2)), rows head D + j and head D + D/2 + j; a CTA owns pairs
+  [p0, p0 + BN/2): local rows r < BN/2 load the first rows of pairs p0 + r, rows r >= BN/2 the second
+  rows of pairs p0 + r - BN/2 (any tiles: BN/2 is a multiple of 8, so which half a lane group's row
+  is in is known at trace time), so both sums (x, y) of a pair meet in the CTA's reduction. q and k
+  heads are rotated in fp32, x c - y s and y c + x s with c, s = cos / sin[t, j] (NeoX rotate-half),
+  v heads pass; each value is rounded once: q heads to C = q_out [M, Hq, D], k / v heads to row
+  slot_page[t] * page_size + slot_off[t] of k_cache / v_cache [pages, page_size, Hkv, D] (C's dtype;
+  slots int64). The launcher takes COS, SIN, KC, VC, SP, SO after G (`compile_decode_fused`).
+Either saves a launch and one bf16 round trip of the [M, 2I] / [M, N] intermediate (rope_append: the
+rope + append launch and the qkv round trip).
 
 norm (16-bit activations): A is first RMS-normalized, s = alpha * rmsnorm(A) B^T with rmsnorm(x) =
 x * rsqrt(mean_k(x^2) + eps) * g (g [K] in A's dtype, eps a launch argument), so the RMSNorm launch
@@ -42,7 +53,8 @@ the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto th
 Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, no ashare, no probe (the K loop is
 the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
 a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
-needs a 16-bit output; norm 16-bit activations (not against fp8_block weights).
+needs a 16-bit output; norm 16-bit activations (not against fp8_block weights); rope_append a
+16-bit output, a RopeLayout and no fp8_block weight (like silu_mul, it pairs rows of two 16-row sets).
 """
 
 from __future__ import annotations
@@ -61,8 +73,9 @@ from .._shared import addressing as AD
 from .._shared.formats import FORMAT
 from .._shared.ptx import DeviceOps, _asm, _iv
 from . import _kernel_decode as KD
+from ._epilogue import RopeLayout, rope_reason
 
-EPILOGUES = ("none", "silu_mul", "residual")
+EPILOGUES = ("none", "silu_mul", "residual", "rope_append")
 PDL_MODES = ("off", "wait", "prefetch")
 LINE = 128  # bytes per L2 prefetch (one cache line)
 _LOG2E = 1.4426950408889634
@@ -72,12 +85,14 @@ _SOURCES = (*KD._SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel
 @dataclass(frozen=True)
 class FusedConfig:
     """decode: the DecodeConfig of the K loop; epilogue: one of EPILOGUES; pdl: one of PDL_MODES; norm:
-    RMS-normalize A first (module docstring)."""
+    RMS-normalize A first; rope: the RopeLayout of epilogue "rope_append" (None otherwise; module
+    docstring)."""
 
     decode: KD.DecodeConfig
     epilogue: str = "none"
     pdl: str = "off"
     norm: bool = False
+    rope: RopeLayout | None = None
 
     @property
     def max_m(self) -> int:
@@ -104,6 +119,16 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
             return "epilogue 'silu_mul' takes no fp8_block weight (its 128-row block scale is read per CTA)"
     if config.epilogue == "residual" and out_dtype not in ("bfloat16", "float16"):
         return f"epilogue 'residual' needs a bfloat16 / float16 output, got {out_dtype}"
+    if config.epilogue == "rope_append":
+        reason = rope_reason(config.rope)
+        if reason is not None:
+            return f"epilogue 'rope_append': rope {reason}"
+        if out_dtype not in ("bfloat16", "float16"):
+            return f"epilogue 'rope_append' needs a bfloat16 / float16 output (the caches' dtype), got {out_dtype}"
+        if b_fmt == "fp8_block":
+            return "epilogue 'rope_append' takes no fp8_block weight (its 128-row block scale is read per CTA)"
+    elif config.rope is not None:
+        return f"rope is only read with epilogue 'rope_append', got epilogue {config.epilogue!r}"
     if not isinstance(config.norm, bool):
         return f"norm must be a bool, got {config.norm!r}"
     if config.norm and (a_fmt not in ("bfloat16", "float16") or b_fmt == "fp8_block"):
@@ -139,13 +164,28 @@ def _prefetch_l2(addr, pred, *, loc=None, ip=None):
     )
 
 
+@dsl_user_op
+def _ldg_i64(addr, pred, *, loc=None, ip=None):
+    res = _asm(
+        T.i64(),
+        [_iv(addr, cutlass.Int64, loc, ip), _iv(pred, cutlass.Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\tmov.b64 $0, 0;\n\t@p ld.global.b64 $0, [$1];\n\t}",
+        "=l,l,r",
+        loc=loc,
+        ip=ip,
+    )
+    return cutlass.Int64(res)
+
+
 class FusedOps(DeviceOps):
-    """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), rsqrt (rsqrt.approx), prefetch_l2(addr, pred) and the
-    griddepcontrol pair (the CPU emulator implements them exactly and as no-ops)."""
+    """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), rsqrt (rsqrt.approx), prefetch_l2(addr, pred), an
+    int64 load (ldg_i64(addr, pred), 0 where not pred) and the griddepcontrol pair (the CPU emulator
+    implements them exactly and as no-ops)."""
 
     ex2 = staticmethod(_ex2)
     rsqrt = staticmethod(_rsqrt)
     prefetch_l2 = staticmethod(_prefetch_l2)
+    ldg_i64 = staticmethod(_ldg_i64)
 
     @staticmethod
     def gdc_wait():
@@ -164,15 +204,23 @@ DEVICE = FusedOps()
 class FusedRuntime(KD.Runtime):
     """KD.Runtime plus the residual's base address (C's own when there is no residual), the norm
     weight's (A's when there is no norm) and eps; n is C's column count (I for silu_mul, whose weight
-    has 2I rows)."""
+    has 2I rows; the pair count (Hq + 2 Hkv) D / 2 for rope_append). rope_append: the base addresses
+    of cos, sin, k_cache, v_cache, slot_page, slot_off."""
 
     r_base: object = 0
     g_base: object = 0
     eps: object = 0.0
+    cos_base: object = 0
+    sin_base: object = 0
+    kc_base: object = 0
+    vc_base: object = 0
+    sp_base: object = 0
+    so_base: object = 0
 
 
 class FusedLogic(KD.DecodeLogic):
-    """DecodeLogic with the gated row pairing (silu_mul), the fused epilogues and the L2 prefetch."""
+    """DecodeLogic with the row pairings (silu_mul's gate / up, rope_append's j / j + D/2), the fused
+    epilogues and the L2 prefetch."""
 
     what = "gemm.blockscaled fused decode kernel"
 
@@ -183,7 +231,9 @@ class FusedLogic(KD.DecodeLogic):
         super().__init__(a_fmt, b_fmt, out_dtype, config.decode)
         self.fusion = config
         self.gated = config.epilogue == "silu_mul"
-        self.cols = self.bn // 2 if self.gated else self.bn  # output columns of a CTA
+        self.rope = config.rope if config.epilogue == "rope_append" else None
+        self.paired = self.gated or self.rope is not None  # two weight rows per output (column / pair)
+        self.cols = self.bn // 2 if self.paired else self.bn  # outputs (columns, rope pairs) of a CTA
         self.norm = config.norm
         self.red_mma = self.red_floats  # the products' partials; norm: then [warp][token] sums of squares
         if self.norm:
@@ -236,9 +286,25 @@ class FusedLogic(KD.DecodeLogic):
             s = s + ops.lds_f32(self._ssq_addr(red_base, w, tok))
         return ops.rsqrt(ops.div_rn(s, ops.f32(rt.k)) + rt.eps)
 
+    def pair_row(self, ops, p, second):
+        """rope_append: the weight row of pair p's first (second = 0) or second (1) value: head D + j
+        (+ D/2), (head, j) = (p // (D/2), p % (D/2)); second may be a run-time value."""
+        half = self.rope.head_dim // 2
+        return (p >> (half.bit_length() - 1)) * self.rope.head_dim + (p & (half - 1)) + second * half
+
     def weight_row(self, ops, rt, n0, tt, h, g):
         """silu_mul: tiles tt < tiles / 2 load gate rows j = n0 + 16 tt + 8 h + g, the others the up
-        rows I + j of the same j (n0 is the CTA's first output column); else the plain rows."""
+        rows I + j of the same j (n0 is the CTA's first output column); rope_append: local row r = 16
+        tt + 8 h + g loads row `pair_row` of pair n0 + r (r < BN/2) or n0 + r - BN/2 (the second
+        value); else the plain rows."""
+        if self.rope is not None:
+            local = 16 * tt + 8 * h  # + g < 8: which half is known here (BN/2 is a multiple of 8)
+            second = 1 if local >= self.cols else 0
+            p = n0 + (local - second * self.cols) + g
+            ok = p < rt.n
+            if self.cfg.clamp:  # load pair P - 1's rows instead (never stored): no predicate
+                p, ok = ops.imin(p, rt.n - 1), ops.boolean(True)
+            return self.pair_row(ops, p, second), ok
         if not self.gated:
             return super().weight_row(ops, rt, n0, tt, h, g)
         half = self.cfg.tiles // 2
@@ -253,10 +319,12 @@ class FusedLogic(KD.DecodeLogic):
     def _local_row(self, ops, rt, n0, r):
         """(weight row, in range) of the CTA's local row r (0 <= r < BN, a run-time value): the same
         rows `weight_row` hands the warps."""
-        if not self.gated:
+        if not self.paired:
             return n0 + r, (n0 + r) < rt.n
-        up = r >> (self.cols.bit_length() - 1)  # 1 for the up half
+        up = r >> (self.cols.bit_length() - 1)  # 1 for the up half (rope: the pair's second row)
         j = n0 + r - up * self.cols
+        if self.rope is not None:
+            return self.pair_row(ops, j, up), j < rt.n
         return j + up * rt.n, j < rt.n
 
     def value_lines(self, k):
@@ -287,7 +355,37 @@ class FusedLogic(KD.DecodeLogic):
         atom = i >> (groups.bit_length() - 1)
         ops.prefetch_l2(rt.sfb_base + AD.swizzled_offset(ops, row, atom * 4, cols4), ok & live)
 
-    # -- the epilogue --
+    # -- the epilogues --
+    def rope_store(self, ops, rt, tok, p, x, y, ok):
+        """rope_append: pair p = (head, j) of token tok with sums x (value j) and y (value j + D/2):
+        q / k heads rotated (x c - y s, y c + x s; c, s = cos / sin[tok, j]), v heads as they are,
+        rounded once and stored to q_out or to the token's cache row (where ok)."""
+        lay, out = self.rope, self.out_dtype
+        d, half = lay.head_dim, lay.head_dim // 2
+        head, j = p >> (half.bit_length() - 1), p & (half - 1)
+        rotated = head < lay.q_heads + lay.kv_heads
+        tab = (ops.i64(tok) * ops.i64(half) + ops.i64(j)) * 4
+        cs = ops.ldg_f32(rt.cos_base + tab, ok & rotated)
+        sn = ops.ldg_f32(rt.sin_base + tab, ok & rotated)
+        lo = ops.select_f32(rotated, x * cs - y * sn, x)
+        hi = ops.select_f32(rotated, y * cs + x * sn, y)
+        is_q = head < lay.q_heads
+        is_kv = ok & (head >= lay.q_heads)
+        slot = ops.ldg_i64(rt.sp_base + ops.i64(tok) * 8, is_kv) * ops.i64(lay.page_size)
+        slot = slot + ops.ldg_i64(rt.so_base + ops.i64(tok) * 8, is_kv)
+        is_v = head >= lay.q_heads + lay.kv_heads
+        q_elem = (ops.i64(tok) * ops.i64(lay.q_heads) + ops.i64(head)) * d + ops.i64(j)
+        k_elem = (slot * lay.kv_heads + ops.i64(head - lay.q_heads)) * d + ops.i64(j)
+        v_elem = (slot * lay.kv_heads + ops.i64(head - lay.q_heads - lay.kv_heads)) * d + ops.i64(j)
+        lo16, hi16 = ops.f32_to_half2(out, lo, lo), ops.f32_to_half2(out, hi, hi)
+        for base, elem, pred in (
+            (rt.c_base, q_elem, ok & is_q),
+            (rt.kc_base, k_elem, is_kv & rotated),
+            (rt.vc_base, v_elem, ok & is_v),
+        ):
+            ops.stg_u16(base + elem * 2, lo16, pred)
+            ops.stg_u16(base + (elem + half) * 2, hi16, pred)
+
     def silu(self, ops, x):
         return x * ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
 
@@ -305,12 +403,15 @@ class FusedLogic(KD.DecodeLogic):
             u = ops.f32_zero()
             for w in range(self.cfg.warps):
                 x = x + ops.lds_f32(self._red_addr(red_base, w, tok, c))
-                if self.gated:  # the up sum of column c sits cols rows below its gate sum
+                if self.paired:  # the up (second) sum of column (pair) c sits cols rows below
                     u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
             x = x * scale
             if self.norm:
                 inv = self.inv_rms(ops, rt, red_base, tok)
                 x, u = x * inv, u * inv
+            if self.rope is not None:
+                self.rope_store(ops, rt, tok, n0 + c, x, u * scale, live & (tok < rt.m) & (n0 + c < rt.n))
+                continue
             if self.gated:
                 x = self.silu(ops, x) * (u * scale)
             n = n0 + c
@@ -321,8 +422,11 @@ class FusedLogic(KD.DecodeLogic):
             self.store(ops, rt, tok, n, x, ok)
 
 
-# ---- the CuTe kernel ----------------------------------------------------------------------------
+# ---- the CuTe kernels ---------------------------------------------------------------------------
 class FusedDecodeGemm:
+    """The launcher of every epilogue but rope_append (`RopeDecodeGemm` adds its six tensors); both
+    kernels build their FusedRuntime and run the same `body`."""
+
     def __init__(self, logic: FusedLogic) -> None:
         self.logic = logic
         self.threads = logic.cfg.warps * 32
@@ -365,7 +469,6 @@ class FusedDecodeGemm:
         alpha: Float32,
         eps: Float32,
     ):
-        # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
         L = self.logic
         tid, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -389,6 +492,14 @@ class FusedDecodeGemm:
             mG.iterator.toint(),
             eps,
         )
+        self.body(rt, k, tid, warp, lane, n0)
+
+    @cute.jit
+    def body(self, rt: FusedRuntime, k, tid, warp, lane, n0):
+        """Prefetch (pdl "prefetch"), wait (pdl), K loop, reduction, epilogue: the kernel after its
+        FusedRuntime (n0: the CTA's first output column or pair)."""
+        # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
+        L = self.logic
         if cutlass.const_expr(L.fusion.pdl == "prefetch"):  # the weights before the wait
             for i in cutlass.range(tid, L.bn * L.value_lines(k), self.threads, unroll=1):
                 self.logic.prefetch_value_line(DEVICE, rt, n0, i, DEVICE.boolean(True))
@@ -415,6 +526,92 @@ class FusedDecodeGemm:
         L.finish(DEVICE, rt, red_base, tid, n0)
 
 
+class RopeDecodeGemm(FusedDecodeGemm):
+    """The rope_append launcher: the fused one's tensors plus COS, SIN, KC, VC, SP, SO; the grid covers
+    the layout's pairs (C = q_out holds only the q heads)."""
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        mR: cute.Tensor,
+        mG: cute.Tensor,
+        mCos: cute.Tensor,
+        mSin: cute.Tensor,
+        mKC: cute.Tensor,
+        mVC: cute.Tensor,
+        mSP: cute.Tensor,
+        mSO: cute.Tensor,
+        alpha: Float32,
+        eps: Float32,
+        stream: cuda.CUstream,
+    ):
+        grid_n = (self.logic.rope.pairs + self.logic.cols - 1) // self.logic.cols
+        self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, mG, mCos, mSin, mKC, mVC, mSP, mSO, alpha, eps).launch(
+            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.fusion.pdl != "off"
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mSFA: cute.Tensor,
+        mB: cute.Tensor,
+        mSFB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        mR: cute.Tensor,
+        mG: cute.Tensor,
+        mCos: cute.Tensor,
+        mSin: cute.Tensor,
+        mKC: cute.Tensor,
+        mVC: cute.Tensor,
+        mSP: cute.Tensor,
+        mSO: cute.Tensor,
+        alpha: Float32,
+        eps: Float32,
+    ):
+        L = self.logic
+        tid, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        warp, lane = tid >> 5, tid & 31
+        n0 = bidx * L.cols
+        k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
+        rt = FusedRuntime(
+            mA.iterator.toint(),
+            mSFA.iterator.toint(),
+            mB.iterator.toint(),
+            mSFB.iterator.toint(),
+            mC.iterator.toint(),
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            L.rope.pairs,
+            k,
+            alpha,
+            mR.iterator.toint(),
+            mG.iterator.toint(),
+            eps,
+            mCos.iterator.toint(),
+            mSin.iterator.toint(),
+            mKC.iterator.toint(),
+            mVC.iterator.toint(),
+            mSP.iterator.toint(),
+            mSO.iterator.toint(),
+        )
+        self.body(rt, k, tid, warp, lane, n0)
+
+
 def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
     """KD.fake_args plus R [M, N] in C's dtype (the residual; the callers pass C when there is none)
     and G [K'] in A's element type (the norm weight; the callers pass A flattened when there is none)."""
@@ -429,12 +626,31 @@ def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
     return a, sfa, b, sfb, c, s0, s1, s2, r, g
 
 
+def rope_fake_args(out_dtype: str):
+    """The rope_append launcher's extra tensors: COS, SIN fp32 [T, D/2], KC, VC [pages, page_size, Hkv,
+    D] in C's dtype (contiguous), SP, SO int64 [T] (every extent its own symbol: the host checks them)."""
+    f32, i64 = cutlass.Float32, cutlass.Int64
+    cos = make_fake_compact_tensor(f32, (cute.sym_int(), cute.sym_int()), stride_order=(1, 0), assumed_align=4)
+    sin = make_fake_compact_tensor(f32, (cute.sym_int(), cute.sym_int()), stride_order=(1, 0), assumed_align=4)
+    shape = tuple(cute.sym_int() for _ in range(4))
+    kc = make_fake_compact_tensor(KD._CUTE[out_dtype], shape, stride_order=(3, 2, 1, 0), assumed_align=4)
+    vc = make_fake_compact_tensor(KD._CUTE[out_dtype], shape, stride_order=(3, 2, 1, 0), assumed_align=4)
+    sp = make_fake_compact_tensor(i64, (cute.sym_int(),), assumed_align=8)
+    so = make_fake_compact_tensor(i64, (cute.sym_int(),), assumed_align=8)
+    return cos, sin, kc, vc, sp, so
+
+
 @kernel("gemm.blockscaled.decode_fused", sources=_SOURCES)
 def compile_decode_fused(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig, arch: str):
     """tvm-ffi launcher `fn(A, SFA, B, SFB, C, S0, S1, S2, R, G, alpha, eps)` on torch's current stream;
     C [M, N] (silu_mul: [M, I] for a [2I, K] weight), R [M, N] the residual (C itself when none), G [K]
-    the norm weight (A flattened when none), eps the norm's (read only with norm)."""
+    the norm weight (A flattened when none), eps the norm's (read only with norm). rope_append:
+    `fn(A, SFA, B, SFB, C, S0, S1, S2, R, G, COS, SIN, KC, VC, SP, SO, alpha, eps)` with C = q_out
+    [M, Hq D] (`rope_fake_args`; `launch.fused_args` builds either)."""
     logic = FusedLogic(a_fmt, b_fmt, out_dtype, config)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     args = fake_args(a_fmt, b_fmt, out_dtype)
+    if config.epilogue == "rope_append":
+        args = (*args, *rope_fake_args(out_dtype))
+        return cute_compile(RopeDecodeGemm(logic), *args, Float32(1.0), Float32(1e-6), stream, arch=arch)
     return cute_compile(FusedDecodeGemm(logic), *args, Float32(1.0), Float32(1e-6), stream, arch=arch)

@@ -31,12 +31,15 @@ from .._shared.operands import TORCH_OUT, Problem, check_device_operands, check_
 from .._shared.weight import Weight, pack_weight
 from . import _epilogue as EP
 from . import reference
+from ._epilogue import RopeAppend, RopeLayout
 
 OP = "gemm.blockscaled"
 MAX_M = 1 << 30
 
 __all__ = [
     "GemmQuery",
+    "RopeAppend",
+    "RopeLayout",
     "Weight",
     "mm",
     "mm_block_fp8",
@@ -56,7 +59,8 @@ class GemmQuery:
     the live M values to prepare (their buckets; empty: every bucket up to max_m); epilogue and pdl:
     the fused decode kernel's options (`_epilogue` docstring; n stays the weight's rows, 2I for
     "silu_mul"), "none" / "off" for the plain kernels; norm: A RMS-normalized in that kernel (mm's
-    norm_weight)."""
+    norm_weight); rope: the RopeLayout(q_heads, kv_heads, head_dim, page_size) of epilogue
+    "rope_append" (n = (q_heads + 2 kv_heads) head_dim), None otherwise."""
 
     a_format: str
     b_format: str
@@ -68,6 +72,7 @@ class GemmQuery:
     epilogue: str = "none"
     pdl: str = "off"
     norm: bool = False
+    rope: RopeLayout | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dtype", dtype_key(self.out_dtype))
@@ -105,10 +110,10 @@ class GemmPlan(Plan):
         chosen = dict(self.override or ())
         q = self.caps
         if EP.fused(q.epilogue, q.pdl, q.norm):
-            return tuple(
-                (b, chosen.get(b, L.fused_config(b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm)))
-                for b in q.buckets
+            fused = lambda b: L.fused_config(  # noqa: E731
+                b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm, rope=q.rope
             )
+            return tuple((b, chosen.get(b) or fused(b)) for b in q.buckets)
         return tuple(
             (b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format, a_fmt=q.a_format, arch=arch)))
             for b in q.buckets
@@ -194,10 +199,12 @@ def _device_b(config, p_fmt, b, sb, n, k):
     return stream_weight(b, sb, n, k, config.kc, config.order, config.major), sb
 
 
-def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="none", norm=False):
-    """(compiled launcher, its config) for this problem."""
+def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="none", norm=False, rope=None):
+    """(compiled launcher, its config) for this problem; rope: the RopeLayout of "rope_append"."""
     if plan_obj is not None and plan_obj.caps.epilogue != epilogue:
         raise ValueError(f"epilogue={epilogue!r} does not match the plan's query.epilogue={plan_obj.caps.epilogue!r}")
+    if plan_obj is not None and plan_obj.caps.rope != rope:
+        raise ValueError(f"the rope tensors give {rope}, the plan's query.rope is {plan_obj.caps.rope}")
     if plan_obj is not None and plan_obj.caps.norm != norm:
         raise ValueError(f"norm_weight (given: {norm}) must match the plan's query.norm={plan_obj.caps.norm}")
     if plan_obj is not None:
@@ -220,7 +227,7 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
         raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
     bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
     fused = EP.fused(epilogue, "off", norm)
-    cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm) if fused else None
+    cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm, rope=rope) if fused else None
     fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device), cfg)
     return fn(*key), key[3]
 
@@ -237,8 +244,12 @@ def _check_alpha(alpha, device):
     return float(alpha)
 
 
-def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogue="none", residual=None, norm=None):
-    """norm: None, or (norm_weight, eps)."""
+def _execute(
+    p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogue="none", residual=None, norm=None, rope=None
+):
+    """norm: None, or (norm_weight, eps); rope: None, or (RopeAppend, RopeLayout) for "rope_append",
+    whose out is q [M, Hq, D] (the kernel's C is its [M, Hq D] view)."""
+    tensors, layout = rope if rope is not None else (None, None)
     device = out.device
     if device.type != "cuda":
         check_layout(p)
@@ -251,14 +262,19 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogu
                 a = reference.rms_norm(a, norm[0], norm[1])
             if epilogue == "none":
                 c = reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, p.out_dtype)
+            elif epilogue == "rope_append":
+                reference.rope_append(reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, "float32"), out, tensors)
+                continue
             else:
                 c = reference.apply_epilogue(
                     reference.mm(p.a.fmt, a, sa, p.b.fmt, b, sb, scale, "float32"), epilogue, residual
                 )
             (out if p.batch == 0 else out[..., li]).copy_(c)
         return
+    if tensors is not None:
+        out = out.view(p.m, -1)  # q [M, Hq, D] as the kernel's C [M, Hq D]
     check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
-    launch, config = _launcher(p, device, plan_obj, expected_m, epilogue, norm is not None)
+    launch, config = _launcher(p, device, plan_obj, expected_m, epilogue, norm is not None, layout)
     if p.batch and L.is_stream(config):
         raise ValueError(f"the stream decode kernel ({config}) takes 2-D weights [N, K], got a batch of {p.batch}")
     for li in range(max(p.batch, 1)):
@@ -267,13 +283,16 @@ def _execute(p: Problem, out: torch.Tensor, alpha, plan_obj, expected_m, epilogu
         c = out if p.batch == 0 else out[..., li]
         args, alpha_f = L.launch_args(p.a.fmt, a, sa, p.a.alpha, p.b.fmt, b, sb, p.b.alpha, alpha, c)
         if L.is_fused(config):
-            launch(*L.fused_args(args, alpha_f, c, residual, *(norm or (None, 1e-6))))
+            launch(*L.fused_args(args, alpha_f, c, residual, *(norm or (None, 1e-6)), rope=tensors))
         else:
             launch(*args, alpha_f)
 
 
-def _allocate_out(p: Problem, device, epilogue="none") -> torch.Tensor:
+def _allocate_out(p: Problem, device, epilogue="none", rope=None) -> torch.Tensor:
+    """rope: the RopeLayout of "rope_append" (out is q [M, Hq, D])."""
     dt = TORCH_OUT[p.out_dtype]
+    if rope is not None:
+        return torch.empty(p.m, rope.q_heads, rope.head_dim, dtype=dt, device=device)
     if p.batch == 0:
         return torch.empty(p.m, EP.out_cols(p.n, epilogue), dtype=dt, device=device)
     # [M, N, L] whose [:, :, l] slices are contiguous (an (L, M, N) buffer, permuted)
@@ -297,6 +316,7 @@ def mm(
     residual=None,
     norm_weight=None,
     norm_eps=1e-6,
+    rope=None,
 ):
     """C = alpha * deq(lhs) @ deq(rhs)^T, or a fused epilogue of it.
 
@@ -312,13 +332,18 @@ def mm(
     before the one rounding; 2-D operands, M <= 64 on CUDA (the fused decode kernel; `_epilogue`).
     A plan's query.epilogue must match. norm_weight (16-bit lhs, [K] in its dtype): lhs replaced by
     lhs * rsqrt(mean(lhs^2) + norm_eps) * norm_weight, in the same kernel (a plan needs query.norm).
-    Returns out ([M, N] or [M, I], or [M, N, L] for 3-D operands).
+    epilogue="rope_append" (rhs a qkv weight [(Hq + 2 Hkv) D, K]; rope=RopeAppend(cos, sin, k_cache,
+    v_cache, slot_page, slot_off)): out = the q heads rotated ([M, Hq, D]; [M, Hq D] accepted), the
+    k heads rotated and the v heads written to each token's cache row (`_epilogue`; a plan needs
+    query.rope = the RopeLayout the shapes give).
+    Returns out ([M, N] or [M, I] or [M, Hq, D], or [M, N, L] for 3-D operands).
     """
     epilogue = EP.normalize(epilogue)
-    if epilogue == "silu_mul" and out is not None and c_dtype is None:
+    own_out = epilogue in ("silu_mul", "rope_append")  # out is not [M, N]: checked here, not by resolve
+    if own_out and out is not None and c_dtype is None:
         c_dtype = out.dtype
-    p = resolve(lhs, rhs, None if epilogue == "silu_mul" else out, ab_dtype=ab_dtype, sf_dtype=sf_dtype,
-                c_dtype=c_dtype, sf_vec_size=sf_vec_size)  # fmt: skip
+    p = resolve(lhs, rhs, None if own_out else out, ab_dtype=ab_dtype, sf_dtype=sf_dtype, c_dtype=c_dtype,
+                sf_vec_size=sf_vec_size)  # fmt: skip
     device = p.b.values.device
     alpha = _check_alpha(alpha, device)
     EP.check_call(p, epilogue, residual, p.out_dtype, device)
@@ -326,15 +351,20 @@ def mm(
     norm = None if norm_weight is None else (norm_weight, eps)
     if epilogue == "silu_mul":
         EP.check_out(out, p.m, p.n // 2, p.out_dtype)
+    rope_args = None
+    if epilogue == "rope_append":
+        rope_args = (rope, EP.check_rope(p, rope, out, p.out_dtype, device))
+    elif rope is not None:
+        raise ValueError(f"rope is only read with epilogue='rope_append', got epilogue={epilogue!r}")
     if out is None:
-        out = _allocate_out(p, device, epilogue)
+        out = _allocate_out(p, device, epilogue, None if rope_args is None else rope_args[1])
     if p.m == 0:
         return out
     if stream is not None and device.type == "cuda":
         with torch.cuda.stream(stream):
-            _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm)
+            _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm, rope_args)
     else:
-        _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm)
+        _execute(p, out, alpha, plan, expected_m, epilogue, residual, norm, rope_args)
     return out
 
 
@@ -466,14 +496,27 @@ def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, w
     rhs = weight if weight is not None else _synthetic_rhs(b_fmt, n, k, device)
     p = resolve(synthetic_lhs(a_fmt, m, k, device), rhs, None, c_dtype=out_dtype)
     epilogue = config.epilogue if L.is_fused(config) else "none"
-    out = _allocate_out(p, device, epilogue)
+    rope = config.rope if epilogue == "rope_append" else None
+    out = _allocate_out(p, device, epilogue, rope)
+    if rope is not None:
+        out = out.view(m, -1)
     check_device_operands(p, out)  # (device, layout and alignment: out's shape was checked by mm)
     b, sb = _device_b(config, p.b.fmt, p.b.values, p.b.scales, n, k)
     args, alpha_f = L.launch_args(p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, b, sb, p.b.alpha, 1.0, out)
     if L.is_fused(config):  # R: zeros for the residual epilogue, else C itself; G: A flattened
-        launcher(*L.fused_args(args, alpha_f, out, torch.zeros_like(out) if epilogue == "residual" else None))
+        res = torch.zeros_like(out) if epilogue == "residual" else None
+        launcher(*L.fused_args(args, alpha_f, out, res, rope=None if rope is None else _synthetic_rope(rope, m, out)))
     else:
         launcher(*args, alpha_f)
+
+
+def _synthetic_rope(layout: RopeLayout, m: int, out: torch.Tensor) -> RopeAppend:
+    """Zero tables and a one-page cache (every token writes page 0, row 0) for priming a rope plan."""
+    kw = {"device": out.device}
+    cache = torch.zeros(1, layout.page_size, layout.kv_heads, layout.head_dim, dtype=out.dtype, **kw)
+    table = torch.zeros(m, layout.head_dim // 2, dtype=torch.float32, **kw)
+    slots = torch.zeros(m, dtype=torch.int64, **kw)
+    return RopeAppend(table, table, cache, torch.zeros_like(cache), slots, slots)
 
 
 def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=None, activation=None) -> None:

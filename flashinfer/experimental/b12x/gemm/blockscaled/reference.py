@@ -78,10 +78,35 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float().to(x.device)
 
 
+def rope_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX rotate-half in fp32: x [T, heads, D], cos / sin [T, D/2]; (x1, x2) = the halves of each
+    head -> (x1 c - x2 s, x2 c + x1 s)."""
+    x = x.float()
+    x1, x2 = x.chunk(2, dim=-1)
+    c, s = cos.float()[:, None, :].to(x.device), sin.float()[:, None, :].to(x.device)
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def rope_append(c: torch.Tensor, out: torch.Tensor, rope) -> None:
+    """The "rope_append" epilogue of `mm` on the fp32 product c [T, (Hq + 2 Hkv) D] (q, k, v heads):
+    q heads rotated -> out ([T, Hq, D] or [T, Hq D]); k heads rotated and v heads as they are -> row
+    slot_page[t] * page_size + slot_off[t] of rope.k_cache / rope.v_cache ([pages, page_size, Hkv,
+    D]); each value rounded once to its destination's dtype, nothing else written. rope: a
+    `_epilogue.RopeAppend` (cos, sin fp32 [T, D/2]; slots int64 [T])."""
+    t = c.shape[0]
+    _, _, hkv, d = rope.k_cache.shape
+    hq = c.shape[1] // d - 2 * hkv
+    q, k, v = c.float().split([hq * d, hkv * d, hkv * d], dim=-1)
+    out.copy_(rope_rotate(q.reshape(t, hq, d), rope.cos, rope.sin).reshape(out.shape))
+    pages, offs = rope.slot_page.to(c.device), rope.slot_off.to(c.device)
+    rope.k_cache[pages, offs] = rope_rotate(k.reshape(t, hkv, d), rope.cos, rope.sin).to(rope.k_cache.dtype)
+    rope.v_cache[pages, offs] = v.reshape(t, hkv, d).to(rope.v_cache.dtype)
+
+
 def apply_epilogue(c: torch.Tensor, epilogue: str = "none", residual=None) -> torch.Tensor:
     """The fused epilogues of `mm(..., epilogue=...)` on the fp32 product c [M, N] (before rounding):
     "none" c; "silu_mul" silu(c[:, :I]) * c[:, I:] for N = 2I (gate rows first: [M, I]); "residual"
-    c + residual.float() (residual [M, N])."""
+    c + residual.float() (residual [M, N]). ("rope_append" scatters: `rope_append`.)"""
     if epilogue == "silu_mul":
         gate, up = c.float().chunk(2, dim=-1)
         return torch.nn.functional.silu(gate) * up
