@@ -73,13 +73,18 @@ MODULE = "benchmarks.experimental.b12x.bench_block"
 # RMSNorms inside qkv / gate_up and the first residual inside o too (six launches); "+attn": the
 # decode attention a programmatic dependent too ("+attnp": with its first keys prefetched to L2 before
 # the wait); "+mN": the attention schedule's min_chunk N keys (more, shorter items at small batch);
-# "pp": its page-table lines prefetched to L2 when an item starts.
+# "pp": its page-table lines prefetched to L2 when an item starts; "+l2": the step's weights
+# prefetched to L2 from a side branch at its start (DecodeStep(l2_prefetch=...): "l2kv" also the KV
+# cache, which in the bench's cache is exactly the live pages; "b": the bulk-prefetch kernel).
 P1 = "unroll=1,prefetch=1"
 
 
-def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None):
+def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None, l2=None):
     return dict(fused=fused, pdl=pdl, gate_up_opts=gate_up_opts, norms=norms, attention_pdl=attention_pdl,
-                attention_opts=attention_opts)  # fmt: skip
+                attention_opts=attention_opts, l2=l2)  # fmt: skip
+
+
+BULK = ("bulk", 64, 4096)  # _lib.l2_prefetch.PrefetchConfig(mode, threads, bulk_bytes)
 
 
 FP = dict(fused=True, pdl="prefetch")
@@ -101,6 +106,12 @@ VARIANTS = {
     "fused+pdl+m64": _variant(**FP, attention_opts=dict(min_chunk=64)),
     "fused+pdl+pp": _variant(**FP, attention_opts=dict(prefetch_pages=True)),
     "fused+pdl+m64pp": _variant(**FP, attention_opts=dict(min_chunk=64, prefetch_pages=True)),
+    "fused+pdl+l2": _variant(**FP, l2=("weights", None)),
+    "fused+pdl+l2b": _variant(**FP, l2=("weights", BULK)),
+    "fused+pdl+l2kv": _variant(**FP, l2=("weights+kv", None)),
+    "fused+pdl+l2kvb": _variant(**FP, l2=("weights+kv", BULK)),
+    "fused+pdl+l2+m64": _variant(**FP, l2=("weights", None), attention_opts=dict(min_chunk=64)),
+    "fused+pdl+l2kv+m64": _variant(**FP, l2=("weights+kv", None), attention_opts=dict(min_chunk=64)),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
@@ -212,12 +223,18 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
     for variant in args.variant:
+        kw = dict(VARIANTS[variant])
+        l2, l2_config = kw.pop("l2") or (None, None)
+        if l2_config is not None:
+            from flashinfer.experimental.b12x._lib.l2_prefetch import PrefetchConfig
+
+            l2_config = PrefetchConfig(*l2_config)
         plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
-                             freeze=False, **VARIANTS[variant])  # fmt: skip
+                             freeze=False, **kw)  # fmt: skip
         for glue in args.glue:  # every choice's step over the same weights, cache and input
             label = glue if variant == "base" else f"{glue} glue, {variant}"
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
-                                moe=None if moe is None else moe[1:])  # fmt: skip
+                                moe=None if moe is None else moe[1:], l2_prefetch=l2, l2_config=l2_config)  # fmt: skip
             step.x.copy_(x)
             graphs[label] = capture(step, dev)
             outs[label] = step.buf["out"].float().clone()
@@ -253,7 +270,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         for label, step in steps.items():
             for i, (name, _, _) in enumerate(step.ops):
                 rest = [fn for j, (_, _, fn) in enumerate(step.ops) if j != i]
-                graph = capture(lambda rest=rest: [fn() for fn in rest], dev)
+                graph = capture(lambda rest=rest, step=step: step.run(rest), dev)
                 op = name.replace(" + ", "+").replace(" ", "_")
                 table.add(
                     Case("decode minus op", {"T": tokens, "op": op}),

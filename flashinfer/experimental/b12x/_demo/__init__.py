@@ -79,6 +79,12 @@ def add_parser(sub) -> None:
         default="off",
         help="launch the decode attention as a programmatic dependent (prefetch: its first keys to L2 before the wait)",
     )
+    p.add_argument(
+        "--l2-prefetch",
+        choices=("off", "weights", "weights+kv"),
+        default="off",
+        help="at the start of each step, a side branch prefetches the linears' weights (and the KV cache) into L2",
+    )
     p.set_defaults(func=main)
 
 
@@ -105,7 +111,7 @@ def main(args) -> int:
     return run_demo(
         args.model, args.tokens, device, seed=args.seed, glue=args.glue,
         fused=args.fused_epilogues or args.fused_norms, pdl=args.gemm_pdl, fused_norms=args.fused_norms,
-        attention_pdl=args.attention_pdl,
+        attention_pdl=args.attention_pdl, l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
     )  # fmt: skip
 
 

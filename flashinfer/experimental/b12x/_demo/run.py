@@ -21,6 +21,7 @@ from . import block as B
 from . import glue as GL
 
 COSINE_MIN = 0.999
+L2_PREFETCH_CHOICES = ("weights", "weights+kv")  # DecodeStep(l2_prefetch=...)
 # attention alone, tighter: a correct run gives 1 - cos ~ 5e-6 (bf16 q/K/V/output); missing the new
 # token's K/V gives 1 - cos ~ 6e-4 at --tokens 64 (up to 2147 keys), which 0.999 would let through
 ATTN_COSINE_MIN = 0.9999
@@ -39,9 +40,19 @@ class DecodeStep:
 
     The GEMM plans decide the FFN's launches: with `prepare(..., fused=True)` gate_up's plan has the
     silu_mul epilogue and down's the residual one, so gate_up + SiLU * up and down + the final residual
-    are one launch each (ten launches -> eight; dense blocks); `pdl` is in the plans too."""
+    are one launch each (ten launches -> eight; dense blocks); `pdl` is in the plans too.
 
-    def __init__(self, spec, weights, norms, cache, plans, device, tokens, glue=None, moe=None):
+    l2_prefetch (dense blocks on CUDA): None, "weights" or "weights+kv": at the start of every step a
+    side branch (a second stream forked from the step's and joined at its end) launches one
+    `_lib.l2_prefetch` kernel that asks L2 for every line of the linears' weights (values and scales,
+    in the step's order; "weights+kv" also the KV cache tensors after qkv's, which in the demo's cache
+    are exactly the live pages), so DRAM streams them while the chain runs; l2_config: its
+    PrefetchConfig (None: the default). The kernel is compiled here (build the step before freezing,
+    or warm it with `warm_l2_prefetch`)."""
+
+    def __init__(
+        self, spec, weights, norms, cache, plans, device, tokens, glue=None, moe=None, l2_prefetch=None, l2_config=None
+    ):
         from ..attention import paged
         from ..gemm import blockscaled as G
 
@@ -80,6 +91,7 @@ class DecodeStep:
             ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
             ("residual + rmsnorm", glue, self._norm2),
         ]
+        self.prefetch, self.side = self._l2_prefetch(l2_prefetch, l2_config, device)
         self.fused = spec.moe is None and plans["gate_up"].caps.epilogue == "silu_mul"
         if self.fused and plans["qkv"].caps.norm:  # six launches: the norms in the GEMMs too
             self.ops = self._six_ops(paged, t, hq * d)
@@ -90,6 +102,23 @@ class DecodeStep:
             self.ops.append(
                 ("residual", glue, lambda: self._glue["add"](self.buf["x1"], self.buf["down"], self.buf["out"]))
             )
+
+    def _l2_prefetch(self, what, config, device):
+        """(L2Prefetch or None, its side stream) for `l2_prefetch` (class docstring)."""
+        if what is None:
+            return None, None
+        if what not in L2_PREFETCH_CHOICES or self.spec.moe is not None:
+            raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_CHOICES} (dense blocks), got {what!r}")
+        if device.type != "cuda":
+            return None, None
+        from .._lib.l2_prefetch import L2Prefetch
+
+        tensors = []
+        for name in ("qkv", "o", "gate_up", "down"):
+            tensors += [self.w[name].values, self.w[name].scales]
+            if name == "qkv" and what == "weights+kv":
+                tensors += [self.cache["k_cache"], self.cache["v_cache"]]
+        return L2Prefetch.from_tensors(tensors, device, config=config), torch.cuda.Stream(device)
 
     def _dense_ffn(self, glue):
         return [
@@ -185,8 +214,25 @@ class DecodeStep:
             c[name][c["slot_page"], c["slot_off"]] = float("nan")
 
     def __call__(self):
-        for _, _, fn in self.ops:
-            fn()
+        self.run(fn for _, _, fn in self.ops)
+
+    def run(self, fns):
+        """Call `fns` (some of the step's op closures, in order) inside the step's L2 prefetch branch."""
+        if self.prefetch is None:
+            for fn in fns:
+                fn()
+            return
+        with self.prefetch.side_branch(self.side):
+            for fn in fns:
+                fn()
+
+
+def warm_l2_prefetch(device, config=None) -> None:
+    """Compile or load, now (before freezing), the kernel a step with l2_prefetch resolves."""
+    from .._lib.arch import target_arch
+    from .._lib.l2_prefetch import PrefetchConfig, compile_l2_prefetch
+
+    compile_l2_prefetch(config or PrefetchConfig(), arch=target_arch(device))
 
 
 def _time_ops_eager(step, device, iters):
@@ -367,6 +413,7 @@ def run_demo(
     pdl="off",
     fused_norms=False,
     attention_pdl="off",
+    l2_prefetch=None,
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -394,6 +441,8 @@ def run_demo(
     try:
         t2 = time.perf_counter()
         n = GL.warm(glue, spec, device)  # before the freeze: the step resolves them from memory
+        if l2_prefetch is not None and cuda:
+            warm_l2_prefetch(device)  # before the freeze: the step resolves it from memory
         how = {"torch.compile": "compiled at the first call, before capture", "torch": "plain torch"}.get(glue)
         print(f"    glue {glue}: {how or f'{n} Triton kernels compiled or loaded'} ({time.perf_counter() - t2:.2f} s)")
         t2 = time.perf_counter()
@@ -406,8 +455,9 @@ def run_demo(
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip
         print(f"[5] kernel resolution frozen: {F.kernel_resolution_frozen()}")
         step = DecodeStep(
-            spec, weights, norms, cache, plans, device, tokens, glue=glue, moe=None if moe is None else moe[1:]
-        )
+            spec, weights, norms, cache, plans, device, tokens, glue=glue, moe=None if moe is None else moe[1:],
+            l2_prefetch=l2_prefetch,
+        )  # fmt: skip
         step.x.copy_(torch.randn(tokens, spec.hidden, generator=gen).to(torch.bfloat16))
         step()  # warm (CUDA: the glue's lazy init; CPU: first touch)
         per_op = _time_ops_eager(step, device, iters=20 if cuda else 1)

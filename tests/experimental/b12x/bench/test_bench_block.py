@@ -121,14 +121,19 @@ def test_variants_name_valid_gemm_options():
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     assert BB.VARIANTS["base"] == dict(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off",
-                                       attention_opts=None)  # fmt: skip
-    assert set(BB.VARIANTS["base"]) <= set(inspect.signature(R.prepare).parameters)
+                                       attention_opts=None, l2=None)  # fmt: skip
+    assert set(BB.VARIANTS["base"]) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
     fields = {f.name for f in dataclasses.fields(DecodeConfig)} | {f.name for f in dataclasses.fields(ScheduleConfig)}
     for v in BB.VARIANTS.values():
         fused, pdl, opts, norms = v["fused"], v["pdl"], v["gate_up_opts"], v["norms"]
         assert fused or not norms  # the norms fuse only into the fused step
         assert isinstance(fused, bool) and pdl in PDL_CHOICES and v["attention_pdl"] in PDL_CHOICES
         assert set(v["attention_opts"] or ()) <= fields
+        if v["l2"] is not None:  # (DecodeStep's l2_prefetch, PrefetchConfig fields or None)
+            from flashinfer.experimental.b12x._lib.l2_prefetch import PrefetchConfig, why_not
+
+            assert v["l2"][0] in R.L2_PREFETCH_CHOICES
+            assert v["l2"][1] is None or why_not(PrefetchConfig(*v["l2"][1])) is None
         for m in (1, 8, 16, 32):  # the fused gate_up's config with these options is one the kernel takes
             bucket = L.bucket_for(m)
             cfg = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", pdl, opts, norm=norms)

@@ -102,7 +102,7 @@ def test_demo_cli_has_the_fused_and_pdl_options():
     out = _demo("--help")
     assert out.returncode == 0, out.stderr
     assert "--fused-epilogues" in out.stdout and "--gemm-pdl" in out.stdout and "--fused-norms" in out.stdout
-    assert "--attention-pdl" in out.stdout
+    assert "--attention-pdl" in out.stdout and "--l2-prefetch" in out.stdout
     bad = _demo("--gemm-pdl", "sometimes")
     assert bad.returncode == 2 and "--gemm-pdl" in bad.stderr
     bad = _demo("--attention-pdl", "early")
@@ -111,20 +111,22 @@ def test_demo_cli_has_the_fused_and_pdl_options():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tokens, pdl, glue, fuse, attention_pdl",
+    "tokens, pdl, glue, fuse, attention_pdl, l2",
     [
-        (1, "prefetch", "triton-pdl", "--fused-epilogues", "off"),
-        (8, "wait", "triton", "--fused-epilogues", "off"),
-        (1, "prefetch", "triton-pdl", "--fused-norms", "off"),
-        (16, "off", "triton", "--fused-norms", "off"),
-        (1, "prefetch", "triton-pdl", "--fused-epilogues", "prefetch"),
-        (8, "prefetch", "triton-pdl", "--fused-epilogues", "wait"),
-        (32, "prefetch", "triton-pdl", "--fused-epilogues", "prefetch"),
+        (1, "prefetch", "triton-pdl", "--fused-epilogues", "off", "off"),
+        (8, "wait", "triton", "--fused-epilogues", "off", "off"),
+        (1, "prefetch", "triton-pdl", "--fused-norms", "off", "off"),
+        (16, "off", "triton", "--fused-norms", "off", "off"),
+        (1, "prefetch", "triton-pdl", "--fused-epilogues", "prefetch", "off"),
+        (8, "prefetch", "triton-pdl", "--fused-epilogues", "wait", "off"),
+        (32, "prefetch", "triton-pdl", "--fused-epilogues", "prefetch", "off"),
+        (1, "prefetch", "triton-pdl", "--fused-epilogues", "off", "weights"),
+        (8, "prefetch", "triton-pdl", "--fused-epilogues", "wait", "weights+kv"),
     ],
 )
-def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_pdl):
+def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_pdl, l2):
     out = _demo("--tokens", str(tokens), fuse, "--gemm-pdl", pdl, "--glue", glue, "--attention-pdl", attention_pdl,
-                timeout=1800)  # fmt: skip
+                "--l2-prefetch", l2, timeout=1800)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[6] CUDA graph: one decode step captured" in out.stdout
     assert "down_proj + residual" in out.stdout
