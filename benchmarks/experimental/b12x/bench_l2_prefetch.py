@@ -19,6 +19,10 @@ the buffer starts in DRAM, as a real model's next layer does. CUDA events time o
                                  (the attention / glue kernels of a step), timed from the first
                                  read's start to the last one's end, without and with the prefetch
                                  forked just before: the step-shaped saving.
+- gemm chain M, pdl, gap G:      the block's four real W4A16 NVFP4 decode GEMMs (gemm.blockscaled,
+                                 prepared plans, plain epilogues, GemmQuery.pdl) with G µs spins
+                                 between, timed from the first to the last, without and with the
+                                 side prefetch of their 8 weight tensors: the gain where it counts.
 A variant is `mode:threads:items_per_thread[:bulk_bytes]` (`_lib.l2_prefetch.PrefetchConfig` and
 the grid choice of `L2Prefetch.from_tensors`). Always timed with events (a flush and a fork per
 sample; --timer is ignored). Without --json the report goes to $OUT/b12x_l2_prefetch.json.
@@ -95,6 +99,30 @@ def time_span(before, timed, after, *, warmup: int, iters: int, flush: torch.Ten
     return Timing.from_samples([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)], "cuda_events+flush")
 
 
+def gemm_chain(m: int, pdl: str, dev, gen):
+    """The block's four GEMMs at M = m: (run(spin, gap_us), their weights' 8 tensors in step order)."""
+    import b12x
+
+    bs = b12x.gemm.blockscaled
+    steps, tensors = [], []
+    for _, n, k in BLOCK:
+        w = bs.pack_weight(torch.randn(n, k, device=dev, generator=gen) * 0.02, recipe="nvfp4")
+        plan = bs.plan(bs.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,), pdl=pdl))
+        a = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
+        steps.append((plan, a, w, torch.empty(m, n, dtype=torch.bfloat16, device=dev)))
+        tensors += [w.values, w.scales]
+    with b12x.PreparationSession(dev) as session:
+        session.prepare([plan for plan, *_ in steps])
+
+    def run(spin, gap):
+        for i, (plan, a, w, out) in enumerate(steps):
+            if i:
+                spin(gap)
+            bs.mm(a, w, out, plan=plan)
+
+    return run, tensors
+
+
 def calibrate_sleep(dev) -> float:
     """torch.cuda._sleep cycles per µs on this GPU (its spin counts SM clock cycles)."""
     cycles = 200_000
@@ -107,86 +135,132 @@ def calibrate_sleep(dev) -> float:
     return cycles / (a.elapsed_time(b) * 1e3)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = standard_parser(__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), help="prefetch variants to time")
-    parser.add_argument("--heads-us", type=float, nargs="+", default=[0, 5, 10, 20], help="side-branch head starts")
-    parser.add_argument("--gaps-us", type=float, nargs="+", default=[0, 4], help="spins between the chain's reads")
-    args = parser.parse_args(argv)
-    from flashinfer.experimental.b12x._lib import l2_prefetch as P
+class Rig:
+    """The timing setup every row shares: flush buffer, spin, the side stream and its fork / join."""
 
-    variants = {v: parse_variant(v) for v in args.variants}
-    dev = require_cuda("bench_l2_prefetch", args.device)
-    tk = timing_kwargs(args)
-    torch.cuda.set_device(dev)
-    table = Table(
-        "whole-step L2 weight prefetch (llama-small block weights, L2 flushed per sample)", ceilings(dev, fp8=False)
-    )
-    total = sum(n * k // 2 + n * k // 16 for _, n, k in BLOCK)
-    gen = torch.Generator(device=dev).manual_seed(0)
-    buf = torch.randn(total // 4, device=dev, generator=gen)  # random, never zeros
-    spans = block_spans(buf)
-    gemms, at = [], 0
-    for _, n, k in BLOCK:  # one read per GEMM: its values and scales
-        words = (n * k // 2 + n * k // 16) // 4
-        gemms.append(buf[at : at + words])
-        at += words
-    out = torch.empty((), device=dev)
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
-    per_us = calibrate_sleep(dev)
-    spin = lambda us: torch.cuda._sleep(int(us * per_us)) if us > 0 else None  # noqa: E731
-    read = lambda: torch.amax(buf, dim=0, out=out)  # noqa: E731
-    nothing = lambda: None  # noqa: E731
-    side = torch.cuda.Stream(dev)
-    main_stream = torch.cuda.current_stream(dev)
-    shape = {"MB": round(total / 1e6, 2), "ranges": len(spans)}
-    kw = dict(flush=flush, **tk)
+    def __init__(self, dev, args) -> None:
+        self.dev, self.kw = (
+            dev,
+            dict(flush=torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev), **timing_kwargs(args)),
+        )
+        self.table = Table(
+            "whole-step L2 weight prefetch (llama-small block weights, L2 flushed per sample)", ceilings(dev, fp8=False)
+        )
+        self.per_us = calibrate_sleep(dev)
+        self.side, self.main = torch.cuda.Stream(dev), torch.cuda.current_stream(dev)
 
-    case = Case("read", shape, bytes=total, ceiling="copy")
-    table.add(case, "torch.amax (cold)", time_span(nothing, read, nothing, **kw), peer=True)
-    pfs = {}
-    for name, (cfg, per_thread) in variants.items():
-        pf = P.L2Prefetch.from_tensors([t for _, t in spans], config=cfg, items_per_thread=per_thread)
-        pfs[name] = pf
-        note = f"{pf.items} items, {pf.ctas} CTAs x {cfg.threads}"
-        table.add(Case("prefetch alone", shape, bytes=total, ceiling="copy"), name,
-                  time_span(nothing, pf.launch, nothing, **kw), note=note + "; issue time (DRAM not waited)")  # fmt: skip
-        both = lambda pf=pf: (pf.launch(), read())  # noqa: E731
-        table.add(case, f"prefetch {name} + read (one stream)", time_span(nothing, both, nothing, **kw), note=note)
+    def spin(self, us: float) -> None:
+        if us > 0:
+            torch.cuda._sleep(int(us * self.per_us))
 
-    def fork(pf, head):
+    def fork(self, pf, head: float = 0):
+        """Before the timed span: the side stream waits on main, runs the prefetch; main spins `head`."""
+
         def before():
-            side.wait_stream(main_stream)
-            with torch.cuda.stream(side):
+            self.side.wait_stream(self.main)
+            with torch.cuda.stream(self.side):
                 pf.launch()
-            spin(head)
+            self.spin(head)
 
         return before
 
-    join = lambda: main_stream.wait_stream(side)  # noqa: E731
+    def join(self) -> None:
+        self.main.wait_stream(self.side)
+
+    def add(self, case, impl, timed, before=None, after=None, *, peer=False, note="") -> None:
+        nothing = lambda: None  # noqa: E731
+        timing = time_span(before or nothing, timed, after or nothing, **self.kw)
+        self.table.add(case, impl, timing, peer=peer, note=note)
+
+
+def micro_rows(rig: Rig, variants: dict, args) -> None:
+    """read / prefetch alone / one stream / head starts / chain of 4 reads (module docstring)."""
+    from flashinfer.experimental.b12x._lib import l2_prefetch as P
+
+    total = sum(n * k // 2 + n * k // 16 for _, n, k in BLOCK)
+    gen = torch.Generator(device=rig.dev).manual_seed(0)
+    buf = torch.randn(total // 4, device=rig.dev, generator=gen)  # random, never zeros
+    spans = block_spans(buf)
+    gemms, at = [], 0
+    for _, n, k in BLOCK:  # one read per GEMM: its values and scales, adjacent in buf
+        words = (n * k // 2 + n * k // 16) // 4
+        gemms.append(buf[at : at + words])
+        at += words
+    out = torch.empty((), device=rig.dev)
+    read = lambda: torch.amax(buf, dim=0, out=out)  # noqa: E731
+    shape = {"MB": round(total / 1e6, 2), "ranges": len(spans)}
+    case = Case("read", shape, bytes=total, ceiling="copy")
+    rig.add(case, "torch.amax (cold)", read, peer=True)
+    pfs = {}
+    for name, (cfg, per_thread) in variants.items():
+        pf = pfs[name] = P.L2Prefetch.from_tensors([t for _, t in spans], config=cfg, items_per_thread=per_thread)
+        note = f"{pf.items} items, {pf.ctas} CTAs x {cfg.threads}"
+        alone = Case("prefetch alone", shape, bytes=total, ceiling="copy")
+        rig.add(alone, name, pf.launch, note=note + "; issue time (DRAM not waited)")
+        rig.add(case, f"prefetch {name} + read (one stream)", lambda pf=pf: (pf.launch(), read()), note=note)
     for head in args.heads_us:
         hcase = Case("read after head start", {**shape, "head_us": head}, bytes=total, ceiling="copy")
-        table.add(hcase, "no prefetch", time_span(lambda h=head: spin(h), read, nothing, **kw), peer=True)
+        rig.add(hcase, "no prefetch", read, lambda h=head: rig.spin(h), peer=True)
         for name, pf in pfs.items():
-            table.add(hcase, f"side {name}", time_span(fork(pf, head), read, join, **kw))
+            rig.add(hcase, f"side {name}", read, rig.fork(pf, head), rig.join)
 
     def chain(gap):
         def run():
             for i, g in enumerate(gemms):
-                if i:
-                    spin(gap)
+                rig.spin(gap if i else 0)
                 torch.amax(g, dim=0, out=out)
 
         return run
 
     for gap in args.gaps_us:
         ccase = Case("chain of 4 reads", {**shape, "gap_us": gap}, bytes=total, ceiling="copy")
-        table.add(ccase, "no prefetch", time_span(nothing, chain(gap), nothing, **kw), peer=True)
+        rig.add(ccase, "no prefetch", chain(gap), peer=True)
         for name, pf in pfs.items():
-            table.add(ccase, f"side {name}", time_span(fork(pf, 0), chain(gap), join, **kw))
-    table.print()
-    print(f"(spin: {per_us:.0f} cycles/us; chain rows include 3 gaps of gap_us; bytes = one read of the weights)")
-    write_report(table, args, "b12x_l2_prefetch.json", MODULE, argv, dev, {"sleep_cycles_per_us": per_us})
+            rig.add(ccase, f"side {name}", chain(gap), rig.fork(pf), rig.join)
+
+
+def gemm_rows(rig: Rig, variants: dict, args) -> None:
+    """The block's four real decode GEMMs, without and with the side prefetch (module docstring)."""
+    from flashinfer.experimental.b12x._lib import l2_prefetch as P
+
+    gen = torch.Generator(device=rig.dev).manual_seed(1)
+    for m in args.gemm_m:
+        for pdl in args.gemm_pdl:
+            run, tensors = gemm_chain(m, pdl, rig.dev, gen)
+            wbytes = sum(t.nbytes for t in tensors)
+            pfs = {
+                name: P.L2Prefetch.from_tensors(tensors, config=cfg, items_per_thread=per_thread)
+                for name, (cfg, per_thread) in variants.items()
+            }
+            for gap in args.gemm_gaps_us:
+                gcase = Case("gemm chain", {"M": m, "pdl": pdl, "gap_us": gap}, bytes=wbytes, ceiling="copy")
+                chain_fn = lambda run=run, gap=gap: run(rig.spin, gap)  # noqa: E731
+                rig.add(gcase, "no prefetch", chain_fn, peer=True)
+                for name, pf in pfs.items():
+                    rig.add(gcase, f"side {name}", chain_fn, rig.fork(pf), rig.join)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = standard_parser(__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), help="prefetch variants to time")
+    parser.add_argument("--parts", nargs="+", choices=("micro", "gemm"), default=["micro", "gemm"], help="row groups")
+    parser.add_argument("--heads-us", type=float, nargs="+", default=[0, 5, 10, 20], help="side-branch head starts")
+    parser.add_argument("--gaps-us", type=float, nargs="+", default=[0, 4], help="spins between the chain's reads")
+    parser.add_argument("--gemm-m", type=int, nargs="+", default=[1], help="token counts of the GEMM chain")
+    parser.add_argument("--gemm-pdl", nargs="+", default=["prefetch"], help="GemmQuery.pdl of the GEMM chain")
+    parser.add_argument("--gemm-gaps-us", type=float, nargs="+", default=[0, 3], help="spins between the GEMMs")
+    args = parser.parse_args(argv)
+    variants = {v: parse_variant(v) for v in args.variants}
+    dev = require_cuda("bench_l2_prefetch", args.device)
+    torch.cuda.set_device(dev)
+    rig = Rig(dev, args)
+    if "micro" in args.parts:
+        micro_rows(rig, variants, args)
+    if "gemm" in args.parts:
+        gemm_rows(rig, variants, args)
+    rig.table.print()
+    print(f"(spin: {rig.per_us:.0f} cycles/us; chain rows include 3 gaps of gap_us; bytes = one read of the weights)")
+    write_report(rig.table, args, "b12x_l2_prefetch.json", MODULE, argv, dev, {"sleep_cycles_per_us": rig.per_us})
     return 0
 
 
