@@ -75,13 +75,15 @@ MODULE = "benchmarks.experimental.b12x.bench_block"
 # the wait); "+mN": the attention schedule's min_chunk N keys (more, shorter items at small batch);
 # "pp": its page-table lines prefetched to L2 when an item starts; "+l2": the step's weights
 # prefetched to L2 from a side branch at its start (DecodeStep(l2_prefetch=...): "l2kv" also the KV
-# cache, which in the bench's cache is exactly the live pages; "b": the bulk-prefetch kernel).
+# cache, which in the bench's cache is exactly the live pages; "b": the bulk-prefetch kernel); "+rope":
+# RoPE + KV append in the qkv GEMM's epilogue (seven launches; "fused6+pdl+rope" five).
 P1 = "unroll=1,prefetch=1"
 
 
-def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None, l2=None):
+def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None, l2=None,
+             rope=False):  # fmt: skip
     return dict(fused=fused, pdl=pdl, gate_up_opts=gate_up_opts, norms=norms, attention_pdl=attention_pdl,
-                attention_opts=attention_opts, l2=l2)  # fmt: skip
+                attention_opts=attention_opts, l2=l2, rope=rope)  # fmt: skip
 
 
 BULK = ("bulk", 64, 4096)  # _lib.l2_prefetch.PrefetchConfig(mode, threads, bulk_bytes)
@@ -112,6 +114,10 @@ VARIANTS = {
     "fused+pdl+l2kvb": _variant(**FP, l2=("weights+kv", BULK)),
     "fused+pdl+l2+m64": _variant(**FP, l2=("weights", None), attention_opts=dict(min_chunk=64)),
     "fused+pdl+l2kv+m64": _variant(**FP, l2=("weights+kv", None), attention_opts=dict(min_chunk=64)),
+    "fused+pdl+rope": _variant(**FP, rope=True),
+    "fused6+pdl+rope": _variant(**FP, norms=True, rope=True),
+    "fused+pdl+rope+l2": _variant(**FP, rope=True, l2=("weights", None)),
+    "fused+pdl+rope+l2kv": _variant(**FP, rope=True, l2=("weights+kv", None)),
 }
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"

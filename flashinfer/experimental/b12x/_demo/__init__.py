@@ -68,6 +68,11 @@ def add_parser(sub) -> None:
         "implies --fused-epilogues)",
     )
     p.add_argument(
+        "--fused-rope",
+        action="store_true",
+        help="RoPE + KV append in the qkv GEMM's epilogue (one launch less; implies --fused-epilogues)",
+    )
+    p.add_argument(
         "--gemm-pdl",
         choices=PDL_CHOICES,
         default="off",
@@ -110,7 +115,8 @@ def main(args) -> int:
         return 2
     return run_demo(
         args.model, args.tokens, device, seed=args.seed, glue=args.glue,
-        fused=args.fused_epilogues or args.fused_norms, pdl=args.gemm_pdl, fused_norms=args.fused_norms,
+        fused=args.fused_epilogues or args.fused_norms or args.fused_rope, pdl=args.gemm_pdl,
+        fused_norms=args.fused_norms, fused_rope=args.fused_rope,
         attention_pdl=args.attention_pdl, l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
     )  # fmt: skip
 

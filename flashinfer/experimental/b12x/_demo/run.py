@@ -92,6 +92,14 @@ class DecodeStep:
             ("residual + rmsnorm", glue, self._norm2),
         ]
         self.prefetch, self.side = self._l2_prefetch(l2_prefetch, l2_config, device)
+        self.rope = None  # qkv's "rope_append" epilogue tensors (prepare(rope=True)), else the glue's launch
+        if plans["qkv"].caps.epilogue == "rope_append":
+            from ..gemm.blockscaled.api import RopeAppend
+
+            c = cache
+            self.rope = RopeAppend(self.cos, self.sin, c["k_cache"], c["v_cache"], c["slot_page"], c["slot_off"])
+            self.ops[1] = ("qkv_proj + rope + kv append", "gemm.blockscaled w4a16 rope_append", self._qkv_rope)
+            del self.ops[2]
         self.fused = spec.moe is None and plans["gate_up"].caps.epilogue == "silu_mul"
         if self.fused and plans["qkv"].caps.norm:  # six launches: the norms in the GEMMs too
             self.ops = self._six_ops(paged, t, hq * d)
@@ -134,6 +142,10 @@ class DecodeStep:
 
         def qkv():
             plan = self.plans["qkv"]
+            if self.rope is not None:  # rotated q straight into buf["q"], k / v into the cache
+                self.G.mm(self.x, self.w["qkv"], b["q"], plan=plan, norm_weight=n["input_layernorm"], norm_eps=s.eps,
+                          epilogue="rope_append", rope=self.rope)  # fmt: skip
+                return
             self.G.mm(self.x, self.w["qkv"], b["qkv"], plan=plan, norm_weight=n["input_layernorm"], norm_eps=s.eps)
 
         def o():
@@ -144,9 +156,10 @@ class DecodeStep:
             self.G.mm(b["x1"], self.w["gate_up"], b["act"], plan=self.plans["gate_up"], epilogue="silu_mul",
                       norm_weight=n["post_attention_layernorm"], norm_eps=s.eps)  # fmt: skip
 
+        rope = [] if self.rope is not None else [("rope + kv append", self.glue, self._rope_append)]
         return [
             ("rmsnorm + qkv_proj", f"{mm} norm", qkv),
-            ("rope + kv append", self.glue, self._rope_append),
+            *rope,
             ("attention", "attention.paged decode", lambda: paged.run(binding=self.binding)),
             ("o_proj + residual", f"{mm} residual", o),
             ("rmsnorm + gate_up_proj + silu * up", f"{mm} norm silu_mul", gate_up),
@@ -179,6 +192,10 @@ class DecodeStep:
             ("route_topk", "torch (route_topk)", route),
             ("experts", f"moe.fused_moe {m.recipe}", lambda: FM.run(binding=binding)),
         ]
+
+    def _qkv_rope(self):
+        plan = self.plans["qkv"]
+        self.G.mm(self.buf["h"], self.w["qkv"], self.buf["q"], plan=plan, epilogue="rope_append", rope=self.rope)
 
     def _mm(self, name, lhs, dst, residual=None):
         plan = self.plans[name]
@@ -304,6 +321,7 @@ def prepare(
     norms=False,
     attention_pdl="off",
     attention_opts=None,
+    rope=False,
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
@@ -313,7 +331,9 @@ def prepare(
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
     "prefetch"); attention_opts: DecodeConfig and ScheduleConfig field changes of the attention plan's
-    heuristic selection (a plan override: bench_block's variants sweep them).
+    heuristic selection (a plan override: bench_block's variants sweep them); rope (with fused): qkv's
+    epilogue "rope_append" (gemm.blockscaled: q/k rotated in fp32, k/v appended to the cache), so the
+    rope + KV append launch goes away (`DecodeStep`).
     Returns ({name: plan}, PreparationResult)."""
     from ..attention import paged
     from ..gemm import blockscaled as G
@@ -344,9 +364,14 @@ def prepare(
         if six and name == "o":
             epilogue = "residual"
         norm = six and name in ("qkv", "gate_up")
-        q = G.GemmQuery(
-            "bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl, norm=norm
-        )
+        layout = None
+        if dense_fused and rope and name == "qkv":
+            epilogue = "rope_append"
+            from ..gemm.blockscaled.api import RopeLayout
+
+            layout = RopeLayout(spec.q_heads, spec.kv_heads, spec.head_dim, spec.page_size)
+        q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl,
+                        norm=norm, rope=layout)  # fmt: skip
         override = None
         if epilogue == "silu_mul" and gate_up_opts:
             from ..gemm._shared import launch as L
@@ -414,6 +439,7 @@ def run_demo(
     fused_norms=False,
     attention_pdl="off",
     l2_prefetch=None,
+    fused_rope=False,
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -449,7 +475,7 @@ def run_demo(
         moe = built["moe"]
         plans, result = prepare(
             spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl,
-            norms=fused_norms, attention_pdl=attention_pdl,
+            norms=fused_norms, attention_pdl=attention_pdl, rope=fused_rope,
         )  # fmt: skip
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip

@@ -121,7 +121,7 @@ def test_variants_name_valid_gemm_options():
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     assert BB.VARIANTS["base"] == dict(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off",
-                                       attention_opts=None, l2=None)  # fmt: skip
+                                       attention_opts=None, l2=None, rope=False)  # fmt: skip
     assert set(BB.VARIANTS["base"]) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
     fields = {f.name for f in dataclasses.fields(DecodeConfig)} | {f.name for f in dataclasses.fields(ScheduleConfig)}
     for v in BB.VARIANTS.values():

@@ -102,7 +102,7 @@ def test_demo_cli_has_the_fused_and_pdl_options():
     out = _demo("--help")
     assert out.returncode == 0, out.stderr
     assert "--fused-epilogues" in out.stdout and "--gemm-pdl" in out.stdout and "--fused-norms" in out.stdout
-    assert "--attention-pdl" in out.stdout and "--l2-prefetch" in out.stdout
+    assert "--attention-pdl" in out.stdout and "--l2-prefetch" in out.stdout and "--fused-rope" in out.stdout
     bad = _demo("--gemm-pdl", "sometimes")
     assert bad.returncode == 2 and "--gemm-pdl" in bad.stderr
     bad = _demo("--attention-pdl", "early")
@@ -122,6 +122,9 @@ def test_demo_cli_has_the_fused_and_pdl_options():
         (32, "prefetch", "triton-pdl", "--fused-epilogues", "prefetch", "off"),
         (1, "prefetch", "triton-pdl", "--fused-epilogues", "off", "weights"),
         (8, "prefetch", "triton-pdl", "--fused-epilogues", "wait", "weights+kv"),
+        (1, "prefetch", "triton-pdl", "--fused-rope", "off", "off"),
+        (8, "prefetch", "triton-pdl", "--fused-rope", "off", "weights"),
+        (32, "off", "triton", "--fused-rope", "off", "off"),
     ],
 )
 def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_pdl, l2):
@@ -130,5 +133,8 @@ def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[6] CUDA graph: one decode step captured" in out.stdout
     assert "down_proj + residual" in out.stdout
+    if fuse == "--fused-rope":  # no rope launch of its own
+        assert "qkv_proj + rope + kv append" in out.stdout
+        assert not any(ln.startswith("rope + kv append") for ln in out.stdout.splitlines())
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
     assert line.endswith(OK), line
