@@ -172,8 +172,9 @@ class L2Prefetch:
     """A prefetch of fixed byte ranges, built at prepare time (`from_tensors`): table, grid and the
     compiled kernel; `launch()` only launches (CUDA-graph capture safe, no compile, no allocation)."""
 
-    def __init__(self, ranges, table, device, config, ctas, fn) -> None:
+    def __init__(self, ranges, table, device, config, ctas, fn, tensors=()) -> None:
         self.ranges = ranges  # ((address, bytes), ...) in the order given
+        self._tensors = tuple(tensors)  # kept alive: a freed span's memory may be unmapped
         self.table = table  # int64 [R, 2] on `device`: the same rows
         self.device, self.config, self.ctas, self._fn = device, config, ctas, fn
 
@@ -188,7 +189,8 @@ class L2Prefetch:
         ctas_per_sm: int = CTAS_PER_SM,
         arch: str | None = None,
     ) -> L2Prefetch:
-        """One range per tensor (its data_ptr and nbytes), in the order given, nothing merged.
+        """One range per tensor (its data_ptr and nbytes), in the order given, nothing merged; the
+        record holds the tensors (their memory stays allocated while it lives).
 
         tensors: contiguous non-empty tensors on one CUDA device (`device` when given), or on CPU
         (then `launch` is a no-op and nothing compiles). items_per_thread (default by mode,
@@ -202,7 +204,7 @@ class L2Prefetch:
         ranges = tuple((t.data_ptr(), t.numel() * t.element_size()) for t in tensors)
         table = torch.tensor(ranges, dtype=torch.int64).to(dev)
         if dev.type != "cuda":
-            return cls(ranges, table, dev, config, 0, None)
+            return cls(ranges, table, dev, config, 0, None, tensors)
         from .arch import resolve_device, sm_count, target_arch
 
         dev = resolve_device(dev)
@@ -210,7 +212,7 @@ class L2Prefetch:
         per_thread = ITEMS_PER_THREAD[config.mode] if items_per_thread is None else items_per_thread
         ctas = grid_ctas(items, config.threads, sm_count(dev), per_thread, ctas_per_sm)
         fn = compile_l2_prefetch(config, arch=target_arch(dev, arch))
-        return cls(ranges, table, dev, config, ctas, fn)
+        return cls(ranges, table, dev, config, ctas, fn, tensors)
 
     @property
     def nbytes(self) -> int:

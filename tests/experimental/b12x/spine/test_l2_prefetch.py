@@ -43,6 +43,7 @@ def test_table_is_each_tensors_pointer_and_bytes_in_order():
     assert want[2][0] == ts[2].untyped_storage().data_ptr() + 17 * 64  # the slice's own span
     assert pf.nbytes == sum(n for _, n in want) == 48 * 64 + 48 * 8 + 23 * 64 + 30
     reversed_pf = P.L2Prefetch.from_tensors(ts[::-1])  # nothing sorted or merged
+    assert all(a is b for a, b in zip(reversed_pf._tensors, ts[::-1]))  # kept alive with the record
     assert reversed_pf.table.tolist() == want[::-1]
 
 
