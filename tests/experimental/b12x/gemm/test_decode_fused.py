@@ -80,6 +80,7 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
     cfg, threads = config.decode, config.decode.warps * 32
     for bidx in range((n + logic.cols - 1) // logic.cols):
         n0 = np.int32(bidx * logic.cols)
+        tables = [None] * cfg.warps  # FusedConfig.early: each warp's rope tables, loaded after the wait
         for w in range(cfg.warps):
             ops, tid = FusedEmuOps(gmem), w * 32 + LANE
             if config.pdl == "prefetch":
@@ -91,6 +92,8 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
                     logic.prefetch_scale_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)
             if config.pdl != "off":
                 ops.gdc_wait()
+            if config.early:
+                tables[w] = logic.rope_preload(ops, rt, tid, n0)
         smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
         for w in range(cfg.warps):
             ops = FusedEmuOps(gmem, smem)
@@ -105,7 +108,7 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
                     stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(cfg.warps):
-            logic.finish(FusedEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+            logic.finish(FusedEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, tables[w])
     raw = torch.from_numpy(gmem.get(bases[4])[: c.numel() * c.element_size()].copy())
     return raw.view(c.dtype).reshape(c.shape), gmem, bases
 

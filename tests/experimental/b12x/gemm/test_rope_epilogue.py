@@ -6,6 +6,8 @@ composition, the api's checks, the plan's config, and compiles for sm_90a / sm_1
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -110,7 +112,7 @@ EMU_CASES = [  # (RopeLayout, t, K, DecodeConfig, pdl, norm)
 ]
 
 
-def emulate(lay, t, k, cfg, pdl, norm, seed, a_fmt="bfloat16", b_fmt="nvfp4"):
+def emulate(lay, t, k, cfg, pdl, norm, seed, early=False, a_fmt="bfloat16", b_fmt="nvfp4"):
     """Run the rope kernel on the emulator; returns (q, k rows, v rows, ops, rope, norm args)."""
     out_dtype = "bfloat16"
     ops = make_operands(a_fmt, b_fmt, t, lay.rows, k, seed=seed)
@@ -123,7 +125,7 @@ def emulate(lay, t, k, cfg, pdl, norm, seed, a_fmt="bfloat16", b_fmt="nvfp4"):
         g = (1.0 + 0.2 * torch.randn(k, generator=torch.Generator().manual_seed(seed))).bfloat16()
         nargs = (g, 1e-5)
     *tensors, alpha, eps = L.fused_args(args, alpha, q, None, *(nargs or (None, 1e-6)), rope=rope)
-    config = F.FusedConfig(cfg, "rope_append", pdl, norm, lay)
+    config = F.FusedConfig(cfg, "rope_append", pdl, norm, lay, early)
     out, gmem, bases = run_fused(a_fmt, b_fmt, out_dtype, config, tuple(tensors), alpha, eps)
     caches = []
     for i, before_i in zip((12, 13), before):
@@ -133,10 +135,12 @@ def emulate(lay, t, k, cfg, pdl, norm, seed, a_fmt="bfloat16", b_fmt="nvfp4"):
 
 
 @pytest.mark.interpret
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("case", range(len(EMU_CASES)))
-def test_rope_append_on_the_emulator(case):
+def test_rope_append_on_the_emulator(case, early):
+    """early: the tables loaded after the wait, before the K loop (FusedConfig.early)."""
     lay, t, k, cfg, pdl, norm = EMU_CASES[case]
-    q, k_rows, v_rows, ops, rope, nargs = emulate(lay, t, k, cfg, pdl, norm, seed=case)
+    q, k_rows, v_rows, ops, rope, nargs = emulate(lay, t, k, cfg, pdl, norm, seed=case, early=early)
     check_outputs(q, k_rows, v_rows, ops, lay, rope, "bfloat16", nargs)
 
 
@@ -264,6 +268,7 @@ def test_kernel_why_not_for_rope():
     )
     assert "fp8_block" in F.why_not("fp8_block", "fp8_block", "bfloat16", F.FusedConfig(d, "rope_append", rope=lay))
     assert "only read with" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "none", rope=lay))
+    assert "early" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "residual", early=True))
     assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "rope_append", "prefetch", rope=lay)) is None
 
 
@@ -281,14 +286,18 @@ def test_rope_launch_contract_symbols():
 # ---- compiles -------------------------------------------------------------------------------------
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("m, pdl, norm", [(1, "prefetch", False), (8, "off", True), (32, "prefetch", True)])
-def test_rope_kernel_compiles_for_both_archs(arch, m, pdl, norm):
+@pytest.mark.parametrize(
+    "m, pdl, norm, early", [(1, "prefetch", False, False), (8, "off", True, False), (32, "prefetch", True, False),
+                            (1, "prefetch", False, True), (32, "prefetch", False, True)]
+)  # fmt: skip
+def test_rope_kernel_compiles_for_both_archs(arch, m, pdl, norm, early):
     """The heuristic's rope_append configs at the demo block's qkv (Hq 16, Hkv 4, D 128, page 16, K 2048)
     build without spills, with the slot loads (ld.global.b64) and 16-bit stores."""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     lay = RopeLayout(16, 4, 128, 16)
     cfg = L.fused_config(L.bucket_for(m), lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", pdl, norm=norm, rope=lay)
+    cfg = dataclasses.replace(cfg, early=early)
     fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
     ptx = fn.artifacts.PTX
     assert fn.artifacts.CUBIN[:4] == b"\x7fELF"

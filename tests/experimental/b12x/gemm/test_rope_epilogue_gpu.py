@@ -4,6 +4,8 @@ K 4096), T = 1, 8, 32, pdl off / prefetch, with the norm prologue, the one-shot 
 replay; q and the slots' cache rows NaN-poisoned first, every other cache row bitwise untouched,
 values against the fp32 composition (the 2x rule of the CPU tests: `check_outputs`)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -113,3 +115,23 @@ def test_rope_append_graph_replay_equals_eager(t):
         assert not torch.isnan(got[0]).any() and not torch.isnan(got[1][slots]).any()
         for a, b in zip(got, (q, rope.k_cache, rope.v_cache)):
             assert torch.equal(a, b), f"trial {trial}: replay differs from eager"
+
+
+@pytest.mark.parametrize("pdl", ["off", "prefetch"])
+def test_rope_append_early_tables(pdl):
+    """FusedConfig.early (cos, sin and slots loaded before the K loop): a plan override, T = 1, 8, 32."""
+    lay, k = SHAPES["demo"]
+    q = B.GemmQuery("bfloat16", "nvfp4", lay.rows, k, max_m=max(TS), m_values=TS, epilogue="rope_append", pdl=pdl,
+                    rope=lay)  # fmt: skip
+    override = {
+        b: dataclasses.replace(
+            L.fused_config(b, lay.rows, k, "nvfp4", "bfloat16", "rope_append", pdl, rope=lay), early=True
+        )
+        for b in q.buckets
+    }
+    plan = B.plan(q, override=override)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert all(cfg.early for _, cfg in plan.state.selection)
+    for t in TS:
+        _run_and_check(lay, k, t, seed=t + 7, plan=plan)

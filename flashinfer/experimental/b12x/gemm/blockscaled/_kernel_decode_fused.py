@@ -86,13 +86,16 @@ _SOURCES = (*KD._SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel
 class FusedConfig:
     """decode: the DecodeConfig of the K loop; epilogue: one of EPILOGUES; pdl: one of PDL_MODES; norm:
     RMS-normalize A first; rope: the RopeLayout of epilogue "rope_append" (None otherwise; module
-    docstring)."""
+    docstring); early (rope_append): load the epilogue's cos, sin and slots right after the wait,
+    before the K loop, so their memory latency hides behind it instead of following the reduction
+    (a few registers per finish pass; a sweep variant, off by default)."""
 
     decode: KD.DecodeConfig
     epilogue: str = "none"
     pdl: str = "off"
     norm: bool = False
     rope: RopeLayout | None = None
+    early: bool = False
 
     @property
     def max_m(self) -> int:
@@ -129,6 +132,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
             return "epilogue 'rope_append' takes no fp8_block weight (its 128-row block scale is read per CTA)"
     elif config.rope is not None:
         return f"rope is only read with epilogue 'rope_append', got epilogue {config.epilogue!r}"
+    if not isinstance(config.early, bool) or (config.early and config.epilogue != "rope_append"):
+        return f"early (the rope tables before the K loop) is a bool for epilogue 'rope_append', got {config.early!r}"
     if not isinstance(config.norm, bool):
         return f"norm must be a bool, got {config.norm!r}"
     if config.norm and (a_fmt not in ("bfloat16", "float16") or b_fmt == "fp8_block"):
@@ -356,31 +361,63 @@ class FusedLogic(KD.DecodeLogic):
         ops.prefetch_l2(rt.sfb_base + AD.swizzled_offset(ops, row, atom * 4, cols4), ok & live)
 
     # -- the epilogues --
-    def rope_store(self, ops, rt, tok, p, x, y, ok):
-        """rope_append: pair p = (head, j) of token tok with sums x (value j) and y (value j + D/2):
-        q / k heads rotated (x c - y s, y c + x s; c, s = cos / sin[tok, j]), v heads as they are,
-        rounded once and stored to q_out or to the token's cache row (where ok)."""
-        lay, out = self.rope, self.out_dtype
-        d, half = lay.head_dim, lay.head_dim // 2
+    def _rope_head(self, p):
+        """(head, j, rotated, is_q, is_v) of pair p."""
+        lay = self.rope
+        half = lay.head_dim // 2
         head, j = p >> (half.bit_length() - 1), p & (half - 1)
-        rotated = head < lay.q_heads + lay.kv_heads
+        return head, j, head < lay.q_heads + lay.kv_heads, head < lay.q_heads, head >= lay.q_heads + lay.kv_heads
+
+    def rope_tables(self, ops, rt, tok, p, ok):
+        """(cos, sin, cache row) of pair p of token tok: cos / sin[tok, j] (0 for v heads or where not
+        ok), row slot_page[tok] * page_size + slot_off[tok] (int64; 0 for q heads or where not ok)."""
+        half = self.rope.head_dim // 2
+        head, j, rotated, is_q, _ = self._rope_head(p)
         tab = (ops.i64(tok) * ops.i64(half) + ops.i64(j)) * 4
         cs = ops.ldg_f32(rt.cos_base + tab, ok & rotated)
         sn = ops.ldg_f32(rt.sin_base + tab, ok & rotated)
+        is_kv = ok & (head >= self.rope.q_heads)
+        slot = ops.ldg_i64(rt.sp_base + ops.i64(tok) * 8, is_kv) * ops.i64(self.rope.page_size)
+        slot = slot + ops.ldg_i64(rt.so_base + ops.i64(tok) * 8, is_kv)
+        return cs, sn, slot
+
+    def finish_items(self, ops, tid):
+        """Per finish pass r: (live, tok, c) of thread tid's output (column, pair) c of token tok."""
+        threads = self.cfg.warps * 32
+        total = self.ntok * self.cols
+        log_cols = self.cols.bit_length() - 1
+        items = []
+        for r in range((total + threads - 1) // threads):
+            live = (tid + r * threads) < total
+            o = ops.imin(tid + r * threads, total - 1)  # o >= total only when threads do not divide it
+            items.append((live, o >> log_cols, o & (self.cols - 1)))
+        return items
+
+    def rope_preload(self, ops, rt, tid, n0):
+        """FusedConfig.early: `rope_tables` of every finish pass, loaded before the K loop."""
+        return [
+            self.rope_tables(ops, rt, tok, n0 + c, live & (tok < rt.m) & (n0 + c < rt.n))
+            for live, tok, c in self.finish_items(ops, tid)
+        ]
+
+    def rope_store(self, ops, rt, tok, p, x, y, ok, tables=None):
+        """rope_append: pair p = (head, j) of token tok with sums x (value j) and y (value j + D/2):
+        q / k heads rotated (x c - y s, y c + x s; c, s = cos / sin[tok, j]), v heads as they are,
+        rounded once and stored to q_out or to the token's cache row (where ok). tables: the pair's
+        `rope_tables`, loaded earlier (FusedConfig.early), or None to load them here."""
+        lay, out = self.rope, self.out_dtype
+        d, half = lay.head_dim, lay.head_dim // 2
+        head, j, rotated, is_q, is_v = self._rope_head(p)
+        cs, sn, slot = self.rope_tables(ops, rt, tok, p, ok) if tables is None else tables
         lo = ops.select_f32(rotated, x * cs - y * sn, x)
         hi = ops.select_f32(rotated, y * cs + x * sn, y)
-        is_q = head < lay.q_heads
-        is_kv = ok & (head >= lay.q_heads)
-        slot = ops.ldg_i64(rt.sp_base + ops.i64(tok) * 8, is_kv) * ops.i64(lay.page_size)
-        slot = slot + ops.ldg_i64(rt.so_base + ops.i64(tok) * 8, is_kv)
-        is_v = head >= lay.q_heads + lay.kv_heads
         q_elem = (ops.i64(tok) * ops.i64(lay.q_heads) + ops.i64(head)) * d + ops.i64(j)
         k_elem = (slot * lay.kv_heads + ops.i64(head - lay.q_heads)) * d + ops.i64(j)
         v_elem = (slot * lay.kv_heads + ops.i64(head - lay.q_heads - lay.kv_heads)) * d + ops.i64(j)
         lo16, hi16 = ops.f32_to_half2(out, lo, lo), ops.f32_to_half2(out, hi, hi)
         for base, elem, pred in (
             (rt.c_base, q_elem, ok & is_q),
-            (rt.kc_base, k_elem, is_kv & rotated),
+            (rt.kc_base, k_elem, ok & rotated & (head >= lay.q_heads)),
             (rt.vc_base, v_elem, ok & is_v),
         ):
             ops.stg_u16(base + elem * 2, lo16, pred)
@@ -389,8 +426,9 @@ class FusedLogic(KD.DecodeLogic):
     def silu(self, ops, x):
         return x * ops.div_rn(ops.f32(1.0), ops.f32(1.0) + ops.ex2(x * ops.f32(-_LOG2E)))
 
-    def finish(self, ops, rt, red_base, tid, n0):
-        """Sum the warps' partials of outputs (tok, n0 + c), scale, epilogue, round, store."""
+    def finish(self, ops, rt, red_base, tid, n0, tables=None):
+        """Sum the warps' partials of outputs (tok, n0 + c), scale, epilogue, round, store (tables:
+        `rope_preload`'s, FusedConfig.early)."""
         scale = self.epilogue_scale(ops, rt)
         threads = self.cfg.warps * 32
         total = self.ntok * self.cols
@@ -410,7 +448,8 @@ class FusedLogic(KD.DecodeLogic):
                 inv = self.inv_rms(ops, rt, red_base, tok)
                 x, u = x * inv, u * inv
             if self.rope is not None:
-                self.rope_store(ops, rt, tok, n0 + c, x, u * scale, live & (tok < rt.m) & (n0 + c < rt.n))
+                ok = live & (tok < rt.m) & (n0 + c < rt.n)
+                self.rope_store(ops, rt, tok, n0 + c, x, u * scale, ok, None if tables is None else tables[r])
                 continue
             if self.gated:
                 x = self.silu(ops, x) * (u * scale)
@@ -509,6 +548,9 @@ class FusedDecodeGemm:
         if cutlass.const_expr(L.fusion.pdl != "off"):
             DEVICE.gdc_wait()
             DEVICE.gdc_launch_dependents()
+        tables = None
+        if cutlass.const_expr(L.fusion.early):  # rope_append: cos, sin, slots in flight during the K loop
+            tables = self.logic.rope_preload(DEVICE, rt, tid, n0)
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()
@@ -523,7 +565,7 @@ class FusedDecodeGemm:
                 stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
         L.reduce_stage(DEVICE, red_base, warp, lane, acc)
         DEVICE.barrier()
-        L.finish(DEVICE, rt, red_base, tid, n0)
+        L.finish(DEVICE, rt, red_base, tid, n0, tables)
 
 
 class RopeDecodeGemm(FusedDecodeGemm):
