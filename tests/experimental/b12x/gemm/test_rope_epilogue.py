@@ -257,6 +257,17 @@ def test_query_and_plan_for_rope_append():
         assert L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is None
     # T = 1 keeps the plain qkv kernel's 16-row tiles (192 CTAs of 8 pairs), not silu_mul's doubling
     assert sel[0][1].decode.tiles == L.decode_config_for(8, lay.rows, 2048, "nvfp4", "bfloat16").tiles
+    assert not any(cfg.early for _, cfg in sel)
+
+
+def test_rope_early_env_switch(monkeypatch):
+    """B12X_GEMM_ROPE_EARLY=1 turns FusedConfig.early on for rope_append configs only."""
+    lay = RopeLayout(16, 4, 128, 16)
+    monkeypatch.setenv(L.ROPE_EARLY_ENV, "1")
+    assert L.fused_config("decode8", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", "prefetch", rope=lay).early
+    assert not L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", "prefetch").early
+    monkeypatch.setenv(L.ROPE_EARLY_ENV, "0")
+    assert not L.fused_config("decode8", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", rope=lay).early
 
 
 def test_kernel_why_not_for_rope():
