@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,7 +20,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import api as API
 from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
 from .helpers import TORCH, dequantized_weight, make_operands
-from .test_decode_fused import run_fused
+from .test_decode_fused import FusedEmuOps, run_fused
 
 RopeAppend, RopeLayout = API.RopeAppend, API.RopeLayout
 
@@ -160,6 +161,45 @@ def test_rope_check_can_fail():
         check_outputs(swapped, k_rows, v_rows, ops, lay, rope, "bfloat16")
 
 
+@pytest.mark.interpret
+@pytest.mark.parametrize("tiles", [1, 2])
+def test_rope_prefetch_lines_are_the_k_loops_weight_lines(tiles):
+    """pdl="prefetch" prefetches exactly the 128-byte lines of B and its scales that the rope pairing's K
+    loop reads (80 pairs: a tail CTA)."""
+    lay, k = RopeLayout(3, 1, 32, 16), 512
+    ops = make_operands("bfloat16", "nvfp4", 2, lay.rows, k, seed=tiles)
+    rope, _ = make_rope(lay, 2, torch.bfloat16, tiles)
+    q = torch.full((2, lay.q_heads * lay.head_dim), float("nan"), dtype=torch.bfloat16)
+    args, alpha = L.launch_args(ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values,
+                                ops.b_scales, ops.weight.alpha, ops.alpha, q)  # fmt: skip
+    *tensors, alpha, eps = L.fused_args(args, alpha, q, rope=rope)
+    config = F.FusedConfig(KD.DecodeConfig(2, tiles, 1, 1), "rope_append", "prefetch", rope=lay)
+    _, gmem, bases = run_fused("bfloat16", "nvfp4", "bfloat16", config, tuple(tensors), alpha, eps)
+    weight = set()
+    for i in (2, 3):  # B, SFB
+        lo, size = bases[i], gmem.get(bases[i]).size
+        weight |= {line for line in gmem.loaded if lo // F.LINE <= line <= (lo + size - 1) // F.LINE}
+    assert weight and gmem.prefetched == weight
+    # per CTA (the sets above are unions): the prefetch's local row r is the row the K loop's lane group
+    # loads for r = 16 tt + 8 h + g, and the rows of pair p are head D + j and head D + D/2 + j
+    logic = F.FusedLogic("bfloat16", "nvfp4", "bfloat16", config)
+    ops = FusedEmuOps(gmem)
+    rt = F.FusedRuntime(*([0] * 8), np.int32(2), np.int32(lay.pairs), np.int32(k), np.float32(1))
+    g = np.arange(32, dtype=np.int32) >> 2
+    half = lay.head_dim // 2
+    for n0 in range(0, lay.pairs, logic.cols):
+        for tt in range(tiles):
+            for h in range(2):
+                row, ok = logic.weight_row(ops, rt, np.int32(n0), tt, h, g)
+                r = 16 * tt + 8 * h + g
+                prow, pok = logic._local_row(ops, rt, np.int32(n0), r)
+                assert np.array_equal(row[ok], prow[ok]) and np.array_equal(ok, pok)
+                second = (r >= logic.cols).astype(np.int32)
+                p = n0 + r - second * logic.cols
+                want = (p // half) * lay.head_dim + p % half + second * half
+                assert np.array_equal(row[ok], want[ok]) and np.array_equal(ok, p < lay.pairs)
+
+
 # ---- the CPU reference path of mm --------------------------------------------------------------------
 @pytest.mark.parametrize("t", [1, 3, 8])
 def test_mm_rope_append_reference_on_cpu(t):
@@ -261,11 +301,13 @@ def test_query_and_plan_for_rope_append():
 
 
 def test_rope_early_env_switch(monkeypatch):
-    """B12X_GEMM_ROPE_EARLY=1 turns FusedConfig.early on for rope_append configs only."""
+    """B12X_GEMM_ROPE_EARLY=1 turns FusedConfig.early on for rope_append configs up to 32 tokens only."""
     lay = RopeLayout(16, 4, 128, 16)
     monkeypatch.setenv(L.ROPE_EARLY_ENV, "1")
     assert L.fused_config("decode8", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", "prefetch", rope=lay).early
     assert not L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", "prefetch").early
+    assert L.fused_config("decode32", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", rope=lay).early
+    assert not L.fused_config("decode64", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", rope=lay).early
     monkeypatch.setenv(L.ROPE_EARLY_ENV, "0")
     assert not L.fused_config("decode8", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", rope=lay).early
 

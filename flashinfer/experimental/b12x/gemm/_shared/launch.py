@@ -163,8 +163,8 @@ def fused_config(
     needs 64 registers a lane instead of 112, ptxas 13.0 sm_90a); B12X_GEMM_DECODE_OPTS applies only
     through decode_config_for. rope: the `_epilogue.RopeLayout` of epilogue "rope_append" (which keeps
     the heuristic's tiles: its pairs are local rows r and r + BN/2 of any BN, so T = 1 qkv 3072 x 2048
-    keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early (a sweep
-    switch, unset: off)."""
+    keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early up to 32
+    tokens (a sweep switch, unset: off)."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
@@ -181,7 +181,9 @@ def fused_config(
     if opts:
         base = with_decode_opts(base, opts)
     out_dtype = "bfloat16"
-    early = epilogue == "rope_append" and os.environ.get(ROPE_EARLY_ENV) == "1"
+    # the early tables take 4 registers a lane per finish pass: at 64 tokens (4 passes) the rope qkv
+    # needs 247 registers a lane against 211 (255 + 96 bytes of stack with the norm; ptxas 13.0 sm_90a)
+    early = epilogue == "rope_append" and os.environ.get(ROPE_EARLY_ENV) == "1" and base.ntiles <= 4
     config = FusedConfig(base, epilogue, pdl, norm, rope, early)
     while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
         base = dataclasses.replace(base, warps=base.warps // 2)
