@@ -126,7 +126,12 @@ class DecodeStep:
             tensors += [self.w[name].values, self.w[name].scales]
             if name == "qkv" and what == "weights+kv":
                 tensors += [self.cache["k_cache"], self.cache["v_cache"]]
-        return L2Prefetch.from_tensors(tensors, device, config=config), torch.cuda.Stream(device)
+        # two side streams: torch's streams come from a pool, so one may be the stream the step runs on
+        # (a capture's or a caller's); `run` takes the first that is not
+        return L2Prefetch.from_tensors(tensors, device, config=config), (
+            torch.cuda.Stream(device),
+            torch.cuda.Stream(device),
+        )
 
     def _dense_ffn(self, glue):
         return [
@@ -239,7 +244,8 @@ class DecodeStep:
             for fn in fns:
                 fn()
             return
-        with self.prefetch.side_branch(self.side):
+        side = self.side[0] if self.side[0] != torch.cuda.current_stream(self.prefetch.device) else self.side[1]
+        with self.prefetch.side_branch(side):
             for fn in fns:
                 fn()
 
