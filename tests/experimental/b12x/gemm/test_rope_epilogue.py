@@ -201,6 +201,7 @@ def test_rope_prefetch_lines_are_the_k_loops_weight_lines(tiles):
 
 
 # ---- the CPU reference path of mm --------------------------------------------------------------------
+@pytest.mark.reference
 @pytest.mark.parametrize("t", [1, 3, 8])
 def test_mm_rope_append_reference_on_cpu(t):
     """mm(..., epilogue="rope_append") on CPU tensors (the reference backend) == the plain-torch
@@ -220,6 +221,7 @@ def test_mm_rope_append_reference_on_cpu(t):
     assert fresh.shape == (t, lay.q_heads, lay.head_dim) and torch.equal(fresh, q)
 
 
+@pytest.mark.reference
 def test_mm_rope_append_with_norm_on_cpu():
     lay = RopeLayout(2, 1, 16, 4)
     ops = make_operands("bfloat16", "nvfp4", 3, lay.rows, 256, seed=3)
@@ -231,6 +233,7 @@ def test_mm_rope_append_with_norm_on_cpu():
 
 
 # ---- checks -------------------------------------------------------------------------------------------
+@pytest.mark.contract
 def test_mm_rope_errors_name_the_argument():
     lay = RopeLayout(2, 1, 16, 4)
     ops = make_operands("bfloat16", "nvfp4", 3, lay.rows, 256, seed=4)
@@ -272,6 +275,7 @@ def test_mm_rope_errors_name_the_argument():
         call(residual=torch.zeros(3, 64).bfloat16())
 
 
+@pytest.mark.contract
 def test_query_and_plan_for_rope_append():
     lay = RopeLayout(16, 4, 128, 16)
     with pytest.raises(ValueError, match="query.rope must be a RopeLayout"):
@@ -300,6 +304,7 @@ def test_query_and_plan_for_rope_append():
     assert not any(cfg.early for _, cfg in sel)
 
 
+@pytest.mark.contract
 def test_rope_early_env_switch(monkeypatch):
     """B12X_GEMM_ROPE_EARLY=1 turns FusedConfig.early on for rope_append configs up to 32 tokens only."""
     lay = RopeLayout(16, 4, 128, 16)
@@ -312,6 +317,7 @@ def test_rope_early_env_switch(monkeypatch):
     assert not L.fused_config("decode8", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", rope=lay).early
 
 
+@pytest.mark.contract
 def test_kernel_why_not_for_rope():
     d = KD.DecodeConfig(8, 1, 1, 2)
     lay = RopeLayout(16, 4, 128, 16)
@@ -359,3 +365,16 @@ def test_rope_kernel_compiles_for_both_archs(arch, m, pdl, norm, early):
     assert ("griddepcontrol.wait" in ptx) == (pdl != "off")
     assert ("prefetch.global.L2" in ptx) == (pdl == "prefetch")
     assert ("rsqrt.approx.f32" in ptx) == norm
+
+
+@pytest.mark.compile
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_rope_kernel_compiles_at_64_tokens(arch):
+    """decode64 (8 token tiles, 4 finish passes): 211 registers a lane on sm_90a, no local memory."""
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    lay = RopeLayout(16, 4, 128, 16)
+    cfg = L.fused_config("decode64", lay.rows, 2048, "nvfp4", "bfloat16", "rope_append", "prefetch", rope=lay)
+    fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+    assert fn.artifacts.CUBIN[:4] == b"\x7fELF" and ".local" not in fn.artifacts.PTX
