@@ -342,6 +342,28 @@ def test_rope_launch_contract_symbols():
     assert cos.shape[0] is not sin.shape[0] and sp.shape[0] is not so.shape[0]
 
 
+@pytest.mark.contract
+def test_rope_launch_arguments_line_up_with_the_launcher():
+    """launch.fused_args(..., rope=) hands the rope launcher its tensors in its parameter order."""
+    import inspect
+
+    lay = RopeLayout(2, 1, 16, 4)
+    ops = make_operands("bfloat16", "nvfp4", 2, lay.rows, 256, seed=6)
+    rope, _ = make_rope(lay, 2, torch.bfloat16, 6)
+    q = torch.empty(2, lay.q_heads * lay.head_dim, dtype=torch.bfloat16)
+    args, alpha = L.launch_args(ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values,
+                                ops.b_scales, ops.weight.alpha, ops.alpha, q)  # fmt: skip
+    got = L.fused_args(args, alpha, q, rope=rope)
+    names = list(inspect.signature(F.RopeDecodeGemm.__call__).parameters)[1:-1]  # not self, stream
+    assert len(got) == len(names) and names[-2:] == ["alpha", "eps"]
+    by_name = dict(zip(names, got))
+    assert by_name["mC"] is q and by_name["mR"] is q
+    for name, t in zip(("mCos", "mSin", "mKC", "mVC", "mSP", "mSO"), rope.tensors()):
+        assert by_name[name] is t, name
+    plain = list(inspect.signature(F.FusedDecodeGemm.__call__).parameters)[1:-1]
+    assert len(L.fused_args(args, alpha, q)) == len(plain)
+
+
 # ---- compiles -------------------------------------------------------------------------------------
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
