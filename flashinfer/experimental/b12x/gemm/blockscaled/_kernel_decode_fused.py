@@ -462,6 +462,14 @@ class FusedLogic(KD.DecodeLogic):
 
 
 # ---- the CuTe kernels ---------------------------------------------------------------------------
+def runtime(tensors, m, n, k, alpha, rg, eps, rope=()) -> FusedRuntime:
+    """The FusedRuntime of a launch: tensors (A, SFA, B, SFB, C, S0, S1, S2), rg (R, G) and rope (COS,
+    SIN, KC, VC, SP, SO, or none) as base addresses, in that order."""
+    bases = [t.iterator.toint() for t in tensors]
+    extra = [t.iterator.toint() for t in rg]
+    return FusedRuntime(*bases, m, n, k, alpha, *extra, eps, *(t.iterator.toint() for t in rope))
+
+
 class FusedDecodeGemm:
     """The launcher of every epilogue but rope_append (`RopeDecodeGemm` adds its six tensors); both
     kernels build their FusedRuntime and run the same `body`."""
@@ -514,23 +522,7 @@ class FusedDecodeGemm:
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * L.cols
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
-        rt = FusedRuntime(
-            mA.iterator.toint(),
-            mSFA.iterator.toint(),
-            mB.iterator.toint(),
-            mSFB.iterator.toint(),
-            mC.iterator.toint(),
-            mS0.iterator.toint(),
-            mS1.iterator.toint(),
-            mS2.iterator.toint(),
-            mC.shape[0],
-            mC.shape[1],
-            k,
-            alpha,
-            mR.iterator.toint(),
-            mG.iterator.toint(),
-            eps,
-        )
+        rt = runtime((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), mC.shape[0], mC.shape[1], k, alpha, (mR, mG), eps)
         self.body(rt, k, tid, warp, lane, n0)
 
     @cute.jit
@@ -628,29 +620,8 @@ class RopeDecodeGemm(FusedDecodeGemm):
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * L.cols
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
-        rt = FusedRuntime(
-            mA.iterator.toint(),
-            mSFA.iterator.toint(),
-            mB.iterator.toint(),
-            mSFB.iterator.toint(),
-            mC.iterator.toint(),
-            mS0.iterator.toint(),
-            mS1.iterator.toint(),
-            mS2.iterator.toint(),
-            mC.shape[0],
-            L.rope.pairs,
-            k,
-            alpha,
-            mR.iterator.toint(),
-            mG.iterator.toint(),
-            eps,
-            mCos.iterator.toint(),
-            mSin.iterator.toint(),
-            mKC.iterator.toint(),
-            mVC.iterator.toint(),
-            mSP.iterator.toint(),
-            mSO.iterator.toint(),
-        )
+        tensors = (mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2)
+        rt = runtime(tensors, mC.shape[0], L.rope.pairs, k, alpha, (mR, mG), eps, (mCos, mSin, mKC, mVC, mSP, mSO))
         self.body(rt, k, tid, warp, lane, n0)
 
 
