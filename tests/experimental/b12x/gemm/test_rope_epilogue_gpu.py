@@ -14,7 +14,6 @@ from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled import api as API
 
 from .helpers import make_operands
-from .test_decode_fused_gpu import _cpu
 from .test_rope_epilogue import check_outputs, check_untouched, make_rope
 
 pytestmark = pytest.mark.gpu
@@ -29,6 +28,19 @@ def _weight(n, k):
     if (n, k) not in _WEIGHTS:
         _WEIGHTS[(n, k)] = make_operands("bfloat16", "nvfp4", 1, n, k, seed=n + k, device="cuda").weight
     return _WEIGHTS[(n, k)]
+
+
+_CPU_WEIGHTS: dict = {}
+
+
+def _cpu(ops):
+    """The operands on the CPU (the reference's matmuls: the GPU's fp32 matmul may use TF32), one CPU copy
+    per weight object (this module's `_weight`s), so helpers.dequantized_weight's cache serves every T."""
+    w = ops.weight
+    if id(w) not in _CPU_WEIGHTS:
+        _CPU_WEIGHTS[id(w)] = (w, type(w)(w.recipe, w.values.cpu(), w.scales.cpu(), w.alpha.cpu(), w.n, w.k))
+    cpu_w = _CPU_WEIGHTS[id(w)][1]
+    return type(ops)(ops.a_fmt, ops.b_fmt, ops.a_values.cpu(), None, cpu_w, ops.alpha, ops.m, ops.n, ops.k)
 
 
 def _plan(lay, k, pdl, norm=False):
