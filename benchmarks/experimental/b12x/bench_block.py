@@ -120,6 +120,10 @@ VARIANTS = {
     "fused+pdl+rope+attnp": _variant(**FP, rope=True, attention_pdl="prefetch"),
     "fused+pdl+rope+attn+m128": _variant(**FP, rope=True, attention_pdl="wait", attention_opts=dict(min_chunk=128)),
     "fused6+pdl+rope+m128": _variant(**FP, norms=True, rope=True, attention_opts=dict(min_chunk=128)),
+    "fused+pdl-p1+m128": _variant(**FP, gate_up_opts=P1, attention_opts=dict(min_chunk=128)),
+    "fused+pdl-p1+rope+attn+m128": _variant(
+        **FP, gate_up_opts=P1, rope=True, attention_pdl="wait", attention_opts=dict(min_chunk=128)
+    ),  # fmt: skip
     "fused6+pdl+rope": _variant(**FP, norms=True, rope=True),
     "fused+pdl+rope+l2": _variant(**FP, rope=True, l2=("weights", None)),
     "fused+pdl+rope+l2kv": _variant(**FP, rope=True, l2=("weights+kv", None)),
