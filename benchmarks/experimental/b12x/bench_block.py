@@ -1,7 +1,7 @@
 """The demo's decoder block through PreparationSession against the same block in plain torch.
 
     python -m benchmarks.experimental.b12x.bench_block [--quick] [--model llama-small] [--tokens 1 8 32]
-        [--context 1024] [--prefill 2048] [--glue triton [torch.compile ...]] [--variant base [fused+pdl ...]]
+        [--context 1024] [--prefill 2048] [--glue triton-pdl [triton ...]] [--variant fast [base ...]]
         [--per-op] [--ablate] [--startup] [--json PATH]
 
 Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> QKV -> RoPE + KV append
@@ -9,10 +9,11 @@ Block: `b12x demo`'s (flashinfer/experimental/b12x/_demo/block.py): RMSNorm -> Q
 
 Decode (T requests, one new token each, every request with --context cached tokens):
 - ours: the demo's DecodeStep (gemm.blockscaled W4A16 decode GEMMs, attention.paged decode, the glue
-  of each --glue choice: Triton kernels by default, or torch.compile / plain torch) captured in one
-  CUDA graph; the timed call is one graph replay. One row per glue choice and --variant (VARIANTS: the
-  GEMMs' fused epilogues, gate_up + SiLU * up and down + residual in one launch each, and their
-  programmatic dependent launch, "pdl" with an L2 weight prefetch before the wait, "pdl-wait" without).
+  of each --glue choice: Triton kernels launched as programmatic dependents by default, or plain
+  Triton / torch.compile / torch) captured in one CUDA graph; the timed call is one graph replay. One
+  row per glue choice and --variant (VARIANTS; default "fast", the demo's default step: gate_up + SiLU
+  * up and down + residual in one launch each, RoPE + KV append in qkv's epilogue, the GEMMs and
+  attention as programmatic dependents; "base": the plain ten launches).
 - peer: the same block in plain torch with the checkpoint's weights dequantized to bf16, KV in a
   contiguous [T, L, Hkv, D] cache, attention by SDPA (GQA), the step `torch.compile`d and captured in
   one CUDA graph; the timed call is one replay.
@@ -29,7 +30,7 @@ attention.paged in extend mode (skipped, with the reason, while that mode is not
 the same torch block compiled for T = N with causal SDPA. Eager calls (events, L2 flushed).
 
 Startup (--startup): child processes time a cold start (empty kernel cache) with compile_workers = 1
-and = 8, then a warm start (every kernel on disk) in a fresh process: process wall time, import,
+and = 8 of the first --variant's step (default fast), then a warm start (every kernel on disk) in a fresh process: process wall time, import,
 checkpoint load, the glue's compile (first --glue choice: Triton kernels compiled or loaded from
 Triton's disk cache under the b12x cache dir, before the freeze; torch.compile compiles in the first
 replay instead), PreparationSession.prepare, and the first CUDA-graph replay of the decode step
@@ -62,7 +63,7 @@ from benchmarks.experimental.b12x.common import (
     time_cuda_events,
     timing_kwargs,
 )
-from flashinfer.experimental.b12x._demo import GLUE_CHOICES
+from flashinfer.experimental.b12x._demo import GLUE_CHOICES, STEPS
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
 # --variant name -> run.prepare's keyword arguments for the decode step's plans: fused (the GEMMs'
@@ -90,7 +91,15 @@ BULK = ("bulk", 64, 4096)  # _lib.l2_prefetch.PrefetchConfig(mode, threads, bulk
 
 
 FP = dict(fused=True, pdl="prefetch")
+_FAST = STEPS["fast"]  # the demo's default step (`python -m b12x demo --step fast`)
 VARIANTS = {
+    "fast": _variant(
+        fused=_FAST["fused"],
+        pdl=_FAST["gemm_pdl"],
+        rope=_FAST["rope"],
+        attention_pdl=_FAST["attention_pdl"],
+        attention_opts=dict(min_chunk=_FAST["attention_min_chunk"]),
+    ),  # fmt: skip
     "base": _variant(),
     "fused": _variant(fused=True),
     "pdl": _variant(pdl="prefetch"),
@@ -247,7 +256,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         plans, _ = R.prepare(spec, weights, cache, dev, tokens, moe_plan=None if moe is None else moe[0],
                              freeze=False, **kw)  # fmt: skip
         for glue in args.glue:  # every choice's step over the same weights, cache and input
-            label = glue if variant == "base" else f"{glue} glue, {variant}"
+            label = f"{glue} glue, {variant}"
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
                                 moe=None if moe is None else moe[1:], l2_prefetch=l2, l2_config=l2_config)  # fmt: skip
             step.x.copy_(x)
@@ -279,7 +288,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         table.add(case, "torch.compile bf16 + SDPA (peer)", measure_replay(pgraph, args), peer=True)
     for label, graph in graphs.items():
         agree = f"cosine(ours, {first}) = {cosine(outs[label], ours_out):.6f}" if label != first else note
-        name = f"b12x block (graph, {label} glue)" if label in args.glue else f"b12x block (graph, {label})"
+        name = f"b12x block (graph, {label})"
         table.add(case, name, measure_replay(graph, args), note=agree)
     if args.ablate:  # each step replayed without one of its ops: its marginal cost is the difference
         for label, step in steps.items():
@@ -351,7 +360,7 @@ def _attn_flops(spec, n: int) -> int:
 
 
 # ---- startup ----------------------------------------------------------------------------------------
-def startup_child(model: str, workers: int, tokens: int, glue: str = "triton") -> dict:
+def startup_child(model: str, workers: int, tokens: int, glue: str = "triton-pdl", variant: str = "fast") -> dict:
     """Runs in a fresh process (B12X_CACHE_DIR set by the parent): import, load, glue, prepare, replay."""
     t0 = time.perf_counter()
     import b12x  # noqa: F401
@@ -371,8 +380,10 @@ def startup_child(model: str, workers: int, tokens: int, glue: str = "triton") -
     t_glue = time.perf_counter() - t2
     t2 = time.perf_counter()
     moe = built["moe"]
+    kw = dict(VARIANTS[variant])
+    kw.pop("l2")
     plans, result = R.prepare(spec, built["weights"], built["cache"], dev, tokens,
-                              moe_plan=None if moe is None else moe[0], compile_workers=workers)  # fmt: skip
+                              moe_plan=None if moe is None else moe[0], compile_workers=workers, **kw)  # fmt: skip
     t3 = time.perf_counter()
     # First replay: the decode step built (Triton glue: from memory; torch.compile: compiled here, its
     # Inductor cache warm in the warm children), captured and replayed once. Frozen: nothing of ours
@@ -386,6 +397,7 @@ def startup_child(model: str, workers: int, tokens: int, glue: str = "triton") -
         "load_s": built["seconds"]["load"],
         "build_s": t2 - t1,
         "glue": glue,
+        "variant": variant,
         "glue_kernels": glue_kernels,
         "glue_compile_s": t_glue,
         "prepare_s": t3 - t2,
@@ -395,7 +407,9 @@ def startup_child(model: str, workers: int, tokens: int, glue: str = "triton") -
     }
 
 
-def run_child(model: str, workers: int, tokens: int, cache_dir: str, glue: str = "triton") -> dict:
+def run_child(
+    model: str, workers: int, tokens: int, cache_dir: str, glue: str = "triton-pdl", variant: str = "fast"
+) -> dict:
     env = dict(os.environ, B12X_CACHE_DIR=cache_dir)
     cmd = [
         sys.executable,
@@ -410,6 +424,8 @@ def run_child(model: str, workers: int, tokens: int, cache_dir: str, glue: str =
         str(tokens),
         "--glue",
         glue,
+        "--variant",
+        variant,
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -420,14 +436,14 @@ def run_child(model: str, workers: int, tokens: int, cache_dir: str, glue: str =
     return json.loads(lines[-1]) | {"process_wall_s": wall, "workers": workers}
 
 
-def bench_startup(model: str, tokens: int, glue: str = "triton") -> list[dict]:
+def bench_startup(model: str, tokens: int, glue: str = "triton-pdl", variant: str = "fast") -> list[dict]:
     out = []
     with (
         tempfile.TemporaryDirectory(prefix="b12x-cold1-") as c1,
         tempfile.TemporaryDirectory(prefix="b12x-cold8-") as c8,
     ):
         for label, workers, cache in (("cold", 1, c1), ("cold", 8, c8), ("warm", 8, c8), ("warm", 1, c1)):
-            r = run_child(model, workers, tokens, cache, glue) | {"start": label}
+            r = run_child(model, workers, tokens, cache, glue, variant) | {"start": label}
             print(f"startup {label:4s} compile_workers={workers}: process {r['process_wall_s']:.2f} s = import+init "
                   f"{r['import_and_cuda_init_s']:.2f} + build {r['build_s']:.2f} (load {r['load_s']:.2f}) + glue "
                   f"{glue} compile {r['glue_compile_s']:.2f} ({r['glue_kernels']} kernels) + prepare "
@@ -448,9 +464,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--model", default="llama-small")
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--tokens", type=int, default=1)
-        p.add_argument("--glue", default="triton")
+        p.add_argument("--glue", default="triton-pdl")
+        p.add_argument("--variant", default="fast", choices=tuple(VARIANTS))
         a = p.parse_args(argv)
-        print(json.dumps(startup_child(a.model, a.workers, a.tokens, a.glue)))
+        print(json.dumps(startup_child(a.model, a.workers, a.tokens, a.glue, a.variant)))
         return 0
     parser = standard_parser(__doc__.splitlines()[0])
     for action in parser._actions:  # the decode rows are graph replays: say what --timer changes here
@@ -463,13 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=1024, help="cached tokens per request (decode)")
     parser.add_argument("--prefill", type=int, nargs="*", default=[2048], help="prefill lengths (none: skip)")
     parser.add_argument(
-        "--glue", nargs="+", choices=GLUE_CHOICES, default=["triton"],
-        help="glue of our decode step, one row each (default triton); --startup times the first",
+        "--glue", nargs="+", choices=GLUE_CHOICES, default=["triton-pdl"],
+        help="glue of our decode step, one row each (default triton-pdl); --startup times the first",
     )  # fmt: skip
     parser.add_argument(
-        "--variant", nargs="+", choices=tuple(VARIANTS), default=["base"],
-        help="GEMM variants of our decode step, one row each with every --glue (default base): fused epilogues "
-        "and/or programmatic dependent launch (module docstring)",
+        "--variant", nargs="+", choices=tuple(VARIANTS), default=["fast"],
+        help="variants of our decode step, one row each with every --glue (default fast, the demo's default "
+        "step; base: the plain ten launches): fused epilogues, programmatic dependent launch, ... (VARIANTS)",
     )  # fmt: skip
     parser.add_argument("--per-op", action="store_true", help="also time each decode op in a graph of its own")
     parser.add_argument(
@@ -505,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     table.print()
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)
-    extra = {"startup": bench_startup(args.model, 1, args.glue[0])} if args.startup else {}
+    extra = {"startup": bench_startup(args.model, 1, args.glue[0], args.variant[0])} if args.startup else {}
     path = report_path(args, "b12x_bench_block.json")
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,18 @@ GLUE_CHOICES = (
 )  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
 PDL_CHOICES = ("off", "wait", "prefetch")  # gemm.blockscaled GemmQuery.pdl
 MAX_TOKENS = 64
+# --step presets (the options a flag does not set). "fast", the default: the fastest decode step measured
+# on the H200 (docs/performance.md, session 9: llama-small T = 1 40.3 µs vs 47.9 for "base"): gate_up +
+# SiLU * up and down + residual as one GEMM launch each, RoPE + KV append in qkv's epilogue, every GEMM a
+# programmatic dependent prefetching its weights, attention a programmatic dependent with 128-key
+# minimum split chunks, the Triton glue launched the same way (seven launches). "base": the plain
+# ten-launch step. On CPU the glue is torch and the rest runs the reference backends either way.
+STEPS = {
+    "fast": dict(
+        fused=True, rope=True, gemm_pdl="prefetch", attention_pdl="wait", attention_min_chunk=128, glue="triton-pdl"
+    ),  # fmt: skip
+    "base": dict(fused=False, rope=False, gemm_pdl="off", attention_pdl="off", attention_min_chunk=None, glue="triton"),
+}
 
 
 def _tokens(text: str) -> int:
@@ -38,6 +50,8 @@ def _tokens(text: str) -> int:
 
 def add_parser(sub) -> None:
     """Register the `demo` subcommand on `_cli`'s subparsers (sets `func`)."""
+    import argparse
+
     p = sub.add_parser(
         "demo",
         help="run a small decoder block through the full lifecycle (reference backends on CPU)",
@@ -50,45 +64,57 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None, help='"cuda", "cuda:N" or "cpu" (default: cuda if available, else cpu)')
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights, cache and input")
     p.add_argument(
+        "--step",
+        choices=tuple(STEPS),
+        default="fast",
+        help="decode step preset (default fast: fused epilogues, RoPE + KV append in qkv, PDL launches, seven "
+        "launches; base: the plain ten-launch step); the flags below override single options",
+    )
+    p.add_argument(
         "--glue",
         choices=GLUE_CHOICES,
         default=None,
-        help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: triton on CUDA, torch on CPU; "
-        "triton-pdl: the Triton kernels launched as programmatic dependents)",
+        help="RMSNorm / RoPE + KV append / SiLU * up / residual kernels (default: the step's on CUDA, triton-pdl for "
+        "fast, triton for base; torch on CPU; triton-pdl: the Triton kernels launched as programmatic dependents)",
     )
     p.add_argument(
         "--fused-epilogues",
-        action="store_true",
-        help="dense FFN: gate_up + SiLU * up and down + residual as one GEMM launch each (ten launches -> eight)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dense FFN: gate_up + SiLU * up and down + residual as one GEMM launch each (default: the step's)",
     )
     p.add_argument(
         "--fused-norms",
         action="store_true",
-        help="also the RMSNorms inside the qkv / gate_up GEMMs and the first residual inside o (six launches; "
-        "implies --fused-epilogues)",
+        help="also the RMSNorms inside the qkv / gate_up GEMMs and the first residual inside o (implies "
+        "--fused-epilogues)",
     )
     p.add_argument(
         "--fused-rope",
-        action="store_true",
-        help="RoPE + KV append in the qkv GEMM's epilogue (one launch less; implies --fused-epilogues)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="RoPE + KV append in the qkv GEMM's epilogue, one launch less (dense blocks; default: the step's)",
     )
     p.add_argument(
         "--gemm-pdl",
         choices=PDL_CHOICES,
-        default="off",
-        help="launch the GEMMs as programmatic dependents (prefetch: their weights to L2 before the wait)",
+        default=None,
+        help="launch the GEMMs as programmatic dependents (prefetch: their weights to L2 before the wait; default: "
+        "the step's)",
     )
     p.add_argument(
         "--attention-pdl",
         choices=PDL_CHOICES,
-        default="off",
-        help="launch the decode attention as a programmatic dependent (prefetch: its first keys to L2 before the wait)",
+        default=None,
+        help="launch the decode attention as a programmatic dependent (prefetch: its first keys to L2 before the "
+        "wait; default: the step's)",
     )
     p.add_argument(
         "--l2-prefetch",
         choices=("off", "weights", "weights+kv"),
         default="off",
-        help="at the start of each step, a side branch prefetches the linears' weights (and the KV cache) into L2",
+        help="at the start of each step, a side branch prefetches the linears' weights (and the KV cache) into L2 "
+        "(measured slower on the H200: docs/performance.md)",
     )
     p.set_defaults(func=main)
 
@@ -113,12 +139,26 @@ def main(args) -> int:
     if args.glue in ("triton", "triton-pdl") and device.type != "cuda":
         print(f"b12x demo: --glue {args.glue} needs a CUDA device (use torch or torch.compile on CPU)")
         return 2
-    return run_demo(
-        args.model, args.tokens, device, seed=args.seed, glue=args.glue,
-        fused=args.fused_epilogues or args.fused_norms or args.fused_rope, pdl=args.gemm_pdl,
-        fused_norms=args.fused_norms, fused_rope=args.fused_rope,
-        attention_pdl=args.attention_pdl, l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
-    )  # fmt: skip
+    opts = step_options(args, device.type == "cuda")
+    return run_demo(args.model, args.tokens, device, seed=args.seed, **opts)
 
 
-__all__ = ["GLUE_CHOICES", "MODEL_NAMES", "PDL_CHOICES", "add_parser", "main"]
+def step_options(args, cuda: bool) -> dict:
+    """run_demo's step keywords: the --step preset, overridden by the flags given."""
+    preset = STEPS[args.step]
+    pick = lambda flag, key: preset[key] if flag is None else flag  # noqa: E731
+    rope = pick(args.fused_rope, "rope")
+    fused = pick(args.fused_epilogues, "fused") or args.fused_norms
+    return dict(
+        glue=pick(args.glue, "glue") if cuda else args.glue,  # None: torch on CPU
+        fused=fused,
+        pdl=pick(args.gemm_pdl, "gemm_pdl"),
+        fused_norms=args.fused_norms,
+        fused_rope=rope,
+        attention_pdl=pick(args.attention_pdl, "attention_pdl"),
+        attention_min_chunk=preset["attention_min_chunk"],
+        l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
+    )
+
+
+__all__ = ["GLUE_CHOICES", "MODEL_NAMES", "PDL_CHOICES", "STEPS", "add_parser", "main", "step_options"]

@@ -337,7 +337,7 @@ def prepare(
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
     "prefetch"); attention_opts: DecodeConfig and ScheduleConfig field changes of the attention plan's
-    heuristic selection (a plan override: bench_block's variants sweep them); rope (with fused): qkv's
+    heuristic selection (a plan override: bench_block's variants sweep them); rope (dense blocks): qkv's
     epilogue "rope_append" (gemm.blockscaled: q/k rotated in fp32, k/v appended to the cache), so the
     rope + KV append launch goes away (`DecodeStep`).
     Returns ({name: plan}, PreparationResult)."""
@@ -371,7 +371,7 @@ def prepare(
             epilogue = "residual"
         norm = six and name in ("qkv", "gate_up")
         layout = None
-        if dense_fused and rope and name == "qkv":
+        if rope and name == "qkv" and spec.moe is None:
             epilogue = "rope_append"
             from ..gemm.blockscaled.api import RopeLayout
 
@@ -446,6 +446,7 @@ def run_demo(
     attention_pdl="off",
     l2_prefetch=None,
     fused_rope=False,
+    attention_min_chunk=None,
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -454,6 +455,11 @@ def run_demo(
     cuda = device.type == "cuda"
     print(f"b12x demo: {spec.name} block (hidden {spec.hidden}, {spec.q_heads} q / {spec.kv_heads} kv heads x "
           f"{spec.head_dim}, intermediate {spec.intermediate}), decode batch {tokens}, device {device}")  # fmt: skip
+    parts = [f"GEMMs {'with fused epilogues' if fused else 'plain'}", f"RoPE + KV append {'in qkv' if fused_rope else 'glue'}",
+             f"gemm pdl {pdl}", f"attention pdl {attention_pdl}"]  # fmt: skip
+    if attention_min_chunk is not None:
+        parts.append(f"attention min chunk {attention_min_chunk}")
+    print("decode step: " + ", ".join(parts))
     if not cuda:
         print("CPU: reference backends, no kernels ran (plain-torch oracles of every op; no CUDA graph)")
     with tempfile.TemporaryDirectory(prefix="b12x-demo-") as tmp:
@@ -482,6 +488,7 @@ def run_demo(
         plans, result = prepare(
             spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl,
             norms=fused_norms, attention_pdl=attention_pdl, rope=fused_rope,
+            attention_opts=None if attention_min_chunk is None else dict(min_chunk=attention_min_chunk),
         )  # fmt: skip
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip

@@ -86,8 +86,9 @@ def test_agreement_check_fails_on_a_wrong_block(monkeypatch, capsys):
 
 
 @pytest.mark.gpu
-def test_cuda_demo_captures_and_agrees():
-    out = _demo("--tokens", "4", timeout=1800)
+@pytest.mark.parametrize("step", [(), ("--step", "base")], ids=["fast", "base"])
+def test_cuda_demo_captures_and_agrees(step):
+    out = _demo("--tokens", "4", *step, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     assert CPU_NOTICE not in out.stdout
     assert "[6] CUDA graph: one decode step captured" in out.stdout

@@ -138,3 +138,28 @@ def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_
         assert not any(ln.startswith("rope + kv append") for ln in out.stdout.splitlines())
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(AGREEMENT))
     assert line.endswith(OK), line
+
+
+@pytest.mark.contract
+def test_step_presets_and_flag_overrides():
+    """--step picks the defaults (fast: the measured fastest step; base: the plain one); a flag given
+    overrides its one option; on CPU the glue stays the CPU default (None: torch)."""
+    import argparse
+
+    from flashinfer.experimental.b12x import _demo
+
+    def opts(*argv, cuda=True):
+        parser = argparse.ArgumentParser()
+        _demo.add_parser(parser.add_subparsers())
+        return _demo.step_options(parser.parse_args(["demo", *argv]), cuda)
+
+    fast = opts()
+    assert fast == dict(glue="triton-pdl", fused=True, pdl="prefetch", fused_norms=False, fused_rope=True,
+                        attention_pdl="wait", attention_min_chunk=128, l2_prefetch=None)  # fmt: skip
+    base = opts("--step", "base")
+    assert base == dict(glue="triton", fused=False, pdl="off", fused_norms=False, fused_rope=False,
+                        attention_pdl="off", attention_min_chunk=None, l2_prefetch=None)  # fmt: skip
+    assert opts("--no-fused-rope")["fused_rope"] is False and opts("--no-fused-rope")["fused"] is True
+    assert opts("--step", "base", "--fused-norms")["fused"] is True
+    assert opts("--gemm-pdl", "wait", "--glue", "triton")["pdl"] == "wait"
+    assert opts(cuda=False)["glue"] is None and opts("--glue", "torch", cuda=False)["glue"] == "torch"
