@@ -137,6 +137,9 @@ def _check_static(op: str, name: str, value) -> None:
     )
 
 
+SUMMARY_CHARS = 256  # key summaries (progress lines, errors): a moe expert key with its DecodeConfig is ~215
+
+
 def _short(value) -> str:
     if isinstance(value, enum.Enum):
         return value.name
@@ -373,7 +376,7 @@ class Kernel:
 
     def _summary(self, values: dict) -> str:
         text = " ".join(f"{k}={_short(v)}" for k, v in values.items() if k != "arch")
-        return text if len(text) <= 200 else text[:199] + "…"
+        return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
     def key_summary(self, *args, **kwargs) -> str:
         """A short readable form of the key (without the arch), as progress lines and errors show it."""

@@ -50,7 +50,15 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
             first, step = w % logic.kstep, logic.kstep
             nw = np.int32(n0 + (w // logic.kstep) * logic.rows_w)
             kg = config.kgroup
-            if config.prefetch == 0 and kg == 1:
+            if config.upfront:  # every held chunk's loads first, then their math, then the rest
+                held = logic.upfront_loads(ops, rt, LANE, nw, np.int32(first), chunks)
+                for j in range(config.upfront):
+                    if first + j * step < chunks:
+                        ch = np.int32(first + j * step)
+                        acc = logic.chunk_with(ops, rt, LANE, nw, ch, logic.unflatten_loads(held[j]), acc)
+                for ch in range(first + config.upfront * step, chunks, step):
+                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
+            elif config.prefetch == 0 and kg == 1:
                 for ch in range(first, chunks, step):
                     acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
             elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one

@@ -99,7 +99,15 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
             ops = FusedEmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
             chunks = np.int32(k // KD.CHUNK)
-            if cfg.prefetch == 0:
+            if cfg.upfront:  # the kernel's upfront loads, then the held chunks' math, then the rest
+                held = logic.upfront_loads(ops, rt, LANE, n0, np.int32(w), chunks)
+                for j in range(cfg.upfront):
+                    if w + j * cfg.warps < chunks:
+                        ch = np.int32(w + j * cfg.warps)
+                        acc = logic.chunk_with(ops, rt, LANE, n0, ch, logic.unflatten_loads(held[j]), acc)
+                for ch in range(w + cfg.upfront * cfg.warps, chunks, cfg.warps):
+                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+            elif cfg.prefetch == 0:
                 for ch in range(w, chunks, cfg.warps):
                     acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
             else:

@@ -66,6 +66,7 @@ FP4 = ("shift", "left")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
 PROBES = ("", "loads", "nomma")  # DecodeConfig.probe: timing probes (garbage output; see DecodeConfig)
 PROBE_ENV = "B12X_GEMM_DECODE_PROBE"  # =1 lets a probe config pass why_not (benchmarks only)
 WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
+UPFRONT = (0, 2, 4)  # DecodeConfig.upfront: chunks whose weight loads all issue before their math
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,13 @@ class DecodeConfig:
     ashare (wn > 1, 16-bit activations): the wn warps that take the same chunk (one per group) split
     its activation groups, each loads and permutes its share into shared memory (double-buffered),
     a named barrier per chunk, then every warp reads all groups back: one L2 read and one permute of
-    each activation span per CTA, guaranteed (without it the groups' reads meet in L1 or not)."""
+    each activation span per CTA, guaranteed (without it the groups' reads meet in L1 or not).
+    upfront (0, 2 or 4; with prefetch 0, kgroup 1, no ashare): the weight loads of the warp's first
+    `upfront` chunks are all issued before any of their math (`upfront_loads`, predicated off past
+    the last chunk), then their math runs chunk by chunk, then any chunks left over one by one. With
+    K <= 128 x warps x upfront each warp makes one DRAM round trip for its weights; the unrolled loop
+    issues the second chunk's loads after the first chunk's MMAs (SASS of the T = 1 gate_up,
+    docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option."""
 
     warps: int = 8
     tiles: int = 2
@@ -119,6 +126,7 @@ class DecodeConfig:
     fp4: str = "shift"
     probe: str = ""
     ashare: bool = False
+    upfront: int = 0
 
     @property
     def rows(self) -> int:
@@ -257,6 +265,8 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         )
     if config.kgroup > 1 and config.prefetch:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
+    if config.upfront not in UPFRONT or (config.upfront and (config.prefetch or config.kgroup > 1 or config.ashare)):
+        return f"upfront must be one of {UPFRONT}, and > 0 only with prefetch 0, kgroup 1 and no ashare, got {config}"
     if config.acc_regs > ACC_LIMIT:
         return (
             f"tiles x ntiles = {config.tiles} x {config.ntiles} needs {config.acc_regs} fp32 accumulator registers "
@@ -466,6 +476,11 @@ class DecodeLogic:
         for d in range(self.cfg.prefetch):
             stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.kstep, chunks)
         return stages
+
+    def upfront_loads(self, ops, rt: Runtime, lane, n0, first, chunks):
+        """DecodeConfig.upfront: the flat weight loads (`prefetch_loads`) of chunks first, first +
+        kstep, ..., first + (upfront - 1) kstep, all issued here, before any math."""
+        return [self.prefetch_loads(ops, rt, lane, n0, first + j * self.kstep, chunks) for j in range(self.cfg.upfront)]
 
     def pipelined_chunk(self, ops, rt: Runtime, lane, n0, c, chunks, stages, acc):
         """One iteration of the prefetch pipeline: issue the weight loads of chunk c + prefetch *
@@ -713,6 +728,15 @@ class DecodeGemm:
                 DEVICE.bar_sync(first + 1, threads)
                 shared = self.logic.shared_groups(DEVICE, lane, first, parity, share_base)
                 acc = self.logic.chunk_with(DEVICE, rt, lane, nw, c, wl, acc, shared)
+        elif cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
+            held = L.upfront_loads(ops, rt, lane, nw, first, chunks)
+            for j in cutlass.range_constexpr(L.cfg.upfront):
+                if first + j * step < chunks:
+                    acc = self.logic.chunk_with(
+                        DEVICE, rt, lane, nw, first + j * step, self.logic.unflatten_loads(held[j]), acc
+                    )
+            for c in cutlass.range(first + L.cfg.upfront * step, chunks, step, unroll=1):
+                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         elif cutlass.const_expr(L.cfg.prefetch == 0 and kg == 1):
             for c in cutlass.range(first, chunks, step, unroll=unroll):
                 acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)

@@ -548,7 +548,16 @@ class FusedDecodeGemm:
         red_base = red.iterator.toint()
         acc = L.zero_acc(DEVICE)
         chunks = k // KD.CHUNK
-        if cutlass.const_expr(L.cfg.prefetch == 0):
+        if cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
+            held = L.upfront_loads(DEVICE, rt, lane, n0, warp, chunks)
+            for j in cutlass.range_constexpr(L.cfg.upfront):
+                if warp + j * L.cfg.warps < chunks:
+                    acc = self.logic.chunk_with(
+                        DEVICE, rt, lane, n0, warp + j * L.cfg.warps, self.logic.unflatten_loads(held[j]), acc
+                    )
+            for c in cutlass.range(warp + L.cfg.upfront * L.cfg.warps, chunks, L.cfg.warps, unroll=1):
+                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+        elif cutlass.const_expr(L.cfg.prefetch == 0):
             for c in cutlass.range(warp, chunks, L.cfg.warps, unroll=L.cfg.unroll):
                 acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
         else:
