@@ -29,6 +29,34 @@ def _read_c(gmem: GlobalMemory, base: int, like: torch.Tensor) -> torch.Tensor:
     return raw.view(like.dtype).reshape(like.shape)
 
 
+def k_loop(logic, ops, rt, n0, first: int, step: int, chunks, acc):
+    """One warp's K loop over chunks first, first + step, ... < chunks, as the decode kernels run it
+    for `logic.cfg` (plain, upfront, kgroup or the prefetch pipeline); returns acc."""
+    cfg, kg = logic.cfg, logic.cfg.kgroup
+    if cfg.upfront:  # every held chunk's loads first, then their math, then the rest
+        held = logic.upfront_loads(ops, rt, LANE, n0, np.int32(first), chunks)
+        for j in range(cfg.upfront):
+            if first + j * step < chunks:
+                ch = np.int32(first + j * step)
+                acc = logic.chunk_with(ops, rt, LANE, n0, ch, logic.unflatten_loads(held[j]), acc)
+        for ch in range(first + cfg.upfront * step, chunks, step):
+            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+    elif cfg.prefetch == 0 and kg == 1:
+        for ch in range(first, chunks, step):
+            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+    elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one
+        for cg in range(first, chunks // kg, step):
+            for j in range(kg):
+                acc = logic.chunk(ops, rt, LANE, n0, np.int32(cg * kg + j), acc)
+        for ch in range(chunks // kg * kg + first, chunks, step):
+            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
+    else:  # the kernel's software pipeline, stage by stage
+        stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(first), chunks)
+        for ch in range(first, chunks, step):
+            stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
+    return acc
+
+
 def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
     """Emulate compile_decode(a_fmt, b_fmt, out_dtype, config)(*args, alpha); returns C."""
     a, sfa, b, sfb, c, s0, s1, s2 = args
@@ -49,28 +77,7 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
             chunks = np.int32(k // KD.CHUNK)
             first, step = w % logic.kstep, logic.kstep
             nw = np.int32(n0 + (w // logic.kstep) * logic.rows_w)
-            kg = config.kgroup
-            if config.upfront:  # every held chunk's loads first, then their math, then the rest
-                held = logic.upfront_loads(ops, rt, LANE, nw, np.int32(first), chunks)
-                for j in range(config.upfront):
-                    if first + j * step < chunks:
-                        ch = np.int32(first + j * step)
-                        acc = logic.chunk_with(ops, rt, LANE, nw, ch, logic.unflatten_loads(held[j]), acc)
-                for ch in range(first + config.upfront * step, chunks, step):
-                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
-            elif config.prefetch == 0 and kg == 1:
-                for ch in range(first, chunks, step):
-                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
-            elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one
-                for cg in range(first, chunks // kg, step):
-                    for j in range(kg):
-                        acc = logic.chunk(ops, rt, LANE, nw, np.int32(cg * kg + j), acc)
-                for ch in range(chunks // kg * kg + first, chunks, step):
-                    acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
-            else:  # the kernel's software pipeline, stage by stage
-                stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), chunks)
-                for ch in range(first, chunks, step):
-                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, nw, np.int32(ch), chunks, stages, acc)
+            acc = k_loop(logic, ops, rt, nw, first, step, chunks, acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(config.warps):  # phase 2, after the barrier
             logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)

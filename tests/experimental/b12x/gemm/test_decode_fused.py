@@ -17,6 +17,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
+from .emulated import k_loop
 from .emulator import EmuOps, GlobalMemory
 from .helpers import TORCH, dequantized_weight, make_operands
 
@@ -98,22 +99,7 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
         for w in range(cfg.warps):
             ops = FusedEmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
-            chunks = np.int32(k // KD.CHUNK)
-            if cfg.upfront:  # the kernel's upfront loads, then the held chunks' math, then the rest
-                held = logic.upfront_loads(ops, rt, LANE, n0, np.int32(w), chunks)
-                for j in range(cfg.upfront):
-                    if w + j * cfg.warps < chunks:
-                        ch = np.int32(w + j * cfg.warps)
-                        acc = logic.chunk_with(ops, rt, LANE, n0, ch, logic.unflatten_loads(held[j]), acc)
-                for ch in range(w + cfg.upfront * cfg.warps, chunks, cfg.warps):
-                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-            elif cfg.prefetch == 0:
-                for ch in range(w, chunks, cfg.warps):
-                    acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-            else:
-                stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(w), chunks)
-                for ch in range(w, chunks, cfg.warps):
-                    stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
+            acc = k_loop(logic, ops, rt, n0, w, cfg.warps, np.int32(k // KD.CHUNK), acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(cfg.warps):
             logic.finish(FusedEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, tables[w])

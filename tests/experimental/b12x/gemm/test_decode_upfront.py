@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
 
 import pytest
 import torch
@@ -26,7 +25,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused a
 from . import emulated as E
 from .helpers import make_operands
 from .test_decode_fused import check_fused, fused_args, run_fused
-from .test_decode_stream import _args, _tool
+from .test_decode_stream import _args, _sass
 
 # (a_fmt, b_fmt, m, n, k, DecodeConfig): chunks a warp = k / 128 / warps against upfront
 CASES = [
@@ -79,9 +78,7 @@ def test_upfront_predicate():
 
 
 def _scale_loads_before_first_mma(fn, tmp_path) -> int:
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    sass = subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    sass = _sass(fn, tmp_path)
     head = sass[: sass.index("HMMA")]
     return len(re.findall(r"LDG\.E\.U16", head))
 
