@@ -137,10 +137,11 @@ VARIANTS = {
     "fused+pdl+rope+l2": _variant(**FP, rope=True, l2=("weights", None)),
     "fused+pdl+rope+l2kv": _variant(**FP, rope=True, l2=("weights+kv", None)),
 }
-# "fast+up2": the fast step with gate_up's weight loads of both its chunks issued before their math
-# (DecodeConfig.upfront, session 9: not timed yet; B12X_GEMM_DECODE_OPTS=upfront=2 gives every GEMM
+# "fast+up2" / "fast+up4": the fast step with gate_up's weight loads of its first 2 / 4 chunks issued
+# before their math (DecodeConfig.upfront, session 9; B12X_GEMM_DECODE_OPTS=upfront=2 gives every GEMM
 # of the step the same)
 VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gate_up_opts="upfront=2")
+VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gate_up_opts="upfront=4")
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
 
