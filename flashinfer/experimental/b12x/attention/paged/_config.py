@@ -75,7 +75,19 @@ class DecodeConfig:
     DRAM reads overlap the kernel before. It requires that the kernel launched just before does not
     write cache_seqlens or the page table (the step's KV append, which writes only the new token's
     slot, may run there: a prefetch of a line it writes only brings the line into L2, the coherence
-    point), hence not with copy_runtime_metadata (its copies are that kernel)."""
+    point), hence not with copy_runtime_metadata (its copies are that kernel).
+
+    B = 1 latency knobs (docs/predictions/attention.md, "Session 10: the B = 1 chain"):
+    lean_ticket (with fused_merge; a no-op without): the ticket as cooperative groups' grid barrier
+    takes it: a CTA barrier after the partial-row stores, then one thread's atom.acq_rel.gpu (its
+    release covers the whole CTA's stores through the barrier, its acquire the merging CTA's loads
+    after the next barrier), without the per-thread fence.acq_rel before the barrier and the merging
+    CTA's second one after it: two MEMBAR.ALL.GPU + CCTL.IVALL fewer on the last CTA's chain, one
+    fewer on every split CTA. early_pages: every CTA first prefetches into L2 its share of the live
+    page table's 128-byte lines (`early_page_entry`: line tidx + threads x (CTA row x Hkv + KV head)
+    of the table's B x (ceil(W / 32) + 1) lines, one prefetch.global.L2 a thread), so the table's
+    DRAM misses overlap the lengths (or work-row) load instead of following it: the first sub-tiles'
+    page-table reads become L2 hits."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -90,6 +102,8 @@ class DecodeConfig:
     persistent: bool = False
     prefetch_pages: bool = False
     pdl: str = "off"
+    lean_ticket: bool = False
+    early_pages: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -102,6 +116,8 @@ class DecodeConfig:
         extra += ", persistent=True" if self.persistent else ""
         extra += ", prefetch_pages=True" if self.prefetch_pages else ""
         extra += f", pdl={self.pdl!r}" if self.pdl != "off" else ""
+        extra += ", lean_ticket=True" if self.lean_ticket else ""
+        extra += ", early_pages=True" if self.early_pages else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -177,7 +193,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
-                 "prefetch_pages"):  # fmt: skip
+                 "prefetch_pages", "lean_ticket", "early_pages"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -435,6 +451,23 @@ def persistent_items(cta_row: int, rows: int, config: ScheduleConfig) -> list[in
     return list(range(cta_row, rows, persistent_grid_rows(rows, config)))
 
 
+def early_page_lines(width: int) -> int:
+    """`DecodeConfig.early_pages`: prefetched lines a page-table row of `width` entries gets: one per 32
+    entries, plus one for the row's last entry (a row need not start on a 128-byte line)."""
+    return (width + 31) // 32 + 1
+
+
+def early_page_entry(line: int, batch: int, width: int):
+    """(row, entry) of the page table [batch, width] whose 128-byte line flat `line` prefetches (the
+    kernel's thread tidx of CTA (KV head kvh, row y) takes line tidx + threads x (y x Hkv + kvh)), or
+    None past the table. Entries 0, 32, 64, ... and width - 1 of a row touch every line it spans."""
+    per_row = early_page_lines(width)
+    if width < 1 or line >= batch * per_row:
+        return None
+    row = line // per_row
+    return row, min((line - row * per_row) * 32, width - 1)
+
+
 # ---- fp8 fragment plumbing (shared by the decode kernel and its CPU emulation test) ---------------
 PRMT_EVEN_DIM, PRMT_ODD_DIM = 0x6420, 0x7531
 
@@ -462,15 +495,15 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent, g prefetch_pages; parts: tN
+    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
-    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, g, oN and uN
-    need an explicit WxKxS."""
+    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN and
+    uN need an explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldrg")
+    body = head.rstrip("fspldrgke")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, g, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, g, k, e, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -490,15 +523,15 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g"} or min_ctas or unroll != 2:
+        if flags & {"p", "l", "d", "r", "g", "k", "e"} or min_ctas or unroll != 2:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, g, got {text!r}"
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, g, k, e, got {text!r}"
             )
     else:
         parts = body.split("x")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise ValueError(
-                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33 (r, g after d), got {text!r}"
+                f"a decode entry is h|WxKxS[f][s][p][l][d][:tN][:mN][:oN][:uN] like 4x16x3fs:t33 (r, g, k, e after d), got {text!r}"
             )
         decode = DecodeConfig(
             *(int(p) for p in parts),
@@ -511,6 +544,8 @@ def parse_decode_entry(text: str):
             direct_items="d" in flags,
             persistent="r" in flags,
             prefetch_pages="g" in flags,
+            lean_ticket="k" in flags,
+            early_pages="e" in flags,
         )
     return decode, flags, target, min_chunk
 

@@ -15,7 +15,8 @@ from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, PDL_PREFETCH_KEYS, epilog
 
 class DecodeLoads:
     """Mixin of `PagedDecode` (its attributes: warps, nw, stages, de, dve, d, dv, group, page_size,
-    piece_keys, pieces, persistent, schedule, preload_lengths, direct_items, config, kv_name)."""
+    piece_keys, pieces, persistent, schedule, preload_lengths, direct_items, config, kv_name, hkv,
+    threads)."""
 
     @cute.jit
     def _locate(self, mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left):
@@ -94,6 +95,20 @@ class DecodeLoads:
             for k in range(tidx, (p1 - p0) // 32 + 2, self.threads):
                 entry = cutlass.min(p0 + 32 * k, p1)
                 cute.arch.prefetch((row + entry).llvm_ptr, cache_level="L2")
+
+    @cute.jit
+    def _prefetch_table(self, mPT, kvh, cta_row, tidx):
+        """`DecodeConfig.early_pages`: line tidx + threads x (cta_row x Hkv + kvh) of the page table's
+        B x early_page_lines(W) 128-byte lines into L2 (`_config.early_page_entry` is its mirror),
+        before the CTA knows its work row: the grid's first CTAs cover the whole table of a small batch."""
+        width = mPT.shape[1]
+        per_row = (width + 31) // 32 + 1
+        line = (cta_row * self.hkv + kvh) * self.threads + tidx
+        if (width > 0) & (line < mPT.shape[0] * per_row):
+            row = line // per_row
+            entry = cutlass.min((line - row * per_row) * 32, width - 1)
+            ptr = mPT.iterator + Int64(row) * mPT.stride[0] + entry
+            cute.arch.prefetch(ptr.llvm_ptr, cache_level="L2")
 
     @cute.jit
     def _prefetch_kv(self, mSeqlens, mPT, mK, mV, item, kvh, tidx, window_left, cap):

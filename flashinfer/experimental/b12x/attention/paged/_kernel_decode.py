@@ -40,6 +40,10 @@ ends the item with a barrier, so the next item's prologue starts with its Q and 
 flight. The commit-group sequence of every item (Q, stage 0, ..., stage S - 2, then one per main-loop
 step) is the one-item kernel's, so the same waits apply.
 
+B = 1 latency knobs (`DecodeConfig.lean_ticket`, `early_pages`): the ticket with one fence (thread
+0's acq_rel atomic between two CTA barriers, the cooperative-groups grid-barrier pattern), and an L2
+prefetch of the live page table by every CTA before it looks for its work row.
+
 Programmatic dependent launch (`DecodeConfig.pdl`, "wait" / "prefetch"): the launch carries the
 programmatic-stream-serialization attribute; every CTA runs griddepcontrol.wait before its first
 global access and griddepcontrol.launch_dependents right after it, so the kernel before (the step's
@@ -129,6 +133,8 @@ class PagedDecode(DecodeLoads):
         self.persistent = config.runs_persistent
         self.prefetch_pages = config.prefetch_pages
         self.pdl = config.pdl
+        self.lean_ticket = config.lean_ticket and config.fused_merge  # a no-op without the fused merge
+        self.early_pages = config.early_pages
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
@@ -265,6 +271,8 @@ class PagedDecode(DecodeLoads):
         if cutlass.const_expr(self.pdl != "off"):  # nothing global read or written above (the prefetch aside)
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
+        if cutlass.const_expr(self.early_pages):  # the page table's DRAM misses beside the lengths load
+            self._prefetch_table(mPT, kvh, item, tidx)
         if cutlass.const_expr(self.persistent):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:
@@ -489,8 +497,10 @@ class PagedDecode(DecodeLoads):
         self, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n, tidx, sLast, fbuf
     ):
         """Ticket protocol of the fused merge (module docstring); request `req` has items first ..
-        first + n - 1. Called after `_write_rows`."""
-        cute.arch.fence_acq_rel_gpu()  # release: this thread's partial rows before the ticket
+        first + n - 1. Called after `_write_rows`. lean_ticket: no fences of the other threads; the
+        barriers carry thread 0's release and acquire to them (`DecodeConfig.lean_ticket`)."""
+        if cutlass.const_expr(not self.lean_ticket):
+            cute.arch.fence_acq_rel_gpu()  # release: this thread's partial rows before the ticket
         cute.arch.sync_threads()
         if tidx == 0:
             ticket = mTicket.iterator + (req * self.hkv + kvh)
@@ -502,7 +512,8 @@ class PagedDecode(DecodeLoads):
             sLast[0] = last
         cute.arch.sync_threads()  # also: every thread is done reading sO / sW (fbuf is reused)
         if sLast[0] != 0:
-            cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
+            if cutlass.const_expr(not self.lean_ticket):
+                cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
             self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, req, kvh, tidx, fbuf)
 
     @cute.jit
