@@ -52,3 +52,15 @@ def _run_python(code: str, *, env=None, cwd=None) -> subprocess.CompletedProcess
 def run_python():
     """Run code in a fresh interpreter (import-order and sys.modules checks): run_python(code, env=)."""
     return _run_python
+
+
+@pytest.fixture
+def cuda_binary():
+    """The CUDA binary tools on a compiled cubin (`_lib.cuda_binary`: sass(cubin), resources(cubin),
+    run(tool, cubin, *flags)); skips the test where nvdisasm or cuobjdump cannot be found."""
+    from flashinfer.experimental.b12x._lib import cuda_binary
+
+    missing = [name for name in cuda_binary.TOOLS if cuda_binary.tool(name) is None]
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} (neither on PATH nor in Triton's wheel)")
+    return cuda_binary

@@ -5,9 +5,6 @@ option must not change the sums, the validity checks, and sm_90a / sm_120a build
 
 import dataclasses
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -176,21 +173,6 @@ def test_stream_variants_are_valid_and_distinct(m, n, k):
 
 
 # ---- builds: both archs, no spills; the hints are in the SASS ------------------------------------
-def _tool(name):
-    found = shutil.which(name)
-    if found is None:
-        triton = pytest.importorskip("triton")
-        path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
-        found = str(path) if path.exists() else pytest.skip(f"no {name}")
-    return found
-
-
-def _sass(fn, tmp_path) -> str:
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    return subprocess.run([_tool("nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
-
-
 STREAM_BUILDS = [
     (CFG(4, 1, 1, 2, wcache="na", acache="el"), ("LDG.E.NA.128.CONSTANT", "LDG.E.EL.128.CONSTANT")),
     (CFG(4, 2, 2, 2, wcache="na256", acache="el"), ("LDG.E.NA.LTC256B.128.CONSTANT", "LDG.E.EL.128.CONSTANT")),
@@ -206,7 +188,7 @@ STREAM_BUILDS = [
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize("cfg, opcodes", STREAM_BUILDS, ids=lambda x: _cid(x) if isinstance(x, CFG) else "")
-def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
+def test_stream_variants_build_without_spills(cfg, opcodes, arch, cuda_binary):
     pytest.importorskip("cutlass")
     fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
     ptx = fn.artifacts.PTX
@@ -219,16 +201,17 @@ def test_stream_variants_build_without_spills(cfg, opcodes, arch, tmp_path):
     if cfg.wcache == "ef":
         assert "createpolicy.fractional.L2::evict_first" in ptx
     if arch == "sm_90a":
-        sass = _sass(fn, tmp_path)
+        sass = cuda_binary.sass(fn.artifacts.CUBIN)
         for op in opcodes:
             assert re.search(rf"\b{re.escape(op)}\b", sass), op
         assert "STL" not in sass and "LDL" not in sass
         if cfg.ashare:  # one named barrier per chunk (two in the unrolled loop), not CTA-wide ones
             assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x", sass)) >= 2, "no named barrier"
         if cfg.fp4 == "left":  # the dequant's right shifts are gone (left: address math only)
-            plain = _sass(
-                KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="shift"), arch=arch),
-                tmp_path,
+            plain = cuda_binary.sass(
+                KD.compile_decode(
+                    "bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="shift"), arch=arch
+                ).artifacts.CUBIN
             )
             shifts = lambda text: _k_loop(text).count("SHF.R.U32.HI")  # noqa: E731
             assert shifts(sass) + 16 <= shifts(plain), (shifts(sass), shifts(plain))
@@ -289,15 +272,13 @@ def test_probes_touch_only_the_operands(probe, monkeypatch):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("probe", ["loads", "nomma"])
-def test_probe_builds_keep_the_loads_and_drop_the_mmas(probe, monkeypatch, tmp_path):
+def test_probe_builds_keep_the_loads_and_drop_the_mmas(probe, monkeypatch, cuda_binary):
     pytest.importorskip("cutlass")
     monkeypatch.setenv(KD.PROBE_ENV, "1")
     cfg = CFG(4, 1, 1, 2)
-    base = _sass(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
-    sass = _sass(
-        KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, probe=probe), arch="sm_90a"),
-        tmp_path,
-    )
+    base = cuda_binary.sass(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a").artifacts.CUBIN)
+    probed = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, probe=probe), arch="sm_90a")
+    sass = cuda_binary.sass(probed.artifacts.CUBIN)
     for op in ("LDG.E.128.CONSTANT", "LDG.E.U16.CONSTANT"):
         assert sass.count(op) == base.count(op), op
     assert "HMMA" not in sass and "HMMA" in base

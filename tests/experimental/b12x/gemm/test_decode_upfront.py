@@ -25,7 +25,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused a
 from . import emulated as E
 from .helpers import make_operands
 from .test_decode_fused import check_fused, fused_args, run_fused
-from .test_decode_stream import _args, _sass
+from .test_decode_stream import _args
 
 # (a_fmt, b_fmt, m, n, k, DecodeConfig): chunks a warp = k / 128 / warps against upfront
 CASES = [
@@ -77,15 +77,15 @@ def test_upfront_predicate():
     assert cfg.decode.upfront == 2 and L.why_not("bfloat16", "nvfp4", "bfloat16", L.bucket_for(1), cfg) is None
 
 
-def _scale_loads_before_first_mma(fn, tmp_path) -> int:
-    sass = _sass(fn, tmp_path)
+def _scale_loads_before_first_mma(fn, cuda_binary) -> int:
+    sass = cuda_binary.sass(fn.artifacts.CUBIN)
     head = sass[: sass.index("HMMA")]
     return len(re.findall(r"LDG\.E\.U16", head))
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_gate_up_upfront_issues_both_chunks_before_the_first_mma(arch, tmp_path):
+def test_gate_up_upfront_issues_both_chunks_before_the_first_mma(arch, cuda_binary):
     """The T = 1 gate_up (8 warps, 2 chunks a warp, 2 tiles: 4 NVFP4 scale loads a chunk): with
     upfront = 2 all 8 scale loads precede the first HMMA, and no register spills; the plain loop
     issues only the first chunk's there."""
@@ -95,9 +95,9 @@ def test_gate_up_upfront_issues_both_chunks_before_the_first_mma(arch, tmp_path)
     held = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", "prefetch", "upfront=2")
     fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", held, arch)
     assert ".local" not in fn.artifacts.PTX
-    assert _scale_loads_before_first_mma(fn, tmp_path) == 8
+    assert _scale_loads_before_first_mma(fn, cuda_binary) == 8
     base = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", plain, arch)
-    assert _scale_loads_before_first_mma(base, tmp_path) < 8
+    assert _scale_loads_before_first_mma(base, cuda_binary) < 8
 
 
 @pytest.mark.gpu

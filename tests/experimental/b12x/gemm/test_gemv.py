@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -143,24 +142,17 @@ def _compile_cases():
 
 @pytest.mark.compile
 @pytest.mark.parametrize("a_fmt, b_fmt, config, cc", list(_compile_cases()))
-def test_compiles_to_mma_sync_with_pipelined_loads_and_no_spills(a_fmt, b_fmt, config, cc, tmp_path, monkeypatch):
-    import triton
-
+def test_compiles_to_mma_sync_with_pipelined_loads_and_no_spills(
+    a_fmt, b_fmt, config, cc, tmp_path, monkeypatch, cuda_binary
+):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     compiled = _compile(a_fmt, b_fmt, config, cc)
     ptx = compiled.asm["ptx"]
     assert "wgmma" not in ptx and "tcgen05" not in ptx  # DESIGN.md section 5
     assert re.search(r"\bmma\.sync\.aligned\.m16n8k16\b", ptx), "the dot left the tensor cores"
     assert "cp.async" in ptx, "the weight stream is not pipelined (no cp.async)"
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
-    assert m, usage
-    assert int(m.group(3)) == 0, f"spills ({m.group(0)})"
+    usage = cuda_binary.resources(compiled.asm["cubin"])
+    assert usage["LOCAL"] == 0, f"spills ({usage})"
 
 
 @pytest.mark.contract

@@ -299,15 +299,13 @@ def test_stream_kernel_builds(cfg, arch):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("load", ["ldg", "bulk"])
-def test_stream_kernel_sass_streams_whole_slabs_without_spills(load, tmp_path):
+def test_stream_kernel_sass_streams_whole_slabs_without_spills(load, cuda_binary):
     """sm_90a SASS: no local memory (spills), no scattered scale loads; "ldg": every weight load a
     128-bit LDG (the prologue's slab and the loop's); "bulk": slab copies (UBLKCP) on mbarriers and
     one 128-bit shared load per 512-byte warp load of the slab."""
-    from .test_decode_stream import _sass
-
     cfg = KS.default_config(1, 28672, 4096)
     cfg = cfg if load == "bulk" else dataclasses.replace(cfg, load="ldg", prefetch=1)
-    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
+    sass = cuda_binary.sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a").artifacts.CUBIN)
     assert "LDL" not in sass and "STL" not in sass
     assert "LDG.E.U16" not in sass and "LDG.E.U8" not in sass
     if load == "bulk":
@@ -318,10 +316,8 @@ def test_stream_kernel_sass_streams_whole_slabs_without_spills(load, tmp_path):
 
 
 @pytest.mark.compile
-def test_stream_probe_is_gated_and_keeps_only_the_loads(monkeypatch, tmp_path):
+def test_stream_probe_is_gated_and_keeps_only_the_loads(monkeypatch, cuda_binary):
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
-
-    from .test_decode_stream import _sass
 
     base = KS.default_config(1, 28672, 4096)
     probe = dataclasses.replace(base, probe="loads")
@@ -330,18 +326,16 @@ def test_stream_probe_is_gated_and_keeps_only_the_loads(monkeypatch, tmp_path):
     monkeypatch.setenv(PROBE_ENV, "1")
     assert KS.why_not("bfloat16", "nvfp4", "bfloat16", probe) is None
     assert KS.probe_variants(base)[:2] == (base, probe)
-    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", probe, arch="sm_90a"), tmp_path)
+    sass = cuda_binary.sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", probe, arch="sm_90a").artifacts.CUBIN)
     assert "UBLKCP" in sass and sass.count("LDS.128") >= SL.loads(base.kc) and "HMMA" not in sass
 
 
 @pytest.mark.compile
-def test_launch_bound_keeps_m16_builds_out_of_local_memory(tmp_path):
+def test_launch_bound_keeps_m16_builds_out_of_local_memory(cuda_binary):
     """8-warp M <= 16 bulk build (narrow N's default): with the launch bound (min_ctas 1, the default)
     ptxas takes the registers it needs and nothing spills (without one, ptxas of CuTe DSL 4.8.1 capped
     this build at 64 registers and spilled 32 bytes in the K loop on sm_90a)."""
-    from .test_decode_stream import _sass
-
     cfg = KS.default_config(16, 4096, 14336)
     assert cfg.warps == 8 and cfg.ntiles == 2 and cfg.load == "bulk" and cfg.min_ctas == 1
-    sass = _sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a"), tmp_path)
+    sass = cuda_binary.sass(KS.compile_stream("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a").artifacts.CUBIN)
     assert "STL" not in sass and "LDL" not in sass

@@ -5,9 +5,6 @@ compiles for sm_90a and sm_120a without spilling, and (gpu) computes the product
 the issue's shapes."""
 
 import itertools
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,24 +182,12 @@ def test_invalid_mix_is_rejected():
 
 
 # ---- compile: both archs, no spills ----------------------------------------------------------------
-def _res_usage(cubin: bytes) -> str:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        tool = str(found) if found.exists() else pytest.skip("no cuobjdump")
-    path = Path(pytest.importorskip("tempfile").mkdtemp()) / "k.cubin"
-    path.write_bytes(cubin)
-    out = subprocess.run([tool, "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
-    return out.strip().splitlines()[-1]
-
-
-def _check_compiled(fn, arch, threads, max_stack=0):
+def _check_compiled(fn, arch, threads, cuda_binary, max_stack=0):
     ptx = fn.artifacts.PTX
     assert [line.split()[1] for line in ptx.splitlines() if line.startswith(".target")] == [arch]
     assert "mma.sync.aligned.m16n8k" in ptx and "wgmma" not in ptx and "tcgen05" not in ptx
-    usage = dict(f.split(":") for f in _res_usage(fn.artifacts.CUBIN).split() if ":" in f)
-    assert int(usage["STACK"]) <= max_stack and usage["LOCAL"] == "0", f"spills: {usage}"
+    usage = cuda_binary.resources(fn.artifacts.CUBIN)
+    assert usage["STACK"] <= max_stack and usage["LOCAL"] == 0, f"spills: {usage}"
     assert int(usage["REG"]) * threads <= 65536, usage
 
 
@@ -212,11 +197,11 @@ def _stack_allowance(cfg):
     return 16 if (cfg.bm, cfg.bn, cfg.threads) == (128, 128, 256) else 0
 
 
-def _compile_case(a_fmt, b_fmt, cfg, arch):
+def _compile_case(a_fmt, b_fmt, cfg, arch, cuda_binary):
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     fn = KT.compile_tiled(a_fmt, b_fmt, "bfloat16", cfg, arch=arch)
-    _check_compiled(fn, arch, cfg.threads, _stack_allowance(cfg))
+    _check_compiled(fn, arch, cfg.threads, cuda_binary, _stack_allowance(cfg))
     return fn
 
 
@@ -224,19 +209,19 @@ def _compile_case(a_fmt, b_fmt, cfg, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp8"])
 @pytest.mark.parametrize("cfg", TILINGS + MIXED, ids=_id)
-def test_candidates_compile_without_spills(cfg, fmt, arch):
+def test_candidates_compile_without_spills(cfg, fmt, arch, cuda_binary):
     if cfg.fp8_mma:
         fmt = {"nvfp4": "fp8_tensor", "mxfp8": "fp8_block"}[fmt]
         if fmt == "fp8_block":
             pytest.skip("fp8_mma + block-FP8 at 128 x 128 spills like the default fp8_mma config (96 B)")
-    _compile_case(fmt, fmt, cfg, arch)
+    _compile_case(fmt, fmt, cfg, arch, cuda_binary)
 
 
 @pytest.mark.compile
-def test_grouped_raster_keeps_the_k_loop():
+def test_grouped_raster_keeps_the_k_loop(cuda_binary):
     """group_m changes only where a CTA's tile lies (and skips idle CTAs), not its loads or math."""
-    fn = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4, group_m=8), "sm_90a")
-    plain = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4), "sm_90a")
+    fn = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4, group_m=8), "sm_90a", cuda_binary)
+    plain = _compile_case("nvfp4", "nvfp4", KT.TiledConfig(128, 256, 2, 4), "sm_90a", cuda_binary)
     for needle in ("mma.sync.aligned.m16n8k16", "ld.global.nc.v4", "ldmatrix", "st.shared.v4"):
         assert fn.artifacts.PTX.count(needle) == plain.artifacts.PTX.count(needle), needle
     assert fn.artifacts.PTX.count("bra") > plain.artifacts.PTX.count("bra")  # the idle-CTA exit
@@ -246,13 +231,13 @@ def test_grouped_raster_keeps_the_k_loop():
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("cfg", KT.LARGE_M, ids=_id)
-def test_every_wide_config_and_recipe_compiles(cfg, arch):
+def test_every_wide_config_and_recipe_compiles(cfg, arch, cuda_binary):
     for a_fmt, b_fmt in _supported(cfg):
         if cfg.threads == 128 and FORMAT[a_fmt].family == "raw16":
             continue  # 128 x 128 / 4 warps with 16-bit activations: 8 bytes of stack (sm_90a), not a candidate use
         if cfg.fp8_mma and b_fmt == "fp8_block":
             continue  # spills like the default fp8_mma config
-        _compile_case(a_fmt, b_fmt, cfg, arch)
+        _compile_case(a_fmt, b_fmt, cfg, arch, cuda_binary)
 
 
 # ---- gpu: the issue's shapes, M = 129 and 2048 --------------------------------------------------

@@ -4,10 +4,6 @@ compiled for sm_90a and sm_120a (one prefetch instruction in its loop, no stores
 
 import random
 import re
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -145,19 +141,6 @@ def _kernel_module():
     return _l2_prefetch_kernel
 
 
-def _tool(fn, tool: str, *flags: str) -> str:
-    """stdout of CUDA binary tool `tool` (Triton's copy, or one on PATH) on the compiled cubin (as
-    tests/experimental/b12x/attention/test_paged_extend_compile.py gets SASS)."""
-    path = shutil.which(tool)
-    if path is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
-        path = str(found) if found.exists() else pytest.skip(f"no {tool}")
-    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    return subprocess.run([path, *flags, str(cubin)], capture_output=True, text=True, check=True).stdout
-
-
 PTX_OP = {"line": "prefetch.global.L2 [", "bulk": "cp.async.bulk.prefetch.L2.global ["}
 SASS_OP = {"line": "CCTL.E.PF2", "bulk": "UBLKPF.L2"}
 
@@ -165,7 +148,7 @@ SASS_OP = {"line": "CCTL.E.PF2", "bulk": "UBLKPF.L2"}
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", sorted(CONFIGS))
-def test_kernel_compiles_to_one_prefetch_per_item_and_nothing_else(mode, arch):
+def test_kernel_compiles_to_one_prefetch_per_item_and_nothing_else(mode, arch, cuda_binary):
     k = _kernel_module()
     fn = k.compile_prefetch(CONFIGS[mode], arch=arch)
     ptx = fn.artifacts.PTX
@@ -175,11 +158,10 @@ def test_kernel_compiles_to_one_prefetch_per_item_and_nothing_else(mode, arch):
     # fire and forget: the table's rows are the only loads, nothing is stored, no shared memory
     assert re.findall(r"\bld\.global\S*", ptx) == ["ld.global.v2.b64"]
     assert "st.global" not in ptx and ".shared" not in ptx
-    sass = _tool(fn, "nvdisasm", "-c")
+    sass = cuda_binary.sass(fn.artifacts.CUBIN)
     assert sass.count(SASS_OP[mode]) == 1, SASS_OP[mode]
-    usage = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", _tool(fn, "cuobjdump", "-res-usage"))
-    regs, stack, shared, local = map(int, usage.groups())
-    assert regs <= 32 and stack == shared == local == 0, usage.group(0)
+    usage = cuda_binary.resources(fn.artifacts.CUBIN)
+    assert usage["REG"] <= 32 and usage["STACK"] == usage["SHARED"] == usage["LOCAL"] == 0, usage
 
 
 @pytest.mark.compile
