@@ -503,7 +503,7 @@ def parse_decode_entry(text: str):
     body = head.rstrip("fspldrgke")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and r, g, k, e, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and k, e and r, g, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -525,7 +525,7 @@ def parse_decode_entry(text: str):
     if body == "h":
         if flags & {"p", "l", "d", "r", "g", "k", "e"} or min_ctas or unroll != 2:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), and r, g, k, e, got {text!r}"
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e and r, g, got {text!r}"
             )
     else:
         parts = body.split("x")
