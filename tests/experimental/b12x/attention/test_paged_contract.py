@@ -412,6 +412,34 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert _config.default_config("bfloat16", 128, 16, "sm_90a").keys_per_warp == 16
 
 
+def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
+    """Plans of at most SMALL_BATCH_MAX requests on sm_90a at D 128 run 8 warps x 16 keys x 2 stages
+    with 128-key chunks (session 10's H200 table); larger batches, other archs and head dims keep the
+    general default, and so does everything with the switch off."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    flags = dict(fast_prologue=True, preload_lengths=True, direct_items=True)
+    small = DecodeConfig(8, 16, 2, **flags)
+    for kv in ("bfloat16", "float8_e4m3fn"):
+        assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=1) == small
+        assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX) == small
+        general = _config.default_config(kv, 128, 16, "sm_90a")
+        assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == general
+        assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(kv, 128, 16, "sm_120a")
+        assert _config.default_config(kv, 256, 16, "sm_90a", max_batch=1) == _config.default_config(kv, 256, 16, "sm_90a")
+    sched = _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a")
+    assert (sched.tile_keys, sched.target_items, sched.min_chunk) == (128, 17, 128)
+    assert _config.split_schedule(DecodeConfig(4, 16, 3, **flags), "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
+    d128 = dict(head_dim_qk=128, head_dim_vo=128)
+    one = paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a")
+    assert one.decode == dataclasses.replace(small, fused_merge=True, fused_schedule=True)
+    assert one.schedule.min_chunk == 128
+    assert paged.plan(caps(max_batch=8, max_total_q=8, **d128)).heuristic("sm_90a").decode.warps == 4
+    monkeypatch.setattr(_config, "SMALL_BATCH_DECODE", False)
+    assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=1) == DecodeConfig(4, 16, 3, **flags)
+    assert _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
+
+
 def test_bench_decode_config_entries():
     from benchmarks.experimental.b12x import bench_attention as B
     from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, split_schedule

@@ -267,11 +267,43 @@ FP8_TWO_PAGE_TILES = True
 PERSISTENT_DECODE = False
 
 
-def default_config(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
+# SMALL_BATCH_DECODE (session 10, H200 graph timer, Hq 32 / Hkv 8, D 128, 24 shapes in
+# docs/performance.md): plans of at most SMALL_BATCH_MAX requests on sm_90a at D 128 run 8 warps x 16
+# keys x 2 stages (one 128-key sub-tile round a CTA, one CTA an SM) with 128-key chunks
+# (`small_batch_chunk`): B = 1 bf16 L = 1k / 8k / 32k 10.68 / 16.10 / 42.72 -> 9.60 / 13.92 / 40.34 µs,
+# fp8 11.09 / 14.77 / 28.24 -> 8.70 / 11.62 / 26.83, B = 8 L = 1k 15.25 -> 14.93 (fp8 13.72 -> 11.96); it
+# loses from B = 8 L = 8k for fp8 (41.2 -> 43.0) and from B = 32 for both (B = 128 L = 1k +14% / +23%),
+# so the bound sits below 8 (B = 2 and 4 were not timed).
+SMALL_BATCH_DECODE = True
+SMALL_BATCH_MAX = 4
+
+
+def small_batch_config(kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig | None:
+    """The small-batch decode shape (SMALL_BATCH_DECODE), or None where it was not measured (other
+    archs, head dims) or does not fit."""
+    if not SMALL_BATCH_DECODE or arch != "sm_90a" or head_dim != 128:
+        return None
+    cfg = DecodeConfig(warps=8, keys_per_warp=16, stages=2)
+    return cfg if smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= SMEM_LIMIT[arch] else None
+
+
+def small_batch_chunk(decode: DecodeConfig) -> bool:
+    """Whether `decode` is the small-batch shape, whose schedule splits in chunks of one 128-key round
+    (`split_schedule`) instead of two pipeline fills."""
+    return (decode.warps, decode.keys_per_warp, decode.stages) == (8, 16, 2) and SMALL_BATCH_DECODE
+
+
+def default_config(
+    kv_dtype: str, head_dim: int, page_size: int, arch: str, max_batch: int | None = None
+) -> DecodeConfig:
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
     2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The switches
-    above change it (DECODE_LATENCY_FLAGS and FP8_TWO_PAGE_TILES are on, PERSISTENT_DECODE off)."""
-    cfg = _default_shape(kv_dtype, head_dim, page_size, arch)
+    above change it (DECODE_LATENCY_FLAGS and FP8_TWO_PAGE_TILES are on, PERSISTENT_DECODE off);
+    max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config`."""
+    small = (
+        small_batch_config(kv_dtype, head_dim, arch) if max_batch is not None and max_batch <= SMALL_BATCH_MAX else None
+    )
+    cfg = small or _default_shape(kv_dtype, head_dim, page_size, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
@@ -400,10 +432,11 @@ def split_schedule(
     B=1 (docs/performance.md)."""
     slots = resident_ctas(kv_dtype, head_dim, decode, arch) * sm_count
     fill_keys = 16 if MIN_CHUNK_16_KEY_FILLS else decode.keys_per_warp
+    fills = 1 if small_batch_chunk(decode) else 2
     return ScheduleConfig(
         tile_keys=decode.tile_keys,
         target_items=max(1, _ceil_div(slots, num_kv_heads)),
-        min_chunk=max(decode.tile_keys, 2 * decode.warps * (decode.stages - 1) * fill_keys),
+        min_chunk=max(decode.tile_keys, fills * decode.warps * (decode.stages - 1) * fill_keys),
     )
 
 

@@ -249,7 +249,10 @@ class PagedAttentionPlan(Plan):
                 caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a", caps.mode)
             )
         arch = arch or "sm_120a"
-        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)
+        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch, caps.max_batch)
+        dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
+        if caps.config is None and why_not(*dims, caps.page_size, _fit_page(decode, caps.page_size), arch) is not None:
+            decode = default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)  # small shape unfit here
         decode = _fit_page(decode, caps.page_size)
         if caps.config is None and FUSED_BY_DEFAULT:
             one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
