@@ -142,6 +142,15 @@ VARIANTS = {
 # of the step the same)
 VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gate_up_opts="upfront=2")
 VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gate_up_opts="upfront=4")
+# "fast+ke": attention.paged's lean ticket (one fence on the merging CTA's chain) and early page-table
+# prefetch (DecodeConfig.lean_ticket / early_pages, session 10, opt-in)
+# "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
+# attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
+VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))
+VARIANTS["fast+l2mlpb"] = dict(VARIANTS["fast"], l2=("mlp", BULK))
+VARIANTS["fast+ke"] = dict(
+    VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], lean_ticket=True, early_pages=True)
+)
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
 

@@ -21,6 +21,7 @@ GLUE_CHOICES = (
     "triton-pdl",
 )  # keep in sync with glue.GLUE_CHOICES (a contract test checks)
 PDL_CHOICES = ("off", "wait", "prefetch")  # gemm.blockscaled GemmQuery.pdl
+L2_PREFETCH_CHOICES = ("weights", "weights+kv", "mlp")  # keep in sync with run.L2_PREFETCH_CHOICES (a test checks)
 MAX_TOKENS = 64
 # --step presets (the options a flag does not set). "fast", the default: the fastest decode step measured
 # on the H200 (docs/performance.md, session 9: llama-small T = 1 40.3 µs vs 47.9 for "base"): gate_up +
@@ -111,10 +112,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--l2-prefetch",
-        choices=("off", "weights", "weights+kv"),
+        choices=("off", *L2_PREFETCH_CHOICES),
         default="off",
-        help="at the start of each step, a side branch prefetches the linears' weights (and the KV cache) into L2 "
-        "(measured slower on the H200: docs/performance.md)",
+        help="a side branch prefetches weights into L2: the linears' (and the KV cache) from the start of each "
+        "step, or (mlp) o_proj's and the MLP's from attention's start (whole-step measured slower on the H200: "
+        "docs/performance.md)",
     )
     p.set_defaults(func=main)
 

@@ -10,6 +10,7 @@ and nothing is captured.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tempfile
@@ -21,7 +22,7 @@ from . import block as B
 from . import glue as GL
 
 COSINE_MIN = 0.999
-L2_PREFETCH_CHOICES = ("weights", "weights+kv")  # DecodeStep(l2_prefetch=...)
+L2_PREFETCH_CHOICES = ("weights", "weights+kv", "mlp")  # DecodeStep(l2_prefetch=...)
 # attention alone, tighter: a correct run gives 1 - cos ~ 5e-6 (bf16 q/K/V/output); missing the new
 # token's K/V gives 1 - cos ~ 6e-4 at --tokens 64 (up to 2147 keys), which 0.999 would let through
 ATTN_COSINE_MIN = 0.9999
@@ -46,7 +47,9 @@ class DecodeStep:
     side branch (a second stream forked from the step's and joined at its end) launches one
     `_lib.l2_prefetch` kernel that asks L2 for every line of the linears' weights (values and scales,
     in the step's order; "weights+kv" also the KV cache tensors after qkv's, which in the demo's cache
-    are exactly the live pages), so DRAM streams them while the chain runs; l2_config: its
+    are exactly the live pages), so DRAM streams them while the chain runs; "mlp": the branch forks
+    just before attention instead and asks only for o_proj's, gate_up's and down's weights (attention
+    at small batch is a chain of round trips that leaves DRAM idle); l2_config: its
     PrefetchConfig (None: the default). The kernel is compiled here (build the step before freezing,
     or warm it with `warm_l2_prefetch`)."""
 
@@ -113,6 +116,7 @@ class DecodeStep:
 
     def _l2_prefetch(self, what, config, device):
         """(L2Prefetch or None, its side stream) for `l2_prefetch` (class docstring)."""
+        self.fork_at = None
         if what is None:
             return None, None
         if what not in L2_PREFETCH_CHOICES or self.spec.moe is not None:
@@ -122,10 +126,12 @@ class DecodeStep:
         from .._lib.l2_prefetch import L2Prefetch
 
         tensors = []
-        for name in ("qkv", "o", "gate_up", "down"):
+        for name in ("o", "gate_up", "down") if what == "mlp" else ("qkv", "o", "gate_up", "down"):
             tensors += [self.w[name].values, self.w[name].scales]
             if name == "qkv" and what == "weights+kv":
                 tensors += [self.cache["k_cache"], self.cache["v_cache"]]
+        # where the branch forks: the first op, or ("mlp") the attention op's closure
+        self.fork_at = next(fn for name, _, fn in self.ops if name == "attention") if what == "mlp" else None
         # two side streams: torch's streams come from a pool, so one may be the stream the step runs on
         # (a capture's or a caller's); `run` takes the first that is not
         return L2Prefetch.from_tensors(tensors, device, config=config), (
@@ -239,14 +245,20 @@ class DecodeStep:
         self.run(fn for _, _, fn in self.ops)
 
     def run(self, fns):
-        """Call `fns` (some of the step's op closures, in order) inside the step's L2 prefetch branch."""
+        """Call `fns` (some of the step's op closures, in order) inside the step's L2 prefetch branch
+        (forked before the first of them, or before attention for l2_prefetch="mlp"; a subset without
+        attention then runs without the branch)."""
         if self.prefetch is None:
             for fn in fns:
                 fn()
             return
         side = self.side[0] if self.side[0] != torch.cuda.current_stream(self.prefetch.device) else self.side[1]
-        with self.prefetch.side_branch(side):
+        with contextlib.ExitStack() as branch:
+            forked = False
             for fn in fns:
+                if not forked and self.fork_at in (None, fn):  # fork once, before this op
+                    branch.enter_context(self.prefetch.side_branch(side))
+                    forked = True
                 fn()
 
 

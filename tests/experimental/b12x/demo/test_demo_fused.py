@@ -125,6 +125,7 @@ def test_demo_cli_has_the_fused_and_pdl_options():
         (1, "prefetch", "triton-pdl", "--fused-rope", "off", "off"),
         (8, "prefetch", "triton-pdl", "--fused-rope", "off", "weights"),
         (32, "off", "triton", "--fused-rope", "off", "off"),
+        (1, "prefetch", "triton-pdl", "--fused-rope", "wait", "mlp"),
     ],
 )
 def test_cuda_fused_demo_captures_and_agrees(tokens, pdl, glue, fuse, attention_pdl, l2):

@@ -12,8 +12,10 @@ pytestmark = pytest.mark.contract
 def test_glue_choices_and_defaults():
     from flashinfer.experimental.b12x import _demo
     from flashinfer.experimental.b12x._demo import glue as G
+    from flashinfer.experimental.b12x._demo import run as R
 
     assert G.GLUE_CHOICES == _demo.GLUE_CHOICES == ("triton", "torch.compile", "torch", "triton-pdl")
+    assert R.L2_PREFETCH_CHOICES == _demo.L2_PREFETCH_CHOICES
     assert G.default_choice("cpu") == "torch" and G.default_choice(torch.device("cuda", 0)) == "triton"
     assert G.make_glue("torch", None, torch.device("cpu")) == G.TORCH_GLUE
     with pytest.raises(ValueError, match="glue must be one of"):
