@@ -387,10 +387,12 @@ def test_gpu_streaming_cases_are_valid_configs():
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
     """Both switches off: the 08:46 defaults. DECODE_LATENCY_FLAGS: p, l and d on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets
-    4 x 32 x 3, a config the kernels accept on 16-key pages. Both are on since the 14:03 sweep."""
+    4 x 32 x 3, a config the kernels accept on 16-key pages. Both are on since the 14:03 sweep.
+    LEAN_TICKET (session 10) puts lean_ticket on every default; off here, checked at the end."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
-    assert _config.DECODE_LATENCY_FLAGS and _config.FP8_TWO_PAGE_TILES
+    assert _config.DECODE_LATENCY_FLAGS and _config.FP8_TWO_PAGE_TILES and _config.LEAN_TICKET
+    monkeypatch.setattr(_config, "LEAN_TICKET", False)
     # the plan keeps the two-page sub-tile on 16-key pages (api._fit_page allows 2 x page_size)
     fp8_caps = caps(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128)
     fp8_plan = paged.plan(fp8_caps).heuristic("sm_90a").decode
@@ -410,6 +412,14 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a").keys_per_warp == 16
     assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a").keys_per_warp == 16
     assert _config.default_config("bfloat16", 128, 16, "sm_90a").keys_per_warp == 16
+    shapes = (("bfloat16", 128, "sm_90a"), ("float8_e4m3fn", 128, "sm_90a"), ("bfloat16", 64, "sm_120a"))
+    plain = [_config.default_config(kv, d, 16, arch) for kv, d, arch in shapes]
+    monkeypatch.setattr(_config, "LEAN_TICKET", True)
+    for (kv, d, arch), cfg in zip(shapes, plain):
+        assert not cfg.lean_ticket and _config.default_config(kv, d, 16, arch) == dataclasses.replace(
+            cfg, lean_ticket=True
+        )
+    assert paged.plan(caps()).heuristic("sm_90a").decode.lean_ticket
 
 
 def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
@@ -418,15 +428,19 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     general default, and so does everything with the switch off."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
-    flags = dict(fast_prologue=True, preload_lengths=True, direct_items=True)
+    flags = dict(fast_prologue=True, preload_lengths=True, direct_items=True, lean_ticket=True)
     small = DecodeConfig(8, 16, 2, **flags)
     for kv in ("bfloat16", "float8_e4m3fn"):
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=1) == small
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX) == small
         general = _config.default_config(kv, 128, 16, "sm_90a")
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == general
-        assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(kv, 128, 16, "sm_120a")
-        assert _config.default_config(kv, 256, 16, "sm_90a", max_batch=1) == _config.default_config(kv, 256, 16, "sm_90a")
+        assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(
+            kv, 128, 16, "sm_120a"
+        )
+        assert _config.default_config(kv, 256, 16, "sm_90a", max_batch=1) == _config.default_config(
+            kv, 256, 16, "sm_90a"
+        )
     sched = _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a")
     assert (sched.tile_keys, sched.target_items, sched.min_chunk) == (128, 17, 128)
     assert _config.split_schedule(DecodeConfig(4, 16, 3, **flags), "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256

@@ -175,7 +175,7 @@ def test_persistent_default_switch(monkeypatch):
         assert cfg == dataclasses.replace(before, persistent=fits), (kv, d, arch)
         assert why_not("bfloat16", kv, 32, 8, d, d, 16, cfg, arch) is None
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_90a") == dataclasses.replace(
-        SM90["float8_e4m3fn"], fused_merge=False, fused_schedule=False, persistent=True
+        SM90["float8_e4m3fn"], fused_merge=False, fused_schedule=False, persistent=True, lean_ticket=_config.LEAN_TICKET
     )
 
 

@@ -18,6 +18,7 @@ THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
 DECODE_STAGES = (2, 3, 4, 5, 6)
 MIN_CTAS = (0, 2, 3, 4, 5, 6, 8)
 PDL_MODES = ("off", "wait", "prefetch")  # DecodeConfig.pdl
+CLUSTER_SIZES = (0, 2, 4, 8)  # DecodeConfig.cluster: 0 off, else CTAs a cluster (8: the portable maximum)
 PDL_PREFETCH_KEYS = 256  # keys a CTA prefetches into L2 before its wait (pdl="prefetch"): 128 KB at D 128 bf16
 
 
@@ -87,7 +88,17 @@ class DecodeConfig:
     page table's 128-byte lines (`early_page_entry`: line tidx + threads x (CTA row x Hkv + KV head)
     of the table's B x (ceil(W / 32) + 1) lines, one prefetch.global.L2 a thread), so the table's
     DRAM misses overlap the lengths (or work-row) load instead of following it: the first sub-tiles'
-    page-table reads become L2 hits."""
+    page-table reads become L2 hits.
+
+    cluster (0 = off, or C in 2, 4, 8; needs fused_merge and fused_schedule, not persistent, pdl not
+    "prefetch"; `_cluster_merge`): every request is split into exactly C items of
+    round_up(ceil(visible / C), tile_keys) keys (`cluster_ranges`), the grid has Hkv x B x C CTAs, and
+    the C CTAs of one (request, KV head) form a thread-block cluster along the row axis. Each CTA keeps
+    its partial row (O normalised by its own sum, LSE) in its shared memory; behind a cluster barrier
+    (arrive.release / wait.acquire) CTA rank r combines head-dim columns [r Dv / C, (r + 1) Dv / C) of
+    all C partials, read through distributed shared memory (mapa + ld.shared::cluster), writes the
+    output and, after a second cluster barrier, exits: no partial rows, ticket or fence in global
+    memory (docs/predictions/attention.md, "Session 10b")."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -104,6 +115,7 @@ class DecodeConfig:
     pdl: str = "off"
     lean_ticket: bool = False
     early_pages: bool = False
+    cluster: int = 0
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -118,6 +130,7 @@ class DecodeConfig:
         extra += f", pdl={self.pdl!r}" if self.pdl != "off" else ""
         extra += ", lean_ticket=True" if self.lean_ticket else ""
         extra += ", early_pages=True" if self.early_pages else ""
+        extra += f", cluster={self.cluster}" if self.cluster else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -146,7 +159,8 @@ def smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConf
     kv = config.warps * config.stages * config.keys_per_warp * (head_dim + head_dim_v) * kv_itemsize(kv_dtype)
     epilogue = config.warps * M_TILE * head_dim_v * 4 + config.warps * M_TILE * 3 * 4 + M_TILE * 4
     ticket = 16 if config.fused_merge else 0  # the "this CTA merges" flag
-    return q + max(kv, epilogue) + ticket + 1024
+    cluster = (M_TILE * head_dim_v + M_TILE) * 4 + 16 if config.cluster else 0  # the partial row DSMEM peers read
+    return q + max(kv, epilogue) + ticket + cluster + 1024
 
 
 def persistent_fits(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConfig) -> bool:
@@ -206,6 +220,9 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"pdl must be one of {PDL_MODES}, got {c.pdl!r}"
     if c.pdl == "prefetch" and (not c.fused_schedule or c.runs_persistent):
         return f"pdl='prefetch' needs fused_schedule=True and persistent=False (it locates the item itself), got {c}"
+    reason = why_not_cluster(c)
+    if reason is not None:
+        return reason
     if c.keys_per_warp > 2 * page_size:
         return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
     if c.persistent and not persistent_fits(kv_dtype, head_dim, head_dim_v, c):
@@ -217,6 +234,33 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if need > SMEM_LIMIT.get(arch, 99 * 1024):
         return f"{c} needs {need} bytes of shared memory, {arch} has {SMEM_LIMIT.get(arch)}"
     return None
+
+
+def why_not_cluster(c: DecodeConfig) -> str | None:
+    """None when `DecodeConfig.cluster` fits the config's other fields, else why not."""
+    if isinstance(c.cluster, bool) or c.cluster not in CLUSTER_SIZES:
+        return f"cluster must be one of {CLUSTER_SIZES}, got {c.cluster!r}"
+    if c.cluster and not (c.fused_merge and c.fused_schedule) or c.cluster and (c.persistent or c.pdl == "prefetch"):
+        return (
+            f"cluster={c.cluster} needs fused_merge=True and fused_schedule=True (one launch, its own split), "
+            f"persistent=False and pdl != 'prefetch', got {c}"
+        )
+    return None
+
+
+def cluster_ranges(length: int, window_left: int, cluster: int, tile_keys: int) -> list[tuple[int, int]]:
+    """`DecodeConfig.cluster`'s split of one request of `length` keys, the cluster kernel's arithmetic
+    (`_cluster_merge.ClusterMerge.item`): [start, end) of CTA rank 0 .. cluster - 1, chunks of
+    round_up(ceil(visible / cluster), tile_keys) keys from the window's start; trailing ranks may be
+    empty (start == end == length)."""
+    visible = length if window_left < 0 else min(length, window_left + 1)
+    lo = length - visible
+    chunk = _ceil_div(_ceil_div(visible, cluster), tile_keys) * tile_keys
+    out = []
+    for rank in range(cluster):
+        start = min(lo + rank * chunk, length)
+        out.append((start, min(start + chunk, length)))
+    return out
 
 
 def why_not_pdl(pdl, mode: str, copy_runtime_metadata: bool, config) -> str | None:
@@ -274,8 +318,17 @@ PERSISTENT_DECODE = False
 # fp8 11.09 / 14.77 / 28.24 -> 8.70 / 11.62 / 26.83, B = 8 L = 1k 15.25 -> 14.93 (fp8 13.72 -> 11.96); it
 # loses from B = 8 L = 8k for fp8 (41.2 -> 43.0) and from B = 32 for both (B = 128 L = 1k +14% / +23%),
 # so the bound sits below 8 (B = 2 and 4 were not timed).
+# B = 2 / 4 (03:34, same timer): bf16 L = 1k / 8k / 32k 10.77 / 24.94 / 69.53 and 11.96 / 39.83 / 128.7 µs
+# against the general default's 10.80 / 26.90 / 70.76 and 13.04 / 40.82 / 129.5; fp8 9.58 / 14.54 and
+# 10.50 / 26.73 against 11.58 / 17.24 and 11.87 / 27.18 at 1k / 8k, but 3-5% slower at L = 32k (43.18 vs
+# 41.76, 76.66 vs 72.73): kept, short contexts being the common small-batch case.
 SMALL_BATCH_DECODE = True
 SMALL_BATCH_MAX = 4
+# LEAN_TICKET (session 10): every default config takes DecodeConfig.lean_ticket (a no-op without the
+# fused merge): the merging CTA's chain loses two fences, -0.4 to -0.5 µs wherever a request splits
+# (H200 graph timer, 8x16x2 m128: bf16 B = 1 L = 1k 9.68 -> 9.22, 8k 13.79 -> 13.34, B = 8 L = 8k
+# 70.83 -> 70.42; fp8 B = 1 8.78 -> 8.36, 11.68 -> 11.22) and neutral where none does (B = 8 L = 1k).
+LEAN_TICKET = True
 
 
 def small_batch_config(kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig | None:
@@ -298,7 +351,7 @@ def default_config(
 ) -> DecodeConfig:
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
     2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The switches
-    above change it (DECODE_LATENCY_FLAGS and FP8_TWO_PAGE_TILES are on, PERSISTENT_DECODE off);
+    above change it (DECODE_LATENCY_FLAGS, FP8_TWO_PAGE_TILES and LEAN_TICKET are on, PERSISTENT_DECODE off);
     max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config`."""
     small = (
         small_batch_config(kv_dtype, head_dim, arch) if max_batch is not None and max_batch <= SMALL_BATCH_MAX else None
@@ -307,6 +360,8 @@ def default_config(
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
+    if LEAN_TICKET:
+        cfg = replace(cfg, lean_ticket=True)
     fp8 = kv_dtype == "float8_e4m3fn"
     if PERSISTENT_DECODE and fp8 and head_dim <= 128 and persistent_fits(kv_dtype, head_dim, head_dim, cfg):
         cfg = replace(cfg, persistent=True)
@@ -529,9 +584,9 @@ def parse_decode_entry(text: str):
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
     direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages; parts: tN
-    target_items, mN min_chunk, oN min_ctas, uN merge_unroll (e.g. '4x16x4fspl:o3:u8'). 'h' takes only
-    f and s (the bench rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN and
-    uN need an explicit WxKxS."""
+    target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster (e.g. '4x16x4fspl:o3:u8',
+    '8x16x2fspld:c8'). 'h' takes only f and s (the bench rebuilds the heuristic's config from those
+    two), so p, l, d, r, g, k, e, oN, uN and cN need an explicit WxKxS."""
     head, *rest = text.split(":")
     body = head.rstrip("fspldrgke")
     flags = set(head[len(body) :])
@@ -541,7 +596,11 @@ def parse_decode_entry(text: str):
     target = min_chunk = None
     min_ctas = 0
     unroll = 2
+    cluster = 0
     for part in rest:
+        if part[:1] == "c" and part[1:].isdigit():
+            cluster = int(part[1:])
+            continue
         if len(part) < 2 or part[0] not in "tmou" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
                 f"schedule parts are tN (target_items) or mN (min_chunk), decode parts oN (min_ctas) or uN "
@@ -556,7 +615,7 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g", "k", "e"} or min_ctas or unroll != 2:
+        if flags & {"p", "l", "d", "r", "g", "k", "e"} or min_ctas or unroll != 2 or cluster:
             raise ValueError(
                 f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e and r, g, got {text!r}"
             )
@@ -579,6 +638,7 @@ def parse_decode_entry(text: str):
             prefetch_pages="g" in flags,
             lean_ticket="k" in flags,
             early_pages="e" in flags,
+            cluster=cluster,
         )
     return decode, flags, target, min_chunk
 
