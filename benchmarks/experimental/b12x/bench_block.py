@@ -144,6 +144,11 @@ VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gate_up_opts="upfront=2")
 VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gate_up_opts="upfront=4")
 # "fast+ke": attention.paged's lean ticket (one fence on the merging CTA's chain) and early page-table
 # prefetch (DecodeConfig.lean_ticket / early_pages, session 10, opt-in)
+# "fast+gu16" / "fast+gu8u1" / "fast+gu4": the fast step's gate_up with 16 warps of one chunk each (92
+# registers), 8 warps without the unrolled chunk pair (100) or 4 warps (96) instead of 8 x 2 unrolled (112)
+VARIANTS["fast+gu16"] = dict(VARIANTS["fast"], gate_up_opts="warps=16,unroll=1")
+VARIANTS["fast+gu8u1"] = dict(VARIANTS["fast"], gate_up_opts="unroll=1")
+VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gate_up_opts="warps=4")
 # "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
 # attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
 VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))
