@@ -91,6 +91,24 @@ def _check_nvfp4(out, x, gs):
     assert (out.packed[m:] == POISON).all() and (out.scales.view(torch.uint8)[want.numel() :] == POISON).all()
 
 
+def run_nvfp4_config(session, cfg, m, k, gs_values, seed):
+    """A plan of M x K with the NVFP4 config `cfg` (block_k capped to K) through `session`, run on one
+    random bf16 input at each global scale, outputs poisoned before each run and checked bitwise
+    against the reference (the candidate files' loop: test_gpu_nvfp4_s7, test_gpu_nvfp4_bisect)."""
+    p = nvfp4.plan(
+        m, k, override=nv_kernel.NvFp4Config(**{**vars(cfg), "block_k": nv_kernel._block_k_cap(k, cfg.block_k)})
+    )
+    session.prepare([p])
+    out = nvfp4.allocate_outputs(p)
+    x = _random(m, k, torch.bfloat16, seed)
+    for gs in gs_values:
+        g = torch.tensor([gs], device="cuda", dtype=torch.float32)
+        _poison_nvfp4(out)
+        nvfp4.run(plan=p, x=x, global_scale=g, outputs=out)
+        _check_nvfp4(out, x, g[0])
+    session.release([p])
+
+
 def _first_diff(got, want):
     idx = (got != want).nonzero()
     first = tuple(idx[0].tolist())

@@ -8,7 +8,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
 
 import b12x
 from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv
@@ -32,17 +31,7 @@ def session():
     return b12x.PreparationSession("cuda")
 
 
-def _run(session, cfg, m, k, gs_values, seed):
-    p = nvfp4.plan(m, k, override=nv.NvFp4Config(**{**vars(cfg), "block_k": nv._block_k_cap(k, cfg.block_k)}))
-    session.prepare([p])
-    out = nvfp4.allocate_outputs(p)
-    x = _helpers._random(m, k, torch.bfloat16, seed)
-    for gs in gs_values:
-        g = torch.tensor([gs], device="cuda", dtype=torch.float32)
-        _helpers._poison_nvfp4(out)
-        nvfp4.run(plan=p, x=x, global_scale=g, outputs=out)
-        _helpers._check_nvfp4(out, x, g[0])
-    session.release([p])
+_run = _helpers.run_nvfp4_config
 
 
 @pytest.mark.parametrize("cfg", BISECT, ids=IDS)
