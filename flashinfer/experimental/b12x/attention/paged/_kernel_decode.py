@@ -44,6 +44,11 @@ B = 1 latency knobs (`DecodeConfig.lean_ticket`, `early_pages`): the ticket with
 0's acq_rel atomic between two CTA barriers, the cooperative-groups grid-barrier pattern), and an L2
 prefetch of the live page table by every CTA before it looks for its work row.
 
+Cluster merge (`DecodeConfig.cluster` = C, with both fused flags): the grid is Hkv x B x C CTAs in
+clusters of C along the rows, each request split into exactly C items (`_cluster_merge`); the C
+partial rows stay in shared memory and are merged through DSMEM behind cluster barriers, so nothing
+partial, no ticket and no fence touch global memory.
+
 Programmatic dependent launch (`DecodeConfig.pdl`, "wait" / "prefetch"): the launch carries the
 programmatic-stream-serialization attribute; every CTA runs griddepcontrol.wait before its first
 global access and griddepcontrol.launch_dependents right after it, so the kernel before (the step's
@@ -80,6 +85,7 @@ from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
 from ..._lib.compile import cute_compile, kernel
+from ._cluster_merge import ClusterMerge
 from ._config import (
     LOG2E,
     M_TILE,
@@ -138,6 +144,11 @@ class PagedDecode(DecodeLoads):
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
+        self.cluster = config.cluster
+        self.cmerge = None
+        if config.cluster:
+            self.cmerge = ClusterMerge(self.q_dtype, self.group, head_dim_v, self.threads, config.cluster,
+                                       config.tile_keys)  # fmt: skip
 
     def _smem_layouts(self):
         qa, _ = swizzled(M_TILE, self.d, self.mma_dtype)
@@ -195,20 +206,25 @@ class PagedDecode(DecodeLoads):
         self.kernel(
             mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
             mSeqlens, scale_log2, has_sink, window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, q_copy, q_rows * q_cols,
-        ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.pdl != "off", **self._bounds())  # fmt: skip
+        ).launch(grid=[self.hkv, self._grid_rows(mWork, mSeqlens), 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.pdl != "off", **self._bounds())  # fmt: skip
 
-    def _grid_rows(self, mWork):
-        """CTA rows a KV head: one per work row, or (persistent) `_config.persistent_grid_rows`."""
+    def _grid_rows(self, mWork, mSeqlens):
+        """CTA rows a KV head: one per work row, (persistent) `_config.persistent_grid_rows`, or
+        (cluster) C a request."""
+        if self.cluster:
+            return mSeqlens.shape[0] * self.cluster
         if self.persistent:
             return cutlass.max(cutlass.min(mWork.shape[0], Int32(self.schedule.target)), Int32(1))
         return mWork.shape[0]
 
     def _bounds(self):
         """Launch bound of `DecodeConfig.min_ctas` (nvvm.minctasm: ptxas caps the registers so that
-        many CTAs fit an SM); the carveout is given so the DSL does not query a device for it."""
+        many CTAs fit an SM); the carveout is given so the DSL does not query a device for it. cluster:
+        the cluster dims (1, C, 1), C consecutive rows of one KV head."""
+        bounds = {"cluster": [1, self.cluster, 1]} if self.cluster else {}
         if self.min_ctas == 0:
-            return {}
-        return {"min_blocks_per_mp": self.min_ctas, "preferred_smem_carveout": 100}
+            return bounds
+        return {**bounds, "min_blocks_per_mp": self.min_ctas, "preferred_smem_carveout": 100}
 
     @cute.kernel
     def kernel(
@@ -261,10 +277,13 @@ class PagedDecode(DecodeLoads):
         sV = cute.make_tensor(
             cute.recast_ptr(buf.iterator + cute.cosize(sK_layout) * 2, dtype=self.kv_dtype), sV_layout
         )
+        sPart = None
+        if cutlass.const_expr(self.cluster):  # the partial row the cluster's peers read (DSMEM)
+            sPart = smem.allocate_tensor(Float32, cute.make_layout(self.cmerge.smem_floats()), 16)
         sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
         tensors = (mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
                    mSeqlens)  # fmt: skip
-        views = (sQ, sQdst, sRed, sLast, buf, sK, sV)
+        views = (sQ, sQdst, sRed, sLast, buf, sK, sV, sPart)
         copies = (tiled_mma, kv_copy, q_copy, q_copy_threads)
         if cutlass.const_expr(self.pdl == "prefetch"):  # this item's first keys into L2 while the kernel before runs
             self._prefetch_kv(mSeqlens, mPT, mK, mV, item, kvh, tidx, window_left, mWork.shape[0])
@@ -276,7 +295,13 @@ class PagedDecode(DecodeLoads):
         if cutlass.const_expr(self.persistent):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:
-            if cutlass.const_expr(self.fused_schedule):
+            if cutlass.const_expr(self.cluster):  # the grid is the schedule: rank item % C of request item // C
+                req, kv_start, kv_end = self.cmerge.item(mSeqlens, item, window_left)
+                live = req >= 0
+                split = Int32(1)
+                first = Int32(0)
+                n_items = Int32(self.cluster)
+            elif cutlass.const_expr(self.fused_schedule):
                 req, kv_start, kv_end, split, first, n_items, _ = self._locate(
                     mSeqlens, mWork, mCount, mReq, item, kvh, tidx, window_left
                 )
@@ -314,7 +339,7 @@ class PagedDecode(DecodeLoads):
         mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
             tensors
         )
-        sQ, sQdst, sRed, sLast, buf, sK, sV = views
+        sQ, sQdst, sRed, sLast, buf, sK, sV, sPart = views
         tiled_mma, kv_copy, q_copy, q_copy_threads = copies
         wid = tidx // 32
         stride = cute.arch.grid_dim()[1]
@@ -354,7 +379,7 @@ class PagedDecode(DecodeLoads):
         mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
             tensors
         )
-        sQ, sQdst, sRed, sLast, buf, sK, sV = views
+        sQ, sQdst, sRed, sLast, buf, sK, sV, sPart = views
         tiled_mma, kv_copy, q_copy, q_copy_threads = copies
         lane = tidx % 32
         wid = tidx // 32
@@ -480,8 +505,12 @@ class PagedDecode(DecodeLoads):
         if tidx < M_TILE:
             self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd_use, split, mSink, has_sink)
         cute.arch.sync_threads()
-        self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
-        if cutlass.const_expr(self.fused):
+        if cutlass.const_expr(self.cluster):
+            self.cmerge.merge(sO, sW, sLse, sPart.iterator, tidx, item, req, kvh, mOut, mLse, mSink, has_sink,
+                              self.warps)  # fmt: skip
+        else:
+            self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
+        if cutlass.const_expr(self.fused and not self.cluster):
             if split != 0:
                 if cutlass.const_expr(not self.fused_schedule):
                     first = mReq[req, 0]
@@ -685,6 +714,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
 @kernel(
     "attention.paged.decode",
     sources=(
+        "flashinfer.experimental.b12x.attention.paged._cluster_merge",
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._decode_loads",
         "flashinfer.experimental.b12x.attention.paged._fragments",

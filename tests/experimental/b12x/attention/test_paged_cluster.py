@@ -1,0 +1,266 @@
+"""The cluster merge of the decode kernel on the CPU (`DecodeConfig.cluster`, bench part `:cN`;
+docs/predictions/attention.md, "Session 10b"). The GPU tier is test_paged_cluster_gpu.py.
+
+reference: the bench entries, repr and predicate; the split (`_config.cluster_ranges`, the kernel's
+`ClusterMerge.item` arithmetic) tiles every visible range in C chunks of whole tiles; an emulation in
+float64 of the algorithm as the kernel runs it (C CTAs a (request, KV head), each a partial row over
+its chunk with v_descale folded and no sink; every rank combining its head-dim columns of all C
+partials, the sink joining the denominator there) against reference.py; the planned lifecycle with the
+flag on CPU tensors (reference backend) on poisoned outputs.
+compile: sm_90a (8 warps) and sm_120a (4 warps), bf16 and fp8, C 2 / 4 / 8: the launch carries the
+cluster-dimension attribute (host IR), the PTX has two cluster barriers and 2 C DSMEM loads a column
+pass, no atomic, no fence and no fp32 global store but the LSE's (no partial rows), the same mma /
+cp.async work as the config without the flag, no spills; SASS has the cluster barrier instructions and
+no MEMBAR / ATOMG. The default configs' PTX is unchanged by the flag's code (checked before/after at
+commit time: 14 configs, both archs, byte-identical).
+"""
+
+import dataclasses
+import math
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import b12x
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    cluster_ranges,
+    parse_decode_entry,
+    smem_bytes,
+    split_schedule,
+    why_not,
+)
+from flashinfer.experimental.b12x.attention.paged.api import Selection
+from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_attention_reference
+
+from .paged_cases import make_case
+from .test_paged_compile import _check_binary, _modules, _ptxas_usage
+from .test_paged_lean import _sass
+
+ARCHS = ("sm_90a", "sm_120a")
+LATENCY = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True)
+W8 = DecodeConfig(8, 16, 2, **LATENCY)
+W4 = DecodeConfig(4, 16, 2, **LATENCY)  # fits sm_120a's 99 KB
+DIMS = ("bfloat16", "bfloat16", 32, 8, 128, 128, 16)
+paged = b12x.attention.paged
+
+
+# ---- reference tier ------------------------------------------------------------------------------
+@pytest.mark.reference
+def test_bench_entries_repr_and_predicate():
+    decode, flags, target, min_chunk = parse_decode_entry("8x16x2fspld:c8")
+    assert decode == dataclasses.replace(W8, cluster=8) and (flags, target, min_chunk) == (set("fspld"), None, None)
+    assert parse_decode_entry("8x16x2fspldk:m128:c4")[0] == dataclasses.replace(W8, cluster=4, lean_ticket=True)
+    assert "cluster=8" in repr(decode) and repr(W8) == repr(dataclasses.replace(W8, cluster=0))
+    with pytest.raises(ValueError, match="explicit WxKxS"):
+        parse_decode_entry("hfs:c8")
+    assert why_not(*DIMS, decode, "sm_90a") is None
+    assert why_not(*DIMS, dataclasses.replace(W4, cluster=8), "sm_120a") is None
+    assert "cluster must be one of (0, 2, 4, 8), got 3" in why_not(*DIMS, dataclasses.replace(W8, cluster=3), "sm_90a")
+    assert "cluster must be one of" in why_not(*DIMS, dataclasses.replace(W8, cluster=True), "sm_90a")
+    for bad in (dict(fused_merge=False), dict(fused_schedule=False), dict(persistent=True), dict(pdl="prefetch")):
+        reason = why_not(*DIMS, dataclasses.replace(W8, cluster=4, **bad), "sm_90a")
+        assert reason is not None and "needs fused_merge=True and fused_schedule=True" in reason, bad
+    assert why_not(*DIMS, dataclasses.replace(W8, cluster=4, pdl="wait"), "sm_90a") is None
+    grow = smem_bytes("bfloat16", 128, 128, dataclasses.replace(W8, cluster=2)) - smem_bytes("bfloat16", 128, 128, W8)
+    assert grow == (16 * 128 + 16) * 4 + 16
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("cluster", [2, 4, 8])
+@pytest.mark.parametrize("tile", [64, 128])
+def test_cluster_ranges_tile_the_visible_keys(cluster, tile):
+    """Rank r's [start, end): contiguous, in rank order, covering exactly the visible range; every
+    chunk but the last non-empty one a whole number of tiles from the window's start; empty ranks
+    (short requests) sit at the end with start == end == length."""
+    for length in (0, 1, 15, 16, 127, 128, 129, 1000, 1024, 8192, 32768, 33333):
+        for window_left in (-1, 0, 5, 100, 4095):
+            lo = length - (length if window_left < 0 else min(length, window_left + 1))
+            got = cluster_ranges(length, window_left, cluster, tile)
+            assert len(got) == cluster and got[0][0] == lo and got[-1][1] == length
+            assert all(a[1] == b[0] for a, b in zip(got, got[1:])), got
+            sizes = [e - s for s, e in got]
+            live = [n for n in sizes if n]
+            assert all(n % tile == 0 for n in live[:-1]) and all(n == live[0] for n in live[:-1])
+            assert sizes == live + [0] * (cluster - len(live))
+            assert all(s == length for s, e in got[len(live) :])
+            if length - lo >= cluster * tile:
+                assert len(live) == cluster  # long requests use every rank
+
+
+def _exp2(x):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.exp2(x)
+
+
+def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None):
+    """The cluster kernel in float64: CTA (request b, rank r, KV head h) computes the partial row of
+    its chunk (O over its own sum, base-2 LSE; an empty chunk: 0 and -inf), then each rank combines
+    its columns of the C partials and writes them (rank 0 also the LSE). Returns (out, lse)."""
+    q = case.q.double().numpy()
+    total_q, hq, d = q.shape
+    hkv = case.k_dense[0].shape[1]
+    group, dv = hq // hkv, case.v_dense[0].shape[2]
+    scale_log2 = LOG2E / math.sqrt(d)
+    sink2 = None if sinks is None else sinks.double().numpy() * LOG2E
+    out = np.full((total_q, hq, dv), np.nan)
+    lse = np.full((total_q, hq), np.nan)
+    cols = dv // cluster
+    for b, n in enumerate(case.cache_seqlens.tolist()):
+        keys_k = case.k_dense[b].double().numpy()
+        keys_v = case.v_dense[b].double().numpy()
+        for h in range(hkv):
+            heads = slice(h * group, (h + 1) * group)
+            part_o, part_lse = [], []
+            for start, end in cluster_ranges(n, window_left, cluster, tile):
+                s = q[b, heads] @ keys_k[start:end, h].T * scale_log2
+                m = s.max(axis=1) if end > start else np.full(group, -np.inf)
+                m_use = np.where(m == -np.inf, 0.0, m)
+                p = _exp2(s - m_use[:, None])
+                total = p.sum(axis=1)
+                pos = total > 0
+                part_lse.append(np.where(pos, m_use + np.log2(np.where(pos, total, 1.0)), -np.inf))
+                part_o.append((p @ keys_v[start:end, h]) * np.where(pos, 1.0 / np.where(pos, total, 1.0), 0.0)[:, None])
+            for rank in range(cluster):  # each rank's columns, from every peer's partial
+                c = slice(rank * cols, (rank + 1) * cols)
+                top = np.max(part_lse, axis=0)
+                top_use = np.where(top == -np.inf, 0.0, top)
+                scale = [_exp2(li - top_use) for li in part_lse]
+                total = sum(scale)
+                o = sum(si[:, None] * oi[:, c] for si, oi in zip(scale, part_o))
+                pos = total > 0
+                row_lse = np.where(pos, top_use + np.log2(np.where(pos, total, 1.0)), -np.inf)
+                factor = np.where(pos, 1.0 / np.where(pos, total, 1.0), 0.0)
+                if sink2 is not None:
+                    sk = sink2[heads]
+                    hi = np.maximum(row_lse, sk)
+                    full = hi + np.log2(_exp2(row_lse - hi) + _exp2(sk - hi))
+                    factor = factor * _exp2(row_lse - full)
+                    row_lse = full
+                out[b, heads, c] = o * factor[:, None]
+                if rank == 0:
+                    lse[b, heads] = row_lse
+    return torch.from_numpy(out).float(), torch.from_numpy(lse).float()
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("cluster", [2, 4, 8])
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize(
+    "lens, window_left", [([1, 17, 130, 0], -1), ([3000, 5], -1), ([4096], 1000), ([0, 0, 33], 0), ([2049, 700], 200)]
+)
+def test_emulated_cluster_matches_reference(cluster, kv_dtype, lens, window_left):
+    case = make_case(lens, num_q_heads=8, num_kv_heads=2, head_dim=64, kv_dtype=kv_dtype, seed=len(lens) + cluster)
+    for sinks in (None, torch.randn(8)):
+        out, lse = emulate_cluster(case, cluster, 128, window_left=window_left, sinks=sinks)
+        ref_out, ref_lse = paged_attention_reference(
+            case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
+            window_left=window_left, sinks=sinks, k_descale=case.k_descale, v_descale=case.v_descale,
+        )  # fmt: skip
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), "a column or row was never written"
+        torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-4)
+        finite = torch.isfinite(ref_lse)
+        assert torch.equal(finite, torch.isfinite(lse))
+        torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("entry", ["8x16x2fspld:c8", "4x16x2fs:c2", "8x16x2fspldke:c4"])
+def test_cpu_lifecycle_with_the_flag_matches_the_reference(entry):
+    """plan(override) -> prepare -> bind -> run on CPU tensors (the reference backend): the plan
+    validates the flag and the NaN-poisoned outputs get the reference's rows."""
+    decode = parse_decode_entry(entry)[0]
+    case = make_case([1, 300, 33], num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, seed=len(entry))
+    sched = split_schedule(decode, "bfloat16", 64, 2, 132, "sm_90a")
+    work = paged.default_max_work_items(3, 2)
+    caps = paged.Caps(
+        device="cpu", mode="decode", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=8, num_kv_heads=2,
+        head_dim_qk=64, head_dim_vo=64, page_size=16, max_total_q=3, max_batch=3,
+        max_page_table_width=case.page_table.shape[1], max_work_items=work,
+        max_partial_rows=paged.default_max_partial_rows(work, 8), num_cache_pages=case.k_cache.shape[0],
+    )  # fmt: skip
+    plan = paged.plan(caps, override=Selection(decode, sched))
+    with pytest.raises(ValueError, match="cluster"):
+        paged.plan(caps, override=Selection(dataclasses.replace(decode, cluster=5), sched))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
+        b12x.PreparationSession("cpu").prepare([plan])
+    out = torch.full((3, 8, 64), float("nan"), dtype=torch.bfloat16)
+    lse = torch.full((3, 8), float("nan"))
+    binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
+                         cache_seqlens=case.cache_seqlens, output=out, lse=lse)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        paged.run(binding=binding)
+    ref_out, ref_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    assert not out.isnan().any() and not lse.isnan().any()
+    torch.testing.assert_close(out.float(), ref_out.to(torch.bfloat16).float(), rtol=0, atol=0)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=0)
+
+
+# ---- compile tier --------------------------------------------------------------------------------
+def _compile(cfg, arch, kv_dtype="bfloat16"):
+    kd, _ = _modules()
+    dims = ("bfloat16", kv_dtype, *DIMS[2:])
+    assert why_not(*dims, cfg, arch) is None
+    return kd.compile_decode(*dims, cfg, arch=arch, schedule=ScheduleConfig(cfg.tile_keys, 17, 128))
+
+
+SAME_WORK = ("mma.sync.aligned.m16n8k16", "cvt.rn.f16x2.e4m3x2", "cp.async.cg.shared.global", "ldmatrix")
+CLUSTER_DIM_ATTR = "struct<(i32, i32, i32)>"  # the launch's cudaLaunchAttributeClusterDimension value (host IR)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("cluster", [2, 8])
+def test_cluster_merge_compiles(arch, kv_dtype, cluster, tmp_path):
+    base = W8 if arch == "sm_90a" else W4
+    plain_fn = _compile(base, arch, kv_dtype)
+    plain = plain_fn.artifacts.PTX
+    assert CLUSTER_DIM_ATTR not in str(plain_fn.ir_module)
+    cfg = dataclasses.replace(base, cluster=cluster)
+    fn = _compile(cfg, arch, kv_dtype)
+    ptx = _check_binary(fn, arch)
+    assert CLUSTER_DIM_ATTR in str(fn.ir_module), "the launch has no cluster dimension attribute"
+    for op in SAME_WORK:
+        assert ptx.count(op) == plain.count(op), op
+    # the release arrive, then the relaxed one that keeps shared memory alive; one wait each
+    assert ptx.count("barrier.cluster.arrive;") == 1 and ptx.count("barrier.cluster.arrive.relaxed;") == 1
+    assert ptx.count("barrier.cluster.wait") == 2
+    passes = -(-4 * (128 // cluster) // (32 * cfg.warps))  # column passes of the combine (G = 4 rows)
+    assert ptx.count("ld.shared::cluster") == 2 * cluster * passes  # o and LSE of every rank
+    assert ptx.count("mapa.shared::cluster") == 2 * cluster * passes
+    assert not re.findall(r"^\s*(?:@\S+\s+)?(?:atom|red|fence|membar)\.", ptx, flags=re.M)  # no ticket, no fence
+    assert "atom.global" in plain
+    stores = sorted(re.findall(r"st\.global[.\w]*", ptx))
+    assert stores == ["st.global.b16"] * passes + ["st.global.b32"] * passes, stores  # output, LSE: no partials
+    assert len(re.findall(r"st\.global[.\w]*", plain)) > 2
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
+@pytest.mark.compile
+def test_cluster_merge_sass(tmp_path):
+    """sm_90a SASS: the cluster barriers (UCGABAR arrive / wait), DSMEM loads, no MEMBAR, no ATOMG;
+    the plain config has its ticket's MEMBAR and ATOMG."""
+    ops = _sass(_compile(dataclasses.replace(W8, cluster=4), "sm_90a").artifacts.CUBIN, tmp_path)
+    plain = _sass(_compile(W8, "sm_90a").artifacts.CUBIN, tmp_path)
+    assert sum("CGABAR_ARV" in op for op in ops) == 2 and sum("CGABAR_WAIT" in op for op in ops) == 2
+    assert not any(op.startswith(("ATOMG", "RED")) for op in ops)
+    assert any(op.startswith("ATOMG") for op in plain)
+    # one MEMBAR.ALL.GPU, the first arrive's release (ptxas has no cluster-scope membar), after the
+    # partial row's shared stores; the relaxed second arrive adds none
+    membar = [i for i, op in enumerate(ops) if op.startswith("MEMBAR")]
+    arrive = [i for i, op in enumerate(ops) if "CGABAR_ARV" in op]
+    assert ops[membar[0]] == "MEMBAR.ALL.GPU" and len(membar) == 1 and membar[0] < arrive[0]
+    remote = [i for i, op in enumerate(ops) if re.match(r"LD\.E\b", op)]  # ld.shared::cluster: generic LD
+    assert remote and arrive[0] < remote[0] and remote[-1] < arrive[1], "DSMEM reads between the barriers"
+    wait = [i for i, op in enumerate(ops) if "CGABAR_WAIT" in op]
+    assert all(ops[i + 1] == "CCTL.IVALL" for i in wait[:1])  # the acquire
