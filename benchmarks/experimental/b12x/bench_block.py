@@ -149,6 +149,11 @@ VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gate_up_opts="upfront=4")
 VARIANTS["fast+gu16"] = dict(VARIANTS["fast"], gate_up_opts="warps=16,unroll=1")
 VARIANTS["fast+gu8u1"] = dict(VARIANTS["fast"], gate_up_opts="unroll=1")
 VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gate_up_opts="warps=4")
+# "fast+dnu1" / "fast+dn8" / "fast+dnup2": the fast step's down (16 warps x 2.75 chunks of K 5632 at
+# T = 1, 64 registers) without the unrolled pair, with 8 warps, or holding 2 chunks' loads up front
+VARIANTS["fast+dnu1"] = dict(VARIANTS["fast"], gemm_opts={"down": "unroll=1"})
+VARIANTS["fast+dn8"] = dict(VARIANTS["fast"], gemm_opts={"down": "warps=8"})
+VARIANTS["fast+dnup2"] = dict(VARIANTS["fast"], gemm_opts={"down": "upfront=2"})
 # "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
 # attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
 VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))

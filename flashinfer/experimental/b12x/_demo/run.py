@@ -340,12 +340,14 @@ def prepare(
     attention_pdl="off",
     attention_opts=None,
     rope=False,
+    gemm_opts=None,
 ):
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
     programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
     gate_up_opts: DecodeConfig changes for the fused gate_up's kernel (launch.fused_config's opts, a plan
-    override: bench_block's variants sweep them); norms (with fused): the RMSNorms inside qkv and
+    override: bench_block's variants sweep them); gemm_opts: {GEMM name: such changes} for any of the
+    step's fused-kernel GEMMs (an epilogue or pdl; gate_up's entry wins over gate_up_opts); norms (with fused): the RMSNorms inside qkv and
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
     "prefetch"); attention_opts: DecodeConfig and ScheduleConfig field changes of the attention plan's
@@ -391,11 +393,16 @@ def prepare(
         q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl,
                         norm=norm, rope=layout)  # fmt: skip
         override = None
-        if epilogue == "silu_mul" and gate_up_opts:
+        opts = (gemm_opts or {}).get(name) or (gate_up_opts if epilogue == "silu_mul" else None)
+        if opts:
             from ..gemm._shared import launch as L
 
+            if epilogue == "none" and pdl == "off":
+                raise ValueError(
+                    f"gemm_opts[{name!r}]: {name} runs the plain decode kernel here (no epilogue, pdl off)"
+                )
             bucket = L.bucket_for(tokens)
-            cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, gate_up_opts, norm=norm)
+            cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, opts, norm=norm, rope=layout)
             override = {bucket: cfg}
         plans[name] = G.plan(q, override=override)
     with PreparationSession(device, compile_workers=compile_workers) as session:

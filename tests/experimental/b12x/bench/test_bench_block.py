@@ -134,7 +134,14 @@ def test_variants_name_valid_gemm_options():
 
             assert v["l2"][0] in R.L2_PREFETCH_CHOICES
             assert v["l2"][1] is None or why_not(PrefetchConfig(*v["l2"][1])) is None
-        for m in (1, 8, 16, 32):  # the fused gate_up's config with these options is one the kernel takes
+        assert set(v) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
+        shapes = {"qkv": (3072, 2048, "none"), "o": (2048, 2048, "none"), "down": (2048, 5632, "residual")}
+        assert set(v.get("gemm_opts") or ()) <= set(shapes)
+        for m in (1, 8, 16, 32):  # the fused GEMMs' configs with these options are ones the kernel takes
             bucket = L.bucket_for(m)
             cfg = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", pdl, opts, norm=norms)
             assert L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is None, cfg
+            for name, gemm_opts in (v.get("gemm_opts") or {}).items():
+                n, k, epilogue = shapes[name]
+                cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl, gemm_opts)
+                assert L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is None, cfg
