@@ -154,6 +154,12 @@ VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gate_up_opts="warps=4")
 VARIANTS["fast+dnu1"] = dict(VARIANTS["fast"], gemm_opts={"down": "unroll=1"})
 VARIANTS["fast+dn8"] = dict(VARIANTS["fast"], gemm_opts={"down": "warps=8"})
 VARIANTS["fast+dnup2"] = dict(VARIANTS["fast"], gemm_opts={"down": "upfront=2"})
+# "fast+o16" / "fast+qkv16" / "fast+w16": o, qkv, or qkv + o + gate_up with 16 warps of one K chunk
+# each (a CTA's chain half as long at T = 1: K 2048 is 16 chunks of 128)
+W16 = "warps=16,unroll=1"
+VARIANTS["fast+o16"] = dict(VARIANTS["fast"], gemm_opts={"o": W16})
+VARIANTS["fast+qkv16"] = dict(VARIANTS["fast"], gemm_opts={"qkv": W16})
+VARIANTS["fast+w16"] = dict(VARIANTS["fast"], gemm_opts={"qkv": W16, "o": W16, "gate_up": W16})
 # "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
 # attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
 VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))

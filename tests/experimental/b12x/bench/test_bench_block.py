@@ -135,7 +135,8 @@ def test_variants_name_valid_gemm_options():
             assert v["l2"][0] in R.L2_PREFETCH_CHOICES
             assert v["l2"][1] is None or why_not(PrefetchConfig(*v["l2"][1])) is None
         assert set(v) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
-        shapes = {"qkv": (3072, 2048, "none"), "o": (2048, 2048, "none"), "down": (2048, 5632, "residual")}
+        shapes = {"qkv": (3072, 2048, "none"), "o": (2048, 2048, "none"), "gate_up": (11264, 2048, "silu_mul"),
+                  "down": (2048, 5632, "residual")}  # fmt: skip
         assert set(v.get("gemm_opts") or ()) <= set(shapes)
         for m in (1, 8, 16, 32):  # the fused GEMMs' configs with these options are ones the kernel takes
             bucket = L.bucket_for(m)
