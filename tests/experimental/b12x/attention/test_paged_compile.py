@@ -83,10 +83,10 @@ def test_decode_default_config_compiles(arch, kv_dtype):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_decode_fused_merge_compiles(arch, kv_dtype, tmp_path):
-    """fused_merge: one acq_rel ticket (atom.add at GPU scope) between a release and an acquire fence,
+    """fused_merge (lean_ticket off: its fenced form): one acq_rel ticket (atom.add at GPU scope) between a release and an acquire fence,
     the same mma work as the unfused kernel, which has no atomics or fences; no register spills."""
     kd, _ = _modules()
-    cfg = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True)
+    cfg = dataclasses.replace(default_config(kv_dtype, 128, 16, arch), fused_merge=True, lean_ticket=False)
     fused = _check_binary(kd.compile_decode("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch=arch), arch)
     plain = kd.compile_decode(
         "bfloat16", kv_dtype, 32, 8, 128, 128, 16, default_config(kv_dtype, 128, 16, arch), arch=arch
