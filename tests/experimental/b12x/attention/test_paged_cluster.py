@@ -7,7 +7,7 @@ float64 of the algorithm as the kernel runs it (C CTAs a (request, KV head), eac
 its chunk with v_descale folded and no sink; every rank combining its head-dim columns of all C
 partials, the sink joining the denominator there) against reference.py; the planned lifecycle with the
 flag on CPU tensors (reference backend) on poisoned outputs.
-compile: sm_90a (8 warps) and sm_120a (4 warps), bf16 and fp8, C 2 / 4 / 8: the launch carries the
+compile: sm_90a (8 warps) and sm_120a (4 warps), bf16 and fp8, C 2 / 8 (and 16 on sm_90a): the launch carries the
 cluster-dimension attribute (host IR), the PTX has two cluster barriers and 2 C DSMEM loads a column
 pass, no atomic, no fence and no fp32 global store but the LSE's (no partial rows), the same mma /
 cp.async work as the config without the flag, no spills; SASS has the cluster barrier instructions and
@@ -60,7 +60,11 @@ def test_bench_entries_repr_and_predicate():
         parse_decode_entry("hfs:c8")
     assert why_not(*DIMS, decode, "sm_90a") is None
     assert why_not(*DIMS, dataclasses.replace(W4, cluster=8), "sm_120a") is None
-    assert "cluster must be one of (0, 2, 4, 8), got 3" in why_not(*DIMS, dataclasses.replace(W8, cluster=3), "sm_90a")
+    assert why_not(*DIMS, dataclasses.replace(W8, cluster=16), "sm_90a") is None
+    assert "non-portable, above 8) is for sm_90a only" in why_not(*DIMS, dataclasses.replace(W4, cluster=16), "sm_120a")
+    assert "cluster must be one of (0, 2, 4, 8, 16), got 3" in why_not(
+        *DIMS, dataclasses.replace(W8, cluster=3), "sm_90a"
+    )
     assert "cluster must be one of" in why_not(*DIMS, dataclasses.replace(W8, cluster=True), "sm_90a")
     for bad in (dict(fused_merge=False), dict(fused_schedule=False), dict(persistent=True), dict(pdl="prefetch")):
         reason = why_not(*DIMS, dataclasses.replace(W8, cluster=4, **bad), "sm_90a")
@@ -71,7 +75,7 @@ def test_bench_entries_repr_and_predicate():
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("cluster", [2, 4, 8])
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 @pytest.mark.parametrize("tile", [64, 128])
 def test_cluster_ranges_tile_the_visible_keys(cluster, tile):
     """Rank r's [start, end): contiguous, in rank order, covering exactly the visible range; every
@@ -148,7 +152,7 @@ def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None):
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("cluster", [2, 4, 8])
+@pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn])
 @pytest.mark.parametrize(
     "lens, window_left", [([1, 17, 130, 0], -1), ([3000, 5], -1), ([4096], 1000), ([0, 0, 33], 0), ([2049, 700], 200)]
@@ -169,7 +173,7 @@ def test_emulated_cluster_matches_reference(cluster, kv_dtype, lens, window_left
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("entry", ["8x16x2fspld:c8", "4x16x2fs:c2", "8x16x2fspldke:c4"])
+@pytest.mark.parametrize("entry", ["8x16x2fspld:c8", "4x16x2fs:c2", "8x16x2fspldke:c4", "8x16x2fspld:c16"])
 def test_cpu_lifecycle_with_the_flag_matches_the_reference(entry):
     """plan(override) -> prepare -> bind -> run on CPU tensors (the reference backend): the plan
     validates the flag and the NaN-poisoned outputs get the reference's rows."""
@@ -219,8 +223,10 @@ CLUSTER_DIM_ATTR = "struct<(i32, i32, i32)>"  # the launch's cudaLaunchAttribute
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("cluster", [2, 8])
+@pytest.mark.parametrize("cluster", [2, 8, 16])
 def test_cluster_merge_compiles(arch, kv_dtype, cluster, tmp_path):
+    if cluster > 8 and arch != "sm_90a":
+        pytest.skip("cluster 16 (non-portable) is sm_90a only")
     base = W8 if arch == "sm_90a" else W4
     plain_fn = _compile(base, arch, kv_dtype)
     plain = plain_fn.artifacts.PTX

@@ -18,7 +18,7 @@ THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
 DECODE_STAGES = (2, 3, 4, 5, 6)
 MIN_CTAS = (0, 2, 3, 4, 5, 6, 8)
 PDL_MODES = ("off", "wait", "prefetch")  # DecodeConfig.pdl
-CLUSTER_SIZES = (0, 2, 4, 8)  # DecodeConfig.cluster: 0 off, else CTAs a cluster (8: the portable maximum)
+CLUSTER_SIZES = (0, 2, 4, 8, 16)  # DecodeConfig.cluster: 0 off, else CTAs a cluster (16: non-portable, sm_90a)
 PDL_PREFETCH_KEYS = 256  # keys a CTA prefetches into L2 before its wait (pdl="prefetch"): 128 KB at D 128 bf16
 
 
@@ -90,8 +90,9 @@ class DecodeConfig:
     DRAM misses overlap the lengths (or work-row) load instead of following it: the first sub-tiles'
     page-table reads become L2 hits.
 
-    cluster (0 = off, or C in 2, 4, 8; needs fused_merge and fused_schedule, not persistent, pdl not
-    "prefetch"; `_cluster_merge`): every request is split into exactly C items of
+    cluster (0 = off, or C in 2, 4, 8, or 16 on sm_90a (a non-portable cluster size: the DSL's launcher
+    allows it; 16 SMs of one GPC must be free); needs fused_merge and fused_schedule, not persistent,
+    pdl not "prefetch"; `_cluster_merge`): every request is split into exactly C items of
     round_up(ceil(visible / C), tile_keys) keys (`cluster_ranges`), the grid has Hkv x B x C CTAs, and
     the C CTAs of one (request, KV head) form a thread-block cluster along the row axis. Each CTA keeps
     its partial row (O normalised by its own sum, LSE) in its shared memory; behind a cluster barrier
@@ -223,6 +224,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     reason = why_not_cluster(c)
     if reason is not None:
         return reason
+    if c.cluster > 8 and arch != "sm_90a":
+        return f"cluster={c.cluster} (non-portable, above 8) is for sm_90a only, got {arch}"
     if c.keys_per_warp > 2 * page_size:
         return f"keys_per_warp {c.keys_per_warp} > 2 x page_size {page_size}: a warp's sub-tile spans at most two pages"
     if c.persistent and not persistent_fits(kv_dtype, head_dim, head_dim_v, c):
