@@ -160,6 +160,10 @@ W16 = "warps=16,unroll=1"
 VARIANTS["fast+o16"] = dict(VARIANTS["fast"], gemm_opts={"o": W16})
 VARIANTS["fast+qkv16"] = dict(VARIANTS["fast"], gemm_opts={"qkv": W16})
 VARIANTS["fast+w16"] = dict(VARIANTS["fast"], gemm_opts={"qkv": W16, "o": W16, "gate_up": W16})
+# "fast+c8" / "fast+c16": attention's split requests as thread-block clusters of 8 / 16 CTAs merging
+# through distributed shared memory (DecodeConfig.cluster, session 10, opt-in)
+VARIANTS["fast+c8"] = dict(VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=8))
+VARIANTS["fast+c16"] = dict(VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=16))
 # "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
 # attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
 VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))
