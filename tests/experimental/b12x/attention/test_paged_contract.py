@@ -445,9 +445,18 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     assert (sched.tile_keys, sched.target_items, sched.min_chunk) == (128, 17, 128)
     assert _config.split_schedule(DecodeConfig(4, 16, 3, **flags), "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
     d128 = dict(head_dim_qk=128, head_dim_vo=128)
+    # one request with a context capacity above CLUSTER_MAX_CONTEXT: no cluster (the caps hold 16 x 16 keys)
+    monkeypatch.setattr(_config, "CLUSTER_MAX_CONTEXT", 255)
     one = paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a")
     assert one.decode == dataclasses.replace(small, fused_merge=True, fused_schedule=True)
     assert one.schedule.min_chunk == 128
+    monkeypatch.setattr(_config, "CLUSTER_MAX_CONTEXT", 256)  # within it: clusters of 8 CTAs
+    assert paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a").decode == dataclasses.replace(
+        small, fused_merge=True, fused_schedule=True, cluster=_config.SINGLE_REQUEST_CLUSTER
+    )
+    for other in (dict(max_batch=2, max_total_q=2), dict(max_batch=1, max_total_q=1, pdl="prefetch")):
+        assert paged.plan(caps(**other, **d128)).heuristic("sm_90a").decode.cluster == 0, other
+    assert paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_120a").decode.cluster == 0
     assert paged.plan(caps(max_batch=8, max_total_q=8, **d128)).heuristic("sm_90a").decode.warps == 4
     monkeypatch.setattr(_config, "SMALL_BATCH_DECODE", False)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=1) == DecodeConfig(4, 16, 3, **flags)

@@ -343,6 +343,29 @@ def small_batch_config(kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig 
     return cfg if smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= SMEM_LIMIT[arch] else None
 
 
+# SINGLE_REQUEST_CLUSTER (session 10, H200 graph timer, Hq 32 / Hkv 8): plans of one request whose
+# context capacity (max_page_table_width x page_size) is at most CLUSTER_MAX_CONTEXT keys take the
+# small-batch shape as thread-block clusters of this many CTAs merging over distributed shared memory
+# (DecodeConfig.cluster): B = 1 L = 1k bf16 9.06 -> 6.76 µs, fp8 8.24 -> 6.13; at L = 8k a tie (13.37 vs
+# 13.30, fp8 11.77 vs 11.28) and at 32k 7-27% slower (each CTA takes L / 8 keys), at B = 2 slower
+# everywhere; so one request and contexts up to 4k (interpolated: not timed between 1k and 8k).
+SINGLE_REQUEST_CLUSTER = 8
+CLUSTER_MAX_CONTEXT = 4096
+
+
+def cluster_by_default(max_batch: int, max_context: int, decode: DecodeConfig) -> bool:
+    """Whether the plan's heuristic makes `decode` (its one-launch small-batch selection so far) a
+    cluster of SINGLE_REQUEST_CLUSTER CTAs (see above; 0 turns it off)."""
+    one_launch = decode.fused_merge and decode.fused_schedule and decode.pdl != "prefetch" and not decode.persistent
+    return (
+        SINGLE_REQUEST_CLUSTER > 0
+        and max_batch == 1
+        and max_context <= CLUSTER_MAX_CONTEXT
+        and small_batch_chunk(decode)
+        and one_launch
+    )
+
+
 def small_batch_chunk(decode: DecodeConfig) -> bool:
     """Whether `decode` is the small-batch shape, whose schedule splits in chunks of one 128-key round
     (`split_schedule`) instead of two pipeline fills."""

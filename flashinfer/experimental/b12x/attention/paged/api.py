@@ -53,9 +53,11 @@ from ...preparation.plan import Plan
 from ._config import (
     FUSED_BY_DEFAULT,
     FUSED_SCHEDULE_MAX_BATCH,
+    SINGLE_REQUEST_CLUSTER,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
+    cluster_by_default,
     default_config,
     default_extend_config,
     extend_item_capacity,
@@ -258,6 +260,12 @@ class PagedAttentionPlan(Plan):
             one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
             decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
         decode = with_pdl(caps.pdl, decode)
+        if caps.config is None and cluster_by_default(
+            caps.max_batch, caps.max_page_table_width * caps.page_size, decode
+        ):
+            clustered = dataclasses.replace(decode, cluster=SINGLE_REQUEST_CLUSTER)
+            if why_not(*dims, caps.page_size, clustered, arch) is None:
+                decode = clustered
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 
