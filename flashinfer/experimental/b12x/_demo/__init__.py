@@ -24,7 +24,8 @@ PDL_CHOICES = ("off", "wait", "prefetch")  # gemm.blockscaled GemmQuery.pdl
 L2_PREFETCH_CHOICES = ("weights", "weights+kv", "mlp")  # keep in sync with run.L2_PREFETCH_CHOICES (a test checks)
 MAX_TOKENS = 64
 # --step presets (the options a flag does not set). "fast", the default: the fastest decode step measured
-# on the H200 (docs/performance.md, session 9: llama-small T = 1 40.3 µs vs 47.9 for "base"): gate_up +
+# on the H200 (docs/performance.md, session 9: llama-small T = 1 40.3 µs vs 47.9 for "base"; 37.2 in session 10
+# with the attention plan's small-batch defaults): gate_up +
 # SiLU * up and down + residual as one GEMM launch each, RoPE + KV append in qkv's epilogue, every GEMM a
 # programmatic dependent prefetching its weights, attention a programmatic dependent with 128-key
 # minimum split chunks, the Triton glue launched the same way (seven launches). "base": the plain
