@@ -29,6 +29,7 @@ from .test_paged_gpu import (
     prepared,
     replay_with_new_lengths,
 )
+from .test_paged_lean_gpu import check_graph_replays
 
 pytestmark = pytest.mark.gpu
 
@@ -128,23 +129,4 @@ def test_cluster_b1_graph_replays_agree():
     reference."""
     case = make_case([1024], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=torch.bfloat16,
                      device=DEV, seed=1)  # fmt: skip
-    plan = cluster_plan(case, "bfloat16", base_config("bfloat16", cluster=8))
-    binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
-                         cache_seqlens=case.cache_seqlens)  # fmt: skip
-    paged.run(binding=binding)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        paged.run(binding=binding)
-    first = None
-    for _ in range(20):
-        poison(plan)
-        graph.replay()
-        torch.cuda.synchronize()
-        out = binding.out.clone()
-        assert not out.isnan().any()
-        first = out if first is None else first
-        assert torch.equal(out, first)
-    ref, _ = paged.paged_attention_reference(case.q, case.k_cache, case.v_cache, case.page_table,
-                                             case.cache_seqlens, case.cu_seqlens_q)  # fmt: skip
-    torch.testing.assert_close(first.float(), ref, rtol=2e-2, atol=2e-2)
+    check_graph_replays(case, cluster_plan(case, "bfloat16", base_config("bfloat16", cluster=8)))

@@ -99,7 +99,13 @@ def test_b1_graph_replays_agree():
     prefetch race would show as a NaN or a changed bit)."""
     case = make_case([1024], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=torch.bfloat16,
                      device=DEV, seed=1)  # fmt: skip
-    plan = knob_plan(case, "bfloat16", dataclasses.replace(base_config("bfloat16"), **KNOBS["ke"]))
+    check_graph_replays(case, knob_plan(case, "bfloat16", dataclasses.replace(base_config("bfloat16"), **KNOBS["ke"])))
+
+
+def check_graph_replays(case, plan, replays=20):
+    """`plan` bound to `case`, captured once, replayed `replays` times on poisoned outputs: every replay
+    bit-equal to the first (a ticket, prefetch or cluster race would show as a NaN or a changed bit),
+    and the first close to the reference."""
     binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
                          cache_seqlens=case.cache_seqlens)  # fmt: skip
     paged.run(binding=binding)
@@ -108,7 +114,7 @@ def test_b1_graph_replays_agree():
     with torch.cuda.graph(graph):
         paged.run(binding=binding)
     first = None
-    for _ in range(20):
+    for _ in range(replays):
         poison(plan)
         graph.replay()
         torch.cuda.synchronize()
