@@ -18,7 +18,6 @@ commit time: 14 configs, both archs, byte-identical).
 import dataclasses
 import math
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -39,7 +38,7 @@ from flashinfer.experimental.b12x.attention.paged.reference import LOG2E, paged_
 
 from .paged_cases import make_case
 from .test_paged_compile import _check_binary, _modules, _ptxas_usage
-from .test_paged_lean import _sass
+from .test_paged_lean import _sass, check_cpu_lifecycle, cpu_caps
 
 ARCHS = ("sm_90a", "sm_120a")
 LATENCY = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True)
@@ -180,32 +179,11 @@ def test_cpu_lifecycle_with_the_flag_matches_the_reference(entry):
     decode = parse_decode_entry(entry)[0]
     case = make_case([1, 300, 33], num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, seed=len(entry))
     sched = split_schedule(decode, "bfloat16", 64, 2, 132, "sm_90a")
-    work = paged.default_max_work_items(3, 2)
-    caps = paged.Caps(
-        device="cpu", mode="decode", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=8, num_kv_heads=2,
-        head_dim_qk=64, head_dim_vo=64, page_size=16, max_total_q=3, max_batch=3,
-        max_page_table_width=case.page_table.shape[1], max_work_items=work,
-        max_partial_rows=paged.default_max_partial_rows(work, 8), num_cache_pages=case.k_cache.shape[0],
-    )  # fmt: skip
+    caps = cpu_caps(case)
     plan = paged.plan(caps, override=Selection(decode, sched))
     with pytest.raises(ValueError, match="cluster"):
         paged.plan(caps, override=Selection(dataclasses.replace(decode, cluster=5), sched))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
-        b12x.PreparationSession("cpu").prepare([plan])
-    out = torch.full((3, 8, 64), float("nan"), dtype=torch.bfloat16)
-    lse = torch.full((3, 8), float("nan"))
-    binding = paged.bind(plan, q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
-                         cache_seqlens=case.cache_seqlens, output=out, lse=lse)  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        paged.run(binding=binding)
-    ref_out, ref_lse = paged.paged_attention_reference(
-        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
-    )
-    assert not out.isnan().any() and not lse.isnan().any()
-    torch.testing.assert_close(out.float(), ref_out.to(torch.bfloat16).float(), rtol=0, atol=0)
-    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=0)
+    check_cpu_lifecycle(case, plan)
 
 
 # ---- compile tier --------------------------------------------------------------------------------

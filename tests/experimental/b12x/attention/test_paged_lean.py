@@ -107,14 +107,23 @@ def test_cpu_lifecycle_with_the_knobs_matches_the_reference(entry):
     case = make_case([1, 300, 33], num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, seed=len(entry))
     sched = split_schedule(decode, "bfloat16", 64, 2, 132, "sm_90a")
     sched = ScheduleConfig(sched.tile_keys, sched.target_items, min_chunk or sched.min_chunk)
+    check_cpu_lifecycle(case, paged.plan(cpu_caps(case), override=Selection(decode, sched)))
+
+
+def cpu_caps(case):
+    """Decode caps on CPU for `case` (3 requests, Hq 8 / Hkv 2, D 64, page 16)."""
     work = paged.default_max_work_items(3, 2)
-    caps = paged.Caps(
+    return paged.Caps(
         device="cpu", mode="decode", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=8, num_kv_heads=2,
         head_dim_qk=64, head_dim_vo=64, page_size=16, max_total_q=3, max_batch=3,
         max_page_table_width=case.page_table.shape[1], max_work_items=work,
         max_partial_rows=paged.default_max_partial_rows(work, 8), num_cache_pages=case.k_cache.shape[0],
     )  # fmt: skip
-    plan = paged.plan(caps, override=Selection(decode, sched))
+
+
+def check_cpu_lifecycle(case, plan):
+    """prepare -> bind -> run of `plan` on `case`'s CPU tensors into NaN-poisoned outputs: exactly the
+    reference's rows and LSEs."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
         b12x.PreparationSession("cpu").prepare([plan])
