@@ -4,10 +4,7 @@ warp-level mma.sync (bf16/fp16 hi + lo split of fn), never wgmma (hardware polic
 wgmma on sm_90a for 4-warp dots of M >= 64, which StreamConfig refuses); pass 2 and post have no dot.
 """
 
-import os
 import re
-import subprocess
-import tempfile
 
 import pytest
 import triton
@@ -15,6 +12,7 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.compiler import ASTSource
 
+from flashinfer.experimental.b12x._lib import cuda_binary as CB
 from flashinfer.experimental.b12x.norm.mhc import (
     _config,
     _kernel,
@@ -32,7 +30,6 @@ STREAM_SIG |= dict(part_ptr="*fp32", T="i32", chunks_per_split="i32", fn_blocks=
 APPLY_SIG = dict(src_ptr="*bf16", part_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", w_ptr="*bf16", y_ptr="*bf16")
 APPLY_SIG |= dict(post_ptr="*fp32", comb_ptr="*fp32", T="i32", splits="i32", sinkhorn_iters="i32")
 APPLY_SIG |= dict(tok_stride="i32", stream_stride="i32", has_norm="i32", rms_eps="fp32", hc_eps="fp32", norm_eps="fp32")
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
 @pytest.fixture(autouse=True)
@@ -58,14 +55,8 @@ def _check(compiled, what, *, mma):
         assert n_mma > 0, f"{what}: no mma.sync m16n8k16 in the PTX (the mixes left the tensor cores)"
     else:
         assert not re.search(r"\bmma\.", ptx), f"{what}: unexpected tensor-core instruction in the PTX"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
-    assert m, usage
-    assert int(m.group(2)) == 0 and int(m.group(3)) == 0, f"{what}: spills ({m.group(0)})"
+    usage = CB.resources(compiled.asm["cubin"])
+    assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{what}: spills ({usage})"
 
 
 def _stream_cases():

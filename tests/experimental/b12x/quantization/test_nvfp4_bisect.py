@@ -12,9 +12,7 @@ the PTX (test_gpu_candidates.py -k bisect, test_gpu_nvfp4_bisect.py).
 """
 
 import importlib.util
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -157,17 +155,6 @@ def test_config_rules_and_offer(monkeypatch):
 
 
 # ---- compile tier --------------------------------------------------------------------------------
-def _sass(cubin: bytes, tmp_path, flag: str = "-sass") -> str:
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
-        pytest.skip("cuobjdump not shipped with this Triton")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(cubin)
-    return subprocess.run([tool, flag, str(path)], capture_output=True, text=True, check=True).stdout
-
-
 def loop_body(sass: str) -> int:
     """Instructions of the longest backward branch's range (the k_iters loop of a non-unrolled tile)."""
     ins = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
@@ -182,7 +169,7 @@ def loop_body(sass: str) -> int:
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize("idx", range(len(nv._UNVALIDATED_BISECT)))
-def test_bisect_compiles_with_its_instructions(arch, idx, tmp_path):
+def test_bisect_compiles_with_its_instructions(arch, idx, cuda_binary):
     cfg = BISECT[idx]
     compiled = nv.compile_for_target("bfloat16", 7168, cfg, arch)
     ptx = compiled.asm["ptx"]
@@ -190,22 +177,25 @@ def test_bisect_compiles_with_its_instructions(arch, idx, tmp_path):
     assert ptx.count("set.gt.u32.bf16x2") == 3 * words, cfg
     assert ptx.count("set.lt.u32.bf16x2") == words, cfg
     assert "fma.rn.bf16x2" not in ptx and "set.gt.bf16x2.bf16x2" not in ptx, cfg
-    sass = _sass(compiled.asm["cubin"], tmp_path)
+    sass = cuda_binary.run("cuobjdump", compiled.asm["cubin"], "-sass")
     assert not re.search(r"\b(STL|LDL)\b", sass), f"{cfg} spills on {arch}"
     if cfg.max_regs:
-        regs = int(re.search(r"REG:(\d+)", _sass(compiled.asm["cubin"], tmp_path, "-res-usage")).group(1))
+        regs = cuda_binary.resources(compiled.asm["cubin"])["REG"]
         assert regs <= cfg.max_regs, (cfg, regs)
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("prefetch", [True, False])
-def test_bisect_loop_is_shorter_than_pairs(prefetch, tmp_path):
+def test_bisect_loop_is_shorter_than_pairs(prefetch, cuda_binary):
     # sm_90a k-loop of the 8x256x4 k_iters 4 tile (16 values a thread): measured 262 vs 307 SASS with
     # prefetch, 247 vs 293 without (Triton 3.9, 2026-12-01); the design needs >= 10% fewer.
     cfgs = [
         nv.NvFp4Config(8, 256, 4, enc, layout="halves", k_iters=4, prefetch=prefetch) for enc in ("pairs", "bisect")
     ]
     n_pairs, n_bisect = (
-        loop_body(_sass(nv.compile_for_target("bfloat16", 7168, c, "sm_90a").asm["cubin"], tmp_path)) for c in cfgs
+        loop_body(
+            cuda_binary.run("cuobjdump", nv.compile_for_target("bfloat16", 7168, c, "sm_90a").asm["cubin"], "-sass")
+        )
+        for c in cfgs
     )
     assert n_pairs > 200 and n_bisect <= 0.9 * n_pairs, (n_pairs, n_bisect)

@@ -7,9 +7,7 @@ Bits: test_interpret (`_interpret_run.NVFP4_VARIANTS`, session-7 rows) and, on t
 test_gpu_candidates (`-k "nvfp4 and pairs and not False-0-False"`).
 """
 
-import os
 import re
-import subprocess
 
 import pytest
 import triton
@@ -120,20 +118,11 @@ def test_s7_offered_only_unvalidated(monkeypatch):
     assert set(S7) <= set(nv.candidate_configs(7168, unvalidated=True))
 
 
-def _sass(cubin: bytes, tmp_path, flag: str = "-sass") -> str:
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    if not os.path.exists(tool):
-        pytest.skip("cuobjdump not shipped with this Triton")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(cubin)
-    return subprocess.run([tool, flag, str(path)], capture_output=True, text=True, check=True).stdout
-
-
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 # unrolled, + stream, persistent tiles, persistent groups (56 regs), lane table unrolled / persistent tiles
 @pytest.mark.parametrize("idx", [0, 3, 4, 6, 12, 17])
-def test_s7_compiles_without_spills(arch, idx, tmp_path):
+def test_s7_compiles_without_spills(arch, idx, cuda_binary):
     cfg = S7[idx]
     compiled = nv.compile_for_target("bfloat16", 7168, cfg, arch)
     ptx = compiled.asm["ptx"]
@@ -144,10 +133,10 @@ def test_s7_compiles_without_spills(arch, idx, tmp_path):
         assert "ld.global.L1::evict_first" in ptx and "st.global.cs" in ptx, cfg
     else:
         assert "evict_first" not in ptx and ".cs." not in ptx, cfg
-    sass = _sass(compiled.asm["cubin"], tmp_path)
+    sass = cuda_binary.run("cuobjdump", compiled.asm["cubin"], "-sass")
     assert not re.search(r"\b(STL|LDL)\b", sass), f"{cfg} spills on {arch}"
     if cfg.max_regs:
-        regs = int(re.search(r"REG:(\d+)", _sass(compiled.asm["cubin"], tmp_path, "-res-usage")).group(1))
+        regs = cuda_binary.resources(compiled.asm["cubin"])["REG"]
         assert regs <= cfg.max_regs, (cfg, regs)
 
 
