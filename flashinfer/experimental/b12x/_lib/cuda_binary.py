@@ -7,6 +7,7 @@ tools and runs them. A tool is taken from PATH first, then from the copy Triton'
 
     from flashinfer.experimental.b12x._lib import cuda_binary as CB
     text = CB.sass(fn.artifacts.CUBIN)            # nvdisasm -c
+    CB.instructions(fn.artifacts.CUBIN)           # its instructions, predicates kept, in order
     CB.resources(fn.artifacts.CUBIN)["REG"]       # cuobjdump -res-usage, the last kernel's line
 """
 
@@ -57,6 +58,18 @@ def run(name: str, cubin: bytes, *flags: str) -> str:
 def sass(cubin: bytes) -> str:
     """The SASS text of a cubin (`nvdisasm -c`: one instruction a line)."""
     return run("nvdisasm", cubin, "-c")
+
+
+def instructions(cubin: bytes) -> list[str]:
+    """The SASS instructions in order, without addresses, encodings or the trailing ';' (a predicate
+    such as '@!P0' stays in front of its opcode)."""
+    return [line.split("*/", 1)[-1].split(";")[0].strip() for line in sass(cubin).splitlines() if "*/" in line]
+
+
+def opcodes(cubin: bytes) -> list[str]:
+    """The opcode (with its modifiers, e.g. 'LDG.E.128') of every SASS instruction, predicates dropped."""
+    ops = [text.split() for text in instructions(cubin)]
+    return [(op[1] if op[0].startswith("@") else op[0]) for op in ops if op]
 
 
 def resources(cubin: bytes) -> dict[str, int]:

@@ -231,11 +231,11 @@ def test_cluster_merge_compiles(arch, kv_dtype, cluster, tmp_path):
 
 
 @pytest.mark.compile
-def test_cluster_merge_sass(tmp_path):
+def test_cluster_merge_sass():
     """sm_90a SASS: the cluster barriers (UCGABAR arrive / wait), DSMEM loads, no MEMBAR, no ATOMG;
     the plain config has its ticket's MEMBAR and ATOMG."""
-    ops = _sass(_compile(dataclasses.replace(W8, cluster=4), "sm_90a").artifacts.CUBIN, tmp_path)
-    plain = _sass(_compile(W8, "sm_90a").artifacts.CUBIN, tmp_path)
+    ops = _sass(_compile(dataclasses.replace(W8, cluster=4), "sm_90a").artifacts.CUBIN)
+    plain = _sass(_compile(W8, "sm_90a").artifacts.CUBIN)
     assert sum("CGABAR_ARV" in op for op in ops) == 2 and sum("CGABAR_WAIT" in op for op in ops) == 2
     assert not any(op.startswith(("ATOMG", "RED")) for op in ops)
     assert any(op.startswith("ATOMG") for op in plain)

@@ -23,6 +23,7 @@ import re
 
 import pytest
 
+from flashinfer.experimental.b12x._lib import cuda_binary as CB
 from flashinfer.experimental.b12x.attention.paged._config import ExtendConfig, default_extend_config, why_not_extend
 
 from .test_paged_compile import ARCHS, _check_binary, _extend_module, _ptxas_usage
@@ -163,33 +164,14 @@ def test_pipelining_fields_are_validated(field, value, match):
         "bfloat16", "bfloat16", 32, 8, 128, 128, 16, small, "sm_90a")  # fmt: skip
 
 
-def _run_tool(fn, tool: str, *flags: str) -> str:
-    """stdout of CUDA binary tool `tool` (Triton's copy, or one on PATH) on the compiled kernel's cubin."""
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    path = shutil.which(tool)
-    if path is None:
-        triton = pytest.importorskip("triton")
-        found = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / tool
-        path = str(found) if found.exists() else pytest.skip(f"no {tool}")
-    cubin = Path(tempfile.mkdtemp()) / "k.cubin"
-    cubin.write_bytes(fn.artifacts.CUBIN)
-    return subprocess.run([path, *flags, str(cubin)], capture_output=True, text=True, check=True).stdout
-
-
 def _disasm(fn) -> str:
     """The compiled kernel's SASS text (nvdisasm)."""
-    return _run_tool(fn, "nvdisasm", "-c")
+    return CB.sass(fn.artifacts.CUBIN)
 
 
 def _sass(fn) -> list[str]:
     """Opcodes of the cubin's SASS."""
-    sass = _disasm(fn)
-    ops = [line.split(";")[0].split("*/")[-1].split() for line in sass.splitlines() if "*/" in line]
-    return [(op[1] if op[0].startswith("@") else op[0]) for op in ops if op]
+    return CB.opcodes(fn.artifacts.CUBIN)
 
 
 def test_sliced_tile_rereads_q_instead_of_spilling():
@@ -222,10 +204,9 @@ WIDE = {  # also test_paged_extend_gpu's cases: 256-row CTAs and the staggered w
 
 
 def _resources(fn) -> tuple[int, int]:
-    """(registers, stack bytes) of the cubin's kernel per cuobjdump -res-usage (Triton's copy or PATH)."""
-    out = _run_tool(fn, "cuobjdump", "-res-usage")
-    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
-    return int(found.group(1)), int(found.group(2))
+    """(registers, stack bytes) of the cubin's kernel (cuobjdump -res-usage)."""
+    usage = CB.resources(fn.artifacts.CUBIN)
+    return usage["REG"], usage["STACK"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -385,8 +366,7 @@ def test_persistent_small_tile_loop_spills_no_more_than_one_item_a_cta():
 
 def _sass_lines(fn) -> list[str]:
     """The cubin's SASS instructions (predicates kept), in order."""
-    text = _disasm(fn)
-    return [line.split("*/", 1)[-1].split(";")[0].strip() for line in text.splitlines() if "*/" in line]
+    return CB.instructions(fn.artifacts.CUBIN)
 
 
 def _prologue_loads(lines: list[str]) -> tuple[int, int]:
