@@ -253,19 +253,18 @@ class PagedAttentionPlan(Plan):
         arch = arch or "sm_120a"
         decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch, caps.max_batch)
         dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
-        if caps.config is None and why_not(*dims, caps.page_size, _fit_page(decode, caps.page_size), arch) is not None:
+        fits = lambda d: why_not(*dims, caps.page_size, d, arch) is None  # noqa: E731
+        if caps.config is None and not fits(_fit_page(decode, caps.page_size)):
             decode = default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)  # small shape unfit here
         decode = _fit_page(decode, caps.page_size)
         if caps.config is None and FUSED_BY_DEFAULT:
             one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
             decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
         decode = with_pdl(caps.pdl, decode)
-        if caps.config is None and cluster_by_default(
-            caps.max_batch, caps.max_page_table_width * caps.page_size, decode
-        ):
-            clustered = dataclasses.replace(decode, cluster=SINGLE_REQUEST_CLUSTER)
-            if why_not(*dims, caps.page_size, clustered, arch) is None:
-                decode = clustered
+        clustered = dataclasses.replace(decode, cluster=SINGLE_REQUEST_CLUSTER)
+        max_context = caps.max_page_table_width * caps.page_size
+        if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
+            decode = clustered
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 
