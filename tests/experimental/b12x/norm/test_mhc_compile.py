@@ -37,13 +37,13 @@ def _triton_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # not ~/.triton
 
 
-def _compile(fn, sig, constexprs, num_warps, num_stages, cc):
+def _compile(fn, sig, constexprs, num_warps, num_stages, cc, **options):
     # Pointers 16-byte aligned, as the API requires and the JIT then specializes (tt.divisibility).
     names = list(fn.arg_names)
     attrs = {(names.index(k),): CUDABackend.parse_attr("D") for k, v in sig.items() if v.startswith("*")}
     sig = sig | {k: "constexpr" for k in constexprs}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
-    opts = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True}
+    opts = {"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": True, **options}
     return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=opts)
 
 

@@ -1,20 +1,14 @@
 """The "last" one-launch kernel (_kernel_last.py) compiles on the CPU for sm_90a and sm_120a:
 mma.sync mixes (never wgmma), no register spills, at the hidden sizes the op is built for."""
 
-import os
 import re
-import subprocess
-import tempfile
 
 import pytest
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.backends.nvidia.compiler import CUDABackend
-from triton.compiler import ASTSource
 
+from flashinfer.experimental.b12x._lib import cuda_binary as CB
 from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_last
 
-from .test_mhc_compile import CUOBJDUMP, _check, _compile
+from .test_mhc_compile import _check, _compile
 
 pytestmark = pytest.mark.compile
 
@@ -52,22 +46,8 @@ def test_last_kernel_register_cap(form):
     programs of 8 warps per SM); the finish may spill, so only the cap and the mma.sync are checked."""
     tile = _config.LastConfig(maxnreg=128)
     consts = _kernel_last.last_constexprs(7168, _kernel.MODES[form], tile)
-    names = list(_kernel_last._mhc_last_kernel.arg_names)
-    attrs = {(names.index(k),): CUDABackend.parse_attr("D") for k, v in LAST_SIG.items() if v.startswith("*")}
-    src = ASTSource(
-        fn=_kernel_last._mhc_last_kernel,
-        signature=LAST_SIG | {k: "constexpr" for k in consts},
-        constexprs=consts,
-        attrs=attrs,
-    )
-    opts = {"num_warps": 8, "num_stages": 1, "enable_fp_fusion": True, "maxnreg": 128}
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    compiled = _compile(_kernel_last._mhc_last_kernel, LAST_SIG, consts, 8, 1, 90, maxnreg=128)
     ptx = compiled.asm["ptx"]
     assert "wgmma" not in ptx and re.search(r"\bmma\.sync\.aligned\.m16n8k16\b", ptx)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([CUOBJDUMP, "-res-usage", path], capture_output=True, text=True).stdout
-    m = re.search(r"REG:(\d+)", usage)
-    assert m and int(m.group(1)) <= 128, usage
+    usage = CB.resources(compiled.asm["cubin"])
+    assert usage["REG"] <= 128, usage
