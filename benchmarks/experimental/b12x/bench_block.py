@@ -67,7 +67,7 @@ from flashinfer.experimental.b12x._demo import GLUE_CHOICES, STEPS
 
 MODULE = "benchmarks.experimental.b12x.bench_block"
 # --variant name -> run.prepare's keyword arguments for the decode step's plans: fused (the GEMMs'
-# epilogues), pdl (GemmQuery.pdl), gate_up_opts (the fused gate_up's DecodeConfig changes), norms (the
+# epilogues), pdl (GemmQuery.pdl), gemm_opts ({GEMM name: DecodeConfig changes}), norms (the
 # RMSNorms in the GEMMs), attention_pdl (attention.paged's Caps.pdl), attention_opts (DecodeConfig /
 # ScheduleConfig changes of the attention plan). "-p1": gate_up's K loop as the 1-chunk weight
 # pipeline (64 registers a lane instead of 112 at T <= 8: twice the resident CTAs); "fused6": the
@@ -81,9 +81,9 @@ MODULE = "benchmarks.experimental.b12x.bench_block"
 P1 = "unroll=1,prefetch=1"
 
 
-def _variant(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off", attention_opts=None, l2=None,
+def _variant(fused=False, pdl="off", gemm_opts=None, norms=False, attention_pdl="off", attention_opts=None, l2=None,
              rope=False):  # fmt: skip
-    return dict(fused=fused, pdl=pdl, gate_up_opts=gate_up_opts, norms=norms, attention_pdl=attention_pdl,
+    return dict(fused=fused, pdl=pdl, gemm_opts=gemm_opts, norms=norms, attention_pdl=attention_pdl,
                 attention_opts=attention_opts, l2=l2, rope=rope)  # fmt: skip
 
 
@@ -106,8 +106,8 @@ VARIANTS = {
     "pdl-wait": _variant(pdl="wait"),
     "fused+pdl": _variant(**FP),
     "fused+pdl-wait": _variant(fused=True, pdl="wait"),
-    "fused-p1": _variant(fused=True, gate_up_opts=P1),
-    "fused+pdl-p1": _variant(**FP, gate_up_opts=P1),
+    "fused-p1": _variant(fused=True, gemm_opts={"gate_up": P1}),
+    "fused+pdl-p1": _variant(**FP, gemm_opts={"gate_up": P1}),
     "fused6": _variant(fused=True, norms=True),
     "fused6+pdl": _variant(**FP, norms=True),
     "fused+pdl+attn": _variant(**FP, attention_pdl="wait"),
@@ -129,9 +129,9 @@ VARIANTS = {
     "fused+pdl+rope+attnp": _variant(**FP, rope=True, attention_pdl="prefetch"),
     "fused+pdl+rope+attn+m128": _variant(**FP, rope=True, attention_pdl="wait", attention_opts=dict(min_chunk=128)),
     "fused6+pdl+rope+m128": _variant(**FP, norms=True, rope=True, attention_opts=dict(min_chunk=128)),
-    "fused+pdl-p1+m128": _variant(**FP, gate_up_opts=P1, attention_opts=dict(min_chunk=128)),
+    "fused+pdl-p1+m128": _variant(**FP, gemm_opts={"gate_up": P1}, attention_opts=dict(min_chunk=128)),
     "fused+pdl-p1+rope+attn+m128": _variant(
-        **FP, gate_up_opts=P1, rope=True, attention_pdl="wait", attention_opts=dict(min_chunk=128)
+        **FP, gemm_opts={"gate_up": P1}, rope=True, attention_pdl="wait", attention_opts=dict(min_chunk=128)
     ),  # fmt: skip
     "fused6+pdl+rope": _variant(**FP, norms=True, rope=True),
     "fused+pdl+rope+l2": _variant(**FP, rope=True, l2=("weights", None)),
@@ -140,15 +140,15 @@ VARIANTS = {
 # "fast+up2" / "fast+up4": the fast step with gate_up's weight loads of its first 2 / 4 chunks issued
 # before their math (DecodeConfig.upfront, session 9; B12X_GEMM_DECODE_OPTS=upfront=2 gives every GEMM
 # of the step the same)
-VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gate_up_opts="upfront=2")
-VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gate_up_opts="upfront=4")
+VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gemm_opts={"gate_up": "upfront=2"})
+VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gemm_opts={"gate_up": "upfront=4"})
 # "fast+ke": attention.paged's lean ticket (one fence on the merging CTA's chain) and early page-table
 # prefetch (DecodeConfig.lean_ticket / early_pages, session 10, opt-in)
 # "fast+gu16" / "fast+gu8u1" / "fast+gu4": the fast step's gate_up with 16 warps of one chunk each (92
 # registers), 8 warps without the unrolled chunk pair (100) or 4 warps (96) instead of 8 x 2 unrolled (112)
-VARIANTS["fast+gu16"] = dict(VARIANTS["fast"], gate_up_opts="warps=16,unroll=1")
-VARIANTS["fast+gu8u1"] = dict(VARIANTS["fast"], gate_up_opts="unroll=1")
-VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gate_up_opts="warps=4")
+VARIANTS["fast+gu16"] = dict(VARIANTS["fast"], gemm_opts={"gate_up": "warps=16,unroll=1"})
+VARIANTS["fast+gu8u1"] = dict(VARIANTS["fast"], gemm_opts={"gate_up": "unroll=1"})
+VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gemm_opts={"gate_up": "warps=4"})
 # "fast+dnu1" / "fast+dn8" / "fast+dnup2": the fast step's down (16 warps x 2.75 chunks of K 5632 at
 # T = 1, 64 registers) without the unrolled pair, with 8 warps, or holding 2 chunks' loads up front
 VARIANTS["fast+dnu1"] = dict(VARIANTS["fast"], gemm_opts={"down": "unroll=1"})
@@ -171,6 +171,42 @@ VARIANTS["fast+l2mlpb"] = dict(VARIANTS["fast"], l2=("mlp", BULK))
 VARIANTS["fast+ke"] = dict(
     VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], lean_ticket=True, early_pages=True)
 )
+GEMM_NAMES = ("qkv", "o", "gate_up", "down")  # the dense block's GEMMs (gemm_opts keys)
+
+
+def variant_kwargs(spelling: str) -> dict:
+    """prepare()'s keyword arguments (plus DecodeStep's "l2") of a --variant spelling: a VARIANTS name,
+    then optionally "@NAME=OPTS" items that set gemm_opts[NAME] (NAME one of GEMM_NAMES, OPTS
+    comma-separated DecodeConfig changes as B12X_GEMM_DECODE_OPTS takes them), e.g.
+    "fast@gate_up=warps=4,upfront=4@down=upfront=4": any config of the step's fused GEMMs without a
+    new VARIANTS entry."""
+    base, *items = spelling.split("@")
+    if base not in VARIANTS:
+        raise ValueError(f"variant must start with one of VARIANTS ({', '.join(VARIANTS)}), got {base!r}")
+    kw = dict(VARIANTS[base])
+    opts = dict(kw["gemm_opts"] or {})
+    for item in items:
+        name, sep, value = item.partition("=")
+        if name not in GEMM_NAMES or not sep or not value:
+            raise ValueError(f"variant item {item!r} of {spelling!r} must be NAME=OPTS with NAME one of {GEMM_NAMES}")
+        opts[name] = value
+    kw["gemm_opts"] = opts or None
+    if items and not kw["fused"] and kw["pdl"] == "off":
+        raise ValueError(f"variant {spelling!r}: gemm options need a fused or pdl base (the fused decode kernel)")
+    return kw
+
+
+def _variant_arg(spelling: str) -> str:
+    """argparse type of --variant: the spelling, checked by variant_kwargs."""
+    import argparse
+
+    try:
+        variant_kwargs(spelling)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return spelling
+
+
 TOKENS, QUICK_TOKENS = (1, 8, 32), (1, 8)
 CHILD_FLAG = "--startup-child"
 
@@ -281,7 +317,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
     x = torch.randn(tokens, spec.hidden, generator=torch.Generator().manual_seed(7 + tokens)).to(torch.bfloat16)
     graphs, outs, steps = {}, {}, {}
     for variant in args.variant:
-        kw = dict(VARIANTS[variant])
+        kw = variant_kwargs(variant)
         l2, l2_config = kw.pop("l2") or (None, None)
         if l2_config is not None:
             from flashinfer.experimental.b12x._lib.l2_prefetch import PrefetchConfig
@@ -414,7 +450,7 @@ def startup_child(model: str, workers: int, tokens: int, glue: str = "triton-pdl
     t_glue = time.perf_counter() - t2
     t2 = time.perf_counter()
     moe = built["moe"]
-    kw = dict(VARIANTS[variant])
+    kw = variant_kwargs(variant)
     kw.pop("l2")
     plans, result = R.prepare(spec, built["weights"], built["cache"], dev, tokens,
                               moe_plan=None if moe is None else moe[0], compile_workers=workers, **kw)  # fmt: skip
@@ -499,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--workers", type=int, default=1)
         p.add_argument("--tokens", type=int, default=1)
         p.add_argument("--glue", default="triton-pdl")
-        p.add_argument("--variant", default="fast", choices=tuple(VARIANTS))
+        p.add_argument("--variant", default="fast", type=_variant_arg)
         a = p.parse_args(argv)
         print(json.dumps(startup_child(a.model, a.workers, a.tokens, a.glue, a.variant)))
         return 0
@@ -518,9 +554,11 @@ def main(argv: list[str] | None = None) -> int:
         help="glue of our decode step, one row each (default triton-pdl); --startup times the first",
     )  # fmt: skip
     parser.add_argument(
-        "--variant", nargs="+", choices=tuple(VARIANTS), default=["fast"],
+        "--variant", nargs="+", type=_variant_arg, default=["fast"],
         help="variants of our decode step, one row each with every --glue (default fast, the demo's default "
-        "step; base: the plain ten launches): fused epilogues, programmatic dependent launch, ... (VARIANTS)",
+        "step; base: the plain ten launches): fused epilogues, programmatic dependent launch, ... (VARIANTS); "
+        "a name may be followed by @NAME=OPTS items, NAME one of qkv/o/gate_up/down and OPTS DecodeConfig "
+        "changes, e.g. fast@gate_up=warps=4,upfront=4",
     )  # fmt: skip
     parser.add_argument("--per-op", action="store_true", help="also time each decode op in a graph of its own")
     parser.add_argument(

@@ -335,7 +335,6 @@ def prepare(
     freeze=True,
     fused=False,
     pdl="off",
-    gate_up_opts=None,
     norms=False,
     attention_pdl="off",
     attention_opts=None,
@@ -345,9 +344,10 @@ def prepare(
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
     programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
-    gate_up_opts: DecodeConfig changes for the fused gate_up's kernel (launch.fused_config's opts, a plan
-    override: bench_block's variants sweep them); gemm_opts: {GEMM name: such changes} for any of the
-    step's fused-kernel GEMMs (an epilogue or pdl; gate_up's entry wins over gate_up_opts); norms (with fused): the RMSNorms inside qkv and
+    gemm_opts: {GEMM name ("qkv", "o", "gate_up", "down"): DecodeConfig changes} for the step's
+    fused-kernel GEMMs (those with an epilogue or pdl; launch.fused_config's opts, e.g.
+    "warps=4,upfront=4", a plan override: bench_block's variants sweep them); norms (with fused): the
+    RMSNorms inside qkv and
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",
     "prefetch"); attention_opts: DecodeConfig and ScheduleConfig field changes of the attention plan's
@@ -393,7 +393,7 @@ def prepare(
         q = G.GemmQuery("bfloat16", w.recipe, w.n, w.k, max_m=tokens, m_values=(tokens,), epilogue=epilogue, pdl=pdl,
                         norm=norm, rope=layout)  # fmt: skip
         override = None
-        opts = (gemm_opts or {}).get(name) or (gate_up_opts if epilogue == "silu_mul" else None)
+        opts = (gemm_opts or {}).get(name)
         if opts:
             from ..gemm._shared import launch as L
 

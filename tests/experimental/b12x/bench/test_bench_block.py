@@ -120,12 +120,13 @@ def test_variants_name_valid_gemm_options():
     from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ScheduleConfig
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    assert BB.VARIANTS["base"] == dict(fused=False, pdl="off", gate_up_opts=None, norms=False, attention_pdl="off",
+    assert BB.VARIANTS["base"] == dict(fused=False, pdl="off", gemm_opts=None, norms=False, attention_pdl="off",
                                        attention_opts=None, l2=None, rope=False)  # fmt: skip
     assert set(BB.VARIANTS["base"]) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
     fields = {f.name for f in dataclasses.fields(DecodeConfig)} | {f.name for f in dataclasses.fields(ScheduleConfig)}
     for v in BB.VARIANTS.values():
-        fused, pdl, opts, norms = v["fused"], v["pdl"], v["gate_up_opts"], v["norms"]
+        fused, pdl, norms = v["fused"], v["pdl"], v["norms"]
+        opts = (v["gemm_opts"] or {}).get("gate_up")
         assert fused or not norms  # the norms fuse only into the fused step
         assert isinstance(fused, bool) and pdl in PDL_CHOICES and v["attention_pdl"] in PDL_CHOICES
         assert set(v["attention_opts"] or ()) <= fields
@@ -137,7 +138,7 @@ def test_variants_name_valid_gemm_options():
         assert set(v) - {"l2"} <= set(inspect.signature(R.prepare).parameters)
         shapes = {"qkv": (3072, 2048, "none"), "o": (2048, 2048, "none"), "gate_up": (11264, 2048, "silu_mul"),
                   "down": (2048, 5632, "residual")}  # fmt: skip
-        assert set(v.get("gemm_opts") or ()) <= set(shapes)
+        assert set(v["gemm_opts"] or ()) <= set(shapes) == set(BB.GEMM_NAMES)
         for m in (1, 8, 16, 32):  # the fused GEMMs' configs with these options are ones the kernel takes
             bucket = L.bucket_for(m)
             cfg = L.fused_config(bucket, 11264, 2048, "nvfp4", "bfloat16", "silu_mul", pdl, opts, norm=norms)
@@ -146,3 +147,28 @@ def test_variants_name_valid_gemm_options():
                 n, k, epilogue = shapes[name]
                 cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl, gemm_opts)
                 assert L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is None, cfg
+
+
+def test_variant_spelling_adds_gemm_options():
+    """--variant BASE@NAME=OPTS...: the base's keyword arguments with gemm_opts[NAME] = OPTS (later items
+    win, the base's other GEMMs' options kept); bad spellings name what is wrong."""
+    import argparse
+
+    kw = BB.variant_kwargs("fast+dnup2@gate_up=warps=4,upfront=4@o=warps=16,unroll=1")
+    assert kw["gemm_opts"] == {"down": "upfront=2", "gate_up": "warps=4,upfront=4", "o": "warps=16,unroll=1"}
+    assert {k: v for k, v in kw.items() if k != "gemm_opts"} == {
+        k: v for k, v in BB.VARIANTS["fast+dnup2"].items() if k != "gemm_opts"
+    }
+    assert BB.variant_kwargs("fast") == BB.VARIANTS["fast"]
+    assert BB.variant_kwargs("fast@down=warps=8@down=warps=4")["gemm_opts"] == {"down": "warps=4"}
+    for bad, said in (
+        ("nope", "must start with one of VARIANTS"),
+        ("fast@lm_head=warps=4", "NAME=OPTS"),
+        ("fast@gate_up", "NAME=OPTS"),
+        ("fast@gate_up=", "NAME=OPTS"),
+        ("base@gate_up=warps=4", "fused or pdl base"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            BB.variant_kwargs(bad)
+        with pytest.raises(argparse.ArgumentTypeError):
+            BB._variant_arg(bad)
