@@ -94,7 +94,6 @@ class DecodeStep:
             ("o_proj", "gemm.blockscaled w4a16", lambda: self._mm("o", self.buf["attn"].view(t, hq * d), "o")),
             ("residual + rmsnorm", glue, self._norm2),
         ]
-        self.prefetch, self.side = self._l2_prefetch(l2_prefetch, l2_config, device)
         self.rope = None  # qkv's "rope_append" epilogue tensors (prepare(rope=True)), else the glue's launch
         if plans["qkv"].caps.epilogue == "rope_append":
             from ..gemm.blockscaled.api import RopeAppend
@@ -113,16 +112,18 @@ class DecodeStep:
             self.ops.append(
                 ("residual", glue, lambda: self._glue["add"](self.buf["x1"], self.buf["down"], self.buf["out"]))
             )
+        # after the op list is final: the "mlp" branch forks before the attention op's closure
+        self.prefetch, self.side, self.fork_at = self._l2_prefetch(l2_prefetch, l2_config, device)
 
     def _l2_prefetch(self, what, config, device):
-        """(L2Prefetch or None, its side stream) for `l2_prefetch` (class docstring)."""
-        self.fork_at = None
+        """(L2Prefetch or None, its two candidate side streams, the op closure the branch forks before or
+        None for the first op) for `l2_prefetch` (class docstring)."""
         if what is None:
-            return None, None
+            return None, None, None
         if what not in L2_PREFETCH_CHOICES or self.spec.moe is not None:
             raise ValueError(f"l2_prefetch must be one of {L2_PREFETCH_CHOICES} (dense blocks), got {what!r}")
         if device.type != "cuda":
-            return None, None
+            return None, None, None
         from .._lib.l2_prefetch import L2Prefetch
 
         tensors = []
@@ -131,13 +132,11 @@ class DecodeStep:
             if name == "qkv" and what == "weights+kv":
                 tensors += [self.cache["k_cache"], self.cache["v_cache"]]
         # where the branch forks: the first op, or ("mlp") the attention op's closure
-        self.fork_at = next(fn for name, _, fn in self.ops if name == "attention") if what == "mlp" else None
+        fork_at = next(fn for name, _, fn in self.ops if name == "attention") if what == "mlp" else None
         # two side streams: torch's streams come from a pool, so one may be the stream the step runs on
         # (a capture's or a caller's); `run` takes the first that is not
-        return L2Prefetch.from_tensors(tensors, device, config=config), (
-            torch.cuda.Stream(device),
-            torch.cuda.Stream(device),
-        )
+        sides = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+        return L2Prefetch.from_tensors(tensors, device, config=config), sides, fork_at
 
     def _dense_ffn(self, glue):
         return [
