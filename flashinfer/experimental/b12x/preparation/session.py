@@ -52,7 +52,7 @@ class PreparationResult:
     selections: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)
     handles: dict = field(default_factory=dict)
-    compiled: int = 0
+    compiled: int = 0  # kernels compiled or loaded from disk (none in memory before), each counted once
     seconds: dict = field(default_factory=dict)
 
 
@@ -201,11 +201,18 @@ class PreparationSession:
             futures = [self._pool.submit(_compile.run_job, k.job(*args)) for k, args in parallel]
             for f in futures:
                 f.result()  # re-raises a worker's compile error here
-        for k, args in missing:
-            k(*args)  # memory miss -> disk (just filled by the workers) or compile
-        for plan in plans:
-            bar.advance(1, f"compiled {plan.op}")
-        return len(missing)
+        count = 0
+        for plan in plans:  # plan by plan, so the bar moves as each plan's kernels become ready
+            st = plan._state
+            if st.arch is None:
+                bar.advance(1, f"reference {plan.op}")
+                continue
+            todo = [(k, args) for k, args in st.kernels if not k.resolved(*args)]  # a kernel shared with an
+            for k, args in todo:  # earlier plan is resolved by now: counted once
+                k(*args)  # memory miss -> disk (just filled by the workers) or compile
+            count += len(todo)
+            bar.advance(1, f"{'compiled' if todo else 'in memory'} {plan.op}")
+        return count
 
     def _allocate(self, plan: Plan) -> None:
         self._attach_workspace(plan)

@@ -157,6 +157,35 @@ def test_autotune_measures_caches_and_reuses(tmp_path):
     assert again.state.scratch["partials"].device.type == "cuda"
 
 
+def test_prepare_progress_says_what_each_plan_needed(monkeypatch, capsys):
+    """The bar moves plan by plan: "compiled" when the plan's kernels were not in memory, "in memory"
+    when an earlier plan (or process) resolved them, "reference" on the CPU backend; result.compiled
+    counts each kernel once."""
+    from tests.experimental.b12x.spine.fake_kernels import compile_square
+
+    class KernelPlan(ToyPlan):
+        def kernels(self, config, arch):
+            return ((compile_square, (self.caps.hidden, arch)),)
+
+    compile_square.cache_clear()
+    monkeypatch.setattr(session_mod.PreparationSession, "_device_arch", lambda self: "sm_90a")
+    over = ("tile", 32)  # an override: no selection cache (its file is named after a CUDA device)
+    plans = [KernelPlan(op="norm.toy", caps=Caps(t, h), override=over) for t, h in ((8, 96), (16, 96), (8, 97))]
+    with b12x.PreparationSession("cpu", compile_workers=1) as session:
+        result = session.prepare([p.request(name=f"p{i}") for i, p in enumerate(plans)])
+    assert result.compiled == 2 and compile_square.resolved(96, "sm_90a") and compile_square.resolved(97, "sm_90a")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "b12x prepare (3 plans)" in line]
+    assert [line.split("(3 plans) ")[1] for line in lines[:3]] == [
+        "1/9 compiled norm.toy",
+        "2/9 in memory norm.toy",
+        "3/9 compiled norm.toy",
+    ]
+    monkeypatch.undo()
+    with pytest.warns(UserWarning, match="reference backend"):
+        b12x.PreparationSession("cpu").prepare([toy(hidden=32)])
+    assert "1/3 reference norm.toy" in capsys.readouterr().err
+
+
 def test_worker_jobs_only_for_two_or_more_cold_non_triton_keys():
     from tests.experimental.b12x.spine.fake_kernels import compile_launcher, compile_square
 
