@@ -13,6 +13,13 @@ pass, no atomic, no fence and no fp32 global store but the LSE's (no partial row
 cp.async work as the config without the flag, no spills; SASS has the cluster barrier instructions and
 no MEMBAR / ATOMG. The default configs' PTX is unchanged by the flag's code (checked before/after at
 commit time: 14 configs, both archs, byte-identical).
+push (`cluster_push`, bench part `:cNp`): the entry, repr and predicate; the emulation routes the
+partials through flat receive buffers with the kernel's slot functions (every slot written once, each
+rank reading only its own columns); compile: one relaxed cluster arrive at the start and one wait,
+st.async (16-byte values, 4-byte LSEs) and one try_wait.acquire.cluster, the only fence the mbarrier
+init's, no DSMEM load; SASS has no MEMBAR (the pull merge's release) and STAS.128 / STAS between the
+cluster wait and the mbarrier wait. Adding the flag left the default configs' PTX byte-identical
+(4 configs, cluster 0 and 8, bf16 / fp8, both archs, checked at commit time).
 """
 
 import dataclasses
@@ -74,6 +81,28 @@ def test_bench_entries_repr_and_predicate():
 
 
 @pytest.mark.reference
+def test_push_entry_repr_and_predicate():
+    """`:cNp` is cluster N with cluster_push; the flag is in the repr (the compile key) only when set,
+    is a bool, needs a cluster, and its shared memory (mbarrier + receive buffer, G <= 16 rows) fits
+    the W4 config on sm_120a."""
+    decode = parse_decode_entry("8x16x2fspld:c8p")[0]
+    assert decode == dataclasses.replace(W8, cluster=8, cluster_push=True)
+    assert parse_decode_entry("8x16x2fspld:c8")[0].cluster_push is False
+    assert "cluster=8, cluster_push=True" in repr(decode)
+    assert repr(dataclasses.replace(decode, cluster_push=False)) == repr(dataclasses.replace(W8, cluster=8))
+    for bad in ("8x16x2fspld:cp", "8x16x2fspld:c8pp", "8x16x2fspld:c8q"):
+        with pytest.raises(ValueError):
+            parse_decode_entry(bad)
+    assert why_not(*DIMS, decode, "sm_90a") is None
+    assert why_not(*DIMS, dataclasses.replace(W4, cluster=8, cluster_push=True), "sm_120a") is None
+    assert why_not(*DIMS, dataclasses.replace(W8, cluster=16, cluster_push=True), "sm_90a") is None
+    assert "cluster_push=True needs cluster > 0" in why_not(*DIMS, dataclasses.replace(W8, cluster_push=True), "sm_90a")
+    assert "cluster_push must be a bool" in why_not(*DIMS, dataclasses.replace(decode, cluster_push=1), "sm_90a")
+    push = smem_bytes("bfloat16", 128, 128, decode) - smem_bytes("bfloat16", 128, 128, W8)
+    assert push == (4 + 16 * 128 + 16 * 8) * 4 + 16
+
+
+@pytest.mark.reference
 @pytest.mark.parametrize("cluster", [2, 4, 8, 16])
 @pytest.mark.parametrize("tile", [64, 128])
 def test_cluster_ranges_tile_the_visible_keys(cluster, tile):
@@ -100,10 +129,38 @@ def _exp2(x):
         return np.exp2(x)
 
 
-def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None):
+def push_buffers(part_o, part_lse, cluster):
+    """The push merge's data flow through flat receive buffers, with the kernel's own slot functions
+    (`_cluster_merge.push_slot` / `push_lse_slot`) and its loops: sender s writes each 16-byte vector
+    (row r, columns c .. c + 3) to rank c // cols and its G LSEs to every rank. Every slot of every
+    buffer is written exactly once (no overlap, no hole). Returns the C buffers."""
+    from flashinfer.experimental.b12x.attention.paged._cluster_merge import push_lse_slot, push_slot
+
+    group, dv = part_o[0].shape
+    cols = dv // cluster
+    recv = np.full((cluster, cluster * group * (cols + 1)), np.nan)
+    writes = np.zeros(recv.shape, dtype=int)
+    for s in range(cluster):
+        for r in range(group):
+            for c in range(0, dv, 4):
+                dest, off = push_slot(s, r, c, group, cols)
+                recv[dest, off : off + 4] = part_o[s][r, c : c + 4]
+                writes[dest, off : off + 4] += 1
+        for t in range(cluster * group):  # thread (pass) t: row t % G to rank t // G
+            off = push_lse_slot(s, t % group, group, cols, cluster)
+            recv[t // group, off] = part_lse[s][t % group]
+            writes[t // group, off] += 1
+    assert (writes == 1).all(), "push slots overlap or leave a hole"
+    return recv
+
+
+def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None, push=False):
     """The cluster kernel in float64: CTA (request b, rank r, KV head h) computes the partial row of
     its chunk (O over its own sum, base-2 LSE; an empty chunk: 0 and -inf), then each rank combines
-    its columns of the C partials and writes them (rank 0 also the LSE). Returns (out, lse)."""
+    its columns of the C partials and writes them (rank 0 also the LSE). push: rank r reads them from
+    its receive buffer (`push_buffers`) instead of the peers' partial rows. Returns (out, lse)."""
+    from flashinfer.experimental.b12x.attention.paged._cluster_merge import push_lse_slot, push_slot
+
     q = case.q.double().numpy()
     total_q, hq, d = q.shape
     hkv = case.k_dense[0].shape[1]
@@ -128,13 +185,21 @@ def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None):
                 pos = total > 0
                 part_lse.append(np.where(pos, m_use + np.log2(np.where(pos, total, 1.0)), -np.inf))
                 part_o.append((p @ keys_v[start:end, h]) * np.where(pos, 1.0 / np.where(pos, total, 1.0), 0.0)[:, None])
+            recv = push_buffers(part_o, part_lse, cluster) if push else None
             for rank in range(cluster):  # each rank's columns, from every peer's partial
                 c = slice(rank * cols, (rank + 1) * cols)
-                top = np.max(part_lse, axis=0)
+                lses, vals = part_lse, [oi[:, c] for oi in part_o]
+                if push:  # row r, column rank * cols + j of sender i, from this rank's own buffer
+                    rows, cs = np.meshgrid(range(group), range(rank * cols, (rank + 1) * cols), indexing="ij")
+                    assert all(push_slot(0, 0, j, group, cols)[0] == rank for j in range(c.start, c.stop))
+                    lses = [recv[rank, [push_lse_slot(i, r, group, cols, cluster) for r in range(group)]]
+                            for i in range(cluster)]  # fmt: skip
+                    vals = [recv[rank, push_slot(i, rows, cs, group, cols)[1]] for i in range(cluster)]
+                top = np.max(lses, axis=0)
                 top_use = np.where(top == -np.inf, 0.0, top)
-                scale = [_exp2(li - top_use) for li in part_lse]
+                scale = [_exp2(li - top_use) for li in lses]
                 total = sum(scale)
-                o = sum(si[:, None] * oi[:, c] for si, oi in zip(scale, part_o))
+                o = sum(si[:, None] * oi for si, oi in zip(scale, vals))
                 pos = total > 0
                 row_lse = np.where(pos, top_use + np.log2(np.where(pos, total, 1.0)), -np.inf)
                 factor = np.where(pos, 1.0 / np.where(pos, total, 1.0), 0.0)
@@ -156,10 +221,11 @@ def emulate_cluster(case, cluster, tile, *, window_left=-1, sinks=None):
 @pytest.mark.parametrize(
     "lens, window_left", [([1, 17, 130, 0], -1), ([3000, 5], -1), ([4096], 1000), ([0, 0, 33], 0), ([2049, 700], 200)]
 )
-def test_emulated_cluster_matches_reference(cluster, kv_dtype, lens, window_left):
+@pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])
+def test_emulated_cluster_matches_reference(cluster, kv_dtype, lens, window_left, push):
     case = make_case(lens, num_q_heads=8, num_kv_heads=2, head_dim=64, kv_dtype=kv_dtype, seed=len(lens) + cluster)
     for sinks in (None, torch.randn(8)):
-        out, lse = emulate_cluster(case, cluster, 128, window_left=window_left, sinks=sinks)
+        out, lse = emulate_cluster(case, cluster, 128, window_left=window_left, sinks=sinks, push=push)
         ref_out, ref_lse = paged_attention_reference(
             case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q,
             window_left=window_left, sinks=sinks, k_descale=case.k_descale, v_descale=case.v_descale,
@@ -172,7 +238,9 @@ def test_emulated_cluster_matches_reference(cluster, kv_dtype, lens, window_left
 
 
 @pytest.mark.reference
-@pytest.mark.parametrize("entry", ["8x16x2fspld:c8", "4x16x2fs:c2", "8x16x2fspldke:c4", "8x16x2fspld:c16"])
+@pytest.mark.parametrize(
+    "entry", ["8x16x2fspld:c8", "4x16x2fs:c2", "8x16x2fspldke:c4", "8x16x2fspld:c16", "8x16x2fspld:c8p", "4x16x2fs:c2p"]
+)
 def test_cpu_lifecycle_with_the_flag_matches_the_reference(entry):
     """plan(override) -> prepare -> bind -> run on CPU tensors (the reference backend): the plan
     validates the flag and the NaN-poisoned outputs get the reference's rows."""
@@ -248,3 +316,82 @@ def test_cluster_merge_sass():
     assert remote and arrive[0] < remote[0] and remote[-1] < arrive[1], "DSMEM reads between the barriers"
     wait = [i for i, op in enumerate(ops) if "CGABAR_WAIT" in op]
     assert all(ops[i + 1] == "CCTL.IVALL" for i in wait[:1])  # the acquire
+
+
+FENCE_OR_ATOMIC = r"^\s*(?:@\S+\s+)?((?:atom|red|fence|membar)\.[.\w:]*)"
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("cluster", [2, 8, 16])
+def test_cluster_push_compiles(arch, kv_dtype, cluster, tmp_path):
+    """cluster_push: the mbarrier's init (one fence.mbarrier_init, the only fence) and the start's relaxed
+    cluster arrive, one cluster wait, then one 16-byte st.async a row vector pass and one 4-byte st.async
+    for the LSEs (a mapa each of address and mbarrier), one try_wait.acquire.cluster; no release arrive,
+    no second barrier, no DSMEM load; the same mma / cp.async work and global stores as the pull merge."""
+    if cluster > 8 and arch != "sm_90a":
+        pytest.skip("cluster 16 (non-portable) is sm_90a only")
+    pull = dataclasses.replace(W8 if arch == "sm_90a" else W4, cluster=cluster)
+    pull_ptx = _compile(pull, arch, kv_dtype).artifacts.PTX
+    cfg = dataclasses.replace(pull, cluster_push=True)
+    fn = _compile(cfg, arch, kv_dtype)
+    ptx = _check_binary(fn, arch)
+    assert CLUSTER_DIM_ATTR in str(fn.ir_module), "the launch has no cluster dimension attribute"
+    for op in SAME_WORK:
+        assert ptx.count(op) == pull_ptx.count(op), op
+    assert sorted(re.findall(r"st\.global[.\w]*", ptx)) == sorted(re.findall(r"st\.global[.\w]*", pull_ptx))
+    assert ptx.count("barrier.cluster.arrive.relaxed;") == 1 and ptx.count("barrier.cluster.arrive;") == 0
+    assert ptx.count("barrier.cluster.wait") == 1 and "ld.shared::cluster" not in ptx
+    assert ptx.count("mbarrier.init.shared") == 1 and ptx.count("mbarrier.arrive.expect_tx") == 1
+    assert ptx.count("mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64") == 1
+    assert re.findall(FENCE_OR_ATOMIC, ptx, flags=re.M) == ["fence.mbarrier_init.release.cluster"]
+    passes = -(-4 * 128 // 4 // (32 * cfg.warps))  # 16-byte vectors of the G = 4 rows, a thread each
+    vec = "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32"
+    assert ptx.count(vec) == passes
+    assert ptx.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32") == 1  # C x G <= threads
+    assert ptx.count("mapa.shared::cluster.u32") == 2 * (passes + 1)
+    assert ptx.index("barrier.cluster.arrive.relaxed") < ptx.index("barrier.cluster.wait") < ptx.index(vec)
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cluster_push_sass(arch):
+    """SASS of the push merge: no MEMBAR anywhere (the pull merge's MEMBAR.ALL.GPU release is gone) and
+    no DSMEM load (LD.E); the mbarrier init (SYNCS.EXCH.64) and its arrive before the one cluster arrive
+    (UCGABAR_ARV, kernel start); the cluster wait (+ CCTL.IVALL, its acquire) before the st.async stores
+    (STAS.128 the values, STAS the LSEs), then the mbarrier wait (SYNCS.PHASECHK.TRANS64.TRYWAIT, its
+    acquire.cluster a CCTL.IVALL) and no cluster barrier after it."""
+    cfg = dataclasses.replace(W8 if arch == "sm_90a" else W4, cluster=8, cluster_push=True)
+    ops = _sass(_compile(cfg, arch).artifacts.CUBIN)
+    pull = _sass(_compile(dataclasses.replace(cfg, cluster_push=False), arch).artifacts.CUBIN)
+    assert "MEMBAR.ALL.GPU" in pull and not any(op.startswith("MEMBAR") for op in ops)
+    assert not any(re.match(r"LD\.E\b", op) or op.startswith(("ATOMG", "RED")) for op in ops)
+
+    def where(pred):
+        return [i for i, op in enumerate(ops) if pred(op)]
+
+    init, arrive = where(lambda op: "SYNCS.EXCH.64" in op), where(lambda op: "CGABAR_ARV" in op)
+    wait, stas = where(lambda op: "CGABAR_WAIT" in op), where(lambda op: op.startswith("STAS"))
+    trywait = where(lambda op: "SYNCS.PHASECHK.TRANS64.TRYWAIT" in op)
+    assert len(init) == 1 and len(arrive) == 1 and len(wait) == 1 and len(trywait) == 1
+    assert [ops[i].split()[0] for i in stas] == ["STAS.128", "STAS"]
+    assert init[0] < arrive[0] < wait[0] < stas[0] and stas[-1] < trywait[0]
+    assert ops[wait[0] + 1] == "CCTL.IVALL" and ops[trywait[0] + 1].endswith("CCTL.IVALL")
+
+
+@pytest.mark.compile
+def test_cluster_push_loops_when_threads_are_few():
+    """G 16 (64 q / 4 kv heads) with 2 warps and C 8: the 128 LSE sends take two passes of the 64
+    threads (a missing one would leave its receiver's mbarrier waiting forever), the 512 value vectors
+    eight; every thread waits once."""
+    kd, _ = _modules()
+    cfg = DecodeConfig(2, 16, 2, **LATENCY, cluster=8, cluster_push=True)
+    dims = ("bfloat16", "bfloat16", 64, 4, 128, 128, 16)
+    assert why_not(*dims, cfg, "sm_90a") is None
+    ptx = kd.compile_decode(*dims, cfg, arch="sm_90a", schedule=ScheduleConfig(cfg.tile_keys, 17, 128)).artifacts.PTX
+    assert ptx.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32") == 2
+    assert ptx.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32") == 8
+    assert ptx.count("mbarrier.try_wait.parity.acquire.cluster") == 1

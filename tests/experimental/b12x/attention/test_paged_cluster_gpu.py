@@ -5,7 +5,10 @@ different split and summation order, so within the reference tolerance of each o
 LSE finiteness), under windows / sinks / GQA / D 64 and 256, B 1..8 with empty and one-key requests,
 repeated launches bit-equal (a DSMEM race would show as a changed bit or a NaN), and CUDA-graph replay
 with new lengths. The tickets are never touched (zero after every run). Configs: 8x16x2fspld where it
-fits this GPU, else 4x16x2fspld (sm_120a), with cluster 2, 4, 8 and (sm_90a) 16.
+fits this GPU, else 4x16x2fspld (sm_120a), with cluster 2, 4, 8 and (sm_90a) 16, each merged by the
+peers' DSMEM loads ("pull") and by st.async pushes into each rank's receive buffer ("push",
+`cluster_push`; bench part `:cNp`); push and pull do the same arithmetic in the same order, so their
+outputs and LSEs are bit-equal (`test_cluster_push_bit_equals_pull`).
 """
 
 import dataclasses
@@ -37,15 +40,16 @@ LATENCY = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preloa
 CLUSTERS = (2, 4, 8, 16)  # 16: non-portable, sm_90a only (`why_not`)
 LENS = {"b1-1k": [1024], "b1-8k": [8192], "b1-33": [33], "b1-0": [0], "b4-ragged": [0, 1, 1000, 32768],
         "b8-ragged": [0, 1, 17, 1000, 5000, 4097, 65, 300]}  # fmt: skip
+PUSH = pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])  # DecodeConfig.cluster_push
 
 
-def base_config(kv_dtype, hq=32, hkv=8, d=128, cluster=0):
-    """8x16x2fspld where it fits this GPU (with `cluster`), else 4 or 2 warps."""
+def base_config(kv_dtype, hq=32, hkv=8, d=128, cluster=0, push=False):
+    """8x16x2fspld where it fits this GPU (with `cluster` and `push`), else 4 or 2 warps."""
     arch = target_arch(torch.device(DEV))
     if cluster > 8 and arch != "sm_90a":
         pytest.skip(f"cluster {cluster} is sm_90a only, this GPU is {arch}")
     for warps in (8, 4, 2):
-        cfg = DecodeConfig(warps, 16, 2, **LATENCY, cluster=cluster)
+        cfg = DecodeConfig(warps, 16, 2, **LATENCY, cluster=cluster, cluster_push=push)
         if why_not("bfloat16", kv_dtype, hq, hkv, d, d, 16, cfg, arch) is None:
             return cfg
     raise AssertionError("no 16-key 2-stage config fits")
@@ -77,33 +81,36 @@ def run_checked(plan, case, *, window_left=-1, sinks=None):
     return out.clone(), lse.clone()
 
 
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("lens", list(LENS))
-def test_cluster_matches_reference_and_the_ticket_merge(kv_dtype, cluster, lens):
+def test_cluster_matches_reference_and_the_ticket_merge(kv_dtype, cluster, lens, push):
     """The reference on poisoned outputs, twice bit-equal (no race between the DSMEM reads and the
     peers' exits), and the config without the flag on the same inputs within the reference budget."""
     case = make_case(LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + cluster)  # fmt: skip
-    cfg = base_config(kv_dtype, cluster=cluster)
+    cfg = base_config(kv_dtype, cluster=cluster, push=push)
     plan = cluster_plan(case, kv_dtype, cfg)
     out, lse = run_checked(plan, case)
     again, again_lse = run_checked(plan, case)
     assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
-    plain_out, plain_lse = run_checked(cluster_plan(case, kv_dtype, dataclasses.replace(cfg, cluster=0)), case)
+    plain = dataclasses.replace(cfg, cluster=0, cluster_push=False)
+    plain_out, plain_lse = run_checked(cluster_plan(case, kv_dtype, plain), case)
     torch.testing.assert_close(out.float(), plain_out.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(torch.isfinite(lse), torch.isfinite(plain_lse))
 
 
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("cluster", [2, 8, 16])
-def test_cluster_window_sinks_and_gqa(kv_dtype, cluster):
+def test_cluster_window_sinks_and_gqa(kv_dtype, cluster, push):
     """Sliding windows, sinks and group sizes 4, 16 and 1 (D 128, 64, 256) on a strided (combined)
     cache and a page table wider than the requests."""
     kvt = getattr(torch, kv_dtype)
     lens = [0, 1, 5000, 0, 33, 20000, 16, 17]
     for hq, hkv, d in ((32, 8, 128), (64, 4, 64), (8, 8, 256)):
-        cfg = base_config(kv_dtype, hq, hkv, d, cluster=cluster)
+        cfg = base_config(kv_dtype, hq, hkv, d, cluster=cluster, push=push)
         case = make_case(lens, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=16, kv_dtype=kvt,
                          combined=True, extra_pages=50, width=1400, device=DEV, seed=hq + d)  # fmt: skip
         plan = cluster_plan(case, kv_dtype, cfg, max_batch=16)
@@ -112,21 +119,41 @@ def test_cluster_window_sinks_and_gqa(kv_dtype, cluster):
             run_checked(plan, case, window_left=window_left, sinks=sinks)
 
 
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("cluster", [4, 8, 16])
-def test_cluster_graph_replay_with_new_lengths(kv_dtype, cluster):
+def test_cluster_graph_replay_with_new_lengths(kv_dtype, cluster, push):
     """CUDA-graph replay with new lengths (empty requests included) each step: the grid (B x C rows in
     clusters of C) is the schedule, so the replay equals eager and the reference."""
     full = make_case([32000] * 16, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=10 + cluster)  # fmt: skip
-    plan = cluster_plan(full, kv_dtype, base_config(kv_dtype, cluster=cluster))
+    plan = cluster_plan(full, kv_dtype, base_config(kv_dtype, cluster=cluster, push=push))
     replay_with_new_lengths(plan, full, seed=cluster, steps=3)
 
 
-def test_cluster_b1_graph_replays_agree():
+@PUSH
+def test_cluster_b1_graph_replays_agree(push):
     """The bench's B = 1 shape (1024 keys, 8 KV heads, cluster 8: 8 chunks of 128, one sub-tile a
     warp) replayed 20 times on poisoned outputs: every replay bit-equal to the first and close to the
     reference."""
     case = make_case([1024], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=torch.bfloat16,
                      device=DEV, seed=1)  # fmt: skip
-    check_graph_replays(case, cluster_plan(case, "bfloat16", base_config("bfloat16", cluster=8)))
+    check_graph_replays(case, cluster_plan(case, "bfloat16", base_config("bfloat16", cluster=8, push=push)))
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("cluster", [2, 8, 16])
+@pytest.mark.parametrize("lens", ["b1-1k", "b1-8k", "b1-33", "b1-0", "b4-ragged"])
+def test_cluster_push_bit_equals_pull(kv_dtype, cluster, lens):
+    """Push and pull on the same inputs (with and without sinks): the same split, partial rows and
+    combine order, so outputs and LSEs are bit-equal, and both pass the reference (`run_checked`).
+    b1-33: one rank's chunk is a partial tile, the others empty (not a multiple of the chunk)."""
+    case = make_case(LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 7 * cluster)  # fmt: skip
+    pull = base_config(kv_dtype, cluster=cluster)
+    push = dataclasses.replace(pull, cluster_push=True)
+    plans = {cfg: cluster_plan(case, kv_dtype, cfg) for cfg in (pull, push)}
+    for sinks in (None, torch.randn(32, device=DEV) * 3):
+        (out_a, lse_a), (out_b, lse_b) = (run_checked(plans[cfg], case, sinks=sinks) for cfg in (pull, push))
+        assert torch.equal(out_a, out_b), (out_a.float() - out_b.float()).abs().max()
+        assert torch.equal(lse_a.nan_to_num(), lse_b.nan_to_num())

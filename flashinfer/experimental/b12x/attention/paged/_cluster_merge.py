@@ -14,17 +14,43 @@ out = sum_i 2^(lse_i - M) o_i / sum_i 2^(lse_i - M), lse = M + log2 S, then the 
 denominator (`PartialMerge`'s math), reading the peers' rows with mapa + ld.shared::cluster; a second
 cluster barrier (relaxed arrive) keeps every CTA's shared memory alive until its peers' reads are done.
 Bytes: per (request, KV head) C x G x (Dv + 1) x 4 over DSMEM, G x Dv x itemsize + G x 4 to global.
+
+Push (`DecodeConfig.cluster_push`): each CTA sends every rank d its slice (G rows x Dv / C columns and
+its G LSEs) with st.async.shared::cluster.mbarrier::complete_tx::bytes (16-byte vectors) into d's
+receive buffer [C senders][G][Dv / C] + [C][G] LSEs, and combines from its own shared memory: no
+remote load, no release barrier (no MEMBAR.ALL.GPU), no exit barrier. `start` (kernel start, one
+thread) initialises this CTA's mbarrier (arrive count 1, expecting the C x G x (Dv / C + 1) x 4 bytes
+it receives), fences the init (fence.mbarrier_init.release.cluster) and arrives relaxed on the
+cluster barrier; `merge` waits on the cluster barrier (every peer's mbarrier is initialised) before
+its first st.async, then waits on its own mbarrier (try_wait.parity.acquire.cluster: the
+complete_tx of each st.async releases its write at cluster scope). No exit barrier: the CUDA
+guide's rule is that a CTA's shared memory outlive every access to it; the only accesses to this
+CTA's shared memory from peers are the st.async writes (and their complete_tx) counted by its
+mbarrier, all landed when its wait returns, and st.async takes its data from registers, so a
+sender that exits with its stores in flight leaves nothing they still read.
 """
 
 from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32
+from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ._config import LOG2E, M_TILE
+
+
+def push_slot(sender, r, c, group: int, cols: int):
+    """Push layout: (rank, float offset in its receive buffer) of `sender`'s partial value at row r, head-dim
+    column c. Rank c // cols combines column c; its buffer is [C senders][G rows][cols] values, then the
+    [C][G] LSEs (`push_lse_slot`). Plain integer arithmetic: the kernel's (Int32) and the tests' (int)."""
+    return c // cols, (sender * group + r) * cols + c % cols
+
+
+def push_lse_slot(sender, r, group: int, cols: int, cluster: int):
+    """Push layout: float offset, in every rank's receive buffer, of `sender`'s LSE of row r."""
+    return cluster * group * cols + sender * group + r
 
 
 @dsl_user_op
@@ -35,16 +61,76 @@ def load_peer_f32(ptr, rank, *, loc=None, ip=None):
     return Float32(llvm.load(T.f32(), peer.llvm_ptr, loc=loc, ip=ip))
 
 
+@dsl_user_op
+def store_peer_f32(addr, values, mbar, rank, *, loc=None, ip=None):
+    """st.async of 1, 2 or 4 fp32 `values` (one vector: addr aligned to their size) to shared::cta
+    address `addr`'s counterpart in cluster CTA `rank`, completing their bytes on the mbarrier at
+    `mbar`'s counterpart there (mapa.shared::cluster of both addresses)."""
+    n = len(values)
+    data = "$3" if n == 1 else "{" + ", ".join(f"${3 + i}" for i in range(n)) + "}"
+    vec = "" if n == 1 else f".v{n}"
+    llvm.inline_asm(
+        None,
+        [Int32(addr).ir_value(loc=loc, ip=ip), Int32(mbar).ir_value(loc=loc, ip=ip),
+         Int32(rank).ir_value(loc=loc, ip=ip)] + [Float32(v).ir_value(loc=loc, ip=ip) for v in values],
+        "{\n\t.reg .b32 ra, rb;\n\tmapa.shared::cluster.u32 ra, $0, $2;\n\tmapa.shared::cluster.u32 rb, $1, $2;\n\t"
+        f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vec}.f32 [ra], {data}, [rb];\n\t}}",
+        "r,r,r" + ",f" * n,
+        has_side_effects=True,
+        is_align_stack=False,
+        loc=loc,
+        ip=ip,
+    )  # fmt: skip
+
+
+@dsl_user_op
+def try_wait_cluster(mbar, parity, *, loc=None, ip=None):
+    """1 when phase `parity` of the mbarrier at shared::cta address `mbar` has completed, else 0 (after a
+    bounded suspend); acquire at cluster scope, so the peers' st.async writes it counted are visible."""
+    res = llvm.inline_asm(
+        T.i32(),
+        [Int32(mbar).ir_value(loc=loc, ip=ip), Int32(parity).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [$1], $2;\n\t"
+        "selp.b32 $0, 1, 0, p;\n\t}",
+        "=r,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        loc=loc,
+        ip=ip,
+    )
+    return Int32(res)
+
+
 class ClusterMerge:
-    def __init__(self, out_dtype, group: int, head_dim_v: int, threads: int, cluster: int, tile_keys: int) -> None:
+    def __init__(
+        self, out_dtype, group: int, head_dim_v: int, threads: int, cluster: int, tile_keys: int, push: bool = False
+    ) -> None:
         self.out_dtype = out_dtype  # a cutlass numeric type
         self.group, self.dv, self.threads = group, head_dim_v, threads
-        self.cluster, self.tile = cluster, tile_keys
+        self.cluster, self.tile, self.push = cluster, tile_keys, push
         self.cols = head_dim_v // cluster  # head-dim columns each rank combines
+        assert self.cols % 4 == 0, "push: a rank's columns are whole 16-byte vectors"
+        # push: the bytes one CTA receives, C senders x G rows x (Dv / C values + 1 LSE) fp32
+        self.recv_bytes = cluster * group * (self.cols + 1) * 4
 
     def smem_floats(self) -> int:
-        """The partial row: M_TILE x Dv values, then M_TILE LSEs."""
+        """Pull: the partial row, M_TILE x Dv values, then M_TILE LSEs. Push: the mbarrier (4 floats,
+        keeping the buffer 16-byte aligned), then the receive buffer [C][G][Dv / C], then [C][G] LSEs."""
+        if self.push:
+            return 4 + self.group * self.dv + self.cluster * self.group
         return M_TILE * self.dv + M_TILE
+
+    @cute.jit
+    def start(self, part, tidx):
+        """Push, at kernel start: one thread initialises this CTA's mbarrier (one arrival, its own
+        expect_tx of `recv_bytes`) and fences the init for the cluster; every thread arrives (relaxed) on
+        the cluster barrier whose wait `merge` passes before its first st.async."""
+        if tidx == 0:
+            mbar = cute.recast_ptr(part, dtype=cutlass.Int64)
+            cute.arch.mbarrier_init(mbar, 1)
+            cute.arch.mbarrier_init_fence()
+            cute.arch.mbarrier_arrive_and_expect_tx(mbar, self.recv_bytes)
+        cute.arch.cluster_arrive_relaxed()
 
     @cute.jit
     def item(self, mSeqlens, row, window_left):
@@ -64,6 +150,13 @@ class ClusterMerge:
     def merge(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps: cutlass.Constexpr):
         """sO (warps, 16, Dv) / sW (warps, 16) / sLse (16,): the epilogue's warp state and weights (split
         rows: no sink); part: Float32 shared-memory pointer to `smem_floats()` floats of this CTA."""
+        if cutlass.const_expr(self.push):
+            self._merge_push(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps)
+        else:
+            self._merge_pull(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps)
+
+    @cute.jit
+    def _merge_pull(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps):
         sPart = cute.make_tensor(part, cute.make_layout((M_TILE, self.dv), stride=(self.dv, 1)))
         sPartLse = cute.make_tensor(part + M_TILE * self.dv, cute.make_layout(M_TILE))
         for it in cutlass.range_constexpr((M_TILE * self.dv + self.threads - 1) // self.threads):
@@ -92,35 +185,81 @@ class ClusterMerge:
                 for i in cutlass.range_constexpr(self.cluster):  # every remote load issued before any use
                     lse[i] = load_peer_f32(part + (M_TILE * self.dv + r), i)
                     val[i] = load_peer_f32(part + (r * self.dv + c), i)
-                top = lse[0]
-                for i in cutlass.range_constexpr(1, self.cluster):
-                    top = cute.arch.fmax(top, lse[i])
-                top_use = Float32(0.0) if top == -Float32.inf else top
-                total = Float32(0.0)
-                o = Float32(0.0)
-                for i in cutlass.range_constexpr(self.cluster):
-                    scale = cute.math.exp2(lse[i] - top_use, fastmath=True)
-                    total = total + scale
-                    o = o + val[i] * scale
-                out_lse = -Float32.inf
-                factor = Float32(0.0)
-                if total > 0.0:
-                    out_lse = top_use + cute.math.log2(total, fastmath=True)
-                    factor = 1.0 / total
-                head = kvh * self.group + r
-                if has_sink != 0:
-                    sink = mSink[head] * LOG2E
-                    hi = cute.arch.fmax(out_lse, sink)
-                    full = hi + cute.math.log2(
-                        cute.math.exp2(out_lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True),
-                        fastmath=True,
-                    )
-                    factor = factor * cute.math.exp2(out_lse - full, fastmath=True)
-                    out_lse = full
-                mOut[req, head, c] = (o * factor).to(self.out_dtype)
-                if c == 0:
-                    mLse[req, head] = out_lse
+                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink)
         # Relaxed: this CTA's DSMEM loads have returned (their values are in the output), nothing to
         # order; the release form would add a second MEMBAR.ALL.GPU to the exit path.
         cute.arch.cluster_arrive_relaxed()  # this CTA's reads of its peers are done
         cute.arch.cluster_wait()  # and theirs of it: its shared memory may go
+
+    @cute.jit
+    def _merge_push(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps):
+        g, cols = self.group, self.cols
+        rank = row % self.cluster
+        mbar = part.toint()  # shared::cta address of the mbarrier (`start`)
+        recv = mbar + 16  # the receive buffer (`push_slot`, `push_lse_slot`), 16-byte aligned
+        cute.arch.cluster_wait()  # the start's arrive: every peer's mbarrier is initialised
+        vecs = self.dv // 4  # 16-byte vectors a row; cols % 4 == 0, so one never straddles two ranks
+        for it in cutlass.range_constexpr((g * vecs + self.threads - 1) // self.threads):
+            idx = tidx + it * self.threads
+            r = idx // vecs
+            c = idx % vecs * 4
+            if r < g:
+                o = cute.make_rmem_tensor(4, Float32)
+                for j in cutlass.range_constexpr(4):
+                    o[j] = Float32(0.0)
+                    for w in cutlass.range_constexpr(warps):
+                        o[j] = o[j] + sW[w, r] * sO[w, r, c + j]
+                dest, off = push_slot(rank, r, c, g, cols)
+                store_peer_f32(recv + off * 4, (o[0], o[1], o[2], o[3]), mbar, dest)
+        for it in cutlass.range_constexpr((self.cluster * g + self.threads - 1) // self.threads):
+            idx = tidx + it * self.threads  # this CTA's G LSEs to every rank: row idx % G to rank idx // G
+            if idx < self.cluster * g:
+                r = idx % g
+                store_peer_f32(recv + push_lse_slot(rank, r, g, cols, self.cluster) * 4, (sLse[r],), mbar, idx // g)
+        while try_wait_cluster(mbar, 0) == 0:  # every sender's bytes have landed here
+            pass
+        sRecv = cute.make_tensor(part + 4, cute.make_layout(self.cluster * g * (cols + 1)))
+        for it in cutlass.range_constexpr((g * cols + self.threads - 1) // self.threads):
+            idx = tidx + it * self.threads
+            r = idx // cols
+            c = rank * cols + idx % cols
+            if r < g:
+                lse = cute.make_rmem_tensor(self.cluster, Float32)
+                val = cute.make_rmem_tensor(self.cluster, Float32)
+                for i in cutlass.range_constexpr(self.cluster):
+                    lse[i] = sRecv[push_lse_slot(i, r, g, cols, self.cluster)]
+                    val[i] = sRecv[push_slot(i, r, c, g, cols)[1]]
+                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink)
+
+    @cute.jit
+    def _combine(self, lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink):
+        """Row r, column c of the output from the C ranks' partials (lse[i], val[i] in rank order):
+        out = sum_i 2^(lse_i - M) val_i / sum_i 2^(lse_i - M), lse = M + log2 S, then the sink."""
+        top = lse[0]
+        for i in cutlass.range_constexpr(1, self.cluster):
+            top = cute.arch.fmax(top, lse[i])
+        top_use = Float32(0.0) if top == -Float32.inf else top
+        total = Float32(0.0)
+        o = Float32(0.0)
+        for i in cutlass.range_constexpr(self.cluster):
+            scale = cute.math.exp2(lse[i] - top_use, fastmath=True)
+            total = total + scale
+            o = o + val[i] * scale
+        out_lse = -Float32.inf
+        factor = Float32(0.0)
+        if total > 0.0:
+            out_lse = top_use + cute.math.log2(total, fastmath=True)
+            factor = 1.0 / total
+        head = kvh * self.group + r
+        if has_sink != 0:
+            sink = mSink[head] * LOG2E
+            hi = cute.arch.fmax(out_lse, sink)
+            full = hi + cute.math.log2(
+                cute.math.exp2(out_lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True),
+                fastmath=True,
+            )
+            factor = factor * cute.math.exp2(out_lse - full, fastmath=True)
+            out_lse = full
+        mOut[req, head, c] = (o * factor).to(self.out_dtype)
+        if c == 0:
+            mLse[req, head] = out_lse

@@ -99,7 +99,10 @@ class DecodeConfig:
     (arrive.release / wait.acquire) CTA rank r combines head-dim columns [r Dv / C, (r + 1) Dv / C) of
     all C partials, read through distributed shared memory (mapa + ld.shared::cluster), writes the
     output and, after a second cluster barrier, exits: no partial rows, ticket or fence in global
-    memory (docs/predictions/attention.md, "Session 10b")."""
+    memory (docs/predictions/attention.md, "Session 10b").
+    cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
+    that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
+    or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11")."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -117,6 +120,7 @@ class DecodeConfig:
     lean_ticket: bool = False
     early_pages: bool = False
     cluster: int = 0
+    cluster_push: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -132,6 +136,7 @@ class DecodeConfig:
         extra += ", lean_ticket=True" if self.lean_ticket else ""
         extra += ", early_pages=True" if self.early_pages else ""
         extra += f", cluster={self.cluster}" if self.cluster else ""
+        extra += ", cluster_push=True" if self.cluster_push else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -161,6 +166,8 @@ def smem_bytes(kv_dtype: str, head_dim: int, head_dim_v: int, config: DecodeConf
     epilogue = config.warps * M_TILE * head_dim_v * 4 + config.warps * M_TILE * 3 * 4 + M_TILE * 4
     ticket = 16 if config.fused_merge else 0  # the "this CTA merges" flag
     cluster = (M_TILE * head_dim_v + M_TILE) * 4 + 16 if config.cluster else 0  # the partial row DSMEM peers read
+    if config.cluster_push:  # the mbarrier, then the receive buffer (G <= M_TILE rows) and its LSEs
+        cluster = (4 + M_TILE * head_dim_v + M_TILE * config.cluster) * 4 + 16
     return q + max(kv, epilogue) + ticket + cluster + 1024
 
 
@@ -208,7 +215,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
-                 "prefetch_pages", "lean_ticket", "early_pages"):  # fmt: skip
+                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -248,6 +255,8 @@ def why_not_cluster(c: DecodeConfig) -> str | None:
             f"cluster={c.cluster} needs fused_merge=True and fused_schedule=True (one launch, its own split), "
             f"persistent=False and pdl != 'prefetch', got {c}"
         )
+    if c.cluster_push and not c.cluster:
+        return f"cluster_push=True needs cluster > 0 (it is a way to merge the cluster), got {c}"
     return None
 
 
@@ -610,9 +619,10 @@ def parse_decode_entry(text: str):
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
     direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages; parts: tN
-    target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster (e.g. '4x16x4fspl:o3:u8',
-    '8x16x2fspld:c8'). 'h' takes only f and s (the bench rebuilds the heuristic's config from those
-    two), so p, l, d, r, g, k, e, oN, uN and cN need an explicit WxKxS."""
+    target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push
+    (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
+    rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
+    explicit WxKxS."""
     head, *rest = text.split(":")
     body = head.rstrip("fspldrgke")
     flags = set(head[len(body) :])
@@ -623,9 +633,11 @@ def parse_decode_entry(text: str):
     min_ctas = 0
     unroll = 2
     cluster = 0
+    push = False
     for part in rest:
-        if part[:1] == "c" and part[1:].isdigit():
-            cluster = int(part[1:])
+        if part[:1] == "c" and part[1:].removesuffix("p").isdigit():
+            cluster = int(part[1:].removesuffix("p"))
+            push = part.endswith("p")
             continue
         if len(part) < 2 or part[0] not in "tmou" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
@@ -665,6 +677,7 @@ def parse_decode_entry(text: str):
             lean_ticket="k" in flags,
             early_pages="e" in flags,
             cluster=cluster,
+            cluster_push=push,
         )
     return decode, flags, target, min_chunk
 

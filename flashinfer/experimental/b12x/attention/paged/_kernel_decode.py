@@ -148,7 +148,7 @@ class PagedDecode(DecodeLoads):
         self.cmerge = None
         if config.cluster:
             self.cmerge = ClusterMerge(self.q_dtype, self.group, head_dim_v, self.threads, config.cluster,
-                                       config.tile_keys)  # fmt: skip
+                                       config.tile_keys, config.cluster_push)  # fmt: skip
 
     def _smem_layouts(self):
         qa, _ = swizzled(M_TILE, self.d, self.mma_dtype)
@@ -280,6 +280,8 @@ class PagedDecode(DecodeLoads):
         sPart = None
         if cutlass.const_expr(self.cluster):  # the partial row the cluster's peers read (DSMEM)
             sPart = smem.allocate_tensor(Float32, cute.make_layout(self.cmerge.smem_floats()), 16)
+            if cutlass.const_expr(self.config.cluster_push):  # its mbarrier, before any peer can push
+                self.cmerge.start(sPart.iterator, tidx)
         sQdst = sQraw if cutlass.const_expr(self.fp8) else sQ
         tensors = (mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket,
                    mSeqlens)  # fmt: skip
