@@ -164,6 +164,11 @@ VARIANTS["fast+w16"] = dict(VARIANTS["fast"], gemm_opts={"qkv": W16, "o": W16, "
 # through distributed shared memory (DecodeConfig.cluster, session 10, opt-in)
 VARIANTS["fast+c8"] = dict(VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=8))
 VARIANTS["fast+c16"] = dict(VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=16))
+# "fast+c8p": the 8-CTA clusters merging by st.async pushes into each rank's shared memory instead of
+# remote loads behind a release barrier (DecodeConfig.cluster_push, session 11, opt-in)
+VARIANTS["fast+c8p"] = dict(
+    VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=8, cluster_push=True)
+)
 # "fast+l2mlp": o_proj's, gate_up's and down's weights prefetched to L2 from a side branch forked at
 # attention's start (DecodeStep(l2_prefetch="mlp"), session 10)
 VARIANTS["fast+l2mlp"] = dict(VARIANTS["fast"], l2=("mlp", None))
