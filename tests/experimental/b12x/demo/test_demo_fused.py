@@ -18,8 +18,8 @@ def _demo(*args, timeout=300):
     )
 
 
-@pytest.mark.contract
-def test_cpu_fused_demo_has_eight_ops_and_agrees(capsys):
+def _cpu_demo(monkeypatch, capsys, tokens, **options):
+    """run_demo on the CPU with `options`: (exit code, the agreement line, the one DecodeStep it built)."""
     import torch
 
     from flashinfer.experimental.b12x._demo import run
@@ -31,15 +31,18 @@ def test_cpu_fused_demo_has_eight_ops_and_agrees(capsys):
         init(self, *args, **kwargs)
         steps.append(self)
 
-    run.DecodeStep.__init__ = spy
-    try:
-        with pytest.warns(UserWarning, match="reference backend"):
-            rc = run.run_demo("llama-small", 2, torch.device("cpu"), fused=True, pdl="prefetch")
-    finally:
-        run.DecodeStep.__init__ = init
+    monkeypatch.setattr(run.DecodeStep, "__init__", spy)
+    with pytest.warns(UserWarning, match="reference backend"):
+        rc = run.run_demo("llama-small", tokens, torch.device("cpu"), **options)
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
-    assert rc == 0 and line.endswith(OK), line
     (step,) = steps
+    return rc, line, step
+
+
+@pytest.mark.contract
+def test_cpu_fused_demo_has_eight_ops_and_agrees(monkeypatch, capsys):
+    rc, line, step = _cpu_demo(monkeypatch, capsys, 2, fused=True, pdl="prefetch")
+    assert rc == 0 and line.endswith(OK), line
     names = [name for name, _, _ in step.ops]
     assert len(names) == 8 and "silu * up" not in names and "residual" not in names, names
     assert names[-2:] == ["gate_up_proj + silu * up", "down_proj + residual"]
@@ -48,28 +51,10 @@ def test_cpu_fused_demo_has_eight_ops_and_agrees(capsys):
 
 
 @pytest.mark.contract
-def test_cpu_six_launch_demo_agrees(capsys):
+def test_cpu_six_launch_demo_agrees(monkeypatch, capsys):
     """--fused-norms: the RMSNorms inside qkv / gate_up, the first residual inside o: six ops."""
-    import torch
-
-    from flashinfer.experimental.b12x._demo import run
-
-    steps = []
-    init = run.DecodeStep.__init__
-
-    def spy(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        steps.append(self)
-
-    run.DecodeStep.__init__ = spy
-    try:
-        with pytest.warns(UserWarning, match="reference backend"):
-            rc = run.run_demo("llama-small", 3, torch.device("cpu"), fused=True, pdl="wait", fused_norms=True)
-    finally:
-        run.DecodeStep.__init__ = init
-    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(AGREEMENT))
+    rc, line, step = _cpu_demo(monkeypatch, capsys, 3, fused=True, pdl="wait", fused_norms=True)
     assert rc == 0 and line.endswith(OK), line
-    (step,) = steps
     names = [name for name, _, _ in step.ops]
     assert names == ["rmsnorm + qkv_proj", "rope + kv append", "attention", "o_proj + residual",
                      "rmsnorm + gate_up_proj + silu * up", "down_proj + residual"], names  # fmt: skip
