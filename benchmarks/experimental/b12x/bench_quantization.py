@@ -67,6 +67,7 @@ from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
 from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
 from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
+from flashinfer.experimental.b12x.quantization.nvfp4._kernel import ENCODES as NVFP4_ENCODES
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import default_config as nvfp4_default_config
 
@@ -313,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16", help="activation dtype")
     parser.add_argument("--all-configs", action="store_true", help="also time every candidate kernel config")
     parser.add_argument(
-        "--encode", nargs="+", default=None, help="NVFP4: time only the candidate configs of these encodes"
+        "--encode",
+        nargs="+",
+        choices=NVFP4_ENCODES,
+        default=None,
+        help="NVFP4: time only the candidate configs of these encodes",
     )
     parser.add_argument(
         "--dispatch-tiles", action="store_true", help="NVFP4: also time the live-M dispatch's two tiles alone"

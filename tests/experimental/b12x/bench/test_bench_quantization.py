@@ -141,12 +141,12 @@ def test_nvfp4_bench_configs_selects_rows():
     assert BQ.nvfp4_bench_configs(7168, _args(("all_configs", True))) == [None] + everything
     pairs = BQ.nvfp4_bench_configs(7168, _args(("encode", ["pairs"])))
     assert pairs[0] is None and pairs[1:] and all(c.encode == "pairs" for c in pairs[1:])
-    # --match: the candidates whose repr holds one of the strings (the session-7 variants among them,
-    # every one unrolled or persistent), nothing else
+    # --match: the candidates whose repr holds one of the strings, nothing else: here exactly the
+    # session-7 variants (every one unrolled or persistent; no other candidate is)
     s7 = BQ.nvfp4_bench_configs(7168, _args(("match", ["unroll=True", "persistent=16"])))
     matching = {c for c in everything if "unroll=True" in repr(c) or "persistent=16" in repr(c)}
-    assert s7[0] is None and set(s7[1:]) == matching
-    assert {nv.NvFp4Config(*c) for c in nv._UNVALIDATED_PAIRS_S7} <= matching
+    assert s7[0] is None and len(s7[1:]) == len(set(s7[1:])) == len(matching)
+    assert set(s7[1:]) == matching == {nv.NvFp4Config(*c) for c in nv._UNVALIDATED_PAIRS_S7}
     both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
     assert both == [None]
     tiles = BQ.nvfp4_bench_configs(7168, _args(("dispatch_tiles", True)))
@@ -160,3 +160,9 @@ def test_match_option_parses():
     with contextlib.redirect_stdout(io.StringIO()) as out, pytest.raises(SystemExit):
         BQ.main(["--help"])
     assert "--match" in out.getvalue()
+    # --encode takes the quantizer's encodes only: a removed one (session 10's "bisect") is an error,
+    # not a run that times the default row alone
+    assert "{div,mul,search,steps,pairs}" in out.getvalue()
+    with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
+        BQ.main(["--encode", "bisect"])
+    assert exit_.value.code == 2 and "invalid choice: 'bisect'" in err.getvalue()

@@ -83,13 +83,6 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True), 5, 128),
     ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True), 5, 48),
     ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 64, True), 5, 48),
-    # "bisect" (`_bisect.py`: the pair program, codes by bisection), every candidate's variant fields
-    ((16, 32, 4, "bisect", False, False, "halves"), 130, 160),
-    ((4, 16, 1, "bisect", False, False, "halves", 4, True), 5, 48),
-    ((4, 16, 1, "bisect", False, False, "halves", 4), 5, 48),
-    ((4, 16, 1, "bisect", False, False, "halves", 4, False, True), 5, 48),
-    ((4, 16, 1, "bisect", False, False, "halves", 4, False, True, 0, False, 0, True), 5, 48),
-    ((4, 16, 1, "bisect", False, False, "halves", 1, False, False, 16, False, 0, True), 5, 48),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.
@@ -103,7 +96,7 @@ PERSISTENT_FP16 = [
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]
 # "pairs" under other global scales (its thresholds scale u and gs by 2^64 below gs = 2^-64; "denorm_gs"
 # is the smallest fp32, "max_gs" near the largest) and on fp16 (where it runs "steps").
-PAIRS_VARIANTS = [(16, 32, 4, "pairs", False, False, "halves"), (16, 32, 4, "bisect", False, False, "halves")]
+PAIRS_VARIANTS = [(16, 32, 4, "pairs", False, False, "halves")]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
 MXFP8_VARIANTS = [
     ((16, 32, 4, True), 130, 160),
@@ -140,8 +133,8 @@ def _cases():
         cases.append(("nvfp4", "bfloat16", m, k, cfg, "wide", "float"))
     for cfg, m, k in NVFP4_VARIANTS:
         # every data set for each variant; the other "steps"/"pairs" tilings (same math): fewer
-        full = cfg[3] not in ("steps", "pairs", "bisect") or cfg in STEPS_VARIANTS + PAIRS_VARIANTS
-        decades = cfg[3] in ("pairs", "bisect") and len(cfg) < 9  # (not the slow prefetch loops)
+        full = cfg[3] not in ("steps", "pairs") or cfg in STEPS_VARIANTS + PAIRS_VARIANTS
+        decades = cfg[3] == "pairs" and len(cfg) < 9  # (not the slow prefetch loops)
         for data in NVFP4_DATA if full else ["specials", "near"] + (["decades"] if decades else []):
             cases.append(("nvfp4", "bfloat16", m, k, cfg, data, "tensor"))
     for cfg, m, k in PERSISTENT_FP16:

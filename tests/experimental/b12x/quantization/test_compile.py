@@ -137,7 +137,6 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
     nv_modules = {nv._encodes.__name__, nv._steps.__name__, nv._pairs.__name__, nv._kernel_pairs.__name__}
-    nv_modules.add(nv._bisect.__name__)
     assert outside == {_triton_helpers.__name__} | (nv_modules if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
@@ -243,11 +242,6 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
             assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
             ops -= {"fma.rn.bf16x2"}
-        if op == "nvfp4" and cfg.encode == "bisect":  # "pairs"' thresholds, 4 compares a pair (`_bisect.py`)
-            vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps) * (cfg.k_iters if cfg.unroll else 1)
-            assert ptx.count("set.gt.u32.bf16x2") == 3 * vpt // 2 and ptx.count("set.lt.u32.bf16x2") == vpt // 2
-            table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
-            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
             # No fp8 instruction at all: the scale is rounded by bits (`_e4m3_rn`). Triton 3.6's
@@ -277,8 +271,8 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
 
 def test_candidates_cover_every_variant():
     nv_configs = nv.candidate_configs(7168, unvalidated=True)
-    assert {c.encode for c in nv_configs} == {"div", "mul", "search", "steps", "pairs", "bisect"}
-    assert all(c.layout == "halves" for c in nv_configs if c.encode in ("pairs", "bisect"))
+    assert {c.encode for c in nv_configs} == {"div", "mul", "search", "steps", "pairs"}
+    assert all(c.layout == "halves" for c in nv_configs if c.encode == "pairs")
     assert {(c.skip_dead, c.scale_words) for c in nv_configs} == {(False, False), (True, False), (True, True)}
     assert {(c.layout, c.encode) for c in nv_configs} >= {("halves", "mul"), ("halves", "search")}
     assert {(c.lean, c.layout) for c in mx.candidate_configs(7168, unvalidated=True)} == {
@@ -306,9 +300,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"?
             # the session-7 variants (every one unrolled or persistent) wait for S7_PAIRS_GPU_VALIDATED
             s7 = lambda c: not nv.S7_PAIRS_GPU_VALIDATED and (c.unroll or c.persistent > 0)
-            bisect = lambda c: c.encode == "bisect" and not nv.BISECT_GPU_VALIDATED
             offered = [c for c in everything if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c)]
-            offered = [c for c in offered if not bisect(c)]
             assert default == tuple(offered)
             continue
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
@@ -326,7 +318,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_STEPS if op == "nvfp4" and nv.STEPS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS if op == "nvfp4" and nv.PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
-    passed += kmod._UNVALIDATED_BISECT if op == "nvfp4" and nv.BISECT_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -338,7 +329,5 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
-        monkeypatch.setattr(nv, "BISECT_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
-        left = ("steps", "pairs", "bisect")
-        assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in left)
+        assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -27,7 +27,7 @@ def _quick(case: str) -> bool:
     are slow under the interpreter (~20-40 s a 130-row case on 2 CPU cores), so the larger shapes of
     the same configs run in the slow tier (`-m slow`); the exhaustive CPU mirror of "pairs"
     (test_nvfp4_pairs.py) and the H200's bitwise tier cover the math in full."""
-    if "xsteps" not in case and "xpairs" not in case and "xbisect" not in case:
+    if "xsteps" not in case and "xpairs" not in case:
         return True
     return "-7x64-" in case or (("-5x128-" in case or "-5x48-" in case) and "-near-" in case)
 
@@ -42,8 +42,6 @@ def _group(case: str) -> str:
     if case in _S7:  # session-7 variants (unroll, persistent, lut): their own batches of 4
         same = [c for c in _S7 if _quick(c) == _quick(case)]
         return f"s7-{same.index(case) // 4}{speed}"
-    if "xbisect" in case:  # the bisect encode (`_bisect.py`): its own batches, quick apart from slow
-        return f"bisect{sum(map(ord, case)) % 2 if speed else ''}{speed}"
     if "xpairs" in case:  # the slow ones in four batches of ~6 cases
         return f"pairs{sum(map(ord, case)) % 4 if speed else ''}{speed}"
     return ("steps" + speed) if "xsteps" in case else "rest"

@@ -48,7 +48,7 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
-from . import _bisect, _encodes, _kernel_pairs, _pairs, _steps
+from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
 from ._kernel_pairs import persistent_range, program_pairs
 from ._occupancy import resident_programs
@@ -64,8 +64,7 @@ UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 # -------------------------------------------------------------------------------------------------
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
-ENCODES = ("div", "mul", "search", "steps", "pairs", "bisect")
-PAIR_ENCODES = ("pairs", "bisect")  # the bf16-pair program (`_kernel_pairs.py`)
+ENCODES = ("div", "mul", "search", "steps", "pairs")
 LAYOUTS = ("rows", "halves")
 
 
@@ -80,7 +79,7 @@ class NvFp4Config:
     count as a sum of saturating FMAs, no compare or select per element (`_steps.py`); "pairs" = the
     same count decided on raw bf16 pairs against thresholds pulled back into the input's domain, two
     values per instruction (`_pairs.py`, program in `_kernel_pairs.py`; layout "halves" only; on
-    fp16 input it runs "steps"); "bisect" = "pairs" with the codes by bisection (`_bisect.py`, same bits).
+    fp16 input it runs "steps").
     skip_dead: programs whose rows are all >= live M (the zero padding of the last 128-row scale
     atom) store their zero scales and skip the load and the math (tiny M: 7 of 8 programs).
     scale_words: scales stored as 4-byte words (4 scale columns of a row are 4 consecutive bytes in
@@ -132,15 +131,15 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.scale_words or config.block_k >= 64)
         and config.layout in LAYOUTS
         and (config.layout == "rows" or config.encode != "div")
-        and (config.layout == "halves" or config.encode not in PAIR_ENCODES)
+        and (config.layout == "halves" or config.encode != "pairs")
         and config.k_iters in (1, 2, 4, 8, 16)
         and isinstance(config.prefetch, bool)
-        and (not config.prefetch or (config.encode in PAIR_ENCODES and (config.k_iters > 1 or config.persistent > 0)))
+        and (not config.prefetch or (config.encode == "pairs" and (config.k_iters > 1 or config.persistent > 0)))
         and isinstance(config.unroll, bool)
-        and (not config.unroll or (config.encode in PAIR_ENCODES and config.k_iters > 1))
+        and (not config.unroll or (config.encode == "pairs" and config.k_iters > 1))
         and type(config.persistent) is int
         and 0 <= config.persistent <= 32
-        and (config.persistent == 0 or (config.encode in PAIR_ENCODES and not config.skip_dead))
+        and (config.persistent == 0 or (config.encode == "pairs" and not config.skip_dead))
         and (config.persistent == 0 or config.k_iters == 1 or config.unroll)
         and isinstance(config.stream, bool)
         and (not config.stream or config.unroll or config.persistent > 0)
@@ -279,7 +278,6 @@ _UNVALIDATED_PAIRS = (
 
 
 # Session 7 (issue #4): unrolled / persistent / streaming / lookup "pairs" tiles, `_candidates_s7.py`.
-from ._candidates_bisect import _UNVALIDATED_BISECT, BISECT_GPU_VALIDATED  # noqa: E402
 from ._candidates_s7 import _UNVALIDATED_PAIRS_S7, S7_PAIRS_GPU_VALIDATED  # noqa: E402
 
 
@@ -302,7 +300,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_BISECT if unvalidated or BISECT_GPU_VALIDATED else ()
     for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
@@ -639,14 +636,14 @@ def _nvfp4_quantize_kernel(
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
 ):
-    PAIRS: tl.constexpr = ENCODE >= 4 and x_ptr.dtype.element_ty == tl.bfloat16  # "pairs", "bisect"
+    PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, ENCODE == 5,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT,
         )  # fmt: skip
     else:
-        ENC: tl.constexpr = 3 if ENCODE >= 4 else ENCODE  # "pairs"/"bisect" on fp16 run "steps" (same bits)
+        ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
         if PERSISTENT > 0:  # fp16 input under a persistent grid: its tiles one by one (same bits)
             NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
             start, end = persistent_range(m, NK, BLOCK_M)
@@ -771,7 +768,7 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
 @kernel(
     OP,
     backend="triton",
-    sources=tuple(m.__name__ for m in (_triton_helpers, _encodes, _steps, _pairs, _kernel_pairs, _bisect)),
+    sources=(_triton_helpers.__name__, _encodes.__name__, _steps.__name__, _pairs.__name__, _kernel_pairs.__name__),
 )
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""

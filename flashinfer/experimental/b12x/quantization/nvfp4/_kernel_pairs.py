@@ -22,8 +22,6 @@ Session 7 variants (issue #4: >= 80% of the copy ceiling at M >= 4096; each bit-
   k_iters tiles of one row block, each through the unrolled loop.
 - STREAM: streaming cache hints (loads evict_first, stores `.cs`): the input is read once and the
   outputs are not read back by this kernel.
-- BISECT (encode "bisect", session 10): the same thresholds, the codes by bisection and placed by
-  bitwise selects (`_bisect.bisect_codes`) instead of `pair_codes` + `pack_pair_codes`.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._bisect import bisect_codes
 from ._encodes import _e4m3_rn, _store_scales
 from ._pairs import (
     LUT_HI,
@@ -100,7 +97,6 @@ def _encode_store_pairs(
     STREAM: tl.constexpr = False,
     lut=None,
     LUT: tl.constexpr = False,
-    BISECT: tl.constexpr = False,
 ):
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
@@ -115,12 +111,8 @@ def _encode_store_pairs(
         th = (t0, t1, t2, t3, t4, t5, t6, nt0)
     else:
         th = pair_thresholds(sf, scale, rg, gs_k, ASM)
-    if BISECT:  # `_bisect.py`: the same codes by bisection, placed by bitwise selects
-        wa = bisect_codes(ua, th, ASM)
-        wb = bisect_codes(ub, th, ASM)
-    else:
-        wa = pack_pair_codes(pair_codes(ua, th, ASM), ASM)
-        wb = pack_pair_codes(pair_codes(ub, th, ASM), ASM)
+    wa = pack_pair_codes(pair_codes(ua, th, ASM), ASM)
+    wb = pack_pair_codes(pair_codes(ub, th, ASM), ASM)
     if LUT:  # sf == 0: every code 0 (the table's thresholds are not NaN there)
         wa = tl.where(sf == 0, 0, wa)
         wb = tl.where(sf == 0, 0, wb)
@@ -163,7 +155,6 @@ def _program_pairs_persistent(
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
     LUT: tl.constexpr,
-    BISECT: tl.constexpr = False,
 ):
     """The tiles of `persistent_range`, row block by row block: each row block's part of the range is
     a column loop like the plain grid's (addresses advance by a constant, no division per tile); with
@@ -189,7 +180,7 @@ def _program_pairs_persistent(
                 ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
             _encode_store_pairs(
                 ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT, BISECT,
+                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
             )  # fmt: skip
             if PREFETCH:
                 ua, ub, bmask, blk = na, nb, nmask, nblk
@@ -219,7 +210,6 @@ def _k_tiles_unrolled(
     ASM: tl.constexpr,
     lut,
     LUT: tl.constexpr,
-    BISECT: tl.constexpr = False,
 ):
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
@@ -243,7 +233,7 @@ def _k_tiles_unrolled(
                     ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
                 _encode_store_pairs(
                     ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT, BISECT,
+                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
                 )  # fmt: skip
         if PREFETCH:
             if it + 1 < K_ITERS:
@@ -268,7 +258,6 @@ def _program_pairs_persistent_groups(
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
     LUT: tl.constexpr,
-    BISECT: tl.constexpr = False,
 ):
     """A persistent grid over groups of K_ITERS column tiles of one row block (the unit of the plain
     grid's programs): `persistent_range` over the (row block, group) pairs, each group through the
@@ -285,7 +274,7 @@ def _program_pairs_persistent_groups(
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows.to(tl.int64), rows < m, False,
             (i - pid_m * NG) * K_ITERS, K, BLOCK_M, BLOCK_K, False, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
-            lut, LUT, BISECT,
+            lut, LUT,
         )  # fmt: skip
 
 
@@ -310,24 +299,23 @@ def program_pairs(
     PERSISTENT: tl.constexpr = 0,
     STREAM: tl.constexpr = False,
     LUT: tl.constexpr = False,
-    BISECT: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
     (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT, BISECT,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT,
         )  # fmt: skip
     elif PERSISTENT > 0:
         _program_pairs_persistent(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM, LUT, BISECT,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM, LUT,
         )  # fmt: skip
     else:
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, BISECT,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT,
         )  # fmt: skip
 
 
@@ -351,7 +339,6 @@ def _program_pairs_tiles(
     UNROLL: tl.constexpr,
     STREAM: tl.constexpr,
     LUT: tl.constexpr,
-    BISECT: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
     pid_m = tl.program_id(0)
@@ -367,7 +354,7 @@ def _program_pairs_tiles(
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, BISECT,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT,
         )  # fmt: skip
     else:
         if PREFETCH:
@@ -386,7 +373,7 @@ def _program_pairs_tiles(
                         ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K)
                     _encode_store_pairs(
                         ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                        K, BLOCK_K, SCALE_WORDS, ASM, False, None, False, BISECT,
+                        K, BLOCK_K, SCALE_WORDS, ASM,
                     )  # fmt: skip
             if PREFETCH:
                 ua, ub, bmask, blk = na, nb, nmask, nblk
