@@ -42,6 +42,18 @@ def _isolated_cache(tmp_path, monkeypatch):
     freeze.unfreeze_kernel_resolution()
 
 
+@pytest.fixture
+def quiet_cpu_reference():
+    """Ignore CPU preparation's reference-backend warning (`_isolated_cache` already resets its
+    once-per-process flag): for test files that prepare many CPU plans and do not test the warning;
+    use as `pytestmark = [..., pytest.mark.usefixtures("quiet_cpu_reference")]`."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
+        yield
+
+
 def _run_python(code: str, *, env=None, cwd=None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env.update(env or {})

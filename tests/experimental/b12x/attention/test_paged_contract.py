@@ -4,30 +4,19 @@ the reference backend, and bind errors that name the argument (exact messages)."
 import dataclasses
 import math
 import re
-import warnings
 
 import pytest
 import torch
 
 import b12x
 from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ExtendConfig
-from flashinfer.experimental.b12x.preparation import session as session_mod
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
 from .paged_cases import make_case
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference")]
 
 paged = b12x.attention.paged
-
-
-@pytest.fixture(autouse=True)
-def _quiet_reference_warning(monkeypatch):
-    """Silence the once-per-process reference warning, and leave its flag as it was for other tests."""
-    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
-        yield
 
 
 def caps(**kw):

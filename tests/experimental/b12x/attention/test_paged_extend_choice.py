@@ -6,7 +6,6 @@ import dataclasses
 import math
 import random
 import re
-import warnings
 
 import pytest
 import torch
@@ -26,11 +25,10 @@ from flashinfer.experimental.b12x.attention.paged._config_extend import (
     persistent_grid_rows,
     persistent_item_order,
 )
-from flashinfer.experimental.b12x.preparation import session as session_mod
 
 from .paged_cases import make_case
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference")]
 
 paged = b12x.attention.paged
 
@@ -38,14 +36,6 @@ LARGE = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_c
 SMALL = ExtendConfig(128, 64, 2, 2, True)
 DUAL = ExtendConfig(256, 64, 3, 2, True, stagger=True, split_issue=True, wide_copy=True, small=SMALL)
 DIMS = ("bfloat16", "bfloat16", 32, 8, 128, 128, 16)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_reference_warning(monkeypatch):
-    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
-        yield
 
 
 def _cu(q_lens):

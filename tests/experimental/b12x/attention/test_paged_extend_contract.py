@@ -4,7 +4,6 @@ extend tile schedule's Python mirror."""
 
 import math
 import re
-import warnings
 
 import pytest
 import torch
@@ -17,21 +16,12 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     extend_schedule_reference,
     why_not_extend,
 )
-from flashinfer.experimental.b12x.preparation import session as session_mod
 
 from .paged_cases import make_case
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference")]
 
 paged = b12x.attention.paged
-
-
-@pytest.fixture(autouse=True)
-def _quiet_reference_warning(monkeypatch):
-    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
-        yield
 
 
 def caps(**kw):
