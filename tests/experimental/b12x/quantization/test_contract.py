@@ -20,23 +20,14 @@ from flashinfer.experimental.b12x._lib.quant import (
 from flashinfer.experimental.b12x.preparation import session as session_mod
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
-pytestmark = pytest.mark.contract
+pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference")]
 
 nvfp4 = b12x.quantization.nvfp4
 mxfp8 = b12x.quantization.mxfp8
 
 
-@pytest.fixture(autouse=True)
-def _quiet_reference_warning(monkeypatch):
-    """Silence the once-per-process reference warning, and leave its flag as it was for other tests."""
-    monkeypatch.setattr(session_mod, "_warned_reference", session_mod._warned_reference)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="b12x: preparing on cpu")
-        yield
-
-
 def _prepared(p):
-    flag = session_mod._warned_reference  # module fixtures run outside the autouse fixture above
+    flag = session_mod._warned_reference  # module fixtures run outside the per-test fixtures
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         b12x.PreparationSession("cpu").prepare([p])
