@@ -124,7 +124,6 @@ def sweep_configs():
         FUSED_POST_PRE,
         FUSED_PRE,
         ApplyConfig,
-        CoopConfig,
         FusedConfig,
         LastConfig,
         MhcConfig,
@@ -249,15 +248,6 @@ def sweep_configs():
         "wide": dataclasses.replace(fused, wide=WideConfig()),
         "wide_y128": dataclasses.replace(fused, wide=WideConfig(block_y=128)),
         "wide_y512_w8": dataclasses.replace(fused, wide=WideConfig(block_y=512, num_warps=8)),
-        # the coop one launch on the default selection (T <= 4 without a norm weight): 56 programs
-        # at H = 7168, each a pass-1 split and a 128-column y slice, waiting on an epoch counter
-        # (ld.acquire polls); "atom": one thread polls; "emulate": the same kernel as two launches
-        # without the wait; y256: 28 programs of 256 columns; y64: 112 programs of 64
-        "coop": dataclasses.replace(default, coop=CoopConfig()),
-        "coop_atom": dataclasses.replace(default, coop=CoopConfig(poll="atom")),
-        "coop_emulate": dataclasses.replace(default, coop=CoopConfig(emulate=True)),
-        "coop_y256": dataclasses.replace(default, coop=CoopConfig(block_y=256)),
-        "coop_y64": dataclasses.replace(default, coop=CoopConfig(block_y=64)),
         "tiny": dataclasses.replace(fused, tiny=WideConfig()),
         "tiny_y128": dataclasses.replace(fused, tiny=WideConfig(block_y=128)),
         "tiny_y512": dataclasses.replace(fused, tiny=WideConfig(block_y=512)),

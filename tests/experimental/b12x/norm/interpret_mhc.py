@@ -18,7 +18,6 @@ from flashinfer.experimental.b12x.norm.mhc import (
     _config,
     _execute,
     _kernel,
-    _kernel_coop,
     _kernel_fused,
     _kernel_last,
     _kernel_row,
@@ -54,10 +53,6 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             form, _, hidden, _, tile = args[:5]
             launch = functools.partial(_kernel_last.launch_last, _kernel.MODES[form], hidden, tile)
             table[(k.__name__, args[:-2])] = launch
-        elif k.__name__ == "compile_coop":
-            form, _, hidden, stream, coop = args[:5]
-            launch = functools.partial(_kernel_coop.launch_coop, _kernel.MODES[form], hidden, stream, coop)
-            table[(k.__name__, args[:-2])] = launch
         elif k.__name__ == "compile_tiny":
             form, _, hidden, stream, wide = args[:5]
             launch = functools.partial(_kernel_tiny.launch_tiny, _kernel.MODES[form], hidden, stream, wide)
@@ -75,8 +70,6 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
     counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)
     st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": counters}
-    if cfg.coop is not None:
-        st.scratch["epoch"] = torch.zeros(1, dtype=torch.int64)
     if cfg.fn_split_needed(p.forms(), max_tokens):
         st.scratch["fn_split"] = torch.full((2, 24, 4 * hidden), float("nan"), dtype=dtype)
     st.extra = {"launchers": table, "target_ctas": target_ctas}

@@ -443,12 +443,6 @@ _PDL_FAST = PASS2["pdl_fast"]
 SMALL_T = {
     "wide": ("compile_wide", _config.MhcConfig(wide=_config.WideConfig())),
     "tiny": ("compile_tiny", _config.MhcConfig(tiny=_config.WideConfig())),
-    # the coop one launch (every program a pass-1 split and a y slice, all waiting on an epoch
-    # counter); its RMW-polling form; its two-launch emulation (no wait); 256-wide slices
-    "coop": ("compile_coop", _config.MhcConfig(coop=_config.CoopConfig())),
-    "coop_atom": ("compile_coop", _config.MhcConfig(coop=_config.CoopConfig(poll="atom"))),
-    "coop_emulate": ("compile_coop", _config.MhcConfig(coop=_config.CoopConfig(emulate=True))),
-    "coop_y256": ("compile_coop", _config.MhcConfig(coop=_config.CoopConfig(block_y=256))),
     # bench_norm's T = 1 candidates: PDL + fast Sinkhorn, with pass 1's small tiles 64 / 16 wide
     "pdl_fast": ("compile_wide", _PDL_FAST),
     "pdl_fast_h64": (

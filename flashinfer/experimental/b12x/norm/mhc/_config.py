@@ -182,37 +182,6 @@ class WideConfig:
 
 
 @dataclass(frozen=True)
-class CoopConfig:
-    """The "coop" one-launch path (_kernel_coop.py) for calls of at most `max_tokens` tokens without
-    a norm weight: H / block_y programs, all resident at once; program p runs pass 1 on columns
-    [p * block_y, +block_y) (the selection's small stream tile, block_y / block_h steps), arrives on
-    an epoch counter, waits for the others, then writes the same columns of y (the wide finish:
-    partials summed block_s rows a step; program 0 also post and comb)."""
-
-    max_tokens: int = 4
-    block_y: int = 128
-    block_s: int = 64
-    fast: bool = True  # the Sinkhorn's approximate reciprocals (WideConfig.fast)
-    # the wait: "ld" polls with ld.acquire.gpu (reads only), "atom" with acquire atomics (RMW polls
-    # on the line the arrivals update, as the tiny kernel did)
-    poll: str = "ld"
-    # two launches of the same kernel (pass 1 half, then finish half) and no waiting: what the CPU
-    # interpreter runs (programs in order), selectable on the GPU to separate the wait from the tile
-    emulate: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("max_tokens", "block_y", "block_s"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1 or v & (v - 1):
-                raise ValueError(f"CoopConfig.{name} must be a power of two >= 1, got {v!r}")
-        if self.max_tokens > 16 or self.block_y < 32:
-            raise ValueError(f"CoopConfig needs max_tokens <= 16 and block_y >= 32, got {self}")
-        if self.poll not in ("ld", "atom"):
-            raise ValueError(f"CoopConfig.poll must be 'ld' or 'atom', got {self.poll!r}")
-        _check_bools("CoopConfig", self, ("fast", "emulate"))
-
-
-@dataclass(frozen=True)
 class LastConfig:
     """The "last" one-launch path (_kernel_last.py) for calls of at most `max_tokens` tokens (with or
     without a norm weight): one program per `steps` pass-1 steps of [16 tokens, 4 x block_h] (block_h
@@ -343,9 +312,6 @@ class MhcConfig:
     # (_kernel_last.py; with or without a norm weight; takes precedence over tiny and small); None:
     # off (the default until measured)
     last: LastConfig | None = None
-    # the whole call in ONE launch at T <= coop.max_tokens without a norm weight, every program both
-    # a pass-1 split and a y slice (_kernel_coop.py; after last, before tiny); None: off (unmeasured)
-    coop: CoopConfig | None = None
     small_max_tokens: int = 64
     # pre's pass 1 (pre_mid; post_pre_split's borrowed pre too) and the row pass 2 (row_mid) for
     # small_max_tokens < T <= mid_max_tokens when set (None: the large tiles from small_max_tokens + 1)
@@ -382,12 +348,6 @@ class MhcConfig:
             raise ValueError(
                 f"MhcConfig.mid_max_tokens must be an int >= small_max_tokens={self.small_max_tokens}, "
                 f"got {self.mid_max_tokens!r}"
-            )
-        if self.coop is not None and not isinstance(self.coop, CoopConfig):
-            raise ValueError(f"MhcConfig.coop must be a CoopConfig or None, got {type(self.coop).__name__}")
-        if self.coop is not None and self.coop.max_tokens > min(self.small_max_tokens, 16):
-            raise ValueError(
-                f"MhcConfig.coop.max_tokens={self.coop.max_tokens} must be <= small_max_tokens={self.small_max_tokens}"
             )
         if self.last is not None and not isinstance(self.last, LastConfig):
             raise ValueError(f"MhcConfig.last must be a LastConfig or None, got {type(self.last).__name__}")
@@ -603,8 +563,6 @@ def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, targe
         rows = max(
             rows, cdiv(hidden // config.last.block_h, config.last.steps) * min(config.last.max_tokens, max_tokens)
         )
-    if config.coop is not None and any(f != "post" for f in forms):
-        rows = max(rows, hidden // min(config.coop.block_y, hidden & -hidden) * min(config.coop.max_tokens, max_tokens))
     for form in config.fused_forms(forms, max_tokens):
         rows = max(rows, config.fused_tile(form).split(hidden, split_k)[0] * max_tokens)
     for form in config.forms_needed(forms):

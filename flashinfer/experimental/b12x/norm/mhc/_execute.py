@@ -90,20 +90,13 @@ def _one_launch(
     p: MhcPlan, form, t, res, x, post_in, comb_in, out, fn, hc_scale, hc_base, w, outs, binding, small=True, **scal
 ):
     """A one-launch path when the selection has one for `form` at t tokens: the small-T kernels
-    (MhcConfig.last, coop, tiny, small, in that order, unless small=False), else the fused kernel
+    (MhcConfig.last, tiny, small, in that order, unless small=False), else the fused kernel
     (MhcConfig.fused_*); True if one ran."""
     sel, caps = p.state.selection, p.caps
     dt, wdt = _dname(caps.dtype), "float32" if w is None else _dname(w.dtype)
     tile = sel.fused(form, t)
     if small and sel.last is not None and t <= sel.last.max_tokens:
         launch = _launcher(p, "compile_last", (form, dt, caps.hidden_size, wdt, sel.last))
-    elif small and sel.coop is not None and t <= sel.coop.max_tokens and w is None:
-        stream = sel.stream(form, 1)  # the small tile (coop.max_tokens <= small_max_tokens)
-        kernel = _launcher(p, "compile_coop", (form, dt, caps.hidden_size, stream, sel.coop))
-        scratch = binding.scratch if binding is not None else p.state.scratch
-        kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["epoch"], hc_scale, hc_base,
-               outs["y_out"], outs["post_out"], outs["comb_out"], T=t, **scal)  # fmt: skip
-        return True
     elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
         splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p), caps.split_k)

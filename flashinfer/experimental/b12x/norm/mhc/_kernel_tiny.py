@@ -44,40 +44,6 @@ from ._kernel import (
 from ._kernel_wide import _wide_finish, wide_tile
 
 
-@triton.jit
-def _produce(
-    res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, part_ptr, pid_t, pid_s, T, cps, fn_blocks,
-    H: tl.constexpr, MODE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, SQ_MODE: tl.constexpr,
-    FN_SPLIT: tl.constexpr,
-):  # fmt: skip
-    """Pass 1 of token block pid_t on split pid_s (steps pid_s * cps, +cps) and its partial store
-    (fp32 [splits, T, 32]): a one-launch producer's work (tiny, coop)."""
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    t_mask = offs_t < T
-    row = offs_t.to(tl.int64)
-    c_begin = pid_s * cps
-    c_end = tl.minimum(c_begin + cps, H // BLOCK_H)
-    acc = _pass1_tile(
-        res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
-        H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT,
-    )  # fmt: skip
-    m32 = tl.arange(0, 32)
-    part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
-    tl.store(part + m32[None, :], acc, mask=t_mask[:, None])
-
-
-@triton.jit
-def _finish_src(res_ptr, out_ptr, tok, H: tl.constexpr, MODE: tl.constexpr):
-    """(row pointer, stream stride) of token tok's 4 streams for the finish: pre's residual,
-    post_pre's new residual (stored this launch), bcast's x (stride 0)."""
-    if MODE == 3:
-        return res_ptr + tok * H, 0
-    elif MODE == 2:
-        return out_ptr + tok * (4 * H), H
-    else:
-        return res_ptr + tok * (4 * H), H
-
-
 @triton.jit(do_not_specialize=["T", "splits", "cps", "fn_blocks", "sinkhorn_iters"])
 def _mhc_tiny_kernel(
     res_ptr,  # PRE/POST_PRE: residual [T, 4, H]; BCAST: x [T, H]
@@ -110,13 +76,25 @@ def _mhc_tiny_kernel(
     BLOCK_S: tl.constexpr,
     FAST: tl.constexpr,  # WideConfig.fast: the Sinkhorn's approximate reciprocals
 ):
+    N_CHUNKS: tl.constexpr = H // BLOCK_H
     N_Y: tl.constexpr = H // BLOCK_Y
     n_prod = tl.cdiv(T, BLOCK_T) * splits
     ticket = tl.atomic_add(cnt_ptr, 1, sem="relaxed", scope="gpu")
     if ticket < n_prod:
         pid_t = ticket // splits
-        _produce(res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, part_ptr, pid_t, ticket - pid_t * splits, T, cps,
-                 fn_blocks, H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT)  # fmt: skip
+        pid_s = ticket - pid_t * splits
+        offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+        t_mask = offs_t < T
+        row = offs_t.to(tl.int64)
+        c_begin = pid_s * cps
+        c_end = tl.minimum(c_begin + cps, N_CHUNKS)
+        acc = _pass1_tile(
+            res_ptr, x_ptr, pin_ptr, cin_ptr, out_ptr, fn_ptr, row, t_mask, c_begin, c_end, fn_blocks,
+            H, MODE, BLOCK_T, BLOCK_H, SQ_MODE, FN_SPLIT,
+        )  # fmt: skip
+        m32 = tl.arange(0, 32)
+        part = part_ptr + (pid_s.to(tl.int64) * T + row[:, None]) * 32
+        tl.store(part + m32[None, :], acc, mask=t_mask[:, None])
         tl.debug_barrier()  # every thread's stores before the one release add
         tl.atomic_add(cnt_ptr + 1, 1, sem="release", scope="gpu")
     else:
@@ -127,7 +105,15 @@ def _mhc_tiny_kernel(
         while c < n_prod:
             c = tl.atomic_add(cnt_ptr + 1, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
-        row_ptr, stream_stride = _finish_src(res_ptr, out_ptr, tok, H, MODE)
+        if MODE == 3:  # BCAST: the streams are x (stride 0)
+            row_ptr = res_ptr + tok * H
+            stream_stride = 0
+        elif MODE == 2:  # POST_PRE: the residual this launch stored
+            row_ptr = out_ptr + tok * (4 * H)
+            stream_stride = H
+        else:
+            row_ptr = res_ptr + tok * (4 * H)
+            stream_stride = H
         _wide_finish(row_ptr, stream_stride, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr, comb_ptr, tok, pid_h,
                      T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, ".cg", FAST)  # fmt: skip
         tl.debug_barrier()

@@ -130,45 +130,10 @@ def _wide_finish(
     FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
 ):
     """Columns [pid_h * BLOCK_Y, +BLOCK_Y) of token tok's y; with pid_h == 0 also its post and comb."""
+    i4 = tl.arange(0, 4)
+    h = pid_h * BLOCK_Y + tl.arange(0, BLOCK_Y)
     # the row slice first: its latency overlaps the split sum
-    v = _wide_row(row, stream_stride, pid_h, BLOCK_Y, CACHE)
-    _wide_y(v, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr, comb_ptr, tok, pid_h, T, splits, sinkhorn_iters,
-            rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, CACHE, FAST)  # fmt: skip
-
-
-@triton.jit
-def _wide_row(row, stream_stride, pid_h, BLOCK_Y: tl.constexpr, CACHE: tl.constexpr):
-    """The [4, BLOCK_Y] fp32 slice at columns pid_h * BLOCK_Y of a token's 4 streams."""
-    i4 = tl.arange(0, 4)
-    h = pid_h * BLOCK_Y + tl.arange(0, BLOCK_Y)
-    return tl.load(row + i4[:, None] * stream_stride + h[None, :], cache_modifier=CACHE).to(tl.float32)
-
-
-@triton.jit
-def _wide_y(
-    v,  # the token's [4, BLOCK_Y] row slice (_wide_row)
-    part_ptr,
-    scale_ptr,
-    base_ptr,
-    y_ptr,
-    post_ptr,
-    comb_ptr,
-    tok,
-    pid_h,
-    T,
-    splits,
-    sinkhorn_iters,
-    rms_eps,
-    hc_eps,
-    H: tl.constexpr,
-    BLOCK_Y: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    CACHE: tl.constexpr,
-    FAST: tl.constexpr,
-):
-    """_wide_finish after its row load: the split sum, the weights, y's slice (and post, comb)."""
-    i4 = tl.arange(0, 4)
-    h = pid_h * BLOCK_Y + tl.arange(0, BLOCK_Y)
+    v = tl.load(row + i4[:, None] * stream_stride + h[None, :], cache_modifier=CACHE).to(tl.float32)
 
     # The token's mixes: partials summed over the splits. Programs other than (t, 0) need only
     # columns 0..3 (pre) and 24 (the sum of squares).

@@ -78,7 +78,6 @@ class MhcPlan(Plan):
 
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_split_fn, compile_stream
-        from ._kernel_coop import compile_coop
         from ._kernel_fused import compile_fused
         from ._kernel_last import compile_last
         from ._kernel_row import compile_row
@@ -97,9 +96,6 @@ class MhcPlan(Plan):
             if form != "post" and config.small is not None:
                 for wdt in dict.fromkeys((dt, "float32")):
                     jobs.append((compile_small, (form, dt, caps.hidden_size, wdt, config.small, dev, arch)))
-            if form != "post" and config.coop is not None:
-                tile = config.stream(form, 1)
-                jobs.append((compile_coop, (form, dt, caps.hidden_size, tile, config.coop, dev, arch)))
             if form != "post" and config.tiny is not None:
                 tile = config.stream(form, 1)
                 jobs.append((compile_tiny, (form, dt, caps.hidden_size, tile, config.tiny, dev, arch)))
@@ -137,10 +133,6 @@ class MhcPlan(Plan):
             # zeroes them, and each call's finishers reset theirs)
             ScratchBufferSpec("counter", (config.counters(self.forms(), self.caps.max_tokens),), torch.int32, device),
         )
-        if config.coop is not None and any(f != "post" for f in self.forms()):
-            # the coop kernel's arrival count, int64 so it never wraps: a multiple of its program
-            # count between calls (prime zeroes it; each call adds one per program)
-            specs += (ScratchBufferSpec("epoch", (1,), torch.int64, device),)
         if config.fn_split_needed(self.forms(), self.caps.max_tokens):  # fn as hi, lo (fn_split="pre"/"hi")
             shape = (2, MIXES, MULT * self.caps.hidden_size)
             specs += (ScratchBufferSpec("fn_split", shape, self.caps.dtype, device),)
@@ -153,8 +145,6 @@ class MhcPlan(Plan):
         caps = self.caps
         if "counter" in state.scratch:
             state.scratch["counter"].zero_()
-        if "epoch" in state.scratch:
-            state.scratch["epoch"].zero_()
         gen = torch.Generator(device=caps.device).manual_seed(0)
         sel = state.selection
         sizes = {1, min(caps.max_tokens, sel.fused_min_tokens), min(caps.max_tokens, sel.small_max_tokens + 1)}

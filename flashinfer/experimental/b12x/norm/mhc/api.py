@@ -11,9 +11,7 @@ pre's launches above it. 1 for pre / bcast at T >= MhcConfig.fused_min_tokens wi
 MhcConfig.fused_pre (the one-launch kernel, _kernel_fused.py: sm_120a's default from 8192 tokens);
 1 with MhcConfig.last at T <= last.max_tokens (_kernel_last.py: the last program to arrive finishes,
 with or without a norm weight), MhcConfig.small at T <= small.max_tokens or MhcConfig.tiny at
-T <= tiny.max_tokens or MhcConfig.coop at T <= coop.max_tokens without a norm weight (_kernel_tiny.py,
-_kernel_coop.py: every program a pass-1 split and a y slice, all resident, waiting on an epoch
-counter; 2 launches when emulated), all off by default; MhcConfig.wide makes pass 2 the wide kernel at
+T <= tiny.max_tokens without a norm weight (_kernel_tiny.py), all off by default; MhcConfig.wide makes pass 2 the wide kernel at
 T <= 4 without a norm weight (_kernel_wide.py, on by default). run_post is always 1. No call
 allocates (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors
 run `reference.py` (one warning per process, from PreparationSession).
