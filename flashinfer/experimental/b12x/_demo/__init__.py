@@ -28,13 +28,30 @@ MAX_TOKENS = 64
 # with the attention plan's small-batch defaults): gate_up +
 # SiLU * up and down + residual as one GEMM launch each, RoPE + KV append in qkv's epilogue, every GEMM a
 # programmatic dependent prefetching its weights, attention a programmatic dependent with 128-key
-# minimum split chunks, the Triton glue launched the same way (seven launches). "base": the plain
-# ten-launch step. On CPU the glue is torch and the rest runs the reference backends either way.
+# minimum split chunks, the Triton glue launched the same way (seven launches); since session 12 down's
+# weight loads of its first 4 K chunks issue before their math (gemm_opts, DecodeConfig.upfront: T = 1
+# 36.85 -> 36.24 µs in one job). "base": the plain ten-launch step. On CPU the glue is torch and the
+# rest runs the reference backends either way. gemm_opts apply where the GEMM runs the fused kernel
+# (an epilogue or pdl on: `step_options`).
 STEPS = {
     "fast": dict(
-        fused=True, rope=True, gemm_pdl="prefetch", attention_pdl="wait", attention_min_chunk=128, glue="triton-pdl"
+        fused=True,
+        rope=True,
+        gemm_pdl="prefetch",
+        attention_pdl="wait",
+        attention_min_chunk=128,
+        glue="triton-pdl",
+        gemm_opts={"down": "upfront=4"},
     ),  # fmt: skip
-    "base": dict(fused=False, rope=False, gemm_pdl="off", attention_pdl="off", attention_min_chunk=None, glue="triton"),
+    "base": dict(
+        fused=False,
+        rope=False,
+        gemm_pdl="off",
+        attention_pdl="off",
+        attention_min_chunk=None,
+        glue="triton",
+        gemm_opts=None,
+    ),  # fmt: skip
 }
 
 
@@ -160,6 +177,8 @@ def step_options(args, cuda: bool) -> dict:
         fused_rope=rope,
         attention_pdl=pick(args.attention_pdl, "attention_pdl"),
         attention_min_chunk=preset["attention_min_chunk"],
+        # the preset's GEMM options need the fused kernel: down has it with its residual epilogue or pdl
+        gemm_opts=preset["gemm_opts"] if fused or pick(args.gemm_pdl, "gemm_pdl") != "off" else None,
         l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
     )
 

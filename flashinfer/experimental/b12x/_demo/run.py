@@ -465,6 +465,7 @@ def run_demo(
     l2_prefetch=None,
     fused_rope=False,
     attention_min_chunk=None,
+    gemm_opts=None,
 ) -> int:
     from .._lib import freeze as F
     from ..loader import CheckpointDisplay
@@ -477,6 +478,8 @@ def run_demo(
              f"gemm pdl {pdl}", f"attention pdl {attention_pdl}"]  # fmt: skip
     if attention_min_chunk is not None:
         parts.append(f"attention min chunk {attention_min_chunk}")
+    if gemm_opts:
+        parts.append("gemm options " + " ".join(f"{name}:{opts}" for name, opts in gemm_opts.items()))
     print("decode step: " + ", ".join(parts))
     if not cuda:
         print("CPU: reference backends, no kernels ran (plain-torch oracles of every op; no CUDA graph)")
@@ -507,6 +510,7 @@ def run_demo(
             spec, weights, cache, device, tokens, moe_plan=None if moe is None else moe[0], fused=fused, pdl=pdl,
             norms=fused_norms, attention_pdl=attention_pdl, rope=fused_rope,
             attention_opts=None if attention_min_chunk is None else dict(min_chunk=attention_min_chunk),
+            gemm_opts=gemm_opts,
         )  # fmt: skip
         print(f"[4] PreparationSession: {len(plans)} plans prepared, {result.compiled} kernels compiled or loaded "
               f"({time.perf_counter() - t2:.1f} s; sources {sorted(set(result.sources.values()))})")  # fmt: skip

@@ -376,7 +376,8 @@ def test_gpu_streaming_cases_are_valid_configs():
 def test_default_switches_for_the_streaming_knobs(monkeypatch):
     """Both switches off: the 08:46 defaults. DECODE_LATENCY_FLAGS: p, l and d on every default
     (the plan's one-launch heuristic keeps them); FP8_TWO_PAGE_TILES: fp8 D 128 on sm_90a gets
-    4 x 32 x 3, a config the kernels accept on 16-key pages. Both are on since the 14:03 sweep.
+    4 x 32 x 2 (3 stages until session 12: FP8_TILE_STAGES), a config the kernels accept on 16-key
+    pages. Both are on since the 14:03 sweep.
     LEAN_TICKET (session 10) puts lean_ticket on every default; off here, checked at the end."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
@@ -396,7 +397,7 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert paged.plan(caps()).heuristic("sm_90a").decode == DecodeConfig(4, 16, 3, True, True, **flags)
     monkeypatch.setattr(_config, "FP8_TWO_PAGE_TILES", True)
     fp8 = _config.default_config("float8_e4m3fn", 128, 16, "sm_90a")
-    assert fp8 == DecodeConfig(4, 32, 3, **flags)
+    assert fp8 == DecodeConfig(4, 32, 2, **flags)  # FP8_TILE_STAGES (session 12)
     assert _config.why_not("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16, fp8, "sm_90a") is None
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a").keys_per_warp == 16
     assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a").keys_per_warp == 16
@@ -439,10 +440,13 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     one = paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a")
     assert one.decode == dataclasses.replace(small, fused_merge=True, fused_schedule=True)
     assert one.schedule.min_chunk == 128
-    monkeypatch.setattr(_config, "CLUSTER_MAX_CONTEXT", 256)  # within it: clusters of 8 CTAs
+    monkeypatch.setattr(_config, "CLUSTER_MAX_CONTEXT", 256)  # within it: clusters of 8 CTAs, merged by pushes
+    assert _config.CLUSTER_PUSH
     assert paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a").decode == dataclasses.replace(
-        small, fused_merge=True, fused_schedule=True, cluster=_config.SINGLE_REQUEST_CLUSTER
+        small, fused_merge=True, fused_schedule=True, cluster=_config.SINGLE_REQUEST_CLUSTER, cluster_push=True
     )
+    monkeypatch.setattr(_config, "CLUSTER_PUSH", False)  # the session-10 pull merge
+    assert not paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_90a").decode.cluster_push
     for other in (dict(max_batch=2, max_total_q=2), dict(max_batch=1, max_total_q=1, pdl="prefetch")):
         assert paged.plan(caps(**other, **d128)).heuristic("sm_90a").decode.cluster == 0, other
     assert paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_120a").decode.cluster == 0

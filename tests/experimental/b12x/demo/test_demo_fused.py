@@ -141,10 +141,14 @@ def test_step_presets_and_flag_overrides():
 
     fast = opts()
     assert fast == dict(glue="triton-pdl", fused=True, pdl="prefetch", fused_norms=False, fused_rope=True,
-                        attention_pdl="wait", attention_min_chunk=128, l2_prefetch=None)  # fmt: skip
+                        attention_pdl="wait", attention_min_chunk=128, l2_prefetch=None,
+                        gemm_opts={"down": "upfront=4"})  # fmt: skip
     base = opts("--step", "base")
     assert base == dict(glue="triton", fused=False, pdl="off", fused_norms=False, fused_rope=False,
-                        attention_pdl="off", attention_min_chunk=None, l2_prefetch=None)  # fmt: skip
+                        attention_pdl="off", attention_min_chunk=None, l2_prefetch=None, gemm_opts=None)  # fmt: skip
+    # the preset's GEMM options need the fused kernel: none once neither epilogues nor pdl are on
+    assert opts("--no-fused-epilogues", "--gemm-pdl", "off")["gemm_opts"] is None
+    assert opts("--no-fused-epilogues")["gemm_opts"] == {"down": "upfront=4"}
     assert opts("--no-fused-rope")["fused_rope"] is False and opts("--no-fused-rope")["fused"] is True
     assert opts("--step", "base", "--fused-norms")["fused"] is True
     assert opts("--gemm-pdl", "wait", "--glue", "triton")["pdl"] == "wait"

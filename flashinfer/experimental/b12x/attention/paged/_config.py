@@ -315,6 +315,10 @@ def with_pdl(pdl: str, decode: DecodeConfig) -> DecodeConfig:
 # keys_per_warp = 2 x page_size.
 DECODE_LATENCY_FLAGS = True
 FP8_TWO_PAGE_TILES = True
+# FP8_TILE_STAGES (session 12, H200 graph timer, one job): the two-page fp8 tile with 2 stages (32 KB in
+# flight per CTA, more CTAs an SM) instead of 3: B = 32 L = 1k / 8k / 32k 23.58 / 132.9 / 513.1 -> 22.69 /
+# 130.4 / 497.4 µs, B = 128 L = 8k / 32k 512.2 / 1999 -> 502.8 / 1984, B = 128 L = 1k a tie (77.31 / 77.53).
+FP8_TILE_STAGES = 2
 # PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every fp8-KV default
 # config whose epilogue fits its ring's stages >= 1 (`persistent_fits`: 4x32x3 at D 128; not D 256, whose
 # one-item kernel already needs 255 registers) gets persistent (measured 16:50: fp8 B=128 L=1k 85.57 ->
@@ -360,6 +364,11 @@ def small_batch_config(kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig 
 # everywhere; so one request and contexts up to 4k (interpolated: not timed between 1k and 8k).
 SINGLE_REQUEST_CLUSTER = 8
 CLUSTER_MAX_CONTEXT = 4096
+# CLUSTER_PUSH (session 12, H200 graph timer, Hq 32 / Hkv 8, 8x16x2 c8 vs c8p in one job): the default
+# cluster merges by st.async pushes (DecodeConfig.cluster_push) instead of DSMEM pulls behind two cluster
+# barriers: B = 1 bf16 L = 1k / 4k 6.77 / 9.87 -> 6.62 / 9.41 µs, fp8 6.61 / 8.62 -> 5.77 / 8.27; in the
+# llama-small block at T = 1, 37.10 -> 36.86 µs. GPU tests: test_paged_cluster_gpu.py -k push, 91 passed.
+CLUSTER_PUSH = True
 
 
 def cluster_by_default(max_batch: int, max_context: int, decode: DecodeConfig) -> bool:
@@ -373,6 +382,12 @@ def cluster_by_default(max_batch: int, max_context: int, decode: DecodeConfig) -
         and small_batch_chunk(decode)
         and one_launch
     )
+
+
+def clustered_default(decode: DecodeConfig) -> DecodeConfig:
+    """`decode` as the heuristic's cluster (`cluster_by_default`): SINGLE_REQUEST_CLUSTER CTAs, merged by
+    pushes when CLUSTER_PUSH."""
+    return replace(decode, cluster=SINGLE_REQUEST_CLUSTER, cluster_push=CLUSTER_PUSH)
 
 
 def small_batch_chunk(decode: DecodeConfig) -> bool:
@@ -406,7 +421,7 @@ def default_config(
 def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
     limit = SMEM_LIMIT.get(arch, 99 * 1024)
     if FP8_TWO_PAGE_TILES and kv_dtype == "float8_e4m3fn" and head_dim == 128 and arch == "sm_90a":
-        cfg = DecodeConfig(warps=4, keys_per_warp=32, stages=3)
+        cfg = DecodeConfig(warps=4, keys_per_warp=32, stages=FP8_TILE_STAGES)
         if 2 * page_size >= 32 and smem_bytes(kv_dtype, head_dim, head_dim, cfg) <= limit:
             return cfg
     for warps in (4, 2):
@@ -437,7 +452,7 @@ FUSED_SCHEDULE_MAX_BATCH = 128  # each decode CTA scans the batch: 4 warp steps 
 # 13.5 µs, L=32k 60.1 -> 52.0, B=8 L=1k 29.6 -> 23.7, L=8k 85.8 -> 80.7.
 FUSED_BY_DEFAULT = True
 # split_schedule's shortest chunk counts pipeline fills of 16-key sub-tiles (True) instead of the
-# config's own sub-tiles (False): fp8's two-page default 4x32x3 then keeps bf16's 256 keys instead of
+# config's own sub-tiles (False): fp8's two-page default 4x32x3 (4x32x2 since session 12) then keeps bf16's 256 keys instead of
 # 512, so the small split shapes get shorter items (B=1 L=1k: 2 -> 4 items a head, B=1 L=8k: 16 -> 32,
 # B=8 L=1k: 16 -> 24), each warp 2 sub-tiles in flight at once instead of 4 in two rounds; a batch
 # whose total exceeds (target_items - B) x 512 keys splits as before. For the lead after the ':m256'

@@ -53,11 +53,11 @@ from ...preparation.plan import Plan
 from ._config import (
     FUSED_BY_DEFAULT,
     FUSED_SCHEDULE_MAX_BATCH,
-    SINGLE_REQUEST_CLUSTER,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
     cluster_by_default,
+    clustered_default,
     default_config,
     default_extend_config,
     extend_item_capacity,
@@ -261,7 +261,7 @@ class PagedAttentionPlan(Plan):
             one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
             decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
         decode = with_pdl(caps.pdl, decode)
-        clustered = dataclasses.replace(decode, cluster=SINGLE_REQUEST_CLUSTER)
+        clustered = clustered_default(decode)
         max_context = caps.max_page_table_width * caps.page_size
         if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
             decode = clustered
