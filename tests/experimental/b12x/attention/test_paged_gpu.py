@@ -275,6 +275,7 @@ def test_min_chunk_16_key_fills_switch_matches_reference(kv_dtype, monkeypatch):
 
     monkeypatch.setattr(_config, "MIN_CHUNK_16_KEY_FILLS", True)
     monkeypatch.setattr(_config, "SMALL_BATCH_DECODE", False)  # B = 1 keeps the config this switch changes
+    monkeypatch.setattr(_config, "FP8_TILE_STAGES", 3)  # fp8's 4x32x3, whose 512-key fills the switch halves
     for lens in ([1024], [8192], [1024] * 8, [0, 1, 17, 1000, 8192, 4097, 65, 300]):
         case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                          kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 3)  # fmt: skip

@@ -317,7 +317,10 @@ DECODE_LATENCY_FLAGS = True
 FP8_TWO_PAGE_TILES = True
 # FP8_TILE_STAGES (session 12, H200 graph timer, one job): the two-page fp8 tile with 2 stages (32 KB in
 # flight per CTA, more CTAs an SM) instead of 3: B = 32 L = 1k / 8k / 32k 23.58 / 132.9 / 513.1 -> 22.69 /
-# 130.4 / 497.4 µs, B = 128 L = 8k / 32k 512.2 / 1999 -> 502.8 / 1984, B = 128 L = 1k a tie (77.31 / 77.53).
+# 130.4 / 497.4 µs, B = 128 L = 8k / 32k 512.2 / 1999 -> 502.8 / 1984, B = 128 L = 1k a tie (77.31 / 77.53);
+# B = 8 / 16 L = 1k / 8k / 32k 13.52 / 41.45 / 135.1 and 16.89 / 73.9 / 265.6 -> 12.05 / 40.51 / 132.2 and
+# 16.51 / 71.69 / 255.3. PERSISTENT_DECODE (off) needs 3 (`persistent_fits`); so does
+# MIN_CHUNK_16_KEY_FILLS (off) to change anything.
 FP8_TILE_STAGES = 2
 # PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every fp8-KV default
 # config whose epilogue fits its ring's stages >= 1 (`persistent_fits`: 4x32x3 at D 128; not D 256, whose
