@@ -456,6 +456,33 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     assert _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
 
 
+def test_fp8_wide_batch_switch(monkeypatch):
+    """FP8_WIDE_BATCH (off; session 12's sweep): plans of at least that many requests with fp8 KV at D 128
+    on sm_90a take 2 warps x 32 keys x 2 stages; smaller plans, bf16, other head dims and archs keep
+    theirs. Off, nothing changes."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    assert _config.FP8_WIDE_BATCH == 0
+    fp8 = dict(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128, num_q_heads=32, num_kv_heads=8)
+
+    def decode(n):
+        items = paged.default_max_work_items(n, 8)
+        c = caps(**fp8, max_batch=n, max_total_q=n, max_work_items=items,
+                 max_partial_rows=paged.default_max_partial_rows(items, 32))  # fmt: skip
+        return paged.plan(c).heuristic("sm_90a").decode
+
+    before = decode(128)
+    assert (before.warps, before.keys_per_warp, before.stages) == (4, 32, 2)
+    monkeypatch.setattr(_config, "FP8_WIDE_BATCH", 48)
+    wide = decode(128)
+    assert (wide.warps, wide.keys_per_warp, wide.stages) == (2, 32, 2)
+    assert dataclasses.replace(wide, warps=4) == before  # the flags and merge choices stay
+    assert decode(48).warps == 2 and (decode(32).warps, decode(32).keys_per_warp) == (4, 32)
+    assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=128).keys_per_warp == 16
+    assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a", max_batch=128).warps == 4
+    assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a", max_batch=128).keys_per_warp == 16
+
+
 def test_bench_decode_config_entries():
     from benchmarks.experimental.b12x import bench_attention as B
     from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig, split_schedule

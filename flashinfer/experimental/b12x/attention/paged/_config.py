@@ -322,6 +322,15 @@ FP8_TWO_PAGE_TILES = True
 # 16.51 / 71.69 / 255.3. PERSISTENT_DECODE (off) needs 3 (`persistent_fits`); so does
 # MIN_CHUNK_16_KEY_FILLS (off) to change anything.
 FP8_TILE_STAGES = 2
+# FP8_WIDE_BATCH (off: 0; session 12, H200 graph timer, one job each, not yet through the gpu tier): plans
+# of at least this many requests (capacity) take fp8's two-page tile on 2 warps (2x32x2: 42 KB of shared
+# memory, 5 CTAs an SM instead of 3, so 1024 one-item CTAs at B = 128 make 1.6 waves instead of 2.6):
+# B = 48 / 64 / 128 L = 1k 35.40 / 41.05 / 77.30 -> 32.36 / 39.90 / 71.95 µs, L = 2k 60.8 / 71.58 / 137.5
+# -> 56.41 / 70.00 / 133.1, L = 8k 215.0 / 255.1 / 505.0 -> 202.6 / 254.8 / 500.6; it loses at B = 32
+# (L = 1k 22.91 -> 24.95), so 48 would be the bound. Keyed on capacity like SMALL_BATCH_MAX: a plan for
+# 128 serving 32 live requests would pay the B = 32 loss. For the next session with device time: the
+# attention gpu tier with it on, then on.
+FP8_WIDE_BATCH = 0
 # PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every fp8-KV default
 # config whose epilogue fits its ring's stages >= 1 (`persistent_fits`: 4x32x3 at D 128; not D 256, whose
 # one-item kernel already needs 255 registers) gets persistent (measured 16:50: fp8 B=128 L=1k 85.57 ->
@@ -410,6 +419,8 @@ def default_config(
         small_batch_config(kv_dtype, head_dim, arch) if max_batch is not None and max_batch <= SMALL_BATCH_MAX else None
     )
     cfg = small or _default_shape(kv_dtype, head_dim, page_size, arch)
+    if not small and FP8_WIDE_BATCH and max_batch is not None and max_batch >= FP8_WIDE_BATCH:
+        cfg = _wide_batch_fp8(cfg, kv_dtype, head_dim, page_size, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
@@ -419,6 +430,15 @@ def default_config(
     if PERSISTENT_DECODE and fp8 and head_dim <= 128 and persistent_fits(kv_dtype, head_dim, head_dim, cfg):
         cfg = replace(cfg, persistent=True)
     return cfg
+
+
+def _wide_batch_fp8(cfg: DecodeConfig, kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
+    """FP8_WIDE_BATCH's shape (2 warps x 32 keys x 2 stages) where `cfg` is the two-page fp8 tile it
+    was measured against, else `cfg`."""
+    wide = DecodeConfig(warps=2, keys_per_warp=32, stages=2)
+    same_family = (cfg.keys_per_warp, kv_dtype, head_dim, arch) == (32, "float8_e4m3fn", 128, "sm_90a")
+    fits = 2 * page_size >= 32 and smem_bytes(kv_dtype, head_dim, head_dim, wide) <= SMEM_LIMIT[arch]
+    return wide if same_family and fits else cfg
 
 
 def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
