@@ -38,7 +38,8 @@ from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from ._config import LOG2E, M_TILE
+from ._config import M_TILE
+from ._fragments import fold_sink, softmax_finish
 
 
 def push_slot(sender, r, c, group: int, cols: int):
@@ -245,21 +246,9 @@ class ClusterMerge:
             scale = cute.math.exp2(lse[i] - top_use, fastmath=True)
             total = total + scale
             o = o + val[i] * scale
-        out_lse = -Float32.inf
-        factor = Float32(0.0)
-        if total > 0.0:
-            out_lse = top_use + cute.math.log2(total, fastmath=True)
-            factor = 1.0 / total
+        out_lse, factor = softmax_finish(top_use, total, 1.0)
         head = kvh * self.group + r
-        if has_sink != 0:
-            sink = mSink[head] * LOG2E
-            hi = cute.arch.fmax(out_lse, sink)
-            full = hi + cute.math.log2(
-                cute.math.exp2(out_lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True),
-                fastmath=True,
-            )
-            factor = factor * cute.math.exp2(out_lse - full, fastmath=True)
-            out_lse = full
+        out_lse, factor = fold_sink(out_lse, factor, mSink, head, has_sink != 0)
         mOut[req, head, c] = (o * factor).to(self.out_dtype)
         if c == 0:
             mLse[req, head] = out_lse

@@ -3,6 +3,9 @@
 - register plumbing: e4m3 -> fp16 conversion, prmt, float bit casts, quad (4-lane) reductions;
 - fragment views: an mma C fragment as (rows, cols), a C fragment reused as the A operand;
 - the swizzled shared-memory atom both kernels tile K/V/Q with;
+- a softmax row's finish: its base-2 LSE and output factor (`softmax_finish`), then the attention sink
+  in its denominator (`fold_sink`), which every kernel that writes final rows shares (decode, extend,
+  the split merge, the cluster merge);
 - the fp8 path (see `_kernel_decode` docstring): `expand_k` / `expand_v` rebuild real fp16 B
   fragments from e4m3 bytes moved through 16-bit ldmatrix, `stage_q_fp16` writes Q rescaled by a
   power of two and permuted to the k-slot order those fragments use (`_config.q_dim_slot`).
@@ -16,7 +19,7 @@ from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from ._config import k_expand_moves, q_dim_slot, v_expand_moves
+from ._config import LOG2E, k_expand_moves, q_dim_slot, v_expand_moves
 
 
 @dsl_user_op
@@ -64,6 +67,35 @@ def quad_max(x):
 def quad_sum(x):
     x = x + cute.arch.shuffle_sync_bfly(x, offset=2)
     return x + cute.arch.shuffle_sync_bfly(x, offset=1)
+
+
+@cute.jit
+def softmax_finish(m_use, total, numer):
+    """(lse, factor) of a softmax row whose exp2 weights against the max m_use sum to total: lse =
+    m_use + log2(total) (base 2) and factor = numer / total, what the row's unnormalised output is
+    multiplied by; an empty row (total 0) gives (-inf, 0)."""
+    lse = -Float32.inf
+    factor = Float32(0.0)
+    if total > 0.0:
+        lse = m_use + cute.math.log2(total, fastmath=True)
+        factor = numer / total
+    return lse, factor
+
+
+@cute.jit
+def fold_sink(lse, factor, mSink, head, use):
+    """With `use`, head's attention sink (mSink[head], natural-log units) joins the row's denominator:
+    lse becomes log2(2^lse + 2^sink) and factor is scaled by 2^(old lse - new lse). mSink is read only
+    then."""
+    if use:
+        sink = mSink[head] * LOG2E
+        hi = cute.arch.fmax(lse, sink)
+        full = hi + cute.math.log2(
+            cute.math.exp2(lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True), fastmath=True
+        )
+        factor = factor * cute.math.exp2(lse - full, fastmath=True)
+        lse = full
+    return lse, factor
 
 
 def mn_view(acc: cute.Tensor) -> cute.Tensor:

@@ -87,7 +87,6 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..._lib.compile import cute_compile, kernel
 from ._cluster_merge import ClusterMerge
 from ._config import (
-    LOG2E,
     M_TILE,
     DecodeConfig,
     ScheduleConfig,
@@ -98,9 +97,11 @@ from ._fragments import (
     c_as_a,
     expand_k,
     expand_v,
+    fold_sink,
     mn_view,
     quad_max,
     quad_sum,
+    softmax_finish,
     stage_q_fp16,
     stage_q_fp16_vec,
     swizzled,
@@ -641,19 +642,9 @@ class PagedDecode(DecodeLoads):
         total = Float32(0.0)
         for w in cutlass.range_constexpr(self.warps):
             total = total + sL[w, r] * cute.math.exp2(sM[w, r] - m_use, fastmath=True)
-        lse = -Float32.inf
-        factor = Float32(0.0)
-        if total > 0.0:
-            lse = m_use + cute.math.log2(total, fastmath=True)
-            factor = vd / total
-        if (split == 0) & (has_sink != 0) & (r < self.group):
-            sink = mSink[kvh * self.group + r] * LOG2E
-            top = cute.arch.fmax(lse, sink)
-            full = top + cute.math.log2(
-                cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True), fastmath=True
-            )
-            factor = factor * cute.math.exp2(lse - full, fastmath=True)
-            lse = full
+        lse, factor = softmax_finish(m_use, total, vd)
+        sinked = (split == 0) & (has_sink != 0) & (r < self.group)
+        lse, factor = fold_sink(lse, factor, mSink, kvh * self.group + r, sinked)
         for w in cutlass.range_constexpr(self.warps):
             sW[w, r] = cute.math.exp2(sM[w, r] - m_use, fastmath=True) * factor
         sLse[r] = lse

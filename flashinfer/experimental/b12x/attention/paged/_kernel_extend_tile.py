@@ -11,8 +11,16 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 from cutlass.cute.nvgpu import warp
 
-from ._config import LOG2E
-from ._fragments import c_as_a, expand_k_block, expand_v_block, mn_view, quad_max, quad_sum
+from ._fragments import (
+    c_as_a,
+    expand_k_block,
+    expand_v_block,
+    fold_sink,
+    mn_view,
+    quad_max,
+    quad_sum,
+    softmax_finish,
+)
 
 
 class ExtendTile:
@@ -310,20 +318,9 @@ class ExtendTile:
             row = cO[r, 0][0]
             m = row_max[r]
             m_use = Float32(0.0) if m == -Float32.inf else m
-            lse = -Float32.inf
-            factor = Float32(0.0)
-            if total > 0.0:
-                lse = m_use + cute.math.log2(total, fastmath=True)
-                factor = vd / total
+            lse, factor = softmax_finish(m_use, total, vd)
             head = kvh * self.group + row % self.group
-            if has_sink != 0:
-                sink = mSink[head] * LOG2E
-                top = cute.arch.fmax(lse, sink)
-                full = top + cute.math.log2(
-                    cute.math.exp2(lse - top, fastmath=True) + cute.math.exp2(sink - top, fastmath=True), fastmath=True
-                )
-                factor = factor * cute.math.exp2(lse - full, fastmath=True)
-                lse = full
+            lse, factor = fold_sink(lse, factor, mSink, head, has_sink != 0)
             if row < valid_rows:
                 tok = q0 + tok0 + row // self.group
                 for c in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):

@@ -32,7 +32,8 @@ from cutlass import Float32, Int32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
 from ..._lib.compile import cute_compile, kernel
-from ._config import LOG2E, NO_SPLIT_CHUNK, SCHEDULE_THREADS, ScheduleConfig
+from ._config import NO_SPLIT_CHUNK, SCHEDULE_THREADS, ScheduleConfig
+from ._fragments import fold_sink, softmax_finish
 
 CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
@@ -447,20 +448,8 @@ class PartialMerge:
                         scale = cute.math.exp2(sM[w, rr] - top_use, fastmath=True)
                         total = total + sS[w, rr] * scale
                         o = o + sAcc[w, rr, c] * scale
-                    lse = -Float32.inf
-                    factor = Float32(0.0)
-                    if total > 0.0:
-                        lse = top_use + cute.math.log2(total, fastmath=True)
-                        factor = 1.0 / total
-                    if has_sink != 0:
-                        sink = mSink[head] * LOG2E
-                        hi = cute.arch.fmax(lse, sink)
-                        full = hi + cute.math.log2(
-                            cute.math.exp2(lse - hi, fastmath=True) + cute.math.exp2(sink - hi, fastmath=True),
-                            fastmath=True,
-                        )
-                        factor = factor * cute.math.exp2(lse - full, fastmath=True)
-                        lse = full
+                    lse, factor = softmax_finish(top_use, total, 1.0)
+                    lse, factor = fold_sink(lse, factor, mSink, head, has_sink != 0)
                     mOut[out_row, head, c] = (o * factor).to(self.out_dtype)
                     if c == 0:
                         mLse[out_row, head] = lse
