@@ -82,7 +82,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass.cute.nvgpu import cpasync, warp
-from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
 from ._cluster_merge import ClusterMerge
@@ -93,6 +93,7 @@ from ._config import (
     why_not,
 )
 from ._decode_loads import DecodeLoads
+from ._fake import CUTE_DTYPES, paged_io
 from ._fragments import (
     c_as_a,
     expand_k,
@@ -107,8 +108,6 @@ from ._fragments import (
     swizzled,
 )
 from ._kernel_split import PartialMerge, Schedule
-
-CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
 # ---- the kernel ----------------------------------------------------------------------------------
@@ -673,35 +672,19 @@ class PagedDecode(DecodeLoads):
 
 # ---- compile -------------------------------------------------------------------------------------
 def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size):
-    """Fake tensors with the runtime contract of `PagedDecode.__call__` (shared symbols are checked
-    for agreement by tvm-ffi at each call)."""
-    fp8 = kv_dtype == "float8_e4m3fn"
-    qt = CUTE_DTYPES[q_dtype]
-    kvt = cutlass.Float16 if fp8 else qt
-    de, dve = (head_dim // 2, head_dim_v // 2) if fp8 else (head_dim, head_dim_v)
-    total_q, batch, cap = cute.sym_int(), cute.sym_int(), cute.sym_int()
-
-    def s64():
-        return cute.sym_int64(divisibility=8)
-
-    q = make_fake_tensor(qt, (total_q, num_q_heads, head_dim), stride=(s64(), s64(), 1), assumed_align=16)
-    kv_shape = (cute.sym_int(), page_size, num_kv_heads)
-    k = make_fake_tensor(kvt, (*kv_shape, de), stride=(s64(), s64(), s64(), 1), assumed_align=16)
-    v = make_fake_tensor(kvt, (*kv_shape, dve), stride=(s64(), s64(), s64(), 1), assumed_align=16)
-    pt = make_fake_tensor(Int32, (batch, cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4)
+    """Fake tensors with the runtime contract of `PagedDecode.__call__`: `_fake.paged_io` plus the
+    work list, its count, the partial rows, the request list, the merge tickets and the lengths."""
+    io = paged_io(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
+    batch, cap = io.batch, cute.sym_int()
     work = make_fake_compact_tensor(Int32, (cap, 4), stride_order=(1, 0), assumed_align=16)
     count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
-    out = make_fake_tensor(qt, (total_q, num_q_heads, head_dim_v), stride=(s64(), s64(), 1), assumed_align=16)
-    lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(cute.sym_int64(), 1), assumed_align=4)
     part_o = make_fake_compact_tensor(Float32, (cap, num_q_heads, head_dim_v), stride_order=(2, 1, 0), assumed_align=16)
     part_lse = make_fake_compact_tensor(Float32, (cap, num_q_heads), stride_order=(1, 0), assumed_align=4)
-    sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
-    kd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
-    vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
     req = make_fake_compact_tensor(Int32, (batch, 2), stride_order=(1, 0), assumed_align=8)
     tickets = make_fake_compact_tensor(Int32, (batch, num_kv_heads), stride_order=(1, 0), assumed_align=4)
     seqlens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
-    return q, k, v, pt, work, count, out, lse, part_o, part_lse, sink, kd, vd, req, tickets, seqlens
+    return (io.q, io.k, io.v, io.page_table, work, count, io.out, io.lse, part_o, part_lse, io.sink, io.k_descale,
+            io.v_descale, req, tickets, seqlens)  # fmt: skip
 
 
 @kernel(
@@ -710,6 +693,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
         "flashinfer.experimental.b12x.attention.paged._cluster_merge",
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._decode_loads",
+        "flashinfer.experimental.b12x.attention.paged._fake",
         "flashinfer.experimental.b12x.attention.paged._fragments",
         "flashinfer.experimental.b12x.attention.paged._kernel_split",
     ),

@@ -50,11 +50,11 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 
 from ..._lib.compile import cute_compile, kernel
 from ._config import ExtendConfig, why_not_extend
+from ._fake import CUTE_DTYPES, paged_io
 from ._fragments import stage_q_fp16, swizzled
 from ._kernel_extend_persistent import ExtendPersistent
 from ._kernel_extend_tile import ExtendTile
 
-CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 PDL_MODES = ("none", "trigger", "dependent", "wait", "wait+trigger")
 
 
@@ -477,35 +477,19 @@ class PagedExtend(ExtendTile, ExtendPersistent):
 
 # ---- compile -------------------------------------------------------------------------------------
 def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, persistent=False):
-    """Fake tensors with the runtime contract of `PagedExtend.__call__` (persistent: count is the (2,)
-    stride-2 view (items, next-item counter) of the dual schedule's count[0::2] or count[1::2])."""
-    fp8 = kv_dtype == "float8_e4m3fn"
-    qt = CUTE_DTYPES[q_dtype]
-    kvt = cutlass.Float16 if fp8 else qt
-    de, dve = (head_dim // 2, head_dim_v // 2) if fp8 else (head_dim, head_dim_v)
-    total_q, batch, cap = cute.sym_int(), cute.sym_int(), cute.sym_int()
-
-    def s64():
-        return cute.sym_int64(divisibility=8)
-
-    q = make_fake_tensor(qt, (total_q, num_q_heads, head_dim), stride=(s64(), s64(), 1), assumed_align=16)
-    kv_shape = (cute.sym_int(), page_size, num_kv_heads)
-    k = make_fake_tensor(kvt, (*kv_shape, de), stride=(s64(), s64(), s64(), 1), assumed_align=16)
-    v = make_fake_tensor(kvt, (*kv_shape, dve), stride=(s64(), s64(), s64(), 1), assumed_align=16)
-    pt = make_fake_tensor(Int32, (batch, cute.sym_int()), stride=(cute.sym_int64(), 1), assumed_align=4)
+    """Fake tensors with the runtime contract of `PagedExtend.__call__`: `_fake.paged_io` plus
+    cu_seqlens_q, the lengths, the tile list and its count (persistent: the (2,) stride-2 view (items,
+    next-item counter) of the dual schedule's count[0::2] or count[1::2])."""
+    io = paged_io(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size)
     cu = make_fake_compact_tensor(Int32, (cute.sym_int(),), assumed_align=4)
-    lens = make_fake_compact_tensor(Int32, (batch,), assumed_align=4)
-    work = make_fake_compact_tensor(Int32, (cap, 2), stride_order=(1, 0), assumed_align=8)
+    lens = make_fake_compact_tensor(Int32, (io.batch,), assumed_align=4)
+    work = make_fake_compact_tensor(Int32, (cute.sym_int(), 2), stride_order=(1, 0), assumed_align=8)
     if persistent:
         count = make_fake_tensor(Int32, (2,), stride=(2,), assumed_align=4)
     else:
         count = make_fake_compact_tensor(Int32, (1,), assumed_align=4)
-    out = make_fake_tensor(qt, (total_q, num_q_heads, head_dim_v), stride=(s64(), s64(), 1), assumed_align=16)
-    lse = make_fake_tensor(Float32, (total_q, num_q_heads), stride=(cute.sym_int64(), 1), assumed_align=4)
-    sink = make_fake_compact_tensor(Float32, (num_q_heads,), assumed_align=4)
-    kd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
-    vd = make_fake_tensor(Float32, (batch, num_kv_heads), stride=(cute.sym_int64(), cute.sym_int64()), assumed_align=4)
-    return q, k, v, pt, cu, lens, work, count, out, lse, sink, kd, vd
+    return (io.q, io.k, io.v, io.page_table, cu, lens, work, count, io.out, io.lse, io.sink, io.k_descale,
+            io.v_descale)  # fmt: skip
 
 
 @kernel(
@@ -513,6 +497,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     sources=(
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._config_extend",
+        "flashinfer.experimental.b12x.attention.paged._fake",
         "flashinfer.experimental.b12x.attention.paged._fragments",
         "flashinfer.experimental.b12x.attention.paged._kernel_extend_persistent",
         "flashinfer.experimental.b12x.attention.paged._kernel_extend_tile",

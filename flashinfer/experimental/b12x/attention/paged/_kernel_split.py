@@ -33,9 +33,8 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 
 from ..._lib.compile import cute_compile, kernel
 from ._config import NO_SPLIT_CHUNK, SCHEDULE_THREADS, ScheduleConfig
+from ._fake import CUTE_DTYPES
 from ._fragments import fold_sink, softmax_finish
-
-CUTE_DTYPES = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 
 
 class Schedule:
@@ -555,7 +554,14 @@ def compile_extend_schedule(tokens_per_tile: int, arch: str):
     return cute_compile(ExtendSchedule(tokens_per_tile), cu, work, count, stream, arch=arch)
 
 
-@kernel("attention.paged.merge", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+@kernel(
+    "attention.paged.merge",
+    sources=(
+        "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._fake",
+        "flashinfer.experimental.b12x.attention.paged._fragments",
+    ),
+)
 def compile_merge(out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int, arch: str):
     """tvm-ffi launcher `fn(req, part_o, part_lse, sink, out, lse, has_sink)`."""
     if head_dim_v % 32 or out_dtype not in CUTE_DTYPES:
