@@ -138,29 +138,36 @@ VARIANTS = {
     "fused+pdl+rope+l2": _variant(**FP, rope=True, l2=("weights", None)),
     "fused+pdl+rope+l2kv": _variant(**FP, rope=True, l2=("weights+kv", None)),
 }
+
+
+def _fast_gemm(**opts) -> dict:
+    """The fast step with these GEMMs' DecodeConfig changes over its own (`STEPS["fast"]["gemm_opts"]`)."""
+    return dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], **opts})
+
+
 # "fast+up2" / "fast+up4": the fast step with gate_up's weight loads of its first 2 / 4 chunks issued
 # before their math (DecodeConfig.upfront, session 9; B12X_GEMM_DECODE_OPTS=upfront=2 gives every GEMM
 # of the step the same)
-VARIANTS["fast+up2"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "gate_up": "upfront=2"})
-VARIANTS["fast+up4"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "gate_up": "upfront=4"})
+VARIANTS["fast+up2"] = _fast_gemm(gate_up="upfront=2")
+VARIANTS["fast+up4"] = _fast_gemm(gate_up="upfront=4")
 # "fast+ke": attention.paged's lean ticket (one fence on the merging CTA's chain) and early page-table
 # prefetch (DecodeConfig.lean_ticket / early_pages, session 10, opt-in)
 # "fast+gu16" / "fast+gu8u1" / "fast+gu4": the fast step's gate_up with 16 warps of one chunk each (92
 # registers), 8 warps without the unrolled chunk pair (100) or 4 warps (96) instead of 8 x 2 unrolled (112)
-VARIANTS["fast+gu16"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "gate_up": "warps=16,unroll=1"})
-VARIANTS["fast+gu8u1"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "gate_up": "unroll=1"})
-VARIANTS["fast+gu4"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "gate_up": "warps=4"})
+VARIANTS["fast+gu16"] = _fast_gemm(gate_up="warps=16,unroll=1")
+VARIANTS["fast+gu8u1"] = _fast_gemm(gate_up="unroll=1")
+VARIANTS["fast+gu4"] = _fast_gemm(gate_up="warps=4")
 # "fast+dnu1" / "fast+dn8" / "fast+dnup2": the fast step's down (16 warps x 2.75 chunks of K 5632 at
 # T = 1, 64 registers) without the unrolled pair, with 8 warps, or holding 2 chunks' loads up front
-VARIANTS["fast+dnu1"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "down": "unroll=1"})
-VARIANTS["fast+dn8"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "down": "warps=8"})
-VARIANTS["fast+dnup2"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "down": "upfront=2"})
+VARIANTS["fast+dnu1"] = _fast_gemm(down="unroll=1")
+VARIANTS["fast+dn8"] = _fast_gemm(down="warps=8")
+VARIANTS["fast+dnup2"] = _fast_gemm(down="upfront=2")
 # "fast+o16" / "fast+qkv16" / "fast+w16": o, qkv, or qkv + o + gate_up with 16 warps of one K chunk
 # each (a CTA's chain half as long at T = 1: K 2048 is 16 chunks of 128)
 W16 = "warps=16,unroll=1"
-VARIANTS["fast+o16"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "o": W16})
-VARIANTS["fast+qkv16"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "qkv": W16})
-VARIANTS["fast+w16"] = dict(VARIANTS["fast"], gemm_opts={**_FAST["gemm_opts"], "qkv": W16, "o": W16, "gate_up": W16})
+VARIANTS["fast+o16"] = _fast_gemm(o=W16)
+VARIANTS["fast+qkv16"] = _fast_gemm(qkv=W16)
+VARIANTS["fast+w16"] = _fast_gemm(qkv=W16, o=W16, gate_up=W16)
 # "fast+c8" / "fast+c16": attention's split requests as thread-block clusters of 8 / 16 CTAs merging
 # through distributed shared memory (DecodeConfig.cluster, session 10, opt-in)
 VARIANTS["fast+c8"] = dict(VARIANTS["fast"], attention_opts=dict(VARIANTS["fast"]["attention_opts"], cluster=8))

@@ -169,16 +169,17 @@ def step_options(args, cuda: bool) -> dict:
     pick = lambda flag, key: preset[key] if flag is None else flag  # noqa: E731
     rope = pick(args.fused_rope, "rope")
     fused = pick(args.fused_epilogues, "fused") or args.fused_norms
+    pdl = pick(args.gemm_pdl, "gemm_pdl")
     return dict(
         glue=pick(args.glue, "glue") if cuda else args.glue,  # None: torch on CPU
         fused=fused,
-        pdl=pick(args.gemm_pdl, "gemm_pdl"),
+        pdl=pdl,
         fused_norms=args.fused_norms,
         fused_rope=rope,
         attention_pdl=pick(args.attention_pdl, "attention_pdl"),
         attention_min_chunk=preset["attention_min_chunk"],
         # the preset's GEMM options need the fused kernel: down has it with its residual epilogue or pdl
-        gemm_opts=preset["gemm_opts"] if fused or pick(args.gemm_pdl, "gemm_pdl") != "off" else None,
+        gemm_opts=preset["gemm_opts"] if fused or pdl != "off" else None,
         l2_prefetch=None if args.l2_prefetch == "off" else args.l2_prefetch,
     )
 

@@ -477,7 +477,8 @@ def test_fp8_wide_batch_switch(monkeypatch):
     wide = decode(128)
     assert (wide.warps, wide.keys_per_warp, wide.stages) == (2, 32, 2)
     assert dataclasses.replace(wide, warps=4) == before  # the flags and merge choices stay
-    assert decode(48).warps == 2 and (decode(32).warps, decode(32).keys_per_warp) == (4, 32)
+    below = decode(32)
+    assert decode(48).warps == 2 and (below.warps, below.keys_per_warp) == (4, 32)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=128).keys_per_warp == 16
     assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a", max_batch=128).warps == 4
     assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a", max_batch=128).keys_per_warp == 16

@@ -420,7 +420,7 @@ def default_config(
     )
     cfg = small or _default_shape(kv_dtype, head_dim, page_size, arch)
     if not small and FP8_WIDE_BATCH and max_batch is not None and max_batch >= FP8_WIDE_BATCH:
-        cfg = _wide_batch_fp8(cfg, kv_dtype, head_dim, page_size, arch)
+        cfg = _wide_batch_fp8(cfg, kv_dtype, head_dim, arch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
@@ -432,13 +432,12 @@ def default_config(
     return cfg
 
 
-def _wide_batch_fp8(cfg: DecodeConfig, kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
-    """FP8_WIDE_BATCH's shape (2 warps x 32 keys x 2 stages) where `cfg` is the two-page fp8 tile it
-    was measured against, else `cfg`."""
-    wide = DecodeConfig(warps=2, keys_per_warp=32, stages=2)
-    same_family = (cfg.keys_per_warp, kv_dtype, head_dim, arch) == (32, "float8_e4m3fn", 128, "sm_90a")
-    fits = 2 * page_size >= 32 and smem_bytes(kv_dtype, head_dim, head_dim, wide) <= SMEM_LIMIT[arch]
-    return wide if same_family and fits else cfg
+def _wide_batch_fp8(cfg: DecodeConfig, kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig:
+    """FP8_WIDE_BATCH's shape (2 warps x 32 keys x 2 stages) where `cfg` is `_default_shape`'s two-page
+    fp8 tile (4 warps x 32 keys) it was measured against, else `cfg`. That tile was chosen only where
+    32-key sub-tiles fit the pages and its shared memory fits; half the warps need less of it."""
+    two_page_tile = (cfg.warps, cfg.keys_per_warp, kv_dtype, head_dim, arch) == (4, 32, "float8_e4m3fn", 128, "sm_90a")
+    return DecodeConfig(warps=2, keys_per_warp=32, stages=2) if two_page_tile else cfg
 
 
 def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
