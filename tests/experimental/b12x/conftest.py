@@ -2,6 +2,8 @@
 
 Tiers are pytest markers (pyproject.toml): contract, reference, interpret, compile, gpu, slow.
 `gpu` tests skip cleanly without CUDA; `slow` tests run only with `-m slow` or B12X_RUN_SLOW=1.
+The README's command runs the files in parallel (`-n auto --dist loadfile`, pytest-xdist): a file's
+tests stay in one process, so module fixtures (the interpreter subprocesses) run once.
 """
 
 import os
@@ -9,6 +11,17 @@ import subprocess
 import sys
 
 import pytest
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per CPU core (at most 4; each holds torch, Triton and the CuTe DSL, ~2-3
+    GB) on a machine without CUDA, one where there is a GPU (the gpu tier shares one device and some
+    of its tests time kernels)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 1
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def pytest_collection_modifyitems(config, items):

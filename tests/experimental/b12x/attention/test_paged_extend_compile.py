@@ -44,6 +44,16 @@ BENCHED = {  # bench_attention.EXTEND_CONFIGS past the heuristic's row, and a pr
 SPILL_BYTES = {1: 0, 2: 256}
 
 
+def _tiered(combos, default) -> list:
+    """pytest params of `combos` (tuples of parameter values): those `default(*combo)` accepts run in
+    the default tier, the rest in `slow` (the variant sweeps cost 5-30 s of CPU a compile; the default
+    tier keeps each variant on at least one arch and KV dtype, and the live defaults on all)."""
+    return [c if default(*c) else pytest.param(*c, marks=pytest.mark.slow) for c in combos]
+
+
+KV_DTYPES = ("bfloat16", "float8_e4m3fn")
+
+
 def _compile(kv_dtype, cfg, arch, page_size=16):
     ke = _extend_module()
     return _check_binary(ke.compile_extend("bfloat16", kv_dtype, 32, 8, 128, 128, page_size, cfg, arch=arch), arch)
@@ -100,8 +110,11 @@ def test_page_prefetch_with_three_stages_and_large_pages_compiles(arch):
     assert len(re.findall(r"ld\.global\.\w+", _after_last_commit(ptx))) == 1
 
 
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", sorted(BENCHED))
+@pytest.mark.parametrize(
+    "name, kv_dtype",
+    # every variant with bf16 KV; with fp8 KV the two prefetching ones (the others: slow)
+    _tiered([(n, d) for n in sorted(BENCHED) for d in KV_DTYPES], lambda n, d: d == "bfloat16" or n.endswith("p")),
+)
 def test_benched_variants_fit_without_spills(name, kv_dtype, tmp_path):
     cfg = BENCHED[name]
     ptx = {arch: _compile(kv_dtype, cfg, arch) for arch in ARCHS if why_not_extend(
@@ -122,9 +135,14 @@ PIPELINED = {  # test_paged_extend_gpu.PIPELINED: the variants bench_attention's
 }
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", sorted(PIPELINED))
+@pytest.mark.parametrize(
+    "name, kv_dtype, arch",
+    # each variant twice in the default tier: bf16 KV on sm_90a and fp8 KV on sm_120a
+    _tiered(
+        [(n, d, a) for n in sorted(PIPELINED) for d in KV_DTYPES for a in ARCHS],
+        lambda n, d, a: (d, a) in (("bfloat16", "sm_90a"), ("float8_e4m3fn", "sm_120a")),
+    ),
+)
 def test_pipelined_variants_compile(name, kv_dtype, arch):
     """sub_tiles > 1 traces the tile twice (masked and unmasked bodies): twice the mma of one tile, per
     slice one more max/sum step (2 quad shuffles a row each); lazy_rescale adds one warp vote per step."""
@@ -209,9 +227,15 @@ def _resources(fn) -> tuple[int, int]:
     return usage["REG"], usage["STACK"]
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-@pytest.mark.parametrize("name", sorted(WIDE))
+@pytest.mark.parametrize(
+    "name, kv_dtype, arch",
+    # default tier: the live 256-row default (session 8's) with both KV dtypes, the sm_120a rejection of
+    # 256 rows (cheap), and the 128-row staggered and wide-copy variants on both archs; the rest: slow
+    _tiered(
+        [(n, d, a) for n in sorted(WIDE) for d in KV_DTYPES for a in ARCHS],
+        lambda n, d, a: n in ("m256n64s3r2pgiwe", "m128n32s3pg", "m128n64r2pw") or (a == "sm_120a" and "m256" in n),
+    ),
+)
 def test_wide_and_staggered_variants_compile(name, kv_dtype, arch):
     cfg = WIDE[name]
     reason = why_not_extend("bfloat16", kv_dtype, 32, 8, 128, 128, 16, cfg, arch)

@@ -169,20 +169,47 @@ def test_candidate_configs_compile(arch):
                 _check_no_spills(fn, arch)
 
 
-@pytest.mark.parametrize("ntiles", [1, 2])
-@pytest.mark.parametrize("arch", ARCHS)
-def test_sweep_tilings_compile_without_spills(arch, ntiles):
-    """Every tiling bench_moe --expert-sweep times (`sweep_pairs`), FC1 (silu) and FC2, for the
-    recipes the H200 sweep runs (bf16 and NVFP4 A on NVFP4 weights) and MXFP4 weights."""
+SWEEP_RECIPES = (("bfloat16", "nvfp4"), ("nvfp4", "nvfp4"), ("bfloat16", "mxfp4"), ("mxfp8", "mxfp4"))
+
+
+def _build_sweep(arch: str, ntiles: int, recipes, spans=None) -> int:
+    """Builds FC1 (silu) and FC2 of `sweep_pairs(ntiles)` (only the tilings whose span is in `spans`
+    when given) for `recipes`, each checked for its instructions and (with a ptxas) for spills."""
     X = _X()
+    built = 0
     for _, fc1, fc2, span in X.sweep_pairs(ntiles):
-        for a_fmt, b_fmt in (("bfloat16", "nvfp4"), ("nvfp4", "nvfp4"), ("bfloat16", "mxfp4"), ("mxfp8", "mxfp4")):
+        if spans is not None and span not in spans:
+            continue
+        for a_fmt, b_fmt in recipes:
             fn = X.compile_fc1(a_fmt, b_fmt, "silu", fc1, arch, "identity", span)
             _check_built(fn, arch, "silu")
             _check_no_spills(fn, arch)
             fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list", span)
             _check_built(fn, arch)
             _check_no_spills(fn, arch)
+            built += 2
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ntiles", [1, 2])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sweep_tilings_compile_without_spills(arch, ntiles):
+    """Every tiling bench_moe --expert-sweep times (`sweep_pairs`), FC1 (silu) and FC2, for the
+    recipes the H200 sweep runs (bf16 and NVFP4 A on NVFP4 weights) and MXFP4 weights (~11 min on 2
+    CPU cores: the slow tier)."""
+    assert _build_sweep(arch, ntiles, SWEEP_RECIPES) > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_multi_tile_spans_compile(arch):
+    """The default tier's share of the sweep: the tilings whose CTAs own more than one column tile
+    (span > 1, the path the representative variants above do not build), for NVFP4 x NVFP4."""
+    spans = {span for ntiles in (1, 2) for *_, span in _X().sweep_pairs(ntiles)} - {1}
+    assert spans, "the sweep has no span > 1 tiling"
+    first = min(spans)
+    ntiles = next(n for n in (1, 2) if any(s == first for *_, s in _X().sweep_pairs(n)))
+    assert _build_sweep(arch, ntiles, SWEEP_RECIPES[1:2], {first}) > 0
 
 
 # ---- the grouped (large-T) expert GEMMs: gemm's tiled kernel over windows of sorted rows -----------

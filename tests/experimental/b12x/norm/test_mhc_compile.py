@@ -1,7 +1,9 @@
 """Every norm.mhc kernel of the default selection compiles on the CPU for sm_90a and sm_120a with
-no register spills (local memory), at the hidden sizes the op is built for. Pass 1's mixes run on
-warp-level mma.sync (bf16/fp16 hi + lo split of fn), never wgmma (hardware policy: Triton picks
-wgmma on sm_90a for 4-warp dots of M >= 64, which StreamConfig refuses); pass 2 and post have no dot.
+no register spills (local memory): the default tier at one hidden size per tile (7168; 16384 for the
+row pass's chunk loop and the one-launch defaults), the `slow` tier at every size the op is built
+for. Pass 1's mixes run on warp-level mma.sync (bf16/fp16 hi + lo split of fn), never wgmma
+(hardware policy: Triton picks wgmma on sm_90a for 4-warp dots of M >= 64, which StreamConfig
+refuses); pass 2 and post have no dot.
 """
 
 import re
@@ -24,6 +26,15 @@ from flashinfer.experimental.b12x.norm.mhc import (
 )
 
 pytestmark = pytest.mark.compile
+SLOW = pytest.mark.slow
+
+
+def _hidden(sizes, keep=(7168,)) -> list:
+    """The hidden sizes of a compile sweep: `keep` in the default tier, the others in `slow` (each
+    Triton compile costs 3-12 s of CPU; the default tier builds every tile once, the slow tier at every
+    size the op is built for)."""
+    return [h if h in keep else pytest.param(h, marks=SLOW) for h in sizes]
+
 
 STREAM_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", post_ptr="*fp32", comb_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")
 STREAM_SIG |= dict(part_ptr="*fp32", T="i32", chunks_per_split="i32", fn_blocks="i32")
@@ -81,7 +92,7 @@ def test_stream_kernel(form, tile, cc):
 
 @pytest.mark.parametrize("cc", ARCHS)
 @pytest.mark.parametrize("tile", ["apply_small", "apply_large"])
-@pytest.mark.parametrize("hidden", [2048, 5120, 7168])
+@pytest.mark.parametrize("hidden", _hidden([2048, 5120, 7168]))
 def test_apply_kernel(tile, hidden, cc):
     cfg = getattr(_config.MhcConfig(), tile)
     tok, block_h, stages = cfg.tile(hidden)
@@ -108,7 +119,7 @@ ROW_TILES = {
 
 @pytest.mark.parametrize("cc", ARCHS)
 @pytest.mark.parametrize("tile", list(ROW_TILES))
-@pytest.mark.parametrize("hidden", [2048, 5120, 7168, 16384])
+@pytest.mark.parametrize("hidden", _hidden([2048, 5120, 7168, 16384], keep=(16384,)))  # 16384: the chunk loop
 def test_row_kernel(tile, hidden, cc):
     """The row pass 2: the whole row as one tile up to 8192 (16384 streams two chunks), no spills."""
     cfg = ROW_TILES[tile]
@@ -160,8 +171,9 @@ def _fused_cases():
         }
         for name, (tile, forms) in (tiles | FUSED_TILES).items():
             for form in forms:
-                for hidden in (7168, 16384):
-                    yield pytest.param(tile, form, hidden, cc, id=f"{name}-{form}-{hidden}-{arch}")
+                for hidden in (7168, 16384):  # the sweep's alternatives at 16384: slow
+                    marks = SLOW if hidden == 16384 and name in FUSED_TILES else ()
+                    yield pytest.param(tile, form, hidden, cc, id=f"{name}-{form}-{hidden}-{arch}", marks=marks)
 
 
 @pytest.mark.parametrize("tile, form, hidden, cc", list(_fused_cases()))
@@ -208,7 +220,7 @@ WIDE_TILES = {
 
 @pytest.mark.parametrize("cc", ARCHS)
 @pytest.mark.parametrize("tile", list(WIDE_TILES))
-@pytest.mark.parametrize("hidden", [2048, 7168, 16384])
+@pytest.mark.parametrize("hidden", _hidden([2048, 7168, 16384]))
 def test_wide_kernel(tile, hidden, cc):
     """The wide pass 2 (no dot): no spills, and its Sinkhorn has no cross-lane traffic (no shfl or
     bar.sync inside the rounds' loop: the comb entries are per-thread scalars)."""
@@ -238,8 +250,11 @@ def _tiny_cases():
         cfg = _config.default_config(arch)
         for form in ("pre", "post_pre", "bcast"):
             for name, wide in (("default", _config.WideConfig()), ("y128", _config.WideConfig(block_y=128))):
-                for hidden in (4096, 7168, 16384):
-                    yield pytest.param(form, cfg.stream(form, 1), wide, hidden, cc, id=f"{form}-{name}-{hidden}-{arch}")
+                for hidden in (4096, 7168, 16384):  # 7168 in the default tier, the others slow
+                    marks = () if hidden == 7168 else SLOW
+                    yield pytest.param(
+                        form, cfg.stream(form, 1), wide, hidden, cc, id=f"{form}-{name}-{hidden}-{arch}", marks=marks
+                    )
         # (wider pass-1 steps, pre 16 x 128 / post_pre 16 x 64, spill here: 255 registers + 120-240
         # bytes of stack with the finish in the same kernel; not offered)
 
