@@ -23,28 +23,44 @@ _spec.loader.exec_module(_runner)
 
 # The NVFP4 "steps" / "pairs" cases of the 5-row shapes that run in the default tier: the interpreter
 # runs the mirrors of their inline asm at ~0.5 s a program, 25-60 s a case on 2 CPU cores. One case
-# per loop feature: steps' k_iters loop; pairs' k_iters loop with prefetch and unroll, a persistent grid
-# with a register cap, the lane table under unroll and under a persistent grid, and fp16 input over a
-# persistent grid (which runs "steps").
+# per loop feature of "pairs": the k_iters loop with prefetch and unroll, a persistent grid with a
+# register cap, the lane table (under unroll); and "steps" on a skip_dead tile.
 QUICK_LOOPS = (
     "nvfp4-bfloat16-5x48-4x16x1xstepsxTruexFalse-near-tensor",
-    "nvfp4-bfloat16-5x128-4x16x1xstepsxFalsexFalsexhalvesx8-near-tensor",
     "nvfp4-bfloat16-5x48-4x16x1xpairsxFalsexFalsexhalvesx4xTruexTrue-near-tensor",
     "nvfp4-bfloat16-5x48-4x16x1xpairsxFalsexFalsexhalvesx1xTruexFalsex16xFalsex56-near-tensor",
     "nvfp4-bfloat16-5x48-4x16x1xpairsxFalsexFalsexhalvesx4xTruexTruex0xFalsex0xTrue-near-tensor",
-    "nvfp4-bfloat16-5x48-4x16x1xpairsxFalsexFalsexhalvesx1xFalsexFalsex16xFalsex0xTrue-near-tensor",
-    "nvfp4-float16-5x48-4x16x1xpairsxFalsexFalsexhalvesx1xTruexFalsex16-near-tensor",
 )
+# The lane table's global-scale cases (7 x 64 on 4 x 16 tiles: ~30 s each) in the default tier: one
+# inside its range and one outside (the uniform fallback).
+QUICK_LUT_GS = ("float", "denorm_gs")
 
 
 def _quick(case: str) -> bool:
-    """The default tier: every case but NVFP4's "steps" and "pairs" ones, of which the 7 x 64 shape
-    (every special input and global-scale kind) and QUICK_LOOPS. The other shapes of the same configs
-    run in the slow tier (`-m slow`); the exhaustive CPU mirror of "pairs" (test_nvfp4_pairs.py) and the
+    """The default tier. NVFP4's "steps" and "pairs": the 7 x 64 shape (every special input and
+    global-scale kind; the lane table's at QUICK_LUT_GS) and QUICK_LOOPS. The other configs: every
+    shape, and per variant of NVFP4_VARIANTS the "specials" and "near" inputs (its "wide", "ties"
+    and "scale_ties" inputs, fp16 at 130 rows and the fp16 global-scale grid are slow; of the
+    grid's tiled configs at 9 x 2048 one runs, the default config at every global scale). The slow tier
+    (`-m slow`) runs every case; the exhaustive CPU mirror of "pairs" (test_nvfp4_pairs.py) and the
     H200's bitwise tier cover the math in full."""
-    if "xsteps" not in case and "xpairs" not in case:
-        return True
-    return "-7x64-" in case or case in QUICK_LOOPS
+    op, dtype, m, k, cfg, data, gs = _runner.CASES[case]
+    if "xsteps" in case or "xpairs" in case:
+        if case in QUICK_LOOPS:
+            return True
+        lut = cfg is not None and len(cfg) >= 14 and cfg[13]
+        return m == 7 and k == 64 and (not lut or gs in QUICK_LUT_GS)
+    variant = op == "nvfp4" and cfg is not None and data != "decades" and (cfg, m, k) in _VARIANT_SHAPES
+    if variant and data not in ("specials", "near"):
+        return False
+    if dtype == "float16" and (m == 130 or gs in ("up", "down")):
+        return False
+    if (m, k) == (9, 2048) and cfg is not None:  # the global-scale grid's tiles: ~15 s a case (512 programs)
+        return dtype == "bfloat16" and gs == "up" and cfg == _runner.NVFP4_VARIANTS[0][0]
+    return True
+
+
+_VARIANT_SHAPES = {(cfg, m, k) for cfg, m, k in _runner.NVFP4_VARIANTS}
 
 
 _S7 = sorted(c for c, v in _runner.CASES.items() if v[4] is not None and len(v[4]) >= 10)
@@ -59,7 +75,7 @@ def _group(case: str) -> str:
         return f"s7-{same.index(case) // 4}{speed}"
     if "xpairs" in case:  # the slow ones in four batches of ~6 cases
         return f"pairs{sum(map(ord, case)) % 4 if speed else ''}{speed}"
-    return ("steps" + speed) if "xsteps" in case else "rest"
+    return ("steps" if "xsteps" in case else "rest") + speed
 
 
 @pytest.fixture(scope="module")
