@@ -24,6 +24,13 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(os.cpu_count() or 1, 4))
 
 
+def pytest_configure(config):
+    """Under `--dist loadfile` xdist hands out files by their number of tests unless told to keep
+    the collection order; keep it, so LONG_FIRST's files (few tests, minutes each) start first."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     markexpr = config.getoption("-m") or ""
     run_slow = "slow" in markexpr or os.environ.get("B12X_RUN_SLOW") == "1"
@@ -33,7 +40,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_slow)
 
     # The longest files first (stable otherwise): under `--dist loadfile` a worker takes files in this
-    # order, so the 2-7 min interpreter subprocesses start at once instead of running alone at the end.
+    # order (pytest_configure), so the 2-7 min interpreter subprocesses start at once instead of
+    # running alone at the end.
     def rank(item):
         path = item.nodeid.split("::", 1)[0]
         return next((i for i, name in enumerate(LONG_FIRST) if path.endswith(name)), len(LONG_FIRST))
