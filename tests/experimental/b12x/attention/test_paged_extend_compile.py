@@ -79,7 +79,7 @@ def _after_last_commit(ptx: str) -> str:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("mode", ["extend", "verify"])
 def test_q_tile_is_staged_with_16_byte_cp_async(arch, kv_dtype, mode):
     cfg = default_extend_config(kv_dtype, 128, arch, mode)
@@ -91,7 +91,7 @@ def test_q_tile_is_staged_with_16_byte_cp_async(arch, kv_dtype, mode):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_page_prefetch_moves_the_lookups_behind_the_issue(arch, kv_dtype):
     chunks = PREFETCH.block_n // 16
     ptx = _compile(kv_dtype, PREFETCH, arch)
@@ -336,7 +336,7 @@ def _draws(ptx: str) -> list[str]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_persistent_kernel_draws_one_item_a_loop(arch, kv_dtype):
     """persistent_ctas (ExtendConfig.persistent): one relaxed atomic add an item (thread 0's
     draw of the next one) and the item body inside a loop; the one-item kernel has no atomic, so the
@@ -403,7 +403,7 @@ def _prologue_loads(lines: list[str]) -> tuple[int, int]:
     return before_exit, plain
 
 
-@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_early_pages_shorten_the_prologue_chain(kv_dtype):
     """early_pages (sm_90a, the 256-row default + e): the work row loads beside the live count (both
     before the dead CTA's exit), and the first tile's page-table entries load unpredicated, beside the

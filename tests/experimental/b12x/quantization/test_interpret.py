@@ -48,9 +48,9 @@ def _quick(case: str) -> bool:
     if "xsteps" in case or "xpairs" in case:
         if case in QUICK_LOOPS:
             return True
-        lut = cfg is not None and len(cfg) >= 14 and cfg[13]
+        lut = cfg is not None and len(cfg) >= 14 and cfg[13]  # NvFp4Config's 14th field, lut
         return m == 7 and k == 64 and (not lut or gs in QUICK_LUT_GS)
-    variant = op == "nvfp4" and cfg is not None and data != "decades" and (cfg, m, k) in _VARIANT_SHAPES
+    variant = op == "nvfp4" and (cfg, m, k) in _VARIANT_SHAPES
     if variant and data not in ("specials", "near"):
         return False
     if dtype == "float16" and (m == 130 or gs in ("up", "down")):
