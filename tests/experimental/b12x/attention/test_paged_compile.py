@@ -21,6 +21,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     ScheduleConfig,
     default_config,
     default_extend_config,
+    resident_ctas,
     why_not,
     why_not_extend,
 )
@@ -263,6 +264,28 @@ def test_decode_two_page_sub_tiles_compile(arch, kv_dtype, tmp_path):
     assert spills == 0, (regs, spills)
     if kv_dtype == "float8_e4m3fn":
         assert regs * 32 * cfg.warps * 2 <= 65536, regs
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("max_batch", [8, 128], ids=["eight-warp", "wide"])
+def test_decode_fp8_batch_tiles_compile(arch, max_batch, tmp_path):
+    """fp8's two-page tile at the batches that change its warps (FP8_EIGHT_WARP_MAX: 8 warps, one CTA an
+    SM; FP8_WIDE_BATCH: 2 warps, five an SM), as the one-launch plan runs it: no spills, and the
+    registers let the CTAs an SM that `resident_ctas` counts on run. sm_120a's default keeps 4 warps x
+    16 keys; its 99 KB fit 2 x 32 x 2 but not 8 x 32 x 2, so that arch compiles the wide tile only."""
+    kd, _ = _modules()
+    tile = DecodeConfig(8 if max_batch == 8 else 2, 32, 2)
+    cfg = default_config("float8_e4m3fn", 128, 16, "sm_90a", max_batch=max_batch)
+    assert (cfg.warps, cfg.keys_per_warp, cfg.stages) == (tile.warps, 32, 2)
+    cfg = dataclasses.replace(cfg, fused_merge=True, fused_schedule=True)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128)
+    if why_not(*dims, 16, cfg, arch) is not None:
+        assert arch != "sm_90a" and tile.warps == 8, why_not(*dims, 16, cfg, arch)
+        pytest.skip(why_not(*dims, 16, cfg, arch))
+    fn = kd.compile_decode(*dims, 16, cfg, arch=arch, schedule=ScheduleConfig(cfg.tile_keys, 17, 512))
+    regs, spills = _ptxas_usage(_check_binary(fn, arch), arch, tmp_path)
+    assert spills == 0, (regs, spills)
+    assert regs * 32 * cfg.warps * resident_ctas("float8_e4m3fn", 128, cfg, arch) <= 65536, regs
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -423,8 +423,10 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     for kv in ("bfloat16", "float8_e4m3fn"):
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=1) == small
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX) == small
-        general = _config.default_config(kv, 128, 16, "sm_90a")
-        assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == general
+        general = _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.FP8_EIGHT_WARP_MAX + 1)
+        assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == (
+            general if kv == "bfloat16" else dataclasses.replace(general, warps=8)  # FP8_EIGHT_WARP_MAX
+        )
         assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(
             kv, 128, 16, "sm_120a"
         )
@@ -456,32 +458,40 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     assert _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
 
 
-def test_fp8_wide_batch_switch(monkeypatch):
-    """FP8_WIDE_BATCH (off; session 12's sweep): plans of at least that many requests with fp8 KV at D 128
-    on sm_90a take 2 warps x 32 keys x 2 stages; smaller plans, bf16, other head dims and archs keep
-    theirs. Off, nothing changes."""
+def test_fp8_batch_tiles(monkeypatch):
+    """fp8's two-page tile (4 warps x 32 keys x 2 stages) changes its warps by the plan's request capacity
+    on sm_90a at D 128: 8 from SMALL_BATCH_MAX + 1 to FP8_EIGHT_WARP_MAX (session 14), 2 from FP8_WIDE_BATCH
+    (session 12's sweep; on since session 14); 4 between. The small-batch plans keep their shape; bf16,
+    other head dims and archs keep theirs; the flags and merge choices stay. Both off (0), nothing
+    changes."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
-    assert _config.FP8_WIDE_BATCH == 0
+    assert (_config.FP8_EIGHT_WARP_MAX, _config.FP8_WIDE_BATCH) == (16, 48)
     fp8 = dict(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128, num_q_heads=32, num_kv_heads=8)
 
-    def decode(n):
+    def decode(n, **kw):
         items = paged.default_max_work_items(n, 8)
-        c = caps(**fp8, max_batch=n, max_total_q=n, max_work_items=items,
+        c = caps(**{**fp8, **kw}, max_batch=n, max_total_q=n, max_work_items=items,
                  max_partial_rows=paged.default_max_partial_rows(items, 32))  # fmt: skip
         return paged.plan(c).heuristic("sm_90a").decode
 
-    before = decode(128)
-    assert (before.warps, before.keys_per_warp, before.stages) == (4, 32, 2)
-    monkeypatch.setattr(_config, "FP8_WIDE_BATCH", 48)
-    wide = decode(128)
-    assert (wide.warps, wide.keys_per_warp, wide.stages) == (2, 32, 2)
-    assert dataclasses.replace(wide, warps=4) == before  # the flags and merge choices stay
-    below = decode(32)
-    assert decode(48).warps == 2 and (below.warps, below.keys_per_warp) == (4, 32)
-    assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=128).keys_per_warp == 16
-    assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a", max_batch=128).warps == 4
-    assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a", max_batch=128).keys_per_warp == 16
+    shape = lambda d: (d.warps, d.keys_per_warp, d.stages)  # noqa: E731
+    expect = {1: (8, 16, 2), 4: (8, 16, 2), 5: (8, 32, 2), 8: (8, 32, 2), 16: (8, 32, 2), 17: (4, 32, 2),
+              32: (4, 32, 2), 47: (4, 32, 2), 48: (2, 32, 2), 128: (2, 32, 2)}  # fmt: skip
+    assert {n: shape(decode(n)) for n in expect} == expect
+    four = decode(32)
+    assert dataclasses.replace(decode(128), warps=4) == four and dataclasses.replace(decode(8), warps=4) == four
+    assert shape(decode(8, kv_dtype="bfloat16")) == shape(decode(128, kv_dtype="bfloat16")) == (4, 16, 3)
+    for n in (8, 128):
+        assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a", max_batch=n).warps == 4
+        assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a", max_batch=n).keys_per_warp == 16
+        assert _config.why_not("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16, decode(n), "sm_90a") is None
+    # the 8-warp tile's split: one CTA an SM, two fills of 256 keys
+    sched = _config.split_schedule(decode(8), "float8_e4m3fn", 128, 8, 132, "sm_90a")
+    assert (sched.tile_keys, sched.target_items, sched.min_chunk) == (256, 17, 512)
+    monkeypatch.setattr(_config, "FP8_EIGHT_WARP_MAX", 0)
+    monkeypatch.setattr(_config, "FP8_WIDE_BATCH", 0)
+    assert shape(decode(8)) == shape(decode(128)) == (4, 32, 2)
 
 
 def test_bench_decode_config_entries():

@@ -1,8 +1,8 @@
-"""_config.FP8_WIDE_BATCH on the GPU (off by default; session 12's fp8 sweep: 2 warps x 32 keys x 2
-stages from B = 48): the plan's own heuristic path with the switch at 48, fp8 KV at D 128, against the
-fp32 reference on NaN-poisoned buffers (`check`): ragged B = 48 / 64 / 128 with empty requests, a
-window and sinks, and a plan of capacity 64 replaying a CUDA graph with 16 live requests and new
-lengths. These are what the attention gpu tier must pass before the switch goes on."""
+"""_config.FP8_WIDE_BATCH on the GPU (session 12's fp8 sweep: 2 warps x 32 keys x 2 stages from B = 48;
+on since session 14, when these passed on the H200): the plan's own heuristic path with the switch at 48,
+fp8 KV at D 128, against the fp32 reference on NaN-poisoned buffers (`check`): ragged B = 48 / 64 / 128
+with empty requests, a window and sinks, and a plan of capacity 64 replaying a CUDA graph with 16 live
+requests and new lengths."""
 
 import pytest
 import torch

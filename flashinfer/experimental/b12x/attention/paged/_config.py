@@ -322,15 +322,23 @@ FP8_TWO_PAGE_TILES = True
 # 16.51 / 71.69 / 255.3. PERSISTENT_DECODE (off) needs 3 (`persistent_fits`); so does
 # MIN_CHUNK_16_KEY_FILLS (off) to change anything.
 FP8_TILE_STAGES = 2
-# FP8_WIDE_BATCH (off: 0; session 12, H200 graph timer, one job each, not yet through the gpu tier): plans
-# of at least this many requests (capacity) take fp8's two-page tile on 2 warps (2x32x2: 42 KB of shared
-# memory, 5 CTAs an SM instead of 3, so 1024 one-item CTAs at B = 128 make 1.6 waves instead of 2.6):
-# B = 48 / 64 / 128 L = 1k 35.40 / 41.05 / 77.30 -> 32.36 / 39.90 / 71.95 µs, L = 2k 60.8 / 71.58 / 137.5
-# -> 56.41 / 70.00 / 133.1, L = 8k 215.0 / 255.1 / 505.0 -> 202.6 / 254.8 / 500.6; it loses at B = 32
-# (L = 1k 22.91 -> 24.95), so 48 would be the bound. Keyed on capacity like SMALL_BATCH_MAX: a plan for
-# 128 serving 32 live requests would pay the B = 32 loss. For the next session with device time: the
-# attention gpu tier with it on, then on.
-FP8_WIDE_BATCH = 0
+# FP8_WIDE_BATCH (session 12, H200 graph timer, one job each; on since session 14, after its gpu tests passed on
+# the H200: test_paged_wide_batch_gpu.py, 5 passed): plans of at least this many requests (capacity) take
+# fp8's two-page tile on 2 warps (2x32x2: 42 KB of shared memory, 5 CTAs an SM instead of 3, so 1024 one-item
+# CTAs at B = 128 make 1.6 waves instead of 2.6): B = 48 / 64 / 128 L = 1k 35.40 / 41.05 / 77.30 -> 32.36 /
+# 39.90 / 71.95 µs, L = 2k 60.8 / 71.58 / 137.5 -> 56.41 / 70.00 / 133.1, L = 8k 215.0 / 255.1 / 505.0 ->
+# 202.6 / 254.8 / 500.6; it loses at B = 32 (L = 1k 22.91 -> 24.95), so 48 is the bound. Keyed on capacity
+# like SMALL_BATCH_MAX: a plan for 128 serving 32 live requests pays the B = 32 loss.
+FP8_WIDE_BATCH = 48
+# FP8_EIGHT_WARP_MAX (session 14, H200 graph timer, one job: scripts/jobs/s14_fp8_8warp.txt): plans of more
+# than SMALL_BATCH_MAX and at most this many requests (capacity) take the two-page tile on 8 warps (8x32x2:
+# 140 KB of shared memory, one CTA an SM with 64 KB of fp8 in flight) instead of 4. At B = 16 L = 1k the
+# 4-warp tile runs 128 unsplit items, one 4-warp CTA an SM: 16.39 -> 12.22 µs; L = 8k / 32k 70.03 / 248.1 ->
+# 67.85 / 245.7; B = 8 L = 1k / 8k / 32k 11.94 / 39.94 / 129.0 -> 11.25 / 39.54 / 129.0. It loses at B = 32
+# (L = 1k 22.74 -> 26.55: 256 items make two waves), and against the small-batch shape at B = 2 / 4 L = 1k
+# (8.95 / 9.79 -> 10.04 / 10.36; it wins there at 32k, 42.68 / 75.94 -> 39.80 / 70.10), so the small-batch
+# plans keep theirs. B = 17-31 untimed: the bound is the last batch measured.
+FP8_EIGHT_WARP_MAX = 16
 # PERSISTENT_DECODE (off; session 7, for the lead after the 'r' rows of the sweep): every fp8-KV default
 # config whose epilogue fits its ring's stages >= 1 (`persistent_fits`: 4x32x3 at D 128; not D 256, whose
 # one-item kernel already needs 255 registers) gets persistent (measured 16:50: fp8 B=128 L=1k 85.57 ->
@@ -414,13 +422,14 @@ def default_config(
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
     2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The switches
     above change it (DECODE_LATENCY_FLAGS, FP8_TWO_PAGE_TILES and LEAN_TICKET are on, PERSISTENT_DECODE off);
-    max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config`."""
+    max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config`, and fp8's
+    two-page tile changes its warps by max_batch (FP8_EIGHT_WARP_MAX, FP8_WIDE_BATCH)."""
     small = (
         small_batch_config(kv_dtype, head_dim, arch) if max_batch is not None and max_batch <= SMALL_BATCH_MAX else None
     )
     cfg = small or _default_shape(kv_dtype, head_dim, page_size, arch)
-    if not small and FP8_WIDE_BATCH and max_batch is not None and max_batch >= FP8_WIDE_BATCH:
-        cfg = _wide_batch_fp8(cfg, kv_dtype, head_dim, arch)
+    if not small and max_batch is not None:
+        cfg = _fp8_batch_tile(cfg, kv_dtype, head_dim, arch, max_batch)
     if DECODE_LATENCY_FLAGS:
         cfg = DecodeConfig(cfg.warps, cfg.keys_per_warp, cfg.stages, fast_prologue=True, preload_lengths=True,
                            direct_items=True)  # fmt: skip
@@ -432,12 +441,21 @@ def default_config(
     return cfg
 
 
-def _wide_batch_fp8(cfg: DecodeConfig, kv_dtype: str, head_dim: int, arch: str) -> DecodeConfig:
-    """FP8_WIDE_BATCH's shape (2 warps x 32 keys x 2 stages) where `cfg` is `_default_shape`'s two-page
-    fp8 tile (4 warps x 32 keys) it was measured against, else `cfg`. That tile was chosen only where
-    32-key sub-tiles fit the pages and its shared memory fits; half the warps need less of it."""
+def _fp8_batch_tile(cfg: DecodeConfig, kv_dtype: str, head_dim: int, arch: str, max_batch: int) -> DecodeConfig:
+    """fp8's two-page tile (4 warps x 32 keys, `_default_shape`'s choice where 32-key sub-tiles fit the
+    pages) on 2 warps from FP8_WIDE_BATCH requests, on 8 up to FP8_EIGHT_WARP_MAX (both with 2 stages, as
+    measured); any other `cfg`, or a tile whose shared memory does not fit, stays as it is."""
     two_page_tile = (cfg.warps, cfg.keys_per_warp, kv_dtype, head_dim, arch) == (4, 32, "float8_e4m3fn", 128, "sm_90a")
-    return DecodeConfig(warps=2, keys_per_warp=32, stages=2) if two_page_tile else cfg
+    if not two_page_tile:
+        return cfg
+    if FP8_WIDE_BATCH and max_batch >= FP8_WIDE_BATCH:
+        warps = 2
+    elif max_batch <= FP8_EIGHT_WARP_MAX:
+        warps = 8
+    else:
+        return cfg
+    tile = DecodeConfig(warps=warps, keys_per_warp=32, stages=2)
+    return tile if smem_bytes(kv_dtype, head_dim, head_dim, tile) <= SMEM_LIMIT[arch] else cfg
 
 
 def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> DecodeConfig:
