@@ -66,9 +66,11 @@ make_input = _quant_run.make_input
 
 E, H, INTER, K, MAX_T = 6, 64, 32, 3, 8
 # Tiny tiles so every loop runs more than once: several route blocks and compare chunks, experts in
-# two blocks, the scan in several steps, H in two chunks.
-MICRO = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=64)
-DYNAMIC = _routing.RoutingConfig(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, micro_max_routes=1)
+# two blocks, the scan in several steps, H in two chunks, and each chunk gathered in two column steps
+# (gather_tile 64 over 4 rows: 16 columns a step; MXFP8's 32-column scale block keeps one).
+TINY = dict(block_r=4, block_h=32, chunk=8, e_block=4, dyn_block_r=4, scan_b=2, gather_tile=64)
+MICRO = _routing.RoutingConfig(**TINY, micro_max_routes=64)
+DYNAMIC = _routing.RoutingConfig(**TINY, micro_max_routes=1)
 MICRO_C, DYNAMIC_C = (dataclasses.replace(c, compact_grid=True) for c in (MICRO, DYNAMIC))
 
 

@@ -52,6 +52,8 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
+from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
+from ...quantization.nvfp4._encodes import _e2m1_codes_search, _e4m3_rn
 
 OP = "moe.fused_moe"
 FMT_BF16, FMT_NVFP4, FMT_MXFP8, FMT_NVFP4_DEQ = 0, 1, 2, 3
@@ -86,6 +88,12 @@ class RoutingConfig:
     scan_b: int = 32
     micro_max_routes: int = 1024
     num_warps: int = 4
+    # Values (rows x columns) one step of the gather covers: the program's block_h columns go in
+    # steps of `gather_step_h` columns (at least one scale block), ~32 fp32 values a thread of 4 warps
+    # at the dynamic path's 64 rows instead of 256. H200 2026-12-01 (session 14, bench_moe --steps,
+    # T = 4096): with the whole 64 x 512 tile at once the nvfp4 route + gather took 773 / 1186 / 1278
+    # µs at E = 128 / 256 / 512, w4a16's bf16 one 72 / 122 / 164.
+    gather_tile: int = 4096
     # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
     # of E. The heuristic (`default_config`) turns it on: H200 2026-11-30 06:41 (docs/moe.md), E = 128,
     # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
@@ -121,7 +129,14 @@ def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
         and config.micro_max_routes >= 1
         and config.num_warps in (1, 2, 4, 8, 16)
         and isinstance(config.compact_grid, bool)
+        and _pow2(config.gather_tile)
     )
+
+
+def gather_step_h(a_fmt: str, block_r: int, config: RoutingConfig) -> int:
+    """Columns one gather step of `block_r` rows covers: gather_tile / block_r, at least one scale
+    block of the operand format (16 columns for bf16) and at most block_h (a power of two dividing it)."""
+    return min(config.block_h, max(SF_BLOCK.get(a_fmt, 16), config.gather_tile // block_r))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -204,26 +219,17 @@ def _nvfp4_scaled(x, gs, BR: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def _nvfp4_codes(x, gs, BR: tl.constexpr, BK: tl.constexpr):
-    """NVFP4 of x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (quantize_nvfp4): E2M1 codes
-    int32 [BR, BK // 16, 16] (sign in bit 3) and the E4M3 block scales [BR, BK // 16] as fp8 and fp32."""
-    y, sf8, sf = _nvfp4_scaled(x, gs, BR, BK)
-    mag = tl.abs(y)
-    # E2M1 code by counting grid midpoints passed; `>` vs `>=` sends each tie to the even code.
-    code = (mag > 0.25).to(tl.int32) + (mag >= 0.75).to(tl.int32) + (mag > 1.25).to(tl.int32)
-    code += (mag >= 1.75).to(tl.int32) + (mag > 2.5).to(tl.int32) + (mag >= 3.5).to(tl.int32)
-    code += (mag > 5.0).to(tl.int32)
-    code = tl.where((y < 0) & (code != 0), code | 8, code)
-    code = tl.where(sf[:, :, None] == 0, 0, code)
-    return code, sf8, sf
-
-
-@triton.jit
 def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
     """Quantize x fp32 [BR, BK] (columns col0.. of rows rows64) to NVFP4 with per-row global scale
-    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4)."""
+    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4). The
+    standalone quantizer's division-free encode, the same bits as the oracle's two `div_rn`s: the
+    scale byte rounded on t's bits (`_e4m3_rn`: no fp8 instruction), the E2M1 codes by a binary
+    search over the thresholds m * sf (`_e2m1_codes_search`; the proofs are in their docstrings)."""
     NB: tl.constexpr = KDIM // 16
-    code, sf8, _ = _nvfp4_codes(x, gs, BR, BK)
+    xb = tl.reshape(x, (BR, BK // 16, 16))
+    t = tl.minimum(tl.math.div_rn(gs[:, None] * block_amax(xb), 6.0), 448.0)  # never NaN
+    sbits, sf = _e4m3_rn(t)
+    code = _e2m1_codes_search(xb, gs[:, None, None], sf)
     lo, hi = tl.split(tl.reshape(code, (BR, BK // 2, 2)))
     pcols = col0 // 2 + tl.arange(0, BK // 2)
     tl.store(
@@ -231,7 +237,7 @@ def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr
     )
     scols = col0 // 16 + tl.arange(0, BK // 16)
     offs = swizzled_scale_offsets(rows64, scols, NB)
-    tl.store(sf_ptr + offs, sf8.to(tl.uint8, bitcast=True), mask=row_ok[:, None])
+    tl.store(sf_ptr + offs, sbits.to(tl.uint8), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -240,7 +246,7 @@ def _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR
     times a 4-bit significand; |value| in [2^-10, 2688]), the global scale left to the GEMM's alpha.
     The E2M1 value is |y| rounded to the grid directly: the grid's step is 0.5 below 2, 1 in [2, 4)
     and 2 from 4, so fl(fl(|y| + c) - c) with c = 2^22, 2^23, 2^24 rounds to it with the ties to the
-    even code (`_nvfp4_codes`' `>` / `>=` rule: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
+    even code (the oracle's `>` / `>=` midpoint rule: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
     3.5 -> 4, 5 -> 4), then min(., 6) saturates; NaN y (code 0 there) and zero scales give +0."""
     y, _, sf = _nvfp4_scaled(x, gs, BR, BK)
     mag = tl.abs(y)
@@ -342,6 +348,7 @@ def _route_gather_kernel(
     E_BLOCK: tl.constexpr,
     E_PAD: tl.constexpr,
     COMPACT: tl.constexpr,
+    SUB_H: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -382,18 +389,22 @@ def _route_gather_kernel(
             tl.store(sorted_expert_ptr + row, e, mask=valid)
             tl.store(route_row_ptr + r, tl.where(valid, row, -1), mask=r < R)
 
-        # Phase 2: gather a[tok] (times the route weight on input) into row `row` of the operand.
+        # Phase 2: gather a[tok] (times the route weight on input) into row `row` of the operand, in
+        # steps of SUB_H columns (`gather_step_h`).
         tok64 = tok.to(tl.int64)
-        cols = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        x = tl.load(a_ptr + tok64[:, None] * H + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
         if ON_INPUT:
             w = tl.load(w_ptr + tok64 * w_st + (r - tok * K) * w_sj, mask=valid, other=0.0)
-            x = x * w[:, None]
         if (FMT == 1) or (FMT == 3):
             gs = tl.load(g1_ptr + e, mask=valid, other=1.0)
         else:
             gs = tl.full([BLOCK_R], 1.0, tl.float32)
-        store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, pid_h * BLOCK_H, H, FMT, BLOCK_R, BLOCK_H)
+        for step in tl.static_range(BLOCK_H // SUB_H):
+            col0 = pid_h * BLOCK_H + step * SUB_H
+            cols = col0 + tl.arange(0, SUB_H)
+            x = tl.load(a_ptr + tok64[:, None] * H + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
+            if ON_INPUT:
+                x = x * w[:, None]
+            store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, col0, H, FMT, BLOCK_R, SUB_H)
 
 
 @triton.jit(do_not_specialize=["T", "ids_st", "ids_sj"])
@@ -556,7 +567,8 @@ class RoutingKernels:
         nw = cfg.num_warps
 
         def route_gather(dynamic: bool, block_r: int, name: str) -> TritonKernel:
-            consts = dict(common, DYNAMIC=dynamic, BLOCK_R=block_r, BLOCK_H=cfg.block_h, **tiles)
+            sub = gather_step_h(a_fmt, block_r, cfg)
+            consts = dict(common, DYNAMIC=dynamic, BLOCK_R=block_r, BLOCK_H=cfg.block_h, SUB_H=sub, **tiles)
             return TritonKernel(
                 _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", aligned=ALIGNED_GATHER
             )
@@ -622,7 +634,7 @@ class RoutingKernels:
         self.gather.launch((blocks, n_h, 1), ids, w, a, *meta, *alphas, *tail)
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _nvfp4_encodes.__name__))
 def compile_routing(
     ids_dtype: str,
     num_topk: int,
