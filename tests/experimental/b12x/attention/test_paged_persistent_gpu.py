@@ -110,6 +110,8 @@ def test_persistent_default_switch_matches_reference(kv_dtype, monkeypatch):
     monkeypatch.setattr(_config, "PERSISTENT_DECODE", True)
     monkeypatch.setattr(_config, "SMALL_BATCH_DECODE", False)  # B = 1 keeps the fp8 default it switches
     monkeypatch.setattr(_config, "FP8_TILE_STAGES", 3)  # persistent_fits needs fp8's 3-stage ring (4x32x3)
+    monkeypatch.setattr(_config, "FP8_EIGHT_WARP_MAX", 0)  # the batch tiles (session 14) have 2 stages
+    monkeypatch.setattr(_config, "FP8_WIDE_BATCH", 0)
     for lens in ([32768], [0, 1, 17, 1000, 32768, 4097, 65, 300], B128, _lengths(130, 600, seed=130)):
         case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                          kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 1)  # fmt: skip
