@@ -34,7 +34,10 @@ Two ways to the sorted row p of a valid route r with expert e:
 Quantization reproduces the `_lib.quant` oracles bit for bit (quantize_nvfp4 with the route's
 expert's gs, quantize_mxfp8), on x = fp32(a[t]) (* w[t, j] in fp32 when applied on the input): every
 division is `div_rn` (Triton's `/` is approximate), fp fusion is off (no multiply folded into an
-FMA). Scale padding columns are never written (PAD fills them once at prepare time).
+FMA); NVFP4 divides only for the block scale and encodes the codes without a division (the
+standalone quantizer's `_e4m3_rn` + `_e2m1_codes_search`, the same bits). Each program gathers its
+block_h columns in steps of `gather_step_h` (about 32 values a thread). Scale padding columns are
+never written (PAD fills them once at prepare time).
 
 Bytes: the gather reads T * H * 2 bytes of `a` once per route (k times; L2 hits after the first) and
 writes R rows of the operand; routing reads R ids (micro: R * R / BLOCK_R id loads from L2).
