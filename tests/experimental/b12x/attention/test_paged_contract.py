@@ -461,7 +461,7 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
 def test_fp8_batch_tiles(monkeypatch):
     """fp8's two-page tile (4 warps x 32 keys x 2 stages) changes its warps by the plan's request capacity
     on sm_90a at D 128: 8 from SMALL_BATCH_MAX + 1 to FP8_EIGHT_WARP_MAX (session 14), 2 from FP8_WIDE_BATCH
-    (session 12's sweep; on since session 14); 4 between. The small-batch plans keep their shape; bf16,
+    (session 12's sweep; on since session 14) to FUSED_SCHEDULE_MAX_BATCH; 4 between and above. The small-batch plans keep their shape; bf16,
     other head dims and archs keep theirs; the flags and merge choices stay. Both off (0), nothing
     changes."""
     from flashinfer.experimental.b12x.attention.paged import _config
@@ -477,7 +477,7 @@ def test_fp8_batch_tiles(monkeypatch):
 
     shape = lambda d: (d.warps, d.keys_per_warp, d.stages)  # noqa: E731
     expect = {1: (8, 16, 2), 4: (8, 16, 2), 5: (8, 32, 2), 8: (8, 32, 2), 16: (8, 32, 2), 17: (4, 32, 2),
-              32: (4, 32, 2), 47: (4, 32, 2), 48: (2, 32, 2), 128: (2, 32, 2)}  # fmt: skip
+              32: (4, 32, 2), 47: (4, 32, 2), 48: (2, 32, 2), 128: (2, 32, 2), 129: (4, 32, 2)}  # fmt: skip
     assert {n: shape(decode(n)) for n in expect} == expect
     four = decode(32)
     assert dataclasses.replace(decode(128), warps=4) == four and dataclasses.replace(decode(8), warps=4) == four

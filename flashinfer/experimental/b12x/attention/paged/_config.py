@@ -323,8 +323,8 @@ FP8_TWO_PAGE_TILES = True
 # MIN_CHUNK_16_KEY_FILLS (off) to change anything.
 FP8_TILE_STAGES = 2
 # FP8_WIDE_BATCH (session 12, H200 graph timer, one job each; on since session 14, after its gpu tests passed on
-# the H200: test_paged_wide_batch_gpu.py, 5 passed): plans of at least this many requests (capacity) take
-# fp8's two-page tile on 2 warps (2x32x2: 42 KB of shared memory, 5 CTAs an SM instead of 3, so 1024 one-item
+# the H200: test_paged_wide_batch_gpu.py, 5 passed): plans of this many requests (capacity) up to
+# FUSED_SCHEDULE_MAX_BATCH (the one-launch path it was measured and tested on) take fp8's two-page tile on 2 warps (2x32x2: 42 KB of shared memory, 5 CTAs an SM instead of 3, so 1024 one-item
 # CTAs at B = 128 make 1.6 waves instead of 2.6): B = 48 / 64 / 128 L = 1k 35.40 / 41.05 / 77.30 -> 32.36 /
 # 39.90 / 71.95 µs, L = 2k 60.8 / 71.58 / 137.5 -> 56.41 / 70.00 / 133.1, L = 8k 215.0 / 255.1 / 505.0 ->
 # 202.6 / 254.8 / 500.6; it loses at B = 32 (L = 1k 22.91 -> 24.95), so 48 is the bound. Keyed on capacity
@@ -443,12 +443,14 @@ def default_config(
 
 def _fp8_batch_tile(cfg: DecodeConfig, kv_dtype: str, head_dim: int, arch: str, max_batch: int) -> DecodeConfig:
     """fp8's two-page tile (4 warps x 32 keys, `_default_shape`'s choice where 32-key sub-tiles fit the
-    pages) on 2 warps from FP8_WIDE_BATCH requests, on 8 up to FP8_EIGHT_WARP_MAX (both with 2 stages, as
-    measured); any other `cfg`, or a tile whose shared memory does not fit, stays as it is."""
+    pages) on 2 warps from FP8_WIDE_BATCH requests up to the one-launch schedule's FUSED_SCHEDULE_MAX_BATCH
+    (the measured and GPU-tested range: the three-launch path above it keeps 4 warps), on 8 up to
+    FP8_EIGHT_WARP_MAX (both with 2 stages, as measured); any other `cfg`, or a tile whose shared memory
+    does not fit, stays as it is."""
     two_page_tile = (cfg.warps, cfg.keys_per_warp, kv_dtype, head_dim, arch) == (4, 32, "float8_e4m3fn", 128, "sm_90a")
     if not two_page_tile:
         return cfg
-    if FP8_WIDE_BATCH and max_batch >= FP8_WIDE_BATCH:
+    if FP8_WIDE_BATCH and FP8_WIDE_BATCH <= max_batch <= FUSED_SCHEDULE_MAX_BATCH:  # measured and tested there
         warps = 2
     elif max_batch <= FP8_EIGHT_WARP_MAX:
         warps = 8
