@@ -363,10 +363,10 @@ def build_parser():
     )  # fmt: skip
     parser.add_argument(
         "--decode-configs", nargs="+", default=list(DECODE_CONFIGS), metavar="ENTRY",
-        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][s][p][l][d][r][g][k][e][:tN][:mN][:oN][:uN][:cN[p]] "
+        help="decode configs to time, a row each: 'heuristic' or h|WxKxS[f][s][p][l][d][r][g][k][e][q][:tN][:mN][:oN][:uN][:cN[p]] "
         "(f: fused merge; s: fused schedule, B <= 128; p, l, d: fast prologue, preloaded lengths, direct items; r: "
         "persistent one-wave grid; g: page-table prefetch per item; k: lean ticket (one fence); e: early page-table "
-        "prefetch; tN / mN: the schedule's target_items / min_chunk; oN min_ctas, uN merge_unroll; cN: clusters of N "
+        "prefetch; q: Q's fragments reloaded each sub-tile (fewer registers); tN / mN: the schedule's target_items / min_chunk; oN min_ctas, uN merge_unroll; cN: clusters of N "
         "CTAs a request merging through DSMEM, N in 2, 4, 8 (16 on sm_90a), with f and s: e.g. 8x16x2fspld:c8; cNp: "
         "the same cluster, each CTA pushing its slices to the peers with st.async: 8x16x2fspld:c8p)",
     )  # fmt: skip

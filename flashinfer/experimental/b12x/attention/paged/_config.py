@@ -102,7 +102,13 @@ class DecodeConfig:
     memory (docs/predictions/attention.md, "Session 10b").
     cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
     that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
-    or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11")."""
+    or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11").
+
+    q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
+    shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
+    they are dead through P V: ptxas sm_90a, D 128, one-launch flags: fp8 4x32x2 194 -> 168 registers
+    (three 4-warp CTAs an SM instead of two), fp8 8x32x2 186 -> 153, bf16 4x16x3 194 -> 168, no spills;
+    the same values in the same MMAs, so the outputs are bit-equal to the config without it."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -121,6 +127,7 @@ class DecodeConfig:
     early_pages: bool = False
     cluster: int = 0
     cluster_push: bool = False
+    q_reload: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -137,6 +144,7 @@ class DecodeConfig:
         extra += ", early_pages=True" if self.early_pages else ""
         extra += f", cluster={self.cluster}" if self.cluster else ""
         extra += ", cluster_push=True" if self.cluster_push else ""
+        extra += ", q_reload=True" if self.q_reload else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -215,7 +223,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
-                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push"):  # fmt: skip
+                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "q_reload"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -529,17 +537,20 @@ def why_not_schedule(config) -> str | None:
     return None
 
 
-def decode_registers(head_dim: int) -> int:
+def decode_registers(head_dim: int, q_reload: bool = False) -> int:
     """Registers per thread of the decode kernel, as allocated (multiples of 8). ptxas (CUDA 13) on
     sm_90a and sm_120a, 2026-11-30: D 64: 126-146; D 128: 168-198 for every config and both KV
-    dtypes, fused flags included; D 256: 255."""
+    dtypes, fused flags included; D 256: 255. With q_reload (session 14, sm_90a, one-launch flags):
+    D 64 124, D 128 153-168, D 256 254."""
+    if q_reload:
+        return 256 if head_dim > 128 else 168 if head_dim > 64 else 128
     return 256 if head_dim > 128 else 200 if head_dim > 64 else 152
 
 
 def bounded_registers(head_dim: int, config: DecodeConfig) -> int:
     """Registers per thread under the config's launch bound: ptxas keeps min_ctas CTAs' threads in
     the 64K registers (a multiple of 8, at most 255), else `decode_registers`."""
-    regs = decode_registers(head_dim)
+    regs = decode_registers(head_dim, config.q_reload)
     if config.min_ctas:
         regs = min(regs, 65536 // (config.min_ctas * 32 * config.warps) // 8 * 8)
     return regs
@@ -675,16 +686,16 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages; parts: tN
+    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push
     (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldrgke")
+    body = head.rstrip("fspldrgkeq")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and k, e and r, g, got {text!r}")
+        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g and q, got {text!r}")
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -710,9 +721,9 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g", "k", "e"} or min_ctas or unroll != 2 or cluster:
+        if flags & {"p", "l", "d", "r", "g", "k", "e", "q"} or min_ctas or unroll != 2 or cluster:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e and r, g, got {text!r}"
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g and q, got {text!r}"
             )
     else:
         parts = body.split("x")
@@ -733,6 +744,7 @@ def parse_decode_entry(text: str):
             prefetch_pages="g" in flags,
             lean_ticket="k" in flags,
             early_pages="e" in flags,
+            q_reload="q" in flags,
             cluster=cluster,
             cluster_push=push,
         )

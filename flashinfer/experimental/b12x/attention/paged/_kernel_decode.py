@@ -28,7 +28,8 @@ when its keys lie inside the item); fast_prologue (fp8) loads the descales with 
 and stages Q by 16-element vectors (`stage_q_fp16_vec`); min_ctas is a launch bound (nvvm.minctasm);
 preload_lengths and direct_items select `Schedule.locate` variants; merge_unroll batches the fused
 merge's loads (`PartialMerge`); prefetch_pages prefetches an item's page-table lines into L2 after
-its prologue (persistent: the next item's, after issuing its head).
+its prologue (persistent: the next item's, after issuing its head); q_reload reloads Q's fragments from
+shared memory for every sub-tile, so they do not hold registers through P V.
 
 Persistent (`DecodeConfig.persistent`, with the fused schedule; a no-op without): the grid is one wave (the schedule's
 target_items rows a KV head) and CTA row y runs work rows y, y + rows, ... (`_persistent`). While an
@@ -141,6 +142,7 @@ class PagedDecode(DecodeLoads):
         self.pdl = config.pdl
         self.lean_ticket = config.lean_ticket and config.fused_merge  # a no-op without the fused merge
         self.early_pages = config.early_pages
+        self.q_reload = config.q_reload
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
@@ -457,7 +459,8 @@ class PagedDecode(DecodeLoads):
             cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
         )
         thr_q_s2r = q_s2r.get_slice(lane)
-        cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+        if cutlass.const_expr(not self.q_reload):  # q_reload: every sub-tile loads them (below)
+            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
 
         acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.dv)), Float32)
         acc_O.fill(0.0)
@@ -478,6 +481,8 @@ class PagedDecode(DecodeLoads):
             if nxt + 1 < n_mine:
                 next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
                 next_page2 = self._second_page(mPT, req, t_begin + wid + (nxt + 1) * self.warps, kv_end)
+            if cutlass.const_expr(self.q_reload):  # Q's fragments live from here to S = Q K^T only
+                cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
             self._tile(sK, sV, self._slot(wid, i % self.stages), (t_begin + wid + i * self.warps) * self.nw,
                        kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
         cute.arch.cp_async_wait_group(0)

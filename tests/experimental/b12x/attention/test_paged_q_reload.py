@@ -1,0 +1,86 @@
+"""`DecodeConfig.q_reload` on the CPU (session 14, opt-in; bench flag q): Q's MMA fragments reloaded from
+shared memory for every sub-tile instead of held through the main loop.
+
+reference: the bench entry, the predicate, and what the plan's split counts on (three 4-warp fp8 CTAs
+an SM at D 128: `resident_ctas`, hence a one-wave target of 50 items a KV head instead of 33).
+compile: sm_90a and sm_120a; the same MMAs, ldmatrix and cp.async instructions in the PTX (the reload
+moves Q's ldmatrix into the loop, it adds none); the registers it frees, per ptxas (sm_90a; sm_120a's
+ptxas already holds D 64 at 127), with no spills. The
+GPU tier (bit-equal to the config without it) is test_paged_q_reload_gpu.py.
+"""
+
+import dataclasses
+
+import pytest
+
+from flashinfer.experimental.b12x._lib import cuda_binary as CB
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    bounded_registers,
+    parse_decode_entry,
+    resident_ctas,
+    split_schedule,
+    why_not,
+)
+
+from .test_paged_compile import _check_binary, _modules
+
+ARCHS = ("sm_90a", "sm_120a")
+FLAGS = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True,
+             lean_ticket=True)  # fmt: skip
+FP8 = "float8_e4m3fn"
+
+
+@pytest.mark.reference
+def test_bench_entry_and_predicate():
+    cfg, flags, *_ = parse_decode_entry("4x32x2fspldkq")
+    assert cfg == DecodeConfig(4, 32, 2, **FLAGS, q_reload=True) and "q" in flags
+    assert "q_reload=True" in repr(cfg) and "q_reload" not in repr(dataclasses.replace(cfg, q_reload=False))
+    with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
+        parse_decode_entry("hq")
+    bad = dataclasses.replace(cfg, q_reload="yes")
+    assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, bad, "sm_90a") == "q_reload must be a bool, got 'yes'"
+    assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
+
+
+@pytest.mark.reference
+def test_the_split_counts_the_freed_registers():
+    """fp8 4x32x2 at D 128 on sm_90a: 75 KB of shared memory fits three CTAs an SM, and 168 registers
+    let three run (200 without the reload: two), so the one-wave target grows from 33 to 50 items a
+    KV head at 8 KV heads on 132 SMs; bf16 4x16x3 stays at two (its shared memory)."""
+    plain = DecodeConfig(4, 32, 2, **FLAGS)
+    reload = dataclasses.replace(plain, q_reload=True)
+    assert (bounded_registers(128, plain), bounded_registers(128, reload)) == (200, 168)
+    assert (resident_ctas(FP8, 128, plain, "sm_90a"), resident_ctas(FP8, 128, reload, "sm_90a")) == (2, 3)
+    targets = [split_schedule(c, FP8, 128, 8, 132, "sm_90a").target_items for c in (plain, reload)]
+    assert targets == [33, 50]
+    bf16 = DecodeConfig(4, 16, 3, **FLAGS, q_reload=True)
+    assert resident_ctas("bfloat16", 128, bf16, "sm_90a") == 2
+    assert bounded_registers(64, reload) == 128 and bounded_registers(256, reload) == 256
+
+
+CASES = [(FP8, (4, 32, 2), 128), (FP8, (8, 32, 2), 128), ("bfloat16", (4, 16, 3), 128), ("bfloat16", (4, 16, 2), 64)]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv, shape, d", CASES, ids=["fp8-4x32x2", "fp8-8x32x2", "bf16-4x16x3", "bf16-d64"])
+def test_q_reload_compiles_with_fewer_registers(arch, kv, shape, d):
+    kd, _ = _modules()
+    dims = ("bfloat16", kv, 32, 8, d, d, 16)
+    plain = DecodeConfig(*shape, **FLAGS)
+    reload = dataclasses.replace(plain, q_reload=True)
+    if why_not(*dims, plain, arch) is not None:
+        pytest.skip(why_not(*dims, plain, arch))
+    sched = ScheduleConfig(plain.tile_keys, 33, 256)
+    fns = [kd.compile_decode(*dims, c, arch=arch, schedule=sched) for c in (plain, reload)]
+    ptx = [_check_binary(fn, arch) for fn in fns]
+    for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned", "cp.async.cg.shared.global"):
+        assert ptx[0].count(op) == ptx[1].count(op) > 0, op
+    use = [CB.resources(fn.artifacts.CUBIN) for fn in fns]
+    assert all(u["STACK"] == 0 and u["LOCAL"] == 0 for u in use), use
+    if arch == "sm_90a":  # 2026-12-01: 26-33 fewer (fp8 4x32x2 194 -> 168, bf16 D 64 154 -> 124)
+        assert use[1]["REG"] <= use[0]["REG"] - 16 and use[1]["REG"] <= bounded_registers(d, reload), use
+    else:  # sm_120a's ptxas keeps D 64 at 127 either way; D 128 fp8 4x32x2 186 -> 168
+        assert use[1]["REG"] <= use[0]["REG"] + 8, use
