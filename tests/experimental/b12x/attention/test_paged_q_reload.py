@@ -84,3 +84,20 @@ def test_q_reload_compiles_with_fewer_registers(arch, kv, shape, d):
         assert use[1]["REG"] <= use[0]["REG"] - 16 and use[1]["REG"] <= bounded_registers(d, reload), use
     else:  # sm_120a's ptxas keeps D 64 at 127 either way; D 128 fp8 4x32x2 186 -> 168
         assert use[1]["REG"] <= use[0]["REG"] + 8, use
+
+
+@pytest.mark.compile
+def test_two_8_warp_fp8_ctas_an_sm():
+    """fp8 8x16x2 (76 KB of shared memory: two an SM) under a launch bound of two CTAs (128 registers):
+    with the reload ptxas fits it with 16 bytes of stack (40 without), so 16 warps an SM can run where
+    today's decode kernels run 8 (docs/predictions/attention.md, q_reload)."""
+    kd, _ = _modules()
+    cfg = DecodeConfig(8, 16, 2, **FLAGS, q_reload=True, min_ctas=2)
+    assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
+    assert resident_ctas(FP8, 128, cfg, "sm_90a") == 2
+    fn = kd.compile_decode(
+        "bfloat16", FP8, 32, 8, 128, 128, 16, cfg, arch="sm_90a", schedule=ScheduleConfig(128, 33, 128)
+    )
+    _check_binary(fn, "sm_90a")
+    use = CB.resources(fn.artifacts.CUBIN)
+    assert use["REG"] <= 128 and use["STACK"] <= 16 and use["LOCAL"] == 0, use

@@ -28,6 +28,8 @@ CONFIGS = {
     "fp8-4x32x3-persistent": ("float8_e4m3fn", DecodeConfig(4, 32, 3, **FLAGS, persistent=True)),
     "bf16-4x16x3": ("bfloat16", DecodeConfig(4, 16, 3, **FLAGS)),
     "bf16-8x16x2": ("bfloat16", DecodeConfig(8, 16, 2, **FLAGS)),
+    # two 8-warp CTAs an SM (a launch bound of 128 registers: 16 B of stack with the reload, 40 without)
+    "fp8-8x16x2-o2": ("float8_e4m3fn", DecodeConfig(8, 16, 2, **FLAGS, min_ctas=2)),
 }
 LENS = {"b1-32k": [32768], "b8-ragged": [0, 1, 17, 1000, 32768, 4097, 65, 300], "b128-ragged": B128}
 
