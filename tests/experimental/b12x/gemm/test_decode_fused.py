@@ -301,11 +301,14 @@ def test_mm_epilogue_on_cpu_and_its_errors():
     prod = R.weight_only(x, w, torch.float32)
     got = G.mm(x, w, epilogue="silu_mul")
     assert got.shape == (3, 32) and got.dtype == torch.bfloat16
-    torch.testing.assert_close(got, R.apply_epilogue(prod, "silu_mul").bfloat16(), rtol=0, atol=0)
+    # One bf16 ulp: mm's fp32 product is a second CPU matmul, and MKL's result can depend on the
+    # buffers' alignment (session 14's CI: 1 of 192 elements 1 ulp off, the test alone passing).
+    ulp = dict(rtol=2**-7, atol=0)
+    torch.testing.assert_close(got, R.apply_epilogue(prod, "silu_mul").bfloat16(), **ulp)
     res = torch.randn(3, 64).bfloat16()
     out = torch.full((3, 64), float("nan"), dtype=torch.bfloat16)
     G.mm(x, w, out, epilogue="residual", residual=res)
-    torch.testing.assert_close(out, (prod + res.float()).bfloat16(), rtol=0, atol=0)
+    torch.testing.assert_close(out, (prod + res.float()).bfloat16(), **ulp)
     with pytest.raises(ValueError, match="residual must be"):
         G.mm(x, w, epilogue="residual", residual=res.float())
     with pytest.raises(ValueError, match="residual is only read"):
