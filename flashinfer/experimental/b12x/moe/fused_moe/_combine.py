@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
+from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
 from . import _routing
 from ._routing import (
     OP,
@@ -189,7 +190,7 @@ class CombineKernels:
             self.combine.launch(grid, s["c2"], s["route_row"], w, out, T, w.stride(0), w.stride(1))
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _routing.__name__, _routing._nvfp4_encodes.__name__))
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _routing.__name__, _nvfp4_encodes.__name__))
 def compile_combine(
     num_topk: int,
     num_experts: int,

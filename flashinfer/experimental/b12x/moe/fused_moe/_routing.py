@@ -209,16 +209,15 @@ def _list_active(ids_ptr, R, ids_st, ids_sj, active_ptr, K: tl.constexpr, E: tl.
 
 @triton.jit
 def _nvfp4_scaled(x, gs, BR: tl.constexpr, BK: tl.constexpr):
-    """quantize_nvfp4's first steps on x fp32 [BR, BK] with per-row global scale gs fp32 [BR]: the
-    E4M3 block scales [BR, BK // 16] as fp8 and fp32, and y = x gs / sf [BR, BK // 16, 16] (the
-    value the E2M1 code rounds)."""
+    """quantize_nvfp4's first steps on x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (the
+    dequant bucket's operand, `_nvfp4_deq_tile`): y = x gs / sf [BR, BK // 16, 16] (the value the E2M1
+    code rounds) and the E4M3 block scales sf [BR, BK // 16] as fp32."""
     xb = tl.reshape(x, (BR, BK // 16, 16))
     amax = block_amax(xb)
     t = tl.minimum(tl.math.div_rn(gs[:, None] * amax, 6.0), 448.0)
-    sf8 = t.to(tl.float8e4nv)
-    sf = sf8.to(tl.float32)
+    sf = t.to(tl.float8e4nv).to(tl.float32)
     y = tl.math.div_rn(xb * gs[:, None, None], sf[:, :, None])
-    return y, sf8, sf
+    return y, sf
 
 
 @triton.jit
@@ -251,7 +250,7 @@ def _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR
     and 2 from 4, so fl(fl(|y| + c) - c) with c = 2^22, 2^23, 2^24 rounds to it with the ties to the
     even code (the oracle's `>` / `>=` midpoint rule: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
     3.5 -> 4, 5 -> 4), then min(., 6) saturates; NaN y (code 0 there) and zero scales give +0."""
-    y, _, sf = _nvfp4_scaled(x, gs, BR, BK)
+    y, sf = _nvfp4_scaled(x, gs, BR, BK)
     mag = tl.abs(y)
     c = tl.where(mag < 2.0, 4194304.0, tl.where(mag < 4.0, 8388608.0, 16777216.0))
     val = tl.minimum((mag + c) - c, 6.0)  # fp fusion is off: two correctly rounded adds
