@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
+# The DecodeConfig flags of the plan heuristic's one-launch decode (the fused merge and schedule, and
+# what DECODE_LATENCY_FLAGS and LEAN_TICKET add): explicit configs with them run as the defaults do.
+ONE_LAUNCH = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True,
+                  lean_ticket=True)  # fmt: skip
+
 
 @dataclass
 class Case:

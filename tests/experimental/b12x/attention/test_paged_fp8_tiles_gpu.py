@@ -6,26 +6,22 @@ replay with new lengths; each with the one-launch flags of the heuristic. 8 x 32
 fp8 plans of 5 to FP8_EIGHT_WARP_MAX requests (the plan's own path is checked last); the others lost to
 it or to the small-batch shape on the H200 and stay candidates."""
 
-import dataclasses
-
 import pytest
 import torch
 
 from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig
 
-from .paged_cases import make_case
+from .paged_cases import ONE_LAUNCH, make_case
 from .test_paged_gpu import DEV, FP8, _lengths, caps_for, check, prepared, replay_with_new_lengths, streaming_plan
 
 pytestmark = pytest.mark.gpu
 
-FLAGS = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True,
-             lean_ticket=True)  # fmt: skip
 CANDIDATES = {
-    "w8k32s2": DecodeConfig(8, 32, 2, **FLAGS),
-    "w8k16s3": DecodeConfig(8, 16, 3, **FLAGS),
-    "w8k16s4": DecodeConfig(8, 16, 4, **FLAGS),
-    "w8k32s3": DecodeConfig(8, 32, 3, **FLAGS),
+    "w8k32s2": DecodeConfig(8, 32, 2, **ONE_LAUNCH),
+    "w8k16s3": DecodeConfig(8, 16, 3, **ONE_LAUNCH),
+    "w8k16s4": DecodeConfig(8, 16, 4, **ONE_LAUNCH),
+    "w8k32s3": DecodeConfig(8, 32, 3, **ONE_LAUNCH),
 }
 
 
@@ -53,9 +49,7 @@ def test_small_batch_fp8_tiles_match_reference(name, lens):
 @pytest.mark.parametrize("name", list(CANDIDATES))
 def test_small_batch_fp8_tiles_window_sinks_and_gqa(name):
     for hq, page in ((32, 16), (64, 64)):
-        cfg = CANDIDATES[name]
-        if cfg.keys_per_warp > page:  # never: 32 keys fit both pages; kept for page sizes added later
-            cfg = dataclasses.replace(cfg, keys_per_warp=page)
+        cfg = CANDIDATES[name]  # 32 keys a warp: two 16-key pages, or half a 64-key one
         case = make_case([0, 1, 20000, 4100], num_q_heads=hq, num_kv_heads=8, head_dim=128, page_size=page,
                          kv_dtype=FP8, device=DEV, seed=hq + page)  # fmt: skip
         plan = streaming_plan(case, "float8_e4m3fn", cfg)

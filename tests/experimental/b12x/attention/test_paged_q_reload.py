@@ -24,18 +24,17 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     why_not,
 )
 
+from .paged_cases import ONE_LAUNCH
 from .test_paged_compile import _check_binary, _modules
 
 ARCHS = ("sm_90a", "sm_120a")
-FLAGS = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True,
-             lean_ticket=True)  # fmt: skip
 FP8 = "float8_e4m3fn"
 
 
 @pytest.mark.reference
 def test_bench_entry_and_predicate():
     cfg, flags, *_ = parse_decode_entry("4x32x2fspldkq")
-    assert cfg == DecodeConfig(4, 32, 2, **FLAGS, q_reload=True) and "q" in flags
+    assert cfg == DecodeConfig(4, 32, 2, **ONE_LAUNCH, q_reload=True) and "q" in flags
     assert "q_reload=True" in repr(cfg) and "q_reload" not in repr(dataclasses.replace(cfg, q_reload=False))
     with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
         parse_decode_entry("hq")
@@ -49,13 +48,13 @@ def test_the_split_counts_the_freed_registers():
     """fp8 4x32x2 at D 128 on sm_90a: 75 KB of shared memory fits three CTAs an SM, and 168 registers
     let three run (200 without the reload: two), so the one-wave target grows from 33 to 50 items a
     KV head at 8 KV heads on 132 SMs; bf16 4x16x3 stays at two (its shared memory)."""
-    plain = DecodeConfig(4, 32, 2, **FLAGS)
+    plain = DecodeConfig(4, 32, 2, **ONE_LAUNCH)
     reload = dataclasses.replace(plain, q_reload=True)
     assert (bounded_registers(128, plain), bounded_registers(128, reload)) == (200, 168)
     assert (resident_ctas(FP8, 128, plain, "sm_90a"), resident_ctas(FP8, 128, reload, "sm_90a")) == (2, 3)
     targets = [split_schedule(c, FP8, 128, 8, 132, "sm_90a").target_items for c in (plain, reload)]
     assert targets == [33, 50]
-    bf16 = DecodeConfig(4, 16, 3, **FLAGS, q_reload=True)
+    bf16 = DecodeConfig(4, 16, 3, **ONE_LAUNCH, q_reload=True)
     assert resident_ctas("bfloat16", 128, bf16, "sm_90a") == 2
     assert bounded_registers(64, reload) == 128 and bounded_registers(256, reload) == 256
 
@@ -69,7 +68,7 @@ CASES = [(FP8, (4, 32, 2), 128), (FP8, (8, 32, 2), 128), ("bfloat16", (4, 16, 3)
 def test_q_reload_compiles_with_fewer_registers(arch, kv, shape, d):
     kd, _ = _modules()
     dims = ("bfloat16", kv, 32, 8, d, d, 16)
-    plain = DecodeConfig(*shape, **FLAGS)
+    plain = DecodeConfig(*shape, **ONE_LAUNCH)
     reload = dataclasses.replace(plain, q_reload=True)
     if why_not(*dims, plain, arch) is not None:
         pytest.skip(why_not(*dims, plain, arch))
@@ -92,7 +91,7 @@ def test_two_8_warp_fp8_ctas_an_sm():
     with the reload ptxas fits it with 16 bytes of stack (40 without), so 16 warps an SM can run where
     today's decode kernels run 8 (docs/predictions/attention.md, q_reload)."""
     kd, _ = _modules()
-    cfg = DecodeConfig(8, 16, 2, **FLAGS, q_reload=True, min_ctas=2)
+    cfg = DecodeConfig(8, 16, 2, **ONE_LAUNCH, q_reload=True, min_ctas=2)
     assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
     assert resident_ctas(FP8, 128, cfg, "sm_90a") == 2
     fn = kd.compile_decode(

@@ -13,23 +13,21 @@ import torch
 from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, split_schedule
 
-from .paged_cases import make_case
+from .paged_cases import ONE_LAUNCH, make_case
 from .test_paged_cluster_gpu import cluster_plan, run_checked
 from .test_paged_gpu import B128, DEV, check, streaming_plan
 
 pytestmark = pytest.mark.gpu
 
-FLAGS = dict(fused_merge=True, fused_schedule=True, fast_prologue=True, preload_lengths=True, direct_items=True,
-             lean_ticket=True)  # fmt: skip
 CONFIGS = {
-    "fp8-4x32x2": ("float8_e4m3fn", DecodeConfig(4, 32, 2, **FLAGS)),
-    "fp8-8x32x2": ("float8_e4m3fn", DecodeConfig(8, 32, 2, **FLAGS)),
-    "fp8-2x32x2": ("float8_e4m3fn", DecodeConfig(2, 32, 2, **FLAGS)),
-    "fp8-4x32x3-persistent": ("float8_e4m3fn", DecodeConfig(4, 32, 3, **FLAGS, persistent=True)),
-    "bf16-4x16x3": ("bfloat16", DecodeConfig(4, 16, 3, **FLAGS)),
-    "bf16-8x16x2": ("bfloat16", DecodeConfig(8, 16, 2, **FLAGS)),
+    "fp8-4x32x2": ("float8_e4m3fn", DecodeConfig(4, 32, 2, **ONE_LAUNCH)),
+    "fp8-8x32x2": ("float8_e4m3fn", DecodeConfig(8, 32, 2, **ONE_LAUNCH)),
+    "fp8-2x32x2": ("float8_e4m3fn", DecodeConfig(2, 32, 2, **ONE_LAUNCH)),
+    "fp8-4x32x3-persistent": ("float8_e4m3fn", DecodeConfig(4, 32, 3, **ONE_LAUNCH, persistent=True)),
+    "bf16-4x16x3": ("bfloat16", DecodeConfig(4, 16, 3, **ONE_LAUNCH)),
+    "bf16-8x16x2": ("bfloat16", DecodeConfig(8, 16, 2, **ONE_LAUNCH)),
     # two 8-warp CTAs an SM (a launch bound of 128 registers: 16 B of stack with the reload, 40 without)
-    "fp8-8x16x2-o2": ("float8_e4m3fn", DecodeConfig(8, 16, 2, **FLAGS, min_ctas=2)),
+    "fp8-8x16x2-o2": ("float8_e4m3fn", DecodeConfig(8, 16, 2, **ONE_LAUNCH, min_ctas=2)),
 }
 LENS = {"b1-32k": [32768], "b8-ragged": [0, 1, 17, 1000, 32768, 4097, 65, 300], "b128-ragged": B128}
 
@@ -62,7 +60,7 @@ def test_q_reload_is_bit_equal(name, lens):
 
 @pytest.mark.parametrize("kv", ["bfloat16", "float8_e4m3fn"])
 def test_q_reload_in_the_single_request_cluster(kv):
-    plain = DecodeConfig(8, 16, 2, **FLAGS, cluster=8, cluster_push=True)
+    plain = DecodeConfig(8, 16, 2, **ONE_LAUNCH, cluster=8, cluster_push=True)
     case = make_case([1000], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=getattr(torch, kv),
                      device=DEV, seed=3)  # fmt: skip
     got = [run_checked(cluster_plan(case, kv, c), case) for c in (plain, dataclasses.replace(plain, q_reload=True))]
@@ -73,7 +71,7 @@ def test_q_reload_in_the_single_request_cluster(kv):
 def test_q_reload_window_sinks_and_gqa(kv):
     """Windows, sinks and group sizes 8 and 1 (the Q tile's live rows) with the reload."""
     for hq, page in ((64, 16), (8, 64)):
-        cfg = DecodeConfig(4, 32 if kv != "bfloat16" else 16, 2, **FLAGS, q_reload=True)
+        cfg = DecodeConfig(4, 32 if kv != "bfloat16" else 16, 2, **ONE_LAUNCH, q_reload=True)
         case = make_case([0, 1, 20000, 4100], num_q_heads=hq, num_kv_heads=8, head_dim=128, page_size=page,
                          kv_dtype=getattr(torch, kv), device=DEV, seed=hq + page)  # fmt: skip
         plan = streaming_plan(case, kv, cfg)
