@@ -1,0 +1,67 @@
+"""Run one quantization.nvfp4 case under Nsight Compute, bracketed so ncu profiles only its kernel.
+
+    ncu --profile-from-start off --clock-control none --cache-control all \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats --csv \
+        python3 scripts/ncu_quantization.py --m 16384 --k 7168 [--copy]
+
+The input is bench_quantization's (row magnitudes over four decades); the plan's own selection runs
+(at M >= its large_from, the large tile). Its bits are checked against the oracle first, then --runs
+runs go between cudaProfilerStart and Stop. --copy adds a device copy of the same byte count inside
+the bracket, so the same report holds the ceiling the quantizer is measured against.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+
+def main() -> int:
+    import b12x
+    from benchmarks.experimental.b12x import bench_quantization as BQ
+    from flashinfer.experimental.b12x._lib.quant import quantize_nvfp4, swizzle_scales
+    from flashinfer.experimental.b12x.quantization import nvfp4
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=int, default=16384)
+    p.add_argument("--k", type=int, default=7168)
+    p.add_argument("--runs", type=int, default=2)
+    p.add_argument("--copy", action="store_true", help="also profile a same-byte-count device copy")
+    args = p.parse_args()
+    if min(args.m, args.k, args.runs) < 1 or args.k % 16:
+        p.error(f"--m, --k, --runs >= 1 and --k a multiple of 16, got {args}")
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    (x,) = BQ._inputs(args.m, args.k, torch.bfloat16, 1, dev, gen)
+    gs = BQ.nvfp4_global_scale(x).reshape(1)
+    plan = nvfp4.plan(args.m, args.k, invocation=torch.bfloat16)
+    b12x.PreparationSession(dev).prepare([plan])
+    out = nvfp4.allocate_outputs(plan, device=dev)
+    out.packed.fill_(0xFF)
+    nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+    ref_packed, ref_scales = quantize_nvfp4(x, gs)
+    ok = torch.equal(out.packed, ref_packed) and torch.equal(
+        out.scales.view(torch.uint8), swizzle_scales(ref_scales, 0).view(torch.uint8)
+    )
+    print(f"{plan.selection}; bits equal to the oracle: {ok}")
+    if not ok:
+        print("MISMATCH")
+        return 1
+    half = BQ.nvfp4_bytes(args.m, args.k) // 2
+    src = torch.empty(half, dtype=torch.uint8, device=dev) if args.copy else None
+    dst = torch.empty_like(src) if args.copy else None
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(args.runs):
+        nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+        if args.copy:
+            dst.copy_(src)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
