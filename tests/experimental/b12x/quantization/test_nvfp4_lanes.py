@@ -62,3 +62,11 @@ def test_lanes_compile_with_one_shuffle_a_word(arch, idx, cuda_binary):
     assert len(re.findall(r"ld\.global(\.\w+)*\.v4\.b32", ptx)) == 2 * loads * words // 4, cfg
     sass = cuda_binary.run("cuobjdump", compiled.asm["cubin"], "-sass")
     assert not re.search(r"\b(STL|LDL)\b", sass), f"{cfg} spills on {arch}"
+    # The exchange assumes lane parity is chunk parity: the shuffle runs in a layout whose lanes walk
+    # the chunks (4 words a thread, chunks before rows), which Triton 3.6 only picks for flat pointers.
+    ttgir = compiled.asm["ttgir"]
+    layouts = dict(re.findall(r"^(#\w+) = #ttg\.blocked<\{(.*)\}>", ttgir, re.M))
+    asm_layouts = set(re.findall(r"elementwise_inline_asm \"\{[^\n]*shfl\.sync\.bfly[^\n]*-> tensor<[^,]*, (#\w+)>", ttgir))
+    assert asm_layouts, cfg
+    for name in asm_layouts:
+        assert "sizePerThread = [1, 1, 4]" in layouts[name] and "order = [2, 1, 0]" in layouts[name], layouts[name]

@@ -106,24 +106,28 @@ def _load_lanes(x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.const
     NB: tl.constexpr = K // 16
     TILE_NB: tl.constexpr = BLOCK_K // 16
     EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
-    c = tl.arange(0, TILE_NB)
-    first = pid_k * TILE_NB + c // 2  # the block of chunk c in the first span
-    second = first + TILE_NB // 2
+    # Flat [rows, words] pointers: the span's words are contiguous, so the coalescing pass lays lanes
+    # along them (Triton 3.6 orders a [rows, chunks, 4] pointer's rows before its chunks: lanes down a
+    # column, 16 bytes a row, and lane pairs then hold two rows' chunks).
+    w = tl.arange(0, TILE_NB * 4)
     if EVEN_K:
-        ma = row_ok[:, None] & (c >= 0)[None, :]
+        ma = row_ok[:, None] & (w >= 0)[None, :]
         mb = ma
     else:
+        first = pid_k * TILE_NB + w // 8  # the block of word w in the first span (8 words a block)
         ma = row_ok[:, None] & (first < NB)[None, :]
-        mb = row_ok[:, None] & (second < NB)[None, :]
-    j = tl.arange(0, 4)
-    wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None, None] * (K // 2) + (pid_k * (BLOCK_K // 2))
-    wptrs += (c * 4)[None, :, None] + j[None, None, :]
+        mb = row_ok[:, None] & (first + TILE_NB // 2 < NB)[None, :]
+    wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None] * (K // 2) + (pid_k * (BLOCK_K // 2))
+    wptrs += w[None, :]
     if STREAM:
-        sa = tl.load(wptrs, mask=ma[:, :, None], other=0, eviction_policy="evict_first")
-        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb[:, :, None], other=0, eviction_policy="evict_first")
+        sa = tl.load(wptrs, mask=ma, other=0, eviction_policy="evict_first")
+        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb, other=0, eviction_policy="evict_first")
     else:
-        sa = tl.load(wptrs, mask=ma[:, :, None], other=0)
-        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb[:, :, None], other=0)
+        sa = tl.load(wptrs, mask=ma, other=0)
+        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb, other=0)
+    BM: tl.constexpr = sa.shape[0]
+    sa = tl.reshape(sa, (BM, TILE_NB, 4))
+    sb = tl.reshape(sb, (BM, TILE_NB, 4))
     return _exchange_halves(sa, sb)
 
 
