@@ -83,12 +83,6 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True), 5, 128),
     ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True), 5, 48),
     ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 64, True), 5, 48),
-    # session 15: layout "lanes" (here its plain loads at the lane-exchange block order, `lane_blocks`;
-    # the shuffle itself is inline PTX, checked on the GPU): K tails (160 = 10 blocks in 64-column
-    # tiles), tiles past the end, the unrolled loop
-    ((16, 64, 4, "pairs", False, False, "lanes", 4, True), 130, 160),
-    ((8, 128, 4, "pairs", False, False, "lanes"), 130, 160),
-    ((4, 64, 1, "pairs", False, False, "lanes", 4, True, True), 5, 128),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.
@@ -102,7 +96,7 @@ PERSISTENT_FP16 = [
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]
 # "pairs" under other global scales (its thresholds scale u and gs by 2^64 below gs = 2^-64; "denorm_gs"
 # is the smallest fp32, "max_gs" near the largest) and on fp16 (where it runs "steps").
-PAIRS_VARIANTS = [(16, 32, 4, "pairs", False, False, "halves"), (4, 64, 1, "pairs", False, False, "lanes")]
+PAIRS_VARIANTS = [(16, 32, 4, "pairs", False, False, "halves")]
 MXFP8_CONFIGS = [((16, 32, 4), 130, 160), ((32, 64, 4), 130, 160), ((128, 512, 8), 130, 160), ((1, 32, 1), 5, 96)]
 MXFP8_VARIANTS = [
     ((16, 32, 4, True), 130, 160),

@@ -65,7 +65,7 @@ UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 # Config and heuristic
 # -------------------------------------------------------------------------------------------------
 ENCODES = ("div", "mul", "search", "steps", "pairs")
-LAYOUTS = ("rows", "halves", "lanes")
+LAYOUTS = ("rows", "halves")
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,7 @@ class NvFp4Config:
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
-    division-free encode; "lanes" ("pairs" on bf16, plain grids) = "halves" with each half-tile
-    span read by consecutive lanes, 16 bytes each, and lane pairs swapping halves so that each
-    thread still owns whole blocks (`_kernel_pairs._load_lanes`; fp16 input runs "halves").
+    division-free encode.
     """
 
     block_m: int = 16
@@ -133,8 +131,7 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.scale_words or config.block_k >= 64)
         and config.layout in LAYOUTS
         and (config.layout == "rows" or config.encode != "div")
-        and (config.layout != "rows" or config.encode != "pairs")
-        and (config.layout != "lanes" or lanes_ok(config))
+        and (config.layout == "halves" or config.encode != "pairs")
         and config.k_iters in (1, 2, 4, 8, 16)
         and isinstance(config.prefetch, bool)
         and (not config.prefetch or (config.encode == "pairs" and (config.k_iters > 1 or config.persistent > 0)))
@@ -280,9 +277,7 @@ _UNVALIDATED_PAIRS = (
 )
 
 
-# Session 7 (issue #4): unrolled / persistent / streaming / lookup "pairs" tiles, `_candidates_s7.py`;
-# session 15: the "lanes" layout (coalesced 16-byte lane loads + a lane-pair swap), `_candidates_lanes.py`.
-from ._candidates_lanes import _UNVALIDATED_LANES, LANES_GPU_VALIDATED, lanes_ok  # noqa: E402
+# Session 7 (issue #4): unrolled / persistent / streaming / lookup "pairs" tiles, `_candidates_s7.py`.
 from ._candidates_s7 import _UNVALIDATED_PAIRS_S7, S7_PAIRS_GPU_VALIDATED  # noqa: E402
 
 
@@ -305,7 +300,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_LANES if unvalidated or LANES_GPU_VALIDATED else ()
     for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
@@ -346,7 +340,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         ENCODES.index(cfg.encode),
         cfg.skip_dead,
         cfg.scale_words,
-        cfg.layout in ("halves", "lanes"),
+        cfg.layout == "halves",
         cfg.k_iters,
         cfg.prefetch,
         asm,
@@ -354,7 +348,6 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.persistent,
         cfg.stream,
         cfg.lut,
-        cfg.layout == "lanes",
     )
 
 
@@ -634,7 +627,7 @@ def _nvfp4_quantize_kernel(
     ENCODE: tl.constexpr,  # ENCODES.index(NvFp4Config.encode)
     SKIP_DEAD: tl.constexpr,  # NvFp4Config.skip_dead
     SCALE_WORDS: tl.constexpr,  # NvFp4Config.scale_words
-    HALVES: tl.constexpr,  # NvFp4Config.layout in ("halves", "lanes"): fp16 "pairs" runs "steps" on halves
+    HALVES: tl.constexpr,  # NvFp4Config.layout == "halves"
     K_ITERS: tl.constexpr,  # NvFp4Config.k_iters: column tiles per program, one after the other
     PREFETCH: tl.constexpr,  # NvFp4Config.prefetch ("pairs" only)
     ASM: tl.constexpr,  # inline PTX allowed (compiled); False under TRITON_INTERPRET ("steps" mirrors it)
@@ -642,14 +635,12 @@ def _nvfp4_quantize_kernel(
     PERSISTENT: tl.constexpr,  # NvFp4Config.persistent: > 0 = a persistent grid (`grid`)
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
-    LANES: tl.constexpr,  # NvFp4Config.layout == "lanes" ("pairs" only)
 ):
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT,
-            LANES,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -754,7 +745,6 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "PERSISTENT": "constexpr",
         "STREAM": "constexpr",
         "LUT": "constexpr",
-        "LANES": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}

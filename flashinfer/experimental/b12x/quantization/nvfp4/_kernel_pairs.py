@@ -29,7 +29,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..._lib.triton_quant import swizzled_scale_offsets
 from ._encodes import _e4m3_rn, _store_scales
 from ._pairs import (
     LUT_HI,
@@ -45,16 +44,12 @@ from ._pairs import (
 
 
 @triton.jit
-def _tile_blocks(row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr, LANES: tl.constexpr = False):
-    """(block mask [rows, blocks], global block indices [blocks]) of column tile pid_k; with LANES the
-    blocks in the order the lane exchange leaves them (`lane_blocks`)."""
+def _tile_blocks(row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(block mask [rows, blocks], global block indices [blocks]) of column tile pid_k."""
     NB: tl.constexpr = K // 16
     TILE_NB: tl.constexpr = BLOCK_K // 16
     EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
-    c = tl.arange(0, TILE_NB)
-    if LANES:
-        c = lane_blocks(c, TILE_NB)
-    blk = pid_k * TILE_NB + c  # global block (scale column) index
+    blk = pid_k * TILE_NB + tl.arange(0, TILE_NB)  # global block (scale column) index
     if EVEN_K:
         bmask = row_ok[:, None] & (blk >= 0)[None, :]
     else:
@@ -63,94 +58,12 @@ def _tile_blocks(row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr, LANES: t
 
 
 @triton.jit
-def lane_blocks(c, TILE_NB: tl.constexpr):
-    """The tile block a thread owns after `_exchange_halves`, for the thread that loaded chunk c of
-    each half-tile span: even c the block c / 2 of the first span, odd c the block (c - 1) / 2 of the
-    second (local indices, 0 .. TILE_NB - 1)."""
-    return c // 2 + (c % 2) * (TILE_NB // 2)
-
-
-@triton.jit
-def _exchange_halves(ua, ub):
-    """Lanes 2i and 2i + 1 swap one word so each ends with both halves of one block: the even lane sends
-    its second-span word and keeps its first-span one, the odd lane the reverse (`shfl.sync.bfly` 1).
-    Needs lane l to hold chunk l's words (Triton's coalesced layout for 16 bytes a thread along the
-    chunks): the GPU test's bits check that it did."""
-    return tl.inline_asm_elementwise(
-        """{
-        .reg .u32 l;
-        .reg .pred odd;
-        .reg .b32 s, r;
-        mov.u32 l, %laneid;
-        and.b32 l, l, 1;
-        setp.ne.u32 odd, l, 0;
-        selp.b32 s, $2, $3, odd;
-        shfl.sync.bfly.b32 r, s, 1, 0x1f, 0xffffffff;
-        selp.b32 $0, r, $2, odd;
-        selp.b32 $1, $3, r, odd;
-        }""",
-        "=r,=r,r,r",
-        [ua, ub],
-        dtype=(tl.int32, tl.int32),
-        is_pure=True,
-        pack=1,
-    )
-
-
-@triton.jit
-def _load_lanes(x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr):
-    """NvFp4Config.layout "lanes": the tile as two spans of BLOCK_K / 2 columns, each read with lane c
-    of a row taking bytes [16 c, 16 c + 16) (a warp's 16-byte loads cover whole 128-byte lines, where
-    "halves" touches every sector twice, half of it each time), then `_exchange_halves`. Same
-    (half a, half b) words as `_load_pair_words` in the order `lane_blocks` gives."""
-    NB: tl.constexpr = K // 16
-    TILE_NB: tl.constexpr = BLOCK_K // 16
-    EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
-    # Flat [rows, words] pointers: the span's words are contiguous, so the coalescing pass lays lanes
-    # along them (Triton 3.6 orders a [rows, chunks, 4] pointer's rows before its chunks: lanes down a
-    # column, 16 bytes a row, and lane pairs then hold two rows' chunks).
-    w = tl.arange(0, TILE_NB * 4)
-    if EVEN_K:
-        ma = row_ok[:, None] & (w >= 0)[None, :]
-        mb = ma
-    else:
-        first = pid_k * TILE_NB + w // 8  # the block of word w in the first span (8 words a block)
-        ma = row_ok[:, None] & (first < NB)[None, :]
-        mb = row_ok[:, None] & (first + TILE_NB // 2 < NB)[None, :]
-    wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None] * (K // 2) + (pid_k * (BLOCK_K // 2))
-    wptrs += w[None, :]
-    if STREAM:
-        sa = tl.load(wptrs, mask=ma, other=0, eviction_policy="evict_first")
-        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb, other=0, eviction_policy="evict_first")
-    else:
-        sa = tl.load(wptrs, mask=ma, other=0)
-        sb = tl.load(wptrs + BLOCK_K // 4, mask=mb, other=0)
-    BM: tl.constexpr = sa.shape[0]
-    sa = tl.reshape(sa, (BM, TILE_NB, 4))
-    sb = tl.reshape(sb, (BM, TILE_NB, 4))
-    return _exchange_halves(sa, sb)
-
-
-@triton.jit
 def _load_pair_words(
-    x_ptr,
-    rows64,
-    row_ok,
-    pid_k,
-    K: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    STREAM: tl.constexpr = False,
-    LANES: tl.constexpr = False,
-    ASM: tl.constexpr = True,
+    x_ptr, rows64, row_ok, pid_k, K: tl.constexpr, BLOCK_K: tl.constexpr, STREAM: tl.constexpr = False
 ):
     """(half a, half b [rows, blocks, 4] int32 words of two bf16 each, block mask [rows, blocks], block
-    indices [blocks]) of column tile pid_k; rows and blocks outside read as 0 (code 0, scale 0).
-    LANES: blocks in `lane_blocks` order, loaded by `_load_lanes` (compiled) or, where inline PTX
-    cannot run (the interpreter), by the plain loads below at the permuted blocks: the same words."""
-    bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K, LANES)
-    if LANES and ASM:
-        ua, ub = _load_lanes(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
-        return ua, ub, bmask, blk
+    indices [blocks]) of column tile pid_k; rows and blocks outside read as 0 (code 0, scale 0)."""
+    bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K)
     j = tl.arange(0, 4)
     wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None, None] * (K // 2) + (blk * 8)[None, :, None]
     wptrs += j[None, None, :]
@@ -184,7 +97,6 @@ def _encode_store_pairs(
     STREAM: tl.constexpr = False,
     lut=None,
     LUT: tl.constexpr = False,
-    LANES: tl.constexpr = False,
 ):
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
@@ -211,11 +123,7 @@ def _encode_store_pairs(
     else:
         tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
 
-    if LANES:  # blocks in `lane_blocks` order: each scale byte at its own block's offset
-        smask = (blk < (NB + 3) // 4 * 4)[None, :] & (rows64 >= 0)[:, None]
-        tl.store(scales_ptr + swizzled_scale_offsets(rows64, blk, NB), sbits.to(tl.uint8), mask=smask)
-    else:
-        _store_scales(scales_ptr, rows64, pid_k, sbits, NB, BLOCK_K // 16, SCALE_WORDS, STREAM)
+    _store_scales(scales_ptr, rows64, pid_k, sbits, NB, BLOCK_K // 16, SCALE_WORDS, STREAM)
 
 
 @triton.jit
@@ -302,12 +210,11 @@ def _k_tiles_unrolled(
     ASM: tl.constexpr,
     lut,
     LUT: tl.constexpr,
-    LANES: tl.constexpr = False,
 ):
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     if PREFETCH:
-        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K, STREAM, LANES, ASM)
+        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K, STREAM)
     for it in tl.static_range(K_ITERS):
         pid_k = k0 + it
         if PREFETCH:
@@ -316,17 +223,17 @@ def _k_tiles_unrolled(
                     more = row_ok
                 else:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
                     more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < NK)
-                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM, LANES, ASM)
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
         if (NK % K_ITERS == 0) or (pid_k < NK):
             if SKIP_DEAD and dead:
                 zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
                 _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS, STREAM)
             else:
                 if not PREFETCH:
-                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM, LANES, ASM)
+                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
                 _encode_store_pairs(
                     ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT, LANES,
+                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
                 )  # fmt: skip
         if PREFETCH:
             if it + 1 < K_ITERS:
@@ -392,10 +299,9 @@ def program_pairs(
     PERSISTENT: tl.constexpr = 0,
     STREAM: tl.constexpr = False,
     LUT: tl.constexpr = False,
-    LANES: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
-    (PERSISTENT) the tile range of `persistent_range`. LANES (layout "lanes"): plain grids only."""
+    (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
@@ -409,7 +315,7 @@ def program_pairs(
     else:
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, LANES,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT,
         )  # fmt: skip
 
 
@@ -433,7 +339,6 @@ def _program_pairs_tiles(
     UNROLL: tl.constexpr,
     STREAM: tl.constexpr,
     LUT: tl.constexpr,
-    LANES: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
     pid_m = tl.program_id(0)
@@ -449,28 +354,26 @@ def _program_pairs_tiles(
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, LANES,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT,
         )  # fmt: skip
     else:
         if PREFETCH:
-            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K, False, LANES, ASM)
+            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K)
         for it in range(K_ITERS):
             pid_k = k0 + it
             if PREFETCH:  # the next tile's loads go out before this tile's math (masked past the last)
                 more = row_ok & ((it + 1 < K_ITERS) & (pid_k + 1 < NK))
-                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, False, LANES, ASM)
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K)
             if (NK % K_ITERS == 0) or (pid_k < NK):
                 if SKIP_DEAD and dead:
                     zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
                     _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS)
                 else:
                     if not PREFETCH:
-                        ua, ub, bmask, blk = _load_pair_words(
-                            x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, False, LANES, ASM
-                        )
+                        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K)
                     _encode_store_pairs(
                         ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                        K, BLOCK_K, SCALE_WORDS, ASM, False, None, False, LANES,
+                        K, BLOCK_K, SCALE_WORDS, ASM,
                     )  # fmt: skip
             if PREFETCH:
                 ua, ub, bmask, blk = na, nb, nmask, nblk
