@@ -7,7 +7,9 @@ test_gpu_candidates) until S7_PAIRS_GPU_VALIDATED is set after the H200 passes t
 # Session 7 (issue #4, `_kernel_pairs.py` docstring), offered only with B12X_QUANT_UNVALIDATED_CANDIDATES
 # until test_gpu_candidates passes them on the H200. Fields after layout: k_iters, prefetch, unroll,
 # persistent, stream, max_regs, lut. Predictions: docs/predictions/quantization.md (session 7).
-S7_PAIRS_GPU_VALIDATED = True  # H200 2026-11-30 19:15: test_gpu_candidates -k "nvfp4 and pairs" 112 passed, test_gpu_nvfp4_s7 18 passed
+S7_PAIRS_GPU_VALIDATED = (
+    True  # H200 2026-11-30 19:15: test_gpu_candidates -k "nvfp4 and pairs" 112 passed, test_gpu_nvfp4_s7 18 passed
+)
 _UNVALIDATED_PAIRS_S7 = (
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True),  # LARGE_M_PAIRS unrolled (56 regs)
     (8, 256, 4, "pairs", False, False, "halves", 8, True, True),

@@ -64,16 +64,27 @@ def _load_pair_words(
     """(half a, half b [rows, blocks, 4] int32 words of two bf16 each, block mask [rows, blocks], block
     indices [blocks]) of column tile pid_k; rows and blocks outside read as 0 (code 0, scale 0)."""
     bmask, blk = _tile_blocks(row_ok, pid_k, K, BLOCK_K)
-    j = tl.arange(0, 4)
-    wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None, None] * (K // 2) + (blk * 8)[None, :, None]
-    wptrs += j[None, None, :]
-    if STREAM:
-        ua = tl.load(wptrs, mask=bmask[:, :, None], other=0, eviction_policy="evict_first")
-        ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0, eviction_policy="evict_first")
+    # Flat [rows, 4 words a block] pointers, reshaped after the load: the coalescing pass then lays the
+    # lanes along the blocks on Triton 3.6 too (for a [rows, blocks, 4] pointer it put them down the
+    # rows, and the packed words went through shared memory, 2 barriers a tile, to the store's layout).
+    NB: tl.constexpr = K // 16
+    TILE_NB: tl.constexpr = BLOCK_K // 16
+    EVEN_K: tl.constexpr = (K % BLOCK_K == 0) and (K % 64 == 0)
+    w = tl.arange(0, TILE_NB * 4)
+    wblk = pid_k * TILE_NB + w // 4  # the block of word w (its half-a word w % 4)
+    if EVEN_K:
+        wmask = row_ok[:, None] & (w >= 0)[None, :]
     else:
-        ua = tl.load(wptrs, mask=bmask[:, :, None], other=0)
-        ub = tl.load(wptrs + 4, mask=bmask[:, :, None], other=0)
-    return ua, ub, bmask, blk
+        wmask = row_ok[:, None] & (wblk < NB)[None, :]
+    wptrs = x_ptr.to(tl.pointer_type(tl.int32)) + rows64[:, None] * (K // 2) + (wblk * 8 + w % 4)[None, :]
+    if STREAM:
+        ua = tl.load(wptrs, mask=wmask, other=0, eviction_policy="evict_first")
+        ub = tl.load(wptrs + 4, mask=wmask, other=0, eviction_policy="evict_first")
+    else:
+        ua = tl.load(wptrs, mask=wmask, other=0)
+        ub = tl.load(wptrs + 4, mask=wmask, other=0)
+    BM: tl.constexpr = ua.shape[0]
+    return tl.reshape(ua, (BM, TILE_NB, 4)), tl.reshape(ub, (BM, TILE_NB, 4)), bmask, blk
 
 
 @triton.jit
