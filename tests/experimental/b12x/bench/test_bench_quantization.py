@@ -134,6 +134,7 @@ def _args(*argv):
 
 
 def test_nvfp4_bench_configs_selects_rows():
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch as nvfp4_dispatch
     from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nv
 
     assert BQ.nvfp4_bench_configs(7168, _args()) == [None]
@@ -150,7 +151,7 @@ def test_nvfp4_bench_configs_selects_rows():
     both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
     assert both == [None]
     tiles = BQ.nvfp4_bench_configs(7168, _args(("dispatch_tiles", True)))
-    assert tiles == [None, nv.default_config(7168), nv.NvFp4Config(*nv.LARGE_M_PAIRS)]
+    assert tiles == [None, nv.default_config(7168), nvfp4_dispatch.large_config(7168)]
 
 
 def test_match_option_parses():

@@ -24,7 +24,8 @@ def test_heuristic_dispatches_only_from_the_threshold():
     d = nvfp4.plan(_dispatch.LARGE_FROM_M, 7168).heuristic(ARCH)
     assert isinstance(d, _dispatch.NvFp4Dispatch)
     assert d.small == _kernel.default_config(7168) and d.small.encode == "search" and d.small.skip_dead
-    assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) and d.large_from == _dispatch.LARGE_FROM_M
+    assert d.large == _dispatch.large_config(7168) == _kernel.NvFp4Config(*_dispatch.LARGE_M_S7)
+    assert d.large_from == _dispatch.LARGE_FROM_M
     assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == d  # quantize()'s one-shot capacity
     assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
 
@@ -32,7 +33,8 @@ def test_heuristic_dispatches_only_from_the_threshold():
 def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
     # The switch the H200 run of 14:02 turned on: the dispatch's large tile is LARGE_M_PAIRS (a config
     # test_gpu_candidates checks, being one of the pairs candidates) and pairs are offered; off, the
-    # validated "steps" tile is the large one again.
+    # validated "steps" tile is the large one again. (Session 15's LARGE_M_S7 switch set aside.)
+    monkeypatch.setattr(_dispatch, "LARGE_M_S7", None)
     assert _kernel.LARGE_M_PAIRS in _kernel._UNVALIDATED_PAIRS and _kernel.PAIRS_GPU_VALIDATED
     d = nvfp4.plan(4096, 7168).heuristic(ARCH)
     assert d.large == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) and d.large in _kernel.candidate_configs(7168)
@@ -42,10 +44,13 @@ def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
     assert _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) not in _kernel.candidate_configs(7168)
 
 
-def test_s7_switch_is_off_and_replaces_the_large_tile(monkeypatch):
-    # Off by default: the large tile stays LARGE_M_PAIRS. Set to a session-7 tuple, the dispatch's
-    # large tile is that config (capped to the row), the small one unchanged.
-    assert _dispatch.LARGE_M_S7 is None
+def test_s7_switch_is_on_and_replaces_the_large_tile(monkeypatch):
+    # On since session 15 (the unrolled lane-table tile); None gives LARGE_M_PAIRS back. Set to a
+    # session-7 tuple, the dispatch's large tile is that config (capped to the row), the small one unchanged.
+    assert _dispatch.LARGE_M_S7 in _kernel._UNVALIDATED_PAIRS_S7 and _kernel.S7_PAIRS_GPU_VALIDATED
+    assert _dispatch.large_config(7168) == _kernel.NvFp4Config(*_dispatch.LARGE_M_S7)
+    assert _dispatch.large_config(7168).lut and _dispatch.large_config(7168).unroll
+    monkeypatch.setattr(_dispatch, "LARGE_M_S7", None)
     assert _dispatch.large_config(7168) == _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS)
     for tup in _kernel._UNVALIDATED_PAIRS_S7:
         monkeypatch.setattr(_dispatch, "LARGE_M_S7", tup)

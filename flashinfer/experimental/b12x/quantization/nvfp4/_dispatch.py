@@ -30,10 +30,16 @@ from ._kernel import _block_k_cap as block_k_cap
 LARGE_FROM_M = 1024
 
 # Session 7 (issue #4): the large tile's switch to one of `_kernel._UNVALIDATED_PAIRS_S7` (unrolled /
-# persistent "pairs" tiles), off by default. Set it to that tuple only after the H200 passes it bit for
-# bit (test_gpu_candidates) and times it faster than LARGE_M_PAIRS at M >= 4096 (bench --encode pairs);
+# persistent "pairs" tiles). Set it to that tuple only after the H200 passes it bit for bit
+# (test_gpu_candidates) and times it faster than LARGE_M_PAIRS at M >= 4096 (bench --encode pairs);
 # with S7_PAIRS_GPU_VALIDATED, so autotune offers the same config.
-LARGE_M_S7: tuple | None = None
+# Session 15: on by default. With the flat load pointers (no barriers on the H200's Triton 3.6) the
+# unrolled lane-table tile (k_iters 4, prefetch) is the fastest "pairs" tile at 3 of the 4 shapes
+# (H200 2026-12-01 21:38-21:41, graph timer, three runs: 16384x7168 84.7-85.0 µs vs 88.6-88.8 for
+# LARGE_M_PAIRS, 16384x4096 51.2-51.4 vs 52.7, 4096x7168 23.9-24.0 vs 25.0-25.1; 4096x4096 15.87 vs
+# 15.39, 3% slower) and passed test_gpu_candidates and test_gpu_nvfp4_s7 on that tree (the
+# quantization tier, 783 passed).
+LARGE_M_S7: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True)
 
 
 @dataclass(frozen=True)
