@@ -59,8 +59,8 @@ def pytest_configure(config):  # noqa: ARG001 - the pytest hook's signature
 
     original = triton.compile
 
-    def compile_and_record(src, target=None, options=None, *args, **kwargs):
-        compiled = original(src, target=target, options=options, *args, **kwargs)
+    def compile_and_record(src, target=None, options=None, **kwargs):
+        compiled = original(src, target=target, options=options, **kwargs)
         try:
             row = _record(src, target, {"options": options}, compiled)
             row["triton"] = triton.__version__
