@@ -12,7 +12,7 @@ register and SASS figures read here can be wrong for the device. Compile the sam
     PYTHONPATH=/tmp/t36 B12X_TRITON_AUDIT=/tmp/a36.jsonl python3 -m pytest -p scripts.triton_audit -m compile tests/...
     python3 scripts/triton_audit.py /tmp/a36.jsonl /tmp/a39.jsonl
 
-Each record: kernel name, target, num_warps, a key of its constexprs, registers, SASS instructions,
+Each record: kernel name, target, num_warps, its constexprs and a key of them, registers, SASS instructions,
 BAR / STS / LDS / SHFL counts and ttgir `convert_layout` ops. The comparison lists the kernels whose
 barriers, shared-memory traffic or registers differ, worst first.
 """
@@ -43,6 +43,7 @@ def _record(src, target, kwargs, compiled) -> dict:
         "arch": getattr(target, "arch", None),
         "num_warps": options.get("num_warps"),
         "key": key,
+        "constexprs": {str(k): repr(v) for k, v in dict(constexprs).items()},  # which variant the key is
         "regs": cuda_binary.resources(cubin).get("REG") if cubin else None,
         "sass": len(ops),
         **{op: sum(1 for o in ops if o == op) for op in _OPS},
