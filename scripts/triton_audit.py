@@ -28,6 +28,14 @@ import sys
 _OPS = ("BAR", "STS", "LDS", "SHFL")
 
 
+def _arg_name(src, k) -> str:
+    """A constexpr's argument name (Triton keys them by `(index,)` tuples)."""
+    names = getattr(getattr(src, "fn", None), "arg_names", None) or []
+    if isinstance(k, tuple) and len(k) == 1 and isinstance(k[0], int) and k[0] < len(names):
+        return names[k[0]]
+    return str(k)
+
+
 def _record(src, target, kwargs, compiled) -> dict:
     from flashinfer.experimental.b12x._lib import cuda_binary
 
@@ -43,7 +51,7 @@ def _record(src, target, kwargs, compiled) -> dict:
         "arch": getattr(target, "arch", None),
         "num_warps": options.get("num_warps"),
         "key": key,
-        "constexprs": {str(k): repr(v) for k, v in dict(constexprs).items()},  # which variant the key is
+        "constexprs": {_arg_name(src, k): repr(v) for k, v in dict(constexprs).items()},  # the key's variant
         "regs": cuda_binary.resources(cubin).get("REG") if cubin else None,
         "sass": len(ops),
         **{op: sum(1 for o in ops if o == op) for op in _OPS},
