@@ -13,7 +13,8 @@ register and SASS figures read here can be wrong for the device. Compile the sam
     python3 scripts/triton_audit.py /tmp/a36.jsonl /tmp/a39.jsonl
 
 Each record: kernel name, target, num_warps, its constexprs and a key of them, registers, SASS instructions,
-BAR / STS / LDS / SHFL counts and ttgir `convert_layout` ops. The comparison lists the kernels whose
+BAR / STS / LDS / SHFL counts and ttgir `convert_layout` ops (B12X_TRITON_AUDIT_IR=DIR also writes each
+kernel's ttgir there, named by kernel, arch, warps and key). The comparison lists the kernels whose
 barriers, shared-memory traffic or registers differ, worst first.
 """
 
@@ -75,6 +76,12 @@ def pytest_configure(config):  # noqa: ARG001 - the pytest hook's signature
             row["triton"] = triton.__version__
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+            ir_dir = os.environ.get("B12X_TRITON_AUDIT_IR")  # also keep each kernel's ttgir there
+            if ir_dir:
+                os.makedirs(ir_dir, exist_ok=True)
+                name = f"{row['kernel']}-sm{row['arch']}-w{row['num_warps']}-{row['key']}.ttgir"
+                with open(os.path.join(ir_dir, name), "w") as f:
+                    f.write(compiled.asm.get("ttgir", ""))
         except Exception as e:  # the audit never fails a test
             print(f"triton_audit: could not record {src}: {e}", file=sys.stderr)
         return compiled
