@@ -105,6 +105,9 @@ MXFP8_VARIANTS = [
     ((16, 32, 4, True, "quarters"), 130, 160),
     ((1, 64, 1, True, "quarters"), 5, 96),
     ((32, 128, 4, True, "quarters"), 130, 160),
+    # session 15: the quarters through flat pointers (K 160: a 64-column tile's second block masked)
+    ((16, 64, 4, True, "flat"), 130, 160),
+    ((1, 64, 1, True, "flat"), 5, 96),
 ]
 DATA = ["wide", "specials", "ties"]
 # "near": x * gs within an fp32 ulp or two of midpoint * scale; "scale_ties": block scales on and

@@ -186,7 +186,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False), 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False), 1234)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):
@@ -279,6 +279,7 @@ def test_candidates_cover_every_variant():
         (False, "rows"),
         (True, "rows"),
         (True, "quarters"),
+        (True, "flat"),
     }
     # Narrow rows cap the tile width instead of dropping candidates.
     narrow = nv.candidate_configs(48, unvalidated=True)

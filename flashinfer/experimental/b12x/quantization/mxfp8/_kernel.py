@@ -61,7 +61,11 @@ class MxFp8Config:
     NaN and take the same 0x7F) instead of two. Same bits.
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton spreads a 32-element block over
     four threads); "quarters" = loaded as the four 8-element quarters of every block, so a thread
-    owns whole blocks (amax and scale without shuffles; `_quantize_quarters`); needs lean.
+    owns whole blocks (amax and scale without shuffles; `_quantize_quarters`); needs lean. "flat" =
+    "quarters" through flat [rows, 8 values a block] pointers, reshaped after the load and before the
+    store: same values, same bits. Why: the H200 runs Triton 3.6, which lays the quarters' 3-D
+    pointers' lanes down the rows and converts through shared memory (1 barrier, STS + LDS a tile,
+    528 SASS for 4x512x2); flat pointers build what Triton 3.9 builds from either (496, none).
     """
 
     block_m: int = 16
@@ -81,7 +85,7 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and config.block_k >= BLOCK
         and config.num_warps in (1, 2, 4, 8, 16)
         and isinstance(config.lean, bool)
-        and config.layout in ("rows", "quarters")
+        and config.layout in ("rows", "quarters", "flat")
         and (config.layout == "rows" or config.lean)
     )
 
@@ -129,8 +133,13 @@ _VALIDATED = (
 )
 # Not GPU-validated: offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs,
 # test_gpu_candidates.py). Move a config to _VALIDATED after test_gpu_candidates passes for it on
-# the GPU. (Empty: every current config has passed.)
-_UNVALIDATED: tuple = ()
+# the GPU. Session 15: the "flat" layout (the quarters through flat pointers: no shared-memory
+# conversion on the H200's Triton 3.6), the default tile first; predictions in
+# docs/predictions/quantization.md (session 15).
+_UNVALIDATED: tuple = (
+    (4, 512, 2, True, "flat"),  # the default tile (one row a program needs no fix: 1 x 1024 builds the same)
+    (16, 256, 4, True, "flat"),
+)
 
 
 def unvalidated_enabled() -> bool:
@@ -154,7 +163,7 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[MxFp8
 
 def constexprs(k: int, config: MxFp8Config) -> tuple:
     """The kernel's constexpr arguments, in signature order (K first)."""
-    return (k, config.block_m, config.block_k, config.lean, config.layout == "quarters")
+    return (k, config.block_m, config.block_k, config.lean, config.layout != "rows", config.layout == "flat")
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -175,10 +184,11 @@ def _mxfp8_quantize_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     LEAN: tl.constexpr,  # MxFp8Config.lean
-    QUARTERS: tl.constexpr,  # MxFp8Config.layout == "quarters"
+    QUARTERS: tl.constexpr,  # MxFp8Config.layout "quarters" or "flat"
+    FLAT: tl.constexpr,  # MxFp8Config.layout == "flat"
 ):
     if QUARTERS:
-        _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K)
+        _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT)
     else:
         _quantize_rows(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, LEAN)
 
@@ -208,8 +218,22 @@ def _e4m3_lean(x, mult):
 
 
 @triton.jit
+def _quarter(x_ptr, offs, mask, BLOCK_M: tl.constexpr, TILE_NB: tl.constexpr):
+    """One 8-value quarter of every block of the tile through flat pointers, as fp32 [rows, blocks, 8]."""
+    return tl.reshape(tl.load(x_ptr + offs, mask=mask, other=0.0), (BLOCK_M, TILE_NB, 8)).to(tl.float32)
+
+
+@triton.jit
 def _quantize_quarters(
-    x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr
+    x_ptr,
+    values_ptr,
+    scale_rows_ptr,
+    scale_mma_ptr,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FLAT: tl.constexpr = False,
 ):
     """The lean kernel with each thread owning whole 32-element blocks: the tile is loaded as the
     four 8-element quarters of every block (16-byte loads; Triton gives the four the same layout,
@@ -223,13 +247,23 @@ def _quantize_quarters(
     rows64 = rows.to(tl.int64)
     blk = pid_k * TILE_NB + tl.arange(0, TILE_NB)
     bmask = (rows < m)[:, None] & (blk < NB)[None, :]
-    m3 = bmask[:, :, None]
-    e = tl.arange(0, 8)
-    offs = rows64[:, None, None] * K + (blk * 32)[None, :, None] + e[None, None, :]
-    x0 = tl.load(x_ptr + offs, mask=m3, other=0.0).to(tl.float32)
-    x1 = tl.load(x_ptr + offs + 8, mask=m3, other=0.0).to(tl.float32)
-    x2 = tl.load(x_ptr + offs + 16, mask=m3, other=0.0).to(tl.float32)
-    x3 = tl.load(x_ptr + offs + 24, mask=m3, other=0.0).to(tl.float32)
+    if FLAT:  # [rows, 8 values a block] pointers (MxFp8Config "flat"), reshaped to [rows, blocks, 8]
+        w = tl.arange(0, TILE_NB * 8)
+        wblk = pid_k * TILE_NB + w // 8
+        m3 = (rows < m)[:, None] & (wblk < NB)[None, :]
+        offs = rows64[:, None] * K + (wblk * 32 + w % 8)[None, :]
+        x0 = _quarter(x_ptr, offs, m3, BLOCK_M, TILE_NB)
+        x1 = _quarter(x_ptr, offs + 8, m3, BLOCK_M, TILE_NB)
+        x2 = _quarter(x_ptr, offs + 16, m3, BLOCK_M, TILE_NB)
+        x3 = _quarter(x_ptr, offs + 24, m3, BLOCK_M, TILE_NB)
+    else:
+        m3 = bmask[:, :, None]
+        e = tl.arange(0, 8)
+        offs = rows64[:, None, None] * K + (blk * 32)[None, :, None] + e[None, None, :]
+        x0 = tl.load(x_ptr + offs, mask=m3, other=0.0).to(tl.float32)
+        x1 = tl.load(x_ptr + offs + 8, mask=m3, other=0.0).to(tl.float32)
+        x2 = tl.load(x_ptr + offs + 16, mask=m3, other=0.0).to(tl.float32)
+        x3 = tl.load(x_ptr + offs + 24, mask=m3, other=0.0).to(tl.float32)
     amax = tl.maximum(
         tl.maximum(tl.max(tl.abs(x0), axis=2), tl.max(tl.abs(x1), axis=2)),
         tl.maximum(tl.max(tl.abs(x2), axis=2), tl.max(tl.abs(x3), axis=2)),
@@ -237,10 +271,17 @@ def _quantize_quarters(
     amax = tl.where(amax == amax, amax, 0.0)
     byte = _ue8m0(amax)
     mult = _lean_multiplier(byte)[:, :, None]
-    tl.store(values_ptr + offs, _e4m3_lean(x0, mult), mask=m3)
-    tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult), mask=m3)
-    tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult), mask=m3)
-    tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult), mask=m3)
+    if FLAT:
+        F: tl.constexpr = TILE_NB * 8
+        tl.store(values_ptr + offs, tl.reshape(_e4m3_lean(x0, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 8, tl.reshape(_e4m3_lean(x1, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 16, tl.reshape(_e4m3_lean(x2, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 24, tl.reshape(_e4m3_lean(x3, mult), (BLOCK_M, F)), mask=m3)
+    else:
+        tl.store(values_ptr + offs, _e4m3_lean(x0, mult), mask=m3)
+        tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult), mask=m3)
+        tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult), mask=m3)
+        tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult), mask=m3)
     sbyte = byte.to(tl.uint8)
     tl.store(scale_rows_ptr + rows64[:, None] * NB + blk[None, :], sbyte, mask=bmask)
     tl.store(scale_mma_ptr + swizzled_scale_offsets(rows64, blk, NB), sbyte, mask=bmask)
@@ -362,6 +403,7 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "BLOCK_K": "constexpr",
         "LEAN": "constexpr",
         "QUARTERS": "constexpr",
+        "FLAT": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}
