@@ -167,3 +167,14 @@ def test_match_option_parses():
     with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
         BQ.main(["--encode", "bisect"])
     assert exit_.value.code == 2 and "invalid choice: 'bisect'" in err.getvalue()
+
+
+def test_mxfp8_bench_configs_selects_rows():
+    from flashinfer.experimental.b12x.quantization.mxfp8 import _kernel as mx
+
+    assert BQ.mxfp8_bench_configs(7168, _args()) == [None]
+    everything = BQ.mxfp8_bench_configs(7168, _args(("all_configs", True)))
+    assert everything[0] is None and set(everything[1:]) == set(mx.candidate_configs(7168, unvalidated=True)[1:])
+    flat = BQ.mxfp8_bench_configs(7168, _args(("match", ["layout='flat'"])))
+    assert flat[0] is None and flat[1:] and all(c.layout == "flat" for c in flat[1:])
+    assert set(flat[1:]) == {c for c in everything[1:] if c.layout == "flat"}
