@@ -195,6 +195,18 @@ def mxfp8_case(m: int, k: int, dtype) -> Case:
     return Case("mxfp8", {"M": m, "K": k, "dtype": dtype_str(dtype)}, bytes=mxfp8_bytes(m, k), ceiling="copy")
 
 
+def _bits_ok(ok: bool, op: str, m: int, k: int, config, plan) -> bool:
+    """A row's bit check against the oracle: the plan's own selection (config None) stops the run on a
+    mismatch; a candidate of a sweep is reported (MISMATCH, and in the report's mismatches) and skipped."""
+    if ok:
+        return True
+    if config is None:
+        raise SystemExit(f"{op} M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
+    print(f"MISMATCH {op} M={m} K={k} {config}: ours and the oracle disagree; not timed", flush=True)
+    MISMATCHES.append(f"{op} M={m} K={k} {config}")
+    return False
+
+
 def nvfp4_bench_configs(k: int, args) -> list:
     """The NVFP4 rows of a case: None (the plan's own selection: from LARGE_FROM_M rows of capacity the
     live-M dispatch of two tiles), then candidate configs alone: all (--all-configs), those of some
@@ -231,11 +243,7 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         out.scales.view(torch.uint8).fill_(0xFF)
         nvfp4.run(plan=plan, x=xs[0], global_scale=gs, outputs=out)
         ok = torch.equal(out.packed, ref_packed) and torch.equal(out.scales.view(torch.uint8), ref_scales)
-        if not ok and config is None:
-            raise SystemExit(f"nvfp4 M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
-        if not ok:  # a candidate of a sweep: say so, time the others
-            print(f"MISMATCH nvfp4 M={m} K={k} {config}: ours and the oracle disagree; not timed", flush=True)
-            MISMATCHES.append(f"nvfp4 M={m} K={k} {config}")
+        if not _bits_ok(ok, "nvfp4", m, k, config, plan):
             session.release(plan)
             continue
         if config is None:
@@ -281,11 +289,7 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         mxfp8.quantize_rows(xs[0], values, rows, mma, plan=plan)
         ok = torch.equal(values.view(torch.uint8), ref_values.view(torch.uint8)) and torch.equal(rows, ref_rows)
         ok &= torch.equal(mma[: ref_mma.numel()], ref_mma.view(torch.uint8).reshape(-1))
-        if not ok and config is None:
-            raise SystemExit(f"mxfp8 M={m} K={k} {plan.selection}: ours and the oracle disagree; not timing")
-        if not ok:  # a candidate of a sweep: say so, time the others
-            print(f"MISMATCH mxfp8 M={m} K={k} {config}: ours and the oracle disagree; not timed", flush=True)
-            MISMATCHES.append(f"mxfp8 M={m} K={k} {config}")
+        if not _bits_ok(ok, "mxfp8", m, k, config, plan):
             session.release(plan)
             continue
         if config is None:

@@ -178,3 +178,15 @@ def test_mxfp8_bench_configs_selects_rows():
     flat = BQ.mxfp8_bench_configs(7168, _args(("match", ["layout='flat'"])))
     assert flat[0] is None and flat[1:] and all(c.layout == "flat" for c in flat[1:])
     assert set(flat[1:]) == {c for c in everything[1:] if c.layout == "flat"}
+
+
+def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypatch):
+    import types
+
+    monkeypatch.setattr(BQ, "MISMATCHES", [])
+    plan = types.SimpleNamespace(selection="SEL")
+    assert BQ._bits_ok(True, "nvfp4", 1, 16, None, plan) and BQ.MISMATCHES == []
+    assert BQ._bits_ok(False, "mxfp8", 5, 32, "CFG", plan) is False
+    assert BQ.MISMATCHES == ["mxfp8 M=5 K=32 CFG"]
+    with pytest.raises(SystemExit, match="nvfp4 M=1 K=16 SEL: ours and the oracle disagree; not timing"):
+        BQ._bits_ok(False, "nvfp4", 1, 16, None, plan)
