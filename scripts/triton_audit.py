@@ -42,7 +42,7 @@ def _record(src, target, kwargs, compiled) -> dict:
 
     cubin = compiled.asm.get("cubin")
     sass = cuda_binary.run("cuobjdump", cubin, "-sass") if cubin else ""
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
+    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", sass)
     name = getattr(getattr(src, "fn", None), "__name__", "?")
     constexprs = getattr(src, "constexprs", None) or getattr(src, "constants", None) or {}
     key = hashlib.sha1(repr(sorted((str(k), repr(v)) for k, v in dict(constexprs).items())).encode()).hexdigest()[:10]
