@@ -24,6 +24,8 @@ before, launch gaps in a graph included (the decode breakdown: docs/moe.md). Our
 plan (`RoutingConfig.compact_grid` on: expert GEMM grids of the T * k listed experts while T * k < E,
 else every expert); --full-grid prepares it with compact_grid off (every T launches E rows of CTAs),
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
+--gather-encode pairs|search prepares ours with that NVFP4 gather encode (`RoutingConfig.nvfp4_encode`;
+the same bits, "pairs" the heuristic's), for an A/B of the route + gather step.
 --tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
 of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
@@ -194,8 +196,11 @@ class Ours:
     wplan: object
 
 
-def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact_grid=None, buckets=None) -> Ours:
+def setup_ours(
+    recipe, activation, shape, max_tokens, device, generator, compact_grid=None, buckets=None, gather_encode=None
+) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
+    gather_encode: None (the heuristic's routing.nvfp4_encode) or "pairs" / "search";
     buckets: None (the heuristic's expert buckets), a tuple of `api.ExpertBucket` or a callable of the
     heuristic's tuple (`with_override`; CUDA only)."""
     import b12x
@@ -216,23 +221,25 @@ def setup_ours(recipe, activation, shape, max_tokens, device, generator, compact
     if torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
-        p = with_override(p, target_arch(device), compact_grid, buckets)
+        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode)
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
 
 
-def with_override(p, arch: str, compact_grid=None, buckets=None):
+def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
     compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a callable
     (the heuristic's tuple, caps) -> the override's)."""
     from b12x.moe import fused_moe as fm
 
-    if compact_grid is None and buckets is None:
+    if compact_grid is None and buckets is None and gather_encode is None:
         return p
     cfg = p.heuristic(arch)
     if compact_grid is not None:
         cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
+    if gather_encode is not None:
+        cfg = replace(cfg, routing=replace(cfg.routing, nvfp4_encode=gather_encode))
     if callable(buckets):
         buckets = buckets(cfg.experts, p.caps)
     return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
@@ -357,7 +364,17 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         for recipe in recipes:
             for label, buckets in expert_variants(args, t, max_t, recipe):
                 compact = grid_choice(args)
-                ours = setup_ours(recipe, args.activation, shape, max_t, device, generator, compact, buckets)
+                ours = setup_ours(
+                    recipe,
+                    args.activation,
+                    shape,
+                    max_t,
+                    device,
+                    generator,
+                    compact,
+                    buckets,
+                    getattr(args, "gather_encode", None),
+                )
                 fmt = ours.wplan.weight_format
                 case = Case(
                     f"moe {args.activation}",
@@ -516,6 +533,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipes", nargs="+", choices=RECIPES, default=None, help="our recipes to time")
     parser.add_argument("--activation", choices=ACTIVATIONS, default="silu", help="the experts' activation")
     parser.add_argument("--steps", action="store_true", help="also time each prefix of the pipeline's launches")
+    parser.add_argument(
+        "--gather-encode",
+        choices=("pairs", "search"),
+        default=None,
+        help="prepare ours with this NVFP4 gather encode (RoutingConfig.nvfp4_encode; default: the heuristic's)",
+    )
     grids = parser.add_mutually_exclusive_group()
     grids.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid on")
     grids.add_argument(

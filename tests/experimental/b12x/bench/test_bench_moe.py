@@ -176,3 +176,5 @@ def test_sweep_rows_plan_their_buckets(recipe):
         planned = B.with_override(p, "sm_90a", None, buckets)
         assert planned.override.experts == buckets
     assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
+    searched = B.with_override(p, "sm_90a", gather_encode="search").override.routing
+    assert searched.nvfp4_encode == "search" and p.heuristic("sm_90a").routing.nvfp4_encode == "pairs"

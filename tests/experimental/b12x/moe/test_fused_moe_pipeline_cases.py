@@ -217,6 +217,12 @@ def _check_operand(fmt, values, scales, rows_x, n_rows, gs_of_row, cols):
 
 
 MODES = {"bfloat16": "w4a16", "nvfp4": "nvfp4", "mxfp8": "w4a8_nvfp4"}
+# Per-expert a1 global scales: ties; and extremes for the "pairs" encode's branches (below 2^-64 its
+# prologue scales by 2^64, above 2^100 its thresholds are all computed, not doubled), one per expert.
+GSCALES = {
+    "ties": torch.tensor([1.0, 0.5, 2.0, 3.0, 1.0, 0.75]),
+    "gscales": torch.tensor([1e-30, 3e-20, 0.37, 2e30, 1e37, 5e4]),
+}
 
 
 @pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
@@ -228,6 +234,7 @@ MODES = {"bfloat16": "w4a16", "nvfp4": "nvfp4", "mxfp8": "w4a8_nvfp4"}
         ("nvfp4", "wide"),
         ("nvfp4", "specials"),
         ("nvfp4", "ties"),
+        ("nvfp4", "gscales"),
         ("mxfp8", "wide"),
         ("mxfp8", "specials"),
         ("mxfp8", "ties"),
@@ -238,10 +245,11 @@ def test_gather_matches_oracles(cfg, on_input, fmt, data):
         weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER), MODES[fmt], on_input=on_input, routing_cfg=cfg
     )
     t = 7
-    a = make_input(data, t, H, torch.bfloat16, 16 if fmt == "nvfp4" else 32, seed=len(data) + on_input)
+    kind = "wide" if data == "gscales" else data
+    a = make_input(kind, t, H, torch.bfloat16, 16 if fmt == "nvfp4" else 32, seed=len(data) + on_input)
     ids = ids_with_ignored(t, K, E, seed=5)
     w = weights(t, K, 6) if data != "ties" else torch.ones(t, K)
-    g1 = torch.tensor([1.0, 0.5, 2.0, 3.0, 1.0, 0.75]) if data == "ties" else torch.rand(E) * 100 + 1
+    g1 = GSCALES.get(data, torch.rand(E) * 100 + 1)
     g2 = torch.rand(E) * 10 + 1
     L.routing["int32"](t, ids, w, a, s, g1, g2)
     check_routing(s, ids, E, K)
@@ -258,6 +266,22 @@ def test_gather_matches_oracles(cfg, on_input, fmt, data):
         assert torch.equal(s["alpha1"], 1.0 / g1) and torch.equal(s["alpha2"], 1.0 / g2)
     else:
         assert (s["alpha1"] == 1).all() and (s["alpha2"] == 1).all()
+
+
+@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
+def test_gather_nvfp4_encodes_agree(cfg):
+    """RoutingConfig.nvfp4_encode: "pairs" (the default) and "search" write the same bytes, ignored
+    routes' scale bytes included (untouched by both)."""
+    wplan = weight_plan("modelopt_nvfp4", "silu", e=E, h=H, i=INTER)
+    t, out = 7, []
+    a = make_input("specials", t, H, torch.bfloat16, 16, seed=3)
+    ids, w = ids_with_ignored(t, K, E, seed=8), weights(t, K, 9)
+    for enc in ("pairs", "search"):
+        p, s, L = layer(wplan, "nvfp4", routing_cfg=dataclasses.replace(cfg, nvfp4_encode=enc))
+        assert _routing.uses_pairs("nvfp4", False, L.routing["int32"].config) == (enc == "pairs")
+        L.routing["int32"](t, ids, w, a, s, GSCALES["gscales"], GSCALES["ties"])
+        out.append((s["a1"].clone(), s["a1_scales"].clone()))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,8 @@ Quantization reproduces the `_lib.quant` oracles bit for bit (quantize_nvfp4 wit
 expert's gs, quantize_mxfp8), on x = fp32(a[t]) (* w[t, j] in fp32 when applied on the input): every
 division is `div_rn` (Triton's `/` is approximate), fp fusion is off (no multiply folded into an
 FMA); NVFP4 divides only for the block scale and encodes the codes without a division (the
-standalone quantizer's `_e4m3_rn` + `_e2m1_codes_search`, the same bits). Each program gathers its
+standalone quantizer's `_e4m3_rn` + its "pairs" rule on the bf16 words when x = a[tok], else
+`_e2m1_codes_search`: the same bits). Each program gathers its
 block_h columns in steps of `gather_step_h` (about 32 values a thread). Scale padding columns are
 never written (PAD fills them once at prepare time).
 
@@ -56,7 +57,11 @@ from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
+from ...quantization.nvfp4 import _kernel_pairs as _nvfp4_kernel_pairs
+from ...quantization.nvfp4 import _pairs as _nvfp4_pairs
 from ...quantization.nvfp4._encodes import _e2m1_codes_search, _e4m3_rn
+from ...quantization.nvfp4._kernel_pairs import _encode_store_pairs, _load_pair_words
+from ...quantization.nvfp4._pairs import pairs_prologue
 
 OP = "moe.fused_moe"
 FMT_BF16, FMT_NVFP4, FMT_MXFP8, FMT_NVFP4_DEQ = 0, 1, 2, 3
@@ -67,6 +72,7 @@ BUFFERS = {
     1: {"nvfp4_deq": ("a1_deq", "dummy")},
     2: {"nvfp4_deq": ("a2_deq", "dummy")},
 }
+NVFP4_ENCODES = ("pairs", "search")  # RoutingConfig.nvfp4_encode
 SF_BLOCK = {"nvfp4": 16, "mxfp8": 32, "nvfp4_deq": 16}
 SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}  # FORMATS.md: NVFP4 pads with 0, MX with 127 (scale 1.0)
 CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
@@ -97,6 +103,10 @@ class RoutingConfig:
     # T = 4096): with the whole 64 x 512 tile at once the nvfp4 route + gather took 773 / 1186 / 1278
     # µs at E = 128 / 256 / 512, w4a16's bf16 one 72 / 122 / 164.
     gather_tile: int = 4096
+    # The NVFP4 operand's E2M1 encode when the route weight is not applied on the input (x = a[tok],
+    # bf16): "pairs" (the standalone quantizer's, decided on the raw bf16 pairs, two values an
+    # instruction; ~8.5 instructions a value) or "search" (fp32 binary search, ~15). The same bits.
+    nvfp4_encode: str = "pairs"
     # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
     # of E. The heuristic (`default_config`) turns it on: H200 2026-11-30 06:41 (docs/moe.md), E = 128,
     # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
@@ -133,7 +143,13 @@ def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
         and config.num_warps in (1, 2, 4, 8, 16)
         and isinstance(config.compact_grid, bool)
         and _pow2(config.gather_tile)
+        and config.nvfp4_encode in NVFP4_ENCODES
     )
+
+
+def uses_pairs(a_fmt: str, on_input: bool, config: RoutingConfig) -> bool:
+    """Whether the gather encodes NVFP4 with the "pairs" rule (bf16 input: the route weight not on it)."""
+    return a_fmt == "nvfp4" and not on_input and config.nvfp4_encode == "pairs"
 
 
 def gather_step_h(a_fmt: str, block_r: int, config: RoutingConfig) -> int:
@@ -351,6 +367,8 @@ def _route_gather_kernel(
     E_PAD: tl.constexpr,
     COMPACT: tl.constexpr,
     SUB_H: tl.constexpr,
+    PAIRS: tl.constexpr,
+    ASM: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -400,13 +418,27 @@ def _route_gather_kernel(
             gs = tl.load(g1_ptr + e, mask=valid, other=1.0)
         else:
             gs = tl.full([BLOCK_R], 1.0, tl.float32)
-        for step in tl.static_range(BLOCK_H // SUB_H):
-            col0 = pid_h * BLOCK_H + step * SUB_H
-            cols = col0 + tl.arange(0, SUB_H)
-            x = tl.load(a_ptr + tok64[:, None] * H + cols[None, :], mask=valid[:, None], other=0.0).to(tl.float32)
-            if ON_INPUT:
-                x = x * w[:, None]
-            store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, col0, H, FMT, BLOCK_R, SUB_H)
+        if PAIRS:
+            # NVFP4 of a[tok] itself (no route weight): the standalone quantizer's "pairs" encode on the
+            # bf16 words (`RoutingConfig.nvfp4_encode`), with each row's expert's global scale
+            scale, rg, gs_k = pairs_prologue(gs, ASM)
+            dst = tl.where(valid, row, -1).to(tl.int64)  # no scale bytes for ignored routes
+            for step in tl.static_range(BLOCK_H // SUB_H):
+                pid_k = pid_h * (BLOCK_H // SUB_H) + step
+                ua, ub, bmask, blk = _load_pair_words(a_ptr, tok64, valid, pid_k, H, SUB_H)
+                _encode_store_pairs(
+                    ua, ub, bmask, blk, out_ptr, sf_ptr, gs[:, None], scale[:, None], rg[:, None],
+                    gs_k[:, None], dst, pid_k, H, SUB_H, False, ASM, ROWS=True,
+                )  # fmt: skip
+        else:
+            for step in tl.static_range(BLOCK_H // SUB_H):
+                col0 = pid_h * BLOCK_H + step * SUB_H
+                cols = col0 + tl.arange(0, SUB_H)
+                x = tl.load(a_ptr + tok64[:, None] * H + cols[None, :], mask=valid[:, None], other=0.0)
+                x = x.to(tl.float32)
+                if ON_INPUT:
+                    x = x * w[:, None]
+                store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, col0, H, FMT, BLOCK_R, SUB_H)
 
 
 @triton.jit(do_not_specialize=["T", "ids_st", "ids_sj"])
@@ -571,6 +603,7 @@ class RoutingKernels:
         def route_gather(dynamic: bool, block_r: int, name: str) -> TritonKernel:
             sub = gather_step_h(a_fmt, block_r, cfg)
             consts = dict(common, DYNAMIC=dynamic, BLOCK_R=block_r, BLOCK_H=cfg.block_h, SUB_H=sub, **tiles)
+            consts.update(PAIRS=uses_pairs(a_fmt, on_input, cfg), ASM=arch is not None)
             return TritonKernel(
                 _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", aligned=ALIGNED_GATHER
             )
@@ -636,7 +669,11 @@ class RoutingKernels:
         self.gather.launch((blocks, n_h, 1), ids, w, a, *meta, *alphas, *tail)
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _nvfp4_encodes.__name__))
+@kernel(
+    OP,
+    backend="triton",
+    sources=(_triton_helpers.__name__, _nvfp4_encodes.__name__, _nvfp4_pairs.__name__, _nvfp4_kernel_pairs.__name__),
+)
 def compile_routing(
     ids_dtype: str,
     num_topk: int,

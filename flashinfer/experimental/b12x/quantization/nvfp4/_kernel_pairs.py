@@ -108,7 +108,11 @@ def _encode_store_pairs(
     STREAM: tl.constexpr = False,
     lut=None,
     LUT: tl.constexpr = False,
+    ROWS: tl.constexpr = False,
 ):
+    """Encode and store one column tile: gs, scale, rg, gs_k scalars (`pairs_prologue`), or [rows, 1]
+    with ROWS (no LUT then: the lane table holds one global scale); bmask masks the codes, rows64 < 0
+    the scales."""
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
     t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
@@ -121,7 +125,7 @@ def _encode_store_pairs(
             t0, t1, t2, t3, t4, t5, t6, nt0 = pair_thresholds(sf, scale, rg, gs_k, ASM)
         th = (t0, t1, t2, t3, t4, t5, t6, nt0)
     else:
-        th = pair_thresholds(sf, scale, rg, gs_k, ASM)
+        th = pair_thresholds(sf, scale, rg, gs_k, ASM, ROWS)
     wa = pack_pair_codes(pair_codes(ua, th, ASM), ASM)
     wb = pack_pair_codes(pair_codes(ub, th, ASM), ASM)
     if LUT:  # sf == 0: every code 0 (the table's thresholds are not NaN there)

@@ -104,9 +104,10 @@ def _doubled(t, times: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr):
+def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr, ROWS: tl.constexpr = False):
     """The seven T(u_j) of the block scales sf [rows, blocks] (fp32 E4M3 values) as bf16 pairs, and
-    -T(u_0) as a pair (the sign test). NaN pairs where sf == 0.
+    -T(u_0) as a pair (the sign test). NaN pairs where sf == 0. scale, rg, gs_k: `pairs_prologue`'s
+    scalars, or with ROWS one per row ([rows, 1]: moe's gather, whose rows have their experts' scales).
 
     The midpoints 2.5, 3.5, 5 are 2, 2, 4 times 1.25, 1.75, 1.25 (and below(2t) = 2 below(t)), so
     while every T is a normal bf16 (gs <= 2^100: T ~ u / gs >= 2^-111) their T are the doubled
@@ -118,7 +119,11 @@ def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr):
     t1 = _x_threshold(s, 0.75, True, scale, rg, gs_k, ASM)
     t2 = _x_threshold(s, 1.25, False, scale, rg, gs_k, ASM)
     t3 = _x_threshold(s, 1.75, True, scale, rg, gs_k, ASM)
-    if gs_k <= 1.2676506002282294e30:  # 2^100 (gs_k differs from gs only below 2^-64)
+    if ROWS:
+        doubled = tl.max(tl.ravel(gs_k), axis=0) <= 1.2676506002282294e30  # every row's: still uniform
+    else:
+        doubled = gs_k <= 1.2676506002282294e30  # 2^100 (gs_k differs from gs only below 2^-64)
+    if doubled:
         t4 = _doubled(t2, 2.0, ASM)
         t5 = _doubled(t3, 2.0, ASM)
         t6 = _doubled(t2, 4.0, ASM)
