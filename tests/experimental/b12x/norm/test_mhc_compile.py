@@ -129,6 +129,16 @@ def test_row_kernel(tile, hidden, cc):
     _check(compiled, f"row {tile}", mma=False)
     if cfg.stages > 1 and hidden > block_h:  # the chunk loop is software-pipelined
         assert "cp.async" in compiled.asm["ptx"], f"row {tile}: no cp.async in the chunk loop"
+    # The Sinkhorn rounds stay in registers and shuffles: no barrier or shared memory in their loop
+    # (the loop with reciprocals and no global load). Triton 3.6 put the [4, 4] comb tile's rows on
+    # different warps when the partials were a [BLOCK_S, 4, 4] pointer tile: 3 barriers a round.
+    ptx = compiled.asm["ptx"]
+    loops = [m.group(2) for m in re.finditer(r"(\$L__BB0_\d+):(.*?)\sbra(?:\.uni)?\s+\1;", ptx, re.S)]
+    sink = [b for b in loops if re.search(r"\b(?:div|rcp|rsqrt)\.", b) and "ld.global" not in b]
+    assert sink, f"row {tile}: no Sinkhorn loop found in the PTX"
+    assert not any(re.search(r"\bbar\.sync|\bbarrier\.|\b(?:ld|st)\.shared", b) for b in sink), (
+        f"row {tile}: Sinkhorn via smem"
+    )
 
 
 SMALL_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")

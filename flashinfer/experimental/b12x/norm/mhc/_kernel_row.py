@@ -94,7 +94,12 @@ def _mhc_row_kernel(
         ss = tl.arange(0, BLOCK_S)
         a_pre = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
         a_post = tl.zeros([BLOCK_S, 4], dtype=tl.float32)
-        a_comb = tl.zeros([BLOCK_S, 4, 4], dtype=tl.float32)
+        # comb's 16 logits as a flat [BLOCK_S, 16] tile, reshaped to [4, 4] after the split sum: a
+        # [BLOCK_S, 4, 4] pointer tile made Triton 3.6 put the 4 x 4 tile's rows on different warps
+        # (its 3-D order [2, 0, 1]; 3.9: [2, 1, 0]), so every Sinkhorn column sum went through
+        # shared memory (3 barriers a round at 4 warps); 2-D tiles get one layout from both
+        c16 = tl.arange(0, 16)
+        a_comb = tl.zeros([BLOCK_S, 16], dtype=tl.float32)
         a_sq = tl.zeros([BLOCK_S], dtype=tl.float32)
         for s0 in range(0, splits, BLOCK_S):
             s = s0 + ss
@@ -102,8 +107,7 @@ def _mhc_row_kernel(
             prow = part_ptr + (s.to(tl.int64) * T + tok) * 32  # [BS]
             a_pre += tl.load(prow[:, None] + i4[None, :], mask=sm[:, None], other=0.0)
             a_post += tl.load(prow[:, None] + 4 + i4[None, :], mask=sm[:, None], other=0.0)
-            cofs = 8 + i4[None, :, None] * 4 + i4[None, None, :]
-            a_comb += tl.load(prow[:, None, None] + cofs, mask=sm[:, None, None], other=0.0)
+            a_comb += tl.load(prow[:, None] + 8 + c16[None, :], mask=sm[:, None], other=0.0)
             a_sq += tl.load(prow + 24, mask=sm, other=0.0)
         rs = 1.0 / tl.sqrt_rn(tl.sum(a_sq, axis=0) / (4 * H) + rms_eps)
 
@@ -112,7 +116,8 @@ def _mhc_row_kernel(
         post = 2.0 * tl.sigmoid(tl.sum(a_post, axis=0) * rs * tl.load(scale_ptr + 1) + tl.load(base_ptr + 4 + i4))
         tl.store(post_ptr + tok * 4 + i4, post)
         cij = i4[:, None] * 4 + i4[None, :]
-        logits = tl.sum(a_comb, axis=0) * (rs * tl.load(scale_ptr + 2)) + tl.load(base_ptr + 8 + cij)
+        comb_sum = tl.reshape(tl.sum(a_comb, axis=0), [4, 4])
+        logits = comb_sum * (rs * tl.load(scale_ptr + 2)) + tl.load(base_ptr + 8 + cij)
         e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
         comb = e / tl.sum(e, axis=1)[:, None] + hc_eps
         for _ in range(sinkhorn_iters):  # reciprocals, then multiplies
