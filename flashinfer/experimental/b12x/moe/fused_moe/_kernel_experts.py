@@ -58,7 +58,7 @@ tile streams its whole K with the next chunks' loads in flight (gemm's decode st
 (E = 128: FC1 384 warps) too few warps to fill 132 SMs (docs/moe.md, session 8 budget).
 
 Tilings per live T: a plan compiles one (FC1, FC2) pair of configs per `api.ExpertBucket`
-(`default_buckets`: 8-token groups for T <= 8, 16-token groups above) and a binding picks its
+(`default_buckets`: 8-token groups for T <= MID_T = 64, 16-token groups above) and a binding picks its
 bucket by T, like the grid variant; nothing is sized by live T at compile time.
 
 Bytes: per hit expert and group, 16 * tiles weight rows of K / 2 bytes plus their scales per CTA,
@@ -142,16 +142,16 @@ class ExpertConfig(DecodeConfig):
     early: bool = False
 
 
-MID_T = 16  # default_buckets: the 8-token-group prefetch tiling up to this T
+MID_T = 64  # default_buckets: the 8-token-group prefetch tiling up to this T
 
 
 def default_buckets(max_tokens: int) -> tuple:
-    """The heuristic's live-T buckets (`api.ExpertBucket`): T <= SMALL_T with 8-token groups, larger
-    T (up to max_tokens) with 16-token groups. A token routes to k DISTINCT experts (route_topk), so
-    no expert gets more than T rows: at T <= 8 one 8-token group always holds an expert's rows, where
-    a capacity-sized plan (max_tokens * k > 8) used to run 16-token groups (half the MMA columns
-    empty) at every T. Larger T: ntiles = 2, as before (T = 16 gives an expert ~1-5 rows, T = 64
-    ~4 +- 2 at E = 128, k = 8: which is faster is the sweep's question)."""
+    """The heuristic's live-T buckets (`api.ExpertBucket`): T <= MID_T with 8-token groups (4 warps,
+    weight prefetch 1), larger T (up to max_tokens) with 16-token groups. A token routes to k
+    DISTINCT experts (route_topk), so no expert gets more than T rows: at T <= 8 one 8-token group
+    always holds an expert's rows, where a capacity-sized plan (max_tokens * k > 8) used to run
+    16-token groups (half the MMA columns empty) at every T; up to T = 64 an expert gets ~1-6 rows
+    (E = 128..512, k = 8..10), so one or two passes of 8-token groups beat half-empty 16-token ones."""
     from .api import ExpertBucket
 
     # FC2 unroll 1: with the CTA's scale loaded before the K loop, unroll 2 took nvfp4 FC2 from 126
@@ -165,8 +165,11 @@ def default_buckets(max_tokens: int) -> tuple:
     if max_tokens <= SMALL_T:
         return (small,)
     # SMALL_T < T <= MID_T: the sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's
-    # up to 16 rows in two passes): H200 2026-11-30 11:14, E=128 k=8 H=2048 I=768 w4a16, T = 16:
-    # 106.9 us per layer against 151.6 for the 16-token groups (3.25x torch._grouped_mm's 347.7).
+    # rows in passes of 8): H200 2026-11-30 11:14, E=128 k=8 H=2048 I=768 w4a16, T = 16: 106.9 us per
+    # layer against 151.6 for the 16-token groups (3.25x torch._grouped_mm's 347.7). MID_T 16 -> 64 on
+    # the H200 sweep of 2026-12-02 01:24 (graph timer, µs per layer, w4a16 / nvfp4, this tiling against
+    # 8 warps x 16-token groups): T = 64 E = 128 167.3 / 211.3 vs 228.8 / 243.2, E = 256 1202 / 1251 vs
+    # 1724 / 1606, E = 512 1053 / 1082 vs 1364 / 1477; T = 32 140.5 / 776.6 (E = 128 / 512) vs 201 / 1291.
     mid = ExpertBucket(min(MID_T, max_tokens), *w4p1)
     if max_tokens <= MID_T:
         return (small, mid)
