@@ -162,14 +162,15 @@ def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
 
     wplan = weight_plan(source, act, (mode,), e=8, h=256, i=128)
-    p = fm.plan(fm.Caps(max_tokens=64, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))
+    # 100 tokens: three buckets, and still below the grouped bucket (T * k / E >= 32 from T = 128)
+    p = fm.plan(fm.Caps(max_tokens=100, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))
     cfg = p.heuristic("sm_120a")
-    assert p.heuristic(None) is None and cfg.experts == ex.default_buckets(64)
-    small, mid, large = cfg.experts  # T <= 8 and T <= 16: 8-token MMA groups; 17 <= T <= 64: 16-token
+    assert p.heuristic(None) is None and cfg.experts == ex.default_buckets(100)
+    small, mid, large = cfg.experts  # T <= 8 and T <= 64: 8-token MMA groups; 65 <= T <= 100: 16-token
     assert (small.max_tokens, small.fc1.ntiles, small.fc2.ntiles) == (8, 1, 1)
-    assert (mid.max_tokens, mid.fc1.ntiles, mid.fc2.ntiles, mid.fc1.warps, mid.fc1.prefetch) == (16, 1, 1, 4, 1)
+    assert (mid.max_tokens, mid.fc1.ntiles, mid.fc2.ntiles, mid.fc1.warps, mid.fc1.prefetch) == (64, 1, 1, 4, 1)
     assert (small.fc1, small.fc2) == (mid.fc1, mid.fc2)
-    assert (large.max_tokens, large.fc1.ntiles, large.fc2.ntiles) == (64, 2, 2)
+    assert (large.max_tokens, large.fc1.ntiles, large.fc2.ntiles) == (100, 2, 2)
     jobs = p.kernels(cfg, "sm_120a")
     wf, a2k = wplan.weight_format, a2 or "bfloat16"  # FC2's A: FC1's bf16 output for w4a16
     # E = 8, k = 2: the list grid while T < 4 (bucket 0 only), every expert from T = 4 (all buckets)
