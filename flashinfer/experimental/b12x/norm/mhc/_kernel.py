@@ -330,22 +330,18 @@ def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride, CACHE: tl.
 
 
 @triton.jit
-def _split_sum(part_ptr, s0, T, splits, tok, t_mask, col: tl.constexpr, N: tl.constexpr, BS: tl.constexpr):
-    """sum over splits s0..s0+BS of partial columns col..col+N: [TOK, N]. The pointer tile is flat
-    [TOK, BS * N], reshaped after the load: a [TOK, BS, N] pointer tile gets lanes down the tokens
-    from Triton 3.6 (its 3-D order [2, 0, 1]; 3.9: [2, 1, 0]), which spilled the apply pass 2."""
+def _split_sum(
+    part_ptr, s0, T, splits, tok, t_mask, col: tl.constexpr, N: tl.constexpr, BS: tl.constexpr, CACHE: tl.constexpr = ""
+):
+    """sum over splits s0..s0+BS of partial columns col..col+N: [TOK, N] (CACHE: the loads' cache
+    modifier, ".cg" to bypass L1). The pointer tile is flat [TOK, BS * N], reshaped after the load:
+    a [TOK, BS, N] pointer tile gets lanes down the tokens from Triton 3.6 (its 3-D order [2, 0, 1];
+    3.9: [2, 1, 0]), which spilled the apply pass 2."""
     k = tl.arange(0, BS * N)
     s = s0 + k // N
     ptr = part_ptr + (s.to(tl.int64)[None, :] * T + tok[:, None]) * 32 + col + (k % N)[None, :]
-    v = tl.load(ptr, mask=(s < splits)[None, :] & t_mask[:, None], other=0.0)
+    v = tl.load(ptr, mask=(s < splits)[None, :] & t_mask[:, None], other=0.0, cache_modifier=CACHE)
     return tl.sum(tl.reshape(v, [tok.shape[0], BS, N]), axis=1)
-
-
-@triton.jit
-def _partial_rows(prow, col: tl.constexpr, mask, N: tl.constexpr, CACHE: tl.constexpr):
-    """sum over the splits of partial columns col..col+N: [TOK, BS, 1] rows -> [TOK, N]."""
-    ptr = prow + col + tl.arange(0, N)[None, None, :]
-    return tl.sum(tl.load(ptr, mask=mask, other=0.0, cache_modifier=CACHE), axis=1)
 
 
 @triton.jit

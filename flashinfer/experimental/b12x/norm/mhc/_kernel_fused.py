@@ -36,8 +36,8 @@ from ._config import FusedConfig
 from ._kernel import (
     MODES,
     _one_launch_fakes,
-    _partial_rows,
     _pass1_tile,
+    _split_sum,
     _tok_weights,
     _write_y,
     fn_blocks_of,
@@ -104,7 +104,6 @@ def _mhc_fused_kernel(
     ticket = tl.atomic_add(cnt_ptr + blk, 1, sem="acq_rel", scope="gpu")
     if ticket == splits - 1:
         # Phase B (the block's last program): partials summed over the splits, L1 bypassed.
-        ss = tl.arange(0, BLOCK_S)
         acc8 = tl.zeros([BLOCK_T, 8], dtype=tl.float32)
         l_0 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
         l_1 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
@@ -112,15 +111,12 @@ def _mhc_fused_kernel(
         l_3 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
         ssq = tl.zeros([BLOCK_T, 1], dtype=tl.float32)
         for s0 in range(0, splits, BLOCK_S):
-            s = s0 + ss
-            mask = (s[None, :, None] < splits) & t_mask[:, None, None]
-            prow = part_ptr + (s.to(tl.int64)[None, :, None] * T + row[:, None, None]) * 32  # [BT, BS, 1]
-            acc8 += _partial_rows(prow, 0, mask, 8, ".cg")
-            l_0 += _partial_rows(prow, 8, mask, 4, ".cg")
-            l_1 += _partial_rows(prow, 12, mask, 4, ".cg")
-            l_2 += _partial_rows(prow, 16, mask, 4, ".cg")
-            l_3 += _partial_rows(prow, 20, mask, 4, ".cg")
-            ssq += _partial_rows(prow, 24, mask, 1, ".cg")
+            acc8 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 0, 8, BLOCK_S, ".cg")
+            l_0 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 8, 4, BLOCK_S, ".cg")
+            l_1 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 12, 4, BLOCK_S, ".cg")
+            l_2 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 16, 4, BLOCK_S, ".cg")
+            l_3 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 20, 4, BLOCK_S, ".cg")
+            ssq += _split_sum(part_ptr, s0, T, splits, row, t_mask, 24, 1, BLOCK_S, ".cg")
         tl.atomic_xchg(cnt_ptr + blk, 0)  # every ticket of this block is drawn: ready for the next call
         rs = 1.0 / tl.sqrt_rn(tl.sum(ssq, axis=1) / (4 * H) + rms_eps)
 
