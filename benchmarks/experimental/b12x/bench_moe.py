@@ -3,7 +3,8 @@
     python -m benchmarks.experimental.b12x.bench_moe [--quick] [--tokens 1 4 16 64 4096]
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
-        [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--tiled-rows R ...]
+        [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--decode-dequant]
+        [--tiled-rows R ...]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -34,6 +35,9 @@ uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
 the dequantized bf16 operands (`api.ExpertBucket.dequant`: the gather and requantize write e2m1 x e4m3
 in bf16, the grouped kernels run their bf16-A path), and with --tiled a " deq" twin of each entry's
 row; other recipes get no such rows.
+--decode-dequant adds, per T, an nvfp4 row " ddeq": the heuristic's plan with its decode buckets taking
+the dequantized bf16 operands (the decode expert kernels then run their W4A16 path with alpha = 1 / gs);
+the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_buckets.DECODE_DEQUANT`.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
 so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
@@ -410,6 +414,13 @@ def with_dequant(buckets: tuple, caps=None) -> tuple:
     return tuple(replace(b, dequant=True) if b.tiled else b for b in buckets)
 
 
+def with_decode_dequant(buckets: tuple, caps=None) -> tuple:
+    """buckets with every decode (not grouped) one taking the dequantized operands (--decode-dequant)."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
+
+    return _buckets.with_decode_dequant(buckets)
+
+
 def with_tiled_rows(rows: int):
     """(buckets, caps) -> the heuristic's buckets rebuilt with the grouped bucket from `rows` rows an
     expert (--tiled-rows), the heuristic's dequant choice kept."""
@@ -436,6 +447,8 @@ def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list
     dequant = getattr(args, "tiled_dequant", False) and recipe in (None, "nvfp4")
     if dequant:
         found.append((" deq", with_dequant))
+    if getattr(args, "decode_dequant", False) and recipe in (None, "nvfp4"):
+        found.append((" ddeq", with_decode_dequant))
     for rows in getattr(args, "tiled_rows", None) or ():
         found.append((f" rows {rows}", with_tiled_rows(rows)))
     if getattr(args, "decode_only", False) or tiled_entries(args):
@@ -568,6 +581,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time nvfp4 with its grouped bucket on dequantized bf16 operands (row ' deq'; with --tiled a "
         "' deq' twin of each entry)",
+    )
+    parser.add_argument(
+        "--decode-dequant",
+        action="store_true",
+        help="also time nvfp4 with its decode buckets on dequantized bf16 operands (row ' ddeq')",
     )
     parser.add_argument(
         "--tiled-rows",

@@ -1,6 +1,6 @@
-"""moe.fused_moe's nvfp4 dequant bucket on the host (`ExpertBucket.dequant`, `_buckets.TILED_DEQUANT`):
-the heuristic gives it to the grouped bucket of an nvfp4 plan only when the flag is on (off by default),
-override checks, the workspace (a1_deq / a2_deq only with a dequant bucket), the compile jobs (the
+"""moe.fused_moe's nvfp4 dequant buckets on the host (`ExpertBucket.dequant`, `_buckets.TILED_DEQUANT`,
+`_buckets.DECODE_DEQUANT`): the heuristic gives it to the grouped bucket / the decode buckets of an
+nvfp4 plan only when the flag is on (both off by default), override checks, the workspace (a1_deq / a2_deq only with a dequant bucket), the compile jobs (the
 NVFP4_DEQ routing and requantize, bf16-A grouped GEMMs), resolve_launchers, bind's choice per live T
 (meta tensors, as test_fused_moe_pipeline_bind.py) and bench_moe's --tiled-dequant rows. The kernels'
 bytes and the layer's values: test_fused_moe_dequant_cases.py (interpreter) and
@@ -33,27 +33,30 @@ def _caps(mode, max_tokens=4096, *, e=128, k=8, h=2048, i=768, device="cpu"):
     return api.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wp, quant_mode=mode)
 
 
-def _heuristic(mode, monkeypatch, flag):
+def _heuristic(mode, monkeypatch, flag, decode=False):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     monkeypatch.setattr(_buckets, "TILED_DEQUANT", flag)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT", decode)
     caps = _caps(mode)
-    return caps, api.with_tiled_bucket(caps, X.default_buckets(caps.max_tokens))
+    return caps, api.heuristic_buckets(caps, X.default_buckets(caps.max_tokens))
 
 
 def test_the_default_heuristic_keeps_the_packed_operands():
-    assert _buckets.TILED_DEQUANT is False  # flipped only on a measured win (docs/predictions/moe.md)
+    # flipped only on a measured win (docs/predictions/moe.md)
+    assert _buckets.TILED_DEQUANT is False and _buckets.DECODE_DEQUANT is False
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    got = api.with_tiled_bucket(_caps("nvfp4"), X.default_buckets(4096))
+    got = api.heuristic_buckets(_caps("nvfp4"), X.default_buckets(4096))
     assert got[-1].tiled and not any(b.dequant for b in got)
+    assert got == api.with_tiled_bucket(_caps("nvfp4"), X.default_buckets(4096))
 
 
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
 def test_the_flag_gives_the_grouped_bucket_of_nvfp4_only(mode, monkeypatch):
     caps, got = _heuristic(mode, monkeypatch, True)
-    assert [b.tiled for b in got] == [False, False, False, True]
-    assert [b.dequant for b in got] == [False, False, False, mode == "nvfp4"]
+    assert [b.tiled for b in got] == [False, False, True]
+    assert [b.dequant for b in got] == [False, False, mode == "nvfp4"]
     api.check_buckets(caps, got)  # the heuristic's buckets pass the override check
     assert api.gemm_formats(mode, got[-1]) == ("bfloat16", "bfloat16")  # the grouped GEMMs' bf16-A path
     assert api.gather_formats("nvfp4", got[-1] if mode == "nvfp4" else None) == (
@@ -62,14 +65,45 @@ def test_the_flag_gives_the_grouped_bucket_of_nvfp4_only(mode, monkeypatch):
     assert api.gemm_formats("nvfp4", got[0]) == ("nvfp4", "nvfp4")  # decode buckets: unchanged
 
 
+@pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
+def test_the_decode_flag_gives_the_decode_buckets_of_nvfp4_only(mode, monkeypatch):
+    caps, got = _heuristic(mode, monkeypatch, False, decode=True)
+    assert [b.tiled for b in got] == [False, False, True]
+    assert [b.dequant for b in got] == [mode == "nvfp4", mode == "nvfp4", False]
+    api.check_buckets(caps, got)
+    assert api.gemm_formats(mode, got[0]) == ("bfloat16", "bfloat16")  # the decode kernels' W4A16 path
+    assert api.gemm_formats(mode, got[-1]) == ((mode, mode) if mode == "nvfp4" else ("bfloat16", "bfloat16"))
+    p = fm.plan(dataclasses.replace(caps, device="cuda"))
+    assert ("a1_deq" in {s.name for s in p.scratch_specs(None, "cuda")}) is (mode == "nvfp4")
+    _, both = _heuristic(mode, monkeypatch, True, decode=True)
+    assert all(b.dequant for b in both) is (mode == "nvfp4")
+
+
+def test_a_cut_bucket_keeps_its_dequant(monkeypatch):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    monkeypatch.setattr(_buckets, "TILED_DEQUANT", False)
+    caps = _caps("nvfp4")
+    decode = _buckets.with_decode_dequant(X.default_buckets(4096))
+    got = api.with_tiled_bucket(caps, decode)
+    assert [(b.max_tokens, b.dequant, b.tiled) for b in got] == [
+        (64, True, False),
+        (511, True, False),
+        (4096, False, True),
+    ]
+
+
 def test_override_checks_name_the_dequant_bucket(monkeypatch):
     caps, got = _heuristic("nvfp4", monkeypatch, True)
-    decode = dataclasses.replace(got[0], dequant=True)
-    with pytest.raises(ValueError, match=r"override.experts\[0\].dequant applies to a grouped \(tiled\) bucket"):
-        api.check_buckets(caps, (decode, *got[1:]))
+    api.check_buckets(caps, (dataclasses.replace(got[0], dequant=True), *got[1:]))  # decode buckets may
     w4, w4_got = _heuristic("w4a16", monkeypatch, False)
     bad = (*w4_got[:-1], dataclasses.replace(w4_got[-1], dequant=True))
-    with pytest.raises(ValueError, match=r"override.experts\[3\].dequant .* of 'w4a16'"):
+    with pytest.raises(
+        ValueError, match=r"override.experts\[2\].dequant must be a bool, True for the nvfp4 recipe only"
+    ):
+        api.check_buckets(w4, bad)
+    bad = (dataclasses.replace(w4_got[0], dequant=True), *w4_got[1:])
+    with pytest.raises(ValueError, match=r"override.experts\[0\].dequant .* on a decode bucket of 'w4a16'"):
         api.check_buckets(w4, bad)
     with pytest.raises(ValueError, match="dequant=1"):
         api.check_buckets(caps, (*got[:-1], dataclasses.replace(got[-1], dequant=1)))
@@ -112,7 +146,7 @@ def test_jobs_compile_the_dequant_kernels_and_resolve_apart(monkeypatch):
     ]
     assert [a[4] for a in combine] == ["nvfp4", api.NVFP4_DEQ]
     expert_jobs = p.expert_jobs(cfg, "sm_90a")
-    (fc1, args1), (fc2, args2) = expert_jobs[("tiled", 3)]
+    (fc1, args1), (fc2, args2) = expert_jobs[("tiled", 2)]
     assert fc1.__name__ == "compile_grouped_fc1" and args1[0] == "bfloat16"
     assert fc2.__name__ == "compile_grouped_fc2" and args2[0] == "bfloat16"
     for key, ((_, a1), (_, a2)) in expert_jobs.items():
@@ -163,7 +197,20 @@ def test_bench_tiled_dequant_rows():
     assert not tiled[2][1][0].dequant and tiled[3][1][0].dequant
     p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     planned = B.with_override(p, "sm_90a", None, B.with_dequant)
-    assert [b.dequant for b in planned.override.experts] == [False, False, False, True]
+    assert [b.dequant for b in planned.override.experts] == [False, False, True]
+
+
+def test_bench_decode_dequant_rows():
+    from benchmarks.experimental.b12x import bench_moe as B
+
+    args = argparse.Namespace(decode_dequant=True)
+    rows = B.expert_variants(args, 16, 4096, "nvfp4")
+    assert [label for label, _ in rows] == ["", " ddeq"] and rows[1][1] is B.with_decode_dequant
+    assert B.expert_variants(args, 16, 4096, "w4a16") == [("", None)]
+    p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
+    planned = B.with_override(p, "sm_90a", None, B.with_decode_dequant)
+    assert [b.dequant for b in planned.override.experts] == [True, True, False]
+    assert "--decode-dequant" in B.__doc__
 
 
 def test_tiled_rows_moves_the_switch(monkeypatch):

@@ -62,16 +62,20 @@ def _grouped():
     return G.GroupedConfig()
 
 
-def buckets(dequant: bool) -> tuple:
-    """A decode bucket for T < T_TILED, then one grouped bucket (dequant or packed NVFP4)."""
+def buckets(dequant: bool, decode: bool = False) -> tuple:
+    """A decode bucket for T < T_TILED (dequant when `decode`), then one grouped bucket (dequant or
+    packed NVFP4)."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     small = X.default_buckets(T_TILED - 1)[0]
     g = _grouped()
-    return (api.ExpertBucket(T_TILED - 1, small.fc1, small.fc2), api.ExpertBucket(MAX_T, g, g, dequant=dequant))
+    return (
+        api.ExpertBucket(T_TILED - 1, small.fc1, small.fc2, dequant=decode),
+        api.ExpertBucket(MAX_T, g, g, dequant=dequant),
+    )
 
 
-def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False):
+def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False, decode=False):
     """(plan, poisoned workspace, Launchers, buckets): the interpreted routing/requantize/combine
     for the recipe's operands and (dequant) the NVFP4_DEQ ones, stand-in GEMMs per variant."""
     caps = fm.Caps(
@@ -79,7 +83,7 @@ def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False):
         apply_router_weight_on_input=on_input,
     )  # fmt: skip
     p = fm.plan(caps)
-    bk = buckets(dequant)
+    bk = buckets(dequant, decode)
     e, h, i = wplan.num_experts, wplan.hidden_size, wplan.intermediate_size
     config = api.MoeConfig(routing_cfg, _combine.default_config(i), bk)
     s = {spec.name: poisoned(spec) for spec in p.scratch_specs(config, "cuda")}
@@ -99,7 +103,7 @@ def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False):
             fc2_stand_in(a2, wplan.weight_format, g),
         )
     routing, combine = routing_and_combine("nvfp4", "nvfp4")
-    deq = routing_and_combine(DEQ, DEQ) if dequant else None
+    deq = routing_and_combine(DEQ, DEQ) if dequant or decode else None
     return p, s, api.Launchers(routing, combine, experts, deq), bk
 
 
@@ -195,6 +199,27 @@ def test_layer_in_the_dequant_bucket(act, t, cfg):
     if t == MAX_T:  # reference.py's per-route loop once
         ref = REF.fused_moe(a, experts, w, ids, quant_mode="nvfp4").float()
         assert bool((row_cosine(out.float(), ref) >= 0.9999 - 2e-3).all())
+
+
+@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
+@pytest.mark.parametrize("t", [1, T_TILED - 1])
+def test_layer_in_a_dequant_decode_bucket(t, cfg):
+    """`_buckets.DECODE_DEQUANT`'s buckets: the decode expert GEMMs read the bf16 operands (their
+    W4A16 path), bit for bit the packed pipeline's output."""
+    wplan = _wplan()
+    experts = fm.prepare_weights(plan=wplan, **checkpoint(wplan, seed=t + 40))
+    a, ids, w = activations(t, H, seed=t + 50), ids_with_ignored(t, K, E, seed=t + 60), weights(t, K, t + 70)
+    p, s, L, bk = dequant_layer(wplan, dequant=False, routing_cfg=cfg, decode=True)
+    b, out = _run(p, s, L, bk, a, experts, w, ids)
+    assert b.dequant and b.bucket == 0 and b.grid == "identity"
+    assert b.fc1_args[0] is s["a1_deq"] and b.fc2_args[0] is s["a2_deq"]
+    check_operands(s, api.gather_formats("nvfp4", bk[b.bucket]), False, experts, a, ids, w)
+    assert (s["a1"] == 0xAB).all() and (s["a2"] == 0xAB).all(), "the dequant bucket wrote packed operands"
+    p0, s0, L0, bk0 = dequant_layer(wplan, dequant=False, routing_cfg=cfg)
+    _, out0 = _run(p0, s0, L0, bk0, a, experts, w, ids)
+    assert torch.equal(out.view(torch.int16), out0.view(torch.int16)), "dequant and packed pipelines differ"
+    check_layer(out, dense_layer(a, experts, w, ids, quant_mode="nvfp4"),
+                dense_layer(a, experts, w, ids, bf16=True, quant_mode="nvfp4"), what=f"nvfp4 decode dequant T={t}")  # fmt: skip
 
 
 def test_steps_run_the_dequant_kernels():

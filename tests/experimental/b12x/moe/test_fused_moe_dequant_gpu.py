@@ -7,6 +7,8 @@ taking the dequantized bf16 operands (`ExpertBucket.dequant`, bench_moe's `with_
    the same values (e2m1 x e4m3 exactly, times 2^-16 in the packed path's shared tiles) in the same
    K order, and the epilogue's alpha absorbs the power of two exactly;
 3. CUDA graph replay equal to eager (E = 128).
+The same for the decode buckets with the dequantized operands (`_buckets.DECODE_DEQUANT`,
+bench_moe's `with_decode_dequant`: the decode expert kernels' W4A16 path) at T = 1 .. 100.
 At T = 1000 E = 256 and 512 are still in a decode bucket (tiled_from: 512 / 1024 / 1639 with
 TILED_ROWS = 32), so the plan's decode path is checked too; T = 4096 runs the grouped bucket at all three."""
 
@@ -19,7 +21,7 @@ import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint, with_dequant
+from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint, with_decode_dequant, with_dequant
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_operands, check_staged, kernel_intermediate
@@ -28,9 +30,10 @@ from .test_fused_moe_gpu import DEV, SHAPES, inputs
 pytestmark = pytest.mark.gpu
 
 
-def build_pair(shape, max_tokens=4096, seed=0):
+def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant):
     """(dequant plan, packed plan, experts): the heuristic's nvfp4 plan with and without
-    ExpertBucket.dequant on its grouped bucket, prepared together on one set of weights."""
+    ExpertBucket.dequant on its grouped bucket (buckets=with_decode_dequant: on its decode buckets),
+    prepared together on one set of weights."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu", num_experts=e, hidden_size=h,
@@ -41,8 +44,8 @@ def build_pair(shape, max_tokens=4096, seed=0):
     caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode="nvfp4")
     packed = fm.plan(caps)
     cfg = packed.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
-    assert cfg.experts[-1].tiled and not cfg.experts[-1].dequant  # the default keeps the packed operands
-    dequant = fm.plan(caps, override=replace(cfg, experts=with_dequant(cfg.experts)))
+    assert not any(b.dequant for b in cfg.experts)  # the default keeps the packed operands
+    dequant = fm.plan(caps, override=replace(cfg, experts=buckets(cfg.experts)))
     with b12x.PreparationSession(DEV) as session:
         session.prepare([dequant, packed])
     return dequant, packed, experts
@@ -79,11 +82,36 @@ def test_dequant_bucket_vs_reference_and_packed(shape):
         assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
 
 
-def test_dequant_graph_replay_equals_eager():
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_decode_dequant_buckets_vs_reference_and_packed(shape):
+    e, k, h, _ = shape
+    dequant, packed, experts = build_pair(shape, max_tokens=128, buckets=with_decode_dequant)
+    assert all(b.dequant and not b.tiled for b in dequant.state.selection.experts)
+    for t in (1, 2, 7, 64, 100):  # both buckets (8-token groups to T = 64, 16-token above)
+        a, ids, w = inputs(t, k, e, h, seed=300 + t)
+        what = f"nvfp4 decode dequant {shape} T={t}"
+        s = dequant.state.scratch
+        s["a1_deq"].fill_(float("nan"))
+        s["a2_deq"].fill_(float("nan"))
+        b, out = run(dequant, experts, a, ids, w)
+        assert b.dequant and b.fc1_args[0] is s["a1_deq"] and b.fc2_args[0] is s["a2_deq"]
+        check_operands(
+            s, api.gather_formats("nvfp4", dequant.state.selection.experts[b.bucket]), False, experts, a, ids, w
+        )
+        check_staged(out, kernel_intermediate(s, ids, e), a, experts, w, ids, what=what, quant_mode="nvfp4")
+        _, want = run(packed, experts, a, ids, w)
+        same = out.view(torch.int16) == want.view(torch.int16)
+        assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
+
+
+@pytest.mark.parametrize("which, t", [("tiled", 4096), ("decode", 16)])
+def test_dequant_graph_replay_equals_eager(which, t):
     shape = SHAPES[0]
     e, k, h, _ = shape
-    dequant, _, experts = build_pair(shape)
-    t = 4096
+    if which == "tiled":
+        dequant, _, experts = build_pair(shape)
+    else:
+        dequant, _, experts = build_pair(shape, max_tokens=64, buckets=with_decode_dequant)
     a, ids, w = inputs(t, k, e, h, seed=7)
     out = torch.full_like(a, float("nan"))
     binding = fm.bind(dequant, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)

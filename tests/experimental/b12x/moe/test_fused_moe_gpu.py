@@ -235,18 +235,18 @@ def test_expert_tilings_vs_reference(label, buckets, mode):
 
 @pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
 def test_default_buckets_by_live_t(mode):
-    """The heuristic's three buckets (8-token groups for T <= 8 and, with 4 warps and weight prefetch,
-    T <= MID_T = 64; 16-token above): bind picks by T, the graph of each T replays its bucket's
-    kernels, and every bucket agrees with the reference."""
+    """The heuristic's two buckets (8-token groups with 4 warps and weight prefetch for T <= MID_T =
+    64; 16-token above): bind picks by T, the graph of each T replays its bucket's kernels, and every
+    bucket agrees with the reference."""
     shape = SHAPES[0]
     e, k, h, _ = shape
     p, experts = build(mode, "modelopt_nvfp4", "silu", shape, 128)
     buckets = p.state.selection.experts
-    assert [b.max_tokens for b in buckets] == [8, 64, 128] and [b.fc1.ntiles for b in buckets] == [1, 1, 2]
+    assert [b.max_tokens for b in buckets] == [64, 128] and [b.fc1.ntiles for b in buckets] == [1, 2]
     for t in (1, 7, 16, 64, 100):
         a, ids, w = inputs(t, k, e, h, seed=950 + t)
         b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=torch.empty_like(a))
-        assert b.bucket == (0 if t <= 8 else 1 if t <= 64 else 2)
+        assert b.bucket == (0 if t <= 64 else 1)
         out, _ = check_case(p, experts, a, ids, w, f"default buckets {mode} T={t}")
         graph = torch.cuda.CUDAGraph()
         b.output.fill_(float("nan"))

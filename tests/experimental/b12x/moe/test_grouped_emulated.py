@@ -216,11 +216,11 @@ def test_heuristic_moves_large_t_to_one_grouped_bucket():
     caps = _caps("w4a16", "modelopt_nvfp4", 4096)
     assert api.tiled_from(caps) == -(-api.TILED_ROWS * 128 // 8) == 512
     got = api.with_tiled_bucket(caps, X.default_buckets(4096))
-    assert [b.max_tokens for b in got] == [8, 64, 511, 4096]
-    assert [b.tiled for b in got] == [False, False, False, True]
+    assert [b.max_tokens for b in got] == [64, 511, 4096]
+    assert [b.tiled for b in got] == [False, False, True]
     assert got[-1].fc1 == _G().default_config(1)
-    assert ("tiled", 3) in api.expert_variants(True, 128, 8, 4096, got)
-    assert api.expert_bucket(got, 511) == 2 and api.expert_bucket(got, 512) == 3
+    assert ("tiled", 2) in api.expert_variants(True, 128, 8, 4096, got)
+    assert api.expert_bucket(got, 511) == 1 and api.expert_bucket(got, 512) == 2
     nv = _caps("nvfp4", "modelopt_nvfp4", 8192, e=512, k=10, h=4096, i=1024)
     assert api.tiled_from(nv) == 1639  # ceil(32 * 512 / 10)
     small = _caps("w4a16", "modelopt_nvfp4", 64)
@@ -230,6 +230,6 @@ def test_heuristic_moves_large_t_to_one_grouped_bucket():
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 512
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, i=800)) is None  # I % 128 != 0
     one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 32: the grouped bucket
-    assert [b.max_tokens for b in api.with_tiled_bucket(one, X.default_buckets(64))] == [8, 31, 64]
+    assert [b.max_tokens for b in api.with_tiled_bucket(one, X.default_buckets(64))] == [31, 64]
     tiny = _caps("w4a16", "modelopt_nvfp4", 16, e=4, k=4)  # TILED_ROWS * 4 / 4 = 32 > 16: none
     assert api.tiled_from(tiny) is None

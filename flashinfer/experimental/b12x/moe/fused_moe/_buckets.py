@@ -3,13 +3,15 @@ kernel module is imported until a CUDA plan asks for one).
 
 A plan's `MoeConfig.experts` is a tuple of `ExpertBucket`, ascending in max_tokens; a binding of T
 launches the first bucket that holds T (`expert_bucket`) in the grid variant `expert_grid` picks.
-The heuristic (`FusedMoePlan.heuristic`) starts from `_kernel_experts.default_buckets` and moves
-T >= `tiled_from(caps)` to one grouped-kernel bucket (`with_tiled_bucket`).
+The heuristic (`FusedMoePlan.heuristic`, `heuristic_buckets`) starts from
+`_kernel_experts.default_buckets`, moves T >= `tiled_from(caps)` to one grouped-kernel bucket
+(`with_tiled_bucket`) and, for the nvfp4 recipe, gives buckets the dequantized operands where the
+flags say (`TILED_DEQUANT`, `DECODE_DEQUANT`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Operand formats of each recipe: (FC1 A, FC2 A; None = FC1's bf16 output as is).
 OPERANDS = {
@@ -25,6 +27,11 @@ NVFP4_DEQ = "nvfp4_deq"
 # Whether the heuristic's grouped bucket of an nvfp4 plan takes the dequantized bf16 operands
 # (`ExpertBucket.dequant`). Off until timed on the H200 (bench_moe --tiled-dequant).
 TILED_DEQUANT = False
+# Whether the heuristic's decode buckets of an nvfp4 plan take them too: the decode expert kernels
+# then run their W4A16 (bf16 x FP4) path, which the H200 timed 3-13% faster than the packed-NVFP4
+# one at T = 1..64 (session 16's decode table); the gather and requantize still quantize per route.
+# Off until timed on the H200 (bench_moe --decode-dequant).
+DECODE_DEQUANT = False
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,10 @@ class ExpertBucket:
     fc2: object
     fc1_span: int = 1  # column tiles per CTA (`_kernel_experts` "Fewer, fatter CTAs"); 1: one each
     fc2_span: int = 1
-    # nvfp4 recipe, grouped bucket only: the gather and the requantize write deq(quant(x)) as bf16
-    # (`NVFP4_DEQ`; the per-route NVFP4 quantization unchanged) and the grouped kernels run their
-    # bf16-A (w4a16) path with alpha = w_alpha * (1 / gs): the same products, so the same result up
-    # to fp32 accumulation order (none: both paths feed the MMA the same values times 2^-16 or 1).
+    # nvfp4 recipe only: the gather and the requantize write deq(quant(x)) as bf16 (`NVFP4_DEQ`; the
+    # per-route NVFP4 quantization unchanged) and the bucket's expert kernels (grouped or decode) run
+    # their bf16-A (w4a16) path with alpha = w_alpha * (1 / gs): the same products, so the same result
+    # up to fp32 accumulation order (none: both paths feed the MMA the same values times a power of 2).
     dequant: bool = False
 
     @property
@@ -75,7 +82,24 @@ def plan_dequant(caps, config) -> bool:
     requirements) whether the heuristic would give the plan a dequant bucket."""
     if config is not None:
         return has_dequant(config.experts)
-    return TILED_DEQUANT and caps.quant_mode == "nvfp4" and tiled_from(caps) is not None
+    if caps.quant_mode != "nvfp4":
+        return False
+    return DECODE_DEQUANT or (TILED_DEQUANT and tiled_from(caps) is not None)
+
+
+def heuristic_buckets(caps, decode: tuple) -> tuple:
+    """The heuristic's buckets from the decode ones (`_kernel_experts.default_buckets`): the grouped
+    bucket moved in (`with_tiled_bucket`, which applies TILED_DEQUANT), then for the nvfp4 recipe
+    every decode bucket with the dequantized operands when DECODE_DEQUANT is on."""
+    found = with_tiled_bucket(caps, decode)
+    if DECODE_DEQUANT and caps.quant_mode == "nvfp4":
+        found = with_decode_dequant(found)
+    return found
+
+
+def with_decode_dequant(buckets: tuple) -> tuple:
+    """buckets with every decode (not grouped) one taking the dequantized operands."""
+    return tuple(b if b.tiled else replace(b, dequant=True) for b in buckets)
 
 
 def _is_tiled(config) -> bool:
@@ -123,7 +147,7 @@ def with_tiled_bucket(caps, buckets: tuple, rows: int | None = None) -> tuple:
             kept.append(b)
             continue
         if t > 1 and (not kept or kept[-1].max_tokens < t - 1):  # the bucket that held t ends at t - 1
-            kept.append(ExpertBucket(t - 1, b.fc1, b.fc2, b.fc1_span, b.fc2_span))
+            kept.append(replace(b, max_tokens=t - 1))
         break
     dequant = TILED_DEQUANT and caps.quant_mode == "nvfp4"
     return (*kept, ExpertBucket(caps.max_tokens, g.default_config(1), g.default_config(2), dequant=dequant))
@@ -198,9 +222,9 @@ def check_buckets(caps, buckets) -> None:
     if tops[-1] < caps.max_tokens:
         raise ValueError(f"{what}: the last bucket must hold the caps' max_tokens = {caps.max_tokens}, got {tops}")
     for i, b in enumerate(buckets):
-        if not isinstance(b.dequant, bool) or (b.dequant and not (b.tiled and caps.quant_mode == "nvfp4")):
+        if not isinstance(b.dequant, bool) or (b.dequant and caps.quant_mode != "nvfp4"):
             raise ValueError(
-                f"{what}[{i}].dequant applies to a grouped (tiled) bucket of the nvfp4 recipe only, got "
+                f"{what}[{i}].dequant must be a bool, True for the nvfp4 recipe only, got "
                 f"dequant={b.dequant!r} on a {'grouped' if b.tiled else 'decode'} bucket of {caps.quant_mode!r}"
             )
         a1, a2 = gemm_formats(caps.quant_mode, b)

@@ -120,9 +120,6 @@ _SOURCES = tuple(
 ) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
 
 
-SMALL_T = 8  # live T up to which the default buckets run 8-token MMA groups (see default_buckets)
-
-
 def default_config(max_rows: int) -> DecodeConfig:
     """max_rows: the most rows one expert can get in a call. One 8-token MMA tile when every expert
     fits in it (and two chunks' loads in flight per warp, as gemm's decode heuristic), else groups
@@ -157,23 +154,18 @@ def default_buckets(max_tokens: int) -> tuple:
     # FC2 unroll 1: with the CTA's scale loaded before the K loop, unroll 2 took nvfp4 FC2 from 126
     # to 150 registers (ptxas 13.0, sm_90a: one 256-thread CTA per SM instead of two); at K = I = 768
     # each of 8 warps gets at most one chunk, so there is nothing to unroll.
-    # T <= SMALL_T: the sweep's "w4p1" too since the H200 run of 2026-11-30 21:16 (session 8, graph
-    # timer, w4a16, µs per layer against 8 warps x 2 tiles): E = 128 T = 1 22.9 vs 25.1, T = 4 43.9 vs
-    # 50.6; E = 512 T = 1 47.7 vs 53.8, T = 4 127.7 vs 145.4.
-    w4p1 = (DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
-    small = ExpertBucket(min(SMALL_T, max_tokens), *w4p1)
-    if max_tokens <= SMALL_T:
-        return (small,)
-    # SMALL_T < T <= MID_T: the sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's
-    # rows in passes of 8): H200 2026-11-30 11:14, E=128 k=8 H=2048 I=768 w4a16, T = 16: 106.9 us per
-    # layer against 151.6 for the 16-token groups (3.25x torch._grouped_mm's 347.7). MID_T 16 -> 64 on
-    # the H200 sweep of 2026-12-02 01:24 (graph timer, µs per layer, w4a16 / nvfp4, this tiling against
-    # 8 warps x 16-token groups): T = 64 E = 128 167.3 / 211.3 vs 228.8 / 243.2, E = 256 1202 / 1251 vs
-    # 1724 / 1606, E = 512 1053 / 1082 vs 1364 / 1477; T = 32 140.5 / 776.6 (E = 128 / 512) vs 201 / 1291.
-    mid = ExpertBucket(min(MID_T, max_tokens), *w4p1)
+    # The sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's rows in passes of 8),
+    # H200, graph timer, µs per layer against 8 warps x 2 tiles (T <= 8) or 16-token groups (T > 8):
+    # - 2026-11-30 21:16 (w4a16): E = 128 T = 1 22.9 vs 25.1, T = 4 43.9 vs 50.6; E = 512 T = 1 47.7
+    #   vs 53.8, T = 4 127.7 vs 145.4;
+    # - 2026-11-30 11:14 (w4a16, E = 128): T = 16 106.9 vs 151.6 (3.25x torch._grouped_mm's 347.7);
+    # - 2026-12-02 01:24 (w4a16 / nvfp4): T = 64 E = 128 167.3 / 211.3 vs 228.8 / 243.2, E = 256 1202 /
+    #   1251 vs 1724 / 1606, E = 512 1053 / 1082 vs 1364 / 1477; T = 32 140.5 / 776.6 (E = 128 / 512)
+    #   vs 201 / 1291. Hence one bucket up to MID_T (two until session 17: T <= 8 and 8 < T <= 64, one tiling).
+    w4p1 = ExpertBucket(min(MID_T, max_tokens), DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
     if max_tokens <= MID_T:
-        return (small, mid)
-    return (small, mid, ExpertBucket(max_tokens, default_config(16), default_config(16)))
+        return (w4p1,)
+    return (w4p1, ExpertBucket(max_tokens, default_config(16), default_config(16)))
 
 
 def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1) -> DecodeConfig:

@@ -11,7 +11,7 @@ every intermediate in the plan's workspace (sized by max_tokens):
 no allocation (pass `output=`), no compile, no host sync, so a call can be captured in a CUDA graph
 and replayed for its T. Live T picks the routing path at run time (micro: one launch routes and
 gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launches); no T compiles.
-A bucket with `dequant` (nvfp4 recipe, grouped kernels; `_buckets.py`) has its own routing and
+A bucket with `dequant` (nvfp4 recipe, grouped or decode kernels; `_buckets.py`) has its own routing and
 requantize kernels write the NVFP4-quantized operands dequantized to bf16 (a1_deq, a2_deq) and its
 GEMMs read them as bf16: the binding's `dequant` picks those launchers.
 
@@ -52,6 +52,7 @@ from ._buckets import (  # noqa: F401  (re-exported: tests and benchmarks import
     gather_formats,
     gemm_formats,
     has_dequant,
+    heuristic_buckets,
     tiled_from,
     with_tiled_bucket,
 )
@@ -158,7 +159,7 @@ class FusedMoePlan(Plan):
         return MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=with_tiled_bucket(caps, _experts_module().default_buckets(caps.max_tokens)),
+            experts=heuristic_buckets(caps, _experts_module().default_buckets(caps.max_tokens)),
         )
 
     def expert_jobs(self, config, arch: str) -> dict:
