@@ -331,10 +331,10 @@ def _load_streams(src_ptr, tok, t_mask, h, tok_stride, stream_stride, CACHE: tl.
 
 @triton.jit
 def _split_sum(
-    part_ptr, s0, T, splits, tok, t_mask, col: tl.constexpr, N: tl.constexpr, BS: tl.constexpr, CACHE: tl.constexpr = ""
+    part_ptr, s0, T, splits, tok, t_mask, col: tl.constexpr, N: tl.constexpr, BS: tl.constexpr, CACHE: tl.constexpr
 ):
     """sum over splits s0..s0+BS of partial columns col..col+N: [TOK, N] (CACHE: the loads' cache
-    modifier, ".cg" to bypass L1). The pointer tile is flat [TOK, BS * N], reshaped after the load:
+    modifier, "" or ".cg" to bypass L1; no default: Triton 3.6 passes a str default as a plain str). The pointer tile is flat [TOK, BS * N], reshaped after the load:
     a [TOK, BS, N] pointer tile gets lanes down the tokens from Triton 3.6 (its 3-D order [2, 0, 1];
     3.9: [2, 1, 0]), which spilled the apply pass 2."""
     k = tl.arange(0, BS * N)
@@ -531,11 +531,11 @@ def _mhc_apply_kernel(
     l_2 = tl.zeros([TOK, 4], dtype=tl.float32)
     l_3 = tl.zeros([TOK, 4], dtype=tl.float32)
     for s0 in range(0, splits, BLOCK_S):
-        acc8 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 0, 8, BLOCK_S)
-        l_0 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 8, 4, BLOCK_S)
-        l_1 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 12, 4, BLOCK_S)
-        l_2 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 16, 4, BLOCK_S)
-        l_3 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 20, 4, BLOCK_S)
+        acc8 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 0, 8, BLOCK_S, "")
+        l_0 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 8, 4, BLOCK_S, "")
+        l_1 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 12, 4, BLOCK_S, "")
+        l_2 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 16, 4, BLOCK_S, "")
+        l_3 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 20, 4, BLOCK_S, "")
 
     # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds); phase 4: y.
     pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask,
