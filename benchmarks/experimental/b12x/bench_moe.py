@@ -423,15 +423,14 @@ def with_decode_dequant(buckets: tuple, caps=None) -> tuple:
 
 def with_tiled_rows(rows: int):
     """(buckets, caps) -> the heuristic's buckets rebuilt with the grouped bucket from `rows` rows an
-    expert (--tiled-rows), the heuristic's dequant choice kept."""
+    expert (--tiled-rows), the heuristic's dequant choices (`_buckets` flags) applied as it does."""
 
     def rebuild(buckets: tuple, caps) -> tuple:
         from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
         from flashinfer.experimental.b12x.moe.fused_moe import api
 
-        found = api.with_tiled_bucket(caps, X.default_buckets(caps.max_tokens), rows=rows)
-        dequant = any(b.dequant for b in buckets)
-        return with_dequant(found) if dequant else found
+        decode = X.default_buckets(caps.max_tokens, caps.weight_plan.num_experts, caps.num_topk)
+        return api.heuristic_buckets(caps, decode, rows)
 
     rebuild.rows = rows
     return rebuild
@@ -455,7 +454,7 @@ def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list
         from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
         from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
 
-        if getattr(args, "decode_only", False):  # the decode buckets at every T (the pre-grouped default)
+        if getattr(args, "decode_only", False):  # decode buckets (to MID_T, then 16-token) at every T
             found.append((" decode", X.default_buckets(max_t)))
         for text in tiled_entries(args):  # the grouped kernels at every T
             cfg = parse_grouped(text)

@@ -1,6 +1,7 @@
 """moe.fused_moe's nvfp4 dequant buckets on the host (`ExpertBucket.dequant`, `_buckets.TILED_DEQUANT`,
-`_buckets.DECODE_DEQUANT`): the heuristic gives it to the grouped bucket / the decode buckets of an
-nvfp4 plan only when the flag is on (both off by default), override checks, the workspace (a1_deq / a2_deq only with a dequant bucket), the compile jobs (the
+`_buckets.DECODE_DEQUANT_FROM`): the heuristic gives it to the grouped bucket of an nvfp4 plan only
+when TILED_DEQUANT is on (off by default) and to its decode buckets from live T = DECODE_DEQUANT_FROM
+(9 by default), override checks, the workspace (a1_deq / a2_deq only with a dequant bucket), the compile jobs (the
 NVFP4_DEQ routing and requantize, bf16-A grouped GEMMs), resolve_launchers, bind's choice per live T
 (meta tensors, as test_fused_moe_pipeline_bind.py) and bench_moe's --tiled-dequant rows. The kernels'
 bytes and the layer's values: test_fused_moe_dequant_cases.py (interpreter) and
@@ -33,23 +34,31 @@ def _caps(mode, max_tokens=4096, *, e=128, k=8, h=2048, i=768, device="cpu"):
     return api.Caps(max_tokens=max_tokens, num_topk=k, device=device, weight_plan=wp, quant_mode=mode)
 
 
-def _heuristic(mode, monkeypatch, flag, decode=False):
+def _heuristic(mode, monkeypatch, flag, decode_from=None):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     monkeypatch.setattr(_buckets, "TILED_DEQUANT", flag)
-    monkeypatch.setattr(_buckets, "DECODE_DEQUANT", decode)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", decode_from)
     caps = _caps(mode)
-    return caps, api.heuristic_buckets(caps, X.default_buckets(caps.max_tokens))
+    wp = caps.weight_plan
+    return caps, api.heuristic_buckets(caps, X.default_buckets(caps.max_tokens, wp.num_experts, caps.num_topk))
 
 
-def test_the_default_heuristic_keeps_the_packed_operands():
-    # flipped only on a measured win (docs/predictions/moe.md)
-    assert _buckets.TILED_DEQUANT is False and _buckets.DECODE_DEQUANT is False
+@pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
+def test_the_default_heuristic(mode):
+    # flipped only on measured wins (docs/predictions/moe.md, performance.md session 17)
+    assert _buckets.TILED_DEQUANT is False and _buckets.DECODE_DEQUANT_FROM == 9
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    got = api.heuristic_buckets(_caps("nvfp4"), X.default_buckets(4096))
-    assert got[-1].tiled and not any(b.dequant for b in got)
-    assert got == api.with_tiled_bucket(_caps("nvfp4"), X.default_buckets(4096))
+    caps = _caps(mode)  # E = 128, k = 8: 8-token groups to T = 80 (5 rows an expert), grouped from 512
+    got = fm.plan(dataclasses.replace(caps, device="cuda")).heuristic("sm_90a").experts
+    assert got == api.heuristic_buckets(caps, X.default_buckets(4096, 128, 8))
+    nv = mode == "nvfp4"
+    assert [b.max_tokens for b in got] == ([8] if nv else []) + [80, 511, 4096]
+    assert [b.tiled for b in got] == ([False] if nv else []) + [False, False, True]
+    assert [b.dequant for b in got] == ([False, True, True] if nv else [False, False]) + [False]
+    assert [b.fc1.ntiles for b in got[:-1]] == ([1] if nv else []) + [1, 2]
+    assert got[0].fc1 == got[-3].fc1  # the cut bucket keeps its tilings
 
 
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
@@ -67,7 +76,7 @@ def test_the_flag_gives_the_grouped_bucket_of_nvfp4_only(mode, monkeypatch):
 
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
 def test_the_decode_flag_gives_the_decode_buckets_of_nvfp4_only(mode, monkeypatch):
-    caps, got = _heuristic(mode, monkeypatch, False, decode=True)
+    caps, got = _heuristic(mode, monkeypatch, False, decode_from=1)
     assert [b.tiled for b in got] == [False, False, True]
     assert [b.dequant for b in got] == [mode == "nvfp4", mode == "nvfp4", False]
     api.check_buckets(caps, got)
@@ -75,8 +84,27 @@ def test_the_decode_flag_gives_the_decode_buckets_of_nvfp4_only(mode, monkeypatc
     assert api.gemm_formats(mode, got[-1]) == ((mode, mode) if mode == "nvfp4" else ("bfloat16", "bfloat16"))
     p = fm.plan(dataclasses.replace(caps, device="cuda"))
     assert ("a1_deq" in {s.name for s in p.scratch_specs(None, "cuda")}) is (mode == "nvfp4")
-    _, both = _heuristic(mode, monkeypatch, True, decode=True)
+    _, both = _heuristic(mode, monkeypatch, True, decode_from=1)
     assert all(b.dequant for b in both) is (mode == "nvfp4")
+    monkeypatch.setattr(_buckets, "TILED_DEQUANT", False)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", 512)  # past every decode T (< 512): no workspace
+    assert "a1_deq" not in {s.name for s in p.scratch_specs(None, "cuda")}
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", 511)
+    assert ("a1_deq" in {s.name for s in p.scratch_specs(None, "cuda")}) is (mode == "nvfp4")
+
+
+@pytest.mark.parametrize("first, want", [(9, [(8, False), (64, True), (511, True)]), (64, [(63, False), (64, True), (511, True)]),
+                                         (65, [(64, False), (511, True)]), (511, [(64, False), (510, False), (511, True)]),
+                                         (512, [(64, False), (511, False)])])  # fmt: skip
+def test_decode_dequant_from_cuts_the_bucket_that_holds_it(first, want):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    caps = _caps("nvfp4")
+    got = _buckets.with_decode_dequant(api.with_tiled_bucket(caps, X.default_buckets(4096)), first)
+    assert [(b.max_tokens, b.dequant) for b in got[:-1]] == want and got[-1].tiled and not got[-1].dequant
+    for b in got[:-1]:  # the same tilings on both sides of the cut
+        assert (b.fc1, b.fc2) in {(x.fc1, x.fc2) for x in X.default_buckets(4096)}
+    api.check_buckets(caps, got)
 
 
 def test_a_cut_bucket_keeps_its_dequant(monkeypatch):
@@ -122,7 +150,17 @@ def test_workspace_holds_the_bf16_operands_only_with_a_dequant_bucket(monkeypatc
     assert not {"a1_deq", "a2_deq"} & {s.name for s in p.scratch_specs(plain, "cuda")}
     assert "a1_deq" in {s.name for s in p.scratch_specs(None, "cuda")}  # unprepared: the heuristic's (flag on)
     monkeypatch.setattr(_buckets, "TILED_DEQUANT", False)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", None)
     assert "a1_deq" not in {s.name for s in p.scratch_specs(None, "cuda")}
+    # decode buckets only: rows for the T they serve (grouped from T = 512), not for max_tokens
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", 9)
+    specs = {s.name: s.shape for s in p.scratch_specs(None, "cuda")}
+    assert specs["a1_deq"] == (511 * 8, 2048) and specs["a2_deq"] == (511 * 8, 768)
+    cut = _buckets.with_decode_dequant(plain.experts, 9)  # (8, 80 dequant, 511 dequant, grouped)
+    specs = {s.name: s.shape for s in p.scratch_specs(dataclasses.replace(cfg, experts=cut), "cuda")}
+    assert specs["a1_deq"] == (511 * 8, 2048)
+    specs = {s.name: s.shape for s in p.scratch_specs(dataclasses.replace(cfg, experts=cut[:2] + cut[3:]), "cuda")}
+    assert specs["a1_deq"] == (80 * 8, 2048)  # only the 9..80 bucket takes them
 
 
 def _stub(fn):
@@ -185,9 +223,10 @@ def test_bind_takes_the_dequant_operands_in_that_bucket_only():
     assert not d.dequant and d.bucket == 0 and d.fc1_args[0] is s["a1"] and d.fc2_args[0] is s["a2"]
 
 
-def test_bench_tiled_dequant_rows():
+def test_bench_tiled_dequant_rows(monkeypatch):
     from benchmarks.experimental.b12x import bench_moe as B
 
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", None)
     args = argparse.Namespace(tiled_dequant=True)
     rows = B.expert_variants(args, 4096, 4096, "nvfp4")
     assert [label for label, _ in rows] == ["", " deq"] and rows[1][1] is B.with_dequant
@@ -209,7 +248,12 @@ def test_bench_decode_dequant_rows():
     assert B.expert_variants(args, 16, 4096, "w4a16") == [("", None)]
     p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     planned = B.with_override(p, "sm_90a", None, B.with_decode_dequant)
-    assert [b.dequant for b in planned.override.experts] == [True, True, False]
+    assert [(b.max_tokens, b.dequant) for b in planned.override.experts] == [
+        (8, True),
+        (80, True),
+        (511, True),
+        (4096, False),
+    ]
     assert "--decode-dequant" in B.__doc__
 
 
@@ -238,6 +282,7 @@ def test_bench_tiled_rows_rows(monkeypatch):
     monkeypatch.setattr(_buckets, "TILED_DEQUANT", True)
     nv = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     kept = B.with_override(nv, "sm_90a", None, B.with_tiled_rows(32)).override.experts
-    assert kept[-1].dequant and not any(b.dequant for b in kept[:-1])  # the heuristic's dequant choice kept
+    assert kept == nv.heuristic("sm_90a").experts  # rows 32 = TILED_ROWS: the heuristic's, dequant choices kept
+    assert kept[-1].dequant and [b.dequant for b in kept[:-1]] == [False, True, True]
     with pytest.raises(SystemExit):
         B.main(["--tiled-rows", "0"])

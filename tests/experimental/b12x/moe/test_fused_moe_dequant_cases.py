@@ -204,7 +204,7 @@ def test_layer_in_the_dequant_bucket(act, t, cfg):
 @pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
 @pytest.mark.parametrize("t", [1, T_TILED - 1])
 def test_layer_in_a_dequant_decode_bucket(t, cfg):
-    """`_buckets.DECODE_DEQUANT`'s buckets: the decode expert GEMMs read the bf16 operands (their
+    """`_buckets.DECODE_DEQUANT_FROM`'s buckets: the decode expert GEMMs read the bf16 operands (their
     W4A16 path), bit for bit the packed pipeline's output."""
     wplan = _wplan()
     experts = fm.prepare_weights(plan=wplan, **checkpoint(wplan, seed=t + 40))

@@ -7,7 +7,7 @@ taking the dequantized bf16 operands (`ExpertBucket.dequant`, bench_moe's `with_
    the same values (e2m1 x e4m3 exactly, times 2^-16 in the packed path's shared tiles) in the same
    K order, and the epilogue's alpha absorbs the power of two exactly;
 3. CUDA graph replay equal to eager (E = 128).
-The same for the decode buckets with the dequantized operands (`_buckets.DECODE_DEQUANT`,
+The same for the decode buckets with the dequantized operands (`_buckets.DECODE_DEQUANT_FROM`,
 bench_moe's `with_decode_dequant`: the decode expert kernels' W4A16 path) at T = 1 .. 100.
 At T = 1000 E = 256 and 512 are still in a decode bucket (tiled_from: 512 / 1024 / 1639 with
 TILED_ROWS = 32), so the plan's decode path is checked too; T = 4096 runs the grouped bucket at all three."""
@@ -42,9 +42,9 @@ def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant):
     gen = torch.Generator(device=DEV).manual_seed(seed)
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
     caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode="nvfp4")
-    packed = fm.plan(caps)
-    cfg = packed.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
-    assert not any(b.dequant for b in cfg.experts)  # the default keeps the packed operands
+    cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
+    cfg = replace(cfg, experts=tuple(replace(b, dequant=False) for b in cfg.experts))  # every bucket packed
+    packed = fm.plan(caps, override=cfg)
     dequant = fm.plan(caps, override=replace(cfg, experts=buckets(cfg.experts)))
     with b12x.PreparationSession(DEV) as session:
         session.prepare([dequant, packed])

@@ -83,7 +83,10 @@ def inputs(t, k, e, h, seed, ids_dtype=torch.int32, ignored=0.05):
 
 def run_poisoned(p, experts, a, ids, w):
     out = torch.full_like(a, float("nan"))
-    p.state.scratch["c1"].fill_(float("nan"))  # FC1's intermediate: a row it skips keeps NaN
+    s = p.state.scratch
+    for name in ("c1", "a1_deq", "a2_deq"):  # FC1's intermediate, a dequant bucket's operands: NaN
+        if name in s:
+            s[name].fill_(float("nan"))
     got = fm.run(binding=fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out))
     assert got is out
     torch.cuda.synchronize()
@@ -97,7 +100,9 @@ def check_case(p, experts, a, ids, w, what):
         kw |= dict(limit=caps.swiglu_limit, alpha=caps.swiglu_alpha, beta=caps.swiglu_beta)
     out = run_poisoned(p, experts, a, ids, w)
     s = p.state.scratch
-    check_operands(s, p.operand_formats, caps.apply_router_weight_on_input, experts, a, ids, w)
+    buckets = p.state.selection.experts  # the operands the bound bucket's gather wrote (dequant: bf16)
+    formats = api.gather_formats(caps.quant_mode, buckets[api.expert_bucket(buckets, a.shape[0])])
+    check_operands(s, formats, caps.apply_router_weight_on_input, experts, a, ids, w)
     check_staged(out, kernel_intermediate(s, ids, caps.weight_plan.num_experts), a, experts, w, ids, what=what, **kw)
     return out, kw
 
@@ -235,18 +240,21 @@ def test_expert_tilings_vs_reference(label, buckets, mode):
 
 @pytest.mark.parametrize("mode", ["w4a16", "nvfp4"])
 def test_default_buckets_by_live_t(mode):
-    """The heuristic's two buckets (8-token groups with 4 warps and weight prefetch for T <= MID_T =
-    64; 16-token above): bind picks by T, the graph of each T replays its bucket's kernels, and every
-    bucket agrees with the reference."""
+    """The heuristic's buckets (4 warps with weight prefetch: 8-token groups up to 5 rows an expert,
+    here T <= 80, 16-token above; nvfp4 on the dequantized operands from T = 9): bind picks by T, the
+    graph of each T replays its bucket's kernels, and every bucket agrees with the reference."""
     shape = SHAPES[0]
     e, k, h, _ = shape
     p, experts = build(mode, "modelopt_nvfp4", "silu", shape, 128)
     buckets = p.state.selection.experts
-    assert [b.max_tokens for b in buckets] == [64, 128] and [b.fc1.ntiles for b in buckets] == [1, 2]
-    for t in (1, 7, 16, 64, 100):
+    nv = mode == "nvfp4"
+    assert [b.max_tokens for b in buckets] == ([8] if nv else []) + [80, 128]
+    assert [b.fc1.ntiles for b in buckets] == ([1] if nv else []) + [1, 2]
+    assert [b.dequant for b in buckets] == ([False, True, True] if nv else [False, False])
+    for t in (1, 8, 9, 16, 64, 80, 81, 128):
         a, ids, w = inputs(t, k, e, h, seed=950 + t)
         b = fm.bind(p, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=torch.empty_like(a))
-        assert b.bucket == (0 if t <= 64 else 1)
+        assert b.bucket == api.expert_bucket(buckets, t) and b.dequant is buckets[b.bucket].dequant
         out, _ = check_case(p, experts, a, ids, w, f"default buckets {mode} T={t}")
         graph = torch.cuda.CUDAGraph()
         b.output.fill_(float("nan"))

@@ -158,9 +158,11 @@ def test_bad_compile_keys():
         ("w4a8_nvfp4", "modelopt_nvfp4", "relu2", "mxfp8", "mxfp8"),
     ],
 )
-def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2):
+def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2, monkeypatch):
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
 
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", None)  # nvfp4's dequant jobs: test_fused_moe_dequant
     wplan = weight_plan(source, act, (mode,), e=8, h=256, i=128)
     # 100 tokens: two buckets, and still below the grouped bucket (T * k / E >= 32 from T = 128)
     p = fm.plan(fm.Caps(max_tokens=100, num_topk=2, device="cuda", weight_plan=wplan, quant_mode=mode))

@@ -6,7 +6,7 @@ launches the first bucket that holds T (`expert_bucket`) in the grid variant `ex
 The heuristic (`FusedMoePlan.heuristic`, `heuristic_buckets`) starts from
 `_kernel_experts.default_buckets`, moves T >= `tiled_from(caps)` to one grouped-kernel bucket
 (`with_tiled_bucket`) and, for the nvfp4 recipe, gives buckets the dequantized operands where the
-flags say (`TILED_DEQUANT`, `DECODE_DEQUANT`).
+flags say (`TILED_DEQUANT`, `DECODE_DEQUANT_FROM`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ NVFP4_DEQ = "nvfp4_deq"
 # Whether the heuristic's grouped bucket of an nvfp4 plan takes the dequantized bf16 operands
 # (`ExpertBucket.dequant`). Off until timed on the H200 (bench_moe --tiled-dequant).
 TILED_DEQUANT = False
-# Whether the heuristic's decode buckets of an nvfp4 plan take them too: the decode expert kernels
-# then run their W4A16 (bf16 x FP4) path, which the H200 timed 3-13% faster than the packed-NVFP4
-# one at T = 1..64 (session 16's decode table); the gather and requantize still quantize per route.
-# Off until timed on the H200 (bench_moe --decode-dequant).
-DECODE_DEQUANT = False
+# The live T from which the heuristic's decode buckets of an nvfp4 plan take them too (None: never):
+# the decode expert kernels then run their W4A16 (bf16 x FP4) path; the gather and requantize still
+# quantize per route. H200 2026-12-02 03:59 (session 17, bench_moe --decode-dequant, graph timer, µs
+# per layer, packed -> dequantized): T = 16 117.8 -> 111.3 / 588.2 -> 560.5 / 416.2 -> 395.4 (E = 128 /
+# 256 / 512), T = 64 181.4 -> 169.7 / 1257 -> 1211 / 1070 -> 1014; T = 4 51.41 -> 51.76 / 189.1 ->
+# 180.7 / 135.2 -> 134.3; but T = 1 25.74 -> 33.56 / 64.81 -> 72.01 / 55.72 -> 54.15. Hence from
+# T = 9: one 8-token group then no longer holds every expert's rows.
+DECODE_DEQUANT_FROM = 9
 
 
 @dataclass(frozen=True)
@@ -77,29 +80,51 @@ def has_dequant(buckets) -> bool:
     return any(b.dequant for b in buckets or ())
 
 
-def plan_dequant(caps, config) -> bool:
-    """has_dequant of a prepared config's buckets; for config None (an unprepared plan's memory
-    requirements) whether the heuristic would give the plan a dequant bucket."""
+def dequant_tokens(caps, config) -> int:
+    """The largest live T a bucket with the dequantized operands serves (0: none), which sizes their
+    workspace (a1_deq / a2_deq rows: this T times k): of a prepared config's buckets, or for config
+    None (an unprepared plan's memory requirements) of the buckets the heuristic would give."""
     if config is not None:
-        return has_dequant(config.experts)
+        found, lo, buckets = 0, 1, config.experts or ()
+        for i, b in enumerate(buckets):
+            hi = caps.max_tokens if i == len(buckets) - 1 else min(b.max_tokens, caps.max_tokens)
+            if b.dequant and lo <= hi:
+                found = hi
+            lo = max(lo, hi + 1)
+        return found
     if caps.quant_mode != "nvfp4":
-        return False
-    return DECODE_DEQUANT or (TILED_DEQUANT and tiled_from(caps) is not None)
+        return 0
+    t = tiled_from(caps)
+    if TILED_DEQUANT and t is not None:
+        return caps.max_tokens
+    decode_top = caps.max_tokens if t is None else t - 1  # the last T the decode buckets serve
+    return decode_top if DECODE_DEQUANT_FROM is not None and DECODE_DEQUANT_FROM <= decode_top else 0
 
 
-def heuristic_buckets(caps, decode: tuple) -> tuple:
+def heuristic_buckets(caps, decode: tuple, rows: int | None = None) -> tuple:
     """The heuristic's buckets from the decode ones (`_kernel_experts.default_buckets`): the grouped
-    bucket moved in (`with_tiled_bucket`, which applies TILED_DEQUANT), then for the nvfp4 recipe
-    every decode bucket with the dequantized operands when DECODE_DEQUANT is on."""
-    found = with_tiled_bucket(caps, decode)
-    if DECODE_DEQUANT and caps.quant_mode == "nvfp4":
-        found = with_decode_dequant(found)
+    bucket moved in (`with_tiled_bucket` from `rows` rows an expert, None: TILED_ROWS; it applies
+    TILED_DEQUANT), then for the nvfp4 recipe the decode buckets' T >= DECODE_DEQUANT_FROM with the
+    dequantized operands."""
+    found = with_tiled_bucket(caps, decode, rows)
+    if DECODE_DEQUANT_FROM is not None and caps.quant_mode == "nvfp4":
+        found = with_decode_dequant(found, DECODE_DEQUANT_FROM)
     return found
 
 
-def with_decode_dequant(buckets: tuple) -> tuple:
-    """buckets with every decode (not grouped) one taking the dequantized operands."""
-    return tuple(b if b.tiled else replace(b, dequant=True) for b in buckets)
+def with_decode_dequant(buckets: tuple, first: int = 1) -> tuple:
+    """buckets with the decode (not grouped) ones taking the dequantized operands from live T = first:
+    a bucket that holds both first - 1 and first is cut in two (the same tilings, packed below)."""
+    found, lo = [], 1
+    for b in buckets:
+        if b.tiled or b.max_tokens < first:
+            found.append(b)
+        else:
+            if lo < first:
+                found.append(replace(b, max_tokens=first - 1))
+            found.append(replace(b, dequant=True))
+        lo = b.max_tokens + 1
+    return tuple(found)
 
 
 def _is_tiled(config) -> bool:

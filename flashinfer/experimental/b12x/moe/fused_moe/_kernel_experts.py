@@ -58,7 +58,7 @@ tile streams its whole K with the next chunks' loads in flight (gemm's decode st
 (E = 128: FC1 384 warps) too few warps to fill 132 SMs (docs/moe.md, session 8 budget).
 
 Tilings per live T: a plan compiles one (FC1, FC2) pair of configs per `api.ExpertBucket`
-(`default_buckets`: 8-token groups for T <= MID_T = 64, 16-token groups above) and a binding picks its
+(`default_buckets`: 8-token groups up to ~5 rows an expert, T >= 64, 16-token groups above) and a binding picks its
 bucket by T, like the grid variant; nothing is sized by live T at compile time.
 
 Bytes: per hit expert and group, 16 * tiles weight rows of K / 2 bytes plus their scales per CTA,
@@ -139,33 +139,44 @@ class ExpertConfig(DecodeConfig):
     early: bool = False
 
 
-MID_T = 64  # default_buckets: the 8-token-group prefetch tiling up to this T
+MID_T = 64  # default_buckets: the 8-token-group prefetch tiling at least up to this T
+# ... and up to this many rows an expert (T * k / E), when that is a larger T (default_buckets)
+N1_ROWS = 5
 
 
-def default_buckets(max_tokens: int) -> tuple:
-    """The heuristic's live-T buckets (`api.ExpertBucket`): T <= MID_T with 8-token groups (4 warps,
-    weight prefetch 1), larger T (up to max_tokens) with 16-token groups. A token routes to k
-    DISTINCT experts (route_topk), so no expert gets more than T rows: at T <= 8 one 8-token group
-    always holds an expert's rows, where a capacity-sized plan (max_tokens * k > 8) used to run
-    16-token groups (half the MMA columns empty) at every T; up to T = 64 an expert gets ~1-6 rows
-    (E = 128..512, k = 8..10), so one or two passes of 8-token groups beat half-empty 16-token ones."""
+def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: int | None = None) -> tuple:
+    """The heuristic's live-T buckets (`api.ExpertBucket`): 8-token MMA groups (the sweep's "w4p1":
+    4 warps, weight prefetch 1) for T <= max(MID_T, N1_ROWS * E / k) (E, k: None = MID_T alone), then
+    16-token groups of the same 4-warp prefetch tiling up to max_tokens (the heuristic moves large T
+    to the grouped kernels: `_buckets.with_tiled_bucket`). A token routes to k DISTINCT experts
+    (route_topk), so no expert gets more than T rows, and ~T * k / E on average: at a few rows an
+    expert one or two passes of 8-token groups beat half-empty 16-token ones."""
     from .api import ExpertBucket
 
-    # FC2 unroll 1: with the CTA's scale loaded before the K loop, unroll 2 took nvfp4 FC2 from 126
-    # to 150 registers (ptxas 13.0, sm_90a: one 256-thread CTA per SM instead of two); at K = I = 768
-    # each of 8 warps gets at most one chunk, so there is nothing to unroll.
-    # The sweep's "w4p1" (4 warps, weight prefetch 1, 8-token groups, an expert's rows in passes of 8),
-    # H200, graph timer, µs per layer against 8 warps x 2 tiles (T <= 8) or 16-token groups (T > 8):
-    # - 2026-11-30 21:16 (w4a16): E = 128 T = 1 22.9 vs 25.1, T = 4 43.9 vs 50.6; E = 512 T = 1 47.7
-    #   vs 53.8, T = 4 127.7 vs 145.4;
-    # - 2026-11-30 11:14 (w4a16, E = 128): T = 16 106.9 vs 151.6 (3.25x torch._grouped_mm's 347.7);
-    # - 2026-12-02 01:24 (w4a16 / nvfp4): T = 64 E = 128 167.3 / 211.3 vs 228.8 / 243.2, E = 256 1202 /
-    #   1251 vs 1724 / 1606, E = 512 1053 / 1082 vs 1364 / 1477; T = 32 140.5 / 776.6 (E = 128 / 512)
-    #   vs 201 / 1291. Hence one bucket up to MID_T (two until session 17: T <= 8 and 8 < T <= 64, one tiling).
-    w4p1 = ExpertBucket(min(MID_T, max_tokens), DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
-    if max_tokens <= MID_T:
-        return (w4p1,)
-    return (w4p1, ExpertBucket(max_tokens, default_config(16), default_config(16)))
+    # FC2 unroll 1 (8-token groups): with the CTA's scale loaded before the K loop, unroll 2 took
+    # nvfp4 FC2 from 126 to 150 registers (ptxas 13.0, sm_90a: one 256-thread CTA per SM instead of
+    # two); at K = I = 768 each of 8 warps gets at most one chunk, so there is nothing to unroll.
+    # H200, graph timer, µs per layer (docs/performance.md):
+    # - 2026-11-30 21:16 (w4a16), w4p1 vs 8 warps x 2 tiles: E = 128 T = 1 22.9 vs 25.1, T = 4 43.9 vs
+    #   50.6; E = 512 T = 1 47.7 vs 53.8, T = 4 127.7 vs 145.4;
+    # - 2026-11-30 11:14 (w4a16, E = 128), w4p1 vs 16-token groups (8 warps): T = 16 106.9 vs 151.6;
+    # - 2026-12-02 01:24 (w4a16 / nvfp4), T = 64: E = 128 167.3 / 211.3 vs 228.8 / 243.2, E = 256 1202 /
+    #   1251 vs 1724 / 1606, E = 512 1053 / 1082 vs 1364 / 1477 (hence MID_T = 64);
+    # - 2026-12-02 04:04 (session 17), w4a16 / nvfp4, 8-token w4p1 / 16-token w4p1 / 16-token 8 warps:
+    #   T = 128 (2.5-8 rows an expert) E = 128 232 / 234 / 254 and 249 / 241 / 268, E = 256 1470 /
+    #   1715 / 1697 and 1527 / 1766 / 1843, E = 512 1337 / 1593 / 1612 and 1401 / 1651 / 1795; T = 256
+    #   (5-16 rows) E = 128 334 / 286 / 323 and 364 / 307 / 343, E = 256 2059 / 1834 / 1876 and 2005 /
+    #   1853 / 1931, E = 512 1598 / 1821 / 1869 and 1648 / 1862 / 1987: 8-token groups win up to 5
+    #   rows an expert (N1_ROWS), 16-token groups of w4p1 above; 8 warps nowhere.
+    w4p1 = (DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
+    w4p1_n2 = (DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1))  # FC2 unroll 1 spills on sm_120a
+    top = MID_T
+    if num_experts is not None and num_topk is not None:
+        top = max(MID_T, N1_ROWS * num_experts // num_topk)
+    small = ExpertBucket(min(top, max_tokens), *w4p1)
+    if max_tokens <= top:
+        return (small,)
+    return (small, ExpertBucket(max_tokens, *w4p1_n2))
 
 
 def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1) -> DecodeConfig:

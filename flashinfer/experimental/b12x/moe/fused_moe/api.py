@@ -159,7 +159,9 @@ class FusedMoePlan(Plan):
         return MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=heuristic_buckets(caps, _experts_module().default_buckets(caps.max_tokens)),
+            experts=heuristic_buckets(
+                caps, _experts_module().default_buckets(caps.max_tokens, wp.num_experts, caps.num_topk)
+            ),
         )
 
     def expert_jobs(self, config, arch: str) -> dict:
@@ -247,9 +249,10 @@ class FusedMoePlan(Plan):
             elif fmt is not None:
                 specs.append(S(name, (r_cap, cols // 2 if fmt == "nvfp4" else cols), "uint8", device))
                 specs.append(S(f"{name}_scales", (swizzled_size(r_cap, cols // SF_BLOCK[fmt]),), "uint8", device))
-        if _buckets.plan_dequant(caps, config):  # a dequant bucket's bf16 FC1 and FC2 operands
-            specs.append(S("a1_deq", (r_cap, h), "bfloat16", device))
-            specs.append(S("a2_deq", (r_cap, i), "bfloat16", device))
+        r_deq = _buckets.dequant_tokens(caps, config) * k  # the dequant buckets' bf16 FC1 and FC2 operands
+        if r_deq:
+            specs.append(S("a1_deq", (r_deq, h), "bfloat16", device))
+            specs.append(S("a2_deq", (r_deq, i), "bfloat16", device))
         specs.append(S("c1", (r_cap, i), "bfloat16", device))
         specs.append(S("c2", (r_cap, h), "float32", device))
         return tuple(specs)
