@@ -39,6 +39,7 @@ def _heuristic(mode, monkeypatch, flag, decode_from=None):
 
     monkeypatch.setattr(_buckets, "TILED_DEQUANT", flag)
     monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", decode_from)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_ROWS", 10**6)  # no upper bound (test_the_default_heuristic)
     caps = _caps(mode)
     wp = caps.weight_plan
     return caps, api.heuristic_buckets(caps, X.default_buckets(caps.max_tokens, wp.num_experts, caps.num_topk))
@@ -54,11 +55,14 @@ def test_the_default_heuristic(mode):
     got = fm.plan(dataclasses.replace(caps, device="cuda")).heuristic("sm_90a").experts
     assert got == api.heuristic_buckets(caps, X.default_buckets(4096, 128, 8))
     nv = mode == "nvfp4"
-    assert [b.max_tokens for b in got] == ([8] if nv else []) + [80, 511, 4096]
-    assert [b.tiled for b in got] == ([False] if nv else []) + [False, False, True]
-    assert [b.dequant for b in got] == ([False, True, True] if nv else [False, False]) + [False]
-    assert [b.fc1.ntiles for b in got[:-1]] == ([1] if nv else []) + [1, 2]
-    assert got[0].fc1 == got[-3].fc1  # the cut bucket keeps its tilings
+    # nvfp4: packed to T = 8, dequantized to 8 rows an expert (T = 128), packed again to the grouped bucket
+    assert [b.max_tokens for b in got] == ([8, 80, 128] if nv else [80]) + [511, 4096]
+    assert [b.tiled for b in got] == ([False] * 3 if nv else [False]) + [False, True]
+    assert [b.dequant for b in got] == ([False, True, True] if nv else [False]) + [False, False]
+    assert [b.fc1.ntiles for b in got[:-1]] == ([1, 1, 2] if nv else [1]) + [2]
+    if nv:  # a cut bucket keeps its tilings
+        assert got[0].fc1 == got[1].fc1 and got[2].fc1 == got[3].fc1
+    assert _buckets.decode_dequant_last(caps) == 128 and _buckets.dequant_tokens(caps, None) == (128 if nv else 0)
 
 
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
@@ -154,13 +158,40 @@ def test_workspace_holds_the_bf16_operands_only_with_a_dequant_bucket(monkeypatc
     assert "a1_deq" not in {s.name for s in p.scratch_specs(None, "cuda")}
     # decode buckets only: rows for the T they serve (grouped from T = 512), not for max_tokens
     monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", 9)
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_ROWS", 8)
     specs = {s.name: s.shape for s in p.scratch_specs(None, "cuda")}
-    assert specs["a1_deq"] == (511 * 8, 2048) and specs["a2_deq"] == (511 * 8, 768)
+    assert specs["a1_deq"] == (128 * 8, 2048) and specs["a2_deq"] == (128 * 8, 768)  # to 8 rows an expert
     cut = _buckets.with_decode_dequant(plain.experts, 9)  # (8, 80 dequant, 511 dequant, grouped)
     specs = {s.name: s.shape for s in p.scratch_specs(dataclasses.replace(cfg, experts=cut), "cuda")}
     assert specs["a1_deq"] == (511 * 8, 2048)
     specs = {s.name: s.shape for s in p.scratch_specs(dataclasses.replace(cfg, experts=cut[:2] + cut[3:]), "cuda")}
     assert specs["a1_deq"] == (80 * 8, 2048)  # only the 9..80 bucket takes them
+
+
+def test_bind_gives_the_gemms_results_with_the_dequant_operands_rows():
+    """A decode dequant bucket's a1_deq / a2_deq hold only the rows of the T it serves; the expert
+    kernels want A and C with the same rows, so its binding passes views of c1 / c2's first rows."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    p, tensors = device_plan("nvfp4")  # T = 5, max_tokens 8, k = 2
+    small = X.default_buckets(8)[0]
+    bk = (api.ExpertBucket(5, small.fc1, small.fc2, dequant=True), api.ExpertBucket(8, small.fc1, small.fc2))
+    st = p._state
+    st.selection = dataclasses.replace(config(), experts=bk)
+    specs = p.scratch_specs(st.selection, "cuda")
+    st.scratch = {s.name: torch.empty(s.shape, dtype=getattr(torch, dtype_name(s.dtype)), device="meta") for s in specs}
+    s, k = st.scratch, p.caps.num_topk
+    assert s["a1_deq"].shape[0] == 5 * k and s["c1"].shape[0] == 8 * k
+    b = fm.bind(p, **tensors)
+    assert b.dequant and b.fc1_args[0] is s["a1_deq"] and b.fc2_args[0] is s["a2_deq"]
+    for got, full in ((b.fc1_args[4], s["c1"]), (b.fc2_args[4], s["c2"])):
+        assert got._base is full and got.shape == (5 * k, full.shape[1])
+    part = {name: tensors[name][:4] for name in ("a", "topk_ids", "topk_weights")}
+    d = fm.bind(p, **{**tensors, **part})  # T = 4: still the dequant bucket
+    assert d.fc1_args[4]._base is s["c1"]
+    tensors8 = {name: torch.cat([tensors[name], tensors[name][:3]]) for name in ("a", "topk_ids", "topk_weights")}
+    e = fm.bind(p, **{**tensors, **tensors8, "output": None})  # T = 8: the packed bucket, the whole buffers
+    assert not e.dequant and e.fc1_args[4] is s["c1"] and e.fc2_args[4] is s["c2"]
 
 
 def _stub(fn):
@@ -248,12 +279,8 @@ def test_bench_decode_dequant_rows():
     assert B.expert_variants(args, 16, 4096, "w4a16") == [("", None)]
     p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     planned = B.with_override(p, "sm_90a", None, B.with_decode_dequant)
-    assert [(b.max_tokens, b.dequant) for b in planned.override.experts] == [
-        (8, True),
-        (80, True),
-        (511, True),
-        (4096, False),
-    ]
+    got = [(b.max_tokens, b.dequant) for b in planned.override.experts]
+    assert got == [(8, True), (80, True), (128, True), (511, True), (4096, False)]
     assert "--decode-dequant" in B.__doc__
 
 
@@ -283,6 +310,25 @@ def test_bench_tiled_rows_rows(monkeypatch):
     nv = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     kept = B.with_override(nv, "sm_90a", None, B.with_tiled_rows(32)).override.experts
     assert kept == nv.heuristic("sm_90a").experts  # rows 32 = TILED_ROWS: the heuristic's, dequant choices kept
-    assert kept[-1].dequant and [b.dequant for b in kept[:-1]] == [False, True, True]
+    assert kept[-1].dequant and [b.dequant for b in kept[:-1]] == [False, True, True, False]
     with pytest.raises(SystemExit):
         B.main(["--tiled-rows", "0"])
+
+
+@pytest.mark.parametrize(
+    "first, last, want",
+    [
+        (9, 128, [(8, False), (64, True), (128, True), (511, False)]),
+        (9, 64, [(8, False), (64, True), (511, False)]),
+        (9, 30, [(8, False), (30, True), (64, False), (511, False)]),
+        (70, 100, [(64, False), (69, False), (100, True), (511, False)]),
+        (1, 511, [(64, True), (511, True)]),
+    ],
+)
+def test_decode_dequant_between_two_bounds(first, last, want):
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    caps = _caps("nvfp4")
+    got = _buckets.with_decode_dequant(api.with_tiled_bucket(caps, X.default_buckets(4096)), first, last)
+    assert [(b.max_tokens, b.dequant) for b in got[:-1]] == want and got[-1].tiled and not got[-1].dequant
+    api.check_buckets(caps, got)

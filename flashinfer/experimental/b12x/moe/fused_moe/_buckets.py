@@ -33,8 +33,13 @@ TILED_DEQUANT = False
 # per layer, packed -> dequantized): T = 16 117.8 -> 111.3 / 588.2 -> 560.5 / 416.2 -> 395.4 (E = 128 /
 # 256 / 512), T = 64 181.4 -> 169.7 / 1257 -> 1211 / 1070 -> 1014; T = 4 51.41 -> 51.76 / 189.1 ->
 # 180.7 / 135.2 -> 134.3; but T = 1 25.74 -> 33.56 / 64.81 -> 72.01 / 55.72 -> 54.15. Hence from
-# T = 9: one 8-token group then no longer holds every expert's rows.
+# T = 9: one 8-token group then no longer holds every expert's rows. Up to DECODE_DEQUANT_ROWS rows an
+# expert (T * k / E) only: the dequant gather's encode (`_routing._nvfp4_deq_tile`, two divisions a
+# value) costs more per row than the packed one, and at T = 256 E = 128 (16 rows an expert) the layer
+# took 343.3 µs against the packed 306.9 (04:20, a99d880); at 8 rows (T = 128 E = 128 / T = 256
+# E = 256) 240.8 / 1771 against 241.3 / 1853, at 2.5-5 rows 1314 / 1557 against 1401 / 1648.
 DECODE_DEQUANT_FROM = 9
+DECODE_DEQUANT_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -97,33 +102,46 @@ def dequant_tokens(caps, config) -> int:
     t = tiled_from(caps)
     if TILED_DEQUANT and t is not None:
         return caps.max_tokens
-    decode_top = caps.max_tokens if t is None else t - 1  # the last T the decode buckets serve
-    return decode_top if DECODE_DEQUANT_FROM is not None and DECODE_DEQUANT_FROM <= decode_top else 0
+    last = min(caps.max_tokens if t is None else t - 1, decode_dequant_last(caps))  # decode buckets' T
+    return last if DECODE_DEQUANT_FROM is not None and DECODE_DEQUANT_FROM <= last else 0
+
+
+def decode_dequant_last(caps) -> int:
+    """The largest live T whose decode bucket the heuristic gives the dequantized operands: the T of
+    DECODE_DEQUANT_ROWS rows an expert (at least DECODE_DEQUANT_FROM)."""
+    wp = caps.weight_plan
+    return max(DECODE_DEQUANT_FROM or 1, DECODE_DEQUANT_ROWS * wp.num_experts // caps.num_topk)
 
 
 def heuristic_buckets(caps, decode: tuple, rows: int | None = None) -> tuple:
     """The heuristic's buckets from the decode ones (`_kernel_experts.default_buckets`): the grouped
     bucket moved in (`with_tiled_bucket` from `rows` rows an expert, None: TILED_ROWS; it applies
     TILED_DEQUANT), then for the nvfp4 recipe the decode buckets' T >= DECODE_DEQUANT_FROM with the
-    dequantized operands."""
+    dequantized operands up to `decode_dequant_last(caps)`."""
     found = with_tiled_bucket(caps, decode, rows)
     if DECODE_DEQUANT_FROM is not None and caps.quant_mode == "nvfp4":
-        found = with_decode_dequant(found, DECODE_DEQUANT_FROM)
+        found = with_decode_dequant(found, DECODE_DEQUANT_FROM, decode_dequant_last(caps))
     return found
 
 
-def with_decode_dequant(buckets: tuple, first: int = 1) -> tuple:
-    """buckets with the decode (not grouped) ones taking the dequantized operands from live T = first:
-    a bucket that holds both first - 1 and first is cut in two (the same tilings, packed below)."""
+def with_decode_dequant(buckets: tuple, first: int = 1, last: int | None = None) -> tuple:
+    """buckets with the decode (not grouped) ones taking the dequantized operands for live T in
+    [first, last] (None: no end): a bucket that holds T on both sides of a bound is cut there (the
+    same tilings, packed outside)."""
     found, lo = [], 1
     for b in buckets:
-        if b.tiled or b.max_tokens < first:
+        hi = b.max_tokens
+        if b.tiled or hi < first or (last is not None and lo > last):
             found.append(b)
         else:
             if lo < first:
                 found.append(replace(b, max_tokens=first - 1))
-            found.append(replace(b, dequant=True))
-        lo = b.max_tokens + 1
+            if last is not None and hi > last:
+                found.append(replace(b, max_tokens=last, dequant=True))
+                found.append(b)
+            else:
+                found.append(replace(b, dequant=True))
+        lo = hi + 1
     return tuple(found)
 
 

@@ -355,8 +355,19 @@ def _prime_experts(p: FusedMoePlan, state) -> None:
     found = getattr(state.selection, "experts", None) or ()  # the buckets (none in a hand-built state)
     for (_, bucket), (fc1, fc2) in L.experts.items():
         a1, a2 = _operands(p, s, found[bucket] if bucket < len(found) else None)
-        fc1(a1[0], a1[1], b1, sf1, s["c1"], start, one, one, s["act_params"], active)
-        fc2(a2[0], a2[1], b2, sf1, s["c2"], start, one, one, active)
+        c1, c2 = _results(s, a1[0])
+        fc1(a1[0], a1[1], b1, sf1, c1, start, one, one, s["act_params"], active)
+        fc2(a2[0], a2[1], b2, sf1, c2, start, one, one, active)
+
+
+def _results(s: dict, a1: torch.Tensor):
+    """(C1, C2) as the expert GEMMs take them: c1 and c2, or the views of their first rows when A1 has
+    fewer (a dequant bucket's a1_deq holds only the rows of the T it serves, `dequant_tokens`; the
+    kernels want A and C with the same rows, and never touch a row past T * k)."""
+    rows = a1.shape[0]
+    if rows == s["c1"].shape[0]:
+        return s["c1"], s["c2"]
+    return s["c1"][:rows], s["c2"][:rows]
 
 
 def _operands(p: FusedMoePlan, s: dict, bucket=None):
@@ -541,9 +552,10 @@ def device_binding(
     active = s["active"][: a.shape[0] * k] if grid == "list" else s["active"]
     if buckets is not None and buckets[bucket].tiled:  # the grouped kernels read the rows' experts
         grid, active = "tiled", s["sorted_expert"]
-    fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), s["c1"], s["expert_start"], ex.w1_alpha, s["alpha1"])
+    C1, C2 = _results(s, A1)
+    fc1 = (A1, SFA1, ex.w1_values, ex.w1_scales.view(u8), C1, s["expert_start"], ex.w1_alpha, s["alpha1"])
     fc1 += (s["act_params"], active)
-    fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), s["c2"], s["expert_start"], ex.w2_alpha, s["alpha2"])
+    fc2 = (A2, SFA2, ex.w2_values, ex.w2_scales.view(u8), C2, s["expert_start"], ex.w2_alpha, s["alpha2"])
     fc2 += (active,)
     # a dequant bucket's A is e2m1 x sf without 1 / gs: s["alpha1"], s["alpha2"] (= 1 / gs) hold it
     nvfp4 = plan.operand_formats[0] == "nvfp4"
