@@ -61,47 +61,42 @@ def run(p, experts, a, ids, w):
     return b, out
 
 
+def check_against_packed(dequant, packed, experts, shape, t, seed, what):
+    """One T on the dequant plan (its bf16 operands NaN-poisoned first): the operands its bucket's
+    gather wrote, check_staged's bar, and the output bit for bit the packed plan's. Returns the binding."""
+    e, k, h, _ = shape
+    a, ids, w = inputs(t, k, e, h, seed=seed)
+    s = dequant.state.scratch
+    s["a1_deq"].fill_(float("nan"))
+    s["a2_deq"].fill_(float("nan"))
+    b, out = run(dequant, experts, a, ids, w)
+    bucket = dequant.state.selection.experts[b.bucket]
+    check_operands(s, api.gather_formats("nvfp4", bucket), False, experts, a, ids, w)
+    check_staged(out, kernel_intermediate(s, ids, e), a, experts, w, ids, what=what, quant_mode="nvfp4")
+    _, want = run(packed, experts, a, ids, w)
+    same = out.view(torch.int16) == want.view(torch.int16)
+    assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
+    return b
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_dequant_bucket_vs_reference_and_packed(shape):
-    e, k, h, _ = shape
     dequant, packed, experts = build_pair(shape)
     tiled_t = api.tiled_from(dequant.caps)
     for t in (1000, 4096):
-        a, ids, w = inputs(t, k, e, h, seed=200 + t)
         what = f"nvfp4 dequant {shape} T={t}"
-        s = dequant.state.scratch
-        s["a1_deq"].fill_(float("nan"))
-        s["a2_deq"].fill_(float("nan"))
-        b, out = run(dequant, experts, a, ids, w)
+        b = check_against_packed(dequant, packed, experts, shape, t, 200 + t, what)
         assert b.dequant is (t >= tiled_t), f"{what}: dequant {b.dequant}, grouped bucket from T = {tiled_t}"
-        bucket = dequant.state.selection.experts[b.bucket]
-        check_operands(s, api.gather_formats("nvfp4", bucket), False, experts, a, ids, w)
-        check_staged(out, kernel_intermediate(s, ids, e), a, experts, w, ids, what=what, quant_mode="nvfp4")
-        _, want = run(packed, experts, a, ids, w)
-        same = out.view(torch.int16) == want.view(torch.int16)
-        assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_decode_dequant_buckets_vs_reference_and_packed(shape):
-    e, k, h, _ = shape
     dequant, packed, experts = build_pair(shape, max_tokens=128, buckets=with_decode_dequant)
     assert all(b.dequant and not b.tiled for b in dequant.state.selection.experts)
-    for t in (1, 2, 7, 64, 100):  # both buckets (8-token groups to T = 64, 16-token above)
-        a, ids, w = inputs(t, k, e, h, seed=300 + t)
-        what = f"nvfp4 decode dequant {shape} T={t}"
-        s = dequant.state.scratch
-        s["a1_deq"].fill_(float("nan"))
-        s["a2_deq"].fill_(float("nan"))
-        b, out = run(dequant, experts, a, ids, w)
+    s = dequant.state.scratch
+    for t in (1, 2, 7, 64, 100):  # E = 128: both buckets (8-token groups to T = 80, 16-token above)
+        b = check_against_packed(dequant, packed, experts, shape, t, 300 + t, f"nvfp4 decode dequant {shape} T={t}")
         assert b.dequant and b.fc1_args[0] is s["a1_deq"] and b.fc2_args[0] is s["a2_deq"]
-        check_operands(
-            s, api.gather_formats("nvfp4", dequant.state.selection.experts[b.bucket]), False, experts, a, ids, w
-        )
-        check_staged(out, kernel_intermediate(s, ids, e), a, experts, w, ids, what=what, quant_mode="nvfp4")
-        _, want = run(packed, experts, a, ids, w)
-        same = out.view(torch.int16) == want.view(torch.int16)
-        assert bool(same.all()), f"{what}: {int((~same).sum())} elements differ from the packed-NVFP4 plan's"
 
 
 @pytest.mark.parametrize("which, t", [("tiled", 4096), ("decode", 16)])
