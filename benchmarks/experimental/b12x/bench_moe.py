@@ -27,6 +27,8 @@ else every expert); --full-grid prepares it with compact_grid off (every T launc
 --compact-grid with it on (the heuristic's choice today, kept for old command lines).
 --gather-encode pairs|search prepares ours with that NVFP4 gather encode (`RoutingConfig.nvfp4_encode`;
 the same bits, "pairs" the heuristic's), for an A/B of the route + gather step.
+--deq-encode divide|search does the same for the dequant buckets' bf16 operands (`nvfp4_deq_encode` of the
+routing and combine configs; the same bits, "divide" the heuristic's, "search" staged in session 17).
 --tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
 of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
@@ -201,10 +203,20 @@ class Ours:
 
 
 def setup_ours(
-    recipe, activation, shape, max_tokens, device, generator, compact_grid=None, buckets=None, gather_encode=None
+    recipe,
+    activation,
+    shape,
+    max_tokens,
+    device,
+    generator,
+    compact_grid=None,
+    buckets=None,
+    gather_encode=None,
+    deq_encode=None,
 ) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
     gather_encode: None (the heuristic's routing.nvfp4_encode) or "pairs" / "search";
+    deq_encode: None (the heuristic's nvfp4_deq_encode) or "divide" / "search" (routing and combine);
     buckets: None (the heuristic's expert buckets), a tuple of `api.ExpertBucket` or a callable of the
     heuristic's tuple (`with_override`; CUDA only)."""
     import b12x
@@ -225,25 +237,28 @@ def setup_ours(
     if torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
-        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode)
+        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode, deq_encode)
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
 
 
-def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None):
+def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None, deq_encode=None):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
-    compact_grid and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a callable
-    (the heuristic's tuple, caps) -> the override's)."""
+    compact_grid, the NVFP4 encodes and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a
+    callable (the heuristic's tuple, caps) -> the override's)."""
     from b12x.moe import fused_moe as fm
 
-    if compact_grid is None and buckets is None and gather_encode is None:
+    if compact_grid is None and buckets is None and gather_encode is None and deq_encode is None:
         return p
     cfg = p.heuristic(arch)
     if compact_grid is not None:
         cfg = replace(cfg, routing=replace(cfg.routing, compact_grid=compact_grid))
     if gather_encode is not None:
         cfg = replace(cfg, routing=replace(cfg.routing, nvfp4_encode=gather_encode))
+    if deq_encode is not None:
+        routing = replace(cfg.routing, nvfp4_deq_encode=deq_encode)
+        cfg = replace(cfg, routing=routing, combine=replace(cfg.combine, nvfp4_deq_encode=deq_encode))
     if callable(buckets):
         buckets = buckets(cfg.experts, p.caps)
     return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
@@ -378,6 +393,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
                     compact,
                     buckets,
                     getattr(args, "gather_encode", None),
+                    getattr(args, "deq_encode", None),
                 )
                 fmt = ours.wplan.weight_format
                 case = Case(
@@ -550,6 +566,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("pairs", "search"),
         default=None,
         help="prepare ours with this NVFP4 gather encode (RoutingConfig.nvfp4_encode; default: the heuristic's)",
+    )
+    parser.add_argument(
+        "--deq-encode",
+        choices=("divide", "search"),
+        default=None,
+        help="prepare ours with this encode of the dequantized NVFP4 operands (RoutingConfig / CombineConfig "
+        ".nvfp4_deq_encode, the dequant buckets'; default: the heuristic's)",
     )
     grids = parser.add_mutually_exclusive_group()
     grids.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid on")

@@ -13,6 +13,7 @@ tensors (run by test_fused_moe_pipeline.py in a fresh interpreter, as test_fused
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -75,7 +76,7 @@ def buckets(dequant: bool, decode: bool = False) -> tuple:
     )
 
 
-def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False, decode=False):
+def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False, decode=False, deq_encode="divide"):
     """(plan, poisoned workspace, Launchers, buckets): the interpreted routing/requantize/combine
     for the recipe's operands and (dequant) the NVFP4_DEQ ones, stand-in GEMMs per variant."""
     caps = fm.Caps(
@@ -90,9 +91,12 @@ def dequant_layer(wplan, *, dequant=True, routing_cfg=MICRO, on_input=False, dec
     api._fill_constants(p, s)
     s["route_row"].fill_(-7777)
 
+    rcfg = replace(routing_cfg, nvfp4_deq_encode=deq_encode)
+    ccfg = replace(_combine.default_config(i), nvfp4_deq_encode=deq_encode)
+
     def routing_and_combine(f1, f2):
-        routing = {d: _routing.interpreted_routing(d, K, e, h, f1, on_input, routing_cfg) for d in api.IDS_DTYPES}
-        return routing, _combine.interpreted_combine(K, e, h, i, f2, on_input)
+        routing = {d: _routing.interpreted_routing(d, K, e, h, f1, on_input, rcfg) for d in api.IDS_DTYPES}
+        return routing, _combine.interpreted_combine(K, e, h, i, f2, on_input, ccfg)
 
     experts = {}
     for grid, idx in api.expert_variants(False, e, K, MAX_T, bk):
@@ -112,11 +116,17 @@ def _wplan(act="silu"):
 
 
 # ---- the operands ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("cfg", [MICRO, DYNAMIC], ids=["micro", "dynamic"])
-@pytest.mark.parametrize("on_input", [False, True])
-@pytest.mark.parametrize("data", ["wide", "specials", "ties", "near"])
-def test_gather_writes_the_dequantized_codec(cfg, on_input, data):
-    p, s, L, _ = dequant_layer(_wplan(), routing_cfg=cfg, on_input=on_input)
+@pytest.mark.parametrize(
+    "encode, cfg, on_input, data",
+    [
+        *(("divide", c, o, d) for c in (MICRO, DYNAMIC) for o in (False, True) for d in ("wide", "specials", "ties", "near")),
+        # the staged "search" encode (`RoutingConfig.nvfp4_deq_encode`): the same bits
+        *(("search", c, False, d) for c in (MICRO, DYNAMIC) for d in ("wide", "specials", "ties", "near")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else ("micro" if v is MICRO else "dynamic" if v is DYNAMIC else str(v)),
+)  # fmt: skip
+def test_gather_writes_the_dequantized_codec(encode, cfg, on_input, data):
+    p, s, L, _ = dequant_layer(_wplan(), routing_cfg=cfg, on_input=on_input, deq_encode=encode)
     t = 7
     a = make_input(data, t, H, torch.bfloat16, 16, seed=len(data) + on_input)
     ids = ids_with_ignored(t, K, E, seed=5)
@@ -144,9 +154,10 @@ def test_gather_writes_the_dequantized_codec(cfg, on_input, data):
     assert_same_bits(s["a1_deq"][:n], packed, "a1_deq vs the packed gather's values")
 
 
+@pytest.mark.parametrize("encode", ["divide", "search"])
 @pytest.mark.parametrize("data", ["wide", "specials", "near"])
-def test_requantize_writes_the_dequantized_codec(data):
-    p, s, L, _ = dequant_layer(_wplan())
+def test_requantize_writes_the_dequantized_codec(data, encode):
+    p, s, L, _ = dequant_layer(_wplan(), deq_encode=encode)
     t, n = 7, 15  # live rows of 21 routes: the rest must stay untouched
     s["c1"].copy_(make_input(data, MAX_T * K, INTER, torch.bfloat16, 16, seed=11))
     ex = torch.randint(0, E, (MAX_T * K,), generator=torch.Generator().manual_seed(4)).to(torch.int32)

@@ -98,6 +98,28 @@ def test_requant_and_combine_compile_exact(arch, a2_fmt):
             assert {"add.rn.f32", "sub.rn.f32"} <= ops
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_deq_search_encode_compiles_without_fp8_or_value_divisions(arch):
+    """`nvfp4_deq_encode="search"` (staged): the dequant operand by the packed encode's division-free
+    codes, so the gather and requantize hold no fp8 conversion and only the block scales' t = gs amax / 6
+    divisions (one per 16 values: far fewer div.rn than the "divide" encode's two per value)."""
+    rcfg = dataclasses.replace(_routing.default_config(2048), nvfp4_deq_encode="search")
+    ccfg = dataclasses.replace(_combine.default_config(768), nvfp4_deq_encode="search")
+    k = _routing.compile_routing("int32", 8, 128, 2048, "nvfp4_deq", False, rcfg, arch)
+    c = _combine.compile_combine(8, 128, 2048, 768, "nvfp4_deq", False, ccfg, arch)
+    divide = _routing.compile_routing("int32", 8, 128, 2048, "nvfp4_deq", False, _routing.default_config(2048), arch)
+    for kern, plain in ((k.micro, divide.micro), (k.gather, divide.gather), (c.requant, None)):
+        ops = float_ops(kern)
+        exact_ops(ops)
+        assert "cvt.rn.satfinite.e4m3x2.f32" not in ops and "div.rn.f32" in ops
+        if plain is not None:
+            ptx, ref = kern.compiled.asm["ptx"], plain.compiled.asm["ptx"]
+            assert ptx.count("div.rn.f32") < ref.count("div.rn.f32")
+    with pytest.raises(ValueError, match="routing"):
+        _routing.compile_routing("int32", 8, 128, 2048, "nvfp4_deq", False,
+                                 dataclasses.replace(rcfg, nvfp4_deq_encode="fast"), arch)  # fmt: skip
+
+
 def test_compile_cache_and_freeze():
     cfg = _combine.default_config(256)
     before = _combine.compile_combine.compile_count

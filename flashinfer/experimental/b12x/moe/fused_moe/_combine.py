@@ -47,6 +47,7 @@ class CombineConfig:
     block_t: int = 4
     block_h: int = 512
     num_warps: int = 4
+    nvfp4_deq_encode: str = "divide"  # as `RoutingConfig.nvfp4_deq_encode`, for the requantize
 
 
 def default_config(intermediate: int) -> CombineConfig:
@@ -61,7 +62,7 @@ def can_implement(intermediate: int, a2_fmt: str | None, config: CombineConfig) 
     if a2_fmt is not None:
         ok = ok and a2_fmt in ("nvfp4", "mxfp8", "nvfp4_deq") and config.block_k >= SF_BLOCK[a2_fmt]
         ok = ok and intermediate % config.block_k == 0
-    return ok and config.num_warps in (1, 2, 4, 8, 16)
+    return ok and config.num_warps in (1, 2, 4, 8, 16) and config.nvfp4_deq_encode in _routing.NVFP4_DEQ_ENCODES
 
 
 @triton.jit(do_not_specialize=["R"])
@@ -78,6 +79,7 @@ def _requant_kernel(
     FMT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    DEQ_SEARCH: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     ok = rows < tl.load(start_ptr + E)
@@ -90,7 +92,7 @@ def _requant_kernel(
         gs = tl.load(g2_ptr + e, mask=ok, other=1.0)
     else:
         gs = tl.full([BLOCK_M], 1.0, tl.float32)
-    store_operand(x, gs, out_ptr, sf_ptr, rows64, ok, col0, IDIM, FMT, BLOCK_M, BLOCK_K)
+    store_operand(x, gs, out_ptr, sf_ptr, rows64, ok, col0, IDIM, FMT, BLOCK_M, BLOCK_K, DEQ_SEARCH)
 
 
 @triton.jit(do_not_specialize=["T", "w_st", "w_sj"])
@@ -151,6 +153,7 @@ class CombineKernels:
                     FMT=OPERAND_FORMATS[a2_fmt],
                     BLOCK_M=config.block_m,
                     BLOCK_K=config.block_k,
+                    DEQ_SEARCH=a2_fmt == "nvfp4_deq" and config.nvfp4_deq_encode == "search",
                 ),
                 config.num_warps,
                 arch,

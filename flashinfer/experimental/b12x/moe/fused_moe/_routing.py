@@ -73,6 +73,7 @@ BUFFERS = {
     2: {"nvfp4_deq": ("a2_deq", "dummy")},
 }
 NVFP4_ENCODES = ("pairs", "search")  # RoutingConfig.nvfp4_encode
+NVFP4_DEQ_ENCODES = ("divide", "search")  # RoutingConfig / CombineConfig .nvfp4_deq_encode
 SF_BLOCK = {"nvfp4": 16, "mxfp8": 32, "nvfp4_deq": 16}
 SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}  # FORMATS.md: NVFP4 pads with 0, MX with 127 (scale 1.0)
 CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
@@ -107,6 +108,12 @@ class RoutingConfig:
     # bf16): "pairs" (the standalone quantizer's, decided on the raw bf16 pairs, two values an
     # instruction; ~8.5 instructions a value) or "search" (fp32 binary search, ~15). The same bits.
     nvfp4_encode: str = "pairs"
+    # The "nvfp4_deq" operand's encode (dequant buckets, `_nvfp4_deq_tile`): "divide" (y = x gs / sf by
+    # correctly rounded divisions, then rounded to the E2M1 grid) or "search" (the packed operand's
+    # division-free `_nvfp4_codes`, the codes then decoded). The same bits (the interpreter tier checks
+    # both against the codec); "search" is staged: not yet GPU-validated or timed (session 17 saw the
+    # dequant buckets lose at T = 1 and above 8 rows an expert, where the gather's encode may matter).
+    nvfp4_deq_encode: str = "divide"
     # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
     # of E. The heuristic (`default_config`) turns it on: H200 2026-11-30 06:41 (docs/moe.md), E = 128,
     # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
@@ -144,6 +151,7 @@ def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
         and isinstance(config.compact_grid, bool)
         and _pow2(config.gather_tile)
         and config.nvfp4_encode in NVFP4_ENCODES
+        and config.nvfp4_deq_encode in NVFP4_DEQ_ENCODES
     )
 
 
@@ -237,12 +245,24 @@ def _nvfp4_scaled(x, gs, BR: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
+def _nvfp4_codes(x, gs, BR: tl.constexpr, BK: tl.constexpr):
+    """NVFP4 of x fp32 [BR, BK] with per-row global scale gs fp32 [BR] (quantize_nvfp4): the E4M3
+    scale bytes and values [BR, BK // 16] and the E2M1 codes [BR, BK // 16, 16] (bit 3 the sign, set
+    only on a nonzero magnitude). The standalone quantizer's division-free encode, the same bits as the
+    oracle's two `div_rn`s: the scale byte rounded on t's bits (`_e4m3_rn`: no fp8 instruction), the
+    codes by a binary search over the thresholds m * sf (`_e2m1_codes_search`; the proofs are in their
+    docstrings); NaN values and zero scales give code 0."""
+    xb = tl.reshape(x, (BR, BK // 16, 16))
+    t = tl.minimum(tl.math.div_rn(gs[:, None] * block_amax(xb), 6.0), 448.0)  # never NaN
+    sbits, sf = _e4m3_rn(t)
+    return sbits, sf, _e2m1_codes_search(xb, gs[:, None, None], sf)
+
+
+@triton.jit
 def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
     """Quantize x fp32 [BR, BK] (columns col0.. of rows rows64) to NVFP4 with per-row global scale
-    gs fp32 [BR] and store packed codes [., KDIM/2] and swizzled E4M3 scales (quantize_nvfp4). The
-    standalone quantizer's division-free encode, the same bits as the oracle's two `div_rn`s: the
-    scale byte rounded on t's bits (`_e4m3_rn`: no fp8 instruction), the E2M1 codes by a binary
-    search over the thresholds m * sf (`_e2m1_codes_search`; the proofs are in their docstrings)."""
+    gs fp32 [BR] (`_nvfp4_codes`' steps, written out here: calling it reorders this kernel's address
+    arithmetic in the GPU-validated SASS) and store packed codes [., KDIM/2] and swizzled E4M3 scales."""
     NB: tl.constexpr = KDIM // 16
     xb = tl.reshape(x, (BR, BK // 16, 16))
     t = tl.minimum(tl.math.div_rn(gs[:, None] * block_amax(xb), 6.0), 448.0)  # never NaN
@@ -259,19 +279,30 @@ def _nvfp4_tile(x, gs, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM: tl.constexpr
 
 
 @triton.jit
-def _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+def _nvfp4_deq_tile(
+    x, gs, out_ptr, rows64, row_ok, col0, KDIM: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr, SEARCH: tl.constexpr
+):
     """Quantize x as `_nvfp4_tile` does and store bf16 [., KDIM] of e2m1(code) * sf: exact (a 2-bit
     times a 4-bit significand; |value| in [2^-10, 2688]), the global scale left to the GEMM's alpha.
-    The E2M1 value is |y| rounded to the grid directly: the grid's step is 0.5 below 2, 1 in [2, 4)
-    and 2 from 4, so fl(fl(|y| + c) - c) with c = 2^22, 2^23, 2^24 rounds to it with the ties to the
-    even code (the oracle's `>` / `>=` midpoint rule: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2,
-    3.5 -> 4, 5 -> 4), then min(., 6) saturates; NaN y (code 0 there) and zero scales give +0."""
-    y, sf = _nvfp4_scaled(x, gs, BR, BK)
-    mag = tl.abs(y)
-    c = tl.where(mag < 2.0, 4194304.0, tl.where(mag < 4.0, 8388608.0, 16777216.0))
-    val = tl.minimum((mag + c) - c, 6.0)  # fp fusion is off: two correctly rounded adds
-    val = tl.where((mag != mag) | (sf[:, :, None] == 0), 0.0, val)
-    val = tl.where(y < 0, 0.0 - val, val) * sf[:, :, None]  # 0 - 0 = +0: no negative zeros
+    SEARCH (`RoutingConfig.nvfp4_deq_encode` "search"): `_nvfp4_codes`' codes decoded (magnitude m / 2
+    below code 4, then 2, 3, 4, 6). Else ("divide") the E2M1 value is |y| rounded to the grid directly:
+    the grid's step is 0.5 below 2, 1 in [2, 4) and 2 from 4, so fl(fl(|y| + c) - c) with c = 2^22,
+    2^23, 2^24 rounds to it with the ties to the even code (the oracle's `>` / `>=` midpoint rule: 0.25
+    -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), then min(., 6) saturates. Both:
+    NaN y (code 0 there) and zero scales give +0, no negative zeros."""
+    if SEARCH:
+        _, sf, code = _nvfp4_codes(x, gs, BR, BK)
+        m = code & 7
+        half = 0.5 * m.to(tl.float32)
+        mag = tl.where(m < 4, half, tl.where(m < 6, half * 2.0 - 2.0, half * 4.0 - 8.0))  # 2, 3 | 4, 6
+        val = tl.where(code >= 8, 0.0 - mag, mag) * sf[:, :, None]  # the sign only on a nonzero magnitude
+    else:
+        y, sf = _nvfp4_scaled(x, gs, BR, BK)
+        mag = tl.abs(y)
+        c = tl.where(mag < 2.0, 4194304.0, tl.where(mag < 4.0, 8388608.0, 16777216.0))
+        val = tl.minimum((mag + c) - c, 6.0)  # fp fusion is off: two correctly rounded adds
+        val = tl.where((mag != mag) | (sf[:, :, None] == 0), 0.0, val)
+        val = tl.where(y < 0, 0.0 - val, val) * sf[:, :, None]  # 0 - 0 = +0: no negative zeros
     cols = col0 + tl.arange(0, BK)
     tl.store(
         out_ptr + rows64[:, None] * KDIM + cols[None, :],
@@ -316,8 +347,10 @@ def store_operand(
     FMT: tl.constexpr,
     BR: tl.constexpr,
     BK: tl.constexpr,
+    DEQ_SEARCH: tl.constexpr,
 ):
-    """Rows rows64 (mask row_ok), columns col0 + [0, BK) of a GEMM operand of KDIM columns, in FMT."""
+    """Rows rows64 (mask row_ok), columns col0 + [0, BK) of a GEMM operand of KDIM columns, in FMT
+    (DEQ_SEARCH: "nvfp4_deq" with the "search" encode, `RoutingConfig.nvfp4_deq_encode`)."""
     if FMT == 0:
         cols = col0 + tl.arange(0, BK)
         tl.store(out_ptr + rows64[:, None] * KDIM + cols[None, :], x.to(tl.bfloat16), mask=row_ok[:, None])
@@ -326,7 +359,7 @@ def store_operand(
     elif FMT == 2:
         _mxfp8_tile(x, out_ptr, sf_ptr, rows64, row_ok, col0, KDIM, BR, BK)
     else:
-        _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM, BR, BK)
+        _nvfp4_deq_tile(x, gs, out_ptr, rows64, row_ok, col0, KDIM, BR, BK, DEQ_SEARCH)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -369,6 +402,7 @@ def _route_gather_kernel(
     SUB_H: tl.constexpr,
     PAIRS: tl.constexpr,
     ASM: tl.constexpr,
+    DEQ_SEARCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -438,7 +472,7 @@ def _route_gather_kernel(
                 x = x.to(tl.float32)
                 if ON_INPUT:
                     x = x * w[:, None]
-                store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, col0, H, FMT, BLOCK_R, SUB_H)
+                store_operand(x, gs, out_ptr, sf_ptr, row.to(tl.int64), valid, col0, H, FMT, BLOCK_R, SUB_H, DEQ_SEARCH)
 
 
 @triton.jit(do_not_specialize=["T", "ids_st", "ids_sj"])
@@ -604,6 +638,7 @@ class RoutingKernels:
             sub = gather_step_h(a_fmt, block_r, cfg)
             consts = dict(common, DYNAMIC=dynamic, BLOCK_R=block_r, BLOCK_H=cfg.block_h, SUB_H=sub, **tiles)
             consts.update(PAIRS=uses_pairs(a_fmt, on_input, cfg), ASM=arch is not None)
+            consts.update(DEQ_SEARCH=a_fmt == "nvfp4_deq" and cfg.nvfp4_deq_encode == "search")
             return TritonKernel(
                 _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", aligned=ALIGNED_GATHER
             )
