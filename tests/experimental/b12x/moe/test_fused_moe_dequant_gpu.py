@@ -30,10 +30,10 @@ from .test_fused_moe_gpu import DEV, SHAPES, inputs
 pytestmark = pytest.mark.gpu
 
 
-def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant):
+def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant, deq_encode="divide"):
     """(dequant plan, packed plan, experts): the heuristic's nvfp4 plan with and without
     ExpertBucket.dequant on its grouped bucket (buckets=with_decode_dequant: on its decode buckets),
-    prepared together on one set of weights."""
+    prepared together on one set of weights; deq_encode: the dequant plan's nvfp4_deq_encode."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu", num_experts=e, hidden_size=h,
@@ -45,7 +45,9 @@ def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant):
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
     cfg = replace(cfg, experts=tuple(replace(b, dequant=False) for b in cfg.experts))  # every bucket packed
     packed = fm.plan(caps, override=cfg)
-    dequant = fm.plan(caps, override=replace(cfg, experts=buckets(cfg.experts)))
+    routing = replace(cfg.routing, nvfp4_deq_encode=deq_encode)
+    combine = replace(cfg.combine, nvfp4_deq_encode=deq_encode)
+    dequant = fm.plan(caps, override=replace(cfg, experts=buckets(cfg.experts), routing=routing, combine=combine))
     with b12x.PreparationSession(DEV) as session:
         session.prepare([dequant, packed])
     return dequant, packed, experts
@@ -97,6 +99,17 @@ def test_decode_dequant_buckets_vs_reference_and_packed(shape):
     for t in (1, 2, 7, 64, 100):  # E = 128: both buckets (8-token groups to T = 80, 16-token above)
         b = check_against_packed(dequant, packed, experts, shape, t, 300 + t, f"nvfp4 decode dequant {shape} T={t}")
         assert b.dequant and b.fc1_args[0] is s["a1_deq"] and b.fc2_args[0] is s["a2_deq"]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_search_deq_encode_vs_packed(shape):
+    """The staged "search" encode of the dequantized operands (`nvfp4_deq_encode`, session 17): every
+    decode bucket on it, bit for bit the packed plan's output and the codec's operands."""
+    dequant, packed, experts = build_pair(shape, max_tokens=128, buckets=with_decode_dequant, deq_encode="search")
+    assert dequant.state.selection.routing.nvfp4_deq_encode == "search"
+    for t in (1, 7, 64, 128):
+        b = check_against_packed(dequant, packed, experts, shape, t, 500 + t, f"nvfp4 search deq {shape} T={t}")
+        assert b.dequant
 
 
 @pytest.mark.parametrize("which, t", [("tiled", 4096), ("decode", 16)])
