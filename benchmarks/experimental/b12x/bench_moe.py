@@ -442,11 +442,9 @@ def with_tiled_rows(rows: int):
     expert (--tiled-rows), the heuristic's dequant choices (`_buckets` flags) applied as it does."""
 
     def rebuild(buckets: tuple, caps) -> tuple:
-        from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
         from flashinfer.experimental.b12x.moe.fused_moe import api
 
-        decode = X.default_buckets(caps.max_tokens, caps.weight_plan.num_experts, caps.num_topk)
-        return api.heuristic_buckets(caps, decode, rows)
+        return api.heuristic_buckets(caps, rows=rows)
 
     rebuild.rows = rows
     return rebuild

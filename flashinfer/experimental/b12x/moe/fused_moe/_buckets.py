@@ -89,21 +89,16 @@ def dequant_tokens(caps, config) -> int:
     """The largest live T a bucket with the dequantized operands serves (0: none), which sizes their
     workspace (a1_deq / a2_deq rows: this T times k): of a prepared config's buckets, or for config
     None (an unprepared plan's memory requirements) of the buckets the heuristic would give."""
-    if config is not None:
-        found, lo, buckets = 0, 1, config.experts or ()
-        for i, b in enumerate(buckets):
-            hi = caps.max_tokens if i == len(buckets) - 1 else min(b.max_tokens, caps.max_tokens)
-            if b.dequant and lo <= hi:
-                found = hi
-            lo = max(lo, hi + 1)
-        return found
-    if caps.quant_mode != "nvfp4":
-        return 0
-    t = tiled_from(caps)
-    if TILED_DEQUANT and t is not None:
-        return caps.max_tokens
-    last = min(caps.max_tokens if t is None else t - 1, decode_dequant_last(caps))  # decode buckets' T
-    return last if DECODE_DEQUANT_FROM is not None and DECODE_DEQUANT_FROM <= last else 0
+    if config is None and caps.quant_mode != "nvfp4":
+        return 0  # no dequant bucket, and no kernel module imported to find out
+    buckets = (config.experts or ()) if config is not None else heuristic_buckets(caps)
+    found, lo = 0, 1
+    for i, b in enumerate(buckets):
+        hi = caps.max_tokens if i == len(buckets) - 1 else min(b.max_tokens, caps.max_tokens)
+        if b.dequant and lo <= hi:
+            found = hi
+        lo = max(lo, hi + 1)
+    return found
 
 
 def decode_dequant_last(caps) -> int:
@@ -113,11 +108,14 @@ def decode_dequant_last(caps) -> int:
     return max(DECODE_DEQUANT_FROM or 1, DECODE_DEQUANT_ROWS * wp.num_experts // caps.num_topk)
 
 
-def heuristic_buckets(caps, decode: tuple, rows: int | None = None) -> tuple:
-    """The heuristic's buckets from the decode ones (`_kernel_experts.default_buckets`): the grouped
+def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None) -> tuple:
+    """The heuristic's buckets from the decode ones (None: `_kernel_experts.default_buckets` for the
+    caps' max_tokens, E and k): the grouped
     bucket moved in (`with_tiled_bucket` from `rows` rows an expert, None: TILED_ROWS; it applies
     TILED_DEQUANT), then for the nvfp4 recipe the decode buckets' T >= DECODE_DEQUANT_FROM with the
     dequantized operands up to `decode_dequant_last(caps)`."""
+    if decode is None:
+        decode = _experts_module().default_buckets(caps.max_tokens, caps.weight_plan.num_experts, caps.num_topk)
     found = with_tiled_bucket(caps, decode, rows)
     if DECODE_DEQUANT_FROM is not None and caps.quant_mode == "nvfp4":
         found = with_decode_dequant(found, DECODE_DEQUANT_FROM, decode_dequant_last(caps))

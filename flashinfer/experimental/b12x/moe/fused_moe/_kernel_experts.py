@@ -123,7 +123,8 @@ _SOURCES = tuple(
 def default_config(max_rows: int) -> DecodeConfig:
     """max_rows: the most rows one expert can get in a call. One 8-token MMA tile when every expert
     fits in it (and two chunks' loads in flight per warp, as gemm's decode heuristic), else groups
-    of 16. Not yet tuned on the H200 (`sweep_pairs`, `bench_moe --expert-sweep`)."""
+    of 16: the 8-warp tiling (the sweep's "base"). The heuristic no longer picks it (`default_buckets`
+    runs "w4p1" at every T since session 17); the compile tests use it as a plain tiling."""
     ntiles = 1 if max_rows <= 8 else 2
     return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
@@ -168,8 +169,7 @@ def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: i
     #   (5-16 rows) E = 128 334 / 286 / 323 and 364 / 307 / 343, E = 256 2059 / 1834 / 1876 and 2005 /
     #   1853 / 1931, E = 512 1598 / 1821 / 1869 and 1648 / 1862 / 1987: 8-token groups win up to 5
     #   rows an expert (N1_ROWS), 16-token groups of w4p1 above; 8 warps nowhere.
-    w4p1 = (DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1))
-    w4p1_n2 = (DecodeConfig(4, 2, 2, 1, 1), DecodeConfig(4, 2, 2, 2, 1))  # FC2 unroll 1 spills on sm_120a
+    w4p1, w4p1_n2 = (_sweep_tiling(ntiles, "w4p1") for ntiles in (1, 2))
     top = MID_T
     if num_experts is not None and num_topk is not None:
         top = max(MID_T, N1_ROWS * num_experts // num_topk)
@@ -236,6 +236,11 @@ _SWEEP = {
         ("w8n2p1", _hinted(8, 2, 2, 1, 1, wn=2), _hinted(8, 1, 2, 1, 1, wn=2), 1),
     ),
 }
+
+
+def _sweep_tiling(ntiles: int, label: str) -> tuple:
+    """(FC1 config, FC2 config) of the sweep's entry `label` for 8 * ntiles-token groups."""
+    return next((fc1, fc2) for found, fc1, fc2, _ in _SWEEP[ntiles] if found == label)
 
 
 def sweep_pairs(ntiles: int) -> tuple:

@@ -159,9 +159,7 @@ class FusedMoePlan(Plan):
         return MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=heuristic_buckets(
-                caps, _experts_module().default_buckets(caps.max_tokens, wp.num_experts, caps.num_topk)
-            ),
+            experts=heuristic_buckets(caps),
         )
 
     def expert_jobs(self, config, arch: str) -> dict:
