@@ -4,7 +4,7 @@
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
         [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--decode-dequant]
-        [--tiled-rows R ...]
+        [--tiled-rows R ...] [--pdl MODE ...]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -40,6 +40,10 @@ row; other recipes get no such rows.
 --decode-dequant adds, per T, an nvfp4 row " ddeq": the heuristic's plan with its decode buckets taking
 the dequantized bf16 operands (the decode expert kernels then run their W4A16 path with alpha = 1 / gs);
 the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_buckets.DECODE_DEQUANT`.
+--pdl MODE ... adds, after each row of ours, a twin " pdl-MODE" prepared with `api.with_pdl(config, MODE)`:
+every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), and with
+"prefetch" the identity-grid expert GEMM CTAs' weights put into L2 before they wait (`_expert_pdl.py`);
+the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
 so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
@@ -213,10 +217,12 @@ def setup_ours(
     buckets=None,
     gather_encode=None,
     deq_encode=None,
+    pdl=None,
 ) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
     gather_encode: None (the heuristic's routing.nvfp4_encode) or "pairs" / "search";
     deq_encode: None (the heuristic's nvfp4_deq_encode) or "divide" / "search" (routing and combine);
+    pdl: None (the heuristic's launches) or an `api.PDL_MODES` entry (`api.with_pdl`);
     buckets: None (the heuristic's expert buckets), a tuple of `api.ExpertBucket` or a callable of the
     heuristic's tuple (`with_override`; CUDA only)."""
     import b12x
@@ -237,19 +243,22 @@ def setup_ours(
     if torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
-        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode, deq_encode)
+        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode, deq_encode, pdl)
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
 
 
-def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None, deq_encode=None):
+def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None, deq_encode=None, pdl=None):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
-    compact_grid, the NVFP4 encodes and/or the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a
-    callable (the heuristic's tuple, caps) -> the override's)."""
+    compact_grid, the NVFP4 encodes, the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a
+    callable (the heuristic's tuple, caps) -> the override's) and/or the launches' PDL mode (applied
+    last, to the buckets too)."""
     from b12x.moe import fused_moe as fm
+    from flashinfer.experimental.b12x.moe.fused_moe import api
 
-    if compact_grid is None and buckets is None and gather_encode is None and deq_encode is None:
+    asked = (compact_grid, buckets, gather_encode, deq_encode, pdl)
+    if all(v is None for v in asked):
         return p
     cfg = p.heuristic(arch)
     if compact_grid is not None:
@@ -261,7 +270,11 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
         cfg = replace(cfg, routing=routing, combine=replace(cfg.combine, nvfp4_deq_encode=deq_encode))
     if callable(buckets):
         buckets = buckets(cfg.experts, p.caps)
-    return fm.plan(p.caps, override=cfg if buckets is None else replace(cfg, experts=buckets))
+    if buckets is not None:
+        cfg = replace(cfg, experts=buckets)
+    if pdl is not None:
+        cfg = api.with_pdl(cfg, pdl)
+    return fm.plan(p.caps, override=cfg)
 
 
 def check_ours(ours: Ours, recipe, a, ids, w, out) -> str:
@@ -381,7 +394,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
         graph_kw = {"calls_per_graph": len(sets)} if args.timer == "graph" else {}
         peer_rows = None
         for recipe in recipes:
-            for label, buckets in expert_variants(args, t, max_t, recipe):
+            for label, buckets, pdl in pdl_variants(args, expert_variants(args, t, max_t, recipe)):
                 compact = grid_choice(args)
                 ours = setup_ours(
                     recipe,
@@ -394,6 +407,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
                     buckets,
                     getattr(args, "gather_encode", None),
                     getattr(args, "deq_encode", None),
+                    pdl,
                 )
                 fmt = ours.wplan.weight_format
                 case = Case(
@@ -414,7 +428,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
                     add_step_prefixes(table, case, name, ours.plan, bindings, out, args, graph_kw)
                 if peer_rows is None:
                     peer_rows = [] if args.no_peers else peers(ours.wplan, sets, a, generator, args, graph_kw)
-                if buckets is None:  # once per recipe's case (the sweep's rows share it)
+                if buckets is None and pdl is None:  # once per recipe's case (the sweep's rows share it)
                     for pname, timing, pnote in peer_rows:
                         table.add(case, pname, timing, peer=True, note=pnote)
                 del ours, bindings
@@ -448,6 +462,16 @@ def with_tiled_rows(rows: int):
 
     rebuild.rows = rows
     return rebuild
+
+
+def pdl_variants(args, variants: list) -> list:
+    """[(label, experts override, pdl)]: each of `expert_variants`' rows as the heuristic launches it
+    (pdl None), then with --pdl MODE ... a twin per mode (" pdl-MODE": `api.with_pdl`)."""
+    found = []
+    for label, buckets in variants:
+        found.append((label, buckets, None))
+        found += [(f"{label} pdl-{mode}", buckets, mode) for mode in getattr(args, "pdl", None) or ()]
+    return found
 
 
 def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list:
@@ -606,6 +630,14 @@ def main(argv: list[str] | None = None) -> int:
         "--decode-dequant",
         action="store_true",
         help="also time nvfp4 with its decode buckets on dequantized bf16 operands (row ' ddeq')",
+    )
+    parser.add_argument(
+        "--pdl",
+        nargs="+",
+        choices=("off", "wait", "prefetch"),
+        default=None,
+        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE "
+        "(row ' pdl-MODE'; api.with_pdl: 'prefetch' also puts the expert GEMMs' weights into L2 before they wait)",
     )
     parser.add_argument(
         "--tiled-rows",

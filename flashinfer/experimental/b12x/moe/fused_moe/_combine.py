@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
+from ..._lib.triton_pdl import gdc_enter
 from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
 from . import _routing
 from ._routing import (
@@ -48,6 +50,7 @@ class CombineConfig:
     block_h: int = 512
     num_warps: int = 4
     nvfp4_deq_encode: str = "divide"  # as `RoutingConfig.nvfp4_deq_encode`, for the requantize
+    pdl: bool = False  # as `RoutingConfig.pdl`: requantize and combine launched as programmatic dependents
 
 
 def default_config(intermediate: int) -> CombineConfig:
@@ -62,7 +65,8 @@ def can_implement(intermediate: int, a2_fmt: str | None, config: CombineConfig) 
     if a2_fmt is not None:
         ok = ok and a2_fmt in ("nvfp4", "mxfp8", "nvfp4_deq") and config.block_k >= SF_BLOCK[a2_fmt]
         ok = ok and intermediate % config.block_k == 0
-    return ok and config.num_warps in (1, 2, 4, 8, 16) and config.nvfp4_deq_encode in _routing.NVFP4_DEQ_ENCODES
+    ok = ok and config.num_warps in (1, 2, 4, 8, 16) and config.nvfp4_deq_encode in _routing.NVFP4_DEQ_ENCODES
+    return ok and isinstance(config.pdl, bool)
 
 
 @triton.jit(do_not_specialize=["R"])
@@ -80,7 +84,9 @@ def _requant_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DEQ_SEARCH: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     ok = rows < tl.load(start_ptr + E)
     rows64 = rows.to(tl.int64)
@@ -109,7 +115,9 @@ def _combine_kernel(
     ON_INPUT: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = t < T
     t64 = t.to(tl.int64)
@@ -159,6 +167,7 @@ class CombineKernels:
                 arch,
                 key + " requant",
                 aligned=("c_ptr", "sorted_expert_ptr", "start_ptr", "out_ptr", "sf_ptr"),
+                pdl=config.pdl,
             )
         self.combine = TritonKernel(
             _combine_kernel,
@@ -168,6 +177,7 @@ class CombineKernels:
             arch,
             key + " combine",
             aligned=("c2_ptr", "route_row_ptr", "out_ptr"),
+            pdl=config.pdl,
         )
 
     def load(self, index: int) -> None:
@@ -193,7 +203,11 @@ class CombineKernels:
             self.combine.launch(grid, s["c2"], s["route_row"], w, out, T, w.stride(0), w.stride(1))
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _routing.__name__, _nvfp4_encodes.__name__))
+@kernel(
+    OP,
+    backend="triton",
+    sources=(_triton_helpers.__name__, _triton_pdl.__name__, _routing.__name__, _nvfp4_encodes.__name__),
+)
 def compile_combine(
     num_topk: int,
     num_experts: int,

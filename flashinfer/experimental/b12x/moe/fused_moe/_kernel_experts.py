@@ -98,6 +98,8 @@ from ...gemm._shared.formats import FORMAT
 from ...gemm._shared.ptx import DeviceOps
 from ...gemm.blockscaled import _kernel_decode as KD
 from ...gemm.blockscaled._kernel_decode import CHUNK, DecodeConfig
+from ...gemm.blockscaled._kernel_decode_fused import FusedOps
+from ._expert_pdl import PDL_MODES, WeightPrefetch
 
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 GATED = ("silu", "swiglu_oai")
@@ -111,13 +113,15 @@ PAIRS = (
 )
 K_ALIGN = 32  # one span
 # the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring)
-IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache", "early")
+IMPLEMENTED = ("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache", "early", "pdl")
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
 _LOG2E = 1.4426950408889634
-_SOURCES = tuple(
-    f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")
-) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
+_SOURCES = (
+    *(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")),
+    *(f"flashinfer.experimental.b12x.gemm.blockscaled.{m}" for m in ("_kernel_decode", "_kernel_decode_fused")),
+    f"{__package__}._expert_pdl",
+)
 
 
 def default_config(max_rows: int) -> DecodeConfig:
@@ -135,9 +139,19 @@ class ExpertConfig(DecodeConfig):
     prefetch stages issue as soon as the CTA's expert id is known, before start[e] and the scale
     come back (the weight address needs only e; list grid: predicated on active[y] < E, no extra
     load; identity grid: on the expert having rows, so after start[e]), and each group's K loop
-    ends by issuing the next group's first stages (none after the last). prefetch > 0, span 1."""
+    ends by issuing the next group's first stages (none after the last). prefetch > 0, span 1.
+    pdl: one of PDL_MODES (`_expert_pdl.py`)."""
 
     early: bool = False
+    pdl: str = "off"
+
+
+def with_pdl(config: DecodeConfig, pdl: str) -> DecodeConfig:
+    """`config` as an ExpertConfig launched with `pdl` (PDL_MODES); "off" returns it unchanged."""
+    if pdl == "off" and getattr(config, "pdl", "off") == "off":
+        return config
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return ExpertConfig(**dict(fields, pdl=pdl))
 
 
 MID_T = 64  # default_buckets: the 8-token-group prefetch tiling at least up to this T
@@ -281,6 +295,8 @@ def why_not(
         return f"config must be a DecodeConfig, got {type(config).__name__}"
     if fc == 1 and activation in GATED and config.tiles < 2:
         return f"a gated FC1 needs tiles >= 2 (gate and up tiles), got {config}"
+    if getattr(config, "pdl", "off") not in PDL_MODES:
+        return f"pdl must be one of {PDL_MODES}, got {config.pdl!r}"
     if getattr(config, "early", False) and (config.prefetch == 0 or span != 1):
         return f"early weight stages need prefetch > 0 and span 1, got prefetch {config.prefetch}, span {span}"
     # gemm decode options beyond these the expert kernel does not implement (its own loads and K
@@ -324,9 +340,13 @@ def _ex2(x, *, loc=None, ip=None):
 
 
 class ExpertOps(DeviceOps):
-    """`ptx.DEVICE` plus `ex2` (2^x, max relative error 2^-22; the emulator computes it exactly)."""
+    """`ptx.DEVICE` plus `ex2` (2^x, max relative error 2^-22; the emulator computes it exactly) and
+    gemm's PDL ops (`prefetch_l2(addr, pred)`, `gdc_wait`, `gdc_launch_dependents`)."""
 
     ex2 = staticmethod(_ex2)
+    prefetch_l2 = staticmethod(FusedOps.prefetch_l2)
+    gdc_wait = staticmethod(FusedOps.gdc_wait)
+    gdc_launch_dependents = staticmethod(FusedOps.gdc_launch_dependents)
 
 
 DEVICE = ExpertOps()
@@ -376,7 +396,7 @@ class Activation:
         return g * self._sigmoid(ops, alpha * g) * (u + beta)
 
 
-class ExpertLogic(Activation, KD.DecodeLogic):
+class ExpertLogic(Activation, WeightPrefetch, KD.DecodeLogic):
     """DecodeLogic with the expert hooks (module docstring); fc 1 stores act(.) in bf16, fc 2 fp32."""
 
     what = "moe.fused_moe expert kernel"
@@ -411,6 +431,7 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         self.whint = None if config.wcache == "nc" else config.wcache
         self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
+        self.pdl = getattr(config, "pdl", "off")  # ExpertConfig.pdl
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
@@ -561,7 +582,7 @@ class _ExpertGemm:
         grid_n = self.logic.grid_n(mC.shape[1])
         grid_e = self.logic.grid_experts(mB.shape[0], mActive.shape[0])
         self.kernel(mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, mActive).launch(
-            grid=[grid_n, grid_e, 1], block=[self.threads, 1, 1], stream=stream
+            grid=[grid_n, grid_e, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.pdl != "off"
         )
 
     @cute.kernel
@@ -572,6 +593,19 @@ class _ExpertGemm:
         bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
+        if cutlass.const_expr(self.logic.pdl == "prefetch" and not self.logic.listed):
+            # the weights of expert `slot` never depend on the kernels before: to L2 before the wait
+            pre_b = mB.iterator.toint() + Int64(slot) * Int64(mB.shape[1]) * Int64(mB.shape[2])
+            pre_sf = mSFB.iterator.toint() + Int64(slot) * Int64(mSFB.shape[1])
+            for i in cutlass.range(tid, self.logic.value_prefetch_items(k), self.threads, unroll=1):
+                addr, ok = self.logic.value_prefetch_line(DEVICE, pre_b, mC.shape[1], k, bidx, i)
+                DEVICE.prefetch_l2(addr, ok)
+            for i in cutlass.range(tid, self.logic.scale_prefetch_items(k), self.threads, unroll=1):
+                addr, ok = self.logic.scale_prefetch_line(DEVICE, pre_sf, mC.shape[1], k, bidx, i)
+                DEVICE.prefetch_l2(addr, ok)
+        if cutlass.const_expr(self.logic.pdl != "off"):  # nothing of the kernels before is read above
+            DEVICE.gdc_wait()
+            DEVICE.gdc_launch_dependents()
         e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
         sfb_base = mSFB.iterator.toint() + Int64(e) * Int64(mSFB.shape[1])

@@ -52,9 +52,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
 from ...quantization.nvfp4 import _kernel_pairs as _nvfp4_kernel_pairs
@@ -119,6 +121,11 @@ class RoutingConfig:
     # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
     # 181 -> 186, within its spread of routings); passed the gpu tier (test_compact_grid, graph replay).
     compact_grid: bool = False
+    # Launch every moe kernel of the plan as a programmatic dependent (`MoeConfig.pdl`, set through
+    # `api.with_pdl`): the routing/gather kernels are compiled with `launch_pdl` and enter through
+    # `gdc_enter` (wait for the kernel before, then release the next), so the expert GEMMs' CTAs get
+    # resident, and prefetch their weights, while the gather still runs. Same bits.
+    pdl: bool = False
 
 
 def _pow2(n: int) -> bool:
@@ -152,6 +159,7 @@ def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
         and _pow2(config.gather_tile)
         and config.nvfp4_encode in NVFP4_ENCODES
         and config.nvfp4_deq_encode in NVFP4_DEQ_ENCODES
+        and isinstance(config.pdl, bool)
     )
 
 
@@ -403,7 +411,9 @@ def _route_gather_kernel(
     PAIRS: tl.constexpr,
     ASM: tl.constexpr,
     DEQ_SEARCH: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     pid = tl.program_id(0)
     pid_h = tl.program_id(1)
     R = T * K
@@ -486,7 +496,9 @@ def _route_hist_kernel(
     E: tl.constexpr,
     BLOCK_R: tl.constexpr,
     E_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     pid = tl.program_id(0)
     e, _ = _load_routes(ids_ptr, pid * BLOCK_R + tl.arange(0, BLOCK_R), T * K, ids_st, ids_sj, K, E)
     for e0 in tl.static_range(0, E, E_BLOCK):
@@ -505,7 +517,9 @@ def _route_scan_kernel(
     BLOCK_R: tl.constexpr,
     SCAN_B: tl.constexpr,
     E_BLOCK: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     ec = tl.program_id(0) * E_BLOCK + tl.arange(0, E_BLOCK)
     e_ok = ec < E
     blocks = tl.cdiv(T * K, BLOCK_R)
@@ -533,7 +547,9 @@ def _route_start_kernel(
     E_PAD: tl.constexpr,
     NVFP4: tl.constexpr,
     COMPACT: tl.constexpr,
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
+    gdc_enter(PDL)
     ec = tl.arange(0, E_PAD)
     c = tl.load(count_ptr + ec, mask=ec < E, other=0)
     inclusive = tl.cumsum(c, axis=0)
@@ -557,9 +573,15 @@ class TritonKernel:
     TRITON_INTERPRET (`arch=None`). `launch(grid, *args)` runs on torch's current stream of the
     device of the first tensor argument; args are the runtime arguments in kernel order.
     `aligned`: pointer arguments the caller guarantees 16-byte aligned (workspace views, checked
-    inputs): Triton then vectorizes their accesses."""
+    inputs): Triton then vectorizes their accesses. `pdl`: compiled with `launch_pdl` and its PDL
+    constexpr 1 (the kernel enters through `gdc_enter`); the interpreter runs PDL 0 (no
+    griddepcontrol there; the same math)."""
 
-    def __init__(self, fn, signature: dict, constexprs: dict, num_warps: int, arch, key: str = "", aligned=()):
+    def __init__(
+        self, fn, signature: dict, constexprs: dict, num_warps: int, arch, key: str = "", aligned=(), pdl=False
+    ):
+        self.pdl = bool(pdl) and arch is not None
+        constexprs = dict(constexprs, PDL=int(self.pdl))
         self.fn, self.constexprs, self.num_warps, self.arch, self.key = fn, constexprs, num_warps, arch, key
         self._signature = dict(signature, **{name: "constexpr" for name in constexprs})
         names = list(self._signature)
@@ -575,6 +597,8 @@ class TritonKernel:
 
         src = ASTSource(self.fn, self._signature, self.constexprs, self._attrs)
         options = {"num_warps": self.num_warps, "num_stages": 1, "enable_fp_fusion": False}
+        if self.pdl:
+            options["launch_pdl"] = True
         return triton.compile(src, target=GPUTarget("cuda", CC_BY_ARCH[self.arch], 32), options=options)
 
     def _loaded(self, index: int):
@@ -640,7 +664,7 @@ class RoutingKernels:
             consts.update(PAIRS=uses_pairs(a_fmt, on_input, cfg), ASM=arch is not None)
             consts.update(DEQ_SEARCH=a_fmt == "nvfp4_deq" and cfg.nvfp4_deq_encode == "search")
             return TritonKernel(
-                _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", aligned=ALIGNED_GATHER
+                _route_gather_kernel, gather_sig, consts, nw, arch, f"{key} {name}", ALIGNED_GATHER, cfg.pdl
             )
 
         self.micro = route_gather(False, cfg.block_r, "micro")  # one launch: routing + gather, small R
@@ -653,6 +677,7 @@ class RoutingKernels:
             nw,
             arch,
             key + " hist",
+            pdl=cfg.pdl,
         )
         self.scan = TritonKernel(
             _route_scan_kernel,
@@ -661,6 +686,7 @@ class RoutingKernels:
             nw,
             arch,
             key + " scan",
+            pdl=cfg.pdl,
         )
         self.start = TritonKernel(
             _route_start_kernel,
@@ -669,6 +695,7 @@ class RoutingKernels:
             nw,
             arch,
             key + " start",
+            pdl=cfg.pdl,
         )
 
     def load(self, index: int) -> None:
@@ -707,7 +734,13 @@ class RoutingKernels:
 @kernel(
     OP,
     backend="triton",
-    sources=(_triton_helpers.__name__, _nvfp4_encodes.__name__, _nvfp4_pairs.__name__, _nvfp4_kernel_pairs.__name__),
+    sources=(
+        _triton_helpers.__name__,
+        _triton_pdl.__name__,
+        _nvfp4_encodes.__name__,
+        _nvfp4_pairs.__name__,
+        _nvfp4_kernel_pairs.__name__,
+    ),
 )
 def compile_routing(
     ids_dtype: str,

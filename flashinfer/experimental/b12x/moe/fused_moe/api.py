@@ -14,6 +14,9 @@ gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launche
 A bucket with `dequant` (nvfp4 recipe, grouped or decode kernels; `_buckets.py`) has its own routing and
 requantize kernels write the NVFP4-quantized operands dequantized to bf16 (a1_deq, a2_deq) and its
 GEMMs read them as bf16: the binding's `dequant` picks those launchers.
+With `with_pdl` (the heuristic's choice: `PDL`) every launch but the grouped kernels' is a
+programmatic dependent of the one before (sm_90+): its CTAs get resident, and the decode expert
+GEMMs' identity-grid CTAs prefetch their weights into L2, while the launch before still runs.
 
     wplan = plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
                          num_experts=E, hidden_size=H, intermediate_size=I)
@@ -30,7 +33,7 @@ negative id is how expert parallelism marks a remote expert).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -142,6 +145,27 @@ class MoeConfig:
     experts: tuple
 
 
+# The heuristic's programmatic dependent launch mode (`with_pdl`): "off" until the H200 A/B
+# (`bench_moe --pdl`) says otherwise.
+PDL = "off"
+PDL_MODES = ("off", "wait", "prefetch")
+
+
+def with_pdl(config: MoeConfig, pdl: str) -> MoeConfig:
+    """`config` with the plan's launches programmatic dependents (pdl "wait" or "prefetch") or plain
+    ("off"): the routing/gather, requantize and combine kernels compiled with `launch_pdl`, and the
+    decode expert GEMMs with `_kernel_experts.ExpertConfig.pdl` = pdl ("prefetch": an identity-grid
+    CTA puts its expert's weight rows into L2 before it waits). The grouped (tiled) buckets keep
+    plain launches. The same kernels' math, so the same bits."""
+    if pdl not in PDL_MODES:
+        raise ValueError(f"{OP}: pdl must be one of {PDL_MODES}, got {pdl!r}")
+    ex, on = _experts_module(), pdl != "off"
+    experts = tuple(
+        b if b.tiled else replace(b, fc1=ex.with_pdl(b.fc1, pdl), fc2=ex.with_pdl(b.fc2, pdl)) for b in config.experts
+    )
+    return MoeConfig(replace(config.routing, pdl=on), replace(config.combine, pdl=on), experts)
+
+
 class FusedMoePlan(Plan):
     """caps = Caps; selection = MoeConfig (None on the reference backend). Workspace: module
     docstring; `scratch_specs` lists every buffer."""
@@ -156,11 +180,12 @@ class FusedMoePlan(Plan):
         from . import _combine, _routing
 
         wp, caps = self.caps.weight_plan, self.caps
-        return MoeConfig(
+        config = MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
             experts=heuristic_buckets(caps),
         )
+        return with_pdl(config, PDL) if PDL != "off" else config
 
     def expert_jobs(self, config, arch: str) -> dict:
         """{(grid, bucket index): ((compile_fc1, args), (compile_fc2, args))} of `expert_variants`."""
