@@ -272,8 +272,8 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
         buckets = buckets(cfg.experts, p.caps)
     if buckets is not None:
         cfg = replace(cfg, experts=buckets)
-    if pdl is not None:
-        cfg = api.with_pdl(cfg, pdl)
+    # the heuristic's launches (api.PDL) for replaced buckets too, unless asked otherwise
+    cfg = api.with_pdl(cfg, api.PDL if pdl is None else pdl)
     return fm.plan(p.caps, override=cfg)
 
 

@@ -91,11 +91,12 @@ def test_prefetch_lines_are_the_ctas_weight_lines(fc, activation, b_fmt, n, k, s
 
 def test_with_pdl_configs():
     fc1 = W4P1[0]
-    assert X.with_pdl(fc1, "off") is fc1
+    assert X.with_pdl(fc1, "off") == fc1 and type(X.with_pdl(fc1, "off")) is type(fc1)
     pre = X.with_pdl(fc1, "prefetch")
     assert isinstance(pre, X.ExpertConfig) and pre.pdl == "prefetch"
-    assert dataclasses.replace(X.with_pdl(pre, "off"), pdl="off") == X.with_pdl(pre, "off")
-    assert X.with_pdl(pre, "off").pdl == "off" and X.with_pdl(pre, "off").warps == fc1.warps
+    assert X.with_pdl(pre, "off") == fc1 and type(X.with_pdl(pre, "off")) is type(fc1)
+    early = dataclasses.replace(X.with_pdl(fc1, "wait"), early=True)
+    assert X.with_pdl(early, "off") == dataclasses.replace(early, pdl="off")  # keeps its own option
     assert X.why_not(1, "bfloat16", "nvfp4", "silu", pre) is None
     bad = dataclasses.replace(pre, pdl="early")
     assert "pdl must be one of ('off', 'wait', 'prefetch'), got 'early'" in X.why_not(
@@ -107,8 +108,11 @@ def test_with_pdl_configs():
 def test_with_pdl_on_the_heuristic_plan(mode):
     wplan = weight_plan("modelopt_nvfp4", "silu", e=128, h=2048, i=768)
     caps = fm.Caps(max_tokens=4096, num_topk=8, device="cuda", weight_plan=wplan, quant_mode="nvfp4")
-    base = fm.plan(caps).heuristic("sm_90a")
-    assert not base.routing.pdl and not base.combine.pdl  # api.PDL: off until measured
+    heuristic = fm.plan(caps).heuristic("sm_90a")
+    base = api.with_pdl(heuristic, "off")  # plain launches
+    assert not base.routing.pdl and not base.combine.pdl
+    assert base.experts == api.heuristic_buckets(caps)  # gemm's plain DecodeConfigs again
+    assert heuristic == api.with_pdl(base, api.PDL)  # the heuristic is the plain plan with api.PDL
     cfg = api.with_pdl(base, mode)
     assert cfg.routing.pdl and cfg.combine.pdl
     assert dataclasses.replace(cfg.routing, pdl=False) == base.routing
@@ -119,7 +123,7 @@ def test_with_pdl_on_the_heuristic_plan(mode):
         else:
             assert got.fc1.pdl == got.fc2.pdl == mode
             assert dataclasses.replace(got, fc1=was.fc1, fc2=was.fc2) == was
-    assert api.with_pdl(cfg, "off").routing == base.routing
+    assert api.with_pdl(cfg, "off") == base
     fm.plan(caps, override=cfg)  # a checked override
     with pytest.raises(ValueError, match=r"pdl must be one of \('off', 'wait', 'prefetch'\), got 'on'"):
         api.with_pdl(base, "on")

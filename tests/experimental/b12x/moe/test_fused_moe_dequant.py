@@ -52,7 +52,9 @@ def test_the_default_heuristic(mode):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     caps = _caps(mode)  # E = 128, k = 8: 8-token groups to T = 80 (5 rows an expert), grouped from 512
-    got = fm.plan(dataclasses.replace(caps, device="cuda")).heuristic("sm_90a").experts
+    cfg = fm.plan(dataclasses.replace(caps, device="cuda")).heuristic("sm_90a")
+    assert cfg == api.with_pdl(api.with_pdl(cfg, "off"), api.PDL)  # its launches: api.PDL (test_experts_pdl)
+    got = api.with_pdl(cfg, "off").experts  # the tilings
     assert got == api.heuristic_buckets(caps, X.default_buckets(4096, 128, 8))
     nv = mode == "nvfp4"
     # nvfp4: packed to T = 8, dequantized to 8 rows an expert (T = 128), packed again to the grouped bucket
@@ -205,7 +207,7 @@ def test_jobs_compile_the_dequant_kernels_and_resolve_apart(monkeypatch):
     caps = dataclasses.replace(caps, device="cuda")
     p = fm.plan(caps)
     cfg = p.heuristic("sm_90a")
-    assert cfg.experts == got
+    assert api.with_pdl(cfg, "off").experts == got  # the tilings; the launches are api.PDL's
     jobs = p.kernels(cfg, "sm_90a")
     routing = [args for fn, args in jobs if fn.__name__ == "compile_routing"]
     combine = [args for fn, args in jobs if fn.__name__ == "compile_combine"]

@@ -55,7 +55,7 @@ def same_bits(got, want, what):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_pdl_equals_plain_launches(shape, mode, source):
     e, k, h, _ = shape
-    modes = ("wait", "prefetch") if shape == SHAPES[0] else ("prefetch",)
+    modes = ("wait", "prefetch") if shape == SHAPES[0] else ("wait",)  # "wait": api.PDL, the heuristic's
     plans, experts = build_modes(shape, mode, source, pdl_modes=modes)
     for t in (1, 7, 64, 100, 1000, 4096):
         a, ids, w = inputs(t, k, e, h, seed=600 + t)
@@ -98,25 +98,29 @@ def test_pdl_graph_replay_equals_plain(pdl):
 def test_pdl_layers_back_to_back():
     shape = SHAPES[0]
     e, k, h, _ = shape
-    plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=128)
+    plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=128, pdl_modes=("wait", "prefetch"))
     cases = [inputs(t, k, e, h, seed=900 + t) for t in (1, 64, 3, 128, 16, 2, 100, 7)]
     outs = [torch.full_like(a, float("nan")) for a, _, _ in cases]
-    bindings = [
-        fm.bind(plans["prefetch"], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
-        for (a, ids, w), out in zip(cases, outs)
-    ]
-    plans["prefetch"].state.scratch["c1"].fill_(float("nan"))
-    for b in bindings:  # queued without a sync: each layer's first launch waits for the last one's combine
-        fm.run(binding=b)
-    torch.cuda.synchronize()
-    for (a, ids, w), got in zip(cases, outs):
-        same_bits(got, run_poisoned(plans["off"], experts, a, ids, w), f"back to back T={a.shape[0]}")
+    for mode in ("wait", "prefetch"):
+        for out in outs:
+            out.fill_(float("nan"))
+        bindings = [
+            fm.bind(plans[mode], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
+            for (a, ids, w), out in zip(cases, outs)
+        ]
+        plans[mode].state.scratch["c1"].fill_(float("nan"))
+        for b in bindings:  # queued without a sync: each layer's first launch waits for the last one's combine
+            fm.run(binding=b)
+        torch.cuda.synchronize()
+        for (a, ids, w), got in zip(cases, outs):
+            same_bits(got, run_poisoned(plans["off"], experts, a, ids, w), f"back to back {mode} T={a.shape[0]}")
 
 
 def test_pdl_modes_compile_their_own_kernels():
     """A plain and a PDL plan of the same caps resolve different launchers (launch_pdl and the
     kernels' griddepcontrol are part of their keys), so preparing one never hands out the other's."""
-    plans, _ = build_modes(SHAPES[0], "w4a16", "modelopt_nvfp4", max_tokens=16)
+    plans, _ = build_modes(SHAPES[0], "w4a16", "modelopt_nvfp4", max_tokens=16, pdl_modes=("wait", "prefetch"))
+    assert plans["wait"].state.selection == fm.plan(plans["off"].caps).heuristic("sm_90a")  # api.PDL
     off, pre = (plans[m].state.extra["launchers"] for m in ("off", "prefetch"))
     assert off.combine.combine.pdl is False and pre.combine.combine.pdl is True
     for key, (fc1, fc2) in pre.experts.items():

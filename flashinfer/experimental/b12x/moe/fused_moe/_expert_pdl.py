@@ -19,6 +19,11 @@ during it. The math is the kernel's own: the same bits as "off".
 
 Bytes: the prefetch touches each weight line once more per CTA (an L2 hit after the first); the
 scale lines of an atom are shared by the CTAs of one 128-row tile (8-row groups, FORMATS.md).
+
+Measured (H200 2026-12-02, E = 128, docs/performance.md "Session 18"): "wait" 0.6-3.2 µs faster than
+plain at T = 1..64 (the heuristic's mode, `api.PDL`); "prefetch" ~20 µs slower at T = 16 / 64: every
+CTA of the grid prefetches, not only the first wave resident during the gather, and at T = 16 a third
+of the experts have no rows. A prefetch limited to the first wave is the untested next form.
 """
 
 from __future__ import annotations

@@ -147,10 +147,11 @@ class ExpertConfig(DecodeConfig):
 
 
 def with_pdl(config: DecodeConfig, pdl: str) -> DecodeConfig:
-    """`config` as an ExpertConfig launched with `pdl` (PDL_MODES); "off" returns it unchanged."""
-    if pdl == "off" and getattr(config, "pdl", "off") == "off":
-        return config
+    """`config` launched with `pdl` (PDL_MODES): an ExpertConfig, or with "off" and no other expert
+    option (`early`) gemm's plain DecodeConfig again (the same kernel key as before PDL existed)."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    if pdl == "off" and not fields.get("early", False):
+        return DecodeConfig(**{f.name: fields[f.name] for f in dataclasses.fields(DecodeConfig)})
     return ExpertConfig(**dict(fields, pdl=pdl))
 
 

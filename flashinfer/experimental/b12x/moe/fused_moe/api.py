@@ -145,9 +145,13 @@ class MoeConfig:
     experts: tuple
 
 
-# The heuristic's programmatic dependent launch mode (`with_pdl`): "off" until the H200 A/B
-# (`bench_moe --pdl`) says otherwise.
-PDL = "off"
+# The heuristic's programmatic dependent launch mode (`with_pdl`). H200 2026-12-02 07:08 (session 18,
+# `bench_moe --pdl wait prefetch`, E = 128, graph timer, µs per layer plain / "wait" / "prefetch"):
+# w4a16 T = 1 22.79 / 22.20 / 22.24, T = 4 42.81 / 40.95 / 40.93, T = 16 109.2 / 106.7 / 129.5, T = 64
+# 169.9 / 166.7 / 187.8; nvfp4 T = 1 25.71 / 23.02 / 23.13, T = 4 48.47 / 45.33 / 45.75, T = 16 114.8 /
+# 112.3 / 136.4, T = 64 173.4 / 170.5 / 193.9. "prefetch" loses 20 µs wherever the identity grid runs:
+# every CTA, not just the first wave, prefetches, and at T = 16 a third of the experts have no rows.
+PDL = "wait"
 PDL_MODES = ("off", "wait", "prefetch")
 
 
