@@ -25,7 +25,7 @@ from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint, with_de
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_operands, check_staged, kernel_intermediate
-from .test_fused_moe_gpu import DEV, SHAPES, inputs
+from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -124,14 +124,7 @@ def test_dequant_graph_replay_equals_eager(which, t):
     out = torch.full_like(a, float("nan"))
     binding = fm.bind(dequant, a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
     assert binding.dequant
-    side = torch.cuda.Stream()  # warm outside the capture, as test_fused_moe_gpu's replay test
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fm.run(binding=binding)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fm.run(binding=binding)
+    graph = capture(binding)
     for seed in (8, 9):  # other routings and inputs in the captured buffers
         a2, ids2, w2 = inputs(t, k, e, h, seed=seed)
         a.copy_(a2), ids.copy_(ids2), w.copy_(w2)

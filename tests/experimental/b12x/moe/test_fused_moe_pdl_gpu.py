@@ -22,7 +22,7 @@ from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_staged, kernel_intermediate
-from .test_fused_moe_gpu import DEV, SHAPES, inputs, run_poisoned
+from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs, run_poisoned
 
 pytestmark = pytest.mark.gpu
 RECIPES = (("w4a16", "modelopt_nvfp4"), ("nvfp4", "modelopt_nvfp4"))
@@ -76,15 +76,7 @@ def test_pdl_graph_replay_equals_plain(pdl):
     for t in (1, 5, 64, 256):  # list and identity grids; micro routing, then the counting sort
         a, ids, w = inputs(t, k, e, h, seed=700 + t)
         out = torch.full_like(a, float("nan"))
-        binding = fm.bind(plans[pdl], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fm.run(binding=binding)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fm.run(binding=binding)
+        graph = capture(fm.bind(plans[pdl], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out))
         for seed in (1, 2, 3):
             a2, ids2, w2 = inputs(t, k, e, h, seed=800 + 10 * t + seed)
             a.copy_(a2), ids.copy_(ids2), w.copy_(w2)
