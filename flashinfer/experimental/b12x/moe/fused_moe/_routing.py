@@ -121,10 +121,10 @@ class RoutingConfig:
     # k = 8, w4a16: T = 1 55.6 -> 30.9 us, T = 4 86.7 -> 66.4, T = 16 195.8 -> 192.5 (nvfp4 T = 16
     # 181 -> 186, within its spread of routings); passed the gpu tier (test_compact_grid, graph replay).
     compact_grid: bool = False
-    # Launch every moe kernel of the plan as a programmatic dependent (`MoeConfig.pdl`, set through
-    # `api.with_pdl`): the routing/gather kernels are compiled with `launch_pdl` and enter through
-    # `gdc_enter` (wait for the kernel before, then release the next), so the expert GEMMs' CTAs get
-    # resident, and prefetch their weights, while the gather still runs. Same bits.
+    # The routing/gather kernels as programmatic dependents (set with the plan's other launches by
+    # `api.with_pdl`; the heuristic's `api.PDL` is "wait"): compiled with `launch_pdl`, they enter
+    # through `gdc_enter` (wait for the kernel before, then release the next), so the expert GEMMs'
+    # CTAs get resident while the gather still runs. Same bits.
     pdl: bool = False
 
 

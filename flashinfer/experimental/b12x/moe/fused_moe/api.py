@@ -14,9 +14,10 @@ gathers when T * k <= micro_max_routes; dynamic: a counting sort in four launche
 A bucket with `dequant` (nvfp4 recipe, grouped or decode kernels; `_buckets.py`) has its own routing and
 requantize kernels write the NVFP4-quantized operands dequantized to bf16 (a1_deq, a2_deq) and its
 GEMMs read them as bf16: the binding's `dequant` picks those launchers.
-With `with_pdl` (the heuristic's choice: `PDL`) every launch but the grouped kernels' is a
-programmatic dependent of the one before (sm_90+): its CTAs get resident, and the decode expert
-GEMMs' identity-grid CTAs prefetch their weights into L2, while the launch before still runs.
+With `with_pdl` (the heuristic's mode: `PDL` = "wait") every launch but the grouped kernels' is a
+programmatic dependent of the one before (sm_90+): its CTAs get resident while the launch before
+still runs, and wait for it before their first read (mode "prefetch" also has the decode expert
+GEMMs' identity-grid CTAs put their weights into L2 first; measured slower, `_expert_pdl.py`).
 
     wplan = plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
                          num_experts=E, hidden_size=H, intermediate_size=I)
