@@ -169,12 +169,26 @@ def test_sweep_rows_plan_their_buckets(recipe):
         intermediate_size=128,
     )
     p = fm.plan(fm.Caps(max_tokens=64, num_topk=4, device="cpu", weight_plan=wplan, quant_mode=mode))
+    from flashinfer.experimental.b12x.moe.fused_moe import api
+
     rows = B.expert_variants(argparse.Namespace(expert_sweep=[]), 16, 64)
     assert rows[0] == ("", None) and len(rows) > 2
     assert B.with_override(p, "sm_90a") is p
     for _, buckets in rows[1:]:
-        planned = B.with_override(p, "sm_90a", None, buckets)
-        assert planned.override.experts == buckets
+        planned = B.with_override(p, "sm_90a", None, buckets).override
+        assert api.with_pdl(planned, "off").experts == buckets  # the row's tilings ...
+        assert planned == api.with_pdl(planned, api.PDL)  # ... launched as the heuristic launches
+    # --pdl: a twin of each row, planned with that mode
+    twins = B.pdl_variants(argparse.Namespace(pdl=["off", "prefetch"]), rows[:2])
+    assert [(label, b is buckets, m) for (label, b, m), (_, buckets) in zip(twins[::3], rows[:2])] == [
+        ("", True, None),
+        (rows[1][0], True, None),
+    ]
+    assert [label for label, _, _ in twins[:3]] == ["", " pdl-off", " pdl-prefetch"]
+    pre = B.with_override(p, "sm_90a", pdl="prefetch").override
+    assert pre.routing.pdl and pre.combine.pdl and all(b.tiled or b.fc2.pdl == "prefetch" for b in pre.experts)
+    off = B.with_override(p, "sm_90a", pdl="off").override
+    assert not off.routing.pdl and off == api.with_pdl(p.heuristic("sm_90a"), "off")
     assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
     searched = B.with_override(p, "sm_90a", gather_encode="search").override.routing
     assert searched.nvfp4_encode == "search" and p.heuristic("sm_90a").routing.nvfp4_encode == "pairs"
