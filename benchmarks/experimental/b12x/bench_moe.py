@@ -42,7 +42,8 @@ the dequantized bf16 operands (the decode expert kernels then run their W4A16 pa
 the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_buckets.DECODE_DEQUANT`.
 --pdl MODE ... adds, after each row of ours, a twin " pdl-MODE" prepared with `api.with_pdl(config, MODE)`:
 every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), and with
-"prefetch" the identity-grid expert GEMM CTAs' weights put into L2 before they wait (`_expert_pdl.py`);
+"prefetch" the identity-grid expert GEMM CTAs' weights put into L2 before they wait (`_expert_pdl.py`;
+"prefetch:N": only the first N CTAs of each GEMM, the first wave's);
 the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
@@ -273,7 +274,8 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
     if buckets is not None:
         cfg = replace(cfg, experts=buckets)
     # the heuristic's launches (api.PDL) for replaced buckets too, unless asked otherwise
-    cfg = api.with_pdl(cfg, api.PDL if pdl is None else pdl)
+    mode, ctas = parse_pdl(api.PDL if pdl is None else pdl)
+    cfg = api.with_pdl(cfg, mode, prefetch_ctas=ctas)
     return fm.plan(p.caps, override=cfg)
 
 
@@ -464,6 +466,15 @@ def with_tiled_rows(rows: int):
     return rebuild
 
 
+def parse_pdl(text: str) -> tuple[str, int]:
+    """(mode, prefetch_ctas) of a --pdl entry: MODE, or "prefetch:N" (only the first N CTAs of each
+    expert GEMM prefetch: `_kernel_experts.ExpertConfig.prefetch_ctas`)."""
+    mode, _, ctas = text.partition(":")
+    if mode not in ("off", "wait", "prefetch") or (ctas and (mode != "prefetch" or not ctas.isdigit())):
+        raise ValueError(f"--pdl entries are off, wait, prefetch or prefetch:N (N >= 0), got {text!r}")
+    return mode, int(ctas or 0)
+
+
 def pdl_variants(args, variants: list) -> list:
     """[(label, experts override, pdl)]: each of `expert_variants`' rows as the heuristic launches it
     (pdl None), then with --pdl MODE ... a twin per mode (" pdl-MODE": `api.with_pdl`)."""
@@ -634,10 +645,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pdl",
         nargs="+",
-        choices=("off", "wait", "prefetch"),
+        metavar="MODE",
         default=None,
-        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE "
-        "(row ' pdl-MODE'; api.with_pdl: 'prefetch' also puts the expert GEMMs' weights into L2 before they wait)",
+        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE: off, "
+        "wait, prefetch or prefetch:N (row ' pdl-MODE'; api.with_pdl: 'prefetch' also puts the expert GEMMs' "
+        "weights into L2 before they wait, ':N' in the first N CTAs of each GEMM only)",
     )
     parser.add_argument(
         "--tiled-rows",
@@ -650,6 +662,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")
+    for text in args.pdl or ():
+        try:
+            parse_pdl(text)
+        except ValueError as e:
+            parser.error(str(e))
     if args.tiled_rows is not None and any(r < 1 for r in args.tiled_rows):
         parser.error(f"--tiled-rows must be >= 1, got {args.tiled_rows}")
     for text in args.tiled or ():

@@ -189,6 +189,12 @@ def test_sweep_rows_plan_their_buckets(recipe):
     assert pre.routing.pdl and pre.combine.pdl and all(b.tiled or b.fc2.pdl == "prefetch" for b in pre.experts)
     off = B.with_override(p, "sm_90a", pdl="off").override
     assert not off.routing.pdl and off == api.with_pdl(p.heuristic("sm_90a"), "off")
+    first = B.with_override(p, "sm_90a", pdl="prefetch:660").override
+    assert all(b.tiled or b.fc1.prefetch_ctas == 660 for b in first.experts)
+    assert B.parse_pdl("wait") == ("wait", 0) and B.parse_pdl("prefetch:8") == ("prefetch", 8)
+    for bad in ("wait:8", "prefetch:-1", "on"):
+        with pytest.raises(ValueError, match="--pdl entries are off, wait, prefetch or prefetch:N"):
+            B.parse_pdl(bad)
     assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
     searched = B.with_override(p, "sm_90a", gather_encode="search").override.routing
     assert searched.nvfp4_encode == "search" and p.heuristic("sm_90a").routing.nvfp4_encode == "pairs"

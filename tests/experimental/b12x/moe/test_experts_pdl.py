@@ -32,17 +32,19 @@ class _IntOps:
     """The ops the prefetch addresses use, on Python ints."""
 
     i64 = staticmethod(int)
+    i32 = staticmethod(int)
 
 
-def _prefetched(logic, n: int, k: int, bidx: int, b_base: int, sf_base: int):
-    """(value lines, scale lines) the CTA bidx prefetches (only those in range)."""
+def _prefetched(logic, n: int, k: int, bidx: int, b_base: int, sf_base: int, slot: int = 0):
+    """(value lines, scale lines) CTA (bidx, slot) prefetches (only those in range)."""
     values, scales = set(), set()
+    first = logic.first_wave(_IntOps, slot * logic.grid_n(n) + bidx)
     for i in range(logic.value_prefetch_items(k)):
-        addr, ok = logic.value_prefetch_line(_IntOps, b_base, n, k, bidx, i)
+        addr, ok = logic.value_prefetch_line(_IntOps, b_base, n, k, bidx, i, first)
         if ok:
             values.add(addr // LINE)
     for i in range(logic.scale_prefetch_items(k)):
-        addr, ok = logic.scale_prefetch_line(_IntOps, sf_base, n, k, bidx, i)
+        addr, ok = logic.scale_prefetch_line(_IntOps, sf_base, n, k, bidx, i, first)
         if ok:
             scales.add(addr // LINE)
     return values, scales
@@ -89,6 +91,19 @@ def test_prefetch_lines_are_the_ctas_weight_lines(fc, activation, b_fmt, n, k, s
     assert len(seen) == rows * AD.row_bytes(b_fmt, k) // LINE  # every weight line of the expert, once
 
 
+def test_first_wave_prefetch_stops_at_prefetch_ctas():
+    """prefetch_ctas = P: CTA (x, row) prefetches its lines iff row * grid_n + x < P, else none."""
+    n, k = 768, 2048
+    full = X.ExpertLogic(1, "bfloat16", "nvfp4", "silu", X.with_pdl(W4P1[0], "prefetch"), "identity")
+    logic = X.ExpertLogic(1, "bfloat16", "nvfp4", "silu", X.with_pdl(W4P1[0], "prefetch", 50), "identity")
+    assert full.first_wave(_IntOps, 10**6) is None  # every CTA: the kernel without the check
+    gn = logic.grid_n(n)
+    for slot, bidx in ((0, 0), (0, gn - 1), (1, 50 - gn - 1), (1, 50 - gn), (3, 5)):
+        got = _prefetched(logic, n, k, bidx, 1 << 20, 1 << 30, slot)
+        want = _prefetched(full, n, k, bidx, 1 << 20, 1 << 30, slot) if slot * gn + bidx < 50 else (set(), set())
+        assert got == want and (got[0] != set()) == (slot * gn + bidx < 50), (slot, bidx)
+
+
 def test_with_pdl_configs():
     fc1 = W4P1[0]
     assert X.with_pdl(fc1, "off") == fc1 and type(X.with_pdl(fc1, "off")) is type(fc1)
@@ -102,6 +117,11 @@ def test_with_pdl_configs():
     assert "pdl must be one of ('off', 'wait', 'prefetch'), got 'early'" in X.why_not(
         1, "bfloat16", "nvfp4", "silu", bad
     )
+    assert X.with_pdl(fc1, "prefetch", 660).prefetch_ctas == 660 and X.with_pdl(fc1, "wait", 660).prefetch_ctas == 0
+    for ctas, pdl in ((-1, "prefetch"), (True, "prefetch"), (8, "wait")):
+        bad = dataclasses.replace(pre, pdl=pdl, prefetch_ctas=ctas)
+        reason = X.why_not(2, "bfloat16", "nvfp4", None, bad)
+        assert "prefetch_ctas must be an int >= 0, and 0 unless pdl is 'prefetch'" in reason
 
 
 @pytest.mark.parametrize("mode", ["wait", "prefetch"])
@@ -127,6 +147,10 @@ def test_with_pdl_on_the_heuristic_plan(mode):
     fm.plan(caps, override=cfg)  # a checked override
     with pytest.raises(ValueError, match=r"pdl must be one of \('off', 'wait', 'prefetch'\), got 'on'"):
         api.with_pdl(base, "on")
+    with pytest.raises(ValueError, match=r"prefetch_ctas must be an int >= 0, got -3"):
+        api.with_pdl(base, "prefetch", prefetch_ctas=-3)
+    first = api.with_pdl(base, "prefetch", prefetch_ctas=660)
+    assert all(b.tiled or (b.fc1.prefetch_ctas, b.fc2.prefetch_ctas) == (660, 660) for b in first.experts)
     bad = dataclasses.replace(cfg.experts[0], fc2=dataclasses.replace(cfg.experts[0].fc2, pdl="on"))
     with pytest.raises(ValueError, match=r"override.experts\[0\].fc2: pdl must be one of"):
         fm.plan(caps, override=dataclasses.replace(cfg, experts=(bad, *cfg.experts[1:])))
@@ -140,12 +164,13 @@ def _after_params(ptx: str) -> str:
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize("grid", X.GRIDS)
-@pytest.mark.parametrize("mode", ["off", "wait", "prefetch"])
+@pytest.mark.parametrize("mode", ["off", "wait", "prefetch", "prefetch:660"])
 def test_expert_kernels_wait_before_their_first_load(mode, grid, arch):
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     for fc, a_fmt, b_fmt, act in ((1, "bfloat16", "nvfp4", "silu"), (2, "nvfp4", "nvfp4", None)):
-        cfg = X.with_pdl(W4P1[fc - 1], mode)
+        pdl, _, ctas = mode.partition(":")
+        cfg = X.with_pdl(W4P1[fc - 1], pdl, int(ctas or 0))
         if fc == 1:
             fn = X.compile_fc1(a_fmt, b_fmt, act, cfg, arch, grid)
         else:
@@ -159,7 +184,7 @@ def test_expert_kernels_wait_before_their_first_load(mode, grid, arch):
         wait = body.index("griddepcontrol.wait")
         assert body.count("griddepcontrol.wait") == 1 and "griddepcontrol.launch_dependents" in body[wait:]
         assert "ld.global" not in body[:wait], f"fc{fc} {mode} {grid}: a global load before the wait"
-        assert (prefetches > 0) == (mode == "prefetch" and grid == "identity")
+        assert (prefetches > 0) == (pdl == "prefetch" and grid == "identity")
         assert "prefetch.global.L2" not in body[wait:]
 
 

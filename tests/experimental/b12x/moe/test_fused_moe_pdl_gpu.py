@@ -18,7 +18,7 @@ import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint
+from benchmarks.experimental.b12x.bench_moe import parse_pdl, synthetic_checkpoint
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_staged, kernel_intermediate
@@ -30,7 +30,8 @@ RECIPES = (("w4a16", "modelopt_nvfp4"), ("nvfp4", "modelopt_nvfp4"))
 
 def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("prefetch",), act="silu"):
     """({pdl mode: prepared plan}, experts): the heuristic's plan plain ("off") and with each of
-    pdl_modes, prepared together on one set of weights."""
+    pdl_modes (bench_moe's --pdl entries: "prefetch:N" = the first N CTAs only), prepared together on
+    one set of weights."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
@@ -39,7 +40,10 @@ def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("prefetch",), a
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
     caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode)
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
-    plans = {m: fm.plan(caps, override=api.with_pdl(cfg, m)) for m in ("off", *pdl_modes)}
+    plans = {}
+    for m in ("off", *pdl_modes):
+        mode, ctas = parse_pdl(m)
+        plans[m] = fm.plan(caps, override=api.with_pdl(cfg, mode, prefetch_ctas=ctas))
     with b12x.PreparationSession(DEV) as session:
         session.prepare(list(plans.values()))
     assert all(p.state.selection.routing.pdl == (m != "off") for m, p in plans.items())
@@ -55,7 +59,8 @@ def same_bits(got, want, what):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_pdl_equals_plain_launches(shape, mode, source):
     e, k, h, _ = shape
-    modes = ("wait", "prefetch") if shape == SHAPES[0] else ("wait",)  # "wait": api.PDL, the heuristic's
+    # "wait": api.PDL, the heuristic's; "prefetch:660": the first wave only (staged, session 18)
+    modes = ("wait", "prefetch", "prefetch:660") if shape == SHAPES[0] else ("wait",)
     plans, experts = build_modes(shape, mode, source, pdl_modes=modes)
     for t in (1, 7, 64, 100, 1000, 4096):
         a, ids, w = inputs(t, k, e, h, seed=600 + t)

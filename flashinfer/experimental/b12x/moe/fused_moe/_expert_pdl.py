@@ -36,7 +36,8 @@ PDL_MODES = ("off", "wait", "prefetch")
 
 class WeightPrefetch:
     """The "prefetch" mode's addresses (a mixin of `_kernel_experts.ExpertLogic`: uses its gated,
-    cols, span, b_fmt and tile_n0). Items are spread over the CTA's threads by the kernel."""
+    cols, span, b_fmt, prefetch_ctas and tile_n0). Items are spread over the CTA's threads by the
+    kernel."""
 
     def _row_blocks(self):
         """Weight row blocks of one column tile: gate and up rows (gated FC1), else one."""
@@ -54,15 +55,28 @@ class WeightPrefetch:
         a multiple of 128: cols >= 16, K % 32 == 0)."""
         return self.span * self._row_blocks() * ((self.cols * AD.row_bytes(self.b_fmt, k)) >> 7)
 
-    def value_prefetch_line(self, ops, b_base, n, k, bidx, i):
+    def first_wave(self, ops, linear):
+        """None (every CTA prefetches), or with `prefetch_ctas` > 0 whether the CTA of this linear
+        index (row * grid_n + x) is one of the first prefetch_ctas: a trace-time choice, so the
+        default builds exactly the kernel without it."""
+        if not self.prefetch_ctas:
+            return None
+        return linear < ops.i32(self.prefetch_ctas)
+
+    @staticmethod
+    def _live(ok, first):
+        return ok if first is None else ok & first
+
+    def value_prefetch_line(self, ops, b_base, n, k, bidx, i, first=None):
         """(address, in range) of item i < value_prefetch_items(k): line i % L of row block i // L
-        (L lines a block); out of range where the line's row is past the GEMM's n output rows."""
+        (L lines a block); out of range where the line's row is past the GEMM's n output rows, or the
+        CTA is not in the first wave (`first_wave`)."""
         ldb = AD.row_bytes(self.b_fmt, k)
         lines = (self.cols * ldb) >> 7
         blk = i // lines
         off = (i - blk * lines) * 128
         n0, row0 = self._block_row0(bidx, blk, n)
-        return b_base + ops.i64(row0) * ops.i64(ldb) + ops.i64(off), (n0 + off // ldb) < n
+        return b_base + ops.i64(row0) * ops.i64(ldb) + ops.i64(off), self._live((n0 + off // ldb) < n, first)
 
     def _scale_cols4(self, k):
         shift = FORMAT[self.b_fmt].sf_vec.bit_length() - 1
@@ -75,7 +89,7 @@ class WeightPrefetch:
             return 0
         return self.span * self._row_blocks() * (self.cols >> 3) * (self._scale_cols4(k) >> 2)
 
-    def scale_prefetch_line(self, ops, sfb_base, n, k, bidx, i):
+    def scale_prefetch_line(self, ops, sfb_base, n, k, bidx, i, first=None):
         """(address, in range) of item i < scale_prefetch_items(k): 8-row group i % G of atom
         (i // G) % A of row block i // (G A)."""
         groups = self.cols >> 3  # a power of two
@@ -86,4 +100,4 @@ class WeightPrefetch:
         g = rem & (groups - 1)
         atom = rem >> (groups.bit_length() - 1)
         n0, row0 = self._block_row0(bidx, blk, n)
-        return sfb_base + AD.swizzled_offset(ops, row0 + g * 8, atom * 4, cols4), (n0 + g * 8) < n
+        return sfb_base + AD.swizzled_offset(ops, row0 + g * 8, atom * 4, cols4), self._live((n0 + g * 8) < n, first)

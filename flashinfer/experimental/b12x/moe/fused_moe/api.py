@@ -156,17 +156,23 @@ PDL = "wait"
 PDL_MODES = ("off", "wait", "prefetch")
 
 
-def with_pdl(config: MoeConfig, pdl: str) -> MoeConfig:
+def with_pdl(config: MoeConfig, pdl: str, *, prefetch_ctas: int = 0) -> MoeConfig:
     """`config` with the plan's launches programmatic dependents (pdl "wait" or "prefetch") or plain
     ("off"): the routing/gather, requantize and combine kernels compiled with `launch_pdl`, and the
     decode expert GEMMs with `_kernel_experts.ExpertConfig.pdl` = pdl ("prefetch": an identity-grid
-    CTA puts its expert's weight rows into L2 before it waits). The grouped (tiled) buckets keep
-    plain launches. The same kernels' math, so the same bits."""
+    CTA puts its expert's weight rows into L2 before it waits; with prefetch_ctas > 0 only the CTAs
+    of that linear index and below, the first wave). The grouped (tiled) buckets keep plain launches.
+    The same kernels' math, so the same bits."""
     if pdl not in PDL_MODES:
         raise ValueError(f"{OP}: pdl must be one of {PDL_MODES}, got {pdl!r}")
+    if isinstance(prefetch_ctas, bool) or not isinstance(prefetch_ctas, int) or prefetch_ctas < 0:
+        raise ValueError(f"{OP}: prefetch_ctas must be an int >= 0, got {prefetch_ctas!r}")
     ex, on = _experts_module(), pdl != "off"
     experts = tuple(
-        b if b.tiled else replace(b, fc1=ex.with_pdl(b.fc1, pdl), fc2=ex.with_pdl(b.fc2, pdl)) for b in config.experts
+        b
+        if b.tiled
+        else replace(b, fc1=ex.with_pdl(b.fc1, pdl, prefetch_ctas), fc2=ex.with_pdl(b.fc2, pdl, prefetch_ctas))
+        for b in config.experts
     )
     return MoeConfig(replace(config.routing, pdl=on), replace(config.combine, pdl=on), experts)
 
