@@ -469,9 +469,11 @@ def with_tiled_rows(rows: int):
 def parse_pdl(text: str) -> tuple[str, int]:
     """(mode, prefetch_ctas) of a --pdl entry: MODE, or "prefetch:N" (only the first N CTAs of each
     expert GEMM prefetch: `_kernel_experts.ExpertConfig.prefetch_ctas`)."""
+    from flashinfer.experimental.b12x.moe.fused_moe.api import PDL_MODES
+
     mode, _, ctas = text.partition(":")
-    if mode not in ("off", "wait", "prefetch") or (ctas and (mode != "prefetch" or not ctas.isdigit())):
-        raise ValueError(f"--pdl entries are off, wait, prefetch or prefetch:N (N >= 0), got {text!r}")
+    if mode not in PDL_MODES or (ctas and (mode != "prefetch" or not ctas.isdigit())):
+        raise ValueError(f"--pdl entries are {', '.join(PDL_MODES)} or prefetch:N (N >= 0), got {text!r}")
     return mode, int(ctas or 0)
 
 

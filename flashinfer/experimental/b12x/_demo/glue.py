@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from .._lib.compile import kernel
+from .._lib.triton_pdl import gdc_enter
 from . import GLUE_CHOICES
 from .block import apply_rope, rms_norm
 
@@ -73,16 +74,6 @@ TORCH_GLUE = {"rmsnorm": rmsnorm_into, "rope_append": rope_append_into, "silu_mu
 
 
 # ---- Triton kernels ------------------------------------------------------------------------------
-@triton.jit
-def _gdc_enter(PDL: tl.constexpr):
-    """A kernel launched with launch_pdl: wait until the kernel before it has finished and its writes
-    are visible, then let the next kernel launch its CTAs (it waits likewise before reading ours).
-    Nothing when PDL is 0. Call before the first global access."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-
-
 @triton.jit(do_not_specialize=["eps"])
 def _rmsnorm_kernel(
     x_ptr,  # x [T, H] bf16
@@ -94,9 +85,9 @@ def _rmsnorm_kernel(
     H: tl.constexpr,
     BLOCK_H: tl.constexpr,  # next power of two >= H: the row in one tile
     RESIDUAL: tl.constexpr,
-    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (_gdc_enter)
+    PDL: tl.constexpr,  # 1: launched as a programmatic dependent (gdc_enter)
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     row = tl.program_id(0).to(tl.int64) * H
     cols = tl.arange(0, BLOCK_H)
     m = cols < H
@@ -126,7 +117,7 @@ def _rope_append_kernel(
     PAGE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)  # one head of the HQ + 2 HKV in the qkv row
     HALF: tl.constexpr = D // 2
@@ -160,7 +151,7 @@ def _silu_mul_kernel(
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = cols < INTER
@@ -172,7 +163,7 @@ def _silu_mul_kernel(
 
 @triton.jit(do_not_specialize=["n"])
 def _add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr):  # out = a + b, flat [n]
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     a = tl.load(a_ptr + offs, mask=m, other=0.0).to(tl.float32)

@@ -60,6 +60,7 @@ from ._buckets import (  # noqa: F401  (re-exported: tests and benchmarks import
     tiled_from,
     with_tiled_bucket,
 )
+from ._expert_pdl import PDL_MODES
 from .weights import ExpertWeights, WeightPlan
 
 OP = "moe.fused_moe"
@@ -153,7 +154,6 @@ class MoeConfig:
 # 112.3 / 136.4, T = 64 173.4 / 170.5 / 193.9. "prefetch" loses 20 µs wherever the identity grid runs:
 # every CTA, not just the first wave, prefetches, and at T = 16 a third of the experts have no rows.
 PDL = "wait"
-PDL_MODES = ("off", "wait", "prefetch")
 
 
 def with_pdl(config: MoeConfig, pdl: str, *, prefetch_ctas: int = 0) -> MoeConfig:

@@ -64,6 +64,7 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
+from ..._lib.triton_pdl import gdc_enter
 from ._config import ApplyConfig, StreamConfig
 
 MODE_PRE, MODE_POST, MODE_POST_PRE, MODE_BCAST = 0, 1, 2, 3
@@ -289,7 +290,7 @@ def _mhc_stream_kernel(
     FN_SPLIT: tl.constexpr,  # PRE: 0 fp32 fn, 1 pre-split hi + lo, 2 hi only (_pass1_tile)
     PDL: tl.constexpr,  # programmatic dependent launch (StreamConfig.pdl)
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     N_CHUNKS: tl.constexpr = H // BLOCK_H
     pid_t = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -567,17 +568,6 @@ def launch_options(pdl: bool = False) -> dict:
     if _interpreting():
         return {}
     return _OPTS | ({"launch_pdl": True} if pdl else {})
-
-
-@triton.jit
-def _gdc_enter(PDL: tl.constexpr):
-    """Programmatic dependent launch (a PDL tile, launched with launch_pdl): wait until the kernel
-    before this one has finished and its writes are visible, then let the next kernel launch its
-    programs (a PDL kernel waits likewise before its first load, so inputs written by any earlier
-    kernel are visible to it). Call before the first global load; nothing when PDL is 0."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
 
 
 def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:

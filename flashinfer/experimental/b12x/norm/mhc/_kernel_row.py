@@ -26,8 +26,9 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
+from ..._lib.triton_pdl import gdc_enter
 from ._config import RowConfig
-from ._kernel import _gdc_enter, launch_options, pass2_args, pass2_fakes, pdl_constexpr
+from ._kernel import launch_options, pass2_args, pass2_fakes, pdl_constexpr
 from ._kernel_wide import _pick, _post_comb
 
 
@@ -64,7 +65,7 @@ def _mhc_row_kernel(
     SCALAR: tl.constexpr,  # the weights as per-thread scalars (RowConfig.scalar; _kernel_wide._post_comb)
     PDL: tl.constexpr,  # programmatic dependent launch (RowConfig.pdl)
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128

@@ -26,8 +26,9 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
+from ..._lib.triton_pdl import gdc_enter
 from ._config import WideConfig
-from ._kernel import _TL_DTYPES, _fake, _gdc_enter, launch_options, pass2_args, pdl_constexpr
+from ._kernel import _TL_DTYPES, _fake, launch_options, pass2_args, pdl_constexpr
 
 
 @triton.jit
@@ -179,7 +180,7 @@ def _mhc_wide_kernel(
     PDL: tl.constexpr,  # programmatic dependent launch (WideConfig.pdl)
     FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
 ):
-    _gdc_enter(PDL)
+    gdc_enter(PDL)
     tok = tl.program_id(0).to(tl.int64)
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
