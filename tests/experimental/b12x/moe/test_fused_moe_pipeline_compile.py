@@ -48,7 +48,8 @@ def exact_ops(ops):
     ],
 )
 def test_routing_kernels_compile_exact(arch, a_fmt, ids, compact):
-    cfg = dataclasses.replace(_routing.default_config(2048), compact_grid=compact)
+    # the "divide" encode of the dequant operand (the heuristic's "search": the test below)
+    cfg = dataclasses.replace(_routing.default_config(2048), compact_grid=compact, nvfp4_deq_encode="divide")
     k = _routing.compile_routing(ids, 8, 128, 2048, a_fmt, a_fmt == "nvfp4", cfg, arch)
     for kern in (k.micro, k.gather, k.hist, k.scan, k.start):
         assert re.search(rf"\.target {arch}\b", kern.compiled.asm["ptx"])
@@ -86,7 +87,8 @@ def test_gather_fits_its_registers(a_fmt, cuda_binary):
     "arch, a2_fmt", [("sm_90a", None), ("sm_90a", "nvfp4"), ("sm_120a", "mxfp8"), ("sm_90a", "nvfp4_deq")]
 )
 def test_requant_and_combine_compile_exact(arch, a2_fmt):
-    c = _combine.compile_combine(8, 128, 2048, 768, a2_fmt, False, _combine.default_config(768), arch)
+    ccfg = dataclasses.replace(_combine.default_config(768), nvfp4_deq_encode="divide")  # "search": below
+    c = _combine.compile_combine(8, 128, 2048, 768, a2_fmt, False, ccfg, arch)
     exact_ops(float_ops(c.combine))
     assert (c.requant is None) == (a2_fmt is None)
     if c.requant is not None:
@@ -100,14 +102,16 @@ def test_requant_and_combine_compile_exact(arch, a2_fmt):
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 def test_deq_search_encode_compiles_without_fp8_or_value_divisions(arch):
-    """`nvfp4_deq_encode="search"` (staged): the dequant operand by the packed encode's division-free
+    """`nvfp4_deq_encode="search"` (the heuristic's): the dequant operand by the packed encode's division-free
     codes, so the gather and requantize hold no fp8 conversion and only the block scales' t = gs amax / 6
     divisions (one per 16 values: far fewer div.rn than the "divide" encode's two per value)."""
     rcfg = dataclasses.replace(_routing.default_config(2048), nvfp4_deq_encode="search")
     ccfg = dataclasses.replace(_combine.default_config(768), nvfp4_deq_encode="search")
     k = _routing.compile_routing("int32", 8, 128, 2048, "nvfp4_deq", False, rcfg, arch)
     c = _combine.compile_combine(8, 128, 2048, 768, "nvfp4_deq", False, ccfg, arch)
-    divide = _routing.compile_routing("int32", 8, 128, 2048, "nvfp4_deq", False, _routing.default_config(2048), arch)
+    divide = _routing.compile_routing(
+        "int32", 8, 128, 2048, "nvfp4_deq", False, dataclasses.replace(rcfg, nvfp4_deq_encode="divide"), arch
+    )
     for kern, plain in ((k.micro, divide.micro), (k.gather, divide.gather), (c.requant, None)):
         ops = float_ops(kern)
         exact_ops(ops)

@@ -56,7 +56,8 @@ class CombineConfig:
 def default_config(intermediate: int) -> CombineConfig:
     # Not measured yet: combine moves 4 bytes of C2 per (route, h); 4 x 512 tiles keep each program
     # at k x 8 KiB of loads.
-    return CombineConfig(block_k=largest_pow2_divisor(intermediate, 256))
+    # nvfp4_deq_encode "search": as the routing's heuristic (`_routing.RoutingConfig.nvfp4_deq_encode`).
+    return CombineConfig(block_k=largest_pow2_divisor(intermediate, 256), nvfp4_deq_encode="search")
 
 
 def can_implement(intermediate: int, a2_fmt: str | None, config: CombineConfig) -> bool:

@@ -24,8 +24,11 @@ Rows of one expert are ordered by route index (any order is allowed; this one is
 Two ways to the sorted row p of a valid route r with expert e:
 - micro (R <= micro_max_routes; one launch does routing AND gather): every program recounts
   p = #{valid r' : e' < e} + #{r' < r : e' == e} over all R routes ([BLOCK_R, CHUNK] compares per
-  step; R^2 / BLOCK_R compares per H chunk, ~64k at T = 64, k = 8), and extra programs write
-  expert_start and the alphas. No atomics, nothing to zero first, no host sync.
+  step; R^2 / BLOCK_R compares per H chunk, ~64k at T = 64, k = 8), and one extra program counts
+  the valid routes per expert (`tl.histogram`, R / CHUNK dependent steps) and writes expert_start,
+  the alphas and `active` from the counts. No atomics, nothing to zero first, no host sync. (Until
+  session 19 several extra programs counted with [E_BLOCK, 64] compare tiles: E / E_BLOCK x R / 64
+  dependent steps, ~16 at E = 128 T = 64, which made the launch 16.8 µs there against 6.0 at T = 16.)
 - dynamic (large R; 4 launches, a counting sort): `hist` counts each block of routes per expert,
   `scan` turns the counts into per-block offsets (in place) and per-expert totals, `start` writes
   expert_start and the alphas, then the gather kernel (DYNAMIC) takes
@@ -90,7 +93,9 @@ ALIGNED_GATHER = ("a_ptr", "start_ptr", "sorted_token_ptr", "sorted_expert_ptr",
 @dataclass(frozen=True)
 class RoutingConfig:
     """Tiles of the routing/gather kernels. block_h must divide H (and be a multiple of the operand's
-    scale block); micro_max_routes: the largest live R the one-launch micro path takes."""
+    scale block); micro_max_routes: the largest live R the one-launch micro path takes; chunk: routes
+    a step of the micro path's recount and histogram takes; e_block: experts a step of the dynamic
+    path's hist / scan kernels takes."""
 
     block_r: int = 16
     block_h: int = 512
@@ -113,8 +118,10 @@ class RoutingConfig:
     # The "nvfp4_deq" operand's encode (dequant buckets, `_nvfp4_deq_tile`): "divide" (y = x gs / sf by
     # correctly rounded divisions, then rounded to the E2M1 grid) or "search" (the packed operand's
     # division-free `_nvfp4_codes`, the codes then decoded). The same bits (the interpreter tier checks
-    # both against the codec); "search" is staged: not yet GPU-validated or timed (session 17 saw the
-    # dequant buckets lose at T = 1 and above 8 rows an expert, where the gather's encode may matter).
+    # both against the codec, the H200 tier the layers bit for bit). The heuristic (`default_config`)
+    # takes "search": H200 2026-12-02 (session 19, bench_moe --decode-dequant [--deq-encode search],
+    # nvfp4, µs per layer, divide -> search, E = 128 / 256 / 512): T = 1 31.5 -> 26.2, 70.5 -> 65.0,
+    # 53.8 -> 51.7; T = 4 48.1 -> 46.8, 184.2 -> 182.4, 133.2 -> 130.7; T = 16 .. 256 within 1%.
     nvfp4_deq_encode: str = "divide"
     # Write `active` (the hit experts) so the expert GEMMs launch min(E, T * k) rows of CTAs instead
     # of E. The heuristic (`default_config`) turns it on: H200 2026-11-30 06:41 (docs/moe.md), E = 128,
@@ -142,7 +149,8 @@ def largest_pow2_divisor(n: int, cap: int) -> int:
 def default_config(hidden: int) -> RoutingConfig:
     # Not measured yet (bench_moe.py times the whole layer): 16 routes x 512 columns keeps 16 KiB of
     # bf16 input per program; the micro path's recount costs R / 256 compare steps per program.
-    return RoutingConfig(block_h=largest_pow2_divisor(hidden, 512), compact_grid=True)
+    # compact_grid and nvfp4_deq_encode: see their fields.
+    return RoutingConfig(block_h=largest_pow2_divisor(hidden, 512), compact_grid=True, nvfp4_deq_encode="search")
 
 
 def can_implement(hidden: int, a_fmt: str, config: RoutingConfig) -> bool:
@@ -213,30 +221,16 @@ def _write_active(count, ea, active_ptr, E: tl.constexpr):
     tl.store(active_ptr + ea, tl.full(ea.shape, E, tl.int32), mask=(ea >= n_active) & (ea < E))
 
 
-LIST_CHUNK = tl.constexpr(64)  # routes a step of `_list_active` compares with its E_BLOCK experts
-
-
 @triton.jit
-def _list_active(ids_ptr, R, ids_st, ids_sj, active_ptr, K: tl.constexpr, E: tl.constexpr, E_PAD: tl.constexpr,
-                 E_BLOCK: tl.constexpr):  # fmt: skip
-    """active = the experts with a valid route, ascending, then E up to index E - 1 (`_write_active`'s
-    list), counted E_BLOCK experts x LIST_CHUNK routes at a time with the list's length carried
-    across blocks. One [E_PAD, CHUNK] compare (512 x 256 int32 at E = 512: 1024 values a thread
-    of 4 warps) spilled to local memory and took the micro routing launch to 49.5 µs on the H200
-    (20:16, E = 512, T = 1; 4.7 µs at E = 128)."""
-    n = 0
-    for e0 in range(0, E_PAD, E_BLOCK):
-        ea = e0 + tl.arange(0, E_BLOCK)
-        count = tl.zeros([E_BLOCK], dtype=tl.int32)
-        for c0 in range(0, R, LIST_CHUNK):
-            ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, LIST_CHUNK), R, ids_st, ids_sj, K, E)
-            count += tl.sum((ex[None, :] == ea[:, None]).to(tl.int32), axis=1)
-        hit = ((count > 0) & (ea < E)).to(tl.int32)
-        tl.store(active_ptr + n + tl.cumsum(hit, axis=0) - hit, ea, mask=hit > 0)
-        n += tl.sum(hit, axis=0)
-    for e0 in range(0, E_PAD, E_BLOCK):
-        idx = e0 + tl.arange(0, E_BLOCK)
-        tl.store(active_ptr + idx, tl.full([E_BLOCK], E, tl.int32), mask=(idx >= n) & (idx < E))
+def _write_starts(count, ec, start_ptr, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, active_ptr, E: tl.constexpr,
+                  NVFP4: tl.constexpr, COMPACT: tl.constexpr):  # fmt: skip
+    """From count = valid routes of experts ec (a power-of-two range from 0 covering E, 0 beyond E):
+    expert_start [E + 1] (exclusive prefix sum, [E] the total), the alphas, and (COMPACT) `active`."""
+    tl.store(start_ptr + ec, tl.cumsum(count, axis=0) - count, mask=ec < E)
+    tl.store(start_ptr + E, tl.sum(count, axis=0))
+    _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4)
+    if COMPACT:
+        _write_active(count, ec, active_ptr, E)
 
 
 @triton.jit
@@ -404,7 +398,6 @@ def _route_gather_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_H: tl.constexpr,
     CHUNK: tl.constexpr,
-    E_BLOCK: tl.constexpr,
     E_PAD: tl.constexpr,
     COMPACT: tl.constexpr,
     SUB_H: tl.constexpr,
@@ -419,18 +412,14 @@ def _route_gather_kernel(
     R = T * K
     n_route_blocks = tl.cdiv(R, BLOCK_R)
     if pid >= n_route_blocks:
-        # Micro only, extra programs: expert_start[e] = valid routes with an expert below e; alphas.
+        # Micro only, the one extra program: valid routes per expert, then expert_start, alphas, active.
         if (not DYNAMIC) and pid_h == 0:
-            ec = (pid - n_route_blocks) * E_BLOCK + tl.arange(0, E_BLOCK)
-            below = tl.zeros([E_BLOCK], dtype=tl.int32)
-            for c0 in range(0, R, LIST_CHUNK):  # E_BLOCK x LIST_CHUNK: no spill (`_list_active`)
-                ex, _ = _load_routes(ids_ptr, c0 + tl.arange(0, LIST_CHUNK), R, ids_st, ids_sj, K, E)
-                below += tl.sum((ex[None, :] < ec[:, None]).to(tl.int32), axis=1)
-            tl.store(start_ptr + ec, below, mask=ec <= E)
-            _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, (FMT == 1) or (FMT == 3))
-            if COMPACT:
-                if pid == n_route_blocks:  # one program lists the hit experts
-                    _list_active(ids_ptr, R, ids_st, ids_sj, active_ptr, K, E, E_PAD, E_BLOCK)
+            count = tl.zeros([E_PAD], dtype=tl.int32)
+            for c0 in range(0, R, CHUNK):  # R / CHUNK dependent steps (at most 4 at the defaults)
+                ex, ok = _load_routes(ids_ptr, c0 + tl.arange(0, CHUNK), R, ids_st, ids_sj, K, E)
+                count += tl.histogram(tl.where(ok, ex, 0), E_PAD, mask=ok)
+            _write_starts(count, tl.arange(0, E_PAD), start_ptr, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, active_ptr,
+                          E, (FMT == 1) or (FMT == 3), COMPACT)  # fmt: skip
     else:
         # Phase 1: this program's routes and their sorted rows.
         r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -552,12 +541,7 @@ def _route_start_kernel(
     gdc_enter(PDL)
     ec = tl.arange(0, E_PAD)
     c = tl.load(count_ptr + ec, mask=ec < E, other=0)
-    inclusive = tl.cumsum(c, axis=0)
-    tl.store(start_ptr + ec, inclusive - c, mask=ec < E)
-    tl.store(start_ptr + E, tl.sum(c, axis=0))
-    _write_alphas(ec, ec < E, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, NVFP4)
-    if COMPACT:
-        _write_active(c, ec, active_ptr, E)
+    _write_starts(c, ec, start_ptr, g1_ptr, g2_ptr, alpha1_ptr, alpha2_ptr, active_ptr, E, NVFP4, COMPACT)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -655,7 +639,7 @@ class RoutingKernels:
         )  # fmt: skip
         common = dict(K=num_topk, E=num_experts, H=hidden, FMT=OPERAND_FORMATS[a_fmt], ON_INPUT=bool(on_input))
         e_pad = triton.next_power_of_2(num_experts)
-        tiles = dict(CHUNK=cfg.chunk, E_BLOCK=cfg.e_block, E_PAD=e_pad, COMPACT=cfg.compact_grid)
+        tiles = dict(CHUNK=cfg.chunk, E_PAD=e_pad, COMPACT=cfg.compact_grid)
         nw = cfg.num_warps
 
         def route_gather(dynamic: bool, block_r: int, name: str) -> TritonKernel:
@@ -721,7 +705,7 @@ class RoutingKernels:
         meta = (s["expert_start"], s["sorted_token"], s["sorted_expert"], s["route_row"], s["hist"])
         alphas = (g1, g2, s["alpha1"], s["alpha2"], s["active"])
         if R <= cfg.micro_max_routes:
-            grid = (triton.cdiv(R, cfg.block_r) + triton.cdiv(self.e + 1, cfg.e_block), n_h, 1)
+            grid = (triton.cdiv(R, cfg.block_r) + 1, n_h, 1)  # + the expert_start / active program
             self.micro.launch(grid, ids, w, a, *meta, *alphas, *tail)
             return
         blocks = triton.cdiv(R, cfg.dyn_block_r)
