@@ -41,10 +41,8 @@ row; other recipes get no such rows.
 the dequantized bf16 operands (the decode expert kernels then run their W4A16 path with alpha = 1 / gs);
 the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_buckets.DECODE_DEQUANT`.
 --pdl MODE ... adds, after each row of ours, a twin " pdl-MODE" prepared with `api.with_pdl(config, MODE)`:
-every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), and with
-"prefetch" the identity-grid expert GEMM CTAs' weights put into L2 before they wait (`_expert_pdl.py`;
-"prefetch:N": only the first N CTAs of each GEMM, the first wave's);
-the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
+every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), or none
+("off"); the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
 so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
@@ -274,8 +272,7 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
     if buckets is not None:
         cfg = replace(cfg, experts=buckets)
     # the heuristic's launches (api.PDL) for replaced buckets too, unless asked otherwise
-    mode, ctas = parse_pdl(api.PDL if pdl is None else pdl)
-    cfg = api.with_pdl(cfg, mode, prefetch_ctas=ctas)
+    cfg = api.with_pdl(cfg, parse_pdl(api.PDL if pdl is None else pdl))
     return fm.plan(p.caps, override=cfg)
 
 
@@ -466,15 +463,13 @@ def with_tiled_rows(rows: int):
     return rebuild
 
 
-def parse_pdl(text: str) -> tuple[str, int]:
-    """(mode, prefetch_ctas) of a --pdl entry: MODE, or "prefetch:N" (only the first N CTAs of each
-    expert GEMM prefetch: `_kernel_experts.ExpertConfig.prefetch_ctas`)."""
+def parse_pdl(text: str) -> str:
+    """The mode of a --pdl entry (`api.PDL_MODES`), or ValueError naming the modes."""
     from flashinfer.experimental.b12x.moe.fused_moe.api import PDL_MODES
 
-    mode, _, ctas = text.partition(":")
-    if mode not in PDL_MODES or (ctas and (mode != "prefetch" or not ctas.isdigit())):
-        raise ValueError(f"--pdl entries are {', '.join(PDL_MODES)} or prefetch:N (N >= 0), got {text!r}")
-    return mode, int(ctas or 0)
+    if text not in PDL_MODES:
+        raise ValueError(f"--pdl entries are {', '.join(PDL_MODES)}, got {text!r}")
+    return text
 
 
 def pdl_variants(args, variants: list) -> list:
@@ -649,9 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         metavar="MODE",
         default=None,
-        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE: off, "
-        "wait, prefetch or prefetch:N (row ' pdl-MODE'; api.with_pdl: 'prefetch' also puts the expert GEMMs' "
-        "weights into L2 before they wait, ':N' in the first N CTAs of each GEMM only)",
+        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE: off "
+        "or wait (row ' pdl-MODE'; api.with_pdl)",
     )
     parser.add_argument(
         "--tiled-rows",

@@ -179,21 +179,19 @@ def test_sweep_rows_plan_their_buckets(recipe):
         assert api.with_pdl(planned, "off").experts == buckets  # the row's tilings ...
         assert planned == api.with_pdl(planned, api.PDL)  # ... launched as the heuristic launches
     # --pdl: a twin of each row, planned with that mode
-    twins = B.pdl_variants(argparse.Namespace(pdl=["off", "prefetch"]), rows[:2])
+    twins = B.pdl_variants(argparse.Namespace(pdl=["off", "wait"]), rows[:2])
     assert [(label, b is buckets, m) for (label, b, m), (_, buckets) in zip(twins[::3], rows[:2])] == [
         ("", True, None),
         (rows[1][0], True, None),
     ]
-    assert [label for label, _, _ in twins[:3]] == ["", " pdl-off", " pdl-prefetch"]
-    pre = B.with_override(p, "sm_90a", pdl="prefetch").override
-    assert pre.routing.pdl and pre.combine.pdl and all(b.tiled or b.fc2.pdl == "prefetch" for b in pre.experts)
+    assert [label for label, _, _ in twins[:3]] == ["", " pdl-off", " pdl-wait"]
+    wait = B.with_override(p, "sm_90a", pdl="wait").override
+    assert wait.routing.pdl and wait.combine.pdl and all(b.tiled or b.fc2.pdl == "wait" for b in wait.experts)
     off = B.with_override(p, "sm_90a", pdl="off").override
     assert not off.routing.pdl and off == api.with_pdl(p.heuristic("sm_90a"), "off")
-    first = B.with_override(p, "sm_90a", pdl="prefetch:660").override
-    assert all(b.tiled or b.fc1.prefetch_ctas == 660 for b in first.experts)
-    assert B.parse_pdl("wait") == ("wait", 0) and B.parse_pdl("prefetch:8") == ("prefetch", 8)
-    for bad in ("wait:8", "prefetch:-1", "on"):
-        with pytest.raises(ValueError, match="--pdl entries are off, wait, prefetch or prefetch:N"):
+    assert B.parse_pdl("wait") == "wait" and B.parse_pdl("off") == "off"
+    for bad in ("prefetch", "prefetch:660", "wait:8", "on"):
+        with pytest.raises(ValueError, match="--pdl entries are off, wait, got"):
             B.parse_pdl(bad)
     assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
     searched = B.with_override(p, "sm_90a", gather_encode="search").override.routing

@@ -284,9 +284,10 @@ def test_bench_decode_dequant_rows():
     got = [(b.max_tokens, b.dequant) for b in planned.override.experts]
     assert got == [(8, True), (80, True), (128, True), (511, True), (4096, False)]
     assert "--decode-dequant" in B.__doc__
-    searched = B.with_override(p, "sm_90a", deq_encode="search").override
-    assert searched.routing.nvfp4_deq_encode == searched.combine.nvfp4_deq_encode == "search"
-    assert p.heuristic("sm_90a").routing.nvfp4_deq_encode == "divide"  # the default until timed
+    divided = B.with_override(p, "sm_90a", deq_encode="divide").override
+    assert divided.routing.nvfp4_deq_encode == divided.combine.nvfp4_deq_encode == "divide"
+    heuristic = p.heuristic("sm_90a")  # "search" since session 19's A/B
+    assert heuristic.routing.nvfp4_deq_encode == heuristic.combine.nvfp4_deq_encode == "search"
     with pytest.raises(SystemExit):
         B.main(["--deq-encode", "fast"])
 

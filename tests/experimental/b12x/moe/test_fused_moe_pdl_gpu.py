@@ -28,10 +28,9 @@ pytestmark = pytest.mark.gpu
 RECIPES = (("w4a16", "modelopt_nvfp4"), ("nvfp4", "modelopt_nvfp4"))
 
 
-def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("prefetch",), act="silu"):
+def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("wait",), act="silu"):
     """({pdl mode: prepared plan}, experts): the heuristic's plan plain ("off") and with each of
-    pdl_modes (bench_moe's --pdl entries: "prefetch:N" = the first N CTAs only), prepared together on
-    one set of weights."""
+    pdl_modes (bench_moe's --pdl entries), prepared together on one set of weights."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
@@ -42,8 +41,7 @@ def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("prefetch",), a
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
     plans = {}
     for m in ("off", *pdl_modes):
-        mode, ctas = parse_pdl(m)
-        plans[m] = fm.plan(caps, override=api.with_pdl(cfg, mode, prefetch_ctas=ctas))
+        plans[m] = fm.plan(caps, override=api.with_pdl(cfg, parse_pdl(m)))
     with b12x.PreparationSession(DEV) as session:
         session.prepare(list(plans.values()))
     assert all(p.state.selection.routing.pdl == (m != "off") for m, p in plans.items())
@@ -59,8 +57,7 @@ def same_bits(got, want, what):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_pdl_equals_plain_launches(shape, mode, source):
     e, k, h, _ = shape
-    # "wait": api.PDL, the heuristic's; "prefetch:660": the first wave only (staged, session 18)
-    modes = ("wait", "prefetch", "prefetch:660") if shape == SHAPES[0] else ("wait",)
+    modes = ("wait",)  # api.PDL, the heuristic's
     plans, experts = build_modes(shape, mode, source, pdl_modes=modes)
     for t in (1, 7, 64, 100, 1000, 4096):
         a, ids, w = inputs(t, k, e, h, seed=600 + t)
@@ -73,8 +70,8 @@ def test_pdl_equals_plain_launches(shape, mode, source):
                 check_staged(got, kernel_intermediate(s, ids, e), a, experts, w, ids, what=f"pdl {m}", quant_mode=mode)
 
 
-@pytest.mark.parametrize("pdl", ["wait", "prefetch"])
-def test_pdl_graph_replay_equals_plain(pdl):
+def test_pdl_graph_replay_equals_plain():
+    pdl = "wait"
     shape = SHAPES[0]
     e, k, h, _ = shape
     plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=256, pdl_modes=(pdl,))
@@ -95,10 +92,10 @@ def test_pdl_graph_replay_equals_plain(pdl):
 def test_pdl_layers_back_to_back():
     shape = SHAPES[0]
     e, k, h, _ = shape
-    plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=128, pdl_modes=("wait", "prefetch"))
+    plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=128)
     cases = [inputs(t, k, e, h, seed=900 + t) for t in (1, 64, 3, 128, 16, 2, 100, 7)]
     outs = [torch.full_like(a, float("nan")) for a, _, _ in cases]
-    for mode in ("wait", "prefetch"):
+    for mode in ("wait",):
         for out in outs:
             out.fill_(float("nan"))
         bindings = [
@@ -116,9 +113,9 @@ def test_pdl_layers_back_to_back():
 def test_pdl_modes_compile_their_own_kernels():
     """A plain and a PDL plan of the same caps resolve different launchers (launch_pdl and the
     kernels' griddepcontrol are part of their keys), so preparing one never hands out the other's."""
-    plans, _ = build_modes(SHAPES[0], "w4a16", "modelopt_nvfp4", max_tokens=16, pdl_modes=("wait", "prefetch"))
+    plans, _ = build_modes(SHAPES[0], "w4a16", "modelopt_nvfp4", max_tokens=16)
     assert plans["wait"].state.selection == fm.plan(plans["off"].caps).heuristic("sm_90a")  # api.PDL
-    off, pre = (plans[m].state.extra["launchers"] for m in ("off", "prefetch"))
+    off, pre = (plans[m].state.extra["launchers"] for m in ("off", "wait"))
     assert off.combine.combine.pdl is False and pre.combine.combine.pdl is True
     for key, (fc1, fc2) in pre.experts.items():
         assert fc1 is not off.experts[key][0] and fc2 is not off.experts[key][1]

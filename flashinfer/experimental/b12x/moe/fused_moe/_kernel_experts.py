@@ -99,7 +99,7 @@ from ...gemm._shared.ptx import DeviceOps
 from ...gemm.blockscaled import _kernel_decode as KD
 from ...gemm.blockscaled._kernel_decode import CHUNK, DecodeConfig
 from ...gemm.blockscaled._kernel_decode_fused import FusedOps
-from ._expert_pdl import PDL_MODES, WeightPrefetch
+from ._expert_pdl import PDL_MODES
 
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 GATED = ("silu", "swiglu_oai")
@@ -115,7 +115,7 @@ K_ALIGN = 32  # one span
 # the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring)
 IMPLEMENTED = (
     *("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache"),
-    *("early", "pdl", "prefetch_ctas"),  # ExpertConfig's own
+    *("early", "pdl"),  # ExpertConfig's own
 )
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)
 SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
@@ -143,22 +143,19 @@ class ExpertConfig(DecodeConfig):
     come back (the weight address needs only e; list grid: predicated on active[y] < E, no extra
     load; identity grid: on the expert having rows, so after start[e]), and each group's K loop
     ends by issuing the next group's first stages (none after the last). prefetch > 0, span 1.
-    pdl: one of PDL_MODES (`_expert_pdl.py`); prefetch_ctas (pdl "prefetch" only): only the CTAs
-    whose linear index (row * grid_n + x) is below it prefetch, the first wave's (0: every CTA)."""
+    pdl: one of PDL_MODES (`_expert_pdl.py`)."""
 
     early: bool = False
     pdl: str = "off"
-    prefetch_ctas: int = 0
 
 
-def with_pdl(config: DecodeConfig, pdl: str, prefetch_ctas: int = 0) -> DecodeConfig:
-    """`config` launched with `pdl` (PDL_MODES; prefetch_ctas as ExpertConfig's): an ExpertConfig, or
-    with "off" and no other expert option (`early`) gemm's plain DecodeConfig again (the same kernel
-    key as before PDL existed)."""
+def with_pdl(config: DecodeConfig, pdl: str) -> DecodeConfig:
+    """`config` launched with `pdl` (PDL_MODES): an ExpertConfig, or with "off" and no other expert
+    option (`early`) gemm's plain DecodeConfig again (the same kernel key as before PDL existed)."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     if pdl == "off" and not fields.get("early", False):
         return DecodeConfig(**{f.name: fields[f.name] for f in dataclasses.fields(DecodeConfig)})
-    return ExpertConfig(**dict(fields, pdl=pdl, prefetch_ctas=prefetch_ctas if pdl == "prefetch" else 0))
+    return ExpertConfig(**dict(fields, pdl=pdl))
 
 
 MID_T = 64  # default_buckets: the 8-token-group prefetch tiling at least up to this T
@@ -304,11 +301,6 @@ def why_not(
         return f"a gated FC1 needs tiles >= 2 (gate and up tiles), got {config}"
     if getattr(config, "pdl", "off") not in PDL_MODES:
         return f"pdl must be one of {PDL_MODES}, got {config.pdl!r}"
-    ctas = getattr(config, "prefetch_ctas", 0)
-    if isinstance(ctas, bool) or not isinstance(ctas, int) or ctas < 0 or (ctas and config.pdl != "prefetch"):
-        return (
-            f"prefetch_ctas must be an int >= 0, and 0 unless pdl is 'prefetch', got {ctas!r} with pdl {config.pdl!r}"
-        )
     if getattr(config, "early", False) and (config.prefetch == 0 or span != 1):
         return f"early weight stages need prefetch > 0 and span 1, got prefetch {config.prefetch}, span {span}"
     # gemm decode options beyond these the expert kernel does not implement (its own loads and K
@@ -353,10 +345,9 @@ def _ex2(x, *, loc=None, ip=None):
 
 class ExpertOps(DeviceOps):
     """`ptx.DEVICE` plus `ex2` (2^x, max relative error 2^-22; the emulator computes it exactly) and
-    gemm's PDL ops (`prefetch_l2(addr, pred)`, `gdc_wait`, `gdc_launch_dependents`)."""
+    gemm's PDL ops (`gdc_wait`, `gdc_launch_dependents`)."""
 
     ex2 = staticmethod(_ex2)
-    prefetch_l2 = staticmethod(FusedOps.prefetch_l2)
     gdc_wait = staticmethod(FusedOps.gdc_wait)
     gdc_launch_dependents = staticmethod(FusedOps.gdc_launch_dependents)
 
@@ -408,7 +399,7 @@ class Activation:
         return g * self._sigmoid(ops, alpha * g) * (u + beta)
 
 
-class ExpertLogic(Activation, WeightPrefetch, KD.DecodeLogic):
+class ExpertLogic(Activation, KD.DecodeLogic):
     """DecodeLogic with the expert hooks (module docstring); fc 1 stores act(.) in bf16, fc 2 fp32."""
 
     what = "moe.fused_moe expert kernel"
@@ -444,7 +435,6 @@ class ExpertLogic(Activation, WeightPrefetch, KD.DecodeLogic):
         self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
         self.pdl = getattr(config, "pdl", "off")  # ExpertConfig.pdl
-        self.prefetch_ctas = getattr(config, "prefetch_ctas", 0)
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
@@ -606,18 +596,6 @@ class _ExpertGemm:
         bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
-        if cutlass.const_expr(self.logic.pdl == "prefetch" and not self.logic.listed):
-            # the weights of expert `slot` never depend on the kernels before: to L2 before the wait
-            pre_b = mB.iterator.toint() + Int64(slot) * Int64(mB.shape[1]) * Int64(mB.shape[2])
-            pre_sf = mSFB.iterator.toint() + Int64(slot) * Int64(mSFB.shape[1])
-            # prefetch_ctas: only the first wave's CTAs (a trace-time choice: None keeps every CTA's)
-            first = self.logic.first_wave(DEVICE, slot * self.logic.grid_n(mC.shape[1]) + bidx)
-            for i in cutlass.range(tid, self.logic.value_prefetch_items(k), self.threads, unroll=1):
-                addr, ok = self.logic.value_prefetch_line(DEVICE, pre_b, mC.shape[1], k, bidx, i, first)
-                DEVICE.prefetch_l2(addr, ok)
-            for i in cutlass.range(tid, self.logic.scale_prefetch_items(k), self.threads, unroll=1):
-                addr, ok = self.logic.scale_prefetch_line(DEVICE, pre_sf, mC.shape[1], k, bidx, i, first)
-                DEVICE.prefetch_l2(addr, ok)
         if cutlass.const_expr(self.logic.pdl != "off"):  # nothing of the kernels before is read above
             DEVICE.gdc_wait()
             DEVICE.gdc_launch_dependents()

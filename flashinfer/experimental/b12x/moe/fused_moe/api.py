@@ -16,8 +16,7 @@ requantize kernels write the NVFP4-quantized operands dequantized to bf16 (a1_de
 GEMMs read them as bf16: the binding's `dequant` picks those launchers.
 With `with_pdl` (the heuristic's mode: `PDL` = "wait") every launch but the grouped kernels' is a
 programmatic dependent of the one before (sm_90+): its CTAs get resident while the launch before
-still runs, and wait for it before their first read (mode "prefetch" also has the decode expert
-GEMMs' identity-grid CTAs put their weights into L2 first; measured slower, `_expert_pdl.py`).
+still runs, and waits for it before its first read (`_expert_pdl.py`).
 
     wplan = plan_weights(quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu",
                          num_experts=E, hidden_size=H, intermediate_size=I)
@@ -148,31 +147,22 @@ class MoeConfig:
 
 
 # The heuristic's programmatic dependent launch mode (`with_pdl`). H200 2026-12-02 07:08 (session 18,
-# `bench_moe --pdl wait prefetch`, E = 128, graph timer, µs per layer plain / "wait" / "prefetch"):
-# w4a16 T = 1 22.79 / 22.20 / 22.24, T = 4 42.81 / 40.95 / 40.93, T = 16 109.2 / 106.7 / 129.5, T = 64
-# 169.9 / 166.7 / 187.8; nvfp4 T = 1 25.71 / 23.02 / 23.13, T = 4 48.47 / 45.33 / 45.75, T = 16 114.8 /
-# 112.3 / 136.4, T = 64 173.4 / 170.5 / 193.9. "prefetch" loses 20 µs wherever the identity grid runs:
-# every CTA, not just the first wave, prefetches, and at T = 16 a third of the experts have no rows.
+# `bench_moe --pdl wait`, E = 128, graph timer, µs per layer plain / "wait"): w4a16 T = 1 22.79 /
+# 22.20, T = 4 42.81 / 40.95, T = 16 109.2 / 106.7, T = 64 169.9 / 166.7; nvfp4 T = 1 25.71 / 23.02,
+# T = 4 48.47 / 45.33, T = 16 114.8 / 112.3, T = 64 173.4 / 170.5.
 PDL = "wait"
 
 
-def with_pdl(config: MoeConfig, pdl: str, *, prefetch_ctas: int = 0) -> MoeConfig:
-    """`config` with the plan's launches programmatic dependents (pdl "wait" or "prefetch") or plain
-    ("off"): the routing/gather, requantize and combine kernels compiled with `launch_pdl`, and the
-    decode expert GEMMs with `_kernel_experts.ExpertConfig.pdl` = pdl ("prefetch": an identity-grid
-    CTA puts its expert's weight rows into L2 before it waits; with prefetch_ctas > 0 only the CTAs
-    of that linear index and below, the first wave). The grouped (tiled) buckets keep plain launches.
-    The same kernels' math, so the same bits."""
+def with_pdl(config: MoeConfig, pdl: str) -> MoeConfig:
+    """`config` with the plan's launches programmatic dependents (pdl "wait") or plain ("off"): the
+    routing/gather, requantize and combine kernels compiled with `launch_pdl`, and the decode expert
+    GEMMs with `_kernel_experts.ExpertConfig.pdl` = pdl. The grouped (tiled) buckets keep plain
+    launches. The same kernels' math, so the same bits."""
     if pdl not in PDL_MODES:
         raise ValueError(f"{OP}: pdl must be one of {PDL_MODES}, got {pdl!r}")
-    if isinstance(prefetch_ctas, bool) or not isinstance(prefetch_ctas, int) or prefetch_ctas < 0:
-        raise ValueError(f"{OP}: prefetch_ctas must be an int >= 0, got {prefetch_ctas!r}")
     ex, on = _experts_module(), pdl != "off"
     experts = tuple(
-        b
-        if b.tiled
-        else replace(b, fc1=ex.with_pdl(b.fc1, pdl, prefetch_ctas), fc2=ex.with_pdl(b.fc2, pdl, prefetch_ctas))
-        for b in config.experts
+        b if b.tiled else replace(b, fc1=ex.with_pdl(b.fc1, pdl), fc2=ex.with_pdl(b.fc2, pdl)) for b in config.experts
     )
     return MoeConfig(replace(config.routing, pdl=on), replace(config.combine, pdl=on), experts)
 
