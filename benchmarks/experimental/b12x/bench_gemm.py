@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|gemv|layout|layout-probe]] [--timer events|graph] [--json PATH]
+        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe]] [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -31,7 +31,9 @@ for register loads (`_kernel_stream.probe_variants`; probes compute garbage);
 groups, warp groups along N: `_kernel_decode.stream_variants`); --sweep-subset probe the heuristic
 config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
 `DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
-dequant and MMA.
+dequant and MMA; --sweep-subset probe-step the heuristic config and its loads-only probe, then each of
+more weight bytes per warp step (kgroup 2 / 4, unroll 4, twice the tiles) with its loads-only probe:
+whether the loads are bound by the warp's steps rather than its bytes (`probe_step_variants`).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -237,7 +239,7 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        return () if subset in ("prefetch", "stream", "probe") else KT.candidate_configs(m)
+        return () if subset in ("prefetch", "stream", "probe", "probe-step") else KT.candidate_configs(m)
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt)
@@ -248,7 +250,33 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     if subset == "probe":
         base = L.default_config(bucket, n, k, b_fmt)
         cands = (base,) + KD.probe_variants(base)
+    if subset == "probe-step":
+        cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt))
     return cands
+
+
+def probe_step_variants(base) -> tuple:
+    """`base`, its loads-only probe, then configs that move more weight bytes per warp step, each
+    followed by its loads-only probe: kgroup 2 / 4 (adjacent chunks a step; prefetch off, which
+    kgroup excludes), unroll 4, twice the 16-row tiles. If the loads-only time falls with the bytes a
+    step at the same total bytes, the per-step latency bounds the stream (issue #6: FP4 weights
+    loaded at ~2.7 TB/s where the MXFP8 kernel of the same structure reaches ~3.5). Configs a case
+    cannot build are skipped by `_sweep` (L.why_not)."""
+    from dataclasses import replace
+
+    flat = replace(base, prefetch=0)
+    steps = (
+        replace(flat, kgroup=2),
+        replace(flat, kgroup=4),
+        replace(base, unroll=4),
+        replace(base, tiles=2 * base.tiles),
+    )
+    found = [base, replace(base, probe="loads")]
+    for s in steps:
+        for c in (s, replace(s, probe="loads")):
+            if c not in found:
+                found.append(c)
+    return tuple(found)
 
 
 def _sweep(ours: Ours, m, n, k, args) -> dict:
@@ -304,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "probe", "gemv", "layout", "layout-probe"),
+        choices=("all", "prefetch", "stream", "probe", "probe-step", "gemv", "layout", "layout-probe"),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
-        "variants, the decode timing probes (garbage outputs), the Triton GEMV candidates, or the stream-layout "
+        "variants, the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "
+        "GEMV candidates, or the stream-layout "
         "kernel's candidates (each + the CuTe heuristic config)",
     )
     parser.add_argument(
@@ -324,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "NVFP4) the stream-layout decode kernel",
     )
     args = parser.parse_args(argv)
-    if args.sweep and args.sweep_subset in ("probe", "layout-probe"):  # let the garbage-computing probes build
+    if args.sweep and args.sweep_subset in ("probe", "probe-step", "layout-probe"):  # let the garbage probes build
         from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
 
         os.environ[PROBE_ENV] = "1"

@@ -1,5 +1,7 @@
 """bench_gemm on the CPU: its CLI, its bytes formula, and every recipe's setup (the reference path)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -59,10 +61,19 @@ def test_stream_and_probe_subsets_and_sweep_workers(capsys):
     assert probe[0].probe == "" and {c.probe for c in probe[1:]} == {"", "loads", "nomma"}
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "stream") == ()
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "probe") == ()
+    step = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "probe-step")
+    assert step[0] == probe[0] and step[1] == dataclasses.replace(probe[0], probe="loads")
+    assert [c.probe for c in step] == ["", "loads"] * (len(step) // 2) and len(step) == 10
+    assert {(c.kgroup, c.unroll, c.tiles) for c in step[2:]} >= {
+        (2, probe[0].unroll, probe[0].tiles),
+        (4, probe[0].unroll, probe[0].tiles),
+    }
+    assert all(c.prefetch == 0 for c in step if c.kgroup > 1)  # kgroup excludes prefetch (why_not)
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "probe-step") == ()
     with pytest.raises(SystemExit):
         BG.main(["--help"])
     out = capsys.readouterr().out
-    assert "--sweep-workers" in out and "stream" in out and "probe" in out
+    assert "--sweep-workers" in out and "stream" in out and "probe-step" in out
 
 
 def test_layout_subset_and_stream_decode_kernel():
