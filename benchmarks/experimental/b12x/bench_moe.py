@@ -272,7 +272,7 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
     if buckets is not None:
         cfg = replace(cfg, experts=buckets)
     # the heuristic's launches (api.PDL) for replaced buckets too, unless asked otherwise
-    cfg = api.with_pdl(cfg, parse_pdl(api.PDL if pdl is None else pdl))
+    cfg = api.with_pdl(cfg, api.PDL if pdl is None else pdl)
     return fm.plan(p.caps, override=cfg)
 
 
@@ -463,15 +463,6 @@ def with_tiled_rows(rows: int):
     return rebuild
 
 
-def parse_pdl(text: str) -> str:
-    """The mode of a --pdl entry (`api.PDL_MODES`), or ValueError naming the modes."""
-    from flashinfer.experimental.b12x.moe.fused_moe.api import PDL_MODES
-
-    if text not in PDL_MODES:
-        raise ValueError(f"--pdl entries are {', '.join(PDL_MODES)}, got {text!r}")
-    return text
-
-
 def pdl_variants(args, variants: list) -> list:
     """[(label, experts override, pdl)]: each of `expert_variants`' rows as the heuristic launches it
     (pdl None), then with --pdl MODE ... a twin per mode (" pdl-MODE": `api.with_pdl`)."""
@@ -584,6 +575,7 @@ def add_step_prefixes(table, case, name, plan, bindings, out, args, graph_kw) ->
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.experimental.b12x.common import Table, ceilings, require_cuda, standard_parser, write_report
+    from flashinfer.experimental.b12x.moe.fused_moe.api import PDL_MODES
 
     parser = standard_parser(__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help=f"live token counts T (default {TOKENS})")
@@ -642,10 +634,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pdl",
         nargs="+",
-        metavar="MODE",
+        choices=PDL_MODES,
         default=None,
-        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE: off "
-        "or wait (row ' pdl-MODE'; api.with_pdl)",
+        help="also time each row of ours with its launches' programmatic dependent launch mode set to MODE "
+        "(row ' pdl-MODE'; api.with_pdl)",
     )
     parser.add_argument(
         "--tiled-rows",
@@ -658,11 +650,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tokens is not None and any(t < 1 for t in args.tokens):
         parser.error(f"--tokens must be >= 1, got {args.tokens}")
-    for text in args.pdl or ():
-        try:
-            parse_pdl(text)
-        except ValueError as e:
-            parser.error(str(e))
     if args.tiled_rows is not None and any(r < 1 for r in args.tiled_rows):
         parser.error(f"--tiled-rows must be >= 1, got {args.tiled_rows}")
     for text in args.tiled or ():

@@ -18,7 +18,7 @@ import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import parse_pdl, synthetic_checkpoint
+from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_staged, kernel_intermediate
@@ -41,7 +41,7 @@ def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("wait",), act="
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
     plans = {}
     for m in ("off", *pdl_modes):
-        plans[m] = fm.plan(caps, override=api.with_pdl(cfg, parse_pdl(m)))
+        plans[m] = fm.plan(caps, override=api.with_pdl(cfg, m))
     with b12x.PreparationSession(DEV) as session:
         session.prepare(list(plans.values()))
     assert all(p.state.selection.routing.pdl == (m != "off") for m, p in plans.items())
@@ -95,19 +95,16 @@ def test_pdl_layers_back_to_back():
     plans, experts = build_modes(shape, "nvfp4", "modelopt_nvfp4", max_tokens=128)
     cases = [inputs(t, k, e, h, seed=900 + t) for t in (1, 64, 3, 128, 16, 2, 100, 7)]
     outs = [torch.full_like(a, float("nan")) for a, _, _ in cases]
-    for mode in ("wait",):
-        for out in outs:
-            out.fill_(float("nan"))
-        bindings = [
-            fm.bind(plans[mode], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
-            for (a, ids, w), out in zip(cases, outs)
-        ]
-        plans[mode].state.scratch["c1"].fill_(float("nan"))
-        for b in bindings:  # queued without a sync: each layer's first launch waits for the last one's combine
-            fm.run(binding=b)
-        torch.cuda.synchronize()
-        for (a, ids, w), got in zip(cases, outs):
-            same_bits(got, run_poisoned(plans["off"], experts, a, ids, w), f"back to back {mode} T={a.shape[0]}")
+    bindings = [
+        fm.bind(plans["wait"], a=a, experts=experts, topk_weights=w, topk_ids=ids, output=out)
+        for (a, ids, w), out in zip(cases, outs)
+    ]
+    plans["wait"].state.scratch["c1"].fill_(float("nan"))
+    for b in bindings:  # queued without a sync: each layer's first launch waits for the last one's combine
+        fm.run(binding=b)
+    torch.cuda.synchronize()
+    for (a, ids, w), got in zip(cases, outs):
+        same_bits(got, run_poisoned(plans["off"], experts, a, ids, w), f"back to back wait T={a.shape[0]}")
 
 
 def test_pdl_modes_compile_their_own_kernels():
