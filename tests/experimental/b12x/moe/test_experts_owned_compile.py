@@ -71,10 +71,17 @@ def test_warp_groups_with_split_k_keep_the_reduction():
     assert re.search(r"bar\.sync|barrier\.sync", fn.artifacts.PTX) and ".shared" in fn.artifacts.PTX
 
 
-def test_default_tilings_carry_no_hints():
-    # the default buckets' kernels: plain ld.global.nc value loads, the reduction through shared
-    # memory (the options are off: the kernel before them)
+def test_default_tilings_hint_only_the_8_token_bucket():
+    # the default buckets' kernels, the reduction through shared memory in both: the 8-token bucket
+    # ("w4p1h", session 20's T = 1 / 4 sweep) streams weights L1::no_allocate and keeps activations
+    # L1::evict_last; the 16-token bucket ("w4p1") keeps plain ld.global.nc loads
     X = _X()
-    for b in X.default_buckets(64):
+    buckets = X.default_buckets(4096, 128, 8)
+    assert [b.fc1.ntiles for b in buckets] == [1, 2]
+    for b in buckets:
         ptx = X.compile_fc1("bfloat16", "nvfp4", "silu", b.fc1, "sm_90a", "list").artifacts.PTX
-        assert "L1::" not in ptx and ".shared" in ptx
+        assert ".shared" in ptx
+        if b.fc1.ntiles == 1:
+            assert "ld.global.nc.L1::no_allocate.v4.u32" in ptx and "ld.global.nc.L1::evict_last.v4.u32" in ptx
+        else:
+            assert "L1::" not in ptx

@@ -47,8 +47,8 @@ def _heuristic(mode, monkeypatch, flag, decode_from=None):
 
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
 def test_the_default_heuristic(mode):
-    # flipped only on measured wins (docs/predictions/moe.md, performance.md session 17)
-    assert _buckets.TILED_DEQUANT is False and _buckets.DECODE_DEQUANT_FROM == 9
+    # flipped only on measured wins (docs/predictions/moe.md, performance.md sessions 17 and 20)
+    assert _buckets.TILED_DEQUANT is False and _buckets.DECODE_DEQUANT_FROM == 2
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     caps = _caps(mode)  # E = 128, k = 8: 8-token groups to T = 80 (5 rows an expert), grouped from 512
@@ -57,8 +57,8 @@ def test_the_default_heuristic(mode):
     got = api.with_pdl(cfg, "off").experts  # the tilings
     assert got == api.heuristic_buckets(caps, X.default_buckets(4096, 128, 8))
     nv = mode == "nvfp4"
-    # nvfp4: packed to T = 8, dequantized to 8 rows an expert (T = 128), packed again to the grouped bucket
-    assert [b.max_tokens for b in got] == ([8, 80, 128] if nv else [80]) + [511, 4096]
+    # nvfp4: packed at T = 1, dequantized to 8 rows an expert (T = 128), packed again to the grouped bucket
+    assert [b.max_tokens for b in got] == ([1, 80, 128] if nv else [80]) + [511, 4096]
     assert [b.tiled for b in got] == ([False] * 3 if nv else [False]) + [False, True]
     assert [b.dequant for b in got] == ([False, True, True] if nv else [False]) + [False, False]
     assert [b.fc1.ntiles for b in got[:-1]] == ([1, 1, 2] if nv else [1]) + [2]
@@ -282,7 +282,7 @@ def test_bench_decode_dequant_rows():
     p = fm.plan(dataclasses.replace(_caps("nvfp4"), device="cuda"))
     planned = B.with_override(p, "sm_90a", None, B.with_decode_dequant)
     got = [(b.max_tokens, b.dequant) for b in planned.override.experts]
-    assert got == [(8, True), (80, True), (128, True), (511, True), (4096, False)]
+    assert got == [(1, True), (80, True), (128, True), (511, True), (4096, False)]  # the heuristic's cut at T = 1
     assert "--decode-dequant" in B.__doc__
     divided = B.with_override(p, "sm_90a", deq_encode="divide").override
     assert divided.routing.nvfp4_deq_encode == divided.combine.nvfp4_deq_encode == "divide"

@@ -245,7 +245,9 @@ def test_bind_picks_the_list_grid_only_below_e_routes(compact, t):
 def test_resolve_launchers_groups_the_expert_grids_and_prime_launches_each():
     wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=E, h=H, i=INTER)
     p = fm.plan(fm.Caps(max_tokens=8, num_topk=K, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))
-    cfg = p.heuristic("sm_90a")  # compact (the heuristic's), k < E < 8 k; one bucket (max_tokens 8)
+    # compact (the heuristic's), k < E < 8 k; two buckets: T = 1 packed (T k < E: the list grid only)
+    # and T = 2..8 on the dequantized operands (_buckets.DECODE_DEQUANT_FROM = 2; the identity grid)
+    cfg = p.heuristic("sm_90a")
     jobs = p.kernels(cfg, "sm_90a")
 
     def stub(fn):
@@ -256,7 +258,8 @@ def test_resolve_launchers_groups_the_expert_grids_and_prime_launches_each():
     fake = [(stub(fn), args) for fn, args in jobs]
     experts = {key: tuple((stub(fn), args) for fn, args in pair) for key, pair in p.expert_jobs(cfg, "sm_90a").items()}
     L = api.resolve_launchers(fake, experts)
-    assert sorted(L.experts) == [("identity", 0), ("list", 0)] and L.routing["int64"][1][0] == "int64"
+    assert [b.max_tokens for b in cfg.experts] == [1, 8] and [b.dequant for b in cfg.experts] == [False, True]
+    assert sorted(L.experts) == [("identity", 1), ("list", 0)] and L.routing["int64"][1][0] == "int64"
     for (g, i), (fc1, fc2) in L.experts.items():
         assert fc1[0] == "compile_fc1" and fc2[0] == "compile_fc2" and fc1[1][-1] == fc2[1][-1] == g
         assert fc1[1][3] is cfg.experts[i].fc1 and fc2[1][2] is cfg.experts[i].fc2

@@ -11,7 +11,7 @@ import pytest
 from flashinfer.experimental.b12x._lib import compile as spine
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError, freeze_kernel_resolution
 from flashinfer.experimental.b12x.moe import fused_moe as fm
-from flashinfer.experimental.b12x.moe.fused_moe import _combine, _routing, api
+from flashinfer.experimental.b12x.moe.fused_moe import _buckets, _combine, _routing, api
 
 from .moe_cases import weight_plan
 
@@ -185,7 +185,6 @@ def test_bad_compile_keys():
     ],
 )
 def test_plan_kernels_wire_the_expert_gemms(mode, source, act, a1, a2, monkeypatch):
-    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
 
     monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", None)  # nvfp4's dequant jobs: test_fused_moe_dequant
@@ -270,8 +269,10 @@ def test_worker_job_compiles_routing():
     assert spine.run_job(_routing.compile_routing.job(*args)).status == "compiled"
 
 
-def test_bucket_spans_reach_the_expert_jobs():
+def test_bucket_spans_reach_the_expert_jobs(monkeypatch):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as ex
+
+    monkeypatch.setattr(_buckets, "DECODE_DEQUANT_FROM", None)  # one packed bucket (spans are the subject)
 
     wplan = weight_plan("modelopt_nvfp4", "silu", ("nvfp4",), e=8, h=256, i=128)
     p = fm.plan(fm.Caps(max_tokens=8, num_topk=8, device="cuda", weight_plan=wplan, quant_mode="nvfp4"))

@@ -32,13 +32,19 @@ TILED_DEQUANT = False
 # quantize per route. H200 2026-12-02 03:59 (session 17, bench_moe --decode-dequant, graph timer, µs
 # per layer, packed -> dequantized): T = 16 117.8 -> 111.3 / 588.2 -> 560.5 / 416.2 -> 395.4 (E = 128 /
 # 256 / 512), T = 64 181.4 -> 169.7 / 1257 -> 1211 / 1070 -> 1014; T = 4 51.41 -> 51.76 / 189.1 ->
-# 180.7 / 135.2 -> 134.3; but T = 1 25.74 -> 33.56 / 64.81 -> 72.01 / 55.72 -> 54.15. Hence from
+# 180.7 / 135.2 -> 134.3; but T = 1 25.74 -> 33.56 / 64.81 -> 72.01 / 55.72 -> 54.15. Session 17: from
 # T = 9: one 8-token group then no longer holds every expert's rows. Up to DECODE_DEQUANT_ROWS rows an
 # expert (T * k / E) only: the dequant gather's encode (`_routing._nvfp4_deq_tile`, two divisions a
 # value) costs more per row than the packed one, and at T = 256 E = 128 (16 rows an expert) the layer
 # took 343.3 µs against the packed 306.9 (04:20, a99d880); at 8 rows (T = 128 E = 128 / T = 256
 # E = 256) 240.8 / 1771 against 241.3 / 1853, at 2.5-5 rows 1314 / 1557 against 1401 / 1648.
-DECODE_DEQUANT_FROM = 9
+# Session 20 (H200 2026-12-02 13:40, `bench_moe --decode-dequant --tokens 2 3 4 8`, graph timer, packed
+# -> dequantized, µs): E = 128 T = 2 31.27 -> 31.16, T = 3 40.36 -> 41.72, T = 4 46.95 -> 47.25, T = 8
+# 66.70 -> 65.89; E = 256 106.2 -> 103.4, 149.4 -> 142.7, 186.6 -> 176.1, 329.8 -> 317.6; E = 512 74.91 ->
+# 73.06, 103.1 -> 100.3, 128.6 -> 127.3, 229.2 -> 219.4 (and session 19's "search" encode at T = 1: 13% /
+# 5% slower at E = 128 / 256, 2.7% faster at E = 512). Hence from T = 2: 1-6% faster at E >= 256, E = 128
+# within -1.2 / +3.4%.
+DECODE_DEQUANT_FROM = 2
 DECODE_DEQUANT_ROWS = 8
 
 

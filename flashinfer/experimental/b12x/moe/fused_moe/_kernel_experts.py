@@ -164,9 +164,10 @@ N1_ROWS = 5
 
 
 def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: int | None = None) -> tuple:
-    """The heuristic's live-T buckets (`api.ExpertBucket`): 8-token MMA groups (the sweep's "w4p1":
-    4 warps, weight prefetch 1) for T <= max(MID_T, N1_ROWS * E / k) (E, k: None = MID_T alone), then
-    16-token groups of the same 4-warp prefetch tiling up to max_tokens (the heuristic moves large T
+    """The heuristic's live-T buckets (`api.ExpertBucket`): 8-token MMA groups (the sweep's "w4p1h":
+    4 warps, weight prefetch 1, streaming cache hints) for T <= max(MID_T, N1_ROWS * E / k) (E, k:
+    None = MID_T alone), then 16-token groups of the 4-warp prefetch tiling without the hints ("w4p1")
+    up to max_tokens (the heuristic moves large T
     to the grouped kernels: `_buckets.with_tiled_bucket`). A token routes to k DISTINCT experts
     (route_topk), so no expert gets more than T rows, and ~T * k / E on average: at a few rows an
     expert one or two passes of 8-token groups beat half-empty 16-token ones."""
@@ -187,11 +188,16 @@ def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: i
     #   (5-16 rows) E = 128 334 / 286 / 323 and 364 / 307 / 343, E = 256 2059 / 1834 / 1876 and 2005 /
     #   1853 / 1931, E = 512 1598 / 1821 / 1869 and 1648 / 1862 / 1987: 8-token groups win up to 5
     #   rows an expert (N1_ROWS), 16-token groups of w4p1 above; 8 warps nowhere.
-    w4p1, w4p1_n2 = (_sweep_tiling(ntiles, "w4p1") for ntiles in (1, 2))
+    # - 2026-12-02 13:47 (session 20, `bench_moe --expert-sweep --steps`, T = 1 / 4, nine tilings): the
+    #   hinted w4p1 ("w4p1h": weight loads L1::no_allocate, activations L1::evict_last) is the fastest
+    #   8-token tiling everywhere: E = 128 w4a16 20.5 -> 19.9 / 42.5 -> 40.6 µs, nvfp4 23.3 -> 22.7 /
+    #   49.4 -> 46.2, E = 512 w4a16 40.0 -> 38.2 / 108.8 -> 105.3; at T = 64 (session 17) 163.3 vs 165.2.
+    #   The 16-token bucket keeps plain w4p1 (its hinted twin is not timed above T = 64).
+    w4p1h, w4p1_n2 = _sweep_tiling(1, "w4p1h"), _sweep_tiling(2, "w4p1")
     top = MID_T
     if num_experts is not None and num_topk is not None:
         top = max(MID_T, N1_ROWS * num_experts // num_topk)
-    small = ExpertBucket(min(top, max_tokens), *w4p1)
+    small = ExpertBucket(min(top, max_tokens), *w4p1h)
     if max_tokens <= top:
         return (small,)
     return (small, ExpertBucket(max_tokens, *w4p1_n2))
@@ -430,11 +436,14 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         # warp-owned tiles: every warp runs the whole K of its rows, its accumulators are outputs
         self.direct = config.kwarps == 1
         # gemm's cache hints on the 16-byte value loads (None: the plain ld.global.nc, no hint)
-        self.early = getattr(config, "early", False)  # ExpertConfig.early
         self.whint = None if config.wcache == "nc" else config.wcache
         self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
         self.pdl = getattr(config, "pdl", "off")  # ExpertConfig.pdl
+        # pdl "ahead" (`_expert_pdl.py`): an FC2 with weight prefetch stages issues its first ones
+        # before the wait (its expert and rows come from the routing, done before FC1's wait)
+        self.ahead = self.pdl == "ahead" and fc == 2 and config.prefetch > 0 and span == 1
+        self.early = getattr(config, "early", False) or self.ahead  # ExpertConfig.early
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
@@ -596,8 +605,8 @@ class _ExpertGemm:
         bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
-        if cutlass.const_expr(self.logic.pdl != "off"):  # nothing of the kernels before is read above
-            DEVICE.gdc_wait()
+        if cutlass.const_expr(self.logic.pdl != "off" and not self.logic.ahead):
+            DEVICE.gdc_wait()  # nothing of the kernels before is read above
             DEVICE.gdc_launch_dependents()
         e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
@@ -634,6 +643,11 @@ class _ExpertGemm:
             )
             live = self.logic.early_chunks(DEVICE, slot, mB.shape[0], mActive, start, end, chunks)
             early_stages = self.logic.prefetch_prologue(DEVICE, rt0, lane, nw0, first, live)
+        if cutlass.const_expr(self.logic.ahead):
+            # read above: the routing's expert_start / active / alpha and the weights, none written
+            # by the launch this one depends on (FC1 or the requantize); A is read below
+            DEVICE.gdc_wait()
+            DEVICE.gdc_launch_dependents()
         for grp in cutlass.range(groups):
             row0 = start + grp * self.logic.ntok
             rt = ExpertRuntime(
