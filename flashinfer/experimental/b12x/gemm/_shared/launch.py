@@ -73,6 +73,13 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     ):
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
+    if ntiles == 1 and warps == 16 and FORMAT[b_fmt].value_bits == 4 and k >= LONG_K and n >= 32 * 128:
+        # M <= 8, FP4 weights, a long K over 16 warps: two 16-row weight tiles a warp (twice the
+        # independent loads a K step, half the CTAs, still >= 128 of them). H200 2026-12-02 13:43
+        # (session 20, bench_gemm --sweep-subset probe-step, graph timer, W4A16 NVFP4 M = 1 4096 x
+        # 14336): 13.78 -> 12.63 us; its loads-only probe 9.14 -> 8.54. At 28672 x 4096 (4 warps)
+        # two tiles lose 1.5%, so the rule stops at 16-warp CTAs.
+        tiles = 2
     config = DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
     if ntiles == 2 and n >= WIDE_DECODE_N and FORMAT[b_fmt].value_bits == 4 and a_fmt in SHARED_A:
         # 9 <= M <= 16, 16-bit activations x wide FP4 weights: two warp groups along N share each
@@ -84,6 +91,7 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
+LONG_K = 8192  # decode_config_for: from this K on, 1..8-token tiles at 16 warps take two weight tiles a warp
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
