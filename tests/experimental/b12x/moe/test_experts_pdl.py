@@ -33,9 +33,7 @@ def test_with_pdl_configs():
     assert X.why_not(1, "bfloat16", "nvfp4", "silu", wait) is None
     for mode in ("early", "prefetch"):  # "prefetch" was removed in session 19 (_expert_pdl.py)
         bad = dataclasses.replace(wait, pdl=mode)
-        assert f"pdl must be one of ('off', 'wait', 'ahead'), got '{mode}'" in X.why_not(
-            1, "bfloat16", "nvfp4", "silu", bad
-        )
+        assert f"pdl must be one of ('off', 'wait'), got '{mode}'" in X.why_not(1, "bfloat16", "nvfp4", "silu", bad)
 
 
 def test_with_pdl_on_the_heuristic_plan():
@@ -60,7 +58,7 @@ def test_with_pdl_on_the_heuristic_plan():
     assert api.with_pdl(cfg, "off") == base
     fm.plan(caps, override=cfg)  # a checked override
     for bad_mode in ("on", "prefetch"):
-        with pytest.raises(ValueError, match=rf"pdl must be one of \('off', 'wait', 'ahead'\), got '{bad_mode}'"):
+        with pytest.raises(ValueError, match=rf"pdl must be one of \('off', 'wait'\), got '{bad_mode}'"):
             api.with_pdl(base, bad_mode)
     bad = dataclasses.replace(cfg.experts[0], fc2=dataclasses.replace(cfg.experts[0].fc2, pdl="on"))
     with pytest.raises(ValueError, match=r"override.experts\[0\].fc2: pdl must be one of"):
@@ -94,32 +92,6 @@ def test_expert_kernels_wait_before_their_first_load(mode, grid, arch):
         wait = body.index("griddepcontrol.wait")
         assert body.count("griddepcontrol.wait") == 1 and "griddepcontrol.launch_dependents" in body[wait:]
         assert "ld.global" not in body[:wait], f"fc{fc} {mode} {grid}: a global load before the wait"
-
-
-@pytest.mark.compile
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-@pytest.mark.parametrize("grid", X.GRIDS)
-def test_ahead_moves_only_fc2s_first_weight_stages_before_the_wait(grid, arch):
-    """pdl "ahead": FC1 is the "wait" kernel (the same PTX); FC2 reads the routing's rows and issues
-    its first weight stages before its one wait, and every activation (A) load stays after it."""
-    pytest.importorskip("cutlass")
-    pytest.importorskip("tvm_ffi")
-    fc1 = {
-        m: _after_params(X.compile_fc1("bfloat16", "nvfp4", "silu", X.with_pdl(W4P1[0], m), arch, grid).artifacts.PTX)
-        for m in ("wait", "ahead")
-    }
-    assert fc1["wait"] == fc1["ahead"]
-    logic = X.ExpertLogic(2, "bfloat16", "nvfp4", None, X.with_pdl(W4P1[1], "ahead"), grid)
-    assert logic.ahead and logic.early and W4P1[1].prefetch > 0
-    assert not X.ExpertLogic(1, "bfloat16", "nvfp4", "silu", X.with_pdl(W4P1[0], "ahead"), grid).ahead
-    body = _after_params(X.compile_fc2("bfloat16", "nvfp4", X.with_pdl(W4P1[1], "ahead"), arch, grid).artifacts.PTX)
-    assert ".local" not in body and body.count("griddepcontrol.wait") == 1
-    wait = body.index("griddepcontrol.wait")
-    assert "griddepcontrol.launch_dependents" in body[wait:]
-    before = body[:wait]
-    # the weight stages: 16-byte loads with the hinted tiling's L1::no_allocate; no evict_last (A) load
-    assert "L1::no_allocate" in before and "L1::evict_last" not in before
-    assert "L1::evict_last" in body[wait:]
 
 
 @pytest.mark.compile

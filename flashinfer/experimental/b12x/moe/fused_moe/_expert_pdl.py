@@ -6,11 +6,6 @@
             each waits (griddepcontrol.wait: that launch complete, its writes visible) before its
             first read of anything the launches before write (expert_start, active, A, the alphas),
             then lets the next launch start (launch_dependents).
-    "ahead" "wait", except that an FC2 with weight prefetch stages (prefetch > 0, span 1) reads its
-            expert's rows (expert_start / active, written by the routing two or three launches
-            back: complete once FC1's CTAs passed their own wait, which precedes FC2's launch) and
-            issues its first group's weight stages (`ExpertConfig.early`) BEFORE the wait, so its
-            first weight bytes stream while FC1 (or the requantize) still runs. FC1 is "wait".
 
 Why: at decode sizes a layer is 4-5 dependent launches (docs/moe.md), each with a ramp (CTAs
 launched, first loads in flight) and a drain (the last wave's stragglers) in which HBM idles. The
@@ -24,8 +19,16 @@ known without the routing) issued `prefetch.global.L2` for its weight and scale 
 wait, every CTA or (`prefetch_ctas`) the first wave only. It lost 18-22 µs (every CTA) and 10-14 µs
 (first wave, N = 330 / 660 / 1320) at T = 16 / 64 and gained nothing at T = 1 / 4
 (docs/predictions/moe.md). The code is in git history before that session's commit removing it.
-"ahead" (session 20) differs from it: FC2 only, the CTA's own rows only (never an expert without
-rows), and register stages the K loop consumes, not L2 prefetches.
+
+Removed in session 20: "ahead", in which an FC2 with weight prefetch stages read its rows (from the
+routing, complete before FC1's CTAs passed their own wait) and issued its first weight stages before
+its wait. Its bits equalled plain launches on the H200 (test_fused_moe_pdl_gpu, graph replay
+included), but against "wait" in the same job (2026-12-02 14:17, f14a185, µs per layer, w4a16 /
+nvfp4) it moved E = 128 T = 1 +0.2 / -0.6, T = 2 -1.4 / -1.3, T = 4 -0.6 / -0.3, and lost at T = 16
+(+2.7 / +3.1) and T = 64 (+3.4 / +3.6); E = 256 / 512 T = 1 / 4 within +-2%. The rule written with
+its prediction (at least 1 µs at E = 128 T = 1) removed it. What it says: an FC2 CTA resident during
+FC1's tail gains little from loads issued before FC1 completes (they compete with FC1's own stream),
+and with the identity grid the early CTAs' registers held across the wait cost more.
 """
 
-PDL_MODES = ("off", "wait", "ahead")
+PDL_MODES = ("off", "wait")

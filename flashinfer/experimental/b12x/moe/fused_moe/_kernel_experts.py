@@ -436,14 +436,11 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         # warp-owned tiles: every warp runs the whole K of its rows, its accumulators are outputs
         self.direct = config.kwarps == 1
         # gemm's cache hints on the 16-byte value loads (None: the plain ld.global.nc, no hint)
+        self.early = getattr(config, "early", False)  # ExpertConfig.early
         self.whint = None if config.wcache == "nc" else config.wcache
         self.ahint = None if config.acache == "nc" else config.acache
         self.span = span  # column tiles per CTA: CTA x owns tiles x * span .. x * span + span - 1
         self.pdl = getattr(config, "pdl", "off")  # ExpertConfig.pdl
-        # pdl "ahead" (`_expert_pdl.py`): an FC2 with weight prefetch stages issues its first ones
-        # before the wait (its expert and rows come from the routing, done before FC1's wait)
-        self.ahead = self.pdl == "ahead" and fc == 2 and config.prefetch > 0 and span == 1
-        self.early = getattr(config, "early", False) or self.ahead  # ExpertConfig.early
         self.kvec = FORMAT[b_fmt].sf_vec
 
     def grid_n(self, n):
@@ -605,8 +602,8 @@ class _ExpertGemm:
         bidx, slot, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
         k = mB.shape[2] * 2  # FP4 weights: two values per byte
-        if cutlass.const_expr(self.logic.pdl != "off" and not self.logic.ahead):
-            DEVICE.gdc_wait()  # nothing of the kernels before is read above
+        if cutlass.const_expr(self.logic.pdl != "off"):  # nothing of the kernels before is read above
+            DEVICE.gdc_wait()
             DEVICE.gdc_launch_dependents()
         e, start, end = self.logic.expert_rows(DEVICE, slot, mB.shape[0], mActive, mStart)
         b_base = mB.iterator.toint() + Int64(e) * Int64(mB.shape[1]) * Int64(mB.shape[2])
@@ -643,11 +640,6 @@ class _ExpertGemm:
             )
             live = self.logic.early_chunks(DEVICE, slot, mB.shape[0], mActive, start, end, chunks)
             early_stages = self.logic.prefetch_prologue(DEVICE, rt0, lane, nw0, first, live)
-        if cutlass.const_expr(self.logic.ahead):
-            # read above: the routing's expert_start / active / alpha and the weights, none written
-            # by the launch this one depends on (FC1 or the requantize); A is read below
-            DEVICE.gdc_wait()
-            DEVICE.gdc_launch_dependents()
         for grp in cutlass.range(groups):
             row0 = start + grp * self.logic.ntok
             rt = ExpertRuntime(
