@@ -40,6 +40,11 @@ file; the child redraws the K/V from the seed, checks it is bit-identical, check
 against the reference (a disagreeing peer is reported, not timed) and times it with our clock.
 Without the option the FlashInfer peer is skipped and the reason printed.
 Each case first checks ours against the SDPA output (bf16) or the reference (fp8).
+--copy-rows adds a row "copy (same bytes)" per decode case: a device copy (an SM kernel, same timer)
+moving the case's KV bytes, half read and half written. With both KV dtypes the run then prints, per
+(B, L), the fp8 / bf16 ratio of "b12x.paged", the fp8 time issue #8's 1.7x needs, and whether the
+same-size copy of the fp8 KV itself is faster than that (where it is not, no kernel reading those
+bytes reaches 1.7x under this timer); the report's extra "fp8_over_bf16" holds the same.
 Without --json the report goes to $OUT/b12x_attention.json when $OUT is set.
 
 How to run the FlashInfer peer. Here (CPU machine, with an index), stage the two wheels in a
@@ -82,11 +87,13 @@ import b12x
 from benchmarks.experimental.b12x import _flashinfer_peer as fipeer
 from benchmarks.experimental.b12x.common import (
     _REPO_ROOT,
+    COPY_IMPL,
     Case,
     Table,
     ceilings,
     measure,
     require_cuda,
+    same_size_copy,
     standard_parser,
     write_report,
 )
@@ -304,9 +311,52 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         if want_record and record is None:  # FlashInfer is checked against the first entry's output
             record = fipeer.case_record(batch, kv_len, fp8, drawn, out, want, tol)
         session.release(plan)  # the caches go with this frame; run() empties the allocator cache
+    if args.copy_rows:  # its own generator: the case's inputs stay those of runs without it
+        fn = same_size_copy(kv_bytes, 1, dev, torch.Generator(device=dev).manual_seed(1))
+        note = "reference: a device copy moving the case's KV bytes (half read, half written), same timer"
+        table.add(case, COPY_IMPL, measure(fn, args), peer=True, note=note)
+        del fn
     if not args.no_peers:
         _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
     return case, record
+
+
+FP8_TARGET = 1.7  # issue #8: FP8 KV >= 1.7x faster than BF16 KV at the same decode shape
+
+
+def fp8_over_bf16(rows, target: float = FP8_TARGET, impl: str = "b12x.paged") -> list[dict]:
+    """Per decode (B, L) with both KV dtypes timed: bf16 and fp8 µs of `impl`, their ratio, the fp8
+    time `target` needs (bf16 / target) and, where --copy-rows timed it, the same-size copy of the fp8
+    case's KV bytes: `copy_allows` is False where even that copy is slower than the time needed (no
+    kernel reading those bytes can reach the target there under this timer)."""
+    times = {}
+    for r in rows:
+        kind = {"decode_bf16": "bf16", "decode_fp8": "fp8"}.get(r.case.name)
+        if kind is None or r.impl not in (impl, COPY_IMPL):
+            continue
+        key = (r.case.shape.get("B"), r.case.shape.get("L"))
+        times.setdefault(key, {})[(kind, r.impl)] = r.time_us
+    out = []
+    for (b, length), t in times.items():
+        bf16, fp8 = t.get(("bf16", impl)), t.get(("fp8", impl))
+        if bf16 is None or fp8 is None:
+            continue
+        need = bf16 / target
+        copy = t.get(("fp8", COPY_IMPL))
+        out.append(
+            dict(B=b, L=length, bf16_us=bf16, fp8_us=fp8, ratio=bf16 / fp8, fp8_needed_us=need,
+                 fp8_copy_us=copy, copy_allows=None if copy is None else copy <= need)
+        )  # fmt: skip
+    return out
+
+
+def print_fp8_over_bf16(found: list[dict], target: float = FP8_TARGET) -> None:
+    for d in found:
+        line = f"fp8 / bf16 KV B={d['B']} L={d['L']}: {d['ratio']:.2f}x (>= {target}x needs fp8 <= {d['fp8_needed_us']:.2f} us"
+        if d["fp8_copy_us"] is not None:
+            verdict = "within reach" if d["copy_allows"] else "beyond it: slower than the needed time"
+            line += f"; the same-size copy of fp8's KV bytes takes {d['fp8_copy_us']:.2f} us, {verdict}"
+        print(line + ")")
 
 
 def peer_command(site: str, case_file: str | os.PathLike, args) -> list[str]:
@@ -378,6 +428,11 @@ def build_parser():
     )
     variants_help = f"comma-separated FlashInfer variants of {sorted(fipeer.VARIANTS)} (tc: use_tensor_cores=True)"
     parser.add_argument("--flashinfer-variants", default="tc", help=variants_help)
+    parser.add_argument(
+        "--copy-rows", action="store_true",
+        help="decode: also time a device copy of each case's KV bytes (row 'copy (same bytes)'), and with both KV "
+        "dtypes say where FP8 >= 1.7x BF16 would need fp8 to beat that copy",
+    )  # fmt: skip
     return parser
 
 
@@ -451,9 +506,11 @@ def main(argv: list[str] | None = None) -> int:
             fi_status[kv_name] = run_flashinfer_peer(table, args, cases, records, kv_name)
             print(f"peer flashinfer ({kv_name}): {fi_status[kv_name]}")
     table.print()
+    ratios = fp8_over_bf16(table.rows)
+    print_fp8_over_bf16(ratios)
     fi_extra = "not run (--no-peers)" if args.no_peers else (fi_note or fi_status)
     extra = {"flashinfer_peer": fi_extra, "bytes": "B*L*Hkv*(D+Dv)*kv_itemsize",
-             "flops": "extend: 2*B*Hq*(D+Dv)*(Lq*(L-Lq) + Lq*(Lq+1)/2)"}  # fmt: skip
+             "flops": "extend: 2*B*Hq*(D+Dv)*(Lq*(L-Lq) + Lq*(Lq+1)/2)", "fp8_over_bf16": ratios}  # fmt: skip
     write_report(table, args, "b12x_attention.json", MODULE, argv, dev, extra)
     return 0
 

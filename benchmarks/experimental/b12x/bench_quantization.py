@@ -38,15 +38,17 @@ import sys
 import torch
 
 import b12x
-from benchmarks.experimental.b12x.common import (
+from benchmarks.experimental.b12x.common import (  # noqa: F401  (copy_bytes_each_way: re-exported for tests)
+    COPY_IMPL,
     Case,
     Result,
     Table,
     ceilings,
-    kernel_copy_fn,
+    copy_bytes_each_way,
     measure,
     require_cuda,
     rotate,
+    same_size_copy,
     sets_to_exceed_l2,
     standard_parser,
     write_report,
@@ -89,24 +91,8 @@ def mxfp8_bytes(m: int, k: int) -> int:
     return 2 * m * k + m * k + 2 * m * k // 32
 
 
-# Same-size copy reference ----------------------------------------------------------------------------
-COPY_IMPL = "copy (same bytes)"
-
-
-def copy_bytes_each_way(nbytes: int) -> int:
-    """Bytes the reference copy reads (and writes) for a case moving `nbytes` in all: half, so read +
-    write is the case's byte count (rounded down to even)."""
-    if nbytes < 2:
-        raise ValueError(f"nbytes must be >= 2, got {nbytes}")
-    return nbytes // 2
-
-
-def same_size_copy(nbytes: int, n_sets: int, dev, gen):
-    """A call copying `copy_bytes_each_way(nbytes)` random bytes from one of `n_sets` rotated sources into
-    one destination (as the quantizers read rotated inputs into fixed outputs)."""
-    return kernel_copy_fn(copy_bytes_each_way(nbytes), dev, gen, sources=n_sets)
-
-
+# Same-size copy reference (common.COPY_IMPL / same_size_copy: rotated sources, as the quantizers read
+# rotated inputs into fixed outputs) ----------------------------------------------------------------
 class QuantTable(Table):
     """`Table` plus a "% copy" column: the same case's `COPY_IMPL` row time / this row's time."""
 

@@ -295,6 +295,23 @@ def kernel_copy_fn(
     return lambda: torch.bitwise_not(nxt(), out=dst)
 
 
+COPY_IMPL = "copy (same bytes)"  # the same-size copy reference row (bench_quantization, bench_attention)
+
+
+def copy_bytes_each_way(nbytes: int) -> int:
+    """Bytes the reference copy reads (and writes) for a case moving `nbytes` in all: half, so read +
+    write is the case's byte count (rounded down to even)."""
+    if nbytes < 2:
+        raise ValueError(f"nbytes must be >= 2, got {nbytes}")
+    return nbytes // 2
+
+
+def same_size_copy(nbytes: int, n_sets: int, dev, gen):
+    """A call copying `copy_bytes_each_way(nbytes)` random bytes from one of `n_sets` rotated sources into
+    one destination (`kernel_copy_fn`): the device traffic of an op that moves `nbytes` in all."""
+    return kernel_copy_fn(copy_bytes_each_way(nbytes), dev, gen, sources=n_sets)
+
+
 def read_fn(nbytes: int, device: torch.device, generator: torch.Generator | None = None) -> Callable[[], Any]:
     """A call reading ``nbytes`` (rounded down to 16) once: ``torch.amax`` over fp32 words into a 0-d
     output (torch's reduction: a lower bound of what a streaming read can reach at that size)."""
