@@ -131,7 +131,8 @@ def default_config(max_rows: int) -> DecodeConfig:
     """max_rows: the most rows one expert can get in a call. One 8-token MMA tile when every expert
     fits in it (and two chunks' loads in flight per warp, as gemm's decode heuristic), else groups
     of 16: the 8-warp tiling (the sweep's "base"). The heuristic no longer picks it (`default_buckets`
-    runs "w4p1" at every T since session 17); the compile tests use it as a plain tiling."""
+    runs the sweep's w4p1 tilings at every T since session 17, the hinted one in 8-token groups since
+    session 20); the compile tests use it as a plain tiling."""
     ntiles = 1 if max_rows <= 8 else 2
     return DecodeConfig(warps=8, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
