@@ -4,7 +4,7 @@
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
         [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--decode-dequant]
-        [--tiled-rows R ...] [--pdl MODE ...]
+        [--tiled-rows R ...] [--pdl MODE ...] [--combine-tile BTxBH]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -29,6 +29,9 @@ else every expert); --full-grid prepares it with compact_grid off (every T launc
 the same bits, "pairs" the heuristic's), for an A/B of the route + gather step.
 --deq-encode divide|search does the same for the dequant buckets' bf16 operands (`nvfp4_deq_encode` of the
 routing and combine configs; the same bits, "divide" the heuristic's, "search" staged in session 17).
+--combine-tile BTxBH prepares ours with the combine kernel's tile of BT tokens x BH hidden columns
+(`CombineConfig.block_t` / `block_h`; the heuristic's 4x512 is untuned: 4 programs at T = 1, 64 at
+T = 64 for H = 2048), for an A/B of the combine step between two runs (with --steps).
 --tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
 of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
@@ -65,6 +68,7 @@ than grouped_mm bf16. Without --json the report goes to $OUT/b12x_moe.json when 
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -217,11 +221,13 @@ def setup_ours(
     gather_encode=None,
     deq_encode=None,
     pdl=None,
+    combine_tile=None,
 ) -> Ours:
     """compact_grid: None (the heuristic's routing.compact_grid) or the value to prepare with;
     gather_encode: None (the heuristic's routing.nvfp4_encode) or "pairs" / "search";
     deq_encode: None (the heuristic's nvfp4_deq_encode) or "divide" / "search" (routing and combine);
     pdl: None (the heuristic's launches) or an `api.PDL_MODES` entry (`api.with_pdl`);
+    combine_tile: None (the heuristic's) or (block_t, block_h) of the combine kernel;
     buckets: None (the heuristic's expert buckets), a tuple of `api.ExpertBucket` or a callable of the
     heuristic's tuple (`with_override`; CUDA only)."""
     import b12x
@@ -242,21 +248,23 @@ def setup_ours(
     if torch.device(device).type == "cuda":
         from flashinfer.experimental.b12x._lib.arch import target_arch
 
-        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode, deq_encode, pdl)
+        p = with_override(p, target_arch(device), compact_grid, buckets, gather_encode, deq_encode, pdl, combine_tile)
     with b12x.PreparationSession(device) as session:
         session.prepare([p])
     return Ours(p, experts, wplan)
 
 
-def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=None, deq_encode=None, pdl=None):
+def with_override(
+    p, arch: str, compact_grid=None, buckets=None, gather_encode=None, deq_encode=None, pdl=None, combine_tile=None
+):
     """p, or p re-planned with the heuristic's config for `arch` changed where asked: the routing's
-    compact_grid, the NVFP4 encodes, the expert GEMM buckets (a tuple of `api.ExpertBucket`, or a
-    callable (the heuristic's tuple, caps) -> the override's) and/or the launches' PDL mode (applied
-    last, to the buckets too)."""
+    compact_grid, the NVFP4 encodes, the combine tile ((block_t, block_h)), the expert GEMM buckets (a
+    tuple of `api.ExpertBucket`, or a callable (the heuristic's tuple, caps) -> the override's) and/or
+    the launches' PDL mode (applied last, to the buckets too)."""
     from b12x.moe import fused_moe as fm
     from flashinfer.experimental.b12x.moe.fused_moe import api
 
-    asked = (compact_grid, buckets, gather_encode, deq_encode, pdl)
+    asked = (compact_grid, buckets, gather_encode, deq_encode, pdl, combine_tile)
     if all(v is None for v in asked):
         return p
     cfg = p.heuristic(arch)
@@ -267,6 +275,8 @@ def with_override(p, arch: str, compact_grid=None, buckets=None, gather_encode=N
     if deq_encode is not None:
         routing = replace(cfg.routing, nvfp4_deq_encode=deq_encode)
         cfg = replace(cfg, routing=routing, combine=replace(cfg.combine, nvfp4_deq_encode=deq_encode))
+    if combine_tile is not None:
+        cfg = replace(cfg, combine=replace(cfg.combine, block_t=combine_tile[0], block_h=combine_tile[1]))
     if callable(buckets):
         buckets = buckets(cfg.experts, p.caps)
     if buckets is not None:
@@ -407,6 +417,7 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
                     getattr(args, "gather_encode", None),
                     getattr(args, "deq_encode", None),
                     pdl,
+                    getattr(args, "combine_tile", None),
                 )
                 fmt = ours.wplan.weight_format
                 case = Case(
@@ -436,6 +447,17 @@ def run_shape(table, args, shape, tokens, recipes, device, generator) -> None:
 
 
 SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
+
+
+def parse_combine_tile(text: str) -> tuple[int, int]:
+    """'BTxBH' -> (block_t, block_h), both powers of two (CombineConfig's tile; argparse type)."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"--combine-tile must look like 4x512 (tokens x columns), got {text!r}")
+    bt, bh = (int(p) for p in parts)
+    if not all(v >= 1 and v & (v - 1) == 0 for v in (bt, bh)):
+        raise argparse.ArgumentTypeError(f"--combine-tile values must be powers of two, got {text!r}")
+    return bt, bh
 
 
 def with_dequant(buckets: tuple, caps=None) -> tuple:
@@ -595,6 +617,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="prepare ours with this encode of the dequantized NVFP4 operands (RoutingConfig / CombineConfig "
         ".nvfp4_deq_encode, the dequant buckets'; default: the heuristic's)",
+    )
+    parser.add_argument(
+        "--combine-tile",
+        type=parse_combine_tile,
+        default=None,
+        metavar="BTxBH",
+        help="prepare ours with this combine tile, tokens x hidden columns (powers of two; default: the heuristic's)",
     )
     grids = parser.add_mutually_exclusive_group()
     grids.add_argument("--compact-grid", action="store_true", help="prepare ours with routing.compact_grid on")

@@ -34,6 +34,8 @@ def test_help_runs_without_cuda():
         (["--tokens", "0", "4"], "--tokens must be >= 1, got [0, 4]"),
         (["--pdl", "prefetch"], "argument --pdl: invalid choice: 'prefetch'"),  # api.PDL_MODES only
         (["--pdl", "wait:8"], "argument --pdl: invalid choice: 'wait:8'"),
+        (["--combine-tile", "4x500"], "--combine-tile values must be powers of two, got '4x500'"),
+        (["--combine-tile", "512"], "--combine-tile must look like 4x512 (tokens x columns), got '512'"),
     ],
 )
 def test_bad_arguments_exit_with_the_reason(argv, message):
@@ -197,3 +199,22 @@ def test_sweep_rows_plan_their_buckets(recipe):
     assert B.with_override(p, "sm_90a", compact_grid=False).override.routing.compact_grid is False
     searched = B.with_override(p, "sm_90a", gather_encode="search").override.routing
     assert searched.nvfp4_encode == "search" and p.heuristic("sm_90a").routing.nvfp4_encode == "pairs"
+
+
+def test_combine_tile_reaches_the_plan():
+    """--combine-tile BTxBH: parsed to (block_t, block_h) and planned as the combine's tile, the rest
+    of the heuristic's config (and its PDL launches) unchanged."""
+    import dataclasses
+
+    from flashinfer.experimental.b12x.moe.fused_moe import api
+
+    assert B.parse_combine_tile("1X128") == (1, 128)
+    wplan = fm.plan_weights(
+        quant_modes="w4a16", source_format="modelopt_nvfp4", activation="silu",
+        num_experts=16, hidden_size=256, intermediate_size=128,
+    )  # fmt: skip
+    p = fm.plan(fm.Caps(max_tokens=64, num_topk=4, device="cpu", weight_plan=wplan, quant_mode="w4a16"))
+    planned = B.with_override(p, "sm_90a", combine_tile=(1, 128)).override
+    base = p.heuristic("sm_90a")
+    assert (planned.combine.block_t, planned.combine.block_h) == (1, 128)
+    assert dataclasses.replace(planned, combine=base.combine) == base and planned == api.with_pdl(planned, api.PDL)
