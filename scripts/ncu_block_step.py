@@ -13,12 +13,15 @@ replay; with --cache-control all each starts from a flushed L2, as bench_block's
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
+from pathlib import Path
 
 import torch
 
 
 def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
     from benchmarks.experimental.b12x import bench_block as BB
     from flashinfer.experimental.b12x._demo import block as B
     from flashinfer.experimental.b12x._demo import run as R
