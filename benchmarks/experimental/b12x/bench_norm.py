@@ -1,6 +1,7 @@
 """norm.mhc (hyper-connection mixing, multiplicity 4) against torch.compile of its reference.
 
     python -m benchmarks.experimental.b12x.bench_norm [--quick] [--timer graph] [--json PATH]
+        [--calls-per-graph N]
 
 Cases: T in {1, 8, 64, 1024, 8192} tokens (--quick: 1 and 1024) at H = 7168 (--hidden), for
 run_pre, run_post and run_post_pre, in the caller-buffer form (no allocation in the timed call).
@@ -20,6 +21,11 @@ from fused_default). --per-pass also times pass 1 and pass 2 of pre and post_pre
 "pre.pass1", ...), each through the plan's own two-pass launchers (_stream / _apply of
 norm.mhc._execute; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
 implemented (pass_bytes); their sum against the whole call shows the launch gap.
+--calls-per-graph N (graph timer) captures N back-to-back calls (same buffers) in each graph and
+reports the time per call, ours and the peer alike: in a serving stack's decode graph an op pays the
+launch gap between kernels, not a graph launch of its own, which the one-call graph (the default, a
+floor of ~3.6 µs per replay on the H200) adds to every T = 1 figure. Report both where a target is
+close (the T = 1 target is checked on whichever the run used; its check names the count).
 Without --json the report goes to $OUT/b12x_bench_norm.json when $OUT is set.
 """
 
@@ -341,7 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--per-pass", action="store_true", help="also time pass 1 and pass 2 of pre and post_pre alone (plan launchers)"
     )
+    parser.add_argument(
+        "--calls-per-graph", type=int, default=1, metavar="N",
+        help="graph timer: N back-to-back calls in each captured graph, time per call (default 1)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.calls_per_graph < 1:
+        parser.error(f"--calls-per-graph must be >= 1, got {args.calls_per_graph}")
+    if args.calls_per_graph > 1 and args.timer != "graph":
+        parser.error(f"--calls-per-graph {args.calls_per_graph} needs --timer graph, got --timer {args.timer}")
+    graph_kw = {"calls_per_graph": args.calls_per_graph} if args.calls_per_graph > 1 else {}
     dev = require_cuda("bench_norm", args.device)
     torch.cuda.set_device(dev)
 
@@ -359,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants: unknown {unknown} (with --sweep; known: {sorted(sweep_configs())})")
     variants = {"b12x": None} | {k: v for k, v in sweep.items() if args.variants is None or k in args.variants}
     ceil = ceilings(dev)
-    table = Table(f"norm.mhc on {ceil.device_name} (timer: {args.timer})", ceil)
+    per_graph = f", {args.calls_per_graph} calls a graph" if graph_kw else ""
+    table = Table(f"norm.mhc on {ceil.device_name} (timer: {args.timer}{per_graph})", ceil)
     checks, peers = [], {}
     for hidden in args.hidden:
         caps = mhc.Caps(device=dev, max_tokens=max(tokens), hidden_size=hidden)
@@ -383,7 +399,11 @@ def main(argv: list[str] | None = None) -> int:
                     if name == "b12x":
                         result = tuple(r.clone() for r in _as_tuple(ours()))
                     table.add(
-                        case, name, measure(ours, args), peer=name != "b12x", note="" if name == "b12x" else "sweep"
+                        case,
+                        name,
+                        measure(ours, args, **graph_kw),
+                        peer=name != "b12x",
+                        note="" if name == "b12x" else "sweep",
                     )
                 if args.per_pass and op in ("pre", "post_pre"):
                     for name, p in plans.items():  # every variant's passes (a sweep's too)
@@ -397,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                                 ceiling="copy",
                             )
                             note = "per-pass" if name == "b12x" else "per-pass sweep"
-                            table.add(pcase, name, measure(fn, args), peer=name != "b12x", note=note)
+                            table.add(pcase, name, measure(fn, args, **graph_kw), peer=name != "b12x", note=note)
                 if args.no_peers:
                     continue
                 if op not in peers:  # automatic dynamic shapes: ~2 compiles per op, not one per T
@@ -406,12 +426,12 @@ def main(argv: list[str] | None = None) -> int:
                     same = _agree(result, peers[op](*peer_args))
                     checks.append((f"{case.label}: agrees with the peer", same, 1.0 if same else 0.0))
                     peer_call = lambda op=op, a=peer_args: peers[op](*a)  # noqa: E731
-                    table.add(case, "torch.compile(reference)", measure(peer_call, args), peer=True)
+                    table.add(case, "torch.compile(reference)", measure(peer_call, args, **graph_kw), peer=True)
                 except Exception as exc:  # the peer failing must not hide our numbers
                     print(f"peer failed on {case.label}: {type(exc).__name__}: {str(exc)[:200]}")
     torch.cuda.synchronize(dev)
     table.print()
-    checks += target_checks(table)
+    checks += target_checks(table, args.calls_per_graph)
     for name, ok, value in checks:
         print(f"check {name}: {'ok' if ok else 'MISS'} ({value:.3g})")
     extra = {"checks": [{"name": n, "ok": ok, "value": v} for n, ok, v in checks], "scalars": SCAL}
@@ -419,8 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def target_checks(table: Table) -> list[tuple[str, bool, float]]:
-    """(name, met, value) for the issue's targets, on our default rows."""
+def target_checks(table: Table, calls_per_graph: int = 1) -> list[tuple[str, bool, float]]:
+    """(name, met, value) for the issue's targets, on our default rows (the T = 1 check names the
+    timer's calls a graph when more than one)."""
     out = []
     for row in table.rows:
         if row.peer or "." in row.case.name:  # per-pass rows (--per-pass) carry no target
@@ -432,7 +453,8 @@ def target_checks(table: Table) -> list[tuple[str, bool, float]]:
         if t >= 1024 and ratio is not None:
             out.append((f"{row.case.label}: >= 2x torch.compile", ratio >= 2, ratio))
         if t == 1 and row.case.name == "post_pre":
-            out.append((f"{row.case.label}: under 8 us", row.time_us < 8, row.time_us))
+            calls = f" ({calls_per_graph} calls a graph)" if calls_per_graph > 1 else ""
+            out.append((f"{row.case.label}: under 8 us{calls}", row.time_us < 8, row.time_us))
     return out
 
 

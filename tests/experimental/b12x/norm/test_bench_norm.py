@@ -73,6 +73,24 @@ def test_target_checks():
     assert checks["post_pre T=1024 H=7168: >= 2x torch.compile"] is True
     assert checks["post_pre T=1 H=7168: under 8 us"] is False
     assert "post_pre T=1024 H=7168: >= 75% of copy" not in checks  # no ceilings measured on a CPU
+    named = {name for name, _, _ in bench_norm.target_checks(table, calls_per_graph=8)}
+    assert "post_pre T=1 H=7168: under 8 us (8 calls a graph)" in named
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--calls-per-graph", "0"], "--calls-per-graph must be >= 1, got 0"),
+        (
+            ["--calls-per-graph", "8", "--timer", "events"],
+            "--calls-per-graph 8 needs --timer graph, got --timer events",
+        ),
+    ],
+)
+def test_calls_per_graph_is_checked(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_norm.main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_sweep_compares_the_fused_default_with_the_two_pass_path():
