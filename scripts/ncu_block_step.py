@@ -23,6 +23,7 @@ import torch
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
     from benchmarks.experimental.b12x import bench_block as BB
+    from benchmarks.experimental.b12x.common import profiled_replays
     from flashinfer.experimental.b12x._demo import block as B
     from flashinfer.experimental.b12x._demo import run as R
 
@@ -45,11 +46,7 @@ def main() -> int:
     graph = BB.capture(step, dev)
     torch.cuda.synchronize()
     print("ops:", [name for name, _, _ in step.ops])
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(args.replays):
-        graph.replay()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled_replays(graph, args.replays)
     return 0
 
 

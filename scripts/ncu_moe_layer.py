@@ -26,6 +26,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
     from b12x.moe import fused_moe as fm
     from benchmarks.experimental.b12x import bench_moe as BM
+    from benchmarks.experimental.b12x.common import profiled_replays
     from flashinfer.experimental.b12x.moe.fused_moe import api
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -53,11 +54,7 @@ def main() -> int:
         fm.run(binding=binding)
     torch.cuda.synchronize()
     print("steps:", [name for name, _ in api.steps(ours.plan.state.extra["launchers"], binding, out)])
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(args.replays):
-        graph.replay()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled_replays(graph, args.replays)
     return 0
 
 

@@ -295,6 +295,16 @@ def kernel_copy_fn(
     return lambda: torch.bitwise_not(nxt(), out=dst)
 
 
+def profiled_replays(graph, replays: int) -> None:
+    """Replay a captured CUDA graph `replays` times between cudaProfilerStart and Stop (what the
+    scripts/ncu_*.py profilers bracket for `ncu --profile-from-start off --graph-profiling node`)."""
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(replays):
+        graph.replay()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 COPY_IMPL = "copy (same bytes)"  # the same-size copy reference row (bench_quantization, bench_attention)
 
 
