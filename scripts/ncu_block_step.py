@@ -23,7 +23,7 @@ import torch
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
     from benchmarks.experimental.b12x import bench_block as BB
-    from benchmarks.experimental.b12x.common import profiled_replays
+    from benchmarks.experimental.b12x.common import capture_graph, profiled_replays
     from flashinfer.experimental.b12x._demo import block as B
     from flashinfer.experimental.b12x._demo import run as R
 
@@ -43,7 +43,7 @@ def main() -> int:
     step = R.DecodeStep(spec, built["weights"], built["norms"], built["cache"], plans, dev, args.tokens,
                         glue=args.glue, l2_prefetch=l2)  # fmt: skip
     step.x.copy_(torch.randn(args.tokens, spec.hidden).to(torch.bfloat16))
-    graph = BB.capture(step, dev)
+    graph = capture_graph(step, dev)
     torch.cuda.synchronize()
     print("ops:", [name for name, _, _ in step.ops])
     profiled_replays(graph, args.replays)

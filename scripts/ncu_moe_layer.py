@@ -26,7 +26,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: benchmarks/ is not installed
     from b12x.moe import fused_moe as fm
     from benchmarks.experimental.b12x import bench_moe as BM
-    from benchmarks.experimental.b12x.common import profiled_replays
+    from benchmarks.experimental.b12x.common import capture_graph, profiled_replays
     from flashinfer.experimental.b12x.moe.fused_moe import api
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -45,14 +45,7 @@ def main() -> int:
     ids, w = BM.routing(args.tokens, k, e, gen, dev)
     out = torch.empty_like(a)
     binding = fm.bind(ours.plan, a=a, experts=ours.experts, topk_weights=w, topk_ids=ids, output=out)
-    fm.run(binding=binding)  # warm: modules loaded, nothing compiles under capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        fm.run(binding=binding)
-    torch.cuda.synchronize()
+    graph = capture_graph(lambda: fm.run(binding=binding), dev)
     print("steps:", [name for name, _ in api.steps(ours.plan.state.extra["launchers"], binding, out)])
     profiled_replays(graph, args.replays)
     return 0

@@ -55,6 +55,7 @@ from benchmarks.experimental.b12x.common import (
     Case,
     Table,
     Timing,
+    capture_graph,
     ceilings,
     measure,
     report_path,
@@ -298,22 +299,6 @@ class TorchBlock:
         return x1 + act @ self.w["down"].t()
 
 
-def capture(fn, device):
-    """Warm `fn` on a side stream, capture one call in a CUDA graph, return the graph."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize(device)
-    return graph
-
-
 def weight_bytes(weights) -> int:
     return sum(
         w.values.numel() * w.values.element_size() + w.scales.numel() * w.scales.element_size()
@@ -352,7 +337,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
             step = R.DecodeStep(spec, weights, built["norms"], cache, plans, dev, tokens, glue=glue,
                                 moe=None if moe is None else moe[1:], l2_prefetch=l2, l2_config=l2_config)  # fmt: skip
             step.x.copy_(x)
-            graphs[label] = capture(step, dev)
+            graphs[label] = capture_graph(step, dev)
             outs[label] = step.buf["out"].float().clone()
             steps[label] = step
     first = next(iter(graphs))
@@ -375,7 +360,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         def peer_step():
             out.copy_(compiled(x))
 
-        pgraph = capture(peer_step, dev)
+        pgraph = capture_graph(peer_step, dev)
         note = f"cosine(ours, torch peer) = {cosine(ours_out, out.float()):.6f}"
         table.add(case, "torch.compile bf16 + SDPA (peer)", measure_replay(pgraph, args), peer=True)
     for label, graph in graphs.items():
@@ -386,7 +371,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
         for label, step in steps.items():
             for i, (name, _, _) in enumerate(step.ops):
                 rest = [fn for j, (_, _, fn) in enumerate(step.ops) if j != i]
-                graph = capture(lambda rest=rest, step=step: step.run(rest), dev)
+                graph = capture_graph(lambda rest=rest, step=step: step.run(rest), dev)
                 op = name.replace(" + ", "+").replace(" ", "_")
                 table.add(
                     Case("decode minus op", {"T": tokens, "op": op}),
@@ -401,7 +386,7 @@ def bench_decode(table, args, spec, dev, tokens: int) -> None:
                     continue
                 seen.add((name, backend))
                 op_case = Case("decode op", {"T": tokens, "op": name.replace(" + ", "+").replace(" ", "_")})
-                table.add(op_case, backend, measure_replay(capture(fn, dev), args))
+                table.add(op_case, backend, measure_replay(capture_graph(fn, dev), args))
 
 
 def measure_replay(graph: torch.cuda.CUDAGraph, args) -> Timing:
@@ -482,7 +467,7 @@ def startup_child(model: str, workers: int, tokens: int, glue: str = "triton-pdl
     # may compile.
     step = R.DecodeStep(spec, built["weights"], built["norms"], built["cache"], plans, dev, tokens, glue=glue,
                         moe=None if moe is None else moe[1:])  # fmt: skip
-    capture(step, dev)
+    capture_graph(step, dev)
     t4 = time.perf_counter()
     return {
         "import_and_cuda_init_s": t1 - t0,

@@ -28,7 +28,7 @@ else every expert); --full-grid prepares it with compact_grid off (every T launc
 --gather-encode pairs|search prepares ours with that NVFP4 gather encode (`RoutingConfig.nvfp4_encode`;
 the same bits, "pairs" the heuristic's), for an A/B of the route + gather step.
 --deq-encode divide|search does the same for the dequant buckets' bf16 operands (`nvfp4_deq_encode` of the
-routing and combine configs; the same bits, "divide" the heuristic's, "search" staged in session 17).
+routing and combine configs; the same bits, "search" the heuristic's since session 19).
 --combine-tile BTxBH prepares ours with the combine kernel's tile of BT tokens x BH hidden columns
 (`CombineConfig.block_t` / `block_h`; the heuristic's 4x512 is untuned: 4 programs at T = 1, 64 at
 T = 64 for H = 2048), for an A/B of the combine step between two runs (with --steps).
@@ -450,12 +450,14 @@ SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
 
 
 def parse_combine_tile(text: str) -> tuple[int, int]:
-    """'BTxBH' -> (block_t, block_h), both powers of two (CombineConfig's tile; argparse type)."""
+    """'BTxBH' -> (block_t, block_h) of a tile `_combine.can_implement` accepts (argparse type)."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _combine
+
     parts = text.lower().split("x")
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"--combine-tile must look like 4x512 (tokens x columns), got {text!r}")
     bt, bh = (int(p) for p in parts)
-    if not all(v >= 1 and v & (v - 1) == 0 for v in (bt, bh)):
+    if not _combine.can_implement(1, None, replace(_combine.CombineConfig(), block_t=bt, block_h=bh)):
         raise argparse.ArgumentTypeError(f"--combine-tile values must be powers of two, got {text!r}")
     return bt, bh
 

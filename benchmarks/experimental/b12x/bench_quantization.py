@@ -38,13 +38,12 @@ import sys
 import torch
 
 import b12x
-from benchmarks.experimental.b12x.common import (  # noqa: F401  (copy_bytes_each_way: re-exported for tests)
+from benchmarks.experimental.b12x.common import (
     COPY_IMPL,
     Case,
     Result,
     Table,
     ceilings,
-    copy_bytes_each_way,
     measure,
     require_cuda,
     rotate,

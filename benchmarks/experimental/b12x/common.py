@@ -295,6 +295,22 @@ def kernel_copy_fn(
     return lambda: torch.bitwise_not(nxt(), out=dst)
 
 
+def capture_graph(fn, device):
+    """Warm `fn` on a side stream, capture one call in a CUDA graph, replay it once, return the graph."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize(device)
+    return graph
+
+
 def profiled_replays(graph, replays: int) -> None:
     """Replay a captured CUDA graph `replays` times between cudaProfilerStart and Stop (what the
     scripts/ncu_*.py profilers bracket for `ncu --profile-from-start off --graph-profiling node`)."""

@@ -41,7 +41,7 @@ def test_mxfp8_bytes():
 @pytest.mark.parametrize("m, k", [(4096, 4096), (16384, 7168), (1, 4096)])
 def test_same_size_copy_moves_the_case_bytes(m, k):
     nbytes = BQ.nvfp4_bytes(m, k)
-    each = BQ.copy_bytes_each_way(nbytes)
+    each = C.copy_bytes_each_way(nbytes)
     assert 2 * each in (nbytes, nbytes - 1)  # read + write == the case's bytes (odd: one byte less)
     # 4096 x 4096 moves ~43 MB (a copy that small is not the 2 GiB ceiling's copy)
     if (m, k) == (4096, 4096):
@@ -50,12 +50,12 @@ def test_same_size_copy_moves_the_case_bytes(m, k):
 
 def test_copy_bytes_each_way_rejects_tiny():
     with pytest.raises(ValueError, match="nbytes"):
-        BQ.copy_bytes_each_way(1)
+        C.copy_bytes_each_way(1)
 
 
 def test_same_size_copy_copies_each_rotated_source():
     gen = torch.Generator().manual_seed(3)
-    fn = BQ.same_size_copy(1000, 3, torch.device("cpu"), gen)
+    fn = C.same_size_copy(1000, 3, torch.device("cpu"), gen)
     outs = [fn().clone() for _ in range(4)]
     # 500 bytes each way, rounded down to 16: 496 bytes = 124 int32 words
     assert all(o.numel() == 124 and o.dtype == torch.int32 for o in outs)
