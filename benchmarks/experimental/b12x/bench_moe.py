@@ -30,8 +30,8 @@ the same bits, "pairs" the heuristic's), for an A/B of the route + gather step.
 --deq-encode divide|search does the same for the dequant buckets' bf16 operands (`nvfp4_deq_encode` of the
 routing and combine configs; the same bits, "search" the heuristic's since session 19).
 --combine-tile BTxBH prepares ours with the combine kernel's tile of BT tokens x BH hidden columns
-(`CombineConfig.block_t` / `block_h`; the heuristic's 4x512 is untuned: 4 programs at T = 1, 64 at
-T = 64 for H = 2048), for an A/B of the combine step between two runs (with --steps).
+(`CombineConfig.block_t` / `block_h`; the heuristic's 1x128 since session 21, 4x512 before), for an
+A/B of the combine step between two runs (with --steps).
 --tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
 of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default

@@ -46,16 +46,18 @@ class CombineConfig:
 
     block_m: int = 16
     block_k: int = 256
-    block_t: int = 4
-    block_h: int = 512
+    block_t: int = 1
+    block_h: int = 128
     num_warps: int = 4
     nvfp4_deq_encode: str = "divide"  # as `RoutingConfig.nvfp4_deq_encode`, for the requantize
     pdl: bool = False  # as `RoutingConfig.pdl`: requantize and combine launched as programmatic dependents
 
 
 def default_config(intermediate: int) -> CombineConfig:
-    # Not measured yet: combine moves 4 bytes of C2 per (route, h); 4 x 512 tiles keep each program
-    # at k x 8 KiB of loads.
+    # Combine tile 1 x 128 (H200, E = 128 w4a16, session 21's `bench_moe --combine-tile`): the combine
+    # step (layer minus FC2) took 2.7 / 3.3 / 4.4 us at T = 1 / 4 / 64 with the old 4 x 512 and
+    # 1.1 / 0.9 / 1.9 with 1 x 128 (4 x 128: 1.4 / 1.3 / 1.3; 2 x 256: 1.4 / 1.2 / 2.6): at decode T the
+    # old tile ran 1-16 programs for the layer's last dependent step.
     # nvfp4_deq_encode "search": as the routing's heuristic (`_routing.RoutingConfig.nvfp4_deq_encode`).
     return CombineConfig(block_k=largest_pow2_divisor(intermediate, 256), nvfp4_deq_encode="search")
 
