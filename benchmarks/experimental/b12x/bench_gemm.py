@@ -2,7 +2,8 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe]] [--timer events|graph] [--json PATH]
+        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass]]
+        [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -34,6 +35,10 @@ config, its loads-only and dequant-without-MMA timing probes (garbage outputs, n
 dequant and MMA; --sweep-subset probe-step the heuristic config and its loads-only probe, then each of
 more weight bytes per warp step (kgroup 2 / 4, unroll 4, twice the tiles) with its loads-only probe:
 whether the loads are bound by the warp's steps rather than its bytes (`probe_step_variants`).
+--sweep-subset twopass times, at M > 256, the tiled kernel's shape-aware config against the two-pass
+path (`blockscaled/_twopass.py`: operands dequantized once, then a 16-bit cp.async GEMM) with each of
+its GEMM tilings (the plain --sweep adds those to the tiled candidates). B12X_GEMM_TWOPASS=0 makes the
+tiled kernel the default again (an A/B of whole runs).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -239,7 +244,12 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        return () if subset in ("prefetch", "stream", "probe", "probe-step") else KT.candidate_configs(m)
+        if subset in ("prefetch", "stream", "probe", "probe-step"):
+            return ()
+        twopass = twopass_candidates() if bucket == L.TWOPASS_BUCKET else ()
+        if subset == "twopass":  # the tiled kernel's shape-aware config against the two-pass tilings
+            return (L.default_config(bucket, n, k, b_fmt),) + twopass
+        return KT.candidate_configs(m) + twopass
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt)
@@ -253,6 +263,14 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt))
     return cands
+
+
+def twopass_candidates() -> tuple:
+    """The two-pass path (`blockscaled/_twopass.py`) with each of its GEMM's candidate tilings."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
+    from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
+
+    return tuple(TP.TwoPassConfig(gemm=g) for g in KM.CANDIDATES)
 
 
 def probe_step_variants(base) -> tuple:
@@ -332,12 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "probe", "probe-step", "gemv", "layout", "layout-probe"),
+        choices=("all", "prefetch", "stream", "probe", "probe-step", "gemv", "layout", "layout-probe", "twopass"),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
         "variants, the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "
-        "GEMV candidates, or the stream-layout "
-        "kernel's candidates (each + the CuTe heuristic config)",
+        "GEMV candidates, the stream-layout "
+        "kernel's candidates (each + the CuTe heuristic config), or at M > 256 the two-pass tilings + the tiled config",
     )
     parser.add_argument(
         "--sweep-workers",

@@ -11,8 +11,11 @@ import torch
 
 from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_dequant as KDQ
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 
 from .emulator import EmuOps, GlobalMemory, emulate_tile
 
@@ -173,3 +176,76 @@ def run_tiled(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tens
         for bx in range((n + config.bn - 1) // config.bn):
             emulate_tile(logic, gmem, rt, np.int32(by * config.bm), np.int32(bx * config.bn))
     return _read_c(gmem, bases[4], c)
+
+
+def run_dequant(fmt, compute, config, x, sf, out, r0: int, rows: int) -> torch.Tensor:
+    """Emulate compile_dequant(fmt, compute, config)(x, sf, out, r0, rows); returns out."""
+    logic = KDQ.DequantLogic(fmt, compute, config)
+    gmem = GlobalMemory()
+    xb, sfb, ob = (gmem.put(t) for t in (x, sf, out))
+    k = out.shape[1]
+    rt = KDQ.DequantRuntime(xb, sfb, ob, np.int32(r0), np.int32(rows), np.int32(k))
+    ops = EmuOps(gmem)
+    for bx in range(logic.grid(rows, k)[0]):
+        for w in range(config.threads // 32):
+            logic.span(ops, rt, np.int32(bx * config.threads + w * 32) + LANE)
+    return _read_c(gmem, ob, out)
+
+
+def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: float, c0: int, p: int) -> None:
+    """Emulate compile_mma16(...)(a16, b16, c, S0, S1, S2, alpha, c0, p) into c: the cp.async ring
+    (copies land at once here; a K-tile's copies go to the buffer the previous K-tile read, after every
+    warp's MMAs of it, as the kernel's barrier orders them), the MMAs, the epilogue."""
+    logic = KM.Mma16Logic(a_fmt, b_fmt, out_dtype, config)
+    gmem = GlobalMemory()
+    ab, bb, cb, *sb = (gmem.put(t) for t in (a16, b16, c, *scalars))
+    m, n, k = c.shape[0], p, a16.shape[1]
+    elem = c.element_size()
+    rt = KT.Runtime(ab, ab, bb, bb, cb + c0 * elem, *sb, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
+    cfg, stages, chunks = config, config.stages, k // KM.BK
+    grid = logic.tiled.grid(-(-m // cfg.bm), -(-n // cfg.bn))
+    for by in range(grid[1]):
+        for bx in range(grid[0]):
+            m0, n0 = (np.int32(v) for v in logic.tiled.tile_origin((bx, by)))
+            if m0 >= m:
+                continue
+            smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
+            ops = [EmuOps(gmem, smem) for _ in range(cfg.threads // 32)]
+            tid = [w * 32 + LANE for w in range(len(ops))]
+            for s in range(min(stages - 1, chunks)):
+                for w, o in enumerate(ops):
+                    logic.load(o, rt, tid[w], m0, n0, np.int32(s), s)
+            acc = [logic.tiled.zero_acc(o) for o in ops]
+            for kc in range(chunks):
+                nxt = kc + stages - 1
+                if nxt < chunks:
+                    for w, o in enumerate(ops):
+                        logic.load(o, rt, tid[w], m0, n0, np.int32(nxt), nxt % stages)
+                for w, o in enumerate(ops):
+                    acc[w] = logic.tiled.mma_tile(o, rt, tid[w], m0, n0, np.int32(kc), kc % stages, acc[w])
+            for w, o in enumerate(ops):
+                logic.epilogue(o, rt, tid[w], m0, n0, acc[w], np.int64(c.shape[1]))
+    c.copy_(_read_c(gmem, cb, c))
+
+
+def run_twopass(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
+    """Emulate `_twopass.TwoPassLauncher` on the launch arguments: the dequantize passes and the GEMM
+    of each B panel, with the same panel split; returns C."""
+    a, sfa, b, sfb, c, s0, s1, s2 = args
+    m, n = c.shape
+    k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
+    compute = TP.compute_dtype(a_fmt)
+    dt = TP.TORCH16[compute]
+    if FORMAT[a_fmt].family == "raw16":
+        a16 = a
+    else:
+        a16 = run_dequant(b_fmt, compute, config.dequant, a, TP._bytes(sfa), torch.zeros(m, k, dtype=dt), 0, m)
+    rows = TP.panel_rows(n, k, config.panel_elems)
+    c = c.clone()
+    for r0 in range(0, n, rows):
+        p = min(rows, n - r0)
+        b16 = run_dequant(
+            b_fmt, compute, config.dequant, b, TP._bytes(sfb), torch.full((rows, k), float("nan"), dtype=dt), r0, p
+        )
+        run_mma16(a_fmt, b_fmt, out_dtype, config.gemm, a16, b16, c, (s0, s1, s2), alpha, r0, p)
+    return c

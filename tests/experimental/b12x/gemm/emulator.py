@@ -171,6 +171,24 @@ class EmuOps:
         v = self.f32(value)
         self._stg(addr, [x.tobytes() for x in v], pred)
 
+    def stg_v4(self, addr, a, b, c, d, pred):
+        words = np.stack([self.u32(v) for v in (a, b, c, d)], axis=1)  # [lanes, 4]
+        self._stg(addr, [w.tobytes() for w in words], pred)
+
+    def cp_async16(self, saddr, gaddr, pred):
+        """Immediate in the emulator (the drivers run the phases between barriers in order)."""
+        saddr, gaddr = self._s(saddr, 16), self.i64(gaddr)
+        on = np.broadcast_to(np.asarray(pred, dtype=bool), (LANES,))
+        for ln in range(LANES):
+            raw = self.g.read(int(gaddr[ln]), 16) if on[ln] else bytes(16)
+            self.smem[saddr[ln] + _BYTE16] = np.frombuffer(raw, dtype=np.uint8)
+
+    def cp_async_commit(self):
+        pass
+
+    def cp_async_wait(self, n: int):
+        pass
+
     # shared memory
     def _s(self, saddr, size):
         saddr = self.i64(saddr)

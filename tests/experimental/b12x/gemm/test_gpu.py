@@ -8,7 +8,9 @@ import b12x
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
+from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 
 from .helpers import PAIRS, TORCH, check_tolerance, make_operands
 
@@ -92,6 +94,9 @@ def test_candidate_configs_are_correct(bucket):
     """Every config the heuristic may pick or autotune may measure computes the same product."""
     m = {"decode8": 7, "decode32": 29, "decode64": 64, "tiled128": 300}[bucket]
     cfgs = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
+    if bucket == "tiled128":  # the two-pass path's GEMM tiles, and a B split in three panels
+        cfgs += tuple(TP.TwoPassConfig(gemm=g) for g in KM.CANDIDATES)
+        cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048),)
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:
         if L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is not None:

@@ -118,6 +118,21 @@ def raw16_group(ops, family: str, x):
     )
 
 
+def natural_group(ops, family: str, g):
+    """The inverse of `raw16_group`: a group's four half2 registers in `family` order -> elements
+    (0, 1), (2, 3), (4, 5), (6, 7) (what a 16-bit row in memory holds)."""
+    if family == "natural":
+        return tuple(g)
+    if family == "fp4":  # g = (v0,v4) (v1,v5) (v2,v6) (v3,v7)
+        return (
+            ops.prmt(g[0], g[1], 0x5410),
+            ops.prmt(g[2], g[3], 0x5410),
+            ops.prmt(g[0], g[1], 0x7632),
+            ops.prmt(g[2], g[3], 0x7632),
+        )
+    return raw16_group(ops, family, g)  # the fp8 order's pair swap is its own inverse
+
+
 def raw16_scaled_group(ops, family: str, compute: str, x, s):
     """Like raw16_group, each value multiplied by the fp32 `s` in fp32 and rounded once (block-FP8
     weight scale folded into 16-bit activations)."""

@@ -8,7 +8,9 @@ Buckets (live M is a run-time extent; only the bucket is part of a compile key):
     decode64  M <= 64     decode kernel, eight token tiles
     tiled64   M <= 256    tiled kernel, 64 x 128 CTA tiles (65 <= M: dequantizing both operands to
                           bf16 tiles in shared memory pays off only when M amortizes it)
-    tiled128  M > 256     tiled kernel, 128 x 128 CTA tiles
+    tiled128  M > 256     two-pass path (`blockscaled/_twopass.py`: each operand dequantized once,
+                          then a 16-bit cp.async GEMM) for NVFP4 / MXFP4 / MXFP8 / tensor-FP8
+                          weights; the tiled kernel (128 x 128 tiles) for block-FP8
 
 The same variants run on sm_90a and sm_120a (portable mma.sync kernels). On sm_120a / sm_121a the
 tiled buckets of NVFP4 / MXFP4 / MXFP8 pairs can use the native block-scaled MMA kernel
@@ -284,9 +286,30 @@ def default_config(
         if n is not None and k is not None and b_fmt is not None:
             return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
         return decode_config(BUCKET_MAX_M[bucket])
+    if bucket == TWOPASS_BUCKET and twopass_selected(a_fmt, b_fmt):
+        from ..blockscaled._twopass import TwoPassConfig
+
+        return TwoPassConfig()
     from ..blockscaled._kernel_tiled import default_config as tiled_config
 
     return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)), n, b_fmt)
+
+
+TWOPASS_ENV = "B12X_GEMM_TWOPASS"  # "0": the tiled kernel in tiled128 too; "1" (or unset): two-pass
+TWOPASS_BUCKET = "tiled128"
+
+
+def twopass_selected(a_fmt: str | None, b_fmt: str | None) -> bool:
+    """Whether the tiled128 bucket (M > 256) of this pair runs the two-pass path (`_twopass.py`:
+    dequantize once, then a 16-bit cp.async GEMM) by default; B12X_GEMM_TWOPASS=0 keeps the tiled
+    kernel (an A/B switch)."""
+    from ..blockscaled._twopass import eligible
+
+    return os.environ.get(TWOPASS_ENV, "1") != "0" and eligible(a_fmt, b_fmt)
+
+
+def is_twopass(config) -> bool:
+    return type(config).__name__ == "TwoPassConfig"
 
 
 def compile_fn(bucket: str, config=None):
@@ -318,6 +341,12 @@ def compile_fn(bucket: str, config=None):
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str | None:
+    if is_twopass(config):
+        from ..blockscaled._twopass import why_not as twopass_reason
+
+        if not bucket.startswith("tiled"):
+            return f"a TwoPassConfig serves the tiled buckets (M > 64), got {bucket}"
+        return twopass_reason(a_fmt, b_fmt, out_dtype, config)
     if _is_sm120(config):
         from ..blockscaled._kernel_sm120 import why_not as sm120_reason
 
@@ -346,9 +375,32 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, config) -> str 
 
 
 def kernel_key(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config=None) -> tuple:
-    """(compile function, key arguments) of one variant."""
+    """(compile function, key arguments) of one single-kernel variant (`kernel_keys` for any)."""
     cfg = default_config(bucket, b_fmt=b_fmt, a_fmt=a_fmt, arch=arch) if config is None else config  # shape-blind
+    if is_twopass(cfg):
+        raise ValueError(f"{cfg} launches several kernels: use kernel_keys / make_launcher")
     return compile_fn(bucket, cfg), (a_fmt, b_fmt, out_dtype, cfg, arch)
+
+
+def kernel_keys(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config) -> tuple:
+    """((compile function, key arguments), ...) of every kernel a variant launches (what a plan
+    compiles before `make_launcher` may run)."""
+    if is_twopass(config):
+        from ..blockscaled._twopass import kernel_keys as twopass_keys
+
+        return twopass_keys(a_fmt, b_fmt, out_dtype, config, arch)
+    return (kernel_key(a_fmt, b_fmt, out_dtype, bucket, arch, config),)
+
+
+def make_launcher(a_fmt: str, b_fmt: str, out_dtype: str, bucket: str, arch: str, config):
+    """The callable `fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)` (or the fused form) of a variant,
+    resolving (compiling, loading) its kernels."""
+    if is_twopass(config):
+        from ..blockscaled._twopass import TwoPassLauncher
+
+        return TwoPassLauncher(a_fmt, b_fmt, out_dtype, config, arch)
+    fn, key = kernel_key(a_fmt, b_fmt, out_dtype, bucket, arch, config)
+    return fn(*key)
 
 
 # ---- per-device constants (created once, outside any graph capture when prewarmed) ---------------

@@ -5,7 +5,7 @@ an `ops` object, so the same straight-line code also runs on numpy arrays in the
 (tests/experimental/b12x/gemm/emulator.py implements the same names with the PTX semantics).
 
 Every instruction here exists on sm_89+ (so sm_90a and sm_120a): 128-bit global/shared accesses,
-ldmatrix, mma.sync m16n8k16 (bf16/f16 -> f32), fma.rn.{bf16x2,f16x2}, cvt e4m3x2 <-> f16x2/f32,
+cp.async, ldmatrix, mma.sync m16n8k16 (bf16/f16 -> f32), fma.rn.{bf16x2,f16x2}, cvt e4m3x2 <-> f16x2/f32,
 prmt. Predicated loads return zeros when the predicate is off and touch no memory. Shared-memory
 instructions are marked as having side effects so LLVM keeps them ordered with the CTA barriers.
 """
@@ -130,6 +130,35 @@ def _lds_v4(saddr, *, loc=None, ip=None):
         ip=ip,
     )
     return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+
+
+@dsl_user_op
+def _stg_v4(addr, a, b, c, d, pred, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(addr, Int64, loc, ip)] + [_iv(v, Uint32, loc, ip) for v in (a, b, c, d)] + [_iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $5, 0;\n\t@p st.global.v4.u32 [$0], {$1, $2, $3, $4};\n\t}",
+        "l,r,r,r,r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
+@dsl_user_op
+def _cp_async16(saddr, gaddr, pred, *, loc=None, ip=None):
+    """16 bytes global -> shared without registers (sm_80+); pred off: the 16 bytes are zero-filled
+    (src-size 0) and nothing is read."""
+    _asm(
+        None,
+        [_iv(saddr, Int32, loc, ip), _iv(gaddr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tsetp.ne.b32 p, $2, 0;\n\tselp.b32 n, 16, 0, p;\n\t"
+        "cp.async.cg.shared.global [$0], [$1], 16, n;\n\t}",
+        "r,l,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
 
 
 # Bulk copies (sm_90+, so sm_90a and sm_120a): one instruction moves a contiguous global span into
@@ -355,6 +384,20 @@ class DeviceOps:
     @staticmethod
     def stg_f32(addr, value, pred):
         _stg(addr, value, pred, "f32")
+
+    stg_v4 = staticmethod(_stg_v4)
+
+    # asynchronous copies: cp_async16(saddr, gaddr, pred) (zero-fill when pred is off), then one
+    # commit per group; cp_async_wait(n) waits until at most n of this thread's groups are in flight
+    cp_async16 = staticmethod(_cp_async16)
+
+    @staticmethod
+    def cp_async_commit():
+        cute.arch.cp_async_commit_group()
+
+    @staticmethod
+    def cp_async_wait(n: int):
+        cute.arch.cp_async_wait_group(n)
 
     # shared memory
     sts_v4 = staticmethod(_sts_v4)

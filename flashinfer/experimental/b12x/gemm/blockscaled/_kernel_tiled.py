@@ -373,10 +373,11 @@ class TiledLogic:
     def epilogue(self, ops, rt: Runtime, tid, m0, n0, acc):
         self.store_acc(ops, rt, tid, m0, n0, acc, self.epilogue_scale(ops, rt))
 
-    def store_acc(self, ops, rt: Runtime, tid, m0, c0, acc, scale, step: int = 1):
+    def store_acc(self, ops, rt: Runtime, tid, m0, c0, acc, scale, step: int = 1, ld=None):
         """C[row, col] = acc * scale for n-tiles 0, step, 2 step, ... of each warp m-tile; n-tile nt
         lands at columns c0 + (wn * wtn + 8 nt) / step + 2t (+1). step 2: a caller that folded each
-        odd n-tile into the even one before it (moe's gate/up pairs)."""
+        odd n-tile into the even one before it (moe's gate/up pairs). ld: C's row stride in elements
+        (rt.n when None; a column panel of a wider C passes the full width)."""
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         g, t = lane >> 2, lane & 3
@@ -389,7 +390,7 @@ class TiledLogic:
                     row = m0 + wm * self.wtm + 16 * mt + 8 * h + g
                     ok = (row < rt.m) & (col < rt.n)
                     v0, v1 = acc[idx + 2 * h] * scale, acc[idx + 2 * h + 1] * scale
-                    elem = ops.i64(row) * ops.i64(rt.n) + ops.i64(col)
+                    elem = ops.i64(row) * ops.i64(rt.n if ld is None else ld) + ops.i64(col)
                     if self.out_dtype == "float32":
                         ops.stg_f32(rt.c_base + elem * 4, v0, ok)
                         ops.stg_f32(rt.c_base + elem * 4 + 4, v1, ok)

@@ -121,15 +121,17 @@ class GemmPlan(Plan):
 
     def kernels(self, config, arch: str) -> tuple:
         q = self.caps
-        return tuple(L.kernel_key(q.a_format, q.b_format, q.out_dtype, b, arch, cfg) for b, cfg in config)
+        return tuple(
+            key for b, cfg in config for key in L.kernel_keys(q.a_format, q.b_format, q.out_dtype, b, arch, cfg)
+        )
 
     def prime(self, state: PlanState) -> None:
         if state.arch is None:
             return
         q = self.caps
         launchers = {}
-        for (bucket, cfg), (fn, args) in zip(state.selection, state.kernels):
-            launchers[bucket] = (fn(*args), cfg)
+        for bucket, cfg in state.selection:
+            launchers[bucket] = (L.make_launcher(q.a_format, q.b_format, q.out_dtype, bucket, state.arch, cfg), cfg)
             m = int(min(L.BUCKET_MAX_M[bucket], q.max_m))
             _run_synthetic(
                 q.a_format, q.b_format, q.n, q.k, min(m, 4096), q.out_dtype, state.device, launchers[bucket][0], cfg
@@ -227,9 +229,12 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
         raise ValueError(f"M = {p.m} needs bucket {L.bucket_for(p.m)}; the plan prepared {sorted(launchers)}")
     bucket = L.bucket_for(max(p.m, int(expected_m or 0)))
     fused = EP.fused(epilogue, "off", norm)
-    cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm, rope=rope) if fused else None
-    fn, key = L.kernel_key(p.a.fmt, p.b.fmt, p.out_dtype, bucket, _arch(device), cfg)
-    return fn(*key), key[3]
+    arch = _arch(device)
+    if fused:
+        cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm, rope=rope)
+    else:
+        cfg = L.default_config(bucket, b_fmt=p.b.fmt, a_fmt=p.a.fmt, arch=arch)  # shape-blind, as a key
+    return L.make_launcher(p.a.fmt, p.b.fmt, p.out_dtype, bucket, arch, cfg), cfg
 
 
 def _check_alpha(alpha, device):
@@ -546,9 +551,11 @@ def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=No
         L.device_constants(device)
         for a_fmt in a_fmts:
             for bucket in dict.fromkeys(L.bucket_for(m) for m in counts):
-                fn, key = L.kernel_key(a_fmt, weight.recipe, out_name, bucket, _arch(device))
+                arch = _arch(device)
+                cfg = L.default_config(bucket, b_fmt=weight.recipe, a_fmt=a_fmt, arch=arch)  # as mm's
+                launch = L.make_launcher(a_fmt, weight.recipe, out_name, bucket, arch, cfg)
                 m = max(c for c in counts if L.bucket_for(c) == bucket)
-                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, fn(*key), key[3], weight)
+                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, launch, cfg, weight)
         torch.cuda.synchronize(device)
 
 

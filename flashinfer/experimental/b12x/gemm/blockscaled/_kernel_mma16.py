@@ -1,0 +1,232 @@
+"""16-bit GEMM with a cp.async pipeline: the two-pass large-M path's second pass.
+
+    C[:, c0 : c0 + P] = scale * A16 @ B16^T     A16 [M, K], B16 [>= P, K] bf16 (or f16), natural K order
+
+where scale = alpha * S0 * S1 * S2 * 2^(C_a + C_b) is the tiled kernel's epilogue (`_kernel_tiled`):
+A16 / B16 hold the operands dequantized by `_kernel_dequant` (values times 2^-C), or A16 is the
+caller's 16-bit activation (C_a = 0). The tiled kernel dequantizes every operand tile once per CTA
+(each FP4 weight value M / bm times over the grid, each activation value N / bn times); here each
+value is dequantized once and the GEMM is a plain 16-bit one, whose loads need no registers.
+
+Per CTA a bm x bn tile, K-tiles of BK = 64 values in a ring of `stages` shared buffers (the tiled
+kernel's 128-byte rows and XOR swizzle, A rows then B rows); each thread issues 16-byte cp.async for
+(bm + bn) * 8 / threads chunks of a K-tile, `stages - 1` K-tiles ahead of the math; per K-tile one
+wait + one barrier, then the next K-tile's copies into the buffer the previous iteration read, then
+ldmatrix.x4 + mma.sync m16n8k16 (fp32 accumulators, `TiledLogic.mma_tile`). Rows past M (A) or P (B)
+are zero-filled by the copy (src-size 0) and never stored. Raster: `TiledLogic`'s (group_m M-tiles
+per N-tile). FLOPs 2 M P K; bytes A once per N-tile column of the grid (L2 serves the re-reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+from ..._lib.compile import cute_compile, kernel
+from .._shared.formats import OUT_DTYPES, compute_dtype
+from .._shared.ptx import DEVICE
+from ._kernel_decode import _CUTE, _SOURCES
+from ._kernel_decode import Runtime as _Runtime
+from ._kernel_tiled import BK, ROW_BYTES, TiledConfig, TiledLogic
+
+SMEM_LIMIT = 99 * 1024  # what an SM120 block gets
+
+
+@dataclass(frozen=True)
+class Mma16Config:
+    """bm x bn CTA tile over warps_m x warps_n warps; stages: K-tiles of shared ring; group_m: the
+    raster (`TiledConfig.group_m`)."""
+
+    bm: int = 128
+    bn: int = 128
+    warps_m: int = 2
+    warps_n: int = 2
+    stages: int = 3
+    group_m: int = 16
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.bm + self.bn) * ROW_BYTES
+
+
+# What bench_gemm --sweep times for the two-pass path (all fit an SM120 block's 99 KB).
+CANDIDATES = (
+    Mma16Config(),
+    Mma16Config(128, 128, 2, 4, 3),
+    Mma16Config(128, 256, 2, 4, 2),
+    Mma16Config(256, 128, 4, 2, 2),
+    Mma16Config(128, 128, 2, 2, 3, group_m=8),
+    Mma16Config(64, 128, 2, 2, 4),
+)
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> str | None:
+    if not isinstance(config, Mma16Config):
+        return f"config must be an Mma16Config, got {type(config).__name__}"
+    c = config
+    if out_dtype not in OUT_DTYPES:
+        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if c.bm % (16 * c.warps_m) or c.bn % (16 * c.warps_n):
+        return f"{c}: warp tiles must be multiples of 16 x 16"
+    if (c.bm * 8) % c.threads or (c.bn * 8) % c.threads:
+        return f"{c}: every thread must issue the same number of 16-byte copies per K-tile"
+    if not 2 <= c.stages <= 6:
+        return f"{c}: stages must be 2..6"
+    if c.smem_bytes > SMEM_LIMIT:
+        return f"{c}: needs {c.smem_bytes} bytes of shared memory, more than the 99 KB an SM120 block gets"
+    if not 0 <= c.group_m <= 64:
+        return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
+    return None
+
+
+class Mma16Logic:
+    """Static facts and the per-thread pieces of the kernel (emulated in the tests). The MMA loop,
+    raster and epilogue are `TiledLogic`'s, built for the real formats (their epilogue exponent)."""
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        if reason is not None:
+            raise ValueError(f"gemm.blockscaled 16-bit GEMM: {reason}")
+        c = config
+        self.cfg = c
+        self.tiled = TiledLogic(
+            a_fmt, b_fmt, out_dtype, TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, group_m=c.group_m)
+        )
+        self.compute = compute_dtype(a_fmt)
+        self.threads = c.threads
+        self.bk = BK
+        self.smem_bytes = c.smem_bytes
+        self.f32_out = out_dtype == "float32"
+
+    def load(self, ops, rt: _Runtime, tid, m0, n0, kc, stage, smem_base=0):
+        """cp.async K-tile kc of the A rows m0.. and B rows n0.. into ring buffer `stage` (no commit)."""
+        per_pass = self.threads // 8  # rows one pass of 16-byte chunks covers
+        chunk, r = tid & 7, tid >> 3
+        kbytes = ops.i64(kc) * (BK * 2) + ops.i64(chunk * 16)
+        ld = ops.i64(rt.k) * 2
+        for base, r0, limit, off, count in (
+            (rt.a_base, m0, rt.m, 0, self.cfg.bm),
+            (rt.b_base, n0, rt.n, self.cfg.bm, self.cfg.bn),
+        ):
+            for i in range(count // per_pass):
+                local = r + i * per_pass
+                row = r0 + local
+                src = base + ops.i64(ops.imin(row, limit - 1)) * ld + kbytes
+                ops.cp_async16(self.tiled._row_addr(smem_base, stage, off + local, chunk), src, row < limit)
+
+    def epilogue(self, ops, rt: _Runtime, tid, m0, n0, acc, ld):
+        self.tiled.store_acc(ops, rt, tid, m0, n0, acc, self.tiled.epilogue_scale(ops, rt), ld=ld)
+
+
+class Mma16Gemm:
+    def __init__(self, logic: Mma16Logic, ops=DEVICE) -> None:
+        self.logic = logic
+        self.ops = ops
+
+    @cute.jit
+    def __call__(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+        c0: Int32,
+        p: Int32,
+        stream: cuda.CUstream,
+    ):
+        cfg = self.logic.cfg
+        grid_m = (mC.shape[0] + cfg.bm - 1) // cfg.bm
+        grid_n = (p + cfg.bn - 1) // cfg.bn
+        self.kernel(mA, mB, mC, mS0, mS1, mS2, alpha, c0, p).launch(
+            grid=self.logic.tiled.grid(grid_m, grid_n), block=[self.logic.threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mA: cute.Tensor,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        mS0: cute.Tensor,
+        mS1: cute.Tensor,
+        mS2: cute.Tensor,
+        alpha: Float32,
+        c0: Int32,
+        p: Int32,
+    ):
+        tid, _, _ = cute.arch.thread_idx()
+        bx, by, _ = cute.arch.block_idx()
+        m0, n0 = self.logic.tiled.tile_origin((bx, by))
+        ld = mC.shape[1]
+        c_base = mC.iterator.toint() + cutlass.Int64(c0) * (4 if cutlass.const_expr(self.logic.f32_out) else 2)
+        rt = _Runtime(
+            mA.iterator.toint(),
+            mA.iterator.toint(),
+            mB.iterator.toint(),
+            mB.iterator.toint(),
+            c_base,
+            mS0.iterator.toint(),
+            mS1.iterator.toint(),
+            mS2.iterator.toint(),
+            mC.shape[0],
+            p,
+            mA.shape[1],
+            alpha,
+        )
+        smem = cutlass.memory.SmemAllocator()
+        ring = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
+        sbase = ring.iterator.toint()
+        if cutlass.const_expr(self.logic.cfg.group_m == 0):
+            self.tile(rt, tid, m0, n0, sbase, ld)
+        elif m0 < rt.m:  # false only for the idle CTAs of a grouped raster's last group
+            self.tile(rt, tid, m0, n0, sbase, ld)
+
+    @cute.jit
+    def tile(self, rt: _Runtime, tid, m0, n0, sbase, ld):
+        chunks = rt.k // BK
+        for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
+            if s < chunks:
+                self.logic.load(self.ops, rt, tid, m0, n0, s, s, sbase)
+            self.ops.cp_async_commit()
+        acc = self.logic.tiled.zero_acc(self.ops)
+        for kc in cutlass.range(chunks):
+            self.ops.cp_async_wait(self.logic.cfg.stages - 2)  # K-tile kc has landed (this thread's copies) ...
+            self.ops.barrier()  # ... everyone's, and every warp is done with the buffer refilled next
+            nxt = kc + self.logic.cfg.stages - 1
+            if nxt < chunks:
+                self.logic.load(self.ops, rt, tid, m0, n0, nxt, nxt % self.logic.cfg.stages, sbase)
+            self.ops.cp_async_commit()
+            acc = self.logic.tiled.mma_tile(self.ops, rt, tid, m0, n0, kc, kc % self.logic.cfg.stages, acc, sbase)
+        self.logic.epilogue(self.ops, rt, tid, m0, n0, acc, ld)
+
+
+def fake_args(a_fmt: str, out_dtype: str):
+    """A16 [M, K], B16 [P', K] (16-bit, the compute dtype), C [M, N], S0, S1, S2 fp32 [1]."""
+    dt = _CUTE[compute_dtype(a_fmt)]
+    m, k = cute.sym_int(), cute.sym_int()
+    a = make_fake_compact_tensor(dt, (m, k), stride_order=(1, 0), assumed_align=16)
+    b = make_fake_compact_tensor(dt, (cute.sym_int(), k), stride_order=(1, 0), assumed_align=16)
+    c = make_fake_compact_tensor(_CUTE[out_dtype], (m, cute.sym_int()), stride_order=(1, 0), assumed_align=16)
+    scalars = [make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) for _ in range(3)]
+    return a, b, c, *scalars
+
+
+@kernel("gemm.blockscaled.mma16", sources=(*_SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled"))
+def compile_mma16(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, arch: str):
+    """tvm-ffi launcher `fn(A16, B16, C, S0, S1, S2, alpha, c0, p)` on torch's current stream."""
+    logic = Mma16Logic(a_fmt, b_fmt, out_dtype, config)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    args = fake_args(a_fmt, out_dtype)
+    return cute_compile(Mma16Gemm(logic), *args, Float32(1.0), Int32(0), Int32(1), stream, arch=arch)

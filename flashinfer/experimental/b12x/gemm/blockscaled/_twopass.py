@@ -1,0 +1,105 @@
+"""The two-pass large-M path: dequantize each operand once, then a 16-bit cp.async GEMM.
+
+    A16 = deq(A) * 2^-C_a          (`_kernel_dequant`; a 16-bit A is used as it is)
+    for each panel of B rows [r0, r0 + P):  B16 = deq(B[r0 : r0 + P]) * 2^-C_b;  C[:, r0 : r0 + P] = GEMM
+                                   (`_kernel_mma16`, epilogue alpha * S0 * S1 * S2 * 2^(C_a + C_b))
+
+Exact like the tiled kernel (every dequantized value is a 16-bit float; fp32 sums), so the same
+reference tolerances hold. Why: the tiled kernel dequantizes a weight value once per M-tile of the
+grid (16 times at M = 2048 with bm = 128) and an FP4 activation value once per N-tile, in registers
+between its loads and its shared stores; here both happen once, and the GEMM's loads are cp.async.
+Cost of the first pass: the operand read once and 2 K bytes a row written (28672 x 4096 NVFP4:
+~60 MB read, 235 MB written, ~70 us at the copy ceiling, against ~1400 us of tiled GEMM at M = 2048).
+
+Workspace: A16 (M x K) and one B16 panel of at most `panel_elems` values (rows a multiple of 128),
+taken from torch's caching allocator on the current stream at each call (a CUDA graph captures them
+in its private pool). Formats: NVFP4, MXFP4, MXFP8 and tensor-FP8 weights with the same-format or a
+16-bit activation; block-FP8 keeps the tiled kernel (its weight scales fold into the activation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .._shared.formats import FORMAT, RAW16, compute_dtype, pair_ok
+from . import _kernel_dequant as KD
+from . import _kernel_mma16 as KM
+
+TORCH16 = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class TwoPassConfig:
+    """gemm: the second pass's tiles; dequant: the first pass's CTA size; panel_elems: the most B16
+    values a call holds at once (the weight is dequantized and multiplied in row panels of that size;
+    the default, 2^25, is 64 MB of bf16)."""
+
+    gemm: KM.Mma16Config = field(default_factory=KM.Mma16Config)
+    dequant: KD.DequantConfig = field(default_factory=KD.DequantConfig)
+    panel_elems: int = 1 << 25
+
+
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig) -> str | None:
+    if not isinstance(config, TwoPassConfig):
+        return f"config must be a TwoPassConfig, got {type(config).__name__}"
+    if not eligible(a_fmt, b_fmt):
+        return f"the two-pass path takes {KD.FORMATS} weights with the same format or 16-bit activations, got {a_fmt} x {b_fmt}"
+    if config.panel_elems < 128 * 128:
+        return f"panel_elems must be at least 128 x 128, got {config.panel_elems}"
+    compute = compute_dtype(a_fmt)
+    return KM.why_not(a_fmt, b_fmt, out_dtype, config.gemm) or KD.why_not(b_fmt, compute, config.dequant)
+
+
+def kernel_keys(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig, arch: str) -> tuple:
+    """((compile function, key), ...) of the kernels the path launches: the dequantize pass (B's, and
+    A's when A is quantized: pair_ok makes it B's format) and the GEMM."""
+    return (
+        (KD.compile_dequant, (b_fmt, compute_dtype(a_fmt), config.dequant, arch)),
+        (KM.compile_mma16, (a_fmt, b_fmt, out_dtype, config.gemm, arch)),
+    )
+
+
+def eligible(a_fmt: str | None, b_fmt: str | None) -> bool:
+    """Whether the two-pass path implements A in a_fmt x B in b_fmt."""
+    return b_fmt in KD.FORMATS and a_fmt is not None and pair_ok(a_fmt, b_fmt)
+
+
+def panel_rows(n: int, k: int, panel_elems: int) -> int:
+    """Rows of B a panel takes: a multiple of 128 (whole swizzled scale atoms, whole GEMM tiles) with
+    at most panel_elems values, at least 128, and no more than N rounded up to 128."""
+    rows = max(128, (panel_elems // k) // 128 * 128)
+    return min(rows, -(-n // 128) * 128)
+
+
+class TwoPassLauncher:
+    """Called like the single-kernel launchers: fn(A, SFA, B, SFB, C, S0, S1, S2, alpha)."""
+
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig, arch: str) -> None:
+        self.a_fmt, self.b_fmt, self.config = a_fmt, b_fmt, config
+        self.compute = compute_dtype(a_fmt)
+        self.kernels = [fn(*key) for fn, key in kernel_keys(a_fmt, b_fmt, out_dtype, config, arch)]
+
+    def __call__(self, a, sfa, b, sfb, c, s0, s1, s2, alpha) -> None:
+        m, n = c.shape
+        k = b.shape[1] * 8 // FORMAT[self.b_fmt].value_bits
+        dt = TORCH16[self.compute]
+        deq, gemm = self.kernels
+        if self.a_fmt in RAW16:
+            a16 = a
+        else:
+            a16 = torch.empty(m, k, dtype=dt, device=c.device)
+            deq(a, _bytes(sfa), a16, 0, m)
+        rows = panel_rows(n, k, self.config.panel_elems)
+        b16 = torch.empty(rows, k, dtype=dt, device=c.device)
+        for r0 in range(0, n, rows):
+            p = min(rows, n - r0)
+            deq(b, _bytes(sfb), b16, r0, p)
+            gemm(a16, b16, c, s0, s1, s2, alpha, r0, p)
+
+
+def _bytes(scales: torch.Tensor) -> torch.Tensor:
+    """The dequantize pass reads swizzled scales as bytes; tensor-FP8's fp32 scalar (the launch's
+    S1 / S2 carry it) stands in as its own bytes, never read."""
+    return scales.view(torch.uint8).reshape(-1)

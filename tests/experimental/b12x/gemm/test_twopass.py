@@ -1,0 +1,134 @@
+"""The two-pass large-M path (`blockscaled/_twopass.py`): its dequantize pass bit for bit against the
+reference dequantization, the whole path on the CPU emulator against the fp32 reference (odd M, N
+not a multiple of the tile or the panel, several panels), its selection, checks and CPU compiles."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm._shared.formats import DEQUANT_SHIFT, compute_dtype
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_dequant as KDQ
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
+from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
+from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
+
+from . import emulated as E
+from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+
+TWOPASS_PAIRS = tuple((a, b) for a, b in PAIRS if TP.eligible(a, b))
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("fmt", KDQ.FORMATS)
+@pytest.mark.parametrize("compute", ["bfloat16", "float16"])
+def test_dequantize_pass_is_the_reference_dequantization(fmt, compute):
+    """Rows r0 .. r0 + rows of the weight, natural K order, times 2^-C, exactly; rows past `rows` of
+    the output are left as they were."""
+    if compute == "float16" and fmt in ("mxfp4", "mxfp8"):  # fp16 windows: formats.EXACT_RANGES
+        pytest.skip("MX scales of random data fall outside fp16's exact window")
+    ops = make_operands("bfloat16", fmt, 1, 272, 256, seed=5)
+    b, sb = ops.b_values.view(torch.uint8), TP._bytes(ops.b_scales)
+    r0, rows = 128, 130
+    out = torch.full((192, 256), float("nan"), dtype=TORCH[compute])
+    got = E.run_dequant(fmt, compute, KDQ.DequantConfig(128), b, sb, out, r0, rows)
+    want = R.dequantize(fmt, ops.b_values, ops.b_scales, ops.n, ops.k, "b")[r0 : r0 + rows]
+    if fmt == "fp8_tensor":
+        want = want / ops.b_scales.float().reshape(())  # the per-tensor scale travels to the epilogue
+    want = want * 2.0 ** -DEQUANT_SHIFT[(fmt, compute)]
+    assert torch.equal(got[:rows].float(), want.to(TORCH[compute]).float())
+    assert got[rows:].isnan().all()
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("a_fmt, b_fmt", TWOPASS_PAIRS)
+def test_twopass_every_pair_on_the_emulator(a_fmt, b_fmt):
+    """M = 70 (a partial M tile), N = 272 (not a multiple of 128), three B panels of 128 rows."""
+    ops = make_operands(a_fmt, b_fmt, 70, 272, 256, seed=11)
+    cfg = TP.TwoPassConfig(gemm=KM.Mma16Config(64, 64, 2, 2, 3, group_m=2), panel_elems=128 * 256)
+    assert TP.panel_rows(272, 256, cfg.panel_elems) == 128
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_twopass(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+def test_twopass_default_tiles_and_output_dtypes(out_dtype):
+    """The default 128 x 128 tile over two warps in M and N, stages 3, one panel, K = 128 (two K-tiles:
+    the prologue's copies cover the whole K loop)."""
+    ops = make_operands("nvfp4", "nvfp4", 130, 144, 128, seed=2)
+    args, alpha = _args(ops, out_dtype)
+    check_tolerance(E.run_twopass("nvfp4", "nvfp4", out_dtype, TP.TwoPassConfig(), args, alpha), ops, out_dtype)
+
+
+def _args(ops, out_dtype):
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
+    return L.launch_args(
+        ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values, ops.b_scales, ops.weight.alpha,
+        ops.alpha, out,
+    )  # fmt: skip
+
+
+def test_panel_rows():
+    assert TP.panel_rows(28672, 4096, 1 << 25) == 8192
+    assert TP.panel_rows(4096, 4096, 1 << 25) == 4096
+    assert TP.panel_rows(144, 4096, 1 << 25) == 256  # N rounded up to 128
+    assert TP.panel_rows(28672, 1 << 20, 1 << 25) == 128  # at least one 128-row atom
+
+
+def test_selection_and_the_switch(monkeypatch):
+    monkeypatch.delenv(L.TWOPASS_ENV, raising=False)
+    for a_fmt, b_fmt in PAIRS:
+        cfg = L.default_config("tiled128", 28672, 4096, b_fmt, a_fmt=a_fmt, arch="sm_90a")
+        assert L.is_twopass(cfg) == (b_fmt != "fp8_block"), (a_fmt, b_fmt, cfg)
+        assert not L.is_twopass(L.default_config("tiled64", 28672, 4096, b_fmt, a_fmt=a_fmt, arch="sm_90a"))
+    assert len(L.kernel_keys("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig())) == 2
+    with pytest.raises(ValueError, match="kernel_keys"):
+        L.kernel_key("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig())
+    monkeypatch.setenv(L.TWOPASS_ENV, "0")
+    assert not L.is_twopass(L.default_config("tiled128", 28672, 4096, "nvfp4", a_fmt="nvfp4", arch="sm_90a"))
+
+
+def test_why_not_names_the_problem():
+    good = TP.TwoPassConfig()
+    assert TP.why_not("nvfp4", "nvfp4", "bfloat16", good) is None
+    assert "fp8_block" in TP.why_not("fp8_block", "fp8_block", "bfloat16", good)
+    assert "panel_elems" in TP.why_not("nvfp4", "nvfp4", "bfloat16", dataclasses.replace(good, panel_elems=64))
+    big = dataclasses.replace(good, gemm=KM.Mma16Config(128, 256, 2, 4, 3))
+    assert "99 KB" in TP.why_not("nvfp4", "nvfp4", "bfloat16", big)
+    assert "tiled buckets" in L.why_not("nvfp4", "nvfp4", "bfloat16", "decode8", good)
+    with pytest.raises(ValueError, match="16-bit GEMM"):
+        KM.Mma16Logic("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(stages=1))
+    with pytest.raises(ValueError, match="dequantize pass"):
+        KDQ.DequantLogic("bfloat16", "bfloat16", KDQ.DequantConfig())
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("a_fmt, b_fmt", [("bfloat16", "nvfp4"), ("mxfp8", "mxfp8"), ("float16", "nvfp4")])
+def test_default_twopass_kernels_compile_for_both_archs(a_fmt, b_fmt):
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    for arch in ("sm_90a", "sm_120a"):
+        cfg = L.default_config("tiled128", 4096, 4096, b_fmt, a_fmt=a_fmt, arch=arch)
+        for fn, key in L.kernel_keys(a_fmt, b_fmt, "bfloat16", "tiled128", arch, cfg):
+            built = fn(*key)
+            ptx = built.artifacts.PTX
+            assert [ln.split()[1] for ln in ptx.splitlines() if ln.startswith(".target")] == [arch]
+            assert built.artifacts.CUBIN[:4] == b"\x7fELF"
+            assert ".local" not in ptx and "wgmma" not in ptx and "tcgen05" not in ptx
+            if fn is KM.compile_mma16:
+                t = {"bfloat16": "bf16", "float16": "f16"}[compute_dtype(a_fmt)]
+                assert "cp.async.cg.shared.global" in ptx and f"m16n8k16.row.col.f32.{t}.{t}.f32" in ptx
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_every_mma16_candidate_and_dequant_format_compiles(arch):
+    pytest.importorskip("cutlass")
+    for cfg in KM.CANDIDATES:
+        assert ".local" not in KM.compile_mma16("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
+    for fmt in KDQ.FORMATS:
+        for compute in ("bfloat16", "float16"):
+            assert ".local" not in KDQ.compile_dequant(fmt, compute, KDQ.DequantConfig(), arch=arch).artifacts.PTX
