@@ -1,7 +1,7 @@
 """norm.mhc (hyper-connection mixing, multiplicity 4) against torch.compile of its reference.
 
     python -m benchmarks.experimental.b12x.bench_norm [--quick] [--timer graph] [--json PATH]
-        [--calls-per-graph N]
+        [--calls-per-graph N] [--variants NAME ...] [--norm-weight none|act|f32]
 
 Cases: T in {1, 8, 64, 1024, 8192} tokens (--quick: 1 and 1024) at H = 7168 (--hidden), for
 run_pre, run_post and run_post_pre, in the caller-buffer form (no allocation in the timed call).
@@ -15,12 +15,18 @@ Ours moves more than that: the two-pass path (sm_90a's default at every T) has p
 residual again (4H * e per token from HBM); the one-launch ("fused") kernel re-reads it from L2. % of
 the copy ceiling uses the minimum above; the targets are >= 75% of it at T >= 1024, >= 2x the peer,
 and run_post_pre at T = 1 under 8 us. --sweep also times alternative tiles (plan overrides) to pick
-the heuristic: `--sweep --variants fused_default` times the default against session 6's (the
-one-launch pre from 8192 tokens) in one run (fused_* variants: other one-launch tiles, all derived
-from fused_default). --per-pass also times pass 1 and pass 2 of pre and post_pre alone (rows
-"pre.pass1", ...), each through the plan's own two-pass launchers (_stream / _apply of
-norm.mhc._execute; a fused plan's two-pass kernels serve T = 1), with the bytes that pass moves as
-implemented (pass_bytes); their sum against the whole call shows the launch gap.
+the heuristic: `--variants fused_default` (--variants implies --sweep and keeps only the names given)
+times the default against session 6's (the one-launch pre from 8192 tokens) in one run (fused_*
+variants: other one-launch tiles, all derived from fused_default). Issue #5's T = 1 candidates, each
+beside the default in one command: `--timer graph --calls-per-graph 8 --tokens 1 --variants pdl
+ctas1 pdl_ctas1 last_h64 ...` (sweep_configs() says what each is). --norm-weight act|f32 passes
+the synthetic norm weight (activation dtype / fp32) to run_pre and run_post_pre and the peer (case
+labels gain w=...): the wide and tiny kernels serve only calls without one, so T <= 4 then runs the
+row pass 2 (or MhcConfig.last / small when a variant sets them). --per-pass also times pass 1 and
+pass 2 of pre and post_pre alone (rows "pre.pass1", ...; without a norm weight), each through the
+plan's own two-pass launchers (_stream / _apply of norm.mhc._execute; a fused plan's two-pass
+kernels serve T = 1), with the bytes that pass moves as implemented (pass_bytes); their sum against
+the whole call shows the launch gap.
 --calls-per-graph N (graph timer) captures N back-to-back calls (same buffers) in each graph and
 reports the time per call, ours and the peer alike: in a serving stack's decode graph an op pays the
 launch gap between kernels, not a graph launch of its own, which the one-call graph (the default, a
@@ -176,6 +182,11 @@ def sweep_configs():
         # 64 wide (pre only, 112 splits at H = 7168: fewer partial rows for pass 2; post_pre's 16 x 64
         # spills, 255 registers + 80 bytes of stack) or 16 wide (448 splits: each program reads half)
         "pdl": with_pdl(default),
+        # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
+        # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as
+        # programmatic dependents (no new kernel: the split is a runtime argument)
+        "ctas1": dataclasses.replace(default, ctas_per_sm=1),
+        "pdl_ctas1": dataclasses.replace(with_pdl(default), ctas_per_sm=1),
         "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
         "pdl_fast": pdl_fast,
         "pdl_fast_h64": dataclasses.replace(
@@ -294,15 +305,20 @@ def sweep_configs():
     }
 
 
-def _calls(mhc, reference, plan, ins, outs):
-    """(ours, peer function, peer args) per op; ours writes the preallocated `outs`."""
+NORM_WEIGHTS = {"none": None, "act": "w_act", "f32": "w_f32"}  # --norm-weight: synthetic_inputs' keys
+
+
+def _calls(mhc, reference, plan, ins, outs, norm_weight=None):
+    """(ours, peer function, peer args) per op; ours writes the preallocated `outs`; pre and
+    post_pre (ours and the peer) get `norm_weight` (None: no norm weight)."""
     res, x, post, comb = ins["residual"], ins["x"], ins["post"], ins["comb"]
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
     pre_out = dict(y_out=outs["y"], post_out=outs["post"], comb_out=outs["comb"])
+    scal = SCAL | {"norm_weight": norm_weight}
     return {
         "pre": (
-            lambda: mhc.run_pre(res, *mix, plan=plan, **pre_out, **SCAL),
-            lambda *a: reference.mhc_pre(*a, **SCAL),
+            lambda: mhc.run_pre(res, *mix, plan=plan, **pre_out, **scal),
+            lambda *a: reference.mhc_pre(*a, **scal),
             (res, *mix),
         ),
         "post": (
@@ -312,9 +328,9 @@ def _calls(mhc, reference, plan, ins, outs):
         ),
         "post_pre": (
             lambda: mhc.run_post_pre(
-                x, res, post, comb, *mix, plan=plan, residual_out=outs["residual"], **pre_out, **SCAL
+                x, res, post, comb, *mix, plan=plan, residual_out=outs["residual"], **pre_out, **scal
             ),
-            lambda *a: reference.mhc_post_pre(*a, **SCAL),
+            lambda *a: reference.mhc_post_pre(*a, **scal),
             (x, res, post, comb, *mix),
         ),
     }
@@ -342,8 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="entry points to time")
     parser.add_argument("--sweep", action="store_true", help="also time the alternative tiles of sweep_configs()")
     parser.add_argument(
-        "--variants", nargs="+", default=None, help="with --sweep: only these sweep_configs() names (default: all)"
+        "--variants",
+        nargs="+",
+        default=None,
+        help="time these sweep_configs() names beside the default (implies --sweep)",
     )
+    parser.add_argument(
+        "--norm-weight", choices=list(NORM_WEIGHTS), default="none",
+        help="pre / post_pre with the synthetic norm weight in the activation dtype (act) or fp32 (default: none)",
+    )  # fmt: skip
     parser.add_argument(
         "--per-pass", action="store_true", help="also time pass 1 and pass 2 of pre and post_pre alone (plan launchers)"
     )
@@ -356,7 +379,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--calls-per-graph must be >= 1, got {args.calls_per_graph}")
     if args.calls_per_graph > 1 and args.timer != "graph":
         parser.error(f"--calls-per-graph {args.calls_per_graph} needs --timer graph, got --timer {args.timer}")
+    if args.per_pass and args.norm_weight != "none":
+        parser.error(f"--per-pass times the passes without a norm weight, got --norm-weight {args.norm_weight}")
     graph_kw = {"calls_per_graph": args.calls_per_graph} if args.calls_per_graph > 1 else {}
+    sweep = sweep_configs() if args.sweep or args.variants else {}
+    unknown = sorted(set(args.variants or ()) - set(sweep))
+    if unknown:
+        parser.error(f"--variants: unknown {unknown} (known: {sorted(sweep)})")
     dev = require_cuda("bench_norm", args.device)
     torch.cuda.set_device(dev)
 
@@ -368,10 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     for knob in ("recompile_limit", "cache_size_limit"):  # room for the peers' recompiles
         if hasattr(torch._dynamo.config, knob):
             setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
-    sweep = sweep_configs() if args.sweep else {}
-    unknown = sorted(set(args.variants or ()) - set(sweep))
-    if unknown:
-        parser.error(f"--variants: unknown {unknown} (with --sweep; known: {sorted(sweep_configs())})")
+    wkey = NORM_WEIGHTS[args.norm_weight]
     variants = {"b12x": None} | {k: v for k, v in sweep.items() if args.variants is None or k in args.variants}
     ceil = ceilings(dev)
     per_graph = f", {args.calls_per_graph} calls a graph" if graph_kw else ""
@@ -391,11 +417,13 @@ def main(argv: list[str] | None = None) -> int:
                 post=torch.empty(t, 4, device=dev),
                 comb=torch.empty(t, 4, 4, device=dev),
             )
+            w = None if wkey is None else ins[wkey]
             for op in args.ops:
-                case = Case(op, {"T": t, "H": hidden}, bytes=case_bytes(op, t, hidden), ceiling="copy")
+                shape = {"T": t, "H": hidden} | ({"w": args.norm_weight} if w is not None and op != "post" else {})
+                case = Case(op, shape, bytes=case_bytes(op, t, hidden), ceiling="copy")
                 result = None
                 for name, p in plans.items():  # sweep variants are listed as peers: "vs X" > 1 means X is slower
-                    ours, peer_fn, peer_args = _calls(mhc, reference, p, ins, outs)[op]
+                    ours, peer_fn, peer_args = _calls(mhc, reference, p, ins, outs, w)[op]
                     if name == "b12x":
                         result = tuple(r.clone() for r in _as_tuple(ours()))
                     table.add(

@@ -1,8 +1,10 @@
 """bench_norm.py on the CPU: it imports, --help works, its byte formulas and target checks hold."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,8 +24,9 @@ def test_help_runs_without_cuda():
         cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
-    for flag in ("--quick", "--json", "--timer", "--sweep", "--hidden", "--ops", "--per-pass"):
+    for flag in ("--quick", "--json", "--timer", "--sweep", "--variants", "--hidden", "--ops", "--per-pass"):
         assert flag in out.stdout
+    assert "--norm-weight" in out.stdout
 
 
 def test_case_bytes():
@@ -85,6 +88,10 @@ def test_target_checks():
             ["--calls-per-graph", "8", "--timer", "events"],
             "--calls-per-graph 8 needs --timer graph, got --timer events",
         ),
+        # --variants alone implies --sweep: an unknown name is refused before any CUDA work
+        (["--variants", "ctas1", "nope"], "--variants: unknown ['nope']"),
+        (["--per-pass", "--norm-weight", "act"], "--per-pass times the passes without a norm weight"),
+        (["--norm-weight", "bf16"], "invalid choice: 'bf16'"),
     ],
 )
 def test_calls_per_graph_is_checked(argv, message, capsys):
@@ -108,3 +115,39 @@ def test_sweep_compares_the_fused_default_with_the_two_pass_path():
     stream = sweep["two_pass_fn_pre_diag_stream"]  # the measured variant the default adopted above 64 tokens
     assert (stream.pre_large, stream.bcast, stream.row_large) == (default.pre_large, default.bcast, default.row_large)
     assert sweep["fused_all"].fused("post_pre", 1) is not None and sweep["fused_all"].fused("pre", 1) is not None
+
+
+def test_t1_split_variants():
+    """ctas1 / pdl_ctas1 (issue #5's T = 1 candidates): pass 1 at T = 1, H = 7168 in 112 splits of 2
+    steps (the default: 224 of 1) on the same tiles, so they compile nothing new; pdl_ctas1 launches
+    every two-pass kernel as a programmatic dependent."""
+    from flashinfer.experimental.b12x.norm.mhc import _config
+
+    sweep, default, sms = bench_norm.sweep_configs(), _config.default_config("sm_90a"), 132
+    tile = default.stream("post_pre", 1)
+    chunks = 7168 // tile.block_h
+    assert _config.split_for(1, tile.block_t, chunks, default.ctas_per_sm * sms) == (224, 1)
+    for name in ("ctas1", "pdl_ctas1"):
+        cfg = sweep[name]
+        assert cfg.stream("post_pre", 1).block_h == tile.block_h and cfg.wide.block_y == default.wide.block_y
+        assert _config.split_for(1, tile.block_t, chunks, cfg.ctas_per_sm * sms) == (112, 2)
+    assert sweep["ctas1"] == dataclasses.replace(default, ctas_per_sm=1)
+    pdl = sweep["pdl_ctas1"]
+    assert pdl.post_pre_small.pdl and pdl.pre_small.pdl and pdl.wide.pdl and pdl.wide.fast and pdl.row_small.pdl
+
+
+def test_calls_pass_the_norm_weight():
+    """--norm-weight: pre and post_pre, ours and the peer, get the weight; post never does."""
+    seen = []
+    record = lambda name: lambda *a, **kw: seen.append((name, kw.get("norm_weight", "absent")))  # noqa: E731
+    mhc_stub = SimpleNamespace(run_pre=record("pre"), run_post=record("post"), run_post_pre=record("post_pre"))
+    ref_stub = SimpleNamespace(mhc_pre=record("ref_pre"), mhc_post=record("ref_post"), mhc_post_pre=record("ref_pp"))
+    ins = {k: k for k in ("residual", "x", "post", "comb", "fn", "hc_scale", "hc_base")}
+    outs = {k: k for k in ("residual", "y", "post", "comb")}
+    w = object()
+    for ours, peer, args in bench_norm._calls(mhc_stub, ref_stub, None, ins, outs, w).values():
+        ours()
+        peer(*args)
+    got = dict(seen)
+    assert got["pre"] is w and got["post_pre"] is w and got["ref_pre"] is w and got["ref_pp"] is w
+    assert got["post"] == "absent" and bench_norm.NORM_WEIGHTS["none"] is None
