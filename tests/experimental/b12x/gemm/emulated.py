@@ -185,10 +185,10 @@ def run_dequant(fmt, compute, config, x, sf, out, r0: int, rows: int) -> torch.T
     xb, sfb, ob = (gmem.put(t) for t in (x, sf, out))
     k = out.shape[1]
     rt = KDQ.DequantRuntime(xb, sfb, ob, np.int32(r0), np.int32(rows), np.int32(k))
-    ops = EmuOps(gmem)
+    ops = EmuOps(gmem, np.zeros(KDQ.STAGE_BYTES, dtype=np.uint8))  # one warp's stage, reused
     for bx in range(logic.grid(rows, k)[0]):
         for w in range(config.threads // 32):
-            logic.span(ops, rt, np.int32(bx * config.threads + w * 32) + LANE)
+            logic.span(ops, rt, np.int32(bx * config.threads + w * 32) + LANE, LANE, 0)
     return _read_c(gmem, ob, out)
 
 
@@ -216,7 +216,9 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
                 for w, o in enumerate(ops):
                     logic.load(o, rt, tid[w], m0, n0, np.int32(s), s)
             acc = [logic.tiled.zero_acc(o) for o in ops]
-            for kc in range(chunks):
+            if cfg.pipe:
+                acc = _mma16_pipelined(logic, ops, rt, tid, m0, n0, chunks, acc)
+            for kc in range(chunks if not cfg.pipe else 0):
                 nxt = kc + stages - 1
                 if nxt < chunks:
                     for w, o in enumerate(ops):
@@ -228,11 +230,34 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
     c.copy_(_read_c(gmem, cb, c))
 
 
+def _mma16_pipelined(logic, ops, rt, tid, m0, n0, chunks, acc):
+    """`Mma16Gemm.tile_pipelined`'s K loop, all warps phase by phase between its barriers: the next
+    K-tile's copies at k-step 0, fragments one k-step ahead, the barrier before the last k-step."""
+    stages, ksteps, t = logic.cfg.stages, logic.tiled.ksteps, logic.tiled
+    frags = [t.frags(o, tid[w], 0, 0) for w, o in enumerate(ops)]
+    for kc in range(chunks):
+        nxt = kc + stages - 1
+        for w, o in enumerate(ops):
+            if nxt < chunks:
+                logic.load(o, rt, tid[w], m0, n0, np.int32(nxt), nxt % stages)
+            for ks in range(ksteps - 1):
+                nf = t.frags(o, tid[w], kc % stages, ks + 1)
+                acc[w] = t.mma_step(o, *frags[w], acc[w])
+                frags[w] = nf
+        for w, o in enumerate(ops):  # after the barrier
+            nf = t.frags(o, tid[w], (kc + 1) % stages, 0)
+            acc[w] = t.mma_step(o, *frags[w], acc[w])
+            frags[w] = nf
+    return acc
+
+
 def run_twopass(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:
     """Emulate `_twopass.TwoPassLauncher` on the launch arguments: the dequantize passes and the GEMM
     of each B panel, with the same panel split; returns C."""
     a, sfa, b, sfb, c, s0, s1, s2 = args
     m, n = c.shape
+    if TP.runs_tiled(config, m):
+        return run_tiled(a_fmt, b_fmt, out_dtype, config.tiled, args, alpha)
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
     compute = TP.compute_dtype(a_fmt)
     dt = TP.TORCH16[compute]

@@ -89,14 +89,28 @@ def test_output_dtypes(a_fmt, b_fmt, m, out_dtype):
     check_tolerance(_run(ops, out_dtype), ops, out_dtype)
 
 
+@pytest.mark.parametrize("out_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("a_fmt, b_fmt", [("nvfp4", "nvfp4"), ("bfloat16", "mxfp8"), ("float16", "nvfp4")])
+def test_twopass_output_dtypes(a_fmt, b_fmt, out_dtype):
+    """The two-pass path (forced from M = 1: min_m 0) in every output dtype and the f16 compute path."""
+    ops = make_operands(a_fmt, b_fmt, 300, 1040, 1024, seed=3, device="cuda")
+    plan = B.plan(
+        B.GemmQuery(a_fmt, b_fmt, 1040, 1024, out_dtype, max_m=300), override={"tiled128": TP.TwoPassConfig(min_m=0)}
+    )
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    check_tolerance(_run(ops, out_dtype, plan=plan), ops, out_dtype)
+
+
 @pytest.mark.parametrize("bucket", ["decode8", "decode32", "decode64", "tiled128"])
 def test_candidate_configs_are_correct(bucket):
     """Every config the heuristic may pick or autotune may measure computes the same product."""
     m = {"decode8": 7, "decode32": 29, "decode64": 64, "tiled128": 300}[bucket]
     cfgs = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
-    if bucket == "tiled128":  # the two-pass path's GEMM tiles, and a B split in three panels
-        cfgs += tuple(TP.TwoPassConfig(gemm=g) for g in KM.CANDIDATES)
-        cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048),)
+    if bucket == "tiled128":  # the two-pass path's GEMM tiles (min_m 0: M = 300 runs them), a B split in
+        # three panels, and the default (M = 300 below its min_m: its tiled kernel)
+        cfgs += tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES)
+        cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0), TP.TwoPassConfig())
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:
         if L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is not None:

@@ -11,6 +11,7 @@ from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm._shared.formats import DEQUANT_SHIFT, compute_dtype
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_dequant as KDQ
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
@@ -46,10 +47,22 @@ def test_dequantize_pass_is_the_reference_dequantization(fmt, compute):
 def test_twopass_every_pair_on_the_emulator(a_fmt, b_fmt):
     """M = 70 (a partial M tile), N = 272 (not a multiple of 128), three B panels of 128 rows."""
     ops = make_operands(a_fmt, b_fmt, 70, 272, 256, seed=11)
-    cfg = TP.TwoPassConfig(gemm=KM.Mma16Config(64, 64, 2, 2, 3, group_m=2), panel_elems=128 * 256)
+    cfg = TP.TwoPassConfig(gemm=KM.Mma16Config(64, 64, 2, 2, 3, group_m=2), panel_elems=128 * 256, min_m=0)
     assert TP.panel_rows(272, 256, cfg.panel_elems) == 128
     args, alpha = _args(ops, "bfloat16")
     check_tolerance(E.run_twopass(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("stages", [2, 3])
+def test_pipelined_k_loop_on_the_emulator(stages):
+    """Mma16Config.pipe: fragments one k-step ahead across K-tiles; K = 384 (six K-tiles through a
+    ring of 2 or 3), M and N tails."""
+    ops = make_operands("bfloat16", "nvfp4", 40, 208, 384, seed=9)
+    gemm = KM.Mma16Config(64, 64, 2, 2, stages, group_m=0, pipe=True)
+    cfg = TP.TwoPassConfig(gemm=gemm, panel_elems=128 * 384, min_m=0)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_twopass("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
 
 @pytest.mark.interpret
@@ -59,7 +72,18 @@ def test_twopass_default_tiles_and_output_dtypes(out_dtype):
     the prologue's copies cover the whole K loop)."""
     ops = make_operands("nvfp4", "nvfp4", 130, 144, 128, seed=2)
     args, alpha = _args(ops, out_dtype)
-    check_tolerance(E.run_twopass("nvfp4", "nvfp4", out_dtype, TP.TwoPassConfig(), args, alpha), ops, out_dtype)
+    cfg = TP.TwoPassConfig(min_m=0)
+    check_tolerance(E.run_twopass("nvfp4", "nvfp4", out_dtype, cfg, args, alpha), ops, out_dtype)
+
+
+@pytest.mark.interpret
+def test_below_min_m_the_tiled_kernel_runs():
+    """The default config sends a live M below min_m (1024) to its tiled config, the same product."""
+    cfg = TP.TwoPassConfig(tiled=KT.TiledConfig(64, 64, 2, 2))
+    assert TP.runs_tiled(cfg, 1023) and not TP.runs_tiled(cfg, 1024) and not TP.runs_tiled(TP.TwoPassConfig(min_m=0), 1)
+    ops = make_operands("mxfp8", "mxfp8", 33, 80, 256, seed=8)
+    args, alpha = _args(ops, "bfloat16")
+    check_tolerance(E.run_twopass("mxfp8", "mxfp8", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
 
 def _args(ops, out_dtype):
@@ -83,7 +107,10 @@ def test_selection_and_the_switch(monkeypatch):
         cfg = L.default_config("tiled128", 28672, 4096, b_fmt, a_fmt=a_fmt, arch="sm_90a")
         assert L.is_twopass(cfg) == (b_fmt != "fp8_block"), (a_fmt, b_fmt, cfg)
         assert not L.is_twopass(L.default_config("tiled64", 28672, 4096, b_fmt, a_fmt=a_fmt, arch="sm_90a"))
-    assert len(L.kernel_keys("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig())) == 2
+    assert len(L.kernel_keys("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig())) == 3
+    assert len(L.kernel_keys("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig(min_m=0))) == 2
+    wide = L.default_config("tiled128", 28672, 4096, "nvfp4", a_fmt="nvfp4", arch="sm_90a")
+    assert wide.tiled == L.default_config("tiled128", 28672, 4096, "nvfp4", arch="sm_90a")  # the tiled heuristic
     with pytest.raises(ValueError, match="kernel_keys"):
         L.kernel_key("nvfp4", "nvfp4", "bfloat16", "tiled128", "sm_90a", TP.TwoPassConfig())
     monkeypatch.setenv(L.TWOPASS_ENV, "0")
@@ -95,6 +122,10 @@ def test_why_not_names_the_problem():
     assert TP.why_not("nvfp4", "nvfp4", "bfloat16", good) is None
     assert "fp8_block" in TP.why_not("fp8_block", "fp8_block", "bfloat16", good)
     assert "panel_elems" in TP.why_not("nvfp4", "nvfp4", "bfloat16", dataclasses.replace(good, panel_elems=64))
+    assert "min_m" in TP.why_not("nvfp4", "nvfp4", "bfloat16", dataclasses.replace(good, min_m=-1))
+    bad_tiled = dataclasses.replace(good, tiled=KT.TiledConfig(128, 128, 2, 4, mix=9))
+    assert "mix" in TP.why_not("nvfp4", "nvfp4", "bfloat16", bad_tiled)
+    assert TP.why_not("nvfp4", "nvfp4", "bfloat16", dataclasses.replace(bad_tiled, min_m=0)) is None
     big = dataclasses.replace(good, gemm=KM.Mma16Config(128, 256, 2, 4, 3))
     assert "99 KB" in TP.why_not("nvfp4", "nvfp4", "bfloat16", big)
     assert "tiled buckets" in L.why_not("nvfp4", "nvfp4", "bfloat16", "decode8", good)

@@ -8,9 +8,10 @@ Buckets (live M is a run-time extent; only the bucket is part of a compile key):
     decode64  M <= 64     decode kernel, eight token tiles
     tiled64   M <= 256    tiled kernel, 64 x 128 CTA tiles (65 <= M: dequantizing both operands to
                           bf16 tiles in shared memory pays off only when M amortizes it)
-    tiled128  M > 256     two-pass path (`blockscaled/_twopass.py`: each operand dequantized once,
-                          then a 16-bit cp.async GEMM) for NVFP4 / MXFP4 / MXFP8 / tensor-FP8
-                          weights; the tiled kernel (128 x 128 tiles) for block-FP8
+    tiled128  M > 256     tiled kernel, 128 x 128 (or 128 x 256) CTA tiles; from M = 1024 on (the
+                          live M decides) NVFP4 / MXFP4 / MXFP8 / tensor-FP8 weights take the
+                          two-pass path (`blockscaled/_twopass.py`: each operand dequantized
+                          once, then a 16-bit cp.async GEMM)
 
 The same variants run on sm_90a and sm_120a (portable mma.sync kernels). On sm_120a / sm_121a the
 tiled buckets of NVFP4 / MXFP4 / MXFP8 pairs can use the native block-scaled MMA kernel
@@ -286,13 +287,14 @@ def default_config(
         if n is not None and k is not None and b_fmt is not None:
             return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
         return decode_config(BUCKET_MAX_M[bucket])
+    from ..blockscaled._kernel_tiled import default_config as tiled_config
+
+    tiled = tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)), n, b_fmt)
     if bucket == TWOPASS_BUCKET and twopass_selected(a_fmt, b_fmt):
         from ..blockscaled._twopass import TwoPassConfig
 
-        return TwoPassConfig()
-    from ..blockscaled._kernel_tiled import default_config as tiled_config
-
-    return tiled_config(int(min(BUCKET_MAX_M[bucket], 1 << 30)), n, b_fmt)
+        return TwoPassConfig(tiled=tiled)  # from its min_m on; the tiled kernel below
+    return tiled
 
 
 TWOPASS_ENV = "B12X_GEMM_TWOPASS"  # "0": the tiled kernel in tiled128 too; "1" (or unset): two-pass

@@ -5,7 +5,8 @@
 in natural K order, exactly (the `dequant.py` placement: every NVFP4 / MXFP4 / MXFP8 / tensor-FP8
 value times its block factor is a 16-bit float; C = formats.DEQUANT_SHIFT, undone by the GEMM's
 epilogue with the per-tensor scales). One thread turns one span (32 values of one row) into four
-16-byte stores; consecutive threads take consecutive spans of a row, so loads and stores coalesce.
+16-byte groups; consecutive threads take consecutive spans, so the loads coalesce, and a warp's
+64-byte results pass through 2 KB of shared memory so that its stores do too (`span`).
 Bytes: the operand and its scales once, plus 2 K bytes a row written: a bandwidth-bound pass.
 
 Not for block-FP8 (its 128 x 128 weight scales fold into the activation in the tiled kernel, one
@@ -71,23 +72,44 @@ class DequantLogic:
         self.fmt, self.compute, self.cfg = fmt, compute, config
         self.family = FORMAT[fmt].family
 
-    def span(self, ops, rt: DequantRuntime, idx):
-        """Dequantize span `idx` (row idx // (K / 32), values 32 (idx % (K / 32)) ..) of the launch."""
+    def span(self, ops, rt: DequantRuntime, idx, lane, stage):
+        """Dequantize span `idx` (row idx // (K / 32), values 32 (idx % (K / 32)) ..) of the launch; the
+        warp's 32 spans (idx - lane ..) are one contiguous 2 KB of the output (out is [P, K]
+        contiguous: span i starts at byte 64 i), written through the warp's 2 KB shared `stage` so
+        that each 16-byte store of a lane lands next to its neighbours' (a lane's own span is 64
+        bytes: stored directly, each store instruction would scatter 16-byte pieces 64 bytes apart)."""
         spr = rt.k >> 5
         local = idx // spr
         k0 = (idx - local * spr) * 32
-        ok = local < rt.rows
+        total = rt.rows * spr
         row = rt.r0 + local
+        ok = idx < total
         words = AD.load_span(ops, self.fmt, rt.x_base, ops.i64(AD.row_bytes(self.fmt, rt.k)), row, k0, ok)
         sc = AD.load_span_scale(ops, self.fmt, rt.sf_base, row, k0, rt.k, ok)
         factors = DQ.span_factors(ops, self.fmt, self.compute, sc)
-        dst = rt.out_base + (ops.i64(local) * ops.i64(rt.k) + ops.i64(k0)) * 2
         for j in range(4):
             g = DQ.span_group(ops, self.fmt, self.family, self.compute, words, factors, j)
-            ops.stg_v4(dst + 16 * j, *DQ.natural_group(ops, self.family, g), ok)
+            ops.sts_v4(stage + 16 * stage_slot(lane, j), *DQ.natural_group(ops, self.family, g))
+        ops.sync_warp()
+        first = idx - lane  # the warp's first span
+        dst = rt.out_base + ops.i64(first) * 64
+        for i in range(4):
+            s = lane // 4 + 8 * i  # the warp-local span and group of output chunk 32 i + lane
+            words = ops.lds_v4(stage + 16 * stage_slot(s, lane & 3))
+            ops.stg_v4(dst + 16 * (32 * i + lane), *words, first + s < total)
 
     def grid(self, rows, k):
         return [(rows * (k >> 5) + self.cfg.threads - 1) // self.cfg.threads, 1, 1]
+
+
+def stage_slot(s, j):
+    """16-byte slot of group j (0..3) of warp-local span s (0..31) in the warp's 2 KB stage: span-major
+    with the group XOR-ed by (s >> 1) & 3, so both the writes (8 lanes: 8 spans, one group) and the
+    reads (8 lanes: 2 spans, 4 groups) of a quarter-warp hit 8 distinct 16-byte bank groups."""
+    return 4 * s + (j ^ ((s >> 1) & 3))
+
+
+STAGE_BYTES = 2048  # per warp
 
 
 class DequantRows:
@@ -107,7 +129,10 @@ class DequantRows:
         tid, _, _ = cute.arch.thread_idx()
         bx, _, _ = cute.arch.block_idx()
         rt = DequantRuntime(mX.iterator.toint(), mSF.iterator.toint(), mOut.iterator.toint(), r0, rows, mOut.shape[1])
-        self.logic.span(self.ops, rt, bx * self.logic.cfg.threads + tid)
+        smem = cutlass.memory.SmemAllocator()
+        stages = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.cfg.threads * 64), 128)
+        stage = stages.iterator.toint() + (tid >> 5) * STAGE_BYTES
+        self.logic.span(self.ops, rt, bx * self.logic.cfg.threads + tid, tid & 31, stage)
 
 
 def fake_args(fmt: str, compute: str):

@@ -40,7 +40,9 @@ SMEM_LIMIT = 99 * 1024  # what an SM120 block gets
 @dataclass(frozen=True)
 class Mma16Config:
     """bm x bn CTA tile over warps_m x warps_n warps; stages: K-tiles of shared ring; group_m: the
-    raster (`TiledConfig.group_m`)."""
+    raster (`TiledConfig.group_m`); pipe: fragments one k-step ahead of the MMAs, across K-tiles too
+    (`Mma16Gemm.tile_pipelined`: the wait and barrier for K-tile kc + 1 come before the last k-step
+    of kc, so its first ldmatrix is in flight while that k-step's MMAs run)."""
 
     bm: int = 128
     bn: int = 128
@@ -48,6 +50,7 @@ class Mma16Config:
     warps_n: int = 2
     stages: int = 3
     group_m: int = 16
+    pipe: bool = False
 
     @property
     def threads(self) -> int:
@@ -66,6 +69,8 @@ CANDIDATES = (
     Mma16Config(256, 128, 4, 2, 2),
     Mma16Config(128, 128, 2, 2, 3, group_m=8),
     Mma16Config(64, 128, 2, 2, 4),
+    Mma16Config(pipe=True),
+    Mma16Config(128, 256, 2, 4, 2, pipe=True),
 )
 
 
@@ -195,6 +200,42 @@ class Mma16Gemm:
 
     @cute.jit
     def tile(self, rt: _Runtime, tid, m0, n0, sbase, ld):
+        if cutlass.const_expr(self.logic.cfg.pipe):
+            self.tile_pipelined(rt, tid, m0, n0, sbase, ld)
+        else:
+            self.tile_plain(rt, tid, m0, n0, sbase, ld)
+
+    @cute.jit
+    def tile_pipelined(self, rt: _Runtime, tid, m0, n0, sbase, ld):
+        """The K loop with fragments one k-step ahead (`Mma16Logic.pipelined_k_tile`)."""
+        chunks = rt.k // BK
+        for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
+            if s < chunks:
+                self.logic.load(self.ops, rt, tid, m0, n0, s, s, sbase)
+            self.ops.cp_async_commit()
+        self.ops.cp_async_wait(self.logic.cfg.stages - 2)
+        self.ops.barrier()
+        a_frags, b_frags = self.logic.tiled.frags(self.ops, tid, 0, 0, sbase)
+        acc = self.logic.tiled.zero_acc(self.ops)
+        for kc in cutlass.range(chunks):
+            nxt = kc + self.logic.cfg.stages - 1
+            if nxt < chunks:  # into the buffer K-tile kc - 1 used: every warp read it before the last barrier
+                self.logic.load(self.ops, rt, tid, m0, n0, nxt, nxt % self.logic.cfg.stages, sbase)
+            self.ops.cp_async_commit()
+            for ks in cutlass.range_constexpr(self.logic.tiled.ksteps):
+                if cutlass.const_expr(ks == self.logic.tiled.ksteps - 1):
+                    self.ops.cp_async_wait(self.logic.cfg.stages - 2)  # K-tile kc + 1 has landed ...
+                    self.ops.barrier()  # ... for every thread
+                    buf, step = (kc + 1) % self.logic.cfg.stages, 0  # past the last K-tile: read, unused
+                else:
+                    buf, step = kc % self.logic.cfg.stages, ks + 1
+                a_next, b_next = self.logic.tiled.frags(self.ops, tid, buf, step, sbase)
+                acc = self.logic.tiled.mma_step(self.ops, a_frags, b_frags, acc)
+                a_frags, b_frags = a_next, b_next
+        self.logic.epilogue(self.ops, rt, tid, m0, n0, acc, ld)
+
+    @cute.jit
+    def tile_plain(self, rt: _Runtime, tid, m0, n0, sbase, ld):
         chunks = rt.k // BK
         for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
             if s < chunks:

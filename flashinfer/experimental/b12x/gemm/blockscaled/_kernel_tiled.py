@@ -282,42 +282,53 @@ class TiledLogic:
     def ksteps(self) -> int:
         return self.bk // (32 if self.cfg.fp8_mma else 16)
 
-    def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0, after_kstep=None):
-        """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync); `after_kstep(ks)`
-        runs after the MMAs of each k-step (the `mix` schedule's stores)."""
+    def frags(self, ops, tid, buf, ks, smem_base=0):
+        """(A fragments per m-tile, B fragments per n-tile) of k-step ks of shared buffer `buf`
+        (ldmatrix.x4: A 16 x 16 per m-tile, B two 8-column halves per load)."""
         warp, lane = tid >> 5, tid & 31
         wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
         i, r = lane >> 3, lane & 7
-        n_mt, n_nt = self.wtm // 16, self.wtn // 8
-        fp8 = self.cfg.fp8_mma
-        rescale = fp8 and self.b_fmt == "fp8_block"
+        a_frags = []
+        for mt in range(self.wtm // 16):
+            row = wm * self.wtm + 16 * mt + (i & 1) * 8 + r
+            a_frags.append(ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i >> 1))))
+        b_frags = []
+        for p in range(self.wtn // 16):
+            row = self.cfg.bm + wn * self.wtn + 16 * p + (i >> 1) * 8 + r
+            q = ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i & 1)))
+            b_frags += [(q[0], q[1]), (q[2], q[3])]
+        return a_frags, b_frags
+
+    def mma_step(self, ops, a_frags, b_frags, acc):
+        """acc += the k-step's A x B^T (mma.sync per m-tile x n-tile; e4m3 m16n8k32 with fp8_mma)."""
+        acc = list(acc)
+        n_nt = self.wtn // 8
+        for mt in range(self.wtm // 16):
+            for nt in range(n_nt):
+                idx = (mt * n_nt + nt) * 4
+                if self.cfg.fp8_mma:
+                    acc[idx : idx + 4] = ops.mma_fp8(a_frags[mt], b_frags[nt], acc[idx : idx + 4])
+                else:
+                    acc[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], acc[idx : idx + 4])
+        return acc
+
+    def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0, after_kstep=None):
+        """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync); `after_kstep(ks)`
+        runs after the MMAs of each k-step (the `mix` schedule's stores)."""
+        rescale = self.cfg.fp8_mma and self.b_fmt == "fp8_block"
         if rescale:  # issued first: the loads land while the tensor cores run
             row_scales = self._row_scales(ops, rt, tid, m0, n0, kc)
             part = self.zero_acc(ops)
         else:
             part = list(acc)
         for ks in range(self.ksteps):
-            a_frags = []
-            for mt in range(n_mt):
-                row = wm * self.wtm + 16 * mt + (i & 1) * 8 + r
-                a_frags.append(ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i >> 1))))
-            b_frags = []
-            for p in range(n_nt // 2):
-                row = self.cfg.bm + wn * self.wtn + 16 * p + (i >> 1) * 8 + r
-                q = ops.ldmatrix_x4(self._row_addr(smem_base, buf, row, 2 * ks + (i & 1)))
-                b_frags += [(q[0], q[1]), (q[2], q[3])]
-            for mt in range(n_mt):
-                for nt in range(n_nt):
-                    idx = (mt * n_nt + nt) * 4
-                    if fp8:
-                        part[idx : idx + 4] = ops.mma_fp8(a_frags[mt], b_frags[nt], part[idx : idx + 4])
-                    else:
-                        part[idx : idx + 4] = ops.mma(self.compute, a_frags[mt], b_frags[nt], part[idx : idx + 4])
+            part = self.mma_step(ops, *self.frags(ops, tid, buf, ks, smem_base), part)
             if after_kstep is not None:
                 after_kstep(ks)
         if not rescale:
             return part
         acc = list(acc)
+        n_mt, n_nt = self.wtm // 16, self.wtn // 8
         for mt in range(n_mt):
             for nt in range(n_nt):
                 idx = (mt * n_nt + nt) * 4

@@ -1,5 +1,6 @@
 """The two-pass large-M path: dequantize each operand once, then a 16-bit cp.async GEMM.
 
+    (live M >= min_m; below it the one-pass tiled kernel runs)
     A16 = deq(A) * 2^-C_a          (`_kernel_dequant`; a 16-bit A is used as it is)
     for each panel of B rows [r0, r0 + P):  B16 = deq(B[r0 : r0 + P]) * 2^-C_b;  C[:, r0 : r0 + P] = GEMM
                                    (`_kernel_mma16`, epilogue alpha * S0 * S1 * S2 * 2^(C_a + C_b))
@@ -26,6 +27,7 @@ import torch
 from .._shared.formats import FORMAT, RAW16, compute_dtype, pair_ok
 from . import _kernel_dequant as KD
 from . import _kernel_mma16 as KM
+from . import _kernel_tiled as KT
 
 TORCH16 = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,11 +36,21 @@ TORCH16 = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 class TwoPassConfig:
     """gemm: the second pass's tiles; dequant: the first pass's CTA size; panel_elems: the most B16
     values a call holds at once (the weight is dequantized and multiplied in row panels of that size;
-    the default, 2^25, is 64 MB of bf16)."""
+    the default, 2^25, is 64 MB of bf16); min_m: a live M below it runs the one-pass tiled kernel
+    with `tiled` instead (chosen at each call, no recompile: the bucket is compiled for both).
+
+    min_m 1024 (H200, session 21, events with L2 flushed, bench_gemm --sweep-subset twopass): at
+    M = 512 the dequantize pass is not amortized at 28672 x 4096 (two-pass 534-579 us against the
+    tiled 128 x 256 kernel's 424 nvfp4 / 445 mxfp8 / 491 w4a16); at M = 2048 two-pass wins at every
+    shape and recipe timed (28672 x 4096: 1370 vs 1414 nvfp4, 1384 vs 1509 mxfp8, 1406 vs 1683
+    w4a16; 4096 x 4096: 214 vs 234, 219 vs 265, 201 vs 272). Linear in M between the two, the
+    crossovers sit at M ~ 660-1600 (nvfp4 at 28672 x 4096 the latest)."""
 
     gemm: KM.Mma16Config = field(default_factory=KM.Mma16Config)
     dequant: KD.DequantConfig = field(default_factory=KD.DequantConfig)
     panel_elems: int = 1 << 25
+    min_m: int = 1024
+    tiled: KT.TiledConfig = field(default_factory=lambda: KT.TiledConfig(128, 128, 2, 4, group_m=16))
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig) -> str | None:
@@ -48,22 +60,35 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig) -> st
         return f"the two-pass path takes {KD.FORMATS} weights with the same format or 16-bit activations, got {a_fmt} x {b_fmt}"
     if config.panel_elems < 128 * 128:
         return f"panel_elems must be at least 128 x 128, got {config.panel_elems}"
+    if config.min_m < 0:
+        return f"min_m must be >= 0, got {config.min_m}"
     compute = compute_dtype(a_fmt)
-    return KM.why_not(a_fmt, b_fmt, out_dtype, config.gemm) or KD.why_not(b_fmt, compute, config.dequant)
+    reason = KM.why_not(a_fmt, b_fmt, out_dtype, config.gemm) or KD.why_not(b_fmt, compute, config.dequant)
+    if reason is None and config.min_m > 0:
+        reason = KT.why_not(a_fmt, b_fmt, out_dtype, config.tiled)
+    return reason
 
 
 def kernel_keys(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig, arch: str) -> tuple:
     """((compile function, key), ...) of the kernels the path launches: the dequantize pass (B's, and
     A's when A is quantized: pair_ok makes it B's format) and the GEMM."""
-    return (
+    keys = (
         (KD.compile_dequant, (b_fmt, compute_dtype(a_fmt), config.dequant, arch)),
         (KM.compile_mma16, (a_fmt, b_fmt, out_dtype, config.gemm, arch)),
     )
+    if config.min_m > 0:  # live M below min_m: the tiled kernel
+        keys += ((KT.compile_tiled, (a_fmt, b_fmt, out_dtype, config.tiled, arch)),)
+    return keys
 
 
 def eligible(a_fmt: str | None, b_fmt: str | None) -> bool:
     """Whether the two-pass path implements A in a_fmt x B in b_fmt."""
     return b_fmt in KD.FORMATS and a_fmt is not None and pair_ok(a_fmt, b_fmt)
+
+
+def runs_tiled(config: TwoPassConfig, m: int) -> bool:
+    """Whether a live M takes the one-pass tiled kernel (below config.min_m)."""
+    return m < config.min_m
 
 
 def panel_rows(n: int, k: int, panel_elems: int) -> int:
@@ -83,9 +108,12 @@ class TwoPassLauncher:
 
     def __call__(self, a, sfa, b, sfb, c, s0, s1, s2, alpha) -> None:
         m, n = c.shape
+        if runs_tiled(self.config, m):
+            self.kernels[2](a, sfa, b, sfb, c, s0, s1, s2, alpha)
+            return
         k = b.shape[1] * 8 // FORMAT[self.b_fmt].value_bits
         dt = TORCH16[self.compute]
-        deq, gemm = self.kernels
+        deq, gemm = self.kernels[:2]
         if self.a_fmt in RAW16:
             a16 = a
         else:
