@@ -303,7 +303,7 @@ def test_selected_only_on_sm120_for_tiled_block_scaled_pairs_when_opted_in(flag,
             for bucket, cfg in chosen.items():
                 want_native = native and bucket.startswith("tiled")
                 assert isinstance(cfg, Sm120Config) == want_native, (a_fmt, arch, bucket, cfg)
-                fn, _ = L.kernel_key(a_fmt, b_fmt, "bfloat16", bucket, arch, cfg)
-                assert (fn is KS.compile_sm120) == want_native
+                fns = [fn for fn, _ in L.kernel_keys(a_fmt, b_fmt, "bfloat16", bucket, arch, cfg)]
+                assert (fns == [KS.compile_sm120]) == want_native
                 assert L.why_not(a_fmt, b_fmt, "bfloat16", bucket, cfg) is None
             assert not any(isinstance(c, Sm120Config) for b, c in chosen.items() if b.startswith("decode"))
