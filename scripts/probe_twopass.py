@@ -3,8 +3,8 @@
     PYTHONPATH=. python3 scripts/probe_twopass.py [--m 2048] [--shapes 28672x4096 4096x4096]
         [--recipe nvfp4] [--tiles 128x128x2x2x3 ...] [--iters 30]
 
-Per shape: the dequantize pass over all N weight rows (one launch, the whole weight: what the
-default's panels do in pieces), over the M activation rows (quantized recipes), and the 16-bit GEMM
+Per shape: the dequantize pass (plain and staged stores) over all N weight rows (one launch, the
+whole weight: what the default's panels do in pieces), over the M activation rows (quantized recipes), and the 16-bit GEMM
 alone on already-dequantized operands for each GEMM tiling (BMxBNxWMxWNxSTAGES, "p" suffix: the
 pipelined K loop), with TB/s for the dequantize pass (bytes read + written) and TFLOP/s for the GEMM.
 CUDA events with L2 flushed (benchmarks/.../common.time_cuda_events), as bench_gemm's events rows.
@@ -48,7 +48,10 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     arch = _arch(dev)
     fmt, m = args.recipe, args.m
-    deq = KD.compile_dequant(fmt, "bfloat16", KD.DequantConfig(), arch)
+    deqs = {
+        name: KD.compile_dequant(fmt, "bfloat16", KD.DequantConfig(staged=st), arch)
+        for name, st in (("plain", False), ("staged", True))
+    }
     ones = torch.ones(1, device=dev)
     print(f"two-pass passes, {fmt}, M = {m}, {torch.cuda.get_device_name(dev)}")
     for shape in args.shapes:
@@ -60,10 +63,12 @@ def main(argv=None) -> int:
         c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
         rows = (("B", w.values, w.scales, b16, n), ("A", a, sa, a16, m))
         for side, x, sf, out, r in rows:
-            call = functools.partial(deq, x.view(torch.uint8), TP._bytes(sf), out, 0, r)
-            t = time_cuda_events(call, iters=args.iters, device=dev)
-            moved = x.numel() * x.element_size() + sf.numel() * sf.element_size() + out.numel() * 2
-            print(f"{shape} dequant {side} [{r} x {k}]: {t.median_us:8.1f} us  {moved / t.median_us / 1e6:5.2f} TB/s")
+            for name, deq in deqs.items():
+                call = functools.partial(deq, x.view(torch.uint8), TP._bytes(sf), out, 0, r)
+                t = time_cuda_events(call, iters=args.iters, device=dev)
+                moved = x.numel() * x.element_size() + sf.numel() * sf.element_size() + out.numel() * 2
+                rate = moved / t.median_us / 1e6
+                print(f"{shape} dequant {side} [{r} x {k}] {name}: {t.median_us:8.1f} us  {rate:5.2f} TB/s")
         for cfg in args.tiles:
             if KM.why_not(fmt, fmt, "bfloat16", cfg) is not None:
                 print(f"{shape} gemm {cfg}: skipped ({KM.why_not(fmt, fmt, 'bfloat16', cfg)})")

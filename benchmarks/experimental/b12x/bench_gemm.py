@@ -268,11 +268,13 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
 def twopass_candidates() -> tuple:
     """The two-pass path (`blockscaled/_twopass.py`) with each of its GEMM's candidate tilings, from
     M = 1 on (min_m 0: the default config's min_m would send small M to the tiled kernel)."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_dequant as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
     from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 
     one_panel = TP.TwoPassConfig(panel_elems=1 << 27, min_m=0)  # 28672 x 4096 in one panel (235 MB)
-    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel,)
+    staged = TP.TwoPassConfig(dequant=KD.DequantConfig(staged=True), min_m=0)  # coalesced dequantize stores
+    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel, staged)
 
 
 def probe_step_variants(base) -> tuple:

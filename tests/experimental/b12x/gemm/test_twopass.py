@@ -22,18 +22,19 @@ TWOPASS_PAIRS = tuple((a, b) for a, b in PAIRS if TP.eligible(a, b))
 
 
 @pytest.mark.interpret
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("fmt", KDQ.FORMATS)
 @pytest.mark.parametrize("compute", ["bfloat16", "float16"])
-def test_dequantize_pass_is_the_reference_dequantization(fmt, compute):
+def test_dequantize_pass_is_the_reference_dequantization(fmt, compute, staged):
     """Rows r0 .. r0 + rows of the weight, natural K order, times 2^-C, exactly; rows past `rows` of
-    the output are left as they were."""
+    the output are left as they were (plain and staged stores)."""
     if compute == "float16" and fmt in ("mxfp4", "mxfp8"):  # fp16 windows: formats.EXACT_RANGES
         pytest.skip("MX scales of random data fall outside fp16's exact window")
     ops = make_operands("bfloat16", fmt, 1, 272, 256, seed=5)
     b, sb = ops.b_values.view(torch.uint8), TP._bytes(ops.b_scales)
     r0, rows = 128, 130
     out = torch.full((192, 256), float("nan"), dtype=TORCH[compute])
-    got = E.run_dequant(fmt, compute, KDQ.DequantConfig(128), b, sb, out, r0, rows)
+    got = E.run_dequant(fmt, compute, KDQ.DequantConfig(128, staged), b, sb, out, r0, rows)
     want = R.dequantize(fmt, ops.b_values, ops.b_scales, ops.n, ops.k, "b")[r0 : r0 + rows]
     if fmt == "fp8_tensor":
         want = want / ops.b_scales.float().reshape(())  # the per-tensor scale travels to the epilogue
@@ -47,7 +48,8 @@ def test_dequantize_pass_is_the_reference_dequantization(fmt, compute):
 def test_twopass_every_pair_on_the_emulator(a_fmt, b_fmt):
     """M = 70 (a partial M tile), N = 272 (not a multiple of 128), three B panels of 128 rows."""
     ops = make_operands(a_fmt, b_fmt, 70, 272, 256, seed=11)
-    cfg = TP.TwoPassConfig(gemm=KM.Mma16Config(64, 64, 2, 2, 3, group_m=2), panel_elems=128 * 256, min_m=0)
+    gemm = KM.Mma16Config(64, 64, 2, 2, 3, group_m=2)
+    cfg = TP.TwoPassConfig(gemm=gemm, dequant=KDQ.DequantConfig(staged=True), panel_elems=128 * 256, min_m=0)
     assert TP.panel_rows(272, 256, cfg.panel_elems) == 128
     args, alpha = _args(ops, "bfloat16")
     check_tolerance(E.run_twopass(a_fmt, b_fmt, "bfloat16", cfg, args, alpha), ops, "bfloat16")
@@ -162,4 +164,5 @@ def test_every_mma16_candidate_and_dequant_format_compiles(arch):
         assert ".local" not in KM.compile_mma16("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
     for fmt in KDQ.FORMATS:
         for compute in ("bfloat16", "float16"):
-            assert ".local" not in KDQ.compile_dequant(fmt, compute, KDQ.DequantConfig(), arch=arch).artifacts.PTX
+            for cfg in (KDQ.DequantConfig(), KDQ.DequantConfig(staged=True)):
+                assert ".local" not in KDQ.compile_dequant(fmt, compute, cfg, arch=arch).artifacts.PTX

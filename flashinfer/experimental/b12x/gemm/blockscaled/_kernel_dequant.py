@@ -5,8 +5,9 @@
 in natural K order, exactly (the `dequant.py` placement: every NVFP4 / MXFP4 / MXFP8 / tensor-FP8
 value times its block factor is a 16-bit float; C = formats.DEQUANT_SHIFT, undone by the GEMM's
 epilogue with the per-tensor scales). One thread turns one span (32 values of one row) into four
-16-byte groups; consecutive threads take consecutive spans, so the loads coalesce, and a warp's
-64-byte results pass through 2 KB of shared memory so that its stores do too (`span`).
+16-byte groups; consecutive threads take consecutive spans, so the loads coalesce; with
+`DequantConfig.staged` a warp's 64-byte results pass through 2 KB of shared memory so that its stores
+coalesce too (`span`).
 Bytes: the operand and its scales once, plus 2 K bytes a row written: a bandwidth-bound pass.
 
 Not for block-FP8 (its 128 x 128 weight scales fold into the activation in the tiled kernel, one
@@ -35,9 +36,12 @@ FORMATS = ("nvfp4", "mxfp4", "mxfp8", "fp8_tensor")  # what this pass dequantize
 
 @dataclass(frozen=True)
 class DequantConfig:
-    """threads per CTA, each dequantizing one 32-value span."""
+    """threads per CTA, each dequantizing one 32-value span; staged: a warp's stores go through
+    shared memory (`DequantLogic.span`). Off by default: the staged form was written after the
+    session 21 H200 runs and has not run on a GPU yet (the plain form is the GPU-validated one)."""
 
     threads: int = 256
+    staged: bool = False
 
 
 @dataclass
@@ -57,8 +61,9 @@ def why_not(fmt: str, compute: str, config: DequantConfig) -> str | None:
         return f"the dequantize pass takes {FORMATS}, got {fmt}"
     if compute not in RAW16:
         return f"compute dtype must be one of {RAW16}, got {compute}"
-    if not isinstance(config, DequantConfig) or config.threads not in (64, 128, 256, 512):
-        return f"config must be a DequantConfig with 64, 128, 256 or 512 threads, got {config!r}"
+    ok = isinstance(config, DequantConfig) and config.threads in (64, 128, 256, 512)
+    if not ok or not isinstance(config.staged, bool):
+        return f"config must be a DequantConfig with 64, 128, 256 or 512 threads and a bool staged, got {config!r}"
     return None
 
 
@@ -72,27 +77,33 @@ class DequantLogic:
         self.fmt, self.compute, self.cfg = fmt, compute, config
         self.family = FORMAT[fmt].family
 
-    def span(self, ops, rt: DequantRuntime, idx, lane, stage):
-        """Dequantize span `idx` (row idx // (K / 32), values 32 (idx % (K / 32)) ..) of the launch; the
-        warp's 32 spans (idx - lane ..) are one contiguous 2 KB of the output (out is [P, K]
-        contiguous: span i starts at byte 64 i), written through the warp's 2 KB shared `stage` so
-        that each 16-byte store of a lane lands next to its neighbours' (a lane's own span is 64
-        bytes: stored directly, each store instruction would scatter 16-byte pieces 64 bytes apart)."""
+    def span(self, ops, rt: DequantRuntime, idx, lane=None, stage=None):
+        """Dequantize span `idx` (row idx // (K / 32), values 32 (idx % (K / 32)) ..) of the launch
+        into its 64 bytes of the output (out is [P, K] contiguous: span i starts at byte 64 i). Plain:
+        four 16-byte stores of the lane's own span (each store instruction of a warp writes 16-byte
+        pieces 64 bytes apart). `staged`: the warp's 32 spans (one contiguous 2 KB) pass through its
+        2 KB shared `stage` and leave in stores where neighbouring lanes write neighbouring bytes."""
         spr = rt.k >> 5
         local = idx // spr
         k0 = (idx - local * spr) * 32
-        total = rt.rows * spr
+        ok = local < rt.rows
         row = rt.r0 + local
-        ok = idx < total
         words = AD.load_span(ops, self.fmt, rt.x_base, ops.i64(AD.row_bytes(self.fmt, rt.k)), row, k0, ok)
         sc = AD.load_span_scale(ops, self.fmt, rt.sf_base, row, k0, rt.k, ok)
         factors = DQ.span_factors(ops, self.fmt, self.compute, sc)
+        if not self.cfg.staged:
+            dst = rt.out_base + (ops.i64(local) * ops.i64(rt.k) + ops.i64(k0)) * 2
+            for j in range(4):
+                g = DQ.span_group(ops, self.fmt, self.family, self.compute, words, factors, j)
+                ops.stg_v4(dst + 16 * j, *DQ.natural_group(ops, self.family, g), ok)
+            return
         for j in range(4):
             g = DQ.span_group(ops, self.fmt, self.family, self.compute, words, factors, j)
             ops.sts_v4(stage + 16 * stage_slot(lane, j), *DQ.natural_group(ops, self.family, g))
         ops.sync_warp()
         first = idx - lane  # the warp's first span
         dst = rt.out_base + ops.i64(first) * 64
+        total = rt.rows * spr
         for i in range(4):
             s = lane // 4 + 8 * i  # the warp-local span and group of output chunk 32 i + lane
             words = ops.lds_v4(stage + 16 * stage_slot(s, lane & 3))
@@ -129,10 +140,13 @@ class DequantRows:
         tid, _, _ = cute.arch.thread_idx()
         bx, _, _ = cute.arch.block_idx()
         rt = DequantRuntime(mX.iterator.toint(), mSF.iterator.toint(), mOut.iterator.toint(), r0, rows, mOut.shape[1])
-        smem = cutlass.memory.SmemAllocator()
-        stages = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.cfg.threads * 64), 128)
-        stage = stages.iterator.toint() + (tid >> 5) * STAGE_BYTES
-        self.logic.span(self.ops, rt, bx * self.logic.cfg.threads + tid, tid & 31, stage)
+        if cutlass.const_expr(self.logic.cfg.staged):
+            smem = cutlass.memory.SmemAllocator()
+            stages = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.cfg.threads * 64), 128)
+            stage = stages.iterator.toint() + (tid >> 5) * STAGE_BYTES
+            self.logic.span(self.ops, rt, bx * self.logic.cfg.threads + tid, tid & 31, stage)
+        else:
+            self.logic.span(self.ops, rt, bx * self.logic.cfg.threads + tid)
 
 
 def fake_args(fmt: str, compute: str):
