@@ -166,3 +166,48 @@ def test_every_mma16_candidate_and_dequant_format_compiles(arch):
         for compute in ("bfloat16", "float16"):
             for cfg in (KDQ.DequantConfig(), KDQ.DequantConfig(staged=True)):
                 assert ".local" not in KDQ.compile_dequant(fmt, compute, cfg, arch=arch).artifacts.PTX
+
+
+def test_launcher_dispatch_and_panels_with_recording_kernels():
+    """TwoPassLauncher's host logic with stand-in kernels: below min_m one call of the tiled kernel with
+    the launch's own arguments; from min_m on A's dequantize (quantized A only), then per B panel its
+    dequantize (r0, rows) and the GEMM (c0, p), in order, on workspaces of the right shape."""
+    calls = []
+
+    def rec(name):
+        return lambda *args: calls.append((name, args))
+
+    def launcher(a_fmt, b_fmt, config):
+        lt = object.__new__(TP.TwoPassLauncher)
+        lt.a_fmt, lt.b_fmt, lt.config, lt.compute = a_fmt, b_fmt, config, compute_dtype(a_fmt)
+        lt.kernels = [rec("deq"), rec("gemm"), rec("tiled")]
+        return lt
+
+    n, k = 400, 256
+    b = torch.zeros(n, k // 2, dtype=torch.uint8)
+    sfb, ones = torch.zeros(512 * 2, dtype=torch.uint8), torch.ones(1)
+    cfg = TP.TwoPassConfig(panel_elems=128 * k)
+    for m, a_fmt in ((1023, "nvfp4"), (1024, "nvfp4"), (1100, "bfloat16")):
+        calls.clear()
+        a = torch.zeros(m, k // 2, dtype=torch.uint8) if a_fmt == "nvfp4" else torch.zeros(m, k, dtype=torch.bfloat16)
+        c = torch.empty(m, n, dtype=torch.bfloat16)
+        args = (a, sfb, b, sfb, c, ones, ones, ones, 1.5)
+        launcher(a_fmt, "nvfp4", cfg)(*args)
+        if m < cfg.min_m:
+            assert calls == [("tiled", args)]
+            continue
+        names = [name for name, _ in calls]
+        first = 1 if a_fmt == "nvfp4" else 0
+        assert names == ["deq"] * first + ["deq", "gemm"] * 4  # panels of 128 rows: 128, 128, 128, 16
+        if first:
+            assert calls[0][1][2].shape == (m, k) and calls[0][1][3:] == (0, m)
+        panels = [(d[1][3:], g[1][7:]) for d, g in zip(calls[first::2], calls[first + 1 :: 2])]
+        assert panels == [
+            ((0, 128), (0, 128)),
+            ((128, 128), (128, 128)),
+            ((256, 128), (256, 128)),
+            ((384, 16), (384, 16)),
+        ]
+        gemm_args = calls[first + 1][1]
+        assert gemm_args[2] is c and gemm_args[1].shape == (128, k) and gemm_args[6] == 1.5
+        assert (gemm_args[0] is a) == (a_fmt == "bfloat16")
