@@ -119,6 +119,14 @@ def test_selection_and_the_switch(monkeypatch):
     assert not L.is_twopass(L.default_config("tiled128", 28672, 4096, "nvfp4", a_fmt="nvfp4", arch="sm_90a"))
 
 
+def test_prime_runs_both_sides_of_a_twopass_bucket():
+    cfg = TP.TwoPassConfig()
+    assert L.prime_ms(cfg, 4096) == (4096, 1023)  # two-pass at 4096, the tiled side at 1023
+    assert L.prime_ms(cfg, 600) == (600,)  # a capacity below min_m: the tiled side only
+    assert L.prime_ms(TP.TwoPassConfig(min_m=0), 4096) == (4096,)
+    assert L.prime_ms(L.default_config("tiled64", 4096, 4096, "nvfp4"), 256) == (256,)
+
+
 def test_why_not_names_the_problem():
     good = TP.TwoPassConfig()
     assert TP.why_not("nvfp4", "nvfp4", "bfloat16", good) is None

@@ -314,6 +314,15 @@ def is_twopass(config) -> bool:
     return type(config).__name__ == "TwoPassConfig"
 
 
+def prime_ms(config, m: int) -> tuple[int, ...]:
+    """The live M values a plan's prime (or prewarm) runs a variant at so that each of its kernels has
+    launched once before any capture: m, and for a two-pass config whose tiled side serves some M of
+    the bucket (257 .. min_m - 1) one M there too."""
+    if is_twopass(config) and m >= config.min_m > BUCKET_MAX_M["tiled64"] + 1:
+        return (m, config.min_m - 1)
+    return (m,)
+
+
 def compile_fn(bucket: str, config=None):
     """The `@kernel` compile function of a bucket's kernel (of `config`'s kernel when it is an
     `Sm120Config`)."""

@@ -133,9 +133,10 @@ class GemmPlan(Plan):
         for bucket, cfg in state.selection:
             launchers[bucket] = (L.make_launcher(q.a_format, q.b_format, q.out_dtype, bucket, state.arch, cfg), cfg)
             m = int(min(L.BUCKET_MAX_M[bucket], q.max_m))
-            _run_synthetic(
-                q.a_format, q.b_format, q.n, q.k, min(m, 4096), q.out_dtype, state.device, launchers[bucket][0], cfg
-            )
+            for mp in L.prime_ms(cfg, min(m, 4096)):  # every kernel of the variant runs once
+                _run_synthetic(
+                    q.a_format, q.b_format, q.n, q.k, mp, q.out_dtype, state.device, launchers[bucket][0], cfg
+                )
         state.extra["launchers"] = launchers
         torch.cuda.synchronize(state.device)  # a launch error surfaces at prepare time
 
@@ -555,7 +556,8 @@ def prewarm(weight: Weight, token_counts, *, out_dtype=torch.bfloat16, stream=No
                 cfg = L.default_config(bucket, b_fmt=weight.recipe, a_fmt=a_fmt, arch=arch)  # as mm's
                 launch = L.make_launcher(a_fmt, weight.recipe, out_name, bucket, arch, cfg)
                 m = max(c for c in counts if L.bucket_for(c) == bucket)
-                _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, m, out_name, device, launch, cfg, weight)
+                for mp in L.prime_ms(cfg, m):
+                    _run_synthetic(a_fmt, weight.recipe, weight.n, weight.k, mp, out_name, device, launch, cfg, weight)
         torch.cuda.synchronize(device)
 
 
