@@ -8,10 +8,12 @@
     is_supported(device=None)
 
 C = alpha * deq(A) @ deq(B)^T (reference.py). Kernels (CuTe DSL, warp mma.sync, sm_90a/sm_120a/sm_121a):
-a decode kernel for M <= 64 (weight rows as the MMA's M side, split-K across the CTA's warps) and a
+a decode kernel for M <= 64 (weight rows as the MMA's M side, split-K across the CTA's warps), a
 tiled kernel above (register prefetch, exact in-register dequantization to bf16/fp16 shared tiles;
-an FP8 mma.sync variant for tensor/block-FP8 is a tuning candidate). Heuristics are untuned until
-the H200 benchmark's --sweep has run. SM120 / SM121: a native block-scaled MMA kernel
+an FP8 mma.sync variant for tensor/block-FP8 is a tuning candidate), and from M = 1024 on, for
+NVFP4 / MXFP4 / MXFP8 / tensor-FP8 weights, the two-pass path (`_twopass.py`: each operand
+dequantized once into 16-bit rows, then a cp.async mma.sync GEMM; its workspace comes from torch's
+caching allocator per call). Heuristics: fitted to H200 sweeps (docs/performance.md). SM120 / SM121: a native block-scaled MMA kernel
 (`_kernel_sm120`, MmaMXF4NVF4Op / MmaMXF4Op / MmaMXF8Op) for the tiled sizes of NVFP4 / MXFP4 / MXFP8
 pairs compiles for sm_120a and is selected there only with B12X_GEMM_SM120_MMA=1: it has never run
 (no SM120 GPU in this project's sessions).
