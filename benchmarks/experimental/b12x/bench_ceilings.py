@@ -1,9 +1,11 @@
 """Measure this GPU's ceilings and check the harness's clocks against each other.
 
-    python -m benchmarks.experimental.b12x.bench_ceilings [--quick] [--json PATH]
+    python -m benchmarks.experimental.b12x.bench_ceilings [--quick] [--mma] [--json PATH]
 
 Ceilings: copy bandwidth (a large device-to-device copy, bytes read + written), cuBLAS bf16
-``torch.mm`` at 8192^3 and cuBLASLt fp8 ``torch._scaled_mm`` (tensorwise scales), FLOPs 2*M*N*K.
+``torch.mm`` at 8192^3 and cuBLASLt fp8 ``torch._scaled_mm`` (tensorwise scales), FLOPs 2*M*N*K;
+with --mma also warp-level mma.sync (bf16 and e4m3) on registers only (`_mma_peak.py`), the most a
+kernel built on warp MMA can reach (its rows' ratio column is against cuBLAS bf16).
 Then every case is timed by CUDA events with L2 flushed ("events", ours) and by the peers:
 "graph" (CUDA graph replay) and "events, hot L2" (no flush). What a sound harness shows:
 - large copy / mm: graph ~ events (ratio ~1): both clocks agree where launches are not the cost;
@@ -48,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also time, at each size (MB of bytes moved), a memcpy copy, an SM-kernel copy and a read "
         "(torch.amax), the rates a kernel of that size can be compared with (e.g. 43 66 300)",
     )
+    parser.add_argument(
+        "--mma",
+        action="store_true",
+        help="also time warp-level mma.sync (bf16 m16n8k16, e4m3 m16n8k32) in a register-only loop: the "
+        "ceiling of every b12x kernel built on warp MMA",
+    )
+    parser.add_argument("--mma-iters", type=int, default=4096, help="loop rounds per warp of --mma (8 MMAs a round)")
     args = parser.parse_args(argv)
     dev = require_cuda("bench_ceilings", args.device)
     tk = timing_kwargs(args)
@@ -97,6 +106,27 @@ def main(argv: list[str] | None = None) -> int:
             Case("mm_fp8", shape, bytes=m * k + k * n + 2 * m * n, flops=2 * m * n * k, ceiling="fp8"),
             lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
         )
+
+    # warp-MMA issue ceilings: mma.sync on registers only (`_mma_peak`), FLOPs as the shape's 2 M N K
+    if args.mma:
+        from benchmarks.experimental.b12x import _mma_peak as MP
+        from flashinfer.experimental.b12x._lib.arch import target_arch
+
+        ctas = 4 * torch.cuda.get_device_properties(dev).multi_processor_count
+        sink = torch.empty(ctas * MP.THREADS, device=dev, dtype=torch.float32)
+        for kind in MP.KINDS:
+            fn = MP.compile_peak(kind, target_arch(dev))
+            case = Case(
+                f"mma_sync_{kind}",
+                {"ctas": ctas, "iters": args.mma_iters},
+                flops=MP.flops(kind, ctas, args.mma_iters),
+                ceiling="bf16",
+            )
+            table.add(
+                case,
+                "events",
+                time_cuda_events(lambda fn=fn: fn(sink, args.mma_iters), **tk, flush_l2=False, device=dev),
+            )
 
     # launch-bound: 1024 fp32 elements, bytes = 2 reads + 1 write
     x = torch.randn(1024, device=dev, generator=gen)
