@@ -32,3 +32,14 @@ def test_job_arguments_parse(suffix, args, capsys):
     with pytest.raises(SystemExit) as done:
         module.main([*args, "--help"])
     assert done.value.code == 0, capsys.readouterr().err
+
+
+def test_staged_selections_name_existing_test_files():
+    sel = JOBS.with_name("next_session_sel.txt")
+    root = JOBS.parents[2]
+    lines = [ln for ln in sel.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines
+    for line in lines:
+        path = shlex.split(line)[0]
+        assert (root / path).is_file(), f"{sel.name}: {path} does not exist"
+        assert "-k" in shlex.split(line) or len(shlex.split(line)) == 1, line
