@@ -22,6 +22,20 @@ from .emulator import EmuOps, GlobalMemory, emulate_tile
 LANE = np.arange(32, dtype=np.int32)
 
 
+def poisoned_launch_args(ops, out_dtype: str, alpha=None):
+    """`launch.launch_args` of an Operands (helpers.make_operands) with a NaN-filled C: ((A, SFA, B, SFB,
+    C, S0, S1, S2), alpha), the arguments the drivers below take."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    from .helpers import TORCH
+
+    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
+    scale = ops.alpha if alpha is None else alpha
+    return L.launch_args(
+        ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values, ops.b_scales, ops.weight.alpha, scale, out
+    )
+
+
 def _place(gmem: GlobalMemory, args):
     """Launch tensors (A, SFA, B, SFB, C, S0, S1, S2) -> addresses."""
     return [gmem.put(t) for t in args]

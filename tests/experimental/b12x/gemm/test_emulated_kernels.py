@@ -15,26 +15,10 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
 from . import emulated as E
-from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+from .emulated import poisoned_launch_args as _args
+from .helpers import PAIRS, check_tolerance, make_operands
 
 pytestmark = pytest.mark.interpret
-
-
-def _args(ops, out_dtype, alpha=None):
-    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
-    a_scales = ops.a_scales
-    return L.launch_args(
-        ops.a_fmt,
-        ops.a_values,
-        a_scales,
-        None,
-        ops.b_fmt,
-        ops.b_values,
-        ops.b_scales,
-        ops.weight.alpha,
-        ops.alpha if alpha is None else alpha,
-        out,
-    )
 
 
 @pytest.mark.parametrize("a_fmt, b_fmt", PAIRS)

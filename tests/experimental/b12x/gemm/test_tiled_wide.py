@@ -15,8 +15,9 @@ from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
+from .emulated import poisoned_launch_args as _launch_args
 from .emulator import GlobalMemory, emulate_tile
-from .helpers import PAIRS, TORCH, check_tolerance, make_operands
+from .helpers import PAIRS, check_tolerance, make_operands
 
 ARCHS = ("sm_90a", "sm_120a")
 # One config per distinct bf16-MMA tiling of LARGE_M (group_m does not change the K loop), grouped
@@ -82,14 +83,6 @@ def test_invalid_group_m_is_rejected():
 
 
 # ---- CPU emulator: the kernel body with the launch grid and raster of the config -------------------
-def _launch_args(ops, out_dtype):
-    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
-    return L.launch_args(
-        ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values, ops.b_scales, ops.weight.alpha,
-        ops.alpha, out,
-    )  # fmt: skip
-
-
 def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
     """Emulate compile_tiled(...)(*args, alpha): every CTA of `TiledLogic.grid`, placed by
     `tile_origin`, runs the kernel's K loop (loads, `k_tile`: math and stores to the other buffer,

@@ -16,6 +16,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
 from . import emulated as E
+from .emulated import poisoned_launch_args as _args
 from .helpers import PAIRS, TORCH, check_tolerance, make_operands
 
 TWOPASS_PAIRS = tuple((a, b) for a, b in PAIRS if TP.eligible(a, b))
@@ -86,14 +87,6 @@ def test_below_min_m_the_tiled_kernel_runs():
     ops = make_operands("mxfp8", "mxfp8", 33, 80, 256, seed=8)
     args, alpha = _args(ops, "bfloat16")
     check_tolerance(E.run_twopass("mxfp8", "mxfp8", "bfloat16", cfg, args, alpha), ops, "bfloat16")
-
-
-def _args(ops, out_dtype):
-    out = torch.full((ops.m, ops.n), float("nan"), dtype=TORCH[out_dtype])
-    return L.launch_args(
-        ops.a_fmt, ops.a_values, ops.a_scales, None, ops.b_fmt, ops.b_values, ops.b_scales, ops.weight.alpha,
-        ops.alpha, out,
-    )  # fmt: skip
 
 
 def test_panel_rows():
