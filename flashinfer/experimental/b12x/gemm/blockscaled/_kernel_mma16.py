@@ -207,7 +207,9 @@ class Mma16Gemm:
 
     @cute.jit
     def tile_pipelined(self, rt: _Runtime, tid, m0, n0, sbase, ld):
-        """The K loop with fragments one k-step ahead (`Mma16Logic.pipelined_k_tile`)."""
+        """The K loop of `Mma16Config.pipe`: fragments one k-step ahead; the next K-tile's copies issue at
+        k-step 0, the wait and barrier come before the last k-step, whose MMAs then overlap the next
+        K-tile's first ldmatrix."""
         chunks = rt.k // BK
         for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
             if s < chunks:
