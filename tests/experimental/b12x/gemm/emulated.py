@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT, compute_dtype
+from flashinfer.experimental.b12x.gemm._shared.operands import TORCH_OUT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_dequant as KDQ
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
@@ -216,7 +217,7 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
     m, n, k = c.shape[0], p, a16.shape[1]
     elem = c.element_size()
     rt = KT.Runtime(ab, ab, bb, bb, cb + c0 * elem, *sb, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    cfg, stages, chunks = config, config.stages, k // KM.BK
+    cfg, chunks = config, k // KM.BK
     grid = logic.tiled.grid(-(-m // cfg.bm), -(-n // cfg.bn))
     for by in range(grid[1]):
         for bx in range(grid[0]):
@@ -226,22 +227,29 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
             smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
             ops = [EmuOps(gmem, smem) for _ in range(cfg.threads // 32)]
             tid = [w * 32 + LANE for w in range(len(ops))]
-            for s in range(min(stages - 1, chunks)):
+            for s in range(min(cfg.stages - 1, chunks)):
                 for w, o in enumerate(ops):
                     logic.load(o, rt, tid[w], m0, n0, np.int32(s), s)
             acc = [logic.tiled.zero_acc(o) for o in ops]
-            if cfg.pipe:
-                acc = _mma16_pipelined(logic, ops, rt, tid, m0, n0, chunks, acc)
-            for kc in range(chunks if not cfg.pipe else 0):
-                nxt = kc + stages - 1
-                if nxt < chunks:
-                    for w, o in enumerate(ops):
-                        logic.load(o, rt, tid[w], m0, n0, np.int32(nxt), nxt % stages)
-                for w, o in enumerate(ops):
-                    acc[w] = logic.tiled.mma_tile(o, rt, tid[w], m0, n0, np.int32(kc), kc % stages, acc[w])
+            k_loop = _mma16_pipelined if cfg.pipe else _mma16_plain
+            acc = k_loop(logic, ops, rt, tid, m0, n0, chunks, acc)
             for w, o in enumerate(ops):
                 logic.epilogue(o, rt, tid[w], m0, n0, acc[w], np.int64(c.shape[1]))
     c.copy_(_read_c(gmem, cb, c))
+
+
+def _mma16_plain(logic, ops, rt, tid, m0, n0, chunks, acc):
+    """`Mma16Gemm.tile_plain`'s K loop: per K-tile (after its wait and barrier) the copies of K-tile
+    kc + stages - 1 into the buffer K-tile kc - 1 used, then the MMAs of kc."""
+    stages = logic.cfg.stages
+    for kc in range(chunks):
+        nxt = kc + stages - 1
+        if nxt < chunks:
+            for w, o in enumerate(ops):
+                logic.load(o, rt, tid[w], m0, n0, np.int32(nxt), nxt % stages)
+        for w, o in enumerate(ops):
+            acc[w] = logic.tiled.mma_tile(o, rt, tid[w], m0, n0, np.int32(kc), kc % stages, acc[w])
+    return acc
 
 
 def _mma16_pipelined(logic, ops, rt, tid, m0, n0, chunks, acc):
@@ -273,8 +281,8 @@ def run_twopass(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Te
     if TP.runs_tiled(config, m):
         return run_tiled(a_fmt, b_fmt, out_dtype, config.tiled, args, alpha)
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
-    compute = TP.compute_dtype(a_fmt)
-    dt = TP.TORCH16[compute]
+    compute = compute_dtype(a_fmt)
+    dt = TORCH_OUT[compute]
     if FORMAT[a_fmt].family == "raw16":
         a16 = a
     else:

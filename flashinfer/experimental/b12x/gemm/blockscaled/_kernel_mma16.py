@@ -106,9 +106,7 @@ class Mma16Logic:
         self.tiled = TiledLogic(
             a_fmt, b_fmt, out_dtype, TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, group_m=c.group_m)
         )
-        self.compute = compute_dtype(a_fmt)
         self.threads = c.threads
-        self.bk = BK
         self.smem_bytes = c.smem_bytes
         self.f32_out = out_dtype == "float32"
 
@@ -199,6 +197,14 @@ class Mma16Gemm:
             self.tile(rt, tid, m0, n0, sbase, ld)
 
     @cute.jit
+    def prologue(self, rt: _Runtime, tid, m0, n0, sbase, chunks):
+        """K-tiles 0 .. stages - 2 into the ring, one cp.async group each (empty past the last K-tile)."""
+        for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
+            if s < chunks:
+                self.logic.load(self.ops, rt, tid, m0, n0, s, s, sbase)
+            self.ops.cp_async_commit()
+
+    @cute.jit
     def tile(self, rt: _Runtime, tid, m0, n0, sbase, ld):
         if cutlass.const_expr(self.logic.cfg.pipe):
             self.tile_pipelined(rt, tid, m0, n0, sbase, ld)
@@ -211,10 +217,7 @@ class Mma16Gemm:
         k-step 0, the wait and barrier come before the last k-step, whose MMAs then overlap the next
         K-tile's first ldmatrix."""
         chunks = rt.k // BK
-        for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
-            if s < chunks:
-                self.logic.load(self.ops, rt, tid, m0, n0, s, s, sbase)
-            self.ops.cp_async_commit()
+        self.prologue(rt, tid, m0, n0, sbase, chunks)
         self.ops.cp_async_wait(self.logic.cfg.stages - 2)
         self.ops.barrier()
         a_frags, b_frags = self.logic.tiled.frags(self.ops, tid, 0, 0, sbase)
@@ -239,10 +242,7 @@ class Mma16Gemm:
     @cute.jit
     def tile_plain(self, rt: _Runtime, tid, m0, n0, sbase, ld):
         chunks = rt.k // BK
-        for s in cutlass.range_constexpr(self.logic.cfg.stages - 1):
-            if s < chunks:
-                self.logic.load(self.ops, rt, tid, m0, n0, s, s, sbase)
-            self.ops.cp_async_commit()
+        self.prologue(rt, tid, m0, n0, sbase, chunks)
         acc = self.logic.tiled.zero_acc(self.ops)
         for kc in cutlass.range(chunks):
             self.ops.cp_async_wait(self.logic.cfg.stages - 2)  # K-tile kc has landed (this thread's copies) ...

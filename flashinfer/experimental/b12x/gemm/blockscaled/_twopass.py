@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 import torch
 
 from .._shared.formats import FORMAT, RAW16, compute_dtype, pair_ok
+from .._shared.operands import TORCH_OUT
 from . import _kernel_dequant as KD
 from . import _kernel_mma16 as KM
 from . import _kernel_tiled as KT
-
-TORCH16 = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class TwoPassConfig:
     dequant: KD.DequantConfig = field(default_factory=KD.DequantConfig)
     panel_elems: int = 1 << 25
     min_m: int = 1024
-    tiled: KT.TiledConfig = field(default_factory=lambda: KT.TiledConfig(128, 128, 2, 4, group_m=16))
+    tiled: KT.TiledConfig = field(default_factory=lambda: KT.default_config(1 << 30))  # the shape-blind heuristic's
 
 
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig) -> str | None:
@@ -112,7 +111,7 @@ class TwoPassLauncher:
             self.kernels[2](a, sfa, b, sfb, c, s0, s1, s2, alpha)
             return
         k = b.shape[1] * 8 // FORMAT[self.b_fmt].value_bits
-        dt = TORCH16[self.compute]
+        dt = TORCH_OUT[self.compute]
         deq, gemm = self.kernels[:2]
         if self.a_fmt in RAW16:
             a16 = a
