@@ -95,6 +95,7 @@ from benchmarks.experimental.b12x.common import (
     Case,
     Table,
     ceilings,
+    int_dims,
     measure,
     require_cuda,
     same_size_copy,
@@ -214,10 +215,10 @@ def parse_shapes(texts) -> list[tuple[int, int]]:
     """--shapes 'BxL' entries as (batch, kv_len)."""
     out = []
     for text in texts:
-        b, x, length = text.partition("x")
-        if not (x and b.isdigit() and length.isdigit() and int(b) >= 1 and int(length) >= 1):
+        dims = int_dims(text, 2)
+        if dims is None or 0 in dims:
             raise ValueError(f"a shape is BxL (requests x KV length), like 8x1024, got {text!r}")
-        out.append((int(b), int(length)))
+        out.append(dims)
     return out
 
 

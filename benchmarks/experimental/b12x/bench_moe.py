@@ -97,10 +97,12 @@ def recipe_source(recipe: str) -> tuple[str, str]:
 
 def parse_shape(text: str) -> tuple[int, int, int, int]:
     """'E x k x H x I' -> (E, k, H, I), e.g. '128x8x2048x768'."""
-    parts = text.lower().split("x")
-    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    from benchmarks.experimental.b12x.common import int_dims
+
+    dims = int_dims(text.lower(), 4)
+    if dims is None or 0 in dims:
         raise ValueError(f"shape must be ExkxHxI with positive ints (e.g. 128x8x2048x768), got {text!r}")
-    e, k, h, i = (int(p) for p in parts)
+    e, k, h, i = dims
     if k > e:
         raise ValueError(f"shape {text!r}: k = {k} routes per token exceed E = {e} experts")
     return e, k, h, i
@@ -451,12 +453,13 @@ SWEEP_SMALL_T = 8  # T above which the sweep also times 16-token groups (n2)
 
 def parse_combine_tile(text: str) -> tuple[int, int]:
     """'BTxBH' -> (block_t, block_h) of a tile `_combine.can_implement` accepts (argparse type)."""
+    from benchmarks.experimental.b12x.common import int_dims
     from flashinfer.experimental.b12x.moe.fused_moe import _combine
 
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    dims = int_dims(text.lower(), 2)
+    if dims is None:
         raise argparse.ArgumentTypeError(f"--combine-tile must look like 4x512 (tokens x columns), got {text!r}")
-    bt, bh = (int(p) for p in parts)
+    bt, bh = dims
     if not _combine.can_implement(1, None, replace(_combine.CombineConfig(), block_t=bt, block_h=bh)):
         raise argparse.ArgumentTypeError(f"--combine-tile values must be powers of two, got {text!r}")
     return bt, bh

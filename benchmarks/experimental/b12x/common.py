@@ -321,6 +321,15 @@ def profiled_replays(graph, replays: int) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+def int_dims(text: str, count: int) -> tuple[int, ...] | None:
+    """'AxBx...' -> its `count` non-negative ints, or None when `text` is not that form (each caller
+    raises its own message, naming the form and what else it requires)."""
+    parts = text.split("x")
+    if len(parts) != count or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
 COPY_IMPL = "copy (same bytes)"  # the same-size copy reference row (bench_quantization, bench_attention)
 
 
