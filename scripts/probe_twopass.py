@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     ap.add_argument("--m", type=int, default=2048)
     ap.add_argument("--shapes", nargs="+", default=["28672x4096", "4096x4096"])
     ap.add_argument("--recipe", default="nvfp4", choices=KD.FORMATS)
-    ap.add_argument("--tiles", nargs="+", type=tiling, default=[KM.Mma16Config(), KM.Mma16Config(pipe=True)])
+    ap.add_argument("--tiles", nargs="+", type=tiling, default=[KM.Mma16Config(pipe=False), KM.Mma16Config()])
     ap.add_argument("--iters", type=int, default=30)
     args = ap.parse_args(argv)
     dev = torch.device("cuda")

@@ -273,8 +273,9 @@ def twopass_candidates() -> tuple:
     from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 
     one_panel = TP.TwoPassConfig(panel_elems=1 << 27, min_m=0)  # 28672 x 4096 in one panel (235 MB)
-    staged = TP.TwoPassConfig(dequant=KD.DequantConfig(staged=True), min_m=0)  # coalesced dequantize stores
-    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel, staged)
+    half_panel = TP.TwoPassConfig(panel_elems=1 << 26, min_m=0)  # 28672 x 4096 in two panels
+    plain = TP.TwoPassConfig(dequant=KD.DequantConfig(staged=False), min_m=0)  # per-thread dequantize stores
+    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel, half_panel, plain)
 
 
 def probe_step_variants(base) -> tuple:

@@ -108,9 +108,11 @@ def test_candidate_configs_are_correct(bucket):
     m = {"decode8": 7, "decode32": 29, "decode64": 64, "tiled128": 300}[bucket]
     cfgs = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
     if bucket == "tiled128":  # the two-pass path's GEMM tiles (min_m 0: M = 300 runs them), a B split in
-        # three panels, and the default (M = 300 below its min_m: its tiled kernel)
+        # three panels, the plain dequantize stores, and the default (M = 300 below its min_m: its tiled kernel)
         cfgs += tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES)
-        cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0), TP.TwoPassConfig())
+        plain = TP.KD.DequantConfig(staged=False)
+        cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0), TP.TwoPassConfig(dequant=plain, min_m=0))
+        cfgs += (TP.TwoPassConfig(),)
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:
         if L.why_not("bfloat16", "nvfp4", "bfloat16", bucket, cfg) is not None:

@@ -57,12 +57,12 @@ def test_twopass_every_pair_on_the_emulator(a_fmt, b_fmt):
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("stages", [2, 3])
-def test_pipelined_k_loop_on_the_emulator(stages):
-    """Mma16Config.pipe: fragments one k-step ahead across K-tiles; K = 384 (six K-tiles through a
-    ring of 2 or 3), M and N tails."""
+@pytest.mark.parametrize("stages, pipe", [(2, True), (3, True), (3, False)])
+def test_pipelined_k_loop_on_the_emulator(stages, pipe):
+    """Mma16Config.pipe (the default): fragments one k-step ahead across K-tiles, and the plain K loop;
+    K = 384 (six K-tiles through a ring of 2 or 3), M and N tails."""
     ops = make_operands("bfloat16", "nvfp4", 40, 208, 384, seed=9)
-    gemm = KM.Mma16Config(64, 64, 2, 2, stages, group_m=0, pipe=True)
+    gemm = KM.Mma16Config(64, 64, 2, 2, stages, group_m=0, pipe=pipe)
     cfg = TP.TwoPassConfig(gemm=gemm, panel_elems=128 * 384, min_m=0)
     args, alpha = _args(ops, "bfloat16")
     check_tolerance(E.run_twopass("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
@@ -165,7 +165,7 @@ def test_every_mma16_candidate_and_dequant_format_compiles(arch):
         assert ".local" not in KM.compile_mma16("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
     for fmt in KDQ.FORMATS:
         for compute in ("bfloat16", "float16"):
-            for cfg in (KDQ.DequantConfig(), KDQ.DequantConfig(staged=True)):
+            for cfg in (KDQ.DequantConfig(staged=False), KDQ.DequantConfig()):
                 assert ".local" not in KDQ.compile_dequant(fmt, compute, cfg, arch=arch).artifacts.PTX
 
 

@@ -37,11 +37,12 @@ FORMATS = ("nvfp4", "mxfp4", "mxfp8", "fp8_tensor")  # what this pass dequantize
 @dataclass(frozen=True)
 class DequantConfig:
     """threads per CTA, each dequantizing one 32-value span; staged: a warp's stores go through
-    shared memory (`DequantLogic.span`). Off by default: the staged form was written after the
-    session 21 H200 runs and has not run on a GPU yet (the plain form is the GPU-validated one)."""
+    shared memory (`DequantLogic.span`). Staged by default: H200, session 22 (scripts/probe_twopass.py,
+    nvfp4): B 28672 x 4096 166 -> 80 us (1.81 -> 3.77 TB/s), A 2048 x 4096 16.8 -> 9.3 us; the whole
+    two-pass GEMM at M = 1024 28672 x 4096 791 -> 691 us (bench_gemm --sweep-subset twopass)."""
 
     threads: int = 256
-    staged: bool = False
+    staged: bool = True
 
 
 @dataclass

@@ -42,7 +42,10 @@ class Mma16Config:
     """bm x bn CTA tile over warps_m x warps_n warps; stages: K-tiles of shared ring; group_m: the
     raster (`TiledConfig.group_m`); pipe: fragments one k-step ahead of the MMAs, across K-tiles too
     (`Mma16Gemm.tile_pipelined`: the wait and barrier for K-tile kc + 1 come before the last k-step
-    of kc, so its first ldmatrix is in flight while that k-step's MMAs run)."""
+    of kc, so its first ldmatrix is in flight while that k-step's MMAs run). pipe is the default:
+    H200, session 22 (bench_gemm --sweep-subset twopass, nvfp4): 28672 x 4096 at M = 2048 1366 ->
+    1331 us, M = 1024 791 -> 762; 4096 x 4096 at M = 2048 217 -> 210 (not with 128 x 256 tiles:
+    1424 -> 1551 there)."""
 
     bm: int = 128
     bn: int = 128
@@ -50,7 +53,7 @@ class Mma16Config:
     warps_n: int = 2
     stages: int = 3
     group_m: int = 16
-    pipe: bool = False
+    pipe: bool = True
 
     @property
     def threads(self) -> int:
@@ -64,13 +67,12 @@ class Mma16Config:
 # What bench_gemm --sweep times for the two-pass path (all fit an SM120 block's 99 KB).
 CANDIDATES = (
     Mma16Config(),
+    Mma16Config(pipe=False),
     Mma16Config(128, 128, 2, 4, 3),
-    Mma16Config(128, 256, 2, 4, 2),
+    Mma16Config(128, 256, 2, 4, 2, pipe=False),
     Mma16Config(256, 128, 4, 2, 2),
     Mma16Config(128, 128, 2, 2, 3, group_m=8),
     Mma16Config(64, 128, 2, 2, 4),
-    Mma16Config(pipe=True),
-    Mma16Config(128, 256, 2, 4, 2, pipe=True),
 )
 
 
