@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
@@ -54,6 +55,17 @@ def _cases():
 @pytest.mark.parametrize("a_fmt, b_fmt, m, n, k", _cases())
 def test_every_recipe_matches_the_reference(a_fmt, b_fmt, m, n, k):
     ops = make_operands(a_fmt, b_fmt, m, n, k, seed=m, device="cuda", weight=_weight(b_fmt, n, k))
+    check_tolerance(_run(ops), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("a_fmt, b_fmt", [("nvfp4", "nvfp4"), ("bfloat16", "nvfp4"), ("mxfp8", "mxfp8")])
+@pytest.mark.parametrize("m", [400, 511, 512, 700])
+def test_twopass_min_m_boundary(a_fmt, b_fmt, m):
+    """The tiled128 default on both sides of TwoPassConfig.min_m (512): its tiled kernel below, the
+    two-pass path from there (the same bucket and compiled kernels, chosen at each call)."""
+    cfg = L.default_config("tiled128", 4096, 4096, b_fmt, a_fmt=a_fmt, arch=target_arch())
+    assert TP.runs_tiled(cfg, m) == (m < 512)
+    ops = make_operands(a_fmt, b_fmt, m, 4096, 4096, seed=m, device="cuda", weight=_weight(b_fmt, 4096, 4096))
     check_tolerance(_run(ops), ops, "bfloat16")
 
 

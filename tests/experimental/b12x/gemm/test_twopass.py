@@ -81,9 +81,9 @@ def test_twopass_default_tiles_and_output_dtypes(out_dtype):
 
 @pytest.mark.interpret
 def test_below_min_m_the_tiled_kernel_runs():
-    """The default config sends a live M below min_m (1024) to its tiled config, the same product."""
+    """The default config sends a live M below min_m (512) to its tiled config, the same product."""
     cfg = TP.TwoPassConfig(tiled=KT.TiledConfig(64, 64, 2, 2))
-    assert TP.runs_tiled(cfg, 1023) and not TP.runs_tiled(cfg, 1024) and not TP.runs_tiled(TP.TwoPassConfig(min_m=0), 1)
+    assert TP.runs_tiled(cfg, 511) and not TP.runs_tiled(cfg, 512) and not TP.runs_tiled(TP.TwoPassConfig(min_m=0), 1)
     ops = make_operands("mxfp8", "mxfp8", 33, 80, 256, seed=8)
     args, alpha = _args(ops, "bfloat16")
     check_tolerance(E.run_twopass("mxfp8", "mxfp8", "bfloat16", cfg, args, alpha), ops, "bfloat16")
@@ -114,8 +114,8 @@ def test_selection_and_the_switch(monkeypatch):
 
 def test_prime_runs_both_sides_of_a_twopass_bucket():
     cfg = TP.TwoPassConfig()
-    assert L.prime_ms(cfg, 4096) == (4096, 1023)  # two-pass at 4096, the tiled side at 1023
-    assert L.prime_ms(cfg, 600) == (600,)  # a capacity below min_m: the tiled side only
+    assert L.prime_ms(cfg, 4096) == (4096, 511)  # two-pass at 4096, the tiled side at 511
+    assert L.prime_ms(cfg, 400) == (400,)  # a capacity below min_m: the tiled side only
     assert L.prime_ms(TP.TwoPassConfig(min_m=0), 4096) == (4096,)
     assert L.prime_ms(L.default_config("tiled64", 4096, 4096, "nvfp4"), 256) == (256,)
 
@@ -188,7 +188,7 @@ def test_launcher_dispatch_and_panels_with_recording_kernels():
     b = torch.zeros(n, k // 2, dtype=torch.uint8)
     sfb, ones = torch.zeros(512 * 2, dtype=torch.uint8), torch.ones(1)
     cfg = TP.TwoPassConfig(panel_elems=128 * k)
-    for m, a_fmt in ((1023, "nvfp4"), (1024, "nvfp4"), (1100, "bfloat16")):
+    for m, a_fmt in ((511, "nvfp4"), (512, "nvfp4"), (1100, "bfloat16")):
         calls.clear()
         a = torch.zeros(m, k // 2, dtype=torch.uint8) if a_fmt == "nvfp4" else torch.zeros(m, k, dtype=torch.bfloat16)
         c = torch.empty(m, n, dtype=torch.bfloat16)

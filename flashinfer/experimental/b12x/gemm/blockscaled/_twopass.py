@@ -38,17 +38,17 @@ class TwoPassConfig:
     the default, 2^25, is 64 MB of bf16); min_m: a live M below it runs the one-pass tiled kernel
     with `tiled` instead (chosen at each call, no recompile: the bucket is compiled for both).
 
-    min_m 1024 (H200, session 21, events with L2 flushed, bench_gemm --sweep-subset twopass): at
-    M = 512 the dequantize pass is not amortized at 28672 x 4096 (two-pass 534-579 us against the
-    tiled 128 x 256 kernel's 424 nvfp4 / 445 mxfp8 / 491 w4a16); at M = 2048 two-pass wins at every
-    shape and recipe timed (28672 x 4096: 1370 vs 1414 nvfp4, 1384 vs 1509 mxfp8, 1406 vs 1683
-    w4a16; 4096 x 4096: 214 vs 234, 219 vs 265, 201 vs 272). Linear in M between the two, the
-    crossovers sit at M ~ 660-1600 (nvfp4 at 28672 x 4096 the latest)."""
+    min_m 512 (H200, session 22, events with L2 flushed, bench_gemm --sweep-subset twopass, staged
+    dequantize stores and the pipelined K loop): at M = 512 two-pass ties the tiled kernel at nvfp4
+    28672 x 4096 (423 vs 422 us) and wins the rest (w4a16 420 vs 489; 4096 x 4096 100 vs 119 nvfp4,
+    96 vs 139 w4a16); at M = 768 it wins 3 of those 4 (nvfp4 28672 x 4096 660 vs 628 the exception);
+    from M = 1024 on it wins every shape and recipe timed (2048 x 28672 x 4096 nvfp4 1221 vs 1413 us).
+    Session 21 (before both changes) had set 1024: M = 512 534 vs 424 then."""
 
     gemm: KM.Mma16Config = field(default_factory=KM.Mma16Config)
     dequant: KD.DequantConfig = field(default_factory=KD.DequantConfig)
     panel_elems: int = 1 << 25
-    min_m: int = 1024
+    min_m: int = 512
     tiled: KT.TiledConfig = field(default_factory=lambda: KT.default_config(1 << 30))  # the shape-blind heuristic's
 
 
