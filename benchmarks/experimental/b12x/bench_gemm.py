@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass]]
+        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma]]
         [--timer events|graph] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
@@ -39,6 +39,9 @@ whether the loads are bound by the warp's steps rather than its bytes (`probe_st
 path (`blockscaled/_twopass.py`: operands dequantized once, then a 16-bit cp.async GEMM) with each of
 its GEMM tilings (the plain --sweep adds those to the tiled candidates). B12X_GEMM_TWOPASS=0 makes the
 tiled kernel the default again (an A/B of whole runs).
+--sweep-subset fp8mma times, at M > 64 and for tensor-, block-FP8 and MXFP8 pairs, the default config
+against the tiled kernel's `fp8_mma` variants (raw E4M3 tiles, mma.sync m16n8k32, block scales on the
+partial sums).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -249,6 +252,10 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         twopass = twopass_candidates() if bucket == L.TWOPASS_BUCKET else ()
         if subset == "twopass":  # the tiled kernel's shape-aware config against the two-pass tilings
             return (L.default_config(bucket, n, k, b_fmt),) + twopass
+        if subset == "fp8mma":  # the default against the tiled kernel's e4m3 MMA variants (FP8 pairs)
+            return (L.default_config(bucket, n, k, b_fmt, a_fmt=b_fmt),) + tuple(
+                c for c in KT.candidate_configs(m) if c.fp8_mma
+            )
         return KT.candidate_configs(m) + twopass
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
@@ -355,7 +362,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="also time every candidate kernel config per case")
     parser.add_argument(
         "--sweep-subset",
-        choices=("all", "prefetch", "stream", "probe", "probe-step", "gemv", "layout", "layout-probe", "twopass"),
+        choices=(
+            "all",
+            "prefetch",
+            "stream",
+            "probe",
+            "probe-step",
+            "gemv",
+            "layout",
+            "layout-probe",
+            "twopass",
+            "fp8mma",
+        ),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
         "variants, the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "

@@ -151,6 +151,9 @@ class EmuOps:
     def ldg_u16(self, addr, pred):
         return self._ldg(addr, pred, 2, np.uint16).astype(np.uint32)
 
+    def ldg_u32(self, addr, pred):
+        return self._ldg(addr, pred, 4, np.uint32)
+
     def ldg_f32(self, addr, pred):
         return self._ldg(addr, pred, 4, np.float32)
 

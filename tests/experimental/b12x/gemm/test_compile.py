@@ -53,7 +53,7 @@ def test_default_configs_compile_for_both_archs(bucket, a_fmt, b_fmt):
     assert built["sm_90a"].artifacts.CUBIN != built["sm_120a"].artifacts.CUBIN
 
 
-@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block"])
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block", "mxfp8"])
 def test_fp8_mma_tiled_variant_compiles_for_both_archs(fmt):
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 

@@ -135,7 +135,7 @@ def test_tiled_other_tiles_and_outputs(cfg, out_dtype):
     check_tolerance(E.run_tiled("mxfp8", "mxfp8", out_dtype, cfg, args, alpha), ops, out_dtype)
 
 
-@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block"])
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block", "mxfp8"])
 @pytest.mark.parametrize("cfg", [KT.TiledConfig(64, 128, 2, 2, True), KT.TiledConfig(128, 128, 2, 4, True)])
 def test_tiled_fp8_mma_variant(fmt, cfg):
     ops = make_operands(fmt, fmt, 70, 144, 384, seed=13)
@@ -146,7 +146,9 @@ def test_tiled_fp8_mma_variant(fmt, cfg):
 def test_invalid_tilings_are_rejected_before_compiling():
     with pytest.raises(ValueError, match="every thread must own the same number of A and B spans"):
         KT.TiledLogic("mxfp8", "mxfp8", "bfloat16", KT.TiledConfig(128, 64, 4, 2))
-    with pytest.raises(ValueError, match="fp8_mma needs tensor- or block-FP8 on both sides, got bfloat16 x fp8_block"):
+    with pytest.raises(
+        ValueError, match="fp8_mma needs tensor-, block-FP8 or MXFP8 on both sides, got bfloat16 x fp8_block"
+    ):
         KT.TiledLogic("bfloat16", "fp8_block", "bfloat16", KT.TiledConfig(fp8_mma=True))
     with pytest.raises(ValueError, match="tiles 1/2/4"):
         KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(8, 3, 1, 1))

@@ -139,7 +139,7 @@ def test_candidate_configs_are_correct(bucket):
         check_tolerance(out, ops, "bfloat16")
 
 
-@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block"])
+@pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block", "mxfp8"])
 @pytest.mark.parametrize("m", [300, 2048])
 def test_fp8_mma_tiled_variant(fmt, m):
     ops = make_operands(fmt, fmt, m, 4096, 4096, seed=12, device="cuda")

@@ -78,7 +78,12 @@ def _ldg_v4_hint(addr, pred, hint: str, *, loc=None, ip=None):
 
 @dsl_user_op
 def _ldg_scalar(addr, pred, kind: str, *, loc=None, ip=None):
-    ty, reg, cls = {"u8": (T.i32(), "r", Uint32), "u16": (T.i32(), "r", Uint32), "f32": (T.f32(), "f", Float32)}[kind]
+    ty, reg, cls = {
+        "u8": (T.i32(), "r", Uint32),
+        "u16": (T.i32(), "r", Uint32),
+        "u32": (T.i32(), "r", Uint32),
+        "f32": (T.f32(), "f", Float32),
+    }[kind]
     zero = "0f00000000" if kind == "f32" else "0"
     res = _asm(
         ty,
@@ -368,6 +373,10 @@ class DeviceOps:
     @staticmethod
     def ldg_u16(addr, pred):
         return _ldg_scalar(addr, pred, "u16")
+
+    @staticmethod
+    def ldg_u32(addr, pred):
+        return _ldg_scalar(addr, pred, "u32")
 
     @staticmethod
     def ldg_f32(addr, pred):

@@ -22,10 +22,12 @@ Raster (`TiledConfig.group_m`): N-fastest by default, or grouped (g M-tiles per 
 resident together share their weight tiles in L2 (docs/predictions/gemm_tiled.md).
 No cp.async or TMA: the register prefetch is what lets the dequantization sit between load and store.
 
-Variant `fp8_mma` (tensor- and block-FP8 only, a sweep candidate until measured): the shared tile
-keeps raw E4M3 (K-tiles of 128 values, same 128-byte rows and swizzle), ldmatrix b16 then hands each
-lane 4 consecutive bytes of a row, which is the m16n8k32 e4m3 fragment, and block-FP8 multiplies each
-K-tile's partial sums by sa[row] * sw before adding them (exact products, fp32 sums).
+Variant `fp8_mma` (tensor-, block-FP8 and MXFP8 on both sides): the shared tile keeps raw E4M3
+(K-tiles of 128 values, same 128-byte rows and swizzle), ldmatrix b16 then hands each lane 4
+consecutive bytes of a row, which is the m16n8k32 e4m3 fragment; block-FP8 multiplies each K-tile's
+partial sums by sa[row] * sw before adding them, MXFP8 each k-step's (one 32-value block) by
+2^(ea[row] + eb[col] - 254) (`mma_tile_mx`: exact products, fp32 sums; the K-tile's four UE8M0 bytes
+of a row, one 32-bit word of the swizzled layout, reach shared memory as four fp32 factors).
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ Runtime = _DecodeRuntime
 @dataclass(frozen=True)
 class TiledConfig:
     """bm x bn CTA tile; warps_m x warps_n warps, each owning (bm / warps_m) x (bn / warps_n).
-    fp8_mma: tensor/block-FP8 only: keep raw E4M3 in shared memory (K-tiles of 128) and run
-    mma.sync m16n8k32 e4m3, block scales applied to each K-tile's partial sums.
+    fp8_mma: tensor/block-FP8 and MXFP8 only: keep raw E4M3 in shared memory (K-tiles of 128) and
+    run mma.sync m16n8k32 e4m3, block scales applied to the partial sums (per K-tile; MXFP8 per
+    k-step).
     group_m: CTA raster. 0: block x walks N, block y M (each row of M-tiles streams the whole weight
     from DRAM again); g > 0: CTAs visit g M-tiles per N-tile before the next N-tile, so the CTAs
     resident together share each weight tile and the g activation tiles stay in L2.
@@ -134,8 +137,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
     c = config
     spans = 4 if c.fp8_mma else 2  # per tile row and K-tile
-    if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in ("fp8_tensor", "fp8_block")):
-        return f"{c}: fp8_mma needs tensor- or block-FP8 on both sides, got {a_fmt} x {b_fmt}"
+    if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in FP8_MMA_FORMATS):
+        return f"{c}: fp8_mma needs tensor-, block-FP8 or MXFP8 on both sides, got {a_fmt} x {b_fmt}"
     if c.bm % (16 * c.warps_m) or c.bn % (16 * c.warps_n):
         return f"{c}: warp tiles must be multiples of 16 x 16"
     if (spans * c.bm) % c.threads or (spans * c.bn) % c.threads:
@@ -147,9 +150,24 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"{c}: mix must be 0..{ksteps} (k-steps of a K-tile that carry the next tile's stores)"
     if not 0 <= c.group_m <= 64:
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
-    if 2 * (c.bm + c.bn) * ROW_BYTES > 99 * 1024:
+    if smem_bytes(b_fmt, c) > 99 * 1024:
         return f"{c}: needs more than the 99 KB of shared memory an SM120 block gets"
     return None
+
+
+FP8_MMA_FORMATS = ("fp8_tensor", "fp8_block", "mxfp8")
+
+
+def mx_blocks(b_fmt: str, config: TiledConfig) -> bool:
+    """Whether the variant applies MX block scales to each k-step's partial sums (fp8_mma MXFP8)."""
+    return config.fp8_mma and b_fmt == "mxfp8"
+
+
+def smem_bytes(b_fmt: str, config: TiledConfig) -> int:
+    """Two K-tile buffers of 128-byte rows (A rows, then B rows), and with `mx_blocks` per buffer the
+    four fp32 block factors of each row after them."""
+    rows = config.bm + config.bn
+    return 2 * rows * ROW_BYTES + (2 * rows * 16 if mx_blocks(b_fmt, config) else 0)
 
 
 def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> bool:
@@ -166,10 +184,11 @@ class TiledLogic:
         self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
         self.compute = compute_dtype(a_fmt)
         self.family = k_family(a_fmt, b_fmt)
-        self.exp = epilogue_exponent(a_fmt, b_fmt)
+        self.mx = mx_blocks(b_fmt, config)
+        self.exp = 0 if self.mx else epilogue_exponent(a_fmt, b_fmt)  # mx: the scales act on the sums
         self.threads = config.threads
         self.stage_bytes = (config.bm + config.bn) * ROW_BYTES
-        self.smem_bytes = 2 * self.stage_bytes
+        self.smem_bytes = smem_bytes(b_fmt, config)
         self.wtm = config.bm // config.warps_m
         self.wtn = config.bn // config.warps_n
         self.bk = 128 if config.fp8_mma else BK  # K values per K-tile
@@ -220,6 +239,11 @@ class TiledLogic:
                 else:
                     row, ok = self.b_row(ops, rt, n0, s // self.spr)
                 words = AD.load_span(ops, fmt, base, ld, row, k0, ok)
+                if self.mx:  # the row's four UE8M0 bytes of this K-tile (each of its spans' threads
+                    # loads and stores the same word: no per-thread branch)
+                    sc = ops.ldg_u32(sf_base + AD.swizzled_offset(ops, row, kc * 4, rt.k >> 5), ok)
+                    out.append((words, sc))
+                    continue
                 sc = AD.load_span_scale(ops, fmt, sf_base, row, k0, rt.k, ok)
                 if self.cfg.fp8_mma:  # raw E4M3 to shared; block scales act on the partial sums
                     sc = None
@@ -243,6 +267,10 @@ class TiledLogic:
         """Shared address of 16-byte chunk `chunk` of tile row `row_local` (A rows, then B rows)."""
         return smem_base + buf * self.stage_bytes + row_local * ROW_BYTES + ((chunk ^ (row_local & 7)) << 4)
 
+    def _scale_addr(self, smem_base, buf, row_local):
+        """Shared address of tile row `row_local`'s four block factors (mx) in buffer `buf`."""
+        return smem_base + 2 * self.stage_bytes + (buf * (self.cfg.bm + self.cfg.bn) + row_local) * 16
+
     def store_steps(self, ops, rt: Runtime, tid, regs, buf, smem_base=0):
         """store_tile as a generator that yields after each group's 16-byte stores (the `mix` loop
         advances it between k-steps)."""
@@ -257,6 +285,10 @@ class TiledLogic:
                 s = tid + c * self.threads
                 row_local = row_off + s // self.spr
                 if self.cfg.fp8_mma:  # 32 raw bytes: two 16-byte chunks of the 128-byte row
+                    if sc is not None:  # mx: the row's four factors 2^(e - 127), each byte e moved
+                        # into an fp32 exponent field (exact; e = 0, 2^-127, reads as 0)
+                        factors = [((sc >> (8 * j)) & 0xFF) << 23 for j in range(4)]
+                        ops.sts_v4(self._scale_addr(smem_base, buf, row_local), *factors)
                     for j in range(2):
                         chunk = (s % self.spr) * 2 + j
                         ops.sts_v4(self._row_addr(smem_base, buf, row_local, chunk), *words[4 * j : 4 * j + 4])
@@ -315,6 +347,8 @@ class TiledLogic:
     def mma_tile(self, ops, rt: Runtime, tid, m0, n0, kc, buf, acc, smem_base=0, after_kstep=None):
         """Accumulate K-tile kc from shared buffer `buf` (ldmatrix.x4 + mma.sync); `after_kstep(ks)`
         runs after the MMAs of each k-step (the `mix` schedule's stores)."""
+        if self.mx:
+            return self.mma_tile_mx(ops, tid, buf, acc, smem_base, after_kstep)
         rescale = self.cfg.fp8_mma and self.b_fmt == "fp8_block"
         if rescale:  # issued first: the loads land while the tensor cores run
             row_scales = self._row_scales(ops, rt, tid, m0, n0, kc)
@@ -334,6 +368,33 @@ class TiledLogic:
                 idx = (mt * n_nt + nt) * 4
                 for e in range(4):
                     acc[idx + e] = acc[idx + e] + part[idx + e] * row_scales[2 * mt + (e >> 1)]
+        return acc
+
+    def mma_tile_mx(self, ops, tid, buf, acc, smem_base=0, after_kstep=None):
+        """mma_tile for MXFP8 (`mx`): per k-step (one 32-value block) and m16n8 tile, the MMA on zero
+        and acc += part * 2^(ea[row] - 127) * 2^(eb[col] - 127), the factors read from shared memory
+        at each k-step (held for the whole K-tile they spill: 255 registers on sm_90a)."""
+        warp, lane = tid >> 5, tid & 31
+        wm, wn = warp // self.cfg.warps_n, warp % self.cfg.warps_n
+        g, t = lane >> 2, lane & 3
+        n_mt, n_nt = self.wtm // 16, self.wtn // 8
+        rows = [wm * self.wtm + 16 * mt + 8 * h + g for mt in range(n_mt) for h in range(2)]
+        cols = [self.cfg.bm + wn * self.wtn + 8 * nt + 2 * t + j for nt in range(n_nt) for j in range(2)]
+        acc = list(acc)
+        zero = [ops.f32_zero() for _ in range(4)]
+        for ks in range(self.ksteps):
+            fa = [ops.lds_f32(self._scale_addr(smem_base, buf, r) + 4 * ks) for r in rows]
+            fb = [ops.lds_f32(self._scale_addr(smem_base, buf, c) + 4 * ks) for c in cols]
+            a_frags, b_frags = self.frags(ops, tid, buf, ks, smem_base)
+            for mt in range(n_mt):
+                for nt in range(n_nt):
+                    idx = (mt * n_nt + nt) * 4
+                    part = ops.mma_fp8(a_frags[mt], b_frags[nt], zero)
+                    for e in range(4):
+                        scale = fa[2 * mt + (e >> 1)] * fb[2 * nt + (e & 1)]
+                        acc[idx + e] = acc[idx + e] + part[e] * scale
+            if after_kstep is not None:
+                after_kstep(ks)
         return acc
 
     def k_tile(self, ops, rt: Runtime, tid, m0, n0, kc, acc, regs, smem_base=0):
