@@ -141,10 +141,11 @@ def test_tilings_on_the_emulator(cfg):
 @pytest.mark.parametrize("cfg", MIXED, ids=_id)
 def test_mixed_store_schedules_on_the_emulator(cfg):
     """mix > 0 (`TiledLogic.k_tile`): every recipe for 128 x 256 with mix = 3 (12 store groups over 3
-    k-steps), one per weight family for the others; fp8_mma: tensor and block FP8."""
+    k-steps), one per weight family for the others; fp8_mma: tensor, block FP8 and MXFP8 (its per-32
+    block scales on each k-step's partial sums)."""
     pairs = _pairs_for(cfg)
     if cfg.fp8_mma:
-        assert pairs == [("fp8_block", "fp8_block"), ("fp8_tensor", "fp8_tensor")]
+        assert sorted(pairs) == [("fp8_block", "fp8_block"), ("fp8_tensor", "fp8_tensor"), ("mxfp8", "mxfp8")]
     for i, (a_fmt, b_fmt) in enumerate(pairs):
         ops = make_operands(a_fmt, b_fmt, 129, 144, 128, seed=40 + i)
         args, alpha = _launch_args(ops, "bfloat16")
