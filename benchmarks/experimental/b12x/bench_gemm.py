@@ -282,7 +282,9 @@ def twopass_candidates() -> tuple:
     one_panel = TP.TwoPassConfig(panel_elems=1 << 27, min_m=0)  # 28672 x 4096 in one panel (235 MB)
     half_panel = TP.TwoPassConfig(panel_elems=1 << 26, min_m=0)  # 28672 x 4096 in two panels
     plain = TP.TwoPassConfig(dequant=KD.DequantConfig(staged=False), min_m=0)  # per-thread dequantize stores
-    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel, half_panel, plain)
+    # every launch of the path a programmatic dependent of the one before
+    pdl = TP.TwoPassConfig(gemm=KM.Mma16Config(pdl=True), dequant=KD.DequantConfig(pdl=True), min_m=0)
+    return tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES) + (one_panel, half_panel, plain, pdl)
 
 
 def probe_step_variants(base) -> tuple:

@@ -122,8 +122,9 @@ def test_candidate_configs_are_correct(bucket):
     if bucket == "tiled128":  # the two-pass path's GEMM tiles (min_m 0: M = 300 runs them), a B split in
         # three panels, the plain dequantize stores, and the default (M = 300 below its min_m: its tiled kernel)
         cfgs += tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES)
-        plain = TP.KD.DequantConfig(staged=False)
+        plain, pdl = TP.KD.DequantConfig(staged=False), TP.KD.DequantConfig(pdl=True)
         cfgs += (TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0), TP.TwoPassConfig(dequant=plain, min_m=0))
+        cfgs += (TP.TwoPassConfig(gemm=KM.Mma16Config(pdl=True), dequant=pdl, panel_elems=384 * 2048, min_m=0),)
         cfgs += (TP.TwoPassConfig(),)
     ops = make_operands("bfloat16", "nvfp4", m, 1056, 2048, seed=4, device="cuda")
     for cfg in cfgs:

@@ -165,7 +165,7 @@ def test_every_mma16_candidate_and_dequant_format_compiles(arch):
         assert ".local" not in KM.compile_mma16("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
     for fmt in KDQ.FORMATS:
         for compute in ("bfloat16", "float16"):
-            for cfg in (KDQ.DequantConfig(staged=False), KDQ.DequantConfig()):
+            for cfg in (KDQ.DequantConfig(staged=False), KDQ.DequantConfig(), KDQ.DequantConfig(pdl=True)):
                 assert ".local" not in KDQ.compile_dequant(fmt, compute, cfg, arch=arch).artifacts.PTX
 
 

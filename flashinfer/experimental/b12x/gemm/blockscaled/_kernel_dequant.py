@@ -39,10 +39,13 @@ class DequantConfig:
     """threads per CTA, each dequantizing one 32-value span; staged: a warp's stores go through
     shared memory (`DequantLogic.span`). Staged by default: H200, session 22 (scripts/probe_twopass.py,
     nvfp4): B 28672 x 4096 166 -> 80 us (1.81 -> 3.77 TB/s), A 2048 x 4096 16.8 -> 9.3 us; the whole
-    two-pass GEMM at M = 1024 28672 x 4096 791 -> 691 us (bench_gemm --sweep-subset twopass)."""
+    two-pass GEMM at M = 1024 28672 x 4096 791 -> 691 us (bench_gemm --sweep-subset twopass).
+    pdl: launched as a programmatic dependent of the stream's previous kernel (griddepcontrol.wait
+    before any read, then launch_dependents), so its launch overlaps that kernel's tail (a candidate)."""
 
     threads: int = 256
     staged: bool = True
+    pdl: bool = False
 
 
 @dataclass
@@ -63,8 +66,8 @@ def why_not(fmt: str, compute: str, config: DequantConfig) -> str | None:
     if compute not in RAW16:
         return f"compute dtype must be one of {RAW16}, got {compute}"
     ok = isinstance(config, DequantConfig) and config.threads in (64, 128, 256, 512)
-    if not ok or not isinstance(config.staged, bool):
-        return f"config must be a DequantConfig with 64, 128, 256 or 512 threads and a bool staged, got {config!r}"
+    if not ok or not isinstance(config.staged, bool) or not isinstance(config.pdl, bool):
+        return f"config must be a DequantConfig with 64, 128, 256 or 512 threads and bool staged / pdl, got {config!r}"
     return None
 
 
@@ -133,7 +136,10 @@ class DequantRows:
     def __call__(self, mX: cute.Tensor, mSF: cute.Tensor, mOut: cute.Tensor, r0: Int32, rows: Int32,
                  stream: cuda.CUstream):  # fmt: skip
         self.kernel(mX, mSF, mOut, r0, rows).launch(
-            grid=self.logic.grid(rows, mOut.shape[1]), block=[self.logic.cfg.threads, 1, 1], stream=stream
+            grid=self.logic.grid(rows, mOut.shape[1]),
+            block=[self.logic.cfg.threads, 1, 1],
+            stream=stream,
+            use_pdl=self.logic.cfg.pdl,
         )
 
     @cute.kernel
@@ -141,6 +147,10 @@ class DequantRows:
         tid, _, _ = cute.arch.thread_idx()
         bx, _, _ = cute.arch.block_idx()
         rt = DequantRuntime(mX.iterator.toint(), mSF.iterator.toint(), mOut.iterator.toint(), r0, rows, mOut.shape[1])
+        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent: the previous grid's
+            # writes are visible after the wait; the next kernel of the path may then launch
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.logic.cfg.staged):
             smem = cutlass.memory.SmemAllocator()
             stages = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.cfg.threads * 64), 128)

@@ -45,7 +45,9 @@ class Mma16Config:
     of kc, so its first ldmatrix is in flight while that k-step's MMAs run). pipe is the default:
     H200, session 22 (bench_gemm --sweep-subset twopass, nvfp4): 28672 x 4096 at M = 2048 1366 ->
     1331 us, M = 1024 791 -> 762; 4096 x 4096 at M = 2048 217 -> 210 (not with 128 x 256 tiles:
-    1424 -> 1551 there)."""
+    1424 -> 1551 there). pdl: launched as a programmatic dependent of the stream's previous kernel
+    (the dequantize pass; griddepcontrol.wait before any read, then launch_dependents), so its launch
+    and setup overlap that kernel's tail (a candidate)."""
 
     bm: int = 128
     bn: int = 128
@@ -54,6 +56,7 @@ class Mma16Config:
     stages: int = 3
     group_m: int = 16
     pipe: bool = True
+    pdl: bool = False
 
     @property
     def threads(self) -> int:
@@ -73,6 +76,7 @@ CANDIDATES = (
     Mma16Config(256, 128, 4, 2, 2),
     Mma16Config(128, 128, 2, 2, 3, group_m=8),
     Mma16Config(64, 128, 2, 2, 4),
+    Mma16Config(pdl=True),
 )
 
 
@@ -92,6 +96,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> str 
         return f"{c}: needs {c.smem_bytes} bytes of shared memory, more than the 99 KB an SM120 block gets"
     if not 0 <= c.group_m <= 64:
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
+    if not isinstance(c.pipe, bool) or not isinstance(c.pdl, bool):
+        return f"{c}: pipe and pdl must be bools"
     return None
 
 
@@ -155,7 +161,10 @@ class Mma16Gemm:
         grid_m = (mC.shape[0] + cfg.bm - 1) // cfg.bm
         grid_n = (p + cfg.bn - 1) // cfg.bn
         self.kernel(mA, mB, mC, mS0, mS1, mS2, alpha, c0, p).launch(
-            grid=self.logic.tiled.grid(grid_m, grid_n), block=[self.logic.threads, 1, 1], stream=stream
+            grid=self.logic.tiled.grid(grid_m, grid_n),
+            block=[self.logic.threads, 1, 1],
+            stream=stream,
+            use_pdl=self.logic.cfg.pdl,
         )
 
     @cute.kernel
@@ -171,6 +180,10 @@ class Mma16Gemm:
         c0: Int32,
         p: Int32,
     ):
+        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent: the previous grid's
+            # writes are visible after the wait; the next kernel of the path may then launch
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
         m0, n0 = self.logic.tiled.tile_origin((bx, by))
