@@ -217,7 +217,7 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
     m, n, k = c.shape[0], p, a16.shape[1]
     elem = c.element_size()
     rt = KT.Runtime(ab, ab, bb, bb, cb + c0 * elem, *sb, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    cfg, chunks = config, k // KM.BK
+    cfg, chunks = config, k // logic.kvals
     grid = logic.tiled.grid(-(-m // cfg.bm), -(-n // cfg.bn))
     for by in range(grid[1]):
         for bx in range(grid[0]):
@@ -280,6 +280,12 @@ def run_twopass(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Te
     m, n = c.shape
     if TP.runs_tiled(config, m):
         return run_tiled(a_fmt, b_fmt, out_dtype, config.tiled, args, alpha)
+    if config.gemm.e4m3:  # the raw E4M3 operands, one launch over all of N
+        c = c.clone()
+        run_mma16(
+            a_fmt, b_fmt, out_dtype, config.gemm, a.view(torch.uint8), b.view(torch.uint8), c, (s0, s1, s2), alpha, 0, n
+        )
+        return c
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
     compute = compute_dtype(a_fmt)
     dt = TORCH_OUT[compute]

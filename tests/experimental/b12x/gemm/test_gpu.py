@@ -156,6 +156,25 @@ def test_fp8_mma_tiled_variant(fmt, m):
         check_tolerance(out, ops, "bfloat16")
 
 
+@pytest.mark.parametrize("m", [300, 2048])
+def test_e4m3_twopass_candidates(m):
+    """Mma16Config.e4m3: tensor-FP8 x tensor-FP8 on the raw E4M3 operands (no dequantize pass), every
+    e4m3 tiling of the two-pass candidates, 4096 x 4096."""
+    ops = make_operands("fp8_tensor", "fp8_tensor", m, 4096, 4096, seed=14, device="cuda")
+    cands = [TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES if g.e4m3]
+    assert cands
+    for cfg in cands:
+        plan = B.plan(
+            B.GemmQuery("fp8_tensor", "fp8_tensor", 4096, 4096, max_m=m, m_values=(m,)), override={"tiled128": cfg}
+        )
+        with b12x.PreparationSession("cuda") as s:
+            s.prepare([plan])
+        out = torch.full((m, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
+        torch.cuda.synchronize()
+        check_tolerance(out, ops, "bfloat16")
+
+
 @pytest.mark.parametrize("a_fmt, b_fmt, m", [("bfloat16", "nvfp4", 1), ("mxfp8", "mxfp8", 2048), ("nvfp4", "nvfp4", 9)])
 def test_graph_replay_equals_eager_and_follows_a_device_alpha(a_fmt, b_fmt, m):
     ops = make_operands(a_fmt, b_fmt, m, 4096, 4096, seed=5, device="cuda")

@@ -57,6 +57,31 @@ def test_twopass_every_pair_on_the_emulator(a_fmt, b_fmt):
 
 
 @pytest.mark.interpret
+@pytest.mark.parametrize("pipe", [True, False])
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_e4m3_gemm_on_the_raw_operands_on_the_emulator(pipe, out_dtype):
+    """Mma16Config.e4m3: tensor-FP8 x tensor-FP8 with no dequantize pass, the GEMM on the raw E4M3
+    bytes (K-tiles of 128 values, m16n8k32); M = 70 and N = 200 tails, K = 384 (three K-tiles)."""
+    ops = make_operands("fp8_tensor", "fp8_tensor", 70, 200, 384, seed=21)
+    gemm = KM.Mma16Config(64, 64, 2, 2, 2, group_m=2, pipe=pipe, e4m3=True)
+    cfg = TP.TwoPassConfig(gemm=gemm, min_m=0)
+    assert TP.why_not("fp8_tensor", "fp8_tensor", out_dtype, cfg) is None
+    args, alpha = _args(ops, out_dtype)
+    check_tolerance(E.run_twopass("fp8_tensor", "fp8_tensor", out_dtype, cfg, args, alpha), ops, out_dtype)
+
+
+def test_e4m3_gemm_needs_tensor_fp8_and_launches_one_kernel():
+    cfg = TP.TwoPassConfig(gemm=KM.Mma16Config(e4m3=True), min_m=0)
+    assert "e4m3 (raw E4M3 operands) needs tensor-FP8 on both sides, got mxfp8 x mxfp8" in TP.why_not(
+        "mxfp8", "mxfp8", "bfloat16", cfg
+    )
+    keys = TP.kernel_keys("fp8_tensor", "fp8_tensor", "bfloat16", cfg, "sm_90a")
+    assert [fn for fn, _ in keys] == [KM.compile_mma16]
+    keys = TP.kernel_keys("fp8_tensor", "fp8_tensor", "bfloat16", TP.TwoPassConfig(gemm=cfg.gemm), "sm_90a")
+    assert [fn for fn, _ in keys] == [KM.compile_mma16, KT.compile_tiled]
+
+
+@pytest.mark.interpret
 @pytest.mark.parametrize("stages, pipe", [(2, True), (3, True), (3, False)])
 def test_pipelined_k_loop_on_the_emulator(stages, pipe):
     """Mma16Config.pipe (the default): fragments one k-step ahead across K-tiles, and the plain K loop;
@@ -162,7 +187,10 @@ def test_default_twopass_kernels_compile_for_both_archs(a_fmt, b_fmt):
 def test_every_mma16_candidate_and_dequant_format_compiles(arch):
     pytest.importorskip("cutlass")
     for cfg in KM.CANDIDATES:
-        assert ".local" not in KM.compile_mma16("nvfp4", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
+        fmt = "fp8_tensor" if cfg.e4m3 else "nvfp4"
+        ptx = KM.compile_mma16(fmt, fmt, "bfloat16", cfg, arch=arch).artifacts.PTX
+        assert ".local" not in ptx
+        assert ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" in ptx) == cfg.e4m3
     for fmt in KDQ.FORMATS:
         for compute in ("bfloat16", "float16"):
             for cfg in (KDQ.DequantConfig(staged=False), KDQ.DequantConfig(), KDQ.DequantConfig(pdl=True)):

@@ -15,6 +15,10 @@ wait + one barrier, then the next K-tile's copies into the buffer the previous i
 ldmatrix.x4 + mma.sync m16n8k16 (fp32 accumulators, `TiledLogic.mma_tile`). Rows past M (A) or P (B)
 are zero-filled by the copy (src-size 0) and never stored. Raster: `TiledLogic`'s (group_m M-tiles
 per N-tile). FLOPs 2 M P K; bytes A once per N-tile column of the grid (L2 serves the re-reads).
+
+`Mma16Config.e4m3` (tensor-FP8 x tensor-FP8 only): A and B are the raw E4M3 operands themselves (no
+dequantize pass); the same 128-byte rows then hold K-tiles of 128 values and the MMA is m16n8k32 e4m3
+(`TiledLogic`'s fp8_mma fragments), the tensor scales in the epilogue as before.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from .._shared.formats import OUT_DTYPES, compute_dtype
 from .._shared.ptx import DEVICE
 from ._kernel_decode import _CUTE, _SOURCES
 from ._kernel_decode import Runtime as _Runtime
-from ._kernel_tiled import BK, ROW_BYTES, TiledConfig, TiledLogic
+from ._kernel_tiled import ROW_BYTES, TiledConfig, TiledLogic
 
 SMEM_LIMIT = 99 * 1024  # what an SM120 block gets
 
@@ -58,6 +62,7 @@ class Mma16Config:
     group_m: int = 16
     pipe: bool = True
     pdl: bool = False
+    e4m3: bool = False
 
     @property
     def threads(self) -> int:
@@ -78,6 +83,8 @@ CANDIDATES = (
     Mma16Config(128, 128, 2, 2, 3, group_m=8),
     Mma16Config(64, 128, 2, 2, 4),
     Mma16Config(pdl=True),
+    Mma16Config(e4m3=True),
+    Mma16Config(128, 128, 2, 4, 3, e4m3=True),
 )
 
 
@@ -97,8 +104,10 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> str 
         return f"{c}: needs {c.smem_bytes} bytes of shared memory, more than the 99 KB an SM120 block gets"
     if not 0 <= c.group_m <= 64:
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
-    if not isinstance(c.pipe, bool) or not isinstance(c.pdl, bool):
-        return f"{c}: pipe and pdl must be bools"
+    if not isinstance(c.pipe, bool) or not isinstance(c.pdl, bool) or not isinstance(c.e4m3, bool):
+        return f"{c}: pipe, pdl and e4m3 must be bools"
+    if c.e4m3 and not a_fmt == b_fmt == "fp8_tensor":
+        return f"{c}: e4m3 (raw E4M3 operands) needs tensor-FP8 on both sides, got {a_fmt} x {b_fmt}"
     return None
 
 
@@ -113,8 +122,10 @@ class Mma16Logic:
         c = config
         self.cfg = c
         self.tiled = TiledLogic(
-            a_fmt, b_fmt, out_dtype, TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, group_m=c.group_m)
+            a_fmt, b_fmt, out_dtype, TiledConfig(c.bm, c.bn, c.warps_m, c.warps_n, c.e4m3, group_m=c.group_m)
         )
+        self.kvals = self.tiled.bk  # K values per K-tile: 64 16-bit or 128 E4M3 (128 bytes a row either way)
+        self.value_bytes = 1 if c.e4m3 else 2
         self.threads = c.threads
         self.smem_bytes = c.smem_bytes
         self.f32_out = out_dtype == "float32"
@@ -123,8 +134,8 @@ class Mma16Logic:
         """cp.async K-tile kc of the A rows m0.. and B rows n0.. into ring buffer `stage` (no commit)."""
         per_pass = self.threads // 8  # rows one pass of 16-byte chunks covers
         chunk, r = tid & 7, tid >> 3
-        kbytes = ops.i64(kc) * (BK * 2) + ops.i64(chunk * 16)
-        ld = ops.i64(rt.k) * 2
+        kbytes = ops.i64(kc) * ROW_BYTES + ops.i64(chunk * 16)
+        ld = ops.i64(rt.k) * self.value_bytes
         for base, r0, limit, off, count in (
             (rt.a_base, m0, rt.m, 0, self.cfg.bm),
             (rt.b_base, n0, rt.n, self.cfg.bm, self.cfg.bn),
@@ -232,7 +243,7 @@ class Mma16Gemm:
         """The K loop of `Mma16Config.pipe`: fragments one k-step ahead; the next K-tile's copies issue at
         k-step 0, the wait and barrier come before the last k-step, whose MMAs then overlap the next
         K-tile's first ldmatrix."""
-        chunks = rt.k // BK
+        chunks = rt.k // self.logic.kvals
         self.prologue(rt, tid, m0, n0, sbase, chunks)
         self.ops.cp_async_wait(self.logic.cfg.stages - 2)
         self.ops.barrier()
@@ -257,7 +268,7 @@ class Mma16Gemm:
 
     @cute.jit
     def tile_plain(self, rt: _Runtime, tid, m0, n0, sbase, ld):
-        chunks = rt.k // BK
+        chunks = rt.k // self.logic.kvals
         self.prologue(rt, tid, m0, n0, sbase, chunks)
         acc = self.logic.tiled.zero_acc(self.ops)
         for kc in cutlass.range(chunks):
@@ -271,9 +282,10 @@ class Mma16Gemm:
         self.logic.epilogue(self.ops, rt, tid, m0, n0, acc, ld)
 
 
-def fake_args(a_fmt: str, out_dtype: str):
-    """A16 [M, K], B16 [P', K] (16-bit, the compute dtype), C [M, N], S0, S1, S2 fp32 [1]."""
-    dt = _CUTE[compute_dtype(a_fmt)]
+def fake_args(a_fmt: str, out_dtype: str, e4m3: bool = False):
+    """A16 [M, K], B16 [P', K] (16-bit, the compute dtype; raw E4M3 bytes with e4m3), C [M, N], S0, S1,
+    S2 fp32 [1]."""
+    dt = cutlass.Uint8 if e4m3 else _CUTE[compute_dtype(a_fmt)]
     m, k = cute.sym_int(), cute.sym_int()
     a = make_fake_compact_tensor(dt, (m, k), stride_order=(1, 0), assumed_align=16)
     b = make_fake_compact_tensor(dt, (cute.sym_int(), k), stride_order=(1, 0), assumed_align=16)
@@ -287,5 +299,5 @@ def compile_mma16(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, a
     """tvm-ffi launcher `fn(A16, B16, C, S0, S1, S2, alpha, c0, p)` on torch's current stream."""
     logic = Mma16Logic(a_fmt, b_fmt, out_dtype, config)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    args = fake_args(a_fmt, out_dtype)
+    args = fake_args(a_fmt, out_dtype, config.e4m3)
     return cute_compile(Mma16Gemm(logic), *args, Float32(1.0), Int32(0), Int32(1), stream, arch=arch)

@@ -16,6 +16,8 @@ Workspace: A16 (M x K) and one B16 panel of at most `panel_elems` values (rows a
 taken from torch's caching allocator on the current stream at each call (a CUDA graph captures them
 in its private pool). Formats: NVFP4, MXFP4, MXFP8 and tensor-FP8 weights with the same-format or a
 16-bit activation; block-FP8 keeps the tiled kernel (its weight scales fold into the activation).
+With `Mma16Config.e4m3` (tensor-FP8 x tensor-FP8, a candidate) there is no first pass: the GEMM runs on
+the raw E4M3 operands in one launch over all of N, no workspace.
 """
 
 from __future__ import annotations
@@ -71,10 +73,9 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig) -> st
 def kernel_keys(a_fmt: str, b_fmt: str, out_dtype: str, config: TwoPassConfig, arch: str) -> tuple:
     """((compile function, key), ...) of the kernels the path launches: the dequantize pass (B's, and
     A's when A is quantized: pair_ok makes it B's format) and the GEMM."""
-    keys = (
-        (KD.compile_dequant, (b_fmt, compute_dtype(a_fmt), config.dequant, arch)),
-        (KM.compile_mma16, (a_fmt, b_fmt, out_dtype, config.gemm, arch)),
-    )
+    keys = ((KM.compile_mma16, (a_fmt, b_fmt, out_dtype, config.gemm, arch)),)
+    if not config.gemm.e4m3:
+        keys = ((KD.compile_dequant, (b_fmt, compute_dtype(a_fmt), config.dequant, arch)),) + keys
     if config.min_m > 0:  # live M below min_m: the tiled kernel
         keys += ((KT.compile_tiled, (a_fmt, b_fmt, out_dtype, config.tiled, arch)),)
     return keys
@@ -108,7 +109,10 @@ class TwoPassLauncher:
     def __call__(self, a, sfa, b, sfb, c, s0, s1, s2, alpha) -> None:
         m, n = c.shape
         if runs_tiled(self.config, m):
-            self.kernels[2](a, sfa, b, sfb, c, s0, s1, s2, alpha)
+            self.kernels[-1](a, sfa, b, sfb, c, s0, s1, s2, alpha)
+            return
+        if self.config.gemm.e4m3:  # the raw E4M3 operands, no first pass
+            self.kernels[0](a.view(torch.uint8), b.view(torch.uint8), c, s0, s1, s2, alpha, 0, n)
             return
         k = b.shape[1] * 8 // FORMAT[self.b_fmt].value_bits
         dt = TORCH_OUT[self.compute]
