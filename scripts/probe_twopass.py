@@ -6,7 +6,8 @@
 Per shape: the dequantize pass (plain and staged stores) over all N weight rows (one launch, the
 whole weight: what the default's panels do in pieces), over the M activation rows (quantized recipes), and the 16-bit GEMM
 alone on already-dequantized operands for each GEMM tiling (BMxBNxWMxWNxSTAGES, "p" suffix: the
-pipelined K loop), with TB/s for the dequantize pass (bytes read + written) and TFLOP/s for the GEMM.
+pipelined K loop, "e" suffix: `Mma16Config.e4m3`, the GEMM on raw E4M3 operands as tensor-FP8 runs it,
+whatever --recipe says), with TB/s for the dequantize pass (bytes read + written) and TFLOP/s for the GEMM.
 CUDA events with L2 flushed (benchmarks/.../common.time_cuda_events), as bench_gemm's events rows.
 What it answers: how much of a two-pass call is each pass, against the copy ceiling and the 16-bit
 GEMM's throughput (issue #6, docs/performance.md session 21).
@@ -32,9 +33,15 @@ from flashinfer.experimental.b12x.gemm.blockscaled.api import _arch, _synthetic_
 
 
 def tiling(text: str) -> KM.Mma16Config:
+    """BMxBNxWMxWNxSTAGES with optional suffixes: "p" the pipelined K loop, then "e" raw E4M3 operands."""
+    e4m3 = text.endswith("e")
+    text = text.removesuffix("e")
     pipe = text.endswith("p")
-    bm, bn, wm, wn, st = (int(v) for v in text.rstrip("p").split("x"))
-    return KM.Mma16Config(bm, bn, wm, wn, st, pipe=pipe)
+    try:
+        bm, bn, wm, wn, st = (int(v) for v in text.removesuffix("p").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a tiling is BMxBNxWMxWNxSTAGES[p][e], got {text!r}") from None
+    return KM.Mma16Config(bm, bn, wm, wn, st, pipe=pipe, e4m3=e4m3)
 
 
 def main(argv=None) -> int:
@@ -60,6 +67,7 @@ def main(argv=None) -> int:
         a, sa = synthetic_lhs(fmt, m, k, dev)
         b16 = torch.randn(n, k, device=dev).to(torch.bfloat16)
         a16 = torch.randn(m, k, device=dev).to(torch.bfloat16)
+        b8, a8 = (t.to(torch.float8_e4m3fn).view(torch.uint8) for t in (b16, a16))
         c = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
         rows = (("B", w.values, w.scales, b16, n), ("A", a, sa, a16, m))
         for side, x, sf, out, r in rows:
@@ -70,12 +78,13 @@ def main(argv=None) -> int:
                 rate = moved / t.median_us / 1e6
                 print(f"{shape} dequant {side} [{r} x {k}] {name}: {t.median_us:8.1f} us  {rate:5.2f} TB/s")
         for cfg in args.tiles:
-            if KM.why_not(fmt, fmt, "bfloat16", cfg) is not None:
-                print(f"{shape} gemm {cfg}: skipped ({KM.why_not(fmt, fmt, 'bfloat16', cfg)})")
+            gfmt, ga, gb = ("fp8_tensor", a8, b8) if cfg.e4m3 else (fmt, a16, b16)
+            if KM.why_not(gfmt, gfmt, "bfloat16", cfg) is not None:
+                print(f"{shape} gemm {cfg}: skipped ({KM.why_not(gfmt, gfmt, 'bfloat16', cfg)})")
                 continue
-            g = KM.compile_mma16(fmt, fmt, "bfloat16", cfg, arch)
+            g = KM.compile_mma16(gfmt, gfmt, "bfloat16", cfg, arch)
             t = time_cuda_events(
-                functools.partial(g, a16, b16, c, ones, ones, ones, 1.0, 0, n), iters=args.iters, device=dev
+                functools.partial(g, ga, gb, c, ones, ones, ones, 1.0, 0, n), iters=args.iters, device=dev
             )
             print(f"{shape} gemm {cfg}: {t.median_us:8.1f} us  {2 * m * n * k / t.median_us / 1e6:6.1f} TFLOP/s")
         b = L.default_config("tiled128", n, k, fmt, a_fmt=fmt, arch=arch)
