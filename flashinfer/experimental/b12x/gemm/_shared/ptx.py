@@ -496,6 +496,23 @@ class DeviceOps:
         """Named barrier `barrier_id` (1..15; 0 is barrier()) over `threads` threads (whole warps)."""
         cute.arch.barrier(barrier_id=barrier_id, number_of_threads=threads)
 
+    # programmatic dependent launch (a kernel launched with use_pdl): griddepcontrol.wait returns once
+    # the stream's previous kernel has completed and its writes are visible; launch_dependents lets the
+    # next PDL kernel launch its CTAs (which wait likewise)
+    @staticmethod
+    def gdc_wait():
+        cute.arch.griddepcontrol_wait()
+
+    @staticmethod
+    def gdc_launch_dependents():
+        cute.arch.griddepcontrol_launch_dependents()
+
+    def gdc_enter(self):
+        """The wait, then the release: for a PDL kernel before its first global access (the CuTe twin
+        of `_lib.triton_pdl.gdc_enter`)."""
+        self.gdc_wait()
+        self.gdc_launch_dependents()
+
 
 DEVICE = DeviceOps()
 

@@ -184,21 +184,13 @@ def _ldg_i64(addr, pred, *, loc=None, ip=None):
 
 class FusedOps(DeviceOps):
     """`ptx.DEVICE` plus ex2 (2^x, ex2.approx), rsqrt (rsqrt.approx), prefetch_l2(addr, pred), an
-    int64 load (ldg_i64(addr, pred), 0 where not pred) and the griddepcontrol pair (the CPU emulator
-    implements them exactly and as no-ops)."""
+    int64 load (ldg_i64(addr, pred), 0 where not pred); the griddepcontrol pair is `DeviceOps`' (the CPU
+    emulator implements them exactly and as no-ops)."""
 
     ex2 = staticmethod(_ex2)
     rsqrt = staticmethod(_rsqrt)
     prefetch_l2 = staticmethod(_prefetch_l2)
     ldg_i64 = staticmethod(_ldg_i64)
-
-    @staticmethod
-    def gdc_wait():
-        cute.arch.griddepcontrol_wait()
-
-    @staticmethod
-    def gdc_launch_dependents():
-        cute.arch.griddepcontrol_launch_dependents()
 
 
 DEVICE = FusedOps()

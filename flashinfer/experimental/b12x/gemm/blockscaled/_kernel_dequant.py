@@ -147,10 +147,8 @@ class DequantRows:
         tid, _, _ = cute.arch.thread_idx()
         bx, _, _ = cute.arch.block_idx()
         rt = DequantRuntime(mX.iterator.toint(), mSF.iterator.toint(), mOut.iterator.toint(), r0, rows, mOut.shape[1])
-        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent: the previous grid's
-            # writes are visible after the wait; the next kernel of the path may then launch
-            cute.arch.griddepcontrol_wait()
-            cute.arch.griddepcontrol_launch_dependents()
+        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent (`DeviceOps.gdc_enter`)
+            self.ops.gdc_enter()
         if cutlass.const_expr(self.logic.cfg.staged):
             smem = cutlass.memory.SmemAllocator()
             stages = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.cfg.threads * 64), 128)

@@ -192,10 +192,8 @@ class Mma16Gemm:
         c0: Int32,
         p: Int32,
     ):
-        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent: the previous grid's
-            # writes are visible after the wait; the next kernel of the path may then launch
-            cute.arch.griddepcontrol_wait()
-            cute.arch.griddepcontrol_launch_dependents()
+        if cutlass.const_expr(self.logic.cfg.pdl):  # a programmatic dependent (`DeviceOps.gdc_enter`)
+            self.ops.gdc_enter()
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
         m0, n0 = self.logic.tiled.tile_origin((bx, by))
