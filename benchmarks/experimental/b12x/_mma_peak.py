@@ -1,8 +1,14 @@
 """The warp-level MMA ceiling: mma.sync in a register-only loop (no loads), for bench_ceilings --mma.
 
 Every warp of a full grid runs `iters` rounds of `chains` independent accumulator chains of one
-mma.sync shape on constant fragments, then stores the sum of its accumulators (so nothing is dead
-code). FLOPs: grid warps x iters x chains x (2 M N K of the shape). What it answers: the most any
+mma.sync shape, then stores the sum of its accumulators (so nothing is dead code). The fragments
+change every round (one IMAD a fragment word, a linear congruential step): with constant fragments
+ptxas hoists whatever does not depend on the accumulator out of the loop. On sm_90a that is most of
+an e4m3 mma.sync, which ptxas emulates (F2FP to f16, HMMA.16816 into zero, FADD into the
+accumulator): session 22's "1575 TFLOP/s" e4m3 ceiling timed the FADDs of a loop whose 4 HMMAs had
+been hoisted (SASS, session 23). Each chain XORs its index into B (one LOP a word): with one B
+for all chains ptxas computes the emulated product once a round and only the FADDs repeat. The operand bits are garbage after the first round; MMA timing does
+not depend on the values. FLOPs: grid warps x iters x chains x (2 M N K of the shape). What it answers: the most any
 b12x kernel built on warp MMA (DESIGN.md section 5: no wgmma) can reach on this GPU, per input type:
 bf16 m16n8k16 and e4m3 m16n8k32 (e.g. whether issue #6's MXFP8 target of 0.55x cuBLASLt's FP8 GEMM is
 within an FP8 mma.sync kernel's reach on the H200).
@@ -20,6 +26,7 @@ from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE
 # kind -> (FLOPs of one mma.sync, A fragment word, B fragment word): 1.0 in every element
 KINDS = {"bf16": (2 * 16 * 8 * 16, 0x3F803F80, 0x3F803F80), "e4m3": (2 * 16 * 8 * 32, 0x38383838, 0x38383838)}
 THREADS = 256
+LCG_MUL, LCG_ADD = 1664525, 1013904223  # per-round fragment update (Numerical Recipes' LCG)
 
 
 class MmaPeak:
@@ -44,11 +51,14 @@ class MmaPeak:
         b = [DEVICE.u32(b_word) ^ salt for _ in range(2)]
         acc = [Float32(0.0) for _ in range(4 * self.chains)]
         for _ in cutlass.range(iters):
+            a = [w * cutlass.Uint32(LCG_MUL) + cutlass.Uint32(LCG_ADD) for w in a]
+            b = [w * cutlass.Uint32(LCG_MUL) + cutlass.Uint32(LCG_ADD) for w in b]
             for c in cutlass.range_constexpr(self.chains):
+                bc = [w ^ cutlass.Uint32(c) for w in b]  # each chain its own B, as each n8 tile of a GEMM
                 if cutlass.const_expr(self.kind == "bf16"):
-                    acc[4 * c : 4 * c + 4] = DEVICE.mma("bfloat16", a, b, acc[4 * c : 4 * c + 4])
+                    acc[4 * c : 4 * c + 4] = DEVICE.mma("bfloat16", a, bc, acc[4 * c : 4 * c + 4])
                 else:
-                    acc[4 * c : 4 * c + 4] = DEVICE.mma_fp8(a, b, acc[4 * c : 4 * c + 4])
+                    acc[4 * c : 4 * c + 4] = DEVICE.mma_fp8(a, bc, acc[4 * c : 4 * c + 4])
         total = Float32(0.0)
         for v in acc:
             total = total + v
