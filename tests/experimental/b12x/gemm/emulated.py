@@ -23,6 +23,15 @@ from .emulator import EmuOps, GlobalMemory, emulate_tile
 LANE = np.arange(32, dtype=np.int32)
 
 
+class _HostInts:
+    """The ops `TiledLogic.tile_origin` needs, on plain Python integers (the host-side raster walks)."""
+
+    imin = staticmethod(min)
+
+
+RASTER_OPS = _HostInts()
+
+
 def poisoned_launch_args(ops, out_dtype: str, alpha=None):
     """`launch.launch_args` of an Operands (helpers.make_operands) with a NaN-filled C: ((A, SFA, B, SFB,
     C, S0, S1, S2), alpha), the arguments the drivers below take."""
@@ -218,11 +227,12 @@ def run_mma16(a_fmt, b_fmt, out_dtype, config, a16, b16, c, scalars, alpha: floa
     elem = c.element_size()
     rt = KT.Runtime(ab, ab, bb, bb, cb + c0 * elem, *sb, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
     cfg, chunks = config, k // logic.kvals
-    grid = logic.tiled.grid(-(-m // cfg.bm), -(-n // cfg.bn))
+    grid_m = -(-m // cfg.bm)
+    grid = logic.tiled.grid(grid_m, -(-n // cfg.bn))
     for by in range(grid[1]):
         for bx in range(grid[0]):
-            m0, n0 = (np.int32(v) for v in logic.tiled.tile_origin((bx, by)))
-            if m0 >= m:
+            m0, n0 = (np.int32(v) for v in logic.tiled.tile_origin(RASTER_OPS, (bx, by), grid_m))
+            if n0 >= n:  # an idle CTA of the grouped raster's short last group
                 continue
             smem = np.zeros(logic.smem_bytes, dtype=np.uint8)
             ops = [EmuOps(gmem, smem) for _ in range(cfg.threads // 32)]

@@ -140,6 +140,26 @@ def test_candidate_configs_are_correct(bucket):
         check_tolerance(out, ops, "bfloat16")
 
 
+@pytest.mark.parametrize("m", [1100, 2100])
+@pytest.mark.parametrize("path", ["twopass", "tiled"])
+def test_grouped_raster_short_last_group(m, path):
+    """M-tiles not a multiple of group_m (16): 1100 is one short group of 9 M-tiles, 2100 a whole group
+    and a short one of 1; the idle CTAs sit at the end of the short group's row (session 23). N = 1056
+    is not a multiple of the tile; the two-pass run splits B in three panels."""
+    ops = make_operands("nvfp4", "nvfp4", m, 1056, 2048, seed=m + 1, device="cuda")
+    if path == "twopass":
+        cfg = TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0)
+    else:
+        cfg = KT.TiledConfig(128, 128, 2, 4, group_m=16)
+    plan = B.plan(B.GemmQuery("nvfp4", "nvfp4", 1056, 2048, max_m=m, m_values=(m,)), override={"tiled128": cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    out = torch.full((m, 1056), float("nan"), dtype=torch.bfloat16, device="cuda")
+    B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
+    torch.cuda.synchronize()
+    check_tolerance(out, ops, "bfloat16")
+
+
 @pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block", "mxfp8"])
 @pytest.mark.parametrize("m", [300, 2048])
 def test_fp8_mma_tiled_variant(fmt, m):

@@ -15,6 +15,7 @@ from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
+from .emulated import RASTER_OPS
 from .emulated import poisoned_launch_args as _launch_args
 from .emulator import GlobalMemory, emulate_tile
 from .helpers import PAIRS, check_tolerance, make_operands
@@ -64,14 +65,17 @@ def test_default_config_implements_every_pair():
 @pytest.mark.parametrize("group_m", [0, 1, 2, 3, 8, 16])
 @pytest.mark.parametrize("grid_m, grid_n", [(1, 1), (1, 7), (5, 3), (16, 112), (17, 5)])
 def test_grouped_raster_visits_every_tile_once(group_m, grid_m, grid_n):
-    """Launch order is x fastest, then y: the first g * grid_n CTAs cover g M-tiles only; CTAs past
-    the last M-tile (m0 >= M) are the idle ones the kernel skips, at most g - 1 per N-tile."""
+    """Launch order is x fastest, then y: the first min(g, grid_m) * grid_n CTAs cover that many M-tiles
+    only; the idle CTAs (n0 >= N, at most g - 1 per N-tile) all come after every busy one, so the
+    block scheduler hands out the busy CTAs first, one an SM while there are SMs free."""
     logic = KT.TiledLogic("nvfp4", "nvfp4", "bfloat16", KT.TiledConfig(128, 256, 2, 4, group_m=group_m))
     gx, gy, gz = logic.grid(grid_m, grid_n)
-    order = [logic.tile_origin((x, y)) for y in range(gy) for x in range(gx)]
-    busy = [(m0, n0) for m0, n0 in order if m0 < grid_m * 128]
+    order = [logic.tile_origin(RASTER_OPS, (x, y), grid_m) for y in range(gy) for x in range(gx)]
+    busy = [(m0, n0) for m0, n0 in order if n0 < grid_n * 256]
     assert sorted(busy) == sorted((i * 128, j * 256) for i in range(grid_m) for j in range(grid_n))
     assert gz == 1 and len(order) - len(busy) <= max(group_m - 1, 0) * grid_n
+    assert order[: len(busy)] == busy  # no idle CTA before a busy one
+    assert all(m0 < grid_m * 128 for m0, _ in order)
     if group_m:
         assert {m0 // 128 for m0, _ in busy[: min(group_m, grid_m) * grid_n]} == set(range(min(group_m, grid_m)))
 
@@ -96,11 +100,12 @@ def run_tiled_grid(a_fmt, b_fmt, out_dtype, config, args, alpha):
     m, n = c.shape
     k = args[2].shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = KT.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    gx, gy, _ = logic.grid(-(-m // config.bm), -(-n // config.bn))
+    grid_m = -(-m // config.bm)
+    gx, gy, _ = logic.grid(grid_m, -(-n // config.bn))
     for by in range(gy):
         for bx in range(gx):
-            m0, n0 = logic.tile_origin((bx, by))
-            if m0 >= m:  # an idle CTA of the grouped raster's last group: the kernel skips it whole
+            m0, n0 = logic.tile_origin(RASTER_OPS, (bx, by), grid_m)
+            if n0 >= n:  # an idle CTA of the grouped raster's short last group: the kernel skips it whole
                 continue
             emulate_tile(logic, gmem, rt, np.int32(m0), np.int32(n0))
     raw = torch.from_numpy(gmem.get(bases[4])[: c.numel() * c.element_size()].copy())

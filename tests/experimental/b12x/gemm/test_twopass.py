@@ -3,6 +3,7 @@ reference dequantization, the whole path on the CPU emulator against the fp32 re
 not a multiple of the tile or the panel, several panels), its selection, checks and CPU compiles."""
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -115,10 +116,19 @@ def test_below_min_m_the_tiled_kernel_runs():
 
 
 def test_panel_rows():
-    assert TP.panel_rows(28672, 4096, 1 << 25) == 8192
+    assert TP.panel_rows(28672, 4096, 1 << 25) == 7168  # four equal panels, not 3 x 8192 + 4096
+    assert TP.panel_rows(28672, 4096, 1 << 26) == 14336
+    assert TP.panel_rows(4096, 14336, 1 << 25) == 2048  # not 2304 + 1792
     assert TP.panel_rows(4096, 4096, 1 << 25) == 4096
     assert TP.panel_rows(144, 4096, 1 << 25) == 256  # N rounded up to 128
     assert TP.panel_rows(28672, 1 << 20, 1 << 25) == 128  # at least one 128-row atom
+    assert TP.panel_rows(400, 256, 128 * 256) == 128  # 4 panels (the last one 16 rows: N = 400)
+    for n, k, elems in itertools.product((1, 130, 400, 7168, 28672), (256, 4096, 14336), (1 << 14, 1 << 25, 1 << 26)):
+        rows = TP.panel_rows(n, k, elems)
+        assert rows % 128 == 0 and (rows == 128 or rows * k <= elems), (n, k, elems)
+        assert -(-n // rows) == -(-n // max(128, elems // k // 128 * 128)), (n, k, elems)  # the fewest panels
+        panels = -(-n // rows)
+        assert n - (panels - 1) * rows > rows - 128 * panels, (n, k, elems)  # equal up to the 128-row rounding
 
 
 def test_selection_and_the_switch(monkeypatch):

@@ -196,7 +196,8 @@ class Mma16Gemm:
             self.ops.gdc_enter()
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
-        m0, n0 = self.logic.tiled.tile_origin((bx, by))
+        cfg = self.logic.cfg
+        m0, n0 = self.logic.tiled.tile_origin(self.ops, (bx, by), (mC.shape[0] + cfg.bm - 1) // cfg.bm)
         ld = mC.shape[1]
         c_base = mC.iterator.toint() + cutlass.Int64(c0) * (4 if cutlass.const_expr(self.logic.f32_out) else 2)
         rt = _Runtime(
@@ -218,7 +219,7 @@ class Mma16Gemm:
         sbase = ring.iterator.toint()
         if cutlass.const_expr(self.logic.cfg.group_m == 0):
             self.tile(rt, tid, m0, n0, sbase, ld)
-        elif m0 < rt.m:  # false only for the idle CTAs of a grouped raster's last group
+        elif n0 < rt.n:  # false only for the idle CTAs of a grouped raster's short last group
             self.tile(rt, tid, m0, n0, sbase, ld)
 
     @cute.jit

@@ -196,15 +196,20 @@ class TiledLogic:
         self.a_spans = self.spr * config.bm // self.threads  # spans per thread
         self.b_spans = self.spr * config.bn // self.threads
 
-    def tile_origin(self, bid):
+    def tile_origin(self, ops, bid, grid_m):
         """(m0, n0) of CTA `bid` = (block x, block y) of `grid(grid_m, grid_n)`. Grouped raster: block y
-        is the group of g M-tiles, block x walks them M-fastest (x % g) then N (x // g), both by the
-        static g; a CTA past the last M-tile (last group, grid_m % g != 0) gets m0 >= M and exits."""
+        is a group of g M-tiles (fewer in a short last group: rows = min(g, grid_m - y g), a run-time
+        value), block x walks them M-fastest (x % rows) then N (x // rows). The CTAs past the last tile
+        (n0 >= N: only in a short last group, at the end of its row) are idle; the kernel skips them.
+        Session 23: with the static g instead, a group of 8 M-tiles under g = 16 (M = 1024) left idle
+        CTAs between the busy ones, and the block scheduler put two busy CTAs on some SMs and none on
+        others (nvfp4 M = 1024 2048 x 5632: 124 us at g 16 against 84 at g 8)."""
         bx, by = bid
         g = self.cfg.group_m
         if g == 0:
             return by * self.cfg.bm, bx * self.cfg.bn
-        return (by * g + bx % g) * self.cfg.bm, (bx // g) * self.cfg.bn
+        rows = ops.imin(g, grid_m - by * g)
+        return (by * g + bx % rows) * self.cfg.bm, (bx // rows) * self.cfg.bn
 
     def grid(self, grid_m, grid_n):
         """The launch grid (x, y, z) for grid_m x grid_n CTA tiles."""
@@ -514,7 +519,7 @@ class TiledGemm:
     ):
         tid, _, _ = cute.arch.thread_idx()
         bx, by, _ = cute.arch.block_idx()
-        m0, n0 = self.logic.tile_origin((bx, by))
+        m0, n0 = self.logic.tile_origin(self.ops, (bx, by), (mC.shape[0] + self.logic.cfg.bm - 1) // self.logic.cfg.bm)
         k = mB.shape[1] * 8 // FORMAT[self.logic.b_fmt].value_bits
         rt = Runtime(
             mA.iterator.toint(),
@@ -535,7 +540,7 @@ class TiledGemm:
         sbase = tiles.iterator.toint()
         if cutlass.const_expr(self.logic.cfg.group_m == 0):
             self.tile(rt, tid, m0, n0, sbase)
-        elif m0 < rt.m:  # false only for the idle CTAs of a grouped raster's last group (uniform per CTA)
+        elif n0 < rt.n:  # false only for the idle CTAs of a grouped raster's short last group (per CTA)
             self.tile(rt, tid, m0, n0, sbase)
 
     @cute.jit
