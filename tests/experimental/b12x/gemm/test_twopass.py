@@ -166,6 +166,12 @@ def test_why_not_names_the_problem():
     assert TP.why_not("nvfp4", "nvfp4", "bfloat16", dataclasses.replace(bad_tiled, min_m=0)) is None
     big = dataclasses.replace(good, gemm=KM.Mma16Config(128, 256, 2, 4, 3))
     assert "99 KB" in TP.why_not("nvfp4", "nvfp4", "bfloat16", big)
+    # an explicit sm_90a build may take up to 227 KB (probes); plans and candidates stay portable
+    assert KM.why_not("nvfp4", "nvfp4", "bfloat16", big.gemm, "sm_90a") is None
+    assert "99 KB" in KM.why_not("nvfp4", "nvfp4", "bfloat16", big.gemm, "sm_120a")
+    huge = KM.Mma16Config(256, 256, 4, 4, 4)
+    assert "227 KB a sm_90a block" in KM.why_not("nvfp4", "nvfp4", "bfloat16", huge, "sm_90a")
+    assert all(KM.why_not("nvfp4", "nvfp4", "bfloat16", g) is None for g in KM.CANDIDATES if not g.e4m3)
     assert "tiled buckets" in L.why_not("nvfp4", "nvfp4", "bfloat16", "decode8", good)
     with pytest.raises(ValueError, match="16-bit GEMM"):
         KM.Mma16Logic("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(stages=1))

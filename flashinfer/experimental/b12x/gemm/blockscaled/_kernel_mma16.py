@@ -39,6 +39,9 @@ from ._kernel_decode import Runtime as _Runtime
 from ._kernel_tiled import ROW_BYTES, TiledConfig, TiledLogic
 
 SMEM_LIMIT = 99 * 1024  # what an SM120 block gets
+# What a block may take on an arch compiled for explicitly (compile_mma16's arch); plans, defaults and
+# the sweep's candidates keep SMEM_LIMIT, so they build everywhere.
+SMEM_LIMIT_BY_ARCH = {"sm_90a": 227 * 1024}
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,9 @@ CANDIDATES = (
 )
 
 
-def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> str | None:
+def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, arch: str | None = None) -> str | None:
+    """None if the config builds for a_fmt x b_fmt -> out_dtype, else why not. arch None: everywhere
+    (SM120's 99 KB of shared memory); an arch: that arch's limit (sm_90a: 227 KB, for probes)."""
     if not isinstance(config, Mma16Config):
         return f"config must be an Mma16Config, got {type(config).__name__}"
     c = config
@@ -100,8 +105,10 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> str 
         return f"{c}: every thread must issue the same number of 16-byte copies per K-tile"
     if not 2 <= c.stages <= 6:
         return f"{c}: stages must be 2..6"
-    if c.smem_bytes > SMEM_LIMIT:
-        return f"{c}: needs {c.smem_bytes} bytes of shared memory, more than the 99 KB an SM120 block gets"
+    limit = SMEM_LIMIT_BY_ARCH.get(arch, SMEM_LIMIT)
+    if c.smem_bytes > limit:
+        where = f"a {arch} block" if arch in SMEM_LIMIT_BY_ARCH else "an SM120 block"
+        return f"{c}: needs {c.smem_bytes} bytes of shared memory, more than the {limit // 1024} KB {where} gets"
     if not 0 <= c.group_m <= 64:
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
     if not isinstance(c.pipe, bool) or not isinstance(c.pdl, bool) or not isinstance(c.e4m3, bool):
@@ -115,8 +122,8 @@ class Mma16Logic:
     """Static facts and the per-thread pieces of the kernel (emulated in the tests). The MMA loop,
     raster and epilogue are `TiledLogic`'s, built for the real formats (their epilogue exponent)."""
 
-    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config) -> None:
-        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+    def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, arch: str | None = None) -> None:
+        reason = why_not(a_fmt, b_fmt, out_dtype, config, arch)
         if reason is not None:
             raise ValueError(f"gemm.blockscaled 16-bit GEMM: {reason}")
         c = config
@@ -296,7 +303,7 @@ def fake_args(a_fmt: str, out_dtype: str, e4m3: bool = False):
 @kernel("gemm.blockscaled.mma16", sources=(*_SOURCES, "flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled"))
 def compile_mma16(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, arch: str):
     """tvm-ffi launcher `fn(A16, B16, C, S0, S1, S2, alpha, c0, p)` on torch's current stream."""
-    logic = Mma16Logic(a_fmt, b_fmt, out_dtype, config)
+    logic = Mma16Logic(a_fmt, b_fmt, out_dtype, config, arch)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
     args = fake_args(a_fmt, out_dtype, config.e4m3)
     return cute_compile(Mma16Gemm(logic), *args, Float32(1.0), Int32(0), Int32(1), stream, arch=arch)

@@ -100,7 +100,8 @@ def panel_rows(n: int, k: int, panel_elems: int) -> int:
     SMs idle)."""
     most = max(128, (panel_elems // k) // 128 * 128)
     panels = -(-n // most)
-    return -(-(-(-n // panels)) // 128) * 128
+    per_panel = -(-n // panels)
+    return -(-per_panel // 128) * 128
 
 
 class TwoPassLauncher:
