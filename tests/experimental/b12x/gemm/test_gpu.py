@@ -140,6 +140,18 @@ def test_candidate_configs_are_correct(bucket):
         check_tolerance(out, ops, "bfloat16")
 
 
+def _check_override(ops, a_fmt, b_fmt, n, k, m, bucket, cfg):
+    """Plan a_fmt x b_fmt at N x K with `cfg` for the bucket, prepare it, run M rows into a NaN-poisoned
+    output and compare with the reference."""
+    plan = B.plan(B.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override={bucket: cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
+    torch.cuda.synchronize()
+    check_tolerance(out, ops, "bfloat16")
+
+
 @pytest.mark.parametrize("m", [1100, 2100])
 @pytest.mark.parametrize("path", ["twopass", "tiled"])
 def test_grouped_raster_short_last_group(m, path):
@@ -151,13 +163,7 @@ def test_grouped_raster_short_last_group(m, path):
         cfg = TP.TwoPassConfig(panel_elems=384 * 2048, min_m=0)
     else:
         cfg = KT.TiledConfig(128, 128, 2, 4, group_m=16)
-    plan = B.plan(B.GemmQuery("nvfp4", "nvfp4", 1056, 2048, max_m=m, m_values=(m,)), override={"tiled128": cfg})
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([plan])
-    out = torch.full((m, 1056), float("nan"), dtype=torch.bfloat16, device="cuda")
-    B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
-    torch.cuda.synchronize()
-    check_tolerance(out, ops, "bfloat16")
+    _check_override(ops, "nvfp4", "nvfp4", 1056, 2048, m, "tiled128", cfg)
 
 
 @pytest.mark.parametrize("fmt", ["fp8_tensor", "fp8_block", "mxfp8"])
@@ -165,15 +171,8 @@ def test_grouped_raster_short_last_group(m, path):
 def test_fp8_mma_tiled_variant(fmt, m):
     ops = make_operands(fmt, fmt, m, 4096, 4096, seed=12, device="cuda")
     for cfg in KT.candidate_configs(m):
-        if not cfg.fp8_mma:
-            continue
-        plan = B.plan(B.GemmQuery(fmt, fmt, 4096, 4096, max_m=m, m_values=(m,)), override={L.bucket_for(m): cfg})
-        with b12x.PreparationSession("cuda") as s:
-            s.prepare([plan])
-        out = torch.full((m, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
-        B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
-        torch.cuda.synchronize()
-        check_tolerance(out, ops, "bfloat16")
+        if cfg.fp8_mma:
+            _check_override(ops, fmt, fmt, 4096, 4096, m, L.bucket_for(m), cfg)
 
 
 @pytest.mark.parametrize("m", [300, 2048])
@@ -184,15 +183,7 @@ def test_e4m3_twopass_candidates(m):
     cands = [TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES if g.e4m3]
     assert cands
     for cfg in cands:
-        plan = B.plan(
-            B.GemmQuery("fp8_tensor", "fp8_tensor", 4096, 4096, max_m=m, m_values=(m,)), override={"tiled128": cfg}
-        )
-        with b12x.PreparationSession("cuda") as s:
-            s.prepare([plan])
-        out = torch.full((m, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
-        B.mm((ops.a_values, ops.a_scales), ops.weight, out, plan=plan, alpha=ops.alpha)
-        torch.cuda.synchronize()
-        check_tolerance(out, ops, "bfloat16")
+        _check_override(ops, "fp8_tensor", "fp8_tensor", 4096, 4096, m, "tiled128", cfg)
 
 
 @pytest.mark.parametrize("a_fmt, b_fmt, m", [("bfloat16", "nvfp4", 1), ("mxfp8", "mxfp8", 2048), ("nvfp4", "nvfp4", 9)])
