@@ -33,15 +33,18 @@ from flashinfer.experimental.b12x.gemm.blockscaled.api import _arch, _synthetic_
 
 
 def tiling(text: str) -> KM.Mma16Config:
-    """BMxBNxWMxWNxSTAGES with optional suffixes: "p" the pipelined K loop, then "e" raw E4M3 operands."""
-    e4m3 = text.endswith("e")
-    text = text.removesuffix("e")
-    pipe = text.endswith("p")
+    """BMxBNxWMxWNxSTAGES with optional suffixes: "p" the pipelined K loop, then "e" raw E4M3 operands,
+    then "bN" Mma16Config.minctas = N (registers budgeted for N CTAs an SM), e.g. 128x128x2x4x3pb2."""
+    head, _, bound = text.partition("b")
+    e4m3 = head.endswith("e")
+    head = head.removesuffix("e")
+    pipe = head.endswith("p")
     try:
-        bm, bn, wm, wn, st = (int(v) for v in text.removesuffix("p").split("x"))
+        bm, bn, wm, wn, st = (int(v) for v in head.removesuffix("p").split("x"))
+        minctas = int(bound) if bound else 0
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a tiling is BMxBNxWMxWNxSTAGES[p][e], got {text!r}") from None
-    return KM.Mma16Config(bm, bn, wm, wn, st, pipe=pipe, e4m3=e4m3)
+        raise argparse.ArgumentTypeError(f"a tiling is BMxBNxWMxWNxSTAGES[p][e][bN], got {text!r}") from None
+    return KM.Mma16Config(bm, bn, wm, wn, st, pipe=pipe, e4m3=e4m3, minctas=minctas)
 
 
 def main(argv=None) -> int:

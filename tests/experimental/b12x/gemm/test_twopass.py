@@ -172,6 +172,12 @@ def test_why_not_names_the_problem():
     huge = KM.Mma16Config(256, 256, 4, 4, 4)
     assert "227 KB a sm_90a block" in KM.why_not("nvfp4", "nvfp4", "bfloat16", huge, "sm_90a")
     assert all(KM.why_not("nvfp4", "nvfp4", "bfloat16", g) is None for g in KM.CANDIDATES if not g.e4m3)
+    assert "minctas" in KM.why_not("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(minctas=5))
+    assert "minctas" in KM.why_not("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(minctas=True))
+    bounded = KM.Mma16Logic("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(128, 128, 2, 4, 3, minctas=2))
+    assert bounded.occupancy_hints()["min_blocks_per_mp"] == 2
+    assert bounded.occupancy_hints()["max_number_threads"] == [256, 1, 1]
+    assert KM.Mma16Logic("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config()).occupancy_hints() == {}
     assert "tiled buckets" in L.why_not("nvfp4", "nvfp4", "bfloat16", "decode8", good)
     with pytest.raises(ValueError, match="16-bit GEMM"):
         KM.Mma16Logic("nvfp4", "nvfp4", "bfloat16", KM.Mma16Config(stages=1))

@@ -55,7 +55,11 @@ class Mma16Config:
     1424 -> 1551 there). pdl: launched as a programmatic dependent of the stream's previous kernel
     (the dequantize pass; griddepcontrol.wait before any read, then launch_dependents), so its launch
     and setup overlap that kernel's tail (a candidate: 4096 x 4096 at M = 2048 187.8 -> 188.5 us on
-    the H200 with every launch pdl, session 22)."""
+    the H200 with every launch pdl, session 22). minctas: 0, or the CTAs an SM ptxas budgets registers
+    for (launch bounds; a candidate, session 23, never GPU-run: ncu put the default at 8 warps an SM
+    with 0.39 eligible warps a scheduler; 128 x 128 over 2 x 4 warps with minctas 2 compiles to 128
+    registers, 12 bytes of spill on sm_90a, for 16 warps an SM on the H200; an SM120 SM holds one
+    96 KB ring, so it gains nothing there)."""
 
     bm: int = 128
     bn: int = 128
@@ -66,6 +70,7 @@ class Mma16Config:
     pipe: bool = True
     pdl: bool = False
     e4m3: bool = False
+    minctas: int = 0
 
     @property
     def threads(self) -> int:
@@ -88,6 +93,7 @@ CANDIDATES = (
     Mma16Config(pdl=True),
     Mma16Config(e4m3=True),
     Mma16Config(128, 128, 2, 4, 3, e4m3=True),
+    Mma16Config(128, 128, 2, 4, 3, minctas=2),
 )
 
 
@@ -113,6 +119,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: Mma16Config, arch: s
         return f"{c}: group_m must be 0 (2-D grid) or 1..64 M-tiles per raster group"
     if not isinstance(c.pipe, bool) or not isinstance(c.pdl, bool) or not isinstance(c.e4m3, bool):
         return f"{c}: pipe, pdl and e4m3 must be bools"
+    if not isinstance(c.minctas, int) or isinstance(c.minctas, bool) or not 0 <= c.minctas <= 4:
+        return f"{c}: minctas must be an int 0..4 (CTAs an SM to budget registers for; 0: no bound)"
     if c.e4m3 and not a_fmt == b_fmt == "fp8_tensor":
         return f"{c}: e4m3 (raw E4M3 operands) needs tensor-FP8 on both sides, got {a_fmt} x {b_fmt}"
     return None
@@ -136,6 +144,18 @@ class Mma16Logic:
         self.threads = c.threads
         self.smem_bytes = c.smem_bytes
         self.f32_out = out_dtype == "float32"
+
+    def occupancy_hints(self) -> dict:
+        """Launch attributes for `Mma16Config.minctas`: ptxas budgets registers for that many CTAs an
+        SM (`nvvm.minctasm` with the CTA's thread count), the carveout asks for all shared memory
+        (given explicitly: the DSL would otherwise query a device at compile time)."""
+        if not self.cfg.minctas:
+            return {}
+        return {
+            "min_blocks_per_mp": self.cfg.minctas,
+            "max_number_threads": [self.threads, 1, 1],
+            "preferred_smem_carveout": 100,
+        }
 
     def load(self, ops, rt: _Runtime, tid, m0, n0, kc, stage, smem_base=0):
         """cp.async K-tile kc of the A rows m0.. and B rows n0.. into ring buffer `stage` (no commit)."""
@@ -184,6 +204,7 @@ class Mma16Gemm:
             block=[self.logic.threads, 1, 1],
             stream=stream,
             use_pdl=self.logic.cfg.pdl,
+            **self.logic.occupancy_hints(),
         )
 
     @cute.kernel
