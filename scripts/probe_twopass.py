@@ -82,8 +82,9 @@ def main(argv=None) -> int:
                 print(f"{shape} dequant {side} [{r} x {k}] {name}: {t.median_us:8.1f} us  {rate:5.2f} TB/s")
         for cfg in args.tiles:
             gfmt, ga, gb = ("fp8_tensor", a8, b8) if cfg.e4m3 else (fmt, a16, b16)
-            if KM.why_not(gfmt, gfmt, "bfloat16", cfg, arch) is not None:  # sm_90a: up to 227 KB of smem
-                print(f"{shape} gemm {cfg}: skipped ({KM.why_not(gfmt, gfmt, 'bfloat16', cfg, arch)})")
+            reason = KM.why_not(gfmt, gfmt, "bfloat16", cfg, arch)  # sm_90a: up to 227 KB of smem
+            if reason is not None:
+                print(f"{shape} gemm {cfg}: skipped ({reason})")
                 continue
             g = KM.compile_mma16(gfmt, gfmt, "bfloat16", cfg, arch)
             t = time_cuda_events(

@@ -7,8 +7,9 @@ ptxas hoists whatever does not depend on the accumulator out of the loop. On sm_
 an e4m3 mma.sync, which ptxas emulates (F2FP to f16, HMMA.16816 into zero, FADD into the
 accumulator): session 22's "1575 TFLOP/s" e4m3 ceiling timed the FADDs of a loop whose 4 HMMAs had
 been hoisted (SASS, session 23). Each chain XORs its index into B (one LOP a word): with one B
-for all chains ptxas computes the emulated product once a round and only the FADDs repeat. The operand bits are garbage after the first round; MMA timing does
-not depend on the values. FLOPs: grid warps x iters x chains x (2 M N K of the shape). What it answers: the most any
+for all chains ptxas computes the emulated product once a round and only the FADDs repeat. The
+operand bits are garbage after the first round; MMA timing does not depend on the values.
+FLOPs: grid warps x iters x chains x (2 M N K of the shape). What it answers: the most any
 b12x kernel built on warp MMA (DESIGN.md section 5: no wgmma) can reach on this GPU, per input type:
 bf16 m16n8k16 and e4m3 m16n8k32 (e.g. whether issue #6's MXFP8 target of 0.55x cuBLASLt's FP8 GEMM is
 within an FP8 mma.sync kernel's reach on the H200).

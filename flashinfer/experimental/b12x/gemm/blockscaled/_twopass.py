@@ -95,9 +95,9 @@ def runs_tiled(config: TwoPassConfig, m: int) -> bool:
 
 def panel_rows(n: int, k: int, panel_elems: int) -> int:
     """Rows of B a panel takes: a multiple of 128 (whole swizzled scale atoms, whole GEMM tiles) with
-    at most panel_elems values (at least 128 rows), the fewest panels that allows, of equal size up to
-    the rounding to 128 rows (no short last panel: each panel's GEMM is its own launch, and a small one leaves
-    SMs idle)."""
+    at most panel_elems values (at least 128 rows), the fewest panels that allows, of equal size up
+    to the rounding to 128 rows (no short last panel: each panel's GEMM is its own launch, and a
+    small one leaves SMs idle)."""
     most = max(128, (panel_elems // k) // 128 * 128)
     panels = -(-n // most)
     per_panel = -(-n // panels)
