@@ -3,7 +3,7 @@
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
         [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma]]
-        [--timer events|graph] [--json PATH]
+        [--timer events|graph [--cold-weights]] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
 4096x4096 (attention out), 28672x4096 (gate/up), 4096x14336 (down), 7168x2048 (DeepSeek-style).
@@ -42,6 +42,11 @@ tiled kernel the default again (an A/B of whole runs).
 --sweep-subset fp8mma times, at M > 64 and for tensor-, block-FP8 and MXFP8 pairs, the default config
 against the tiled kernel's `fp8_mma` variants (raw E4M3 tiles, mma.sync m16n8k32, block scales on the
 partial sums).
+--cold-weights (graph timer): each case packs enough weight copies (other random weights of the same
+shape) for 3x the 60 MB L2 and the graph holds one call per copy, so every call streams its weight from
+HBM, as a serving step does (a model's layers do not fit L2); each peer rotates over its own copies
+the same way. Without it the graph timer replays one call on one weight: weights under ~60 MB (ours at
+4096x4096 / 7168x2048, cuBLAS bf16's 33 MB at 4096x4096) are then read from L2.
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -60,6 +65,8 @@ from benchmarks.experimental.b12x.common import (
     ceilings,
     measure,
     require_cuda,
+    rotate,
+    sets_to_exceed_l2,
     standard_parser,
     write_report,
 )
@@ -112,6 +119,31 @@ class Ours:
     out: torch.Tensor
     nbytes: int
     ref: torch.Tensor  # fp32 reference
+    weights: tuple = ()  # every weight copy the timed calls rotate over (--cold-weights); weight is the first
+    run: object = None  # run(weight): the timed call on one weight copy
+
+    def timed(self, call_with=None):
+        """(fn, calls per graph): `call_with(weight)` (default `run`) over `weights` in turn, one call a copy."""
+        return rotating(call_with or self.run, self.weights or (self.weight,))
+
+
+def rotating(call_with, items):
+    """(fn, n): fn calls `call_with(item)` for the next of `items` each time; n = len(items), the calls a
+    graph must hold so that each replay reads every item once."""
+    nxt = rotate(items)
+    return (lambda: call_with(nxt())), len(items)
+
+
+def weight_copies(args, nbytes: int) -> int:
+    """How many copies of a weight of `nbytes` the timed calls rotate over: enough for 3x L2 with
+    --cold-weights (each call then streams its weight from HBM, as in a serving step whose layers'
+    weights do not fit L2), else 1."""
+    return sets_to_exceed_l2(nbytes) if getattr(args, "cold_weights", False) else 1
+
+
+def measure_calls(fn, calls: int, args):
+    """`measure` of fn, with `calls` calls per graph under the graph timer (rotated inputs)."""
+    return measure(fn, args, calls_per_graph=calls) if args.timer == "graph" else measure(fn, args)
 
 
 def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int, k: int):
@@ -133,7 +165,7 @@ def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int,
     return {bucket: GC.default_config(n, k, b_fmt)}
 
 
-def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute") -> Ours:
+def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1) -> Ours:
     from flashinfer.experimental.b12x._lib import quant as Q
     from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
@@ -141,6 +173,10 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute") -> Ours:
     x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
     w = torch.randn(n, k, device=dev, generator=gen) * 0.02
     weight = BS.pack_weight(w, recipe=b_fmt)
+    # further copies (--cold-weights): other random weights of the same shape, packed the same way
+    weights = (weight,) + tuple(
+        BS.pack_weight(torch.randn(n, k, device=dev, generator=gen) * 0.02, recipe=b_fmt) for _ in range(copies - 1)
+    )
     alpha = 1.0
     if recipe.startswith(("w4a16", "w8a16")) or recipe == "mxfp8_linear":
         lhs, a_fmt, a_bytes = x, "bfloat16", 2 * m * k
@@ -160,7 +196,7 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute") -> Ours:
         a_bytes = operand_bytes(a_fmt, m, k)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     if recipe == "mxfp8_linear":
-        fn = lambda: b12x.gemm.mxfp8_linear.mm(x, weight, out)  # noqa: E731
+        run = lambda wt: b12x.gemm.mxfp8_linear.mm(x, wt, out)  # noqa: E731
         q, sc = Q.quantize_mxfp8(x)
         a32 = Q.dequantize_mxfp8(q, sc)
     else:
@@ -169,52 +205,68 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute") -> Ours:
         plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override=override)
         with b12x.PreparationSession(dev) as session:
             session.prepare([plan])
-        fn = lambda: BS.mm(lhs, weight, out, plan=plan, alpha=alpha)  # noqa: E731
+        run = lambda wt: BS.mm(lhs, wt, out, plan=plan, alpha=alpha)  # noqa: E731
         a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
     ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
     nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
-    return Ours(fn, lhs, weight, alpha, a_fmt, out, nbytes, ref)
+    return Ours(lambda: run(weight), lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run)
 
 
 def _peers(m, n, k, dev, gen, args):
-    """[(name, Timing, note)] for the torch peers on this problem (skipped ones print why)."""
+    """[(name, Timing, note)] for the torch peers on this problem (skipped ones print why). With
+    --cold-weights each peer rotates over its own weight copies (enough for 3x L2 of its bytes)."""
     x = torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16)
-    w = (torch.randn(n, k, device=dev, generator=gen) * 0.02).to(torch.bfloat16)
     out = []
 
-    def add(name, fn, nbytes):
+    def bf16_weights(nbytes):
+        return [
+            (torch.randn(n, k, device=dev, generator=gen) * 0.02).to(torch.bfloat16)
+            for _ in range(weight_copies(args, nbytes))
+        ]
+
+    def add(name, call_with, weights, nbytes):
         try:
-            fn()
-            t = measure(fn, args)
-            out.append((name, t, f"{nbytes / t.median_us / 1e6:.2f} TB/s on its own {nbytes / 1e6:.1f} MB"))
+            call_with(weights[0])
+            fn, calls = rotating(call_with, weights)
+            t = measure_calls(fn, calls, args)
+            note = f"{nbytes / t.median_us / 1e6:.2f} TB/s on its own {nbytes / 1e6:.1f} MB"
+            out.append((name, t, note + (f", {calls} weight copies" if calls > 1 else "")))
         except (RuntimeError, TypeError) as e:
             print(f"peer {name} skipped at M={m} N={n} K={k}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
 
-    wt = w.t()
-    add("torch.mm bf16", lambda: torch.mm(x, wt), 2 * (n * k + m * k + m * n))
-    x8, w8 = x.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn).t()  # cuBLASLt wants B column-major
+    bf16_bytes = 2 * (n * k + m * k + m * n)
+    add("torch.mm bf16", lambda w: torch.mm(x, w.t()), bf16_weights(2 * n * k), bf16_bytes)
+    x8 = x.to(torch.float8_e4m3fn)
+    w8s = [w.to(torch.float8_e4m3fn).t() for w in bf16_weights(n * k)]  # cuBLASLt wants B column-major
     one = torch.ones((), device=dev)
     fp8_bytes = n * k + m * k + 2 * m * n
     add(
         "_scaled_mm tensorwise",
-        lambda: torch._scaled_mm(x8, w8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        lambda w8: torch._scaled_mm(x8, w8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        w8s,
         fp8_bytes,
     )
     sa, sb = torch.ones(m, 1, device=dev), torch.ones(1, n, device=dev)
     add(
         "_scaled_mm rowwise",
-        lambda: torch._scaled_mm(x8, w8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+        lambda w8: torch._scaled_mm(x8, w8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+        w8s,
         fp8_bytes,
     )
+    del w8s
     if hasattr(torch, "_weight_int4pack_mm") and hasattr(torch, "_convert_weight_to_int4pack"):
         try:
-            q = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev, generator=gen)
-            packed = torch._convert_weight_to_int4pack(q, 8)
-            sz = torch.randn(k // 128, n, 2, device=dev, generator=gen).to(torch.bfloat16)
+            int4_bytes = n * k // 2 + 4 * n * k // 128
+            packs = []
+            for _ in range(weight_copies(args, int4_bytes)):
+                q = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device=dev, generator=gen)
+                sz = torch.randn(k // 128, n, 2, device=dev, generator=gen).to(torch.bfloat16)
+                packs.append((torch._convert_weight_to_int4pack(q, 8), sz))
             add(
                 "_weight_int4pack_mm",
-                lambda: torch._weight_int4pack_mm(x, packed, 128, sz),
-                n * k // 2 + 4 * n * k // 128 + 2 * m * (k + n),
+                lambda p: torch._weight_int4pack_mm(x, p[0], 128, p[1]),
+                packs,
+                int4_bytes + 2 * m * (k + n),
             )
         except RuntimeError as e:
             print(f"peer _weight_int4pack_mm skipped: {str(e).splitlines()[0][:160]}", file=sys.stderr)
@@ -328,8 +380,8 @@ def _sweep(ours: Ours, m, n, k, args) -> dict:
         s.prepare(list(plans.values()))
     results = {}
     for name, p in plans.items():
-        call = lambda p=p: BS.mm(ours.lhs, ours.weight, ours.out, plan=p, alpha=ours.alpha)  # noqa: E731
-        results[name] = measure(call, args).median_us
+        fn, calls = ours.timed(lambda wt, p=p: BS.mm(ours.lhs, wt, ours.out, plan=p, alpha=ours.alpha))
+        results[name] = measure_calls(fn, calls, args).median_us
     return results
 
 
@@ -338,14 +390,17 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
     for recipe in recipes:
         if recipe.startswith(("w4a16", "w8a16")) and m > DECODE_MAX_M and recipe != "w4a16_nvfp4":
             continue  # weight-only forms past decode sizes: one representative is enough
-        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel)
+        copies = weight_copies(args, operand_bytes(_weight_format(recipe), n, k))
+        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
         ours.out.fill_(float("nan"))
         ours.fn()
         torch.cuda.synchronize()
         err = (ours.out.float() - ours.ref).abs().max().item()
         note = f"max |ours - ref| = {err:.2e} (|ref| max {ours.ref.abs().max().item():.2e})"
-        table.add(case, "b12x", measure(ours.fn, args), note=note)
+        if copies > 1:
+            note += f", {copies} weight copies"
+        table.add(case, "b12x", measure_calls(*ours.timed(), args), note=note)
         for name, timing, pnote in peers:
             table.add(case, name, timing, peer=True, note=pnote)
         if args.sweep and recipe != "mxfp8_linear":
@@ -395,7 +450,15 @@ def main(argv: list[str] | None = None) -> int:
         help="weight-only NVFP4/MXFP4/MXFP8 at M <= 16: the CuTe decode kernel, the Triton GEMV, or (W4A16 "
         "NVFP4) the stream-layout decode kernel",
     )
+    parser.add_argument(
+        "--cold-weights",
+        action="store_true",
+        help="each timed call reads its own weight copy, enough copies for 3x L2 (graph timer: one call a copy "
+        "in each graph), so weights stream from HBM as in a serving step; peers likewise",
+    )
     args = parser.parse_args(argv)
+    if args.cold_weights and args.timer != "graph":
+        parser.error("--cold-weights needs --timer graph (the events timer flushes L2 before every call already)")
     if args.sweep and args.sweep_subset in ("probe", "probe-step", "layout-probe"):  # let the garbage probes build
         from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import PROBE_ENV
 

@@ -98,3 +98,39 @@ def test_layout_probe_subset():
     cands = BG.sweep_configs("decode16", 16, 4096, 14336, "nvfp4", "layout-probe")
     assert not L.is_stream(cands[0]) and cands[1:] == KS.probe_variants(KS.default_config(16, 4096, 14336))
     assert [c.probe for c in cands[1:]] == ["", "loads", "", "loads"]
+
+
+def test_cold_weights_rotates_every_copy_once_a_graph(monkeypatch):
+    from benchmarks.experimental.b12x import common as C
+
+    args = C.standard_parser("x").parse_args(["--timer", "graph"])
+    args.cold_weights = True
+    assert BG.weight_copies(args, 66 * 2**20) == 3  # 3 x 60 MB of L2
+    assert BG.weight_copies(args, 9 * 2**20) == 20
+    args.cold_weights = False
+    assert BG.weight_copies(args, 9 * 2**20) == 1
+
+    gen = torch.Generator().manual_seed(0)
+    ours = BG._setup("w4a16_nvfp4", 2, 64, 256, "cpu", gen, copies=3)
+    assert len(ours.weights) == 3 and ours.weights[0] is ours.weight
+    assert not torch.equal(ours.weights[0].values, ours.weights[1].values)
+    seen = []
+    fn, calls = ours.timed(lambda w: seen.append(w))
+    for _ in range(2 * calls):
+        fn()
+    assert calls == 3 and seen == list(ours.weights) * 2
+    # every copy computes its own product: the rotation really changes what each call reads
+    fn, _ = ours.timed()
+    outs = []
+    for _ in range(3):
+        ours.out.fill_(float("nan"))
+        fn()
+        outs.append(ours.out.clone())
+    assert not torch.equal(outs[0], outs[1]) and torch.equal(outs[0], (ours.fn(), ours.out)[1])
+
+    captured = {}
+    monkeypatch.setattr(BG, "measure", lambda f, a, **kw: captured.update(kw) or C.Timing.from_samples([1.0], "x"))
+    BG.measure_calls(fn, 3, args)
+    assert captured == {"calls_per_graph": 3}
+    with pytest.raises(SystemExit):
+        BG.main(["--cold-weights", "--timer", "events"])
