@@ -47,6 +47,10 @@ shape) for 3x the 60 MB L2 and the graph holds one call per copy, so every call 
 HBM, as a serving step does (a model's layers do not fit L2); each peer rotates over its own copies
 the same way. Without it the graph timer replays one call on one weight: weights under ~60 MB (ours at
 4096x4096 / 7168x2048, cuBLAS bf16's 33 MB at 4096x4096) are then read from L2.
+--pdl wait|prefetch adds a row per decode case (M <= 64): the same GEMM planned as a programmatic
+dependent (GemmQuery.pdl, the fused decode kernel), which may start while the call before it finishes
+("prefetch" reads its weights into L2 before waiting); in a graph of back-to-back calls this is what a
+serving step's chain of kernels gets. torch's peers have no such launch mode and run plain.
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -121,6 +125,7 @@ class Ours:
     ref: torch.Tensor  # fp32 reference
     weights: tuple = ()  # every weight copy the timed calls rotate over (--cold-weights); weight is the first
     run: object = None  # run(weight): the timed call on one weight copy
+    run_pdl: object = None  # the same through the --pdl plan (decode buckets only), else None
 
     def timed(self, call_with=None):
         """(fn, calls per graph): `call_with(weight)` (default `run`) over `weights` in turn, one call a copy."""
@@ -132,6 +137,12 @@ def rotating(call_with, items):
     graph must hold so that each replay reads every item once."""
     nxt = rotate(items)
     return (lambda: call_with(nxt())), len(items)
+
+
+def pdl_applies(pdl: str, m: int, decode_kernel: str = "cute") -> bool:
+    """Whether --pdl adds a row for this case: the fused decode kernel takes pdl in the decode
+    buckets (M <= 64), on the CuTe decode path."""
+    return pdl != "off" and m <= DECODE_MAX_M and decode_kernel == "cute"
 
 
 def weight_copies(args, nbytes: int) -> int:
@@ -165,7 +176,7 @@ def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int,
     return {bucket: GC.default_config(n, k, b_fmt)}
 
 
-def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1) -> Ours:
+def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl: str = "off") -> Ours:
     from flashinfer.experimental.b12x._lib import quant as Q
     from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
@@ -195,6 +206,7 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1) -> 
             lhs = R.quantize_tensor_fp8(x)
         a_bytes = operand_bytes(a_fmt, m, k)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+    run_pdl = None
     if recipe == "mxfp8_linear":
         run = lambda wt: b12x.gemm.mxfp8_linear.mm(x, wt, out)  # noqa: E731
         q, sc = Q.quantize_mxfp8(x)
@@ -203,13 +215,17 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1) -> 
         # a prepared plan for this M, as serving (the demo block) runs it: the shape-aware config
         override = _decode_override(decode_kernel, a_fmt, b_fmt, m, n, k)
         plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override=override)
+        plans = [plan]
+        if pdl_applies(pdl, m, decode_kernel):  # the same GEMM as a programmatic dependent (--pdl)
+            plans.append(BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,), pdl=pdl)))
+            run_pdl = lambda wt: BS.mm(lhs, wt, out, plan=plans[1], alpha=alpha)  # noqa: E731
         with b12x.PreparationSession(dev) as session:
-            session.prepare([plan])
+            session.prepare(plans)
         run = lambda wt: BS.mm(lhs, wt, out, plan=plan, alpha=alpha)  # noqa: E731
         a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
     ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
     nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
-    return Ours(lambda: run(weight), lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run)
+    return Ours(lambda: run(weight), lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl)
 
 
 def _peers(m, n, k, dev, gen, args):
@@ -391,7 +407,8 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
         if recipe.startswith(("w4a16", "w8a16")) and m > DECODE_MAX_M and recipe != "w4a16_nvfp4":
             continue  # weight-only forms past decode sizes: one representative is enough
         copies = weight_copies(args, operand_bytes(_weight_format(recipe), n, k))
-        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies)
+        pdl = "off" if recipe == "mxfp8_linear" else args.pdl
+        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies, pdl)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
         ours.out.fill_(float("nan"))
         ours.fn()
@@ -401,6 +418,13 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
         if copies > 1:
             note += f", {copies} weight copies"
         table.add(case, "b12x", measure_calls(*ours.timed(), args), note=note)
+        if ours.run_pdl is not None:
+            ours.out.fill_(float("nan"))
+            ours.run_pdl(ours.weight)
+            torch.cuda.synchronize()
+            err = (ours.out.float() - ours.ref).abs().max().item()
+            pnote = f"max |ours - ref| = {err:.2e}; launched as a programmatic dependent of the call before"
+            table.add(case, f"b12x pdl {pdl}", measure_calls(*ours.timed(ours.run_pdl), args), note=pnote)
         for name, timing, pnote in peers:
             table.add(case, name, timing, peer=True, note=pnote)
         if args.sweep and recipe != "mxfp8_linear":
@@ -455,6 +479,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each timed call reads its own weight copy, enough copies for 3x L2 (graph timer: one call a copy "
         "in each graph), so weights stream from HBM as in a serving step; peers likewise",
+    )
+    parser.add_argument(
+        "--pdl",
+        choices=("off", "wait", "prefetch"),
+        default="off",
+        help="also time each decode case (M <= 64, CuTe decode kernel) planned with this programmatic-dependent-"
+        "launch mode (GemmQuery.pdl; prefetch: the weights are prefetched to L2 before waiting on the call before), "
+        "as a serving graph runs it; peers run plain launches",
     )
     args = parser.parse_args(argv)
     if args.cold_weights and args.timer != "graph":

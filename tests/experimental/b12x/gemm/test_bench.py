@@ -134,3 +134,18 @@ def test_cold_weights_rotates_every_copy_once_a_graph(monkeypatch):
     assert captured == {"calls_per_graph": 3}
     with pytest.raises(SystemExit):
         BG.main(["--cold-weights", "--timer", "events"])
+
+
+def test_pdl_row_plans_the_fused_decode_kernel():
+    assert BG.pdl_applies("prefetch", 16) and BG.pdl_applies("wait", 64)
+    assert not BG.pdl_applies("off", 1) and not BG.pdl_applies("prefetch", 65)
+    assert not BG.pdl_applies("prefetch", 1, "stream")
+    gen = torch.Generator().manual_seed(0)
+    ours = BG._setup("w4a16_nvfp4", 3, 64, 256, "cpu", gen, pdl="prefetch")
+    assert ours.run_pdl is not None
+    ours.out.fill_(float("nan"))
+    ours.run_pdl(ours.weight)
+    assert (ours.out.float() - ours.ref).abs().max().item() <= 2**-7 * ours.ref.abs().max().item()
+    assert BG._setup("w4a16_nvfp4", 3, 64, 256, "cpu", gen).run_pdl is None
+    with pytest.raises(SystemExit):
+        BG.main(["--pdl", "sometimes"])
