@@ -47,6 +47,10 @@ shape) for 3x the 60 MB L2 and the graph holds one call per copy, so every call 
 HBM, as a serving step does (a model's layers do not fit L2); each peer rotates over its own copies
 the same way. Without it the graph timer replays one call on one weight: weights under ~60 MB (ours at
 4096x4096 / 7168x2048, cuBLAS bf16's 33 MB at 4096x4096) are then read from L2.
+--copy-rows adds a row "copy (same bytes)" per case: an SM kernel copying half our byte count from one
+of as many rotated sources as ours has weight copies into one destination, same timer; what any kernel
+with our traffic pays at that size (launch and ramp included), so a ratio target above what the copy
+reaches is out of reach for a kernel that must move those bytes.
 --pdl wait|prefetch adds a row per decode case (M <= 64): the same GEMM planned as a programmatic
 dependent (GemmQuery.pdl, the fused decode kernel), which may start while the call before it finishes
 ("prefetch" reads its weights into L2 before waiting); in a graph of back-to-back calls this is what a
@@ -64,12 +68,14 @@ import torch
 
 import b12x
 from benchmarks.experimental.b12x.common import (
+    COPY_IMPL,
     Case,
     Table,
     ceilings,
     measure,
     require_cuda,
     rotate,
+    same_size_copy,
     sets_to_exceed_l2,
     standard_parser,
     write_report,
@@ -425,6 +431,12 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
             err = (ours.out.float() - ours.ref).abs().max().item()
             pnote = f"max |ours - ref| = {err:.2e}; launched as a programmatic dependent of the call before"
             table.add(case, f"b12x pdl {pdl}", measure_calls(*ours.timed(ours.run_pdl), args), note=pnote)
+        if args.copy_rows:  # its own generator: the case's inputs stay those of runs without it
+            n_sets = weight_copies(args, ours.nbytes)
+            fn = same_size_copy(ours.nbytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1))
+            cnote = "reference: a device copy moving our bytes (half read, half written), same timer"
+            table.add(case, COPY_IMPL, measure_calls(fn, n_sets, args), peer=True, note=cnote + f", {n_sets} sources")
+            del fn
         for name, timing, pnote in peers:
             table.add(case, name, timing, peer=True, note=pnote)
         if args.sweep and recipe != "mxfp8_linear":
@@ -487,6 +499,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time each decode case (M <= 64, CuTe decode kernel) planned with this programmatic-dependent-"
         "launch mode (GemmQuery.pdl; prefetch: the weights are prefetched to L2 before waiting on the call before), "
         "as a serving graph runs it; peers run plain launches",
+    )
+    parser.add_argument(
+        "--copy-rows",
+        action="store_true",
+        help="add a row per case: a device copy moving our bytes (half read, half written; rotated sources with "
+        "--cold-weights), same timer: the floor a kernel with our traffic meets at that size",
     )
     args = parser.parse_args(argv)
     if args.cold_weights and args.timer != "graph":

@@ -14,7 +14,8 @@ def test_help_exits_cleanly(capsys):
     with pytest.raises(SystemExit) as e:
         BG.main(["--help"])
     assert e.value.code == 0
-    assert "--sweep" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--sweep" in out and "--cold-weights" in out and "--copy-rows" in out and "--pdl" in out
 
 
 def test_bytes_formula():
