@@ -171,3 +171,30 @@ def test_candidate_configs_compile(arch):
         for fmt in ("nvfp4", "fp8_block"):
             if KT.can_implement(fmt, fmt, "bfloat16", cfg):
                 _check_built(KT.compile_tiled(fmt, fmt, "bfloat16", cfg, arch=arch), arch)
+
+
+ISSUE_SHAPES = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048))  # issue #6's (N, K)
+
+
+@pytest.mark.parametrize(
+    "m, n, k",
+    [
+        pytest.param(m, n, k, marks=() if (m, n) in ((1, 28672), (1, 4096)) and k == 4096 else pytest.mark.slow)
+        for m in (1, 16)
+        for n, k in ISSUE_SHAPES
+    ],
+)
+def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tmp_path):
+    """The W4A16 NVFP4 decode configs the shape-aware heuristic picks with 16-bit activations (cache
+    hints, clamped loads, FP4 placement by left shifts, two weight tiles a warp: session 24's cold sweep)."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    cfg = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
+    assert cfg.wcache != "nc" or cfg.wn == 2  # hinted (or the shared-activation wide case)
+    for arch in ARCHS:
+        fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+        _check_built(fn, arch)
+    regs, spills = _ptxas_usage(
+        KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a").artifacts.PTX, "sm_90a", tmp_path
+    )
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (cfg, regs, spills)

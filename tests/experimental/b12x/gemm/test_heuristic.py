@@ -1,7 +1,8 @@
 """The decode heuristic against the H200 sweep it was fitted to (bench_gemm --sweep, 2026-11-30).
 
 Each row: (weight format, M, N, K) -> the config the sweep measured fastest (or within 3% of it);
-nvfp4 M = 1 4096 x 14336 from session 20's sweep (2026-12-02).
+nvfp4 M = 1 4096 x 14336 from session 20's sweep (2026-12-02), nvfp4 M = 1 4096 x 4096 and 7168 x 2048 from
+session 24's with cold weights (2026-12-03, bench_gemm --cold-weights).
 A change to `decode_config_for` that moves one of these must come with a new sweep.
 """
 
@@ -18,6 +19,8 @@ MEASURED = [
     ("nvfp4", 1, 28672, 4096, (4, 1, 1, 2)),
     ("mxfp8", 16, 28672, 4096, (4, 2, 2, 1)),
     ("nvfp4", 1, 4096, 14336, (16, 2, 1, 2)),  # session 20's probe-step sweep: 12.63 vs 13.78 us (tiles 1)
+    ("nvfp4", 1, 4096, 4096, (16, 2, 1, 2)),  # session 24, cold weights: 5.72 vs 6.28 us (tiles 1)
+    ("nvfp4", 1, 7168, 2048, (8, 2, 1, 2)),  # session 24, cold weights: 5.68 vs 5.91 us (tiles 1)
     ("mxfp8", 1, 4096, 14336, (16, 1, 1, 1)),
     ("nvfp4", 16, 4096, 14336, (16, 2, 2, 2)),
     ("mxfp8", 16, 4096, 14336, (16, 2, 2, 1)),
@@ -53,7 +56,10 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
         assert L.is_stream(cfg)
         return
     wide = m > 8 and n >= L.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in L.SHARED_A
-    assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == ((2, True, "na", "el") if wide else (1, False, "nc", "nc"))
+    hinted = not wide and b_fmt == "nvfp4" and a_fmt in L.SHARED_A and n >= 4096  # session 24's cold sweep
+    want = (2, True, "na", "el") if wide else (1, False, "na256", "el") if hinted else (1, False, "nc", "nc")
+    assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
+    assert (cfg.clamp, cfg.fp4) == ((True, "left") if hinted and m <= 8 and n >= L.WIDE_DECODE_N else (False, "shift"))
     assert (
         why_not(a_fmt, b_fmt, "bfloat16", cfg) is None
         or why_not(a_fmt, b_fmt, "bfloat16", DecodeConfig(cfg.warps, cfg.tiles, cfg.ntiles, cfg.unroll)) is not None

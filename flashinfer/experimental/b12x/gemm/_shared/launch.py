@@ -48,7 +48,7 @@ def bucket_for(m: int) -> str:
     raise AssertionError(m)
 
 
-def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None):
+def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None, hints: bool = True):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
     is within 3% in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most
@@ -62,7 +62,14 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     tiles, 128 accumulator registers), the grid target continuing the halving per doubling of the MMA
     work (2048, 1024 warps), at most 8 warps (ptxas 13.0 needs 158-230 registers per lane for these
     tilings; a 16-warp CTA caps them at 128 and spills), and no unroll (a pass's activation registers
-    would double)."""
+    would double).
+
+    Cold weights (session 24, `bench_gemm --cold-weights`: every call streams its weight from HBM, as in
+    a serving step) moved two rules, W4A16 NVFP4 only (16-bit activations x NVFP4 weights, the measured
+    pair; hints=False, the fused kernel's base, keeps the plain loads): M <= 8 takes two weight tiles a
+    warp at 8 or 16 warps for N >= 4096 whatever K, and M <= 16 at N >= 4096 loads weights with L1::no_allocate +
+    an L2 256-byte prefetch and activations evict-last (+ clamped loads and FP4 placement by left
+    shifts at M <= 8 and N >= WIDE_DECODE_N)."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -76,12 +83,12 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     ):
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
-    if ntiles == 1 and warps == 16 and FORMAT[b_fmt].value_bits == 4 and k >= LONG_K and n >= 32 * 128:
-        # M <= 8, FP4 weights, a long K over 16 warps: two 16-row weight tiles a warp (twice the
-        # independent loads a K step, half the CTAs, still >= 128 of them). H200 2026-12-02 13:43
-        # (session 20, bench_gemm --sweep-subset probe-step, graph timer, W4A16 NVFP4 M = 1 4096 x
-        # 14336): 13.78 -> 12.63 us; its loads-only probe 9.14 -> 8.54. At 28672 x 4096 (4 warps)
-        # two tiles lose 1.5%, so the rule stops at 16-warp CTAs.
+    if ntiles == 1 and warps >= 8 and FORMAT[b_fmt].value_bits == 4 and n >= 32 * 128:
+        # M <= 8, FP4 weights, 8 or 16 warps: two 16-row weight tiles a warp (twice the independent
+        # loads a K step, half the CTAs, still >= 128 of them). H200 2026-12-02 13:43 (session 20,
+        # probe-step sweep, one weight, W4A16 NVFP4 M = 1 4096 x 14336): 13.78 -> 12.63 us; session 24
+        # with cold weights (2026-12-03 04:48, --sweep-subset all): 4096 x 4096 6.28 -> 5.72, 7168 x 2048
+        # 5.91 -> 5.68. At 28672 x 4096 (4 warps) two tiles lose 1.5%, so the rule stops at 8 warps.
         tiles = 2
     config = DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
     if ntiles == 2 and n >= WIDE_DECODE_N and FORMAT[b_fmt].value_bits == 4 and a_fmt in SHARED_A:
@@ -90,11 +97,19 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
         # once per CTA, not once per warp), weights bypass L1, activations stay in it. H200 sweep 2026-11-30 10:48
         # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
         config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
+    elif hints and ntiles <= 2 and b_fmt == "nvfp4" and a_fmt in SHARED_A and n >= 32 * 128:
+        # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2
+        # 256-byte prefetch, activations stay in L1 (evict-last). H200 2026-12-03 04:46 (session 24,
+        # bench_gemm --cold-weights --sweep-subset stream): M = 1 4096 x 14336 14.99 -> 14.11 us, M = 16
+        # 17.95 -> 17.14; at M = 1 28672 x 4096 with clamped loads and FP4 placement by left shifts
+        # too: 26.36 -> 24.63 (those two cost 8% at 4096 x 14336, so only from WIDE_DECODE_N on).
+        config = dataclasses.replace(config, wcache="na256", acache="el")
+        if ntiles == 1 and n >= WIDE_DECODE_N:
+            config = dataclasses.replace(config, clamp=True, fp4="left")
     return with_decode_opts(config) if max_m <= 16 else config
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
-LONG_K = 8192  # decode_config_for: from this K on, 1..8-token tiles at 16 warps take two weight tiles a warp
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
@@ -181,7 +196,7 @@ def fused_config(
 
     if not bucket.startswith("decode"):
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
-    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
+    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=False)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
