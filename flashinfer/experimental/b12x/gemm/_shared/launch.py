@@ -65,9 +65,9 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     would double).
 
     Cold weights (session 24, `bench_gemm --cold-weights`: every call streams its weight from HBM, as in
-    a serving step) moved two rules, W4A16 NVFP4 only (16-bit activations x NVFP4 weights, the measured
-    pair; hints=False, the fused kernel's base, keeps the plain loads): M <= 8 takes two weight tiles a
-    warp at 8 or 16 warps for N >= 4096 whatever K, and M <= 16 at N >= 4096 loads weights with L1::no_allocate +
+    a serving step) moved two rules: with 16-bit activations, M <= 8 takes two FP4 weight tiles a warp
+    at 8 or 16 warps for N >= 4096 whatever K; and W4A16 NVFP4 (the measured pair; hints=False, the fused
+    kernel's base, keeps the plain loads) at M <= 16 and N >= 4096 loads weights with L1::no_allocate +
     an L2 256-byte prefetch and activations evict-last (+ clamped loads and FP4 placement by left
     shifts at M <= 8 and N >= WIDE_DECODE_N)."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
@@ -83,12 +83,21 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     ):
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
-    if ntiles == 1 and warps >= 8 and FORMAT[b_fmt].value_bits == 4 and n >= 32 * 128:
-        # M <= 8, FP4 weights, 8 or 16 warps: two 16-row weight tiles a warp (twice the independent
-        # loads a K step, half the CTAs, still >= 128 of them). H200 2026-12-02 13:43 (session 20,
-        # probe-step sweep, one weight, W4A16 NVFP4 M = 1 4096 x 14336): 13.78 -> 12.63 us; session 24
-        # with cold weights (2026-12-03 04:48, --sweep-subset all): 4096 x 4096 6.28 -> 5.72, 7168 x 2048
-        # 5.91 -> 5.68. At 28672 x 4096 (4 warps) two tiles lose 1.5%, so the rule stops at 8 warps.
+    sixteen_bit_a = a_fmt in SHARED_A
+    if (
+        ntiles == 1
+        and FORMAT[b_fmt].value_bits == 4
+        and n >= 32 * 128
+        and ((sixteen_bit_a and warps >= 8) or (warps == 16 and k >= LONG_K))
+    ):
+        # M <= 8, FP4 weights: two 16-row weight tiles a warp (twice the independent loads a K step,
+        # half the CTAs, still >= 128 of them). H200 2026-12-02 13:43 (session 20, probe-step sweep,
+        # one weight, W4A16 NVFP4 M = 1 4096 x 14336, 16 warps): 13.78 -> 12.63 us. Session 24, cold
+        # weights (2026-12-03, --sweep-subset all), 16-bit activations at 8 or 16 warps whatever K:
+        # W4A16 NVFP4 4096 x 4096 6.28 -> 5.72, 7168 x 2048 5.91 -> 5.68; W4A16 MXFP4 6.12 -> 5.99,
+        # 5.74 -> 5.50, 11264 x 2048 8.82 -> 8.68. FP4 activations stay at 16 warps and K >= LONG_K:
+        # there two tiles lose at 4096 x 4096 (NVFP4 6.61 -> 6.91) and 11264 x 2048 (MXFP4 8.45 -> 9.15)
+        # while winning at 7168 x 2048. At 28672 x 4096 (4 warps) two tiles lose 1.5%.
         tiles = 2
     config = DecodeConfig(warps=warps, tiles=tiles, ntiles=ntiles, unroll=unroll)
     if ntiles == 2 and n >= WIDE_DECODE_N and FORMAT[b_fmt].value_bits == 4 and a_fmt in SHARED_A:
@@ -110,6 +119,9 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
+LONG_K = (
+    8192  # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
+)
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
