@@ -121,7 +121,6 @@ def operand_bytes(fmt: str, rows: int, k: int) -> int:
 
 @dataclass
 class Ours:
-    fn: object  # the timed call
     lhs: object  # bf16 activations or a quantized (values, scales) pair
     weight: object
     alpha: float
@@ -129,13 +128,25 @@ class Ours:
     out: torch.Tensor
     nbytes: int
     ref: torch.Tensor  # fp32 reference
-    weights: tuple = ()  # every weight copy the timed calls rotate over (--cold-weights); weight is the first
-    run: object = None  # run(weight): the timed call on one weight copy
+    weights: tuple  # every weight copy the timed calls rotate over (--cold-weights); weight is the first
+    run: object  # run(weight): the timed call on one weight copy
     run_pdl: object = None  # the same through the --pdl plan (decode buckets only), else None
+
+    def fn(self):
+        """The timed call on the first weight copy."""
+        return self.run(self.weight)
 
     def timed(self, call_with=None):
         """(fn, calls per graph): `call_with(weight)` (default `run`) over `weights` in turn, one call a copy."""
-        return rotating(call_with or self.run, self.weights or (self.weight,))
+        return rotating(call_with or self.run, self.weights)
+
+    def error(self, call_with=None) -> float:
+        """Max |out - ref| of `call_with(weight)` (default `run`) on the first copy, out poisoned first."""
+        self.out.fill_(float("nan"))
+        (call_with or self.run)(self.weight)
+        if self.out.is_cuda:
+            torch.cuda.synchronize(self.out.device)
+        return (self.out.float() - self.ref).abs().max().item()
 
 
 def rotating(call_with, items):
@@ -155,7 +166,7 @@ def weight_copies(args, nbytes: int) -> int:
     """How many copies of a weight of `nbytes` the timed calls rotate over: enough for 3x L2 with
     --cold-weights (each call then streams its weight from HBM, as in a serving step whose layers'
     weights do not fit L2), else 1."""
-    return sets_to_exceed_l2(nbytes) if getattr(args, "cold_weights", False) else 1
+    return sets_to_exceed_l2(nbytes) if args.cold_weights else 1
 
 
 def measure_calls(fn, calls: int, args):
@@ -231,7 +242,7 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl
         a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
     ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
     nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
-    return Ours(lambda: run(weight), lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl)
+    return Ours(lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl)
 
 
 def _peers(m, n, k, dev, gen, args):
@@ -416,20 +427,12 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
         pdl = "off" if recipe == "mxfp8_linear" else args.pdl
         ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies, pdl)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
-        ours.out.fill_(float("nan"))
-        ours.fn()
-        torch.cuda.synchronize()
-        err = (ours.out.float() - ours.ref).abs().max().item()
-        note = f"max |ours - ref| = {err:.2e} (|ref| max {ours.ref.abs().max().item():.2e})"
+        note = f"max |ours - ref| = {ours.error():.2e} (|ref| max {ours.ref.abs().max().item():.2e})"
         if copies > 1:
             note += f", {copies} weight copies"
         table.add(case, "b12x", measure_calls(*ours.timed(), args), note=note)
         if ours.run_pdl is not None:
-            ours.out.fill_(float("nan"))
-            ours.run_pdl(ours.weight)
-            torch.cuda.synchronize()
-            err = (ours.out.float() - ours.ref).abs().max().item()
-            pnote = f"max |ours - ref| = {err:.2e}; launched as a programmatic dependent of the call before"
+            pnote = f"max |ours - ref| = {ours.error(ours.run_pdl):.2e}; launched as a programmatic dependent of the call before"
             table.add(case, f"b12x pdl {pdl}", measure_calls(*ours.timed(ours.run_pdl), args), note=pnote)
         if args.copy_rows:  # its own generator: the case's inputs stay those of runs without it
             n_sets = weight_copies(args, ours.nbytes)

@@ -106,7 +106,7 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
         # once per CTA, not once per warp), weights bypass L1, activations stay in it. H200 sweep 2026-11-30 10:48
         # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
         config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
-    elif hints and ntiles <= 2 and b_fmt == "nvfp4" and a_fmt in SHARED_A and n >= 32 * 128:
+    elif hints and ntiles <= 2 and b_fmt == "nvfp4" and sixteen_bit_a and n >= 32 * 128:
         # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2
         # 256-byte prefetch, activations stay in L1 (evict-last). H200 2026-12-03 04:46 (session 24,
         # bench_gemm --cold-weights --sweep-subset stream): M = 1 4096 x 14336 14.99 -> 14.11 us, M = 16
@@ -119,9 +119,8 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
-LONG_K = (
-    8192  # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
-)
+# decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
+LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
