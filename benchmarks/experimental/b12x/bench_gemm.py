@@ -306,11 +306,15 @@ def _peers(m, n, k, dev, gen, args):
     return out
 
 
-def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all") -> tuple:
+def sweep_configs(
+    bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all", a_fmt: str | None = None
+) -> tuple:
     """The configs --sweep times for a case: every candidate of its bucket ("all"), ("prefetch") the
     decode kernel's weight-prefetch candidates, ("stream") its streaming variants (cache hints, chunk
-    groups, warp groups along N), or ("gemv") the Triton GEMV's candidates (decode8 / decode16), each after the case's CuTe heuristic config as the baseline. Configs a case's pair
-    cannot run (a GEMV config for quantized activations) are skipped by `_sweep`."""
+    groups, warp groups along N), ("pdl") the fused decode kernel as a programmatic dependent
+    (`pdl_variants`), or ("gemv") the Triton GEMV's candidates (decode8 / decode16), each after the
+    case's CuTe heuristic config as the baseline. Configs a case's pair cannot run (a GEMV config for
+    quantized activations) are skipped by `_sweep`."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
@@ -332,7 +336,7 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        if subset in ("prefetch", "stream", "probe", "probe-step"):
+        if subset in ("prefetch", "stream", "probe", "probe-step", "pdl"):
             return ()
         twopass = twopass_candidates() if bucket == L.TWOPASS_BUCKET else ()
         if subset == "twopass":  # the tiled kernel's shape-aware config against the two-pass tilings
@@ -342,6 +346,8 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
                 c for c in KT.candidate_configs(m) if c.fp8_mma
             )
         return KT.candidate_configs(m) + twopass
+    if subset == "pdl":
+        return (L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt),) + pdl_variants(bucket, n, k, b_fmt, a_fmt)
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt)
@@ -355,6 +361,23 @@ def sweep_configs(bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str =
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt))
     return cands
+
+
+def pdl_variants(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None) -> tuple:
+    """The fused decode kernel (`launch.fused_config`, no epilogue) with the plain loads fused plans
+    use and with `decode_config_for`'s cache hints, each launched plainly, as a programmatic
+    dependent ("wait"), and with the L2 prefetch of its whole rows or of the first step's K range
+    ("prefetch", FusedConfig.span): what a decode GEMM gains from overlapping the call before it, and
+    from which prefetch, at weights under and over the L2."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    out = []
+    for hints in (False, True):
+        for pdl, span in (("off", "rows"), ("wait", "rows"), ("prefetch", "rows"), ("prefetch", "step")):
+            cfg = L.fused_config(bucket, n, k, b_fmt, a_fmt, pdl=pdl, hints=hints, span=span)
+            if cfg not in out:
+                out.append(cfg)
+    return tuple(out)
 
 
 def twopass_candidates() -> tuple:
@@ -401,7 +424,7 @@ def _sweep(ours: Ours, m, n, k, args) -> dict:
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     bucket = L.bucket_for(m)
-    cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset)
+    cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset, ours.a_fmt)
     plans = {}
     for cfg in cands:
         if L.why_not(ours.a_fmt, ours.weight.recipe, "bfloat16", bucket, cfg) is not None:
@@ -469,12 +492,15 @@ def main(argv: list[str] | None = None) -> int:
             "layout-probe",
             "twopass",
             "fp8mma",
+            "pdl",
         ),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
         "variants, the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "
         "GEMV candidates, the stream-layout "
-        "kernel's candidates (each + the CuTe heuristic config), or at M > 256 the two-pass tilings + the tiled config",
+        "kernel's candidates (each + the CuTe heuristic config), at M > 256 the two-pass tilings + the tiled "
+        "config, the tiled kernel's e4m3 MMA variants (fp8mma), or the fused decode kernel as a programmatic "
+        "dependent with and without cache hints and L2 prefetch (pdl)",
     )
     parser.add_argument(
         "--sweep-workers",

@@ -52,6 +52,23 @@ def test_sweep_subsets():
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "prefetch") == ()
 
 
+def test_pdl_subset():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    cands = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "pdl", "bfloat16")
+    assert cands[0] == L.default_config("decode8", 28672, 4096, "nvfp4", a_fmt="bfloat16")
+    fused = cands[1:]
+    assert len(fused) == 8 and len(set(fused)) == 8 and all(L.is_fused(c) and c.epilogue == "none" for c in fused)
+    assert {(c.pdl, c.span) for c in fused} == {
+        ("off", "rows"),
+        ("wait", "rows"),
+        ("prefetch", "rows"),
+        ("prefetch", "step"),
+    }
+    assert {c.decode.wcache for c in fused} == {"nc", "na256"}  # plain loads and the heuristic's hints
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "pdl", "bfloat16") == ()
+
+
 def test_stream_and_probe_subsets_and_sweep_workers(capsys):
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD

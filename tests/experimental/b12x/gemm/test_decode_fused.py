@@ -85,10 +85,11 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
         for w in range(cfg.warps):
             ops, tid = FusedEmuOps(gmem), w * 32 + LANE
             if config.pdl == "prefetch":
-                items = logic.bn * logic.value_lines(k)
+                kp = k if config.span == "rows" else min(k, logic.step_k)
+                items = logic.bn * logic.value_lines(kp)
                 for i0 in range(0, items, threads):
                     logic.prefetch_value_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)
-                items = logic.bn // 8 * logic.scale_atoms(k)
+                items = logic.bn // 8 * logic.scale_atoms(kp)
                 for i0 in range(0, items, threads):
                     logic.prefetch_scale_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)
             if config.pdl != "off":
@@ -211,6 +212,44 @@ def test_prefetch_lines_are_the_k_loops_weight_lines(epilogue, b_fmt, n):
     if not FORMAT[b_fmt].swizzled:  # fp8_tensor: its one scale is S2, not a swizzled SFB
         weight = {line for line in weight if line < (bases[3] // F.LINE)}
     assert weight and gmem.prefetched == weight
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4", "mxfp8"])
+def test_step_prefetch_is_the_first_steps_lines(b_fmt):
+    """span="step" prefetches exactly the lines of B and of its scales that hold K values below
+    `step_k` (the warps' first step: chunks 0 .. warps * unroll - 1), a proper subset of what the K
+    loop reads, and the output is the same as without the prefetch."""
+    a_fmt, n, k = "bfloat16", 96, 1024
+    ops = make_operands(a_fmt, b_fmt, 3, n, k, seed=7)
+    args, alpha, _ = fused_args(ops, "none", "bfloat16")
+    base = KD.DecodeConfig(2, 2, 1, 2)  # step_k = 128 * 2 warps * unroll 2 = 512 of K = 1024
+    out_rows, gmem_rows, bases = run_fused(
+        a_fmt, b_fmt, "bfloat16", F.FusedConfig(base, "none", "prefetch"), args, alpha
+    )
+    step = F.FusedConfig(base, "none", "prefetch", span="step")
+    out_step, gmem, _ = run_fused(a_fmt, b_fmt, "bfloat16", step, args, alpha)
+    assert F.FusedLogic(a_fmt, b_fmt, "bfloat16", step).step_k == 512
+    assert torch.equal(out_step, out_rows)
+    spec, row = FORMAT[b_fmt], gmem.get(bases[2]).size // n  # bytes of one weight row
+    want = set()
+    for r in range(n):
+        lo = bases[2] + r * row
+        want |= set(range(lo // F.LINE, (lo + 512 * spec.value_bits // 8 - 1) // F.LINE + 1))
+    values = {line for line in gmem.prefetched if line < (bases[3] // F.LINE)}
+    assert values == want
+    scales = gmem.prefetched - values
+    if spec.swizzled:  # half of each row's atoms: the first 512 of 1024 K values
+        assert scales and len(scales) * 2 == len({ln for ln in gmem_rows.prefetched if ln >= bases[3] // F.LINE})
+    assert gmem.prefetched < gmem_rows.prefetched
+
+
+def test_step_span_needs_the_prefetch():
+    base = KD.DecodeConfig(2, 2, 1, 2)
+    assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(base, "none", "prefetch", span="step")) is None
+    for pdl, span in (("wait", "step"), ("prefetch", "lines")):
+        reason = F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(base, "none", pdl, span=span))
+        assert reason is not None and "span" in reason
 
 
 # (a_fmt, b_fmt, m, n, k, DecodeConfig). Outputs of 256+ columns: the activation rounding differs from
@@ -356,6 +395,14 @@ def test_fused_kernel_compiles_for_both_archs(arch, epilogue, pdl, norm):
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_hinted_step_prefetch_compiles_for_both_archs(arch):
+    """bench_gemm --sweep-subset pdl's hinted configs with the first-step prefetch (W4A16 at 28672 x
+    4096: clamp, fp4 "left", na256 / el at M = 1) build for `arch` without spills."""
+    _check_compiles(arch, "none", "prefetch", False, (1, 16), hints=True, span="step", shape=(28672, 4096))
+
+
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize(
@@ -365,14 +412,16 @@ def test_fused_kernel_compiles_at_64_tokens(arch, epilogue, norm):
     _check_compiles(arch, epilogue, "prefetch", norm, (32, 64))
 
 
-def _check_compiles(arch, epilogue, pdl, norm, ms):
-    """The heuristic's fused configs at the block's gate_up / down shapes build for `arch` without spills,
-    with exactly the instructions their options ask for."""
+def _check_compiles(arch, epilogue, pdl, norm, ms, hints=False, span="rows", shape=None):
+    """The heuristic's fused configs at the block's gate_up / down shapes (or `shape`) build for `arch`
+    without spills, with exactly the instructions their options ask for."""
     pytest.importorskip("cutlass")
     pytest.importorskip("tvm_ffi")
     for m in ms:
-        n, k = (11264, 2048) if epilogue == "silu_mul" else (2048, 5632)
-        cfg = L.fused_config(L.bucket_for(m), n, k, "nvfp4", "bfloat16", epilogue, pdl, norm=norm)
+        n, k = shape or ((11264, 2048) if epilogue == "silu_mul" else (2048, 5632))
+        cfg = L.fused_config(
+            L.bucket_for(m), n, k, "nvfp4", "bfloat16", epilogue, pdl, norm=norm, hints=hints, span=span
+        )
         fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
         ptx = fn.artifacts.PTX
         assert fn.artifacts.CUBIN[:4] == b"\x7fELF"

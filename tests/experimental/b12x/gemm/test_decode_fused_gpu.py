@@ -63,6 +63,29 @@ def test_decode_fused_matches_reference(epilogue, pdl):
         check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
 
 
+@pytest.mark.parametrize("pdl, span", [("wait", "rows"), ("prefetch", "step")])
+def test_hinted_pdl_configs_match_reference(pdl, span):
+    """bench_gemm --sweep-subset pdl's hinted fused configs (cache hints of decode_config_for; at N >=
+    16384 and M <= 8 also clamped loads and FP4 placement by left shifts) with the first-step L2
+    prefetch, through a plan override: outputs NaN-poisoned, against the fp32 reference."""
+    n, k = 16384, 1024
+    override = {
+        b: L.fused_config(b, n, k, "nvfp4", "bfloat16", pdl=pdl, hints=True, span=span) for b in ("decode8", "decode16")
+    }
+    assert override["decode8"].decode.clamp and override["decode8"].decode.wcache == "na256"
+    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, pdl=pdl)
+    plan = B.plan(q, override=override)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert dict(plan.state.selection) == override
+    for m in MS:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 5, device="cuda", weight=_weight(n, k))
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan)
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), "none", "bfloat16", None)
+
+
 _CPU_WEIGHTS: dict = {}
 
 

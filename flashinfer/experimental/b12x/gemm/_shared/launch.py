@@ -189,6 +189,8 @@ def fused_config(
     opts: str | None = None,
     norm: bool = False,
     rope=None,
+    hints: bool = False,
+    span: str = "rows",
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
@@ -201,13 +203,14 @@ def fused_config(
     through decode_config_for. rope: the `_epilogue.RopeLayout` of epilogue "rope_append" (which keeps
     the heuristic's tiles: its pairs are local rows r and r + BN/2 of any BN, so T = 1 qkv 3072 x 2048
     keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early up to 32
-    tokens (a sweep switch, unset: off)."""
+    tokens (a sweep switch, unset: off). hints: the base takes `decode_config_for`'s cache hints (off:
+    the plain loads every fused plan was measured with); span: FusedConfig.span (pdl "prefetch")."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
     if not bucket.startswith("decode"):
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
-    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=False)
+    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
@@ -221,10 +224,10 @@ def fused_config(
     # the early tables take 4 registers a lane per finish pass: at 64 tokens (4 passes) the rope qkv
     # needs 247 registers a lane against 211 (255 + 96 bytes of stack with the norm; ptxas 13.0 sm_90a)
     early = epilogue == "rope_append" and os.environ.get(ROPE_EARLY_ENV) == "1" and base.ntiles <= 4
-    config = FusedConfig(base, epilogue, pdl, norm, rope, early)
+    config = FusedConfig(base, epilogue, pdl, norm, rope, early, span)
     while base.warps > 1 and why_not(a_fmt or b_fmt, b_fmt, out_dtype, config) is not None:
         base = dataclasses.replace(base, warps=base.warps // 2)
-        config = FusedConfig(base, epilogue, pdl, norm, rope, early)
+        config = FusedConfig(base, epilogue, pdl, norm, rope, early, span)
     assert isinstance(base, DecodeConfig)
     return config
 
