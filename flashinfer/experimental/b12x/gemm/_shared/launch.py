@@ -66,8 +66,8 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
 
     Cold weights (session 24, `bench_gemm --cold-weights`: every call streams its weight from HBM, as in
     a serving step) moved two rules: with 16-bit activations, M <= 8 takes two FP4 weight tiles a warp
-    at 8 or 16 warps for N >= 4096 whatever K; and W4A16 NVFP4 (the measured pair; hints=False, the fused
-    kernel's base, keeps the plain loads) at M <= 16 and N >= 4096 loads weights with L1::no_allocate +
+    at 8 or 16 warps for N >= 4096 whatever K; and W4A16 NVFP4 (the measured pair; hints=False gives
+    the plain loads) at M <= 16 and N >= 4096 loads weights with L1::no_allocate +
     an L2 256-byte prefetch and activations evict-last (+ clamped loads and FP4 placement by left
     shifts at M <= 8 and N >= WIDE_DECODE_N)."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
@@ -189,8 +189,8 @@ def fused_config(
     opts: str | None = None,
     norm: bool = False,
     rope=None,
-    hints: bool = False,
-    span: str = "rows",
+    hints: bool = True,
+    span: str | None = None,
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
@@ -203,13 +203,22 @@ def fused_config(
     through decode_config_for. rope: the `_epilogue.RopeLayout` of epilogue "rope_append" (which keeps
     the heuristic's tiles: its pairs are local rows r and r + BN/2 of any BN, so T = 1 qkv 3072 x 2048
     keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early up to 32
-    tokens (a sweep switch, unset: off). hints: the base takes `decode_config_for`'s cache hints (off:
-    the plain loads every fused plan was measured with); span: FusedConfig.span (pdl "prefetch")."""
+    tokens (a sweep switch, unset: off). hints: the base takes `decode_config_for`'s cache hints
+    (False: the plain loads of every fused plan before session 25); span: FusedConfig.span, None for
+    "step" under pdl "prefetch" ("rows" otherwise).
+
+    H200 2026-12-03 07:10 (session 25, `bench_gemm --sweep-subset pdl`, W4A16 NVFP4, cold weights, M = 1 /
+    16 at 4096 x 4096, 28672 x 4096, 4096 x 14336, 7168 x 2048): the hints speed the fused kernel up in
+    all 8 cases under every launch mode (plain launch 2-8%: 28672 x 4096 M = 1 26.81 -> 24.66 us), and
+    "step" keeps the whole-row prefetch's gain at the small shapes (the same lines there) without its
+    loss at the big ones (28672 x 4096 M = 1 31.55 -> 25.16, 4096 x 14336 15.19 -> 13.50)."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
     if not bucket.startswith("decode"):
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
+    if span is None:
+        span = "step" if pdl == "prefetch" else "rows"
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
@@ -217,7 +226,7 @@ def fused_config(
     if epilogue == "silu_mul" and norm and base.prefetch == 0:
         # the norm's g words and sums of squares on top of the gated tiles: ptxas 13.0 sm_90a needs 148
         # registers a lane at T <= 8 with unroll 2 (one 256-thread CTA a SM), 127 as the 1-chunk pipeline
-        base = dataclasses.replace(base, unroll=1, prefetch=1)
+        base = dataclasses.replace(base, unroll=1, prefetch=1, clamp=False)  # the pipeline predicates its loads
     if opts:
         base = with_decode_opts(base, opts)
     out_dtype = "bfloat16"
