@@ -343,9 +343,10 @@ def prepare(
     """Every planned op of the block in ONE PreparationSession, then (freeze=True) freeze.
     fused: the dense FFN's GEMMs with their epilogues (FUSED_EPILOGUES); pdl: every GEMM launched as a
     programmatic dependent ("off", "wait" or "prefetch": gemm.blockscaled's GemmQuery.pdl);
-    gemm_opts: {GEMM name ("qkv", "o", "gate_up", "down"): DecodeConfig changes} for the step's
-    fused-kernel GEMMs (those with an epilogue or pdl; launch.fused_config's opts, e.g.
-    "warps=4,upfront=4", a plan override: bench_block's variants sweep them); norms (with fused): the
+    gemm_opts: {GEMM name ("qkv", "o", "gate_up", "down"): DecodeConfig changes, and "span=rows|step"
+    for the L2 prefetch} for the step's fused-kernel GEMMs (those with an epilogue or pdl;
+    launch.fused_config's opts, e.g. "warps=4,upfront=4", a plan override: bench_block's variants sweep
+    them); norms (with fused): the
     RMSNorms inside qkv and
     gate_up and the first residual inside o (six launches, `DecodeStep._six_ops`); attention_pdl: the
     decode attention's programmatic dependent launch (attention.paged's Caps.pdl: "off", "wait",

@@ -167,3 +167,19 @@ def test_pdl_row_plans_the_fused_decode_kernel():
     assert BG._setup("w4a16_nvfp4", 3, 64, 256, "cpu", gen).run_pdl is None
     with pytest.raises(SystemExit):
         BG.main(["--pdl", "sometimes"])
+
+
+def test_prefetch_span_by_weight_bytes_and_opts():
+    """launch.prefetch_span: whole rows for weights up to ROWS_PREFETCH_BYTES, the first step's K range
+    above (session 25's H200 sweep); fused_config takes "span=..." among its opts."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    assert L.prefetch_span("prefetch", 4096, 4096, "nvfp4") == "rows"  # 9.4 MB
+    assert L.prefetch_span("prefetch", 4096, 14336, "nvfp4") == "step"  # 33 MB
+    assert L.prefetch_span("prefetch", 4096, 4096, "mxfp8") == "step"  # 17.3 MB
+    assert L.prefetch_span("wait", 28672, 4096, "nvfp4") == "rows"
+    assert L.fused_config("decode8", 28672, 4096, "nvfp4", "bfloat16", pdl="prefetch").span == "step"
+    assert L.fused_config("decode8", 4096, 4096, "nvfp4", "bfloat16", pdl="prefetch").span == "rows"
+    cfg = L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", "prefetch", "upfront=4, span=step")
+    assert (cfg.span, cfg.decode.upfront) == ("step", 4)
+    assert L._split_span("span=rows") == (None, "rows") and L._split_span(None) == (None, None)

@@ -205,7 +205,7 @@ def fused_config(
     keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early up to 32
     tokens (a sweep switch, unset: off). hints: the base takes `decode_config_for`'s cache hints
     (False: the plain loads of every fused plan before session 25); span: FusedConfig.span, None for
-    "step" under pdl "prefetch" ("rows" otherwise).
+    `prefetch_span`'s choice; opts may also carry "span=rows" / "span=step".
 
     H200 2026-12-03 07:10 (session 25, `bench_gemm --sweep-subset pdl`, W4A16 NVFP4, cold weights, M = 1 /
     16 at 4096 x 4096, 28672 x 4096, 4096 x 14336, 7168 x 2048): the hints speed the fused kernel up in
@@ -217,8 +217,8 @@ def fused_config(
 
     if not bucket.startswith("decode"):
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
-    if span is None:
-        span = "step" if pdl == "prefetch" else "rows"
+    opts, span_opt = _split_span(opts)
+    span = span_opt or span or prefetch_span(pdl, n, k, b_fmt)
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
@@ -239,6 +239,36 @@ def fused_config(
         config = FusedConfig(base, epilogue, pdl, norm, rope, early, span)
     assert isinstance(base, DecodeConfig)
     return config
+
+
+# prefetch_span: weights up to this many bytes (values + scales) prefetch whole rows under pdl
+# "prefetch"; larger ones only the first step's K range. Below the L2 of every target (H200 50 MB,
+# RTX 5090 96 MB) with room for the activations and the kernel before.
+ROWS_PREFETCH_BYTES = 16 << 20
+
+
+def prefetch_span(pdl: str, n: int, k: int, b_fmt: str) -> str:
+    """The FusedConfig.span `fused_config` picks: "rows" (the whole weight to L2 before the wait) for a
+    weight of at most ROWS_PREFETCH_BYTES, where every line prefetched stays until its K loop reads it;
+    "step" for larger ones, whose resident CTAs' whole rows would evict each other (H200 session 25,
+    W4A16 M = 1: 28672 x 4096, 66 MB, rows 31.55 -> step 25.16 us; 4096 x 14336, 33 MB, 15.19 -> 13.50;
+    at 8-9 MB both spans are the same lines). "rows" whenever pdl is not "prefetch" (span unused)."""
+    if pdl != "prefetch":
+        return "rows"
+    spec = FORMAT[b_fmt]
+    weight = spec.row_bytes(k) * n + (n * (k // spec.sf_vec) if spec.swizzled else 0)
+    return "rows" if weight <= ROWS_PREFETCH_BYTES else "step"
+
+
+def _split_span(opts: str | None) -> tuple[str | None, str | None]:
+    """(opts without its "span=..." item, that span or None): `fused_config`'s opts carry the
+    FusedConfig's span beside the DecodeConfig changes."""
+    if not opts:
+        return opts, None
+    items = [part.strip() for part in opts.split(",") if part.strip()]
+    spans = [i.partition("=")[2].strip() for i in items if i.partition("=")[0].strip() == "span"]
+    rest = ",".join(i for i in items if i.partition("=")[0].strip() != "span")
+    return rest or None, (spans[-1] if spans else None)
 
 
 ROPE_EARLY_ENV = "B12X_GEMM_ROPE_EARLY"  # =1: fused_config's rope_append configs load their tables early
