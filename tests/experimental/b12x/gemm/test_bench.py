@@ -183,3 +183,17 @@ def test_prefetch_span_by_weight_bytes_and_opts():
     cfg = L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", "prefetch", "upfront=4, span=step")
     assert (cfg.span, cfg.decode.upfront) == ("step", 4)
     assert L._split_span("span=rows") == (None, "rows") and L._split_span(None) == (None, None)
+
+
+def test_fused_hints_follow_the_launch_mode():
+    """fused_config's default hints: the heuristic's cache hints except after a whole-row L2 prefetch
+    (session 25: even or slower there, faster under a plain launch, "wait" and the first-step prefetch)."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    def wcache(n, k, pdl, **kw):
+        return L.fused_config("decode8", n, k, "nvfp4", "bfloat16", "silu_mul", pdl, **kw).decode.wcache
+
+    assert wcache(11264, 2048, "off") == wcache(11264, 2048, "wait") == "na256"
+    assert wcache(11264, 2048, "prefetch") == "nc"  # 13 MB: whole rows
+    assert wcache(28672, 4096, "prefetch") == "na256"  # 66 MB: the first step
+    assert wcache(11264, 2048, "prefetch", hints=True) == "na256" and wcache(11264, 2048, "off", hints=False) == "nc"

@@ -189,7 +189,7 @@ def fused_config(
     opts: str | None = None,
     norm: bool = False,
     rope=None,
-    hints: bool = True,
+    hints: bool | None = None,
     span: str | None = None,
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
@@ -203,15 +203,19 @@ def fused_config(
     through decode_config_for. rope: the `_epilogue.RopeLayout` of epilogue "rope_append" (which keeps
     the heuristic's tiles: its pairs are local rows r and r + BN/2 of any BN, so T = 1 qkv 3072 x 2048
     keeps 192 CTAs of 16 rows = 8 pairs); B12X_GEMM_ROPE_EARLY=1 gives it FusedConfig.early up to 32
-    tokens (a sweep switch, unset: off). hints: the base takes `decode_config_for`'s cache hints
-    (False: the plain loads of every fused plan before session 25); span: FusedConfig.span, None for
-    `prefetch_span`'s choice; opts may also carry "span=rows" / "span=step".
+    tokens (a sweep switch, unset: off). span: FusedConfig.span, None for `prefetch_span`'s choice
+    (opts may also carry "span=rows" / "span=step"); hints: the base takes `decode_config_for`'s cache
+    hints (False: the plain loads of every fused plan before session 25), None for all but a whole-row
+    prefetch (pdl "prefetch" with span "rows", whose weight is in L2 when the K loop reads it).
 
-    H200 2026-12-03 07:10 (session 25, `bench_gemm --sweep-subset pdl`, W4A16 NVFP4, cold weights, M = 1 /
-    16 at 4096 x 4096, 28672 x 4096, 4096 x 14336, 7168 x 2048): the hints speed the fused kernel up in
-    all 8 cases under every launch mode (plain launch 2-8%: 28672 x 4096 M = 1 26.81 -> 24.66 us), and
-    "step" keeps the whole-row prefetch's gain at the small shapes (the same lines there) without its
-    loss at the big ones (28672 x 4096 M = 1 31.55 -> 25.16, 4096 x 14336 15.19 -> 13.50)."""
+    H200 2026-12-03 07:10-07:30 (session 25, `bench_gemm --sweep-subset pdl`, W4A16 NVFP4, cold weights,
+    M = 1 / 16 at 4096 x 4096, 28672 x 4096, 4096 x 14336, 7168 x 2048; `bench_block` A/B): the hints
+    speed the fused kernel up under a plain launch (2-8%: 28672 x 4096 M = 1 26.81 -> 24.66 us), "wait"
+    (4096 x 4096 M = 1 5.27 -> 5.02) and the first-step prefetch; after a whole-row prefetch they are
+    even or slower (4096 x 4096 M = 1 5.37 -> 5.47, 7168 x 2048 M = 16 5.90 -> 6.02; the block's gate_up
+    at T = 1 / 8 +0.45 / +0.27 us). "step" keeps the whole-row prefetch's gain at the small shapes (the
+    same lines there) without its loss at the big ones (28672 x 4096 M = 1 31.55 -> 25.16, 4096 x 14336
+    15.19 -> 13.50); at the block's 3-13 MB weights it loses (T = 32 74.34 -> 76.16 us)."""
     from ..blockscaled._kernel_decode import DecodeConfig
     from ..blockscaled._kernel_decode_fused import FusedConfig, why_not
 
@@ -219,6 +223,8 @@ def fused_config(
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
     opts, span_opt = _split_span(opts)
     span = span_opt or span or prefetch_span(pdl, n, k, b_fmt)
+    if hints is None:
+        hints = not (pdl == "prefetch" and span == "rows")
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
