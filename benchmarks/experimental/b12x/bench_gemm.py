@@ -313,8 +313,10 @@ def sweep_configs(
     decode kernel's weight-prefetch candidates, ("stream") its streaming variants (cache hints, chunk
     groups, warp groups along N), ("pdl") the fused decode kernel as a programmatic dependent
     (`pdl_variants`), or ("gemv") the Triton GEMV's candidates (decode8 / decode16), each after the
-    case's CuTe heuristic config as the baseline. Configs a case's pair cannot run (a GEMV config for
-    quantized activations) are skipped by `_sweep`."""
+    case's CuTe heuristic config as the baseline (for a_fmt's pair: without it, the heuristic of FP4
+    / FP8 activations, which takes no cache hints and no two-tile rule; session 24 and 25's stream
+    sweeps started from that base). Configs a case's pair cannot run (a GEMV config for quantized
+    activations) are skipped by `_sweep`."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
@@ -350,16 +352,16 @@ def sweep_configs(
         return (L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt),) + pdl_variants(bucket, n, k, b_fmt, a_fmt)
     cands = KD.candidate_configs(m)
     if subset == "prefetch":
-        base = L.default_config(bucket, n, k, b_fmt)
+        base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + tuple(c for c in cands if c.prefetch and c != base)
     if subset == "stream":
-        base = L.default_config(bucket, n, k, b_fmt)
+        base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + KD.stream_variants(base)
     if subset == "probe":
-        base = L.default_config(bucket, n, k, b_fmt)
+        base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + KD.probe_variants(base)
     if subset == "probe-step":
-        cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt))
+        cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands
 
 

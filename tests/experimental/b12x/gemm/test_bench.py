@@ -177,6 +177,8 @@ def test_prefetch_span_by_weight_bytes_and_opts():
     assert L.prefetch_span("prefetch", 4096, 4096, "nvfp4") == "rows"  # 9.4 MB
     assert L.prefetch_span("prefetch", 4096, 14336, "nvfp4") == "step"  # 33 MB
     assert L.prefetch_span("prefetch", 4096, 4096, "mxfp8") == "step"  # 17.3 MB
+    assert L.prefetch_span("prefetch", 7168, 2048, "mxfp8") == "step"  # 15.1 MB
+    assert L.prefetch_span("prefetch", 11264, 2048, "nvfp4") == "rows"  # 13 MB: the demo block's gate_up
     assert L.prefetch_span("wait", 28672, 4096, "nvfp4") == "rows"
     assert L.fused_config("decode8", 28672, 4096, "nvfp4", "bfloat16", pdl="prefetch").span == "step"
     assert L.fused_config("decode8", 4096, 4096, "nvfp4", "bfloat16", pdl="prefetch").span == "rows"

@@ -248,9 +248,11 @@ def fused_config(
 
 
 # prefetch_span: weights up to this many bytes (values + scales) prefetch whole rows under pdl
-# "prefetch"; larger ones only the first step's K range. Below the L2 of every target (H200 50 MB,
-# RTX 5090 96 MB) with room for the activations and the kernel before.
-ROWS_PREFETCH_BYTES = 16 << 20
+# "prefetch"; larger ones only the first step's K range. Well below the L2 of every target (H200 50 MB,
+# RTX 5090 96 MB), with room for the activations and the kernel before. Session 25 (H200): the demo
+# block's weights (3-13 MB, NVFP4) prefer whole rows (T = 32 74.3 vs 76.2 us); MXFP8 7168 x 2048 (15.1
+# MB) at M = 16 the step (6.44 vs 6.79 us), MXFP8 4096 x 4096 (17.3 MB) too (7.21 vs 7.92).
+ROWS_PREFETCH_BYTES = 14 << 20
 
 
 def prefetch_span(pdl: str, n: int, k: int, b_fmt: str) -> str:
@@ -258,7 +260,8 @@ def prefetch_span(pdl: str, n: int, k: int, b_fmt: str) -> str:
     weight of at most ROWS_PREFETCH_BYTES, where every line prefetched stays until its K loop reads it;
     "step" for larger ones, whose resident CTAs' whole rows would evict each other (H200 session 25,
     W4A16 M = 1: 28672 x 4096, 66 MB, rows 31.55 -> step 25.16 us; 4096 x 14336, 33 MB, 15.19 -> 13.50;
-    at 8-9 MB both spans are the same lines). "rows" whenever pdl is not "prefetch" (span unused)."""
+    MXFP8 M = 16 7168 x 2048, 15.1 MB, 6.79 -> 6.44; at W4A16's 8-9 MB both spans are the same lines).
+    "rows" whenever pdl is not "prefetch" (span unused)."""
     if pdl != "prefetch":
         return "rows"
     spec = FORMAT[b_fmt]
