@@ -4,6 +4,8 @@ CUDA-graph replay == eager with the inputs written by the kernel before (a progr
 launch must still wait for them), two PDL GEMMs back to back (gate_up -> down, the second's CTAs
 launched early by the first's trigger), and the one-shot mm path."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -84,6 +86,40 @@ def test_hinted_pdl_configs_match_reference(pdl, span):
         B.mm(ops.a_values, ops.weight, out, plan=plan)
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), "none", "bfloat16", None)
+
+
+@pytest.mark.parametrize("pdl", ["prefetch", "wait"])
+def test_mxfp8_pdl_plans_match_reference(pdl):
+    """MXFP8 x MXFP8 at 7168 x 2048 (15.1 MB: `launch.prefetch_span` gives it the first-step prefetch)
+    planned as a programmatic dependent, M = 1 / 3 / 16: outputs NaN-poisoned, the project's tolerance
+    against the fp32 reference, and bitwise the same fused kernel launched plainly (the launch mode and
+    the L2 prefetch never change a sum)."""
+    from .helpers import check_tolerance
+
+    n, k = 7168, 2048
+    q = B.GemmQuery("mxfp8", "mxfp8", n, k, max_m=max(MS), m_values=MS, pdl=pdl)
+    plan = B.plan(q)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    selection = dict(plan.state.selection)
+    assert all(L.is_fused(c) and c.span == ("step" if pdl == "prefetch" else "rows") for c in selection.values())
+    plain = B.plan(
+        B.GemmQuery("mxfp8", "mxfp8", n, k, max_m=max(MS), m_values=MS),
+        override={b: replace(c, pdl="off", span="rows") for b, c in selection.items()},
+    )
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plain])
+    weight = make_operands("mxfp8", "mxfp8", 1, n, k, seed=3, device="cuda").weight
+    for m in MS:
+        ops = make_operands("mxfp8", "mxfp8", m, n, k, seed=m + 11, device="cuda", weight=weight)
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        again = torch.full_like(out, float("nan"))
+        lhs = (ops.a_values, ops.a_scales)
+        B.mm(lhs, ops.weight, out, plan=plan, alpha=ops.alpha)
+        B.mm(lhs, ops.weight, again, plan=plain, alpha=ops.alpha)
+        torch.cuda.synchronize()
+        check_tolerance(out, ops, "bfloat16")
+        assert torch.equal(out, again)
 
 
 _CPU_WEIGHTS: dict = {}

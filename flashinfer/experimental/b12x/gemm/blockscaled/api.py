@@ -60,7 +60,17 @@ class GemmQuery:
     the fused decode kernel's options (`_epilogue` docstring; n stays the weight's rows, 2I for
     "silu_mul"), "none" / "off" for the plain kernels; norm: A RMS-normalized in that kernel (mm's
     norm_weight); rope: the RopeLayout(q_heads, kv_heads, head_dim, page_size) of epilogue
-    "rope_append" (n = (q_heads + 2 kv_heads) head_dim), None otherwise."""
+    "rope_append" (n = (q_heads + 2 kv_heads) head_dim), None otherwise.
+
+    Choosing pdl (decode buckets; H200, session 25, docs/performance.md): "wait" makes each launch a
+    programmatic dependent of the kernel before it in the stream, so its CTAs become resident while
+    that kernel drains (W4A16 M = 1: 0.4-0.6 µs a call, e.g. 4096 x 4096 5.42 -> 5.00); "prefetch" also
+    puts the CTA's weight lines in L2 before it waits (whole rows up to 14 MB of weight, the first K step
+    above: `launch.prefetch_span`), which gains more where the weight is small and the K loop short
+    (7168 x 2048: 4.57 µs) and less elsewhere (4096 x 4096 5.48, 28672 x 4096 25.13 against "wait"'s
+    24.56). Under CUDA graph capture either becomes a programmatic edge. Not for M 9..16 with N >= 16384
+    and 16-bit activations: the plain kernel's shared-activation warp groups are faster there (28672 x
+    4096: 32.7 µs plain, 36.5 "wait")."""
 
     a_format: str
     b_format: str
