@@ -93,34 +93,27 @@ BULK = ("bulk", 64, 4096)  # _lib.l2_prefetch.PrefetchConfig(mode, threads, bulk
 
 FP = dict(fused=True, pdl="prefetch")
 _FAST = STEPS["fast"]  # the demo's default step (`python -m b12x demo --step fast`)
+
+
+def _fast(gemm_opts):
+    """The demo's default step ("fast") with other GEMM options."""
+    return _variant(
+        fused=_FAST["fused"],
+        pdl=_FAST["gemm_pdl"],
+        rope=_FAST["rope"],
+        attention_pdl=_FAST["attention_pdl"],
+        attention_opts=dict(min_chunk=_FAST["attention_min_chunk"]),
+        gemm_opts=gemm_opts,
+    )  # fmt: skip
+
+
 VARIANTS = {
-    "fast": _variant(
-        fused=_FAST["fused"],
-        pdl=_FAST["gemm_pdl"],
-        rope=_FAST["rope"],
-        attention_pdl=_FAST["attention_pdl"],
-        attention_opts=dict(min_chunk=_FAST["attention_min_chunk"]),
-        gemm_opts=_FAST["gemm_opts"],
-    ),  # fmt: skip
+    "fast": _fast(_FAST["gemm_opts"]),
     # the fast step with session 24's gate_up loads (no cache hints; session 25 gave fused configs the
-    # heuristic's hints, which at the block's shapes move only gate_up at T <= 16), and with every GEMM's
-    # L2 prefetch cut to the first step's K range (launch.prefetch_span gives these small weights "rows")
-    "fast-nohint": _variant(
-        fused=_FAST["fused"],
-        pdl=_FAST["gemm_pdl"],
-        rope=_FAST["rope"],
-        attention_pdl=_FAST["attention_pdl"],
-        attention_opts=dict(min_chunk=_FAST["attention_min_chunk"]),
-        gemm_opts={**(_FAST["gemm_opts"] or {}), "gate_up": "wcache=nc,acache=nc"},
-    ),  # fmt: skip
-    "fast-step": _variant(
-        fused=_FAST["fused"],
-        pdl=_FAST["gemm_pdl"],
-        rope=_FAST["rope"],
-        attention_pdl=_FAST["attention_pdl"],
-        attention_opts=dict(min_chunk=_FAST["attention_min_chunk"]),
-        gemm_opts={"qkv": "span=step", "o": "span=step", "gate_up": "span=step", "down": "upfront=4,span=step"},
-    ),  # fmt: skip
+    # heuristic's hints, except after a whole-row prefetch, which the block's GEMMs take), and with every
+    # GEMM's L2 prefetch cut to the first step's K range (launch.prefetch_span gives these small weights "rows")
+    "fast-nohint": _fast({**(_FAST["gemm_opts"] or {}), "gate_up": "wcache=nc,acache=nc"}),
+    "fast-step": _fast({"qkv": "span=step", "o": "span=step", "gate_up": "span=step", "down": "upfront=4,span=step"}),
     "base": _variant(),
     "fused": _variant(fused=True),
     "pdl": _variant(pdl="prefetch"),
