@@ -161,7 +161,8 @@ def test_invalid_stream_options_are_rejected():
 def test_stream_variants_are_valid_and_distinct(m, n, k):
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
     variants = KD.stream_variants(base)
-    assert 6 <= len(variants) <= 12 and base not in variants and len(set(variants)) == len(variants)
+    assert 6 <= len(variants) <= 13 and base not in variants and len(set(variants)) == len(variants)
+    assert dataclasses.replace(base, unroll=1) in variants or base.unroll == 1
     for cfg in variants:
         assert KD.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
         assert (

@@ -205,8 +205,9 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
     the base's warps), twice the rows per warp (half the CTAs, so half the activation reads, more
     registers), two combinations (everything on the instruction side with na256, and with 2 warp
     groups), and 2 warp groups sharing activations through smem (ashare: twice the base's warps, or
-    the base's). ("na" alone, "ef" and kgroup stay selectable, not swept.) Valid configs only, base
-    excluded, no duplicates."""
+    the base's), and the base with one chunk a step (unroll 1: fewer registers a lane, so more resident
+    CTAs; session 25: 11264 x 2048 fits one wave at 80 registers, not at 112). ("na" alone, "ef" and
+    kgroup stay selectable, not swept.) Valid configs only, base excluded, no duplicates."""
     hinted = replace(base, wcache="na", acache="el")
     lean = replace(hinted, clamp=True, fp4="left", prefetch=0)
     cands = (
@@ -222,6 +223,7 @@ def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
         replace(lean, warps=2 * base.warps, wn=2 * base.wn),
         replace(hinted, warps=2 * base.warps, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
         replace(hinted, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
+        replace(base, unroll=1),
     )
     out = []
     for cfg in cands:
