@@ -68,9 +68,9 @@ class GemmQuery:
     puts the CTA's weight lines in L2 before it waits (whole rows up to 14 MB of weight, the first K step
     above: `launch.prefetch_span`), which gains more where the weight is small and the K loop short
     (7168 x 2048: 4.57 µs) and less elsewhere (4096 x 4096 5.48, 28672 x 4096 25.13 against "wait"'s
-    24.56). Under CUDA graph capture either becomes a programmatic edge. Not for M 9..16 with N >= 16384
-    and 16-bit activations: the plain kernel's shared-activation warp groups are faster there (28672 x
-    4096: 32.7 µs plain, 36.5 "wait")."""
+    24.56). Under CUDA graph capture either becomes a programmatic edge. Not for M 9..16 with N >= 16384,
+    FP4 weights and 16-bit activations: the plain kernel's shared-activation warp groups are faster there
+    (W4A16 28672 x 4096: 32.7 µs plain, 36.5 "wait")."""
 
     a_format: str
     b_format: str
