@@ -185,6 +185,9 @@ def test_prefetch_span_by_weight_bytes_and_opts():
     cfg = L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", "prefetch", "upfront=4, span=step")
     assert (cfg.span, cfg.decode.upfront) == ("step", 4)
     assert L._split_span("span=rows") == (None, "rows") and L._split_span(None) == (None, None)
+    for opts, pdl in (("span=lines", "prefetch"), ("span=step", "wait")):
+        with pytest.raises(ValueError, match="span must be one of"):
+            L.fused_config("decode8", 2048, 5632, "nvfp4", "bfloat16", "residual", pdl, opts)
 
 
 def test_fused_hints_follow_the_launch_mode():
