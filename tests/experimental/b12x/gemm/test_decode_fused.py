@@ -85,7 +85,7 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
         for w in range(cfg.warps):
             ops, tid = FusedEmuOps(gmem), w * 32 + LANE
             if config.pdl == "prefetch":
-                kp = k if config.span == "rows" else min(k, logic.step_k)
+                kp = int(np.asarray(logic.prefetch_k(ops, k)).flat[0])  # the same value in every lane
                 items = logic.bn * logic.value_lines(kp)
                 for i0 in range(0, items, threads):
                     logic.prefetch_value_line(ops, rt, n0, (i0 + tid).astype(np.int32), i0 + tid < items)

@@ -217,16 +217,15 @@ def fused_config(
     same lines there) without its loss at the big ones (28672 x 4096 M = 1 31.55 -> 25.16, 4096 x 14336
     15.19 -> 13.50); at the block's 3-13 MB weights it loses (T = 32 74.34 -> 76.16 us)."""
     from ..blockscaled._kernel_decode import DecodeConfig
-    from ..blockscaled._kernel_decode_fused import SPANS, FusedConfig, why_not
+    from ..blockscaled._kernel_decode_fused import FusedConfig, span_reason, why_not
 
     if not bucket.startswith("decode"):
         raise ValueError(f"a fused epilogue or pdl runs in the decode buckets (M <= 64), got bucket {bucket}")
     opts, span_opt = _split_span(opts)
     span = span_opt or span or prefetch_span(pdl, n, k, b_fmt)
-    if span not in SPANS or (span == "step" and pdl != "prefetch"):
-        raise ValueError(
-            f"span must be one of {SPANS} ('step' only with pdl 'prefetch'), got {span!r} with pdl {pdl!r}"
-        )
+    reason = span_reason(span, pdl)
+    if reason is not None:  # before the warps loop below, which would only halve warps on it
+        raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)

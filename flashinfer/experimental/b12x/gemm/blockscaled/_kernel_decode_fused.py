@@ -110,6 +110,13 @@ class FusedConfig:
         return self.decode.max_m
 
 
+def span_reason(span: str, pdl: str) -> str | None:
+    """None when FusedConfig.span `span` goes with launch mode `pdl`, else the reason."""
+    if span not in SPANS or (span != "rows" and pdl != "prefetch"):
+        return f"span must be one of {SPANS}, and 'step' only with pdl 'prefetch', got {span!r} (pdl {pdl!r})"
+    return None
+
+
 def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str | None:
     """None when the fused kernel implements this combination, else the reason."""
     if not isinstance(config, FusedConfig):
@@ -142,8 +149,9 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
         return f"rope is only read with epilogue 'rope_append', got epilogue {config.epilogue!r}"
     if not isinstance(config.early, bool) or (config.early and config.epilogue != "rope_append"):
         return f"early (the rope tables before the K loop) is a bool for epilogue 'rope_append', got {config.early!r}"
-    if config.span not in SPANS or (config.span != "rows" and config.pdl != "prefetch"):
-        return f"span must be one of {SPANS}, and 'step' only with pdl 'prefetch', got {config.span!r} (pdl {config.pdl!r})"
+    reason = span_reason(config.span, config.pdl)
+    if reason is not None:
+        return reason
     if not isinstance(config.norm, bool):
         return f"norm must be a bool, got {config.norm!r}"
     if config.norm and (a_fmt not in ("bfloat16", "float16") or b_fmt == "fp8_block"):
@@ -345,6 +353,11 @@ class FusedLogic(KD.DecodeLogic):
         c = self.cfg
         return KD.CHUNK * c.warps * max(c.unroll, c.upfront, c.prefetch + 1)
 
+    def prefetch_k(self, ops, k):
+        """K values of each row pdl "prefetch" puts in L2 before the wait: all k (span "rows") or the
+        first step's (span "step", at most k)."""
+        return k if self.fusion.span == "rows" else ops.imin(k, self.step_k)
+
     def prefetch_value_line(self, ops, rt, n0, i, live):
         """Item i < BN * value_lines (live: i is one; the kernel's loop guarantees it): line i // BN of
         local row i % BN."""
@@ -541,7 +554,7 @@ class FusedDecodeGemm:
         # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
         L = self.logic
         if cutlass.const_expr(L.fusion.pdl == "prefetch"):  # the weights before the wait
-            kp = k if cutlass.const_expr(L.fusion.span == "rows") else DEVICE.imin(k, L.step_k)
+            kp = L.prefetch_k(DEVICE, k)
             for i in cutlass.range(tid, L.bn * L.value_lines(kp), self.threads, unroll=1):
                 self.logic.prefetch_value_line(DEVICE, rt, n0, i, DEVICE.boolean(True))
             if cutlass.const_expr(FORMAT[L.b_fmt].swizzled):
