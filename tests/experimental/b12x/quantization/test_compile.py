@@ -46,13 +46,14 @@ def test_ptx_has_the_exact_instructions(op, arch):
         # flush-to-zero anywhere in float math; the E4M3 scale: the RNE conversion instruction, or
         # (division-free NVFP4 encodes) no fp8 instruction at all: `_e4m3_rn` rounds on the bits,
         # because Triton 3.6's ptxas mishandles that instruction's 16-bit result.
-        assert "div.rn.f32" in ops
+        # ("pairs" divides by 6 with two exact-residual FMAs, `_pairs.block_t`: no division left.)
+        assert ("div.rn.f32" in ops) != (getattr(cfg, "encode", None) == "pairs"), (cfg, sorted(ops))
         if op == "nvfp4" and cfg.encode != "div":
             assert not [o for o in ops if "e4m3" in o], sorted(ops)
         else:
             assert "cvt.rn.satfinite.e4m3x2.f32" in ops
         # ("steps" tests each threshold with one saturating FMA on purpose, `_steps.py`: exact 0/1.)
-        fmas = ("fma.rn.sat.f32",) if getattr(cfg, "encode", None) == "steps" else ()
+        fmas = {"steps": ("fma.rn.sat.f32",), "pairs": ("fma.rn.f32",)}.get(getattr(cfg, "encode", None), ())
         bad = [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) and o not in fmas or ".ftz" in o]
         assert not bad, sorted(ops)
 
@@ -230,18 +231,21 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             assert ptx.count("fma.rn.sat.f32") == 7 * cfg.block_m * cfg.block_k // (32 * cfg.num_warps), cfg
             ops -= {"fma.rn.sat.f32"}
         if op == "nvfp4" and cfg.encode == "pairs":
-            # Its only FMAs sum the 8 bf16x2 steps of each pair of values (`_pairs.py`): nothing
-            # contracted; the thresholds per block are directed-rounding products.
+            # Its only FMAs are the two of each block's t = RN(gs amax / 6) (`_pairs.block_t`): nothing
+            # contracted; the codes are mask sums of 8 `set` a pair of values; the thresholds per block
+            # are directed-rounding products.
             vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps)  # values a thread owns per tile
             vpt *= cfg.k_iters if cfg.unroll else 1  # the unrolled column loop: every tile's code
-            assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.bf16x2"}, (cfg, ops)
-            assert ptx.count("fma.rn.bf16x2") == 4 * vpt and ptx.count("set.gt.bf16x2.bf16x2") == 7 * vpt // 2
+            assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.f32"}, (cfg, ops)
+            assert ptx.count("fma.rn.f32") == 2 * vpt // 16, cfg
+            assert ptx.count("set.gt.u32.bf16x2") == 7 * vpt // 2 and ptx.count("set.lt.u32.bf16x2") == vpt // 2
+            assert "bf16x2.bf16x2" not in ptx, cfg  # no 1.0-valued compares left to sum
             # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other branch)
             # (lut: the table once per program, one entry per block a thread owns, + the fallback per block)
             table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
             assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
             assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
-            ops -= {"fma.rn.bf16x2"}
+            ops -= {"fma.rn.f32"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
             # No fp8 instruction at all: the scale is rounded by bits (`_e4m3_rn`). Triton 3.6's

@@ -2,8 +2,8 @@
 bit for bit on the device.
 
 Dispatch: a plan with capacity >= LARGE_FROM_M selects two tiles; every live M below the threshold
-runs the small one, every M from it the large one. Pairs: its inline PTX (`set.gt.bf16x2`,
-`fma.rn.bf16x2`, `mul.rm.f32`, `max.bf16x2`, `prmt`) runs only here. Checked against
+runs the small one, every M from it the large one. Pairs: its inline PTX (`set.gt.u32.bf16x2`
+mask sums, the fma-corrected division by 6, `mul.rm.f32`, `max.bf16x2`, `prmt`) runs only here. Checked against
 the oracle with outputs poisoned first (0xFF bytes): M on both sides of the threshold and at it, K
 from 32 to 16384 (tails: K/16 not a multiple of 4, K not a multiple of the tile), random rows over
 ten decades and extreme blocks (zero, NaN, Inf, max, subnormal), the global scale as a float and as

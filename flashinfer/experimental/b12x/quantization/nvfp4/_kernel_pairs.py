@@ -33,6 +33,7 @@ from ._encodes import _e4m3_rn, _store_scales
 from ._pairs import (
     LUT_HI,
     LUT_LO,
+    block_t,
     lut_prologue,
     pack_pair_codes,
     pair_amax,
@@ -115,8 +116,7 @@ def _encode_store_pairs(
     the scales."""
     NB: tl.constexpr = K // 16
     amax = pair_amax(ua, ub, ASM)  # NaN ignored
-    t = tl.minimum(tl.math.div_rn(gs * amax, 6.0), 448.0)
-    sbits, sf = _e4m3_rn(t)
+    sbits, sf = _e4m3_rn(block_t(gs, amax, ASM))
 
     if LUT:  # `_pairs.pair_thresholds_lut` inside its global-scale range (a uniform branch)
         if (gs_k >= LUT_LO) & (gs_k <= LUT_HI):

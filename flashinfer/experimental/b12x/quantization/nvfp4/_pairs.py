@@ -22,12 +22,12 @@ bf16: an |x| = Inf still counts). When 1/gs would overflow (gs < 2^-64 here), u 
 2^64 first (exact; fl(next * gs) is a normal number near u there, so the scaled check rounds the
 same). sf == 0 makes u NaN, T a NaN bf16: every comparison fails, the block's codes are 0.
 Per pair of values (one 32-bit word w of two bf16): |w| = w & 0x7FFF7FFF, then seven
-`set.gt.bf16x2.bf16x2` (1.0 or 0.0 per half) summed by `fma.rn.bf16x2` onto 128 + 8 * [x < -T(u_0)]
-(the sign, `set.lt` on w), so each half ends as the bf16 128 + code (bits 0x4300 + code, exact:
-integers below 256); two `prmt` and a shift-or per 8 values pack the low nibbles. The block amax
-is a `max.bf16x2` tree on the |w| (NaN-ignoring, as `block_amax_maxnum`).
-Per value: ~8.5 instructions of encode (vs ~15); per block: ~45 for the seven T (vs ~12): four
-computed, three doubled (`pair_thresholds`).
+`set.gt.u32.bf16x2` (a 0xFFFF mask per true half) and one `set.lt.u32.bf16x2` on w against -T(u_0)
+(the sign, weighted 8), summed as 32-bit integers and fixed up by one multiply (`pair_codes`), so
+each half ends as its code; two `prmt` and a shift-or per 8 values pack the low nibbles. The block
+amax is a `max.bf16x2` tree on the |w| (NaN-ignoring, as `block_amax_maxnum`).
+Per value: ~7 instructions of encode (session 6's bf16 sums ~8.5; "steps" ~15); per block: ~45 for
+the seven T (vs ~12): four computed, three doubled (`pair_thresholds`), or ~19 by the lane table.
 
 `test_nvfp4_pairs.py` mirrors the rule in torch and checks it exhaustively (every bf16 x against
 every E4M3 scale under 30+ global scales from 1e-45 to 3e38, and T against a brute-force search);
@@ -139,67 +139,71 @@ def pair_thresholds(sf, scale, rg, gs_k, ASM: tl.constexpr, ROWS: tl.constexpr =
 
 @triton.jit
 def _half_gt(a, t):
-    """Mirror of `set.gt.bf16x2.bf16x2` on non-negative bf16 pairs: 1.0 (0x3F80) per half where a > t,
-    0 where not or where either is NaN (magnitudes above 0x7F80)."""
-    out = tl.zeros_like(a)
-    for sh in tl.static_range(0, 32, 16):
-        ah, th = (a >> sh) & 0x7FFF, (t >> sh) & 0x7FFF
-        out |= tl.where((ah > th) & (ah <= 0x7F80) & (th <= 0x7F80), 0x3F80 << sh, 0)
-    return out
+    """Mirror of `set.gt.u32.bf16x2` on non-negative bf16 pairs: all ones (0xFFFF) in each half where
+    a > t, 0 where not or where either is NaN (magnitudes above 0x7F80)."""
+    al, tl_ = a & 0x7FFF, t & 0x7FFF
+    ah, th = (a >> 16) & 0x7FFF, (t >> 16) & 0x7FFF
+    lo = tl.where((al > tl_) & (al <= 0x7F80) & (tl_ <= 0x7F80), 0xFFFF, 0)
+    hi = tl.where((ah > th) & (ah <= 0x7F80) & (th <= 0x7F80), -65536, 0)  # 0xFFFF0000
+    return lo | hi
 
 
 @triton.jit
-def _step(a, t, ASM: tl.constexpr):
-    if ASM:
-        return tl.inline_asm_elementwise(
-            "set.gt.bf16x2.bf16x2 $0, $1, $2;", "=r,r,r", [a, t], dtype=tl.int32, is_pure=True, pack=1
-        )
-    else:
-        return _half_gt(a, t)
-
-
-@triton.jit
-def _neg_step(w, a, nt0, ASM: tl.constexpr):
-    """1.0 per half where the signed bf16 of w is below -T(u_0) (nt0 = -T(u_0) in both halves)."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            "set.lt.bf16x2.bf16x2 $0, $1, $2;", "=r,r,r", [w, nt0], dtype=tl.int32, is_pure=True, pack=1
-        )
-    else:
-        sign = ((w >> 15) & 1) * 0x3F80 | ((w >> 31) & 1) * 0x3F800000  # 1.0 where negative
-        return _half_gt(a, nt0 & 0x7FFF7FFF) & sign
-
-
-@triton.jit
-def _acc(s, acc, SIGN: tl.constexpr, ASM: tl.constexpr):
-    """fma.rn.bf16x2(s, w, acc), w = 8.0 (SIGN) or 1.0 per half: exact here (integers below 256)."""
-    if ASM:
-        w = tl.full(s.shape, 0x41004100 if SIGN else 0x3F803F80, tl.int32)
-        return tl.inline_asm_elementwise(
-            "fma.rn.bf16x2 $0, $1, $2, $3;", "=r,r,r,r", [s, w, acc], dtype=tl.int32, is_pure=True, pack=1
-        )
-    else:
-        # s is 0 or 1.0 per half; acc holds 128 + k per half (bits 0x4300 + k): add w's integer.
-        inc = 8 if SIGN else 1
-        return acc + tl.where((s & 0xFFFF) != 0, inc, 0) + tl.where((s >> 16) != 0, inc << 16, 0)
+def _neg_mask(w, a, nt0):
+    """Mirror of `set.lt.u32.bf16x2(w, nt0)`: all ones per half where the signed bf16 of w is below
+    -T(u_0) (nt0 = -T(u_0) in both halves)."""
+    sign = tl.where((w & 0x8000) != 0, 0xFFFF, 0) | tl.where(w < 0, -65536, 0)  # where negative
+    return _half_gt(a, nt0 & 0x7FFF7FFF) & sign
 
 
 @triton.jit
 def pair_codes(w, th, ASM: tl.constexpr):
-    """[rows, blocks, n] bf16-pair words -> the same words holding 0x4300 + code per half (code 0..15:
-    the E2M1 count, 8 for a negative x with a non-zero count). th = `pair_thresholds`, [rows, blocks]."""
+    """[rows, blocks, n] bf16-pair words -> the same words holding the code per half (0..15: the E2M1
+    count, + 8 for a negative x with a non-zero count). th = `pair_thresholds`, [rows, blocks].
+
+    Each comparison is a mask word (0xFFFF per true half); their 32-bit sum, the sign mask weighted
+    8, is S = c_lo * 0xFFFF + c_hi * 0xFFFF0000 (mod 2^32) for the halves' codes c_lo, c_hi <= 15,
+    and S * -65537 = c_lo + c_hi * 2^16 (mod 2^32), as 0xFFFF * -65537 = 1 - 2^32 and 0xFFFF0000 *
+    -65537 = 2^16 - 2^48. So a pair costs 8 `set`, 3 three-input adds and 2 IMAD (was 8 `set` + 8
+    `fma.rn.bf16x2` summing 1.0 per half)."""
     t0, t1, t2, t3, t4, t5, t6, nt0 = th
     a = w & 0x7FFF7FFF
-    acc = tl.full(w.shape, 0x43004300, tl.int32)  # bf16x2 (128, 128): 128 + code has bits 0x4300 + code
-    acc = _acc(_neg_step(w, a, nt0[:, :, None], ASM), acc, True, ASM)
-    acc = _acc(_step(a, t0[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t1[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t2[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t3[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t4[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t5[:, :, None], ASM), acc, False, ASM)
-    acc = _acc(_step(a, t6[:, :, None], ASM), acc, False, ASM)
-    return acc
+    t0, t1, t2, t3 = t0[:, :, None], t1[:, :, None], t2[:, :, None], t3[:, :, None]
+    t4, t5, t6, nt0 = t4[:, :, None], t5[:, :, None], t6[:, :, None], nt0[:, :, None]
+    if ASM:
+        # One asm block a word: LLVM cannot hoist every word's eight masks ahead of their sums (that
+        # schedule held ~20 more registers in moe's nvfp4 gather: 119 against 97, Triton 3.9).
+        return tl.inline_asm_elementwise(
+            """{
+            .reg .b32 m0, m1, m2, m3, m4, m5, m6, m7, s;
+            set.gt.u32.bf16x2 m0, $1, $3;
+            set.gt.u32.bf16x2 m1, $1, $4;
+            set.gt.u32.bf16x2 m2, $1, $5;
+            set.gt.u32.bf16x2 m3, $1, $6;
+            set.gt.u32.bf16x2 m4, $1, $7;
+            set.gt.u32.bf16x2 m5, $1, $8;
+            set.gt.u32.bf16x2 m6, $1, $9;
+            set.lt.u32.bf16x2 m7, $2, $10;
+            add.u32 s, m0, m1;
+            add.u32 s, s, m2;
+            add.u32 s, s, m3;
+            add.u32 s, s, m4;
+            add.u32 s, s, m5;
+            add.u32 s, s, m6;
+            mad.lo.u32 s, m7, 8, s;
+            mul.lo.u32 $0, s, -65537;
+            }""",
+            "=r,r,r,r,r,r,r,r,r,r,r",
+            [a, w, t0, t1, t2, t3, t4, t5, t6, nt0],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        s = _half_gt(a, t0) + _half_gt(a, t1) + _half_gt(a, t2) + _half_gt(a, t3)
+        s = s + _half_gt(a, t4) + _half_gt(a, t5) + _half_gt(a, t6)
+        s = s + _neg_mask(w, a, nt0) * 8
+        return s * -65537
 
 
 @triton.jit
@@ -255,6 +259,40 @@ def pair_amax(wa, wb, ASM: tl.constexpr):
     hi = (m & -65536).to(tl.float32, bitcast=True)
     amax = tl.maximum(lo, hi)
     return tl.where(amax == amax, amax, 0.0)
+
+
+@triton.jit
+def block_t(gs, amax, ASM: tl.constexpr):
+    """t = min(div_rn(gs * amax, 6), 448) [rows, blocks], the value the block's E4M3 scale rounds, with
+    the quotient as RN(1/6) times p corrected by one residual step (3 instructions instead of
+    `div.rn.f32`'s ~10 and its slow-path branch):
+
+        q0 = RN(p * R),  r = fma(-q0, 6, p) (exact),  q = RN(q0 + r * R)   with R = RN(1/6)
+
+    q equals RN(p / 6) for every fp32 p whose quotient is normal: the three steps scale by powers of
+    two exactly, so one binade of p decides it, and `test_nvfp4_pairs.test_div6_is_rn` checks all
+    2^23 mantissas there with exact arithmetic. A subnormal quotient (p < 6 * 2^-126) may differ in
+    its last bits, where every t rounds to the E4M3 scale 0 anyway (t < 2^-10). p = +-Inf gives NaN,
+    which `min.f32` (NaN-ignoring) turns into 448, as it caps the Inf of the division. Under the
+    interpreter (no inline asm) the division itself."""
+    p = gs * amax
+    if ASM:
+        q = tl.inline_asm_elementwise(
+            """{
+            .reg .f32 q0, r;
+            mul.rn.f32 q0, $1, 0f3E2AAAAB;
+            fma.rn.f32 r, q0, 0fC0C00000, $1;
+            fma.rn.f32 $0, r, 0f3E2AAAAB, q0;
+            }""",
+            "=f,f",
+            [p],
+            dtype=tl.float32,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        q = tl.math.div_rn(p, 6.0)
+    return tl.minimum(q, 448.0)
 
 
 # -------------------------------------------------------------------------------------------------
