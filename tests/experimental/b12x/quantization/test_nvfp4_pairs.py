@@ -170,31 +170,3 @@ def test_mask_sums_give_the_codes():
                 s += (lo_mask if j < steps_lo else 0) + (hi_mask if j < steps_hi else 0)
             s += 8 * ((lo_mask if sign_lo else 0) + (hi_mask if sign_hi else 0))
             assert (s * -65537) % 2**32 == lo + (hi << 16), (lo, hi)
-
-
-def test_div6_is_rn():
-    # `_pairs.block_t`: RN(1/6) times p, one fma residual and one fma correction is RN(p / 6) for every
-    # fp32 p in [1, 2) (the steps scale by powers of two exactly, so every p with a normal quotient).
-    # The fma steps are emulated in float64: products of two fp32 are exact there, the residual
-    # p - 6 q0 is exact, and the last sum is re-done in exact rationals wherever its float64 value
-    # lands on an fp32 midpoint (double rounding could only go wrong there).
-    from fractions import Fraction
-
-    import numpy as np
-
-    p32 = (1.0 + np.arange(1 << 23, dtype=np.float64) * 2.0**-23).astype(np.float32)
-    big_r = np.float64(np.float32(1.0) / np.float32(6.0))
-    assert np.float32(big_r).view(np.uint32) == 0x3E2AAAAB  # the constant of the inline PTX
-    p = p32.astype(np.float64)
-    q0 = (p * big_r).astype(np.float32)
-    r = (p - 6.0 * q0.astype(np.float64)).astype(np.float32)
-    s64 = q0.astype(np.float64) + r.astype(np.float64) * big_r
-    q = s64.astype(np.float32)
-    at_midpoint = np.nonzero((s64.view(np.int64) & ((1 << 29) - 1)) == (1 << 28))[0]
-    for k in at_midpoint:
-        exact = Fraction(float(q0[k])) + Fraction(float(r[k])) * Fraction(float(big_r))
-        near = np.float32(float(exact))
-        cands = (np.nextafter(near, np.float32(0)), near, np.nextafter(near, np.float32(4)))
-        q[k] = min(cands, key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.uint32)) & 1))
-    expect = p32 / np.float32(6.0)  # IEEE division: correctly rounded
-    assert np.array_equal(q.view(np.uint32), expect.view(np.uint32))
