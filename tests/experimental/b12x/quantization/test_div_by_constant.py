@@ -16,6 +16,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from flashinfer.experimental.b12x._lib.triton_quant import div_ptx
+
 pytestmark = pytest.mark.reference
 
 
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.reference
 def test_division_by_constant_is_rn(d, r_bits):
     p32 = (1.0 + np.arange(1 << 23, dtype=np.float64) * 2.0**-23).astype(np.float32)
     big_r = np.float64(np.float32(1.0) / np.float32(d))
-    assert np.float32(big_r).view(np.uint32) == r_bits  # the constant of the kernel's inline PTX
+    assert np.float32(big_r).view(np.uint32) == r_bits
+    assert div_ptx(d).count(f"0f{r_bits:08X}") == 2  # the kernels' inline PTX multiplies by this R
     p = p32.astype(np.float64)
     q0 = (p * big_r).astype(np.float32)
     r = (p - d * q0.astype(np.float64)).astype(np.float32)

@@ -40,13 +40,14 @@ import triton.language as tl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, div_ptx, div_rn_by, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
+DIV448 = tl.constexpr(div_ptx(448.0))  # `_ue8m0`'s division-free amax / 448 (nan="words")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ class MxFp8Config:
     "quarters" or "flat"): four values a 32-bit word from two `cvt.rn.satfinite.e4m3x2.f32`, whose
     only NaN bytes are 0x7F and 0xFF (satfinite never writes 0xFF for a number: 448 is 0x7E), then
     0xFF bytes turned into 0x7F on the word (4 integer ops per 4 values), whichever NaN byte the
-    hardware writes (`_e4m3_words`); it also takes amax / 448 without `div.rn.f32` (`_div448`). Same
+    hardware writes (`_e4m3_words`); it also takes amax / 448 without `div.rn.f32` (`_ue8m0`). Same
     bits.
     """
 
@@ -215,35 +216,12 @@ def _mxfp8_quantize_kernel(
 
 
 @triton.jit
-def _div448(amax, ASM: tl.constexpr):
-    """RN(amax / 448) without `div.rn.f32` (~10 instructions and a slow-path branch): q0 = RN(amax R),
-    r = fma(-q0, 448, amax) exact, q = RN(q0 + r R), R = RN(1/448); `test_div_by_constant.py` checks
-    it equals the division for every amax with a normal quotient. Below that (amax < 448 * 2^-126)
-    only q != 0 matters to the byte (1, or 127 for a zero block), and both are non-zero for every
-    non-zero bf16 / fp16 amax (>= 5.9e-8 * 2^-16 > 448 * 2^-150). amax = Inf gives NaN (byte 255, as
-    Inf does). The interpreter divides."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            """{
-            .reg .f32 q0, r;
-            mul.rn.f32 q0, $1, 0f3B124925;
-            fma.rn.f32 r, q0, 0fC3E00000, $1;
-            fma.rn.f32 $0, r, 0f3B124925, q0;
-            }""",
-            "=f,f",
-            [amax],
-            dtype=tl.float32,
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        return tl.math.div_rn(amax, 448.0)
-
-
-@triton.jit
 def _ue8m0(amax, ASM: tl.constexpr = False):
-    """UE8M0 byte of each block from its NaN-free amax (see the module docstring)."""
-    s_bits = _div448(amax, ASM).to(tl.int32, bitcast=True)
+    """UE8M0 byte of each block from its NaN-free amax (see the module docstring). With ASM the quotient
+    amax / 448 is `div_rn_by`'s: below a normal quotient (amax < 448 * 2^-126) only q != 0 matters to
+    the byte (1, or 127 for a zero block), and both forms are non-zero for every non-zero bf16 / fp16
+    amax (> 448 * 2^-150); amax = Inf gives NaN there (byte 255, as Inf does)."""
+    s_bits = div_rn_by(amax, 448.0, DIV448, ASM).to(tl.int32, bitcast=True)
     exp = (s_bits >> 23) & 0xFF
     byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
     byte = tl.where(exp == 0xFF, 255, byte)

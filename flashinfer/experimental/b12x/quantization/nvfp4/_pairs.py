@@ -40,6 +40,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._lib.triton_quant import div_ptx, div_rn_by
+
+DIV6 = tl.constexpr(div_ptx(6.0))  # `block_t`'s division-free gs * amax / 6
+
 
 @triton.jit
 def _rd_mul(a, b, ASM: tl.constexpr):
@@ -264,35 +268,11 @@ def pair_amax(wa, wb, ASM: tl.constexpr):
 @triton.jit
 def block_t(gs, amax, ASM: tl.constexpr):
     """t = min(div_rn(gs * amax, 6), 448) [rows, blocks], the value the block's E4M3 scale rounds, with
-    the quotient as RN(1/6) times p corrected by one residual step (3 instructions instead of
-    `div.rn.f32`'s ~10 and its slow-path branch):
-
-        q0 = RN(p * R),  r = fma(-q0, 6, p) (exact),  q = RN(q0 + r * R)   with R = RN(1/6)
-
-    q equals RN(p / 6) for every fp32 p whose quotient is normal: the three steps scale by powers of
-    two exactly, so one binade of p decides it, and `test_nvfp4_pairs.test_div6_is_rn` checks all
-    2^23 mantissas there with exact arithmetic. A subnormal quotient (p < 6 * 2^-126) may differ in
-    its last bits, where every t rounds to the E4M3 scale 0 anyway (t < 2^-10). p = +-Inf gives NaN,
-    which `min.f32` (NaN-ignoring) turns into 448, as it caps the Inf of the division. Under the
-    interpreter (no inline asm) the division itself."""
-    p = gs * amax
-    if ASM:
-        q = tl.inline_asm_elementwise(
-            """{
-            .reg .f32 q0, r;
-            mul.rn.f32 q0, $1, 0f3E2AAAAB;
-            fma.rn.f32 r, q0, 0fC0C00000, $1;
-            fma.rn.f32 $0, r, 0f3E2AAAAB, q0;
-            }""",
-            "=f,f",
-            [p],
-            dtype=tl.float32,
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        q = tl.math.div_rn(p, 6.0)
-    return tl.minimum(q, 448.0)
+    `div_rn_by`'s division-free quotient: equal to the division wherever the quotient is normal; a
+    subnormal one (p < 6 * 2^-126) may differ in its last bits, where every t rounds to the E4M3 scale
+    0 anyway (t < 2^-10). p = +-Inf gives NaN, which `min.f32` (NaN-ignoring) turns into 448, as it
+    caps the Inf of the division."""
+    return tl.minimum(div_rn_by(gs * amax, 6.0, DIV6, ASM), 448.0)
 
 
 # -------------------------------------------------------------------------------------------------
