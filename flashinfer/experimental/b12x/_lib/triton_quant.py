@@ -12,8 +12,8 @@ covers their source. Both reproduce an oracle in `_lib/quant` exactly:
 
       (r // 128) * (ceil4(NB) // 4) * 512 + (c // 4) * 512 + (r % 32) * 16 + ((r // 32) % 4) * 4 + (c % 4)
 
-- `div_rn_by`: RN(p / D) for a constant D without `div.rn.f32` (NVFP4 "pairs": D = 6, MXFP8 "words":
-  D = 448); its exactness argument is in its docstring.
+- `div_rn_by`: RN(p / D) for a constant D without `div.rn.f32` (NVFP4 "pairs": D = 6); its
+  exactness argument is in its docstring.
 """
 
 from __future__ import annotations

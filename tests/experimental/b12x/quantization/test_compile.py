@@ -46,8 +46,7 @@ def test_ptx_has_the_exact_instructions(op, arch):
         # flush-to-zero anywhere in float math; the E4M3 scale: the RNE conversion instruction, or
         # (division-free NVFP4 encodes) no fp8 instruction at all: `_e4m3_rn` rounds on the bits,
         # because Triton 3.6's ptxas mishandles that instruction's 16-bit result.
-        # (NVFP4 "pairs" and MXFP8 nan="words" divide by their constant with two exact-residual FMAs,
-        # `_pairs.block_t` / `_div448`: no division left.)
+        # (NVFP4 "pairs" divides by 6 with two exact-residual FMAs, `_pairs.block_t`: no division left.)
         assert ("div.rn.f32" in ops) != _division_free(cfg), (cfg, sorted(ops))
         if op == "nvfp4" and cfg.encode != "div":
             assert not [o for o in ops if "e4m3" in o], sorted(ops)
@@ -189,8 +188,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    want = (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False, False, True)  # ..., NAN_WORDS, ASM
-    assert calls[-1] == ((2, 2, 1), want, 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False), 1234)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):
@@ -199,7 +197,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
 
 def _division_free(cfg) -> bool:
     """The configs whose per-block division by a constant is two fma steps (no `div.rn.f32`)."""
-    return getattr(cfg, "encode", None) == "pairs" or getattr(cfg, "nan", None) == "words"
+    return getattr(cfg, "encode", None) == "pairs"
 
 
 def _one_per_variant(configs):
@@ -253,12 +251,6 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
             assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
             assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
-            ops -= {"fma.rn.f32"}
-        if op == "mxfp8" and cfg.nan == "words":
-            # Its only FMAs: the two of each block's amax / 448 (`_div448`); NaN bytes fixed on words.
-            assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.f32"}, (cfg, ops)
-            assert ptx.count("fma.rn.f32") % 2 == 0 and ptx.count("cvt.rn.satfinite.e4m3x2.f32") > 0, cfg
-            assert "xor.b32" in ptx and "0x80808080" in ptx, cfg
             ops -= {"fma.rn.f32"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":

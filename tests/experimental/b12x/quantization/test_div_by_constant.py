@@ -1,6 +1,7 @@
-"""Reference tier: the quantizers' divisions by a constant without `div.rn.f32` (NVFP4 "pairs":
-t = gs amax / 6, `nvfp4._pairs.block_t`; MXFP8: s = amax / 448, `mxfp8._kernel._ue8m0`) equal the
-correctly rounded quotient.
+"""Reference tier: the quantizers' divisions by a constant without `div.rn.f32`
+(`_lib.triton_quant.div_rn_by`; NVFP4 "pairs": t = gs amax / 6, `nvfp4._pairs.block_t`) equal the
+correctly rounded quotient. 448 (MXFP8's amax / 448) is checked too: session 26 measured an MXFP8
+variant with it (slower for other reasons, not kept), so the helper is known good for it.
 
 The kernels compute q0 = RN(p R), r = fma(-q0, D, p) (exact), q = fma(r, R, q0) with R = RN(1/D). The
 three steps scale by powers of two exactly, so one binade of p decides every p whose quotient is a
@@ -8,7 +9,7 @@ normal fp32; this checks all 2^23 mantissas of [1, 2). The fma steps are emulate
 product of two fp32 is exact there, the residual p - D q0 is exact, and the last sum is redone in
 exact rationals wherever its float64 value lands on an fp32 midpoint (double rounding could only
 go wrong there). The subnormal-quotient range, where the steps may differ in the last bits, is
-argued in each kernel's docstring (the results are rounded to a scale that cannot tell).
+argued in the caller's docstring (the result is rounded to a scale that cannot tell).
 """
 
 from fractions import Fraction

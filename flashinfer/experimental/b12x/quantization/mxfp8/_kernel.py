@@ -40,14 +40,13 @@ import triton.language as tl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, div_ptx, div_rn_by, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
 CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
-DIV448 = tl.constexpr(div_ptx(448.0))  # `_ue8m0`'s division-free amax / 448 (nan="words")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -67,13 +66,6 @@ class MxFp8Config:
     store: same values, same bits. Why: the H200 runs Triton 3.6, which lays the quarters' 3-D
     pointers' lanes down the rows and converts through shared memory (1 barrier, STS + LDS a tile,
     528 SASS for 4x512x2); flat pointers build what Triton 3.9 builds from either (496, none).
-    nan: how a NaN value becomes 0x7F. "select": one NaN test and byte select per value (then the
-    bytes are unpacked and repacked around it: ~3 of the ~7.5 instructions a value). "words" (needs
-    "quarters" or "flat"): four values a 32-bit word from two `cvt.rn.satfinite.e4m3x2.f32`, whose
-    only NaN bytes are 0x7F and 0xFF (satfinite never writes 0xFF for a number: 448 is 0x7E), then
-    0xFF bytes turned into 0x7F on the word (4 integer ops per 4 values), whichever NaN byte the
-    hardware writes (`_e4m3_words`); it also takes amax / 448 without `div.rn.f32` (`_ue8m0`). Same
-    bits.
     """
 
     block_m: int = 16
@@ -81,7 +73,6 @@ class MxFp8Config:
     num_warps: int = 4
     lean: bool = False
     layout: str = "rows"
-    nan: str = "select"
 
 
 def can_implement(k: int, config: MxFp8Config) -> bool:
@@ -96,8 +87,6 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and isinstance(config.lean, bool)
         and config.layout in ("rows", "quarters", "flat")
         and (config.layout == "rows" or config.lean)
-        and config.nan in ("select", "words")
-        and (config.nan == "select" or config.layout != "rows")
     )
 
 
@@ -150,11 +139,6 @@ _VALIDATED = (
 _UNVALIDATED: tuple = (
     (4, 512, 2, True, "flat"),  # the default tile (one row a program needs no fix: 1 x 1024 builds the same)
     (16, 256, 4, True, "flat"),
-    # session 26: NaN bytes fixed on packed words (`MxFp8Config.nan`), the default tile first
-    (4, 512, 2, True, "quarters", "words"),
-    (4, 512, 2, True, "flat", "words"),
-    (16, 256, 4, True, "quarters", "words"),
-    (1, 1024, 1, True, "quarters", "words"),
 )
 
 
@@ -177,11 +161,9 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[MxFp8
     return tuple(out)
 
 
-def constexprs(k: int, config: MxFp8Config, *, asm: bool = True) -> tuple:
-    """The kernel's constexpr arguments, in signature order (K first). asm=False (the interpreter,
-    which cannot run inline PTX) makes the "words" NaN fix use its plain-Triton mirror."""
-    cfg = config
-    return (k, cfg.block_m, cfg.block_k, cfg.lean, cfg.layout != "rows", cfg.layout == "flat", cfg.nan == "words", asm)
+def constexprs(k: int, config: MxFp8Config) -> tuple:
+    """The kernel's constexpr arguments, in signature order (K first)."""
+    return (k, config.block_m, config.block_k, config.lean, config.layout != "rows", config.layout == "flat")
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -204,24 +186,17 @@ def _mxfp8_quantize_kernel(
     LEAN: tl.constexpr,  # MxFp8Config.lean
     QUARTERS: tl.constexpr,  # MxFp8Config.layout "quarters" or "flat"
     FLAT: tl.constexpr,  # MxFp8Config.layout == "flat"
-    NAN_WORDS: tl.constexpr,  # MxFp8Config.nan == "words"
-    ASM: tl.constexpr,  # inline PTX (False: the interpreter's mirror)
 ):
     if QUARTERS:
-        _quantize_quarters(
-            x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT, NAN_WORDS, ASM
-        )
+        _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT)
     else:
         _quantize_rows(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, LEAN)
 
 
 @triton.jit
-def _ue8m0(amax, ASM: tl.constexpr = False):
-    """UE8M0 byte of each block from its NaN-free amax (see the module docstring). With ASM the quotient
-    amax / 448 is `div_rn_by`'s: below a normal quotient (amax < 448 * 2^-126) only q != 0 matters to
-    the byte (1, or 127 for a zero block), and both forms are non-zero for every non-zero bf16 / fp16
-    amax (> 448 * 2^-150); amax = Inf gives NaN there (byte 255, as Inf does)."""
-    s_bits = div_rn_by(amax, 448.0, DIV448, ASM).to(tl.int32, bitcast=True)
+def _ue8m0(amax):
+    """UE8M0 byte of each block from its NaN-free amax (see the module docstring)."""
+    s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
     exp = (s_bits >> 23) & 0xFF
     byte = exp + ((s_bits & 0x7FFFFF) != 0).to(tl.int32)
     byte = tl.where(exp == 0xFF, 255, byte)
@@ -237,45 +212,9 @@ def _lean_multiplier(byte):
 
 
 @triton.jit
-def _e4m3_lean(x, mult, NAN_WORDS: tl.constexpr = False, ASM: tl.constexpr = True):
+def _e4m3_lean(x, mult):
     v = x * mult
-    if NAN_WORDS:
-        return _e4m3_words(v, ASM)
     return tl.where(v != v, 0x7F, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
-
-
-@triton.jit
-def _e4m3_words(v, ASM: tl.constexpr):
-    """E4M3 bytes of v (uint8, v's shape, last dimension a multiple of 4) with every NaN 0x7F: per four
-    values two `cvt.rn.satfinite.e4m3x2.f32` into one word w (values 0, 1 in the low half, the first
-    operand the high byte), then t = ((w & 0x7F7F7F7F) + 0x01010101) & w & 0x80808080 marks the 0xFF
-    bytes (the add carries into bit 7 of a byte only from 0x7F, never into the next byte) and w ^ t
-    clears their sign: 0xFF -> 0x7F, every other byte kept. satfinite writes 0xFF only for a NaN, so
-    the word holds 0x7F for every NaN whether the hardware writes 0x7F or 0xFF. Under the
-    interpreter the same rule on Triton's conversion."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            """{
-            .reg .b16 lo, hi;
-            .reg .b32 w, t;
-            cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;
-            cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;
-            mov.b32 w, {lo, hi};
-            and.b32 t, w, 0x7F7F7F7F;
-            add.u32 t, t, 0x01010101;
-            and.b32 t, t, w;
-            and.b32 t, t, 0x80808080;
-            xor.b32 $0, w, t;
-            }""",
-            "=r,r,r,r,r",
-            [v],
-            dtype=tl.uint8,
-            is_pure=True,
-            pack=4,
-        )
-    else:
-        q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-        return tl.where(q == 0xFF, 0x7F, q).to(tl.uint8)
 
 
 @triton.jit
@@ -295,8 +234,6 @@ def _quantize_quarters(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     FLAT: tl.constexpr = False,
-    NAN_WORDS: tl.constexpr = False,
-    ASM: tl.constexpr = True,
 ):
     """The lean kernel with each thread owning whole 32-element blocks: the tile is loaded as the
     four 8-element quarters of every block (16-byte loads; Triton gives the four the same layout,
@@ -332,19 +269,19 @@ def _quantize_quarters(
         tl.maximum(tl.max(tl.abs(x2), axis=2), tl.max(tl.abs(x3), axis=2)),
     )  # NaN-ignoring (maxnum), as `block_amax_maxnum`
     amax = tl.where(amax == amax, amax, 0.0)
-    byte = _ue8m0(amax, NAN_WORDS and ASM)  # the division-free quotient with the words variant
+    byte = _ue8m0(amax)
     mult = _lean_multiplier(byte)[:, :, None]
     if FLAT:
         F: tl.constexpr = TILE_NB * 8
-        tl.store(values_ptr + offs, tl.reshape(_e4m3_lean(x0, mult, NAN_WORDS, ASM), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 8, tl.reshape(_e4m3_lean(x1, mult, NAN_WORDS, ASM), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 16, tl.reshape(_e4m3_lean(x2, mult, NAN_WORDS, ASM), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 24, tl.reshape(_e4m3_lean(x3, mult, NAN_WORDS, ASM), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs, tl.reshape(_e4m3_lean(x0, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 8, tl.reshape(_e4m3_lean(x1, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 16, tl.reshape(_e4m3_lean(x2, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 24, tl.reshape(_e4m3_lean(x3, mult), (BLOCK_M, F)), mask=m3)
     else:
-        tl.store(values_ptr + offs, _e4m3_lean(x0, mult, NAN_WORDS, ASM), mask=m3)
-        tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult, NAN_WORDS, ASM), mask=m3)
-        tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult, NAN_WORDS, ASM), mask=m3)
-        tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult, NAN_WORDS, ASM), mask=m3)
+        tl.store(values_ptr + offs, _e4m3_lean(x0, mult), mask=m3)
+        tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult), mask=m3)
+        tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult), mask=m3)
+        tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult), mask=m3)
     sbyte = byte.to(tl.uint8)
     tl.store(scale_rows_ptr + rows64[:, None] * NB + blk[None, :], sbyte, mask=bmask)
     tl.store(scale_mma_ptr + swizzled_scale_offsets(rows64, blk, NB), sbyte, mask=bmask)
@@ -436,7 +373,7 @@ class MxFp8Launcher:
             return
         cfg = self.config
         g = grid(m, self.k, cfg)
-        args = (x, values, scale_rows, scale_mma, m, *constexprs(self.k, cfg, asm=self.compiled))
+        args = (x, values, scale_rows, scale_mma, m, *constexprs(self.k, cfg))
         if not self.compiled:
             _mxfp8_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
@@ -467,8 +404,6 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "LEAN": "constexpr",
         "QUARTERS": "constexpr",
         "FLAT": "constexpr",
-        "NAN_WORDS": "constexpr",
-        "ASM": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}
