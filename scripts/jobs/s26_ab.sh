@@ -10,8 +10,10 @@ for t in old new; do
 done
 for i in ${ROUNDS:-1 2}; do
   for t in old new; do
-    (cd /root/ab_$t && PYTHONPATH=/root/ab_$t:/root/ab_$t/flashinfer/experimental/b12x/_compat:$site python3 -c "import flashinfer; print('$t', flashinfer.__file__)"
-     cd /root/ab_$t && PYTHONPATH=/root/ab_$t:/root/ab_$t/flashinfer/experimental/b12x/_compat:$site B12X_CACHE_DIR=/tmp/ab-cache-$t timeout 150 python3 -m \
+    (cd /root/ab_$t || exit 2
+     export PYTHONPATH=/root/ab_$t:/root/ab_$t/flashinfer/experimental/b12x/_compat:$site  # the tree, its b12x package
+     python3 -c "import flashinfer; print('$t', flashinfer.__file__)"
+     B12X_CACHE_DIR=/tmp/ab-cache-$t timeout 150 python3 -m \
       benchmarks.experimental.b12x.bench_quantization --op nvfp4 --ms 4096 16384 --ks 4096 7168 --timer graph \
       --no-peers --json "$OUT/ab_${t}_$i.json" >"$OUT/ab_${t}_$i.txt" 2>&1; echo "$t $i rc=$?")
   done

@@ -22,9 +22,14 @@ from flashinfer.experimental.b12x._lib.triton_quant import div_ptx
 pytestmark = pytest.mark.reference
 
 
+def _binade() -> np.ndarray:
+    """Every fp32 in [1, 2)."""
+    return (1.0 + np.arange(1 << 23, dtype=np.float64) * 2.0**-23).astype(np.float32)
+
+
 @pytest.mark.parametrize("d, r_bits", [(6.0, 0x3E2AAAAB), (448.0, 0x3B124925)])
 def test_division_by_constant_is_rn(d, r_bits):
-    p32 = (1.0 + np.arange(1 << 23, dtype=np.float64) * 2.0**-23).astype(np.float32)
+    p32 = _binade()
     big_r = np.float64(np.float32(1.0) / np.float32(d))
     assert np.float32(big_r).view(np.uint32) == r_bits
     assert div_ptx(d).count(f"0f{r_bits:08X}") == 2  # the kernels' inline PTX multiplies by this R
@@ -47,7 +52,7 @@ def test_division_by_constant_is_rn(d, r_bits):
 
 def test_the_correction_is_needed():
     # RN(p R) alone is not RN(p / D): without the fma step the check above would fail.
+    p32 = _binade()
     for d in (6.0, 448.0):
-        p32 = (1.0 + np.arange(1 << 23, dtype=np.float64) * 2.0**-23).astype(np.float32)
         q0 = (p32.astype(np.float64) * np.float64(np.float32(1.0) / np.float32(d))).astype(np.float32)
         assert np.count_nonzero(q0 != p32 / np.float32(d)) > 1000, d

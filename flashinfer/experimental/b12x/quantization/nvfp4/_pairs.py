@@ -271,7 +271,8 @@ def block_t(gs, amax, ASM: tl.constexpr):
     `div_rn_by`'s division-free quotient: equal to the division wherever the quotient is normal; a
     subnormal one (p < 6 * 2^-126) may differ in its last bits, where every t rounds to the E4M3 scale
     0 anyway (t < 2^-10). p = +-Inf gives NaN, which `min.f32` (NaN-ignoring) turns into 448, as it
-    caps the Inf of the division."""
+    caps the Inf of the division. ASM False divides: the interpreter, and moe's gather
+    (`_kernel_pairs._encode_store_pairs` with ROWS, where the fma form cost registers)."""
     return tl.minimum(div_rn_by(gs * amax, 6.0, DIV6, ASM), 448.0)
 
 
