@@ -83,6 +83,13 @@ NVFP4_VARIANTS = [
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True), 5, 128),
     ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True), 5, 48),
     ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 64, True), 5, 48),
+    # session 27: a group's loads all before its math (preload): 2 groups of 4 over 6 tiles (2 past the end),
+    # pairs of tiles, a persistent grid of groups, the computed thresholds, dead padding programs
+    ((16, 32, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True), 130, 160),
+    ((4, 16, 1, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True), 5, 48),
+    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True, True), 5, 128),
+    ((16, 32, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, False, True), 130, 160),
+    ((16, 64, 4, "pairs", True, True, "halves", 2, False, True, 0, False, 0, False, True), 130, 160),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.

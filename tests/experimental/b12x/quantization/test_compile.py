@@ -311,7 +311,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"?
             # the session-7 variants (every one unrolled or persistent) wait for S7_PAIRS_GPU_VALIDATED
             s7 = lambda c: not nv.S7_PAIRS_GPU_VALIDATED and (c.unroll or c.persistent > 0)
-            offered = [c for c in everything if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c)]
+            s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
+            offered = [
+                c for c in everything if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c)
+            ]
             assert default == tuple(offered)
             continue
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED:  # only the "steps" encode is left unvalidated
@@ -329,6 +332,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_STEPS if op == "nvfp4" and nv.STEPS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS if op == "nvfp4" and nv.PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
+    passed += kmod._UNVALIDATED_PRELOAD if op == "nvfp4" and nv.PRELOAD_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -340,5 +344,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "STEPS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
+        monkeypatch.setattr(nv, "PRELOAD_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -2,7 +2,8 @@
 
 CPU checks of what the interpreter tier cannot show: the persistent grid's size and tile ranges (a
 plain-Python mirror of `_kernel_pairs.persistent_range` proves every tile is quantized exactly once),
-the config rules, and that each variant compiles for sm_90a and sm_120a without local-memory spills.
+the config rules, and that each variant compiles for sm_90a and sm_120a without local-memory spills;
+session 27's preload tiles with every load of a group ahead of its first store.
 Bits: test_interpret (`_interpret_run.NVFP4_VARIANTS`, session-7 rows) and, on the H200,
 test_gpu_candidates (`-k "nvfp4 and pairs and not False-0-False"`).
 """
@@ -109,6 +110,12 @@ def test_config_rules():
     assert not ok(stream=True) and not ok(k_iters=4, stream=True)  # stream needs unroll or persistent
     assert not nv.can_implement(7168, nv.NvFp4Config(8, 256, 4, "steps", layout="halves", persistent=16))
     assert not nv.can_implement(7168, nv.NvFp4Config(8, 256, 4, "steps", layout="halves", k_iters=4, unroll=True))
+    # preload (session 27): all of an unrolled group of 2 or 4 tiles loaded first; prefetch then means nothing
+    assert ok(k_iters=4, unroll=True, preload=True) and ok(k_iters=2, unroll=True, preload=True, lut=True)
+    assert ok(k_iters=4, unroll=True, preload=True, persistent=16)
+    assert not ok(k_iters=4, preload=True) and not ok(k_iters=8, unroll=True, preload=True)
+    assert not ok(k_iters=4, unroll=True, prefetch=True, preload=True) and not ok(k_iters=4, unroll=True, preload=1)
+    assert all(nv.can_implement(k, nv.NvFp4Config(*c)) for c in nv._UNVALIDATED_PRELOAD for k in (4096, 7168))
 
 
 def test_s7_offered_only_unvalidated(monkeypatch):
@@ -145,6 +152,21 @@ def test_s7_compiles_without_spills(arch, idx, cuda_binary):
     if cfg.max_regs:
         regs = cuda_binary.resources(compiled.asm["cubin"])["REG"]
         assert regs <= cfg.max_regs, (cfg, regs)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("idx", range(len(nv._UNVALIDATED_PRELOAD)))
+def test_preload_issues_every_load_before_a_store(arch, idx, cuda_binary):
+    """Session 27's preload tiles: the group's 2 x k_iters 16-byte loads all precede its first store in
+    the SASS (what the variant is for: ptxas may not sink a load below a store it cannot disambiguate,
+    so the source order is the machine order), and nothing spills."""
+    cfg = nv.NvFp4Config(*nv._UNVALIDATED_PRELOAD[idx])
+    sass = cuda_binary.run("cuobjdump", nv.compile_for_target("bfloat16", 7168, cfg, arch).asm["cubin"], "-sass")
+    ops = re.findall(r"\b(LDG\.E\.128|STG)\b", sass)
+    assert ops.count("LDG.E.128") == 2 * cfg.k_iters, (cfg, ops)
+    assert "STG" not in ops[: ops.index("LDG.E.128") + 2 * cfg.k_iters], (cfg, arch, ops)
+    assert not re.search(r"\b(STL|LDL)\b", sass), f"{cfg} spills on {arch}"
 
 
 # The lane table (`_pairs.pair_thresholds_lut`): T(m_j M 2^E) = 2^E T(m_j M) inside [LUT_LO, LUT_HI],

@@ -92,6 +92,7 @@ class NvFp4Config:
     grid of `persistent` programs per SM (capped to what is resident, `_occupancy.py`) looping over
     tile ranges; streaming cache hints. max_regs: Triton's maxnreg (0: the compiler's choice). lut
     ("pairs", with unroll or persistent): the block thresholds from a per-lane table (`_pairs.py`).
+    preload ("pairs", unroll, k_iters 2 or 4, no prefetch): all the group's loads before its math.
     layout: "rows" = the tile loaded as [block_m, block_k] (Triton splits each 16-element block over
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
@@ -112,6 +113,7 @@ class NvFp4Config:
     stream: bool = False
     max_regs: int = 0
     lut: bool = False
+    preload: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -147,6 +149,8 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (config.max_regs == 0 or (24 <= config.max_regs <= 255 and config.max_regs % 8 == 0))
         and isinstance(config.lut, bool)
         and (not config.lut or config.unroll or config.persistent > 0)
+        and isinstance(config.preload, bool)
+        and (not config.preload or (config.unroll and config.k_iters in (2, 4) and not config.prefetch))
     )
 
 
@@ -254,31 +258,17 @@ _UNVALIDATED_STEPS = (
 )
 
 
-# The bf16-pair encode ("pairs", `_pairs.py`): 16.9 SASS instructions per value at 8x256x4 k_iters 4
-# against 21.75 for the same "steps" tile (sm_90a, Triton 3.9). GPU-validated on the H200 (session 6,
-# 14:02, tree 8e65b41: test_gpu_nvfp4 -k pairs 131 passed, test_gpu_candidates -k "nvfp4 and pairs" 40
-# passed, bit-equal to the oracle), so it is offered by default and LARGE_M_PAIRS, the fastest row of
-# the 14:03 sweep (graph timer: 16384x7168 97.6 µs against the steps tile's 113, 16384x4096 56.0,
-# 4096x7168 27.0, 4096x4096 15.9), is the dispatch's large tile.
-PAIRS_GPU_VALIDATED = True
-LARGE_M_PAIRS = (8, 256, 4, "pairs", False, False, "halves", 4, True)  # measured best (14:03)
-_UNVALIDATED_PAIRS = (
-    (8, 256, 4, "pairs", False, False, "halves", 4),  # the best "steps" tile, re-encoded
-    (8, 256, 4, "pairs", False, False, "halves", 1),
-    (16, 256, 8, "pairs", False, False, "halves", 4),
-    (16, 256, 8, "pairs", False, False, "halves", 8),
-    (32, 256, 16, "pairs", False, False, "halves", 4),
-    (8, 256, 4, "pairs", True, True, "halves", 4),
-    (16, 128, 4, "pairs", False, False, "halves", 4),
-    # the next column tile's loads in flight during this tile's math (+8 registers)
-    (8, 256, 4, "pairs", False, False, "halves", 4, True),
-    (16, 256, 8, "pairs", False, False, "halves", 4, True),
-    (8, 256, 4, "pairs", False, False, "halves", 8, True),
+# The "pairs" tiles (the bf16-pair encode, `_pairs.py`): `_candidates_s7.py`, with session 7's unrolled /
+# persistent / streaming / lookup tiles and session 27's preloading ones.
+from ._candidates_s7 import (  # noqa: E402
+    _UNVALIDATED_PAIRS,
+    _UNVALIDATED_PAIRS_S7,
+    _UNVALIDATED_PRELOAD,
+    LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
+    PAIRS_GPU_VALIDATED,
+    PRELOAD_GPU_VALIDATED,
+    S7_PAIRS_GPU_VALIDATED,
 )
-
-
-# Session 7 (issue #4): unrolled / persistent / streaming / lookup "pairs" tiles, `_candidates_s7.py`.
-from ._candidates_s7 import _UNVALIDATED_PAIRS_S7, S7_PAIRS_GPU_VALIDATED  # noqa: E402
 
 
 def unvalidated_enabled() -> bool:
@@ -300,6 +290,7 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     steps = _UNVALIDATED_STEPS if unvalidated or STEPS_GPU_VALIDATED else ()
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
+    pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     for bm, bk, nw, *rest in offered + steps + pairs:
         cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
         if can_implement(k, cfg) and cfg not in out:
@@ -348,6 +339,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.persistent,
         cfg.stream,
         cfg.lut,
+        cfg.preload,
     )
 
 
@@ -635,12 +627,13 @@ def _nvfp4_quantize_kernel(
     PERSISTENT: tl.constexpr,  # NvFp4Config.persistent: > 0 = a persistent grid (`grid`)
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
+    PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
 ):
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, PRELOAD,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -745,6 +738,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "PERSISTENT": "constexpr",
         "STREAM": "constexpr",
         "LUT": "constexpr",
+        "PRELOAD": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}

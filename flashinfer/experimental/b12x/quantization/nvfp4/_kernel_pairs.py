@@ -22,6 +22,10 @@ Session 7 variants (issue #4: >= 80% of the copy ceiling at M >= 4096; each bit-
   k_iters tiles of one row block, each through the unrolled loop.
 - STREAM: streaming cache hints (loads evict_first, stores `.cs`): the input is read once and the
   outputs are not read back by this kernel.
+- PRELOAD (session 27, with UNROLL, k_iters 2 or 4): every tile of the group is loaded before the first
+  tile's math, so a thread keeps its whole group (64 or 128 bytes) in flight at once instead of one
+  tile ahead: a bet that the 4096-row shapes lose their time to each program's serial chain of load
+  round trips (the grid is under two waves there), paid for in registers (fewer programs an SM).
 """
 
 from __future__ import annotations
@@ -205,6 +209,39 @@ def _program_pairs_persistent(
 
 
 @triton.jit
+def _load_group_tile(
+    x_ptr, rows64, row_ok, k0, IT: tl.constexpr, NK: tl.constexpr, K_ITERS: tl.constexpr, K: tl.constexpr,
+    BLOCK_K: tl.constexpr, STREAM: tl.constexpr,
+):  # fmt: skip
+    """Tile k0 + IT of a group of K_ITERS (`NvFp4Config.preload`): its loads, masked off past the last
+    column tile of the row (a group's first tile always exists)."""
+    if (NK % K_ITERS == 0) or (IT == 0):
+        ok = row_ok
+    else:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
+        ok = row_ok & (tl.zeros_like(rows64).to(tl.int32) + (k0 + IT) < NK)
+    return _load_pair_words(x_ptr, rows64, ok, k0 + IT, K, BLOCK_K, STREAM)
+
+
+@triton.jit
+def _group_tile(
+    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, IT: tl.constexpr,
+    NK: tl.constexpr, K_ITERS: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr, SKIP_DEAD: tl.constexpr,
+    SCALE_WORDS: tl.constexpr, STREAM: tl.constexpr, ASM: tl.constexpr, lut, LUT: tl.constexpr,
+):  # fmt: skip
+    """Encode and store tile k0 + IT of a group from its loaded words (skipped past the last column
+    tile; zero scales only for a dead program under SKIP_DEAD)."""
+    if (NK % K_ITERS == 0) or (k0 + IT < NK):
+        if SKIP_DEAD and dead:
+            zeros = tl.zeros((rows64.shape[0], BLOCK_K // 16), tl.int32)
+            _store_scales(scales_ptr, rows64, k0 + IT, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS, STREAM)
+        else:
+            _encode_store_pairs(
+                ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, k0 + IT,
+                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
+            )  # fmt: skip
+
+
+@triton.jit
 def _k_tiles_unrolled(
     x_ptr,
     packed_ptr,
@@ -228,34 +265,51 @@ def _k_tiles_unrolled(
     ASM: tl.constexpr,
     lut,
     LUT: tl.constexpr,
+    PRELOAD: tl.constexpr = False,
 ):
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-    if PREFETCH:
-        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K, STREAM)
-    for it in tl.static_range(K_ITERS):
-        pid_k = k0 + it
+    if PRELOAD:  # every tile's loads first (K_ITERS 2 or 4), then the tiles' math and stores
+        a0, b0, m0, l0 = _load_group_tile(x_ptr, rows64, row_ok, k0, 0, NK, K_ITERS, K, BLOCK_K, STREAM)
+        a1, b1, m1, l1 = _load_group_tile(x_ptr, rows64, row_ok, k0, 1, NK, K_ITERS, K, BLOCK_K, STREAM)
+        if K_ITERS == 4:
+            a2, b2, m2, l2 = _load_group_tile(x_ptr, rows64, row_ok, k0, 2, NK, K_ITERS, K, BLOCK_K, STREAM)
+            a3, b3, m3, l3 = _load_group_tile(x_ptr, rows64, row_ok, k0, 3, NK, K_ITERS, K, BLOCK_K, STREAM)
+        _group_tile(
+            a0, b0, m0, l0, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
+            NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+        )  # fmt: skip
+        _group_tile(
+            a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 1,
+            NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+        )  # fmt: skip
+        if K_ITERS == 4:
+            _group_tile(
+                a2, b2, m2, l2, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 2,
+                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+            )  # fmt: skip
+            _group_tile(
+                a3, b3, m3, l3, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 3,
+                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+            )  # fmt: skip
+    else:  # one tile at a time, the next tile's loads out before this tile's math with PREFETCH
         if PREFETCH:
-            if it + 1 < K_ITERS:  # the next tile's loads go out before this tile's math
-                if NK % K_ITERS == 0:  # every tile of the group exists
-                    more = row_ok
-                else:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
-                    more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < NK)
-                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
-        if (NK % K_ITERS == 0) or (pid_k < NK):
-            if SKIP_DEAD and dead:
-                zeros = tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32)
-                _store_scales(scales_ptr, rows64, pid_k, zeros, K // 16, BLOCK_K // 16, SCALE_WORDS, STREAM)
+            ua, ub, bmask, blk = _load_group_tile(x_ptr, rows64, row_ok, k0, 0, NK, K_ITERS, K, BLOCK_K, STREAM)
+        for it in tl.static_range(K_ITERS):
+            if PREFETCH:
+                if it + 1 < K_ITERS:
+                    na, nb, nmask, nblk = _load_group_tile(
+                        x_ptr, rows64, row_ok, k0, it + 1, NK, K_ITERS, K, BLOCK_K, STREAM
+                    )
             else:
-                if not PREFETCH:
-                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
-                _encode_store_pairs(
-                    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
-                )  # fmt: skip
-        if PREFETCH:
-            if it + 1 < K_ITERS:
-                ua, ub, bmask, blk = na, nb, nmask, nblk
+                ua, ub, bmask, blk = _load_group_tile(x_ptr, rows64, row_ok, k0, it, NK, K_ITERS, K, BLOCK_K, STREAM)
+            _group_tile(
+                ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, it,
+                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+            )  # fmt: skip
+            if PREFETCH:
+                if it + 1 < K_ITERS:
+                    ua, ub, bmask, blk = na, nb, nmask, nblk
 
 
 @triton.jit
@@ -276,6 +330,7 @@ def _program_pairs_persistent_groups(
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
     LUT: tl.constexpr,
+    PRELOAD: tl.constexpr = False,
 ):
     """A persistent grid over groups of K_ITERS column tiles of one row block (the unit of the plain
     grid's programs): `persistent_range` over the (row block, group) pairs, each group through the
@@ -292,7 +347,7 @@ def _program_pairs_persistent_groups(
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows.to(tl.int64), rows < m, False,
             (i - pid_m * NG) * K_ITERS, K, BLOCK_M, BLOCK_K, False, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
-            lut, LUT,
+            lut, LUT, PRELOAD,
         )  # fmt: skip
 
 
@@ -317,13 +372,14 @@ def program_pairs(
     PERSISTENT: tl.constexpr = 0,
     STREAM: tl.constexpr = False,
     LUT: tl.constexpr = False,
+    PRELOAD: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
     (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT, PRELOAD,
         )  # fmt: skip
     elif PERSISTENT > 0:
         _program_pairs_persistent(
@@ -333,7 +389,7 @@ def program_pairs(
     else:
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD,
         )  # fmt: skip
 
 
@@ -357,6 +413,7 @@ def _program_pairs_tiles(
     UNROLL: tl.constexpr,
     STREAM: tl.constexpr,
     LUT: tl.constexpr,
+    PRELOAD: tl.constexpr,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
     pid_m = tl.program_id(0)
@@ -372,7 +429,7 @@ def _program_pairs_tiles(
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
         )  # fmt: skip
     else:
         if PREFETCH:
