@@ -183,6 +183,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         0,
         False,
         False,
+        False,
     )
     assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
@@ -270,6 +271,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     persistent=0,
                     stream=False,
                     lut=False,
+                    preload=False,
                 ),
                 "sm_90a",
             )
