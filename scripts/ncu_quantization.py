@@ -14,6 +14,7 @@ the bracket, so the same report holds the ceiling the quantizer is measured agai
 from __future__ import annotations
 
 import argparse
+import ast
 
 import torch
 
@@ -23,12 +24,20 @@ def main() -> int:
     from benchmarks.experimental.b12x import bench_quantization as BQ
     from flashinfer.experimental.b12x._lib.quant import quantize_nvfp4, swizzle_scales
     from flashinfer.experimental.b12x.quantization import nvfp4
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nvfp4_kernel
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", type=int, default=16384)
     p.add_argument("--k", type=int, default=7168)
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--copy", action="store_true", help="also profile a same-byte-count device copy")
+    p.add_argument(
+        "--config",
+        type=ast.literal_eval,
+        default=None,
+        help="an NvFp4Config's fields as a tuple literal, run instead of the plan's selection "
+        "(e.g. \"(8, 256, 4, 'pairs', False, False, 'halves', 4, False, True, 0, False, 0, True, True)\")",
+    )
     args = p.parse_args()
     if min(args.m, args.k, args.runs) < 1 or args.k % 16:
         p.error(f"--m, --k, --runs >= 1 and --k a multiple of 16, got {args}")
@@ -36,7 +45,8 @@ def main() -> int:
     gen = torch.Generator(device=dev).manual_seed(0)
     (x,) = BQ._inputs(args.m, args.k, torch.bfloat16, 1, dev, gen)
     gs = BQ.nvfp4_global_scale(x).reshape(1)
-    plan = nvfp4.plan(args.m, args.k, invocation=torch.bfloat16)
+    override = None if args.config is None else nvfp4_kernel.NvFp4Config(*args.config)
+    plan = nvfp4.plan(args.m, args.k, invocation=torch.bfloat16, override=override)
     b12x.PreparationSession(dev).prepare([plan])
     out = nvfp4.allocate_outputs(plan, device=dev)
     out.packed.fill_(0xFF)
