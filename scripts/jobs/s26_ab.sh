@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of two trees' NVFP4 quantizer in one machine session, before anything else runs on it: each
 # tree from its own `git archive` (old.tar, snap.tar), run from its directory on PYTHONPATH (no
-# install), --no-peers at M >= 4096, in alternation (ROUNDS, default "1 2"). Output: $OUT/ab_{old,new}_{1,2}.{txt,json}.
+# install), --no-peers at M >= 4096 (MS, default "4096 16384"), in alternation (ROUNDS, default "1 2"). Output: $OUT/ab_{old,new}_{1,2}.{txt,json}.
 set -uo pipefail
 site=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 for t in old new; do
@@ -14,7 +14,7 @@ for i in ${ROUNDS:-1 2}; do
      export PYTHONPATH=/root/ab_$t:/root/ab_$t/flashinfer/experimental/b12x/_compat:$site  # the tree, its b12x package
      python3 -c "import flashinfer; print('$t', flashinfer.__file__)"
      B12X_CACHE_DIR=/tmp/ab-cache-$t timeout 150 python3 -m \
-      benchmarks.experimental.b12x.bench_quantization --op nvfp4 --ms 4096 16384 --ks 4096 7168 --timer graph \
+      benchmarks.experimental.b12x.bench_quantization --op nvfp4 --ms ${MS:-4096 16384} --ks 4096 7168 --timer graph \
       --no-peers --json "$OUT/ab_${t}_$i.json" >"$OUT/ab_${t}_$i.txt" 2>&1; echo "$t $i rc=$?")
   done
 done

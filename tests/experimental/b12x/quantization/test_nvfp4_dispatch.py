@@ -26,6 +26,9 @@ def test_heuristic_dispatches_only_from_the_threshold():
     assert d.small == _kernel.default_config(7168) and d.small.encode == "search" and d.small.skip_dead
     assert d.large == _dispatch.large_config(7168) == _kernel.NvFp4Config(*_dispatch.LARGE_M_S7)
     assert d.large_from == _dispatch.LARGE_FROM_M
+    # session 27: the preload tile between large_from and 2^26 elements (9362 rows at K = 7168)
+    assert d.mid == _dispatch.mid_config(7168) == _kernel.NvFp4Config(*_dispatch.MID_PRELOAD) and d.mid.preload
+    assert d.mid_until == (1 << 26) // 7168 + 1 and d.tile(9362) == 1 and d.tile(9363) == 2
     assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == d  # quantize()'s one-shot capacity
     assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
 
@@ -75,11 +78,37 @@ def test_tile_by_live_rows(m, tile):
     assert same.configs() == (d.small,) and same.tile(m) == 0
 
 
-def test_kernels_compile_both_tiles_small_first():
+def test_mid_tile_needs_its_gpu_flag_and_room(monkeypatch):
+    assert _kernel.PRELOAD_GPU_VALIDATED and _kernel.NvFp4Config(*_dispatch.MID_PRELOAD) in _kernel.candidate_configs(
+        7168
+    )
+    assert nvfp4.plan(4096, 4096).heuristic(ARCH).mid_until == 16385  # 16384 x 4096 runs the mid tile
+    # K past 2^26 / large_from: no row count would run it
+    assert nvfp4.plan(4096, 1 << 17).heuristic(ARCH).mid is None
+    monkeypatch.setattr(_kernel, "PRELOAD_GPU_VALIDATED", False)
+    d = nvfp4.plan(4096, 7168).heuristic(ARCH)
+    assert d.mid is None and d.mid_until == 0 and d.configs() == (d.small, d.large)
+    monkeypatch.setattr(_kernel, "PRELOAD_GPU_VALIDATED", True)
+    monkeypatch.setattr(_dispatch, "MID_PRELOAD", None)
+    assert nvfp4.plan(4096, 7168).heuristic(ARCH).mid is None
+
+
+@pytest.mark.parametrize("m, tile", [(1, 0), (1023, 0), (1024, 1), (8191, 1), (8192, 2), (16384, 2)])
+def test_tile_by_live_rows_with_a_mid_tile(m, tile):
+    small, large = _kernel.default_config(4096), _dispatch.large_config(4096)
+    mid = _dispatch.mid_config(4096)
+    d = _dispatch.NvFp4Dispatch(small, large, 1024, mid, 8192)
+    assert d.configs() == (small, mid, large) and d.tile(m) == tile and _dispatch.can_select(4096, d)
+    # a mid tile equal to another compiles once and indexes it
+    same = _dispatch.NvFp4Dispatch(small, large, 1024, large, 8192)
+    assert same.configs() == (small, large) and same.tile(m) == min(tile, 1)
+
+
+def test_kernels_compile_every_tile_small_first():
     p = nvfp4.plan(4096, 7168)
     d = p.heuristic(ARCH)
     kernels = p.kernels(d, ARCH)
-    assert [args for _, args in kernels] == [("bfloat16", 7168, c, ARCH) for c in (d.small, d.large)]
+    assert [args for _, args in kernels] == [("bfloat16", 7168, c, ARCH) for c in (d.small, d.mid, d.large)]
     assert all(fn is _kernel.compile_nvfp4 for fn, _ in kernels)
     assert len(p.kernels(d.small, ARCH)) == 1
 
@@ -103,6 +132,10 @@ def test_dispatch_override_is_kept_and_checked():
         _dispatch.NvFp4Dispatch(d.small, d.large, 0),
         _dispatch.NvFp4Dispatch(d.small, d.large, True),
         _dispatch.NvFp4Dispatch(d.small, "steps"),
+        _dispatch.NvFp4Dispatch(d.small, d.large, 300, d.large, 300),  # mid_until not above large_from
+        _dispatch.NvFp4Dispatch(d.small, d.large, 300, None, 500),  # mid_until without a mid tile
+        _dispatch.NvFp4Dispatch(d.small, d.large, 300, d.large, True),
+        _dispatch.NvFp4Dispatch(d.small, d.large, 300, _kernel.NvFp4Config(3, 128, 4), 500),
     ]
     for override in bad:
         with pytest.raises(ValueError, match="override must be an NvFp4Config or NvFp4Dispatch valid for k=256"):

@@ -57,8 +57,9 @@ _UNVALIDATED_PAIRS_S7 = (
 )
 
 # Session 27 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): every tile of a group
-# loaded before the group's math (`NvFp4Config.preload`). Not yet run on the H200.
-PRELOAD_GPU_VALIDATED = False
+# loaded before the group's math (`NvFp4Config.preload`). H200 2026-12-03 (session 27): test_gpu_candidates
+# -k "nvfp4 and True-True]" (the four at every shape) and the dispatch's mid tile through test_gpu.py.
+PRELOAD_GPU_VALIDATED = True
 _UNVALIDATED_PRELOAD = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True),
     (8, 256, 4, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True),

@@ -42,21 +42,43 @@ LARGE_FROM_M = 1024
 LARGE_M_S7: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True)
 
 
+# Session 27 (issue #4 at the 4096-row shapes): the preload tile (`_candidates_s7._UNVALIDATED_PRELOAD[0]`:
+# the large tile's 8 x 256 x 4-warp groups of 4, every load of a group before its math) runs for live M
+# from large_from while M x K <= MID_MAX_ELEMENTS. H200 2026-12-03 13:45 (graph timer, one process,
+# docs/performance.md session 27): 4096 x 4096 14.74 against the large tile's 15.46 us, 4096 x 7168 23.49
+# vs 24.08, 16384 x 4096 49.19 vs 50.32 (-2 to -5%), and 16384 x 7168 109.4 vs 88.7 (+23%: with eight
+# loads a thread in flight the second 16-byte half of each sector no longer hits in L1, and L2, at 89.6%
+# of its throughput there under the large tile (ncu), takes the extra requests).
+MID_PRELOAD: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True)
+MID_MAX_ELEMENTS = 1 << 26  # 16384 x 4096: the largest measured shape where preload still won
+
+
 @dataclass(frozen=True)
 class NvFp4Dispatch:
-    """Two tiles of one plan: `small` runs for live M < large_from, `large` for M >= large_from."""
+    """Tiles of one plan by live M: `small` for M < large_from, then `mid` (when set) for M < mid_until,
+    then `large`."""
 
     small: NvFp4Config
     large: NvFp4Config
     large_from: int = LARGE_FROM_M
+    mid: NvFp4Config | None = None
+    mid_until: int = 0
 
     def configs(self) -> tuple[NvFp4Config, ...]:
-        """The configs to compile, small first (one when both are the same)."""
-        return (self.small,) if self.small == self.large else (self.small, self.large)
+        """The configs to compile, small first, each once."""
+        out = (self.small,)
+        for cfg in (self.mid, self.large):
+            if cfg is not None and cfg not in out:
+                out += (cfg,)
+        return out
 
     def tile(self, m: int) -> int:
         """Index into `configs()` of the tile that runs m live rows."""
-        return int(m >= self.large_from and self.small != self.large)
+        if m < self.large_from:
+            return 0
+        if self.mid is None:
+            return int(self.small != self.large)
+        return self.configs().index(self.mid if m < self.mid_until else self.large)
 
 
 def large_config(k: int) -> NvFp4Config:
@@ -69,12 +91,25 @@ def large_config(k: int) -> NvFp4Config:
     return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
 
 
+def mid_config(k: int) -> NvFp4Config | None:
+    """The tile between large_from and MID_MAX_ELEMENTS // k rows: `MID_PRELOAD` once PRELOAD_GPU_VALIDATED
+    (capped to the padded row), else None."""
+    if MID_PRELOAD is None or not _kernel.PRELOAD_GPU_VALIDATED:
+        return None
+    bm, bk, nw, *rest = MID_PRELOAD
+    return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
+
+
 def default_selection(max_rows: int, k: int):
     """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch
-    between it and the large-M tile (`large_config`)."""
+    between it, the mid tile up to MID_MAX_ELEMENTS // k rows (`mid_config`) and the large-M tile
+    (`large_config`)."""
     if max_rows < LARGE_FROM_M:
         return default_config(k)
-    return NvFp4Dispatch(default_config(k), large_config(k))
+    mid = mid_config(k)
+    if mid is None or MID_MAX_ELEMENTS // k < LARGE_FROM_M:
+        return NvFp4Dispatch(default_config(k), large_config(k))
+    return NvFp4Dispatch(default_config(k), large_config(k), mid=mid, mid_until=MID_MAX_ELEMENTS // k + 1)
 
 
 def candidate_selections(max_rows: int, k: int) -> tuple:
@@ -93,15 +128,25 @@ def candidate_selections(max_rows: int, k: int) -> tuple:
 
 
 def can_select(k: int, selection) -> bool:
-    """An `NvFp4Config` valid for k, or an `NvFp4Dispatch` of two with an int large_from >= 1."""
+    """An `NvFp4Config` valid for k, or an `NvFp4Dispatch` of valid configs with an int large_from >= 1 and,
+    with a mid tile, an int mid_until > large_from."""
     if isinstance(selection, NvFp4Config):
         return can_implement(k, selection)
+    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
     return (
         isinstance(selection, NvFp4Dispatch)
         and all(isinstance(c, NvFp4Config) and can_implement(k, c) for c in (selection.small, selection.large))
-        and isinstance(selection.large_from, int)
-        and not isinstance(selection.large_from, bool)
+        and is_int(selection.large_from)
         and selection.large_from >= 1
+        and is_int(selection.mid_until)
+        and (
+            (selection.mid is None and selection.mid_until == 0)
+            or (
+                isinstance(selection.mid, NvFp4Config)
+                and can_implement(k, selection.mid)
+                and selection.mid_until > selection.large_from
+            )
+        )
     )
 
 
