@@ -7,7 +7,7 @@ mask sums, the fma-corrected division by 6, `mul.rm.f32`, `max.bf16x2`, `prmt`) 
 the oracle with outputs poisoned first (0xFF bytes): M on both sides of the threshold and at it, K
 from 32 to 16384 (tails: K/16 not a multiple of 4, K not a multiple of the tile), random rows over
 ten decades and extreme blocks (zero, NaN, Inf, max, subnormal), the global scale as a float and as
-a device tensor and at its extremes (the smallest fp32 to 3e38); CUDA-graph capture of both tiles;
+a device tensor and at its extremes (the smallest fp32 to 3e38); CUDA-graph capture of every tile (small, mid, large);
 freeze after prepare (a new M on either side compiles nothing).
 """
 
@@ -55,7 +55,8 @@ def plans(session):
         if (k, dtype) not in cache:
             p = nvfp4.plan(4097, k, invocation=dtype)
             session.prepare([p])
-            assert isinstance(p.selection, _dispatch.NvFp4Dispatch) and len(p.state.kernels) == 2
+            assert isinstance(p.selection, _dispatch.NvFp4Dispatch)
+            assert len(p.state.kernels) == len(p.selection.configs()) >= 2
             cache[(k, dtype)] = (p, nvfp4.allocate_outputs(p))
         return cache[(k, dtype)]
 
@@ -85,12 +86,16 @@ def test_dispatch_float16_and_scaled(plans, m):
         _check_nvfp4(out, x, gs)
 
 
-def test_dispatch_graph_captures_both_tiles(plans):
-    p, out = plans(4096)
-    small, large = p.state.extra["launchers"][1][0]
-    assert small is not large
-    xs = [torch.empty(m, 4096, dtype=torch.bfloat16, device="cuda") for m in (100, 2000)]
-    outs = [out, nvfp4.allocate_outputs(p)]
+def test_dispatch_graph_captures_every_tile(plans):
+    # K = 16384: the preload (mid) tile runs up to 2^26 / K = 4096 rows, so 100 / 2000 / 4097 rows take
+    # the small, mid and large tiles
+    K = 16384
+    p, out = plans(K)
+    small, mid, large = p.state.extra["launchers"][1][0]
+    assert len({id(small), id(mid), id(large)}) == 3 and p.selection.mid_until == 4097
+    assert [p.selection.tile(m) for m in (100, 2000, 4097)] == [0, 1, 2]
+    xs = [torch.empty(m, K, dtype=torch.bfloat16, device="cuda") for m in (100, 2000, 4097)]
+    outs = [out, nvfp4.allocate_outputs(p), nvfp4.allocate_outputs(p)]
     gs = torch.empty(1, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -98,7 +103,7 @@ def test_dispatch_graph_captures_both_tiles(plans):
             nvfp4.run(plan=p, x=x, global_scale=gs, outputs=o)
     for seed, value in ((2, 0.25), (3, 7000.0)):
         for x in xs:
-            x.copy_(_random(x.shape[0], 4096, torch.bfloat16, seed + x.shape[0]))
+            x.copy_(_random(x.shape[0], K, torch.bfloat16, seed + x.shape[0]))
         gs.fill_(value)
         for o in outs:
             _poison_nvfp4(o)
