@@ -242,6 +242,24 @@ def _group_tile(
 
 
 @triton.jit
+def _group_tile_pair(
+    ua, ub, bmask, blk, va, vb, vmask, vblk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0,
+    IT: tl.constexpr, NK: tl.constexpr, K_ITERS: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
+    SKIP_DEAD: tl.constexpr, SCALE_WORDS: tl.constexpr, STREAM: tl.constexpr, ASM: tl.constexpr, lut,
+    LUT: tl.constexpr,
+):  # fmt: skip
+    """`_group_tile` of tiles IT and IT + 1 (preload), in that order."""
+    _group_tile(
+        ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, IT,
+        NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+    )  # fmt: skip
+    _group_tile(
+        va, vb, vmask, vblk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, IT + 1,
+        NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+    )  # fmt: skip
+
+
+@triton.jit
 def _k_tiles_unrolled(
     x_ptr,
     packed_ptr,
@@ -275,21 +293,13 @@ def _k_tiles_unrolled(
         if K_ITERS == 4:
             a2, b2, m2, l2 = _load_group_tile(x_ptr, rows64, row_ok, k0, 2, NK, K_ITERS, K, BLOCK_K, STREAM)
             a3, b3, m3, l3 = _load_group_tile(x_ptr, rows64, row_ok, k0, 3, NK, K_ITERS, K, BLOCK_K, STREAM)
-        _group_tile(
-            a0, b0, m0, l0, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
-            NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
-        )  # fmt: skip
-        _group_tile(
-            a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 1,
+        _group_tile_pair(
+            a0, b0, m0, l0, a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
             NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
         )  # fmt: skip
         if K_ITERS == 4:
-            _group_tile(
-                a2, b2, m2, l2, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 2,
-                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
-            )  # fmt: skip
-            _group_tile(
-                a3, b3, m3, l3, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 3,
+            _group_tile_pair(
+                a2, b2, m2, l2, a3, b3, m3, l3, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 2,
                 NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
             )  # fmt: skip
     else:  # one tile at a time, the next tile's loads out before this tile's math with PREFETCH
