@@ -1,4 +1,4 @@
-"""Live-M dispatch of the NVFP4 quantizer: one plan, two compiled tiles, the live row count picks.
+"""Live-M dispatch of the NVFP4 quantizer: one plan, two or three compiled tiles, the live row count picks.
 
 Why. No single tile is the fastest at every M on the H200 (2026-11-30, docs/performance.md): the
 "search" tile with skip_dead takes 5.1-5.6 µs at M = 1, where the large-M "steps" tile takes 7.4
@@ -9,8 +9,10 @@ at prepare time and `run` picks one by x.shape[0]: host metadata, no device read
 graph holds the launch of the M it captured (its tile included), as it holds that M's grid.
 
 `NvFp4Dispatch` is the plan's selection (or an `override`): frozen and hashable like `NvFp4Config`,
-so the autotune cache stores it by repr. Below `large_from` rows the selection is a plain
-`NvFp4Config` (one kernel), as before.
+so the autotune cache stores it by repr. Below `large_from` rows of capacity the selection is a plain
+`NvFp4Config` (one kernel), as before. Session 27 added an optional mid tile (the preload tile,
+`MID_PRELOAD`) between large_from and mid_until live rows: the large tile loses at 4096 rows to its
+launch-and-tail share and the preload tile loses where L2 is the bound (16384 x 7168).
 """
 
 from __future__ import annotations

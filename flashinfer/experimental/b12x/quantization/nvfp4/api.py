@@ -54,7 +54,8 @@ class NvFp4Plan(Plan):
     `NvFp4Config` or an `NvFp4Dispatch` (from `_kernel` / `_dispatch`) or None.
 
     Its selection is one config, or (capacity >= `_dispatch.LARGE_FROM_M` rows) an `NvFp4Dispatch`:
-    two tiles compiled and primed at prepare time, the live M picking one per run."""
+    two or three tiles (small, the preload mid tile up to 2^26 elements, large) compiled and primed at
+    prepare time, the live M picking one per run."""
 
     @property
     def dtype(self) -> str:
@@ -125,8 +126,9 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
     m: capacity (max rows per run, >= 1); live M is a run-time argument and never compiles.
     k: row length, a multiple of 16 (one E4M3 scale per 16 elements); static (a compile key).
     invocation: the activation dtype, torch.bfloat16 (default, None) or torch.float16 (or its name).
-    override: an `NvFp4Config` (one tile for every M) or an `NvFp4Dispatch` (two tiles and the live
-        M from which the large one runs) to use instead of the heuristic/autotuned selection.
+    override: an `NvFp4Config` (one tile for every M) or an `NvFp4Dispatch` (a small and a large tile,
+        the live M from which the large one runs, optionally a mid tile and the M it runs below) to use
+        instead of the heuristic/autotuned selection.
     """
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= _MAX_ROWS:
         raise ValueError(f"m must be an int in [1, {_MAX_ROWS}] (the row capacity), got {m!r}")
