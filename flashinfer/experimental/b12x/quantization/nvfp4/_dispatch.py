@@ -18,10 +18,10 @@ launch-and-tail share and the preload tile loses where L2 is the bound (16384 x 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from . import _kernel
-from ._kernel import NvFp4Config, can_implement, candidate_configs, default_config
-from ._kernel import _block_k_cap as block_k_cap
+from ._kernel import NvFp4Config, can_implement, candidate_configs, capped_config, default_config
 
 # Live M from which the large tile runs. The large tile's grid is ceil128(M) / 8 x 7 programs of
 # 4 column tiles each at K = 7168: below ~1024 rows it has fewer programs than the H200 holds at
@@ -44,14 +44,14 @@ LARGE_FROM_M = 1024
 LARGE_M_S7: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True)
 
 
-# Session 27 (issue #4 at the 4096-row shapes): the preload tile (`_candidates_s7._UNVALIDATED_PRELOAD[0]`:
+# Session 27 (issue #4 at the 4096-row shapes): the preload tile (the first of `_UNVALIDATED_PRELOAD`:
 # the large tile's 8 x 256 x 4-warp groups of 4, every load of a group before its math) runs for live M
 # from large_from while M x K <= MID_MAX_ELEMENTS. H200 2026-12-03 13:45 (graph timer, one process,
 # docs/performance.md session 27): 4096 x 4096 14.74 against the large tile's 15.46 us, 4096 x 7168 23.49
 # vs 24.08, 16384 x 4096 49.19 vs 50.32 (-2 to -5%), and 16384 x 7168 109.4 vs 88.7 (+23%: with eight
 # loads a thread in flight the second 16-byte half of each sector no longer hits in L1, and L2, at 89.6%
 # of its throughput there under the large tile (ncu), takes the extra requests).
-MID_PRELOAD: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True)
+MID_PRELOAD: tuple | None = _kernel._UNVALIDATED_PRELOAD[0]
 MID_MAX_ELEMENTS = 1 << 26  # 16384 x 4096: the largest measured shape where preload still won
 
 
@@ -74,23 +74,27 @@ class NvFp4Dispatch:
                 out += (cfg,)
         return out
 
+    @cached_property
+    def _above_small(self) -> tuple[int, int]:
+        """(index in `configs()` of the tile below mid_until, of the large tile): computed once, as `tile`
+        runs on every call (a dataclass comparison costs about half a microsecond)."""
+        cfgs = self.configs()
+        return cfgs.index(self.large if self.mid is None else self.mid), cfgs.index(self.large)
+
     def tile(self, m: int) -> int:
-        """Index into `configs()` of the tile that runs m live rows."""
+        """Index into `configs()` of the tile that runs m live rows (mid_until is 0 without a mid tile)."""
         if m < self.large_from:
             return 0
-        if self.mid is None:
-            return int(self.small != self.large)
-        return self.configs().index(self.mid if m < self.mid_until else self.large)
+        mid, large = self._above_small
+        return mid if m < self.mid_until else large
 
 
 def large_config(k: int) -> NvFp4Config:
     """The large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED, or `LARGE_M_S7`
     when set (its block_k capped to the padded row, as every candidate's is)."""
     if LARGE_M_S7 is not None and _kernel.PAIRS_GPU_VALIDATED:
-        bm, bk, nw, *rest = LARGE_M_S7
-        return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
-    bm, bk, nw, *rest = _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS
-    return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
+        return capped_config(k, LARGE_M_S7)
+    return capped_config(k, _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS)
 
 
 def mid_config(k: int) -> NvFp4Config | None:
@@ -98,8 +102,7 @@ def mid_config(k: int) -> NvFp4Config | None:
     (capped to the padded row), else None."""
     if MID_PRELOAD is None or not _kernel.PRELOAD_GPU_VALIDATED:
         return None
-    bm, bk, nw, *rest = MID_PRELOAD
-    return NvFp4Config(bm, block_k_cap(k, bk), nw, *rest)
+    return capped_config(k, MID_PRELOAD)
 
 
 def default_selection(max_rows: int, k: int):

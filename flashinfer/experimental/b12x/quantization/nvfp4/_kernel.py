@@ -291,11 +291,17 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
-    for bm, bk, nw, *rest in offered + steps + pairs:
-        cfg = NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
+    for tup in offered + steps + pairs:
+        cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
             out.append(cfg)
     return tuple(out)
+
+
+def capped_config(k: int, fields: tuple) -> NvFp4Config:
+    """The config of a candidate tuple (NvFp4Config's fields in order), its block_k capped to the padded row."""
+    bm, bk, nw, *rest = fields
+    return NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
 
 
 def _block_k_cap(k: int, block_k: int) -> int:
