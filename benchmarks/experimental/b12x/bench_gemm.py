@@ -54,7 +54,10 @@ reaches is out of reach for a kernel that must move those bytes.
 --pdl wait|prefetch adds a row per decode case (M <= 64): the same GEMM planned as a programmatic
 dependent (GemmQuery.pdl, the fused decode kernel), which may start while the call before it finishes
 ("prefetch" reads its weights into L2 before waiting); in a graph of back-to-back calls this is what a
-serving step's chain of kernels gets. torch's peers have no such launch mode and run plain.
+serving step's chain of kernels gets. torch's peers have no such launch mode and run plain. For
+mxfp8_linear the pdl row is the planned chain a serving stack would capture: the MXFP8 quantizer
+(`MxFp8Query(pdl=True)`) into preallocated buffers, then the GEMM planned with that pdl mode, so the
+GEMM launches (and with "prefetch" reads its weights into L2) while the quantizer runs.
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -228,6 +231,8 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl
         run = lambda wt: b12x.gemm.mxfp8_linear.mm(x, wt, out)  # noqa: E731
         q, sc = Q.quantize_mxfp8(x)
         a32 = Q.dequantize_mxfp8(q, sc)
+        if pdl_applies(pdl, m, decode_kernel):
+            run_pdl = _mxfp8_chain(x, n, out, pdl, dev)
     else:
         # a prepared plan for this M, as serving (the demo block) runs it: the shape-aware config
         override = _decode_override(decode_kernel, a_fmt, b_fmt, m, n, k)
@@ -243,6 +248,28 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl
     ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
     nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
     return Ours(lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl)
+
+
+def _mxfp8_chain(x, n: int, out, pdl: str, dev):
+    """mxfp8_linear as a prepared PDL chain (module docstring, --pdl): run(weight) quantizes x with a PDL
+    quantizer plan into buffers made here, then runs the GEMM planned as a programmatic dependent."""
+    from flashinfer.experimental.b12x._lib.quant import swizzled_size
+
+    qmx = b12x.quantization.mxfp8
+    m, k = x.shape
+    qplan = qmx.plan(qmx.MxFp8Query(k, "bfloat16", m, pdl=True))
+    gplan = BS.plan(BS.GemmQuery("mxfp8", "mxfp8", n, k, max_m=m, m_values=(m,), pdl=pdl))
+    with b12x.PreparationSession(dev) as session:
+        session.prepare([qplan, gplan])
+    values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
+    rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
+    storage = torch.full((swizzled_size(m, k // 32),), 127, dtype=torch.uint8, device=dev)  # padding: 2^0
+
+    def run(wt):
+        qmx.quantize_rows(x, values, rows, storage, plan=qplan)
+        BS.mm((values, storage), wt, out, plan=gplan)
+
+    return run
 
 
 def _peers(m, n, k, dev, gen, args):
@@ -449,7 +476,7 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
         if recipe.startswith(("w4a16", "w8a16")) and m > DECODE_MAX_M and recipe != "w4a16_nvfp4":
             continue  # weight-only forms past decode sizes: one representative is enough
         copies = weight_copies(args, operand_bytes(_weight_format(recipe), n, k))
-        pdl = "off" if recipe == "mxfp8_linear" else args.pdl
+        pdl = args.pdl
         ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies, pdl)
         case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
         note = f"max |ours - ref| = {ours.error():.2e} (|ref| max {ours.ref.abs().max().item():.2e})"

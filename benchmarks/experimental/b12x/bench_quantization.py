@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--pdl] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -24,7 +24,9 @@ copy's time / the row's time (what fraction of a same-size copy a row reaches: a
 itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
 capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
 config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
-two tiles alone: the crossover). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+two tiles alone: the crossover). --pdl adds a "b12x pdl" row per case: the plan's selection launched as a
+programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
+call's launch overlaps the previous call's drain (its bits checked like every row). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -219,8 +221,8 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     session = b12x.PreparationSession(dev)
     ref_packed, ref_scales = quantize_nvfp4(xs[0], gs)
     ref_scales = swizzle_scales(ref_scales, 0).view(torch.uint8)
-    for config in configs:
-        plan = nvfp4.plan(m, k, invocation=dtype, override=config)
+    for config, pdl in _with_pdl_rows(configs, args):
+        plan = nvfp4.plan(m, k, invocation=dtype, override=config, pdl=pdl)
         session.prepare([plan])
         out = nvfp4.allocate_outputs(plan, device=dev)
         # Bits first, for every config: ours == oracle (and, once, how far the peer is).
@@ -236,7 +238,7 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
             _note_peer_bits(f"nvfp4 M={m} K={k}", (peer_packed, out.packed), (peer_scales, out.scales))
         nxt = rotate(xs)
         run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)  # noqa: B023
-        impl = "b12x" if config is None else f"b12x {config}"
+        impl = _impl(config, pdl)
         timing = _time(run, args, len(xs))
         table.add(case, impl, timing, note="" if config else str(plan.selection))
         _note_best(("nvfp4", m, k), timing, plan.selection)
@@ -265,8 +267,8 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     configs = mxfp8_bench_configs(k, args)
     session = b12x.PreparationSession(dev)
     ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
-    for config in configs:
-        plan = mxfp8.plan((k, dtype, m), override=config)
+    for config, pdl in _with_pdl_rows(configs, args):
+        plan = mxfp8.plan(mxfp8.MxFp8Query(k, dtype, m, pdl=pdl), override=config)
         session.prepare([plan])
         # Bits first, for every config: ours == oracle (and, once, how far the peer is).
         values.view(torch.uint8).fill_(0xFF)
@@ -282,7 +284,7 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
             _note_peer_bits(f"mxfp8 M={m} K={k}", (peer_values, values), (peer_rows, rows), (peer_mma, mma))
         nxt = rotate(xs)
         run = lambda: mxfp8.quantize_rows(nxt(), values, rows, mma, plan=plan)  # noqa: B023
-        impl = "b12x" if config is None else f"b12x {config}"
+        impl = _impl(config, pdl)
         timing = _time(run, args, len(xs))
         table.add(case, impl, timing, note="" if config else str(plan.selection))
         _note_best(("mxfp8", m, k), timing, plan.selection)
@@ -290,6 +292,17 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     if not args.no_peers:
         nxt = rotate(xs)
         table.add(case, "torch.compile", _time(lambda: peer_fn(nxt()), args, len(xs)), peer=True)
+
+
+def _with_pdl_rows(configs: list, args) -> list:
+    """(config, pdl) per row: each config plain, and with --pdl the plan's selection (None) once more as a
+    programmatic dependent."""
+    rows = [(c, False) for c in configs]
+    return rows + ([(None, True)] if args.pdl else [])
+
+
+def _impl(config, pdl: bool) -> str:
+    return ("b12x" if config is None else f"b12x {config}") + (" pdl" if pdl else "")
 
 
 BEST: dict = {}  # (op, M, K) -> (median µs, config): the fastest config seen, for the heuristics
@@ -331,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=None,
         help="time only the candidate configs whose repr contains one of these strings (e.g. unroll=True, layout='flat')",
+    )
+    parser.add_argument(
+        "--pdl", action="store_true", help="also time the plan's selection launched as a programmatic dependent"
     )
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")

@@ -97,7 +97,12 @@ LUT_GS = [(4, 16, 1, "pairs", False, False, "halves", 4, True, True, 0, False, 0
 # A persistent grid on fp16 input (which runs "steps" tile by tile over the same ranges).
 PERSISTENT_FP16 = [
     ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16), 5, 48),
-    ((4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16), 5, 128),
+    (
+        (4, 16, 1, "pairs", False, False, "halves", 4, True, True, 16),
+        5,
+        128,
+    ),  # session 28: a PDL tile (the interpreter drops PDL: the constexpr is 0; the tuple's plumbing runs)
+    ((4, 16, 1, "mul", True, False, "rows", 1, False, False, 0, False, 0, False, False, True), 5, 48),
 ]
 # "steps" under other global scales and fp16: its rows and halves variants (few: the interpreter is slow).
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]
@@ -115,6 +120,7 @@ MXFP8_VARIANTS = [
     # session 15: the quarters through flat pointers (K 160: a 64-column tile's second block masked)
     ((16, 64, 4, True, "flat"), 130, 160),
     ((1, 64, 1, True, "flat"), 5, 96),
+    ((1, 64, 1, True, "quarters", True), 5, 96),  # session 28: PDL (dropped by the interpreter)
 ]
 DATA = ["wide", "specials", "ties"]
 # "near": x * gs within an fp32 ulp or two of midpoint * scale; "scale_ties": block scales on and

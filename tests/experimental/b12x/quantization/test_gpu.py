@@ -95,9 +95,7 @@ def run_nvfp4_config(session, cfg, m, k, gs_values, seed):
     """A plan of M x K with the NVFP4 config `cfg` (block_k capped to K) through `session`, run on one
     random bf16 input at each global scale, outputs poisoned before each run and checked bitwise
     against the reference (the candidate files' loop: test_gpu_nvfp4_s7)."""
-    p = nvfp4.plan(
-        m, k, override=nv_kernel.NvFp4Config(**{**vars(cfg), "block_k": nv_kernel._block_k_cap(k, cfg.block_k)})
-    )
+    p = nvfp4.plan(m, k, override=nv_kernel.capped_config(k, cfg))
     session.prepare([p])
     out = nvfp4.allocate_outputs(p)
     x = _random(m, k, torch.bfloat16, seed)

@@ -11,7 +11,6 @@ a device tensor and at its extremes (the smallest fp32 to 3e38); CUDA-graph capt
 freeze after prepare (a new M on either side compiles nothing).
 """
 
-import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -145,7 +144,7 @@ def pair_plans(session):
     cache = {}
 
     def get(cfg, k, dtype=torch.bfloat16):
-        cfg = dataclasses.replace(cfg, block_k=nv_kernel._block_k_cap(k, cfg.block_k))
+        cfg = nv_kernel.capped_config(k, cfg)
         if (cfg, k, dtype) not in cache:
             p = nvfp4.plan(4097, k, invocation=dtype, override=cfg)
             session.prepare([p])

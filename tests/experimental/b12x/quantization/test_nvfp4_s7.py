@@ -33,9 +33,9 @@ def _ranges(m, k, cfg, resident):
 def test_persistent_ranges_cover_every_tile_once(m, k, sms):
     for cfg in [c for c in S7 if c.persistent] + [nv.NvFp4Config(4, 16, 1, "pairs", layout="halves", persistent=2)]:
         resident = cfg.persistent * sms
-        if not nv.can_implement(k, nv.NvFp4Config(**{**vars(cfg), "block_k": nv._block_k_cap(k, cfg.block_k)})):
+        cfg = nv.capped_config(k, cfg)
+        if not nv.can_implement(k, cfg):
             continue
-        cfg = nv.NvFp4Config(**{**vars(cfg), "block_k": nv._block_k_cap(k, cfg.block_k)})
         ranges, n = _ranges(m, k, cfg, resident)
         assert len(ranges) == min(n, resident)
         assert ranges[0][0] == 0 and ranges[-1][1] == n

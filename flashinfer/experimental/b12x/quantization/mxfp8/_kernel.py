@@ -37,9 +37,11 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
@@ -66,6 +68,8 @@ class MxFp8Config:
     store: same values, same bits. Why: the H200 runs Triton 3.6, which lays the quarters' 3-D
     pointers' lanes down the rows and converts through shared memory (1 barrier, STS + LDS a tile,
     528 SASS for 4x512x2); flat pointers build what Triton 3.9 builds from either (496, none).
+    pdl: launched as a programmatic dependent (`_lib/triton_pdl.py`; api.py docstring). Not a tuning
+    choice: the plan sets it from `MxFp8Query.pdl`.
     """
 
     block_m: int = 16
@@ -73,6 +77,7 @@ class MxFp8Config:
     num_warps: int = 4
     lean: bool = False
     layout: str = "rows"
+    pdl: bool = False
 
 
 def can_implement(k: int, config: MxFp8Config) -> bool:
@@ -87,6 +92,7 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and isinstance(config.lean, bool)
         and config.layout in ("rows", "quarters", "flat")
         and (config.layout == "rows" or config.lean)
+        and isinstance(config.pdl, bool)
     )
 
 
@@ -161,9 +167,11 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[MxFp8
     return tuple(out)
 
 
-def constexprs(k: int, config: MxFp8Config) -> tuple:
-    """The kernel's constexpr arguments, in signature order (K first)."""
-    return (k, config.block_m, config.block_k, config.lean, config.layout != "rows", config.layout == "flat")
+def constexprs(k: int, config: MxFp8Config, *, compiled: bool = True) -> tuple:
+    """The kernel's constexpr arguments, in signature order (K first); PDL is 0 when not `compiled`
+    (the interpreter has no griddepcontrol; the math is the same)."""
+    c = config
+    return (k, c.block_m, c.block_k, c.lean, c.layout != "rows", c.layout == "flat", int(c.pdl and compiled))
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -186,7 +194,9 @@ def _mxfp8_quantize_kernel(
     LEAN: tl.constexpr,  # MxFp8Config.lean
     QUARTERS: tl.constexpr,  # MxFp8Config.layout "quarters" or "flat"
     FLAT: tl.constexpr,  # MxFp8Config.layout == "flat"
+    PDL: tl.constexpr,  # MxFp8Config.pdl (0 under the interpreter)
 ):
+    gdc_enter(PDL)
     if QUARTERS:
         _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT)
     else:
@@ -373,7 +383,7 @@ class MxFp8Launcher:
             return
         cfg = self.config
         g = grid(m, self.k, cfg)
-        args = (x, values, scale_rows, scale_mma, m, *constexprs(self.k, cfg))
+        args = (x, values, scale_rows, scale_mma, m, *constexprs(self.k, cfg, compiled=self.compiled))
         if not self.compiled:
             _mxfp8_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
@@ -404,6 +414,7 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "LEAN": "constexpr",
         "QUARTERS": "constexpr",
         "FLAT": "constexpr",
+        "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned, (3,): aligned}
@@ -419,10 +430,12 @@ def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
     options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
+    if config.pdl:
+        options["launch_pdl"] = True  # the launch carries the programmatic-serialization attribute
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
-@kernel(OP, backend="triton", sources=(_triton_helpers.__name__,))
+@kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _triton_pdl.__name__))
 def compile_mxfp8(dtype: str, k: int, config: MxFp8Config, arch: str) -> MxFp8Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
     first = [compile_for_target(dtype, k, config, arch)]

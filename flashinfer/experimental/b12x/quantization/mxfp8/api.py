@@ -12,11 +12,18 @@ Bits: equal to `_lib.quant.quantize_mxfp8` (values, row-major scales) and `swizz
 scales at every live position (reference.py); swizzled padding bytes are the caller's (MX
 consumers expect 127 there). With a prepared plan the call never compiles, allocates nothing and
 reads nothing on the host: it is CUDA-graph safe.
+
+PDL (`MxFp8Query(..., pdl=True)`): every program runs griddepcontrol.wait before its first global
+access and griddepcontrol.launch_dependents right after it; the launch carries the programmatic-
+serialization attribute (a programmatic edge under CUDA graph capture). The quantizer then launches
+while the kernel before it drains, and a PDL kernel after it (e.g. the MXFP8 GEMM planned with
+`GemmQuery(pdl="wait")` or "prefetch") launches while this one runs. Same bits; the wait makes it
+safe after any kernel.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,11 +49,13 @@ _SCALE_DTYPES = (torch.uint8,) if _E8M0 is None else (torch.uint8, _E8M0)
 class MxFp8Query:
     """The static facts of an MXFP8 quantizer: k (row length, K % 32 == 0), dtype (the source
     dtype, "bfloat16" or "float16"; a torch dtype is accepted and stored by name) and max_rows (the
-    capacity of M; default 2^30, no practical cap). A plain tuple (k, dtype, max_rows) means the same."""
+    capacity of M; default 2^30, no practical cap). A plain tuple (k, dtype, max_rows) means the same.
+    pdl: launched as a programmatic dependent (module docstring)."""
 
     k: int
     dtype: str = "bfloat16"
     max_rows: int = _ONESHOT_ROWS
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
@@ -56,6 +65,8 @@ class MxFp8Query:
             raise ValueError(f"query.dtype must be one of {DTYPES}, got {self.dtype!r}")
         if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or not 1 <= self.max_rows < 1 << 31:
             raise ValueError(f"query.max_rows must be an int in [1, 2^31), got {self.max_rows!r}")
+        if not isinstance(self.pdl, bool):
+            raise ValueError(f"query.pdl must be a bool, got {self.pdl!r}")
 
 
 class MxFp8Plan(Plan):
@@ -66,18 +77,19 @@ class MxFp8Plan(Plan):
             return None
         from ._kernel import default_config
 
-        return default_config(self.caps.k)
+        return replace(default_config(self.caps.k), pdl=self.caps.pdl)
 
     def candidates(self, arch) -> tuple:
         if arch is None:
             return (None,)
         from ._kernel import candidate_configs
 
-        return candidate_configs(self.caps.k)
+        return tuple(replace(c, pdl=self.caps.pdl) for c in candidate_configs(self.caps.k))
 
     def kernels(self, config, arch: str) -> tuple:
         from ._kernel import compile_mxfp8
 
+        config = replace(config, pdl=self.caps.pdl)  # an override's too
         return ((compile_mxfp8, (self.caps.dtype, self.caps.k, config, arch)),)
 
     def _synthetic(self, state: PlanState, rows: int):

@@ -17,7 +17,7 @@ launch-and-tail share and the preload tile loses where L2 is the bound (16384 x 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from . import _kernel
@@ -153,6 +153,14 @@ def can_select(k: int, selection) -> bool:
             )
         )
     )
+
+
+def with_pdl(selection, pdl: bool):
+    """The selection (a config or a dispatch) with `NvFp4Config.pdl` set to `pdl` on every tile."""
+    if isinstance(selection, NvFp4Config):
+        return replace(selection, pdl=pdl)
+    mid = None if selection.mid is None else replace(selection.mid, pdl=pdl)
+    return replace(selection, small=replace(selection.small, pdl=pdl), large=replace(selection.large, pdl=pdl), mid=mid)
 
 
 def selection_configs(selection) -> tuple[NvFp4Config, ...]:

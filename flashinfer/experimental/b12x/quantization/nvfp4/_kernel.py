@@ -39,14 +39,16 @@ Bytes moved: 2*M*K read + M*K/2 written + ceil128(M)*ceil4(K/16) scale bytes wri
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import triton
 import triton.language as tl
 
+from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
 from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
@@ -97,6 +99,9 @@ class NvFp4Config:
     two threads); "halves" = loaded as the two 8-element halves of every block, so one thread owns
     whole blocks and stores their 16 codes as one 8-byte word (`_quantize_tile_halves`); needs a
     division-free encode.
+    pdl: launched as a programmatic dependent (`_lib/triton_pdl.py`): every program waits for the
+    kernel before it in the stream, then lets the next PDL kernel launch, before its first global
+    access. Not a tuning choice: the plan sets it on every tile (`api.plan(..., pdl=True)`).
     """
 
     block_m: int = 16
@@ -114,6 +119,7 @@ class NvFp4Config:
     max_regs: int = 0
     lut: bool = False
     preload: bool = False
+    pdl: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -151,6 +157,7 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.lut or config.unroll or config.persistent > 0)
         and isinstance(config.preload, bool)
         and (not config.preload or (config.unroll and config.k_iters in (2, 4) and not config.prefetch))
+        and isinstance(config.pdl, bool)
     )
 
 
@@ -171,103 +178,21 @@ def default_config(k: int) -> NvFp4Config:
 
 LARGE_M_STEPS = (8, 256, 4, "steps", False, False, "halves", 4)  # the large-M winner (docstring above)
 
-
-# (block_m, block_k, num_warps, encode, skip_dead, scale_words[, layout]): predictions in
-# docs/predictions/quantization.md. The default ("div", the oracle's own sequence) is the baseline.
-#
-# GPU-validated: these passed test_gpu_candidates.py bit for bit on the H200 (03:45 UTC run,
-# 2026-11-30). Only they (and the default) are what `candidate_configs` offers by default.
-_VALIDATED = (
-    (4, 512, 4, "div", False, False),
-    (8, 512, 4, "div", False, False),
-    (16, 512, 8, "div", False, False),
-    (32, 256, 8, "div", False, False),
-    (32, 128, 4, "div", False, False),
-    (64, 128, 8, "div", False, False),
-)
-# The division-free encodes. The 03:45 and 05:55 H200 runs failed 47 / 52 cases of them (ptxas of
-# Triton 3.6 mishandling the E4M3 pack's 16-bit result); with `_e4m3_rn` (no fp8 instruction) all
-# 35 passed test_gpu_candidates at 06:38 (2026-11-30, tree 9db40fe), so they are offered (and the
-# default is one of them). A new config added here is offered at once: validate it on the GPU first,
-# or add it behind B12X_QUANT_UNVALIDATED_CANDIDATES instead.
-DIVISION_FREE_GPU_VALIDATED = True
-_UNVALIDATED = (
-    # division-free encode, tile sweep (large M: more rows per program)
-    (16, 256, 4, "mul", False, False),
-    (8, 512, 4, "mul", False, False),
-    (16, 512, 8, "mul", False, False),
-    (32, 256, 8, "mul", False, False),
-    (32, 512, 8, "mul", False, False),
-    (64, 256, 8, "mul", False, False),
-    (16, 1024, 8, "mul", False, False),
-    (64, 128, 4, "mul", False, False),
-    # tiny M: dead padding programs skip their math; fewer warps per program
-    (16, 256, 4, "mul", True, False),
-    (16, 128, 2, "mul", True, False),
-    (16, 128, 4, "mul", True, False),
-    (16, 512, 4, "mul", True, False),
-    (8, 256, 2, "mul", True, False),
-    # binary-search encode
-    (16, 256, 4, "search", False, False),
-    (32, 256, 8, "search", False, False),
-    (32, 512, 8, "search", False, False),
-    (64, 256, 8, "search", False, False),
-    (16, 256, 4, "search", True, False),
-    (16, 128, 2, "search", True, False),
-    (32, 256, 8, "search", True, True),
-    # whole blocks per thread (two half loads, 8-byte packed stores)
-    (16, 256, 4, "mul", False, False, "halves"),
-    (32, 256, 8, "mul", False, False, "halves"),
-    (32, 512, 8, "mul", False, False, "halves"),
-    (64, 256, 8, "mul", False, False, "halves"),
-    (16, 512, 4, "mul", False, False, "halves"),
-    (64, 512, 8, "mul", False, False, "halves"),
-    (32, 256, 8, "search", False, False, "halves"),
-    (64, 256, 8, "search", False, False, "halves"),
-    (16, 256, 4, "mul", True, False, "halves"),
-    (16, 256, 2, "mul", True, False, "halves"),
-    (16, 128, 1, "mul", True, False, "halves"),
-    (32, 256, 8, "mul", True, True, "halves"),
-    # 4-byte scale stores
-    (16, 256, 4, "mul", True, True),
-    (32, 256, 8, "mul", True, True),
-    (16, 512, 8, "mul", True, True),
-)
-
-
-# The FMA-pipe encode ("steps", `_steps.py`: saturating FMAs instead of compares and selects, so the
-# ALU pipe that bounds "mul"/"search" on SM90 stays nearly idle). All passed test_gpu_candidates bit
-# for bit on the H200 (10:48 and the full gpu tier of 11:05, 2026-11-30, trees a617941 / 7f9ca94),
-# so they are offered; a new one added here is offered at once: validate it on the GPU first.
-# Predictions in docs/predictions/quantization.md (2026-11-30 10:00 section).
-STEPS_GPU_VALIDATED = True
-_UNVALIDATED_STEPS = (
-    (16, 256, 4, "steps", True, False),  # rows: the tiny-M candidate (dead programs skip)
-    # one 16-element block per thread: 47 registers (sm_90a), high occupancy
-    (8, 256, 4, "steps", False, False, "halves"),
-    (16, 256, 8, "steps", False, False, "halves"),
-    (16, 128, 4, "steps", False, False, "halves"),
-    (32, 256, 16, "steps", False, False, "halves"),
-    (8, 256, 4, "steps", True, True, "halves"),
-    # two blocks per thread: fewer per-thread costs, but ptxas keeps both blocks' steps live (80 regs)
-    (16, 256, 4, "steps", False, False, "halves"),
-    # a loop over k_iters column tiles per program: setup paid once, 46 regs (22.8 vs 24.1 per value)
-    (8, 256, 4, "steps", False, False, "halves", 4),
-    (16, 256, 8, "steps", False, False, "halves", 4),
-    (16, 256, 8, "steps", False, False, "halves", 8),
-)
-
-
-# The "pairs" tiles (the bf16-pair encode, `_pairs.py`): `_candidates_s7.py`, with session 7's unrolled /
-# persistent / streaming / lookup tiles and session 27's preloading ones.
-from ._candidates_s7 import (  # noqa: E402
+# The candidate tables (GPU-validated flags, the "div" / division-free / "steps" / "pairs" tiles):
+# `_candidates.py`.
+from ._candidates import (  # noqa: E402
+    _UNVALIDATED,
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
+    _UNVALIDATED_STEPS,
+    _VALIDATED,
+    DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
     PAIRS_GPU_VALIDATED,
     PRELOAD_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
+    STEPS_GPU_VALIDATED,
 )
 
 
@@ -298,8 +223,11 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     return tuple(out)
 
 
-def capped_config(k: int, fields: tuple) -> NvFp4Config:
-    """The config of a candidate tuple (NvFp4Config's fields in order), its block_k capped to the padded row."""
+def capped_config(k: int, fields) -> NvFp4Config:
+    """The config of a candidate tuple (NvFp4Config's fields in order) or of a config, its block_k capped to
+    the padded row."""
+    if isinstance(fields, NvFp4Config):
+        return replace(fields, block_k=_block_k_cap(k, fields.block_k))
     bm, bk, nw, *rest = fields
     return NvFp4Config(bm, _block_k_cap(k, bk), nw, *rest)
 
@@ -328,7 +256,8 @@ def grid(m: int, k: int, config: NvFp4Config, resident: int | None = None) -> tu
 
 def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
     """The kernel's constexpr arguments, in signature order (K first). asm=False (the interpreter,
-    which cannot run inline PTX) makes the "steps" encode use its plain-Triton mirror."""
+    which cannot run inline PTX) makes the "steps" encode use its plain-Triton mirror and drops PDL
+    (the interpreter has no griddepcontrol; the math is the same)."""
     cfg = config
     return (
         k,
@@ -346,6 +275,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.stream,
         cfg.lut,
         cfg.preload,
+        int(cfg.pdl and asm),
     )
 
 
@@ -634,7 +564,9 @@ def _nvfp4_quantize_kernel(
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
     PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
+    PDL: tl.constexpr,  # NvFp4Config.pdl (0 under the interpreter)
 ):
+    gdc_enter(PDL)  # before the first global access (the global scale, skip_dead's scale stores)
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
     if PAIRS:
         program_pairs(
@@ -745,6 +677,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "STREAM": "constexpr",
         "LUT": "constexpr",
         "PRELOAD": "constexpr",
+        "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}
@@ -762,13 +695,22 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
     if config.max_regs:
         options["maxnreg"] = config.max_regs
+    if config.pdl:
+        options["launch_pdl"] = True  # the launch carries the programmatic-serialization attribute
     return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
 
 
 @kernel(
     OP,
     backend="triton",
-    sources=(_triton_helpers.__name__, _encodes.__name__, _steps.__name__, _pairs.__name__, _kernel_pairs.__name__),
+    sources=(
+        _triton_helpers.__name__,
+        _triton_pdl.__name__,
+        _encodes.__name__,
+        _steps.__name__,
+        _pairs.__name__,
+        _kernel_pairs.__name__,
+    ),
 )
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""

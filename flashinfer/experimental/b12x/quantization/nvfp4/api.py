@@ -1,6 +1,7 @@
 """quantization.nvfp4: plan, outputs, validation and run (the kernel is in `_kernel.py`).
 
     plan = b12x.quantization.nvfp4.plan(4096, 7168)            # capacity 4096 rows, K = 7168
+    # pdl=True: a programmatic dependent of the kernel before it, releasing the one after (below)
     with b12x.PreparationSession("cuda") as session:
         session.prepare([plan])                                 # compiles and primes, once
     out = b12x.quantization.nvfp4.allocate_outputs(plan)
@@ -13,6 +14,13 @@ Bits: equal to `_lib.quant.quantize_nvfp4` followed by `swizzle_scales(scales, 0
 `run` launches on torch's current stream, never compiles, allocates nothing and never reads a
 tensor on the host: it is CUDA-graph safe (a Python-float global scale is baked into a captured
 graph; pass a device tensor to change it between replays).
+
+PDL (`plan(..., pdl=True)`): every program runs griddepcontrol.wait before its first global access and
+griddepcontrol.launch_dependents right after it; the launch carries the programmatic-serialization
+attribute (a programmatic edge under CUDA graph capture). The quantizer then launches and becomes
+resident while the kernel before it drains, and a PDL kernel after it (e.g. a GEMM planned with
+`GemmQuery(pdl="wait")`, which then reads these codes only after this kernel completed) launches while
+this one runs. Bits are the same; the wait makes it safe after any kernel, PDL or not.
 """
 
 from __future__ import annotations
@@ -43,10 +51,12 @@ _ONESHOT_ROWS = 1 << 30  # capacity of quantize()'s plans: it allocates its outp
 
 @dataclass(frozen=True)
 class NvFp4Caps:
-    """Static facts of a plan: max_rows (capacity of M) and k (row length, K % 16 == 0)."""
+    """Static facts of a plan: max_rows (capacity of M), k (row length, K % 16 == 0) and pdl (launched as a
+    programmatic dependent: module docstring)."""
 
     max_rows: int
     k: int
+    pdl: bool = False
 
 
 class NvFp4Plan(Plan):
@@ -64,22 +74,23 @@ class NvFp4Plan(Plan):
     def heuristic(self, arch):
         if arch is None:
             return None  # the reference backend has nothing to choose
-        from ._dispatch import default_selection
+        from ._dispatch import default_selection, with_pdl
 
-        return default_selection(self.caps.max_rows, self.caps.k)
+        return with_pdl(default_selection(self.caps.max_rows, self.caps.k), self.caps.pdl)
 
     def candidates(self, arch) -> tuple:
         if arch is None:
             return (None,)
-        from ._dispatch import candidate_selections
+        from ._dispatch import candidate_selections, with_pdl
 
-        return candidate_selections(self.caps.max_rows, self.caps.k)
+        return tuple(with_pdl(s, self.caps.pdl) for s in candidate_selections(self.caps.max_rows, self.caps.k))
 
     def kernels(self, config, arch: str) -> tuple:
-        from ._dispatch import selection_configs
+        from ._dispatch import selection_configs, with_pdl
         from ._kernel import compile_nvfp4
 
-        return tuple((compile_nvfp4, (self.dtype, self.caps.k, c, arch)) for c in selection_configs(config))
+        configs = selection_configs(with_pdl(config, self.caps.pdl))  # an override's tiles too
+        return tuple((compile_nvfp4, (self.dtype, self.caps.k, c, arch)) for c in configs)
 
     def scratch_specs(self, config=None, device="cuda") -> tuple[ScratchBufferSpec, ...]:
         # The fp32 the kernel's global-scale pointer reads when the scale comes as a Python float.
@@ -120,7 +131,7 @@ class Outputs:
         return self.packed[:m], self.scales[: swizzled_size(m, k // BLOCK)]
 
 
-def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
+def plan(m: int, k: int, *, invocation=None, override=None, pdl: bool = False) -> NvFp4Plan:
     """A pure, hashable plan for quantizing up to `m` rows of length `k`.
 
     m: capacity (max rows per run, >= 1); live M is a run-time argument and never compiles.
@@ -129,6 +140,7 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
     override: an `NvFp4Config` (one tile for every M) or an `NvFp4Dispatch` (a small and a large tile,
         the live M from which the large one runs, optionally a mid tile and the M it runs below) to use
         instead of the heuristic/autotuned selection.
+    pdl: launch as a programmatic dependent (module docstring), every tile of the selection.
     """
     if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= _MAX_ROWS:
         raise ValueError(f"m must be an int in [1, {_MAX_ROWS}] (the row capacity), got {m!r}")
@@ -142,7 +154,9 @@ def plan(m: int, k: int, *, invocation=None, override=None) -> NvFp4Plan:
 
         if not can_select(k, override):
             raise ValueError(f"override must be an NvFp4Config or NvFp4Dispatch valid for k={k}, got {override!r}")
-    return NvFp4Plan(op=OP, caps=NvFp4Caps(m, k), invocation=dtype, override=override)
+    if not isinstance(pdl, bool):
+        raise ValueError(f"pdl must be a bool, got {pdl!r}")
+    return NvFp4Plan(op=OP, caps=NvFp4Caps(m, k, pdl), invocation=dtype, override=override)
 
 
 def allocate_outputs(plan: NvFp4Plan, *, device="cuda") -> Outputs:
