@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--pdl] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -26,7 +26,8 @@ capacity the live-M dispatch (small tile below the threshold, large "steps" tile
 config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
 two tiles alone: the crossover). --pdl adds a "b12x pdl" row per case: the plan's selection launched as a
 programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
-call's launch overlaps the previous call's drain (its bits checked like every row). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+call's launch overlaps the previous call's drain (its bits checked like every row). --sets N (graph timer)
+rotates N input sets, one call each in the graph, instead of enough for 3x L2 (at least 2). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -348,9 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pdl", action="store_true", help="also time the plan's selection launched as a programmatic dependent"
     )
+    parser.add_argument(
+        "--sets", type=int, default=None, help="graph timer: rotate this many input sets (default: 3x L2, >= 2)"
+    )
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")
     args = parser.parse_args(argv)
+    if args.sets is not None and (args.sets < 1 or args.timer != "graph"):
+        parser.error(f"--sets needs --timer graph and N >= 1, got --sets {args.sets} --timer {args.timer}")
     if args.all_configs or args.encode or args.match:  # every candidate, GPU-validated or not: bits checked below
         os.environ["B12X_QUANT_UNVALIDATED_CANDIDATES"] = "1"
     dev = require_cuda("bench_quantization", args.device)
@@ -366,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     # The events timer flushes L2 before every call: one input set is enough. Graph replays rotate
     # sets totalling 3x L2 (capped at MAX_SETS for tiny shapes).
     sets_for = (lambda nbytes: min(MAX_SETS, sets_to_exceed_l2(nbytes))) if args.timer == "graph" else (lambda _: 1)
+    if args.sets is not None:
+        sets_for = lambda _: args.sets  # noqa: E731
     peers = {"nvfp4": _compiled(nvfp4_peer_math), "mxfp8": _compiled(mxfp8_peer_math)}
     benches = {"nvfp4": bench_nvfp4, "mxfp8": bench_mxfp8}
     for op in ops:

@@ -24,6 +24,8 @@ MEASURED = [
     ("mxfp4", 1, 7168, 2048, (8, 2, 1, 2), "bfloat16"),  # session 24, cold: 5.50 vs 5.74 us (tiles 1)
     ("nvfp4", 1, 4096, 4096, (16, 1, 1, 2), "nvfp4"),  # session 24, cold: FP4 activations, two tiles 6.91 vs 6.61
     ("mxfp4", 1, 11264, 2048, (8, 1, 1, 2), "mxfp4"),  # session 24, cold: two tiles 9.15 vs 8.45
+    ("nvfp4", 1, 11264, 2048, (8, 2, 1, 1), "bfloat16"),  # session 28, cold: unroll 1 7.15 vs 8.31 us (one wave)
+    ("nvfp4", 8, 11264, 2048, (8, 2, 1, 1), "bfloat16"),  # session 28, cold: 7.27 vs 8.96 us
     ("mxfp8", 1, 4096, 14336, (16, 1, 1, 1)),
     ("nvfp4", 16, 4096, 14336, (16, 2, 2, 2)),
     ("mxfp8", 16, 4096, 14336, (16, 2, 2, 1)),

@@ -124,6 +124,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
 
     import triton
 
+    from flashinfer.experimental.b12x._lib import triton_pdl as _triton_pdl
     from flashinfer.experimental.b12x._lib import triton_quant as _triton_helpers
 
     kmod = OPS[op]
@@ -139,7 +140,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
     nv_modules = {nv._encodes.__name__, nv._steps.__name__, nv._pairs.__name__, nv._kernel_pairs.__name__}
-    assert outside == {_triton_helpers.__name__} | (nv_modules if op == "nvfp4" else set())
+    assert outside == {_triton_helpers.__name__, _triton_pdl.__name__} | (nv_modules if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
 
@@ -184,12 +185,13 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         False,
         False,
         False,
+        0,
     )
     assert calls == [((8, 1, 1), want, 1234)]
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False), 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False, 0), 1234)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):

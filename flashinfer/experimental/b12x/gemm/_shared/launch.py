@@ -48,7 +48,9 @@ def bucket_for(m: int) -> str:
     raise AssertionError(m)
 
 
-def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None, hints: bool = True):
+def decode_config_for(
+    max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None, hints: bool = True, one_wave: bool = True
+):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
     is within 3% in two more): one 16-row weight tile per token tile (tiles = ntiles), then the most
@@ -69,7 +71,10 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
     at 8 or 16 warps for N >= 4096 whatever K; and W4A16 NVFP4 (the measured pair; hints=False gives
     the plain loads) at M <= 16 and N >= 4096 loads weights with L1::no_allocate +
     an L2 256-byte prefetch and activations evict-last (+ clamped loads and FP4 placement by left
-    shifts at M <= 8 and N >= WIDE_DECODE_N)."""
+    shifts at M <= 8 and N >= WIDE_DECODE_N).
+
+    one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
+    M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`)."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -115,10 +120,21 @@ def decode_config_for(max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None 
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N:
             config = dataclasses.replace(config, clamp=True, fp4="left")
+        if one_wave and ntiles == 1 and (warps, tiles) == (8, 2) and ONE_WAVE_CTAS[0] < -(-n // 32) <= ONE_WAVE_CTAS[1]:
+            # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
+            # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
+            # instead of 1-2. H200 2026-12-03 15:50 (session 28, bench_gemm --cold-weights --sweep-subset
+            # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
+            # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
+            config = dataclasses.replace(config, unroll=1)
     return with_decode_opts(config) if max_m <= 16 else config
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
+# decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
+# 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range is
+# (340, 510], on 188 (RTX PRO 6000) (376, 564]; not measured there.
+ONE_WAVE_CTAS = (2 * 132, 3 * 132)
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -228,7 +244,7 @@ def fused_config(
         raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
-    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints)
+    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False)
     base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
