@@ -90,7 +90,8 @@ def test_decode_planned_block_shapes(m, n, k):
     plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,)))
     with b12x.PreparationSession("cuda") as s:
         s.prepare([plan])
-    assert plan.state.selection == ((L.bucket_for(m), L.default_config(L.bucket_for(m), n, k, "nvfp4")),)
+    bucket = L.bucket_for(m)
+    assert plan.state.selection == ((bucket, L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16")),)
     check_tolerance(_run(ops, plan=plan), ops, "bfloat16")
 
 
