@@ -191,3 +191,17 @@ def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypa
     assert BQ.MISMATCHES == ["mxfp8 M=5 K=32 CFG"]
     with pytest.raises(SystemExit, match="nvfp4 M=1 K=16 SEL: ours and the oracle disagree; not timing"):
         BQ._bits_ok(False, "nvfp4", 1, 16, None, plan)
+
+
+def test_pdl_rows_and_sets_option():
+    # --pdl adds the plan's selection (None) once more as a programmatic dependent, named "b12x pdl"
+    assert BQ._with_pdl_rows([None, "cfg"], _args(("pdl", False))) == [(None, False), ("cfg", False)]
+    assert BQ._with_pdl_rows([None, "cfg"], _args(("pdl", True))) == [(None, False), ("cfg", False), (None, True)]
+    assert BQ._impl(None, True) == "b12x pdl" and BQ._impl(None, False) == "b12x"
+    import contextlib
+    import io
+
+    for argv in (["--sets", "4"], ["--sets", "0", "--timer", "graph"]):  # the events timer has no sets
+        with contextlib.redirect_stderr(io.StringIO()) as err, pytest.raises(SystemExit) as exit_:
+            BQ.main(argv)
+        assert exit_.value.code == 2 and "--sets needs --timer graph and N >= 1" in err.getvalue()
