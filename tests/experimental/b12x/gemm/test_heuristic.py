@@ -122,3 +122,26 @@ def test_candidate_configs_per_bucket():
     assert L.default_config("decode64") in candidate_configs(64)
     with pytest.raises(ValueError, match="serves M <= 64, got 65"):
         candidate_configs(65)
+
+
+@pytest.mark.compile
+def test_one_wave_range_rests_on_these_registers(cuda_binary):
+    """`launch.ONE_WAVE_CTAS` assumes the W4A16 NVFP4 M <= 8 tile of 8 warps x 2 tiles fits 3 CTAs of 256
+    threads an SM at unroll 1 and 2 at unroll 2 (ptxas, sm_90a: 80 and 112 registers a lane in session 28).
+    A toolchain that moves either count moves the range: re-time it (scripts/jobs/s28_c.sh)."""
+    import dataclasses
+
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    cfg = L.default_config("decode8", 11264, 2048, "nvfp4", a_fmt="bfloat16")
+    assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, 1) and 11264 // 32 in range(*L.ONE_WAVE_CTAS)
+    ctas_per_sm = {}
+    for unroll in (1, 2):
+        fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, unroll=unroll), "sm_90a")
+        usage = cuda_binary.resources(fn.artifacts.CUBIN)
+        assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage
+        ctas_per_sm[unroll] = 65536 // (int(usage["REG"]) * 32 * cfg.warps)
+    assert ctas_per_sm == {1: 3, 2: 2}
+    assert L.ONE_WAVE_CTAS == (2 * 132, 3 * 132)  # those counts on the H200's 132 SMs
