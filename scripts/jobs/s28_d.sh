@@ -8,4 +8,6 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install
 args=(--m 1 8 --shapes 13312x2048 14336x4096 16384x2048 --recipes w4a16_nvfp4 --timer graph --cold-weights --no-peers --iters 10)
 timeout 240 python3 -m benchmarks.experimental.b12x.bench_gemm "${args[@]}" --json "$OUT/past_u2.json" >"$OUT/past_u2.log" 2>&1
 B12X_GEMM_DECODE_OPTS=unroll=1 timeout 240 python3 -m benchmarks.experimental.b12x.bench_gemm "${args[@]}" --json "$OUT/past_u1.json" >"$OUT/past_u1.log" 2>&1
-grep -hE "^w4a16|max" "$OUT/past_u2.log" "$OUT/past_u1.log" | head -20
+for f in past_u2 past_u1; do
+  python3 -c "import json,sys; [print(sys.argv[2], r['label'], round(r['time_us'], 2), r['note']) for r in json.load(open(sys.argv[1]))['rows'] if r['impl'] == 'b12x']" "$OUT/$f.json" "$f"
+done
