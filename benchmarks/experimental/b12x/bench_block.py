@@ -170,6 +170,10 @@ VARIANTS["fast+up4"] = _fast_gemm(gate_up="upfront=4")
 VARIANTS["fast+gu16"] = _fast_gemm(gate_up="warps=16,unroll=1")
 VARIANTS["fast+gu8u1"] = _fast_gemm(gate_up="unroll=1")
 VARIANTS["fast+gu4"] = _fast_gemm(gate_up="warps=4")
+# "fast+gu3" / "fast+gu3u1" (session 28): the fast step's gate_up compiled for 3 CTAs an SM (DecodeConfig.minctas:
+# 80 registers, a few words spilled) so its 352 CTAs run in one H200 wave instead of 1.33, unroll 2 / 1
+VARIANTS["fast+gu3"] = _fast_gemm(gate_up="minctas=3")
+VARIANTS["fast+gu3u1"] = _fast_gemm(gate_up="minctas=3,unroll=1")
 # "fast+dnu1" / "fast+dn8" / "fast+dnup2": the fast step's down (16 warps x 2.75 chunks of K 5632 at
 # T = 1, 64 registers) without the unrolled pair, with 8 warps, or holding 2 chunks' loads up front
 VARIANTS["fast+dnu1"] = _fast_gemm(down="unroll=1")

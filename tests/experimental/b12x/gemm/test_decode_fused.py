@@ -430,3 +430,37 @@ def _check_compiles(arch, epilogue, pdl, norm, ms, hints=False, span="rows", sha
         assert ("prefetch.global.L2" in ptx) == (pdl == "prefetch")
         assert ("ex2.approx.f32" in ptx) == (epilogue == "silu_mul")
         assert ("rsqrt.approx.f32" in ptx) == norm
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_minctas_bounds_the_registers(arch, cuda_binary):
+    """DecodeConfig.minctas (session 28): the demo's gate_up (silu_mul, 256 threads) compiled for 3 CTAs an
+    SM fits 85 registers a lane (80 under ptxas), spilling a few words to the stack, never to local arrays;
+    0 keeps the unbounded kernel (100 / 112 registers at unroll 1 / 2 on sm_90a)."""
+    import dataclasses
+
+    pytest.importorskip("cutlass")
+    pytest.importorskip("tvm_ffi")
+    base = L.fused_config("decode8", 11264, 2048, "nvfp4", "bfloat16", "silu_mul", "prefetch")
+    regs = {}
+    for minctas, unroll in ((0, 2), (3, 2), (3, 1)):
+        cfg = dataclasses.replace(base, decode=dataclasses.replace(base.decode, minctas=minctas, unroll=unroll))
+        assert F.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
+        fn = F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch)
+        usage = cuda_binary.resources(fn.artifacts.CUBIN)
+        assert usage["LOCAL"] == 0 and usage["STACK"] <= 64, usage
+        regs[minctas, unroll] = int(usage["REG"])
+    assert regs[3, 2] * 256 * 3 <= 65536 and regs[3, 1] * 256 * 3 <= 65536, regs
+    assert regs[0, 2] * 256 * 3 > 65536, regs  # unbounded: two CTAs an SM, the 1.33 waves minctas removes
+
+
+@pytest.mark.parametrize("bad", [1, 5, -1, 2.0, True])
+def test_minctas_values(bad):
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    assert "minctas must be 0 (no bound) or 2..4" in KD.why_not(
+        "bfloat16", "nvfp4", "bfloat16", KD.DecodeConfig(minctas=bad)
+    )
+    assert KD.launch_bounds(KD.DecodeConfig(), 256) == {}
+    assert KD.launch_bounds(KD.DecodeConfig(minctas=3), 256)["min_blocks_per_mp"] == 3

@@ -222,3 +222,25 @@ def test_decode_fused_norm_matches_reference(epilogue, pdl):
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, norm_weight=g.cuda(), norm_eps=1e-5)
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None, norm=(g, 1e-5))
+
+
+@pytest.mark.parametrize("unroll", [1, 2])
+def test_minctas_gate_up_matches_reference(unroll):
+    """DecodeConfig.minctas = 3 (session 28: the gate_up's registers bounded to 3 CTAs an SM, a few words
+    spilled) through a plan override at T = 1, 3, 16: outputs NaN-poisoned, against the fp32 reference."""
+    n, k = SHAPES["silu_mul"]
+    override = {}
+    for b in ("decode8", "decode16"):
+        cfg = L.fused_config(b, n, k, "nvfp4", "bfloat16", "silu_mul", "prefetch")
+        override[b] = replace(cfg, decode=replace(cfg.decode, minctas=3, unroll=unroll))
+    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue="silu_mul", pdl="prefetch")
+    plan = B.plan(q, override=override)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert all(cfg.decode.minctas == 3 for _, cfg in plan.state.selection)
+    for m in MS:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 7, device="cuda", weight=_weight(n, k))
+        out = torch.full((m, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)

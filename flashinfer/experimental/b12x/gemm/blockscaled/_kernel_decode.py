@@ -111,7 +111,9 @@ class DecodeConfig:
     the last chunk), then their math runs chunk by chunk, then any chunks left over one by one. With
     K <= 128 x warps x upfront each warp makes one DRAM round trip for its weights; the unrolled loop
     issues the second chunk's loads after the first chunk's MMAs (SASS of the T = 1 gate_up,
-    docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option."""
+    docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option.
+    minctas (0: none, or 2..4): a launch bound, ptxas budgets registers for that many CTAs an SM (`launch_bounds`;
+    it spills what does not fit): a grid of 1-2 waves in one. Opt-in, not a heuristic choice yet."""
 
     warps: int = 8
     tiles: int = 2
@@ -127,6 +129,7 @@ class DecodeConfig:
     probe: str = ""
     ashare: bool = False
     upfront: int = 0
+    minctas: int = 0
 
     @property
     def rows(self) -> int:
@@ -269,6 +272,8 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.upfront not in UPFRONT or (config.upfront and (config.prefetch or config.kgroup > 1 or config.ashare)):
         return f"upfront must be one of {UPFRONT}, and > 0 only with prefetch 0, kgroup 1 and no ashare, got {config}"
+    if type(config.minctas) is not int or config.minctas not in (0, 2, 3, 4):
+        return f"minctas must be 0 (no bound) or 2..4 CTAs an SM, got {config.minctas!r}"
     if config.acc_regs > ACC_LIMIT:
         return (
             f"tiles x ntiles = {config.tiles} x {config.ntiles} needs {config.acc_regs} fp32 accumulator registers "
@@ -288,6 +293,14 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
     if (8 * config.ntiles * config.rows) % 32:
         return "the reduction needs tokens x rows to be a multiple of 32"
     return None
+
+
+def launch_bounds(config: DecodeConfig, threads: int) -> dict:
+    """`DecodeConfig.minctas`'s launch attributes (none at 0); the carveout (10%: a few KB used) is given, or
+    the DSL would query a device at compile time."""
+    if not config.minctas:
+        return {}
+    return {"min_blocks_per_mp": config.minctas, "max_number_threads": [threads, 1, 1], "preferred_smem_carveout": 10}
 
 
 def _hint(cache: str) -> str | None:
@@ -670,7 +683,10 @@ class DecodeGemm:
     ):
         grid_n = (mB.shape[0] + self.logic.bn - 1) // self.logic.bn
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
-            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream
+            grid=[grid_n, 1, 1],
+            block=[self.threads, 1, 1],
+            stream=stream,
+            **launch_bounds(self.logic.cfg, self.threads),
         )
 
     @cute.kernel

@@ -519,7 +519,11 @@ class FusedDecodeGemm:
     ):
         grid_n = (mC.shape[1] + self.logic.cols - 1) // self.logic.cols
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, mG, alpha, eps).launch(
-            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.fusion.pdl != "off"
+            grid=[grid_n, 1, 1],
+            block=[self.threads, 1, 1],
+            stream=stream,
+            use_pdl=self.logic.fusion.pdl != "off",
+            **KD.launch_bounds(self.logic.cfg, self.threads),
         )
 
     @cute.kernel
@@ -621,7 +625,11 @@ class RopeDecodeGemm(FusedDecodeGemm):
     ):
         grid_n = (self.logic.rope.pairs + self.logic.cols - 1) // self.logic.cols
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, mR, mG, mCos, mSin, mKC, mVC, mSP, mSO, alpha, eps).launch(
-            grid=[grid_n, 1, 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.logic.fusion.pdl != "off"
+            grid=[grid_n, 1, 1],
+            block=[self.threads, 1, 1],
+            stream=stream,
+            use_pdl=self.logic.fusion.pdl != "off",
+            **KD.launch_bounds(self.logic.cfg, self.threads),
         )
 
     @cute.kernel
