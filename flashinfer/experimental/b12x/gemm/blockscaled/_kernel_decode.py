@@ -113,7 +113,7 @@ class DecodeConfig:
     issues the second chunk's loads after the first chunk's MMAs (SASS of the T = 1 gate_up,
     docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option.
     minctas (0: none, or 2..4): a launch bound, ptxas budgets registers for that many CTAs an SM (`launch_bounds`;
-    it spills what does not fit): a grid of 1-2 waves in one. Opt-in; not GPU-run yet (session 28)."""
+    it spills what does not fit): a grid of 1-2 waves in one. Opt-in (the demo's gate_up: within noise)."""
 
     warps: int = 8
     tiles: int = 2
