@@ -184,24 +184,31 @@ def test_decode_fused_one_shot_mm():
     check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
 
 
-@pytest.mark.parametrize("pdl", ["off", "prefetch"])
-def test_decode_fused_gated_pipeline_variant(pdl):
-    """The gated gate_up as the 1-chunk weight pipeline (bench_block's "-p1" variants), M = 1, 3, 16."""
+def _check_gate_up_override(pdl, config_for, seed):
+    """The gated gate_up through a plan whose every bucket takes config_for(bucket), M = 1, 3, 16: outputs
+    NaN-poisoned, against the fp32 reference."""
     n, k = SHAPES["silu_mul"]
     q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue="silu_mul", pdl=pdl)
-    override = {
-        b: L.fused_config(b, n, k, "nvfp4", "bfloat16", "silu_mul", pdl, "unroll=1,prefetch=1") for b in q.buckets
-    }
+    override = {b: config_for(b) for b in q.buckets}
     plan = B.plan(q, override=override)
     with b12x.PreparationSession("cuda") as s:
         s.prepare([plan])
-    assert all(cfg.decode.prefetch == 1 for _, cfg in plan.state.selection)
+    assert dict(plan.state.selection) == override
     for m in MS:
-        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 5, device="cuda", weight=_weight(n, k))
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + seed, device="cuda", weight=_weight(n, k))
         out = torch.full((m, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+
+
+@pytest.mark.parametrize("pdl", ["off", "prefetch"])
+def test_decode_fused_gated_pipeline_variant(pdl):
+    """The gated gate_up as the 1-chunk weight pipeline (bench_block's "-p1" variants)."""
+    n, k = SHAPES["silu_mul"]
+    _check_gate_up_override(
+        pdl, lambda b: L.fused_config(b, n, k, "nvfp4", "bfloat16", "silu_mul", pdl, "unroll=1,prefetch=1"), 5
+    )
 
 
 @pytest.mark.parametrize("pdl", ["off", "prefetch"])
@@ -227,20 +234,11 @@ def test_decode_fused_norm_matches_reference(epilogue, pdl):
 @pytest.mark.parametrize("unroll", [1, 2])
 def test_minctas_gate_up_matches_reference(unroll):
     """DecodeConfig.minctas = 3 (session 28: the gate_up's registers bounded to 3 CTAs an SM, a few words
-    spilled) through a plan override at T = 1, 3, 16: outputs NaN-poisoned, against the fp32 reference."""
+    spilled)."""
     n, k = SHAPES["silu_mul"]
-    override = {}
-    for b in ("decode8", "decode16"):
-        cfg = L.fused_config(b, n, k, "nvfp4", "bfloat16", "silu_mul", "prefetch")
-        override[b] = replace(cfg, decode=replace(cfg.decode, minctas=3, unroll=unroll))
-    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue="silu_mul", pdl="prefetch")
-    plan = B.plan(q, override=override)
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([plan])
-    assert all(cfg.decode.minctas == 3 for _, cfg in plan.state.selection)
-    for m in MS:
-        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 7, device="cuda", weight=_weight(n, k))
-        out = torch.full((m, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
-        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
-        torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+
+    def config_for(bucket):
+        cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", "silu_mul", "prefetch")
+        return replace(cfg, decode=replace(cfg.decode, minctas=3, unroll=unroll))
+
+    _check_gate_up_override("prefetch", config_for, 7)
