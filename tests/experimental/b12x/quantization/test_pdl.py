@@ -30,8 +30,11 @@ def test_nvfp4_plan_sets_pdl_on_every_tile():
     assert [dataclasses.replace(c, pdl=False) for c in tiles] == _nvfp4_tiles(plain)
     assert all(c.pdl for s in pdl.candidates("sm_90a") for c in _dispatch.selection_configs(s))
     # an override without pdl still compiles with it: pdl belongs to the plan, not to the tile
-    p = nvfp4.plan(64, 4096, override=nv.default_config(4096), pdl=True)
-    assert [c.pdl for c in _nvfp4_tiles(p)] == [True]
+    for override in (nv.default_config(4096), _dispatch.default_selection(16384, 4096)):
+        p = nvfp4.plan(16384, 4096, override=override, pdl=True)
+        assert not any(c.pdl for c in _dispatch.selection_configs(p.override))
+        tiles = [args[2] for _, args in p.kernels(p.override, "sm_90a")]
+        assert tiles and all(c.pdl for c in tiles)
 
 
 def test_mxfp8_query_sets_pdl():
