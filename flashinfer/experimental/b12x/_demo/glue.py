@@ -32,13 +32,13 @@ way to L2 while the glue runs. Bits unchanged (the PDL constexpr only adds the t
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from .._lib.compile import kernel
+from .._lib.triton_build import interpreting, jit_options, pdl_constexpr
 from .._lib.triton_pdl import gdc_enter
 from . import GLUE_CHOICES
 from .block import apply_rope, rms_norm
@@ -173,21 +173,14 @@ def _add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr
 
 # ---- launchers (the interpret tier calls these on CPU tensors) and compile functions -------------
 # No FMA contraction: torch's eager glue rounds each product before the add (rope's a*c - b*s).
-_OPTS = {"enable_fp_fusion": False}
+FP_FUSION = False
 ELEMENT_BLOCK = 1024  # silu / add tiles: 8 bf16 (16 B) per thread at 4 warps
 NORM_WARPS = 8  # H = 2048: 8 values per thread
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _opts(pdl: bool = False) -> dict:
-    """Launch / warmup options and the PDL constexpr (launch_pdl is part of Triton's compile key; the
-    interpreter has no griddepcontrol: PDL 0 there, the math is the same)."""
-    if _interpreting():
-        return {"PDL": 0}
-    return _OPTS | ({"launch_pdl": True, "PDL": 1} if pdl else {"PDL": 0})
+    """Launch / warmup options (no FMA contraction) and the PDL constexpr: `_lib.triton_build`."""
+    return jit_options(pdl, fp_fusion=FP_FUSION) | {"PDL": pdl_constexpr(pdl)}
 
 
 def launch_rmsnorm(hidden: int, residual: bool, x, weight, eps, out, r=None, x1=None, *, pdl=False):
@@ -325,7 +318,7 @@ class TritonGlue:
             self._rope = compile_rope_append(act, hq, hkv, d, page, idx, arch, pdl)
             self._silu = compile_silu_mul(act, spec.intermediate, idx, arch, pdl) if spec.moe is None else None
             self._add = compile_add(act, idx, arch, pdl)
-        elif _interpreting():
+        elif interpreting():
             self._norm = functools.partial(launch_rmsnorm, spec.hidden, False)
             self._add_norm = functools.partial(launch_rmsnorm, spec.hidden, True)
             self._rope = functools.partial(launch_rope_append, hq, hkv, d, page)

@@ -32,7 +32,9 @@ def _compile(fn, sig, constexprs, num_warps, cc):
     names = list(fn.arg_names)
     attrs = {(names.index(k),): CUDABackend.parse_attr("D") for k, v in sig.items() if v.startswith("*")}
     src = ASTSource(fn=fn, signature=sig | {k: "constexpr" for k in constexprs}, constexprs=constexprs, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps, **G._OPTS})
+    compiled = triton.compile(
+        src, target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps, "enable_fp_fusion": G.FP_FUSION}
+    )
     usage = CB.resources(compiled.asm["cubin"])
     assert usage["STACK"] == 0 and usage["LOCAL"] == 0, f"{fn.__name__}: spills ({usage})"
     return compiled.asm["ptx"]

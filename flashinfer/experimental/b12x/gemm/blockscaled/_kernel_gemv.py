@@ -32,13 +32,13 @@ Constraints: K % 128 == 0, N % 16 == 0 (formats.check_shape); K % BLOCK_K is mas
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
+from ..._lib.triton_build import interpreting
 from .._shared.formats import DEQUANT_SHIFT, FORMAT, PLACEMENT_EXP, compute_dtype
 from ._gemv_config import MAX_M, GemvConfig, why_not
 
@@ -278,10 +278,6 @@ WORKSPACES = _Workspaces()
 _OPTS = {"enable_fp_fusion": True}  # Triton 3.9 warns when unset; the same at warmup and launch
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def launch(consts: dict, config: GemvConfig, a, sfa, b, sfb, c, s0, s1, s2, alpha: float) -> None:
     """One launch with the blockscaled launch contract (`_shared/launch.launch_args`): A [M, K]
     16-bit, B uint8 [N, K * bits / 8], SFB flat swizzled bytes, C [M, N], S0..S2 fp32 [1]."""
@@ -294,7 +290,7 @@ def launch(consts: dict, config: GemvConfig, a, sfa, b, sfb, c, s0, s1, s2, alph
         raise ValueError(f"the Triton GEMV config {config} needs K % block_k == 0, got K = {k}")
     ws, cnt = WORKSPACES.get(c.device, n, config) if config.split_k > 1 else (s0, s0)
     grid = (triton.cdiv(n, config.block_n), config.split_k)
-    extra = {} if _interpreting() else {"num_warps": config.num_warps, "num_stages": config.num_stages, **_OPTS}
+    extra = {} if interpreting() else {"num_warps": config.num_warps, "num_stages": config.num_stages, **_OPTS}
     _gemv_kernel[grid](a, b, sfb, c, s0, s1, s2, ws, cnt, alpha, m, n, k, a.stride(0), **consts, **extra)
 
 

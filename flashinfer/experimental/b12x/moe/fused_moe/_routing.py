@@ -49,7 +49,6 @@ writes R rows of the operand; routing reads R ids (micro: R * R / BLOCK_R id loa
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import triton
@@ -59,6 +58,7 @@ from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_build import aot_compile, aot_options
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
@@ -81,7 +81,6 @@ NVFP4_ENCODES = ("pairs", "search")  # RoutingConfig.nvfp4_encode
 NVFP4_DEQ_ENCODES = ("divide", "search")  # RoutingConfig / CombineConfig .nvfp4_deq_encode
 SF_BLOCK = {"nvfp4": 16, "mxfp8": 32, "nvfp4_deq": 16}
 SCALE_PAD = {"nvfp4": 0, "mxfp8": 127}  # FORMATS.md: NVFP4 pads with 0, MX with 127 (scale 1.0)
-CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 IDS_DTYPES = {"int32": "i32", "int64": "i64"}
 # Workspace views are 1 KiB aligned; `a` is checked 16-byte aligned by bind.
 ALIGNED_GATHER = ("a_ptr", "start_ptr", "sorted_token_ptr", "sorted_expert_ptr", "route_row_ptr", "out_ptr", "sf_ptr")
@@ -547,10 +546,6 @@ def _route_start_kernel(
 # -------------------------------------------------------------------------------------------------
 # Ahead-of-time compilation and launch
 # -------------------------------------------------------------------------------------------------
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 class TritonKernel:
     """One Triton kernel at fixed constexprs: compiled ahead of time for `arch` (no GPU needed) and
     loaded once per device on first launch, or launched through the JIT function under
@@ -576,14 +571,10 @@ class TritonKernel:
 
     def _compile(self):
         """The CompiledKernel (asm["ptx"], asm["cubin"]); Triton's disk cache makes a repeat a read."""
-        from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
 
         src = ASTSource(self.fn, self._signature, self.constexprs, self._attrs)
-        options = {"num_warps": self.num_warps, "num_stages": 1, "enable_fp_fusion": False}
-        if self.pdl:
-            options["launch_pdl"] = True
-        return triton.compile(src, target=GPUTarget("cuda", CC_BY_ARCH[self.arch], 32), options=options)
+        return aot_compile(src, self.arch, aot_options(self.num_warps, pdl=self.pdl))
 
     def _loaded(self, index: int):
         fn = self._by_device.get(index)

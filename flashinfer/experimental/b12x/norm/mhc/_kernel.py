@@ -57,13 +57,13 @@ H, dtype, MODE and the tile are compile keys.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
+from ..._lib.triton_build import jit_options, pdl_constexpr
 from ..._lib.triton_pdl import gdc_enter
 from ._config import ApplyConfig, StreamConfig
 
@@ -549,25 +549,13 @@ def _mhc_apply_kernel(
 # Launchers (the interpret tier calls these directly on CPU tensors) and compile functions.
 # ---------------------------------------------------------------------------------------------
 
-_OPTS = {"enable_fp_fusion": True}
 APPLY_BLOCK_S = 16  # partial rows summed per step of pass 2
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def pdl_constexpr(pdl: bool) -> int:
-    """A tile's PDL constexpr: 0 under the CPU interpreter (it has no griddepcontrol; the math is the same)."""
-    return int(pdl and not _interpreting())
-
-
 def launch_options(pdl: bool = False) -> dict:
-    """Compile / launch options of a kernel whose PDL constexpr is pdl_constexpr(pdl): the same for
-    warmup and launch (launch_pdl is part of Triton's compile key)."""
-    if _interpreting():
-        return {}
-    return _OPTS | ({"launch_pdl": True} if pdl else {})
+    """Launch / warmup options of every norm.mhc kernel (FMA contraction on; `launch_pdl` for a tile
+    whose PDL constexpr is pdl_constexpr(pdl)): `_lib.triton_build.jit_options`."""
+    return jit_options(pdl, fp_fusion=True)
 
 
 def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:

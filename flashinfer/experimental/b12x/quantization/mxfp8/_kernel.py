@@ -41,13 +41,13 @@ from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_build import aot_compile, aot_options
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
-CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 
 
@@ -423,16 +423,11 @@ def _source(dtype: str, k: int, config: MxFp8Config):
 
 def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
     """The Triton CompiledKernel for `arch`, built without a GPU (Triton's disk cache keeps it)."""
-    from triton.backends.compiler import GPUTarget
-
     if dtype not in DTYPES:
         raise ValueError(f"{OP}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
-    options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
-    if config.pdl:
-        options["launch_pdl"] = True  # the launch carries the programmatic-serialization attribute
-    return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
+    return aot_compile(_source(dtype, k, config), arch, aot_options(config.num_warps, pdl=config.pdl))
 
 
 @kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _triton_pdl.__name__))

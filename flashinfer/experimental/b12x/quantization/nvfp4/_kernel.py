@@ -48,6 +48,7 @@ from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.freeze import check_may_resolve
+from ..._lib.triton_build import aot_compile, aot_options
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
 from . import _encodes, _kernel_pairs, _pairs, _steps
@@ -59,7 +60,6 @@ from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, 
 OP = "quantization.nvfp4"
 BLOCK = 16  # elements per E4M3 scale
 DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
-CC_BY_ARCH = {"sm_90a": 90, "sm_120a": 120, "sm_121a": 121}
 UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 
 
@@ -686,18 +686,12 @@ def _source(dtype: str, k: int, config: NvFp4Config):
 
 def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     """The Triton CompiledKernel for `arch`, built without a GPU (Triton's disk cache keeps it)."""
-    from triton.backends.compiler import GPUTarget
-
     if dtype not in DTYPES:
         raise ValueError(f"{OP}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
-    options = {"num_warps": config.num_warps, "num_stages": 1, "enable_fp_fusion": False}
-    if config.max_regs:
-        options["maxnreg"] = config.max_regs
-    if config.pdl:
-        options["launch_pdl"] = True  # the launch carries the programmatic-serialization attribute
-    return triton.compile(_source(dtype, k, config), target=GPUTarget("cuda", CC_BY_ARCH[arch], 32), options=options)
+    options = aot_options(config.num_warps, pdl=config.pdl, maxnreg=config.max_regs)
+    return aot_compile(_source(dtype, k, config), arch, options)
 
 
 @kernel(
