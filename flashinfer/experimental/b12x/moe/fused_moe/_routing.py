@@ -57,8 +57,7 @@ import triton.language as tl
 from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
-from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_build import aot_compile, aot_options
+from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, swizzled_scale_offsets
 from ...quantization.nvfp4 import _encodes as _nvfp4_encodes
@@ -566,8 +565,8 @@ class TritonKernel:
         names = list(self._signature)
         self._attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
         self._tail = tuple(constexprs.values())
-        self._by_device: dict = {}
         self.compiled = self._compile() if arch is not None else None
+        self._modules = None if arch is None else PerDevice(OP, key, device_loader(self._compile, first=self.compiled))
 
     def _compile(self):
         """The CompiledKernel (asm["ptx"], asm["cubin"]); Triton's disk cache makes a repeat a read."""
@@ -577,16 +576,8 @@ class TritonKernel:
         return aot_compile(src, self.arch, aot_options(self.num_warps, pdl=self.pdl))
 
     def _loaded(self, index: int):
-        fn = self._by_device.get(index)
-        if fn is None:
-            import torch
-
-            check_may_resolve(OP, f"{self.key} (load on device {index})")  # a module load is resolution too
-            fn = self.compiled if not self._by_device else self._compile()
-            with torch.cuda.device(index):
-                fn[(1, 1, 1)]  # loads the module on this device without launching
-            self._by_device[index] = fn
-        return fn
+        """The module on device `index`, loaded on first use (a module load is resolution too)."""
+        return self._modules.get(index)
 
     def launch(self, grid, *args) -> None:
         if self.arch is None:
@@ -595,13 +586,7 @@ class TritonKernel:
         import torch
 
         index = next(a for a in args if isinstance(a, torch.Tensor)).device.index
-        fn = self._loaded(index)
-        stream = torch._C._cuda_getCurrentRawStream(index)
-        if index != torch.cuda.current_device():
-            with torch.cuda.device(index):
-                fn[grid](*args, *self._tail, stream=stream)
-        else:
-            fn[grid](*args, *self._tail, stream=stream)
+        launch_on_stream(self._loaded(index), grid, index, *args, *self._tail)
 
 
 def fmt_ptr(a_fmt: str) -> str:

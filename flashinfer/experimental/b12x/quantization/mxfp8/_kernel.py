@@ -40,8 +40,7 @@ import triton.language as tl
 from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
-from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_build import aot_compile, aot_options
+from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
 
@@ -367,16 +366,7 @@ class MxFp8Launcher:
 
     def __init__(self, k: int, config: MxFp8Config, load, *, compiled: bool, key: str = "") -> None:
         self.k, self.config, self.compiled, self.key = k, config, compiled, key
-        self._load = load
-        self._by_device: dict = {}
-
-    def _kernel_for(self, index):
-        fn = self._by_device.get(index)
-        if fn is None:
-            # Loading a module onto a device is resolution too: not while frozen or capturing.
-            check_may_resolve(OP, f"{self.key} (load on device {index})")
-            fn = self._by_device[index] = self._load(index)
-        return fn
+        self._modules = PerDevice(OP, key, load)
 
     def __call__(self, x, values, scale_rows, scale_mma, m) -> None:
         if m == 0:
@@ -388,14 +378,7 @@ class MxFp8Launcher:
             _mxfp8_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
         index = x.device.index
-        fn = self._kernel_for(index)
-        import torch
-
-        if index != torch.cuda.current_device():
-            with torch.cuda.device(index):
-                fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
-        else:
-            fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
+        launch_on_stream(self._modules.get(index), g, index, *args)
 
 
 def _source(dtype: str, k: int, config: MxFp8Config):
@@ -433,20 +416,8 @@ def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
 @kernel(OP, backend="triton", sources=(_triton_helpers.__name__, _triton_pdl.__name__))
 def compile_mxfp8(dtype: str, k: int, config: MxFp8Config, arch: str) -> MxFp8Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
-    first = [compile_for_target(dtype, k, config, arch)]
-
-    def load(index):
-        import torch
-
-        # The kernel compiled above serves the first device; another device gets its own module
-        # (Triton's disk cache makes that a file read).
-        compiled = first.pop() if first else compile_for_target(dtype, k, config, arch)
-        with torch.cuda.device(index):
-            compiled[(1, 1, 1)]  # loads the module on this device without launching
-        return compiled
-
-    key = f"dtype={dtype} k={k} {config} ({arch})"
-    return MxFp8Launcher(k, config, load, compiled=True, key=key)
+    load = device_loader(lambda: compile_for_target(dtype, k, config, arch))
+    return MxFp8Launcher(k, config, load, compiled=True, key=f"dtype={dtype} k={k} {config} ({arch})")
 
 
 def interpreted_launcher(k: int, config: MxFp8Config | None = None) -> MxFp8Launcher:

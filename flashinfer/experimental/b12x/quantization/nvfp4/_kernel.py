@@ -47,8 +47,7 @@ import triton.language as tl
 from ..._lib import triton_pdl as _triton_pdl
 from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
-from ..._lib.freeze import check_may_resolve
-from ..._lib.triton_build import aot_compile, aot_options
+from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
 from . import _encodes, _kernel_pairs, _pairs, _steps
@@ -606,18 +605,9 @@ class NvFp4Launcher:
         self, k: int, config: NvFp4Config, load, *, compiled: bool, key: str = "", sms: int | None = None
     ) -> None:
         self.k, self.config, self.compiled, self.key = k, config, compiled, key
-        self._load = load
-        self._by_device: dict = {}
+        self._modules = PerDevice(OP, key, load)
         self._sms = sms  # persistent grids: the SM count (None: the device's, read once per device)
         self._sms_by_device: dict = {}  # device index -> resident programs of a persistent grid
-
-    def _kernel_for(self, index):
-        fn = self._by_device.get(index)
-        if fn is None:
-            # Loading a module onto a device is resolution too: not while frozen or capturing.
-            check_may_resolve(OP, f"{self.key} (load on device {index})")
-            fn = self._by_device[index] = self._load(index)
-        return fn
 
     def _resident(self, fn, index) -> int:
         """Persistent grids: the programs the device holds at once (`_occupancy.resident_programs`)."""
@@ -639,15 +629,9 @@ class NvFp4Launcher:
             _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
         index = x.device.index
-        fn = self._kernel_for(index)
+        fn = self._modules.get(index)
         g = grid(m, self.k, cfg, self._resident(fn, index) if cfg.persistent else None)
-        import torch
-
-        if index != torch.cuda.current_device():
-            with torch.cuda.device(index):
-                fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
-        else:
-            fn[g](*args, stream=torch._C._cuda_getCurrentRawStream(index))
+        launch_on_stream(fn, g, index, *args)
 
 
 def _source(dtype: str, k: int, config: NvFp4Config):
@@ -708,20 +692,8 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
 )
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
     """Compile the quantizer for (dtype, K, config) on `arch` and return its launcher."""
-    first = [compile_for_target(dtype, k, config, arch)]
-
-    def load(index):
-        import torch
-
-        # The kernel compiled above serves the first device; another device gets its own module
-        # (Triton's disk cache makes that a file read).
-        compiled = first.pop() if first else compile_for_target(dtype, k, config, arch)
-        with torch.cuda.device(index):
-            compiled[(1, 1, 1)]  # loads the module on this device without launching
-        return compiled
-
-    key = f"dtype={dtype} k={k} {config} ({arch})"
-    return NvFp4Launcher(k, config, load, compiled=True, key=key)
+    load = device_loader(lambda: compile_for_target(dtype, k, config, arch))
+    return NvFp4Launcher(k, config, load, compiled=True, key=f"dtype={dtype} k={k} {config} ({arch})")
 
 
 def interpreted_launcher(k: int, config: NvFp4Config | None = None, *, sms: int = 3) -> NvFp4Launcher:
