@@ -145,3 +145,12 @@ def test_one_wave_range_rests_on_these_registers(cuda_binary):
         ctas_per_sm[unroll] = 65536 // (int(usage["REG"]) * 32 * cfg.warps)
     assert ctas_per_sm == {1: 3, 2: 2}
     assert L.ONE_WAVE_CTAS == (2 * 132, 3 * 132)  # those counts on the H200's 132 SMs
+
+
+@pytest.mark.parametrize("arch, unroll", [(None, 1), ("sm_90a", 1), ("sm_120a", 2), ("sm_121a", 2)])
+def test_one_wave_rule_only_where_it_was_measured(arch, unroll):
+    """The H200's one-wave unroll-1 tiling (132 SMs, sm_90a registers) is not carried to SM120, whose SM
+    counts put 11264 / 32 = 352 CTAs in other waves (`launch.ONE_WAVE_ARCHS`)."""
+    cfg = L.default_config("decode8", 11264, 2048, "nvfp4", a_fmt="bfloat16", arch=arch)
+    assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, unroll)
+    assert L.default_config("decode8", 7168, 2048, "nvfp4", a_fmt="bfloat16", arch=arch).unroll == 2  # one wave

@@ -132,9 +132,13 @@ def decode_config_for(
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
-# 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range is
-# (340, 510], on 188 (RTX PRO 6000) (376, 564]; not measured there.
+# 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
+# (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
+# 2 / 3 CTAs an SM are sm_90a's; nothing is measured there, so `default_config` applies the rule only for
+# ONE_WAVE_ARCHS (None: a shape-only query, as the tests and benchmarks make). Heuristics here see the
+# arch, not the SM count: an SM120 rule wants the device's count in the selection first.
 ONE_WAVE_CTAS = (2 * 132, 3 * 132)
+ONE_WAVE_ARCHS = (None, "sm_90a")
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -381,7 +385,7 @@ def default_config(
         from ..blockscaled._kernel_decode import default_config as decode_config
 
         if n is not None and k is not None and b_fmt is not None:
-            return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt)
+            return decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, one_wave=arch in ONE_WAVE_ARCHS)
         return decode_config(BUCKET_MAX_M[bucket])
     from ..blockscaled._kernel_tiled import default_config as tiled_config
 
