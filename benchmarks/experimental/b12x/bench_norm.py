@@ -187,6 +187,12 @@ def sweep_configs():
         # programmatic dependents (no new kernel: the split is a runtime argument)
         "ctas1": dataclasses.replace(default, ctas_per_sm=1),
         "pdl_ctas1": dataclasses.replace(with_pdl(default), ctas_per_sm=1),
+        # the wide pass 2's post and comb in one more program of their own (no y store before the
+        # Sinkhorn chain), plain and with pdl_ctas1
+        "apart": dataclasses.replace(default, wide=dataclasses.replace(default.wide, apart=True)),
+        "pdl_ctas1_apart": dataclasses.replace(
+            with_pdl(default), ctas_per_sm=1, wide=dataclasses.replace(with_pdl(default).wide, apart=True)
+        ),
         "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
         "pdl_fast": pdl_fast,
         "pdl_fast_h64": dataclasses.replace(

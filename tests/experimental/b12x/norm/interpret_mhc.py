@@ -499,6 +499,9 @@ WIDE = {
     "y32_s1_w1": _config.WideConfig(max_tokens=4, block_y=32, block_s=1, num_warps=1),
     # the Sinkhorn's tree sums and rsqrt-squared reciprocals (exact rsqrt here; PDL is a no-op here)
     "y64_s4_fast_pdl": _config.WideConfig(max_tokens=4, block_y=64, block_s=4, fast=True, pdl=True),
+    # post and comb in an extra program of their own (which writes no y)
+    "y64_s4_fast_apart": _config.WideConfig(max_tokens=4, block_y=64, block_s=4, fast=True, apart=True),
+    "y32_s1_w1_apart": _config.WideConfig(max_tokens=4, block_y=32, block_s=1, num_warps=1, apart=True),
 }
 
 

@@ -225,6 +225,7 @@ WIDE_TILES = {
     "s128_w2": _config.WideConfig(block_s=128, num_warps=2),
     # the T = 1 candidates: programmatic dependent launch, the Sinkhorn's approximate reciprocals
     "y128_pdl_fast": _config.WideConfig(block_y=128, pdl=True, fast=True),
+    "y128_pdl_fast_apart": _config.WideConfig(block_y=128, pdl=True, fast=True, apart=True),
 }
 
 

@@ -170,13 +170,16 @@ class WideConfig:
     # (MUFU.RSQ + FMUL, ~2^-22 relative) instead of div.full's range-checked sequence: ~35 instead of
     # ~65 dependent cycles per half-round (SASS, sm_90a), 40 half-rounds on program 0's critical path
     fast: bool = False
+    # post and comb (the Sinkhorn chain) in one more program of their own, which writes no y, instead of
+    # in program (t, 0) after its y store (the tiny one-launch kernel ignores it)
+    apart: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "block_y", "block_s", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"WideConfig.{name} must be a power of two >= 1, got {v!r}")
-        _check_bools("WideConfig", self, ("pdl", "fast"))
+        _check_bools("WideConfig", self, ("pdl", "fast", "apart"))
         if self.block_y < 32:
             raise ValueError(f"WideConfig.block_y must be >= 32, got {self.block_y}")
 

@@ -29,7 +29,7 @@ from ..._lib.compile import kernel
 from ..._lib.triton_pdl import gdc_enter
 from ._config import RowConfig
 from ._kernel import launch_options, pass2_args, pass2_fakes, pdl_constexpr
-from ._kernel_wide import _pick, _post_comb
+from ._kernel_wide import _pick, _post_comb, _weight_params
 
 
 @triton.jit
@@ -89,7 +89,8 @@ def _mhc_row_kernel(
         rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
         pre = tl.sum(tl.where(c[None, :] == i4[:, None], tot[None, :], 0.0), axis=1)
         pre = tl.sigmoid(pre * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
-        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, False)
+        s1, s2, b32 = _weight_params(scale_ptr, base_ptr, c)
+        _post_comb(tot, c, rs, s1, s2, b32, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, False)
     else:
         # The mixes: partials summed over the splits (elementwise per step, one reduction at the end).
         ss = tl.arange(0, BLOCK_S)

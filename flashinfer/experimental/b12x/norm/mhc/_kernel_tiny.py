@@ -115,7 +115,7 @@ def _mhc_tiny_kernel(
             row_ptr = res_ptr + tok * (4 * H)
             stream_stride = H
         _wide_finish(row_ptr, stream_stride, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr, comb_ptr, tok, pid_h,
-                     T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, ".cg", FAST)  # fmt: skip
+                     T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y, BLOCK_S, ".cg", FAST, False)  # fmt: skip
         tl.debug_barrier()
         done = tl.atomic_add(cnt_ptr + 2, 1, sem="acq_rel", scope="gpu")
         if done == T * N_Y - 1:  # the last consumer: every ticket was taken, every producer arrived

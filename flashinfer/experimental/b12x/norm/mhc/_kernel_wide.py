@@ -64,31 +64,35 @@ def _normalize4(a, b, c, d, hc_eps, FAST: tl.constexpr):
 
 
 @triton.jit
-def _comb_row(v, c, s, base_ptr, i: tl.constexpr, hc_eps):
-    """Row i of comb before the Sinkhorn: softmax over j of mix 8 + 4 i + j (scaled, plus hc_base)."""
+def _comb_row(z, c, i: tl.constexpr, hc_eps):
+    """Row i of comb before the Sinkhorn: softmax over j of the logits z [32] (mixes scaled, plus
+    hc_base) at entries 8 + 4 i + j."""
     k: tl.constexpr = 8 + 4 * i
-    return _softmax4(
-        _pick(v, c, k) * s + tl.load(base_ptr + k),
-        _pick(v, c, k + 1) * s + tl.load(base_ptr + k + 1),
-        _pick(v, c, k + 2) * s + tl.load(base_ptr + k + 2),
-        _pick(v, c, k + 3) * s + tl.load(base_ptr + k + 3),
-        hc_eps,
-    )
+    return _softmax4(_pick(z, c, k), _pick(z, c, k + 1), _pick(z, c, k + 2), _pick(z, c, k + 3), hc_eps)
 
 
 @triton.jit
-def _post_comb(v, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST: tl.constexpr):
-    """post [4] and comb [4, 4] of one token from its summed mixes v [32] (scalars throughout)."""
+def _weight_params(scale_ptr, base_ptr, c):
+    """(hc_scale[1], hc_scale[2], hc_base as a [32] vector over the mix columns c (zero past 23)): what
+    post and comb read, loaded by the caller with its first loads. Issued after the y store (and after
+    post's store, which may alias them) they were two dependent L2 round trips on the Sinkhorn
+    program's chain."""
+    return tl.load(scale_ptr + 1), tl.load(scale_ptr + 2), tl.load(base_ptr + c, mask=c < 24, other=0.0)
+
+
+@triton.jit
+def _post_comb(v, c, rs, s1, s2, b32, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST: tl.constexpr):
+    """post [4] and comb [4, 4] of one token from its summed mixes v [32] (scalars throughout);
+    s1, s2, b32 from `_weight_params`. Each logit is the same fma as a scalar's (the pick is exact)."""
     i4 = tl.arange(0, 4)
-    z = tl.sum(tl.where(c[None, :] == i4[:, None] + 4, v[None, :], 0.0), axis=1)  # [4] post logits
-    post = 2.0 * tl.sigmoid(z * rs * tl.load(scale_ptr + 1) + tl.load(base_ptr + 4 + i4))
+    zp = v * rs * s1 + b32  # post logits at columns 4..7
+    post = 2.0 * tl.sigmoid(tl.sum(tl.where(c[None, :] == i4[:, None] + 4, zp[None, :], 0.0), axis=1))
     tl.store(post_ptr + tok * 4 + i4, post)
-    s = rs * tl.load(scale_ptr + 2)
-    # comb[i, j] = entry 8 + 4 i + j (row i over j: the softmax axis), with the hc_base offsets
-    a00, a01, a02, a03 = _comb_row(v, c, s, base_ptr, 0, hc_eps)
-    a10, a11, a12, a13 = _comb_row(v, c, s, base_ptr, 1, hc_eps)
-    a20, a21, a22, a23 = _comb_row(v, c, s, base_ptr, 2, hc_eps)
-    a30, a31, a32, a33 = _comb_row(v, c, s, base_ptr, 3, hc_eps)
+    zc = v * (rs * s2) + b32  # comb[i, j] = entry 8 + 4 i + j (row i over j: the softmax axis)
+    a00, a01, a02, a03 = _comb_row(zc, c, 0, hc_eps)
+    a10, a11, a12, a13 = _comb_row(zc, c, 1, hc_eps)
+    a20, a21, a22, a23 = _comb_row(zc, c, 2, hc_eps)
+    a30, a31, a32, a33 = _comb_row(zc, c, 3, hc_eps)
     for _ in range(sinkhorn_iters):  # rows, then columns; reciprocals, then multiplies
         a00, a01, a02, a03 = _normalize4(a00, a01, a02, a03, hc_eps, FAST)
         a10, a11, a12, a13 = _normalize4(a10, a11, a12, a13, hc_eps, FAST)
@@ -129,17 +133,24 @@ def _wide_finish(
     BLOCK_S: tl.constexpr,
     CACHE: tl.constexpr,  # "" in pass 2; ".cg" in the one-launch kernel (written by other SMs this launch)
     FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
+    APART: tl.constexpr,  # WideConfig.apart: post and comb in program pid_h == H // BLOCK_Y, which writes no y
 ):
-    """Columns [pid_h * BLOCK_Y, +BLOCK_Y) of token tok's y; with pid_h == 0 also its post and comb."""
+    """Columns [pid_h * BLOCK_Y, +BLOCK_Y) of token tok's y; post and comb in the weights program
+    (pid_h == 0, or with APART the extra program pid_h == H // BLOCK_Y, which writes no y)."""
+    N_Y: tl.constexpr = H // BLOCK_Y
+    W = N_Y if APART else 0  # the program that writes post and comb
     i4 = tl.arange(0, 4)
-    h = pid_h * BLOCK_Y + tl.arange(0, BLOCK_Y)
+    h = (pid_h % N_Y) * BLOCK_Y + tl.arange(0, BLOCK_Y)
     # the row slice first: its latency overlaps the split sum
     v = tl.load(row + i4[:, None] * stream_stride + h[None, :], cache_modifier=CACHE).to(tl.float32)
-
-    # The token's mixes: partials summed over the splits. Programs other than (t, 0) need only
-    # columns 0..3 (pre) and 24 (the sum of squares).
     c = tl.arange(0, 32)
-    need = (c < 4) | (c == 24) | ((c * 0 + pid_h) == 0)
+    s_pre = tl.load(scale_ptr)
+    b_pre = tl.load(base_ptr + i4)
+    s1, s2, b32 = _weight_params(scale_ptr, base_ptr, c)
+
+    # The token's mixes: partials summed over the splits. Programs other than the weights program
+    # need only columns 0..3 (pre) and 24 (the sum of squares).
+    need = (c < 4) | (c == 24) | ((c * 0 + pid_h) == W)
     ss = tl.arange(0, BLOCK_S)
     acc = tl.zeros([BLOCK_S, 32], dtype=tl.float32)
     for s0 in range(0, splits, BLOCK_S):
@@ -150,12 +161,13 @@ def _wide_finish(
     tot = tl.sum(acc, axis=0)  # [32]
     rs = 1.0 / tl.sqrt_rn(_pick(tot, c, 24) / (4 * H) + rms_eps)
 
-    pre = tl.sum(tl.where(c[None, :] == i4[:, None], tot[None, :], 0.0), axis=1)  # [4]
-    pre = tl.sigmoid(pre * rs * tl.load(scale_ptr) + tl.load(base_ptr + i4)) + hc_eps
-    y = tl.sum(pre[:, None] * v, axis=0)
-    tl.store(y_ptr + tok * H + h, y.to(y_ptr.dtype.element_ty))
-    if pid_h == 0:
-        _post_comb(tot, c, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST)
+    if pid_h < N_Y:
+        pre = tl.sum(tl.where(c[None, :] == i4[:, None], tot[None, :], 0.0), axis=1)  # [4]
+        pre = tl.sigmoid(pre * rs * s_pre + b_pre) + hc_eps
+        y = tl.sum(pre[:, None] * v, axis=0)
+        tl.store(y_ptr + tok * H + h, y.to(y_ptr.dtype.element_ty))
+    if pid_h == W:
+        _post_comb(tot, c, rs, s1, s2, b32, post_ptr, comb_ptr, tok, sinkhorn_iters, hc_eps, FAST)
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride"])
@@ -179,6 +191,7 @@ def _mhc_wide_kernel(
     BLOCK_S: tl.constexpr,  # partial rows per step of the split sum
     PDL: tl.constexpr,  # programmatic dependent launch (WideConfig.pdl)
     FAST: tl.constexpr,  # WideConfig.fast (_normalize4)
+    APART: tl.constexpr,  # WideConfig.apart (_wide_finish)
 ):
     gdc_enter(PDL)
     tok = tl.program_id(0).to(tl.int64)
@@ -186,7 +199,7 @@ def _mhc_wide_kernel(
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
     _wide_finish(src_ptr + tok * tok_stride, stream_stride, part_ptr, scale_ptr, base_ptr, y_ptr, post_ptr,
                  comb_ptr, tok, tl.program_id(1), T, splits, sinkhorn_iters, rms_eps, hc_eps, H, BLOCK_Y,
-                 BLOCK_S, "", FAST)  # fmt: skip
+                 BLOCK_S, "", FAST, APART)  # fmt: skip
 
 
 def wide_tile(hidden: int, config: WideConfig) -> tuple[int, int]:
@@ -197,13 +210,16 @@ def wide_tile(hidden: int, config: WideConfig) -> tuple[int, int]:
 def wide_constexprs(hidden: int, config: WideConfig) -> dict:
     """The wide kernel's constexprs for `config` at `hidden`."""
     block_y, block_s = wide_tile(hidden, config)
-    return dict(H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s, PDL=pdl_constexpr(config.pdl), FAST=int(config.fast))
+    return dict(
+        H=hidden, BLOCK_Y=block_y, BLOCK_S=block_s, PDL=pdl_constexpr(config.pdl), FAST=int(config.fast),
+        APART=int(config.apart),
+    )  # fmt: skip
 
 
 def launch_wide(hidden: int, config: WideConfig, src, part, hc_scale, hc_base, y, post, comb, *, T, splits, **s):
-    """The wide pass 2 over T tokens (no norm weight): grid (T, hidden / BLOCK_Y)."""
+    """The wide pass 2 over T tokens (no norm weight): grid (T, hidden / BLOCK_Y, plus one with apart)."""
     consts = wide_constexprs(hidden, config)
-    _mhc_wide_kernel[(T, hidden // consts["BLOCK_Y"])](
+    _mhc_wide_kernel[(T, hidden // consts["BLOCK_Y"] + int(config.apart))](
         *pass2_args(hidden, src, part, hc_scale, hc_base, None, y, post, comb, T, splits, s, norm=False),
         **consts,
         num_warps=config.num_warps,
