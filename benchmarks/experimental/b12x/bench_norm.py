@@ -135,6 +135,7 @@ def sweep_configs():
     from flashinfer.experimental.b12x.norm.mhc._config import (
         FUSED_POST_PRE,
         FUSED_PRE,
+        SMALL_T_PDL_TILES,
         ApplyConfig,
         FusedConfig,
         LastConfig,
@@ -152,6 +153,8 @@ def sweep_configs():
     fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
     default = default_config("sm_90a")
     pdl_fast = with_pdl(default, fast=True)
+    plain = {name: dataclasses.replace(getattr(default, name), pdl=False) for name in SMALL_T_PDL_TILES + ("wide",)}
+    small_plain = dataclasses.replace(default, one_token_ctas_per_sm=None, **plain)
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
@@ -188,11 +191,17 @@ def sweep_configs():
         "ctas1": dataclasses.replace(default, ctas_per_sm=1),
         "pdl_ctas1": dataclasses.replace(with_pdl(default), ctas_per_sm=1),
         # the wide pass 2's post and comb in one more program of their own (no y store before the
-        # Sinkhorn chain), plain and with pdl_ctas1
+        # Sinkhorn chain), plain and with pdl_ctas1 (session 29: apart is the default's since)
         "apart": dataclasses.replace(default, wide=dataclasses.replace(default.wide, apart=True)),
         "pdl_ctas1_apart": dataclasses.replace(
             with_pdl(default), ctas_per_sm=1, wide=dataclasses.replace(with_pdl(default).wide, apart=True)
         ),
+        # the default's parts one by one (session 29): session 28's default (post and comb after program
+        # (t, 0)'s y, no programmatic dependents, one split target), apart alone, and apart with the
+        # small-T programmatic dependents but the one split target
+        "session28": dataclasses.replace(small_plain, wide=dataclasses.replace(small_plain.wide, apart=False)),
+        "apart_plain": small_plain,
+        "apart_pdl_ctas4": dataclasses.replace(default, one_token_ctas_per_sm=None),
         "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
         "pdl_fast": pdl_fast,
         "pdl_fast_h64": dataclasses.replace(

@@ -38,7 +38,8 @@ SCAL = dict(rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=5)
 
 
 def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=torch.bfloat16, hidden=H):
-    cfg = config or _config.MhcConfig()
+    # the split target as given: one "SM" holding target_ctas programs (a config's one-token target scales alike)
+    cfg = dataclasses.replace(config or _config.MhcConfig(), ctas_per_sm=target_ctas)
     p = mhc.plan(mhc.Caps(device="cpu", max_tokens=max_tokens, hidden_size=hidden, dtype=dtype, split_k=split_k))
     table = {}
     for k, args in p.kernels(cfg, "sm_90a"):
@@ -65,14 +66,15 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
-    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k)
+    one = cfg.target_ctas(1, 1)
+    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, one_token_target=one)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
     counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)
     st.scratch = {"partials": torch.full((rows, 32), float("nan")), "counter": counters}
     if cfg.fn_split_needed(p.forms(), max_tokens):
         st.scratch["fn_split"] = torch.full((2, 24, 4 * hidden), float("nan"), dtype=dtype)
-    st.extra = {"launchers": table, "target_ctas": target_ctas}
+    st.extra = {"launchers": table, "sms": 1}
     p._assign_handle()
     return p
 

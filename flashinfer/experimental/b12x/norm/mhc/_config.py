@@ -322,6 +322,8 @@ class MhcConfig:
     row_mid: RowConfig | None = None
     mid_max_tokens: int = 128
     ctas_per_sm: int = 4
+    # the split target when one token is live (None: ctas_per_sm). A runtime choice: the same kernels.
+    one_token_ctas_per_sm: int | None = None
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
     # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (fused_config turns it
     # on: FUSED_PRE, FUSED_POST_PRE; sm_90a's default_config does not). From 512 tokens by prediction:
@@ -334,6 +336,12 @@ class MhcConfig:
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
+        for name in ("ctas_per_sm", "one_token_ctas_per_sm"):
+            v = getattr(self, name)
+            if not (v is None and name != "ctas_per_sm") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(
+                    f"MhcConfig.{name} must be an int >= 1{'' if name == 'ctas_per_sm' else ' or None'}, got {v!r}"
+                )
         if not isinstance(self.fused_min_tokens, int) or self.fused_min_tokens < 1:
             raise ValueError(f"MhcConfig.fused_min_tokens must be an int >= 1, got {self.fused_min_tokens!r}")
         if self.fused_pre is not None and not isinstance(self.fused_pre, FusedConfig):
@@ -357,6 +365,11 @@ class MhcConfig:
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
+
+    def target_ctas(self, tokens: int, sms: int) -> int:
+        """Pass 1's split target (programs) at `tokens` live tokens on `sms` SMs."""
+        per_sm = self.one_token_ctas_per_sm if tokens == 1 and self.one_token_ctas_per_sm else self.ctas_per_sm
+        return per_sm * sms
 
     def fused_tile(self, form: str) -> FusedConfig | None:
         """The one-launch tile of `form` (None: that form never runs it)."""
@@ -532,9 +545,35 @@ def default_config(arch: str | None) -> MhcConfig:
     session6 = MhcConfig()
     base = MhcConfig(wide=wide, pre_mid=session6.pre_large, row_mid=session6.row_large, mid_max_tokens=128)
     # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
-    return dataclasses.replace(
+    base = dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
     )
+    # Session 29 (H200 2026-12-03 18:43, graph timer, 8 calls a graph, H = 7168): the wide pass 2 with post and
+    # comb in a program of their own (apart) read pre / post_pre T = 1 7.67 / 8.42 µs and T = 4 8.56 / 9.22
+    # against 7.94 / 8.60 and 8.73 / 9.43; with the small-T kernels as programmatic dependents and one token
+    # split for one program an SM, post_pre T = 1 7.78 (pdl_ctas1_apart)
+    if SMALL_T_PDL:
+        base = with_small_t_pdl(base)
+        base = dataclasses.replace(base, one_token_ctas_per_sm=1)
+    return dataclasses.replace(base, wide=None if base.wide is None else dataclasses.replace(base.wide, apart=True))
+
+
+# default_config (sm_90a): the T <= small_max_tokens kernels as programmatic dependents and one-token calls
+# split for one pass-1 program an SM (docs/performance.md session 29)
+SMALL_T_PDL = True
+
+
+def with_small_t_pdl(config: MhcConfig) -> MhcConfig:
+    """`config` with the kernels of calls up to small_max_tokens tokens (pre / post_pre small pass-1
+    tiles, the small row pass 2, the wide pass 2) launched as programmatic dependents; the large-T
+    kernels as they are."""
+    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in SMALL_T_PDL_TILES}
+    if config.wide is not None:
+        tiles["wide"] = dataclasses.replace(config.wide, pdl=True)
+    return dataclasses.replace(config, **tiles)
+
+
+SMALL_T_PDL_TILES = ("pre_small", "post_pre_small", "row_small")
 
 
 def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
@@ -556,8 +595,11 @@ def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_
     return cdiv(n_chunks, cps), cps
 
 
-def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None) -> int:
-    """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens."""
+def workspace_rows(
+    config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None, one_token_target=None
+) -> int:
+    """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens
+    (target_ctas: the split target; one_token_target: T = 1's when it differs, MhcConfig.target_ctas)."""
     rows = 0
     if config.small is not None and any(f != "post" for f in forms):
         slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
@@ -577,4 +619,6 @@ def workspace_rows(config: MhcConfig, forms, hidden: int, max_tokens: int, targe
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
                     rows = max(rows, split_for(t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
+            if one_token_target and lo == 1:
+                rows = max(rows, split_for(1, cfg.block_t, n_chunks, one_token_target, split_k)[0])
     return rows

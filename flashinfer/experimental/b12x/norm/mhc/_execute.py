@@ -31,7 +31,7 @@ def _launchers(p: MhcPlan) -> dict:
                 )
             table[(k.__name__, args[:-2])] = k(*args)
         st.extra["launchers"] = table
-        st.extra["target_ctas"] = st.selection.ctas_per_sm * _sm_count(st.device)
+        st.extra["sms"] = _sm_count(st.device)
     return table
 
 
@@ -42,9 +42,9 @@ def _launcher(p: MhcPlan, kind: str, key: tuple):
         raise ValueError(f"{OP}: this plan was prepared for forms {p.forms()}; {key[0]} is not one of them") from None
 
 
-def _target(p: MhcPlan) -> int:
-    """Pass 1's target program count (split_for)."""
-    return p.state.extra["target_ctas"]
+def _target(p: MhcPlan, tokens: int) -> int:
+    """Pass 1's target program count at `tokens` live tokens (split_for)."""
+    return p.state.selection.target_ctas(tokens, p.state.extra["sms"])
 
 
 def _split_fn(p: MhcPlan, fn, binding):
@@ -65,7 +65,7 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
     if form == "post":
         splits, cps = n_chunks, 1
     else:
-        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p), caps.split_k)
+        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p, t), caps.split_k)
     launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
     launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
     return splits
@@ -99,7 +99,7 @@ def _one_launch(
         launch = _launcher(p, "compile_last", (form, dt, caps.hidden_size, wdt, sel.last))
     elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
-        splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p), caps.split_k)
+        splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p, t), caps.split_k)
         kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
         scratch = binding.scratch if binding is not None else p.state.scratch
         kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,

@@ -117,8 +117,10 @@ class MhcPlan(Plan):
         return tuple(dict.fromkeys(jobs))
 
     def workspace_rows(self, config, device) -> int:
-        caps, target = self.caps, config.ctas_per_sm * _sm_count(device)
-        return workspace_rows(config, self.forms(), caps.hidden_size, caps.max_tokens, target, caps.split_k)
+        caps, sms = self.caps, _sm_count(device)
+        one = config.target_ctas(1, sms)
+        return workspace_rows(config, self.forms(), caps.hidden_size, caps.max_tokens, config.target_ctas(2, sms),
+                              caps.split_k, one_token_target=one)  # fmt: skip
 
     def scratch_specs(self, config=None, device="cuda"):
         from ..._lib.scratch import ScratchBufferSpec
