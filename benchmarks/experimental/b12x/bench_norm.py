@@ -135,7 +135,6 @@ def sweep_configs():
     from flashinfer.experimental.b12x.norm.mhc._config import (
         FUSED_POST_PRE,
         FUSED_PRE,
-        SMALL_T_PDL_TILES,
         ApplyConfig,
         FusedConfig,
         LastConfig,
@@ -147,14 +146,14 @@ def sweep_configs():
         default_config,
         fused_config,
         with_pdl,
+        with_small_t_pdl,
     )
 
     base = MhcConfig()  # the two-pass path (no one-launch tiles), session 1-6 tiles
     fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
     default = default_config("sm_90a")
     pdl_fast = with_pdl(default, fast=True)
-    plain = {name: dataclasses.replace(getattr(default, name), pdl=False) for name in SMALL_T_PDL_TILES + ("wide",)}
-    small_plain = dataclasses.replace(default, one_token_ctas_per_sm=None, **plain)
+    small_plain = dataclasses.replace(default, one_token_ctas_per_sm=None, one_token_pdl=False)  # apart alone
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
@@ -197,11 +196,13 @@ def sweep_configs():
             with_pdl(default), ctas_per_sm=1, wide=dataclasses.replace(with_pdl(default).wide, apart=True)
         ),
         # the default's parts one by one (session 29): session 28's default (post and comb after program
-        # (t, 0)'s y, no programmatic dependents, one split target), apart alone, and apart with the
-        # small-T programmatic dependents but the one split target
+        # (t, 0)'s y, no programmatic dependents, one split target), apart alone, apart with every
+        # T <= small_max_tokens kernel a programmatic dependent (one split target / one program an SM for
+        # one token: 19:08's default; the default now takes that only at T = 1)
         "session28": dataclasses.replace(small_plain, wide=dataclasses.replace(small_plain.wide, apart=False)),
         "apart_plain": small_plain,
-        "apart_pdl_ctas4": dataclasses.replace(default, one_token_ctas_per_sm=None),
+        "apart_pdl_ctas4": with_small_t_pdl(small_plain),
+        "small_pdl_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), one_token_ctas_per_sm=1),
         "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
         "pdl_fast": pdl_fast,
         "pdl_fast_h64": dataclasses.replace(

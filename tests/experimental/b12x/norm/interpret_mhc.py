@@ -537,6 +537,32 @@ def test_wide_pass2(tokens, wide):
     assert launched == [tokens] * n  # a norm weight: the row pass 2
 
 
+def test_one_token_calls_take_their_programmatic_dependent_tiles():
+    """sm_90a's default (MhcConfig.one_token_pdl): a one-token call runs the pdl pass-1 tile and the pdl wide
+    pass 2 (their own compiled kernels), a two-token call the plain ones; both match the reference."""
+    cfg = _config.default_config("sm_90a")
+    p = interpret_plan(8, target_ctas=6, config=cfg)
+    seen = []
+    table = p.state.extra["launchers"]
+    for key, launch in list(table.items()):
+        if key[0] in ("compile_stream", "compile_wide"):
+
+            def wrapped(*a, _launch=launch, _key=key, **kw):
+                seen.append((_key[0], kw["T"], _key[1][-1].pdl))
+                return _launch(*a, **kw)
+
+            table[key] = wrapped
+    for tokens in (1, 2):
+        ins = inputs(tokens, H, seed=70 + tokens)
+        mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+        args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+        got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+        assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+        check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+    want = [("compile_stream", 1, True), ("compile_wide", 1, True), ("compile_stream", 2, False)]
+    assert seen == want + [("compile_wide", 2, False)]
+
+
 def test_wide_pass2_float16_at_hidden_7168():
     """The real hidden size (28 programs of 256 columns, 224 partial rows at T = 1), fp16."""
     hidden = 7168

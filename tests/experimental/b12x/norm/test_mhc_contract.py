@@ -479,9 +479,9 @@ def test_wide_and_tiny_selection_jobs_and_counters():
     """wide adds one pass-2 job (no norm weight dtype: it never runs with one); tiny one job per
     mixing form with the small stream tile, and 3 counters; both off in a bare MhcConfig, and the
     heuristic turns wide on (block_y 128: the 13:31 H200 sweep's fastest T <= 4 row; on sm_90a with the
-    fast Sinkhorn, post and comb apart and as a programmatic dependent: session 29), tiny not."""
+    fast Sinkhorn and post and comb apart: session 29), tiny not."""
     assert _config.MhcConfig().wide is None and _config.MhcConfig().tiny is None
-    for arch, kw in (("sm_90a", dict(fast=True, apart=True, pdl=True)), ("sm_120a", {})):
+    for arch, kw in (("sm_90a", dict(fast=True, apart=True)), ("sm_120a", {})):
         assert _config.default_config(arch).wide == _config.WideConfig(block_y=128, **kw)
         assert _config.default_config(arch).tiny is None
     with pytest.raises(ValueError, match="MhcConfig.wide must be a WideConfig or None, got RowConfig"):
@@ -555,16 +555,13 @@ def test_default_selection_by_arch():
     assert cfg.stream("pre", 129) == _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
     assert cfg.mid_max_tokens == 128 and cfg.stream("pre", 65) == old.stream("pre", 65) == cfg.stream("pre", 128)
     assert cfg.apply(65) == old.apply(65) == cfg.apply(128) and cfg.stream("pre", 65).fn_split == "kernel"
-    # (T <= small_max_tokens: session 6's tiles as programmatic dependents since session 29)
-    small = {f: dataclasses.replace(old.stream(f, 64), pdl=True) for f in ("pre", "post_pre")}
-    assert cfg.stream("pre", 64) == small["pre"] and cfg.stream("pre", 64).fn_split == "kernel"
-    assert cfg.stream("post_pre", 64) == small["post_pre"] and cfg.stream("post", 1) == old.post
+    assert cfg.stream("pre", 64) == old.stream("pre", 64) and cfg.stream("pre", 64).fn_split == "kernel"
+    assert cfg.stream("post_pre", 64) == old.stream("post_pre", 64) and cfg.stream("post", 1) == old.post
     assert cfg.bcast == dataclasses.replace(old.bcast, sq="diag")
-    assert cfg.apply(129) == _config.RowConfig(2048, 16, 4, stages=3)
-    assert cfg.apply(64) == dataclasses.replace(old.apply(64), pdl=True)
+    assert cfg.apply(129) == _config.RowConfig(2048, 16, 4, stages=3) and cfg.apply(64) == old.apply(64)
     assert _config.MhcConfig().apply(65) == _config.MhcConfig().row_large  # no mid tiles: large from 65
     assert old.wide == _config.WideConfig(block_y=128) and cfg.tiny is None and cfg.small is None
-    assert cfg.wide == dataclasses.replace(old.wide, fast=True, apart=True, pdl=True)  # fast: H200 16:41; session 29
+    assert cfg.wide == dataclasses.replace(old.wide, fast=True, apart=True)  # fast: H200 16:41; apart: session 29
     assert cfg.counters(api.FORMS, 8192) == 1
     assert _config.default_config(None) == cfg  # no arch at hand (scratch_specs): the sm_90a tiles
     assert _config.default_config("sm_120a") == _config.fused_config("sm_120a")
@@ -575,7 +572,7 @@ def test_default_selection_by_arch():
 def test_pdl_and_fast_config():
     """with_pdl marks every two-pass tile (pass 1, row and wide pass 2) for programmatic dependent
     launch, and fast the wide pass 2's Sinkhorn; new compile jobs; the sm_90a default has the fast
-    Sinkhorn and (session 29) pdl on the T <= small_max_tokens tiles only."""
+    Sinkhorn and (session 29) pdl at one live token only (one_token_pdl)."""
     for cls, kw in ((_config.StreamConfig, dict(block_t=16, block_h=32)), (_config.RowConfig, {})):
         with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}.pdl must be a bool, got 1")):
             cls(**kw, pdl=1)
@@ -585,25 +582,34 @@ def test_pdl_and_fast_config():
     pdl = _config.with_pdl(cfg, fast=True)
     tiles = [pdl.stream(f, t) for f in ("pre", "post_pre", "bcast", "post") for t in (1, 65)]
     assert all(t.pdl for t in tiles + [pdl.apply(1), pdl.apply(65), pdl.wide]) and pdl.wide.fast
-    assert not any(t.pdl for t in [cfg.stream("pre", 65), cfg.apply(65)]) and cfg.wide.fast
-    assert all(t.pdl for t in [cfg.stream("pre", 1), cfg.apply(1), cfg.wide])
+    assert not any(t.pdl for t in [cfg.stream("pre", 2), cfg.apply(1), cfg.apply(65), cfg.wide]) and cfg.wide.fast
+    assert all(t.pdl for t in [cfg.stream("pre", 1), cfg.stream("post_pre", 1), cfg.wide_for(1)])
     assert _config.with_pdl(cfg).wide == dataclasses.replace(cfg.wide, pdl=True)
-    plain = dataclasses.replace(
-        cfg, wide=dataclasses.replace(cfg.wide, pdl=False),
-        **{n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _config.SMALL_T_PDL_TILES},
-    )  # fmt: skip
+    plain = dataclasses.replace(cfg, one_token_pdl=False)
     p = mhc.plan(caps(max_tokens=100))
     jobs, base = set(p.kernels(pdl, "sm_90a")), set(p.kernels(plain, "sm_90a"))
     assert len(jobs) == len(base) and len(jobs & base) == 1  # only the fn split launch is shared
 
 
-def test_small_t_programmatic_dependents_and_one_token_split():
-    """sm_90a's selection (session 29): the kernels of calls up to small_max_tokens launch as programmatic
-    dependents, the large-T ones do not; one live token splits pass 1 for one program an SM, the
-    workspace covers both targets; bad split targets are refused."""
+def test_one_token_programmatic_dependents_and_split():
+    """sm_90a's selection (session 29): one-token pre / post_pre calls run the small pass-1 tile and the wide
+    pass 2 as programmatic dependents (their own compile jobs), every other call the plain tiles; one live
+    token splits pass 1 for one program an SM, the workspace covers both targets; bad split targets and
+    flags are refused. with_small_t_pdl (a bench variant) marks the T <= small_max_tokens tiles only."""
     cfg = _config.default_config("sm_90a")
-    assert all(getattr(cfg, n).pdl for n in _config.SMALL_T_PDL_TILES) and cfg.wide.pdl
-    assert not any(t.pdl for t in (cfg.pre_large, cfg.post_pre_large, cfg.row_large, cfg.bcast, cfg.post))
+    assert cfg.one_token_pdl and not cfg.wide.pdl and cfg.wide_for(1).pdl and not cfg.wide_for(2).pdl
+    for form in ("pre", "post_pre"):
+        one = cfg.stream(form, 1)
+        assert one == dataclasses.replace(getattr(cfg, f"{form}_small"), pdl=True) and not cfg.stream(form, 2).pdl
+        assert one in cfg.streams(form) and getattr(cfg, f"{form}_small") in cfg.streams(form)
+    assert not cfg.stream("bcast", 1).pdl and not cfg.stream("post", 1).pdl
+    assert cfg.wides() == (cfg.wide, cfg.wide_for(1)) and _config.MhcConfig(wide=cfg.wide).wides() == (cfg.wide,)
+    p = mhc.plan(caps(max_tokens=8))
+    wides = [a[2] for k, a in p.kernels(cfg, "sm_90a") if k.__name__ == "compile_wide"]
+    assert sorted(w.pdl for w in wides) == [False, True]
+    small = _config.with_small_t_pdl(cfg)
+    assert all(getattr(small, n).pdl for n in _config.SMALL_T_PDL_TILES) and small.wide.pdl
+    assert not any(t.pdl for t in (small.pre_large, small.post_pre_large, small.row_large, small.bcast, small.post))
     assert (cfg.target_ctas(1, 132), cfg.target_ctas(2, 132)) == (132, 528)
     assert _config.MhcConfig().target_ctas(1, 132) == 528
     rows = _config.workspace_rows(cfg, api.FORMS, 7168, 1, 528, one_token_target=1000)
@@ -611,6 +617,7 @@ def test_small_t_programmatic_dependents_and_one_token_split():
     for kw, message in (
         (dict(ctas_per_sm=0), "MhcConfig.ctas_per_sm must be an int >= 1, got 0"),
         (dict(one_token_ctas_per_sm=True), "MhcConfig.one_token_ctas_per_sm must be an int >= 1 or None, got True"),
+        (dict(one_token_pdl=1), "MhcConfig.one_token_pdl must be a bool, got 1"),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             _config.MhcConfig(**kw)

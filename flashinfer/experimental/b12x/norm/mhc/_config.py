@@ -324,6 +324,9 @@ class MhcConfig:
     ctas_per_sm: int = 4
     # the split target when one token is live (None: ctas_per_sm). A runtime choice: the same kernels.
     one_token_ctas_per_sm: int | None = None
+    # calls of one live token run pre's / post_pre's small pass-1 tile and the wide pass 2 as programmatic
+    # dependents (compile jobs of their own; other token counts keep the tiles as given)
+    one_token_pdl: bool = False
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
     # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (fused_config turns it
     # on: FUSED_PRE, FUSED_POST_PRE; sm_90a's default_config does not). From 512 tokens by prediction:
@@ -336,6 +339,7 @@ class MhcConfig:
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
+        _check_bools("MhcConfig", self, ("one_token_pdl",))
         for name in ("ctas_per_sm", "one_token_ctas_per_sm"):
             v = getattr(self, name)
             if not (v is None and name != "ctas_per_sm") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
@@ -425,10 +429,22 @@ class MhcConfig:
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
         """The pass-1 tile of `form` at `tokens` live tokens."""
+        if tokens == 1 and self.one_token_pdl and form in ONE_TOKEN_PDL_FORMS:
+            return dataclasses.replace(getattr(self, f"{form}_small"), pdl=True)
         for cfg, lo, hi in self.regimes(form, max(tokens, 1)):
             if lo <= tokens <= hi:
                 return cfg
         return self.regimes(form, 1)[0][0]
+
+    def wide_for(self, tokens: int) -> WideConfig | None:
+        """The wide pass-2 tile at `tokens` live tokens (None: no wide pass 2 configured)."""
+        if self.wide is not None and tokens == 1 and self.one_token_pdl:
+            return dataclasses.replace(self.wide, pdl=True)
+        return self.wide
+
+    def wides(self) -> tuple:
+        """Every wide pass-2 tile this selection may run (the compile jobs)."""
+        return () if self.wide is None else tuple(dict.fromkeys((self.wide, self.wide_for(1))))
 
     def regimes(self, form: str, max_tokens: int) -> tuple:
         """((tile, first T, last T), ...) covering 1..max_tokens for `form`."""
@@ -464,7 +480,8 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
-        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"))))
+        one = (self.stream(form, 1),)
+        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"), *one)))
 
 
 # The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
@@ -548,19 +565,18 @@ def default_config(arch: str | None) -> MhcConfig:
     base = dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
     )
-    # Session 29 (H200 2026-12-03 18:43, graph timer, 8 calls a graph, H = 7168): the wide pass 2 with post and
-    # comb in a program of their own (apart) read pre / post_pre T = 1 7.67 / 8.42 µs and T = 4 8.56 / 9.22
-    # against 7.94 / 8.60 and 8.73 / 9.43; with the small-T kernels as programmatic dependents and one token
-    # split for one program an SM, post_pre T = 1 7.78 (pdl_ctas1_apart)
-    if SMALL_T_PDL:
-        base = with_small_t_pdl(base)
-        base = dataclasses.replace(base, one_token_ctas_per_sm=1)
-    return dataclasses.replace(base, wide=None if base.wide is None else dataclasses.replace(base.wide, apart=True))
+    # Session 29 (H200 2026-12-03 19:08, graph timer, 8 calls a graph, H = 7168, µs; docs/performance.md):
+    # the wide pass 2 with post and comb in a program of their own (apart) against session 28's default:
+    # pre / post_pre T = 1 7.71 / 8.45 vs 8.02 / 8.85, T = 4 8.57 / 9.27 vs 8.67 / 9.54, T = 64 15.32 /
+    # 20.55 vs 15.42 / 20.48. Every T <= 64 kernel as a programmatic dependent with one token split for one
+    # pass-1 program an SM: post_pre T = 1 7.66 (issue #5's < 8), pre 7.92; but at T = 4 pre 9.58 and at
+    # T = 64 16.72 / 21.46 (the same with the split unchanged: programmatic dependents cost there). So only
+    # one-token calls take them (one_token_pdl), with the one-program split.
+    wide = None if base.wide is None else dataclasses.replace(base.wide, apart=True)
+    return dataclasses.replace(base, wide=wide, one_token_pdl=True, one_token_ctas_per_sm=1)
 
 
-# default_config (sm_90a): the T <= small_max_tokens kernels as programmatic dependents and one-token calls
-# split for one pass-1 program an SM (docs/performance.md session 29)
-SMALL_T_PDL = True
+ONE_TOKEN_PDL_FORMS = ("pre", "post_pre")  # MhcConfig.one_token_pdl: the pass-1 forms it changes
 
 
 def with_small_t_pdl(config: MhcConfig) -> MhcConfig:

@@ -77,7 +77,7 @@ def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **sc
     sel = p.state.selection
     y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
     if sel.wide is not None and t <= sel.wide.max_tokens and w is None:
-        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide))
+        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide_for(t)))
         launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
         return
     tile = sel.apply(t)

@@ -102,8 +102,9 @@ class MhcPlan(Plan):
             if form != "post" and config.last is not None:
                 for wdt in dict.fromkeys((dt, "float32")):
                     jobs.append((compile_last, (form, dt, caps.hidden_size, wdt, config.last, dev, arch)))
-            if form != "post" and config.wide is not None:
-                jobs.append((compile_wide, (dt, caps.hidden_size, config.wide, dev, arch)))
+            if form != "post":
+                for wide in config.wides():
+                    jobs.append((compile_wide, (dt, caps.hidden_size, wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
                 for tile in config.pass2_tiles():
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
