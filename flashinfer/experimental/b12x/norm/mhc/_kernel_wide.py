@@ -9,9 +9,12 @@ its BLOCK_Y columns of y from a [4, BLOCK_Y] tile whose load is issued first. Pr
 writes post and comb: the 16 comb entries are scalars in every thread (extracted once from the
 summed vector), so each Sinkhorn round is adds, 8 reciprocals and 32 multiplies with no reduction.
 
-Critical path per token: one L2 round trip (partials and row slice in flight together), one
-[BLOCK_S, 32] reduction, 4 sigmoids, the y store; program (t, 0) adds the Sinkhorn chain (~100
-cycles a round) in parallel with the others' y.
+Critical path per token: one L2 round trip (partials, row slice and the hc_scale / hc_base scalars in
+flight together), one [BLOCK_S, 32] reduction, 4 sigmoids, the y store; the weights program adds the
+picks, exponentials and the Sinkhorn chain (84 instructions a round on sm_90a, one warp an SM
+sub-partition: issue-bound). ncu (session 29, post_pre T = 1, H = 7168): that program was the pass's
+critical path by ~4000 cycles while it also wrote y and loaded the scalars after its y store; with
+WideConfig.apart it is one more program, (t, H / BLOCK_Y), that writes no y.
 
 No norm weight: mean(y^2) needs all of y, which no single program holds here; the host runs the row
 kernel instead when a norm weight is given (api._apply).
