@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.experimental.b12x.common import Timing, measure
+from benchmarks.experimental.b12x.common import Timing, add_calls_per_graph, measure
 
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 FP8_SCALE = 0.05  # fp8 cases: K/V hold x / scale, dequantized with descale = scale (one value for all)
@@ -254,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="cuda")
+    add_calls_per_graph(p)  # the parent's, so both sides time alike
     return p
 
 

@@ -3,7 +3,8 @@ r"""Benchmark b12x.attention.paged decode against SDPA (FA2, cuDNN) and FlashInf
     python -m benchmarks.experimental.b12x.bench_attention [--quick] [--kv bf16|fp8|all]
         [--mode decode|extend|all] [--batch 1 8 32 128] [--kv-len 1024 8192 32768]
         [--q-len 512 1024 2048 4096] [--decode-configs heuristic hf h:t66 ...]
-        [--extend-configs heuristic 128x64x2x1p ...] [--timer events|graph] [--json PATH]
+        [--extend-configs heuristic 128x64x2x1p ...] [--timer events|graph] [--calls-per-graph N]
+        [--json PATH]
 
 Extend table (--mode extend or all): causal prefill without a cached prefix (kv_len = q_len, so
 SDPA's top-left is_causal mask equals our right-aligned one), q_len in {512, 1024, 2048, 4096},
@@ -49,6 +50,9 @@ moving the case's KV bytes, half read and half written. With both KV dtypes the 
 (B, L), the fp8 / bf16 ratio of "b12x.paged", the fp8 time issue #8's 1.7x needs, and whether the
 same-size copy of the fp8 KV itself is faster than that (where it is not, no kernel reading those
 bytes reaches 1.7x under this timer); the report's extra "fp8_over_bf16" holds the same.
+--calls-per-graph N (graph timer) captures N back-to-back calls of every row (ours, the peers, the
+copy, the FlashInfer child's) in each graph and reports the time a call: without the graph launch one
+call a graph adds, as inside a serving step's graph (norm.mhc's T = 1 figure is timed that way too).
 Without --json the report goes to $OUT/b12x_attention.json when $OUT is set.
 
 How to run the FlashInfer peer. Here (CPU machine, with an index), stage the two wheels in a
@@ -94,7 +98,9 @@ from benchmarks.experimental.b12x.common import (
     COPY_IMPL,
     Case,
     Table,
+    add_calls_per_graph,
     ceilings,
+    check_calls_per_graph,
     int_dims,
     measure,
     require_cuda,
@@ -424,7 +430,7 @@ def peer_command(site: str, case_file: str | os.PathLike, args) -> list[str]:
     cmd = [sys.executable, "-m", fipeer.__name__, "--site", str(site), "--cases", str(case_file)]
     cmd += ["--variants", args.flashinfer_variants, "--timer", args.timer, "--device", str(args.device)]
     cmd += ["--iters", str(args.iters), "--warmup", str(args.warmup)] + (["--quick"] if args.quick else [])
-    return cmd
+    return cmd + ["--calls-per-graph", str(args.calls_per_graph)]
 
 
 def run_flashinfer_peer(table, args, cases: dict, records: list[dict], kv_name: str) -> str:
@@ -498,12 +504,14 @@ def build_parser():
         help="decode: also time a device copy of each case's KV bytes (row 'copy (same bytes)'), and with both KV "
         "dtypes say where FP8 >= 1.7x BF16 would need fp8 to beat that copy",
     )  # fmt: skip
+    add_calls_per_graph(parser)  # every row, the FlashInfer child's too
     return parser
 
 
 def parse_args(argv: list[str] | None = None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_calls_per_graph(parser, args)
     if args.flashinfer_site is not None and not Path(args.flashinfer_site).is_dir():
         parser.error(f"--flashinfer-site (or B12X_FLASHINFER_SITE) must be a directory, got {args.flashinfer_site!r}")
     names = [v.strip() for v in args.flashinfer_variants.split(",") if v.strip()]
@@ -555,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     ceil = ceilings(dev)
     modes = ("decode", "extend") if args.mode == "all" else (args.mode,)
     title = f"b12x attention.paged {'+'.join(modes)} on {ceil.device_name} (Hq {HQ}, Hkv {HKV}, D {D}, page {PAGE})"
+    title += f", {args.calls_per_graph} calls a graph" if args.calls_per_graph > 1 else ""
     table = Table(title, ceil)
     fi_note = flashinfer_skip_note(args.flashinfer_site)
     if fi_note and not args.no_peers and "decode" in modes:

@@ -45,7 +45,9 @@ import torch
 from benchmarks.experimental.b12x.common import (
     Case,
     Table,
+    add_calls_per_graph,
     ceilings,
+    check_calls_per_graph,
     measure,
     require_cuda,
     standard_parser,
@@ -386,15 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--per-pass", action="store_true", help="also time pass 1 and pass 2 of pre and post_pre alone (plan launchers)"
     )
-    parser.add_argument(
-        "--calls-per-graph", type=int, default=1, metavar="N",
-        help="graph timer: N back-to-back calls in each captured graph, time per call (default 1)",
-    )  # fmt: skip
+    add_calls_per_graph(parser)
     args = parser.parse_args(argv)
-    if args.calls_per_graph < 1:
-        parser.error(f"--calls-per-graph must be >= 1, got {args.calls_per_graph}")
-    if args.calls_per_graph > 1 and args.timer != "graph":
-        parser.error(f"--calls-per-graph {args.calls_per_graph} needs --timer graph, got --timer {args.timer}")
+    check_calls_per_graph(parser, args)
     if args.per_pass and args.norm_weight != "none":
         parser.error(f"--per-pass times the passes without a norm weight, got --norm-weight {args.norm_weight}")
     graph_kw = {"calls_per_graph": args.calls_per_graph} if args.calls_per_graph > 1 else {}

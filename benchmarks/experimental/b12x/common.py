@@ -690,6 +690,24 @@ def standard_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def add_calls_per_graph(parser: argparse.ArgumentParser) -> None:
+    """--calls-per-graph N: the graph timer captures N back-to-back calls a graph and reports the time a
+    call (a serving step's graph holds many kernels, so one call a graph adds a graph launch the op does
+    not pay there); check it with `check_calls_per_graph`; `measure` reads it."""
+    parser.add_argument(
+        "--calls-per-graph", type=int, default=1, metavar="N",
+        help="graph timer: N back-to-back calls in each captured graph, time per call",
+    )  # fmt: skip
+
+
+def check_calls_per_graph(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """parser.error unless --calls-per-graph is >= 1, and 1 unless the timer is the graph timer."""
+    if args.calls_per_graph < 1:
+        parser.error(f"--calls-per-graph must be >= 1, got {args.calls_per_graph}")
+    if args.calls_per_graph > 1 and args.timer != "graph":
+        parser.error(f"--calls-per-graph {args.calls_per_graph} needs --timer graph, got --timer {args.timer}")
+
+
 def report_path(args: argparse.Namespace, default_name: str) -> str | None:
     """Where a bench writes its JSON report: --json, else $OUT/default_name when $OUT is set, else None."""
     if args.json:
@@ -720,5 +738,6 @@ def measure(fn: Fn, args: argparse.Namespace, **kwargs: Any) -> Timing:
     """Time ``fn`` with the clock ``--timer`` selects and the iteration counts of ``timing_kwargs``."""
     tk = timing_kwargs(args)
     if args.timer == "graph":
+        kwargs.setdefault("calls_per_graph", getattr(args, "calls_per_graph", 1))  # --calls-per-graph, when parsed
         return time_graph_replay(fn, iters=tk["iters"], warmup=tk["warmup"], device=args.device, **kwargs)
     return time_cuda_events(fn, **tk, device=args.device, **kwargs)

@@ -52,17 +52,29 @@ def test_option_rejects_bad_values(tmp_path, capsys):
 
 
 def test_peer_command_carries_the_clock(tmp_path):
-    args = bench_attention.parse_args(
-        ["--flashinfer-site", str(tmp_path), "--timer", "graph", "--iters", "7", "--warmup", "2", "--quick"]
-    )
+    argv = ["--flashinfer-site", str(tmp_path), "--timer", "graph", "--iters", "7", "--warmup", "2", "--quick"]
+    args = bench_attention.parse_args(argv + ["--calls-per-graph", "8"])
     cmd = bench_attention.peer_command(args.flashinfer_site, tmp_path / "c.pt", args)
     assert cmd[:3] == [sys.executable, "-m", "benchmarks.experimental.b12x._flashinfer_peer"]
     flags = dict(zip(cmd[3::2], cmd[4::2]))
     assert flags["--site"] == str(tmp_path) and flags["--cases"] == str(tmp_path / "c.pt")
     assert (flags["--timer"], flags["--iters"], flags["--warmup"], flags["--variants"]) == ("graph", "7", "2", "tc")
-    assert cmd[-1] == "--quick"
+    assert "--quick" in cmd and cmd[-2:] == ["--calls-per-graph", "8"]
     child = fipeer.build_parser().parse_args(cmd[3:])  # the child accepts exactly what the parent sends
-    assert (child.timer, child.iters, child.warmup, child.quick) == ("graph", 7, 2, True)
+    assert (child.timer, child.iters, child.warmup, child.quick, child.calls_per_graph) == ("graph", 7, 2, True, 8)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--calls-per-graph", "0"], "--calls-per-graph must be >= 1, got 0"),
+        (["--calls-per-graph", "4"], "--calls-per-graph 4 needs --timer graph, got --timer events"),
+    ],
+)
+def test_calls_per_graph_is_checked(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench_attention.parse_args(argv)
+    assert message in capsys.readouterr().err
 
 
 # FlashInfer layout ---------------------------------------------------------------------------------

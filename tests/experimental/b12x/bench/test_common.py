@@ -337,3 +337,22 @@ def test_gpu_lock_serialises_timed_regions(tmp_path, monkeypatch):
     assert run_pair()
     monkeypatch.setenv(common.GPU_LOCK_ENV, str(tmp_path / "gpu.lock"))
     assert not run_pair()
+
+
+def test_measure_takes_calls_per_graph_from_the_arguments(monkeypatch):
+    """--calls-per-graph (add_calls_per_graph) reaches the graph timer through `measure`; an explicit
+    calls_per_graph (a bench rotating input sets) wins; benches without the option get 1."""
+    import argparse
+
+    seen = []
+    monkeypatch.setattr(common, "time_graph_replay", lambda fn, **kw: seen.append(kw["calls_per_graph"]))
+    parser = common.standard_parser("t")
+    common.add_calls_per_graph(parser)
+    args = parser.parse_args(["--timer", "graph", "--calls-per-graph", "8"])
+    common.check_calls_per_graph(parser, args)
+    common.measure(lambda: None, args)
+    common.measure(lambda: None, args, calls_per_graph=3)
+    common.measure(lambda: None, argparse.Namespace(**{**vars(args), "calls_per_graph": 1}))
+    plain = common.standard_parser("t").parse_args(["--timer", "graph"])
+    common.measure(lambda: None, plain)
+    assert seen == [8, 3, 1, 1]
