@@ -58,6 +58,10 @@ def _check_bools(cls: str, config, names) -> None:
             raise ValueError(f"{cls}.{name} must be a bool, got {getattr(config, name)!r}")
 
 
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
 def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str, fn_split: str) -> None:
     """The checks every pass-1 tile (StreamConfig, FusedConfig) shares."""
     if sq not in SQ_MODES:
@@ -340,12 +344,11 @@ class MhcConfig:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
         _check_bools("MhcConfig", self, ("one_token_pdl",))
-        for name in ("ctas_per_sm", "one_token_ctas_per_sm"):
-            v = getattr(self, name)
-            if not (v is None and name != "ctas_per_sm") and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise ValueError(
-                    f"MhcConfig.{name} must be an int >= 1{'' if name == 'ctas_per_sm' else ' or None'}, got {v!r}"
-                )
+        if not _positive_int(self.ctas_per_sm):
+            raise ValueError(f"MhcConfig.ctas_per_sm must be an int >= 1, got {self.ctas_per_sm!r}")
+        if self.one_token_ctas_per_sm is not None and not _positive_int(self.one_token_ctas_per_sm):
+            got = self.one_token_ctas_per_sm
+            raise ValueError(f"MhcConfig.one_token_ctas_per_sm must be an int >= 1 or None, got {got!r}")
         if not isinstance(self.fused_min_tokens, int) or self.fused_min_tokens < 1:
             raise ValueError(f"MhcConfig.fused_min_tokens must be an int >= 1, got {self.fused_min_tokens!r}")
         if self.fused_pre is not None and not isinstance(self.fused_pre, FusedConfig):
@@ -583,10 +586,7 @@ def with_small_t_pdl(config: MhcConfig) -> MhcConfig:
     """`config` with the kernels of calls up to small_max_tokens tokens (pre / post_pre small pass-1
     tiles, the small row pass 2, the wide pass 2) launched as programmatic dependents; the large-T
     kernels as they are."""
-    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in SMALL_T_PDL_TILES}
-    if config.wide is not None:
-        tiles["wide"] = dataclasses.replace(config.wide, pdl=True)
-    return dataclasses.replace(config, **tiles)
+    return _with_pdl_tiles(config, SMALL_T_PDL_TILES)
 
 
 SMALL_T_PDL_TILES = ("pre_small", "post_pre_small", "row_small")
@@ -598,9 +598,14 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
     forms = ("pre_small", "pre_large", "post_pre_small", "post_pre_large", "bcast", "post", "row_small", "row_large")
     forms += tuple(name for name in ("pre_mid", "row_mid") if getattr(config, name) is not None)
-    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in forms}
+    return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
+
+
+def _with_pdl_tiles(config: MhcConfig, names, **wide) -> MhcConfig:
+    """`config` with the tiles `names` and the wide pass 2 (with `wide`'s other fields) marked pdl."""
+    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in names}
     if config.wide is not None:
-        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, fast=fast or config.wide.fast)
+        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide)
     return dataclasses.replace(config, **tiles)
 
 

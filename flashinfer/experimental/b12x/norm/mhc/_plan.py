@@ -119,9 +119,8 @@ class MhcPlan(Plan):
 
     def workspace_rows(self, config, device) -> int:
         caps, sms = self.caps, _sm_count(device)
-        one = config.target_ctas(1, sms)
-        return workspace_rows(config, self.forms(), caps.hidden_size, caps.max_tokens, config.target_ctas(2, sms),
-                              caps.split_k, one_token_target=one)  # fmt: skip
+        return workspace_rows(config, self.forms(), caps.hidden_size, caps.max_tokens, config.ctas_per_sm * sms,
+                              caps.split_k, one_token_target=config.target_ctas(1, sms))  # fmt: skip
 
     def scratch_specs(self, config=None, device="cuda"):
         from ..._lib.scratch import ScratchBufferSpec
