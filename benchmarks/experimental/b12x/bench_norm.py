@@ -205,6 +205,10 @@ def sweep_configs():
         "apart_plain": small_plain,
         "apart_pdl_ctas4": with_small_t_pdl(small_plain),
         "small_pdl_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), one_token_ctas_per_sm=1),
+        # session 30: the small-T programmatic dependents with one split target at every T (1 or 2 pass-1
+        # programs an SM), for the T = 2..64 sweep against apart_plain / apart_pdl_ctas4
+        "small_pdl_all_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), ctas_per_sm=1),
+        "small_pdl_all_ctas2": dataclasses.replace(with_small_t_pdl(small_plain), ctas_per_sm=2),
         "wide_fast": dataclasses.replace(default, wide=dataclasses.replace(default.wide, fast=True)),
         "pdl_fast": pdl_fast,
         "pdl_fast_h64": dataclasses.replace(
