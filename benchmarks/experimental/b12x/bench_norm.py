@@ -143,6 +143,7 @@ def sweep_configs():
         MhcConfig,
         RowConfig,
         SmallConfig,
+        SmallLaunch,
         StreamConfig,
         WideConfig,
         default_config,
@@ -155,7 +156,8 @@ def sweep_configs():
     fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
     default = default_config("sm_90a")
     pdl_fast = with_pdl(default, fast=True)
-    small_plain = dataclasses.replace(default, one_token_ctas_per_sm=None, one_token_pdl=False)  # apart alone
+    small_plain = dataclasses.replace(default, small_launches=())  # apart alone
+    one_token = tuple(SmallLaunch(form, 1, 1, 1) for form in ("pre", "post_pre"))  # session 29's small launches
     row = dataclasses.replace(base, pass2="row")
     apply = dataclasses.replace(base, pass2="apply")
     return {
@@ -204,7 +206,9 @@ def sweep_configs():
         "session28": dataclasses.replace(small_plain, wide=dataclasses.replace(small_plain.wide, apart=False)),
         "apart_plain": small_plain,
         "apart_pdl_ctas4": with_small_t_pdl(small_plain),
-        "small_pdl_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), one_token_ctas_per_sm=1),
+        "small_pdl_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), small_launches=one_token),
+        # session 29's default: one-token calls only as programmatic dependents, one program an SM
+        "session29": dataclasses.replace(small_plain, small_launches=one_token),
         # session 30: the small-T programmatic dependents with one split target at every T (1 or 2 pass-1
         # programs an SM), for the T = 2..64 sweep against apart_plain / apart_pdl_ctas4
         "small_pdl_all_ctas1": dataclasses.replace(with_small_t_pdl(small_plain), ctas_per_sm=1),

@@ -38,7 +38,7 @@ SCAL = dict(rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=5)
 
 
 def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=torch.bfloat16, hidden=H):
-    # the split target as given: one "SM" holding target_ctas programs (a config's one-token target scales alike)
+    # the split target as given: one "SM" holding target_ctas programs (a SmallLaunch's target scales alike)
     cfg = dataclasses.replace(config or _config.MhcConfig(), ctas_per_sm=target_ctas)
     p = mhc.plan(mhc.Caps(device="cpu", max_tokens=max_tokens, hidden_size=hidden, dtype=dtype, split_k=split_k))
     table = {}
@@ -66,8 +66,8 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
-    one = cfg.target_ctas(1, 1)
-    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, one_token_target=one)
+    targets = cfg.split_targets(1)
+    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, targets=targets)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
     counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)
@@ -537,30 +537,34 @@ def test_wide_pass2(tokens, wide):
     assert launched == [tokens] * n  # a norm weight: the row pass 2
 
 
-def test_one_token_calls_take_their_programmatic_dependent_tiles():
-    """sm_90a's default (MhcConfig.one_token_pdl): a one-token call runs the pdl pass-1 tile and the pdl wide
-    pass 2 (their own compiled kernels), a two-token call the plain ones; both match the reference."""
-    cfg = _config.default_config("sm_90a")
+def test_small_launches_take_their_programmatic_dependent_tiles():
+    """MhcConfig.small_launches: a call its entry covers runs the pdl pass-1 tile and the pdl wide or row pass 2
+    (their own compiled kernels) with the entry's split, a call no entry covers the plain ones with
+    ctas_per_sm's; all match the reference."""
+    rules = (_config.SmallLaunch("post_pre", 1, 1, 2), _config.SmallLaunch("post_pre", 3, 8, 1))
+    cfg = dataclasses.replace(_config.default_config("sm_90a"), small_launches=rules)
     p = interpret_plan(8, target_ctas=6, config=cfg)
     seen = []
     table = p.state.extra["launchers"]
     for key, launch in list(table.items()):
-        if key[0] in ("compile_stream", "compile_wide"):
+        if key[0] in ("compile_stream", "compile_wide", "compile_row"):
 
             def wrapped(*a, _launch=launch, _key=key, **kw):
-                seen.append((_key[0], kw["T"], _key[1][-1].pdl))
+                seen.append((_key[0], kw["T"], _key[1][-1].pdl, kw["splits"]))
                 return _launch(*a, **kw)
 
             table[key] = wrapped
-    for tokens in (1, 2):
+    for tokens in (1, 2, 6):
         ins = inputs(tokens, H, seed=70 + tokens)
         mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
         args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
         got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
         assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
         check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
-    want = [("compile_stream", 1, True), ("compile_wide", 1, True), ("compile_stream", 2, False)]
-    assert seen == want + [("compile_wide", 2, False)]
+    # H = 256: 8 chunks of 32; split targets 2 (T = 1), 6 (T = 2: 4 splits of 2 chunks), 1 (T = 6) programs
+    want = [("compile_stream", 1, True, 2), ("compile_wide", 1, True, 2), ("compile_stream", 2, False, 4)]
+    want += [("compile_wide", 2, False, 4), ("compile_stream", 6, True, 1), ("compile_row", 6, True, 1)]
+    assert seen == want
 
 
 def test_wide_pass2_float16_at_hidden_7168():

@@ -274,6 +274,31 @@ class FusedConfig:
 
 
 @dataclass(frozen=True)
+class SmallLaunch:
+    """How calls of `form` at first..last live tokens launch (MhcConfig.small_launches): pass 1's small tile
+    and the pass 2 after it (the wide kernel, or row_small) as programmatic dependents, pass 1 split for
+    ctas_per_sm programs an SM. A runtime choice among compiled kernels: the pdl tiles are compile jobs of
+    their own beside the plain ones."""
+
+    form: str  # "pre" or "post_pre" (SMALL_LAUNCH_FORMS)
+    first: int
+    last: int
+    ctas_per_sm: int
+
+    def __post_init__(self) -> None:
+        if self.form not in SMALL_LAUNCH_FORMS:
+            raise ValueError(f"SmallLaunch.form must be one of {SMALL_LAUNCH_FORMS}, got {self.form!r}")
+        for name in ("first", "last", "ctas_per_sm"):
+            if not _positive_int(getattr(self, name)):
+                raise ValueError(f"SmallLaunch.{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.last < self.first:
+            raise ValueError(f"SmallLaunch.last must be >= first={self.first}, got {self.last}")
+
+
+SMALL_LAUNCH_FORMS = ("pre", "post_pre")  # the pass-1 forms SmallLaunch applies to (bcast and post keep theirs)
+
+
+@dataclass(frozen=True)
 class MhcConfig:
     """The selection. `*_small` tiles run up to `small_max_tokens` live tokens, `*_large` above.
 
@@ -326,11 +351,10 @@ class MhcConfig:
     row_mid: RowConfig | None = None
     mid_max_tokens: int = 128
     ctas_per_sm: int = 4
-    # the split target when one token is live (None: ctas_per_sm). A runtime choice: the same kernels.
-    one_token_ctas_per_sm: int | None = None
-    # calls of one live token run pre's / post_pre's small pass-1 tile and the wide pass 2 as programmatic
-    # dependents (compile jobs of their own; other token counts keep the tiles as given)
-    one_token_pdl: bool = False
+    # calls whose form and live token count one of these covers run their small-T kernels as programmatic
+    # dependents with that entry's split target (SmallLaunch; ranges of one form must not overlap; none
+    # applies above small_max_tokens); other calls keep the tiles as given and ctas_per_sm
+    small_launches: tuple = ()
     # the one-launch kernel (_kernel_fused.py) for pre / bcast (fused_pre) and post_pre
     # (fused_post_pre) at T >= fused_min_tokens; None: the two-pass path (fused_config turns it
     # on: FUSED_PRE, FUSED_POST_PRE; sm_90a's default_config does not). From 512 tokens by prediction:
@@ -343,12 +367,9 @@ class MhcConfig:
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
-        _check_bools("MhcConfig", self, ("one_token_pdl",))
         if not _positive_int(self.ctas_per_sm):
             raise ValueError(f"MhcConfig.ctas_per_sm must be an int >= 1, got {self.ctas_per_sm!r}")
-        if self.one_token_ctas_per_sm is not None and not _positive_int(self.one_token_ctas_per_sm):
-            got = self.one_token_ctas_per_sm
-            raise ValueError(f"MhcConfig.one_token_ctas_per_sm must be an int >= 1 or None, got {got!r}")
+        self._check_small_launches()
         if not isinstance(self.fused_min_tokens, int) or self.fused_min_tokens < 1:
             raise ValueError(f"MhcConfig.fused_min_tokens must be an int >= 1, got {self.fused_min_tokens!r}")
         if self.fused_pre is not None and not isinstance(self.fused_pre, FusedConfig):
@@ -373,10 +394,39 @@ class MhcConfig:
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
 
-    def target_ctas(self, tokens: int, sms: int) -> int:
-        """Pass 1's split target (programs) at `tokens` live tokens on `sms` SMs."""
-        per_sm = self.one_token_ctas_per_sm if tokens == 1 and self.one_token_ctas_per_sm else self.ctas_per_sm
-        return per_sm * sms
+    def _check_small_launches(self) -> None:
+        if not isinstance(self.small_launches, tuple) or not all(
+            isinstance(r, SmallLaunch) for r in self.small_launches
+        ):
+            raise ValueError(f"MhcConfig.small_launches must be a tuple of SmallLaunch, got {self.small_launches!r}")
+        for r in self.small_launches:
+            clash = [
+                o
+                for o in self.small_launches
+                if o is not r and o.form == r.form and o.first <= r.last and r.first <= o.last
+            ]
+            if clash:
+                raise ValueError(f"MhcConfig.small_launches: {r} overlaps {clash[0]}")
+
+    def small_launch(self, form: str, tokens: int) -> SmallLaunch | None:
+        """The SmallLaunch entry covering `form` at `tokens` live tokens, or None (always above
+        small_max_tokens: the entries change the small-T kernels only)."""
+        if tokens > self.small_max_tokens:
+            return None
+        for r in self.small_launches:
+            if r.form == form and r.first <= tokens <= r.last:
+                return r
+        return None
+
+    def target_ctas(self, tokens: int, sms: int, form: str | None = None) -> int:
+        """Pass 1's split target (programs) of `form` at `tokens` live tokens on `sms` SMs."""
+        rule = self.small_launch(form, tokens)
+        return (rule.ctas_per_sm if rule else self.ctas_per_sm) * sms
+
+    def split_targets(self, sms: int) -> tuple:
+        """((form, first T, last T, target programs), ...): the split targets that differ from
+        ctas_per_sm's (workspace_rows sizes the partials for each)."""
+        return tuple((r.form, r.first, r.last, r.ctas_per_sm * sms) for r in self.small_launches)
 
     def fused_tile(self, form: str) -> FusedConfig | None:
         """The one-launch tile of `form` (None: that form never runs it)."""
@@ -414,12 +464,15 @@ class MhcConfig:
         tiny = 3 if self.tiny is not None and any(f != "post" for f in forms) else 1  # _kernel_tiny.COUNTERS
         return max([tiny] + [cdiv(max_tokens, c.block_t) for c in tiles])
 
-    def apply(self, tokens: int):
-        """The pass-2 tile at `tokens` live tokens (an ApplyConfig or a RowConfig, by `pass2`)."""
+    def apply(self, tokens: int, form: str | None = None):
+        """The pass-2 tile after `form`'s pass 1 at `tokens` live tokens (an ApplyConfig or a RowConfig,
+        by `pass2`)."""
         small = tokens <= self.small_max_tokens
         if self.pass2 == "row":
             if self.row_mid is not None and not small and tokens <= self.mid_max_tokens:
                 return self.row_mid
+            if small and self.small_launch(form, tokens):
+                return dataclasses.replace(self.row_small, pdl=True)
             return self.row_small if small else self.row_large
         return self.apply_small if small else self.apply_large
 
@@ -427,27 +480,32 @@ class MhcConfig:
         """Every pass-2 tile this selection may run (the compile jobs)."""
         if self.pass2 == "row":
             mid = () if self.row_mid is None else (self.row_mid,)
-            return tuple(dict.fromkeys((self.row_small, *mid, self.row_large)))
+            pdl = (dataclasses.replace(self.row_small, pdl=True),) if self.small_launches else ()
+            return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large)))
         return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
         """The pass-1 tile of `form` at `tokens` live tokens."""
-        if tokens == 1 and self.one_token_pdl and form in ONE_TOKEN_PDL_FORMS:
+        if self.small_launch(form, tokens):
             return dataclasses.replace(getattr(self, f"{form}_small"), pdl=True)
         for cfg, lo, hi in self.regimes(form, max(tokens, 1)):
             if lo <= tokens <= hi:
                 return cfg
         return self.regimes(form, 1)[0][0]
 
-    def wide_for(self, tokens: int) -> WideConfig | None:
-        """The wide pass-2 tile at `tokens` live tokens (None: no wide pass 2 configured)."""
-        if self.wide is not None and tokens == 1 and self.one_token_pdl:
+    def wide_for(self, tokens: int, form: str | None = None) -> WideConfig | None:
+        """The wide pass-2 tile after `form`'s pass 1 at `tokens` live tokens (None: no wide pass 2
+        configured)."""
+        if self.wide is not None and self.small_launch(form, tokens):
             return dataclasses.replace(self.wide, pdl=True)
         return self.wide
 
     def wides(self) -> tuple:
         """Every wide pass-2 tile this selection may run (the compile jobs)."""
-        return () if self.wide is None else tuple(dict.fromkeys((self.wide, self.wide_for(1))))
+        if self.wide is None:
+            return ()
+        pdl = any(r.first <= self.wide.max_tokens for r in self.small_launches)
+        return (self.wide, dataclasses.replace(self.wide, pdl=True)) if pdl else (self.wide,)
 
     def regimes(self, form: str, max_tokens: int) -> tuple:
         """((tile, first T, last T), ...) covering 1..max_tokens for `form`."""
@@ -483,8 +541,9 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
-        one = (self.stream(form, 1),)
-        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"), *one)))
+        small = getattr(self, f"{form}_small")
+        pdl = (dataclasses.replace(small, pdl=True),) if any(r.form == form for r in self.small_launches) else ()
+        return tuple(dict.fromkeys((small, *mid, getattr(self, f"{form}_large"), *pdl)))
 
 
 # The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
@@ -573,13 +632,32 @@ def default_config(arch: str | None) -> MhcConfig:
     # pre / post_pre T = 1 7.71 / 8.45 vs 8.02 / 8.85, T = 4 8.57 / 9.27 vs 8.67 / 9.54, T = 64 15.32 /
     # 20.55 vs 15.42 / 20.48. Every T <= 64 kernel as a programmatic dependent with one token split for one
     # pass-1 program an SM: post_pre T = 1 7.66 (issue #5's < 8), pre 7.92; but at T = 4 pre 9.58 and at
-    # T = 64 16.72 / 21.46 (the same with the split unchanged: programmatic dependents cost there). So only
-    # one-token calls take them (one_token_pdl), with the one-program split.
+    # T = 64 16.72 / 21.46 (the same with the split unchanged: programmatic dependents cost there). Session 29
+    # took them at one token only; session 30's sweep chose them per form and T range: SMALL_LAUNCHES_90.
     wide = None if base.wide is None else dataclasses.replace(base.wide, apart=True)
-    return dataclasses.replace(base, wide=wide, one_token_pdl=True, one_token_ctas_per_sm=1)
+    return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90)
 
 
-ONE_TOKEN_PDL_FORMS = ("pre", "post_pre")  # MhcConfig.one_token_pdl: the pass-1 forms it changes
+# sm_90a's small-T launches (MhcConfig.small_launches). H200 2026-12-03 22:25 (session 30, graph timer, 8 calls a
+# graph, H = 7168, µs; docs/performance.md): the small-T kernels as programmatic dependents against plain
+# launches, at split targets of 1 / 2 / 4 programs an SM. At T <= 16 pass 1 has one token block, so 2 and 4 give
+# the same 224 splits (one 32-wide chunk each) and 1 gives 112 (two chunks): pre T = 2 7.60 (224) / 8.00 (112) vs
+# 7.84 plain, T = 3 7.56 vs 8.48, T = 4 9.57 (224) / **7.59** (112) vs 8.43, T = 6..16 9.76-9.97 vs 10.60-10.84,
+# T = 32 11.45 (2 an SM) vs 12.56, T = 64 17.12 vs **15.54** plain; post_pre T = 2 7.84 (112) / 8.16 (224) vs
+# 8.55, T = 3 8.69 vs 9.33, T = 4 **10.42** (112) / 8.84 (224) vs 9.31, T = 6..16 10.63-11.02 (112) vs
+# 11.38-12.15, T = 32 13.19 (2 an SM) / 13.74 (1) vs 15.92, T = 64 17.95 (1) vs 20.56. The T = 4 swap between the
+# forms repeated in two machine sessions; its cause is not found. T = 1 is session 29's (one program an SM).
+SMALL_LAUNCHES_90 = (
+    SmallLaunch("pre", 1, 1, 1),
+    SmallLaunch("pre", 2, 3, 2),
+    SmallLaunch("pre", 4, 4, 1),
+    SmallLaunch("pre", 5, 32, 2),
+    SmallLaunch("post_pre", 1, 3, 1),
+    SmallLaunch("post_pre", 4, 4, 2),
+    SmallLaunch("post_pre", 5, 16, 1),
+    SmallLaunch("post_pre", 17, 32, 2),
+    SmallLaunch("post_pre", 33, 64, 1),
+)
 
 
 def with_small_t_pdl(config: MhcConfig) -> MhcConfig:
@@ -617,10 +695,11 @@ def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_
 
 
 def workspace_rows(
-    config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None, one_token_target=None
+    config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None, targets=()
 ) -> int:
     """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens
-    (target_ctas: the split target; one_token_target: T = 1's when it differs, MhcConfig.target_ctas)."""
+    (target_ctas: the split target; targets: ((form, first T, last T, target), ...) where it differs,
+    MhcConfig.split_targets)."""
     rows = 0
     if config.small is not None and any(f != "post" for f in forms):
         slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
@@ -640,6 +719,11 @@ def workspace_rows(
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
                     rows = max(rows, split_for(t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
-            if one_token_target and lo == 1:
-                rows = max(rows, split_for(1, cfg.block_t, n_chunks, one_token_target, split_k)[0])
+        small = config.stream(form, 1)  # the small tile's chunking (a SmallLaunch runs it, pdl or not)
+        for f, first, last, target in targets:
+            if f == form and first <= max_tokens:
+                last = min(last, max_tokens)
+                for t in range(first, last + 1):
+                    splits = split_for(t, small.block_t, hidden // small.block_h, target, split_k)[0]
+                    rows = max(rows, splits * t)
     return rows

@@ -42,9 +42,9 @@ def _launcher(p: MhcPlan, kind: str, key: tuple):
         raise ValueError(f"{OP}: this plan was prepared for forms {p.forms()}; {key[0]} is not one of them") from None
 
 
-def _target(p: MhcPlan, tokens: int) -> int:
-    """Pass 1's target program count at `tokens` live tokens (split_for)."""
-    return p.state.selection.target_ctas(tokens, p.state.extra["sms"])
+def _target(p: MhcPlan, form: str, tokens: int) -> int:
+    """Pass 1's target program count of `form` at `tokens` live tokens (split_for)."""
+    return p.state.selection.target_ctas(tokens, p.state.extra["sms"], form)
 
 
 def _split_fn(p: MhcPlan, fn, binding):
@@ -65,22 +65,23 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding)
     if form == "post":
         splits, cps = n_chunks, 1
     else:
-        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p, t), caps.split_k)
+        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p, form, t), caps.split_k)
     launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
     launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
     return splits
 
 
-def _apply(p: MhcPlan, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
+def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding, **scal) -> None:
+    """Pass 2 after `form`'s pass 1 at t tokens."""
     caps, dt = p.caps, _dname(p.caps.dtype)
     wdt = "float32" if w is None else _dname(w.dtype)
     sel = p.state.selection
     y, post, comb = outs["y_out"], outs["post_out"], outs["comb_out"]
     if sel.wide is not None and t <= sel.wide.max_tokens and w is None:
-        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide_for(t)))
+        launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide_for(t, form)))
         launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
         return
-    tile = sel.apply(t)
+    tile = sel.apply(t, form)
     kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
     launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
@@ -99,7 +100,9 @@ def _one_launch(
         launch = _launcher(p, "compile_last", (form, dt, caps.hidden_size, wdt, sel.last))
     elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
-        splits, cps = split_for(t, stream.block_t, caps.hidden_size // stream.block_h, _target(p, t), caps.split_k)
+        splits, cps = split_for(
+            t, stream.block_t, caps.hidden_size // stream.block_h, _target(p, form, t), caps.split_k
+        )
         kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
         scratch = binding.scratch if binding is not None else p.state.scratch
         kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
@@ -167,7 +170,7 @@ def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=N
     ):
         return None
     splits = _stream(p, form, t, residual, None, None, None, outs.get("residual_out"), fn, binding)
-    _apply(p, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    _apply(p, form, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
 
 
@@ -205,10 +208,10 @@ def execute_post_pre(
         if _one_launch(p, "pre", t, *args, small=False, **scal):
             return None
         splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding)
-        _apply(p, t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+        _apply(p, "pre", t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
         return None
     splits = _stream(p, "post_pre", t, residual, x, prev_post, prev_comb, outs["residual_out"], fn, binding)
-    _apply(p, t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    _apply(p, "post_pre", t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
 
 

@@ -13,7 +13,8 @@ MhcConfig.fused_pre (the one-launch kernel, _kernel_fused.py: sm_120a's default 
 with or without a norm weight), MhcConfig.small at T <= small.max_tokens or MhcConfig.tiny at
 T <= tiny.max_tokens without a norm weight (_kernel_tiny.py), all off by default; MhcConfig.wide makes pass 2 the wide kernel at
 T <= 4 without a norm weight (_kernel_wide.py, on by default; on sm_90a post and comb in a program of
-their own, and one-token calls launched as programmatic dependents: MhcConfig.one_token_pdl). run_post is always 1. No call
+their own). On sm_90a pre's and post_pre's calls up to 32 / 64 tokens launch their kernels as programmatic
+dependents, with a split target by token count (MhcConfig.small_launches). run_post is always 1. No call
 allocates (caller-buffer form), compiles or syncs the host: capture them in CUDA graphs. CPU tensors
 run `reference.py` (one warning per process, from PreparationSession).
 
