@@ -100,11 +100,12 @@ def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
     ex._launchers(plan)
     if op == "pre":
         pass1 = lambda: ex._stream(plan, "pre", t, res, None, None, None, None, fn, None)  # noqa: E731
-        src = res
+        src, form = res, "pre"
     elif op == "post_pre":
         new = outs["residual"]
-        sel = plan.state.selection
+        sel, form = plan.state.selection, "post_pre"
         if sel.post_pre_split and t > sel.small_max_tokens:  # as execute_post_pre: post, then pre's pass 1
+            form = "pre"
 
             def pass1():
                 ex._stream(plan, "post", t, res, x, post, comb, new, ex._workspace(plan, None), None)
@@ -116,7 +117,7 @@ def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
         raise ValueError(f"per_pass_calls: op must be pre or post_pre, got {op!r}")
     splits = pass1()
     hc, scal = (ins["hc_scale"], ins["hc_base"]), {"norm_eps": 0.0} | dict(scal)  # run_pre's default norm_eps
-    pass2 = lambda: ex._apply(plan, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
+    pass2 = lambda: ex._apply(plan, form, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
     return splits, {"pass1": pass1, "pass2": pass2}
 
 
