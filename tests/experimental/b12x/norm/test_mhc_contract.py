@@ -647,3 +647,27 @@ def test_small_launches_programmatic_dependents_and_split():
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             _config.SmallLaunch(**({"form": "pre", "first": 1, "last": 4, "ctas_per_sm": 1} | kw))
+
+
+_DENSE = tuple(_config.SmallLaunch(f, 1, 64, 8) for f in ("pre", "post_pre"))  # more programs than ctas_per_sm
+
+
+@pytest.mark.parametrize("sms", [1, 48, 132, 170, 188])
+@pytest.mark.parametrize("hidden", [2048, 7168])
+@pytest.mark.parametrize("max_tokens", [8, 300])
+@pytest.mark.parametrize("launches", [None, _DENSE], ids=["default", "dense"])
+def test_workspace_covers_every_live_split(sms, hidden, max_tokens, launches):
+    """The partials hold splits x T rows for every live T and form the sm_90a default runs, with its
+    small_launches' split targets (and with entries denser than ctas_per_sm), on GPUs of 1..188 SMs (H200
+    132, RTX 5090 170, RTX PRO 6000 188): no entry can make pass 1 write past the workspace."""
+    cfg = _config.default_config("sm_90a")
+    cfg = cfg if launches is None else dataclasses.replace(cfg, small_launches=launches)
+    rows = _config.workspace_rows(
+        cfg, api.FORMS, hidden, max_tokens, cfg.ctas_per_sm * sms, targets=cfg.split_targets(sms)
+    )
+    for form in ("pre", "post_pre", "bcast"):
+        for t in range(1, max_tokens + 1):
+            run = "pre" if form == "post_pre" and cfg.post_pre_split and t > cfg.small_max_tokens else form
+            tile = cfg.stream(run, t)
+            splits = _config.split_for(t, tile.block_t, hidden // tile.block_h, cfg.target_ctas(t, sms, run))[0]
+            assert splits * t <= rows, (form, t, splits, rows)
