@@ -66,8 +66,7 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
-    targets = cfg.split_targets(1)
-    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, targets=targets)
+    rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, sms=1)
     st = p._state
     st.device, st.arch, st.selection = torch.device("cpu"), "interpret", cfg
     counters = torch.zeros(cfg.counters(p.forms(), max_tokens), dtype=torch.int32)

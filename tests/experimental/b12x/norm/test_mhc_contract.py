@@ -625,8 +625,8 @@ def test_small_launches_programmatic_dependents_and_split():
     eight = dataclasses.replace(cfg, small_max_tokens=8)  # no entry applies above small_max_tokens
     assert eight.stream("pre", 8).pdl and eight.small_launch("pre", 9) is None and not eight.apply(9, "pre").pdl
     # the workspace: the largest splits x T over every target (T = 32 at one program an SM: 2 token blocks)
-    one_sm = (("pre", 1, 64, 132),)
-    rows = _config.workspace_rows(cfg, api.FORMS, 7168, 64, 1, targets=one_sm)
+    one_sm = dataclasses.replace(cfg, small_launches=(_config.SmallLaunch("pre", 1, 64, 1),))
+    rows = _config.workspace_rows(one_sm, api.FORMS, 7168, 64, 1, sms=132)
     assert rows >= _config.split_for(32, 16, 7168 // 32, 132)[0] * 32
     assert rows > _config.workspace_rows(cfg, api.FORMS, 7168, 64, 1)
     for kw, message in (
@@ -662,9 +662,7 @@ def test_workspace_covers_every_live_split(sms, hidden, max_tokens, launches):
     132, RTX 5090 170, RTX PRO 6000 188): no entry can make pass 1 write past the workspace."""
     cfg = _config.default_config("sm_90a")
     cfg = cfg if launches is None else dataclasses.replace(cfg, small_launches=launches)
-    rows = _config.workspace_rows(
-        cfg, api.FORMS, hidden, max_tokens, cfg.ctas_per_sm * sms, targets=cfg.split_targets(sms)
-    )
+    rows = _config.workspace_rows(cfg, api.FORMS, hidden, max_tokens, cfg.ctas_per_sm * sms, sms=sms)
     for form in ("pre", "post_pre", "bcast"):
         for t in range(1, max_tokens + 1):
             run = "pre" if form == "post_pre" and cfg.post_pre_split and t > cfg.small_max_tokens else form

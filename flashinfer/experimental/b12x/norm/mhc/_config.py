@@ -423,10 +423,10 @@ class MhcConfig:
         rule = self.small_launch(form, tokens)
         return (rule.ctas_per_sm if rule else self.ctas_per_sm) * sms
 
-    def split_targets(self, sms: int) -> tuple:
-        """((form, first T, last T, target programs), ...): the split targets that differ from
-        ctas_per_sm's (workspace_rows sizes the partials for each)."""
-        return tuple((r.form, r.first, r.last, r.ctas_per_sm * sms) for r in self.small_launches)
+    def _applying(self, form: str | None = None) -> tuple:
+        """The SmallLaunch entries (of `form`, or all) that cover some T <= small_max_tokens. The compile
+        jobs ask stream / apply / wide_for for the tile at an entry's first T: the tile its calls run."""
+        return tuple(r for r in self.small_launches if r.first <= self.small_max_tokens and form in (None, r.form))
 
     def fused_tile(self, form: str) -> FusedConfig | None:
         """The one-launch tile of `form` (None: that form never runs it)."""
@@ -480,7 +480,7 @@ class MhcConfig:
         """Every pass-2 tile this selection may run (the compile jobs)."""
         if self.pass2 == "row":
             mid = () if self.row_mid is None else (self.row_mid,)
-            pdl = (dataclasses.replace(self.row_small, pdl=True),) if self.small_launches else ()
+            pdl = tuple(self.apply(r.first, r.form) for r in self._applying())
             return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large)))
         return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
 
@@ -504,8 +504,8 @@ class MhcConfig:
         """Every wide pass-2 tile this selection may run (the compile jobs)."""
         if self.wide is None:
             return ()
-        pdl = any(r.first <= self.wide.max_tokens for r in self.small_launches)
-        return (self.wide, dataclasses.replace(self.wide, pdl=True)) if pdl else (self.wide,)
+        pdl = tuple(self.wide_for(r.first, r.form) for r in self._applying() if r.first <= self.wide.max_tokens)
+        return tuple(dict.fromkeys((self.wide, *pdl)))
 
     def regimes(self, form: str, max_tokens: int) -> tuple:
         """((tile, first T, last T), ...) covering 1..max_tokens for `form`."""
@@ -541,9 +541,8 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
-        small = getattr(self, f"{form}_small")
-        pdl = (dataclasses.replace(small, pdl=True),) if any(r.form == form for r in self.small_launches) else ()
-        return tuple(dict.fromkeys((small, *mid, getattr(self, f"{form}_large"), *pdl)))
+        pdl = tuple(self.stream(form, r.first) for r in self._applying(form))
+        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"), *pdl)))
 
 
 # The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
@@ -695,11 +694,11 @@ def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_
 
 
 def workspace_rows(
-    config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None, targets=()
+    config: MhcConfig, forms, hidden: int, max_tokens: int, target_ctas: int, split_k=None, sms=None
 ) -> int:
     """Rows of the fp32 [rows, 32] partials: the largest splits(T) * T over 1 <= T <= max_tokens
-    (target_ctas: the split target; targets: ((form, first T, last T, target), ...) where it differs,
-    MhcConfig.split_targets)."""
+    (target_ctas: the split target; sms: the SM count that the small_launches' targets scale by, None:
+    those calls are not sized)."""
     rows = 0
     if config.small is not None and any(f != "post" for f in forms):
         slices = max(hidden // config.small.slice_h(f, hidden) for f in forms if f != "post")
@@ -719,11 +718,11 @@ def workspace_rows(
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
                     rows = max(rows, split_for(t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
-        small = config.stream(form, 1)  # the small tile's chunking (a SmallLaunch runs it, pdl or not)
-        for f, first, last, target in targets:
-            if f == form and first <= max_tokens:
-                last = min(last, max_tokens)
-                for t in range(first, last + 1):
-                    splits = split_for(t, small.block_t, hidden // small.block_h, target, split_k)[0]
-                    rows = max(rows, splits * t)
+        if sms is None:
+            continue
+        for t in range(1, min(max_tokens, config.small_max_tokens) + 1):
+            if config.small_launch(form, t):  # its own split target (MhcConfig.target_ctas)
+                tile = config.stream(form, t)
+                splits = split_for(t, tile.block_t, hidden // tile.block_h, config.target_ctas(t, sms, form), split_k)
+                rows = max(rows, splits[0] * t)
     return rows

@@ -120,7 +120,7 @@ class MhcPlan(Plan):
     def workspace_rows(self, config, device) -> int:
         caps, sms = self.caps, _sm_count(device)
         return workspace_rows(config, self.forms(), caps.hidden_size, caps.max_tokens, config.ctas_per_sm * sms,
-                              caps.split_k, targets=config.split_targets(sms))  # fmt: skip
+                              caps.split_k, sms=sms)  # fmt: skip
 
     def scratch_specs(self, config=None, device="cuda"):
         from ..._lib.scratch import ScratchBufferSpec
