@@ -24,8 +24,8 @@ copy's time / the row's time (what fraction of a same-size copy a row reaches: a
 itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
 capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
 config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
-two tiles alone: the crossover). --pdl adds a "b12x pdl" row per case: the plan's selection launched as a
-programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
+two tiles alone: the crossover). --pdl adds a "... pdl" twin of every row (the plan's selection and each
+candidate row) launched as a programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
 call's launch overlaps the previous call's drain (its bits checked like every row). --sets N (graph timer)
 rotates N input sets, one call each in the graph, instead of enough for 3x L2 (at least 2). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
@@ -296,10 +296,10 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
 
 
 def _with_pdl_rows(configs: list, args) -> list:
-    """(config, pdl) per row: each config plain, and with --pdl the plan's selection (None) once more as a
-    programmatic dependent."""
+    """(config, pdl) per row: each config plain, and with --pdl each once more as a programmatic dependent
+    (the plan's selection, None, and every candidate row)."""
     rows = [(c, False) for c in configs]
-    return rows + ([(None, True)] if args.pdl else [])
+    return rows + ([(c, True) for c in configs] if args.pdl else [])
 
 
 def _impl(config, pdl: bool) -> str:
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         help="time only the candidate configs whose repr contains one of these strings (e.g. unroll=True, layout='flat')",
     )
     parser.add_argument(
-        "--pdl", action="store_true", help="also time the plan's selection launched as a programmatic dependent"
+        "--pdl", action="store_true", help="also time every row (plan and candidates) launched as a programmatic dependent"
     )
     parser.add_argument(
         "--sets", type=int, default=None, help="graph timer: rotate this many input sets (default: 3x L2, >= 2)"

@@ -143,11 +143,11 @@ def test_nvfp4_bench_configs_selects_rows():
     pairs = BQ.nvfp4_bench_configs(7168, _args(("encode", ["pairs"])))
     assert pairs[0] is None and pairs[1:] and all(c.encode == "pairs" for c in pairs[1:])
     # --match: the candidates whose repr holds one of the strings, nothing else: here exactly the
-    # session-7 and session-27 variants (every one unrolled or persistent; no other candidate is)
+    # session-7, session-27 and session-31 variants (every one unrolled or persistent; no other candidate is)
     s7 = BQ.nvfp4_bench_configs(7168, _args(("match", ["unroll=True", "persistent=16"])))
     matching = {c for c in everything if "unroll=True" in repr(c) or "persistent=16" in repr(c)}
     assert s7[0] is None and len(s7[1:]) == len(set(s7[1:])) == len(matching)
-    later = nv._UNVALIDATED_PAIRS_S7 + nv._UNVALIDATED_PRELOAD
+    later = nv._UNVALIDATED_PAIRS_S7 + nv._UNVALIDATED_PRELOAD + nv._UNVALIDATED_RING
     assert set(s7[1:]) == matching == {nv.NvFp4Config(*c) for c in later}
     both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
     assert both == [None]
@@ -194,9 +194,10 @@ def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypa
 
 
 def test_pdl_rows_and_sets_option():
-    # --pdl adds the plan's selection (None) once more as a programmatic dependent, named "b12x pdl"
+    # --pdl adds every row once more as a programmatic dependent (the plan's selection named "b12x pdl")
     assert BQ._with_pdl_rows([None, "cfg"], _args(("pdl", False))) == [(None, False), ("cfg", False)]
-    assert BQ._with_pdl_rows([None, "cfg"], _args(("pdl", True))) == [(None, False), ("cfg", False), (None, True)]
+    plain_then_pdl = [(None, False), ("cfg", False), (None, True), ("cfg", True)]
+    assert BQ._with_pdl_rows([None, "cfg"], _args(("pdl", True))) == plain_then_pdl
     assert BQ._impl(None, True) == "b12x pdl" and BQ._impl(None, False) == "b12x"
     import contextlib
     import io
