@@ -347,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         help="time only the candidate configs whose repr contains one of these strings (e.g. unroll=True, layout='flat')",
     )
     parser.add_argument(
-        "--pdl", action="store_true", help="also time every row (plan and candidates) launched as a programmatic dependent"
+        "--pdl",
+        action="store_true",
+        help="also time every row (plan and candidates) launched as a programmatic dependent",
     )
     parser.add_argument(
         "--sets", type=int, default=None, help="graph timer: rotate this many input sets (default: 3x L2, >= 2)"
