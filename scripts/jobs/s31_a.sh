@@ -2,7 +2,8 @@
 # Session 31, first machine session (after the toolchain calls, on a snapshot): the ring candidates of the NVFP4
 # quantizer (`NvFp4Config.ring`, cp.async-pipelined persistent tiles) bit for bit on the H200 (test_gpu_candidates),
 # then timed against the plan's selection and the same-size copy at #4's four large shapes, plain and as
-# programmatic dependents, graph timer, in one process each.
+# programmatic dependents, graph timer, in one process each. Ran on b949f75; the ring configs were removed
+# after it (docs/performance.md session 31), so this record does not run on later trees.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 TEST_LIMIT=200 bash scripts/device_snapshot_run.sh - @scripts/jobs/s31_a_sel.txt 2>&1 | tail -5

@@ -153,17 +153,3 @@ _UNVALIDATED_PRELOAD = (
     (16, 256, 8, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True, True),
 )
-
-# Session 31 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): a persistent grid of single
-# tiles whose loads Triton's pipeliner issues `ring` - 1 tiles ahead as cp.async copies into shared memory
-# (`NvFp4Config.ring`). Fields after lut: preload, pdl, ring. Offered only with
-# B12X_QUANT_UNVALIDATED_CANDIDATES until test_gpu_candidates passes them on the H200.
-RING_GPU_VALIDATED = False
-_UNVALIDATED_RING = (
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, 4),
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, 3),
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, 6),
-    (16, 256, 8, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, 4),
-    (8, 512, 8, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, 4),
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 16, True, 0, True, False, False, 4),
-)

@@ -67,7 +67,6 @@ UNVALIDATED_ENV = "B12X_QUANT_UNVALIDATED_CANDIDATES"
 # -------------------------------------------------------------------------------------------------
 ENCODES = ("div", "mul", "search", "steps", "pairs")
 LAYOUTS = ("rows", "halves")
-RING_STAGES = (0, 2, 3, 4, 5, 6)  # NvFp4Config.ring: 0 off, else the pipeliner's stages
 
 
 @dataclass(frozen=True)
@@ -102,11 +101,6 @@ class NvFp4Config:
     pdl: launched as a programmatic dependent (`_lib/triton_pdl.py`): every program waits for the
     kernel before it in the stream, then lets the next PDL kernel launch, before its first global
     access. Not a tuning choice: the plan sets it on every tile (`api.plan(..., pdl=True)`).
-    ring ("pairs" on bf16, with persistent and k_iters 1, no prefetch; session 31): the persistent
-    range as one flat loop of tiles that Triton's pipeliner runs `ring` stages deep: ring - 1 tiles'
-    loads in flight as cp.async copies into shared memory, so the loads in flight hold no registers
-    and never wait behind this tile's math (`_kernel_pairs._program_pairs_persistent`). fp16 input
-    runs the plain persistent loop.
     """
 
     block_m: int = 16
@@ -125,7 +119,6 @@ class NvFp4Config:
     lut: bool = False
     preload: bool = False
     pdl: bool = False
-    ring: int = 0
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -164,9 +157,6 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.preload, bool)
         and (not config.preload or (config.unroll and config.k_iters in (2, 4) and not config.prefetch))
         and isinstance(config.pdl, bool)
-        and type(config.ring) is int
-        and config.ring in RING_STAGES
-        and (config.ring == 0 or (config.persistent > 0 and config.k_iters == 1 and not config.prefetch))
     )
 
 
@@ -194,14 +184,12 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
-    _UNVALIDATED_RING,
     _UNVALIDATED_STEPS,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
     PAIRS_GPU_VALIDATED,
     PRELOAD_GPU_VALIDATED,
-    RING_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
     STEPS_GPU_VALIDATED,
 )
@@ -227,7 +215,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_RING if unvalidated or RING_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
@@ -288,7 +275,6 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.lut,
         cfg.preload,
         int(cfg.pdl and asm),
-        cfg.ring,
     )
 
 
@@ -578,7 +564,6 @@ def _nvfp4_quantize_kernel(
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
     PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
     PDL: tl.constexpr,  # NvFp4Config.pdl (0 under the interpreter)
-    RING: tl.constexpr,  # NvFp4Config.ring ("pairs" on bf16 with persistent only)
 ):
     gdc_enter(PDL)  # before the first global access (the global scale, skip_dead's scale stores)
     PAIRS: tl.constexpr = ENCODE == 4 and x_ptr.dtype.element_ty == tl.bfloat16
@@ -586,7 +571,6 @@ def _nvfp4_quantize_kernel(
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, PRELOAD,
-            RING,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -678,7 +662,6 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "LUT": "constexpr",
         "PRELOAD": "constexpr",
         "PDL": "constexpr",
-        "RING": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
     attrs = {(0,): aligned, (1,): aligned, (2,): aligned}

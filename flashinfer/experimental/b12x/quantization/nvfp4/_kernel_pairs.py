@@ -177,50 +177,35 @@ def _program_pairs_persistent(
     STREAM: tl.constexpr,
     ASM: tl.constexpr,
     LUT: tl.constexpr,
-    RING: tl.constexpr = 0,
 ):
     """The tiles of `persistent_range`, row block by row block: each row block's part of the range is
     a column loop like the plain grid's (addresses advance by a constant, no division per tile); with
-    PREFETCH the next tile's loads of the same row block go out before this tile's math. With RING
-    (`NvFp4Config.ring`) the range is one flat loop that Triton's pipeliner runs RING - 1 tiles ahead
-    through cp.async copies into a shared-memory ring: the loads in flight no longer hold registers."""
+    PREFETCH the next tile's loads of the same row block go out before this tile's math."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     start, end = persistent_range(m, NK, BLOCK_M)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
     lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
-    if RING > 0:
-        for t in tl.range(start, end, num_stages=RING):
-            pid_m = t // NK
-            pid_k = t - pid_m * NK
-            rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            rows64 = rows.to(tl.int64)
-            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, rows < m, pid_k, K, BLOCK_K, STREAM)
+    for pid_m in range(start // NK, (end + NK - 1) // NK):
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < m
+        rows64 = rows.to(tl.int64)
+        k_lo = tl.maximum(start - pid_m * NK, 0)
+        k_hi = tl.minimum(end - pid_m * NK, NK)
+        if PREFETCH:
+            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k_lo, K, BLOCK_K, STREAM)
+        for pid_k in range(k_lo, k_hi):
+            if PREFETCH:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
+                more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < k_hi)
+                na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
+            else:
+                ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
             _encode_store_pairs(
                 ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
                 K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
             )  # fmt: skip
-    else:
-        for pid_m in range(start // NK, (end + NK - 1) // NK):
-            rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            row_ok = rows < m
-            rows64 = rows.to(tl.int64)
-            k_lo = tl.maximum(start - pid_m * NK, 0)
-            k_hi = tl.minimum(end - pid_m * NK, NK)
             if PREFETCH:
-                ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k_lo, K, BLOCK_K, STREAM)
-            for pid_k in range(k_lo, k_hi):
-                if PREFETCH:  # a full-shape mask (the interpreter's masked load rejects a broadcast one)
-                    more = row_ok & (tl.zeros([BLOCK_M], tl.int32) + (pid_k + 1) < k_hi)
-                    na, nb, nmask, nblk = _load_pair_words(x_ptr, rows64, more, pid_k + 1, K, BLOCK_K, STREAM)
-                else:
-                    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, pid_k, K, BLOCK_K, STREAM)
-                _encode_store_pairs(
-                    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, pid_k,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
-                )  # fmt: skip
-                if PREFETCH:
-                    ua, ub, bmask, blk = na, nb, nmask, nblk
+                ua, ub, bmask, blk = na, nb, nmask, nblk
 
 
 @triton.jit
@@ -398,7 +383,6 @@ def program_pairs(
     STREAM: tl.constexpr = False,
     LUT: tl.constexpr = False,
     PRELOAD: tl.constexpr = False,
-    RING: tl.constexpr = 0,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
     (PERSISTENT) the tile range of `persistent_range`."""
@@ -410,7 +394,7 @@ def program_pairs(
     elif PERSISTENT > 0:
         _program_pairs_persistent(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM, LUT, RING,
+            K, BLOCK_M, BLOCK_K, SCALE_WORDS, PREFETCH, STREAM, ASM, LUT,
         )  # fmt: skip
     else:
         _program_pairs_tiles(
