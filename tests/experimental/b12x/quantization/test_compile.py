@@ -185,6 +185,7 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         False,
         False,
         False,
+        False,  # k_major
         0,
     )
     assert calls == [((8, 1, 1), want, 1234)]
@@ -274,6 +275,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     stream=False,
                     lut=False,
                     preload=False,
+                    k_major=False,
                 ),
                 "sm_90a",
             )
@@ -315,9 +317,13 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         if op == "nvfp4" and nv.DIVISION_FREE_GPU_VALIDATED and nv.STEPS_GPU_VALIDATED:  # all but "pairs"?
             # the session-7 variants (every one unrolled or persistent) wait for S7_PAIRS_GPU_VALIDATED
             s7 = lambda c: not nv.S7_PAIRS_GPU_VALIDATED and (c.unroll or c.persistent > 0)
+            order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
+            s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
             offered = [
-                c for c in everything if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c)
+                c
+                for c in everything
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue
@@ -337,6 +343,7 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_PAIRS if op == "nvfp4" and nv.PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PRELOAD if op == "nvfp4" and nv.PRELOAD_GPU_VALIDATED else ()
+    passed += kmod._UNVALIDATED_ORDER if op == "nvfp4" and nv.ORDER_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -349,5 +356,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PRELOAD_GPU_VALIDATED", False)
+        monkeypatch.setattr(nv, "ORDER_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -153,3 +153,14 @@ _UNVALIDATED_PRELOAD = (
     (16, 256, 8, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True, True),
 )
+
+# Session 31 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): the preload and large tiles
+# with their programs in K-major order (`NvFp4Config.k_major`), and the preload tile held to 64 registers (8
+# programs an SM: 1.94 waves at 4096 x 4096 instead of 2.22). Fields after lut: preload, pdl, k_major.
+ORDER_GPU_VALIDATED = False
+_UNVALIDATED_ORDER = (
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
+    (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 64, True, True),
+    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 64, True, True, False, True),
+)

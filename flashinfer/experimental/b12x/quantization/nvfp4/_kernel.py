@@ -52,7 +52,7 @@ from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum
 from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
-from ._kernel_pairs import persistent_range, program_pairs
+from ._kernel_pairs import persistent_range, program_origin, program_pairs
 from ._occupancy import resident_programs
 from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, pack_steps_top
 
@@ -101,6 +101,10 @@ class NvFp4Config:
     pdl: launched as a programmatic dependent (`_lib/triton_pdl.py`): every program waits for the
     kernel before it in the stream, then lets the next PDL kernel launch, before its first global
     access. Not a tuning choice: the plan sets it on every tile (`api.plan(..., pdl=True)`).
+    k_major ("pairs" or its fp16 fallback, not persistent; session 31): a one-axis grid whose consecutive programs take
+    consecutive column groups of a row block (the default grid's consecutive programs take consecutive
+    row blocks of one column group), so the programs resident at once read contiguous rows rather than
+    a column band of every row.
     """
 
     block_m: int = 16
@@ -119,6 +123,7 @@ class NvFp4Config:
     lut: bool = False
     preload: bool = False
     pdl: bool = False
+    k_major: bool = False
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -157,6 +162,8 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.preload, bool)
         and (not config.preload or (config.unroll and config.k_iters in (2, 4) and not config.prefetch))
         and isinstance(config.pdl, bool)
+        and isinstance(config.k_major, bool)
+        and (not config.k_major or (config.encode == "pairs" and config.persistent == 0))
     )
 
 
@@ -181,6 +188,7 @@ LARGE_M_STEPS = (8, 256, 4, "steps", False, False, "halves", 4)  # the large-M w
 # `_candidates.py`.
 from ._candidates import (  # noqa: E402
     _UNVALIDATED,
+    _UNVALIDATED_ORDER,
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
@@ -188,6 +196,7 @@ from ._candidates import (  # noqa: E402
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
+    ORDER_GPU_VALIDATED,
     PAIRS_GPU_VALIDATED,
     PRELOAD_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
@@ -215,6 +224,7 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs = _UNVALIDATED_PAIRS if unvalidated or PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
+    pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
@@ -250,6 +260,11 @@ def grid(m: int, k: int, config: NvFp4Config, resident: int | None = None) -> tu
         if tiles >= 2**31:
             raise ValueError(f"{OP}: m={m} x k={k} is {tiles} tiles of {config}; a persistent grid needs < 2^31")
         return (min(tiles, config.persistent if resident is None else resident), 1, 1)
+    if config.k_major:  # one axis: program p takes row block p // groups, column group p % groups
+        programs = _round_up(m, 128) // config.block_m * triton.cdiv(tiles_k, config.k_iters)
+        if programs >= 2**31:
+            raise ValueError(f"{OP}: m={m} x k={k} is {programs} programs of {config}; a k_major grid needs < 2^31")
+        return (programs, 1, 1)
     return (_round_up(m, 128) // config.block_m, triton.cdiv(tiles_k, config.k_iters), 1)
 
 
@@ -274,6 +289,7 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.stream,
         cfg.lut,
         cfg.preload,
+        cfg.k_major,
         int(cfg.pdl and asm),
     )
 
@@ -517,11 +533,13 @@ def _program_tiles(
     HALVES: tl.constexpr,
     K_ITERS: tl.constexpr,
     ASM: tl.constexpr,
+    K_MAJOR: tl.constexpr = False,
 ):
     """Every encode but "pairs" on bf16: K_ITERS column tiles of one row block, one after the other."""
-    pid_m = tl.program_id(0)
+    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+    pid_m, pid_g = program_origin(NK, K_ITERS, K_MAJOR)
     if K_ITERS == 1:  # one tile: the GPU-validated configs' code, unchanged
-        pid_k = tl.program_id(1)
+        pid_k = pid_g
         _program_tile(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
             K, BLOCK_M, BLOCK_K, ENCODE, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
@@ -529,9 +547,8 @@ def _program_tiles(
     else:
         # A loop, not unrolled: per-thread setup is paid once per K_ITERS tiles, registers stay those
         # of one tile. The last program's tiles past ceil64(K) are skipped.
-        NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
         for it in range(K_ITERS):
-            pid_k = tl.program_id(1) * K_ITERS + it
+            pid_k = pid_g * K_ITERS + it
             if (NK % K_ITERS == 0) or (pid_k < NK):
                 _program_tile(
                     x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m, pid_m, pid_k,
@@ -563,6 +580,7 @@ def _nvfp4_quantize_kernel(
     STREAM: tl.constexpr,  # NvFp4Config.stream ("pairs" only)
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
     PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
+    K_MAJOR: tl.constexpr,  # NvFp4Config.k_major ("pairs" only, a one-axis grid)
     PDL: tl.constexpr,  # NvFp4Config.pdl (0 under the interpreter)
 ):
     gdc_enter(PDL)  # before the first global access (the global scale, skip_dead's scale stores)
@@ -571,6 +589,7 @@ def _nvfp4_quantize_kernel(
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, PRELOAD,
+            K_MAJOR,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -586,7 +605,7 @@ def _nvfp4_quantize_kernel(
         else:
             _program_tiles(
                 x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-                K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM,
+                K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM, K_MAJOR,
             )  # fmt: skip
 
 
@@ -661,6 +680,7 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "STREAM": "constexpr",
         "LUT": "constexpr",
         "PRELOAD": "constexpr",
+        "K_MAJOR": "constexpr",
         "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]

@@ -149,6 +149,21 @@ def _encode_store_pairs(
 
 
 @triton.jit
+def program_origin(NK: tl.constexpr, K_ITERS: tl.constexpr, K_MAJOR: tl.constexpr):
+    """(row block, column group of K_ITERS tiles) of this program: the two grid axes, or with K_MAJOR
+    (`NvFp4Config.k_major`) program_id(0) = row block x groups + group."""
+    if K_MAJOR:
+        NG: tl.constexpr = (NK + K_ITERS - 1) // K_ITERS
+        pid = tl.program_id(0)
+        pid_m = pid // NG
+        pid_g = pid - pid_m * NG
+    else:
+        pid_m = tl.program_id(0)
+        pid_g = tl.program_id(1)
+    return pid_m, pid_g
+
+
+@triton.jit
 def persistent_range(m, NK: tl.constexpr, BLOCK_M: tl.constexpr):
     """[start, end) of this program's tiles in a persistent grid: tile t is row block t // NK and column
     tile t % NK over ceil128(m) rows (padding rows included: they read zeros, so their scales are 0);
@@ -383,9 +398,10 @@ def program_pairs(
     STREAM: tl.constexpr = False,
     LUT: tl.constexpr = False,
     PRELOAD: tl.constexpr = False,
+    K_MAJOR: tl.constexpr = False,
 ):
-    """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); or
-    (PERSISTENT) the tile range of `persistent_range`."""
+    """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS) (K_MAJOR: both
+    from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
@@ -399,7 +415,7 @@ def program_pairs(
     else:
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD, K_MAJOR,
         )  # fmt: skip
 
 
@@ -424,17 +440,19 @@ def _program_pairs_tiles(
     STREAM: tl.constexpr,
     LUT: tl.constexpr,
     PRELOAD: tl.constexpr,
+    K_MAJOR: tl.constexpr = False,
 ):
-    """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS)."""
-    pid_m = tl.program_id(0)
+    """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); with
+    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`)."""
+    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
+    pid_m, pid_g = program_origin(NK, K_ITERS, K_MAJOR)
+    k0 = pid_g * K_ITERS
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
     rows64 = rows.to(tl.int64)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
-    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     dead = pid_m * BLOCK_M >= m  # padding rows only (skip_dead): their scales are 0, nothing else
-    k0 = tl.program_id(1) * K_ITERS
     if UNROLL:
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
         _k_tiles_unrolled(
