@@ -91,12 +91,9 @@ NVFP4_VARIANTS = [
     ((16, 32, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, False, True), 130, 160),
     ((16, 64, 4, "pairs", True, True, "halves", 2, False, True, 0, False, 0, False, True), 130, 160),
     # session 31: programs in K-major order (one grid axis: row block x groups + group), a preload group of 4
-    # tiles (the last one past the row's end) and a prefetching one; the 64-register preload tiles (the cap is
-    # a no-op here)
+    # tiles (the last one past the row's end) and a prefetching one
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
     ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True), 130, 160),
-    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 64, True, True), 5, 48),
-    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 64, True, True, False, True), 5, 48),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.

@@ -75,10 +75,11 @@ def test_dispatch_bitwise(plans, m, k):
             _check_nvfp4(out, x, gs)
 
 
+@pytest.mark.parametrize("k", [4096, 7168])  # 4096: the mid tile K-major (session 31), fp16 through "steps"
 @pytest.mark.parametrize("m", [5, T + 3])
-def test_dispatch_float16_and_scaled(plans, m):
-    p, out = plans(7168, torch.float16)
-    x = _random(m, 7168, torch.float16, m)
+def test_dispatch_float16_and_scaled(plans, m, k):
+    p, out = plans(k, torch.float16)
+    x = _random(m, k, torch.float16, m)
     for gs in (1.0, 2.0**-100, 1e30, float(nvfp4_global_scale(x))):
         _poison_nvfp4(out)
         nvfp4.run(plan=p, x=x, global_scale=gs, outputs=out)

@@ -31,6 +31,19 @@ def test_heuristic_dispatches_only_from_the_threshold():
     assert d.mid_until == (1 << 26) // 7168 + 1 and d.tile(9362) == 1 and d.tile(9363) == 2
     assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == d  # quantize()'s one-shot capacity
     assert nvfp4.plan(4096, 7168).heuristic(None) is None  # the CPU reference backend
+    # session 31: up to 4096 columns the mid tile's programs run K-major (one grid axis), above it as before
+    d4 = nvfp4.plan(_dispatch.LARGE_FROM_M, 4096).heuristic(ARCH)
+    assert d4.mid == dataclasses.replace(_kernel.NvFp4Config(*_dispatch.MID_PRELOAD), k_major=True)
+    assert not d.mid.k_major and not d4.large.k_major and not d4.small.k_major
+    assert _kernel.grid(4096, 4096, d4.mid) == (512 * 4, 1, 1) and _kernel.grid(4096, 4096, d.mid) == (512, 4, 1)
+
+
+def test_k_major_mid_tile_follows_its_switch(monkeypatch):
+    monkeypatch.setattr(_kernel, "ORDER_GPU_VALIDATED", False)
+    assert not _dispatch.mid_config(4096).k_major
+    monkeypatch.setattr(_kernel, "ORDER_GPU_VALIDATED", True)
+    monkeypatch.setattr(_dispatch, "MID_K_MAJOR_MAX_K", 2048)
+    assert not _dispatch.mid_config(4096).k_major and _dispatch.mid_config(2048).k_major
 
 
 def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):

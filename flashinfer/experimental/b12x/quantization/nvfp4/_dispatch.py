@@ -53,6 +53,11 @@ LARGE_M_S7: tuple | None = (8, 256, 4, "pairs", False, False, "halves", 4, True,
 # of its throughput there under the large tile (ncu), takes the extra requests).
 MID_PRELOAD: tuple | None = _kernel._UNVALIDATED_PRELOAD[0]
 MID_MAX_ELEMENTS = 1 << 26  # 16384 x 4096: the largest measured shape where preload still won
+# Session 31: at rows of at most this many columns the mid tile's programs run in K-major order
+# (`NvFp4Config.k_major`: the resident programs read whole rows). H200 2026-12-04 (graph timer, one process,
+# docs/performance.md session 31): 4096 x 4096 14.69 -> 14.28 µs (as a programmatic dependent 14.09 -> 13.69),
+# 16384 x 4096 48.58 -> 48.48; at K = 7168 +0.7% (23.47 -> 23.63), hence the bound. K < 4096 is not measured.
+MID_K_MAJOR_MAX_K = 4096
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,11 @@ def large_config(k: int) -> NvFp4Config:
 
 def mid_config(k: int) -> NvFp4Config | None:
     """The tile between large_from and MID_MAX_ELEMENTS // k rows: `MID_PRELOAD` once PRELOAD_GPU_VALIDATED
-    (capped to the padded row), else None."""
+    (capped to the padded row; K-major up to MID_K_MAJOR_MAX_K columns once ORDER_GPU_VALIDATED), else None."""
     if MID_PRELOAD is None or not _kernel.PRELOAD_GPU_VALIDATED:
         return None
-    return capped_config(k, MID_PRELOAD)
+    cfg = capped_config(k, MID_PRELOAD)
+    return replace(cfg, k_major=True) if k <= MID_K_MAJOR_MAX_K and _kernel.ORDER_GPU_VALIDATED else cfg
 
 
 def default_selection(max_rows: int, k: int):
