@@ -93,3 +93,18 @@ def pack_bytes4(b):
     C: tl.constexpr = b.shape[1]
     shifts = tl.arange(0, 4) * 8
     return tl.sum(tl.reshape(b, (R, C // 4, 4)) << shifts[None, None, :], axis=2)
+
+
+@triton.jit
+def grid_origin(COLS: tl.constexpr, K_MAJOR: tl.constexpr):
+    """(row block, column unit) of this program in a quantizer's grid: the two grid axes, or with K_MAJOR a
+    one-axis grid whose program_id(0) = row block x COLS + column unit (column units fastest, so the programs
+    resident at once read whole rows; `NvFp4Config.k_major`, `MxFp8Config.k_major`)."""
+    if K_MAJOR:
+        pid = tl.program_id(0)
+        pid_m = pid // COLS
+        pid_c = pid - pid_m * COLS
+    else:
+        pid_m = tl.program_id(0)
+        pid_c = tl.program_id(1)
+    return pid_m, pid_c

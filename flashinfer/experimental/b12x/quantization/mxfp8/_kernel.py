@@ -42,7 +42,7 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_origin, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
@@ -218,21 +218,6 @@ def _mxfp8_quantize_kernel(
 
 
 @triton.jit
-def _origin(K: tl.constexpr, BLOCK_K: tl.constexpr, K_MAJOR: tl.constexpr):
-    """(row block, column tile) of this program: the two grid axes, or with K_MAJOR program_id(0) = row
-    block x column tiles + column tile."""
-    if K_MAJOR:
-        NT: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
-        pid = tl.program_id(0)
-        pid_m = pid // NT
-        pid_k = pid - pid_m * NT
-    else:
-        pid_m = tl.program_id(0)
-        pid_k = tl.program_id(1)
-    return pid_m, pid_k
-
-
-@triton.jit
 def _ue8m0(amax):
     """UE8M0 byte of each block from its NaN-free amax (see the module docstring)."""
     s_bits = tl.math.div_rn(amax, 448.0).to(tl.int32, bitcast=True)
@@ -281,7 +266,7 @@ def _quantize_quarters(
     store. Same bits as `_quantize_rows` with LEAN."""
     NB: tl.constexpr = K // 32
     TILE_NB: tl.constexpr = BLOCK_K // 32
-    pid_m, pid_k = _origin(K, BLOCK_K, K_MAJOR)
+    pid_m, pid_k = grid_origin((K + BLOCK_K - 1) // BLOCK_K, K_MAJOR)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows64 = rows.to(tl.int64)
     blk = pid_k * TILE_NB + tl.arange(0, TILE_NB)
@@ -341,7 +326,7 @@ def _quantize_rows(
 ):
     NB: tl.constexpr = K // 32  # scale columns
     TILE_NB: tl.constexpr = BLOCK_K // 32
-    pid_m, pid_k = _origin(K, BLOCK_K, K_MAJOR)
+    pid_m, pid_k = grid_origin((K + BLOCK_K - 1) // BLOCK_K, K_MAJOR)
 
     # Phase 1: load the tile.
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

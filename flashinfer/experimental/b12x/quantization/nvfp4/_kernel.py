@@ -49,10 +49,10 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
-from ..._lib.triton_quant import block_amax, block_amax_maxnum
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_origin
 from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
-from ._kernel_pairs import persistent_range, program_origin, program_pairs
+from ._kernel_pairs import persistent_range, program_pairs
 from ._occupancy import resident_programs
 from ._steps import as_f32, e2m1_codes_steps, e2m1_steps_top, pack_steps_pairs, pack_steps_top
 
@@ -537,7 +537,7 @@ def _program_tiles(
 ):
     """Every encode but "pairs" on bf16: K_ITERS column tiles of one row block, one after the other."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-    pid_m, pid_g = program_origin(NK, K_ITERS, K_MAJOR)
+    pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
     if K_ITERS == 1:  # one tile: the GPU-validated configs' code, unchanged
         pid_k = pid_g
         _program_tile(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..._lib.triton_quant import grid_origin
 from ._encodes import _e4m3_rn, _store_scales
 from ._pairs import (
     LUT_HI,
@@ -146,21 +147,6 @@ def _encode_store_pairs(
         tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
 
     _store_scales(scales_ptr, rows64, pid_k, sbits, NB, BLOCK_K // 16, SCALE_WORDS, STREAM)
-
-
-@triton.jit
-def program_origin(NK: tl.constexpr, K_ITERS: tl.constexpr, K_MAJOR: tl.constexpr):
-    """(row block, column group of K_ITERS tiles) of this program: the two grid axes, or with K_MAJOR
-    (`NvFp4Config.k_major`) program_id(0) = row block x groups + group."""
-    if K_MAJOR:
-        NG: tl.constexpr = (NK + K_ITERS - 1) // K_ITERS
-        pid = tl.program_id(0)
-        pid_m = pid // NG
-        pid_g = pid - pid_m * NG
-    else:
-        pid_m = tl.program_id(0)
-        pid_g = tl.program_id(1)
-    return pid_m, pid_g
 
 
 @triton.jit
@@ -445,7 +431,7 @@ def _program_pairs_tiles(
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); with
     K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`)."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-    pid_m, pid_g = program_origin(NK, K_ITERS, K_MAJOR)
+    pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
     k0 = pid_g * K_ITERS
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
