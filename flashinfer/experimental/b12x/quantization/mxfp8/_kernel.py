@@ -106,9 +106,18 @@ def default_config(k: int) -> MxFp8Config:
     The H200 sweep of 2026-11-30 05:58 (docs/performance.md; every MXFP8 candidate passed the bitwise
     tier at 05:55) put it within 9% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K
     in {4096, 7168} (M = 16384 K = 7168: 101 µs, 84% of copy, vs 108 for the old 16 x 256 default).
-    One config for every M: a plan's capacity says little about its live M."""
+    One config for every M: a plan's capacity says little about its live M.
+    Session 31: in K-major order (`k_major`), which the H200 timed faster at all four of #4's shapes
+    (2026-12-04, graph timer, one process: 4096 x 4096 15.73 -> 15.36 µs, as a programmatic dependent
+    15.17 -> 14.73 (81.5% of copy); 16384 x 4096 54.84 -> 54.12; 4096 x 7168 25.85 -> 25.74; 16384 x 7168
+    96.33 -> 93.33), its bits checked there (test_gpu_candidates)."""
     return MxFp8Config(
-        block_m=4, block_k=min(512, triton.next_power_of_2(k)), num_warps=2, lean=True, layout="quarters"
+        block_m=4,
+        block_k=min(512, triton.next_power_of_2(k)),
+        num_warps=2,
+        lean=True,
+        layout="quarters",
+        k_major=True,
     )
 
 
@@ -141,6 +150,7 @@ _VALIDATED = (
     (16, 1024, 8, True, "quarters"),
     (1, 1024, 1, True, "quarters"),
     (4, 512, 2, True, "quarters"),
+    (4, 512, 2, True, "quarters", False, True),  # K-major (the default since session 31): passed 2026-12-04
 )
 # Not GPU-validated: offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 (bench --all-configs,
 # test_gpu_candidates.py). Move a config to _VALIDATED after test_gpu_candidates passes for it on
@@ -150,8 +160,6 @@ _VALIDATED = (
 _UNVALIDATED: tuple = (
     (4, 512, 2, True, "flat"),  # the default tile (one row a program needs no fix: 1 x 1024 builds the same)
     (16, 256, 4, True, "flat"),
-    # session 31: the default tile with its programs in K-major order (`MxFp8Config.k_major`)
-    (4, 512, 2, True, "quarters", False, True),
 )
 
 
