@@ -160,6 +160,11 @@ _VALIDATED = (
 _UNVALIDATED: tuple = (
     (4, 512, 2, True, "flat"),  # the default tile (one row a program needs no fix: 1 x 1024 builds the same)
     (16, 256, 4, True, "flat"),
+    # session 31: other "quarters" tiles in K-major order (the default's order since session 31)
+    (2, 512, 1, True, "quarters", False, True),
+    (4, 1024, 4, True, "quarters", False, True),
+    (8, 1024, 4, True, "quarters", False, True),
+    (16, 256, 4, True, "quarters", False, True),
 )
 
 
