@@ -14,6 +14,7 @@ covers their source. Both reproduce an oracle in `_lib/quant` exactly:
 
 - `div_rn_by`: RN(p / D) for a constant D without `div.rn.f32` (NVFP4 "pairs": D = 6); its
   exactness argument is in its docstring.
+- `grid_origin` (device) and `grid_axes` (host): the quantizers' two-axis grid, or its one-axis K-major form.
 """
 
 from __future__ import annotations
@@ -93,6 +94,16 @@ def pack_bytes4(b):
     C: tl.constexpr = b.shape[1]
     shifts = tl.arange(0, 4) * 8
     return tl.sum(tl.reshape(b, (R, C // 4, 4)) << shifts[None, None, :], axis=2)
+
+
+def grid_axes(rows: int, cols: int, k_major: bool, what: str) -> tuple[int, int, int]:
+    """The launch grid that `grid_origin` reads: (rows, cols, 1), or with k_major one axis of rows x cols
+    programs (a ValueError naming `what` from 2^31 programs on: one grid axis holds 2^31 - 1)."""
+    if not k_major:
+        return (rows, cols, 1)
+    if rows * cols >= 2**31:
+        raise ValueError(f"{what} is {rows * cols} programs; a k_major grid needs < 2^31")
+    return (rows * cols, 1, 1)
 
 
 @triton.jit

@@ -38,6 +38,22 @@ def test_heuristic_dispatches_only_from_the_threshold():
     assert _kernel.grid(4096, 4096, d4.mid) == (512 * 4, 1, 1) and _kernel.grid(4096, 4096, d.mid) == (512, 4, 1)
 
 
+def test_k_major_grids_stop_below_two_to_the_31_programs():
+    # both quantizers' one-axis grids (`_lib/triton_quant.grid_axes`): rows x column units programs, refused
+    # from 2^31 on (the two-axis grids hold the same work in two axes)
+    from flashinfer.experimental.b12x.quantization.mxfp8 import _kernel as mx
+
+    nv_cfg = dataclasses.replace(_kernel.NvFp4Config(*_dispatch.MID_PRELOAD), k_major=True)
+    assert _kernel.grid(1 << 20, 4096, nv_cfg) == ((1 << 17) * 4, 1, 1)
+    with pytest.raises(ValueError, match=r"a k_major grid needs < 2\^31"):
+        _kernel.grid(1 << 30, 1 << 20, nv_cfg)
+    mx_cfg = mx.default_config(4096)
+    assert mx_cfg.k_major and mx.grid(4097, 4096, mx_cfg) == (1025 * 8, 1, 1)
+    assert mx.grid(4097, 4096, dataclasses.replace(mx_cfg, k_major=False)) == (1025, 8, 1)
+    with pytest.raises(ValueError, match=r"quantization.mxfp8: .* a k_major grid needs < 2\^31"):
+        mx.grid(1 << 30, 1 << 20, mx_cfg)
+
+
 def test_k_major_mid_tile_follows_its_switch(monkeypatch):
     monkeypatch.setattr(_kernel, "ORDER_GPU_VALIDATED", False)
     assert not _dispatch.mid_config(4096).k_major

@@ -42,7 +42,7 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_origin, swizzled_scale_offsets
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_axes, grid_origin, swizzled_scale_offsets
 
 OP = "quantization.mxfp8"
 BLOCK = 32  # elements per UE8M0 scale
@@ -197,11 +197,7 @@ def constexprs(k: int, config: MxFp8Config, *, compiled: bool = True) -> tuple:
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
     """(row blocks, column tiles); with `config.k_major` one axis of row blocks x column tiles."""
     rows, cols = triton.cdiv(m, config.block_m), triton.cdiv(k, config.block_k)
-    if not config.k_major:
-        return (rows, cols, 1)
-    if rows * cols >= 2**31:
-        raise ValueError(f"{OP}: m={m} x k={k} is {rows * cols} programs of {config}; a k_major grid needs < 2^31")
-    return (rows * cols, 1, 1)
+    return grid_axes(rows, cols, config.k_major, f"{OP}: m={m} x k={k} with {config}")
 
 
 # -------------------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from ..._lib import triton_quant as _triton_helpers
 from ..._lib.compile import kernel
 from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
-from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_origin
+from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_axes, grid_origin
 from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
 from ._kernel_pairs import persistent_range, program_pairs
@@ -254,18 +254,14 @@ def grid(m: int, k: int, config: NvFp4Config, resident: int | None = None) -> tu
     `config.persistent`, min(units, resident) programs along one axis, each looping over its range of
     units (tiles, or groups of k_iters tiles); `resident`: the programs the device holds at once
     (`NvFp4Launcher._resident`; default `config.persistent`, one SM's worth)."""
-    tiles_k = triton.cdiv(_round_up(k, 64), config.block_k)
+    rows = _round_up(m, 128) // config.block_m
+    groups = triton.cdiv(triton.cdiv(_round_up(k, 64), config.block_k), config.k_iters)
     if config.persistent:  # units: tiles (k_iters 1) or groups of k_iters tiles of one row block
-        tiles = _round_up(m, 128) // config.block_m * triton.cdiv(tiles_k, config.k_iters)
+        tiles = rows * groups
         if tiles >= 2**31:
             raise ValueError(f"{OP}: m={m} x k={k} is {tiles} tiles of {config}; a persistent grid needs < 2^31")
         return (min(tiles, config.persistent if resident is None else resident), 1, 1)
-    if config.k_major:  # one axis: program p takes row block p // groups, column group p % groups
-        programs = _round_up(m, 128) // config.block_m * triton.cdiv(tiles_k, config.k_iters)
-        if programs >= 2**31:
-            raise ValueError(f"{OP}: m={m} x k={k} is {programs} programs of {config}; a k_major grid needs < 2^31")
-        return (programs, 1, 1)
-    return (_round_up(m, 128) // config.block_m, triton.cdiv(tiles_k, config.k_iters), 1)
+    return grid_axes(rows, groups, config.k_major, f"{OP}: m={m} x k={k} with {config}")
 
 
 def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
