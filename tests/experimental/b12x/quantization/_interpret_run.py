@@ -129,6 +129,8 @@ MXFP8_VARIANTS = [
     ((1, 64, 1, True, "quarters", True), 5, 96),  # session 28: PDL (dropped by the interpreter)
     # session 31: programs in K-major order (one grid axis): 3 row blocks x 3 column tiles, the last ones masked
     ((4, 64, 2, True, "quarters", False, True), 9, 160),
+    # session 32: hw_nan (the select is the device conversion's there; the interpreter keeps it)
+    ((4, 64, 2, True, "quarters", False, True, True), 9, 160),
 ]
 DATA = ["wide", "specials", "ties"]
 # "near": x * gs within an fp32 ulp or two of midpoint * scale; "scale_ties": block scales on and

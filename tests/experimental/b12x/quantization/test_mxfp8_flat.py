@@ -22,10 +22,10 @@ def test_flat_rules_and_offer(monkeypatch):
     assert ok() and ok(block_m=1, block_k=1024, num_warps=1)
     assert not ok(lean=False)  # the lean kernel's quarters only
     assert not mx.can_implement(7168, mx.MxFp8Config(layout="columns"))
-    # (QUARTERS, FLAT), then K_MAJOR and PDL
-    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "flat"))[-4:-2] == (True, True)
-    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "quarters"))[-4:-2] == (True, False)
-    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "rows"))[-4:-2] == (False, False)
+    # (QUARTERS, FLAT), then K_MAJOR, HW_NAN and PDL
+    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "flat"))[-5:-3] == (True, True)
+    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "quarters"))[-5:-3] == (True, False)
+    assert mx.constexprs(7168, mx.MxFp8Config(4, 512, 2, True, "rows"))[-5:-3] == (False, False)
     monkeypatch.delenv(mx.UNVALIDATED_ENV, raising=False)
     assert FLAT and not set(FLAT) & set(mx.candidate_configs(7168))
     assert set(FLAT) <= set(mx.candidate_configs(7168, unvalidated=True))

@@ -73,6 +73,12 @@ class MxFp8Config:
     row block, so the programs resident at once read whole rows (the two-axis grid's consecutive programs
     take consecutive row blocks of one column tile: a column band of every row). NVFP4's mid tile gained
     2.4-2.8% from it at K = 4096 (`nvfp4/_dispatch.MID_K_MAJOR_MAX_K`).
+    hw_nan (session 32, lean only): no select of 0x7F for NaN values: the conversion's own NaN byte is
+    kept. The H200's `cvt.rn.satfinite.e4m3x2.f32` writes 0x7F for every NaN, either sign and any
+    payload (`scripts/probe_e4m3_nan.py`, session 26), so on sm_90a the bits are the oracle's with one
+    FSETP + SEL and the byte unpacking around them fewer a value. Only `default_config(k, "sm_90a")`
+    takes it: no other architecture has been probed. The interpreter's fp8 emulation writes 0x7C / 0xFC
+    / 0x78 for NaN, so interpreted launches keep the select (as `pdl`, a compiled-only difference).
     """
 
     block_m: int = 16
@@ -82,6 +88,7 @@ class MxFp8Config:
     layout: str = "rows"
     pdl: bool = False
     k_major: bool = False
+    hw_nan: bool = False
 
 
 def can_implement(k: int, config: MxFp8Config) -> bool:
@@ -98,10 +105,12 @@ def can_implement(k: int, config: MxFp8Config) -> bool:
         and (config.layout == "rows" or config.lean)
         and isinstance(config.pdl, bool)
         and isinstance(config.k_major, bool)
+        and isinstance(config.hw_nan, bool)
+        and (config.lean or not config.hw_nan)
     )
 
 
-def default_config(k: int) -> MxFp8Config:
+def default_config(k: int, arch: str | None = None) -> MxFp8Config:
     """The heuristic: 4 rows x 512 columns, 2 warps, lean, "quarters" (a thread owns whole blocks).
     The H200 sweep of 2026-11-30 05:58 (docs/performance.md; every MXFP8 candidate passed the bitwise
     tier at 05:55) put it within 9% of the fastest config at every M in {1, 16, 128, 4096, 16384} x K
@@ -110,7 +119,8 @@ def default_config(k: int) -> MxFp8Config:
     Session 31: in K-major order (`k_major`), which the H200 timed faster at all four of #4's shapes
     (2026-12-04, graph timer, one process: 4096 x 4096 15.73 -> 15.36 µs, as a programmatic dependent
     15.17 -> 14.73 (81.5% of copy); 16384 x 4096 54.84 -> 54.12; 4096 x 7168 25.85 -> 25.74; 16384 x 7168
-    96.33 -> 93.33), its bits checked there (test_gpu_candidates)."""
+    96.33 -> 93.33), its bits checked there (test_gpu_candidates).
+    Session 32: on sm_90a (`arch`) without the per-value NaN select (`hw_nan`, the probed hardware byte)."""
     return MxFp8Config(
         block_m=4,
         block_k=min(512, triton.next_power_of_2(k)),
@@ -118,6 +128,7 @@ def default_config(k: int) -> MxFp8Config:
         lean=True,
         layout="quarters",
         k_major=True,
+        hw_nan=HW_NAN_DEFAULT and arch is not None and hw_nan_supported(arch),
     )
 
 
@@ -168,30 +179,58 @@ _UNVALIDATED: tuple = (
 )
 
 
+# Session 32: the sm_90a default drops the NaN select (`MxFp8Config.hw_nan`) once the H200 has passed
+# test_gpu_candidates for the hw_nan tiles below and timed them; False until then.
+HW_NAN_DEFAULT = False
+_UNVALIDATED += (
+    (4, 512, 2, True, "quarters", False, True, True),  # the default tile, hw_nan
+    (4, 1024, 4, True, "quarters", False, True, True),
+    (2, 512, 1, True, "quarters", False, True, True),
+    (8, 512, 2, True, "quarters", False, True, True),  # two blocks a thread: 88 registers, 544 SASS (Triton 3.6)
+    (4, 1024, 2, True, "quarters", False, True, True),
+)
+
+
 def unvalidated_enabled() -> bool:
     """B12X_QUANT_UNVALIDATED_CANDIDATES=1: offer the configs that have not passed the GPU tier."""
     return os.environ.get(UNVALIDATED_ENV) == "1"
 
 
-def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[MxFp8Config, ...]:
-    """The default first, then every valid GPU-validated candidate, then (only when `unvalidated`,
-    default: `unvalidated_enabled()`) the unvalidated ones; tiles wider than the row are capped.
+def candidate_configs(k: int, *, unvalidated: bool | None = None, arch: str | None = None) -> tuple[MxFp8Config, ...]:
+    """The default (for `arch`) first, then every valid GPU-validated candidate, then (only when
+    `unvalidated`, default: `unvalidated_enabled()`) the unvalidated ones; tiles wider than the row are
+    capped; `hw_nan` tiles only where `arch` is None or sm_90a (`hw_nan_supported`).
     PreparationSession autotune and bench_quantization sweep what this returns."""
     if unvalidated is None:
         unvalidated = unvalidated_enabled()
-    out = [default_config(k)]
+    out = [default_config(k, arch)]
     for bm, bk, nw, *rest in _VALIDATED + (_UNVALIDATED if unvalidated else ()):
         cfg = MxFp8Config(bm, min(bk, triton.next_power_of_2(k)), nw, *rest)
-        if can_implement(k, cfg) and cfg not in out:
+        if can_implement(k, cfg) and cfg not in out and (arch is None or not cfg.hw_nan or hw_nan_supported(arch)):
             out.append(cfg)
     return tuple(out)
 
 
+def hw_nan_supported(arch: str) -> bool:
+    """Whether `MxFp8Config.hw_nan` keeps the oracle's bits on `arch`: only the probed sm_90a."""
+    return arch == "sm_90a"
+
+
 def constexprs(k: int, config: MxFp8Config, *, compiled: bool = True) -> tuple:
-    """The kernel's constexpr arguments, in signature order (K first); PDL is 0 when not `compiled`
-    (the interpreter has no griddepcontrol; the math is the same)."""
+    """The kernel's constexpr arguments, in signature order (K first); HW_NAN and PDL are 0 when not
+    `compiled` (the interpreter has no griddepcontrol and its own NaN bytes; the math is the same)."""
     c = config
-    return (k, c.block_m, c.block_k, c.lean, c.layout != "rows", c.layout == "flat", c.k_major, int(c.pdl and compiled))
+    return (
+        k,
+        c.block_m,
+        c.block_k,
+        c.lean,
+        c.layout != "rows",
+        c.layout == "flat",
+        c.k_major,
+        int(c.hw_nan and compiled),
+        int(c.pdl and compiled),
+    )
 
 
 def grid(m: int, k: int, config: MxFp8Config) -> tuple[int, int, int]:
@@ -217,13 +256,16 @@ def _mxfp8_quantize_kernel(
     QUARTERS: tl.constexpr,  # MxFp8Config.layout "quarters" or "flat"
     FLAT: tl.constexpr,  # MxFp8Config.layout == "flat"
     K_MAJOR: tl.constexpr,  # MxFp8Config.k_major: a one-axis grid, column tiles fastest
+    HW_NAN: tl.constexpr,  # MxFp8Config.hw_nan (0 under the interpreter)
     PDL: tl.constexpr,  # MxFp8Config.pdl (0 under the interpreter)
 ):
     gdc_enter(PDL)
     if QUARTERS:
-        _quantize_quarters(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT, K_MAJOR)
+        _quantize_quarters(
+            x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, FLAT, K_MAJOR, HW_NAN
+        )
     else:
-        _quantize_rows(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, LEAN, K_MAJOR)
+        _quantize_rows(x_ptr, values_ptr, scale_rows_ptr, scale_mma_ptr, m, K, BLOCK_M, BLOCK_K, LEAN, K_MAJOR, HW_NAN)
 
 
 @triton.jit
@@ -245,9 +287,13 @@ def _lean_multiplier(byte):
 
 
 @triton.jit
-def _e4m3_lean(x, mult):
+def _e4m3_lean(x, mult, HW_NAN: tl.constexpr = False):
+    """E4M3 bits of x * mult; NaN -> 0x7F, selected here or (HW_NAN) by the sm_90a conversion itself."""
     v = x * mult
-    return tl.where(v != v, 0x7F, v.to(tl.float8e4nv).to(tl.uint8, bitcast=True))
+    q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    if HW_NAN:
+        return q
+    return tl.where(v != v, 0x7F, q)
 
 
 @triton.jit
@@ -268,6 +314,7 @@ def _quantize_quarters(
     BLOCK_K: tl.constexpr,
     FLAT: tl.constexpr = False,
     K_MAJOR: tl.constexpr = False,
+    HW_NAN: tl.constexpr = False,
 ):
     """The lean kernel with each thread owning whole 32-element blocks: the tile is loaded as the
     four 8-element quarters of every block (16-byte loads; Triton gives the four the same layout,
@@ -306,15 +353,15 @@ def _quantize_quarters(
     mult = _lean_multiplier(byte)[:, :, None]
     if FLAT:
         F: tl.constexpr = TILE_NB * 8
-        tl.store(values_ptr + offs, tl.reshape(_e4m3_lean(x0, mult), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 8, tl.reshape(_e4m3_lean(x1, mult), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 16, tl.reshape(_e4m3_lean(x2, mult), (BLOCK_M, F)), mask=m3)
-        tl.store(values_ptr + offs + 24, tl.reshape(_e4m3_lean(x3, mult), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs, tl.reshape(_e4m3_lean(x0, mult, HW_NAN), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 8, tl.reshape(_e4m3_lean(x1, mult, HW_NAN), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 16, tl.reshape(_e4m3_lean(x2, mult, HW_NAN), (BLOCK_M, F)), mask=m3)
+        tl.store(values_ptr + offs + 24, tl.reshape(_e4m3_lean(x3, mult, HW_NAN), (BLOCK_M, F)), mask=m3)
     else:
-        tl.store(values_ptr + offs, _e4m3_lean(x0, mult), mask=m3)
-        tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult), mask=m3)
-        tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult), mask=m3)
-        tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult), mask=m3)
+        tl.store(values_ptr + offs, _e4m3_lean(x0, mult, HW_NAN), mask=m3)
+        tl.store(values_ptr + offs + 8, _e4m3_lean(x1, mult, HW_NAN), mask=m3)
+        tl.store(values_ptr + offs + 16, _e4m3_lean(x2, mult, HW_NAN), mask=m3)
+        tl.store(values_ptr + offs + 24, _e4m3_lean(x3, mult, HW_NAN), mask=m3)
     sbyte = byte.to(tl.uint8)
     tl.store(scale_rows_ptr + rows64[:, None] * NB + blk[None, :], sbyte, mask=bmask)
     tl.store(scale_mma_ptr + swizzled_scale_offsets(rows64, blk, NB), sbyte, mask=bmask)
@@ -332,6 +379,7 @@ def _quantize_rows(
     BLOCK_K: tl.constexpr,
     LEAN: tl.constexpr,
     K_MAJOR: tl.constexpr = False,
+    HW_NAN: tl.constexpr = False,
 ):
     NB: tl.constexpr = K // 32  # scale columns
     TILE_NB: tl.constexpr = BLOCK_K // 32
@@ -364,7 +412,8 @@ def _quantize_rows(
     v = xb * mult[:, :, None]
     q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     if LEAN:
-        q = tl.where(v != v, 0x7F, q)
+        if not HW_NAN:
+            q = tl.where(v != v, 0x7F, q)
     else:
         q = tl.where((v != v) | (byte == 255)[:, :, None], 0x7F, q)
     tl.store(values_ptr + rows64[:, None] * K + cols[None, :], tl.reshape(q, (BLOCK_M, BLOCK_K)), mask=mask)
@@ -422,6 +471,7 @@ def _source(dtype: str, k: int, config: MxFp8Config):
         "QUARTERS": "constexpr",
         "FLAT": "constexpr",
         "K_MAJOR": "constexpr",
+        "HW_NAN": "constexpr",
         "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]
@@ -435,6 +485,8 @@ def compile_for_target(dtype: str, k: int, config: MxFp8Config, arch: str):
         raise ValueError(f"{OP}: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
+    if config.hw_nan and not hw_nan_supported(arch):
+        raise ValueError(f"{OP}: hw_nan=True keeps the oracle's NaN bytes only on sm_90a (probed), got arch {arch!r}")
     return aot_compile(_source(dtype, k, config), arch, aot_options(config.num_warps, pdl=config.pdl))
 
 

@@ -77,14 +77,14 @@ class MxFp8Plan(Plan):
             return None
         from ._kernel import default_config
 
-        return replace(default_config(self.caps.k), pdl=self.caps.pdl)
+        return replace(default_config(self.caps.k, arch), pdl=self.caps.pdl)
 
     def candidates(self, arch) -> tuple:
         if arch is None:
             return (None,)
         from ._kernel import candidate_configs
 
-        return tuple(replace(c, pdl=self.caps.pdl) for c in candidate_configs(self.caps.k))
+        return tuple(replace(c, pdl=self.caps.pdl) for c in candidate_configs(self.caps.k, arch=arch))
 
     def kernels(self, config, arch: str) -> tuple:
         from ._kernel import compile_mxfp8
