@@ -192,10 +192,13 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     mcfg = mx.MxFp8Config(4, 32, 1)
     launcher = mx.MxFp8Launcher(64, mcfg, lambda i: loads.append(i) or FakeCompiled(), compiled=True, key="k")
     launcher(x, "values", "rows", "mma", 5)
-    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False, False, 0), 1234)
+    assert calls[-1] == ((2, 2, 1), (x, "values", "rows", "mma", 5, 64, 4, 32, False, False, False, False, 0, 0), 1234)
     kcfg = mx.MxFp8Config(4, 32, 1, k_major=True)  # one grid axis: 2 row blocks x 2 column tiles
     mx.MxFp8Launcher(64, kcfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, "values", "rows", "mma", 5)
-    assert calls[-1][0] == (4, 1, 1) and calls[-1][1][-2:] == (True, 0)
+    assert calls[-1][0] == (4, 1, 1) and calls[-1][1][-3:] == (True, 0, 0)
+    hcfg = mx.MxFp8Config(4, 32, 1, lean=True, hw_nan=True)  # K_MAJOR, HW_NAN, PDL
+    mx.MxFp8Launcher(64, hcfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, "values", "rows", "mma", 5)
+    assert calls[-1][1][-3:] == (False, 1, 0)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):

@@ -4,8 +4,8 @@ Why it exists: the MXFP8 quantizer wrote 0x7F for every NaN value itself (a NaN 
 value, plus the byte unpacking around them), though the H200's `cvt.rn.satfinite.e4m3x2.f32` already
 writes 0x7F for every NaN of either sign and payload (`scripts/probe_e4m3_nan.py`). CPU checks: the
 config rules, the arch gate (compile, candidates, default), that the select and only the select is
-gone from the PTX, and that the candidates stay unvalidated until the H200 passes them
-(test_gpu_candidates, whose extreme blocks hold NaN and Inf). Bits under the interpreter:
+gone from the PTX, and that the tiles are offered on sm_90a only (they passed test_gpu_candidates on the
+H200, whose extreme blocks hold NaN and Inf, before they moved to `_VALIDATED`; session 32). Bits under the interpreter:
 `_interpret_run.MXFP8_VARIANTS` (the interpreter keeps the select: its fp8 emulation writes 0x7C for NaN).
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from flashinfer.experimental.b12x.quantization.mxfp8 import _kernel as mx
 
-HW_NAN = [mx.MxFp8Config(*c) for c in mx._UNVALIDATED if len(c) > 7 and c[7]]
+HW_NAN = [mx.MxFp8Config(*c) for c in mx._VALIDATED if len(c) > 7 and c[7]]
 
 
 def test_hw_nan_rules_and_offer(monkeypatch):
@@ -27,11 +27,11 @@ def test_hw_nan_rules_and_offer(monkeypatch):
     cfg = HW_NAN[0]
     assert mx.constexprs(7168, cfg)[-2] == 1 and mx.constexprs(7168, cfg, compiled=False)[-2] == 0
     monkeypatch.delenv(mx.UNVALIDATED_ENV, raising=False)
-    assert not set(HW_NAN) & set(mx.candidate_configs(7168, arch="sm_90a"))
-    assert set(HW_NAN) <= set(mx.candidate_configs(7168, unvalidated=True, arch="sm_90a"))
+    assert set(HW_NAN) <= set(mx.candidate_configs(7168, arch="sm_90a"))
     assert not [c for c in mx.candidate_configs(7168, unvalidated=True, arch="sm_120a") if c.hw_nan]
-    # The default takes it only where the probe ran, and only once the H200 has passed and timed it.
-    assert mx.default_config(7168, "sm_90a").hw_nan == mx.HW_NAN_DEFAULT
+    # The default takes it only where the probe ran (and the H200 passed and timed it).
+    assert mx.HW_NAN_DEFAULT and mx.default_config(7168, "sm_90a") == mx.MxFp8Config(*mx._VALIDATED[-3])
+    assert mx.default_config(7168, "sm_90a").hw_nan
     assert not mx.default_config(7168, "sm_120a").hw_nan and not mx.default_config(7168).hw_nan
 
 
