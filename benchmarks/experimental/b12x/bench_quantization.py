@@ -55,6 +55,7 @@ from benchmarks.experimental.b12x.common import (
     standard_parser,
     write_report,
 )
+from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x._lib.quant import (
     block_amax,
     e2m1_encode,
@@ -70,6 +71,7 @@ from flashinfer.experimental.b12x._lib.quant.scales import fp32_const
 from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
 from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
+from flashinfer.experimental.b12x.quantization.mxfp8._kernel import default_config as mxfp8_default_config
 from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import ENCODES as NVFP4_ENCODES
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
@@ -249,10 +251,11 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         table.add(case, "torch.compile", _time(lambda: peer_fn(nxt(), gs[0]), args, len(xs)), peer=True)
 
 
-def mxfp8_bench_configs(k: int, args) -> list:
-    """The MXFP8 rows of a case: None (the plan's own selection), then every candidate (--all-configs,
-    unvalidated ones included) or those whose repr contains one of --match's strings."""
-    candidates = list(mxfp8_configs(k, unvalidated=True))[1:]
+def mxfp8_bench_configs(k: int, args, arch: str | None = None) -> list:
+    """The MXFP8 rows of a case: None (the plan's own selection on `arch`), then every other candidate
+    (--all-configs, unvalidated ones included) or those whose repr contains one of --match's strings."""
+    own = mxfp8_default_config(k, arch)  # what the None row runs (the sm_90a default differs: hw_nan)
+    candidates = [c for c in mxfp8_configs(k, unvalidated=True, arch=arch) if c != own]
     if args.match:
         return [None] + [c for c in candidates if any(t in repr(c) for t in args.match)]
     return [None] + (candidates if args.all_configs else [])
@@ -265,7 +268,7 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
     rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
     mma = torch.full((swizzled_size(m, k // 32),), 127, dtype=torch.uint8, device=dev)
-    configs = mxfp8_bench_configs(k, args)
+    configs = mxfp8_bench_configs(k, args, target_arch(dev))
     session = b12x.PreparationSession(dev)
     ref_values, ref_rows, ref_mma = mxfp8_reference.quantize_rows(xs[0])  # the oracle, eager
     for config, pdl in _with_pdl_rows(configs, args):

@@ -179,6 +179,13 @@ def test_mxfp8_bench_configs_selects_rows():
     flat = BQ.mxfp8_bench_configs(7168, _args(("match", ["layout='flat'"])))
     assert flat[0] is None and flat[1:] and all(c.layout == "flat" for c in flat[1:])
     assert set(flat[1:]) == {c for c in everything[1:] if c.layout == "flat"}
+    # On sm_90a the plan's own row is the hw_nan default, so the arch-blind default (the same tile with
+    # the NaN select: the session-32 A/B's "previous default") is a candidate row there, and no hw_nan
+    # tile is one on sm_120a.
+    on90 = BQ.mxfp8_bench_configs(7168, _args(("all_configs", True)), "sm_90a")
+    assert mx.default_config(7168) in on90 and mx.default_config(7168, "sm_90a") not in on90
+    on120 = BQ.mxfp8_bench_configs(7168, _args(("all_configs", True)), "sm_120a")
+    assert mx.default_config(7168) not in on120 and not [c for c in on120[1:] if c.hw_nan]
 
 
 def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypatch):
