@@ -56,7 +56,8 @@ MID_MAX_ELEMENTS = 1 << 26  # 16384 x 4096: the largest measured shape where pre
 # Session 31: at rows of at most this many columns the mid tile's programs run in K-major order
 # (`NvFp4Config.k_major`: the resident programs read whole rows). H200 2026-12-04 (graph timer, one process,
 # docs/performance.md session 31): 4096 x 4096 14.69 -> 14.28 µs (as a programmatic dependent 14.09 -> 13.69),
-# 16384 x 4096 48.58 -> 48.48; at K = 7168 +0.7% (23.47 -> 23.63), hence the bound. K < 4096 is not measured.
+# 16384 x 4096 48.58 -> 48.48; at K = 7168 +0.7% (23.47 -> 23.63), hence the bound. Session 32 (s32_a, M = 4096 / 8192):
+# K = 2048 -2.1 / -4.7%, K = 3072 +1.6 / -0.1%, K = 5120 +1.7 / +1.0%: the bound stands.
 MID_K_MAJOR_MAX_K = 4096
 
 
