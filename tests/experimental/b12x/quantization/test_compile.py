@@ -186,7 +186,6 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         False,
         False,
         False,  # k_major
-        0,  # tail
         0,
     )
     assert calls == [((8, 1, 1), want, 1234)]
@@ -252,7 +251,7 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             # contracted; the codes are mask sums of 8 `set` a pair of values; the thresholds per block
             # are directed-rounding products.
             vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps)  # values a thread owns per tile
-            vpt *= cfg.k_iters + (cfg.tail > 0) if cfg.unroll else 1  # every tile's code (+ a tail program's)
+            vpt *= cfg.k_iters if cfg.unroll else 1  # the unrolled column loop: every tile's code
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.f32"}, (cfg, ops)
             assert ptx.count("fma.rn.f32") == 2 * vpt // 16, cfg
             assert ptx.count("set.gt.u32.bf16x2") == 7 * vpt // 2 and ptx.count("set.lt.u32.bf16x2") == vpt // 2
@@ -283,11 +282,10 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     lut=False,
                     preload=False,
                     k_major=False,
-                    tail=0,
                 ),
                 "sm_90a",
             )
-            tiles = cfg.k_iters + (cfg.tail > 0) if cfg.unroll else 1  # the unrolled loop holds every tile's code
+            tiles = cfg.k_iters if cfg.unroll else 1  # the unrolled loop holds every tile's code
             assert ptx.count("div.rn.f32") * 8 <= div_ptx.asm["ptx"].count("div.rn.f32") * tiles, cfg
         else:
             assert "cvt.rn.satfinite.e4m3x2.f32" in ops, cfg
@@ -328,11 +326,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
             order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
             s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
-            s32 = lambda c: not nv.TAIL_GPU_VALIDATED and c.tail > 0  # session 32's, likewise
             offered = [
                 c
                 for c in everything
-                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not (s7(c) or s27(c) or s31(c) or s32(c))
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue

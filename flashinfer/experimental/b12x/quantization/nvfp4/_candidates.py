@@ -165,13 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 32 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): the K-major preload tile with
-# its last groups run as one-tile programs (`NvFp4Config.tail`, in groups: the H200 holds 7 preload programs an
-# SM, 924 at once, so 462 is half a wave). Offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 until
-# test_gpu_candidates passes them on the H200.
-TAIL_GPU_VALIDATED = False
-_UNVALIDATED_TAIL = tuple(
-    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True, tail)
-    for tail in (264, 462, 924)
-)

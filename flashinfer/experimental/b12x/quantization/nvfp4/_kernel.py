@@ -105,9 +105,6 @@ class NvFp4Config:
     consecutive column groups of a row block (the default grid's consecutive programs take consecutive
     row blocks of one column group), so the programs resident at once read contiguous rows rather than
     a column band of every row.
-    tail (with k_major and unroll, not skip_dead; session 32): the last `tail` column groups of the grid
-    run as k_iters one-tile programs each, started last, so the kernel's end is short programs
-    (`_kernel_pairs.tail_origin`; on fp16 input, which runs the "steps" fallback, the tail is ignored).
     """
 
     block_m: int = 16
@@ -127,7 +124,6 @@ class NvFp4Config:
     preload: bool = False
     pdl: bool = False
     k_major: bool = False
-    tail: int = 0
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -168,9 +164,6 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.pdl, bool)
         and isinstance(config.k_major, bool)
         and (not config.k_major or (config.encode == "pairs" and config.persistent == 0))
-        and type(config.tail) is int
-        and 0 <= config.tail < 2**20
-        and (config.tail == 0 or (config.k_major and config.unroll and not config.skip_dead))
     )
 
 
@@ -200,7 +193,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
     _UNVALIDATED_STEPS,
-    _UNVALIDATED_TAIL,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
@@ -209,7 +201,6 @@ from ._candidates import (  # noqa: E402
     PRELOAD_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
     STEPS_GPU_VALIDATED,
-    TAIL_GPU_VALIDATED,
 )
 
 
@@ -234,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_TAIL if unvalidated or TAIL_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
@@ -271,9 +261,6 @@ def grid(m: int, k: int, config: NvFp4Config, resident: int | None = None) -> tu
         if tiles >= 2**31:
             raise ValueError(f"{OP}: m={m} x k={k} is {tiles} tiles of {config}; a persistent grid needs < 2^31")
         return (min(tiles, config.persistent if resident is None else resident), 1, 1)
-    if config.tail and config.encode == "pairs":  # `_kernel_pairs.tail_origin`: the last groups a tile a program
-        tail = min(config.tail, rows * groups)
-        return grid_axes(rows * groups + tail * (config.k_iters - 1), 1, True, f"{OP}: m={m} x k={k} with {config}")
     return grid_axes(rows, groups, config.k_major, f"{OP}: m={m} x k={k} with {config}")
 
 
@@ -299,7 +286,6 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.lut,
         cfg.preload,
         cfg.k_major,
-        cfg.tail,
         int(cfg.pdl and asm),
     )
 
@@ -591,7 +577,6 @@ def _nvfp4_quantize_kernel(
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
     PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
     K_MAJOR: tl.constexpr,  # NvFp4Config.k_major ("pairs" only, a one-axis grid)
-    TAIL: tl.constexpr,  # NvFp4Config.tail ("pairs" only: the last groups a tile a program)
     PDL: tl.constexpr,  # NvFp4Config.pdl (0 under the interpreter)
 ):
     gdc_enter(PDL)  # before the first global access (the global scale, skip_dead's scale stores)
@@ -600,7 +585,7 @@ def _nvfp4_quantize_kernel(
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, PRELOAD,
-            K_MAJOR, TAIL,
+            K_MAJOR,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -614,13 +599,10 @@ def _nvfp4_quantize_kernel(
                     K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, ASM,
                 )  # fmt: skip
         else:
-            # (TAIL: the grid's extra programs, one a tile of the last groups, are past this path's groups.)
-            NG: tl.constexpr = (((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K + K_ITERS - 1) // K_ITERS
-            if (TAIL == 0) or (tl.program_id(0) < (m + 127) // 128 * (128 // BLOCK_M) * NG):
-                _program_tiles(
-                    x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-                    K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM, K_MAJOR,
-                )  # fmt: skip
+            _program_tiles(
+                x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
+                K, BLOCK_M, BLOCK_K, ENC, SKIP_DEAD, SCALE_WORDS, HALVES, K_ITERS, ASM, K_MAJOR,
+            )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------
@@ -695,7 +677,6 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "LUT": "constexpr",
         "PRELOAD": "constexpr",
         "K_MAJOR": "constexpr",
-        "TAIL": "constexpr",
         "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]

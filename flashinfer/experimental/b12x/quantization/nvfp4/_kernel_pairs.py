@@ -26,11 +26,6 @@ Session 7 variants (issue #4: >= 80% of the copy ceiling at M >= 4096; each bit-
   tile's math, so a thread keeps its whole group (64 or 128 bytes) in flight at once instead of one
   tile ahead: a bet that the 4096-row shapes lose their time to each program's serial chain of load
   round trips (the grid is under two waves there), paid for in registers (fewer programs an SM).
-- TAIL (session 32, with K_MAJOR and UNROLL): the last TAIL groups of the one-axis grid run as K_ITERS
-  single-tile programs each, after the group programs (the hardware starts a one-axis grid's programs in
-  order), so the kernel ends on short programs: a bet that the 4096-row shapes lose their ~3 µs of fixed
-  time to the last wave's drain (a group program lives ~4-6 µs there; ncu: the SMs hold no warp 17% of
-  the kernel at 4096 x 4096), paid for with one prologue a tile in the tail.
 """
 
 from __future__ import annotations
@@ -164,22 +159,6 @@ def persistent_range(m, NK: tl.constexpr, BLOCK_M: tl.constexpr):
     p = tl.program_id(0).to(tl.int64)
     num = tl.num_programs(0).to(tl.int64)
     return (p * n // num).to(tl.int32), ((p + 1) * n // num).to(tl.int32)
-
-
-@triton.jit
-def tail_origin(m, NG: tl.constexpr, BLOCK_M: tl.constexpr, K_ITERS: tl.constexpr, TAIL: tl.constexpr):
-    """(row block, first column tile of its group, tile of a tail program or -1) of this program in a
-    one-axis grid of groups = ceil128(m) / BLOCK_M row blocks x NG groups (`grid`, `NvFp4Config.tail`): the
-    first groups - min(TAIL, groups) programs are groups in K-major order, the K_ITERS x min(TAIL, groups)
-    after them one tile each of the remaining groups, in the same order."""
-    pid = tl.program_id(0)
-    groups = (m + 127) // 128 * (128 // BLOCK_M) * NG
-    big = groups - tl.minimum(groups, TAIL)
-    q = tl.maximum(pid - big, 0)
-    g = tl.where(pid < big, pid, big + q // K_ITERS)
-    pid_m = g // NG
-    tile = tl.where(pid < big, -1, q % K_ITERS)
-    return pid_m, (g - pid_m * NG) * K_ITERS, tile
 
 
 @triton.jit
@@ -406,11 +385,9 @@ def program_pairs(
     LUT: tl.constexpr = False,
     PRELOAD: tl.constexpr = False,
     K_MAJOR: tl.constexpr = False,
-    TAIL: tl.constexpr = 0,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS) (K_MAJOR: both
-    from program_id(0), column groups fastest; TAIL: the last groups a tile a program); or (PERSISTENT) the
-    tile range of `persistent_range`."""
+    from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
@@ -425,7 +402,6 @@ def program_pairs(
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD, K_MAJOR,
-            TAIL,
         )  # fmt: skip
 
 
@@ -451,18 +427,12 @@ def _program_pairs_tiles(
     LUT: tl.constexpr,
     PRELOAD: tl.constexpr,
     K_MAJOR: tl.constexpr = False,
-    TAIL: tl.constexpr = 0,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); with
-    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`); with TAIL (and K_MAJOR, UNROLL)
-    the last min(TAIL, groups) groups as one program a tile (`tail_origin`)."""
+    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`)."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-    if TAIL > 0:
-        pid_m, k0, tile = tail_origin(m, (NK + K_ITERS - 1) // K_ITERS, BLOCK_M, K_ITERS, TAIL)
-    else:
-        pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
-        k0 = pid_g * K_ITERS
-        tile = -1
+    pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
+    k0 = pid_g * K_ITERS
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
     rows64 = rows.to(tl.int64)
@@ -471,18 +441,10 @@ def _program_pairs_tiles(
     dead = pid_m * BLOCK_M >= m  # padding rows only (skip_dead): their scales are 0, nothing else
     if UNROLL:
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
-        if TAIL > 0 and tile >= 0:  # a tail program: one tile (none past the row's last; never dead: no skip_dead)
-            if (NK % K_ITERS == 0) or (k0 + tile < NK):
-                ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0 + tile, K, BLOCK_K, STREAM)
-                _encode_store_pairs(
-                    ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, k0 + tile,
-                    K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
-                )  # fmt: skip
-        else:
-            _k_tiles_unrolled(
-                x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-                K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
-            )  # fmt: skip
+        _k_tiles_unrolled(
+            x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
+        )  # fmt: skip
     else:
         if PREFETCH:
             ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K)
