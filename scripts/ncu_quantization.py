@@ -1,4 +1,4 @@
-"""Run one quantization.nvfp4 case under Nsight Compute, bracketed so ncu profiles only its kernel.
+"""Run one quantization.nvfp4 (or --op mxfp8) case under Nsight Compute, bracketed so ncu profiles only its kernel.
 
     ncu --profile-from-start off --clock-control none --cache-control all \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
@@ -27,6 +27,7 @@ def main() -> int:
     from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel as nvfp4_kernel
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", choices=("nvfp4", "mxfp8"), default="nvfp4", help="mxfp8: the plan's selection only")
     p.add_argument("--m", type=int, default=16384)
     p.add_argument("--k", type=int, default=7168)
     p.add_argument("--runs", type=int, default=2)
@@ -44,6 +45,8 @@ def main() -> int:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     (x,) = BQ._inputs(args.m, args.k, torch.bfloat16, 1, dev, gen)
+    if args.op == "mxfp8":
+        return _mxfp8(args, x, dev)
     gs = BQ.nvfp4_global_scale(x).reshape(1)
     override = None if args.config is None else nvfp4_kernel.NvFp4Config(*args.config)
     plan = nvfp4.plan(args.m, args.k, invocation=torch.bfloat16, override=override)
@@ -66,6 +69,39 @@ def main() -> int:
     torch.cuda.cudart().cudaProfilerStart()
     for _ in range(args.runs):
         nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+        if args.copy:
+            dst.copy_(src)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+def _mxfp8(args, x, dev) -> int:
+    """The MXFP8 plan's selection on x, bits checked, then --runs runs (and the --copy) in the bracket."""
+    import b12x
+    from benchmarks.experimental.b12x import bench_quantization as BQ
+    from flashinfer.experimental.b12x.quantization import mxfp8
+    from flashinfer.experimental.b12x.quantization.mxfp8 import reference
+
+    plan = mxfp8.plan((args.k, "bfloat16", args.m))
+    b12x.PreparationSession(dev).prepare([plan])
+    values = torch.empty(args.m, args.k, dtype=torch.float8_e4m3fn, device=dev)
+    rows = torch.empty(args.m, args.k // 32, dtype=torch.uint8, device=dev)
+    mma = torch.zeros((BQ.swizzled_size(args.m, args.k // 32),), dtype=torch.uint8, device=dev)
+    mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
+    want_values, want_rows, _ = reference.quantize_rows(x)
+    ok = torch.equal(values.view(torch.uint8), want_values.view(torch.uint8)) and torch.equal(rows, want_rows)
+    print(f"{plan.selection}; bits equal to the oracle: {ok}")
+    if not ok:
+        print("MISMATCH")
+        return 1
+    half = BQ.mxfp8_bytes(args.m, args.k) // 2
+    src = torch.empty(half, dtype=torch.uint8, device=dev) if args.copy else None
+    dst = torch.empty_like(src) if args.copy else None
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(args.runs):
+        mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
         if args.copy:
             dst.copy_(src)
     torch.cuda.synchronize()
