@@ -94,14 +94,6 @@ NVFP4_VARIANTS = [
     # tiles (the last one past the row's end) and a prefetching one
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
     ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True), 130, 160),
-    # session 32: a preload group's loads before the prologue (early), K-major, two-axis, and a group of 2
-    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True, True), 5, 48),
-    (
-        (16, 32, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, False, True),
-        130,
-        160,
-    ),
-    ((4, 16, 1, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True, False, False, True), 5, 48),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.
@@ -117,8 +109,6 @@ PERSISTENT_FP16 = [
     ((4, 16, 1, "mul", True, False, "rows", 1, False, False, 0, False, 0, False, False, True), 5, 48),
     # session 31: a K-major grid on fp16 ("steps" over the same one-axis program ids)
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
-    # session 32: early loads (fp16's "steps" path has no prologue to hoist them over: same bits)
-    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True, True), 5, 48),
 ]
 # "steps" under other global scales and fp16: its rows and halves variants (few: the interpreter is slow).
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]

@@ -186,7 +186,6 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         False,
         False,
         False,  # k_major
-        False,  # early
         0,
     )
     assert calls == [((8, 1, 1), want, 1234)]
@@ -283,7 +282,6 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     lut=False,
                     preload=False,
                     k_major=False,
-                    early=False,
                 ),
                 "sm_90a",
             )
@@ -328,11 +326,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
             order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
             s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
-            s32 = lambda c: not nv.EARLY_GPU_VALIDATED and c.early  # session 32's, likewise
             offered = [
                 c
                 for c in everything
-                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not (s7(c) or s27(c) or s31(c) or s32(c))
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue

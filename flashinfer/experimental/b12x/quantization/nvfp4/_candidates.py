@@ -165,13 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 32 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): the preload tile with its group's
-# loads issued before the global scale's load and the prologue (`NvFp4Config.early`), in both orders (the dispatch's
-# mid tile is K-major up to 4096 columns). Offered only with B12X_QUANT_UNVALIDATED_CANDIDATES=1 until
-# test_gpu_candidates passes them on the H200.
-EARLY_GPU_VALIDATED = False
-_UNVALIDATED_EARLY = (
-    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True, True),
-    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, False, True),
-)

@@ -26,10 +26,6 @@ Session 7 variants (issue #4: >= 80% of the copy ceiling at M >= 4096; each bit-
   tile's math, so a thread keeps its whole group (64 or 128 bytes) in flight at once instead of one
   tile ahead: a bet that the 4096-row shapes lose their time to each program's serial chain of load
   round trips (the grid is under two waves there), paid for in registers (fewer programs an SM).
-- EARLY (session 32, with PRELOAD, not persistent): the group's loads go out before the global scale's
-  load and the prologue (RD(1/gs) in float64, the lane table), which otherwise stand between a program's
-  start and its first load: one L2 (or, in the first wave, DRAM) round trip and ~100 dependent
-  instructions a program.
 """
 
 from __future__ import annotations
@@ -265,43 +261,6 @@ def _group_tile_pair(
 
 
 @triton.jit
-def _load_group(
-    x_ptr, rows64, row_ok, k0, NK: tl.constexpr, K_ITERS: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
-    STREAM: tl.constexpr,
-):  # fmt: skip
-    """Every tile's loads of a group of K_ITERS (2 or 4: `NvFp4Config.preload`), as one tuple of 4 x 4 (with 2,
-    tiles 2 and 3 repeat tile 1's values, never used)."""
-    a0, b0, m0, l0 = _load_group_tile(x_ptr, rows64, row_ok, k0, 0, NK, K_ITERS, K, BLOCK_K, STREAM)
-    a1, b1, m1, l1 = _load_group_tile(x_ptr, rows64, row_ok, k0, 1, NK, K_ITERS, K, BLOCK_K, STREAM)
-    if K_ITERS == 4:
-        a2, b2, m2, l2 = _load_group_tile(x_ptr, rows64, row_ok, k0, 2, NK, K_ITERS, K, BLOCK_K, STREAM)
-        a3, b3, m3, l3 = _load_group_tile(x_ptr, rows64, row_ok, k0, 3, NK, K_ITERS, K, BLOCK_K, STREAM)
-    else:
-        a2, b2, m2, l2 = a1, b1, m1, l1
-        a3, b3, m3, l3 = a1, b1, m1, l1
-    return a0, b0, m0, l0, a1, b1, m1, l1, a2, b2, m2, l2, a3, b3, m3, l3
-
-
-@triton.jit
-def _encode_group(
-    group, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, NK: tl.constexpr, K_ITERS: tl.constexpr,
-    K: tl.constexpr, BLOCK_K: tl.constexpr, SKIP_DEAD: tl.constexpr, SCALE_WORDS: tl.constexpr, STREAM: tl.constexpr,
-    ASM: tl.constexpr, lut, LUT: tl.constexpr,
-):  # fmt: skip
-    """The math and stores of a `_load_group` group, two tiles at a time."""
-    a0, b0, m0, l0, a1, b1, m1, l1, a2, b2, m2, l2, a3, b3, m3, l3 = group
-    _group_tile_pair(
-        a0, b0, m0, l0, a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
-        NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
-    )  # fmt: skip
-    if K_ITERS == 4:
-        _group_tile_pair(
-            a2, b2, m2, l2, a3, b3, m3, l3, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 2,
-            NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
-        )  # fmt: skip
-
-
-@triton.jit
 def _k_tiles_unrolled(
     x_ptr,
     packed_ptr,
@@ -330,11 +289,20 @@ def _k_tiles_unrolled(
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     if PRELOAD:  # every tile's loads first (K_ITERS 2 or 4), then the tiles' math and stores
-        group = _load_group(x_ptr, rows64, row_ok, k0, NK, K_ITERS, K, BLOCK_K, STREAM)
-        _encode_group(
-            group, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0,
+        a0, b0, m0, l0 = _load_group_tile(x_ptr, rows64, row_ok, k0, 0, NK, K_ITERS, K, BLOCK_K, STREAM)
+        a1, b1, m1, l1 = _load_group_tile(x_ptr, rows64, row_ok, k0, 1, NK, K_ITERS, K, BLOCK_K, STREAM)
+        if K_ITERS == 4:
+            a2, b2, m2, l2 = _load_group_tile(x_ptr, rows64, row_ok, k0, 2, NK, K_ITERS, K, BLOCK_K, STREAM)
+            a3, b3, m3, l3 = _load_group_tile(x_ptr, rows64, row_ok, k0, 3, NK, K_ITERS, K, BLOCK_K, STREAM)
+        _group_tile_pair(
+            a0, b0, m0, l0, a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
             NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
         )  # fmt: skip
+        if K_ITERS == 4:
+            _group_tile_pair(
+                a2, b2, m2, l2, a3, b3, m3, l3, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 2,
+                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
+            )  # fmt: skip
     else:  # one tile at a time, the next tile's loads out before this tile's math with PREFETCH
         if PREFETCH:
             ua, ub, bmask, blk = _load_group_tile(x_ptr, rows64, row_ok, k0, 0, NK, K_ITERS, K, BLOCK_K, STREAM)
@@ -417,11 +385,9 @@ def program_pairs(
     LUT: tl.constexpr = False,
     PRELOAD: tl.constexpr = False,
     K_MAJOR: tl.constexpr = False,
-    EARLY: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS) (K_MAJOR: both
-    from program_id(0), column groups fastest; EARLY: a preload group's loads before the prologue); or
-    (PERSISTENT) the tile range of `persistent_range`."""
+    from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`."""
     if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
@@ -436,7 +402,6 @@ def program_pairs(
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD, K_MAJOR,
-            EARLY,
         )  # fmt: skip
 
 
@@ -462,33 +427,24 @@ def _program_pairs_tiles(
     LUT: tl.constexpr,
     PRELOAD: tl.constexpr,
     K_MAJOR: tl.constexpr = False,
-    EARLY: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); with
-    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`); EARLY: the group's loads first."""
+    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`)."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
     k0 = pid_g * K_ITERS
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
     rows64 = rows.to(tl.int64)
-    if EARLY:  # (PRELOAD) before the global scale's load and the prologue: nothing of theirs is needed to load
-        group = _load_group(x_ptr, rows64, row_ok, k0, NK, K_ITERS, K, BLOCK_K, STREAM)
     gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
     scale, rg, gs_k = pairs_prologue(gs, ASM)
     dead = pid_m * BLOCK_M >= m  # padding rows only (skip_dead): their scales are 0, nothing else
     if UNROLL:
         lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
-        if EARLY:
-            _encode_group(
-                group, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0,
-                NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
-            )  # fmt: skip
-        else:
-            _k_tiles_unrolled(
-                x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
-                K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
-            )  # fmt: skip
+        _k_tiles_unrolled(
+            x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
+            K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
+        )  # fmt: skip
     else:
         if PREFETCH:
             ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, row_ok, k0, K, BLOCK_K)
