@@ -58,17 +58,23 @@ def main() -> int:
     ok = torch.equal(out.packed, ref_packed) and torch.equal(
         out.scales.view(torch.uint8), swizzle_scales(ref_scales, 0).view(torch.uint8)
     )
+    run = lambda: nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+    return _profile(plan, ok, run, BQ.nvfp4_bytes(args.m, args.k), args, dev)
+
+
+def _profile(plan, ok: bool, run, nbytes: int, args, dev) -> int:
+    """Print the selection and its bits' verdict; if equal, --runs calls of `run` (each followed, with --copy,
+    by a device copy of the same byte count) between cudaProfilerStart and Stop."""
     print(f"{plan.selection}; bits equal to the oracle: {ok}")
     if not ok:
         print("MISMATCH")
         return 1
-    half = BQ.nvfp4_bytes(args.m, args.k) // 2
-    src = torch.empty(half, dtype=torch.uint8, device=dev) if args.copy else None
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device=dev) if args.copy else None
     dst = torch.empty_like(src) if args.copy else None
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     for _ in range(args.runs):
-        nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+        run()
         if args.copy:
             dst.copy_(src)
     torch.cuda.synchronize()
@@ -91,22 +97,8 @@ def _mxfp8(args, x, dev) -> int:
     mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
     want_values, want_rows, _ = reference.quantize_rows(x)
     ok = torch.equal(values.view(torch.uint8), want_values.view(torch.uint8)) and torch.equal(rows, want_rows)
-    print(f"{plan.selection}; bits equal to the oracle: {ok}")
-    if not ok:
-        print("MISMATCH")
-        return 1
-    half = BQ.mxfp8_bytes(args.m, args.k) // 2
-    src = torch.empty(half, dtype=torch.uint8, device=dev) if args.copy else None
-    dst = torch.empty_like(src) if args.copy else None
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for _ in range(args.runs):
-        mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
-        if args.copy:
-            dst.copy_(src)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
-    return 0
+    run = lambda: mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
+    return _profile(plan, ok, run, BQ.mxfp8_bytes(args.m, args.k), args, dev)
 
 
 if __name__ == "__main__":
