@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 32, last machine session (after the toolchain calls, on a snapshot): test_gpu_candidates' MXFP8 cases as
-# collected for the device's arch (the arch filter added after s32_b), then session 31's staged sweep of every NVFP4
+# collected for the device's arch (the arch filter added after s32_b), then session 32's staged sweep of every NVFP4
 # "pairs" candidate at the 4096-row shapes, launched plainly (`next_session.txt`'s quant_nv4096 without its --pdl).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
