@@ -71,7 +71,6 @@ from flashinfer.experimental.b12x._lib.quant.scales import fp32_const
 from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
 from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
-from flashinfer.experimental.b12x.quantization.mxfp8._kernel import default_config as mxfp8_default_config
 from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import ENCODES as NVFP4_ENCODES
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
@@ -254,8 +253,7 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
 def mxfp8_bench_configs(k: int, args, arch: str | None = None) -> list:
     """The MXFP8 rows of a case: None (the plan's own selection on `arch`), then every other candidate
     (--all-configs, unvalidated ones included) or those whose repr contains one of --match's strings."""
-    own = mxfp8_default_config(k, arch)  # what the None row runs (the sm_90a default differs: hw_nan)
-    candidates = [c for c in mxfp8_configs(k, unvalidated=True, arch=arch) if c != own]
+    candidates = list(mxfp8_configs(k, unvalidated=True, arch=arch))[1:]  # [0]: the arch's default, the None row
     if args.match:
         return [None] + [c for c in candidates if any(t in repr(c) for t in args.match)]
     return [None] + (candidates if args.all_configs else [])
