@@ -94,16 +94,6 @@ NVFP4_VARIANTS = [
     # tiles (the last one past the row's end) and a prefetching one
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
     ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True), 130, 160),
-    # session 33: tiles by TMA bulk copies (tma = pipeline stages) in a persistent grid: one row block past
-    # the live m (zero-filled by the copy), K past the last tile, 2 to 4 stages, the lut and the computed
-    # thresholds, streaming stores and scale words
-    ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, False, 3), 5, 48),
-    (
-        (16, 32, 4, "pairs", False, False, "halves", 1, False, False, 2, False, 0, False, False, False, False, 2),
-        130,
-        160,
-    ),
-    ((16, 64, 4, "pairs", False, True, "halves", 1, False, False, 2, True, 0, True, False, False, False, 4), 130, 160),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.
@@ -119,8 +109,6 @@ PERSISTENT_FP16 = [
     ((4, 16, 1, "mul", True, False, "rows", 1, False, False, 0, False, 0, False, False, True), 5, 48),
     # session 31: a K-major grid on fp16 ("steps" over the same one-axis program ids)
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
-    # session 33: a TMA tile on fp16 falls back to the pointer program (descriptors are bf16 only)
-    ((4, 16, 1, "pairs", False, False, "halves", 1, False, False, 16, False, 0, True, False, False, False, 3), 5, 48),
 ]
 # "steps" under other global scales and fp16: its rows and halves variants (few: the interpreter is slow).
 STEPS_VARIANTS = [(16, 32, 4, "steps", False, False), (16, 32, 4, "steps", False, False, "halves")]

@@ -2,7 +2,6 @@
 bit-exactness argument rests on, and obey the compile spine's caches and freeze."""
 
 import contextlib
-import dataclasses
 import pickle
 import re
 import sys
@@ -117,28 +116,6 @@ def test_compiled_signature_matches_the_launch_arguments(op):
     )
 
 
-def test_tma_tile_source_matches_its_launch_and_compiles_for_both_archs():
-    # The TMA tile's AOT signature is the JIT kernel's argument order, its first argument a descriptor
-    # of the tile's box; it builds for sm_90a and sm_120a with bulk tensor copies pipelined `tma` - 1 ahead.
-    from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel_tma
-
-    cfg = nv.NvFp4Config(*nv._UNVALIDATED_TMA[0])
-    assert cfg.tma == 3 and nv.can_implement(4096, cfg)
-    src = _kernel_tma.source(4096, cfg)
-    assert list(src.signature) == _kernel_tma._nvfp4_tma_kernel.arg_names
-    assert src.signature["x_desc"] == f"tensordesc<i32[{cfg.block_m}, {cfg.block_k // 2}]>"
-    names = [n for n, t in src.signature.items() if t == "constexpr"]
-    assert [src.constants[(src.fn.arg_names.index(n),)] for n in names] == list(_kernel_tma.constexprs(4096, cfg))
-    for arch in ("sm_90a", "sm_120a"):
-        ptx = nv.compile_for_target("bfloat16", 4096, cfg, arch).asm["ptx"]
-        assert ptx.count("cp.async.bulk.tensor.2d") == cfg.tma, arch  # tma - 1 in the prologue, 1 in the loop
-        assert "mbarrier.try_wait" in ptx and "ld.global.v" not in ptx, arch  # the tile comes by TMA only
-    fp16 = nv.compile_for_target("float16", 4096, cfg, "sm_90a").asm["ptx"]  # fp16: pointer loads
-    assert "cp.async.bulk.tensor" not in fp16
-    for bad in ({"tma": 1}, {"tma": 7}, {"persistent": 0}, {"k_iters": 2}, {"block_k": 1024}, {"encode": "mul"}):
-        assert not nv.can_implement(4096, dataclasses.replace(cfg, **bad)), bad
-
-
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
 def test_fingerprint_sources_cover_every_called_jit_function(op):
     # The spine fingerprints the compile function's module plus `sources=`: every Triton function the
@@ -151,10 +128,8 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
     from flashinfer.experimental.b12x._lib import triton_quant as _triton_helpers
 
     kmod = OPS[op]
-    roots = (
-        [nv._nvfp4_quantize_kernel, nv._kernel_tma._nvfp4_tma_kernel] if op == "nvfp4" else [mx._mxfp8_quantize_kernel]
-    )
-    seen, todo = set(), roots
+    root = nv._nvfp4_quantize_kernel if op == "nvfp4" else mx._mxfp8_quantize_kernel
+    seen, todo = set(), [root]
     while todo:  # the kernel and every JIT function it calls, transitively
         fn = todo.pop()
         if fn in seen:
@@ -164,8 +139,7 @@ def test_fingerprint_sources_cover_every_called_jit_function(op):
         names = {n.id for n in ast.walk(ast.parse(fn.src)) if isinstance(n, ast.Name)}
         todo += [getattr(module, n) for n in names if isinstance(getattr(module, n, None), triton.runtime.JITFunction)]
     outside = {f.__module__ for f in seen} - {kmod.__name__}
-    nv_modules = {nv._encodes, nv._steps, nv._pairs, nv._kernel_pairs, nv._kernel_tma}
-    nv_modules = {m.__name__ for m in nv_modules}
+    nv_modules = {nv._encodes.__name__, nv._steps.__name__, nv._pairs.__name__, nv._kernel_pairs.__name__}
     assert outside == {_triton_helpers.__name__, _triton_pdl.__name__} | (nv_modules if op == "nvfp4" else set())
     assert set(COMPILE[op].sources) == outside
 
@@ -226,19 +200,6 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
     mx.MxFp8Launcher(64, hcfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, "values", "rows", "mma", 5)
     assert calls[-1][1][-3:] == (False, 1, 0)
     assert loads == [None, None]  # one module load per launcher and device (CPU tensors: index None)
-    # A TMA tile on bf16: a descriptor of x's first m rows as int32 words in the tile's box, then the
-    # pointer arguments and the TMA kernel's constexprs; on fp16 the pointer kernel's arguments.
-    tcfg = nv.capped_config(64, nv._UNVALIDATED_TMA[0])
-    tma = nv.NvFp4Launcher(64, tcfg, lambda i: FakeCompiled(), compiled=True, key="k")
-    monkeypatch.setattr(tma, "_resident", lambda fn, index: 3)
-    tma(x, "packed", "scales", "gs", 2.5, 1, 5)
-    grid, (desc, *rest), _ = calls[-1]
-    assert grid == (3, 1, 1) and desc.base.data_ptr() == x.data_ptr() and desc.base.dtype == torch.int32
-    assert (list(desc.shape), list(desc.block_shape)) == ([5, 32], [tcfg.block_m, 32])
-    assert rest == ["packed", "scales", "gs", 2.5, 1, 5, *nv._kernel_tma.constexprs(64, tcfg)]
-    tma(x.half(), "packed", "scales", "gs", 2.5, 1, 5)
-    assert calls[-1][1][:7] == (calls[-1][1][0], "packed", "scales", "gs", 2.5, 1, 5)
-    assert calls[-1][1][0].dtype == torch.float16 and calls[-1][1][7:] == nv.constexprs(64, tcfg)
     freeze_kernel_resolution("test")
     with pytest.raises(KernelResolutionFrozenError, match="load on device"):
         nv.NvFp4Launcher(64, cfg, lambda i: FakeCompiled(), compiled=True, key="k")(x, 0, 0, 0, 1.0, 0, 5)
@@ -292,21 +253,14 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
             vpt = cfg.block_m * cfg.block_k // (32 * cfg.num_warps)  # values a thread owns per tile
             vpt *= cfg.k_iters if cfg.unroll else 1  # the unrolled column loop: every tile's code
             assert {o for o in ops if o.startswith("fma.")} == {"fma.rn.f32"}, (cfg, ops)
-            if cfg.tma:
-                # A TMA tile's blocks come out of shared memory in layouts Triton 3.6 picks, which repeat
-                # some per-block scalar work across lanes: the exact counts below do not hold there; its
-                # per-value codes do (and the bits are checked by the interpreter and GPU tiers).
-                assert ptx.count("fma.rn.f32") % (2 * vpt // 16) == 0 and "div.rn.f64" in ptx, cfg
-            else:
-                assert ptx.count("fma.rn.f32") == 2 * vpt // 16, cfg
-                # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other
-                # branch) (lut: the table once per program, one entry per block a thread owns, + the
-                # fallback per block)
-                table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
-                assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs)
-                assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
+            assert ptx.count("fma.rn.f32") == 2 * vpt // 16, cfg
             assert ptx.count("set.gt.u32.bf16x2") == 7 * vpt // 2 and ptx.count("set.lt.u32.bf16x2") == vpt // 2
             assert "bf16x2.bf16x2" not in ptx, cfg  # no 1.0-valued compares left to sum
+            # per block: 4 thresholds, then 3 doubled (gs <= 2^100) or 3 more computed (the other branch)
+            # (lut: the table once per program, one entry per block a thread owns, + the fallback per block)
+            table = 10 * cfg.block_m * cfg.block_k // (16 * 32 * cfg.num_warps) if cfg.lut else 0
+            assert ptx.count("mul.rm.f32") == 10 * vpt // 16 + table and "div.rn.f64" in ptx, cfg  # RD(1/gs): once
+            assert ptx.count("shfl.sync.idx.b32") == (7 * vpt // 16 if cfg.lut else 0), cfg
             ops -= {"fma.rn.f32"}
         assert not [o for o in ops if o.startswith(("div.full", "div.approx", "fma.")) or ".ftz" in o], (cfg, ops)
         if op == "nvfp4" and cfg.encode != "div":
@@ -328,7 +282,6 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     lut=False,
                     preload=False,
                     k_major=False,
-                    tma=0,
                 ),
                 "sm_90a",
             )
@@ -373,15 +326,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
             order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
             s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
-            s33 = lambda c: not nv.TMA_GPU_VALIDATED and c.tma > 0  # session 33's TMA tiles, likewise
             offered = [
                 c
                 for c in everything
-                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs")
-                and not s7(c)
-                and not s27(c)
-                and not s31(c)
-                and not s33(c)
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue
@@ -402,7 +350,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PRELOAD if op == "nvfp4" and nv.PRELOAD_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_ORDER if op == "nvfp4" and nv.ORDER_GPU_VALIDATED else ()
-    passed += kmod._UNVALIDATED_TMA if op == "nvfp4" and nv.TMA_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -416,6 +363,5 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PRELOAD_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "ORDER_GPU_VALIDATED", False)
-        monkeypatch.setattr(nv, "TMA_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -96,39 +96,3 @@ def test_mxfp8_candidate_bitwise(session, m, k, cfg):
         mxfp8.quantize_rows(x, values, rows, mma, plan=p)
         _check_mxfp8(x, values, rows, mma)
     session.release([p])
-
-
-@pytest.mark.parametrize("tma", nv_kernel._UNVALIDATED_TMA[:2], ids=lambda t: f"tma{t[-1]}-p{t[10]}")
-def test_nvfp4_tma_live_rows_graph_and_fp16(session, tma):
-    # The TMA tiles' descriptor is built per launch over the live rows (the copy zero-fills past them):
-    # live M below the plan's capacity, a CUDA graph replayed on new data in the captured buffers (the
-    # descriptor is captured by value), and fp16 input (the same tile through pointer loads).
-    cfg = nv_kernel.capped_config(7168, tma)
-    p = nvfp4.plan(4097, 7168, override=cfg)
-    session.prepare([p])
-    out = nvfp4.allocate_outputs(p)
-    for m in (7, 129, 4097, 1):
-        x = _random(m, 7168, torch.bfloat16, m)
-        _poison_nvfp4(out)
-        nvfp4.run(plan=p, x=x, global_scale=torch.tensor([3.0], device="cuda"), outputs=out)
-        _check_nvfp4(out, x, 3.0)
-    x = torch.empty(300, 7168, dtype=torch.bfloat16, device="cuda")
-    gs = torch.empty(1, device="cuda")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        nvfp4.run(plan=p, x=x, global_scale=gs, outputs=out)
-    for seed, value in ((2, 0.25), (3, 7000.0)):
-        x.copy_(_random(300, 7168, torch.bfloat16, seed))
-        gs.fill_(value)
-        _poison_nvfp4(out)
-        graph.replay()
-        _check_nvfp4(out, x, value)
-    session.release([p])
-    half = nvfp4.plan(130, 160, invocation=torch.float16, override=nv_kernel.capped_config(160, tma))
-    session.prepare([half])
-    out = nvfp4.allocate_outputs(half)
-    x = _random(130, 160, torch.float16, 5)
-    _poison_nvfp4(out)
-    nvfp4.run(plan=half, x=x, global_scale=torch.tensor([2.0], device="cuda"), outputs=out)
-    _check_nvfp4(out, x, 2.0)
-    session.release([half])

@@ -165,19 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 33 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): persistent "pairs" tiles fed by
-# TMA bulk tensor copies into a shared-memory ring (`NvFp4Config.tma` = the pipeline's stages, `_kernel_tma.py`).
-# Fields after k_major: tma. Offered by default only once the H200 passes them (test_gpu_candidates -k tma).
-TMA_GPU_VALIDATED = False
-_P = ("pairs", False, False, "halves", 1, False, False)  # encode .. unroll: single pipelined tiles
-_UNVALIDATED_TMA = (
-    (8, 256, 4, *_P, 8, False, 0, True, False, False, False, 3),
-    (8, 256, 4, *_P, 8, False, 0, True, False, False, False, 4),
-    (8, 256, 4, *_P, 4, False, 0, True, False, False, False, 6),
-    (8, 256, 4, *_P, 8, True, 0, True, False, False, False, 3),
-    (16, 256, 4, *_P, 4, False, 0, True, False, False, False, 3),
-    (8, 512, 4, *_P, 4, False, 0, True, False, False, False, 3),
-    (16, 512, 8, *_P, 2, False, 0, True, False, False, False, 3),
-    (32, 256, 8, *_P, 2, False, 0, True, False, False, False, 4),
-)

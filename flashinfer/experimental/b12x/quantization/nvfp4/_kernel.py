@@ -50,7 +50,7 @@ from ..._lib.compile import kernel
 from ..._lib.triton_build import PerDevice, aot_compile, aot_options, device_loader, launch_on_stream
 from ..._lib.triton_pdl import gdc_enter
 from ..._lib.triton_quant import block_amax, block_amax_maxnum, grid_axes, grid_origin
-from . import _encodes, _kernel_pairs, _kernel_tma, _pairs, _steps
+from . import _encodes, _kernel_pairs, _pairs, _steps
 from ._encodes import _e2m1_codes_div, _e2m1_codes_mul, _e2m1_codes_search, _e4m3_rn, _store_scales
 from ._kernel_pairs import persistent_range, program_pairs
 from ._occupancy import resident_programs
@@ -105,9 +105,6 @@ class NvFp4Config:
     consecutive column groups of a row block (the default grid's consecutive programs take consecutive
     row blocks of one column group), so the programs resident at once read contiguous rows rather than
     a column band of every row.
-    tma ("pairs" on bf16, persistent, k_iters 1; session 33): 0, or the stages of a pipeline of bulk tensor
-    copies into shared memory feeding the persistent grid (`_kernel_tma.py`); fp16 input runs the same
-    tile through pointer loads.
     """
 
     block_m: int = 16
@@ -127,7 +124,6 @@ class NvFp4Config:
     preload: bool = False
     pdl: bool = False
     k_major: bool = False
-    tma: int = 0
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -168,21 +164,6 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.pdl, bool)
         and isinstance(config.k_major, bool)
         and (not config.k_major or (config.encode == "pairs" and config.persistent == 0))
-        and type(config.tma) is int
-        and (config.tma == 0 or (2 <= config.tma <= 6 and _tma_tile(config)))
-    )
-
-
-def _tma_tile(config: NvFp4Config) -> bool:
-    """`tma` (`_kernel_tma.py`): a persistent "pairs" tile of single column tiles whose copy box (block_m x
-    block_k / 2 words) is at most 256 a side."""
-    c = config
-    return (
-        c.encode == "pairs"
-        and c.persistent > 0
-        and c.k_iters == 1
-        and c.block_k <= 512
-        and not (c.prefetch or c.unroll or c.preload or c.k_major or c.skip_dead)
     )
 
 
@@ -212,7 +193,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
     _UNVALIDATED_STEPS,
-    _UNVALIDATED_TMA,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
@@ -221,7 +201,6 @@ from ._candidates import (  # noqa: E402
     PRELOAD_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
     STEPS_GPU_VALIDATED,
-    TMA_GPU_VALIDATED,
 )
 
 
@@ -246,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_TMA if unvalidated or TMA_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
@@ -661,27 +639,14 @@ class NvFp4Launcher:
             return
         cfg = self.config
         args = (x, packed, scales, gs_ptr, gs_value, gs_on_device, m, *constexprs(self.k, cfg, asm=self.compiled))
-        tma = cfg.tma and x.dtype == _torch_bf16()  # fp16 input: the same tile through pointer loads
         if not self.compiled:
             g = grid(m, self.k, cfg, cfg.persistent * (self._sms or 1))
-            if tma:
-                _kernel_tma.launch_interpreted(x, packed, scales, gs_ptr, gs_value, gs_on_device, m, self.k, cfg, g)
-            else:
-                _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
+            _nvfp4_quantize_kernel[g](*args, num_warps=cfg.num_warps)
             return
         index = x.device.index
         fn = self._modules.get(index)
         g = grid(m, self.k, cfg, self._resident(fn, index) if cfg.persistent else None)
-        if tma:
-            desc = _kernel_tma.descriptor(x, m, self.k, cfg)
-            args = (desc, packed, scales, gs_ptr, gs_value, gs_on_device, m, *_kernel_tma.constexprs(self.k, cfg))
         launch_on_stream(fn, g, index, *args)
-
-
-def _torch_bf16():
-    import torch
-
-    return torch.bfloat16
 
 
 def _source(dtype: str, k: int, config: NvFp4Config):
@@ -726,8 +691,7 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
     if not can_implement(k, config):
         raise ValueError(f"{OP}: cannot implement k={k} with {config}")
     options = aot_options(config.num_warps, pdl=config.pdl, maxnreg=config.max_regs)
-    src = _kernel_tma.source(k, config) if config.tma and dtype == "bfloat16" else _source(dtype, k, config)
-    return aot_compile(src, arch, options)
+    return aot_compile(_source(dtype, k, config), arch, options)
 
 
 @kernel(
@@ -740,7 +704,6 @@ def compile_for_target(dtype: str, k: int, config: NvFp4Config, arch: str):
         _steps.__name__,
         _pairs.__name__,
         _kernel_pairs.__name__,
-        _kernel_tma.__name__,
     ),
 )
 def compile_nvfp4(dtype: str, k: int, config: NvFp4Config, arch: str) -> NvFp4Launcher:
