@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Session 33, second machine session (after the toolchain calls, on a snapshot): the K-major preload tile with the
+# next wave's group prefetched into L2 (`NvFp4Config.l2_ahead`) bit for bit on every test_gpu_candidates shape plus
+# live rows and a CUDA graph; then those tiles against the plan and the same tile without the prefetch at #4's four
+# shapes, plainly and (4096 rows) as programmatic dependents, graph timer, one process.
+set -uo pipefail
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+TEST_LIMIT=200 bash scripts/device_snapshot_run.sh - @scripts/jobs/s33_b_sel.txt 2>&1 | tail -3 | cut -c1-200
+cd /root/snap || exit 2
+export PYTHONPATH=$PYTHONPATH:$PWD B12X_CACHE_DIR=/tmp/b12x-cache B12X_QUANT_UNVALIDATED_CANDIDATES=1
+match=("l2_ahead=264" "l2_ahead=462" "l2_ahead=924" "l2_ahead=1386" "preload=True, pdl=False, k_major=True, l2_ahead=0")
+timeout 200 python3 -m benchmarks.experimental.b12x.bench_quantization --op nvfp4 --ms 4096 16384 --ks 4096 7168 \
+  --timer graph --no-peers --match "${match[@]}" --json "$OUT/nv.json" >"$OUT/nv.txt" 2>&1
+echo "bench nv rc=$?"
+timeout 170 python3 -m benchmarks.experimental.b12x.bench_quantization --op nvfp4 --ms 4096 8192 --ks 4096 7168 \
+  --timer graph --no-peers --pdl --match "${match[@]}" --json "$OUT/nv_pdl.json" >"$OUT/nv_pdl.txt" 2>&1
+echo "bench pdl rc=$?"
