@@ -2,7 +2,6 @@
 bit-exactness argument rests on, and obey the compile spine's caches and freeze."""
 
 import contextlib
-import dataclasses
 import pickle
 import re
 import sys
@@ -117,22 +116,6 @@ def test_compiled_signature_matches_the_launch_arguments(op):
     )
 
 
-def test_l2_ahead_tile_prefetches_once_a_row_and_compiles_for_both_archs():
-    # `NvFp4Config.l2_ahead`: one bulk L2 prefetch in the program (threads 0 .. rows - 1 each issue one),
-    # after the group's loads; the same tile without it has none. Only K-major preload tiles take it.
-    cfg = nv.NvFp4Config(*nv._UNVALIDATED_L2[0])
-    assert cfg.l2_ahead > 0 and nv.can_implement(4096, cfg)
-    for arch in ("sm_90a", "sm_120a"):
-        ptx = nv.compile_for_target("bfloat16", 4096, cfg, arch).asm["ptx"]
-        assert ptx.count("cp.async.bulk.prefetch.L2.global") == 1, arch
-        assert ptx.index("ld.global") < ptx.index("cp.async.bulk.prefetch"), arch  # after the group's loads
-    plain = nv.compile_for_target("bfloat16", 4096, dataclasses.replace(cfg, l2_ahead=0), "sm_90a").asm["ptx"]
-    assert "cp.async.bulk.prefetch" not in plain
-    assert nv.constexprs(4096, cfg)[-2] == cfg.l2_ahead and nv.constexprs(4096, cfg, asm=False)[-2] == 0
-    for bad in ({"k_major": False}, {"preload": False, "k_iters": 1, "unroll": False}, {"l2_ahead": -1}):
-        assert not nv.can_implement(4096, dataclasses.replace(cfg, **bad)), bad
-
-
 @pytest.mark.parametrize("op", ["nvfp4", "mxfp8"])
 def test_fingerprint_sources_cover_every_called_jit_function(op):
     # The spine fingerprints the compile function's module plus `sources=`: every Triton function the
@@ -203,7 +186,6 @@ def test_compiled_launchers_pass_every_argument_in_order(monkeypatch):
         False,
         False,
         False,  # k_major
-        0,  # l2_ahead
         0,
     )
     assert calls == [((8, 1, 1), want, 1234)]
@@ -300,7 +282,6 @@ def test_candidates_compile_with_the_exact_instructions(op, sweep):
                     lut=False,
                     preload=False,
                     k_major=False,
-                    l2_ahead=0,
                 ),
                 "sm_90a",
             )
@@ -345,15 +326,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
             order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
             s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
-            s33 = lambda c: not nv.L2_GPU_VALIDATED and c.l2_ahead > 0  # session 33's L2 prefetch, likewise
             offered = [
                 c
                 for c in everything
-                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs")
-                and not s7(c)
-                and not s27(c)
-                and not s31(c)
-                and not s33(c)
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue
@@ -374,7 +350,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PRELOAD if op == "nvfp4" and nv.PRELOAD_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_ORDER if op == "nvfp4" and nv.ORDER_GPU_VALIDATED else ()
-    passed += kmod._UNVALIDATED_L2 if op == "nvfp4" and nv.L2_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -388,6 +363,5 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PRELOAD_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "ORDER_GPU_VALIDATED", False)
-        monkeypatch.setattr(nv, "L2_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

@@ -165,10 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 33 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): the K-major preload tile prefetching
-# into L2 the group of the program `l2_ahead` ids later (`NvFp4Config.l2_ahead`; 924 = one wave of 7 programs on
-# each of the H200's 132 SMs). Fields after k_major: l2_ahead. Offered by default only once the H200 passes them.
-L2_GPU_VALIDATED = False
-_KM = (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True)
-_UNVALIDATED_L2 = tuple((*_KM, ahead) for ahead in (264, 462, 924, 1386))

@@ -105,9 +105,6 @@ class NvFp4Config:
     consecutive column groups of a row block (the default grid's consecutive programs take consecutive
     row blocks of one column group), so the programs resident at once read contiguous rows rather than
     a column band of every row.
-    l2_ahead (k_major preload tiles; session 33): 0, or n > 0: each program, after its own loads, prefetches into
-    L2 the group of the program n ids later (one `cp.async.bulk.prefetch.L2` a row: `_kernel_pairs.py`), so the
-    program that takes its slot when it ends finds its lines in L2. The same bits.
     """
 
     block_m: int = 16
@@ -127,7 +124,6 @@ class NvFp4Config:
     preload: bool = False
     pdl: bool = False
     k_major: bool = False
-    l2_ahead: int = 0
 
 
 def can_implement(k: int, config: NvFp4Config) -> bool:
@@ -168,9 +164,6 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and isinstance(config.pdl, bool)
         and isinstance(config.k_major, bool)
         and (not config.k_major or (config.encode == "pairs" and config.persistent == 0))
-        and type(config.l2_ahead) is int
-        and 0 <= config.l2_ahead < 2**20
-        and (config.l2_ahead == 0 or (config.k_major and config.preload))
     )
 
 
@@ -195,7 +188,6 @@ LARGE_M_STEPS = (8, 256, 4, "steps", False, False, "halves", 4)  # the large-M w
 # `_candidates.py`.
 from ._candidates import (  # noqa: E402
     _UNVALIDATED,
-    _UNVALIDATED_L2,
     _UNVALIDATED_ORDER,
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
@@ -203,7 +195,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_STEPS,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
-    L2_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
     ORDER_GPU_VALIDATED,
     PAIRS_GPU_VALIDATED,
@@ -234,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_L2 if unvalidated or L2_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
@@ -296,7 +286,6 @@ def constexprs(k: int, config: NvFp4Config, *, asm: bool = True) -> tuple:
         cfg.lut,
         cfg.preload,
         cfg.k_major,
-        cfg.l2_ahead if asm else 0,
         int(cfg.pdl and asm),
     )
 
@@ -588,7 +577,6 @@ def _nvfp4_quantize_kernel(
     LUT: tl.constexpr,  # NvFp4Config.lut ("pairs" only)
     PRELOAD: tl.constexpr,  # NvFp4Config.preload ("pairs" only)
     K_MAJOR: tl.constexpr,  # NvFp4Config.k_major ("pairs" only, a one-axis grid)
-    L2_AHEAD: tl.constexpr,  # NvFp4Config.l2_ahead (0 under the interpreter: no inline PTX)
     PDL: tl.constexpr,  # NvFp4Config.pdl (0 under the interpreter)
 ):
     gdc_enter(PDL)  # before the first global access (the global scale, skip_dead's scale stores)
@@ -597,7 +585,7 @@ def _nvfp4_quantize_kernel(
         program_pairs(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, PERSISTENT, STREAM, LUT, PRELOAD,
-            K_MAJOR, L2_AHEAD,
+            K_MAJOR,
         )  # fmt: skip
     else:
         ENC: tl.constexpr = ENCODE - (ENCODE == 4)  # "pairs" on fp16 input runs "steps" (same bits)
@@ -689,7 +677,6 @@ def _source(dtype: str, k: int, config: NvFp4Config):
         "LUT": "constexpr",
         "PRELOAD": "constexpr",
         "K_MAJOR": "constexpr",
-        "L2_AHEAD": "constexpr",
         "PDL": "constexpr",
     }
     names = [n for n, t in signature.items() if t == "constexpr"]

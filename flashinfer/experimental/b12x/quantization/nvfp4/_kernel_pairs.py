@@ -261,39 +261,6 @@ def _group_tile_pair(
 
 
 @triton.jit
-def _l2_prefetch_ahead(
-    x_ptr, m, K: tl.constexpr, BLOCK_M: tl.constexpr, GROUP_K: tl.constexpr, NG: tl.constexpr, AHEAD
-):
-    """Prefetch into L2 the input of the K-major grid's program program_id(0) + AHEAD (`NvFp4Config.l2_ahead`):
-    rows pid_m' * BLOCK_M + [0, BLOCK_M) below m, columns [g' GROUP_K, (g' + 1) GROUP_K) below K, one
-    `cp.async.bulk.prefetch.L2` a row from threads 0 .. rows - 1 (x 16-byte aligned, K % 16 == 0: every row
-    segment 32-byte aligned, a multiple of 32 bytes). Nothing past the grid's last program; writes nothing."""
-    nxt = tl.program_id(0) + AHEAD
-    pid_m = nxt // NG
-    col0 = (nxt - pid_m * NG) * GROUP_K
-    row0 = pid_m * BLOCK_M
-    live = (nxt < tl.num_programs(0)) & (col0 < K)
-    nrows = tl.where(live, tl.minimum(m - row0, BLOCK_M), 0)
-    nbytes = tl.minimum(K - col0, GROUP_K) * 2
-    base = x_ptr.to(tl.int64) + (row0.to(tl.int64) * K + col0) * 2
-    tl.inline_asm_elementwise(
-        """{
-        .reg .pred p; .reg .b32 t; .reg .b64 a;
-        mov.u32 t, %tid.x;
-        setp.lt.s32 p, t, $2;
-        mad.wide.u32 a, t, $3, $1;
-        @p cp.async.bulk.prefetch.L2.global [a], $4;
-        mov.u32 $0, 0;
-        }""",
-        "=r,l,r,r,r",
-        [base, nrows, K * 2, nbytes],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
-
-@triton.jit
 def _k_tiles_unrolled(
     x_ptr,
     packed_ptr,
@@ -318,8 +285,6 @@ def _k_tiles_unrolled(
     lut,
     LUT: tl.constexpr,
     PRELOAD: tl.constexpr = False,
-    m=0,
-    L2_AHEAD: tl.constexpr = 0,
 ):
     """`program_pairs`'s column loop, unrolled (`NvFp4Config.unroll`): the same tiles and bits."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
@@ -329,8 +294,6 @@ def _k_tiles_unrolled(
         if K_ITERS == 4:
             a2, b2, m2, l2 = _load_group_tile(x_ptr, rows64, row_ok, k0, 2, NK, K_ITERS, K, BLOCK_K, STREAM)
             a3, b3, m3, l3 = _load_group_tile(x_ptr, rows64, row_ok, k0, 3, NK, K_ITERS, K, BLOCK_K, STREAM)
-        if L2_AHEAD > 0:
-            _l2_prefetch_ahead(x_ptr, m, K, BLOCK_M, BLOCK_K * K_ITERS, (NK + K_ITERS - 1) // K_ITERS, L2_AHEAD)
         _group_tile_pair(
             a0, b0, m0, l0, a1, b1, m1, l1, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, dead, k0, 0,
             NK, K_ITERS, K, BLOCK_K, SKIP_DEAD, SCALE_WORDS, STREAM, ASM, lut, LUT,
@@ -422,7 +385,6 @@ def program_pairs(
     LUT: tl.constexpr = False,
     PRELOAD: tl.constexpr = False,
     K_MAJOR: tl.constexpr = False,
-    L2_AHEAD: tl.constexpr = 0,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS) (K_MAJOR: both
     from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`."""
@@ -440,7 +402,6 @@ def program_pairs(
         _program_pairs_tiles(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, ASM, UNROLL, STREAM, LUT, PRELOAD, K_MAJOR,
-            L2_AHEAD,
         )  # fmt: skip
 
 
@@ -466,11 +427,9 @@ def _program_pairs_tiles(
     LUT: tl.constexpr,
     PRELOAD: tl.constexpr,
     K_MAJOR: tl.constexpr = False,
-    L2_AHEAD: tl.constexpr = 0,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS); with
-    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`), and with L2_AHEAD the group of
-    program id + L2_AHEAD prefetched into L2 after this group's loads (`_l2_prefetch_ahead`)."""
+    K_MAJOR program_id(0) = pid_m * groups + group (`NvFp4Config.k_major`)."""
     NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
     pid_m, pid_g = grid_origin((NK + K_ITERS - 1) // K_ITERS, K_MAJOR)
     k0 = pid_g * K_ITERS
@@ -485,7 +444,6 @@ def _program_pairs_tiles(
         _k_tiles_unrolled(
             x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, row_ok, dead, k0,
             K, BLOCK_M, BLOCK_K, SKIP_DEAD, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, lut, LUT, PRELOAD,
-            m, L2_AHEAD,
         )  # fmt: skip
     else:
         if PREFETCH:
