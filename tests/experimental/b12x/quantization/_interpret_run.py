@@ -94,11 +94,6 @@ NVFP4_VARIANTS = [
     # tiles (the last one past the row's end) and a prefetching one
     ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True), 5, 48),
     ((16, 32, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True), 130, 160),
-    # session 33: persistent grids in K-major order (program p takes units p, p + P, ...): single tiles with the
-    # next one's loads ahead (past the grid's end masked), without, and groups of 4 with preload (the last past K)
-    ((4, 16, 1, "pairs", False, False, "halves", 1, True, False, 16, False, 0, True, False, False, True), 5, 48),
-    ((16, 64, 4, "pairs", False, True, "halves", 1, False, False, 2, True, 0, False, False, False, True), 130, 160),
-    ((4, 16, 1, "pairs", False, False, "halves", 4, False, True, 16, False, 0, True, True, False, True), 5, 48),
 ]
 # The lane table under global scales inside (float: 2^-60 <= gs <= 2^60) and outside its range (the
 # uniform fallback to the computed thresholds): every special input, every gs kind.

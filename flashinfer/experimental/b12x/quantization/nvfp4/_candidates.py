@@ -165,16 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 33 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): persistent grids in K-major order
-# (`NvFp4Config.k_major` with `persistent`: program p takes units p, p + P, ...; `_kernel_pairs._program_pairs_strided`).
-# Offered by default only once the H200 passes them (test_gpu_candidates).
-STRIDED_GPU_VALIDATED = False
-_UNVALIDATED_STRIDED = (
-    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 8, False, 0, True, False, False, True),
-    (8, 256, 4, "pairs", False, False, "halves", 1, True, False, 8, True, 0, True, False, False, True),
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 8, False, 0, True, False, False, True),
-    (8, 256, 4, "pairs", False, False, "halves", 1, False, False, 12, False, 0, True, False, False, True),
-    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 8, False, 0, True, True, False, True),
-    (8, 256, 4, "pairs", False, False, "halves", 2, False, True, 8, False, 0, True, True, False, True),
-)

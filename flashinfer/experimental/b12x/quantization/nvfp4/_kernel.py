@@ -101,12 +101,10 @@ class NvFp4Config:
     pdl: launched as a programmatic dependent (`_lib/triton_pdl.py`): every program waits for the
     kernel before it in the stream, then lets the next PDL kernel launch, before its first global
     access. Not a tuning choice: the plan sets it on every tile (`api.plan(..., pdl=True)`).
-    k_major ("pairs" or its fp16 fallback; session 31): a one-axis grid whose consecutive programs take
+    k_major ("pairs" or its fp16 fallback, not persistent; session 31): a one-axis grid whose consecutive programs take
     consecutive column groups of a row block (the default grid's consecutive programs take consecutive
     row blocks of one column group), so the programs resident at once read contiguous rows rather than
-    a column band of every row. With persistent (bf16, session 33): program p of P takes units p, p + P, ...
-    in that order instead of a contiguous range (`_kernel_pairs._program_pairs_strided`); fp16 input keeps
-    the contiguous ranges (the same bits).
+    a column band of every row.
     """
 
     block_m: int = 16
@@ -165,7 +163,7 @@ def can_implement(k: int, config: NvFp4Config) -> bool:
         and (not config.preload or (config.unroll and config.k_iters in (2, 4) and not config.prefetch))
         and isinstance(config.pdl, bool)
         and isinstance(config.k_major, bool)
-        and (not config.k_major or config.encode == "pairs")
+        and (not config.k_major or (config.encode == "pairs" and config.persistent == 0))
     )
 
 
@@ -195,7 +193,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
     _UNVALIDATED_STEPS,
-    _UNVALIDATED_STRIDED,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
@@ -204,7 +201,6 @@ from ._candidates import (  # noqa: E402
     PRELOAD_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
     STEPS_GPU_VALIDATED,
-    STRIDED_GPU_VALIDATED,
 )
 
 
@@ -229,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_STRIDED if unvalidated or STRIDED_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:

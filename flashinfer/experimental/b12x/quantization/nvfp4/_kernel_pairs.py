@@ -363,73 +363,6 @@ def _program_pairs_persistent_groups(
 
 
 @triton.jit
-def _program_pairs_strided(
-    x_ptr,
-    packed_ptr,
-    scales_ptr,
-    gs_ptr,
-    gs_value,
-    gs_on_device,
-    m,
-    K: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    SCALE_WORDS: tl.constexpr,
-    K_ITERS: tl.constexpr,
-    PREFETCH: tl.constexpr,
-    STREAM: tl.constexpr,
-    ASM: tl.constexpr,
-    LUT: tl.constexpr,
-    PRELOAD: tl.constexpr,
-):
-    """A persistent grid in K-major order (`NvFp4Config.k_major` with `persistent`, session 33): of the n units
-    (single tiles, or groups of K_ITERS tiles of one row block; row-major over ceil128(m) rows) program p of P
-    takes p, p + P, p + 2P, ..., so the programs resident at once read one contiguous stretch of the input
-    (a contiguous range per program, `persistent_range`, has them read P stretches far apart), and every
-    program's share is within one unit of the others'. Single tiles with PREFETCH: the program's next
-    tile's loads go out before this tile's math; groups run through `_k_tiles_unrolled` (PRELOAD too)."""
-    NK: tl.constexpr = ((K + 63) // 64 * 64 + BLOCK_K - 1) // BLOCK_K
-    NG: tl.constexpr = (NK + K_ITERS - 1) // K_ITERS
-    n = (m + 127) // 128 * (128 // BLOCK_M) * NG  # `grid` keeps this below 2^31
-    p = tl.program_id(0)
-    step = tl.num_programs(0)
-    gs = tl.where(gs_on_device != 0, tl.load(gs_ptr), gs_value)
-    scale, rg, gs_k = pairs_prologue(gs, ASM)
-    lut = lut_prologue(tl.zeros((BLOCK_M, BLOCK_K // 16), tl.int32), scale, rg, gs_k, ASM) if LUT else None
-    if K_ITERS == 1 and PREFETCH:
-        rows = p // NK * BLOCK_M + tl.arange(0, BLOCK_M)
-        ua, ub, bmask, blk = _load_pair_words(x_ptr, rows.to(tl.int64), rows < m, p % NK, K, BLOCK_K, STREAM)
-        for t in range(p, n, step):
-            nxt = t + step
-            rows_n = nxt // NK * BLOCK_M + tl.arange(0, BLOCK_M)
-            more = (rows_n < m) & (tl.zeros([BLOCK_M], tl.int32) + nxt < n)  # full-shape (the interpreter)
-            na, nb, nmask, nblk = _load_pair_words(x_ptr, rows_n.to(tl.int64), more, nxt % NK, K, BLOCK_K, STREAM)
-            rows64 = (t // NK * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-            _encode_store_pairs(
-                ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, t % NK,
-                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
-            )  # fmt: skip
-            ua, ub, bmask, blk = na, nb, nmask, nblk
-    elif K_ITERS == 1:
-        for t in range(p, n, step):
-            rows = t // NK * BLOCK_M + tl.arange(0, BLOCK_M)
-            rows64 = rows.to(tl.int64)
-            ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, rows < m, t % NK, K, BLOCK_K, STREAM)
-            _encode_store_pairs(
-                ua, ub, bmask, blk, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows64, t % NK,
-                K, BLOCK_K, SCALE_WORDS, ASM, STREAM, lut, LUT,
-            )  # fmt: skip
-    else:
-        for i in range(p, n, step):
-            rows = i // NG * BLOCK_M + tl.arange(0, BLOCK_M)
-            _k_tiles_unrolled(
-                x_ptr, packed_ptr, scales_ptr, gs, scale, rg, gs_k, rows.to(tl.int64), rows < m, False,
-                i % NG * K_ITERS, K, BLOCK_M, BLOCK_K, False, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM,
-                lut, LUT, PRELOAD,
-            )  # fmt: skip
-
-
-@triton.jit
 def program_pairs(
     x_ptr,
     packed_ptr,
@@ -454,14 +387,8 @@ def program_pairs(
     K_MAJOR: tl.constexpr = False,
 ):
     """Rows pid_m * BLOCK_M + [0, BLOCK_M), column tiles program_id(1) * K_ITERS + [0, K_ITERS) (K_MAJOR: both
-    from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`, or with
-    K_MAJOR too every num_programs-th unit from program_id(0) (`_program_pairs_strided`)."""
-    if PERSISTENT > 0 and K_MAJOR:
-        _program_pairs_strided(
-            x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
-            K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT, PRELOAD,
-        )  # fmt: skip
-    elif PERSISTENT > 0 and K_ITERS > 1:
+    from program_id(0), column groups fastest); or (PERSISTENT) the tile range of `persistent_range`."""
+    if PERSISTENT > 0 and K_ITERS > 1:
         _program_pairs_persistent_groups(
             x_ptr, packed_ptr, scales_ptr, gs_ptr, gs_value, gs_on_device, m,
             K, BLOCK_M, BLOCK_K, SCALE_WORDS, K_ITERS, PREFETCH, STREAM, ASM, LUT, PRELOAD,
