@@ -1,0 +1,131 @@
+"""How much of the NVFP4 quantizer's time is its encode: the plan beside "skeletons" of it on the H200.
+
+    python3 scripts/probe_nvfp4_skeleton.py [--shapes 4096x4096 4096x7168 16384x4096] [--json out.json]
+
+A skeleton is the plan's memory program without the encode: the same grid (K-major or two-axis programs of
+block_m rows x a group of column tiles), the same loads (`_kernel_pairs._load_pair_words`: a block's two
+halves as 4 int32 words each, the whole group in flight at once as the preload tile has it) and the same
+stores (one 8-byte word of codes a block, one scale byte at its swizzled offset: `_encodes._store_scales`),
+with the codes and scales replaced by integer sums of the loaded words (2-3 instructions a block half instead
+of the ~90 of the lane-table encode). Its output is not NVFP4: the probe times it, it checks nothing. Every row
+is timed by CUDA graph replays rotating input sets past L2 (bench_quantization's graph timer), beside the
+same-size copy, so the gap between the plan and its skeleton is the encode's cost (issue-bound or not) and the
+gap between the skeleton and the copy is the memory program's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import triton
+import triton.language as tl
+
+from flashinfer.experimental.b12x._lib.triton_quant import grid_axes, grid_origin
+from flashinfer.experimental.b12x.quantization.nvfp4._encodes import _store_scales
+from flashinfer.experimental.b12x.quantization.nvfp4._kernel_pairs import _load_pair_words
+
+
+@triton.jit
+def _skeleton(
+    x_ptr,
+    packed_ptr,
+    scales_ptr,
+    m,
+    K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    GROUP_K: tl.constexpr,  # block_k x k_iters: the columns of one program, loaded at once
+    K_MAJOR: tl.constexpr,
+):
+    NB: tl.constexpr = K // 16
+    NG: tl.constexpr = ((K + 63) // 64 * 64 + GROUP_K - 1) // GROUP_K
+    pid_m, pid_g = grid_origin(NG, K_MAJOR)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows64 = rows.to(tl.int64)
+    ua, ub, bmask, blk = _load_pair_words(x_ptr, rows64, rows < m, pid_g, K, GROUP_K)
+    wa = tl.sum(ua, axis=2)  # [rows, blocks]: a stand-in for the block's codes
+    wb = tl.sum(ub, axis=2)
+    words = wa.to(tl.uint64) | (wb.to(tl.uint64) << 32)
+    offs = rows64[:, None] * NB + blk[None, :]
+    tl.store(packed_ptr.to(tl.pointer_type(tl.uint64)) + offs, words, mask=bmask)
+    _store_scales(scales_ptr, rows64, pid_g, (wa ^ wb) & 0xFF, NB, GROUP_K // 16, False)
+
+
+def skeleton_fn(x_sets, m, k, block_m, group_k, k_major, num_warps):
+    """A call of the skeleton on the next input set (rotating), writing one set of outputs."""
+    import torch
+
+    from benchmarks.experimental.b12x.common import rotate
+
+    dev = x_sets[0].device
+    packed = torch.empty(m, k // 2, dtype=torch.uint8, device=dev)
+    scales = torch.zeros((m + 127) // 128 * 128 * ((k // 16 + 3) // 4 * 4), dtype=torch.uint8, device=dev)
+    groups = triton.cdiv((k + 63) // 64 * 64, group_k)
+    grid = grid_axes((m + 127) // 128 * 128 // block_m, groups, k_major, "skeleton")
+    nxt = rotate(x_sets)
+    consts = dict(K=k, BLOCK_M=block_m, GROUP_K=group_k, K_MAJOR=k_major)
+    return lambda: _skeleton[grid](nxt(), packed, scales, m, **consts, num_warps=num_warps, enable_fp_fusion=False)
+
+
+SKELETONS = (  # (block_m, block_k x k_iters, K-major, warps): the plan's mid tile first, then its neighbours
+    (8, 1024, True, 4),
+    (8, 1024, False, 4),
+    (8, 512, True, 4),
+    (8, 2048, True, 4),
+    (16, 1024, True, 8),
+    (8, 256, True, 4),
+)
+
+
+def main(argv=None) -> int:
+    import torch
+
+    import b12x
+    from benchmarks.experimental.b12x import bench_quantization as BQ
+    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2, time_graph_replay
+    from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
+    from flashinfer.experimental.b12x.quantization import nvfp4
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", nargs="+", default=["4096x4096", "4096x7168", "16384x4096"], help="MxK, K % 16 == 0")
+    p.add_argument("--json", default=None, help="also write the rows here")
+    args = p.parse_args(argv)
+    shapes = []
+    for s in args.shapes:
+        parts = s.split("x")
+        if len(parts) != 2 or not all(q.isdigit() for q in parts) or int(parts[1]) % 16:
+            p.error(f"--shapes takes MxK with K a multiple of 16, got {s!r}")
+        shapes.append((int(parts[0]), int(parts[1])))
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    rows = []
+    for m, k in shapes:
+        nbytes = BQ.nvfp4_bytes(m, k)
+        n_sets = min(BQ.MAX_SETS, sets_to_exceed_l2(nbytes))
+        xs = BQ._inputs(m, k, torch.bfloat16, n_sets, dev, gen)
+        gs = nvfp4_global_scale(xs[0]).reshape(1)
+        timed = [("copy (same bytes)", same_size_copy(nbytes, n_sets, dev, gen))]
+        session = b12x.PreparationSession(dev)
+        plan = nvfp4.plan(m, k)
+        session.prepare([plan])
+        out = nvfp4.allocate_outputs(plan, device=dev)
+        nxt = rotate(xs)
+        timed.append(("plan", lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)))  # noqa: B023
+        for bm, gk, km, nw in SKELETONS:
+            name = f"skeleton {bm}x{min(gk, k)} {'K-major' if km else 'two-axis'} {nw} warps"
+            timed.append((name, skeleton_fn(xs, m, k, bm, min(gk, triton.next_power_of_2(k)), km, nw)))
+        copy_us = None
+        for name, fn in timed:
+            us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
+            copy_us = us if copy_us is None else copy_us
+            rows.append({"M": m, "K": k, "impl": name, "us": us, "copy_over_us": copy_us / us})
+            print(f"M={m} K={k} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
+        session.release(plan)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
