@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import triton
 import triton.language as tl
@@ -78,16 +80,10 @@ SKELETONS = (  # (block_m, block_k x k_iters, K-major, warps): the plan's mid ti
 
 
 def main(argv=None) -> int:
-    import torch
-
-    import b12x
-    from benchmarks.experimental.b12x import bench_quantization as BQ
-    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2, time_graph_replay
-    from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
-    from flashinfer.experimental.b12x.quantization import nvfp4
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", nargs="+", default=["4096x4096", "4096x7168", "16384x4096"], help="MxK, K % 16 == 0")
+    p.add_argument(
+        "--shapes", nargs="+", default=["4096x4096", "4096x7168", "16384x4096"], help="MxK, K a multiple of 16"
+    )
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
     shapes = []
@@ -96,6 +92,17 @@ def main(argv=None) -> int:
         if len(parts) != 2 or not all(q.isdigit() for q in parts) or int(parts[1]) % 16:
             p.error(f"--shapes takes MxK with K a multiple of 16, got {s!r}")
         shapes.append((int(parts[0]), int(parts[1])))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
+    import torch
+
+    import b12x
+    from benchmarks.experimental.b12x import bench_quantization as BQ
+    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2, time_graph_replay
+    from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
+    from flashinfer.experimental.b12x.quantization import nvfp4
+
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     rows = []
