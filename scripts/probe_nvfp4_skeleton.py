@@ -53,7 +53,29 @@ def _skeleton(
     _store_scales(scales_ptr, rows64, pid_g, (wa ^ wb) & 0xFF, NB, GROUP_K // 16, False)
 
 
-def skeleton_fn(x_sets, m, k, block_m, group_k, k_major, num_warps):
+def _compiled(k, block_m, group_k, k_major, num_warps, per_sm):
+    """The skeleton compiled for this device's arch (`_lib.triton_build`), its dynamic shared memory raised so
+    that at most `per_sm` programs fit an SM (0: as compiled): the plan's occupancy without its registers."""
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    from flashinfer.experimental.b12x._lib.arch import target_arch
+    from flashinfer.experimental.b12x._lib.triton_build import aot_compile, aot_options
+
+    aligned = [["tt.divisibility", 16]]
+    signature = {"x_ptr": "*bf16", "packed_ptr": "*u8", "scales_ptr": "*u8", "m": "i32"}
+    consts = {"K": k, "BLOCK_M": block_m, "GROUP_K": group_k, "K_MAJOR": k_major}
+    signature.update({n: "constexpr" for n in consts})
+    src = ASTSource(_skeleton, signature, consts, {(0,): aligned, (1,): aligned, (2,): aligned})
+    ck = aot_compile(src, target_arch(), aot_options(num_warps))
+    if per_sm:
+        shared = max(ck.metadata.shared, 233472 // per_sm - 1024 - 128)  # sm_90: 228 KB an SM, 1 KB a block
+        ck.metadata = ck.metadata._replace(shared=shared)
+        ck.packed_metadata = make_backend(ck.metadata.target).pack_metadata(ck.metadata)
+    return ck, tuple(consts.values())
+
+
+def skeleton_fn(x_sets, m, k, block_m, group_k, k_major, num_warps, per_sm=0):
     """A call of the skeleton on the next input set (rotating), writing one set of outputs."""
     import torch
 
@@ -65,17 +87,20 @@ def skeleton_fn(x_sets, m, k, block_m, group_k, k_major, num_warps):
     groups = triton.cdiv((k + 63) // 64 * 64, group_k)
     grid = grid_axes((m + 127) // 128 * 128 // block_m, groups, k_major, "skeleton")
     nxt = rotate(x_sets)
-    consts = dict(K=k, BLOCK_M=block_m, GROUP_K=group_k, K_MAJOR=k_major)
-    return lambda: _skeleton[grid](nxt(), packed, scales, m, **consts, num_warps=num_warps, enable_fp_fusion=False)
+    ck, consts = _compiled(k, block_m, group_k, k_major, num_warps, per_sm)
+    return lambda: ck[grid](nxt(), packed, scales, m, *consts, stream=torch.cuda.current_stream().cuda_stream)
 
 
-SKELETONS = (  # (block_m, block_k x k_iters, K-major, warps): the plan's mid tile first, then its neighbours
-    (8, 1024, True, 4),
-    (8, 1024, False, 4),
-    (8, 512, True, 4),
-    (8, 2048, True, 4),
-    (16, 1024, True, 8),
-    (8, 256, True, 4),
+SKELETONS = (  # (block_m, block_k x k_iters, K-major, warps, programs an SM (0: as many as fit))
+    (8, 1024, True, 4, 0),  # the plan's mid tile's memory program
+    (8, 1024, True, 4, 7),  # ... at the plan's occupancy (72 registers: 7 programs an SM)
+    (8, 1024, True, 4, 5),
+    (8, 1024, False, 4, 0),
+    (8, 512, True, 4, 0),
+    (8, 512, True, 4, 8),
+    (8, 2048, True, 4, 0),
+    (16, 1024, True, 8, 0),
+    (8, 256, True, 4, 0),
 )
 
 
@@ -118,9 +143,10 @@ def main(argv=None) -> int:
         out = nvfp4.allocate_outputs(plan, device=dev)
         nxt = rotate(xs)
         timed.append(("plan", lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)))  # noqa: B023
-        for bm, gk, km, nw in SKELETONS:
+        for bm, gk, km, nw, per_sm in SKELETONS:
             name = f"skeleton {bm}x{min(gk, k)} {'K-major' if km else 'two-axis'} {nw} warps"
-            timed.append((name, skeleton_fn(xs, m, k, bm, min(gk, triton.next_power_of_2(k)), km, nw)))
+            name += f", {per_sm} an SM" if per_sm else ""
+            timed.append((name, skeleton_fn(xs, m, k, bm, min(gk, triton.next_power_of_2(k)), km, nw, per_sm)))
         copy_us = None
         for name, fn in timed:
             us = time_graph_replay(fn, calls_per_graph=n_sets).median_us

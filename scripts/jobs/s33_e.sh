@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 33, fifth machine session (after the toolchain calls, on a snapshot): how much of the NVFP4 plan's time is
 # its encode. `scripts/probe_nvfp4_skeleton.py`: the plan beside skeletons of its memory program (same grid, loads
-# and stores, the encode replaced by integer sums) and the same-size copy, graph timer, one process.
+# and stores, the encode replaced by integer sums; some held to the plan's 7 programs an SM by shared memory) and the
+# same-size copy, graph timer, one process.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 bash scripts/device_snapshot_run.sh - none 2>&1 | tail -2 | cut -c1-200
