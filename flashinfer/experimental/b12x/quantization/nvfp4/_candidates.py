@@ -165,12 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 33 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): the K-major preload tile without the
-# lane table (its 7 table registers freed, ~26 more instructions a block), held to 64 / 56 registers (8 / 9 programs
-# an SM; ptxas spills 8 bytes). Offered by default only once the H200 passes them.
-REGS_GPU_VALIDATED = False
-_UNVALIDATED_REGS = tuple(
-    (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, regs, False, True, False, True)
-    for regs in (0, 64, 56)
-)

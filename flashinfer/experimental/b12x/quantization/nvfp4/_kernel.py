@@ -192,7 +192,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
     _UNVALIDATED_PRELOAD,
-    _UNVALIDATED_REGS,
     _UNVALIDATED_STEPS,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
@@ -200,7 +199,6 @@ from ._candidates import (  # noqa: E402
     ORDER_GPU_VALIDATED,
     PAIRS_GPU_VALIDATED,
     PRELOAD_GPU_VALIDATED,
-    REGS_GPU_VALIDATED,
     S7_PAIRS_GPU_VALIDATED,
     STEPS_GPU_VALIDATED,
 )
@@ -227,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_REGS if unvalidated or REGS_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
