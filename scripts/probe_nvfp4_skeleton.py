@@ -53,9 +53,10 @@ def _skeleton(
     _store_scales(scales_ptr, rows64, pid_g, (wa ^ wb) & 0xFF, NB, GROUP_K // 16, False)
 
 
-def _compiled(k, block_m, group_k, k_major, num_warps, per_sm):
+def _compiled(k, block_m, group_k, k_major, num_warps, per_sm, arch=None):
     """The skeleton compiled for this device's arch (`_lib.triton_build`), its dynamic shared memory raised so
-    that at most `per_sm` programs fit an SM (0: as compiled): the plan's occupancy without its registers."""
+    that at most `per_sm` programs fit an SM (0: as compiled): the plan's occupancy without its registers.
+    `arch`: the target (default: this device's)."""
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
@@ -67,7 +68,7 @@ def _compiled(k, block_m, group_k, k_major, num_warps, per_sm):
     consts = {"K": k, "BLOCK_M": block_m, "GROUP_K": group_k, "K_MAJOR": k_major}
     signature.update({n: "constexpr" for n in consts})
     src = ASTSource(_skeleton, signature, consts, {(0,): aligned, (1,): aligned, (2,): aligned})
-    ck = aot_compile(src, target_arch(), aot_options(num_warps))
+    ck = aot_compile(src, arch or target_arch(), aot_options(num_warps))
     if per_sm:
         shared = max(ck.metadata.shared, 233472 // per_sm - 1024 - 128)  # sm_90: 228 KB an SM, 1 KB a block
         ck.metadata = ck.metadata._replace(shared=shared)

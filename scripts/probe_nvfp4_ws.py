@@ -16,6 +16,8 @@ lane-table encode being ~23 SASS a word):
   register layout (one thread owning 4 consecutive words), run the ALU rounds and the fold, and store by TMA.
 
 Nothing is checked: the probe times both beside the same-size copy (graph timer, input sets rotated past L2).
+The Gluon kernel is written to the device's Triton 3.6 (`gl.warp_specialize([(fn, args), ...], warps, regs)`);
+later Triton releases changed that signature, so it does not build with the CPU machines' Triton 3.9.
 """
 
 from __future__ import annotations

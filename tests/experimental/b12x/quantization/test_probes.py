@@ -1,0 +1,45 @@
+"""The NVFP4 timing probes of session 33 still build: `scripts/probe_nvfp4_skeleton.py`'s skeleton (the plan's
+memory program without the encode) compiles for sm_90a and sm_120a, and its occupancy hold raises the dynamic
+shared memory to what leaves the requested programs an SM; bad arguments stop before any import that needs a GPU.
+(`scripts/probe_nvfp4_ws.py`'s Gluon kernel is written to the device's Triton 3.6 and is not built here.)"""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"_b12x_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_skeleton_compiles_and_holds_occupancy(arch):
+    probe = _load("probe_nvfp4_skeleton")
+    ck, consts = probe._compiled(4096, 8, 1024, True, 4, 0, arch=arch)
+    assert consts == (4096, 8, 1024, True)
+    ptx = ck.asm["ptx"]
+    assert len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) == 8  # the group's 16 KB: 8 x 16 bytes a thread
+    held, _ = probe._compiled(4096, 8, 1024, True, 4, 7, arch=arch)
+    fits = lambda kernel: 233472 // (kernel.metadata.shared + 1024)  # noqa: E731 (sm_90: 228 KB an SM, 1 KB a block)
+    assert fits(held) == 7 and fits(ck) > 7
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("name", ["probe_nvfp4_skeleton", "probe_nvfp4_ws"])
+def test_probe_arguments(name, capsys):
+    probe = _load(name)
+    with pytest.raises(SystemExit) as done:
+        probe.main(["--help"])
+    assert done.value.code == 0 and "usage" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        probe.main(["--shapes", "4096x100"])
+    assert done.value.code == 2 and "--shapes takes MxK" in capsys.readouterr().err
