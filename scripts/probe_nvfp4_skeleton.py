@@ -123,7 +123,7 @@ def main(argv=None) -> int:
 
     import b12x
     from benchmarks.experimental.b12x import bench_quantization as BQ
-    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2, time_graph_replay
+    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2
     from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
     from flashinfer.experimental.b12x.quantization import nvfp4
 
@@ -148,17 +148,35 @@ def main(argv=None) -> int:
             name = f"skeleton {bm}x{min(gk, k)} {'K-major' if km else 'two-axis'} {nw} warps"
             name += f", {per_sm} an SM" if per_sm else ""
             timed.append((name, skeleton_fn(xs, m, k, bm, min(gk, triton.next_power_of_2(k)), km, nw, per_sm)))
-        copy_us = None
-        for name, fn in timed:
-            us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
-            copy_us = us if copy_us is None else copy_us
-            rows.append({"M": m, "K": k, "impl": name, "us": us, "copy_over_us": copy_us / us})
-            print(f"M={m} K={k} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
+        rows += time_rows(timed, n_sets, m, k)
         session.release(plan)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+    write_rows(args.json, rows, torch.cuda.get_device_name(dev))
     return 0
+
+
+def time_rows(timed, n_sets: int, m: int, k: int) -> list:
+    """Graph-time each (name, call) of `timed` (the first: the same-size copy), printing and returning rows with
+    copy / this; a row that fails is said and skipped (a probe goes on)."""
+    from benchmarks.experimental.b12x.common import time_graph_replay
+
+    rows, copy_us = [], None
+    for name, fn in timed:
+        try:
+            us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
+        except Exception as e:
+            print(f"M={m} K={k} {name:40s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            continue
+        copy_us = us if copy_us is None else copy_us
+        rows.append({"M": m, "K": k, "impl": name, "us": us, "copy_over_us": copy_us / us})
+        print(f"M={m} K={k} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
+    return rows
+
+
+def write_rows(path, rows, device: str) -> None:
+    """The rows as JSON at `path` (nothing when None)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump({"rows": rows, "device": device}, f, indent=1)
 
 
 if __name__ == "__main__":

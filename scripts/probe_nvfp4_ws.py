@@ -23,7 +23,6 @@ later Triton releases changed that signature, so it does not build with the CPU 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -163,7 +162,10 @@ def main(argv=None) -> int:
     import torch
 
     from benchmarks.experimental.b12x import bench_quantization as BQ
-    from benchmarks.experimental.b12x.common import same_size_copy, sets_to_exceed_l2, time_graph_replay
+    from benchmarks.experimental.b12x.common import same_size_copy, sets_to_exceed_l2
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling probe's timing rows
+    from probe_nvfp4_skeleton import time_rows, write_rows
 
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
@@ -181,19 +183,8 @@ def main(argv=None) -> int:
             for stages, per_sm in ((4, 3), (6, 2), (3, 3)):  # as many as fit: 128 registers, 16 KB a stage
                 name = f"ws 16x512 {stages} stages {per_sm} an SM alu {alu}"
                 timed.append((name, ws_fn(xs, m, k, 16, 256, stages, alu, per_sm * sms)))
-        copy_us = None
-        for name, fn in timed:
-            try:
-                us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
-            except Exception as e:  # a probe: say what failed and go on
-                print(f"M={m} K={k} {name:40s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                continue
-            copy_us = us if copy_us is None else copy_us
-            rows.append({"M": m, "K": k, "impl": name, "us": us, "copy_over_us": copy_us / us})
-            print(f"M={m} K={k} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+        rows += time_rows(timed, n_sets, m, k)
+    write_rows(args.json, rows, torch.cuda.get_device_name(dev))
     return 0
 
 
