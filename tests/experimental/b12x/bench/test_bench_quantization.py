@@ -147,7 +147,7 @@ def test_nvfp4_bench_configs_selects_rows():
     s7 = BQ.nvfp4_bench_configs(7168, _args(("match", ["unroll=True", "persistent=16"])))
     matching = {c for c in everything if "unroll=True" in repr(c) or "persistent=16" in repr(c)}
     assert s7[0] is None and len(s7[1:]) == len(set(s7[1:])) == len(matching)
-    later = nv._UNVALIDATED_PAIRS_S7 + nv._UNVALIDATED_PRELOAD + nv._UNVALIDATED_ORDER + nv._UNVALIDATED_HALF
+    later = nv._UNVALIDATED_PAIRS_S7 + nv._UNVALIDATED_PRELOAD + nv._UNVALIDATED_ORDER
     assert set(s7[1:]) == matching == {nv.NvFp4Config(*c) for c in later}
     both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
     assert both == [None]

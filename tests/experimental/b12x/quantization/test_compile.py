@@ -326,16 +326,10 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
             order = {nv.capped_config(k, t) for t in nv._UNVALIDATED_ORDER}
             s27 = lambda c: not nv.PRELOAD_GPU_VALIDATED and c.preload  # session 27's, behind their own flag
             s31 = lambda c, order=order: not nv.ORDER_GPU_VALIDATED and c in order  # session 31's, likewise
-            half = {nv.capped_config(k, t) for t in nv._UNVALIDATED_HALF}
-            s33 = lambda c, half=half: not nv.HALF_GPU_VALIDATED and c in half  # session 33's, likewise
             offered = [
                 c
                 for c in everything
-                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs")
-                and not s7(c)
-                and not s27(c)
-                and not s31(c)
-                and not s33(c)
+                if (nv.PAIRS_GPU_VALIDATED or c.encode != "pairs") and not s7(c) and not s27(c) and not s31(c)
             ]
             assert default == tuple(offered)
             continue
@@ -356,7 +350,6 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
     passed += kmod._UNVALIDATED_PAIRS_S7 if op == "nvfp4" and nv.S7_PAIRS_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_PRELOAD if op == "nvfp4" and nv.PRELOAD_GPU_VALIDATED else ()
     passed += kmod._UNVALIDATED_ORDER if op == "nvfp4" and nv.ORDER_GPU_VALIDATED else ()
-    passed += kmod._UNVALIDATED_HALF if op == "nvfp4" and nv.HALF_GPU_VALIDATED else ()
     assert set(kmod.candidate_configs(7168)) == {kmod.default_config(7168)} | {cls(*c) for c in passed}
     assert not set(kmod.candidate_configs(7168)) & {cls(*c) for c in kmod._UNVALIDATED if c not in passed}
     monkeypatch.setenv("B12X_QUANT_UNVALIDATED_CANDIDATES", "1")
@@ -370,6 +363,5 @@ def test_only_gpu_validated_candidates_by_default(op, monkeypatch):
         monkeypatch.setattr(nv, "S7_PAIRS_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "PRELOAD_GPU_VALIDATED", False)
         monkeypatch.setattr(nv, "ORDER_GPU_VALIDATED", False)
-        monkeypatch.setattr(nv, "HALF_GPU_VALIDATED", False)
         everything = nv.candidate_configs(7168, unvalidated=True)
         assert nv.candidate_configs(7168) == tuple(c for c in everything if c.encode not in ("steps", "pairs"))

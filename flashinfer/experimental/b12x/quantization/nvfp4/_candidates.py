@@ -165,12 +165,3 @@ _UNVALIDATED_ORDER = (
     (8, 256, 4, "pairs", False, False, "halves", 4, False, True, 0, False, 0, True, True, False, True),
     (8, 256, 4, "pairs", False, False, "halves", 4, True, True, 0, False, 0, True, False, False, True),
 )
-
-# Session 33 (issue #4 at the 4096-row shapes; docs/predictions/quantization.md): K-major preload groups of the same
-# 1024 columns with fewer values a thread (8 warps on 8 rows: 60 registers; or 4 rows on 4 warps: 55 registers, 9
-# programs an SM). Offered by default only once the H200 passes them.
-HALF_GPU_VALIDATED = False
-_UNVALIDATED_HALF = (
-    (8, 512, 8, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True, False, True),
-    (4, 512, 4, "pairs", False, False, "halves", 2, False, True, 0, False, 0, True, True, False, True),
-)

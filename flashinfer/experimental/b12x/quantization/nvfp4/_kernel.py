@@ -188,7 +188,6 @@ LARGE_M_STEPS = (8, 256, 4, "steps", False, False, "halves", 4)  # the large-M w
 # `_candidates.py`.
 from ._candidates import (  # noqa: E402
     _UNVALIDATED,
-    _UNVALIDATED_HALF,
     _UNVALIDATED_ORDER,
     _UNVALIDATED_PAIRS,
     _UNVALIDATED_PAIRS_S7,
@@ -196,7 +195,6 @@ from ._candidates import (  # noqa: E402
     _UNVALIDATED_STEPS,
     _VALIDATED,
     DIVISION_FREE_GPU_VALIDATED,
-    HALF_GPU_VALIDATED,
     LARGE_M_PAIRS,  # noqa: F401 (_dispatch reads it here)
     ORDER_GPU_VALIDATED,
     PAIRS_GPU_VALIDATED,
@@ -227,7 +225,6 @@ def candidate_configs(k: int, *, unvalidated: bool | None = None) -> tuple[NvFp4
     pairs += _UNVALIDATED_PAIRS_S7 if unvalidated or S7_PAIRS_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_PRELOAD if unvalidated or PRELOAD_GPU_VALIDATED else ()
     pairs += _UNVALIDATED_ORDER if unvalidated or ORDER_GPU_VALIDATED else ()
-    pairs += _UNVALIDATED_HALF if unvalidated or HALF_GPU_VALIDATED else ()
     for tup in offered + steps + pairs:
         cfg = capped_config(k, tup)
         if can_implement(k, cfg) and cfg not in out:
