@@ -112,18 +112,17 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
-    shapes = []
-    for s in args.shapes:
-        parts = s.split("x")
-        if len(parts) != 2 or not all(q.isdigit() for q in parts) or int(parts[1]) % 16:
-            p.error(f"--shapes takes MxK with K a multiple of 16, got {s!r}")
-        shapes.append((int(parts[0]), int(parts[1])))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
+    from benchmarks.experimental.b12x.common import COPY_IMPL, int_dims, rotate, same_size_copy, sets_to_exceed_l2
+
+    shapes = [int_dims(s, 2) for s in args.shapes]
+    for s, dims in zip(args.shapes, shapes):
+        if dims is None or dims[1] % 16:
+            p.error(f"--shapes takes MxK with K a multiple of 16, got {s!r}")
     import torch
 
     import b12x
     from benchmarks.experimental.b12x import bench_quantization as BQ
-    from benchmarks.experimental.b12x.common import rotate, same_size_copy, sets_to_exceed_l2
     from flashinfer.experimental.b12x._lib.quant import nvfp4_global_scale
     from flashinfer.experimental.b12x.quantization import nvfp4
 
@@ -137,7 +136,7 @@ def main(argv=None) -> int:
         n_sets = min(BQ.MAX_SETS, sets_to_exceed_l2(nbytes))
         xs = BQ._inputs(m, k, torch.bfloat16, n_sets, dev, gen)
         gs = nvfp4_global_scale(xs[0]).reshape(1)
-        timed = [("copy (same bytes)", same_size_copy(nbytes, n_sets, dev, gen))]
+        timed = [(COPY_IMPL, same_size_copy(nbytes, n_sets, dev, gen))]
         session = b12x.PreparationSession(dev)
         plan = nvfp4.plan(m, k)
         session.prepare([plan])

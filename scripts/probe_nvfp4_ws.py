@@ -149,20 +149,18 @@ def main(argv=None) -> int:
     p.add_argument("--alu", nargs="+", type=int, default=[0, 4, 8, 12], help="xor-shift-multiply rounds a word")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args(argv)
-    shapes = []
-    for s in args.shapes:
-        parts = s.split("x")
-        ok = len(parts) == 2 and all(q.isdigit() for q in parts)
-        if not ok or int(parts[0]) % 16 or int(parts[1]) % 1024:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
+    from benchmarks.experimental.b12x.common import COPY_IMPL, int_dims, same_size_copy, sets_to_exceed_l2
+
+    shapes = [int_dims(s, 2) for s in args.shapes]
+    for s, dims in zip(args.shapes, shapes):
+        if dims is None or dims[0] % 16 or dims[1] % 1024:
             p.error(f"--shapes takes MxK with M a multiple of 16 and K of 1024, got {s!r}")
-        shapes.append((int(parts[0]), int(parts[1])))
     if any(a < 0 or a > 256 for a in args.alu):
         p.error(f"--alu takes rounds in [0, 256], got {args.alu}")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
     import torch
 
     from benchmarks.experimental.b12x import bench_quantization as BQ
-    from benchmarks.experimental.b12x.common import same_size_copy, sets_to_exceed_l2
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling probe's timing rows
     from probe_nvfp4_skeleton import time_rows, write_rows
@@ -177,7 +175,7 @@ def main(argv=None) -> int:
         nbytes = 2 * m * k + m * k // 2  # the input, and a quarter of it written back
         n_sets = min(BQ.MAX_SETS, sets_to_exceed_l2(nbytes))
         xs = BQ._inputs(m, k, torch.bfloat16, n_sets, dev, gen)
-        timed = [("copy (same bytes)", same_size_copy(nbytes, n_sets, dev, gen))]
+        timed = [(COPY_IMPL, same_size_copy(nbytes, n_sets, dev, gen))]
         for alu in args.alu:
             timed.append((f"pointer 8x1024 4 warps alu {alu}", pointer_fn(xs, m, k, 8, 512, alu, 4)))
             for stages, per_sm in ((4, 3), (6, 2), (3, 3)):  # as many as fit: 128 registers, 16 KB a stage
