@@ -13,6 +13,7 @@ DTYPES = ("bfloat16", "float16")
 KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
 LOG2E = 1.4426950408889634
 M_TILE = 16  # query rows per MMA tile: the G heads of one KV head, zero-padded
+N8_HEADS = 8  # DecodeConfig.heads_n8: the G heads on the MMA's n8 columns
 SMEM_LIMIT = {"sm_90a": 227 * 1024, "sm_120a": 99 * 1024, "sm_121a": 99 * 1024}
 THREADS_PER_SM = {"sm_90a": 2048, "sm_120a": 1536, "sm_121a": 1536}
 DECODE_STAGES = (2, 3, 4, 5, 6)
@@ -108,7 +109,14 @@ class DecodeConfig:
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
     they are dead through P V: ptxas sm_90a, D 128, one-launch flags: fp8 4x32x2 194 -> 168 registers
     (three 4-warp CTAs an SM instead of two), fp8 8x32x2 186 -> 153, bf16 4x16x3 194 -> 168, no spills;
-    the same values in the same MMAs, so the outputs are bit-equal to the config without it."""
+    the same values in the same MMAs, so the outputs are bit-equal to the config without it.
+
+    heads_n8 (session 34, opt-in; bench flag n; GQA groups up to 8): the register-light tile
+    (`_decode_n8`). The G query heads go on the n8 side of the MMA instead of the m16 rows: S^T = K Q^T
+    (16 keys as m, Q the B operand), O^T += V^T P^T (V^T through ldmatrix.trans as the A operand, P^T
+    from S^T's accumulators by movmatrix). O is Dv / 16 m16n8 tiles (32 registers at D 128, not 64), Q
+    D / 16 x 2 registers (16, not 32), and half the MMAs (n8 with G of 8 columns live, not m16 with G of
+    16 rows)."""
 
     warps: int = 4
     keys_per_warp: int = 16
@@ -128,6 +136,7 @@ class DecodeConfig:
     cluster: int = 0
     cluster_push: bool = False
     q_reload: bool = False
+    heads_n8: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -145,6 +154,7 @@ class DecodeConfig:
         extra += f", cluster={self.cluster}" if self.cluster else ""
         extra += ", cluster_push=True" if self.cluster_push else ""
         extra += ", q_reload=True" if self.q_reload else ""
+        extra += ", heads_n8=True" if self.heads_n8 else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -223,7 +233,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
-                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "q_reload"):  # fmt: skip
+                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "q_reload", "heads_n8"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -232,6 +242,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"merge_unroll must be 2, 4 or 8, got {c.merge_unroll!r}"
     if c.min_ctas and 65536 // (c.min_ctas * 32 * c.warps) < 128:
         return f"min_ctas {c.min_ctas} x {32 * c.warps} threads leaves under 128 registers a thread"
+    if c.heads_n8 and num_q_heads // num_kv_heads > N8_HEADS:
+        return f"heads_n8 holds a GQA group of at most {N8_HEADS} heads, got Hq/Hkv = {num_q_heads // num_kv_heads}"
     if c.pdl not in PDL_MODES:
         return f"pdl must be one of {PDL_MODES}, got {c.pdl!r}"
     if c.pdl == "prefetch" and (not c.fused_schedule or c.runs_persistent):
@@ -482,16 +494,6 @@ def _default_shape(kv_dtype: str, head_dim: int, page_size: int, arch: str) -> D
     return DecodeConfig(warps=2, keys_per_warp=16, stages=2)
 
 
-def q_slot_dim(slot: int) -> int:
-    """fp8 path: head dim (within a 16-block) the mma k-slot `slot` multiplies (see docstring)."""
-    return 4 * ((slot % 8) // 2) + (slot % 2) + 2 * (slot // 8)
-
-
-def o_col_dim(n: int) -> int:
-    """fp8 path: head dim that column n of the O accumulator holds (see docstring)."""
-    return 16 * (n // 16) + 2 * (n % 8) + (n // 8) % 2
-
-
 # ---- split-KV schedule ------------------------------------------------------------------------
 NO_SPLIT_CHUNK = 1 << 30
 SCHEDULE_THREADS = 512
@@ -550,7 +552,9 @@ def decode_registers(head_dim: int, q_reload: bool = False) -> int:
 def bounded_registers(head_dim: int, config: DecodeConfig) -> int:
     """Registers per thread under the config's launch bound: ptxas keeps min_ctas CTAs' threads in
     the 64K registers (a multiple of 8, at most 255), else `decode_registers`."""
-    regs = decode_registers(head_dim, config.q_reload)
+    # heads_n8 (not persistent): ptxas sm_90a / sm_120a 2026-12-04, D 128 124-168, D 64 96, D 256 202: the
+    # q_reload figures bound it
+    regs = decode_registers(head_dim, config.q_reload or (config.heads_n8 and not config.persistent))
     if config.min_ctas:
         regs = min(regs, 65536 // (config.min_ctas * 32 * config.warps) // 8 * 8)
     return regs
@@ -659,43 +663,24 @@ def early_page_entry(line: int, batch: int, width: int):
     return row, min((line - row * per_row) * 32, width - 1)
 
 
-# ---- fp8 fragment plumbing (shared by the decode kernel and its CPU emulation test) ---------------
-PRMT_EVEN_DIM, PRMT_ODD_DIM = 0x6420, 0x7531
-
-
-def k_expand_moves(fake_kblocks: int) -> tuple[tuple[int, int, int], ...]:
-    """(fake k-block, fake register, real k-block): fake register h of fake k-block kb (4 e4m3 of
-    one key) becomes real k-block 2kb + h (bytes 0-1 -> register 0, bytes 2-3 -> register 1)."""
-    return tuple((kb, h, 2 * kb + h) for kb in range(fake_kblocks) for h in range(2))
-
-
-def v_expand_moves(fake_nblocks: int) -> tuple[tuple[int, int, int], ...]:
-    """(fake n-block, prmt selector, real n-block): prmt(reg0, reg1, selector) of fake n-block nb
-    gathers 4 keys of one head dim; it becomes real n-block 2nb (even dims) or 2nb + 1 (odd)."""
-    return tuple((nb, PRMT_ODD_DIM if e else PRMT_EVEN_DIM, 2 * nb + e) for nb in range(fake_nblocks) for e in range(2))
-
-
-def q_dim_slot(d16: int) -> int:
-    """Inverse of `q_slot_dim`: the mma k-slot that head dim d16 (within a 16-block) goes to."""
-    return 2 * (d16 // 4) + d16 % 2 + 8 * ((d16 // 2) % 2)
-
-
 def parse_decode_entry(text: str):
     """'4x16x3fs:t33:m256' -> (DecodeConfig(4, 16, 3, fused_merge=True, fused_schedule=True) or None
     for 'h', flags {'f', 's'} set, target_items or None, min_chunk or None). 'h' with flags stands for
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload; parts: tN
+    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push
     (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldrgkeq")
+    body = head.rstrip("fspldrgkeqn")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
-        raise ValueError(f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g and q, got {text!r}")
+        raise ValueError(
+            f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g, q and n, got {text!r}"
+        )
     decode = None
     target = min_chunk = None
     min_ctas = 0
@@ -721,9 +706,10 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g", "k", "e", "q"} or min_ctas or unroll != 2 or cluster:
+        if flags & {"p", "l", "d", "r", "g", "k", "e", "q", "n"} or min_ctas or unroll != 2 or cluster:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g and q, got {text!r}"
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g, q and n, "
+                f"got {text!r}"
             )
     else:
         parts = body.split("x")
@@ -745,13 +731,15 @@ def parse_decode_entry(text: str):
             lean_ticket="k" in flags,
             early_pages="e" in flags,
             q_reload="q" in flags,
+            heads_n8="n" in flags,
             cluster=cluster,
             cluster_push=push,
         )
     return decode, flags, target, min_chunk
 
 
-# The extend / verify configuration lives in its own module (one owner per file); re-exported here.
+# The extend / verify configuration and the fp8 fragment plumbing live in their own modules (one owner
+# per file); re-exported here (the kernels and tests import them from _config).
 from ._config_extend import (  # noqa: E402, F401
     ExtendConfig,
     default_extend_config,
@@ -760,4 +748,16 @@ from ._config_extend import (  # noqa: E402, F401
     extend_smem_bytes,
     parse_extend_config,
     why_not_extend,
+)
+from ._moves import (  # noqa: E402, F401
+    PRMT_EVEN_DIM,
+    PRMT_ODD_DIM,
+    k_expand_moves,
+    n8_k_expand_moves,
+    n8_o_row_dim,
+    n8_v_expand_moves,
+    o_col_dim,
+    q_dim_slot,
+    q_slot_dim,
+    v_expand_moves,
 )

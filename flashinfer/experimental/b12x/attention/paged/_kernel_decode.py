@@ -94,6 +94,7 @@ from ._config import (
     why_not,
 )
 from ._decode_loads import DecodeLoads
+from ._decode_n8 import DecodeN8, column_sum, n8_tiled_mma
 from ._fake import CUTE_DTYPES, paged_io
 from ._fragments import (
     c_as_a,
@@ -112,7 +113,7 @@ from ._kernel_split import PartialMerge, Schedule
 
 
 # ---- the kernel ----------------------------------------------------------------------------------
-class PagedDecode(DecodeLoads):
+class PagedDecode(DecodeLoads, DecodeN8):
     def __init__(
         self, q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, schedule=None
     ):
@@ -143,6 +144,7 @@ class PagedDecode(DecodeLoads):
         self.lean_ticket = config.lean_ticket and config.fused_merge  # a no-op without the fused merge
         self.early_pages = config.early_pages
         self.q_reload = config.q_reload
+        self.n8 = config.heads_n8
         self.config, self.kv_name = config, kv_dtype
         self.schedule = Schedule(schedule) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
@@ -189,6 +191,8 @@ class PagedDecode(DecodeLoads):
         tiled_mma = cute.make_tiled_mma(
             warp.MmaF16BF16Op(self.mma_dtype, Float32, (16, 8, 16)), (1, 1, 1), permutation_mnk=(16, 16, 16)
         )
+        if cutlass.const_expr(self.n8):
+            tiled_mma = n8_tiled_mma(self.mma_dtype)
         cp_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
         )
@@ -454,15 +458,21 @@ class PagedDecode(DecodeLoads):
             cute.arch.sync_threads()
 
         thr_mma = tiled_mma.get_slice(lane)
-        tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
-        q_s2r = cute.make_tiled_copy_A(
-            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype), tiled_mma
-        )
-        thr_q_s2r = q_s2r.get_slice(lane)
+        if cutlass.const_expr(self.n8):  # Q as the B operand (`_decode_n8`)
+            tSrQ, q_s2r, thr_q_s2r, q_src = self.n8_q_fragment(sQ, tiled_mma, thr_mma, lane)
+        else:
+            tSrQ = thr_mma.make_fragment_A(thr_mma.partition_A(sQ))
+            q_s2r = cute.make_tiled_copy_A(
+                cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.mma_dtype),
+                tiled_mma,
+            )
+            thr_q_s2r = q_s2r.get_slice(lane)
+            q_src = thr_q_s2r.partition_S(sQ)
         if cutlass.const_expr(not self.q_reload):  # q_reload: every sub-tile loads them (below)
-            cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
+            cute.copy(q_s2r, q_src, thr_q_s2r.retile(tSrQ))
 
-        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.dv)), Float32)
+        o_shape = (self.dv, M_TILE // 2) if self.n8 else (M_TILE, self.dv)  # n8: O^T, (Dv, 8 heads)
+        acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(o_shape), Float32)
         acc_O.fill(0.0)
         row_max = cute.make_rmem_tensor(2, Float32)
         row_sum = cute.make_rmem_tensor(2, Float32)
@@ -482,14 +492,15 @@ class PagedDecode(DecodeLoads):
                 next_page = mPT[req, (t_begin + wid + (nxt + 1) * self.warps) * self.nw // self.page_size]
                 next_page2 = self._second_page(mPT, req, t_begin + wid + (nxt + 1) * self.warps, kv_end)
             if cutlass.const_expr(self.q_reload):  # Q's fragments live from here to S = Q K^T only
-                cute.copy(q_s2r, thr_q_s2r.partition_S(sQ), thr_q_s2r.retile(tSrQ))
-            self._tile(sK, sV, self._slot(wid, i % self.stages), (t_begin + wid + i * self.warps) * self.nw,
+                cute.copy(q_s2r, q_src, thr_q_s2r.retile(tSrQ))
+            tile = self._tile_n8 if self.n8 else self._tile
+            tile(sK, sV, self._slot(wid, i % self.stages), (t_begin + wid + i * self.warps) * self.nw,
                        kv_start, kv_end, qk_scale, tiled_mma, thr_mma, tSrQ, acc_O, row_max, row_sum, lane)  # fmt: skip
         cute.arch.cp_async_wait_group(0)
 
         # ---- epilogue: merge the warps, write final or partial rows ---------------------------------
         for r in cutlass.range_constexpr(2):
-            row_sum[r] = quad_sum(row_sum[r])
+            row_sum[r] = column_sum(row_sum[r]) if self.n8 else quad_sum(row_sum[r])
         cute.arch.sync_threads()  # every warp is done with sK/sV: the buffer becomes sO/sML
         if cutlass.const_expr(self.persistent):
             if n_req >= 0:  # the next item's Q and first sub-tiles (stage 0: outside sO / sML)
@@ -507,7 +518,8 @@ class PagedDecode(DecodeLoads):
             stats + 2 * self.warps * M_TILE, cute.make_layout((self.warps, M_TILE), stride=(M_TILE, 1))
         )
         sLse = cute.make_tensor(stats + 3 * self.warps * M_TILE, cute.make_layout(M_TILE))
-        self._store_warp_state(sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum)
+        store = self._store_warp_state_n8 if self.n8 else self._store_warp_state
+        store(sO, sM, sL, wid, lane, thr_mma, acc_O, row_max, row_sum)
         cute.arch.sync_threads()
         if tidx < M_TILE:
             self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd_use, split, mSink, has_sink)
@@ -698,9 +710,11 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
         "flashinfer.experimental.b12x.attention.paged._cluster_merge",
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._decode_loads",
+        "flashinfer.experimental.b12x.attention.paged._decode_n8",
         "flashinfer.experimental.b12x.attention.paged._fake",
         "flashinfer.experimental.b12x.attention.paged._fragments",
         "flashinfer.experimental.b12x.attention.paged._kernel_split",
+        "flashinfer.experimental.b12x.attention.paged._moves",
     ),
 )
 def compile_decode(

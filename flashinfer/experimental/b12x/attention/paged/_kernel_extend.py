@@ -499,6 +499,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
         "flashinfer.experimental.b12x.attention.paged._config_extend",
         "flashinfer.experimental.b12x.attention.paged._fake",
         "flashinfer.experimental.b12x.attention.paged._fragments",
+        "flashinfer.experimental.b12x.attention.paged._moves",
         "flashinfer.experimental.b12x.attention.paged._kernel_extend_persistent",
         "flashinfer.experimental.b12x.attention.paged._kernel_extend_tile",
     ),

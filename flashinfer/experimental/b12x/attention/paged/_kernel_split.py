@@ -560,6 +560,7 @@ def compile_extend_schedule(tokens_per_tile: int, arch: str):
         "flashinfer.experimental.b12x.attention.paged._config",
         "flashinfer.experimental.b12x.attention.paged._fake",
         "flashinfer.experimental.b12x.attention.paged._fragments",
+        "flashinfer.experimental.b12x.attention.paged._moves",
     ),
 )
 def compile_merge(out_dtype: str, num_q_heads: int, num_kv_heads: int, head_dim_v: int, arch: str):
