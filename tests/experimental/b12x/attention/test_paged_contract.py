@@ -383,6 +383,7 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
 
     assert _config.DECODE_LATENCY_FLAGS and _config.FP8_TWO_PAGE_TILES and _config.LEAN_TICKET
     monkeypatch.setattr(_config, "LEAN_TICKET", False)
+    monkeypatch.setattr(_config, "KV16_HEADS_N8", False)  # its own test: test_paged_n8.py
     # the plan keeps the two-page sub-tile on 16-key pages (api._fit_page allows 2 x page_size)
     fp8_caps = caps(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128)
     fp8_plan = paged.plan(fp8_caps).heuristic("sm_90a").decode
@@ -418,6 +419,7 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     general default, and so does everything with the switch off."""
     from flashinfer.experimental.b12x.attention.paged import _config
 
+    monkeypatch.setattr(_config, "KV16_HEADS_N8", False)  # its own test: test_paged_n8.py
     flags = dict(fast_prologue=True, preload_lengths=True, direct_items=True, lean_ticket=True)
     small = DecodeConfig(8, 16, 2, **flags)
     for kv in ("bfloat16", "float8_e4m3fn"):

@@ -430,6 +430,20 @@ def clustered_default(decode: DecodeConfig) -> DecodeConfig:
     return replace(decode, cluster=SINGLE_REQUEST_CLUSTER, cluster_push=CLUSTER_PUSH)
 
 
+# KV16_HEADS_N8 (session 34, H200 graph timer, 8 calls a graph, Hq 32 / Hkv 8; docs/performance.md): 16-bit KV
+# decode on the register-light tile (DecodeConfig.heads_n8) wherever the GQA group fits its 8 columns: bf16 B = 8
+# L = 1k 4x16x3 13.92 -> 12.97 µs, B = 1 L = 8k 8x16x2 12.30 -> 11.68, B = 32 L = 1k 37.06 -> 36.42, the
+# bandwidth-bound shapes within +-1%. fp8 KV keeps the m16 tile: there the e4m3 conversions, not the registers or
+# the MMAs, set the pace (8x32x2: +0.3 to +2.5% at B <= 8 L <= 8k, -1.3 to -3.5% at the large shapes). sm_90a
+# only until an SM120 GPU has measured it (sm_120a compiles it: bf16 4x16x2 196 -> 166 registers).
+KV16_HEADS_N8 = True
+
+
+def heads_n8_by_default(kv_dtype: str, group: int, arch: str) -> bool:
+    """Whether the plan's heuristic puts the decode on the heads_n8 tile (KV16_HEADS_N8 above)."""
+    return KV16_HEADS_N8 and kv_dtype != "float8_e4m3fn" and group <= N8_HEADS and arch == "sm_90a"
+
+
 def small_batch_chunk(decode: DecodeConfig) -> bool:
     """Whether `decode` is the small-batch shape, whose schedule splits in chunks of one 128-key round
     (`split_schedule`) instead of two pipeline fills."""

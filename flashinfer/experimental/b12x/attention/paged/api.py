@@ -61,6 +61,7 @@ from ._config import (
     default_config,
     default_extend_config,
     extend_item_capacity,
+    heads_n8_by_default,
     split_schedule,
     why_not,
     why_not_extend,
@@ -265,6 +266,9 @@ class PagedAttentionPlan(Plan):
         max_context = caps.max_page_table_width * caps.page_size
         if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
             decode = clustered
+        light = dataclasses.replace(decode, heads_n8=True)
+        if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch) and fits(light):
+            decode = light
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
 

@@ -1,0 +1,92 @@
+"""`DecodeConfig.heads_n8` on the CPU (session 34; bench flag n): the register-light decode tile.
+
+reference: the bench entry, the predicate (GQA groups up to 8), the registers the split counts on, and the
+plan's default (KV16_HEADS_N8: 16-bit KV on sm_90a takes it, fp8 KV, sm_120a and groups above 8 do not).
+compile: sm_90a and sm_120a; half the MMAs of the m16 tile, the same cp.async copies, movmatrix for P^T,
+fewer registers and no spills (ptxas). The fragment moves are emulated in test_paged_n8_fragments.py;
+the GPU tier is test_paged_n8_gpu.py.
+"""
+
+import dataclasses
+
+import pytest
+
+from flashinfer.experimental.b12x._lib import cuda_binary as CB
+from flashinfer.experimental.b12x.attention import paged
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    bounded_registers,
+    parse_decode_entry,
+    why_not,
+)
+
+from .paged_cases import ONE_LAUNCH
+from .test_paged_compile import _check_binary, _modules
+from .test_paged_contract import caps
+
+FP8 = "float8_e4m3fn"
+
+
+@pytest.mark.reference
+def test_bench_entry_and_predicate():
+    cfg, flags, *_ = parse_decode_entry("8x32x2fspldkn")
+    assert cfg == DecodeConfig(8, 32, 2, **ONE_LAUNCH, heads_n8=True) and "n" in flags
+    assert "heads_n8=True" in repr(cfg) and "heads_n8" not in repr(dataclasses.replace(cfg, heads_n8=False))
+    with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
+        parse_decode_entry("hn")
+    assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
+    assert why_not("bfloat16", FP8, 64, 8, 128, 128, 16, cfg, "sm_90a") is None  # a group of 8: every column
+    assert "at most 8 heads, got Hq/Hkv = 16" in why_not("bfloat16", FP8, 64, 4, 128, 128, 16, cfg, "sm_90a")
+    bad = dataclasses.replace(cfg, heads_n8=1)
+    assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, bad, "sm_90a") == "heads_n8 must be a bool, got 1"
+    # the split's residency counts the lighter tile (not when persistent: ptxas gives that one 222)
+    assert bounded_registers(128, DecodeConfig(4, 32, 2, heads_n8=True)) == 168
+    assert bounded_registers(128, DecodeConfig(4, 32, 3, **ONE_LAUNCH, persistent=True, heads_n8=True)) == 200
+
+
+@pytest.mark.reference
+def test_sixteen_bit_kv_plans_take_the_n8_tile_on_sm90():
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    assert _config.KV16_HEADS_N8
+    d128 = dict(head_dim_qk=128, head_dim_vo=128)
+    for batch in (1, 8, 128):
+        work = paged.default_max_work_items(batch, 8)
+        c = caps(max_batch=batch, max_total_q=batch, num_q_heads=32, num_kv_heads=8, max_work_items=work,
+                 max_partial_rows=paged.default_max_partial_rows(work, 32), **d128)  # fmt: skip
+        assert paged.plan(c).heuristic("sm_90a").decode.heads_n8
+        assert not paged.plan(c).heuristic("sm_120a").decode.heads_n8  # not measured on an SM120 GPU yet
+        fp8 = dataclasses.replace(c, kv_dtype=FP8)
+        assert not paged.plan(fp8).heuristic("sm_90a").decode.heads_n8
+    wide = caps(num_q_heads=64, num_kv_heads=4, **d128)  # a group of 16 does not fit 8 columns
+    assert not paged.plan(wide).heuristic("sm_90a").decode.heads_n8
+    fixed = caps(config=DecodeConfig(4, 16, 2))  # a caller's config is taken as it is
+    assert not paged.plan(fixed).heuristic("sm_90a").decode.heads_n8
+
+
+CASES = [(FP8, (8, 32, 2), 128), (FP8, (4, 32, 2), 128), ("bfloat16", (4, 16, 3), 128), ("bfloat16", (4, 16, 2), 64)]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ("sm_90a", "sm_120a"))
+@pytest.mark.parametrize("kv, shape, d", CASES, ids=["fp8-8x32x2", "fp8-4x32x2", "bf16-4x16x3", "bf16-d64"])
+def test_n8_compiles_with_half_the_mmas_and_fewer_registers(arch, kv, shape, d):
+    kd, _ = _modules()
+    dims = ("bfloat16", kv, 32, 8, d, d, 16)
+    m16 = DecodeConfig(*shape, **ONE_LAUNCH)
+    n8 = dataclasses.replace(m16, heads_n8=True)
+    if why_not(*dims, m16, arch) is not None:
+        pytest.skip(why_not(*dims, m16, arch))
+    sched = ScheduleConfig(m16.tile_keys, 33, 256)
+    fns = [kd.compile_decode(*dims, c, arch=arch, schedule=sched) for c in (m16, n8)]
+    ptx = [_check_binary(fn, arch) for fn in fns]
+    mma = [p.count("mma.sync.aligned.m16n8k16") for p in ptx]
+    assert mma[1] * 2 == mma[0] > 0, mma
+    assert ptx[0].count("cp.async.cg.shared.global") == ptx[1].count("cp.async.cg.shared.global") > 0
+    assert "movmatrix.sync.aligned.m8n8.trans.b16" in ptx[1] and "movmatrix" not in ptx[0]
+    use = [CB.resources(fn.artifacts.CUBIN) for fn in fns]
+    assert all(u["STACK"] == 0 and u["LOCAL"] == 0 for u in use), use
+    # 2026-12-04, sm_90a: fp8 8x32x2 186 -> 128, 4x32x2 194 -> 146, bf16 4x16x3 194 -> 166; sm_120a fp8 4x32x2
+    # 186 -> 130
+    assert use[1]["REG"] <= use[0]["REG"] - 16, use
