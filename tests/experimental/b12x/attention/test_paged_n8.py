@@ -1,7 +1,8 @@
 """`DecodeConfig.heads_n8` on the CPU (session 34; bench flag n): the register-light decode tile.
 
 reference: the bench entry, the predicate (GQA groups up to 8), the registers the split counts on, and the
-plan's default (KV16_HEADS_N8: 16-bit KV on sm_90a takes it, fp8 KV, sm_120a and groups above 8 do not).
+plan's default (KV16_HEADS_N8: 16-bit KV on sm_90a takes it, fp8 KV on its small-batch shape only; sm_120a and
+groups above 8 do not).
 compile: sm_90a and sm_120a; half the MMAs of the m16 tile, the same cp.async copies, movmatrix for P^T,
 fewer registers and no spills (ptxas). The fragment moves are emulated in test_paged_n8_fragments.py;
 the GPU tier is test_paged_n8_gpu.py.
@@ -57,8 +58,9 @@ def test_sixteen_bit_kv_plans_take_the_n8_tile_on_sm90():
                  max_partial_rows=paged.default_max_partial_rows(work, 32), **d128)  # fmt: skip
         assert paged.plan(c).heuristic("sm_90a").decode.heads_n8
         assert not paged.plan(c).heuristic("sm_120a").decode.heads_n8  # not measured on an SM120 GPU yet
-        fp8 = dataclasses.replace(c, kv_dtype=FP8)
-        assert not paged.plan(fp8).heuristic("sm_90a").decode.heads_n8
+        fp8 = dataclasses.replace(c, kv_dtype=FP8)  # fp8: the small-batch shape only (B <= SMALL_BATCH_MAX)
+        fp8_decode = paged.plan(fp8).heuristic("sm_90a").decode
+        assert fp8_decode.heads_n8 == (batch <= _config.SMALL_BATCH_MAX)
     wide = caps(num_q_heads=64, num_kv_heads=4, **d128)  # a group of 16 does not fit 8 columns
     assert not paged.plan(wide).heuristic("sm_90a").decode.heads_n8
     fixed = caps(config=DecodeConfig(4, 16, 2))  # a caller's config is taken as it is

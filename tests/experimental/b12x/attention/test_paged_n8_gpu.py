@@ -24,6 +24,7 @@ CONFIGS = {
     "fp8-8x32x2": ("float8_e4m3fn", DecodeConfig(8, 32, 2, **ONE_LAUNCH, heads_n8=True)),
     "fp8-2x32x2": ("float8_e4m3fn", DecodeConfig(2, 32, 2, **ONE_LAUNCH, heads_n8=True)),
     "fp8-4x16x3": ("float8_e4m3fn", DecodeConfig(4, 16, 3, **ONE_LAUNCH, heads_n8=True)),
+    "fp8-8x16x2": ("float8_e4m3fn", DecodeConfig(8, 16, 2, **ONE_LAUNCH, heads_n8=True)),  # the small-batch default
     "fp8-4x32x3-persistent": ("float8_e4m3fn", DecodeConfig(4, 32, 3, **ONE_LAUNCH, persistent=True, heads_n8=True)),
     "fp8-8x32x2-q_reload": ("float8_e4m3fn", DecodeConfig(8, 32, 2, **ONE_LAUNCH, q_reload=True, heads_n8=True)),
     "bf16-4x16x3": ("bfloat16", DecodeConfig(4, 16, 3, **ONE_LAUNCH, heads_n8=True)),

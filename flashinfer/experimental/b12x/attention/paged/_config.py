@@ -432,16 +432,19 @@ def clustered_default(decode: DecodeConfig) -> DecodeConfig:
 
 # KV16_HEADS_N8 (session 34, H200 graph timer, 8 calls a graph, Hq 32 / Hkv 8; docs/performance.md): 16-bit KV
 # decode on the register-light tile (DecodeConfig.heads_n8) wherever the GQA group fits its 8 columns: bf16 B = 8
-# L = 1k 4x16x3 13.92 -> 12.97 µs, B = 1 L = 8k 8x16x2 12.30 -> 11.68, B = 32 L = 1k 37.06 -> 36.42, the
-# bandwidth-bound shapes within +-1%. fp8 KV keeps the m16 tile: there the e4m3 conversions, not the registers or
-# the MMAs, set the pace (8x32x2: +0.3 to +2.5% at B <= 8 L <= 8k, -1.3 to -3.5% at the large shapes). sm_90a
-# only until an SM120 GPU has measured it (sm_120a compiles it: bf16 4x16x2 196 -> 166 registers).
+# L = 1k 14.00 -> 12.93 µs, B = 1 L = 1k / 8k 5.60 / 12.34 -> 5.15 / 11.60, B = 32 L = 1k 36.61 -> 35.85, the
+# bandwidth-bound shapes within +-1%. fp8 KV takes it on the small-batch shape only (8x16x2, plans of at most
+# SMALL_BATCH_MAX requests: B = 1 L = 8k 10.28 -> 9.95, 32k 25.52 -> 25.41, the cluster at 1k a tie); its batch
+# tiles keep the m16 tile (8x32x2 +0.3 to +4% at B <= 8 below 32k; 4x32x2 +2-3% at B = 32 on the same split):
+# there the e4m3 conversions and the per-item chain, not registers or MMAs, set the pace. sm_90a only until an
+# SM120 GPU has measured it (sm_120a compiles it: bf16 4x16x2 196 -> 166 registers).
 KV16_HEADS_N8 = True
 
 
-def heads_n8_by_default(kv_dtype: str, group: int, arch: str) -> bool:
-    """Whether the plan's heuristic puts the decode on the heads_n8 tile (KV16_HEADS_N8 above)."""
-    return KV16_HEADS_N8 and kv_dtype != "float8_e4m3fn" and group <= N8_HEADS and arch == "sm_90a"
+def heads_n8_by_default(kv_dtype: str, group: int, arch: str, decode: DecodeConfig) -> bool:
+    """Whether the plan's heuristic puts `decode` (its selection so far) on the heads_n8 tile (KV16_HEADS_N8 above)."""
+    fits = KV16_HEADS_N8 and group <= N8_HEADS and arch == "sm_90a"
+    return fits and (kv_dtype != "float8_e4m3fn" or small_batch_chunk(decode))
 
 
 def small_batch_chunk(decode: DecodeConfig) -> bool:

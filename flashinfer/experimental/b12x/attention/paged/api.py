@@ -267,7 +267,7 @@ class PagedAttentionPlan(Plan):
         if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
             decode = clustered
         light = dataclasses.replace(decode, heads_n8=True)
-        if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch) and fits(light):
+        if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch, decode) and fits(light):
             decode = light
         schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
         return Selection(decode, schedule)
