@@ -59,6 +59,19 @@ def _check_binary(fn, arch):
     return ptx
 
 
+def compile_flag_pair(arch, kv, shape, d, base_flags, **flag):
+    """The decode kernel of `shape` (warps, keys, stages) with `base_flags`, without and with `flag`, at 32 / 8
+    heads and head dim d: ([ptx, ptx], [ptxas resources, ...]); skips where the config does not fit `arch`."""
+    kd, _ = _modules()
+    dims = ("bfloat16", kv, 32, 8, d, d, 16)
+    base = DecodeConfig(*shape, **base_flags)
+    if why_not(*dims, base, arch) is not None:
+        pytest.skip(why_not(*dims, base, arch))
+    sched = ScheduleConfig(base.tile_keys, 33, 256)
+    fns = [kd.compile_decode(*dims, c, arch=arch, schedule=sched) for c in (base, dataclasses.replace(base, **flag))]
+    return [_check_binary(fn, arch) for fn in fns], [CB.resources(fn.artifacts.CUBIN) for fn in fns]
+
+
 # the decode flags DECODE_LATENCY_FLAGS turns on in every default config, off: the baseline of the
 # tests below that measure what one flag adds
 NO_LATENCY_FLAGS = dict(fast_prologue=False, preload_lengths=False, direct_items=False)

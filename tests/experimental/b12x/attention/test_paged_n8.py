@@ -12,18 +12,16 @@ import dataclasses
 
 import pytest
 
-from flashinfer.experimental.b12x._lib import cuda_binary as CB
 from flashinfer.experimental.b12x.attention import paged
 from flashinfer.experimental.b12x.attention.paged._config import (
     DecodeConfig,
-    ScheduleConfig,
     bounded_registers,
     parse_decode_entry,
     why_not,
 )
 
 from .paged_cases import ONE_LAUNCH
-from .test_paged_compile import _check_binary, _modules
+from .test_paged_compile import compile_flag_pair
 from .test_paged_contract import caps
 
 FP8 = "float8_e4m3fn"
@@ -74,20 +72,11 @@ CASES = [(FP8, (8, 32, 2), 128), (FP8, (4, 32, 2), 128), ("bfloat16", (4, 16, 3)
 @pytest.mark.parametrize("arch", ("sm_90a", "sm_120a"))
 @pytest.mark.parametrize("kv, shape, d", CASES, ids=["fp8-8x32x2", "fp8-4x32x2", "bf16-4x16x3", "bf16-d64"])
 def test_n8_compiles_with_half_the_mmas_and_fewer_registers(arch, kv, shape, d):
-    kd, _ = _modules()
-    dims = ("bfloat16", kv, 32, 8, d, d, 16)
-    m16 = DecodeConfig(*shape, **ONE_LAUNCH)
-    n8 = dataclasses.replace(m16, heads_n8=True)
-    if why_not(*dims, m16, arch) is not None:
-        pytest.skip(why_not(*dims, m16, arch))
-    sched = ScheduleConfig(m16.tile_keys, 33, 256)
-    fns = [kd.compile_decode(*dims, c, arch=arch, schedule=sched) for c in (m16, n8)]
-    ptx = [_check_binary(fn, arch) for fn in fns]
+    ptx, use = compile_flag_pair(arch, kv, shape, d, ONE_LAUNCH, heads_n8=True)
     mma = [p.count("mma.sync.aligned.m16n8k16") for p in ptx]
     assert mma[1] * 2 == mma[0] > 0, mma
     assert ptx[0].count("cp.async.cg.shared.global") == ptx[1].count("cp.async.cg.shared.global") > 0
     assert "movmatrix.sync.aligned.m8n8.trans.b16" in ptx[1] and "movmatrix" not in ptx[0]
-    use = [CB.resources(fn.artifacts.CUBIN) for fn in fns]
     assert all(u["STACK"] == 0 and u["LOCAL"] == 0 for u in use), use
     # 2026-12-04, sm_90a: fp8 8x32x2 186 -> 128, 4x32x2 194 -> 146, bf16 4x16x3 194 -> 166; sm_120a fp8 4x32x2
     # 186 -> 130

@@ -25,7 +25,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
 )
 
 from .paged_cases import ONE_LAUNCH
-from .test_paged_compile import _check_binary, _modules
+from .test_paged_compile import _check_binary, _modules, compile_flag_pair
 
 ARCHS = ("sm_90a", "sm_120a")
 FP8 = "float8_e4m3fn"
@@ -66,18 +66,10 @@ CASES = [(FP8, (4, 32, 2), 128), (FP8, (8, 32, 2), 128), ("bfloat16", (4, 16, 3)
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv, shape, d", CASES, ids=["fp8-4x32x2", "fp8-8x32x2", "bf16-4x16x3", "bf16-d64"])
 def test_q_reload_compiles_with_fewer_registers(arch, kv, shape, d):
-    kd, _ = _modules()
-    dims = ("bfloat16", kv, 32, 8, d, d, 16)
-    plain = DecodeConfig(*shape, **ONE_LAUNCH)
-    reload = dataclasses.replace(plain, q_reload=True)
-    if why_not(*dims, plain, arch) is not None:
-        pytest.skip(why_not(*dims, plain, arch))
-    sched = ScheduleConfig(plain.tile_keys, 33, 256)
-    fns = [kd.compile_decode(*dims, c, arch=arch, schedule=sched) for c in (plain, reload)]
-    ptx = [_check_binary(fn, arch) for fn in fns]
+    ptx, use = compile_flag_pair(arch, kv, shape, d, ONE_LAUNCH, q_reload=True)
+    reload = dataclasses.replace(DecodeConfig(*shape, **ONE_LAUNCH), q_reload=True)
     for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned", "cp.async.cg.shared.global"):
         assert ptx[0].count(op) == ptx[1].count(op) > 0, op
-    use = [CB.resources(fn.artifacts.CUBIN) for fn in fns]
     assert all(u["STACK"] == 0 and u["LOCAL"] == 0 for u in use), use
     if arch == "sm_90a":  # 2026-12-01: 26-33 fewer (fp8 4x32x2 194 -> 168, bf16 D 64 154 -> 124)
         assert use[1]["REG"] <= use[0]["REG"] - 16 and use[1]["REG"] <= bounded_registers(d, reload), use

@@ -34,7 +34,7 @@ from cutlass.cute.nvgpu import warp
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ._config import N8_HEADS, n8_k_expand_moves, n8_v_expand_moves
-from ._fragments import byte_perm, e4m3x4_to_f16x4, mn_view
+from ._fragments import byte_perm, e4m3x4_to_f16x4, kv_operand, mn_view
 
 
 @dsl_user_op
@@ -118,18 +118,8 @@ class DecodeN8:
         sVt = sV[None, None, slot]  # (nw, Dve)
         acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((self.nw, N8_HEADS)), Float32)
         acc_S.fill(0.0)
-        k_s2r = cute.make_tiled_copy_A(
-            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.kv_dtype), tiled_mma
-        )
-        thr_k = k_s2r.get_slice(lane)
-        if cutlass.const_expr(not self.fp8):
-            tSrK = thr_mma.make_fragment_A(thr_mma.partition_A(sKt))
-            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(tSrK))
-        else:
-            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_A((self.nw, self.d)), self.mma_dtype)
-            raw = thr_mma.make_fragment_A(thr_mma.partition_A(sKt))  # fake fp16: 4 e4m3 per register
-            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(raw))
-            expand_k_n8(raw, tSrK)
+        ops = (tiled_mma, thr_mma, lane, self.kv_dtype, self.mma_dtype)
+        tSrK = kv_operand(sKt, (self.nw, self.d), *ops, expand_k_n8 if self.fp8 else None, operand="A", transpose=False)
         cute.gemm(tiled_mma, acc_S, tSrK, tSrQ, acc_S)
 
         s_mn = mn_view(acc_S)  # (keys, heads)
@@ -162,19 +152,10 @@ class DecodeN8:
             for h in cutlass.range_constexpr(2):
                 tOrP_i[h, 0, kb] = movmatrix_t(rP_i[h, kb, 0])
 
-        v_s2r = cute.make_tiled_copy_A(
-            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
-        )
-        thr_v = v_s2r.get_slice(lane)
         sVtT = cute.composition(sVt, cute.make_layout((self.dve, self.nw), stride=(self.nw, 1)))  # (Dve, nw)
-        if cutlass.const_expr(not self.fp8):
-            tOrV = thr_mma.make_fragment_A(thr_mma.partition_A(sVtT))
-            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(tOrV))
-        else:
-            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_A((self.dv, self.nw)), self.mma_dtype)
-            raw = thr_mma.make_fragment_A(thr_mma.partition_A(sVtT))
-            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(raw))
-            expand_v_n8(raw, tOrV)
+        tOrV = kv_operand(
+            sVtT, (self.dv, self.nw), *ops, expand_v_n8 if self.fp8 else None, operand="A", transpose=True
+        )
         cute.gemm(tiled_mma, acc_O, tOrV, tOrP, acc_O)
 
     @cute.jit

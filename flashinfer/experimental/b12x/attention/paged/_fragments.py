@@ -17,6 +17,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
+from cutlass.cute.nvgpu import warp
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ._config import LOG2E, k_expand_moves, q_dim_slot, v_expand_moves
@@ -123,6 +124,27 @@ def swizzled(rows: int, cols: int, dtype) -> cute.ComposedLayout:
     bits = 3 if width == 64 else 2
     atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0, cute.make_layout((8, width), stride=(width, 1)))
     return atom, width
+
+
+def kv_operand(src, real_shape, tiled_mma, thr_mma, lane, kv_dtype, mma_dtype, expand, *, operand, transpose):
+    """The MMA operand fragment (`operand` "A" or "B") of the shared-memory tile `src`, through ldmatrix (x4,
+    `transpose` for V). 16-bit KV: the loaded fragment itself. fp8 KV (`expand` not None): src is a fake fp16 view
+    of e4m3 pairs; the fake fragment is loaded and `expand(raw, frag)` rebuilds the real fp16 fragment of
+    `real_shape` (the operand's logical (rows, cols) in real elements)."""
+    a = operand == "A"
+    atom = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=transpose, num_matrices=4), kv_dtype)
+    s2r = (cute.make_tiled_copy_A if a else cute.make_tiled_copy_B)(atom, tiled_mma)
+    thr = s2r.get_slice(lane)
+    raw = (thr_mma.make_fragment_A if a else thr_mma.make_fragment_B)(
+        (thr_mma.partition_A if a else thr_mma.partition_B)(src)
+    )
+    cute.copy(s2r, thr.partition_S(src), thr.retile(raw))
+    if expand is None:
+        return raw
+    shape = thr_mma.partition_shape_A(real_shape) if a else thr_mma.partition_shape_B(real_shape)
+    frag = cute.make_rmem_tensor(shape, mma_dtype)
+    expand(raw, frag)
+    return frag
 
 
 @cute.jit

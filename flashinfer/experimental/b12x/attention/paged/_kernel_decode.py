@@ -101,6 +101,7 @@ from ._fragments import (
     expand_k,
     expand_v,
     fold_sink,
+    kv_operand,
     mn_view,
     quad_max,
     quad_sum,
@@ -573,18 +574,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
         sVt = sV[None, None, slot]  # (nw, Dve)
         acc_S = cute.make_rmem_tensor(thr_mma.partition_shape_C((M_TILE, self.nw)), Float32)
         acc_S.fill(0.0)
-        k_s2r = cute.make_tiled_copy_B(
-            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.kv_dtype), tiled_mma
-        )
-        thr_k = k_s2r.get_slice(lane)
-        if cutlass.const_expr(not self.fp8):
-            tSrK = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))
-            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(tSrK))
-        else:
-            tSrK = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.nw, self.d)), self.mma_dtype)
-            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sKt))  # fake fp16: 4 e4m3 per register
-            cute.copy(k_s2r, thr_k.partition_S(sKt), thr_k.retile(raw))
-            expand_k(raw, tSrK)
+        ops = (tiled_mma, thr_mma, lane, self.kv_dtype, self.mma_dtype)
+        tSrK = kv_operand(sKt, (self.nw, self.d), *ops, expand_k if self.fp8 else None, operand="B", transpose=False)
         cute.gemm(tiled_mma, acc_S, tSrQ, tSrK, acc_S)
 
         s_mn = mn_view(acc_S)
@@ -611,20 +602,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         rP = cute.make_fragment_like(acc_S, self.mma_dtype)
         rP.store(acc_S.load().to(self.mma_dtype))
         tOrP = c_as_a(rP)
-        v_s2r = cute.make_tiled_copy_B(
-            cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=True, num_matrices=4), self.kv_dtype), tiled_mma
-        )
-        thr_v = v_s2r.get_slice(lane)
         # V^T view (Dve, nw) of the (nw, Dve) sub-tile: the B operand of O += P V.
         sVtT = cute.composition(sVt, cute.make_layout((self.dve, self.nw), stride=(self.nw, 1)))
-        if cutlass.const_expr(not self.fp8):
-            tOrV = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
-            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(tOrV))
-        else:
-            tOrV = cute.make_rmem_tensor(thr_mma.partition_shape_B((self.dv, self.nw)), self.mma_dtype)
-            raw = thr_mma.make_fragment_B(thr_mma.partition_B(sVtT))
-            cute.copy(v_s2r, thr_v.partition_S(sVtT), thr_v.retile(raw))
-            expand_v(raw, tOrV)
+        tOrV = kv_operand(sVtT, (self.dv, self.nw), *ops, expand_v if self.fp8 else None, operand="B", transpose=True)
         cute.gemm(tiled_mma, acc_O, tOrP, tOrV, acc_O)
 
     @cute.jit
