@@ -34,7 +34,7 @@ from cutlass.cute.nvgpu import warp
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ._config import N8_HEADS, n8_k_expand_moves, n8_v_expand_moves
-from ._fragments import byte_perm, e4m3x4_to_f16x4, kv_operand, mn_view
+from ._fragments import byte_perm, e4m3x4_to_f16x4, kv_operand, mn_view, online_softmax
 
 
 @dsl_user_op
@@ -132,13 +132,7 @@ class DecodeN8:
                         s_mn[r, c] = -Float32.inf
         o_mn = mn_view(acc_O)  # (head dims, heads)
         for c in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            col = s_mn[None, c].load() * qk_scale
-            m_new = cute.arch.fmax(row_max[c], column_max(col.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
-            m_use = Float32(0.0) if m_new == -Float32.inf else m_new
-            p = cute.math.exp2(col - m_use, fastmath=True)
-            corr = cute.math.exp2(row_max[c] - m_use, fastmath=True)
-            row_sum[c] = row_sum[c] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
-            row_max[c] = m_new
+            p, corr = online_softmax(s_mn[None, c].load(), c, row_max, row_sum, qk_scale, column_max)
             s_mn[None, c] = p
             o_mn[None, c] = o_mn[None, c].load() * corr
 

@@ -99,6 +99,22 @@ def fold_sink(lse, factor, mSink, head, use):
     return lse, factor
 
 
+@cute.jit
+def online_softmax(x, i: cutlass.Constexpr, row_max, row_sum, qk_scale, across: cutlass.Constexpr):
+    """One online-softmax step of softmax row i (base 2): x, this thread's raw scores of the row for this
+    sub-tile; `across` reduces a max over the lanes sharing the row (`quad_max` for the m16 tile's rows,
+    `_decode_n8.column_max` for the n8 tile's columns). Updates row_max[i] and this thread's partial
+    row_sum[i]; returns (p, corr): the row's weights and the factor its running output is scaled by."""
+    x = x * qk_scale
+    m_new = cute.arch.fmax(row_max[i], across(x.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
+    m_use = Float32(0.0) if m_new == -Float32.inf else m_new
+    p = cute.math.exp2(x - m_use, fastmath=True)
+    corr = cute.math.exp2(row_max[i] - m_use, fastmath=True)
+    row_sum[i] = row_sum[i] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
+    row_max[i] = m_new
+    return p, corr
+
+
 def mn_view(acc: cute.Tensor) -> cute.Tensor:
     """An mma C fragment ((2, 2), MMA_M, MMA_N) viewed as (rows, cols) of this thread."""
     lay = cute.make_layout(acc.layout.shape)

@@ -103,6 +103,7 @@ from ._fragments import (
     fold_sink,
     kv_operand,
     mn_view,
+    online_softmax,
     quad_max,
     quad_sum,
     softmax_finish,
@@ -589,13 +590,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
                         s_mn[r, c] = -Float32.inf
         o_mn = mn_view(acc_O)
         for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            row = s_mn[r, None].load() * qk_scale
-            m_new = cute.arch.fmax(row_max[r], quad_max(row.reduce(cute.ReductionOp.MAX, -Float32.inf, 0)))
-            m_use = Float32(0.0) if m_new == -Float32.inf else m_new
-            p = cute.math.exp2(row - m_use, fastmath=True)
-            corr = cute.math.exp2(row_max[r] - m_use, fastmath=True)
-            row_sum[r] = row_sum[r] * corr + p.reduce(cute.ReductionOp.ADD, Float32.zero, 0)
-            row_max[r] = m_new
+            p, corr = online_softmax(s_mn[r, None].load(), r, row_max, row_sum, qk_scale, quad_max)
             s_mn[r, None] = p
             o_mn[r, None] = o_mn[r, None].load() * corr
 
