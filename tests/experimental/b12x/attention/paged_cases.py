@@ -7,10 +7,14 @@ reads past a request's length is caught), and returns the contiguous copies for 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
+import pytest
 import torch
+
+from flashinfer.experimental.b12x.attention.paged._config import parse_decode_entry
 
 # The DecodeConfig flags of the plan heuristic's one-launch decode (the fused merge and schedule, and
 # what DECODE_LATENCY_FLAGS and LEAN_TICKET add): explicit configs with them run as the defaults do.
@@ -155,3 +159,14 @@ def check_against_reference(case: Case, out, lse, emu, *, window_left=-1, sinks=
     finite = torch.isfinite(ref_lse)
     assert torch.equal(finite, torch.isfinite(lse))
     torch.testing.assert_close(lse[finite], ref_lse[finite], rtol=0, atol=2e-3)
+
+
+def assert_bench_flag(entry: str, field: str, letter: str):
+    """A decode bench entry with flag `letter` parses to a config with `field` set, the repr names the field only
+    when set, and the letter needs an explicit WxKxS entry (not 'h'); returns the config."""
+    cfg, flags, *_ = parse_decode_entry(entry)
+    assert getattr(cfg, field) is True and letter in flags
+    assert f"{field}=True" in repr(cfg) and field not in repr(dataclasses.replace(cfg, **{field: False}))
+    with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
+        parse_decode_entry("h" + letter)
+    return cfg

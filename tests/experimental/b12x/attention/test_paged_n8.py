@@ -16,11 +16,10 @@ from flashinfer.experimental.b12x.attention import paged
 from flashinfer.experimental.b12x.attention.paged._config import (
     DecodeConfig,
     bounded_registers,
-    parse_decode_entry,
     why_not,
 )
 
-from .paged_cases import ONE_LAUNCH
+from .paged_cases import ONE_LAUNCH, assert_bench_flag
 from .test_paged_compile import compile_flag_pair
 from .test_paged_contract import caps
 
@@ -29,11 +28,8 @@ FP8 = "float8_e4m3fn"
 
 @pytest.mark.reference
 def test_bench_entry_and_predicate():
-    cfg, flags, *_ = parse_decode_entry("8x32x2fspldkn")
-    assert cfg == DecodeConfig(8, 32, 2, **ONE_LAUNCH, heads_n8=True) and "n" in flags
-    assert "heads_n8=True" in repr(cfg) and "heads_n8" not in repr(dataclasses.replace(cfg, heads_n8=False))
-    with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
-        parse_decode_entry("hn")
+    cfg = assert_bench_flag("8x32x2fspldkn", "heads_n8", "n")
+    assert cfg == DecodeConfig(8, 32, 2, **ONE_LAUNCH, heads_n8=True)
     assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
     assert why_not("bfloat16", FP8, 64, 8, 128, 128, 16, cfg, "sm_90a") is None  # a group of 8: every column
     assert "at most 8 heads, got Hq/Hkv = 16" in why_not("bfloat16", FP8, 64, 4, 128, 128, 16, cfg, "sm_90a")

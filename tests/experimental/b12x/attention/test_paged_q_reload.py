@@ -18,13 +18,12 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     DecodeConfig,
     ScheduleConfig,
     bounded_registers,
-    parse_decode_entry,
     resident_ctas,
     split_schedule,
     why_not,
 )
 
-from .paged_cases import ONE_LAUNCH
+from .paged_cases import ONE_LAUNCH, assert_bench_flag
 from .test_paged_compile import _check_binary, _modules, compile_flag_pair
 
 ARCHS = ("sm_90a", "sm_120a")
@@ -33,11 +32,8 @@ FP8 = "float8_e4m3fn"
 
 @pytest.mark.reference
 def test_bench_entry_and_predicate():
-    cfg, flags, *_ = parse_decode_entry("4x32x2fspldkq")
-    assert cfg == DecodeConfig(4, 32, 2, **ONE_LAUNCH, q_reload=True) and "q" in flags
-    assert "q_reload=True" in repr(cfg) and "q_reload" not in repr(dataclasses.replace(cfg, q_reload=False))
-    with pytest.raises(ValueError, match="need an explicit WxKxS entry"):
-        parse_decode_entry("hq")
+    cfg = assert_bench_flag("4x32x2fspldkq", "q_reload", "q")
+    assert cfg == DecodeConfig(4, 32, 2, **ONE_LAUNCH, q_reload=True)
     bad = dataclasses.replace(cfg, q_reload="yes")
     assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, bad, "sm_90a") == "q_reload must be a bool, got 'yes'"
     assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
