@@ -570,7 +570,8 @@ def bounded_registers(head_dim: int, config: DecodeConfig) -> int:
     """Registers per thread under the config's launch bound: ptxas keeps min_ctas CTAs' threads in
     the 64K registers (a multiple of 8, at most 255), else `decode_registers`."""
     # heads_n8 (not persistent): ptxas sm_90a / sm_120a 2026-12-04, D 128 124-168, D 64 96, D 256 202: the
-    # q_reload figures bound it
+    # q_reload figures bound it. On purpose not lower: fp8 8x16x2n fits two CTAs an SM by its 124 registers, and a
+    # split for two (t33 / t66) ran 20-140% slower than the one-CTA split (session 34, s34_c)
     regs = decode_registers(head_dim, config.q_reload or (config.heads_n8 and not config.persistent))
     if config.min_ctas:
         regs = min(regs, 65536 // (config.min_ctas * 32 * config.warps) // 8 * 8)
