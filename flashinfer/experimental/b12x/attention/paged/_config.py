@@ -434,10 +434,11 @@ def clustered_default(decode: DecodeConfig) -> DecodeConfig:
 # decode on the register-light tile (DecodeConfig.heads_n8) wherever the GQA group fits its 8 columns: bf16 B = 8
 # L = 1k 14.00 -> 12.93 µs, B = 1 L = 1k / 8k 5.60 / 12.34 -> 5.15 / 11.60, B = 32 L = 1k 36.61 -> 35.85, the
 # bandwidth-bound shapes within +-1%. fp8 KV takes it on the small-batch shape only (8x16x2, plans of at most
-# SMALL_BATCH_MAX requests: B = 1 L = 8k 10.28 -> 9.95, 32k 25.52 -> 25.41, the cluster at 1k a tie); its batch
-# tiles keep the m16 tile (8x32x2 +0.3 to +4% at B <= 8 below 32k; 4x32x2 +2-3% at B = 32 on the same split):
-# there the e4m3 conversions and the per-item chain, not registers or MMAs, set the pace. sm_90a only until an
-# SM120 GPU has measured it (sm_120a compiles it: bf16 4x16x2 196 -> 166 registers).
+# SMALL_BATCH_MAX requests, s34_d: B = 1 L = 1k / 8k / 32k 4.95 / 10.22 / 25.53 -> 4.86 / 10.01 / 25.38, B = 2 / 4
+# L = 8k / 1k 13.00 / 8.98 -> 12.37 / 8.57, nowhere slower); its batch tiles keep the m16 tile (8x32x2 +0.3 to
+# +4% at B <= 8 below 32k; 4x32x2 +2-3% at B = 32 on the same split): there the e4m3 conversions and the per-item
+# chain, not registers or MMAs, set the pace. sm_90a only until an SM120 GPU has measured it (sm_120a compiles it:
+# bf16 4x16x2 196 -> 166 registers).
 KV16_HEADS_N8 = True
 
 
