@@ -89,6 +89,7 @@ from ..._lib.compile import cute_compile, kernel
 from ._cluster_merge import ClusterMerge
 from ._config import (
     M_TILE,
+    N8_HEADS,
     DecodeConfig,
     ScheduleConfig,
     why_not,
@@ -473,7 +474,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
         if cutlass.const_expr(not self.q_reload):  # q_reload: every sub-tile loads them (below)
             cute.copy(q_s2r, q_src, thr_q_s2r.retile(tSrQ))
 
-        o_shape = (self.dv, M_TILE // 2) if self.n8 else (M_TILE, self.dv)  # n8: O^T, (Dv, 8 heads)
+        o_shape = (self.dv, N8_HEADS) if self.n8 else (M_TILE, self.dv)  # n8: O^T, (Dv, the 8 head columns)
         acc_O = cute.make_rmem_tensor(thr_mma.partition_shape_C(o_shape), Float32)
         acc_O.fill(0.0)
         row_max = cute.make_rmem_tensor(2, Float32)
