@@ -50,6 +50,19 @@ from dataclasses import dataclass, field
 from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
+from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers read them from api)
+    DTYPES,
+    EXTEND_MODES,
+    IMPLEMENTED_MODES,
+    INT32_MAX,
+    KV_DTYPES,
+    MAX_BATCH,
+    MAX_GRID_Y,
+    MODES,
+    OP,
+    check_fused_schedule_batch,
+    validate_caps,
+)
 from ._config import (
     FUSED_BY_DEFAULT,
     FUSED_SCHEDULE_MAX_BATCH,
@@ -65,22 +78,12 @@ from ._config import (
     split_schedule,
     why_not,
     why_not_extend,
-    why_not_pdl,
     why_not_schedule,
     with_pdl,
 )
 from ._config_extend import resident_ctas
 from .reference import LOG2E, paged_attention_reference
 
-OP = "attention.paged"
-MODES = ("decode", "extend", "verify")
-IMPLEMENTED_MODES = MODES
-EXTEND_MODES = ("extend", "verify")
-DTYPES = ("bfloat16", "float16")
-KV_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
-INT32_MAX = 2**31 - 1
-MAX_BATCH = 60000  # + the split target stays under the 65535 limit of a grid's y dimension
-MAX_GRID_Y = 65535  # extend: one CTA row per query tile
 DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
 
 
@@ -154,69 +157,6 @@ class Caps:
     @property
     def item_capacity(self) -> int:
         return min(self.max_work_items, self.max_partial_rows // self.num_q_heads)
-
-
-def _validate(caps: Caps) -> None:
-    if caps.mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {caps.mode!r}")
-    if caps.msa_block_sparse:
-        raise NotImplementedError(f"{OP}: msa_block_sparse=True is not implemented")
-    if caps.dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {caps.dtype!r}")
-    if caps.kv_dtype not in (caps.dtype, "float8_e4m3fn"):
-        raise ValueError(f"kv_dtype must be {caps.dtype!r} (the q dtype) or 'float8_e4m3fn', got {caps.kv_dtype!r}")
-    for name in ("num_q_heads", "num_kv_heads", "head_dim_qk", "head_dim_vo", "page_size", "max_total_q",
-                 "max_batch", "max_page_table_width", "max_work_items", "max_partial_rows", "num_cache_pages"):  # fmt: skip
-        value = getattr(caps, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if caps.num_q_heads % caps.num_kv_heads:
-        raise ValueError(f"num_q_heads ({caps.num_q_heads}) must be a multiple of num_kv_heads ({caps.num_kv_heads})")
-    if caps.max_page_table_width * caps.page_size > 2**30:
-        raise ValueError(
-            f"max_page_table_width * page_size (the longest request) must be <= 2^30 keys, got "
-            f"{caps.max_page_table_width} * {caps.page_size}"
-        )
-    if caps.max_batch * caps.max_page_table_width * caps.page_size > INT32_MAX:
-        raise ValueError(
-            f"max_batch * max_page_table_width * page_size must be < 2^31 (KV positions are int32), got "
-            f"{caps.max_batch} * {caps.max_page_table_width} * {caps.page_size}"
-        )
-    if caps.max_batch > MAX_BATCH:
-        raise ValueError(f"max_batch must be <= {MAX_BATCH} (work items are a grid dimension), got {caps.max_batch}")
-    if caps.mode == "decode" and caps.item_capacity < caps.max_batch:
-        raise ValueError(
-            f"the work list must hold max_batch={caps.max_batch} items: min(max_work_items={caps.max_work_items}, "
-            f"max_partial_rows // num_q_heads={caps.max_partial_rows // caps.num_q_heads}) is smaller "
-            "(use default_max_work_items / default_max_partial_rows)"
-        )
-    reason = why_not_pdl(caps.pdl, caps.mode, caps.copy_runtime_metadata, caps.config)
-    if reason is not None:
-        raise ValueError(reason)
-    dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
-    if caps.mode in EXTEND_MODES:
-        if caps.config is not None and not isinstance(caps.config, ExtendConfig):
-            raise ValueError(
-                f"config must be an ExtendConfig or None in mode {caps.mode!r}, got {type(caps.config).__name__}"
-            )
-        config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a", caps.mode)
-        reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
-        if reason is None and caps.num_q_heads % caps.num_kv_heads == 0:
-            tokens = config.list_tokens(caps.group)
-            tiles = extend_item_capacity(caps.max_total_q, caps.max_batch, tokens)
-            if tiles > MAX_GRID_Y:
-                raise ValueError(
-                    f"max_total_q={caps.max_total_q} and max_batch={caps.max_batch} allow {tiles} query tiles of "
-                    f"{tokens} tokens, more than the {MAX_GRID_Y} a grid dimension holds"
-                )
-    else:
-        if caps.config is not None and not isinstance(caps.config, DecodeConfig):
-            raise ValueError(f"config must be a DecodeConfig or None, got {type(caps.config).__name__}")
-        reason = why_not(*dims, caps.page_size, caps.config or DecodeConfig(), "sm_90a")
-        if reason is None and caps.config is not None:
-            _check_fused_schedule_batch(caps, caps.config, "config")
-    if reason is not None:
-        raise NotImplementedError(f"{OP}: {reason}")
 
 
 # ---- the plan ------------------------------------------------------------------------------------
@@ -389,18 +329,10 @@ def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
     """A pure, hashable plan for `caps` (validates them; allocates and compiles nothing)."""
     if not isinstance(caps, Caps):
         raise TypeError(f"caps must be an attention.paged Caps, got {type(caps).__name__}")
-    _validate(caps)
+    validate_caps(caps)
     if override is not None:
         _validate_override(caps, override)
     return PagedAttentionPlan(op=OP, caps=caps, invocation=invocation, override=override)
-
-
-def _check_fused_schedule_batch(caps: Caps, config: DecodeConfig, name: str) -> None:
-    if config.fused_schedule and caps.max_batch > FUSED_SCHEDULE_MAX_BATCH:
-        raise ValueError(
-            f"{name}: fused_schedule needs max_batch <= {FUSED_SCHEDULE_MAX_BATCH} (every CTA scans the batch), "
-            f"got max_batch={caps.max_batch}"
-        )
 
 
 def _validate_override(caps: Caps, override) -> None:
@@ -424,7 +356,7 @@ def _validate_override(caps: Caps, override) -> None:
     reason = why_not(*dims, caps.page_size, override.decode, "sm_90a")
     if reason is not None:
         raise ValueError(f"override.decode: {reason}")
-    _check_fused_schedule_batch(caps, override.decode, "override.decode")
+    check_fused_schedule_batch(caps, override.decode, "override.decode")
     reason = why_not_schedule(override.schedule)
     if reason is not None:
         raise ValueError(f"override.schedule: {reason}")
