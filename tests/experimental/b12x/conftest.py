@@ -114,3 +114,20 @@ def cuda_binary():
     if missing:
         pytest.skip(f"no {', '.join(missing)} (neither on PATH nor in Triton's wheel)")
     return cuda_binary
+
+
+def _load_script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_b12x_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def load_script():
+    """The repository's scripts/NAME.py as a module (the probes the tests build): load_script(name)."""
+    return _load_script

@@ -2,27 +2,17 @@
 code, in each byte of a word, is its fp16 image at 2^-8 of the value), its loop compiles for sm_90a and sm_120a
 with the conversion it names (and only that one), and bad arguments stop before anything needs a GPU."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[4]
-
-
-def _probe():
-    spec = importlib.util.spec_from_file_location("_b12x_probe_e4m3", ROOT / "scripts" / "probe_e4m3_convert.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+PROBE = "probe_e4m3_convert"
 
 
 @pytest.mark.reference
 @pytest.mark.parametrize("byte", [0, 1, 2, 3])
-def test_integer_rewrite_is_exact(byte):
-    probe = _probe()
+def test_integer_rewrite_is_exact(byte, load_script):
+    probe = load_script(PROBE)
     codes = [c for c in range(256) if c & 0x7F != 0x7F]  # e4m3fn's two NaN codes aside
     want = torch.tensor(codes, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
     reg, half = (1 if byte % 2 else 0), byte // 2  # bytes 0, 2 -> the first register, 1, 3 -> the second
@@ -35,9 +25,9 @@ def test_integer_rewrite_is_exact(byte):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_loop_compiles_with_its_conversion(arch):
+def test_loop_compiles_with_its_conversion(arch, load_script):
     pytest.importorskip("triton")
-    probe = _probe()
+    probe = load_script(PROBE)
     for mode in probe.MODES:
         ck, consts = probe._compiled(mode, 64, 4, 8, arch=arch)
         assert consts[:2] == (64, 4)
@@ -46,8 +36,8 @@ def test_loop_compiles_with_its_conversion(arch):
 
 
 @pytest.mark.contract
-def test_probe_arguments(capsys):
-    probe = _probe()
+def test_probe_arguments(capsys, load_script):
+    probe = load_script(PROBE)
     with pytest.raises(SystemExit) as done:
         probe.main(["--help"])
     assert done.value.code == 0 and "usage" in capsys.readouterr().out

@@ -3,29 +3,19 @@ memory program without the encode) compiles for sm_90a and sm_120a, and its occu
 shared memory to what leaves the requested programs an SM; bad arguments stop before any import that needs a GPU.
 (`scripts/probe_nvfp4_ws.py`'s Gluon kernel is written to the device's Triton 3.6 and is not built here.)"""
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
 from flashinfer.experimental.b12x.quantization.nvfp4._occupancy import programs_per_sm
 
 pytest.importorskip("triton")
-ROOT = Path(__file__).resolve().parents[4]
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"_b12x_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_skeleton_compiles_and_holds_occupancy(arch):
-    probe = _load("probe_nvfp4_skeleton")
+def test_skeleton_compiles_and_holds_occupancy(arch, load_script):
+    probe = load_script("probe_nvfp4_skeleton")
     ck, consts = probe._compiled(4096, 8, 1024, True, 4, 0, arch=arch)
     assert consts == (4096, 8, 1024, True)
     ptx = ck.asm["ptx"]
@@ -38,8 +28,8 @@ def test_skeleton_compiles_and_holds_occupancy(arch):
 
 @pytest.mark.contract
 @pytest.mark.parametrize("name", ["probe_nvfp4_skeleton", "probe_nvfp4_ws"])
-def test_probe_arguments(name, capsys):
-    probe = _load(name)
+def test_probe_arguments(name, capsys, load_script):
+    probe = load_script(name)
     with pytest.raises(SystemExit) as done:
         probe.main(["--help"])
     assert done.value.code == 0 and "usage" in capsys.readouterr().out
