@@ -30,7 +30,7 @@ fused_schedule=True (no schedule launch: each CTA finds its own work row; B <= 1
 the schedule's target_items / min_chunk (default: `split_schedule`'s). Such entries are passed as
 `plan(caps, override=api.Selection(decode, schedule))`, with a work list of B + max(N, default) rows.
 Peers on the same K/V in contiguous [B, Hkv, kv_len, D] bf16 (fp8 cases: the bf16 copy; SDPA has no
-fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa), and, with
+fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa; --no-sdpa skips them), and, with
 --flashinfer-site DIR (or $B12X_FLASHINFER_SITE), FlashInfer's stable BatchDecodeWithPagedKVCacheWrapper
 on the same paged cache (bf16 and fp8 e4m3 KV), row "flashinfer decode". This tree IS a `flashinfer`
 distribution whose `flashinfer` has no kernels, so FlashInfer's wheel cannot be imported here: it runs
@@ -303,7 +303,7 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
         table.add(case, impl, measure(lambda binding=binding: paged.run(binding=binding), args), note=note)
         session.release(plan)
     del want
-    if not args.no_peers:
+    if not (args.no_peers or args.no_sdpa):
         _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8, causal=True)
     return case
 
@@ -382,7 +382,7 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         note = "reference: a device copy moving the case's KV bytes (half read, half written), same timer"
         table.add(case, COPY_IMPL, measure(fn, args), peer=True, note=note)
         del fn
-    if not args.no_peers:
+    if not (args.no_peers or args.no_sdpa):
         _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
     return case, record
 
@@ -497,6 +497,10 @@ def build_parser():
     parser.add_argument(
         "--flashinfer-site", metavar="DIR", default=os.environ.get("B12X_FLASHINFER_SITE") or None, help=site_help
     )
+    parser.add_argument(
+        "--no-sdpa", action="store_true",
+        help="skip the SDPA peers (FlashInfer's still runs with --flashinfer-site): a FlashInfer re-time in one call",
+    )  # fmt: skip
     variants_help = f"comma-separated FlashInfer variants of {sorted(fipeer.VARIANTS)} (tc: use_tensor_cores=True)"
     parser.add_argument("--flashinfer-variants", default="tc", help=variants_help)
     parser.add_argument(

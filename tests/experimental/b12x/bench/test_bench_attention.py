@@ -57,6 +57,12 @@ def test_print_fp8_over_bf16(capsys):
     assert "beyond it" in out[0] and "within reach" in out[1]
 
 
+def test_no_sdpa_flag_keeps_the_flashinfer_peer():
+    args = BA.parse_args(["--no-sdpa"])
+    assert args.no_sdpa and not args.no_peers and not BA.parse_args([]).no_sdpa
+    assert "--no-sdpa" in BA.build_parser().format_help()
+
+
 def test_copy_rows_flag_and_the_copy_moves_the_kv_bytes():
     assert BA.parse_args(["--copy-rows"]).copy_rows and not BA.parse_args([]).copy_rows
     kv_bytes = 1 * 1024 * 8 * 256  # fp8, B = 1, L = 1k
