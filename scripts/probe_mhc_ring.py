@@ -1,0 +1,305 @@
+"""The cooperative one-pass pre's memory program through a shared-memory ring (CuTe DSL), timed against copy.
+
+    python3 scripts/probe_mhc_ring.py [--hidden 7168] [--tokens 1024 8192] [--json out.json]
+
+Session 35's Triton skeleton (`probe_group_barrier.py`) held one token block's tile in registers per program and
+reached 70% of the copy ceiling without any barrier, 58% with the group barrier: an SM had at most one tile of
+loads in flight. This is the same memory program with the tile in a ring of STAGES shared-memory buffers filled
+by 16-byte cp.async, STAGES - 1 blocks ahead of the math, so an SM keeps (STAGES - 1) tiles of loads in flight
+while it sums a block and, with BARRIER, while its thread 0 waits at the block's group counter:
+
+- GROUP programs share a block of BT tokens; program j holds columns [j H / GROUP, (j + 1) H / GROUP) of the four
+  streams (4 x BT rows of H / GROUP bf16 in one stage); round r is block r * groups + group;
+- y[t, cols] = sum_i x[t, i, cols] (fp32 sum, one bf16 rounding) from the stage, 8 columns a thread a step;
+- BARRIER: after the block has landed, a CTA barrier, thread 0's release add on the block's counter and its
+  acquire polls until all GROUP programs arrived, a CTA barrier; the stage is held meanwhile (no exchange: the
+  Triton probe priced that), the ring's other stages stream.
+
+Pre's mixes (mma.sync over fn's resident slice) are not here: this is the ceiling of the design's memory program.
+Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of a 1 GiB device copy
+measured in the same process. Every row's y is checked against `reference_y` (a wrong y marks the row) and a
+barrier row's give-ups are counted (any makes the row invalid).
+"""
+
+import argparse
+import json
+import sys
+from typing import NamedTuple
+
+THREADS = 256
+MAX_SPINS = 1 << 22  # polls of one block's counter before a program gives up (counted)
+SMEM_BUDGET = 227 * 1024  # an sm_90a block's opt-in shared memory (SM120: 99 KB; see `fits`)
+
+
+class Row(NamedTuple):
+    group: int
+    bt: int
+    stages: int
+    barrier: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"g{self.group} bt{self.bt} s{self.stages}{' barrier' if self.barrier else ''}"
+
+    def stage_bytes(self, hidden: int) -> int:
+        return self.bt * 4 * (hidden // self.group) * 2
+
+
+ROWS = (
+    Row(64, 32, 2),
+    Row(64, 32, 4),
+    Row(64, 32, 6),
+    Row(32, 32, 2),
+    Row(32, 32, 3),
+    Row(64, 16, 8),
+    Row(64, 32, 4, barrier=True),
+    Row(64, 32, 6, barrier=True),
+    Row(32, 32, 3, barrier=True),
+)
+
+
+def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None:
+    """Why `row` cannot run at `hidden` (None when it can)."""
+    if hidden % (row.group * 8):
+        return f"hidden ({hidden}) must be a multiple of 8 x group ({8 * row.group}): 16-byte rows"
+    if row.stages < 2:
+        return f"stages must be >= 2, got {row.stages}"
+    if row.stages * row.stage_bytes(hidden) > smem_budget:
+        return f"{row.stages} stages of {row.stage_bytes(hidden)} bytes exceed {smem_budget} bytes of shared memory"
+    return None
+
+
+def _kernel_class():
+    """The CuTe DSL kernel (imported lazily: the contract tests need no CUTLASS)."""
+    import cuda.bindings.driver as cuda
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+
+    from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE as ops
+
+    class RingSkeleton:
+        def __init__(self, row: Row, hidden: int) -> None:
+            self.row, self.hidden = row, hidden
+            self.run = hidden // row.group  # columns a program holds
+            self.cpr = self.run // 8  # 16-byte chunks a row
+            self.stage = row.stage_bytes(hidden)
+            self.loads = 4 * row.bt * self.cpr  # chunks a block
+            self.sums = row.bt * self.cpr  # y chunks a block
+
+        @cute.jit
+        def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, rounds: Int32, groups: Int32,
+                     T: Int32, stream: cuda.CUstream):  # fmt: skip
+            self.kernel(mX, mY, mC, rounds, groups, T).launch(
+                grid=[groups * self.row.group, 1, 1], block=[THREADS, 1, 1], stream=stream
+            )
+
+        @cute.jit
+        def load(self, xb, sbase, tid, block, stage, j, T):
+            """This thread's cp.async chunks of `block` into `stage` (zero-filled past T)."""
+            for i in cutlass.range_constexpr((self.loads + THREADS - 1) // THREADS):
+                idx = tid + i * THREADS
+                row, chunk = idx // self.cpr, idx % self.cpr
+                tok = block * self.row.bt + row // 4
+                live = Int32(0)
+                if tok < T:
+                    live = Int32(1)
+                off = ((Int64(tok) * 4 + row % 4) * self.hidden + j * self.run) * 2 + chunk * 16
+                saddr = sbase + stage * self.stage + idx * 16
+                if cutlass.const_expr((self.loads % THREADS) != 0):
+                    if idx < self.loads:
+                        ops.cp_async16(saddr, xb + off * live, live)
+                else:
+                    ops.cp_async16(saddr, xb + off * live, live)
+
+        @cute.jit
+        def wait_group(self, cb, block, stuck, tid):
+            """The block's group barrier: thread 0 arrives (release) and polls (acquire) until GROUP did, or gives
+            up after MAX_SPINS polls and counts it at `stuck` (a grid that is not co-resident cannot hang)."""
+            ops.barrier()
+            if tid == 0:
+                ctr = cb + block
+                cute.arch.atomic_add(ctr, Int32(1), sem="release", scope="gpu")
+                seen = cute.arch.atomic_add(ctr, Int32(0), sem="acquire", scope="gpu")
+                spins = Int32(0)
+                while seen < self.row.group:
+                    seen = cute.arch.atomic_add(ctr, Int32(0), sem="acquire", scope="gpu")
+                    spins = spins + 1
+                    if spins > MAX_SPINS:
+                        cute.arch.atomic_add(stuck, Int32(1))
+                        seen = Int32(self.row.group)
+            ops.barrier()
+
+        @cute.jit
+        def sum_store(self, yb, sbase, tid, block, stage, j, T):
+            """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
+            for i in cutlass.range_constexpr((self.sums + THREADS - 1) // THREADS):
+                idx = tid + i * THREADS
+                t, chunk = idx // self.cpr, idx % self.cpr
+                tok = block * self.row.bt + t
+                if idx < self.sums:
+                    acc = [cutlass.Float32(0.0)] * 8
+                    for s in cutlass.range_constexpr(4):
+                        words = ops.lds_v4(sbase + stage * self.stage + ((t * 4 + s) * self.cpr + chunk) * 16)
+                        for w in cutlass.range_constexpr(4):
+                            lo, hi = ops.half2_to_f32("bfloat16", words[w])
+                            acc[2 * w] = acc[2 * w] + lo
+                            acc[2 * w + 1] = acc[2 * w + 1] + hi
+                    out = [ops.f32_to_half2("bfloat16", acc[2 * w], acc[2 * w + 1]) for w in range(4)]
+                    live = Int32(0)
+                    if tok < T:
+                        live = Int32(1)
+                    addr = yb + ((Int64(tok) * self.hidden + j * self.run) * 2 + chunk * 16) * live
+                    ops.stg_v4(addr, out[0], out[1], out[2], out[3], live)
+
+        @cute.kernel
+        def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, rounds: Int32, groups: Int32, T: Int32):
+            tid, _, _ = cute.arch.thread_idx()
+            pid, _, _ = cute.arch.block_idx()
+            g, j = pid // self.row.group, pid % self.row.group
+            smem = cutlass.memory.SmemAllocator()
+            ring = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.row.stages * self.stage), 128)
+            sbase = ring.iterator.toint()
+            xb, yb = mX.iterator.toint(), mY.iterator.toint()
+            S = self.row.stages
+            for s in cutlass.range_constexpr(S - 1):  # blocks 0 .. S - 2
+                if s < rounds:
+                    self.load(xb, sbase, tid, s * groups + g, s, j, T)
+                ops.cp_async_commit()
+            for r in cutlass.range(rounds):
+                nxt = r + S - 1
+                if nxt < rounds:  # into the stage block r - 1 used: every thread left it at the last barrier
+                    self.load(xb, sbase, tid, nxt * groups + g, nxt % S, j, T)
+                ops.cp_async_commit()
+                ops.cp_async_wait(S - 1)  # block r has landed (this thread's copies) ...
+                block = r * groups + g
+                if cutlass.const_expr(self.row.barrier):
+                    self.wait_group(mC.iterator, block, mC.iterator + rounds * groups, tid)  # ... the group's
+                else:
+                    ops.barrier()  # ... everyone's
+                self.sum_store(yb, sbase, tid, block, r % S, j, T)
+                ops.barrier()  # the stage is refilled next round
+
+    return RingSkeleton
+
+
+def compiled(row: Row, hidden: int, arch: str):
+    """The ring skeleton of `row` at `hidden`, compiled for `arch` (tvm-ffi launcher fn(x, y, counters, rounds,
+    groups, T) on torch's current stream)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass import Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+
+    from flashinfer.experimental.b12x._lib.compile import cute_compile
+
+    reason = why_not(row, hidden)
+    if reason:
+        raise ValueError(f"row {row.label}: {reason}")
+    t = cute.sym_int()
+    x = make_fake_compact_tensor(cutlass.BFloat16, (t, 4, hidden), stride_order=(2, 1, 0), assumed_align=16)
+    y = make_fake_compact_tensor(cutlass.BFloat16, (t, hidden), stride_order=(1, 0), assumed_align=16)
+    c = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=4)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute_compile(_kernel_class()(row, hidden), x, y, c, Int32(1), Int32(1), Int32(1), stream, arch=arch)
+
+
+def reference_y(x):
+    """sum_i x[t, i] in fp32, one rounding to x's dtype."""
+    return x.float().sum(dim=1).to(x.dtype)
+
+
+def close(y, want) -> bool:
+    """y within bf16 rounding of the reference (sums of four in another order may round the other way)."""
+    import torch
+
+    return bool(torch.allclose(y.float(), want.float(), rtol=2**-7, atol=2**-20))
+
+
+def rounds_for(tokens: int, groups: int, bt: int) -> int:
+    return -(-tokens // (groups * bt))
+
+
+def _time(reset, go, reps: int) -> float:
+    """Median µs of `reps` launches of go(), each after an untimed reset(), a sleep kernel first so the host's
+    launch is not timed."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reset()
+        torch.cuda._sleep(1_000_000)
+        start.record()
+        go()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_ceiling(dev, reps: int) -> tuple[float, float]:
+    """(TB/s, µs) of a 1 GiB device copy, bytes read + written."""
+    import torch
+
+    src = torch.empty(1 << 29, dtype=torch.int16, device=dev)
+    dst = torch.empty_like(src)
+    us = _time(lambda: None, lambda: dst.copy_(src), reps)
+    return 4 * src.numel() / (us * 1e-6) / 1e12, us
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hidden", type=int, default=7168, help="H (a multiple of 8 x every row's group)")
+    p.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192], help="T values")
+    p.add_argument("--reps", type=int, default=15, help="timed launches a row (median)")
+    p.add_argument("--json", default=None, help="also write the rows here")
+    args = p.parse_args(argv)
+    for row in ROWS:
+        reason = why_not(row, args.hidden)
+        if reason:
+            p.error(f"--hidden {args.hidden}: row {row.label}: {reason}")
+    if min(args.tokens) < 1 or args.reps < 3:
+        p.error(f"--tokens must be >= 1 and --reps >= 3, got {args.tokens} / {args.reps}")
+    import torch
+
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    from flashinfer.experimental.b12x._lib.arch import target_arch
+
+    dev = torch.device("cuda")
+    arch = target_arch()
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    ceiling, copy_us = copy_ceiling(dev, args.reps)
+    print(f"copy ceiling: {ceiling:.2f} TB/s (1 GiB device copy, {copy_us:.1f} us); arch {arch}", flush=True)
+    kernels = {row: compiled(row, args.hidden, arch) for row in ROWS}
+    out = []
+    for t in args.tokens:
+        x = torch.randn(t, 4, args.hidden, device=dev).to(torch.bfloat16)
+        want = reference_y(x)
+        ideal = t * 5 * args.hidden * 2
+        for row, fn in kernels.items():
+            groups = sms // row.group
+            rounds = rounds_for(t, groups, row.bt)
+            y = torch.full((t, args.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
+            counters = torch.zeros(rounds * groups + 1, dtype=torch.int32, device=dev)  # + the give-ups
+            call = (x, y, counters, rounds, groups, t)
+            us = _time(counters.zero_, lambda fn=fn, call=call: fn(*call), args.reps)
+            ok = close(y, want)
+            stuck = int(counters[-1].item())
+            rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "rounds": rounds, "us": us,
+                   "tb_s": ideal / (us * 1e-6) / 1e12, "pct_copy": 100 * ideal / (us * 1e-6) / 1e12 / ceiling,
+                   "y_close": ok, "timeouts": stuck}  # fmt: skip
+            out.append(rec)
+            print(f"T {t:5d} {row.label:22s} {us:9.1f} us  {us / rounds:6.2f} us a round  {rec['tb_s']:5.2f} TB/s  "
+                  f"{rec['pct_copy']:5.1f}% copy  y ok {ok}  timeouts {stuck}", flush=True)  # fmt: skip
+        del x, want
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": out, "ceiling_tb_s": ceiling, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

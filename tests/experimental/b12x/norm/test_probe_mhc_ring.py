@@ -1,0 +1,55 @@
+"""`scripts/probe_mhc_ring.py` (session 35): the cooperative pre's memory program through a shared-memory ring. Its
+rows compile for sm_90a and sm_120a without local memory (the barrier rows with thread 0's release and acquire
+atomics, the others with none), a ring that does not fit shared memory or a hidden size whose rows are not
+16-byte runs is refused with the reason, and bad arguments stop before anything needs a GPU."""
+
+import pytest
+
+PROBE = "probe_mhc_ring"
+SMEM_SM120 = 99 * 1024
+
+
+@pytest.mark.contract
+def test_why_not_names_the_limit(load_script):
+    probe = load_script(PROBE)
+    assert probe.why_not(probe.Row(64, 32, 4), 7168) is None
+    assert "multiple of 8 x group (512)" in probe.why_not(probe.Row(64, 32, 4), 7000)
+    assert "stages must be >= 2" in probe.why_not(probe.Row(64, 32, 1), 7168)
+    assert "exceed" in probe.why_not(probe.Row(32, 32, 5), 7168)  # 5 x 57344 bytes
+    assert probe.why_not(probe.Row(64, 32, 4), 7168, SMEM_SM120) is not None
+    assert probe.Row(64, 32, 4).stage_bytes(7168) == 32 * 4 * 112 * 2
+
+
+@pytest.mark.contract
+def test_probe_arguments(capsys, load_script):
+    probe = load_script(PROBE)
+    with pytest.raises(SystemExit) as done:
+        probe.main(["--help"])
+    assert done.value.code == 0 and "usage" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        probe.main(["--hidden", "7000"])
+    assert done.value.code == 2 and "--hidden 7000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        probe.main(["--reps", "2"])
+    assert done.value.code == 2 and "--reps >= 3" in capsys.readouterr().err
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_rows_compile(arch, load_script):
+    pytest.importorskip("cutlass")
+    from flashinfer.experimental.b12x._lib import cuda_binary as CB
+
+    probe = load_script(PROBE)
+    budget = SMEM_SM120 if arch == "sm_120a" else probe.SMEM_BUDGET
+    rows = [r for r in probe.ROWS if probe.why_not(r, 7168, budget) is None]
+    if arch == "sm_120a":  # its 99 KB hold few of the H200 rows: a barrier ring that fits, too
+        rows.append(probe.Row(64, 16, 3, barrier=True))
+    assert len(rows) >= 2 and any(r.barrier for r in rows)
+    for row in rows:
+        ck = probe.compiled(row, 7168, arch)
+        usage = CB.resources(ck.artifacts.CUBIN)
+        assert usage["LOCAL"] == 0, (row.label, usage)
+        ptx = ck.artifacts.PTX
+        assert ptx.count("cp.async.cg.shared.global") >= row.stages, row.label
+        assert (".acquire" in ptx and ".release" in ptx) == row.barrier, row.label
