@@ -11,9 +11,10 @@ while it sums a block and, with BARRIER, while its thread 0 waits at the block's
 - GROUP programs share a block of BT tokens; program j holds columns [j H / GROUP, (j + 1) H / GROUP) of the four
   streams (4 x BT rows of H / GROUP bf16 in one stage); round r is block r * groups + group;
 - y[t, cols] = sum_i x[t, i, cols] (fp32 sum, one bf16 rounding) from the stage, 8 columns a thread a step;
-- BARRIER: after the block has landed, a CTA barrier, thread 0's release add on the block's counter and its
-  acquire polls until all GROUP programs arrived, a CTA barrier; the stage is held meanwhile (no exchange: the
-  Triton probe priced that), the ring's other stages stream.
+- BARRIER: after the block has landed, a CTA barrier and thread 0's release add on the block's counter (arrive);
+  LAG rounds later thread 0 polls that counter (acquire) until all GROUP programs arrived, a CTA barrier, and the
+  block's y is stored. The stages hold a block from its load to its y: lag + 1 blocks waiting or summed, and
+  stages - 1 - lag loading ahead. No exchange (the Triton probe priced that). LAG 0: arrive and wait at once.
 
 Pre's mixes (mma.sync over fn's resident slice) are not here: this is the ceiling of the design's memory program.
 Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of a 1 GiB device copy
@@ -36,10 +37,12 @@ class Row(NamedTuple):
     bt: int
     stages: int
     barrier: bool = False
+    lag: int = 0  # rounds between a block's arrival and its wait (the stages then hold lag + 1 blocks)
 
     @property
     def label(self) -> str:
-        return f"g{self.group} bt{self.bt} s{self.stages}{' barrier' if self.barrier else ''}"
+        kind = (f" barrier lag{self.lag}" if self.lag else " barrier") if self.barrier else ""
+        return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
         return self.bt * 4 * (hidden // self.group) * 2
@@ -47,14 +50,19 @@ class Row(NamedTuple):
 
 ROWS = (
     Row(64, 32, 2),
+    Row(64, 32, 3),
     Row(64, 32, 4),
     Row(64, 32, 6),
     Row(32, 32, 2),
     Row(32, 32, 3),
     Row(64, 16, 8),
     Row(64, 32, 4, barrier=True),
-    Row(64, 32, 6, barrier=True),
+    Row(64, 32, 3, barrier=True, lag=1),
+    Row(64, 32, 5, barrier=True, lag=2),
+    Row(64, 32, 7, barrier=True, lag=4),
     Row(32, 32, 3, barrier=True),
+    Row(32, 32, 3, barrier=True, lag=1),
+    Row(64, 16, 8, barrier=True, lag=4),
 )
 
 
@@ -62,8 +70,8 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
     """Why `row` cannot run at `hidden` (None when it can)."""
     if hidden % (row.group * 8):
         return f"hidden ({hidden}) must be a multiple of 8 x group ({8 * row.group}): 16-byte rows"
-    if row.stages < 2:
-        return f"stages must be >= 2, got {row.stages}"
+    if row.stages < 2 + row.lag:
+        return f"stages must be >= 2 + lag ({2 + row.lag}), got {row.stages}"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
         return f"{row.stages} stages of {row.stage_bytes(hidden)} bytes exceed {smem_budget} bytes of shared memory"
     return None
@@ -113,13 +121,17 @@ def _kernel_class():
                     ops.cp_async16(saddr, xb + off * live, live)
 
         @cute.jit
-        def wait_group(self, cb, block, stuck, tid):
-            """The block's group barrier: thread 0 arrives (release) and polls (acquire) until GROUP did, or gives
-            up after MAX_SPINS polls and counts it at `stuck` (a grid that is not co-resident cannot hang)."""
-            ops.barrier()
+        def arrive(self, cb, block, tid):
+            """Thread 0's release add on the block's counter (after a CTA barrier: every thread's work before it)."""
+            if tid == 0:
+                cute.arch.atomic_add(cb + block, Int32(1), sem="release", scope="gpu")
+
+        @cute.jit
+        def await_group(self, cb, block, stuck, tid):
+            """Thread 0 polls (acquire) until the block's GROUP programs arrived, or gives up after MAX_SPINS polls
+            and counts it at `stuck` (a grid that is not co-resident cannot hang); then a CTA barrier."""
             if tid == 0:
                 ctr = cb + block
-                cute.arch.atomic_add(ctr, Int32(1), sem="release", scope="gpu")
                 seen = cute.arch.atomic_add(ctr, Int32(0), sem="acquire", scope="gpu")
                 spins = Int32(0)
                 while seen < self.row.group:
@@ -161,24 +173,30 @@ def _kernel_class():
             ring = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.row.stages * self.stage), 128)
             sbase = ring.iterator.toint()
             xb, yb = mX.iterator.toint(), mY.iterator.toint()
-            S = self.row.stages
-            for s in cutlass.range_constexpr(S - 1):  # blocks 0 .. S - 2
+            S, D = self.row.stages, self.row.lag
+            A = S - 1 - D  # blocks loaded ahead of the one that lands
+            cb = mC.iterator
+            stuck = cb + rounds * groups
+            for s in cutlass.range_constexpr(A):  # blocks 0 .. A - 1
                 if s < rounds:
                     self.load(xb, sbase, tid, s * groups + g, s, j, T)
                 ops.cp_async_commit()
-            for r in cutlass.range(rounds):
-                nxt = r + S - 1
-                if nxt < rounds:  # into the stage block r - 1 used: every thread left it at the last barrier
+            for r in cutlass.range(rounds + D):
+                nxt = r + A
+                if nxt < rounds:  # into block nxt - S's stage: its y was stored by the last iteration's end
                     self.load(xb, sbase, tid, nxt * groups + g, nxt % S, j, T)
                 ops.cp_async_commit()
-                ops.cp_async_wait(S - 1)  # block r has landed (this thread's copies) ...
-                block = r * groups + g
-                if cutlass.const_expr(self.row.barrier):
-                    self.wait_group(mC.iterator, block, mC.iterator + rounds * groups, tid)  # ... the group's
-                else:
+                if r < rounds:
+                    ops.cp_async_wait(A)  # block r has landed (this thread's copies) ...
                     ops.barrier()  # ... everyone's
-                self.sum_store(yb, sbase, tid, block, r % S, j, T)
-                ops.barrier()  # the stage is refilled next round
+                    if cutlass.const_expr(self.row.barrier):
+                        self.arrive(cb, r * groups + g, tid)
+                if r >= D:  # block r - D: its group has (most likely) arrived by now
+                    q = r - D
+                    if cutlass.const_expr(self.row.barrier):
+                        self.await_group(cb, q * groups + g, stuck, tid)
+                    self.sum_store(yb, sbase, tid, q * groups + g, q % S, j, T)
+                ops.barrier()  # the stage of block r - D is refilled next round
 
     return RingSkeleton
 

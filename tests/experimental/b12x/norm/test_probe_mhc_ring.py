@@ -1,6 +1,6 @@
 """`scripts/probe_mhc_ring.py` (session 35): the cooperative pre's memory program through a shared-memory ring. Its
-rows compile for sm_90a and sm_120a without local memory (the barrier rows with thread 0's release and acquire
-atomics, the others with none), a ring that does not fit shared memory or a hidden size whose rows are not
+rows compile for sm_90a and sm_120a without local memory (the barrier rows, waiting at once or some rounds after
+their arrival, with thread 0's release and acquire atomics, the others with none), a ring that does not fit shared memory or a hidden size whose rows are not
 16-byte runs is refused with the reason, and bad arguments stop before anything needs a GPU."""
 
 import pytest
@@ -14,7 +14,8 @@ def test_why_not_names_the_limit(load_script):
     probe = load_script(PROBE)
     assert probe.why_not(probe.Row(64, 32, 4), 7168) is None
     assert "multiple of 8 x group (512)" in probe.why_not(probe.Row(64, 32, 4), 7000)
-    assert "stages must be >= 2" in probe.why_not(probe.Row(64, 32, 1), 7168)
+    assert "stages must be >= 2 + lag (2)" in probe.why_not(probe.Row(64, 32, 1), 7168)
+    assert "stages must be >= 2 + lag (4)" in probe.why_not(probe.Row(64, 32, 3, barrier=True, lag=2), 7168)
     assert "exceed" in probe.why_not(probe.Row(32, 32, 5), 7168)  # 5 x 57344 bytes
     assert probe.why_not(probe.Row(64, 32, 4), 7168, SMEM_SM120) is not None
     assert probe.Row(64, 32, 4).stage_bytes(7168) == 32 * 4 * 112 * 2
@@ -44,8 +45,8 @@ def test_rows_compile(arch, load_script):
     budget = SMEM_SM120 if arch == "sm_120a" else probe.SMEM_BUDGET
     rows = [r for r in probe.ROWS if probe.why_not(r, 7168, budget) is None]
     if arch == "sm_120a":  # its 99 KB hold few of the H200 rows: a barrier ring that fits, too
-        rows.append(probe.Row(64, 16, 3, barrier=True))
-    assert len(rows) >= 2 and any(r.barrier for r in rows)
+        rows += [probe.Row(64, 16, 3, barrier=True), probe.Row(64, 16, 4, barrier=True, lag=1)]
+    assert len(rows) >= 2 and any(r.barrier for r in rows) and any(r.lag for r in rows)
     for row in rows:
         ck = probe.compiled(row, 7168, arch)
         usage = CB.resources(ck.artifacts.CUBIN)
