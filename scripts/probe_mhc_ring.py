@@ -38,10 +38,12 @@ class Row(NamedTuple):
     stages: int
     barrier: bool = False
     lag: int = 0  # rounds between a block's arrival and its wait (the stages then hold lag + 1 blocks)
+    poll: str = "ld"  # "ld": red.release arrivals, ld.acquire polls; "atom": atom.add for both (RMWs)
 
     @property
     def label(self) -> str:
         kind = (f" barrier lag{self.lag}" if self.lag else " barrier") if self.barrier else ""
+        kind += f" {self.poll}" if self.barrier else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -56,6 +58,8 @@ ROWS = (
     Row(32, 32, 2),
     Row(32, 32, 3),
     Row(64, 16, 8),
+    Row(64, 32, 4, barrier=True, poll="atom"),  # session 35's third run's RMW polls, beside the loads
+    Row(64, 32, 5, barrier=True, lag=2, poll="atom"),
     Row(64, 32, 4, barrier=True),
     Row(64, 32, 3, barrier=True, lag=1),
     Row(64, 32, 5, barrier=True, lag=2),
@@ -83,8 +87,25 @@ def _kernel_class():
     import cutlass
     import cutlass.cute as cute
     from cutlass import Int32, Int64
+    from cutlass._mlir.dialects import llvm
+    from cutlass.cutlass_dsl import T, dsl_user_op
 
     from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE as ops
+
+    @dsl_user_op
+    def red_release_add(addr, value, *, loc=None, ip=None):
+        """red.release.gpu.global.add.u32: the arrival, no value back (no return trip)."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip), Int32(value).ir_value(loc=loc, ip=ip)]
+        text = "red.release.gpu.global.add.u32 [$0], $1;"
+        llvm.inline_asm(None, ins, text, "l,r", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+
+    @dsl_user_op
+    def ld_acquire(addr, *, loc=None, ip=None):
+        """ld.acquire.gpu.global.u32: a poll that reads (several pollers of one line do not serialize as RMWs)."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
+        text = "ld.acquire.gpu.global.u32 $0, [$1];"
+        res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+        return Int32(res)
 
     class RingSkeleton:
         def __init__(self, row: Row, hidden: int) -> None:
@@ -122,25 +143,41 @@ def _kernel_class():
 
         @cute.jit
         def arrive(self, cb, block, tid):
-            """Thread 0's release add on the block's counter (after a CTA barrier: every thread's work before it)."""
+            """Thread 0's release reduction on the block's counter (after a CTA barrier: every thread's work)."""
             if tid == 0:
-                cute.arch.atomic_add(cb + block, Int32(1), sem="release", scope="gpu")
+                if cutlass.const_expr(self.row.poll == "ld"):
+                    red_release_add(cb + Int64(block) * 4, 1)
+                else:
+                    cute.arch.atomic_add(
+                        cute.make_ptr(Int32, cb + Int64(block) * 4, cute.AddressSpace.gmem),
+                        Int32(1),
+                        sem="release",
+                        scope="gpu",
+                    )
 
         @cute.jit
         def await_group(self, cb, block, stuck, tid):
             """Thread 0 polls (acquire) until the block's GROUP programs arrived, or gives up after MAX_SPINS polls
             and counts it at `stuck` (a grid that is not co-resident cannot hang); then a CTA barrier."""
             if tid == 0:
-                ctr = cb + block
-                seen = cute.arch.atomic_add(ctr, Int32(0), sem="acquire", scope="gpu")
+                seen = self.poll(cb + Int64(block) * 4)
                 spins = Int32(0)
                 while seen < self.row.group:
-                    seen = cute.arch.atomic_add(ctr, Int32(0), sem="acquire", scope="gpu")
+                    seen = self.poll(cb + Int64(block) * 4)
                     spins = spins + 1
                     if spins > MAX_SPINS:
                         cute.arch.atomic_add(stuck, Int32(1))
                         seen = Int32(self.row.group)
             ops.barrier()
+
+        @cute.jit
+        def poll(self, addr):
+            if cutlass.const_expr(self.row.poll == "ld"):
+                return ld_acquire(addr)
+            else:
+                return cute.arch.atomic_add(
+                    cute.make_ptr(Int32, addr, cute.AddressSpace.gmem), Int32(0), sem="acquire", scope="gpu"
+                )
 
         @cute.jit
         def sum_store(self, yb, sbase, tid, block, stage, j, T):
@@ -175,8 +212,8 @@ def _kernel_class():
             xb, yb = mX.iterator.toint(), mY.iterator.toint()
             S, D = self.row.stages, self.row.lag
             A = S - 1 - D  # blocks loaded ahead of the one that lands
-            cb = mC.iterator
-            stuck = cb + rounds * groups
+            cb = mC.iterator.toint()
+            stuck = mC.iterator + rounds * groups
             for s in cutlass.range_constexpr(A):  # blocks 0 .. A - 1
                 if s < rounds:
                     self.load(xb, sbase, tid, s * groups + g, s, j, T)
