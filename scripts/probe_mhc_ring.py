@@ -39,11 +39,13 @@ class Row(NamedTuple):
     barrier: bool = False
     lag: int = 0  # rounds between a block's arrival and its wait (the stages then hold lag + 1 blocks)
     poll: str = "ld"  # "ld": red.release arrivals, ld.acquire polls; "atom": atom.add for both (RMWs)
+    sync_warp: bool = False  # arrivals and polls by a warp that issues no copies or stores (see RingSkeleton)
 
     @property
     def label(self) -> str:
         kind = (f" barrier lag{self.lag}" if self.lag else " barrier") if self.barrier else ""
         kind += f" {self.poll}" if self.barrier else ""
+        kind += " syncwarp" if self.sync_warp else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -67,6 +69,11 @@ ROWS = (
     Row(32, 32, 3, barrier=True),
     Row(32, 32, 3, barrier=True, lag=1),
     Row(64, 16, 8, barrier=True, lag=4),
+    Row(64, 32, 4, barrier=True, sync_warp=True),
+    Row(64, 32, 3, barrier=True, lag=1, sync_warp=True),
+    Row(64, 32, 5, barrier=True, lag=2, sync_warp=True),
+    Row(32, 32, 3, barrier=True, lag=1, sync_warp=True),
+    Row(64, 32, 2, sync_warp=True),
 )
 
 
@@ -115,6 +122,10 @@ def _kernel_class():
             self.stage = row.stage_bytes(hidden)
             self.loads = 4 * row.bt * self.cpr  # chunks a block
             self.sums = row.bt * self.cpr  # y chunks a block
+            # sync_warp: the last warp issues no copies and no y stores, so its release (the arrival) orders
+            # nothing of its own still in flight; its first lane arrives and polls
+            self.workers = THREADS - 32 if row.sync_warp else THREADS
+            self.signal = THREADS - 32 if row.sync_warp else 0
 
         @cute.jit
         def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, rounds: Int32, groups: Int32,
@@ -126,8 +137,13 @@ def _kernel_class():
         @cute.jit
         def load(self, xb, sbase, tid, block, stage, j, T):
             """This thread's cp.async chunks of `block` into `stage` (zero-filled past T)."""
-            for i in cutlass.range_constexpr((self.loads + THREADS - 1) // THREADS):
-                idx = tid + i * THREADS
+            if tid < self.workers:
+                self.load_chunks(xb, sbase, tid, block, stage, j, T)
+
+        @cute.jit
+        def load_chunks(self, xb, sbase, tid, block, stage, j, T):
+            for i in cutlass.range_constexpr((self.loads + self.workers - 1) // self.workers):
+                idx = tid + i * self.workers
                 row, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + row // 4
                 live = Int32(0)
@@ -135,7 +151,7 @@ def _kernel_class():
                     live = Int32(1)
                 off = ((Int64(tok) * 4 + row % 4) * self.hidden + j * self.run) * 2 + chunk * 16
                 saddr = sbase + stage * self.stage + idx * 16
-                if cutlass.const_expr((self.loads % THREADS) != 0):
+                if cutlass.const_expr((self.loads % self.workers) != 0):
                     if idx < self.loads:
                         ops.cp_async16(saddr, xb + off * live, live)
                 else:
@@ -143,8 +159,8 @@ def _kernel_class():
 
         @cute.jit
         def arrive(self, cb, block, tid):
-            """Thread 0's release reduction on the block's counter (after a CTA barrier: every thread's work)."""
-            if tid == 0:
+            """The signal thread's release reduction on the block's counter (after a CTA barrier: every thread's work)."""
+            if tid == self.signal:
                 if cutlass.const_expr(self.row.poll == "ld"):
                     red_release_add(cb + Int64(block) * 4, 1)
                 else:
@@ -159,7 +175,7 @@ def _kernel_class():
         def await_group(self, cb, block, stuck, tid):
             """Thread 0 polls (acquire) until the block's GROUP programs arrived, or gives up after MAX_SPINS polls
             and counts it at `stuck` (a grid that is not co-resident cannot hang); then a CTA barrier."""
-            if tid == 0:
+            if tid == self.signal:
                 seen = self.poll(cb + Int64(block) * 4)
                 spins = Int32(0)
                 while seen < self.row.group:
@@ -182,8 +198,13 @@ def _kernel_class():
         @cute.jit
         def sum_store(self, yb, sbase, tid, block, stage, j, T):
             """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
-            for i in cutlass.range_constexpr((self.sums + THREADS - 1) // THREADS):
-                idx = tid + i * THREADS
+            if tid < self.workers:
+                self.sum_chunks(yb, sbase, tid, block, stage, j, T)
+
+        @cute.jit
+        def sum_chunks(self, yb, sbase, tid, block, stage, j, T):
+            for i in cutlass.range_constexpr((self.sums + self.workers - 1) // self.workers):
+                idx = tid + i * self.workers
                 t, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + t
                 if idx < self.sums:
