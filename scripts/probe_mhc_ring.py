@@ -38,7 +38,8 @@ class Row(NamedTuple):
     stages: int
     barrier: bool = False
     lag: int = 0  # rounds between a block's arrival and its wait (the stages then hold lag + 1 blocks)
-    poll: str = "ld"  # "ld": red.release arrivals, ld.acquire polls; "atom": atom.add for both (RMWs)
+    poll: str = "ld"  # "ld": red.release arrivals, ld.acquire polls; "atom": atom.add for both (RMWs); "early":
+    # "ld", but the counter is read (relaxed) a round before it is needed (lag >= 1)
     sync_warp: bool = False  # arrivals and polls by a warp that issues no copies or stores (see RingSkeleton)
 
     @property
@@ -74,6 +75,10 @@ ROWS = (
     Row(64, 32, 5, barrier=True, lag=2, sync_warp=True),
     Row(32, 32, 3, barrier=True, lag=1, sync_warp=True),
     Row(64, 32, 2, sync_warp=True),
+    Row(64, 32, 5, barrier=True, lag=2, poll="early", sync_warp=True),
+    Row(64, 32, 6, barrier=True, lag=3, poll="early", sync_warp=True),
+    Row(32, 32, 3, barrier=True, lag=1, poll="early", sync_warp=True),
+    Row(64, 16, 8, barrier=True, lag=4, poll="early", sync_warp=True),
 )
 
 
@@ -83,6 +88,8 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         return f"hidden ({hidden}) must be a multiple of 8 x group ({8 * row.group}): 16-byte rows"
     if row.stages < 2 + row.lag:
         return f"stages must be >= 2 + lag ({2 + row.lag}), got {row.stages}"
+    if row.poll == "early" and not (row.barrier and row.lag >= 1):
+        return "poll 'early' needs a barrier row with lag >= 1"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
         return f"{row.stages} stages of {row.stage_bytes(hidden)} bytes exceed {smem_budget} bytes of shared memory"
     return None
@@ -111,6 +118,15 @@ def _kernel_class():
         """ld.acquire.gpu.global.u32: a poll that reads (several pollers of one line do not serialize as RMWs)."""
         ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
         text = "ld.acquire.gpu.global.u32 $0, [$1];"
+        res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+        return Int32(res)
+
+    @dsl_user_op
+    def ld_relaxed(addr, *, loc=None, ip=None):
+        """ld.relaxed.gpu.global.u32: the early poll (no invalidation, no ordering: its value is checked a round
+        later, and only a value that shows the group complete is followed by an acquire fence)."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
+        text = "ld.relaxed.gpu.global.u32 $0, [$1];"
         res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
         return Int32(res)
 
@@ -161,7 +177,7 @@ def _kernel_class():
         def arrive(self, cb, block, tid):
             """The signal thread's release reduction on the block's counter (after a CTA barrier: every thread's work)."""
             if tid == self.signal:
-                if cutlass.const_expr(self.row.poll == "ld"):
+                if cutlass.const_expr(self.row.poll != "atom"):
                     red_release_add(cb + Int64(block) * 4, 1)
                 else:
                     cute.arch.atomic_add(
@@ -185,6 +201,29 @@ def _kernel_class():
                         cute.arch.atomic_add(stuck, Int32(1))
                         seen = Int32(self.row.group)
             ops.barrier()
+
+        @cute.jit
+        def await_early(self, cb, block, nxt, pending, stuck, tid):
+            """poll "early": `pending` is the counter of `block` as read a round ago (relaxed); a complete one needs
+            only an acquire fence, an incomplete one falls back to acquire polls. Then the next round's read of block
+            `nxt` (>= 0) is issued, and its value returned; a CTA barrier."""
+            new = pending
+            if tid == self.signal:
+                if pending < self.row.group:
+                    seen = ld_acquire(cb + Int64(block) * 4)
+                    spins = Int32(0)
+                    while seen < self.row.group:
+                        seen = ld_acquire(cb + Int64(block) * 4)
+                        spins = spins + 1
+                        if spins > MAX_SPINS:
+                            cute.arch.atomic_add(stuck, Int32(1))
+                            seen = Int32(self.row.group)
+                else:
+                    cute.arch.fence_acq_rel_gpu()
+                if nxt >= 0:
+                    new = ld_relaxed(cb + Int64(nxt) * 4)
+            ops.barrier()
+            return new
 
         @cute.jit
         def poll(self, addr):
@@ -239,6 +278,7 @@ def _kernel_class():
                 if s < rounds:
                     self.load(xb, sbase, tid, s * groups + g, s, j, T)
                 ops.cp_async_commit()
+            pending = Int32(0)  # poll "early": block r - D's counter as read a round ago
             for r in cutlass.range(rounds + D):
                 nxt = r + A
                 if nxt < rounds:  # into block nxt - S's stage: its y was stored by the last iteration's end
@@ -251,7 +291,12 @@ def _kernel_class():
                         self.arrive(cb, r * groups + g, tid)
                 if r >= D:  # block r - D: its group has (most likely) arrived by now
                     q = r - D
-                    if cutlass.const_expr(self.row.barrier):
+                    if cutlass.const_expr(self.row.barrier and self.row.poll == "early"):
+                        nxt = Int32(-1)
+                        if q + 1 < rounds:
+                            nxt = (q + 1) * groups + g
+                        pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
+                    elif cutlass.const_expr(self.row.barrier):
                         self.await_group(cb, q * groups + g, stuck, tid)
                     self.sum_store(yb, sbase, tid, q * groups + g, q % S, j, T)
                 ops.barrier()  # the stage of block r - D is refilled next round

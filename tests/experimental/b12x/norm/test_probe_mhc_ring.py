@@ -16,6 +16,7 @@ def test_why_not_names_the_limit(load_script):
     assert "multiple of 8 x group (512)" in probe.why_not(probe.Row(64, 32, 4), 7000)
     assert "stages must be >= 2 + lag (2)" in probe.why_not(probe.Row(64, 32, 1), 7168)
     assert "stages must be >= 2 + lag (4)" in probe.why_not(probe.Row(64, 32, 3, barrier=True, lag=2), 7168)
+    assert "lag >= 1" in probe.why_not(probe.Row(64, 32, 4, barrier=True, poll="early"), 7168)
     assert "exceed" in probe.why_not(probe.Row(32, 32, 5), 7168)  # 5 x 57344 bytes
     assert probe.why_not(probe.Row(64, 32, 4), 7168, SMEM_SM120) is not None
     assert probe.Row(64, 32, 4).stage_bytes(7168) == 32 * 4 * 112 * 2
@@ -45,7 +46,7 @@ def test_rows_compile(arch, load_script):
     budget = SMEM_SM120 if arch == "sm_120a" else probe.SMEM_BUDGET
     rows = [r for r in probe.ROWS if probe.why_not(r, 7168, budget) is None]
     if arch == "sm_120a":  # its 99 KB hold few of the H200 rows: a barrier ring that fits, too
-        rows += [probe.Row(64, 16, 3, barrier=True), probe.Row(64, 16, 4, barrier=True, lag=1)]
+        rows += [probe.Row(64, 16, 3, barrier=True), probe.Row(64, 16, 4, barrier=True, lag=1, poll="early")]
     assert len(rows) >= 2 and any(r.barrier for r in rows) and any(r.lag for r in rows)
     for row in rows:
         ck = probe.compiled(row, 7168, arch)
