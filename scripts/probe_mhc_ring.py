@@ -79,6 +79,9 @@ ROWS = (
     Row(64, 32, 6, barrier=True, lag=3, poll="early", sync_warp=True),
     Row(32, 32, 3, barrier=True, lag=1, poll="early", sync_warp=True),
     Row(64, 16, 8, barrier=True, lag=4, poll="early", sync_warp=True),
+    Row(64, 64, 2),  # g32 bt32's 57 KB stages with g64's 43 KB slice of fn: s3 + fn fit 227 KB
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True),
+    Row(64, 64, 3, barrier=True, lag=1, sync_warp=True),
 )
 
 
