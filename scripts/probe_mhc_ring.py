@@ -6,17 +6,24 @@ Session 35's Triton skeleton (`probe_group_barrier.py`) held one token block's t
 reached 70% of the copy ceiling without any barrier, 58% with the group barrier: an SM had at most one tile of
 loads in flight. This is the same memory program with the tile in a ring of STAGES shared-memory buffers filled
 by 16-byte cp.async, STAGES - 1 blocks ahead of the math, so an SM keeps (STAGES - 1) tiles of loads in flight
-while it sums a block and, with BARRIER, while its thread 0 waits at the block's group counter:
+while it sums a block and, in a barrier row, while its signal lane waits at the block's group counter:
 
 - GROUP programs share a block of BT tokens; program j holds columns [j H / GROUP, (j + 1) H / GROUP) of the four
   streams (4 x BT rows of H / GROUP bf16 in one stage); round r is block r * groups + group;
 - y[t, cols] = sum_i x[t, i, cols] (fp32 sum, one bf16 rounding) from the stage, 8 columns a thread a step;
-- BARRIER: after the block has landed, a CTA barrier and thread 0's release add on the block's counter (arrive);
-  LAG rounds later thread 0 polls that counter (acquire) until all GROUP programs arrived, a CTA barrier, and the
-  block's y is stored. The stages hold a block from its load to its y: lag + 1 blocks waiting or summed, and
-  stages - 1 - lag loading ahead. No exchange (the Triton probe priced that). LAG 0: arrive and wait at once.
+- barrier rows: after the block has landed, a CTA barrier and the signal lane's `red.release.gpu` on the block's
+  counter (arrive); `lag` rounds later that lane polls the counter with `ld.acquire.gpu` until all GROUP programs
+  arrived, a CTA barrier, and the block's y is stored. The stages hold a block from its load to its y: lag + 1
+  blocks waiting or summed, stages - 1 - lag loading ahead. poll "atom": both as atomic adds (RMWs); "early": the
+  counter is read relaxed a round before it is needed, and a complete value is followed by an acquire fence only;
+- sync_warp: the last warp issues no copies and no y stores and its first lane is the signal lane (the release's
+  MEMBAR.ALL.GPU then waits for nothing of its own; otherwise thread 0, whose copies are in flight);
+- exchange: before arriving, each (token, 8-column chunk) of the block reduces its sum into slot `chunk` of the
+  token's SLOTS floats in the block's accumulator (and 0 into slot chunk + cpr), SLOTS reductions a token a program
+  like pre's 24 mixes and sum of squares; y reads READ_SLOTS of them back and scales by 1 / (1 + |their sum|).
 
-Pre's mixes (mma.sync over fn's resident slice) are not here: this is the ceiling of the design's memory program.
+Pre's mixes (mma.sync over fn's resident slice) are not here: this is the ceiling of the design's memory and
+synchronization program.
 Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of a 1 GiB device copy
 measured in the same process. Every row's y is checked against `reference_y` (a wrong y marks the row) and a
 barrier row's give-ups are counted (any makes the row invalid).
@@ -28,8 +35,10 @@ import sys
 from typing import NamedTuple
 
 THREADS = 256
+SLOTS = 25  # floats a token each program reduces into its block's accumulator (pre: 24 mixes + sum of squares)
+READ_SLOTS = 5  # of them read back for y (pre: its 4 weights' mixes + the sum of squares)
 MAX_SPINS = 1 << 22  # polls of one block's counter before a program gives up (counted)
-SMEM_BUDGET = 227 * 1024  # an sm_90a block's opt-in shared memory (SM120: 99 KB; see `fits`)
+SMEM_BUDGET = 227 * 1024  # an sm_90a block's opt-in shared memory (SM120: 99 KB; `why_not` takes the budget)
 
 
 class Row(NamedTuple):
@@ -41,12 +50,14 @@ class Row(NamedTuple):
     poll: str = "ld"  # "ld": red.release arrivals, ld.acquire polls; "atom": atom.add for both (RMWs); "early":
     # "ld", but the counter is read (relaxed) a round before it is needed (lag >= 1)
     sync_warp: bool = False  # arrivals and polls by a warp that issues no copies or stores (see RingSkeleton)
+    exchange: bool = False  # SLOTS reductions a token a program before the arrival, READ_SLOTS read back for y
 
     @property
     def label(self) -> str:
         kind = (f" barrier lag{self.lag}" if self.lag else " barrier") if self.barrier else ""
         kind += f" {self.poll}" if self.barrier else ""
         kind += " syncwarp" if self.sync_warp else ""
+        kind += " exchange" if self.exchange else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -82,6 +93,8 @@ ROWS = (
     Row(64, 64, 2),  # g32 bt32's 57 KB stages with g64's 43 KB slice of fn: s3 + fn fit 227 KB
     Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True),
     Row(64, 64, 3, barrier=True, lag=1, sync_warp=True),
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, exchange=True),
+    Row(64, 32, 5, barrier=True, lag=2, poll="early", sync_warp=True, exchange=True),
 )
 
 
@@ -91,6 +104,10 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         return f"hidden ({hidden}) must be a multiple of 8 x group ({8 * row.group}): 16-byte rows"
     if row.stages < 2 + row.lag:
         return f"stages must be >= 2 + lag ({2 + row.lag}), got {row.stages}"
+    if row.exchange and not row.barrier:
+        return "exchange needs a barrier row"
+    if row.exchange and not READ_SLOTS <= hidden // row.group // 8 <= SLOTS:
+        return f"exchange needs {READ_SLOTS} .. {SLOTS} chunks a row, got {hidden // row.group // 8}"
     if row.poll == "early" and not (row.barrier and row.lag >= 1):
         return "poll 'early' needs a barrier row with lag >= 1"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
@@ -103,7 +120,7 @@ def _kernel_class():
     import cuda.bindings.driver as cuda
     import cutlass
     import cutlass.cute as cute
-    from cutlass import Int32, Int64
+    from cutlass import Float32, Int32, Int64
     from cutlass._mlir.dialects import llvm
     from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -133,6 +150,21 @@ def _kernel_class():
         res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
         return Int32(res)
 
+    @dsl_user_op
+    def red_add_f32(addr, value, *, loc=None, ip=None):
+        """red.relaxed.gpu.global.add.f32: one partial into the block's accumulator (ordered by the arrival's release)."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip), Float32(value).ir_value(loc=loc, ip=ip)]
+        text = "red.relaxed.gpu.global.add.f32 [$0], $1;"
+        llvm.inline_asm(None, ins, text, "l,f", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+
+    @dsl_user_op
+    def ld_f32_l2(addr, *, loc=None, ip=None):
+        """ld.relaxed.gpu.global.f32: a reduced partial, read after the group's counter was acquired."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
+        text = "ld.relaxed.gpu.global.f32 $0, [$1];"
+        res = llvm.inline_asm(T.f32(), ins, text, "=f,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+        return Float32(res)
+
     class RingSkeleton:
         def __init__(self, row: Row, hidden: int) -> None:
             self.row, self.hidden = row, hidden
@@ -147,9 +179,9 @@ def _kernel_class():
             self.signal = THREADS - 32 if row.sync_warp else 0
 
         @cute.jit
-        def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, rounds: Int32, groups: Int32,
+        def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, mA: cute.Tensor, rounds: Int32, groups: Int32,
                      T: Int32, stream: cuda.CUstream):  # fmt: skip
-            self.kernel(mX, mY, mC, rounds, groups, T).launch(
+            self.kernel(mX, mY, mC, mA, rounds, groups, T).launch(
                 grid=[groups * self.row.group, 1, 1], block=[THREADS, 1, 1], stream=stream
             )
 
@@ -238,25 +270,38 @@ def _kernel_class():
                 )
 
         @cute.jit
-        def sum_store(self, yb, sbase, tid, block, stage, j, T):
+        def sum_store(self, yb, ab, sbase, tid, block, stage, j, T):
             """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
             if tid < self.workers:
-                self.sum_chunks(yb, sbase, tid, block, stage, j, T)
+                self.sum_chunks(yb, ab, sbase, tid, block, stage, j, T)
 
         @cute.jit
-        def sum_chunks(self, yb, sbase, tid, block, stage, j, T):
+        def chunk_sums(self, sbase, stage, t, chunk):
+            """The 8 columns of `chunk` of token t summed over the four streams, in fp32."""
+            acc = [Float32(0.0)] * 8
+            for s in cutlass.range_constexpr(4):
+                words = ops.lds_v4(sbase + stage * self.stage + ((t * 4 + s) * self.cpr + chunk) * 16)
+                for w in cutlass.range_constexpr(4):
+                    lo, hi = ops.half2_to_f32("bfloat16", words[w])
+                    acc[2 * w] = acc[2 * w] + lo
+                    acc[2 * w + 1] = acc[2 * w + 1] + hi
+            return acc
+
+        @cute.jit
+        def sum_chunks(self, yb, ab, sbase, tid, block, stage, j, T):
             for i in cutlass.range_constexpr((self.sums + self.workers - 1) // self.workers):
                 idx = tid + i * self.workers
                 t, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + t
                 if idx < self.sums:
-                    acc = [cutlass.Float32(0.0)] * 8
-                    for s in cutlass.range_constexpr(4):
-                        words = ops.lds_v4(sbase + stage * self.stage + ((t * 4 + s) * self.cpr + chunk) * 16)
-                        for w in cutlass.range_constexpr(4):
-                            lo, hi = ops.half2_to_f32("bfloat16", words[w])
-                            acc[2 * w] = acc[2 * w] + lo
-                            acc[2 * w + 1] = acc[2 * w + 1] + hi
+                    acc = self.chunk_sums(sbase, stage, t, chunk)
+                    if cutlass.const_expr(self.row.exchange):  # pre's weights stand-in: 1 / (1 + |slots 0..4|)
+                        base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+                        sw = Float32(0.0)
+                        for k in cutlass.range_constexpr(READ_SLOTS):
+                            sw = sw + ld_f32_l2(base + k * 4)
+                        f = Float32(1.0) / (Float32(1.0) + cute.math.absf(sw))
+                        acc = [a * f for a in acc]
                     out = [ops.f32_to_half2("bfloat16", acc[2 * w], acc[2 * w + 1]) for w in range(4)]
                     live = Int32(0)
                     if tok < T:
@@ -264,15 +309,43 @@ def _kernel_class():
                     addr = yb + ((Int64(tok) * self.hidden + j * self.run) * 2 + chunk * 16) * live
                     ops.stg_v4(addr, out[0], out[1], out[2], out[3], live)
 
+        @cute.jit
+        def publish(self, ab, sbase, tid, block, stage):
+            """exchange: each (token, chunk) adds its 32 values' sum into slot `chunk` of the token's SLOTS, and
+            0 into slot chunk + cpr (< SLOTS): SLOTS reductions a token a program, like pre's 24 mixes + sum of
+            squares."""
+            if tid < self.workers:
+                for i in cutlass.range_constexpr((self.sums + self.workers - 1) // self.workers):
+                    idx = tid + i * self.workers
+                    t, chunk = idx // self.cpr, idx % self.cpr
+                    if idx < self.sums:
+                        acc = self.chunk_sums(sbase, stage, t, chunk)
+                        part = Float32(0.0)
+                        for a in acc:
+                            part = part + a
+                        base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+                        red_add_f32(base + chunk * 4, part)
+                        if chunk + self.cpr < SLOTS:
+                            red_add_f32(base + (chunk + self.cpr) * 4, part * 0.0)
+
         @cute.kernel
-        def kernel(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, rounds: Int32, groups: Int32, T: Int32):
+        def kernel(
+            self,
+            mX: cute.Tensor,
+            mY: cute.Tensor,
+            mC: cute.Tensor,
+            mA: cute.Tensor,
+            rounds: Int32,
+            groups: Int32,
+            T: Int32,
+        ):
             tid, _, _ = cute.arch.thread_idx()
             pid, _, _ = cute.arch.block_idx()
             g, j = pid // self.row.group, pid % self.row.group
             smem = cutlass.memory.SmemAllocator()
             ring = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.row.stages * self.stage), 128)
             sbase = ring.iterator.toint()
-            xb, yb = mX.iterator.toint(), mY.iterator.toint()
+            xb, yb, ab = mX.iterator.toint(), mY.iterator.toint(), mA.iterator.toint()
             S, D = self.row.stages, self.row.lag
             A = S - 1 - D  # blocks loaded ahead of the one that lands
             cb = mC.iterator.toint()
@@ -290,6 +363,9 @@ def _kernel_class():
                 if r < rounds:
                     ops.cp_async_wait(A)  # block r has landed (this thread's copies) ...
                     ops.barrier()  # ... everyone's
+                    if cutlass.const_expr(self.row.exchange):
+                        self.publish(ab, sbase, tid, r * groups + g, r % S)
+                        ops.barrier()  # every thread's reductions issued before the arrival's release
                     if cutlass.const_expr(self.row.barrier):
                         self.arrive(cb, r * groups + g, tid)
                 if r >= D:  # block r - D: its group has (most likely) arrived by now
@@ -301,7 +377,7 @@ def _kernel_class():
                         pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
                     elif cutlass.const_expr(self.row.barrier):
                         self.await_group(cb, q * groups + g, stuck, tid)
-                    self.sum_store(yb, sbase, tid, q * groups + g, q % S, j, T)
+                    self.sum_store(yb, ab, sbase, tid, q * groups + g, q % S, j, T)
                 ops.barrier()  # the stage of block r - D is refilled next round
 
     return RingSkeleton
@@ -324,13 +400,21 @@ def compiled(row: Row, hidden: int, arch: str):
     x = make_fake_compact_tensor(cutlass.BFloat16, (t, 4, hidden), stride_order=(2, 1, 0), assumed_align=16)
     y = make_fake_compact_tensor(cutlass.BFloat16, (t, hidden), stride_order=(1, 0), assumed_align=16)
     c = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=4)
+    a = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(_kernel_class()(row, hidden), x, y, c, Int32(1), Int32(1), Int32(1), stream, arch=arch)
+    return cute_compile(_kernel_class()(row, hidden), x, y, c, a, Int32(1), Int32(1), Int32(1), stream, arch=arch)
 
 
-def reference_y(x):
-    """sum_i x[t, i] in fp32, one rounding to x's dtype."""
-    return x.float().sum(dim=1).to(x.dtype)
+def reference_y(x, group: int | None = None):
+    """sum_i x[t, i] in fp32, one rounding to x's dtype; with `group` (an exchange row) times 1 / (1 + |s_t|),
+    s_t the sum of token t's first READ_SLOTS 8-column chunks of every program's slice, all four streams."""
+    xf = x.float()
+    y = xf.sum(dim=1)
+    if group is not None:
+        t, _, h = x.shape
+        parts = xf.view(t, 4, group, h // group // 8, 8).sum(dim=(1, 2, 4))
+        y = y * (1.0 / (1.0 + parts[:, :READ_SLOTS].sum(dim=1).abs()))[:, None]
+    return y.to(x.dtype)
 
 
 def close(y, want) -> bool:
@@ -401,15 +485,22 @@ def main(argv=None) -> int:
     out = []
     for t in args.tokens:
         x = torch.randn(t, 4, args.hidden, device=dev).to(torch.bfloat16)
-        want = reference_y(x)
+        plain = reference_y(x)
         ideal = t * 5 * args.hidden * 2
         for row, fn in kernels.items():
             groups = sms // row.group
             rounds = rounds_for(t, groups, row.bt)
             y = torch.full((t, args.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
             counters = torch.zeros(rounds * groups + 1, dtype=torch.int32, device=dev)  # + the give-ups
-            call = (x, y, counters, rounds, groups, t)
-            us = _time(counters.zero_, lambda fn=fn, call=call: fn(*call), args.reps)
+            acc = torch.zeros(rounds * groups * row.bt * SLOTS if row.exchange else 1, device=dev)
+
+            def reset(counters=counters, acc=acc):
+                counters.zero_()
+                acc.zero_()
+
+            call = (x, y, counters, acc, rounds, groups, t)
+            us = _time(reset, lambda fn=fn, call=call: fn(*call), args.reps)
+            want = reference_y(x, row.group) if row.exchange else plain
             ok = close(y, want)
             stuck = int(counters[-1].item())
             rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "rounds": rounds, "us": us,
@@ -418,7 +509,7 @@ def main(argv=None) -> int:
             out.append(rec)
             print(f"T {t:5d} {row.label:22s} {us:9.1f} us  {us / rounds:6.2f} us a round  {rec['tb_s']:5.2f} TB/s  "
                   f"{rec['pct_copy']:5.1f}% copy  y ok {ok}  timeouts {stuck}", flush=True)  # fmt: skip
-        del x, want
+        del x, plain
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": out, "ceiling_tb_s": ceiling, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
