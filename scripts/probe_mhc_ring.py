@@ -20,10 +20,14 @@ while it sums a block and, in a barrier row, while its signal lane waits at the 
   MEMBAR.ALL.GPU then waits for nothing of its own; otherwise thread 0, whose copies are in flight);
 - exchange: before arriving, each (token, 8-column chunk) of the block reduces its sum into slot `chunk` of the
   token's SLOTS floats in the block's accumulator (and 0 into slot chunk + cpr), SLOTS reductions a token a program
-  like pre's 24 mixes and sum of squares; y reads READ_SLOTS of them back and scales by 1 / (1 + |their sum|).
+  like pre's 24 mixes and sum of squares; y reads READ_SLOTS of them back and scales by 1 / (1 + |their sum|);
+- mixes: pre's own math instead of the stand-in: fn's hi / lo bf16 slice (24 x 4 streams x H / group) resident in
+  shared memory, warp w < bt / 16 multiplies its 16 tokens of the block by it (`mix_warp`: ldmatrix + m16n8k16 bf16
+  mma, swizzled rows, the sums of squares from the A fragments) and reduces the 24 partial mixes and the sum of
+  squares a token into the block's slots; y = sum_i pre_i x_i with pre_i = sigmoid(mix_i rsqrt(ssq / 4H + eps) s0 +
+  b_i) + hc_eps from the reduced slots: norm.mhc pre's y (FORMATS.md), checked against `reference_pre_y`.
 
-Pre's mixes (mma.sync over fn's resident slice) are not here: this is the ceiling of the design's memory and
-synchronization program.
+Post and comb (Sinkhorn) are not computed; everything else of pre's y is in the mixes rows.
 Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of a 1 GiB device copy
 measured in the same process. Every row's y is checked against `reference_y` (a wrong y marks the row) and a
 barrier row's give-ups are counted (any makes the row invalid).
@@ -51,6 +55,7 @@ class Row(NamedTuple):
     # "ld", but the counter is read (relaxed) a round before it is needed (lag >= 1)
     sync_warp: bool = False  # arrivals and polls by a warp that issues no copies or stores (see RingSkeleton)
     exchange: bool = False  # SLOTS reductions a token a program before the arrival, READ_SLOTS read back for y
+    mixes: bool = False  # pre's real math: mma partials over fn's resident slice reduced as the exchange, y = pre's
 
     @property
     def label(self) -> str:
@@ -58,6 +63,7 @@ class Row(NamedTuple):
         kind += f" {self.poll}" if self.barrier else ""
         kind += " syncwarp" if self.sync_warp else ""
         kind += " exchange" if self.exchange else ""
+        kind += " mixes" if self.mixes else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -95,6 +101,8 @@ ROWS = (
     Row(64, 64, 3, barrier=True, lag=1, sync_warp=True),
     Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, exchange=True),
     Row(64, 32, 5, barrier=True, lag=2, poll="early", sync_warp=True, exchange=True),
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
+    Row(64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
 )
 
 
@@ -108,11 +116,62 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         return "exchange needs a barrier row"
     if row.exchange and not READ_SLOTS <= hidden // row.group // 8 <= SLOTS:
         return f"exchange needs {READ_SLOTS} .. {SLOTS} chunks a row, got {hidden // row.group // 8}"
+    if row.mixes and (row.exchange or not row.sync_warp or row.bt % 16 or row.bt // 16 > 7):
+        return "mixes needs sync_warp, no emulated exchange and bt a multiple of 16 up to 112 (an m16 tile a warp)"
+    if row.mixes and (hidden // row.group) % 16:
+        return f"mixes needs H / group a multiple of 16 (k16 steps), got {hidden // row.group}"
+    if row.mixes and row.stages * row.stage_bytes(hidden) + fn_slice_bytes(hidden, row.group) > smem_budget:
+        return f"{row.stages} stages + fn's {fn_slice_bytes(hidden, row.group)}-byte slice exceed {smem_budget} bytes"
     if row.poll == "early" and not (row.barrier and row.lag >= 1):
         return "poll 'early' needs a barrier row with lag >= 1"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
         return f"{row.stages} stages of {row.stage_bytes(hidden)} bytes exceed {smem_budget} bytes of shared memory"
     return None
+
+
+def fn_slice_bytes(hidden: int, group: int) -> int:
+    """fn's hi / lo bf16 slice a program keeps in shared memory (24 mixes x 4 streams x H / group columns, twice)."""
+    return 2 * 24 * 4 * (hidden // group) * 2
+
+
+def stage_chunk(t, kc, per_row: int):
+    """16-byte chunk index of token t's K-chunk kc in a mixes stage (a token row holds per_row = 4 x cpr chunks, its
+    chunk index XOR t mod 8 so ldmatrix's 8 rows of one column hit 8 bank groups). DSL values or numpy arrays."""
+    return t * per_row + (kc ^ (t % 8))
+
+
+def fn_chunk(row, kc, per_row: int):
+    """16-byte chunk index of fn slice row `row` (hl x 24 + mix) chunk kc, swizzled by the mix index mod 8."""
+    return row * per_row + (kc ^ (row % 24 % 8))
+
+
+def mix_warp(ops, lane, a_base, f_base, per_row: int):
+    """One warp's 16 tokens (rows of the stage from a_base) times fn's slice at f_base: per 16 K values one A ldmatrix,
+    hi and lo B ldmatrix (n8 tiles 0, 1 by one x4, tile 2 by an x4 whose upper lanes repeat its rows) and three
+    m16n8k16 bf16 mma each, and the rows' sums of squares from the A fragments. Returns (acc, sq): acc[nt] the 4
+    accumulators of n8 tile nt (rows g, g, g + 8, g + 8; mixes nt 8 + 2 q, + 1), sq[h] row g + 8 h's sum of squares
+    (every lane of a quad holds it). Plain Python on `ops` (ptx.DEVICE in the kernel, the test emulator on CPU)."""
+    ra = lane % 16
+    nb = lane % 8 + (lane // 16) * 8
+    nb2 = 16 + lane % 8
+    acc = [[ops.f32_zero() for _ in range(4)] for _ in range(3)]
+    sq = [ops.f32_zero(), ops.f32_zero()]
+    for ks in range(per_row // 2):
+        a = ops.ldmatrix_x4(a_base + stage_chunk(ra, 2 * ks + lane // 16, per_row) * 16)
+        for v in range(4):  # a0, a2: row g; a1, a3: row g + 8
+            lo, hi = ops.half2_to_f32("bfloat16", a[v])
+            sq[v % 2] = sq[v % 2] + lo * lo + hi * hi
+        kcb = 2 * ks + (lane // 8) % 2
+        for hl in range(2):
+            b01 = ops.ldmatrix_x4(f_base + fn_chunk(hl * 24 + nb, kcb, per_row) * 16)
+            b2 = ops.ldmatrix_x4(f_base + fn_chunk(hl * 24 + nb2, kcb, per_row) * 16)
+            acc[0] = list(ops.mma("bfloat16", a, (b01[0], b01[1]), acc[0]))
+            acc[1] = list(ops.mma("bfloat16", a, (b01[2], b01[3]), acc[1]))
+            acc[2] = list(ops.mma("bfloat16", a, (b2[0], b2[1]), acc[2]))
+    for h in range(2):
+        sq[h] = sq[h] + ops.shfl_xor(sq[h], 1)
+        sq[h] = sq[h] + ops.shfl_xor(sq[h], 2)
+    return acc, sq
 
 
 def _kernel_class():
@@ -179,9 +238,10 @@ def _kernel_class():
             self.signal = THREADS - 32 if row.sync_warp else 0
 
         @cute.jit
-        def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, mA: cute.Tensor, rounds: Int32, groups: Int32,
+        def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, mA: cute.Tensor, mF: cute.Tensor,
+                     mP: cute.Tensor, rounds: Int32, groups: Int32,
                      T: Int32, stream: cuda.CUstream):  # fmt: skip
-            self.kernel(mX, mY, mC, mA, rounds, groups, T).launch(
+            self.kernel(mX, mY, mC, mA, mF, mP, rounds, groups, T).launch(
                 grid=[groups * self.row.group, 1, 1], block=[THREADS, 1, 1], stream=stream
             )
 
@@ -201,7 +261,7 @@ def _kernel_class():
                 if tok < T:
                     live = Int32(1)
                 off = ((Int64(tok) * 4 + row % 4) * self.hidden + j * self.run) * 2 + chunk * 16
-                saddr = sbase + stage * self.stage + idx * 16
+                saddr = self.chunk_addr(sbase, stage, row // 4, row % 4, chunk)
                 if cutlass.const_expr((self.loads % self.workers) != 0):
                     if idx < self.loads:
                         ops.cp_async16(saddr, xb + off * live, live)
@@ -270,31 +330,96 @@ def _kernel_class():
                 )
 
         @cute.jit
-        def sum_store(self, yb, ab, sbase, tid, block, stage, j, T):
+        def sum_store(self, yb, ab, pb, sbase, tid, block, stage, j, T):
             """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
             if tid < self.workers:
-                self.sum_chunks(yb, ab, sbase, tid, block, stage, j, T)
+                self.sum_chunks(yb, ab, pb, sbase, tid, block, stage, j, T)
 
         @cute.jit
-        def chunk_sums(self, sbase, stage, t, chunk):
-            """The 8 columns of `chunk` of token t summed over the four streams, in fp32."""
+        def chunk_addr(self, sbase, stage, t, s, chunk):
+            """Shared address of (token t, stream s, chunk) in `stage`: a token's 4 x cpr chunks are one K-contiguous
+            row (mixes: its chunk index XOR t mod 8, so ldmatrix's 8 rows of a 16-byte column hit 8 bank groups)."""
+            kc = s * self.cpr + chunk
+            if cutlass.const_expr(self.row.mixes):
+                return sbase + stage * self.stage + stage_chunk(t, kc, 4 * self.cpr) * 16
+            return sbase + stage * self.stage + (t * 4 * self.cpr + kc) * 16
+
+        @cute.jit
+        def chunk_sums(self, sbase, stage, t, chunk, w=None):
+            """The 8 columns of `chunk` of token t summed over the four streams (weighted by w[s]), in fp32."""
             acc = [Float32(0.0)] * 8
             for s in cutlass.range_constexpr(4):
-                words = ops.lds_v4(sbase + stage * self.stage + ((t * 4 + s) * self.cpr + chunk) * 16)
-                for w in cutlass.range_constexpr(4):
-                    lo, hi = ops.half2_to_f32("bfloat16", words[w])
-                    acc[2 * w] = acc[2 * w] + lo
-                    acc[2 * w + 1] = acc[2 * w + 1] + hi
+                words = ops.lds_v4(self.chunk_addr(sbase, stage, t, s, chunk))
+                for v in cutlass.range_constexpr(4):
+                    lo, hi = ops.half2_to_f32("bfloat16", words[v])
+                    if cutlass.const_expr(w is None):
+                        acc[2 * v] = acc[2 * v] + lo
+                        acc[2 * v + 1] = acc[2 * v + 1] + hi
+                    else:
+                        acc[2 * v] = acc[2 * v] + w[s] * lo
+                        acc[2 * v + 1] = acc[2 * v + 1] + w[s] * hi
             return acc
 
         @cute.jit
-        def sum_chunks(self, yb, ab, sbase, tid, block, stage, j, T):
+        def pre_weights(self, ab, pb, block, t):
+            """pre_i = sigmoid(mix_i * rsqrt(ssq / 4H + rms_eps) * s0 + b_i) + hc_eps from the block's reduced slots
+            (read after the group's counter was acquired); pb: s0, b0..b3, rms_eps, hc_eps."""
+            base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+            ssq = ld_f32_l2(base + 24 * 4)
+            r = cute.math.rsqrt(ssq * Float32(1.0 / (4 * self.hidden)) + ops.ldg_f32(pb + 5 * 4, Int32(1)))
+            s0 = ops.ldg_f32(pb, Int32(1))
+            eps = ops.ldg_f32(pb + 6 * 4, Int32(1))
+            w = []
+            for i in cutlass.range_constexpr(4):
+                z = ld_f32_l2(base + i * 4) * r * s0 + ops.ldg_f32(pb + (1 + i) * 4, Int32(1))
+                w.append(Float32(1.0) / (Float32(1.0) + cute.math.exp(-z)) + eps)
+            return w
+
+        @cute.jit
+        def mix_partials(self, ab, sbase, fbase, tid, block, stage):
+            """mixes: warp w < bt / 16 multiplies tokens [16 w, 16 w + 16) of the stage by fn's slice (hi, then lo:
+            m16n8k16 bf16, fp32 accumulators, 3 n8 tiles for the 24 mixes), sums their squares from the same A
+            fragments, and reduces its 16 x 24 partials and 16 sums of squares into the block's slots."""
+            warp, lane = tid // 32, tid % 32
+            if warp < self.row.bt // 16:
+                m0 = warp * 16
+                gq, tq = lane // 4, lane % 4
+                per_row = 4 * self.cpr
+                acc, sq = mix_warp(ops, lane, sbase + stage * self.stage + m0 * per_row * 16, fbase, per_row)
+                for h in cutlass.range_constexpr(2):  # rows g, g + 8
+                    base = ab + (Int64(block) * self.row.bt + m0 + gq + 8 * h) * (SLOTS * 4)
+                    for nt in cutlass.range_constexpr(3):
+                        red_add_f32(base + (nt * 8 + 2 * tq) * 4, acc[nt][2 * h])
+                        red_add_f32(base + (nt * 8 + 2 * tq + 1) * 4, acc[nt][2 * h + 1])
+                    if tq == 0:
+                        red_add_f32(base + 24 * 4, sq[h])
+
+        @cute.jit
+        def load_fn(self, fb, fbase, tid, j):
+            """fn's hi / lo slice of program j into shared memory once: row (hl, n) = the 4 streams' columns
+            [j run, (j + 1) run), swizzled like the stages."""
+            per_row = 4 * self.cpr
+            total = 48 * per_row
+            for i in cutlass.range_constexpr((total + THREADS - 1) // THREADS):
+                idx = tid + i * THREADS
+                if idx < total:
+                    row, kc = idx // per_row, idx % per_row
+                    s, c = kc // self.cpr, kc % self.cpr
+                    src = fb + (Int64(row) * 4 * self.hidden + s * self.hidden + j * self.run + c * 8) * 2
+                    w = ops.ldg_v4(src, Int32(1))
+                    ops.sts_v4(fbase + fn_chunk(row, kc, per_row) * 16, w[0], w[1], w[2], w[3])
+
+        @cute.jit
+        def sum_chunks(self, yb, ab, pb, sbase, tid, block, stage, j, T):
             for i in cutlass.range_constexpr((self.sums + self.workers - 1) // self.workers):
                 idx = tid + i * self.workers
                 t, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + t
                 if idx < self.sums:
-                    acc = self.chunk_sums(sbase, stage, t, chunk)
+                    if cutlass.const_expr(self.row.mixes):
+                        acc = self.chunk_sums(sbase, stage, t, chunk, self.pre_weights(ab, pb, block, t))
+                    else:
+                        acc = self.chunk_sums(sbase, stage, t, chunk)
                     if cutlass.const_expr(self.row.exchange):  # pre's weights stand-in: 1 / (1 + |slots 0..4|)
                         base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
                         sw = Float32(0.0)
@@ -335,6 +460,8 @@ def _kernel_class():
             mY: cute.Tensor,
             mC: cute.Tensor,
             mA: cute.Tensor,
+            mF: cute.Tensor,
+            mP: cute.Tensor,
             rounds: Int32,
             groups: Int32,
             T: Int32,
@@ -346,6 +473,15 @@ def _kernel_class():
             ring = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.row.stages * self.stage), 128)
             sbase = ring.iterator.toint()
             xb, yb, ab = mX.iterator.toint(), mY.iterator.toint(), mA.iterator.toint()
+            pb = mP.iterator.toint()
+            fbase = sbase
+            if cutlass.const_expr(self.row.mixes):
+                fslice = smem.allocate_tensor(
+                    cutlass.Uint8, cute.make_layout(fn_slice_bytes(self.hidden, self.row.group)), 128
+                )
+                fbase = fslice.iterator.toint()
+                self.load_fn(mF.iterator.toint(), fbase, tid, j)
+                ops.barrier()
             S, D = self.row.stages, self.row.lag
             A = S - 1 - D  # blocks loaded ahead of the one that lands
             cb = mC.iterator.toint()
@@ -366,6 +502,9 @@ def _kernel_class():
                     if cutlass.const_expr(self.row.exchange):
                         self.publish(ab, sbase, tid, r * groups + g, r % S)
                         ops.barrier()  # every thread's reductions issued before the arrival's release
+                    if cutlass.const_expr(self.row.mixes):
+                        self.mix_partials(ab, sbase, fbase, tid, r * groups + g, r % S)
+                        ops.barrier()
                     if cutlass.const_expr(self.row.barrier):
                         self.arrive(cb, r * groups + g, tid)
                 if r >= D:  # block r - D: its group has (most likely) arrived by now
@@ -377,7 +516,7 @@ def _kernel_class():
                         pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
                     elif cutlass.const_expr(self.row.barrier):
                         self.await_group(cb, q * groups + g, stuck, tid)
-                    self.sum_store(yb, ab, sbase, tid, q * groups + g, q % S, j, T)
+                    self.sum_store(yb, ab, pb, sbase, tid, q * groups + g, q % S, j, T)
                 ops.barrier()  # the stage of block r - D is refilled next round
 
     return RingSkeleton
@@ -401,8 +540,11 @@ def compiled(row: Row, hidden: int, arch: str):
     y = make_fake_compact_tensor(cutlass.BFloat16, (t, hidden), stride_order=(1, 0), assumed_align=16)
     c = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=4)
     a = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=4)
+    f = make_fake_compact_tensor(cutlass.BFloat16, (cute.sym_int(), 4 * hidden), stride_order=(1, 0), assumed_align=16)
+    p = make_fake_compact_tensor(cutlass.Float32, (8,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute_compile(_kernel_class()(row, hidden), x, y, c, a, Int32(1), Int32(1), Int32(1), stream, arch=arch)
+    kern = _kernel_class()(row, hidden)
+    return cute_compile(kern, x, y, c, a, f, p, Int32(1), Int32(1), Int32(1), stream, arch=arch)
 
 
 def reference_y(x, group: int | None = None):
@@ -415,6 +557,32 @@ def reference_y(x, group: int | None = None):
         parts = xf.view(t, 4, group, h // group // 8, 8).sum(dim=(1, 2, 4))
         y = y * (1.0 / (1.0 + parts[:, :READ_SLOTS].sum(dim=1).abs()))[:, None]
     return y.to(x.dtype)
+
+
+def mixes_inputs(hidden: int, seed: int = 3):
+    """fn [24, 4H] split into bf16 hi / lo rows [48, 4H] (what the kernel holds), the fp32 fn they sum to, and the
+    scalars row (s0, b0..b3, rms_eps, hc_eps, 0)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    fn = torch.randn(24, 4 * hidden, generator=gen) * (4 * hidden) ** -0.5
+    hi = fn.to(torch.bfloat16)
+    lo = (fn - hi.float()).to(torch.bfloat16)
+    scalars = torch.tensor([0.7, 0.1, -0.2, 0.3, 0.05, 1e-6, 1e-3, 0.0])
+    return torch.cat([hi, lo]), hi.float() + lo.float(), scalars
+
+
+def reference_pre_y(x, fn, scalars):
+    """norm.mhc pre's y (FORMATS.md: mixes = flat @ fn^T * rsqrt(mean(flat^2) + eps), pre = sigmoid(mixes[:4] s0 +
+    b) + hc_eps, y = sum_i pre_i x_i) in fp32 with fn as given, rounded once to x's dtype."""
+    import torch
+
+    xf = x.float()
+    flat = xf.reshape(x.shape[0], -1)
+    s0, b, rms_eps, hc_eps = scalars[0], scalars[1:5], scalars[5], scalars[6]
+    mixes = (flat @ fn.to(flat.device).T) * torch.rsqrt(flat.pow(2).mean(dim=1, keepdim=True) + rms_eps)
+    pre = torch.sigmoid(mixes[:, :4] * s0 + b.to(flat.device)) + hc_eps
+    return (pre[:, :, None] * xf).sum(dim=1).to(x.dtype)
 
 
 def close(y, want) -> bool:
@@ -486,21 +654,26 @@ def main(argv=None) -> int:
     for t in args.tokens:
         x = torch.randn(t, 4, args.hidden, device=dev).to(torch.bfloat16)
         plain = reference_y(x)
+        fn_rows, fn_sum, scalars = mixes_inputs(args.hidden)
+        fn_rows, scalars_dev = fn_rows.to(dev), scalars.to(dev)
+        no_fn = torch.zeros(1, 4 * args.hidden, dtype=torch.bfloat16, device=dev)
         ideal = t * 5 * args.hidden * 2
         for row, fn in kernels.items():
             groups = sms // row.group
             rounds = rounds_for(t, groups, row.bt)
             y = torch.full((t, args.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
             counters = torch.zeros(rounds * groups + 1, dtype=torch.int32, device=dev)  # + the give-ups
-            acc = torch.zeros(rounds * groups * row.bt * SLOTS if row.exchange else 1, device=dev)
+            acc = torch.zeros(rounds * groups * row.bt * SLOTS if row.exchange or row.mixes else 1, device=dev)
 
             def reset(counters=counters, acc=acc):
                 counters.zero_()
                 acc.zero_()
 
-            call = (x, y, counters, acc, rounds, groups, t)
+            call = (x, y, counters, acc, fn_rows if row.mixes else no_fn, scalars_dev, rounds, groups, t)
             us = _time(reset, lambda fn=fn, call=call: fn(*call), args.reps)
             want = reference_y(x, row.group) if row.exchange else plain
+            if row.mixes:
+                want = reference_pre_y(x, fn_sum, scalars)
             ok = close(y, want)
             stuck = int(counters[-1].item())
             rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "rounds": rounds, "us": us,

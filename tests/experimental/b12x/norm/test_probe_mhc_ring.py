@@ -1,8 +1,11 @@
 """`scripts/probe_mhc_ring.py` (session 35): the cooperative pre's memory program through a shared-memory ring. Its
 rows compile for sm_90a and sm_120a without local memory (the barrier rows, waiting at once or some rounds after
 their arrival, with a release arrival and acquire polls, the others with none; the exchange rows with their float
-reductions), a ring that does not fit shared memory or a hidden size whose rows are not
+reductions, the mixes rows with their mma.sync), a ring that does not fit shared memory or a hidden size whose rows are not
 16-byte runs is refused with the reason, and bad arguments stop before anything needs a GPU."""
+
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,9 @@ def test_why_not_names_the_limit(load_script):
     assert "lag >= 1" in probe.why_not(probe.Row(64, 32, 4, barrier=True, poll="early"), 7168)
     assert "needs a barrier row" in probe.why_not(probe.Row(64, 32, 2, exchange=True), 7168)
     assert "got 28" in probe.why_not(probe.Row(32, 32, 3, barrier=True, lag=1, exchange=True), 7168)
+    assert "mixes needs sync_warp" in probe.why_not(probe.Row(64, 64, 3, barrier=True, lag=1, mixes=True), 7168)
+    big = probe.Row(64, 64, 4, barrier=True, lag=1, sync_warp=True, mixes=True)  # 4 x 57 KB + 43 KB
+    assert "fn's 43008-byte slice exceed" in probe.why_not(big, 7168)
     assert "exceed" in probe.why_not(probe.Row(32, 32, 5), 7168)  # 5 x 57344 bytes
     assert probe.why_not(probe.Row(64, 32, 4), 7168, SMEM_SM120) is not None
     assert probe.Row(64, 32, 4).stage_bytes(7168) == 32 * 4 * 112 * 2
@@ -38,6 +44,63 @@ def test_exchange_reference_by_hand(load_script):
         want = (ysum * (1.0 / (1.0 + abs(float(s))))).to(torch.bfloat16).float()
         torch.testing.assert_close(got[t], want, rtol=2**-7, atol=1e-6)
     assert torch.equal(probe.reference_y(x), x.float().sum(dim=1).to(torch.bfloat16))
+
+
+@pytest.mark.reference
+def test_mix_warp_on_the_emulator(load_script):
+    """`mix_warp` (the mixes rows' per-warp math) on the PTX emulator: its accumulators are the 16 tokens' partial
+    mixes x (hi + lo)^T and its sums of squares the tokens', read from the swizzled stage and fn slice the kernel's
+    writers lay out (`stage_chunk`, `fn_chunk`); every ldmatrix 8-row phase hits 8 distinct bank groups."""
+    import numpy as np
+    import torch
+
+    probe = load_script(PROBE)
+    spec = importlib.util.spec_from_file_location(
+        "_b12x_gemm_emulator", Path(__file__).parents[1] / "gemm" / "emulator.py"
+    )
+    emu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emu)
+    per_row = 56  # H = 7168, 64 programs: 4 streams x 14 chunks of 8
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(16, per_row * 8, generator=gen).to(torch.bfloat16)
+    fn = torch.randn(24, per_row * 8, generator=gen) * 0.05
+    hi = fn.to(torch.bfloat16)
+    lo = (fn - hi.float()).to(torch.bfloat16)
+    f_base = 16 * per_row * 16
+    smem = np.zeros(f_base + 48 * per_row * 16, dtype=np.uint8)
+
+    def put(base, chunk, row):  # 8 bf16 values as one 16-byte chunk
+        smem[base + chunk * 16 : base + chunk * 16 + 16] = row.contiguous().view(torch.uint8).numpy()
+
+    for t in range(16):
+        for kc in range(per_row):
+            put(0, probe.stage_chunk(t, kc, per_row), x[t, kc * 8 : kc * 8 + 8])
+    for row in range(48):
+        src = (hi if row < 24 else lo)[row % 24]
+        for kc in range(per_row):
+            put(f_base, probe.fn_chunk(row, kc, per_row), src[kc * 8 : kc * 8 + 8])
+
+    ops = emu.EmuOps(emu.GlobalMemory(), smem)
+    seen = []
+    plain = ops.ldmatrix_x4
+    ops.ldmatrix_x4 = lambda saddr: (seen.append(np.asarray(saddr)), plain(saddr))[1]
+    acc, sq = probe.mix_warp(ops, np.arange(32), 0, f_base, per_row)
+
+    want = x.double() @ (hi.double() + lo.double()).T  # [16 tokens, 24 mixes]
+    for nt in range(3):
+        for r in range(4):
+            np.testing.assert_allclose(
+                acc[nt][r], want[emu._C_ROW[r], nt * 8 + emu._C_COL[r]].numpy(), rtol=1e-5, atol=1e-5
+            )
+    want_sq = (x.double() ** 2).sum(dim=1).numpy()
+    g = np.arange(32) // 4
+    for h in range(2):
+        np.testing.assert_allclose(sq[h], want_sq[g + 8 * h], rtol=1e-5)
+    assert len(seen) == per_row // 2 * 5  # an A and two B x4 (hi, lo) a k16 step
+    for addrs in seen:
+        for phase in range(4):
+            groups = (addrs[8 * phase : 8 * phase + 8] // 16) % 8
+            assert len(set(groups.tolist())) == 8, addrs
 
 
 @pytest.mark.contract
@@ -67,8 +130,9 @@ def test_rows_compile(arch, load_script):
         rows += [
             probe.Row(64, 16, 3, barrier=True),
             probe.Row(64, 16, 4, barrier=True, lag=1, poll="early", sync_warp=True, exchange=True),
+            probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
         ]
-    assert len(rows) >= 2 and any(r.lag for r in rows) and any(r.exchange for r in rows)
+    assert len(rows) >= 2 and any(r.lag for r in rows) and any(r.exchange for r in rows) and any(r.mixes for r in rows)
     for row in rows:
         ck = probe.compiled(row, 7168, arch)
         usage = CB.resources(ck.artifacts.CUBIN)
@@ -76,4 +140,5 @@ def test_rows_compile(arch, load_script):
         ptx = ck.artifacts.PTX
         assert ptx.count("cp.async.cg.shared.global") >= row.stages, row.label
         assert (".acquire" in ptx and ".release" in ptx) == row.barrier, row.label
-        assert ("red.relaxed.gpu.global.add.f32" in ptx) == row.exchange, row.label
+        assert ("red.relaxed.gpu.global.add.f32" in ptx) == (row.exchange or row.mixes), row.label
+        assert ("mma.sync.aligned.m16n8k16" in ptx) == row.mixes, row.label
