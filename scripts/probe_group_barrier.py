@@ -23,19 +23,23 @@ memory program alone, the ceiling of the design. LOAD=0 (with BARRIER) keeps onl
 its time a round is the barrier's round trip. A poll loop gives up after MAX_SPINS polls and counts a timeout
 (reported; any timeout makes the row invalid), so a grid that is not co-resident cannot hang the GPU.
 Rows report µs, TB/s on the ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of the copy ceiling measured
-in the same process (a 1 GiB device copy, bytes read + written). The CPU tests run the kernel under the
+in the same process (the benchmarks' 2 GiB device copy, bytes read + written). Timing: the benchmarks'
+`time_cuda_events` (L2 flushed before each launch, the reset outside the timed pair; session 35's runs used a
+sleep kernel and no flush, so their T = 1024 rows, 58 MB of residual, may have hit L2). The CPU tests run the kernel under the
 interpreter against `reference_y` (GROUP 1; GROUP 2 times out by design there: programs run one at a time).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the probes' shared module
+from _mhc_probe import bench_common, check, close, parser, rounds_for, write_json  # noqa: E402
 
 
 class Row(NamedTuple):
@@ -161,10 +165,6 @@ def cols_for(hidden: int, group: int) -> int:
     return triton.next_power_of_2(hidden // group)
 
 
-def rounds_for(tokens: int, groups: int, bt: int) -> int:
-    return -(-tokens // (groups * bt))
-
-
 def prepare(x, row: Row, groups: int, *, max_spins: int = 1 << 22):
     """Buffers for the skeleton on x [T, 4, H] (bf16) with `groups` groups of row.group programs; returns
     (reset, go, y, timeouts): reset() zeroes the block counters (before every launch), go() launches."""
@@ -193,63 +193,22 @@ def reference_y(x):
     return (ysum / (1.0 + ysum.sum(dim=1, keepdim=True).abs())).to(x.dtype)
 
 
-def close(y, want) -> bool:
-    """y within bf16 rounding of the reference (the skeleton sums in another order)."""
-    import torch
-
-    return bool(torch.allclose(y.float(), want.float(), rtol=2**-7, atol=2**-12))
-
-
-def _time(reset, go, reps: int) -> float:
-    """Median µs of `reps` launches of go(), each after an untimed reset(). A ~0.5 ms sleep kernel runs before the
-    start event, so the host's launch of go() (Triton's launcher: tens of µs) happens while the GPU is busy and is
-    not timed (session 35's first run timed it: ~45 µs a row)."""
-    import torch
-
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        reset()
-        torch.cuda._sleep(1_000_000)
-        start.record()
-        go()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def copy_ceiling(dev, reps: int) -> tuple[float, float]:
-    """(TB/s, µs) of a 1 GiB device copy, bytes read + written: the ceiling the rows are a share of."""
-    import torch
-
-    src = torch.empty(1 << 29, dtype=torch.int16, device=dev)
-    dst = torch.empty_like(src)
-    us = _time(lambda: None, lambda: dst.copy_(src), reps)
-    return 2 * src.numel() * 2 / (us * 1e-6) / 1e12, us
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hidden", type=int, default=7168, help="H (a multiple of every row's group)")
-    p.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192], help="T values")
-    p.add_argument("--reps", type=int, default=15, help="timed launches a row (median)")
-    p.add_argument("--json", default=None, help="also write the rows here")
+    p = parser(__doc__, "H (a multiple of every row's group)")
     args = p.parse_args(argv)
     for row in ROWS:
         if args.hidden % row.group:
             p.error(f"--hidden must be a multiple of {row.group} (row {row.label}), got {args.hidden}")
-    if min(args.tokens) < 1 or args.reps < 3:
-        p.error(f"--tokens must be >= 1 and --reps >= 3, got {args.tokens} / {args.reps}")
+    check(p, args)
     import torch
 
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    ceiling, copy_us = copy_ceiling(dev, args.reps)
-    print(f"copy ceiling: {ceiling:.2f} TB/s (1 GiB device copy, {copy_us:.1f} us)", flush=True)
+    common = bench_common()
+    ceiling = common.ceilings(dev, fp8=False).copy_tbps
+    print(f"copy ceiling: {ceiling:.2f} TB/s (benchmarks' 2 GiB device copy)", flush=True)
     out = []
     for t in args.tokens:
         x = torch.randn(t, 4, args.hidden, device=dev).to(torch.bfloat16)
@@ -258,7 +217,7 @@ def main(argv=None) -> int:
         for row in ROWS:
             groups = sms // row.group
             reset, go, y, timeouts = prepare(x, row, groups)
-            us = _time(reset, go, args.reps)
+            us = common.time_cuda_events(go, before=reset, warmup=2, iters=args.reps).median_us
             stuck = int(timeouts.sum().item())
             ok = bool(close(y, want)) if row.load and row.barrier else None
             rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "us": us,
@@ -270,9 +229,7 @@ def main(argv=None) -> int:
                   f"{rec['tb_s']:5.2f} TB/s  {rec['pct_copy']:5.1f}% copy  timeouts {stuck}  y ok {ok}",
                   flush=True)  # fmt: skip
         del x, want
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": out, "ceiling_tb_s": ceiling, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+    write_json(args.json, out, ceiling, torch.cuda.get_device_name(dev))
     return 0
 
 

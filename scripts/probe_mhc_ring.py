@@ -28,15 +28,19 @@ while it sums a block and, in a barrier row, while its signal lane waits at the 
   b_i) + hc_eps from the reduced slots: norm.mhc pre's y (FORMATS.md), checked against `reference_pre_y`.
 
 Post and comb (Sinkhorn) are not computed; everything else of pre's y is in the mixes rows.
-Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of a 1 GiB device copy
-measured in the same process. Every row's y is checked against `reference_y` (a wrong y marks the row) and a
-barrier row's give-ups are counted (any makes the row invalid).
+Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of the benchmarks' 2 GiB
+device copy measured in the same process, timed by the benchmarks' `time_cuda_events` (L2 flushed before each
+launch, the counters' reset outside the timed pair; session 35's runs used a sleep kernel and no flush, so their
+T = 1024 rows, 58 MB of residual, may have hit L2). Every row's y is checked against `reference_y` (a wrong y
+marks the row) and a barrier row's give-ups are counted (any makes the row invalid).
 """
 
-import argparse
-import json
 import sys
+from pathlib import Path
 from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/: the probes' shared module
+from _mhc_probe import bench_common, check, close, parser, rounds_for, write_json  # noqa: E402
 
 THREADS = 256
 SLOTS = 25  # floats a token each program reduces into its block's accumulator (pre: 24 mixes + sum of squares)
@@ -185,44 +189,37 @@ def _kernel_class():
 
     from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE as ops
 
-    @dsl_user_op
-    def red_release_add(addr, value, *, loc=None, ip=None):
-        """red.release.gpu.global.add.u32: the arrival, no value back (no return trip)."""
-        ins = [Int64(addr).ir_value(loc=loc, ip=ip), Int32(value).ir_value(loc=loc, ip=ip)]
-        text = "red.release.gpu.global.add.u32 [$0], $1;"
-        llvm.inline_asm(None, ins, text, "l,r", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
+    def gmem_op(text: str, ret=None, value=None):
+        """A one-instruction global access at address $0 (stores) or $1 (loads, result $0) as a DSL op. ret: Int32 /
+        Float32 for a load's result; value: Int32 / Float32 for a reduction's operand."""
 
-    @dsl_user_op
-    def ld_acquire(addr, *, loc=None, ip=None):
-        """ld.acquire.gpu.global.u32: a poll that reads (several pollers of one line do not serialize as RMWs)."""
-        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
-        text = "ld.acquire.gpu.global.u32 $0, [$1];"
-        res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
-        return Int32(res)
+        @dsl_user_op
+        def op(addr, operand=None, *, loc=None, ip=None):
+            ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
+            if value is not None:
+                ins.append(value(operand).ir_value(loc=loc, ip=ip))
+                reg = "f" if value is Float32 else "r"
+                llvm.inline_asm(
+                    None, ins, text, f"l,{reg}", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip
+                )
+                return None
+            ty, reg = (T.f32(), "f") if ret is Float32 else (T.i32(), "r")
+            res = llvm.inline_asm(
+                ty, ins, text, f"={reg},l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip
+            )
+            return ret(res)
 
-    @dsl_user_op
-    def ld_relaxed(addr, *, loc=None, ip=None):
-        """ld.relaxed.gpu.global.u32: the early poll (no invalidation, no ordering: its value is checked a round
-        later, and only a value that shows the group complete is followed by an acquire fence)."""
-        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
-        text = "ld.relaxed.gpu.global.u32 $0, [$1];"
-        res = llvm.inline_asm(T.i32(), ins, text, "=r,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
-        return Int32(res)
+        return op
 
-    @dsl_user_op
-    def red_add_f32(addr, value, *, loc=None, ip=None):
-        """red.relaxed.gpu.global.add.f32: one partial into the block's accumulator (ordered by the arrival's release)."""
-        ins = [Int64(addr).ir_value(loc=loc, ip=ip), Float32(value).ir_value(loc=loc, ip=ip)]
-        text = "red.relaxed.gpu.global.add.f32 [$0], $1;"
-        llvm.inline_asm(None, ins, text, "l,f", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
-
-    @dsl_user_op
-    def ld_f32_l2(addr, *, loc=None, ip=None):
-        """ld.relaxed.gpu.global.f32: a reduced partial, read after the group's counter was acquired."""
-        ins = [Int64(addr).ir_value(loc=loc, ip=ip)]
-        text = "ld.relaxed.gpu.global.f32 $0, [$1];"
-        res = llvm.inline_asm(T.f32(), ins, text, "=f,l", has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)
-        return Float32(res)
+    # the arrival: a reduction, no value back
+    red_release_add = gmem_op("red.release.gpu.global.add.u32 [$0], $1;", value=Int32)
+    # a poll that reads (several pollers of one line do not serialize as RMWs)
+    ld_acquire = gmem_op("ld.acquire.gpu.global.u32 $0, [$1];", ret=Int32)
+    # the early poll: no invalidation, no ordering; only a value that shows the group complete is followed by a fence
+    ld_relaxed = gmem_op("ld.relaxed.gpu.global.u32 $0, [$1];", ret=Int32)
+    # a partial into the block's accumulator (ordered by the arrival's release), and a reduced one read back
+    red_add_f32 = gmem_op("red.relaxed.gpu.global.add.f32 [$0], $1;", value=Float32)
+    ld_f32_l2 = gmem_op("ld.relaxed.gpu.global.f32 $0, [$1];", ret=Float32)
 
     class RingSkeleton:
         def __init__(self, row: Row, hidden: int) -> None:
@@ -585,59 +582,14 @@ def reference_pre_y(x, fn, scalars):
     return (pre[:, :, None] * xf).sum(dim=1).to(x.dtype)
 
 
-def close(y, want) -> bool:
-    """y within bf16 rounding of the reference (sums of four in another order may round the other way)."""
-    import torch
-
-    return bool(torch.allclose(y.float(), want.float(), rtol=2**-7, atol=2**-20))
-
-
-def rounds_for(tokens: int, groups: int, bt: int) -> int:
-    return -(-tokens // (groups * bt))
-
-
-def _time(reset, go, reps: int) -> float:
-    """Median µs of `reps` launches of go(), each after an untimed reset(), a sleep kernel first so the host's
-    launch is not timed."""
-    import torch
-
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        reset()
-        torch.cuda._sleep(1_000_000)
-        start.record()
-        go()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def copy_ceiling(dev, reps: int) -> tuple[float, float]:
-    """(TB/s, µs) of a 1 GiB device copy, bytes read + written."""
-    import torch
-
-    src = torch.empty(1 << 29, dtype=torch.int16, device=dev)
-    dst = torch.empty_like(src)
-    us = _time(lambda: None, lambda: dst.copy_(src), reps)
-    return 4 * src.numel() / (us * 1e-6) / 1e12, us
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hidden", type=int, default=7168, help="H (a multiple of 8 x every row's group)")
-    p.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192], help="T values")
-    p.add_argument("--reps", type=int, default=15, help="timed launches a row (median)")
-    p.add_argument("--json", default=None, help="also write the rows here")
+    p = parser(__doc__, "H (a multiple of 8 x every row's group)")
     args = p.parse_args(argv)
     for row in ROWS:
         reason = why_not(row, args.hidden)
         if reason:
             p.error(f"--hidden {args.hidden}: row {row.label}: {reason}")
-    if min(args.tokens) < 1 or args.reps < 3:
-        p.error(f"--tokens must be >= 1 and --reps >= 3, got {args.tokens} / {args.reps}")
+    check(p, args)
     import torch
 
     if not torch.cuda.is_available():
@@ -647,8 +599,9 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     arch = target_arch()
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    ceiling, copy_us = copy_ceiling(dev, args.reps)
-    print(f"copy ceiling: {ceiling:.2f} TB/s (1 GiB device copy, {copy_us:.1f} us); arch {arch}", flush=True)
+    common = bench_common()
+    ceiling = common.ceilings(dev, fp8=False).copy_tbps
+    print(f"copy ceiling: {ceiling:.2f} TB/s (benchmarks' 2 GiB device copy); arch {arch}", flush=True)
     kernels = {row: compiled(row, args.hidden, arch) for row in ROWS}
     out = []
     for t in args.tokens:
@@ -670,11 +623,12 @@ def main(argv=None) -> int:
                 acc.zero_()
 
             call = (x, y, counters, acc, fn_rows if row.mixes else no_fn, scalars_dev, rounds, groups, t)
-            us = _time(reset, lambda fn=fn, call=call: fn(*call), args.reps)
+            go = lambda fn=fn, call=call: fn(*call)  # noqa: E731
+            us = common.time_cuda_events(go, before=reset, warmup=2, iters=args.reps).median_us
             want = reference_y(x, row.group) if row.exchange else plain
             if row.mixes:
                 want = reference_pre_y(x, fn_sum, scalars)
-            ok = close(y, want)
+            ok = close(y, want, atol=2**-20)
             stuck = int(counters[-1].item())
             rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "rounds": rounds, "us": us,
                    "tb_s": ideal / (us * 1e-6) / 1e12, "pct_copy": 100 * ideal / (us * 1e-6) / 1e12 / ceiling,
@@ -683,9 +637,7 @@ def main(argv=None) -> int:
             print(f"T {t:5d} {row.label:22s} {us:9.1f} us  {us / rounds:6.2f} us a round  {rec['tb_s']:5.2f} TB/s  "
                   f"{rec['pct_copy']:5.1f}% copy  y ok {ok}  timeouts {stuck}", flush=True)  # fmt: skip
         del x, plain
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": out, "ceiling_tb_s": ceiling, "device": torch.cuda.get_device_name(dev)}, f, indent=1)
+    write_json(args.json, out, ceiling, torch.cuda.get_device_name(dev))
     return 0
 
 

@@ -5,10 +5,7 @@
 # paged decode as a peer on today's defaults (16-bit KV on the heads_n8 tile), 8 calls a graph.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
-mkdir -p /root/fiw && cp .devwheels/fi2/* /root/fiw/ && cd /root/fiw \
-  && cat fi.part.* >flashinfer_python-0.7.2.post1-py3-none-any.whl && rm -f fi.part.* \
-  && python3 -m pip install -q --no-index --no-deps --target /root/fi ./*.whl && echo "flashinfer installed"
-cd - >/dev/null || exit 2
+bash scripts/jobs/install_flashinfer.sh
 bash scripts/device_snapshot_run.sh - none 2>&1 | tail -3 | cut -c1-300
 cd /root/snap || exit 2
 export PYTHONPATH=$PYTHONPATH:$PWD B12X_CACHE_DIR=/tmp/b12x-cache

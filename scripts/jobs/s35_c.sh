@@ -8,10 +8,7 @@ set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 KV=${KV:?KV=bf16 or fp8}
 if [[ $KV == bf16 ]]; then
-  mkdir -p /root/fiw && cp .devwheels/fi2/* /root/fiw/ && cd /root/fiw \
-    && cat fi.part.* >flashinfer_python-0.7.2.post1-py3-none-any.whl && rm -f fi.part.* \
-    && python3 -m pip install -q --no-index --no-deps --target /root/fi ./*.whl && echo "flashinfer installed"
-  cd - >/dev/null || exit 2
+  bash scripts/jobs/install_flashinfer.sh
   bash scripts/device_snapshot_run.sh - none 2>&1 | tail -2 | cut -c1-300
 fi
 cd /root/snap || exit 2

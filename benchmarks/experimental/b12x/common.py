@@ -123,12 +123,20 @@ def _one_at_a_time(timer: Callable[..., Timing]) -> Callable[..., Timing]:
 
 @_one_at_a_time
 def time_cuda_events(
-    fn: Fn, *, warmup: int = 10, iters: int = 100, flush_l2: bool = True, device: Device = None
+    fn: Fn,
+    *,
+    warmup: int = 10,
+    iters: int = 100,
+    flush_l2: bool = True,
+    device: Device = None,
+    before: Fn | None = None,
 ) -> Timing:
     """Time ``fn()`` on the current stream with one CUDA event pair per call.
 
     With ``flush_l2`` a 256 MB memset runs before each call, outside its event pair, so every call
     reads its inputs from HBM; the memset also keeps the GPU busy while the host enqueues the call.
+    ``before()`` (if given) runs before every call, warmup ones included, outside the event pair:
+    the reset a kernel needs between calls (counters zeroed, say), untimed.
     For calls of a few microseconds launch overhead dominates: prefer ``time_graph_replay``.
     """
     dev = require_cuda("time_cuda_events", device)
@@ -137,11 +145,15 @@ def time_cuda_events(
     with torch.cuda.device(dev):
         flush = _flush_buffer(dev) if flush_l2 else None
         for _ in range(warmup):
+            if before is not None:
+                before()
             fn()
         torch.cuda.synchronize(dev)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
         for start, end in zip(starts, ends):
+            if before is not None:
+                before()
             if flush is not None:
                 flush.zero_()
             start.record()

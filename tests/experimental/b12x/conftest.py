@@ -131,3 +131,17 @@ def _load_script(name: str):
 def load_script():
     """The repository's scripts/NAME.py as a module (the probes the tests build): load_script(name)."""
     return _load_script
+
+
+@pytest.fixture
+def script_exit(capsys):
+    """script_exit(name, argv) -> (exit code, stdout, stderr) of scripts/NAME.py's main(argv), which must exit
+    (argparse's --help, or a usage error before anything needs a GPU)."""
+
+    def run(name: str, argv: list[str]):
+        with pytest.raises(SystemExit) as done:
+            _load_script(name).main(argv)
+        out = capsys.readouterr()
+        return done.value.code, out.out, out.err
+
+    return run

@@ -36,11 +36,8 @@ def test_loop_compiles_with_its_conversion(arch, load_script):
 
 
 @pytest.mark.contract
-def test_probe_arguments(capsys, load_script):
-    probe = load_script(PROBE)
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--help"])
-    assert done.value.code == 0 and "usage" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--iters", "8"])
-    assert done.value.code == 2 and "--iters must be >= 64" in capsys.readouterr().err
+def test_probe_arguments(script_exit):
+    code, out, _ = script_exit(PROBE, ["--help"])
+    assert code == 0 and "usage" in out
+    code, _, err = script_exit(PROBE, ["--iters", "8"])
+    assert code == 2 and "--iters must be >= 64" in err

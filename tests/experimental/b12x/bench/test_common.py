@@ -252,6 +252,10 @@ def test_tiny_real_timing_on_gpu():
     for t in (ev, gr):
         assert 0 < t.p10_us <= t.median_us <= t.p90_us < 1e5
     assert torch.equal(y, x * 2.0)
+    calls = []
+    reset = lambda: (calls.append(1), y.zero_())  # noqa: E731
+    common.time_cuda_events(lambda: y.add_(x), warmup=2, iters=5, before=reset)
+    assert len(calls) == 7 and torch.equal(y, x)  # the reset before every call, the last call's y one add
     ceil = common.measure_ceilings(copy_bytes=64 * 2**20, mm_n=1024, warmup=1, iters=3)
     assert ceil.copy_tbps > 0 and ceil.bf16_tflops > 0
     table = common.Table("gpu", ceil)

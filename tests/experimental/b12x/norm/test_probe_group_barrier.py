@@ -63,16 +63,13 @@ def test_rows_compile_without_spills(arch, load_script, tmp_path, monkeypatch):
 
 
 @pytest.mark.contract
-def test_probe_arguments(capsys, load_script):
+def test_probe_arguments(script_exit, load_script):
+    code, out, _ = script_exit(PROBE, ["--help"])
+    assert code == 0 and "usage" in out
+    code, _, err = script_exit(PROBE, ["--hidden", "7000"])
+    assert code == 2 and "--hidden must be a multiple of 64" in err
+    code, _, err = script_exit(PROBE, ["--reps", "1"])
+    assert code == 2 and "--reps >= 3" in err
     probe = load_script(PROBE)
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--help"])
-    assert done.value.code == 0 and "usage" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--hidden", "7000"])
-    assert done.value.code == 2 and "--hidden must be a multiple of 64" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--reps", "1"])
-    assert done.value.code == 2 and "--reps >= 3" in capsys.readouterr().err
     with pytest.raises(ValueError, match="multiple of the group"):
         probe.cols_for(7000, 32)

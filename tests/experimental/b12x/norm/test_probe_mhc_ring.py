@@ -104,17 +104,13 @@ def test_mix_warp_on_the_emulator(load_script):
 
 
 @pytest.mark.contract
-def test_probe_arguments(capsys, load_script):
-    probe = load_script(PROBE)
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--help"])
-    assert done.value.code == 0 and "usage" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--hidden", "7000"])
-    assert done.value.code == 2 and "--hidden 7000" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--reps", "2"])
-    assert done.value.code == 2 and "--reps >= 3" in capsys.readouterr().err
+def test_probe_arguments(script_exit):
+    code, out, _ = script_exit(PROBE, ["--help"])
+    assert code == 0 and "usage" in out
+    code, _, err = script_exit(PROBE, ["--hidden", "7000"])
+    assert code == 2 and "--hidden 7000" in err
+    code, _, err = script_exit(PROBE, ["--reps", "2"])
+    assert code == 2 and "--reps >= 3" in err
 
 
 @pytest.mark.compile

@@ -28,11 +28,8 @@ def test_skeleton_compiles_and_holds_occupancy(arch, load_script):
 
 @pytest.mark.contract
 @pytest.mark.parametrize("name", ["probe_nvfp4_skeleton", "probe_nvfp4_ws"])
-def test_probe_arguments(name, capsys, load_script):
-    probe = load_script(name)
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--help"])
-    assert done.value.code == 0 and "usage" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as done:
-        probe.main(["--shapes", "4096x100"])
-    assert done.value.code == 2 and "--shapes takes MxK" in capsys.readouterr().err
+def test_probe_arguments(name, script_exit):
+    code, out, _ = script_exit(name, ["--help"])
+    assert code == 0 and "usage" in out
+    code, _, err = script_exit(name, ["--shapes", "4096x100"])
+    assert code == 2 and "--shapes takes MxK" in err
