@@ -26,6 +26,9 @@ while it sums a block and, in a barrier row, while its signal lane waits at the 
   mma, swizzled rows, the sums of squares from the A fragments) and reduces the 24 partial mixes and the sum of
   squares a token into the block's slots; y = sum_i pre_i x_i with pre_i = sigmoid(mix_i rsqrt(ssq / 4H + eps) s0 +
   b_i) + hc_eps from the reduced slots: norm.mhc pre's y (FORMATS.md), checked against `reference_pre_y`.
+- split_roles (mixes rows): the warps that run `mix_warp` do so for the block that landed while the other worker
+  warps and the signal warp (a named barrier) wait for and store y of the block `lag` rounds older; the arrival
+  follows the round's closing CTA barrier.
 
 Post and comb (Sinkhorn) are not computed; everything else of pre's y is in the mixes rows.
 Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of the benchmarks' 2 GiB
@@ -60,6 +63,7 @@ class Row(NamedTuple):
     sync_warp: bool = False  # arrivals and polls by a warp that issues no copies or stores (see RingSkeleton)
     exchange: bool = False  # SLOTS reductions a token a program before the arrival, READ_SLOTS read back for y
     mixes: bool = False  # pre's real math: mma partials over fn's resident slice reduced as the exchange, y = pre's
+    split_roles: bool = False  # mixes of block r by their warps while the others wait for and store y of r - lag
 
     @property
     def label(self) -> str:
@@ -68,6 +72,7 @@ class Row(NamedTuple):
         kind += " syncwarp" if self.sync_warp else ""
         kind += " exchange" if self.exchange else ""
         kind += " mixes" if self.mixes else ""
+        kind += " split" if self.split_roles else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -107,6 +112,8 @@ ROWS = (
     Row(64, 32, 5, barrier=True, lag=2, poll="early", sync_warp=True, exchange=True),
     Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
     Row(64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
+    Row(64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
 )
 
 
@@ -126,6 +133,8 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         return f"mixes needs H / group a multiple of 16 (k16 steps), got {hidden // row.group}"
     if row.mixes and row.stages * row.stage_bytes(hidden) + fn_slice_bytes(hidden, row.group) > smem_budget:
         return f"{row.stages} stages + fn's {fn_slice_bytes(hidden, row.group)}-byte slice exceed {smem_budget} bytes"
+    if row.split_roles and not (row.mixes and row.poll == "early" and row.bt // 16 <= 4):
+        return "split_roles needs a mixes row with poll 'early' and at most 4 mma warps (bt <= 64)"
     if row.poll == "early" and not (row.barrier and row.lag >= 1):
         return "poll 'early' needs a barrier row with lag >= 1"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
@@ -233,6 +242,10 @@ def _kernel_class():
             # nothing of its own still in flight; its first lane arrives and polls
             self.workers = THREADS - 32 if row.sync_warp else THREADS
             self.signal = THREADS - 32 if row.sync_warp else 0
+            # split_roles: warps below y_first run the mixes of the block that landed while the others (and the
+            # signal warp) wait for and store y of the block `lag` rounds older
+            self.y_first = (row.bt // 16) * 32 if row.split_roles else 0
+            self.y_threads = self.workers - self.y_first
 
         @cute.jit
         def __call__(self, mX: cute.Tensor, mY: cute.Tensor, mC: cute.Tensor, mA: cute.Tensor, mF: cute.Tensor,
@@ -298,7 +311,8 @@ def _kernel_class():
         def await_early(self, cb, block, nxt, pending, stuck, tid):
             """poll "early": `pending` is the counter of `block` as read a round ago (relaxed); a complete one needs
             only an acquire fence, an incomplete one falls back to acquire polls. Then the next round's read of block
-            `nxt` (>= 0) is issued, and its value returned; a CTA barrier."""
+            `nxt` (>= 0) is issued, and its value returned; a CTA barrier, or with split_roles a named barrier of
+            the y warps and the signal warp (the mma warps are busy with the next block meanwhile)."""
             new = pending
             if tid == self.signal:
                 if pending < self.row.group:
@@ -314,7 +328,10 @@ def _kernel_class():
                     cute.arch.fence_acq_rel_gpu()
                 if nxt >= 0:
                     new = ld_relaxed(cb + Int64(nxt) * 4)
-            ops.barrier()
+            if cutlass.const_expr(self.row.split_roles):
+                ops.bar_sync(1, THREADS - self.y_first)
+            else:
+                ops.barrier()
             return new
 
         @cute.jit
@@ -329,8 +346,8 @@ def _kernel_class():
         @cute.jit
         def sum_store(self, yb, ab, pb, sbase, tid, block, stage, j, T):
             """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
-            if tid < self.workers:
-                self.sum_chunks(yb, ab, pb, sbase, tid, block, stage, j, T)
+            if tid >= self.y_first and tid < self.workers:
+                self.sum_chunks(yb, ab, pb, sbase, tid - self.y_first, block, stage, j, T)
 
         @cute.jit
         def chunk_addr(self, sbase, stage, t, s, chunk):
@@ -408,8 +425,8 @@ def _kernel_class():
 
         @cute.jit
         def sum_chunks(self, yb, ab, pb, sbase, tid, block, stage, j, T):
-            for i in cutlass.range_constexpr((self.sums + self.workers - 1) // self.workers):
-                idx = tid + i * self.workers
+            for i in cutlass.range_constexpr((self.sums + self.y_threads - 1) // self.y_threads):
+                idx = tid + i * self.y_threads
                 t, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + t
                 if idx < self.sums:
@@ -501,20 +518,25 @@ def _kernel_class():
                         ops.barrier()  # every thread's reductions issued before the arrival's release
                     if cutlass.const_expr(self.row.mixes):
                         self.mix_partials(ab, sbase, fbase, tid, r * groups + g, r % S)
-                        ops.barrier()
-                    if cutlass.const_expr(self.row.barrier):
+                        if cutlass.const_expr(not self.row.split_roles):
+                            ops.barrier()
+                    if cutlass.const_expr(self.row.barrier and not self.row.split_roles):
                         self.arrive(cb, r * groups + g, tid)
                 if r >= D:  # block r - D: its group has (most likely) arrived by now
                     q = r - D
-                    if cutlass.const_expr(self.row.barrier and self.row.poll == "early"):
-                        nxt = Int32(-1)
-                        if q + 1 < rounds:
-                            nxt = (q + 1) * groups + g
-                        pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
-                    elif cutlass.const_expr(self.row.barrier):
-                        self.await_group(cb, q * groups + g, stuck, tid)
-                    self.sum_store(yb, ab, pb, sbase, tid, q * groups + g, q % S, j, T)
-                ops.barrier()  # the stage of block r - D is refilled next round
+                    if tid >= self.y_first:  # every thread, or with split_roles the y and signal warps
+                        if cutlass.const_expr(self.row.barrier and self.row.poll == "early"):
+                            nxt = Int32(-1)
+                            if q + 1 < rounds:
+                                nxt = (q + 1) * groups + g
+                            pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
+                        elif cutlass.const_expr(self.row.barrier):
+                            self.await_group(cb, q * groups + g, stuck, tid)
+                        self.sum_store(yb, ab, pb, sbase, tid, q * groups + g, q % S, j, T)
+                ops.barrier()  # the stage of block r - D is refilled next round (split_roles: and the mixes are in)
+                if cutlass.const_expr(self.row.split_roles):
+                    if r < rounds:
+                        self.arrive(cb, r * groups + g, tid)
 
     return RingSkeleton
 

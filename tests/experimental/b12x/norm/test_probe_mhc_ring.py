@@ -5,6 +5,7 @@ reductions, the mixes rows with their mma.sync), a ring that does not fit shared
 16-byte runs is refused with the reason, and bad arguments stop before anything needs a GPU."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,9 @@ def test_why_not_names_the_limit(load_script):
     assert "mixes needs sync_warp" in probe.why_not(probe.Row(64, 64, 3, barrier=True, lag=1, mixes=True), 7168)
     big = probe.Row(64, 64, 4, barrier=True, lag=1, sync_warp=True, mixes=True)  # 4 x 57 KB + 43 KB
     assert "fn's 43008-byte slice exceed" in probe.why_not(big, 7168)
+    assert "split_roles needs a mixes row" in probe.why_not(
+        probe.Row(64, 32, 4, barrier=True, lag=1, split_roles=True), 7168
+    )
     assert "exceed" in probe.why_not(probe.Row(32, 32, 5), 7168)  # 5 x 57344 bytes
     assert probe.why_not(probe.Row(64, 32, 4), 7168, SMEM_SM120) is not None
     assert probe.Row(64, 32, 4).stage_bytes(7168) == 32 * 4 * 112 * 2
@@ -127,6 +131,7 @@ def test_rows_compile(arch, load_script):
             probe.Row(64, 16, 3, barrier=True),
             probe.Row(64, 16, 4, barrier=True, lag=1, poll="early", sync_warp=True, exchange=True),
             probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
+            probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
         ]
     assert len(rows) >= 2 and any(r.lag for r in rows) and any(r.exchange for r in rows) and any(r.mixes for r in rows)
     for row in rows:
@@ -138,3 +143,4 @@ def test_rows_compile(arch, load_script):
         assert (".acquire" in ptx and ".release" in ptx) == row.barrier, row.label
         assert ("red.relaxed.gpu.global.add.f32" in ptx) == (row.exchange or row.mixes), row.label
         assert ("mma.sync.aligned.m16n8k16" in ptx) == row.mixes, row.label
+        assert bool(re.search(r"\bbar\.sync\s+1,", ptx)) == row.split_roles, row.label
