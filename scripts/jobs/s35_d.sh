@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Session 35, third machine session (after the two toolchain calls; the travelled tree is the commit in COMMIT,
-# installed here so the probe can import the CuTe helpers): the cooperative pre's ring memory program
-# (scripts/probe_mhc_ring.py; prediction in docs/predictions/norm_mhc.md, session 35, second step).
+# on PYTHONPATH so the probe imports its CuTe helpers and the benchmarks): the one-pass pre skeleton
+# (scripts/probe_mhc_ring.py; predictions in docs/predictions/norm_mhc.md, session 35), at H = 7168 and 4096.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 echo "commit $(cat COMMIT 2>/dev/null) $(date -u +%FT%TZ)"
-timeout 300 python3 scripts/probe_mhc_ring.py --hidden 7168 --json "$OUT/ring_7168.json" >"$OUT/ring_7168.txt" 2>&1
-echo "probe rc=$?"; tail -30 "$OUT/ring_7168.txt"
+for h in 7168 4096; do
+  timeout 280 python3 scripts/probe_mhc_ring.py --hidden $h --json "$OUT/ring_$h.json" >"$OUT/ring_$h.txt" 2>&1
+  echo "probe H=$h rc=$?"; grep -E "copy ceiling|8192" "$OUT/ring_$h.txt"
+done

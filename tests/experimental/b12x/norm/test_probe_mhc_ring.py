@@ -51,7 +51,8 @@ def test_exchange_reference_by_hand(load_script):
 
 
 @pytest.mark.reference
-def test_mix_warp_on_the_emulator(load_script):
+@pytest.mark.parametrize("per_row", [56, 32])  # 64 programs at H = 7168 / 4096: 4 streams x 14 / 8 chunks
+def test_mix_warp_on_the_emulator(per_row, load_script):
     """`mix_warp` (the mixes rows' per-warp math) on the PTX emulator: its accumulators are the 16 tokens' partial
     mixes x (hi + lo)^T and its sums of squares the tokens', read from the swizzled stage and fn slice the kernel's
     writers lay out (`stage_chunk`, `fn_chunk`); every ldmatrix 8-row phase hits 8 distinct bank groups."""
@@ -64,7 +65,6 @@ def test_mix_warp_on_the_emulator(load_script):
     )
     emu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emu)
-    per_row = 56  # H = 7168, 64 programs: 4 streams x 14 chunks of 8
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(16, per_row * 8, generator=gen).to(torch.bfloat16)
     fn = torch.randn(24, per_row * 8, generator=gen) * 0.05
