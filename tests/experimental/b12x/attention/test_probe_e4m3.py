@@ -1,6 +1,6 @@
 """`scripts/probe_e4m3_convert.py` (session 34): its integer-pipe e4m3 -> fp16 rewrite is exact (every non-NaN
 code, in each byte of a word, is its fp16 image at 2^-8 of the value), its loop compiles for sm_90a and sm_120a
-with the conversion it names (and only that one), and bad arguments stop before anything needs a GPU."""
+with the conversion it names (and only that one) (its arguments: ../test_probe_arguments.py)."""
 
 import numpy as np
 import pytest
@@ -33,11 +33,3 @@ def test_loop_compiles_with_its_conversion(arch, load_script):
         assert consts[:2] == (64, 4)
         ptx = ck.asm["ptx"]
         assert ("cvt.rn.f16x2.e4m3x2" in ptx) == (mode == "f2fp"), mode
-
-
-@pytest.mark.contract
-def test_probe_arguments(script_exit):
-    code, out, _ = script_exit(PROBE, ["--help"])
-    assert code == 0 and "usage" in out
-    code, _, err = script_exit(PROBE, ["--iters", "8"])
-    assert code == 2 and "--iters must be >= 64" in err

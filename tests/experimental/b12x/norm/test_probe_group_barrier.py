@@ -2,7 +2,7 @@
 `reference_y` says under the interpreter (one program a group: nothing to wait for), a group that cannot complete
 gives up after MAX_SPINS polls and counts the timeouts instead of hanging, every timed row compiles for sm_90a and
 sm_120a without spills (the barrier as one release reduction and one thread's acquire loads, the rows without it
-with neither), and bad arguments stop before anything needs a GPU."""
+with neither), and `cols_for` names the group a hidden size does not divide (its arguments: ../test_probe_arguments.py)."""
 
 import os
 import re
@@ -63,13 +63,6 @@ def test_rows_compile_without_spills(arch, load_script, tmp_path, monkeypatch):
 
 
 @pytest.mark.contract
-def test_probe_arguments(script_exit, load_script):
-    code, out, _ = script_exit(PROBE, ["--help"])
-    assert code == 0 and "usage" in out
-    code, _, err = script_exit(PROBE, ["--hidden", "7000"])
-    assert code == 2 and "--hidden must be a multiple of 64" in err
-    code, _, err = script_exit(PROBE, ["--reps", "1"])
-    assert code == 2 and "--reps >= 3" in err
-    probe = load_script(PROBE)
+def test_cols_for_names_the_group(load_script):
     with pytest.raises(ValueError, match="multiple of the group"):
-        probe.cols_for(7000, 32)
+        load_script(PROBE).cols_for(7000, 32)

@@ -2,7 +2,7 @@
 rows compile for sm_90a and sm_120a without local memory (the barrier rows, waiting at once or some rounds after
 their arrival, with a release arrival and acquire polls, the others with none; the exchange rows with their float
 reductions, the mixes rows with their mma.sync), a ring that does not fit shared memory or a hidden size whose rows are not
-16-byte runs is refused with the reason, and bad arguments stop before anything needs a GPU."""
+16-byte runs is refused with the reason (its arguments: ../test_probe_arguments.py)."""
 
 import importlib.util
 import re
@@ -105,16 +105,6 @@ def test_mix_warp_on_the_emulator(per_row, load_script):
         for phase in range(4):
             groups = (addrs[8 * phase : 8 * phase + 8] // 16) % 8
             assert len(set(groups.tolist())) == 8, addrs
-
-
-@pytest.mark.contract
-def test_probe_arguments(script_exit):
-    code, out, _ = script_exit(PROBE, ["--help"])
-    assert code == 0 and "usage" in out
-    code, _, err = script_exit(PROBE, ["--hidden", "7000"])
-    assert code == 2 and "--hidden 7000" in err
-    code, _, err = script_exit(PROBE, ["--reps", "2"])
-    assert code == 2 and "--reps >= 3" in err
 
 
 @pytest.mark.compile

@@ -1,6 +1,6 @@
 """The NVFP4 timing probes of session 33 still build: `scripts/probe_nvfp4_skeleton.py`'s skeleton (the plan's
 memory program without the encode) compiles for sm_90a and sm_120a, and its occupancy hold raises the dynamic
-shared memory to what leaves the requested programs an SM; bad arguments stop before any import that needs a GPU.
+shared memory to what leaves the requested programs an SM (its arguments: ../test_probe_arguments.py).
 (`scripts/probe_nvfp4_ws.py`'s Gluon kernel is written to the device's Triton 3.6 and is not built here.)"""
 
 import re
@@ -24,12 +24,3 @@ def test_skeleton_compiles_and_holds_occupancy(arch, load_script):
     # the quantizer's own occupancy model (sm_90 defaults), by shared memory alone (registers: 1)
     fits = lambda kernel: programs_per_sm(32, 4, 1, kernel.metadata.shared)  # noqa: E731
     assert fits(held) == 7 and fits(ck) > 7
-
-
-@pytest.mark.contract
-@pytest.mark.parametrize("name", ["probe_nvfp4_skeleton", "probe_nvfp4_ws"])
-def test_probe_arguments(name, script_exit):
-    code, out, _ = script_exit(name, ["--help"])
-    assert code == 0 and "usage" in out
-    code, _, err = script_exit(name, ["--shapes", "4096x100"])
-    assert code == 2 and "--shapes takes MxK" in err

@@ -1,0 +1,26 @@
+"""Every probe under scripts/ answers --help and stops on bad arguments with argparse's usage error (exit 2) naming
+the problem, before anything needs a GPU: one table for all of them (the probes' own files test what they compute)."""
+
+import pytest
+
+CASES = [
+    ("probe_e4m3_convert", ["--help"], 0, "usage"),
+    ("probe_e4m3_convert", ["--iters", "8"], 2, "--iters must be >= 64"),
+    ("probe_nvfp4_skeleton", ["--help"], 0, "usage"),
+    ("probe_nvfp4_skeleton", ["--shapes", "4096x100"], 2, "--shapes takes MxK"),
+    ("probe_nvfp4_ws", ["--help"], 0, "usage"),
+    ("probe_nvfp4_ws", ["--shapes", "4096x100"], 2, "--shapes takes MxK"),
+    ("probe_group_barrier", ["--help"], 0, "usage"),
+    ("probe_group_barrier", ["--hidden", "7000"], 2, "--hidden must be a multiple of 64"),
+    ("probe_group_barrier", ["--reps", "1"], 2, "--reps >= 3"),
+    ("probe_mhc_ring", ["--help"], 0, "usage"),
+    ("probe_mhc_ring", ["--hidden", "7000"], 2, "--hidden 7000"),
+    ("probe_mhc_ring", ["--reps", "2"], 2, "--reps >= 3"),
+]
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("name, argv, code, text", CASES, ids=[f"{n}:{' '.join(a)}" for n, a, *_ in CASES])
+def test_probe_arguments(name, argv, code, text, script_exit):
+    got, out, err = script_exit(name, argv)
+    assert got == code and text in (out if code == 0 else err), (got, out[-500:], err[-500:])
