@@ -303,14 +303,15 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
         table.add(case, impl, measure(lambda binding=binding: paged.run(binding=binding), args), note=note)
         session.release(plan)
     del want
-    if not (args.no_peers or args.no_sdpa):
-        _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8, causal=True)
+    _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8, causal=True)
     return case
 
 
 def _time_sdpa_peers(table, case, args, qkv, fp8: bool, causal: bool = False) -> None:
-    """SDPA's FA2 and cuDNN backends on the contiguous bf16 copies; a backend that refuses the shape
-    is skipped with its reason."""
+    """SDPA's FA2 and cuDNN backends on the contiguous bf16 copies (none with --no-peers or --no-sdpa); a
+    backend that refuses the shape is skipped with its reason."""
+    if args.no_peers or args.no_sdpa:
+        return
     from torch.nn.attention import SDPBackend
 
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -382,8 +383,7 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         note = "reference: a device copy moving the case's KV bytes (half read, half written), same timer"
         table.add(case, COPY_IMPL, measure(fn, args), peer=True, note=note)
         del fn
-    if not (args.no_peers or args.no_sdpa):
-        _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
+    _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8)
     return case, record
 
 
