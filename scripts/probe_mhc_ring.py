@@ -29,13 +29,19 @@ while it sums a block and, in a barrier row, while its signal lane waits at the 
 - split_roles (mixes rows): the warps that run `mix_warp` do so for the block that landed while the other worker
   warps and the signal warp (a named barrier) wait for and store y of the block `lag` rounds older; the arrival
   follows the round's closing CTA barrier.
+- hoist (mixes rows, session 36): after the wait, y thread t < bt computes token t's 4 pre weights once into shared
+  memory and a barrier publishes them (session 35's mixes rows recomputed them, 5 L2 reads and 4 exponentials,
+  for each of a token's 8-column chunks); vec: the partials as `red.global.add.v4.f32` (16-byte slots, quad pairs
+  trade halves: `quad_v4`), 3 vector + 1 scalar reductions a lane instead of 12 + 1.
 
 Post and comb (Sinkhorn) are not computed; everything else of pre's y is in the mixes rows.
 Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written) and % of the benchmarks' 2 GiB
 device copy measured in the same process, timed by the benchmarks' `time_cuda_events` (L2 flushed before each
 launch, the counters' reset outside the timed pair; session 35's runs used a sleep kernel and no flush, so their
 T = 1024 rows, 58 MB of residual, may have hit L2). Every row's y is checked against `reference_y` (a wrong y
-marks the row) and a barrier row's give-ups are counted (any makes the row invalid).
+marks the row) and a barrier row's give-ups are counted (any makes the row invalid). A mixes row also reports its
+reduced slots against `reference_slots` (the largest error relative to the largest value) and, where y is off, how
+many values and by how much (session 35's mixes rows failed at T = 8192 and passed at H = 4096, T = 1024).
 """
 
 import sys
@@ -48,6 +54,7 @@ from _mhc_probe import bench_common, check, close, parser, rounds_for, write_jso
 THREADS = 256
 SLOTS = 25  # floats a token each program reduces into its block's accumulator (pre: 24 mixes + sum of squares)
 READ_SLOTS = 5  # of them read back for y (pre: its 4 weights' mixes + the sum of squares)
+SLOT_STRIDE = 28  # floats from one token's slots to the next's: 112 bytes, so a v4 reduction's 4 slots are aligned
 MAX_SPINS = 1 << 22  # polls of one block's counter before a program gives up (counted)
 SMEM_BUDGET = 227 * 1024  # an sm_90a block's opt-in shared memory (SM120: 99 KB; `why_not` takes the budget)
 
@@ -64,6 +71,8 @@ class Row(NamedTuple):
     exchange: bool = False  # SLOTS reductions a token a program before the arrival, READ_SLOTS read back for y
     mixes: bool = False  # pre's real math: mma partials over fn's resident slice reduced as the exchange, y = pre's
     split_roles: bool = False  # mixes of block r by their warps while the others wait for and store y of r - lag
+    hoist: bool = False  # mixes: each token's 4 pre weights once into shared memory (not once per 8-column chunk)
+    vec: bool = False  # mixes: the partials as 16-byte reductions (quad pairs trade halves: `quad_v4`)
 
     @property
     def label(self) -> str:
@@ -73,6 +82,8 @@ class Row(NamedTuple):
         kind += " exchange" if self.exchange else ""
         kind += " mixes" if self.mixes else ""
         kind += " split" if self.split_roles else ""
+        kind += " hoist" if self.hoist else ""
+        kind += " vec" if self.vec else ""
         return f"g{self.group} bt{self.bt} s{self.stages}{kind}"
 
     def stage_bytes(self, hidden: int) -> int:
@@ -114,6 +125,16 @@ ROWS = (
     Row(64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
     Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
     Row(64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
+    # session 36: the mixes rows' y weights once a token, their partials as 16-byte reductions
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, hoist=True),
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, hoist=True, vec=True),
+    Row(64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True, hoist=True),
+    Row(
+        64, 64, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True, hoist=True, vec=True
+    ),
+    Row(
+        64, 32, 4, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True, hoist=True, vec=True
+    ),
 )
 
 
@@ -131,10 +152,15 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         return "mixes needs sync_warp, no emulated exchange and bt a multiple of 16 up to 112 (an m16 tile a warp)"
     if row.mixes and (hidden // row.group) % 16:
         return f"mixes needs H / group a multiple of 16 (k16 steps), got {hidden // row.group}"
-    if row.mixes and row.stages * row.stage_bytes(hidden) + fn_slice_bytes(hidden, row.group) > smem_budget:
+    if (
+        row.mixes
+        and row.stages * row.stage_bytes(hidden) + fn_slice_bytes(hidden, row.group) + 16 * row.bt > smem_budget
+    ):
         return f"{row.stages} stages + fn's {fn_slice_bytes(hidden, row.group)}-byte slice exceed {smem_budget} bytes"
     if row.split_roles and not (row.mixes and row.poll == "early" and row.bt // 16 <= 4):
         return "split_roles needs a mixes row with poll 'early' and at most 4 mma warps (bt <= 64)"
+    if (row.hoist or row.vec) and not row.mixes:
+        return "hoist and vec need a mixes row"
     if row.poll == "early" and not (row.barrier and row.lag >= 1):
         return "poll 'early' needs a barrier row with lag >= 1"
     if row.stages * row.stage_bytes(hidden) > smem_budget:
@@ -161,13 +187,14 @@ def fn_chunk(row, kc, per_row: int):
 def mix_warp(ops, lane, a_base, f_base, per_row: int):
     """One warp's 16 tokens (rows of the stage from a_base) times fn's slice at f_base: per 16 K values one A ldmatrix,
     hi and lo B ldmatrix (n8 tiles 0, 1 by one x4, tile 2 by an x4 whose upper lanes repeat its rows) and three
-    m16n8k16 bf16 mma each, and the rows' sums of squares from the A fragments. Returns (acc, sq): acc[nt] the 4
+    m16n8k16 bf16 mma each (hi and lo into separate accumulators, six independent chains, summed at the end), and the
+    rows' sums of squares from the A fragments. Returns (acc, sq): acc[nt] the 4
     accumulators of n8 tile nt (rows g, g, g + 8, g + 8; mixes nt 8 + 2 q, + 1), sq[h] row g + 8 h's sum of squares
     (every lane of a quad holds it). Plain Python on `ops` (ptx.DEVICE in the kernel, the test emulator on CPU)."""
     ra = lane % 16
     nb = lane % 8 + (lane // 16) * 8
     nb2 = 16 + lane % 8
-    acc = [[ops.f32_zero() for _ in range(4)] for _ in range(3)]
+    acc = [[[ops.f32_zero() for _ in range(4)] for _ in range(3)] for _ in range(2)]  # [hl][nt]: six mma chains
     sq = [ops.f32_zero(), ops.f32_zero()]
     for ks in range(per_row // 2):
         a = ops.ldmatrix_x4(a_base + stage_chunk(ra, 2 * ks + lane // 16, per_row) * 16)
@@ -178,13 +205,33 @@ def mix_warp(ops, lane, a_base, f_base, per_row: int):
         for hl in range(2):
             b01 = ops.ldmatrix_x4(f_base + fn_chunk(hl * 24 + nb, kcb, per_row) * 16)
             b2 = ops.ldmatrix_x4(f_base + fn_chunk(hl * 24 + nb2, kcb, per_row) * 16)
-            acc[0] = list(ops.mma("bfloat16", a, (b01[0], b01[1]), acc[0]))
-            acc[1] = list(ops.mma("bfloat16", a, (b01[2], b01[3]), acc[1]))
-            acc[2] = list(ops.mma("bfloat16", a, (b2[0], b2[1]), acc[2]))
+            acc[hl][0] = list(ops.mma("bfloat16", a, (b01[0], b01[1]), acc[hl][0]))
+            acc[hl][1] = list(ops.mma("bfloat16", a, (b01[2], b01[3]), acc[hl][1]))
+            acc[hl][2] = list(ops.mma("bfloat16", a, (b2[0], b2[1]), acc[hl][2]))
+    acc = [[acc[0][nt][v] + acc[1][nt][v] for v in range(4)] for nt in range(3)]
     for h in range(2):
         sq[h] = sq[h] + ops.shfl_xor(sq[h], 1)
         sq[h] = sq[h] + ops.shfl_xor(sq[h], 2)
     return acc, sq
+
+
+def quad_v4(ops, lane, acc):
+    """`mix_warp`'s accumulators regrouped into four consecutive mixes a lane, for 16-byte reductions: the lanes of a
+    quad pair (q, q ^ 1) trade halves, so lane q even holds row g's mixes nt 8 + 4 (q // 2) .. + 3 and lane q odd row
+    g + 8's same four (two shuffles a tile). Returns the 3 tiles' (v0, v1, v2, v3); the row is g + 8 (lane % 2)."""
+    odd = lane % 2
+    out = []
+    for nt in range(3):
+        c = acc[nt]
+        r0 = ops.shfl_xor(ops.select_f32(odd, c[0], c[2]), 1)  # even lanes send row g + 8, odd lanes row g
+        r1 = ops.shfl_xor(ops.select_f32(odd, c[1], c[3]), 1)
+        out.append((
+            ops.select_f32(odd, r0, c[0]),
+            ops.select_f32(odd, r1, c[1]),
+            ops.select_f32(odd, c[2], r0),
+            ops.select_f32(odd, c[3], r1),
+        ))  # fmt: skip
+    return out
 
 
 def _kernel_class():
@@ -228,6 +275,14 @@ def _kernel_class():
     ld_relaxed = gmem_op("ld.relaxed.gpu.global.u32 $0, [$1];", ret=Int32)
     # a partial into the block's accumulator (ordered by the arrival's release), and a reduced one read back
     red_add_f32 = gmem_op("red.relaxed.gpu.global.add.f32 [$0], $1;", value=Float32)
+
+    @dsl_user_op
+    def red_add_v4(addr, v, *, loc=None, ip=None):
+        """Four partials into 16-byte-aligned slots in one reduction (sm_90's vector `red`)."""
+        ins = [Int64(addr).ir_value(loc=loc, ip=ip)] + [Float32(x).ir_value(loc=loc, ip=ip) for x in v]
+        llvm.inline_asm(None, ins, "red.relaxed.gpu.global.add.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f",
+                        has_side_effects=True, is_align_stack=False, loc=loc, ip=ip)  # fmt: skip
+
     ld_f32_l2 = gmem_op("ld.relaxed.gpu.global.f32 $0, [$1];", ret=Float32)
 
     class RingSkeleton:
@@ -344,10 +399,23 @@ def _kernel_class():
                 )
 
         @cute.jit
-        def sum_store(self, yb, ab, pb, sbase, tid, block, stage, j, T):
+        def sum_store(self, yb, ab, pb, sbase, wbase, tid, block, stage, j, T):
             """y's chunks of `block` from `stage`: the four streams' 8 values summed in fp32."""
             if tid >= self.y_first and tid < self.workers:
-                self.sum_chunks(yb, ab, pb, sbase, tid - self.y_first, block, stage, j, T)
+                self.sum_chunks(yb, ab, pb, sbase, wbase, tid - self.y_first, block, stage, j, T)
+
+        @cute.jit
+        def stage_weights(self, ab, pb, wbase, tid, block):
+            """hoist: y thread t < bt computes token t's 4 pre weights once into shared memory (then a barrier)."""
+            t = tid - self.y_first
+            if t < self.row.bt:
+                w = self.pre_weights(ab, pb, block, t)
+                for k in cutlass.range_constexpr(4):
+                    ops.sts_f32(wbase + (t * 4 + k) * 4, w[k])
+            if cutlass.const_expr(self.row.split_roles):
+                ops.bar_sync(1, THREADS - self.y_first)
+            else:
+                ops.barrier()
 
         @cute.jit
         def chunk_addr(self, sbase, stage, t, s, chunk):
@@ -378,7 +446,7 @@ def _kernel_class():
         def pre_weights(self, ab, pb, block, t):
             """pre_i = sigmoid(mix_i * rsqrt(ssq / 4H + rms_eps) * s0 + b_i) + hc_eps from the block's reduced slots
             (read after the group's counter was acquired); pb: s0, b0..b3, rms_eps, hc_eps."""
-            base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+            base = ab + (Int64(block) * self.row.bt + t) * (SLOT_STRIDE * 4)
             ssq = ld_f32_l2(base + 24 * 4)
             r = cute.math.rsqrt(ssq * Float32(1.0 / (4 * self.hidden)) + ops.ldg_f32(pb + 5 * 4, Int32(1)))
             s0 = ops.ldg_f32(pb, Int32(1))
@@ -400,13 +468,21 @@ def _kernel_class():
                 gq, tq = lane // 4, lane % 4
                 per_row = 4 * self.cpr
                 acc, sq = mix_warp(ops, lane, sbase + stage * self.stage + m0 * per_row * 16, fbase, per_row)
-                for h in cutlass.range_constexpr(2):  # rows g, g + 8
-                    base = ab + (Int64(block) * self.row.bt + m0 + gq + 8 * h) * (SLOTS * 4)
-                    for nt in cutlass.range_constexpr(3):
-                        red_add_f32(base + (nt * 8 + 2 * tq) * 4, acc[nt][2 * h])
-                        red_add_f32(base + (nt * 8 + 2 * tq + 1) * 4, acc[nt][2 * h + 1])
-                    if tq == 0:
-                        red_add_f32(base + 24 * 4, sq[h])
+                if cutlass.const_expr(self.row.vec):
+                    h = lane % 2
+                    base = ab + (Int64(block) * self.row.bt + m0 + gq + 8 * h) * (SLOT_STRIDE * 4)
+                    for nt, v in enumerate(quad_v4(ops, lane, acc)):
+                        red_add_v4(base + (nt * 8 + 4 * (tq // 2)) * 4, v)
+                    if tq < 2:  # lane q of a quad: row g + 8 q's sum of squares
+                        red_add_f32(base + 24 * 4, ops.select_f32(h, sq[1], sq[0]))
+                else:
+                    for h in cutlass.range_constexpr(2):  # rows g, g + 8
+                        base = ab + (Int64(block) * self.row.bt + m0 + gq + 8 * h) * (SLOT_STRIDE * 4)
+                        for nt in cutlass.range_constexpr(3):
+                            red_add_f32(base + (nt * 8 + 2 * tq) * 4, acc[nt][2 * h])
+                            red_add_f32(base + (nt * 8 + 2 * tq + 1) * 4, acc[nt][2 * h + 1])
+                        if tq == 0:
+                            red_add_f32(base + 24 * 4, sq[h])
 
         @cute.jit
         def load_fn(self, fb, fbase, tid, j):
@@ -424,18 +500,21 @@ def _kernel_class():
                     ops.sts_v4(fbase + fn_chunk(row, kc, per_row) * 16, w[0], w[1], w[2], w[3])
 
         @cute.jit
-        def sum_chunks(self, yb, ab, pb, sbase, tid, block, stage, j, T):
+        def sum_chunks(self, yb, ab, pb, sbase, wbase, tid, block, stage, j, T):
             for i in cutlass.range_constexpr((self.sums + self.y_threads - 1) // self.y_threads):
                 idx = tid + i * self.y_threads
                 t, chunk = idx // self.cpr, idx % self.cpr
                 tok = block * self.row.bt + t
                 if idx < self.sums:
-                    if cutlass.const_expr(self.row.mixes):
+                    if cutlass.const_expr(self.row.hoist):
+                        w = [ops.lds_f32(wbase + (t * 4 + k) * 4) for k in range(4)]
+                        acc = self.chunk_sums(sbase, stage, t, chunk, w)
+                    elif cutlass.const_expr(self.row.mixes):
                         acc = self.chunk_sums(sbase, stage, t, chunk, self.pre_weights(ab, pb, block, t))
                     else:
                         acc = self.chunk_sums(sbase, stage, t, chunk)
                     if cutlass.const_expr(self.row.exchange):  # pre's weights stand-in: 1 / (1 + |slots 0..4|)
-                        base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+                        base = ab + (Int64(block) * self.row.bt + t) * (SLOT_STRIDE * 4)
                         sw = Float32(0.0)
                         for k in cutlass.range_constexpr(READ_SLOTS):
                             sw = sw + ld_f32_l2(base + k * 4)
@@ -462,7 +541,7 @@ def _kernel_class():
                         part = Float32(0.0)
                         for a in acc:
                             part = part + a
-                        base = ab + (Int64(block) * self.row.bt + t) * (SLOTS * 4)
+                        base = ab + (Int64(block) * self.row.bt + t) * (SLOT_STRIDE * 4)
                         red_add_f32(base + chunk * 4, part)
                         if chunk + self.cpr < SLOTS:
                             red_add_f32(base + (chunk + self.cpr) * 4, part * 0.0)
@@ -496,6 +575,10 @@ def _kernel_class():
                 fbase = fslice.iterator.toint()
                 self.load_fn(mF.iterator.toint(), fbase, tid, j)
                 ops.barrier()
+            wbase = sbase
+            if cutlass.const_expr(self.row.hoist):
+                wbuf = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.row.bt * 16), 16)
+                wbase = wbuf.iterator.toint()
             S, D = self.row.stages, self.row.lag
             A = S - 1 - D  # blocks loaded ahead of the one that lands
             cb = mC.iterator.toint()
@@ -532,7 +615,9 @@ def _kernel_class():
                             pending = self.await_early(cb, q * groups + g, nxt, pending, stuck, tid)
                         elif cutlass.const_expr(self.row.barrier):
                             self.await_group(cb, q * groups + g, stuck, tid)
-                        self.sum_store(yb, ab, pb, sbase, tid, q * groups + g, q % S, j, T)
+                        if cutlass.const_expr(self.row.hoist):
+                            self.stage_weights(ab, pb, wbase, tid, q * groups + g)
+                        self.sum_store(yb, ab, pb, sbase, wbase, tid, q * groups + g, q % S, j, T)
                 ops.barrier()  # the stage of block r - D is refilled next round (split_roles: and the mixes are in)
                 if cutlass.const_expr(self.row.split_roles):
                     if r < rounds:
@@ -591,6 +676,29 @@ def mixes_inputs(hidden: int, seed: int = 3):
     return torch.cat([hi, lo]), hi.float() + lo.float(), scalars
 
 
+def reference_slots(x, fn):
+    """What a mixes row's programs reduce into a token's slots, in fp64: the 24 mixes flat @ fn^T and the sum of
+    squares of flat ([T, 25]; flat = x as [T, 4H])."""
+    import torch
+
+    flat = x.double().reshape(x.shape[0], -1)
+    return torch.cat([flat @ fn.to(flat.device).double().T, flat.pow(2).sum(dim=1, keepdim=True)], dim=1)
+
+
+def mismatch(y, want, slots=None, want_slots=None) -> dict:
+    """Where y is off the reference (count of values outside `close`'s tolerance, the largest error, the largest
+    |want|) and, for a mixes row, the reduced slots' largest error relative to the largest slot value."""
+    import torch
+
+    err = (y.float() - want.float()).abs()
+    bad = ~torch.isclose(y.float(), want.float(), rtol=2**-7, atol=2**-20)
+    out = {"bad_values": int(bad.sum()), "max_err": float(err.max()), "max_want": float(want.float().abs().max())}
+    if slots is not None:
+        d = (slots.double() - want_slots).abs()
+        out["slots_rel_err"] = float(d.max() / want_slots.abs().max())
+    return out
+
+
 def reference_pre_y(x, fn, scalars):
     """norm.mhc pre's y (FORMATS.md: mixes = flat @ fn^T * rsqrt(mean(flat^2) + eps), pre = sigmoid(mixes[:4] s0 +
     b) + hc_eps, y = sum_i pre_i x_i) in fp32 with fn as given, rounded once to x's dtype."""
@@ -631,6 +739,7 @@ def main(argv=None) -> int:
         plain = reference_y(x)
         fn_rows, fn_sum, scalars = mixes_inputs(args.hidden)
         fn_rows, scalars_dev = fn_rows.to(dev), scalars.to(dev)
+        want_slots = reference_slots(x, fn_sum)
         no_fn = torch.zeros(1, 4 * args.hidden, dtype=torch.bfloat16, device=dev)
         ideal = t * 5 * args.hidden * 2
         for row, fn in kernels.items():
@@ -638,7 +747,7 @@ def main(argv=None) -> int:
             rounds = rounds_for(t, groups, row.bt)
             y = torch.full((t, args.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
             counters = torch.zeros(rounds * groups + 1, dtype=torch.int32, device=dev)  # + the give-ups
-            acc = torch.zeros(rounds * groups * row.bt * SLOTS if row.exchange or row.mixes else 1, device=dev)
+            acc = torch.zeros(rounds * groups * row.bt * SLOT_STRIDE if row.exchange or row.mixes else 1, device=dev)
 
             def reset(counters=counters, acc=acc):
                 counters.zero_()
@@ -651,13 +760,18 @@ def main(argv=None) -> int:
             if row.mixes:
                 want = reference_pre_y(x, fn_sum, scalars)
             ok = close(y, want, atol=2**-20)
+            if row.mixes:
+                got_slots = acc.view(-1, SLOT_STRIDE)[:t, :SLOTS]
+                diag = mismatch(y, want, got_slots, want_slots)
+            else:
+                diag = {} if ok else mismatch(y, want)
             stuck = int(counters[-1].item())
             rec = {"tokens": t, "hidden": args.hidden, **row._asdict(), "groups": groups, "rounds": rounds, "us": us,
                    "tb_s": ideal / (us * 1e-6) / 1e12, "pct_copy": 100 * ideal / (us * 1e-6) / 1e12 / ceiling,
-                   "y_close": ok, "timeouts": stuck}  # fmt: skip
+                   "y_close": ok, "timeouts": stuck, **diag}  # fmt: skip
             out.append(rec)
             print(f"T {t:5d} {row.label:22s} {us:9.1f} us  {us / rounds:6.2f} us a round  {rec['tb_s']:5.2f} TB/s  "
-                  f"{rec['pct_copy']:5.1f}% copy  y ok {ok}  timeouts {stuck}", flush=True)  # fmt: skip
+                  f"{rec['pct_copy']:5.1f}% copy  y ok {ok}  timeouts {stuck}  {diag or ''}", flush=True)  # fmt: skip
         del x, plain
     write_json(args.json, out, ceiling, torch.cuda.get_device_name(dev))
     return 0

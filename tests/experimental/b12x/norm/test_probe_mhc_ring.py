@@ -27,6 +27,7 @@ def test_why_not_names_the_limit(load_script):
     assert "mixes needs sync_warp" in probe.why_not(probe.Row(64, 64, 3, barrier=True, lag=1, mixes=True), 7168)
     big = probe.Row(64, 64, 4, barrier=True, lag=1, sync_warp=True, mixes=True)  # 4 x 57 KB + 43 KB
     assert "fn's 43008-byte slice exceed" in probe.why_not(big, 7168)
+    assert "hoist and vec need a mixes row" in probe.why_not(probe.Row(64, 32, 3, barrier=True, hoist=True), 7168)
     assert "split_roles needs a mixes row" in probe.why_not(
         probe.Row(64, 32, 4, barrier=True, lag=1, split_roles=True), 7168
     )
@@ -60,11 +61,7 @@ def test_mix_warp_on_the_emulator(per_row, load_script):
     import torch
 
     probe = load_script(PROBE)
-    spec = importlib.util.spec_from_file_location(
-        "_b12x_gemm_emulator", Path(__file__).parents[1] / "gemm" / "emulator.py"
-    )
-    emu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emu)
+    emu = _emulator()
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(16, per_row * 8, generator=gen).to(torch.bfloat16)
     fn = torch.randn(24, per_row * 8, generator=gen) * 0.05
@@ -107,6 +104,63 @@ def test_mix_warp_on_the_emulator(per_row, load_script):
             assert len(set(groups.tolist())) == 8, addrs
 
 
+def _emulator():
+    spec = importlib.util.spec_from_file_location(
+        "_b12x_gemm_emulator", Path(__file__).parents[1] / "gemm" / "emulator.py"
+    )
+    emu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emu)
+    return emu
+
+
+@pytest.mark.reference
+def test_quad_v4_covers_every_mix_once(load_script):
+    """`quad_v4` (the vec rows' 16-byte reductions): lane q of quad g holds row g + 8 (q % 2)'s mixes
+    nt 8 + 4 (q // 2) .. + 3 in order, so a warp's 3 x 32 vectors cover its 16 x 24 partials exactly once."""
+    import numpy as np
+
+    probe = load_script(PROBE)
+    emu = _emulator()
+    ops = emu.EmuOps(emu.GlobalMemory(), np.zeros(16, dtype=np.uint8))
+    lane = np.arange(32)
+    g, q = lane // 4, lane % 4
+    m = np.random.default_rng(3).standard_normal((16, 24)).astype(np.float32)
+    acc = [[m[g + 8 * (r // 2), nt * 8 + 2 * q + r % 2] for r in range(4)] for nt in range(3)]  # the mma C layout
+    seen = np.zeros((16, 24), dtype=int)
+    for nt, v in enumerate(probe.quad_v4(ops, lane, acc)):
+        row, col = g + 8 * (lane % 2), nt * 8 + 4 * (q // 2)
+        for k in range(4):
+            np.testing.assert_array_equal(v[k], m[row, col + k])
+            np.add.at(seen, (row, col + k), 1)
+    assert (seen == 1).all()
+
+
+@pytest.mark.reference
+def test_reference_slots_by_hand(load_script):
+    import torch
+
+    probe = load_script(PROBE)
+    x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    fn = torch.randn(24, 64, generator=torch.Generator().manual_seed(10))
+    got = probe.reference_slots(x, fn)
+    for t in range(2):
+        flat = [float(x[t, s, h]) for s in range(4) for h in range(16)]
+        for i in (0, 5, 23):
+            want = sum(a * float(fn[i, k]) for k, a in enumerate(flat))
+            assert abs(float(got[t, i]) - want) < 1e-9
+        assert abs(float(got[t, 24]) - sum(a * a for a in flat)) < 1e-9
+    info = probe.mismatch(x[:, 0], x[:, 0].clone(), got, got)
+    assert info == {
+        "bad_values": 0,
+        "max_err": 0.0,
+        "max_want": float(x[:, 0].float().abs().max()),
+        "slots_rel_err": 0.0,
+    }
+    off = x[:, 0].clone()
+    off[1, 3] += 1.0
+    assert probe.mismatch(off, x[:, 0])["bad_values"] == 1
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 def test_rows_compile(arch, load_script):
@@ -122,6 +176,7 @@ def test_rows_compile(arch, load_script):
             probe.Row(64, 16, 4, barrier=True, lag=1, poll="early", sync_warp=True, exchange=True),
             probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True),
             probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, split_roles=True),
+            probe.Row(64, 16, 3, barrier=True, lag=1, poll="early", sync_warp=True, mixes=True, hoist=True, vec=True),
         ]
     assert len(rows) >= 2 and any(r.lag for r in rows) and any(r.exchange for r in rows) and any(r.mixes for r in rows)
     for row in rows:
@@ -133,4 +188,5 @@ def test_rows_compile(arch, load_script):
         assert (".acquire" in ptx and ".release" in ptx) == row.barrier, row.label
         assert ("red.relaxed.gpu.global.add.f32" in ptx) == (row.exchange or row.mixes), row.label
         assert ("mma.sync.aligned.m16n8k16" in ptx) == row.mixes, row.label
+        assert ("add.v4.f32" in ptx) == row.vec, row.label
         assert bool(re.search(r"\bbar\.sync\s+1,", ptx)) == row.split_roles, row.label
