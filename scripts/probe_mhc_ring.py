@@ -685,23 +685,29 @@ def reference_slots(x, fn):
     return torch.cat([flat @ fn.to(flat.device).double().T, flat.pow(2).sum(dim=1, keepdim=True)], dim=1)
 
 
-def mismatch(y, want, slots=None, want_slots=None) -> dict:
+def mismatch(y, want, slots=None, want_slots=None, terms=None) -> dict:
     """Where y is off the reference (count of values outside `close`'s tolerance, the largest error, the largest
-    |want|) and, for a mixes row, the reduced slots' largest error relative to the largest slot value."""
+    |want|) and, for a mixes row, the reduced slots' largest error relative to the largest slot value; with `terms`
+    (sum_i |pre_i x_i| a value) the tokens holding a miss and the largest miss over its terms (near 1e-6: a
+    cancelling sum rounded another way; far above: a wrong weight)."""
     import torch
 
     err = (y.float() - want.float()).abs()
     bad = ~torch.isclose(y.float(), want.float(), rtol=2**-7, atol=2**-20)
     out = {"bad_values": int(bad.sum()), "max_err": float(err.max()), "max_want": float(want.float().abs().max())}
+    if terms is not None and out["bad_values"]:
+        out["bad_tokens"] = int(bad.any(dim=1).sum())
+        out["bad_err_over_terms"] = float((err[bad] / terms[bad]).max())
     if slots is not None:
         d = (slots.double() - want_slots).abs()
         out["slots_rel_err"] = float(d.max() / want_slots.abs().max())
     return out
 
 
-def reference_pre_y(x, fn, scalars):
+def reference_pre_y(x, fn, scalars, terms: bool = False):
     """norm.mhc pre's y (FORMATS.md: mixes = flat @ fn^T * rsqrt(mean(flat^2) + eps), pre = sigmoid(mixes[:4] s0 +
-    b) + hc_eps, y = sum_i pre_i x_i) in fp32 with fn as given, rounded once to x's dtype."""
+    b) + hc_eps, y = sum_i pre_i x_i) in fp32 with fn as given, rounded once to x's dtype; with `terms`, also
+    sum_i |pre_i x_i| (fp32), the scale a value's rounding error is relative to."""
     import torch
 
     xf = x.float()
@@ -709,7 +715,8 @@ def reference_pre_y(x, fn, scalars):
     s0, b, rms_eps, hc_eps = scalars[0], scalars[1:5], scalars[5], scalars[6]
     mixes = (flat @ fn.to(flat.device).T) * torch.rsqrt(flat.pow(2).mean(dim=1, keepdim=True) + rms_eps)
     pre = torch.sigmoid(mixes[:, :4] * s0 + b.to(flat.device)) + hc_eps
-    return (pre[:, :, None] * xf).sum(dim=1).to(x.dtype)
+    y = (pre[:, :, None] * xf).sum(dim=1).to(x.dtype)
+    return (y, (pre[:, :, None] * xf).abs().sum(dim=1)) if terms else y
 
 
 def main(argv=None) -> int:
@@ -758,11 +765,11 @@ def main(argv=None) -> int:
             us = common.time_cuda_events(go, before=reset, warmup=2, iters=args.reps).median_us
             want = reference_y(x, row.group) if row.exchange else plain
             if row.mixes:
-                want = reference_pre_y(x, fn_sum, scalars)
+                want, terms = reference_pre_y(x, fn_sum, scalars, terms=True)
             ok = close(y, want, atol=2**-20)
             if row.mixes:
                 got_slots = acc.view(-1, SLOT_STRIDE)[:t, :SLOTS]
-                diag = mismatch(y, want, got_slots, want_slots)
+                diag = mismatch(y, want, got_slots, want_slots, terms)
             else:
                 diag = {} if ok else mismatch(y, want)
             stuck = int(counters[-1].item())

@@ -159,6 +159,13 @@ def test_reference_slots_by_hand(load_script):
     off = x[:, 0].clone()
     off[1, 3] += 1.0
     assert probe.mismatch(off, x[:, 0])["bad_values"] == 1
+    terms = x[:, 0].float().abs() + 1.0
+    info = probe.mismatch(off, x[:, 0], terms=terms)
+    assert info["bad_tokens"] == 1 and info["bad_err_over_terms"] == float(
+        abs(off[1, 3].float() - x[1, 0, 3].float()) / terms[1, 3]
+    )
+    y, t = probe.reference_pre_y(x, torch.zeros(24, 64), torch.tensor([0.7, 0, 0, 0, 0, 1e-6, 1e-3, 0]), terms=True)
+    torch.testing.assert_close(t, (0.501 * x.float()).abs().sum(dim=1))  # fn 0: every pre weight sigmoid(0) + 1e-3
 
 
 @pytest.mark.compile
