@@ -39,9 +39,10 @@ Rows report µs, TB/s on pre's ideal bytes (T x 4H x 2 read + T x H x 2 written)
 device copy measured in the same process, timed by the benchmarks' `time_cuda_events` (L2 flushed before each
 launch, the counters' reset outside the timed pair; session 35's runs used a sleep kernel and no flush, so their
 T = 1024 rows, 58 MB of residual, may have hit L2). Every row's y is checked against `reference_y` (a wrong y
-marks the row) and a barrier row's give-ups are counted (any makes the row invalid). A mixes row also reports its
-reduced slots against `reference_slots` (the largest error relative to the largest value) and, where y is off, how
-many values and by how much (session 35's mixes rows failed at T = 8192 and passed at H = 4096, T = 1024).
+marks the row; a mixes row's miss within TERMS_TOL of its terms passes) and a barrier row's give-ups are counted
+(any makes the row invalid). A mixes row also reports its reduced slots against `reference_slots` (the largest
+error relative to the largest value) and, where y is off, how many values and by how much (session 35's mixes rows
+"failed" at T = 8192: s36_b showed one cancelling value in ~70 tokens, within 2e-6 of its terms).
 """
 
 import sys
@@ -55,6 +56,7 @@ THREADS = 256
 SLOTS = 25  # floats a token each program reduces into its block's accumulator (pre: 24 mixes + sum of squares)
 READ_SLOTS = 5  # of them read back for y (pre: its 4 weights' mixes + the sum of squares)
 SLOT_STRIDE = 28  # floats from one token's slots to the next's: 112 bytes, so a v4 reduction's 4 slots are aligned
+TERMS_TOL = 2**-16  # a mixes row's y miss over sum_i |pre_i x_i| still counted right (fp32 sums and weights)
 MAX_SPINS = 1 << 22  # polls of one block's counter before a program gives up (counted)
 SMEM_BUDGET = 227 * 1024  # an sm_90a block's opt-in shared memory (SM120: 99 KB; `why_not` takes the budget)
 
@@ -770,6 +772,8 @@ def main(argv=None) -> int:
             if row.mixes:
                 got_slots = acc.view(-1, SLOT_STRIDE)[:t, :SLOTS]
                 diag = mismatch(y, want, got_slots, want_slots, terms)
+                # a miss within TERMS_TOL of its terms is a cancelling sum rounded another way (s36_b: <= 2e-6)
+                ok = ok or diag["bad_err_over_terms"] <= TERMS_TOL
             else:
                 diag = {} if ok else mismatch(y, want)
             stuck = int(counters[-1].item())
