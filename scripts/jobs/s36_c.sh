@@ -4,7 +4,8 @@
 # 36), with bf16's heuristic in the same process for the ratio. After the two toolchain calls; runs the travelled
 # tree (the commit in COMMIT) on PYTHONPATH.
 set -uo pipefail
-export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PWD B12X_CACHE_DIR=/tmp/b12x-cache
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PWD:$PWD/flashinfer/experimental/b12x/_compat
+export B12X_CACHE_DIR=/tmp/b12x-cache  # (_compat holds the b12x shim the benchmarks import)
 echo "commit $(cat COMMIT 2>/dev/null) $(date -u +%FT%TZ)"
 timeout 500 python3 -m benchmarks.experimental.b12x.bench_attention --mode decode --kv all --shapes 32x1024 8x1024 \
   --timer graph --calls-per-graph 8 --no-peers \
