@@ -7,5 +7,5 @@ export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 echo "commit $(cat COMMIT 2>/dev/null) $(date -u +%FT%TZ)"
 for h in 7168 4096; do
   timeout 280 python3 scripts/probe_mhc_ring.py --hidden $h --json "$OUT/ring_$h.json" >"$OUT/ring_$h.txt" 2>&1
-  echo "probe H=$h rc=$?"; grep -E "copy ceiling|8192" "$OUT/ring_$h.txt"
+  echo "probe H=$h rc=$?"; grep -E "${GREP:-copy ceiling|8192}" "$OUT/ring_$h.txt"
 done
