@@ -158,7 +158,8 @@ def why_not(row: Row, hidden: int, smem_budget: int = SMEM_BUDGET) -> str | None
         row.mixes
         and row.stages * row.stage_bytes(hidden) + fn_slice_bytes(hidden, row.group) + 16 * row.bt > smem_budget
     ):
-        return f"{row.stages} stages + fn's {fn_slice_bytes(hidden, row.group)}-byte slice exceed {smem_budget} bytes"
+        fn_bytes = fn_slice_bytes(hidden, row.group)
+        return f"{row.stages} stages + fn's {fn_bytes}-byte slice exceed {smem_budget} bytes (with {16 * row.bt} of weights)"
     if row.split_roles and not (row.mixes and row.poll == "early" and row.bt // 16 <= 4):
         return "split_roles needs a mixes row with poll 'early' and at most 4 mma warps (bt <= 64)"
     if (row.hoist or row.vec) and not row.mixes:
