@@ -320,7 +320,7 @@ def test_fast_prologue_equals_the_element_loop():
 
 
 def replay_with_new_lengths(plan, full, *, seed: int, steps: int) -> None:
-    """Capture one decode of `full` (16 requests) in a CUDA graph, then `steps` times: new lengths
+    """Capture one decode of `full` (its requests: 16 in most callers) in a CUDA graph, then `steps` times: new lengths
     (empty requests included), poisoned outputs, replay; the tickets are back at zero, the output
     matches the reference and equals an eager run on the same binding."""
     lens = full.cache_seqlens.clone()
@@ -333,7 +333,7 @@ def replay_with_new_lengths(plan, full, *, seed: int, steps: int) -> None:
         paged.run(binding=binding)
     rng = random.Random(seed)
     for step in range(steps):
-        lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(16)],
+        lens.copy_(torch.tensor([0 if rng.random() < 0.3 else rng.choice([1, 17, 300, 5000, 32000]) for _ in range(len(lens))],
                                 dtype=torch.int32))  # fmt: skip
         poison(plan)
         graph.replay()

@@ -148,16 +148,21 @@ class ClusterMerge:
         return req, kv_start, kv_end
 
     @cute.jit
-    def merge(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps: cutlass.Constexpr):
+    def merge(
+        self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps: cutlass.Constexpr, pdst=None
+    ):
         """sO (warps, 16, Dv) / sW (warps, 16) / sLse (16,): the epilogue's warp state and weights (split
-        rows: no sink); part: Float32 shared-memory pointer to `smem_floats()` floats of this CTA."""
+        rows: no sink); part: Float32 shared-memory pointer to `smem_floats()` floats of this CTA. pdst
+        (`DecodeConfig.cluster_pairs`, pull only): (mPartO, mPartLse, row, partial): where partial != 0 the
+        combined row goes to partial row `row` without the sink (the ticket merge of the request's pairs
+        adds it), else to the output."""
         if cutlass.const_expr(self.push):
             self._merge_push(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps)
         else:
-            self._merge_pull(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps)
+            self._merge_pull(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps, pdst)
 
     @cute.jit
-    def _merge_pull(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps):
+    def _merge_pull(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps, pdst=None):
         sPart = cute.make_tensor(part, cute.make_layout((M_TILE, self.dv), stride=(self.dv, 1)))
         sPartLse = cute.make_tensor(part + M_TILE * self.dv, cute.make_layout(M_TILE))
         for it in cutlass.range_constexpr((M_TILE * self.dv + self.threads - 1) // self.threads):
@@ -186,7 +191,7 @@ class ClusterMerge:
                 for i in cutlass.range_constexpr(self.cluster):  # every remote load issued before any use
                     lse[i] = load_peer_f32(part + (M_TILE * self.dv + r), i)
                     val[i] = load_peer_f32(part + (r * self.dv + c), i)
-                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink)
+                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink, pdst)
         # Relaxed: this CTA's DSMEM loads have returned (their values are in the output), nothing to
         # order; the release form would add a second MEMBAR.ALL.GPU to the exit path.
         cute.arch.cluster_arrive_relaxed()  # this CTA's reads of its peers are done
@@ -233,9 +238,10 @@ class ClusterMerge:
                 self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink)
 
     @cute.jit
-    def _combine(self, lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink):
+    def _combine(self, lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink, pdst=None):
         """Row r, column c of the output from the C ranks' partials (lse[i], val[i] in rank order):
-        out = sum_i 2^(lse_i - M) val_i / sum_i 2^(lse_i - M), lse = M + log2 S, then the sink."""
+        out = sum_i 2^(lse_i - M) val_i / sum_i 2^(lse_i - M), lse = M + log2 S, then the sink (or, with
+        `merge`'s pdst and its partial flag set, a partial row without it)."""
         top = lse[0]
         for i in cutlass.range_constexpr(1, self.cluster):
             top = cute.arch.fmax(top, lse[i])
@@ -248,6 +254,20 @@ class ClusterMerge:
             o = o + val[i] * scale
         out_lse, factor = softmax_finish(top_use, total, 1.0)
         head = kvh * self.group + r
+        if cutlass.const_expr(pdst is None):
+            self._store_out(o, out_lse, factor, c, req, head, mOut, mLse, mSink, has_sink)
+        else:
+            mPartO, mPartLse, prow, partial = pdst
+            if partial != 0:
+                mPartO[prow, head, c] = o * factor
+                if c == 0:
+                    mPartLse[prow, head] = out_lse
+            else:
+                self._store_out(o, out_lse, factor, c, req, head, mOut, mLse, mSink, has_sink)
+
+    @cute.jit
+    def _store_out(self, o, out_lse, factor, c, req, head, mOut, mLse, mSink, has_sink):
+        """The output's (head, c) and the head's LSE, the sink joined to the denominator."""
         out_lse, factor = fold_sink(out_lse, factor, mSink, head, has_sink != 0)
         mOut[req, head, c] = (o * factor).to(self.out_dtype)
         if c == 0:

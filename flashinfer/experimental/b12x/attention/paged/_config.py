@@ -104,6 +104,11 @@ class DecodeConfig:
     cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
     that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
     or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11").
+    cluster_pairs (session 36, opt-in; cluster 2, pull merge; bench part `:c2s`): the clusters take their
+    items from the live fused schedule instead of one request each: while 2 x batch <= min(target_items,
+    cap - batch), every request's item count is rounded up to even (`ScheduleConfig.pairs`), so CTA rows
+    2p, 2p + 1 hold two items of one request; the pair merges through DSMEM, and a request of several pairs
+    merges its pair rows through the ticket. Larger batches run the ticket merge unpaired.
 
     q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
@@ -135,6 +140,7 @@ class DecodeConfig:
     early_pages: bool = False
     cluster: int = 0
     cluster_push: bool = False
+    cluster_pairs: bool = False
     q_reload: bool = False
     heads_n8: bool = False
 
@@ -153,6 +159,7 @@ class DecodeConfig:
         extra += ", early_pages=True" if self.early_pages else ""
         extra += f", cluster={self.cluster}" if self.cluster else ""
         extra += ", cluster_push=True" if self.cluster_push else ""
+        extra += ", cluster_pairs=True" if self.cluster_pairs else ""
         extra += ", q_reload=True" if self.q_reload else ""
         extra += ", heads_n8=True" if self.heads_n8 else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
@@ -233,7 +240,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
     if c.warps not in (2, 4, 8) or c.keys_per_warp not in (16, 32) or c.stages not in DECODE_STAGES:
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
-                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "q_reload", "heads_n8"):  # fmt: skip
+                 "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "cluster_pairs", "q_reload",
+                 "heads_n8"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -277,6 +285,8 @@ def why_not_cluster(c: DecodeConfig) -> str | None:
         )
     if c.cluster_push and not c.cluster:
         return f"cluster_push=True needs cluster > 0 (it is a way to merge the cluster), got {c}"
+    if c.cluster_pairs and (c.cluster != 2 or c.cluster_push):
+        return f"cluster_pairs=True needs cluster=2 and cluster_push=False (pairs merge by DSMEM loads), got {c}"
     return None
 
 
@@ -534,11 +544,15 @@ MIN_CHUNK_16_KEY_FILLS = False
 class ScheduleConfig:
     """tile_keys: split granularity (keys a decode CTA covers per round); target_items: the most
     items a split batch makes (chunk = total / (target_items - B): each request's round-up adds at
-    most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys)."""
+    most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys).
+    pairs (`DecodeConfig.cluster_pairs`): while 2 B <= min(target_items, cap - B) (`paired`), the target
+    leaves a row a request of cap free and every request's item count is rounded up to even (an empty
+    last item where the length allows no more), so a request's items start on an even row."""
 
     tile_keys: int = 64
     target_items: int = 264
     min_chunk: int = 256
+    pairs: bool = False
 
 
 def _ceil_div(a, b):
@@ -554,6 +568,8 @@ def why_not_schedule(config) -> str | None:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             return f"ScheduleConfig.{name} must be an int >= 1, got {value!r}"
+    if not isinstance(config.pairs, bool):
+        return f"ScheduleConfig.pairs must be a bool, got {config.pairs!r}"
     return None
 
 
@@ -618,20 +634,29 @@ def split_schedule(
         tile_keys=decode.tile_keys,
         target_items=max(1, _ceil_div(slots, num_kv_heads)),
         min_chunk=max(decode.tile_keys, fills * decode.warps * (decode.stages - 1) * fill_keys),
+        pairs=decode.cluster_pairs,
     )
 
 
-def _request_split(length, chunk, tile):
-    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys."""
-    if length <= 0:
-        return 1, tile
-    n = _ceil_div(length, chunk)
-    size = _ceil_div(_ceil_div(length, n), tile) * tile
-    return _ceil_div(length, size), size
+def _request_split(length, chunk, tile, paired: bool = False):
+    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys; paired: an even
+    count of chunks, and an even count of items (the last one empty where the length allows no more)."""
+    items, size = 1, tile
+    if length > 0:
+        n = _ceil_div(length, chunk)
+        n += n % 2 if paired else 0
+        size = _ceil_div(_ceil_div(length, n), tile) * tile
+        items = _ceil_div(length, size)
+    return items + (items % 2 if paired else 0), size
+
+
+def paired(batch: int, cap: int, config: ScheduleConfig) -> bool:
+    """Whether `ScheduleConfig.pairs` schedules this live batch in pairs (its docstring)."""
+    return config.pairs and 2 * batch <= min(config.target_items, cap - batch)
 
 
 def chunk_size(total: int, batch: int, cap: int, config: ScheduleConfig) -> int:
-    target = min(config.target_items, cap) - batch
+    target = min(config.target_items, cap - batch if paired(batch, cap, config) else cap) - batch
     if target <= 0:
         return NO_SPLIT_CHUNK
     chunk = max(config.min_chunk, _ceil_div(total, target))
@@ -643,9 +668,10 @@ def schedule_reference(seqlens, window_left: int, cap: int, config: ScheduleConf
     lens = [int(n) for n in seqlens]
     visible = [n if window_left < 0 else min(n, window_left + 1) for n in lens]
     chunk = chunk_size(sum(visible), len(lens), cap, config)
+    pairs = paired(len(lens), cap, config)
     work, reqs = [], []
     for b, (n, length) in enumerate(zip(lens, visible)):
-        items, size = _request_split(length, chunk, config.tile_keys)
+        items, size = _request_split(length, chunk, config.tile_keys, pairs)
         reqs.append((len(work), items))
         lo = n - length
         for c in range(items):
@@ -689,7 +715,8 @@ def parse_decode_entry(text: str):
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
     direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8; parts: tN
-    target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push
+    target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push, c2s
+    cluster_pairs
     (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
@@ -705,11 +732,11 @@ def parse_decode_entry(text: str):
     min_ctas = 0
     unroll = 2
     cluster = 0
-    push = False
+    push = pairs = False
     for part in rest:
-        if part[:1] == "c" and part[1:].removesuffix("p").isdigit():
-            cluster = int(part[1:].removesuffix("p"))
-            push = part.endswith("p")
+        if part[:1] == "c" and part[1:].rstrip("ps").isdigit() and len(part) - len(part.rstrip("ps")) <= 1:
+            cluster = int(part[1:].rstrip("ps"))
+            push, pairs = part.endswith("p"), part.endswith("s")
             continue
         if len(part) < 2 or part[0] not in "tmou" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
@@ -753,6 +780,7 @@ def parse_decode_entry(text: str):
             heads_n8="n" in flags,
             cluster=cluster,
             cluster_push=push,
+            cluster_pairs=pairs,
         )
     return decode, flags, target, min_chunk
 

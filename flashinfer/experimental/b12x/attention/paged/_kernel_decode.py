@@ -78,6 +78,8 @@ Offsets into the cache are 64-bit (page * page_stride is computed in Int64).
 
 from __future__ import annotations
 
+import dataclasses
+
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -149,9 +151,12 @@ class PagedDecode(DecodeLoads, DecodeN8):
         self.q_reload = config.q_reload
         self.n8 = config.heads_n8
         self.config, self.kv_name = config, kv_dtype
-        self.schedule = Schedule(schedule) if config.fused_schedule else None
+        # the pairs come from the decode config (a plan's override may carry a ScheduleConfig without them)
+        pairs = dataclasses.replace(schedule, pairs=config.cluster_pairs) if config.fused_schedule else None
+        self.schedule = Schedule(pairs) if config.fused_schedule else None
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
         self.cluster = config.cluster
+        self.pairs = config.cluster_pairs  # the clusters fed by the fused schedule (`_pair_epilogue`)
         self.cmerge = None
         if config.cluster:
             self.cmerge = ClusterMerge(self.q_dtype, self.group, head_dim_v, self.threads, config.cluster,
@@ -220,6 +225,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
     def _grid_rows(self, mWork, mSeqlens):
         """CTA rows a KV head: one per work row, (persistent) `_config.persistent_grid_rows`, or
         (cluster) C a request."""
+        if self.pairs:  # whole clusters of two: the work rows rounded up to even
+            return (mWork.shape[0] + 1) // 2 * 2
         if self.cluster:
             return mSeqlens.shape[0] * self.cluster
         if self.persistent:
@@ -306,7 +313,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         if cutlass.const_expr(self.persistent):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:
-            if cutlass.const_expr(self.cluster):  # the grid is the schedule: rank item % C of request item // C
+            if cutlass.const_expr(
+                self.cluster and not self.pairs
+            ):  # the grid is the schedule: rank item % C of item // C
                 req, kv_start, kv_end = self.cmerge.item(mSeqlens, item, window_left)
                 live = req >= 0
                 split = Int32(1)
@@ -527,7 +536,10 @@ class PagedDecode(DecodeLoads, DecodeN8):
         if tidx < M_TILE:
             self._row_weights(sM, sL, sW, sLse, tidx, kvh, vd_use, split, mSink, has_sink)
         cute.arch.sync_threads()
-        if cutlass.const_expr(self.cluster):
+        if cutlass.const_expr(self.pairs):
+            self._pair_epilogue(tensors, sO, sW, sLse, sPart, tidx, item, req, kvh, split, first, n_items, has_sink,
+                                sLast, fbuf)  # fmt: skip
+        elif cutlass.const_expr(self.cluster):
             self.cmerge.merge(sO, sW, sLse, sPart.iterator, tidx, item, req, kvh, mOut, mLse, mSink, has_sink,
                               self.warps)  # fmt: skip
         else:
@@ -538,18 +550,43 @@ class PagedDecode(DecodeLoads, DecodeN8):
                     first = mReq[req, 0]
                     n_items = mReq[req, 1]
                 self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first,
-                                    n_items, tidx, sLast, fbuf)  # fmt: skip
+                                    n_items, tidx, sLast, fbuf, n_items)  # fmt: skip
         if cutlass.const_expr(self.persistent):
             cute.arch.sync_threads()  # sO / sML / the merge's buffer are the next item's stages >= 1
         return n_req, n_start, n_end, n_split, n_first, n_count, n_kd, n_vd
 
     @cute.jit
+    def _pair_epilogue(self, tensors, sO, sW, sLse, sPart, tidx, item, req, kvh, split, first, n_items, has_sink,
+                       sLast, fbuf):  # fmt: skip
+        """`DecodeConfig.cluster_pairs`: a paired batch (`Schedule._paired`, uniform over the grid, so both CTAs of a
+        cluster agree) merges rows item & ~1 and item | 1, two items of one request, through DSMEM; a request of
+        one pair writes its output there, one of P > 1 pairs the pair's partial row first + (item - first) / 2, and
+        its 2P CTAs draw the ticket, the last merging the P rows. An unpaired batch runs the ticket merge."""
+        mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
+            tensors
+        )
+        if self.schedule._paired(mSeqlens.shape[0], mWork.shape[0]) != 0:
+            pairs = n_items // 2
+            prow = first + (item - first) // 2
+            self.cmerge.merge(sO, sW, sLse, sPart.iterator, tidx, item, req, kvh, mOut, mLse, mSink, has_sink,
+                              self.warps, (mPartO, mPartLse, prow, pairs - 1))  # fmt: skip
+            if pairs > 1:
+                self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n_items,
+                                    tidx, sLast, fbuf, pairs)  # fmt: skip
+        else:
+            self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
+            if split != 0:
+                self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n_items,
+                                    tidx, sLast, fbuf, n_items)  # fmt: skip
+
+    @cute.jit
     def _merge_if_last(
-        self, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n, tidx, sLast, fbuf
+        self, mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n, tidx, sLast, fbuf, rows
     ):
         """Ticket protocol of the fused merge (module docstring); request `req` has items first ..
-        first + n - 1. Called after `_write_rows`. lean_ticket: no fences of the other threads; the
-        barriers carry thread 0's release and acquire to them (`DecodeConfig.lean_ticket`)."""
+        first + n - 1 (n CTAs draw), whose `rows` partial rows from first on are merged (n, or with
+        cluster_pairs the n / 2 pair rows). Called after `_write_rows`. lean_ticket: no fences of the other
+        threads; the barriers carry thread 0's release and acquire to them (`DecodeConfig.lean_ticket`)."""
         if cutlass.const_expr(not self.lean_ticket):
             cute.arch.fence_acq_rel_gpu()  # release: this thread's partial rows before the ticket
         cute.arch.sync_threads()
@@ -565,7 +602,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
         if sLast[0] != 0:
             if cutlass.const_expr(not self.lean_ticket):
                 cute.arch.fence_acq_rel_gpu()  # acquire: the other CTAs' partial rows
-            self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, req, kvh, tidx, fbuf)
+            self.merger.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, rows, req, kvh, tidx, fbuf)
 
     @cute.jit
     def _tile(

@@ -41,6 +41,7 @@ class Schedule:
     def __init__(self, config: ScheduleConfig) -> None:
         self.tile = config.tile_keys
         self.target = config.target_items
+        self.pairs = config.pairs  # `ScheduleConfig.pairs`: the fused decode kernel's cluster pairs
         self.min_chunk = config.min_chunk
         self.threads = SCHEDULE_THREADS
         self.warps = SCHEDULE_THREADS // 32
@@ -68,14 +69,30 @@ class Schedule:
         return n, length
 
     @cute.jit
-    def _split(self, length, chunk):
+    def _split(self, length, chunk, paired):
+        """(items, keys an item) of one request (`_config._request_split`); paired != 0: even counts."""
         items = Int32(1)
         size = Int32(self.tile)
         if length > 0:
             n = (length + chunk - 1) // chunk
+            if cutlass.const_expr(self.pairs):
+                if paired != 0:
+                    n = n + n % 2
             size = ((length + n - 1) // n + self.tile - 1) // self.tile * self.tile
             items = (length + size - 1) // size
+        if cutlass.const_expr(self.pairs):
+            if paired != 0:
+                items = items + items % 2
         return items, size
+
+    @cute.jit
+    def _paired(self, batch, cap):
+        """1 when `ScheduleConfig.pairs` schedules this live batch in pairs (`_config.paired`), else 0."""
+        paired = Int32(0)
+        if cutlass.const_expr(self.pairs):
+            if 2 * batch <= cutlass.min(Int32(self.target), cap - batch):
+                paired = Int32(1)
+        return paired
 
     @cute.jit
     def _block_scan(self, x, tid, sWarp):
@@ -148,11 +165,8 @@ class Schedule:
             if b0 + lane < batch:
                 _, length = self._visible(mSeqlens, b0 + lane, window_left)
             total = total + cute.arch.warp_redux_sync(length, "add")
-        target = cutlass.min(Int32(self.target), cap) - batch
-        chunk = Int32(NO_SPLIT_CHUNK)
-        if target > 0:
-            chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
-            chunk = (chunk + self.tile - 1) // self.tile * self.tile
+        paired = self._paired(batch, cap)
+        chunk = self._chunk(total, batch, cap, paired)
 
         req = Int32(-1)
         kv_start = Int32(0)
@@ -168,7 +182,7 @@ class Schedule:
             size = Int32(self.tile)
             if b < batch:
                 n, length = self._visible(mSeqlens, b, window_left)
-                items, size = self._split(length, chunk)
+                items, size = self._split(length, chunk, paired)
             incl = self._warp_scan(items, lane)
             mine = (item >= base + incl - items) & (item < base + incl)
             ballot = cute.arch.vote_ballot_sync(mine)
@@ -186,8 +200,12 @@ class Schedule:
         return req, kv_start, kv_end, first, n_items, base
 
     @cute.jit
-    def _chunk(self, total, batch, cap):
-        target = cutlass.min(Int32(self.target), cap) - batch
+    def _chunk(self, total, batch, cap, paired):
+        room = cap
+        if cutlass.const_expr(self.pairs):
+            if paired != 0:  # a row a request of cap left for the rounding to even
+                room = cap - batch
+        target = cutlass.min(Int32(self.target), room) - batch
         chunk = Int32(NO_SPLIT_CHUNK)
         if target > 0:
             chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
@@ -237,7 +255,8 @@ class Schedule:
                 vis[s] = cutlass.min(lens[s], window_left + 1)
             if s * 32 < batch:
                 total = total + cute.arch.warp_redux_sync(vis[s], "add")
-        chunk = self._chunk(total, batch, cap)
+        paired = self._paired(batch, cap)
+        chunk = self._chunk(total, batch, cap, paired)
 
         req = Int32(-1)
         kv_start = Int32(0)
@@ -250,7 +269,7 @@ class Schedule:
                 items = Int32(0)
                 size = Int32(self.tile)
                 if s * 32 + lane < batch:
-                    items, size = self._split(vis[s], chunk)
+                    items, size = self._split(vis[s], chunk, paired)
                 incl = self._warp_scan(items, lane)
                 mine = (item >= base + incl - items) & (item < base + incl)
                 ballot = cute.arch.vote_ballot_sync(mine)
@@ -294,14 +313,14 @@ class Schedule:
         mine = Int32(0)
         for b in range(b0, b1):
             _, length = self._visible(mSeqlens, b, window_left)
-            items, _ = self._split(length, chunk)
+            items, _ = self._split(length, chunk, Int32(0))
             mine = mine + items
         first, n_items = self._block_scan(mine, tid, sWarp)
 
         item = first
         for b in range(b0, b1):
             n, length = self._visible(mSeqlens, b, window_left)
-            items, size = self._split(length, chunk)
+            items, size = self._split(length, chunk, Int32(0))
             mReq[b, 0] = item
             mReq[b, 1] = items
             lo = n - length

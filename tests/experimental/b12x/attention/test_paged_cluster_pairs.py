@@ -1,0 +1,92 @@
+"""Cluster pairs on the CPU (`DecodeConfig.cluster_pairs`, bench part `:c2s`; session 36): two-CTA clusters that
+take their items from the live fused schedule (docs/predictions/attention.md, session 36). The GPU tier is
+test_paged_cluster_pairs_gpu.py.
+reference: the schedule's pairs (`_config.paired`, `schedule_reference` with `ScheduleConfig.pairs`) on random
+batches: a paired batch gives every request an even item count starting on an even row, its items tile the visible
+range, and the list fits the work rows; an unpaired batch (2 B > min(target, cap - B)) is scheduled exactly as
+without pairs; the entry, repr and predicate; the planned lifecycle with the flag on CPU tensors.
+compile: sm_90a (8 warps) and sm_120a (4 warps), bf16 and fp8: the launch has the cluster dimension, the PTX both
+the DSMEM combine and the ticket (pairs of a long request, and unpaired batches), no local memory or spills.
+"""
+
+import dataclasses
+import random
+
+import pytest
+
+from flashinfer.experimental.b12x.attention.paged._config import (
+    ScheduleConfig,
+    paired,
+    parse_decode_entry,
+    schedule_reference,
+    split_schedule,
+    why_not,
+)
+from flashinfer.experimental.b12x.attention.paged.api import Selection
+
+from .paged_cases import make_case
+from .test_paged_cluster import ARCHS, CLUSTER_DIM_ATTR, W4, W8, _compile, paged
+from .test_paged_compile import _check_binary, _ptxas_usage
+from .test_paged_lean import check_cpu_lifecycle, cpu_caps
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("seed", range(40))
+def test_paired_schedule_tiles_and_fits(seed):
+    rng = random.Random(seed)
+    batch = rng.choice([1, 2, 3, 4, 5, 8, 9, 16])
+    lens = [rng.choice([0, 1, rng.randrange(1, 5000), rng.randrange(1, 70000)]) for _ in range(batch)]
+    window_left = rng.choice([-1, -1, 0, 100, 3000])
+    target, tile = rng.choice([17, 33, 66]), rng.choice([64, 128, 256])
+    cap = batch + target + rng.choice([0, 5])
+    plain = ScheduleConfig(tile, target, rng.choice([128, 256, 512]))
+    pairs = dataclasses.replace(plain, pairs=True)
+    work, reqs, count = schedule_reference(lens, window_left, cap, pairs)
+    assert count == len(work) <= cap
+    if not paired(batch, cap, pairs):
+        assert (work, reqs, count) == schedule_reference(lens, window_left, cap, plain)
+        return
+    for b, (first, items) in enumerate(reqs):
+        assert first % 2 == 0 and items % 2 == 0 and items >= 2
+        rows = work[first : first + items]
+        assert all(row[0] == b and row[3] == 1 for row in rows)  # every paired item is a split row (no sink)
+        visible = lens[b] if window_left < 0 else min(lens[b], window_left + 1)
+        keys = [k for row in rows for k in range(row[1], row[2])]
+        assert keys == list(range(lens[b] - visible, lens[b]))  # the pairs' items tile the visible keys once
+    assert count <= min(target, cap - batch) + batch
+
+
+@pytest.mark.reference
+def test_pairs_entry_repr_and_predicate():
+    cfg = parse_decode_entry("8x32x2fspldk:c2s")[0]
+    assert cfg.cluster == 2 and cfg.cluster_pairs and not cfg.cluster_push
+    assert "cluster=2, cluster_pairs=True" in repr(cfg)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    assert why_not(*dims, cfg, "sm_90a") is None
+    for bad in (dataclasses.replace(cfg, cluster=4), dataclasses.replace(cfg, cluster_push=True)):
+        assert "cluster_pairs=True needs cluster=2 and cluster_push=False" in why_not(*dims, bad, "sm_90a")
+    assert split_schedule(cfg, "float8_e4m3fn", 128, 8, 132, "sm_90a").pairs
+    with pytest.raises(ValueError):
+        parse_decode_entry("8x32x2fspldk:c2ps")
+
+
+@pytest.mark.reference
+def test_cpu_lifecycle_with_pairs_matches_the_reference():
+    decode = parse_decode_entry("8x16x2fspld:c2s")[0]
+    case = make_case([1, 300, 33], num_q_heads=8, num_kv_heads=2, head_dim=64, page_size=16, seed=36)
+    sched = split_schedule(decode, "bfloat16", 64, 2, 132, "sm_90a")
+    check_cpu_lifecycle(case, paged.plan(cpu_caps(case), override=Selection(decode, sched)))
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_cluster_pairs_compile(arch, kv_dtype, tmp_path):
+    cfg = dataclasses.replace(W8 if arch == "sm_90a" else W4, lean_ticket=True, cluster=2, cluster_pairs=True)
+    fn = _compile(cfg, arch, kv_dtype)
+    ptx = _check_binary(fn, arch)
+    assert CLUSTER_DIM_ATTR in str(fn.ir_module), "the launch has no cluster dimension attribute"
+    assert ptx.count("ld.shared::cluster") >= 4 and "barrier.cluster.wait" in ptx  # the pair's DSMEM combine
+    assert ptx.count("atom.global") == 2  # the ticket: pairs of a long request, and an unpaired batch
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
