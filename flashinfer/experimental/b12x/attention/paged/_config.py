@@ -104,11 +104,9 @@ class DecodeConfig:
     cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
     that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
     or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11").
-    cluster_pairs (session 36, opt-in; cluster 2, pull merge; bench part `:c2s`): the clusters take their
-    items from the live fused schedule instead of one request each: while 2 x batch <= min(target_items,
-    cap - batch), every request's item count is rounded up to even (`ScheduleConfig.pairs`), so CTA rows
-    2p, 2p + 1 hold two items of one request; the pair merges through DSMEM, and a request of several pairs
-    merges its pair rows through the ticket. Larger batches run the ticket merge unpaired.
+    cluster_pairs (session 36, opt-in, cluster 2 pulled, bench `:c2s`): clusters take two items of one request
+    from the live fused schedule (`ScheduleConfig.pairs`), merge them through DSMEM, then a request's pair rows
+    through the ticket; unpaired batches (2 B > min(target_items, cap - B)) run the ticket merge.
 
     q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
@@ -545,9 +543,8 @@ class ScheduleConfig:
     """tile_keys: split granularity (keys a decode CTA covers per round); target_items: the most
     items a split batch makes (chunk = total / (target_items - B): each request's round-up adds at
     most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys).
-    pairs (`DecodeConfig.cluster_pairs`): while 2 B <= min(target_items, cap - B) (`paired`), the target
-    leaves a row a request of cap free and every request's item count is rounded up to even (an empty
-    last item where the length allows no more), so a request's items start on an even row."""
+    pairs (`DecodeConfig.cluster_pairs`): while `paired`, cap keeps a row a request free and every request's
+    item count is rounded up to even (an empty last item if need be): its items start on an even row."""
 
     tile_keys: int = 64
     target_items: int = 264
@@ -639,8 +636,7 @@ def split_schedule(
 
 
 def _request_split(length, chunk, tile, paired: bool = False):
-    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys; paired: an even
-    count of chunks, and an even count of items (the last one empty where the length allows no more)."""
+    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys (paired: even counts)."""
     items, size = 1, tile
     if length > 0:
         n = _ceil_div(length, chunk)
