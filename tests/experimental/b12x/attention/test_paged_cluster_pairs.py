@@ -63,8 +63,9 @@ def test_pairs_entry_repr_and_predicate():
     assert "cluster=2, cluster_pairs=True" in repr(cfg)
     dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
     assert why_not(*dims, cfg, "sm_90a") is None
-    for bad in (dataclasses.replace(cfg, cluster=4), dataclasses.replace(cfg, cluster_push=True)):
-        assert "cluster_pairs=True needs cluster=2 and cluster_push=False" in why_not(*dims, bad, "sm_90a")
+    assert "cluster_pairs=True needs cluster=2" in why_not(*dims, dataclasses.replace(cfg, cluster=4), "sm_90a")
+    pushed = parse_decode_entry("8x32x2fspldk:c2sp")[0]
+    assert pushed == dataclasses.replace(cfg, cluster_push=True) and why_not(*dims, pushed, "sm_90a") is None
     assert split_schedule(cfg, "float8_e4m3fn", 128, 8, 132, "sm_90a").pairs
     with pytest.raises(ValueError):
         parse_decode_entry("8x32x2fspldk:c2ps")
@@ -81,12 +82,15 @@ def test_cpu_lifecycle_with_pairs_matches_the_reference():
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-def test_cluster_pairs_compile(arch, kv_dtype, tmp_path):
-    cfg = dataclasses.replace(W8 if arch == "sm_90a" else W4, lean_ticket=True, cluster=2, cluster_pairs=True)
+@pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])
+def test_cluster_pairs_compile(arch, kv_dtype, push, tmp_path):
+    base = W8 if arch == "sm_90a" else W4
+    cfg = dataclasses.replace(base, lean_ticket=True, cluster=2, cluster_pairs=True, cluster_push=push)
     fn = _compile(cfg, arch, kv_dtype)
     ptx = _check_binary(fn, arch)
     assert CLUSTER_DIM_ATTR in str(fn.ir_module), "the launch has no cluster dimension attribute"
-    assert ptx.count("ld.shared::cluster") >= 4 and "barrier.cluster.wait" in ptx  # the pair's DSMEM combine
+    assert "barrier.cluster.wait" in ptx  # the pair's DSMEM combine: peers' loads (pull) or st.async (push)
+    assert (ptx.count("st.async") >= 2) if push else (ptx.count("ld.shared::cluster") >= 4)
     assert ptx.count("atom.global") == 2  # the ticket: pairs of a long request, and an unpaired batch
     regs, spills = _ptxas_usage(ptx, arch, tmp_path)
     assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)

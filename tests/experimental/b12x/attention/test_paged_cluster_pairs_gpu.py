@@ -4,7 +4,7 @@ bit-equal (a DSMEM or ticket race would show as a changed bit or a NaN), within 
 config without clusters, the tickets back at zero; paired batches of one pair a request (the DSMEM combine writes
 the output) and of several (pair rows, then the ticket merge), empty and one-key requests (an empty second item),
 sinks and windows, and unpaired batches (B = 9, 16: the kernel's ticket merge in clusters of two); CUDA-graph
-replay with new lengths.
+replay with new lengths; the pair merged by peers' DSMEM loads (pull) and by st.async pushes (`cluster_push`).
 """
 
 import dataclasses
@@ -22,42 +22,48 @@ PAIR_LENS = {**LENS, "b2-1k": [1024, 1000], "b8-1k": [1024] * 8, "b9-ragged": [0
              "b16-2k": [2048] * 16}  # fmt: skip
 
 
-def pairs_config(kv_dtype):
-    return dataclasses.replace(base_config(kv_dtype, cluster=2), lean_ticket=True, cluster_pairs=True)
+PUSH = pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])  # the pair's DSMEM merge
 
 
+def pairs_config(kv_dtype, push):
+    return dataclasses.replace(base_config(kv_dtype, cluster=2, push=push), lean_ticket=True, cluster_pairs=True)
+
+
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("lens", list(PAIR_LENS))
-def test_pairs_match_reference_and_the_ticket_merge(kv_dtype, lens):
+def test_pairs_match_reference_and_the_ticket_merge(kv_dtype, lens, push):
     case = make_case(PAIR_LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 36)  # fmt: skip
-    cfg = pairs_config(kv_dtype)
+    cfg = pairs_config(kv_dtype, push)
     plan = cluster_plan(case, kv_dtype, cfg)
     for sinks in (None, torch.randn(32, device=DEV) * 3):
         out, lse = run_checked(plan, case, sinks=sinks)
         again, again_lse = run_checked(plan, case, sinks=sinks)
         assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
-    plain = dataclasses.replace(cfg, cluster=0, cluster_pairs=False)
+    plain = dataclasses.replace(cfg, cluster=0, cluster_pairs=False, cluster_push=False)
     plain_out, plain_lse = run_checked(cluster_plan(case, kv_dtype, plain), case, sinks=sinks)
     torch.testing.assert_close(out.float(), plain_out.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(torch.isfinite(lse), torch.isfinite(plain_lse))
 
 
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
-def test_pairs_windows_in_a_wider_plan(kv_dtype):
+def test_pairs_windows_in_a_wider_plan(kv_dtype, push):
     """A plan of 16 requests run with 6 (paired) under sliding windows, sinks on a wider page table."""
     lens = [0, 1, 5000, 33, 20000, 17]
     case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=getattr(torch, kv_dtype),
                      extra_pages=50, width=1400, device=DEV, seed=61)  # fmt: skip
-    plan = cluster_plan(case, kv_dtype, pairs_config(kv_dtype), max_batch=16)
+    plan = cluster_plan(case, kv_dtype, pairs_config(kv_dtype, push), max_batch=16)
     sinks = torch.randn(32, device=DEV) * 3
     for window_left in (-1, 0, 100, 4096):
         run_checked(plan, case, window_left=window_left, sinks=sinks)
 
 
+@PUSH
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("batch", [8, 16])  # paired, unpaired
-def test_pairs_graph_replay_with_new_lengths(kv_dtype, batch):
+def test_pairs_graph_replay_with_new_lengths(kv_dtype, batch, push):
     full = make_case([32000] * batch, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=62)  # fmt: skip
-    replay_with_new_lengths(cluster_plan(full, kv_dtype, pairs_config(kv_dtype)), full, seed=36, steps=3)
+    replay_with_new_lengths(cluster_plan(full, kv_dtype, pairs_config(kv_dtype, push)), full, seed=36, steps=3)

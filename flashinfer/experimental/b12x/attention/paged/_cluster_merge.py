@@ -153,11 +153,11 @@ class ClusterMerge:
     ):
         """sO (warps, 16, Dv) / sW (warps, 16) / sLse (16,): the epilogue's warp state and weights (split
         rows: no sink); part: Float32 shared-memory pointer to `smem_floats()` floats of this CTA. pdst
-        (`DecodeConfig.cluster_pairs`, pull only): (mPartO, mPartLse, row, partial): where partial != 0 the
+        (`DecodeConfig.cluster_pairs`): (mPartO, mPartLse, row, partial): where partial != 0 the
         combined row goes to partial row `row` without the sink (the ticket merge of the request's pairs
         adds it), else to the output."""
         if cutlass.const_expr(self.push):
-            self._merge_push(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps)
+            self._merge_push(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps, pdst)
         else:
             self._merge_pull(sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps, pdst)
 
@@ -198,7 +198,7 @@ class ClusterMerge:
         cute.arch.cluster_wait()  # and theirs of it: its shared memory may go
 
     @cute.jit
-    def _merge_push(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps):
+    def _merge_push(self, sO, sW, sLse, part, tidx, row, req, kvh, mOut, mLse, mSink, has_sink, warps, pdst=None):
         g, cols = self.group, self.cols
         rank = row % self.cluster
         mbar = part.toint()  # shared::cta address of the mbarrier (`start`)
@@ -235,7 +235,7 @@ class ClusterMerge:
                 for i in cutlass.range_constexpr(self.cluster):
                     lse[i] = sRecv[push_lse_slot(i, r, g, cols, self.cluster)]
                     val[i] = sRecv[push_slot(i, r, c, g, cols)[1]]
-                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink)
+                self._combine(lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink, pdst)
 
     @cute.jit
     def _combine(self, lse, val, r, c, req, kvh, mOut, mLse, mSink, has_sink, pdst=None):

@@ -104,7 +104,7 @@ class DecodeConfig:
     cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
     that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
     or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11").
-    cluster_pairs (session 36, opt-in, cluster 2 pulled, bench `:c2s`): clusters take two items of one request
+    cluster_pairs (session 36, opt-in, cluster 2, bench `:c2s` / `:c2sp` pushed): clusters take two items of one request
     from the live fused schedule (`ScheduleConfig.pairs`), merge them through DSMEM, then a request's pair rows
     through the ticket; unpaired batches (2 B > min(target_items, cap - B)) run the ticket merge.
 
@@ -283,8 +283,8 @@ def why_not_cluster(c: DecodeConfig) -> str | None:
         )
     if c.cluster_push and not c.cluster:
         return f"cluster_push=True needs cluster > 0 (it is a way to merge the cluster), got {c}"
-    if c.cluster_pairs and (c.cluster != 2 or c.cluster_push):
-        return f"cluster_pairs=True needs cluster=2 and cluster_push=False (pairs merge by DSMEM loads), got {c}"
+    if c.cluster_pairs and c.cluster != 2:
+        return f"cluster_pairs=True needs cluster=2 (a pair of items a cluster), got {c}"
     return None
 
 
@@ -712,7 +712,7 @@ def parse_decode_entry(text: str):
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
     direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8; parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push, c2s
-    cluster_pairs
+    cluster_pairs (c2sp: pushed)
     (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
@@ -730,9 +730,10 @@ def parse_decode_entry(text: str):
     cluster = 0
     push = pairs = False
     for part in rest:
-        if part[:1] == "c" and part[1:].rstrip("ps").isdigit() and len(part) - len(part.rstrip("ps")) <= 1:
-            cluster = int(part[1:].rstrip("ps"))
-            push, pairs = part.endswith("p"), part.endswith("s")
+        digits = part[1:].rstrip("ps")
+        if part[:1] == "c" and digits.isdigit() and part[1 + len(digits) :] in ("", "p", "s", "sp"):
+            cluster = int(digits)
+            push, pairs = part.endswith("p"), "s" in part[1 + len(digits) :]
             continue
         if len(part) < 2 or part[0] not in "tmou" or not part[1:].isdigit() or int(part[1:]) < 1:
             raise ValueError(
