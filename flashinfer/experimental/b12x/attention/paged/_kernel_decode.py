@@ -151,9 +151,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         self.q_reload = config.q_reload
         self.n8 = config.heads_n8
         self.config, self.kv_name = config, kv_dtype
-        # the pairs come from the decode config (a plan's override may carry a ScheduleConfig without them)
-        pairs = dataclasses.replace(schedule, pairs=config.cluster_pairs) if config.fused_schedule else None
-        self.schedule = Schedule(pairs) if config.fused_schedule else None
+        self.schedule = None
+        if config.fused_schedule:  # pairs from the decode config (a plan's override may carry a schedule without)
+            self.schedule = Schedule(dataclasses.replace(schedule, pairs=config.cluster_pairs))
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
         self.cluster = config.cluster
         self.pairs = config.cluster_pairs  # the clusters fed by the fused schedule (`_pair_epilogue`)
@@ -313,9 +313,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
         if cutlass.const_expr(self.persistent):
             self._persistent(tensors, views, copies, scale_log2, has_sink, window_left, kvh, item, tidx)
         else:
-            if cutlass.const_expr(
-                self.cluster and not self.pairs
-            ):  # the grid is the schedule: rank item % C of item // C
+            # a fixed cluster split: the grid is the schedule, rank item % C of request item // C
+            if cutlass.const_expr(self.cluster and not self.pairs):
                 req, kv_start, kv_end = self.cmerge.item(mSeqlens, item, window_left)
                 live = req >= 0
                 split = Int32(1)
@@ -545,12 +544,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
         else:
             self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
         if cutlass.const_expr(self.fused and not self.cluster):
-            if split != 0:
-                if cutlass.const_expr(not self.fused_schedule):
-                    first = mReq[req, 0]
-                    n_items = mReq[req, 1]
-                self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first,
-                                    n_items, tidx, sLast, fbuf, n_items)  # fmt: skip
+            self._ticket_merge(tensors, has_sink, req, kvh, split, first, n_items, tidx, sLast, fbuf)
         if cutlass.const_expr(self.persistent):
             cute.arch.sync_threads()  # sO / sML / the merge's buffer are the next item's stages >= 1
         return n_req, n_start, n_end, n_split, n_first, n_count, n_kd, n_vd
@@ -575,9 +569,20 @@ class PagedDecode(DecodeLoads, DecodeN8):
                                     tidx, sLast, fbuf, pairs)  # fmt: skip
         else:
             self._write_rows(sO, sW, sLse, tidx, item, req, kvh, split, mOut, mLse, mPartO, mPartLse)
-            if split != 0:
-                self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n_items,
-                                    tidx, sLast, fbuf, n_items)  # fmt: skip
+            self._ticket_merge(tensors, has_sink, req, kvh, split, first, n_items, tidx, sLast, fbuf)
+
+    @cute.jit
+    def _ticket_merge(self, tensors, has_sink, req, kvh, split, first, n_items, tidx, sLast, fbuf):
+        """The fused merge of a split request's item rows (after `_write_rows`): the ticket, the last CTA merges."""
+        mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
+            tensors
+        )
+        if split != 0:
+            if cutlass.const_expr(not self.fused_schedule):
+                first = mReq[req, 0]
+                n_items = mReq[req, 1]
+            self._merge_if_last(mTicket, mPartO, mPartLse, mSink, mOut, mLse, has_sink, req, kvh, first, n_items,
+                                tidx, sLast, fbuf, n_items)  # fmt: skip
 
     @cute.jit
     def _merge_if_last(
