@@ -304,11 +304,7 @@ class Schedule:
             _, length = self._visible(mSeqlens, b, window_left)
             visible = visible + length
         _, total = self._block_scan(visible, tid, sWarp)
-        target = cutlass.min(Int32(self.target), cap) - batch
-        chunk = Int32(NO_SPLIT_CHUNK)
-        if target > 0:
-            chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
-            chunk = (chunk + self.tile - 1) // self.tile * self.tile
+        chunk = self._chunk(total, batch, cap, Int32(0))
 
         mine = Int32(0)
         for b in range(b0, b1):
