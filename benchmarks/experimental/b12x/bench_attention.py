@@ -324,6 +324,20 @@ def _time_sdpa_peers(table, case, args, qkv, fp8: bool, causal: bool = False) ->
             print(f"peer {label} skipped on {case.label}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
 
 
+def decode_caps(dev, kv_dtype: str, cap: int, kv_len: int, num_pages: int, selection=None):
+    """The decode plan's Caps for requests of up to kv_len keys: `cap` requests (--capacity, else the case's
+    batch), work rows for the selection's split target (the default's where `selection` is None)."""
+    work = paged.default_max_work_items(cap, HKV)
+    if selection is not None:
+        work = max(work, cap + selection.schedule.target_items)
+    return paged.Caps(
+        device=str(dev), mode="decode", dtype="bfloat16", kv_dtype=kv_dtype,
+        num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=cap,
+        max_batch=cap, max_page_table_width=kv_len // PAGE, max_work_items=work,
+        max_partial_rows=paged.default_max_partial_rows(work, HQ), num_cache_pages=num_pages,
+    )  # fmt: skip
+
+
 def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     """Time ours (a row per --decode-configs entry) and the SDPA peers on one case; returns (case,
     FlashInfer case record or None)."""
@@ -333,7 +347,9 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     itemsize = 1 if fp8 else 2
     kv_bytes = batch * kv_len * HKV * 2 * D * itemsize
     kv_name = "fp8" if fp8 else "bf16"
-    case = Case(f"decode_{kv_name}", {"B": batch, "L": kv_len}, bytes=kv_bytes, ceiling="copy")
+    cap = max(batch, args.capacity or batch)  # the plan's request capacity; the live batch is `batch`
+    shape = {"B": batch, "L": kv_len} if cap == batch else {"B": batch, "L": kv_len, "cap": cap}
+    case = Case(f"decode_{kv_name}", shape, bytes=kv_bytes, ceiling="copy")
     kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
     kc = _contiguous_bf16(k_cache, page_table, descale)
     vc = _contiguous_bf16(v_cache, page_table, descale)
@@ -347,18 +363,10 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         if only not in (None, kv_dtype):
             continue
         selection = decode_selection(entry, kv_dtype, arch, sms)
-        if selection is not None and selection.decode.fused_schedule and batch > FUSED_SCHEDULE_MAX_BATCH:
+        if selection is not None and selection.decode.fused_schedule and cap > FUSED_SCHEDULE_MAX_BATCH:
             print(f"b12x.paged {entry} skipped on {case.label}: fused_schedule needs B <= {FUSED_SCHEDULE_MAX_BATCH}")
             continue
-        work = paged.default_max_work_items(batch, HKV)
-        if selection is not None:
-            work = max(work, batch + selection.schedule.target_items)
-        caps = paged.Caps(
-            device=str(dev), mode="decode", dtype="bfloat16", kv_dtype=kv_dtype,
-            num_q_heads=HQ, num_kv_heads=HKV, head_dim_qk=D, head_dim_vo=D, page_size=PAGE, max_total_q=batch,
-            max_batch=batch, max_page_table_width=kv_len // PAGE, max_work_items=work,
-            max_partial_rows=paged.default_max_partial_rows(work, HQ), num_cache_pages=k_cache.shape[0],
-        )  # fmt: skip
+        caps = decode_caps(dev, kv_dtype, cap, kv_len, k_cache.shape[0], selection)
         plan = paged.plan(caps, override=selection)
         with b12x.PreparationSession(dev) as session:
             session.prepare([plan])
@@ -508,6 +516,12 @@ def build_parser():
         help="decode: also time a device copy of each case's KV bytes (row 'copy (same bytes)'), and with both KV "
         "dtypes say where FP8 >= 1.7x BF16 would need fp8 to beat that copy",
     )  # fmt: skip
+    parser.add_argument(
+        "--capacity", type=int, default=None, metavar="N",
+        help="decode: plans sized for N requests (Caps.max_batch, max_total_q, work rows) serving each case's live "
+        "batch below it, as a serving plan does; the heuristic then chooses by N (rows gain a 'cap' field; cases "
+        "of more requests keep their own size)",
+    )  # fmt: skip
     add_calls_per_graph(parser)  # every row, the FlashInfer child's too
     return parser
 
@@ -521,6 +535,8 @@ def parse_args(argv: list[str] | None = None):
     names = [v.strip() for v in args.flashinfer_variants.split(",") if v.strip()]
     if not names or any(v not in fipeer.VARIANTS for v in names):
         parser.error(f"--flashinfer-variants must name some of {sorted(fipeer.VARIANTS)}, got {names}")
+    if args.capacity is not None and not 1 <= args.capacity <= 1024:
+        parser.error(f"--capacity must be a request count in 1..1024, got {args.capacity}")
     if args.kv_len and any(n % PAGE for n in args.kv_len):
         parser.error(f"--kv-len values must be multiples of the page size {PAGE}")
     if args.q_len and any(n < PAGE or n % PAGE for n in args.q_len):

@@ -71,6 +71,46 @@ def test_pairs_entry_repr_and_predicate():
         parse_decode_entry("8x32x2fspldk:c2ps")
 
 
+def _heuristic(kv_dtype, batch, arch="sm_90a", head_dim=128, **kw):
+    work = paged.default_max_work_items(batch, 8)
+    c = paged.Caps(
+        device="cpu", mode="decode", dtype="bfloat16", kv_dtype=kv_dtype, num_q_heads=32, num_kv_heads=8,
+        head_dim_qk=head_dim, head_dim_vo=head_dim, page_size=16, max_total_q=batch, max_batch=batch,
+        max_page_table_width=512, max_work_items=work, max_partial_rows=paged.default_max_partial_rows(work, 32),
+        num_cache_pages=4096, **kw,
+    )  # fmt: skip
+    return paged.plan(c).heuristic(arch)
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_plans_of_five_to_sixteen_requests_pair_by_default(kv_dtype, monkeypatch):
+    """CLUSTER_PAIRS_MAX (session 37): plans of SMALL_BATCH_MAX + 1 .. CLUSTER_PAIRS_MAX requests on sm_90a at D 128
+    run the 8-warp tile (bf16 8x16x2 n8, fp8 8x32x2) as pushed cluster pairs; the entry the bench timed; smaller and
+    larger plans, sm_120a, other head dims, pdl='prefetch' and a caller's config keep what they had."""
+    from flashinfer.experimental.b12x.attention.paged import _config
+
+    assert _config.CLUSTER_PAIRS_MAX == 16 and _config.SMALL_BATCH_MAX == 4
+    entry = {"bfloat16": "8x16x2fspldkn:c2sp", "float8_e4m3fn": "8x32x2fspldk:c2sp"}[kv_dtype]
+    want = parse_decode_entry(entry)[0]
+    for batch in (5, 8, 16):
+        sel = _heuristic(kv_dtype, batch)
+        assert sel.decode == want, batch
+        assert sel.schedule == split_schedule(want, kv_dtype, 128, 8, 132, "sm_90a") and sel.schedule.pairs
+        assert paired(8, paged.default_max_work_items(batch, 8), sel.schedule)  # B = 8 pairs on these tiles
+        assert not paired(9, paged.default_max_work_items(batch, 8), sel.schedule)
+    for batch in (1, 4, 17, 128):
+        assert not _heuristic(kv_dtype, batch).decode.cluster_pairs, batch
+    assert not _heuristic(kv_dtype, 8, arch="sm_120a").decode.cluster_pairs
+    assert not _heuristic(kv_dtype, 8, head_dim=64).decode.cluster_pairs
+    assert not _heuristic(kv_dtype, 8, pdl="prefetch").decode.cluster_pairs
+    assert _heuristic(kv_dtype, 8, pdl="wait").decode == dataclasses.replace(want, pdl="wait")
+    assert _heuristic(kv_dtype, 8, config=_config.DecodeConfig(8, 16, 2)).decode == _config.DecodeConfig(8, 16, 2)
+    monkeypatch.setattr(_config, "CLUSTER_PAIRS_MAX", 0)  # off: the session-36 heuristic
+    off = _heuristic(kv_dtype, 8).decode
+    assert not off.cluster_pairs and off.warps == (8 if kv_dtype == "float8_e4m3fn" else 4)
+
+
 @pytest.mark.reference
 def test_cpu_lifecycle_with_pairs_matches_the_reference():
     decode = parse_decode_entry("8x16x2fspld:c2s")[0]

@@ -427,7 +427,7 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX) == small
         general = _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.FP8_EIGHT_WARP_MAX + 1)
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == (
-            general if kv == "bfloat16" else dataclasses.replace(general, warps=8)  # FP8_EIGHT_WARP_MAX
+            small if kv == "bfloat16" else dataclasses.replace(general, warps=8)  # CLUSTER_PAIRS_MAX / FP8_EIGHT_WARP_MAX
         )
         assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(
             kv, 128, 16, "sm_120a"
@@ -454,7 +454,7 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
     for other in (dict(max_batch=2, max_total_q=2), dict(max_batch=1, max_total_q=1, pdl="prefetch")):
         assert paged.plan(caps(**other, **d128)).heuristic("sm_90a").decode.cluster == 0, other
     assert paged.plan(caps(max_batch=1, max_total_q=1, **d128)).heuristic("sm_120a").decode.cluster == 0
-    assert paged.plan(caps(max_batch=8, max_total_q=8, **d128)).heuristic("sm_90a").decode.warps == 4
+    assert paged.plan(caps(max_batch=8, max_total_q=8, **d128)).heuristic("sm_90a").decode.cluster_pairs
     monkeypatch.setattr(_config, "SMALL_BATCH_DECODE", False)
     assert _config.default_config("bfloat16", 128, 16, "sm_90a", max_batch=1) == DecodeConfig(4, 16, 3, **flags)
     assert _config.split_schedule(small, "bfloat16", 128, 8, 132, "sm_90a").min_chunk == 256
@@ -482,8 +482,10 @@ def test_fp8_batch_tiles(monkeypatch):
               32: (4, 32, 2), 47: (4, 32, 2), 48: (2, 32, 2), 128: (2, 32, 2), 129: (4, 32, 2)}  # fmt: skip
     assert {n: shape(decode(n)) for n in expect} == expect
     four = decode(32)
-    assert dataclasses.replace(decode(128), warps=4) == four and dataclasses.replace(decode(8), warps=4) == four
-    assert shape(decode(8, kv_dtype="bfloat16")) == shape(decode(128, kv_dtype="bfloat16")) == (4, 16, 3)
+    unpaired = dict(warps=4, cluster=0, cluster_push=False, cluster_pairs=False)  # 8: CLUSTER_PAIRS_MAX's pairs
+    assert dataclasses.replace(decode(128), warps=4) == four and dataclasses.replace(decode(8), **unpaired) == four
+    assert decode(8).cluster_pairs and not decode(17).cluster_pairs
+    assert shape(decode(17, kv_dtype="bfloat16")) == shape(decode(128, kv_dtype="bfloat16")) == (4, 16, 3)
     for n in (8, 128):
         assert _config.default_config("float8_e4m3fn", 128, 16, "sm_120a", max_batch=n).warps == 4
         assert _config.default_config("float8_e4m3fn", 256, 16, "sm_90a", max_batch=n).keys_per_warp == 16

@@ -69,3 +69,20 @@ def test_copy_rows_flag_and_the_copy_moves_the_kv_bytes():
     fn = C.same_size_copy(kv_bytes, 1, torch.device("cpu"), torch.Generator().manual_seed(1))
     out = fn()
     assert out.numel() * out.element_size() == kv_bytes // 2  # read half, write half
+
+
+def test_capacity_flag_plans_for_more_requests_than_the_live_batch():
+    assert BA.parse_args(["--capacity", "16"]).capacity == 16 and BA.parse_args([]).capacity is None
+    with pytest.raises(SystemExit):
+        BA.parse_args(["--capacity", "0"])
+    paged = BA.paged
+    drawn = BA.fipeer.make_case(3, 64, False, "cpu")  # 3 live requests in a plan for 16
+    caps = BA.decode_caps("cpu", "bfloat16", 16, 64, drawn["k_cache"].shape[0])
+    assert caps.max_batch == 16 and caps.max_total_q == 16 and caps.max_work_items >= 16
+    plan = paged.plan(caps)
+    with BA.b12x.PreparationSession("cpu") as session:
+        session.prepare([plan])
+    binding = paged.bind(plan, q=drawn["q"], k_cache=drawn["k_cache"], v_cache=drawn["v_cache"],
+                         page_table=drawn["page_table"], cache_seqlens=drawn["lens"])  # fmt: skip
+    out, _ = paged.run(binding=binding)
+    assert out.shape == drawn["q"].shape

@@ -438,6 +438,40 @@ def clustered_default(decode: DecodeConfig) -> DecodeConfig:
     return replace(decode, cluster=SINGLE_REQUEST_CLUSTER, cluster_push=CLUSTER_PUSH)
 
 
+# CLUSTER_PAIRS_MAX (session 37; the measurements behind it: docs/performance.md, session 37): plans of more than
+# SMALL_BATCH_MAX and at most this many requests (capacity) on sm_90a at D 128 run the 8-warp tiles (fp8 8x32x2, as
+# FP8_EIGHT_WARP_MAX already gives it; bf16 8x16x2, the small-batch shape) as cluster pairs merged by pushes
+# (DecodeConfig.cluster_pairs, cluster 2, cluster_push): a live batch that pairs (`paired`: 2 B <= min(target_items,
+# cap - B), B <= 8 on these tiles) merges each request's items two by two through DSMEM; one that does not runs the
+# ticket merge as before, in clusters of two. Session 36 (s36_f / s36_h, capacity = live batch): B = 8 bf16 1k / 2k /
+# 4k / 8k / 32k -20 / -11 / -5 / -3 / -1% against the heuristic, fp8 -15 / -27 / -5 / -3 / -2%, B = 16 -3 to +1%.
+CLUSTER_PAIRS_MAX = 16
+
+
+def pairs_tile_by_default(kv_dtype: str, head_dim: int, arch: str, max_batch: int | None) -> bool:
+    """Whether a plan of `max_batch` requests takes CLUSTER_PAIRS_MAX's 8-warp tile and pairs (see above)."""
+    return (
+        CLUSTER_PAIRS_MAX > 0
+        and max_batch is not None
+        and SMALL_BATCH_MAX < max_batch <= CLUSTER_PAIRS_MAX
+        and arch == "sm_90a"
+        and head_dim == 128
+        and kv_dtype in ("bfloat16", "float16", "float8_e4m3fn")
+    )
+
+
+def pairs_by_default(kv_dtype: str, head_dim: int, arch: str, max_batch: int, decode: DecodeConfig) -> bool:
+    """Whether the plan's heuristic makes `decode` (its one-launch selection so far) cluster pairs (CLUSTER_PAIRS_MAX)."""
+    one_launch = decode.fused_merge and decode.fused_schedule and decode.pdl != "prefetch" and not decode.persistent
+    eight_warps = decode.warps == 8 and not decode.cluster
+    return pairs_tile_by_default(kv_dtype, head_dim, arch, max_batch) and one_launch and eight_warps
+
+
+def paired_default(decode: DecodeConfig) -> DecodeConfig:
+    """`decode` as the heuristic's cluster pairs (`pairs_by_default`): two CTAs a cluster, merged by pushes."""
+    return replace(decode, cluster=2, cluster_push=True, cluster_pairs=True)
+
+
 # KV16_HEADS_N8 (session 34, H200 graph timer, 8 calls a graph, Hq 32 / Hkv 8; docs/performance.md): 16-bit KV
 # decode on the register-light tile (DecodeConfig.heads_n8) wherever the GQA group fits its 8 columns: bf16 B = 8
 # L = 1k 14.00 -> 12.93 µs, B = 1 L = 1k / 8k 5.60 / 12.34 -> 5.15 / 11.60, B = 32 L = 1k 36.61 -> 35.85, the
@@ -468,11 +502,12 @@ def default_config(
     """Unmeasured first choice: 4 warps x 16 keys, 3 stages on sm_90a (2 CTAs/SM fit in 227 KB),
     2 on the 99 KB parts; fewer stages, then fewer warps, until shared memory fits. The switches
     above change it (DECODE_LATENCY_FLAGS, FP8_TWO_PAGE_TILES and LEAN_TICKET are on, PERSISTENT_DECODE off);
-    max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config`, and fp8's
-    two-page tile changes its warps by max_batch (FP8_EIGHT_WARP_MAX, FP8_WIDE_BATCH)."""
-    small = (
-        small_batch_config(kv_dtype, head_dim, arch) if max_batch is not None and max_batch <= SMALL_BATCH_MAX else None
-    )
+    max_batch (the plan's request capacity) at most SMALL_BATCH_MAX takes `small_batch_config` (16-bit KV up to
+    CLUSTER_PAIRS_MAX too, as the pairs' tile), and fp8's two-page tile changes its warps by max_batch
+    (FP8_EIGHT_WARP_MAX, FP8_WIDE_BATCH)."""
+    small_plan = max_batch is not None and max_batch <= SMALL_BATCH_MAX
+    pairs_tile = kv_dtype != "float8_e4m3fn" and pairs_tile_by_default(kv_dtype, head_dim, arch, max_batch)
+    small = small_batch_config(kv_dtype, head_dim, arch) if small_plan or pairs_tile else None
     cfg = small or _default_shape(kv_dtype, head_dim, page_size, arch)
     if not small and max_batch is not None:
         cfg = _fp8_batch_tile(cfg, kv_dtype, head_dim, arch, max_batch)

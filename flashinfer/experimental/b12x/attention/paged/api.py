@@ -75,6 +75,8 @@ from ._config import (
     default_extend_config,
     extend_item_capacity,
     heads_n8_by_default,
+    paired_default,
+    pairs_by_default,
     split_schedule,
     why_not,
     why_not_extend,
@@ -206,6 +208,10 @@ class PagedAttentionPlan(Plan):
         max_context = caps.max_page_table_width * caps.page_size
         if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
             decode = clustered
+        pairs = paired_default(decode)
+        paired_plan = pairs_by_default(caps.kv_dtype, caps.head_dim_qk, arch, caps.max_batch, decode)
+        if caps.config is None and paired_plan and fits(pairs):
+            decode = pairs
         light = dataclasses.replace(decode, heads_n8=True)
         if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch, decode) and fits(light):
             decode = light
