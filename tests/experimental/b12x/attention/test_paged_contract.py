@@ -427,7 +427,9 @@ def test_small_batch_plans_take_the_one_round_decode_shape(monkeypatch):
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX) == small
         general = _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.FP8_EIGHT_WARP_MAX + 1)
         assert _config.default_config(kv, 128, 16, "sm_90a", max_batch=_config.SMALL_BATCH_MAX + 1) == (
-            small if kv == "bfloat16" else dataclasses.replace(general, warps=8)  # CLUSTER_PAIRS_MAX / FP8_EIGHT_WARP_MAX
+            small
+            if kv == "bfloat16"
+            else dataclasses.replace(general, warps=8)  # CLUSTER_PAIRS_MAX / FP8_EIGHT_WARP_MAX
         )
         assert _config.default_config(kv, 128, 16, "sm_120a", max_batch=1) == _config.default_config(
             kv, 128, 16, "sm_120a"
