@@ -108,6 +108,11 @@ class DecodeConfig:
     from the live fused schedule (`ScheduleConfig.pairs`), merge them through DSMEM, then a request's pair rows
     through the ticket; unpaired batches (2 B > min(target_items, cap - B)) run the ticket merge.
 
+    full_grid (session 37, opt-out; bench flag w): the fused schedule's launch keeps a CTA row a KV head per work row
+    of the plan (its capacity: max_batch + 66 rows at Hkv 8 by default), as before session 37, instead of the rows
+    the live batch can fill (`launch_rows`). A row past the live items locates itself (the lengths load and the
+    scan) and exits; with one CTA an SM (the 8-warp tiles) those rows ran in waves after the live ones.
+
     q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
     they are dead through P V: ptxas sm_90a, D 128, one-launch flags: fp8 4x32x2 194 -> 168 registers
@@ -141,6 +146,7 @@ class DecodeConfig:
     cluster_pairs: bool = False
     q_reload: bool = False
     heads_n8: bool = False
+    full_grid: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -160,6 +166,7 @@ class DecodeConfig:
         extra += ", cluster_pairs=True" if self.cluster_pairs else ""
         extra += ", q_reload=True" if self.q_reload else ""
         extra += ", heads_n8=True" if self.heads_n8 else ""
+        extra += ", full_grid=True" if self.full_grid else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -239,7 +246,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
                  "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "cluster_pairs", "q_reload",
-                 "heads_n8"):  # fmt: skip
+                 "heads_n8", "full_grid"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -708,6 +715,18 @@ def schedule_reference(seqlens, window_left: int, cap: int, config: ScheduleConf
         for c in range(items):
             work.append((b, lo + c * size, min(lo + (c + 1) * size, n), int(items > 1)))
     return work, reqs, len(work)
+
+
+def launch_rows(batch: int, cap: int, config: ScheduleConfig) -> int:
+    """CTA rows a KV head of the fused one-launch decode for a live batch of `batch` requests and `cap` work rows
+    (`DecodeConfig.full_grid` off): the most items `schedule_reference` can make, so no row is dead by
+    construction. Unsplit (min(target, cap) <= batch): batch. Split: each request's count is at most
+    len / chunk + 1 and chunk >= total / (target' = min(target, cap) - batch), so the sum is at most min(target,
+    cap). Paired: target' = min(target, cap - batch) - batch and every count gains at most one (the rounding to
+    even), so min(target, cap - batch) + batch; the pairs' launch rounds that up to whole clusters of two."""
+    if paired(batch, cap, config):
+        return min(config.target_items, cap - batch) + batch
+    return max(batch, min(config.target_items, cap))
 
 
 def persistent_grid_rows(rows: int, config: ScheduleConfig) -> int:

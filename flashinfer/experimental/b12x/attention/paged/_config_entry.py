@@ -12,18 +12,19 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8; parts: tN
+    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8, w full_grid;
+    parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push, c2s
     cluster_pairs (c2sp: pushed)
     (e.g. '4x16x4fspl:o3:u8', '8x16x2fspld:c8', '8x16x2fspld:c8p'). 'h' takes only f and s (the bench
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldrgkeqn")
+    body = head.rstrip("fspldrgkeqnw")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
         raise ValueError(
-            f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g, q and n, got {text!r}"
+            f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g, q, n and w, got {text!r}"
         )
     decode = None
     target = min_chunk = None
@@ -51,9 +52,9 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g", "k", "e", "q", "n"} or min_ctas or unroll != 2 or cluster:
+        if flags & {"p", "l", "d", "r", "g", "k", "e", "q", "n", "w"} or min_ctas or unroll != 2 or cluster:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g, q and n, "
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g, q, n and w, "
                 f"got {text!r}"
             )
     else:
@@ -77,6 +78,7 @@ def parse_decode_entry(text: str):
             early_pages="e" in flags,
             q_reload="q" in flags,
             heads_n8="n" in flags,
+            full_grid="w" in flags,
             cluster=cluster,
             cluster_push=push,
             cluster_pairs=pairs,

@@ -223,15 +223,25 @@ class PagedDecode(DecodeLoads, DecodeN8):
         ).launch(grid=[self.hkv, self._grid_rows(mWork, mSeqlens), 1], block=[self.threads, 1, 1], stream=stream, use_pdl=self.pdl != "off", **self._bounds())  # fmt: skip
 
     def _grid_rows(self, mWork, mSeqlens):
-        """CTA rows a KV head: one per work row, (persistent) `_config.persistent_grid_rows`, or
-        (cluster) C a request."""
-        if self.pairs:  # whole clusters of two: the work rows rounded up to even
-            return (mWork.shape[0] + 1) // 2 * 2
-        if self.cluster:
-            return mSeqlens.shape[0] * self.cluster
+        """CTA rows a KV head: (cluster) C a request, (persistent) `_config.persistent_grid_rows`, (fused schedule)
+        the rows the live batch can fill (`_config.launch_rows`; pairs: whole clusters of two), else (or
+        `DecodeConfig.full_grid`) one per work row."""
+        batch, cap = mSeqlens.shape[0], mWork.shape[0]
+        if self.cluster and not self.pairs:
+            return batch * self.cluster
         if self.persistent:
-            return cutlass.max(cutlass.min(mWork.shape[0], Int32(self.schedule.target)), Int32(1))
-        return mWork.shape[0]
+            return cutlass.max(cutlass.min(cap, Int32(self.schedule.target)), Int32(1))
+        rows = cap
+        if cutlass.const_expr(self.fused_schedule and not self.config.full_grid):
+            room = cutlass.min(Int32(self.schedule.target), cap)
+            rows = cutlass.max(batch, room)
+            if cutlass.const_expr(self.pairs):
+                room = cutlass.min(Int32(self.schedule.target), cap - batch)
+                paired = cutlass.min(cutlass.max(room - 2 * batch + 1, Int32(0)), Int32(1))  # `Schedule._paired`
+                rows = paired * (room + batch) + (1 - paired) * rows
+        if cutlass.const_expr(self.pairs):  # whole clusters of two
+            rows = (rows + 1) // 2 * 2
+        return rows
 
     def _bounds(self):
         """Launch bound of `DecodeConfig.min_ctas` (nvvm.minctasm: ptxas caps the registers so that

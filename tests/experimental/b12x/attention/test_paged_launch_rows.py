@@ -1,0 +1,104 @@
+"""The fused decode's launch rows (session 37, `_config.launch_rows`; `DecodeConfig.full_grid` opts out): the grid
+holds the rows the live batch can fill, not the plan's work-row capacity.
+reference: on random batches, lengths, windows, targets and capacities, every item of `schedule_reference` lies
+within `launch_rows` (paired and not), and the bound is the schedule's count where it can be (one item a request,
+a one-wave split); the launcher's own arithmetic (`PagedDecode._grid_rows`, run on Python values) gives exactly
+`launch_rows`, rounded up to whole clusters of two for pairs, the capacity with full_grid or without the fused
+schedule, and the cluster and persistent grids as before; the bench flag w and the repr.
+"""
+
+import dataclasses
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from flashinfer.experimental.b12x.attention.paged._config import (
+    DecodeConfig,
+    ScheduleConfig,
+    launch_rows,
+    paired,
+    parse_decode_entry,
+    schedule_reference,
+    why_not,
+)
+from flashinfer.experimental.b12x.attention.paged._kernel_decode import PagedDecode
+
+pytestmark = pytest.mark.reference
+
+
+def _random_case(rng):
+    batch = rng.choice([1, 2, 3, 5, 8, 9, 16, 33, 100, 128])
+    lens = [rng.choice([0, 1, rng.randrange(1, 3000), rng.randrange(1, 70000)]) for _ in range(batch)]
+    window_left = rng.choice([-1, -1, 0, 100, 3000])
+    target, tile = rng.choice([17, 33, 50, 66]), rng.choice([64, 128, 256])
+    cap = batch + rng.choice([0, 1, 17, 66, 200])
+    config = ScheduleConfig(tile, target, rng.choice([128, 256, 512]), pairs=rng.random() < 0.5)
+    return lens, window_left, cap, config
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_every_item_lies_within_the_launch_rows(seed):
+    rng = random.Random(seed)
+    for _ in range(20):
+        lens, window_left, cap, config = _random_case(rng)
+        batch = len(lens)
+        _, _, count = schedule_reference(lens, window_left, cap, config)
+        rows = launch_rows(batch, cap, config)
+        assert count <= rows <= cap, (lens, window_left, cap, config)
+        assert rows >= batch
+
+
+def test_the_bound_is_tight_where_the_schedule_fills_it():
+    eight_warps = ScheduleConfig(256, 17, 512, pairs=True)
+    assert schedule_reference([1024] * 8, -1, 74, eight_warps)[2] == 16 <= launch_rows(8, 74, eight_warps) == 25
+    plain = dataclasses.replace(eight_warps, pairs=False)
+    assert launch_rows(8, 74, plain) == 17  # was 74 rows: 592 CTAs at Hkv 8 for at most 136 items
+    assert schedule_reference([70000], -1, 67, plain)[2] == 16 < launch_rows(1, 67, plain) == 17  # was 67
+    assert launch_rows(128, 194, plain) == 128 == schedule_reference([100] * 128, -1, 194, plain)[2]  # unsplit
+    assert not paired(9, 75, eight_warps) and launch_rows(9, 75, eight_warps) == 17
+
+
+def _launcher(config: DecodeConfig, schedule: ScheduleConfig):
+    fake = SimpleNamespace(
+        cluster=config.cluster, pairs=config.cluster_pairs, persistent=config.runs_persistent,
+        fused_schedule=config.fused_schedule, config=config, schedule=SimpleNamespace(target=schedule.target_items),
+    )  # fmt: skip
+    return lambda batch, cap: int(
+        PagedDecode._grid_rows(fake, SimpleNamespace(shape=(cap, 4)), SimpleNamespace(shape=(batch,)))
+    )
+
+
+@pytest.mark.parametrize("entry", ["8x32x2fspldk", "8x32x2fspldk:c2sp", "8x16x2fspldkn:c2s", "4x16x3fspldkn"])
+def test_the_launcher_computes_launch_rows(entry):
+    decode = parse_decode_entry(entry)[0]
+    rng = random.Random(entry)
+    for target in (17, 33, 66):
+        schedule = ScheduleConfig(decode.tile_keys, target, 256, pairs=decode.cluster_pairs)
+        grid = _launcher(decode, schedule)
+        full = _launcher(dataclasses.replace(decode, full_grid=True), schedule)
+        for _ in range(50):
+            batch = rng.randrange(1, 129)
+            cap = batch + rng.choice([0, 1, 17, 66, 200])
+            want = launch_rows(batch, cap, schedule)
+            even = (lambda n: (n + 1) // 2 * 2) if decode.cluster_pairs else (lambda n: n)
+            assert grid(batch, cap) == even(want), (batch, cap, target)
+            assert full(batch, cap) == even(cap)
+
+
+def test_other_launches_keep_their_grids():
+    schedule = ScheduleConfig(128, 17, 256)
+    assert _launcher(parse_decode_entry("4x16x3")[0], schedule)(8, 74) == 74  # three launches: the work rows
+    assert _launcher(parse_decode_entry("8x16x2fspld:c8p")[0], schedule)(3, 74) == 24  # C a request
+    persistent = parse_decode_entry("4x32x3fspldr")[0]
+    assert _launcher(persistent, schedule)(8, 74) == 17  # one wave of the target
+
+
+def test_full_grid_flag_entry_and_repr():
+    cfg = parse_decode_entry("8x32x2fspldkw")[0]
+    assert cfg.full_grid and "full_grid=True" in repr(cfg) and "full_grid" not in repr(DecodeConfig())
+    assert why_not("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16, cfg, "sm_90a") is None
+    bad = dataclasses.replace(cfg, full_grid=1)
+    assert why_not("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16, bad, "sm_90a") == "full_grid must be a bool, got 1"
+    with pytest.raises(ValueError):
+        parse_decode_entry("hw")
