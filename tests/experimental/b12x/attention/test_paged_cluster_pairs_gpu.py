@@ -4,7 +4,8 @@ bit-equal (a DSMEM or ticket race would show as a changed bit or a NaN), within 
 config without clusters, the tickets back at zero; paired batches of one pair a request (the DSMEM combine writes
 the output) and of several (pair rows, then the ticket merge), empty and one-key requests (an empty second item),
 sinks and windows, and unpaired batches (B = 9, 16: the kernel's ticket merge in clusters of two); CUDA-graph
-replay with new lengths; the pair merged by peers' DSMEM loads (pull) and by st.async pushes (`cluster_push`).
+replay with new lengths; the pair merged by peers' DSMEM loads (pull) and by st.async pushes (`cluster_push`); the
+heuristic's pairs (session 37) in a plan for 16 requests serving 3, 8 and 12, page sizes 16 and 64.
 """
 
 import dataclasses
@@ -12,9 +13,11 @@ import dataclasses
 import pytest
 import torch
 
+from flashinfer.experimental.b12x._lib.arch import target_arch
+
 from .paged_cases import make_case
 from .test_paged_cluster_gpu import LENS, base_config, cluster_plan, run_checked
-from .test_paged_gpu import DEV, replay_with_new_lengths
+from .test_paged_gpu import DEV, caps_for, prepared, replay_with_new_lengths
 
 pytestmark = pytest.mark.gpu
 
@@ -67,3 +70,41 @@ def test_pairs_graph_replay_with_new_lengths(kv_dtype, batch, push):
     full = make_case([32000] * batch, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=62)  # fmt: skip
     replay_with_new_lengths(cluster_plan(full, kv_dtype, pairs_config(kv_dtype, push)), full, seed=36, steps=3)
+
+
+SERVING_LENS = {"b8-paired": [1024, 0, 1, 2048, 777, 32768, 4097, 300], "b3-paired": [0, 1, 5000],
+                "b12-unpaired": [1024] * 5 + [0, 1, 17, 9000, 65, 300, 2048]}  # fmt: skip
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("lens", list(SERVING_LENS))
+def test_the_default_pairs_of_a_serving_plan(kv_dtype, page_size, lens):
+    """The heuristic's cluster pairs (`_config.CLUSTER_PAIRS_MAX`, session 37: plans of 5-16 requests, sm_90a, D 128;
+    bf16 8x16x2 n8, fp8 8x32x2, pushed) in a plan for 16 requests serving fewer, paired and not, under sinks and
+    windows, its grid sized by the live batch (`launch_rows`); twice bit-equal."""
+    case = make_case(SERVING_LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=page_size,
+                     kv_dtype=getattr(torch, kv_dtype), width=40000 // page_size, device=DEV, seed=37 + len(lens))  # fmt: skip
+    plan = _default_pairs_plan(case, kv_dtype)
+    sinks = torch.randn(32, device=DEV) * 3
+    for window_left, sink in ((-1, None), (-1, sinks), (300, sinks)):
+        out, lse = run_checked(plan, case, window_left=window_left, sinks=sink)
+        again, again_lse = run_checked(plan, case, window_left=window_left, sinks=sink)
+        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_the_default_pairs_replay_with_new_lengths(kv_dtype):
+    full = make_case([32000] * 8, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=38)  # fmt: skip
+    replay_with_new_lengths(_default_pairs_plan(full, kv_dtype), full, seed=37, steps=3)
+
+
+def _default_pairs_plan(case, kv_dtype):
+    """The heuristic's plan for 16 requests (no override): cluster pairs on sm_90a."""
+    if target_arch(torch.device(DEV)) != "sm_90a":
+        pytest.skip("the pairs default is sm_90a's (not measured on an SM120 GPU)")
+    plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=16))
+    decode = plan.state.selection.decode
+    assert decode.cluster_pairs and decode.cluster_push and decode.warps == 8 and not decode.full_grid
+    return plan
