@@ -376,7 +376,10 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
         out, _ = paged.run(binding=binding)
         err = (out.float() - want.float()).abs().max().item()
         sel = plan.state.selection
-        note = f"{sel.decode}, {sel.schedule}; max |ours - sdpa| = {err:.2e}"
+        note = f"{sel.decode}, {sel.schedule}"
+        if getattr(sel, "small", None) is not None:  # the plan's live small-batch kernel
+            note += f"; live B <= {sel.small_below}: {sel.small.decode}"
+        note += f"; max |ours - sdpa| = {err:.2e}"
         note += " (fp8 KV vs its bf16 dequant)" if fp8 else ""
         if not err <= tol:
             note += " MISMATCH"

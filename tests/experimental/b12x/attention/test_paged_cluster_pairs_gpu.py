@@ -108,3 +108,32 @@ def _default_pairs_plan(case, kv_dtype):
     decode = plan.state.selection.decode
     assert decode.cluster_pairs and decode.cluster_push and decode.warps == 8 and not decode.full_grid
     return plan
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("cap", [32, 129])  # a one-launch plan, a three-launch one (above FUSED_SCHEDULE_MAX_BATCH)
+def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap):
+    """`Selection.small` (session 37, `_decode_choice.LIVE_SMALL_BATCH`): a plan for 32 or 129 requests runs the
+    8-warp pairs kernel for 8 live requests and its own kernel(s) for 20, each against the reference, twice
+    bit-equal; then graph replays of 8 requests with new lengths."""
+    if target_arch(torch.device(DEV)) != "sm_90a":
+        pytest.skip("the pairs default is sm_90a's (not measured on an SM120 GPU)")
+    for lens in (SERVING_LENS["b8-paired"], SERVING_LENS["b12-unpaired"] + [700, 0, 1, 4097, 65, 2048, 9, 30000]):
+        case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                         kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=40 + len(lens))  # fmt: skip
+        plan = prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=cap))
+        sel = plan.state.selection
+        assert sel.small is not None and sel.small.decode.cluster_pairs and sel.small_below == 16
+        for sinks in (None, torch.randn(32, device=DEV) * 3):
+            requests = plan.state.scratch["requests"]
+            requests.fill_(-7)
+            out, lse = run_checked(plan, case, sinks=sinks)
+            if len(lens) <= 16:  # the pairs kernel ran: every request's item count is even
+                assert (requests[: len(lens), 1] % 2 == 0).all() and (requests[: len(lens), 1] >= 2).all()
+            again, again_lse = run_checked(plan, case, sinks=sinks)
+            assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+    full = make_case([32000] * 8, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=39)  # fmt: skip
+    replay_with_new_lengths(
+        prepared(caps_for(full, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=cap)), full, seed=38, steps=3
+    )

@@ -384,7 +384,7 @@ def test_default_switches_for_the_streaming_knobs(monkeypatch):
     assert _config.DECODE_LATENCY_FLAGS and _config.FP8_TWO_PAGE_TILES and _config.LEAN_TICKET
     monkeypatch.setattr(_config, "LEAN_TICKET", False)
     monkeypatch.setattr(_config, "KV16_HEADS_N8", False)  # its own test: test_paged_n8.py
-    # the plan keeps the two-page sub-tile on 16-key pages (api._fit_page allows 2 x page_size)
+    # the plan keeps the two-page sub-tile on 16-key pages (_decode_choice._fit_page allows 2 x page_size)
     fp8_caps = caps(kv_dtype="float8_e4m3fn", head_dim_qk=128, head_dim_vo=128)
     fp8_plan = paged.plan(fp8_caps).heuristic("sm_90a").decode
     assert fp8_plan.keys_per_warp == 32 and fp8_plan.fast_prologue and fp8_plan.direct_items
@@ -555,14 +555,14 @@ def test_bench_decode_config_entries():
 
 
 def test_heuristic_picks_the_one_launch_decode_only_when_enabled(monkeypatch):
-    from flashinfer.experimental.b12x.attention.paged import api
+    from flashinfer.experimental.b12x.attention.paged import _config
 
     fused = paged.plan(caps()).heuristic("sm_90a").decode
     assert fused.fused_merge and fused.fused_schedule  # FUSED_BY_DEFAULT: measured faster on the H200
-    monkeypatch.setattr(api, "FUSED_BY_DEFAULT", False)
+    monkeypatch.setattr(_config, "FUSED_BY_DEFAULT", False)
     base = paged.plan(caps()).heuristic("sm_90a").decode
     assert not base.fused_merge and not base.fused_schedule
-    monkeypatch.setattr(api, "FUSED_BY_DEFAULT", True)
+    monkeypatch.setattr(_config, "FUSED_BY_DEFAULT", True)
     assert paged.plan(caps()).heuristic("sm_90a").decode == dataclasses.replace(
         base, fused_merge=True, fused_schedule=True
     )

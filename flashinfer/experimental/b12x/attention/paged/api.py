@@ -64,26 +64,17 @@ from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers re
     validate_caps,
 )
 from ._config import (
-    FUSED_BY_DEFAULT,
-    FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
-    cluster_by_default,
-    clustered_default,
-    default_config,
     default_extend_config,
     extend_item_capacity,
-    heads_n8_by_default,
-    paired_default,
-    pairs_by_default,
-    split_schedule,
     why_not,
     why_not_extend,
     why_not_schedule,
-    with_pdl,
 )
 from ._config_extend import resident_ctas
+from ._decode_choice import LIVE_SMALL_BATCH, decode_choice, small_choice
 from .reference import LOG2E, paged_attention_reference
 
 DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
@@ -164,10 +155,14 @@ class Caps:
 # ---- the plan ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Selection:
-    """What preparation selects: the decode kernel's config and the split schedule's."""
+    """What preparation selects: the decode kernel's config and the split schedule's; small (a Selection of a
+    one-launch kernel, or None): the kernel that runs instead for live batches of at most small_below requests
+    (`_decode_choice.LIVE_SMALL_BATCH`)."""
 
     decode: object
     schedule: ScheduleConfig
+    small: object = None
+    small_below: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,29 +189,11 @@ class PagedAttentionPlan(Plan):
                 caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a", caps.mode)
             )
         arch = arch or "sm_120a"
-        decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch, caps.max_batch)
-        dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
-        fits = lambda d: why_not(*dims, caps.page_size, d, arch) is None  # noqa: E731
-        if caps.config is None and not fits(_fit_page(decode, caps.page_size)):
-            decode = default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)  # small shape unfit here
-        decode = _fit_page(decode, caps.page_size)
-        if caps.config is None and FUSED_BY_DEFAULT:
-            one_launch = caps.max_batch <= FUSED_SCHEDULE_MAX_BATCH
-            decode = dataclasses.replace(decode, fused_merge=True, fused_schedule=one_launch)
-        decode = with_pdl(caps.pdl, decode)
-        clustered = clustered_default(decode)
-        max_context = caps.max_page_table_width * caps.page_size
-        if caps.config is None and cluster_by_default(caps.max_batch, max_context, decode) and fits(clustered):
-            decode = clustered
-        pairs = paired_default(decode)
-        paired_plan = pairs_by_default(caps.kv_dtype, caps.head_dim_qk, arch, caps.max_batch, decode)
-        if caps.config is None and paired_plan and fits(pairs):
-            decode = pairs
-        light = dataclasses.replace(decode, heads_n8=True)
-        if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch, decode) and fits(light):
-            decode = light
-        schedule = split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, self._sm_count(), arch)
-        return Selection(decode, schedule)
+        decode, schedule = decode_choice(caps, arch, self._sm_count())
+        small = small_choice(caps, arch, self._sm_count())
+        if small is None:
+            return Selection(decode, schedule)
+        return Selection(decode, schedule, small=Selection(*small), small_below=LIVE_SMALL_BATCH)
 
     def kernels(self, config, arch):
         c = self.caps
@@ -263,9 +240,14 @@ class PagedAttentionPlan(Plan):
             kernels = ((compile_decode, (*dims, config.decode, arch, config.schedule)),)
         else:
             kernels = ((compile_schedule, (config.schedule, arch)), (compile_decode, (*dims, config.decode, arch)))
-        if config.decode.fused_merge:
-            return kernels
-        return (*kernels, (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)))
+        if not config.decode.fused_merge:
+            kernels = (*kernels, (compile_merge, (c.dtype, c.num_q_heads, c.num_kv_heads, c.head_dim_vo, arch)))
+        if config.small is not None:  # last: the live small-batch kernel (run() picks it by the live batch)
+            reason = why_not(*dims, config.small.decode, arch)
+            if reason is not None:
+                raise NotImplementedError(f"{OP}: small: {reason}")
+            kernels = (*kernels, (compile_decode, (*dims, config.small.decode, arch, config.small.schedule)))
+        return kernels
 
     def scratch_specs(self, config=None, device="cuda"):
         c = self.caps
@@ -317,18 +299,14 @@ class PagedAttentionPlan(Plan):
         q = torch.randn(1, c.num_q_heads, c.head_dim_qk, device=dev, generator=gen).to(getattr(torch, c.dtype))
         k = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_qk, device=dev, generator=gen).to(kv_t)
         v = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_vo, device=dev, generator=gen).to(kv_t)
-        pt = torch.zeros(1, 1, dtype=torch.int32, device=dev)
-        lens = torch.ones(1, dtype=torch.int32, device=dev)
-        cu = torch.tensor([0, 1], dtype=torch.int32, device=dev)
-        run(binding=bind(self, q=q, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens, cu_seqlens_q=cu))
+        small = state.selection.small_below if getattr(state.selection, "small", None) is not None else 0
+        for batch in (1, small + 1) if small else (1,):  # each decode kernel once (the small one runs up to small)
+            pt = torch.zeros(batch, 1, dtype=torch.int32, device=dev)
+            lens = torch.ones(batch, dtype=torch.int32, device=dev)
+            cu = torch.arange(batch + 1, dtype=torch.int32, device=dev)
+            qb = q.repeat(batch, 1, 1)
+            run(binding=bind(self, q=qb, k_cache=k, v_cache=v, page_table=pt, cache_seqlens=lens, cu_seqlens_q=cu))
         torch.cuda.synchronize(dev)
-
-
-def _fit_page(config, page_size: int):
-    """A warp's sub-tile may span two pages (the kernel copies it as two one-page pieces)."""
-    if config.keys_per_warp <= 2 * page_size:
-        return config
-    return dataclasses.replace(config, keys_per_warp=page_size)
 
 
 def plan(caps: Caps, *, invocation=None, override=None) -> PagedAttentionPlan:
@@ -366,6 +344,24 @@ def _validate_override(caps: Caps, override) -> None:
     reason = why_not_schedule(override.schedule)
     if reason is not None:
         raise ValueError(f"override.schedule: {reason}")
+    if override.small is None:
+        return
+    small = override.small
+    if not isinstance(small, Selection) or small.small is not None:
+        raise ValueError(f"override.small must be a Selection without a small of its own, or None, got {small!r}")
+    if isinstance(override.small_below, bool) or not isinstance(override.small_below, int):
+        raise ValueError(f"override.small_below must be an int, got {override.small_below!r}")
+    if not 1 <= override.small_below < caps.max_batch:
+        raise ValueError(
+            f"override.small_below must be in 1..max_batch - 1 ({caps.max_batch - 1}), got {override.small_below}"
+        )
+    if not isinstance(small.decode, DecodeConfig) or not (small.decode.fused_merge and small.decode.fused_schedule):
+        raise ValueError(
+            f"override.small.decode must be a one-launch DecodeConfig (fused_merge, fused_schedule), got {small.decode!r}"
+        )
+    reason = why_not(*dims, caps.page_size, small.decode, "sm_90a") or why_not_schedule(small.schedule)
+    if reason is not None:
+        raise ValueError(f"override.small: {reason}")
 
 
 # ---- bind ----------------------------------------------------------------------------------------
@@ -549,7 +545,9 @@ def bind(
             extend_views = (count[:4], flags, work[: min(work.shape[0], large)], large_count, small_count,
                             preds[0], preds[1])  # fmt: skip
     else:
-        rows = min(c.item_capacity, batch + selection.schedule.target_items) if selection is not None else 0
+        targets = [selection.schedule.target_items] if selection is not None else []
+        targets += [selection.small.schedule.target_items] if selection is not None and selection.small else []
+        rows = min(c.item_capacity, batch + max(targets)) if targets else 0
         work = scratch["work"][:rows]
         no_sink = scratch["partial_lse"][0]
     decode_views = ()
@@ -642,6 +640,11 @@ def run(*, binding: Binding, plan=None):
         s["page_table"][:batch, :width].copy_(pt)
         lens, pt = s["cache_seqlens"][:batch], s["page_table"][:batch, :width]
     req, count, part_o, part_lse, tickets = b.decode_views
+    small = state.selection.small
+    if small is not None:
+        small_launcher = launchers.pop()
+        if lens.shape[0] <= state.selection.small_below:  # the live batch (a shape: no host read)
+            launchers, decode_config = [small_launcher], small.decode
     if not decode_config.fused_schedule:
         launchers.pop(0)(lens, b.work, req, count, b.window_left)
     launchers.pop(0)(b.q, b.k_cache, b.v_cache, pt, b.work, count, b.out, b.lse, part_o, part_lse, b.sink,
