@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x._lib.arch import target_arch
+from flashinfer.experimental.b12x.attention.paged import _decode_choice
 
 from .paged_cases import make_case
 from .test_paged_cluster_gpu import LENS, base_config, cluster_plan, run_checked
@@ -112,12 +113,13 @@ def _default_pairs_plan(case, kv_dtype):
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("cap", [32, 129])  # a one-launch plan, a three-launch one (above FUSED_SCHEDULE_MAX_BATCH)
-def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap):
+def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap, monkeypatch):
     """`Selection.small` (session 37, `_decode_choice.LIVE_SMALL_BATCH`): a plan for 32 or 129 requests runs the
     8-warp pairs kernel for 8 live requests and its own kernel(s) for 20, each against the reference, twice
     bit-equal; then graph replays of 8 requests with new lengths."""
     if target_arch(torch.device(DEV)) != "sm_90a":
         pytest.skip("the pairs default is sm_90a's (not measured on an SM120 GPU)")
+    monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", _decode_choice.LIVE_SMALL_BATCH_MEASURED)  # ships off
     for lens in (SERVING_LENS["b8-paired"], SERVING_LENS["b12-unpaired"] + [700, 0, 1, 4097, 65, 2048, 9, 30000]):
         case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                          kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=40 + len(lens))  # fmt: skip

@@ -1,7 +1,7 @@
 """The live small-batch decode kernel (session 37, `_decode_choice.LIVE_SMALL_BATCH`, `Selection.small`): a plan for
 more than CLUSTER_PAIRS_MAX requests on sm_90a at D 128 also selects the kernel a plan for CLUSTER_PAIRS_MAX would run
 (the 8-warp tile as cluster pairs) for live batches of at most LIVE_SMALL_BATCH requests; run() picks by the live
-batch (a shape, no host read). The GPU tier is test_paged_cluster_pairs_gpu.py (`-k live_small`).
+batch (a shape, no host read). The switch ships off (0) until its GPU run; these tests set the measured bound. The GPU tier is test_paged_cluster_pairs_gpu.py (`-k live_small`).
 reference: which plans get one and which not, its kernel listed last, the work rows it needs, the override checks,
 the CPU lifecycle of such a plan.
 """
@@ -32,6 +32,18 @@ def _caps(kv_dtype, batch, head_dim=128, **kw):
     )  # fmt: skip
 
 
+@pytest.fixture
+def live_small(monkeypatch):
+    """The switch on at the measured bound (it ships off until its GPU run)."""
+    monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", _decode_choice.LIVE_SMALL_BATCH_MEASURED)
+
+
+def test_the_switch_ships_off_until_its_gpu_run():
+    assert _decode_choice.LIVE_SMALL_BATCH == 0 and _decode_choice.LIVE_SMALL_BATCH_MEASURED == 16
+    assert paged.plan(_caps("bfloat16", 64)).heuristic("sm_90a").small is None
+
+
+@pytest.mark.usefixtures("live_small")
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 def test_plans_above_sixteen_requests_carry_the_pairs_kernel_for_small_live_batches(kv_dtype):
     assert _decode_choice.LIVE_SMALL_BATCH == 16 == _config.CLUSTER_PAIRS_MAX
@@ -54,6 +66,7 @@ def test_plans_above_sixteen_requests_carry_the_pairs_kernel_for_small_live_batc
     assert waiting.decode == dataclasses.replace(want, pdl="wait")
 
 
+@pytest.mark.usefixtures("live_small")
 def test_the_switch_turns_it_off(monkeypatch):
     monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", 0)
     assert paged.plan(_caps("bfloat16", 64)).heuristic("sm_90a").small is None
@@ -87,6 +100,7 @@ def test_override_checks_name_the_small_part():
             paged.plan(c, override=override)
 
 
+@pytest.mark.usefixtures("live_small")
 def test_bind_leaves_work_rows_for_both_kernels():
     p = paged.plan(_caps("float8_e4m3fn", 64))
     sel = p.heuristic("sm_90a")

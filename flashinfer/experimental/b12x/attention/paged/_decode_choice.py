@@ -27,7 +27,11 @@ from ._config import (
 # L = 1k 10.82 / 11.32 -> 8.74 / 8.73, L = 8k 38.40 / 53.55 -> 36.46 / 36.45, B = 16 L = 1k 15.36 / 13.43 -> 10.35 /
 # 10.37; bf16 B = 8 L = 1k 12.44 / 12.75 -> 9.96 / 9.91, B = 16 L = 1k 21.58 / 22.11 -> 20.26 / 20.37; at B = 32
 # the plan's own tiles win (fp8 21.22 vs 23.97 at cap 32, bf16 35.64 vs 38.06), so the bound is 16. 0 turns it off.
-LIVE_SMALL_BATCH = 16
+# Off (0) until its GPU run: the dispatch in run() was built after session 37's last device time (its tests,
+# test_paged_cluster_pairs_gpu.py -k live_small, set 16 themselves); scripts/jobs/next_session.txt stages the run
+# that turns it on.
+LIVE_SMALL_BATCH = 0
+LIVE_SMALL_BATCH_MEASURED = 16  # the bound s37_c supports, for the run that turns it on
 
 
 def _fit_page(config, page_size: int):
@@ -65,11 +69,11 @@ def decode_choice(caps, arch: str, sm_count: int, max_batch: int | None = None):
 
 
 def small_choice(caps, arch: str, sm_count: int):
-    """(DecodeConfig, ScheduleConfig) of the live small-batch kernel (LIVE_SMALL_BATCH above), or None: only for the
-    heuristic's plans (no caps.config) above CLUSTER_PAIRS_MAX requests whose CLUSTER_PAIRS_MAX-request choice is
-    cluster pairs (sm_90a, D 128; not with pdl='prefetch')."""
+    """(DecodeConfig, ScheduleConfig, live batches it serves) of the live small-batch kernel (LIVE_SMALL_BATCH above),
+    or None: only for the heuristic's plans (no caps.config) above CLUSTER_PAIRS_MAX requests whose
+    CLUSTER_PAIRS_MAX-request choice is cluster pairs (sm_90a, D 128; not with pdl='prefetch')."""
     bound = min(LIVE_SMALL_BATCH, _config.CLUSTER_PAIRS_MAX)
     if caps.config is not None or bound <= 0 or caps.max_batch <= bound:
         return None
     decode, schedule = decode_choice(caps, arch, sm_count, max_batch=_config.CLUSTER_PAIRS_MAX)
-    return (decode, schedule) if decode.cluster_pairs else None
+    return (decode, schedule, bound) if decode.cluster_pairs else None

@@ -74,7 +74,7 @@ from ._config import (
     why_not_schedule,
 )
 from ._config_extend import resident_ctas
-from ._decode_choice import LIVE_SMALL_BATCH, decode_choice, small_choice
+from ._decode_choice import decode_choice, small_choice
 from .reference import LOG2E, paged_attention_reference
 
 DEFAULT_SM_COUNT = 132  # H200; only sizes the default work list when no device can be asked
@@ -193,7 +193,7 @@ class PagedAttentionPlan(Plan):
         small = small_choice(caps, arch, self._sm_count())
         if small is None:
             return Selection(decode, schedule)
-        return Selection(decode, schedule, small=Selection(*small), small_below=LIVE_SMALL_BATCH)
+        return Selection(decode, schedule, small=Selection(*small[:2]), small_below=small[2])
 
     def kernels(self, config, arch):
         c = self.caps
