@@ -51,12 +51,13 @@ def test_every_item_lies_within_the_launch_rows(seed):
 
 def test_the_bound_is_tight_where_the_schedule_fills_it():
     eight_warps = ScheduleConfig(256, 17, 512, pairs=True)
-    assert schedule_reference([1024] * 8, -1, 74, eight_warps)[2] == 16 <= launch_rows(8, 74, eight_warps) == 25
+    assert schedule_reference([1024] * 8, -1, 25, eight_warps)[2] == 16 <= launch_rows(8, 25, eight_warps) == 25
     plain = dataclasses.replace(eight_warps, pairs=False)
-    assert launch_rows(8, 74, plain) == 17  # was 74 rows: 592 CTAs at Hkv 8 for at most 136 items
-    assert schedule_reference([70000], -1, 67, plain)[2] == 16 < launch_rows(1, 67, plain) == 17  # was 67
-    assert launch_rows(128, 194, plain) == 128 == schedule_reference([100] * 128, -1, 194, plain)[2]  # unsplit
-    assert not paired(9, 75, eight_warps) and launch_rows(9, 75, eight_warps) == 17
+    assert launch_rows(8, 25, plain) == 17  # bind's work rows at B = 8: 25 (B + target), 200 CTAs at Hkv 8
+    assert schedule_reference([70000], -1, 18, plain)[2] == 16 < launch_rows(1, 18, plain) == 17  # was 18
+    assert launch_rows(128, 145, plain) == 128 == schedule_reference([100] * 128, -1, 145, plain)[2]  # unsplit
+    assert not paired(9, 26, eight_warps) and launch_rows(9, 26, eight_warps) == 17
+    assert launch_rows(16, 33, plain) == 17  # was 33 rows: the B = 16 gain of s37_a
 
 
 def _launcher(config: DecodeConfig, schedule: ScheduleConfig):

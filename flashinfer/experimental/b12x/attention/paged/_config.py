@@ -109,9 +109,10 @@ class DecodeConfig:
     through the ticket; unpaired batches (2 B > min(target_items, cap - B)) run the ticket merge.
 
     full_grid (session 37, opt-out; bench flag w): the fused schedule's launch keeps a CTA row a KV head per work row
-    of the plan (its capacity: max_batch + 66 rows at Hkv 8 by default), as before session 37, instead of the rows
-    the live batch can fill (`launch_rows`). A row past the live items locates itself (the lengths load and the
-    scan) and exits; with one CTA an SM (the 8-warp tiles) those rows ran in waves after the live ones.
+    the binding holds (min(capacity, B + target_items), `api.bind`), as before session 37, instead of the rows the
+    live batch can fill (`launch_rows`: max(B, target) unpaired, fewer at no split). A row past the live items
+    locates itself (the lengths load and the scan) and exits; where the live CTAs fill the GPU (fp8 B = 16, one
+    8-warp CTA an SM) those rows queued behind them (s37_a: 11.63 -> 10.76 µs at B = 16 L = 1k).
 
     q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
