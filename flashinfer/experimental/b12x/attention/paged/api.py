@@ -300,7 +300,8 @@ class PagedAttentionPlan(Plan):
         k = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_qk, device=dev, generator=gen).to(kv_t)
         v = torch.randn(1, c.page_size, c.num_kv_heads, c.head_dim_vo, device=dev, generator=gen).to(kv_t)
         small = state.selection.small_below if getattr(state.selection, "small", None) is not None else 0
-        for batch in (1, small + 1) if small else (1,):  # each decode kernel once (the small one runs up to small)
+        most = min(c.max_batch, c.max_total_q)  # each decode kernel once (the small one serves up to `small`)
+        for batch in (1, small + 1) if 0 < small < most else (1,):
             pt = torch.zeros(batch, 1, dtype=torch.int32, device=dev)
             lens = torch.ones(batch, dtype=torch.int32, device=dev)
             cu = torch.arange(batch + 1, dtype=torch.int32, device=dev)
