@@ -21,6 +21,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     schedule_reference,
     split_schedule,
     why_not,
+    why_not_schedule,
 )
 from flashinfer.experimental.b12x.attention.paged.api import Selection
 
@@ -38,22 +39,24 @@ def test_paired_schedule_tiles_and_fits(seed):
     lens = [rng.choice([0, 1, rng.randrange(1, 5000), rng.randrange(1, 70000)]) for _ in range(batch)]
     window_left = rng.choice([-1, -1, 0, 100, 3000])
     target, tile = rng.choice([17, 33, 66]), rng.choice([64, 128, 256])
-    cap = batch + target + rng.choice([0, 5])
+    group = rng.choice([2, 2, 4, 8])  # pairs, or groups of 4 / 8 items a cluster
+    cap = batch + target + rng.choice([0, 5]) + (group - 2) * batch * rng.choice([0, 1])
     plain = ScheduleConfig(tile, target, rng.choice([128, 256, 512]))
-    pairs = dataclasses.replace(plain, pairs=True)
+    pairs = dataclasses.replace(plain, pairs=True, group=group)
     work, reqs, count = schedule_reference(lens, window_left, cap, pairs)
     assert count == len(work) <= cap
     if not paired(batch, cap, pairs):
         assert (work, reqs, count) == schedule_reference(lens, window_left, cap, plain)
         return
     for b, (first, items) in enumerate(reqs):
-        assert first % 2 == 0 and items % 2 == 0 and items >= 2
+        assert first % group == 0 and items % group == 0 and items >= group
         rows = work[first : first + items]
         assert all(row[0] == b and row[3] == 1 for row in rows)  # every paired item is a split row (no sink)
         visible = lens[b] if window_left < 0 else min(lens[b], window_left + 1)
         keys = [k for row in rows for k in range(row[1], row[2])]
-        assert keys == list(range(lens[b] - visible, lens[b]))  # the pairs' items tile the visible keys once
-    assert count <= min(target, cap - batch) + batch
+        assert keys == list(range(lens[b] - visible, lens[b]))  # the groups' items tile the visible keys once
+    spare = (group - 1) * batch
+    assert count <= min(target, cap - spare) + spare
 
 
 @pytest.mark.reference
@@ -63,7 +66,20 @@ def test_pairs_entry_repr_and_predicate():
     assert "cluster=2, cluster_pairs=True" in repr(cfg)
     dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
     assert why_not(*dims, cfg, "sm_90a") is None
-    assert "cluster_pairs=True needs cluster=2" in why_not(*dims, dataclasses.replace(cfg, cluster=4), "sm_90a")
+    assert "cluster_pairs=True needs cluster in (2, 4, 8)" in why_not(
+        *dims, dataclasses.replace(cfg, cluster=16), "sm_90a"
+    )
+    groups = parse_decode_entry("8x32x2fspldk:c8sp")[0]  # groups of 8 items a cluster (session 37, opt-in)
+    assert groups.cluster == 8 and groups.cluster_pairs and why_not(*dims, groups, "sm_90a") is None
+    sched = split_schedule(groups, "float8_e4m3fn", 128, 8, 132, "sm_90a")
+    assert (
+        sched.group == 8
+        and "group=8" in repr(sched)
+        and "group" not in repr(split_schedule(cfg, *dims[1:2], 128, 8, 132, "sm_90a"))
+    )
+    assert (
+        why_not_schedule(dataclasses.replace(sched, group=3)) == "ScheduleConfig.group must be one of (2, 4, 8), got 3"
+    )
     pushed = parse_decode_entry("8x32x2fspldk:c2sp")[0]
     assert pushed == dataclasses.replace(cfg, cluster_push=True) and why_not(*dims, pushed, "sm_90a") is None
     assert split_schedule(cfg, "float8_e4m3fn", 128, 8, 132, "sm_90a").pairs
@@ -123,9 +139,10 @@ def test_cpu_lifecycle_with_pairs_matches_the_reference():
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])
-def test_cluster_pairs_compile(arch, kv_dtype, push, tmp_path):
+@pytest.mark.parametrize("group", [2, 8])  # pairs; groups of 8 items (session 37, opt-in)
+def test_cluster_pairs_compile(arch, kv_dtype, push, group, tmp_path):
     base = W8 if arch == "sm_90a" else W4
-    cfg = dataclasses.replace(base, lean_ticket=True, cluster=2, cluster_pairs=True, cluster_push=push)
+    cfg = dataclasses.replace(base, lean_ticket=True, cluster=group, cluster_pairs=True, cluster_push=push)
     fn = _compile(cfg, arch, kv_dtype)
     ptx = _check_binary(fn, arch)
     assert CLUSTER_DIM_ATTR in str(fn.ir_module), "the launch has no cluster dimension attribute"

@@ -29,8 +29,50 @@ PAIR_LENS = {**LENS, "b2-1k": [1024, 1000], "b8-1k": [1024] * 8, "b9-ragged": [0
 PUSH = pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])  # the pair's DSMEM merge
 
 
-def pairs_config(kv_dtype, push):
-    return dataclasses.replace(base_config(kv_dtype, cluster=2, push=push), lean_ticket=True, cluster_pairs=True)
+def pairs_config(kv_dtype, push, group=2):
+    return dataclasses.replace(base_config(kv_dtype, cluster=group, push=push), lean_ticket=True, cluster_pairs=True)
+
+
+GROUP_LENS = {k: PAIR_LENS[k] for k in ("b1-1k", "b1-8k", "b1-0", "b1-33", "b4-ragged", "b2-1k", "b9-ragged")}
+
+
+@pytest.mark.parametrize("group", [4, 8])
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("lens", list(GROUP_LENS))
+def test_groups_of_four_and_eight_match_reference(kv_dtype, lens, group):
+    """Groups of C items a cluster (session 37, opt-in: cluster_pairs with cluster 4 / 8, pushed): one group a
+    request writes the output, several write group rows that the ticket merges; a batch too large to group (C B >
+    min(target, work rows - (C - 1) B): B >= 2 with C = 8, B >= 3 with C = 4 at the bound work rows) runs the ticket
+    merge in clusters of C; sinks; twice bit-equal; within the plain config's budget."""
+    case = make_case(GROUP_LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 37 + group)  # fmt: skip
+    cfg = pairs_config(kv_dtype, True, group)
+    plan = cluster_plan(case, kv_dtype, cfg)
+    assert plan.state.selection.decode.cluster == group  # the kernel's schedule groups by the cluster size
+    for sinks in (None, torch.randn(32, device=DEV) * 3):
+        out, lse = run_checked(plan, case, sinks=sinks)
+        again, again_lse = run_checked(plan, case, sinks=sinks)
+        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+    plain = dataclasses.replace(cfg, cluster=0, cluster_pairs=False, cluster_push=False)
+    plain_out, _ = run_checked(cluster_plan(case, kv_dtype, plain), case, sinks=sinks)
+    torch.testing.assert_close(out.float(), plain_out.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("group", [4, 8])
+def test_groups_windows_and_graph_replay(group):
+    """Groups of C in a plan for 16 requests serving 6 under windows and sinks, then graph replay of 8 with new
+    lengths (fp8 KV)."""
+    lens = [0, 1, 5000, 33, 20000, 17]
+    case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16, kv_dtype=torch.float8_e4m3fn,
+                     extra_pages=50, width=1400, device=DEV, seed=63)  # fmt: skip
+    plan = cluster_plan(case, "float8_e4m3fn", pairs_config("float8_e4m3fn", True, group), max_batch=16)
+    sinks = torch.randn(32, device=DEV) * 3
+    for window_left in (-1, 0, 100, 4096):
+        run_checked(plan, case, window_left=window_left, sinks=sinks)
+    full = make_case([32000] * 8, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=torch.float8_e4m3fn, width=2100, device=DEV, seed=64)  # fmt: skip
+    replay_with_new_lengths(cluster_plan(full, "float8_e4m3fn", pairs_config("float8_e4m3fn", True, group)), full,
+                            seed=37, steps=3)  # fmt: skip
 
 
 @PUSH

@@ -33,7 +33,8 @@ def _random_case(rng):
     window_left = rng.choice([-1, -1, 0, 100, 3000])
     target, tile = rng.choice([17, 33, 50, 66]), rng.choice([64, 128, 256])
     cap = batch + rng.choice([0, 1, 17, 66, 200])
-    config = ScheduleConfig(tile, target, rng.choice([128, 256, 512]), pairs=rng.random() < 0.5)
+    config = ScheduleConfig(tile, target, rng.choice([128, 256, 512]), pairs=rng.random() < 0.5,
+                            group=rng.choice([2, 2, 4, 8]))  # fmt: skip
     return lens, window_left, cap, config
 
 
@@ -61,30 +62,43 @@ def test_the_bound_is_tight_where_the_schedule_fills_it():
 
 
 def _launcher(config: DecodeConfig, schedule: ScheduleConfig):
+    from flashinfer.experimental.b12x.attention.paged._kernel_split import Schedule
+
     fake = SimpleNamespace(
         cluster=config.cluster, pairs=config.cluster_pairs, persistent=config.runs_persistent,
-        fused_schedule=config.fused_schedule, config=config, schedule=SimpleNamespace(target=schedule.target_items),
+        fused_schedule=config.fused_schedule, config=config, schedule=Schedule(schedule),
     )  # fmt: skip
     return lambda batch, cap: int(
         PagedDecode._grid_rows(fake, SimpleNamespace(shape=(cap, 4)), SimpleNamespace(shape=(batch,)))
     )
 
 
-@pytest.mark.parametrize("entry", ["8x32x2fspldk", "8x32x2fspldk:c2sp", "8x16x2fspldkn:c2s", "4x16x3fspldkn"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "8x32x2fspldk",
+        "8x32x2fspldk:c2sp",
+        "8x16x2fspldkn:c2s",
+        "4x16x3fspldkn",
+        "8x16x2fspldk:c8sp",
+        "4x32x2fspldk:c4s",
+    ],
+)
 def test_the_launcher_computes_launch_rows(entry):
     decode = parse_decode_entry(entry)[0]
     rng = random.Random(entry)
+    group = decode.cluster if decode.cluster_pairs else 2
+    whole = (lambda n: -(-n // group) * group) if decode.cluster_pairs else (lambda n: n)  # whole clusters
     for target in (17, 33, 66):
-        schedule = ScheduleConfig(decode.tile_keys, target, 256, pairs=decode.cluster_pairs)
+        schedule = ScheduleConfig(decode.tile_keys, target, 256, pairs=decode.cluster_pairs, group=group)
         grid = _launcher(decode, schedule)
         full = _launcher(dataclasses.replace(decode, full_grid=True), schedule)
         for _ in range(50):
             batch = rng.randrange(1, 129)
             cap = batch + rng.choice([0, 1, 17, 66, 200])
             want = launch_rows(batch, cap, schedule)
-            even = (lambda n: (n + 1) // 2 * 2) if decode.cluster_pairs else (lambda n: n)
-            assert grid(batch, cap) == even(want), (batch, cap, target)
-            assert full(batch, cap) == even(cap)
+            assert grid(batch, cap) == whole(want), (batch, cap, target)
+            assert full(batch, cap) == whole(cap)
 
 
 def test_other_launches_keep_their_grids():

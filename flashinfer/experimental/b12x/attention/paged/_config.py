@@ -20,6 +20,7 @@ DECODE_STAGES = (2, 3, 4, 5, 6)
 MIN_CTAS = (0, 2, 3, 4, 5, 6, 8)
 PDL_MODES = ("off", "wait", "prefetch")  # DecodeConfig.pdl
 CLUSTER_SIZES = (0, 2, 4, 8, 16)  # DecodeConfig.cluster: 0 off, else CTAs a cluster (16: non-portable, sm_90a)
+PAIR_GROUPS = (2, 4, 8)  # DecodeConfig.cluster with cluster_pairs: the items of one request a cluster takes
 PDL_PREFETCH_KEYS = 256  # keys a CTA prefetches into L2 before its wait (pdl="prefetch"): 128 KB at D 128 bf16
 
 
@@ -104,9 +105,12 @@ class DecodeConfig:
     cluster_push (with cluster): each CTA st.async-pushes every rank its slice of the partial row into
     that rank's shared memory, counted by the rank's mbarrier, and combines locally: no release barrier
     or remote load, no exit barrier (`_cluster_merge`; docs/predictions/attention.md, "Session 11").
-    cluster_pairs (session 36, opt-in, cluster 2, bench `:c2s` / `:c2sp` pushed): clusters take two items of one request
-    from the live fused schedule (`ScheduleConfig.pairs`), merge them through DSMEM, then a request's pair rows
-    through the ticket; unpaired batches (2 B > min(target_items, cap - B)) run the ticket merge.
+    cluster_pairs (session 36, cluster 2, bench `:c2s` / `:c2sp` pushed; the default for plans of 5-16 requests since
+    session 37, CLUSTER_PAIRS_MAX): clusters take two items of one request from the live fused schedule
+    (`ScheduleConfig.pairs`), merge them through DSMEM, then a request's pair rows through the ticket; unpaired
+    batches (2 B > min(target_items, cap - B)) run the ticket merge. With cluster 4 or 8 (session 37, opt-in, not yet
+    run on a GPU; `:c8sp`) clusters take groups of C items (`ScheduleConfig.group`): one request at 1k keys on the
+    8x16x2 tile is one group of eight 128-key items, the fixed 8-CTA cluster's split, without its grid.
 
     full_grid (session 37, opt-out; bench flag w): the fused schedule's launch keeps a CTA row a KV head per work row
     the binding holds (min(capacity, B + target_items), `api.bind`), as before session 37, instead of the rows the
@@ -291,8 +295,8 @@ def why_not_cluster(c: DecodeConfig) -> str | None:
         )
     if c.cluster_push and not c.cluster:
         return f"cluster_push=True needs cluster > 0 (it is a way to merge the cluster), got {c}"
-    if c.cluster_pairs and c.cluster != 2:
-        return f"cluster_pairs=True needs cluster=2 (a pair of items a cluster), got {c}"
+    if c.cluster_pairs and c.cluster not in PAIR_GROUPS:
+        return f"cluster_pairs=True needs cluster in {PAIR_GROUPS} (the items a cluster takes), got {c}"
     return None
 
 
@@ -586,13 +590,22 @@ class ScheduleConfig:
     """tile_keys: split granularity (keys a decode CTA covers per round); target_items: the most
     items a split batch makes (chunk = total / (target_items - B): each request's round-up adds at
     most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys).
-    pairs (`DecodeConfig.cluster_pairs`): while `paired`, cap keeps a row a request free and every request's
-    item count is rounded up to even (an empty last item if need be): its items start on an even row."""
+    pairs (`DecodeConfig.cluster_pairs`): while `paired`, cap keeps group - 1 rows a request free and every
+    request's item count is rounded up to a multiple of group (empty last items if need be): its items start on a
+    row that is a multiple of group. group: the items a cluster takes (its size: 2 pairs, 4 or 8 groups)."""
 
     tile_keys: int = 64
     target_items: int = 264
     min_chunk: int = 256
     pairs: bool = False
+    group: int = 2
+
+    def __repr__(self) -> str:  # group only when not 2: the repr (and compile keys) of pairs stay as they were
+        extra = f", group={self.group}" if self.group != 2 else ""
+        return (
+            f"ScheduleConfig(tile_keys={self.tile_keys}, target_items={self.target_items}, "
+            f"min_chunk={self.min_chunk}, pairs={self.pairs}{extra})"
+        )
 
 
 def _ceil_div(a, b):
@@ -610,6 +623,8 @@ def why_not_schedule(config) -> str | None:
             return f"ScheduleConfig.{name} must be an int >= 1, got {value!r}"
     if not isinstance(config.pairs, bool):
         return f"ScheduleConfig.pairs must be a bool, got {config.pairs!r}"
+    if isinstance(config.group, bool) or config.group not in PAIR_GROUPS:
+        return f"ScheduleConfig.group must be one of {PAIR_GROUPS}, got {config.group!r}"
     return None
 
 
@@ -675,27 +690,30 @@ def split_schedule(
         target_items=max(1, _ceil_div(slots, num_kv_heads)),
         min_chunk=max(decode.tile_keys, fills * decode.warps * (decode.stages - 1) * fill_keys),
         pairs=decode.cluster_pairs,
+        group=decode.cluster if decode.cluster_pairs else 2,
     )
 
 
-def _request_split(length, chunk, tile, paired: bool = False):
-    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys (paired: even counts)."""
+def _request_split(length, chunk, tile, paired: bool = False, group: int = 2):
+    """(n_items, chunk_len) of one request: equal chunks, each a multiple of `tile` keys (paired: counts a multiple
+    of group)."""
     items, size = 1, tile
+    grouped = lambda n: _ceil_div(n, group) * group if paired else n  # noqa: E731
     if length > 0:
-        n = _ceil_div(length, chunk)
-        n += n % 2 if paired else 0
+        n = grouped(_ceil_div(length, chunk))
         size = _ceil_div(_ceil_div(length, n), tile) * tile
         items = _ceil_div(length, size)
-    return items + (items % 2 if paired else 0), size
+    return grouped(items), size
 
 
 def paired(batch: int, cap: int, config: ScheduleConfig) -> bool:
     """Whether `ScheduleConfig.pairs` schedules this live batch in pairs (its docstring)."""
-    return config.pairs and 2 * batch <= min(config.target_items, cap - batch)
+    return config.pairs and config.group * batch <= min(config.target_items, cap - (config.group - 1) * batch)
 
 
 def chunk_size(total: int, batch: int, cap: int, config: ScheduleConfig) -> int:
-    target = min(config.target_items, cap - batch if paired(batch, cap, config) else cap) - batch
+    room = cap - (config.group - 1) * batch if paired(batch, cap, config) else cap
+    target = min(config.target_items, room) - batch
     if target <= 0:
         return NO_SPLIT_CHUNK
     chunk = max(config.min_chunk, _ceil_div(total, target))
@@ -710,7 +728,7 @@ def schedule_reference(seqlens, window_left: int, cap: int, config: ScheduleConf
     pairs = paired(len(lens), cap, config)
     work, reqs = [], []
     for b, (n, length) in enumerate(zip(lens, visible)):
-        items, size = _request_split(length, chunk, config.tile_keys, pairs)
+        items, size = _request_split(length, chunk, config.tile_keys, pairs, config.group)
         reqs.append((len(work), items))
         lo = n - length
         for c in range(items):
@@ -724,9 +742,12 @@ def launch_rows(batch: int, cap: int, config: ScheduleConfig) -> int:
     construction. Unsplit (min(target, cap) <= batch): batch. Split: each request's count is at most
     len / chunk + 1 and chunk >= total / (target' = min(target, cap) - batch), so the sum is at most min(target,
     cap). Paired: target' = min(target, cap - batch) - batch and every count gains at most one (the rounding to
-    even), so min(target, cap - batch) + batch; the pairs' launch rounds that up to whole clusters of two."""
+    even), so min(target, cap - batch) + batch; groups of C (`ScheduleConfig.group`): cap keeps C - 1 rows a request
+    and each count gains at most C - 1, so min(target, cap - (C - 1) batch) + (C - 1) batch. The pairs' launch
+    rounds that up to whole clusters."""
     if paired(batch, cap, config):
-        return min(config.target_items, cap - batch) + batch
+        spare = (config.group - 1) * batch
+        return min(config.target_items, cap - spare) + spare
     return max(batch, min(config.target_items, cap))
 
 

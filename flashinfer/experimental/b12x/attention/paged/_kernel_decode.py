@@ -153,7 +153,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
         self.config, self.kv_name = config, kv_dtype
         self.schedule = None
         if config.fused_schedule:  # pairs from the decode config (a plan's override may carry a schedule without)
-            self.schedule = Schedule(dataclasses.replace(schedule, pairs=config.cluster_pairs))
+            group = config.cluster if config.cluster_pairs else 2
+            self.schedule = Schedule(dataclasses.replace(schedule, pairs=config.cluster_pairs, group=group))
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
         self.cluster = config.cluster
         self.pairs = config.cluster_pairs  # the clusters fed by the fused schedule (`_pair_epilogue`)
@@ -236,11 +237,13 @@ class PagedDecode(DecodeLoads, DecodeN8):
             room = cutlass.min(Int32(self.schedule.target), cap)
             rows = cutlass.max(batch, room)
             if cutlass.const_expr(self.pairs):
-                room = cutlass.min(Int32(self.schedule.target), cap - batch)
-                paired = cutlass.min(cutlass.max(room - 2 * batch + 1, Int32(0)), Int32(1))  # `Schedule._paired`
-                rows = paired * (room + batch) + (1 - paired) * rows
-        if cutlass.const_expr(self.pairs):  # whole clusters of two
-            rows = (rows + 1) // 2 * 2
+                spare = self.schedule._spare(batch)
+                room = cutlass.min(Int32(self.schedule.target), cap - spare)
+                c = self.cluster  # `Schedule._paired`:
+                paired = cutlass.min(cutlass.max(room - c * batch + 1, Int32(0)), Int32(1))
+                rows = paired * (room + spare) + (1 - paired) * rows
+        if cutlass.const_expr(self.pairs):  # whole clusters
+            rows = (rows + (self.cluster - 1)) // self.cluster * self.cluster
         return rows
 
     def _bounds(self):
@@ -570,8 +573,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
             tensors
         )
         if self.schedule._paired(mSeqlens.shape[0], mWork.shape[0]) != 0:
-            pairs = n_items // 2
-            prow = first + (item - first) // 2
+            pairs = n_items // self.cluster  # the request's clusters (groups of C items)
+            prow = first + (item - first) // self.cluster
             self.cmerge.merge(sO, sW, sLse, sPart.iterator, tidx, item, req, kvh, mOut, mLse, mSink, has_sink,
                               self.warps, (mPartO, mPartLse, prow, pairs - 1))  # fmt: skip
             if pairs > 1:

@@ -42,6 +42,7 @@ class Schedule:
         self.tile = config.tile_keys
         self.target = config.target_items
         self.pairs = config.pairs  # `ScheduleConfig.pairs`: the fused decode kernel's cluster pairs
+        self.group = config.group  # the items of one request a cluster takes (2: pairs)
         self.min_chunk = config.min_chunk
         self.threads = SCHEDULE_THREADS
         self.warps = SCHEDULE_THREADS // 32
@@ -77,20 +78,32 @@ class Schedule:
             n = (length + chunk - 1) // chunk
             if cutlass.const_expr(self.pairs):
                 if paired != 0:
-                    n = n + n % 2
+                    n = self._grouped(n)
             size = ((length + n - 1) // n + self.tile - 1) // self.tile * self.tile
             items = (length + size - 1) // size
         if cutlass.const_expr(self.pairs):
             if paired != 0:
-                items = items + items % 2
+                items = self._grouped(items)
         return items, size
+
+    def _grouped(self, n):
+        """n rounded up to a multiple of `group` (pairs: n + n % 2, as before groups)."""
+        if cutlass.const_expr(self.group == 2):
+            return n + n % 2
+        return (n + self.group - 1) // self.group * self.group
+
+    def _spare(self, batch):
+        """Rows a paired batch keeps for the rounding: group - 1 a request."""
+        if cutlass.const_expr(self.group == 2):
+            return batch
+        return (self.group - 1) * batch
 
     @cute.jit
     def _paired(self, batch, cap):
         """1 when `ScheduleConfig.pairs` schedules this live batch in pairs (`_config.paired`), else 0."""
         paired = Int32(0)
         if cutlass.const_expr(self.pairs):
-            if 2 * batch <= cutlass.min(Int32(self.target), cap - batch):
+            if self.group * batch <= cutlass.min(Int32(self.target), cap - self._spare(batch)):
                 paired = Int32(1)
         return paired
 
@@ -203,8 +216,8 @@ class Schedule:
     def _chunk(self, total, batch, cap, paired):
         room = cap
         if cutlass.const_expr(self.pairs):
-            if paired != 0:  # a row a request of cap left for the rounding to even
-                room = cap - batch
+            if paired != 0:  # group - 1 rows a request of cap left for the rounding
+                room = cap - self._spare(batch)
         target = cutlass.min(Int32(self.target), room) - batch
         chunk = Int32(NO_SPLIT_CHUNK)
         if target > 0:
