@@ -28,7 +28,10 @@ merges instead, through a ticket counter in the plan's scratch, and there is no 
 `fused_schedule=True`, batches up to FUSED_SCHEDULE_MAX_BATCH, each decode CTA recomputes its work
 row and there is no first launch). The
 split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Selection(decode,
-schedule))` sets both configs. Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
+schedule))` sets both configs. The heuristic lives in `_decode_choice`: plans of 5-16 requests on sm_90a decode as
+two-CTA clusters fed by the live schedule (`DecodeConfig.cluster_pairs`); `Selection.small` may add a second
+one-launch kernel that run() launches instead for live batches of at most `small_below` requests (the live batch is
+the bound tensors' shape, so no host read: `_decode_choice.LIVE_SMALL_BATCH`, off until its GPU run). Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); with two tiles
 (`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live
 token-weighted mean q_len and both extend kernels launch, the unchosen one with 0 items (with
