@@ -525,6 +525,12 @@ def build_parser():
         "batch below it, as a serving plan does; the heuristic then chooses by N (rows gain a 'cap' field; cases "
         "of more requests keep their own size)",
     )  # fmt: skip
+    parser.add_argument(
+        "--live-small", type=int, default=None, metavar="N",
+        help="decode: set attention.paged's live small-batch bound (_decode_choice.LIVE_SMALL_BATCH) for this run: "
+        "plans above 16 requests also run the 8-warp cluster-pairs kernel for live batches of at most N (0: off; "
+        "default: the library's)",
+    )  # fmt: skip
     add_calls_per_graph(parser)  # every row, the FlashInfer child's too
     return parser
 
@@ -538,6 +544,8 @@ def parse_args(argv: list[str] | None = None):
     names = [v.strip() for v in args.flashinfer_variants.split(",") if v.strip()]
     if not names or any(v not in fipeer.VARIANTS for v in names):
         parser.error(f"--flashinfer-variants must name some of {sorted(fipeer.VARIANTS)}, got {names}")
+    if args.live_small is not None and not 0 <= args.live_small <= 16:
+        parser.error(f"--live-small must be in 0..16 (the pairs' plan capacity), got {args.live_small}")
     if args.capacity is not None and not 1 <= args.capacity <= 1024:
         parser.error(f"--capacity must be a request count in 1..1024, got {args.capacity}")
     if args.kv_len and any(n % PAGE for n in args.kv_len):
@@ -581,6 +589,10 @@ def parse_args(argv: list[str] | None = None):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dev = require_cuda("bench_attention", args.device)
+    if args.live_small is not None:  # a switch of the library's heuristic, for an A/B in separate runs
+        from flashinfer.experimental.b12x.attention.paged import _decode_choice
+
+        _decode_choice.LIVE_SMALL_BATCH = args.live_small
     batches = args.batch or (QUICK_BATCHES if args.quick else BATCHES)
     kv_lens = args.kv_len or (QUICK_KV_LENS if args.quick else KV_LENS)
     ceil = ceilings(dev)

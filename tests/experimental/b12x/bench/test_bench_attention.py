@@ -86,3 +86,10 @@ def test_capacity_flag_plans_for_more_requests_than_the_live_batch():
                          page_table=drawn["page_table"], cache_seqlens=drawn["lens"])  # fmt: skip
     out, _ = paged.run(binding=binding)
     assert out.shape == drawn["q"].shape
+
+
+def test_live_small_flag_is_range_checked():
+    assert BA.parse_args(["--live-small", "16"]).live_small == 16 and BA.parse_args([]).live_small is None
+    assert BA.parse_args(["--live-small", "0"]).live_small == 0
+    with pytest.raises(SystemExit):
+        BA.parse_args(["--live-small", "17"])
