@@ -740,6 +740,7 @@ def fake_args(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v
     sources=(
         "flashinfer.experimental.b12x.attention.paged._cluster_merge",
         "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._config_schedule",
         "flashinfer.experimental.b12x.attention.paged._decode_loads",
         "flashinfer.experimental.b12x.attention.paged._decode_n8",
         "flashinfer.experimental.b12x.attention.paged._fake",

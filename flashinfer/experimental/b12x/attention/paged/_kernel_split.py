@@ -560,7 +560,13 @@ class Merge:
             self.rows.merge(mPartO, mPartLse, mSink, mOut, mLse, has_sink, first, n, b, kvh, tid, sBuf.iterator)
 
 
-@kernel("attention.paged.schedule", sources=("flashinfer.experimental.b12x.attention.paged._config",))
+@kernel(
+    "attention.paged.schedule",
+    sources=(
+        "flashinfer.experimental.b12x.attention.paged._config",
+        "flashinfer.experimental.b12x.attention.paged._config_schedule",
+    ),
+)
 def compile_schedule(config: ScheduleConfig, arch: str):
     """tvm-ffi launcher `fn(cache_seqlens, work, req, count, window_left)` (one CTA)."""
     batch, cap = cute.sym_int(), cute.sym_int()
