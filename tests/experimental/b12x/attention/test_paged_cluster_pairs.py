@@ -151,3 +151,18 @@ def test_cluster_pairs_compile(arch, kv_dtype, push, group, tmp_path):
     assert ptx.count("atom.global") == 2  # the ticket: pairs of a long request, and an unpaired batch
     regs, spills = _ptxas_usage(ptx, arch, tmp_path)
     assert spills == 0 and regs * 32 * cfg.warps <= 65536, (regs, spills)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_pair_budget_compiles(arch, kv_dtype, tmp_path):
+    """`DecodeConfig.pair_budget` (session 37, opt-in): the pairs' schedule with the rounding counted compiles on both
+    archs without spills, and its PTX differs from the plain pairs' (the chunk's target)."""
+    base = dataclasses.replace(W8 if arch == "sm_90a" else W4, lean_ticket=True, cluster=2, cluster_pairs=True)
+    plain = _compile(base, arch, kv_dtype).artifacts.PTX
+    fn = _compile(dataclasses.replace(base, pair_budget=True), arch, kv_dtype)
+    ptx = _check_binary(fn, arch)
+    assert ptx != plain and "barrier.cluster.wait" in ptx
+    regs, spills = _ptxas_usage(ptx, arch, tmp_path)
+    assert spills == 0 and regs * 32 * base.warps <= 65536, (regs, spills)

@@ -181,3 +181,17 @@ def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap, monkeypatch):
     replay_with_new_lengths(
         prepared(caps_for(full, dtype="bfloat16", kv_dtype=kv_dtype, max_batch=cap)), full, seed=38, steps=3
     )
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("lens", ["b1-8k", "b2-1k", "b4-ragged", "b8-1k", "b9-ragged", "b16-2k"])
+def test_pair_budget_matches_reference(kv_dtype, lens):
+    """`DecodeConfig.pair_budget` (session 37, opt-in): pairs whose split counts the rounding, launched on
+    `launch_rows`' tighter rows, against the reference; sinks; twice bit-equal."""
+    case = make_case(PAIR_LENS[lens], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 73)  # fmt: skip
+    plan = cluster_plan(case, kv_dtype, dataclasses.replace(pairs_config(kv_dtype, True), pair_budget=True))
+    for sinks in (None, torch.randn(32, device=DEV) * 3):
+        out, lse = run_checked(plan, case, sinks=sinks)
+        again, again_lse = run_checked(plan, case, sinks=sinks)
+        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())

@@ -21,6 +21,7 @@ from flashinfer.experimental.b12x.attention.paged._config import (
     parse_decode_entry,
     schedule_reference,
     why_not,
+    why_not_schedule,
 )
 from flashinfer.experimental.b12x.attention.paged._kernel_decode import PagedDecode
 
@@ -34,7 +35,7 @@ def _random_case(rng):
     target, tile = rng.choice([17, 33, 50, 66]), rng.choice([64, 128, 256])
     cap = batch + rng.choice([0, 1, 17, 66, 200])
     config = ScheduleConfig(tile, target, rng.choice([128, 256, 512]), pairs=rng.random() < 0.5,
-                            group=rng.choice([2, 2, 4, 8]))  # fmt: skip
+                            group=rng.choice([2, 2, 4, 8]), budget=rng.random() < 0.3)  # fmt: skip
     return lens, window_left, cap, config
 
 
@@ -82,6 +83,8 @@ def _launcher(config: DecodeConfig, schedule: ScheduleConfig):
         "4x16x3fspldkn",
         "8x16x2fspldk:c8sp",
         "4x32x2fspldk:c4s",
+        "8x32x2fspldkb:c2sp",
+        "8x16x2fspldkb:c8sp",
     ],
 )
 def test_the_launcher_computes_launch_rows(entry):
@@ -90,7 +93,8 @@ def test_the_launcher_computes_launch_rows(entry):
     group = decode.cluster if decode.cluster_pairs else 2
     whole = (lambda n: -(-n // group) * group) if decode.cluster_pairs else (lambda n: n)  # whole clusters
     for target in (17, 33, 66):
-        schedule = ScheduleConfig(decode.tile_keys, target, 256, pairs=decode.cluster_pairs, group=group)
+        schedule = ScheduleConfig(decode.tile_keys, target, 256, pairs=decode.cluster_pairs, group=group,
+                                  budget=decode.pair_budget)  # fmt: skip
         grid = _launcher(decode, schedule)
         full = _launcher(dataclasses.replace(decode, full_grid=True), schedule)
         for _ in range(50):
@@ -117,3 +121,22 @@ def test_full_grid_flag_entry_and_repr():
     assert why_not("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16, bad, "sm_90a") == "full_grid must be a bool, got 1"
     with pytest.raises(ValueError):
         parse_decode_entry("hw")
+
+
+def test_pair_budget_launches_no_more_than_the_target():
+    """`DecodeConfig.pair_budget` (session 37, opt-in): the pairs' split counts the rounding, so B = 8 on the 8-warp
+    tiles launches 17 rows (18 in clusters) instead of 25, the items at B = 8 1k unchanged and at B = 4 4k halved."""
+    pairs = ScheduleConfig(256, 17, 512, pairs=True)
+    budget = dataclasses.replace(pairs, budget=True)
+    assert "budget=True" in repr(budget) and "budget" not in repr(pairs)
+    assert launch_rows(8, 25, pairs) == 25 and launch_rows(8, 25, budget) == 17
+    assert schedule_reference([1024] * 8, -1, 25, budget)[2] == schedule_reference([1024] * 8, -1, 25, pairs)[2] == 16
+    assert schedule_reference([4096] * 4, -1, 21, pairs)[2] == 16
+    assert schedule_reference([4096] * 4, -1, 21, budget)[2] == 8
+    cfg = parse_decode_entry("8x32x2fspldkb:c2sp")[0]
+    assert cfg.pair_budget and "pair_budget=True" in repr(cfg)
+    dims = ("bfloat16", "float8_e4m3fn", 32, 8, 128, 128, 16)
+    assert why_not(*dims, cfg, "sm_90a") is None
+    lone = dataclasses.replace(cfg, cluster=0, cluster_push=False, cluster_pairs=False)
+    assert "pair_budget=True needs cluster_pairs=True" in why_not(*dims, lone, "sm_90a")
+    assert why_not_schedule(dataclasses.replace(budget, budget=1)) == "ScheduleConfig.budget must be a bool, got 1"

@@ -123,7 +123,7 @@ def test_persistent_predicate_and_bench_entry():
     decode, flags, target, _ = parse_decode_entry("4x32x3fspldr:t66")
     assert decode == dataclasses.replace(SM90["float8_e4m3fn"], persistent=True) and "r" in flags and target == 66
     assert "persistent=True" in repr(decode)
-    for bad_entry, message in (("hfsr", "need an explicit WxKxS entry"), ("hfsg", "r, g, q, n and w, got"),
+    for bad_entry, message in (("hfsr", "need an explicit WxKxS entry"), ("hfsg", "r, g, q, n, w and b, got"),
                                ("4x32x3fspldrr", "once each")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             parse_decode_entry(bad_entry)

@@ -134,6 +134,12 @@ class DecodeConfig:
     locates itself (the lengths load and the scan) and exits; where the live CTAs fill the GPU (fp8 B = 16, one
     8-warp CTA an SM) those rows queued behind them (s37_a: 11.63 -> 10.76 µs at B = 16 L = 1k).
 
+    pair_budget (session 37, opt-in, not yet run on a GPU; bench flag b; with cluster_pairs): the pairs' split counts
+    the rounding to whole clusters (`ScheduleConfig.budget`), so a paired batch launches at most min(target, cap -
+    (C - 1) B) rows instead of that plus (C - 1) B: at B = 8 on the 8-warp tiles 18 rows for 16 live instead of 26
+    (80 dead CTAs, 76 queued behind a full GPU), at the cost of fewer items where the rounding had room (B = 4 L = 4k:
+    8 items instead of 16). The experiment for the pairs' 1.3-1.6 µs to the fixed 2-CTA split.
+
     q_reload (session 14, opt-in, not yet run on a GPU): each sub-tile reloads Q's MMA fragments from
     shared memory (ldmatrix, where Q stays staged) instead of holding them across the main loop, so
     they are dead through P V: ptxas sm_90a, D 128, one-launch flags: fp8 4x32x2 194 -> 168 registers
@@ -168,6 +174,7 @@ class DecodeConfig:
     q_reload: bool = False
     heads_n8: bool = False
     full_grid: bool = False
+    pair_budget: bool = False
 
     def __repr__(self) -> str:  # the extra fields only when set: the three-field form stays as it was
         extra = ", fused_merge=True" if self.fused_merge else ""
@@ -188,6 +195,7 @@ class DecodeConfig:
         extra += ", q_reload=True" if self.q_reload else ""
         extra += ", heads_n8=True" if self.heads_n8 else ""
         extra += ", full_grid=True" if self.full_grid else ""
+        extra += ", pair_budget=True" if self.pair_budget else ""
         return f"DecodeConfig(warps={self.warps}, keys_per_warp={self.keys_per_warp}, stages={self.stages}{extra})"
 
     @property
@@ -267,7 +275,7 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"config out of range: {c}"
     for name in ("fused_merge", "fused_schedule", "fast_prologue", "preload_lengths", "direct_items", "persistent",
                  "prefetch_pages", "lean_ticket", "early_pages", "cluster_push", "cluster_pairs", "q_reload",
-                 "heads_n8", "full_grid"):  # fmt: skip
+                 "heads_n8", "full_grid", "pair_budget"):  # fmt: skip
         if not isinstance(getattr(c, name), bool):
             return f"{name} must be a bool, got {getattr(c, name)!r}"
     if isinstance(c.min_ctas, bool) or c.min_ctas not in MIN_CTAS:
@@ -313,6 +321,8 @@ def why_not_cluster(c: DecodeConfig) -> str | None:
         return f"cluster_push=True needs cluster > 0 (it is a way to merge the cluster), got {c}"
     if c.cluster_pairs and c.cluster not in PAIR_GROUPS:
         return f"cluster_pairs=True needs cluster in {PAIR_GROUPS} (the items a cluster takes), got {c}"
+    if c.pair_budget and not c.cluster_pairs:
+        return f"pair_budget=True needs cluster_pairs=True (it is a rule of the pairs' split), got {c}"
     return None
 
 
@@ -663,6 +673,7 @@ def split_schedule(
         min_chunk=max(decode.tile_keys, fills * decode.warps * (decode.stages - 1) * fill_keys),
         pairs=decode.cluster_pairs,
         group=decode.cluster if decode.cluster_pairs else 2,
+        budget=decode.cluster_pairs and decode.pair_budget,
     )
 
 

@@ -12,7 +12,8 @@ def parse_decode_entry(text: str):
     the heuristic's DecodeConfig with them.
 
     Flags after WxKxS: f fused_merge, s fused_schedule, p fast_prologue, l preload_lengths, d
-    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8, w full_grid;
+    direct_items, r persistent, g prefetch_pages, k lean_ticket, e early_pages, q q_reload, n heads_n8, w full_grid,
+    b pair_budget;
     parts: tN
     target_items, mN min_chunk, oN min_ctas, uN merge_unroll, cN cluster, cNp cluster with cluster_push, c2s
     cluster_pairs (c2sp: pushed)
@@ -20,11 +21,11 @@ def parse_decode_entry(text: str):
     rebuilds the heuristic's config from those two), so p, l, d, r, g, k, e, oN, uN and cN need an
     explicit WxKxS."""
     head, *rest = text.split(":")
-    body = head.rstrip("fspldrgkeqnw")
+    body = head.rstrip("fspldrgkeqnwb")
     flags = set(head[len(body) :])
     if len(head) - len(body) != len(flags):
         raise ValueError(
-            f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g, q, n and w, got {text!r}"
+            f"a decode entry's flags are f, s, p, l and d, once each, and k, e, r, g, q, n, w and b, got {text!r}"
         )
     decode = None
     target = min_chunk = None
@@ -52,9 +53,9 @@ def parse_decode_entry(text: str):
         else:
             unroll = int(part[1:])
     if body == "h":
-        if flags & {"p", "l", "d", "r", "g", "k", "e", "q", "n", "w"} or min_ctas or unroll != 2 or cluster:
+        if flags & {"p", "l", "d", "r", "g", "k", "e", "q", "n", "w", "b"} or min_ctas or unroll != 2 or cluster:
             raise ValueError(
-                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g, q, n and w, "
+                f"p, l, d, oN and uN need an explicit WxKxS entry (like 4x16x3fspl:o3), as do k, e, r, g, q, n, w and b, "
                 f"got {text!r}"
             )
     else:
@@ -79,6 +80,7 @@ def parse_decode_entry(text: str):
             q_reload="q" in flags,
             heads_n8="n" in flags,
             full_grid="w" in flags,
+            pair_budget="b" in flags,
             cluster=cluster,
             cluster_push=push,
             cluster_pairs=pairs,

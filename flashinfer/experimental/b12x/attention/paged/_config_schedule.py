@@ -17,16 +17,21 @@ class ScheduleConfig:
     most one item); a batch of B >= target_items is not split; min_chunk: the shortest chunk (keys).
     pairs (`DecodeConfig.cluster_pairs`): while `paired`, cap keeps group - 1 rows a request free and every
     request's item count is rounded up to a multiple of group (empty last items if need be): its items start on a
-    row that is a multiple of group. group: the items a cluster takes (its size: 2 pairs, 4 or 8 groups)."""
+    row that is a multiple of group. group: the items a cluster takes (its size: 2 pairs, 4 or 8 groups).
+    budget (`DecodeConfig.pair_budget`): a paired batch's split counts the rounding, min(target, cap - (group - 1)
+    B) - group B items beyond one a request, so its items (and launch rows) stay within min(target, cap - (group -
+    1) B) instead of that plus (group - 1) B."""
 
     tile_keys: int = 64
     target_items: int = 264
     min_chunk: int = 256
     pairs: bool = False
     group: int = 2
+    budget: bool = False
 
-    def __repr__(self) -> str:  # group only when not 2: the repr (and compile keys) of pairs stay as they were
+    def __repr__(self) -> str:  # group only when not 2, budget when set: the repr (and compile keys) of pairs stay
         extra = f", group={self.group}" if self.group != 2 else ""
+        extra += ", budget=True" if self.budget else ""
         return (
             f"ScheduleConfig(tile_keys={self.tile_keys}, target_items={self.target_items}, "
             f"min_chunk={self.min_chunk}, pairs={self.pairs}{extra})"
@@ -48,6 +53,8 @@ def why_not_schedule(config) -> str | None:
             return f"ScheduleConfig.{name} must be an int >= 1, got {value!r}"
     if not isinstance(config.pairs, bool):
         return f"ScheduleConfig.pairs must be a bool, got {config.pairs!r}"
+    if not isinstance(config.budget, bool):
+        return f"ScheduleConfig.budget must be a bool, got {config.budget!r}"
     if isinstance(config.group, bool) or config.group not in PAIR_GROUPS:
         return f"ScheduleConfig.group must be one of {PAIR_GROUPS}, got {config.group!r}"
     return None
@@ -71,8 +78,9 @@ def paired(batch: int, cap: int, config: ScheduleConfig) -> bool:
 
 
 def chunk_size(total: int, batch: int, cap: int, config: ScheduleConfig) -> int:
-    room = cap - (config.group - 1) * batch if paired(batch, cap, config) else cap
-    target = min(config.target_items, room) - batch
+    grouped = paired(batch, cap, config)
+    room = cap - (config.group - 1) * batch if grouped else cap
+    target = min(config.target_items, room) - batch - ((config.group - 1) * batch if grouped and config.budget else 0)
     if target <= 0:
         return NO_SPLIT_CHUNK
     chunk = max(config.min_chunk, _ceil_div(total, target))
@@ -104,9 +112,9 @@ def launch_rows(batch: int, cap: int, config: ScheduleConfig) -> int:
     even), so min(target, cap - batch) + batch; groups of C (`ScheduleConfig.group`): cap keeps C - 1 rows a request
     and each count gains at most C - 1, so min(target, cap - (C - 1) batch) + (C - 1) batch. The pairs' launch
     rounds that up to whole clusters."""
-    if paired(batch, cap, config):
+    if paired(batch, cap, config):  # budget: the split counted the rounding (`ScheduleConfig.budget`)
         spare = (config.group - 1) * batch
-        return min(config.target_items, cap - spare) + spare
+        return min(config.target_items, cap - spare) + (0 if config.budget else spare)
     return max(batch, min(config.target_items, cap))
 
 

@@ -154,7 +154,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         self.schedule = None
         if config.fused_schedule:  # pairs from the decode config (a plan's override may carry a schedule without)
             group = config.cluster if config.cluster_pairs else 2
-            self.schedule = Schedule(dataclasses.replace(schedule, pairs=config.cluster_pairs, group=group))
+            budget = config.cluster_pairs and config.pair_budget
+            schedule = dataclasses.replace(schedule, pairs=config.cluster_pairs, group=group, budget=budget)
+            self.schedule = Schedule(schedule)
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
         self.cluster = config.cluster
         self.pairs = config.cluster_pairs  # the clusters fed by the fused schedule (`_pair_epilogue`)
@@ -241,6 +243,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
                 room = cutlass.min(Int32(self.schedule.target), cap - spare)
                 c = self.cluster  # `Schedule._paired`:
                 paired = cutlass.min(cutlass.max(room - c * batch + 1, Int32(0)), Int32(1))
+                if cutlass.const_expr(self.schedule.budget):  # the split counted the rounding
+                    spare = Int32(0)
                 rows = paired * (room + spare) + (1 - paired) * rows
         if cutlass.const_expr(self.pairs):  # whole clusters
             rows = (rows + (self.cluster - 1)) // self.cluster * self.cluster

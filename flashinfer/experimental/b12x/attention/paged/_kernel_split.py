@@ -43,6 +43,7 @@ class Schedule:
         self.target = config.target_items
         self.pairs = config.pairs  # `ScheduleConfig.pairs`: the fused decode kernel's cluster pairs
         self.group = config.group  # the items of one request a cluster takes (2: pairs)
+        self.budget = config.budget  # `ScheduleConfig.budget`: a paired split counts the rounding
         self.min_chunk = config.min_chunk
         self.threads = SCHEDULE_THREADS
         self.warps = SCHEDULE_THREADS // 32
@@ -219,6 +220,9 @@ class Schedule:
             if paired != 0:  # group - 1 rows a request of cap left for the rounding
                 room = cap - self._spare(batch)
         target = cutlass.min(Int32(self.target), room) - batch
+        if cutlass.const_expr(self.pairs and self.budget):
+            if paired != 0:
+                target = target - self._spare(batch)
         chunk = Int32(NO_SPLIT_CHUNK)
         if target > 0:
             chunk = cutlass.max(Int32(self.min_chunk), (total + target - 1) // target)
