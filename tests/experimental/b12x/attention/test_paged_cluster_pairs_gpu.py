@@ -29,6 +29,14 @@ PAIR_LENS = {**LENS, "b2-1k": [1024, 1000], "b8-1k": [1024] * 8, "b9-ragged": [0
 PUSH = pytest.mark.parametrize("push", [False, True], ids=["pull", "push"])  # the pair's DSMEM merge
 
 
+def checked_twice(plan, case, **kw):
+    """run_checked twice: the same bits both times (a DSMEM or ticket race would show as a changed bit or a NaN)."""
+    out, lse = run_checked(plan, case, **kw)
+    again, again_lse = run_checked(plan, case, **kw)
+    assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+    return out, lse
+
+
 def pairs_config(kv_dtype, push, group=2):
     return dataclasses.replace(base_config(kv_dtype, cluster=group, push=push), lean_ticket=True, cluster_pairs=True)
 
@@ -50,9 +58,7 @@ def test_groups_of_four_and_eight_match_reference(kv_dtype, lens, group):
     plan = cluster_plan(case, kv_dtype, cfg)
     assert plan.state.selection.decode.cluster == group  # the kernel's schedule groups by the cluster size
     for sinks in (None, torch.randn(32, device=DEV) * 3):
-        out, lse = run_checked(plan, case, sinks=sinks)
-        again, again_lse = run_checked(plan, case, sinks=sinks)
-        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+        out, lse = checked_twice(plan, case, sinks=sinks)
     plain = dataclasses.replace(cfg, cluster=0, cluster_pairs=False, cluster_push=False)
     plain_out, _ = run_checked(cluster_plan(case, kv_dtype, plain), case, sinks=sinks)
     torch.testing.assert_close(out.float(), plain_out.float(), rtol=2e-2, atol=2e-2)
@@ -84,9 +90,7 @@ def test_pairs_match_reference_and_the_ticket_merge(kv_dtype, lens, push):
     cfg = pairs_config(kv_dtype, push)
     plan = cluster_plan(case, kv_dtype, cfg)
     for sinks in (None, torch.randn(32, device=DEV) * 3):
-        out, lse = run_checked(plan, case, sinks=sinks)
-        again, again_lse = run_checked(plan, case, sinks=sinks)
-        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+        out, lse = checked_twice(plan, case, sinks=sinks)
     plain = dataclasses.replace(cfg, cluster=0, cluster_pairs=False, cluster_push=False)
     plain_out, plain_lse = run_checked(cluster_plan(case, kv_dtype, plain), case, sinks=sinks)
     torch.testing.assert_close(out.float(), plain_out.float(), rtol=2e-2, atol=2e-2)
@@ -131,9 +135,7 @@ def test_the_default_pairs_of_a_serving_plan(kv_dtype, page_size, lens):
     plan = _default_pairs_plan(case, kv_dtype)
     sinks = torch.randn(32, device=DEV) * 3
     for window_left, sink in ((-1, None), (-1, sinks), (300, sinks)):
-        out, lse = run_checked(plan, case, window_left=window_left, sinks=sink)
-        again, again_lse = run_checked(plan, case, window_left=window_left, sinks=sink)
-        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+        checked_twice(plan, case, window_left=window_left, sinks=sink)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
@@ -171,11 +173,9 @@ def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap, monkeypatch):
         for sinks in (None, torch.randn(32, device=DEV) * 3):
             requests = plan.state.scratch["requests"]
             requests.fill_(-7)
-            out, lse = run_checked(plan, case, sinks=sinks)
+            checked_twice(plan, case, sinks=sinks)
             if len(lens) <= 16:  # the pairs kernel ran: every request's item count is even
                 assert (requests[: len(lens), 1] % 2 == 0).all() and (requests[: len(lens), 1] >= 2).all()
-            again, again_lse = run_checked(plan, case, sinks=sinks)
-            assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
     full = make_case([32000] * 8, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                      kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=39)  # fmt: skip
     replay_with_new_lengths(
@@ -192,6 +192,4 @@ def test_pair_budget_matches_reference(kv_dtype, lens):
                      kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=len(lens) + 73)  # fmt: skip
     plan = cluster_plan(case, kv_dtype, dataclasses.replace(pairs_config(kv_dtype, True), pair_budget=True))
     for sinks in (None, torch.randn(32, device=DEV) * 3):
-        out, lse = run_checked(plan, case, sinks=sinks)
-        again, again_lse = run_checked(plan, case, sinks=sinks)
-        assert torch.equal(out, again) and torch.equal(lse.nan_to_num(), again_lse.nan_to_num())
+        out, lse = checked_twice(plan, case, sinks=sinks)
