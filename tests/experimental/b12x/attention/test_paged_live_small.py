@@ -7,6 +7,7 @@ the CPU lifecycle of such a plan.
 """
 
 import dataclasses
+import re
 
 import pytest
 
@@ -68,6 +69,10 @@ def test_plans_above_sixteen_requests_carry_the_pairs_kernel_for_small_live_batc
 
 @pytest.mark.usefixtures("live_small")
 def test_the_switch_turns_it_off(monkeypatch):
+    monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", 2)  # a smaller bound: still only plans above 16
+    assert paged.plan(_caps("bfloat16", 4)).heuristic("sm_90a").small is None
+    assert paged.plan(_caps("bfloat16", 16)).heuristic("sm_90a").small is None
+    assert paged.plan(_caps("bfloat16", 17)).heuristic("sm_90a").small_below == 2
     monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", 0)
     assert paged.plan(_caps("bfloat16", 64)).heuristic("sm_90a").small is None
     monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", 16)
@@ -87,8 +92,8 @@ def test_override_checks_name_the_small_part():
     small = Selection(pairs, split_schedule(pairs, "bfloat16", 128, 8, 132, "sm_90a"))
     assert paged.plan(c, override=_override(main, small, 16)).override.small == small
     bad = [
-        (_override(main, small, 0), "small_below must be in 1..max_batch - 1"),
-        (_override(main, small, 64), "small_below must be in 1..max_batch - 1"),
+        (_override(main, small, 0), "small_below must be in 1..min(max_batch - 1, FUSED_SCHEDULE_MAX_BATCH) (63)"),
+        (_override(main, small, 64), "small_below must be in 1..min(max_batch - 1, FUSED_SCHEDULE_MAX_BATCH) (63)"),
         (_override(main, small, True), "small_below must be an int"),
         (_override(main, "x", 8), "override.small must be a Selection"),
         (_override(main, _override(pairs, small, 4), 8), "without a small of its own"),
@@ -96,8 +101,13 @@ def test_override_checks_name_the_small_part():
         (_override(main, Selection(dataclasses.replace(pairs, warps=3), small.schedule), 8), "override.small"),
     ]
     for override, text in bad:
-        with pytest.raises(ValueError, match=text.replace(".", r"\.")):
+        with pytest.raises(ValueError, match=re.escape(text)):
             paged.plan(c, override=override)
+    big = _caps("bfloat16", 256)  # a two-launch plan: its small kernel (one launch) scans at most 128 requests
+    unfused = parse_decode_entry("4x16x3fk")[0]  # the fused merge, the schedule a launch of its own
+    with pytest.raises(ValueError, match=re.escape("FUSED_SCHEDULE_MAX_BATCH) (128), got 200")):
+        paged.plan(big, override=_override(unfused, small, 200))
+    assert paged.plan(big, override=_override(unfused, small, 128)).override.small_below == 128
 
 
 @pytest.mark.usefixtures("live_small")

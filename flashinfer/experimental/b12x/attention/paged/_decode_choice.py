@@ -73,7 +73,7 @@ def small_choice(caps, arch: str, sm_count: int):
     or None: only for the heuristic's plans (no caps.config) above CLUSTER_PAIRS_MAX requests whose
     CLUSTER_PAIRS_MAX-request choice is cluster pairs (sm_90a, D 128; not with pdl='prefetch')."""
     bound = min(LIVE_SMALL_BATCH, _config.CLUSTER_PAIRS_MAX)
-    if caps.config is not None or bound <= 0 or caps.max_batch <= bound:
-        return None
+    if caps.config is not None or bound <= 0 or caps.max_batch <= _config.CLUSTER_PAIRS_MAX:
+        return None  # plans of at most CLUSTER_PAIRS_MAX requests run that kernel already (or their small shape)
     decode, schedule = decode_choice(caps, arch, sm_count, max_batch=_config.CLUSTER_PAIRS_MAX)
     return (decode, schedule, bound) if decode.cluster_pairs else None

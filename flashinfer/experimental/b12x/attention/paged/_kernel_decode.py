@@ -227,7 +227,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
 
     def _grid_rows(self, mWork, mSeqlens):
         """CTA rows a KV head: (cluster) C a request, (persistent) `_config.persistent_grid_rows`, (fused schedule)
-        the rows the live batch can fill (`_config.launch_rows`; pairs: whole clusters of two), else (or
+        the rows the live batch can fill (`_config.launch_rows`; pairs: whole clusters of C), else (or
         `DecodeConfig.full_grid`) one per work row."""
         batch, cap = mSeqlens.shape[0], mWork.shape[0]
         if self.cluster and not self.pairs:
@@ -569,10 +569,11 @@ class PagedDecode(DecodeLoads, DecodeN8):
     @cute.jit
     def _pair_epilogue(self, tensors, sO, sW, sLse, sPart, tidx, item, req, kvh, split, first, n_items, has_sink,
                        sLast, fbuf):  # fmt: skip
-        """`DecodeConfig.cluster_pairs`: a paired batch (`Schedule._paired`, uniform over the grid, so both CTAs of a
-        cluster agree) merges rows item & ~1 and item | 1, two items of one request, through DSMEM; a request of
-        one pair writes its output there, one of P > 1 pairs the pair's partial row first + (item - first) / 2, and
-        its 2P CTAs draw the ticket, the last merging the P rows. An unpaired batch runs the ticket merge."""
+        """`DecodeConfig.cluster_pairs`: a paired batch (`Schedule._paired`, uniform over the grid, so the C CTAs of a
+        cluster agree) merges the C items of one request a cluster holds (rows C k .. C k + C - 1; C = 2: pairs)
+        through DSMEM; a request of one group writes its output there, one of P > 1 groups the group's partial row
+        first + (item - first) / C, and its C P CTAs draw the ticket, the last merging the P rows. An unpaired batch
+        runs the ticket merge."""
         mQ, mK, mV, mPT, mWork, mCount, mOut, mLse, mPartO, mPartLse, mSink, mKDesc, mVDesc, mReq, mTicket, mSeqlens = (
             tensors
         )

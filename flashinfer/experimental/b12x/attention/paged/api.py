@@ -67,6 +67,7 @@ from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers re
     validate_caps,
 )
 from ._config import (
+    FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
     ExtendConfig,
     ScheduleConfig,
@@ -355,9 +356,11 @@ def _validate_override(caps: Caps, override) -> None:
         raise ValueError(f"override.small must be a Selection without a small of its own, or None, got {small!r}")
     if isinstance(override.small_below, bool) or not isinstance(override.small_below, int):
         raise ValueError(f"override.small_below must be an int, got {override.small_below!r}")
-    if not 1 <= override.small_below < caps.max_batch:
+    most = min(caps.max_batch - 1, FUSED_SCHEDULE_MAX_BATCH)  # the small kernel is a fused-schedule one
+    if not 1 <= override.small_below <= most:
         raise ValueError(
-            f"override.small_below must be in 1..max_batch - 1 ({caps.max_batch - 1}), got {override.small_below}"
+            f"override.small_below must be in 1..min(max_batch - 1, FUSED_SCHEDULE_MAX_BATCH) ({most}), "
+            f"got {override.small_below}"
         )
     if not isinstance(small.decode, DecodeConfig) or not (small.decode.fused_merge and small.decode.fused_schedule):
         raise ValueError(
