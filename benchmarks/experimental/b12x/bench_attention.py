@@ -83,6 +83,7 @@ machine stays warm. A fresh machine is bare: all installs again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -112,7 +113,6 @@ from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x.attention.paged._config import (
     FUSED_SCHEDULE_MAX_BATCH,
     DecodeConfig,
-    ScheduleConfig,
     default_config,
     default_extend_config,
     parse_decode_entry,
@@ -238,8 +238,10 @@ def decode_selection(entry: str, kv_dtype: str, arch: str, sm_count: int):
         h = default_config(kv_dtype, D, PAGE, arch)
         decode = DecodeConfig(h.warps, h.keys_per_warp, h.stages, fused_merge="f" in flags, fused_schedule="s" in flags)
     sched = split_schedule(decode, kv_dtype, D, HKV, sm_count, arch)
-    sched = ScheduleConfig(sched.tile_keys, target or sched.target_items, min_chunk or sched.min_chunk)
-    return Selection(decode, sched)
+    sched = dataclasses.replace(
+        sched, target_items=target or sched.target_items, min_chunk=min_chunk or sched.min_chunk
+    )
+    return Selection(decode, sched)  # the schedule keeps split_schedule's pairs / group / budget: the kernel's own
 
 
 def extend_batch(q_len: int, tokens: int = EXTEND_TOKENS) -> int:
