@@ -69,6 +69,58 @@ def partial_merge(part_o, part_lse, first, n, heads, warps, sink2):
     return o * factor[:, None], row_lse
 
 
+def item_row(case, q, row, kvh, decode, sink2):
+    """One work row's CTA for KV head kvh in float64 (W warps taking sub-tiles w, w + W, ...; keys outside the
+    item masked; online base-2 softmax; the warp merge; an unsplit row folds the sink): (o rows [G, Dv], lse [G])."""
+    b, start, end, split = row
+    hq, d = q.shape[1], q.shape[2]
+    hkv = case.k_dense[b].shape[1]
+    group = hq // hkv
+    scale_log2 = LOG2E / math.sqrt(d)
+    w_n, nw = decode.warps, decode.keys_per_warp
+    dv = case.v_dense[b].shape[2]
+    keys_k = case.k_dense[b].double().numpy()  # [N, Hkv, D], descale applied
+    keys_v = case.v_dense[b].double().numpy()
+    qh = q[b, kvh * group : (kvh + 1) * group]  # [G, D]
+    t_begin = start // nw
+    t_end = (end + nw - 1) // nw if end > start else t_begin
+    ms, ls, os_ = [], [], []
+    for w in range(w_n):
+        m = np.full(group, -np.inf)
+        lsum = np.zeros(group)
+        o = np.zeros((group, dv))
+        for i in range(max(t_end - t_begin - w + w_n - 1, 0) // w_n):
+            key0 = (t_begin + w + i * w_n) * nw
+            idx = np.arange(key0, key0 + nw)
+            valid = (idx >= start) & (idx < end)
+            kk = np.where(valid[:, None], keys_k[np.clip(idx, 0, len(keys_k) - 1), kvh], 0.0)
+            vv = np.where(valid[:, None], keys_v[np.clip(idx, 0, len(keys_v) - 1), kvh], 0.0)
+            s = np.where(valid[None, :], qh @ kk.T * scale_log2, -np.inf)
+            m_new = np.maximum(m, s.max(axis=1))
+            m_use = np.where(m_new == -np.inf, 0.0, m_new)
+            p = _exp2(s - m_use[:, None])
+            corr = _exp2(m - m_use)
+            lsum = lsum * corr + p.sum(axis=1)
+            m = m_new
+            o = o * corr[:, None] + p @ vv
+        ms.append(m)
+        ls.append(lsum)
+        os_.append(o)
+    m_top = np.max(ms, axis=0)
+    m_use = np.where(m_top == -np.inf, 0.0, m_top)
+    total = sum(lw * _exp2(mw - m_use) for lw, mw in zip(ls, ms))
+    row_lse = np.where(total > 0, m_use + np.log2(np.where(total > 0, total, 1.0)), -np.inf)
+    factor = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
+    if not split and sink2 is not None:
+        sk = sink2[kvh * group : (kvh + 1) * group]
+        top = np.maximum(row_lse, sk)
+        full = top + np.log2(_exp2(row_lse - top) + _exp2(sk - top))
+        factor = factor * _exp2(row_lse - full)
+        row_lse = full
+    o_row = sum(_exp2(mw - m_use)[:, None] * factor[:, None] * ow for mw, ow in zip(ms, os_))
+    return o_row, row_lse
+
+
 def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, rows=None, tickets=None, seed=0):
     """The decode launches in float64. With decode.fused_merge the (item, KV head) CTAs finish in a
     random order (`seed`) and take tickets from `tickets` (zeros: a fresh or reset counter array);
@@ -83,8 +135,7 @@ def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, row
     schedule = schedule or ScheduleConfig(tile_keys=decode.tile_keys, target_items=8, min_chunk=decode.tile_keys)
     rows = rows or len(lens) + schedule.target_items
     work, reqs, count = schedule_reference(lens, window_left, rows, schedule)
-    scale_log2 = LOG2E / math.sqrt(d)
-    w_n, nw = decode.warps, decode.keys_per_warp
+    w_n = decode.warps
     dv = case.v_dense[0].shape[2]
     out = np.full((total_q, hq, dv), np.nan)
     lse = np.full((total_q, hq), np.nan)
@@ -103,46 +154,8 @@ def emulate(case, *, window_left=-1, sinks=None, decode=None, schedule=None, row
             ctas.append(queues[rng.choice([j for j, q in enumerate(queues) if q])].pop(0))
     for item, kvh in ctas:
         b, start, end, split = work[item]
-        keys_k = case.k_dense[b].double().numpy()  # [N, Hkv, D], descale applied
-        keys_v = case.v_dense[b].double().numpy()
-        qh = q[b, kvh * group : (kvh + 1) * group]  # [G, D]
-        t_begin = start // nw
-        t_end = (end + nw - 1) // nw if end > start else t_begin
-        ms, ls, os_ = [], [], []
-        for w in range(w_n):
-            m = np.full(group, -np.inf)
-            lsum = np.zeros(group)
-            o = np.zeros((group, dv))
-            for i in range(max(t_end - t_begin - w + w_n - 1, 0) // w_n):
-                key0 = (t_begin + w + i * w_n) * nw
-                idx = np.arange(key0, key0 + nw)
-                valid = (idx >= start) & (idx < end)
-                kk = np.where(valid[:, None], keys_k[np.clip(idx, 0, len(keys_k) - 1), kvh], 0.0)
-                vv = np.where(valid[:, None], keys_v[np.clip(idx, 0, len(keys_v) - 1), kvh], 0.0)
-                s = np.where(valid[None, :], qh @ kk.T * scale_log2, -np.inf)
-                m_new = np.maximum(m, s.max(axis=1))
-                m_use = np.where(m_new == -np.inf, 0.0, m_new)
-                p = _exp2(s - m_use[:, None])
-                corr = _exp2(m - m_use)
-                lsum = lsum * corr + p.sum(axis=1)
-                m = m_new
-                o = o * corr[:, None] + p @ vv
-            ms.append(m)
-            ls.append(lsum)
-            os_.append(o)
-        m_top = np.max(ms, axis=0)
-        m_use = np.where(m_top == -np.inf, 0.0, m_top)
-        total = sum(lw * _exp2(mw - m_use) for lw, mw in zip(ls, ms))
-        row_lse = np.where(total > 0, m_use + np.log2(np.where(total > 0, total, 1.0)), -np.inf)
-        factor = np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), 0.0)
         heads = slice(kvh * group, (kvh + 1) * group)
-        if not split and sink2 is not None:
-            sk = sink2[heads]
-            top = np.maximum(row_lse, sk)
-            full = top + np.log2(_exp2(row_lse - top) + _exp2(sk - top))
-            factor = factor * _exp2(row_lse - full)
-            row_lse = full
-        o_row = sum(_exp2(mw - m_use)[:, None] * factor[:, None] * ow for mw, ow in zip(ms, os_))
+        o_row, row_lse = item_row(case, q, work[item], kvh, decode, sink2)
         if split:
             part_o[item, heads], part_lse[item, heads] = o_row, row_lse
         else:
