@@ -1,7 +1,8 @@
 """Configurations, validity predicates and host-side mirrors of the paged-attention kernels.
 
 Stdlib only: `api.plan` validates caps and the tests check the schedule without importing the CuTe
-DSL. The split-KV schedule's config and its Python mirror live in `_config_schedule` (re-exported here). The kernels (`_kernel_decode`, `_kernel_split`) import these and list this module in their
+DSL. The split-KV schedule's config and its Python mirror live in `_config_schedule` (re-exported here). The
+kernels (`_kernel_decode`, `_kernel_split`) import these and list this module in their
 compile fingerprints, so an edit here recompiles them.
 """
 
@@ -494,7 +495,7 @@ def pairs_tile_by_default(kv_dtype: str, head_dim: int, arch: str, max_batch: in
         and SMALL_BATCH_MAX < max_batch <= CLUSTER_PAIRS_MAX
         and arch == "sm_90a"
         and head_dim == 128
-        and kv_dtype in ("bfloat16", "float16", "float8_e4m3fn")
+        and kv_dtype in KV_DTYPES
     )
 
 
@@ -671,10 +672,16 @@ def split_schedule(
         tile_keys=decode.tile_keys,
         target_items=max(1, _ceil_div(slots, num_kv_heads)),
         min_chunk=max(decode.tile_keys, fills * decode.warps * (decode.stages - 1) * fill_keys),
-        pairs=decode.cluster_pairs,
-        group=decode.cluster if decode.cluster_pairs else 2,
-        budget=decode.cluster_pairs and decode.pair_budget,
+        **pair_fields(decode),
     )
+
+
+def pair_fields(decode: DecodeConfig) -> dict:
+    """The ScheduleConfig fields that follow from a decode config's cluster pairs (pairs, group, budget): what
+    `split_schedule` sets and the decode kernel takes from its config (a plan's override may carry a schedule
+    without them)."""
+    pairs = decode.cluster_pairs
+    return dict(pairs=pairs, group=decode.cluster if pairs else 2, budget=pairs and decode.pair_budget)
 
 
 # The extend / verify configuration, the bench entries and the fp8 fragment plumbing live in their own modules (one

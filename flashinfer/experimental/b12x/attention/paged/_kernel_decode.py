@@ -94,6 +94,7 @@ from ._config import (
     N8_HEADS,
     DecodeConfig,
     ScheduleConfig,
+    pair_fields,
     why_not,
 )
 from ._decode_loads import DecodeLoads
@@ -153,10 +154,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
         self.config, self.kv_name = config, kv_dtype
         self.schedule = None
         if config.fused_schedule:  # pairs from the decode config (a plan's override may carry a schedule without)
-            group = config.cluster if config.cluster_pairs else 2
-            budget = config.cluster_pairs and config.pair_budget
-            schedule = dataclasses.replace(schedule, pairs=config.cluster_pairs, group=group, budget=budget)
-            self.schedule = Schedule(schedule)
+            self.schedule = Schedule(dataclasses.replace(schedule, **pair_fields(config)))
         self.merger = PartialMerge(self.q_dtype, self.group, head_dim_v, config.warps, config.merge_unroll)
         self.cluster = config.cluster
         self.pairs = config.cluster_pairs  # the clusters fed by the fused schedule (`_pair_epilogue`)
@@ -236,16 +234,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
             return cutlass.max(cutlass.min(cap, Int32(self.schedule.target)), Int32(1))
         rows = cap
         if cutlass.const_expr(self.fused_schedule and not self.config.full_grid):
-            room = cutlass.min(Int32(self.schedule.target), cap)
-            rows = cutlass.max(batch, room)
-            if cutlass.const_expr(self.pairs):
-                spare = self.schedule._spare(batch)
-                room = cutlass.min(Int32(self.schedule.target), cap - spare)
-                c = self.cluster  # `Schedule._paired`:
-                paired = cutlass.min(cutlass.max(room - c * batch + 1, Int32(0)), Int32(1))
-                if cutlass.const_expr(self.schedule.budget):  # the split counted the rounding
-                    spare = Int32(0)
-                rows = paired * (room + spare) + (1 - paired) * rows
+            rows = self.schedule.launch_rows(batch, cap)
         if cutlass.const_expr(self.pairs):  # whole clusters
             rows = (rows + (self.cluster - 1)) // self.cluster * self.cluster
         return rows

@@ -99,6 +99,20 @@ class Schedule:
             return batch
         return (self.group - 1) * batch
 
+    def launch_rows(self, batch, cap):
+        """`_config.launch_rows` on the host (the launch's grid; no branch on the live values: `_paired`'s test as
+        0 / 1 arithmetic)."""
+        room = cutlass.min(Int32(self.target), cap)
+        rows = cutlass.max(batch, room)
+        if cutlass.const_expr(self.pairs):
+            spare = self._spare(batch)
+            room = cutlass.min(Int32(self.target), cap - spare)
+            paired = cutlass.min(cutlass.max(room - self.group * batch + 1, Int32(0)), Int32(1))
+            if cutlass.const_expr(self.budget):  # the split counted the rounding
+                spare = Int32(0)
+            rows = paired * (room + spare) + (1 - paired) * rows
+        return rows
+
     @cute.jit
     def _paired(self, batch, cap):
         """1 when `ScheduleConfig.pairs` schedules this live batch in pairs (`_config.paired`), else 0."""

@@ -31,7 +31,8 @@ split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Se
 schedule))` sets both configs. The heuristic lives in `_decode_choice`: plans of 5-16 requests on sm_90a decode as
 two-CTA clusters fed by the live schedule (`DecodeConfig.cluster_pairs`); `Selection.small` may add a second
 one-launch kernel that run() launches instead for live batches of at most `small_below` requests (the live batch is
-the bound tensors' shape, so no host read: `_decode_choice.LIVE_SMALL_BATCH`, off until its GPU run). Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
+the bound tensors' shape, so no host read: `_decode_choice.LIVE_SMALL_BATCH`, off until its GPU run).
+Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); with two tiles
 (`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live
 token-weighted mean q_len and both extend kernels launch, the unchosen one with 0 items (with
@@ -552,9 +553,10 @@ def bind(
             extend_views = (count[:4], flags, work[: min(work.shape[0], large)], large_count, small_count,
                             preds[0], preds[1])  # fmt: skip
     else:
-        targets = [selection.schedule.target_items] if selection is not None else []
-        targets += [selection.small.schedule.target_items] if selection is not None and selection.small else []
-        rows = min(c.item_capacity, batch + max(targets)) if targets else 0
+        rows = 0
+        if selection is not None:  # the items beyond one a request that either decode kernel's split may make
+            small = selection.small.schedule.target_items if selection.small is not None else 0
+            rows = min(c.item_capacity, batch + max(selection.schedule.target_items, small))
         work = scratch["work"][:rows]
         no_sink = scratch["partial_lse"][0]
     decode_views = ()
