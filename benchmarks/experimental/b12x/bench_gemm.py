@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma]]
+        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma|pdl|ksplit]]
         [--timer events|graph [--cold-weights]] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
@@ -29,7 +29,9 @@ per case (prepared plans with overrides) and reports the fastest: the tuning inp
 for register loads (`_kernel_stream.probe_variants`; probes compute garbage);
 --sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
-groups, warp groups along N: `_kernel_decode.stream_variants`); --sweep-subset probe the heuristic
+groups, warp groups along N: `_decode_sweeps.stream_variants`); --sweep-subset ksplit the heuristic
+config and its K splits over a 2- or 4-CTA cluster (`DecodeConfig.ksplit`, `_decode_sweeps.ksplit_variants`:
+the activation traffic / C); --sweep-subset probe the heuristic
 config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
 `DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
 dequant and MMA; --sweep-subset probe-step the heuristic config and its loads-only probe, then each of
@@ -345,8 +347,8 @@ def sweep_configs(
     sweeps started from that base). Configs a case's pair cannot run (a GEMV config for quantized
     activations) are skipped by `_sweep`."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
-    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
     if subset in ("layout", "layout-probe"):
@@ -365,7 +367,7 @@ def sweep_configs(
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        if subset in ("prefetch", "stream", "probe", "probe-step", "pdl"):
+        if subset in ("prefetch", "stream", "probe", "probe-step", "pdl", "ksplit"):
             return ()
         twopass = twopass_candidates() if bucket == L.TWOPASS_BUCKET else ()
         if subset == "twopass":  # the tiled kernel's shape-aware config against the two-pass tilings
@@ -377,16 +379,19 @@ def sweep_configs(
         return KT.candidate_configs(m) + twopass
     if subset == "pdl":
         return (L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt),) + pdl_variants(bucket, n, k, b_fmt, a_fmt)
-    cands = KD.candidate_configs(m)
+    cands = DS.candidate_configs(m)
     if subset == "prefetch":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + tuple(c for c in cands if c.prefetch and c != base)
     if subset == "stream":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
-        cands = (base,) + KD.stream_variants(base)
+        cands = (base,) + DS.stream_variants(base)
     if subset == "probe":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
-        cands = (base,) + KD.probe_variants(base)
+        cands = (base,) + DS.probe_variants(base)
+    if subset == "ksplit":
+        base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
+        cands = (base,) + DS.ksplit_variants(base)
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands
@@ -522,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             "twopass",
             "fp8mma",
             "pdl",
+            "ksplit",
         ),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
@@ -529,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         "GEMV candidates, the stream-layout "
         "kernel's candidates (each + the CuTe heuristic config), at M > 256 the two-pass tilings + the tiled "
         "config, the tiled kernel's e4m3 MMA variants (fp8mma), or the fused decode kernel as a programmatic "
-        "dependent with and without cache hints and L2 prefetch (pdl)",
+        "dependent with and without cache hints and L2 prefetch (pdl), or the decode kernel's K splits over a "
+        "cluster of CTAs (ksplit)",
     )
     parser.add_argument(
         "--sweep-workers",

@@ -93,21 +93,28 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
     m, n = c.shape
     k = b.shape[1] * 8 // FORMAT[b_fmt].value_bits
     rt = KD.Runtime(*bases, np.int32(m), np.int32(n), np.int32(k), np.float32(alpha))
-    for bidx in range((n + logic.bn - 1) // logic.bn):
-        n0 = np.int32(bidx * logic.bn)
-        smem = np.zeros(logic.red_floats * 4 + logic.share_bytes, dtype=np.uint8)
-        if config.ashare:  # warp sets in lock step: every warp's store phase, then every warp's math
-            _ashare_k_loops(logic, gmem, smem, rt, n0, k)
-        for w in range(0 if config.ashare else config.warps):  # phase 1: the K loop and the partial sums
-            ops = EmuOps(gmem, smem)
-            acc = logic.zero_acc(ops)
-            chunks = np.int32(k // KD.CHUNK)
-            first, step = w % logic.kstep, logic.kstep
-            nw = np.int32(n0 + (w // logic.kstep) * logic.rows_w)
-            acc = k_loop(logic, ops, rt, nw, first, step, chunks, acc)
-            logic.reduce_stage(ops, 0, w, LANE, acc)
-        for w in range(config.warps):  # phase 2, after the barrier
-            logic.finish(EmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0)
+    ks = config.ksplit  # a cluster of ks CTAs a row block: each its own shared memory, the K loops of all,
+    for blk in range((n + logic.bn - 1) // logic.bn):  # then the cluster barrier, then every rank's finish
+        n0 = np.int32(blk * logic.bn)
+        smems = [np.zeros(logic.red_floats * 4 + logic.share_bytes, dtype=np.uint8) for _ in range(ks)]
+        for rank, smem in enumerate(smems):
+            if config.ashare:  # warp sets in lock step: every warp's store phase, then every warp's math
+                _ashare_k_loops(logic, gmem, smem, rt, n0, k, rank)
+            for w in range(0 if config.ashare else config.warps):  # phase 1: the K loop and the partial sums
+                ops = EmuOps(gmem, smem)
+                acc = logic.zero_acc(ops)
+                chunks = np.int32(k // KD.CHUNK)
+                first, step = rank * logic.kstep + w % logic.kstep, logic.kstride
+                nw = np.int32(n0 + (w // logic.kstep) * logic.rows_w)
+                acc = k_loop(logic, ops, rt, nw, first, step, chunks, acc)
+                logic.reduce_stage(ops, 0, w, LANE, acc)
+        for rank, smem in enumerate(smems):
+            for w in range(config.warps):  # phase 2, after the (cluster) barrier
+                ops = EmuOps(gmem, smem, peers=smems)
+                if ks == 1:
+                    logic.finish(ops, rt, 0, w * 32 + LANE, n0)
+                else:
+                    logic.finish(ops, rt, 0, w * 32 + LANE, n0, np.int32(rank))
     return _read_c(gmem, bases[4], c)
 
 
@@ -165,17 +172,19 @@ def run_stream(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
     return _read_c(gmem, bases[4], c)
 
 
-def _ashare_k_loops(logic, gmem, smem, rt, n0, k) -> None:
-    """The ashare K loop of one CTA: per warp set (the wn warps with the same chunks) and chunk, the
-    share_store of every warp, the set's barrier, then every warp's chunk; then the partial sums."""
+def _ashare_k_loops(logic, gmem, smem, rt, n0, k, rank: int = 0) -> None:
+    """The ashare K loop of one CTA (cluster rank `rank`): per warp set (the wn warps with the same chunks)
+    and chunk, the share_store of every warp, the set's barrier, then every warp's chunk; then the partial
+    sums."""
     share_base = logic.red_floats * 4
     chunks = k // KD.CHUNK
     for kset in range(logic.kstep):
         warps = [gi * logic.kstep + kset for gi in range(logic.cfg.wn)]
         ops = {w: EmuOps(gmem, smem) for w in warps}
         acc = {w: logic.zero_acc(ops[w]) for w in warps}
-        for ch in range(kset, chunks, logic.kstep):
-            c, parity = np.int32(ch), ((ch - kset) // logic.kstep) & 1
+        first = rank * logic.kstep + kset
+        for ch in range(first, chunks, logic.kstride):
+            c, parity = np.int32(ch), ((ch - first) // logic.kstride) & 1
             nws = {w: np.int32(n0 + (w // logic.kstep) * logic.rows_w) for w in warps}
             wl = {w: logic.weight_loads(ops[w], rt, LANE, nws[w], c) for w in warps}
             for w in warps:

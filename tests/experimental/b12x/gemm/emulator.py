@@ -96,9 +96,10 @@ def f32_to_half(kind: str, x):
 class EmuOps:
     """One warp's view of the machine. `pred` arguments are per-lane booleans."""
 
-    def __init__(self, gmem: GlobalMemory, smem: np.ndarray | None = None) -> None:
+    def __init__(self, gmem: GlobalMemory, smem: np.ndarray | None = None, peers=None) -> None:
         self.g = gmem
         self.smem = smem
+        self.peers = peers  # a cluster's shared memories by rank (lds_f32_peer)
         self.lane = np.arange(LANES)
 
     # conversions
@@ -216,6 +217,17 @@ class EmuOps:
     def lds_f32(self, saddr):
         saddr = self._s(saddr, 4)
         return self.smem[saddr[:, None] + _BYTE16[None, :4]].copy().view(np.float32).reshape(LANES)
+
+    def lds_f32_peer(self, saddr, rank: int):
+        own = self.smem
+        try:
+            self.smem = self.peers[int(rank)]
+            return self.lds_f32(saddr)
+        finally:
+            self.smem = own
+
+    def cluster_sync(self):  # the drivers run every CTA of a cluster up to it before any goes past it
+        pass
 
     def ldmatrix_x4(self, saddr):
         """Lanes 8i..8i+7 give the 16-byte rows of matrix i; lane t gets word t%4 of row t//4."""

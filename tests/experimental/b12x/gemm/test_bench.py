@@ -42,14 +42,31 @@ def test_decode_range_matches_the_buckets():
 
 def test_sweep_subsets():
     from flashinfer.experimental.b12x.gemm._shared import launch as L
-    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 
     full = BG.sweep_configs("decode16", 16, 11264, 2048, "nvfp4")
-    assert full == KD.candidate_configs(16)
+    assert full == DS.candidate_configs(16)
     pre = BG.sweep_configs("decode16", 16, 11264, 2048, "nvfp4", "prefetch")
     assert pre[0] == L.default_config("decode16", 11264, 2048, "nvfp4") and pre[0].prefetch == 0
     assert len(pre) == 13 and all(c.prefetch > 0 for c in pre[1:])
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "prefetch") == ()
+
+
+def test_ksplit_subset():
+    """--sweep-subset ksplit: the case's heuristic, then its K splits over 2- and 4-CTA clusters, each valid."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    for m, n, k in ((16, 4096, 14336), (16, 28672, 4096), (1, 4096, 4096)):
+        bucket = L.bucket_for(m)
+        cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "ksplit", "bfloat16")
+        assert cands[0] == L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16") and cands[0].ksplit == 1
+        rest = cands[1:]
+        assert len(rest) == len(set(rest)) >= 2 and {c.ksplit for c in rest} == {2, 4}
+        assert all(KD.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in rest)
+    m16 = BG.sweep_configs("decode16", 16, 4096, 14336, "nvfp4", "ksplit", "bfloat16")
+    assert any(c.ashare and c.wn * 16 * c.tiles == 128 and c.ksplit == 4 for c in m16)  # BN 128 at 4 CTAs a block
+    assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "ksplit") == ()
 
 
 def test_pdl_subset():
@@ -71,10 +88,10 @@ def test_pdl_subset():
 
 def test_stream_and_probe_subsets_and_sweep_workers(capsys):
     from flashinfer.experimental.b12x.gemm._shared import launch as L
-    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 
     base = L.default_config("decode16", 28672, 4096, "nvfp4")
-    assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream") == (base,) + KD.stream_variants(base)
+    assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream") == (base,) + DS.stream_variants(base)
     probe = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "probe")
     assert probe[0].probe == "" and {c.probe for c in probe[1:]} == {"", "loads", "nomma"}
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "stream") == ()

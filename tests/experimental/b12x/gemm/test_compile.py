@@ -161,10 +161,11 @@ def test_every_variant_compiles(a_fmt, b_fmt, bucket, arch):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_candidate_configs_compile(arch):
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
-    for cfg in KD.candidate_configs(8) + KD.candidate_configs(16) + KD.candidate_configs(32) + KD.candidate_configs(64):
+    for cfg in DS.candidate_configs(8) + DS.candidate_configs(16) + DS.candidate_configs(32) + DS.candidate_configs(64):
         if KD.can_implement("bfloat16", "nvfp4", "bfloat16", cfg):
             _check_built(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch), arch)
     for cfg in KT.candidate_configs(4096):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
 from . import emulated as E
@@ -160,7 +161,7 @@ def test_invalid_stream_options_are_rejected():
 @pytest.mark.parametrize("m, n, k", [(1, 28672, 4096), (16, 28672, 4096), (16, 11264, 2048), (1, 2048, 5632)])
 def test_stream_variants_are_valid_and_distinct(m, n, k):
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
-    variants = KD.stream_variants(base)
+    variants = DS.stream_variants(base)
     assert 6 <= len(variants) <= 13 and base not in variants and len(set(variants)) == len(variants)
     assert dataclasses.replace(base, unroll=1) in variants or base.unroll == 1
     for cfg in variants:
@@ -255,9 +256,9 @@ def test_probes_are_gated_and_limited(monkeypatch):
     assert "FP4 weights and 16-bit activations" in KD.why_not("mxfp8", "mxfp8", "bfloat16", CFG(probe="loads"))
     assert "probe must be one of" in KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(probe="all"))
     base = L.default_config("decode16", 28672, 4096, "nvfp4")
-    probes = KD.probe_variants(base)
+    probes = DS.probe_variants(base)
     assert [p.probe for p in probes] == ["loads", "nomma", "", "loads"]
-    assert all(p not in KD.stream_variants(base) or not p.probe for p in probes)
+    assert all(p not in DS.stream_variants(base) or not p.probe for p in probes)
 
 
 @pytest.mark.interpret

@@ -1,4 +1,4 @@
-"""The decode kernel's streaming variants (issue #6: `_kernel_decode.stream_variants` of each case's
+"""The decode kernel's streaming variants (issue #6: `_decode_sweeps.stream_variants` of each case's
 heuristic config: cache hints, chunk groups, warp groups along N) on the GPU, against the fp32
 reference at the issue's shapes, outputs NaN-poisoned. Run on the device machine (-m gpu; select with
 -k stream)."""
@@ -8,6 +8,7 @@ import torch
 
 import b12x
 from flashinfer.experimental.b12x.gemm._shared import launch as L
+from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
 from .helpers import check_tolerance, make_operands
@@ -45,7 +46,7 @@ def _run(ops, cfg):
 def test_stream_variants_at_issue_shapes(m, n, k):
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight(n, k))
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
-    for cfg in KD.stream_variants(base):
+    for cfg in DS.stream_variants(base):
         check_tolerance(_run(ops, cfg), ops, "bfloat16")
 
 

@@ -8,7 +8,7 @@ import b12x
 from flashinfer.experimental.b12x._lib.arch import target_arch
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
 from flashinfer.experimental.b12x.gemm._shared import launch as L
-from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
@@ -120,7 +120,7 @@ def test_twopass_output_dtypes(a_fmt, b_fmt, out_dtype):
 def test_candidate_configs_are_correct(bucket):
     """Every config the heuristic may pick or autotune may measure computes the same product."""
     m = {"decode8": 7, "decode32": 29, "decode64": 64, "tiled128": 300}[bucket]
-    cfgs = KD.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
+    cfgs = DS.candidate_configs(m) if bucket.startswith("decode") else KT.candidate_configs(m)
     if bucket == "tiled128":  # the two-pass path's GEMM tiles (min_m 0: M = 300 runs them), a B split in
         # three panels, the plain dequantize stores, and the default (M = 300 below its min_m: its tiled kernel)
         cfgs += tuple(TP.TwoPassConfig(gemm=g, min_m=0) for g in KM.CANDIDATES)

@@ -110,7 +110,7 @@ def test_decode32_decode64_heuristic(fmt, m, n, k, want):
 
 
 def test_candidate_configs_per_bucket():
-    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import candidate_configs
+    from flashinfer.experimental.b12x.gemm.blockscaled._decode_sweeps import candidate_configs
 
     for m, count, prefetching in ((8, 30, 12), (16, 30, 12), (32, 28, 12), (64, 20, 10)):
         cands = candidate_configs(m)

@@ -237,6 +237,21 @@ def _lds_f32(saddr, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def _lds_f32_peer(saddr, rank, *, loc=None, ip=None):
+    """The fp32 at shared::cta address `saddr`'s counterpart in cluster CTA `rank` (mapa, ld.shared::cluster)."""
+    res = _asm(
+        T.f32(),
+        [_iv(saddr, Int32, loc, ip), _iv(rank, Int32, loc, ip)],
+        "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}",
+        "=f,r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+    return Float32(res)
+
+
+@dsl_user_op
 def _ldmatrix_x4(saddr, *, loc=None, ip=None):
     res = _asm(
         llvm.StructType.get_literal([T.i32()] * 4),
@@ -413,6 +428,15 @@ class DeviceOps:
     lds_v4 = staticmethod(_lds_v4)
     sts_f32 = staticmethod(_sts_f32)
     lds_f32 = staticmethod(_lds_f32)
+    # clusters (sm_90+): lds_f32_peer(saddr, rank) reads cluster CTA `rank`'s shared memory at the same offset;
+    # cluster_sync() is barrier.cluster.arrive (release) + wait (acquire) over every thread of the cluster
+    lds_f32_peer = staticmethod(_lds_f32_peer)
+
+    @staticmethod
+    def cluster_sync():
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+
     ldmatrix_x4 = staticmethod(_ldmatrix_x4)
     # bulk copies: mbar_init(saddr, pred, count) (lanes with pred init; then the init fences);
     # bulk_g2s(sdst, gsrc, nbytes, smbar, pred): expect nbytes on the mbarrier and start the copy;

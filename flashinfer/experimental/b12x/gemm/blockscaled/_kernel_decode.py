@@ -12,7 +12,7 @@ through shared memory at the end, so N = 4096 gives 128 CTAs of BN = 32 rows (13
 With DecodeConfig.wn > 1 the warps form wn groups along N (BN = 16 * tiles * wn), each group splitting
 K as above; `ashare` lets a chunk's wn warps share its activation loads through shared memory.
 The streaming options (cache hints, clamp, fp4 placement, wn, ashare) default off: issue #6's sweep
-(`stream_variants`, `bench_gemm --sweep-subset stream`) decides which become the heuristic's.
+(`_decode_sweeps.stream_variants`, `bench_gemm --sweep-subset stream`) decides which become the heuristic's.
 
 Per chunk, lane (g, t) = (lane / 4, lane % 4) loads with 16-byte accesses one SPAN (32 consecutive
 K values at 32 t) of weight rows g and g + 8 of each 16-row tile, their scales, and the same span of
@@ -36,7 +36,7 @@ warp are in flight during the MMAs (activations are still loaded inside the chun
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -67,6 +67,7 @@ PROBES = ("", "loads", "nomma")  # DecodeConfig.probe: timing probes (garbage ou
 PROBE_ENV = "B12X_GEMM_DECODE_PROBE"  # =1 lets a probe config pass why_not (benchmarks only)
 WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
 UPFRONT = (0, 2, 4)  # DecodeConfig.upfront: chunks whose weight loads all issue before their math
+KSPLIT = (1, 2, 4)  # DecodeConfig.ksplit: CTAs of a cluster splitting K (portable cluster sizes)
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,12 @@ class DecodeConfig:
     issues the second chunk's loads after the first chunk's MMAs (SASS of the T = 1 gate_up,
     docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option.
     minctas (0: none, or 2..4): a launch bound, ptxas budgets registers for that many CTAs an SM (`launch_bounds`;
-    it spills what does not fit): a grid of 1-2 waves in one. Opt-in (the demo's gate_up: within noise)."""
+    it spills what does not fit): a grid of 1-2 waves in one. Opt-in (the demo's gate_up: within noise).
+    ksplit (1, 2 or 4; `_kernel_decode_cluster`): C CTAs a row block as one thread-block cluster splitting K
+    (rank r's warps take chunks r kwarps + w % kwarps, stepping kwarps x C), reduced through distributed
+    shared memory: each CTA reads 1 / C of the M x K activations, so C x BN rows cost the activation traffic
+    of BN (M = 16: the L2 reads, docs/predictions/gemm_decode.md session 38). The sums equal those of a plain
+    kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before. Not yet GPU-run: opt-in."""
 
     warps: int = 8
     tiles: int = 2
@@ -130,6 +136,7 @@ class DecodeConfig:
     ashare: bool = False
     upfront: int = 0
     minctas: int = 0
+    ksplit: int = 1
 
     @property
     def rows(self) -> int:
@@ -178,71 +185,7 @@ def default_config(max_m: int) -> DecodeConfig:
     return DecodeConfig(warps=warps, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
 
-def candidate_configs(max_m: int) -> tuple[DecodeConfig, ...]:
-    """What `bench_gemm --sweep` times for a bucket: M <= 16 every warps x tiles x unroll of the
-    2026-11-30 sweep (warps 4/8/16 x tiles 1/2/4 x unroll 1/2); M <= 32 / 64 the implementable ones of
-    the same grid (16 and 10 configs). Then the weight-prefetch variants (prefetch 1 and 2, unroll 1,
-    tiles 1/2, every warp count; implementable ones only): 12 more per bucket, 10 at M <= 64."""
-    ntiles = ntiles_for(max_m)
-    out = []
-    for warps in (4, 8, 16):
-        for tiles in (1, 2, 4):
-            for unroll in (1, 2):
-                cfg = DecodeConfig(warps, tiles, ntiles, unroll)
-                if ntiles <= 2 or _tiling_reason(cfg) is None:
-                    out.append(cfg)
-    for prefetch in (1, 2):
-        for warps in (4, 8, 16):
-            for tiles in (1, 2):
-                cfg = DecodeConfig(warps, tiles, ntiles, 1, prefetch)
-                if _tiling_reason(cfg) is None:
-                    out.append(cfg)
-    return tuple(out)
-
-
-def stream_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
-    """The streaming options around `base` (a case's heuristic config): what `bench_gemm
-    --sweep-subset stream` times after `base`, one hypothesis each: L1 kept for the activations (na +
-    el), bigger L2 fetches (na256), unpredicated loads (clamp), fewer ALU-pipe instructions (fp4
-    "left"), warp groups along N (2 groups of the base's warps, 2 groups of half of them, 4 groups of
-    the base's warps), twice the rows per warp (half the CTAs, so half the activation reads, more
-    registers), two combinations (everything on the instruction side with na256, and with 2 warp
-    groups), and 2 warp groups sharing activations through smem (ashare: twice the base's warps, or
-    the base's), and the base with one chunk a step (unroll 1: fewer registers a lane, so more resident
-    CTAs; session 25: 11264 x 2048 fits one wave at 80 registers, not at 112). ("na" alone, "ef" and
-    kgroup stay selectable, not swept.) Valid configs only, base excluded, no duplicates."""
-    hinted = replace(base, wcache="na", acache="el")
-    lean = replace(hinted, clamp=True, fp4="left", prefetch=0)
-    cands = (
-        hinted,
-        replace(hinted, wcache="na256"),
-        replace(hinted, clamp=True, prefetch=0),
-        replace(hinted, fp4="left"),
-        replace(hinted, warps=2 * base.warps, wn=2 * base.wn),
-        replace(hinted, wn=2 * base.wn),
-        replace(hinted, warps=4 * base.warps, wn=4 * base.wn),
-        replace(hinted, tiles=2 * base.tiles),
-        replace(lean, wcache="na256"),
-        replace(lean, warps=2 * base.warps, wn=2 * base.wn),
-        replace(hinted, warps=2 * base.warps, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
-        replace(hinted, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
-        replace(base, unroll=1),
-    )
-    out = []
-    for cfg in cands:
-        if cfg != base and cfg not in out and _tiling_reason(cfg) is None:
-            out.append(cfg)
-    return tuple(out)
-
-
-def probe_variants(base: DecodeConfig) -> tuple[DecodeConfig, ...]:
-    """The timing probes `bench_gemm --sweep-subset probe` times after `base`: loads only and
-    dequant without MMA, for base and for base with the L1 hints (na + el)."""
-    hinted = replace(base, wcache="na", acache="el")
-    return (replace(base, probe="loads"), replace(base, probe="nomma"), hinted, replace(hinted, probe="loads"))
-
-
-def _tiling_reason(config: DecodeConfig) -> str | None:
+def tiling_reason(config: DecodeConfig) -> str | None:
     if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in NTILES:
         return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
     if config.unroll not in (1, 2, 4):
@@ -272,6 +215,8 @@ def _tiling_reason(config: DecodeConfig) -> str | None:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.upfront not in UPFRONT or (config.upfront and (config.prefetch or config.kgroup > 1 or config.ashare)):
         return f"upfront must be one of {UPFRONT}, and > 0 only with prefetch 0, kgroup 1 and no ashare, got {config}"
+    if config.ksplit not in KSPLIT:
+        return f"ksplit must be one of {KSPLIT} (CTAs of a cluster splitting K), got {config.ksplit!r}"
     if type(config.minctas) is not int or config.minctas not in (0, 2, 3, 4):
         return f"minctas must be 0 (no bound) or 2..4 CTAs an SM, got {config.minctas!r}"
     if config.acc_regs > ACC_LIMIT:
@@ -329,7 +274,7 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str
             return f"probe {config.probe!r} computes garbage (a timing probe): set {PROBE_ENV}=1 to build it"
         if FORMAT[b_fmt].family != "fp4" or FORMAT[a_fmt].family != "raw16":
             return f"probes take FP4 weights and 16-bit activations, got {a_fmt} x {b_fmt}"
-    return _tiling_reason(config)
+    return tiling_reason(config)
 
 
 def can_implement(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> bool:
@@ -372,7 +317,9 @@ class DecodeLogic:
         self.ntok = config.max_m
         self.rows_w = config.rows  # rows of one warp
         self.bn = config.rows * config.wn  # rows of the CTA
-        self.kstep = config.kwarps  # chunk stride of one warp
+        self.kstep = config.kwarps  # warps of a CTA splitting K over the same rows
+        self.ksplit = config.ksplit  # CTAs of a cluster splitting K (ksplit)
+        self.kstride = config.kwarps * config.ksplit  # chunk stride of one warp
         self.red_floats = config.warps * self.ntok * self.rows_w
         self.units = 4 * config.ntiles  # ashare: (token tile, group) units of 4 registers per lane
         self.share_bytes = config.share_bytes
@@ -489,19 +436,21 @@ class DecodeLogic:
         first + (prefetch - 1) warps, flat and in that order."""
         stages = []
         for d in range(self.cfg.prefetch):
-            stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.kstep, chunks)
+            stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.kstride, chunks)
         return stages
 
     def upfront_loads(self, ops, rt: Runtime, lane, n0, first, chunks):
         """DecodeConfig.upfront: the flat weight loads (`prefetch_loads`) of chunks first, first +
         kstep, ..., first + (upfront - 1) kstep, all issued here, before any math."""
-        return [self.prefetch_loads(ops, rt, lane, n0, first + j * self.kstep, chunks) for j in range(self.cfg.upfront)]
+        return [
+            self.prefetch_loads(ops, rt, lane, n0, first + j * self.kstride, chunks) for j in range(self.cfg.upfront)
+        ]
 
     def pipelined_chunk(self, ops, rt: Runtime, lane, n0, c, chunks, stages, acc):
         """One iteration of the prefetch pipeline: issue the weight loads of chunk c + prefetch *
         warps, then chunk c's math on its loads (the oldest stage). Returns (stages, acc)."""
         size = len(stages) // self.cfg.prefetch
-        ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.kstep, chunks)
+        ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.kstride, chunks)
         acc = self.chunk_with(ops, rt, lane, n0, c, self.unflatten_loads(stages[:size]), acc)
         return list(stages[size:]) + ahead, acc
 
@@ -627,24 +576,30 @@ class DecodeLogic:
                     tok = 8 * nt + 2 * t + (i & 1)
                     ops.sts_f32(self._red_addr(red_base, warp, tok, nl), acc[(tt * self.cfg.ntiles + nt) * 4 + i])
 
-    def finish(self, ops, rt: Runtime, red_base, tid, n0):
-        """Sum the warps' partials, scale, round and store rows [n0, n0 + BN) of tokens < M."""
+    def finish(self, ops, rt: Runtime, red_base, tid, n0, rank=0):
+        """Sum the warps' partials, scale, round and store rows [n0, n0 + BN) of tokens < M. ksplit C > 1:
+        cluster rank `rank` stores outputs [rank, rank + 1) x total / C of the block, summing every rank's
+        partials (DSMEM) in the order of a plain kernel with kwarps x C warps (rank-major)."""
         scale = self.epilogue_scale(ops, rt)
         threads = self.cfg.warps * 32
         total = self.ntok * self.bn
+        per = total // self.ksplit  # outputs a rank stores (total is a multiple of 128)
         log_bn = self.bn.bit_length() - 1
-        for r in range((total + threads - 1) // threads):
-            o = tid + r * threads
-            live = o < total
+        for r in range((per + threads - 1) // threads):
+            j = tid + r * threads
+            live = j < per
+            o = j if self.ksplit == 1 else j + rank * per
             tok, nl = o >> log_bn, o & (self.bn - 1)
             s = ops.f32_zero()
-            # o >= total only when `total` is not a multiple of the block: clamp the address
-            idx = ops.imin(o, total - 1)
+            # j >= per only when `per` is not a multiple of the block: clamp the address
+            idx = ops.imin(j, per - 1) if self.ksplit == 1 else ops.imin(j, per - 1) + rank * per
             row = idx & (self.bn - 1)
             group = row >> (self.rows_w.bit_length() - 1)  # the warp group (wn) that owns the row
-            for i in range(self.kstep):
-                w = group * self.kstep + i
-                s = s + ops.lds_f32(self._red_addr(red_base, w, idx >> log_bn, row & (self.rows_w - 1)))
+            for q in range(self.ksplit):
+                for i in range(self.kstep):
+                    w = group * self.kstep + i
+                    addr = self._red_addr(red_base, w, idx >> log_bn, row & (self.rows_w - 1))
+                    s = s + (ops.lds_f32(addr) if self.ksplit == 1 else ops.lds_f32_peer(addr, q))
             s = s * scale
             n = n0 + nl
             ok = live & (tok < rt.m) & (n < rt.n)
@@ -682,11 +637,14 @@ class DecodeGemm:
         stream: cuda.CUstream,
     ):
         grid_n = (mB.shape[0] + self.logic.bn - 1) // self.logic.bn
+        ks = self.logic.ksplit  # ksplit: C CTAs a row block, one cluster along x
+        cluster = {"cluster": [ks, 1, 1]} if ks > 1 else {}
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
-            grid=[grid_n, 1, 1],
+            grid=[grid_n * ks, 1, 1],
             block=[self.threads, 1, 1],
             stream=stream,
             **launch_bounds(self.logic.cfg, self.threads),
+            **cluster,
         )
 
     @cute.kernel
@@ -707,7 +665,11 @@ class DecodeGemm:
         tid, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         warp, lane = tid >> 5, tid & 31
+        rank = 0
         n0 = bidx * L.bn
+        if cutlass.const_expr(L.ksplit > 1):  # cluster rank r of row block bidx // C (cluster dims (C, 1, 1))
+            rank = bidx % L.ksplit
+            n0 = (bidx // L.ksplit) * L.bn
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
         rt = Runtime(
             mA.iterator.toint(),
@@ -734,17 +696,20 @@ class DecodeGemm:
         acc = L.zero_acc(ops)
         chunks = k // CHUNK
         # (the loop bodies name self.logic and DEVICE: the DSL's loop rewriting takes only numbers)
-        first, step = warp % L.kstep, L.kstep  # this warp's chunks: first, first + step, ...
+        kset = warp % L.kstep  # the warps of the CTA with the same chunks (one a warp group)
+        first, step = kset, L.kstride  # this warp's chunks: first, first + step, ...
+        if cutlass.const_expr(L.ksplit > 1):
+            first = rank * L.kstep + kset
         nw = n0 + (warp // L.kstep) * L.rows_w  # its warp group's rows (wn > 1)
         kg, unroll = L.cfg.kgroup, L.cfg.unroll
-        if cutlass.const_expr(L.cfg.ashare):  # the set `first` shares activations through smem
+        if cutlass.const_expr(L.cfg.ashare):  # the set `kset` shares activations through smem
             group, threads = warp // L.kstep, 32 * L.cfg.wn
             for c in cutlass.range(first, chunks, step, unroll=unroll):
                 parity = ((c - first) // step) & 1
                 wl = self.logic.weight_loads(DEVICE, rt, lane, nw, c)
-                self.logic.share_store(DEVICE, rt, lane, c, group, first, parity, share_base)
-                DEVICE.bar_sync(first + 1, threads)
-                shared = self.logic.shared_groups(DEVICE, lane, first, parity, share_base)
+                self.logic.share_store(DEVICE, rt, lane, c, group, kset, parity, share_base)
+                DEVICE.bar_sync(kset + 1, threads)
+                shared = self.logic.shared_groups(DEVICE, lane, kset, parity, share_base)
                 acc = self.logic.chunk_with(DEVICE, rt, lane, nw, c, wl, acc, shared)
         elif cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
             held = L.upfront_loads(ops, rt, lane, nw, first, chunks)
@@ -769,8 +734,13 @@ class DecodeGemm:
             for c in cutlass.range(first, chunks, step, unroll=unroll):
                 stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
         L.reduce_stage(ops, red_base, warp, lane, acc)
-        ops.barrier()
-        L.finish(ops, rt, red_base, tid, n0)
+        if cutlass.const_expr(L.ksplit > 1):  # every rank's partials visible cluster-wide, read, then kept alive
+            ops.cluster_sync()
+            L.finish(ops, rt, red_base, tid, n0, rank)
+            ops.cluster_sync()
+        else:
+            ops.barrier()
+            L.finish(ops, rt, red_base, tid, n0)
 
 
 def fake_args(a_fmt: str, b_fmt: str, out_dtype: str):
