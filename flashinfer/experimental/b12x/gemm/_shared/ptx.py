@@ -239,16 +239,9 @@ def _lds_f32(saddr, *, loc=None, ip=None):
 @dsl_user_op
 def _lds_f32_peer(saddr, rank, *, loc=None, ip=None):
     """The fp32 at shared::cta address `saddr`'s counterpart in cluster CTA `rank` (mapa, ld.shared::cluster)."""
-    res = _asm(
-        T.f32(),
-        [_iv(saddr, Int32, loc, ip), _iv(rank, Int32, loc, ip)],
-        "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}",
-        "=f,r,r",
-        effects=True,
-        loc=loc,
-        ip=ip,
-    )
-    return Float32(res)
+    text = "{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}"
+    ins = [_iv(saddr, Int32, loc, ip), _iv(rank, Int32, loc, ip)]
+    return Float32(_asm(T.f32(), ins, text, "=f,r,r", effects=True, loc=loc, ip=ip))
 
 
 @dsl_user_op
