@@ -95,6 +95,20 @@ def test_ksplit_variants_are_valid_and_cut_activation_reads(m, n, k):
         assert 1 / (cfg.ksplit * cfg.rows * cfg.wn) <= 1 / (base.rows * base.wn) + 1e-12
 
 
+@pytest.mark.interpret
+@pytest.mark.parametrize("m, n, k", [(16, 4096, 14336), (16, 28672, 4096), (1, 4096, 4096)])
+def test_the_staged_variants_on_the_emulator(m, n, k):
+    """Every config `--sweep-subset ksplit` times at these shapes (s38_c), emulated at a smaller N x K with
+    live M below the bucket's (tokens past M in a partial token tile), against the reference."""
+    base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
+    live = 11 if m == 16 else 1
+    for cfg in DS.ksplit_variants(base):
+        small_n = 2 * cfg.rows * cfg.wn + 16  # two row blocks and a partial third
+        ops = make_operands("bfloat16", "nvfp4", live, small_n, 128 * cfg.kwarps * cfg.ksplit + 256, seed=cfg.ksplit)
+        args, alpha = _args(ops, "bfloat16")
+        check_tolerance(E.run_decode("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
+
+
 ARCH_CFGS = [CFG(2, 2, 1, 2, ksplit=2), CFG(8, 2, 2, 1, wn=4, ashare=True, wcache="na256", acache="el", ksplit=4)]
 
 
