@@ -1,9 +1,11 @@
 """The staged device jobs parse: every line of scripts/jobs/next_session.txt (`NAME SUFFIX ARGS...`,
-run as `python -m benchmarks.experimental.b12x.bench_SUFFIX ARGS`) is accepted by its benchmark's
-argument parser, so a typo cannot cost a device session. argparse consumes the arguments in order
-and `--help` appended last exits 0 only when every argument before it was valid."""
+run as `python -m benchmarks.experimental.b12x.bench_SUFFIX ARGS`), and of every job file it names
+(`sNN_x.txt`, which the staged scripts run), is accepted by its benchmark's argument parser, so a typo
+cannot cost a device session. argparse consumes the arguments in order and `--help` appended last exits
+0 only when every argument before it was valid."""
 
 import importlib
+import re
 import shlex
 from pathlib import Path
 
@@ -12,13 +14,25 @@ import pytest
 JOBS = Path(__file__).resolve().parents[4] / "scripts" / "jobs" / "next_session.txt"
 
 
+def _named_files():
+    """next_session.txt and the job files its text names (those that exist: a name may be a finished run's)."""
+    named = sorted(set(re.findall(r"\bs\d+_[a-z]+\.txt\b", JOBS.read_text())))
+    return [JOBS] + [JOBS.with_name(n) for n in named if JOBS.with_name(n).is_file()]
+
+
 def _jobs():
     out = []
-    for line in JOBS.read_text().splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            name, suffix, *args = shlex.split(line)
-            out.append(pytest.param(suffix, args, id=name))
+    for path in _named_files():
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                name, suffix, *args = shlex.split(line)
+                out.append(pytest.param(suffix, args, id=f"{path.stem}:{name}"))
     return out
+
+
+def test_the_staged_scripts_job_files_are_checked():
+    """Each staged script's job file (s38_a.txt via s38_b.sh, s38_c.txt via s38_c.sh) is among those parsed."""
+    assert len(_named_files()) >= 3, [p.name for p in _named_files()]
 
 
 def test_the_file_has_jobs():
