@@ -30,8 +30,9 @@ for register loads (`_kernel_stream.probe_variants`; probes compute garbage);
 --sweep-subset gemv times the CuTe heuristic config and the Triton GEMV candidates of each such case;
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
 groups, warp groups along N: `_decode_sweeps.stream_variants`); --sweep-subset ksplit the heuristic
-config and its K splits over a 2- or 4-CTA cluster (`DecodeConfig.ksplit`, `_decode_sweeps.ksplit_variants`:
-the activation traffic / C); --sweep-subset probe the heuristic
+config, then it and its K splits over a 2- or 4-CTA cluster (`DecodeConfig.ksplit`: the activation traffic / C)
+launched plainly and as programmatic dependents (`DecodeConfig.pdl_wait`; `_decode_sweeps.ksplit_sweep`);
+--sweep-subset probe the heuristic
 config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
 `DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
 dequant and MMA; --sweep-subset probe-step the heuristic config and its loads-only probe, then each of
@@ -391,7 +392,7 @@ def sweep_configs(
         cands = (base,) + DS.probe_variants(base)
     if subset == "ksplit":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
-        cands = (base,) + DS.ksplit_variants(base)
+        cands = (base,) + DS.ksplit_sweep(base)
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands

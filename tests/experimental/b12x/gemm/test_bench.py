@@ -53,7 +53,10 @@ def test_sweep_subsets():
 
 
 def test_ksplit_subset():
-    """--sweep-subset ksplit: the case's heuristic, then its K splits over 2- and 4-CTA clusters, each valid."""
+    """--sweep-subset ksplit: the case's heuristic, then it and its K splits over 2- and 4-CTA clusters
+    launched plainly and as programmatic dependents, each valid."""
+    import dataclasses
+
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
@@ -62,7 +65,12 @@ def test_ksplit_subset():
         cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "ksplit", "bfloat16")
         assert cands[0] == L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16") and cands[0].ksplit == 1
         rest = cands[1:]
-        assert len(rest) == len(set(rest)) >= 2 and {c.ksplit for c in rest} == {2, 4}
+        assert len(rest) == len(set(rest)) >= 4 and {c.ksplit for c in rest} == {1, 2, 4}
+        assert rest[0] == dataclasses.replace(cands[0], pdl_wait=True)  # the base as a programmatic dependent
+        plain = [c for c in rest if not c.pdl_wait]
+        assert sorted(map(repr, rest)) == sorted(
+            map(repr, [*plain, *(dataclasses.replace(c, pdl_wait=True) for c in [cands[0], *plain])])
+        )
         assert all(KD.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in rest)
     m16 = BG.sweep_configs("decode16", 16, 4096, 14336, "nvfp4", "ksplit", "bfloat16")
     assert any(c.ashare and c.wn * 16 * c.tiles == 128 and c.ksplit == 4 for c in m16)  # BN 128 at 4 CTAs a block

@@ -90,3 +90,12 @@ def ksplit_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
         if cfg != base and cfg not in out and KD.tiling_reason(cfg) is None:
             out.append(cfg)
     return tuple(out)
+
+
+def ksplit_sweep(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
+    """What `--sweep-subset ksplit` times after `base`: base as a programmatic dependent (`pdl_wait`: each
+    call of the timed graph overlaps the one before, as the fused kernel's pdl "wait" rows did), then every
+    `ksplit_variants` config launched plainly and as a programmatic dependent."""
+    variants = ksplit_variants(base)
+    dependent = tuple(replace(c, pdl_wait=True) for c in (base, *variants))
+    return dependent[:1] + variants + dependent[1:]

@@ -119,7 +119,11 @@ class DecodeConfig:
     (rank r's warps take chunks r kwarps + w % kwarps, stepping kwarps x C), reduced through distributed
     shared memory: each CTA reads 1 / C of the M x K activations, so C x BN rows cost the activation traffic
     of BN (M = 16: the L2 reads, docs/predictions/gemm_decode.md session 38). The sums equal those of a plain
-    kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before. Not yet GPU-run: opt-in."""
+    kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before. Not yet GPU-run: opt-in.
+    pdl_wait: launched as a programmatic dependent of the stream's previous kernel (its CTAs may become
+    resident while that one runs); each waits for it (griddepcontrol.wait) before its first global read,
+    then lets the next one launch: the fused kernel's pdl "wait" with every option of this kernel (wn,
+    ashare, ksplit), which the fused kernel lacks. Not yet GPU-run: opt-in (ExpertConfig.pdl is moe's own)."""
 
     warps: int = 8
     tiles: int = 2
@@ -137,6 +141,7 @@ class DecodeConfig:
     upfront: int = 0
     minctas: int = 0
     ksplit: int = 1
+    pdl_wait: bool = False
 
     @property
     def rows(self) -> int:
@@ -215,6 +220,8 @@ def tiling_reason(config: DecodeConfig) -> str | None:
         return "kgroup > 1 and prefetch > 0 do not combine (the prefetch pipeline steps one chunk at a time)"
     if config.upfront not in UPFRONT or (config.upfront and (config.prefetch or config.kgroup > 1 or config.ashare)):
         return f"upfront must be one of {UPFRONT}, and > 0 only with prefetch 0, kgroup 1 and no ashare, got {config}"
+    if not isinstance(config.pdl_wait, bool):
+        return f"pdl_wait must be a bool, got {config.pdl_wait!r}"
     if config.ksplit not in KSPLIT:
         return f"ksplit must be one of {KSPLIT} (CTAs of a cluster splitting K), got {config.ksplit!r}"
     if type(config.minctas) is not int or config.minctas not in (0, 2, 3, 4):
@@ -639,12 +646,14 @@ class DecodeGemm:
         grid_n = (mB.shape[0] + self.logic.bn - 1) // self.logic.bn
         ks = self.logic.ksplit  # ksplit: C CTAs a row block, one cluster along x
         cluster = {"cluster": [ks, 1, 1]} if ks > 1 else {}
+        pdl = {"use_pdl": True} if self.logic.cfg.pdl_wait else {}  # a programmatic dependent
         self.kernel(mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
             grid=[grid_n * ks, 1, 1],
             block=[self.threads, 1, 1],
             stream=stream,
             **launch_bounds(self.logic.cfg, self.threads),
             **cluster,
+            **pdl,
         )
 
     @cute.kernel
@@ -685,6 +694,8 @@ class DecodeGemm:
             k,
             alpha,
         )
+        if cutlass.const_expr(L.cfg.pdl_wait):  # wait for the previous kernel before the first global read
+            ops.gdc_enter()
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()

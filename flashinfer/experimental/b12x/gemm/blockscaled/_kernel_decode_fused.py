@@ -51,8 +51,8 @@ Bytes and FLOPs: the decode kernel's, plus R's M x N x 2 bytes (residual), g's K
 from L2 (norm), and a store of M x I instead of M x 2I outputs (silu_mul). The gated row pairing is
 the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto the `weight_row` hook.
 
-Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, ksplit = 1, no ashare, no probe (the K loop is
-the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
+Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, ksplit = 1, no ashare, no probe, no
+pdl_wait (the K loop is the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
 a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
 needs a 16-bit output; norm 16-bit activations (not against fp8_block weights); rope_append a
 16-bit output, a RopeLayout and no fp8_block weight (like silu_mul, it pairs rows of two 16-row sets).
@@ -128,8 +128,11 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
     d = config.decode
     if not isinstance(d, KD.DecodeConfig):
         return f"config.decode must be a DecodeConfig, got {type(d).__name__}"
-    if d.wn != 1 or d.kgroup != 1 or d.ashare or d.probe or d.ksplit != 1:
-        return f"the fused decode kernel runs wn 1, kgroup 1, ksplit 1, no ashare and no probe, got {d}"
+    if d.wn != 1 or d.kgroup != 1 or d.ashare or d.probe or d.ksplit != 1 or d.pdl_wait:
+        return (
+            f"the fused decode kernel runs wn 1, kgroup 1, ksplit 1, no ashare, no probe and no pdl_wait (its "
+            f"own FusedConfig.pdl launches it as a programmatic dependent), got {d}"
+        )
     if config.epilogue == "silu_mul":
         if d.tiles % 2:
             return f"epilogue 'silu_mul' needs an even tiles (gate and up halves), got tiles={d.tiles}"
