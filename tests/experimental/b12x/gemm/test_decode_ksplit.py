@@ -109,27 +109,6 @@ def test_the_staged_variants_on_the_emulator(m, n, k):
         check_tolerance(E.run_decode("bfloat16", "nvfp4", "bfloat16", cfg, args, alpha), ops, "bfloat16")
 
 
-@pytest.mark.compile
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_pdl_wait_waits_before_any_global_load(arch):
-    """pdl_wait: griddepcontrol.wait, then launch_dependents, ahead of every global load; none without it."""
-    pytest.importorskip("cutlass")
-    cfg = CFG(8, 2, 2, 1, wn=2, ashare=True, wcache="na", acache="el", pdl_wait=True)
-    ptx = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
-    wait = ptx.index("griddepcontrol.wait")
-    assert wait < ptx.index("griddepcontrol.launch_dependents") < ptx.index("ld.global")
-    plain = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, pdl_wait=False), arch=arch)
-    assert "griddepcontrol" not in plain.artifacts.PTX
-
-
-def test_pdl_wait_predicate():
-    assert KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(8, 2, 1, 2, pdl_wait=True)) is None
-    assert "pdl_wait must be a bool" in KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(8, 2, 1, 2, pdl_wait="wait"))
-    fused = F.FusedConfig(CFG(8, 2, 1, 2, pdl_wait=True), "none", "wait")
-    assert "no pdl_wait" in F.why_not("bfloat16", "nvfp4", "bfloat16", fused)
-    assert L.with_decode_opts(CFG(8, 2, 2, 1), "pdl_wait=true").pdl_wait is True
-
-
 ARCH_CFGS = [CFG(2, 2, 1, 2, ksplit=2), CFG(8, 2, 2, 1, wn=4, ashare=True, wcache="na256", acache="el", ksplit=4)]
 
 

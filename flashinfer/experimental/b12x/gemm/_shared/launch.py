@@ -305,6 +305,24 @@ def _split_span(opts: str | None) -> tuple[str | None, str | None]:
 
 ROPE_EARLY_ENV = "B12X_GEMM_ROPE_EARLY"  # =1: fused_config's rope_append configs load their tables early
 
+# Session 38 (built, not yet run on a GPU: shipped off). A pdl "wait" query with no epilogue, norm or rope runs the
+# fused kernel, which has one warp group: at M = 16 28672 x 4096 that gave up the plain kernel's shared-activation
+# warp groups (session 25: fused "wait" 36.87 µs, 1.54x cuBLAS; plain 32.74). With this on, such a query takes the
+# plain decode heuristic as a programmatic dependent (`DecodeConfig.pdl_wait`) wherever that heuristic has warp
+# groups (wn > 1). Turn on once `bench_gemm --sweep-subset ksplit` (scripts/jobs/s38_c.sh) times base + pdl_wait
+# below the fused "wait" rows there and its GPU tests pass (docs/predictions/gemm_decode.md, session 38).
+PLAIN_PDL_GROUPS = False
+
+
+def pdl_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, pdl: str, arch: str | None = None):
+    """The config of a pdl query without epilogue, norm or rope in a decode bucket: `fused_config`, or with
+    PLAIN_PDL_GROUPS and pdl "wait" the plain heuristic with pdl_wait where it has warp groups."""
+    if PLAIN_PDL_GROUPS and pdl == "wait":
+        base = default_config(bucket, n, k, b_fmt, a_fmt=a_fmt, arch=arch)
+        if type(base).__name__ == "DecodeConfig" and base.wn > 1:
+            return dataclasses.replace(base, pdl_wait=True)
+    return fused_config(bucket, n, k, b_fmt, a_fmt, pdl=pdl)
+
 
 def is_fused(config) -> bool:
     """Whether `config` runs the fused decode kernel (its launcher takes R and G after S2, eps after

@@ -123,6 +123,8 @@ class GemmPlan(Plan):
             fused = lambda b: L.fused_config(  # noqa: E731
                 b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm, rope=q.rope
             )
+            if q.epilogue == "none" and not q.norm and q.rope is None:  # pdl alone (`L.pdl_config`)
+                fused = lambda b: L.pdl_config(b, q.n, q.k, q.b_format, q.a_format, q.pdl, arch)  # noqa: E731
             return tuple((b, chosen.get(b) or fused(b)) for b in q.buckets)
         return tuple(
             (b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format, a_fmt=q.a_format, arch=arch)))
