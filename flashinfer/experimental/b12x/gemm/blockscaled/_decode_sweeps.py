@@ -59,6 +59,11 @@ def stream_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
         replace(hinted, wn=2 * base.wn, ashare=True, prefetch=0, kgroup=1),
         replace(base, unroll=1),
     )
+    return _valid_new(base, cands)
+
+
+def _valid_new(base: KD.DecodeConfig, cands) -> tuple[KD.DecodeConfig, ...]:
+    """`cands` in order, without base, duplicates and configs the kernel cannot run."""
     out = []
     for cfg in cands:
         if cfg != base and cfg not in out and KD.tiling_reason(cfg) is None:
@@ -85,11 +90,7 @@ def ksplit_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
         cands.append(replace(base, ksplit=c))
         grown = replace(base, ksplit=c, wn=base.wn * c, warps=max(base.warps, base.wn * c), prefetch=0, kgroup=1)
         cands += [replace(grown, ashare=True, upfront=0), replace(grown, ashare=False, acache="el")]
-    out = []
-    for cfg in cands:
-        if cfg != base and cfg not in out and KD.tiling_reason(cfg) is None:
-            out.append(cfg)
-    return tuple(out)
+    return _valid_new(base, cands)
 
 
 def ksplit_sweep(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
