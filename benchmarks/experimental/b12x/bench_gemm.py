@@ -392,7 +392,7 @@ def sweep_configs(
         cands = (base,) + DS.probe_variants(base)
     if subset == "ksplit":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
-        cands = (base,) + DS.ksplit_sweep(base)
+        cands = (base,) + DS.ksplit_sweep(base, k)
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands

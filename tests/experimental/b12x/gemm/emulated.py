@@ -109,7 +109,7 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
                 acc = k_loop(logic, ops, rt, nw, first, step, chunks, acc)
                 logic.reduce_stage(ops, 0, w, LANE, acc)
         for rank, smem in enumerate(smems):
-            for w in range(config.warps):  # phase 2, after the (cluster) barrier
+            for w in range(config.warps if ks == 1 else logic.finish_warps):  # phase 2, after the (cluster) barrier
                 ops = EmuOps(gmem, smem, peers=smems)
                 if ks == 1:
                     logic.finish(ops, rt, 0, w * 32 + LANE, n0)

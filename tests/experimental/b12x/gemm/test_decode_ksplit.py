@@ -87,8 +87,9 @@ def test_ksplit_predicate():
 @pytest.mark.parametrize("m, n, k", [(16, 4096, 14336), (16, 28672, 4096), (16, 4096, 4096), (1, 7168, 2048)])
 def test_ksplit_variants_are_valid_and_cut_activation_reads(m, n, k):
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
-    variants = DS.ksplit_variants(base)
+    variants = DS.ksplit_variants(base, k)
     assert base not in variants and len(set(variants)) == len(variants) >= 2
+    assert all(k // KD.CHUNK >= c.kwarps * c.ksplit for c in variants)  # no rank without chunks
     for cfg in variants:
         assert KD.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None, cfg
         # the activation bytes a row block reads, per output row: never more than the base's
@@ -102,7 +103,7 @@ def test_the_staged_variants_on_the_emulator(m, n, k):
     live M below the bucket's (tokens past M in a partial token tile), against the reference."""
     base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
     live = 11 if m == 16 else 1
-    for cfg in DS.ksplit_variants(base):
+    for cfg in DS.ksplit_variants(base, k):
         small_n = 2 * cfg.rows * cfg.wn + 16  # two row blocks and a partial third
         ops = make_operands("bfloat16", "nvfp4", live, small_n, 128 * cfg.kwarps * cfg.ksplit + 256, seed=cfg.ksplit)
         args, alpha = _args(ops, "bfloat16")
@@ -146,7 +147,7 @@ def test_ksplit_variants_on_the_gpu(m, n, k):
     base = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16")
     weight = _weight("nvfp4", n, k)
     lives = (m,) if m == 1 else (3, 9, 16)
-    for cfg in DS.ksplit_sweep(base):
+    for cfg in DS.ksplit_sweep(base, k):
         plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=lives), override={bucket: cfg})
         with b12x.PreparationSession("cuda") as s:
             s.prepare([plan])

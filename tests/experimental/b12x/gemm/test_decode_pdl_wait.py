@@ -23,16 +23,29 @@ from .helpers import check_tolerance, make_operands
 CFG = KD.DecodeConfig
 
 
+# the K loops whose prologues load right after the wait: ashare, the prefetch pipeline, upfront, chunk groups,
+# a cluster split, and block-FP8 (its per-chunk block scale); (a_fmt, b_fmt, config)
+PDL_CASES = [
+    ("bfloat16", "nvfp4", CFG(8, 2, 2, 1, wn=2, ashare=True, wcache="na", acache="el", pdl_wait=True)),
+    ("bfloat16", "nvfp4", CFG(8, 2, 1, 1, prefetch=2, pdl_wait=True)),
+    ("bfloat16", "nvfp4", CFG(8, 2, 1, 2, upfront=2, pdl_wait=True)),
+    ("bfloat16", "nvfp4", CFG(8, 2, 1, 2, kgroup=2, pdl_wait=True)),
+    ("bfloat16", "nvfp4", CFG(8, 2, 2, 1, wn=4, ashare=True, ksplit=4, pdl_wait=True)),
+    ("fp8_block", "fp8_block", CFG(8, 2, 1, 1, pdl_wait=True)),
+]
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_pdl_wait_waits_before_any_global_load(arch):
+@pytest.mark.parametrize("case", range(len(PDL_CASES)))
+def test_pdl_wait_waits_before_any_global_load(arch, case):
     """pdl_wait: griddepcontrol.wait, then launch_dependents, ahead of every global load; none without it."""
     pytest.importorskip("cutlass")
-    cfg = CFG(8, 2, 2, 1, wn=2, ashare=True, wcache="na", acache="el", pdl_wait=True)
-    ptx = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch=arch).artifacts.PTX
+    a_fmt, b_fmt, cfg = PDL_CASES[case]
+    ptx = KD.compile_decode(a_fmt, b_fmt, "bfloat16", cfg, arch=arch).artifacts.PTX
     wait = ptx.index("griddepcontrol.wait")
     assert wait < ptx.index("griddepcontrol.launch_dependents") < ptx.index("ld.global")
-    plain = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, pdl_wait=False), arch=arch)
+    plain = KD.compile_decode(a_fmt, b_fmt, "bfloat16", dataclasses.replace(cfg, pdl_wait=False), arch=arch)
     assert "griddepcontrol" not in plain.artifacts.PTX
 
 
@@ -42,6 +55,19 @@ def test_pdl_wait_predicate():
     fused = F.FusedConfig(CFG(8, 2, 1, 2, pdl_wait=True), "none", "wait")
     assert "no pdl_wait" in F.why_not("bfloat16", "nvfp4", "bfloat16", fused)
     assert L.with_decode_opts(CFG(8, 2, 2, 1), "pdl_wait=true").pdl_wait is True
+
+
+def test_the_stack_wide_options_do_not_reach_the_fused_kernel(monkeypatch):
+    """B12X_GEMM_DECODE_OPTS may set the plain kernel's ksplit / pdl_wait on the decode heuristic; the fused
+    kernel's configs (epilogues, norm, rope, pdl) start from that heuristic and must drop them."""
+    monkeypatch.setenv(L.DECODE_OPTS_ENV, "ksplit=2,pdl_wait=true")
+    assert L.default_config("decode16", 4096, 4096, "nvfp4", a_fmt="bfloat16").ksplit == 2
+    for epilogue, pdl in (("residual", "off"), ("none", "wait"), ("silu_mul", "prefetch")):
+        cfg = L.fused_config("decode16", 4096, 4096, "nvfp4", "bfloat16", epilogue, pdl)
+        assert cfg.decode.ksplit == 1 and not cfg.decode.pdl_wait
+        assert F.why_not("bfloat16", "nvfp4", "bfloat16", cfg) is None
+        plain = L.fused_config("decode16", 4096, 4096, "nvfp4", "bfloat16", epilogue, pdl, opts="")
+        assert cfg.decode.warps == plain.decode.warps  # not halved by a rejected option
 
 
 def _pdl_plan(n, k, max_m, epilogue="none"):

@@ -249,7 +249,8 @@ def fused_config(
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False)
-    base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="")
+    # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
+    base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
     if epilogue == "silu_mul" and norm and base.prefetch == 0:

@@ -78,25 +78,28 @@ def probe_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
     return (replace(base, probe="loads"), replace(base, probe="nomma"), hinted, replace(hinted, probe="loads"))
 
 
-def ksplit_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
+def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.DecodeConfig, ...]:
     """`--sweep-subset ksplit` (docs/predictions/gemm_decode.md, session 38): K split over a cluster of C CTAs
     (`DecodeConfig.ksplit`), so each CTA reads 1 / C of the activations. Around `base` (the case's heuristic):
     C = 2 and 4 on the base itself (C x the CTAs, the same rows each); then, with the base's cache hints, warp
     groups along N grown by C with the activations shared through shared memory (ashare; BN x C at the base's CTA
     count: 1 / C of the activation traffic) and the same without ashare (the groups' reads meet in L1 or not).
-    Valid configs only, base excluded, no duplicates."""
+    Valid configs only, base excluded, no duplicates; with k, none whose warps along K (kwarps x C) outnumber
+    its 128-value chunks (whole ranks would idle)."""
     cands = []
     for c in (2, 4):
         cands.append(replace(base, ksplit=c))
         grown = replace(base, ksplit=c, wn=base.wn * c, warps=max(base.warps, base.wn * c), prefetch=0, kgroup=1)
         cands += [replace(grown, ashare=True, upfront=0), replace(grown, ashare=False, acache="el")]
+    if k is not None:
+        cands = [c for c in cands if k // KD.CHUNK >= c.kwarps * c.ksplit]
     return _valid_new(base, cands)
 
 
-def ksplit_sweep(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
+def ksplit_sweep(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.DecodeConfig, ...]:
     """What `--sweep-subset ksplit` times after `base`: base as a programmatic dependent (`pdl_wait`: each
     call of the timed graph overlaps the one before, as the fused kernel's pdl "wait" rows did), then every
     `ksplit_variants` config launched plainly and as a programmatic dependent."""
-    variants = ksplit_variants(base)
+    variants = ksplit_variants(base, k)
     dependent = tuple(replace(c, pdl_wait=True) for c in (base, *variants))
     return dependent[:1] + variants + dependent[1:]

@@ -327,6 +327,8 @@ class DecodeLogic:
         self.kstep = config.kwarps  # warps of a CTA splitting K over the same rows
         self.ksplit = config.ksplit  # CTAs of a cluster splitting K (ksplit)
         self.kstride = config.kwarps * config.ksplit  # chunk stride of one warp
+        # ksplit: the warps a rank's share of the outputs (ntok x BN / C, a power of two >= 32) keeps busy
+        self.finish_warps = min(config.warps, self.ntok * self.bn // config.ksplit // 32)
         self.red_floats = config.warps * self.ntok * self.rows_w
         self.units = 4 * config.ntiles  # ashare: (token tile, group) units of 4 registers per lane
         self.share_bytes = config.share_bytes
@@ -747,7 +749,8 @@ class DecodeGemm:
         L.reduce_stage(ops, red_base, warp, lane, acc)
         if cutlass.const_expr(L.ksplit > 1):  # every rank's partials visible cluster-wide, read, then kept alive
             ops.cluster_sync()
-            L.finish(ops, rt, red_base, tid, n0, rank)
+            if warp < L.finish_warps:  # warps past a rank's share of the outputs issue no remote loads
+                self.logic.finish(DEVICE, rt, red_base, tid, n0, rank)  # (self.logic: the DSL's `if` takes numbers)
             ops.cluster_sync()
         else:
             ops.barrier()

@@ -112,7 +112,9 @@ PAIRS = (
     ("mxfp8", "nvfp4"),
 )
 K_ALIGN = 32  # one span
-# the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring)
+# the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring); every other
+# field keeps its default. ksplit must stay 1: these K loops step by kstep while DecodeLogic's prefetch helpers
+# step by kstride (kstep x ksplit), equal only then
 IMPLEMENTED = (
     *("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache"),
     *("early", "pdl"),  # ExpertConfig's own
