@@ -31,7 +31,8 @@ for register loads (`_kernel_stream.probe_variants`; probes compute garbage);
 --sweep-subset stream the decode heuristic config and its streaming variants (cache hints, chunk
 groups, warp groups along N: `_decode_sweeps.stream_variants`); --sweep-subset ksplit the heuristic
 config, then it and its K splits over a 2- or 4-CTA cluster (`DecodeConfig.ksplit`: the activation traffic / C)
-launched plainly and as programmatic dependents (`DecodeConfig.pdl_wait`; `_decode_sweeps.ksplit_sweep`);
+launched plainly and as programmatic dependents (`DecodeConfig.pdl_wait`; `_decode_sweeps.ksplit_sweep`), and
+where the heuristic has warp groups the fused kernel under pdl "wait" with one group and with the heuristic's;
 --sweep-subset probe the heuristic
 config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
 `DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
@@ -393,6 +394,9 @@ def sweep_configs(
     if subset == "ksplit":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + DS.ksplit_sweep(base, k)
+        if base.wn > 1:  # the fused kernel under pdl "wait" with one warp group (today's) and the base's groups
+            one = L.fused_config(bucket, n, k, b_fmt, a_fmt, pdl="wait")
+            cands += (one, L.fused_config(bucket, n, k, b_fmt, a_fmt, pdl="wait", opts=f"wn={base.wn}"))
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands

@@ -59,12 +59,16 @@ def test_ksplit_subset():
 
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 
     for m, n, k in ((16, 4096, 14336), (16, 28672, 4096), (1, 4096, 4096)):
         bucket = L.bucket_for(m)
         cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "ksplit", "bfloat16")
         assert cands[0] == L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16") and cands[0].ksplit == 1
-        rest = cands[1:]
+        fused = [c for c in cands if L.is_fused(c)]  # where the heuristic has warp groups: fused "wait" 1 / wn groups
+        assert [c.decode.wn for c in fused] == ([1, cands[0].wn] if cands[0].wn > 1 else [])
+        assert all(c.pdl == "wait" and F.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in fused)
+        rest = [c for c in cands[1:] if not L.is_fused(c)]
         assert len(rest) == len(set(rest)) >= 4 and {c.ksplit for c in rest} == {1, 2, 4}
         assert rest[0] == dataclasses.replace(cands[0], pdl_wait=True)  # the base as a programmatic dependent
         plain = [c for c in rest if not c.pdl_wait]
@@ -73,7 +77,7 @@ def test_ksplit_subset():
         )
         assert all(KD.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in rest)
     m16 = BG.sweep_configs("decode16", 16, 4096, 14336, "nvfp4", "ksplit", "bfloat16")
-    assert any(c.ashare and c.wn * 16 * c.tiles == 128 and c.ksplit == 4 for c in m16)  # BN 128 at 4 CTAs a block
+    assert any(not L.is_fused(c) and c.ashare and c.wn * 16 * c.tiles == 128 and c.ksplit == 4 for c in m16)
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "ksplit") == ()
 
 

@@ -97,10 +97,11 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
             if config.early:
                 tables[w] = logic.rope_preload(ops, rt, tid, n0)
         smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
-        for w in range(cfg.warps):
+        for w in range(cfg.warps):  # warp w: group w // kstep (its gcols columns), chunks w % kstep + i kstep
             ops = FusedEmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
-            acc = k_loop(logic, ops, rt, n0, w, cfg.warps, np.int32(k // KD.CHUNK), acc)
+            nw = np.int32(n0 + (w // logic.kstep) * logic.gcols)
+            acc = k_loop(logic, ops, rt, nw, w % logic.kstep, logic.kstep, np.int32(k // KD.CHUNK), acc)
             logic.reduce_stage(ops, 0, w, LANE, acc)
         for w in range(cfg.warps):
             logic.finish(FusedEmuOps(gmem, smem), rt, 0, w * 32 + LANE, n0, tables[w])
@@ -297,7 +298,10 @@ def test_why_not_names_the_problem():
     )
     assert "epilogue must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "gelu"))
     assert "pdl must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "none", "on"))
-    assert "wn 1" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2)))
+    assert "no ashare" in F.why_not(
+        "bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True))
+    )
+    assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2))) is None
     with pytest.raises(ValueError, match="fused decode kernel"):
         F.FusedLogic("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "silu_mul"))
     assert "16-bit activations" in F.why_not("nvfp4", "nvfp4", "bfloat16", F.FusedConfig(d, norm=True))

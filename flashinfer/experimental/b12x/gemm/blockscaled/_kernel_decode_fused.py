@@ -51,8 +51,11 @@ Bytes and FLOPs: the decode kernel's, plus R's M x N x 2 bytes (residual), g's K
 from L2 (norm), and a store of M x I instead of M x 2I outputs (silu_mul). The gated row pairing is
 the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto the `weight_row` hook.
 
-Constraints on the DecodeConfig (why_not): wn = 1, kgroup = 1, ksplit = 1, no ashare, no probe, no
-pdl_wait (the K loop is the plain one or the weight-prefetch pipeline); silu_mul needs an even tiles (gate / up halves) and
+Constraints on the DecodeConfig (why_not): kgroup = 1, ksplit = 1, no ashare, no probe, no pdl_wait
+(the K loop is the plain one or the weight-prefetch pipeline); wn > 1 warp groups (session 38, not yet run on a
+GPU; `launch.fused_config` keeps wn 1) each own BN / wn rows: gcols output columns or rope pairs, their gate /
+up (first / second) rows within the group, K split over the group's kstep warps, the norm's sums of squares
+from group 0; silu_mul needs an even tiles (gate / up halves) and
 a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
 needs a 16-bit output; norm 16-bit activations (not against fp8_block weights); rope_append a
 16-bit output, a RopeLayout and no fp8_block weight (like silu_mul, it pairs rows of two 16-row sets).
@@ -128,10 +131,10 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
     d = config.decode
     if not isinstance(d, KD.DecodeConfig):
         return f"config.decode must be a DecodeConfig, got {type(d).__name__}"
-    if d.wn != 1 or d.kgroup != 1 or d.ashare or d.probe or d.ksplit != 1 or d.pdl_wait:
+    if d.kgroup != 1 or d.ashare or d.probe or d.ksplit != 1 or d.pdl_wait:
         return (
-            f"the fused decode kernel runs wn 1, kgroup 1, ksplit 1, no ashare, no probe and no pdl_wait (its "
-            f"own FusedConfig.pdl launches it as a programmatic dependent), got {d}"
+            f"the fused decode kernel runs kgroup 1, ksplit 1, no ashare, no probe and no pdl_wait (its own "
+            f"FusedConfig.pdl launches it as a programmatic dependent), got {d}"
         )
     if config.epilogue == "silu_mul":
         if d.tiles % 2:
@@ -252,6 +255,7 @@ class FusedLogic(KD.DecodeLogic):
         self.rope = config.rope if config.epilogue == "rope_append" else None
         self.paired = self.gated or self.rope is not None  # two weight rows per output (column / pair)
         self.cols = self.bn // 2 if self.paired else self.bn  # outputs (columns, rope pairs) of a CTA
+        self.gcols = self.cols // config.decode.wn  # ... of one warp group (wn): group i owns [i gcols, (i+1) gcols)
         self.norm = config.norm
         self.red_mma = self.red_floats  # the products' partials; norm: then [warp][token] sums of squares
         if self.norm:
@@ -300,7 +304,7 @@ class FusedLogic(KD.DecodeLogic):
     def inv_rms(self, ops, rt, red_base, tok):
         """1 / sqrt(mean(x^2) + eps) of token tok (every warp's sums of squares)."""
         s = ops.f32_zero()
-        for w in range(self.cfg.warps):
+        for w in range(self.kstep):  # warp group 0's warps: every K chunk once
             s = s + ops.lds_f32(self._ssq_addr(red_base, w, tok))
         return ops.rsqrt(ops.div_rn(s, ops.f32(rt.k)) + rt.eps)
 
@@ -317,8 +321,8 @@ class FusedLogic(KD.DecodeLogic):
         value); else the plain rows."""
         if self.rope is not None:
             local = 16 * tt + 8 * h  # + g < 8: which half is known here (BN/2 is a multiple of 8)
-            second = 1 if local >= self.cols else 0
-            p = n0 + (local - second * self.cols) + g
+            second = 1 if local >= self.gcols else 0  # (n0: the warp group's first pair)
+            p = n0 + (local - second * self.gcols) + g
             ok = p < rt.n
             if self.cfg.clamp:  # load pair P - 1's rows instead (never stored): no predicate
                 p, ok = ops.imin(p, rt.n - 1), ops.boolean(True)
@@ -354,7 +358,7 @@ class FusedLogic(KD.DecodeLogic):
         """K values of a row the warps' first step reads: chunks 0 .. warps * depth - 1, depth the
         chunks a warp has loaded before its first math (unroll, upfront, or the pipeline's prefetch + 1)."""
         c = self.cfg
-        return KD.CHUNK * c.warps * max(c.unroll, c.upfront, c.prefetch + 1)
+        return KD.CHUNK * self.kstep * max(c.unroll, c.upfront, c.prefetch + 1)
 
     def prefetch_k(self, ops, k):
         """K values of each row pdl "prefetch" puts in L2 before the wait: all k (span "rows") or the
@@ -464,10 +468,15 @@ class FusedLogic(KD.DecodeLogic):
             tok, c = o >> log_cols, o & (self.cols - 1)
             x = ops.f32_zero()
             u = ops.f32_zero()
-            for w in range(self.cfg.warps):
-                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, c))
-                if self.paired:  # the up (second) sum of column (pair) c sits cols rows below
-                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, c + self.cols))
+            if self.cfg.wn == 1:
+                warps, lc = range(self.cfg.warps), c
+            else:  # wn > 1: the kstep warps of the group that owns column (pair) c, at its local column
+                group, lc = c >> (self.gcols.bit_length() - 1), c & (self.gcols - 1)
+                warps = [group * self.kstep + i for i in range(self.kstep)]
+            for w in warps:
+                x = x + ops.lds_f32(self._red_addr(red_base, w, tok, lc))
+                if self.paired:  # the up (second) sum of column (pair) c sits gcols rows below
+                    u = u + ops.lds_f32(self._red_addr(red_base, w, tok, lc + self.gcols))
             x = x * scale
             if self.norm:
                 inv = self.inv_rms(ops, rt, red_base, tok)
@@ -578,22 +587,25 @@ class FusedDecodeGemm:
         red_base = red.iterator.toint()
         acc = L.zero_acc(DEVICE)
         chunks = k // KD.CHUNK
+        first, step, nw = warp, L.cfg.warps, n0  # this warp's chunks first, first + step, ...; its group's base
+        if cutlass.const_expr(L.cfg.wn > 1):  # warp groups: group warp // kstep owns gcols columns (pairs)
+            first, step, nw = warp % L.kstep, L.kstep, n0 + (warp // L.kstep) * L.gcols
         if cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
-            held = L.upfront_loads(DEVICE, rt, lane, n0, warp, chunks)
+            held = L.upfront_loads(DEVICE, rt, lane, nw, first, chunks)
             for j in cutlass.range_constexpr(L.cfg.upfront):
-                if warp + j * L.cfg.warps < chunks:
+                if first + j * step < chunks:
                     acc = self.logic.chunk_with(
-                        DEVICE, rt, lane, n0, warp + j * L.cfg.warps, self.logic.unflatten_loads(held[j]), acc
+                        DEVICE, rt, lane, nw, first + j * step, self.logic.unflatten_loads(held[j]), acc
                     )
-            for c in cutlass.range(warp + L.cfg.upfront * L.cfg.warps, chunks, L.cfg.warps, unroll=1):
-                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+            for c in cutlass.range(first + L.cfg.upfront * step, chunks, step, unroll=1):
+                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         elif cutlass.const_expr(L.cfg.prefetch == 0):
-            for c in cutlass.range(warp, chunks, L.cfg.warps, unroll=L.cfg.unroll):
-                acc = self.logic.chunk(DEVICE, rt, lane, n0, c, acc)
+            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
+                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         else:
-            stages = L.prefetch_prologue(DEVICE, rt, lane, n0, warp, chunks)
-            for c in cutlass.range(warp, chunks, L.cfg.warps, unroll=L.cfg.unroll):
-                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, n0, c, chunks, stages, acc)
+            stages = L.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
+            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
+                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
         L.reduce_stage(DEVICE, red_base, warp, lane, acc)
         DEVICE.barrier()
         L.finish(DEVICE, rt, red_base, tid, n0, tables)

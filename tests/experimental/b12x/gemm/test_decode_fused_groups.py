@@ -1,0 +1,111 @@
+"""The fused decode kernel with warp groups (`DecodeConfig.wn` > 1; session 38, not yet run on a GPU): each group
+owns BN / wn rows (gcols output columns or rope pairs, their gate / up or first / second rows inside the group) and
+splits K over its kstep warps, so every output is the sum a one-group kernel of kstep warps makes: the outputs
+(fp32, or the rope caches) are bitwise those of that kernel on the emulator, for every epilogue, the norm, the
+prefetch pipeline, upfront loads and pdl "prefetch" (the L2 prefetch covers the same rows). `launch.fused_config`
+keeps wn 1: the groups are for a sweep first (the plain kernel's wn 2 + ashare won at M = 16, N >= 16384)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
+from flashinfer.experimental.b12x.gemm.blockscaled._epilogue import RopeLayout
+
+from .helpers import make_operands
+from .test_decode_fused import _norm_weight, check_fused, fused_args, run_fused
+from .test_rope_epilogue import check_outputs, emulate
+
+pytestmark = pytest.mark.interpret
+CFG = KD.DecodeConfig
+# (a_fmt, b_fmt, m, n, k, the grouped config): N tails and idle warps on purpose
+CASES = [
+    ("bfloat16", "nvfp4", 5, 208, 1024, CFG(8, 2, 1, 2, wn=2)),
+    ("bfloat16", "nvfp4", 13, 192, 768, CFG(8, 2, 2, 1, wn=4)),
+    ("float16", "mxfp8", 3, 160, 512, CFG(4, 2, 1, 1, prefetch=1, wn=2)),
+    ("bfloat16", "nvfp4", 1, 128, 1024, CFG(8, 2, 1, 2, upfront=2, wn=2)),
+]
+
+
+def _one_group(cfg: KD.DecodeConfig) -> KD.DecodeConfig:
+    return dataclasses.replace(cfg, warps=cfg.kwarps, wn=1)
+
+
+@pytest.mark.parametrize("norm", [False, True])
+@pytest.mark.parametrize("epilogue", ["none", "silu_mul", "residual"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_groups_are_the_one_group_kernel_bitwise(case, epilogue, norm):
+    a_fmt, b_fmt, m, n, k, cfg = CASES[case]
+    out_dtype = "float32" if epilogue == "none" and not norm else a_fmt
+    ops = make_operands(a_fmt, b_fmt, m, n, k, seed=70 + case)
+    g = _norm_weight(k, a_fmt, case) if norm else None
+    pdl = ("off", "prefetch", "wait")[case % 3]
+    outs = []
+    for c in (cfg, _one_group(cfg)):
+        args, alpha, residual = fused_args(ops, epilogue, out_dtype, seed=case, norm_weight=g)  # fresh NaNs
+        out, _, _ = run_fused(a_fmt, b_fmt, out_dtype, F.FusedConfig(c, epilogue, pdl, norm), args, alpha, 1e-5)
+        outs.append(out)
+    check_fused(outs[0], ops, epilogue, out_dtype, residual, norm=None if g is None else (g, 1e-5))
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_rope_groups_are_the_one_group_kernel_bitwise(norm):
+    lay, t, k = RopeLayout(4, 2, 32, 16), 3, 512  # 128 pairs: two CTAs of 2 x 32 pairs at BN 128
+    cfg = CFG(8, 2, 1, 1, wn=2)
+    q, k_rows, v_rows, ops, rope, nargs = got = emulate(lay, t, k, cfg, "prefetch", norm, seed=5)
+    check_outputs(q, k_rows, v_rows, ops, lay, rope, "bfloat16", nargs)
+    one = emulate(lay, t, k, _one_group(cfg), "prefetch", norm, seed=5)
+    for ours, theirs in zip(got[:3], one[:3]):
+        assert torch.equal(ours, theirs)
+
+
+def test_the_heuristic_keeps_one_group():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    for epilogue, pdl in (("none", "wait"), ("silu_mul", "prefetch"), ("residual", "off")):
+        assert L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", epilogue, pdl).decode.wn == 1
+    assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(CFG(8, 2, 2, 1, wn=2), "silu_mul")) is None
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+def test_groups_build_without_local_memory(arch):
+    pytest.importorskip("cutlass")
+    for epilogue in ("silu_mul", "none"):
+        cfg = F.FusedConfig(CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), epilogue, "wait")
+        assert ".local" not in F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("epilogue", ["silu_mul", "residual", "none"])
+def test_grouped_plans_on_the_gpu(epilogue):
+    """Plans whose fused configs have 2 warp groups (a plan override: the heuristic's config with "wn=2"), pdl
+    "wait", N = 28672 (28672 x 4096: the shape where the plain kernel's groups won), M = 3 / 9 / 16, outputs
+    NaN-poisoned, against the fp32 reference."""
+    import b12x
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    from .test_decode_fused_gpu import _cpu, _residual, _weight
+
+    B = b12x.gemm.blockscaled
+    n, k, ms = 28672, 4096, (3, 9, 16)
+    cfg = L.fused_config("decode16", n, k, "nvfp4", "bfloat16", epilogue, "wait", "wn=2")
+    assert cfg.decode.wn == 2
+    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=16, m_values=(16,), epilogue=epilogue, pdl="wait")
+    plan = B.plan(q, override={"decode16": cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert plan.state.selection == (("decode16", cfg),)
+    for m in ms:
+        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight(n, k))
+        res = _residual(m, n, m) if epilogue == "residual" else None
+        cols = n // 2 if epilogue == "silu_mul" else n
+        out = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
