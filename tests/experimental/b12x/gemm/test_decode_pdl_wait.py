@@ -1,7 +1,7 @@
 """DecodeConfig.pdl_wait: the plain decode kernel launched as a programmatic dependent, and the (shipped off)
 switch that gives pdl queries without an epilogue that kernel where the heuristic has warp groups.
 
-The fused kernel, which pdl queries run, has one warp group; pdl_wait lets the plain kernel's warp groups,
+The fused kernel, which pdl queries run, gets one warp group from `fused_config`; pdl_wait lets the plain kernel's warp groups,
 ashare and ksplit run under PDL. CPU: the wait and the release precede every global load in the PTX of both
 archs, the predicate, and the heuristic with the switch on and off. GPU (-m gpu): a pdl query's plan with
 the switch on, eager against the reference and a captured chain of calls against eager.

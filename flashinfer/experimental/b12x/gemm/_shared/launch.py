@@ -307,8 +307,9 @@ def _split_span(opts: str | None) -> tuple[str | None, str | None]:
 ROPE_EARLY_ENV = "B12X_GEMM_ROPE_EARLY"  # =1: fused_config's rope_append configs load their tables early
 
 # Session 38 (built, not yet run on a GPU: shipped off). A pdl "wait" query with no epilogue, norm or rope runs the
-# fused kernel, which has one warp group: at M = 16 28672 x 4096 that gave up the plain kernel's shared-activation
-# warp groups (session 25: fused "wait" 36.87 µs, 1.54x cuBLAS; plain 32.74). With this on, such a query takes the
+# fused kernel in `fused_config`'s one warp group: at M = 16 28672 x 4096 that gave up the plain kernel's shared-
+# activation warp groups (session 25: fused "wait" 36.87 µs, 1.54x cuBLAS; plain 32.74; the fused kernel's own
+# groups, opt-in since session 38, run without ashare). With this on, such a query takes the
 # plain decode heuristic as a programmatic dependent (`DecodeConfig.pdl_wait`) wherever that heuristic has warp
 # groups (wn > 1). Turn on once `bench_gemm --sweep-subset ksplit` (scripts/jobs/s38_c.sh) times base + pdl_wait
 # below the fused "wait" rows there and its GPU tests pass (docs/predictions/gemm_decode.md, session 38).

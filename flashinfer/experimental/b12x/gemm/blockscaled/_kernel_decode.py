@@ -115,7 +115,7 @@ class DecodeConfig:
     docs/predictions/gemm_decode.md, session 9). Not timed on a GPU yet: a sweep option.
     minctas (0: none, or 2..4): a launch bound, ptxas budgets registers for that many CTAs an SM (`launch_bounds`;
     it spills what does not fit): a grid of 1-2 waves in one. Opt-in (the demo's gate_up: within noise).
-    ksplit (1, 2 or 4; `_kernel_decode_cluster`): C CTAs a row block as one thread-block cluster splitting K
+    ksplit (1, 2 or 4): C CTAs a row block as one thread-block cluster splitting K
     (rank r's warps take chunks r kwarps + w % kwarps, stepping kwarps x C), reduced through distributed
     shared memory: each CTA reads 1 / C of the M x K activations, so C x BN rows cost the activation traffic
     of BN (M = 16: the L2 reads, docs/predictions/gemm_decode.md session 38). The sums equal those of a plain
