@@ -219,12 +219,7 @@ class EmuOps:
         return self.smem[saddr[:, None] + _BYTE16[None, :4]].copy().view(np.float32).reshape(LANES)
 
     def lds_f32_peer(self, saddr, rank: int):
-        own = self.smem
-        try:
-            self.smem = self.peers[int(rank)]
-            return self.lds_f32(saddr)
-        finally:
-            self.smem = own
+        return EmuOps(self.g, self.peers[int(rank)]).lds_f32(saddr)
 
     def cluster_sync(self):  # the drivers run every CTA of a cluster up to it before any goes past it
         pass

@@ -441,8 +441,8 @@ class DecodeLogic:
         return tuple(tuple(range(p, p + step)) for p in range(0, nt, step))
 
     def prefetch_prologue(self, ops, rt: Runtime, lane, n0, first, chunks):
-        """The pipeline's first stages: the weight loads of chunks first, first + warps, ...,
-        first + (prefetch - 1) warps, flat and in that order."""
+        """The pipeline's first stages: the weight loads of chunks first, first + kstride, ...,
+        first + (prefetch - 1) kstride, flat and in that order."""
         stages = []
         for d in range(self.cfg.prefetch):
             stages += self.prefetch_loads(ops, rt, lane, n0, first + d * self.kstride, chunks)
@@ -450,14 +450,14 @@ class DecodeLogic:
 
     def upfront_loads(self, ops, rt: Runtime, lane, n0, first, chunks):
         """DecodeConfig.upfront: the flat weight loads (`prefetch_loads`) of chunks first, first +
-        kstep, ..., first + (upfront - 1) kstep, all issued here, before any math."""
+        kstride, ..., first + (upfront - 1) kstride, all issued here, before any math."""
         return [
             self.prefetch_loads(ops, rt, lane, n0, first + j * self.kstride, chunks) for j in range(self.cfg.upfront)
         ]
 
     def pipelined_chunk(self, ops, rt: Runtime, lane, n0, c, chunks, stages, acc):
         """One iteration of the prefetch pipeline: issue the weight loads of chunk c + prefetch *
-        warps, then chunk c's math on its loads (the oldest stage). Returns (stages, acc)."""
+        kstride, then chunk c's math on its loads (the oldest stage). Returns (stages, acc)."""
         size = len(stages) // self.cfg.prefetch
         ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.kstride, chunks)
         acc = self.chunk_with(ops, rt, lane, n0, c, self.unflatten_loads(stages[:size]), acc)
@@ -601,7 +601,9 @@ class DecodeLogic:
             tok, nl = o >> log_bn, o & (self.bn - 1)
             s = ops.f32_zero()
             # j >= per only when `per` is not a multiple of the block: clamp the address
-            idx = ops.imin(j, per - 1) if self.ksplit == 1 else ops.imin(j, per - 1) + rank * per
+            idx = ops.imin(j, per - 1)
+            if self.ksplit > 1:
+                idx = idx + rank * per
             row = idx & (self.bn - 1)
             group = row >> (self.rows_w.bit_length() - 1)  # the warp group (wn) that owns the row
             for q in range(self.ksplit):
