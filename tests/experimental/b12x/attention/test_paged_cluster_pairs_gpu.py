@@ -163,7 +163,7 @@ def test_the_live_small_kernel_of_a_large_plan(kv_dtype, cap, monkeypatch):
     bit-equal; then graph replays of 8 requests with new lengths."""
     if target_arch(torch.device(DEV)) != "sm_90a":
         pytest.skip("the pairs default is sm_90a's (not measured on an SM120 GPU)")
-    monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", _decode_choice.LIVE_SMALL_BATCH_MEASURED)  # ships off
+    monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", _decode_choice.LIVE_SMALL_BATCH_MEASURED)  # as shipped
     for lens in (SERVING_LENS["b8-paired"], SERVING_LENS["b12-unpaired"] + [700, 0, 1, 4097, 65, 2048, 9, 30000]):
         case = make_case(lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=16,
                          kv_dtype=getattr(torch, kv_dtype), width=2100, device=DEV, seed=40 + len(lens))  # fmt: skip

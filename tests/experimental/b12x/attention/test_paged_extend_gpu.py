@@ -66,18 +66,26 @@ def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
         g = hq // k.shape[1]
         kb = k.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
         vb = v.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
-        s = torch.matmul(qb, kb.transpose(1, 2)) / math.sqrt(q.shape[2])
-        s = s.masked_fill(~visible_mask(length, n, window_left, q.device), -math.inf)
-        m = s.amax(2, keepdim=True) if n else torch.full((hq, length, 1), -math.inf, device=q.device)
-        extra = sinks.float()[:, None, None] if sinks is not None else None
-        if extra is not None:
-            m = torch.maximum(m, extra)
-        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        p = torch.exp(s - m)
-        denom = p.sum(2, keepdim=True) + (torch.exp(extra - m) if extra is not None else 0)
-        p = p.to(mma_dtype).float()
-        o = torch.matmul(p, vb) / torch.where(denom > 0, denom, torch.ones_like(denom))
-        out[cu[b] : cu[b + 1]] = o.transpose(0, 1)
+        visible = visible_mask(length, n, window_left, q.device)
+        # A few heads at a time: the long cases' scores for all 64 heads at once are ~4 GB a temporary, which ran
+        # the GPU tier's 25 shards out of memory (session 39).
+        step = max(1, (1 << 27) // max(1, length * n))
+        for h0 in range(0, hq, step):
+            hs = slice(h0, min(hq, h0 + step))
+            s = torch.matmul(qb[hs], kb[hs].transpose(1, 2)) / math.sqrt(q.shape[2])
+            s = s.masked_fill(~visible, -math.inf)
+            rows = hs.stop - hs.start
+            m = s.amax(2, keepdim=True) if n else torch.full((rows, length, 1), -math.inf, device=q.device)
+            extra = sinks.float()[hs, None, None] if sinks is not None else None
+            if extra is not None:
+                m = torch.maximum(m, extra)
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            p = torch.exp(s - m)
+            del s
+            denom = p.sum(2, keepdim=True) + (torch.exp(extra - m) if extra is not None else 0)
+            p = p.to(mma_dtype).float()
+            o = torch.matmul(p, vb[hs]) / torch.where(denom > 0, denom, torch.ones_like(denom))
+            out[cu[b] : cu[b + 1], hs] = o.transpose(0, 1)
     return out.to(out_dtype).float()
 
 

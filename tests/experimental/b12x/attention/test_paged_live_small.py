@@ -1,7 +1,8 @@
 """The live small-batch decode kernel (session 37, `_decode_choice.LIVE_SMALL_BATCH`, `Selection.small`): a plan for
 more than CLUSTER_PAIRS_MAX requests on sm_90a at D 128 also selects the kernel a plan for CLUSTER_PAIRS_MAX would run
 (the 8-warp tile as cluster pairs) for live batches of at most LIVE_SMALL_BATCH requests; run() picks by the live
-batch (a shape, no host read). The switch ships off (0) until its GPU run; these tests set the measured bound. The GPU tier is test_paged_cluster_pairs_gpu.py (`-k live_small`).
+batch (a shape, no host read). The switch ships at the measured bound (16) since session 39's GPU run; these tests
+set it themselves. The GPU tier is test_paged_cluster_pairs_gpu.py (`-k live_small`).
 reference: which plans get one and which not, its kernel listed last, the work rows it needs, the override checks,
 the CPU lifecycle of such a plan.
 """
@@ -35,13 +36,14 @@ def _caps(kv_dtype, batch, head_dim=128, **kw):
 
 @pytest.fixture
 def live_small(monkeypatch):
-    """The switch on at the measured bound (it ships off until its GPU run)."""
+    """The switch at the measured bound (it ships there since session 39; the tests below hold if it moves)."""
     monkeypatch.setattr(_decode_choice, "LIVE_SMALL_BATCH", _decode_choice.LIVE_SMALL_BATCH_MEASURED)
 
 
-def test_the_switch_ships_off_until_its_gpu_run():
-    assert _decode_choice.LIVE_SMALL_BATCH == 0 and _decode_choice.LIVE_SMALL_BATCH_MEASURED == 16
-    assert paged.plan(_caps("bfloat16", 64)).heuristic("sm_90a").small is None
+def test_the_switch_ships_on_since_its_gpu_run():
+    """Session 39's run (s38_a / s38_b on 614558d) turned it on at the measured bound."""
+    assert _decode_choice.LIVE_SMALL_BATCH == _decode_choice.LIVE_SMALL_BATCH_MEASURED == 16
+    assert paged.plan(_caps("bfloat16", 64)).heuristic("sm_90a").small is not None
 
 
 @pytest.mark.usefixtures("live_small")

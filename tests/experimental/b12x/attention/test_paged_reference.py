@@ -107,6 +107,22 @@ def test_empty_request_and_no_visible_key():
     torch.testing.assert_close(lse[0], sinks / math.log(2))
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+def test_heads_a_few_at_a_time(monkeypatch, kv_dtype):
+    """The reference takes the heads in chunks of at most _SCORE_ELEMENTS scores (so a long prefill fits beside the
+    GPU tier's shards, session 39): one head a chunk gives what one chunk of all heads gives, with sinks, a window,
+    extend rows and an empty request, to float32 rounding of the largest output (fp8's dequantized values reach 50)."""
+    from flashinfer.experimental.b12x.attention.paged import reference
+
+    case = make_case([0, 40, 300], q_lens=[2, 7, 5], num_q_heads=8, num_kv_heads=2, kv_dtype=kv_dtype, seed=11)
+    kw = dict(sinks=torch.linspace(-2, 2, 8), window_left=50)
+    whole_out, whole_lse = _ref(case, **kw)
+    monkeypatch.setattr(reference, "_SCORE_ELEMENTS", 1)
+    out, lse = _ref(case, **kw)
+    torch.testing.assert_close(out, whole_out, rtol=0, atol=1e-5 * whole_out.abs().max().item())
+    torch.testing.assert_close(lse, whole_lse, rtol=2e-6, atol=1e-5)
+
+
 def test_descale_shape_error():
     case = make_case([5], kv_dtype=torch.float8_e4m3fn, seed=7)
     with pytest.raises(ValueError, match=r"k_descale must broadcast to \[batch, Hkv\] = \[1, 2\], got \[3\]"):

@@ -1,7 +1,7 @@
-"""DecodeConfig.pdl_wait: the plain decode kernel launched as a programmatic dependent, and the (shipped off)
-switch that gives pdl queries without an epilogue that kernel where the heuristic has warp groups.
+"""DecodeConfig.pdl_wait: the plain decode kernel launched as a programmatic dependent, and the switch (on
+since session 39) that gives pdl queries without an epilogue that kernel where the heuristic has warp groups.
 
-The fused kernel, which pdl queries run, gets one warp group from `fused_config`; pdl_wait lets the plain kernel's warp groups,
+The fused kernel, which pdl queries ran before, gets one warp group from `fused_config`; pdl_wait lets the plain kernel's warp groups,
 ashare and ksplit run under PDL. CPU: the wait and the release precede every global load in the PTX of both
 archs, the predicate, and the heuristic with the switch on and off. GPU (-m gpu): a pdl query's plan with
 the switch on, eager against the reference and a captured chain of calls against eager.
@@ -78,8 +78,15 @@ def _pdl_plan(n, k, max_m, epilogue="none"):
     return B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max_m, m_values=ms, pdl="wait", epilogue=epilogue))
 
 
-def test_the_switch_ships_off_until_its_gpu_run():
-    assert L.PLAIN_PDL_GROUPS is False
+def test_the_switch_ships_on_since_its_gpu_run():
+    """Session 39's s38_c turned it on; off, the query runs the fused kernel as before."""
+    assert L.PLAIN_PDL_GROUPS is True
+    ((_, cfg),) = _pdl_plan(28672, 4096, 16).heuristic("sm_90a")
+    assert not L.is_fused(cfg) and cfg.pdl_wait
+
+
+def test_the_switch_off_runs_the_fused_kernel(monkeypatch):
+    monkeypatch.setattr(L, "PLAIN_PDL_GROUPS", False)
     ((_, cfg),) = _pdl_plan(28672, 4096, 16).heuristic("sm_90a")
     assert L.is_fused(cfg) and cfg.pdl == "wait"
 

@@ -27,11 +27,13 @@ from ._config import (
 # L = 1k 10.82 / 11.32 -> 8.74 / 8.73, L = 8k 38.40 / 53.55 -> 36.46 / 36.45, B = 16 L = 1k 15.36 / 13.43 -> 10.35 /
 # 10.37; bf16 B = 8 L = 1k 12.44 / 12.75 -> 9.96 / 9.91, B = 16 L = 1k 21.58 / 22.11 -> 20.26 / 20.37; at B = 32
 # the plan's own tiles win (fp8 21.22 vs 23.97 at cap 32, bf16 35.64 vs 38.06), so the bound is 16. 0 turns it off.
-# Off (0) until its GPU run: the dispatch in run() was built after session 37's last device time (its tests,
-# test_paged_cluster_pairs_gpu.py -k live_small, set 16 themselves); scripts/jobs/next_session.txt stages the run
-# that turns it on.
-LIVE_SMALL_BATCH = 0
-LIVE_SMALL_BATCH_MEASURED = 16  # the bound s37_c supports, for the run that turns it on
+# On since session 39 (614558d, H200): the attention gpu tier passed with it (test_paged_cluster_pairs_gpu.py -k
+# live_small) and s38_b timed it in plans for 32 / 128 requests, on against off, µs: fp8 B = 1 L = 8k 9.58 / 9.62
+# against 12.08 / 18.78, B = 8 L = 1k 8.71 / 8.72 against 10.92 / 11.29, B = 16 L = 1k 10.35 / 10.38 against 15.24 /
+# 13.50; bf16 B = 8 L = 1k 9.95 / 9.84 against 12.70 / 12.72, B = 16 20.30 / 20.62 against 22.02 / 22.40; B = 17 /
+# 32 / 128 (the plan's own kernel either way) within noise (docs/performance.md, session 39).
+LIVE_SMALL_BATCH = 16
+LIVE_SMALL_BATCH_MEASURED = 16  # the bound s37_c supports and s38_b confirmed
 
 
 def _fit_page(config, page_size: int):

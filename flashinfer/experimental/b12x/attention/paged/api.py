@@ -31,7 +31,7 @@ split is `split_schedule`'s (one wave of resident CTAs); `plan(caps, override=Se
 schedule))` sets both configs. The heuristic lives in `_decode_choice`: plans of 5-16 requests on sm_90a decode as
 two-CTA clusters fed by the live schedule (`DecodeConfig.cluster_pairs`); `Selection.small` may add a second
 one-launch kernel that run() launches instead for live batches of at most `small_below` requests (the live batch is
-the bound tensors' shape, so no host read: `_decode_choice.LIVE_SMALL_BATCH`, off until its GPU run).
+the bound tensors' shape, so no host read: `_decode_choice.LIVE_SMALL_BATCH`, 16 since session 39).
 Extend/verify: (1) schedule: one item per (request, tile of query tokens) from the
 live cu_seqlens_q, (2) extend: one FlashAttention-2 CTA per (item, KV head); with two tiles
 (`ExtendConfig.small`, `_kernel_extend_schedule`) the schedule also picks the tile from the live

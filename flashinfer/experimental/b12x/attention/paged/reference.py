@@ -34,6 +34,9 @@ def _descale(scale, batch: int, hkv: int, name: str):
         raise ValueError(f"{name} must broadcast to [batch, Hkv] = [{batch}, {hkv}], got {list(scale.shape)}") from None
 
 
+_SCORE_ELEMENTS = 1 << 27  # float32 scores held at once (512 MB)
+
+
 def gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, kv_len: int) -> torch.Tensor:
     """The first `kv_len` tokens of one request as a contiguous float32 [kv_len, Hkv, D] tensor."""
     page_size = cache.shape[1]
@@ -96,19 +99,25 @@ def paged_attention_reference(
         k = k.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, N, D]
         v = v.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, N, Dv]
         qb = q[q0:q1].float().transpose(0, 1)  # [Hq, L, D]
-        s2 = torch.matmul(qb, k.transpose(1, 2)) * (scale * LOG2E)  # [Hq, L, N], base 2
-        s2 = s2.masked_fill(~visible_mask(length, n, window_left, q.device), -math.inf)
-        if sink2 is not None:
-            s2 = torch.cat([s2, sink2[:, None, None].expand(hq, length, 1)], dim=2)
-        if s2.shape[2] == 0:  # no key and no sink: out 0, lse -inf
-            continue
-        row_max = s2.amax(dim=2, keepdim=True)
-        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-        p = torch.exp2(s2 - row_max)
-        denom = p.sum(dim=2, keepdim=True)
-        if sink2 is not None:
-            p = p[:, :, :n]
-        o = torch.matmul(p, v) / torch.where(denom > 0, denom, torch.ones_like(denom))  # [Hq, L, Dv]
-        out[q0:q1] = o.transpose(0, 1)
-        lse[q0:q1] = (row_max + torch.log2(denom)).squeeze(2).transpose(0, 1)
+        visible = visible_mask(length, n, window_left, q.device)
+        # Heads a few at a time: the scores are [heads, L, N] float32, GBs for one long prefill over all heads.
+        step = max(1, _SCORE_ELEMENTS // max(1, length * (n + 1)))
+        for h0 in range(0, hq, step):
+            hs = slice(h0, min(hq, h0 + step))
+            s2 = torch.matmul(qb[hs], k[hs].transpose(1, 2)) * (scale * LOG2E)  # [h, L, N], base 2
+            s2 = s2.masked_fill(~visible, -math.inf)
+            if sink2 is not None:
+                s2 = torch.cat([s2, sink2[hs, None, None].expand(s2.shape[0], length, 1)], dim=2)
+            if s2.shape[2] == 0:  # no key and no sink: out 0, lse -inf
+                break
+            row_max = s2.amax(dim=2, keepdim=True)
+            row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+            p = torch.exp2(s2 - row_max)
+            del s2
+            denom = p.sum(dim=2, keepdim=True)
+            if sink2 is not None:
+                p = p[:, :, :n]
+            o = torch.matmul(p, v[hs]) / torch.where(denom > 0, denom, torch.ones_like(denom))  # [h, L, Dv]
+            out[q0:q1, hs] = o.transpose(0, 1)
+            lse[q0:q1, hs] = (row_max + torch.log2(denom)).squeeze(2).transpose(0, 1)
     return out, lse

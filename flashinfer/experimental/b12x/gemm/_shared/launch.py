@@ -306,14 +306,13 @@ def _split_span(opts: str | None) -> tuple[str | None, str | None]:
 
 ROPE_EARLY_ENV = "B12X_GEMM_ROPE_EARLY"  # =1: fused_config's rope_append configs load their tables early
 
-# Session 38 (built, not yet run on a GPU: shipped off). A pdl "wait" query with no epilogue, norm or rope runs the
-# fused kernel in `fused_config`'s one warp group: at M = 16 28672 x 4096 that gave up the plain kernel's shared-
-# activation warp groups (session 25: fused "wait" 36.87 µs, 1.54x cuBLAS; plain 32.74; the fused kernel's own
-# groups, opt-in since session 38, run without ashare). With this on, such a query takes the
-# plain decode heuristic as a programmatic dependent (`DecodeConfig.pdl_wait`) wherever that heuristic has warp
-# groups (wn > 1). Turn on once `bench_gemm --sweep-subset ksplit` (scripts/jobs/s38_c.sh) times base + pdl_wait
-# below the fused "wait" rows there and its GPU tests pass (docs/predictions/gemm_decode.md, session 38).
-PLAIN_PDL_GROUPS = False
+# A pdl "wait" query with no epilogue, norm or rope ran the fused kernel in `fused_config`'s one warp group: at M =
+# 16 28672 x 4096 that gave up the plain kernel's shared-activation warp groups (session 25: fused "wait" 36.87 µs,
+# 1.54x cuBLAS; plain 32.74). With this on (since session 39), such a query takes the plain decode heuristic as a
+# programmatic dependent (`DecodeConfig.pdl_wait`) wherever that heuristic has warp groups (wn > 1). Session 39's
+# s38_c (614558d, H200, graph timer): the GPU tests passed; M = 16 28672 x 4096 plain + pdl_wait 32.07 µs against
+# fused "wait" 36.56 (one group) and 33.75 (two groups, opt-in); docs/performance.md, session 39.
+PLAIN_PDL_GROUPS = True
 
 
 def pdl_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, pdl: str, arch: str | None = None):
