@@ -62,6 +62,12 @@ serving step's chain of kernels gets. torch's peers have no such launch mode and
 mxfp8_linear the pdl row is the planned chain a serving stack would capture: the MXFP8 quantizer
 (`MxFp8Query(pdl=True)`) into preallocated buffers, then the GEMM planned with that pdl mode, so the
 GEMM launches (and with "prefetch" reads its weights into L2) while the quantizer runs.
+--epilogue silu_mul|residual (weight-only recipes, M <= 64, the CuTe decode kernel): every GEMM of ours
+with that fused epilogue (GemmQuery.epilogue, the fused decode kernel): silu_mul reads N = 2I weight rows
+and writes [M, I], residual adds a [M, N] tensor before the one rounding; the bytes count the residual
+and the smaller output. With --sweep-subset ksplit the sweep times the fused kernel launched plainly and
+under pdl "wait", with one warp group and, where the plain heuristic has them, with its groups (wn): the
+measurement fused_config's groups wait on. torch's peers time the GEMM alone (no epilogue).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -69,7 +75,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -138,6 +144,7 @@ class Ours:
     weights: tuple  # every weight copy the timed calls rotate over (--cold-weights); weight is the first
     run: object  # run(weight): the timed call on one weight copy
     run_pdl: object = None  # the same through the --pdl plan (decode buckets only), else None
+    mm_kw: dict = None  # mm's epilogue keywords of every call (--epilogue), else None
 
     def fn(self):
         """The timed call on the first weight copy."""
@@ -167,6 +174,17 @@ def pdl_applies(pdl: str, m: int, decode_kernel: str = "cute") -> bool:
     """Whether --pdl adds a row for this case: the fused decode kernel takes pdl in the decode
     buckets (M <= 64), on the CuTe decode path."""
     return pdl != "off" and m <= DECODE_MAX_M and decode_kernel == "cute"
+
+
+EPILOGUES = ("none", "silu_mul", "residual")
+
+
+def epilogue_applies(epilogue: str, recipe: str, m: int, decode_kernel: str = "cute") -> bool:
+    """Whether --epilogue fuses into this case: weight-only recipes (16-bit activations) in the decode buckets on
+    the CuTe decode kernel, where the fused decode kernel runs."""
+    return (
+        epilogue != "none" and recipe.startswith(("w4a16", "w8a16")) and m <= DECODE_MAX_M and decode_kernel == "cute"
+    )
 
 
 def weight_copies(args, nbytes: int) -> int:
@@ -200,7 +218,9 @@ def _decode_override(decode_kernel: str, a_fmt: str, b_fmt: str, m: int, n: int,
     return {bucket: GC.default_config(n, k, b_fmt)}
 
 
-def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl: str = "off") -> Ours:
+def _setup(
+    recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl: str = "off", epilogue: str = "none"
+) -> Ours:
     from flashinfer.experimental.b12x._lib import quant as Q
     from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
@@ -229,7 +249,12 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl
         else:
             lhs = R.quantize_tensor_fp8(x)
         a_bytes = operand_bytes(a_fmt, m, k)
-    out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+    if epilogue != "none" and not epilogue_applies(epilogue, recipe, m, decode_kernel):
+        raise ValueError(f"epilogue={epilogue!r} needs a weight-only recipe at M <= {DECODE_MAX_M} on the CuTe decode "
+                         f"kernel, got {recipe} at M={m} ({decode_kernel})")  # fmt: skip
+    residual = torch.randn(m, n, device=dev, generator=gen).to(torch.bfloat16) if epilogue == "residual" else None
+    kw = dict(epilogue=epilogue, residual=residual) if epilogue != "none" else {}
+    out = torch.empty(m, n // 2 if epilogue == "silu_mul" else n, dtype=torch.bfloat16, device=dev)
     run_pdl = None
     if recipe == "mxfp8_linear":
         run = lambda wt: b12x.gemm.mxfp8_linear.mm(x, wt, out)  # noqa: E731
@@ -240,18 +265,19 @@ def _setup(recipe, m, n, k, dev, gen, decode_kernel="cute", copies: int = 1, pdl
     else:
         # a prepared plan for this M, as serving (the demo block) runs it: the shape-aware config
         override = _decode_override(decode_kernel, a_fmt, b_fmt, m, n, k)
-        plan = BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,)), override=override)
+        query = BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,), epilogue=epilogue)
+        plan = BS.plan(query, override=override)
         plans = [plan]
         if pdl_applies(pdl, m, decode_kernel):  # the same GEMM as a programmatic dependent (--pdl)
-            plans.append(BS.plan(BS.GemmQuery(a_fmt, b_fmt, n, k, max_m=m, m_values=(m,), pdl=pdl)))
-            run_pdl = lambda wt: BS.mm(lhs, wt, out, plan=plans[1], alpha=alpha)  # noqa: E731
+            plans.append(BS.plan(replace(query, pdl=pdl)))
+            run_pdl = lambda wt: BS.mm(lhs, wt, out, plan=plans[1], alpha=alpha, **kw)  # noqa: E731
         with b12x.PreparationSession(dev) as session:
             session.prepare(plans)
-        run = lambda wt: BS.mm(lhs, wt, out, plan=plan, alpha=alpha)  # noqa: E731
+        run = lambda wt: BS.mm(lhs, wt, out, plan=plan, alpha=alpha, **kw)  # noqa: E731
         a32 = x.float() if a_fmt == "bfloat16" else R.dequantize(a_fmt, lhs[0], lhs[1], m, k, "a")
-    ref = (a32 @ R.weight_dequantized(weight).t()) * alpha
-    nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * m * n
-    return Ours(lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl)
+    ref = R.apply_epilogue((a32 @ R.weight_dequantized(weight).t()) * alpha, epilogue, residual)
+    nbytes = operand_bytes(b_fmt, n, k) + a_bytes + 2 * out.numel() + (2 * m * n if residual is not None else 0)
+    return Ours(lhs, weight, alpha, a_fmt, out, nbytes, ref, weights, run, run_pdl, kw or None)
 
 
 def _mxfp8_chain(x, n: int, out, pdl: str, dev):
@@ -338,7 +364,7 @@ def _peers(m, n, k, dev, gen, args):
 
 
 def sweep_configs(
-    bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all", a_fmt: str | None = None
+    bucket: str, m: int, n: int, k: int, b_fmt: str, subset: str = "all", a_fmt: str | None = None, epilogue="none"
 ) -> tuple:
     """The configs --sweep times for a case: every candidate of its bucket ("all"), ("prefetch") the
     decode kernel's weight-prefetch candidates, ("stream") its streaming variants (cache hints, chunk
@@ -347,12 +373,15 @@ def sweep_configs(
     case's CuTe heuristic config as the baseline (for a_fmt's pair: without it, the heuristic of FP4
     / FP8 activations, which takes no cache hints and no two-tile rule; session 24 and 25's stream
     sweeps started from that base). Configs a case's pair cannot run (a GEMV config for quantized
-    activations) are skipped by `_sweep`."""
+    activations) are skipped by `_sweep`. With an epilogue (--epilogue) only the fused kernel runs it: subset
+    ksplit gives `epilogue_groups`, the others nothing."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
+    if epilogue != "none":
+        return epilogue_groups(bucket, n, k, b_fmt, a_fmt, epilogue) if subset == "ksplit" else ()
     if subset in ("layout", "layout-probe"):
         from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 
@@ -400,6 +429,20 @@ def sweep_configs(
     if subset == "probe-step":
         cands = probe_step_variants(L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt))
     return cands
+
+
+def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str) -> tuple:
+    """The fused decode kernel with `epilogue`, launched plainly and under pdl "wait", each with fused_config's
+    one warp group and, where the plain heuristic has groups (wn > 1), with that many (no ashare)."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    wn = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt).wn
+    out = []
+    for pdl in ("off", "wait"):
+        out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl))
+        if wn > 1:
+            out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={wn}"))
+    return tuple(out)
 
 
 def pdl_variants(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None) -> tuple:
@@ -463,19 +506,21 @@ def _sweep(ours: Ours, m, n, k, args) -> dict:
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     bucket = L.bucket_for(m)
-    cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset, ours.a_fmt)
+    kw = ours.mm_kw or {}
+    epilogue = kw.get("epilogue", "none")
+    cands = sweep_configs(bucket, m, n, k, ours.weight.recipe, args.sweep_subset, ours.a_fmt, epilogue)
     plans = {}
     for cfg in cands:
         if L.why_not(ours.a_fmt, ours.weight.recipe, "bfloat16", bucket, cfg) is not None:
             continue
-        query = BS.GemmQuery(ours.a_fmt, ours.weight.recipe, n, k, max_m=m, m_values=(m,))
+        query = BS.GemmQuery(ours.a_fmt, ours.weight.recipe, n, k, max_m=m, m_values=(m,), epilogue=epilogue)
         plans[repr(cfg)] = BS.plan(query, override={bucket: cfg})
     # one session for the case's plans: with --sweep-workers > 1 their kernels compile in parallel
     with b12x.PreparationSession(ours.out.device, compile_workers=args.sweep_workers) as s:
         s.prepare(list(plans.values()))
     results = {}
     for name, p in plans.items():
-        fn, calls = ours.timed(lambda wt, p=p: BS.mm(ours.lhs, wt, ours.out, plan=p, alpha=ours.alpha))
+        fn, calls = ours.timed(lambda wt, p=p: BS.mm(ours.lhs, wt, ours.out, plan=p, alpha=ours.alpha, **kw))
         results[name] = measure_calls(fn, calls, args).median_us
     return results
 
@@ -487,8 +532,12 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
             continue  # weight-only forms past decode sizes: one representative is enough
         copies = weight_copies(args, operand_bytes(_weight_format(recipe), n, k))
         pdl = args.pdl
-        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies, pdl)
-        case = Case(recipe, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
+        epilogue = args.epilogue if epilogue_applies(args.epilogue, recipe, m, args.decode_kernel) else "none"
+        if epilogue != args.epilogue:
+            print(f"--epilogue {args.epilogue}: {recipe} M={m} runs without it (weight-only, M <= 64)", file=sys.stderr)
+        ours = _setup(recipe, m, n, k, dev, gen, args.decode_kernel, copies, pdl, epilogue)
+        label = recipe if epilogue == "none" else f"{recipe}+{epilogue}"
+        case = Case(label, {"M": m, "N": n, "K": k}, bytes=ours.nbytes, flops=2 * m * n * k)
         note = f"max |ours - ref| = {ours.error():.2e} (|ref| max {ours.ref.abs().max().item():.2e})"
         if copies > 1:
             note += f", {copies} weight copies"
@@ -505,7 +554,7 @@ def run_problem(table, args, m, n, k, recipes, dev, gen, sweeps):
         for name, timing, pnote in peers:
             table.add(case, name, timing, peer=True, note=pnote)
         if args.sweep and recipe != "mxfp8_linear":
-            sweeps[f"{recipe} M={m} N={n} K={k}"] = _sweep(ours, m, n, k, args)
+            sweeps[f"{label} M={m} N={n} K={k}"] = _sweep(ours, m, n, k, args)
         del ours
     torch.cuda.empty_cache()
 
@@ -576,7 +625,20 @@ def main(argv: list[str] | None = None) -> int:
         help="add a row per case: a device copy moving our bytes (half read, half written; rotated sources with "
         "--cold-weights), same timer: the floor a kernel with our traffic meets at that size",
     )
+    parser.add_argument(
+        "--epilogue",
+        choices=EPILOGUES,
+        default="none",
+        help="weight-only recipes at M <= 64 on the CuTe decode kernel: our GEMMs with this fused epilogue (silu_mul: "
+        "N = 2I rows in, [M, I] out; residual: + a [M, N] tensor); peers time the GEMM alone",
+    )
     args = parser.parse_args(argv)
+    if args.epilogue != "none" and args.decode_kernel != "cute":
+        parser.error(
+            f"--epilogue {args.epilogue} runs on the CuTe decode kernel, not --decode-kernel {args.decode_kernel}"
+        )
+    if args.epilogue != "none" and args.sweep and args.sweep_subset != "ksplit":
+        parser.error("--epilogue sweeps only with --sweep-subset ksplit (the fused kernel's warp groups)")
     if args.cold_weights and args.timer != "graph":
         parser.error("--cold-weights needs --timer graph (the events timer flushes L2 before every call already)")
     if args.sweep and args.sweep_subset in ("probe", "probe-step", "layout-probe"):  # let the garbage probes build

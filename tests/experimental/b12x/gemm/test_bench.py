@@ -231,3 +231,41 @@ def test_fused_hints_follow_the_launch_mode():
     assert wcache(11264, 2048, "prefetch") == "nc"  # 13 MB: whole rows
     assert wcache(28672, 4096, "prefetch") == "na256"  # 66 MB: the first step
     assert wcache(11264, 2048, "prefetch", hints=True) == "na256" and wcache(11264, 2048, "off", hints=False) == "nc"
+
+
+@pytest.mark.parametrize("epilogue", ["silu_mul", "residual"])
+def test_epilogue_cases_set_up_and_match_their_reference_on_cpu(epilogue):
+    """--epilogue: the case's plan fuses it (silu_mul's out is [M, N / 2], residual's reads a [M, N] tensor), the
+    reference applies it, and the bytes count the residual and the output actually written."""
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 3, 64, 256
+    ours = BG._setup("w4a16_nvfp4", m, n, k, "cpu", gen, pdl="wait", epilogue=epilogue)
+    cols = n // 2 if epilogue == "silu_mul" else n
+    assert ours.out.shape == ours.ref.shape == (m, cols) and ours.mm_kw["epilogue"] == epilogue
+    assert ours.error() <= 2**-7 * ours.ref.abs().max().item()
+    assert ours.error(ours.run_pdl) <= 2**-7 * ours.ref.abs().max().item()
+    plain = BG._setup("w4a16_nvfp4", m, n, k, "cpu", gen)
+    assert plain.mm_kw is None and not torch.allclose(ours.ref[:, :cols], plain.ref[:, :cols])
+    extra = 2 * m * n if epilogue == "residual" else -2 * m * (n - cols)
+    assert ours.nbytes == plain.nbytes + extra
+    with pytest.raises(ValueError, match="weight-only recipe at M <= 64"):
+        BG._setup("nvfp4", m, n, k, "cpu", gen, epilogue=epilogue)
+
+
+def test_epilogue_applies_and_sweeps_the_fused_groups():
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    assert BG.epilogue_applies("silu_mul", "w4a16_nvfp4", 16) and BG.epilogue_applies("residual", "w8a16_mxfp8", 64)
+    assert not BG.epilogue_applies("none", "w4a16_nvfp4", 1) and not BG.epilogue_applies("silu_mul", "nvfp4", 1)
+    assert not BG.epilogue_applies("silu_mul", "w4a16_nvfp4", 65)
+    assert not BG.epilogue_applies("silu_mul", "w4a16_nvfp4", 16, "triton")
+    cands = BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "ksplit", "bfloat16", "silu_mul")
+    base = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
+    assert base.wn > 1 and all(L.is_fused(c) and c.epilogue == "silu_mul" for c in cands)
+    assert [(c.pdl, c.decode.wn) for c in cands] == [("off", 1), ("off", base.wn), ("wait", 1), ("wait", base.wn)]
+    one = BG.sweep_configs("decode8", 1, 4096, 4096, "nvfp4", "ksplit", "bfloat16", "residual")
+    assert [(c.pdl, c.decode.wn) for c in one] == [("off", 1), ("wait", 1)]
+    assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream", "bfloat16", "silu_mul") == ()
+    for argv in (["--epilogue", "silu_mul", "--decode-kernel", "triton"], ["--epilogue", "residual", "--sweep"]):
+        with pytest.raises(SystemExit):
+            BG.main(argv)
