@@ -105,7 +105,7 @@ def test_stream_and_probe_subsets_and_sweep_workers(capsys):
     base = L.default_config("decode16", 28672, 4096, "nvfp4")
     assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream") == (base,) + DS.stream_variants(base)
     probe = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "probe")
-    assert probe[0].probe == "" and {c.probe for c in probe[1:]} == {"", "loads", "nomma"}
+    assert probe[0].probe == "" and {c.probe for c in probe[1:]} == {"", "loads", "nomma", "wloads", "l1act"}
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "stream") == ()
     assert BG.sweep_configs("tiled64", 100, 4096, 4096, "nvfp4", "probe") == ()
     step = BG.sweep_configs("decode8", 1, 28672, 4096, "nvfp4", "probe-step")

@@ -257,12 +257,12 @@ def test_probes_are_gated_and_limited(monkeypatch):
     assert "probe must be one of" in KD.why_not("bfloat16", "nvfp4", "bfloat16", CFG(probe="all"))
     base = L.default_config("decode16", 28672, 4096, "nvfp4")
     probes = DS.probe_variants(base)
-    assert [p.probe for p in probes] == ["loads", "nomma", "", "loads"]
+    assert [p.probe for p in probes] == ["loads", "nomma", "", "loads", "wloads", "l1act"]
     assert all(p not in DS.stream_variants(base) or not p.probe for p in probes)
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("probe", ["loads", "nomma"])
+@pytest.mark.parametrize("probe", ["loads", "nomma", "wloads", "l1act"])
 def test_probes_touch_only_the_operands(probe, monkeypatch):
     """The emulator faults on any access outside the tensors: the probes load what the kernel loads."""
     monkeypatch.setenv(KD.PROBE_ENV, "1")
@@ -273,16 +273,21 @@ def test_probes_touch_only_the_operands(probe, monkeypatch):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("probe", ["loads", "nomma"])
+@pytest.mark.parametrize("probe", ["loads", "nomma", "wloads", "l1act"])
 def test_probe_builds_keep_the_loads_and_drop_the_mmas(probe, monkeypatch, cuda_binary):
+    """Every probe drops the MMAs and keeps the weights' loads; all but "wloads" keep every activation load too
+    ("l1act" at chunk c & 1's addresses, as many instructions). The weights and the activations take different
+    cache hints here, so their loads are told apart in the SASS; 2 token tiles."""
     pytest.importorskip("cutlass")
     monkeypatch.setenv(KD.PROBE_ENV, "1")
-    cfg = CFG(4, 1, 1, 2)
+    cfg = CFG(4, 1, 2, 2, wcache="na256", acache="el")
     base = cuda_binary.sass(KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch="sm_90a").artifacts.CUBIN)
     probed = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, probe=probe), arch="sm_90a")
     sass = cuda_binary.sass(probed.artifacts.CUBIN)
-    for op in ("LDG.E.128.CONSTANT", "LDG.E.U16.CONSTANT"):
-        assert sass.count(op) == base.count(op), op
+    for op in ("LDG.E.NA.LTC256B.128.CONSTANT", "LDG.E.U16.CONSTANT"):  # the weights' values and scales
+        assert sass.count(op) == base.count(op) > 0, op
+    activations = "LDG.E.EL.128.CONSTANT"
+    assert sass.count(activations) == (0 if probe == "wloads" else base.count(activations)) and base.count(activations)
     assert "HMMA" not in sass and "HMMA" in base
     if probe == "nomma":  # the dequant stays: as many scale multiplies (some fused into HFMA2)
         assert sass.count("HMUL2") + sass.count("HFMA2") >= base.count("HMUL2")

@@ -73,9 +73,13 @@ def _valid_new(base: KD.DecodeConfig, cands) -> tuple[KD.DecodeConfig, ...]:
 
 def probe_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
     """The timing probes `bench_gemm --sweep-subset probe` times after `base`: loads only and
-    dequant without MMA, for base and for base with the L1 hints (na + el)."""
+    dequant without MMA, for base and for base with the L1 hints (na + el); then base's weight loads
+    alone ("wloads") and its loads with the activations' from L1 ("l1act"): what the activations'
+    loads cost, and whether as L2 traffic or as instructions (docs/predictions/gemm_decode.md,
+    session 39)."""
     hinted = replace(base, wcache="na", acache="el")
-    return (replace(base, probe="loads"), replace(base, probe="nomma"), hinted, replace(hinted, probe="loads"))
+    probes = (replace(base, probe="loads"), replace(base, probe="nomma"), hinted, replace(hinted, probe="loads"))
+    return probes + (replace(base, probe="wloads"), replace(base, probe="l1act"))
 
 
 def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.DecodeConfig, ...]:

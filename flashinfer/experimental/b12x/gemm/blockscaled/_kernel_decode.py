@@ -63,7 +63,8 @@ WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache h
 ACACHE = ("nc", "el")  # DecodeConfig.acache: activation-load cache hints
 KGROUP = (1, 2, 4)  # DecodeConfig.kgroup: adjacent chunks per warp step
 FP4 = ("shift", "left")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
-PROBES = ("", "loads", "nomma")  # DecodeConfig.probe: timing probes (garbage output; see DecodeConfig)
+PROBES = ("", "loads", "nomma", "wloads", "l1act")  # DecodeConfig.probe: timing probes (garbage output)
+LOAD_PROBES = ("loads", "wloads", "l1act")  # the probes that XOR raw words (no dequant)
 PROBE_ENV = "B12X_GEMM_DECODE_PROBE"  # =1 lets a probe config pass why_not (benchmarks only)
 WN = (1, 2, 4, 8)  # DecodeConfig.wn: warp groups along N
 UPFRONT = (0, 2, 4)  # DecodeConfig.upfront: chunks whose weight loads all issue before their math
@@ -101,7 +102,9 @@ class DecodeConfig:
     probe: NOT a kernel variant but a timing probe that computes garbage: "loads" issues exactly the
     chunk's loads and XORs the words into one accumulator (no dequant, no MMA): the access
     pattern's streaming ceiling; "nomma" also dequantizes both operands and XORs the registers in
-    place of the MMAs. Rejected by why_not unless B12X_GEMM_DECODE_PROBE=1 (bench_gemm --sweep-subset
+    place of the MMAs; "wloads" is "loads" without the activation loads (the weights' stream alone);
+    "l1act" is "loads" with every chunk's activation loads at chunk 0's or 1's addresses (as many
+    instructions, served from L1: the activations' L2 traffic gone, their issue kept). Rejected by why_not unless B12X_GEMM_DECODE_PROBE=1 (bench_gemm --sweep-subset
     probe sets it); FP4 weights with 16-bit activations only.
     ashare (wn > 1, 16-bit activations): the wn warps that take the same chunk (one per group) split
     its activation groups, each loads and permutes its share into shared memory (double-buffered),
@@ -496,13 +499,17 @@ class DecodeLogic:
         return {(u >> 2, u & 3): ops.lds_v4(self._share_addr(base, kset, parity, u, lane)) for u in range(self.units)}
 
     def probe_chunk(self, ops, rt: Runtime, lane, c, wloads, acc):
-        """DecodeConfig.probe: chunk c's loads ("loads") or loads and dequantized registers ("nomma")
-        XORed into acc[0] instead of the MMAs (garbage sums; a timing probe)."""
+        """DecodeConfig.probe: chunk c's loads ("loads"; "wloads" the weights' only, "l1act" the
+        activations' from chunk c & 1) or loads and dequantized registers ("nomma") XORed into acc[0]
+        instead of the MMAs (garbage sums; a timing probe)."""
         spans, block_scale = wloads
+        raw = self.cfg.probe in LOAD_PROBES
+        if self.cfg.probe == "l1act":  # c & 1 through a mask of 1 the compiler cannot see (m > 0), so it cannot
+            c = c & ((rt.m >> 31) | 1)  # merge the unrolled chunks' loads as it would for a literal 1
         x = ops.u32(0)
         for halves in spans:
             for words, sc in halves:
-                if self.cfg.probe == "loads":
+                if raw:
                     for w in [*words, sc]:
                         x = x ^ w
                     continue
@@ -510,11 +517,11 @@ class DecodeLogic:
                 for j in range(4):
                     for r in DQ.span_group(ops, self.b_fmt, self.family, self.compute, words, f, j, self.cfg.fp4):
                         x = x ^ r
-        for nt in range(self.cfg.ntiles):
+        for nt in range(0 if self.cfg.probe == "wloads" else self.cfg.ntiles):
             words, f = self._token_span(ops, rt, lane, c, nt, block_scale)
             regs = (
                 words
-                if self.cfg.probe == "loads"
+                if raw
                 else [
                     r for j in range(4) for r in DQ.span_group(ops, self.a_fmt, self.family, self.compute, words, f, j)
                 ]
