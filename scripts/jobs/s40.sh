@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Staged by session 39 (after the two toolchain calls, on a `git archive` snapshot): s40_a.txt (the decode
+# probes with "wloads" / "l1act") and s40_b.txt (the fused kernel's warp groups under silu_mul / residual) in one
+# call, ~4 min, then each sweep's rows compactly: config fields that differ, µs. Predictions and rules:
+# docs/predictions/gemm_decode.md, session 39.
+set -uo pipefail
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+cat scripts/jobs/s40_a.txt scripts/jobs/s40_b.txt > /tmp/s40_jobs.txt
+BENCH_LIMIT=400 bash scripts/device_snapshot_run.sh /tmp/s40_jobs.txt none 2>&1 | grep -E "^commit|== gemm" | cut -c1-200
+python3 - <<'PY'
+import glob, json, re
+FIELDS = r"(probe|wn|ashare|pdl|epilogue|wcache|acache)=('[^']*'|\w+)"
+for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
+    sweeps = json.load(open(path)).get("extra", {}).get("sweeps", {})
+    for case, rows in sweeps.items():
+        print("==", path.rsplit("/", 1)[-1], case)
+        for cfg, us in rows.items():
+            print(f"  {us:8.2f}  {'FusedConfig' if cfg.startswith('FusedConfig') else 'DecodeConfig'}",
+                  " ".join(f"{k}={v}" for k, v in re.findall(FIELDS, cfg)))
+PY
