@@ -9,7 +9,7 @@ cat scripts/jobs/s40_a.txt scripts/jobs/s40_b.txt > /tmp/s40_jobs.txt
 BENCH_LIMIT=400 bash scripts/device_snapshot_run.sh /tmp/s40_jobs.txt none 2>&1 | grep -E "^commit|== gemm" | cut -c1-200
 python3 - <<'PY'
 import glob, json, re
-FIELDS = r"(probe|wn|ashare|pdl|epilogue|wcache|acache)=('[^']*'|\w+)"
+FIELDS = r"\b(probe|wn|ashare|ksplit|pdl_wait|pdl|epilogue|wcache|acache)=('[^']*'|\w+)"
 for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
     sweeps = json.load(open(path)).get("extra", {}).get("sweeps", {})
     for case, rows in sweeps.items():
