@@ -110,6 +110,16 @@ def pair_ok(a_fmt: str, b_fmt: str) -> bool:
     return a_fmt in RAW16 or a_fmt == b_fmt
 
 
+def pair_reason(a_fmt: str, b_fmt: str, out_dtype: str) -> str | None:
+    """None when the kernels implement A in `a_fmt` x B in `b_fmt` into `out_dtype`, else why not (the first two
+    checks of every blockscaled kernel's why_not)."""
+    if not pair_ok(a_fmt, b_fmt):
+        return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
+    if out_dtype not in OUT_DTYPES:
+        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    return None
+
+
 def compute_dtype(a_fmt: str) -> str:
     """MMA input type: fp16 only for fp16 activations; everything quantized is exact in bf16."""
     return "float16" if a_fmt == "float16" else "bfloat16"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .._shared.formats import FORMAT, OUT_DTYPES, pair_ok
+from .._shared.formats import FORMAT, pair_reason
 
 CHUNK = 128  # K values per chunk: 4 lanes x one 32-value span
 NTILES = (1, 2, 4, 8)  # 8-token MMA tiles: M <= 8, 16, 32, 64
@@ -224,10 +224,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> str
     99 KB per block."""
     if not isinstance(config, DecodeConfig):
         return f"config must be a DecodeConfig, got {type(config).__name__}"
-    if not pair_ok(a_fmt, b_fmt):
-        return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
-    if out_dtype not in OUT_DTYPES:
-        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if (reason := pair_reason(a_fmt, b_fmt, out_dtype)) is not None:
+        return reason
     if config.ashare and (FORMAT[a_fmt].family != "raw16" or b_fmt == "fp8_block"):
         return f"ashare shares 16-bit activations (not folded with a block-FP8 scale), got {a_fmt} x {b_fmt}"
     if config.probe:

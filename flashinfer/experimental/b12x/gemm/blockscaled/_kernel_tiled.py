@@ -42,7 +42,7 @@ from cutlass import Float32
 from ..._lib.compile import cute_compile, kernel
 from .._shared import addressing as AD
 from .._shared import dequant as DQ
-from .._shared.formats import FORMAT, OUT_DTYPES, compute_dtype, epilogue_exponent, k_family, pair_ok
+from .._shared.formats import FORMAT, compute_dtype, epilogue_exponent, k_family, pair_reason
 from .._shared.ptx import DEVICE
 from ._kernel_decode import _SOURCES, fake_args
 from ._kernel_decode import Runtime as _DecodeRuntime
@@ -131,10 +131,8 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
     """None when the kernel implements this combination, else the reason."""
     if not isinstance(config, TiledConfig):
         return f"config must be a TiledConfig, got {type(config).__name__}"
-    if not pair_ok(a_fmt, b_fmt):
-        return f"A format {a_fmt} x B format {b_fmt} is not a supported pair"
-    if out_dtype not in OUT_DTYPES:
-        return f"out dtype must be one of {OUT_DTYPES}, got {out_dtype}"
+    if (reason := pair_reason(a_fmt, b_fmt, out_dtype)) is not None:
+        return reason
     c = config
     spans = 4 if c.fp8_mma else 2  # per tile row and K-tile
     if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in FP8_MMA_FORMATS):
