@@ -64,15 +64,16 @@ def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
         qb = q[cu[b] : cu[b + 1]].transpose(0, 1)  # [Hq, L, D]
         hq, n = qb.shape[0], k.shape[0]
         g = hq // k.shape[1]
-        kb = k.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
-        vb = v.to(q.device).repeat_interleave(g, 1).transpose(0, 1)
+        kb, vb = k.to(q.device).transpose(0, 1), v.to(q.device).transpose(0, 1)  # [Hkv, N, D]
         visible = visible_mask(length, n, window_left, q.device)
         # A few heads at a time: the long cases' scores for all 64 heads at once are ~4 GB a temporary, which ran
-        # the GPU tier's 25 shards out of memory (session 39).
-        step = max(1, (1 << 27) // max(1, length * n))
+        # the GPU tier's 25 shards out of memory (session 39); K / V per query head likewise.
+        step = max(1, (1 << 27) // max(1, (length + 2 * q.shape[2]) * n))
         for h0 in range(0, hq, step):
             hs = slice(h0, min(hq, h0 + step))
-            s = torch.matmul(qb[hs], kb[hs].transpose(1, 2)) / math.sqrt(q.shape[2])
+            kv_heads = torch.arange(hs.start, hs.stop, device=q.device) // g
+            kh, vh = kb[kv_heads], vb[kv_heads]
+            s = torch.matmul(qb[hs], kh.transpose(1, 2)) / math.sqrt(q.shape[2])
             s = s.masked_fill(~visible, -math.inf)
             rows = hs.stop - hs.start
             m = s.amax(2, keepdim=True) if n else torch.full((rows, length, 1), -math.inf, device=q.device)
@@ -84,7 +85,7 @@ def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
             del s
             denom = p.sum(2, keepdim=True) + (torch.exp(extra - m) if extra is not None else 0)
             p = p.to(mma_dtype).float()
-            o = torch.matmul(p, vb[hs]) / torch.where(denom > 0, denom, torch.ones_like(denom))
+            o = torch.matmul(p, vh) / torch.where(denom > 0, denom, torch.ones_like(denom))
             out[cu[b] : cu[b + 1], hs] = o.transpose(0, 1)
     return out.to(out_dtype).float()
 

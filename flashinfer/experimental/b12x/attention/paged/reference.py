@@ -34,7 +34,7 @@ def _descale(scale, batch: int, hkv: int, name: str):
         raise ValueError(f"{name} must broadcast to [batch, Hkv] = [{batch}, {hkv}], got {list(scale.shape)}") from None
 
 
-_SCORE_ELEMENTS = 1 << 27  # float32 scores held at once (512 MB)
+_SCORE_ELEMENTS = 1 << 27  # float32 scores and K / V values held at once for a chunk of heads (512 MB)
 
 
 def gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, kv_len: int) -> torch.Tensor:
@@ -96,15 +96,17 @@ def paged_attention_reference(
             k = k * kd[b].to(q.device)[None, :, None]
         if vd is not None:
             v = v * vd[b].to(q.device)[None, :, None]
-        k = k.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, N, D]
-        v = v.repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, N, Dv]
+        k, v = k.transpose(0, 1), v.transpose(0, 1)  # [Hkv, N, D], [Hkv, N, Dv]
         qb = q[q0:q1].float().transpose(0, 1)  # [Hq, L, D]
         visible = visible_mask(length, n, window_left, q.device)
-        # Heads a few at a time: the scores are [heads, L, N] float32, GBs for one long prefill over all heads.
-        step = max(1, _SCORE_ELEMENTS // max(1, length * (n + 1)))
+        # Heads a few at a time: their scores [heads, L, N] and their K / V [heads, N, D] are float32, GBs for a
+        # long request over all heads at once.
+        step = max(1, _SCORE_ELEMENTS // max(1, (length + d + dv) * (n + 1)))
         for h0 in range(0, hq, step):
             hs = slice(h0, min(hq, h0 + step))
-            s2 = torch.matmul(qb[hs], k[hs].transpose(1, 2)) * (scale * LOG2E)  # [h, L, N], base 2
+            kv_heads = torch.arange(hs.start, hs.stop, device=q.device) // group
+            kh, vh = k[kv_heads], v[kv_heads]  # [h, N, D], [h, N, Dv]: each query head's KV head
+            s2 = torch.matmul(qb[hs], kh.transpose(1, 2)) * (scale * LOG2E)  # [h, L, N], base 2
             s2 = s2.masked_fill(~visible, -math.inf)
             if sink2 is not None:
                 s2 = torch.cat([s2, sink2[hs, None, None].expand(s2.shape[0], length, 1)], dim=2)
@@ -117,7 +119,7 @@ def paged_attention_reference(
             denom = p.sum(dim=2, keepdim=True)
             if sink2 is not None:
                 p = p[:, :, :n]
-            o = torch.matmul(p, v[hs]) / torch.where(denom > 0, denom, torch.ones_like(denom))  # [h, L, Dv]
+            o = torch.matmul(p, vh) / torch.where(denom > 0, denom, torch.ones_like(denom))  # [h, L, Dv]
             out[q0:q1, hs] = o.transpose(0, 1)
             lse[q0:q1, hs] = (row_max + torch.log2(denom)).squeeze(2).transpose(0, 1)
     return out, lse
