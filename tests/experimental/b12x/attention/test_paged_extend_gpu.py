@@ -21,7 +21,7 @@ from flashinfer.experimental.b12x.attention.paged._config_extend import (
     rank_class,
     ranked_extend_schedule_reference,
 )
-from flashinfer.experimental.b12x.attention.paged.reference import visible_mask
+from flashinfer.experimental.b12x.attention.paged.reference import head_chunks, visible_mask
 
 from .paged_cases import check_against_reference, make_case
 from .test_paged_extend_compile import WIDE
@@ -66,12 +66,9 @@ def emulated(case, mma_dtype, out_dtype, *, window_left=-1, sinks=None):
         g = hq // k.shape[1]
         kb, vb = k.to(q.device).transpose(0, 1), v.to(q.device).transpose(0, 1)  # [Hkv, N, D]
         visible = visible_mask(length, n, window_left, q.device)
-        # A few heads at a time: the long cases' scores for all 64 heads at once are ~4 GB a temporary, which ran
-        # the GPU tier's 25 shards out of memory (session 39); K / V per query head likewise.
-        step = max(1, (1 << 27) // max(1, (length + 2 * q.shape[2]) * n))
-        for h0 in range(0, hq, step):
-            hs = slice(h0, min(hq, h0 + step))
-            kv_heads = torch.arange(hs.start, hs.stop, device=q.device) // g
+        # A few heads at a time, as the reference: the long cases' scores for all 64 heads at once are ~4 GB a
+        # temporary, which ran the GPU tier's 25 shards out of memory (session 39).
+        for hs, kv_heads in head_chunks(hq, g, length, n, kb.shape[2] + vb.shape[2], q.device):
             kh, vh = kb[kv_heads], vb[kv_heads]
             s = torch.matmul(qb[hs], kh.transpose(1, 2)) / math.sqrt(q.shape[2])
             s = s.masked_fill(~visible, -math.inf)

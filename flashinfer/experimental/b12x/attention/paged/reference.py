@@ -37,6 +37,15 @@ def _descale(scale, batch: int, hkv: int, name: str):
 _SCORE_ELEMENTS = 1 << 27  # float32 scores and K / V values held at once for a chunk of heads (512 MB)
 
 
+def head_chunks(hq: int, group: int, rows: int, keys: int, dims: int, device=None):
+    """(slice of query heads, their KV heads' indices) in chunks whose float32 scores [h, rows, keys] and K / V
+    [h, keys, dims] stay within _SCORE_ELEMENTS: a long request over all heads at once holds GBs."""
+    step = max(1, _SCORE_ELEMENTS // max(1, (rows + dims) * (keys + 1)))
+    for h0 in range(0, hq, step):
+        hs = slice(h0, min(hq, h0 + step))
+        yield hs, torch.arange(hs.start, hs.stop, device=device) // group
+
+
 def gather_kv(cache: torch.Tensor, page_table_row: torch.Tensor, kv_len: int) -> torch.Tensor:
     """The first `kv_len` tokens of one request as a contiguous float32 [kv_len, Hkv, D] tensor."""
     page_size = cache.shape[1]
@@ -99,12 +108,7 @@ def paged_attention_reference(
         k, v = k.transpose(0, 1), v.transpose(0, 1)  # [Hkv, N, D], [Hkv, N, Dv]
         qb = q[q0:q1].float().transpose(0, 1)  # [Hq, L, D]
         visible = visible_mask(length, n, window_left, q.device)
-        # Heads a few at a time: their scores [heads, L, N] and their K / V [heads, N, D] are float32, GBs for a
-        # long request over all heads at once.
-        step = max(1, _SCORE_ELEMENTS // max(1, (length + d + dv) * (n + 1)))
-        for h0 in range(0, hq, step):
-            hs = slice(h0, min(hq, h0 + step))
-            kv_heads = torch.arange(hs.start, hs.stop, device=q.device) // group
+        for hs, kv_heads in head_chunks(hq, group, length, n, d + dv, q.device):
             kh, vh = k[kv_heads], v[kv_heads]  # [h, N, D], [h, N, Dv]: each query head's KV head
             s2 = torch.matmul(qb[hs], kh.transpose(1, 2)) * (scale * LOG2E)  # [h, L, N], base 2
             s2 = s2.masked_fill(~visible, -math.inf)

@@ -76,13 +76,15 @@ class DecodeConfig:
     it spills what does not fit): a grid of 1-2 waves in one. Opt-in (the demo's gate_up: within noise).
     ksplit (1, 2 or 4): C CTAs a row block as one thread-block cluster splitting K
     (rank r's warps take chunks r kwarps + w % kwarps, stepping kwarps x C), reduced through distributed
-    shared memory: each CTA reads 1 / C of the M x K activations, so C x BN rows cost the activation traffic
-    of BN (M = 16: the L2 reads, docs/predictions/gemm_decode.md session 38). The sums equal those of a plain
-    kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before. Not yet GPU-run: opt-in.
+    shared memory: each CTA reads 1 / C of the M x K activations, which cuts their L2 traffic only where C x
+    BN rows share them (wn groups with ashare; without ashare each group still reads its own, session 39). The
+    sums equal those of a plain kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before.
+    GPU-tested; slower at every case measured (docs/performance.md, session 39): opt-in.
     pdl_wait: launched as a programmatic dependent of the stream's previous kernel (its CTAs may become
     resident while that one runs); each waits for it (griddepcontrol.wait) before its first global read,
     then lets the next one launch: the fused kernel's pdl "wait" with every option of this kernel (wn,
-    ashare, ksplit), which the fused kernel lacks. Not yet GPU-run: opt-in (ExpertConfig.pdl is moe's own)."""
+    ashare, ksplit), which the fused kernel lacks. GPU-tested, 0.26-0.43 µs a call faster in a chain (session 39);
+    pdl "wait" queries with warp groups take it (`launch.PLAIN_PDL_GROUPS`; ExpertConfig.pdl is moe's own)."""
 
     warps: int = 8
     tiles: int = 2
