@@ -18,3 +18,7 @@ for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
             print(f"  {us:8.2f}  {'FusedConfig' if cfg.startswith('FusedConfig') else 'DecodeConfig'}",
                   " ".join(f"{k}={v}" for k, v in re.findall(FIELDS, cfg)))
 PY
+# Session 40: the groups' cluster residency (docs/predictions/attention.md, session 39: below 16 clusters of 8 /
+# 32 of 4 predicted), fp8 and bf16 tiles.
+PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py 2>&1 | tail -4
+PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py --kv-dtype bfloat16 --entries 8x16x2fspldkn:c2sp 8x16x2fspldkn:c8sp 2>&1 | tail -3
