@@ -433,15 +433,18 @@ def sweep_configs(
 
 def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str) -> tuple:
     """The fused decode kernel with `epilogue`, launched plainly and under pdl "wait", each with fused_config's
-    one warp group and, where the plain heuristic has groups (wn > 1), with that many (no ashare)."""
+    choice and, where the plain heuristic has groups (wn > 1), with the other one of that wn and one group (no
+    ashare either way; `launch.GROUPED_EPILOGUES` says which fused_config takes)."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     wn = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt).wn
     out = []
     for pdl in ("off", "wait"):
-        out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl))
+        chosen = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl)
+        out.append(chosen)
         if wn > 1:
-            out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={wn}"))
+            other = 1 if chosen.decode.wn > 1 else wn
+            out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={other}"))
     return tuple(out)
 
 

@@ -1,9 +1,10 @@
-"""The fused decode kernel with warp groups (`DecodeConfig.wn` > 1; session 38, not yet run on a GPU): each group
+"""The fused decode kernel with warp groups (`DecodeConfig.wn` > 1; session 38, GPU-tested in session 39): each group
 owns BN / wn rows (gcols output columns or rope pairs, their gate / up or first / second rows inside the group) and
 splits K over its kstep warps, so every output is the sum a one-group kernel of kstep warps makes: the outputs
 (fp32, or the rope caches) are bitwise those of that kernel on the emulator, for every epilogue, the norm, the
 prefetch pipeline, upfront loads and pdl "prefetch" (the L2 prefetch covers the same rows). `launch.fused_config`
-keeps wn 1: the groups are for a sweep first (the plain kernel's wn 2 + ashare won at M = 16, N >= 16384)."""
+gives the residual epilogue the plain heuristic's groups under pdl off / wait (timed with an epilogue in session 40:
+-7% at M = 16 28672 x 4096) and every other fused plan wn 1 (silu_mul was even there)."""
 
 from __future__ import annotations
 
@@ -64,11 +65,21 @@ def test_rope_groups_are_the_one_group_kernel_bitwise(norm):
         assert torch.equal(ours, theirs)
 
 
-def test_the_heuristic_keeps_one_group():
+def test_the_heuristic_groups_only_the_timed_epilogue():
+    """fused_config keeps the plain heuristic's warp groups (without ashare) for residual under pdl off / wait (-7%
+    at M = 16 28672 x 4096, session 40); silu_mul (even there), no epilogue, rope and pdl "prefetch" keep one."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    for epilogue, pdl in (("none", "wait"), ("silu_mul", "prefetch"), ("residual", "off")):
+    plain = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
+    assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
+    for pdl in ("off", "wait"):
+        grouped = L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "residual", pdl).decode
+        assert grouped == dataclasses.replace(plain, ashare=False) and grouped.wn == 2, pdl
+        assert grouped == L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "none", pdl, "wn=2").decode
+    for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("silu_mul", "wait"), ("residual", "prefetch")):
         assert L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", epilogue, pdl).decode.wn == 1
+    for shape in ((4096, 4096), (4096, 14336), (7168, 2048)):  # the heuristic has no groups there
+        assert L.fused_config("decode16", *shape, "nvfp4", "bfloat16", "residual", "wait").decode.wn == 1
     assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(CFG(8, 2, 2, 1, wn=2), "silu_mul")) is None
 
 

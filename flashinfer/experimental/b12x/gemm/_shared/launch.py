@@ -198,6 +198,13 @@ def sm120_mma(a_fmt: str | None, b_fmt: str | None, bucket: str, arch: str | Non
     return arch in KS.ARCHS and a_fmt == b_fmt and b_fmt in KS.RECIPES
 
 
+# Epilogues whose fused configs keep the plain heuristic's warp groups (`DecodeConfig.wn`, without ashare) under
+# pdl "off" / "wait". H200 session 40 (`bench_gemm --epilogue`, W4A16 M = 16 28672 x 4096, cold weights, graph
+# timer; the one shape the heuristic groups): residual wn 2 vs 1 34.37 / 36.95 µs plain, 33.98 / 36.65 under
+# "wait" (-7%); silu_mul 34.50 / 34.44 and 34.19 / 34.39 (even), so it keeps one group. "prefetch" was not timed.
+GROUPED_EPILOGUES = ("residual",)
+
+
 def fused_config(
     bucket: str,
     n: int,
@@ -214,7 +221,8 @@ def fused_config(
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
-    (wn 1, no ashare, kgroup 1: what that kernel runs), tiles doubled to an even count for silu_mul
+    (wn 1, no ashare, kgroup 1: what that kernel runs; GROUPED_EPILOGUES under pdl "off" / "wait" keep the
+    heuristic's groups, without ashare), tiles doubled to an even count for silu_mul
     (gate and up halves: T = 1 gate_up 11264 x 2048 gets 352 CTAs of 16 gate + 16 up rows instead of
     704 of 16 rows), fewer warps while the reduction buffer or a chunk per warp says so. n: the
     weight's rows (2I for silu_mul); norm: A RMS-normalized in the kernel (FusedConfig.norm). opts: DecodeConfig changes as `with_decode_opts` takes them, applied
@@ -249,8 +257,9 @@ def fused_config(
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
     base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False)
+    wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
-    base = dataclasses.replace(base, wn=1, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
+    base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
     if epilogue == "silu_mul" and norm and base.prefetch == 0:

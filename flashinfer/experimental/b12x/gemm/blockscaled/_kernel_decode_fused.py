@@ -53,7 +53,7 @@ the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto th
 
 Constraints on the DecodeConfig (why_not): kgroup = 1, ksplit = 1, no ashare, no probe, no pdl_wait
 (the K loop is the plain one or the weight-prefetch pipeline); wn > 1 warp groups (session 38, GPU-tested in
-session 39; `launch.fused_config` keeps wn 1 until they are timed with an epilogue) each own BN / wn rows: gcols output columns or rope pairs, their gate /
+session 39; `launch.fused_config` gives them to the residual epilogue, timed -7% in session 40) each own BN / wn rows: gcols output columns or rope pairs, their gate /
 up (first / second) rows within the group, K split over the group's kstep warps, the norm's sums of squares
 from group 0; silu_mul needs an even tiles (gate / up halves) and
 a swizzled or raw weight scale (not fp8_block: its 128-row block scale is read per CTA); residual
