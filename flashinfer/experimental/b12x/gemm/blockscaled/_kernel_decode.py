@@ -107,6 +107,7 @@ class DecodeLogic:
     """Static facts of one compiled variant and the straight-line pieces of its kernel."""
 
     what = "gemm.blockscaled decode kernel"  # names the kernel in errors
+    OPS = DEVICE  # the device ops `k_loop` runs on (a subclass's kernel may extend them)
     why_not = staticmethod(why_not)  # the validity predicate (hook: a subclass may accept more pairs)
 
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: DecodeConfig) -> None:
@@ -258,6 +259,35 @@ class DecodeLogic:
         ahead = self.prefetch_loads(ops, rt, lane, n0, c + self.cfg.prefetch * self.kstride, chunks)
         acc = self.chunk_with(ops, rt, lane, n0, c, self.unflatten_loads(stages[:size]), acc)
         return list(stages[size:]) + ahead, acc
+
+    @cute.jit
+    def k_loop(self, rt: Runtime, lane, nw, first, step, chunks, acc):
+        """The warp's K loop over chunks first, first + step, ... < chunks on rows from nw, in the plain and the
+        fused kernels (not ashare's): upfront loads, then plain chunks; plain chunks unrolled; kgroup adjacent
+        chunks, then the rest; or the prefetch pipeline. Returns acc. (The loop bodies name `self` and
+        `self.OPS`, the kernel's DeviceOps: the DSL's loop rewriting takes only numbers as locals.)"""
+        kg = self.cfg.kgroup
+        if cutlass.const_expr(self.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
+            held = self.upfront_loads(self.OPS, rt, lane, nw, first, chunks)
+            for j in cutlass.range_constexpr(self.cfg.upfront):
+                if first + j * step < chunks:
+                    acc = self.chunk_with(self.OPS, rt, lane, nw, first + j * step, self.unflatten_loads(held[j]), acc)
+            for c in cutlass.range(first + self.cfg.upfront * step, chunks, step, unroll=1):
+                acc = self.chunk(self.OPS, rt, lane, nw, c, acc)
+        elif cutlass.const_expr(self.cfg.prefetch == 0 and kg == 1):
+            for c in cutlass.range(first, chunks, step, unroll=self.cfg.unroll):
+                acc = self.chunk(self.OPS, rt, lane, nw, c, acc)
+        elif cutlass.const_expr(kg > 1):  # groups of kgroup adjacent chunks, then the rest one by one
+            for cg in cutlass.range(first, chunks // kg, step, unroll=self.cfg.unroll):
+                for j in cutlass.range_constexpr(kg):
+                    acc = self.chunk(self.OPS, rt, lane, nw, cg * kg + j, acc)
+            for c in cutlass.range(chunks // kg * kg + first, chunks, step, unroll=1):
+                acc = self.chunk(self.OPS, rt, lane, nw, c, acc)
+        else:
+            stages = self.prefetch_prologue(self.OPS, rt, lane, nw, first, chunks)
+            for c in cutlass.range(first, chunks, step, unroll=self.cfg.unroll):
+                stages, acc = self.pipelined_chunk(self.OPS, rt, lane, nw, c, chunks, stages, acc)
+        return acc
 
     def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
@@ -516,38 +546,17 @@ class DecodeGemm:
         if cutlass.const_expr(L.ksplit > 1):
             first = rank * L.kstep + kset
         nw = n0 + (warp // L.kstep) * L.rows_w  # its warp group's rows (wn > 1)
-        kg, unroll = L.cfg.kgroup, L.cfg.unroll
         if cutlass.const_expr(L.cfg.ashare):  # the set `kset` shares activations through smem
             group, threads = warp // L.kstep, 32 * L.cfg.wn
-            for c in cutlass.range(first, chunks, step, unroll=unroll):
+            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
                 parity = ((c - first) // step) & 1
                 wl = self.logic.weight_loads(DEVICE, rt, lane, nw, c)
                 self.logic.share_store(DEVICE, rt, lane, c, group, kset, parity, share_base)
                 DEVICE.bar_sync(kset + 1, threads)
                 shared = self.logic.shared_groups(DEVICE, lane, kset, parity, share_base)
                 acc = self.logic.chunk_with(DEVICE, rt, lane, nw, c, wl, acc, shared)
-        elif cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
-            held = L.upfront_loads(ops, rt, lane, nw, first, chunks)
-            for j in cutlass.range_constexpr(L.cfg.upfront):
-                if first + j * step < chunks:
-                    acc = self.logic.chunk_with(
-                        DEVICE, rt, lane, nw, first + j * step, self.logic.unflatten_loads(held[j]), acc
-                    )
-            for c in cutlass.range(first + L.cfg.upfront * step, chunks, step, unroll=1):
-                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
-        elif cutlass.const_expr(L.cfg.prefetch == 0 and kg == 1):
-            for c in cutlass.range(first, chunks, step, unroll=unroll):
-                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
-        elif cutlass.const_expr(kg > 1):  # groups of kgroup adjacent chunks, then the rest one by one
-            for cg in cutlass.range(first, chunks // kg, step, unroll=unroll):
-                for j in cutlass.range_constexpr(kg):
-                    acc = self.logic.chunk(DEVICE, rt, lane, nw, cg * kg + j, acc)
-            for c in cutlass.range(chunks // kg * kg + first, chunks, step, unroll=1):
-                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
         else:
-            stages = L.prefetch_prologue(ops, rt, lane, nw, first, chunks)
-            for c in cutlass.range(first, chunks, step, unroll=unroll):
-                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
+            acc = L.k_loop(rt, lane, nw, first, step, chunks, acc)
         L.reduce_stage(ops, red_base, warp, lane, acc)
         if cutlass.const_expr(L.ksplit > 1):  # every rank's partials visible cluster-wide, read, then kept alive
             ops.cluster_sync()

@@ -244,6 +244,7 @@ class FusedLogic(KD.DecodeLogic):
     epilogues and the L2 prefetch."""
 
     what = "gemm.blockscaled fused decode kernel"
+    OPS = DEVICE  # `k_loop`'s ops: FusedOps
 
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> None:
         reason = why_not(a_fmt, b_fmt, out_dtype, config)
@@ -590,22 +591,7 @@ class FusedDecodeGemm:
         first, step, nw = warp, L.cfg.warps, n0  # this warp's chunks first, first + step, ...; its group's base
         if cutlass.const_expr(L.cfg.wn > 1):  # warp groups: group warp // kstep owns gcols columns (pairs)
             first, step, nw = warp % L.kstep, L.kstep, n0 + (warp // L.kstep) * L.gcols
-        if cutlass.const_expr(L.cfg.upfront > 0):  # every held chunk's loads, then its math, then the rest
-            held = L.upfront_loads(DEVICE, rt, lane, nw, first, chunks)
-            for j in cutlass.range_constexpr(L.cfg.upfront):
-                if first + j * step < chunks:
-                    acc = self.logic.chunk_with(
-                        DEVICE, rt, lane, nw, first + j * step, self.logic.unflatten_loads(held[j]), acc
-                    )
-            for c in cutlass.range(first + L.cfg.upfront * step, chunks, step, unroll=1):
-                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
-        elif cutlass.const_expr(L.cfg.prefetch == 0):
-            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
-                acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
-        else:
-            stages = L.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
-            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
-                stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
+        acc = L.k_loop(rt, lane, nw, first, step, chunks, acc)  # the plain kernel's (kgroup 1 here)
         L.reduce_stage(DEVICE, red_base, warp, lane, acc)
         DEVICE.barrier()
         L.finish(DEVICE, rt, red_base, tid, n0, tables)
