@@ -7,6 +7,11 @@ script compiles each entry, loads its cubin through the driver and asks the occu
 many clusters fit, printing one JSON line per entry.
 
     python scripts/cluster_occupancy.py [--entries 8x32x2fspldk:c2sp 8x32x2fspldk:c8sp ...] [--kv-dtype ...]
+    python scripts/cluster_occupancy.py --gemm 4096x14336 [--bucket decode16]
+
+Session 40 measured the attention entries (15 clusters of 8, 30 of 4 fit). `--gemm` asks the same of the decode
+GEMM's heuristic config and its K-split variants (`_decode_sweeps.ksplit_variants`), which session 39 measured
+slower everywhere (ksplit 4 about twice the time): a grid of more clusters than fit runs in two waves.
 
 Needs a GPU (the driver query) and the CuTe DSL toolchain.
 """
@@ -37,52 +42,89 @@ def _kernel_function(cubin: bytes):
     return functions[0]
 
 
-def max_active_clusters(func, threads: int, smem: int, cluster: int) -> int:
+def max_active_clusters(func, threads: int, smem: int, cluster: int, axis: str = "y") -> int:
     attr = drv.CUfunction_attribute
     _check(drv.cuFuncSetAttribute(func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
     if cluster > 8:
         _check(drv.cuFuncSetAttribute(func, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
     cfg = drv.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = 1, cluster * 64, 1
+    grid, dims = {"x": cluster * 64, "y": 1}, {"x": cluster, "y": 1}
+    if axis == "y":
+        grid, dims = {"x": 1, "y": cluster * 64}, {"x": 1, "y": cluster}
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid["x"], grid["y"], 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
     cfg.sharedMemBytes = smem
     launch_attr = drv.CUlaunchAttribute()
     launch_attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    launch_attr.value.clusterDim.x, launch_attr.value.clusterDim.y, launch_attr.value.clusterDim.z = 1, cluster, 1
+    launch_attr.value.clusterDim.x, launch_attr.value.clusterDim.y, launch_attr.value.clusterDim.z = (
+        dims["x"],
+        dims["y"],
+        1,
+    )
     cfg.attrs = [launch_attr]
     cfg.numAttrs = 1
     return int(_check(drv.cuOccupancyMaxActiveClusters(func, cfg)))
 
 
+def _rows(func, threads: int, smem: int, axis: str, row: dict) -> dict:
+    for c in (1, 2, 4, 8):  # a kernel compiled with fixed cluster dims may refuse other sizes
+        try:
+            row[f"clusters_of_{c}"] = max_active_clusters(func, threads, smem, c, axis)
+        except RuntimeError as exc:
+            row[f"clusters_of_{c}"] = str(exc)
+    return row
+
+
+def attention_rows(entries, kv_dtype: str, arch: str, sms: int):
+    from flashinfer.experimental.b12x.attention.paged import _kernel_decode as kd
+    from flashinfer.experimental.b12x.attention.paged._config import parse_decode_entry, smem_bytes, split_schedule
+
+    dims = ("bfloat16", kv_dtype, 32, 8, 128, 128, 16)
+    for entry in entries:
+        cfg = parse_decode_entry(entry)[0]
+        sched = split_schedule(cfg, kv_dtype, 128, 8, sms, arch) if cfg.fused_schedule else None
+        fn = kd.compile_decode(*dims, cfg, arch=arch, schedule=sched)
+        smem = smem_bytes(kv_dtype, 128, 128, cfg)
+        row = {"entry": entry, "kv_dtype": kv_dtype, "threads": cfg.warps * 32, "smem": smem, "sms": sms}
+        yield _rows(_kernel_function(fn.artifacts.CUBIN), cfg.warps * 32, smem, "y", row)
+
+
+def gemm_rows(bucket: str, shape: str, arch: str, sms: int):
+    """The W4A16 decode GEMM's heuristic config at `shape` (N x K) and its `ksplit_variants` (clusters along x)."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as S
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    n, k = (int(v) for v in shape.split("x"))
+    base = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16", arch=arch)
+    for cfg in (base, *S.ksplit_variants(base, k)):
+        fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", cfg, arch)
+        smem = cfg.red_bytes + cfg.share_bytes + 1024  # the allocator's buffers, with room for its alignment
+        ctas = -(-n // (cfg.rows * cfg.wn)) * cfg.ksplit
+        row = {"gemm": f"{bucket} {shape}", "config": repr(cfg), "ctas": ctas, "threads": cfg.warps * 32, "smem": smem}
+        yield _rows(_kernel_function(fn.artifacts.CUBIN), cfg.warps * 32, smem, "x", row)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entries", nargs="+", default=list(DEFAULT_ENTRIES), help="decode bench entries")
+    parser.add_argument("--entries", nargs="+", default=list(DEFAULT_ENTRIES), help="decode attention bench entries")
     parser.add_argument("--kv-dtype", default="float8_e4m3fn", choices=("bfloat16", "float8_e4m3fn"))
+    parser.add_argument("--gemm", metavar="NxK", help="the decode GEMM's ksplit variants at this shape instead")
+    parser.add_argument("--bucket", default="decode16", help="with --gemm: the decode bucket (default decode16)")
     parser.add_argument("--arch", default="sm_90a")
     args = parser.parse_args(argv)
 
     os.environ["B12X_CACHE_DIR"] = tempfile.mkdtemp(prefix="b12x-occ-")  # a fresh compile keeps `.artifacts`
     import torch
 
-    from flashinfer.experimental.b12x.attention.paged import _kernel_decode as kd
-    from flashinfer.experimental.b12x.attention.paged._config import parse_decode_entry, smem_bytes, split_schedule
-
     torch.cuda.init()  # a current context for the driver calls
     torch.zeros(1, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    dims = ("bfloat16", args.kv_dtype, 32, 8, 128, 128, 16)
-    for entry in args.entries:
-        cfg = parse_decode_entry(entry)[0]
-        sched = split_schedule(cfg, args.kv_dtype, 128, 8, sms, args.arch) if cfg.fused_schedule else None
-        fn = kd.compile_decode(*dims, cfg, arch=args.arch, schedule=sched)
-        func = _kernel_function(fn.artifacts.CUBIN)
-        smem = smem_bytes(args.kv_dtype, 128, 128, cfg)
-        row = {"entry": entry, "kv_dtype": args.kv_dtype, "threads": cfg.warps * 32, "smem": smem, "sms": sms}
-        for c in (1, 2, 4, 8):  # a kernel compiled with fixed cluster dims may refuse other sizes
-            try:
-                row[f"clusters_of_{c}"] = max_active_clusters(func, cfg.warps * 32, smem, c)
-            except RuntimeError as exc:
-                row[f"clusters_of_{c}"] = str(exc)
+    if args.gemm:
+        rows = gemm_rows(args.bucket, args.gemm, args.arch, sms)
+    else:
+        rows = attention_rows(args.entries, args.kv_dtype, args.arch, sms)
+    for row in rows:
         print(json.dumps(row), flush=True)
 
 

@@ -88,6 +88,9 @@ def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.Dec
     C = 2 and 4 on the base itself (C x the CTAs, the same rows each); then, with the base's cache hints, warp
     groups along N grown by C with the activations shared through shared memory (ashare; BN x C at the base's CTA
     count: 1 / C of the activation traffic) and the same without ashare (the groups' reads meet in L1 or not).
+    Each of those with more than 8 warps also with half its warps (session 40): 16 warps at ~118 registers are one
+    CTA an SM on the H200, so ksplit 2 on the base ran 256 CTAs in two waves and the grown ksplit 4 ran 32 clusters
+    of 4 where 30 fit (`scripts/cluster_occupancy.py`); at 8 warps two CTAs share an SM.
     Valid configs only, base excluded, no duplicates; with k, none whose warps along K (kwarps x C) outnumber
     its 128-value chunks (whole ranks would idle)."""
     cands = []
@@ -95,6 +98,7 @@ def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.Dec
         cands.append(replace(base, ksplit=c))
         grown = replace(base, ksplit=c, wn=base.wn * c, warps=max(base.warps, base.wn * c), prefetch=0, kgroup=1)
         cands += [replace(grown, ashare=True, upfront=0), replace(grown, ashare=False, acache="el")]
+    cands += [replace(v, warps=v.warps // 2) for v in cands if v.warps > 8 and v.warps // 2 >= v.wn]
     if k is not None:
         cands = [c for c in cands if k // KD.CHUNK >= c.kwarps * c.ksplit]
     return _valid_new(base, cands)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Session 40 (after the two toolchain calls, on a `git archive` snapshot): the gemm gpu tier plus moe pdl (the
+# decode K loop now one `DecodeLogic.k_loop` for the plain and fused kernels, PTX-identical on the CPU; the residual
+# epilogue's warp groups; the ksplit variants' 8-warp halves), then s40_c.txt's sweeps and the GEMM's cluster
+# occupancy. `bash scripts/jobs/s40_c.sh tier` (~6 min), then `bash scripts/jobs/s40_c.sh bench` (~4 min).
+set -uo pipefail
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+if [[ ${1:-} == tier ]]; then
+SHARDS=16 TEST_LIMIT=450 bash scripts/device_snapshot_run.sh - tests/experimental/b12x/gemm tests/experimental/b12x/moe/test_fused_moe_pdl_gpu.py 2>&1 | grep -E "^commit|failed|error" | tail -8 | cut -c1-240
+grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped)" | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'
+grep -l "FAILED" /tmp/b12x-par/shard*.log | head -3 | xargs -r grep -h "^FAILED" | head -10 | cut -c1-240
+mkdir -p "${OUT:-/tmp}/tier" && cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/tier/" 2>/dev/null
+exit 0
+fi
+BENCH_LIMIT=300 bash scripts/device_snapshot_run.sh scripts/jobs/s40_c.txt none 2>&1 | grep -E "^commit|== gemm" | cut -c1-200
+python3 - <<'PY'
+import glob, json, re
+FIELDS = r"\b(warps|wn|ashare|ksplit|pdl_wait|pdl|epilogue)=('[^']*'|\w+)"
+for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
+    sweeps = json.load(open(path)).get("extra", {}).get("sweeps", {})
+    for case, rows in sweeps.items():
+        print("==", path.rsplit("/", 1)[-1], case)
+        for cfg, us in rows.items():
+            print(f"  {us:8.2f} ", " ".join(f"{k}={v}" for k, v in re.findall(FIELDS, cfg)))
+PY
+cp /tmp/b12x-par/gemm_*.json "${OUT:-/tmp}/" 2>/dev/null
+PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py --gemm 4096x14336 2>&1 | tail -13 | cut -c1-400
