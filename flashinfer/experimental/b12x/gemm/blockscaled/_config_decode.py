@@ -79,7 +79,9 @@ class DecodeConfig:
     shared memory: each CTA reads 1 / C of the M x K activations, which cuts their L2 traffic only where C x
     BN rows share them (wn groups with ashare; without ashare each group still reads its own, session 39). The
     sums equal those of a plain kernel with kwarps x C warps along K, bit for bit. 1: the kernel as before.
-    GPU-tested; slower at every case measured (docs/performance.md, session 39): opt-in.
+    GPU-tested; slower at every case measured (docs/performance.md, session 39): opt-in. Those runs split 16-warp
+    CTAs (one an SM): two waves for ksplit 2 on the base, 32 clusters of 4 where 30 fit for the grown ksplit 4
+    (session 40); the sweep now also times 8-warp splits (two CTAs an SM).
     pdl_wait: launched as a programmatic dependent of the stream's previous kernel (its CTAs may become
     resident while that one runs); each waits for it (griddepcontrol.wait) before its first global read,
     then lets the next one launch: the fused kernel's pdl "wait" with every option of this kernel (wn,
