@@ -105,13 +105,34 @@ def gemm_rows(bucket: str, shape: str, arch: str, sms: int):
         yield _rows(_kernel_function(fn.artifacts.CUBIN), cfg.warps * 32, smem, "x", row)
 
 
+def _shape(text: str) -> str:
+    n, sep, k = text.partition("x")
+    if not (sep and n.isdigit() and k.isdigit() and int(n) % 16 == 0 and int(k) % 128 == 0 and int(n) > 0):
+        raise argparse.ArgumentTypeError(f"--gemm takes NxK with N a multiple of 16 and K of 128, got {text!r}")
+    return text
+
+
+def _entry(text: str) -> str:
+    from flashinfer.experimental.b12x.attention.paged._config import parse_decode_entry
+
+    try:
+        parse_decode_entry(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--entries: {text!r} is not a decode bench entry ({exc})") from None
+    return text
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--entries", nargs="+", default=list(DEFAULT_ENTRIES), help="decode attention bench entries")
+    parser.add_argument(
+        "--entries", nargs="+", type=_entry, default=list(DEFAULT_ENTRIES), help="decode attention bench entries"
+    )
     parser.add_argument("--kv-dtype", default="float8_e4m3fn", choices=("bfloat16", "float8_e4m3fn"))
-    parser.add_argument("--gemm", metavar="NxK", help="the decode GEMM's ksplit variants at this shape instead")
-    parser.add_argument("--bucket", default="decode16", help="with --gemm: the decode bucket (default decode16)")
-    parser.add_argument("--arch", default="sm_90a")
+    parser.add_argument(
+        "--gemm", metavar="NxK", type=_shape, help="the decode GEMM's ksplit variants at this shape instead"
+    )
+    parser.add_argument("--bucket", default="decode16", choices=("decode8", "decode16", "decode32", "decode64"))
+    parser.add_argument("--arch", default="sm_90a", choices=("sm_90a", "sm_120a"))
     args = parser.parse_args(argv)
 
     os.environ["B12X_CACHE_DIR"] = tempfile.mkdtemp(prefix="b12x-occ-")  # a fresh compile keeps `.artifacts`
