@@ -7,17 +7,7 @@ set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 cat scripts/jobs/s40_a.txt scripts/jobs/s40_b.txt > /tmp/s40_jobs.txt
 BENCH_LIMIT=400 bash scripts/device_snapshot_run.sh /tmp/s40_jobs.txt none 2>&1 | grep -E "^commit|== gemm" | cut -c1-200
-python3 - <<'PY'
-import glob, json, re
-FIELDS = r"\b(probe|wn|ashare|ksplit|pdl_wait|pdl|epilogue|wcache|acache)=('[^']*'|\w+)"
-for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
-    sweeps = json.load(open(path)).get("extra", {}).get("sweeps", {})
-    for case, rows in sweeps.items():
-        print("==", path.rsplit("/", 1)[-1], case)
-        for cfg, us in rows.items():
-            print(f"  {us:8.2f}  {'FusedConfig' if cfg.startswith('FusedConfig') else 'DecodeConfig'}",
-                  " ".join(f"{k}={v}" for k, v in re.findall(FIELDS, cfg)))
-PY
+python3 scripts/sweep_summary.py
 # Session 40: the groups' cluster residency (docs/predictions/attention.md, session 39: below 16 clusters of 8 /
 # 32 of 4 predicted), fp8 and bf16 tiles.
 PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py 2>&1 | tail -4

@@ -13,15 +13,6 @@ mkdir -p "${OUT:-/tmp}/tier" && cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/tier/"
 exit 0
 fi
 BENCH_LIMIT=300 bash scripts/device_snapshot_run.sh scripts/jobs/s40_c.txt none 2>&1 | grep -E "^commit|== gemm" | cut -c1-200
-python3 - <<'PY'
-import glob, json, re
-FIELDS = r"\b(warps|wn|ashare|ksplit|pdl_wait|pdl|epilogue)=('[^']*'|\w+)"
-for path in sorted(glob.glob("/tmp/b12x-par/gemm_*.json")):
-    sweeps = json.load(open(path)).get("extra", {}).get("sweeps", {})
-    for case, rows in sweeps.items():
-        print("==", path.rsplit("/", 1)[-1], case)
-        for cfg, us in rows.items():
-            print(f"  {us:8.2f} ", " ".join(f"{k}={v}" for k, v in re.findall(FIELDS, cfg)))
-PY
+python3 scripts/sweep_summary.py
 cp /tmp/b12x-par/gemm_*.json "${OUT:-/tmp}/" 2>/dev/null
 PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py --gemm 4096x14336 2>&1 | tail -13 | cut -c1-400
