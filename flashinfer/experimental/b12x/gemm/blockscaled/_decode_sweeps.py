@@ -90,7 +90,8 @@ def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.Dec
     count: 1 / C of the activation traffic) and the same without ashare (the groups' reads meet in L1 or not).
     Each of those with more than 8 warps also with half its warps (session 40): 16 warps at ~118 registers are one
     CTA an SM on the H200, so ksplit 2 on the base ran 256 CTAs in two waves and the grown ksplit 4 ran 32 clusters
-    of 4 where 30 fit (`scripts/cluster_occupancy.py`); at 8 warps two CTAs share an SM.
+    of 4 where 30 fit (`scripts/cluster_occupancy.py`); at 8 warps two CTAs share an SM. Plus C = 4 with groups
+    grown by 2 at 8 warps (ashare): 2 x the base's CTAs, two an SM, each SM reading half the base's activations.
     Valid configs only, base excluded, no duplicates; with k, none whose warps along K (kwarps x C) outnumber
     its 128-value chunks (whole ranks would idle)."""
     cands = []
@@ -99,6 +100,9 @@ def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.Dec
         grown = replace(base, ksplit=c, wn=base.wn * c, warps=max(base.warps, base.wn * c), prefetch=0, kgroup=1)
         cands += [replace(grown, ashare=True, upfront=0), replace(grown, ashare=False, acache="el")]
     cands += [replace(v, warps=v.warps // 2) for v in cands if v.warps > 8 and v.warps // 2 >= v.wn]
+    if base.warps > 8:  # and C = 4 over half the grown rows: 2 x the base's CTAs, 16 warps an SM, half its activations
+        grown = replace(base, ksplit=4, wn=base.wn * 2, warps=base.warps // 2, prefetch=0, kgroup=1, upfront=0)
+        cands.append(replace(grown, ashare=True))
     if k is not None:
         cands = [c for c in cands if k // KD.CHUNK >= c.kwarps * c.ksplit]
     return _valid_new(base, cands)
