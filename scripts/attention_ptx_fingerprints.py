@@ -12,11 +12,10 @@ CPU only (compiles, never launches); about 3 minutes on 2 cores.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import sys
 
+from flashinfer.experimental.b12x._lib.cuda_binary import ptx_fingerprint as fingerprint
 from flashinfer.experimental.b12x.attention import paged
 from flashinfer.experimental.b12x.attention.paged import _config
 from flashinfer.experimental.b12x.attention.paged._kernel_split import compile_merge
@@ -47,12 +46,6 @@ def caps(n=8, mode="decode", d=128, ctx=1024, **kw) -> paged.Caps:
         max_partial_rows=paged.default_max_partial_rows(items, 32), num_cache_pages=4096,
     )  # fmt: skip
     return paged.Caps(**(fields | kw))
-
-
-def fingerprint(ptx: str) -> str:
-    body = ptx.split("\t.section\t.debug", 1)[0]
-    lines = [line for line in body.splitlines() if not re.match(r"\s*(\.loc|\.file|//)", line)]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def main(path: str) -> None:

@@ -18,6 +18,7 @@ CASES = [
     ("probe_mhc_ring", ["--reps", "2"], 2, "--reps >= 3"),
     ("cluster_occupancy", ["--help"], 0, "usage"),
     ("sweep_summary", ["--help"], 0, "usage"),
+    ("gemm_decode_ptx_fingerprints", ["--help"], 0, "usage"),
     ("cluster_occupancy", ["--gemm", "4096x100"], 2, "--gemm takes NxK"),
     ("cluster_occupancy", ["--entries", "8x32x2fspldk:c2ps"], 2, "is not a decode bench entry"),
 ]

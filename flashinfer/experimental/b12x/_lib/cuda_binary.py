@@ -9,10 +9,12 @@ tools and runs them. A tool is taken from PATH first, then from the copy Triton'
     text = CB.sass(fn.artifacts.CUBIN)            # nvdisasm -c
     CB.instructions(fn.artifacts.CUBIN)           # its instructions, predicates kept, in order
     CB.resources(fn.artifacts.CUBIN)["REG"]       # cuobjdump -res-usage, the last kernel's line
+    CB.ptx_fingerprint(fn.artifacts.PTX)          # a hash of the PTX without line info, debug sections, comment lines
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -79,3 +81,11 @@ def resources(cubin: bytes) -> dict[str, int]:
     if not found:
         raise ValueError(f"cuobjdump -res-usage printed no REG/STACK/SHARED/LOCAL line:\n{out}")
     return dict(zip(("REG", "STACK", "SHARED", "LOCAL"), map(int, found[-1])))
+
+
+def ptx_fingerprint(ptx: str) -> str:
+    """A 16-hex-digit hash of a kernel's PTX with its debug sections, `.loc` / `.file` lines and comment lines dropped:
+    equal before and after a refactor that must not change the kernel (scripts/*_ptx_fingerprints.py)."""
+    body = ptx.split("\t.section\t.debug", 1)[0]
+    lines = [line for line in body.splitlines() if not re.match(r"\s*(\.loc|\.file|//)", line)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

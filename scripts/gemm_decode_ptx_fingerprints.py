@@ -1,0 +1,76 @@
+"""PTX fingerprints of gemm.blockscaled's decode kernels (the plain and the fused one) on sm_90a and sm_120a: the
+W4A16 NVFP4 heuristic configs of issue #6's shapes at M <= 8 / 16, the K-loop forms (the prefetch pipeline,
+upfront loads, kgroup, ashare, the K split, pdl_wait) and the fused kernel's epilogues (silu_mul, residual with
+warp groups, the norm with the prefetch pipeline, upfront, pdl "prefetch"). For a refactor that must not change
+the kernels (session 40's shared `DecodeLogic.k_loop`): run it before and after with the disk cache off and compare.
+
+    B12X_DISK_CACHE=0 python3 scripts/gemm_decode_ptx_fingerprints.py before.json   # edit, then
+    B12X_DISK_CACHE=0 python3 scripts/gemm_decode_ptx_fingerprints.py after.json && cmp before.json after.json
+
+CPU only (compiles, never launches); about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+SHAPES = ((4096, 14336), (28672, 4096), (4096, 4096), (7168, 2048))  # issue #6's (N, K)
+
+
+def configs() -> dict:
+    """name -> ("plain", DecodeConfig) or ("fused", FusedConfig)."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    out = {}
+    for n, k in SHAPES:
+        for bucket in ("decode8", "decode16"):
+            out[f"plain/{bucket}/{n}x{k}"] = ("plain", L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16"))
+    base = out["plain/decode16/4096x14336"][1]
+    forms = dict(
+        prefetch2=dict(prefetch=2),
+        upfront2=dict(upfront=2, prefetch=0, kgroup=1),
+        kgroup2=dict(kgroup=2, prefetch=0),
+        ksplit2=dict(ksplit=2),
+        pdl_wait=dict(pdl_wait=True),
+        ashare_wn2=dict(wn=2, ashare=True, prefetch=0, kgroup=1, upfront=0),
+    )
+    for name, changes in forms.items():
+        out[f"plain/{name}"] = ("plain", dataclasses.replace(base, **changes))
+    fused = dict(
+        silu_wait=("decode16", 28672, 4096, "silu_mul", "wait", None, False),
+        residual_groups=("decode16", 28672, 4096, "residual", "off", "wn=2", False),
+        silu_norm_prefetch=("decode8", 11264, 2048, "silu_mul", "prefetch", None, True),
+        upfront_wait=("decode8", 4096, 4096, "none", "wait", "upfront=2,prefetch=0", False),
+        pipeline_prefetch=("decode8", 4096, 4096, "none", "prefetch", "prefetch=2", False),
+    )
+    for name, (bucket, n, k, epilogue, pdl, opts, norm) in fused.items():
+        cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl, opts, norm=norm)
+        out[f"fused/{name}"] = ("fused", cfg)
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", help="the JSON file to write ({arch/name: fingerprint})")
+    args = parser.parse_args(argv)
+
+    from flashinfer.experimental.b12x._lib.cuda_binary import ptx_fingerprint
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
+
+    compile_fn = {"plain": KD.compile_decode, "fused": F.compile_decode_fused}
+    out = {}
+    for arch in ("sm_90a", "sm_120a"):
+        for name, (kind, cfg) in configs().items():
+            key = f"{arch}/{name}"
+            out[key] = ptx_fingerprint(compile_fn[kind]("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX)
+            print(key, out[key], flush=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print(f"{len(out)} kernels -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
