@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help="list the op registry")
     ops.set_defaults(func=_cmd_ops)
     cache = sub.add_parser("cache", help="show or clear the compile cache ($B12X_CACHE_DIR)")
-    cache.add_argument("action", choices=("show", "clear"))
+    cache.add_argument("action", nargs="?", default="show", choices=("show", "clear"), help="default: show")
     cache.set_defaults(func=_cmd_cache)
     _add_demo(sub)
     return parser

@@ -43,6 +43,7 @@ def test_cache_show_and_clear(tmp_path):
     env = {"B12X_CACHE_DIR": str(cache)}
     out = _cli("cache", "show", env=env)
     assert out.returncode == 0 and "files: 1" in out.stdout and str(cache) in out.stdout
+    assert _cli("cache", env=env).stdout == out.stdout  # show is the default action
     out = _cli("cache", "clear", env=env)
     assert out.returncode == 0 and "removed 1 files" in out.stdout
     assert not cache.exists()
