@@ -74,9 +74,8 @@ for node in filter(None, ids):
     by_file.setdefault(node.split("::")[0], []).append(node)
 per = max(1, math.ceil(sum(map(len, by_file.values())) / shards))
 # Files whose tests each compile several large kernels (moe's expert GEMMs: session 12's shard of 85
-# of them passed 34 in 530 s beside the other shards) go in runs of a quarter of the others' size; so
-# does the decode K split's (each test plans and compiles ~25 configs since session 40).
-HEAVY = ("moe/test_fused_moe_gpu.py", "gemm/test_decode_ksplit.py")
+# of them passed 34 in 530 s beside the other shards) go in runs of a quarter of the others' size.
+HEAVY = ("moe/test_fused_moe_gpu.py",)
 n = 0
 for path, nodes in by_file.items():
     step = max(1, per // 4) if path.endswith(HEAVY) else per

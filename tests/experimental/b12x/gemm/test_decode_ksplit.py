@@ -131,30 +131,38 @@ def test_ksplit_builds_with_cluster_barriers_and_no_spills(arch, cfg):
 GPU_SHAPES = ((4096, 14336), (28672, 4096), (4096, 4096), (7168, 2048))  # issue #6's decode shapes
 
 
+def _gpu_cases():
+    """(m, n, k, config) of every config the ksplit sweep times at issue #6's shapes (`ksplit_sweep`: the K splits,
+    plainly and as programmatic dependents). One test a config, so the shards share the ~200 compiles."""
+    cases = []
+    for m in (1, 16):
+        for n, k in GPU_SHAPES:
+            base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
+            cases += [pytest.param(m, n, k, c, id=f"m{m}-{n}x{k}-{i}") for i, c in enumerate(DS.ksplit_sweep(base, k))]
+    return cases
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 16])
-@pytest.mark.parametrize("n, k", GPU_SHAPES)
-def test_ksplit_variants_on_the_gpu(m, n, k):
-    """Every config `--sweep-subset ksplit` times after the case's heuristic (`ksplit_sweep`: the K splits,
-    plainly and as programmatic dependents), W4A16 NVFP4, outputs NaN-poisoned, against the reference; at
-    M = 16 also M = 3 and 9 through the same plan (live M below the bucket's)."""
+@pytest.mark.parametrize("m, n, k, cfg", _gpu_cases())
+def test_ksplit_variants_on_the_gpu(m, n, k, cfg):
+    """A config `--sweep-subset ksplit` times (`_gpu_cases`), W4A16 NVFP4, through a prepared plan, outputs
+    NaN-poisoned, against the reference; at M = 16 also M = 3 and 9 through the same plan (live M below the
+    bucket's)."""
     import b12x
 
     from .test_gpu import _weight
 
     B = b12x.gemm.blockscaled
     bucket = L.bucket_for(m)
-    base = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16")
     weight = _weight("nvfp4", n, k)
     lives = (m,) if m == 1 else (3, 9, 16)
-    for cfg in DS.ksplit_sweep(base, k):
-        plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=lives), override={bucket: cfg})
-        with b12x.PreparationSession("cuda") as s:
-            s.prepare([plan])
-        assert plan.state.selection == ((bucket, cfg),)
-        for live in lives:
-            ops = make_operands("bfloat16", "nvfp4", live, n, k, seed=live + n, device="cuda", weight=weight)
-            out = torch.full((live, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            B.mm(ops.a_values, ops.weight, out, plan=plan)
-            torch.cuda.synchronize()
-            check_tolerance(out, ops, "bfloat16")
+    plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=lives), override={bucket: cfg})
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    assert plan.state.selection == ((bucket, cfg),)
+    for live in lives:
+        ops = make_operands("bfloat16", "nvfp4", live, n, k, seed=live + n, device="cuda", weight=weight)
+        out = torch.full((live, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, out, plan=plan)
+        torch.cuda.synchronize()
+        check_tolerance(out, ops, "bfloat16")
