@@ -1,13 +1,14 @@
 """PTX fingerprints of gemm.blockscaled's decode kernels (the plain and the fused one) on sm_90a and sm_120a: the
 W4A16 NVFP4 heuristic configs of issue #6's shapes at M <= 8 / 16, the K-loop forms (the prefetch pipeline,
 upfront loads, kgroup, ashare, the K split, pdl_wait) and the fused kernel's epilogues (silu_mul, residual with
-warp groups, the norm with the prefetch pipeline, upfront, pdl "prefetch"). For a refactor that must not change
-the kernels (session 40's shared `DecodeLogic.k_loop`): run it before and after with the disk cache off and compare.
+warp groups, the norm with the prefetch pipeline, upfront, pdl "prefetch"), and moe.fused_moe's expert GEMMs, which
+share DecodeLogic (FC1 / FC2 of five tilings). For a refactor that must not change the kernels (session 40's shared
+`DecodeLogic.k_loop`): run it before and after with the disk cache off and compare.
 
     B12X_DISK_CACHE=0 python3 scripts/gemm_decode_ptx_fingerprints.py before.json   # edit, then
     B12X_DISK_CACHE=0 python3 scripts/gemm_decode_ptx_fingerprints.py after.json && cmp before.json after.json
 
-CPU only (compiles, never launches); about a minute on 2 cores.
+CPU only (compiles, never launches); a few minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -51,6 +52,23 @@ def configs() -> dict:
     return out
 
 
+MOE_TILINGS = ("base", "w4p1", "w4p1-s2", "own8p2e", "w8n2p1")  # moe's expert GEMMs share DecodeLogic
+
+
+def moe_configs() -> dict:
+    """name -> (fc, config, span) of moe.fused_moe's expert GEMMs at one token tile: `bench_moe --expert-sweep`'s
+    tilings of MOE_TILINGS (plain chunks, the prefetch pipeline, two column tiles a CTA, the early stages, warp
+    groups), FC1 and FC2."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    out = {}
+    for label, fc1, fc2, span in X._SWEEP[1]:
+        if label in MOE_TILINGS:
+            out[f"moe/fc1/{label}"] = (1, fc1, span)
+            out[f"moe/fc2/{label}"] = (2, fc2, span)
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="the JSON file to write ({arch/name: fingerprint})")
@@ -59,6 +77,7 @@ def main(argv=None) -> None:
     from flashinfer.experimental.b12x._lib.cuda_binary import ptx_fingerprint
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     compile_fn = {"plain": KD.compile_decode, "fused": F.compile_decode_fused}
     out = {}
@@ -66,6 +85,14 @@ def main(argv=None) -> None:
         for name, (kind, cfg) in configs().items():
             key = f"{arch}/{name}"
             out[key] = ptx_fingerprint(compile_fn[kind]("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX)
+            print(key, out[key], flush=True)
+        for name, (fc, cfg, span) in moe_configs().items():
+            key = f"{arch}/{name}"
+            if fc == 1:
+                fn = X.compile_fc1("bfloat16", "nvfp4", "silu", cfg, arch, span=span)
+            else:
+                fn = X.compile_fc2("bfloat16", "nvfp4", cfg, arch, span=span)
+            out[key] = ptx_fingerprint(fn.artifacts.PTX)
             print(key, out[key], flush=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
