@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 40 (after the two toolchain calls, on a `git archive` snapshot): the gemm gpu tier plus moe pdl (the
-# decode K loop now one `DecodeLogic.k_loop` for the plain and fused kernels, PTX-identical on the CPU; the residual
+# decode K loop now one `DecodeLogic.k_loop` for the plain and fused kernels, PTX-identical on the CPU, moe's expert GEMMs on it too; the residual
 # epilogue's warp groups; the ksplit variants' 8-warp halves), then s40_c.txt's sweeps and the GEMM's cluster
 # occupancy. `bash scripts/jobs/s40_c.sh tier` (~6 min), then `bash scripts/jobs/s40_c.sh bench` (~4 min).
 set -uo pipefail

@@ -412,6 +412,7 @@ class ExpertLogic(Activation, KD.DecodeLogic):
     """DecodeLogic with the expert hooks (module docstring); fc 1 stores act(.) in bf16, fc 2 fp32."""
 
     what = "moe.fused_moe expert kernel"
+    OPS = DEVICE  # `k_loop`'s ops: ExpertOps
 
     @staticmethod
     def why_not(a_fmt, b_fmt, out_dtype, config):  # the pairing is checked by the module's why_not
@@ -666,19 +667,16 @@ class _ExpertGemm:
                 if cutlass.const_expr(self.logic.cfg.wn > 1):
                     nw = n0 + wcol
                 acc = self.logic.zero_acc(DEVICE)
-                if cutlass.const_expr(self.logic.k_loop_plain()):
-                    for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
-                        acc = self.logic.chunk(DEVICE, rt, lane, nw, c, acc)
-                else:
-                    if cutlass.const_expr(self.logic.early):
-                        stages = early_stages
-                    else:
-                        stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks)
+                if cutlass.const_expr(self.logic.early):  # (prefetch > 0) this group's stages were issued ahead
+                    stages = early_stages
                     for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
                         stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
-                    if cutlass.const_expr(self.logic.early):  # the next group's first stages (none after the last)
-                        more = DEVICE.imin(groups - 1 - grp, Int32(1))
-                        early_stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks * more)
+                    more = DEVICE.imin(
+                        groups - 1 - grp, Int32(1)
+                    )  # the next group's first stages (none after the last)
+                    early_stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks * more)
+                else:  # gemm decode's K loop: plain chunks (prefetch 0) or the prefetch pipeline
+                    acc = self.logic.k_loop(rt, lane, nw, first, self.logic.kstep, chunks, acc)
                 if cutlass.const_expr(self.logic.direct):
                     self.logic.store_direct(DEVICE, rt, lane, nw, acc, scale)
                 else:
