@@ -1,6 +1,6 @@
 """`_lib.cuda_binary.ptx_fingerprint` and `scripts/gemm_decode_ptx_fingerprints.py` (session 40): the hash ignores
 line info, comment lines and debug sections and nothing else; the script's configs are valid and cover the decode K
-loop's forms and the fused kernel's epilogues (its --help: test_probe_arguments.py)."""
+loop's forms, the fused kernel's epilogues and moe's expert GEMMs (its --help: test_probe_arguments.py)."""
 
 import pytest
 
@@ -43,3 +43,19 @@ def test_gemm_script_configs_cover_the_k_loop_forms(load_script):
     assert {c.epilogue for c in fused} == {"silu_mul", "residual", "none"} and any(c.norm for c in fused)
     assert any(c.decode.wn > 1 for c in fused) and any(c.decode.prefetch for c in fused)
     assert any(c.decode.upfront for c in fused) and any(c.pdl == "prefetch" for c in fused)
+
+
+@pytest.mark.reference
+def test_gemm_script_covers_moe_expert_gemms(load_script):
+    """The moe expert GEMMs share DecodeLogic's K loop: FC1 and FC2 of each tiling, valid, the early stages,
+    the prefetch pipeline, plain chunks, two column tiles a CTA and warp groups among them."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    script = load_script("gemm_decode_ptx_fingerprints")
+    moe = script.moe_configs()
+    assert len(moe) == 2 * len(script.MOE_TILINGS)
+    for fc, cfg, span in moe.values():
+        assert X.why_not(fc, "bfloat16", "nvfp4", "silu" if fc == 1 else None, cfg, "list", span) is None
+    cfgs = [c for _, c, _ in moe.values()]
+    assert any(getattr(c, "early", False) for c in cfgs) and any(c.prefetch for c in cfgs)
+    assert any(c.prefetch == 0 for c in cfgs) and any(c.wn > 1 for c in cfgs) and any(s > 1 for _, _, s in moe.values())
