@@ -153,23 +153,26 @@ def default_config(max_m: int) -> DecodeConfig:
     return DecodeConfig(warps=warps, tiles=2, ntiles=ntiles, unroll=2 if ntiles == 1 else 1)
 
 
+# (field, its allowed values, what they are) of the options `tiling_reason` checks by membership alone, in its order
+_CHOICES = (
+    ("prefetch", PREFETCH, " (chunks of weight loads in flight ahead)"),
+    ("wcache", WCACHE, " (weight-load cache hints)"),
+    ("acache", ACACHE, " (activation-load cache hints)"),
+    ("kgroup", KGROUP, " (adjacent chunks per warp step)"),
+    ("probe", PROBES, ""),
+    ("fp4", FP4, " (FP4 weight placement)"),
+)
+
+
 def tiling_reason(config: DecodeConfig) -> str | None:
     if config.warps not in (1, 2, 4, 8, 16) or config.tiles not in (1, 2, 4) or config.ntiles not in NTILES:
         return f"config {config} out of range (warps 1..16 power of two, tiles 1/2/4, ntiles 1/2/4/8)"
     if config.unroll not in (1, 2, 4):
         return f"unroll must be 1, 2 or 4, got {config.unroll}"
-    if config.prefetch not in PREFETCH:
-        return f"prefetch must be one of {PREFETCH} (chunks of weight loads in flight ahead), got {config.prefetch}"
-    if config.wcache not in WCACHE:
-        return f"wcache must be one of {WCACHE} (weight-load cache hints), got {config.wcache!r}"
-    if config.acache not in ACACHE:
-        return f"acache must be one of {ACACHE} (activation-load cache hints), got {config.acache!r}"
-    if config.kgroup not in KGROUP:
-        return f"kgroup must be one of {KGROUP} (adjacent chunks per warp step), got {config.kgroup}"
-    if config.probe not in PROBES:
-        return f"probe must be one of {PROBES}, got {config.probe!r}"
-    if config.fp4 not in FP4:
-        return f"fp4 must be one of {FP4} (FP4 weight placement), got {config.fp4!r}"
+    for name, allowed, meaning in _CHOICES:
+        value = getattr(config, name)
+        if value not in allowed:
+            return f"{name} must be one of {allowed}{meaning}, got {value!r}"
     if config.wn not in WN or config.warps % config.wn:
         return f"wn must be one of {WN} and divide warps ({config.warps}), got {config.wn}"
     if config.clamp and config.prefetch:
