@@ -18,7 +18,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
 
-from .emulator import EmuOps, GlobalMemory, emulate_tile
+from .emulator import EmuOps, GlobalMemory, emulate_tile, k_loop
 
 LANE = np.arange(32, dtype=np.int32)
 
@@ -54,34 +54,6 @@ def _place(gmem: GlobalMemory, args):
 def _read_c(gmem: GlobalMemory, base: int, like: torch.Tensor) -> torch.Tensor:
     raw = torch.from_numpy(gmem.get(base)[: like.numel() * like.element_size()].copy())
     return raw.view(like.dtype).reshape(like.shape)
-
-
-def k_loop(logic, ops, rt, n0, first: int, step: int, chunks, acc):
-    """One warp's K loop over chunks first, first + step, ... < chunks, as the decode kernels run it
-    for `logic.cfg` (plain, upfront, kgroup or the prefetch pipeline); returns acc."""
-    cfg, kg = logic.cfg, logic.cfg.kgroup
-    if cfg.upfront:  # every held chunk's loads first, then their math, then the rest
-        held = logic.upfront_loads(ops, rt, LANE, n0, np.int32(first), chunks)
-        for j in range(cfg.upfront):
-            if first + j * step < chunks:
-                ch = np.int32(first + j * step)
-                acc = logic.chunk_with(ops, rt, LANE, n0, ch, logic.unflatten_loads(held[j]), acc)
-        for ch in range(first + cfg.upfront * step, chunks, step):
-            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-    elif cfg.prefetch == 0 and kg == 1:
-        for ch in range(first, chunks, step):
-            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-    elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one
-        for cg in range(first, chunks // kg, step):
-            for j in range(kg):
-                acc = logic.chunk(ops, rt, LANE, n0, np.int32(cg * kg + j), acc)
-        for ch in range(chunks // kg * kg + first, chunks, step):
-            acc = logic.chunk(ops, rt, LANE, n0, np.int32(ch), acc)
-    else:  # the kernel's software pipeline, stage by stage
-        stages = logic.prefetch_prologue(ops, rt, LANE, n0, np.int32(first), chunks)
-        for ch in range(first, chunks, step):
-            stages, acc = logic.pipelined_chunk(ops, rt, LANE, n0, np.int32(ch), chunks, stages, acc)
-    return acc
 
 
 def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Tensor:

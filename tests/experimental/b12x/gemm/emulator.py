@@ -387,6 +387,38 @@ class EmuOps:
 
 
 # ---- drivers shared by several kernels' emulations ------------------------------------------
+_LANE = np.arange(LANES, dtype=np.int32)
+
+
+def k_loop(logic, ops, rt, n0, first: int, step: int, chunks, acc):
+    """One warp's K loop over chunks first, first + step, ... < chunks, as the decode kernels run it
+    (`DecodeLogic.k_loop`: the plain, fused and moe expert GEMMs) for `logic.cfg` (plain, upfront, kgroup or the
+    prefetch pipeline); returns acc. Loaded by path from moe's tests, so it imports nothing of this package."""
+    cfg, kg = logic.cfg, logic.cfg.kgroup
+    if cfg.upfront:  # every held chunk's loads first, then their math, then the rest
+        held = logic.upfront_loads(ops, rt, _LANE, n0, np.int32(first), chunks)
+        for j in range(cfg.upfront):
+            if first + j * step < chunks:
+                ch = np.int32(first + j * step)
+                acc = logic.chunk_with(ops, rt, _LANE, n0, ch, logic.unflatten_loads(held[j]), acc)
+        for ch in range(first + cfg.upfront * step, chunks, step):
+            acc = logic.chunk(ops, rt, _LANE, n0, np.int32(ch), acc)
+    elif cfg.prefetch == 0 and kg == 1:
+        for ch in range(first, chunks, step):
+            acc = logic.chunk(ops, rt, _LANE, n0, np.int32(ch), acc)
+    elif kg > 1:  # groups of kg adjacent chunks, then the rest one by one
+        for cg in range(first, chunks // kg, step):
+            for j in range(kg):
+                acc = logic.chunk(ops, rt, _LANE, n0, np.int32(cg * kg + j), acc)
+        for ch in range(chunks // kg * kg + first, chunks, step):
+            acc = logic.chunk(ops, rt, _LANE, n0, np.int32(ch), acc)
+    else:  # the kernel's software pipeline, stage by stage
+        stages = logic.prefetch_prologue(ops, rt, _LANE, n0, np.int32(first), chunks)
+        for ch in range(first, chunks, step):
+            stages, acc = logic.pipelined_chunk(ops, rt, _LANE, n0, np.int32(ch), chunks, stages, acc)
+    return acc
+
+
 def emulate_tile(logic, gmem: GlobalMemory, rt, m0, n0, ops_cls=EmuOps) -> None:
     """One CTA of `TiledGemm.tile` (the K loop and epilogue of tile (m0, n0)) with `ops_cls` warps:
     the first K-tile's loads and stores, then per K-tile the next one's loads, its stores into the

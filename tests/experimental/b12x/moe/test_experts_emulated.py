@@ -251,21 +251,16 @@ def run_experts(p: Problem, config: DecodeConfig, grid: str = "list", span: int 
                         first, wcol = logic.warp_work(w)  # wn > 1: warp groups along N
                         nw = np.int32(n0 + wcol)
                         acc = logic.zero_acc(ops)
-                        if logic.k_loop_plain():
-                            for ch in range(first, chunks, logic.kstep):
-                                acc = logic.chunk(ops, rt, LANE, nw, np.int32(ch), acc)
-                        else:  # the weight prefetch pipeline
-                            if logic.early:
-                                stages = early[w]
-                            else:
-                                stages = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), np.int32(chunks))
+                        if logic.early:  # (prefetch > 0) this group's stages were issued ahead
+                            stages = early[w]
                             for ch in range(first, chunks, logic.kstep):
                                 stages, acc = logic.pipelined_chunk(
                                     ops, rt, LANE, nw, np.int32(ch), np.int32(chunks), stages, acc
                                 )
-                            if logic.early:  # the next group's first stages (none after the last)
-                                more = np.int32(chunks * min(groups - 1 - grp, 1))
-                                early[w] = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), more)
+                            more = np.int32(chunks * min(groups - 1 - grp, 1))  # the next group's first stages
+                            early[w] = logic.prefetch_prologue(ops, rt, LANE, nw, np.int32(first), more)
+                        else:  # gemm decode's K loop (DecodeLogic.k_loop), as the kernel runs it
+                            acc = EMU.k_loop(logic, ops, rt, nw, first, logic.kstep, np.int32(chunks), acc)
                         if logic.direct:  # warp-owned tiles: the accumulators are the outputs
                             logic.store_direct(ops, rt, LANE, nw, acc, scale)
                         else:

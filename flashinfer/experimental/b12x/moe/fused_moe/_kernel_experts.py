@@ -533,11 +533,6 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         scale = ops.ldg_f32(w_alpha_addr, true) * ops.ldg_f32(a_alpha_addr, true)
         return scale * ops.f32(float(2.0**self.exp))
 
-    def k_loop_plain(self):
-        """True when the K loop is `chunk` per chunk (prefetch 0), else the weight prefetch pipeline
-        (`prefetch_prologue` once per group, then `pipelined_chunk`; gemm decode's)."""
-        return self.cfg.prefetch == 0
-
     def finish(self, ops, rt, red_base, tid, n0, scale):
         """Sum the warps' partials of outputs (tok, n0 + c), times `scale` (`epilogue_scale`, loaded
         once per CTA before its K loops), activation, store row row0 + tok."""
