@@ -102,6 +102,14 @@ class Runtime:
     k: object
     alpha: object
 
+    @classmethod
+    def of(cls, tensors, k, alpha, n=None, **extra):
+        """The runtime of a device launch: tensors (A, SFA, B, SFB, C, S0, S1, S2) as base addresses, m C's
+        rows and n its columns unless given; extra: a subclass's fields."""
+        c = tensors[4]
+        bases = [t.iterator.toint() for t in tensors]
+        return cls(*bases, c.shape[0], c.shape[1] if n is None else n, k, alpha, **extra)
+
 
 class DecodeLogic:
     """Static facts of one compiled variant and the straight-line pieces of its kernel."""
@@ -514,20 +522,7 @@ class DecodeGemm:
             rank = bidx % L.ksplit
             n0 = (bidx // L.ksplit) * L.bn
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
-        rt = Runtime(
-            mA.iterator.toint(),
-            mSFA.iterator.toint(),
-            mB.iterator.toint(),
-            mSFB.iterator.toint(),
-            mC.iterator.toint(),
-            mS0.iterator.toint(),
-            mS1.iterator.toint(),
-            mS2.iterator.toint(),
-            mC.shape[0],
-            mC.shape[1],
-            k,
-            alpha,
-        )
+        rt = Runtime.of((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), k, alpha)
         if cutlass.const_expr(L.cfg.pdl_wait):  # wait for the previous kernel before the first global read
             ops.gdc_enter()
         smem = cutlass.memory.SmemAllocator()

@@ -497,12 +497,12 @@ class FusedLogic(KD.DecodeLogic):
 
 
 # ---- the CuTe kernels ---------------------------------------------------------------------------
-def runtime(tensors, m, n, k, alpha, rg, eps, rope=()) -> FusedRuntime:
+def runtime(tensors, k, alpha, rg, eps, rope=(), n=None) -> FusedRuntime:
     """The FusedRuntime of a launch: tensors (A, SFA, B, SFB, C, S0, S1, S2), rg (R, G) and rope (COS,
-    SIN, KC, VC, SP, SO, or none) as base addresses, in that order."""
-    bases = [t.iterator.toint() for t in tensors]
-    extra = [t.iterator.toint() for t in rg]
-    return FusedRuntime(*bases, m, n, k, alpha, *extra, eps, *(t.iterator.toint() for t in rope))
+    SIN, KC, VC, SP, SO, or none) as base addresses; n C's columns unless given."""
+    fields = ("r_base", "g_base", "cos_base", "sin_base", "kc_base", "vc_base", "sp_base", "so_base")
+    bases = {f: t.iterator.toint() for f, t in zip(fields, (*rg, *rope))}
+    return FusedRuntime.of(tensors, k, alpha, n, eps=eps, **bases)
 
 
 class FusedDecodeGemm:
@@ -561,7 +561,7 @@ class FusedDecodeGemm:
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * L.cols
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
-        rt = runtime((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), mC.shape[0], mC.shape[1], k, alpha, (mR, mG), eps)
+        rt = runtime((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), k, alpha, (mR, mG), eps)
         self.body(rt, k, tid, warp, lane, n0)
 
     @cute.jit
@@ -662,7 +662,7 @@ class RopeDecodeGemm(FusedDecodeGemm):
         n0 = bidx * L.cols
         k = mB.shape[1] * 8 // FORMAT[L.b_fmt].value_bits
         tensors = (mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2)
-        rt = runtime(tensors, mC.shape[0], L.rope.pairs, k, alpha, (mR, mG), eps, (mCos, mSin, mKC, mVC, mSP, mSO))
+        rt = runtime(tensors, k, alpha, (mR, mG), eps, (mCos, mSin, mKC, mVC, mSP, mSO), n=L.rope.pairs)
         self.body(rt, k, tid, warp, lane, n0)
 
 

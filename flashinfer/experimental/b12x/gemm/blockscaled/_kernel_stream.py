@@ -380,20 +380,7 @@ class StreamGemm:
         warp, lane = tid >> 5, tid & 31
         n0 = bidx * L.bn
         k = mA.shape[1]  # 16-bit activations: K values per row
-        rt = Runtime(
-            mA.iterator.toint(),
-            mSFA.iterator.toint(),
-            mB.iterator.toint(),
-            mSFB.iterator.toint(),
-            mC.iterator.toint(),
-            mS0.iterator.toint(),
-            mS1.iterator.toint(),
-            mS2.iterator.toint(),
-            mC.shape[0],
-            mC.shape[1],
-            k,
-            alpha,
-        )
+        rt = Runtime.of((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), k, alpha)
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()

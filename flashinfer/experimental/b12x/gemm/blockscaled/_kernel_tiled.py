@@ -519,20 +519,7 @@ class TiledGemm:
         bx, by, _ = cute.arch.block_idx()
         m0, n0 = self.logic.tile_origin(self.ops, (bx, by), (mC.shape[0] + self.logic.cfg.bm - 1) // self.logic.cfg.bm)
         k = mB.shape[1] * 8 // FORMAT[self.logic.b_fmt].value_bits
-        rt = Runtime(
-            mA.iterator.toint(),
-            mSFA.iterator.toint(),
-            mB.iterator.toint(),
-            mSFB.iterator.toint(),
-            mC.iterator.toint(),
-            mS0.iterator.toint(),
-            mS1.iterator.toint(),
-            mS2.iterator.toint(),
-            mC.shape[0],
-            mC.shape[1],
-            k,
-            alpha,
-        )
+        rt = Runtime.of((mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2), k, alpha)
         smem = cutlass.memory.SmemAllocator()
         tiles = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(self.logic.smem_bytes), 128)
         sbase = tiles.iterator.toint()
