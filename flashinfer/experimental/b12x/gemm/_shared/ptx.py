@@ -32,18 +32,11 @@ def _unpack(res, n, cls, ty, loc, ip):
     return tuple(cls(llvm.extractvalue(ty, res, [i], loc=loc, ip=ip)) for i in range(n))
 
 
-@dsl_user_op
-def _ldg_v4(addr, pred, *, loc=None, ip=None):
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $5, 0;\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;\n\tmov.b32 $2, 0;\n\t"
-        "mov.b32 $3, 0;\n\t@p ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];\n\t}",
-        "=r,=r,=r,=r,l,r",
-        loc=loc,
-        ip=ip,
-    )
-    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+def _asm_n(n, cls, ins, text, cons, *, effects=False, loc=None, ip=None):
+    """Inline asm with n outputs of one register class (Uint32 in "r", Float32 in "f"), as a tuple of n values."""
+    ty = T.f32() if cls is Float32 else T.i32()
+    res = _asm(llvm.StructType.get_literal([ty] * n), ins, text, cons, effects=effects, loc=loc, ip=ip)
+    return _unpack(res, n, cls, ty, loc, ip)
 
 
 # Cache-hinted 128-bit loads (DecodeConfig.wcache / acache): the PTX of `ld.global.nc` with the hint.
@@ -64,16 +57,12 @@ def _ldg_v4_hint(addr, pred, hint: str, *, loc=None, ip=None):
         load = f"@p {op} {{$0, $1, $2, $3}}, [$4], pol;"
     else:
         pre, load = "", f"@p {op} {{$0, $1, $2, $3}}, [$4];"
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)],
+    text = (
         "{\n\t.reg .pred p;\n\t" + pre + "setp.ne.b32 p, $5, 0;\n\tmov.b32 $0, 0;\n\tmov.b32 $1, 0;\n\t"
-        "mov.b32 $2, 0;\n\tmov.b32 $3, 0;\n\t" + load + "\n\t}",
-        "=r,=r,=r,=r,l,r",
-        loc=loc,
-        ip=ip,
+        "mov.b32 $2, 0;\n\tmov.b32 $3, 0;\n\t" + load + "\n\t}"
     )
-    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+    ins = [_iv(addr, Int64, loc, ip), _iv(pred, Int32, loc, ip)]
+    return _asm_n(4, Uint32, ins, text, "=r,=r,=r,=r,l,r", loc=loc, ip=ip)
 
 
 @dsl_user_op
@@ -125,16 +114,8 @@ def _sts_v4(saddr, a, b, c, d, *, loc=None, ip=None):
 
 @dsl_user_op
 def _lds_v4(saddr, *, loc=None, ip=None):
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [_iv(saddr, Int32, loc, ip)],
-        "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
-        "=r,=r,=r,=r,r",
-        effects=True,
-        loc=loc,
-        ip=ip,
-    )
-    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+    text = "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];"
+    return _asm_n(4, Uint32, [_iv(saddr, Int32, loc, ip)], text, "=r,=r,=r,=r,r", effects=True, loc=loc, ip=ip)
 
 
 @dsl_user_op
@@ -246,47 +227,27 @@ def _lds_f32_peer(saddr, rank, *, loc=None, ip=None):
 
 @dsl_user_op
 def _ldmatrix_x4(saddr, *, loc=None, ip=None):
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [_iv(saddr, Int32, loc, ip)],
-        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];",
-        "=r,=r,=r,=r,r",
-        effects=True,
-        loc=loc,
-        ip=ip,
-    )
-    return _unpack(res, 4, Uint32, T.i32(), loc, ip)
+    text = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];"
+    return _asm_n(4, Uint32, [_iv(saddr, Int32, loc, ip)], text, "=r,=r,=r,=r,r", effects=True, loc=loc, ip=ip)
+
+
+def _mma_shape(shape: str, a, b, c, loc, ip):
+    """One warp's mma.sync with fp32 accumulators: shape the PTX after `mma.sync.aligned.` up to the operands
+    (A's four and B's two 32-bit registers, C's four floats; D's four floats back)."""
+    ins = [_iv(x, Uint32, loc, ip) for x in (*a, *b)] + [_iv(x, Float32, loc, ip) for x in c]
+    text = f"mma.sync.aligned.{shape} {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, {{$10, $11, $12, $13}};"
+    return _asm_n(4, Float32, ins, text, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", loc=loc, ip=ip)
 
 
 @dsl_user_op
 def _mma(dtype: str, a, b, c, *, loc=None, ip=None):
     t = _MMA_TYPE[dtype]
-    ins = [_iv(x, Uint32, loc, ip) for x in (*a, *b)] + [_iv(x, Float32, loc, ip) for x in c]
-    res = _asm(
-        llvm.StructType.get_literal([T.f32()] * 4),
-        ins,
-        f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, {{$8, $9}}, "
-        "{$10, $11, $12, $13};",
-        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
-        loc=loc,
-        ip=ip,
-    )
-    return _unpack(res, 4, Float32, T.f32(), loc, ip)
+    return _mma_shape(f"m16n8k16.row.col.f32.{t}.{t}.f32", a, b, c, loc, ip)
 
 
 @dsl_user_op
 def _mma_fp8(a, b, c, *, loc=None, ip=None):
-    ins = [_iv(x, Uint32, loc, ip) for x in (*a, *b)] + [_iv(x, Float32, loc, ip) for x in c]
-    res = _asm(
-        llvm.StructType.get_literal([T.f32()] * 4),
-        ins,
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
-        "{$10, $11, $12, $13};",
-        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
-        loc=loc,
-        ip=ip,
-    )
-    return _unpack(res, 4, Float32, T.f32(), loc, ip)
+    return _mma_shape("m16n8k32.row.col.f32.e4m3.e4m3.f32", a, b, c, loc, ip)
 
 
 @dsl_user_op
@@ -301,8 +262,7 @@ def _f32_pair_from_u32(u, kind: str, *, loc=None, ip=None):
         text = "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\tcvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}"
     else:  # bf16: the 16 bits are the top of an fp32
         text = "{\n\t.reg .b32 t;\n\tshl.b32 t, $2, 16;\n\tmov.b32 $0, t;\n\tand.b32 t, $2, 0xffff0000;\n\tmov.b32 $1, t;\n\t}"
-    res = _asm(llvm.StructType.get_literal([T.f32()] * 2), [_iv(u, Uint32, loc, ip)], text, "=f,=f,r", loc=loc, ip=ip)
-    return _unpack(res, 2, Float32, T.f32(), loc, ip)
+    return _asm_n(2, Float32, [_iv(u, Uint32, loc, ip)], text, "=f,=f,r", loc=loc, ip=ip)
 
 
 @dsl_user_op
@@ -367,7 +327,10 @@ class DeviceOps:
         return Float32(0.0)
 
     # global memory (read-only inputs: the non-coherent path)
-    ldg_v4 = staticmethod(_ldg_v4)
+    @staticmethod
+    def ldg_v4(addr, pred):
+        """Four 32-bit words at addr (16-byte aligned) through the non-coherent path; zeros where pred is off."""
+        return _ldg_v4_hint(addr, pred, "nc")
 
     @staticmethod
     def ldg_v4_hint(addr, pred, hint: str):
