@@ -27,8 +27,22 @@ UPFRONT = (0, 2, 4)  # DecodeConfig.upfront: chunks whose weight loads all issue
 KSPLIT = (1, 2, 4)  # DecodeConfig.ksplit: CTAs of a cluster splitting K (portable cluster sizes)
 
 
+class WarpShape:
+    """What follows from a config's warps, wn (warp groups along N) and ntiles (8-token tiles): shared by
+    DecodeConfig and the stream kernel's StreamConfig."""
+
+    @property
+    def kwarps(self) -> int:
+        """Warps that split K over the same rows (all of them when wn = 1)."""
+        return self.warps // self.wn
+
+    @property
+    def max_m(self) -> int:
+        return 8 * self.ntiles
+
+
 @dataclass(frozen=True)
-class DecodeConfig:
+class DecodeConfig(WarpShape):
     """warps: split K inside the CTA; tiles: 16-row weight tiles per warp (BN = 16 * tiles);
     ntiles: 8-token MMA tiles (M <= 8 * ntiles); unroll: chunks the K loop unrolls (loads of the
     next chunk issue before this one's math); prefetch: chunks of weight words each warp keeps loaded
@@ -110,15 +124,6 @@ class DecodeConfig:
     def rows(self) -> int:
         """Weight rows of one warp (of one warp group when wn > 1)."""
         return 16 * self.tiles
-
-    @property
-    def kwarps(self) -> int:
-        """Warps that split K over the same rows (all of them when wn = 1)."""
-        return self.warps // self.wn
-
-    @property
-    def max_m(self) -> int:
-        return 8 * self.ntiles
 
     @property
     def red_bytes(self) -> int:

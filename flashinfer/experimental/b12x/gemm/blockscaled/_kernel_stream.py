@@ -40,6 +40,7 @@ from ..._lib.compile import cute_compile, kernel
 from .._shared import stream_layout as SL
 from .._shared.formats import OUT_DTYPES
 from .._shared.ptx import DEVICE
+from ._config_decode import WarpShape
 from ._kernel_decode import CHUNK, PROBE_ENV, DecodeConfig, DecodeLogic, Runtime, fake_args
 
 _SOURCES = tuple(
@@ -55,7 +56,7 @@ SMEM_LIMIT = 96 * 1024
 
 
 @dataclass(frozen=True)
-class StreamConfig:
+class StreamConfig(WarpShape):
     """warps: per CTA; wn: 16-row tiles per CTA (warps / wn warps split each tile's K); kc: chunks of
     128 values per slab (the layout's, 4 or 8); ntiles: 8-token MMA tiles (M <= 8 ntiles); unroll:
     slab-loop unroll; prefetch: 0 or 1 slab of weight loads carried ahead of the math; wcache /
@@ -112,14 +113,6 @@ class StreamConfig:
     major: str = "tile"
     min_ctas: int = 1
     lockstep: bool = False
-
-    @property
-    def kwarps(self) -> int:
-        return self.warps // self.wn
-
-    @property
-    def max_m(self) -> int:
-        return 8 * self.ntiles
 
     def decode(self) -> DecodeConfig:
         """The DecodeConfig whose chunk math, reduction and epilogue this kernel runs: tiles 1, wn
