@@ -1,9 +1,7 @@
 """_lib.l2_prefetch on the GPU (-m gpu; select with -k l2_prefetch): the kernel runs eagerly and inside a
 captured CUDA graph on a side branch (fork / join edges) without error, leaves the prefetched tensors
-bit-unchanged, takes odd spans (unaligned one-byte slices, the block's 8 weight tensors), obeys freeze,
-and prints (does not assert) the read time of a tensor after an L2 flush with and without a prefetch."""
-
-import statistics
+bit-unchanged, takes odd spans (unaligned one-byte slices, the block's 8 weight tensors) and obeys freeze.
+The read time after an L2 flush with and without a prefetch is a measurement: scripts/probe_l2_prefetch.py."""
 
 import pytest
 import torch
@@ -89,34 +87,3 @@ def test_l2_prefetch_obeys_freeze():
     torch.cuda.synchronize()
     with pytest.raises(freeze.KernelResolutionFrozenError):
         P.L2Prefetch.from_tensors(ws, config=P.PrefetchConfig(threads=96))
-
-
-def _read_us(x: torch.Tensor, flush: torch.Tensor, pf, reps: int = 7) -> float:
-    """Median µs of torch.amax over x right after an L2 flush (and, with pf, a prefetch + sync)."""
-    out = torch.empty((), device="cuda")
-    times = []
-    for _ in range(reps + 1):
-        flush.zero_()
-        if pf is not None:
-            pf.launch()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        torch.amax(x, dim=0, out=out)
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times[1:])
-
-
-@pytest.mark.parametrize("mb", [24, 64])
-def test_l2_prefetch_read_time_after_flush_printed(mb, capsys):
-    x = torch.randn(mb * 2**18, device="cuda", generator=_gen())  # mb MB of fp32
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    cold = _read_us(x, flush, None)
-    rows = [f"{mb} MB read after L2 flush: {cold:.1f} us"]
-    for name, cfg in CONFIGS.items():
-        warm = _read_us(x, flush, P.L2Prefetch.from_tensors([x], config=cfg))
-        rows.append(f"{mb} MB read after flush + {name} prefetch + sync: {warm:.1f} us ({cold / warm:.2f}x)")
-    with capsys.disabled():
-        print("\n" + "\n".join(rows))
