@@ -68,9 +68,10 @@ class GemmQuery:
     puts the CTA's weight lines in L2 before it waits (whole rows up to 14 MB of weight, the first K step
     above: `launch.prefetch_span`), which gains more where the weight is small and the K loop short
     (7168 x 2048: 4.57 µs) and less elsewhere (4096 x 4096 5.48, 28672 x 4096 25.13 against "wait"'s
-    24.56). Under CUDA graph capture either becomes a programmatic edge. Not for M 9..16 with N >= 16384,
-    FP4 weights and 16-bit activations: the plain kernel's shared-activation warp groups are faster there
-    (W4A16 28672 x 4096: 32.7 µs plain, 36.5 "wait")."""
+    24.56). Under CUDA graph capture either becomes a programmatic edge. Where the plain heuristic has warp
+    groups (M 9..16 with N >= 16384, FP4 weights and 16-bit activations), "wait" keeps them and waits inside the
+    plain kernel instead (`launch.PLAIN_PDL_GROUPS`, session 39: W4A16 M = 16 28672 x 4096 32.07 µs against the
+    fused kernel's 36.56; `DecodeConfig.pdl_wait` saved 0.26-0.43 µs a call there)."""
 
     a_format: str
     b_format: str
