@@ -8,4 +8,6 @@ PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py --entries 4x32x2fs
 PYTHONPATH=$PYTHONPATH:. python3 scripts/cluster_occupancy.py --kv-dtype bfloat16 --entries 4x16x2fspldkn:c8sp 2>&1 | tail -1
 BENCH_LIMIT=400 bash scripts/device_snapshot_run.sh scripts/jobs/s41_a.txt none 2>&1 | grep -E "^commit|== att|µs|x[0-9]" | cut -c1-220 | head -60
 cp /tmp/b12x-par/att_*.json "${OUT:-/tmp}/" 2>/dev/null
+# Session 41: the L2-prefetch read times, a printing gpu test until then (~10 s).
+PYTHONPATH=$PYTHONPATH:. python3 scripts/probe_l2_prefetch.py --mb 24 64 2>&1 | tail -8
 true
