@@ -41,7 +41,9 @@ def test_meta():
     meta = b12x.find_op("attention.paged")
     assert meta.api_style == "planned" and meta.archs == ("sm_90a", "sm_120a")
     assert meta.dtypes == ("bfloat16", "float16", "float8_e4m3fn")
-    assert {"Caps", "plan", "bind", "run", "is_supported", "clear_caches"} <= set(meta.entry_points)
+    assert {"Caps", "plan", "bind", "run", "run_decode", "run_extend", "is_supported", "clear_caches"} <= set(
+        meta.entry_points
+    )
     assert "modes decode / extend / verify" in meta.notes and "msa_block_sparse: NotImplementedError" in meta.notes
     assert paged.is_supported("cpu") is False
     assert "CPU tensors run the reference backend" in paged.why_unsupported("cpu")
@@ -248,6 +250,12 @@ def test_bind_allocates_nothing(monkeypatch):
     assert binding.k_descale.stride() == (0, 0)  # a broadcast view, not a copy
 
 
+def _set(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
 def _bind_kwargs(case, **kw):
     base = dict(q=case.q, k_cache=case.k_cache, v_cache=case.v_cache, page_table=case.page_table,
                 cache_seqlens=case.cache_seqlens)  # fmt: skip
@@ -265,6 +273,12 @@ def _bind_kwargs(case, **kw):
         (lambda c: dict(cache_seqlens=c.cache_seqlens.long()), "cache_seqlens must be int32 [*] on cpu, got int64 [2] on cpu"),
         (lambda c: dict(cache_seqlens=torch.zeros(9, dtype=torch.int32)), "cache_seqlens holds 9 requests, more than max_batch=8"),
         (lambda c: dict(cu_seqlens_q=torch.arange(2, dtype=torch.int32)), "cu_seqlens_q must be int32 [3] on cpu, got int32 [2] on cpu"),
+        (lambda c: dict(cache_seqlens=_set(c.cache_seqlens, 0, -3)), "cache_seqlens must be >= 0, got cache_seqlens[0]=-3"),
+        (lambda c: dict(page_table=c.page_table[:, :2]), "page_table has 2 columns, request 1 needs 4 (cache_seqlens[1]=60, page_size 16)"),
+        (lambda c: dict(page_table=_set(c.page_table, (1, 3), 8)),
+         "page_table[1, 3] = 8 is not a page of the cache (k_cache holds 8 pages; request 1 reads its first 4 columns)"),
+        (lambda c: dict(page_table=_set(c.page_table, (0, 0), -1)),
+         "page_table[0, 0] = -1 is not a page of the cache (k_cache holds 8 pages; request 0 reads its first 1 columns)"),
         (lambda c: dict(k_cache=c.k_cache.float()), "k_cache must be bfloat16 [*, 16, 2, 64] on cpu, got float32"),
         (lambda c: dict(v_cache=c.v_cache[:, :8]), "v_cache must be bfloat16 [*, 16, 2, 64] on cpu, got bfloat16 [8, 8, 2, 64]"),
         (lambda c: dict(v_cache=c.v_cache[:4]), "k_cache and v_cache must hold the same pages, got 8 and 4"),
@@ -285,6 +299,34 @@ def test_bind_rejects(change, message):
     case = make_case([5, 60])
     with pytest.raises(ValueError, match=re.escape(message)):
         paged.bind(p, **_bind_kwargs(case, **change(case)))
+
+
+def test_page_ids_past_a_request_s_pages_are_not_read():
+    """Only a request's first ceil(cache_seqlens / page_size) columns are page ids: the rest (padding, e.g. -1) may
+    hold anything, and an empty request (cache_seqlens 0, a padding slot) reads none: its row is 0, its LSE -inf."""
+    p = prepared()
+    case = make_case([5, 60, 0], seed=4)
+    table = case.page_table.clone()
+    table[0, 1:] = -1
+    table[2, :] = 10**6
+    out, lse = paged.run(binding=paged.bind(p, **_bind_kwargs(case, page_table=table)))
+    want_out, want_lse = paged.paged_attention_reference(
+        case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+    )
+    assert torch.equal(out, want_out.to(torch.bfloat16)) and torch.equal(lse, want_lse)
+    assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)
+
+
+def test_run_decode_and_run_extend_check_the_mode():
+    p = prepared()
+    binding = paged.bind(p, **_bind_kwargs(make_case([5, 60])))
+    out, lse = paged.run_decode(binding=binding)
+    want_out, want_lse = paged.run(binding=binding)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    with pytest.raises(ValueError, match=re.escape("run_extend runs a binding of a plan in mode extend / verify")):
+        paged.run_extend(binding=binding)
+    with pytest.raises(TypeError, match="binding must come from attention.paged.bind"):
+        paged.run_decode(binding=None)
 
 
 def test_bind_rejects_bad_fp8_descale():

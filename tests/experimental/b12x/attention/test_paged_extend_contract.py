@@ -82,6 +82,12 @@ def _kwargs(case, **kw):
     return base
 
 
+def _set(t, index, value):
+    t = t.clone()
+    t[index] = value
+    return t
+
+
 def _cu(*values):
     return torch.tensor(values, dtype=torch.int32)
 
@@ -98,6 +104,9 @@ def _cu(*values):
         (lambda c: dict(cu_seqlens_q=_cu(0, 13, 12)), "cu_seqlens_q must be non-decreasing, got cu_seqlens_q[1]=13 > cu_seqlens_q[2]=12"),
         (lambda c: dict(cache_seqlens=_cu(4, 60)), "cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len 5 > cache_seqlens[0]=4"),
         (lambda c: dict(page_table=c.page_table[:, :2]), "page_table has 2 columns, request 1 needs 4 (cache_seqlens[1]=60, page_size 16)"),
+        (lambda c: dict(page_table=_set(c.page_table, (1, 2), -7)),
+         "page_table[1, 2] = -7 is not a page of the cache (k_cache holds 8 pages; request 1 reads its first 4 columns)"),
+        (lambda c: dict(cache_seqlens=_cu(-1, 60)), "cache_seqlens must be >= 0, got cache_seqlens[0]=-1"),
         (lambda c: dict(q=torch.zeros(65, 8, 64, dtype=torch.bfloat16)), "q holds 65 rows, more than max_total_q=64"),
         (lambda c: dict(q=c.q[:, :, :32]), "q must be bfloat16 [*, 8, 64] on cpu, got bfloat16 [12, 8, 32] on cpu"),
     ],
@@ -107,6 +116,20 @@ def test_bind_rejects(change, message):
     case = make_case([5, 60], [5, 7])
     with pytest.raises(ValueError, match=re.escape(message)):
         paged.bind(p, **_kwargs(case, **change(case)))
+
+
+def test_run_extend_runs_extend_and_verify_bindings_only():
+    for mode, q_lens in (("extend", [5, 7]), ("verify", [4, 4])):
+        p = prepared(caps(mode=mode))
+        binding = paged.bind(p, **_kwargs(make_case([5, 60], q_lens, seed=2)))
+        out, lse = paged.run_extend(binding=binding)
+        want_out, want_lse = paged.run(binding=binding)
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+        with pytest.raises(
+            ValueError,
+            match=re.escape(f"run_decode runs a binding of a plan in mode decode; this one's plan has mode {mode!r}"),
+        ):
+            paged.run_decode(binding=binding)
 
 
 def test_verify_needs_one_q_len():

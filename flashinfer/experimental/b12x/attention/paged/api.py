@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
+from ._bind_values import check_page_ids, check_values
 from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers read them from api)
     DTYPES,
     EXTEND_MODES,
@@ -447,10 +448,14 @@ def bind(
     Decode: q [batch, Hq, D]; cu_seqlens_q may be omitted (it must be arange(batch + 1); it is not
     read). Extend/verify: q [total_q, Hq, D] with cu_seqlens_q int32 [batch + 1] (cu[0] = 0,
     non-decreasing, cu[batch] <= total_q: rows past cu[batch], e.g. CUDA-graph padding, are left
-    unwritten; q_len <= cache_seqlens per request; verify: one q_len for all). Those value checks read cu_seqlens_q and cache_seqlens on the host, except while a CUDA
-    graph is being captured (then they are skipped: the kernels treat negative q_lens as empty and
-    clamp, so bad values give wrong rows, never a fault). output/lse default to the plan's buffers (valid until the next run). k_descale/v_descale
-    (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to 1/sqrt(D).
+    unwritten; q_len <= cache_seqlens per request; verify: one q_len for all). Every mode: cache_seqlens >= 0
+    (in decode 0 is an empty request, e.g. a padding slot: its row is 0 and its LSE -inf), each request's pages
+    fit the page table's columns, and the page ids a request reads (its first ceil(cache_seqlens / page_size)
+    columns; the rest may hold anything) lie in [0, k_cache pages). Those value checks read the tensors on the
+    host (one device read), except while a CUDA graph is being captured: values a binding is replayed with later
+    are the caller's to keep valid. output/lse default to the plan's buffers (valid until the next run).
+    k_descale/v_descale (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to
+    1/sqrt(D).
     """
     import torch
 
@@ -498,8 +503,9 @@ def bind(
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale!r}")
 
-    if c.mode in EXTEND_MODES and not _capturing(dev):
-        _check_extend_values(c, cu_seqlens_q, cache_seqlens, page_table, total_q)
+    if not _capturing(dev):
+        check_values(c, cu_seqlens_q if c.mode in EXTEND_MODES else None, cache_seqlens, page_table, total_q)
+        check_page_ids(c, cache_seqlens, page_table, k_cache.shape[0])
 
     fp8 = c.kv_dtype == "float8_e4m3fn"
     descales = []
@@ -586,33 +592,6 @@ def _capturing(dev) -> bool:
     return dev.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
-def _check_extend_values(c: Caps, cu, lens, page_table, total_q: int) -> None:
-    """Host checks of the live request layout (one small device read; skipped under capture)."""
-    cu_l, lens_l = cu.tolist(), lens.tolist()
-    if cu_l[0] != 0 or cu_l[-1] > total_q:
-        raise ValueError(
-            f"cu_seqlens_q must start at 0 and end at most at total_q={total_q} (rows of q), got {cu_l[0]} .. {cu_l[-1]}"
-        )
-    q_lens = [b - a for a, b in zip(cu_l, cu_l[1:])]
-    for b, n in enumerate(q_lens):
-        if n < 0:
-            raise ValueError(
-                f"cu_seqlens_q must be non-decreasing, got cu_seqlens_q[{b}]={cu_l[b]} > cu_seqlens_q[{b + 1}]={cu_l[b + 1]}"
-            )
-    for b, (n, kv) in enumerate(zip(q_lens, lens_l)):
-        if n > kv:
-            raise ValueError(
-                f"cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len {n} > cache_seqlens[{b}]={kv}"
-            )
-        if -(-kv // c.page_size) > page_table.shape[1]:
-            raise ValueError(
-                f"page_table has {page_table.shape[1]} columns, request {b} needs {-(-kv // c.page_size)} "
-                f"(cache_seqlens[{b}]={kv}, page_size {c.page_size})"
-            )
-    if c.mode == "verify" and len(set(q_lens)) > 1:
-        raise ValueError(f"verify mode: every request must have the same q_len, got q_lens {sorted(set(q_lens))}")
-
-
 # ---- run -----------------------------------------------------------------------------------------
 def _launchers(plan):
     state = plan.state
@@ -661,6 +640,25 @@ def run(*, binding: Binding, plan=None):
     if launchers:  # the separate merge (fused_merge=False)
         launchers[0](req, part_o, part_lse, b.sink, b.out, b.lse, b.has_sink)
     return b.out, b.lse
+
+
+def run_decode(*, binding: Binding, plan=None):
+    """`run` for a binding of a decode plan (raises ValueError for another mode): (out, lse)."""
+    return _run_mode(binding, plan, ("decode",), "run_decode")
+
+
+def run_extend(*, binding: Binding, plan=None):
+    """`run` for a binding of an extend or verify plan (raises ValueError for decode): (out, lse)."""
+    return _run_mode(binding, plan, EXTEND_MODES, "run_extend")
+
+
+def _run_mode(binding, plan, modes, name: str):
+    if isinstance(binding, Binding) and binding.plan.caps.mode not in modes:
+        raise ValueError(
+            f"{name} runs a binding of a plan in mode {' / '.join(modes)}; this one's plan has mode "
+            f"{binding.plan.caps.mode!r} (use run, or run_decode / run_extend to match)"
+        )
+    return run(binding=binding, plan=plan)
 
 
 def _run_extend(b: Binding):
