@@ -220,6 +220,12 @@ def test_mm_errors(call, message):
 
 
 @pytest.mark.contract
+def test_alpha_none_is_one():
+    a, b = _nv()
+    assert torch.equal(B.mm(a, b, alpha=None), B.mm(a, b, alpha=1.0)) and torch.equal(B.mm(a, b), B.mm(a, b, alpha=1))
+
+
+@pytest.mark.contract
 def test_empty_m_returns_an_empty_output():
     o = make_operands("bfloat16", "nvfp4", 1, 32, 128)
     out = B.mm(torch.zeros(0, 128, dtype=torch.bfloat16), o.weight)

@@ -173,6 +173,33 @@ def test_block_fp8_bind_errors(quiet_reference):
         BF.bind(p, source=x, packed_weight=pw, workspace={})
     with pytest.raises(ValueError, match=r"pass either a binding or \(source, packed_weight, plan\), not both"):
         BF.run(x, binding=BF.bind(p, source=x, packed_weight=pw))
+    for bad, message in (
+        (x.float(), r"source_tk must be bfloat16 \[T, 256\] contiguous on cpu, got float32 \[3, 256\]"),
+        (
+            torch.zeros(17, 256, dtype=torch.bfloat16),
+            r"source_tk has 17 tokens, above the plan's capacity max_tokens=16",
+        ),
+        (torch.zeros(256, 3, dtype=torch.bfloat16).t(), r"source_tk must be .* \(non-contiguous\)"),
+        (torch.zeros(3, 128, dtype=torch.bfloat16), r"source_tk must be bfloat16 \[T, 256\] contiguous on cpu, got"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            BF.quantize_input(bad, plan=p)
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("module, recipe", [(MX, "mxfp8"), (TF, "fp8_tensor")])
+def test_linear_pack_weight_takes_blockscaled_keywords(module, recipe):
+    """mxfp8_linear / tensor_fp8_linear.pack_weight have gemm.blockscaled.pack_weight's keywords: their own recipe
+    (or None) packs the same bytes, another recipe or NVFP4's global_scale is an error naming it."""
+    _, w = _xw()
+    a, b = module.pack_weight(w, recipe=recipe), module.pack_weight(w)
+    assert a.recipe == b.recipe == recipe and torch.equal(a.values.view(torch.uint8), b.values.view(torch.uint8))
+    with pytest.raises(
+        ValueError, match=f"packs recipe '{recipe}' only \\(recipe=None or '{recipe}'\\), got recipe='nvfp4'"
+    ):
+        module.pack_weight(w, recipe="nvfp4")
+    with pytest.raises(ValueError, match="global_scale is an NVFP4 argument"):
+        module.pack_weight(w, global_scale=2.0)
 
 
 # ---- the quantizer kernel ---------------------------------------------------------------------

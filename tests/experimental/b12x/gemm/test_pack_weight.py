@@ -105,6 +105,10 @@ def test_high_precision_weights_quantize_with_the_oracles(recipe):
             r"global_scale is an NVFP4 argument; recipe mxfp4 has none",
         ),
         (
+            lambda: pack_weight(_w(), recipe="mxfp8", global_scale=2.0),
+            r"global_scale is an NVFP4 argument; recipe mxfp8",
+        ),
+        (
             lambda: pack_weight(torch.zeros(N, K // 2, dtype=torch.uint8), None),
             r"scale is required for a packed FP4 weight",
         ),

@@ -187,6 +187,8 @@ def pack_weight(
         if scale is not None:
             raise ValueError("scale must be None when a high-precision weight is quantized here")
         _check_k(recipe, weight.shape[1])
+        if global_scale is not None and recipe != "nvfp4":
+            raise ValueError(f"global_scale is an NVFP4 argument; recipe {recipe} has none")
         w = _quantize(weight, recipe, global_scale, global_scale_kind)
         return _with_input_scale(w, in_s)
 
@@ -207,6 +209,14 @@ def pack_weight(
         "weight must be uint8/float4_e2m1fn_x2 (packed FP4), float8_e4m3fn, or bf16/fp16/fp32 with recipe=, "
         f"got {_describe(weight)}"
     )
+
+
+def own_recipe(op: str, own: str, recipe) -> str:
+    """The recipe of a one-recipe linear module's pack_weight (mxfp8_linear, tensor_fp8_linear): None or its own,
+    which it takes keyword-compatibly with gemm.blockscaled.pack_weight."""
+    if recipe is not None and recipe != own:
+        raise ValueError(f"{op}.pack_weight packs recipe {own!r} only (recipe=None or {own!r}), got recipe={recipe!r}")
+    return own
 
 
 def _with_input_scale(w: Weight, in_s) -> Weight:

@@ -197,20 +197,7 @@ def bind(plan: BlockFp8LinearPlan, *, source, packed_weight, bias=None, workspac
         raise ValueError(f"plan must come from b12x.gemm.block_fp8_linear.plan(caps), got {type(plan).__name__}")
     state = plan.state
     c = plan.caps
-    if (
-        not isinstance(source, torch.Tensor)
-        or source.dim() != 2
-        or source.shape[1] != c.in_features
-        or dtype_name(source.dtype) != c.source_dtype
-        or source.device != state.device
-        or not source.is_contiguous()
-    ):
-        raise ValueError(
-            f"source must be {c.source_dtype} [T, {c.in_features}] contiguous on {state.device}, got {describe(source)}"
-        )
-    t = source.shape[0]
-    if t > c.max_tokens:
-        raise ValueError(f"source has {t} tokens, above the plan's capacity max_tokens={c.max_tokens}")
+    t = _check_source("source", source, c, state.device)
     if (
         not isinstance(packed_weight, Weight)
         or packed_weight.recipe != "fp8_block"
@@ -240,6 +227,24 @@ def bind(plan: BlockFp8LinearPlan, *, source, packed_weight, bias=None, workspac
     return Binding(plan, source, packed_weight, bias, scratch["act_values"][:t], scratch["act_scales"][:t], output, t)
 
 
+def _check_source(name: str, source, c, device) -> int:
+    """source [T, in_features] in the plan's source dtype, contiguous on its device, T <= max_tokens: T."""
+    if (
+        not isinstance(source, torch.Tensor)
+        or source.dim() != 2
+        or source.shape[1] != c.in_features
+        or dtype_name(source.dtype) != c.source_dtype
+        or source.device != device
+        or not source.is_contiguous()
+    ):
+        raise ValueError(
+            f"{name} must be {c.source_dtype} [T, {c.in_features}] contiguous on {device}, got {describe(source)}"
+        )
+    if source.shape[0] > c.max_tokens:
+        raise ValueError(f"{name} has {source.shape[0]} tokens, above the plan's capacity max_tokens={c.max_tokens}")
+    return source.shape[0]
+
+
 def quantize_input(source_tk, *, plan, out=None):
     """source [T, K] -> (E4M3 values [T, K] as uint8, fp32 scales [T, K/128]) per token per 128,
     bit-exact with `_lib.quant.quantize_block_fp8_act`; into `out` = (values, scales) when given."""
@@ -247,7 +252,7 @@ def quantize_input(source_tk, *, plan, out=None):
         raise ValueError(f"plan must come from b12x.gemm.block_fp8_linear.plan(caps), got {type(plan).__name__}")
     state = plan.state
     c = plan.caps
-    t = source_tk.shape[0]
+    t = _check_source("source_tk", source_tk, c, state.device)
     if out is None:
         out = (
             torch.empty(t, c.in_features, dtype=torch.uint8, device=source_tk.device),

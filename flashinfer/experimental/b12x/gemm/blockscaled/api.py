@@ -223,9 +223,7 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
         raise ValueError(f"the rope tensors give {rope}, the plan's query.rope is {plan_obj.caps.rope}")
     if plan_obj is not None and plan_obj.caps.norm != norm:
         raise ValueError(f"norm_weight (given: {norm}) must match the plan's query.norm={plan_obj.caps.norm}")
-    if plan_obj is not None:
-        if not isinstance(plan_obj, GemmPlan):
-            raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan_obj).__name__}")
+    if plan_obj is not None:  # (mm checked its type and that it is prepared)
         state = plan_obj.state
         q = plan_obj.caps
         got = (p.a.fmt, p.b.fmt, p.n, p.k, p.out_dtype)
@@ -252,6 +250,8 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
 
 
 def _check_alpha(alpha, device):
+    if alpha is None:
+        return 1.0
     if isinstance(alpha, torch.Tensor):
         if alpha.dtype != torch.float32 or alpha.numel() != 1 or alpha.device != device:
             raise ValueError(
@@ -329,7 +329,7 @@ def mm(
     sf_dtype=None,
     c_dtype=None,
     sf_vec_size=None,
-    alpha=1.0,
+    alpha=None,
     stream=None,
     epilogue=None,
     residual=None,
@@ -344,7 +344,8 @@ def mm(
     Scales: swizzled 128x4 storage (NVFP4 E4M3 per 16, MX UE8M0 per 32), fp32 [M, K/128] / [N/128,
     K/128] (block-FP8) or an fp32 scalar (tensor-FP8). The recipe comes from (ab_dtype, sf_dtype,
     sf_vec_size), a Weight, or the dtypes. c_dtype: bf16 (default) / fp16 / fp32, or out's dtype.
-    alpha: float or 1-element fp32 tensor on the device. expected_m: the M a variant is picked for
+    alpha: float or 1-element fp32 tensor on the device; None is 1 (a packed Weight's own alpha, e.g. NVFP4's
+    1 / global scale, applies either way). expected_m: the M a variant is picked for
     when it is larger than the live M (one variant for a range of M). stream: run on this stream.
     epilogue: None / "none", "silu_mul" (rhs a [2I, K] gate_up weight, gate rows first: C = silu(gate)
     * up, [M, I]) or "residual" (C = product + residual, residual [M, N] in C's dtype), each in fp32
@@ -358,6 +359,10 @@ def mm(
     Returns out ([M, N] or [M, I] or [M, Hq, D], or [M, N, L] for 3-D operands).
     """
     epilogue = EP.normalize(epilogue)
+    if plan is not None:  # on every device, eager or traced: a plan must be this op's and prepared
+        if not isinstance(plan, GemmPlan):
+            raise ValueError(f"plan must come from b12x.gemm.blockscaled.plan(query), got {type(plan).__name__}")
+        plan.state  # noqa: B018 - raises PlanNotPreparedError naming PreparationSession
     own_out = epilogue in ("silu_mul", "rope_append")  # out is not [M, N]: checked here, not by resolve
     if own_out and out is not None and c_dtype is None:
         c_dtype = out.dtype
@@ -378,6 +383,13 @@ def mm(
     if out is None:
         out = _allocate_out(p, device, epilogue, None if rope_args is None else rope_args[1])
     if p.m == 0:
+        return out
+    if torch.compiler.is_compiling():  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
+        if stream is not None:
+            raise ValueError("stream= is not supported under torch.compile: the op runs on the current stream")
+        _ops.call(lhs, rhs, out, plan=plan, expected_m=expected_m, ab_dtype=ab_dtype, sf_dtype=sf_dtype,
+                  c_dtype=p.out_dtype, sf_vec_size=sf_vec_size, alpha=alpha, epilogue=epilogue, residual=residual,
+                  norm_weight=norm_weight, norm_eps=norm_eps, rope=rope)  # fmt: skip
         return out
     if stream is not None and device.type == "cuda":
         with torch.cuda.stream(stream):
@@ -580,3 +592,8 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.gemm_mm_ (it imports this module lazily)
+
+_ops.register()

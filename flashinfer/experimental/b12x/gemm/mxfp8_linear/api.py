@@ -15,17 +15,22 @@ import torch
 from ..._lib.quant import swizzled_size
 from .._shared.formats import dtype_key
 from .._shared.operands import describe
-from .._shared.weight import Weight
+from .._shared.weight import Weight, own_recipe
 from .._shared.weight import pack_weight as _pack
 from ..blockscaled import api as _bs
 
 OP = "gemm.mxfp8_linear"
 
 
-def pack_weight(weight, scale=None, **kwargs) -> Weight:
+def pack_weight(
+    weight, scale=None, *, recipe=None, global_scale=None, global_scale_kind="multiplier", input_scale=None
+) -> Weight:
     """-> an MXFP8 Weight: bf16/fp16/fp32 [N, K] is quantized; E4M3 [N, K] + UE8M0 [N, K/32] pass through
-    (scales swizzled); DeepSeek block-FP8 (fp32 [N/128, K/128] scales) is requantized to MXFP8."""
-    return _pack(weight, scale, recipe="mxfp8", **kwargs)
+    (scales swizzled); DeepSeek block-FP8 (fp32 [N/128, K/128] scales) is requantized to MXFP8.
+    gemm.blockscaled.pack_weight's keywords: recipe None or "mxfp8"; global_scale is NVFP4's (an error here)."""
+    recipe = own_recipe(OP, "mxfp8", recipe)
+    kw = dict(global_scale=global_scale, global_scale_kind=global_scale_kind, input_scale=input_scale)
+    return _pack(weight, scale, recipe=recipe, **kw)
 
 
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ import torch
 
 from .._shared.formats import dtype_key
 from .._shared.operands import describe
-from .._shared.weight import Weight
+from .._shared.weight import Weight, own_recipe
 from .._shared.weight import pack_weight as _pack
 from ..blockscaled import api as _bs
 from ..blockscaled.reference import quantize_tensor_fp8
@@ -23,12 +23,15 @@ from ..blockscaled.reference import quantize_tensor_fp8
 OP = "gemm.tensor_fp8_linear"
 
 
-def pack_weight(weight, scale=None, *, input_scale=None) -> Weight:
+def pack_weight(
+    weight, scale=None, *, recipe=None, global_scale=None, global_scale_kind="multiplier", input_scale=None
+) -> Weight:
     """E4M3 [N, K] + fp32 scalar scale (or a bf16/fp32 weight, quantized here) -> a tensor-FP8 Weight;
-    input_scale: an optional static activation scale kept on the Weight."""
-    if scale is None:
-        return _pack(weight, recipe="fp8_tensor", input_scale=input_scale)
-    return _pack(weight, scale, recipe="fp8_tensor", input_scale=input_scale)
+    input_scale: an optional static activation scale kept on the Weight. gemm.blockscaled.pack_weight's
+    keywords: recipe None or "fp8_tensor"; global_scale is NVFP4's (an error here)."""
+    recipe = own_recipe(OP, "fp8_tensor", recipe)
+    kw = dict(global_scale=global_scale, global_scale_kind=global_scale_kind, input_scale=input_scale)
+    return _pack(weight, scale, recipe=recipe, **kw)
 
 
 def mm(lhs, rhs, out=None, *, plan=None, expected_m=None, input_scale=None, **kwargs):

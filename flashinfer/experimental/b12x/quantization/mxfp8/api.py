@@ -142,8 +142,14 @@ def quantize_rows(source, values, scale_rows, scale_mma, *, plan: MxFp8Plan | No
     positions are written. All on the source's device, contiguous, pairwise disjoint.
 
     plan=None prepares (once per K, dtype and device) a plan in the default PreparationSession; a
-    given plan must be prepared (PreparationSession) and match the source.
+    given plan must be prepared (PreparationSession) and match the source. Under torch.compile the call is one
+    custom op (`_ops.py`) whose checks run when it runs.
     """
+    if torch.compiler.is_compiling():
+        if plan is not None and not isinstance(plan, MxFp8Plan):
+            raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
+        _ops.call(source, values, scale_rows, scale_mma, plan)
+        return
     if plan is None:
         if not isinstance(source, torch.Tensor) or source.dim() != 2:
             raise ValueError(f"source must be a 2-D tensor [M, K], got {describe(source)}")
@@ -231,3 +237,8 @@ def _check_scale_mma(t, m: int, nb: int, state: PlanState) -> None:
             f"and >= {need} (swizzled 128x4 storage for {m} rows of {nb} scales), got {describe(t)}"
         )
     check_kernel_aligned("scale_mma", t, state, ALIGN)
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.quantization_mxfp8_quantize_rows_
+
+_ops.register()
