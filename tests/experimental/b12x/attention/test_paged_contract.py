@@ -317,6 +317,20 @@ def test_page_ids_past_a_request_s_pages_are_not_read():
     assert torch.all(out[2] == 0) and torch.all(lse[2] == -math.inf)
 
 
+def test_sinks_is_another_name_of_attention_sink_bias():
+    p = prepared()
+    case = make_case([5, 60], seed=6)
+    sinks = torch.randn(8)
+    a = paged.run(binding=paged.bind(p, **_bind_kwargs(case, attention_sink_bias=sinks)))
+    a = tuple(t.clone() for t in a)
+    b = paged.run(binding=paged.bind(p, **_bind_kwargs(case, sinks=sinks)))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="pass the sink logits as attention_sink_bias or as sinks, not both"):
+        paged.bind(p, **_bind_kwargs(case, sinks=sinks, attention_sink_bias=sinks))
+    with pytest.raises(ValueError, match=re.escape("sinks must be float32 [8] on cpu, got float32 [4] on cpu")):
+        paged.bind(p, **_bind_kwargs(case, sinks=torch.zeros(4)))
+
+
 def test_run_decode_and_run_extend_check_the_mode():
     p = prepared()
     binding = paged.bind(p, **_bind_kwargs(make_case([5, 60])))

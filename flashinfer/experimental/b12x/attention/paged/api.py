@@ -442,6 +442,7 @@ def bind(
     attention_sink_bias=None,
     window_left: int = -1,
     sm_scale: float | None = None,
+    sinks=None,
 ) -> Binding:
     """Check the call's tensors against the plan's caps and build views (never allocates or writes).
 
@@ -455,7 +456,7 @@ def bind(
     host (one device read), except while a CUDA graph is being captured: values a binding is replayed with later
     are the caller's to keep valid. output/lse default to the plan's buffers (valid until the next run).
     k_descale/v_descale (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to
-    1/sqrt(D).
+    1/sqrt(D). sinks: another name of attention_sink_bias (fp32 [Hq] sink logits; pass one of the two).
     """
     import torch
 
@@ -524,11 +525,13 @@ def bind(
             raise ValueError(
                 f"{name} must broadcast to [batch, Hkv] = [{batch}, {c.num_kv_heads}], got {list(t.shape)}"
             ) from None
-    sink = attention_sink_bias
+    if sinks is not None and attention_sink_bias is not None:
+        raise ValueError("pass the sink logits as attention_sink_bias or as sinks, not both")
+    sink, sink_name = (attention_sink_bias, "attention_sink_bias") if sinks is None else (sinks, "sinks")
     if sink is not None:
-        _tensor("attention_sink_bias", sink, dtype=torch.float32, shape=(c.num_q_heads,), device=dev)
+        _tensor(sink_name, sink, dtype=torch.float32, shape=(c.num_q_heads,), device=dev)
         if not sink.is_contiguous():
-            raise ValueError("attention_sink_bias must be contiguous")
+            raise ValueError(f"{sink_name} must be contiguous")
 
     if output is None:
         output = scratch["out"][:total_q]
