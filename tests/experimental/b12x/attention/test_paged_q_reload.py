@@ -77,7 +77,8 @@ def test_q_reload_compiles_with_fewer_registers(arch, kv, shape, d):
 def test_two_8_warp_fp8_ctas_an_sm():
     """fp8 8x16x2 (76 KB of shared memory: two an SM) under a launch bound of two CTAs (128 registers):
     with the reload ptxas fits it with 16 bytes of stack (40 without), so 16 warps an SM can run where
-    today's decode kernels run 8 (docs/predictions/attention.md, q_reload)."""
+    today's decode kernels run 8 (docs/predictions/attention.md, q_reload). Session 41's page clamps (the page-table
+    column and the page id, `_decode_loads._pt`) keep two more values live: 32 bytes of stack since."""
     kd, _ = _modules()
     cfg = DecodeConfig(8, 16, 2, **ONE_LAUNCH, q_reload=True, min_ctas=2)
     assert why_not("bfloat16", FP8, 32, 8, 128, 128, 16, cfg, "sm_90a") is None
@@ -87,4 +88,4 @@ def test_two_8_warp_fp8_ctas_an_sm():
     )
     _check_binary(fn, "sm_90a")
     use = CB.resources(fn.artifacts.CUBIN)
-    assert use["REG"] <= 128 and use["STACK"] <= 16 and use["LOCAL"] == 0, use
+    assert use["REG"] <= 128 and use["STACK"] <= 32 and use["LOCAL"] == 0, use

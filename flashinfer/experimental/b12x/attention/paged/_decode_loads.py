@@ -90,7 +90,7 @@ class DecodeLoads:
         Only entries the item reads itself are touched."""
         if kv_end > kv_start:
             p0 = kv_start // self.page_size
-            p1 = (kv_end - 1) // self.page_size
+            p1 = cutlass.min((kv_end - 1) // self.page_size, mPT.shape[1] - 1)  # inside the table (`_pt`)
             row = mPT.iterator + Int64(req) * mPT.stride[0]
             for k in range(tidx, (p1 - p0) // 32 + 2, self.threads):
                 entry = cutlass.min(p0 + 32 * k, p1)
@@ -126,7 +126,7 @@ class DecodeLoads:
             for i in range(tidx, (end - kv_start) * per_row, self.threads):
                 key = kv_start + i // per_row
                 col = Int64(i % per_row * 64)  # 64 16-bit elements a line
-                page = Int64(mPT[req, key // self.page_size])
+                page = Int64(self._pt(mPT, req, key // self.page_size, mK.shape[0]))
                 row = Int64(key % self.page_size)
                 k_off = page * mK.stride[0] + row * mK.stride[1] + Int64(kvh) * mK.stride[2] + col
                 v_off = page * mV.stride[0] + row * mV.stride[1] + Int64(kvh) * mV.stride[2] + col
@@ -134,14 +134,14 @@ class DecodeLoads:
                 cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
 
     @cute.jit
-    def _first_pages(self, mPT, req, kv_start, kv_end, wid):
+    def _first_pages(self, mPT, req, kv_start, kv_end, wid, pages):
         """The page(s) of this warp's first sub-tile of [kv_start, kv_end) (0 when it has none)."""
         t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)
         page = Int32(0)
         page2 = Int32(0)
         if 0 < n_mine:
-            page = mPT[req, (t_begin + wid) * self.nw // self.page_size]
-            page2 = self._second_page(mPT, req, t_begin + wid, kv_end)
+            page = self._pt(mPT, req, (t_begin + wid) * self.nw // self.page_size, pages)
+            page2 = self._second_page(mPT, req, t_begin + wid, kv_end, pages)
         return page, page2
 
     @cute.jit
@@ -170,14 +170,22 @@ class DecodeLoads:
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
-    def _second_page(self, mPT, req, tile, kv_end):
+    def _pt(self, mPT, req, col, pages):
+        """The page of page-table entry (req, col), clamped: the column into the table, the id into [0, pages).
+        bind checks both, but under graph replay the lengths and the table are the caller's; a bad one then
+        reads another page of the cache (wrong keys), never past the table or outside the cache."""
+        page = mPT[req, cutlass.min(col, mPT.shape[1] - 1)]
+        return Int32(cutlass.min(cutlass.Uint32(page), cutlass.Uint32(pages - 1)))  # a negative id wraps high
+
+    @cute.jit
+    def _second_page(self, mPT, req, tile, kv_end, pages):
         """The page of keys tile*nw + page_size .. of a sub-tile spanning two pages; 0 (unused: that
         piece's copy is predicated off) when they lie past kv_end, so the read stays inside the
         request's page-table entries."""
         page = Int32(0)
         if cutlass.const_expr(self.pieces == 2):
             if tile * self.nw + self.piece_keys < kv_end:
-                page = mPT[req, tile * self.pieces + 1]
+                page = self._pt(mPT, req, tile * self.pieces + 1, pages)
         return page
 
     @cute.jit

@@ -91,6 +91,8 @@ class ExtendTile:
                 elif k0 < kv_len:
                     page = mPT[req, cutlass.min(k0 // self.page_size, width - 1)]
                 within = Int64(k0 % self.page_size)
+                page = cutlass.min(cutlass.max(page, Int32(0)), mK.shape[0] - 1)  # an id outside the cache (a
+                # table changed under graph replay; bind rejects it eagerly) reads page 0 or the last: never outside
                 off = Int64(page) * mK.stride[0] + within * mK.stride[1] + Int64(kvh) * mK.stride[2]
                 gK = cute.make_tensor(mK.iterator + off, cute.make_layout((self.ck, self.de), stride=(mK.stride[1], 1)))
                 offv = Int64(page) * mV.stride[0] + within * mV.stride[1] + Int64(kvh) * mV.stride[2]

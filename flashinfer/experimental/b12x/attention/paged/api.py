@@ -454,7 +454,8 @@ def bind(
     fit the page table's columns, and the page ids a request reads (its first ceil(cache_seqlens / page_size)
     columns; the rest may hold anything) lie in [0, k_cache pages). Those value checks read the tensors on the
     host (one device read), except while a CUDA graph is being captured: values a binding is replayed with later
-    are the caller's to keep valid. output/lse default to the plan's buffers (valid until the next run).
+    are the caller's to keep valid; the kernels clamp page ids into the cache and page-table columns into the
+    table, so bad ones give wrong rows, never an access outside the cache (`test_paged_bad_values_gpu.py`). output/lse default to the plan's buffers (valid until the next run).
     k_descale/v_descale (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to
     1/sqrt(D). sinks: another name of attention_sink_bias (fp32 [Hq] sink logits; pass one of the two).
     """
