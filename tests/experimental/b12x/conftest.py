@@ -104,6 +104,33 @@ def run_python():
     return _run_python
 
 
+def _compile_recording(fn, *args, backend="eager"):
+    """fn compiled by torch.compile(fullgraph=True) through a backend that keeps dynamo's graphs ("eager" runs them
+    as traced, "aot_eager" after AOTAutograd's functionalization), called on args: (outputs, the graphs'
+    call_function targets as strings)."""
+    import torch
+
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        if backend == "eager":
+            return gm.forward
+        from torch._dynamo.backends.debugging import aot_eager
+
+        return aot_eager(gm, example_inputs)
+
+    torch._dynamo.reset()
+    got = torch.compile(fn, fullgraph=True, backend=recording)(*args)
+    return got, [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.fixture
+def compile_recording():
+    """compile_recording(fn, *args, backend="eager") -> (outputs, the compiled graphs' call targets)."""
+    return _compile_recording
+
+
 @pytest.fixture
 def cuda_binary():
     """The CUDA binary tools on a compiled cubin (`_lib.cuda_binary`: sass(cubin), resources(cubin),

@@ -10,6 +10,7 @@ import b12x
 from flashinfer.experimental.b12x.gemm.blockscaled import _ops
 from flashinfer.experimental.b12x.gemm.blockscaled._epilogue import RopeAppend, RopeLayout
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
+from tests.experimental.b12x.conftest import _compile_recording
 
 pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference")]
 
@@ -32,20 +33,8 @@ def _w(n, k, seed=1):
 
 def _compiled(fn, *args, backend="eager"):
     """fn compiled with fullgraph; returns (outputs, the b12x ops in its graph)."""
-    graphs = []
-
-    def recording(gm, example_inputs):
-        graphs.append(gm)
-        if backend == "eager":
-            return gm.forward
-        from torch._dynamo.backends.debugging import aot_eager
-
-        return aot_eager(gm, example_inputs)
-
-    torch._dynamo.reset()
-    got = torch.compile(fn, fullgraph=True, backend=recording)(*args)
-    ops = [str(n.target) for gm in graphs for n in gm.graph.nodes if "b12x" in str(n.target)]
-    return got, ops
+    got, targets = _compile_recording(fn, *args, backend=backend)
+    return got, [t for t in targets if "b12x" in t]
 
 
 def _batch_last(t):
