@@ -174,8 +174,14 @@ def run(*, plan: NvFp4Plan, x: torch.Tensor, global_scale, outputs: Outputs) -> 
 
     global_scale: a 1-element fp32 tensor on the plan's device (read only by the kernel) or a
     Python float; finite and > 0 (a tensor's value is not checked: that would read it on the host).
+    Under torch.compile the call is one custom op (`_ops.py`) whose checks run when it runs.
     """
     _check_plan(plan)
+    if torch.compiler.is_compiling():
+        if not isinstance(outputs, Outputs):
+            raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
+        _ops.call(x, global_scale, outputs.packed, outputs.scales, plan)
+        return
     state = plan.state
     _check_x(plan, state, x)
     if not isinstance(outputs, Outputs):
@@ -197,7 +203,8 @@ def quantize(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]
 
     The first call per (K, dtype, device) prepares a plan in the device's default
     PreparationSession (compile + prime); after `freeze_kernel_resolution` a (K, dtype) not seen
-    before raises KernelResolutionFrozenError, a new M never does.
+    before raises KernelResolutionFrozenError, a new M never does. Under torch.compile the outputs are
+    allocated traced and the launch is one custom op (`_ops.py`).
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"x must be a 2-D tensor [M, K], got {describe(x)}")
@@ -207,14 +214,23 @@ def quantize(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]
     k = x.shape[1]
     if k < BLOCK or k % BLOCK:
         raise ValueError(f"x must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
-    p = _oneshot_plan(k, dtype, resolve_device(x.device))
-    state = p.state
-    m = _check_x(p, state, x)
+    m = x.shape[0]
     packed = torch.empty(m, k // 2, dtype=torch.uint8, device=x.device)
     scales = torch.empty(swizzled_size(m, k // BLOCK), dtype=torch.float8_e4m3fn, device=x.device)
+    if torch.compiler.is_compiling():
+        _ops.call(x, global_scale, packed, scales, None)
+    else:
+        quantize_into(x, global_scale, packed, scales)
+    return packed, scales
+
+
+def quantize_into(x: torch.Tensor, global_scale, packed: torch.Tensor, scales: torch.Tensor) -> None:
+    """`quantize`'s launch into given outputs (the one-shot plan for x's K, dtype and device)."""
+    p = _oneshot_plan(x.shape[1], dtype_name(x.dtype), resolve_device(x.device))
+    state = p.state
+    _check_x(p, state, x)
     gs_tensor, gs_value = _global_scale(global_scale, state.device)
     _execute(state, x, gs_tensor, gs_value, packed, scales)
-    return packed, scales
 
 
 _oneshot: dict = {}
@@ -313,3 +329,8 @@ def _global_scale(global_scale, device: torch.device) -> tuple[torch.Tensor | No
     if not 0 < value < math.inf:
         raise ValueError(f"global_scale must be finite and > 0 as fp32, got {global_scale!r}")
     return None, value
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.quantization_nvfp4_quantize_
+
+_ops.register()
