@@ -1,6 +1,7 @@
 """`_lib.cuda_binary.ptx_fingerprint` and `scripts/gemm_decode_ptx_fingerprints.py` (session 40): the hash ignores
 line info, comment lines and debug sections and nothing else; the script's configs are valid and cover the decode K
-loop's forms, the fused kernel's epilogues and moe's expert GEMMs (its --help: test_probe_arguments.py)."""
+loop's forms, the fused kernel's epilogues (rope_append included) and moe's expert GEMMs, and --others names every other
+gemm kernel family (its --help: test_probe_arguments.py)."""
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_gemm_script_configs_cover_the_k_loop_forms(load_script):
     assert all(F.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in fused)
     assert any(c.prefetch for c in plain) and any(c.upfront for c in plain) and any(c.kgroup > 1 for c in plain)
     assert any(c.ashare for c in plain) and any(c.ksplit > 1 for c in plain) and any(c.pdl_wait for c in plain)
-    assert {c.epilogue for c in fused} == {"silu_mul", "residual", "none"} and any(c.norm for c in fused)
+    assert {c.epilogue for c in fused} == {"silu_mul", "residual", "none", "rope_append"} and any(c.norm for c in fused)
     assert any(c.decode.wn > 1 for c in fused) and any(c.decode.prefetch for c in fused)
     assert any(c.decode.upfront for c in fused) and any(c.pdl == "prefetch" for c in fused)
 
@@ -59,3 +60,15 @@ def test_gemm_script_covers_moe_expert_gemms(load_script):
     cfgs = [c for _, c, _ in moe.values()]
     assert any(getattr(c, "early", False) for c in cfgs) and any(c.prefetch for c in cfgs)
     assert any(c.prefetch == 0 for c in cfgs) and any(c.wn > 1 for c in cfgs) and any(s > 1 for _, _, s in moe.values())
+
+
+@pytest.mark.reference
+def test_gemm_script_others_cover_every_other_gemm_kernel(load_script):
+    """--others: the stream, tiled (dequantizing and fp8_mma), mma16, dequantize and SM120 kernels, each on the archs
+    it builds for (sm120 on sm_120a only); the names say which."""
+    others = load_script("gemm_decode_ptx_fingerprints").other_kernels()
+    families = {name.split("/")[0] for name in others}
+    assert families == {"stream", "tiled", "mma16", "dequant", "sm120"}
+    assert all(archs == ("sm_120a",) for name, (archs, _) in others.items() if name.startswith("sm120/"))
+    assert all(archs == ("sm_90a", "sm_120a") for name, (archs, _) in others.items() if not name.startswith("sm120/"))
+    assert any("fp8mma" in name for name in others)
