@@ -4,16 +4,27 @@ layout (cache_seqlens, cu_seqlens_q) and the page ids the requests read. Host co
 from __future__ import annotations
 
 
-def check_values(c, cu, lens, page_table, total_q: int) -> None:
-    """Host checks of the live request layout (one small device read; skipped under capture). cu None: decode
-    (one query row a request, cu_seqlens_q not read)."""
+def check_values(c, cu, lens, page_table, total_q: int, pages: int) -> None:
+    """Host checks of the live request layout and of the page ids the requests read (skipped under capture). cu
+    None: decode (one query row a request, cu_seqlens_q not read). cache_seqlens is read once, as a list."""
     lens_l = lens.tolist()
     for b, kv in enumerate(lens_l):
         if kv < 0:
             raise ValueError(f"cache_seqlens must be >= 0, got cache_seqlens[{b}]={kv}")
-    if cu is None:
-        _check_widths(c, lens_l, page_table)
-        return
+    if cu is not None:
+        _check_extend_layout(c, cu, lens_l, total_q)
+    need = [-(-kv // c.page_size) for kv in lens_l]  # the page-table columns each request reads
+    for b, n in enumerate(need):
+        if n > page_table.shape[1]:
+            raise ValueError(
+                f"page_table has {page_table.shape[1]} columns, request {b} needs {n} "
+                f"(cache_seqlens[{b}]={lens_l[b]}, page_size {c.page_size})"
+            )
+    _check_page_ids(need, page_table, pages)
+
+
+def _check_extend_layout(c, cu, lens_l: list, total_q: int) -> None:
+    """cu_seqlens_q against q's rows and cache_seqlens (extend / verify)."""
     cu_l = cu.tolist()
     if cu_l[0] != 0 or cu_l[-1] > total_q:
         raise ValueError(
@@ -30,26 +41,13 @@ def check_values(c, cu, lens, page_table, total_q: int) -> None:
             raise ValueError(
                 f"cache_seqlens must include the new tokens (q_len <= cache_seqlens), got q_len {n} > cache_seqlens[{b}]={kv}"
             )
-    _check_widths(c, lens_l, page_table)
     if c.mode == "verify" and len(set(q_lens)) > 1:
         raise ValueError(f"verify mode: every request must have the same q_len, got q_lens {sorted(set(q_lens))}")
 
 
-def _check_widths(c, lens_l: list, page_table) -> None:
-    """Each request's pages fit the page table's columns."""
-    for b, kv in enumerate(lens_l):
-        if -(-kv // c.page_size) > page_table.shape[1]:
-            raise ValueError(
-                f"page_table has {page_table.shape[1]} columns, request {b} needs {-(-kv // c.page_size)} "
-                f"(cache_seqlens[{b}]={kv}, page_size {c.page_size})"
-            )
-
-
-def check_page_ids(c, lens, page_table, pages: int) -> None:
-    """The page ids the requests read (columns below ceil(cache_seqlens / page_size); the rest may hold anything)
-    lie in [0, pages). Read on the host as lists, as `check_values` reads cache_seqlens (no tensor is made here):
-    about a millisecond for 8k live entries (lens already checked >= 0 and to fit the table)."""
-    need = [-(-kv // c.page_size) for kv in lens.tolist()]
+def _check_page_ids(need: list, page_table, pages: int) -> None:
+    """The page ids the requests read (row b's first need[b] columns; the rest may hold anything) lie in
+    [0, pages). Read on the host as lists (no tensor is made here): about a millisecond for 8k live entries."""
     width = max(need, default=0)
     if width == 0:
         return

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
-from ._bind_values import check_page_ids, check_values
+from ._bind_values import check_values
 from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers read them from api)
     DTYPES,
     EXTEND_MODES,
@@ -506,8 +506,8 @@ def bind(
         raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale!r}")
 
     if not _capturing(dev):
-        check_values(c, cu_seqlens_q if c.mode in EXTEND_MODES else None, cache_seqlens, page_table, total_q)
-        check_page_ids(c, cache_seqlens, page_table, k_cache.shape[0])
+        cu = cu_seqlens_q if c.mode in EXTEND_MODES else None
+        check_values(c, cu, cache_seqlens, page_table, total_q, k_cache.shape[0])
 
     fp8 = c.kv_dtype == "float8_e4m3fn"
     descales = []
