@@ -13,10 +13,10 @@ from typing import Optional
 
 import torch
 
+from ..._lib.custom_op import register_op
 from ...preparation.plan import plan_from_handle
 from .._shared.weight import Weight
 
-_OP = None
 FORMS = ("tensor", "pair", "weight")
 
 
@@ -88,14 +88,8 @@ def call(lhs, rhs, out, *, plan, expected_m, ab_dtype, sf_dtype, c_dtype, sf_vec
     ints.append(-1 if expected_m is None else int(expected_m))
     strings = (lf, lr, rf, rr, ab_dtype or "", sf_dtype or "", c_dtype or "", epilogue or "")
     scalar = 1.0 if alpha_t is not None else float(alpha)
-    register()(out, caches, tensors, ints, *strings, scalar, float(norm_eps))
+    OP(out, caches, tensors, ints, *strings, scalar, float(norm_eps))
 
 
-def register():
-    """Register the op once per process (at api's import: registering inside a trace is not allowed)."""
-    global _OP
-    if _OP is None:
-        from ..._lib.custom_op import register_op
-
-        _OP = register_op("gemm_mm_", gemm_mm_, mutates_args=("out", "rope_caches"))
-    return _OP
+# Registered when api imports this module (registering inside a trace is not allowed).
+OP = register_op("gemm_mm_", gemm_mm_, mutates_args=("out", "rope_caches"))

@@ -595,5 +595,3 @@ class _nullcontext:
 
 
 from . import _ops  # noqa: E402 - registers torch.ops.b12x.gemm_mm_ (it imports this module lazily)
-
-_ops.register()

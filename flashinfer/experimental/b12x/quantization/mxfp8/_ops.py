@@ -7,9 +7,8 @@ surface. (No `from __future__ import annotations`: torch infers the op's schema 
 
 import torch
 
+from ..._lib.custom_op import register_op
 from ...preparation.plan import plan_from_handle
-
-_OP = None
 
 
 def quantization_mxfp8_quantize_rows_(
@@ -27,18 +26,12 @@ def call(source, values, scale_rows, scale_mma, plan) -> None:
     handle = 0
     if plan is not None:
         handle = plan.state.handle  # raises PlanNotPreparedError naming PreparationSession
-    register()(source, values, scale_rows, scale_mma, handle)
+    OP(source, values, scale_rows, scale_mma, handle)
 
 
-def register():
-    """Register the op once per process (at api's import: registering inside a trace is not allowed)."""
-    global _OP
-    if _OP is None:
-        from ..._lib.custom_op import register_op
-
-        _OP = register_op(
-            "quantization_mxfp8_quantize_rows_",
-            quantization_mxfp8_quantize_rows_,
-            mutates_args=("values", "scale_rows", "scale_mma"),
-        )
-    return _OP
+# Registered when api imports this module (registering inside a trace is not allowed).
+OP = register_op(
+    "quantization_mxfp8_quantize_rows_",
+    quantization_mxfp8_quantize_rows_,
+    mutates_args=("values", "scale_rows", "scale_mma"),
+)

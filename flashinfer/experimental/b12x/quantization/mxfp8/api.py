@@ -145,9 +145,9 @@ def quantize_rows(source, values, scale_rows, scale_mma, *, plan: MxFp8Plan | No
     given plan must be prepared (PreparationSession) and match the source. Under torch.compile the call is one
     custom op (`_ops.py`) whose checks run when it runs.
     """
+    if plan is not None and not isinstance(plan, MxFp8Plan):
+        raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
     if torch.compiler.is_compiling():
-        if plan is not None and not isinstance(plan, MxFp8Plan):
-            raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
         _ops.call(source, values, scale_rows, scale_mma, plan)
         return
     if plan is None:
@@ -159,8 +159,6 @@ def quantize_rows(source, values, scale_rows, scale_mma, *, plan: MxFp8Plan | No
         if k < BLOCK or k % BLOCK:
             raise ValueError(f"source must have K % {BLOCK} == 0 (K >= {BLOCK}), got K={k}")
         plan = _oneshot_plan(k, dtype, resolve_device(source.device))
-    elif not isinstance(plan, MxFp8Plan):
-        raise ValueError(f"plan must come from b12x.quantization.mxfp8.plan(query), got {type(plan).__name__}")
     state = plan.state
     m = _check_source(plan, state, source)
     k = plan.caps.k
@@ -240,5 +238,3 @@ def _check_scale_mma(t, m: int, nb: int, state: PlanState) -> None:
 
 
 from . import _ops  # noqa: E402 - registers torch.ops.b12x.quantization_mxfp8_quantize_rows_
-
-_ops.register()

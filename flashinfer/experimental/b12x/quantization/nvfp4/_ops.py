@@ -9,9 +9,8 @@ from typing import Optional
 
 import torch
 
+from ..._lib.custom_op import register_op
 from ...preparation.plan import plan_from_handle
-
-_OP = None
 
 
 def quantization_nvfp4_quantize_(
@@ -35,16 +34,8 @@ def call(x, global_scale, packed, scales, plan) -> None:
     """`run`'s / `quantize`'s arguments as one call of the op (plan None: quantize's one-shot plan)."""
     handle = 0 if plan is None else plan.state.handle  # raises PlanNotPreparedError naming PreparationSession
     tensor = global_scale if isinstance(global_scale, torch.Tensor) else None
-    register()(x, packed, scales, tensor, 1.0 if tensor is not None else float(global_scale), handle)
+    OP(x, packed, scales, tensor, 1.0 if tensor is not None else float(global_scale), handle)
 
 
-def register():
-    """Register the op once per process (at api's import: registering inside a trace is not allowed)."""
-    global _OP
-    if _OP is None:
-        from ..._lib.custom_op import register_op
-
-        _OP = register_op(
-            "quantization_nvfp4_quantize_", quantization_nvfp4_quantize_, mutates_args=("packed", "scales")
-        )
-    return _OP
+# Registered when api imports this module (registering inside a trace is not allowed).
+OP = register_op("quantization_nvfp4_quantize_", quantization_nvfp4_quantize_, mutates_args=("packed", "scales"))

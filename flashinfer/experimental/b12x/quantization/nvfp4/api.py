@@ -177,15 +177,13 @@ def run(*, plan: NvFp4Plan, x: torch.Tensor, global_scale, outputs: Outputs) -> 
     Under torch.compile the call is one custom op (`_ops.py`) whose checks run when it runs.
     """
     _check_plan(plan)
+    if not isinstance(outputs, Outputs):
+        raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
     if torch.compiler.is_compiling():
-        if not isinstance(outputs, Outputs):
-            raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
         _ops.call(x, global_scale, outputs.packed, outputs.scales, plan)
         return
     state = plan.state
     _check_x(plan, state, x)
-    if not isinstance(outputs, Outputs):
-        raise ValueError(f"outputs must be the Outputs of allocate_outputs(plan), got {type(outputs).__name__}")
     _check_outputs(plan, state, outputs.packed, outputs.scales, plan.caps.max_rows)
     check_disjoint(
         ("x", x),
@@ -332,5 +330,3 @@ def _global_scale(global_scale, device: torch.device) -> tuple[torch.Tensor | No
 
 
 from . import _ops  # noqa: E402 - registers torch.ops.b12x.quantization_nvfp4_quantize_
-
-_ops.register()
