@@ -666,9 +666,8 @@ class _ExpertGemm:
                     stages = early_stages
                     for c in cutlass.range(first, chunks, self.logic.kstep, unroll=self.logic.cfg.unroll):
                         stages, acc = self.logic.pipelined_chunk(DEVICE, rt, lane, nw, c, chunks, stages, acc)
-                    more = DEVICE.imin(
-                        groups - 1 - grp, Int32(1)
-                    )  # the next group's first stages (none after the last)
+                    # the next group's first stages (none after the last)
+                    more = DEVICE.imin(groups - 1 - grp, Int32(1))
                     early_stages = self.logic.prefetch_prologue(DEVICE, rt, lane, nw, first, chunks * more)
                 else:  # gemm decode's K loop: plain chunks (prefetch 0) or the prefetch pipeline
                     acc = self.logic.k_loop(rt, lane, nw, first, self.logic.kstep, chunks, acc)
