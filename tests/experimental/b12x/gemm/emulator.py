@@ -175,6 +175,10 @@ class EmuOps:
         v = self.f32(value)
         self._stg(addr, [x.tobytes() for x in v], pred)
 
+    def stg_v2(self, addr, a, b, pred):
+        words = np.stack([self.u32(v) for v in (a, b)], axis=1)  # [lanes, 2]
+        self._stg(addr, [w.tobytes() for w in words], pred)
+
     def stg_v4(self, addr, a, b, c, d, pred):
         words = np.stack([self.u32(v) for v in (a, b, c, d)], axis=1)  # [lanes, 4]
         self._stg(addr, [w.tobytes() for w in words], pred)
@@ -325,6 +329,62 @@ class EmuOps:
 
     def f32_bits(self, x):
         return self.f32(x).view(np.uint32)
+
+    # packed halves (half_to_f32 is exact, so each compare is the halves' own)
+    def _half(self, kind, u, shift):
+        return half_to_f32(kind, (self.u32(u) >> np.uint32(shift)) & np.uint32(0xFFFF))
+
+    def _h2_mask(self, kind, a, b, cmp):
+        out = np.zeros(LANES, dtype=np.uint32)
+        for sh in (0, 16):
+            out |= np.where(cmp(self._half(kind, a, sh), self._half(kind, b, sh)), 0xFFFF, 0).astype(np.uint32) << sh
+        return out
+
+    def h2_abs(self, kind, u):
+        return self.u32(u) & np.uint32(0x7FFF7FFF)
+
+    def h2_max(self, kind, a, b):
+        """max.{bf16,f16}x2: a NaN half loses to a number; two NaN give the canonical NaN."""
+        out = np.zeros(LANES, dtype=np.uint32)
+        for sh in (0, 16):
+            fa, fb = self._half(kind, a, sh), self._half(kind, b, sh)
+            ha, hb = (self.u32(a) >> sh) & 0xFFFF, (self.u32(b) >> sh) & 0xFFFF
+            res = np.where(np.isnan(fb) | (fa >= fb), ha, hb)
+            out |= np.where(np.isnan(fa) & np.isnan(fb), 0x7FFF, res).astype(np.uint32) << sh
+        return out
+
+    def h2_ge(self, kind, a, b):
+        return self._h2_mask(kind, a, b, np.greater_equal)
+
+    def h2_le(self, kind, a, b):
+        return self._h2_mask(kind, a, b, np.less_equal)
+
+    def bitsel(self, m, a, b):
+        m = self.u32(m)
+        return (m & self.u32(a)) | (~m & self.u32(b))
+
+    def half_rz(self, kind, x):
+        """cvt.rz.{bf16,f16}.f32: toward zero; overflow gives the largest finite, NaN the canonical 0x7FFF."""
+        x = self.f32(x)
+        if kind == "bfloat16":
+            bits = (x.view(np.uint32) >> np.uint32(16)).astype(np.uint32)
+        else:
+            with np.errstate(over="ignore"):
+                h = x.astype(np.float16)
+            bits = h.view(np.uint16).astype(np.uint32)
+            up = np.abs(h.astype(np.float32)) > np.abs(x)  # rounded away from zero (or to Inf): one step back
+            bits = np.where(up, bits - 1, bits).astype(np.uint32)
+        return np.where(np.isnan(x), 0x7FFF, bits).astype(np.uint32)
+
+    def fmul(self, a, b):
+        return (self.f32(a) * self.f32(b)).astype(np.float32)
+
+    def fmin(self, a, b):
+        return np.fmin(self.f32(a), self.f32(b))
+
+    def cmp_sel(self, op, a, b, x, y):
+        cmp = {"gt": np.greater, "ge": np.greater_equal, "eq": np.equal}[op]
+        return np.where(cmp(self.f32(a), self.f32(b)), self.u32(x), self.u32(y)).astype(np.uint32)
 
     def div_rn(self, a, b):
         return (self.f32(a) / self.f32(b)).astype(np.float32)

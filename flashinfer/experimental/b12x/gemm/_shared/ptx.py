@@ -6,7 +6,7 @@ an `ops` object, so the same straight-line code also runs on numpy arrays in the
 
 Every instruction here exists on sm_89+ (so sm_90a and sm_120a): 128-bit global/shared accesses,
 cp.async, ldmatrix, mma.sync m16n8k16 (bf16/f16 -> f32), fma.rn.{bf16x2,f16x2}, cvt e4m3x2 <-> f16x2/f32,
-prmt. Predicated loads return zeros when the predicate is off and touch no memory. Shared-memory
+prmt, lop3; the packed bf16x2 compares (`h2_ge` / `h2_le`), and the bulk copies, need sm_90. Predicated loads return zeros when the predicate is off and touch no memory. Shared-memory
 instructions are marked as having side effects so LLVM keeps them ordered with the CTA barriers.
 """
 
@@ -312,6 +312,38 @@ def _f32_bits(x, *, loc=None, ip=None):
     return Uint32(llvm.bitcast(T.i32(), _iv(x, Float32, loc, ip), loc=loc, ip=ip))
 
 
+@dsl_user_op
+def _h2_op(text: str, *args, loc=None, ip=None):
+    """A packed-half instruction `text` ($0 out, $1.. the words) on 32-bit registers."""
+    return _u32_op(text, *args, loc=loc, ip=ip)
+
+
+@dsl_user_op
+def _f32_cmp_sel(op: str, a, b, x, y, *, loc=None, ip=None):
+    ins = [_iv(a, Float32, loc, ip), _iv(b, Float32, loc, ip), _iv(x, Uint32, loc, ip), _iv(y, Uint32, loc, ip)]
+    text = f"{{\n\t.reg .pred p;\n\tsetp.{op}.f32 p, $1, $2;\n\tselp.b32 $0, $3, $4, p;\n\t}}"
+    return Uint32(_asm(T.i32(), ins, text, "=r,f,f,r,r", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _f32_to_half_rz(x, kind: str, *, loc=None, ip=None):
+    text = f"{{\n\t.reg .b16 h;\n\tcvt.rz.{kind}.f32 h, $1;\n\tcvt.u32.u16 $0, h;\n\t}}"
+    return Uint32(_asm(T.i32(), [_iv(x, Float32, loc, ip)], text, "=r,f", loc=loc, ip=ip))
+
+
+@dsl_user_op
+def _stg_v2(addr, a, b, pred, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_iv(addr, Int64, loc, ip), _iv(a, Uint32, loc, ip), _iv(b, Uint32, loc, ip), _iv(pred, Int32, loc, ip)],
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $3, 0;\n\t@p st.global.v2.u32 [$0], {$1, $2};\n\t}",
+        "l,r,r,r",
+        effects=True,
+        loc=loc,
+        ip=ip,
+    )
+
+
 class DeviceOps:
     """The PTX backend of the kernels' `ops` interface (the emulator mirrors every method)."""
 
@@ -440,6 +472,50 @@ class DeviceOps:
     f32_to_e4m3x2 = staticmethod(_f32_pair_to_e4m3x2)
     bits_f32 = staticmethod(_bits_f32)
     f32_bits = staticmethod(_f32_bits)
+
+    # packed halves (kind "bfloat16" / "float16"; sm_90+ for the bf16x2 compares): abs, max (a NaN half
+    # loses to a number), and compares giving 0xFFFF / 0 per half (false for NaN)
+    @staticmethod
+    def h2_abs(kind: str, u):
+        return _h2_op(f"abs.{_MMA_TYPE[kind]}x2 $0, $1;", u)
+
+    @staticmethod
+    def h2_max(kind: str, a, b):
+        return _h2_op(f"max.{_MMA_TYPE[kind]}x2 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def h2_ge(kind: str, a, b):
+        return _h2_op(f"set.ge.u32.{_MMA_TYPE[kind]}x2 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def h2_le(kind: str, a, b):
+        return _h2_op(f"set.le.u32.{_MMA_TYPE[kind]}x2 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def bitsel(m, a, b):
+        """Bits of a where m is set, of b elsewhere (one lop3)."""
+        return _u32_op("lop3.b32 $0, $1, $2, $3, 0xCA;", m, a, b)
+
+    @staticmethod
+    def half_rz(kind: str, x):
+        """fp32 x rounded toward zero to a half (its bits in the low 16; overflow gives the largest finite)."""
+        return _f32_to_half_rz(x, _MMA_TYPE[kind])
+
+    @staticmethod
+    def fmul(a, b):
+        """IEEE fp32 product (mul.rn: never contracted into an fma, no flush of subnormals)."""
+        return _f32_binop("mul.rn.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def fmin(a, b):
+        return _f32_binop("min.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def cmp_sel(op: str, a, b, x, y):
+        """(fp32 a `op` b) ? x : y for 32-bit x, y; op "gt" / "ge" / "eq" (false for NaN)."""
+        return _f32_cmp_sel(op, a, b, x, y)
+
+    stg_v2 = staticmethod(_stg_v2)
 
     @staticmethod
     def div_rn(a, b):

@@ -1,0 +1,161 @@
+"""The CuTe NVFP4 quantizer (`_kernel_cute.py`) on the CPU: its threshold table against a search over every
+half value, its whole CTA on the PTX emulator bit for bit against the oracle, and its compile for both archs."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flashinfer.experimental.b12x._lib.quant import swizzled_size
+from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel_cute as KC
+from flashinfer.experimental.b12x.quantization.nvfp4 import reference
+
+_spec = importlib.util.spec_from_file_location(
+    "_b12x_gemm_emulator", Path(__file__).parents[1] / "gemm" / "emulator.py"
+)
+EMU = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(EMU)
+LANE = np.arange(32, dtype=np.int32)
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def emulated_table(dtype: str, gs: float) -> np.ndarray:
+    """uint32 [128, 8]: the table the kernel's four builder warps write (`CuteLogic.build_row`)."""
+    logic = KC.CuteLogic(dtype, 16, KC.CuteTile())
+    smem = np.zeros(KC.TABLE_WORDS * 4, dtype=np.uint8)
+    ops = EMU.EmuOps(EMU.GlobalMemory(), smem)
+    with np.errstate(all="ignore"):
+        for warp in range(KC.BUILDERS // 32):
+            logic.build_row(ops, 0, warp * 32 + LANE, ops.f32(gs))
+    return smem.view(np.uint32).reshape(128, 8)
+
+
+def searched_table(dtype: str, gs: float) -> np.ndarray:
+    """The same table by definition: for each scale and threshold m * sf, the first non-negative half x (in
+    increasing order) with fl(x * gs) past it (`>` or `>=` as the tie rule says)."""
+    top = 0x7C00 if dtype == "float16" else 0x7F80  # +Inf: every half up to it, NaN excluded
+    bits = torch.arange(top + 1, dtype=torch.int32)
+    products = bits.to(torch.int16).view(DTYPES[dtype]).float() * torch.tensor(gs, dtype=torch.float32)
+    sf = torch.arange(128, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    out = np.zeros((128, 8), dtype=np.uint32)
+    nan = KC.HALF_NAN[dtype] * 0x10001
+    for j in range(8):
+        mid = torch.tensor(KC.MIDS[j % 7], dtype=torch.float32) * sf
+        tx = torch.searchsorted(products, mid, right=not KC.TIES_UP[j % 7]).to(torch.int64)
+        tx = tx | (0x8000 if j == 7 else 0)
+        out[:, j] = (tx | (tx << 16)).numpy().astype(np.uint32)
+    out[0, :] = nan
+    out[127, :] = nan
+    return out
+
+
+def _global_scales(dtype: str) -> list[float]:
+    gen = torch.Generator().manual_seed(7)
+    span = 120 if dtype == "bfloat16" else 30
+    rand = torch.exp2(torch.empty(24).uniform_(-span, span, generator=gen)).tolist()
+    extreme = [2.0**-126, 2.0**127, 3.4e38, 1.2e-38, 1.0, 2688.0 / 3.0, 448.0 * 6 / 1e-3]
+    return extreme + [2.0**e for e in (-40, -9, 0, 9, 40)] + rand
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_threshold_table_matches_a_search_over_every_half(dtype):
+    for gs in _global_scales(dtype):
+        gs = float(np.float32(gs))
+        got, want = emulated_table(dtype, gs), searched_table(dtype, gs)
+        bad = np.argwhere(got != want)
+        assert bad.size == 0, (
+            f"gs={gs!r}: {len(bad)} entries differ, first row {bad[0][0]} word {bad[0][1]}: "
+            f"{got[tuple(bad[0])]:#010x} != {want[tuple(bad[0])]:#010x}"
+        )
+
+
+def run_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_pointer: bool, cap: int | None = None):
+    """Every CTA of the launch on the emulator; returns (packed, scales) storage, poisoned before the run."""
+    m, k = x.shape
+    cap = cap or m
+    logic = KC.CuteLogic(str(x.dtype).removeprefix("torch."), k, tile)
+    g = EMU.GlobalMemory()
+    xb = g.put(x)
+    pb = g.put(torch.full((cap, k // 2), 0xAB, dtype=torch.uint8))
+    sb = g.put(torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8))
+    gb = g.put(torch.tensor([gs if by_pointer else 12345.0], dtype=torch.float32))
+    mpad = (m + 127) // 128 * 128
+    with np.errstate(all="ignore"):
+        for by in range((mpad + logic.rows_per_cta - 1) // logic.rows_per_cta):
+            for bx in range((logic.nb4 + 31) // 32):
+                smem = np.zeros(KC.TABLE_WORDS * 4, dtype=np.uint8)
+                ops = EMU.EmuOps(g, smem)
+                gsv = logic.global_scale(ops, gb, ops.f32(0.0 if by_pointer else gs), np.int32(by_pointer))
+                for warp in range(KC.BUILDERS // 32):
+                    logic.build_row(ops, 0, warp * 32 + LANE, gsv)
+                for warp in range(tile.warps):
+                    loaded = logic.loads(ops, xb, m, warp, LANE, bx, by)
+                    logic.encode_rows(ops, loaded, gsv, 0, pb, sb, m, warp, LANE, bx, by)
+    packed = torch.from_numpy(g.get(pb)[: cap * k // 2].copy()).reshape(cap, k // 2)
+    scales = torch.from_numpy(g.get(sb)[: swizzled_size(cap, k // 16)].copy())
+    return packed, scales
+
+
+def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-20, 20, (m, k // 16, 1), generator=gen)).repeat(
+        1, 1, 16
+    ).reshape(m, k)
+    x = x.to(dtype)
+    flat = x.view(-1)
+    flat[3] = float("nan")
+    flat[min(40, flat.numel() - 1)] = float("-inf")
+    flat[min(17, flat.numel() - 1)] = -0.0
+    if k >= 32:
+        x[0, 16:32] = 0  # an all-zero block: scale byte 0
+    if m > 2:
+        x[2, :16] = float("nan")  # an all-NaN block: scale byte 0, codes +0
+        x[1, :16] = torch.finfo(dtype).tiny / 4  # subnormal halves
+    return x
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "m, k, tile, by_pointer",
+    [
+        (3, 64, KC.CuteTile(4, 1), False),
+        (5, 48, KC.CuteTile(), True),  # K / 16 = 3: one padding scale column
+        (130, 32, KC.CuteTile(4, 8), False),  # rows into a second 128-row block
+        (33, 544, KC.CuteTile(8, 2), True),  # 34 scale columns: two CTA columns, the second nearly idle
+    ],
+)
+def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
+    x = _inputs(m, k, dtype, seed=m * k)
+    gs = float(np.float32(448.0 * 6.0 / 37.0))
+    cap = m + 3  # rows past M stay as the caller left them
+    packed, scales = run_emulated(x, gs, tile, by_pointer=by_pointer, cap=cap)
+    want_p = torch.full((cap, k // 2), 0xAB, dtype=torch.uint8)
+    want_s = torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8)
+    reference.quantize_into(x, gs, want_p, want_s)
+    assert torch.equal(packed, want_p), (packed != want_p).nonzero()[:5]
+    assert torch.equal(scales, want_s), (scales != want_s).nonzero()[:5]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_cute_quantizer_compiles_for_both_archs(arch, dtype):
+    fn = KC.compile_cute(dtype, 7168, KC.CuteTile(), arch)
+    ptx = fn.artifacts.PTX
+    # the per-element encode is packed-half compares and lop3 selects: no fp32 work, no division per element
+    assert f"set.ge.u32.{'bf16' if dtype == 'bfloat16' else 'f16'}x2" in ptx
+    assert "lop3.b32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx
+
+
+def test_why_not_names_what_is_wrong():
+    assert KC.why_not(64, KC.CuteTile()) is None
+    assert "warps" in KC.why_not(64, KC.CuteTile(warps=2))
+    assert "multiple of 16" in KC.why_not(40, KC.CuteTile())
+    with pytest.raises(ValueError, match="dtype"):
+        KC.CuteLogic("float32", 64, KC.CuteTile())
