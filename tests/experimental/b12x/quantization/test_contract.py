@@ -103,7 +103,11 @@ def test_mxfp8_plan_query_forms():
         ((128, 4100), {}, "k must be a positive multiple of 16, got 4100"),
         ((128, 0), {}, "k must be a positive multiple of 16, got 0"),
         ((128, 4096), {"invocation": torch.float32}, "invocation must be the activation dtype, one of"),
-        ((128, 4096), {"override": (16, 256, 4)}, "override must be an NvFp4Config or NvFp4Dispatch valid for k=4096"),
+        (
+            (128, 4096),
+            {"override": (16, 256, 4)},
+            "override must be an NvFp4Config, CuteTile or NvFp4Dispatch valid for k=4096",
+        ),
     ],
 )
 def test_nvfp4_plan_errors(args, kwargs, message):
@@ -136,7 +140,7 @@ def test_overrides_are_kept_in_the_plan():
     assert p.override == NvFp4Config(32, 128, 4) and p != nvfp4.plan(64, 256)
     q = mxfp8.plan((256, "bfloat16", 64), override=MxFp8Config(8, 64, 2))
     assert q.override == MxFp8Config(8, 64, 2)
-    with pytest.raises(ValueError, match="override must be an NvFp4Config or NvFp4Dispatch valid for k=256"):
+    with pytest.raises(ValueError, match="override must be an NvFp4Config, CuteTile or NvFp4Dispatch valid for k=256"):
         nvfp4.plan(64, 256, override=NvFp4Config(3, 128, 4))  # block_m must be a power of two
 
 

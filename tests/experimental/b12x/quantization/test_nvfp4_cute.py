@@ -159,3 +159,21 @@ def test_why_not_names_what_is_wrong():
     assert "multiple of 16" in KC.why_not(40, KC.CuteTile())
     with pytest.raises(ValueError, match="dtype"):
         KC.CuteLogic("float32", 64, KC.CuteTile())
+
+
+def test_plans_take_a_cute_tile():
+    from flashinfer.experimental.b12x.quantization import nvfp4
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch
+
+    p = nvfp4.plan(64, 4096, override=KC.CuteTile(4, 8))
+    ((fn, args),) = p.kernels(p.override, "sm_90a")
+    assert fn is KC.compile_cute and args == ("bfloat16", 4096, KC.CuteTile(4, 8), "sm_90a")
+    ((fn, args),) = nvfp4.plan(64, 4096, override=KC.CuteTile(), pdl=True).kernels(KC.CuteTile(), "sm_120a")
+    assert args[2].pdl
+    mixed = _dispatch.NvFp4Dispatch(_dispatch.default_config(4096), KC.CuteTile(), large_from=64)
+    assert [f.__name__ for f, _ in nvfp4.plan(64, 4096, override=mixed).kernels(mixed, "sm_90a")] == [
+        "compile_nvfp4",
+        "compile_cute",
+    ]
+    with pytest.raises(ValueError, match="CuteTile"):
+        nvfp4.plan(64, 4096, override=KC.CuteTile(warps=3))

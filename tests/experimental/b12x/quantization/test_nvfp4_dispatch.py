@@ -167,7 +167,9 @@ def test_dispatch_override_is_kept_and_checked():
         _dispatch.NvFp4Dispatch(d.small, d.large, 300, _kernel.NvFp4Config(3, 128, 4), 500),
     ]
     for override in bad:
-        with pytest.raises(ValueError, match="override must be an NvFp4Config or NvFp4Dispatch valid for k=256"):
+        with pytest.raises(
+            ValueError, match="override must be an NvFp4Config, CuteTile or NvFp4Dispatch valid for k=256"
+        ):
             nvfp4.plan(64, 256, override=override)
 
 

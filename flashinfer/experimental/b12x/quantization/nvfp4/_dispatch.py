@@ -22,6 +22,8 @@ from functools import cached_property
 
 from . import _kernel
 from ._kernel import NvFp4Config, can_implement, candidate_configs, capped_config, default_config
+from ._kernel_cute import CuteTile
+from ._kernel_cute import why_not as cute_why_not
 
 # Live M from which the large tile runs. The large tile's grid is ceil128(M) / 8 x 7 programs of
 # 4 column tiles each at K = 7168: below ~1024 rows it has fewer programs than the H200 holds at
@@ -64,12 +66,12 @@ MID_K_MAJOR_MAX_K = 4096
 @dataclass(frozen=True)
 class NvFp4Dispatch:
     """Tiles of one plan by live M: `small` for M < large_from, then `mid` (when set) for M < mid_until,
-    then `large`."""
+    then `large`; each an `NvFp4Config` (Triton) or a `CuteTile` (CuTe DSL)."""
 
-    small: NvFp4Config
-    large: NvFp4Config
+    small: NvFp4Config | CuteTile
+    large: NvFp4Config | CuteTile
     large_from: int = LARGE_FROM_M
-    mid: NvFp4Config | None = None
+    mid: NvFp4Config | CuteTile | None = None
     mid_until: int = 0
 
     def configs(self) -> tuple[NvFp4Config, ...]:
@@ -139,37 +141,40 @@ def candidate_selections(max_rows: int, k: int) -> tuple:
     return tuple(out)
 
 
+def is_tile(k: int, tile) -> bool:
+    """A Triton `NvFp4Config` or a CuTe `CuteTile` (`_kernel_cute.py`) valid for k."""
+    if isinstance(tile, NvFp4Config):
+        return can_implement(k, tile)
+    return isinstance(tile, CuteTile) and cute_why_not(k, tile) is None
+
+
 def can_select(k: int, selection) -> bool:
-    """An `NvFp4Config` valid for k, or an `NvFp4Dispatch` of valid configs with an int large_from >= 1 and,
+    """A tile valid for k (`is_tile`), or an `NvFp4Dispatch` of valid tiles with an int large_from >= 1 and,
     with a mid tile, an int mid_until > large_from."""
-    if isinstance(selection, NvFp4Config):
-        return can_implement(k, selection)
+    if isinstance(selection, (NvFp4Config, CuteTile)):
+        return is_tile(k, selection)
     is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
     return (
         isinstance(selection, NvFp4Dispatch)
-        and all(isinstance(c, NvFp4Config) and can_implement(k, c) for c in (selection.small, selection.large))
+        and all(is_tile(k, c) for c in (selection.small, selection.large))
         and is_int(selection.large_from)
         and selection.large_from >= 1
         and is_int(selection.mid_until)
         and (
             (selection.mid is None and selection.mid_until == 0)
-            or (
-                isinstance(selection.mid, NvFp4Config)
-                and can_implement(k, selection.mid)
-                and selection.mid_until > selection.large_from
-            )
+            or (is_tile(k, selection.mid) and selection.mid_until > selection.large_from)
         )
     )
 
 
 def with_pdl(selection, pdl: bool):
-    """The selection (a config or a dispatch) with `NvFp4Config.pdl` set to `pdl` on every tile."""
-    if isinstance(selection, NvFp4Config):
+    """The selection (a tile or a dispatch) with `pdl` set to `pdl` on every tile."""
+    if isinstance(selection, (NvFp4Config, CuteTile)):
         return replace(selection, pdl=pdl)
     mid = None if selection.mid is None else replace(selection.mid, pdl=pdl)
     return replace(selection, small=replace(selection.small, pdl=pdl), large=replace(selection.large, pdl=pdl), mid=mid)
 
 
-def selection_configs(selection) -> tuple[NvFp4Config, ...]:
-    """The configs a selection compiles (a plain config: itself)."""
+def selection_configs(selection) -> tuple:
+    """The tiles a selection compiles (a plain tile: itself)."""
     return selection.configs() if isinstance(selection, NvFp4Dispatch) else (selection,)

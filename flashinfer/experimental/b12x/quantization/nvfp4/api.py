@@ -61,7 +61,8 @@ class NvFp4Caps:
 
 class NvFp4Plan(Plan):
     """A quantizer plan: caps = NvFp4Caps, invocation = the activation dtype name, override = an
-    `NvFp4Config` or an `NvFp4Dispatch` (from `_kernel` / `_dispatch`) or None.
+    `NvFp4Config` (Triton), a `CuteTile` (CuTe DSL, `_kernel_cute.py`) or an `NvFp4Dispatch` of them
+    (`_dispatch`), or None.
 
     Its selection is one config, or (capacity >= `_dispatch.LARGE_FROM_M` rows) an `NvFp4Dispatch`:
     two or three tiles (small, the preload mid tile up to 2^26 elements, large) compiled and primed at
@@ -88,9 +89,13 @@ class NvFp4Plan(Plan):
     def kernels(self, config, arch: str) -> tuple:
         from ._dispatch import selection_configs, with_pdl
         from ._kernel import compile_nvfp4
+        from ._kernel_cute import CuteTile, compile_cute
 
         configs = selection_configs(with_pdl(config, self.caps.pdl))  # an override's tiles too
-        return tuple((compile_nvfp4, (self.dtype, self.caps.k, c, arch)) for c in configs)
+        return tuple(
+            (compile_cute if isinstance(c, CuteTile) else compile_nvfp4, (self.dtype, self.caps.k, c, arch))
+            for c in configs
+        )
 
     def scratch_specs(self, config=None, device="cuda") -> tuple[ScratchBufferSpec, ...]:
         # The fp32 the kernel's global-scale pointer reads when the scale comes as a Python float.
@@ -137,7 +142,7 @@ def plan(m: int, k: int, *, invocation=None, override=None, pdl: bool = False) -
     m: capacity (max rows per run, >= 1); live M is a run-time argument and never compiles.
     k: row length, a multiple of 16 (one E4M3 scale per 16 elements); static (a compile key).
     invocation: the activation dtype, torch.bfloat16 (default, None) or torch.float16 (or its name).
-    override: an `NvFp4Config` (one tile for every M) or an `NvFp4Dispatch` (a small and a large tile,
+    override: an `NvFp4Config` or a `CuteTile` (one tile for every M) or an `NvFp4Dispatch` (a small and a large tile,
         the live M from which the large one runs, optionally a mid tile and the M it runs below) to use
         instead of the heuristic/autotuned selection.
     pdl: launch as a programmatic dependent (module docstring), every tile of the selection.
@@ -153,7 +158,9 @@ def plan(m: int, k: int, *, invocation=None, override=None, pdl: bool = False) -
         from ._dispatch import can_select
 
         if not can_select(k, override):
-            raise ValueError(f"override must be an NvFp4Config or NvFp4Dispatch valid for k={k}, got {override!r}")
+            raise ValueError(
+                f"override must be an NvFp4Config, CuteTile or NvFp4Dispatch valid for k={k}, got {override!r}"
+            )
     if not isinstance(pdl, bool):
         raise ValueError(f"pdl must be a bool, got {pdl!r}")
     return NvFp4Plan(op=OP, caps=NvFp4Caps(m, k, pdl), invocation=dtype, override=override)
@@ -265,10 +272,25 @@ def _launchers(state: PlanState) -> tuple:
     cached = state.extra.get("launchers")
     if cached is not None and cached[0] is state.kernels:
         return cached[1]
-    fns = tuple(compile_fn(*args) for compile_fn, args in state.kernels)
+    fns = tuple(_launcher(compile_fn, args) for compile_fn, args in state.kernels)
     pick = getattr(state.selection, "tile", None) if len(fns) > 1 else None  # NvFp4Dispatch.tile
     state.extra["launchers"] = (state.kernels, (fns, pick))
     return fns, pick
+
+
+def _launcher(compile_fn, args):
+    """The tile's launcher `fn(x, packed, scales, gs_ptr, gs_value, use_ptr, m)`: the Triton tiles' own; a
+    CuTe tile's tvm-ffi function takes its scales as float8_e4m3fn (a uint8 storage is viewed as that)."""
+    fn = compile_fn(*args)
+    if getattr(compile_fn, "backend", None) != "cute":
+        return fn
+
+    def launch(x, packed, scales, gs_ptr, gs_value, use_ptr, m):
+        if scales.dtype != torch.float8_e4m3fn:
+            scales = scales.view(torch.float8_e4m3fn)
+        fn(x, packed, scales, gs_ptr, gs_value, use_ptr, m)
+
+    return launch
 
 
 # -------------------------------------------------------------------------------------------------
