@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--cute WxR ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -15,8 +15,8 @@ each config checks ours against the oracle bit for bit (and the default notes th
 plan's own selection stops the run on a mismatch, a candidate row is reported (MISMATCH) and skipped.
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
 [S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
-pick shapes. --cute WxR [WxR ...] (NVFP4) adds a row per CuTe DSL tile (`nvfp4/_kernel_cute.py`,
-W warps a CTA, R rows a warp), bits checked like every row. Every case also times a "copy (same bytes)" reference row: a plain device copy
+pick shapes. --cute WxR[xN] ... (NVFP4) adds a row per CuTe DSL tile (`nvfp4/_kernel_cute.py`: W warps a
+CTA, R rows a warp, N row tiles a CTA), bits checked like every row. Every case also times a "copy (same bytes)" reference row: a plain device copy
 (`common.kernel_copy_fn`: an SM kernel, not a memcpy, which a captured graph may run on a copy
 engine at a lower rate; session 7's memcpy row read 60-64% of the ceiling at 43-300 MB) of half the
 case's bytes each way, so it moves the same byte count, with the
@@ -215,7 +215,7 @@ def nvfp4_bench_configs(k: int, args) -> list:
         ]
     if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
         configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
-    return configs + [CuteTile(w, r) for w, r in args.cute or ()]
+    return configs + list(args.cute or ())
 
 
 def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
@@ -326,16 +326,19 @@ def _time(fn, args, n_sets: int):
     return measure(fn, args)
 
 
-def _cute_shape(text: str) -> tuple[int, int]:
-    """'8x4' -> (8, 4): a CuteTile's warps and rows (argparse type)."""
+def _cute_shape(text: str) -> CuteTile:
+    """'8x4' or '8x2x4' -> a CuteTile of 8 warps, 4 (2) rows a warp (and 4 row tiles a CTA): argparse type."""
     try:
-        warps, rows = (int(v) for v in text.lower().split("x"))
+        dims = [int(v) for v in text.lower().split("x")]
+        if len(dims) not in (2, 3):
+            raise ValueError
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WARPSxROWS such as 8x4, got {text!r}") from None
-    reason = cute_why_not(16, CuteTile(warps, rows))
+        raise argparse.ArgumentTypeError(f"expected WARPSxROWS[xREPEAT] such as 8x4 or 8x2x4, got {text!r}") from None
+    tile = CuteTile(dims[0], dims[1], repeat=dims[2] if len(dims) == 3 else 1)
+    reason = cute_why_not(16, tile)
     if reason is not None:
         raise argparse.ArgumentTypeError(reason)
-    return warps, rows
+    return tile
 
 
 def dtype_str(dtype) -> str:
@@ -368,8 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         type=_cute_shape,
         default=None,
-        metavar="WARPSxROWS",
-        help="NVFP4: also time the CuTe DSL quantizer with these tiles (e.g. 8x4 4x8)",
+        metavar="WxR[xN]",
+        help="NVFP4: also time the CuTe DSL quantizer with these tiles: W warps, R rows a warp, N row tiles a CTA "
+        "(e.g. 8x4 4x8 8x2x4)",
     )
     parser.add_argument(
         "--pdl",

@@ -26,7 +26,14 @@ nvfp4 = b12x.quantization.nvfp4
 CAP = 4100
 MS = [1, 7, 128, 129, 4097]
 KS = [32, 48, 160, 4096, 7168, 16384]
-TILES = [CuteTile(), CuteTile(4, 8), CuteTile(16, 2), CuteTile(8, 1)]
+TILES = [
+    CuteTile(),
+    CuteTile(4, 8),
+    CuteTile(16, 2),
+    CuteTile(8, 1),
+    CuteTile(8, 2, repeat=4),
+    CuteTile(4, 1, repeat=3),
+]
 
 
 @pytest.fixture(scope="module")

@@ -85,8 +85,9 @@ def run_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_pointer: b
     sb = g.put(torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8))
     gb = g.put(torch.tensor([gs if by_pointer else 12345.0], dtype=torch.float32))
     mpad = (m + 127) // 128 * 128
+    tiles = (mpad + logic.rows_per_cta - 1) // logic.rows_per_cta
     with np.errstate(all="ignore"):
-        for by in range((mpad + logic.rows_per_cta - 1) // logic.rows_per_cta):
+        for by in range((tiles + tile.repeat - 1) // tile.repeat):
             for bx in range((logic.nb4 + 31) // 32):
                 smem = np.zeros(KC.TABLE_WORDS * 4, dtype=np.uint8)
                 ops = EMU.EmuOps(g, smem)
@@ -94,8 +95,9 @@ def run_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_pointer: b
                 for warp in range(KC.BUILDERS // 32):
                     logic.build_row(ops, 0, warp * 32 + LANE, gsv)
                 for warp in range(tile.warps):
-                    loaded = logic.loads(ops, xb, m, warp, LANE, bx, by)
-                    logic.encode_rows(ops, loaded, gsv, 0, pb, sb, m, warp, LANE, bx, by)
+                    for ty in range(by * tile.repeat, (by + 1) * tile.repeat):  # tiles past the last: no access
+                        loaded = logic.loads(ops, xb, m, warp, LANE, bx, ty)
+                        logic.encode_rows(ops, loaded, gsv, 0, pb, sb, m, warp, LANE, bx, ty)
     packed = torch.from_numpy(g.get(pb)[: cap * k // 2].copy()).reshape(cap, k // 2)
     scales = torch.from_numpy(g.get(sb)[: swizzled_size(cap, k // 16)].copy())
     return packed, scales
@@ -128,6 +130,7 @@ def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
         (5, 48, KC.CuteTile(), True),  # K / 16 = 3: one padding scale column
         (130, 32, KC.CuteTile(4, 8), False),  # rows into a second 128-row block
         (33, 544, KC.CuteTile(8, 2), True),  # 34 scale columns: two CTA columns, the second nearly idle
+        (200, 64, KC.CuteTile(4, 2, repeat=3), False),  # 8-row tiles three a CTA: the last CTA past M and the padding
     ],
 )
 def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
@@ -156,6 +159,7 @@ def test_cute_quantizer_compiles_for_both_archs(arch, dtype):
 def test_why_not_names_what_is_wrong():
     assert KC.why_not(64, KC.CuteTile()) is None
     assert "warps" in KC.why_not(64, KC.CuteTile(warps=2))
+    assert "repeat" in KC.why_not(64, KC.CuteTile(repeat=0))
     assert "multiple of 16" in KC.why_not(40, KC.CuteTile())
     with pytest.raises(ValueError, match="dtype"):
         KC.CuteLogic("float32", 64, KC.CuteTile())

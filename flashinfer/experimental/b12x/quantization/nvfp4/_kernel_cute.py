@@ -27,7 +27,9 @@ and fl((c + 1) * gs) against m_j * sf, pick it. test_nvfp4_cute.py checks the ru
 over every half value, for global scales from 2^-126 to 2^127.
 
 Layout. Lane l of CTA (bx, by) owns block column 32 bx + l (its 16 values: two 16-byte loads) in each
-of `rows` consecutive rows of its warp. Every load is issued before the CTA builds its table. The
+of `rows` consecutive rows of its warp, in `repeat` consecutive row tiles of warps x rows rows. Every
+load of the first tile is issued before the CTA builds its table; a later tile's loads are issued before
+the encode of the tile before it. The
 codes of a block are one 8-byte store; four lanes merge their scale bytes (two shuffles) into one
 word of the swizzled layout. Rows past M and columns past K/16, up to the padding, load nothing
 and write their zero scale byte.
@@ -60,12 +62,14 @@ BUILDERS = 128  # threads that build the table, one row each
 @dataclass(frozen=True)
 class CuteTile:
     """warps: per CTA (4, 8 or 16; the first four build the table); rows: rows a warp quantizes, one
-    block a lane in each, every load issued first (1, 2, 4 or 8); pdl: launched as a programmatic
-    dependent (api.py's docstring)."""
+    block a lane in each, every load issued first (1, 2, 4 or 8); repeat: consecutive row tiles (warps x
+    rows rows each) a CTA quantizes with one table, the next tile's loads issued before this one's encode
+    (1..8); pdl: launched as a programmatic dependent (api.py's docstring)."""
 
     warps: int = 8
     rows: int = 4
     pdl: bool = False
+    repeat: int = 1
 
 
 def why_not(k: int, tile) -> str | None:
@@ -74,6 +78,8 @@ def why_not(k: int, tile) -> str | None:
         return f"expected a CuteTile, got {tile!r}"
     if tile.warps not in (4, 8, 16) or tile.rows not in (1, 2, 4, 8) or not isinstance(tile.pdl, bool):
         return f"warps must be 4, 8 or 16, rows 1, 2, 4 or 8 and pdl a bool, got {tile}"
+    if isinstance(tile.repeat, bool) or not isinstance(tile.repeat, int) or not 1 <= tile.repeat <= 8:
+        return f"repeat must be an int in 1..8, got {tile}"
     if k < 16 or k % 16:
         return f"k must be a positive multiple of 16, got {k}"
     return None
@@ -126,19 +132,19 @@ class CuteLogic:
         ops.sts_v4(table + s * 32 + 16, row[4], row[5], row[6], row[7])
 
     # ---- one warp's rows -------------------------------------------------------------------------------
-    def _place(self, ops, m, warp, lane, bx, by, i):
-        """(row, column, live) of slot i: live = the block holds input (row < M, column < K / 16)."""
-        row = by * self.rows_per_cta + warp * self.tile.rows + i
+    def _place(self, ops, m, warp, lane, bx, ty, i):
+        """(row, column, live) of slot i in row tile ty: live = the block holds input (row < M, column < K / 16)."""
+        row = ty * self.rows_per_cta + warp * self.tile.rows + i
         col = bx * 32 + lane
         return row, col, (row < m) & (col < self.nb)
 
-    def loads(self, ops, x_base, m, warp, lane, bx, by):
-        """Every slot's 8 words (zeros where the block holds no input)."""
+    def loads(self, ops, x_base, m, warp, lane, bx, ty):
+        """Every slot's 8 words of row tile ty, one flat list (zeros where the block holds no input)."""
         out = []
         for i in range(self.tile.rows):
-            row, col, live = self._place(ops, m, warp, lane, bx, by, i)
+            row, col, live = self._place(ops, m, warp, lane, bx, ty, i)
             addr = x_base + (ops.i64(row) * ops.i64(self.k) + ops.i64(col * 16)) * 2
-            out.append(list(ops.ldg_v4(addr, live)) + list(ops.ldg_v4(addr + 16, live)))
+            out += list(ops.ldg_v4(addr, live)) + list(ops.ldg_v4(addr + 16, live))
         return out
 
     def scale_byte(self, ops, words, gs):
@@ -173,12 +179,12 @@ class CuteLogic:
 
         return ops.prmt(pair(codes[0], codes[1]), pair(codes[2], codes[3]), 0x6420)
 
-    def encode_rows(self, ops, loaded, gs, table, p_base, s_base, m, warp, lane, bx, by):
-        """Scale, codes and stores of every slot of the warp (`loaded`: `loads`' words)."""
+    def encode_rows(self, ops, loaded, gs, table, p_base, s_base, m, warp, lane, bx, ty):
+        """Scale, codes and stores of every slot of the warp in row tile ty (`loaded`: `loads`' words)."""
         mpad = (m + 127) // 128 * 128
         for i in range(self.tile.rows):
-            row, col, live = self._place(ops, m, warp, lane, bx, by, i)
-            words = loaded[i]
+            row, col, live = self._place(ops, m, warp, lane, bx, ty, i)
+            words = loaded[8 * i : 8 * i + 8]
             mags, byte = self.scale_byte(ops, words, gs)
             entry = table + ops.i32(byte) * 32
             th = list(ops.lds_v4(entry)) + list(ops.lds_v4(entry + 16))
@@ -213,7 +219,8 @@ class CuteNvFp4:
         L = self.logic
         m = mX.shape[0]
         mpad = (m + 127) // 128 * 128
-        grid_y = (mpad + L.rows_per_cta - 1) // L.rows_per_cta
+        tiles_y = (mpad + L.rows_per_cta - 1) // L.rows_per_cta
+        grid_y = (tiles_y + L.tile.repeat - 1) // L.tile.repeat
         self.kernel(mX, mP, mS, mG, gs_value, use_ptr).launch(
             grid=[(L.nb4 + 31) // 32, grid_y, 1],
             block=[32 * L.tile.warps, 1, 1],
@@ -232,12 +239,21 @@ class CuteNvFp4:
         table = smem.allocate_tensor(cutlass.Uint32, cute.make_layout(TABLE_WORDS), 16).iterator.toint()
         if cutlass.const_expr(L.tile.pdl):
             ops.gdc_enter()
-        loaded = L.loads(ops, mX.iterator.toint(), m, warp, lane, bx, by)
+        ty = by * L.tile.repeat  # this CTA's first row tile
+        loaded = L.loads(ops, mX.iterator.toint(), m, warp, lane, bx, ty)
         gs = L.global_scale(ops, mG.iterator.toint(), gs_value, use_ptr)
         if tid < BUILDERS:
             self.logic.build_row(DEVICE, table, tid, gs)
         ops.barrier()
-        L.encode_rows(ops, loaded, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, warp, lane, bx, by)
+        # (the loop body names `self` and DEVICE: the DSL's loop rewriting carries only numbers as locals)
+        for r in cutlass.range(L.tile.repeat - 1, unroll=1):  # the next tile's loads, then this one's encode
+            ahead = self.logic.loads(DEVICE, mX.iterator.toint(), m, warp, lane, bx, ty + r + 1)
+            self.logic.encode_rows(
+                DEVICE, loaded, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, warp, lane, bx, ty + r
+            )
+            loaded = ahead
+        last = ty + L.tile.repeat - 1
+        L.encode_rows(ops, loaded, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, warp, lane, bx, last)
 
 
 @kernel("quantization.nvfp4.cute", sources=_SOURCES)
