@@ -5,12 +5,12 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 if [[ ${1:-} != bench ]]; then
-SHARDS=4 TEST_LIMIT=300 bash scripts/device_snapshot_run.sh - tests/experimental/b12x/quantization/test_gpu_nvfp4_cute.py 2>&1 | grep -E "^commit|passed|failed|error" | tail -8 | cut -c1-240
+SHARDS=4 TEST_LIMIT=300 bash scripts/device_snapshot_run.sh - tests/experimental/b12x/quantization/test_gpu_nvfp4_cute.py tests/experimental/b12x/quantization/test_gpu_mxfp8_cute.py 2>&1 | grep -E "^commit|passed|failed|error" | tail -8 | cut -c1-240
 grep -l "FAILED" /tmp/b12x-par/shard*.log | head -3 | xargs -r grep -h "^FAILED\|^E " | head -20 | cut -c1-300
 mkdir -p "${OUT:-/tmp}/tier_cute" && cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/tier_cute/" 2>/dev/null
 exit 0
 fi
 BENCH_LIMIT=400 BENCH_SERIAL=1 bash scripts/device_snapshot_run.sh scripts/jobs/s42_b.txt none 2>&1 | grep -E "^commit|== q_" | cut -c1-200
-for f in /tmp/b12x-par/q_cute*.log; do grep -E "nvfp4|copy|MISMATCH" "$f" | cut -c1-200 | head -60; done
-cp /tmp/b12x-par/q_cute*.json "${OUT:-/tmp}/" 2>/dev/null
+for f in /tmp/b12x-par/q_*.log; do grep -E "nvfp4|mxfp8|copy|MISMATCH" "$f" | cut -c1-200 | head -60; done
+cp /tmp/b12x-par/q_*.json "${OUT:-/tmp}/" 2>/dev/null
 true

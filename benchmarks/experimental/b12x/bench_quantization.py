@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--cute-mx WxR ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -16,7 +16,8 @@ plan's own selection stops the run on a mismatch, a candidate row is reported (M
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
 [S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
 pick shapes. --cute WxR[xN] ... (NVFP4) adds a row per CuTe DSL tile (`nvfp4/_kernel_cute.py`: W warps a
-CTA, R rows a warp, N row tiles a CTA), bits checked like every row. Every case also times a "copy (same bytes)" reference row: a plain device copy
+CTA, R rows a warp, N row tiles a CTA), bits checked like every row; --cute-mx WxR ... the same for MXFP8
+(`mxfp8/_kernel_cute.py`). Every case also times a "copy (same bytes)" reference row: a plain device copy
 (`common.kernel_copy_fn`: an SM kernel, not a memcpy, which a captured graph may run on a copy
 engine at a lower rate; session 7's memcpy row read 60-64% of the ceiling at 43-300 MB) of half the
 case's bytes each way, so it moves the same byte count, with the
@@ -73,6 +74,8 @@ from flashinfer.experimental.b12x._lib.quant.scales import fp32_const
 from flashinfer.experimental.b12x.quantization import mxfp8, nvfp4
 from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_reference
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
+from flashinfer.experimental.b12x.quantization.mxfp8._kernel_cute import CuteMxTile
+from flashinfer.experimental.b12x.quantization.mxfp8._kernel_cute import why_not as cute_mx_why_not
 from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import ENCODES as NVFP4_ENCODES
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
@@ -258,9 +261,10 @@ def mxfp8_bench_configs(k: int, args, arch: str | None = None) -> list:
     """The MXFP8 rows of a case: None (the plan's own selection on `arch`), then every other candidate
     (--all-configs, unvalidated ones included) or those whose repr contains one of --match's strings."""
     candidates = list(mxfp8_configs(k, unvalidated=True, arch=arch))[1:]  # [0]: the arch's default, the None row
+    cute = [CuteMxTile(w, r) for w, r in args.cute_mx or ()]
     if args.match:
-        return [None] + [c for c in candidates if any(t in repr(c) for t in args.match)]
-    return [None] + (candidates if args.all_configs else [])
+        return [None] + [c for c in candidates if any(t in repr(c) for t in args.match)] + cute
+    return [None] + (candidates if args.all_configs else []) + cute
 
 
 def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
@@ -341,6 +345,18 @@ def _cute_shape(text: str) -> CuteTile:
     return tile
 
 
+def _cute_mx_shape(text: str) -> tuple[int, int]:
+    """'8x2' -> (8, 2): a CuteMxTile's warps and rows (argparse type)."""
+    try:
+        warps, rows = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WARPSxROWS such as 8x2, got {text!r}") from None
+    reason = cute_mx_why_not(32, CuteMxTile(warps, rows))
+    if reason is not None:
+        raise argparse.ArgumentTypeError(reason)
+    return warps, rows
+
+
 def dtype_str(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -374,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WxR[xN]",
         help="NVFP4: also time the CuTe DSL quantizer with these tiles: W warps, R rows a warp, N row tiles a CTA "
         "(e.g. 8x4 4x8 8x2x4)",
+    )
+    parser.add_argument(
+        "--cute-mx",
+        nargs="+",
+        type=_cute_mx_shape,
+        default=None,
+        metavar="WxR",
+        help="MXFP8: also time the CuTe DSL quantizer with these tiles: W warps, R rows a warp (e.g. 8x2 4x4)",
     )
     parser.add_argument(
         "--pdl",

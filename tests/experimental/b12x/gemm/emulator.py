@@ -163,6 +163,10 @@ class EmuOps:
         for ln in self._lanes(pred):
             self.g.write(int(addr[ln]), raw_per_lane[ln])
 
+    def stg_u8(self, addr, value, pred):
+        v = self.u32(value).astype(np.uint8)
+        self._stg(addr, [x.tobytes() for x in v], pred)
+
     def stg_u16(self, addr, value, pred):
         v = self.u32(value).astype(np.uint16)
         self._stg(addr, [x.tobytes() for x in v], pred)
@@ -394,6 +398,9 @@ class EmuOps:
 
     def select_f32(self, pred, a, b):
         return np.where(np.broadcast_to(np.asarray(pred, dtype=bool), (LANES,)), self.f32(a), self.f32(b))
+
+    def select_u32(self, pred, a, b):
+        return np.where(np.broadcast_to(np.asarray(pred, dtype=bool), (LANES,)), self.u32(a), self.u32(b))
 
     def imin(self, a, b):
         return np.minimum(self.i32(a), self.i32(b)).astype(np.int32)

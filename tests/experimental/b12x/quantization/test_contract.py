@@ -124,7 +124,11 @@ def test_nvfp4_plan_errors(args, kwargs, message):
         ((4096, "bfloat16", 0), {}, "query.max_rows must be an int in [1, 2^31), got 0"),
         ((4096, "bfloat16"), {}, "query must be MxFp8Query or a tuple (k, dtype, max_rows), got (4096, 'bfloat16')"),
         ((4096, "bfloat16", 8), {"invocation": "x"}, "invocation must be None for quantization.mxfp8"),
-        ((4096, "bfloat16", 8), {"override": 3}, "override must be an MxFp8Config valid for k=4096, got 3"),
+        (
+            (4096, "bfloat16", 8),
+            {"override": 3},
+            "override must be an MxFp8Config or CuteMxTile valid for k=4096, got 3",
+        ),
     ],
 )
 def test_mxfp8_plan_errors(query, kwargs, message):

@@ -87,7 +87,7 @@ def _ldg_scalar(addr, pred, kind: str, *, loc=None, ip=None):
 
 @dsl_user_op
 def _stg(addr, value, pred, kind: str, *, loc=None, ip=None):
-    reg, cls = {"u16": ("r", Uint32), "u32": ("r", Uint32), "f32": ("f", Float32)}[kind]
+    reg, cls = {"u8": ("r", Uint32), "u16": ("r", Uint32), "u32": ("r", Uint32), "f32": ("f", Float32)}[kind]
     _asm(
         None,
         [_iv(addr, Int64, loc, ip), _iv(value, cls, loc, ip), _iv(pred, Int32, loc, ip)],
@@ -298,6 +298,13 @@ def _selp_f32(pred, a, b, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def _selp_u32(pred, a, b, *, loc=None, ip=None):
+    ins = [_iv(a, Uint32, loc, ip), _iv(b, Uint32, loc, ip), _iv(pred, Int32, loc, ip)]
+    text = "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $3, 0;\n\tselp.b32 $0, $1, $2, p;\n\t}"
+    return Uint32(_asm(T.i32(), ins, text, "=r,r,r,r", loc=loc, ip=ip))
+
+
+@dsl_user_op
 def _i32_binop(text: str, a, b, *, loc=None, ip=None):
     return Int32(_asm(T.i32(), [_iv(a, Int32, loc, ip), _iv(b, Int32, loc, ip)], text, "=r,r,r", loc=loc, ip=ip))
 
@@ -384,6 +391,10 @@ class DeviceOps:
     @staticmethod
     def ldg_f32(addr, pred):
         return _ldg_scalar(addr, pred, "f32")
+
+    @staticmethod
+    def stg_u8(addr, value, pred):
+        _stg(addr, value, pred, "u8")
 
     @staticmethod
     def stg_u16(addr, value, pred):
@@ -509,6 +520,11 @@ class DeviceOps:
     @staticmethod
     def fmin(a, b):
         return _f32_binop("min.f32 $0, $1, $2;", a, b)
+
+    @staticmethod
+    def select_u32(pred, a, b):
+        """pred ? a : b for 32-bit a, b, without a branch."""
+        return _selp_u32(pred, a, b)
 
     @staticmethod
     def cmp_sel(op: str, a, b, x, y):

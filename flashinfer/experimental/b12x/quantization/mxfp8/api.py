@@ -70,7 +70,8 @@ class MxFp8Query:
 
 
 class MxFp8Plan(Plan):
-    """caps = MxFp8Query; override = an `MxFp8Config` (from `_kernel`) or None."""
+    """caps = MxFp8Query; override = an `MxFp8Config` (Triton, `_kernel`), a `CuteMxTile` (CuTe DSL,
+    `_kernel_cute`) or None."""
 
     def heuristic(self, arch):
         if arch is None:
@@ -88,9 +89,11 @@ class MxFp8Plan(Plan):
 
     def kernels(self, config, arch: str) -> tuple:
         from ._kernel import compile_mxfp8
+        from ._kernel_cute import CuteMxTile, compile_cute
 
         config = replace(config, pdl=self.caps.pdl)  # an override's too
-        return ((compile_mxfp8, (self.caps.dtype, self.caps.k, config, arch)),)
+        compile_fn = compile_cute if isinstance(config, CuteMxTile) else compile_mxfp8
+        return ((compile_fn, (self.caps.dtype, self.caps.k, config, arch)),)
 
     def _synthetic(self, state: PlanState, rows: int):
         k = self.caps.k
@@ -115,7 +118,8 @@ def plan(query, *, invocation=None, override=None) -> MxFp8Plan:
     """A pure, hashable plan. query: an `MxFp8Query` or a tuple (k, dtype, max_rows).
 
     k is static (a compile key, K % 32 == 0); live M <= max_rows is a run-time argument and never
-    compiles. invocation: reserved (None: nothing is chosen per call). override: an `MxFp8Config`.
+    compiles. invocation: reserved (None: nothing is chosen per call). override: an `MxFp8Config` or a
+    `CuteMxTile`.
     """
     if isinstance(query, tuple):
         if len(query) != 3:
@@ -127,9 +131,11 @@ def plan(query, *, invocation=None, override=None) -> MxFp8Plan:
         raise ValueError(f"invocation must be None for {OP} (nothing is chosen per call), got {invocation!r}")
     if override is not None:
         from ._kernel import MxFp8Config, can_implement
+        from ._kernel_cute import CuteMxTile, why_not
 
-        if not isinstance(override, MxFp8Config) or not can_implement(query.k, override):
-            raise ValueError(f"override must be an MxFp8Config valid for k={query.k}, got {override!r}")
+        ok = isinstance(override, MxFp8Config) and can_implement(query.k, override)
+        if not ok and not (isinstance(override, CuteMxTile) and why_not(query.k, override) is None):
+            raise ValueError(f"override must be an MxFp8Config or CuteMxTile valid for k={query.k}, got {override!r}")
     return MxFp8Plan(op=OP, caps=query, invocation=None, override=override)
 
 
@@ -194,7 +200,12 @@ def _execute(state: PlanState, source, values, scale_rows, scale_mma) -> None:
     if state.arch is None:  # CPU: the reference backend
         reference.quantize_rows_into(source, values, scale_rows, scale_mma)
         return
-    launcher(state)(source, values, scale_rows, scale_mma, source.shape[0])
+    fn = launcher(state)
+    if getattr(state.kernels[0][0], "backend", None) == "cute":  # its tvm-ffi function takes uint8 storage
+        values, scale_rows, scale_mma = (
+            t if t.dtype == torch.uint8 else t.view(torch.uint8) for t in (values, scale_rows, scale_mma)
+        )
+    fn(source, values, scale_rows, scale_mma, source.shape[0])
 
 
 # -------------------------------------------------------------------------------------------------

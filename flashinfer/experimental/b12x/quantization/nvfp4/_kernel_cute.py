@@ -47,9 +47,10 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
 from ...gemm._shared.ptx import DEVICE
+from .._shared._cute import block_amax, row_loads, swizzled_offset
 
 OP = "quantization.nvfp4"
-_SOURCES = ("flashinfer.experimental.b12x.gemm._shared.ptx",)
+_SOURCES = ("flashinfer.experimental.b12x.gemm._shared.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
 _CUTE = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 MIDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 TIES_UP = (False, True, False, True, False, True, False)  # `>=` thresholds: the tie rounds to the code above
@@ -143,19 +144,12 @@ class CuteLogic:
         out = []
         for i in range(self.tile.rows):
             row, col, live = self._place(ops, m, warp, lane, bx, ty, i)
-            addr = x_base + (ops.i64(row) * ops.i64(self.k) + ops.i64(col * 16)) * 2
-            out += list(ops.ldg_v4(addr, live)) + list(ops.ldg_v4(addr + 16, live))
+            out += row_loads(ops, x_base, row, self.k, col * 16, 8, live)
         return out
 
     def scale_byte(self, ops, words, gs):
         """(|words|, the block's E4M3 scale byte): t = (gs * amax) / 6 capped at 448, rounded to E4M3."""
-        kind = self.dtype
-        mags = [ops.h2_abs(kind, w) for w in words]
-        level = mags
-        while len(level) > 1:  # a max tree; a NaN half loses to a number
-            level = [ops.h2_max(kind, level[2 * i], level[2 * i + 1]) for i in range(len(level) // 2)]
-        lo, hi = ops.half2_to_f32(kind, level[0])
-        amax = ops.fmax(ops.fmax(lo, hi), ops.f32(0.0))  # an all-NaN block: 0
+        mags, amax = block_amax(ops, self.dtype, words)
         t = ops.fmin(ops.div_rn(ops.fmul(gs, amax), ops.f32(6.0)), ops.f32(448.0))
         return mags, ops.f32_to_e4m3x2(t, ops.f32(0.0)) & ops.u32(0xFF)
 
@@ -194,9 +188,7 @@ class CuteLogic:
             sw = byte << (ops.u32(lane & 3) * ops.u32(8))
             sw = sw | ops.shfl_xor(sw, 1)
             sw = sw | ops.shfl_xor(sw, 2)
-            off = ops.i64(row >> 7) * ops.i64(self.nb4 * 128) + ops.i64(
-                (col >> 2) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4
-            )
+            off = swizzled_offset(ops, row, col & ~3, self.nb4)
             ops.stg_u32(s_base + off, sw, ((lane & 3) == 0) & (row < mpad) & (col < self.nb4))
 
 
