@@ -246,7 +246,7 @@ def _kernel_class():
     from cutlass._mlir.dialects import llvm
     from cutlass.cutlass_dsl import T, dsl_user_op
 
-    from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE as ops
+    from flashinfer.experimental.b12x._lib.ptx import DEVICE as ops
 
     def gmem_op(text: str, ret=None, value=None):
         """A one-instruction global access at address $0 (stores) or $1 (loads, result $0) as a DSL op. ret: Int32 /

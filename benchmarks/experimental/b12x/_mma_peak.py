@@ -22,7 +22,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from flashinfer.experimental.b12x.gemm._shared.ptx import DEVICE
+from flashinfer.experimental.b12x._lib.ptx import DEVICE
 
 # kind -> (FLOPs of one mma.sync, A fragment word, B fragment word): 1.0 in every element
 KINDS = {"bf16": (2 * 16 * 8 * 16, 0x3F803F80, 0x3F803F80), "e4m3": (2 * 16 * 8 * 32, 0x38383838, 0x38383838)}

@@ -1,6 +1,6 @@
 """A CPU emulator of the PTX the GEMM kernels use, so their per-thread logic runs in the tests.
 
-`EmuOps` implements the `ops` interface of `gemm/_shared/ptx.py` on numpy arrays holding one value per
+`EmuOps` implements the `ops` interface of `_lib/ptx.py` on numpy arrays holding one value per
 lane of a warp (shape [32]); the kernels' shared logic (`dequant.py`, each kernel's `_logic` helpers)
 runs on it unchanged. Semantics follow the PTX ISA: mma.sync m16n8k16 fragments, ldmatrix x4,
 prmt, fma.rn on packed halves, cvt with round-to-nearest-even. Memory accesses of active lanes are
@@ -134,7 +134,7 @@ class EmuOps:
 
     def ldg_v4_hint(self, addr, pred, hint: str):
         """ldg_v4 with a cache hint (hints change caching, never the values loaded)."""
-        from flashinfer.experimental.b12x.gemm._shared.ptx import LDG_HINTS
+        from flashinfer.experimental.b12x._lib.ptx import LDG_HINTS
 
         assert hint in LDG_HINTS, hint
         return self.ldg_v4(addr, pred)

@@ -20,9 +20,9 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
-from .._shared.ptx import DEVICE
+from ..._lib.ptx import DEVICE
 
-_SOURCES = ("flashinfer.experimental.b12x.gemm._shared.ptx",)
+_SOURCES = ("flashinfer.experimental.b12x._lib.ptx",)
 _CUTE = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 GROUP = 128
 

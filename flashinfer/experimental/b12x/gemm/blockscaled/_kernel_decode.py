@@ -44,10 +44,10 @@ from cutlass import Float32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DEVICE
 from .._shared import addressing as AD
 from .._shared import dequant as DQ
 from .._shared.formats import FORMAT, compute_dtype, epilogue_exponent, k_family
-from .._shared.ptx import DEVICE
 from ._config_decode import (  # noqa: F401  (re-exported: callers use _kernel_decode.X)
     ACACHE,
     ACC_LIMIT,
@@ -74,9 +74,10 @@ from ._config_decode import (  # noqa: F401  (re-exported: callers use _kernel_d
     why_not,
 )
 
-_SOURCES = tuple(
-    f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")
-) + ("flashinfer.experimental.b12x.gemm.blockscaled._config_decode",)
+_SOURCES = tuple(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats")) + (
+    "flashinfer.experimental.b12x._lib.ptx",
+    "flashinfer.experimental.b12x.gemm.blockscaled._config_decode",
+)
 
 
 def _hint(cache: str) -> str | None:

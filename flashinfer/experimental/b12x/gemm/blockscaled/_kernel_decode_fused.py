@@ -73,9 +73,9 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DeviceOps, _asm, _iv
 from .._shared import addressing as AD
 from .._shared.formats import FORMAT
-from .._shared.ptx import DeviceOps, _asm, _iv
 from . import _kernel_decode as KD
 from ._epilogue import RopeLayout, rope_reason
 

@@ -25,10 +25,10 @@ from cutlass import Int32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DEVICE
 from .._shared import addressing as AD
 from .._shared import dequant as DQ
 from .._shared.formats import FORMAT, RAW16
-from .._shared.ptx import DEVICE
 from ._kernel_decode import _CUTE, _SOURCES
 
 FORMATS = ("nvfp4", "mxfp4", "mxfp8", "fp8_tensor")  # what this pass dequantizes

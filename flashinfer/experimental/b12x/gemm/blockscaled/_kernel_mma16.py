@@ -32,8 +32,8 @@ from cutlass import Float32, Int32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DEVICE
 from .._shared.formats import OUT_DTYPES, compute_dtype
-from .._shared.ptx import DEVICE
 from ._kernel_decode import _CUTE, _SOURCES
 from ._kernel_decode import Runtime as _Runtime
 from ._kernel_tiled import ROW_BYTES, TiledConfig, TiledLogic

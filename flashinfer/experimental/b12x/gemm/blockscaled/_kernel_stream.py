@@ -37,16 +37,15 @@ from cutlass import Float32
 from cutlass.cute.runtime import make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DEVICE
 from .._shared import stream_layout as SL
 from .._shared.formats import OUT_DTYPES
-from .._shared.ptx import DEVICE
 from ._config_decode import WarpShape
 from ._kernel_decode import CHUNK, PROBE_ENV, DecodeConfig, DecodeLogic, Runtime, fake_args
 
 _SOURCES = tuple(
-    f"flashinfer.experimental.b12x.gemm._shared.{m}"
-    for m in ("addressing", "dequant", "formats", "ptx", "stream_layout")
-) + ("flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode",)
+    f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "stream_layout")
+) + ("flashinfer.experimental.b12x._lib.ptx", "flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode")
 
 A_FORMATS = ("bfloat16", "float16")
 WCACHE = ("nc", "na", "na256", "ef")  # the weight loads' cache hint (ptx.LDG_HINTS)

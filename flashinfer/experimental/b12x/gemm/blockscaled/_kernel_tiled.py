@@ -40,10 +40,10 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DEVICE
 from .._shared import addressing as AD
 from .._shared import dequant as DQ
 from .._shared.formats import FORMAT, compute_dtype, epilogue_exponent, k_family, pair_reason
-from .._shared.ptx import DEVICE
 from ._kernel_decode import _SOURCES, fake_args
 from ._kernel_decode import Runtime as _DecodeRuntime
 

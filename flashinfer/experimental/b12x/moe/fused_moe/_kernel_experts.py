@@ -90,12 +90,12 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..._lib.compile import cute_compile, kernel
+from ..._lib.ptx import DeviceOps
 
 # The gemm group's FP4 operand machinery, reused on purpose (issue 7: "do not fork it"); if a third
 # group needs it, it moves to _lib.
 from ...gemm._shared import addressing as AD
 from ...gemm._shared.formats import FORMAT
-from ...gemm._shared.ptx import DeviceOps
 from ...gemm.blockscaled import _kernel_decode as KD
 from ...gemm.blockscaled._kernel_decode import CHUNK, DecodeConfig
 from ...gemm.blockscaled._kernel_decode_fused import FusedOps
@@ -123,7 +123,8 @@ GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module d
 SPANS = (1, 2, 4)  # column tiles per CTA (module docstring, "Fewer, fatter CTAs")
 _LOG2E = 1.4426950408889634
 _SOURCES = (
-    *(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats", "ptx")),
+    *(f"flashinfer.experimental.b12x.gemm._shared.{m}" for m in ("addressing", "dequant", "formats")),
+    "flashinfer.experimental.b12x._lib.ptx",
     *(f"flashinfer.experimental.b12x.gemm.blockscaled.{m}" for m in ("_kernel_decode", "_kernel_decode_fused")),
     f"{__package__}._expert_pdl",
 )

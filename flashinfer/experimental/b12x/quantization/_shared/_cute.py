@@ -1,5 +1,5 @@
 """Per-thread pieces the CuTe DSL quantizers share (`nvfp4/_kernel_cute.py`, `mxfp8/_kernel_cute.py`), written
-against the `ops` instruction set of `gemm/_shared/ptx.py` (so the tests' emulator runs them too)."""
+against the `ops` instruction set of `_lib/ptx.py` (so the tests' emulator runs them too)."""
 
 from __future__ import annotations
 

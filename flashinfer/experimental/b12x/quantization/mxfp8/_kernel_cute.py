@@ -31,11 +31,11 @@ from cutlass import Int32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
-from ...gemm._shared.ptx import DEVICE
+from ..._lib.ptx import DEVICE
 from .._shared._cute import block_amax, row_loads, swizzled_offset
 
 OP = "quantization.mxfp8"
-_SOURCES = ("flashinfer.experimental.b12x.gemm._shared.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
+_SOURCES = ("flashinfer.experimental.b12x._lib.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
 _CUTE = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 _INF2 = {"bfloat16": 0x7F807F80, "float16": 0x7C007C00}  # +Inf in both halves
 _NAN2 = {"bfloat16": 0x7FC07FC0, "float16": 0x7E007E00}

@@ -46,11 +46,11 @@ from cutlass import Float32, Int32
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
-from ...gemm._shared.ptx import DEVICE
+from ..._lib.ptx import DEVICE
 from .._shared._cute import block_amax, row_loads, swizzled_offset
 
 OP = "quantization.nvfp4"
-_SOURCES = ("flashinfer.experimental.b12x.gemm._shared.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
+_SOURCES = ("flashinfer.experimental.b12x._lib.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
 _CUTE = {"bfloat16": cutlass.BFloat16, "float16": cutlass.Float16}
 MIDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 TIES_UP = (False, True, False, True, False, True, False)  # `>=` thresholds: the tie rounds to the code above

@@ -1,12 +1,14 @@
-"""`DEVICE`: the instruction set the GEMM kernels are written against, as inline PTX for the CuTe DSL.
+"""`DEVICE`: the instruction set the CuTe DSL kernels of gemm, moe and the quantizers are written against, as
+inline PTX (in `_lib` because three groups share it).
 
-The kernels' per-thread logic (`dequant.py`, the `_logic` helpers of each kernel) calls these through
+The kernels' per-thread logic (gemm's `dequant.py`, the `_logic` helpers of each kernel) calls these through
 an `ops` object, so the same straight-line code also runs on numpy arrays in the tests' CPU emulator
 (tests/experimental/b12x/gemm/emulator.py implements the same names with the PTX semantics).
 
 Every instruction here exists on sm_89+ (so sm_90a and sm_120a): 128-bit global/shared accesses,
 cp.async, ldmatrix, mma.sync m16n8k16 (bf16/f16 -> f32), fma.rn.{bf16x2,f16x2}, cvt e4m3x2 <-> f16x2/f32,
-prmt, lop3; the packed bf16x2 compares (`h2_ge` / `h2_le`), and the bulk copies, need sm_90. Predicated loads return zeros when the predicate is off and touch no memory. Shared-memory
+prmt, lop3; the packed bf16x2 compares (`h2_ge` / `h2_le`) and the bulk copies need sm_90. Predicated loads
+return zeros when the predicate is off and touch no memory. Shared-memory
 instructions are marked as having side effects so LLVM keeps them ordered with the CTA barriers.
 """
 
