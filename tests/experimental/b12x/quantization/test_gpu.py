@@ -31,11 +31,6 @@ KS = [32, 64, 4096, 7168, 16384]
 POISON = 0xFF
 
 
-@pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
 def _prepare(session, p):
     session.prepare([p])
     return p

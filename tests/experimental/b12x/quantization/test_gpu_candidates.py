@@ -66,11 +66,6 @@ def _cases(candidates, **kw):
     ]
 
 
-@pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
 @pytest.mark.parametrize("m, k, cfg", _cases(nv_kernel.candidate_configs))
 def test_nvfp4_candidate_bitwise(session, m, k, cfg):
     p = nvfp4.plan(m, k, override=cfg)

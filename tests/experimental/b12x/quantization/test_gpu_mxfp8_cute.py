@@ -23,11 +23,6 @@ pytestmark = pytest.mark.gpu
 mxfp8 = b12x.quantization.mxfp8
 
 
-@pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
 def _run(session, m, k, dtype, tile, x, pdl=False):
     p = mxfp8.plan(mxfp8.MxFp8Query(k, dtype, m, pdl=pdl), override=tile)
     session.prepare([p])

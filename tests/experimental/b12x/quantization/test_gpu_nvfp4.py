@@ -41,11 +41,6 @@ DISPATCH_KS = [32, 160, 4096, 7168, 16384]
 
 
 @pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
-@pytest.fixture(scope="module")
 def plans(session):
     """One dispatch plan per K at capacity 4097, prepared once."""
     cache = {}

@@ -37,11 +37,6 @@ TILES = [
 
 
 @pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
-@pytest.fixture(scope="module")
 def plans(session):
     cache = {}
 

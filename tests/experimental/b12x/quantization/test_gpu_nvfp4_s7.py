@@ -27,11 +27,6 @@ def _ids(cfgs):
     return ["-".join(str(v) for v in vars(c).values()) for c in cfgs]
 
 
-@pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
 _run = _helpers.run_nvfp4_config
 
 

@@ -21,11 +21,6 @@ mxfp8 = b12x.quantization.mxfp8
 POISON = 0xFF
 
 
-@pytest.fixture(scope="module")
-def session():
-    return b12x.PreparationSession("cuda")
-
-
 def _x(m, k, seed, dtype=torch.bfloat16):
     g = torch.Generator(device="cuda").manual_seed(seed)
     scale = 10 ** ((torch.rand(m, k // 16, 1, device="cuda", generator=g) - 0.5) * 6)
