@@ -11,7 +11,7 @@ grep -l "FAILED" /tmp/b12x-par/shard*.log | head -3 | xargs -r grep -h "^FAILED\
 mkdir -p "${OUT:-/tmp}/tier_cute" && cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/tier_cute/" 2>/dev/null
 exit 0
 fi
-jobs=scripts/jobs/s42_b.txt; [[ ${1:-} == bench2 ]] && jobs=scripts/jobs/s42_c.txt
+jobs=scripts/jobs/s42_b.txt; [[ ${1:-} == bench2 ]] && jobs=scripts/jobs/s42_c.txt; [[ ${1:-} == bench_min ]] && jobs=scripts/jobs/s42_d.txt
 BENCH_LIMIT=400 BENCH_SERIAL=1 bash scripts/device_snapshot_run.sh $jobs none 2>&1 | grep -E "^commit|== q_" | cut -c1-200
 for f in /tmp/b12x-par/q_*.log; do grep -E "nvfp4|mxfp8|copy|MISMATCH" "$f" | cut -c1-200 | head -60; done
 cp /tmp/b12x-par/q_*.json "${OUT:-/tmp}/" 2>/dev/null

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from flashinfer.experimental.b12x.quantization.mxfp8._kernel_cute import CuteMxTile
+from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile
+
 REPO = Path(__file__).resolve().parents[4]
 if str(REPO) not in sys.path:  # benchmarks/ is not installed
     sys.path.insert(0, str(REPO))
@@ -127,7 +130,7 @@ def test_report_round_trip_keeps_the_copy_column():
 def _args(*argv):
     import argparse
 
-    a = argparse.Namespace(all_configs=False, encode=None, match=None, dispatch_tiles=False)
+    a = argparse.Namespace(all_configs=False, encode=None, match=None, dispatch_tiles=False, cute=None, cute_mx=None)
     for k, v in argv:
         setattr(a, k, v)
     return a
@@ -153,6 +156,10 @@ def test_nvfp4_bench_configs_selects_rows():
     assert both == [None]
     tiles = BQ.nvfp4_bench_configs(7168, _args(("dispatch_tiles", True)))
     assert tiles == [None, nv.default_config(7168), nvfp4_dispatch.large_config(7168)]
+    # --cute: the CuTe tiles after everything else, in the order given
+    cute = [BQ._cute_shape("8x4"), BQ._cute_shape("8x2x4")]
+    assert cute == [CuteTile(8, 4), CuteTile(8, 2, repeat=4)]
+    assert BQ.nvfp4_bench_configs(7168, _args(("cute", cute))) == [None, *cute]
 
 
 def test_match_option_parses():
@@ -186,6 +193,22 @@ def test_mxfp8_bench_configs_selects_rows():
     assert mx.default_config(7168) in on90 and mx.default_config(7168, "sm_90a") not in on90
     on120 = BQ.mxfp8_bench_configs(7168, _args(("all_configs", True)), "sm_120a")
     assert mx.default_config(7168) not in on120 and not [c for c in on120[1:] if c.hw_nan]
+    assert BQ.mxfp8_bench_configs(7168, _args(("cute_mx", [(8, 2), (4, 4)]))) == [
+        None,
+        CuteMxTile(8, 2),
+        CuteMxTile(4, 4),
+    ]
+
+
+@pytest.mark.parametrize(
+    "parse, text",
+    [("nvfp4", t) for t in ("8", "8x", "3x4", "8x4x9", "axb")] + [("mxfp8", t) for t in ("8x8", "8x2x2", "3x1")],
+)
+def test_cute_options_reject_bad_tiles(parse, text):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        (BQ._cute_shape if parse == "nvfp4" else BQ._cute_mx_shape)(text)
 
 
 def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypatch):
