@@ -217,3 +217,20 @@ def test_one_tile_selection_never_picks():
     for m in (1, 8):
         api._execute(state, torch.zeros(m, 64, dtype=torch.bfloat16), torch.ones(1), 0.0, packed, scales)
     assert calls == [("tile0", 1, 1), ("tile0", 8, 1)]
+
+
+def test_cute_switch_puts_the_cute_tile_above_the_small_one(monkeypatch):
+    # Off by default (session 42: measured on an H100 only); set, the dispatch keeps its small Triton tile and runs
+    # the CuTe tile at every M from LARGE_FROM_M, compiled once.
+    from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile, compile_cute
+
+    assert _dispatch.CUTE_ABOVE_SMALL is None
+    monkeypatch.setattr(_dispatch, "CUTE_ABOVE_SMALL", CuteTile())
+    p = nvfp4.plan(16384, 7168, pdl=True)
+    d = p.heuristic(ARCH)
+    assert d.small == dataclasses.replace(_kernel.default_config(7168), pdl=True)
+    assert d.mid == d.large == CuteTile(pdl=True) and _dispatch.can_select(7168, d)
+    assert [d.tile(m) for m in (1, _dispatch.LARGE_FROM_M, 4096, 16384)] == [0, 1, 1, 1]
+    kernels = p.kernels(d, ARCH)
+    assert len(kernels) == 2 and kernels[1] == (compile_cute, ("bfloat16", 7168, CuteTile(pdl=True), ARCH))
+    assert nvfp4.plan(512, 7168).heuristic(ARCH) == _kernel.default_config(7168)  # below large_from: unchanged

@@ -97,17 +97,29 @@ class NvFp4Dispatch:
         return mid if m < self.mid_until else large
 
 
-def large_config(k: int) -> NvFp4Config:
-    """The large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED, or `LARGE_M_S7`
-    when set (its block_k capped to the padded row, as every candidate's is)."""
+# Session 42: the CuTe DSL tile (`_kernel_cute.py`) in place of the mid and large Triton tiles, when set. On an H100
+# (2026-12-05 12:52, docs/performance.md session 42) `CuteTile()` was equal to or 0.3-3.6% faster than this dispatch
+# at every M >= 4096 shape and slower at M <= 16 (hence only above the small tile). Off until the H200 times it the
+# same way and passes the quantization tier with it (scripts/jobs/next_session.txt).
+CUTE_ABOVE_SMALL: CuteTile | None = None
+
+
+def large_config(k: int) -> NvFp4Config | CuteTile:
+    """The large-M tile at K: `CUTE_ABOVE_SMALL` when set; else `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once
+    PAIRS_GPU_VALIDATED, or `LARGE_M_S7` when set (its block_k capped to the padded row, as every candidate's is)."""
+    if CUTE_ABOVE_SMALL is not None:
+        return CUTE_ABOVE_SMALL
     if LARGE_M_S7 is not None and _kernel.PAIRS_GPU_VALIDATED:
         return capped_config(k, LARGE_M_S7)
     return capped_config(k, _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS)
 
 
-def mid_config(k: int) -> NvFp4Config | None:
-    """The tile between large_from and MID_MAX_ELEMENTS // k rows: `MID_PRELOAD` once PRELOAD_GPU_VALIDATED
-    (capped to the padded row; K-major up to MID_K_MAJOR_MAX_K columns once ORDER_GPU_VALIDATED), else None."""
+def mid_config(k: int) -> NvFp4Config | CuteTile | None:
+    """The tile between large_from and MID_MAX_ELEMENTS // k rows: `CUTE_ABOVE_SMALL` when set; else `MID_PRELOAD`
+    once PRELOAD_GPU_VALIDATED (capped to the padded row; K-major up to MID_K_MAJOR_MAX_K columns once
+    ORDER_GPU_VALIDATED), else None."""
+    if CUTE_ABOVE_SMALL is not None:
+        return CUTE_ABOVE_SMALL
     if MID_PRELOAD is None or not _kernel.PRELOAD_GPU_VALIDATED:
         return None
     cfg = capped_config(k, MID_PRELOAD)
