@@ -32,7 +32,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
 from ..._lib.ptx import DEVICE
-from .._shared._cute import block_amax, row_loads, swizzled_offset
+from .._shared._cute import BlockRows, block_amax, row_loads, swizzled_offset
 
 OP = "quantization.mxfp8"
 _SOURCES = ("flashinfer.experimental.b12x._lib.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
@@ -62,17 +62,11 @@ def why_not(k: int, tile) -> str | None:
     return None
 
 
-class CuteMxLogic:
+class CuteMxLogic(BlockRows):
     """The per-thread work of the kernel, on any `ops` (the device's PTX, or the tests' emulator)."""
 
     def __init__(self, dtype: str, k: int, tile: CuteMxTile) -> None:
-        reason = why_not(k, tile) if dtype in _CUTE else f"dtype must be one of {sorted(_CUTE)}, got {dtype!r}"
-        if reason is not None:
-            raise ValueError(f"{OP}: {reason}")
-        self.dtype, self.k, self.tile = dtype, k, tile
-        self.nb = k // 32
-        self.nb4 = (self.nb + 3) // 4 * 4
-        self.rows_per_cta = tile.warps * tile.rows
+        super().__init__(OP, _CUTE, dtype, k, 32, tile, why_not)
 
     def scale(self, ops, amax):
         """(UE8M0 byte, the fp32 factor 2^(127 - byte), NaN for byte 255) of a block's amax."""
@@ -98,21 +92,16 @@ class CuteMxLogic:
             out.append(ops.bitsel(num, ops.prmt(pair[0], pair[1], 0x5410), ops.u32(0x7F7F7F7F)))
         return out
 
-    def _place(self, m, warp, lane, bx, by, i):
-        row = by * self.rows_per_cta + warp * self.tile.rows + i
-        col = bx * 32 + lane
-        return row, col, (row < m) & (col < self.nb)
-
     def loads(self, ops, x_base, m, warp, lane, bx, by):
         out = []
         for i in range(self.tile.rows):
-            row, col, live = self._place(m, warp, lane, bx, by, i)
+            row, col, live = self.place(m, warp, lane, bx, by, i)
             out += row_loads(ops, x_base, row, self.k, col * 32, 16, live)
         return out
 
     def encode_rows(self, ops, loaded, v_base, r_base, s_base, m, warp, lane, bx, by):
         for i in range(self.tile.rows):
-            row, col, live = self._place(m, warp, lane, bx, by, i)
+            row, col, live = self.place(m, warp, lane, bx, by, i)
             words = loaded[16 * i : 16 * i + 16]
             mags, amax = block_amax(ops, self.dtype, words)
             byte, factor = self.scale(ops, amax)

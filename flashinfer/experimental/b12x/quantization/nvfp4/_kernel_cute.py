@@ -47,7 +47,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
 from ..._lib.ptx import DEVICE
-from .._shared._cute import block_amax, row_loads, swizzled_offset
+from .._shared._cute import BlockRows, block_amax, row_loads, swizzled_offset
 
 OP = "quantization.nvfp4"
 _SOURCES = ("flashinfer.experimental.b12x._lib.ptx", "flashinfer.experimental.b12x.quantization._shared._cute")
@@ -86,17 +86,11 @@ def why_not(k: int, tile) -> str | None:
     return None
 
 
-class CuteLogic:
+class CuteLogic(BlockRows):
     """The per-thread work of the kernel, on any `ops` (the device's PTX, or the tests' emulator)."""
 
     def __init__(self, dtype: str, k: int, tile: CuteTile) -> None:
-        reason = why_not(k, tile) if dtype in _CUTE else f"dtype must be one of {sorted(_CUTE)}, got {dtype!r}"
-        if reason is not None:
-            raise ValueError(f"{OP}: {reason}")
-        self.dtype, self.k, self.tile = dtype, k, tile
-        self.nb = k // 16  # blocks (scale columns) a row
-        self.nb4 = (self.nb + 3) // 4 * 4  # scale columns with the swizzled layout's padding
-        self.rows_per_cta = tile.warps * tile.rows
+        super().__init__(OP, _CUTE, dtype, k, 16, tile, why_not)
 
     # ---- the threshold table ----------------------------------------------------------------------
     def global_scale(self, ops, g_addr, gs_value, use_ptr):
@@ -133,17 +127,11 @@ class CuteLogic:
         ops.sts_v4(table + s * 32 + 16, row[4], row[5], row[6], row[7])
 
     # ---- one warp's rows -------------------------------------------------------------------------------
-    def _place(self, ops, m, warp, lane, bx, ty, i):
-        """(row, column, live) of slot i in row tile ty: live = the block holds input (row < M, column < K / 16)."""
-        row = ty * self.rows_per_cta + warp * self.tile.rows + i
-        col = bx * 32 + lane
-        return row, col, (row < m) & (col < self.nb)
-
     def loads(self, ops, x_base, m, warp, lane, bx, ty):
         """Every slot's 8 words of row tile ty, one flat list (zeros where the block holds no input)."""
         out = []
         for i in range(self.tile.rows):
-            row, col, live = self._place(ops, m, warp, lane, bx, ty, i)
+            row, col, live = self.place(m, warp, lane, bx, ty, i)
             out += row_loads(ops, x_base, row, self.k, col * 16, 8, live)
         return out
 
@@ -177,7 +165,7 @@ class CuteLogic:
         """Scale, codes and stores of every slot of the warp in row tile ty (`loaded`: `loads`' words)."""
         mpad = (m + 127) // 128 * 128
         for i in range(self.tile.rows):
-            row, col, live = self._place(ops, m, warp, lane, bx, ty, i)
+            row, col, live = self.place(m, warp, lane, bx, ty, i)
             words = loaded[8 * i : 8 * i + 8]
             mags, byte = self.scale_byte(ops, words, gs)
             entry = table + ops.i32(byte) * 32
