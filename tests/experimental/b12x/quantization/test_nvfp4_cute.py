@@ -181,3 +181,22 @@ def test_plans_take_a_cute_tile():
     ]
     with pytest.raises(ValueError, match="CuteTile"):
         nvfp4.plan(64, 4096, override=KC.CuteTile(warps=3))
+
+
+def test_as_launcher_views_only_a_cute_kernels_arguments():
+    from flashinfer.experimental.b12x.quantization._shared._host import as_launcher
+
+    seen = []
+
+    def compile_fn(*args):
+        return lambda *call: seen.append([t.dtype if isinstance(t, torch.Tensor) else t for t in call])
+
+    raw = torch.zeros(4, dtype=torch.uint8)
+    fp8 = raw.view(torch.float8_e4m3fn)
+    views = {1: torch.float8_e4m3fn}
+    as_launcher(compile_fn, (), views)(raw, raw, 7)  # not a CuTe kernel: called as is
+    compile_fn.backend = "cute"
+    as_launcher(compile_fn, (), views)(raw, raw, 7)
+    as_launcher(compile_fn, (), views)(raw, fp8, 7)
+    fp8_call = [torch.uint8, torch.float8_e4m3fn, 7]
+    assert seen == [[torch.uint8, torch.uint8, 7], fp8_call, fp8_call]

@@ -9,18 +9,36 @@ from ..._lib.checks import check_aligned, describe
 from ..._lib.scratch import dtype_name
 
 
-def launcher(state):
-    """The plan's resolved launcher, looked up once per prepared selection (a memory-cache hit).
+def launcher(state, views=None):
+    """The plan's resolved launcher (`as_launcher` of its one kernel), looked up once per prepared selection (a
+    memory-cache hit).
 
     Keyed on the identity of `state.kernels`: a re-prepare (new selection) replaces that tuple, so
     a stale launcher is never reused."""
     cached = state.extra.get("launcher")
     if cached is not None and cached[0] is state.kernels:
         return cached[1]
-    compile_fn, args = state.kernels[0]
-    fn = compile_fn(*args)
+    fn = as_launcher(*state.kernels[0], views)
     state.extra["launcher"] = (state.kernels, fn)
     return fn
+
+
+def as_launcher(compile_fn, args, views=None):
+    """`compile_fn(*args)`, called as the Triton launchers are. A CuTe kernel's tvm-ffi function takes fixed dtypes,
+    so for one the positional arguments in `views` ({index: dtype}) are viewed as those dtypes when they differ
+    (the caller may pass another one-byte dtype of the same storage)."""
+    fn = compile_fn(*args)
+    if not views or getattr(compile_fn, "backend", None) != "cute":
+        return fn
+
+    def launch(*call):
+        call = list(call)
+        for i, dtype in views.items():
+            if call[i].dtype != dtype:
+                call[i] = call[i].view(dtype)
+        fn(*call)
+
+    return launch
 
 
 def seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:

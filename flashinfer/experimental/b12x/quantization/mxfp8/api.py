@@ -43,6 +43,7 @@ ALIGN = 16  # bytes; the compiled kernel assumes 16-byte aligned tensors
 _ONESHOT_ROWS = 1 << 30  # capacity of the plans quantize_rows(plan=None) prepares
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _SCALE_DTYPES = (torch.uint8,) if _E8M0 is None else (torch.uint8, _E8M0)
+_CUTE_VIEWS = {1: torch.uint8, 2: torch.uint8, 3: torch.uint8}  # the CuTe kernel's values and scales: uint8 storage
 
 
 @dataclass(frozen=True)
@@ -200,12 +201,7 @@ def _execute(state: PlanState, source, values, scale_rows, scale_mma) -> None:
     if state.arch is None:  # CPU: the reference backend
         reference.quantize_rows_into(source, values, scale_rows, scale_mma)
         return
-    fn = launcher(state)
-    if getattr(state.kernels[0][0], "backend", None) == "cute":  # its tvm-ffi function takes uint8 storage
-        values, scale_rows, scale_mma = (
-            t if t.dtype == torch.uint8 else t.view(torch.uint8) for t in (values, scale_rows, scale_mma)
-        )
-    fn(source, values, scale_rows, scale_mma, source.shape[0])
+    launcher(state, _CUTE_VIEWS)(source, values, scale_rows, scale_mma, source.shape[0])
 
 
 # -------------------------------------------------------------------------------------------------

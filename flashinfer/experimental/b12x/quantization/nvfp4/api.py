@@ -38,7 +38,7 @@ from ..._lib.quant import swizzled_size
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
-from .._shared._host import check_kernel_aligned, check_tensor, seconds_per_run
+from .._shared._host import as_launcher, check_kernel_aligned, check_tensor, seconds_per_run
 from . import reference
 
 OP = "quantization.nvfp4"
@@ -47,6 +47,7 @@ DTYPES = ("bfloat16", "float16")
 ALIGN = 16  # bytes; the compiled kernel assumes 16-byte aligned x, packed and scales
 _MAX_ROWS = (1 << 31) - 128  # live M is an i32 kernel argument, padded to a multiple of 128
 _ONESHOT_ROWS = 1 << 30  # capacity of quantize()'s plans: it allocates its outputs per call
+_CUTE_VIEWS = {2: torch.float8_e4m3fn}  # a CuTe tile's scales (launcher arguments x, packed, scales, gs_ptr, ...)
 
 
 @dataclass(frozen=True)
@@ -272,25 +273,10 @@ def _launchers(state: PlanState) -> tuple:
     cached = state.extra.get("launchers")
     if cached is not None and cached[0] is state.kernels:
         return cached[1]
-    fns = tuple(_launcher(compile_fn, args) for compile_fn, args in state.kernels)
+    fns = tuple(as_launcher(compile_fn, args, _CUTE_VIEWS) for compile_fn, args in state.kernels)
     pick = getattr(state.selection, "tile", None) if len(fns) > 1 else None  # NvFp4Dispatch.tile
     state.extra["launchers"] = (state.kernels, (fns, pick))
     return fns, pick
-
-
-def _launcher(compile_fn, args):
-    """The tile's launcher `fn(x, packed, scales, gs_ptr, gs_value, use_ptr, m)`: the Triton tiles' own; a
-    CuTe tile's tvm-ffi function takes its scales as float8_e4m3fn (a uint8 storage is viewed as that)."""
-    fn = compile_fn(*args)
-    if getattr(compile_fn, "backend", None) != "cute":
-        return fn
-
-    def launch(x, packed, scales, gs_ptr, gs_value, use_ptr, m):
-        if scales.dtype != torch.float8_e4m3fn:
-            scales = scales.view(torch.float8_e4m3fn)
-        fn(x, packed, scales, gs_ptr, gs_value, use_ptr, m)
-
-    return launch
 
 
 # -------------------------------------------------------------------------------------------------
