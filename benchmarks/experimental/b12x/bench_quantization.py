@@ -261,7 +261,7 @@ def mxfp8_bench_configs(k: int, args, arch: str | None = None) -> list:
     """The MXFP8 rows of a case: None (the plan's own selection on `arch`), then every other candidate
     (--all-configs, unvalidated ones included) or those whose repr contains one of --match's strings."""
     candidates = list(mxfp8_configs(k, unvalidated=True, arch=arch))[1:]  # [0]: the arch's default, the None row
-    cute = [CuteMxTile(w, r) for w, r in args.cute_mx or ()]
+    cute = list(args.cute_mx or ())
     if args.match:
         return [None] + [c for c in candidates if any(t in repr(c) for t in args.match)] + cute
     return [None] + (candidates if args.all_configs else []) + cute
@@ -330,31 +330,28 @@ def _time(fn, args, n_sets: int):
     return measure(fn, args)
 
 
-def _cute_shape(text: str) -> CuteTile:
-    """'8x4' or '8x2x4' -> a CuteTile of 8 warps, 4 (2) rows a warp (and 4 row tiles a CTA): argparse type."""
-    try:
-        dims = [int(v) for v in text.lower().split("x")]
-        if len(dims) not in (2, 3):
-            raise ValueError
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WARPSxROWS[xREPEAT] such as 8x4 or 8x2x4, got {text!r}") from None
-    tile = CuteTile(dims[0], dims[1], repeat=dims[2] if len(dims) == 3 else 1)
-    reason = cute_why_not(16, tile)
-    if reason is not None:
-        raise argparse.ArgumentTypeError(reason)
-    return tile
+def _tile_type(make, why_not, k: int, expected: str):
+    """An argparse type: 'WxR' (and 'WxRxN' where `make` takes a third number) -> make(W, R[, N]), which `why_not`
+    must accept at k."""
+
+    def parse(text: str):
+        try:
+            tile = make(*(int(v) for v in text.lower().split("x")))
+        except (ValueError, TypeError):  # not numbers, or not as many as make takes
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        reason = why_not(k, tile)
+        if reason is not None:
+            raise argparse.ArgumentTypeError(reason)
+        return tile
+
+    return parse
 
 
-def _cute_mx_shape(text: str) -> tuple[int, int]:
-    """'8x2' -> (8, 2): a CuteMxTile's warps and rows (argparse type)."""
-    try:
-        warps, rows = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected WARPSxROWS such as 8x2, got {text!r}") from None
-    reason = cute_mx_why_not(32, CuteMxTile(warps, rows))
-    if reason is not None:
-        raise argparse.ArgumentTypeError(reason)
-    return warps, rows
+# '8x4' / '8x2x4' -> a CuteTile (8 warps, 4 / 2 rows a warp, 1 / 4 row tiles a CTA); '8x2' -> a CuteMxTile
+_cute_shape = _tile_type(
+    lambda w, r, n=1: CuteTile(w, r, repeat=n), cute_why_not, 16, "WARPSxROWS[xREPEAT] such as 8x4 or 8x2x4"
+)
+_cute_mx_shape = _tile_type(lambda w, r: CuteMxTile(w, r), cute_mx_why_not, 32, "WARPSxROWS such as 8x2")
 
 
 def dtype_str(dtype) -> str:

@@ -193,11 +193,9 @@ def test_mxfp8_bench_configs_selects_rows():
     assert mx.default_config(7168) in on90 and mx.default_config(7168, "sm_90a") not in on90
     on120 = BQ.mxfp8_bench_configs(7168, _args(("all_configs", True)), "sm_120a")
     assert mx.default_config(7168) not in on120 and not [c for c in on120[1:] if c.hw_nan]
-    assert BQ.mxfp8_bench_configs(7168, _args(("cute_mx", [(8, 2), (4, 4)]))) == [
-        None,
-        CuteMxTile(8, 2),
-        CuteMxTile(4, 4),
-    ]
+    cute = [BQ._cute_mx_shape("8x2"), BQ._cute_mx_shape("4x4")]
+    assert cute == [CuteMxTile(8, 2), CuteMxTile(4, 4)]
+    assert BQ.mxfp8_bench_configs(7168, _args(("cute_mx", cute))) == [None, *cute]
 
 
 @pytest.mark.parametrize(
