@@ -2,7 +2,7 @@
 against the oracle: M from 1 to 4097 (live M below the capacity, rows past it untouched), K from 32 to 16384
 (K / 16 not a multiple of 4, several CTA columns), bf16 and fp16, random rows over ten decades and extreme
 blocks (zero, NaN, Inf, max, subnormal), the global scale as a float and as a device tensor and at its
-extremes, every tile shape, a mixed dispatch (Triton small tile, CuTe large tile), PDL, and CUDA-graph replay."""
+extremes, halves beside every threshold, every tile shape, a mixed dispatch (Triton small tile, CuTe large tile), PDL, and CUDA-graph replay."""
 
 import importlib.util
 from pathlib import Path
@@ -20,6 +20,9 @@ _spec = importlib.util.spec_from_file_location("_b12x_quant_gpu_helpers_cute", P
 _helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_helpers)
 _check, _extreme, _poison, _random = _helpers._check_nvfp4, _helpers._extreme, _helpers._poison_nvfp4, _helpers._random
+_spec = importlib.util.spec_from_file_location("_b12x_nvfp4_cute_cpu", Path(__file__).with_name("test_nvfp4_cute.py"))
+_cpu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cpu)
 
 pytestmark = pytest.mark.gpu
 nvfp4 = b12x.quantization.nvfp4
@@ -90,6 +93,18 @@ def test_cute_global_scale_extremes(plans, gs):
     x = _random(129, 4096, torch.bfloat16, 5)
     _run_checked(p, out, x, torch.tensor(gs, dtype=torch.float32, device="cuda"), True)
     _run_checked(p, out, x, torch.tensor(gs, dtype=torch.float32, device="cuda"), False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cute_at_every_threshold(plans, dtype):
+    """Halves on and beside every threshold of every reachable scale (`test_nvfp4_cute.threshold_rows`), at global
+    scales where some thresholds are the rule's third candidate."""
+    name = str(dtype).removeprefix("torch.")
+    for gs in _cpu.THIRD_CANDIDATE[name]:
+        x, _ = _cpu.threshold_rows(name, gs)
+        for tile in (CuteTile(), CuteTile(4, 1, repeat=3)):
+            p, out = plans(32, tile, dtype)
+            _run_checked(p, out, x.cuda(), torch.tensor(gs, dtype=torch.float32, device="cuda"), True)
 
 
 def test_cute_pdl_and_graph_replay(plans):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from flashinfer.experimental.b12x._lib.quant import swizzled_size
+from flashinfer.experimental.b12x._lib.quant import swizzled_size, unswizzle_scales
 from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel_cute as KC
 from flashinfer.experimental.b12x.quantization.nvfp4 import reference
 
@@ -61,10 +61,54 @@ def _global_scales(dtype: str) -> list[float]:
     return extreme + [2.0**e for e in (-40, -9, 0, 9, 40)] + rand
 
 
+# Global scales where some threshold is the third candidate c + 2 of the module docstring (e below a half while
+# the boundary is past it): random scales almost never reach it (none in 17.6M bf16 entries), these were found by
+# scanning fp32 neighbours of m * sf / h for halves h. 0.3 is one: a plain checkpoint value.
+THIRD_CANDIDATE = {
+    "bfloat16": [0.050847459584474564, 0.30000001192092896, 36.57143020629883],
+    "float16": [423.35919189453125, 0.0027995521668344736, 0.06862745434045792],
+}
+
+
+def _rz_half(dtype: str, e: torch.Tensor) -> torch.Tensor:
+    """Bits of the half at or below the non-negative fp32 e (cvt.rz), as int64."""
+    if dtype == "bfloat16":
+        return (e.view(torch.int32) >> 16).to(torch.int64)
+    h = e.to(torch.float16)
+    bits = h.view(torch.int16).to(torch.int64) & 0xFFFF
+    return torch.where(h.float() > e, bits - 1, bits)
+
+
+def candidate_index(dtype: str, gs: float) -> torch.Tensor:
+    """int64 [7, 126]: tx_j - c for thresholds 0..6 and scale bytes 1..126, tx_j by search and c as the docstring
+    computes it (rz of fl(4 m fl(0.25 sf / gs)), capped at FLT_MAX)."""
+    want = torch.from_numpy((searched_table(dtype, gs)[1:127, :7] & 0xFFFF).astype(np.int64)).T
+    g = torch.tensor(gs, dtype=torch.float32)
+    sf = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    q = (torch.tensor(0.25, dtype=torch.float32) * sf) / g
+    e = [torch.clamp(q * torch.tensor(4 * m, dtype=torch.float32), max=KC.FLT_MAX) for m in KC.MIDS]
+    return want - torch.stack([_rz_half(dtype, v) for v in e])
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_threshold_rule_needs_its_three_candidates(dtype):
+    """Every threshold is c, c + 1 or c + 2 at every scale tested, and each of the three occurs (so the table test
+    below exercises both fp32 checks of `CuteLogic._threshold`)."""
+    seen = set()
+    for gs in _global_scales(dtype) + THIRD_CANDIDATE[dtype]:
+        index = candidate_index(dtype, float(np.float32(gs)))
+        assert set(index.unique().tolist()) <= {0, 1, 2}, f"gs={gs!r}: {sorted(set(index.unique().tolist()))}"
+        seen |= set(index.unique().tolist())
+    for gs in THIRD_CANDIDATE[dtype]:
+        assert (candidate_index(dtype, gs) == 2).any(), f"gs={gs!r} no longer needs c + 2"
+    assert seen == {0, 1, 2}
+
+
 @pytest.mark.interpret
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 def test_threshold_table_matches_a_search_over_every_half(dtype):
-    for gs in _global_scales(dtype):
+    for gs in _global_scales(dtype) + THIRD_CANDIDATE[dtype]:
         gs = float(np.float32(gs))
         got, want = emulated_table(dtype, gs), searched_table(dtype, gs)
         bad = np.argwhere(got != want)
@@ -143,6 +187,49 @@ def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_point
     reference.quantize_into(x, gs, want_p, want_s)
     assert torch.equal(packed, want_p), (packed != want_p).nonzero()[:5]
     assert torch.equal(scales, want_s), (scales != want_s).nonzero()[:5]
+
+
+def threshold_rows(dtype: str, gs: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x [R, 32], aimed [R] scale bytes): for every scale byte whose block a finite half amax can reach, one row of
+    two blocks, each led by amax = the half nearest 6 sf / gs (the block's scale is then sf), the rest the halves
+    next to every threshold (tx_j - 1, tx_j, tx_j + 1 as bits), signs alternating: the encode's every boundary."""
+    top = 0x7C00 if dtype == "float16" else 0x7F80
+    table = searched_table(dtype, gs)[:, :7] & 0xFFFF
+    sf = torch.arange(128, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    rows, aimed = [], []
+    for s in range(1, 127):
+        amax = (torch.tensor(6.0, dtype=torch.float32) * sf[s] / torch.tensor(gs, dtype=torch.float32)).to(
+            DTYPES[dtype]
+        )
+        lead = int(amax.view(torch.int16)) & 0xFFFF
+        if not 0 < lead < top:
+            continue
+        near = sorted({int(t) + d for t in table[s] for d in (-1, 0, 1) if 0 <= int(t) + d < lead})
+        near = [v | (0x8000 if i % 2 else 0) for i, v in enumerate(near)][:30]
+        near += [0] * (30 - len(near))
+        rows.append([lead] + near[:15] + [lead] + near[15:])
+        aimed.append(s)
+    bits = torch.tensor(rows, dtype=torch.int32).to(torch.int16)
+    return bits.view(DTYPES[dtype]), torch.tensor(aimed, dtype=torch.uint8)
+
+
+@pytest.mark.interpret
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_cute_quantizer_is_bit_exact_at_every_threshold(dtype):
+    """Halves on and beside each threshold of each reachable scale, at global scales that need the third candidate:
+    the emulated CTA against the oracle, bit for bit, with the scales checked to be the aimed ones."""
+    for gs in THIRD_CANDIDATE[dtype][:2]:
+        x, aimed = threshold_rows(dtype, gs)
+        m, k = x.shape
+        assert m >= 60, f"gs={gs!r}: only {m} scales reachable"
+        want_p = torch.full((m, k // 2), 0xAB, dtype=torch.uint8)
+        want_s = torch.full((swizzled_size(m, k // 16),), 0xCD, dtype=torch.uint8)
+        reference.quantize_into(x, gs, want_p, want_s)
+        got_aim = unswizzle_scales(want_s, m, k // 16).view(torch.uint8)
+        assert torch.equal(got_aim, aimed[:, None].expand(m, 2)), "a block's scale is not the aimed one"
+        packed, scales = run_emulated(x, gs, KC.CuteTile(4, 4), by_pointer=True)
+        assert torch.equal(packed, want_p), (gs, (packed != want_p).nonzero()[:5])
+        assert torch.equal(scales, want_s), (gs, (scales != want_s).nonzero()[:5])
 
 
 @pytest.mark.compile
