@@ -6,7 +6,7 @@
 # Run after the two wheel-install steps of ../shared/tools/device-wheels, from the tree to test
 # (a `git archive` snapshot when the checkout holds uncommitted work: AGENTS.md).
 #
-#   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 [BENCH_SERIAL=1] bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
+#   SHARDS=14 TEST_LIMIT=420 BENCH_LIMIT=400 [PARALLEL=N] [BENCH_SERIAL=1] bash scripts/device_parallel_run.sh [JOBS_FILE] [pytest paths...]
 #
 # pytest paths: what the gpu tier covers (default tests/experimental/b12x; "none" skips the tests;
 # "@FILE": each line of FILE is one pytest selection such as `tests/x/test_y.py -k "a and b"`, run side
@@ -31,6 +31,15 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv >>
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [[ $ngpu -ge 1 ]] || ngpu=1
 echo "gpus $ngpu" | tee -a "$LOG/run.txt"
+# At most PARALLEL test processes at once: a shard is at least one file, so a tier of ~50 files once ran ~50
+# processes on one GPU, and on an H100's 80 GB (session 43) 86 attention tests failed with CUDA out of memory.
+# Default: one process per 5 GiB of the smallest GPU's memory, at most two per CPU core.
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -n 1)
+max_par=${PARALLEL:-$(( ${mem_mib:-40960} / 5120 ))}
+(( max_par > 2 * $(nproc) )) && max_par=$(( 2 * $(nproc) ))
+(( max_par >= 1 )) || max_par=1
+echo "parallel $max_par" | tee -a "$LOG/run.txt"
+throttle() { while (( $(jobs -rp | wc -l) >= max_par )); do wait -n; done; }
 status=0
 if [[ ${paths[0]} != none ]]; then
   # A machine session keeps /tmp between calls: drop the previous call's test logs, so that the
@@ -45,6 +54,7 @@ if [[ ${paths[0]} == @* ]]; then
   n=0
   while read -r line; do
     [[ -z $line || $line == \#* ]] && continue
+    throttle
     name=$(printf 'sel%02d' "$n"); n=$((n + 1))
     echo "$line" >"$LOG/$name.txt"
     # shellcheck disable=SC2086  # the line is a list of pytest arguments; eval keeps its quotes
@@ -86,6 +96,7 @@ print(f"{sum(map(len, by_file.values()))} gpu tests in {n} shards")
 EOF
   i=0
   for shard in "$LOG"/shard*.txt; do
+    throttle
     name=$(basename "$shard" .txt)
     (export CUDA_VISIBLE_DEVICES=$((i % ngpu))
      mapfile -t ids <"$shard"
