@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Staged by session 43 (after the two toolchain calls, on a `git archive` snapshot): a gpu tier with at most one test
+# process per 5 GiB of GPU memory (device_parallel_run.sh's PARALLEL; session 43's H100 run of the attention tier with
+# 33 processes at once failed 86 tests, every one CUDA out of memory), then its kernels' cache saved for the next
+# machine session (scripts/device_cache.sh; carry [".devcache"] and `bash scripts/device_cache.sh load` first).
+#   bash scripts/jobs/s43_a.sh att    the attention + demo tiers (session 41's page clamps; ~6 min)
+#   bash scripts/jobs/s43_a.sh moe    the moe tier (sessions 40's DecodeLogic.k_loop in the expert GEMMs; ~6 min)
+#   bash scripts/jobs/s43_a.sh gemm   the gemm tier plus moe pdl (passed on the H100 at 10d07e2: 609 / 609)
+#   bash scripts/jobs/s43_a.sh quant  the quantization tier (the CuTe quantizers' default switch, if flipped)
+set -uo pipefail
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+t=tests/experimental/b12x
+case ${1:-} in
+  att) paths=("$t/attention" "$t/demo"); keep=("kernels/attention.*" "kernels/demo.*") ;;
+  moe) paths=("$t/moe"); keep=("kernels/moe.*") ;;
+  gemm) paths=("$t/gemm" "$t/moe/test_fused_moe_pdl_gpu.py"); keep=("kernels/gemm.*") ;;
+  quant) paths=("$t/quantization"); keep=("kernels/quantization.*") ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
+esac
+bash scripts/device_cache.sh load
+SHARDS=${SHARDS:-25} TEST_LIMIT=${TEST_LIMIT:-420} bash scripts/device_snapshot_run.sh - "${paths[@]}" 2>&1 \
+  | grep -E "^commit|^parallel|failed|error" | tail -8 | cut -c1-240
+grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped|error)" \
+  | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'
+grep -h "^E .*Error\b" /tmp/b12x-par/shard*.log | cut -c1-120 | sort | uniq -c | sort -rn | head -5
+grep -h "^FAILED" /tmp/b12x-par/shard*.log | head -10 | cut -c1-240
+bash scripts/device_cache.sh save || true
+[[ -d ${OUT:-/nonexistent}/cache ]] || bash scripts/device_cache.sh save "${keep[@]}" || true
+exit 0
