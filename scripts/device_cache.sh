@@ -8,7 +8,7 @@
 # On the device, before a tier:  bash scripts/device_cache.sh load      (from .devcache/, carried: carry [".devcache"])
 #
 # The cache is B12X_CACHE_DIR (/tmp/b12x-cache under device_parallel_run.sh): b12x's CuTe objects and Triton's
-# cache. Every entry is keyed by its sources, the toolchain and the arch (_lib/compile.py), so a stale entry is
+# cache, which the gpu tests share there (B12X_TEST_KERNEL_CACHE, tests/experimental/b12x/conftest.py). Every entry is keyed by its sources, the toolchain and the arch (_lib/compile.py), so a stale entry is
 # never loaded, only recompiled: carrying an old cache is safe, and only what is unchanged is saved time. Parts
 # are at most 15 MiB (a file that comes back is at most 16), 3 of them: 45 MiB beside the ~10 MiB tree fits a call's
 # 64 MiB, and 5 of a call's 8 returned files stay free for logs. A larger cache is not saved (it says so and its size:

@@ -20,6 +20,9 @@ trap 'tar czf "$OUT/results.tgz" -C "$LOG" . 2>/dev/null' EXIT
 trap 'exit 143' TERM INT
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 B12X_CACHE_DIR=${B12X_CACHE_DIR:-/tmp/b12x-cache} B12X_BENCH_GPU_LOCK=$LOG/gpu.lock
+# gpu tests keep their own cache dirs but share compiled kernels here (tests/experimental/b12x/conftest.py): the
+# shards compile a kernel once between them, and scripts/device_cache.sh carries it to the next machine session.
+export B12X_TEST_KERNEL_CACHE=${B12X_TEST_KERNEL_CACHE-$B12X_CACHE_DIR}  # set it empty to keep every test apart
 jobs_file=${1:--}; shift || true
 paths=("$@"); [[ ${#paths[@]} -gt 0 ]] || paths=(tests/experimental/b12x)
 python3 -c "import b12x" 2>/dev/null \

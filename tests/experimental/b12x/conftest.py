@@ -66,11 +66,33 @@ def pytest_runtest_setup(item):
             pytest.skip("gpu tier: no CUDA device here (runs on the H200 device machine)")
 
 
+SHARED_KERNELS_ENV = "B12X_TEST_KERNEL_CACHE"
+SHARED_SUBDIRS = ("kernels", "triton")  # compiled kernels only: selection / autotune caches stay per test
+
+
+def share_kernel_dirs(root, shared) -> None:
+    """Make root's kernel stores links into `shared` (created if missing): a gpu tier's processes then compile a
+    kernel once between them, and a kernel cache carried from an earlier machine session is used. Entries are keyed
+    by sources, toolchain and arch (_lib/compile.py), so sharing can only save compiles."""
+    from pathlib import Path
+
+    root, shared = Path(root), Path(shared)
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in SHARED_SUBDIRS:
+        (shared / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub).symlink_to(shared / sub, target_is_directory=True)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path, monkeypatch):
+def _isolated_cache(tmp_path, monkeypatch, request):
     """Every test compiles into its own cache dir, never ~/.cache, starts unfrozen, and sees the
-    once-per-process reference-backend warning as a fresh process would (so test order is moot)."""
+    once-per-process reference-backend warning as a fresh process would (so test order is moot).
+    With $B12X_TEST_KERNEL_CACHE set (scripts/device_parallel_run.sh sets it), a gpu test's compiled kernels
+    go to that shared directory instead (`share_kernel_dirs`); its other cache files stay its own."""
     monkeypatch.setenv("B12X_CACHE_DIR", str(tmp_path / "b12x-cache"))
+    shared = os.environ.get(SHARED_KERNELS_ENV)
+    if shared and request.node.get_closest_marker("gpu") is not None:
+        share_kernel_dirs(tmp_path / "b12x-cache", shared)
     from flashinfer.experimental.b12x.preparation import session
 
     monkeypatch.setattr(session, "_warned_reference", False)
