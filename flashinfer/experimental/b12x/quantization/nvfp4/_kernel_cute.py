@@ -252,8 +252,16 @@ class CuteLogic(BlockRows):
 
 
 class CuteNvFp4:
+    """The rows form: one CTA a (32-block column, row tile) pair; `grid` and `kernel` are what the streaming form
+    (`CuteStreamNvFp4`) replaces."""
+
     def __init__(self, logic: CuteLogic) -> None:
         self.logic = logic
+
+    def grid(self, m):
+        L = self.logic
+        tiles_y = ((m + 127) // 128 * 128 + L.rows_per_cta - 1) // L.rows_per_cta
+        return [(L.nb4 + 31) // 32, (tiles_y + L.tile.repeat - 1) // L.tile.repeat, 1]
 
     @cute.jit
     def __call__(
@@ -267,16 +275,11 @@ class CuteNvFp4:
         m_arg: Int32,
         stream: cuda.CUstream,
     ):
-        L = self.logic
-        m = mX.shape[0]
-        mpad = (m + 127) // 128 * 128
-        tiles_y = (mpad + L.rows_per_cta - 1) // L.rows_per_cta
-        grid_y = (tiles_y + L.tile.repeat - 1) // L.tile.repeat
         self.kernel(mX, mP, mS, mG, gs_value, use_ptr).launch(
-            grid=[(L.nb4 + 31) // 32, grid_y, 1],
-            block=[32 * L.tile.warps, 1, 1],
+            grid=self.grid(mX.shape[0]),
+            block=[32 * self.logic.tile.warps, 1, 1],
             stream=stream,
-            use_pdl=L.tile.pdl,
+            use_pdl=self.logic.tile.pdl,
         )
 
     @cute.kernel
@@ -307,33 +310,13 @@ class CuteNvFp4:
         L.encode_rows(ops, loaded, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, warp, lane, bx, last)
 
 
-class CuteStreamNvFp4:
+class CuteStreamNvFp4(CuteNvFp4):
     """The streaming form (`CuteTile.stages > 0`): persistent CTAs, each warp's slabs through its own buffers."""
 
-    def __init__(self, logic: CuteLogic) -> None:
-        self.logic = logic
-
-    @cute.jit
-    def __call__(
-        self,
-        mX: cute.Tensor,
-        mP: cute.Tensor,
-        mS: cute.Tensor,
-        mG: cute.Tensor,
-        gs_value: Float32,
-        use_ptr: Int32,
-        m_arg: Int32,
-        stream: cuda.CUstream,
-    ):
+    def grid(self, m):
         L = self.logic
-        slabs = (mX.shape[0] + 127) // 128 * 128 * L.chunks
-        need = (slabs + L.tile.warps - 1) // L.tile.warps
-        self.kernel(mX, mP, mS, mG, gs_value, use_ptr).launch(
-            grid=[cutlass.max(cutlass.min(need, L.tile.ctas), 1), 1, 1],
-            block=[32 * L.tile.warps, 1, 1],
-            stream=stream,
-            use_pdl=L.tile.pdl,
-        )
+        need = ((m + 127) // 128 * 128 * L.chunks + L.tile.warps - 1) // L.tile.warps  # a warp a slab at most
+        return [cutlass.max(cutlass.min(need, L.tile.ctas), 1), 1, 1]
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mP: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, gs_value, use_ptr):
