@@ -181,6 +181,7 @@ def run_stream_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_poi
                     slab, st = first + it * step, it % stages
                     ops.mbar_wait(mbar + 8 * st, (it // stages) & 1)
                     words = logic.slab_read(ops, buf + st * 1024, LANE)
+                    ops.fence_async_smem()
                     ops.sync_warp()
                     nxt = slab + stages * step
                     logic.slab_issue(ops, xb, m, np.int32(nxt), buf + st * 1024, mbar + 8 * st, LANE, nxt < total)
@@ -222,7 +223,7 @@ def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
         # CTAs; 3 blocks a row (96-byte slabs) with fewer slabs a warp than stages
         (3, 64, KC.CuteTile(4, 1, stages=2, ctas=1), True),
         (130, 544, KC.CuteTile(8, 1, stages=3, ctas=5), False),
-        (5, 48, KC.CuteTile(16, 1, stages=8, ctas=2), True),
+        (5, 48, KC.CuteTile(8, 1, stages=8, ctas=4), True),  # 4 slabs a warp
     ],
 )
 def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
@@ -310,6 +311,8 @@ def test_why_not_names_what_is_wrong():
     ):
         assert "streaming tile" in KC.why_not(64, bad), bad
     assert "ctas applies" in KC.why_not(64, KC.CuteTile(ctas=4))
+    assert KC.why_not(64, KC.CuteTile(16, 1, stages=4, ctas=1)) is None  # 68 KB
+    assert "shared memory" in KC.why_not(64, KC.CuteTile(16, 1, stages=8, ctas=1))  # 133 KB: over sm_120a's 99
     assert "stages must be an int" in KC.why_not(64, KC.CuteTile(stages=True))
     with pytest.raises(ValueError, match="dtype"):
         KC.CuteLogic("float32", 64, KC.CuteTile())

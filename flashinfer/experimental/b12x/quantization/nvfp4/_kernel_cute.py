@@ -68,6 +68,12 @@ HALF_NAN = {"bfloat16": 0x7FC0, "float16": 0x7E00}
 FLT_MAX = 3.4028234663852886e38
 TABLE_WORDS = 128 * 8
 BUILDERS = 128  # threads that build the table, one row each
+SMEM_LIMIT = 99 * 1024  # shared memory a CTA may take on sm_120a (sm_90a allows 227 KB): every tile runs on both
+
+
+def stream_smem_bytes(tile) -> int:
+    """Shared memory of the streaming form: the table, 1 KB a warp a stage, an 8-byte mbarrier each."""
+    return TABLE_WORDS * 4 + tile.warps * tile.stages * (1024 + 8)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,10 @@ def why_not(k: int, tile) -> str | None:
             return f"{name} must be an int, got {tile}"
     if tile.stages and (not 2 <= tile.stages <= 8 or tile.rows != 1 or tile.repeat != 1 or tile.ctas < 1):
         return f"a streaming tile needs stages 2..8, rows 1, repeat 1 and ctas >= 1, got {tile}"
+    if tile.stages and stream_smem_bytes(tile) > SMEM_LIMIT:
+        return (
+            f"warps x stages buffers take {stream_smem_bytes(tile)} bytes of shared memory, over {SMEM_LIMIT}: {tile}"
+        )
     if not tile.stages and tile.ctas:
         return f"ctas applies to a streaming tile (stages > 0) only, got {tile}"
     if k < 16 or k % 16:
@@ -350,6 +360,7 @@ class CuteStreamNvFp4(CuteNvFp4):
             s, st = g + it * step, it % stages
             DEVICE.mbar_wait(mbar + 8 * st, (it // stages) & 1)
             words = self.logic.slab_read(DEVICE, buf + st * 1024, lane)
+            DEVICE.fence_async_smem()  # this lane's reads before the async-proxy refill (they may be in flight)
             DEVICE.sync_warp()  # every lane has read the buffer: refill it before this slab's encode
             nxt = s + stages * step
             self.logic.slab_issue(DEVICE, x_base, m, nxt, buf + st * 1024, mbar + 8 * st, lane, nxt < total)
