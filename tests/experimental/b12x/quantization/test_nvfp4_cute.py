@@ -160,7 +160,7 @@ def run_stream_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_poi
     pb = g.put(torch.full((cap, k // 2), 0xAB, dtype=torch.uint8))
     sb = g.put(torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8))
     gb = g.put(torch.tensor([gs if by_pointer else 12345.0], dtype=torch.float32))
-    total = (m + 127) // 128 * 128 * logic.chunks
+    total = logic.slabs(m)
     ctas = max(min((total + warps - 1) // warps, tile.ctas), 1)
     bufs = KC.TABLE_WORDS * 4
     bars = bufs + warps * stages * 1024

@@ -227,6 +227,10 @@ class CuteLogic(BlockRows):
         """Slabs a row: 32 blocks each, the last one K / 16 - 32 (chunks - 1) blocks."""
         return (self.nb + 31) // 32
 
+    def slabs(self, m):
+        """Slabs of a launch for M rows: every row up to the 128-row padding (whose scale bytes it writes)."""
+        return (m + 127) // 128 * 128 * self.chunks
+
     def slab_bytes(self, last: bool) -> int:
         return 32 * (self.nb - 32 * (self.chunks - 1) if last else 32)
 
@@ -325,7 +329,7 @@ class CuteStreamNvFp4(CuteNvFp4):
 
     def grid(self, m):
         L = self.logic
-        need = ((m + 127) // 128 * 128 * L.chunks + L.tile.warps - 1) // L.tile.warps  # a warp a slab at most
+        need = (L.slabs(m) + L.tile.warps - 1) // L.tile.warps  # a warp a slab at most
         return [cutlass.max(cutlass.min(need, L.tile.ctas), 1), 1, 1]
 
     @cute.kernel
@@ -337,7 +341,7 @@ class CuteStreamNvFp4(CuteNvFp4):
         ctas, _, _ = cute.arch.grid_dim()
         warp, lane = tid >> 5, tid & 31
         m = mX.shape[0]
-        total = (m + 127) // 128 * 128 * L.chunks
+        total = L.slabs(m)
         smem = cutlass.memory.SmemAllocator()
         table = smem.allocate_tensor(cutlass.Uint32, cute.make_layout(TABLE_WORDS), 16).iterator.toint()
         bufs = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(warps * stages * 1024), 128).iterator.toint()
