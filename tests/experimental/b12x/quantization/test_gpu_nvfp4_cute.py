@@ -31,6 +31,7 @@ MS = [1, 7, 128, 129, 4097]
 KS = [32, 48, 160, 4096, 7168, 16384]
 TILES = [
     CuteTile(),
+    CuteTile(4, 4),  # the default from CUTE_FROM_M rows (session 44)
     CuteTile(4, 8),
     CuteTile(16, 2),
     CuteTile(8, 1),

@@ -18,6 +18,13 @@ nvfp4 = b12x.quantization.nvfp4
 ARCH = "sm_90a"
 
 
+@pytest.fixture
+def triton_only(monkeypatch):
+    """The Triton dispatch alone: `CUTE_ABOVE_SMALL` off (the CuTe tile's rows are the last tests')."""
+    monkeypatch.setattr(_dispatch, "CUTE_ABOVE_SMALL", None)
+
+
+@pytest.mark.usefixtures("triton_only")
 def test_heuristic_dispatches_only_from_the_threshold():
     below = nvfp4.plan(_dispatch.LARGE_FROM_M - 1, 7168).heuristic(ARCH)
     assert below == _kernel.default_config(7168)
@@ -62,6 +69,7 @@ def test_k_major_mid_tile_follows_its_switch(monkeypatch):
     assert not _dispatch.mid_config(4096).k_major and _dispatch.mid_config(2048).k_major
 
 
+@pytest.mark.usefixtures("triton_only")
 def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
     # The switch the H200 run of 14:02 turned on: the dispatch's large tile is LARGE_M_PAIRS (a config
     # test_gpu_candidates checks, being one of the pairs candidates) and pairs are offered; off, the
@@ -76,6 +84,7 @@ def test_pairs_switch_makes_the_pairs_tile_large(monkeypatch):
     assert _kernel.NvFp4Config(*_kernel.LARGE_M_PAIRS) not in _kernel.candidate_configs(7168)
 
 
+@pytest.mark.usefixtures("triton_only")
 def test_s7_switch_is_on_and_replaces_the_large_tile(monkeypatch):
     # On since session 15 (the unrolled lane-table tile); None gives LARGE_M_PAIRS back. Set to a
     # session-7 tuple, the dispatch's large tile is that config (capped to the row), the small one unchanged.
@@ -94,6 +103,7 @@ def test_s7_switch_is_on_and_replaces_the_large_tile(monkeypatch):
         assert _dispatch.can_select(7168, d)
 
 
+@pytest.mark.usefixtures("triton_only")
 def test_large_tile_is_capped_to_the_row():
     d = nvfp4.plan(4096, 32).heuristic(ARCH)
     assert d.large.block_k == 64 and _kernel.can_implement(32, d.large) and _dispatch.can_select(32, d)
@@ -107,6 +117,7 @@ def test_tile_by_live_rows(m, tile):
     assert same.configs() == (d.small,) and same.tile(m) == 0
 
 
+@pytest.mark.usefixtures("triton_only")
 def test_mid_tile_needs_its_gpu_flag_and_room(monkeypatch):
     assert _kernel.PRELOAD_GPU_VALIDATED and _kernel.NvFp4Config(*_dispatch.MID_PRELOAD) in _kernel.candidate_configs(
         7168
@@ -133,6 +144,7 @@ def test_tile_by_live_rows_with_a_mid_tile(m, tile):
     assert same.configs() == (small, large) and same.tile(m) == min(tile, 1)
 
 
+@pytest.mark.usefixtures("triton_only")
 def test_kernels_compile_every_tile_small_first():
     p = nvfp4.plan(4096, 7168)
     d = p.heuristic(ARCH)
@@ -219,18 +231,36 @@ def test_one_tile_selection_never_picks():
     assert calls == [("tile0", 1, 1), ("tile0", 8, 1)]
 
 
-def test_cute_switch_puts_the_cute_tile_above_the_small_one(monkeypatch):
-    # Off by default (session 42: measured on an H100 only); set, the dispatch keeps its small Triton tile and runs
-    # the CuTe tile at every M from LARGE_FROM_M, compiled once.
+def test_cute_tile_runs_from_cute_from_m_rows():
+    # Session 44: on by default (4 x 4, H100-timed). The dispatch keeps its small Triton tile below LARGE_FROM_M and,
+    # up to CUTE_FROM_M, the Triton tile those rows ran before (the preload tile where its range spans them); from
+    # CUTE_FROM_M rows it runs the CuTe tile, compiled once.
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile, compile_cute
 
-    assert _dispatch.CUTE_ABOVE_SMALL is None
-    monkeypatch.setattr(_dispatch, "CUTE_ABOVE_SMALL", CuteTile())
+    assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 4) and _dispatch.CUTE_FROM_M == 4096
     p = nvfp4.plan(16384, 7168, pdl=True)
     d = p.heuristic(ARCH)
     assert d.small == dataclasses.replace(_kernel.default_config(7168), pdl=True)
-    assert d.mid == d.large == CuteTile(pdl=True) and _dispatch.can_select(7168, d)
-    assert [d.tile(m) for m in (1, _dispatch.LARGE_FROM_M, 4096, 16384)] == [0, 1, 1, 1]
+    assert d.mid == dataclasses.replace(_dispatch.mid_config(7168), pdl=True) and d.mid.preload
+    assert d.large == CuteTile(4, 4, pdl=True) and _dispatch.can_select(7168, d)
+    assert d.mid_until == _dispatch.CUTE_FROM_M
+    assert [d.tile(m) for m in (1, _dispatch.LARGE_FROM_M, 4095, 4096, 16384)] == [0, 1, 1, 2, 2]
     kernels = p.kernels(d, ARCH)
-    assert len(kernels) == 2 and kernels[1] == (compile_cute, ("bfloat16", 7168, CuteTile(pdl=True), ARCH))
+    assert len(kernels) == 3 and kernels[2] == (compile_cute, ("bfloat16", 7168, CuteTile(4, 4, pdl=True), ARCH))
+    assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == _dispatch.with_pdl(d, False)  # quantize()'s capacity
+    # a capacity under CUTE_FROM_M rows never reaches the CuTe tile, so it does not compile it
+    below = nvfp4.plan(_dispatch.CUTE_FROM_M - 1, 7168).heuristic(ARCH)
+    assert not any(isinstance(c, CuteTile) for c in below.configs())
+    assert below.mid_until == (1 << 26) // 7168 + 1
     assert nvfp4.plan(512, 7168).heuristic(ARCH) == _kernel.default_config(7168)  # below large_from: unchanged
+    # where the preload tile's range ends before CUTE_FROM_M rows (K = 32768: 2048), the Triton large tile runs below
+    wide = nvfp4.plan(16384, 32768).heuristic(ARCH)
+    assert wide.mid == _dispatch._triton_large(32768) and wide.mid_until == 4096
+    assert wide.large == CuteTile(4, 4)
+
+
+@pytest.mark.usefixtures("triton_only")
+def test_cute_switch_off_restores_the_triton_dispatch():
+    d = nvfp4.plan(16384, 7168).heuristic(ARCH)
+    assert isinstance(d.large, _kernel.NvFp4Config) and d.large == _dispatch.large_config(7168)
+    assert d.mid.preload and d.mid_until == (1 << 26) // 7168 + 1

@@ -69,8 +69,8 @@ def test_compiled_pdl_waits_before_any_global_access(op, arch, tmp_path, monkeyp
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     kmod = nv if op == "nvfp4" else mx
     configs = [kmod.default_config(7168)]
-    if op == "nvfp4":  # the dispatch's mid and large tiles too
-        configs += [_dispatch.mid_config(7168), _dispatch.large_config(7168)]
+    if op == "nvfp4":  # the dispatch's Triton mid and large tiles too (the CuTe tile: test_nvfp4_cute.py)
+        configs += [_dispatch.mid_config(7168), _dispatch._triton_large(7168)]
     for cfg in configs:
         on = kmod.compile_for_target("bfloat16", 7168, dataclasses.replace(cfg, pdl=True), arch)
         order = _ptx_order(on.asm["ptx"])

@@ -97,29 +97,33 @@ class NvFp4Dispatch:
         return mid if m < self.mid_until else large
 
 
-# Session 42: the CuTe DSL tile (`_kernel_cute.py`) in place of the mid and large Triton tiles, when set. On an H100
-# (2026-12-05 12:52, docs/performance.md session 42) `CuteTile()` was equal to or 0.3-3.6% faster than this dispatch
-# at every M >= 4096 shape and slower at M <= 16 (hence only above the small tile). Off until the H200 times it the
-# same way and passes the quantization tier with it (scripts/jobs/next_session.txt).
-CUTE_ABOVE_SMALL: CuteTile | None = None
+# Session 42: the CuTe DSL tile (`_kernel_cute.py`) in place of the Triton tiles from CUTE_FROM_M live rows, when set.
+# On an H100 (2026-12-05 12:52, docs/performance.md session 42) `CuteTile()` was equal to or 0.3-3.6% faster than the
+# Triton dispatch at every M >= 4096 shape and slower at M <= 16. Session 44 (H100 again, 16:23; the H200 was not lent
+# in sessions 42-44): 4 x 4 the fastest of five row tiles at all four, 0.7-3.0% under the Triton dispatch (4096 x 4096
+# 17.77 against 17.98 µs, 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14) and
+# bit-exact there, so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
+# tiles keep those rows. Set it to None for the Triton dispatch alone.
+CUTE_ABOVE_SMALL: CuteTile | None = CuteTile(warps=4, rows=4)
+CUTE_FROM_M = 4096
 
 
-def large_config(k: int) -> NvFp4Config | CuteTile:
-    """The large-M tile at K: `CUTE_ABOVE_SMALL` when set; else `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once
-    PAIRS_GPU_VALIDATED, or `LARGE_M_S7` when set (its block_k capped to the padded row, as every candidate's is)."""
-    if CUTE_ABOVE_SMALL is not None:
-        return CUTE_ABOVE_SMALL
+def _triton_large(k: int) -> NvFp4Config:
+    """The Triton large-M tile at K: `LARGE_M_STEPS`, or `LARGE_M_PAIRS` once PAIRS_GPU_VALIDATED, or `LARGE_M_S7`
+    when set (its block_k capped to the padded row, as every candidate's is)."""
     if LARGE_M_S7 is not None and _kernel.PAIRS_GPU_VALIDATED:
         return capped_config(k, LARGE_M_S7)
     return capped_config(k, _kernel.LARGE_M_PAIRS if _kernel.PAIRS_GPU_VALIDATED else _kernel.LARGE_M_STEPS)
 
 
-def mid_config(k: int) -> NvFp4Config | CuteTile | None:
-    """The tile between large_from and MID_MAX_ELEMENTS // k rows: `CUTE_ABOVE_SMALL` when set; else `MID_PRELOAD`
-    once PRELOAD_GPU_VALIDATED (capped to the padded row; K-major up to MID_K_MAJOR_MAX_K columns once
-    ORDER_GPU_VALIDATED), else None."""
-    if CUTE_ABOVE_SMALL is not None:
-        return CUTE_ABOVE_SMALL
+def large_config(k: int) -> NvFp4Config | CuteTile:
+    """The tile of the most rows at K: `CUTE_ABOVE_SMALL` when set, else the Triton large-M tile."""
+    return CUTE_ABOVE_SMALL if CUTE_ABOVE_SMALL is not None else _triton_large(k)
+
+
+def mid_config(k: int) -> NvFp4Config | None:
+    """The Triton tile between large_from and MID_MAX_ELEMENTS // k rows: `MID_PRELOAD` once PRELOAD_GPU_VALIDATED
+    (capped to the padded row; K-major up to MID_K_MAJOR_MAX_K columns once ORDER_GPU_VALIDATED), else None."""
     if MID_PRELOAD is None or not _kernel.PRELOAD_GPU_VALIDATED:
         return None
     cfg = capped_config(k, MID_PRELOAD)
@@ -127,15 +131,20 @@ def mid_config(k: int) -> NvFp4Config | CuteTile | None:
 
 
 def default_selection(max_rows: int, k: int):
-    """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch
-    between it, the mid tile up to MID_MAX_ELEMENTS // k rows (`mid_config`) and the large-M tile
-    (`large_config`)."""
+    """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch from it to the
+    Triton mid tile up to MID_MAX_ELEMENTS // k rows (`mid_config`) and the Triton large-M tile after; with
+    `CUTE_ABOVE_SMALL` set and a capacity of CUTE_FROM_M rows or more, the CuTe tile from CUTE_FROM_M rows and, below
+    them, the Triton tile those rows ran before (the mid tile where its range spans them)."""
     if max_rows < LARGE_FROM_M:
         return default_config(k)
-    mid = mid_config(k)
-    if mid is None or MID_MAX_ELEMENTS // k < LARGE_FROM_M:
-        return NvFp4Dispatch(default_config(k), large_config(k))
-    return NvFp4Dispatch(default_config(k), large_config(k), mid=mid, mid_until=MID_MAX_ELEMENTS // k + 1)
+    small, mid = default_config(k), mid_config(k)
+    mid_until = MID_MAX_ELEMENTS // k + 1 if mid is not None and MID_MAX_ELEMENTS // k >= LARGE_FROM_M else 0
+    if CUTE_ABOVE_SMALL is not None and max_rows >= CUTE_FROM_M:
+        below = mid if mid_until >= CUTE_FROM_M else _triton_large(k)
+        return NvFp4Dispatch(small, CUTE_ABOVE_SMALL, mid=below, mid_until=CUTE_FROM_M)
+    if not mid_until:
+        return NvFp4Dispatch(small, _triton_large(k))
+    return NvFp4Dispatch(small, _triton_large(k), mid=mid, mid_until=mid_until)
 
 
 def candidate_selections(max_rows: int, k: int) -> tuple:
