@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--cute-stream WxSxC ...] [--cute-mx WxR ...] [--pdl] [--sets N] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--cute-stream WxSxC ...] [--cute-mx WxR ...] [--pdl] [--sets N] [--rotate-outputs] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -30,7 +30,9 @@ config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` t
 two tiles alone: the crossover). --pdl adds a "... pdl" twin of every row (the plan's selection and each
 candidate row) launched as a programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
 call's launch overlaps the previous call's drain (its bits checked like every row). --sets N (graph timer)
-rotates N input sets, one call each in the graph, instead of enough for 3x L2 (at least 2). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
+rotates N input sets, one call each in the graph, instead of enough for 3x L2 (at least 2); --rotate-outputs
+(graph timer) rotates as many output sets with them, in the copy reference too (by default the outputs are
+fixed, as a caller's are, and stay in L2 between calls where they fit). --all-configs adds a row per candidate kernel config, GPU-validated or not (it sets
 B12X_QUANT_UNVALIDATED_CANDIDATES=1), and prints the fastest config per shape (data for the
 heuristic in each `_kernel.py`; also under "best_config" in the JSON). Without --json the report goes
 to $OUT/b12x_quantization.json when $OUT is set.
@@ -136,7 +138,8 @@ class QuantTable(Table):
 def add_copy_row(table, case: Case, args, dev, n_sets: int) -> None:
     """Time the same-size copy of `case` (same timer, `n_sets` rotated sources) as its reference row
     (its own generator: the cases' inputs stay those of runs without it)."""
-    fn = same_size_copy(case.bytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1))
+    dests = n_sets if args.rotate_outputs else 1
+    fn = same_size_copy(case.bytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1), dests=dests)
     table.add(case, COPY_IMPL, _time(fn, args, n_sets), note="reference: plain device copy, same bytes")
     del fn
     torch.cuda.empty_cache()
@@ -246,8 +249,9 @@ def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
         if config is None:
             peer_packed, peer_scales = peer_fn(xs[0], gs[0])
             _note_peer_bits(f"nvfp4 M={m} K={k}", (peer_packed, out.packed), (peer_scales, out.scales))
-        nxt = rotate(xs)
-        run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=out)  # noqa: B023
+        outs = _output_sets(out, len(xs), args, lambda: nvfp4.allocate_outputs(plan, device=dev))  # noqa: B023
+        nxt, nxo = rotate(xs), rotate(outs)
+        run = lambda: nvfp4.run(plan=plan, x=nxt(), global_scale=gs, outputs=nxo())  # noqa: B023
         impl = _impl(config, pdl)
         timing = _time(run, args, len(xs))
         table.add(case, impl, timing, note="" if config else str(plan.selection))
@@ -294,7 +298,10 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
             peer_values, peer_rows, peer_mma = peer_fn(xs[0])
             _note_peer_bits(f"mxfp8 M={m} K={k}", (peer_values, values), (peer_rows, rows), (peer_mma, mma))
         nxt = rotate(xs)
-        run = lambda: mxfp8.quantize_rows(nxt(), values, rows, mma, plan=plan)  # noqa: B023
+        nxo = rotate(
+            _output_sets((values, rows, mma), len(xs), args, lambda: tuple(map(torch.empty_like, (values, rows, mma))))
+        )
+        run = lambda: mxfp8.quantize_rows(nxt(), *nxo(), plan=plan)  # noqa: B023
         impl = _impl(config, pdl)
         timing = _time(run, args, len(xs))
         table.add(case, impl, timing, note="" if config else str(plan.selection))
@@ -303,6 +310,12 @@ def bench_mxfp8(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
     if not args.no_peers:
         nxt = rotate(xs)
         table.add(case, "torch.compile", _time(lambda: peer_fn(nxt()), args, len(xs)), peer=True)
+
+
+def _output_sets(first, n_sets: int, args, allocate) -> list:
+    """The outputs a timed row writes: `first` alone (fixed outputs, as a caller's), or with --rotate-outputs
+    `first` and n_sets - 1 more from `allocate`, rotated with the input sets so no output stays in L2."""
+    return [first] + ([allocate() for _ in range(n_sets - 1)] if args.rotate_outputs else [])
 
 
 def _with_pdl_rows(configs: list, args) -> list:
@@ -428,11 +441,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sets", type=int, default=None, help="graph timer: rotate this many input sets (default: 3x L2, >= 2)"
     )
+    parser.add_argument(
+        "--rotate-outputs",
+        action="store_true",
+        help="graph timer: rotate the outputs with the input sets, in every row and the copy reference (default: "
+        "fixed outputs, which stay in L2 between calls where they fit)",
+    )
     parser.add_argument("--ms", type=int, nargs="+", default=None, help="only these M (default: the standard set)")
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="only these K (default: the standard set)")
     args = parser.parse_args(argv)
     if args.sets is not None and (args.sets < 1 or args.timer != "graph"):
         parser.error(f"--sets needs --timer graph and N >= 1, got --sets {args.sets} --timer {args.timer}")
+    if args.rotate_outputs and args.timer != "graph":
+        parser.error(f"--rotate-outputs needs --timer graph (the events timer flushes L2), got --timer {args.timer}")
     if args.all_configs or args.encode or args.match:  # every candidate, GPU-validated or not: bits checked below
         os.environ["B12X_QUANT_UNVALIDATED_CANDIDATES"] = "1"
     dev = require_cuda("bench_quantization", args.device)

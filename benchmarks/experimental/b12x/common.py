@@ -288,23 +288,25 @@ def copy_fn(nbytes: int, device: torch.device, generator: torch.Generator | None
 
 
 def kernel_copy_fn(
-    nbytes: int, device: torch.device, generator: torch.Generator | None = None, sources: int = 1
+    nbytes: int, device: torch.device, generator: torch.Generator | None = None, sources: int = 1, dests: int = 1
 ) -> Callable[[], Any]:
     """A call moving ``nbytes`` (rounded down to 16) from one of ``sources`` rotated random buffers
-    into one destination through an SM kernel (an elementwise bitwise NOT on int32 words: same
-    bytes read and written as a copy). ``dst.copy_(src)`` is a memcpy, which a captured CUDA graph
-    turns into a memcpy node that may run on a copy engine at a lower rate than a kernel, so this is
-    the copy to compare a graph-timed kernel with."""
+    into one of ``dests`` rotated destinations through an SM kernel (an elementwise bitwise NOT on int32
+    words: same bytes read and written as a copy). ``dst.copy_(src)`` is a memcpy, which a captured CUDA
+    graph turns into a memcpy node that may run on a copy engine at a lower rate than a kernel, so this is
+    the copy to compare a graph-timed kernel with. One destination (the default) stays in L2 between calls
+    when it fits there, as a kernel's fixed outputs do."""
     words = nbytes // 16 * 4
     if words < 4:
         raise ValueError(f"nbytes must be >= 16, got {nbytes}")
+    if sources < 1 or dests < 1:
+        raise ValueError(f"sources and dests must be >= 1, got {sources} and {dests}")
     srcs = [
         torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32, device=device, generator=generator)
         for _ in range(sources)
     ]
-    dst = torch.empty_like(srcs[0])
-    nxt = rotate(srcs)
-    return lambda: torch.bitwise_not(nxt(), out=dst)
+    nxt, dst = rotate(srcs), rotate([torch.empty_like(srcs[0]) for _ in range(dests)])
+    return lambda: torch.bitwise_not(nxt(), out=dst())
 
 
 def capture_graph(fn, device):
@@ -353,10 +355,11 @@ def copy_bytes_each_way(nbytes: int) -> int:
     return nbytes // 2
 
 
-def same_size_copy(nbytes: int, n_sets: int, dev, gen):
+def same_size_copy(nbytes: int, n_sets: int, dev, gen, dests: int = 1):
     """A call copying `copy_bytes_each_way(nbytes)` random bytes from one of `n_sets` rotated sources into
-    one destination (`kernel_copy_fn`): the device traffic of an op that moves `nbytes` in all."""
-    return kernel_copy_fn(copy_bytes_each_way(nbytes), dev, gen, sources=n_sets)
+    one of `dests` rotated destinations (`kernel_copy_fn`): the device traffic of an op that moves `nbytes`
+    in all."""
+    return kernel_copy_fn(copy_bytes_each_way(nbytes), dev, gen, sources=n_sets, dests=dests)
 
 
 def read_fn(nbytes: int, device: torch.device, generator: torch.Generator | None = None) -> Callable[[], Any]:

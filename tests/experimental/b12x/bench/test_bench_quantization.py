@@ -77,6 +77,38 @@ def test_kernel_copy_writes_every_word_of_its_source():
         C.kernel_copy_fn(8, torch.device("cpu"))
 
 
+def test_kernel_copy_rotates_its_destinations():
+    # dests > 1 (bench_quantization --rotate-outputs): each call writes the next destination, cycled, so no
+    # output stays in L2 between calls; the default writes one destination every call
+    gen = torch.Generator().manual_seed(6)
+    fn = C.same_size_copy(256, 2, torch.device("cpu"), gen, dests=3)
+    outs = [fn() for _ in range(4)]
+    ptrs = [o.data_ptr() for o in outs]
+    assert len(set(ptrs[:3])) == 3 and ptrs[3] == ptrs[0]
+    # sources cycle by two, destinations by three: calls 1 and 3 read the second source into two destinations
+    assert torch.equal(outs[3], outs[1]) and not torch.equal(outs[2], outs[1])
+    one = C.kernel_copy_fn(64, torch.device("cpu"), gen, sources=2)
+    assert one().data_ptr() == one().data_ptr()
+    for bad in ({"sources": 0}, {"dests": 0}):
+        with pytest.raises(ValueError, match="sources and dests must be >= 1"):
+            C.kernel_copy_fn(64, torch.device("cpu"), **bad)
+
+
+def test_output_sets_follow_rotate_outputs():
+    made = []
+    alloc = lambda: made.append(object()) or made[-1]  # noqa: E731
+    first = object()
+    assert BQ._output_sets(first, 4, argparse.Namespace(rotate_outputs=False), alloc) == [first] and not made
+    sets = BQ._output_sets(first, 4, argparse.Namespace(rotate_outputs=True), alloc)
+    assert sets[0] is first and sets[1:] == made and len(made) == 3
+
+
+def test_rotate_outputs_needs_the_graph_timer(capsys):
+    with pytest.raises(SystemExit):
+        BQ.main(["--rotate-outputs", "--timer", "events"])
+    assert "--rotate-outputs needs --timer graph" in capsys.readouterr().err
+
+
 def test_read_fn_reads_its_buffer():
     fn = C.read_fn(4096, torch.device("cpu"), torch.Generator().manual_seed(5))
     assert fn().dim() == 0 and torch.isfinite(fn())
