@@ -296,6 +296,18 @@ def test_cute_quantizer_compiles_for_both_archs(arch, dtype, tile, cuda_binary):
     assert cuda_binary.resources(fn.artifacts.CUBIN)["LOCAL"] == 0
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a", "sm_121a"])
+def test_the_default_tile_compiles_for_every_arch_the_op_lists(arch, cuda_binary):
+    # _dispatch.CUTE_ABOVE_SMALL runs from 4096 rows on every arch of quantization.nvfp4's META (DGX Spark included)
+    from flashinfer.experimental.b12x.quantization.nvfp4 import META, _dispatch
+
+    assert arch in META.archs and "cutlass-dsl" in META.requires and "tvm-ffi" in META.requires
+    fn = KC.compile_cute("bfloat16", 4096, _dispatch.CUTE_ABOVE_SMALL, arch)
+    assert "set.ge.u32.bf16x2" in fn.artifacts.PTX
+    assert cuda_binary.resources(fn.artifacts.CUBIN)["LOCAL"] == 0
+
+
 def test_why_not_names_what_is_wrong():
     assert KC.why_not(64, KC.CuteTile()) is None
     assert "warps" in KC.why_not(64, KC.CuteTile(warps=2))

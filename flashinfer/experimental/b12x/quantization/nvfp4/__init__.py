@@ -20,8 +20,9 @@ META = OpMeta(
     entry_points=("plan", "allocate_outputs", "run", "quantize", "is_supported"),
     archs=("sm_90a", "sm_120a", "sm_121a"),
     dtypes=("bfloat16", "float16"),
-    requires=("torch", "triton", "cuda"),
-    notes="Triton kernel; K % 16 == 0; live M is a run-time argument; CPU tensors run the reference",
+    requires=("torch", "triton", "cutlass-dsl", "tvm-ffi", "cuda"),
+    notes="Triton kernels, a CuTe DSL tile from 4096 rows; K % 16 == 0; live M is a run-time argument; CPU tensors "
+    "run the reference",
 )
 
 is_supported, why_unsupported = support_functions(META)
