@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_quantization [--quick] [--op nvfp4|mxfp8|all]
         [--dtype bfloat16|float16] [--all-configs] [--encode E ...] [--ms M ...] [--ks K ...]
-        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--cute-stream WxSxC ...] [--cute-mx WxR ...] [--pdl] [--sets N] [--rotate-outputs] [--timer events|graph] [--json PATH]
+        [--dispatch-tiles] [--match S ...] [--cute WxR[xN] ...] [--cute-mx WxR ...] [--pdl] [--sets N] [--rotate-outputs] [--timer events|graph] [--json PATH]
 
 Shapes: M in {1, 16, 128, 4096, 16384} x K in {4096, 7168} (--quick: M in {1, 4096}, K = 4096).
 Bytes (the minimum each op must move; the TB/s and % of the copy ceiling columns use them):
@@ -16,8 +16,7 @@ plan's own selection stops the run on a mismatch, a candidate row is reported (M
 --encode E [E ...] (NVFP4) adds a row only for the candidates of those encodes (e.g. steps); --match S
 [S ...] only for those whose config repr contains one of the strings (e.g. "unroll=True"); --ms/--ks
 pick shapes. --cute WxR[xN] ... (NVFP4) adds a row per CuTe DSL tile (`nvfp4/_kernel_cute.py`: W warps a
-CTA, R rows a warp, N row tiles a CTA), bits checked like every row; --cute-stream WxSxC ... its streaming form
-(W warps, S bulk-copy stages a warp, C persistent CTAs an SM); --cute-mx WxR ... the same for MXFP8
+CTA, R rows a warp, N row tiles a CTA), bits checked like every row; --cute-mx WxR ... the same for MXFP8
 (`mxfp8/_kernel_cute.py`). Every case also times a "copy (same bytes)" reference row: a plain device copy
 (`common.kernel_copy_fn`: an SM kernel, not a memcpy, which a captured graph may run on a copy
 engine at a lower rate; session 7's memcpy row read 60-64% of the ceiling at 43-300 MB) of half the
@@ -222,7 +221,7 @@ def nvfp4_bench_configs(k: int, args) -> list:
         ]
     if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
         configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
-    return configs + list(args.cute or ()) + list(args.cute_stream or ())
+    return configs + list(args.cute or ())
 
 
 def bench_nvfp4(table, args, dev, m, k, dtype, gen, peer_fn, sets_for):
@@ -368,20 +367,6 @@ _cute_shape = _tile_type(
 _cute_mx_shape = _tile_type(lambda w, r: CuteMxTile(w, r), cute_mx_why_not, 32, "WARPSxROWS such as 8x2")
 
 
-def _sms() -> int:
-    """The current GPU's SM count (132, the H100's and H200's, without one)."""
-    return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-
-
-# '16x4x2' -> the streaming CuteTile: 16 warps, 4 bulk-copy stages a warp, 2 CTAs an SM of this GPU
-_cute_stream_shape = _tile_type(
-    lambda w, st, c: CuteTile(w, 1, stages=st, ctas=c * _sms()),
-    cute_why_not,
-    16,
-    "WARPSxSTAGESxCTAS_PER_SM such as 16x4x2",
-)
-
-
 def dtype_str(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -415,15 +400,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WxR[xN]",
         help="NVFP4: also time the CuTe DSL quantizer with these tiles: W warps, R rows a warp, N row tiles a CTA "
         "(e.g. 8x4 4x8 8x2x4)",
-    )
-    parser.add_argument(
-        "--cute-stream",
-        nargs="+",
-        type=_cute_stream_shape,
-        default=None,
-        metavar="WxSxC",
-        help="NVFP4: also time the streaming CuTe DSL quantizer: W warps, S bulk-copy stages a warp, C CTAs an SM "
-        "(persistent; e.g. 16x4x2 8x8x3)",
     )
     parser.add_argument(
         "--cute-mx",

@@ -201,11 +201,6 @@ def _sync_warp(*, loc=None, ip=None):
 
 
 @dsl_user_op
-def _fence_async_smem(*, loc=None, ip=None):
-    _asm(None, [_iv(0, Int32, loc, ip)], "fence.proxy.async.shared::cta; // $0", "r", effects=True, loc=loc, ip=ip)
-
-
-@dsl_user_op
 def _sts_f32(saddr, value, *, loc=None, ip=None):
     _asm(
         None,
@@ -447,14 +442,11 @@ class DeviceOps:
     # bulk copies: mbar_init(saddr, pred, count) (lanes with pred init; then the init fences);
     # bulk_g2s(sdst, gsrc, nbytes, smbar, pred): expect nbytes on the mbarrier and start the copy;
     # mbar_wait(smbar, parity) spins until the phase of that parity completed; sync_warp() orders the
-    # warp's shared reads before a lane's next copy into the same buffer; fence_async_smem() orders this
-    # thread's generic-proxy shared accesses before later async-proxy ones (a bulk copy refilling a buffer
-    # whose reads may still be in flight: the PTX ISA's proxy rule)
+    # warp's shared reads before a lane's next copy into the same buffer
     mbar_init = staticmethod(_mbar_init)
     bulk_g2s = staticmethod(_bulk_g2s)
     mbar_wait = staticmethod(_mbar_wait)
     sync_warp = staticmethod(_sync_warp)
-    fence_async_smem = staticmethod(_fence_async_smem)
 
     # tensor cores: (a0..a3), (b0, b1), (c0..c3) -> (d0..d3); fragments as in the PTX ISA
     mma = staticmethod(_mma)

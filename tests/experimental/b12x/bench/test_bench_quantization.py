@@ -163,9 +163,7 @@ def test_report_round_trip_keeps_the_copy_column():
 def _args(*argv):
     import argparse
 
-    a = argparse.Namespace(
-        all_configs=False, encode=None, match=None, dispatch_tiles=False, cute=None, cute_stream=None, cute_mx=None
-    )
+    a = argparse.Namespace(all_configs=False, encode=None, match=None, dispatch_tiles=False, cute=None, cute_mx=None)
     for k, v in argv:
         setattr(a, k, v)
     return a
@@ -195,13 +193,6 @@ def test_nvfp4_bench_configs_selects_rows():
     cute = [BQ._cute_shape("8x4"), BQ._cute_shape("8x2x4")]
     assert cute == [CuteTile(8, 4), CuteTile(8, 2, repeat=4)]
     assert BQ.nvfp4_bench_configs(7168, _args(("cute", cute))) == [None, *cute]
-    # --cute-stream: the streaming tiles after those, CTAs an SM times this machine's SM count (132 without a GPU)
-    stream = [BQ._cute_stream_shape("16x4x2")]
-    assert stream == [CuteTile(16, 1, stages=4, ctas=2 * BQ._sms())]
-    assert BQ.nvfp4_bench_configs(7168, _args(("cute", cute), ("cute_stream", stream))) == [None, *cute, *stream]
-    for bad in ("16x1x2", "16x4", "16x4x0"):  # one stage; no CTA count; no CTAs
-        with pytest.raises(argparse.ArgumentTypeError):
-            BQ._cute_stream_shape(bad)
 
 
 def test_match_option_parses():

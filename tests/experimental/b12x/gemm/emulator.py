@@ -452,9 +452,6 @@ class EmuOps:
     def sync_warp(self):
         pass
 
-    def fence_async_smem(self):  # the emulator's reads complete in program order
-        pass
-
 
 # ---- drivers shared by several kernels' emulations ------------------------------------------
 _LANE = np.arange(LANES, dtype=np.int32)

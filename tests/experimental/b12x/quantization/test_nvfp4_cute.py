@@ -147,50 +147,6 @@ def run_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_pointer: b
     return packed, scales
 
 
-def run_stream_emulated(x: torch.Tensor, gs: float, tile: KC.CuteTile, *, by_pointer: bool, cap: int | None = None):
-    """The streaming form (`CuteStreamNvFp4`) on the emulator: every CTA of the launch, each warp's whole slab
-    loop (copies land only when waited for, and a buffer is poisoned when refilled); (packed, scales) as
-    `run_emulated` returns them."""
-    m, k = x.shape
-    cap = cap or m
-    logic = KC.CuteLogic(str(x.dtype).removeprefix("torch."), k, tile)
-    stages, warps = tile.stages, tile.warps
-    g = EMU.GlobalMemory()
-    xb = g.put(x)
-    pb = g.put(torch.full((cap, k // 2), 0xAB, dtype=torch.uint8))
-    sb = g.put(torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8))
-    gb = g.put(torch.tensor([gs if by_pointer else 12345.0], dtype=torch.float32))
-    total = logic.slabs(m)
-    ctas = max(min((total + warps - 1) // warps, tile.ctas), 1)
-    bufs = KC.TABLE_WORDS * 4
-    bars = bufs + warps * stages * 1024
-    with np.errstate(all="ignore"):
-        for bid in range(ctas):
-            ops = EMU.EmuOps(g, np.zeros(bars + warps * stages * 8, dtype=np.uint8))
-            gsv = logic.global_scale(ops, gb, ops.f32(0.0 if by_pointer else gs), np.int32(by_pointer))
-            for warp in range(KC.BUILDERS // 32):
-                logic.build_row(ops, 0, warp * 32 + LANE, gsv)
-            for warp in range(warps):
-                buf, mbar = bufs + warp * stages * 1024, bars + warp * stages * 8
-                logic.bulk_init(ops, LANE, mbar)
-                first, step = bid * warps + warp, ctas * warps
-                for j in range(stages):
-                    slab = first + j * step
-                    logic.slab_issue(ops, xb, m, np.int32(slab), buf + j * 1024, mbar + 8 * j, LANE, slab < total)
-                for it in range((total - first + step - 1) // step):
-                    slab, st = first + it * step, it % stages
-                    ops.mbar_wait(mbar + 8 * st, (it // stages) & 1)
-                    words = logic.slab_read(ops, buf + st * 1024, LANE)
-                    ops.fence_async_smem()
-                    ops.sync_warp()
-                    nxt = slab + stages * step
-                    logic.slab_issue(ops, xb, m, np.int32(nxt), buf + st * 1024, mbar + 8 * st, LANE, nxt < total)
-                    logic.slab_encode(ops, words, gsv, 0, pb, sb, m, np.int32(slab), LANE)
-    packed = torch.from_numpy(g.get(pb)[: cap * k // 2].copy()).reshape(cap, k // 2)
-    scales = torch.from_numpy(g.get(sb)[: swizzled_size(cap, k // 16)].copy())
-    return packed, scales
-
-
 def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-20, 20, (m, k // 16, 1), generator=gen)).repeat(
@@ -219,19 +175,13 @@ def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
         (130, 32, KC.CuteTile(4, 8), False),  # rows into a second 128-row block
         (33, 544, KC.CuteTile(8, 2), True),  # 34 scale columns: two CTA columns, the second nearly idle
         (200, 64, KC.CuteTile(4, 2, repeat=3), False),  # 8-row tiles three a CTA: the last CTA past M and the padding
-        # the streaming form: one CTA walking every slab; two slabs a row (the second of 2 blocks, 64 bytes) over 5
-        # CTAs; 3 blocks a row (96-byte slabs) with fewer slabs a warp than stages
-        (3, 64, KC.CuteTile(4, 1, stages=2, ctas=1), True),
-        (130, 544, KC.CuteTile(8, 1, stages=3, ctas=5), False),
-        (5, 48, KC.CuteTile(8, 1, stages=8, ctas=4), True),  # 4 slabs a warp
     ],
 )
 def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
     x = _inputs(m, k, dtype, seed=m * k)
     gs = float(np.float32(448.0 * 6.0 / 37.0))
     cap = m + 3  # rows past M stay as the caller left them
-    run = run_stream_emulated if tile.stages else run_emulated
-    packed, scales = run(x, gs, tile, by_pointer=by_pointer, cap=cap)
+    packed, scales = run_emulated(x, gs, tile, by_pointer=by_pointer, cap=cap)
     want_p = torch.full((cap, k // 2), 0xAB, dtype=torch.uint8)
     want_s = torch.full((swizzled_size(cap, k // 16),), 0xCD, dtype=torch.uint8)
     reference.quantize_into(x, gs, want_p, want_s)
@@ -285,14 +235,12 @@ def test_cute_quantizer_is_bit_exact_at_every_threshold(dtype):
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
-@pytest.mark.parametrize("tile", [KC.CuteTile(), KC.CuteTile(16, 1, stages=4, ctas=264)], ids=["rows", "stream"])
-def test_cute_quantizer_compiles_for_both_archs(arch, dtype, tile, cuda_binary):
-    fn = KC.compile_cute(dtype, 7168, tile, arch)
+def test_cute_quantizer_compiles_for_both_archs(arch, dtype, cuda_binary):
+    fn = KC.compile_cute(dtype, 7168, KC.CuteTile(), arch)
     ptx = fn.artifacts.PTX
     # the per-element encode is packed-half compares and lop3 selects: no fp32 work, no division per element
     assert f"set.ge.u32.{'bf16' if dtype == 'bfloat16' else 'f16'}x2" in ptx
     assert "lop3.b32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx
-    assert ("cp.async.bulk.shared::cluster.global" in ptx) == bool(tile.stages)  # the streaming form's copies
     assert cuda_binary.resources(fn.artifacts.CUBIN)["LOCAL"] == 0
 
 
@@ -313,19 +261,7 @@ def test_why_not_names_what_is_wrong():
     assert "warps" in KC.why_not(64, KC.CuteTile(warps=2))
     assert "repeat" in KC.why_not(64, KC.CuteTile(repeat=0))
     assert "multiple of 16" in KC.why_not(40, KC.CuteTile())
-    assert KC.why_not(64, KC.CuteTile(8, 1, stages=4, ctas=132)) is None
-    for bad in (
-        KC.CuteTile(8, 2, stages=4, ctas=132),  # rows 2
-        KC.CuteTile(8, 1, stages=1, ctas=132),  # one stage
-        KC.CuteTile(8, 1, stages=9, ctas=132),
-        KC.CuteTile(8, 1, stages=4),  # no CTA count
-        KC.CuteTile(8, 1, repeat=2, stages=4, ctas=132),
-    ):
-        assert "streaming tile" in KC.why_not(64, bad), bad
-    assert "ctas applies" in KC.why_not(64, KC.CuteTile(ctas=4))
-    assert KC.why_not(64, KC.CuteTile(16, 1, stages=4, ctas=1)) is None  # 68 KB
-    assert "shared memory" in KC.why_not(64, KC.CuteTile(16, 1, stages=8, ctas=1))  # 133 KB: over sm_120a's 99
-    assert "stages must be an int" in KC.why_not(64, KC.CuteTile(stages=True))
+    assert "repeat must be an int" in KC.why_not(64, KC.CuteTile(repeat=True))
     with pytest.raises(ValueError, match="dtype"):
         KC.CuteLogic("float32", 64, KC.CuteTile())
 

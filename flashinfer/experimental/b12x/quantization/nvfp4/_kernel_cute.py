@@ -35,14 +35,9 @@ codes of a block are one 8-byte store; four lanes merge their scale bytes (two s
 word of the swizzled layout. Rows past M and columns past K/16, up to the padding, load nothing
 and write their zero scale byte.
 
-The streaming form (`CuteTile(warps, 1, stages=S, ctas=C)`, `CuteStreamNvFp4`, session 43). A slab is one row's
-32 consecutive blocks (1 KB of halves; a row's last slab holds the K / 16 mod 32 rest). At most C CTAs run, each
-building the table once; warp g of the W launched walks slabs g, g + W, ... through S shared-memory buffers: lane 0
-starts each slab's bulk copy (cp.async.bulk on the buffer's mbarrier) S slabs ahead, the lanes wait on the
-mbarrier's phase, read their block (lane l: block 32 c + l), refill the buffer, then encode as above. The bytes in
-flight (warps x S KB an SM) are not registers, and every warp ends within one slab of the others: the tail of a
-grid in waves is gone. A padding row's slab copies row M - 1 (its wait stays balanced) and its scale byte is
-forced to 0 by a select, as are the lanes past K / 16.
+A streaming form (persistent warps, 1 KB slabs through bulk-copy buffers: no tail wave, the bytes in flight out
+of registers) was built in session 43 and measured in session 44: it tied this tile at best and lost by 3-25% at #4's
+shapes, so it was removed (docs/performance.md, "Session 44").
 """
 
 from __future__ import annotations
@@ -68,12 +63,6 @@ HALF_NAN = {"bfloat16": 0x7FC0, "float16": 0x7E00}
 FLT_MAX = 3.4028234663852886e38
 TABLE_WORDS = 128 * 8
 BUILDERS = 128  # threads that build the table, one row each
-SMEM_LIMIT = 99 * 1024  # shared memory a CTA may take on sm_120a (sm_90a allows 227 KB): every tile runs on both
-
-
-def stream_smem_bytes(tile) -> int:
-    """Shared memory of the streaming form: the table, 1 KB a warp a stage, an 8-byte mbarrier each."""
-    return TABLE_WORDS * 4 + tile.warps * tile.stages * (1024 + 8)
 
 
 @dataclass(frozen=True)
@@ -81,19 +70,12 @@ class CuteTile:
     """warps: per CTA (4, 8 or 16; the first four build the table); rows: rows a warp quantizes, one
     block a lane in each, every load issued first (1, 2, 4 or 8); repeat: consecutive row tiles (warps x
     rows rows each) a CTA quantizes with one table, the next tile's loads issued before this one's encode
-    (1..8); pdl: launched as a programmatic dependent (api.py's docstring).
-
-    stages > 0 selects the streaming form (`CuteStreamNvFp4`): at most `ctas` CTAs, each warp walking the
-    slabs (one row x 32 blocks, 1 KB of bf16) g, g + W, ... (g its index among all W warps) through `stages`
-    shared-memory buffers filled by bulk copies, so the bytes in flight do not live in registers and the last
-    warps finish within a slab of each other; rows and repeat must be 1 there."""
+    (1..8); pdl: launched as a programmatic dependent (api.py's docstring)."""
 
     warps: int = 8
     rows: int = 4
     pdl: bool = False
     repeat: int = 1
-    stages: int = 0
-    ctas: int = 0
 
 
 def why_not(k: int, tile) -> str | None:
@@ -104,17 +86,6 @@ def why_not(k: int, tile) -> str | None:
         return f"warps must be 4, 8 or 16, rows 1, 2, 4 or 8 and pdl a bool, got {tile}"
     if isinstance(tile.repeat, bool) or not isinstance(tile.repeat, int) or not 1 <= tile.repeat <= 8:
         return f"repeat must be an int in 1..8, got {tile}"
-    for name in ("stages", "ctas"):
-        if isinstance(getattr(tile, name), bool) or not isinstance(getattr(tile, name), int):
-            return f"{name} must be an int, got {tile}"
-    if tile.stages and (not 2 <= tile.stages <= 8 or tile.rows != 1 or tile.repeat != 1 or tile.ctas < 1):
-        return f"a streaming tile needs stages 2..8, rows 1, repeat 1 and ctas >= 1, got {tile}"
-    if tile.stages and stream_smem_bytes(tile) > SMEM_LIMIT:
-        return (
-            f"warps x stages buffers take {stream_smem_bytes(tile)} bytes of shared memory, over {SMEM_LIMIT}: {tile}"
-        )
-    if not tile.stages and tile.ctas:
-        return f"ctas applies to a streaming tile (stages > 0) only, got {tile}"
     if k < 16 or k % 16:
         return f"k must be a positive multiple of 16, got {k}"
     return None
@@ -195,13 +166,11 @@ class CuteLogic(BlockRows):
 
         return ops.prmt(pair(codes[0], codes[1]), pair(codes[2], codes[3]), 0x6420)
 
-    def encode_slot(self, ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad, dead_words=False):
+    def encode_slot(self, ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad):
         """Scale, codes and stores of one lane's block (row, col) from its 8 loaded words: codes where `live`, the
         swizzled scale word (four lanes' bytes) where the row is inside the 128-row padding (row < mpad). A block
-        that is not live has scale byte 0: by its zero words, or (dead_words: they hold other data) by a select."""
+        that is not live loaded zeros, so its scale byte is 0."""
         mags, byte = self.scale_byte(ops, words, gs)
-        if dead_words:
-            byte = ops.select_u32(live, byte, ops.u32(0))
         entry = table + ops.i32(byte) * 32
         th = list(ops.lds_v4(entry)) + list(ops.lds_v4(entry + 16))
         codes = [self._codes(ops, mags[j], words[j], th) for j in range(8)]
@@ -221,53 +190,9 @@ class CuteLogic(BlockRows):
             words = loaded[8 * i : 8 * i + 8]
             self.encode_slot(ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad)
 
-    # ---- the streaming form: slabs of one row x 32 blocks through per-warp bulk-copy buffers ----------------
-    @property
-    def chunks(self) -> int:
-        """Slabs a row: 32 blocks each, the last one K / 16 - 32 (chunks - 1) blocks."""
-        return (self.nb + 31) // 32
-
-    def slabs(self, m):
-        """Slabs of a launch for M rows: every row up to the 128-row padding (whose scale bytes it writes)."""
-        return (m + 127) // 128 * 128 * self.chunks
-
-    def slab_bytes(self, last: bool) -> int:
-        return 32 * (self.nb - 32 * (self.chunks - 1) if last else 32)
-
-    def bulk_init(self, ops, lane, mbar):
-        """Lane 0 initialises the warp's `stages` mbarriers (one arrival each: its own expect_tx)."""
-        for st in range(self.tile.stages):
-            ops.mbar_init(mbar + 8 * st, lane == 0, 1)
-        ops.sync_warp()
-
-    def slab_issue(self, ops, x_base, m, s, buf, mbar, lane, ok):
-        """Lane 0 (where ok) starts the copy of slab s into `buf`, completing on `mbar`. A slab of a padding row
-        (row >= M) copies row M - 1's span instead: its wait stays balanced, its values are never stored."""
-        c = s % self.chunks
-        row = ops.imin(s // self.chunks, m - 1)
-        src = x_base + (ops.i64(row) * ops.i64(self.k) + ops.i64(c * 512)) * 2
-        full, last = self.slab_bytes(False), self.slab_bytes(True)
-        if full == last or self.chunks == 1:
-            ops.bulk_g2s(buf, src, last, mbar, (lane == 0) & ok)
-        else:
-            ops.bulk_g2s(buf, src, full, mbar, (lane == 0) & ok & (c != self.chunks - 1))
-            ops.bulk_g2s(buf, src, last, mbar, (lane == 0) & ok & (c == self.chunks - 1))
-
-    def slab_read(self, ops, buf, lane):
-        """The lane's 8 words (its block) of a landed slab."""
-        return list(ops.lds_v4(buf + lane * 32)) + list(ops.lds_v4(buf + lane * 32 + 16))
-
-    def slab_encode(self, ops, words, gs, table, p_base, s_base, m, s, lane):
-        """`encode_slot` for the lane's block of slab s."""
-        row, col = s // self.chunks, (s % self.chunks) * 32 + lane
-        mpad = (m + 127) // 128 * 128
-        live = (row < m) & (col < self.nb)
-        self.encode_slot(ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad, dead_words=True)
-
 
 class CuteNvFp4:
-    """The rows form: one CTA a (32-block column, row tile) pair; `grid` and `kernel` are what the streaming form
-    (`CuteStreamNvFp4`) replaces."""
+    """The kernel: one CTA a (32-block column, `repeat` row tiles) pair."""
 
     def __init__(self, logic: CuteLogic) -> None:
         self.logic = logic
@@ -324,53 +249,6 @@ class CuteNvFp4:
         L.encode_rows(ops, loaded, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, warp, lane, bx, last)
 
 
-class CuteStreamNvFp4(CuteNvFp4):
-    """The streaming form (`CuteTile.stages > 0`): persistent CTAs, each warp's slabs through its own buffers."""
-
-    def grid(self, m):
-        L = self.logic
-        need = (L.slabs(m) + L.tile.warps - 1) // L.tile.warps  # a warp a slab at most
-        return [cutlass.max(cutlass.min(need, L.tile.ctas), 1), 1, 1]
-
-    @cute.kernel
-    def kernel(self, mX: cute.Tensor, mP: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, gs_value, use_ptr):
-        L, ops = self.logic, DEVICE
-        stages, warps = L.tile.stages, L.tile.warps
-        tid, _, _ = cute.arch.thread_idx()
-        bid, _, _ = cute.arch.block_idx()
-        ctas, _, _ = cute.arch.grid_dim()
-        warp, lane = tid >> 5, tid & 31
-        m = mX.shape[0]
-        total = L.slabs(m)
-        smem = cutlass.memory.SmemAllocator()
-        table = smem.allocate_tensor(cutlass.Uint32, cute.make_layout(TABLE_WORDS), 16).iterator.toint()
-        bufs = smem.allocate_tensor(cutlass.Uint8, cute.make_layout(warps * stages * 1024), 128).iterator.toint()
-        bars = smem.allocate_tensor(cutlass.Int64, cute.make_layout(warps * stages), 8).iterator.toint()
-        buf, mbar = bufs + warp * (stages * 1024), bars + warp * (stages * 8)
-        x_base = mX.iterator.toint()
-        if cutlass.const_expr(L.tile.pdl):
-            ops.gdc_enter()
-        L.bulk_init(ops, lane, mbar)
-        g, step = bid * warps + warp, ctas * warps  # this warp's slabs: g, g + step, ...
-        for j in cutlass.range_constexpr(stages):  # the first `stages` slabs in flight before the table
-            L.slab_issue(ops, x_base, m, g + j * step, buf + j * 1024, mbar + 8 * j, lane, g + j * step < total)
-        gs = L.global_scale(ops, mG.iterator.toint(), gs_value, use_ptr)
-        if tid < BUILDERS:
-            self.logic.build_row(DEVICE, table, tid, gs)
-        ops.barrier()
-        iters = (total - g + step - 1) // step
-        # (the loop body names `self` and DEVICE: the DSL's loop rewriting carries only numbers as locals)
-        for it in cutlass.range(iters, unroll=1):
-            s, st = g + it * step, it % stages
-            DEVICE.mbar_wait(mbar + 8 * st, (it // stages) & 1)
-            words = self.logic.slab_read(DEVICE, buf + st * 1024, lane)
-            DEVICE.fence_async_smem()  # this lane's reads before the async-proxy refill (they may be in flight)
-            DEVICE.sync_warp()  # every lane has read the buffer: refill it before this slab's encode
-            nxt = s + stages * step
-            self.logic.slab_issue(DEVICE, x_base, m, nxt, buf + st * 1024, mbar + 8 * st, lane, nxt < total)
-            self.logic.slab_encode(DEVICE, words, gs, table, mP.iterator.toint(), mS.iterator.toint(), m, s, lane)
-
-
 @kernel("quantization.nvfp4.cute", sources=_SOURCES)
 def compile_cute(dtype: str, k: int, tile: CuteTile, arch: str):
     """tvm-ffi launcher `fn(x [M, k], packed uint8 [M', k/2], scales float8_e4m3fn [S], gs fp32 [1],
@@ -382,8 +260,7 @@ def compile_cute(dtype: str, k: int, tile: CuteTile, arch: str):
     s = make_fake_compact_tensor(cutlass.Float8E4M3FN, (cute.sym_int(),), assumed_align=16)
     g = make_fake_compact_tensor(Float32, (1,), assumed_align=4)
     stream = make_fake_stream(use_tvm_ffi_env_stream=True)
-    op = CuteStreamNvFp4(logic) if tile.stages else CuteNvFp4(logic)
-    return cute_compile(op, x, p, s, g, Float32(1.0), Int32(0), Int32(0), stream, arch=arch)
+    return cute_compile(CuteNvFp4(logic), x, p, s, g, Float32(1.0), Int32(0), Int32(0), stream, arch=arch)
 
 
 __all__ = ["CuteLogic", "CuteTile", "compile_cute", "why_not"]
