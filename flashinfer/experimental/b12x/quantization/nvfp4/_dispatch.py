@@ -100,9 +100,10 @@ class NvFp4Dispatch:
 # Session 42: the CuTe DSL tile (`_kernel_cute.py`) in place of the Triton tiles from CUTE_FROM_M live rows, when set.
 # On an H100 (2026-12-05 12:52, docs/performance.md session 42) `CuteTile()` was equal to or 0.3-3.6% faster than the
 # Triton dispatch at every M >= 4096 shape and slower at M <= 16. Session 44 (H100 again, 16:23; the H200 was not lent
-# in sessions 42-44): 4 x 4 the fastest of five row tiles at all four, 0.7-3.0% under the Triton dispatch (4096 x 4096
-# 17.77 against 17.98 µs, 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14) and
-# bit-exact there, so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
+# in sessions 42-44): 4 x 4 was 0.7-3.0% under the Triton dispatch at all four (4096 x 4096 17.77 against 17.98 µs,
+# 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14), the fastest of five row tiles
+# at three and 0.6% behind 8 x 2 at 4096 x 4096 (8 x 2 was only 0.3% under the dispatch at 16384 x 4096), and
+# bit-exact there; so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
 # tiles keep those rows. Set it to None for the Triton dispatch alone.
 CUTE_ABOVE_SMALL: CuteTile | None = CuteTile(warps=4, rows=4)
 CUTE_FROM_M = 4096
