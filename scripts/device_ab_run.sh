@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two commits' benchmarks on one machine, interleaved (A, B, A, B, ...) so that clock and thermal drift fall on
+# Two commits' benchmarks on one machine, interleaved (A B, B A, ...) so that clock and thermal drift fall on
 # both sides: the same-device A/B a prediction about a small change needs (e.g. +-1.5%), which rows from different
 # sessions or machines cannot give.
 #
@@ -7,9 +7,11 @@
 #             with its COMMIT file; untracked, never committed, removed with `rm -f ab_?.tar`)
 # On device:  (after the two toolchain calls of ../shared/tools/device-wheels)
 #             [ROUNDS=2] [BENCH_LIMIT=300] bash scripts/device_ab_run.sh run JOBS
-# JOBS: one benchmark per line, `NAME MODULE_SUFFIX ARGS...` (device_parallel_run.sh's format), each run ROUNDS
-# times a side from its own extracted tree (no install: PYTHONPATH points at the tree and its `b12x` shim). The
-# JSON reports and logs go to $OUT/ab.tgz; `python3 scripts/ab_summary.py DIR` (here or there) prints the table.
+# JOBS: one benchmark per line, `NAME MODULE_SUFFIX ARGS...` (device_parallel_run.sh's format; no quoting), each
+# run ROUNDS times a side (odd rounds A first, even rounds B first) from its own extracted tree (no install:
+# PYTHONPATH points at the tree and its `b12x` shim). The JSON reports and logs go to $OUT/ab.tgz; `python3
+# scripts/ab_summary.py DIR` (here or there) prints the table. A run that fails is listed after it, and the
+# script then exits 1.
 set -uo pipefail
 cmd=${1:-}; shift || true
 here=$PWD
@@ -34,19 +36,28 @@ case $cmd in
     trap 'tar czf "$OUT/ab.tgz" -C "$LOG" . 2>/dev/null' EXIT
     for side in a b; do mkdir -p "/root/ab/$side" && tar xf "ab_$side.tar" -C "/root/ab/$side" || exit 2; done
     echo "A $(cat /root/ab/a/COMMIT)  B $(cat /root/ab/b/COMMIT)"
-    while read -r name suffix args; do
-      [[ -z $name || $name == \#* ]] && continue
+    failed=()
+    while read -r name suffix args || [[ -n ${name:-} ]]; do
+      [[ -z ${name:-} || $name == \#* ]] && continue
       for r in $(seq 1 "${ROUNDS:-2}"); do
-        for side in a b; do
+        # odd rounds A then B, even rounds B then A: a drift inside a round does not always favour one side
+        sides="a b"; (( r % 2 == 0 )) && sides="b a"
+        for side in $sides; do
           tree=/root/ab/$side
           # shellcheck disable=SC2086  # args is the line's argument list
           (cd "$tree" && B12X_GIT_COMMIT=$(cat COMMIT) PYTHONPATH=$tree:$tree/flashinfer/experimental/b12x/_compat:$site \
             timeout "${BENCH_LIMIT:-300}" python3 -m "benchmarks.experimental.b12x.bench_$suffix" $args \
-            --json "$LOG/$name.$side.r$r.json" >"$LOG/$name.$side.r$r.log" 2>&1)
-          echo "== $name $side r$r: rc=$?"
+            --json "$LOG/$name.$side.r$r.json" </dev/null >"$LOG/$name.$side.r$r.log" 2>&1)
+          rc=$?
+          echo "== $name $side r$r: rc=$rc"
+          (( rc == 0 )) || failed+=("$name.$side.r$r (rc=$rc, log $name.$side.r$r.log)")
         done
       done
     done <"$jobs"
-    python3 "$here/scripts/ab_summary.py" "$LOG" | tee "$LOG/summary.txt" ;;
+    python3 "$here/scripts/ab_summary.py" "$LOG" | tee "$LOG/summary.txt"
+    if (( ${#failed[@]} )); then
+      printf 'device_ab_run: %d runs failed: %s\n' "${#failed[@]}" "${failed[*]}" | tee -a "$LOG/summary.txt" >&2
+      exit 1
+    fi ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

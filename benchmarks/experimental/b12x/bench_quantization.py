@@ -24,9 +24,10 @@ case's bytes each way, so it moves the same byte count, with the
 same timer and (graph timer) the same number of rotated source sets; the "% copy" column is that
 copy's time / the row's time (what fraction of a same-size copy a row reaches: at 42 MB the copy
 itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
-capacity the live-M dispatch (small tile below the threshold, large "steps" tile from it); the
-config rows run one tile at every M (`--dispatch-tiles --ms 256 512 1024 2048` times the dispatch's
-two tiles alone: the crossover). --pdl adds a "... pdl" twin of every row (the plan's selection and each
+capacity the live-M dispatch (`_dispatch.default_selection`: the small tile below the threshold, the
+preload tile, then from 4096 rows the CuTe tile); the config rows run one tile at every M
+(`--dispatch-tiles --ms 256 512 1024 2048` times each of the dispatch's tiles and the Triton large tile
+alone: the crossovers). --pdl adds a "... pdl" twin of every row (the plan's selection and each
 candidate row) launched as a programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each
 call's launch overlaps the previous call's drain (its bits checked like every row). --sets N (graph timer)
 rotates N input sets, one call each in the graph, instead of enough for 3x L2 (at least 2); --rotate-outputs
@@ -78,10 +79,10 @@ from flashinfer.experimental.b12x.quantization.mxfp8 import reference as mxfp8_r
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel import candidate_configs as mxfp8_configs
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel_cute import CuteMxTile
 from flashinfer.experimental.b12x.quantization.mxfp8._kernel_cute import why_not as cute_mx_why_not
-from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import large_config as nvfp4_large_config
+from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import _triton_large as nvfp4_triton_large
+from flashinfer.experimental.b12x.quantization.nvfp4._dispatch import default_selection as nvfp4_default_selection
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import ENCODES as NVFP4_ENCODES
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel import candidate_configs as nvfp4_configs
-from flashinfer.experimental.b12x.quantization.nvfp4._kernel import default_config as nvfp4_default_config
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile
 from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import why_not as cute_why_not
 
@@ -210,7 +211,7 @@ def nvfp4_bench_configs(k: int, args) -> list:
     """The NVFP4 rows of a case: None (the plan's own selection: from LARGE_FROM_M rows of capacity the
     live-M dispatch of two tiles), then candidate configs alone: all (--all-configs), those of some
     encodes (--encode), those whose repr contains one of --match's strings (with --encode: both), and
-    the dispatch's two tiles (--dispatch-tiles)."""
+    the dispatch's tiles (--dispatch-tiles: every tile of a full-capacity plan's dispatch, and the Triton large tile)."""
     configs = [None] + (list(nvfp4_configs(k, unvalidated=True)) if args.all_configs else [])
     if args.encode or args.match:
         configs = [None] + [
@@ -219,8 +220,9 @@ def nvfp4_bench_configs(k: int, args) -> list:
             if (not args.encode or c.encode in args.encode)
             and (not args.match or any(s in repr(c) for s in args.match))
         ]
-    if args.dispatch_tiles:  # the two tiles of the live-M dispatch, each alone at every M
-        configs += [c for c in (nvfp4_default_config(k), nvfp4_large_config(k)) if c not in configs]
+    if args.dispatch_tiles:  # the live-M dispatch's tiles (and the Triton large tile), each alone at every M
+        tiles = nvfp4_default_selection(1 << 30, k).configs() + (nvfp4_triton_large(k),)
+        configs += [c for c in dict.fromkeys(tiles) if c not in configs]
     return configs + list(args.cute or ())
 
 
@@ -384,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
         help="NVFP4: time only the candidate configs of these encodes",
     )
     parser.add_argument(
-        "--dispatch-tiles", action="store_true", help="NVFP4: also time the live-M dispatch's two tiles alone"
+        "--dispatch-tiles",
+        action="store_true",
+        help="NVFP4: also time each tile of the live-M dispatch alone (and the Triton large tile)",
     )
     parser.add_argument(
         "--match",

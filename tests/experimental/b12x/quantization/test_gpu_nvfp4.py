@@ -82,8 +82,8 @@ def test_dispatch_float16_and_scaled(plans, m, k):
 
 
 def test_dispatch_graph_captures_every_tile(plans):
-    # K = 16384: the preload (mid) tile runs up to 2^26 / K = 4096 rows and the CuTe tile from CUTE_FROM_M = 4096
-    # (session 44; the Triton large tile when it is off), so 100 / 2000 / 4097 rows take the small, mid and large tiles
+    # K = 16384: the preload (mid) tile runs up to 2^26 / K = 4096 rows, so to CUTE_FROM_M = 4096, and the CuTe tile
+    # from there (session 44): 100 / 2000 / 4097 rows take the small, mid and large tiles
     K = 16384
     p, out = plans(K)
     small, mid, large = p.state.extra["launchers"][1][0]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flashinfer.experimental.b12x._lib.quant import swizzled_size, unswizzle_scales
+from flashinfer.experimental.b12x.quantization.nvfp4 import META as NVFP4_META
 from flashinfer.experimental.b12x.quantization.nvfp4 import _kernel_cute as KC
 from flashinfer.experimental.b12x.quantization.nvfp4 import reference
 
@@ -175,6 +176,7 @@ def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
         (130, 32, KC.CuteTile(4, 8), False),  # rows into a second 128-row block
         (33, 544, KC.CuteTile(8, 2), True),  # 34 scale columns: two CTA columns, the second nearly idle
         (200, 64, KC.CuteTile(4, 2, repeat=3), False),  # 8-row tiles three a CTA: the last CTA past M and the padding
+        (130, 16, KC.CuteTile(4, 4), True),  # the default tile at the narrowest row: one block, one padding column
     ],
 )
 def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
@@ -245,12 +247,12 @@ def test_cute_quantizer_compiles_for_both_archs(arch, dtype, cuda_binary):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a", "sm_121a"])
+@pytest.mark.parametrize("arch", NVFP4_META.archs)
 def test_the_default_tile_compiles_for_every_arch_the_op_lists(arch, cuda_binary):
     # _dispatch.CUTE_ABOVE_SMALL runs from 4096 rows on every arch of quantization.nvfp4's META (DGX Spark included)
-    from flashinfer.experimental.b12x.quantization.nvfp4 import META, _dispatch
+    from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch
 
-    assert arch in META.archs and "cutlass-dsl" in META.requires and "tvm-ffi" in META.requires
+    assert "sm_121a" in NVFP4_META.archs and {"cutlass-dsl", "tvm-ffi"} <= set(NVFP4_META.requires)
     fn = KC.compile_cute("bfloat16", 4096, _dispatch.CUTE_ABOVE_SMALL, arch)
     assert "set.ge.u32.bf16x2" in fn.artifacts.PTX
     assert cuda_binary.resources(fn.artifacts.CUBIN)["LOCAL"] == 0

@@ -253,10 +253,17 @@ def test_cute_tile_runs_from_cute_from_m_rows():
     assert not any(isinstance(c, CuteTile) for c in below.configs())
     assert below.mid_until == (1 << 26) // 7168 + 1
     assert nvfp4.plan(512, 7168).heuristic(ARCH) == _kernel.default_config(7168)  # below large_from: unchanged
-    # where the preload tile's range ends before CUTE_FROM_M rows (K = 32768: 2048), the Triton large tile runs below
+    # where the preload tile's range ends between LARGE_FROM_M and CUTE_FROM_M rows (K = 32768: 2048 rows), the Triton
+    # dispatch stays whole; without a preload tile (K = 131072: 512 rows, under LARGE_FROM_M), the Triton large tile
+    # runs below CUTE_FROM_M, as it did
     wide = nvfp4.plan(16384, 32768).heuristic(ARCH)
-    assert wide.mid == _dispatch._triton_large(32768) and wide.mid_until == 4096
-    assert wide.large == CuteTile(4, 4)
+    assert (
+        wide.mid.preload and wide.mid_until == (1 << 26) // 32768 + 1 and wide.large == _dispatch._triton_large(32768)
+    )
+    widest = nvfp4.plan(16384, 1 << 17).heuristic(ARCH)
+    assert (
+        widest.mid == _dispatch._triton_large(1 << 17) and widest.mid_until == 4096 and widest.large == CuteTile(4, 4)
+    )
 
 
 @pytest.mark.usefixtures("triton_only")

@@ -69,7 +69,7 @@ def test_compiled_pdl_waits_before_any_global_access(op, arch, tmp_path, monkeyp
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     kmod = nv if op == "nvfp4" else mx
     configs = [kmod.default_config(7168)]
-    if op == "nvfp4":  # the dispatch's Triton mid and large tiles too (the CuTe tile: test_nvfp4_cute.py)
+    if op == "nvfp4":  # the dispatch's Triton mid and large tiles too (the CuTe tile: the next test)
         configs += [_dispatch.mid_config(7168), _dispatch._triton_large(7168)]
     for cfg in configs:
         on = kmod.compile_for_target("bfloat16", 7168, dataclasses.replace(cfg, pdl=True), arch)
@@ -78,6 +78,21 @@ def test_compiled_pdl_waits_before_any_global_access(op, arch, tmp_path, monkeyp
         assert order.count("griddepcontrol.wait") == 1 and on.metadata.launch_pdl
         off = kmod.compile_for_target("bfloat16", 7168, dataclasses.replace(cfg, pdl=False), arch)
         assert "griddepcontrol" not in off.asm["ptx"] and not off.metadata.launch_pdl
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+def test_compiled_cute_pdl_waits_before_any_global_access(arch):
+    # the dispatch's CuTe tile (from CUTE_FROM_M rows): the wait, then the release, before its first global access
+    from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import compile_cute
+
+    tile = _dispatch.CUTE_ABOVE_SMALL
+    on = compile_cute("bfloat16", 7168, dataclasses.replace(tile, pdl=True), arch).artifacts.PTX
+    order = _ptx_order(on)
+    assert order[:2] == ["griddepcontrol.wait", "griddepcontrol.launch_dependents"], order[:4]
+    assert order.count("griddepcontrol.wait") == 1 and "ld.global" in order
+    off = compile_cute("bfloat16", 7168, dataclasses.replace(tile, pdl=False), arch).artifacts.PTX
+    assert "griddepcontrol" not in off
 
 
 def test_interpreter_drops_pdl():

@@ -99,12 +99,13 @@ class NvFp4Dispatch:
 
 # Session 42: the CuTe DSL tile (`_kernel_cute.py`) in place of the Triton tiles from CUTE_FROM_M live rows, when set.
 # On an H100 (2026-12-05 12:52, docs/performance.md session 42) `CuteTile()` was equal to or 0.3-3.6% faster than the
-# Triton dispatch at every M >= 4096 shape and slower at M <= 16. Session 44 (H100 again, 16:23; the H200 was not lent
+# Triton dispatch at every M >= 4096 shape and slower at M <= 16. Session 44 (H100 again, 16:24; the H200 was not lent
 # in sessions 42-44): 4 x 4 was 0.7-3.0% under the Triton dispatch at all four (4096 x 4096 17.77 against 17.98 µs,
-# 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14), the fastest of five row tiles
-# at three and 0.6% behind 8 x 2 at 4096 x 4096 (8 x 2 was only 0.3% under the dispatch at 16384 x 4096), and
+# 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14), the fastest of the four row
+# tiles at three and 0.6% behind 8 x 2 at 4096 x 4096 (8 x 2 was only 0.3% under the dispatch at 16384 x 4096), and
 # bit-exact there; so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
-# tiles keep those rows. Set it to None for the Triton dispatch alone.
+# tiles keep those rows. Where the preload tile's range ends inside them (16384 < K <= 2^26 / LARGE_FROM_M) the
+# Triton dispatch stays whole (a dispatch of four tiles is not built). Set it to None for the Triton dispatch alone.
 CUTE_ABOVE_SMALL: CuteTile | None = CuteTile(warps=4, rows=4)
 CUTE_FROM_M = 4096
 
@@ -133,15 +134,16 @@ def mid_config(k: int) -> NvFp4Config | None:
 
 def default_selection(max_rows: int, k: int):
     """The heuristic: `default_config(k)` alone below LARGE_FROM_M rows of capacity, else a dispatch from it to the
-    Triton mid tile up to MID_MAX_ELEMENTS // k rows (`mid_config`) and the Triton large-M tile after; with
-    `CUTE_ABOVE_SMALL` set and a capacity of CUTE_FROM_M rows or more, the CuTe tile from CUTE_FROM_M rows and, below
-    them, the Triton tile those rows ran before (the mid tile where its range spans them)."""
+    Triton mid tile up to MID_MAX_ELEMENTS // k rows (`mid_config`) and the Triton large-M tile after. With
+    `CUTE_ABOVE_SMALL` set and a capacity of CUTE_FROM_M rows or more, the CuTe tile runs from CUTE_FROM_M rows and the
+    one Triton tile those rows ran (the mid tile where its range reaches CUTE_FROM_M, the large one where there is no
+    mid tile) below them; where the mid tile's range ends between, the Triton dispatch stays as it is."""
     if max_rows < LARGE_FROM_M:
         return default_config(k)
     small, mid = default_config(k), mid_config(k)
     mid_until = MID_MAX_ELEMENTS // k + 1 if mid is not None and MID_MAX_ELEMENTS // k >= LARGE_FROM_M else 0
-    if CUTE_ABOVE_SMALL is not None and max_rows >= CUTE_FROM_M:
-        below = mid if mid_until >= CUTE_FROM_M else _triton_large(k)
+    if CUTE_ABOVE_SMALL is not None and max_rows >= CUTE_FROM_M and (not mid_until or mid_until >= CUTE_FROM_M):
+        below = mid if mid_until else _triton_large(k)
         return NvFp4Dispatch(small, CUTE_ABOVE_SMALL, mid=below, mid_until=CUTE_FROM_M)
     if not mid_until:
         return NvFp4Dispatch(small, _triton_large(k))

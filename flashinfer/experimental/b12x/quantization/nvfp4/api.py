@@ -66,10 +66,10 @@ class NvFp4Plan(Plan):
     (`_dispatch`), or None.
 
     Its selection is one config, or (capacity >= `_dispatch.LARGE_FROM_M` rows) an `NvFp4Dispatch`:
-    two or three tiles compiled and primed at prepare time, the live M picking one per run. Below
-    `_dispatch.CUTE_FROM_M` (4096) rows of capacity: the small tile, the preload mid tile up to 2^26 elements
-    and the Triton large tile; from it, the small tile, the Triton tile those rows ran before up to 4096
-    live rows and the CuTe tile (`_dispatch.CUTE_ABOVE_SMALL`) from 4096."""
+    two or three tiles compiled and primed at prepare time, the live M picking one per run: the small tile,
+    the preload mid tile up to 2^26 elements and the Triton large tile; from `_dispatch.CUTE_FROM_M` (4096)
+    rows of capacity, the CuTe tile (`_dispatch.CUTE_ABOVE_SMALL`) from 4096 live rows in place of the tile
+    above the small one there (`_dispatch.default_selection` says where it does not)."""
 
     @property
     def dtype(self) -> str:
