@@ -2,6 +2,7 @@
 rounds, B's change against A, and the noise it must beat.
 
     python3 scripts/ab_summary.py DIR        (DIR holds NAME.{a,b}.rN.json, as device_ab_run.sh writes them)
+    python3 scripts/ab_summary.py A.json B.json   (two reports of one benchmark, e.g. s44_a's q_fixed / q_rotated)
 
 A row's noise is the widest of: either side's p10-p90 spread (relative to its median) in any round, and either
 side's range over its rounds. The last column marks B faster ("B-") or slower ("B+") where the change is larger
@@ -25,14 +26,24 @@ def load(directory: Path) -> dict:
     out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for path in sorted(directory.iterdir()):
         m = NAME.match(path.name)
-        if not m:
-            continue
-        for row in json.loads(path.read_text())["rows"]:
-            t = row["time_us"]
-            out[m["job"]][(row["label"], row["impl"])][m["side"]].append(
-                (t, row.get("p10_us", t), row.get("p90_us", t))
-            )
+        if m:
+            _add(out[m["job"]], path, m["side"])
     return out
+
+
+def load_pair(a: Path, b: Path) -> dict:
+    """`load`'s shape for two reports, A and B, one round each (the job named after both files)."""
+    out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    job = out[f"{a.stem} (A) / {b.stem} (B)"]
+    _add(job, a, "a")
+    _add(job, b, "b")
+    return out
+
+
+def _add(job: dict, path: Path, side: str) -> None:
+    for row in json.loads(path.read_text())["rows"]:
+        t = row["time_us"]
+        job[(row["label"], row["impl"])][side].append((t, row.get("p10_us", t), row.get("p90_us", t)))
 
 
 def compare(samples: dict) -> tuple[float, float, float, float, str] | None:
@@ -50,9 +61,9 @@ def compare(samples: dict) -> tuple[float, float, float, float, str] | None:
     return med["a"], med["b"], 100.0 * change, 100.0 * noise, verdict
 
 
-def report(directory: Path) -> str:
+def report(directory: Path, other: Path | None = None) -> str:
     lines = []
-    for job, rows in load(directory).items():
+    for job, rows in (load(directory) if other is None else load_pair(directory, other)).items():
         lines.append(f"== {job}")
         lines.append(f"{'case':44s} {'impl':28s} {'A us':>10s} {'B us':>10s} {'B/A-1':>8s} {'noise':>7s}  verdict")
         for (label, impl), samples in rows.items():
@@ -69,14 +80,21 @@ def report(directory: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+    if len(argv) not in (1, 2) or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    directory = Path(argv[0])
-    if not directory.is_dir():
-        print(f"ab_summary: DIR must be a directory of A/B reports, got {directory}", file=sys.stderr)
+    paths = [Path(a) for a in argv]
+    if len(paths) == 2:
+        bad = [p for p in paths if not p.is_file()]
+        if bad:
+            print(f"ab_summary: A.json and B.json must be benchmark reports, missing {bad[0]}", file=sys.stderr)
+            return 2
+        print(report(*paths))
+        return 0
+    if not paths[0].is_dir():
+        print(f"ab_summary: DIR must be a directory of A/B reports, got {paths[0]}", file=sys.stderr)
         return 2
-    print(report(directory))
+    print(report(paths[0]))
     return 0
 
 

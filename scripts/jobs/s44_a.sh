@@ -7,4 +7,5 @@ export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 BENCH_LIMIT=400 BENCH_SERIAL=1 bash scripts/device_snapshot_run.sh scripts/jobs/s44_a.txt none 2>&1 | grep -E "^commit|== q_" | cut -c1-200
 for f in /tmp/b12x-par/q_fixed.log /tmp/b12x-par/q_rotated.log; do grep -E "nvfp4|mxfp8|MISMATCH" "$f" | cut -c1-200 | head -40; done
 cp /tmp/b12x-par/q_fixed.json /tmp/b12x-par/q_rotated.json "${OUT:-/tmp}/" 2>/dev/null
+python3 scripts/ab_summary.py /tmp/b12x-par/q_fixed.json /tmp/b12x-par/q_rotated.json  # B = rotated outputs
 true

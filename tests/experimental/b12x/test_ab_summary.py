@@ -48,3 +48,14 @@ def test_slower_side_and_cli(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "no NAME" in AB.report(empty)
+
+
+def test_two_reports_compare_as_a_and_b(tmp_path, capsys):
+    _write(tmp_path, "q_fixed", "a", 1, [("M=4096", "copy (same bytes)", 13.9), ("M=4096", "b12x", 17.7)])
+    _write(tmp_path, "q_rotated", "b", 1, [("M=4096", "copy (same bytes)", 14.8), ("M=4096", "b12x", 17.8)])
+    a, b = tmp_path / "q_fixed.a.r1.json", tmp_path / "q_rotated.b.r1.json"
+    rows = next(iter(AB.load_pair(a, b).values()))
+    assert AB.compare(rows[("M=4096", "copy (same bytes)")])[-1] == "B+"
+    assert AB.compare(rows[("M=4096", "b12x")])[-1] == "tie"  # +0.6% inside the 1% p10-p90 spread
+    assert AB.main([str(a), str(b)]) == 0 and "(A) /" in capsys.readouterr().out
+    assert AB.main([str(a), str(tmp_path / "missing.json")]) == 2 and "missing" in capsys.readouterr().err
