@@ -166,41 +166,28 @@ class CuteLogic(BlockRows):
 
         return ops.prmt(pair(codes[0], codes[1]), pair(codes[2], codes[3]), 0x6420)
 
-    def encode_slot(self, ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad):
-        """Scale, codes and stores of one lane's block (row, col) from its 8 loaded words: codes where `live`, the
-        swizzled scale word (four lanes' bytes) where the row is inside the 128-row padding (row < mpad). A block
-        that is not live loaded zeros, so its scale byte is 0."""
-        mags, byte = self.scale_byte(ops, words, gs)
-        entry = table + ops.i32(byte) * 32
-        th = list(ops.lds_v4(entry)) + list(ops.lds_v4(entry + 16))
-        codes = [self._codes(ops, mags[j], words[j], th) for j in range(8)]
-        addr = p_base + ops.i64(row) * ops.i64(self.k // 2) + ops.i64(col * 8)
-        ops.stg_v2(addr, self._pack(ops, codes[:4]), self._pack(ops, codes[4:]), live)
-        sw = byte << (ops.u32(lane & 3) * ops.u32(8))
-        sw = sw | ops.shfl_xor(sw, 1)
-        sw = sw | ops.shfl_xor(sw, 2)
-        off = swizzled_offset(ops, row, col & ~3, self.nb4)
-        ops.stg_u32(s_base + off, sw, ((lane & 3) == 0) & (row < mpad) & (col < self.nb4))
-
     def encode_rows(self, ops, loaded, gs, table, p_base, s_base, m, warp, lane, bx, ty):
         """Scale, codes and stores of every slot of the warp in row tile ty (`loaded`: `loads`' words)."""
         mpad = (m + 127) // 128 * 128
         for i in range(self.tile.rows):
             row, col, live = self.place(m, warp, lane, bx, ty, i)
             words = loaded[8 * i : 8 * i + 8]
-            self.encode_slot(ops, words, gs, table, p_base, s_base, row, col, live, lane, mpad)
+            mags, byte = self.scale_byte(ops, words, gs)
+            entry = table + ops.i32(byte) * 32
+            th = list(ops.lds_v4(entry)) + list(ops.lds_v4(entry + 16))
+            codes = [self._codes(ops, mags[j], words[j], th) for j in range(8)]
+            addr = p_base + ops.i64(row) * ops.i64(self.k // 2) + ops.i64(col * 8)
+            ops.stg_v2(addr, self._pack(ops, codes[:4]), self._pack(ops, codes[4:]), live)
+            sw = byte << (ops.u32(lane & 3) * ops.u32(8))
+            sw = sw | ops.shfl_xor(sw, 1)
+            sw = sw | ops.shfl_xor(sw, 2)
+            off = swizzled_offset(ops, row, col & ~3, self.nb4)
+            ops.stg_u32(s_base + off, sw, ((lane & 3) == 0) & (row < mpad) & (col < self.nb4))
 
 
 class CuteNvFp4:
-    """The kernel: one CTA a (32-block column, `repeat` row tiles) pair."""
-
     def __init__(self, logic: CuteLogic) -> None:
         self.logic = logic
-
-    def grid(self, m):
-        L = self.logic
-        tiles_y = ((m + 127) // 128 * 128 + L.rows_per_cta - 1) // L.rows_per_cta
-        return [(L.nb4 + 31) // 32, (tiles_y + L.tile.repeat - 1) // L.tile.repeat, 1]
 
     @cute.jit
     def __call__(
@@ -214,11 +201,16 @@ class CuteNvFp4:
         m_arg: Int32,
         stream: cuda.CUstream,
     ):
+        L = self.logic
+        m = mX.shape[0]
+        mpad = (m + 127) // 128 * 128
+        tiles_y = (mpad + L.rows_per_cta - 1) // L.rows_per_cta
+        grid_y = (tiles_y + L.tile.repeat - 1) // L.tile.repeat
         self.kernel(mX, mP, mS, mG, gs_value, use_ptr).launch(
-            grid=self.grid(mX.shape[0]),
-            block=[32 * self.logic.tile.warps, 1, 1],
+            grid=[(L.nb4 + 31) // 32, grid_y, 1],
+            block=[32 * L.tile.warps, 1, 1],
             stream=stream,
-            use_pdl=self.logic.tile.pdl,
+            use_pdl=L.tile.pdl,
         )
 
     @cute.kernel
