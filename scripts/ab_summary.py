@@ -23,27 +23,24 @@ NAME = re.compile(r"^(?P<job>.+)\.(?P<side>[ab])\.r(?P<round>\d+)\.json$")
 
 def load(directory: Path) -> dict:
     """{job: {(label, impl): {side: [(time_us, p10_us, p90_us), ...]}}} from the JSON reports in directory."""
-    out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for path in sorted(directory.iterdir()):
-        m = NAME.match(path.name)
-        if m:
-            _add(out[m["job"]], path, m["side"])
-    return out
+    named = ((NAME.match(p.name), p) for p in sorted(directory.iterdir()))
+    return _collect((m["job"], path, m["side"]) for m, path in named if m)
 
 
 def load_pair(a: Path, b: Path) -> dict:
     """`load`'s shape for two reports, A and B, one round each (the job named after both files)."""
+    job = f"{a.stem} (A) / {b.stem} (B)"
+    return _collect([(job, a, "a"), (job, b, "b")])
+
+
+def _collect(reports) -> dict:
+    """`load`'s shape from (job, report path, side) triples."""
     out: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    job = out[f"{a.stem} (A) / {b.stem} (B)"]
-    _add(job, a, "a")
-    _add(job, b, "b")
+    for job, path, side in reports:
+        for row in json.loads(path.read_text())["rows"]:
+            t = row["time_us"]
+            out[job][(row["label"], row["impl"])][side].append((t, row.get("p10_us", t), row.get("p90_us", t)))
     return out
-
-
-def _add(job: dict, path: Path, side: str) -> None:
-    for row in json.loads(path.read_text())["rows"]:
-        t = row["time_us"]
-        job[(row["label"], row["impl"])][side].append((t, row.get("p10_us", t), row.get("p90_us", t)))
 
 
 def compare(samples: dict) -> tuple[float, float, float, float, str] | None:
