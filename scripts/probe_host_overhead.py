@@ -1,0 +1,125 @@
+"""Host cost of one eager quantizer call: `nvfp4.run` / `mxfp8.quantize_rows` at small M, where a call's GPU time
+is a few microseconds and an eager caller waits on the host instead.
+
+    python scripts/probe_host_overhead.py [--calls 500] [--profile]
+
+Session 45's `bench_quantization --timer events --ms 1 16` (H100) read 5 µs at NVFP4 K = 4096 and 23-85 µs
+(p10-p90 spans of 2-3x) for every case after it, while the graph timer read 1.5-3 µs: the events timer's 256 MB
+memset hides at most its own run time of host work, so the cases behind it spent far longer on the host. This
+probe times the host side alone, per case in the bench's order, each case on a fresh plan as the bench makes it:
+wall time a call over `--calls` back-to-back calls (no synchronisation inside the loop), and the same loop
+with a synchronisation after each call (host plus GPU, the eager caller's latency). --open-session prepares as
+the bench does (sessions left open); --profile prints cProfile's top entries for each case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+
+import torch
+
+
+def _cases():
+    for op in ("nvfp4", "mxfp8"):
+        for k in (4096, 7168):
+            for m in (1, 16):
+                yield op, m, k
+
+
+def _prepare(plan, dev, shared):
+    """Prepare in the shared open session (as bench_quantization does: one session a case, never closed) or in a
+    session of its own, closed after."""
+    import b12x
+
+    if shared is not None:
+        shared.prepare([plan])
+        return
+    with b12x.PreparationSession(dev) as session:
+        session.prepare([plan])
+
+
+def _call(op: str, m: int, k: int, dev, shared):
+    """A prepared plan's eager call for (op, m, k), as bench_quantization builds it."""
+    from b12x.quantization import mxfp8, nvfp4
+    from flashinfer.experimental.b12x._lib.quant.swizzle import swizzled_size
+
+    x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    if op == "nvfp4":
+        plan = nvfp4.plan(m, k)
+        _prepare(plan, dev, shared)
+        out = nvfp4.allocate_outputs(plan, device=dev)
+        gs = torch.ones(1, device=dev, dtype=torch.float32)
+        return lambda: nvfp4.run(plan=plan, x=x, global_scale=gs, outputs=out)
+    plan = mxfp8.plan(mxfp8.MxFp8Query(k, "bfloat16", m))
+    _prepare(plan, dev, shared)
+    values = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=dev)
+    rows = torch.empty(m, k // 32, dtype=torch.uint8, device=dev)
+    mma = torch.zeros(swizzled_size(m, k // 32), dtype=torch.uint8, device=dev)
+    return lambda: mxfp8.quantize_rows(x, values, rows, mma, plan=plan)
+
+
+def _loop(fn, calls: int) -> None:
+    for _ in range(calls):
+        fn()
+
+
+def _sync(dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=500, help="calls a timed loop (default: 500)")
+    ap.add_argument(
+        "--open-session",
+        action="store_true",
+        help="prepare in sessions left open, a new one a case, as "
+        "bench_quantization does (default: a `with` block a case)",
+    )
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (the reference backend: a smoke run)")
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top entries for each case")
+    args = ap.parse_args(argv)
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print(
+            "probe_host_overhead: --device cuda needs a CUDA device (--device cpu times the reference path)",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"{'case':<22} {'host us/call':>13} {'synced us/call':>15}")
+    for op, m, k in _cases():
+        shared = None
+        if args.open_session:
+            import b12x
+
+            shared = b12x.PreparationSession(dev)
+        fn = _call(op, m, k, dev, shared)
+        for _ in range(20):
+            fn()
+        _sync(dev)
+        t = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        host = (time.perf_counter() - t) / args.calls * 1e6
+        _sync(dev)
+        t = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+            _sync(dev)
+        synced = (time.perf_counter() - t) / args.calls * 1e6
+        print(f"{op} M={m} K={k:<8} {host:13.1f} {synced:15.1f}", flush=True)
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.runcall(_loop, fn, args.calls)
+            _sync(dev)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(8)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
