@@ -5,6 +5,7 @@ import argparse
 import importlib
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,27 @@ def test_output_sets_follow_rotate_outputs():
     assert BQ._output_sets(first, 4, argparse.Namespace(rotate_outputs=False), alloc) == [first] and not made
     sets = BQ._output_sets(first, 4, argparse.Namespace(rotate_outputs=True), alloc)
     assert sets[0] is first and sets[1:] == made and len(made) == 3
+
+
+@pytest.mark.parametrize("rotate_outputs", [False, True])
+def test_copy_reference_rotates_its_destinations(monkeypatch, rotate_outputs):
+    # a fixed destination let the copy's writes stay in L2 (session 45: 102.5% of the ceiling), so the reference
+    # row rotates as many destinations as sources whatever the rows do
+    seen = {}
+
+    def fake_copy(nbytes, n_sets, dev, gen, dests=1):
+        seen.update(nbytes=nbytes, n_sets=n_sets, dests=dests)
+        return lambda: None
+
+    rows = []
+    monkeypatch.setattr(BQ, "same_size_copy", fake_copy)
+    monkeypatch.setattr(BQ, "_time", lambda fn, args, n: "timing")
+    monkeypatch.setattr(BQ.torch.cuda, "empty_cache", lambda: None)
+    table = types.SimpleNamespace(add=lambda case, impl, timing, note="": rows.append((case, impl, timing)))
+    case = BQ.nvfp4_case(4096, 4096, torch.bfloat16)
+    BQ.add_copy_row(table, case, argparse.Namespace(rotate_outputs=rotate_outputs), torch.device("cpu"), 5)
+    assert seen == {"nbytes": case.bytes, "n_sets": 5, "dests": 5}
+    assert rows == [(case, BQ.COPY_IMPL, "timing")]
 
 
 def test_rotate_outputs_needs_the_graph_timer(capsys):
@@ -246,8 +268,6 @@ def test_cute_options_reject_bad_tiles(parse, text):
 
 
 def test_bits_ok_stops_on_the_plans_own_selection_and_skips_a_candidate(monkeypatch):
-    import types
-
     monkeypatch.setattr(BQ, "MISMATCHES", [])
     plan = types.SimpleNamespace(selection="SEL")
     assert BQ._bits_ok(True, "nvfp4", 1, 16, None, plan) and BQ.MISMATCHES == []
