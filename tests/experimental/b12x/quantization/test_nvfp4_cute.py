@@ -176,7 +176,7 @@ def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
         (130, 32, KC.CuteTile(4, 8), False),  # rows into a second 128-row block
         (33, 544, KC.CuteTile(8, 2), True),  # 34 scale columns: two CTA columns, the second nearly idle
         (200, 64, KC.CuteTile(4, 2, repeat=3), False),  # 8-row tiles three a CTA: the last CTA past M and the padding
-        (130, 16, KC.CuteTile(4, 4), True),  # the default tile at the narrowest row: one block, one padding column
+        (130, 16, KC.CuteTile(4, 2), True),  # the default tile at the narrowest row: one block, one padding column
     ],
 )
 def test_cute_quantizer_is_bit_exact_on_the_emulator(dtype, m, k, tile, by_pointer):
@@ -229,7 +229,7 @@ def test_cute_quantizer_is_bit_exact_at_every_threshold(dtype):
         reference.quantize_into(x, gs, want_p, want_s)
         got_aim = unswizzle_scales(want_s, m, k // 16).view(torch.uint8)
         assert torch.equal(got_aim, aimed[:, None].expand(m, 2)), "a block's scale is not the aimed one"
-        packed, scales = run_emulated(x, gs, KC.CuteTile(4, 4), by_pointer=True)
+        packed, scales = run_emulated(x, gs, KC.CuteTile(4, 2), by_pointer=True)
         assert torch.equal(packed, want_p), (gs, (packed != want_p).nonzero()[:5])
         assert torch.equal(scales, want_s), (gs, (scales != want_s).nonzero()[:5])
 
@@ -249,7 +249,7 @@ def test_cute_quantizer_compiles_for_both_archs(arch, dtype, cuda_binary):
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", NVFP4_META.archs)
 def test_the_default_tile_compiles_for_every_arch_the_op_lists(arch, cuda_binary):
-    # _dispatch.CUTE_ABOVE_SMALL runs from 4096 rows on every arch of quantization.nvfp4's META (DGX Spark included)
+    # _dispatch.CUTE_ABOVE_SMALL runs from CUTE_FROM_M rows on every arch of quantization.nvfp4's META (DGX Spark included)
     from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch
 
     assert "sm_121a" in NVFP4_META.archs and {"cutlass-dsl", "tvm-ffi"} <= set(NVFP4_META.requires)

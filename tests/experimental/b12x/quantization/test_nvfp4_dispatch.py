@@ -232,21 +232,21 @@ def test_one_tile_selection_never_picks():
 
 
 def test_cute_tile_runs_from_cute_from_m_rows():
-    # Session 44: on by default (4 x 4, H100-timed). The dispatch keeps its small Triton tile below LARGE_FROM_M and,
+    # Session 44: on by default (4 x 4 from 4096 rows, H100-timed); session 45: 4 x 2 from 3072 rows. The dispatch keeps its small Triton tile below LARGE_FROM_M and,
     # up to CUTE_FROM_M, the Triton tile those rows ran before (the preload tile where its range spans them); from
     # CUTE_FROM_M rows it runs the CuTe tile, compiled once.
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile, compile_cute
 
-    assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 4) and _dispatch.CUTE_FROM_M == 4096
+    assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 2) and _dispatch.CUTE_FROM_M == 3072
     p = nvfp4.plan(16384, 7168, pdl=True)
     d = p.heuristic(ARCH)
     assert d.small == dataclasses.replace(_kernel.default_config(7168), pdl=True)
     assert d.mid == dataclasses.replace(_dispatch.mid_config(7168), pdl=True) and d.mid.preload
-    assert d.large == CuteTile(4, 4, pdl=True) and _dispatch.can_select(7168, d)
+    assert d.large == CuteTile(4, 2, pdl=True) and _dispatch.can_select(7168, d)
     assert d.mid_until == _dispatch.CUTE_FROM_M
-    assert [d.tile(m) for m in (1, _dispatch.LARGE_FROM_M, 4095, 4096, 16384)] == [0, 1, 1, 2, 2]
+    assert [d.tile(m) for m in (1, _dispatch.LARGE_FROM_M, 3071, 3072, 16384)] == [0, 1, 1, 2, 2]
     kernels = p.kernels(d, ARCH)
-    assert len(kernels) == 3 and kernels[2] == (compile_cute, ("bfloat16", 7168, CuteTile(4, 4, pdl=True), ARCH))
+    assert len(kernels) == 3 and kernels[2] == (compile_cute, ("bfloat16", 7168, CuteTile(4, 2, pdl=True), ARCH))
     assert nvfp4.plan(1 << 30, 7168).heuristic(ARCH) == _dispatch.with_pdl(d, False)  # quantize()'s capacity
     # a capacity under CUTE_FROM_M rows never reaches the CuTe tile, so it does not compile it
     below = nvfp4.plan(_dispatch.CUTE_FROM_M - 1, 7168).heuristic(ARCH)
@@ -262,7 +262,7 @@ def test_cute_tile_runs_from_cute_from_m_rows():
     )
     widest = nvfp4.plan(16384, 1 << 17).heuristic(ARCH)
     assert (
-        widest.mid == _dispatch._triton_large(1 << 17) and widest.mid_until == 4096 and widest.large == CuteTile(4, 4)
+        widest.mid == _dispatch._triton_large(1 << 17) and widest.mid_until == 3072 and widest.large == CuteTile(4, 2)
     )
 
 

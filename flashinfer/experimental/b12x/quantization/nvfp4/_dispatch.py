@@ -106,8 +106,13 @@ class NvFp4Dispatch:
 # bit-exact there; so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
 # tiles keep those rows. Where the preload tile's range ends inside them (16384 < K <= 2^26 / LARGE_FROM_M) the
 # Triton dispatch stays whole (a dispatch of four tiles is not built). Set it to None for the Triton dispatch alone.
-CUTE_ABOVE_SMALL: CuteTile | None = CuteTile(warps=4, rows=4)
-CUTE_FROM_M = 4096
+# Session 45 (H100, outputs rotated, two processes each; docs/performance.md session 45): 4 x 2 (8 rows a CTA, not
+# in session 44's sweep) beat 4 x 4 at all four M >= 4096 shapes by 1.0-2.0% (4096 x 4096 18.05 -> 17.68 / 17.72 µs,
+# 80.4 / 80.2% of the ceiling) and the Triton dispatch at 3072 rows at both K (14.30 -> 14.03, 23.50 -> 22.16 µs),
+# so it is the tile and it starts at 3072 rows. At 2048 rows it tied the dispatch at K = 4096 (10.49 against 10.46)
+# and won at 7168 (-5%); at 1024 rows 4 x 2 lost 9% at K = 4096 (4 x 1 won 2-4% there): those rows stay Triton.
+CUTE_ABOVE_SMALL: CuteTile | None = CuteTile(warps=4, rows=2)
+CUTE_FROM_M = 3072
 
 
 def _triton_large(k: int) -> NvFp4Config:
