@@ -52,7 +52,8 @@ HBM, as a serving step does (a model's layers do not fit L2); each peer rotates 
 the same way. Without it the graph timer replays one call on one weight: weights under ~60 MB (ours at
 4096x4096 / 7168x2048, cuBLAS bf16's 33 MB at 4096x4096) are then read from L2.
 --copy-rows adds a row "copy (same bytes)" per case: an SM kernel copying half our byte count from one
-of as many rotated sources as ours has weight copies into one destination, same timer; what any kernel
+of as many rotated sources as ours has weight copies into as many rotated destinations (one fixed destination
+kept its writes in L2: session 45), same timer; what any kernel
 with our traffic pays at that size (launch and ramp included), so a ratio target above what the copy
 reaches is out of reach for a kernel that must move those bytes.
 --pdl wait|prefetch adds a row per decode case (M <= 64): the same GEMM planned as a programmatic

@@ -142,7 +142,7 @@ def add_copy_row(table, case: Case, args, dev, n_sets: int) -> None:
     rotate whatever --rotate-outputs says: with one fixed destination the copy's writes stay in L2 where they fit
     (session 45, H100: 102.5% of the 2 GiB ceiling at NVFP4 4096 x 4096, 85.4% rotated), and it is no longer
     the streaming reference the column needs."""
-    fn = same_size_copy(case.bytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1), dests=n_sets)
+    fn = same_size_copy(case.bytes, n_sets, dev, torch.Generator(device=dev).manual_seed(1))
     table.add(case, COPY_IMPL, _time(fn, args, n_sets), note="reference: plain device copy, same bytes")
     del fn
     torch.cuda.empty_cache()

@@ -79,8 +79,8 @@ def test_kernel_copy_writes_every_word_of_its_source():
 
 
 def test_kernel_copy_rotates_its_destinations():
-    # dests > 1 (bench_quantization --rotate-outputs): each call writes the next destination, cycled, so no
-    # output stays in L2 between calls; the default writes one destination every call
+    # dests > 1: each call writes the next destination, cycled, so no output stays in L2 between calls;
+    # kernel_copy_fn's default writes one destination every call, same_size_copy's as many as its sources
     gen = torch.Generator().manual_seed(6)
     fn = C.same_size_copy(256, 2, torch.device("cpu"), gen, dests=3)
     outs = [fn() for _ in range(4)]
@@ -90,6 +90,8 @@ def test_kernel_copy_rotates_its_destinations():
     assert torch.equal(outs[3], outs[1]) and not torch.equal(outs[2], outs[1])
     one = C.kernel_copy_fn(64, torch.device("cpu"), gen, sources=2)
     assert one().data_ptr() == one().data_ptr()
+    streamed = C.same_size_copy(256, 4, torch.device("cpu"), gen)
+    assert len({streamed().data_ptr() for _ in range(4)}) == 4
     for bad in ({"sources": 0}, {"dests": 0}):
         with pytest.raises(ValueError, match="sources and dests must be >= 1"):
             C.kernel_copy_fn(64, torch.device("cpu"), **bad)
@@ -110,8 +112,8 @@ def test_copy_reference_rotates_its_destinations(monkeypatch, rotate_outputs):
     # row rotates as many destinations as sources whatever the rows do
     seen = {}
 
-    def fake_copy(nbytes, n_sets, dev, gen, dests=1):
-        seen.update(nbytes=nbytes, n_sets=n_sets, dests=dests)
+    def fake_copy(nbytes, n_sets, dev, gen, dests=None):
+        seen.update(nbytes=nbytes, n_sets=n_sets, dests=n_sets if dests is None else dests)
         return lambda: None
 
     rows = []
