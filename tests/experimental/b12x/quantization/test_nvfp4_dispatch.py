@@ -232,9 +232,9 @@ def test_one_tile_selection_never_picks():
 
 
 def test_cute_tile_runs_from_cute_from_m_rows():
-    # Session 44: on by default (4 x 4 from 4096 rows, H100-timed); session 45: 4 x 2 from 3072 rows. The dispatch keeps its small Triton tile below LARGE_FROM_M and,
-    # up to CUTE_FROM_M, the Triton tile those rows ran before (the preload tile where its range spans them); from
-    # CUTE_FROM_M rows it runs the CuTe tile, compiled once.
+    # Session 44: on by default (4 x 4 from 4096 rows, H100-timed); session 45: 4 x 2 from 3072 rows. The dispatch
+    # keeps its small Triton tile below LARGE_FROM_M and, up to CUTE_FROM_M, the Triton tile those rows ran before
+    # (the preload tile where its range spans them); from CUTE_FROM_M rows it runs the CuTe tile, compiled once.
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile, compile_cute
 
     assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 2) and _dispatch.CUTE_FROM_M == 3072
