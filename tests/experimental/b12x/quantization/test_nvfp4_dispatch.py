@@ -266,6 +266,18 @@ def test_cute_tile_runs_from_cute_from_m_rows():
     )
 
 
+@pytest.mark.parametrize("k, cute", [(21840, True), (21856, False)])
+def test_cute_tile_needs_the_preload_range_to_reach_cute_from_m(k, cute):
+    # the preload tile runs up to 2^26 // K rows: at K = 21840 that is 3072 rows (it reaches CUTE_FROM_M, so the CuTe
+    # tile takes over there); at K = 21856, 3070 rows end short of it, and the Triton dispatch stays whole
+    d = nvfp4.plan(16384, k).heuristic(ARCH)
+    assert d.mid.preload  # the preload tile runs below the large tile either way
+    if cute:
+        assert d.large == _dispatch.CUTE_ABOVE_SMALL and d.mid_until == _dispatch.CUTE_FROM_M == 3072
+    else:
+        assert d.large == _dispatch._triton_large(k) and d.mid_until == (1 << 26) // k + 1 == 3071
+
+
 @pytest.mark.usefixtures("triton_only")
 def test_cute_switch_off_restores_the_triton_dispatch():
     d = nvfp4.plan(16384, 7168).heuristic(ARCH)
