@@ -3,9 +3,10 @@ is a few microseconds and an eager caller waits on the host instead.
 
     python scripts/probe_host_overhead.py [--calls 500] [--profile]
 
-Session 45's `bench_quantization --timer events --ms 1 16` (H100) read 5 µs at NVFP4 K = 4096 and 23-85 µs
-(p10-p90 spans of 2-3x) for every case after it, while the graph timer read 1.5-3 µs: the events timer's 256 MB
-memset hides at most its own run time of host work, so the cases behind it spent far longer on the host. This
+Written in session 45, when one `bench_quantization --timer events --ms 1 16` run (H100) read 5 µs at NVFP4
+K = 4096 and 23-85 µs for every case after it (the graph timer: 1.5-3 µs), to ask whether those cases spent longer
+on the host. They did not: every case cost 18-21 µs of host time a call (27-30 µs synchronised), which the events
+timer's 256 MB memset hides; rerun alone the bench read 4.8-6.4 µs (docs/performance.md, session 45). The
 probe times the host side alone, per case in the bench's order, each case on a fresh plan as the bench makes it:
 wall time a call over `--calls` back-to-back calls (no synchronisation inside the loop), and the same loop
 with a synchronisation after each call (host plus GPU, the eager caller's latency). --open-session prepares as
@@ -78,8 +79,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--open-session",
         action="store_true",
-        help="prepare in sessions left open, a new one a case, as "
-        "bench_quantization does (default: a `with` block a case)",
+        help="prepare in sessions left open, a new one a case, as bench_quantization does (default: a `with` "
+        "block a case)",
     )
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (the reference backend: a smoke run)")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top entries for each case")

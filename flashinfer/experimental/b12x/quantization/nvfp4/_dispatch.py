@@ -104,8 +104,9 @@ class NvFp4Dispatch:
 # 4096 x 7168 28.88 / 29.50, 16384 x 4096 59.72 / 60.13, 16384 x 7168 100.09 / 103.14), the fastest of the four row
 # tiles at three and 0.6% behind 8 x 2 at 4096 x 4096 (8 x 2 was only 0.3% under the dispatch at 16384 x 4096), and
 # bit-exact there; so it is on, from 4096 rows only: between LARGE_FROM_M and 4096 it is unmeasured and the Triton
-# tiles keep those rows. Where the preload tile's range ends inside them (2^26 / CUTE_FROM_M < K <= 2^26 / LARGE_FROM_M) the
-# Triton dispatch stays whole (a dispatch of four tiles is not built). Set it to None for the Triton dispatch alone.
+# tiles keep those rows. Where the preload tile's range ends inside them (2^26 / CUTE_FROM_M < K <= 2^26 /
+# LARGE_FROM_M) the Triton dispatch stays whole (a dispatch of four tiles is not built). Set it to None for the Triton
+# dispatch alone.
 # Session 45 (H100, outputs rotated, two processes each; docs/performance.md session 45): 4 x 2 (8 rows a CTA, not
 # in session 44's sweep) beat 4 x 4 at all four M >= 4096 shapes by 1.0-2.0% (4096 x 4096 18.05 -> 17.68 / 17.72 µs,
 # 80.4 / 80.2% of the ceiling) and the Triton dispatch at 3072 rows at both K (14.30 -> 14.03, 23.50 -> 22.16 µs),
