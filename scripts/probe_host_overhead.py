@@ -1,5 +1,6 @@
-"""Host cost of one eager quantizer call: `nvfp4.run` / `mxfp8.quantize_rows` at small M, where a call's GPU time
-is a few microseconds and an eager caller waits on the host instead.
+"""Host cost of one eager call: `nvfp4.run` / `mxfp8.quantize_rows` at small M, where a call's GPU time is a few
+microseconds and an eager caller waits on the host instead, and attention.paged's per-step `bind` (with and
+without its host read of the live values, `check_values`) and `bind` + `run` at one and eight requests.
 
     python scripts/probe_host_overhead.py [--calls 500] [--profile]
 
@@ -11,6 +12,11 @@ probe times the host side alone, per case in the bench's order, each case on a f
 wall time a call over `--calls` back-to-back calls (no synchronisation inside the loop), and the same loop
 with a synchronisation after each call (host plus GPU, the eager caller's latency). --open-session prepares as
 the bench does (sessions left open); --profile prints cProfile's top entries for each case.
+
+Session 46 added the attention rows. On this project's CPU machine (2 cores; a plan for 16 requests, 8 bound) bind
+cost 61.6 µs a call (48.4 without the value read) before that session's changes: the passing path of its argument
+checks built error strings, rebuilt the plan's scratch specs and sliced the scratch views afresh. After them it
+costs 26.1 µs (14.1 with `check_values=False`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,38 @@ def _cases():
         for k in (4096, 7168):
             for m in (1, 16):
                 yield op, m, k
+    for op in ("paged.bind", "paged.bind unchecked", "paged.bind+run"):  # M: requests, K: keys each
+        for m in (1, 8):
+            yield op, m, 1024
+
+
+def _paged_call(op: str, batch: int, keys: int, dev, shared):
+    """attention.paged decode at #8's heads (32 q / 8 KV, D 128, page 16) in a plan for 16 requests: bind (with or
+    without its host read of the live values, `check_values`), or bind then run, as an eager serving step does."""
+    from b12x.attention import paged
+
+    pages_each = keys // 16
+    items = paged.default_max_work_items(16, 8)
+    plan = paged.plan(
+        paged.Caps(
+            device=str(dev), mode="decode", dtype="bfloat16", kv_dtype="bfloat16", num_q_heads=32, num_kv_heads=8,
+            head_dim_qk=128, head_dim_vo=128, page_size=16, max_total_q=16, max_batch=16,
+            max_page_table_width=pages_each, max_work_items=items,
+            max_partial_rows=paged.default_max_partial_rows(items, 32), num_cache_pages=16 * pages_each,
+            use_cuda_graph=dev.type == "cuda",
+        )
+    )  # fmt: skip
+    _prepare(plan, dev, shared)
+    cache = torch.randn(16 * pages_each, 16, 8, 128, device=dev, dtype=torch.bfloat16)
+    kw = dict(
+        q=torch.randn(batch, 32, 128, device=dev, dtype=torch.bfloat16), k_cache=cache, v_cache=cache,
+        page_table=torch.arange(batch * pages_each, device=dev, dtype=torch.int32).reshape(batch, pages_each),
+        cache_seqlens=torch.full((batch,), keys, device=dev, dtype=torch.int32),
+        check_values=op != "paged.bind unchecked",
+    )  # fmt: skip
+    if op == "paged.bind+run":
+        return lambda: paged.run(binding=paged.bind(plan, **kw))
+    return lambda: paged.bind(plan, **kw)
 
 
 def _prepare(plan, dev, shared):
@@ -48,6 +86,8 @@ def _call(op: str, m: int, k: int, dev, shared):
     from b12x.quantization import mxfp8, nvfp4
     from flashinfer.experimental.b12x._lib.quant.swizzle import swizzled_size
 
+    if op.startswith("paged"):
+        return _paged_call(op, m, k, dev, shared)
     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
     if op == "nvfp4":
         plan = nvfp4.plan(m, k)
@@ -92,7 +132,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
-    print(f"{'case':<22} {'host us/call':>13} {'synced us/call':>15}")
+    print(f"{'case':<30} {'host us/call':>13} {'synced us/call':>15}")
     for op, m, k in _cases():
         shared = None
         if args.open_session:
@@ -113,7 +153,7 @@ def main(argv=None) -> int:
             fn()
             _sync(dev)
         synced = (time.perf_counter() - t) / args.calls * 1e6
-        print(f"{op} M={m} K={k:<8} {host:13.1f} {synced:15.1f}", flush=True)
+        print(f"{f'{op} M={m} K={k}':<30} {host:13.1f} {synced:15.1f}", flush=True)
         if args.profile:
             prof = cProfile.Profile()
             prof.runcall(_loop, fn, args.calls)

@@ -301,6 +301,78 @@ def test_bind_rejects(change, message):
         paged.bind(p, **_bind_kwargs(case, **change(case)))
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: dict(cache_seqlens=_set(c.cache_seqlens, 0, -3)),
+        lambda c: dict(page_table=_set(c.page_table, (1, 3), 8)),
+        lambda c: dict(page_table=_set(c.page_table, (0, 0), -1)),
+    ],
+)
+def test_check_values_false_skips_the_host_read_of_live_values(change):
+    """check_values=False (an eager serving loop that must not wait on the GPU) binds values the default rejects;
+    the shape and dtype checks still run, and good values give the same result either way."""
+    p = prepared()
+    case = make_case([5, 60], seed=5)
+    kwargs = _bind_kwargs(case, **change(case))
+    with pytest.raises(ValueError):
+        paged.bind(p, **kwargs)
+    paged.bind(p, **kwargs, check_values=False)  # no ValueError: the values are the caller's to keep valid
+    with pytest.raises(ValueError, match=re.escape("q must be bfloat16 [*, 8, 64] on cpu, got float16")):
+        paged.bind(p, **_bind_kwargs(case, q=case.q.half()), check_values=False)
+    checked = paged.run(binding=paged.bind(p, **_bind_kwargs(case)))
+    checked = tuple(t.clone() for t in checked)
+    unchecked = paged.run(binding=paged.bind(p, **_bind_kwargs(case), check_values=False))
+    assert torch.equal(checked[0], unchecked[0]) and torch.equal(checked[1], unchecked[1])
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None])
+def test_check_values_must_be_a_bool(value):
+    p = prepared()
+    case = make_case([5, 60])
+    with pytest.raises(ValueError, match=re.escape(f"check_values must be a bool, got {value!r}")):
+        paged.bind(p, **_bind_kwargs(case), check_values=value)
+
+
+def test_bind_scratch_is_the_plan_s_views_or_a_dict_holding_each_of_them():
+    p = prepared()
+    case = make_case([5, 60], seed=7)
+    want = paged.run(binding=paged.bind(p, **_bind_kwargs(case)))
+    want = tuple(t.clone() for t in want)
+    copy = dict(p.state.scratch)  # another dict of the same views is accepted
+    got = paged.run(binding=paged.bind(p, **_bind_kwargs(case), scratch=copy))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    missing = dict(copy)
+    missing.pop(next(iter(missing)))
+    for bad in (missing, [], "scratch"):
+        with pytest.raises(ValueError, match=re.escape("scratch must be the plan's scratch views")):
+            paged.bind(p, **_bind_kwargs(case), scratch=bad)
+
+
+def test_bind_keeps_the_plan_s_scratch_views_by_batch_and_rows():
+    """bind slices the plan's scratch once per (batch, total_q) and keeps the views in the plan's state; a caller's
+    scratch is sliced every time and kept nowhere. Runs at alternating batches still match the reference."""
+    p = prepared()
+    kept = p.state.extra.setdefault("bind_views", {})
+    kept.clear()
+    for lens in ([5, 60], [33], [5, 60], [17, 2, 40]):
+        case = make_case(lens, seed=len(lens))
+        b = paged.bind(p, **_bind_kwargs(case))
+        assert b.out.shape[0] == len(lens) and b.k_descale.shape == (len(lens), 2)
+        out, lse = paged.run(binding=b)
+        want_out, want_lse = paged.paged_attention_reference(
+            case.q, case.k_cache, case.v_cache, case.page_table, case.cache_seqlens, case.cu_seqlens_q
+        )
+        assert torch.equal(out, want_out.to(torch.bfloat16)) and torch.equal(lse, want_lse)
+    assert sorted(kept) == [(1, 1), (2, 2), (3, 3)]
+    case = make_case([5, 60])
+    first, again = (paged.bind(p, **_bind_kwargs(case)) for _ in range(2))
+    assert first.out is again.out and first.work is again.work  # the same views, not new slices
+    kept.clear()
+    paged.bind(p, **_bind_kwargs(case), scratch=dict(p.state.scratch))
+    assert not kept
+
+
 def test_page_ids_past_a_request_s_pages_are_not_read():
     """Only a request's first ceil(cache_seqlens / page_size) columns are page ids: the rest (padding, e.g. -1) may
     hold anything, and an empty request (cache_seqlens 0, a padding slot) reads none: its row is 0, its LSE -inf."""

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
-from ._bind_values import check_values
+from ._bind_values import check_values as check_live_values
+from ._bind_views import scratch_views
 from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers read them from api)
     DTYPES,
     EXTEND_MODES,
@@ -403,19 +404,27 @@ class Binding:
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
-    """Check one argument; `shape` entries of None match anything. Raises ValueError naming it."""
+    """Check one argument; `shape` entries of None match anything. Raises ValueError naming it.
+    Runs several times in every bind, so the passing path builds no strings and reads each tensor
+    attribute once (session 46: bind's host time)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-    ok_shape = t.dim() == len(shape) and all(s is None or s == n for s, n in zip(shape, t.shape))
-    ok_device = t.device.type == device.type and (device.index is None or t.device.index == device.index)
-    if t.dtype != dtype or not ok_shape or not ok_device:
+    size, td = t.shape, t.device
+    ok = t.dtype == dtype and len(size) == len(shape) and td.type == device.type
+    ok = ok and (device.index is None or td.index == device.index)
+    if ok:
+        for want_n, n in zip(shape, size):
+            if want_n is not None and want_n != n:
+                ok = False
+                break
+    if not ok:
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
         raise ValueError(f"{name} must be {str(dtype).removeprefix('torch.')} {want} on {device}, got {describe(t)}")
-    if last_contiguous and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+    if last_contiguous and size and size[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must have a contiguous last dimension, got strides {list(t.stride())}")
-    if align and t.device.type == "cuda":
+    if align and td.type == "cuda":
         bad = t.data_ptr() % align or any(s * t.element_size() % align for s in t.stride()[:-1])
         if bad:
             raise ValueError(
@@ -443,6 +452,7 @@ def bind(
     window_left: int = -1,
     sm_scale: float | None = None,
     sinks=None,
+    check_values: bool = True,
 ) -> Binding:
     """Check the call's tensors against the plan's caps and build views (never allocates or writes).
 
@@ -453,9 +463,11 @@ def bind(
     (in decode 0 is an empty request, e.g. a padding slot: its row is 0 and its LSE -inf), each request's pages
     fit the page table's columns, and the page ids a request reads (its first ceil(cache_seqlens / page_size)
     columns; the rest may hold anything) lie in [0, k_cache pages). Those value checks read the tensors on the
-    host (one device read), except while a CUDA graph is being captured: values a binding is replayed with later
-    are the caller's to keep valid; the kernels clamp page ids into the cache and page-table columns into the
-    table, so bad ones give wrong rows, never an access outside the cache (`test_paged_bad_values_gpu.py`). output/lse default to the plan's buffers (valid until the next run).
+    host (one device read, which waits for the GPU work queued before it), except while a CUDA graph is being
+    captured or with `check_values=False` (for an eager serving loop that binds every step and must not wait on
+    the GPU): values a binding runs or is replayed with unchecked are the caller's to keep valid; the kernels clamp
+    page ids into the cache and page-table columns into the table, so bad ones give wrong rows, never an access
+    outside the cache (`test_paged_bad_values_gpu.py`). output/lse default to the plan's buffers (valid until the next run).
     k_descale/v_descale (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to
     1/sqrt(D). sinks: another name of attention_sink_bias (fp32 [Hq] sink logits; pass one of the two).
     """
@@ -466,8 +478,11 @@ def bind(
     state = plan.state  # raises PlanNotPreparedError naming PreparationSession
     c = plan.caps
     dev = torch.device(state.device)
-    scratch = state.scratch if scratch is None else scratch
-    if not isinstance(scratch, dict) or any(s.name not in scratch for s in plan.scratch_specs(None, dev)):
+    if scratch is None:
+        scratch = state.scratch
+    elif scratch is not state.scratch and (
+        not isinstance(scratch, dict) or any(n not in scratch for n in state.scratch)
+    ):
         raise ValueError("scratch must be the plan's scratch views (plan.state.scratch) or None")
     qt, kvt = getattr(torch, c.dtype), getattr(torch, c.kv_dtype)
     align = 16 if dev.type == "cuda" else 0
@@ -505,15 +520,21 @@ def bind(
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"sm_scale must be a finite float > 0, got {sm_scale!r}")
 
-    if not _capturing(dev):
+    if not isinstance(check_values, bool):
+        raise ValueError(f"check_values must be a bool, got {check_values!r}")
+    if check_values and not _capturing(dev):
         cu = cu_seqlens_q if c.mode in EXTEND_MODES else None
-        check_values(c, cu, cache_seqlens, page_table, total_q, k_cache.shape[0])
+        check_live_values(c, cu, cache_seqlens, page_table, total_q, k_cache.shape[0])
 
+    own = scratch is state.scratch
+    views = scratch_views(
+        c, state.selection, scratch, batch, total_q, state.extra.setdefault("bind_views", {}) if own else None
+    )
     fp8 = c.kv_dtype == "float8_e4m3fn"
     descales = []
     for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
         if t is None:
-            descales.append(scratch["unit"].expand(batch, c.num_kv_heads))
+            descales.append(views.unit)
             continue
         if not fp8:
             raise ValueError(f"{name} applies to float8_e4m3fn KV only; kv_dtype is {c.kv_dtype}")
@@ -533,47 +554,18 @@ def bind(
         _tensor(sink_name, sink, dtype=torch.float32, shape=(c.num_q_heads,), device=dev)
         if not sink.is_contiguous():
             raise ValueError(f"{sink_name} must be contiguous")
-
-    if output is None:
-        output = scratch["out"][:total_q]
-    _tensor("output", output, dtype=qt, shape=(total_q, c.num_q_heads, c.head_dim_vo), device=dev, align=align)
-    if lse is None:
-        lse = scratch["lse"][:total_q]
-    _tensor("lse", lse, dtype=torch.float32, shape=(total_q, c.num_q_heads), device=dev)
-
-    # The schedule never makes more than batch + target items: launching only that many rows keeps
-    # CTAs of dead items (which exit at once) few; the row count is a shape, fixed under capture.
-    selection = state.selection
-    extend_views = ()
-    if c.mode in EXTEND_MODES:
-        tiles = scratch["tiles"]
-        group = c.num_q_heads // c.num_kv_heads
-        ext = selection.extend
-        need = extend_item_capacity(total_q, batch, ext.list_tokens(group))
-        work = tiles[: min(tiles.shape[0], need)]
-        no_sink = scratch["no_sink"]
-        if ext.small is not None:  # the large kernel's grid: the rows its own tile could need
-            large = extend_item_capacity(total_q, batch, ext.tokens_per_tile(group))
-            count, flags = scratch["count"], scratch["choice"]
-            preds = flags.view(torch.bool)  # 0-d views: the if-nodes' predicates (conditional)
-            # a persistent kernel reads (its items, its next-item counter): count[k::2]
-            large_count, small_count = (
-                count[k::2] if p else count[k : k + 1] for k, p in enumerate(ext.persistent_tiles())
-            )
-            extend_views = (count[:4], flags, work[: min(work.shape[0], large)], large_count, small_count,
-                            preds[0], preds[1])  # fmt: skip
+    # the plan's own buffers are right by construction; a caller's (or a caller's scratch's) are checked
+    if output is None and own:
+        output = views.out
     else:
-        rows = 0
-        if selection is not None:  # the items beyond one a request that either decode kernel's split may make
-            small = selection.small.schedule.target_items if selection.small is not None else 0
-            rows = min(c.item_capacity, batch + max(selection.schedule.target_items, small))
-        work = scratch["work"][:rows]
-        no_sink = scratch["partial_lse"][0]
-    decode_views = ()
-    if c.mode == "decode":  # sliced here once: run() then launches without building views (host time)
-        rows = work.shape[0]
-        decode_views = (scratch["requests"][:batch], scratch["count"][:1], scratch["partial_out"][:rows],
-                        scratch["partial_lse"][:rows], scratch["tickets"][:batch])  # fmt: skip
+        output = views.out if output is None else output
+        _tensor("output", output, dtype=qt, shape=(total_q, c.num_q_heads, c.head_dim_vo), device=dev, align=align)
+    if lse is None and own:
+        lse = views.lse
+    else:
+        lse = views.lse if lse is None else lse
+        _tensor("lse", lse, dtype=torch.float32, shape=(total_q, c.num_q_heads), device=dev)
+    work, no_sink, decode_views, extend_views = views.work, views.no_sink, views.decode_views, views.extend_views
     reference_inputs = ()
     k_view, v_view = k_cache, v_cache
     if dev.type != "cuda":
