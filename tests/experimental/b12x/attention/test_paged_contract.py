@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x.attention.paged import _bind_views
 from flashinfer.experimental.b12x.attention.paged._config import DecodeConfig, ExtendConfig
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
@@ -353,7 +354,7 @@ def test_bind_keeps_the_plan_s_scratch_views_by_batch_and_rows():
     """bind slices the plan's scratch once per (batch, total_q) and keeps the views in the plan's state; a caller's
     scratch is sliced every time and kept nowhere. Runs at alternating batches still match the reference."""
     p = prepared()
-    kept = p.state.extra.setdefault("bind_views", {})
+    kept = _bind_views.kept(p.state)
     kept.clear()
     for lens in ([5, 60], [33], [5, 60], [17, 2, 40]):
         case = make_case(lens, seed=len(lens))
@@ -371,6 +372,16 @@ def test_bind_keeps_the_plan_s_scratch_views_by_batch_and_rows():
     kept.clear()
     paged.bind(p, **_bind_kwargs(case), scratch=dict(p.state.scratch))
     assert not kept
+    # a workspace attached anew (as a re-prepare does) starts the kept views over: none points into the old one
+    state = p.state
+    old_scratch = state.scratch
+    try:
+        state.scratch = {name: t.clone() for name, t in old_scratch.items()}
+        b = paged.bind(p, **_bind_kwargs(case))
+        assert b.out.untyped_storage().data_ptr() == state.scratch["out"].untyped_storage().data_ptr()
+        assert _bind_views.kept(state) == {(2, 2): _bind_views.kept(state)[(2, 2)]}
+    finally:
+        state.scratch = old_scratch
 
 
 def test_page_ids_past_a_request_s_pages_are_not_read():

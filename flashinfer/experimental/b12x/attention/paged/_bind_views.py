@@ -25,6 +25,15 @@ class ScratchViews(NamedTuple):
     extend_views: tuple  # extend with two tiles: (counts, flags, large rows, large count, small count, preds)
 
 
+def kept(state) -> dict:
+    """The plan state's views by (batch, total_q), started over whenever its scratch or its selection is no longer
+    the one they were sliced from (a re-attached workspace must never be read through old views)."""
+    entry = state.extra.get("bind_views")
+    if entry is None or entry[0] is not state.scratch or entry[1] is not state.selection:
+        entry = state.extra["bind_views"] = (state.scratch, state.selection, {})
+    return entry[2]
+
+
 def scratch_views(c, selection, scratch: dict, batch: int, total_q: int, kept: dict | None = None) -> ScratchViews:
     """The views for `caps` c and the plan's `selection`; `kept` (the plan state's dict, only for the plan's own
     scratch) holds them by (batch, total_q)."""

@@ -55,6 +55,7 @@ from ..._lib.checks import describe
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
 from ._bind_values import check_values as check_live_values
+from ._bind_views import kept as kept_views
 from ._bind_views import scratch_views
 from ._caps_checks import (  # noqa: F401 (the op's modes and limits: callers read them from api)
     DTYPES,
@@ -527,9 +528,7 @@ def bind(
         check_live_values(c, cu, cache_seqlens, page_table, total_q, k_cache.shape[0])
 
     own = scratch is state.scratch
-    views = scratch_views(
-        c, state.selection, scratch, batch, total_q, state.extra.setdefault("bind_views", {}) if own else None
-    )
+    views = scratch_views(c, state.selection, scratch, batch, total_q, kept_views(state) if own else None)
     fp8 = c.kv_dtype == "float8_e4m3fn"
     descales = []
     for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
@@ -591,10 +590,10 @@ def _capturing(dev) -> bool:
 # ---- run -----------------------------------------------------------------------------------------
 def _launchers(plan):
     state = plan.state
-    fns = state.extra.get("launchers")
-    if fns is None:
-        fns = state.extra["launchers"] = tuple(k(*args) for k, args in state.kernels)
-    return fns
+    cached = state.extra.get("launchers")  # keyed on the identity of state.kernels, which a re-selection replaces
+    if cached is None or cached[0] is not state.kernels:
+        cached = state.extra["launchers"] = (state.kernels, tuple(k(*args) for k, args in state.kernels))
+    return cached[1]
 
 
 def run(*, binding: Binding, plan=None):
