@@ -2,7 +2,7 @@
 # Session 46 (after the toolchain calls, on a snapshot; any GPU): the host cost of eager calls on a GPU host,
 # `scripts/probe_host_overhead.py`: the quantizers as in session 45, and attention.paged's bind with and without its
 # host read of live values (`check_values`, new in session 46: 61.6 -> 26.1 µs a bind on the CPU machine) and
-# bind + run. Then the same with --profile for the attention rows' hot spots. Output: here and $OUT/probe_host.txt.
+# bind + run. Output: here and $OUT/probe_host.txt.
 set -uo pipefail
 bash scripts/device_snapshot_run.sh - none >/dev/null 2>&1
 cd /root/snap || exit 2
