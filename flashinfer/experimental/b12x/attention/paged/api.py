@@ -402,6 +402,7 @@ class Binding:
     # live tile choice: (counts [2], flags [2], large kernel's work rows, large count, small count,
     # large flag, small flag (0-d bool views: the if-nodes' predicates))
     extend_views: tuple = field(repr=False, default=())
+    check_values: bool = True  # bind's choice; under torch.compile the op binds again with it at run time
 
 
 def _tensor(name: str, t, *, dtype, shape, device, last_contiguous=True, align=0):
@@ -469,6 +470,8 @@ def bind(
     the GPU): values a binding runs or is replayed with unchecked are the caller's to keep valid; the kernels clamp
     page ids into the cache and page-table columns into the table, so bad ones give wrong rows, never an access
     outside the cache (`test_paged_bad_values_gpu.py`). output/lse default to the plan's buffers (valid until the next run).
+    Under torch.compile bind checks shapes and dtypes while tracing, output/lse default to new tensors, and `run`
+    is one custom op that binds again (every other check) and runs when the graph runs (`_ops.py`).
     k_descale/v_descale (fp8 KV only; default 1) are fp32 broadcastable to [batch, Hkv]. sm_scale defaults to
     1/sqrt(D). sinks: another name of attention_sink_bias (fp32 [Hq] sink logits; pass one of the two).
     """
@@ -479,14 +482,19 @@ def bind(
     state = plan.state  # raises PlanNotPreparedError naming PreparationSession
     c = plan.caps
     dev = torch.device(state.device)
+    # Under torch.compile tensors have no addresses or values: those checks run when the op runs (`_ops.py`)
+    traced = torch.compiler.is_compiling()
     if scratch is None:
         scratch = state.scratch
     elif scratch is not state.scratch and (
-        not isinstance(scratch, dict) or any(n not in scratch for n in state.scratch)
+        traced or not isinstance(scratch, dict) or any(n not in scratch for n in state.scratch)
     ):
-        raise ValueError("scratch must be the plan's scratch views (plan.state.scratch) or None")
+        raise ValueError(
+            "scratch must be the plan's scratch views (plan.state.scratch) or None"
+            + (" (under torch.compile: None)" if traced else "")
+        )
     qt, kvt = getattr(torch, c.dtype), getattr(torch, c.kv_dtype)
-    align = 16 if dev.type == "cuda" else 0
+    align = 16 if dev.type == "cuda" and not traced else 0
 
     _tensor("q", q, dtype=qt, shape=(None, c.num_q_heads, c.head_dim_qk), device=dev, align=align)
     total_q = q.shape[0]
@@ -523,17 +531,15 @@ def bind(
 
     if not isinstance(check_values, bool):
         raise ValueError(f"check_values must be a bool, got {check_values!r}")
-    if check_values and not _capturing(dev):
+    if check_values and not traced and not _capturing(dev):
         cu = cu_seqlens_q if c.mode in EXTEND_MODES else None
         check_live_values(c, cu, cache_seqlens, page_table, total_q, k_cache.shape[0])
 
-    own = scratch is state.scratch
-    views = scratch_views(c, state.selection, scratch, batch, total_q, kept_views(state) if own else None)
     fp8 = c.kv_dtype == "float8_e4m3fn"
-    descales = []
+    descales = []  # the caller's, broadcast to [batch, Hkv]; None: the plan's unit view (below)
     for name, t in (("k_descale", k_descale), ("v_descale", v_descale)):
         if t is None:
-            descales.append(views.unit)
+            descales.append(None)
             continue
         if not fp8:
             raise ValueError(f"{name} applies to float8_e4m3fn KV only; kv_dtype is {c.kv_dtype}")
@@ -553,18 +559,23 @@ def bind(
         _tensor(sink_name, sink, dtype=torch.float32, shape=(c.num_q_heads,), device=dev)
         if not sink.is_contiguous():
             raise ValueError(f"{sink_name} must be contiguous")
-    # the plan's own buffers are right by construction; a caller's (or a caller's scratch's) are checked
-    if output is None and own:
-        output = views.out
-    else:
-        output = views.out if output is None else output
-        _tensor("output", output, dtype=qt, shape=(total_q, c.num_q_heads, c.head_dim_vo), device=dev, align=align)
-    if lse is None and own:
-        lse = views.lse
-    else:
-        lse = views.lse if lse is None else lse
-        _tensor("lse", lse, dtype=torch.float32, shape=(total_q, c.num_q_heads), device=dev)
-    work, no_sink, decode_views, extend_views = views.work, views.no_sink, views.decode_views, views.extend_views
+    out_shape, lse_shape = (total_q, c.num_q_heads, c.head_dim_vo), (total_q, c.num_q_heads)
+    if output is not None:
+        _tensor("output", output, dtype=qt, shape=out_shape, device=dev, align=align)
+    if lse is not None:
+        _tensor("lse", lse, dtype=torch.float32, shape=lse_shape, device=dev)
+    if traced:  # the op binds again when it runs; the plan's buffers stay out of the graph (`_ops.py`)
+        return _ops.traced_binding(plan, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, output, lse,
+                                   descales, sink, window_left, scale, check_values)  # fmt: skip
+    own = scratch is state.scratch
+    views = scratch_views(c, state.selection, scratch, batch, total_q, kept_views(state) if own else None)
+    if not own:  # a caller's scratch: its views are checked like a caller's buffers
+        if output is None:
+            _tensor("output", views.out, dtype=qt, shape=out_shape, device=dev, align=align)
+        if lse is None:
+            _tensor("lse", views.lse, dtype=torch.float32, shape=lse_shape, device=dev)
+    output = views.out if output is None else output
+    lse = views.lse if lse is None else lse
     reference_inputs = ()
     k_view, v_view = k_cache, v_cache
     if dev.type != "cuda":
@@ -573,11 +584,12 @@ def bind(
         k_view, v_view = k_cache.view(torch.float16), v_cache.view(torch.float16)
     return Binding(
         plan=plan, q=q, k_cache=k_view, v_cache=v_view, page_table=page_table, cache_seqlens=cache_seqlens,
-        out=output, lse=lse, k_descale=descales[0], v_descale=descales[1],
-        sink=no_sink if sink is None else sink, has_sink=int(sink is not None),
-        window_left=window_left, sm_scale=scale, work=work, scratch=scratch,
-        reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q, decode_views=decode_views,
-        extend_views=extend_views,
+        out=output, lse=lse, k_descale=views.unit if descales[0] is None else descales[0],
+        v_descale=views.unit if descales[1] is None else descales[1],
+        sink=views.no_sink if sink is None else sink, has_sink=int(sink is not None),
+        window_left=window_left, sm_scale=scale, work=views.work, scratch=scratch,
+        reference_inputs=reference_inputs, cu_seqlens_q=cu_seqlens_q, decode_views=views.decode_views,
+        extend_views=views.extend_views, check_values=check_values,
     )  # fmt: skip
 
 
@@ -599,14 +611,25 @@ def _launchers(plan):
 def run(*, binding: Binding, plan=None):
     """Compute attention for `binding` on torch's current stream; returns (out, lse) (base-2 LSE).
 
-    No host reads of live tensors, no allocation, no compilation: safe to capture in a CUDA graph.
+    No host reads of live tensors, no allocation, no compilation: safe to capture in a CUDA graph. Under
+    torch.compile the call is one custom op (`_ops.py`) that binds again and runs when the graph runs.
     """
+    import torch
+
     if not isinstance(binding, Binding):
         raise TypeError(f"binding must come from attention.paged.bind(), got {type(binding).__name__}")
     if plan is not None and plan is not binding.plan:
         raise ValueError("plan must be the plan the binding was made from (or None)")
     b = binding
     state = b.plan.state
+    if torch.compiler.is_compiling():  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
+        if b.scratch:  # made eagerly: it holds the plan's buffers and kernel views, which the op cannot take
+            raise ValueError(
+                "a binding made outside torch.compile cannot run inside it: call bind in the compiled region too "
+                "(traced, it checks shapes; the op binds again when it runs)"
+            )
+        _ops.call(b)
+        return b.out, b.lse
     if state.arch is None:
         return _run_reference(b)
     if b.q.shape[0] == 0:  # no request: nothing to launch (a zero-sized grid is a launch error)
@@ -745,3 +768,6 @@ def clear_caches() -> None:
             k = getattr(module, attr, None)
             if k is not None:
                 k.cache_clear()
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.attention_paged_run_
