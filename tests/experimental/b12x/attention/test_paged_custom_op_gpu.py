@@ -42,7 +42,8 @@ def _check(plan, case, extend=False):
         got = compiled(q)
         torch.cuda.synchronize()
         assert not torch.isnan(lse).any(), f"call {call}: unwritten rows"
-        assert torch.equal(out, want_out) and torch.equal(lse, want_lse) and torch.equal(got, want), f"call {call}"
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse), f"call {call}"  # the op's writes, bitwise
+        torch.testing.assert_close(got, want)  # inductor's reduction of them: its own summation order
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
