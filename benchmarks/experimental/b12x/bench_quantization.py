@@ -25,7 +25,8 @@ same timer and (graph timer) the same number of rotated source sets; the "% copy
 copy's time / the row's time (what fraction of a same-size copy a row reaches: at 42 MB the copy
 itself stays well below the 2 GiB ceiling that "% ceil" uses). The NVFP4 "b12x" row is the plan's selection: from `_dispatch.LARGE_FROM_M` rows of
 capacity the live-M dispatch (`_dispatch.default_selection`: the small tile below the threshold, the
-preload tile, then from `_dispatch.CUTE_FROM_M` (3072) rows the CuTe tile); the config rows run one tile at every M
+preload tile, then the Triton large tile; the CuTe tile from `_dispatch.CUTE_FROM_M` rows when its switch is on); the
+config rows run one tile at every M
 (`--dispatch-tiles --ms 256 512 1024 2048` times each of the dispatch's tiles and the Triton large tile
 alone: the crossovers). --pdl adds a "... pdl" twin of every row (the plan's selection and each
 candidate row) launched as a programmatic dependent (`nvfp4.plan(..., pdl=True)`, `MxFp8Query(pdl=True)`), so under the graph timer each

@@ -212,10 +212,11 @@ def test_nvfp4_bench_configs_selects_rows():
     both = BQ.nvfp4_bench_configs(7168, _args(("encode", ["steps"]), ("match", ["unroll=True"])))
     assert both == [None]
     tiles = BQ.nvfp4_bench_configs(7168, _args(("dispatch_tiles", True)))
-    # every tile of the full-capacity dispatch (small, preload, the CuTe tile), then the Triton large tile
+    # every tile of the full-capacity dispatch (small, preload, large), then the Triton large tile unless it is the
+    # dispatch's own (the CuTe switch off, the default since session 46: it is)
     full = nvfp4_dispatch.default_selection(1 << 30, 7168)
-    assert tiles == [None, full.small, full.mid, full.large, nvfp4_dispatch._triton_large(7168)]
-    assert full.small == nv.default_config(7168) and full.large == nvfp4_dispatch.CUTE_ABOVE_SMALL
+    assert tiles == [None, *dict.fromkeys((full.small, full.mid, full.large, nvfp4_dispatch._triton_large(7168)))]
+    assert full.small == nv.default_config(7168) and full.large == nvfp4_dispatch.large_config(7168)
     # --cute: the CuTe tiles after everything else, in the order given
     cute = [BQ._cute_shape("8x4"), BQ._cute_shape("8x2x4")]
     assert cute == [CuteTile(8, 4), CuteTile(8, 2, repeat=4)]

@@ -82,13 +82,14 @@ def test_dispatch_float16_and_scaled(plans, m, k):
 
 
 def test_dispatch_graph_captures_every_tile(plans):
-    # K = 16384: the preload (mid) tile's range (up to 2^26 / K = 4096 rows) reaches CUTE_FROM_M (3072 since session
-    # 45), so it runs up to there and the CuTe tile from there: 100 / 2000 / 4097 rows take the small, mid and large
-    # tiles
+    # K = 16384: the preload (mid) tile runs up to 2^26 / K = 4096 rows, then the large tile (the Triton one since
+    # session 46; with the CuTe switch on, the CuTe tile from CUTE_FROM_M): 100 / 2000 / 4097 rows take the small, mid
+    # and large tiles either way
     K = 16384
     p, out = plans(K)
     small, mid, large = p.state.extra["launchers"][1][0]
-    assert len({id(small), id(mid), id(large)}) == 3 and p.selection.mid_until == 3072
+    cute = _dispatch.CUTE_ABOVE_SMALL is not None
+    assert len({id(small), id(mid), id(large)}) == 3 and p.selection.mid_until == (3072 if cute else 4097)
     assert [p.selection.tile(m) for m in (100, 2000, 4097)] == [0, 1, 2]
     xs = [torch.empty(m, K, dtype=torch.bfloat16, device="cuda") for m in (100, 2000, 4097)]
     outs = [out, nvfp4.allocate_outputs(p), nvfp4.allocate_outputs(p)]

@@ -248,12 +248,13 @@ def test_cute_quantizer_compiles_for_both_archs(arch, dtype, cuda_binary):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", NVFP4_META.archs)
-def test_the_default_tile_compiles_for_every_arch_the_op_lists(arch, cuda_binary):
-    # _dispatch.CUTE_ABOVE_SMALL runs from CUTE_FROM_M rows on every arch of quantization.nvfp4's META (DGX Spark included)
+def test_the_switch_s_tile_compiles_for_every_arch_the_op_lists(arch, cuda_binary):
+    # _dispatch.CUTE_TILE (what the CuTe switch runs from CUTE_FROM_M rows, off by default since session 46) compiles
+    # for every arch of quantization.nvfp4's META (DGX Spark included)
     from flashinfer.experimental.b12x.quantization.nvfp4 import _dispatch
 
     assert "sm_121a" in NVFP4_META.archs and {"cutlass-dsl", "tvm-ffi"} <= set(NVFP4_META.requires)
-    fn = KC.compile_cute("bfloat16", 4096, _dispatch.CUTE_ABOVE_SMALL, arch)
+    fn = KC.compile_cute("bfloat16", 4096, _dispatch.CUTE_TILE, arch)
     assert "set.ge.u32.bf16x2" in fn.artifacts.PTX
     assert cuda_binary.resources(fn.artifacts.CUBIN)["LOCAL"] == 0
 

@@ -20,8 +20,25 @@ ARCH = "sm_90a"
 
 @pytest.fixture
 def triton_only(monkeypatch):
-    """The Triton dispatch alone: `CUTE_ABOVE_SMALL` off (the CuTe tile's rows are the last tests')."""
+    """The Triton dispatch alone: `CUTE_ABOVE_SMALL` off (the default since session 46; the switch's rows are the
+    last tests')."""
     monkeypatch.setattr(_dispatch, "CUTE_ABOVE_SMALL", None)
+
+
+@pytest.fixture
+def cute_on(monkeypatch):
+    """The CuTe switch on: `CUTE_TILE` from CUTE_FROM_M rows (the default of sessions 44-45)."""
+    monkeypatch.setattr(_dispatch, "CUTE_ABOVE_SMALL", _dispatch.CUTE_TILE)
+
+
+def test_the_cute_switch_is_off_by_default():
+    # session 46: on the H200 the Triton dispatch beat CuteTile(4, 2) by 5-10% at every shape from 3072 rows
+    from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile
+
+    assert _dispatch.CUTE_ABOVE_SMALL is None and _dispatch.CUTE_TILE == CuteTile(4, 2)
+    d = nvfp4.plan(16384, 7168).heuristic(ARCH)
+    assert not any(isinstance(c, CuteTile) for c in d.configs())
+    assert d.mid.preload and d.mid_until == (1 << 26) // 7168 + 1 and d.large == _dispatch._triton_large(7168)
 
 
 @pytest.mark.usefixtures("triton_only")
@@ -231,13 +248,15 @@ def test_one_tile_selection_never_picks():
     assert calls == [("tile0", 1, 1), ("tile0", 8, 1)]
 
 
+@pytest.mark.usefixtures("cute_on")
 def test_cute_tile_runs_from_cute_from_m_rows():
-    # Session 44: on by default (4 x 4 from 4096 rows, H100-timed); session 45: 4 x 2 from 3072 rows. The dispatch
+    # Session 44: on by default (4 x 4 from 4096 rows, H100-timed); session 45: 4 x 2 from 3072 rows; session 46: off
+    # (the H200 prefers the Triton dispatch), so this tests the switch turned on. The dispatch
     # keeps its small Triton tile below LARGE_FROM_M and, up to CUTE_FROM_M, the Triton tile those rows ran before
     # (the preload tile where its range spans them); from CUTE_FROM_M rows it runs the CuTe tile, compiled once.
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import CuteTile, compile_cute
 
-    assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 2) and _dispatch.CUTE_FROM_M == 3072
+    assert _dispatch.CUTE_ABOVE_SMALL == CuteTile(4, 2) and _dispatch.CUTE_FROM_M == 3072  # (the fixture's)
     p = nvfp4.plan(16384, 7168, pdl=True)
     d = p.heuristic(ARCH)
     assert d.small == dataclasses.replace(_kernel.default_config(7168), pdl=True)
@@ -266,6 +285,7 @@ def test_cute_tile_runs_from_cute_from_m_rows():
     )
 
 
+@pytest.mark.usefixtures("cute_on")
 @pytest.mark.parametrize("k, cute", [(21840, True), (21856, False)])
 def test_cute_tile_needs_the_preload_range_to_reach_cute_from_m(k, cute):
     # the preload tile runs up to 2^26 // K rows: at K = 21840 that is 3072 rows (it reaches CUTE_FROM_M, so the CuTe

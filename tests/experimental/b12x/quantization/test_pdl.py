@@ -83,10 +83,11 @@ def test_compiled_pdl_waits_before_any_global_access(op, arch, tmp_path, monkeyp
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ARCHS)
 def test_compiled_cute_pdl_waits_before_any_global_access(arch):
-    # the dispatch's CuTe tile (from CUTE_FROM_M rows): the wait, then the release, before its first global access
+    # the CuTe tile the dispatch's switch turns on (from CUTE_FROM_M rows): the wait, then the release, before its
+    # first global access
     from flashinfer.experimental.b12x.quantization.nvfp4._kernel_cute import compile_cute
 
-    tile = _dispatch.CUTE_ABOVE_SMALL
+    tile = _dispatch.CUTE_TILE
     on = compile_cute("bfloat16", 7168, dataclasses.replace(tile, pdl=True), arch).artifacts.PTX
     order = _ptx_order(on)
     assert order[:2] == ["griddepcontrol.wait", "griddepcontrol.launch_dependents"], order[:4]

@@ -67,9 +67,10 @@ class NvFp4Plan(Plan):
 
     Its selection is one config, or (capacity >= `_dispatch.LARGE_FROM_M` rows) an `NvFp4Dispatch`:
     two or three tiles compiled and primed at prepare time, the live M picking one per run: the small tile,
-    the preload mid tile up to 2^26 elements and the Triton large tile; from `_dispatch.CUTE_FROM_M` (3072)
-    rows of capacity, the CuTe tile (`_dispatch.CUTE_ABOVE_SMALL`) from 3072 live rows in place of the tile
-    above the small one there (`_dispatch.default_selection` says where it does not)."""
+    the preload mid tile up to 2^26 elements and the Triton large tile. With the CuTe switch on
+    (`_dispatch.CUTE_ABOVE_SMALL`, off since session 46) and `_dispatch.CUTE_FROM_M` (3072) rows of capacity, the
+    CuTe tile runs from 3072 live rows in place of the tile above the small one there (`_dispatch.default_selection`
+    says where it does not)."""
 
     @property
     def dtype(self) -> str:
