@@ -114,7 +114,7 @@ class NvFp4Dispatch:
 # and won at 7168 (-5%); at 1024 rows 4 x 2 lost 9% at K = 4096 (4 x 1 won 2-4% there): those rows stay Triton.
 # Session 46, the first H200 run of the CuTe default (outputs rotated, one process, docs/performance.md session 46):
 # the Triton dispatch beat `CuteTile(4, 2)` at every shape from 3072 rows, by 5-10% (4096 x 4096 14.60 against 15.49
-# µs, 16384 x 4096 47.70 / 52.45, 4096 x 7168 23.50 / 25.29, 16384 x 7168 82.63 / 91.52); 4 x 4 tied the dispatch
+# µs, 16384 x 4096 47.70 / 52.45, 4096 x 7168 23.50 / 25.29, 16384 x 7168 85.66 / 91.52); 4 x 4 tied the dispatch
 # at three of the four and lost 4% at 4096 x 4096. The H200 is the targets' machine, so the switch is off again:
 # the Triton dispatch runs every M. `CUTE_TILE` is the tile the switch turns on (the H100's best, session 45).
 CUTE_TILE = CuteTile(warps=4, rows=2)
