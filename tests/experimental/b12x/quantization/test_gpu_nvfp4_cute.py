@@ -32,7 +32,7 @@ KS = [32, 48, 160, 4096, 7168, 16384]
 TILES = [
     CuteTile(),
     CuteTile(4, 4),  # the default from 4096 rows in session 44
-    CuteTile(4, 2),  # the default from CUTE_FROM_M rows (session 45)
+    CuteTile(4, 2),  # the default from 3072 rows in session 45; `_dispatch.CUTE_TILE` (the switch, off since 46)
     CuteTile(4, 8),
     CuteTile(16, 2),
     CuteTile(8, 1),

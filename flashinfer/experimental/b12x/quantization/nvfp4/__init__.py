@@ -21,7 +21,7 @@ META = OpMeta(
     archs=("sm_90a", "sm_120a", "sm_121a"),
     dtypes=("bfloat16", "float16"),
     requires=("torch", "triton", "cutlass-dsl", "tvm-ffi", "cuda"),
-    notes="Triton kernels, a CuTe DSL tile from 3072 rows; K % 16 == 0; live M is a run-time argument; CPU tensors "
+    notes="Triton kernels (a CuTe DSL tile opt-in); K % 16 == 0; live M is a run-time argument; CPU tensors "
     "run the reference",
 )
 
