@@ -126,7 +126,7 @@ class DecodeLoads:
             for i in range(tidx, (end - kv_start) * per_row, self.threads):
                 key = kv_start + i // per_row
                 col = Int64(i % per_row * 64)  # 64 16-bit elements a line
-                page = Int64(self._pt(mPT, req, key // self.page_size, mK.shape[0]))
+                page = Int64(self._page_id(self._pt(mPT, req, key // self.page_size), mK.shape[0]))
                 row = Int64(key % self.page_size)
                 k_off = page * mK.stride[0] + row * mK.stride[1] + Int64(kvh) * mK.stride[2] + col
                 v_off = page * mV.stride[0] + row * mV.stride[1] + Int64(kvh) * mV.stride[2] + col
@@ -134,14 +134,14 @@ class DecodeLoads:
                 cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
 
     @cute.jit
-    def _first_pages(self, mPT, req, kv_start, kv_end, wid, pages):
+    def _first_pages(self, mPT, req, kv_start, kv_end, wid):
         """The page(s) of this warp's first sub-tile of [kv_start, kv_end) (0 when it has none)."""
         t_begin, n_mine = self._my_tiles(kv_start, kv_end, wid)
         page = Int32(0)
         page2 = Int32(0)
         if 0 < n_mine:
-            page = self._pt(mPT, req, (t_begin + wid) * self.nw // self.page_size, pages)
-            page2 = self._second_page(mPT, req, t_begin + wid, kv_end, pages)
+            page = self._pt(mPT, req, (t_begin + wid) * self.nw // self.page_size)
+            page2 = self._second_page(mPT, req, t_begin + wid, kv_end)
         return page, page2
 
     @cute.jit
@@ -170,22 +170,29 @@ class DecodeLoads:
 
     # ---- device helpers (traced inline) ----------------------------------------------------------
     @cute.jit
-    def _pt(self, mPT, req, col, pages):
-        """The page of page-table entry (req, col), clamped: the column into the table, the id into [0, pages).
-        bind checks both, but under graph replay the lengths and the table are the caller's; a bad one then
-        reads another page of the cache (wrong keys), never past the table or outside the cache."""
-        page = mPT[req, cutlass.min(col, mPT.shape[1] - 1)]
-        return Int32(cutlass.min(cutlass.Uint32(page), cutlass.Uint32(pages - 1)))  # a negative id wraps high
+    def _pt(self, mPT, req, col):
+        """Page-table entry (req, col), its column clamped into the table. The id itself is clamped where it
+        addresses the cache (`_page_id`), not here: the loop reads the next sub-tile's id an iteration
+        ahead, and a min on the loaded value would make the warp wait for that load at once (session 47's
+        sm_90a SASS: LDG then VIMNMX.U32 on its result, inside the loop). bind checks both; under graph
+        replay the lengths and the table are the caller's, and a bad one then reads another page of the
+        cache (wrong keys), never past the table or outside the cache."""
+        return mPT[req, cutlass.min(col, mPT.shape[1] - 1)]
 
     @cute.jit
-    def _second_page(self, mPT, req, tile, kv_end, pages):
+    def _page_id(self, page, pages):
+        """A page id clamped into [0, pages), at the address that uses it (`_pt`). A negative id wraps high."""
+        return Int32(cutlass.min(cutlass.Uint32(page), cutlass.Uint32(pages - 1)))
+
+    @cute.jit
+    def _second_page(self, mPT, req, tile, kv_end):
         """The page of keys tile*nw + page_size .. of a sub-tile spanning two pages; 0 (unused: that
         piece's copy is predicated off) when they lie past kv_end, so the read stays inside the
         request's page-table entries."""
         page = Int32(0)
         if cutlass.const_expr(self.pieces == 2):
             if tile * self.nw + self.piece_keys < kv_end:
-                page = self._pt(mPT, req, tile * self.pieces + 1, pages)
+                page = self._pt(mPT, req, tile * self.pieces + 1)
         return page
 
     @cute.jit
@@ -208,6 +215,7 @@ class DecodeLoads:
     def _load_piece(self, mK, mV, sKt, sVt, page, kvh, key0, kv_start, kv_end, kv_copy, thr_kv, cKV):
         """cp.async keys key0 .. key0 + piece_keys (one cache page) of K and V into sKt / sVt."""
         nw = self.piece_keys
+        page = self._page_id(page, mK.shape[0])
         off = Int64(page) * mK.stride[0] + Int64(key0 % self.page_size) * mK.stride[1] + Int64(kvh) * mK.stride[2]
         gK = cute.make_tensor(mK.iterator + off, cute.make_layout((nw, self.de), stride=(mK.stride[1], 1)))
         offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]

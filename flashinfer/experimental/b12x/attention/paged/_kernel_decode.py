@@ -377,7 +377,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
             if cutlass.const_expr(self.fp8):
                 kd = mKDesc[req, kvh]
                 vd = mVDesc[req, kvh]
-            page, page2 = self._first_pages(mPT, req, kv_start, kv_end, wid, mK.shape[0])
+            page, page2 = self._first_pages(mPT, req, kv_start, kv_end, wid)
             self._issue_head(mQ, mK, mV, sQdst, sK, sV, req, kvh, kv_start, kv_end, page, page2, tidx, q_copy,
                              q_copy_threads, kv_copy)  # fmt: skip
             if cutlass.const_expr(self.prefetch_pages):
@@ -418,9 +418,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         for s in cutlass.range_constexpr(1 if self.persistent else 0, self.stages - 1):
             if s < n_mine:
                 tile = t_begin + wid + s * self.warps
-                self._load_tile(mK, mV, sK, sV, self._pt(mPT, req, tile * self.nw // self.page_size, mK.shape[0]), kvh, tile,
+                self._load_tile(mK, mV, sK, sV, self._pt(mPT, req, tile * self.nw // self.page_size), kvh, tile,
                                 kv_start, kv_end, self._slot(wid, s), kv_copy, thr_kv, cKV,
-                                self._second_page(mPT, req, tile, kv_end, mK.shape[0]))  # fmt: skip
+                                self._second_page(mPT, req, tile, kv_end))  # fmt: skip
             cute.arch.cp_async_commit_group()
         # The page of the next sub-tile to prefetch is read one iteration ahead, so the main
         # loop never waits on a page-table load before issuing its cp.async.
@@ -428,8 +428,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
         next_page2 = Int32(0)  # the sub-tile's second page (pieces == 2)
         if self.stages - 1 < n_mine:
             first_next = t_begin + wid + (self.stages - 1) * self.warps
-            next_page = self._pt(mPT, req, first_next * self.nw // self.page_size, mK.shape[0])
-            next_page2 = self._second_page(mPT, req, first_next, kv_end, mK.shape[0])
+            next_page = self._pt(mPT, req, first_next * self.nw // self.page_size)
+            next_page2 = self._second_page(mPT, req, first_next, kv_end)
         if cutlass.const_expr(self.prefetch_pages and not self.persistent):  # (persistent: with the head)
             self._prefetch_pages(mPT, req, kv_start, kv_end, tidx)
 
@@ -453,7 +453,7 @@ class PagedDecode(DecodeLoads, DecodeN8):
                     if cutlass.const_expr(self.fp8):
                         n_kd = mKDesc[n_req, kvh]
                         n_vd = mVDesc[n_req, kvh]
-                    n_page, n_page2 = self._first_pages(mPT, n_req, n_start, n_end, wid, mK.shape[0])
+                    n_page, n_page2 = self._first_pages(mPT, n_req, n_start, n_end, wid)
 
         # Q must be in smem (its group is the oldest) and visible to every warp.
         cute.arch.cp_async_wait_group(self.stages - 1)
@@ -508,8 +508,8 @@ class PagedDecode(DecodeLoads, DecodeN8):
             cute.arch.cp_async_commit_group()
             if nxt + 1 < n_mine:
                 nt = t_begin + wid + (nxt + 1) * self.warps
-                next_page = self._pt(mPT, req, nt * self.nw // self.page_size, mK.shape[0])
-                next_page2 = self._second_page(mPT, req, nt, kv_end, mK.shape[0])
+                next_page = self._pt(mPT, req, nt * self.nw // self.page_size)
+                next_page2 = self._second_page(mPT, req, nt, kv_end)
             if cutlass.const_expr(self.q_reload):  # Q's fragments live from here to S = Q K^T only
                 cute.copy(q_s2r, q_src, thr_q_s2r.retile(tSrQ))
             tile = self._tile_n8 if self.n8 else self._tile
