@@ -13,6 +13,10 @@ then the block-FP8 GEMM (gemm.blockscaled kernels) writes y in the input dtype (
 bias is added in place. Scratch buffers come from the plan's ScratchBufferSpecs: the session's
 arena, or the caller's tensors passed as `workspace={name: tensor}`. run never compiles, never
 allocates (output_mode "scratch") and never syncs: CUDA-graph safe. CPU plans run the reference.
+
+Under torch.compile, bind checks shapes and dtypes (traced) and allocates a new output in either output mode;
+run is one custom op (`_ops.py`, `torch.ops.b12x.block_fp8_linear_run_`) that binds again (every eager check)
+and runs when the graph runs; `workspace` and `stream` must be None there.
 """
 
 from __future__ import annotations
@@ -162,14 +166,15 @@ def pack_weight(weight, weight_scale=None, *, block_size=BLOCK) -> Weight:
 
 @dataclass(frozen=True)
 class Binding:
-    """Views for one run: the live source [T, K], the weight, bias, and the scratch slices."""
+    """Views for one run: the live source [T, K], the weight, bias, and the scratch slices (values and
+    scales None in a binding made under torch.compile, whose output is a new tensor: `_ops.py`)."""
 
     plan: BlockFp8LinearPlan
     source: torch.Tensor
     weight: Weight
     bias: torch.Tensor | None
-    values: torch.Tensor
-    scales: torch.Tensor
+    values: torch.Tensor | None
+    scales: torch.Tensor | None
     output: torch.Tensor | None
     tokens: int
 
@@ -192,7 +197,12 @@ def _scratch(plan_obj: BlockFp8LinearPlan, state: PlanState, workspace) -> dict:
 
 
 def bind(plan: BlockFp8LinearPlan, *, source, packed_weight, bias=None, workspace=None) -> Binding:
-    """Validate and slice (views only: no allocation, no device work)."""
+    """Validate and slice (views only: no allocation, no device work). Under torch.compile: checks shapes
+    and dtypes, allocates the output, and leaves the scratch to the op (`_ops.py`)."""
+    return _bind(plan, source, packed_weight, bias, workspace, torch.compiler.is_compiling())
+
+
+def _bind(plan, source, packed_weight, bias, workspace, traced: bool) -> Binding:
     if not isinstance(plan, BlockFp8LinearPlan):
         raise ValueError(f"plan must come from b12x.gemm.block_fp8_linear.plan(caps), got {type(plan).__name__}")
     state = plan.state
@@ -222,6 +232,8 @@ def bind(plan: BlockFp8LinearPlan, *, source, packed_weight, bias=None, workspac
         raise ValueError(
             f"bias must be {c.out_dtype} [{c.out_features}] on {state.device} or None, got {describe(bias)}"
         )
+    if traced:  # the op binds again when it runs; the plan's scratch stays out of the graph (`_ops.py`)
+        return _ops.traced_binding(plan, source, packed_weight, bias, workspace, t)
     scratch = _scratch(plan, state, workspace)
     output = scratch["output"][:t] if c.output_mode == "scratch" else None
     return Binding(plan, source, packed_weight, bias, scratch["act_values"][:t], scratch["act_scales"][:t], output, t)
@@ -274,11 +286,15 @@ def quantize_input(source_tk, *, plan, out=None):
 
 def run(source=None, packed_weight=None, *, plan=None, bias=None, workspace=None, binding=None, stream=None):
     """y [T, N] = x W^T (+ bias) in the output dtype; returns the output (a scratch view in mode
-    "scratch"). Pass either (source, packed_weight, plan) or a `binding` from bind()."""
+    "scratch"). Pass either (source, packed_weight, plan) or a `binding` from bind(). Under torch.compile
+    the call is one custom op (`_ops.py`) writing a new output; a binding must then be made there too."""
+    traced = torch.compiler.is_compiling()
     if binding is None:
-        binding = bind(plan, source=source, packed_weight=packed_weight, bias=bias, workspace=workspace)
+        binding = _bind(plan, source, packed_weight, bias, workspace, traced)
     elif source is not None or packed_weight is not None or plan is not None:
         raise ValueError("pass either a binding or (source, packed_weight, plan), not both")
+    if traced:  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
+        return _ops.call(binding, stream)
     b = binding
     c = b.plan.caps
     state = b.plan.state
@@ -312,3 +328,6 @@ def _launch(b: Binding, state: PlanState, out: torch.Tensor) -> None:
     launch(*args, alpha)
     if b.bias is not None:
         out.add_(b.bias)  # in place, in the output dtype: no allocation
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.block_fp8_linear_run_ (it imports this module lazily)

@@ -453,6 +453,7 @@ class FusedMoeBinding:
     grid: str | None = None  # CUDA: the expert GEMMs' variant (`expert_grid`)
     bucket: int = 0  # CUDA: the expert GEMMs' tiling bucket (`expert_bucket`)
     dequant: bool = False  # CUDA: that bucket takes the NVFP4_DEQ operands (`ExpertBucket.dequant`)
+    traced: bool = False  # made by bind under torch.compile (`_ops.traced_binding`): run records the op
 
 
 def _on_device(name: str, t: torch.Tensor, device: str) -> None:
@@ -514,7 +515,9 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
     """Checks and views only (never allocates, never writes). a: bf16 [T, H] with T <= max_tokens;
     experts: `ExpertWeights` prepared for this plan's weight plan; topk_ids int32 (int64 accepted)
     [T, k]; topk_weights fp32 [T, k]; output: None or a's dtype [T, H]. scratch: None (the plan's
-    own workspace) or a dict of buffers matching its scratch specs (CUDA plans only)."""
+    own workspace) or a dict of buffers matching its scratch specs (CUDA plans only). Under torch.compile
+    bind checks all but addresses while tracing, output defaults to a new tensor, scratch must be None, and
+    `run` is one custom op that binds again (every check) and runs when the graph runs (`_ops.py`)."""
     if not isinstance(plan, FusedMoePlan):
         raise ValueError(f"plan must come from moe.fused_moe.plan(caps), got {type(plan).__name__}")
     st = plan.state  # raises PlanNotPreparedError naming PreparationSession
@@ -544,13 +547,15 @@ def bind(plan: FusedMoePlan, *, scratch=None, a, experts, topk_weights, topk_ids
         ):
             raise ValueError(f"output must be bfloat16 [{t_count}, {wp.hidden_size}], got {describe(output)}")
         _on_device("output", output, caps.device)
-    if a.device.type == "cpu":
-        return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output)
-    if not kernels:
+    if not kernels and a.device.type != "cpu":
         raise ValueError(
             f"{OP}: tensors on {a.device} need a plan prepared on a CUDA device; this plan was prepared on "
             f"{st.device}, which runs the reference backend for CPU tensors only"
         )
+    if torch.compiler.is_compiling():  # the op binds again when it runs; the workspace stays out of the graph
+        return _ops.traced_binding(plan, scratch, a, experts, topk_weights, topk_ids, output)
+    if a.device.type == "cpu":
+        return FusedMoeBinding(plan, a, experts, topk_weights, topk_ids, output)
     _check_kernel_layout(a, output)
     s = _check_scratch(plan, scratch)
     sel = st.selection
@@ -591,10 +596,13 @@ def device_binding(
 
 def run(*, binding: FusedMoeBinding) -> torch.Tensor:
     """out [T, H] in a's dtype (into binding.output when given; otherwise allocated, which a CUDA
-    graph capture must avoid). CPU tensors run the reference."""
+    graph capture must avoid). CPU tensors run the reference. Under torch.compile the call is one custom op
+    (`_ops.py`) that binds again and runs when the graph runs."""
     if not isinstance(binding, FusedMoeBinding):
         raise ValueError(f"binding must come from moe.fused_moe.bind(...), got {type(binding).__name__}")
     b = binding
+    if torch.compiler.is_compiling():  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
+        return _ops.call(b)
     caps = b.plan.caps
     if b.a.device.type == "cpu":
         swiglu = {k: getattr(caps, k) for k in SWIGLU_DEFAULTS if getattr(caps, k) is not None}
@@ -706,3 +714,6 @@ def route_topk(plan: FusedMoePlan, router_logits, topk_logits, topk_ids, topk_we
     topk_ids.copy_(ids)
     topk_weights.copy_(sel)
     return topk_ids, topk_weights
+
+
+from . import _ops  # noqa: E402 - registers torch.ops.b12x.moe_fused_moe_run_ (it imports this module lazily)
