@@ -40,9 +40,10 @@ def _bias(seed=2, dtype=torch.bfloat16):
     return torch.randn(N, generator=_gen(seed)).to(dtype)
 
 
-def _prepared(**kw):
-    p = BF.plan(BF.Caps(**{"device": "cpu", "max_tokens": 16, "in_features": K, "out_features": N, **kw}))
-    with b12x.PreparationSession("cpu") as s:
+def _prepared(device="cpu", max_tokens=16, k=K, n=N, **kw):
+    """A block_fp8_linear plan prepared on `device` (shared with test_block_fp8_linear_custom_op_gpu.py)."""
+    p = BF.plan(BF.Caps(device, max_tokens=max_tokens, in_features=k, out_features=n, **kw))
+    with b12x.PreparationSession(device) as s:
         s.prepare([p])
     return p
 

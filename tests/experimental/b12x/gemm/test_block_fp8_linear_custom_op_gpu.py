@@ -2,13 +2,16 @@
 eager call's bits, the plan's scratch NaN-poisoned before each call, in both output modes, with and without bias,
 and keeps doing so when the compiled function is called again with new inputs and new token counts (decode and
 tiled buckets, then back). The recorded graphs hold the op, so inductor compiled it rather than falling back to
-eager. Written without a GPU: its first run is pending on the device machine."""
+eager. First run: an H100, session 47 (4 passed)."""
 
 import pytest
 import torch
 
 import b12x
 from flashinfer.experimental.b12x._lib import quant as Q
+
+from .test_block_fp8_linear_custom_op import _poison
+from .test_block_fp8_linear_custom_op import _prepared as _prepared_on
 
 pytestmark = pytest.mark.gpu
 
@@ -19,16 +22,7 @@ TOKENS = (7, 64, 129, 200, 7)  # decode buckets, tiled buckets, and a first shap
 
 
 def _prepared(mode):
-    p = BF.plan(BF.Caps("cuda", max_tokens=256, in_features=K, out_features=N, output_mode=mode))
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([p])
-    return p
-
-
-def _poison(p):
-    """NaN (E4M3 NaN bytes for the quantized activation) in every scratch buffer of the plan."""
-    for name, t in p.state.scratch.items():
-        t.fill_(255 if name == "act_values" else float("nan"))
+    return _prepared_on("cuda", max_tokens=256, k=K, n=N, output_mode=mode)
 
 
 def _inductor_recording(graphs):
