@@ -22,6 +22,8 @@ CASES = [
     ("probe_l2_prefetch", ["--reps", "2"], 2, "--reps >= 3"),
     ("sweep_summary", ["--help"], 0, "usage"),
     ("gemm_decode_ptx_fingerprints", ["--help"], 0, "usage"),
+    ("sass_load_use", ["--help"], 0, "usage"),
+    ("sass_load_use", ["--window", "0"], 2, "--window must be >= 1"),
     ("cluster_occupancy", ["--gemm", "4096x100"], 2, "--gemm takes NxK"),
     ("cluster_occupancy", ["--entries", "8x32x2fspldk:c2ps"], 2, "is not a decode bench entry"),
 ]
