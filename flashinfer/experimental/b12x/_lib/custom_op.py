@@ -67,6 +67,15 @@ def register_op(name: str, fn=None, *, mutates_args, fake=None, device_types=Non
     return register if fn is None else register(fn)
 
 
+def eager_binding_refused() -> ValueError:
+    """The error of a planned op's `run` under torch.compile given a binding that bind made eagerly: such a binding
+    holds the plan's scratch views, which the op cannot take (attention.paged, moe.fused_moe, block_fp8_linear)."""
+    return ValueError(
+        "a binding made outside torch.compile cannot run inside it: call bind in the compiled region too "
+        "(traced, it checks shapes; the op binds again when it runs)"
+    )
+
+
 def _noop_fake(*args, **kwargs) -> None:
     return None
 

@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..._lib.checks import describe
+from ..._lib.custom_op import eager_binding_refused
 from ..._lib.scratch import ScratchBufferSpec, dtype_name
 from ...preparation.plan import Plan
 from ._bind_values import check_values as check_live_values
@@ -624,10 +625,7 @@ def run(*, binding: Binding, plan=None):
     state = b.plan.state
     if torch.compiler.is_compiling():  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
         if b.scratch:  # made eagerly: it holds the plan's buffers and kernel views, which the op cannot take
-            raise ValueError(
-                "a binding made outside torch.compile cannot run inside it: call bind in the compiled region too "
-                "(traced, it checks shapes; the op binds again when it runs)"
-            )
+            raise eager_binding_refused()
         _ops.call(b)
         return b.out, b.lse
     if state.arch is None:

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from ..._lib.custom_op import register_op
+from ..._lib.custom_op import eager_binding_refused, register_op
 from ..._lib.scratch import check_buffer
 from ...preparation.plan import plan_from_handle
 from .._shared.weight import Weight
@@ -47,10 +47,7 @@ def call(b, stream) -> torch.Tensor:
     """A traced binding's run as one call of the op (`api.Binding` b, made by bind under torch.compile: no scratch
     views, its own output); returns that output."""
     if b.values is not None:  # made eagerly: it holds the plan's (or the caller's) scratch views
-        raise ValueError(
-            "a binding made outside torch.compile cannot run inside it: call bind in the compiled region too "
-            "(traced, it checks shapes; the op binds again when it runs)"
-        )
+        raise eager_binding_refused()
     if stream is not None:
         raise ValueError("stream= is not supported under torch.compile: the op runs on the current stream")
     w = b.weight

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from ..._lib.checks import describe
-from ..._lib.custom_op import register_op
+from ..._lib.custom_op import eager_binding_refused, register_op
 from ...preparation.plan import plan_from_handle
 from .weights import ExpertWeights
 
@@ -54,10 +54,7 @@ def call(b) -> torch.Tensor:
     """A traced binding's run as one call of the op (`api.FusedMoeBinding` b, made by bind under torch.compile: the
     call's own tensors and an output); returns that output."""
     if not b.traced:  # made eagerly: on CUDA it holds the plan's workspace views, which the op cannot take
-        raise ValueError(
-            "a binding made outside torch.compile cannot run inside it: call bind in the compiled region too "
-            "(traced, it checks shapes; the op binds again when it runs)"
-        )
+        raise eager_binding_refused()
     ex = b.experts
     u8 = torch.uint8
     OP(b.plan.state.handle, b.a, b.topk_weights, b.topk_ids, b.output, ex.w1_values, ex.w1_scales.view(u8),
