@@ -23,11 +23,14 @@ MARGIN = 0.01  # the preload tile must be at least 1% faster in every report
 def times(report: dict, impl_of) -> dict:
     """{(M, K): {"mid": µs, "large": µs}} of one report's nvfp4 rows (impl_of(K) -> (mid impl, large impl))."""
     out: dict = {}
+    names: dict = {}  # K -> (mid impl, large impl), looked up once a K
     for r in report["rows"]:
         if r["case"] != "nvfp4" or r["peer"]:
             continue
         m, k = r["shape"]["M"], r["shape"]["K"]
-        mid, large = impl_of(k)
+        if k not in names:
+            names[k] = impl_of(k)
+        mid, large = names[k]
         for name, impl in (("mid", mid), ("large", large)):
             if r["impl"] == impl:
                 out.setdefault((m, k), {})[name] = r["time_us"]
