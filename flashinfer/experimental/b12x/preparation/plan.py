@@ -117,8 +117,14 @@ class Plan:
         return PreparationRequest(plan=self, name=name or self.op, prepare_call=prepare_call)
 
     def _assign_handle(self) -> int:
+        """Register the plan under its handle. A plan object keeps one number for its lifetime: prepared again after
+        a release it gets the same one, so a torch.compile graph that captured the number (custom ops take the plan
+        as its handle) still finds it. Between the release and the new prepare the number resolves to nothing."""
         with _handle_lock:
-            handle = next(_next_handle)
+            handle = self.__dict__.get("_handle_number")
+            if handle is None:
+                handle = next(_next_handle)
+                object.__setattr__(self, "_handle_number", handle)  # not a field: identity and hash unchanged
             _plans_by_handle[handle] = self
         self._state.handle = handle
         return handle

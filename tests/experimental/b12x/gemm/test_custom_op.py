@@ -37,6 +37,21 @@ def _compiled(fn, *args, backend="eager"):
     return got, [t for t in targets if "b12x" in t]
 
 
+def _traced_graph(fn, *args):
+    """dynamo's graph of fn(*args) as a no-argument replay over the same input tensors (mutate them to change the
+    inputs): the graph alone, without the guards that would retrace it."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append((gm, list(example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True, backend=keep)(*args)
+    ((gm, inputs),) = graphs
+    return lambda: gm(*inputs)
+
+
 def _batch_last(t):
     """[L, rows, K] batch-first storage as mm's batch-last [rows, K, L] view."""
     return t.movedim(0, -1)
@@ -151,6 +166,25 @@ def test_a_prepared_plan_travels_by_handle_and_an_unprepared_one_is_named():
     b12x.PreparationSession("cpu").prepare([plan])
     got, ops = _compiled(lambda x: G.mm(x, w, plan=plan), x)
     assert ops == ["b12x.gemm_mm_.default"] and torch.equal(got, G.mm(x, w, plan=plan))
+
+
+def test_a_plan_prepared_again_keeps_its_handle_for_a_compiled_graph():
+    """The handle is a constant in the traced graph: a plan released and prepared again must answer to it again."""
+    w = G.pack_weight(_w(48, 256), recipe="nvfp4")
+    plan = G.plan(G.GemmQuery("bfloat16", "nvfp4", 48, 256, max_m=8))
+    session = b12x.PreparationSession("cpu")
+    session.prepare([plan])
+    handle = plan.handle
+    x = _x(3, 256)
+    replay = _traced_graph(lambda x: G.mm(x, w, plan=plan), x)  # replayed without dynamo's guards, as a server does
+    session.release(plan)
+    with pytest.raises(KeyError, match=f"handle {handle} \\(released"):
+        replay()
+    session.prepare([plan])
+    assert plan.handle == handle
+    x.copy_(_x(3, 256, seed=7))
+    got = replay()[0]
+    assert torch.equal(got, G.mm(x, w, plan=plan))
 
 
 def test_stream_is_refused_under_compile():

@@ -98,6 +98,11 @@ def test_workspace_address_stable_and_release():
     assert not plan.prepared
     with pytest.raises(KeyError, match=f"handle {handle}"):
         plan_from_handle(handle)
+    session.prepare([plan])  # the same object prepared again answers to its number (a traced graph holds it)
+    assert plan.handle == handle and plan_from_handle(handle) is plan
+    twin = toy()
+    session.prepare([twin])  # an equal plan is another object with its own workspace: its own number
+    assert twin == plan and twin.handle != handle and plan_from_handle(twin.handle) is twin
 
 
 @pytest.mark.contract
