@@ -1,9 +1,10 @@
-"""block_fp8_linear's torch custom op (`torch.ops.b12x.block_fp8_linear_run_`): under torch.compile(fullgraph=True)
+"""block_fp8_linear's torch custom ops (`torch.ops.b12x.block_fp8_linear_run_`, and `..._quantize_input_` for
+`quantize_input` called on its own): under torch.compile(fullgraph=True)
 `run(x, w, plan=p, bias=...)` and `run(binding=bind(...))` trace to one op node with no graph break and give the
 eager call's bits on the CPU's reference backend, in both output modes, with and without bias, for several token
 counts; aot_eager (AOTAutograd's functionalization) keeps the op's write of its output. The compiled output is a new
 tensor (never the plan's scratch); a caller's workspace, a stream and a binding made eagerly are refused under
-compile; the op passes torch.library.opcheck and checks its output buffer when it runs."""
+compile; the ops pass torch.library.opcheck and check their output buffers when they run."""
 
 import re
 
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.contract, pytest.mark.usefixtures("quiet_cpu_reference
 
 BF = b12x.gemm.block_fp8_linear
 OP = "b12x.block_fp8_linear_run_.default"
+QOP = "b12x.block_fp8_linear_quantize_input_.default"
 N, K = 48, 256
 
 
@@ -169,3 +171,45 @@ def test_opcheck():
     out = torch.empty(3, N, dtype=torch.bfloat16)
     torch.library.opcheck(torch.ops.b12x.block_fp8_linear_run_.default, _op_args(p, w, x, bias, out))
     torch.library.opcheck(torch.ops.b12x.block_fp8_linear_run_.default, _op_args(p, w, x, None, out))
+
+
+def test_the_quantize_input_op_is_registered():
+    assert registered_ops()["b12x::block_fp8_linear_quantize_input_"] is _ops.QUANT_OP
+    schema = str(torch.ops.b12x.block_fp8_linear_quantize_input_.default._schema)
+    assert "Tensor(a2!) values" in schema and "Tensor(a3!) scales" in schema and schema.endswith("-> ()"), schema
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("given_out", [False, True])
+def test_quantize_input_compiles_to_its_op_and_matches_the_oracle(backend, given_out):
+    p, x = _prepared(), _x(6, seed=4)
+    q, sc = Q.quantize_block_fp8_act(x)
+
+    def step(x):
+        out = None
+        if given_out:  # poisoned: E4M3 NaN bytes, NaN scales
+            out = (torch.full((6, K), 255, dtype=torch.uint8), torch.full((6, K // 128), float("nan")))
+        values, scales = BF.quantize_input(x, plan=p, out=out)
+        return values, scales * 2
+
+    (values, scales2), targets = _compile_recording(step, x, backend=backend)
+    assert [t for t in targets if "b12x" in t] == [QOP], targets
+    assert torch.equal(values, q.view(torch.uint8)) and torch.equal(scales2, sc * 2)
+
+
+def test_the_quantize_input_op_checks_its_buffers_when_it_runs():
+    p, x = _prepared(), _x(3)
+    values, scales = torch.full((3, K), 255, dtype=torch.uint8), torch.full((3, K // 128), float("nan"))
+    torch.ops.b12x.block_fp8_linear_quantize_input_(p.state.handle, x, values, scales)
+    q, sc = Q.quantize_block_fp8_act(x)
+    assert torch.equal(values, q.view(torch.uint8)) and torch.equal(scales, sc)
+    with pytest.raises(ValueError, match=re.escape("out[1] must be shape [3, 2]")):
+        torch.ops.b12x.block_fp8_linear_quantize_input_(p.state.handle, x, values, torch.empty(3, 3))
+    with pytest.raises(ValueError, match=re.escape("source_tk has 17 tokens, above the plan's capacity")):
+        torch.ops.b12x.block_fp8_linear_quantize_input_(p.state.handle, _x(17), values, scales)
+
+
+def test_quantize_input_opcheck():
+    p, x = _prepared(), _x(3)
+    args = (p.state.handle, x, torch.empty(3, K, dtype=torch.uint8), torch.empty(3, K // 128))
+    torch.library.opcheck(torch.ops.b12x.block_fp8_linear_quantize_input_.default, args)

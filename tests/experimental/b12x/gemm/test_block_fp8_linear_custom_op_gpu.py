@@ -2,7 +2,8 @@
 eager call's bits, the plan's scratch NaN-poisoned before each call, in both output modes, with and without bias,
 and keeps doing so when the compiled function is called again with new inputs and new token counts (decode and
 tiled buckets, then back). The recorded graphs hold the op, so inductor compiled it rather than falling back to
-eager. First run: an H100, session 47 (4 passed)."""
+eager. First run: an H100, session 47 (4 passed). `quantize_input` on its own compiles to its op and gives the
+oracle's bytes and scales at every token count (session 48)."""
 
 import pytest
 import torch
@@ -73,3 +74,22 @@ def test_compiled_run_equals_eager(mode, with_bias):
             assert got_y.data_ptr() != p.state.scratch["output"].data_ptr()
     targets = [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
     assert graphs and targets.count(OP) == len(graphs), targets  # one op per graph, no graph break
+
+
+def test_compiled_quantize_input_equals_the_oracle():
+    g = torch.Generator(device="cuda").manual_seed(torch.seed())
+    p = _prepared("new")
+    graphs = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        lambda x: BF.quantize_input(x, plan=p), fullgraph=True, backend=_inductor_recording(graphs)
+    )
+    for t in TOKENS:
+        x = (torch.randn(t, K, device="cuda", generator=g) * 3).to(torch.bfloat16)
+        x[0, :128] = 0  # an all-zero block
+        q, sc = Q.quantize_block_fp8_act(x)
+        values, scales = compiled(x)
+        torch.cuda.synchronize()
+        assert torch.equal(values, q.view(torch.uint8)) and torch.equal(scales, sc), t
+    targets = [str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert graphs and targets.count("b12x.block_fp8_linear_quantize_input_.default") == len(graphs), targets

@@ -1,4 +1,5 @@
-"""The torch custom op of gemm.block_fp8_linear (`torch.ops.b12x.block_fp8_linear_run_`), for torch.compile.
+"""The torch custom ops of gemm.block_fp8_linear (`torch.ops.b12x.block_fp8_linear_run_` and, for `quantize_input`
+called on its own, `torch.ops.b12x.block_fp8_linear_quantize_input_`), for torch.compile.
 
 Under torch.compile `bind` checks shapes and dtypes as usual (traced) and allocates the output (a new tensor in
 either output mode); `run` then records this op, one opaque node that writes that output. At run time the op binds
@@ -43,6 +44,15 @@ def block_fp8_linear_run_(
     api.run(binding=replace(b, output=out))
 
 
+def block_fp8_linear_quantize_input_(
+    handle: int, source: torch.Tensor, values: torch.Tensor, scales: torch.Tensor
+) -> None:
+    """`quantize_input` of a prepared plan into (values, scales), the eager call's checks included."""
+    from . import api
+
+    api.quantize_input(source, plan=plan_from_handle(handle), out=(values, scales))
+
+
 def call(b, stream) -> torch.Tensor:
     """A traced binding's run as one call of the op (`api.Binding` b, made by bind under torch.compile: no scratch
     views, its own output); returns that output."""
@@ -72,3 +82,6 @@ def traced_binding(plan, source, packed_weight, bias, workspace, tokens: int):
 
 # Registered when api imports this module (registering inside a trace is not allowed).
 OP = register_op("block_fp8_linear_run_", block_fp8_linear_run_, mutates_args=("out",))
+QUANT_OP = register_op(
+    "block_fp8_linear_quantize_input_", block_fp8_linear_quantize_input_, mutates_args=("values", "scales")
+)

@@ -259,7 +259,8 @@ def _check_source(name: str, source, c, device) -> int:
 
 def quantize_input(source_tk, *, plan, out=None):
     """source [T, K] -> (E4M3 values [T, K] as uint8, fp32 scales [T, K/128]) per token per 128,
-    bit-exact with `_lib.quant.quantize_block_fp8_act`; into `out` = (values, scales) when given."""
+    bit-exact with `_lib.quant.quantize_block_fp8_act`; into `out` = (values, scales) when given. Under
+    torch.compile the launch is one custom op (`torch.ops.b12x.block_fp8_linear_quantize_input_`)."""
     if not isinstance(plan, BlockFp8LinearPlan):
         raise ValueError(f"plan must come from b12x.gemm.block_fp8_linear.plan(caps), got {type(plan).__name__}")
     state = plan.state
@@ -274,6 +275,9 @@ def quantize_input(source_tk, *, plan, out=None):
     check_buffer("out[0]", values, shape=(t, c.in_features), dtype="uint8", device=state.device)
     check_buffer("out[1]", scales, shape=(t, c.in_features // 128), dtype="float32", device=state.device)
     if t == 0:
+        return values, scales
+    if torch.compiler.is_compiling():  # one opaque node (`_ops.py`): torch.compile cannot trace a launch
+        _ops.QUANT_OP(state.handle, source_tk, values, scales)
         return values, scales
     if state.arch is None:
         q, s = quantize_block_fp8_act(source_tk)
