@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Staged by session 48 (after the two toolchain calls; snap.tar at the repository root). One part a call:
 #   tests: the custom-op gpu tests (block_fp8_linear's new quantize_input op, and the other ops' for the plan handle
-#          that now survives release and prepare);
+#          that now survives release and prepare), and the extend tests (bind now slices the one-tile count);
 #   grid:  #8's decode grid on today's defaults (H200 only: the prediction is in docs/predictions/attention.md);
 #   mid:   the NVFP4 preload range in two processes, then session 47's rule on them (H200 only).
 set -uo pipefail
@@ -11,7 +11,8 @@ case ${1:?usage: s48_a.sh tests|grid|mid} in
   tests)
     SHARDS=${SHARDS:-4} TEST_LIMIT=${TEST_LIMIT:-300} bash scripts/device_snapshot_run.sh - \
       "$t/gemm/test_block_fp8_linear_custom_op_gpu.py" "$t/gemm/test_custom_op_gpu.py" \
-      "$t/moe/test_fused_moe_custom_op_gpu.py" "$t/attention/test_paged_custom_op_gpu.py" 2>&1 \
+      "$t/moe/test_fused_moe_custom_op_gpu.py" "$t/attention/test_paged_custom_op_gpu.py" \
+      "$t/attention/test_paged_extend_gpu.py" 2>&1 \
       | grep -E "^commit|^parallel|failed|error" | tail -8 | cut -c1-240
     grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped|error)" \
       | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'

@@ -22,7 +22,8 @@ class ScratchViews(NamedTuple):
     work: object  # the work-list rows this call can use (decode: batch + split target; extend: query tiles)
     no_sink: object  # the kernels' sink argument when there is none
     decode_views: tuple  # decode: (requests, count, part_o, part_lse, tickets)
-    extend_views: tuple  # extend with two tiles: (counts, flags, large rows, large count, small count, preds)
+    extend_views: tuple  # extend: (count,) with one tile; with two (counts, flags, large rows, large count,
+    # small count, preds)
 
 
 def kept(state) -> dict:
@@ -69,6 +70,8 @@ def _build(c, selection, scratch: dict, batch: int, total_q: int) -> ScratchView
             )
             extend_views = (count[:4], flags, work[: min(work.shape[0], large)], large_count, small_count,
                             preds[0], preds[1])  # fmt: skip
+        else:  # sliced here once, not at every run (host time)
+            extend_views = (scratch["count"][:1],)
     else:
         # The schedule never makes more than batch + target items: launching only that many rows keeps
         # CTAs of dead items (which exit at once) few; the row count is a shape, fixed under capture.

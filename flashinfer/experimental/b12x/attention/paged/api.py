@@ -400,8 +400,8 @@ class Binding:
     reference_inputs: tuple = field(repr=False, default=())
     cu_seqlens_q: object = None  # extend/verify: the request rows of q
     decode_views: tuple = field(repr=False, default=())  # decode: (requests, count, part_o, part_lse, tickets)
-    # live tile choice: (counts [2], flags [2], large kernel's work rows, large count, small count,
-    # large flag, small flag (0-d bool views: the if-nodes' predicates))
+    # extend: (count,) with one tile; the live tile choice: (counts [2], flags [2], large kernel's work rows, large
+    # count, small count, large flag, small flag (0-d bool views: the if-nodes' predicates))
     extend_views: tuple = field(repr=False, default=())
     check_values: bool = True  # bind's choice; under torch.compile the op binds again with it at run time
 
@@ -688,7 +688,7 @@ def _run_extend(b: Binding):
         s["cu_seqlens_q"][: batch + 1].copy_(cu)
         lens, pt, cu = s["cache_seqlens"][:batch], s["page_table"][:batch, :width], s["cu_seqlens_q"][: batch + 1]
     scale = b.sm_scale * LOG2E
-    if b.extend_views:  # the live tile choice: the schedule gives the unchosen kernel 0 items
+    if len(b.extend_views) > 1:  # the live tile choice: the schedule gives the unchosen kernel 0 items
         sched, large, small = launchers
         counts, flags, large_work, large_count, small_count, large_pred, small_pred = b.extend_views
         sched(cu, b.work, counts, flags)
@@ -704,7 +704,7 @@ def _run_extend(b: Binding):
                 graph.end_capture_to_conditional_node()
         return b.out, b.lse
     sched, extend = launchers
-    count = s["count"][:1]
+    (count,) = b.extend_views
     sched(cu, b.work, count)
     extend(b.q, b.k_cache, b.v_cache, pt, cu, lens, b.work, count, b.out, b.lse, b.sink, b.k_descale, b.v_descale,
            scale, b.has_sink, b.window_left)  # fmt: skip
