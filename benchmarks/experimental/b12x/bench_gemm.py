@@ -2,7 +2,7 @@
 
     python -m benchmarks.experimental.b12x.bench_gemm [--quick] [--m 1 4 16 32 64 2048 4096]
         [--shapes 4096x4096 28672x4096] [--recipes w4a16_nvfp4 mxfp8 ...] [--decode-kernel cute|triton|stream]
-        [--sweep [--sweep-subset prefetch|stream|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma|pdl|ksplit]]
+        [--sweep [--sweep-subset prefetch|stream|fp4|probe|probe-step|gemv|layout|layout-probe|twopass|fp8mma|pdl|ksplit]]
         [--timer events|graph [--cold-weights]] [--json PATH]
 
 Problem: y[M, N] = x[M, K] W[N, K]^T, bf16 output. Shapes (N x K) from Llama-class layers:
@@ -33,6 +33,8 @@ groups, warp groups along N: `_decode_sweeps.stream_variants`); --sweep-subset k
 config, then it and its K splits over a 2- or 4-CTA cluster (`DecodeConfig.ksplit`: the activation traffic / C)
 launched plainly and as programmatic dependents (`DecodeConfig.pdl_wait`; `_decode_sweeps.ksplit_sweep`), and
 where the heuristic has warp groups the fused kernel under pdl "wait" with one group and with the heuristic's;
+--sweep-subset fp4 the heuristic config and the same with its FP4 weights placed by the other methods
+(`DecodeConfig.fp4`: shift, left, mul; the same bits; `_decode_sweeps.fp4_variants`);
 --sweep-subset probe the heuristic
 config, its loads-only and dequant-without-MMA timing probes (garbage outputs, never checked:
 `DecodeConfig.probe`) and the same with the L1 hints, to split the time into access pattern,
@@ -399,7 +401,7 @@ def sweep_configs(
         return (L.default_config(bucket, n, k, b_fmt),) + GC.candidate_configs(n, k, b_fmt)
 
     if not bucket.startswith("decode"):
-        if subset in ("prefetch", "stream", "probe", "probe-step", "pdl", "ksplit"):
+        if subset in ("prefetch", "stream", "fp4", "probe", "probe-step", "pdl", "ksplit"):
             return ()
         twopass = twopass_candidates() if bucket == L.TWOPASS_BUCKET else ()
         if subset == "twopass":  # the tiled kernel's shape-aware config against the two-pass tilings
@@ -418,6 +420,9 @@ def sweep_configs(
     if subset == "stream":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + DS.stream_variants(base)
+    if subset == "fp4":
+        base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
+        cands = (base,) + DS.fp4_variants(base) if b_fmt in ("nvfp4", "mxfp4") else ()
     if subset == "probe":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + DS.probe_variants(base)
@@ -577,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             "all",
             "prefetch",
             "stream",
+            "fp4",
             "probe",
             "probe-step",
             "gemv",
@@ -589,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         default="all",
         help="with --sweep: every candidate, the decode weight-prefetch candidates, the decode streaming "
-        "variants, the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "
+        "variants, the decode kernel's FP4 placements (fp4), the decode timing probes (garbage outputs), the probes at more bytes a warp step, the Triton "
         "GEMV candidates, the stream-layout "
         "kernel's candidates (each + the CuTe heuristic config), at M > 256 the two-pass tilings + the tiled "
         "config, the tiled kernel's e4m3 MMA variants (fp8mma), or the fused decode kernel as a programmatic "

@@ -460,6 +460,11 @@ class DeviceOps:
         return _u32_op(f"prmt.b32 $0, $1, $2, {selector:#x};", a, b)
 
     @staticmethod
+    def mul_lo(a, k: int):
+        """The low 32 bits of a * k (k a constant): one IMAD, opaque to LLVM (no rewrite into shifts)."""
+        return _u32_op(f"mul.lo.u32 $0, $1, {k:#x};", a)
+
+    @staticmethod
     def hmul2(dtype: str, a, b):
         """Packed multiply, exact when the product is representable: fma(a, b, -0) keeps -0 too."""
         t = _MMA_TYPE[dtype]

@@ -299,6 +299,9 @@ class EmuOps:
             out |= ((pool >> np.uint64(8 * sel)) & np.uint64(0xFF)) << np.uint64(8 * i)
         return out.astype(np.uint32)
 
+    def mul_lo(self, a, k: int):
+        return self.u32((self.u32(a).astype(np.uint64) * np.uint64(k)) & np.uint64(0xFFFFFFFF))
+
     def hmul2(self, dtype, a, b):
         a, b = self.u32(a), self.u32(b)
         halves = []

@@ -107,6 +107,7 @@ def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
         CFG(4, 2, 1, 1, clamp=True),  # N = 96 = 3 CTAs of 32 rows: the clamp acts on tokens 5..7
         CFG(4, 4, 1, 1, clamp=True),  # BN = 64: rows 96..127 of the second CTA clamp too
         CFG(4, 2, 1, 1, fp4="left"),  # the same bits by other shifts
+        CFG(4, 2, 1, 1, fp4="mul"),  # the same bits by a multiply
         CFG(8, 2, 1, 2, wn=2, ashare=True),  # activations through smem: the same registers
     ):
         args, alpha = _args(ops, "float32")  # a fresh NaN-poisoned output
@@ -132,6 +133,32 @@ def test_fp4_pair_left_places_the_same_bits(compute):
             assert np.array_equal(DQ.fp4_pair_left(ops, q, q8, i, compute), DQ.fp4_pair(ops, q, i, compute)), i
 
 
+def test_fp4_pair_mul_places_the_same_bits():
+    """All 256 codes of a pair's two nibbles (i and i + 4) at each i, under random other nibbles, then random words:
+    fp4_pair_mul(q, q >> 8) == fp4_pair(q) in bf16; float16 compute takes "left" in span_group."""
+    import numpy as np
+
+    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
+
+    from .emulator import EmuOps, GlobalMemory
+
+    ops = EmuOps(GlobalMemory())
+    rng = np.random.default_rng(7)
+    for i in range(4):
+        for codes in range(0, 256, 32):  # 32 lanes: nibble i = the low 4 bits of the lane's code, i + 4 the high
+            lane = np.arange(codes, codes + 32, dtype=np.uint32)
+            other = rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32)
+            keep = np.uint32(~((0xF << (4 * i)) * 0x10001) & 0xFFFFFFFF)
+            q = ops.u32((other & keep) | ((lane & 0xF) << (4 * i)) | ((lane >> 4) << (4 * i + 16)))
+            q8 = ops.prmt(q, ops.u32(0), 0x4321)
+            assert np.array_equal(DQ.fp4_pair_mul(ops, q, q8, i), DQ.fp4_pair(ops, q, i, "bfloat16")), (i, codes)
+    for _ in range(64):
+        q = ops.u32(rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32))
+        q8 = ops.prmt(q, ops.u32(0), 0x4321)
+        for i in range(4):
+            assert np.array_equal(DQ.fp4_pair_mul(ops, q, q8, i), DQ.fp4_pair(ops, q, i, "bfloat16")), i
+
+
 def test_invalid_stream_options_are_rejected():
     logic = lambda cfg: KD.DecodeLogic("bfloat16", "nvfp4", "bfloat16", cfg)  # noqa: E731
     with pytest.raises(ValueError, match=r"wcache must be one of \('nc', 'na', 'na256', 'ef'\).*got 'l2'"):
@@ -144,7 +171,7 @@ def test_invalid_stream_options_are_rejected():
         logic(CFG(warps=4, wn=8))
     with pytest.raises(ValueError, match="kgroup > 1 and prefetch > 0 do not combine"):
         logic(CFG(kgroup=2, prefetch=1))
-    with pytest.raises(ValueError, match=r"fp4 must be one of \('shift', 'left'\).*got 'lut'"):
+    with pytest.raises(ValueError, match=r"fp4 must be one of \('shift', 'left', 'mul'\).*got 'lut'"):
         logic(CFG(fp4="lut"))
     with pytest.raises(ValueError, match="ashare needs wn > 1 dividing 4 x ntiles"):
         logic(CFG(ashare=True))
@@ -183,6 +210,7 @@ STREAM_BUILDS = [
     (CFG(4, 1, 1, 2, wcache="ef", acache="el"), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(4, 1, 1, 2, wcache="na", acache="el", clamp=True), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(4, 2, 2, 2, wcache="na", acache="el", fp4="left"), ("LDG.E.NA.128.CONSTANT",)),
+    (CFG(4, 2, 2, 2, wcache="na", acache="el", fp4="mul"), ("LDG.E.NA.128.CONSTANT",)),
     (CFG(8, 2, 2, 2, wcache="na", acache="el", wn=2, ashare=True), ("LDS.128", "STS.128")),
 ]
 
@@ -217,6 +245,14 @@ def test_stream_variants_build_without_spills(cfg, opcodes, arch, cuda_binary):
             )
             shifts = lambda text: _k_loop(text).count("SHF.R.U32.HI")  # noqa: E731
             assert shifts(sass) + 16 <= shifts(plain), (shifts(sass), shifts(plain))
+        if cfg.fp4 == "mul":  # a multiply a pair for two shifts: fewer instructions a chunk than "left"
+            left = cuda_binary.sass(
+                KD.compile_decode(
+                    "bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="left"), arch=arch
+                ).artifacts.CUBIN
+            )
+            count = lambda text: len(re.findall(r"/\*[0-9a-f]{4,}\*/", _k_loop(text)))  # noqa: E731
+            assert count(sass) + 32 <= count(left), (count(sass), count(left))
         if cfg.clamp:  # unpredicated loads: no zeroing of their destinations, no predicated LDG
             assert "CS2R" not in _k_loop(sass) and not re.search(r"@!?P\d+ LDG", _k_loop(sass))
 

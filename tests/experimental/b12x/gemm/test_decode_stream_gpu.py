@@ -1,7 +1,7 @@
 """The decode kernel's streaming variants (issue #6: `_decode_sweeps.stream_variants` of each case's
 heuristic config: cache hints, chunk groups, warp groups along N) on the GPU, against the fp32
-reference at the issue's shapes, outputs NaN-poisoned. Run on the device machine (-m gpu; select with
--k stream)."""
+reference at the issue's shapes, outputs NaN-poisoned; the FP4 placements (`DecodeConfig.fp4`) give one another's
+bits. Run on the device machine (-m gpu; select with -k stream)."""
 
 import pytest
 import torch
@@ -66,3 +66,15 @@ def test_stream_other_configs_partial_tiles(cfg, m):
     """N = 4160 (not a multiple of BN = 64 / 16 / 128), K = 5632 (44 chunks: groups of 4 plus none)."""
     ops = make_operands("bfloat16", "nvfp4", m, 4160, 5632, seed=7, device="cuda")
     check_tolerance(_run(ops, cfg), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("n, k", SHAPES)
+@pytest.mark.parametrize("m", [1, 16])
+def test_fp4_placements_give_the_same_bits(m, n, k):
+    """shift, left and mul place the same bits before the same scale multiply and MMAs: outputs equal bitwise."""
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=3 * m + n, device="cuda", weight=_weight(n, k))
+    base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
+    want = _run(ops, base)
+    check_tolerance(want, ops, "bfloat16")
+    for cfg in DS.fp4_variants(base):
+        assert torch.equal(_run(ops, cfg), want), cfg.fp4

@@ -18,7 +18,7 @@ PREFETCH = (0, 1, 2, 4)  # DecodeConfig.prefetch values
 WCACHE = ("nc", "na", "na256", "ef")  # DecodeConfig.wcache: weight-load cache hints (ptx.LDG_HINTS)
 ACACHE = ("nc", "el")  # DecodeConfig.acache: activation-load cache hints
 KGROUP = (1, 2, 4)  # DecodeConfig.kgroup: adjacent chunks per warp step
-FP4 = ("shift", "left")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
+FP4 = ("shift", "left", "mul")  # DecodeConfig.fp4: FP4 placement (dequant.span_group)
 PROBES = ("", "loads", "nomma", "wloads", "l1act")  # DecodeConfig.probe: timing probes (garbage output)
 LOAD_PROBES = ("loads", "wloads", "l1act")  # the probes that XOR raw words (no dequant)
 PROBE_ENV = "B12X_GEMM_DECODE_PROBE"  # =1 lets a probe config pass why_not (benchmarks only)
@@ -68,7 +68,8 @@ class DecodeConfig(WarpShape):
     registers no zeroing (24 of the 466 K-loop instructions at M <= 8).
     fp4: FP4 weight placement, "shift" (`dequant.fp4_pair`) or "left" (`dequant.fp4_pair_left`: the
     same bits with one byte permute per word and left shifts only, which issue on the FMA pipe: 9
-    instead of 10 ALU-pipe instructions per 8 values).
+    instead of 10 ALU-pipe instructions per 8 values) or "mul" (`dequant.fp4_pair_mul`, bf16 compute, else
+    "left": the same bits, a mask, one multiply and a mask a pair: 13 instructions per 8 values against 16).
     probe: NOT a kernel variant but a timing probe that computes garbage: "loads" issues exactly the
     chunk's loads and XORs the words into one accumulator (no dequant, no MMA): the access
     pattern's streaming ceiling; "nomma" also dequantizes both operands and XORs the registers in

@@ -82,6 +82,12 @@ def probe_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
     return probes + (replace(base, probe="wloads"), replace(base, probe="l1act"))
 
 
+def fp4_variants(base: KD.DecodeConfig) -> tuple[KD.DecodeConfig, ...]:
+    """`--sweep-subset fp4` (docs/predictions/gemm_decode.md, session 48): base's FP4 placement by the other
+    methods (`DecodeConfig.fp4`: shift, left, mul), the same bits by fewer or other instructions."""
+    return _valid_new(base, [replace(base, fp4=f) for f in KD.FP4])
+
+
 def ksplit_variants(base: KD.DecodeConfig, k: int | None = None) -> tuple[KD.DecodeConfig, ...]:
     """`--sweep-subset ksplit` (docs/predictions/gemm_decode.md, session 38): K split over a cluster of C CTAs
     (`DecodeConfig.ksplit`), so each CTA reads 1 / C of the activations. Around `base` (the case's heuristic):
