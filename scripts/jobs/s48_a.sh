@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Staged by session 48 (after the two toolchain calls; snap.tar at the repository root). One part a call:
 #   tests: the custom-op gpu tests (block_fp8_linear's new quantize_input op, and the other ops' for the plan handle
-#          that now survives release and prepare), and the extend tests (bind now slices the one-tile count);
+#          that now survives release and prepare), the extend tests (bind now slices the one-tile count) and the
+#          decode GEMM's streaming variants (FP4 placements give one another's bits);
+#   fp4:   #6's FP4 placement A/B (s48_b.txt gemm48_fp4: the heuristic against "mul"; any GPU);
 #   grid:  #8's decode grid on today's defaults (H200 only: the prediction is in docs/predictions/attention.md);
 #   mid:   the NVFP4 preload range in two processes, then session 47's rule on them (H200 only).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 t=tests/experimental/b12x
-case ${1:?usage: s48_a.sh tests|grid|mid} in
+case ${1:?usage: s48_a.sh tests|fp4|grid|mid} in
   tests)
     SHARDS=${SHARDS:-4} TEST_LIMIT=${TEST_LIMIT:-300} bash scripts/device_snapshot_run.sh - \
       "$t/gemm/test_block_fp8_linear_custom_op_gpu.py" "$t/gemm/test_custom_op_gpu.py" \
       "$t/moe/test_fused_moe_custom_op_gpu.py" "$t/attention/test_paged_custom_op_gpu.py" \
-      "$t/attention/test_paged_extend_gpu.py" 2>&1 \
+      "$t/attention/test_paged_extend_gpu.py" "$t/gemm/test_decode_stream_gpu.py" 2>&1 \
       | grep -E "^commit|^parallel|failed|error" | tail -8 | cut -c1-240
     grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped|error)" \
       | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'
     grep -h "^FAILED\|^E  " /tmp/b12x-par/shard*.log | head -20 | cut -c1-240
     cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/" 2>/dev/null ;;
+  fp4) TAIL=${TAIL:-40} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm48_fp4 ;;
   grid) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s46_a.txt att46_grid ;;
   mid)
     TAIL=${TAIL:-24} bash scripts/jobs/named.sh scripts/jobs/s47_a.txt q47_mid q47_mid2
