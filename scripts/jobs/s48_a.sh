@@ -11,15 +11,9 @@ export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 t=tests/experimental/b12x
 case ${1:?usage: s48_a.sh tests|fp4|grid|mid} in
   tests)
-    SHARDS=${SHARDS:-4} TEST_LIMIT=${TEST_LIMIT:-300} bash scripts/device_snapshot_run.sh - \
-      "$t/gemm/test_block_fp8_linear_custom_op_gpu.py" "$t/gemm/test_custom_op_gpu.py" \
+    bash scripts/jobs/gpu_tests.sh "$t/gemm/test_block_fp8_linear_custom_op_gpu.py" "$t/gemm/test_custom_op_gpu.py" \
       "$t/moe/test_fused_moe_custom_op_gpu.py" "$t/attention/test_paged_custom_op_gpu.py" \
-      "$t/attention/test_paged_extend_gpu.py" "$t/gemm/test_decode_stream_gpu.py" 2>&1 \
-      | grep -E "^commit|^parallel|failed|error" | tail -8 | cut -c1-240
-    grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped|error)" \
-      | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'
-    grep -h "^FAILED\|^E  " /tmp/b12x-par/shard*.log | head -20 | cut -c1-240
-    cp /tmp/b12x-par/shard*.log "${OUT:-/tmp}/" 2>/dev/null ;;
+      "$t/attention/test_paged_extend_gpu.py" "$t/gemm/test_decode_stream_gpu.py" ;;
   fp4) TAIL=${TAIL:-40} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm48_fp4 ;;
   grid) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s46_a.txt att46_grid ;;
   mid)
