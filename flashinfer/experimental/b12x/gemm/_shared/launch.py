@@ -49,7 +49,14 @@ def bucket_for(m: int) -> str:
 
 
 def decode_config_for(
-    max_m: int, n: int, k: int, b_fmt: str, a_fmt: str | None = None, hints: bool = True, one_wave: bool = True
+    max_m: int,
+    n: int,
+    k: int,
+    b_fmt: str,
+    a_fmt: str | None = None,
+    hints: bool = True,
+    one_wave: bool = True,
+    fp4_mul: bool = True,
 ):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
@@ -74,7 +81,10 @@ def decode_config_for(
     shifts at M <= 8 and N >= WIDE_DECODE_N).
 
     one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
-    M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`)."""
+    M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
+
+    fp4_mul (the plain decode kernel; `fused_config` passes False, not timed there): W4A16 NVFP4 with bf16
+    activations at M <= 8 and N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -127,6 +137,14 @@ def decode_config_for(
             # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
             # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
             config = dataclasses.replace(config, unroll=1)
+        if fp4_mul and ntiles == 1 and a_fmt == "bfloat16":
+            # M <= 8, bf16 compute: FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits
+            # in 7-10% fewer K-loop instructions; f16 compute would fall back to "left", 8% slower at 4096 x
+            # 14336). Cold weights, graph timer, "mul" against the placement above, M = 1 at 28672 x 4096 /
+            # 4096 x 14336 / 4096 x 4096 / 7168 x 2048: H100 2026-12-06 01:57 (session 48) -1.4 / -3.5 / -0.3 /
+            # -3.5%; a second H100 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%.
+            # Not timed on an H200. M = 16 keeps its placement: "mul" lost 3.0-4.1% at 4096 x 14336 each time.
+            config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
 
 
@@ -256,7 +274,7 @@ def fused_config(
         raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
-    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False)
+    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=False)
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
