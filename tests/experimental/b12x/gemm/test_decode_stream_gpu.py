@@ -71,9 +71,10 @@ def test_stream_other_configs_partial_tiles(cfg, m):
 @pytest.mark.parametrize("n, k", SHAPES)
 @pytest.mark.parametrize("m", [1, 16])
 def test_fp4_placements_give_the_same_bits(m, n, k):
-    """shift, left and mul place the same bits before the same scale multiply and MMAs: outputs equal bitwise."""
+    """shift, left and mul place the same bits before the same scale multiply and MMAs: outputs equal bitwise. The
+    base is the W4A16 heuristic's own config (cache hints, clamps; "mul" at M = 1 since session 49)."""
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=3 * m + n, device="cuda", weight=_weight(n, k))
-    base = L.default_config(L.bucket_for(m), n, k, "nvfp4")
+    base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
     want = _run(ops, base)
     check_tolerance(want, ops, "bfloat16")
     for cfg in DS.fp4_variants(base):
