@@ -70,12 +70,28 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     want = (2, True, "na", "el") if wide else (1, False, "na256", "el") if hinted else (1, False, "nc", "nc")
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
     clamp = hinted and m <= 8 and n >= L.WIDE_DECODE_N
-    mul = hinted and m <= 8 and a_fmt == "bfloat16"  # session 49: FP4 placed by a multiply at M <= 8, bf16 compute
+    mul = L.DECODE8_FP4_MUL and hinted and m <= 8 and a_fmt == "bfloat16"  # FP4 by a multiply (session 49)
     assert (cfg.clamp, cfg.fp4) == (clamp, "mul" if mul else "left" if clamp else "shift")
     assert (
         why_not(a_fmt, b_fmt, "bfloat16", cfg) is None
         or why_not(a_fmt, b_fmt, "bfloat16", DecodeConfig(cfg.warps, cfg.tiles, cfg.ntiles, cfg.unroll)) is not None
     )
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_decode8_fp4_mul_switch(monkeypatch, on):
+    """`launch.DECODE8_FP4_MUL` gives "mul" to the plain decode kernel of W4A16 NVFP4 with bf16 compute at M <= 8 and
+    N >= 4096 only: not to M = 16, f16 compute (it would fall back to "left"), FP4 activations, or the fused kernel."""
+    monkeypatch.setattr(L, "DECODE8_FP4_MUL", on)
+    shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048))
+    for n, k in shapes:
+        want = "mul" if on else ("left" if n >= L.WIDE_DECODE_N else "shift")
+        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want
+        assert L.default_config("decode16", n, k, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
+        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="float16").fp4 != "mul"
+        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="nvfp4").fp4 == "shift"
+        assert L.fused_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").decode.fp4 != "mul"
+    assert L.default_config("decode8", 2048, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"  # N < 4096: unhinted
 
 
 def test_heuristics_never_prefetch_until_swept():

@@ -84,7 +84,8 @@ def decode_config_for(
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
     fp4_mul (the plain decode kernel; `fused_config` passes False, not timed there): W4A16 NVFP4 with bf16
-    activations at M <= 8 and N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)."""
+    activations at M <= 8 and N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`) while
+    `DECODE8_FP4_MUL` is on."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -137,7 +138,7 @@ def decode_config_for(
             # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
             # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
             config = dataclasses.replace(config, unroll=1)
-        if fp4_mul and ntiles == 1 and a_fmt == "bfloat16":
+        if fp4_mul and DECODE8_FP4_MUL and ntiles == 1 and a_fmt == "bfloat16":
             # M <= 8, bf16 compute: FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits
             # in 7-10% fewer K-loop instructions; f16 compute would fall back to "left", 8% slower at 4096 x
             # 14336). Cold weights, graph timer, "mul" against the placement above, M = 1 at 28672 x 4096 /
@@ -149,6 +150,10 @@ def decode_config_for(
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
+# decode_config_for: FP4 placed by a multiply at M <= 8 with bf16 compute (the rule and its H100 figures are at its
+# use). Off until the gemm gpu tier has passed with it on (session 49 had no device left for it): flip it, run
+# `bash scripts/jobs/s43_a.sh gemm`, and record the run in docs/validation.md.
+DECODE8_FP4_MUL = False
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
