@@ -114,49 +114,44 @@ def test_cache_hints_and_warp_groups_keep_the_sums_bitwise():
         assert torch.equal(E.run_decode("bfloat16", "nvfp4", "float32", cfg, args, alpha), plain), cfg
 
 
-@pytest.mark.parametrize("compute", ["bfloat16", "float16"])
-def test_fp4_pair_left_places_the_same_bits(compute):
-    """Every byte value in every nibble position: fp4_pair_left(q, q >> 8) == fp4_pair(q)."""
+def _fp4_words(rng, ops):
+    """Words for the FP4 placement tests: at each pair i (nibbles i and i + 4), all 256 codes of the pair under random
+    other nibbles (32 lanes a word: nibble i = the low 4 bits of the lane's code, i + 4 the high), then 64 random
+    words."""
     import numpy as np
 
-    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
-
-    from .emulator import EmuOps, GlobalMemory
-
-    ops = EmuOps(GlobalMemory())
-    rng = np.random.default_rng(5)
-    for _ in range(64):
-        q = ops.u32(rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32))
-        q8 = ops.prmt(q, ops.u32(0), 0x4321)
-        assert np.array_equal(q8, q >> np.uint32(8))
-        for i in range(4):
-            assert np.array_equal(DQ.fp4_pair_left(ops, q, q8, i, compute), DQ.fp4_pair(ops, q, i, compute)), i
-
-
-def test_fp4_pair_mul_places_the_same_bits():
-    """All 256 codes of a pair's two nibbles (i and i + 4) at each i, under random other nibbles, then random words:
-    fp4_pair_mul(q, q >> 8) == fp4_pair(q) in bf16; float16 compute takes "left" in span_group."""
-    import numpy as np
-
-    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
-
-    from .emulator import EmuOps, GlobalMemory
-
-    ops = EmuOps(GlobalMemory())
-    rng = np.random.default_rng(7)
     for i in range(4):
-        for codes in range(0, 256, 32):  # 32 lanes: nibble i = the low 4 bits of the lane's code, i + 4 the high
+        for codes in range(0, 256, 32):
             lane = np.arange(codes, codes + 32, dtype=np.uint32)
             other = rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32)
             keep = np.uint32(~((0xF << (4 * i)) * 0x10001) & 0xFFFFFFFF)
-            q = ops.u32((other & keep) | ((lane & 0xF) << (4 * i)) | ((lane >> 4) << (4 * i + 16)))
-            q8 = ops.prmt(q, ops.u32(0), 0x4321)
-            assert np.array_equal(DQ.fp4_pair_mul(ops, q, q8, i), DQ.fp4_pair(ops, q, i, "bfloat16")), (i, codes)
+            yield ops.u32((other & keep) | ((lane & 0xF) << (4 * i)) | ((lane >> 4) << (4 * i + 16)))
     for _ in range(64):
-        q = ops.u32(rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32))
+        yield ops.u32(rng.integers(0, 2**32, size=32, dtype=np.uint64).astype(np.uint32))
+
+
+@pytest.mark.parametrize(
+    "placement, compute", [("left", "bfloat16"), ("left", "float16"), ("mul", "bfloat16")]
+)  # float16 compute takes "left" for "mul" in span_group
+def test_fp4_pair_left_and_mul_place_the_same_bits(placement, compute):
+    """Every code of every pair under random other nibbles, then random words: fp4_pair_left(q, q >> 8) and
+    fp4_pair_mul(q, q >> 8) == fp4_pair(q)."""
+    import numpy as np
+
+    from flashinfer.experimental.b12x.gemm._shared import dequant as DQ
+
+    from .emulator import EmuOps, GlobalMemory
+
+    ops = EmuOps(GlobalMemory())
+    if placement == "left":
+        place = lambda q, q8, i: DQ.fp4_pair_left(ops, q, q8, i, compute)  # noqa: E731
+    else:
+        place = lambda q, q8, i: DQ.fp4_pair_mul(ops, q, q8, i)  # noqa: E731
+    for q in _fp4_words(np.random.default_rng(7), ops):
         q8 = ops.prmt(q, ops.u32(0), 0x4321)
+        assert np.array_equal(q8, q >> np.uint32(8))
         for i in range(4):
-            assert np.array_equal(DQ.fp4_pair_mul(ops, q, q8, i), DQ.fp4_pair(ops, q, i, "bfloat16")), i
+            assert np.array_equal(place(q, q8, i), DQ.fp4_pair(ops, q, i, compute)), i
 
 
 def test_invalid_stream_options_are_rejected():
@@ -237,20 +232,17 @@ def test_stream_variants_build_without_spills(cfg, opcodes, arch, cuda_binary):
         assert "STL" not in sass and "LDL" not in sass
         if cfg.ashare:  # one named barrier per chunk (two in the unrolled loop), not CTA-wide ones
             assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING R\d+, 0x", sass)) >= 2, "no named barrier"
+        twin = lambda fp4: cuda_binary.sass(  # noqa: E731
+            KD.compile_decode(
+                "bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4=fp4), arch=arch
+            ).artifacts.CUBIN
+        )
         if cfg.fp4 == "left":  # the dequant's right shifts are gone (left: address math only)
-            plain = cuda_binary.sass(
-                KD.compile_decode(
-                    "bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="shift"), arch=arch
-                ).artifacts.CUBIN
-            )
+            plain = twin("shift")
             shifts = lambda text: _k_loop(text).count("SHF.R.U32.HI")  # noqa: E731
             assert shifts(sass) + 16 <= shifts(plain), (shifts(sass), shifts(plain))
         if cfg.fp4 == "mul":  # a multiply a pair for two shifts: fewer instructions a chunk than "left"
-            left = cuda_binary.sass(
-                KD.compile_decode(
-                    "bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, fp4="left"), arch=arch
-                ).artifacts.CUBIN
-            )
+            left = twin("left")
             count = lambda text: len(re.findall(r"/\*[0-9a-f]{4,}\*/", _k_loop(text)))  # noqa: E731
             assert count(sass) + 32 <= count(left), (count(sass), count(left))
         if cfg.clamp:  # unpredicated loads: no zeroing of their destinations, no predicated LDG
