@@ -151,9 +151,9 @@ def decode_config_for(
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
 # decode_config_for: FP4 placed by a multiply at M <= 8 with bf16 compute (the rule and its H100 figures are at its
-# use). Off until the gemm gpu tier has passed with it on (session 49 had no device left for it): flip it, run
-# `bash scripts/jobs/s43_a.sh gemm`, and record the run in docs/validation.md.
-DECODE8_FP4_MUL = False
+# use). On from session 50, pending its gemm gpu tier (`bash scripts/jobs/s43_a.sh gemm`); if that tier fails,
+# this goes back to False.
+DECODE8_FP4_MUL = True
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
