@@ -18,12 +18,7 @@ case ${1:-} in
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac
 bash scripts/device_cache.sh load
-SHARDS=${SHARDS:-25} TEST_LIMIT=${TEST_LIMIT:-420} bash scripts/device_snapshot_run.sh - "${paths[@]}" 2>&1 \
-  | grep -E "^commit|^parallel|failed|error" | tail -8 | cut -c1-240
-grep -hE "passed|failed" /tmp/b12x-par/shard*.log | grep -oE "[0-9]+ (passed|failed|skipped|error)" \
-  | awk '{n[$2]+=$1} END{for(k in n) print k, n[k]}'
-grep -h "^E .*Error\b" /tmp/b12x-par/shard*.log | cut -c1-120 | sort | uniq -c | sort -rn | head -5
-grep -h "^FAILED" /tmp/b12x-par/shard*.log | head -10 | cut -c1-240
+SHARDS=${SHARDS:-25} TEST_LIMIT=${TEST_LIMIT:-420} bash scripts/jobs/gpu_tests.sh "${paths[@]}"
 bash scripts/device_cache.sh save || true
 [[ -d ${OUT:-/nonexistent}/cache ]] || bash scripts/device_cache.sh save "${keep[@]}" || true
 exit 0
