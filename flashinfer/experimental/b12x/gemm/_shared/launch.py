@@ -144,15 +144,16 @@ def decode_config_for(
             # 14336). Cold weights, graph timer, "mul" against the placement above, M = 1 at 28672 x 4096 /
             # 4096 x 14336 / 4096 x 4096 / 7168 x 2048: H100 2026-12-06 01:57 (session 48) -1.4 / -3.5 / -0.3 /
             # -3.5%; a second H100 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%.
-            # Not timed on an H200. M = 16 keeps its placement: "mul" lost 3.0-4.1% at 4096 x 14336 each time.
+            # A third H100 05:37 (session 50, the rule on): -3.7 / -3.5 / -0.4 / -2.9%. Not timed on an H200.
+            # M = 16 keeps its placement: "mul" lost 3.0-4.3% at 4096 x 14336 each time.
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
 
 
 WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles share activations
 # decode_config_for: FP4 placed by a multiply at M <= 8 with bf16 compute (the rule and its H100 figures are at its
-# use). On from session 50, pending its gemm gpu tier (`bash scripts/jobs/s43_a.sh gemm`); if that tier fails,
-# this goes back to False.
+# use). On since session 50, after the gemm gpu tier passed with it on (H100, 622 passed; docs/validation.md).
+# An H200 run of `scripts/jobs/s48_a.sh fp4` that puts any M = 1 shape above +0.5% turns it off again.
 DECODE8_FP4_MUL = True
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
