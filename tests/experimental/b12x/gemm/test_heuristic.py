@@ -70,7 +70,8 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     want = (2, True, "na", "el") if wide else (1, False, "na256", "el") if hinted else (1, False, "nc", "nc")
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
     clamp = hinted and m <= 8 and n >= L.WIDE_DECODE_N
-    mul = L.DECODE8_FP4_MUL and hinted and m <= 8 and a_fmt == "bfloat16"  # FP4 by a multiply (session 49)
+    mul_on = L.DECODE8_FP4_MUL if m <= 8 else L.DECODE16_FP4_MUL  # FP4 by a multiply (sessions 49, 50; K < LONG_K)
+    mul = mul_on and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 4096
     assert (cfg.clamp, cfg.fp4) == (clamp, "mul" if mul else "left" if clamp else "shift")
     assert (
         why_not(a_fmt, b_fmt, "bfloat16", cfg) is None
@@ -78,20 +79,27 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     )
 
 
-@pytest.mark.parametrize("on", [False, True])
-def test_decode8_fp4_mul_switch(monkeypatch, on):
-    """`launch.DECODE8_FP4_MUL` gives "mul" to the plain decode kernel of W4A16 NVFP4 with bf16 compute at M <= 8 and
-    N >= 4096 only: not to M = 16, f16 compute (it would fall back to "left"), FP4 activations, or the fused kernel."""
-    monkeypatch.setattr(L, "DECODE8_FP4_MUL", on)
-    shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048))
+@pytest.mark.parametrize("on8,on16", [(False, False), (True, False), (False, True), (True, True)])
+def test_fp4_mul_switches(monkeypatch, on8, on16):
+    """`launch.DECODE8_FP4_MUL` / `DECODE16_FP4_MUL` give "mul" to the plain decode kernel of W4A16 NVFP4 with bf16
+    compute at N >= 4096, M <= 8 / 9..16 (the latter only at K < LONG_K): not to f16 compute (it would fall back to
+    "left"), FP4 activations, MXFP4 weights, or the fused kernel, and each switch only to its own bucket."""
+    monkeypatch.setattr(L, "DECODE8_FP4_MUL", on8)
+    monkeypatch.setattr(L, "DECODE16_FP4_MUL", on16)
+    shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048), (4096, L.LONG_K - 128))
     for n, k in shapes:
-        want = "mul" if on else ("left" if n >= L.WIDE_DECODE_N else "shift")
-        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want
-        assert L.default_config("decode16", n, k, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
-        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="float16").fp4 != "mul"
-        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="nvfp4").fp4 == "shift"
-        assert L.fused_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").decode.fp4 != "mul"
-    assert L.default_config("decode8", 2048, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"  # N < 4096: unhinted
+        want8 = "mul" if on8 else ("left" if n >= L.WIDE_DECODE_N else "shift")
+        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want8
+        want16 = "mul" if on16 and k < L.LONG_K else "shift"
+        assert L.default_config("decode16", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want16
+        for bucket in ("decode8", "decode16"):
+            assert L.default_config(bucket, n, k, "nvfp4", a_fmt="float16").fp4 != "mul"
+            assert L.default_config(bucket, n, k, "nvfp4", a_fmt="nvfp4").fp4 == "shift"
+            assert L.default_config(bucket, n, k, "mxfp4", a_fmt="bfloat16").fp4 != "mul"
+            assert L.fused_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").decode.fp4 != "mul"
+    for bucket in ("decode8", "decode16"):  # N < 4096: unhinted
+        assert L.default_config(bucket, 2048, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
+    assert L.default_config("decode32", 4096, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
 
 
 def test_heuristics_never_prefetch_until_swept():

@@ -84,8 +84,8 @@ def decode_config_for(
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
     fp4_mul (the plain decode kernel; `fused_config` passes False, not timed there): W4A16 NVFP4 with bf16
-    activations at M <= 8 and N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`) while
-    `DECODE8_FP4_MUL` is on."""
+    activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`) at M <= 8 while
+    `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL` is on."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -138,14 +138,17 @@ def decode_config_for(
             # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
             # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
             config = dataclasses.replace(config, unroll=1)
-        if fp4_mul and DECODE8_FP4_MUL and ntiles == 1 and a_fmt == "bfloat16":
-            # M <= 8, bf16 compute: FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits
-            # in 7-10% fewer K-loop instructions; f16 compute would fall back to "left", 8% slower at 4096 x
-            # 14336). Cold weights, graph timer, "mul" against the placement above, M = 1 at 28672 x 4096 /
-            # 4096 x 14336 / 4096 x 4096 / 7168 x 2048: H100 2026-12-06 01:57 (session 48) -1.4 / -3.5 / -0.3 /
-            # -3.5%; a second H100 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%.
-            # A third H100 05:37 (session 50, the rule on): -3.7 / -3.5 / -0.4 / -2.9%. Not timed on an H200.
-            # M = 16 keeps its placement: "mul" lost 3.0-4.3% at 4096 x 14336 each time.
+    if fp4_mul and hints and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
+        # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
+        # instructions; f16 compute would fall back to "left", 8% slower at 4096 x 14336). Cold weights, graph
+        # timer, "mul" against the placement above at 28672 x 4096 / 4096 x 14336 / 4096 x 4096 / 7168 x 2048.
+        # M = 1 (DECODE8_FP4_MUL): H100 2026-12-06 01:57 (session 48) -1.4 / -3.5 / -0.3 / -3.5%; a second H100
+        # 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%; a third 05:37 (session
+        # 50, the rule on) -3.7 / -3.5 / -0.4 / -2.9%. M = 16 (DECODE16_FP4_MUL), the same four runs:
+        # -1.2..-1.8 / +3.0..+4.3 / -0.8..-1.1 / -2.1..-3.4%: only K < LONG_K. 4096 x 4096 and 4096 x 14336
+        # ran one binary (K is a run-time extent), so the K bound is the trip count's, not the code's; no K
+        # between 4096 and 14336 was timed. Not timed on an H200.
+        if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and k < LONG_K):
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
 
@@ -155,6 +158,10 @@ WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles sh
 # use). On since session 50, after the gemm gpu tier passed with it on (H100, 622 passed; docs/validation.md).
 # An H200 run of `scripts/jobs/s48_a.sh fp4` that puts any M = 1 shape above +0.5% turns it off again.
 DECODE8_FP4_MUL = True
+# decode_config_for: the same at 9 <= M <= 16 and K < LONG_K (4096 x 14336 lost 3.0-4.3% on three H100s). Session 50:
+# on for its gemm gpu tier; that tier failing, or an H200 `s48_a.sh fp4` putting any of the three K < LONG_K shapes
+# above +0.5%, turns it off.
+DECODE16_FP4_MUL = True
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
