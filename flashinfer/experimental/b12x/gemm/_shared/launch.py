@@ -145,7 +145,8 @@ def decode_config_for(
         # M = 1 (DECODE8_FP4_MUL): H100 2026-12-06 01:57 (session 48) -1.4 / -3.5 / -0.3 / -3.5%; a second H100
         # 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%; a third 05:37 (session
         # 50, the rule on) -3.7 / -3.5 / -0.4 / -2.9%. M = 16 (DECODE16_FP4_MUL), the same four runs:
-        # -1.2..-1.8 / +3.0..+4.3 / -0.8..-1.1 / -2.1..-3.4%: only K < LONG_K. 4096 x 4096 and 4096 x 14336
+        # -1.2..-1.8 / +3.0..+4.3 / -0.8..-1.1 / -2.1..-3.4%: only K < LONG_K (with the rule on, 05:54: -0.9 /
+        # +3.9 (kept shift) / -1.3 / -2.1%). 4096 x 4096 and 4096 x 14336
         # ran one binary (K is a run-time extent), so the K bound is the trip count's, not the code's; no K
         # between 4096 and 14336 was timed. Not timed on an H200.
         if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and k < LONG_K):
@@ -158,9 +159,9 @@ WIDE_DECODE_N = 16384  # decode_config_for: from this N on, 9..16-token tiles sh
 # use). On since session 50, after the gemm gpu tier passed with it on (H100, 622 passed; docs/validation.md).
 # An H200 run of `scripts/jobs/s48_a.sh fp4` that puts any M = 1 shape above +0.5% turns it off again.
 DECODE8_FP4_MUL = True
-# decode_config_for: the same at 9 <= M <= 16 and K < LONG_K (4096 x 14336 lost 3.0-4.3% on three H100s). Session 50:
-# on for its gemm gpu tier; that tier failing, or an H200 `s48_a.sh fp4` putting any of the three K < LONG_K shapes
-# above +0.5%, turns it off.
+# decode_config_for: the same at 9 <= M <= 16 and K < LONG_K (4096 x 14336 lost 3.0-4.3% on three H100s). On since
+# session 50, after the gemm gpu tier passed with it on (H100, 622 passed). An H200 `s48_a.sh fp4` putting any of
+# the three K < LONG_K shapes at M = 16 above +0.5% turns it off.
 DECODE16_FP4_MUL = True
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
