@@ -70,7 +70,8 @@ with that fused epilogue (GemmQuery.epilogue, the fused decode kernel): silu_mul
 and writes [M, I], residual adds a [M, N] tensor before the one rounding; the bytes count the residual
 and the smaller output. With --sweep-subset ksplit the sweep times the fused kernel launched plainly and
 under pdl "wait", with one warp group and, where the plain heuristic has them, with its groups (wn): the
-measurement fused_config's groups wait on. torch's peers time the GEMM alone (no epilogue).
+measurement fused_config's groups wait on; with --sweep-subset fp4 it times the fused kernel launched plainly
+with each FP4 placement. torch's peers time the GEMM alone (no epilogue).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -377,13 +378,15 @@ def sweep_configs(
     / FP8 activations, which takes no cache hints and no two-tile rule; session 24 and 25's stream
     sweeps started from that base). Configs a case's pair cannot run (a GEMV config for quantized
     activations) are skipped by `_sweep`. With an epilogue (--epilogue) only the fused kernel runs it: subset
-    ksplit gives `epilogue_groups`, the others nothing."""
+    ksplit gives `epilogue_groups`, fp4 `epilogue_fp4`, the others nothing."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
     from flashinfer.experimental.b12x.gemm.blockscaled import _gemv_config as GC
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 
     if epilogue != "none":
+        if subset == "fp4":
+            return epilogue_fp4(bucket, n, k, b_fmt, a_fmt, epilogue)
         return epilogue_groups(bucket, n, k, b_fmt, a_fmt, epilogue) if subset == "ksplit" else ()
     if subset in ("layout", "layout-probe"):
         from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_stream as KS
@@ -451,6 +454,23 @@ def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, 
         if wn > 1:
             other = 1 if chosen.decode.wn > 1 else wn
             out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={other}"))
+    return tuple(out)
+
+
+def epilogue_fp4(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str) -> tuple:
+    """--sweep-subset fp4 with an epilogue: the fused decode kernel launched plainly with fused_config's FP4
+    placement, then with each other one (`DecodeConfig.fp4`). fused_config leaves out the plain kernel's "mul"
+    rules (`decode_config_for`'s fp4_mul): this is the A/B that would decide them for the fused kernel."""
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    if b_fmt not in ("nvfp4", "mxfp4"):
+        return ()
+    out = [L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue)]
+    for fp4 in KD.FP4:
+        cfg = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, opts=f"fp4={fp4}")
+        if cfg not in out:
+            out.append(cfg)
     return tuple(out)
 
 
@@ -647,8 +667,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--epilogue {args.epilogue} runs on the CuTe decode kernel, not --decode-kernel {args.decode_kernel}"
         )
-    if args.epilogue != "none" and args.sweep and args.sweep_subset != "ksplit":
-        parser.error("--epilogue sweeps only with --sweep-subset ksplit (the fused kernel's warp groups)")
+    if args.epilogue != "none" and args.sweep and args.sweep_subset not in ("ksplit", "fp4"):
+        parser.error(
+            "--epilogue sweeps only with --sweep-subset ksplit (the fused kernel's warp groups) or fp4 (its FP4 "
+            f"placements), not {args.sweep_subset}"
+        )
     if args.cold_weights and args.timer != "graph":
         parser.error("--cold-weights needs --timer graph (the events timer flushes L2 before every call already)")
     if args.sweep and args.sweep_subset in ("probe", "probe-step", "layout-probe"):  # let the garbage probes build

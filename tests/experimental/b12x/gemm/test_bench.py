@@ -268,6 +268,30 @@ def test_epilogue_applies_and_sweeps_the_fused_groups():
     one = BG.sweep_configs("decode8", 1, 4096, 4096, "nvfp4", "ksplit", "bfloat16", "residual")
     assert [(c.pdl, c.decode.wn) for c in one] == [("off", 1), ("wait", 1)]
     assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream", "bfloat16", "silu_mul") == ()
-    for argv in (["--epilogue", "silu_mul", "--decode-kernel", "triton"], ["--epilogue", "residual", "--sweep"]):
+
+
+@pytest.mark.parametrize("epilogue,m,n,k", [("silu_mul", 1, 28672, 4096), ("residual", 16, 4096, 4096)])
+def test_epilogue_fp4_subset(epilogue, m, n, k):
+    """--sweep-subset fp4 with an epilogue: the fused kernel launched plainly, fused_config's placement first, then
+    the other two; each runnable; nothing for FP8 weights."""
+    import dataclasses
+
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
+
+    bucket = L.bucket_for(m)
+    cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "fp4", "bfloat16", epilogue)
+    assert cands[0] == L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue)
+    assert sorted(c.decode.fp4 for c in cands) == ["left", "mul", "shift"]
+    assert all(L.is_fused(c) and c.epilogue == epilogue and c.pdl == "off" for c in cands)
+    same = cands[0].decode.fp4  # the candidates differ from the first in the placement only
+    assert all(dataclasses.replace(c, decode=dataclasses.replace(c.decode, fp4=same)) == cands[0] for c in cands)
+    assert all(F.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in cands)
+    assert BG.sweep_configs(bucket, m, n, k, "mxfp8", "fp4", "bfloat16", epilogue) == ()
+    for argv in (
+        ["--epilogue", "silu_mul", "--decode-kernel", "triton"],
+        ["--epilogue", "residual", "--sweep"],
+        ["--epilogue", "residual", "--sweep", "--sweep-subset", "stream"],
+    ):
         with pytest.raises(SystemExit):
             BG.main(argv)
