@@ -102,6 +102,25 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
     assert L.default_config("decode32", 4096, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
 
 
+@pytest.mark.parametrize("on", [False, True])
+def test_fused_fp4_mul_switch(monkeypatch, on):
+    """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
+    launch mode), and nothing else of its config changes."""
+    import dataclasses
+
+    monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
+    for bucket, n, k in (("decode8", 4096, 4096), ("decode16", 7168, 2048), ("decode16", 4096, 14336)):
+        plain = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4
+        for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("residual", "wait")):
+            got = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+            monkeypatch.setattr(L, "FUSED_FP4_MUL", False)
+            off = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+            monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
+            assert got.decode.fp4 == (plain if on else off.decode.fp4)
+            assert dataclasses.replace(got, decode=dataclasses.replace(got.decode, fp4=off.decode.fp4)) == off
+    assert L.fused_config("decode16", 4096, 14336, "nvfp4", "bfloat16").decode.fp4 == "shift"  # K >= LONG_K
+
+
 def test_heuristics_never_prefetch_until_swept():
     for m in (1, 16, 32, 64):
         assert L.default_config(L.bucket_for(m)).prefetch == 0

@@ -83,7 +83,7 @@ def decode_config_for(
     one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
-    fp4_mul (the plain decode kernel; `fused_config` passes False, not timed there): W4A16 NVFP4 with bf16
+    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL, off: not timed there): W4A16 NVFP4 with bf16
     activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`) at M <= 8 while
     `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL` is on."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
@@ -163,6 +163,9 @@ DECODE8_FP4_MUL = True
 # session 50, after the gemm gpu tier passed with it on (H100, 622 passed). An H200 `s48_a.sh fp4` putting any of
 # the three K < LONG_K shapes at M = 16 above +0.5% turns it off.
 DECODE16_FP4_MUL = True
+# fused_config: the two rules above for the fused decode kernel too. Off: not timed there. `scripts/jobs/s48_a.sh
+# fused` times its placements (session 50 staged it); on where they agree with the plain kernel's, then the gemm tier.
+FUSED_FP4_MUL = False
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
@@ -288,7 +291,9 @@ def fused_config(
         raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
-    base = decode_config_for(BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=False)
+    base = decode_config_for(
+        BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=FUSED_FP4_MUL
+    )
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
