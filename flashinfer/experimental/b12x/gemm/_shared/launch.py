@@ -83,9 +83,10 @@ def decode_config_for(
     one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
-    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL, off: not timed there): W4A16 NVFP4 with bf16
-    activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`) at M <= 8 while
-    `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL` is on."""
+    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL, off: not timed there): W4A16
+    NVFP4 with bf16 activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)
+    at M <= 8 while `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL`
+    is on."""
     from ..blockscaled._kernel_decode import DecodeConfig, ntiles_for
 
     ntiles = ntiles_for(max_m)
@@ -146,9 +147,9 @@ def decode_config_for(
         # 03:35 (session 49, two processes) -1.5..-2.3 / -3.7 / -0.5..-0.8 / -3.4..-3.7%; a third 05:37 (session
         # 50, the rule on) -3.7 / -3.5 / -0.4 / -2.9%. M = 16 (DECODE16_FP4_MUL), the same four runs:
         # -1.2..-1.8 / +3.0..+4.3 / -0.8..-1.1 / -2.1..-3.4%: only K < LONG_K (with the rule on, 05:54: -0.9 /
-        # +3.9 (kept shift) / -1.3 / -2.1%). 4096 x 4096 and 4096 x 14336
-        # ran one binary (K is a run-time extent), so the K bound is the trip count's, not the code's; no K
-        # between 4096 and 14336 was timed. Not timed on an H200.
+        # +3.9 (kept shift) / -1.3 / -2.1%). 4096 x 4096 and 4096 x 14336 ran one binary (K is a run-time
+        # extent), so the K bound is the trip count's, not the code's; no K between 4096 and 14336 was timed.
+        # Not timed on an H200.
         if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and k < LONG_K):
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
