@@ -462,16 +462,12 @@ def epilogue_fp4(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epi
     placement, then with each other one (`DecodeConfig.fp4`). fused_config leaves out the plain kernel's "mul"
     rules (`decode_config_for`'s fp4_mul): this is the A/B that would decide them for the fused kernel."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
-    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+    from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 
     if b_fmt not in ("nvfp4", "mxfp4"):
         return ()
-    out = [L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue)]
-    for fp4 in KD.FP4:
-        cfg = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, opts=f"fp4={fp4}")
-        if cfg not in out:
-            out.append(cfg)
-    return tuple(out)
+    base = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue)
+    return (base,) + tuple(replace(base, decode=cfg) for cfg in DS.fp4_variants(base.decode))
 
 
 def pdl_variants(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None) -> tuple:

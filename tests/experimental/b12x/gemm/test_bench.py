@@ -268,6 +268,13 @@ def test_epilogue_applies_and_sweeps_the_fused_groups():
     one = BG.sweep_configs("decode8", 1, 4096, 4096, "nvfp4", "ksplit", "bfloat16", "residual")
     assert [(c.pdl, c.decode.wn) for c in one] == [("off", 1), ("wait", 1)]
     assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream", "bfloat16", "silu_mul") == ()
+    for argv in (
+        ["--epilogue", "silu_mul", "--decode-kernel", "triton"],
+        ["--epilogue", "residual", "--sweep"],
+        ["--epilogue", "residual", "--sweep", "--sweep-subset", "stream"],
+    ):
+        with pytest.raises(SystemExit):
+            BG.main(argv)
 
 
 @pytest.mark.parametrize("epilogue,m,n,k", [("silu_mul", 1, 28672, 4096), ("residual", 16, 4096, 4096)])
@@ -288,10 +295,3 @@ def test_epilogue_fp4_subset(epilogue, m, n, k):
     assert all(dataclasses.replace(c, decode=dataclasses.replace(c.decode, fp4=same)) == cands[0] for c in cands)
     assert all(F.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in cands)
     assert BG.sweep_configs(bucket, m, n, k, "mxfp8", "fp4", "bfloat16", epilogue) == ()
-    for argv in (
-        ["--epilogue", "silu_mul", "--decode-kernel", "triton"],
-        ["--epilogue", "residual", "--sweep"],
-        ["--epilogue", "residual", "--sweep", "--sweep-subset", "stream"],
-    ):
-        with pytest.raises(SystemExit):
-            BG.main(argv)

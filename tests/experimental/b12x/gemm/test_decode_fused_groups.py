@@ -74,7 +74,7 @@ def test_the_heuristic_groups_only_the_timed_epilogue():
     assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
     for pdl in ("off", "wait"):
         grouped = L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "residual", pdl).decode
-        # The fused kernel keeps the shift placement (`fused_config` passes fp4_mul=False; "mul" is not timed there).
+        # The fused kernel keeps the shift placement while `launch.FUSED_FP4_MUL` is off ("mul" is not timed there).
         assert grouped == dataclasses.replace(plain, ashare=False, fp4="shift") and grouped.wn == 2, pdl
         assert grouped == L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "none", pdl, "wn=2").decode
     for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("silu_mul", "wait"), ("residual", "prefetch")):

@@ -86,6 +86,7 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
     "left"), FP4 activations, MXFP4 weights, or the fused kernel, and each switch only to its own bucket."""
     monkeypatch.setattr(L, "DECODE8_FP4_MUL", on8)
     monkeypatch.setattr(L, "DECODE16_FP4_MUL", on16)
+    monkeypatch.setattr(L, "FUSED_FP4_MUL", False)  # the fused kernel's own switch (test_fused_fp4_mul_switch)
     shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048), (4096, L.LONG_K - 128))
     for n, k in shapes:
         want8 = "mul" if on8 else ("left" if n >= L.WIDE_DECODE_N else "shift")
@@ -102,23 +103,23 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
     assert L.default_config("decode32", 4096, 4096, "nvfp4", a_fmt="bfloat16").fp4 == "shift"
 
 
-@pytest.mark.parametrize("on", [False, True])
-def test_fused_fp4_mul_switch(monkeypatch, on):
+def test_fused_fp4_mul_switch(monkeypatch):
     """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
-    launch mode), and nothing else of its config changes."""
+    launch mode), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
     import dataclasses
 
-    monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
+    def fused(on, *args):
+        monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
+        return L.fused_config(*args)
+
     for bucket, n, k in (("decode8", 4096, 4096), ("decode16", 7168, 2048), ("decode16", 4096, 14336)):
         plain = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4
         for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("residual", "wait")):
-            got = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
-            monkeypatch.setattr(L, "FUSED_FP4_MUL", False)
-            off = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
-            monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
-            assert got.decode.fp4 == (plain if on else off.decode.fp4)
-            assert dataclasses.replace(got, decode=dataclasses.replace(got.decode, fp4=off.decode.fp4)) == off
-    assert L.fused_config("decode16", 4096, 14336, "nvfp4", "bfloat16").decode.fp4 == "shift"  # K >= LONG_K
+            off = fused(False, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+            on = fused(True, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+            assert off.decode.fp4 != "mul" and on.decode.fp4 == plain
+            assert dataclasses.replace(on, decode=dataclasses.replace(on.decode, fp4=off.decode.fp4)) == off
+    assert fused(True, "decode16", 4096, 14336, "nvfp4", "bfloat16").decode.fp4 == "shift"  # K >= LONG_K
 
 
 def test_heuristics_never_prefetch_until_swept():
