@@ -74,8 +74,9 @@ def test_the_heuristic_groups_only_the_timed_epilogue():
     assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
     for pdl in ("off", "wait"):
         grouped = L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "residual", pdl).decode
-        # The fused kernel keeps the shift placement while `launch.FUSED_FP4_MUL` is off ("mul" is not timed there).
-        assert grouped == dataclasses.replace(plain, ashare=False, fp4="shift") and grouped.wn == 2, pdl
+        # FP4 placement follows the plain kernel's while `launch.FUSED_FP4_MUL` is on (K = 4096 >= its MIN_K).
+        want = plain.fp4 if L.FUSED_FP4_MUL else "shift"
+        assert grouped == dataclasses.replace(plain, ashare=False, fp4=want) and grouped.wn == 2, pdl
         assert grouped == L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "none", pdl, "wn=2").decode
     for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("silu_mul", "wait"), ("residual", "prefetch")):
         assert L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", epilogue, pdl).decode.wn == 1

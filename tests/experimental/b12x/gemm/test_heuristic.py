@@ -105,19 +105,23 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
 
 def test_fused_fp4_mul_switch(monkeypatch):
     """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
-    launch mode), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
+    launch mode) from K = FUSED_FP4_MUL_MIN_K on, and nothing else of its config changes; off, or below that K,
+    the fused kernel takes no "mul"."""
     import dataclasses
 
     def fused(on, *args):
         monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
         return L.fused_config(*args)
 
-    for bucket, n, k in (("decode8", 4096, 4096), ("decode16", 7168, 2048), ("decode16", 4096, 14336)):
+    cases = (("decode8", 4096, 4096), ("decode16", 28672, 4096), ("decode16", 7168, 2048), ("decode8", 11264, 2048))
+    for bucket, n, k in cases + (("decode16", 4096, 14336),):
         plain = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4
+        assert plain == "mul" or k >= L.LONG_K
         for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("residual", "wait")):
             off = fused(False, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
             on = fused(True, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
-            assert off.decode.fp4 != "mul" and on.decode.fp4 == plain
+            assert off.decode.fp4 != "mul"
+            assert on.decode.fp4 == (plain if k >= L.FUSED_FP4_MUL_MIN_K else off.decode.fp4), (bucket, n, k)
             assert dataclasses.replace(on, decode=dataclasses.replace(on.decode, fp4=off.decode.fp4)) == off
     assert fused(True, "decode16", 4096, 14336, "nvfp4", "bfloat16").decode.fp4 == "shift"  # K >= LONG_K
 
