@@ -242,3 +242,34 @@ def test_minctas_gate_up_matches_reference(unroll):
         return replace(cfg, decode=replace(cfg.decode, minctas=3, unroll=unroll))
 
     _check_gate_up_override("prefetch", config_for, 7)
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("epilogue, n, k", [("silu_mul", 28672, 4096), ("residual", 4096, 4096)])
+def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
+    """The fused kernel's FP4 placements (shift, left, mul; "mul" is its heuristic at these shapes since session 51,
+    `launch.FUSED_FP4_MUL`) place the same bits before the same scale multiply, MMAs and epilogue: outputs equal
+    bitwise, NaN-poisoned, and the heuristic's within the project's tolerance of the fp32 reference."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    bucket = L.bucket_for(m)
+    base = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, "off")
+    assert base.decode.fp4 == ("mul" if L.FUSED_FP4_MUL else "shift")
+    ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=5 * m + n, device="cuda", weight=_weight(n, k))
+    res = _residual(m, n, m + 1) if epilogue == "residual" else None
+    outs = {}
+    for fp4 in KD.FP4:
+        cfg = replace(base, decode=replace(base.decode, fp4=fp4))
+        q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
+        plan = B.plan(q, override={bucket: cfg})
+        with b12x.PreparationSession("cuda") as s:
+            s.prepare([plan])
+        assert plan.state.selection == ((bucket, cfg),)
+        cols = n // 2 if epilogue == "silu_mul" else n
+        outs[fp4] = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
+        B.mm(ops.a_values, ops.weight, outs[fp4], plan=plan, epilogue=epilogue, residual=res)
+    torch.cuda.synchronize()
+    want = outs[base.decode.fp4]
+    check_fused(want.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+    for fp4, out in outs.items():
+        assert torch.equal(out, want), fp4
