@@ -105,25 +105,30 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
 
 def test_fused_fp4_mul_switch(monkeypatch):
     """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
-    launch mode) from K = FUSED_FP4_MUL_MIN_K on, and nothing else of its config changes; off, or below that K,
-    the fused kernel takes no "mul"."""
+    launch mode) but at M <= 8 on 8 warps x 2 tiles over a grid in ONE_WAVE_CTAS's range (M = 1 silu_mul
+    11264 x 2048 lost there), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
     import dataclasses
 
     def fused(on, *args):
         monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
         return L.fused_config(*args)
 
-    cases = (("decode8", 4096, 4096), ("decode16", 28672, 4096), ("decode16", 7168, 2048), ("decode8", 11264, 2048))
-    for bucket, n, k in cases + (("decode16", 4096, 14336),):
-        plain = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4
-        assert plain == "mul" or k >= L.LONG_K
+    cases = (
+        ("decode8", 4096, 4096, "mul"),
+        ("decode16", 28672, 4096, "mul"),
+        ("decode16", 7168, 2048, "mul"),
+        ("decode8", 16384, 2048, "mul"),
+        ("decode16", 11264, 2048, "mul"),
+        ("decode8", 11264, 2048, "shift"),  # 352 CTAs of 8 warps x 2 tiles: the grid range left out
+        ("decode16", 4096, 14336, "shift"),  # K >= LONG_K: the plain rule's own bound
+    )
+    for bucket, n, k, want in cases:
+        assert L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4 == "mul" or k >= L.LONG_K
         for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("residual", "wait")):
             off = fused(False, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
             on = fused(True, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
-            assert off.decode.fp4 != "mul"
-            assert on.decode.fp4 == (plain if k >= L.FUSED_FP4_MUL_MIN_K else off.decode.fp4), (bucket, n, k)
+            assert off.decode.fp4 != "mul" and on.decode.fp4 == want, (bucket, n, k, epilogue)
             assert dataclasses.replace(on, decode=dataclasses.replace(on.decode, fp4=off.decode.fp4)) == off
-    assert fused(True, "decode16", 4096, 14336, "nvfp4", "bfloat16").decode.fp4 == "shift"  # K >= LONG_K
 
 
 def test_heuristics_never_prefetch_until_swept():

@@ -83,7 +83,7 @@ def decode_config_for(
     one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
-    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL from K = FUSED_FP4_MUL_MIN_K on): W4A16
+    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL, with one grid range out): W4A16
     NVFP4 with bf16 activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)
     at M <= 8 while `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL`
     is on."""
@@ -164,15 +164,18 @@ DECODE8_FP4_MUL = True
 # session 50, after the gemm gpu tier passed with it on (H100, 622 passed). An H200 `s48_a.sh fp4` putting any of
 # the three K < LONG_K shapes at M = 16 above +0.5% turns it off.
 DECODE16_FP4_MUL = True
-# fused_config: the two rules above for the fused decode kernel too, from K = FUSED_FP4_MUL_MIN_K on. H100 2026-12-06
-# 07:13 and 07:17 (session 51, `scripts/jobs/s48_a.sh fused`, two processes; cold weights, graph timer, "mul" against
-# shift): silu_mul M = 1 28672 x 4096 -3.3 / -3.7%, M = 16 -0.7 / -0.7%; residual M = 1 4096 x 14336 -2.5 / -2.7%,
-# 4096 x 4096 -4.7 / -4.2%, M = 16 4096 x 4096 -0.5 / -0.2% (4096 x 14336 at M = 16: +5.9 / +6.5%, kept shift by
-# the plain rule's K < LONG_K). At K = 2048 silu_mul M = 1 11264 x 2048 loses (+1.5 / +2.1%; "left" there -5.1 /
-# -4.8%, not a rule: one shape) while M = 16 wins (-3.3 / -2.9%); no K = 2048 rule, so K < 4096 keeps shift.
-# Not timed on an H200 nor with pdl on.
+# fused_config: the two rules above for the fused decode kernel too, but at M <= 8 on 8 warps x 2 tiles with a grid in
+# ONE_WAVE_CTAS's range. H100 2026-12-06 (session 51, cold weights, graph timer, "mul" against shift, two processes
+# each): 07:13 / 07:17 (`scripts/jobs/s48_a.sh fused`) silu_mul M = 1 28672 x 4096 -3.3 / -3.7%, M = 16 -0.7 / -0.7%;
+# residual M = 1 4096 x 14336 -2.5 / -2.7%, 4096 x 4096 -4.7 / -4.2%, M = 16 -0.5 / -0.2% (M = 16 4096 x 14336
+# +5.9 / +6.5%: shift by the plain rule's K < LONG_K). 07:27 (`scripts/jobs/s51_a.txt`, silu_mul at K <= 3072):
+# M = 1 16384 x 2048 -1.2 / -1.2%, 16384 x 3072 -1.5 / -1.4%, 17920 x 1536 -2.3 / -2.1%; M = 16 11264 x 2048 -3.0 /
+# -3.3%, 16384 x 2048 -3.0 / -2.9%, 16384 x 3072 -2.6 / -2.6%, 17920 x 1536 -2.6 / -2.6%. One cell loses in all four
+# runs: M = 1 11264 x 2048 (352 CTAs of 8 warps x 2 tiles) +1.5 / +2.1 / +1.7 / +1.8%, so that grid range keeps the
+# plain placement. Why is not known: ptxas 13.0 gives the kernel 100 registers under "mul", 115 under shift (2 CTAs an
+# SM either way), and "left" is fastest there (-4.8 to -5.1%), one shape, not a rule. Not timed on an H200 nor with
+# pdl on.
 FUSED_FP4_MUL = True
-FUSED_FP4_MUL_MIN_K = 4096
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
@@ -298,16 +301,13 @@ def fused_config(
         raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
-    base = decode_config_for(
-        BUCKET_MAX_M[bucket],
-        n,
-        k,
-        b_fmt,
-        a_fmt,
-        hints=hints,
-        one_wave=False,
-        fp4_mul=FUSED_FP4_MUL and k >= FUSED_FP4_MUL_MIN_K,
-    )
+    max_m = BUCKET_MAX_M[bucket]
+    base = decode_config_for(max_m, n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=FUSED_FP4_MUL)
+    one_wave_grid = (base.ntiles, base.warps, base.tiles) == (1, 8, 2) and ONE_WAVE_CTAS[0] < -(
+        -n // 32
+    ) <= ONE_WAVE_CTAS[1]
+    if base.fp4 == "mul" and one_wave_grid:  # the one cell where "mul" lost (FUSED_FP4_MUL)
+        base = decode_config_for(max_m, n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=False)
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
