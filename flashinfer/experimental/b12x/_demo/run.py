@@ -401,8 +401,12 @@ def prepare(
                 raise ValueError(
                     f"gemm_opts[{name!r}]: {name} runs the plain decode kernel here (no epilogue, pdl off)"
                 )
+            from .._lib.arch import target_arch
+
             bucket = L.bucket_for(tokens)
-            cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, opts, norm=norm, rope=layout)
+            arch = target_arch(device) if device.type == "cuda" else None
+            cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, opts, norm=norm, rope=layout,
+                                 arch=arch)  # fmt: skip
             override = {bucket: cfg}
         plans[name] = G.plan(q, override=override)
     with PreparationSession(device, compile_workers=compile_workers) as session:

@@ -105,8 +105,7 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
 
 def test_fused_fp4_mul_switch(monkeypatch):
     """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
-    launch mode) but at M <= 8 on 8 warps x 2 tiles over a grid in ONE_WAVE_CTAS's range (M = 1 silu_mul
-    11264 x 2048 lost there), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
+    launch mode), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
     import dataclasses
 
     def fused(on, *args):
@@ -119,7 +118,7 @@ def test_fused_fp4_mul_switch(monkeypatch):
         ("decode16", 7168, 2048, "mul"),
         ("decode8", 16384, 2048, "mul"),
         ("decode16", 11264, 2048, "mul"),
-        ("decode8", 11264, 2048, "shift"),  # 352 CTAs of 8 warps x 2 tiles: the grid range left out
+        ("decode8", 11264, 2048, "mul"),  # 352 CTAs of 8 warps x 2 tiles: the one-wave grid, at unroll 1
         ("decode16", 4096, 14336, "shift"),  # K >= LONG_K: the plain rule's own bound
     )
     for bucket, n, k, want in cases:
@@ -129,6 +128,33 @@ def test_fused_fp4_mul_switch(monkeypatch):
             on = fused(True, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
             assert off.decode.fp4 != "mul" and on.decode.fp4 == want, (bucket, n, k, epilogue)
             assert dataclasses.replace(on, decode=dataclasses.replace(on.decode, fp4=off.decode.fp4)) == off
+
+
+def test_fused_one_wave_rule():
+    """`fused_config` takes the plain kernel's one-wave rule (unroll 1 at M <= 8 on 8 warps x 2 tiles over a grid in
+    ONE_WAVE_CTAS's range) for ONE_WAVE_ARCHS and ONE_WAVE_EPILOGUES: not on sm_120a (another SM count), not for
+    rope_append (the norm form has its own unroll 1 pipeline), not outside the grid range or at 9..16 tokens."""
+    assert L.ONE_WAVE_EPILOGUES == ("silu_mul", "residual", "none")
+
+    def unroll(bucket, n, k, epilogue, pdl="off", arch=None, **kw):
+        return L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl, arch=arch, **kw).decode.unroll
+
+    for n, k in ((11264, 2048), (12288, 2048), (9216, 4096)):  # 352 / 384 / 288 CTAs
+        assert L.default_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").unroll == 1
+        for arch in (None, "sm_90a"):
+            assert unroll("decode8", n, k, "silu_mul", arch=arch) == 1
+            assert unroll("decode8", n, k, "residual", "wait", arch=arch) == 1
+            assert unroll("decode8", n, k, "none", "wait", arch=arch) == 1
+        assert unroll("decode8", n, k, "silu_mul", arch="sm_120a") == 2
+        assert unroll("decode16", n, k, "silu_mul") == 2
+    assert unroll("decode8", 16384, 2048, "silu_mul") == 2  # 512 CTAs: two waves either way
+    assert unroll("decode8", 7168, 2048, "residual") == 2  # 224: one wave either way
+    assert L.fused_config("decode8", 11264, 2048, "nvfp4", "bfloat16", "silu_mul", "off").decode.fp4 == "mul"
+    from flashinfer.experimental.b12x.gemm.blockscaled.api import RopeLayout
+
+    lay = RopeLayout(64, 8, 128, 16)  # qkv N = 80 x 128 = 10240: 320 CTAs
+    assert unroll("decode8", 10240, 4096, "rope_append", "wait", rope=lay) == 2
+    assert unroll("decode8", 10240, 4096, "none", "wait") == 1
 
 
 def test_heuristics_never_prefetch_until_swept():

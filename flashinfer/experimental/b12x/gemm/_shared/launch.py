@@ -80,10 +80,10 @@ def decode_config_for(
     an L2 256-byte prefetch and activations evict-last (+ clamped loads and FP4 placement by left
     shifts at M <= 8 and N >= WIDE_DECODE_N).
 
-    one_wave (the plain decode kernel; `fused_config` passes False, its registers differ): W4A16 NVFP4 at
+    one_wave (the plain decode kernel, and `fused_config` for ONE_WAVE_ARCHS x ONE_WAVE_EPILOGUES): W4A16 NVFP4 at
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
 
-    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL, with one grid range out): W4A16
+    fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL): W4A16
     NVFP4 with bf16 activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)
     at M <= 8 while `DECODE8_FP4_MUL` is on, and at 9 <= M <= 16 with K < LONG_K while `DECODE16_FP4_MUL`
     is on."""
@@ -164,18 +164,25 @@ DECODE8_FP4_MUL = True
 # session 50, after the gemm gpu tier passed with it on (H100, 622 passed). An H200 `s48_a.sh fp4` putting any of
 # the three K < LONG_K shapes at M = 16 above +0.5% turns it off.
 DECODE16_FP4_MUL = True
-# fused_config: the two rules above for the fused decode kernel too, but at M <= 8 on 8 warps x 2 tiles with a grid in
-# ONE_WAVE_CTAS's range. H100 2026-12-06 (session 51, cold weights, graph timer, "mul" against shift, two processes
-# each): 07:13 / 07:17 (`scripts/jobs/s48_a.sh fused`) silu_mul M = 1 28672 x 4096 -3.3 / -3.7%, M = 16 -0.7 / -0.7%;
-# residual M = 1 4096 x 14336 -2.5 / -2.7%, 4096 x 4096 -4.7 / -4.2%, M = 16 -0.5 / -0.2% (M = 16 4096 x 14336
-# +5.9 / +6.5%: shift by the plain rule's K < LONG_K). 07:27 (`scripts/jobs/s51_a.txt`, silu_mul at K <= 3072):
-# M = 1 16384 x 2048 -1.2 / -1.2%, 16384 x 3072 -1.5 / -1.4%, 17920 x 1536 -2.3 / -2.1%; M = 16 11264 x 2048 -3.0 /
-# -3.3%, 16384 x 2048 -3.0 / -2.9%, 16384 x 3072 -2.6 / -2.6%, 17920 x 1536 -2.6 / -2.6%. One cell loses in all four
-# runs: M = 1 11264 x 2048 (352 CTAs of 8 warps x 2 tiles) +1.5 / +2.1 / +1.7 / +1.8%, so that grid range keeps the
-# plain placement. Why is not known: ptxas 13.0 gives the kernel 100 registers under "mul", 115 under shift (2 CTAs an
-# SM either way), and "left" is fastest there (-4.8 to -5.1%), one shape, not a rule. Not timed on an H200 nor with
-# pdl on.
+# fused_config: the two rules above for the fused decode kernel too. H100 2026-12-06 (session 51, cold weights, graph
+# timer, "mul" against shift, two processes each): 07:13 / 07:17 (`scripts/jobs/s48_a.sh fused`) silu_mul M = 1
+# 28672 x 4096 -3.3 / -3.7%, M = 16 -0.7 / -0.7%; residual M = 1 4096 x 14336 -2.5 / -2.7%, 4096 x 4096 -4.7 /
+# -4.2%, M = 16 -0.5 / -0.2% (M = 16 4096 x 14336 +5.9 / +6.5%: shift by the plain rule's K < LONG_K). 07:27
+# (`scripts/jobs/s51_a.txt`, silu_mul at K <= 3072): M = 1 16384 x 2048 -1.2 / -1.2%, 16384 x 3072 -1.5 / -1.4%,
+# 17920 x 1536 -2.3 / -2.1%; M = 16 11264 x 2048 -3.0 / -3.3%, 16384 x 2048 -3.0 / -2.9%, 16384 x 3072 -2.6 / -2.6%,
+# 17920 x 1536 -2.6 / -2.6%. At unroll 2 "mul" lost at M <= 8 over the one-wave grids (11264 x 2048 +1.5 to +2.1%,
+# four runs); there the fused kernel now takes the plain kernel's one-wave rule (ONE_WAVE_EPILOGUES), and at unroll 1
+# "mul" is the fastest placement (07:37 / 07:38: -5 to -10% against shift). Not timed on an H200 nor with pdl on.
 FUSED_FP4_MUL = True
+# fused_config: the epilogues that take the plain kernel's one-wave rule (`decode_config_for`'s one_wave: unroll 1 at
+# M <= 8 on 8 warps x 2 tiles over a grid in ONE_WAVE_CTAS's range; 80 registers a lane, 3 CTAs an SM, on sm_90a with
+# ptxas 13.0 for silu_mul and residual under every FP4 placement, against 100-118 at unroll 2). H100 2026-12-06
+# 07:37 / 07:38 (session 51, `scripts/jobs/s51_a.txt` gemm51_1w against gemm51_1w_u1, cold weights, graph timer),
+# silu_mul, unroll 2 with shift -> unroll 1 with mul, µs: M = 1 11264 x 2048 9.40 -> 7.11 / 9.36 -> 7.14, M = 8
+# 9.68 -> 7.65 / 9.71 -> 7.65; 12288 x 2048 M = 1 9.46 -> 7.35 / 9.54 -> 7.34, M = 8 9.71 -> 7.87 / 9.71 -> 7.87;
+# 9216 x 4096 M = 1 14.26 -> 10.98 / 14.26 -> 11.01, M = 8 15.25 -> 11.10 / 15.15 -> 11.12 (-19 to -27%).
+# rope_append (more registers: early tables) and the norm form (its own unroll 1 pipeline) are left out.
+ONE_WAVE_EPILOGUES = ("silu_mul", "residual", "none")
 # decode_config_for: the 8-warp x 2-tile grids (N / 32 CTAs) over one H200 wave at unroll 2 (2 CTAs an SM x
 # 132 SMs) and within one at unroll 1 (3 an SM). SM-count specific: on 170 SMs (RTX 5090) the range would be
 # (340, 510], on 188 (RTX PRO 6000) (376, 564], on 48 (DGX Spark) (96, 144], and the registers behind the
@@ -263,6 +270,7 @@ def fused_config(
     rope=None,
     hints: bool | None = None,
     span: str | None = None,
+    arch: str | None = None,
 ):
     """The fused decode kernel's `FusedConfig` (blockscaled/_kernel_decode_fused: a fused epilogue and/or
     programmatic dependent launch) for a decode bucket: `decode_config_for`'s K loop with one warp group
@@ -279,7 +287,9 @@ def fused_config(
     tokens (a sweep switch, unset: off). span: FusedConfig.span, None for `prefetch_span`'s choice
     (opts may also carry "span=rows" / "span=step"); hints: the base takes `decode_config_for`'s cache
     hints (False: the plain loads of every fused plan before session 25), None for all but a whole-row
-    prefetch (pdl "prefetch" with span "rows", whose weight is in L2 when the K loop reads it).
+    prefetch (pdl "prefetch" with span "rows", whose weight is in L2 when the K loop reads it). arch: the
+    plain kernel's one-wave rule (unroll 1 over a grid in ONE_WAVE_CTAS's range) for ONE_WAVE_ARCHS and the
+    ONE_WAVE_EPILOGUES, as `default_config` gives it (None: a shape-only query).
 
     H200 2026-12-03 07:10-07:30 (session 25, `bench_gemm --sweep-subset pdl`, W4A16 NVFP4, cold weights,
     M = 1 / 16 at 4096 x 4096, 28672 x 4096, 4096 x 14336, 7168 x 2048; `bench_block` A/B): the hints
@@ -301,13 +311,10 @@ def fused_config(
         raise ValueError(reason)
     if hints is None:
         hints = not (pdl == "prefetch" and span == "rows")
-    max_m = BUCKET_MAX_M[bucket]
-    base = decode_config_for(max_m, n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=FUSED_FP4_MUL)
-    one_wave_grid = (base.ntiles, base.warps, base.tiles) == (1, 8, 2) and ONE_WAVE_CTAS[0] < -(
-        -n // 32
-    ) <= ONE_WAVE_CTAS[1]
-    if base.fp4 == "mul" and one_wave_grid:  # the one cell where "mul" lost (FUSED_FP4_MUL)
-        base = decode_config_for(max_m, n, k, b_fmt, a_fmt, hints=hints, one_wave=False, fp4_mul=False)
+    one_wave = arch in ONE_WAVE_ARCHS and epilogue in ONE_WAVE_EPILOGUES and not norm
+    base = decode_config_for(
+        BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=one_wave, fp4_mul=FUSED_FP4_MUL
+    )
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
@@ -382,7 +389,7 @@ def pdl_config(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, pdl: 
         base = default_config(bucket, n, k, b_fmt, a_fmt=a_fmt, arch=arch)
         if type(base).__name__ == "DecodeConfig" and base.wn > 1:
             return dataclasses.replace(base, pdl_wait=True)
-    return fused_config(bucket, n, k, b_fmt, a_fmt, pdl=pdl)
+    return fused_config(bucket, n, k, b_fmt, a_fmt, pdl=pdl, arch=arch)
 
 
 def is_fused(config) -> bool:

@@ -122,7 +122,7 @@ class GemmPlan(Plan):
         q = self.caps
         if EP.fused(q.epilogue, q.pdl, q.norm):
             fused = lambda b: L.fused_config(  # noqa: E731
-                b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm, rope=q.rope
+                b, q.n, q.k, q.b_format, q.a_format, q.epilogue, q.pdl, norm=q.norm, rope=q.rope, arch=arch
             )
             if q.epilogue == "none" and not q.norm and q.rope is None:  # pdl alone (`L.pdl_config`)
                 fused = lambda b: L.pdl_config(b, q.n, q.k, q.b_format, q.a_format, q.pdl, arch)  # noqa: E731
@@ -243,7 +243,7 @@ def _launcher(p: Problem, device: torch.device, plan_obj, expected_m, epilogue="
     fused = EP.fused(epilogue, "off", norm)
     arch = _arch(device)
     if fused:
-        cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm, rope=rope)
+        cfg = L.fused_config(bucket, p.n, p.k, p.b.fmt, p.a.fmt, epilogue, norm=norm, rope=rope, arch=arch)
     else:
         cfg = L.default_config(bucket, b_fmt=p.b.fmt, a_fmt=p.a.fmt, arch=arch)  # shape-blind, as a key
     return L.make_launcher(p.a.fmt, p.b.fmt, p.out_dtype, bucket, arch, cfg), cfg
