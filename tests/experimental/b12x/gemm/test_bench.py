@@ -279,8 +279,8 @@ def test_epilogue_applies_and_sweeps_the_fused_groups():
 
 @pytest.mark.parametrize("epilogue,m,n,k", [("silu_mul", 1, 28672, 4096), ("residual", 16, 4096, 4096)])
 def test_epilogue_fp4_subset(epilogue, m, n, k):
-    """--sweep-subset fp4 with an epilogue: the fused kernel launched plainly, fused_config's placement first, then
-    the other two; each runnable; nothing for FP8 weights."""
+    """--sweep-subset fp4 with an epilogue: the fused kernel launched plainly, then under pdl "wait", each time
+    fused_config's placement first, then the other two; each runnable; nothing for FP8 weights."""
     import dataclasses
 
     from flashinfer.experimental.b12x.gemm._shared import launch as L
@@ -288,10 +288,12 @@ def test_epilogue_fp4_subset(epilogue, m, n, k):
 
     bucket = L.bucket_for(m)
     cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "fp4", "bfloat16", epilogue)
-    assert cands[0] == L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue)
-    assert sorted(c.decode.fp4 for c in cands) == ["left", "mul", "shift"]
-    assert all(L.is_fused(c) and c.epilogue == epilogue and c.pdl == "off" for c in cands)
-    same = cands[0].decode.fp4  # the candidates differ from the first in the placement only
-    assert all(dataclasses.replace(c, decode=dataclasses.replace(c.decode, fp4=same)) == cands[0] for c in cands)
+    assert len(cands) == 6
+    for pdl, group in (("off", cands[:3]), ("wait", cands[3:])):
+        assert group[0] == L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
+        assert sorted(c.decode.fp4 for c in group) == ["left", "mul", "shift"]
+        assert all(L.is_fused(c) and c.epilogue == epilogue and c.pdl == pdl for c in group)
+        same = group[0].decode.fp4  # the candidates differ from the first in the placement only
+        assert all(dataclasses.replace(c, decode=dataclasses.replace(c.decode, fp4=same)) == group[0] for c in group)
     assert all(F.why_not("bfloat16", "nvfp4", "bfloat16", c) is None for c in cands)
     assert BG.sweep_configs(bucket, m, n, k, "mxfp8", "fp4", "bfloat16", epilogue) == ()
