@@ -5,13 +5,16 @@
 #          decode GEMM's streaming variants (FP4 placements give one another's bits);
 #   fp4:   #6's FP4 placement A/B (s48_b.txt gemm48_fp4: the heuristic against "mul"; any GPU);
 #   peers: #6 against cuBLAS / _scaled_mm / int4pack on the current defaults (s48_b.txt gemm50_peers; session 50);
-#   fused: the fused decode kernel's FP4 placements with silu_mul / residual (s48_b.txt gemm50_fused_fp4_*; any GPU);
+#   fused: the fused decode kernel's FP4 placements with silu_mul / residual, plain and under pdl "wait" (s48_b.txt
+#          gemm50_fused_fp4_*; any GPU);
+#   onewave: the fused kernel's one-wave grids on today's rule (unroll 1, mul; s51_a.txt gemm51_1w / gemm51_1w_res;
+#          session 51's H100 figures in docs/performance.md);
 #   grid:  #8's decode grid on today's defaults (H200 only: the prediction is in docs/predictions/attention.md);
 #   mid:   the NVFP4 preload range in two processes, then session 47's rule on them (H200 only).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 t=tests/experimental/b12x
-case ${1:?usage: s48_a.sh tests|fp4|peers|fused|grid|mid} in
+case ${1:?usage: s48_a.sh tests|fp4|peers|fused|onewave|grid|mid} in
   tests)
     bash scripts/jobs/gpu_tests.sh "$t/gemm/test_block_fp8_linear_custom_op_gpu.py" "$t/gemm/test_custom_op_gpu.py" \
       "$t/moe/test_fused_moe_custom_op_gpu.py" "$t/attention/test_paged_custom_op_gpu.py" \
@@ -19,6 +22,7 @@ case ${1:?usage: s48_a.sh tests|fp4|peers|fused|grid|mid} in
   fp4) TAIL=${TAIL:-40} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm48_fp4 ;;
   peers) TAIL=${TAIL:-45} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm50_peers ;;
   fused) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm50_fused_fp4_silu gemm50_fused_fp4_res ;;
+  onewave) TAIL=${TAIL:-16} bash scripts/jobs/named.sh scripts/jobs/s51_a.txt gemm51_1w gemm51_1w_res ;;
   grid) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s46_a.txt att46_grid ;;
   mid)
     TAIL=${TAIL:-24} bash scripts/jobs/named.sh scripts/jobs/s47_a.txt q47_mid q47_mid2
