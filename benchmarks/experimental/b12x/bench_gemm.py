@@ -123,6 +123,13 @@ def _weight_format(recipe: str) -> str:
     return recipe.split("_", 1)[1] if recipe.startswith(("w4a16", "w8a16")) else recipe.replace("_linear", "")
 
 
+def _fp4(fmt: str) -> bool:
+    """Whether `fmt` is a 4-bit weight format (the FP4 placements' sweeps: `DecodeConfig.fp4`)."""
+    from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
+
+    return fmt in FORMAT and FORMAT[fmt].value_bits == 4
+
+
 def operand_bytes(fmt: str, rows: int, k: int) -> int:
     """Bytes of a [rows, K] operand in `fmt`, scales included (fp8_block A: per token per 128)."""
     from flashinfer.experimental.b12x.gemm._shared.formats import FORMAT
@@ -425,7 +432,7 @@ def sweep_configs(
         cands = (base,) + DS.stream_variants(base)
     if subset == "fp4":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
-        cands = (base,) + DS.fp4_variants(base) if b_fmt in ("nvfp4", "mxfp4") else ()
+        cands = (base,) + DS.fp4_variants(base) if _fp4(b_fmt) else ()
     if subset == "probe":
         base = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
         cands = (base,) + DS.probe_variants(base)
@@ -464,7 +471,7 @@ def epilogue_fp4(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epi
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 
-    if b_fmt not in ("nvfp4", "mxfp4"):
+    if not _fp4(b_fmt):
         return ()
     out = []
     for pdl in ("off", "wait"):
