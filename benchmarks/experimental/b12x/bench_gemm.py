@@ -71,7 +71,7 @@ and writes [M, I], residual adds a [M, N] tensor before the one rounding; the by
 and the smaller output. With --sweep-subset ksplit the sweep times the fused kernel launched plainly and
 under pdl "wait", with one warp group and, where the plain heuristic has them, with its groups (wn): the
 measurement fused_config's groups wait on; with --sweep-subset fp4 it times the fused kernel launched plainly
-and under pdl "wait" with each FP4 placement. torch's peers time the GEMM alone (no epilogue).
+and under pdl "wait" and "prefetch" with each FP4 placement. torch's peers time the GEMM alone (no epilogue).
 Without --json the report goes to $OUT/b12x_gemm.json when $OUT is set.
 """
 
@@ -465,16 +465,17 @@ def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, 
 
 
 def epilogue_fp4(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str) -> tuple:
-    """--sweep-subset fp4 with an epilogue: the fused decode kernel launched plainly, then under pdl "wait" (a serving
-    chain's launch), each time with fused_config's FP4 placement first and then each other one (`DecodeConfig.fp4`):
-    the A/B behind `launch.FUSED_FP4_MUL` (session 51 timed the plain launches)."""
+    """--sweep-subset fp4 with an epilogue: the fused decode kernel launched plainly, then under pdl "wait" and
+    "prefetch" (a serving chain's launches; "prefetch" of a small weight is the demo block's unhinted whole-row form),
+    each time with fused_config's FP4 placement first and then each other one (`DecodeConfig.fp4`): the A/B behind
+    `launch.FUSED_FP4_MUL` (session 51 timed the plain launches)."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 
     if not _fp4(b_fmt):
         return ()
     out = []
-    for pdl in ("off", "wait"):
+    for pdl in ("off", "wait", "prefetch"):
         base = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl)
         out += [base, *(replace(base, decode=cfg) for cfg in DS.fp4_variants(base.decode))]
     return tuple(out)

@@ -279,8 +279,8 @@ def test_epilogue_applies_and_sweeps_the_fused_groups():
 
 @pytest.mark.parametrize("epilogue,m,n,k", [("silu_mul", 1, 28672, 4096), ("residual", 16, 4096, 4096)])
 def test_epilogue_fp4_subset(epilogue, m, n, k):
-    """--sweep-subset fp4 with an epilogue: the fused kernel launched plainly, then under pdl "wait", each time
-    fused_config's placement first, then the other two; each runnable; nothing for FP8 weights."""
+    """--sweep-subset fp4 with an epilogue: the fused kernel launched plainly, then under pdl "wait" and "prefetch",
+    each time fused_config's placement first, then the other two; each runnable; nothing for FP8 weights."""
     import dataclasses
 
     from flashinfer.experimental.b12x.gemm._shared import launch as L
@@ -288,8 +288,8 @@ def test_epilogue_fp4_subset(epilogue, m, n, k):
 
     bucket = L.bucket_for(m)
     cands = BG.sweep_configs(bucket, m, n, k, "nvfp4", "fp4", "bfloat16", epilogue)
-    assert len(cands) == 6
-    for pdl, group in (("off", cands[:3]), ("wait", cands[3:])):
+    assert len(cands) == 9
+    for pdl, group in (("off", cands[:3]), ("wait", cands[3:6]), ("prefetch", cands[6:])):
         assert group[0] == L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
         assert sorted(c.decode.fp4 for c in group) == ["left", "mul", "shift"]
         assert all(L.is_fused(c) and c.epilogue == epilogue and c.pdl == pdl for c in group)
