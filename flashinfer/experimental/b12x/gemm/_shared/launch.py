@@ -172,7 +172,8 @@ DECODE16_FP4_MUL = True
 # 17920 x 1536 -2.3 / -2.1%; M = 16 11264 x 2048 -3.0 / -3.3%, 16384 x 2048 -3.0 / -2.9%, 16384 x 3072 -2.6 / -2.6%,
 # 17920 x 1536 -2.6 / -2.6%. At unroll 2 "mul" lost at M <= 8 over the one-wave grids (11264 x 2048 +1.5 to +2.1%,
 # four runs); there the fused kernel now takes the plain kernel's one-wave rule (ONE_WAVE_EPILOGUES), and at unroll 1
-# "mul" is the fastest placement (07:37 / 07:38: -5 to -10% against shift). Not timed on an H200 nor with pdl on.
+# "mul" is the fastest placement (07:37-07:44: silu_mul -4.5 to -10%, residual -1.5 to -4.3% against shift). Not
+# timed on an H200 nor with pdl on.
 FUSED_FP4_MUL = True
 # fused_config: the epilogues that take the plain kernel's one-wave rule (`decode_config_for`'s one_wave: unroll 1 at
 # M <= 8 on 8 warps x 2 tiles over a grid in ONE_WAVE_CTAS's range; 80 registers a lane, 3 CTAs an SM, on sm_90a with
