@@ -157,6 +157,34 @@ def test_fused_one_wave_rule():
     assert unroll("decode8", 10240, 4096, "none", "wait") == 1
 
 
+@pytest.mark.parametrize("four,d16", [(False, False), (True, False), (False, True), (True, True)])
+def test_staged_wave_rules(monkeypatch, four, d16):
+    """`launch.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM) and
+    `DECODE16_ONE_WAVE` (9..16 tokens over 265-396: unroll 1, 3 CTAs an SM) each reach their own grids only, in the
+    plain and the fused kernel (ONE_WAVE_EPILOGUES), never on sm_120a; off, nothing changes."""
+    monkeypatch.setattr(L, "FOUR_CTA_WAVE", four)
+    monkeypatch.setattr(L, "DECODE16_ONE_WAVE", d16)
+
+    def knobs(bucket, n, k, arch=None, epilogue=None):
+        if epilogue is None:
+            cfg = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16", arch=arch)
+        else:
+            cfg = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, "off", arch=arch).decode
+        return cfg.unroll, cfg.minctas
+
+    for epilogue in (None, "silu_mul", "residual"):
+        for n, k in ((13312, 2048), (14336, 4096), (16384, 2048)):  # 416 / 448 / 512 CTAs
+            assert knobs("decode8", n, k, epilogue=epilogue) == ((1, 4) if four else (2, 0))
+            assert knobs("decode8", n, k, "sm_120a", epilogue) == (2, 0)
+        assert knobs("decode8", 11264, 2048, epilogue=epilogue) == (1, 0)  # today's one-wave rule
+        assert knobs("decode8", 17408, 2048, epilogue=epilogue) == (2, 0)  # 544 CTAs: past four an SM
+        for n, k in ((11264, 2048), (12288, 4096), (9216, 4096)):
+            assert knobs("decode16", n, k, epilogue=epilogue) == ((1, 3) if d16 else (2, 0))
+            assert knobs("decode16", n, k, "sm_120a", epilogue) == (2, 0)
+        assert knobs("decode16", 16384, 2048, epilogue=epilogue)[1] == 0  # 512 CTAs
+        assert knobs("decode16", 7168, 2048, epilogue=epilogue) == (2, 0)  # 224: one wave at unroll 2
+
+
 def test_heuristics_never_prefetch_until_swept():
     for m in (1, 16, 32, 64):
         assert L.default_config(L.bucket_for(m)).prefetch == 0

@@ -132,13 +132,21 @@ def decode_config_for(
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N:
             config = dataclasses.replace(config, clamp=True, fp4="left")
-        if one_wave and ntiles == 1 and (warps, tiles) == (8, 2) and ONE_WAVE_CTAS[0] < -(-n // 32) <= ONE_WAVE_CTAS[1]:
+        ctas = -(-n // 32)
+        if one_wave and (warps, tiles) == (8, 2) and ntiles == 1 and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
             # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
             # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
             # instead of 1-2. H200 2026-12-03 15:50 (session 28, bench_gemm --cold-weights --sweep-subset
             # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
             # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
             config = dataclasses.replace(config, unroll=1)
+        elif one_wave and (warps, tiles) == (8, 2):
+            # Staged, off (FOUR_CTA_WAVE, DECODE16_ONE_WAVE): the same one wave past that range at M <= 8 (4 CTAs an
+            # SM) and over it at 9..16 tokens (3 an SM), each by a register bound.
+            if ntiles == 1 and FOUR_CTA_WAVE and ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:
+                config = dataclasses.replace(config, unroll=1, minctas=4)
+            elif ntiles == 2 and DECODE16_ONE_WAVE and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
+                config = dataclasses.replace(config, unroll=1, minctas=3)
     if fp4_mul and hints and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
         # instructions; f16 compute would fall back to "left", 8% slower at 4096 x 14336). Cold weights, graph
@@ -192,6 +200,16 @@ ONE_WAVE_EPILOGUES = ("silu_mul", "residual", "none")
 # arch, not the SM count: an SM120 rule wants the device's count in the selection first.
 ONE_WAVE_CTAS = (2 * 132, 3 * 132)
 ONE_WAVE_ARCHS = (None, "sm_90a")
+# decode_config_for's staged wave rules (session 51; off, not timed; the A/B is `scripts/jobs/s48_a.sh waves`, the
+# prediction in docs/predictions/gemm_decode.md, session 51). Both bound the 8-warp x 2-tile kernel's registers so
+# that its grid runs in one wave of 132 SMs, for the plain kernel and, through fused_config's one_wave, the fused one:
+# FOUR_CTA_WAVE: M <= 8 over ONE_WAVE_CTAS[1] < N / 32 <= FOUR_CTA_CTAS at unroll 1 and 4 CTAs an SM (ptxas 13.0
+#   sm_90a: 64 registers, 0-8 bytes of stack); DECODE16_ONE_WAVE: 9..16 tokens over ONE_WAVE_CTAS's range at unroll
+#   1 and 3 CTAs an SM (80 registers, 24-32 bytes of stack). Each switch goes on only after its A/B won in every
+#   cell and the gemm gpu tier passed with it.
+FOUR_CTA_WAVE = False
+DECODE16_ONE_WAVE = False
+FOUR_CTA_CTAS = 4 * 132
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
