@@ -24,7 +24,9 @@ case ${1:?usage: s48_a.sh tests|fp4|peers|fused|waves|onewave|grid|mid} in
       "$t/attention/test_paged_extend_gpu.py" "$t/gemm/test_decode_stream_gpu.py" ;;
   fp4) TAIL=${TAIL:-40} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm48_fp4 ;;
   peers) TAIL=${TAIL:-45} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm50_peers ;;
-  fused) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm50_fused_fp4_silu gemm50_fused_fp4_res ;;
+  fused)
+    TAIL=${TAIL:-4} bash scripts/jobs/named.sh scripts/jobs/s48_b.txt gemm50_fused_fp4_silu gemm50_fused_fp4_res
+    python3 scripts/sweep_summary.py /tmp/b12x-par/gemm50_fused_fp4_{silu,res}.json --fields pdl unroll fp4 ;;
   waves)
     f=scripts/jobs/s51_a.txt
     TAIL=2 bash scripts/jobs/named.sh $f gemm51_1w16 gemm51_1w16p gemm51_4w gemm51_4wf gemm51_4w1 >/dev/null
@@ -34,7 +36,9 @@ case ${1:?usage: s48_a.sh tests|fp4|peers|fused|waves|onewave|grid|mid} in
     for j in gemm51_1w16 gemm51_1w16p gemm51_4w gemm51_4wf gemm51_4w1; do
       echo "== $j (A) against ${j}_b (B)"; python3 scripts/ab_summary.py /tmp/b12x-par/$j.json /tmp/b12x-par/${j}_b.json
     done ;;
-  onewave) TAIL=${TAIL:-16} bash scripts/jobs/named.sh scripts/jobs/s51_a.txt gemm51_1w gemm51_1w_res ;;
+  onewave)
+    TAIL=${TAIL:-4} bash scripts/jobs/named.sh scripts/jobs/s51_a.txt gemm51_1w gemm51_1w_res
+    python3 scripts/sweep_summary.py /tmp/b12x-par/gemm51_1w{,_res}.json --fields pdl unroll fp4 ;;
   grid) TAIL=${TAIL:-30} bash scripts/jobs/named.sh scripts/jobs/s46_a.txt att46_grid ;;
   mid)
     TAIL=${TAIL:-24} bash scripts/jobs/named.sh scripts/jobs/s47_a.txt q47_mid q47_mid2
