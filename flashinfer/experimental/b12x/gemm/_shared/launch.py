@@ -133,19 +133,20 @@ def decode_config_for(
         if ntiles == 1 and n >= WIDE_DECODE_N:
             config = dataclasses.replace(config, clamp=True, fp4="left")
         ctas = -(-n // 32)
-        if one_wave and (warps, tiles) == (8, 2) and ntiles == 1 and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
-            # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
-            # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
-            # instead of 1-2. H200 2026-12-03 15:50 (session 28, bench_gemm --cold-weights --sweep-subset
-            # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
-            # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
-            config = dataclasses.replace(config, unroll=1)
-        elif one_wave and (warps, tiles) == (8, 2):
+        in_range = ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]
+        if one_wave and (warps, tiles) == (8, 2):
+            if ntiles == 1 and in_range:
+                # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
+                # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
+                # instead of 1-2. H200 2026-12-03 15:50 (session 28, bench_gemm --cold-weights --sweep-subset
+                # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
+                # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
+                config = dataclasses.replace(config, unroll=1)
             # Staged, off (FOUR_CTA_WAVE, DECODE16_ONE_WAVE): the same one wave past that range at M <= 8 (4 CTAs an
             # SM) and over it at 9..16 tokens (3 an SM), each by a register bound.
-            if ntiles == 1 and FOUR_CTA_WAVE and ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:
+            elif ntiles == 1 and FOUR_CTA_WAVE and ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:
                 config = dataclasses.replace(config, unroll=1, minctas=4)
-            elif ntiles == 2 and DECODE16_ONE_WAVE and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
+            elif ntiles == 2 and DECODE16_ONE_WAVE and in_range:
                 config = dataclasses.replace(config, unroll=1, minctas=3)
     if fp4_mul and hints and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
