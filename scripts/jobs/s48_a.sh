@@ -5,8 +5,8 @@
 #          decode GEMM's streaming variants (FP4 placements give one another's bits);
 #   fp4:   #6's FP4 placement A/B (s48_b.txt gemm48_fp4: the heuristic against "mul"; any GPU);
 #   peers: #6 against cuBLAS / _scaled_mm / int4pack on the current defaults (s48_b.txt gemm50_peers; session 50);
-#   fused: the fused decode kernel's FP4 placements with silu_mul / residual, plain and under pdl "wait" (s48_b.txt
-#          gemm50_fused_fp4_*; any GPU);
+#   fused: the fused decode kernel's FP4 placements with silu_mul / residual, plain and under pdl "wait" and
+#          "prefetch" (s48_b.txt gemm50_fused_fp4_*; any GPU);
 #   waves: session 51's staged wave experiments (any GPU, ~4 min): decode16's one-wave grids at unroll 1 + minctas 3
 #          (fused, plain) and four CTAs an SM at M <= 8 (unroll 1 + minctas 4), each job plainly, then under its
 #          B12X_GEMM_DECODE_OPTS, then scripts/ab_summary.py on each pair (B = the options);
