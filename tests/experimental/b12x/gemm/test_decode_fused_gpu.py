@@ -247,19 +247,21 @@ def test_minctas_gate_up_matches_reference(unroll):
 @pytest.mark.parametrize(
     "epilogue, n, k, m",
     [("silu_mul", 28672, 4096, 1), ("silu_mul", 28672, 4096, 16), ("residual", 4096, 4096, 1),
-     ("residual", 4096, 4096, 16), ("silu_mul", 11264, 2048, 1), ("residual", 12288, 4096, 8)],
+     ("residual", 4096, 4096, 16), ("silu_mul", 11264, 2048, 1), ("residual", 12288, 4096, 8),
+     ("silu_mul", 14336, 4096, 8)],
 )  # fmt: skip
 def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
     """The fused kernel's FP4 placements (shift, left, mul; "mul" is its heuristic at these shapes since session 51,
     `launch.FUSED_FP4_MUL`) place the same bits before the same scale multiply, MMAs and epilogue: outputs equal
-    bitwise, NaN-poisoned, and the heuristic's within the project's tolerance of the fp32 reference. The last two
-    cases are one-wave grids (`launch.ONE_WAVE_EPILOGUES`: unroll 1)."""
+    bitwise, NaN-poisoned, and the heuristic's within the project's tolerance of the fp32 reference. The last three
+    cases are one-wave grids (`launch.ONE_WAVE_EPILOGUES`: unroll 1; 14336 x 4096 at 4 CTAs an SM, `FOUR_CTA_WAVE`)."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
     bucket = L.bucket_for(m)
     base = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, "off")
     assert base.decode.fp4 == ("mul" if L.FUSED_FP4_MUL else "shift")
-    assert (base.decode.unroll == 1) == (n in (11264, 12288))
+    assert (base.decode.unroll == 1) == (n in (11264, 12288, 14336))
+    assert base.decode.minctas == (4 if n == 14336 else 0)
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=5 * m + n, device="cuda", weight=_weight(n, k))
     res = _residual(m, n, m + 1) if epilogue == "residual" else None
     outs = {}

@@ -60,7 +60,7 @@ def test_stream_variants_at_issue_shapes(m, n, k):
         (KD.DecodeConfig(4, 1, 1, 2, clamp=True, fp4="left"), 1),
         (KD.DecodeConfig(16, 2, 2, 2, wn=4, ashare=True, acache="el"), 16),
         (KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True, clamp=True), 7),
-        # the staged wave rules' register bounds (`launch.FOUR_CTA_WAVE`, `DECODE16_ONE_WAVE`; a short stack)
+        # the wave rules' register bounds (`launch.FOUR_CTA_WAVE`, `DECODE16_ONE_WAVE`; a short stack)
         (KD.DecodeConfig(8, 2, 1, 1, wcache="na256", acache="el", fp4="mul", minctas=4), 5),
         (KD.DecodeConfig(8, 2, 2, 1, wcache="na256", acache="el", fp4="mul", minctas=3), 13),
     ],

@@ -133,7 +133,8 @@ def test_fused_fp4_mul_switch(monkeypatch):
 def test_fused_one_wave_rule():
     """`fused_config` takes the plain kernel's one-wave rule (unroll 1 at M <= 8 on 8 warps x 2 tiles over a grid in
     ONE_WAVE_CTAS's range) for ONE_WAVE_ARCHS and ONE_WAVE_EPILOGUES: not on sm_120a (another SM count), not for
-    rope_append (the norm form has its own unroll 1 pipeline), not outside the grid range or at 9..16 tokens."""
+    rope_append (the norm form has its own unroll 1 pipeline), not past four CTAs an SM (`FOUR_CTA_WAVE`) or at 9..16
+    tokens (`DECODE16_ONE_WAVE` is the plain kernel's)."""
     assert L.ONE_WAVE_EPILOGUES == ("silu_mul", "residual", "none")
 
     def unroll(bucket, n, k, epilogue, pdl="off", arch=None, **kw):
@@ -147,7 +148,8 @@ def test_fused_one_wave_rule():
             assert unroll("decode8", n, k, "none", "wait", arch=arch) == 1
         assert unroll("decode8", n, k, "silu_mul", arch="sm_120a") == 2
         assert unroll("decode16", n, k, "silu_mul") == 2
-    assert unroll("decode8", 16384, 2048, "silu_mul") == 2  # 512 CTAs: two waves either way
+    assert unroll("decode8", 16384, 2048, "silu_mul") == 1  # 512 CTAs: one wave of four an SM (FOUR_CTA_WAVE)
+    assert unroll("decode8", 17408, 2048, "silu_mul") == 2  # 544: past four an SM
     assert unroll("decode8", 7168, 2048, "residual") == 2  # 224: one wave either way
     assert L.fused_config("decode8", 11264, 2048, "nvfp4", "bfloat16", "silu_mul", "off").decode.fp4 == "mul"
     from flashinfer.experimental.b12x.gemm.blockscaled.api import RopeLayout
@@ -157,11 +159,16 @@ def test_fused_one_wave_rule():
     assert unroll("decode8", 10240, 4096, "none", "wait") == 1
 
 
+def test_wave_rules_on():
+    assert L.FOUR_CTA_WAVE and L.DECODE16_ONE_WAVE  # session 52's H100 A/B (launch.py has the figures)
+    assert L.DECODE16_WAVE_CTAS == (330, 396)
+
+
 @pytest.mark.parametrize("four,d16", [(False, False), (True, False), (False, True), (True, True)])
-def test_staged_wave_rules(monkeypatch, four, d16):
-    """`launch.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM) and
-    `DECODE16_ONE_WAVE` (9..16 tokens over 265-396: unroll 1, 3 CTAs an SM) each reach their own grids only, in the
-    plain and the fused kernel (ONE_WAVE_EPILOGUES), never on sm_120a; off, nothing changes."""
+def test_wave_rules(monkeypatch, four, d16):
+    """`launch.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM; the plain and
+    the fused kernel, ONE_WAVE_EPILOGUES) and `DECODE16_ONE_WAVE` (9..16 tokens over 331-396: unroll 1, 3 CTAs an SM;
+    the plain kernel only) each reach their own grids only, never on sm_120a; off, nothing changes."""
     monkeypatch.setattr(L, "FOUR_CTA_WAVE", four)
     monkeypatch.setattr(L, "DECODE16_ONE_WAVE", d16)
 
@@ -176,13 +183,13 @@ def test_staged_wave_rules(monkeypatch, four, d16):
         for n, k in ((13312, 2048), (14336, 4096), (16384, 2048)):  # 416 / 448 / 512 CTAs
             assert knobs("decode8", n, k, epilogue=epilogue) == ((1, 4) if four else (2, 0))
             assert knobs("decode8", n, k, "sm_120a", epilogue) == (2, 0)
-        assert knobs("decode8", 11264, 2048, epilogue=epilogue) == (1, 0)  # today's one-wave rule
+        assert knobs("decode8", 11264, 2048, epilogue=epilogue) == (1, 0)  # the one-wave rule
         assert knobs("decode8", 17408, 2048, epilogue=epilogue) == (2, 0)  # 544 CTAs: past four an SM
-        for n, k in ((11264, 2048), (12288, 4096), (9216, 4096)):
-            assert knobs("decode16", n, k, epilogue=epilogue) == ((1, 3) if d16 else (2, 0))
+        for n, k in ((10752, 2048), (11264, 2048), (12288, 4096), (12672, 2048)):  # 336 / 352 / 384 / 396 CTAs
+            assert knobs("decode16", n, k, epilogue=epilogue) == ((1, 3) if d16 and epilogue is None else (2, 0))
             assert knobs("decode16", n, k, "sm_120a", epilogue) == (2, 0)
-        assert knobs("decode16", 16384, 2048, epilogue=epilogue)[1] == 0  # 512 CTAs
-        assert knobs("decode16", 7168, 2048, epilogue=epilogue) == (2, 0)  # 224: one wave at unroll 2
+        for n, k in ((9216, 4096), (10560, 2048), (12704, 2048), (16384, 2048), (7168, 2048)):  # 288 330 397 512 224
+            assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
 
 
 def test_heuristics_never_prefetch_until_swept():

@@ -57,6 +57,7 @@ def decode_config_for(
     hints: bool = True,
     one_wave: bool = True,
     fp4_mul: bool = True,
+    fused: bool = False,
 ):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
@@ -81,7 +82,9 @@ def decode_config_for(
     shifts at M <= 8 and N >= WIDE_DECODE_N).
 
     one_wave (the plain decode kernel, and `fused_config` for ONE_WAVE_ARCHS x ONE_WAVE_EPILOGUES): W4A16 NVFP4 at
-    M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`).
+    M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`), and
+    past that range bounds registers to 4 CTAs an SM (`FOUR_CTA_WAVE`); the plain kernel only (fused False) does
+    the same at 9..16 tokens over `DECODE16_WAVE_CTAS` (`DECODE16_ONE_WAVE`).
 
     fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL): W4A16
     NVFP4 with bf16 activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)
@@ -142,11 +145,16 @@ def decode_config_for(
                 # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
                 # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
                 config = dataclasses.replace(config, unroll=1)
-            # Staged, off (FOUR_CTA_WAVE, DECODE16_ONE_WAVE): the same one wave past that range at M <= 8 (4 CTAs an
-            # SM) and over it at 9..16 tokens (3 an SM), each by a register bound.
+            # Past that range at M <= 8 (4 CTAs an SM) and over its upper part at 9..16 tokens (3 an SM, the plain
+            # kernel only), each by a register bound; the figures are at FOUR_CTA_WAVE / DECODE16_ONE_WAVE.
             elif ntiles == 1 and FOUR_CTA_WAVE and ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:
                 config = dataclasses.replace(config, unroll=1, minctas=4)
-            elif ntiles == 2 and DECODE16_ONE_WAVE and in_range:
+            elif (
+                ntiles == 2
+                and DECODE16_ONE_WAVE
+                and not fused
+                and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
+            ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
     if fp4_mul and hints and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
@@ -201,16 +209,23 @@ ONE_WAVE_EPILOGUES = ("silu_mul", "residual", "none")
 # arch, not the SM count: an SM120 rule wants the device's count in the selection first.
 ONE_WAVE_CTAS = (2 * 132, 3 * 132)
 ONE_WAVE_ARCHS = (None, "sm_90a")
-# decode_config_for's staged wave rules (session 51; off, not timed; the A/B is `scripts/jobs/s48_a.sh waves`, the
-# prediction in docs/predictions/gemm_decode.md, session 51). Both bound the 8-warp x 2-tile kernel's registers so
-# that its grid runs in one wave of 132 SMs, for the plain kernel and, through fused_config's one_wave, the fused one:
+# decode_config_for's wave rules past ONE_WAVE_CTAS (built in session 51, timed and switched on in session 52). Each
+# bounds the 8-warp x 2-tile kernel's registers so that its grid runs in one wave of 132 SMs. H100 2026-12-06 09:15
+# (session 52, `scripts/jobs/s48_a.sh waves`: cold weights, graph timer, the default against the rule's options).
 # FOUR_CTA_WAVE: M <= 8 over ONE_WAVE_CTAS[1] < N / 32 <= FOUR_CTA_CTAS at unroll 1 and 4 CTAs an SM (ptxas 13.0
-#   sm_90a: 64 registers, 0-8 bytes of stack); DECODE16_ONE_WAVE: 9..16 tokens over ONE_WAVE_CTAS's range at unroll
-#   1 and 3 CTAs an SM (80 registers, 24-32 bytes of stack). Each switch goes on only after its A/B won in every
-#   cell and the gemm gpu tier passed with it.
-FOUR_CTA_WAVE = False
-DECODE16_ONE_WAVE = False
+#   sm_90a: 64 registers, 0-8 bytes of stack), the plain and (fused_config's one_wave) the fused kernel. µs, M = 1 /
+#   M = 8: plain 13312 x 2048 -7.7 / -8.5%, 14336 x 4096 -6.0 / -6.6%, 16384 x 2048 -2.1 / -4.1%, 16384 x 3072
+#   -4.9 / -5.1%; silu_mul -16.1 / -14.8%, -15.6 / -14.7%, -2.2 / -3.7%, -6.6 / -8.2% (every cell beyond its noise).
+#   Inside ONE_WAVE_CTAS it loses (unroll 1 + minctas 4 against unroll 1: +2.3 to +3.2% at 12288 / 9216 x 4096).
+# DECODE16_ONE_WAVE: 9..16 tokens over DECODE16_WAVE_CTAS at unroll 1 and 3 CTAs an SM (80 registers, 24-32 bytes
+#   of stack), the plain kernel only. Plain, M = 9 / 16: 11264 x 2048 (352 CTAs) -2.2 (noise 4.5%) / -10.9%,
+#   12288 x 4096 (384) -11.5 / -13.7%, 9216 x 4096 (288: a short second wave) +1.3 / -1.8% (ties). The fused
+#   silu_mul kernel lost at 288 (+3.9 / +3.8%) and was mixed at 352 (+1.9 / -4.3%), so fused_config leaves it out.
+FOUR_CTA_WAVE = True
+DECODE16_ONE_WAVE = True
 FOUR_CTA_CTAS = 4 * 132
+# DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 66 CTAs (a quarter of the first), up to one wave of 3
+DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 66, ONE_WAVE_CTAS[1])
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -333,7 +348,7 @@ def fused_config(
         hints = not (pdl == "prefetch" and span == "rows")
     one_wave = arch in ONE_WAVE_ARCHS and epilogue in ONE_WAVE_EPILOGUES and not norm
     base = decode_config_for(
-        BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=one_wave, fp4_mul=FUSED_FP4_MUL
+        BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=one_wave, fp4_mul=FUSED_FP4_MUL, fused=True
     )
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
