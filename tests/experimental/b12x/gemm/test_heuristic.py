@@ -161,13 +161,13 @@ def test_fused_one_wave_rule():
 
 def test_wave_rules_on():
     assert L.FOUR_CTA_WAVE and L.DECODE16_ONE_WAVE  # session 52's H100 A/B (launch.py has the figures)
-    assert L.DECODE16_WAVE_CTAS == (330, 396)
+    assert L.DECODE16_WAVE_CTAS == (297, 396)
 
 
 @pytest.mark.parametrize("four,d16", [(False, False), (True, False), (False, True), (True, True)])
 def test_wave_rules(monkeypatch, four, d16):
     """`launch.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM; the plain and
-    the fused kernel, ONE_WAVE_EPILOGUES) and `DECODE16_ONE_WAVE` (9..16 tokens over 331-396: unroll 1, 3 CTAs an SM;
+    the fused kernel, ONE_WAVE_EPILOGUES) and `DECODE16_ONE_WAVE` (9..16 tokens over 298-396: unroll 1, 3 CTAs an SM;
     the plain kernel only) each reach their own grids only, never on sm_120a; off, nothing changes."""
     monkeypatch.setattr(L, "FOUR_CTA_WAVE", four)
     monkeypatch.setattr(L, "DECODE16_ONE_WAVE", d16)
@@ -185,10 +185,10 @@ def test_wave_rules(monkeypatch, four, d16):
             assert knobs("decode8", n, k, "sm_120a", epilogue) == (2, 0)
         assert knobs("decode8", 11264, 2048, epilogue=epilogue) == (1, 0)  # the one-wave rule
         assert knobs("decode8", 17408, 2048, epilogue=epilogue) == (2, 0)  # 544 CTAs: past four an SM
-        for n, k in ((10752, 2048), (11264, 2048), (12288, 4096), (12672, 2048)):  # 336 / 352 / 384 / 396 CTAs
+        for n, k in ((9536, 2048), (10240, 2048), (11264, 2048), (12288, 4096), (12672, 2048)):  # 298 320 352 384 396
             assert knobs("decode16", n, k, epilogue=epilogue) == ((1, 3) if d16 and epilogue is None else (2, 0))
             assert knobs("decode16", n, k, "sm_120a", epilogue) == (2, 0)
-        for n, k in ((9216, 4096), (10560, 2048), (12704, 2048), (16384, 2048), (7168, 2048)):  # 288 330 397 512 224
+        for n, k in ((9216, 4096), (9504, 2048), (12704, 2048), (16384, 2048), (7168, 2048)):  # 288 297 397 512 224
             assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
 
 

@@ -145,7 +145,7 @@ def decode_config_for(
                 # stream, graph timer): M = 1 11264 x 2048 8.31 -> 7.15 us, M = 8 8.96 -> 7.27; at 7168 x 2048
                 # (224 CTAs: one wave either way) unroll 1 is 2-3% slower (5.37 -> 5.49, 5.51 -> 5.64).
                 config = dataclasses.replace(config, unroll=1)
-            # Past that range at M <= 8 (4 CTAs an SM) and over its upper part at 9..16 tokens (3 an SM, the plain
+            # Past that range at M <= 8 (4 CTAs an SM) and over most of it at 9..16 tokens (3 an SM, the plain
             # kernel only), each by a register bound; the figures are at FOUR_CTA_WAVE / DECODE16_ONE_WAVE.
             elif ntiles == 1 and FOUR_CTA_WAVE and ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:
                 config = dataclasses.replace(config, unroll=1, minctas=4)
@@ -221,11 +221,15 @@ ONE_WAVE_ARCHS = (None, "sm_90a")
 #   of stack), the plain kernel only. Plain, M = 9 / 16: 11264 x 2048 (352 CTAs) -2.2 (noise 4.5%) / -10.9%,
 #   12288 x 4096 (384) -11.5 / -13.7%, 9216 x 4096 (288: a short second wave) +1.3 / -1.8% (ties). The fused
 #   silu_mul kernel lost at 288 (+3.9 / +3.8%) and was mixed at 352 (+1.9 / -4.3%), so fused_config leaves it out.
+#   09:23 (`scripts/jobs/s52_a.sh d16`, the range's edges, both sides forced): 288 +2.0 (noise 5.1%) / -0.5% (ties),
+#   320 (10240 x 2048) -0.4 / -7.7%, 336 -1.7 / -10.2%, 352 -3.8 / -11.9% (K 2048) and -7.5 / -13.5% (K 4096), 384
+#   -7.8 / -10.6% and -10.7 / -12.8%, 396 (12672 x 2048) -8.3 / -10.5%: every cell from 320 on beyond its noise.
 FOUR_CTA_WAVE = True
 DECODE16_ONE_WAVE = True
 FOUR_CTA_CTAS = 4 * 132
-# DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 66 CTAs (a quarter of the first), up to one wave of 3
-DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 66, ONE_WAVE_CTAS[1])
+# DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 33 CTAs (an eighth of the first; 288 tied, 320 won),
+# up to one wave of 3 an SM
+DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
