@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # Session 52's device jobs (after the two toolchain calls; AGENTS.md "GPU runs"):
 #   d16:  DECODE16_ONE_WAVE's CTA range, both sides of its lower bound (scripts/jobs/s52_a.txt; ~2 min), then
-#         scripts/ab_summary.py (B = unroll 1 + minctas 3; a cell "B-" is the rule winning there).
+#         scripts/ab_summary.py (B = unroll 1 + minctas 3; a cell "B-" is the rule winning there);
+#   mx:   W4A16 MXFP4 under the NVFP4 wave rules' options and cache hints (~2 min; the prediction is in
+#         scripts/jobs/s52_a.txt), then scripts/ab_summary.py for each against the plain run.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16} in
+case ${1:?usage: s52_a.sh d16|mx} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
     python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_d16p_a.json /tmp/b12x-par/gemm52_d16p_b.json ;;
-  *) sed -n '2,4p' "$0"; exit 2 ;;
+  mx)
+    TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_a gemm52_mx16_a >/dev/null
+    B12X_GEMM_DECODE_OPTS=unroll=1 TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_u1 >/dev/null
+    B12X_GEMM_DECODE_OPTS=unroll=1,minctas=4 TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_m4 >/dev/null
+    B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx16_m3 >/dev/null
+    B12X_GEMM_DECODE_OPTS=wcache=na256,acache=el TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_h gemm52_mx16_h >/dev/null
+    for b in mx8_u1 mx8_m4 mx8_h mx16_m3 mx16_h; do
+      a=gemm52_${b%%_*}_a; echo "== $a (A) against gemm52_$b (B)"
+      python3 scripts/ab_summary.py /tmp/b12x-par/$a.json /tmp/b12x-par/gemm52_$b.json | tail -n +3
+    done ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
 esac
