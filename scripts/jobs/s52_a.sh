@@ -3,11 +3,12 @@
 #   d16:  DECODE16_ONE_WAVE's CTA range, both sides of its lower bound (scripts/jobs/s52_a.txt; ~2 min), then
 #         scripts/ab_summary.py (B = unroll 1 + minctas 3; a cell "B-" is the rule winning there);
 #   mx:   W4A16 MXFP4 under the NVFP4 wave rules' options and cache hints (~2 min; the prediction is in
-#         scripts/jobs/s52_a.txt), then scripts/ab_summary.py for each against the plain run.
+#         scripts/jobs/s52_a.txt), then scripts/ab_summary.py for each against the plain run;
+#   mxrule: `launch.MXFP4_HINTS` against the default before it (~2 min; B = today's default).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16|mx} in
+case ${1:?usage: s52_a.sh d16|mx|mxrule} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
@@ -22,5 +23,13 @@ case ${1:?usage: s52_a.sh d16|mx} in
       a=gemm52_${b%%_*}_a; echo "== $a (A) against gemm52_$b (B)"
       python3 scripts/ab_summary.py /tmp/b12x-par/$a.json /tmp/b12x-par/gemm52_$b.json | tail -n +3
     done ;;
-  *) sed -n '2,6p' "$0"; exit 2 ;;
+  mxrule)
+    B12X_GEMM_DECODE_OPTS=wcache=nc,acache=nc,unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f \
+      gemm52_mxr8_old gemm52_mxr16_old >/dev/null
+    TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxr8_new gemm52_mxr16_new >/dev/null
+    for b in mxr8 mxr16; do
+      echo "== gemm52_${b}_old (A) against gemm52_${b}_new (B)"
+      python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_${b}_old.json /tmp/b12x-par/gemm52_${b}_new.json | tail -n +3
+    done ;;
+  *) sed -n '2,7p' "$0"; exit 2 ;;
 esac

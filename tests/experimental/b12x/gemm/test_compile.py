@@ -203,16 +203,18 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary):
-    """`launch.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain and fused silu_mul at M <= 8, plain
-    at 9..16 tokens) build for `arch` within the register bound of their CTAs an SM (minctas), spilling a few words to
+    """`launch.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused silu_mul
+    NVFP4 at M <= 8) build for `arch` within the register bound of their CTAs an SM (minctas), spilling a few words to
     the stack at most, never to local arrays."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 
     for bucket, n, k, minctas in (("decode8", 14336, 4096, 4), ("decode16", 11264, 2048, 3)):
-        plain = L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16")
-        assert (plain.unroll, plain.minctas) == (1, minctas)
-        fns = [KD.compile_decode("bfloat16", "nvfp4", "bfloat16", plain, arch=arch)]
+        fns = []
+        for b_fmt in ("nvfp4", "mxfp4"):  # W4A16 MXFP4 takes the rules too (launch.MXFP4_HINTS)
+            plain = L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16")
+            assert (plain.unroll, plain.minctas) == (1, minctas)
+            fns.append(KD.compile_decode("bfloat16", b_fmt, "bfloat16", plain, arch=arch))
         if bucket == "decode8":
             fused = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", "silu_mul", "off")
             assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)

@@ -27,11 +27,9 @@ def _weight(n, k):
     return _WEIGHTS[(n, k)]
 
 
-def _run(ops, cfg):
+def _run(ops, cfg, b_fmt="nvfp4"):
     bucket = L.bucket_for(ops.m)
-    plan = B.plan(
-        B.GemmQuery("bfloat16", "nvfp4", ops.n, ops.k, max_m=ops.m, m_values=(ops.m,)), override={bucket: cfg}
-    )
+    plan = B.plan(B.GemmQuery("bfloat16", b_fmt, ops.n, ops.k, max_m=ops.m, m_values=(ops.m,)), override={bucket: cfg})
     with b12x.PreparationSession("cuda") as s:
         s.prepare([plan])
     assert plan.state.selection == ((bucket, cfg),)
@@ -82,3 +80,16 @@ def test_fp4_placements_give_the_same_bits(m, n, k):
     check_tolerance(want, ops, "bfloat16")
     for cfg in DS.fp4_variants(base):
         assert torch.equal(_run(ops, cfg), want), cfg.fp4
+
+
+@pytest.mark.parametrize(
+    "m, n, k, knobs",
+    [(1, 11264, 2048, (1, 0)), (8, 14336, 4096, (1, 4)), (16, 11264, 2048, (1, 3)), (9, 4096, 4096, (2, 0))],
+)
+def test_mxfp4_heuristic_configs(m, n, k, knobs):
+    """W4A16 MXFP4 at the heuristic's configs since `launch.MXFP4_HINTS` (NVFP4's cache hints, and its wave rules:
+    unroll 1 over one wave of 3 CTAs an SM, then 4; 9..16 tokens at 3), against the fp32 reference, NaN-poisoned."""
+    cfg = L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16")
+    assert (cfg.wcache, cfg.acache, cfg.unroll, cfg.minctas) == ("na256", "el", *knobs)
+    ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=11 * m + n, device="cuda")
+    check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")

@@ -66,10 +66,11 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
         assert L.is_stream(cfg)
         return
     wide = m > 8 and n >= L.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in L.SHARED_A
-    hinted = not wide and b_fmt == "nvfp4" and a_fmt in L.SHARED_A and n >= 4096  # session 24's cold sweep
+    hinted_fmt = b_fmt == "nvfp4" or (b_fmt == "mxfp4" and L.MXFP4_HINTS)  # session 24's cold sweep; MXFP4 session 52
+    hinted = not wide and hinted_fmt and a_fmt in L.SHARED_A and n >= 4096
     want = (2, True, "na", "el") if wide else (1, False, "na256", "el") if hinted else (1, False, "nc", "nc")
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
-    clamp = hinted and m <= 8 and n >= L.WIDE_DECODE_N
+    clamp = hinted and b_fmt == "nvfp4" and m <= 8 and n >= L.WIDE_DECODE_N
     mul_on = L.DECODE8_FP4_MUL if m <= 8 else L.DECODE16_FP4_MUL  # FP4 by a multiply (sessions 49, 50; K < LONG_K)
     mul = mul_on and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 4096
     assert (cfg.clamp, cfg.fp4) == (clamp, "mul" if mul else "left" if clamp else "shift")
@@ -190,6 +191,30 @@ def test_wave_rules(monkeypatch, four, d16):
             assert knobs("decode16", n, k, "sm_120a", epilogue) == (2, 0)
         for n, k in ((9216, 4096), (9504, 2048), (12704, 2048), (16384, 2048), (7168, 2048)):  # 288 297 397 512 224
             assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_mxfp4_hints(monkeypatch, on):
+    """`launch.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
+    clamped loads / left shifts nor "mul"; the fused kernel's MXFP4 configs keep their plain loads; off, nothing."""
+    monkeypatch.setattr(L, "MXFP4_HINTS", on)
+    for bucket, n, k, knobs in (
+        ("decode8", 11264, 2048, (1, 0)),
+        ("decode8", 14336, 4096, (1, 4)),
+        ("decode8", 16384, 2048, (1, 4)),
+        ("decode8", 28672, 4096, (2, 0)),
+        ("decode8", 4096, 4096, (2, 0)),
+        ("decode16", 11264, 2048, (1, 3)),
+        ("decode16", 9216, 4096, (2, 0)),
+    ):
+        cfg = L.default_config(bucket, n, k, "mxfp4", a_fmt="bfloat16")
+        hinted = ("na256", "el", *knobs) if on else ("nc", "nc", 2, 0)
+        assert (cfg.wcache, cfg.acache, cfg.unroll, cfg.minctas) == hinted, (bucket, n, k)
+        assert (cfg.clamp, cfg.fp4) == (False, "shift")
+        fused = L.fused_config(bucket, n, k, "mxfp4", "bfloat16", "silu_mul", "off").decode
+        assert (fused.wcache, fused.acache, fused.minctas) == ("nc", "nc", 0)
+    assert L.default_config("decode8", 2048, 4096, "mxfp4", a_fmt="bfloat16").wcache == "nc"  # N < 4096
+    assert L.default_config("decode8", 11264, 2048, "mxfp4", a_fmt="float8_e4m3fn").wcache == "nc"
 
 
 def test_heuristics_never_prefetch_until_swept():

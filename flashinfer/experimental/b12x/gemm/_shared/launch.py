@@ -104,6 +104,7 @@ def decode_config_for(
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
     sixteen_bit_a = a_fmt in SHARED_A
+    mxfp4_hinted = b_fmt == "mxfp4" and MXFP4_HINTS and not fused
     if (
         ntiles == 1
         and FORMAT[b_fmt].value_bits == 4
@@ -126,14 +127,15 @@ def decode_config_for(
         # once per CTA, not once per warp), weights bypass L1, activations stay in it. H200 sweep 2026-11-30 10:48
         # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
         config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
-    elif hints and ntiles <= 2 and b_fmt == "nvfp4" and sixteen_bit_a and n >= 32 * 128:
+    elif hints and ntiles <= 2 and (b_fmt == "nvfp4" or mxfp4_hinted) and sixteen_bit_a and n >= 32 * 128:
         # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2
         # 256-byte prefetch, activations stay in L1 (evict-last). H200 2026-12-03 04:46 (session 24,
         # bench_gemm --cold-weights --sweep-subset stream): M = 1 4096 x 14336 14.99 -> 14.11 us, M = 16
         # 17.95 -> 17.14; at M = 1 28672 x 4096 with clamped loads and FP4 placement by left shifts
         # too: 26.36 -> 24.63 (those two cost 8% at 4096 x 14336, so only from WIDE_DECODE_N on).
+        # W4A16 MXFP4 (the plain kernel, MXFP4_HINTS) takes these hints and the wave rules below, not the clamp.
         config = dataclasses.replace(config, wcache="na256", acache="el")
-        if ntiles == 1 and n >= WIDE_DECODE_N:
+        if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
         ctas = -(-n // 32)
         in_range = ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]
@@ -230,6 +232,16 @@ FOUR_CTA_CTAS = 4 * 132
 # DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 33 CTAs (an eighth of the first; 288 tied, 320 won),
 # up to one wave of 3 an SM
 DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
+# decode_config_for: W4A16 MXFP4 in the plain kernel takes W4A16 NVFP4's cache hints (weights L1::no_allocate + an
+# L2 256-byte prefetch, activations evict-last) and its wave rules (ONE_WAVE_CTAS, FOUR_CTA_WAVE, DECODE16_ONE_WAVE),
+# not its clamped loads / left shifts from WIDE_DECODE_N (not timed on MXFP4). Its registers match NVFP4's bounds
+# (ptxas 13.0 sm_90a: M <= 8 98 at unroll 2, 80 at unroll 1, 64 + 8 stack bytes with minctas 4; 9..16 tokens 122,
+# 80 + 32 bytes with minctas 3). H100 2026-12-06 09:47 (session 52, `scripts/jobs/s52_a.sh mx`, cold weights, graph
+# timer, each option alone against the unhinted default): the hints -4.8 to -8.7% at all 18 cells (M = 1 / 8 / 9 /
+# 16, 7168 x 2048 to 16384 x 2048); unroll 1 at 352 / 384 CTAs -14.1 to -19.5% (+1.0 to +7.1% past them and at
+# 224); unroll 1 + minctas 4 at 448 / 512 -1.7 to -7.7%; 9..16 tokens unroll 1 + minctas 3 at 320-384 -0.2 (tie) to
+# -9.7%. The fused kernel's MXFP4 configs are not timed and keep their plain loads.
+MXFP4_HINTS = True
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
