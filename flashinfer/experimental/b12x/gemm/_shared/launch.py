@@ -236,7 +236,7 @@ DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 # L2 256-byte prefetch, activations evict-last) and its wave rules (ONE_WAVE_CTAS, FOUR_CTA_WAVE, DECODE16_ONE_WAVE),
 # not its clamped loads / left shifts from WIDE_DECODE_N (not timed on MXFP4). Its registers match NVFP4's bounds
 # (ptxas 13.0 sm_90a: M <= 8 98 at unroll 2, 80 at unroll 1, 64 + 8 stack bytes with minctas 4; 9..16 tokens 122,
-# 80 + 32 bytes with minctas 3). H100 2026-12-06 09:47 (session 52, `scripts/jobs/s52_a.sh mx`, cold weights, graph
+# 80 + 32 bytes with minctas 3). H100 2026-12-06 09:29 (session 52, `scripts/jobs/s52_a.sh mx`, cold weights, graph
 # timer, each option alone against the unhinted default): the hints -4.8 to -8.7% at all 18 cells (M = 1 / 8 / 9 /
 # 16, 7168 x 2048 to 16384 x 2048); unroll 1 at 352 / 384 CTAs -14.1 to -19.5% (+1.0 to +7.1% past them and at
 # 224); unroll 1 + minctas 4 at 448 / 512 -1.7 to -7.7%; 9..16 tokens unroll 1 + minctas 3 at 320-384 -0.2 (tie) to
