@@ -4,11 +4,12 @@
 #         scripts/ab_summary.py (B = unroll 1 + minctas 3; a cell "B-" is the rule winning there);
 #   mx:   W4A16 MXFP4 under the NVFP4 wave rules' options and cache hints (~2 min; the prediction is in
 #         scripts/jobs/s52_a.txt), then scripts/ab_summary.py for each against the plain run;
-#   mxrule: `launch.MXFP4_HINTS` against the default before it (~2 min; B = today's default).
+#   mxrule: `launch.MXFP4_HINTS` against the default before it (~2 min; B = today's default);
+#   fp8h: W8A16 MXFP8 / block-FP8 under NVFP4's cache hints (~2 min; B = the hints).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16|mx|mxrule} in
+case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
@@ -31,5 +32,9 @@ case ${1:?usage: s52_a.sh d16|mx|mxrule} in
       echo "== gemm52_${b}_old (A) against gemm52_${b}_new (B)"
       python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_${b}_old.json /tmp/b12x-par/gemm52_${b}_new.json | tail -n +3
     done ;;
-  *) sed -n '2,7p' "$0"; exit 2 ;;
+  fp8h)
+    TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_a >/dev/null
+    B12X_GEMM_DECODE_OPTS=wcache=na256,acache=el TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_b >/dev/null
+    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_w8_a.json /tmp/b12x-par/gemm52_w8_b.json ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
 esac
