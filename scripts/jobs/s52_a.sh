@@ -5,11 +5,12 @@
 #   mx:   W4A16 MXFP4 under the NVFP4 wave rules' options and cache hints (~2 min; the prediction is in
 #         scripts/jobs/s52_a.txt), then scripts/ab_summary.py for each against the plain run;
 #   mxrule: `launch.MXFP4_HINTS` against the default before it (~2 min; B = today's default);
-#   fp8h: W8A16 MXFP8 / block-FP8 under NVFP4's cache hints (~2 min; B = the hints).
+#   fp8h: W8A16 MXFP8 / block-FP8 under NVFP4's cache hints (~2 min; B = the hints);
+#   fmx:  the fused kernel with W4A16 MXFP4 weights under MXFP4_HINTS's configs (~2 min; B = the options).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h} in
+case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
@@ -36,5 +37,16 @@ case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h} in
     TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_a >/dev/null
     B12X_GEMM_DECODE_OPTS=wcache=na256,acache=el TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_b >/dev/null
     python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_w8_a.json /tmp/b12x-par/gemm52_w8_b.json ;;
-  *) sed -n '2,8p' "$0"; exit 2 ;;
+  fmx)
+    h=wcache=na256,acache=el
+    TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx1w_a gemm52_fmx4w_a gemm52_fmxh_a gemm52_fmxh16_a gemm52_fmxr_a \
+      >/dev/null
+    B12X_GEMM_DECODE_OPTS=$h,unroll=1 TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx1w_b >/dev/null
+    B12X_GEMM_DECODE_OPTS=$h,unroll=1,minctas=4 TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx4w_b >/dev/null
+    B12X_GEMM_DECODE_OPTS=$h TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmxh_b gemm52_fmxh16_b gemm52_fmxr_b >/dev/null
+    for j in fmx1w fmx4w fmxh fmxh16 fmxr; do
+      echo "== gemm52_${j}_a (A) against gemm52_${j}_b (B)"
+      python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_${j}_a.json /tmp/b12x-par/gemm52_${j}_b.json | tail -n +3
+    done ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
 esac
