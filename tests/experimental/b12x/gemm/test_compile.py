@@ -202,9 +202,9 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary):
+def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkeypatch):
     """`launch.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused silu_mul
-    NVFP4 at M <= 8) build for `arch` within the register bound of their CTAs an SM (minctas), spilling a few words to
+    NVFP4 and, with `FUSED_MXFP4_HINTS`, MXFP4 at M <= 8) build for `arch` within the register bound of their CTAs an SM (minctas), spilling a few words to
     the stack at most, never to local arrays."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
@@ -216,9 +216,11 @@ def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary):
             assert (plain.unroll, plain.minctas) == (1, minctas)
             fns.append(KD.compile_decode("bfloat16", b_fmt, "bfloat16", plain, arch=arch))
         if bucket == "decode8":
-            fused = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", "silu_mul", "off")
-            assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)
-            fns.append(F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", fused, arch=arch))
+            monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)  # staged: its configs build here too
+            for b_fmt in ("nvfp4", "mxfp4"):
+                fused = L.fused_config(bucket, n, k, b_fmt, "bfloat16", "silu_mul", "off")
+                assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)
+                fns.append(F.compile_decode_fused("bfloat16", b_fmt, "bfloat16", fused, arch=arch))
         for fn in fns:
             use = cuda_binary.resources(fn.artifacts.CUBIN)
             assert use["LOCAL"] == 0 and use["STACK"] <= 64, (bucket, use)

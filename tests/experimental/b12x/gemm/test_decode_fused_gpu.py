@@ -280,3 +280,27 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
     check_fused(want.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
     for fp4, out in outs.items():
         assert torch.equal(out, want), fp4
+
+
+@pytest.mark.parametrize(
+    "epilogue, n, k, m, knobs",
+    [("silu_mul", 11264, 2048, 1, (1, 0)), ("silu_mul", 14336, 4096, 8, (1, 4)), ("residual", 4096, 4096, 16, (2, 0))],
+)
+def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
+    """The fused kernel with W4A16 MXFP4 weights at the configs `launch.FUSED_MXFP4_HINTS` gives (switched on here:
+    NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against the
+    fp32 reference."""
+    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
+    q = B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
+    plan = B.plan(q)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    ((_, cfg),) = plan.state.selection
+    assert (cfg.decode.wcache, cfg.decode.acache, cfg.decode.unroll, cfg.decode.minctas) == ("na256", "el", *knobs)
+    ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=7 * m + n, device="cuda")
+    res = _residual(m, n, m + 2) if epilogue == "residual" else None
+    cols = n // 2 if epilogue == "silu_mul" else n
+    out = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
+    B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
+    torch.cuda.synchronize()
+    check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

@@ -193,11 +193,14 @@ def test_wave_rules(monkeypatch, four, d16):
             assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_mxfp4_hints(monkeypatch, on):
+@pytest.mark.parametrize("on, fused_on", [(True, False), (True, True), (False, False)])
+def test_mxfp4_hints(monkeypatch, on, fused_on):
     """`launch.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
-    clamped loads / left shifts nor "mul"; the fused kernel's MXFP4 configs keep their plain loads; off, nothing."""
+    clamped loads / left shifts nor "mul"; `FUSED_MXFP4_HINTS` (staged, off) gives the fused silu_mul / residual
+    kernel the same but the 9..16-token wave rule (the plain kernel's only), and leaves rope_append and the norm
+    form their plain loads; off, nothing."""
     monkeypatch.setattr(L, "MXFP4_HINTS", on)
+    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", fused_on)
     for bucket, n, k, knobs in (
         ("decode8", 11264, 2048, (1, 0)),
         ("decode8", 14336, 4096, (1, 4)),
@@ -211,8 +214,14 @@ def test_mxfp4_hints(monkeypatch, on):
         hinted = ("na256", "el", *knobs) if on else ("nc", "nc", 2, 0)
         assert (cfg.wcache, cfg.acache, cfg.unroll, cfg.minctas) == hinted, (bucket, n, k)
         assert (cfg.clamp, cfg.fp4) == (False, "shift")
-        fused = L.fused_config(bucket, n, k, "mxfp4", "bfloat16", "silu_mul", "off").decode
-        assert (fused.wcache, fused.acache, fused.minctas) == ("nc", "nc", 0)
+        fused_knobs = (knobs[0], knobs[1]) if bucket == "decode8" else (2, 0)
+        for epilogue in ("silu_mul", "residual"):
+            fused = L.fused_config(bucket, n, k, "mxfp4", "bfloat16", epilogue, "off").decode
+            want = ("na256", "el", *fused_knobs) if on and fused_on else ("nc", "nc", 2, 0)
+            assert (fused.wcache, fused.acache, fused.unroll, fused.minctas) == want, (bucket, n, k, epilogue)
+            assert (fused.clamp, fused.fp4) == (False, "shift")
+        normed = L.fused_config(bucket, n, k, "mxfp4", "bfloat16", "silu_mul", "off", norm=True).decode
+        assert (normed.wcache, normed.acache) == ("nc", "nc")
     assert L.default_config("decode8", 2048, 4096, "mxfp4", a_fmt="bfloat16").wcache == "nc"  # N < 4096
     assert L.default_config("decode8", 11264, 2048, "mxfp4", a_fmt="float8_e4m3fn").wcache == "nc"
 

@@ -57,7 +57,7 @@ def decode_config_for(
     hints: bool = True,
     one_wave: bool = True,
     fp4_mul: bool = True,
-    fused: bool = False,
+    fused: str | None = None,
 ):
     """The decode kernel's shape-aware heuristic. M <= 16: fitted to the H200 sweep of 2026-11-30
     (bench_gemm --sweep, docs/performance.md; it picks the fastest of 18 configs in 13 of 16 cases and
@@ -83,8 +83,12 @@ def decode_config_for(
 
     one_wave (the plain decode kernel, and `fused_config` for ONE_WAVE_ARCHS x ONE_WAVE_EPILOGUES): W4A16 NVFP4 at
     M <= 8 on 8 warps x 2 tiles drops the K unroll where that turns 1-2 waves into one (`ONE_WAVE_CTAS`), and
-    past that range bounds registers to 4 CTAs an SM (`FOUR_CTA_WAVE`); the plain kernel only (fused False) does
+    past that range bounds registers to 4 CTAs an SM (`FOUR_CTA_WAVE`); the plain kernel only (fused None) does
     the same at 9..16 tokens over `DECODE16_WAVE_CTAS` (`DECODE16_ONE_WAVE`).
+
+    fused: the fused kernel's epilogue as `fused_config` names it ("norm" for the norm form), None for the plain
+    kernel. W4A16 MXFP4 takes the hints and wave rules in the plain kernel (`MXFP4_HINTS`) and, with
+    `FUSED_MXFP4_HINTS`, in the fused one for ONE_WAVE_EPILOGUES.
 
     fp4_mul (the plain decode kernel; `fused_config` passes FUSED_FP4_MUL): W4A16
     NVFP4 with bf16 activations at N >= 4096 places FP4 codes by a multiply (`DecodeConfig.fp4 = "mul"`)
@@ -104,7 +108,9 @@ def decode_config_for(
         warps //= 2
     unroll = 2 if FORMAT[b_fmt].value_bits == 4 and ntiles <= 2 else 1
     sixteen_bit_a = a_fmt in SHARED_A
-    mxfp4_hinted = b_fmt == "mxfp4" and MXFP4_HINTS and not fused
+    mxfp4_hinted = (
+        b_fmt == "mxfp4" and MXFP4_HINTS and (fused is None or (FUSED_MXFP4_HINTS and fused in ONE_WAVE_EPILOGUES))
+    )
     if (
         ntiles == 1
         and FORMAT[b_fmt].value_bits == 4
@@ -154,7 +160,7 @@ def decode_config_for(
             elif (
                 ntiles == 2
                 and DECODE16_ONE_WAVE
-                and not fused
+                and fused is None
                 and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
             ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
@@ -240,8 +246,16 @@ DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 # timer, each option alone against the unhinted default): the hints -4.8 to -8.7% at all 18 cells (M = 1 / 8 / 9 /
 # 16, 7168 x 2048 to 16384 x 2048); unroll 1 at 352 / 384 CTAs -14.1 to -19.5% (+1.0 to +7.1% past them and at
 # 224); unroll 1 + minctas 4 at 448 / 512 -1.7 to -7.7%; 9..16 tokens unroll 1 + minctas 3 at 320-384 -0.2 (tie) to
-# -9.7%. The fused kernel's MXFP4 configs are not timed and keep their plain loads.
+# -9.7%.
 MXFP4_HINTS = True
+# decode_config_for: the same for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES; rope_append and the norm form
+# keep their plain loads). Staged, off: H100 2026-12-06 10:00 (session 52, `scripts/jobs/s52_a.sh fmx`, cold weights,
+# graph timer, the options forced against today's unhinted configs) silu_mul at 264-396 CTAs (hints + unroll 1) -26.2
+# to -29.2%, at 397-528 (+ minctas 4) -13.6 to -19.7%, the hints alone at M <= 16 28672 x 4096 / 7168 x 2048 and M =
+# 16 11264 x 2048 / 9216 x 4096 -3.0 to -7.9% (M = 1 28672 x 4096 -6.3%, a tie in its noise); residual 4096 x 14336 /
+# 4096 x 4096 -2.3 to -8.9%: 25 of 26 cells beyond their noise. It goes on after its gpu test
+# (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs, which switches it on) and the gemm tier pass.
+FUSED_MXFP4_HINTS = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -364,7 +378,15 @@ def fused_config(
         hints = not (pdl == "prefetch" and span == "rows")
     one_wave = arch in ONE_WAVE_ARCHS and epilogue in ONE_WAVE_EPILOGUES and not norm
     base = decode_config_for(
-        BUCKET_MAX_M[bucket], n, k, b_fmt, a_fmt, hints=hints, one_wave=one_wave, fp4_mul=FUSED_FP4_MUL, fused=True
+        BUCKET_MAX_M[bucket],
+        n,
+        k,
+        b_fmt,
+        a_fmt,
+        hints=hints,
+        one_wave=one_wave,
+        fp4_mul=FUSED_FP4_MUL,
+        fused="norm" if norm else epilogue,
     )
     wn = base.wn if epilogue in GROUPED_EPILOGUES and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
