@@ -93,3 +93,17 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
     assert (cfg.wcache, cfg.acache, cfg.unroll, cfg.minctas) == ("na256", "el", *knobs)
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=11 * m + n, device="cuda")
     check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096)])
+def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
+    """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`launch.MXFP4_FP4_MUL`, staged) from its heuristic's
+    config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
+    ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
+    base = L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16")
+    want = _run(ops, base, "mxfp4")
+    check_tolerance(want, ops, "bfloat16")
+    variants = DS.fp4_variants(base)
+    assert {cfg.fp4 for cfg in variants} | {base.fp4} == set(KD.FP4)
+    for cfg in variants:
+        assert torch.equal(_run(ops, cfg, "mxfp4"), want), cfg.fp4

@@ -226,6 +226,26 @@ def test_mxfp4_hints(monkeypatch, on, fused_on):
     assert L.default_config("decode8", 11264, 2048, "mxfp4", a_fmt="float8_e4m3fn").wcache == "nc"
 
 
+def test_mxfp4_fp4_mul_staged(monkeypatch):
+    """`launch.MXFP4_FP4_MUL` (staged, off): W4A16 MXFP4 takes the FP4-multiply rules where NVFP4 does (bf16 compute,
+    N >= 4096; 9..16 tokens only at K < LONG_K) and only where its hints reach (the fused kernel: FUSED_MXFP4_HINTS)."""
+    assert not L.MXFP4_FP4_MUL
+
+    def fp4(bucket, n, k, a_fmt="bfloat16", epilogue=None):
+        if epilogue is None:
+            return L.default_config(bucket, n, k, "mxfp4", a_fmt=a_fmt).fp4
+        return L.fused_config(bucket, n, k, "mxfp4", a_fmt, epilogue, "off").decode.fp4
+
+    assert fp4("decode8", 4096, 4096) == "shift"
+    monkeypatch.setattr(L, "MXFP4_FP4_MUL", True)
+    assert fp4("decode8", 4096, 4096) == fp4("decode8", 11264, 2048) == fp4("decode16", 4096, 4096) == "mul"
+    assert fp4("decode16", 4096, 14336) == "shift"  # K >= LONG_K, as NVFP4
+    assert fp4("decode8", 2048, 4096) == fp4("decode8", 4096, 4096, "float16") == "shift"
+    assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "shift"  # FUSED_MXFP4_HINTS off
+    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
+    assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "mul"
+
+
 def test_heuristics_never_prefetch_until_swept():
     for m in (1, 16, 32, 64):
         assert L.default_config(L.bucket_for(m)).prefetch == 0

@@ -164,7 +164,8 @@ def decode_config_for(
                 and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
             ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
-    if fp4_mul and hints and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
+    mul_fmt = b_fmt == "nvfp4" or (mxfp4_hinted and MXFP4_FP4_MUL)  # the E2M1 codes are the same in both formats
+    if fp4_mul and hints and mul_fmt and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
         # instructions; f16 compute would fall back to "left", 8% slower at 4096 x 14336). Cold weights, graph
         # timer, "mul" against the placement above at 28672 x 4096 / 4096 x 14336 / 4096 x 4096 / 7168 x 2048.
@@ -248,13 +249,18 @@ DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 # 224); unroll 1 + minctas 4 at 448 / 512 -1.7 to -7.7%; 9..16 tokens unroll 1 + minctas 3 at 320-384 -0.2 (tie) to
 # -9.7%.
 MXFP4_HINTS = True
-# decode_config_for: the same for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES; rope_append and the norm form
-# keep their plain loads). Staged, off: H100 2026-12-06 10:00 (session 52, `scripts/jobs/s52_a.sh fmx`, cold weights,
-# graph timer, the options forced against today's unhinted configs) silu_mul at 264-396 CTAs (hints + unroll 1) -26.2
-# to -29.2%, at 397-528 (+ minctas 4) -13.6 to -19.7%, the hints alone at M <= 16 28672 x 4096 / 7168 x 2048 and M =
-# 16 11264 x 2048 / 9216 x 4096 -3.0 to -7.9% (M = 1 28672 x 4096 -6.3%, a tie in its noise); residual 4096 x 14336 /
-# 4096 x 4096 -2.3 to -8.9%: 25 of 26 cells beyond their noise. It goes on after its gpu test
-# (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs, which switches it on) and the gemm tier pass.
+# decode_config_for: W4A16 MXFP4 (where MXFP4_HINTS / FUSED_MXFP4_HINTS reach it) takes the FP4-multiply rules above
+# (DECODE8_FP4_MUL, DECODE16_FP4_MUL; FUSED_FP4_MUL for the fused kernel): the E2M1 codes and their placement are
+# NVFP4's, only the scale differs. Staged, off, not timed: `scripts/jobs/s52_a.sh mxmul` (prediction there).
+MXFP4_FP4_MUL = False
+# decode_config_for: the same hints and wave rules for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES;
+# rope_append and the norm form keep their plain loads). Staged, off: H100 2026-12-06 10:00 (session 52,
+# `scripts/jobs/s52_a.sh fmx`, cold weights, graph timer, the options forced against today's unhinted configs)
+# silu_mul at 264-396 CTAs (hints + unroll 1) -26.2 to -29.2%, at 397-528 (+ minctas 4) -13.6 to -19.7%, the hints
+# alone at M <= 16 28672 x 4096 / 7168 x 2048 and M = 16 11264 x 2048 / 9216 x 4096 -3.0 to -7.9% (M = 1 28672 x 4096
+# -6.3%, a tie in its noise); residual 4096 x 14336 / 4096 x 4096 -2.3 to -8.9%: 25 of 26 cells beyond their noise.
+# It goes on after its gpu test (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs, which switches it on)
+# and the gemm tier pass.
 FUSED_MXFP4_HINTS = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
