@@ -401,12 +401,9 @@ def prepare(
                 raise ValueError(
                     f"gemm_opts[{name!r}]: {name} runs the plain decode kernel here (no epilogue, pdl off)"
                 )
-            from .._lib.arch import target_arch
-
             bucket = L.bucket_for(tokens)
-            arch = target_arch(device) if device.type == "cuda" else None
             cfg = L.fused_config(bucket, w.n, w.k, w.recipe, "bfloat16", epilogue, pdl, opts, norm=norm, rope=layout,
-                                 arch=arch)  # fmt: skip
+                                 arch=_plan_arch(device))  # fmt: skip
             override = {bucket: cfg}
         plans[name] = G.plan(q, override=override)
     with PreparationSession(device, compile_workers=compile_workers) as session:
@@ -416,15 +413,22 @@ def prepare(
     return plans, result
 
 
+def _plan_arch(device):
+    """The arch the plans on `device` select for, as an override's heuristic must see it (None on the CPU: a
+    shape-only query)."""
+    from .._lib.arch import target_arch
+
+    return target_arch(device) if device.type == "cuda" else None
+
+
 def _attention_plan(paged, caps, device, opts):
     """paged.plan(caps), or with `opts` applied to its heuristic's DecodeConfig / ScheduleConfig."""
     plan = paged.plan(caps)
     if not opts:
         return plan
-    from .._lib.arch import target_arch
     from ..attention.paged.api import Selection
 
-    sel = plan.heuristic(target_arch(device) if device.type == "cuda" else None)
+    sel = plan.heuristic(_plan_arch(device))
     fields = {f.name for f in dataclasses.fields(sel.decode)}
     decode = dataclasses.replace(sel.decode, **{k: v for k, v in opts.items() if k in fields})
     schedule = dataclasses.replace(sel.schedule, **{k: v for k, v in opts.items() if k not in fields})

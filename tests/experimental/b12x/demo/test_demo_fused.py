@@ -50,6 +50,21 @@ def test_cpu_fused_demo_has_eight_ops_and_agrees(monkeypatch, capsys):
     assert all(step.plans[n].caps.pdl == "prefetch" for n in ("qkv", "o", "gate_up", "down"))
 
 
+def test_cpu_demo_gemm_opts_reach_the_plan(monkeypatch, capsys):
+    """`gemm_opts` (the fast preset's "down": "upfront=4") overrides that plan's heuristic config, chosen for a
+    shape-only query on the CPU (`run._plan_arch`), and the block still agrees with the reference."""
+    import torch
+
+    from flashinfer.experimental.b12x._demo import run
+
+    assert run._plan_arch(torch.device("cpu")) is None
+    rc, line, step = _cpu_demo(monkeypatch, capsys, 2, fused=True, pdl="prefetch", gemm_opts={"down": "upfront=4"})
+    assert rc == 0 and line.endswith(OK), line
+    ((bucket, cfg),) = step.plans["down"].override
+    assert bucket == "decode8" and cfg.decode.upfront == 4 and cfg.epilogue == "residual" and cfg.pdl == "prefetch"
+    assert step.plans["gate_up"].override is None
+
+
 @pytest.mark.contract
 def test_cpu_six_launch_demo_agrees(monkeypatch, capsys):
     """--fused-norms: the RMSNorms inside qkv / gate_up, the first residual inside o: six ops."""
