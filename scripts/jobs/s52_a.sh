@@ -7,11 +7,12 @@
 #   mxrule: `launch.MXFP4_HINTS` against the default before it (~2 min; B = today's default);
 #   fp8h: W8A16 MXFP8 / block-FP8 under NVFP4's cache hints (~2 min; B = the hints);
 #   fmx:  the fused kernel with W4A16 MXFP4 weights under MXFP4_HINTS's configs (~2 min; B = the options);
-#   mxmul: W4A16 MXFP4 with its FP4 codes placed by a multiply (~1.5 min; B = fp4=mul; prediction in s52_a.txt).
+#   mxmul: W4A16 MXFP4 with its FP4 codes placed by a multiply (~1.5 min; B = fp4=mul; prediction in s52_a.txt);
+#   moe:  moe.fused_moe's decode experts with the L2 256-byte weight prefetch ("w4p1h256") beside today's "w4p1h".
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul} in
+case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
@@ -53,5 +54,6 @@ case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul} in
     TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxmul_a >/dev/null
     B12X_GEMM_DECODE_OPTS=fp4=mul TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxmul_b >/dev/null
     python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_mxmul_a.json /tmp/b12x-par/gemm52_mxmul_b.json ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  moe) TAIL=${TAIL:-30} bash scripts/jobs/named.sh $f moe52_l2pf128 moe52_l2pf512 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

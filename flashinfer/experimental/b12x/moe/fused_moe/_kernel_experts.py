@@ -207,10 +207,10 @@ def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: i
     return (small, ExpertBucket(max_tokens, *w4p1_n2))
 
 
-def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1) -> DecodeConfig:
-    """A tiling with gemm's streaming cache hints: weights L1::no_allocate (read once), activations
-    L1::evict_last (every CTA of the SM re-reads them)."""
-    return DecodeConfig(warps, tiles, ntiles, unroll, prefetch, wcache="na", acache="el", wn=wn)
+def _hinted(warps, tiles, ntiles, unroll, prefetch, wn=1, wcache="na") -> DecodeConfig:
+    """A tiling with gemm's streaming cache hints: weights L1::no_allocate (read once; "na256" adds an L2 256-byte
+    prefetch, as W4A16's decode GEMM loads them), activations L1::evict_last (every CTA of the SM re-reads them)."""
+    return DecodeConfig(warps, tiles, ntiles, unroll, prefetch, wcache=wcache, acache="el", wn=wn)
 
 
 def _owned(warps, tiles, ntiles, prefetch, early=False) -> DecodeConfig:
@@ -242,6 +242,8 @@ _SWEEP = {
         ("w4p1-s2", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 2),
         ("w4p1-s4", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 4),
         ("w4p1h", _hinted(4, 2, 1, 2, 1), _hinted(4, 2, 1, 1, 1), 1),
+        # the default's weights with the L2 256-byte prefetch too (session 52, staged: scripts/jobs/s52_a.sh moe)
+        ("w4p1h256", _hinted(4, 2, 1, 2, 1, wcache="na256"), _hinted(4, 2, 1, 1, 1, wcache="na256"), 1),
         ("own8", _owned(8, 2, 1, 1), _owned(8, 1, 1, 1), 1),
         ("own8p2", _owned(8, 2, 1, 2), _owned(8, 1, 1, 4), 1),
         ("own8p2e", _owned(8, 2, 1, 2, early=True), _owned(8, 1, 1, 4, early=True), 1),
