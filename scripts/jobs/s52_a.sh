@@ -8,11 +8,12 @@
 #   fp8h: W8A16 MXFP8 / block-FP8 under NVFP4's cache hints (~2 min; B = the hints);
 #   fmx:  the fused kernel with W4A16 MXFP4 weights under MXFP4_HINTS's configs (~2 min; B = the options);
 #   mxmul: W4A16 MXFP4 with its FP4 codes placed by a multiply (~1.5 min; B = fp4=mul; prediction in s52_a.txt);
-#   moe:  moe.fused_moe's decode experts with the L2 256-byte weight prefetch ("w4p1h256") beside today's "w4p1h".
+#   moe:  moe.fused_moe's decode experts with the L2 256-byte weight prefetch ("w4p1h256") beside today's "w4p1h";
+#   d16c: DECODE16_ONE_WAVE's kernel with clamped loads (fewer in-loop spills; ~1.5 min; B = clamp=true).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe} in
+case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe|d16c} in
   d16)
     B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
@@ -55,5 +56,9 @@ case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe} in
     B12X_GEMM_DECODE_OPTS=fp4=mul TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxmul_b >/dev/null
     python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_mxmul_a.json /tmp/b12x-par/gemm52_mxmul_b.json ;;
   moe) TAIL=${TAIL:-30} bash scripts/jobs/named.sh $f moe52_l2pf128 moe52_l2pf512 ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  d16c)
+    TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16c_a >/dev/null
+    B12X_GEMM_DECODE_OPTS=clamp=true TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16c_b >/dev/null
+    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_d16c_a.json /tmp/b12x-par/gemm52_d16c_b.json ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac
