@@ -13,11 +13,13 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
+ab() {  # ab JOB_A JOB_B OPTS_A OPTS_B: A under B12X_GEMM_DECODE_OPTS=OPTS_A, then B under OPTS_B, then the comparison
+  B12X_GEMM_DECODE_OPTS=$3 TAIL=2 bash scripts/jobs/named.sh $f "$1" >/dev/null
+  B12X_GEMM_DECODE_OPTS=$4 TAIL=2 bash scripts/jobs/named.sh $f "$2" >/dev/null
+  python3 scripts/ab_summary.py "/tmp/b12x-par/$1.json" "/tmp/b12x-par/$2.json"
+}
 case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe|d16c} in
-  d16)
-    B12X_GEMM_DECODE_OPTS=unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_a >/dev/null
-    B12X_GEMM_DECODE_OPTS=unroll=1,minctas=3 TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16p_b >/dev/null
-    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_d16p_a.json /tmp/b12x-par/gemm52_d16p_b.json ;;
+  d16) ab gemm52_d16p_a gemm52_d16p_b unroll=2,minctas=0 unroll=1,minctas=3 ;;
   mx)
     TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_a gemm52_mx16_a >/dev/null
     B12X_GEMM_DECODE_OPTS=unroll=1 TAIL=2 bash scripts/jobs/named.sh $f gemm52_mx8_u1 >/dev/null
@@ -29,36 +31,15 @@ case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe|d16c} in
       python3 scripts/ab_summary.py /tmp/b12x-par/$a.json /tmp/b12x-par/gemm52_$b.json | tail -n +3
     done ;;
   mxrule)
-    B12X_GEMM_DECODE_OPTS=wcache=nc,acache=nc,unroll=2,minctas=0 TAIL=2 bash scripts/jobs/named.sh $f \
-      gemm52_mxr8_old gemm52_mxr16_old >/dev/null
-    TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxr8_new gemm52_mxr16_new >/dev/null
-    for b in mxr8 mxr16; do
-      echo "== gemm52_${b}_old (A) against gemm52_${b}_new (B)"
-      python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_${b}_old.json /tmp/b12x-par/gemm52_${b}_new.json | tail -n +3
-    done ;;
-  fp8h)
-    TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_a >/dev/null
-    B12X_GEMM_DECODE_OPTS=wcache=na256,acache=el TAIL=2 bash scripts/jobs/named.sh $f gemm52_w8_b >/dev/null
-    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_w8_a.json /tmp/b12x-par/gemm52_w8_b.json ;;
+    for b in mxr8 mxr16; do ab gemm52_${b}_old gemm52_${b}_new wcache=nc,acache=nc,unroll=2,minctas=0 ""; done ;;
+  fp8h) ab gemm52_w8_a gemm52_w8_b "" wcache=na256,acache=el ;;
   fmx)
     h=wcache=na256,acache=el
-    TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx1w_a gemm52_fmx4w_a gemm52_fmxh_a gemm52_fmxh16_a gemm52_fmxr_a \
-      >/dev/null
-    B12X_GEMM_DECODE_OPTS=$h,unroll=1 TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx1w_b >/dev/null
-    B12X_GEMM_DECODE_OPTS=$h,unroll=1,minctas=4 TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmx4w_b >/dev/null
-    B12X_GEMM_DECODE_OPTS=$h TAIL=2 bash scripts/jobs/named.sh $f gemm52_fmxh_b gemm52_fmxh16_b gemm52_fmxr_b >/dev/null
-    for j in fmx1w fmx4w fmxh fmxh16 fmxr; do
-      echo "== gemm52_${j}_a (A) against gemm52_${j}_b (B)"
-      python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_${j}_a.json /tmp/b12x-par/gemm52_${j}_b.json | tail -n +3
-    done ;;
-  mxmul)
-    TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxmul_a >/dev/null
-    B12X_GEMM_DECODE_OPTS=fp4=mul TAIL=2 bash scripts/jobs/named.sh $f gemm52_mxmul_b >/dev/null
-    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_mxmul_a.json /tmp/b12x-par/gemm52_mxmul_b.json ;;
+    ab gemm52_fmx1w_a gemm52_fmx1w_b "" $h,unroll=1
+    ab gemm52_fmx4w_a gemm52_fmx4w_b "" $h,unroll=1,minctas=4
+    for j in fmxh fmxh16 fmxr; do ab gemm52_${j}_a gemm52_${j}_b "" $h; done ;;
+  mxmul) ab gemm52_mxmul_a gemm52_mxmul_b "" fp4=mul ;;
   moe) TAIL=${TAIL:-30} bash scripts/jobs/named.sh $f moe52_l2pf128 moe52_l2pf512 ;;
-  d16c)
-    TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16c_a >/dev/null
-    B12X_GEMM_DECODE_OPTS=clamp=true TAIL=2 bash scripts/jobs/named.sh $f gemm52_d16c_b >/dev/null
-    python3 scripts/ab_summary.py /tmp/b12x-par/gemm52_d16c_a.json /tmp/b12x-par/gemm52_d16c_b.json ;;
+  d16c) ab gemm52_d16c_a gemm52_d16c_b "" clamp=true ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

@@ -49,6 +49,19 @@ def _residual(m, n, seed):
     return torch.randn(m, n, generator=g, device="cuda").bfloat16()
 
 
+def _poisoned(m, n, epilogue):
+    """A NaN-filled bf16 output for `epilogue` over a weight of n rows (silu_mul writes n / 2 columns)."""
+    return torch.full((m, n // 2 if epilogue == "silu_mul" else n), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+def _prepared(q, override=None):
+    """B.plan(q, override), prepared on the GPU."""
+    plan = B.plan(q, override=override)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    return plan
+
+
 @pytest.mark.parametrize("pdl", ["off", "wait", "prefetch"])
 @pytest.mark.parametrize("epilogue", ["silu_mul", "residual", "none"])
 def test_decode_fused_matches_reference(epilogue, pdl):
@@ -57,9 +70,7 @@ def test_decode_fused_matches_reference(epilogue, pdl):
     for m in MS:
         ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + n, device="cuda", weight=_weight(n, k))
         res = _residual(m, n, m) if epilogue == "residual" else None
-        out = torch.full(
-            (m, n // 2 if epilogue == "silu_mul" else n), float("nan"), dtype=torch.bfloat16, device="cuda"
-        )
+        out = _poisoned(m, n, epilogue)
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
@@ -223,9 +234,7 @@ def test_decode_fused_norm_matches_reference(epilogue, pdl):
     g = (1.0 + 0.2 * torch.randn(k, generator=torch.Generator().manual_seed(k))).bfloat16()
     for m in MS:
         ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 3, device="cuda", weight=_weight(n, k))
-        out = torch.full(
-            (m, n // 2 if epilogue == "silu_mul" else n), float("nan"), dtype=torch.bfloat16, device="cuda"
-        )
+        out = _poisoned(m, n, epilogue)
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, norm_weight=g.cuda(), norm_eps=1e-5)
         torch.cuda.synchronize()
         check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None, norm=(g, 1e-5))
@@ -268,12 +277,9 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
     for fp4 in KD.FP4:
         cfg = replace(base, decode=replace(base.decode, fp4=fp4))
         q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
-        plan = B.plan(q, override={bucket: cfg})
-        with b12x.PreparationSession("cuda") as s:
-            s.prepare([plan])
+        plan = _prepared(q, override={bucket: cfg})
         assert plan.state.selection == ((bucket, cfg),)
-        cols = n // 2 if epilogue == "silu_mul" else n
-        outs[fp4] = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
+        outs[fp4] = _poisoned(m, n, epilogue)
         B.mm(ops.a_values, ops.weight, outs[fp4], plan=plan, epilogue=epilogue, residual=res)
     torch.cuda.synchronize()
     want = outs[base.decode.fp4]
@@ -291,16 +297,12 @@ def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
     NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against the
     fp32 reference."""
     monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
-    q = B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
-    plan = B.plan(q)
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([plan])
+    plan = _prepared(B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue))
     ((_, cfg),) = plan.state.selection
     assert (cfg.decode.wcache, cfg.decode.acache, cfg.decode.unroll, cfg.decode.minctas) == ("na256", "el", *knobs)
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=7 * m + n, device="cuda")
     res = _residual(m, n, m + 2) if epilogue == "residual" else None
-    cols = n // 2 if epilogue == "silu_mul" else n
-    out = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = _poisoned(m, n, epilogue)
     B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
     torch.cuda.synchronize()
     check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

@@ -75,11 +75,17 @@ def test_fp4_placements_give_the_same_bits(m, n, k):
     """shift, left and mul place the same bits before the same scale multiply and MMAs: outputs equal bitwise. The
     base is the W4A16 heuristic's own config (cache hints, clamps; "mul" at M = 1 since session 49)."""
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=3 * m + n, device="cuda", weight=_weight(n, k))
-    base = L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16")
-    want = _run(ops, base)
+    _check_placements(ops, L.default_config(L.bucket_for(m), n, k, "nvfp4", a_fmt="bfloat16"), "nvfp4")
+
+
+def _check_placements(ops, base, b_fmt):
+    """`base` within the tolerance of the fp32 reference, and every other FP4 placement of it bitwise equal."""
+    want = _run(ops, base, b_fmt)
     check_tolerance(want, ops, "bfloat16")
-    for cfg in DS.fp4_variants(base):
-        assert torch.equal(_run(ops, cfg), want), cfg.fp4
+    variants = DS.fp4_variants(base)
+    assert {cfg.fp4 for cfg in variants} | {base.fp4} == set(KD.FP4)
+    for cfg in variants:
+        assert torch.equal(_run(ops, cfg, b_fmt), want), cfg.fp4
 
 
 @pytest.mark.parametrize(
@@ -100,10 +106,4 @@ def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
     """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`launch.MXFP4_FP4_MUL`, staged) from its heuristic's
     config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
-    base = L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16")
-    want = _run(ops, base, "mxfp4")
-    check_tolerance(want, ops, "bfloat16")
-    variants = DS.fp4_variants(base)
-    assert {cfg.fp4 for cfg in variants} | {base.fp4} == set(KD.FP4)
-    for cfg in variants:
-        assert torch.equal(_run(ops, cfg, "mxfp4"), want), cfg.fp4
+    _check_placements(ops, L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16"), "mxfp4")

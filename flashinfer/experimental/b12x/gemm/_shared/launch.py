@@ -143,10 +143,9 @@ def decode_config_for(
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
-        ctas = -(-n // 32)
-        in_range = ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]
         if one_wave and (warps, tiles) == (8, 2):
-            if ntiles == 1 and in_range:
+            ctas = -(-n // 32)  # of 2 weight tiles (32 rows) each
+            if ntiles == 1 and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
                 # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
                 # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
                 # instead of 1-2. H200 2026-12-03 15:50 (session 28, bench_gemm --cold-weights --sweep-subset
