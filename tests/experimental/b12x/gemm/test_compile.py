@@ -218,7 +218,7 @@ def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkey
             assert (plain.unroll, plain.minctas) == (1, minctas)
             fns.append(KD.compile_decode("bfloat16", b_fmt, "bfloat16", plain, arch=arch))
         if bucket == "decode8":
-            monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)  # staged: its configs build here too
+            monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)  # whatever its state
             for b_fmt in ("nvfp4", "mxfp4"):
                 fused = L.fused_config(bucket, n, k, b_fmt, "bfloat16", "silu_mul", "off")
                 assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)

@@ -196,7 +196,7 @@ def test_wave_rules(monkeypatch, four, d16):
 @pytest.mark.parametrize("on, fused_on", [(True, False), (True, True), (False, False)])
 def test_mxfp4_hints(monkeypatch, on, fused_on):
     """`launch.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
-    clamped loads / left shifts nor "mul"; `FUSED_MXFP4_HINTS` (staged, off) gives the fused silu_mul / residual
+    clamped loads / left shifts nor "mul"; `FUSED_MXFP4_HINTS` (on since session 53) gives the fused silu_mul / residual
     kernel the same but the 9..16-token wave rule (the plain kernel's only), and leaves rope_append and the norm
     form their plain loads; off, nothing."""
     monkeypatch.setattr(L, "MXFP4_HINTS", on)
@@ -241,7 +241,8 @@ def test_mxfp4_fp4_mul_staged(monkeypatch):
     assert fp4("decode8", 4096, 4096) == fp4("decode8", 11264, 2048) == fp4("decode16", 4096, 4096) == "mul"
     assert fp4("decode16", 4096, 14336) == "shift"  # K >= LONG_K, as NVFP4
     assert fp4("decode8", 2048, 4096) == fp4("decode8", 4096, 4096, "float16") == "shift"
-    assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "shift"  # FUSED_MXFP4_HINTS off
+    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", False)
+    assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "shift"
     monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
     assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "mul"
 

@@ -253,14 +253,14 @@ MXFP4_HINTS = True
 # NVFP4's, only the scale differs. Staged, off, not timed: `scripts/jobs/s52_a.sh mxmul` (prediction there).
 MXFP4_FP4_MUL = False
 # decode_config_for: the same hints and wave rules for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES;
-# rope_append and the norm form keep their plain loads). Staged, off: H100 2026-12-06 10:00 (session 52,
+# rope_append and the norm form keep their plain loads). H100 2026-12-06 10:00 (session 52,
 # `scripts/jobs/s52_a.sh fmx`, cold weights, graph timer, the options forced against today's unhinted configs)
 # silu_mul at 264-396 CTAs (hints + unroll 1) -26.2 to -29.2%, at 397-528 (+ minctas 4) -13.6 to -19.7%, the hints
 # alone at M <= 16 28672 x 4096 / 7168 x 2048 and M = 16 11264 x 2048 / 9216 x 4096 -3.0 to -7.9% (M = 1 28672 x 4096
 # -6.3%, a tie in its noise); residual 4096 x 14336 / 4096 x 4096 -2.3 to -8.9%: 25 of 26 cells beyond their noise.
-# It goes on after its gpu test (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs, which switches it on)
-# and the gemm tier pass.
-FUSED_MXFP4_HINTS = False
+# On from session 53, behind its gpu test (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs) and the gemm
+# tier (docs/validation.md).
+FUSED_MXFP4_HINTS = True
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
