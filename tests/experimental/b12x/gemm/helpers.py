@@ -111,6 +111,22 @@ def make_operands(
     return Operands(a_fmt, b_fmt, a_values, a_scales, weight, alpha, m, n, k)
 
 
+_CPU_WEIGHTS: dict = {}
+
+
+def on_cpu(ops: Operands) -> Operands:
+    """`ops` with the activations and weight on the CPU (bf16 activations only: the fused and rope gpu tests'
+    references, whose fp32 matmuls the GPU might run in TF32). One CPU copy per weight object, kept beside the
+    weight so its id is never reused, and so dequantized_weight's cache serves every M. Keyed by the object, never
+    by (N, K): such a key handed session 52's MXFP4 fused test the NVFP4 weight an earlier test had cached at the
+    same shape (a reference of the wrong weight, errors of 30-200)."""
+    w = ops.weight
+    if id(w) not in _CPU_WEIGHTS:
+        _CPU_WEIGHTS[id(w)] = (w, type(w)(w.recipe, w.values.cpu(), w.scales.cpu(), w.alpha.cpu(), w.n, w.k))
+    cpu_w = _CPU_WEIGHTS[id(w)][1]
+    return Operands(ops.a_fmt, ops.b_fmt, ops.a_values.cpu(), None, cpu_w, ops.alpha, ops.m, ops.n, ops.k)
+
+
 def check_tolerance(out: torch.Tensor, ops: Operands, out_dtype: str, bias=None) -> None:
     """The project's rule: max |ours - fp32 reference| <= 2 x max |torch same precision - reference|,
     plus a floor of 2^-20 of the reference's largest magnitude for outputs that are nearly exact.

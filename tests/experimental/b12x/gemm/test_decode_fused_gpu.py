@@ -12,7 +12,7 @@ import torch
 import b12x
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-from .helpers import make_operands
+from .helpers import make_operands, on_cpu
 from .test_decode_fused import check_fused
 
 pytestmark = pytest.mark.gpu
@@ -73,7 +73,7 @@ def test_decode_fused_matches_reference(epilogue, pdl):
         out = _poisoned(m, n, epilogue)
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
         torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+        check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
 
 
 @pytest.mark.parametrize("pdl, span", [("wait", "rows"), ("prefetch", "step")])
@@ -96,7 +96,7 @@ def test_hinted_pdl_configs_match_reference(pdl, span):
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         B.mm(ops.a_values, ops.weight, out, plan=plan)
         torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), "none", "bfloat16", None)
+        check_fused(out.cpu(), on_cpu(ops), "none", "bfloat16", None)
 
 
 @pytest.mark.parametrize("pdl", ["prefetch", "wait"])
@@ -131,19 +131,6 @@ def test_mxfp8_pdl_plans_match_reference(pdl):
         torch.cuda.synchronize()
         check_tolerance(out, ops, "bfloat16")
         assert torch.equal(out, again)
-
-
-_CPU_WEIGHTS: dict = {}
-
-
-def _cpu(ops):
-    """The operands on the CPU (the reference's matmuls; the GPU's fp32 matmul may use TF32); one CPU copy
-    per weight, so helpers.dequantized_weight's cache serves every M."""
-    w = ops.weight
-    if (w.n, w.k) not in _CPU_WEIGHTS:
-        _CPU_WEIGHTS[(w.n, w.k)] = type(w)(w.recipe, w.values.cpu(), w.scales.cpu(), w.alpha.cpu(), w.n, w.k)
-    cpu_w = _CPU_WEIGHTS[(w.n, w.k)]
-    return type(ops)(ops.a_fmt, ops.b_fmt, ops.a_values.cpu(), None, cpu_w, ops.alpha, ops.m, ops.n, ops.k)
 
 
 @pytest.mark.parametrize("pdl", ["off", "prefetch", "wait"])
@@ -192,7 +179,7 @@ def test_decode_fused_one_shot_mm():
     ops = make_operands("bfloat16", "nvfp4", 3, n, k, seed=11, device="cuda", weight=_weight(n, k))
     out = B.mm(ops.a_values, ops.weight, epilogue="silu_mul")
     torch.cuda.synchronize()
-    check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+    check_fused(out.cpu(), on_cpu(ops), "silu_mul", "bfloat16", None)
 
 
 def _check_gate_up_override(pdl, config_for, seed):
@@ -210,7 +197,7 @@ def _check_gate_up_override(pdl, config_for, seed):
         out = torch.full((m, n // 2), float("nan"), dtype=torch.bfloat16, device="cuda")
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
         torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), "silu_mul", "bfloat16", None)
+        check_fused(out.cpu(), on_cpu(ops), "silu_mul", "bfloat16", None)
 
 
 @pytest.mark.parametrize("pdl", ["off", "prefetch"])
@@ -237,7 +224,7 @@ def test_decode_fused_norm_matches_reference(epilogue, pdl):
         out = _poisoned(m, n, epilogue)
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, norm_weight=g.cuda(), norm_eps=1e-5)
         torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None, norm=(g, 1e-5))
+        check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None, norm=(g, 1e-5))
 
 
 @pytest.mark.parametrize("unroll", [1, 2])
@@ -283,7 +270,7 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
         B.mm(ops.a_values, ops.weight, outs[fp4], plan=plan, epilogue=epilogue, residual=res)
     torch.cuda.synchronize()
     want = outs[base.decode.fp4]
-    check_fused(want.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+    check_fused(want.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
     for fp4, out in outs.items():
         assert torch.equal(out, want), fp4
 
@@ -305,4 +292,4 @@ def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
     out = _poisoned(m, n, epilogue)
     B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
     torch.cuda.synchronize()
-    check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+    check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

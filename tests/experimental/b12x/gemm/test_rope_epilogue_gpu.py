@@ -13,7 +13,7 @@ import b12x
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled import api as API
 
-from .helpers import make_operands
+from .helpers import make_operands, on_cpu
 from .test_rope_epilogue import check_outputs, check_untouched, make_rope
 
 pytestmark = pytest.mark.gpu
@@ -28,19 +28,6 @@ def _weight(n, k):
     if (n, k) not in _WEIGHTS:
         _WEIGHTS[(n, k)] = make_operands("bfloat16", "nvfp4", 1, n, k, seed=n + k, device="cuda").weight
     return _WEIGHTS[(n, k)]
-
-
-_CPU_WEIGHTS: dict = {}
-
-
-def _cpu(ops):
-    """The operands on the CPU (the reference's matmuls: the GPU's fp32 matmul may use TF32), one CPU copy
-    per weight object (this module's `_weight`s), so helpers.dequantized_weight's cache serves every T."""
-    w = ops.weight
-    if id(w) not in _CPU_WEIGHTS:
-        _CPU_WEIGHTS[id(w)] = (w, type(w)(w.recipe, w.values.cpu(), w.scales.cpu(), w.alpha.cpu(), w.n, w.k))
-    cpu_w = _CPU_WEIGHTS[id(w)][1]
-    return type(ops)(ops.a_fmt, ops.b_fmt, ops.a_values.cpu(), None, cpu_w, ops.alpha, ops.m, ops.n, ops.k)
 
 
 def _plan(lay, k, pdl, norm=False):
@@ -62,7 +49,7 @@ def _run_and_check(lay, k, t, seed, plan=None, norm=None):
     torch.cuda.synchronize()
     k_rows = check_untouched(rope.k_cache, before[0], rope)
     v_rows = check_untouched(rope.v_cache, before[1], rope)
-    check_outputs(q.cpu(), k_rows, v_rows, _cpu(ops), lay, rope, "bfloat16", norm)
+    check_outputs(q.cpu(), k_rows, v_rows, on_cpu(ops), lay, rope, "bfloat16", norm)
 
 
 @pytest.mark.parametrize("pdl", ["off", "prefetch"])
