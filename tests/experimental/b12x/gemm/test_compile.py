@@ -205,12 +205,12 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkeypatch):
     """`launch.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused
     silu_mul NVFP4 and, with `FUSED_MXFP4_HINTS`, MXFP4 at M <= 8; MXFP4 with its FP4 codes placed by a multiply,
-    `MXFP4_FP4_MUL`, both staged) build for `arch` within the register bound of their CTAs an SM (minctas), spilling
-    a few words to the stack at most, never to local arrays."""
+    `MXFP4_FP4_MUL`; both on since session 53) build for `arch` within the register bound of their CTAs an SM
+    (minctas), spilling a few words to the stack at most, never to local arrays."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", True)
+    monkeypatch.setattr(L, "MXFP4_FP4_MUL", True)  # whatever its state
     for bucket, n, k, minctas in (("decode8", 14336, 4096, 4), ("decode16", 11264, 2048, 3)):
         fns = []
         for b_fmt in ("nvfp4", "mxfp4"):  # W4A16 MXFP4 takes the rules too (launch.MXFP4_HINTS)

@@ -103,7 +103,7 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
 
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096)])
 def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
-    """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`launch.MXFP4_FP4_MUL`, staged) from its heuristic's
-    config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
+    """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`launch.MXFP4_FP4_MUL`, on since session 53) from its
+    heuristic's config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
     _check_placements(ops, L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16"), "mxfp4")

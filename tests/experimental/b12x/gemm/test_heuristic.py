@@ -72,7 +72,8 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
     clamp = hinted and b_fmt == "nvfp4" and m <= 8 and n >= L.WIDE_DECODE_N
     mul_on = L.DECODE8_FP4_MUL if m <= 8 else L.DECODE16_FP4_MUL  # FP4 by a multiply (sessions 49, 50; K < LONG_K)
-    mul = mul_on and b_fmt == "nvfp4" and a_fmt == "bfloat16" and n >= 4096
+    mul_fmt = b_fmt == "nvfp4" or (hinted_fmt and L.MXFP4_FP4_MUL)  # MXFP4 session 53, shared activations too
+    mul = mul_on and mul_fmt and a_fmt == "bfloat16" and n >= 4096
     assert (cfg.clamp, cfg.fp4) == (clamp, "mul" if mul else "left" if clamp else "shift")
     assert (
         why_not(a_fmt, b_fmt, "bfloat16", cfg) is None
@@ -88,6 +89,7 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
     monkeypatch.setattr(L, "DECODE8_FP4_MUL", on8)
     monkeypatch.setattr(L, "DECODE16_FP4_MUL", on16)
     monkeypatch.setattr(L, "FUSED_FP4_MUL", False)  # the fused kernel's own switch (test_fused_fp4_mul_switch)
+    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)  # MXFP4's own (test_mxfp4_fp4_mul)
     shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048), (4096, L.LONG_K - 128))
     for n, k in shapes:
         want8 = "mul" if on8 else ("left" if n >= L.WIDE_DECODE_N else "shift")
@@ -196,11 +198,12 @@ def test_wave_rules(monkeypatch, four, d16):
 @pytest.mark.parametrize("on, fused_on", [(True, False), (True, True), (False, False)])
 def test_mxfp4_hints(monkeypatch, on, fused_on):
     """`launch.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
-    clamped loads / left shifts nor "mul"; `FUSED_MXFP4_HINTS` (on since session 53) gives the fused silu_mul / residual
-    kernel the same but the 9..16-token wave rule (the plain kernel's only), and leaves rope_append and the norm
-    form their plain loads; off, nothing."""
+    clamped loads / left shifts ("mul" under its own switch); `FUSED_MXFP4_HINTS` (on since session 53) gives the
+    fused silu_mul / residual kernel the same but the 9..16-token wave rule (the plain kernel's only), and leaves
+    rope_append and the norm form their plain loads; off, nothing."""
     monkeypatch.setattr(L, "MXFP4_HINTS", on)
     monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", fused_on)
+    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)  # the placement's own switch (test_mxfp4_fp4_mul)
     for bucket, n, k, knobs in (
         ("decode8", 11264, 2048, (1, 0)),
         ("decode8", 14336, 4096, (1, 4)),
@@ -226,10 +229,12 @@ def test_mxfp4_hints(monkeypatch, on, fused_on):
     assert L.default_config("decode8", 11264, 2048, "mxfp4", a_fmt="float8_e4m3fn").wcache == "nc"
 
 
-def test_mxfp4_fp4_mul_staged(monkeypatch):
-    """`launch.MXFP4_FP4_MUL` (staged, off): W4A16 MXFP4 takes the FP4-multiply rules where NVFP4 does (bf16 compute,
-    N >= 4096; 9..16 tokens only at K < LONG_K) and only where its hints reach (the fused kernel: FUSED_MXFP4_HINTS)."""
-    assert not L.MXFP4_FP4_MUL
+def test_mxfp4_fp4_mul(monkeypatch):
+    """`launch.MXFP4_FP4_MUL` (on since session 53): W4A16 MXFP4 takes the FP4-multiply rules where NVFP4 does (bf16
+    compute, N >= 4096; 9..16 tokens only at K < LONG_K) and only where its hints reach (the fused kernel:
+    FUSED_MXFP4_HINTS)."""
+    assert L.MXFP4_FP4_MUL
+    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)
 
     def fp4(bucket, n, k, a_fmt="bfloat16", epilogue=None):
         if epilogue is None:

@@ -250,8 +250,15 @@ DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 MXFP4_HINTS = True
 # decode_config_for: W4A16 MXFP4 (where MXFP4_HINTS / FUSED_MXFP4_HINTS reach it) takes the FP4-multiply rules above
 # (DECODE8_FP4_MUL, DECODE16_FP4_MUL; FUSED_FP4_MUL for the fused kernel): the E2M1 codes and their placement are
-# NVFP4's, only the scale differs. Staged, off, not timed: `scripts/jobs/s52_a.sh mxmul` (prediction there).
-MXFP4_FP4_MUL = False
+# NVFP4's, only the scale differs. H100 2026-12-06 11:22 / 11:24 (session 53, `scripts/jobs/s52_a.sh mxmul` twice,
+# the plain kernel, cold weights, graph timer, "mul" against shift under MXFP4_HINTS's configs): M = 1 / 8 / 16
+# 28672 x 4096 -6.1 / -12.1..-12.3 / -5.2..-5.4% (M = 1 a tie in its 13-15% noise), 4096 x 4096 -6.9..-7.7 /
+# -7.9..-8.0 / -3.3..-3.8%, 7168 x 2048 -2.0..-2.3 / -3.5..-3.7 / -2.2..-2.8%, 11264 x 2048 -7.2..-8.1 / -5.3..-5.6
+# / -0.9..-1.3%, 14336 x 4096 -2.7..-3.2 / -0.25..-0.48 (tie, then faster than its 0.28% noise) / -2.0..-2.5%;
+# 4096 x 14336 -5.4..-5.5 / -2.1..-2.4%, and M = 16 -3.6..-4.1% (unlike NVFP4's +3..+4%; DECODE16_FP4_MUL's K <
+# LONG_K keeps shift there: not yet a rule). The fused kernel's MXFP4 (FUSED_MXFP4_HINTS) takes it under
+# FUSED_FP4_MUL, timed by `scripts/jobs/s53_a.sh fmxmul`.
+MXFP4_FP4_MUL = True
 # decode_config_for: the same hints and wave rules for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES;
 # rope_append and the norm form keep their plain loads). H100 2026-12-06 10:00 (session 52,
 # `scripts/jobs/s52_a.sh fmx`, cold weights, graph timer, the options forced against today's unhinted configs)
