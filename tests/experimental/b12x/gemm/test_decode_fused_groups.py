@@ -17,7 +17,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 from flashinfer.experimental.b12x.gemm.blockscaled._epilogue import RopeLayout
 
-from .helpers import make_operands
+from .helpers import make_operands, on_cpu
 from .test_decode_fused import _norm_weight, check_fused, fused_args, run_fused
 from .test_rope_epilogue import check_outputs, emulate
 
@@ -103,7 +103,7 @@ def test_grouped_plans_on_the_gpu(epilogue):
     import b12x
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    from .test_decode_fused_gpu import _cpu, _residual, _weight
+    from .test_decode_fused_gpu import _residual, _weight
 
     B = b12x.gemm.blockscaled
     n, k, ms = 28672, 4096, (3, 9, 16)
@@ -121,4 +121,4 @@ def test_grouped_plans_on_the_gpu(epilogue):
         out = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
         torch.cuda.synchronize()
-        check_fused(out.cpu(), _cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+        check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

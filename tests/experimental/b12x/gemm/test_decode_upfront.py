@@ -23,7 +23,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 
 from . import emulated as E
-from .helpers import make_operands
+from .helpers import make_operands, on_cpu
 from .test_decode_fused import check_fused, fused_args, run_fused
 from .test_decode_stream import _args
 
@@ -108,7 +108,7 @@ def test_upfront_plan_on_the_gpu_equals_the_plain_plan(epilogue, n, k):
     plan's output."""
     import b12x
 
-    from .test_decode_fused_gpu import MS, _cpu, _weight
+    from .test_decode_fused_gpu import MS, _weight
 
     B = b12x.gemm.blockscaled
     q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(MS), m_values=MS, epilogue=epilogue, pdl="prefetch")
@@ -126,5 +126,5 @@ def test_upfront_plan_on_the_gpu_equals_the_plain_plan(epilogue, n, k):
             B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue)
             outs.append(out)
         torch.cuda.synchronize()
-        check_fused(outs[0].cpu(), _cpu(ops), epilogue, "bfloat16", None)
+        check_fused(outs[0].cpu(), on_cpu(ops), epilogue, "bfloat16", None)
         assert torch.equal(outs[0], outs[1]), f"M = {m}: upfront differs from the plain loop"

@@ -163,7 +163,8 @@ def decode_config_for(
                 and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
             ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
-    mul_fmt = b_fmt == "nvfp4" or (mxfp4_hinted and MXFP4_FP4_MUL)  # the E2M1 codes are the same in both formats
+    # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel only (MXFP4_FP4_MUL)
+    mul_fmt = b_fmt == "nvfp4" or (mxfp4_hinted and MXFP4_FP4_MUL and fused is None)
     if fp4_mul and hints and mul_fmt and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
         # instructions; f16 compute would fall back to "left", 8% slower at 4096 x 14336). Cold weights, graph
@@ -248,16 +249,16 @@ DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
 # 224); unroll 1 + minctas 4 at 448 / 512 -1.7 to -7.7%; 9..16 tokens unroll 1 + minctas 3 at 320-384 -0.2 (tie) to
 # -9.7%.
 MXFP4_HINTS = True
-# decode_config_for: W4A16 MXFP4 (where MXFP4_HINTS / FUSED_MXFP4_HINTS reach it) takes the FP4-multiply rules above
-# (DECODE8_FP4_MUL, DECODE16_FP4_MUL; FUSED_FP4_MUL for the fused kernel): the E2M1 codes and their placement are
-# NVFP4's, only the scale differs. H100 2026-12-06 11:22 / 11:24 (session 53, `scripts/jobs/s52_a.sh mxmul` twice,
+# decode_config_for: W4A16 MXFP4 in the plain kernel (where MXFP4_HINTS reaches it) takes the FP4-multiply rules above
+# (DECODE8_FP4_MUL, DECODE16_FP4_MUL): the E2M1 codes and their placement are NVFP4's, only the scale differs. H100 2026-12-06 11:22 / 11:24 (session 53, `scripts/jobs/s52_a.sh mxmul` twice,
 # the plain kernel, cold weights, graph timer, "mul" against shift under MXFP4_HINTS's configs): M = 1 / 8 / 16
 # 28672 x 4096 -6.1 / -12.1..-12.3 / -5.2..-5.4% (M = 1 a tie in its 13-15% noise), 4096 x 4096 -6.9..-7.7 /
 # -7.9..-8.0 / -3.3..-3.8%, 7168 x 2048 -2.0..-2.3 / -3.5..-3.7 / -2.2..-2.8%, 11264 x 2048 -7.2..-8.1 / -5.3..-5.6
 # / -0.9..-1.3%, 14336 x 4096 -2.7..-3.2 / -0.25..-0.48 (tie, then faster than its 0.28% noise) / -2.0..-2.5%;
 # 4096 x 14336 -5.4..-5.5 / -2.1..-2.4%, and M = 16 -3.6..-4.1% (unlike NVFP4's +3..+4%; DECODE16_FP4_MUL's K <
-# LONG_K keeps shift there: not yet a rule). The fused kernel's MXFP4 (FUSED_MXFP4_HINTS) takes it under
-# FUSED_FP4_MUL, timed by `scripts/jobs/s53_a.sh fmxmul`.
+# LONG_K keeps shift there: not yet a rule). The fused kernel's MXFP4 keeps shift: 11:35 (`scripts/jobs/s53_a.sh
+# fmxmul`, both sides forced) silu_mul M = 16 28672 x 4096 +17.6% and residual M = 8 4096 x 4096 +1.4% under "mul",
+# though 14 of its other 16 cells gained (-0.7 to -11%; two ties): a fused rule would need those two cells' cause.
 MXFP4_FP4_MUL = True
 # decode_config_for: the same hints and wave rules for the fused kernel's MXFP4 configs (ONE_WAVE_EPILOGUES;
 # rope_append and the norm form keep their plain loads). H100 2026-12-06 10:00 (session 52,
