@@ -468,7 +468,7 @@ def epilogue_fp4(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epi
     """--sweep-subset fp4 with an epilogue: the fused decode kernel launched plainly, then under pdl "wait" and
     "prefetch" (a serving chain's launches; "prefetch" of a small weight is the demo block's unhinted whole-row form),
     each time with fused_config's FP4 placement first and then each other one (`DecodeConfig.fp4`): the A/B behind
-    `launch.FUSED_FP4_MUL` (session 51 timed the plain launches)."""
+    `decode_rules.FUSED_FP4_MUL` (session 51 timed the plain launches)."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
     from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 

@@ -3,6 +3,7 @@ N, K): the default tier builds each kernel class at its default config; `slow` b
 
 import pytest
 
+from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm._shared.formats import OUT_DTYPES
 
@@ -203,22 +204,22 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkeypatch):
-    """`launch.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused
+    """`decode_rules.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused
     silu_mul NVFP4 and, with `FUSED_MXFP4_HINTS`, MXFP4 at M <= 8; MXFP4 with its FP4 codes placed by a multiply,
     `MXFP4_FP4_MUL`; both on since session 53) build for `arch` within the register bound of their CTAs an SM
     (minctas), spilling a few words to the stack at most, never to local arrays."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", True)  # whatever its state
+    monkeypatch.setattr(R, "MXFP4_FP4_MUL", True)  # whatever its state
     for bucket, n, k, minctas in (("decode8", 14336, 4096, 4), ("decode16", 11264, 2048, 3)):
         fns = []
-        for b_fmt in ("nvfp4", "mxfp4"):  # W4A16 MXFP4 takes the rules too (launch.MXFP4_HINTS)
+        for b_fmt in ("nvfp4", "mxfp4"):  # W4A16 MXFP4 takes the rules too (decode_rules.MXFP4_HINTS)
             plain = L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16")
             assert (plain.unroll, plain.minctas) == (1, minctas)
             fns.append(KD.compile_decode("bfloat16", b_fmt, "bfloat16", plain, arch=arch))
         if bucket == "decode8":
-            monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)  # whatever its state
+            monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)  # whatever its state
             for b_fmt in ("nvfp4", "mxfp4"):
                 fused = L.fused_config(bucket, n, k, b_fmt, "bfloat16", "silu_mul", "off")
                 assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)

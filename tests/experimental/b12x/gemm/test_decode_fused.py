@@ -410,8 +410,8 @@ def test_hinted_step_prefetch_compiles_for_both_archs(arch):
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
 @pytest.mark.parametrize("epilogue, pdl", [("silu_mul", "off"), ("residual", "wait")])
 def test_one_wave_configs_compile_for_both_archs(arch, epilogue, pdl):
-    """The fused kernel's one-wave configs (`launch.ONE_WAVE_EPILOGUES`: unroll 1 and "mul" at M <= 8 over 352 CTAs of
-    8 warps x 2 tiles, 11264 x 2048) build for `arch` without spills."""
+    """The fused kernel's one-wave configs (`decode_rules.ONE_WAVE_EPILOGUES`: unroll 1 and "mul" at M <= 8 over 352
+    CTAs of 8 warps x 2 tiles, 11264 x 2048) build for `arch` without spills."""
     cfg = L.fused_config("decode8", 11264, 2048, "nvfp4", "bfloat16", epilogue, pdl).decode
     assert (cfg.unroll, cfg.fp4, cfg.warps, cfg.tiles) == (1, "mul", 8, 2)
     _check_compiles(arch, epilogue, pdl, False, (1,), hints=True, shape=(11264, 2048))

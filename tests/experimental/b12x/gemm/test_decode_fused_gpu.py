@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 
 from .helpers import make_operands, on_cpu
@@ -248,14 +249,15 @@ def test_minctas_gate_up_matches_reference(unroll):
 )  # fmt: skip
 def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
     """The fused kernel's FP4 placements (shift, left, mul; "mul" is its heuristic at these shapes since session 51,
-    `launch.FUSED_FP4_MUL`) place the same bits before the same scale multiply, MMAs and epilogue: outputs equal
+    `decode_rules.FUSED_FP4_MUL`) place the same bits before the same scale multiply, MMAs and epilogue: outputs equal
     bitwise, NaN-poisoned, and the heuristic's within the project's tolerance of the fp32 reference. The last three
-    cases are one-wave grids (`launch.ONE_WAVE_EPILOGUES`: unroll 1; 14336 x 4096 at 4 CTAs an SM, `FOUR_CTA_WAVE`)."""
+    cases are one-wave grids (`decode_rules.ONE_WAVE_EPILOGUES`: unroll 1; 14336 x 4096 at 4 CTAs an SM,
+    `FOUR_CTA_WAVE`)."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
     bucket = L.bucket_for(m)
     base = L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, "off")
-    assert base.decode.fp4 == ("mul" if L.FUSED_FP4_MUL else "shift")
+    assert base.decode.fp4 == ("mul" if R.FUSED_FP4_MUL else "shift")
     assert (base.decode.unroll == 1) == (n in (11264, 12288, 14336))
     assert base.decode.minctas == (4 if n == 14336 else 0)
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=5 * m + n, device="cuda", weight=_weight(n, k))
@@ -280,10 +282,10 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
     [("silu_mul", 11264, 2048, 1, (1, 0)), ("silu_mul", 14336, 4096, 8, (1, 4)), ("residual", 4096, 4096, 16, (2, 0))],
 )
 def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
-    """The fused kernel with W4A16 MXFP4 weights at the configs `launch.FUSED_MXFP4_HINTS` gives (switched on here:
-    NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against the
-    fp32 reference."""
-    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
+    """The fused kernel with W4A16 MXFP4 weights at the configs `decode_rules.FUSED_MXFP4_HINTS` gives (switched on
+    here: NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against
+    the fp32 reference."""
+    monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)
     plan = _prepared(B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue))
     ((_, cfg),) = plan.state.selection
     assert (cfg.decode.wcache, cfg.decode.acache, cfg.decode.unroll, cfg.decode.minctas) == ("na256", "el", *knobs)

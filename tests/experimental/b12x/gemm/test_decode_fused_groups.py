@@ -68,14 +68,15 @@ def test_rope_groups_are_the_one_group_kernel_bitwise(norm):
 def test_the_heuristic_groups_only_the_timed_epilogue():
     """fused_config keeps the plain heuristic's warp groups (without ashare) for residual under pdl off / wait (-7%
     at M = 16 28672 x 4096, session 40); silu_mul (even there), no epilogue, rope and pdl "prefetch" keep one."""
+    from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     plain = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
     assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
     for pdl in ("off", "wait"):
         grouped = L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "residual", pdl).decode
-        # FP4 placement follows the plain kernel's while `launch.FUSED_FP4_MUL` is on (K = 4096 >= its MIN_K).
-        want = plain.fp4 if L.FUSED_FP4_MUL else "shift"
+        # FP4 placement follows the plain kernel's while `decode_rules.FUSED_FP4_MUL` is on (K = 4096 >= its MIN_K).
+        want = plain.fp4 if R.FUSED_FP4_MUL else "shift"
         assert grouped == dataclasses.replace(plain, ashare=False, fp4=want) and grouped.wn == 2, pdl
         assert grouped == L.fused_config("decode16", 28672, 4096, "nvfp4", "bfloat16", "none", pdl, "wn=2").decode
     for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("silu_mul", "wait"), ("residual", "prefetch")):

@@ -58,7 +58,7 @@ def test_stream_variants_at_issue_shapes(m, n, k):
         (KD.DecodeConfig(4, 1, 1, 2, clamp=True, fp4="left"), 1),
         (KD.DecodeConfig(16, 2, 2, 2, wn=4, ashare=True, acache="el"), 16),
         (KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True, clamp=True), 7),
-        # the wave rules' register bounds (`launch.FOUR_CTA_WAVE`, `DECODE16_ONE_WAVE`; a short stack)
+        # the wave rules' register bounds (`decode_rules.FOUR_CTA_WAVE`, `DECODE16_ONE_WAVE`; a short stack)
         (KD.DecodeConfig(8, 2, 1, 1, wcache="na256", acache="el", fp4="mul", minctas=4), 5),
         (KD.DecodeConfig(8, 2, 2, 1, wcache="na256", acache="el", fp4="mul", minctas=3), 13),
     ],
@@ -93,7 +93,7 @@ def _check_placements(ops, base, b_fmt):
     [(1, 11264, 2048, (1, 0)), (8, 14336, 4096, (1, 4)), (16, 11264, 2048, (1, 3)), (9, 4096, 4096, (2, 0))],
 )
 def test_mxfp4_heuristic_configs(m, n, k, knobs):
-    """W4A16 MXFP4 at the heuristic's configs since `launch.MXFP4_HINTS` (NVFP4's cache hints, and its wave rules:
+    """W4A16 MXFP4 at the heuristic's configs since `decode_rules.MXFP4_HINTS` (NVFP4's cache hints, and its wave rules:
     unroll 1 over one wave of 3 CTAs an SM, then 4; 9..16 tokens at 3), against the fp32 reference, NaN-poisoned."""
     cfg = L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16")
     assert (cfg.wcache, cfg.acache, cfg.unroll, cfg.minctas) == ("na256", "el", *knobs)
@@ -103,7 +103,7 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
 
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096)])
 def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
-    """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`launch.MXFP4_FP4_MUL`, on since session 53) from its
-    heuristic's config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
+    """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`decode_rules.MXFP4_FP4_MUL`, on since session 53)
+    from its heuristic's config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
     _check_placements(ops, L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16"), "mxfp4")

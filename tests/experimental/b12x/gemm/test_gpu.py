@@ -85,7 +85,7 @@ BLOCK_SHAPES = ((3072, 2048), (2048, 2048), (11264, 2048), (2048, 5632))  # the 
 @pytest.mark.parametrize("n, k", BLOCK_SHAPES)
 def test_decode_planned_block_shapes(m, n, k):
     """What the demo block runs at T = 1 / 8 / 32 / 64: a plan per linear, its shape-aware config (at
-    T <= 8 on 11264 x 2048 the one-wave unroll-1 tiling, `launch.ONE_WAVE_CTAS`)."""
+    T <= 8 on 11264 x 2048 the one-wave unroll-1 tiling, `decode_rules.ONE_WAVE_CTAS`)."""
     ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=n + m, device="cuda")
     plan = B.plan(B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=m, m_values=(m,)))
     with b12x.PreparationSession("cuda") as s:

@@ -8,6 +8,7 @@ A change to `decode_config_for` that moves one of these must come with a new swe
 
 import pytest
 
+from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled._kernel_decode import DecodeConfig, why_not
 
@@ -65,14 +66,14 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
     if L.stream_selected(a_fmt, b_fmt, L.bucket_for(m)):  # the stream-layout kernel (launch.STREAM_DEFAULT)
         assert L.is_stream(cfg)
         return
-    wide = m > 8 and n >= L.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in L.SHARED_A
-    hinted_fmt = b_fmt == "nvfp4" or (b_fmt == "mxfp4" and L.MXFP4_HINTS)  # session 24's cold sweep; MXFP4 session 52
-    hinted = not wide and hinted_fmt and a_fmt in L.SHARED_A and n >= 4096
+    wide = m > 8 and n >= R.WIDE_DECODE_N and b_fmt in ("nvfp4", "mxfp4") and a_fmt in R.SHARED_A
+    hinted_fmt = b_fmt == "nvfp4" or (b_fmt == "mxfp4" and R.MXFP4_HINTS)  # session 24's cold sweep; MXFP4 session 52
+    hinted = not wide and hinted_fmt and a_fmt in R.SHARED_A and n >= 4096
     want = (2, True, "na", "el") if wide else (1, False, "na256", "el") if hinted else (1, False, "nc", "nc")
     assert (cfg.wn, cfg.ashare, cfg.wcache, cfg.acache) == want
-    clamp = hinted and b_fmt == "nvfp4" and m <= 8 and n >= L.WIDE_DECODE_N
-    mul_on = L.DECODE8_FP4_MUL if m <= 8 else L.DECODE16_FP4_MUL  # FP4 by a multiply (sessions 49, 50; K < LONG_K)
-    mul_fmt = b_fmt == "nvfp4" or (hinted_fmt and L.MXFP4_FP4_MUL)  # MXFP4 session 53, shared activations too
+    clamp = hinted and b_fmt == "nvfp4" and m <= 8 and n >= R.WIDE_DECODE_N
+    mul_on = R.DECODE8_FP4_MUL if m <= 8 else R.DECODE16_FP4_MUL  # FP4 by a multiply (sessions 49, 50; K < LONG_K)
+    mul_fmt = b_fmt == "nvfp4" or (hinted_fmt and R.MXFP4_FP4_MUL)  # MXFP4 session 53, shared activations too
     mul = mul_on and mul_fmt and a_fmt == "bfloat16" and n >= 4096
     assert (cfg.clamp, cfg.fp4) == (clamp, "mul" if mul else "left" if clamp else "shift")
     assert (
@@ -83,18 +84,18 @@ def test_activation_sharing_only_where_swept(a_fmt, b_fmt, m, n):
 
 @pytest.mark.parametrize("on8,on16", [(False, False), (True, False), (False, True), (True, True)])
 def test_fp4_mul_switches(monkeypatch, on8, on16):
-    """`launch.DECODE8_FP4_MUL` / `DECODE16_FP4_MUL` give "mul" to the plain decode kernel of W4A16 NVFP4 with bf16
-    compute at N >= 4096, M <= 8 / 9..16 (the latter only at K < LONG_K): not to f16 compute (it would fall back to
+    """`decode_rules.DECODE8_FP4_MUL` / `DECODE16_FP4_MUL` give "mul" to the plain decode kernel of W4A16 NVFP4 with
+    bf16 compute at N >= 4096, M <= 8 / 9..16 (the latter only at K < LONG_K): not to f16 compute (it would fall back to
     "left"), FP4 activations, MXFP4 weights, or the fused kernel, and each switch only to its own bucket."""
-    monkeypatch.setattr(L, "DECODE8_FP4_MUL", on8)
-    monkeypatch.setattr(L, "DECODE16_FP4_MUL", on16)
-    monkeypatch.setattr(L, "FUSED_FP4_MUL", False)  # the fused kernel's own switch (test_fused_fp4_mul_switch)
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)  # MXFP4's own (test_mxfp4_fp4_mul)
-    shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048), (4096, L.LONG_K - 128))
+    monkeypatch.setattr(R, "DECODE8_FP4_MUL", on8)
+    monkeypatch.setattr(R, "DECODE16_FP4_MUL", on16)
+    monkeypatch.setattr(R, "FUSED_FP4_MUL", False)  # the fused kernel's own switch (test_fused_fp4_mul_switch)
+    monkeypatch.setattr(R, "MXFP4_FP4_MUL", False)  # MXFP4's own (test_mxfp4_fp4_mul)
+    shapes = ((28672, 4096), (4096, 14336), (4096, 4096), (7168, 2048), (11264, 2048), (4096, R.LONG_K - 128))
     for n, k in shapes:
-        want8 = "mul" if on8 else ("left" if n >= L.WIDE_DECODE_N else "shift")
+        want8 = "mul" if on8 else ("left" if n >= R.WIDE_DECODE_N else "shift")
         assert L.default_config("decode8", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want8
-        want16 = "mul" if on16 and k < L.LONG_K else "shift"
+        want16 = "mul" if on16 and k < R.LONG_K else "shift"
         assert L.default_config("decode16", n, k, "nvfp4", a_fmt="bfloat16").fp4 == want16
         for bucket in ("decode8", "decode16"):
             assert L.default_config(bucket, n, k, "nvfp4", a_fmt="float16").fp4 != "mul"
@@ -107,12 +108,12 @@ def test_fp4_mul_switches(monkeypatch, on8, on16):
 
 
 def test_fused_fp4_mul_switch(monkeypatch):
-    """`launch.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
+    """`decode_rules.FUSED_FP4_MUL` hands the plain kernel's FP4-multiply rules to `fused_config` (every epilogue and
     launch mode), and nothing else of its config changes; off, the fused kernel takes no "mul"."""
     import dataclasses
 
     def fused(on, *args):
-        monkeypatch.setattr(L, "FUSED_FP4_MUL", on)
+        monkeypatch.setattr(R, "FUSED_FP4_MUL", on)
         return L.fused_config(*args)
 
     cases = (
@@ -125,7 +126,7 @@ def test_fused_fp4_mul_switch(monkeypatch):
         ("decode16", 4096, 14336, "shift"),  # K >= LONG_K: the plain rule's own bound
     )
     for bucket, n, k, want in cases:
-        assert L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4 == "mul" or k >= L.LONG_K
+        assert L.default_config(bucket, n, k, "nvfp4", a_fmt="bfloat16").fp4 == "mul" or k >= R.LONG_K
         for epilogue, pdl in (("none", "wait"), ("silu_mul", "off"), ("residual", "wait")):
             off = fused(False, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
             on = fused(True, bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl)
@@ -138,7 +139,7 @@ def test_fused_one_wave_rule():
     ONE_WAVE_CTAS's range) for ONE_WAVE_ARCHS and ONE_WAVE_EPILOGUES: not on sm_120a (another SM count), not for
     rope_append (the norm form has its own unroll 1 pipeline), not past four CTAs an SM (`FOUR_CTA_WAVE`) or at 9..16
     tokens (`DECODE16_ONE_WAVE` is the plain kernel's)."""
-    assert L.ONE_WAVE_EPILOGUES == ("silu_mul", "residual", "none")
+    assert R.ONE_WAVE_EPILOGUES == ("silu_mul", "residual", "none")
 
     def unroll(bucket, n, k, epilogue, pdl="off", arch=None, **kw):
         return L.fused_config(bucket, n, k, "nvfp4", "bfloat16", epilogue, pdl, arch=arch, **kw).decode.unroll
@@ -163,17 +164,17 @@ def test_fused_one_wave_rule():
 
 
 def test_wave_rules_on():
-    assert L.FOUR_CTA_WAVE and L.DECODE16_ONE_WAVE  # session 52's H100 A/B (launch.py has the figures)
-    assert L.DECODE16_WAVE_CTAS == (297, 396)
+    assert R.FOUR_CTA_WAVE and R.DECODE16_ONE_WAVE  # session 52's H100 A/B (decode_rules.py has the figures)
+    assert R.DECODE16_WAVE_CTAS == (297, 396)
 
 
 @pytest.mark.parametrize("four,d16", [(False, False), (True, False), (False, True), (True, True)])
 def test_wave_rules(monkeypatch, four, d16):
-    """`launch.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM; the plain and
-    the fused kernel, ONE_WAVE_EPILOGUES) and `DECODE16_ONE_WAVE` (9..16 tokens over 298-396: unroll 1, 3 CTAs an SM;
-    the plain kernel only) each reach their own grids only, never on sm_120a; off, nothing changes."""
-    monkeypatch.setattr(L, "FOUR_CTA_WAVE", four)
-    monkeypatch.setattr(L, "DECODE16_ONE_WAVE", d16)
+    """`decode_rules.FOUR_CTA_WAVE` (M <= 8 over 397-528 CTAs of 8 warps x 2 tiles: unroll 1, 4 CTAs an SM; the plain
+    and the fused kernel, ONE_WAVE_EPILOGUES) and `DECODE16_ONE_WAVE` (9..16 tokens over 298-396: unroll 1, 3 CTAs an
+    SM; the plain kernel only) each reach their own grids only, never on sm_120a; off, nothing changes."""
+    monkeypatch.setattr(R, "FOUR_CTA_WAVE", four)
+    monkeypatch.setattr(R, "DECODE16_ONE_WAVE", d16)
 
     def knobs(bucket, n, k, arch=None, epilogue=None):
         if epilogue is None:
@@ -197,13 +198,13 @@ def test_wave_rules(monkeypatch, four, d16):
 
 @pytest.mark.parametrize("on, fused_on", [(True, False), (True, True), (False, False)])
 def test_mxfp4_hints(monkeypatch, on, fused_on):
-    """`launch.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
+    """`decode_rules.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the
     clamped loads / left shifts ("mul" under its own switch); `FUSED_MXFP4_HINTS` (on since session 53) gives the
     fused silu_mul / residual kernel the same but the 9..16-token wave rule (the plain kernel's only), and leaves
     rope_append and the norm form their plain loads; off, nothing."""
-    monkeypatch.setattr(L, "MXFP4_HINTS", on)
-    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", fused_on)
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)  # the placement's own switch (test_mxfp4_fp4_mul)
+    monkeypatch.setattr(R, "MXFP4_HINTS", on)
+    monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", fused_on)
+    monkeypatch.setattr(R, "MXFP4_FP4_MUL", False)  # the placement's own switch (test_mxfp4_fp4_mul)
     for bucket, n, k, knobs in (
         ("decode8", 11264, 2048, (1, 0)),
         ("decode8", 14336, 4096, (1, 4)),
@@ -230,11 +231,11 @@ def test_mxfp4_hints(monkeypatch, on, fused_on):
 
 
 def test_mxfp4_fp4_mul(monkeypatch):
-    """`launch.MXFP4_FP4_MUL` (on since session 53): W4A16 MXFP4 in the plain kernel takes the FP4-multiply rules
+    """`decode_rules.MXFP4_FP4_MUL` (on since session 53): W4A16 MXFP4 in the plain kernel takes the FP4-multiply rules
     where NVFP4 does (bf16 compute, N >= 4096; 9..16 tokens only at K < LONG_K); the fused kernel's MXFP4 keeps shift
     (it lost 17.6% at M = 16 28672 x 4096 under "mul")."""
-    assert L.MXFP4_FP4_MUL
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", False)
+    assert R.MXFP4_FP4_MUL
+    monkeypatch.setattr(R, "MXFP4_FP4_MUL", False)
 
     def fp4(bucket, n, k, a_fmt="bfloat16", epilogue=None):
         if epilogue is None:
@@ -242,14 +243,16 @@ def test_mxfp4_fp4_mul(monkeypatch):
         return L.fused_config(bucket, n, k, "mxfp4", a_fmt, epilogue, "off").decode.fp4
 
     assert fp4("decode8", 4096, 4096) == "shift"
-    monkeypatch.setattr(L, "MXFP4_FP4_MUL", True)
+    monkeypatch.setattr(R, "MXFP4_FP4_MUL", True)
     assert fp4("decode8", 4096, 4096) == fp4("decode8", 11264, 2048) == fp4("decode16", 4096, 4096) == "mul"
     assert fp4("decode16", 4096, 14336) == "shift"  # K >= LONG_K, as NVFP4
     assert fp4("decode8", 2048, 4096) == fp4("decode8", 4096, 4096, "float16") == "shift"
-    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", False)
+    monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", False)
     assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "shift"
-    monkeypatch.setattr(L, "FUSED_MXFP4_HINTS", True)
-    assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"
+    monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)
+    assert (
+        fp4("decode8", 4096, 4096, epilogue="silu_mul") == fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"
+    )
     assert fp4("decode8", 4096, 4096, epilogue="residual") == "shift"
 
 
@@ -303,7 +306,7 @@ def test_candidate_configs_per_bucket():
 
 @pytest.mark.compile
 def test_one_wave_range_rests_on_these_registers(cuda_binary):
-    """`launch.ONE_WAVE_CTAS` assumes the W4A16 NVFP4 M <= 8 tile of 8 warps x 2 tiles fits 3 CTAs of 256
+    """`decode_rules.ONE_WAVE_CTAS` assumes the W4A16 NVFP4 M <= 8 tile of 8 warps x 2 tiles fits 3 CTAs of 256
     threads an SM at unroll 1 and 2 at unroll 2 (ptxas, sm_90a: 80 and 112 registers a lane in session 28).
     A toolchain that moves either count moves the range: re-time it (scripts/jobs/s28_c.sh)."""
     import dataclasses
@@ -313,7 +316,7 @@ def test_one_wave_range_rests_on_these_registers(cuda_binary):
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 
     cfg = L.default_config("decode8", 11264, 2048, "nvfp4", a_fmt="bfloat16")
-    assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, 1) and 11264 // 32 in range(*L.ONE_WAVE_CTAS)
+    assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, 1) and 11264 // 32 in range(*R.ONE_WAVE_CTAS)
     ctas_per_sm = {}
     for unroll in (1, 2):
         fn = KD.compile_decode("bfloat16", "nvfp4", "bfloat16", dataclasses.replace(cfg, unroll=unroll), "sm_90a")
@@ -321,13 +324,13 @@ def test_one_wave_range_rests_on_these_registers(cuda_binary):
         assert usage["LOCAL"] == 0 and usage["STACK"] == 0, usage
         ctas_per_sm[unroll] = 65536 // (int(usage["REG"]) * 32 * cfg.warps)
     assert ctas_per_sm == {1: 3, 2: 2}
-    assert L.ONE_WAVE_CTAS == (2 * 132, 3 * 132)  # those counts on the H200's 132 SMs
+    assert R.ONE_WAVE_CTAS == (2 * 132, 3 * 132)  # those counts on the H200's 132 SMs
 
 
 @pytest.mark.parametrize("arch, unroll", [(None, 1), ("sm_90a", 1), ("sm_120a", 2), ("sm_121a", 2)])
 def test_one_wave_rule_only_where_it_was_measured(arch, unroll):
     """The H200's one-wave unroll-1 tiling (132 SMs, sm_90a registers) is not carried to SM120, whose SM
-    counts put 11264 / 32 = 352 CTAs in other waves (`launch.ONE_WAVE_ARCHS`)."""
+    counts put 11264 / 32 = 352 CTAs in other waves (`decode_rules.ONE_WAVE_ARCHS`)."""
     cfg = L.default_config("decode8", 11264, 2048, "nvfp4", a_fmt="bfloat16", arch=arch)
     assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, unroll)
     assert L.default_config("decode8", 7168, 2048, "nvfp4", a_fmt="bfloat16", arch=arch).unroll == 2  # one wave

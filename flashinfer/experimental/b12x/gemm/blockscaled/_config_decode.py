@@ -151,7 +151,7 @@ def ntiles_for(max_m: int) -> int:
 
 def default_config(max_m: int) -> DecodeConfig:
     """The shape-blind heuristic (callers that know N, K and the weight format use
-    `launch.decode_config_for`). M <= 16: 8 warps x 32 rows, one CTA per SM at N = 4096 with 8 chunks
+    `decode_rules.decode_config_for`). M <= 16: 8 warps x 32 rows, one CTA per SM at N = 4096 with 8 chunks
     in flight per SM. M <= 32 / 64: the same 32 rows with 8 / 4 warps (the reduction buffer, warps x
     tokens x rows fp32, stays at 32 KB)."""
     ntiles = ntiles_for(max_m)

@@ -1,6 +1,6 @@
 """The decode kernel's sweep candidates (`bench_gemm --sweep`, `--sweep-subset stream|probe|ksplit`): configs
 to time around a case's heuristic, one hypothesis each. Only benchmarks and tests read this module; what the
-library launches comes from `launch.decode_config_for`."""
+library launches comes from `decode_rules.decode_config_for`."""
 
 from __future__ import annotations
 
