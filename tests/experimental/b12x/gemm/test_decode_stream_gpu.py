@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import b12x
+from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
 from flashinfer.experimental.b12x.gemm._shared import launch as L
 from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
@@ -101,9 +102,11 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
     check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
 
 
-@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096)])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096), (16, 4096, 14336)])
 def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
     """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`decode_rules.MXFP4_FP4_MUL`, on since session 53)
     from its heuristic's config: outputs equal bitwise, NaN-poisoned, and within the tolerance of the fp32 reference."""
+    base = L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16")
+    assert base.fp4 == ("mul" if R.MXFP4_FP4_MUL else "shift")  # every case, M = 16 at K >= LONG_K included
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
-    _check_placements(ops, L.default_config(L.bucket_for(m), n, k, "mxfp4", a_fmt="bfloat16"), "mxfp4")
+    _check_placements(ops, base, "mxfp4")

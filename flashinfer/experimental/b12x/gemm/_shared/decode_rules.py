@@ -88,7 +88,7 @@ MXFP4_HINTS = True
 # (M = 1 a tie in its 13-15% noise), 4096 x 4096 -6.9..-7.7 / -7.9..-8.0 / -3.3..-3.8%, 7168 x 2048 -2.0..-2.3 /
 # -3.5..-3.7 / -2.2..-2.8%, 11264 x 2048 -7.2..-8.1 / -5.3..-5.6 / -0.9..-1.3%, 14336 x 4096 -2.7..-3.2 / -0.25..-0.48
 # (tie, then faster than its 0.28% noise) / -2.0..-2.5%; 4096 x 14336 -5.4..-5.5 / -2.1..-2.4%, and M = 16 -3.6..-4.1%
-# (unlike NVFP4's +3..+4%; DECODE16_FP4_MUL's K < LONG_K keeps shift there: not yet a rule). The fused kernel's MXFP4
+# (unlike NVFP4's +3..+4%: MXFP4 takes "mul" at 9..16 tokens past LONG_K too). The fused kernel's MXFP4
 # keeps shift: 11:35 (`scripts/jobs/s53_a.sh fmxmul`, both sides forced) silu_mul M = 16 28672 x 4096 +17.6% and
 # residual M = 8 4096 x 4096 +1.4% under "mul", though 14 of its other 16 cells gained (-0.7 to -11%; two ties): a fused
 # rule would need those two cells' cause.
@@ -270,6 +270,7 @@ def decode_config_for(
         # +3.9 (kept shift) / -1.3 / -2.1%). 4096 x 4096 and 4096 x 14336 ran one binary (K is a run-time
         # extent), so the K bound is the trip count's, not the code's; no K between 4096 and 14336 was timed.
         # Not timed on an H200.
-        if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and k < LONG_K):
+        # MXFP4 takes it at 9..16 tokens whatever K: M = 16 4096 x 14336 -3.6 / -4.1% (MXFP4_FP4_MUL's two runs)
+        if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and (k < LONG_K or b_fmt == "mxfp4")):
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
