@@ -19,7 +19,7 @@ from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .moe_cases import weight_plan
 
-W4P1 = X._sweep_tiling(1, "w4p1h")  # the heuristic's 8-token tiling (FC1, FC2)
+W4P1 = X.sweep_tiling(1, "w4p1h")  # the heuristic's 8-token tiling (FC1, FC2)
 
 
 def test_with_pdl_configs():

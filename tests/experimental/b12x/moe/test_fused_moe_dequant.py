@@ -67,6 +67,34 @@ def test_the_default_heuristic(mode):
     assert _buckets.decode_dequant_last(caps) == 128 and _buckets.dequant_tokens(caps, None) == (128 if nv else 0)
 
 
+@pytest.mark.parametrize("on", [False, True])
+@pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
+def test_w4a16_l2_prefetch(mode, on, monkeypatch):
+    """`_buckets.W4A16_L2_PREFETCH` (staged, off): the w4a16 recipe's 8-token decode bucket takes "w4p1h256" (both
+    GEMMs' weights "na256", everything else of "w4p1h"); the nvfp4 recipe, the 16-token and grouped buckets, and every
+    bucket with the switch off keep theirs."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
+
+    assert _buckets.W4A16_L2_PREFETCH is False
+    monkeypatch.setattr(_buckets, "W4A16_L2_PREFETCH", False)
+    _, before = _heuristic(mode, monkeypatch, False, decode_from=2)
+    monkeypatch.setattr(_buckets, "W4A16_L2_PREFETCH", on)
+    caps, got = _heuristic(mode, monkeypatch, False, decode_from=2)
+    api.check_buckets(caps, got)
+    moved = on and mode == "w4a16"
+    assert [b.max_tokens for b in got] == [b.max_tokens for b in before]
+    w4p1h = X.sweep_tiling(1, "w4p1h")
+    for old, new in zip(before, got):
+        if moved and (old.fc1, old.fc2) == w4p1h:
+            assert (new.fc1, new.fc2) == X.sweep_tiling(1, "w4p1h256")
+            assert new.fc1.wcache == new.fc2.wcache == "na256"
+            assert dataclasses.replace(new.fc1, wcache=old.fc1.wcache) == old.fc1
+            assert dataclasses.replace(new.fc2, wcache=old.fc2.wcache) == old.fc2
+        else:
+            assert new == old
+    assert moved == (got != before)
+
+
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
 def test_the_flag_gives_the_grouped_bucket_of_nvfp4_only(mode, monkeypatch):
     caps, got = _heuristic(mode, monkeypatch, True)

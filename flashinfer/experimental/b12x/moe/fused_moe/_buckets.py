@@ -6,7 +6,8 @@ launches the first bucket that holds T (`expert_bucket`) in the grid variant `ex
 The heuristic (`FusedMoePlan.heuristic`, `heuristic_buckets`) starts from
 `_kernel_experts.default_buckets`, moves T >= `tiled_from(caps)` to one grouped-kernel bucket
 (`with_tiled_bucket`) and, for the nvfp4 recipe, gives buckets the dequantized operands where the
-flags say (`TILED_DEQUANT`, `DECODE_DEQUANT_FROM`).
+flags say (`TILED_DEQUANT`, `DECODE_DEQUANT_FROM`); for the w4a16 recipe, the weights' L2 prefetch where
+`W4A16_L2_PREFETCH` says.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ TILED_DEQUANT = False
 # within -1.2 / +3.4%.
 DECODE_DEQUANT_FROM = 2
 DECODE_DEQUANT_ROWS = 8
+# Whether the w4a16 recipe's 8-token decode buckets load expert weights with an L2 256-byte prefetch too (the sweep's
+# "w4p1h256" for "w4p1h": gemm's W4A16 decode loads). Staged, off. H100 2026-12-06 11:22 / 11:35 (session 53,
+# `scripts/jobs/s52_a.sh moe` twice, graph timer, µs a layer, w4p1h -> w4p1h256): E = 128 T = 1 18.62 -> 18.65 /
+# 18.62 -> 18.70, T = 4 39.07 -> 37.91 / 38.97 -> 37.91, T = 16 107.47 -> 106.32 / 107.36 -> 106.03; E = 256 T = 1
+# 56.90 -> 57.08 / 56.82 -> 57.00, T = 4 180.99 -> 174.62 / 181.11 -> 175.59, T = 16 563.5 -> 548.9 / 565.7 -> 549.3;
+# E = 512 T = 1 38.60 -> 36.72 / 38.51 -> 36.66, T = 4 124.5 -> 119.3 / 124.3 -> 119.4, T = 16 403.1 -> 393.7 / 412.5
+# -> 398.8: 7 of 9 cells -1.1 to -4.9% in both runs, E = 128 / 256 T = 1 even (+0.1 to +0.4%). The nvfp4 recipe
+# was mixed (T = 4 +0.7 / +0.9%) and keeps "w4p1h". It goes on after the moe gpu tier (`scripts/jobs/s43_a.sh moe`).
+W4A16_L2_PREFETCH = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,17 @@ def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None
     found = with_tiled_bucket(caps, decode, rows)
     if DECODE_DEQUANT_FROM is not None and caps.quant_mode == "nvfp4":
         found = with_decode_dequant(found, DECODE_DEQUANT_FROM, decode_dequant_last(caps))
+    if W4A16_L2_PREFETCH and caps.quant_mode == "w4a16":
+        found = with_l2_prefetch(found)
     return found
+
+
+def with_l2_prefetch(buckets: tuple) -> tuple:
+    """buckets with every decode bucket on the sweep's "w4p1h" tilings moved to "w4p1h256": the same tilings, the
+    weights loaded with an L2 256-byte prefetch too (`W4A16_L2_PREFETCH`)."""
+    ex = _experts_module()
+    old, new = ex.sweep_tiling(1, "w4p1h"), ex.sweep_tiling(1, "w4p1h256")
+    return tuple(replace(b, fc1=new[0], fc2=new[1]) if not b.tiled and (b.fc1, b.fc2) == old else b for b in buckets)
 
 
 def with_decode_dequant(buckets: tuple, first: int = 1, last: int | None = None) -> tuple:

@@ -197,7 +197,7 @@ def default_buckets(max_tokens: int, num_experts: int | None = None, num_topk: i
     #   8-token tiling everywhere: E = 128 w4a16 20.5 -> 19.9 / 42.5 -> 40.6 µs, nvfp4 23.3 -> 22.7 /
     #   49.4 -> 46.2, E = 512 w4a16 40.0 -> 38.2 / 108.8 -> 105.3; at T = 64 (session 17) 163.3 vs 165.2.
     #   The 16-token bucket keeps plain w4p1 (its hinted twin is not timed above T = 64).
-    w4p1h, w4p1_n2 = _sweep_tiling(1, "w4p1h"), _sweep_tiling(2, "w4p1")
+    w4p1h, w4p1_n2 = sweep_tiling(1, "w4p1h"), sweep_tiling(2, "w4p1")
     top = MID_T
     if num_experts is not None and num_topk is not None:
         top = max(MID_T, N1_ROWS * num_experts // num_topk)
@@ -242,7 +242,7 @@ _SWEEP = {
         ("w4p1-s2", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 2),
         ("w4p1-s4", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 4),
         ("w4p1h", _hinted(4, 2, 1, 2, 1), _hinted(4, 2, 1, 1, 1), 1),
-        # the default's weights with the L2 256-byte prefetch too (session 52, staged: scripts/jobs/s52_a.sh moe)
+        # the default's weights with the L2 256-byte prefetch too (session 52; _buckets.W4A16_L2_PREFETCH, staged)
         ("w4p1h256", _hinted(4, 2, 1, 2, 1, wcache="na256"), _hinted(4, 2, 1, 1, 1, wcache="na256"), 1),
         ("own8", _owned(8, 2, 1, 1), _owned(8, 1, 1, 1), 1),
         ("own8p2", _owned(8, 2, 1, 2), _owned(8, 1, 1, 4), 1),
@@ -268,7 +268,7 @@ _SWEEP = {
 }
 
 
-def _sweep_tiling(ntiles: int, label: str) -> tuple:
+def sweep_tiling(ntiles: int, label: str) -> tuple:
     """(FC1 config, FC2 config) of the sweep's entry `label` for 8 * ntiles-token groups."""
     return next((fc1, fc2) for found, fc1, fc2, _ in _SWEEP[ntiles] if found == label)
 
