@@ -13,11 +13,7 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s52_a.txt
-ab() {  # ab JOB_A JOB_B OPTS_A OPTS_B: A under B12X_GEMM_DECODE_OPTS=OPTS_A, then B under OPTS_B, then the comparison
-  B12X_GEMM_DECODE_OPTS=$3 TAIL=2 bash scripts/jobs/named.sh $f "$1" >/dev/null
-  B12X_GEMM_DECODE_OPTS=$4 TAIL=2 bash scripts/jobs/named.sh $f "$2" >/dev/null
-  python3 scripts/ab_summary.py "/tmp/b12x-par/$1.json" "/tmp/b12x-par/$2.json"
-}
+source scripts/jobs/ab.sh  # ab JOB_A JOB_B OPTS_A OPTS_B
 case ${1:?usage: s52_a.sh d16|mx|mxrule|fp8h|fmx|mxmul|moe|d16c} in
   d16) ab gemm52_d16p_a gemm52_d16p_b unroll=2,minctas=0 unroll=1,minctas=3 ;;
   mx)

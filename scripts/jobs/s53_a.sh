@@ -5,11 +5,7 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 f=scripts/jobs/s53_a.txt
-ab() {  # ab JOB_A JOB_B OPTS_A OPTS_B: A under B12X_GEMM_DECODE_OPTS=OPTS_A, then B under OPTS_B, then the comparison
-  B12X_GEMM_DECODE_OPTS=$3 TAIL=2 bash scripts/jobs/named.sh $f "$1" >/dev/null
-  B12X_GEMM_DECODE_OPTS=$4 TAIL=2 bash scripts/jobs/named.sh $f "$2" >/dev/null
-  python3 scripts/ab_summary.py "/tmp/b12x-par/$1.json" "/tmp/b12x-par/$2.json"
-}
+source scripts/jobs/ab.sh  # ab JOB_A JOB_B OPTS_A OPTS_B
 case ${1:?usage: s53_a.sh fmxmul} in
   fmxmul) for j in fmxmul rmxmul; do ab gemm53_${j}_a gemm53_${j}_b fp4=shift fp4=mul; done ;;
   *) sed -n '2,4p' "$0"; exit 2 ;;
