@@ -284,14 +284,19 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
 def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
     """The fused kernel with W4A16 MXFP4 weights at the configs `decode_rules.FUSED_MXFP4_HINTS` gives (switched on
     here: NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against
-    the fp32 reference."""
+    the fp32 reference; its other FP4 placement (shift / mul: `FUSED_MXFP4_SILU_MUL`, staged) bitwise equal."""
     monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)
-    plan = _prepared(B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue))
-    ((_, cfg),) = plan.state.selection
+    q = B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
+    plan = _prepared(q)
+    ((bucket, cfg),) = plan.state.selection
     assert (cfg.decode.wcache, cfg.decode.acache, cfg.decode.unroll, cfg.decode.minctas) == ("na256", "el", *knobs)
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=7 * m + n, device="cuda")
     res = _residual(m, n, m + 2) if epilogue == "residual" else None
     out = _poisoned(m, n, epilogue)
     B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
+    other = replace(cfg, decode=replace(cfg.decode, fp4="mul" if cfg.decode.fp4 == "shift" else "shift"))
+    again = _poisoned(m, n, epilogue)
+    B.mm(ops.a_values, ops.weight, again, plan=_prepared(q, override={bucket: other}), epilogue=epilogue, residual=res)
     torch.cuda.synchronize()
     check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+    assert torch.equal(out, again), other.decode.fp4

@@ -254,6 +254,14 @@ def test_mxfp4_fp4_mul(monkeypatch):
         fp4("decode8", 4096, 4096, epilogue="silu_mul") == fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"
     )
     assert fp4("decode8", 4096, 4096, epilogue="residual") == "shift"
+    assert not R.FUSED_MXFP4_SILU_MUL  # staged: silu_mul below the wide 9..16-token grids
+    monkeypatch.setattr(R, "FUSED_MXFP4_SILU_MUL", True)
+    for bucket, n, k in (("decode8", 4096, 4096), ("decode8", 28672, 4096), ("decode16", 11264, 2048)):
+        assert fp4(bucket, n, k, epilogue="silu_mul") == "mul", (bucket, n, k)
+    assert fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"  # 130 registers: 3 CTAs an SM, not 4
+    assert (
+        fp4("decode8", 4096, 4096, epilogue="residual") == fp4("decode16", 4096, 4096, epilogue="residual") == "shift"
+    )
 
 
 def test_heuristics_never_prefetch_until_swept():

@@ -102,6 +102,15 @@ MXFP4_FP4_MUL = True
 # On from session 53, behind its gpu test (test_decode_fused_gpu.py's test_fused_mxfp4_hinted_configs) and the gemm
 # tier (docs/validation.md).
 FUSED_MXFP4_HINTS = True
+# decode_config_for: the fused silu_mul kernel's MXFP4 takes MXFP4_FP4_MUL under FUSED_FP4_MUL, but not at 9..16
+# tokens from WIDE_DECODE_N on. Staged, off: one H100 run so far (session 53, `scripts/jobs/s53_a.sh fmxmul`):
+# silu_mul "mul" against shift -2.8 to -11.0% at M = 1 / 8 (11264 x 2048, 14336 x 4096, 28672 x 4096, 7168 x 2048;
+# two cells ties in their noise) and -6.5 to -7.6% at M = 16 (11264 x 2048, 14336 x 4096, 7168 x 2048); M = 16
+# 28672 x 4096 +17.6%: there "mul" takes the 4-warp CTA from 128 to 130 registers (ptxas 13.0 sm_90a), 4 -> 3 CTAs
+# an SM, and the 896-CTA grid from 2 waves to 3 (minctas 4 holds it at 128 with a 40-byte stack: not timed). The
+# residual epilogue keeps shift (+1.4% at M = 8 4096 x 4096, with the same 96-register allocation either way).
+# It goes on after a second run of `s53_a.sh fmxmul` agrees and the gemm tier passes.
+FUSED_MXFP4_SILU_MUL = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -257,8 +266,12 @@ def decode_config_for(
                 and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
             ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
-    # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel only (MXFP4_FP4_MUL)
-    mul_fmt = b_fmt == "nvfp4" or (mxfp4_hinted and MXFP4_FP4_MUL and fused is None)
+    # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel (MXFP4_FP4_MUL) and, staged, the fused
+    # silu_mul one below the wide 9..16-token grids (FUSED_MXFP4_SILU_MUL)
+    mxfp4_mul = fused is None or (
+        FUSED_MXFP4_SILU_MUL and fused == "silu_mul" and not (ntiles == 2 and n >= WIDE_DECODE_N)
+    )
+    mul_fmt = b_fmt == "nvfp4" or (mxfp4_hinted and MXFP4_FP4_MUL and mxfp4_mul)
     if fp4_mul and hints and mul_fmt and a_fmt == "bfloat16" and n >= 32 * 128 and ntiles <= 2:
         # FP4 codes placed by one multiply a pair (`dequant.fp4_pair_mul`: the same bits in 7-10% fewer K-loop
         # instructions; f16 compute would fall back to "left", 8% slower at 4096 x 14336). Cold weights, graph
