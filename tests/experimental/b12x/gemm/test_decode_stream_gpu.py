@@ -62,6 +62,8 @@ def test_stream_variants_at_issue_shapes(m, n, k):
         # the wave rules' register bounds (`decode_rules.FOUR_CTA_WAVE`, `DECODE16_ONE_WAVE`; a short stack)
         (KD.DecodeConfig(8, 2, 1, 1, wcache="na256", acache="el", fp4="mul", minctas=4), 5),
         (KD.DecodeConfig(8, 2, 2, 1, wcache="na256", acache="el", fp4="mul", minctas=3), 13),
+        # that one with shared activations: no spills at 80 registers (session 53, staged: `s53_a.sh d16s`)
+        (KD.DecodeConfig(8, 2, 2, 1, wcache="na256", acache="el", fp4="mul", minctas=3, wn=2, ashare=True), 13),
     ],
 )
 def test_stream_other_configs_partial_tiles(cfg, m):
