@@ -259,6 +259,7 @@ def test_mxfp4_fp4_mul(monkeypatch):
     for bucket, n, k in (("decode8", 4096, 4096), ("decode8", 28672, 4096), ("decode16", 11264, 2048)):
         assert fp4(bucket, n, k, epilogue="silu_mul") == "mul", (bucket, n, k)
     assert fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"  # 130 registers: 3 CTAs an SM, not 4
+    assert fp4("decode16", 4096, 14336, epilogue="silu_mul") == "shift"  # K >= LONG_K: the plain kernel's exception
     assert (
         fp4("decode8", 4096, 4096, epilogue="residual") == fp4("decode16", 4096, 4096, epilogue="residual") == "shift"
     )

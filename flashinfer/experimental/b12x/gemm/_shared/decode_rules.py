@@ -283,7 +283,8 @@ def decode_config_for(
         # +3.9 (kept shift) / -1.3 / -2.1%). 4096 x 4096 and 4096 x 14336 ran one binary (K is a run-time
         # extent), so the K bound is the trip count's, not the code's; no K between 4096 and 14336 was timed.
         # Not timed on an H200.
-        # MXFP4 takes it at 9..16 tokens whatever K: M = 16 4096 x 14336 -3.6 / -4.1% (MXFP4_FP4_MUL's two runs)
-        if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and (k < LONG_K or b_fmt == "mxfp4")):
+        # MXFP4 in the plain kernel at 9..16 tokens whatever K: M = 16 4096 x 14336 -3.6 / -4.1% (MXFP4_FP4_MUL's runs)
+        past_long_k = b_fmt == "mxfp4" and fused is None
+        if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and (k < LONG_K or past_long_k)):
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
