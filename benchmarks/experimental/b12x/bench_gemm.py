@@ -450,10 +450,12 @@ def sweep_configs(
 def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, epilogue: str) -> tuple:
     """The fused decode kernel with `epilogue`, launched plainly and under pdl "wait", each with fused_config's
     choice and, where the plain heuristic has groups (wn > 1), with the other one of that wn and one group (no
-    ashare either way; `launch.GROUPED_EPILOGUES` says which fused_config takes)."""
+    ashare either way; `launch.GROUPED_EPILOGUES` says which fused_config takes), then that wn sharing its
+    activations as the plain kernel's groups do (ashare, session 53; not for rope_append)."""
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    wn = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt).wn
+    plain = L.default_config(bucket, n, k, b_fmt, a_fmt=a_fmt)
+    wn = plain.wn
     out = []
     for pdl in ("off", "wait"):
         chosen = L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl)
@@ -461,6 +463,8 @@ def epilogue_groups(bucket: str, n: int, k: int, b_fmt: str, a_fmt: str | None, 
         if wn > 1:
             other = 1 if chosen.decode.wn > 1 else wn
             out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={other}"))
+            if plain.ashare and epilogue != "rope_append":
+                out.append(L.fused_config(bucket, n, k, b_fmt, a_fmt, epilogue, pdl, f"wn={wn},ashare=true"))
     return tuple(out)
 
 

@@ -71,7 +71,7 @@ def run_decode(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
         smems = [np.zeros(logic.red_floats * 4 + logic.share_bytes, dtype=np.uint8) for _ in range(ks)]
         for rank, smem in enumerate(smems):
             if config.ashare:  # warp sets in lock step: every warp's store phase, then every warp's math
-                _ashare_k_loops(logic, gmem, smem, rt, n0, k, rank)
+                ashare_k_loops(logic, gmem, smem, rt, n0, k, rank)
             for w in range(0 if config.ashare else config.warps):  # phase 1: the K loop and the partial sums
                 ops = EmuOps(gmem, smem)
                 acc = logic.zero_acc(ops)
@@ -144,20 +144,22 @@ def run_stream(a_fmt, b_fmt, out_dtype, config, args, alpha: float) -> torch.Ten
     return _read_c(gmem, bases[4], c)
 
 
-def _ashare_k_loops(logic, gmem, smem, rt, n0, k, rank: int = 0) -> None:
+def ashare_k_loops(logic, gmem, smem, rt, n0, k, rank: int = 0, rows=None, make_ops=EmuOps) -> None:
     """The ashare K loop of one CTA (cluster rank `rank`): per warp set (the wn warps with the same chunks)
     and chunk, the share_store of every warp, the set's barrier, then every warp's chunk; then the partial
-    sums."""
+    sums. rows: a warp group's rows (None: the plain kernel's rows_w; the fused kernel's gcols columns);
+    make_ops(gmem, smem): the ops a warp runs on."""
     share_base = logic.red_floats * 4
     chunks = k // KD.CHUNK
+    rows = logic.rows_w if rows is None else rows
     for kset in range(logic.kstep):
         warps = [gi * logic.kstep + kset for gi in range(logic.cfg.wn)]
-        ops = {w: EmuOps(gmem, smem) for w in warps}
+        ops = {w: make_ops(gmem, smem) for w in warps}
         acc = {w: logic.zero_acc(ops[w]) for w in warps}
         first = rank * logic.kstep + kset
         for ch in range(first, chunks, logic.kstride):
             c, parity = np.int32(ch), ((ch - first) // logic.kstride) & 1
-            nws = {w: np.int32(n0 + (w // logic.kstep) * logic.rows_w) for w in warps}
+            nws = {w: np.int32(n0 + (w // logic.kstep) * rows) for w in warps}
             wl = {w: logic.weight_loads(ops[w], rt, LANE, nws[w], c) for w in warps}
             for w in warps:
                 logic.share_store(ops[w], rt, LANE, c, w // logic.kstep, kset, parity, share_base)

@@ -262,9 +262,12 @@ def test_epilogue_applies_and_sweeps_the_fused_groups():
     cands = BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "ksplit", "bfloat16", "silu_mul")
     base = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
     assert base.wn > 1 and all(L.is_fused(c) and c.epilogue == "silu_mul" for c in cands)
-    assert [(c.pdl, c.decode.wn) for c in cands] == [("off", 1), ("off", base.wn), ("wait", 1), ("wait", base.wn)]
+    w = base.wn  # each launch: fused_config's choice, the other wn, then the groups sharing activations (ashare)
+    got = [(c.pdl, c.decode.wn, c.decode.ashare) for c in cands]
+    assert got == [(p, *g) for p in ("off", "wait") for g in ((1, False), (w, False), (w, True))]
     res = BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "ksplit", "bfloat16", "residual")  # grouped first
-    assert [(c.pdl, c.decode.wn) for c in res] == [("off", base.wn), ("off", 1), ("wait", base.wn), ("wait", 1)]
+    got = [(c.pdl, c.decode.wn, c.decode.ashare) for c in res]
+    assert got == [(p, *g) for p in ("off", "wait") for g in ((w, False), (1, False), (w, True))]
     one = BG.sweep_configs("decode8", 1, 4096, 4096, "nvfp4", "ksplit", "bfloat16", "residual")
     assert [(c.pdl, c.decode.wn) for c in one] == [("off", 1), ("wait", 1)]
     assert BG.sweep_configs("decode16", 16, 28672, 4096, "nvfp4", "stream", "bfloat16", "silu_mul") == ()

@@ -17,7 +17,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 from flashinfer.experimental.b12x.gemm.blockscaled import reference as R
 
-from .emulated import k_loop
+from .emulated import ashare_k_loops, k_loop
 from .emulator import EmuOps, GlobalMemory
 from .helpers import TORCH, dequantized_weight, make_operands
 
@@ -96,8 +96,10 @@ def run_fused(a_fmt, b_fmt, out_dtype, config: F.FusedConfig, args, alpha: float
                 ops.gdc_wait()
             if config.early:
                 tables[w] = logic.rope_preload(ops, rt, tid, n0)
-        smem = np.zeros(logic.red_floats * 4, dtype=np.uint8)
-        for w in range(cfg.warps):  # warp w: group w // kstep (its gcols columns), chunks w % kstep + i kstep
+        smem = np.zeros(logic.red_floats * 4 + logic.share_bytes, dtype=np.uint8)
+        if cfg.ashare:  # warp sets in lock step: every warp's store phase, then every warp's math
+            ashare_k_loops(logic, gmem, smem, rt, n0, k, rows=logic.gcols, make_ops=FusedEmuOps)
+        for w in range(0 if cfg.ashare else cfg.warps):  # warp w: group w // kstep (gcols columns), its chunks
             ops = FusedEmuOps(gmem, smem)
             acc = logic.zero_acc(ops)
             nw = np.int32(n0 + (w // logic.kstep) * logic.gcols)
@@ -298,9 +300,9 @@ def test_why_not_names_the_problem():
     )
     assert "epilogue must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "gelu"))
     assert "pdl must be" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "none", "on"))
-    assert "no ashare" in F.why_not(
-        "bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True))
-    )
+    shared = KD.DecodeConfig(8, 1, 1, 2, wn=2, ashare=True)  # shared activations: not with norm (session 53)
+    assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(shared)) is None
+    assert "without norm" in F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(shared, norm=True))
     assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(KD.DecodeConfig(8, 1, 1, 2, wn=2))) is None
     with pytest.raises(ValueError, match="fused decode kernel"):
         F.FusedLogic("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(d, "silu_mul"))

@@ -298,6 +298,20 @@ class DecodeLogic:
                 stages, acc = self.pipelined_chunk(self.OPS, rt, lane, nw, c, chunks, stages, acc)
         return acc
 
+    @cute.jit
+    def ashare_loop(self, rt: Runtime, lane, nw, first, step, chunks, acc, group, kset, share_base):
+        """ashare's K loop (the plain and the fused kernels): per chunk, the weight loads, this warp's share of the
+        set's activation units stored to smem, the set's barrier (named barrier kset + 1, its wn warps), then the
+        math on every unit. Returns acc."""
+        for c in cutlass.range(first, chunks, step, unroll=self.cfg.unroll):
+            parity = ((c - first) // step) & 1
+            wl = self.weight_loads(self.OPS, rt, lane, nw, c)
+            self.share_store(self.OPS, rt, lane, c, group, kset, parity, share_base)
+            self.OPS.bar_sync(kset + 1, 32 * self.cfg.wn)
+            shared = self.shared_groups(self.OPS, lane, kset, parity, share_base)
+            acc = self.chunk_with(self.OPS, rt, lane, nw, c, wl, acc, shared)
+        return acc
+
     def chunk(self, ops, rt: Runtime, lane, n0, c, acc):
         """Accumulate chunk c (K values 128c .. 128c + 127) into acc (tiles x ntiles x 4 fp32)."""
         return self.chunk_with(ops, rt, lane, n0, c, self.weight_loads(ops, rt, lane, n0, c), acc)
@@ -543,14 +557,7 @@ class DecodeGemm:
             first = rank * L.kstep + kset
         nw = n0 + (warp // L.kstep) * L.rows_w  # its warp group's rows (wn > 1)
         if cutlass.const_expr(L.cfg.ashare):  # the set `kset` shares activations through smem
-            group, threads = warp // L.kstep, 32 * L.cfg.wn
-            for c in cutlass.range(first, chunks, step, unroll=L.cfg.unroll):
-                parity = ((c - first) // step) & 1
-                wl = self.logic.weight_loads(DEVICE, rt, lane, nw, c)
-                self.logic.share_store(DEVICE, rt, lane, c, group, kset, parity, share_base)
-                DEVICE.bar_sync(kset + 1, threads)
-                shared = self.logic.shared_groups(DEVICE, lane, kset, parity, share_base)
-                acc = self.logic.chunk_with(DEVICE, rt, lane, nw, c, wl, acc, shared)
+            acc = L.ashare_loop(rt, lane, nw, first, step, chunks, acc, warp // L.kstep, kset, share_base)
         else:
             acc = L.k_loop(rt, lane, nw, first, step, chunks, acc)
         L.reduce_stage(ops, red_base, warp, lane, acc)

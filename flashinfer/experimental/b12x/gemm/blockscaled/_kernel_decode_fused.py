@@ -51,8 +51,9 @@ Bytes and FLOPs: the decode kernel's, plus R's M x N x 2 bytes (residual), g's K
 from L2 (norm), and a store of M x I instead of M x 2I outputs (silu_mul). The gated row pairing is
 the same as moe.fused_moe's FC1 (`ExpertLogic.load_b`), which could move onto the `weight_row` hook.
 
-Constraints on the DecodeConfig (why_not): kgroup = 1, ksplit = 1, no ashare, no probe, no pdl_wait
-(the K loop is the plain one or the weight-prefetch pipeline); wn > 1 warp groups (session 38, GPU-tested in
+Constraints on the DecodeConfig (why_not): kgroup = 1, ksplit = 1, no probe, no pdl_wait (the K loop is the
+plain one, the weight-prefetch pipeline, or ashare's shared activations, which norm and rope_append do not take);
+wn > 1 warp groups (session 38, GPU-tested in
 session 39; `launch.fused_config` gives them to the residual epilogue, timed -7% in session 40) each own BN / wn rows: gcols output columns or rope pairs, their gate /
 up (first / second) rows within the group, K split over the group's kstep warps, the norm's sums of squares
 from group 0; silu_mul needs an even tiles (gate / up halves) and
@@ -131,10 +132,15 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: FusedConfig) -> str 
     d = config.decode
     if not isinstance(d, KD.DecodeConfig):
         return f"config.decode must be a DecodeConfig, got {type(d).__name__}"
-    if d.kgroup != 1 or d.ashare or d.probe or d.ksplit != 1 or d.pdl_wait:
+    if d.kgroup != 1 or d.probe or d.ksplit != 1 or d.pdl_wait:
         return (
-            f"the fused decode kernel runs kgroup 1, ksplit 1, no ashare, no probe and no pdl_wait (its own "
+            f"the fused decode kernel runs kgroup 1, ksplit 1, no probe and no pdl_wait (its own "
             f"FusedConfig.pdl launches it as a programmatic dependent), got {d}"
+        )
+    if d.ashare and (config.norm or config.epilogue == "rope_append"):
+        return (
+            f"ashare (a chunk's raw activations shared through smem) runs without norm and rope_append, got "
+            f"norm={config.norm!r}, epilogue {config.epilogue!r}"
         )
     if config.epilogue == "silu_mul":
         if d.tiles % 2:
@@ -586,12 +592,19 @@ class FusedDecodeGemm:
         smem = cutlass.memory.SmemAllocator()
         red = smem.allocate_tensor(Float32, cute.make_layout(L.red_floats), 16)
         red_base = red.iterator.toint()
+        share_base = red_base
+        if cutlass.const_expr(L.cfg.ashare):
+            share = smem.allocate_tensor(cutlass.Uint32, cute.make_layout(L.share_bytes // 4), 16)
+            share_base = share.iterator.toint()
         acc = L.zero_acc(DEVICE)
         chunks = k // KD.CHUNK
         first, step, nw = warp, L.cfg.warps, n0  # this warp's chunks first, first + step, ...; its group's base
         if cutlass.const_expr(L.cfg.wn > 1):  # warp groups: group warp // kstep owns gcols columns (pairs)
             first, step, nw = warp % L.kstep, L.kstep, n0 + (warp // L.kstep) * L.gcols
-        acc = L.k_loop(rt, lane, nw, first, step, chunks, acc)  # the plain kernel's (kgroup 1 here)
+        if cutlass.const_expr(L.cfg.ashare):  # the set `first` (its wn warps) shares activations through smem
+            acc = L.ashare_loop(rt, lane, nw, first, step, chunks, acc, warp // L.kstep, first, share_base)
+        else:
+            acc = L.k_loop(rt, lane, nw, first, step, chunks, acc)  # the plain kernel's (kgroup 1 here)
         L.reduce_stage(DEVICE, red_base, warp, lane, acc)
         DEVICE.barrier()
         L.finish(DEVICE, rt, red_base, tid, n0, tables)
