@@ -203,6 +203,19 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_mxfp4_wide_one_wave_builds_for_four_ctas(arch, cuda_binary, monkeypatch):
+    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (staged): W4A16 MXFP4's shared-activation tiling at unroll 1 fits 4 CTAs of
+    128 threads an SM (<= 128 registers) without local memory, where unroll 2 does not (ptxas 13.0 sm_90a: 150)."""
+    from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
+
+    monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", True)
+    cfg = L.default_config("decode16", 28672, 4096, "mxfp4", a_fmt="bfloat16")
+    assert (cfg.warps, cfg.wn, cfg.ashare, cfg.unroll) == (4, 2, True, 1)
+    use = cuda_binary.resources(KD.compile_decode("bfloat16", "mxfp4", "bfloat16", cfg, arch=arch).artifacts.CUBIN)
+    assert use["LOCAL"] == 0 and use["STACK"] == 0 and use["REG"] * 128 * 4 <= 65536, use
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkeypatch):
     """`decode_rules.FOUR_CTA_WAVE` / `DECODE16_ONE_WAVE`: the configs they give (plain NVFP4 and MXFP4, and fused
     silu_mul NVFP4 and, with `FUSED_MXFP4_HINTS`, MXFP4 at M <= 8; MXFP4 with its FP4 codes placed by a multiply,

@@ -104,6 +104,17 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
     check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
 
 
+@pytest.mark.parametrize("m", [9, 16])
+def test_mxfp4_wide_one_wave_config(monkeypatch, m):
+    """W4A16 MXFP4's shared-activation tiling unrolled once (`decode_rules.MXFP4_WIDE_ONE_WAVE`, staged; switched on
+    here) at 28672 x 4096, against the fp32 reference, NaN-poisoned."""
+    monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", True)
+    cfg = L.default_config("decode16", 28672, 4096, "mxfp4", a_fmt="bfloat16")
+    assert (cfg.wn, cfg.ashare, cfg.unroll) == (2, True, 1)
+    ops = make_operands("bfloat16", "mxfp4", m, 28672, 4096, seed=17 * m, device="cuda")
+    check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
+
+
 @pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 11264, 2048), (8, 14336, 4096), (16, 4096, 14336)])
 def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
     """W4A16 MXFP4's E2M1 codes placed by shift, left and mul (`decode_rules.MXFP4_FP4_MUL`, on since session 53)

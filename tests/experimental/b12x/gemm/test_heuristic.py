@@ -343,3 +343,20 @@ def test_one_wave_rule_only_where_it_was_measured(arch, unroll):
     cfg = L.default_config("decode8", 11264, 2048, "nvfp4", a_fmt="bfloat16", arch=arch)
     assert (cfg.warps, cfg.tiles, cfg.unroll) == (8, 2, unroll)
     assert L.default_config("decode8", 7168, 2048, "nvfp4", a_fmt="bfloat16", arch=arch).unroll == 2  # one wave
+
+
+def test_mxfp4_wide_one_wave(monkeypatch):
+    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (staged, off): W4A16 MXFP4's shared-activation tiling at 9..16 tokens
+    unrolled once over 397-528 CTAs of N / 64 rows (its unroll-2 kernel fits 3 CTAs an SM, the unroll-1 one 4), the
+    plain kernel only, sm_90a or a shape-only query; NVFP4 (4 an SM already) and every other grid unchanged."""
+    assert not R.MXFP4_WIDE_ONE_WAVE
+    for on in (False, True):
+        monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", on)
+        for n in (16384, 24576, 25600, 28672, 33792, 40960):
+            cfg = L.default_config("decode16", n, 4096, "mxfp4", a_fmt="bfloat16")
+            assert (cfg.wn, cfg.ashare) == (2, True)
+            assert cfg.unroll == (1 if on and 25344 < n <= 33792 else 2), (on, n)
+            assert L.default_config("decode16", n, 4096, "nvfp4", a_fmt="bfloat16").unroll == 2
+            assert L.default_config("decode16", n, 4096, "mxfp4", a_fmt="bfloat16", arch="sm_120a").unroll == 2
+            fused = L.fused_config("decode16", n, 4096, "mxfp4", "bfloat16", "silu_mul", "off")
+            assert fused.decode.unroll == 2
