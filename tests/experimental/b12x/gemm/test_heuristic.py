@@ -347,15 +347,16 @@ def test_one_wave_rule_only_where_it_was_measured(arch, unroll):
 
 def test_mxfp4_wide_one_wave(monkeypatch):
     """`decode_rules.MXFP4_WIDE_ONE_WAVE` (staged, off): W4A16 MXFP4's shared-activation tiling at 9..16 tokens
-    unrolled once over 397-528 CTAs of N / 64 rows (its unroll-2 kernel fits 3 CTAs an SM, the unroll-1 one 4), the
-    plain kernel only, sm_90a or a shape-only query; NVFP4 (4 an SM already) and every other grid unchanged."""
+    unrolled once over 397-528 CTAs of N / 64 rows at 4 warps (its unroll-2 kernel fits 3 CTAs an SM, the unroll-1 one
+    4) and 133-264 at 8 (1 against 2: N = 16384), the plain kernel only, sm_90a or a shape-only query; NVFP4 and every
+    other grid unchanged."""
     assert not R.MXFP4_WIDE_ONE_WAVE
     for on in (False, True):
         monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", on)
         for n in (16384, 24576, 25600, 28672, 33792, 40960):
             cfg = L.default_config("decode16", n, 4096, "mxfp4", a_fmt="bfloat16")
             assert (cfg.wn, cfg.ashare) == (2, True)
-            assert cfg.unroll == (1 if on and 25344 < n <= 33792 else 2), (on, n)
+            assert cfg.unroll == (1 if on and (25344 < n <= 33792 or n == 16384) else 2), (on, n)
             assert L.default_config("decode16", n, 4096, "nvfp4", a_fmt="bfloat16").unroll == 2
             assert L.default_config("decode16", n, 4096, "mxfp4", a_fmt="bfloat16", arch="sm_120a").unroll == 2
             fused = L.fused_config("decode16", n, 4096, "mxfp4", "bfloat16", "silu_mul", "off")

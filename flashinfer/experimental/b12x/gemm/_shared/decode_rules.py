@@ -111,10 +111,11 @@ FUSED_MXFP4_HINTS = True
 # residual epilogue keeps shift (+1.4% at M = 8 4096 x 4096, with the same 96-register allocation either way).
 # It goes on after a second run of `s53_a.sh fmxmul` agrees and the gemm tier passes.
 FUSED_MXFP4_SILU_MUL = False
-# decode_config_for: W4A16 MXFP4's shared-activation tiling at 9..16 tokens (WIDE_DECODE_N, 4 warps x 2 tiles x 2
-# groups: N / 64 CTAs of 128 threads) unrolled once over ONE_WAVE_CTAS[1] < N / 64 <= FOUR_CTA_CTAS, the plain kernel
-# only. At unroll 2 MXFP4 takes 150 registers (3 CTAs an SM: 28672 x 4096's 448 CTAs run in two waves) where NVFP4
-# takes 106 (4 an SM, one wave); at unroll 1 it takes 124 with no stack (ptxas 13.0 sm_90a, session 53, CPU).
+# decode_config_for: W4A16 MXFP4's shared-activation tiling at 9..16 tokens (WIDE_DECODE_N, warps x 2 tiles x 2
+# groups: N / 64 CTAs) unrolled once where that makes its grid one wave, the plain kernel only: 4 warps over
+# ONE_WAVE_CTAS[1] < N / 64 <= FOUR_CTA_CTAS, 8 warps (N = 16384) over 132 < N / 64 <= ONE_WAVE_CTAS[0]. At unroll 2
+# MXFP4 takes 150 registers (3 CTAs of 4 warps an SM, 1 of 8: 28672 x 4096's 448 CTAs and 16384 x 4096's 256 run in
+# two waves) where NVFP4 takes 106; at unroll 1 it takes 124 / 122 with no stack (ptxas 13.0 sm_90a, session 53).
 # H100s: MXFP4 M = 16 28672 x 4096 40.6-40.7 µs (session 53), NVFP4 32.7-33.0 (session 50). Staged, off, not timed:
 # `scripts/jobs/s53_a.sh mxwide` (prediction there).
 MXFP4_WIDE_ONE_WAVE = False
@@ -244,8 +245,10 @@ def decode_config_for(
         # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
         config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
         ctas = -(-n // (16 * config.tiles * config.wn))
-        if MXFP4_WIDE_ONE_WAVE and one_wave and fused is None and b_fmt == "mxfp4" and config.warps == 4:
-            if ONE_WAVE_CTAS[1] < ctas <= FOUR_CTA_CTAS:  # 4 CTAs an SM at <= 128 registers: one wave
+        if MXFP4_WIDE_ONE_WAVE and one_wave and fused is None and b_fmt == "mxfp4" and config.warps in (4, 8):
+            # unroll 1 fits 4 CTAs of 4 warps an SM (2 of 8) where unroll 2 fits 3 (1): one wave over these grids
+            lo, hi = (ONE_WAVE_CTAS[1], FOUR_CTA_CTAS) if config.warps == 4 else (132, ONE_WAVE_CTAS[0])
+            if lo < ctas <= hi:
                 config = dataclasses.replace(config, unroll=1)
     elif hints and ntiles <= 2 and (b_fmt == "nvfp4" or mxfp4_hinted) and sixteen_bit_a and n >= 32 * 128:
         # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2
