@@ -3,7 +3,8 @@ the same chunk, each loads its share of the chunk's activation units into shared
 barrier every warp runs its math on all of them (`DecodeLogic.ashare_loop`, the plain kernel's loop). The products
 and their order are those of the same warp groups loading their own activations, so the outputs are bitwise those
 of that kernel on the emulator, for the silu_mul / residual / no epilogues; norm and rope_append do not take it.
-Not a default: `bench_gemm --epilogue E --sweep --sweep-subset ksplit` times it beside the groups without it."""
+Not a default: `bench_gemm --epilogue E --sweep --sweep-subset ksplit` times it beside the groups without it. Its
+compile and gpu tests are test_decode_fused_groups.py's grouped ones, parametrized with ashare."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode_fused as F
 from flashinfer.experimental.b12x.gemm.blockscaled._epilogue import RopeLayout
 
-from .helpers import make_operands, on_cpu
+from .helpers import make_operands
 from .test_decode_fused import check_fused, fused_args, run_fused
 
 CFG = KD.DecodeConfig
@@ -52,39 +53,3 @@ def test_ashare_takes_no_norm_and_no_rope():
     rope = F.FusedConfig(cfg, "rope_append", rope=RopeLayout(4, 2, 32, 16))
     assert "rope_append" in F.why_not("bfloat16", "nvfp4", "bfloat16", rope)
     assert "ashare" in F.why_not("nvfp4", "nvfp4", "bfloat16", F.FusedConfig(cfg, "silu_mul"))  # 16-bit A only
-
-
-@pytest.mark.compile
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_ashare_builds_without_local_memory(arch):
-    pytest.importorskip("cutlass")
-    for epilogue in ("silu_mul", "residual"):  # M = 16 28672 x 4096's grouped tiling with its activations shared
-        cfg = F.FusedConfig(CFG(4, 2, 2, 2, wn=2, ashare=True, wcache="na", acache="el", fp4="mul"), epilogue, "wait")
-        assert ".local" not in F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("epilogue", ["silu_mul", "residual"])
-def test_ashare_plans_on_the_gpu(epilogue):
-    """Plans whose fused configs share activations across 2 warp groups (a plan override: the heuristic's config with
-    "wn=2,ashare=true"), pdl "wait", 28672 x 4096, M = 9 / 16, NaN-poisoned, against the fp32 reference."""
-    import b12x
-    from flashinfer.experimental.b12x.gemm._shared import launch as L
-
-    B = b12x.gemm.blockscaled
-    n, k, ms = 28672, 4096, (9, 16)
-    cfg = L.fused_config("decode16", n, k, "nvfp4", "bfloat16", epilogue, "wait", "wn=2,ashare=true")
-    assert cfg.decode.ashare and cfg.decode.wn == 2
-    q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=max(ms), m_values=ms, epilogue=epilogue, pdl="wait")
-    plan = B.plan(q, override={"decode16": cfg})
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([plan])
-    assert plan.state.selection == (("decode16", cfg),)
-    for m in ms:
-        ops = make_operands("bfloat16", "nvfp4", m, n, k, seed=m + 21, device="cuda")
-        cols = n // 2 if epilogue == "silu_mul" else n
-        out = torch.full((m, cols), float("nan"), dtype=torch.bfloat16, device="cuda")
-        res = torch.randn(m, n, device="cuda").bfloat16() if epilogue == "residual" else None
-        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
-        torch.cuda.synchronize()
-        check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

@@ -87,20 +87,29 @@ def test_the_heuristic_groups_only_the_timed_epilogue():
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize(
+    "decode, epilogues",
+    [
+        (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul", "none")),
+        # M = 16 28672 x 4096's grouped tiling with its activations shared (ashare, session 53)
+        (CFG(4, 2, 2, 2, wn=2, ashare=True, wcache="na", acache="el", fp4="mul"), ("silu_mul", "residual")),
+    ],
+)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_groups_build_without_local_memory(arch):
+def test_groups_build_without_local_memory(arch, decode, epilogues):
     pytest.importorskip("cutlass")
-    for epilogue in ("silu_mul", "none"):
-        cfg = F.FusedConfig(CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), epilogue, "wait")
+    for epilogue in epilogues:
+        cfg = F.FusedConfig(decode, epilogue, "wait")
         assert ".local" not in F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("opts", ["wn=2", "wn=2,ashare=true"])
 @pytest.mark.parametrize("epilogue", ["silu_mul", "residual", "none"])
-def test_grouped_plans_on_the_gpu(epilogue):
-    """Plans whose fused configs have 2 warp groups (a plan override: the heuristic's config with "wn=2"), pdl
-    "wait", N = 28672 (28672 x 4096: the shape where the plain kernel's groups won), M = 3 / 9 / 16, outputs
-    NaN-poisoned, against the fp32 reference."""
+def test_grouped_plans_on_the_gpu(epilogue, opts):
+    """Plans whose fused configs have 2 warp groups (a plan override: the heuristic's config with "wn=2"; with
+    "ashare=true" the groups share their activations, session 53), pdl "wait", N = 28672 (28672 x 4096: the shape
+    where the plain kernel's groups won), M = 3 / 9 / 16, outputs NaN-poisoned, against the fp32 reference."""
     import b12x
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
@@ -108,8 +117,8 @@ def test_grouped_plans_on_the_gpu(epilogue):
 
     B = b12x.gemm.blockscaled
     n, k, ms = 28672, 4096, (3, 9, 16)
-    cfg = L.fused_config("decode16", n, k, "nvfp4", "bfloat16", epilogue, "wait", "wn=2")
-    assert cfg.decode.wn == 2
+    cfg = L.fused_config("decode16", n, k, "nvfp4", "bfloat16", epilogue, "wait", opts)
+    assert cfg.decode.wn == 2 and cfg.decode.ashare == ("ashare" in opts)
     q = B.GemmQuery("bfloat16", "nvfp4", n, k, max_m=16, m_values=(16,), epilogue=epilogue, pdl="wait")
     plan = B.plan(q, override={"decode16": cfg})
     with b12x.PreparationSession("cuda") as s:
