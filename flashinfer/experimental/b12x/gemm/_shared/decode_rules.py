@@ -48,7 +48,8 @@ ONE_WAVE_EPILOGUES = ("silu_mul", "residual", "none")
 # 2 / 3 CTAs an SM are sm_90a's; nothing is measured there, so `default_config` applies the rule only for
 # ONE_WAVE_ARCHS (None: a shape-only query, as the tests and benchmarks make). Heuristics here see the
 # arch, not the SM count: an SM120 rule wants the device's count in the selection first.
-ONE_WAVE_CTAS = (2 * 132, 3 * 132)
+WAVE_SMS = 132  # the SM count every wave rule here counts in (the H100's and the H200's)
+ONE_WAVE_CTAS = (2 * WAVE_SMS, 3 * WAVE_SMS)
 ONE_WAVE_ARCHS = (None, "sm_90a")
 # decode_config_for's wave rules past ONE_WAVE_CTAS (built in session 51, timed and switched on in session 52). Each
 # bounds the 8-warp x 2-tile kernel's registers so that its grid runs in one wave of 132 SMs. H100 2026-12-06 09:15
@@ -67,7 +68,7 @@ ONE_WAVE_ARCHS = (None, "sm_90a")
 #   -7.8 / -10.6% and -10.7 / -12.8%, 396 (12672 x 2048) -8.3 / -10.5%: every cell from 320 on beyond its noise.
 FOUR_CTA_WAVE = True
 DECODE16_ONE_WAVE = True
-FOUR_CTA_CTAS = 4 * 132
+FOUR_CTA_CTAS = 4 * WAVE_SMS
 # DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 33 CTAs (an eighth of the first; 288 tied, 320 won),
 # up to one wave of 3 an SM
 DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
@@ -113,9 +114,10 @@ FUSED_MXFP4_HINTS = True
 FUSED_MXFP4_SILU_MUL = False
 # decode_config_for: W4A16 MXFP4's shared-activation tiling at 9..16 tokens (WIDE_DECODE_N, warps x 2 tiles x 2
 # groups: N / 64 CTAs) unrolled once where that makes its grid one wave, the plain kernel only: 4 warps over
-# ONE_WAVE_CTAS[1] < N / 64 <= FOUR_CTA_CTAS, 8 warps (N = 16384) over 132 < N / 64 <= ONE_WAVE_CTAS[0]. At unroll 2
-# MXFP4 takes 150 registers (3 CTAs of 4 warps an SM, 1 of 8: 28672 x 4096's 448 CTAs and 16384 x 4096's 256 run in
-# two waves) where NVFP4 takes 106; at unroll 1 it takes 124 / 122 with no stack (ptxas 13.0 sm_90a, session 53).
+# ONE_WAVE_CTAS[1] < N / 64 <= FOUR_CTA_CTAS, 8 warps (N = 16384) over WAVE_SMS < N / 64 <= ONE_WAVE_CTAS[0]. At
+# unroll 2 MXFP4 takes 150 registers (3 CTAs of 4 warps an SM, 1 of 8: 28672 x 4096's 448 CTAs and 16384 x 4096's
+# 256 run in two waves) where NVFP4 takes 106; at unroll 1 it takes 124 / 122 with no stack (ptxas 13.0 sm_90a,
+# session 53).
 # H100s: MXFP4 M = 16 28672 x 4096 40.6-40.7 µs (session 53), NVFP4 32.7-33.0 (session 50). Staged, off, not timed:
 # `scripts/jobs/s53_a.sh mxwide` (prediction there).
 MXFP4_WIDE_ONE_WAVE = False
@@ -244,11 +246,10 @@ def decode_config_for(
         # once per CTA, not once per warp), weights bypass L1, activations stay in it. H200 sweep 2026-11-30 10:48
         # (W4A16 NVFP4, graph timer): M = 16 28672 x 4096 41.1 -> 33.4 us; no gain at N <= 11264.
         config = dataclasses.replace(config, wn=2, ashare=True, wcache="na", acache="el")
-        ctas = -(-n // (16 * config.tiles * config.wn))
         if MXFP4_WIDE_ONE_WAVE and one_wave and fused is None and b_fmt == "mxfp4" and config.warps in (4, 8):
             # unroll 1 fits 4 CTAs of 4 warps an SM (2 of 8) where unroll 2 fits 3 (1): one wave over these grids
-            lo, hi = (ONE_WAVE_CTAS[1], FOUR_CTA_CTAS) if config.warps == 4 else (132, ONE_WAVE_CTAS[0])
-            if lo < ctas <= hi:
+            lo, hi = (ONE_WAVE_CTAS[1], FOUR_CTA_CTAS) if config.warps == 4 else (WAVE_SMS, ONE_WAVE_CTAS[0])
+            if lo < -(-n // (16 * config.tiles * config.wn)) <= hi:
                 config = dataclasses.replace(config, unroll=1)
     elif hints and ntiles <= 2 and (b_fmt == "nvfp4" or mxfp4_hinted) and sixteen_bit_a and n >= 32 * 128:
         # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2

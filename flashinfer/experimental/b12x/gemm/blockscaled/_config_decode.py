@@ -100,8 +100,9 @@ class DecodeConfig(WarpShape):
     pdl_wait: launched as a programmatic dependent of the stream's previous kernel (its CTAs may become
     resident while that one runs); each waits for it (griddepcontrol.wait) before its first global read,
     then lets the next one launch: the fused kernel's pdl "wait" with every option of this kernel (wn,
-    ashare, ksplit), some of which the fused kernel lacks (ksplit; ashare since session 53, opt-in). GPU-tested, 0.26-0.43 µs a call faster in a chain (session 39);
-    pdl "wait" queries with warp groups take it (`launch.PLAIN_PDL_GROUPS`; ExpertConfig.pdl is moe's own)."""
+    ashare, ksplit), some of which the fused kernel lacks (ksplit; ashare since session 53, opt-in). GPU-tested,
+    0.26-0.43 µs a call faster in a chain (session 39); pdl "wait" queries with warp groups take it
+    (`launch.PLAIN_PDL_GROUPS`; ExpertConfig.pdl is moe's own)."""
 
     warps: int = 8
     tiles: int = 2
