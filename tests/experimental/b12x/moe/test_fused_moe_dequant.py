@@ -70,12 +70,12 @@ def test_the_default_heuristic(mode):
 @pytest.mark.parametrize("on", [False, True])
 @pytest.mark.parametrize("mode", ["nvfp4", "w4a16"])
 def test_w4a16_l2_prefetch(mode, on, monkeypatch):
-    """`_buckets.W4A16_L2_PREFETCH` (staged, off): the w4a16 recipe's 8-token decode bucket takes "w4p1h256" (both
+    """`_buckets.W4A16_L2_PREFETCH` (on): the w4a16 recipe's 8-token decode bucket takes "w4p1h256" (both
     GEMMs' weights "na256", everything else of "w4p1h"); the nvfp4 recipe, the 16-token and grouped buckets, and every
     bucket with the switch off keep theirs."""
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
-    assert _buckets.W4A16_L2_PREFETCH is False
+    assert _buckets.W4A16_L2_PREFETCH is True
     monkeypatch.setattr(_buckets, "W4A16_L2_PREFETCH", False)
     _, before = _heuristic(mode, monkeypatch, False, decode_from=2)
     monkeypatch.setattr(_buckets, "W4A16_L2_PREFETCH", on)

@@ -48,14 +48,14 @@ TILED_DEQUANT = False
 DECODE_DEQUANT_FROM = 2
 DECODE_DEQUANT_ROWS = 8
 # Whether the w4a16 recipe's 8-token decode buckets load expert weights with an L2 256-byte prefetch too (the sweep's
-# "w4p1h256" for "w4p1h": gemm's W4A16 decode loads). Staged, off. H100 2026-12-06 11:22 / 11:35 (session 53,
+# "w4p1h256" for "w4p1h": gemm's W4A16 decode loads). On since session 54. H100 2026-12-06 11:22 / 11:35 (session 53,
 # `scripts/jobs/s52_a.sh moe` twice, graph timer, µs a layer, w4p1h -> w4p1h256): E = 128 T = 1 18.62 -> 18.65 /
 # 18.62 -> 18.70, T = 4 39.07 -> 37.91 / 38.97 -> 37.91, T = 16 107.47 -> 106.32 / 107.36 -> 106.03; E = 256 T = 1
 # 56.90 -> 57.08 / 56.82 -> 57.00, T = 4 180.99 -> 174.62 / 181.11 -> 175.59, T = 16 563.5 -> 548.9 / 565.7 -> 549.3;
 # E = 512 T = 1 38.60 -> 36.72 / 38.51 -> 36.66, T = 4 124.5 -> 119.3 / 124.3 -> 119.4, T = 16 403.1 -> 393.7 / 412.5
 # -> 398.8: 7 of 9 cells -1.1 to -4.9% in both runs, E = 128 / 256 T = 1 even (+0.1 to +0.4%). The nvfp4 recipe
-# was mixed (T = 4 +0.7 / +0.9%) and keeps "w4p1h". It goes on after the moe gpu tier (`scripts/jobs/s43_a.sh moe`).
-W4A16_L2_PREFETCH = False
+# was mixed (T = 4 +0.7 / +0.9%) and keeps "w4p1h". On with the moe gpu tier run on it (docs/validation.md, session 54).
+W4A16_L2_PREFETCH = True
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ _SWEEP = {
         ("w4p1-s2", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 2),
         ("w4p1-s4", DecodeConfig(4, 2, 1, 2, 1), DecodeConfig(4, 2, 1, 1, 1), 4),
         ("w4p1h", _hinted(4, 2, 1, 2, 1), _hinted(4, 2, 1, 1, 1), 1),
-        # the default's weights with the L2 256-byte prefetch too (session 52; _buckets.W4A16_L2_PREFETCH, staged)
+        # the default's weights with the L2 256-byte prefetch too (session 52; _buckets.W4A16_L2_PREFETCH: on)
         ("w4p1h256", _hinted(4, 2, 1, 2, 1, wcache="na256"), _hinted(4, 2, 1, 1, 1, wcache="na256"), 1),
         ("own8", _owned(8, 2, 1, 1), _owned(8, 1, 1, 1), 1),
         ("own8p2", _owned(8, 2, 1, 2), _owned(8, 1, 1, 4), 1),
