@@ -3,6 +3,10 @@ rounds, B's change against A, and the noise it must beat.
 
     python3 scripts/ab_summary.py DIR        (DIR holds NAME.{a,b}.rN.json, as device_ab_run.sh writes them)
     python3 scripts/ab_summary.py A.json B.json   (two reports of one benchmark, e.g. s44_a's q_fixed / q_rotated)
+    python3 scripts/ab_summary.py --rule [--only RE] [--except RE] A1.json B1.json [A2.json B2.json ...]
+
+--rule is a switch's pass test: exit 0 only if every row (label and impl, matched by --only and not by --except)
+is "B-" in every pair, 1 if any is not (a tie, "B+", or missing on a side) or no row was selected, 2 on bad usage.
 
 A row's noise is the widest of: either side's p10-p90 spread (relative to its median) in any round, and either
 side's range over its rounds. The last column marks B faster ("B-") or slower ("B+") where the change is larger
@@ -11,6 +15,7 @@ than that noise, else "tie". Rows present on one side only are listed as missing
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -76,7 +81,46 @@ def report(directory: Path, other: Path | None = None) -> str:
     return "\n".join(lines) if lines else f"no NAME.{{a,b}}.rN.json reports in {directory}"
 
 
+def rule(pairs: list[tuple[Path, Path]], only: str | None = None, exclude: str | None = None) -> tuple[bool, str]:
+    """(every selected row "B-" in every pair, one line per selected row and pair saying why not): `--rule`."""
+    lines, selected = [], 0
+    for a, b in pairs:
+        for (label, impl), samples in next(iter(load_pair(a, b).values())).items():
+            name = f"{label} {impl}"
+            if (only and not re.search(only, name)) or (exclude and re.search(exclude, name)):
+                continue
+            selected += 1
+            got = compare(samples)
+            verdict = "missing on one side" if got is None else f"{got[4]} ({got[2]:+.2f}%, noise {got[3]:.2f}%)"
+            if got is None or got[4] != "B-":
+                lines.append(f"{a.stem} / {b.stem}: {name}: {verdict}")
+    if not selected:
+        lines.append("no row selected")
+    passed = not lines
+    lines.append(f"rule {'passed' if passed else 'failed'}: {selected} rows over {len(pairs)} pairs")
+    return passed, "\n".join(lines)
+
+
+def _rule_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="ab_summary.py --rule", description="a switch's pass test over A/B pairs")
+    ap.add_argument("--only", help="select rows whose 'label impl' matches this regular expression")
+    ap.add_argument("--except", dest="exclude", help="drop rows whose 'label impl' matches this regular expression")
+    ap.add_argument("reports", nargs="+", type=Path, help="A1.json B1.json [A2.json B2.json ...]")
+    args = ap.parse_args(argv)
+    if len(args.reports) % 2:
+        ap.error(f"reports must come in A / B pairs, got {len(args.reports)} paths")
+    missing = [p for p in args.reports if not p.is_file()]
+    if missing:
+        ap.error(f"reports must be benchmark reports, missing {missing[0]}")
+    pairs = list(zip(args.reports[::2], args.reports[1::2]))
+    passed, text = rule(pairs, args.only, args.exclude)
+    print(text)
+    return 0 if passed else 1
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--rule"]:
+        return _rule_main(argv[1:])
     if len(argv) not in (1, 2) or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv and argv[0] in ("-h", "--help") else 2

@@ -59,3 +59,24 @@ def test_two_reports_compare_as_a_and_b(tmp_path, capsys):
     assert AB.compare(rows[("M=4096", "b12x")])[-1] == "tie"  # +0.6% inside the 1% p10-p90 spread
     assert AB.main([str(a), str(b)]) == 0 and "(A) /" in capsys.readouterr().out
     assert AB.main([str(a), str(tmp_path / "missing.json")]) == 2 and "missing" in capsys.readouterr().err
+
+
+def test_rule_passes_only_when_every_selected_row_wins_in_every_pair(tmp_path, capsys):
+    rows_a = [("M=1 N=4096", "b12x", 10.0), ("M=16 N=28672", "b12x", 10.0), ("M=8 N=4096", "b12x", 10.0)]
+    _write(tmp_path, "r1", "a", 1, rows_a)
+    _write(tmp_path, "r1", "b", 1, [("M=1 N=4096", "b12x", 9.0), ("M=16 N=28672", "b12x", 12.0)])
+    _write(tmp_path, "r2", "a", 1, rows_a)
+    _write(tmp_path, "r2", "b", 1, [("M=1 N=4096", "b12x", 9.5), ("M=16 N=28672", "b12x", 9.0)])
+    r1 = [tmp_path / "r1.a.r1.json", tmp_path / "r1.b.r1.json"]
+    r2 = [tmp_path / "r2.a.r1.json", tmp_path / "r2.b.r1.json"]
+    assert AB.rule([tuple(r1)], only="M=1 ")[0]
+    ok, text = AB.rule([tuple(r1), tuple(r2)], exclude="M=8")
+    assert not ok and "r1.a.r1 / r1.b.r1: M=16 N=28672 b12x: B+ (+20.00%" in text and "r2." not in text
+    assert not AB.rule([tuple(r1)], only="M=8")[0]  # missing on B's side
+    assert not AB.rule([tuple(r1)], only="nothing")[0]  # selects no row
+    assert AB.main(["--rule", "--except", "M=(8|16) ", *map(str, r1 + r2)]) == 0
+    assert "rule passed: 2 rows over 2 pairs" in capsys.readouterr().out
+    assert AB.main(["--rule", *map(str, r1 + r2)]) == 1
+    with pytest.raises(SystemExit) as bad:
+        AB.main(["--rule", str(r1[0])])
+    assert bad.value.code == 2 and "pairs, got 1 paths" in capsys.readouterr().err

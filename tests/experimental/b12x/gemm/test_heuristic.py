@@ -196,6 +196,32 @@ def test_wave_rules(monkeypatch, four, d16):
             assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
 
 
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
+def test_decode16_shared_activations(monkeypatch, b_fmt):
+    """`decode_rules.DECODE16_SHARED_A` (staged): DECODE16_ONE_WAVE's grids (9..16 tokens over 298-396 CTAs, the
+    plain kernel) take two warp groups with shared activations, exactly the config `s53_a.sh d16s` times (today's
+    under B12X_GEMM_DECODE_OPTS=ashare=true,wn=2); the fused kernel, sm_120a and every other grid keep theirs."""
+    shapes = ((9536, 2048), (10240, 2048), (11264, 2048), (12288, 4096), (12672, 2048))  # 298 .. 396 CTAs
+    others = ((9216, 4096), (12704, 2048), (7168, 2048))  # 288 / 397 / 224 CTAs
+
+    def cfg(n, k, arch=None):
+        return L.default_config("decode16", n, k, b_fmt, a_fmt="bfloat16", arch=arch)
+
+    monkeypatch.setattr(R, "DECODE16_SHARED_A", False)
+    before = {(n, k, arch): cfg(n, k, arch) for n, k in shapes + others for arch in (None, "sm_120a")}
+    monkeypatch.setattr(R, "DECODE16_SHARED_A", True)
+    for (n, k, arch), old in before.items():
+        new = cfg(n, k, arch)
+        if (n, k) in shapes and arch is None:
+            assert (old.unroll, old.minctas, old.wn, old.ashare) == (1, 3, 1, False), (n, k)
+            assert new == R.with_decode_opts(old, "ashare=true,wn=2"), (n, k)
+            assert (new.wn, new.ashare) == (2, True)
+        else:
+            assert new == old, (n, k, arch)
+        fused = L.fused_config("decode16", n, k, b_fmt, "bfloat16", "silu_mul", "off", arch=arch).decode
+        assert not fused.ashare, (n, k, arch)
+
+
 @pytest.mark.parametrize("on, fused_on", [(True, False), (True, True), (False, False)])
 def test_mxfp4_hints(monkeypatch, on, fused_on):
     """`decode_rules.MXFP4_HINTS`: W4A16 MXFP4 in the plain kernel takes NVFP4's cache hints and wave rules, never the

@@ -72,6 +72,11 @@ FOUR_CTA_CTAS = 4 * WAVE_SMS
 # DECODE16_ONE_WAVE's grids: a second unroll-2 wave of more than 33 CTAs (an eighth of the first; 288 tied, 320 won),
 # up to one wave of 3 an SM
 DECODE16_WAVE_CTAS = (ONE_WAVE_CTAS[0] + 33, ONE_WAVE_CTAS[1])
+# DECODE16_SHARED_A: DECODE16_ONE_WAVE's kernel with shared activations (ashare, two warp groups along N: wn 2, half
+#   the CTAs), 80 registers and no stack where the one-group form spills 5 + 10 words a K step (ptxas 13.0 sm_90a,
+#   session 53). Staged, off: `scripts/jobs/s53_a.sh d16s` times exactly this config (prediction -3 to +5%,
+#   docs/predictions/gemm_decode.md, session 53); every cell faster in two runs, then the gemm tier, turns it on.
+DECODE16_SHARED_A = False
 # decode_config_for: W4A16 MXFP4 in the plain kernel takes W4A16 NVFP4's cache hints (weights L1::no_allocate + an
 # L2 256-byte prefetch, activations evict-last) and its wave rules (ONE_WAVE_CTAS, FOUR_CTA_WAVE, DECODE16_ONE_WAVE),
 # not its clamped loads / left shifts from WIDE_DECODE_N (not timed on MXFP4). Its registers match NVFP4's bounds
@@ -281,6 +286,8 @@ def decode_config_for(
                 and DECODE16_WAVE_CTAS[0] < ctas <= DECODE16_WAVE_CTAS[1]
             ):
                 config = dataclasses.replace(config, unroll=1, minctas=3)
+                if DECODE16_SHARED_A:
+                    config = dataclasses.replace(config, wn=2, ashare=True)
     # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel (MXFP4_FP4_MUL) and, staged, the fused
     # silu_mul one below the wide 9..16-token grids (FUSED_MXFP4_SILU_MUL)
     mxfp4_mul = fused is None or (
