@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 54's device jobs (after the two toolchain calls; AGENTS.md "GPU runs"). Each rule's A/B runs through
+# scripts/jobs/s53_a.sh, its reports are kept as NAME_rN, and `ab_summary.py --rule` writes its verdict to
+# /tmp/b12x-par/rule_NAME.txt (and $OUT); `gemm` then applies the flips (scripts/jobs/s54_flip.py) whose rules
+# passed to the snapshot and runs the gemm tier on it.
+#   t1:   fmxmul once (its first run was session 53's), mxwide twice (~5 min)
+#   t2:   d16s twice, then w16 (no rule yet: its table only) (~6 min)
+#   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
+set -uo pipefail
+P=/tmp/b12x-par
+# keep JOB's A/B reports of s53_a.sh as JOB_rN
+keep() { for s in a b; do mv "$P/gemm53_$1_$s.json" "$P/gemm53_$1_${s}_r$2.json"; done; }
+# rule NAME JOB ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of JOB
+rule() {
+  local name=$1 job=$2 n=$3 r reports=()
+  shift 3
+  for r in $(seq 1 "$n"); do reports+=("$P/gemm53_${job}_a_r$r.json" "$P/gemm53_${job}_b_r$r.json"); done
+  python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
+  cp "$P"/gemm53_"${job}"_*_r*.json "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
+}
+case ${1:?usage: s54_a.sh t1|t2|gemm} in
+  t1)
+    bash scripts/jobs/s53_a.sh fmxmul && keep fmxmul 1
+    # the rule's cells: silu_mul but 9..16 tokens at N >= WIDE_DECODE_N (28672 is the job's one such N)
+    rule fmxmul fmxmul 1 --only "silu_mul" --except "M=(9|1[0-6]) N=28672 "
+    for r in 1 2; do bash scripts/jobs/s53_a.sh mxwide && keep mxwide $r; done
+    rule mxwide mxwide 2
+    cp $P/gemm53_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
+  t2)
+    for r in 1 2; do bash scripts/jobs/s53_a.sh d16s && keep d16s $r; done
+    rule d16s d16s 2
+    bash scripts/jobs/s53_a.sh w16
+    cp $P/gemm53_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
+  gemm)
+    rm -rf /tmp/flip && mkdir -p /tmp/flip && tar xf snap.tar -C /tmp/flip || exit 2
+    flips=()
+    for name in fmxmul mxwide d16s; do
+      if grep -q "^rule passed" "$P/rule_$name.txt" 2>/dev/null; then
+        flips+=("$name")
+      fi
+    done
+    ((${#flips[@]} == 0)) || python3 scripts/jobs/s54_flip.py /tmp/flip "${flips[@]}" || exit 2
+    echo "flips applied: ${flips[*]:-none}"
+    if ((${#flips[@]})); then
+      printf '%s+%s\n' "$(cat /tmp/flip/COMMIT)" "$(IFS=+; echo "${flips[*]}")" >/tmp/flip/COMMIT
+      tar cf snap.tar -C /tmp/flip . || exit 2
+    fi
+    bash scripts/jobs/s43_a.sh gemm ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
+esac
