@@ -4,37 +4,44 @@
 # /tmp/b12x-par/rule_NAME.txt (and $OUT); `gemm` then applies the flips (scripts/jobs/s54_flip.py) whose rules
 # passed to the snapshot and runs the gemm tier on it.
 #   t1:   fmxmul once (its first run was session 53's), mxwide twice (~5 min)
-#   t2:   d16s twice, then w16 (no rule yet: its table only) (~6 min)
+#   t2:   d16s twice, then w16 once (its table only; the rule it led to is t3's) (~6 min)
+#   t3:   EIGHT_WARP_WAVE's A/B twice (s54_a.txt), then `s53_a.sh fash` (its table only) (~6 min)
 #   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
 set -uo pipefail
 P=/tmp/b12x-par
 # keep JOB's A/B reports of s53_a.sh as JOB_rN
-keep() { for s in a b; do mv "$P/gemm53_$1_$s.json" "$P/gemm53_$1_${s}_r$2.json"; done; }
+keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
 # rule NAME JOB ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of JOB
 rule() {
   local name=$1 job=$2 n=$3 r reports=()
   shift 3
-  for r in $(seq 1 "$n"); do reports+=("$P/gemm53_${job}_a_r$r.json" "$P/gemm53_${job}_b_r$r.json"); done
+  for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
   python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
-  cp "$P"/gemm53_"${job}"_*_r*.json "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
+  cp "$P/${job}"_*_r*.json "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
 }
-case ${1:?usage: s54_a.sh t1|t2|gemm} in
+case ${1:?usage: s54_a.sh t1|t2|t3|gemm} in
   t1)
-    bash scripts/jobs/s53_a.sh fmxmul && keep fmxmul 1
+    bash scripts/jobs/s53_a.sh fmxmul && keep gemm53_fmxmul 1
     # the rule's cells: silu_mul but 9..16 tokens at N >= WIDE_DECODE_N (28672 is the job's one such N)
-    rule fmxmul fmxmul 1 --only "silu_mul" --except "M=(9|1[0-6]) N=28672 "
-    for r in 1 2; do bash scripts/jobs/s53_a.sh mxwide && keep mxwide $r; done
-    rule mxwide mxwide 2
+    rule fmxmul gemm53_fmxmul 1 --only "silu_mul" --except "M=(9|1[0-6]) N=28672 "
+    for r in 1 2; do bash scripts/jobs/s53_a.sh mxwide && keep gemm53_mxwide $r; done
+    rule mxwide gemm53_mxwide 2 --except "N=20480 "  # 320 CTAs: one wave at unroll 2 already, the job's control
     cp $P/gemm53_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
   t2)
-    for r in 1 2; do bash scripts/jobs/s53_a.sh d16s && keep d16s $r; done
-    rule d16s d16s 2
+    for r in 1 2; do bash scripts/jobs/s53_a.sh d16s && keep gemm53_d16s $r; done
+    rule d16s gemm53_d16s 2
     bash scripts/jobs/s53_a.sh w16
     cp $P/gemm53_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
+  t3)
+    f=scripts/jobs/s54_a.txt
+    source scripts/jobs/ab.sh
+    for r in 1 2; do ab gemm54_w16_a gemm54_w16_b "" warps=8 && keep gemm54_w16 $r; done
+    rule w16 gemm54_w16 2 --except "N=4096 K=4096 "  # 128 CTAs: the control
+    TAIL=60 bash scripts/jobs/s53_a.sh fash ;;
   gemm)
     rm -rf /tmp/flip && mkdir -p /tmp/flip && tar xf snap.tar -C /tmp/flip || exit 2
     flips=()
-    for name in fmxmul mxwide d16s; do
+    for name in fmxmul d16s w16; do  # mxwide landed in a commit (its two runs: t1)
       if grep -q "^rule passed" "$P/rule_$name.txt" 2>/dev/null; then
         flips+=("$name")
       fi
@@ -46,5 +53,5 @@ case ${1:?usage: s54_a.sh t1|t2|gemm} in
       tar cf snap.tar -C /tmp/flip . || exit 2
     fi
     bash scripts/jobs/s43_a.sh gemm ;;
-  *) sed -n '2,8p' "$0"; exit 2 ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

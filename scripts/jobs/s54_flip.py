@@ -1,7 +1,7 @@
 """Session 54's staged switches as exact one-line edits (with the tests that assert their state), so the device job
 that ran a switch's A/B can apply it to the snapshot it then tests, and a commit here applies the same edits.
 
-    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s
+    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s, w16
 
 Each edit must match exactly once under ROOT, or nothing is written and the exit status is 2."""
 
@@ -26,6 +26,7 @@ FLIPS = {
         (HEUR, "    assert not R.MXFP4_WIDE_ONE_WAVE\n", "    assert R.MXFP4_WIDE_ONE_WAVE\n"),
     ],
     "d16s": [(RULES, "DECODE16_SHARED_A = False\n", "DECODE16_SHARED_A = True\n")],
+    "w16": [(RULES, "EIGHT_WARP_WAVE = False\n", "EIGHT_WARP_WAVE = True\n")],
 }
 
 

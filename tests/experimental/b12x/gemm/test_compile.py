@@ -204,7 +204,7 @@ def test_w4a16_decode_defaults_compile_for_both_archs_without_spills(m, n, k, tm
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_mxfp4_wide_one_wave_builds_for_four_ctas(arch, cuda_binary, monkeypatch):
-    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (staged): W4A16 MXFP4's shared-activation tiling at unroll 1 fits 4 CTAs of
+    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (on): W4A16 MXFP4's shared-activation tiling at unroll 1 fits 4 CTAs of
     128 threads an SM (<= 128 registers) without local memory, where unroll 2 does not (ptxas 13.0 sm_90a: 150)."""
     from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_decode as KD
 

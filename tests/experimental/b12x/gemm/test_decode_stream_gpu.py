@@ -104,14 +104,15 @@ def test_mxfp4_heuristic_configs(m, n, k, knobs):
     check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
 
 
+@pytest.mark.parametrize("n,warps", [(28672, 4), (16384, 8)])
 @pytest.mark.parametrize("m", [9, 16])
-def test_mxfp4_wide_one_wave_config(monkeypatch, m):
-    """W4A16 MXFP4's shared-activation tiling unrolled once (`decode_rules.MXFP4_WIDE_ONE_WAVE`, staged; switched on
-    here) at 28672 x 4096, against the fp32 reference, NaN-poisoned."""
+def test_mxfp4_wide_one_wave_config(monkeypatch, m, n, warps):
+    """W4A16 MXFP4's shared-activation tiling unrolled once (`decode_rules.MXFP4_WIDE_ONE_WAVE`, on; forced here) at
+    N x 4096 over its 4- and 8-warp grids, against the fp32 reference, NaN-poisoned."""
     monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", True)
-    cfg = L.default_config("decode16", 28672, 4096, "mxfp4", a_fmt="bfloat16")
-    assert (cfg.wn, cfg.ashare, cfg.unroll) == (2, True, 1)
-    ops = make_operands("bfloat16", "mxfp4", m, 28672, 4096, seed=17 * m, device="cuda")
+    cfg = L.default_config("decode16", n, 4096, "mxfp4", a_fmt="bfloat16")
+    assert (cfg.wn, cfg.ashare, cfg.unroll, cfg.warps) == (2, True, 1, warps)
+    ops = make_operands("bfloat16", "mxfp4", m, n, 4096, seed=17 * m + n, device="cuda")
     check_tolerance(_run(ops, cfg, "mxfp4"), ops, "bfloat16")
 
 

@@ -197,6 +197,35 @@ def test_wave_rules(monkeypatch, four, d16):
 
 
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
+def test_eight_warp_wave(monkeypatch, b_fmt):
+    """`decode_rules.EIGHT_WARP_WAVE` (staged): W4A16 at M <= 8 on 16 warps x 2 tiles halves its warps over 133-264
+    CTAs of N / 32 rows at 4096 <= K < LONG_K, exactly the config `s54_a.sh t3` times (today's under
+    B12X_GEMM_DECODE_OPTS=warps=8); the fused kernel, sm_120a, 9..16 tokens and every other grid keep theirs."""
+    covered = ((4608, 4096), (5120, 4096), (6144, 4096), (8192, 4096), (6144, 6144))
+    others = ((4096, 4096), (6144, 8192), (6144, 2048), (8448, 4096), (14336, 4096))
+
+    def cfg(bucket, n, k, arch=None):
+        return L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
+
+    keys = [(b, n, k, a) for b in ("decode8", "decode16") for n, k in covered + others for a in (None, "sm_120a")]
+    monkeypatch.setattr(R, "EIGHT_WARP_WAVE", False)
+    before = {key: cfg(*key) for key in keys}
+    monkeypatch.setattr(R, "EIGHT_WARP_WAVE", True)
+    for (bucket, n, k, arch), old in before.items():
+        new = cfg(bucket, n, k, arch)
+        if bucket == "decode8" and (n, k) in covered and arch is None:
+            assert (old.warps, old.tiles) == (16, 2), (n, k)
+            assert new == R.with_decode_opts(old, "warps=8"), (n, k)
+        else:
+            assert new == old, (bucket, n, k, arch)
+    for epilogue in ("silu_mul", "residual"):
+        on = L.fused_config("decode8", 6144, 4096, b_fmt, "bfloat16", epilogue, "off")
+        monkeypatch.setattr(R, "EIGHT_WARP_WAVE", False)
+        assert L.fused_config("decode8", 6144, 4096, b_fmt, "bfloat16", epilogue, "off") == on
+        monkeypatch.setattr(R, "EIGHT_WARP_WAVE", True)
+
+
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 def test_decode16_shared_activations(monkeypatch, b_fmt):
     """`decode_rules.DECODE16_SHARED_A` (staged): DECODE16_ONE_WAVE's grids (9..16 tokens over 298-396 CTAs, the
     plain kernel) take two warp groups with shared activations, exactly the config `s53_a.sh d16s` times (today's
@@ -372,11 +401,11 @@ def test_one_wave_rule_only_where_it_was_measured(arch, unroll):
 
 
 def test_mxfp4_wide_one_wave(monkeypatch):
-    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (staged, off): W4A16 MXFP4's shared-activation tiling at 9..16 tokens
+    """`decode_rules.MXFP4_WIDE_ONE_WAVE` (on since session 54): W4A16 MXFP4's shared-activation tiling at 9..16 tokens
     unrolled once over 397-528 CTAs of N / 64 rows at 4 warps (its unroll-2 kernel fits 3 CTAs an SM, the unroll-1 one
     4) and 133-264 at 8 (1 against 2: N = 16384), the plain kernel only, sm_90a or a shape-only query; NVFP4 and every
     other grid unchanged."""
-    assert not R.MXFP4_WIDE_ONE_WAVE
+    assert R.MXFP4_WIDE_ONE_WAVE
     for on in (False, True):
         monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", on)
         for n in (16384, 24576, 25600, 28672, 33792, 40960):

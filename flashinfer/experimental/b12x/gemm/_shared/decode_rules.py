@@ -123,9 +123,20 @@ FUSED_MXFP4_SILU_MUL = False
 # unroll 2 MXFP4 takes 150 registers (3 CTAs of 4 warps an SM, 1 of 8: 28672 x 4096's 448 CTAs and 16384 x 4096's
 # 256 run in two waves) where NVFP4 takes 106; at unroll 1 it takes 124 / 122 with no stack (ptxas 13.0 sm_90a,
 # session 53).
-# H100s: MXFP4 M = 16 28672 x 4096 40.6-40.7 µs (session 53), NVFP4 32.7-33.0 (session 50). Staged, off, not timed:
-# `scripts/jobs/s53_a.sh mxwide` (prediction there).
-MXFP4_WIDE_ONE_WAVE = False
+# H100 2026-12-06 (session 54, `scripts/jobs/s53_a.sh mxwide` twice, cold weights, graph timer, unroll 1 against 2,
+# µs, M = 9 / 16): 28672 x 4096 (448 CTAs) 39.40 -> 32.09 / 40.30 -> 33.02, 32768 x 4096 (512) 43.20 -> 33.30 / 44.76
+# -> 34.47, 28672 x 2048 20.96 -> 17.61 / 21.64 -> 18.03, 16384 x 4096 (8 warps, 256) 23.45 -> 19.99 / 24.36 -> 20.44:
+# -14 to -23% at every covered cell in both runs (prediction -8 to -20%); 20480 x 4096 (320 CTAs: one wave already at
+# unroll 2, outside the rule) +13.2 / +13.6% under unroll 1. On, behind the gemm tier (docs/validation.md).
+MXFP4_WIDE_ONE_WAVE = True
+# decode_config_for: W4A16 at M <= 8 on 16 warps x 2 tiles (4096 <= K < LONG_K) halves its warps where its grid,
+# N / 32 CTAs, is between one and two waves of one CTA an SM (WAVE_SMS < N / 32 <= ONE_WAVE_CTAS[0]: 94 registers a
+# lane at 16 warps, 1 CTA an SM; at 8 warps 2 an SM, one wave), the plain kernel only. H100 2026-12-06 (session 54,
+# `scripts/jobs/s53_a.sh w16`, cold weights, graph timer, 16 -> 8 warps, µs, M = 1 / 8): NVFP4 5120 x 4096 9.16 ->
+# 7.65 / 9.43 -> 8.03, 6144 x 4096 9.39 -> 7.82 / 9.70 -> 8.31, 7168 x 4096 9.79 -> 8.24 / 10.11 -> 8.57, 8192 x 4096
+# 10.21 -> 8.72 / 10.48 -> 9.05; MXFP4 -12.6 to -15.9% at the same cells; 4096 x 4096 (128 CTAs: one wave already)
+# +13.3 to +16.9%. Staged, off: one run; `scripts/jobs/s54_a.sh t3` is the second (prediction -10 to -30%).
+EIGHT_WARP_WAVE = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -266,6 +277,16 @@ def decode_config_for(
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
+        if (
+            EIGHT_WARP_WAVE
+            and one_wave
+            and fused is None
+            and ntiles == 1
+            and (warps, tiles) == (16, 2)
+            and k < LONG_K
+            and WAVE_SMS < -(-n // 32) <= ONE_WAVE_CTAS[0]
+        ):
+            config = dataclasses.replace(config, warps=8)
         if one_wave and (warps, tiles) == (8, 2):
             ctas = -(-n // 32)  # of 2 weight tiles (32 rows) each
             if ntiles == 1 and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
