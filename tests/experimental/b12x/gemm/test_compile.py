@@ -233,7 +233,7 @@ def test_wave_rules_build_within_their_register_bounds(arch, cuda_binary, monkey
             fns.append(KD.compile_decode("bfloat16", b_fmt, "bfloat16", plain, arch=arch))
         if bucket == "decode8":
             monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)  # whatever its state
-            monkeypatch.setattr(R, "FUSED_MXFP4_SILU_MUL", True)  # staged: MXFP4's "mul" builds in the bound too
+            monkeypatch.setattr(R, "FUSED_MXFP4_SILU_MUL", True)  # on: MXFP4's "mul" builds in the bound too
             for b_fmt in ("nvfp4", "mxfp4"):
                 fused = L.fused_config(bucket, n, k, b_fmt, "bfloat16", "silu_mul", "off")
                 assert (fused.decode.unroll, fused.decode.minctas) == (1, minctas)

@@ -284,7 +284,7 @@ def test_fused_fp4_placements_give_the_same_bits(epilogue, n, k, m):
 def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
     """The fused kernel with W4A16 MXFP4 weights at the configs `decode_rules.FUSED_MXFP4_HINTS` gives (switched on
     here: NVFP4's cache hints, the one-wave unroll 1, four CTAs an SM), planned for the device, NaN-poisoned, against
-    the fp32 reference; its other FP4 placement (shift / mul: `FUSED_MXFP4_SILU_MUL`, staged) bitwise equal."""
+    the fp32 reference; its other FP4 placement (shift / mul: `FUSED_MXFP4_SILU_MUL`, on for silu_mul) bitwise equal."""
     monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)
     q = B.GemmQuery("bfloat16", "mxfp4", n, k, max_m=m, m_values=(m,), epilogue=epilogue)
     plan = _prepared(q)

@@ -198,7 +198,7 @@ def test_wave_rules(monkeypatch, four, d16):
 
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 def test_eight_warp_wave(monkeypatch, b_fmt):
-    """`decode_rules.EIGHT_WARP_WAVE` (staged): W4A16 at M <= 8 on 16 warps x 2 tiles halves its warps over 133-264
+    """`decode_rules.EIGHT_WARP_WAVE` (on): W4A16 at M <= 8 on 16 warps x 2 tiles halves its warps over 133-264
     CTAs of N / 32 rows at 4096 <= K < LONG_K, exactly the config `s54_a.sh t3` times (today's under
     B12X_GEMM_DECODE_OPTS=warps=8); the fused kernel, sm_120a, 9..16 tokens and every other grid keep theirs."""
     covered = ((4608, 4096), (5120, 4096), (6144, 4096), (8192, 4096), (6144, 6144))
@@ -305,11 +305,12 @@ def test_mxfp4_fp4_mul(monkeypatch):
     monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", False)
     assert fp4("decode8", 4096, 4096, epilogue="silu_mul") == "shift"
     monkeypatch.setattr(R, "FUSED_MXFP4_HINTS", True)
+    assert R.FUSED_MXFP4_SILU_MUL  # on: silu_mul below the wide 9..16-token grids
+    monkeypatch.setattr(R, "FUSED_MXFP4_SILU_MUL", False)
     assert (
         fp4("decode8", 4096, 4096, epilogue="silu_mul") == fp4("decode16", 28672, 4096, epilogue="silu_mul") == "shift"
     )
     assert fp4("decode8", 4096, 4096, epilogue="residual") == "shift"
-    assert not R.FUSED_MXFP4_SILU_MUL  # staged: silu_mul below the wide 9..16-token grids
     monkeypatch.setattr(R, "FUSED_MXFP4_SILU_MUL", True)
     for bucket, n, k in (("decode8", 4096, 4096), ("decode8", 28672, 4096), ("decode16", 11264, 2048)):
         assert fp4(bucket, n, k, epilogue="silu_mul") == "mul", (bucket, n, k)

@@ -113,10 +113,13 @@ FUSED_MXFP4_HINTS = True
 # silu_mul "mul" against shift -2.8 to -11.0% at M = 1 / 8 (11264 x 2048, 14336 x 4096, 28672 x 4096, 7168 x 2048;
 # two cells ties in their noise) and -6.5 to -7.6% at M = 16 (11264 x 2048, 14336 x 4096, 7168 x 2048); M = 16
 # 28672 x 4096 +17.6%: there "mul" takes the 4-warp CTA from 128 to 130 registers (ptxas 13.0 sm_90a), 4 -> 3 CTAs
-# an SM, and the 896-CTA grid from 2 waves to 3 (minctas 4 holds it at 128 with a 40-byte stack: not timed). The
-# residual epilogue keeps shift (+1.4% at M = 8 4096 x 4096, with the same 96-register allocation either way).
-# It goes on after a second run of `s53_a.sh fmxmul` agrees and the gemm tier passes.
-FUSED_MXFP4_SILU_MUL = False
+# an SM, and the 896-CTA grid from 2 waves to 3 (minctas 4 holds it at 128 with a 40-byte stack: a tie, -0.7 /
+# +0.1%, in sessions 53-54). The residual epilogue keeps shift (+1.4% at M = 8 4096 x 4096 in all three runs, with
+# the same 96-register allocation either way). Session 54 ran it twice more (H100, the same job): the 11 covered
+# silu_mul cells -2.7 to -10.9% and -3.0 to -10.8%; M = 1 11264 x 2048 and 28672 x 4096 were ties in their 7-11%
+# noise in the first two runs (medians -3.9 to -5.5%) and beyond it in the third (-5.5 / -4.0%); no covered cell was
+# ever slower. On since session 54 (the fused gpu tests on it: docs/validation.md).
+FUSED_MXFP4_SILU_MUL = True
 # decode_config_for: W4A16 MXFP4's shared-activation tiling at 9..16 tokens (WIDE_DECODE_N, warps x 2 tiles x 2
 # groups: N / 64 CTAs) unrolled once where that makes its grid one wave, the plain kernel only: 4 warps over
 # ONE_WAVE_CTAS[1] < N / 64 <= FOUR_CTA_CTAS, 8 warps (N = 16384) over WAVE_SMS < N / 64 <= ONE_WAVE_CTAS[0]. At
@@ -135,8 +138,10 @@ MXFP4_WIDE_ONE_WAVE = True
 # `scripts/jobs/s53_a.sh w16`, cold weights, graph timer, 16 -> 8 warps, µs, M = 1 / 8): NVFP4 5120 x 4096 9.16 ->
 # 7.65 / 9.43 -> 8.03, 6144 x 4096 9.39 -> 7.82 / 9.70 -> 8.31, 7168 x 4096 9.79 -> 8.24 / 10.11 -> 8.57, 8192 x 4096
 # 10.21 -> 8.72 / 10.48 -> 9.05; MXFP4 -12.6 to -15.9% at the same cells; 4096 x 4096 (128 CTAs: one wave already)
-# +13.3 to +16.9%. Staged, off: one run; `scripts/jobs/s54_a.sh t3` is the second (prediction -10 to -30%).
-EIGHT_WARP_WAVE = False
+# +13.3 to +16.9%. Then `scripts/jobs/s54_a.sh t3` (two more runs, 4608 / 5120 / 6144 / 8192 x 4096 and 6144 x 6144,
+# both formats, M = 1 / 8): -13.2 to -23.5% at all 20 covered cells in both (6144 x 6144 -17.4 to -23.5%), the
+# 4096 x 4096 control +12.2 to +16.6% (prediction -10 to -30%). On, behind the gemm tier (docs/validation.md).
+EIGHT_WARP_WAVE = True
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -309,7 +314,7 @@ def decode_config_for(
                 config = dataclasses.replace(config, unroll=1, minctas=3)
                 if DECODE16_SHARED_A:
                     config = dataclasses.replace(config, wn=2, ashare=True)
-    # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel (MXFP4_FP4_MUL) and, staged, the fused
+    # the E2M1 codes are the same in both formats; MXFP4's in the plain kernel (MXFP4_FP4_MUL) and the fused
     # silu_mul one below the wide 9..16-token grids (FUSED_MXFP4_SILU_MUL)
     mxfp4_mul = fused is None or (
         FUSED_MXFP4_SILU_MUL and fused == "silu_mul" and not (ntiles == 2 and n >= WIDE_DECODE_N)
