@@ -6,6 +6,7 @@
 #   t1:   fmxmul once (its first run was session 53's), mxwide twice (~5 min)
 #   t2:   d16s twice, then w16 once (its table only; the rule it led to is t3's) (~6 min)
 #   t3:   EIGHT_WARP_WAVE's A/B twice (s54_a.txt), then `s53_a.sh fash` (its table only) (~6 min)
+#   fsg:  FUSED_SILU_GROUPS' A/B twice (s54_a.txt, B under B12X_DECODE_RULES), staged for session 55 (~3 min)
 #   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
 set -uo pipefail
 P=/tmp/b12x-par
@@ -19,7 +20,7 @@ rule() {
   python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
   cp "$P/${job}"_*_r*.json "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
 }
-case ${1:?usage: s54_a.sh t1|t2|t3|gemm} in
+case ${1:?usage: s54_a.sh t1|t2|t3|fsg|gemm} in
   t1)
     bash scripts/jobs/s53_a.sh fmxmul && keep gemm53_fmxmul 1
     # the rule's cells: silu_mul but 9..16 tokens at N >= WIDE_DECODE_N (28672 is the job's one such N)
@@ -38,10 +39,16 @@ case ${1:?usage: s54_a.sh t1|t2|t3|gemm} in
     for r in 1 2; do ab gemm54_w16_a gemm54_w16_b "" warps=8 && keep gemm54_w16 $r; done
     rule w16 gemm54_w16 2 --except "N=4096 K=4096 "  # 128 CTAs: the control
     TAIL=60 bash scripts/jobs/s53_a.sh fash ;;
+  fsg)
+    f=scripts/jobs/s54_a.txt
+    source scripts/jobs/ab.sh
+    for r in 1 2; do abr gemm54_fsg_a gemm54_fsg_b FUSED_SILU_GROUPS=1 && keep gemm54_fsg $r; done
+    rule fsg gemm54_fsg 2 --except "N=14336 "  # one group in the plain heuristic: the control
+    cp $P/gemm54_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
   gemm)
     rm -rf /tmp/flip && mkdir -p /tmp/flip && tar xf snap.tar -C /tmp/flip || exit 2
     flips=()
-    for name in fmxmul d16s w16; do  # mxwide landed in a commit (its two runs: t1)
+    for name in fmxmul d16s w16 fsg; do  # mxwide landed in a commit (its two runs: t1)
       if grep -q "^rule passed" "$P/rule_$name.txt" 2>/dev/null; then
         flips+=("$name")
       fi
@@ -53,5 +60,5 @@ case ${1:?usage: s54_a.sh t1|t2|t3|gemm} in
       tar cf snap.tar -C /tmp/flip . || exit 2
     fi
     bash scripts/jobs/s43_a.sh gemm ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

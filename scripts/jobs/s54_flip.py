@@ -1,9 +1,9 @@
 """Session 54's staged switches as exact one-line edits (with the tests that assert their state), so the device job
 that ran a switch's A/B can apply it to the snapshot it then tests, and a commit here applies the same edits.
 
-    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s, w16
+    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s, w16, fsg
 
-Each edit must match exactly once under ROOT, or nothing is written and the exit status is 2."""
+Each edit must match exactly once under ROOT (or be applied already), or nothing is written and the exit status is 2."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ FLIPS = {
     ],
     "d16s": [(RULES, "DECODE16_SHARED_A = False\n", "DECODE16_SHARED_A = True\n")],
     "w16": [(RULES, "EIGHT_WARP_WAVE = False\n", "EIGHT_WARP_WAVE = True\n")],
+    "fsg": [(RULES, "FUSED_SILU_GROUPS = False\n", "FUSED_SILU_GROUPS = True\n")],
 }
 
 
@@ -38,6 +39,9 @@ def main(argv: list[str]) -> int:
     for name in argv[1:]:
         for rel, old, new in FLIPS[name]:
             text = texts.get(rel) or (root / rel).read_text()
+            if text.count(old) == 0 and text.count(new) == 1:
+                print(f"s54_flip: {name}: already applied in {rel}")
+                continue
             if text.count(old) != 1:
                 print(f"s54_flip: {name}: {old.strip()!r} occurs {text.count(old)} times in {rel}", file=sys.stderr)
                 return 2

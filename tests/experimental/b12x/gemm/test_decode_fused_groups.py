@@ -65,12 +65,14 @@ def test_rope_groups_are_the_one_group_kernel_bitwise(norm):
         assert torch.equal(ours, theirs)
 
 
-def test_the_heuristic_groups_only_the_timed_epilogue():
+def test_the_heuristic_groups_only_the_timed_epilogue(monkeypatch):
     """fused_config keeps the plain heuristic's warp groups (without ashare) for residual under pdl off / wait (-7%
-    at M = 16 28672 x 4096, session 40); silu_mul (even there), no epilogue, rope and pdl "prefetch" keep one."""
+    at M = 16 28672 x 4096, session 40); with `decode_rules.FUSED_SILU_GROUPS` off, silu_mul (even there in session
+    40), no epilogue, rope and pdl "prefetch" keep one."""
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)
     plain = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
     assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
     for pdl in ("off", "wait"):
@@ -86,21 +88,66 @@ def test_the_heuristic_groups_only_the_timed_epilogue():
     assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(CFG(8, 2, 2, 1, wn=2), "silu_mul")) is None
 
 
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
+def test_fused_silu_groups(monkeypatch, b_fmt):
+    """`decode_rules.FUSED_SILU_GROUPS` (staged): silu_mul keeps the plain heuristic's warp groups (without ashare)
+    under pdl off / wait where `one_wave` reaches it, MXFP4 unrolled once; off, on sm_120a, with the norm, under
+    pdl "prefetch" and where the heuristic has no groups, nothing changes; residual is as before either way."""
+    from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
+    from flashinfer.experimental.b12x.gemm._shared import launch as L
+
+    def fused(bucket, n, k, epilogue="silu_mul", pdl="off", arch=None, norm=False):
+        return L.fused_config(bucket, n, k, b_fmt, "bfloat16", epilogue, pdl, norm=norm, arch=arch).decode
+
+    keys = [
+        (bucket, n, k, epilogue, pdl, arch, norm)
+        for bucket, n, k in (
+            ("decode16", 28672, 4096),
+            ("decode16", 16384, 2048),
+            ("decode16", 4096, 4096),
+            ("decode8", 28672, 4096),
+        )
+        for epilogue in ("silu_mul", "residual")
+        for pdl in ("off", "wait", "prefetch")
+        for arch in (None, "sm_120a")
+        for norm in (False, True)
+    ]
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)
+    before = {key: fused(*key) for key in keys}
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", True)
+    moved = 0
+    for key, old in before.items():
+        bucket, n, k, epilogue, pdl, arch, norm = key
+        new = fused(*key)
+        plain = L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
+        if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and plain.wn > 1:
+            assert old.wn == 1 and new.wn == plain.wn == 2 and not new.ashare, key
+            want = dataclasses.replace(old, wn=2, unroll=1 if b_fmt == "mxfp4" else old.unroll)
+            assert new == want, key
+            moved += 1
+        else:
+            assert new == old, key
+    assert moved == 4  # 28672 x 4096 and 16384 x 2048 at 9..16 tokens, pdl off / wait
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize(
-    "decode, epilogues",
+    "decode, epilogues, b_fmt",
     [
-        (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul", "none")),
+        (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul", "none"), "nvfp4"),
         # M = 16 28672 x 4096's grouped tiling with its activations shared (ashare, session 53)
-        (CFG(4, 2, 2, 2, wn=2, ashare=True, wcache="na", acache="el", fp4="mul"), ("silu_mul", "residual")),
+        (CFG(4, 2, 2, 2, wn=2, ashare=True, wcache="na", acache="el", fp4="mul"), ("silu_mul", "residual"), "nvfp4"),
+        # FUSED_SILU_GROUPS' MXFP4 silu_mul at 28672 x 4096 (96 registers on sm_90a) and 16384 x 2048 (8 warps)
+        (CFG(4, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul",), "mxfp4"),
+        (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul",), "mxfp4"),
     ],
 )
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_120a"])
-def test_groups_build_without_local_memory(arch, decode, epilogues):
+def test_groups_build_without_local_memory(arch, decode, epilogues, b_fmt):
     pytest.importorskip("cutlass")
     for epilogue in epilogues:
         cfg = F.FusedConfig(decode, epilogue, "wait")
-        assert ".local" not in F.compile_decode_fused("bfloat16", "nvfp4", "bfloat16", cfg, arch).artifacts.PTX
+        assert ".local" not in F.compile_decode_fused("bfloat16", b_fmt, "bfloat16", cfg, arch).artifacts.PTX
 
 
 @pytest.mark.gpu
@@ -132,3 +179,30 @@ def test_grouped_plans_on_the_gpu(epilogue, opts):
         B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
         torch.cuda.synchronize()
         check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b_fmt, n, k", [("nvfp4", 28672, 4096), ("mxfp4", 28672, 4096), ("mxfp4", 16384, 2048)])
+def test_fused_silu_groups_on_the_gpu(monkeypatch, b_fmt, n, k):
+    """`decode_rules.FUSED_SILU_GROUPS` (staged; forced here): the heuristic's silu_mul plan with its warp groups
+    (MXFP4 unrolled once), planned for the device, M = 9 / 16, NaN-poisoned, against the fp32 reference."""
+    import b12x
+    from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
+
+    from .test_decode_fused_gpu import _poisoned
+
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", True)
+    B = b12x.gemm.blockscaled
+    q = B.GemmQuery("bfloat16", b_fmt, n, k, max_m=16, m_values=(16,), epilogue="silu_mul")
+    plan = B.plan(q)
+    with b12x.PreparationSession("cuda") as s:
+        s.prepare([plan])
+    ((_, cfg),) = plan.state.selection
+    assert cfg.decode.wn == 2 and cfg.decode.unroll == (1 if b_fmt == "mxfp4" else 2)
+    weight = make_operands("bfloat16", b_fmt, 1, n, k, seed=n + k, device="cuda").weight
+    for m in (9, 16):
+        ops = make_operands("bfloat16", b_fmt, m, n, k, seed=m + n, device="cuda", weight=weight)
+        out = _poisoned(m, n, "silu_mul")
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue="silu_mul")
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), on_cpu(ops), "silu_mul", "bfloat16", None)

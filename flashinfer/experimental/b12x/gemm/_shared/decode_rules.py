@@ -3,7 +3,9 @@
 Every rule's switch lives here with its evidence (the run, the GPU, the figures), read by `decode_config_for` and
 `launch.fused_config` / `launch.default_config` at call time: tests flip a rule with
 `monkeypatch.setattr(decode_rules, NAME, value)`. B12X_GEMM_DECODE_OPTS (`with_decode_opts`) forces DecodeConfig
-fields on the M <= 16 buckets' configs, the way the device jobs time a rule's options before it becomes one.
+fields on the M <= 16 buckets' configs, the way the device jobs time a rule's options before it becomes one;
+B12X_DECODE_RULES (`rules_from_env`, read at import) sets this module's switches by name, the way they time a staged
+rule's own code path (e.g. "FUSED_SILU_GROUPS=1").
 """
 
 from __future__ import annotations
@@ -142,12 +144,45 @@ MXFP4_WIDE_ONE_WAVE = True
 # both formats, M = 1 / 8): -13.2 to -23.5% at all 20 covered cells in both (6144 x 6144 -17.4 to -23.5%), the
 # 4096 x 4096 control +12.2 to +16.6% (prediction -10 to -30%). On, behind the gemm tier (docs/validation.md).
 EIGHT_WARP_WAVE = True
+# fused_config: the fused silu_mul kernel keeps the plain heuristic's warp groups (wn 2: the 9..16-token grids from
+# WIDE_DECODE_N on) where `one_wave` reaches it, as residual does (GROUPED_EPILOGUES), and MXFP4 runs them unrolled
+# once. ptxas 13.0 sm_90a (session 54, CPU), M = 16: MXFP4 28672 x 4096 today 128 registers (4 CTAs an SM, 896 CTAs:
+# 1.7 waves), wn 2 152 (3 an SM, 448 CTAs: 1.13 waves), wn 2 + unroll 1 96 (5 an SM: one wave); MXFP4 16384 x 2048 (8
+# warps) 153 either way (1 an SM: 512 CTAs 3.9 waves, wn 2 1.9), wn 2 + unroll 1 100 (2 an SM: one wave); NVFP4
+# 114-118 at either wn (28672 x 4096 1.7 waves -> one; 16384 x 2048 1.9 -> one). H100 2026-12-06 14:20 (session 54,
+# `scripts/jobs/s53_a.sh fash`, one run, pdl off, wn 1 -> 2 at unroll 2): NVFP4 28672 x 4096 M = 9 / 16 -1.5 / -3.0%,
+# 16384 x 2048 -9.5 / -7.8%; MXFP4 16384 x 2048 -10.1 / -10.3%, 28672 x 4096 +34 / +37% (the 152 registers).
+# Staged, off: `scripts/jobs/s54_a.sh fsg` (prediction in docs/predictions/gemm_decode.md, session 54).
+FUSED_SILU_GROUPS = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
 
 
 DECODE_OPTS_ENV = "B12X_GEMM_DECODE_OPTS"
+RULES_ENV = "B12X_DECODE_RULES"
+
+
+def switches() -> tuple[str, ...]:
+    """The names of this module's rule switches: its upper-case bool constants."""
+    return tuple(name for name, value in globals().items() if name.isupper() and isinstance(value, bool))
+
+
+def rules_from_env(value: str | None = None) -> dict[str, bool]:
+    """Set the switches B12X_DECODE_RULES (or `value`) names, comma-separated NAME=1 / NAME=0 pairs (true/false,
+    on/off, yes/no too), and return them; unset or empty sets nothing. Read once at import: a benchmark process
+    times a staged rule's own code path with it. A name that is not a switch, or a value that is not a truth
+    value, raises ValueError naming the variable and the choices."""
+    value = os.environ.get(RULES_ENV, "") if value is None else value
+    truth = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
+    got = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        name, sep, flag = (part.strip() for part in item.partition("="))
+        if not sep or name not in switches() or flag.lower() not in truth:
+            raise ValueError(f"{RULES_ENV}: {item!r} is not NAME=1 or NAME=0 for a switch of {', '.join(switches())}")
+        got[name] = truth[flag.lower()]
+    globals().update(got)
+    return got
 
 
 def with_decode_opts(config, opts: str | None = None):
@@ -336,3 +371,6 @@ def decode_config_for(
         if DECODE8_FP4_MUL if ntiles == 1 else (DECODE16_FP4_MUL and (k < LONG_K or past_long_k)):
             config = dataclasses.replace(config, fp4="mul")
     return with_decode_opts(config) if max_m <= 16 else config
+
+
+rules_from_env()
