@@ -7,20 +7,23 @@
 #   t2:   d16s twice, then w16 once (its table only; the rule it led to is t3's) (~6 min)
 #   t3:   EIGHT_WARP_WAVE's A/B twice (s54_a.txt), then `s53_a.sh fash` (its table only) (~6 min)
 #   fsg:  FUSED_SILU_GROUPS' A/B twice (s54_a.txt, B under B12X_DECODE_RULES), staged for session 55 (~3 min)
+#   w8b:  EIGHT_WARP_WAVE16's (plain 9..16 tokens) and FUSED_EIGHT_WARP_WAVE's (silu_mul, residual) A/Bs twice (~5 min)
 #   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
 set -uo pipefail
 P=/tmp/b12x-par
 # keep JOB's A/B reports of s53_a.sh as JOB_rN
 keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
-# rule NAME JOB ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of JOB
+# rule NAME "JOB [JOB...]" ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of the jobs
 rule() {
-  local name=$1 job=$2 n=$3 r reports=()
+  local name=$1 jobs=$2 n=$3 job r reports=()
   shift 3
-  for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
+  for job in $jobs; do
+    for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
+  done
   python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
-  cp "$P/${job}"_*_r*.json "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
+  cp "${reports[@]}" "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
 }
-case ${1:?usage: s54_a.sh t1|t2|t3|fsg|gemm} in
+case ${1:?usage: s54_a.sh t1|t2|t3|fsg|w8b|gemm} in
   t1)
     bash scripts/jobs/s53_a.sh fmxmul && keep gemm53_fmxmul 1
     # the rule's cells: silu_mul but 9..16 tokens at N >= WIDE_DECODE_N (28672 is the job's one such N)
@@ -45,10 +48,20 @@ case ${1:?usage: s54_a.sh t1|t2|t3|fsg|gemm} in
     for r in 1 2; do abr gemm54_fsg_a gemm54_fsg_b FUSED_SILU_GROUPS=1 && keep gemm54_fsg $r; done
     rule fsg gemm54_fsg 2 --except "N=14336 "  # one group in the plain heuristic: the control
     cp $P/gemm54_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
+  w8b)
+    f=scripts/jobs/s54_a.txt
+    source scripts/jobs/ab.sh
+    for r in 1 2; do abr gemm54_w8p_a gemm54_w8p_b EIGHT_WARP_WAVE16=1 && keep gemm54_w8p $r; done
+    rule w8p gemm54_w8p 2 --except "N=4096 K=4096 "  # 128 CTAs: the control
+    for r in 1 2; do
+      for j in w8f w8r; do abr gemm54_${j}_a gemm54_${j}_b FUSED_EIGHT_WARP_WAVE=1 && keep gemm54_$j $r; done
+    done
+    rule w8f "gemm54_w8f gemm54_w8r" 2 --except "N=4096 K=4096 "  # both epilogues decide the one fused switch
+    cp $P/gemm54_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
   gemm)
     rm -rf /tmp/flip && mkdir -p /tmp/flip && tar xf snap.tar -C /tmp/flip || exit 2
     flips=()
-    for name in fmxmul d16s w16 fsg; do  # mxwide landed in a commit (its two runs: t1)
+    for name in fmxmul d16s w16 fsg w8p w8f; do  # mxwide landed in a commit (its two runs: t1)
       if grep -q "^rule passed" "$P/rule_$name.txt" 2>/dev/null; then
         flips+=("$name")
       fi
@@ -60,5 +73,5 @@ case ${1:?usage: s54_a.sh t1|t2|t3|fsg|gemm} in
       tar cf snap.tar -C /tmp/flip . || exit 2
     fi
     bash scripts/jobs/s43_a.sh gemm ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

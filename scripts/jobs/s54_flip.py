@@ -1,7 +1,7 @@
 """Session 54's staged switches as exact one-line edits (with the tests that assert their state), so the device job
 that ran a switch's A/B can apply it to the snapshot it then tests, and a commit here applies the same edits.
 
-    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s, w16, fsg
+    python3 scripts/jobs/s54_flip.py ROOT NAME [NAME ...]     NAME: fmxmul, mxwide, d16s, w16, fsg, w8p, w8f
 
 Each edit must match exactly once under ROOT (or be applied already), or nothing is written and the exit status is 2."""
 
@@ -14,7 +14,7 @@ RULES = "flashinfer/experimental/b12x/gemm/_shared/decode_rules.py"
 HEUR = "tests/experimental/b12x/gemm/test_heuristic.py"
 FLIPS = {
     "fmxmul": [
-        (RULES, "FUSED_MXFP4_SILU_MUL = False\n", "FUSED_MXFP4_SILU_MUL = True\n"),
+        (RULES, "\nFUSED_MXFP4_SILU_MUL = False\n", "\nFUSED_MXFP4_SILU_MUL = True\n"),
         (
             HEUR,
             "    assert not R.FUSED_MXFP4_SILU_MUL  # staged: silu_mul below the wide 9..16-token grids\n",
@@ -22,12 +22,14 @@ FLIPS = {
         ),
     ],
     "mxwide": [
-        (RULES, "MXFP4_WIDE_ONE_WAVE = False\n", "MXFP4_WIDE_ONE_WAVE = True\n"),
+        (RULES, "\nMXFP4_WIDE_ONE_WAVE = False\n", "\nMXFP4_WIDE_ONE_WAVE = True\n"),
         (HEUR, "    assert not R.MXFP4_WIDE_ONE_WAVE\n", "    assert R.MXFP4_WIDE_ONE_WAVE\n"),
     ],
-    "d16s": [(RULES, "DECODE16_SHARED_A = False\n", "DECODE16_SHARED_A = True\n")],
-    "w16": [(RULES, "EIGHT_WARP_WAVE = False\n", "EIGHT_WARP_WAVE = True\n")],
-    "fsg": [(RULES, "FUSED_SILU_GROUPS = False\n", "FUSED_SILU_GROUPS = True\n")],
+    "d16s": [(RULES, "\nDECODE16_SHARED_A = False\n", "\nDECODE16_SHARED_A = True\n")],
+    "w16": [(RULES, "\nEIGHT_WARP_WAVE = False\n", "\nEIGHT_WARP_WAVE = True\n")],
+    "fsg": [(RULES, "\nFUSED_SILU_GROUPS = False\n", "\nFUSED_SILU_GROUPS = True\n")],
+    "w8p": [(RULES, "\nEIGHT_WARP_WAVE16 = False\n", "\nEIGHT_WARP_WAVE16 = True\n")],
+    "w8f": [(RULES, "\nFUSED_EIGHT_WARP_WAVE = False\n", "\nFUSED_EIGHT_WARP_WAVE = True\n")],
 }
 
 

@@ -300,3 +300,22 @@ def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
     torch.cuda.synchronize()
     check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())
     assert torch.equal(out, again), other.decode.fp4
+
+
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("epilogue, n, k", [("silu_mul", 8192, 4096), ("residual", 6144, 6144)])
+def test_fused_eight_warp_wave(monkeypatch, b_fmt, epilogue, n, k):
+    """`decode_rules.FUSED_EIGHT_WARP_WAVE` (staged; forced here): the fused kernel's 16-warp grids of 133-264 CTAs
+    on 8 warps, planned for the device at M = 1 / 16 (both buckets), NaN-poisoned, against the fp32 reference."""
+    monkeypatch.setattr(R, "FUSED_EIGHT_WARP_WAVE", True)
+    for m in (1, 16):
+        q = B.GemmQuery("bfloat16", b_fmt, n, k, max_m=m, m_values=(m,), epilogue=epilogue)
+        plan = _prepared(q)
+        ((_, cfg),) = plan.state.selection
+        assert (cfg.decode.warps, cfg.decode.tiles) == (8, 2), m
+        ops = make_operands("bfloat16", b_fmt, m, n, k, seed=5 * m + n, device="cuda")
+        res = _residual(m, n, m + 3) if epilogue == "residual" else None
+        out = _poisoned(m, n, epilogue)
+        B.mm(ops.a_values, ops.weight, out, plan=plan, epilogue=epilogue, residual=res)
+        torch.cuda.synchronize()
+        check_fused(out.cpu(), on_cpu(ops), epilogue, "bfloat16", None if res is None else res.cpu())

@@ -124,3 +124,15 @@ def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
     assert base.fp4 == ("mul" if R.MXFP4_FP4_MUL else "shift")  # every case, M = 16 at K >= LONG_K included
     ops = make_operands("bfloat16", "mxfp4", m, n, k, seed=13 * m + n, device="cuda")
     _check_placements(ops, base, "mxfp4")
+
+
+@pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("m", [9, 16])
+def test_eight_warp_wave16_config(monkeypatch, m, b_fmt):
+    """`decode_rules.EIGHT_WARP_WAVE16` (staged; forced here): 9..16 tokens at 6144 x 4096 on 8 warps x 2 tiles (the
+    grid of 192 CTAs in one wave), against the fp32 reference, NaN-poisoned."""
+    monkeypatch.setattr(R, "EIGHT_WARP_WAVE16", True)
+    cfg = L.default_config("decode16", 6144, 4096, b_fmt, a_fmt="bfloat16")
+    assert (cfg.warps, cfg.tiles, cfg.ntiles) == (8, 2, 2)
+    ops = make_operands("bfloat16", b_fmt, m, 6144, 4096, seed=11 * m, device="cuda")
+    check_tolerance(_run(ops, cfg, b_fmt), ops, "bfloat16")

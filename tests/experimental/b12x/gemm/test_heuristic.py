@@ -196,33 +196,51 @@ def test_wave_rules(monkeypatch, four, d16):
             assert knobs("decode16", n, k, epilogue=epilogue) == (2, 0)
 
 
+EIGHT_WARP_SWITCHES = {  # switch: (buckets, epilogues) it covers ("plain": default_config)
+    "EIGHT_WARP_WAVE": (("decode8",), ("plain",)),
+    "EIGHT_WARP_WAVE16": (("decode16",), ("plain",)),
+    "FUSED_EIGHT_WARP_WAVE": (("decode8", "decode16"), ("silu_mul", "residual")),
+}
+
+
+@pytest.mark.parametrize("switch", sorted(EIGHT_WARP_SWITCHES))
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
-def test_eight_warp_wave(monkeypatch, b_fmt):
-    """`decode_rules.EIGHT_WARP_WAVE` (on): W4A16 at M <= 8 on 16 warps x 2 tiles halves its warps over 133-264
-    CTAs of N / 32 rows at 4096 <= K < LONG_K, exactly the config `s54_a.sh t3` times (today's under
-    B12X_GEMM_DECODE_OPTS=warps=8); the fused kernel, sm_120a, 9..16 tokens and every other grid keep theirs."""
+def test_eight_warp_wave(monkeypatch, b_fmt, switch):
+    """`decode_rules.EIGHT_WARP_WAVE` (on: plain, M <= 8), `EIGHT_WARP_WAVE16` (staged: plain, 9..16 tokens) and
+    `FUSED_EIGHT_WARP_WAVE` (staged: the fused silu_mul / residual kernel, M <= 16): a 16-warp x 2-tile grid over
+    133-264 CTAs of N / 32 rows at 4096 <= K < LONG_K halves its warps, exactly the config their jobs time (today's
+    under B12X_GEMM_DECODE_OPTS=warps=8 / B12X_DECODE_RULES); each switch reaches its own kernel and buckets only,
+    never sm_120a, the norm form or another grid."""
     covered = ((4608, 4096), (5120, 4096), (6144, 4096), (8192, 4096), (6144, 6144))
     others = ((4096, 4096), (6144, 8192), (6144, 2048), (8448, 4096), (14336, 4096))
+    buckets, epilogues = EIGHT_WARP_SWITCHES[switch]
 
-    def cfg(bucket, n, k, arch=None):
-        return L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
+    def cfg(bucket, n, k, arch, epilogue, norm=False):
+        if epilogue == "plain":
+            return L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
+        return L.fused_config(bucket, n, k, b_fmt, "bfloat16", epilogue, "off", norm=norm, arch=arch).decode
 
-    keys = [(b, n, k, a) for b in ("decode8", "decode16") for n, k in covered + others for a in (None, "sm_120a")]
-    monkeypatch.setattr(R, "EIGHT_WARP_WAVE", False)
+    keys = [
+        (b, n, k, a, e, norm)
+        for b in ("decode8", "decode16")
+        for n, k in covered + others
+        for a in (None, "sm_120a")
+        for e, norm in (("plain", False), ("silu_mul", False), ("residual", False), ("silu_mul", True))
+    ]
+    for name in EIGHT_WARP_SWITCHES:
+        monkeypatch.setattr(R, name, False)
     before = {key: cfg(*key) for key in keys}
-    monkeypatch.setattr(R, "EIGHT_WARP_WAVE", True)
-    for (bucket, n, k, arch), old in before.items():
-        new = cfg(bucket, n, k, arch)
-        if bucket == "decode8" and (n, k) in covered and arch is None:
-            assert (old.warps, old.tiles) == (16, 2), (n, k)
-            assert new == R.with_decode_opts(old, "warps=8"), (n, k)
+    monkeypatch.setattr(R, switch, True)
+    moved = 0
+    for (bucket, n, k, arch, epilogue, norm), old in before.items():
+        new = cfg(bucket, n, k, arch, epilogue, norm)
+        if bucket in buckets and epilogue in epilogues and (n, k) in covered and arch is None and not norm:
+            assert (old.warps, old.tiles) == (16, 2), (bucket, n, k, epilogue)
+            assert new == R.with_decode_opts(old, "warps=8"), (bucket, n, k, epilogue)
+            moved += 1
         else:
-            assert new == old, (bucket, n, k, arch)
-    for epilogue in ("silu_mul", "residual"):
-        on = L.fused_config("decode8", 6144, 4096, b_fmt, "bfloat16", epilogue, "off")
-        monkeypatch.setattr(R, "EIGHT_WARP_WAVE", False)
-        assert L.fused_config("decode8", 6144, 4096, b_fmt, "bfloat16", epilogue, "off") == on
-        monkeypatch.setattr(R, "EIGHT_WARP_WAVE", True)
+            assert new == old, (bucket, n, k, arch, epilogue, norm)
+    assert moved == len(covered) * len(buckets) * len(epilogues)
 
 
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])

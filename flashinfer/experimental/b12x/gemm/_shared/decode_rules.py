@@ -144,6 +144,14 @@ MXFP4_WIDE_ONE_WAVE = True
 # both formats, M = 1 / 8): -13.2 to -23.5% at all 20 covered cells in both (6144 x 6144 -17.4 to -23.5%), the
 # 4096 x 4096 control +12.2 to +16.6% (prediction -10 to -30%). On, behind the gemm tier (docs/validation.md).
 EIGHT_WARP_WAVE = True
+# decode_config_for: the same halving at 9..16 tokens (EIGHT_WARP_WAVE16, the plain kernel) and in the fused kernel's
+# ONE_WAVE_EPILOGUES at M <= 16 (FUSED_EIGHT_WARP_WAVE). `scripts/decode_waves.py` (session 54, ptxas 13.0 sm_90a)
+# found these grids at 16 warps x 2 tiles, 1 CTA an SM, 1.2-1.9 waves at 5120-8192 x 4096: plain M = 16 118 / 124
+# registers (NVFP4 / MXFP4), silu_mul 114-128, residual 92-122; at 8 warps every one fits 2 an SM (one wave).
+# H100 (session 54's peers table): M = 16 6144 x 4096 11.5 µs where M = 1 runs 7.8. Staged, off: `scripts/jobs/s54_a.sh
+# w8b` (prediction in docs/predictions/gemm_decode.md, session 54).
+EIGHT_WARP_WAVE16 = False
+FUSED_EIGHT_WARP_WAVE = False
 # fused_config: the fused silu_mul kernel keeps the plain heuristic's warp groups (wn 2: the 9..16-token grids from
 # WIDE_DECODE_N on) where `one_wave` reaches it, as residual does (GROUPED_EPILOGUES), and MXFP4 runs them unrolled
 # once. ptxas 13.0 sm_90a (session 54, CPU), M = 16: MXFP4 28672 x 4096 today 128 registers (4 CTAs an SM, 896 CTAs:
@@ -183,6 +191,14 @@ def rules_from_env(value: str | None = None) -> dict[str, bool]:
         got[name] = truth[flag.lower()]
     globals().update(got)
     return got
+
+
+def _eight_warp_wave(ntiles: int, fused: str | None) -> bool:
+    """Whether a 16-warp x 2-tile grid of 133-264 CTAs halves its warps: EIGHT_WARP_WAVE (plain, M <= 8),
+    EIGHT_WARP_WAVE16 (plain, 9..16 tokens), FUSED_EIGHT_WARP_WAVE (the fused ONE_WAVE_EPILOGUES, M <= 16)."""
+    if fused is None:
+        return EIGHT_WARP_WAVE if ntiles == 1 else EIGHT_WARP_WAVE16 and ntiles == 2
+    return FUSED_EIGHT_WARP_WAVE and fused in ONE_WAVE_EPILOGUES and ntiles <= 2
 
 
 def with_decode_opts(config, opts: str | None = None):
@@ -318,13 +334,11 @@ def decode_config_for(
         if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
         if (
-            EIGHT_WARP_WAVE
-            and one_wave
-            and fused is None
-            and ntiles == 1
+            one_wave
             and (warps, tiles) == (16, 2)
             and k < LONG_K
             and WAVE_SMS < -(-n // 32) <= ONE_WAVE_CTAS[0]
+            and _eight_warp_wave(ntiles, fused)
         ):
             config = dataclasses.replace(config, warps=8)
         if one_wave and (warps, tiles) == (8, 2):
