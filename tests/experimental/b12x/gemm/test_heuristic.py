@@ -425,6 +425,7 @@ def test_mxfp4_wide_one_wave(monkeypatch):
     4) and 133-264 at 8 (1 against 2: N = 16384), the plain kernel only, sm_90a or a shape-only query; NVFP4 and every
     other grid unchanged."""
     assert R.MXFP4_WIDE_ONE_WAVE
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)  # the fused kernel's own unroll-1 rule (test_fused_silu_groups)
     for on in (False, True):
         monkeypatch.setattr(R, "MXFP4_WIDE_ONE_WAVE", on)
         for n in (16384, 24576, 25600, 28672, 33792, 40960):
