@@ -19,12 +19,7 @@ import os
 import sys
 import tempfile
 
-BUCKETS = ((8, "decode8"), (16, "decode16"), (32, "decode32"), (64, "decode64"))
 SMEM_BYTES = 227 * 1024
-
-
-def bucket_for(m: int) -> str:
-    return next(name for top, name in BUCKETS if m <= top)
 
 
 def ctas_per_sm(regs: int, warps: int, smem: int) -> int:
@@ -85,7 +80,7 @@ def main(argv: list[str]) -> int:
             for m in args.m:
                 for k in args.k:
                     for n in sorted({n for ns in args.n for n in ns}):
-                        bucket = bucket_for(m)
+                        bucket = L.bucket_for(m)
                         if ep == "none":
                             cfg, fused = L.default_config(bucket, n, k, fmt, a_fmt="bfloat16", arch=args.arch), False
                             d = cfg

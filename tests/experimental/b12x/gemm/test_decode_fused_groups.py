@@ -189,14 +189,11 @@ def test_fused_silu_groups_on_the_gpu(monkeypatch, b_fmt, n, k):
     import b12x
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
 
-    from .test_decode_fused_gpu import _poisoned
+    from .test_decode_fused_gpu import _poisoned, _prepared
 
     monkeypatch.setattr(R, "FUSED_SILU_GROUPS", True)
     B = b12x.gemm.blockscaled
-    q = B.GemmQuery("bfloat16", b_fmt, n, k, max_m=16, m_values=(16,), epilogue="silu_mul")
-    plan = B.plan(q)
-    with b12x.PreparationSession("cuda") as s:
-        s.prepare([plan])
+    plan = _prepared(B.GemmQuery("bfloat16", b_fmt, n, k, max_m=16, m_values=(16,), epilogue="silu_mul"))
     ((_, cfg),) = plan.state.selection
     assert cfg.decode.wn == 2 and cfg.decode.unroll == (1 if b_fmt == "mxfp4" else 2)
     weight = make_operands("bfloat16", b_fmt, 1, n, k, seed=n + k, device="cuda").weight

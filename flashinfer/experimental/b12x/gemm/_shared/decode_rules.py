@@ -183,11 +183,11 @@ def rules_from_env(value: str | None = None) -> dict[str, bool]:
     value, raises ValueError naming the variable and the choices."""
     value = os.environ.get(RULES_ENV, "") if value is None else value
     truth = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
-    got = {}
+    got, names = {}, switches()
     for item in filter(None, (part.strip() for part in value.split(","))):
         name, sep, flag = (part.strip() for part in item.partition("="))
-        if not sep or name not in switches() or flag.lower() not in truth:
-            raise ValueError(f"{RULES_ENV}: {item!r} is not NAME=1 or NAME=0 for a switch of {', '.join(switches())}")
+        if not sep or name not in names or flag.lower() not in truth:
+            raise ValueError(f"{RULES_ENV}: {item!r} is not NAME=1 or NAME=0 for a switch of {', '.join(names)}")
         got[name] = truth[flag.lower()]
     globals().update(got)
     return got
@@ -333,16 +333,16 @@ def decode_config_for(
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
+        ctas = -(-n // 32)  # of 2 weight tiles (32 rows) each, where the rules below apply
         if (
             one_wave
             and (warps, tiles) == (16, 2)
             and k < LONG_K
-            and WAVE_SMS < -(-n // 32) <= ONE_WAVE_CTAS[0]
+            and WAVE_SMS < ctas <= ONE_WAVE_CTAS[0]
             and _eight_warp_wave(ntiles, fused)
         ):
             config = dataclasses.replace(config, warps=8)
         if one_wave and (warps, tiles) == (8, 2):
-            ctas = -(-n // 32)  # of 2 weight tiles (32 rows) each
             if ntiles == 1 and ONE_WAVE_CTAS[0] < ctas <= ONE_WAVE_CTAS[1]:
                 # Unroll 2 takes 112 registers a lane here (ptxas 13.0, sm_90a: 2 CTAs of 256 threads an SM,
                 # 264 on the H200), unroll 1 80 (3 an SM, 396): a grid between the two runs in one wave
