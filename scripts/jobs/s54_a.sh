@@ -11,6 +11,8 @@
 #   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
 set -uo pipefail
 P=/tmp/b12x-par
+f=scripts/jobs/s54_a.txt  # this session's jobs (t3, fsg, w8b); t1 / t2 run s53_a.sh's with its own file
+source scripts/jobs/ab.sh  # ab / abr JOB_A JOB_B ...
 # keep JOB's A/B reports of s53_a.sh as JOB_rN
 keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
 # rule NAME "JOB [JOB...]" ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of the jobs
@@ -37,20 +39,14 @@ case ${1:?usage: s54_a.sh t1|t2|t3|fsg|w8b|gemm} in
     bash scripts/jobs/s53_a.sh w16
     cp $P/gemm53_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
   t3)
-    f=scripts/jobs/s54_a.txt
-    source scripts/jobs/ab.sh
     for r in 1 2; do ab gemm54_w16_a gemm54_w16_b "" warps=8 && keep gemm54_w16 $r; done
     rule w16 gemm54_w16 2 --except "N=4096 K=4096 "  # 128 CTAs: the control
     TAIL=60 bash scripts/jobs/s53_a.sh fash ;;
   fsg)
-    f=scripts/jobs/s54_a.txt
-    source scripts/jobs/ab.sh
     for r in 1 2; do abr gemm54_fsg_a gemm54_fsg_b FUSED_SILU_GROUPS=1 && keep gemm54_fsg $r; done
     rule fsg gemm54_fsg 2 --except "N=14336 "  # one group in the plain heuristic: the control
     cp $P/gemm54_*.json "${OUT:-/tmp}/" 2>/dev/null ;;
   w8b)
-    f=scripts/jobs/s54_a.txt
-    source scripts/jobs/ab.sh
     for r in 1 2; do abr gemm54_w8p_a gemm54_w8p_b EIGHT_WARP_WAVE16=1 && keep gemm54_w8p $r; done
     rule w8p gemm54_w8p 2 --except "N=4096 K=4096 "  # 128 CTAs: the control
     for r in 1 2; do
