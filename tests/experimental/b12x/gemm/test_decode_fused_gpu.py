@@ -305,7 +305,7 @@ def test_fused_mxfp4_hinted_configs(monkeypatch, epilogue, n, k, m, knobs):
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("epilogue, n, k", [("silu_mul", 8192, 4096), ("residual", 6144, 6144)])
 def test_fused_eight_warp_wave(monkeypatch, b_fmt, epilogue, n, k):
-    """`decode_rules.FUSED_EIGHT_WARP_WAVE` (staged; forced here): the fused kernel's 16-warp grids of 133-264 CTAs
+    """`decode_rules.FUSED_EIGHT_WARP_WAVE` (on since session 55; forced here): the fused kernel's 16-warp grids of 133-264 CTAs
     on 8 warps, planned for the device at M = 1 / 16 (both buckets), NaN-poisoned, against the fp32 reference."""
     monkeypatch.setattr(R, "FUSED_EIGHT_WARP_WAVE", True)
     for m in (1, 16):

@@ -90,9 +90,10 @@ def test_the_heuristic_groups_only_the_timed_epilogue(monkeypatch):
 
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 def test_fused_silu_groups(monkeypatch, b_fmt):
-    """`decode_rules.FUSED_SILU_GROUPS` (staged): silu_mul keeps the plain heuristic's warp groups (without ashare)
-    under pdl off / wait where `one_wave` reaches it, MXFP4 unrolled once; off, on sm_120a, with the norm, under
-    pdl "prefetch" and where the heuristic has no groups, nothing changes; residual is as before either way."""
+    """`decode_rules.FUSED_SILU_GROUPS` (on since session 55): silu_mul keeps the plain heuristic's 8-warp groups
+    (without ashare) under pdl off / wait where `one_wave` reaches it and they fit one wave, MXFP4 unrolled once; off,
+    on sm_120a, with the norm, under pdl "prefetch", on 4-warp groups (28672 / 36864: lost in session 55) and where the
+    heuristic has no groups, nothing changes; residual is as before either way."""
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
@@ -104,6 +105,8 @@ def test_fused_silu_groups(monkeypatch, b_fmt):
         for bucket, n, k in (
             ("decode16", 28672, 4096),
             ("decode16", 16384, 2048),
+            ("decode16", 16384, 4096),
+            ("decode16", 36864, 4096),
             ("decode16", 4096, 4096),
             ("decode8", 28672, 4096),
         )
@@ -120,14 +123,14 @@ def test_fused_silu_groups(monkeypatch, b_fmt):
         bucket, n, k, epilogue, pdl, arch, norm = key
         new = fused(*key)
         plain = L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
-        if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and plain.wn > 1:
+        if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and plain.warps == 8:
             assert old.wn == 1 and new.wn == plain.wn == 2 and not new.ashare, key
             want = dataclasses.replace(old, wn=2, unroll=1 if b_fmt == "mxfp4" else old.unroll)
             assert new == want, key
             moved += 1
         else:
             assert new == old, key
-    assert moved == 4  # 28672 x 4096 and 16384 x 2048 at 9..16 tokens, pdl off / wait
+    assert moved == 4  # 16384 x 2048 / 4096 at 9..16 tokens, pdl off / wait (28672 and 36864 are 4-warp grids)
 
 
 @pytest.mark.compile
@@ -137,8 +140,8 @@ def test_fused_silu_groups(monkeypatch, b_fmt):
         (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul", "none"), "nvfp4"),
         # M = 16 28672 x 4096's grouped tiling with its activations shared (ashare, session 53)
         (CFG(4, 2, 2, 2, wn=2, ashare=True, wcache="na", acache="el", fp4="mul"), ("silu_mul", "residual"), "nvfp4"),
-        # FUSED_SILU_GROUPS' MXFP4 silu_mul at 28672 x 4096 (96 registers on sm_90a) and 16384 x 2048 (8 warps)
-        (CFG(4, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul",), "mxfp4"),
+        # FUSED_SILU_GROUPS' silu_mul at 16384 x 2048: NVFP4 unroll 2 (114 registers on sm_90a), MXFP4 unroll 1 (100)
+        (CFG(8, 2, 2, 2, wn=2, wcache="na", acache="el"), ("silu_mul",), "nvfp4"),
         (CFG(8, 2, 2, 1, wn=2, wcache="na", acache="el"), ("silu_mul",), "mxfp4"),
     ],
 )
@@ -182,9 +185,9 @@ def test_grouped_plans_on_the_gpu(epilogue, opts):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b_fmt, n, k", [("nvfp4", 28672, 4096), ("mxfp4", 28672, 4096), ("mxfp4", 16384, 2048)])
+@pytest.mark.parametrize("b_fmt, n, k", [("nvfp4", 16384, 4096), ("mxfp4", 16384, 2048), ("mxfp4", 16384, 4096)])
 def test_fused_silu_groups_on_the_gpu(monkeypatch, b_fmt, n, k):
-    """`decode_rules.FUSED_SILU_GROUPS` (staged; forced here): the heuristic's silu_mul plan with its warp groups
+    """`decode_rules.FUSED_SILU_GROUPS` (on since session 55; forced here): the heuristic's silu_mul plan with its warp groups
     (MXFP4 unrolled once), planned for the device, M = 9 / 16, NaN-poisoned, against the fp32 reference."""
     import b12x
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R

@@ -26,9 +26,10 @@ def test_switches_are_the_bool_rules():
 
 def test_named_switches_are_set(restore):
     was = R.EIGHT_WARP_WAVE
-    got = R.rules_from_env(" FUSED_SILU_GROUPS = on, DECODE16_SHARED_A=1 ,MXFP4_WIDE_ONE_WAVE=false,")
-    assert got == {"FUSED_SILU_GROUPS": True, "DECODE16_SHARED_A": True, "MXFP4_WIDE_ONE_WAVE": False}
-    assert R.FUSED_SILU_GROUPS and R.DECODE16_SHARED_A and not R.MXFP4_WIDE_ONE_WAVE
+    fsg, d16s = not R.FUSED_SILU_GROUPS, not R.DECODE16_SHARED_A  # each set to the other value than its default
+    got = R.rules_from_env(f" FUSED_SILU_GROUPS = {'on' if fsg else 'off'}, DECODE16_SHARED_A={int(d16s)} ,")
+    assert got == {"FUSED_SILU_GROUPS": fsg, "DECODE16_SHARED_A": d16s}
+    assert (R.FUSED_SILU_GROUPS, R.DECODE16_SHARED_A) == (fsg, d16s)
     assert R.EIGHT_WARP_WAVE == was
     assert R.rules_from_env("") == {}
 
@@ -43,6 +44,7 @@ def test_bad_entries_raise_naming_the_variable(restore, bad):
 
 def test_the_variable_is_read_at_import():
     code = "from flashinfer.experimental.b12x.gemm._shared import decode_rules as R; print(R.FUSED_SILU_GROUPS)"
-    env = dict(os.environ, B12X_DECODE_RULES="FUSED_SILU_GROUPS=1")
+    want = not R.FUSED_SILU_GROUPS  # the other value than the default, so the variable must have been read
+    env = dict(os.environ, B12X_DECODE_RULES=f"FUSED_SILU_GROUPS={int(want)}")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert out.stdout.strip() == str(want)

@@ -129,7 +129,7 @@ def test_mxfp4_fp4_placements_give_the_same_bits(m, n, k):
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("m", [9, 16])
 def test_eight_warp_wave16_config(monkeypatch, m, b_fmt):
-    """`decode_rules.EIGHT_WARP_WAVE16` (staged; forced here): 9..16 tokens at 6144 x 4096 on 8 warps x 2 tiles (the
+    """`decode_rules.EIGHT_WARP_WAVE16` (on since session 55; forced here): 9..16 tokens at 6144 x 4096 on 8 warps x 2 tiles (the
     grid of 192 CTAs in one wave), against the fp32 reference, NaN-poisoned."""
     monkeypatch.setattr(R, "EIGHT_WARP_WAVE16", True)
     cfg = L.default_config("decode16", 6144, 4096, b_fmt, a_fmt="bfloat16")

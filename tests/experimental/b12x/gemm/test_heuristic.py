@@ -206,8 +206,8 @@ EIGHT_WARP_SWITCHES = {  # switch: (buckets, epilogues) it covers ("plain": defa
 @pytest.mark.parametrize("switch", sorted(EIGHT_WARP_SWITCHES))
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
 def test_eight_warp_wave(monkeypatch, b_fmt, switch):
-    """`decode_rules.EIGHT_WARP_WAVE` (on: plain, M <= 8), `EIGHT_WARP_WAVE16` (staged: plain, 9..16 tokens) and
-    `FUSED_EIGHT_WARP_WAVE` (staged: the fused silu_mul / residual kernel, M <= 16): a 16-warp x 2-tile grid over
+    """`decode_rules.EIGHT_WARP_WAVE` (on: plain, M <= 8), `EIGHT_WARP_WAVE16` (on: plain, 9..16 tokens) and
+    `FUSED_EIGHT_WARP_WAVE` (on: the fused silu_mul / residual kernel, M <= 16): a 16-warp x 2-tile grid over
     133-264 CTAs of N / 32 rows at 4096 <= K < LONG_K halves its warps, exactly the config their jobs time (today's
     under B12X_GEMM_DECODE_OPTS=warps=8 / B12X_DECODE_RULES); each switch reaches its own kernel and buckets only,
     never sm_120a, the norm form or another grid."""

@@ -148,10 +148,13 @@ EIGHT_WARP_WAVE = True
 # ONE_WAVE_EPILOGUES at M <= 16 (FUSED_EIGHT_WARP_WAVE). `scripts/decode_waves.py` (session 54, ptxas 13.0 sm_90a)
 # found these grids at 16 warps x 2 tiles, 1 CTA an SM, 1.2-1.9 waves at 5120-8192 x 4096: plain M = 16 118 / 124
 # registers (NVFP4 / MXFP4), silu_mul 114-128, residual 92-122; at 8 warps every one fits 2 an SM (one wave).
-# H100 (session 54's peers table): M = 16 6144 x 4096 11.5 µs where M = 1 runs 7.8. Staged, off: `scripts/jobs/s54_a.sh
-# w8b` (prediction in docs/predictions/gemm_decode.md, session 54).
-EIGHT_WARP_WAVE16 = False
-FUSED_EIGHT_WARP_WAVE = False
+# H100 (session 54's peers table): M = 16 6144 x 4096 11.5 µs where M = 1 runs 7.8. Prediction -10 to -25%
+# (docs/predictions/gemm_decode.md). H100 2026-12-06 15:52 (session 55, `scripts/jobs/s54_a.sh w8b`, two runs, cold
+# weights, graph timer): plain M = 9 / 16 at 4608-8192 x 4096 and 6144 x 6144 -11.8 to -21.9% at all 40 rows (6144 x
+# 4096 M = 16 11.5 -> 9.9 µs); residual -12.2 to -24.9%, silu_mul -1.1 to -18.5% (MXFP4 M = 16 the smallest, -1.1 to
+# -4.0%) at all 72 rows; the 4096 x 4096 control (128 CTAs) within 1%. On, behind the gemm tier (661 passed).
+EIGHT_WARP_WAVE16 = True
+FUSED_EIGHT_WARP_WAVE = True
 # fused_config: the fused silu_mul kernel keeps the plain heuristic's warp groups (wn 2: the 9..16-token grids from
 # WIDE_DECODE_N on) where `one_wave` reaches it, as residual does (GROUPED_EPILOGUES), and MXFP4 runs them unrolled
 # once. ptxas 13.0 sm_90a (session 54, CPU), M = 16: MXFP4 28672 x 4096 today 128 registers (4 CTAs an SM, 896 CTAs:
@@ -160,8 +163,16 @@ FUSED_EIGHT_WARP_WAVE = False
 # 114-118 at either wn (28672 x 4096 1.7 waves -> one; 16384 x 2048 1.9 -> one). H100 2026-12-06 14:20 (session 54,
 # `scripts/jobs/s53_a.sh fash`, one run, pdl off, wn 1 -> 2 at unroll 2): NVFP4 28672 x 4096 M = 9 / 16 -1.5 / -3.0%,
 # 16384 x 2048 -9.5 / -7.8%; MXFP4 16384 x 2048 -10.1 / -10.3%, 28672 x 4096 +34 / +37% (the 152 registers).
-# Staged, off: `scripts/jobs/s54_a.sh fsg` (prediction in docs/predictions/gemm_decode.md, session 54).
-FUSED_SILU_GROUPS = False
+# Prediction (docs/predictions/gemm_decode.md, session 54): NVFP4 -1 to -11%, MXFP4 -8 to -30%. H100 2026-12-06 15:51
+# (session 55, `scripts/jobs/s54_a.sh fsg`, two runs, cold weights, graph timer, M = 9 / 16): the 8-warp grids (16384
+# x 2048 / 4096: 512 CTAs -> 256, one wave of 2 an SM) won at all 8 cells in both runs, NVFP4 -3.6 to -9.8%, MXFP4
+# -21.2 to -27.4% (16384 x 2048 M = 16 16.44 -> 12.06 µs). The 4-warp grids did not: MXFP4 unrolled once lost at
+# 28672 x 2048 / 4096 (+4.3 to +19.0%, 5 CTAs an SM at 0.68 waves where unroll 2 ran 4 an SM at 1.7) and was mixed
+# at 36864 x 4096 (+2.8 / -6.3%); NVFP4 won at 28672 (-2.0 to -7.1%, two cells ties in 8-10% noise) and lost at 36864
+# x 4096 (+15 to +19%: 576 CTAs are 1.09 waves of 4 an SM). So the rule takes the 8-warp grids whose groups fit one
+# wave (`fused_silu_groups`); the 4-warp NVFP4 grids of at most FOUR_CTA_CTAS are left open (noted in
+# docs/predictions/gemm_decode.md). On, behind the gemm tier.
+FUSED_SILU_GROUPS = True
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -199,6 +210,13 @@ def _eight_warp_wave(ntiles: int, fused: str | None) -> bool:
     if fused is None:
         return EIGHT_WARP_WAVE if ntiles == 1 else EIGHT_WARP_WAVE16 and ntiles == 2
     return FUSED_EIGHT_WARP_WAVE and fused in ONE_WAVE_EPILOGUES and ntiles <= 2
+
+
+def fused_silu_groups(n: int, config) -> bool:
+    """Whether FUSED_SILU_GROUPS gives the fused silu_mul kernel `config`'s warp groups (the plain heuristic's
+    decode config at N = `n`): its 8-warp groups (wn 2) whose N / (16 x tiles x wn) CTAs fit one wave of 2 an SM."""
+    ctas = -(-n // (16 * config.tiles * config.wn))
+    return FUSED_SILU_GROUPS and config.wn > 1 and config.warps == 8 and ctas <= ONE_WAVE_CTAS[0]
 
 
 def with_decode_opts(config, opts: str | None = None):

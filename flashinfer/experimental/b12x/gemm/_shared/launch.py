@@ -141,12 +141,12 @@ def fused_config(
         fp4_mul=R.FUSED_FP4_MUL,
         fused="norm" if norm else epilogue,
     )
-    silu_groups = R.FUSED_SILU_GROUPS and one_wave and epilogue == "silu_mul"
+    silu_groups = one_wave and epilogue == "silu_mul" and R.fused_silu_groups(n, base)
     wn = base.wn if (epilogue in GROUPED_EPILOGUES or silu_groups) and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
     if silu_groups and wn > 1 and b_fmt == "mxfp4":
-        base = dataclasses.replace(base, unroll=1)  # 96-100 registers where unroll 2 takes 152-153
+        base = dataclasses.replace(base, unroll=1)  # 100 registers where unroll 2 takes 153 (ptxas 13.0 sm_90a)
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
     if epilogue == "silu_mul" and norm and base.prefetch == 0:

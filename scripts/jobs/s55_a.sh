@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 55's device jobs (after the two toolchain calls; AGENTS.md "GPU runs"); each A/B's reports are kept as
+# NAME_rN and `ab_summary.py --rule`'s verdict goes to /tmp/b12x-par/rule_NAME.txt (and $OUT).
+#   fsg2: FUSED_SILU_GROUPS (on) against the switch off, once: the confirmation of its 8-warp rule (~2 min)
+#   fmul: MXFP4 fused silu_mul "shift" against "mul" on the 8-warp grouped grids, twice (~2 min)
+#   gemm: `s43_a.sh gemm` on snap.tar (~5 min)
+set -uo pipefail
+P=/tmp/b12x-par
+f=scripts/jobs/s55_a.txt
+source scripts/jobs/ab.sh  # ab / abr / _ab
+keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
+rule() {  # rule NAME JOB ROUNDS [ab_summary --rule options]
+  local name=$1 job=$2 n=$3 r reports=()
+  shift 3
+  for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
+  python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
+  cp "${reports[@]}" "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
+}
+case ${1:?usage: s55_a.sh fsg2|fmul|gemm} in
+  fsg2)
+    _ab B12X_DECODE_RULES gemm55_fsg_a gemm55_fsg_b FUSED_SILU_GROUPS=0 "" && keep gemm55_fsg 1
+    rule fsg2 gemm55_fsg 1 --only "N=16384 " ;;
+  fmul)
+    for r in 1 2; do ab gemm55_fmul_a gemm55_fmul_b "" fp4=mul && keep gemm55_fmul $r; done
+    rule fmul gemm55_fmul 2 ;;
+  gemm) bash scripts/jobs/s43_a.sh gemm ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
+esac
