@@ -88,12 +88,21 @@ def test_the_heuristic_groups_only_the_timed_epilogue(monkeypatch):
     assert F.why_not("bfloat16", "nvfp4", "bfloat16", F.FusedConfig(CFG(8, 2, 2, 1, wn=2), "silu_mul")) is None
 
 
+# switch: which plain configs it covers (the plain heuristic's, at N = n)
+SILU_GROUP_SWITCHES = {
+    "FUSED_SILU_GROUPS": lambda b_fmt, n, plain: plain.warps == 8,
+    "FUSED_SILU_GROUPS4": lambda b_fmt, n, plain: plain.warps == 4 and b_fmt == "nvfp4" and n <= 33792,
+}
+
+
+@pytest.mark.parametrize("switch", sorted(SILU_GROUP_SWITCHES))
 @pytest.mark.parametrize("b_fmt", ["nvfp4", "mxfp4"])
-def test_fused_silu_groups(monkeypatch, b_fmt):
+def test_fused_silu_groups(monkeypatch, b_fmt, switch):
     """`decode_rules.FUSED_SILU_GROUPS` (on since session 55): silu_mul keeps the plain heuristic's 8-warp groups
-    (without ashare) under pdl off / wait where `one_wave` reaches it and they fit one wave, MXFP4 unrolled once; off,
-    on sm_120a, with the norm, under pdl "prefetch", on 4-warp groups (28672 / 36864: lost in session 55) and where the
-    heuristic has no groups, nothing changes; residual is as before either way."""
+    (without ashare) under pdl off / wait where `one_wave` reaches it and they fit one wave, MXFP4 unrolled once;
+    `FUSED_SILU_GROUPS4` (staged) NVFP4's 4-warp groups up to 528 CTAs (N 33792). Off, on sm_120a, with the norm, under
+    pdl "prefetch", past one wave (36864), on MXFP4's 4-warp groups (unrolled once they lost in session 55) and where
+    the heuristic has no groups, nothing changes; residual is as before either way."""
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
@@ -107,6 +116,8 @@ def test_fused_silu_groups(monkeypatch, b_fmt):
             ("decode16", 16384, 2048),
             ("decode16", 16384, 4096),
             ("decode16", 36864, 4096),
+            ("decode16", 33792, 2048),
+            ("decode16", 20480, 2048),
             ("decode16", 4096, 4096),
             ("decode8", 28672, 4096),
         )
@@ -115,22 +126,26 @@ def test_fused_silu_groups(monkeypatch, b_fmt):
         for arch in (None, "sm_120a")
         for norm in (False, True)
     ]
-    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)
+    for name in SILU_GROUP_SWITCHES:
+        monkeypatch.setattr(R, name, False)
     before = {key: fused(*key) for key in keys}
-    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", True)
+    monkeypatch.setattr(R, switch, True)
     moved = 0
     for key, old in before.items():
         bucket, n, k, epilogue, pdl, arch, norm = key
         new = fused(*key)
         plain = L.default_config(bucket, n, k, b_fmt, a_fmt="bfloat16", arch=arch)
-        if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and plain.warps == 8:
+        covered = SILU_GROUP_SWITCHES[switch](b_fmt, n, plain) and plain.wn == 2
+        if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and covered:
             assert old.wn == 1 and new.wn == plain.wn == 2 and not new.ashare, key
             want = dataclasses.replace(old, wn=2, unroll=1 if b_fmt == "mxfp4" else old.unroll)
             assert new == want, key
             moved += 1
         else:
             assert new == old, key
-    assert moved == 4  # 16384 x 2048 / 4096 at 9..16 tokens, pdl off / wait (28672 and 36864 are 4-warp grids)
+    # 9..16 tokens, pdl off / wait: 16384 x 2048 / 4096 (8 warps); NVFP4's 28672 x 4096, 33792 and 20480 x 2048
+    want = {"FUSED_SILU_GROUPS": 4, "FUSED_SILU_GROUPS4": 6 if b_fmt == "nvfp4" else 0}[switch]
+    assert moved == want
 
 
 @pytest.mark.compile

@@ -173,6 +173,11 @@ FUSED_EIGHT_WARP_WAVE = True
 # wave (`fused_silu_groups`); the 4-warp NVFP4 grids of at most FOUR_CTA_CTAS are left open (noted in
 # docs/predictions/gemm_decode.md). On, behind the gemm tier.
 FUSED_SILU_GROUPS = True
+# fused_silu_groups: NVFP4's 4-warp groups too, where they fit one wave of 4 CTAs an SM (N / 64 <= FOUR_CTA_CTAS: N up
+# to 33792; 114 registers, ptxas 13.0 sm_90a). Session 55's runs at 28672 x 2048 / 4096: -2.0 to -7.1%, two K = 4096
+# cells ties in 8-10% noise; 36864 (576 CTAs, 1.09 waves) +15 to +19%, outside. MXFP4's 4-warp grids stay one group
+# (unrolled once they lost). Staged, off: `scripts/jobs/s55_a.sh fsg4` (docs/predictions/gemm_decode.md, session 55).
+FUSED_SILU_GROUPS4 = False
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
 SHARED_A = ("bfloat16", "float16")  # the activation formats `ashare` exchanges (DecodeConfig)
@@ -212,11 +217,16 @@ def _eight_warp_wave(ntiles: int, fused: str | None) -> bool:
     return FUSED_EIGHT_WARP_WAVE and fused in ONE_WAVE_EPILOGUES and ntiles <= 2
 
 
-def fused_silu_groups(n: int, config) -> bool:
-    """Whether FUSED_SILU_GROUPS gives the fused silu_mul kernel `config`'s warp groups (the plain heuristic's
-    decode config at N = `n`): its 8-warp groups (wn 2) whose N / (16 x tiles x wn) CTAs fit one wave of 2 an SM."""
+def fused_silu_groups(n: int, b_fmt: str, config) -> bool:
+    """Whether the fused silu_mul kernel keeps `config`'s warp groups (the plain heuristic's decode config at N = `n`):
+    FUSED_SILU_GROUPS, 8-warp groups (wn 2) whose N / (16 x tiles x wn) CTAs fit one wave of 2 an SM;
+    FUSED_SILU_GROUPS4, NVFP4's 4-warp groups within one wave of 4 an SM."""
+    if config.wn < 2:
+        return False
     ctas = -(-n // (16 * config.tiles * config.wn))
-    return FUSED_SILU_GROUPS and config.wn > 1 and config.warps == 8 and ctas <= ONE_WAVE_CTAS[0]
+    if config.warps == 8:
+        return FUSED_SILU_GROUPS and ctas <= ONE_WAVE_CTAS[0]
+    return FUSED_SILU_GROUPS4 and config.warps == 4 and b_fmt == "nvfp4" and ctas <= FOUR_CTA_CTAS
 
 
 def with_decode_opts(config, opts: str | None = None):

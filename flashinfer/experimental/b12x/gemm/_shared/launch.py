@@ -141,7 +141,7 @@ def fused_config(
         fp4_mul=R.FUSED_FP4_MUL,
         fused="norm" if norm else epilogue,
     )
-    silu_groups = one_wave and epilogue == "silu_mul" and R.fused_silu_groups(n, base)
+    silu_groups = one_wave and epilogue == "silu_mul" and R.fused_silu_groups(n, b_fmt, base)
     wn = base.wn if (epilogue in GROUPED_EPILOGUES or silu_groups) and pdl in ("off", "wait") else 1
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
