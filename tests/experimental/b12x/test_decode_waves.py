@@ -51,5 +51,10 @@ def test_one_row_end_to_end(capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert len(rows) == 1
     row = rows[0]
-    assert row[:5] == ["nvfp4", "none", "16", "6144", "4096"] and row[5:7] == ["w16", "t2"]
-    assert row[-3:] == ["1", "192", "1.45"] or row[-3:] == ["1", "192", "1.45*"]
+    # EIGHT_WARP_WAVE16 (on since session 55) takes this grid from 16 warps (118 registers, 1 CTA an SM, 1.45 waves
+    # of 192 CTAs: the "*" mark) to 8 (2 an SM, one wave); the row follows whichever the switch gives
+    from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
+
+    assert row[:5] == ["nvfp4", "none", "16", "6144", "4096"]
+    want = (["w8", "t2"], ["2", "192", "0.73"]) if R.EIGHT_WARP_WAVE16 else (["w16", "t2"], ["1", "192", "1.45*"])
+    assert row[5:7] == want[0] and row[-3:] == want[1]

@@ -256,7 +256,8 @@ def test_epilogue_applies_and_sweeps_the_fused_groups(monkeypatch):
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
-    monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)  # silu_mul's choice is one group (the order below)
+    for name in ("FUSED_SILU_GROUPS", "FUSED_SILU_GROUPS4"):
+        monkeypatch.setattr(R, name, False)  # silu_mul's choice is one group (the order below)
 
     assert BG.epilogue_applies("silu_mul", "w4a16_nvfp4", 16) and BG.epilogue_applies("residual", "w8a16_mxfp8", 64)
     assert not BG.epilogue_applies("none", "w4a16_nvfp4", 1) and not BG.epilogue_applies("silu_mul", "nvfp4", 1)

@@ -73,6 +73,7 @@ def test_the_heuristic_groups_only_the_timed_epilogue(monkeypatch):
     from flashinfer.experimental.b12x.gemm._shared import launch as L
 
     monkeypatch.setattr(R, "FUSED_SILU_GROUPS", False)
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS4", False)
     plain = L.default_config("decode16", 28672, 4096, "nvfp4", a_fmt="bfloat16")
     assert plain.wn == 2 and plain.ashare and L.GROUPED_EPILOGUES == ("residual",)
     for pdl in ("off", "wait"):
@@ -100,7 +101,7 @@ SILU_GROUP_SWITCHES = {
 def test_fused_silu_groups(monkeypatch, b_fmt, switch):
     """`decode_rules.FUSED_SILU_GROUPS` (on since session 55): silu_mul keeps the plain heuristic's 8-warp groups
     (without ashare) under pdl off / wait where `one_wave` reaches it and they fit one wave, MXFP4 unrolled once;
-    `FUSED_SILU_GROUPS4` (staged) NVFP4's 4-warp groups up to 528 CTAs (N 33792). Off, on sm_120a, with the norm, under
+    `FUSED_SILU_GROUPS4` (on since session 55) NVFP4's 4-warp groups up to 528 CTAs (N 33792). Off, on sm_120a, with the norm, under
     pdl "prefetch", past one wave (36864), on MXFP4's 4-warp groups (unrolled once they lost in session 55) and where
     the heuristic has no groups, nothing changes; residual is as before either way."""
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
@@ -138,8 +139,9 @@ def test_fused_silu_groups(monkeypatch, b_fmt, switch):
         covered = SILU_GROUP_SWITCHES[switch](b_fmt, n, plain) and plain.wn == 2
         if epilogue == "silu_mul" and pdl != "prefetch" and arch is None and not norm and covered:
             assert old.wn == 1 and new.wn == plain.wn == 2 and not new.ashare, key
-            want = dataclasses.replace(old, wn=2, unroll=1 if b_fmt == "mxfp4" else old.unroll)
-            assert new == want, key
+            mx = b_fmt == "mxfp4"  # unrolled once, FP4 placed by a multiply (FUSED_MXFP4_GROUPS_MUL)
+            fp4 = "mul" if mx and R.FUSED_MXFP4_GROUPS_MUL else old.fp4
+            assert new == dataclasses.replace(old, wn=2, unroll=1 if mx else old.unroll, fp4=fp4), key
             moved += 1
         else:
             assert new == old, key
@@ -200,9 +202,12 @@ def test_grouped_plans_on_the_gpu(epilogue, opts):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b_fmt, n, k", [("nvfp4", 16384, 4096), ("mxfp4", 16384, 2048), ("mxfp4", 16384, 4096)])
+@pytest.mark.parametrize(
+    "b_fmt, n, k", [("nvfp4", 16384, 4096), ("mxfp4", 16384, 2048), ("mxfp4", 16384, 4096), ("nvfp4", 28672, 4096)]
+)
 def test_fused_silu_groups_on_the_gpu(monkeypatch, b_fmt, n, k):
-    """`decode_rules.FUSED_SILU_GROUPS` (on since session 55; forced here): the heuristic's silu_mul plan with its warp groups
+    """`decode_rules.FUSED_SILU_GROUPS` / `FUSED_SILU_GROUPS4` (on since session 55; forced here; MXFP4 under
+    FUSED_MXFP4_GROUPS_MUL's multiply whatever its state): the heuristic's silu_mul plan with its warp groups
     (MXFP4 unrolled once), planned for the device, M = 9 / 16, NaN-poisoned, against the fp32 reference."""
     import b12x
     from flashinfer.experimental.b12x.gemm._shared import decode_rules as R
@@ -210,10 +215,13 @@ def test_fused_silu_groups_on_the_gpu(monkeypatch, b_fmt, n, k):
     from .test_decode_fused_gpu import _poisoned, _prepared
 
     monkeypatch.setattr(R, "FUSED_SILU_GROUPS", True)
+    monkeypatch.setattr(R, "FUSED_SILU_GROUPS4", True)
+    monkeypatch.setattr(R, "FUSED_MXFP4_GROUPS_MUL", True)
     B = b12x.gemm.blockscaled
     plan = _prepared(B.GemmQuery("bfloat16", b_fmt, n, k, max_m=16, m_values=(16,), epilogue="silu_mul"))
     ((_, cfg),) = plan.state.selection
     assert cfg.decode.wn == 2 and cfg.decode.unroll == (1 if b_fmt == "mxfp4" else 2)
+    assert cfg.decode.fp4 == "mul"  # NVFP4's DECODE16_FP4_MUL under FUSED_FP4_MUL; MXFP4's FUSED_MXFP4_GROUPS_MUL
     weight = make_operands("bfloat16", b_fmt, 1, n, k, seed=n + k, device="cuda").weight
     for m in (9, 16):
         ops = make_operands("bfloat16", b_fmt, m, n, k, seed=m + n, device="cuda", weight=weight)

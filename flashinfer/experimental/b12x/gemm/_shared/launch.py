@@ -146,7 +146,9 @@ def fused_config(
     # (ksplit and pdl_wait are the plain kernel's: B12X_GEMM_DECODE_OPTS may have set them on the base)
     base = dataclasses.replace(base, wn=wn, ashare=False, kgroup=1, probe="", ksplit=1, pdl_wait=False)
     if silu_groups and wn > 1 and b_fmt == "mxfp4":
-        base = dataclasses.replace(base, unroll=1)  # 100 registers where unroll 2 takes 153 (ptxas 13.0 sm_90a)
+        # 100 registers where unroll 2 takes 153 (ptxas 13.0 sm_90a), under either FP4 placement
+        mul = R.FUSED_MXFP4_GROUPS_MUL and R.FUSED_FP4_MUL and hints and a_fmt == "bfloat16"
+        base = dataclasses.replace(base, unroll=1, fp4="mul" if mul else base.fp4)
     if epilogue == "silu_mul" and base.tiles % 2:
         base = dataclasses.replace(base, tiles=2 * base.tiles)
     if epilogue == "silu_mul" and norm and base.prefetch == 0:
