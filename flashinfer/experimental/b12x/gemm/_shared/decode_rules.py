@@ -180,14 +180,16 @@ FUSED_SILU_GROUPS = True
 # graph timer, M = 9 / 16; prediction -2 to -10%): 20480 x 2048 -7.2 to -11.5%, 24576 x 4096 -11.0 to -12.6%, 28672 x
 # 2048 -4.2 to -6.7%, 33792 x 2048 -6.3 to -8.1%, all beyond their noise; 28672 x 4096 -2.5 to -3.8%, ties in that
 # shape's 3-8% cold-weight spread at three of its four rows (its median was lower in all four runs there, with the
-# fsg run's two). The 36864 control tied (-0.1 / -0.2%). On with that looser bar at 28672 x 4096, behind the fused
-# gpu tests (docs/validation.md).
+# fsg run's two). The 36864 control tied (-0.1 / -0.2%). On with that looser bar at 28672 x 4096. Its config passed
+# test_fused_silu_groups_on_the_gpu under session 55's first, wider FUSED_SILU_GROUPS; the test as it now stands has
+# not run on a GPU (docs/validation.md, session 55).
 FUSED_SILU_GROUPS4 = True
 # fused_config: FUSED_MXFP4_SILU_MUL's multiply on the grids where `fused_silu_groups` gives MXFP4 silu_mul its
 # 8-warp groups unrolled once (100 registers under either placement, ptxas 13.0 sm_90a: no register cliff there).
 # H100 2026-12-06 16:27 (session 55, `scripts/jobs/s55_a.sh fmul`, two runs, M = 9 / 16 at 16384 x 2048 / 3072 /
-# 4096, "mul" against shift; prediction -1 to -6%): -7.5 to -12.3% at all 12 rows, beyond their noise. On, behind
-# the fused gpu tests.
+# 4096, "mul" against shift; prediction -1 to -6%): -7.5 to -12.3% at all 12 rows, beyond their noise, with the
+# same error against the fp32 reference as shift's at every row. On; test_fused_silu_groups_on_the_gpu pins it but
+# has not run on a GPU since (docs/validation.md, session 55).
 FUSED_MXFP4_GROUPS_MUL = True
 # decode_config_for: from this K on, 1..8-token tiles of FP4 activations at 16 warps take two weight tiles
 LONG_K = 8192
