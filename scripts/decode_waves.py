@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
                         res = resources(fmt, cfg, fused)
                         smem = res.get("SHARED", 0) + d.red_bytes
                         per_sm = ctas_per_sm(res["REG"], d.warps, smem)
-                        ctas = -(-n // (d.rows * d.wn))
+                        ctas = d.ctas(n)
                         waves = ctas / (per_sm * args.sms) if per_sm else float("inf")
                         tail = waves - math.floor(waves)
                         mark = "*" if waves > 1 and 0 < tail <= args.tail else " "

@@ -232,11 +232,11 @@ def _eight_warp_wave(ntiles: int, fused: str | None) -> bool:
 
 def fused_silu_groups(n: int, b_fmt: str, config) -> bool:
     """Whether the fused silu_mul kernel keeps `config`'s warp groups (the plain heuristic's decode config at N = `n`):
-    FUSED_SILU_GROUPS, 8-warp groups (wn 2) whose N / (16 x tiles x wn) CTAs fit one wave of 2 an SM;
+    FUSED_SILU_GROUPS, 8-warp groups (wn 2) whose CTAs (`DecodeConfig.ctas`) fit one wave of 2 an SM;
     FUSED_SILU_GROUPS4, NVFP4's 4-warp groups within one wave of 4 an SM."""
     if config.wn < 2:
         return False
-    ctas = -(-n // (16 * config.tiles * config.wn))
+    ctas = config.ctas(n)
     if config.warps == 8:
         return FUSED_SILU_GROUPS and ctas <= ONE_WAVE_CTAS[0]
     return FUSED_SILU_GROUPS4 and config.warps == 4 and b_fmt == "nvfp4" and ctas <= FOUR_CTA_CTAS
@@ -362,7 +362,7 @@ def decode_config_for(
         if MXFP4_WIDE_ONE_WAVE and one_wave and fused is None and b_fmt == "mxfp4" and config.warps in (4, 8):
             # unroll 1 fits 4 CTAs of 4 warps an SM (2 of 8) where unroll 2 fits 3 (1): one wave over these grids
             lo, hi = (ONE_WAVE_CTAS[1], FOUR_CTA_CTAS) if config.warps == 4 else (WAVE_SMS, ONE_WAVE_CTAS[0])
-            if lo < -(-n // (16 * config.tiles * config.wn)) <= hi:
+            if lo < config.ctas(n) <= hi:
                 config = dataclasses.replace(config, unroll=1)
     elif hints and ntiles <= 2 and (b_fmt == "nvfp4" or mxfp4_hinted) and sixteen_bit_a and n >= 32 * 128:
         # W4A16 NVFP4 at M <= 16, N >= 4096 (but the shared-activation case above): weights bypass L1 with an L2
@@ -374,7 +374,7 @@ def decode_config_for(
         config = dataclasses.replace(config, wcache="na256", acache="el")
         if ntiles == 1 and n >= WIDE_DECODE_N and b_fmt == "nvfp4":
             config = dataclasses.replace(config, clamp=True, fp4="left")
-        ctas = -(-n // 32)  # of 2 weight tiles (32 rows) each, where the rules below apply
+        ctas = config.ctas(n)  # of 2 weight tiles (32 rows) each on the grids the rules below take (wn 1 here)
         if (
             one_wave
             and (warps, tiles) == (16, 2)

@@ -127,6 +127,11 @@ class DecodeConfig(WarpShape):
         """Weight rows of one warp (of one warp group when wn > 1)."""
         return 16 * self.tiles
 
+    def ctas(self, n: int) -> int:
+        """CTAs of the grid over `n` weight rows (rows x wn a CTA), as the kernels launch it: what the wave rules
+        count (`decode_rules`, `scripts/decode_waves.py`)."""
+        return -(-n // (self.rows * self.wn))
+
     @property
     def red_bytes(self) -> int:
         """Shared memory of the end-of-CTA reduction: warps x tokens x rows fp32."""
