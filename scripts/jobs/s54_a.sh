@@ -10,21 +10,8 @@
 #   w8b:  EIGHT_WARP_WAVE16's (plain 9..16 tokens) and FUSED_EIGHT_WARP_WAVE's (silu_mul, residual) A/Bs twice (~5 min)
 #   gemm: the passing flips on snap.tar, then `s43_a.sh gemm` (~5.5 min)
 set -uo pipefail
-P=/tmp/b12x-par
 f=scripts/jobs/s54_a.txt  # this session's jobs (t3, fsg, w8b); t1 / t2 run s53_a.sh's with its own file
-source scripts/jobs/ab.sh  # ab / abr JOB_A JOB_B ...
-# keep JOB's A/B reports of s53_a.sh as JOB_rN
-keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
-# rule NAME "JOB [JOB...]" ROUNDS [ab_summary --rule options]: the pass test over rounds 1..ROUNDS of the jobs
-rule() {
-  local name=$1 jobs=$2 n=$3 job r reports=()
-  shift 3
-  for job in $jobs; do
-    for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
-  done
-  python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
-  cp "${reports[@]}" "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
-}
+source scripts/jobs/ab.sh  # ab / abr / keep / rule, and P (the reports' directory)
 case ${1:?usage: s54_a.sh t1|t2|t3|fsg|w8b|gemm} in
   t1)
     bash scripts/jobs/s53_a.sh fmxmul && keep gemm53_fmxmul 1

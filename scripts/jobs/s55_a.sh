@@ -6,17 +6,8 @@
 #   fsg4: FUSED_SILU_GROUPS4's A/B (NVFP4's 4-warp groups), twice (~2 min)
 #   gemm: `s43_a.sh gemm` on snap.tar, then the demo's gpu files (~6 min)
 set -uo pipefail
-P=/tmp/b12x-par
 f=scripts/jobs/s55_a.txt
-source scripts/jobs/ab.sh  # ab / abr / _ab
-keep() { for s in a b; do mv "$P/$1_$s.json" "$P/$1_${s}_r$2.json"; done; }
-rule() {  # rule NAME JOB ROUNDS [ab_summary --rule options]
-  local name=$1 job=$2 n=$3 r reports=()
-  shift 3
-  for r in $(seq 1 "$n"); do reports+=("$P/${job}_a_r$r.json" "$P/${job}_b_r$r.json"); done
-  python3 scripts/ab_summary.py --rule "$@" "${reports[@]}" | tee "$P/rule_$name.txt"
-  cp "${reports[@]}" "$P/rule_$name.txt" "${OUT:-/tmp}/" 2>/dev/null
-}
+source scripts/jobs/ab.sh  # ab / abr / _ab / keep / rule, and P (the reports' directory)
 case ${1:?usage: s55_a.sh fsg2|fmul|fsg4|gemm} in
   fsg2)
     _ab B12X_DECODE_RULES gemm55_fsg_a gemm55_fsg_b FUSED_SILU_GROUPS=0 "" && keep gemm55_fsg 1
