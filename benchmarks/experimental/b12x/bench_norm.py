@@ -183,6 +183,10 @@ def sweep_configs():
         "last8_pf": dataclasses.replace(default, last=LastConfig(max_tokens=8, prefetch=True)),
         "last8_pf_r128": dataclasses.replace(default, last=LastConfig(max_tokens=8, prefetch=True, maxnreg=128)),
         "two_pass": base,
+        # the default's two passes in token chunks of at most N tokens (MhcConfig.chunk_tokens: each chunk's passes
+        # back to back, pass 2 re-reading the chunk's residual out of L2; at H = 7168 a 256-token chunk's residual
+        # is 14.7 MB, 512 29.4 MB, 1024 58.7 MB against the 50 MB L2)
+        **{f"chunk{n}": dataclasses.replace(default, chunk_tokens=n) for n in (192, 256, 384, 512, 1024)},
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles

@@ -669,3 +669,27 @@ def test_workspace_covers_every_live_split(sms, hidden, max_tokens, launches):
             tile = cfg.stream(run, t)
             splits = _config.split_for(t, tile.block_t, hidden // tile.block_h, cfg.target_ctas(t, sms, run))[0]
             assert splits * t <= rows, (form, t, splits, rows)
+
+
+@pytest.mark.parametrize("tokens, chunk", [(1, None), (8192, None), (300, 300), (301, 300), (8192, 512), (1000, 129)])
+def test_chunks_are_even_and_cover_every_token(tokens, chunk):
+    """MhcConfig.chunks: cdiv(T, chunk_tokens) runs of consecutive tokens, none over chunk_tokens, none
+    at or under small_max_tokens (so every chunk takes the large / mid tiles), together T exactly."""
+    cfg = _config.MhcConfig(chunk_tokens=chunk)
+    runs = cfg.chunks(tokens)
+    assert sum(n for _, n in runs) == tokens and [t0 for t0, _ in runs] == [
+        sum(n for _, n in runs[:i]) for i in range(len(runs))
+    ]
+    if chunk is None:
+        assert runs == ((0, tokens),)
+    else:
+        assert len(runs) == -(-tokens // chunk) and all(cfg.small_max_tokens < n <= chunk for _, n in runs)
+        assert max(n for _, n in runs) - min(n for _, n in runs) <= 1
+
+
+@pytest.mark.parametrize("chunk", [128, 0, 256.0, "512"])
+def test_chunk_tokens_errors(chunk):
+    with pytest.raises(
+        ValueError, match=re.escape("MhcConfig.chunk_tokens must be None or an int > 2 * small_max_tokens = 128")
+    ):
+        _config.MhcConfig(chunk_tokens=chunk)

@@ -199,6 +199,10 @@ PASS2 = {
     "pdl_fast": _config.with_pdl(_config.default_config("sm_90a"), fast=True),
     # the wide pass 2 with post and comb in an extra program of their own (which writes no y)
     "wide_apart": _config.MhcConfig(wide=_config.WideConfig(block_y=128, fast=True, apart=True)),
+    # the default's two passes in chunks of at most 150 tokens (1000 tokens: 7 chunks of the large tiles; 200
+    # in the graph test: 2 of the mid tiles), and post_pre's own pass 1 (no split) chunked alike
+    "chunks": dataclasses.replace(_config.default_config("sm_90a"), chunk_tokens=150),
+    "chunks_post_pre": _config.MhcConfig(post_pre_split=False, chunk_tokens=150),
 }
 
 
@@ -258,7 +262,7 @@ def test_split_k_cap_and_float16():
 
 
 @pytest.mark.parametrize(
-    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast", "wide_apart"]
+    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast", "wide_apart", "chunks"]
 )  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256

@@ -363,6 +363,11 @@ class MhcConfig:
     fused_pre: FusedConfig | None = None
     fused_post_pre: FusedConfig | None = None
     fused_min_tokens: int = 512
+    # the two-pass path above 2 * small_max_tokens in token chunks of at most chunk_tokens, each chunk's passes
+    # (post_pre_split: post, then pre's two) back to back, so that pass 2 (and pass 1 after post) re-reads the
+    # chunk's residual out of L2 instead of HBM; chunks are even (cdiv(T, chunk_tokens) of them), so each holds
+    # more than small_max_tokens tokens and runs the large (or mid) tiles. None: one chunk (every call whole).
+    chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
@@ -387,6 +392,13 @@ class MhcConfig:
             raise ValueError(
                 f"MhcConfig.mid_max_tokens must be an int >= small_max_tokens={self.small_max_tokens}, "
                 f"got {self.mid_max_tokens!r}"
+            )
+        if self.chunk_tokens is not None and (
+            not isinstance(self.chunk_tokens, int) or self.chunk_tokens <= 2 * self.small_max_tokens
+        ):
+            raise ValueError(
+                f"MhcConfig.chunk_tokens must be None or an int > 2 * small_max_tokens = {2 * self.small_max_tokens}, "
+                f"got {self.chunk_tokens!r}"
             )
         if self.last is not None and not isinstance(self.last, LastConfig):
             raise ValueError(f"MhcConfig.last must be a LastConfig or None, got {type(self.last).__name__}")
@@ -463,6 +475,14 @@ class MhcConfig:
         tiles = [self.fused_tile(f) for f in self.fused_forms(forms, max_tokens)]
         tiny = 3 if self.tiny is not None and any(f != "post" for f in forms) else 1  # _kernel_tiny.COUNTERS
         return max([tiny] + [cdiv(max_tokens, c.block_t) for c in tiles])
+
+    def chunks(self, tokens: int) -> tuple:
+        """(first token, tokens) of each chunk the two-pass path walks at `tokens` live tokens (chunk_tokens)."""
+        c = self.chunk_tokens
+        if c is None or tokens <= c:
+            return ((0, tokens),)
+        k = cdiv(tokens, c)
+        return tuple((i * tokens // k, (i + 1) * tokens // k - i * tokens // k) for i in range(k))
 
     def apply(self, tokens: int, form: str | None = None):
         """The pass-2 tile after `form`'s pass 1 at `tokens` live tokens (an ApplyConfig or a RowConfig,

@@ -56,11 +56,15 @@ def _split_fn(p: MhcPlan, fn, binding):
     return out.view(2 * MIXES, -1)
 
 
-def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding) -> int:
-    """Pass 1 of `form` at t tokens; returns the number of splits it wrote."""
+def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding, fns=None) -> int:
+    """Pass 1 of `form` at t tokens; returns the number of splits it wrote. `fns`: a dict that keeps
+    fn's hi / lo split across the chunks of one call (split once; None: split for this pass)."""
     caps, cfg = p.caps, p.state.selection.stream(form, t)
     if form == "pre" and cfg.fn_split != "kernel":
-        fn = _split_fn(p, fn, binding)
+        fns = {} if fns is None else fns
+        if "split" not in fns:
+            fns["split"] = _split_fn(p, fn, binding)
+        fn = fns["split"]
     n_chunks = caps.hidden_size // cfg.block_h
     if form == "post":
         splits, cps = n_chunks, 1
@@ -85,6 +89,34 @@ def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding
     kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
     launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
+
+
+def _rows(v, t0: int, n: int):
+    return None if v is None else v[t0 : t0 + n]
+
+
+def _two_pass(p: MhcPlan, form: str, t: int, res, x, post_in, comb_in, fn, hc_scale, hc_base, w, outs, binding, **scal):
+    """The two-pass path of `form` at t tokens, chunk by chunk (MhcConfig.chunks): pass 1, then pass 2
+    on what pass 1 read (pre, bcast) or stored (post_pre); "split" is post_pre as post's kernel, then
+    pre's two passes on the residual it stored."""
+    fns = {}
+    for t0, n in p.state.selection.chunks(t):
+        o = {k: _rows(v, t0, n) for k, v in outs.items()}
+        r = res[t0 : t0 + n]
+        if form == "split":
+            new = o["residual_out"]
+            _stream(p, "post", n, r, _rows(x, t0, n), _rows(post_in, t0, n), _rows(comb_in, t0, n), new,
+                    _workspace(p, None), None)  # fmt: skip
+            splits = _stream(p, "pre", n, new, None, None, None, None, fn, binding, fns)
+            _apply(p, "pre", n, splits, new, hc_scale, hc_base, w, o, binding, **scal)
+        elif form == "post_pre":
+            new = o["residual_out"]
+            args = (_rows(x, t0, n), _rows(post_in, t0, n), _rows(comb_in, t0, n), new, fn, binding, fns)
+            splits = _stream(p, form, n, r, *args)
+            _apply(p, form, n, splits, new, hc_scale, hc_base, w, o, binding, **scal)
+        else:
+            splits = _stream(p, form, n, r, None, None, None, o.get("residual_out"), fn, binding, fns)
+            _apply(p, form, n, splits, r, hc_scale, hc_base, w, o, binding, **scal)
 
 
 def _one_launch(
@@ -169,8 +201,7 @@ def execute_pre(p, residual, fn, hc_scale, hc_base, outs, norm_weight, binding=N
         **scal,
     ):
         return None
-    splits = _stream(p, form, t, residual, None, None, None, outs.get("residual_out"), fn, binding)
-    _apply(p, form, t, splits, residual, hc_scale, hc_base, norm_weight, outs, binding, **scal)
+    _two_pass(p, form, t, residual, None, None, None, fn, hc_scale, hc_base, norm_weight, outs, binding, **scal)
     return None
 
 
@@ -201,17 +232,17 @@ def execute_post_pre(
     if _one_launch(p, "post_pre", t, residual, *args, **scal):
         return None
     sel = p.state.selection
+    form = "post_pre"
     if sel.post_pre_split and t > sel.small_max_tokens:  # post's kernel, then pre on what it stored
-        new = outs["residual_out"]
-        _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
-        args = (new, None, None, None, None, fn, hc_scale, hc_base, norm_weight, outs, binding)
-        if _one_launch(p, "pre", t, *args, small=False, **scal):
+        if sel.fused("pre", t) is not None:  # pre's one-launch kernel after post's (whole call)
+            new = outs["residual_out"]
+            _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
+            args = (new, None, None, None, None, fn, hc_scale, hc_base, norm_weight, outs, binding)
+            _one_launch(p, "pre", t, *args, small=False, **scal)
             return None
-        splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding)
-        _apply(p, "pre", t, splits, new, hc_scale, hc_base, norm_weight, outs, binding, **scal)
-        return None
-    splits = _stream(p, "post_pre", t, residual, x, prev_post, prev_comb, outs["residual_out"], fn, binding)
-    _apply(p, "post_pre", t, splits, outs["residual_out"], hc_scale, hc_base, norm_weight, outs, binding, **scal)
+        form = "split"
+    args = (residual, x, prev_post, prev_comb, fn, hc_scale, hc_base, norm_weight, outs, binding)
+    _two_pass(p, form, t, *args, **scal)
     return None
 
 
