@@ -24,6 +24,6 @@ grep -h "^FAILED\|^E  " /tmp/b12x-par/shard*.log 2>/dev/null | head -12 | cut -c
 cp /tmp/b12x-par/shard*.log "$OUT/" 2>/dev/null
 cd /root/snap || exit 2
 export PYTHONPATH=$PYTHONPATH:$PWD
-timeout 300 $b --tokens 1024 2048 4096 8192 --hidden 7168 4096 --no-peers --per-pass \
-  --variants chunk192 chunk256 chunk384 chunk512 chunk1024 --json "$OUT/norm56_chunks.json" >"$OUT/norm56_chunks.log" 2>&1
+timeout 300 $b --tokens 1024 4096 8192 --hidden 7168 4096 --no-peers --per-pass \
+  --variants ${VARIANTS:-chunk256 chunk512 chunk1024} --json "$OUT/norm56_chunks.json" >"$OUT/norm56_chunks.log" 2>&1
 echo "chunks rc=$?"; grep -E "^\|" "$OUT/norm56_chunks.log" | head -120 | cut -c1-200
