@@ -706,6 +706,22 @@ def _with_pdl_tiles(config: MhcConfig, names, **wide) -> MhcConfig:
     return dataclasses.replace(config, **tiles)
 
 
+# The two-pass path in token chunks whose residual (4 streams of `hidden` 2-byte values a token) takes at most this
+# many bytes, so that pass 2 re-reads each chunk out of L2 (MhcConfig.chunk_tokens; docs/predictions/norm_mhc.md,
+# session 56). None: every call whole (staged off until measured).
+CHUNK_BYTES: int | None = None
+
+
+def with_chunks(config: MhcConfig, hidden: int, chunk_bytes: int | None = None) -> MhcConfig:
+    """`config` with chunk_tokens sized from `chunk_bytes` (default CHUNK_BYTES) at `hidden`, unless it sets its own
+    or the budget is None; never at or under 2 * small_max_tokens (MhcConfig's bound)."""
+    budget = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    if budget is None or config.chunk_tokens is not None:
+        return config
+    tokens = max(2 * config.small_max_tokens + 1, budget // (8 * hidden))
+    return dataclasses.replace(config, chunk_tokens=tokens)
+
+
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
     """(splits, chunks per split) of pass 1: ~target_ctas programs (or split_k splits), none empty."""
     want = split_k if split_k is not None else cdiv(target_ctas, max(1, cdiv(tokens, block_t)))
