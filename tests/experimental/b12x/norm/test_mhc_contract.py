@@ -693,20 +693,3 @@ def test_chunk_tokens_errors(chunk):
         ValueError, match=re.escape("MhcConfig.chunk_tokens must be None or an int > 2 * small_max_tokens = 128")
     ):
         _config.MhcConfig(chunk_tokens=chunk)
-
-
-def test_with_chunks_sizes_the_chunk_from_the_byte_budget():
-    """with_chunks: tokens = budget // (8 * hidden) (4 streams of 2-byte values a token), floored above
-    2 * small_max_tokens; a config's own chunk_tokens and a None budget are left alone; the plan's heuristic
-    takes CHUNK_BYTES at the caps' hidden size."""
-    base = _config.default_config("sm_90a")
-    assert _config.with_chunks(base, 7168, 16 << 20).chunk_tokens == (16 << 20) // (8 * 7168) == 292
-    assert _config.with_chunks(base, 4096, 16 << 20).chunk_tokens == 512
-    assert _config.with_chunks(base, 7168, 1 << 20).chunk_tokens == 2 * base.small_max_tokens + 1
-    own = dataclasses.replace(base, chunk_tokens=1000)
-    assert _config.with_chunks(own, 7168, 16 << 20) is own
-    with mock.patch.object(_config, "CHUNK_BYTES", None):
-        assert _config.with_chunks(base, 7168) is base
-    with mock.patch.object(_config, "CHUNK_BYTES", 16 << 20):
-        assert mhc.plan(caps(hidden_size=4096)).heuristic("sm_90a").chunk_tokens == 512
-        assert mhc.plan(caps(hidden_size=4096), override=base).heuristic("sm_90a") is base

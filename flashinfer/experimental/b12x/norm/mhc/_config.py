@@ -367,6 +367,8 @@ class MhcConfig:
     # (post_pre_split: post, then pre's two) back to back, so that pass 2 (and pass 1 after post) re-reads the
     # chunk's residual out of L2 instead of HBM; chunks are even (cdiv(T, chunk_tokens) of them), so each holds
     # more than small_max_tokens tokens and runs the large (or mid) tiles. None: one chunk (every call whole).
+    # Opt-in: slower on an H100 at 14 of 16 rows (session 56, docs/performance.md: pass 2 already streams at 90% of
+    # copy, and each run adds a launch boundary and more pass-1 splits).
     chunk_tokens: int | None = None
 
     def __post_init__(self) -> None:
@@ -704,22 +706,6 @@ def _with_pdl_tiles(config: MhcConfig, names, **wide) -> MhcConfig:
     if config.wide is not None:
         tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide)
     return dataclasses.replace(config, **tiles)
-
-
-# The two-pass path in token chunks whose residual (4 streams of `hidden` 2-byte values a token) takes at most this
-# many bytes, so that pass 2 re-reads each chunk out of L2 (MhcConfig.chunk_tokens; docs/predictions/norm_mhc.md,
-# session 56). None: every call whole (staged off until measured).
-CHUNK_BYTES: int | None = None
-
-
-def with_chunks(config: MhcConfig, hidden: int, chunk_bytes: int | None = None) -> MhcConfig:
-    """`config` with chunk_tokens sized from `chunk_bytes` (default CHUNK_BYTES) at `hidden`, unless it sets its own
-    or the budget is None; never at or under 2 * small_max_tokens (MhcConfig's bound)."""
-    budget = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    if budget is None or config.chunk_tokens is not None:
-        return config
-    tokens = max(2 * config.small_max_tokens + 1, budget // (8 * hidden))
-    return dataclasses.replace(config, chunk_tokens=tokens)
 
 
 def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):

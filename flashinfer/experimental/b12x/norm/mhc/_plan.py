@@ -11,7 +11,7 @@ import torch
 
 from ..._lib.arch import resolve_device
 from ...preparation.plan import Plan
-from ._config import MhcConfig, RowConfig, default_config, with_chunks, workspace_rows
+from ._config import MhcConfig, RowConfig, default_config, workspace_rows
 from .reference import MIXES, MULT
 
 OP = "norm.mhc"
@@ -74,7 +74,7 @@ class MhcPlan(Plan):
 
     def heuristic(self, arch):
         """The default tiles (an override stands in, so memory_requirements sizes what runs)."""
-        return self.override if self.override is not None else with_chunks(default_config(arch), self.caps.hidden_size)
+        return self.override if self.override is not None else default_config(arch)
 
     def kernels(self, config, arch):
         from ._kernel import compile_apply, compile_split_fn, compile_stream
