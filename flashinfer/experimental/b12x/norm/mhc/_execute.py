@@ -91,32 +91,34 @@ def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding
     launch(src, _workspace(p, binding), hc_scale, hc_base, w, y, post, comb, T=t, splits=splits, **scal)
 
 
-def _rows(v, t0: int, n: int):
-    return None if v is None else v[t0 : t0 + n]
-
-
 def _two_pass(p: MhcPlan, form: str, t: int, res, x, post_in, comb_in, fn, hc_scale, hc_base, w, outs, binding, **scal):
-    """The two-pass path of `form` at t tokens, chunk by chunk (MhcConfig.chunks): pass 1, then pass 2
-    on what pass 1 read (pre, bcast) or stored (post_pre); "split" is post_pre as post's kernel, then
-    pre's two passes on the residual it stored."""
-    fns = {}
-    for t0, n in p.state.selection.chunks(t):
-        o = {k: _rows(v, t0, n) for k, v in outs.items()}
-        r = res[t0 : t0 + n]
-        if form == "split":
-            new = o["residual_out"]
-            _stream(p, "post", n, r, _rows(x, t0, n), _rows(post_in, t0, n), _rows(comb_in, t0, n), new,
-                    _workspace(p, None), None)  # fmt: skip
-            splits = _stream(p, "pre", n, new, None, None, None, None, fn, binding, fns)
-            _apply(p, "pre", n, splits, new, hc_scale, hc_base, w, o, binding, **scal)
-        elif form == "post_pre":
-            new = o["residual_out"]
-            args = (_rows(x, t0, n), _rows(post_in, t0, n), _rows(comb_in, t0, n), new, fn, binding, fns)
-            splits = _stream(p, form, n, r, *args)
-            _apply(p, form, n, splits, new, hc_scale, hc_base, w, o, binding, **scal)
-        else:
-            splits = _stream(p, form, n, r, None, None, None, o.get("residual_out"), fn, binding, fns)
-            _apply(p, form, n, splits, r, hc_scale, hc_base, w, o, binding, **scal)
+    """The two-pass path of `form` at t tokens, chunk by chunk (MhcConfig.chunks; one chunk, the common case: the
+    tensors as given, no views); "split" is post_pre as post's kernel, then pre's two passes on what it stored."""
+    runs = p.state.selection.chunks(t)
+    if len(runs) == 1:
+        return _passes(p, form, t, res, x, post_in, comb_in, fn, hc_scale, hc_base, w, outs, binding, None, scal)
+    fns = {}  # fn's hi / lo split, once a call
+    for t0, n in runs:
+        o = {k: None if v is None else v[t0 : t0 + n] for k, v in outs.items()}
+        r, xs, ps, cs = (None if v is None else v[t0 : t0 + n] for v in (res, x, post_in, comb_in))
+        _passes(p, form, n, r, xs, ps, cs, fn, hc_scale, hc_base, w, o, binding, fns, scal)
+    return None
+
+
+def _passes(p: MhcPlan, form, t, res, x, post_in, comb_in, fn, hc_scale, hc_base, w, outs, binding, fns, scal):
+    """Pass 1, then pass 2 on what pass 1 read (pre, bcast) or stored (post_pre, split), at t tokens."""
+    if form == "split":
+        new = outs["residual_out"]
+        _stream(p, "post", t, res, x, post_in, comb_in, new, _workspace(p, None), None)
+        splits = _stream(p, "pre", t, new, None, None, None, None, fn, binding, fns)
+        _apply(p, "pre", t, splits, new, hc_scale, hc_base, w, outs, binding, **scal)
+    elif form == "post_pre":
+        new = outs["residual_out"]
+        splits = _stream(p, form, t, res, x, post_in, comb_in, new, fn, binding, fns)
+        _apply(p, form, t, splits, new, hc_scale, hc_base, w, outs, binding, **scal)
+    else:
+        splits = _stream(p, form, t, res, None, None, None, outs.get("residual_out"), fn, binding, fns)
+        _apply(p, form, t, splits, res, hc_scale, hc_base, w, outs, binding, **scal)
 
 
 def _one_launch(
