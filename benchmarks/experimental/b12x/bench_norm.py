@@ -72,18 +72,22 @@ def case_bytes(op: str, tokens: int, hidden: int, elem: int = 2) -> int:
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
-def pass_bytes(op: str, which: str, tokens: int, hidden: int, splits: int, elem: int = 2, reads: int = 2) -> int:
+def pass_bytes(
+    op: str, which: str, tokens: int, hidden: int, splits: int, elem: int = 2, reads: int = 2, split: bool = False
+) -> int:
     """Bytes one pass of `op` moves as implemented (--per-pass): pass 1 of pre reads the residual
     and fn and writes the fp32 partials [splits, T, 32]; pass 1 of post_pre also reads x and the
-    previous weights and writes the new residual; pass 2 reads the partials, reads the residual
-    `reads` times (the "apply" pass 2: twice, mean square then y, the second an L2 hit only while the
-    programs in flight fit in L2; the "row" pass 2: once) and writes y, post and comb."""
+    previous weights and writes the new residual, and with `split` (MhcConfig.post_pre_split: post's
+    kernel, then pre's pass 1 on what it stored) reads that new residual once more; pass 2 reads the
+    partials, reads the residual `reads` times (the "apply" pass 2: twice, mean square then y, the
+    second an L2 hit only while the programs in flight fit in L2; the "row" pass 2: once) and writes
+    y, post and comb."""
     h, partials = hidden, splits * tokens * 32 * 4
     if which == "pass1":
         if op == "pre":
             return tokens * 4 * h * elem + 96 * h * 4 + partials
         if op == "post_pre":
-            return tokens * 9 * h * elem + tokens * 80 + 96 * h * 4 + partials
+            return tokens * (13 if split else 9) * h * elem + tokens * 80 + 96 * h * 4 + partials
     elif which == "pass2" and op in ("pre", "post_pre"):
         return partials + tokens * (reads * 4 * h + h) * elem + tokens * 80
     raise ValueError(f"pass_bytes: op must be pre or post_pre and which pass1 or pass2, got {op!r}, {which!r}")
@@ -461,12 +465,14 @@ def main(argv: list[str] | None = None) -> int:
                 if args.per_pass and op in ("pre", "post_pre"):
                     for name, p in plans.items():  # every variant's passes (a sweep's too)
                         splits, passes = per_pass_calls(_execute, p, op, ins, outs)
-                        reads = 1 if p.state.selection.pass2 == "row" else 2
+                        sel = p.state.selection
+                        reads = 1 if sel.pass2 == "row" else 2
+                        split = op == "post_pre" and sel.post_pre_split and t > sel.small_max_tokens  # per_pass_calls'
                         for which, fn in passes.items():
                             pcase = Case(
                                 f"{op}.{which}",
                                 {"T": t, "H": hidden, "splits": splits},
-                                bytes=pass_bytes(op, which, t, hidden, splits, reads=reads),
+                                bytes=pass_bytes(op, which, t, hidden, splits, reads=reads, split=split),
                                 ceiling="copy",
                             )
                             note = "per-pass" if name == "b12x" else "per-pass sweep"

@@ -45,6 +45,9 @@ def test_pass_bytes():
     assert bench_norm.pass_bytes("pre", "pass2", t, h, s) == part + t * 9 * h * 2 + t * 80
     assert bench_norm.pass_bytes("post_pre", "pass1", t, h, s) == t * 9 * h * 2 + t * 80 + 96 * h * 4 + part
     assert bench_norm.pass_bytes("post_pre", "pass2", t, h, s) == bench_norm.pass_bytes("pre", "pass2", t, h, s)
+    # post's kernel then pre's pass 1 on the stored residual: that residual read once more
+    split = bench_norm.pass_bytes("post_pre", "pass1", t, h, s, split=True)
+    assert split == bench_norm.pass_bytes("post_pre", "pass1", t, h, s) + t * 4 * h * 2
     assert bench_norm.pass_bytes("pre", "pass2", t, h, s, reads=1) == part + t * 5 * h * 2 + t * 80  # row pass 2
     with pytest.raises(ValueError, match="pass_bytes"):
         bench_norm.pass_bytes("post", "pass1", t, h, s)
