@@ -191,6 +191,9 @@ def sweep_configs():
         # back to back, pass 2 re-reading the chunk's residual out of L2; at H = 7168 a 256-token chunk's residual
         # is 14.7 MB, 512 29.4 MB, 1024 58.7 MB against the 50 MB L2)
         **{f"chunk{n}": dataclasses.replace(default, chunk_tokens=n) for n in (192, 256, 384, 512, 1024)},
+        # pass 1's split count rounded down: at most 4 programs an SM (sm_90a's pre_large holds 4), so no short second
+        # wave (T = 8192: 512 programs, not 640 over 528 slots; 4096: 512, not 576; 2048: 512, not 544)
+        "whole_wave": dataclasses.replace(default, whole_wave=True),
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles

@@ -1,6 +1,7 @@
-"""norm.mhc's two-pass path in token chunks (MhcConfig.chunk_tokens) under TRITON_INTERPRET=1 (run by
-test_mhc_interpret.py in a subprocess): every form through the real host path against the reference,
-outputs and partials NaN-poisoned, fn split once a call whatever the number of chunks."""
+"""norm.mhc's two-pass path in token chunks (MhcConfig.chunk_tokens) and with whole-wave splits
+(MhcConfig.whole_wave) under TRITON_INTERPRET=1 (run by test_mhc_interpret.py in a subprocess): every form
+through the real host path against the reference, outputs and partials NaN-poisoned, fn split once a call
+whatever the number of chunks."""
 
 import dataclasses
 import os
@@ -10,6 +11,7 @@ import torch
 
 from flashinfer.experimental.b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import reference as R
+from flashinfer.experimental.b12x.norm.mhc._config import split_for
 
 from .interpret_mhc import DEFAULT_TWO_PASS, SCAL, H, check_pre_outputs, interpret_plan, poisoned_outs, sfn
 from .mhc_cases import assert_ulps, inputs
@@ -73,3 +75,28 @@ def test_chunks_match_the_whole_call_in_place():
         )
     assert torch.equal(got["whole"][0], got["chunked"][0])
     check_pre_outputs(got["chunked"], got["whole"][:3] + (got["whole"][3].float(),))
+
+
+@pytest.mark.parametrize("tokens", [40, 130])
+def test_whole_wave_splits(tokens):
+    """The default's two passes with pass 1's split count rounded down against a 7-program target: pre's 64-token
+    tile at 130 tokens (3 blocks) takes 2 splits where rounding up gives 3, bcast's 32-token tile at 40 (2 blocks)
+    3 against 4; pre, bcast and post_pre against the reference."""
+    cfg = dataclasses.replace(DEFAULT_TWO_PASS, whole_wave=True)
+    form = "pre" if tokens > 64 else "bcast"
+    tile = cfg.stream(form, tokens)
+    n_chunks = H // tile.block_h
+    down, up = (split_for(tokens, tile.block_t, n_chunks, 7, whole_wave=w)[0] for w in (True, False))
+    assert down < up
+    p = interpret_plan(160, target_ctas=7, config=cfg)
+    ins = inputs(tokens, H, seed=140 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"].view(24, 4, H).sum(1)), *mix[1:], **SCAL))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))

@@ -118,16 +118,17 @@ def test_kernel_jobs_cover_forms_and_weight_dtypes():
     )  # x 2 weight dtypes
 
 
+@pytest.mark.parametrize("whole_wave", [False, True])
 @pytest.mark.parametrize("max_tokens", [1, 7, 64, 65, 300])
 @pytest.mark.parametrize("split_k", [None, 3])
-def test_workspace_covers_every_live_size(max_tokens, split_k):
-    cfg, target = _config.MhcConfig(), 4 * api.DEFAULT_SM_COUNT
+def test_workspace_covers_every_live_size(max_tokens, split_k, whole_wave):
+    cfg, target = _config.MhcConfig(whole_wave=whole_wave), 4 * api.DEFAULT_SM_COUNT
     p = mhc.plan(caps(max_tokens=max_tokens, split_k=split_k))
     rows = p.workspace_rows(cfg, "cuda")
     for t in range(1, max_tokens + 1):
         for form in ("pre", "post_pre", "bcast"):
             tile = cfg.stream(form, t)
-            splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k)
+            splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k, whole_wave=whole_wave)
             assert splits * t <= rows
             assert (splits - 1) * cps < H // tile.block_h <= splits * cps  # no empty split
     spec, counter = p.scratch_specs(cfg, "cuda")
@@ -693,3 +694,24 @@ def test_chunk_tokens_errors(chunk):
         ValueError, match=re.escape("MhcConfig.chunk_tokens must be None or an int > 2 * small_max_tokens = 128")
     ):
         _config.MhcConfig(chunk_tokens=chunk)
+
+
+@pytest.mark.parametrize(
+    "tokens, up, down",
+    # sm_90a's pre_large at H = 7168 (64-token blocks, 448 chunks of 16) against a 528-program target (4 an SM on 132)
+    [(1, 448, 448), (200, 112, 112), (1024, 32, 32), (2048, 17, 16), (4096, 9, 8), (8192, 5, 4), (16384, 3, 2)],
+)
+def test_whole_wave_splits_never_exceed_the_target(tokens, up, down):
+    """split_for rounds the split count up by default (640 programs at T = 8192: 1.21 waves of 528) and down with
+    whole_wave (512: one wave); both leave no split empty, and split_k wins over either."""
+    blocks = -(-tokens // 64)
+    assert _config.split_for(tokens, 64, 448, 528)[0] == up
+    splits, cps = _config.split_for(tokens, 64, 448, 528, whole_wave=True)
+    assert splits == down and (splits - 1) * cps < 448 <= splits * cps
+    assert blocks * splits <= max(528, blocks)
+    assert _config.split_for(tokens, 64, 448, 528, 3, whole_wave=True) == _config.split_for(tokens, 64, 448, 528, 3)
+
+
+def test_whole_wave_must_be_a_bool():
+    with pytest.raises(ValueError, match=re.escape("MhcConfig.whole_wave must be a bool, got 1")):
+        _config.MhcConfig(whole_wave=1)

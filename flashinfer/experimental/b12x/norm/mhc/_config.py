@@ -370,6 +370,11 @@ class MhcConfig:
     # Opt-in: slower on an H100 at 14 of 16 rows (session 56, docs/performance.md: pass 2 already streams at 90% of
     # copy, and each run adds a launch boundary and more pass-1 splits).
     chunk_tokens: int | None = None
+    # pass 1's split count rounded down instead of up (split_for's whole_wave): at most ctas_per_sm programs an SM,
+    # so a grid never spills a short second wave. sm_90a's pre_large (48 KB of pipeline stages + 1 KB) holds 4
+    # programs an SM, the default's target: at T = 8192 rounding up gives 128 token blocks x 5 splits = 640 programs
+    # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count; staged off until measured).
+    whole_wave: bool = False
 
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
@@ -395,6 +400,7 @@ class MhcConfig:
                 f"MhcConfig.mid_max_tokens must be an int >= small_max_tokens={self.small_max_tokens}, "
                 f"got {self.mid_max_tokens!r}"
             )
+        _check_bools("MhcConfig", self, ("whole_wave",))
         if self.chunk_tokens is not None and (
             not isinstance(self.chunk_tokens, int) or self.chunk_tokens <= 2 * self.small_max_tokens
         ):
@@ -708,9 +714,17 @@ def _with_pdl_tiles(config: MhcConfig, names, **wide) -> MhcConfig:
     return dataclasses.replace(config, **tiles)
 
 
-def split_for(tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None):
-    """(splits, chunks per split) of pass 1: ~target_ctas programs (or split_k splits), none empty."""
-    want = split_k if split_k is not None else cdiv(target_ctas, max(1, cdiv(tokens, block_t)))
+def split_for(
+    tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k: int | None = None, *, whole_wave=False
+):
+    """(splits, chunks per split) of pass 1: ~target_ctas programs (or split_k splits), none empty. The split count
+    rounds up (at least target_ctas programs), or with `whole_wave` down (at most target_ctas, at least one split:
+    MhcConfig.whole_wave)."""
+    blocks = max(1, cdiv(tokens, block_t))
+    if split_k is not None:
+        want = split_k
+    else:
+        want = max(1, target_ctas // blocks) if whole_wave else cdiv(target_ctas, blocks)
     cps = cdiv(n_chunks, max(1, min(want, n_chunks)))
     return cdiv(n_chunks, cps), cps
 
@@ -739,12 +753,16 @@ def workspace_rows(
             for blocks in range(cdiv(lo, cfg.block_t), cdiv(hi, cfg.block_t) + 1):
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
-                    rows = max(rows, split_for(t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
+                    splits = split_for(t, cfg.block_t, n_chunks, target_ctas, split_k, whole_wave=config.whole_wave)
+                    rows = max(rows, splits[0] * t)
         if sms is None:
             continue
         for t in range(1, min(max_tokens, config.small_max_tokens) + 1):
             if config.small_launch(form, t):  # its own split target (MhcConfig.target_ctas)
                 tile = config.stream(form, t)
-                splits = split_for(t, tile.block_t, hidden // tile.block_h, config.target_ctas(t, sms, form), split_k)
+                target = config.target_ctas(t, sms, form)
+                splits = split_for(
+                    t, tile.block_t, hidden // tile.block_h, target, split_k, whole_wave=config.whole_wave
+                )
                 rows = max(rows, splits[0] * t)
     return rows

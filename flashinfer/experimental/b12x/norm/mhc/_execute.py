@@ -69,7 +69,8 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding,
     if form == "post":
         splits, cps = n_chunks, 1
     else:
-        splits, cps = split_for(t, cfg.block_t, n_chunks, _target(p, form, t), caps.split_k)
+        target = _target(p, form, t)
+        splits, cps = split_for(t, cfg.block_t, n_chunks, target, caps.split_k, whole_wave=p.state.selection.whole_wave)
     launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
     launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
     return splits
@@ -134,9 +135,8 @@ def _one_launch(
         launch = _launcher(p, "compile_last", (form, dt, caps.hidden_size, wdt, sel.last))
     elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
-        splits, cps = split_for(
-            t, stream.block_t, caps.hidden_size // stream.block_h, _target(p, form, t), caps.split_k
-        )
+        n_chunks, target = caps.hidden_size // stream.block_h, _target(p, form, t)
+        splits, cps = split_for(t, stream.block_t, n_chunks, target, caps.split_k, whole_wave=sel.whole_wave)
         kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
         scratch = binding.scratch if binding is not None else p.state.scratch
         kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
