@@ -79,15 +79,13 @@ def test_chunks_match_the_whole_call_in_place():
 
 @pytest.mark.parametrize("tokens", [40, 130])
 def test_whole_wave_splits(tokens):
-    """The default's two passes with pass 1's split count rounded down against a 7-program target: pre's 64-token
-    tile at 130 tokens (3 blocks) takes 2 splits where rounding up gives 3, bcast's 32-token tile at 40 (2 blocks)
-    3 against 4; pre, bcast and post_pre against the reference."""
+    """The default's two passes with pre's pass-1 split count rounded down against a 7-program target: its 64-token
+    tile at 130 tokens (3 blocks) takes 2 splits where rounding up gives 3 (40 tokens: 1 block, 7 either way); pre,
+    bcast (rounding up: whole_wave is pre's) and post_pre (post, then pre's passes) against the reference."""
     cfg = dataclasses.replace(DEFAULT_TWO_PASS, whole_wave=True)
-    form = "pre" if tokens > 64 else "bcast"
-    tile = cfg.stream(form, tokens)
-    n_chunks = H // tile.block_h
-    down, up = (split_for(tokens, tile.block_t, n_chunks, 7, whole_wave=w)[0] for w in (True, False))
-    assert down < up
+    tile = cfg.stream("pre", tokens)
+    down, up = (split_for(tokens, tile.block_t, H // tile.block_h, 7, whole_wave=w)[0] for w in (True, False))
+    assert (down < up) == (tokens > 64)
     p = interpret_plan(160, target_ctas=7, config=cfg)
     ins = inputs(tokens, H, seed=140 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])

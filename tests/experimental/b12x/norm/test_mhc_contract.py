@@ -128,7 +128,9 @@ def test_workspace_covers_every_live_size(max_tokens, split_k, whole_wave):
     for t in range(1, max_tokens + 1):
         for form in ("pre", "post_pre", "bcast"):
             tile = cfg.stream(form, t)
-            splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k, whole_wave=whole_wave)
+            down = cfg.rounds_down(form)
+            assert down == (whole_wave and form == "pre")
+            splits, cps = _config.split_for(t, tile.block_t, H // tile.block_h, target, split_k, whole_wave=down)
             assert splits * t <= rows
             assert (splits - 1) * cps < H // tile.block_h <= splits * cps  # no empty split
     spec, counter = p.scratch_specs(cfg, "cuda")

@@ -373,8 +373,13 @@ class MhcConfig:
     # pass 1's split count rounded down instead of up (split_for's whole_wave): at most ctas_per_sm programs an SM,
     # so a grid never spills a short second wave. sm_90a's pre_large (48 KB of pipeline stages + 1 KB) holds 4
     # programs an SM, the default's target: at T = 8192 rounding up gives 128 token blocks x 5 splits = 640 programs
-    # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count; staged off until measured).
+    # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count; staged off until measured). pre's
+    # pass 1 only (post_pre_split's too): bcast's 32 x 32 tile holds 6 an SM, and its grid already fits.
     whole_wave: bool = False
+
+    def rounds_down(self, form: str) -> bool:
+        """Whether pass 1 of `form` takes whole_wave's split count (split_for)."""
+        return self.whole_wave and form == "pre"
 
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
@@ -753,7 +758,9 @@ def workspace_rows(
             for blocks in range(cdiv(lo, cfg.block_t), cdiv(hi, cfg.block_t) + 1):
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
-                    splits = split_for(t, cfg.block_t, n_chunks, target_ctas, split_k, whole_wave=config.whole_wave)
+                    splits = split_for(
+                        t, cfg.block_t, n_chunks, target_ctas, split_k, whole_wave=config.rounds_down(form)
+                    )
                     rows = max(rows, splits[0] * t)
         if sms is None:
             continue
@@ -762,7 +769,7 @@ def workspace_rows(
                 tile = config.stream(form, t)
                 target = config.target_ctas(t, sms, form)
                 splits = split_for(
-                    t, tile.block_t, hidden // tile.block_h, target, split_k, whole_wave=config.whole_wave
+                    t, tile.block_t, hidden // tile.block_h, target, split_k, whole_wave=config.rounds_down(form)
                 )
                 rows = max(rows, splits[0] * t)
     return rows
