@@ -24,6 +24,19 @@ assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_mhc_interpre
 CHUNKED = dataclasses.replace(DEFAULT_TWO_PASS, chunk_tokens=17)
 
 
+def _check_bcast_and_post_pre(p, tokens, ins, mix):
+    """bcast (with an fp32 norm weight; its residual is x repeated) and post_pre (post's residual to 1 ulp, then pre
+    on what it stored) through plan p, NaN-poisoned outputs, against the reference."""
+    kw = dict(norm_weight=ins["w_f32"], **SCAL)
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
+    assert torch.equal(got[0], ins["x"].unsqueeze(1).expand(tokens, 4, H))
+    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"].view(24, 4, H).sum(1)), *mix[1:], **kw))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
+    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
+    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+
+
 def _count_fn_splits(p):
     table = p.state.extra["launchers"]
     key = next(k for k in table if k[0] == "compile_split_fn")
@@ -49,14 +62,7 @@ def test_chunked_two_pass(tokens, post_pre_split):
         got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
         check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
     assert len(splits) == (2 if tokens == 40 else 0)  # once a call (the large tile splits fn), never per chunk
-    kw = dict(norm_weight=ins["w_f32"], **SCAL)
-    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)
-    assert torch.equal(got[0], ins["x"].unsqueeze(1).expand(tokens, 4, H))
-    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"].view(24, 4, H).sum(1)), *mix[1:], **kw))
-    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
-    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
-    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
-    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+    _check_bcast_and_post_pre(p, tokens, ins, mix)
 
 
 def test_chunks_match_the_whole_call_in_place():
@@ -92,9 +98,4 @@ def test_whole_wave_splits(tokens):
     kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
     got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
     check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
-    got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
-    check_pre_outputs(got, R.mhc_pre(ins["x"], sfn(ins["fn"].view(24, 4, H).sum(1)), *mix[1:], **SCAL))
-    args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
-    got = mhc.run_post_pre(*args, *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **SCAL)
-    assert_ulps(got[0], R.mhc_post(*args, compute_dtype=torch.float64).double(), 1)
-    check_pre_outputs(got, R.mhc_pre(got[0], sfn(ins["fn"]), *mix[1:], **SCAL))
+    _check_bcast_and_post_pre(p, tokens, ins, mix)
