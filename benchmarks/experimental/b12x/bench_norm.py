@@ -108,7 +108,7 @@ def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
     elif op == "post_pre":
         new = outs["residual"]
         sel, form = plan.state.selection, "post_pre"
-        if sel.post_pre_split and t > sel.small_max_tokens:  # as execute_post_pre: post, then pre's pass 1
+        if sel.splits_post_pre(t):  # as execute_post_pre: post, then pre's pass 1
             form = "pre"
 
             def pass1():
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                         splits, passes = per_pass_calls(_execute, p, op, ins, outs)
                         sel = p.state.selection
                         reads = 1 if sel.pass2 == "row" else 2
-                        split = op == "post_pre" and sel.post_pre_split and t > sel.small_max_tokens  # per_pass_calls'
+                        split = op == "post_pre" and sel.splits_post_pre(t)  # as per_pass_calls runs it
                         for which, fn in passes.items():
                             pcase = Case(
                                 f"{op}.{which}",

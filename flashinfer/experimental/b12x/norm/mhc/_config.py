@@ -465,9 +465,14 @@ class MhcConfig:
         post_pre_split runs post's kernel and then pre (one launch when fused_pre is set)."""
         if tokens < self.fused_min_tokens or (self.small is not None and tokens <= self.small.max_tokens):
             return None
-        if form == "post_pre" and self.post_pre_split and tokens > self.small_max_tokens:
+        if form == "post_pre" and self.splits_post_pre(tokens):
             return None
         return self.fused_tile(form)
+
+    def splits_post_pre(self, tokens: int) -> bool:
+        """Whether post_pre at `tokens` live tokens runs as post's kernel, then pre on the residual it stored
+        (post_pre_split, above small_max_tokens)."""
+        return self.post_pre_split and tokens > self.small_max_tokens
 
     def fused_forms(self, forms, max_tokens: int) -> tuple:
         """The forms of `forms` that may run the one-launch kernel up to max_tokens (post_pre_split

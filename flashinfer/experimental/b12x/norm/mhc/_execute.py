@@ -237,7 +237,7 @@ def execute_post_pre(
         return None
     sel = p.state.selection
     form = "post_pre"
-    if sel.post_pre_split and t > sel.small_max_tokens:  # post's kernel, then pre on what it stored
+    if sel.splits_post_pre(t):  # post's kernel, then pre on what it stored
         if sel.fused("pre", t) is not None:  # pre's one-launch kernel after post's (whole call)
             new = outs["residual_out"]
             _stream(p, "post", t, residual, x, prev_post, prev_comb, new, _workspace(p, None), None)
