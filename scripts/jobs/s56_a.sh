@@ -11,21 +11,23 @@
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre"
+# into the snapshot's tree (extracted and installed here unless device_snapshot_run.sh already did), on PYTHONPATH
+snap() {
+  cd /root/snap 2>/dev/null || { mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap; } || return 2
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
+  export PYTHONPATH=$PYTHONPATH:$PWD
+}
 case ${1:-} in
   mhc) ;;
   quick)  # the bench first (chunk256 / chunk512, T = 1024 / 8192), then the chunk gpu tests in what time is left
-    cd /root/snap 2>/dev/null || { mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap; } || exit 2
-    python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
-    export PYTHONPATH=$PYTHONPATH:$PWD
+    snap || exit 2
     timeout 150 $b --tokens 1024 8192 --hidden 7168 4096 --no-peers --variants chunk256 chunk512 \
       --json "$OUT/norm56_quick.json" >"$OUT/norm56_quick.log" 2>&1
     echo "quick rc=$?"; grep -vE "^\s*$" "$OUT/norm56_quick.log" | tail -n 45 | cut -c1-180
     timeout ${TEST_S:-120} python3 -m pytest tests/experimental/b12x/norm/test_mhc_gpu.py -q -p no:cacheprovider -x \
       -k "chunks" 2>&1 | tail -5; exit 0 ;;
   waves)  # MhcConfig.whole_wave: its gpu tests, then the bench beside the default with every pass alone
-    cd /root/snap 2>/dev/null || { mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap; } || exit 2
-    python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
-    export PYTHONPATH=$PYTHONPATH:$PWD
+    snap || exit 2
     timeout ${TEST_S:-120} python3 -m pytest tests/experimental/b12x/norm/test_mhc_gpu.py -q -p no:cacheprovider \
       -k "whole_wave" 2>&1 | tail -5
     timeout 200 $b --tokens 1024 2048 4096 8192 --hidden 7168 4096 --no-peers --per-pass --variants whole_wave \
