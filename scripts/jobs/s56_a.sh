@@ -30,7 +30,7 @@ case ${1:-} in
     snap || exit 2
     timeout ${TEST_S:-120} python3 -m pytest tests/experimental/b12x/norm/test_mhc_gpu.py -q -p no:cacheprovider \
       -k "whole_wave" 2>&1 | tail -5
-    timeout 200 $b --tokens 1024 2048 4096 8192 --hidden 7168 4096 --no-peers --per-pass --variants whole_wave \
+    timeout 300 $b --tokens 1024 2048 4096 8192 --hidden 7168 4096 --no-peers --per-pass --variants ${WAVES:-whole_wave} \
       --json "$OUT/norm56_waves.json" >"$OUT/norm56_waves.log" 2>&1
     echo "waves rc=$?"; grep -vE "^\s*$|prepare" "$OUT/norm56_waves.log" | tail -n 60 | cut -c1-180; exit 0 ;;
   peers)

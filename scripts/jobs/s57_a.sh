@@ -5,7 +5,7 @@
 # "+ww"), so one machine start measures, decides and validates (~7 min on an H100).
 # The rule: whole_wave's pre at least 1% faster at every T >= 2048 and both H, its post_pre no more than 1% slower.
 set -uo pipefail
-bash scripts/jobs/s56_a.sh waves
+WAVES="whole_wave whole_wave_s3c5" bash scripts/jobs/s56_a.sh waves
 verdict=$(python3 - "$OUT/norm56_waves.json" <<'PY'
 import json, sys
 try:

@@ -194,6 +194,12 @@ def sweep_configs():
         # pass 1's split count rounded down: at most 4 programs an SM (sm_90a's pre_large holds 4), so no short second
         # wave (T = 8192: 512 programs, not 640 over 528 slots; 4096: 512, not 576; 2048: 512, not 544)
         "whole_wave": dataclasses.replace(default, whole_wave=True),
+        # ... with pre_large's pipeline 3 deep instead of 4 (32 KB of stages: 5 programs an SM by its 184 registers,
+        # not 4 by shared memory; sm_90a CPU build, session 57) and a split target of 5 an SM (T = 8192: 640
+        # programs over 660 slots): 10 warps an SM instead of 8, 80 KB of loads in flight instead of 96
+        "whole_wave_s3c5": dataclasses.replace(
+            default, whole_wave=True, ctas_per_sm=5, pre_large=dataclasses.replace(default.pre_large, num_stages=3)
+        ),
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles
