@@ -3,6 +3,7 @@
 # (prediction in docs/predictions/norm_mhc.md, session 56) timed by `s56_a.sh waves`, decided here, then the norm gpu
 # tier on the snapshot, with whole_wave=True written into sm_90a's default_config first when it passed (COMMIT gets
 # "+ww"), so one machine start measures, decides and validates (~7 min on an H100).
+# TIER=0 stops after the decision (a short budget: ~4 min instead of ~8).
 # The rule: whole_wave's pre at least 1% faster at every T >= 2048 and both H, its post_pre no more than 1% slower.
 set -uo pipefail
 WAVES="whole_wave whole_wave_s3c5" bash scripts/jobs/s56_a.sh waves
@@ -32,4 +33,4 @@ if [[ $verdict == pass ]]; then
   sed -i 's/return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90)/return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)/' "$f"
   grep -c "whole_wave=True)" "$f" && echo "$(cat /tmp/ww/COMMIT)+ww" >/tmp/ww/COMMIT && tar cf snap.tar -C /tmp/ww .
 fi
-bash scripts/jobs/s56_b.sh
+[[ ${TIER:-1} == 0 ]] || bash scripts/jobs/s56_b.sh
