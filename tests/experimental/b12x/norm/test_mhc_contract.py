@@ -670,7 +670,10 @@ def test_workspace_covers_every_live_split(sms, hidden, max_tokens, launches):
         for t in range(1, max_tokens + 1):
             run = "pre" if form == "post_pre" and cfg.post_pre_split and t > cfg.small_max_tokens else form
             tile = cfg.stream(run, t)
-            splits = _config.split_for(t, tile.block_t, hidden // tile.block_h, cfg.target_ctas(t, sms, run))[0]
+            target = cfg.target_ctas(t, sms, run)
+            splits = _config.split_for(
+                t, tile.block_t, hidden // tile.block_h, target, whole_wave=cfg.rounds_down(run)
+            )[0]
             assert splits * t <= rows, (form, t, splits, rows)
 
 

@@ -203,8 +203,9 @@ PASS2 = {
     # in the graph test: 2 of the mid tiles), and post_pre's own pass 1 (no split) chunked alike
     "chunks": dataclasses.replace(_config.default_config("sm_90a"), chunk_tokens=150),
     "chunks_post_pre": _config.MhcConfig(post_pre_split=False, chunk_tokens=150),
-    # the default with pass 1's split count rounded down (T = 8192: 4 splits of 112 chunks where the default runs 5)
-    "whole_wave": dataclasses.replace(_config.default_config("sm_90a"), whole_wave=True),
+    # the default with pass 1's split count rounded up, as before session 57 (T = 8192: 5 splits of 90 chunks where the
+    # default's whole_wave runs 4 of 112)
+    "round_up": dataclasses.replace(_config.default_config("sm_90a"), whole_wave=False),
 }
 
 

@@ -373,8 +373,8 @@ class MhcConfig:
     # pass 1's split count rounded down instead of up (split_for's whole_wave): at most ctas_per_sm programs an SM,
     # so a grid never spills a short second wave. sm_90a's pre_large (48 KB of pipeline stages + 1 KB) holds 4
     # programs an SM, the default's target: at T = 8192 rounding up gives 128 token blocks x 5 splits = 640 programs
-    # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count; staged off until measured). pre's
-    # pass 1 only (post_pre_split's too): bcast's 32 x 32 tile holds 6 an SM, and its grid already fits.
+    # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count). pre's pass 1 only (post_pre_split's
+    # too): bcast's 32 x 32 tile holds 6 an SM, and its grid already fits. On in sm_90a's default_config (session 57).
     whole_wave: bool = False
 
     def rounds_down(self, form: str) -> bool:
@@ -642,10 +642,11 @@ ROW_LARGE_90 = RowConfig(block_h=2048, block_s=16, num_warps=4, stages=3)
 
 def default_config(arch: str | None) -> MhcConfig:
     """The heuristic's selection for `arch`. sm_90a: the two-pass path at every T (pre's large tile
-    with fn split once and diagonal-block squares, bcast's squares on the diagonal blocks, the row
-    pass 2 streamed above small_max_tokens; T <= small_max_tokens as in fused_config, the wide pass 2
-    at T <= 4 without a norm weight, with its fast Sinkhorn). sm_120a: fused_config's selection (bcast's 32 x 32 tile with
-    sq="diag" spills there, and so does its pre_large with fn split once: test_mhc_compile)."""
+    with fn split once and diagonal-block squares, its pass-1 split count rounded down to one wave, bcast's
+    squares on the diagonal blocks, the row pass 2 streamed above small_max_tokens; T <= small_max_tokens as
+    in fused_config, the wide pass 2 at T <= 4 without a norm weight, with its fast Sinkhorn). sm_120a:
+    fused_config's selection (bcast's 32 x 32 tile with sq="diag" spills there, and so does its pre_large
+    with fn split once: test_mhc_compile)."""
     fused = fused_config(arch)
     if arch is not None and not str(arch).startswith("sm_90"):
         return fused
@@ -672,7 +673,11 @@ def default_config(arch: str | None) -> MhcConfig:
     # T = 64 16.72 / 21.46 (the same with the split unchanged: programmatic dependents cost there). Session 29
     # took them at one token only; session 30's sweep chose them per form and T range: SMALL_LAUNCHES_90.
     wide = None if base.wide is None else dataclasses.replace(base.wide, apart=True)
-    return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90)
+    # Session 57 (H100, graph timer, µs, docs/performance.md): pass 1's split count rounded down (whole_wave), one wave
+    # of 4 programs an SM: pre T = 8192 435.8 -> 397.4 (H = 7168) / 279.2 -> 256.8 (4096), T = 4096 -10.6 / -8.7%,
+    # T = 2048 H = 7168 -4.9%; post_pre -4.6 to -5.9% from T = 4096; pass 1 alone -15 to -20% from T = 4096. Where
+    # both roundings give the same grid (T <= 1024; T = 2048 at H = 4096) the rows tie.
+    return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
 
 
 # sm_90a's small-T launches (MhcConfig.small_launches). H200 2026-12-03 22:25 (session 30, graph timer, 8 calls a
