@@ -133,6 +133,14 @@ def check_pre_outputs(got, want, *, ulps=1):
     assert_ulps(y, want[3].float(), ulps)
 
 
+def check_pre(p, tokens, ins, **kw):
+    """pre on ins' residual through plan p (NaN-poisoned outputs) against the reference with the same keywords (fn as
+    pass 1's hi + lo split sees it)."""
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
+    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+
+
 @pytest.mark.parametrize(
     "tokens, target, weight",
     [(1, 1000, None), (5, 3, "w_act"), (5, 1, "w_f32"), (64, 8, None), (70, 1, "w_act")],
@@ -529,10 +537,7 @@ def test_wide_pass2(tokens, wide):
     n = 6 if tokens <= WIDE[wide].max_tokens else 0
     assert launched == [tokens] * n
     ins = inputs(tokens, H, seed=9)
-    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
-    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    check_pre(p, tokens, ins, norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
     assert launched == [tokens] * n  # a norm weight: the row pass 2
 
 
@@ -628,10 +633,7 @@ def test_tiny_one_launch(tokens, tiny):
     n = 6 if tokens <= cfg.tiny.max_tokens else 0
     assert launched == [tokens] * n
     ins = inputs(tokens, H, seed=19)
-    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-    kw = dict(norm_weight=ins["w_f32"], norm_eps=1e-5, **SCAL)
-    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    check_pre(p, tokens, ins, norm_weight=ins["w_f32"], norm_eps=1e-5, **SCAL)
     assert launched == [tokens] * n  # a norm weight: two passes
 
 
@@ -735,8 +737,7 @@ def test_diag_square_sums(tokens):
     ins = inputs(tokens, H, seed=80 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
     kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
-    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    check_pre(p, tokens, ins, **kw)
     if tokens < DIAG.fused_min_tokens:  # two passes: pass 1's partials are still in the workspace
         ws = p.state.scratch["partials"]
         tile = DIAG.stream("pre", tokens)
@@ -774,9 +775,7 @@ def test_default_two_pass(tokens):
     ins = inputs(tokens, H, seed=90 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
     for w in (None, ins["w_act"]):
-        kw = dict(norm_weight=w, norm_eps=1e-5, **SCAL)
-        got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-        check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+        check_pre(p, tokens, ins, norm_weight=w, norm_eps=1e-5, **SCAL)
     kw = dict(norm_weight=ins["w_f32"], **SCAL)
     p.state.scratch["partials"].fill_(float("nan"))
     got = mhc.run_pre(ins["x"], *mix, plan=p, **poisoned_outs(tokens, H, residual=True), **kw)

@@ -13,7 +13,7 @@ from flashinfer.experimental.b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 from flashinfer.experimental.b12x.norm.mhc._config import split_for
 
-from .interpret_mhc import DEFAULT_TWO_PASS, SCAL, H, check_pre_outputs, interpret_plan, poisoned_outs, sfn
+from .interpret_mhc import DEFAULT_TWO_PASS, SCAL, H, check_pre, check_pre_outputs, interpret_plan, poisoned_outs, sfn
 from .mhc_cases import assert_ulps, inputs
 
 pytestmark = pytest.mark.interpret
@@ -57,10 +57,8 @@ def test_chunked_two_pass(tokens, post_pre_split):
     ins = inputs(tokens, H, seed=120 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
     for w in (None, ins["w_act"]):
-        kw = dict(norm_weight=w, norm_eps=1e-5, **SCAL)
         p.state.scratch["partials"].fill_(float("nan"))
-        got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-        check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+        check_pre(p, tokens, ins, norm_weight=w, norm_eps=1e-5, **SCAL)
     assert len(splits) == (2 if tokens == 40 else 0)  # once a call (the large tile splits fn), never per chunk
     _check_bcast_and_post_pre(p, tokens, ins, mix)
 
@@ -95,7 +93,5 @@ def test_whole_wave_splits(tokens):
     p = interpret_plan(160, target_ctas=7, config=cfg)
     ins = inputs(tokens, H, seed=140 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
-    kw = dict(norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
-    got = mhc.run_pre(ins["residual"], *mix, plan=p, **poisoned_outs(tokens, H), **kw)
-    check_pre_outputs(got, R.mhc_pre(ins["residual"], sfn(ins["fn"]), *mix[1:], **kw))
+    check_pre(p, tokens, ins, norm_weight=ins["w_act"], norm_eps=1e-5, **SCAL)
     _check_bcast_and_post_pre(p, tokens, ins, mix)

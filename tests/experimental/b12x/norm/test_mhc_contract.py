@@ -668,12 +668,10 @@ def test_workspace_covers_every_live_split(sms, hidden, max_tokens, launches):
     rows = _config.workspace_rows(cfg, api.FORMS, hidden, max_tokens, cfg.ctas_per_sm * sms, sms=sms)
     for form in ("pre", "post_pre", "bcast"):
         for t in range(1, max_tokens + 1):
-            run = "pre" if form == "post_pre" and cfg.post_pre_split and t > cfg.small_max_tokens else form
+            run = "pre" if form == "post_pre" and cfg.splits_post_pre(t) else form
             tile = cfg.stream(run, t)
             target = cfg.target_ctas(t, sms, run)
-            splits = _config.split_for(
-                t, tile.block_t, hidden // tile.block_h, target, whole_wave=cfg.rounds_down(run)
-            )[0]
+            splits = cfg.pass1_splits(run, t, tile.block_t, hidden // tile.block_h, target)[0]
             assert splits * t <= rows, (form, t, splits, rows)
 
 

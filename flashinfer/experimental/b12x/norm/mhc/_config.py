@@ -381,6 +381,11 @@ class MhcConfig:
         """Whether pass 1 of `form` takes whole_wave's split count (split_for)."""
         return self.whole_wave and form == "pre"
 
+    def pass1_splits(self, form: str, tokens: int, block_t: int, n_chunks: int, target_ctas: int, split_k=None):
+        """(splits, chunks per split) of `form`'s pass 1 under this selection: split_for, rounding down where
+        rounds_down(form) says so. Every caller that launches or sizes pass 1 asks here."""
+        return split_for(tokens, block_t, n_chunks, target_ctas, split_k, whole_wave=self.rounds_down(form))
+
     def __post_init__(self) -> None:
         if self.pass2 not in PASS2_KINDS:
             raise ValueError(f"MhcConfig.pass2 must be one of {PASS2_KINDS}, got {self.pass2!r}")
@@ -768,18 +773,13 @@ def workspace_rows(
             for blocks in range(cdiv(lo, cfg.block_t), cdiv(hi, cfg.block_t) + 1):
                 t = min(blocks * cfg.block_t, hi)  # splits depend on blocks only: take its largest T
                 if t >= lo:
-                    splits = split_for(
-                        t, cfg.block_t, n_chunks, target_ctas, split_k, whole_wave=config.rounds_down(form)
-                    )
-                    rows = max(rows, splits[0] * t)
+                    rows = max(rows, config.pass1_splits(form, t, cfg.block_t, n_chunks, target_ctas, split_k)[0] * t)
         if sms is None:
             continue
         for t in range(1, min(max_tokens, config.small_max_tokens) + 1):
             if config.small_launch(form, t):  # its own split target (MhcConfig.target_ctas)
                 tile = config.stream(form, t)
                 target = config.target_ctas(t, sms, form)
-                splits = split_for(
-                    t, tile.block_t, hidden // tile.block_h, target, split_k, whole_wave=config.rounds_down(form)
-                )
+                splits = config.pass1_splits(form, t, tile.block_t, hidden // tile.block_h, target, split_k)
                 rows = max(rows, splits[0] * t)
     return rows

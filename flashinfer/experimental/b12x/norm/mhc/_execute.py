@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from . import reference
-from ._config import RowConfig, split_for
+from ._config import RowConfig
 from ._plan import OP, MhcPlan, _dname, _sm_count
 from .reference import MIXES
 
@@ -70,9 +70,7 @@ def _stream(p: MhcPlan, form: str, t: int, res, x, post, comb, out, fn, binding,
         splits, cps = n_chunks, 1
     else:
         target = _target(p, form, t)
-        splits, cps = split_for(
-            t, cfg.block_t, n_chunks, target, caps.split_k, whole_wave=p.state.selection.rounds_down(form)
-        )
+        splits, cps = p.state.selection.pass1_splits(form, t, cfg.block_t, n_chunks, target, caps.split_k)
     launch = _launcher(p, "compile_stream", (form, _dname(caps.dtype), caps.hidden_size, cfg))
     launch(res, x, post, comb, out, fn, _workspace(p, binding), T=t, splits=splits, cps=cps)
     return splits
@@ -138,7 +136,7 @@ def _one_launch(
     elif small and sel.tiny is not None and t <= sel.tiny.max_tokens and w is None:
         stream = sel.stream(form, 1)  # the small tile (tiny.max_tokens <= small_max_tokens)
         n_chunks, target = caps.hidden_size // stream.block_h, _target(p, form, t)
-        splits, cps = split_for(t, stream.block_t, n_chunks, target, caps.split_k, whole_wave=sel.rounds_down(form))
+        splits, cps = sel.pass1_splits(form, t, stream.block_t, n_chunks, target, caps.split_k)
         kernel = _launcher(p, "compile_tiny", (form, dt, caps.hidden_size, stream, sel.tiny))
         scratch = binding.scratch if binding is not None else p.state.scratch
         kernel(res, x, post_in, comb_in, out, fn, scratch["partials"], scratch["counter"], hc_scale, hc_base,
