@@ -203,6 +203,17 @@ def sweep_configs():
         "whole_wave_s3c5": dataclasses.replace(
             default, whole_wave=True, ctas_per_sm=5, pre_large=dataclasses.replace(default.pre_large, num_stages=3)
         ),
+        # pass 2 as the walk (_kernel_walk.py: 5 or 6 resident programs an SM dealt runs of (token, 1024-wide chunk)
+        # units, so no short last wave; 1.55 waves of the row kernel's 5 an SM at T = 1024 on 132 SMs) at every T above
+        # the mid tiles, without a norm weight (with one: the row pass 2)
+        **{
+            name: dataclasses.replace(
+                default,
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w),
+                walk_max_tokens=1 << 20,
+            )
+            for name, st, w in (("row_walk", 6, 5), ("row_walk6", 5, 6))
+        },
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles

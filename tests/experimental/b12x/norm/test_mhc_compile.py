@@ -22,6 +22,7 @@ from flashinfer.experimental.b12x.norm.mhc import (
     _kernel_row,
     _kernel_small,
     _kernel_tiny,
+    _kernel_walk,
     _kernel_wide,
 )
 
@@ -139,6 +140,34 @@ def test_row_kernel(tile, hidden, cc):
     assert not any(re.search(r"\bbar\.sync|\bbarrier\.|\b(?:ld|st)\.shared", b) for b in sink), (
         f"row {tile}: Sinkhorn via smem"
     )
+
+
+# The walk pass 2's tiles: the bench's candidates (bench_norm row_walk*).
+WALK_TILES = {
+    "c1024_s6_walk5": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5),
+    "c1024_s5_walk6": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=5, walk=6),
+}
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("tile", list(WALK_TILES))
+@pytest.mark.parametrize("hidden", _hidden([4096, 5120, 7168]))
+def test_walk_kernel(tile, hidden, cc):
+    """The walk pass 2: no spills; its unit loop streams through cp.async and keeps y's sum over the 4 streams in
+    registers (the pipeline's two barriers a unit, no shuffles); its stages fit `walk` programs an SM on sm_90a."""
+    cfg = WALK_TILES[tile]
+    compiled = _compile(_kernel_walk._mhc_walk_kernel, APPLY_SIG, _kernel_walk.walk_constexprs(hidden, cfg), 4, 1, cc)
+    _check(compiled, f"walk {tile}", mma=False)
+    ptx = compiled.asm["ptx"]
+    # every block from a label to its backward branch, nested ones too (the unit loop sits inside an outer region)
+    loops = [re.search(rf"{re.escape(m.group(1))}:(.*?)\sbra(?:\.uni)?\s+{re.escape(m.group(1))};", ptx[m.start() :], re.S)
+             for m in re.finditer(r"(\$L__BB0_\d+):", ptx)]  # fmt: skip
+    units = [b.group(1) for b in loops if b and "cp.async" in b.group(1) and "st.global" in b.group(1)]
+    units = [b for b in units if not re.search(r"\$L__BB0_\d+:", b)]  # the innermost
+    assert len(units) == 1, f"walk {tile}: {len(units)} unit loops"
+    assert len(re.findall(r"\bbar\.sync", units[0])) == 2 and not re.search(r"\bshfl", units[0]), f"walk {tile}"
+    if cc == 90:
+        assert cfg.walk * (compiled.metadata.shared + 1024) <= 228 * 1024, f"walk {tile}: {cfg.walk} programs an SM"
 
 
 SMALL_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")

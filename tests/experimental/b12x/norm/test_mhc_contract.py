@@ -718,3 +718,38 @@ def test_whole_wave_splits_never_exceed_the_target(tokens, up, down):
 def test_whole_wave_must_be_a_bool():
     with pytest.raises(ValueError, match=re.escape("MhcConfig.whole_wave must be a bool, got 1")):
         _config.MhcConfig(whole_wave=1)
+
+
+WALK = _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: _config.RowConfig(walk=-1), "RowConfig.walk must be an int >= 0, got -1"),
+        (lambda: _config.RowConfig(walk=True), "RowConfig.walk must be an int >= 0, got True"),
+        (lambda: _config.RowConfig(walk=2, scalar=True), "RowConfig.walk takes the weights as tiles"),
+        (lambda: _config.MhcConfig(row_walk=_config.RowConfig()), "MhcConfig.row_walk must be None or a RowConfig"),
+        (lambda: _config.MhcConfig(row_walk=WALK, walk_max_tokens=0), "MhcConfig.walk_max_tokens must be an int"),
+    ],
+)
+def test_walk_config_errors(make, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make()
+
+
+def test_walk_selection_bounds_and_jobs():
+    """The walk pass 2 runs above the small (or mid) tiles' range up to walk_max_tokens, never with a norm weight or
+    the apply pass 2; a plan compiles it once (no weight dtype in its key), beside the row tiles it falls back on."""
+    cfg = _config.MhcConfig(row_walk=WALK, walk_max_tokens=4096)
+    assert [cfg.walk_for(t, False) for t in (64, 65, 4096, 4097)] == [None, WALK, WALK, None]
+    assert cfg.walk_for(1000, True) is None and _config.MhcConfig().walk_for(1000, False) is None
+    assert dataclasses.replace(cfg, pass2="apply").walk_for(1000, False) is None
+    mid = dataclasses.replace(_config.default_config("sm_90a"), row_walk=WALK)
+    assert mid.walk_for(128, False) is None and mid.walk_for(129, False) is WALK
+    jobs = [(k.__name__, args[:-2]) for k, args in mhc.plan(caps(max_tokens=8192)).kernels(mid, "sm_90a")]
+    assert [j for j in jobs if j[0] == "compile_walk"] == [("compile_walk", ("bfloat16", H, WALK))]
+    assert ("compile_row", ("bfloat16", H, "bfloat16", mid.row_large)) in jobs
+    sm90 = _config.default_config("sm_90a")  # the walk is sm_90a's alone (SM120's 100 KB of shared memory)
+    assert sm90.row_walk is _config.WALK_90 and _config.default_config("sm_120a").row_walk is None
+    assert _config.WALK_90 is None or (sm90.walk_max_tokens == _config.WALK_MAX_90 and _config.WALK_90.walk > 0)

@@ -602,3 +602,35 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     kinds = [k for k, _ in launched[4:]]
     assert kinds == ["compile_stream", *split, "compile_stream", "compile_row"], kinds
     assert launched[4][1][0] == "post" and launched[5 + len(split)][1][0] == "pre"
+
+
+# The walk pass 2 (bench_norm's row_walk): the default with it at every T above the mid tiles.
+WALK = dataclasses.replace(
+    _config.default_config("sm_90a"),
+    row_walk=_config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5),
+    walk_max_tokens=1 << 20,
+)
+
+
+@pytest.mark.parametrize("hidden", [4096, 5120, 7168])
+@pytest.mark.parametrize("tokens", [129, 1000, 3001, 8192])
+def test_walk_pass2(tokens, hidden):
+    """pre, bcast and post_pre without a norm weight through the walk (one launch each, counted), NaN-poisoned
+    outputs, against the reference; pre with a norm weight takes the row pass 2."""
+    p = prepared(hidden, override=WALK)
+    walked = counting_kind(p, "compile_walk")
+    ins = gpu_inputs(tokens, hidden, seed=700 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **SCALARS)
+    check_outputs(got, *pre_refs(ins["residual"], *mix, **SCALARS))
+    got = mhc.run_pre(ins["x"], *mix, plan=p, **pre_buffers(tokens, hidden, residual=True), **SCALARS)
+    ref32, ref_lo = pre_refs(ins["x"], *mix, **SCALARS)
+    check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+    got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **SCALARS)
+    check_outputs(got, R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS))
+    assert walked == [tokens] * 3
+    kw = dict(SCALARS, norm_weight=ins["w_act"], norm_eps=1e-6)
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **kw)
+    check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
+    assert walked == [tokens] * 3

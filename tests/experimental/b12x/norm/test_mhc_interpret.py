@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[4]
     [
         (("interpret_mhc.py",), False),
         (("interpret_mhc_last.py",), False),
-        (("interpret_mhc_chunks.py",), False),
+        (("interpret_mhc_chunks.py", "interpret_mhc_walk.py"), False),
         pytest.param(("interpret_mhc.py", "interpret_mhc_last.py"), True, marks=pytest.mark.slow),
     ],
-    ids=["mhc", "last", "chunks", "slow"],
+    ids=["mhc", "last", "chunks_walk", "slow"],
 )
 def test_kernels_under_the_interpreter(modules, slow):
     env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")

@@ -1,9 +1,8 @@
 """norm.mhc configuration: pass-1 tiles, the selection, and the split-K heuristic (stdlib only).
 
-Tile choices come from CPU compiles for sm_90a/sm_120a at H=7168 (registers, spills, mma.sync and no
-wgmma in the PTX); they are not yet timed on the H200 (bench_norm.py --sweep measures alternatives).
-Pass 1 dots are mma.sync only while Triton does not pick wgmma: on sm_90a it does for num_warps % 4
-== 0 with BLOCK_T >= 64, so 4-warp tiles keep BLOCK_T <= 32 and larger token blocks use 2 warps.
+Tiles fit by CPU compiles for sm_90a / sm_120a (registers, spills, mma.sync and no wgmma in the PTX: Triton picks
+wgmma on sm_90a for num_warps % 4 == 0 with BLOCK_T >= 64, so 4-warp tiles keep BLOCK_T <= 32 and larger token blocks
+use 2 warps), chosen by timed sweeps (bench_norm.py; the measurements are cited where a default takes them).
 """
 
 from __future__ import annotations
@@ -119,8 +118,15 @@ class RowConfig:
     # partial reduction (_kernel_wide's finish) instead of [4] / [4, 4] tiles reduced across lanes
     scalar: bool = False
     pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl
+    # > 0: the walk pass 2 (_kernel_walk.py), `walk` resident programs an SM dealt runs of (token, block_h
+    # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk)
+    walk: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.walk, int) or isinstance(self.walk, bool) or self.walk < 0:
+            raise ValueError(f"RowConfig.walk must be an int >= 0, got {self.walk!r}")
+        if self.walk and self.scalar:
+            raise ValueError("RowConfig.walk takes the weights as tiles: scalar must be False")
         for name in ("block_h", "block_s", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
@@ -305,25 +311,20 @@ class MhcConfig:
     ctas_per_sm: the split heuristic aims at this many pass-1 programs per SM.
     """
 
-    # 88 registers (sm_90a), 16 mma.sync per step.
-    pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
-    # 64 tokens on 2 warps (4 warps at BLOCK_T=64 would be wgmma): 186 registers, no spills. The fn
-    # tile (hi + lo, 128 bytes per k) is then read from L2 once per 128 residual bytes per k; at
-    # BLOCK_T=32 x 4 warps (138 registers, sweep "pre_t32") it is twice the residual traffic.
-    # BLOCK_H=32 at BLOCK_T=64 spills.
+    pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)  # 88 registers (sm_90a)
+    # 64 tokens on 2 warps (4 would be wgmma): 186 registers. fn (hi + lo, 128 bytes per k) is read from L2 once per
+    # 128 residual bytes per k (twice that at BLOCK_T=32 x 4 warps, sweep "pre_t32"); BLOCK_H=32 spills.
     pre_large: StreamConfig = StreamConfig(block_t=64, block_h=16, num_warps=2, num_stages=4)
-    # 185 registers, no spills.
-    post_pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)
-    # 183 registers, no spills; 2 warps at BLOCK_T=64 spill (the 4 new streams + 20 weights).
+    post_pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)  # 185 registers
+    # 183 registers; 2 warps at BLOCK_T=64 spill (the 4 new streams + 20 weights).
     post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)
     bcast: StreamConfig = StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=2)
     post: StreamConfig = StreamConfig(block_t=4, block_h=128, num_warps=4, num_stages=1)
-    # pass 2: one token per 4-warp program at small T (its row spread over 128 lanes, 8 KiB a
-    # chunk, 3 chunks prefetched); four per program at large T (one warp each, 256-wide chunks).
+    # the apply pass 2: one token per 4-warp program at small T (8 KiB chunks, 3 prefetched); 4 a program at large T
     apply_small: ApplyConfig = ApplyConfig(tokens=1, block_h=1024, stages=4)
     apply_large: ApplyConfig = ApplyConfig(tokens=4, block_h=256, stages=4)
-    # the "row" pass 2: one token per 8-warp program, the row read once. H200 (03:35 UTC run): 8
-    # warps 234 us at T=8192 (16 warps 343; the apply pass 2 1255), 8.7 us at T=1 (apply 33.6).
+    # the "row" pass 2: one token per 8-warp program, the row read once. H200: 8 warps 234 us at T=8192 (16 warps 343;
+    # the apply pass 2 1255), 8.7 us at T=1 (apply 33.6).
     row_small: RowConfig = RowConfig(block_h=8192, block_s=256, num_warps=8)
     row_large: RowConfig = RowConfig(block_h=8192, block_s=16, num_warps=8)
     # which pass 2 runs: "row" or the older "apply" (TOK tokens a program, 2-3 reads of the row)
@@ -376,6 +377,10 @@ class MhcConfig:
     # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count). pre's pass 1 only (post_pre_split's
     # too): bcast's 32 x 32 tile holds 6 an SM, and its grid already fits. On in sm_90a's default_config (session 57).
     whole_wave: bool = False
+    # pass 2 above mid_max_tokens (small_max_tokens without row_mid) up to walk_max_tokens, without a norm weight:
+    # the walk pass 2 (a RowConfig with walk > 0; None: the row pass 2 everywhere)
+    row_walk: RowConfig | None = None
+    walk_max_tokens: int = 4096
 
     def rounds_down(self, form: str) -> bool:
         """Whether pass 1 of `form` takes whole_wave's split count (split_for)."""
@@ -420,6 +425,10 @@ class MhcConfig:
             )
         if self.last is not None and not isinstance(self.last, LastConfig):
             raise ValueError(f"MhcConfig.last must be a LastConfig or None, got {type(self.last).__name__}")
+        if self.row_walk is not None and (not isinstance(self.row_walk, RowConfig) or not self.row_walk.walk):
+            raise ValueError(f"MhcConfig.row_walk must be None or a RowConfig with walk > 0, got {self.row_walk!r}")
+        if not _positive_int(self.walk_max_tokens):
+            raise ValueError(f"MhcConfig.walk_max_tokens must be an int >= 1, got {self.walk_max_tokens!r}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
@@ -519,12 +528,20 @@ class MhcConfig:
             return self.row_small if small else self.row_large
         return self.apply_small if small else self.apply_large
 
+    def walk_for(self, tokens: int, weighted: bool) -> RowConfig | None:
+        """The walk pass-2 tile at `tokens` live tokens (row_walk), or None: the call takes `apply`'s tile."""
+        low = self.mid_max_tokens if self.row_mid is not None else self.small_max_tokens
+        if self.row_walk is None or weighted or self.pass2 != "row" or not low < tokens <= self.walk_max_tokens:
+            return None
+        return self.row_walk
+
     def pass2_tiles(self) -> tuple:
-        """Every pass-2 tile this selection may run (the compile jobs)."""
+        """Every pass-2 tile this selection may run (the compile jobs; a walk tile compiles without a weight)."""
         if self.pass2 == "row":
             mid = () if self.row_mid is None else (self.row_mid,)
             pdl = tuple(self.apply(r.first, r.form) for r in self._applying())
-            return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large)))
+            walk = () if self.row_walk is None else (self.row_walk,)
+            return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large, *walk)))
         return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
@@ -670,19 +687,19 @@ def default_config(arch: str | None) -> MhcConfig:
     base = dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
     )
-    # Session 29 (H200 2026-12-03 19:08, graph timer, 8 calls a graph, H = 7168, µs; docs/performance.md):
-    # the wide pass 2 with post and comb in a program of their own (apart) against session 28's default:
-    # pre / post_pre T = 1 7.71 / 8.45 vs 8.02 / 8.85, T = 4 8.57 / 9.27 vs 8.67 / 9.54, T = 64 15.32 /
-    # 20.55 vs 15.42 / 20.48. Every T <= 64 kernel as a programmatic dependent with one token split for one
-    # pass-1 program an SM: post_pre T = 1 7.66 (issue #5's < 8), pre 7.92; but at T = 4 pre 9.58 and at
-    # T = 64 16.72 / 21.46 (the same with the split unchanged: programmatic dependents cost there). Session 29
-    # took them at one token only; session 30's sweep chose them per form and T range: SMALL_LAUNCHES_90.
+    # Session 29 (H200, graph timer, 8 calls a graph, H = 7168; docs/performance.md): the wide pass 2 with post and
+    # comb in a program of their own (apart): pre / post_pre T = 1 7.71 / 8.45 vs 8.02 / 8.85 µs, T = 4 and 64 within
+    # 1%. The T <= 64 programmatic dependents: session 30's sweep per form and T range (SMALL_LAUNCHES_90).
     wide = None if base.wide is None else dataclasses.replace(base.wide, apart=True)
-    # Session 57 (H100, graph timer, µs, docs/performance.md): pass 1's split count rounded down (whole_wave), one wave
-    # of 4 programs an SM: pre T = 8192 435.8 -> 397.4 (H = 7168) / 279.2 -> 256.8 (4096), T = 4096 -10.6 / -8.7%,
-    # T = 2048 H = 7168 -4.9%; post_pre -4.6 to -5.9% from T = 4096; pass 1 alone -15 to -20% from T = 4096. Where
-    # both roundings give the same grid (T <= 1024; T = 2048 at H = 4096) the rows tie.
-    return dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
+    # Session 57 (H100, graph timer; docs/performance.md): pass 1's split count rounded down (whole_wave), one wave
+    # of 4 programs an SM: pre -8 to -11%, post_pre -5 to -6% from T = 4096; same grid, ties, at T <= 1024.
+    base = dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
+    return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
+
+
+# sm_90a's walk pass 2 (MhcConfig.row_walk; None: off) up to WALK_MAX_90 tokens (docs/predictions/norm_mhc.md, s58)
+WALK_90 = None
+WALK_MAX_90 = 4096
 
 
 # sm_90a's small-T launches (MhcConfig.small_launches). H200 2026-12-03 22:25 (session 30, graph timer, 8 calls a

@@ -86,6 +86,11 @@ def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding
         launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide_for(t, form)))
         launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
         return
+    walk = sel.walk_for(t, w is not None)
+    if walk is not None:
+        launch = _launcher(p, "compile_walk", (dt, caps.hidden_size, walk))
+        launch(src, _workspace(p, binding), hc_scale, hc_base, None, y, post, comb, T=t, splits=splits, **scal)
+        return
     tile = sel.apply(t, form)
     kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"
     launch = _launcher(p, kind, (dt, caps.hidden_size, wdt, tile))

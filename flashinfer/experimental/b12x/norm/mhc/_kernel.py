@@ -346,6 +346,27 @@ def _split_sum(
 
 
 @triton.jit
+def _split_sums(part_ptr, T, splits, tok, t_mask, BS: tl.constexpr, CACHE: tl.constexpr, SQ: tl.constexpr):
+    """TOK tokens' partials summed over all splits: (pre / post [TOK, 8], comb logit rows l_0..l_3 [TOK, 4],
+    and with SQ the sum of squares (column 24) [TOK, 1], else zeros)."""
+    acc8 = tl.zeros([tok.shape[0], 8], dtype=tl.float32)
+    l_0 = tl.zeros([tok.shape[0], 4], dtype=tl.float32)
+    l_1 = tl.zeros([tok.shape[0], 4], dtype=tl.float32)
+    l_2 = tl.zeros([tok.shape[0], 4], dtype=tl.float32)
+    l_3 = tl.zeros([tok.shape[0], 4], dtype=tl.float32)
+    ssq = tl.zeros([tok.shape[0], 1], dtype=tl.float32)
+    for s0 in range(0, splits, BS):
+        acc8 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 0, 8, BS, CACHE)
+        l_0 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 8, 4, BS, CACHE)
+        l_1 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 12, 4, BS, CACHE)
+        l_2 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 16, 4, BS, CACHE)
+        l_3 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 20, 4, BS, CACHE)
+        if SQ:
+            ssq += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 24, 1, BS, CACHE)
+    return acc8, l_0, l_1, l_2, l_3, ssq
+
+
+@triton.jit
 def _tok_weights(
     acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask, sinkhorn_iters, hc_eps
 ):
@@ -526,17 +547,7 @@ def _mhc_apply_kernel(
 
     # Phase 2: the tokens' mixes, partials summed over the splits: pre/post [TOK, 8] and the comb
     # logits as four row tiles [TOK, 4] over j (Sinkhorn's column sums are then elementwise).
-    acc8 = tl.zeros([TOK, 8], dtype=tl.float32)
-    l_0 = tl.zeros([TOK, 4], dtype=tl.float32)
-    l_1 = tl.zeros([TOK, 4], dtype=tl.float32)
-    l_2 = tl.zeros([TOK, 4], dtype=tl.float32)
-    l_3 = tl.zeros([TOK, 4], dtype=tl.float32)
-    for s0 in range(0, splits, BLOCK_S):
-        acc8 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 0, 8, BLOCK_S, "")
-        l_0 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 8, 4, BLOCK_S, "")
-        l_1 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 12, 4, BLOCK_S, "")
-        l_2 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 16, 4, BLOCK_S, "")
-        l_3 += _split_sum(part_ptr, s0, T, splits, tok, t_mask, 20, 4, BLOCK_S, "")
+    acc8, l_0, l_1, l_2, l_3, _ = _split_sums(part_ptr, T, splits, tok, t_mask, BLOCK_S, "", False)
 
     # Phase 3: pre / post (sigmoids) and comb (softmax over j, + hc_eps, Sinkhorn rounds); phase 4: y.
     pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, t_mask,

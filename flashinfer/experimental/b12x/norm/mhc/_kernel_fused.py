@@ -37,7 +37,7 @@ from ._kernel import (
     MODES,
     _one_launch_fakes,
     _pass1_tile,
-    _split_sum,
+    _split_sums,
     _tok_weights,
     _write_y,
     fn_blocks_of,
@@ -104,19 +104,7 @@ def _mhc_fused_kernel(
     ticket = tl.atomic_add(cnt_ptr + blk, 1, sem="acq_rel", scope="gpu")
     if ticket == splits - 1:
         # Phase B (the block's last program): partials summed over the splits, L1 bypassed.
-        acc8 = tl.zeros([BLOCK_T, 8], dtype=tl.float32)
-        l_0 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
-        l_1 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
-        l_2 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
-        l_3 = tl.zeros([BLOCK_T, 4], dtype=tl.float32)
-        ssq = tl.zeros([BLOCK_T, 1], dtype=tl.float32)
-        for s0 in range(0, splits, BLOCK_S):
-            acc8 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 0, 8, BLOCK_S, ".cg")
-            l_0 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 8, 4, BLOCK_S, ".cg")
-            l_1 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 12, 4, BLOCK_S, ".cg")
-            l_2 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 16, 4, BLOCK_S, ".cg")
-            l_3 += _split_sum(part_ptr, s0, T, splits, row, t_mask, 20, 4, BLOCK_S, ".cg")
-            ssq += _split_sum(part_ptr, s0, T, splits, row, t_mask, 24, 1, BLOCK_S, ".cg")
+        acc8, l_0, l_1, l_2, l_3, ssq = _split_sums(part_ptr, T, splits, row, t_mask, BLOCK_S, ".cg", True)
         tl.atomic_xchg(cnt_ptr + blk, 0)  # every ticket of this block is drawn: ready for the next call
         rs = 1.0 / tl.sqrt_rn(tl.sum(ssq, axis=1) / (4 * H) + rms_eps)
 

@@ -83,6 +83,7 @@ class MhcPlan(Plan):
         from ._kernel_row import compile_row
         from ._kernel_small import compile_small
         from ._kernel_tiny import compile_tiny
+        from ._kernel_walk import compile_walk
         from ._kernel_wide import compile_wide
 
         caps, dt = self.caps, _dname(self.caps.dtype)
@@ -107,6 +108,9 @@ class MhcPlan(Plan):
                     jobs.append((compile_wide, (dt, caps.hidden_size, wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
                 for tile in config.pass2_tiles():
+                    if isinstance(tile, RowConfig) and tile.walk:  # no norm weight: one job
+                        jobs.append((compile_walk, (dt, caps.hidden_size, tile, dev, arch)))
+                        continue
                     k = compile_row if isinstance(tile, RowConfig) else compile_apply
                     for wdt in dict.fromkeys((dt, "float32")):
                         jobs.append((k, (dt, caps.hidden_size, wdt, tile, dev, arch)))
