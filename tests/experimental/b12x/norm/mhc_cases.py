@@ -44,5 +44,5 @@ def assert_ulps(got, want, ulps, *, atol=1e-5, mantissa_bits=7):
     want = want.double()
     mag = want.abs().clamp_min(2.0**-100)
     ulp = torch.exp2(torch.floor(torch.log2(mag)) - mantissa_bits)
-    bad = (got.double() - want).abs() > ulps * ulp + atol
+    bad = ~((got.double() - want).abs() <= ulps * ulp + atol)  # NaN (an output left poisoned) is bad too
     assert not bad.any(), f"{int(bad.sum())} values beyond {ulps} ulp, e.g. got {got[bad][:4]} want {want[bad][:4]}"
