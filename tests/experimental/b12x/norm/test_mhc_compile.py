@@ -146,6 +146,8 @@ def test_row_kernel(tile, hidden, cc):
 WALK_TILES = {
     "c1024_s6_walk5": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5),
     "c1024_s5_walk6": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=5, walk=6),
+    # each token's weights before its units: 120 registers on sm_90a, so 4 an SM
+    "c1024_s6_walk4_il": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=4, interleave=True),
 }
 
 
@@ -167,7 +169,9 @@ def test_walk_kernel(tile, hidden, cc):
     assert len(units) == 1, f"walk {tile}: {len(units)} unit loops"
     assert len(re.findall(r"\bbar\.sync", units[0])) == 2 and not re.search(r"\bshfl", units[0]), f"walk {tile}"
     if cc == 90:
+        regs = CB.resources(compiled.asm["cubin"])["REG"]
         assert cfg.walk * (compiled.metadata.shared + 1024) <= 228 * 1024, f"walk {tile}: {cfg.walk} programs an SM"
+        assert cfg.walk * 128 * regs <= 65536, f"walk {tile}: {regs} registers, not {cfg.walk} programs an SM"
 
 
 SMALL_SIG = dict(res_ptr="*bf16", x_ptr="*bf16", pin_ptr="*fp32", cin_ptr="*fp32", out_ptr="*bf16", fn_ptr="*fp32")

@@ -119,8 +119,10 @@ class RowConfig:
     scalar: bool = False
     pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl
     # > 0: the walk pass 2 (_kernel_walk.py), `walk` resident programs an SM dealt runs of (token, block_h
-    # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk)
+    # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk). interleave: each token's weights
+    # just before its units (not all of the run's first)
     walk: int = 0
+    interleave: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.walk, int) or isinstance(self.walk, bool) or self.walk < 0:
@@ -133,7 +135,7 @@ class RowConfig:
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
-        _check_bools("RowConfig", self, ("scalar", "pdl"))
+        _check_bools("RowConfig", self, ("scalar", "pdl", "interleave"))
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 
@@ -316,8 +318,7 @@ class MhcConfig:
     # 128 residual bytes per k (twice that at BLOCK_T=32 x 4 warps, sweep "pre_t32"); BLOCK_H=32 spills.
     pre_large: StreamConfig = StreamConfig(block_t=64, block_h=16, num_warps=2, num_stages=4)
     post_pre_small: StreamConfig = StreamConfig(block_t=16, block_h=32, num_warps=4, num_stages=2)  # 185 registers
-    # 183 registers; 2 warps at BLOCK_T=64 spill (the 4 new streams + 20 weights).
-    post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)
+    post_pre_large: StreamConfig = StreamConfig(block_t=32, block_h=16, num_warps=4, num_stages=2)  # 183; 2 warps spill
     bcast: StreamConfig = StreamConfig(block_t=32, block_h=32, num_warps=4, num_stages=2)
     post: StreamConfig = StreamConfig(block_t=4, block_h=128, num_warps=4, num_stages=1)
     # the apply pass 2: one token per 4-warp program at small T (8 KiB chunks, 3 prefetched); 4 a program at large T
