@@ -567,9 +567,10 @@ def counting_launches(p):
 @pytest.mark.parametrize("weight", [None, "w_act"])
 def test_default_above_small_max_tokens(hidden, tokens, weight):
     """The sm_90a default above small_max_tokens (two passes; above mid_max_tokens = 128 fn split
-    once, pre's large tile with diagonal-block squares, the row pass 2 streamed in 2048-wide chunks;
-    65..128 session 6's large tiles, no split launch) on pre, broadcast (diag squares) and post_pre
-    (post's kernel + pre's pass 1 + pass 2), NaN-poisoned outputs and partials, and the launches."""
+    once, pre's large tile with diagonal-block squares, the row pass 2 streamed in 2048-wide chunks, or
+    without a norm weight up to WALK_MAX_90 tokens the walk pass 2; 65..128 session 6's large tiles, no
+    split launch) on pre, broadcast (diag squares) and post_pre (post's kernel + pre's pass 1 + pass 2),
+    NaN-poisoned outputs and partials, and the launches."""
     p = prepared(hidden)
     sel = p.state.selection
     if torch.cuda.get_device_capability() != (9, 0):
@@ -583,24 +584,26 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
     mid = tokens <= sel.mid_max_tokens
     split = [] if mid else ["compile_split_fn"]
+    walk = sel.walk_for(tokens, weight is not None)
+    pass2 = "compile_row" if walk is None else "compile_walk"
     pre_launches = [k for k, _ in launched]
-    assert pre_launches == split + ["compile_stream", "compile_row"], pre_launches
+    assert pre_launches == split + ["compile_stream", pass2], pre_launches
     launched[:] = launched[len(split) :]  # the indices below as without the split launch
-    want = (sel.pre_mid, sel.row_mid) if mid else (sel.pre_large, sel.row_large)
-    assert (launched[0][1][3], launched[1][1][3]) == want
+    want = (sel.pre_mid, sel.row_mid) if mid else (sel.pre_large, walk or sel.row_large)
+    assert (launched[0][1][3], launched[1][1][-1]) == want
     p.state.scratch["partials"].fill_(float("nan"))
     got = mhc.run_pre(ins["x"], *mix, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
     ref32, ref_lo = pre_refs(ins["x"], *mix, **kw)
     assert torch.equal(got[0], ref32[0])
     check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
-    assert [k for k, _ in launched[2:]] == ["compile_stream", "compile_row"]
+    assert [k for k, _ in launched[2:]] == ["compile_stream", pass2]
     assert launched[2][1][0] == "bcast" and launched[2][1][3].sq == "diag"
     p.state.scratch["partials"].fill_(float("nan"))
     args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
     got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
     check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
     kinds = [k for k, _ in launched[4:]]
-    assert kinds == ["compile_stream", *split, "compile_stream", "compile_row"], kinds
+    assert kinds == ["compile_stream", *split, "compile_stream", pass2], kinds
     assert launched[4][1][0] == "post" and launched[5 + len(split)][1][0] == "pre"
 
 

@@ -698,8 +698,10 @@ def default_config(arch: str | None) -> MhcConfig:
     return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
 
 
-# sm_90a's walk pass 2 (MhcConfig.row_walk; None: off) up to WALK_MAX_90 tokens (docs/predictions/norm_mhc.md, s58)
-WALK_90 = None
+# sm_90a's walk pass 2 (MhcConfig.row_walk) up to WALK_MAX_90 tokens. Session 58 (H100, two runs, docs/performance.md
+# and its rule in docs/predictions/norm_mhc.md): pre -1.0 to -9.5%, post_pre -1.0 to -6.1% at T = 1024-4096 (H = 7168
+# and 4096); at T = 8192 H = 7168 +1.2% (pre), so it stops at 4096 (5 stages at 6 an SM missed the bar at 1024).
+WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)
 WALK_MAX_90 = 4096
 
 
@@ -740,7 +742,7 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
     reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
     forms = ("pre_small", "pre_large", "post_pre_small", "post_pre_large", "bcast", "post", "row_small", "row_large")
-    forms += tuple(name for name in ("pre_mid", "row_mid") if getattr(config, name) is not None)
+    forms += tuple(name for name in ("pre_mid", "row_mid", "row_walk") if getattr(config, name) is not None)
     return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
 
 
