@@ -15,7 +15,7 @@ case ${1:?usage: s58_b.sh ab|tier} in
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
     export PYTHONPATH=$PYTHONPATH:$PWD
     b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
-    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk6 row_walk_il"  # il: timed, not in the rule
+    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk6"  # (session 58 also timed row_walk_il, removed since)
     timeout 200 $b --per-pass --json "$OUT/walk58_1.json" >"$OUT/walk58_1.log" 2>&1; echo "ab1 rc=$?"
     grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/walk58_1.log" | cut -c1-150
     timeout 140 $b --json "$OUT/walk58_2.json" >"$OUT/walk58_2.log" 2>&1; echo "ab2 rc=$?"

@@ -209,11 +209,10 @@ def sweep_configs():
         **{
             name: dataclasses.replace(
                 default,
-                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w, interleave=il),
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w),
                 walk_max_tokens=1 << 20,
             )
-            # row_walk_il: each token's weights just before its units (120 registers: 4 an SM)
-            for name, st, w, il in (("row_walk", 6, 5, False), ("row_walk6", 5, 6, False), ("row_walk_il", 6, 4, True))
+            for name, st, w in (("row_walk", 6, 5), ("row_walk6", 5, 6))
         },
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the

@@ -30,20 +30,19 @@ pytestmark = pytest.mark.interpret
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_mhc_interpret.py"
 
 
-def walk_config(programs, max_tokens=64, interleave=False):
+def walk_config(programs, max_tokens=64):
     """DEFAULT_TWO_PASS (large tiles above 12 tokens) with the walk pass 2 up to max_tokens: 128-wide units, two
-    a token at H = 256, `programs` programs (one "SM"); interleave: each token's weights before its units."""
-    walk = _config.RowConfig(block_h=128, block_s=2, num_warps=4, stages=3, walk=programs, interleave=interleave)
+    a token at H = 256, `programs` programs (one "SM")."""
+    walk = _config.RowConfig(block_h=128, block_s=2, num_warps=4, stages=3, walk=programs)
     return dataclasses.replace(DEFAULT_TWO_PASS, row_walk=walk, walk_max_tokens=max_tokens)
 
 
-@pytest.mark.parametrize("interleave", [False, True])
 @pytest.mark.parametrize("tokens, programs", [(13, 3), (17, 5), (21, 40), (40, 7)])
-def test_walk_pass2(tokens, programs, interleave):
+def test_walk_pass2(tokens, programs):
     """pre, bcast and post_pre through the walk (runs of 2 T / programs units: a program's first and last tokens
     are shared with its neighbours; 40 programs for 42 units at 21 tokens: most hold one unit), twice on fresh
     NaN-poisoned outputs and partials; then pre with a norm weight, which runs the row pass 2."""
-    p = interpret_plan(48, target_ctas=4, config=walk_config(programs, interleave=interleave))
+    p = interpret_plan(48, target_ctas=4, config=walk_config(programs))
     walked = counting_kind(p, "compile_walk")
     rows = counting_kind(p, "compile_row")
     for seed in (tokens, 500 + tokens):

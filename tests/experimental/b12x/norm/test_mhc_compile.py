@@ -146,8 +146,6 @@ def test_row_kernel(tile, hidden, cc):
 WALK_TILES = {
     "c1024_s6_walk5": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5),
     "c1024_s5_walk6": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=5, walk=6),
-    # each token's weights before its units: 120 registers on sm_90a, so 4 an SM
-    "c1024_s6_walk4_il": _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=4, interleave=True),
 }
 
 

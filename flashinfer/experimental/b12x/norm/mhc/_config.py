@@ -119,10 +119,8 @@ class RowConfig:
     scalar: bool = False
     pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl
     # > 0: the walk pass 2 (_kernel_walk.py), `walk` resident programs an SM dealt runs of (token, block_h
-    # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk). interleave: each token's weights
-    # just before its units (not all of the run's first)
+    # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk)
     walk: int = 0
-    interleave: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.walk, int) or isinstance(self.walk, bool) or self.walk < 0:
@@ -135,7 +133,7 @@ class RowConfig:
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
-        _check_bools("RowConfig", self, ("scalar", "pdl", "interleave"))
+        _check_bools("RowConfig", self, ("scalar", "pdl"))
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 

@@ -18,6 +18,11 @@ token's [4 streams, BLOCK_H] slice are dealt out in contiguous runs (program p t
 2. a barrier (this program's threads read the pre it stored), then the unit loop, software-pipelined
    STAGES deep: y[t, chunk] = sum_i pre_i residual_i[chunk], pre reloaded per unit (16 bytes, L1).
 
+Step 1 runs with nothing in flight on any SM (all programs start together): ~13 tokens' Sinkhorn chains a program at
+T = 8192, which is why sm_90a's default stops the walk at 4096 tokens (session 58). Taking each token's weights just
+before its units instead (built and timed in session 58, f3dd3ea) ran 72-148% slower: 120 registers (4 programs an
+SM) and a pipeline refilled every token.
+
 No norm weight: y's mean square needs the whole row, which no program holds (the selection runs the
 row pass 2 when a norm weight is given). Bytes per token as the row pass 2: the row (8H) once, y
 (2H), the partials (splits x 128, read by one or two programs).
@@ -66,7 +71,6 @@ def _mhc_walk_kernel(
     STAGES: tl.constexpr,  # the unit loop's pipeline depth
     TOKB: tl.constexpr,  # tokens per step of the weights loop
     PAD: tl.constexpr,  # PRE_PAD
-    INTERLEAVE: tl.constexpr,  # RowConfig.interleave: each token's weights just before its units
     PDL: tl.constexpr,
 ):
     gdc_enter(PDL)
@@ -79,27 +83,7 @@ def _mhc_walk_kernel(
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
     i4 = tl.arange(0, 4)
-    if INTERLEAVE:
-        # Token by token: its weights (post / comb stored; pre kept in registers), then its units in the run, so a
-        # program's Sinkhorn chains fall between its streams, beside the other programs' loads, not all at the start.
-        c8 = tl.arange(0, 8)
-        hh = tl.arange(0, BLOCK_H)
-        one = tl.arange(0, 1)
-        for t in range(u0 // NC, (u1 + NC - 1) // NC):
-            tok = (t + one).to(tl.int64)
-            acc8, l_0, l_1, l_2, l_3, ssq = _split_sums(part_ptr, T, splits, tok, tok < T, BLOCK_S, "", True)
-            rs = 1.0 / tl.sqrt_rn(tl.sum(ssq, axis=1) / (4 * H) + rms_eps)
-            pp = _tok_weights(acc8, l_0, l_1, l_2, l_3, rs, scale_ptr, base_ptr, post_ptr, comb_ptr, tok, tok < T,
-                              sinkhorn_iters, hc_eps)  # fmt: skip
-            pre = tl.sum(tl.where(c8[None, :] == i4[:, None], pp, 0.0), axis=1)
-            t64 = tl.sum(tok, axis=0)  # t as an int64 scalar (a Python int under the interpreter)
-            row = src_ptr + t64 * tok_stride
-            ua = tl.maximum(u0, t * NC)
-            for u in tl.range(ua, tl.minimum(u1, t * NC + NC), num_stages=STAGES):
-                h = (u - t * NC) * BLOCK_H + hh
-                y = tl.sum(pre[:, None] * _stream_tile(row, i4, h, stream_stride, H), axis=0)
-                tl.store(y_ptr + t64 * H + h, y.to(y_ptr.dtype.element_ty), mask=h < H)
-    elif u1 > u0:
+    if u1 > u0:
         # 1. The weights of the tokens the run touches; post and comb stored, pre parked in the pad.
         t_last = (u1 - 1) // NC
         c8 = tl.arange(0, 8)
@@ -130,7 +114,7 @@ def walk_constexprs(hidden: int, config: RowConfig) -> dict:
     """The walk kernel's constexprs for `config` at `hidden`."""
     block_h, block_s = row_tile(hidden, config)
     return dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=config.stages, TOKB=WALK_TOKENS, PAD=PRE_PAD,
-                INTERLEAVE=config.interleave, PDL=pdl_constexpr(config.pdl))  # fmt: skip
+                PDL=pdl_constexpr(config.pdl))  # fmt: skip
 
 
 def launch_walk(hidden: int, config: RowConfig, programs: int, src, part, hc_scale, hc_base, weight, y, post, comb, *,
