@@ -376,8 +376,7 @@ class MhcConfig:
     # for 528 slots (1.21 waves), down 4 splits = 512 (session 56's CPU count). pre's pass 1 only (post_pre_split's
     # too): bcast's 32 x 32 tile holds 6 an SM, and its grid already fits. On in sm_90a's default_config (session 57).
     whole_wave: bool = False
-    # pass 2 above mid_max_tokens (small_max_tokens without row_mid) up to walk_max_tokens, without a norm weight:
-    # the walk pass 2 (a RowConfig with walk > 0; None: the row pass 2 everywhere)
+    # the walk pass 2 (RowConfig with walk > 0) above mid_max_tokens (small_max_tokens without row_mid) to walk_max_tokens
     row_walk: RowConfig | None = None
     walk_max_tokens: int = 4096
 
@@ -696,9 +695,8 @@ def default_config(arch: str | None) -> MhcConfig:
     return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
 
 
-# sm_90a's walk pass 2 (MhcConfig.row_walk) up to WALK_MAX_90 tokens. Session 58 (H100, two runs, docs/performance.md
-# and its rule in docs/predictions/norm_mhc.md): pre -1.0 to -9.5%, post_pre -1.0 to -6.1% at T = 1024-4096 (H = 7168
-# and 4096); at T = 8192 H = 7168 +1.2% (pre), so it stops at 4096 (5 stages at 6 an SM missed the bar at 1024).
+# sm_90a's walk pass 2 (MhcConfig.row_walk) to WALK_MAX_90 tokens. Session 58 (H100, two runs, docs/performance.md): pre
+# -1.0 to -9.5%, post_pre -1.0 to -6.1% at T = 1024-4096, H = 7168 and 4096; +1.2% at 8192 (H = 7168): stops at 4096.
 WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)
 WALK_MAX_90 = 4096
 
