@@ -65,8 +65,8 @@ def interpret_plan(max_tokens, *, target_ctas, split_k=None, config=None, dtype=
             table[(k.__name__, args[:-2])] = _kernel.launch_split_fn
         elif k.__name__ == "compile_row":
             table[(k.__name__, args[:-2])] = functools.partial(_kernel_row.launch_row, args[1], args[3])
-        elif k.__name__ == "compile_walk":  # walk programs an "SM" of one
-            table[(k.__name__, args[:-2])] = functools.partial(_kernel_walk.launch_walk, args[1], args[2], args[2].walk)
+        elif k.__name__ == "compile_walk":  # execute asks for walk programs an "SM" (sms=1 below)
+            table[(k.__name__, args[:-2])] = functools.partial(_kernel_walk.launch_walk, args[1], args[2])
         else:
             table[(k.__name__, args[:-2])] = functools.partial(_kernel.launch_apply, args[1], args[3])
     rows = _config.workspace_rows(cfg, p.forms(), hidden, max_tokens, target_ctas, split_k, sms=1)

@@ -76,5 +76,5 @@ def test_walk_launch_refuses_a_norm_weight():
 
     ins = inputs(2, H, seed=1)
     with pytest.raises(ValueError, match="norm weight"):
-        _kernel_walk.launch_walk(H, walk_config(2).row_walk, 2, ins["residual"], None, None, None, ins["w_act"],
-                                 None, None, None, T=2, splits=1, rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=1)  # fmt: skip
+        _kernel_walk.launch_walk(H, walk_config(2).row_walk, ins["residual"], None, None, None, ins["w_act"], None,
+                                 None, None, T=2, splits=1, programs=2, rms_eps=1e-6, hc_eps=1e-3, sinkhorn_iters=1)  # fmt: skip

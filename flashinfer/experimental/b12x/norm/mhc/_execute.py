@@ -89,7 +89,9 @@ def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding
     walk = sel.walk_for(t, w is not None)
     if walk is not None:
         launch = _launcher(p, "compile_walk", (dt, caps.hidden_size, walk))
-        launch(src, _workspace(p, binding), hc_scale, hc_base, None, y, post, comb, T=t, splits=splits, **scal)
+        programs = walk.walk * p.state.extra["sms"]  # all resident: walk programs an SM
+        launch(src, _workspace(p, binding), hc_scale, hc_base, None, y, post, comb, T=t, splits=splits,
+               programs=programs, **scal)  # fmt: skip
         return
     tile = sel.apply(t, form)
     kind = "compile_row" if isinstance(tile, RowConfig) else "compile_apply"

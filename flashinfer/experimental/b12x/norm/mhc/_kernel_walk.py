@@ -4,7 +4,8 @@ Why: the row pass 2 (`_kernel_row.py`) runs one program per token, 5 an SM on sm
 pipeline stages each), so T tokens fill T / (5 x SMs) waves. Each program keeps a fixed number of
 chunks in flight, so the stream rate follows the programs resident, and a short last wave runs the
 SMs part full: at T = 1024 on 132 SMs, 1.55 waves keep 1024 / (2 x 660) = 78% of the slots busy on
-average, and pass 2 measured 69.7% of copy there against 89.9% at T = 8192 (H100, session 56).
+average. Inside a pre call (H100, session 58) that cost less than the count says at H = 7168 (the walk's pass 2
+-1.7% at T = 1024); at H = 4096, where the row kernel's two chunks a token never fill its pipeline, -9 to -18%.
 
 Here the grid is `walk` programs an SM, all resident, and the T x ceil(H / BLOCK_H) units of one
 token's [4 streams, BLOCK_H] slice are dealt out in contiguous runs (program p takes units
@@ -117,10 +118,10 @@ def walk_constexprs(hidden: int, config: RowConfig) -> dict:
                 PDL=pdl_constexpr(config.pdl))  # fmt: skip
 
 
-def launch_walk(hidden: int, config: RowConfig, programs: int, src, part, hc_scale, hc_base, weight, y, post, comb, *,
-                T, splits, **s):  # fmt: skip
-    """Pass 2 over T tokens on `programs` programs (config.walk an SM); the arguments of the row launch, no
-    norm weight."""
+def launch_walk(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits,
+                programs, **s):  # fmt: skip
+    """Pass 2 over T tokens on `programs` programs (the caller's config.walk x SMs); the arguments of the row launch,
+    no norm weight."""
     if weight is not None:
         raise ValueError("norm.mhc: the walk pass 2 takes no norm weight (the selection runs the row pass 2 then)")
     _mhc_walk_kernel[(max(1, min(programs, T * triton.cdiv(hidden, row_tile(hidden, config)[0]))),)](
@@ -133,7 +134,7 @@ def launch_walk(hidden: int, config: RowConfig, programs: int, src, part, hc_sca
 
 @kernel("norm.mhc", backend="triton")
 def compile_walk(dtype: str, hidden: int, config: RowConfig, device_index: int, arch: str):
-    """The walk pass 2 (no norm weight; the broadcast form is a runtime stride), its grid config.walk programs an SM."""
+    """The walk pass 2 (no norm weight; the broadcast form is a runtime stride); its launch takes the program count."""
     with torch.cuda.device(device_index):
         _mhc_walk_kernel.warmup(
             *pass2_fakes(dtype, hidden, "float32"),
@@ -142,5 +143,4 @@ def compile_walk(dtype: str, hidden: int, config: RowConfig, device_index: int, 
             grid=(1,),
             **launch_options(config.pdl),
         )
-        sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-    return functools.partial(launch_walk, hidden, config, config.walk * sms)
+    return functools.partial(launch_walk, hidden, config)
