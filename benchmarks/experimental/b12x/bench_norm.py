@@ -206,13 +206,20 @@ def sweep_configs():
         # pass 2 as the walk (_kernel_walk.py: 5 or 6 resident programs an SM dealt runs of (token, 1024-wide chunk)
         # units, so no short last wave; 1.55 waves of the row kernel's 5 an SM at T = 1024 on 132 SMs) at every T above
         # the mid tiles, without a norm weight (with one: the row pass 2)
+        # the walk's pf variants: each program first asks L2 for pf units a step of its weights loop (RowConfig.walk_prefetch,
+        # at most 6 units), so DRAM streams while the Sinkhorn chains run
         **{
             name: dataclasses.replace(
                 default,
-                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w),
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w, walk_prefetch=pf),
                 walk_max_tokens=1 << 20,
             )
-            for name, st, w in (("row_walk", 6, 5), ("row_walk6", 5, 6))
+            for name, st, w, pf in (
+                ("row_walk", 6, 5, 0),
+                ("row_walk6", 5, 6, 0),
+                ("row_walk_pf1", 6, 5, 1),
+                ("row_walk_pf2", 6, 5, 2),
+            )
         },
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the

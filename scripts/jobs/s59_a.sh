@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Session 59's walk-prefetch job (after the two toolchain calls; snap.tar at the repository root). The prediction and
+# the rule: docs/predictions/norm_mhc.md, session 59.
+#   ab:   the walk's gpu tests (with and without the prefetch), then two A/B runs of the default against row_walk /
+#         row_walk_pf1 / row_walk_pf2 (pre and post_pre, T 1024 to 8192, H 7168 and 4096; the first with every pass
+#         alone), then the rule; a winner's tile and last T are written into sm_90a's default (WALK_90 / WALK_MAX_90)
+#         in snap.tar, COMMIT gets "+pf" (~5 min)
+#   tier: the norm gpu tier on snap.tar as it stands (~2.5 min)
+set -uo pipefail
+export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
+case ${1:?usage: s59_a.sh ab|tier} in
+  ab)
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    SHARDS=4 TEST_LIMIT=200 bash scripts/jobs/gpu_tests.sh tests/experimental/b12x/norm/test_mhc_gpu.py::test_walk_pass2
+    mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap || exit 2
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
+    export PYTHONPATH=$PYTHONPATH:$PWD
+    b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
+    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk_pf1 row_walk_pf2"
+    timeout 230 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
+    grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/pf59_1.log" | cut -c1-170
+    timeout 160 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
+    grep -E "^(pre|post_pre) T" "$OUT/pf59_2.log" | cut -c1-170
+    cd - >/dev/null
+    verdict=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
+import json, sys
+runs = []
+for path in sys.argv[1:]:
+    try:
+        rows = json.load(open(path))["rows"]
+    except Exception as exc:
+        print(f"none ({type(exc).__name__} in {path})"); sys.exit()
+    runs.append({(r["case"], r["shape"]["T"], r["shape"]["H"], r["impl"]): r["time_us"] for r in rows})
+
+def rels(name, Ts):
+    return [t[(c, T, H, name)] / t[(c, T, H, "b12x")] - 1 for t in runs for c in ("pre", "post_pre") for H in (7168, 4096)
+            for T in Ts if (c, T, H, name) in t and (c, T, H, "b12x") in t]
+
+best = None
+for name, pf in (("row_walk", 0), ("row_walk_pf1", 1), ("row_walk_pf2", 2)):
+    low, high = rels(name, (1024, 2048, 4096)), rels(name, (8192,))
+    low_ok = len(low) == 24 and sum(low) / 24 <= -0.005 and max(low) <= 0.005
+    high_ok = len(high) == 8 and max(high) <= -0.005
+    print(f"{name}: T<=4096 mean {100 * sum(low) / max(1, len(low)):+.2f}% max {100 * max(low, default=0):+.2f}% "
+          f"({'ok' if low_ok else 'no'}); T=8192 {', '.join(f'{100 * r:+.1f}%' for r in high)} "
+          f"({'ok' if high_ok else 'no'})", file=sys.stderr)
+    if (pf and not low_ok) or (not pf and not high_ok):
+        continue
+    n = 8192 if high_ok else 4096
+    sel = low + (high if high_ok else [])
+    key = (n, -sum(sel) / len(sel))
+    if best is None or key > best[0]:
+        best = (key, pf)
+print("fail" if best is None else f"pass {best[0][0]} {best[1]}")
+PY
+)
+    echo "pf rule: $verdict"
+    if [[ $verdict == pass* ]]; then
+      read -r _ n pf <<<"$verdict"
+      rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
+      sed -i "s/^WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=$pf)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "$f"
+      grep -E "^WALK_(90|MAX_90) = " "$f" && echo "$(cat /tmp/wk/COMMIT)+pf" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+    fi ;;
+  tier) cat COMMIT 2>/dev/null; tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
+esac
