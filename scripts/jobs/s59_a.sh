@@ -2,9 +2,9 @@
 # Session 59's walk-prefetch job (after the two toolchain calls; snap.tar at the repository root). The prediction and
 # the rule: docs/predictions/norm_mhc.md, session 59.
 #   ab:   the walk's gpu tests (with and without the prefetch), then two A/B runs of the default against row_walk /
-#         row_walk_pf1 / row_walk_pf2 (pre and post_pre, T 1024 to 8192, H 7168 and 4096; the first with every pass
-#         alone), then the rule; a winner's tile and last T are written into sm_90a's default (WALK_90 / WALK_MAX_90)
-#         in snap.tar, COMMIT gets "+pf" (~5 min)
+#         row_walk_pf1 / row_walk_pf2, and (timed, not in the rule) pdl / pdl_pf2 / fnk (pre and post_pre, T 1024 to
+#         8192, H 7168 and 4096; the first with every pass alone), then the rule; a winner's tile and last T are
+#         written into sm_90a's default (WALK_90 / WALK_MAX_90) in snap.tar, COMMIT gets "+pf" (~7 min)
 #   tier: the norm gpu tier on snap.tar as it stands (~2.5 min)
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
@@ -16,10 +16,10 @@ case ${1:?usage: s59_a.sh ab|tier} in
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
     export PYTHONPATH=$PYTHONPATH:$PWD
     b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
-    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk_pf1 row_walk_pf2"
-    timeout 230 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
+    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk_pf1 row_walk_pf2 pdl pdl_pf2 fnk"
+    timeout 280 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
     grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/pf59_1.log" | cut -c1-170
-    timeout 160 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
+    timeout 200 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
     grep -E "^(pre|post_pre) T" "$OUT/pf59_2.log" | cut -c1-170
     cd - >/dev/null
     verdict=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'

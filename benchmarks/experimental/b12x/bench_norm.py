@@ -221,6 +221,18 @@ def sweep_configs():
                 ("row_walk_pf2", 6, 5, 2),
             )
         },
+        # pre's pass 1 splitting fp32 fn into hi + lo in every program each step (fn_split "kernel") instead of in one
+        # launch before it ("pre", the default): one launch fewer a call, the split's ALU in the loop (session 6, older
+        # tiles: pre T = 1024 76.8 µs in-loop against 81.8 split once, T = 8192 624 against 506)
+        "fnk": dataclasses.replace(default, pre_large=dataclasses.replace(default.pre_large, fn_split="kernel")),
+        # the walk with its prefetch, every two-pass kernel a programmatic dependent (the prefetch runs before the wait)
+        "pdl_pf2": with_pdl(
+            dataclasses.replace(
+                default,
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=2),
+                walk_max_tokens=1 << 20,
+            )
+        ),
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles

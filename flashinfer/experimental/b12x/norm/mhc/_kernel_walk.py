@@ -24,8 +24,10 @@ T = 8192, which is why sm_90a's default stops the walk at 4096 tokens (session 5
 before its units instead (built and timed in session 58, f3dd3ea) ran 72-148% slower: 120 registers (4 programs an
 SM) and a pipeline refilled every token. `RowConfig.walk_prefetch` (PF > 0) keeps DRAM busy through step 1 instead:
 before it, the program asks L2 for the lines of its first PF x (weights steps) units (at most PF_CAP), one
-`prefetch.global.L2` per 128-byte line and thread, nothing waited on; the unit loop then finds them in L2. Under
-the interpreter (no PTX) the prefetch is left out.
+`prefetch.global.L2` per 128-byte line and thread, nothing waited on; the unit loop then finds them in L2. The asks
+come before griddepcontrol.wait, so a programmatic dependent walk makes them while pass 1 drains: a prefetch changes
+no memory, and L2 is where every write lands, so a line asked before pass 1 writes it (post_pre's new residual) is
+updated there, never stale. Under the interpreter (no PTX) the prefetch is left out.
 
 No norm weight: y's mean square needs the whole row, which no program holds (the selection runs the
 row pass 2 when a norm weight is given). Bytes per token as the row pass 2: the row (8H) once, y
@@ -101,7 +103,6 @@ def _mhc_walk_kernel(
     PF_CAP: tl.constexpr,  # at most this many in all
     PDL: tl.constexpr,
 ):
-    gdc_enter(PDL)
     NC: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -111,13 +112,15 @@ def _mhc_walk_kernel(
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
     i4 = tl.arange(0, 4)
+    if PF > 0:  # before the wait: a programmatic dependent asks while pass 1 drains (L2 is coherent: no stale line)
+        if u1 > u0:
+            steps = ((u1 - 1) // NC - u0 // NC) // TOKB + 1
+            _prefetch_units(src_ptr, u0, tl.minimum(tl.minimum(PF * steps, PF_CAP), u1 - u0), NC, tok_stride,
+                            stream_stride, H, BLOCK_H)  # fmt: skip
+    gdc_enter(PDL)
     if u1 > u0:
         # 1. The weights of the tokens the run touches; post and comb stored, pre parked in the pad.
         t_last = (u1 - 1) // NC
-        if PF > 0:
-            steps = (t_last - u0 // NC) // TOKB + 1
-            _prefetch_units(src_ptr, u0, tl.minimum(tl.minimum(PF * steps, PF_CAP), u1 - u0), NC, tok_stride,
-                            stream_stride, H, BLOCK_H)  # fmt: skip
         c8 = tl.arange(0, 8)
         for t0 in range(u0 // NC, t_last + 1, TOKB):
             tok = (t0 + tl.arange(0, TOKB)).to(tl.int64)
