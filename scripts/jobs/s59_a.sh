@@ -18,7 +18,7 @@ case ${1:?usage: s59_a.sh ab|tier} in
     b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
     b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk_pf1 row_walk_pf2 pdl pdl_pf2 fnk"
     timeout 280 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
-    grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/pf59_1.log" | cut -c1-170
+    grep -E "^(pre|post_pre)(\.pass1|\.split)? T" "$OUT/pf59_1.log" | cut -c1-170
     timeout 200 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
     grep -E "^(pre|post_pre) T" "$OUT/pf59_2.log" | cut -c1-170
     cd - >/dev/null

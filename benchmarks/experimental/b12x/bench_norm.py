@@ -26,7 +26,8 @@ row pass 2 (or MhcConfig.last / small when a variant sets them). --per-pass also
 pass 2 of pre and post_pre alone (rows "pre.pass1", ...; without a norm weight), each through the
 plan's own two-pass launchers (_stream / _apply of norm.mhc._execute; a fused plan's two-pass
 kernels serve T = 1), with the bytes that pass moves as implemented (pass_bytes); their sum against
-the whole call shows the launch gap.
+the whole call shows the launch gap. Where pre's pass 1 reads fn split once into hi / lo, a "pre.split"
+row times that split launch alone (pass 1's row includes it).
 --calls-per-graph N (graph timer) captures N back-to-back calls (same buffers) in each graph and
 reports the time per call, ours and the peer alike: in a serving stack's decode graph an op pays the
 launch gap between kernels, not a graph launch of its own, which the one-call graph (the default, a
@@ -83,6 +84,8 @@ def pass_bytes(
     second an L2 hit only while the programs in flight fit in L2; the "row" pass 2: once) and writes
     y, post and comb."""
     h, partials = hidden, splits * tokens * 32 * 4
+    if which == "split" and op in ("pre", "post_pre"):  # fp32 fn [24, 4H] read, hi + lo [48, 4H] written
+        return 2 * 96 * h * 4
     if which == "pass1":
         if op == "pre":
             return tokens * 4 * h * elem + 96 * h * 4 + partials
@@ -90,14 +93,15 @@ def pass_bytes(
             return tokens * (13 if split else 9) * h * elem + tokens * 80 + 96 * h * 4 + partials
     elif which == "pass2" and op in ("pre", "post_pre"):
         return partials + tokens * (reads * 4 * h + h) * elem + tokens * 80
-    raise ValueError(f"pass_bytes: op must be pre or post_pre and which pass1 or pass2, got {op!r}, {which!r}")
+    raise ValueError(f"pass_bytes: op must be pre or post_pre and which split, pass1 or pass2, got {op!r}, {which!r}")
 
 
 def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
-    """(splits, {"pass1": fn, "pass2": fn}) of `op` through the plan's launchers (`ex`: the module
+    """(splits, {"pass1": fn, "pass2": fn[, "split": fn]}) of `op` through the plan's launchers (`ex`: the module
     norm.mhc._execute), exactly as its execute_pre / execute_post_pre issue them. Pass 1 runs once
     here so that pass 2, timed alone, reads partials of this very call; `outs` holds y, post, comb
-    (and residual for post_pre)."""
+    (and residual for post_pre). "split": fn's hi / lo split launch alone, when the pre pass 1 that runs
+    reads a pre-split fn (pass 1's time includes it)."""
     res, x, post, comb, fn = ins["residual"], ins["x"], ins["post"], ins["comb"], ins["fn"]
     t = res.shape[0]
     pouts = {"y_out": outs["y"], "post_out": outs["post"], "comb_out": outs["comb"]}
@@ -122,7 +126,10 @@ def per_pass_calls(ex, plan, op: str, ins: dict, outs: dict, scal: dict = SCAL):
     splits = pass1()
     hc, scal = (ins["hc_scale"], ins["hc_base"]), {"norm_eps": 0.0} | dict(scal)  # run_pre's default norm_eps
     pass2 = lambda: ex._apply(plan, form, t, splits, src, *hc, None, pouts, None, **scal)  # noqa: E731
-    return splits, {"pass1": pass1, "pass2": pass2}
+    passes = {"pass1": pass1, "pass2": pass2}
+    if form == "pre" and plan.state.selection.stream("pre", t).fn_split != "kernel":
+        passes["split"] = lambda: ex._split_fn(plan, fn, None)  # noqa: E731
+    return splits, passes
 
 
 def _fn_split(cfg, mode: str, sq: str | None = None):

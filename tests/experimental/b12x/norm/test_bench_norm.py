@@ -49,6 +49,7 @@ def test_pass_bytes():
     split = bench_norm.pass_bytes("post_pre", "pass1", t, h, s, split=True)
     assert split == bench_norm.pass_bytes("post_pre", "pass1", t, h, s) + t * 4 * h * 2
     assert bench_norm.pass_bytes("pre", "pass2", t, h, s, reads=1) == part + t * 5 * h * 2 + t * 80  # row pass 2
+    assert bench_norm.pass_bytes("pre", "split", t, h, s) == 24 * 4 * h * 4 + 48 * 4 * h * 2  # fn in, hi + lo out
     with pytest.raises(ValueError, match="pass_bytes"):
         bench_norm.pass_bytes("post", "pass1", t, h, s)
 
