@@ -4,7 +4,8 @@
 #   ab:   the walk's gpu tests (with and without the prefetch), then two A/B runs of the default against row_walk /
 #         row_walk_pf1 / row_walk_pf2, and (timed, not in the rule) pdl / pdl_pf2 / fnk (pre and post_pre, T 1024 to
 #         8192, H 7168 and 4096; the first with every pass alone), then the rule; a winner's tile and last T are
-#         written into sm_90a's default (WALK_90 / WALK_MAX_90) in snap.tar, COMMIT gets "+pf" (~7 min)
+#         written into sm_90a's default (WALK_90 / WALK_MAX_90) in snap.tar, COMMIT gets "+pf"; fnk's rule likewise
+#         sets FN_SPLIT_MIN_90 (MhcConfig.fn_split_min_tokens), COMMIT "+fnk" (~7 min)
 #   tier: the norm gpu tier on snap.tar as it stands (~2.5 min)
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
@@ -60,6 +61,34 @@ PY
       rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
       sed -i "s/^WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=$pf)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "$f"
       grep -E "^WALK_(90|MAX_90) = " "$f" && echo "$(cat /tmp/wk/COMMIT)+pf" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+    fi
+    fnk=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
+import json, sys
+runs = []
+for path in sys.argv[1:]:
+    try:
+        runs.append({(r["case"], r["shape"]["T"], r["shape"]["H"], r["impl"]): r["time_us"]
+                     for r in json.load(open(path))["rows"]})
+    except Exception as exc:
+        print(f"none ({type(exc).__name__} in {path})"); sys.exit()
+n = 0
+for T in (1024, 2048, 4096, 8192):
+    rel = {c: [t[(c, T, H, "fnk")] / t[(c, T, H, "b12x")] - 1 for t in runs for H in (7168, 4096)
+               if (c, T, H, "fnk") in t and (c, T, H, "b12x") in t] for c in ("pre", "post_pre")}
+    print(f"fnk T={T}: pre {', '.join(f'{100 * r:+.1f}%' for r in rel['pre'])}; post_pre "
+          f"{', '.join(f'{100 * r:+.1f}%' for r in rel['post_pre'])}", file=sys.stderr)
+    if len(rel["pre"]) < 4 or len(rel["post_pre"]) < 4 or max(rel["pre"]) > -0.005 or max(rel["post_pre"]) > 0.005:
+        break
+    n = T
+print(f"pass {n + 1}" if n else "fail")
+PY
+)
+    echo "fnk rule: $fnk"
+    if [[ $fnk == pass* ]]; then
+      read -r _ m <<<"$fnk"
+      rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
+      sed -i "s/^FN_SPLIT_MIN_90 = 0$/FN_SPLIT_MIN_90 = $m/" "$f"
+      grep -E "^FN_SPLIT_MIN_90 = " "$f" && echo "$(cat /tmp/wk/COMMIT)+fnk" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
     fi ;;
   tier) cat COMMIT 2>/dev/null; tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
   *) sed -n '2,8p' "$0"; exit 2 ;;

@@ -733,11 +733,36 @@ WALK = _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5
         (lambda: _config.RowConfig(walk_prefetch=2), "RowConfig.walk_prefetch is the walk's (walk > 0), got"),
         (lambda: _config.MhcConfig(row_walk=_config.RowConfig()), "MhcConfig.row_walk must be None or a RowConfig"),
         (lambda: _config.MhcConfig(row_walk=WALK, walk_max_tokens=0), "MhcConfig.walk_max_tokens must be an int"),
+        (
+            lambda: _config.MhcConfig(fn_split_min_tokens=-1),
+            "MhcConfig.fn_split_min_tokens must be an int >= 0, got -1",
+        ),
+        (lambda: _config.MhcConfig(fn_split_min_tokens=True), "MhcConfig.fn_split_min_tokens must be an int >= 0"),
     ],
 )
 def test_walk_config_errors(make, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()
+
+
+def test_fn_split_min_tokens_regimes():
+    """fn_split_min_tokens cuts pre's large regime: below it the large tile splits fn in its loop (no split launch),
+    from it the tile's own fn_split; the compile jobs hold both; the other forms and 0 keep the regimes as they were."""
+    base = _config.default_config("sm_90a")
+    assert base.pre_large.fn_split == "pre"
+    sel = dataclasses.replace(base, fn_split_min_tokens=2048)
+    inline = dataclasses.replace(base.pre_large, fn_split="kernel")
+    assert sel.regimes("pre", 8192) == (
+        (base.pre_small, 1, 64), (base.pre_mid, 65, 128), (inline, 129, 2047), (base.pre_large, 2048, 8192)
+    )  # fmt: skip
+    assert sel.regimes("pre", 1000)[-1] == (inline, 129, 1000)
+    assert sel.stream("pre", 2047) == inline and sel.stream("pre", 2048) == base.pre_large
+    assert sel.stream("pre", 129) == inline and sel.stream("pre", 128) == base.pre_mid
+    assert inline in sel.streams("pre") and base.pre_large in sel.streams("pre")
+    assert sel.regimes("post_pre", 8192) == base.regimes("post_pre", 8192)
+    assert base.regimes("pre", 8192)[-1] == (base.pre_large, 129, 8192) and inline not in base.streams("pre")
+    # at or under the mid tiles' range the cut does nothing
+    assert dataclasses.replace(base, fn_split_min_tokens=100).regimes("pre", 8192) == base.regimes("pre", 8192)
 
 
 def test_walk_selection_bounds_and_jobs():

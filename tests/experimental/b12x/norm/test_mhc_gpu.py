@@ -583,13 +583,13 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **kw)
     check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
     mid = tokens <= sel.mid_max_tokens
-    split = [] if mid else ["compile_split_fn"]
+    split = [] if sel.stream("pre", tokens).fn_split == "kernel" else ["compile_split_fn"]  # fn_split_min_tokens
     walk = sel.walk_for(tokens, weight is not None)
     pass2 = "compile_row" if walk is None else "compile_walk"
     pre_launches = [k for k, _ in launched]
     assert pre_launches == split + ["compile_stream", pass2], pre_launches
     launched[:] = launched[len(split) :]  # the indices below as without the split launch
-    want = (sel.pre_mid, sel.row_mid) if mid else (sel.pre_large, walk or sel.row_large)
+    want = (sel.pre_mid, sel.row_mid) if mid else (sel.stream("pre", tokens), walk or sel.row_large)
     assert (launched[0][1][3], launched[1][1][-1]) == want
     p.state.scratch["partials"].fill_(float("nan"))
     got = mhc.run_pre(ins["x"], *mix, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
@@ -605,6 +605,26 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     kinds = [k for k, _ in launched[4:]]
     assert kinds == ["compile_stream", *split, "compile_stream", pass2], kinds
     assert launched[4][1][0] == "post" and launched[5 + len(split)][1][0] == "pre"
+
+
+@pytest.mark.parametrize("hidden", [4096, 7168])
+@pytest.mark.parametrize("tokens", [129, 1000, 2048])
+def test_fn_split_min_tokens(tokens, hidden):
+    """MhcConfig.fn_split_min_tokens = 2048: pre and post_pre (its borrowed pre pass 1) split fn in pass 1's loop
+    below 2048 tokens (no split launch), launch the split from 2048; NaN-poisoned outputs against the reference."""
+    p = prepared(hidden, override=dataclasses.replace(_config.default_config("sm_90a"), fn_split_min_tokens=2048))
+    launched = counting_launches(p)
+    ins = gpu_inputs(tokens, hidden, seed=1300 + tokens)
+    mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_pre(ins["residual"], *mix, plan=p, **pre_buffers(tokens, hidden), **SCALARS)
+    check_outputs(got, *pre_refs(ins["residual"], *mix, **SCALARS))
+    args = (ins["x"], ins["residual"], ins["post"], ins["comb"], *mix)
+    got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **SCALARS)
+    check_outputs(got, R.mhc_post_pre(*args, **SCALARS), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **SCALARS))
+    splits = [k for k, _ in launched].count("compile_split_fn")
+    assert splits == (0 if tokens < 2048 else 2), [k for k, _ in launched]
+    fn_splits = {a[3].fn_split for k, a in launched if k == "compile_stream" and a[0] == "pre"}
+    assert fn_splits == {"kernel" if tokens < 2048 else "pre"}
 
 
 # The walk pass 2 (bench_norm's row_walk, row_walk_pf*): the default with it at every T above the mid tiles.

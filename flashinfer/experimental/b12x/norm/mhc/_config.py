@@ -103,6 +103,10 @@ class MhcConfig:
     # the walk pass 2 (RowConfig with walk > 0) above mid_max_tokens (small_max_tokens without row_mid) to walk_max_tokens
     row_walk: RowConfig | None = None
     walk_max_tokens: int = 4096
+    # > 0: pre's large pass-1 tile (post_pre_split's borrowed pre too) takes its own fn_split only from this many
+    # live tokens; below, the same tile splits fp32 fn into hi + lo in its loop (fn_split "kernel"), so the call
+    # has no split launch (a fixed ~3-5 µs against the loop's ALU, which grows with T). 0: its fn_split at every T
+    fn_split_min_tokens: int = 0
 
     def rounds_down(self, form: str) -> bool:
         """Whether pass 1 of `form` takes whole_wave's split count (split_for)."""
@@ -151,6 +155,12 @@ class MhcConfig:
             raise ValueError(f"MhcConfig.row_walk must be None or a RowConfig with walk > 0, got {self.row_walk!r}")
         if not _positive_int(self.walk_max_tokens):
             raise ValueError(f"MhcConfig.walk_max_tokens must be an int >= 1, got {self.walk_max_tokens!r}")
+        if (
+            not isinstance(self.fn_split_min_tokens, int)
+            or isinstance(self.fn_split_min_tokens, bool)
+            or (self.fn_split_min_tokens < 0)
+        ):
+            raise ValueError(f"MhcConfig.fn_split_min_tokens must be an int >= 0, got {self.fn_split_min_tokens!r}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
             raise ValueError(f"MhcConfig.fused_post_pre must be a FusedConfig or None, got {got}")
@@ -301,9 +311,20 @@ class MhcConfig:
             if mid_cut > cut:
                 out.append((self.pre_mid, cut + 1, mid_cut))
             cut = mid_cut
+        inline = self._inline_pre() if form == "pre" else None
+        if inline is not None and max_tokens > cut and self.fn_split_min_tokens > cut + 1:
+            last = min(self.fn_split_min_tokens - 1, max_tokens)
+            out.append((inline, cut + 1, last))
+            cut = last
         if max_tokens > cut:
             out.append((large, cut + 1, max_tokens))
         return tuple(out)
+
+    def _inline_pre(self) -> StreamConfig | None:
+        """pre_large splitting fn in its loop, when fn_split_min_tokens puts it below some T (else None)."""
+        if not self.fn_split_min_tokens or self.pre_large.fn_split == "kernel":
+            return None
+        return dataclasses.replace(self.pre_large, fn_split="kernel")
 
     def forms_needed(self, forms) -> tuple:
         """The pass-1 forms `forms` run: post_pre_split adds post and pre to post_pre."""
@@ -323,8 +344,10 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
+        inline = () if form != "pre" or self._inline_pre() is None else (self._inline_pre(),)
         pdl = tuple(self.stream(form, r.first) for r in self._applying(form))
-        return tuple(dict.fromkeys((getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"), *pdl)))
+        tiles = (getattr(self, f"{form}_small"), *mid, *inline, getattr(self, f"{form}_large"), *pdl)
+        return tuple(dict.fromkeys(tiles))
 
 
 # The one-launch tiles of fused_config (unmeasured when chosen: docs/predictions/norm_mhc.md step 5
@@ -416,7 +439,13 @@ def default_config(arch: str | None) -> MhcConfig:
     # Session 57 (H100, graph timer; docs/performance.md): pass 1's split count rounded down (whole_wave), one wave
     # of 4 programs an SM: pre -8 to -11%, post_pre -5 to -6% from T = 4096; same grid, ties, at T <= 1024.
     base = dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
+    base = dataclasses.replace(base, fn_split_min_tokens=FN_SPLIT_MIN_90)
     return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
+
+
+# sm_90a's MhcConfig.fn_split_min_tokens (0: pre's large tile reads fn split once at every T). Session 59's rule
+# (docs/predictions/norm_mhc.md) sets it from bench_norm's fnk rows.
+FN_SPLIT_MIN_90 = 0
 
 
 # sm_90a's walk pass 2 (MhcConfig.row_walk) to WALK_MAX_90 tokens. Session 58 (H100, two runs, docs/performance.md): pre
