@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 59's walk-prefetch job (after the two toolchain calls; snap.tar at the repository root). The prediction and
 # the rule: docs/predictions/norm_mhc.md, session 59.
-#   ab:   the walk's gpu tests (with and without the prefetch), then two A/B runs of the default against row_walk /
-#         row_walk_pf1 / row_walk_pf2, and (timed, not in the rule) pdl / pdl_pf2 / fnk (pre and post_pre, T 1024 to
+#   ab:   the walk's gpu tests (with and without the prefetch), then two A/B runs of the default against
+#         row_walk_pf1 / row_walk_pf2, pdl_pf2 (timed, not in the rule) and fnk (pre and post_pre, T 1024 to
 #         8192, H 7168 and 4096; the first with every pass alone), then the rule; a winner's tile and last T are
 #         written into sm_90a's default (WALK_90 / WALK_MAX_90) in snap.tar, COMMIT gets "+pf"; fnk's rule likewise
 #         sets FN_SPLIT_MIN_90 (MhcConfig.fn_split_min_tokens), COMMIT "+fnk" (~7 min)
@@ -17,7 +17,7 @@ case ${1:?usage: s59_a.sh ab|tier} in
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
     export PYTHONPATH=$PYTHONPATH:$PWD
     b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
-    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk_pf1 row_walk_pf2 pdl pdl_pf2 fnk"
+    b="$b --hidden 7168 4096 --no-peers --variants row_walk_pf1 row_walk_pf2 pdl_pf2 fnk"
     timeout 280 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
     grep -E "^(pre|post_pre)(\.pass1|\.split)? T" "$OUT/pf59_1.log" | cut -c1-170
     timeout 200 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
