@@ -12,15 +12,15 @@ export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 case ${1:?usage: s59_a.sh ab|tier} in
   ab)
     nvidia-smi --query-gpu=name --format=csv,noheader
-    SHARDS=4 TEST_LIMIT=200 bash scripts/jobs/gpu_tests.sh tests/experimental/b12x/norm/test_mhc_gpu.py::test_walk_pass2
+    SHARDS=4 TEST_LIMIT=120 bash scripts/jobs/gpu_tests.sh tests/experimental/b12x/norm/test_mhc_gpu.py::test_walk_pass2
     mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap || exit 2
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
     export PYTHONPATH=$PYTHONPATH:$PWD
     b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
     b="$b --hidden 7168 4096 --no-peers --variants row_walk_pf1 row_walk_pf2 pdl_pf2 fnk"
-    timeout 280 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
+    timeout 200 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
     grep -E "^(pre|post_pre)(\.pass1|\.split)? T" "$OUT/pf59_1.log" | cut -c1-170
-    timeout 200 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
+    timeout 150 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
     grep -E "^(pre|post_pre) T" "$OUT/pf59_2.log" | cut -c1-170
     cd - >/dev/null
     verdict=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
