@@ -548,14 +548,17 @@ def test_row_config_stages():
 
 def test_default_selection_by_arch():
     """sm_90a: two passes at every T (no one-launch tile); above small_max_tokens pre's pass 1 reads
-    fn split once with diagonal-block squares and pass 2 streams its row (the 14:37 H200 sweep's
+    fn split once (split in its loop below 2049 tokens, session 59) with diagonal-block squares and pass 2 streams its row (the 14:37 H200 sweep's
     two_pass_fn_pre_diag_stream) from mid_max_tokens + 1 = 129, session 6's large tiles at 65..128 (18.6
     against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
     cfg, old = _config.default_config("sm_90a"), _config.fused_config("sm_90a")
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
-    assert cfg.stream("pre", 129) == _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
+    large = _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
+    assert cfg.pre_large == large and cfg.fn_split_min_tokens == 2049  # session 59: fn split in the loop below
+    assert cfg.stream("pre", 129) == cfg.stream("pre", 2048) == dataclasses.replace(large, fn_split="kernel")
+    assert cfg.stream("pre", 2049) == large
     assert cfg.mid_max_tokens == 128 and cfg.stream("pre", 65) == old.stream("pre", 65) == cfg.stream("pre", 128)
     assert cfg.apply(65) == old.apply(65) == cfg.apply(128) and cfg.stream("pre", 65).fn_split == "kernel"
     assert cfg.stream("pre", 64) == old.stream("pre", 64) and cfg.stream("pre", 64).fn_split == "kernel"
@@ -748,7 +751,7 @@ def test_walk_config_errors(make, message):
 def test_fn_split_min_tokens_regimes():
     """fn_split_min_tokens cuts pre's large regime: below it the large tile splits fn in its loop (no split launch),
     from it the tile's own fn_split; the compile jobs hold both; the other forms and 0 keep the regimes as they were."""
-    base = _config.default_config("sm_90a")
+    base = dataclasses.replace(_config.default_config("sm_90a"), fn_split_min_tokens=0)
     assert base.pre_large.fn_split == "pre"
     sel = dataclasses.replace(base, fn_split_min_tokens=2048)
     inline = dataclasses.replace(base.pre_large, fn_split="kernel")

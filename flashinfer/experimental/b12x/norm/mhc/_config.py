@@ -443,9 +443,11 @@ def default_config(arch: str | None) -> MhcConfig:
     return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
 
 
-# sm_90a's MhcConfig.fn_split_min_tokens (0: pre's large tile reads fn split once at every T). Session 59's rule
-# (docs/predictions/norm_mhc.md) sets it from bench_norm's fnk rows.
-FN_SPLIT_MIN_90 = 0
+# sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
+# docs/performance.md; the rule of docs/predictions/norm_mhc.md): the split launch alone takes 6.4 µs at H = 7168
+# (4.6 at 4096) in its own graph; in the loop pass 1 took 35.1 -> 30.6 µs at T = 1024 and 182.3 -> 187.4 at 8192
+# (H = 7168): pre -7.7 / -7.9% at T = 1024 (H = 7168), -1.4 to -4.2% at 1024-2048 otherwise; T = 4096 within +-1.4%.
+FN_SPLIT_MIN_90 = 2049
 
 
 # sm_90a's walk pass 2 (MhcConfig.row_walk) to WALK_MAX_90 tokens. Session 58 (H100, two runs, docs/performance.md): pre
