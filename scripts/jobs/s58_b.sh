@@ -11,35 +11,23 @@ case ${1:?usage: s58_b.sh ab|tier} in
   ab)
     nvidia-smi --query-gpu=name --format=csv,noheader
     SHARDS=4 TEST_LIMIT=200 bash scripts/jobs/gpu_tests.sh tests/experimental/b12x/norm/test_mhc_gpu.py::test_walk_pass2
-    mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap || exit 2
-    python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
-    export PYTHONPATH=$PYTHONPATH:$PWD
-    b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
-    b="$b --hidden 7168 4096 --no-peers --variants row_walk row_walk6"  # (session 58 also timed row_walk_il, removed since)
-    timeout 200 $b --per-pass --json "$OUT/walk58_1.json" >"$OUT/walk58_1.log" 2>&1; echo "ab1 rc=$?"
-    grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/walk58_1.log" | cut -c1-150
-    timeout 140 $b --json "$OUT/walk58_2.json" >"$OUT/walk58_2.log" 2>&1; echo "ab2 rc=$?"
-    grep -E "^(pre|post_pre) T" "$OUT/walk58_2.log" | cut -c1-150
-    cd - >/dev/null
+    # (session 58 also timed row_walk_il, removed since)
+    source scripts/jobs/norm_ab.sh && AB1_S=200 AB2_S=140 norm_ab walk58 row_walk row_walk6
     verdict=$(python3 - "$OUT/walk58_1.json" "$OUT/walk58_2.json" <<'PY'
-import json, sys
-runs = []
-for path in sys.argv[1:]:
-    try:
-        rows = json.load(open(path))["rows"]
-    except Exception as exc:
-        print(f"none ({type(exc).__name__} in {path})"); sys.exit()
-    runs.append({(r["case"], r["shape"]["T"], r["shape"]["H"], r["impl"]): r["time_us"] for r in rows})
+import sys
+sys.path.insert(0, "scripts/jobs")
+from ab_runs import load, rels
+
+runs = load(sys.argv[1:])
 best = None
 for name, stages, walk in (("row_walk", 6, 5), ("row_walk6", 5, 6)):
     n, gains = 0, []
     for T in (1024, 2048, 4096, 8192):
-        rels = [t[(c, T, H, name)] / t[(c, T, H, "b12x")] - 1 for t in runs for c in ("pre", "post_pre") for H in (7168, 4096)
-                if (c, T, H, name) in t and (c, T, H, "b12x") in t]
-        if len(rels) < 8 or max(rels) > -0.005:
+        rel = rels(runs, name, tokens=(T,))
+        if len(rel) < 8 or max(rel) > -0.005:
             break
-        n, gains = T, gains + rels
-        print(f"{name} T={T}: {', '.join(f'{100 * r:+.1f}%' for r in rels)}", file=sys.stderr)
+        n, gains = T, gains + rel
+        print(f"{name} T={T}: {', '.join(f'{100 * r:+.1f}%' for r in rel)}", file=sys.stderr)
     print(f"{name}: N = {n}", file=sys.stderr)
     if n and (best is None or (n, -sum(gains) / len(gains)) > (best[0], best[1])):
         best = (n, -sum(gains) / len(gains), stages, walk)

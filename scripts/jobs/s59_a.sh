@@ -17,33 +17,16 @@ case ${1:?usage: s59_a.sh ab|tier} in
     bad=$(grep -hcE "^(FAILED|ERROR) " /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
     npass=$(grep -hoE "[0-9]+ passed" /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
     echo "tests: $npass passed, $bad failed or errored"
-    mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap || exit 2
-    python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
-    export PYTHONPATH=$PYTHONPATH:$PWD
-    b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 1024 2048 4096 8192"
-    b="$b --hidden 7168 4096 --no-peers --variants row_walk_pf1 row_walk_pf2 pdl_pf2 fnk"
-    timeout 200 $b --per-pass --json "$OUT/pf59_1.json" >"$OUT/pf59_1.log" 2>&1; echo "ab1 rc=$?"
-    grep -E "^(pre|post_pre)(\.pass1|\.split)? T" "$OUT/pf59_1.log" | cut -c1-170
-    timeout 150 $b --json "$OUT/pf59_2.json" >"$OUT/pf59_2.log" 2>&1; echo "ab2 rc=$?"
-    grep -E "^(pre|post_pre) T" "$OUT/pf59_2.log" | cut -c1-170
-    cd - >/dev/null
+    source scripts/jobs/norm_ab.sh && norm_ab pf59 row_walk_pf1 row_walk_pf2 pdl_pf2 fnk
     verdict=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
-import json, sys
-runs = []
-for path in sys.argv[1:]:
-    try:
-        rows = json.load(open(path))["rows"]
-    except Exception as exc:
-        print(f"none ({type(exc).__name__} in {path})"); sys.exit()
-    runs.append({(r["case"], r["shape"]["T"], r["shape"]["H"], r["impl"]): r["time_us"] for r in rows})
+import sys
+sys.path.insert(0, "scripts/jobs")
+from ab_runs import load, rels
 
-def rels(name, Ts):
-    return [t[(c, T, H, name)] / t[(c, T, H, "b12x")] - 1 for t in runs for c in ("pre", "post_pre") for H in (7168, 4096)
-            for T in Ts if (c, T, H, name) in t and (c, T, H, "b12x") in t]
-
+runs = load(sys.argv[1:])
 best = None
 for name, pf in (("row_walk", 0), ("row_walk_pf1", 1), ("row_walk_pf2", 2)):
-    low, high = rels(name, (1024, 2048, 4096)), rels(name, (8192,))
+    low, high = rels(runs, name, tokens=(1024, 2048, 4096)), rels(runs, name, tokens=(8192,))
     low_ok = len(low) == 24 and sum(low) / 24 <= -0.005 and max(low) <= 0.005
     high_ok = len(high) == 8 and max(high) <= -0.005
     print(f"{name}: T<=4096 mean {100 * sum(low) / max(1, len(low)):+.2f}% max {100 * max(low, default=0):+.2f}% "
@@ -68,18 +51,14 @@ PY
       grep -E "^WALK_(90|MAX_90) = " "$f" && echo "$(cat /tmp/wk/COMMIT)+pf" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
     fi
     fnk=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
-import json, sys
-runs = []
-for path in sys.argv[1:]:
-    try:
-        runs.append({(r["case"], r["shape"]["T"], r["shape"]["H"], r["impl"]): r["time_us"]
-                     for r in json.load(open(path))["rows"]})
-    except Exception as exc:
-        print(f"none ({type(exc).__name__} in {path})"); sys.exit()
+import sys
+sys.path.insert(0, "scripts/jobs")
+from ab_runs import load, rels
+
+runs = load(sys.argv[1:])
 n = 0
 for T in (1024, 2048, 4096, 8192):
-    rel = {c: [t[(c, T, H, "fnk")] / t[(c, T, H, "b12x")] - 1 for t in runs for H in (7168, 4096)
-               if (c, T, H, "fnk") in t and (c, T, H, "b12x") in t] for c in ("pre", "post_pre")}
+    rel = {c: rels(runs, "fnk", cases=(c,), tokens=(T,)) for c in ("pre", "post_pre")}
     print(f"fnk T={T}: pre {', '.join(f'{100 * r:+.1f}%' for r in rel['pre'])}; post_pre "
           f"{', '.join(f'{100 * r:+.1f}%' for r in rel['post_pre'])}", file=sys.stderr)
     if len(rel["pre"]) < 4 or len(rel["post_pre"]) < 4 or max(rel["pre"]) > -0.005 or max(rel["post_pre"]) > 0.005:
