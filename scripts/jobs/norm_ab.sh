@@ -18,3 +18,10 @@ norm_ab() {
   grep -E "^(pre|post_pre) T" "$OUT/${name}_2.log" | cut -c1-170
   cd "$root" || return 2
 }
+
+# `snap_sed TAG FILE EXPR SHOW`: apply the sed EXPR to FILE (a path inside the snapshot) in snap.tar, print FILE's lines
+# matching SHOW, and append "+TAG" to the snapshot's COMMIT (a rule's flip, which the tier then runs on).
+snap_sed() {
+  rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && sed -i "$3" "/tmp/wk/$2" || return 2
+  grep -E "$4" "/tmp/wk/$2" && echo "$(cat /tmp/wk/COMMIT)+$1" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+}

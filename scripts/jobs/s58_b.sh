@@ -37,9 +37,7 @@ PY
     echo "walk rule: $verdict"
     if [[ $verdict == pass* ]]; then
       read -r _ n st w <<<"$verdict"
-      rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
-      sed -i "s/^WALK_90 = None$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=$st, walk=$w)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "$f"
-      grep -E "^WALK_(90|MAX_90) = " "$f" && echo "$(cat /tmp/wk/COMMIT)+walk" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+      snap_sed walk flashinfer/experimental/b12x/norm/mhc/_config.py "s/^WALK_90 = None$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=$st, walk=$w)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "^WALK_(90|MAX_90) = "
     fi ;;
   tier) cat COMMIT 2>/dev/null; tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
   *) sed -n '2,8p' "$0"; exit 2 ;;

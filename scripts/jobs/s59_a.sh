@@ -46,9 +46,7 @@ PY
     echo "pf rule: $verdict"
     if [[ $verdict == pass* ]]; then
       read -r _ n pf <<<"$verdict"
-      rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
-      sed -i "s/^WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=$pf)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "$f"
-      grep -E "^WALK_(90|MAX_90) = " "$f" && echo "$(cat /tmp/wk/COMMIT)+pf" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+      snap_sed pf flashinfer/experimental/b12x/norm/mhc/_config.py "s/^WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)$/WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=$pf)/; s/^WALK_MAX_90 = 4096$/WALK_MAX_90 = $n/" "^WALK_(90|MAX_90) = "
     fi
     fnk=$(python3 - "$OUT/pf59_1.json" "$OUT/pf59_2.json" <<'PY'
 import sys
@@ -71,9 +69,7 @@ PY
     echo "fnk rule: $fnk"
     if [[ $fnk == pass* ]]; then
       read -r _ m <<<"$fnk"
-      rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && f=/tmp/wk/flashinfer/experimental/b12x/norm/mhc/_config.py
-      sed -i "s/^FN_SPLIT_MIN_90 = 0$/FN_SPLIT_MIN_90 = $m/" "$f"
-      grep -E "^FN_SPLIT_MIN_90 = " "$f" && echo "$(cat /tmp/wk/COMMIT)+fnk" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
+      snap_sed fnk flashinfer/experimental/b12x/norm/mhc/_config.py "s/^FN_SPLIT_MIN_90 = 0$/FN_SPLIT_MIN_90 = $m/" "^FN_SPLIT_MIN_90 = "
     fi ;;
   tier) cat COMMIT 2>/dev/null; tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
   *) sed -n '2,8p' "$0"; exit 2 ;;
