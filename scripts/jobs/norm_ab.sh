@@ -4,12 +4,17 @@
 # with --per-pass), writing $OUT/NAME_1.json / NAME_2.json and their logs, prints the call rows, and returns to the
 # repository root. AB1_S / AB2_S: the two runs' time limits (default 200 / 150 s). scripts/jobs/ab_runs.py reads the
 # JSON back for the rules.
-norm_ab() {
-  local name=$1 root=$PWD
-  shift
+# `snap_install`: snap.tar extracted to /root/snap, installed editable, on PYTHONPATH; leaves the shell in /root/snap.
+snap_install() {
   mkdir -p /root/snap && tar xf snap.tar -C /root/snap && cd /root/snap || return 2
   python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/snap-install.log 2>&1 || tail -5 /tmp/snap-install.log
   export PYTHONPATH=$PYTHONPATH:$PWD
+}
+
+norm_ab() {
+  local name=$1 root=$PWD
+  shift
+  snap_install || return 2
   local b="python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre"
   b="$b --tokens 1024 2048 4096 8192 --hidden 7168 4096 --no-peers --variants $*"
   timeout "${AB1_S:-200}" $b --per-pass --json "$OUT/${name}_1.json" >"$OUT/${name}_1.log" 2>&1; echo "ab1 rc=$?"
