@@ -7,6 +7,8 @@
 #         written into sm_90a's default (WALK_90 / WALK_MAX_90) in snap.tar, COMMIT gets "+pf"; fnk's rule likewise
 #         sets FN_SPLIT_MIN_90 (MhcConfig.fn_split_min_tokens), COMMIT "+fnk" (~7 min)
 #   tier: the norm gpu tier on snap.tar as it stands (~2.5 min)
+# A record of session 59's run (b726209): the prefetch variants it times (row_walk_pf1 / pf2, pdl_pf2) were falsified
+# and removed after it; they live in dc370d9.
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 case ${1:?usage: s59_a.sh ab|tier} in

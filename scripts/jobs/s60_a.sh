@@ -3,7 +3,7 @@
 # measurements that decide two norm.mhc defaults, no flip (write the rules into docs/predictions/norm_mhc.md before
 # the run, then add them here in the s59_a.sh pattern):
 #   pdl:  bench_norm's `pdl` (every two-pass kernel a programmatic dependent) against the default, two runs, T 1024 to
-#         8192, H 7168 / 4096 (session 59's pdl_pf2 gained pre -2.8 to -5.8% at T <= 2048), plus T = 1 / 8 / 64 once
+#         8192, H 7168 / 4096 (session 59's pdl_pf2, pdl with the walk's neutral prefetch, gained pre -2.8 to -5.8% at T <= 2048), plus T = 1 / 8 / 64 once
 #   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 / 7168:
 #         where the walk's bound by hidden size falls (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 set -uo pipefail

@@ -213,33 +213,20 @@ def sweep_configs():
         # pass 2 as the walk (_kernel_walk.py: 5 or 6 resident programs an SM dealt runs of (token, 1024-wide chunk)
         # units, so no short last wave; 1.55 waves of the row kernel's 5 an SM at T = 1024 on 132 SMs) at every T above
         # the mid tiles, without a norm weight (with one: the row pass 2)
-        # the walk's pf variants: each program first asks L2 for pf units a step of its weights loop (RowConfig.walk_prefetch,
-        # at most 6 units), so DRAM streams while the Sinkhorn chains run
+        # (session 59 also timed the walk with an L2 prefetch of each program's first units, row_walk_pf1 / pf2 /
+        # pdl_pf2: falsified and removed, in dc370d9)
         **{
             name: dataclasses.replace(
                 default,
-                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w, walk_prefetch=pf),
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w),
                 walk_max_tokens=1 << 20,
             )
-            for name, st, w, pf in (
-                ("row_walk", 6, 5, 0),
-                ("row_walk6", 5, 6, 0),
-                ("row_walk_pf1", 6, 5, 1),
-                ("row_walk_pf2", 6, 5, 2),
-            )
+            for name, st, w in (("row_walk", 6, 5), ("row_walk6", 5, 6))
         },
-        # pre's pass 1 splitting fp32 fn into hi + lo in every program each step (fn_split "kernel") instead of in one
-        # launch before it ("pre", the default): one launch fewer a call, the split's ALU in the loop (session 6, older
-        # tiles: pre T = 1024 76.8 µs in-loop against 81.8 split once, T = 8192 624 against 506)
+        # pre's pass 1 splitting fp32 fn into hi + lo in every program each step (fn_split "kernel") at every T, not in
+        # one launch before it: one launch fewer a call, the split's ALU in the loop. sm_90a's default does so below
+        # 2049 tokens since session 59 (fn_split_min_tokens: pre -7.7% at T = 1024 H = 7168 on an H100)
         "fnk": dataclasses.replace(default, pre_large=dataclasses.replace(default.pre_large, fn_split="kernel")),
-        # the walk with its prefetch, every two-pass kernel a programmatic dependent (the prefetch runs before the wait)
-        "pdl_pf2": with_pdl(
-            dataclasses.replace(
-                default,
-                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=2),
-                walk_max_tokens=1 << 20,
-            )
-        ),
         # T = 1 (issue #5's < 8 µs): every two-pass kernel launched with programmatic dependent launch
         # (pass 2's programs launched while pass 1 runs, waiting on it in griddepcontrol.wait), the
         # wide pass 2's Sinkhorn on approximate reciprocals, both, and both with pass 1's small tiles

@@ -759,21 +759,26 @@ def test_diag_square_sums(tokens):
 # The sm_90a default (two passes at every T: pre_large with fn split once and diagonal-block squares,
 # bcast's squares on the diagonal blocks, the row pass 2 streamed) at H = 256: small_max_tokens 8 and
 # mid_max_tokens 12 so that 10 tokens run the mid tiles and 20 the large ones, and the row streamed
-# in 128-wide chunks (the default's 2048 is one chunk at H = 256; the GPU tier runs the real tile).
+# in 128-wide chunks (the default's 2048 is one chunk at H = 256; the GPU tier runs the real tile). The default's
+# fn split in pass 1's loop below 2049 tokens (fn_split_min_tokens) is scaled to 16 here: 13-15 tokens split in the
+# loop, 16 and up launch the split once (test_default_two_pass runs both).
 DEFAULT_TWO_PASS = dataclasses.replace(
     _config.default_config("sm_90a"),
     small_max_tokens=8,
     mid_max_tokens=12,
+    fn_split_min_tokens=16,
     row_large=_config.RowConfig(block_h=128, block_s=16, num_warps=4, stages=3),
 )
 
 
-@pytest.mark.parametrize("tokens", [3, 10, 20])
+@pytest.mark.parametrize("tokens", [3, 10, 14, 20])
 def test_default_two_pass(tokens):
     """pre (norm weight and none), bcast and post_pre (post's kernel + pre's pass 1 above 8 tokens)
     through the default's tiles, NaN-poisoned outputs and partials."""
     p = interpret_plan(24, target_ctas=4, config=DEFAULT_TWO_PASS)
-    assert (DEFAULT_TWO_PASS.stream("pre", tokens).fn_split == "pre") == (tokens > 12)
+    assert (DEFAULT_TWO_PASS.stream("pre", tokens).fn_split == "pre") == (tokens >= 16)
+    inline = dataclasses.replace(DEFAULT_TWO_PASS.pre_large, fn_split="kernel")
+    assert (DEFAULT_TWO_PASS.stream("pre", tokens) == inline) == (12 < tokens < 16)
     assert (DEFAULT_TWO_PASS.stream("pre", tokens) == DEFAULT_TWO_PASS.pre_mid) == (8 < tokens <= 12)
     ins = inputs(tokens, H, seed=90 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])

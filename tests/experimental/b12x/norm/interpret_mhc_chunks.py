@@ -20,8 +20,9 @@ pytestmark = pytest.mark.interpret
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_mhc_interpret.py"
 
 # small_max_tokens 8, mid_max_tokens 12 (DEFAULT_TWO_PASS): chunks of more than 8 tokens; 17 gives 40 tokens as
-# 13 / 13 / 14 (the large tiles, fn split once) and 20 tokens as 10 / 10 (the mid tiles, fn split in the kernel)
-CHUNKED = dataclasses.replace(DEFAULT_TWO_PASS, chunk_tokens=17)
+# 13 / 13 / 14 (the large tiles, fn split once: fn_split_min_tokens 0, not DEFAULT_TWO_PASS's 16) and 20 tokens as
+# 10 / 10 (the mid tiles, fn split in the kernel)
+CHUNKED = dataclasses.replace(DEFAULT_TWO_PASS, chunk_tokens=17, fn_split_min_tokens=0)
 
 
 def _check_bcast_and_post_pre(p, tokens, ins, mix):

@@ -732,8 +732,6 @@ WALK = _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5
         (lambda: _config.RowConfig(walk=-1), "RowConfig.walk must be an int >= 0, got -1"),
         (lambda: _config.RowConfig(walk=True), "RowConfig.walk must be an int >= 0, got True"),
         (lambda: _config.RowConfig(walk=2, scalar=True), "RowConfig.walk takes the weights as tiles"),
-        (lambda: _config.RowConfig(walk=2, walk_prefetch=-1), "RowConfig.walk_prefetch must be an int >= 0, got -1"),
-        (lambda: _config.RowConfig(walk_prefetch=2), "RowConfig.walk_prefetch is the walk's (walk > 0), got"),
         (lambda: _config.MhcConfig(row_walk=_config.RowConfig()), "MhcConfig.row_walk must be None or a RowConfig"),
         (lambda: _config.MhcConfig(row_walk=WALK, walk_max_tokens=0), "MhcConfig.walk_max_tokens must be an int"),
         (

@@ -627,20 +627,20 @@ def test_fn_split_min_tokens(tokens, hidden):
     assert fn_splits == {"kernel" if tokens < 2048 else "pre"}
 
 
-# The walk pass 2 (bench_norm's row_walk, row_walk_pf*): the default with it at every T above the mid tiles.
-def walk_override(prefetch: int) -> _config.MhcConfig:
-    walk = _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5, walk_prefetch=prefetch)
-    return dataclasses.replace(_config.default_config("sm_90a"), row_walk=walk, walk_max_tokens=1 << 20)
+# The walk pass 2 (bench_norm's row_walk): the default with it at every T above the mid tiles.
+WALK = dataclasses.replace(
+    _config.default_config("sm_90a"),
+    row_walk=_config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5),
+    walk_max_tokens=1 << 20,
+)
 
 
-@pytest.mark.parametrize("prefetch", [0, 2])
 @pytest.mark.parametrize("hidden", [4096, 5120, 7168])
 @pytest.mark.parametrize("tokens", [129, 1000, 3001, 8192])
-def test_walk_pass2(tokens, hidden, prefetch):
-    """pre, bcast and post_pre without a norm weight through the walk (one launch each, counted; with and without
-    the L2 prefetch of the first units), NaN-poisoned outputs, against the reference; pre with a norm weight takes
-    the row pass 2."""
-    p = prepared(hidden, override=walk_override(prefetch))
+def test_walk_pass2(tokens, hidden):
+    """pre, bcast and post_pre without a norm weight through the walk (one launch each, counted), NaN-poisoned
+    outputs, against the reference; pre with a norm weight takes the row pass 2."""
+    p = prepared(hidden, override=WALK)
     walked = counting_kind(p, "compile_walk")
     ins = gpu_inputs(tokens, hidden, seed=700 + tokens)
     mix = (ins["fn"], ins["hc_scale"], ins["hc_base"])

@@ -22,12 +22,9 @@ token's [4 streams, BLOCK_H] slice are dealt out in contiguous runs (program p t
 Step 1 runs with nothing in flight on any SM (all programs start together): ~13 tokens' Sinkhorn chains a program at
 T = 8192, which is why sm_90a's default stops the walk at 4096 tokens (session 58). Taking each token's weights just
 before its units instead (built and timed in session 58, f3dd3ea) ran 72-148% slower: 120 registers (4 programs an
-SM) and a pipeline refilled every token. `RowConfig.walk_prefetch` (PF > 0) keeps DRAM busy through step 1 instead:
-before it, the program asks L2 for the lines of its first PF x (weights steps) units (at most PF_CAP), one
-`prefetch.global.L2` per 128-byte line and thread, nothing waited on; the unit loop then finds them in L2. The asks
-come before griddepcontrol.wait, so a programmatic dependent walk makes them while pass 1 drains: a prefetch changes
-no memory, and L2 is where every write lands, so a line asked before pass 1 writes it (post_pre's new residual) is
-updated there, never stale. Under the interpreter (no PTX) the prefetch is left out.
+SM) and a pipeline refilled every token. Keeping DRAM busy through step 1 instead, each program asking L2 for its
+first units' lines before it (`prefetch.global.L2`, session 59, in dc370d9), changed nothing at T <= 4096 and did not
+recover T = 8192 (pass 2 223 µs against 218 without it, H = 7168): removed.
 
 No norm weight: y's mean square needs the whole row, which no program holds (the selection runs the
 row pass 2 when a norm weight is given). Bytes per token as the row pass 2: the row (8H) once, y
@@ -43,7 +40,6 @@ import triton
 import triton.language as tl
 
 from ..._lib.compile import kernel
-from ..._lib.triton_build import interpreting
 from ..._lib.triton_pdl import gdc_enter
 from ._config import RowConfig
 from ._kernel import _split_sums, _tok_weights, launch_options, pass2_args, pass2_fakes, pdl_constexpr
@@ -51,27 +47,6 @@ from ._kernel_row import _stream_tile, row_tile
 
 PRE_PAD = 28  # the partial row's columns where step 1 parks a token's pre (4 floats)
 WALK_TOKENS = 4  # tokens a step of the weights loop
-PF_CAP = 6  # most units a program prefetches (660 programs x 6 x 8 KB = 32 MB at H100 / H200 scale, under the 50 MB L2)
-PF_ASM = tl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }")
-
-
-@triton.jit
-def _prefetch_units(src_ptr, u0, n, NC, tok_stride, stream_stride, H: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Ask L2 for every 128-byte line of units [u0, u0 + n): two units a step, one line a thread (a unit is
-    [4 streams, BLOCK_H] 2-byte elements, 64 to a line; the broadcast form's stream stride 0 asks stream 0 only)."""
-    LINES: tl.constexpr = BLOCK_H // 64
-    j2 = tl.arange(0, 2)
-    i4 = tl.arange(0, 4)
-    col = tl.arange(0, LINES) * 64
-    streams = (i4 == 0) | (stream_stride != 0)
-    for k in range(0, n, 2):
-        u = u0 + k + j2
-        t = u // NC
-        h = ((u - t * NC) * BLOCK_H)[:, None, None] + col[None, None, :]
-        m = (k + j2 < n)[:, None, None] & streams[None, :, None] & (h < H)
-        off = t.to(tl.int64)[:, None, None] * tok_stride + i4[None, :, None] * stream_stride + h
-        tl.inline_asm_elementwise(PF_ASM, "=r,l,r", [src_ptr + off, m.to(tl.int32)], dtype=tl.int32, is_pure=False,
-                                  pack=1)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["T", "splits", "sinkhorn_iters", "tok_stride", "stream_stride", "has_norm"])
@@ -99,10 +74,9 @@ def _mhc_walk_kernel(
     STAGES: tl.constexpr,  # the unit loop's pipeline depth
     TOKB: tl.constexpr,  # tokens per step of the weights loop
     PAD: tl.constexpr,  # PRE_PAD
-    PF: tl.constexpr,  # units prefetched to L2 a weights step (0: none)
-    PF_CAP: tl.constexpr,  # at most this many in all
     PDL: tl.constexpr,
 ):
+    gdc_enter(PDL)
     NC: tl.constexpr = (H + BLOCK_H - 1) // BLOCK_H
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -112,12 +86,6 @@ def _mhc_walk_kernel(
     tok_stride = (tok_stride // 128).to(tl.int64) * 128  # multiples of 128: 16-byte vector loads
     stream_stride = (stream_stride // 128).to(tl.int64) * 128
     i4 = tl.arange(0, 4)
-    if PF > 0:  # before the wait: a programmatic dependent asks while pass 1 drains (L2 is coherent: no stale line)
-        if u1 > u0:
-            steps = ((u1 - 1) // NC - u0 // NC) // TOKB + 1
-            _prefetch_units(src_ptr, u0, tl.minimum(tl.minimum(PF * steps, PF_CAP), u1 - u0), NC, tok_stride,
-                            stream_stride, H, BLOCK_H)  # fmt: skip
-    gdc_enter(PDL)
     if u1 > u0:
         # 1. The weights of the tokens the run touches; post and comb stored, pre parked in the pad.
         t_last = (u1 - 1) // NC
@@ -148,9 +116,8 @@ def _mhc_walk_kernel(
 def walk_constexprs(hidden: int, config: RowConfig) -> dict:
     """The walk kernel's constexprs for `config` at `hidden`."""
     block_h, block_s = row_tile(hidden, config)
-    pf = 0 if interpreting() else config.walk_prefetch
     return dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=config.stages, TOKB=WALK_TOKENS, PAD=PRE_PAD,
-                PF=pf, PF_CAP=PF_CAP, PDL=pdl_constexpr(config.pdl))  # fmt: skip
+                PDL=pdl_constexpr(config.pdl))  # fmt: skip
 
 
 def launch_walk(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits,

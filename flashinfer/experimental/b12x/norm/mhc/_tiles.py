@@ -118,19 +118,10 @@ class RowConfig:
     # > 0: the walk pass 2 (_kernel_walk.py), `walk` resident programs an SM dealt runs of (token, block_h
     # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk)
     walk: int = 0
-    # the walk only: units each program asks L2 for a step of its weights loop, before that loop (at most
-    # _kernel_walk.PF_CAP in all), so DRAM streams while the Sinkhorn chains run; 0: none
-    walk_prefetch: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("walk", "walk_prefetch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"RowConfig.{name} must be an int >= 0, got {v!r}")
-        if self.walk_prefetch and not self.walk:
-            raise ValueError(
-                f"RowConfig.walk_prefetch is the walk's (walk > 0), got walk_prefetch={self.walk_prefetch}"
-            )
+        if not isinstance(self.walk, int) or isinstance(self.walk, bool) or self.walk < 0:
+            raise ValueError(f"RowConfig.walk must be an int >= 0, got {self.walk!r}")
         if self.walk and self.scalar:
             raise ValueError("RowConfig.walk takes the weights as tiles: scalar must be False")
         for name in ("block_h", "block_s", "num_warps"):
