@@ -23,6 +23,7 @@ from ._tiles import (
     StreamConfig,
     WideConfig,
     _check_bools,
+    _int_at_least,
     _positive_int,
     cdiv,
 )
@@ -155,11 +156,7 @@ class MhcConfig:
             raise ValueError(f"MhcConfig.row_walk must be None or a RowConfig with walk > 0, got {self.row_walk!r}")
         if not _positive_int(self.walk_max_tokens):
             raise ValueError(f"MhcConfig.walk_max_tokens must be an int >= 1, got {self.walk_max_tokens!r}")
-        if (
-            not isinstance(self.fn_split_min_tokens, int)
-            or isinstance(self.fn_split_min_tokens, bool)
-            or (self.fn_split_min_tokens < 0)
-        ):
+        if not _int_at_least(self.fn_split_min_tokens, 0):
             raise ValueError(f"MhcConfig.fn_split_min_tokens must be an int >= 0, got {self.fn_split_min_tokens!r}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
             got = type(self.fused_post_pre).__name__
@@ -344,9 +341,10 @@ class MhcConfig:
         if form in ("bcast", "post"):
             return (getattr(self, form),)
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
-        inline = () if form != "pre" or self._inline_pre() is None else (self._inline_pre(),)
+        inline = self._inline_pre() if form == "pre" else None
+        mid += () if inline is None else (inline,)
         pdl = tuple(self.stream(form, r.first) for r in self._applying(form))
-        tiles = (getattr(self, f"{form}_small"), *mid, *inline, getattr(self, f"{form}_large"), *pdl)
+        tiles = (getattr(self, f"{form}_small"), *mid, getattr(self, f"{form}_large"), *pdl)
         return tuple(dict.fromkeys(tiles))
 
 

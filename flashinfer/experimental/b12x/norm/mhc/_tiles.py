@@ -54,8 +54,12 @@ def _check_bools(cls: str, config, names) -> None:
             raise ValueError(f"{cls}.{name} must be a bool, got {getattr(config, name)!r}")
 
 
+def _int_at_least(v, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
 def _positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return _int_at_least(v, 1)
 
 
 def _check_pass1_tile(cls: str, block_t: int, block_h: int, num_warps: int, sq: str, fn_split: str) -> None:
@@ -120,7 +124,7 @@ class RowConfig:
     walk: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.walk, int) or isinstance(self.walk, bool) or self.walk < 0:
+        if not _int_at_least(self.walk, 0):
             raise ValueError(f"RowConfig.walk must be an int >= 0, got {self.walk!r}")
         if self.walk and self.scalar:
             raise ValueError("RowConfig.walk takes the weights as tiles: scalar must be False")
