@@ -1,28 +1,65 @@
 #!/usr/bin/env bash
-# Staged by session 59 for the next machine session (after the two toolchain calls; snap.tar at the repository root):
-# measurements that decide two norm.mhc defaults, no flip (write the rules into docs/predictions/norm_mhc.md before
-# the run, then add them here in the s59_a.sh pattern):
-#   pdl:  bench_norm's `pdl` (every two-pass kernel a programmatic dependent) against the default, two runs, T 1024 to
-#         8192, H 7168 / 4096 (session 59's pdl_pf2, pdl with the walk's neutral prefetch, gained pre -2.8 to -5.8% at T <= 2048), plus T = 1 / 8 / 64 once
-#   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 / 7168:
-#         where the walk's bound by hidden size falls (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
+# Session 60's norm.mhc job (after the two toolchain calls; snap.tar at the repository root). The prediction and the
+# rule: docs/predictions/norm_mhc.md, session 60.
+#   pdl:  pdl_large's gpu tests (test_pass2_variants at T = 1000 / 8192, the graph replay), two A/B runs of the default
+#         against pdl_large (pre and post_pre, T 1024 to 8192, H 7168 and 4096; the first with every pass alone), one
+#         at T 128 / 256 / 512, then the rule; a pass writes LARGE_PDL_90 = True into snap.tar, COMMIT "+pdl" (~8 min)
+#   tier: the norm gpu tier on snap.tar as it stands, then one walk run (below) (~6 min)
+#   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 /
+#         7168: where a bound by hidden size would fall (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 source scripts/jobs/norm_ab.sh
-case ${1:?usage: s60_a.sh pdl|walk} in
+walk_run() {  # walk_run N: one row_walk run, from the snapshot's root
+  timeout "${WALK_S:-200}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
+    --tokens 4096 8192 16384 --hidden 4096 5120 6144 7168 --no-peers --variants row_walk --json "$OUT/walk60_$1.json" \
+    >"$OUT/walk60_$1.log" 2>&1
+  echo "walk run $1 rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk60_$1.log" | cut -c1-170
+}
+case ${1:?usage: s60_a.sh pdl|tier|walk} in
   pdl)
     nvidia-smi --query-gpu=name --format=csv,noheader
-    norm_ab pdl60 pdl
-    cd /root/snap && timeout 120 python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-      --tokens 1 8 64 --hidden 7168 4096 --no-peers --variants pdl --json "$OUT/pdl60_small.json" >"$OUT/pdl60_small.log" 2>&1
-    echo "small rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/pdl60_small.log" | cut -c1-170 ;;
+    t=tests/experimental/b12x/norm/test_mhc_gpu.py
+    SHARDS=4 TEST_LIMIT=120 bash scripts/jobs/gpu_tests.sh "$t::test_pass2_variants[1000-4096-pdl_large]" \
+      "$t::test_pass2_variants[1000-7168-pdl_large]" "$t::test_pass2_variants[8192-4096-pdl_large]" \
+      "$t::test_pass2_variants[8192-7168-pdl_large]" "$t::test_graph_replay_equals_eager[pdl_large]"
+    bad=$(grep -hcE "^(FAILED|ERROR) " /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
+    npass=$(grep -hoE "[0-9]+ passed" /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
+    echo "tests: $npass passed, $bad failed or errored"
+    norm_ab pdl60 pdl_large
+    (cd /root/snap && timeout 100 python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
+      --tokens 128 256 512 --hidden 7168 4096 --no-peers --variants pdl_large --json "$OUT/pdl60_mid.json" \
+      >"$OUT/pdl60_mid.log" 2>&1; echo "mid rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/pdl60_mid.log" | cut -c1-170)
+    verdict=$(python3 - "$OUT/pdl60_1.json" "$OUT/pdl60_2.json" "$OUT/pdl60_mid.json" <<'PY'
+import sys
+sys.path.insert(0, "scripts/jobs")
+from ab_runs import load, rels
+
+runs = load(sys.argv[1:3])
+(mid,) = load(sys.argv[3:])
+low, high = rels(runs, "pdl_large", tokens=(1024, 2048)), rels(runs, "pdl_large", tokens=(4096, 8192))
+short = rels([mid], "pdl_large", tokens=(128, 256, 512))
+mean = lambda r: sum(r) / max(1, len(r))  # noqa: E731
+for name, r in (("T 1024-2048", low), ("T 4096-8192", high), ("T 128-512", short)):
+    print(f"{name}: {len(r)} rows, mean {100 * mean(r):+.2f}%, max {100 * max(r, default=0):+.2f}%", file=sys.stderr)
+ok = len(low) == 16 and mean(low) <= -0.01 and max(low) <= 0.005
+ok = ok and len(high) == 16 and mean(high) <= 0.002 and max(high) <= 0.01
+ok = ok and len(short) == 12 and max(short) <= 0.01
+print("pass" if ok else "fail")
+PY
+)
+    [[ $bad == 0 && $npass -ge 5 ]] || verdict="held (tests: $npass passed, $bad failed) $verdict"
+    echo "pdl rule: $verdict"
+    if [[ $verdict == pass ]]; then
+      snap_sed pdl flashinfer/experimental/b12x/norm/mhc/_config.py "s/^LARGE_PDL_90 = False$/LARGE_PDL_90 = True/" \
+        "^LARGE_PDL_90 = "
+    fi ;;
+  tier)
+    tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh
+    (cd /root/snap && WALK_S=${WALK_S:-170} walk_run 1) ;;
   walk)
     nvidia-smi --query-gpu=name --format=csv,noheader
     snap_install || exit 2
-    for run in 1 2; do
-      timeout 200 python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre --tokens 4096 8192 16384 \
-        --hidden 4096 5120 6144 7168 --no-peers --variants row_walk --json "$OUT/walk60_$run.json" >"$OUT/walk60_$run.log" 2>&1
-      echo "walk run $run rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk60_$run.log" | cut -c1-170
-    done ;;
+    walk_run 1; walk_run 2 ;;
   *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

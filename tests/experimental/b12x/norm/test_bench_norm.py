@@ -117,7 +117,8 @@ def test_sweep_compares_the_fused_default_with_the_two_pass_path():
     assert fused.fused("pre", 8192) is not None and fused.fused("pre", 1) is None
     assert default.fused("pre", 8192) is None
     stream = sweep["two_pass_fn_pre_diag_stream"]  # the measured variant the default adopted above 64 tokens
-    assert (stream.pre_large, stream.bcast, stream.row_large) == (default.pre_large, default.bcast, default.row_large)
+    plain = [dataclasses.replace(t, pdl=False) for t in (default.pre_large, default.bcast, default.row_large)]
+    assert [stream.pre_large, stream.bcast, stream.row_large] == plain  # pdl: LARGE_PDL_90's (session 60)
     assert sweep["fused_all"].fused("post_pre", 1) is not None and sweep["fused_all"].fused("pre", 1) is not None
 
 

@@ -553,6 +553,10 @@ def test_default_selection_by_arch():
     against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
     cfg, old = _config.default_config("sm_90a"), _config.fused_config("sm_90a")
+    # LARGE_PDL_90 (session 60's rule) marks the large-T tiles pdl: the tiles compared below are those without it
+    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _config.LARGE_T_PDL_TILES if getattr(cfg, n)}
+    assert (cfg == _config.with_large_t_pdl(dataclasses.replace(cfg, **plain))) == _config.LARGE_PDL_90
+    cfg = dataclasses.replace(cfg, **plain)
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
     large = _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")
@@ -570,89 +574,12 @@ def test_default_selection_by_arch():
     assert old.wide == _config.WideConfig(block_y=128) and cfg.tiny is None and cfg.small is None
     assert cfg.wide == dataclasses.replace(old.wide, fast=True, apart=True)  # fast: H200 16:41; apart: session 29
     assert cfg.counters(api.FORMS, 8192) == 1
-    assert _config.default_config(None) == cfg  # no arch at hand (scratch_specs): the sm_90a tiles
+    assert _config.default_config(None) == _config.default_config(
+        "sm_90a"
+    )  # no arch at hand (scratch_specs): the sm_90a tiles
     assert _config.default_config("sm_120a") == _config.fused_config("sm_120a")
     jobs = {(k.__name__, args[0]) for k, args in mhc.plan(caps(max_tokens=8192)).kernels(cfg, "sm_90a")}
     assert ("compile_split_fn", "bfloat16") in jobs and not any(k == "compile_fused" for k, _ in jobs)
-
-
-def test_pdl_and_fast_config():
-    """with_pdl marks every two-pass tile (pass 1, row and wide pass 2) for programmatic dependent
-    launch, and fast the wide pass 2's Sinkhorn; new compile jobs; the sm_90a default has the fast
-    Sinkhorn and (session 30) pdl only where its small_launches say."""
-    for cls, kw in ((_config.StreamConfig, dict(block_t=16, block_h=32)), (_config.RowConfig, {})):
-        with pytest.raises(ValueError, match=re.escape(f"{cls.__name__}.pdl must be a bool, got 1")):
-            cls(**kw, pdl=1)
-    with pytest.raises(ValueError, match=re.escape("WideConfig.fast must be a bool, got 'yes'")):
-        _config.WideConfig(fast="yes")
-    cfg = _config.default_config("sm_90a")
-    pdl = _config.with_pdl(cfg, fast=True)
-    tiles = [pdl.stream(f, t) for f in ("pre", "post_pre", "bcast", "post") for t in (1, 65)]
-    assert all(t.pdl for t in tiles + [pdl.apply(1), pdl.apply(65), pdl.wide]) and pdl.wide.fast
-    plain_tiles = [cfg.stream("pre", 33), cfg.stream("bcast", 1), cfg.apply(1), cfg.apply(65), cfg.wide]
-    assert not any(t.pdl for t in plain_tiles + [cfg.apply(2, "bcast"), cfg.wide_for(2, "bcast")]) and cfg.wide.fast
-    assert all(t.pdl for t in [cfg.stream("pre", 1), cfg.stream("post_pre", 64), cfg.wide_for(1, "pre")])
-    assert _config.with_pdl(cfg).wide == dataclasses.replace(cfg.wide, pdl=True)
-    plain = dataclasses.replace(cfg, small_launches=())
-    p = mhc.plan(caps(max_tokens=100))
-    jobs, base = set(p.kernels(pdl, "sm_90a")), set(p.kernels(plain, "sm_90a"))
-    assert len(jobs) == len(base) and len(jobs & base) == 1  # only the fn split launch is shared
-
-
-def test_small_launches_programmatic_dependents_and_split():
-    """sm_90a's selection (session 30): pre / post_pre calls that a SmallLaunch covers run the small pass-1
-    tile and the wide or row pass 2 as programmatic dependents (their own compile jobs) with its split
-    target, every other call (bcast, post, pre above 32 tokens) the plain tiles with ctas_per_sm's; the
-    workspace covers every target; bad entries are refused. with_small_t_pdl (a bench variant) marks the
-    T <= small_max_tokens tiles only."""
-    cfg = _config.default_config("sm_90a")
-    assert cfg.small_launches == _config.SMALL_LAUNCHES_90 and not cfg.wide.pdl
-    for form, last in (("pre", 32), ("post_pre", 64)):
-        small = getattr(cfg, f"{form}_small")
-        for t in range(1, last + 1):
-            assert cfg.stream(form, t) == dataclasses.replace(small, pdl=True) and cfg.apply(t, form).pdl
-            assert cfg.wide_for(t, form).pdl
-        assert dataclasses.replace(small, pdl=True) in cfg.streams(form) and small in cfg.streams(form)
-    assert not cfg.stream("pre", 33).pdl and not cfg.apply(33, "pre").pdl and not cfg.apply(65, "post_pre").pdl
-    assert not cfg.stream("bcast", 1).pdl and not cfg.stream("post", 1).pdl and not cfg.wide_for(1, "bcast").pdl
-    assert cfg.wides() == (cfg.wide, cfg.wide_for(1, "pre")) and _config.MhcConfig(wide=cfg.wide).wides() == (cfg.wide,)
-    p = mhc.plan(caps(max_tokens=8))
-    jobs = p.kernels(cfg, "sm_90a")
-    assert sorted(a[2].pdl for k, a in jobs if k.__name__ == "compile_wide") == [False, True]
-    rows = {a[3] for k, a in jobs if k.__name__ == "compile_row"}
-    assert {cfg.row_small, dataclasses.replace(cfg.row_small, pdl=True)} <= rows
-    small = _config.with_small_t_pdl(cfg)
-    assert all(getattr(small, n).pdl for n in _config.SMALL_T_PDL_TILES) and small.wide.pdl
-    assert not any(t.pdl for t in (small.pre_large, small.post_pre_large, small.row_large, small.bcast, small.post))
-    targets = [cfg.target_ctas(t, 132, "pre") for t in (1, 2, 4, 5, 32, 33)]
-    assert targets == [132, 264, 132, 264, 264, 528]
-    assert [cfg.target_ctas(t, 132, "post_pre") for t in (3, 4, 64)] == [132, 264, 132]
-    assert cfg.target_ctas(1, 132, "bcast") == cfg.target_ctas(1, 132) == 528
-    eight = dataclasses.replace(cfg, small_max_tokens=8)  # no entry applies above small_max_tokens
-    assert eight.stream("pre", 8).pdl and eight.small_launch("pre", 9) is None and not eight.apply(9, "pre").pdl
-    # the workspace: the largest splits x T over every target (T = 32 at one program an SM: 2 token blocks)
-    one_sm = dataclasses.replace(cfg, small_launches=(_config.SmallLaunch("pre", 1, 64, 1),))
-    rows = _config.workspace_rows(one_sm, api.FORMS, 7168, 64, 1, sms=132)
-    assert rows >= _config.split_for(32, 16, 7168 // 32, 132)[0] * 32
-    assert rows > _config.workspace_rows(cfg, api.FORMS, 7168, 64, 1)
-    for kw, message in (
-        (dict(ctas_per_sm=0), "MhcConfig.ctas_per_sm must be an int >= 1, got 0"),
-        (dict(small_launches=[]), "MhcConfig.small_launches must be a tuple of SmallLaunch, got []"),
-        (
-            dict(small_launches=(_config.SmallLaunch("pre", 1, 4, 1), _config.SmallLaunch("pre", 4, 8, 2))),
-            "overlaps SmallLaunch(form='pre', first=4, last=8, ctas_per_sm=2)",
-        ),
-    ):
-        with pytest.raises(ValueError, match=re.escape(message)):
-            _config.MhcConfig(**kw)
-    for kw, message in (
-        (dict(form="bcast"), "SmallLaunch.form must be one of ('pre', 'post_pre'), got 'bcast'"),
-        (dict(first=0), "SmallLaunch.first must be an int >= 1, got 0"),
-        (dict(ctas_per_sm=True), "SmallLaunch.ctas_per_sm must be an int >= 1, got True"),
-        (dict(first=5, last=4), "SmallLaunch.last must be >= first=5, got 4"),
-    ):
-        with pytest.raises(ValueError, match=re.escape(message)):
-            _config.SmallLaunch(**({"form": "pre", "first": 1, "last": 4, "ctas_per_sm": 1} | kw))
 
 
 _DENSE = tuple(_config.SmallLaunch(f, 1, 64, 8) for f in ("pre", "post_pre"))  # more programs than ctas_per_sm
@@ -779,5 +706,8 @@ def test_walk_selection_bounds_and_jobs():
     assert [j for j in jobs if j[0] == "compile_walk"] == [("compile_walk", ("bfloat16", H, WALK))]
     assert ("compile_row", ("bfloat16", H, "bfloat16", mid.row_large)) in jobs
     sm90 = _config.default_config("sm_90a")  # the walk is sm_90a's alone (SM120's 100 KB of shared memory)
-    assert sm90.row_walk is _config.WALK_90 and _config.default_config("sm_120a").row_walk is None
+    assert (
+        sm90.row_walk == dataclasses.replace(_config.WALK_90, pdl=_config.LARGE_PDL_90)
+        and _config.default_config("sm_120a").row_walk is None
+    )
     assert _config.WALK_90 is None or (sm90.walk_max_tokens == _config.WALK_MAX_90 and _config.WALK_90.walk > 0)

@@ -197,6 +197,8 @@ PASS2 = {
     # the default with every two-pass kernel launched with programmatic dependent launch (pass 2
     # waiting in griddepcontrol.wait on pass 1) and the wide pass 2's approximate Sinkhorn reciprocals
     "pdl_fast": _config.with_pdl(_config.default_config("sm_90a"), fast=True),
+    # the default with the kernels of calls above small_max_tokens as programmatic dependents (LARGE_PDL_90's form)
+    "pdl_large": _config.with_large_t_pdl(_config.default_config("sm_90a")),
     # the wide pass 2 with post and comb in an extra program of their own (which writes no y)
     "wide_apart": _config.MhcConfig(wide=_config.WideConfig(block_y=128, fast=True, apart=True)),
     # the default's two passes in chunks of at most 150 tokens (1000 tokens: 7 chunks of the large tiles; 200
@@ -265,7 +267,8 @@ def test_split_k_cap_and_float16():
 
 
 @pytest.mark.parametrize(
-    "variant", [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast", "wide_apart", "chunks"]
+    "variant",
+    [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast", "pdl_large", "wide_apart", "chunks"],
 )  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256

@@ -438,7 +438,14 @@ def default_config(arch: str | None) -> MhcConfig:
     # of 4 programs an SM: pre -8 to -11%, post_pre -5 to -6% from T = 4096; same grid, ties, at T <= 1024.
     base = dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
     base = dataclasses.replace(base, fn_split_min_tokens=FN_SPLIT_MIN_90)
-    return base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
+    base = base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
+    return with_large_t_pdl(base) if LARGE_PDL_90 else base
+
+
+# sm_90a: the kernels of calls above small_max_tokens launched as programmatic dependents (with_large_t_pdl). Session
+# 59 (H100, two runs) timed every two-pass kernel so (with the walk's since-removed prefetch): pre -2.8 to -5.8%,
+# post_pre -1.0 to -2.4% at T = 1024-2048; the rule that decides this: docs/predictions/norm_mhc.md, session 60.
+LARGE_PDL_90 = False
 
 
 # sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
@@ -486,6 +493,19 @@ def with_small_t_pdl(config: MhcConfig) -> MhcConfig:
 SMALL_T_PDL_TILES = ("pre_small", "post_pre_small", "row_small")
 
 
+def with_large_t_pdl(config: MhcConfig) -> MhcConfig:
+    """`config` with the kernels of calls above small_max_tokens tokens (the mid, large and walk tiles of pass 1
+    and pass 2) launched as programmatic dependents; the small-T tiles, the wide pass 2 and the one-launch
+    kernels as they are."""
+    return _with_pdl_tiles(
+        config, [name for name in LARGE_T_PDL_TILES if getattr(config, name) is not None], wide=False
+    )
+
+
+# (bcast's and post's one tile runs at every T: not among them)
+LARGE_T_PDL_TILES = ("pre_mid", "pre_large", "post_pre_large", "row_mid", "row_large", "row_walk")
+
+
 def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     """`config` with every two-pass kernel (pass-1 tiles, the row and wide pass 2) launched with
     programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
@@ -495,11 +515,11 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
 
 
-def _with_pdl_tiles(config: MhcConfig, names, **wide) -> MhcConfig:
-    """`config` with the tiles `names` and the wide pass 2 (with `wide`'s other fields) marked pdl."""
+def _with_pdl_tiles(config: MhcConfig, names, wide=True, **wide_fields) -> MhcConfig:
+    """`config` with the tiles `names` and (with `wide`) the wide pass 2 (with `wide_fields`) marked pdl."""
     tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in names}
-    if config.wide is not None:
-        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide)
+    if wide and config.wide is not None:
+        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide_fields)
     return dataclasses.replace(config, **tiles)
 
 
