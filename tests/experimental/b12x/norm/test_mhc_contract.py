@@ -99,15 +99,19 @@ def test_plan_errors(kw, exc, message):
 
 
 def test_kernel_jobs_cover_forms_and_weight_dtypes():
-    jobs = mhc.plan(caps()).kernels(_config.MhcConfig(), "sm_90a")
+    jobs = mhc.plan(caps(max_tokens=100)).kernels(_config.MhcConfig(), "sm_90a")
     names = [(k.__name__, args[0]) for k, args in jobs]
-    assert len(jobs) == len(set(jobs)) == 10  # 6 pass-1 tiles + 2 pass-2 tiles x 2 weight dtypes
+    # 5 pass-1 tiles (pre small / large, post, post_pre small, bcast: post_pre borrows post and pre above 64 tokens)
+    # + 2 pass-2 tiles x 2 weight dtypes
+    assert len(jobs) == len(set(jobs)) == 9
+    # to 16 tokens (small_max_tokens 64): the small tiles alone, pre / post_pre / bcast / post + row_small x 2
+    assert len(mhc.plan(caps()).kernels(_config.MhcConfig(), "sm_90a")) == 6
     assert names.count(("compile_stream", "pre")) == 2 and names.count(("compile_stream", "post")) == 1
     assert {args[2] for k, args in jobs if k.__name__ == "compile_row"} == {"bfloat16", "float32"}
     only_post = mhc.plan(caps(), invocation="post").kernels(_config.MhcConfig(), "sm_90a")
     assert [k.__name__ for k, _ in only_post] == ["compile_stream"]
     # post_pre alone borrows post's and pre's pass 1 (post_pre_split), not their pass 2 jobs
-    only_pp = mhc.plan(caps(), invocation="post_pre").kernels(_config.MhcConfig(), "sm_90a")
+    only_pp = mhc.plan(caps(max_tokens=100), invocation="post_pre").kernels(_config.MhcConfig(), "sm_90a")
     forms = sorted({args[0] for k, args in only_pp if k.__name__ == "compile_stream"})
     assert forms == ["post", "post_pre", "pre"] and sum(k.__name__ == "compile_row" for k, _ in only_pp) == 4
     fused = mhc.plan(caps(), invocation="post_pre").kernels(_config.MhcConfig(post_pre_split=False), "sm_90a")
@@ -512,16 +516,18 @@ def test_fn_split_config_jobs_and_scratch():
     with pytest.raises(ValueError, match=re.escape("FusedConfig.fn_split must be one of ('kernel', 'pre', 'hi')")):
         _config.FusedConfig(fn_split=True)
     p = mhc.plan(caps(max_tokens=100))
-    # sm_90a's pre_large (above small_max_tokens) reads fn split once; sm_120a keeps the in-loop split
-    assert _config.default_config("sm_90a").fn_split_needed(api.FORMS, 100)
-    assert not _config.default_config("sm_90a").fn_split_needed(("post", "bcast"), 100)
+    # sm_90a's pre_large reads fn split once from fn_split_min_tokens (2049); sm_120a keeps the in-loop split
+    assert _config.default_config("sm_90a").fn_split_needed(api.FORMS, 2049)
+    assert not _config.default_config("sm_90a").fn_split_needed(api.FORMS, 2048)  # session 59: plans to 2048 skip it
+    assert not _config.default_config("sm_90a").fn_split_needed(("post", "bcast"), 8192)
     assert not _config.default_config("sm_120a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
     assert _config.fused_config("sm_90a").fn_split_needed(api.FORMS, _config.FUSED_MIN_TOKENS)
     assert not _config.fused_config("sm_90a").fn_split_needed(api.FORMS, 100)
     assert not any(s.name == "fn_split" for s in p.scratch_specs(_config.MhcConfig()))
     cfg = _config.MhcConfig(pre_large=_config.StreamConfig(64, 16, 2, 4, fn_split="pre"))
-    assert cfg.fn_split_needed(api.FORMS, 100) and cfg.fn_split_needed(("pre",), 1)  # every pre tile compiles
-    assert cfg.fn_split_needed(("post_pre",), 100) and not cfg.fn_split_needed(("bcast",), 100)
+    assert cfg.fn_split_needed(api.FORMS, 100) and not cfg.fn_split_needed(("pre",), 64)  # pre_large from T = 65
+    assert cfg.fn_split_needed(("post_pre",), 100) and not cfg.fn_split_needed(("post_pre",), 64)  # borrowed pre
+    assert not cfg.fn_split_needed(("bcast",), 100)
     jobs = [(k.__name__, args[:-2]) for k, args in p.kernels(cfg, "sm_90a")]
     assert ("compile_split_fn", ("bfloat16", H)) in jobs
     (spec,) = [s for s in p.scratch_specs(cfg) if s.name == "fn_split"]

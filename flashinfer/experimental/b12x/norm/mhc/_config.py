@@ -264,14 +264,28 @@ class MhcConfig:
             return None
         return self.row_walk
 
-    def pass2_tiles(self) -> tuple:
-        """Every pass-2 tile this selection may run (the compile jobs; a walk tile compiles without a weight)."""
+    def pass2_tiles(self, max_tokens: int | None = None, forms=STREAM_FORMS) -> tuple:
+        """Every pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens (None: at
+        any T, after any form), the compile jobs; a walk tile compiles without a weight."""
+        if max_tokens is not None:
+            tiles = [self.apply(t, f) for f in forms if f != "post" for t in self._points(f, max_tokens)]
+            low = self.mid_max_tokens if self.row_mid is not None else self.small_max_tokens
+            walk = (self.row_walk,) if self.row_walk is not None and self.pass2 == "row" and max_tokens > low else ()
+            return tuple(dict.fromkeys((*tiles, *walk)))
         if self.pass2 == "row":
             mid = () if self.row_mid is None else (self.row_mid,)
             pdl = tuple(self.apply(r.first, r.form) for r in self._applying())
             walk = () if self.row_walk is None else (self.row_walk,)
             return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large, *walk)))
         return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
+
+    def _points(self, form: str | None, max_tokens: int, first: int = 1) -> tuple:
+        """The T from `first` to max_tokens at which `form`'s pass-1 or pass-2 tile may change (both are constant
+        between them): `first`, each regime's first T, each SmallLaunch's first and last + 1."""
+        pts = {first, self.small_max_tokens + 1, self.mid_max_tokens + 1}
+        pts |= {lo for _, lo, _ in self.regimes(form, max_tokens)} if form in STREAM_FORMS else set()
+        pts |= {t for r in self.small_launches if form in (None, r.form) for t in (r.first, r.last + 1)}
+        return tuple(sorted(t for t in pts if first <= t <= max(max_tokens, 1)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
         """The pass-1 tile of `form` at `tokens` live tokens."""
@@ -289,10 +303,14 @@ class MhcConfig:
             return dataclasses.replace(self.wide, pdl=True)
         return self.wide
 
-    def wides(self) -> tuple:
-        """Every wide pass-2 tile this selection may run (the compile jobs)."""
+    def wides(self, max_tokens: int | None = None, forms=STREAM_FORMS) -> tuple:
+        """Every wide pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens (None:
+        at any T, after any form), the compile jobs."""
         if self.wide is None:
             return ()
+        if max_tokens is not None:
+            cap = min(max_tokens, self.wide.max_tokens)
+            return tuple(dict.fromkeys(self.wide_for(t, f) for f in forms if f != "post" for t in self._points(f, cap)))
         pdl = tuple(self.wide_for(r.first, r.form) for r in self._applying() if r.first <= self.wide.max_tokens)
         return tuple(dict.fromkeys((self.wide, *pdl)))
 
@@ -323,23 +341,37 @@ class MhcConfig:
             return None
         return dataclasses.replace(self.pre_large, fn_split="kernel")
 
-    def forms_needed(self, forms) -> tuple:
-        """The pass-1 forms `forms` run: post_pre_split adds post and pre to post_pre."""
-        extra = ("post", "pre") if self.post_pre_split and "post_pre" in forms else ()
+    def forms_needed(self, forms, max_tokens: int | None = None) -> tuple:
+        """The pass-1 forms `forms` run up to `max_tokens` live tokens (None: at any T): post_pre_split adds post
+        and pre to post_pre above small_max_tokens."""
+        split = self.post_pre_split and (max_tokens is None or self.splits_post_pre(max_tokens))
+        extra = ("post", "pre") if split and "post_pre" in forms else ()
         return tuple(f for f in STREAM_FORMS if f in forms or f in extra)
 
     def fn_split_needed(self, forms, max_tokens: int) -> bool:
-        """Whether a pre pass-1 tile this selection may run reads a pre-split fn (the "fn_split"
-        scratch and the split launch): pre's own tiles, post_pre_split's borrowed pre, the fused pre."""
-        tiles = list(self.streams("pre")) if "pre" in self.forms_needed(forms) else []
+        """Whether a pre pass-1 tile this selection may run up to `max_tokens` reads a pre-split fn (the
+        "fn_split" scratch and the split launch): pre's own tiles, post_pre_split's borrowed pre, the fused pre."""
+        tiles = (
+            list(self.pass1_tiles("pre", forms, max_tokens)) if "pre" in self.forms_needed(forms, max_tokens) else []
+        )
         if "pre" in self.fused_forms(forms, max_tokens):
             tiles.append(self.fused_tile("pre"))
         return any(t.fn_split != "kernel" for t in tiles)
 
-    def streams(self, form: str) -> tuple:
-        """Every tile `form` may run (the compile jobs)."""
+    def pass1_tiles(self, form: str, forms, max_tokens: int) -> tuple:
+        """The pass-1 tiles of `form` that a plan of `forms` up to `max_tokens` live tokens runs (its compile jobs):
+        post_pre_split runs post_pre's own tile to small_max_tokens and borrows post's and pre's above it."""
+        first = 1 if form in forms else self.small_max_tokens + 1
+        if form == "post_pre" and self.post_pre_split:
+            max_tokens = min(max_tokens, self.small_max_tokens)
+        return () if max_tokens < first else self.streams(form, max_tokens, first)
+
+    def streams(self, form: str, max_tokens: int | None = None, first: int = 1) -> tuple:
+        """Every tile `form` may run from `first` to `max_tokens` live tokens (None: at any T), the compile jobs."""
         if form in ("bcast", "post"):
             return (getattr(self, form),)
+        if max_tokens is not None:
+            return tuple(dict.fromkeys(self.stream(form, t) for t in self._points(form, max_tokens, first)))
         mid = (self.pre_mid,) if form == "pre" and self.pre_mid is not None else ()
         inline = self._inline_pre() if form == "pre" else None
         mid += () if inline is None else (inline,)
@@ -554,7 +586,7 @@ def workspace_rows(
         )
     for form in config.fused_forms(forms, max_tokens):
         rows = max(rows, config.fused_tile(form).split(hidden, split_k)[0] * max_tokens)
-    for form in config.forms_needed(forms):
+    for form in config.forms_needed(forms, max_tokens):
         if form == "post":
             continue  # post writes no partials
         for cfg, lo, hi in config.regimes(form, max_tokens):

@@ -89,8 +89,8 @@ class MhcPlan(Plan):
         caps, dt = self.caps, _dname(self.caps.dtype)
         dev = caps.device.index or 0
         jobs = []
-        for form in config.forms_needed(self.forms()):
-            for cfg in config.streams(form):
+        for form in config.forms_needed(self.forms(), caps.max_tokens):
+            for cfg in config.pass1_tiles(form, self.forms(), caps.max_tokens):
                 jobs.append((compile_stream, (form, dt, caps.hidden_size, cfg, dev, arch)))
             if form not in self.forms():
                 continue  # a pass 1 that post_pre_split borrows: no pass 2 / small jobs of its own
@@ -104,10 +104,10 @@ class MhcPlan(Plan):
                 for wdt in dict.fromkeys((dt, "float32")):
                     jobs.append((compile_last, (form, dt, caps.hidden_size, wdt, config.last, dev, arch)))
             if form != "post":
-                for wide in config.wides():
+                for wide in config.wides(caps.max_tokens, self.forms()):
                     jobs.append((compile_wide, (dt, caps.hidden_size, wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
-                for tile in config.pass2_tiles():
+                for tile in config.pass2_tiles(caps.max_tokens, self.forms()):
                     if isinstance(tile, RowConfig) and tile.walk:  # no norm weight: one job
                         jobs.append((compile_walk, (dt, caps.hidden_size, tile, dev, arch)))
                         continue
