@@ -4,7 +4,7 @@
 #   pdl:  pdl_large's gpu tests (test_pass2_variants at T = 1000 / 8192, the graph replay), two A/B runs of the default
 #         against pdl_large (pre and post_pre, T 1024 to 8192, H 7168 and 4096; the first with every pass alone), one
 #         at T 128 / 256 / 512, then the rule; a pass writes LARGE_PDL_90 = True into snap.tar, COMMIT "+pdl" (~8 min)
-#   tier: the norm gpu tier on snap.tar as it stands, then one walk run (below) (~6 min)
+#   tier: the norm gpu tier on the snapshot `pdl` left in /root/snap60.tar (else snap.tar) (~2.5 min)
 #   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 /
 #         7168: where a bound by hidden size would fall (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 set -uo pipefail
@@ -53,10 +53,11 @@ PY
     if [[ $verdict == pass ]]; then
       snap_sed pdl flashinfer/experimental/b12x/norm/mhc/_config.py "s/^LARGE_PDL_90 = False$/LARGE_PDL_90 = True/" \
         "^LARGE_PDL_90 = "
-    fi ;;
-  tier)
-    tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh
-    (cd /root/snap && WALK_S=${WALK_S:-170} walk_run 1) ;;
+    fi
+    cp snap.tar /root/snap60.tar ;;  # the next call's working tree brings the unflipped snap.tar back
+  tier)  # on /root/snap60.tar when `pdl` left one (the same warm machine)
+    [[ -f /root/snap60.tar ]] && cp /root/snap60.tar snap.tar
+    tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
   walk)
     nvidia-smi --query-gpu=name --format=csv,noheader
     snap_install || exit 2
