@@ -14,6 +14,8 @@ WANT = {
     "dram__bytes_read.sum": "rd",
     "dram__bytes_write.sum": "wr",
     "DRAM Throughput": "dram%",
+    "L2 Cache Throughput": "l2%",
+    "lts__t_bytes.sum": "l2_bytes",
     "sm__cycles_active.min": "act_min",
     "sm__cycles_active.avg": "act_avg",
     "sm__cycles_active.max": "act_max",

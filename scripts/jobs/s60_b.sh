@@ -2,12 +2,12 @@
 # Session 60's pass-1 fixed-cost probe (after the two toolchain calls; snap.tar at the repository root; ~2 min):
 # Nsight Compute on one pre call (default selection, H = 7168) at T = 1024 / 2048 / 8192, every kernel of it: the
 # duration, DRAM bytes, the SM active-cycle spread (a tail shows as act_min << act_max against elapsed), occupancy
-# and waves. Session 59's per-pass line puts ~10 µs of pass 1 at T = 0 (docs/predictions/norm_mhc.md, step 4 of
+# and waves, L2 traffic (fn's slices are re-read from L2 by every 64-token block: ~0.75x the residual's DRAM bytes). Session 59's per-pass line puts ~10 µs of pass 1 at T = 0 (docs/predictions/norm_mhc.md, step 4 of
 # scripts/jobs/next_session.txt); this says whether it is fill, tail or something else before anything is built.
 set -uo pipefail
 root=$PWD
 NCU_METRICS=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max
-NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum
+NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
 export NCU_SECTIONS="SpeedOfLight Occupancy LaunchStats"
 source scripts/jobs/ncu_lib.sh
 for t in 1024 2048 8192; do
