@@ -1,8 +1,10 @@
 """Shared inputs and the tolerance rule for the norm.mhc tests."""
 
+import dataclasses
+
 import torch
 
-from flashinfer.experimental.b12x.norm.mhc import api
+from flashinfer.experimental.b12x.norm.mhc import _config, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
 SCALARS = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=20)
@@ -46,3 +48,11 @@ def assert_ulps(got, want, ulps, *, atol=1e-5, mantissa_bits=7):
     ulp = torch.exp2(torch.floor(torch.log2(mag)) - mantissa_bits)
     bad = ~((got.double() - want).abs() <= ulps * ulp + atol)  # NaN (an output left poisoned) is bad too
     assert not bad.any(), f"{int(bad.sum())} values beyond {ulps} ulp, e.g. got {got[bad][:4]} want {want[bad][:4]}"
+
+
+def sm90_default():
+    """sm_90a's default selection with its large-T tiles as they are without LARGE_PDL_90 (session 60's rule): the
+    tests that pin other choices of the default compare against these; test_large_t_pdl_config pins the flag."""
+    cfg = _config.default_config("sm_90a")
+    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _config.LARGE_T_PDL_TILES if getattr(cfg, n)}
+    return dataclasses.replace(cfg, **plain)

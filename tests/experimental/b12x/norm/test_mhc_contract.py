@@ -14,7 +14,7 @@ from flashinfer.experimental.b12x.norm.mhc import _config, _validate, api
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 from flashinfer.experimental.b12x.preparation.plan import PlanNotPreparedError
 
-from .mhc_cases import SCALARS, inputs
+from .mhc_cases import SCALARS, inputs, sm90_default
 
 pytestmark = pytest.mark.contract
 H = 256
@@ -558,11 +558,9 @@ def test_default_selection_by_arch():
     two_pass_fn_pre_diag_stream) from mid_max_tokens + 1 = 129, session 6's large tiles at 65..128 (18.6
     against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
-    cfg, old = _config.default_config("sm_90a"), _config.fused_config("sm_90a")
     # LARGE_PDL_90 (session 60's rule) marks the large-T tiles pdl: the tiles compared below are those without it
-    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _config.LARGE_T_PDL_TILES if getattr(cfg, n)}
-    assert (cfg == _config.with_large_t_pdl(dataclasses.replace(cfg, **plain))) == _config.LARGE_PDL_90
-    cfg = dataclasses.replace(cfg, **plain)
+    cfg, old = sm90_default(), _config.fused_config("sm_90a")
+    assert (_config.default_config("sm_90a") == _config.with_large_t_pdl(cfg)) == _config.LARGE_PDL_90
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
     large = _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")

@@ -9,17 +9,9 @@ import pytest
 from b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import _config, api
 
+from .mhc_cases import sm90_default
+
 pytestmark = pytest.mark.contract
-_LARGE = _config.LARGE_T_PDL_TILES
-
-
-def sm90_default():
-    """sm_90a's default with the large-T tiles as they are without LARGE_PDL_90 (session 60's rule): the tests below
-    pin what the small-T launches add; test_large_t_pdl_config pins the flag."""
-    cfg = _config.default_config("sm_90a")
-    return dataclasses.replace(
-        cfg, **{n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _LARGE if getattr(cfg, n)}
-    )
 
 
 def caps(**kw):

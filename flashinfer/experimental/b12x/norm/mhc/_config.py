@@ -264,27 +264,19 @@ class MhcConfig:
             return None
         return self.row_walk
 
-    def pass2_tiles(self, max_tokens: int | None = None, forms=STREAM_FORMS) -> tuple:
-        """Every pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens (None: at
-        any T, after any form), the compile jobs; a walk tile compiles without a weight."""
-        if max_tokens is not None:
-            tiles = [self.apply(t, f) for f in forms if f != "post" for t in self._points(f, max_tokens)]
-            low = self.mid_max_tokens if self.row_mid is not None else self.small_max_tokens
-            walk = (self.row_walk,) if self.row_walk is not None and self.pass2 == "row" and max_tokens > low else ()
-            return tuple(dict.fromkeys((*tiles, *walk)))
-        if self.pass2 == "row":
-            mid = () if self.row_mid is None else (self.row_mid,)
-            pdl = tuple(self.apply(r.first, r.form) for r in self._applying())
-            walk = () if self.row_walk is None else (self.row_walk,)
-            return tuple(dict.fromkeys((self.row_small, *pdl, *mid, self.row_large, *walk)))
-        return tuple(dict.fromkeys((self.apply_small, self.apply_large)))
+    def pass2_tiles(self, max_tokens: int, forms=STREAM_FORMS) -> tuple:
+        """Every pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens (the compile
+        jobs; a walk tile compiles without a weight)."""
+        points = [(f, t) for f in forms if f != "post" for t in self._points(f, max_tokens)]
+        walk = [self.walk_for(t, False) for _, t in points]
+        return tuple(dict.fromkeys([self.apply(t, f) for f, t in points] + [w for w in walk if w is not None]))
 
-    def _points(self, form: str | None, max_tokens: int, first: int = 1) -> tuple:
+    def _points(self, form: str, max_tokens: int, first: int = 1) -> tuple:
         """The T from `first` to max_tokens at which `form`'s pass-1 or pass-2 tile may change (both are constant
         between them): `first`, each regime's first T, each SmallLaunch's first and last + 1."""
         pts = {first, self.small_max_tokens + 1, self.mid_max_tokens + 1}
-        pts |= {lo for _, lo, _ in self.regimes(form, max_tokens)} if form in STREAM_FORMS else set()
-        pts |= {t for r in self.small_launches if form in (None, r.form) for t in (r.first, r.last + 1)}
+        pts |= {lo for _, lo, _ in self.regimes(form, max_tokens)}
+        pts |= {t for r in self.small_launches if r.form == form for t in (r.first, r.last + 1)}
         return tuple(sorted(t for t in pts if first <= t <= max(max_tokens, 1)))
 
     def stream(self, form: str, tokens: int) -> StreamConfig:
@@ -344,7 +336,7 @@ class MhcConfig:
     def forms_needed(self, forms, max_tokens: int | None = None) -> tuple:
         """The pass-1 forms `forms` run up to `max_tokens` live tokens (None: at any T): post_pre_split adds post
         and pre to post_pre above small_max_tokens."""
-        split = self.post_pre_split and (max_tokens is None or self.splits_post_pre(max_tokens))
+        split = self.post_pre_split if max_tokens is None else self.splits_post_pre(max_tokens)
         extra = ("post", "pre") if split and "post_pre" in forms else ()
         return tuple(f for f in STREAM_FORMS if f in forms or f in extra)
 
@@ -529,9 +521,7 @@ def with_large_t_pdl(config: MhcConfig) -> MhcConfig:
     """`config` with the kernels of calls above small_max_tokens tokens (the mid, large and walk tiles of pass 1
     and pass 2) launched as programmatic dependents; the small-T tiles, the wide pass 2 and the one-launch
     kernels as they are."""
-    return _with_pdl_tiles(
-        config, [name for name in LARGE_T_PDL_TILES if getattr(config, name) is not None], wide=False
-    )
+    return _with_pdl_tiles(config, LARGE_T_PDL_TILES, wide=False)
 
 
 # (bcast's and post's one tile runs at every T: not among them)
@@ -542,14 +532,14 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     """`config` with every two-pass kernel (pass-1 tiles, the row and wide pass 2) launched with
     programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
     reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
-    forms = ("pre_small", "pre_large", "post_pre_small", "post_pre_large", "bcast", "post", "row_small", "row_large")
-    forms += tuple(name for name in ("pre_mid", "row_mid", "row_walk") if getattr(config, name) is not None)
+    forms = ("pre_small", "post_pre_small", "bcast", "post", "row_small", *LARGE_T_PDL_TILES)
     return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
 
 
 def _with_pdl_tiles(config: MhcConfig, names, wide=True, **wide_fields) -> MhcConfig:
-    """`config` with the tiles `names` and (with `wide`) the wide pass 2 (with `wide_fields`) marked pdl."""
-    tiles = {name: dataclasses.replace(getattr(config, name), pdl=True) for name in names}
+    """`config` with the tiles `names` (those it has: mid and walk tiles may be None) and (with `wide`) the wide pass
+    2 (with `wide_fields`) marked pdl."""
+    tiles = {n: dataclasses.replace(getattr(config, n), pdl=True) for n in names if getattr(config, n) is not None}
     if wide and config.wide is not None:
         tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide_fields)
     return dataclasses.replace(config, **tiles)
