@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Session 60's norm.mhc job (after the two toolchain calls; snap.tar at the repository root). The prediction and the
-# rule: docs/predictions/norm_mhc.md, session 60.
+# Sessions 60-61's norm.mhc job (after the two toolchain calls; snap.tar at the repository root). The prediction and
+# the rule: docs/predictions/norm_mhc.md, session 60 (pdl_large with the mid tiles: failed on an H100 in session 61 at
+# T = 128) and session 61 (the large tiles alone). S (default 61) tags the output files and /root/snap$S.tar.
 #   pdl:  pdl_large's gpu tests (test_pass2_variants at T = 1000 / 8192, the graph replay), two A/B runs of the default
 #         against pdl_large (pre and post_pre, T 1024 to 8192, H 7168 and 4096; the first with every pass alone), one
 #         at T 128 / 256 / 512, then the rule; a pass writes LARGE_PDL_90 = True into snap.tar, COMMIT "+pdl" (~8 min)
-#   tier: the norm gpu tier on the snapshot `pdl` left in /root/snap60.tar (else snap.tar) (~2.5 min)
+#   tier: the norm gpu tier on the snapshot `pdl` left in /root/snap$S.tar (else snap.tar) (~2.5 min)
 #   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 /
 #         7168: where a bound by hidden size would fall (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 set -uo pipefail
+S=${S:-61}
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 source scripts/jobs/norm_ab.sh
 walk_run() {  # walk_run N: one row_walk run, from the snapshot's root
   timeout "${WALK_S:-200}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-    --tokens 4096 8192 16384 --hidden 4096 5120 6144 7168 --no-peers --variants row_walk --json "$OUT/walk60_$1.json" \
-    >"$OUT/walk60_$1.log" 2>&1
-  echo "walk run $1 rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk60_$1.log" | cut -c1-170
+    --tokens 4096 8192 16384 --hidden 4096 5120 6144 7168 --no-peers --variants row_walk --json "$OUT/walk${S}_$1.json" \
+    >"$OUT/walk${S}_$1.log" 2>&1
+  echo "walk run $1 rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk${S}_$1.log" | cut -c1-170
 }
-case ${1:?usage: s60_a.sh pdl|tier|walk} in
+case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk} in
   pdl)
     nvidia-smi --query-gpu=name --format=csv,noheader
     t=tests/experimental/b12x/norm/test_mhc_gpu.py
@@ -26,11 +28,11 @@ case ${1:?usage: s60_a.sh pdl|tier|walk} in
     bad=$(grep -hcE "^(FAILED|ERROR) " /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
     npass=$(grep -hoE "[0-9]+ passed" /tmp/b12x-par/shard*.log | awk '{n+=$1} END{print n+0}')
     echo "tests: $npass passed, $bad failed or errored"
-    norm_ab pdl60 pdl_large
+    norm_ab "pdl$S" pdl_large
     (cd /root/snap && timeout 100 python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-      --tokens 128 256 512 --hidden 7168 4096 --no-peers --variants pdl_large --json "$OUT/pdl60_mid.json" \
-      >"$OUT/pdl60_mid.log" 2>&1; echo "mid rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/pdl60_mid.log" | cut -c1-170)
-    verdict=$(python3 - "$OUT/pdl60_1.json" "$OUT/pdl60_2.json" "$OUT/pdl60_mid.json" <<'PY'
+      --tokens 128 256 512 --hidden 7168 4096 --no-peers --variants pdl_large --json "$OUT/pdl${S}_mid.json" \
+      >"$OUT/pdl${S}_mid.log" 2>&1; echo "mid rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/pdl${S}_mid.log" | cut -c1-170)
+    verdict=$(python3 - "$OUT/pdl${S}_1.json" "$OUT/pdl${S}_2.json" "$OUT/pdl${S}_mid.json" <<'PY'
 import sys
 sys.path.insert(0, "scripts/jobs")
 from ab_runs import load, rels
@@ -54,13 +56,14 @@ PY
       snap_sed pdl flashinfer/experimental/b12x/norm/mhc/_config.py "s/^LARGE_PDL_90 = False$/LARGE_PDL_90 = True/" \
         "^LARGE_PDL_90 = "
     fi
-    cp snap.tar /root/snap60.tar ;;  # the next call's working tree brings the unflipped snap.tar back
-  tier)  # on /root/snap60.tar when `pdl` left one (the same warm machine)
-    [[ -f /root/snap60.tar ]] && cp /root/snap60.tar snap.tar
+    cp snap.tar /root/snap$S.tar ;;  # the next call's working tree brings the unflipped snap.tar back
+  tier)  # on /root/snap$S.tar when `pdl` left one (the same warm machine)
+    [[ -f /root/snap$S.tar ]] && cp /root/snap$S.tar snap.tar
     tar xOf snap.tar ./COMMIT 2>/dev/null; bash scripts/jobs/s56_b.sh ;;
   walk)
     nvidia-smi --query-gpu=name --format=csv,noheader
     snap_install || exit 2
     walk_run 1; walk_run 2 ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  pdl+tier) bash "$0" pdl; bash "$0" tier ;;  # one call: the tier runs on what the rule left
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

@@ -234,8 +234,8 @@ def sweep_configs():
         # 64 wide (pre only, 112 splits at H = 7168: fewer partial rows for pass 2; post_pre's 16 x 64
         # spills, 255 registers + 80 bytes of stack) or 16 wide (448 splits: each program reads half)
         "pdl": with_pdl(default),
-        # the kernels of calls above small_max_tokens only (pass 1's mid / large tiles, the row and walk pass 2) as
-        # programmatic dependents: the candidate for sm_90a's LARGE_PDL_90 (session 60's rule)
+        # the large tiles only (pass 1's large tiles, the large row and walk pass 2; not the mid tiles, session 61) as
+        # programmatic dependents: the candidate for sm_90a's LARGE_PDL_90 (docs/predictions/norm_mhc.md)
         "pdl_large": with_large_t_pdl(default),
         # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
         # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as

@@ -43,17 +43,19 @@ def test_pdl_and_fast_config():
 
 
 def test_large_t_pdl_config():
-    """with_large_t_pdl (sm_90a's default when LARGE_PDL_90) marks the tiles of calls above small_max_tokens, pass 1's
-    and pass 2's (walk included), and nothing at or below it: no small tile, no wide pass 2, not bcast's or post's
-    pass 1; the plan compiles the marked tiles as jobs of their own."""
+    """with_large_t_pdl (sm_90a's default when LARGE_PDL_90) marks the large tiles, pass 1's and pass 2's (walk
+    included): pre's calls above mid_max_tokens, post_pre's above small_max_tokens (its large tile; sm_90a splits
+    post_pre there, so its pass 1 is pre's), and nothing else: no small or mid tile, no wide pass 2, not bcast's or
+    post's pass 1; the plan compiles the marked tiles as jobs of their own."""
     cfg = dataclasses.replace(sm90_default(), small_launches=())
     assert (_config.with_large_t_pdl(sm90_default()) == _config.default_config("sm_90a")) == _config.LARGE_PDL_90
     big = _config.with_large_t_pdl(cfg)
     small = [cfg.small_max_tokens, 1]
     for form in ("pre", "post_pre", "bcast", "post"):
-        for t in small + [cfg.small_max_tokens + 1, 1024, 4096, 8192]:
-            large = t > cfg.small_max_tokens
-            assert big.stream(form, t).pdl == (large and form in ("pre", "post_pre")), (form, t)
+        for t in small + [cfg.small_max_tokens + 1, cfg.mid_max_tokens, cfg.mid_max_tokens + 1, 1024, 4096, 8192]:
+            large = t > cfg.mid_max_tokens
+            first = {"pre": cfg.mid_max_tokens, "post_pre": cfg.small_max_tokens}.get(form)
+            assert big.stream(form, t).pdl == (first is not None and t > first), (form, t)
             assert big.apply(t, form).pdl == large and not cfg.stream(form, t).pdl, (form, t)
             walk = big.walk_for(t, weighted=False)
             assert walk is None or walk.pdl, (form, t)

@@ -518,21 +518,24 @@ SMALL_T_PDL_TILES = ("pre_small", "post_pre_small", "row_small")
 
 
 def with_large_t_pdl(config: MhcConfig) -> MhcConfig:
-    """`config` with the kernels of calls above small_max_tokens tokens (the mid, large and walk tiles of pass 1
-    and pass 2) launched as programmatic dependents; the small-T tiles, the wide pass 2 and the one-launch
-    kernels as they are."""
+    """`config` with the large and walk tiles of pass 1 and pass 2 (the kernels of calls above mid_max_tokens
+    tokens where mid tiles are set) launched as programmatic dependents; the small-T and mid tiles, the wide pass 2
+    and the one-launch kernels as they are."""
     return _with_pdl_tiles(config, LARGE_T_PDL_TILES, wide=False)
 
 
-# (bcast's and post's one tile runs at every T: not among them)
-LARGE_T_PDL_TILES = ("pre_mid", "pre_large", "post_pre_large", "row_mid", "row_large", "row_walk")
+# (bcast's and post's one tile runs at every T: not among them.) The mid tiles stay plain: session 61 (H100, graph
+# timer, one run) timed them as dependents at T = 128 (pre_mid + row_mid): pre +10% (H = 7168) / +40% (4096), post_pre
+# +6% / +29%, while the large tiles gained at T = 256-8192 (docs/predictions/norm_mhc.md, session 61).
+LARGE_T_PDL_TILES = ("pre_large", "post_pre_large", "row_large", "row_walk")
+MID_T_PDL_TILES = ("pre_mid", "row_mid")
 
 
 def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     """`config` with every two-pass kernel (pass-1 tiles, the row and wide pass 2) launched with
     programmatic dependent launch, and with fast=True the wide pass 2's approximate Sinkhorn
     reciprocals (WideConfig.fast). The one-launch kernels and the apply pass 2 are unchanged."""
-    forms = ("pre_small", "post_pre_small", "bcast", "post", "row_small", *LARGE_T_PDL_TILES)
+    forms = ("pre_small", "post_pre_small", "bcast", "post", "row_small", *MID_T_PDL_TILES, *LARGE_T_PDL_TILES)
     return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
 
 
