@@ -219,11 +219,14 @@ def sweep_configs():
         **{
             name: dataclasses.replace(
                 default,
-                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w),
+                row_walk=RowConfig(block_h=1024, block_s=16, num_warps=4, stages=st, walk=w, pdl=default.row_large.pdl),
                 walk_max_tokens=1 << 20,
             )
             for name, st, w in (("row_walk", 6, 5), ("row_walk6", 5, 6))
         },
+        # the walk to walk_max_tokens at every hidden size (session 60's default; sm_90a's walks at every T up to
+        # H = 5120 since session 61)
+        "walk_bounded": dataclasses.replace(default, walk_all_max_hidden=0),
         # pre's pass 1 splitting fp32 fn into hi + lo in every program each step (fn_split "kernel") at every T, not in
         # one launch before it: one launch fewer a call, the split's ALU in the loop. sm_90a's default does so below
         # 2049 tokens since session 59 (fn_split_min_tokens: pre -7.7% at T = 1024 H = 7168 on an H100)

@@ -30,11 +30,13 @@ pytestmark = pytest.mark.interpret
 assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_mhc_interpret.py"
 
 
-def walk_config(programs, max_tokens=64):
-    """DEFAULT_TWO_PASS (large tiles above 12 tokens) with the walk pass 2 up to max_tokens: 128-wide units, two
-    a token at H = 256, `programs` programs (one "SM")."""
+def walk_config(programs, max_tokens=64, all_max_hidden=0):
+    """DEFAULT_TWO_PASS (large tiles above 12 tokens) with the walk pass 2 up to max_tokens (at every T up to
+    all_max_hidden): 128-wide units, two a token at H = 256, `programs` programs (one "SM")."""
     walk = _config.RowConfig(block_h=128, block_s=2, num_warps=4, stages=3, walk=programs)
-    return dataclasses.replace(DEFAULT_TWO_PASS, row_walk=walk, walk_max_tokens=max_tokens)
+    return dataclasses.replace(
+        DEFAULT_TWO_PASS, row_walk=walk, walk_max_tokens=max_tokens, walk_all_max_hidden=all_max_hidden
+    )
 
 
 @pytest.mark.parametrize("tokens, programs", [(13, 3), (17, 5), (21, 40), (40, 7)])
@@ -61,14 +63,16 @@ def test_walk_pass2(tokens, programs):
     assert walked == [tokens] * 6 and rows == [tokens]
 
 
-def test_walk_bounds():
-    """The walk runs above the mid tiles' range (12 tokens here) up to walk_max_tokens; outside it the row pass 2."""
-    p = interpret_plan(48, target_ctas=4, config=walk_config(3, max_tokens=20))
+@pytest.mark.parametrize("all_max_hidden", [0, H])
+def test_walk_bounds(all_max_hidden):
+    """The walk runs above the mid tiles' range (12 tokens here) up to walk_max_tokens, or at every T where the hidden
+    size is at most walk_all_max_hidden; outside it the row pass 2."""
+    p = interpret_plan(48, target_ctas=4, config=walk_config(3, max_tokens=20, all_max_hidden=all_max_hidden))
     walked = counting_kind(p, "compile_walk")
     rows = counting_kind(p, "compile_row")
     for tokens in (12, 13, 20, 21):
         check_pre(p, tokens, inputs(tokens, H, seed=tokens), **SCAL)
-    assert walked == [13, 20] and rows == [12, 21]
+    assert (walked, rows) == (([13, 20], [12, 21]) if all_max_hidden < H else ([13, 20, 21], [12]))
 
 
 def test_walk_launch_refuses_a_norm_weight():

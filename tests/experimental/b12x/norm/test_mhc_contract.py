@@ -665,6 +665,7 @@ WALK = _config.RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5
         (lambda: _config.RowConfig(walk=2, scalar=True), "RowConfig.walk takes the weights as tiles"),
         (lambda: _config.MhcConfig(row_walk=_config.RowConfig()), "MhcConfig.row_walk must be None or a RowConfig"),
         (lambda: _config.MhcConfig(row_walk=WALK, walk_max_tokens=0), "MhcConfig.walk_max_tokens must be an int"),
+        (lambda: _config.MhcConfig(walk_all_max_hidden=-1), "MhcConfig.walk_all_max_hidden must be an int >= 0"),
         (
             lambda: _config.MhcConfig(fn_split_min_tokens=-1),
             "MhcConfig.fn_split_min_tokens must be an int >= 0, got -1",
@@ -715,3 +716,18 @@ def test_walk_selection_bounds_and_jobs():
         and _config.default_config("sm_120a").row_walk is None
     )
     assert _config.WALK_90 is None or (sm90.walk_max_tokens == _config.WALK_MAX_90 and _config.WALK_90.walk > 0)
+    assert _config.WALK_90 is None or sm90.walk_all_max_hidden == _config.WALK_ALL_MAX_HIDDEN_90
+
+
+def test_walk_all_max_hidden():
+    """Hidden sizes up to walk_all_max_hidden walk at every T above the mid tiles (walk_max_tokens bounds the wider
+    ones, and a call whose hidden size is not given); a plan of such a hidden size to 8192 tokens compiles the walk
+    and, for weighted calls, the row tile; a wider one's plan the same tiles (the walk up to walk_max_tokens)."""
+    cfg = _config.MhcConfig(row_walk=WALK, walk_max_tokens=4096, walk_all_max_hidden=5120)
+    assert [cfg.walk_for(t, False, 5120) for t in (64, 65, 4097, 1 << 20)] == [None, WALK, WALK, WALK]
+    assert [cfg.walk_for(t, False, 5376) for t in (65, 4096, 4097)] == [WALK, WALK, None]
+    assert cfg.walk_for(4097, False) is None and cfg.walk_for(8192, True, 4096) is None
+    assert _config.MhcConfig(row_walk=WALK, walk_max_tokens=4096).walk_for(4097, False, 256) is None
+    for h in (H, 6144):
+        jobs = [k.__name__ for k, _ in mhc.plan(caps(max_tokens=8192, hidden_size=h)).kernels(cfg, "sm_90a")]
+        assert jobs.count("compile_walk") == 1 and "compile_row" in jobs, h

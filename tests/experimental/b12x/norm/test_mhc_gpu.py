@@ -571,7 +571,7 @@ def counting_launches(p):
 def test_default_above_small_max_tokens(hidden, tokens, weight):
     """The sm_90a default above small_max_tokens (two passes; above mid_max_tokens = 128 fn split
     once, pre's large tile with diagonal-block squares, the row pass 2 streamed in 2048-wide chunks, or
-    without a norm weight up to WALK_MAX_90 tokens the walk pass 2; 65..128 session 6's large tiles, no
+    without a norm weight up to WALK_MAX_90 tokens (at every T up to WALK_ALL_MAX_HIDDEN_90) the walk pass 2; 65..128 session 6's large tiles, no
     split launch) on pre, broadcast (diag squares) and post_pre (post's kernel + pre's pass 1 + pass 2),
     NaN-poisoned outputs and partials, and the launches."""
     p = prepared(hidden)
@@ -587,7 +587,7 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     check_outputs(got, *pre_refs(ins["residual"], *mix, **kw))
     mid = tokens <= sel.mid_max_tokens
     split = [] if sel.stream("pre", tokens).fn_split == "kernel" else ["compile_split_fn"]  # fn_split_min_tokens
-    walk = sel.walk_for(tokens, weight is not None)
+    walk = sel.walk_for(tokens, weight is not None, hidden)
     pass2 = "compile_row" if walk is None else "compile_walk"
     pre_launches = [k for k, _ in launched]
     assert pre_launches == split + ["compile_stream", pass2], pre_launches

@@ -17,6 +17,7 @@ SELECTIONS = {
     "sm90": DEFAULT,
     "sm90_pdl_large": _config.with_large_t_pdl(DEFAULT),
     "sm90_walk_all": dataclasses.replace(DEFAULT, walk_max_tokens=1 << 20),
+    "sm90_walk_bounded": dataclasses.replace(DEFAULT, walk_all_max_hidden=0),  # (H here is narrow: walks at every T)
     "sm120": _config.default_config("sm_120a"),
     "fused": _config.fused_config("sm_90a"),
     "session6": _config.MhcConfig(),
@@ -44,8 +45,8 @@ def _needed(cfg, form, t):
     for weighted in (False, True):
         if cfg.wide is not None and t <= cfg.wide.max_tokens and not weighted:
             out.add(("compile_wide", (cfg.wide_for(t, form),)))
-        elif cfg.walk_for(t, weighted) is not None:
-            out.add(("compile_walk", (cfg.walk_for(t, weighted),)))
+        elif cfg.walk_for(t, weighted, H) is not None:
+            out.add(("compile_walk", (cfg.walk_for(t, weighted, H),)))
         else:
             tile = cfg.apply(t, form)
             out.add(("compile_row" if isinstance(tile, _config.RowConfig) else "compile_apply", (tile,)))

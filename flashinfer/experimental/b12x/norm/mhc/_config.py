@@ -104,6 +104,8 @@ class MhcConfig:
     # the walk pass 2 (RowConfig with walk > 0) above mid_max_tokens (small_max_tokens without row_mid) to walk_max_tokens
     row_walk: RowConfig | None = None
     walk_max_tokens: int = 4096
+    # hidden sizes up to this walk at every T above the mid tiles (walk_max_tokens bounds the wider ones only); 0: none
+    walk_all_max_hidden: int = 0
     # > 0: pre's large pass-1 tile (post_pre_split's borrowed pre too) takes its own fn_split only from this many
     # live tokens; below, the same tile splits fp32 fn into hi + lo in its loop (fn_split "kernel"), so the call
     # has no split launch (a fixed ~3-5 µs against the loop's ALU, which grows with T). 0: its fn_split at every T
@@ -156,6 +158,8 @@ class MhcConfig:
             raise ValueError(f"MhcConfig.row_walk must be None or a RowConfig with walk > 0, got {self.row_walk!r}")
         if not _positive_int(self.walk_max_tokens):
             raise ValueError(f"MhcConfig.walk_max_tokens must be an int >= 1, got {self.walk_max_tokens!r}")
+        if not isinstance(self.walk_all_max_hidden, int) or self.walk_all_max_hidden < 0:
+            raise ValueError(f"MhcConfig.walk_all_max_hidden must be an int >= 0, got {self.walk_all_max_hidden!r}")
         if not _int_at_least(self.fn_split_min_tokens, 0):
             raise ValueError(f"MhcConfig.fn_split_min_tokens must be an int >= 0, got {self.fn_split_min_tokens!r}")
         if self.fused_post_pre is not None and not isinstance(self.fused_post_pre, FusedConfig):
@@ -257,18 +261,20 @@ class MhcConfig:
             return self.row_small if small else self.row_large
         return self.apply_small if small else self.apply_large
 
-    def walk_for(self, tokens: int, weighted: bool) -> RowConfig | None:
-        """The walk pass-2 tile at `tokens` live tokens (row_walk), or None: the call takes `apply`'s tile."""
+    def walk_for(self, tokens: int, weighted: bool, hidden: int | None = None) -> RowConfig | None:
+        """The walk pass-2 tile at `tokens` live tokens of `hidden` (None: a wide one) (row_walk), or None: the call
+        takes `apply`'s tile."""
         low = self.mid_max_tokens if self.row_mid is not None else self.small_max_tokens
-        if self.row_walk is None or weighted or self.pass2 != "row" or not low < tokens <= self.walk_max_tokens:
+        narrow = hidden is not None and hidden <= self.walk_all_max_hidden
+        if self.row_walk is None or weighted or self.pass2 != "row" or tokens <= low:
             return None
-        return self.row_walk
+        return self.row_walk if narrow or tokens <= self.walk_max_tokens else None
 
-    def pass2_tiles(self, max_tokens: int, forms=STREAM_FORMS) -> tuple:
-        """Every pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens (the compile
-        jobs; a walk tile compiles without a weight)."""
+    def pass2_tiles(self, max_tokens: int, forms=STREAM_FORMS, hidden: int | None = None) -> tuple:
+        """Every pass-2 tile this selection may run after `forms`' pass 1 up to `max_tokens` live tokens of `hidden`
+        (the compile jobs; a walk tile compiles without a weight)."""
         points = [(f, t) for f in forms if f != "post" for t in self._points(f, max_tokens)]
-        walk = [self.walk_for(t, False) for _, t in points]
+        walk = [self.walk_for(t, False, hidden) for _, t in points]
         return tuple(dict.fromkeys([self.apply(t, f) for f, t in points] + [w for w in walk if w is not None]))
 
     def _points(self, form: str, max_tokens: int, first: int = 1) -> tuple:
@@ -462,14 +468,17 @@ def default_config(arch: str | None) -> MhcConfig:
     # of 4 programs an SM: pre -8 to -11%, post_pre -5 to -6% from T = 4096; same grid, ties, at T <= 1024.
     base = dataclasses.replace(base, wide=wide, small_launches=SMALL_LAUNCHES_90, whole_wave=True)
     base = dataclasses.replace(base, fn_split_min_tokens=FN_SPLIT_MIN_90)
-    base = base if WALK_90 is None else dataclasses.replace(base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90)
+    if WALK_90 is not None:
+        base = dataclasses.replace(
+            base, row_walk=WALK_90, walk_max_tokens=WALK_MAX_90, walk_all_max_hidden=WALK_ALL_MAX_HIDDEN_90
+        )
     return with_large_t_pdl(base) if LARGE_PDL_90 else base
 
 
-# sm_90a: the kernels of calls above small_max_tokens launched as programmatic dependents (with_large_t_pdl). Session
-# 59 (H100, two runs) timed every two-pass kernel so (with the walk's since-removed prefetch): pre -2.8 to -5.8%,
-# post_pre -1.0 to -2.4% at T = 1024-2048; the rule that decides this: docs/predictions/norm_mhc.md, session 60.
-LARGE_PDL_90 = False
+# sm_90a: the large and walk tiles launched as programmatic dependents (with_large_t_pdl). Session 61 (H100, two runs,
+# graph timer, H = 7168 / 4096; session 60's rule, docs/predictions/norm_mhc.md): T = 1024-2048 mean -1.17% (none
+# slower than -0.10%), T = 4096-8192 mean -0.56%, T = 128-512 none more than +0.79% slower (mean -0.97%).
+LARGE_PDL_90 = True
 
 
 # sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
@@ -483,6 +492,11 @@ FN_SPLIT_MIN_90 = 2049
 # -1.0 to -9.5%, post_pre -1.0 to -6.1% at T = 1024-4096, H = 7168 and 4096; +1.2% at 8192 (H = 7168): stops at 4096.
 WALK_90 = RowConfig(block_h=1024, block_s=16, num_warps=4, stages=6, walk=5)
 WALK_MAX_90 = 4096
+# ... except hidden sizes up to WALK_ALL_MAX_HIDDEN_90, which walk at every T. Session 61 (H100, two runs, graph timer,
+# `row_walk` against the default at T = 4096 / 8192 / 16384; docs/performance.md): H = 4096 pre -4.3 to -6.2%,
+# post_pre -2.1 to -3.2% at T = 8192-16384; H = 5120 pre -5.2 to -6.4%, post_pre -2.7 to -3.4%; H = 6144 pre -1.0 / +1.3%
+# (8192 / 16384), post_pre -0.5 / +1.0%; H = 7168 pre +0.8 to +3.5%, post_pre +0.6 to +1.6%.
+WALK_ALL_MAX_HIDDEN_90 = 5120
 
 
 # sm_90a's small-T launches (MhcConfig.small_launches). H200 2026-12-03 22:25 (session 30, graph timer, 8 calls a

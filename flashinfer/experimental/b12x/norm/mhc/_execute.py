@@ -86,7 +86,7 @@ def _apply(p: MhcPlan, form, t, splits, src, hc_scale, hc_base, w, outs, binding
         launch = _launcher(p, "compile_wide", (dt, caps.hidden_size, sel.wide_for(t, form)))
         launch(src, _workspace(p, binding), hc_scale, hc_base, y, post, comb, T=t, splits=splits, **scal)
         return
-    walk = sel.walk_for(t, w is not None)
+    walk = sel.walk_for(t, w is not None, caps.hidden_size)
     if walk is not None:
         launch = _launcher(p, "compile_walk", (dt, caps.hidden_size, walk))
         programs = walk.walk * p.state.extra["sms"]  # all resident: walk programs an SM

@@ -107,7 +107,7 @@ class MhcPlan(Plan):
                 for wide in config.wides(caps.max_tokens, self.forms()):
                     jobs.append((compile_wide, (dt, caps.hidden_size, wide, dev, arch)))
             if form != "post":  # pass 2 serves pre, post_pre and bcast alike
-                for tile in config.pass2_tiles(caps.max_tokens, self.forms()):
+                for tile in config.pass2_tiles(caps.max_tokens, self.forms(), caps.hidden_size):
                     if isinstance(tile, RowConfig) and tile.walk:  # no norm weight: one job
                         jobs.append((compile_walk, (dt, caps.hidden_size, tile, dev, arch)))
                         continue
