@@ -9,6 +9,7 @@
 #   walk: the walk at every T (`row_walk`) against the default at T 4096 / 8192 / 16384 and H 4096 / 5120 / 6144 /
 #         7168: where a bound by hidden size would fall (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 #   final: the norm gpu tier on snap.tar, then walk_bounded (session 60's walk bound) against the default (~4 min)
+#   mid: pdl_mid_p1 / pdl_mid_p2 / plain_large against the default at T 65 / 96 / 128 (two runs, ~2 min)
 #   table: #5's table with the torch.compile peer (H 7168 / 4096, T 1 to 8192), then the norm gpu tier (~4 min)
 set -uo pipefail
 S=${S:-61}
@@ -20,7 +21,7 @@ walk_run() {  # walk_run N: one row_walk run, from the snapshot's root
     >"$OUT/walk${S}_$1.log" 2>&1
   echo "walk run $1 rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk${S}_$1.log" | cut -c1-170
 }
-case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk|final|table} in
+case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk|final|table|mid} in
   pdl)
     nvidia-smi --query-gpu=name --format=csv,noheader
     t=tests/experimental/b12x/norm/test_mhc_gpu.py
@@ -67,6 +68,16 @@ PY
     snap_install || exit 2
     walk_run 1; walk_run 2 ;;
   pdl+tier) bash "$0" pdl; bash "$0" tier ;;  # one call: the tier runs on what the rule left
+  mid)  # the mid tiles as dependents one pass at a time (pdl_mid_p1 / p2; plain_large runs the default's kernels
+    # at T <= 128: the noise control), two runs, the first with every pass alone; measured only
+    snap_install || exit 2
+    for r in 1 2; do
+      pp=$([[ $r == 1 ]] && echo --per-pass)
+      timeout "${MID_S:-100}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
+        --tokens 65 96 128 --hidden 7168 4096 --no-peers $pp --variants pdl_mid_p1 pdl_mid_p2 plain_large \
+        --json "$OUT/mid${S}_$r.json" >"$OUT/mid${S}_$r.log" 2>&1
+      echo "mid run $r rc=$?"; grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/mid${S}_$r.log" | cut -c1-150
+    done ;;
   table)  # #5's table with the torch.compile peer (pre, post_pre, post; H 7168 / 4096), then the norm gpu tier
     nvidia-smi --query-gpu=name --format=csv,noheader
     (snap_install || exit 2
@@ -81,5 +92,5 @@ PY
       --tokens 4096 8192 16384 --hidden 4096 5120 7168 --no-peers --variants walk_bounded --json "$OUT/bound$S.json" \
       >"$OUT/bound$S.log" 2>&1
     echo "bound rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/bound$S.log" | cut -c1-170 ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

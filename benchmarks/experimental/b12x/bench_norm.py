@@ -149,6 +149,7 @@ def sweep_configs():
     from flashinfer.experimental.b12x.norm.mhc._config import (
         FUSED_POST_PRE,
         FUSED_PRE,
+        LARGE_T_PDL_TILES,
         ApplyConfig,
         FusedConfig,
         LastConfig,
@@ -240,6 +241,19 @@ def sweep_configs():
         # the large tiles only (pass 1's large tiles, the large row and walk pass 2; not the mid tiles, session 61) as
         # programmatic dependents: the candidate for sm_90a's LARGE_PDL_90 (docs/predictions/norm_mhc.md)
         "pdl_large": with_large_t_pdl(default),
+        # the large tiles plain (sm_90a's default before session 61), and the mid tiles (T = 65-128) as dependents one
+        # pass at a time: session 61 measured both together 6-40% slower at T = 128, cause unknown
+        "plain_large": dataclasses.replace(
+            default,
+            **{
+                n: dataclasses.replace(getattr(default, n), pdl=False) for n in LARGE_T_PDL_TILES if getattr(default, n)
+            },
+        ),
+        **{
+            name: dataclasses.replace(default, **{tile: dataclasses.replace(getattr(default, tile), pdl=True)})
+            for name, tile in (("pdl_mid_p1", "pre_mid"), ("pdl_mid_p2", "row_mid"))
+            if getattr(default, tile) is not None
+        },
         # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
         # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as
         # programmatic dependents (no new kernel: the split is a runtime argument)
