@@ -51,8 +51,10 @@ def assert_ulps(got, want, ulps, *, atol=1e-5, mantissa_bits=7):
 
 
 def sm90_default():
-    """sm_90a's default selection with its large-T tiles as they are without LARGE_PDL_90 (session 60's rule): the
-    tests that pin other choices of the default compare against these; test_large_t_pdl_config pins the flag."""
+    """sm_90a's default selection with its large and mid tiles plain, as without LARGE_PDL_90 and MID_ROW_PDL_90 (session
+    61's rules): the tests that pin other choices of the default compare against these; test_large_t_pdl_config and
+    test_default_selection_by_arch pin the flags."""
     cfg = _config.default_config("sm_90a")
-    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in _config.LARGE_T_PDL_TILES if getattr(cfg, n)}
+    tiles = (*_config.LARGE_T_PDL_TILES, *_config.MID_T_PDL_TILES)
+    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in tiles if getattr(cfg, n)}
     return dataclasses.replace(cfg, **plain)

@@ -558,9 +558,13 @@ def test_default_selection_by_arch():
     two_pass_fn_pre_diag_stream) from mid_max_tokens + 1 = 129, session 6's large tiles at 65..128 (18.6
     against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
-    # LARGE_PDL_90 (session 60's rule) marks the large-T tiles pdl: the tiles compared below are those without it
+    # LARGE_PDL_90 and MID_ROW_PDL_90 (session 61's rules) mark the large tiles and row_mid pdl: the tiles compared
+    # below are those without them
     cfg, old = sm90_default(), _config.fused_config("sm_90a")
-    assert (_config.default_config("sm_90a") == _config.with_large_t_pdl(cfg)) == _config.LARGE_PDL_90
+    marked = dataclasses.replace(cfg, row_mid=dataclasses.replace(cfg.row_mid, pdl=True))
+    default = _config.default_config("sm_90a")
+    assert default.row_mid.pdl == _config.MID_ROW_PDL_90 and not default.pre_mid.pdl
+    assert (default == _config.with_large_t_pdl(marked)) == (_config.LARGE_PDL_90 and _config.MID_ROW_PDL_90)
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
     large = _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")

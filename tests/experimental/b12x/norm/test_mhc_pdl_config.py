@@ -48,7 +48,8 @@ def test_large_t_pdl_config():
     post_pre there, so its pass 1 is pre's), and nothing else: no small or mid tile, no wide pass 2, not bcast's or
     post's pass 1; the plan compiles the marked tiles as jobs of their own."""
     cfg = dataclasses.replace(sm90_default(), small_launches=())
-    assert (_config.with_large_t_pdl(sm90_default()) == _config.default_config("sm_90a")) == _config.LARGE_PDL_90
+    default = _config.default_config("sm_90a")
+    assert (_config.with_large_t_pdl(sm90_default()).pre_large == default.pre_large) == _config.LARGE_PDL_90
     big = _config.with_large_t_pdl(cfg)
     small = [cfg.small_max_tokens, 1]
     for form in ("pre", "post_pre", "bcast", "post"):

@@ -455,7 +455,8 @@ def default_config(arch: str | None) -> MhcConfig:
     # T = 1024 55.6 / 88.8 against 78.8 / 106.4. Linear between the two rows they cross near T = 150
     # (pre) and 200 (post_pre): the cut sits at 128, under both.
     session6 = MhcConfig()
-    base = MhcConfig(wide=wide, pre_mid=session6.pre_large, row_mid=session6.row_large, mid_max_tokens=128)
+    row_mid = dataclasses.replace(session6.row_large, pdl=MID_ROW_PDL_90)
+    base = MhcConfig(wide=wide, pre_mid=session6.pre_large, row_mid=row_mid, mid_max_tokens=128)
     # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
     base = dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
@@ -479,6 +480,14 @@ def default_config(arch: str | None) -> MhcConfig:
 # graph timer, H = 7168 / 4096; session 60's rule, docs/predictions/norm_mhc.md): T = 1024-2048 mean -1.17% (none
 # slower than -0.10%), T = 4096-8192 mean -0.56%, T = 128-512 none more than +0.79% slower (mean -0.97%).
 LARGE_PDL_90 = True
+
+
+# sm_90a: the mid row pass 2 (row_mid, T = 65-128) launched as a programmatic dependent, its pass 1 (pre_mid) plain.
+# Session 61 (H100, graph timer, H = 7168 / 4096, pre and post_pre at T = 65 / 96 / 128): row_mid alone as a dependent
+# -1.0 to -6.1% in three runs, and by the rule written before two fresh ones (docs/predictions/norm_mhc.md, session 61)
+# mean -2.56%, none slower than -1.51%. pre_mid as a dependent too lost 6-40% (pre_mid releases its dependents at
+# entry: row_mid's programs then sit in the slots pre_mid's later programs need); pre_mid alone 0 to -3%.
+MID_ROW_PDL_90 = True
 
 
 # sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
