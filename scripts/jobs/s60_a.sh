@@ -10,6 +10,7 @@
 #         7168: where a bound by hidden size would fall (H = 4096 walked faster at T = 8192 in four runs, 7168 slower)
 #   final: the norm gpu tier on snap.tar, then walk_bounded (session 60's walk bound) against the default (~4 min)
 #   mid: pdl_mid_p1 / pdl_mid_p2 / plain_large against the default at T 65 / 96 / 128 (two runs, ~2 min)
+#   exit: pdl_at_exit's gpu tests, then pdl_mid_exit (T 65-128) and large_exit (T 1024-8192), two runs (~4 min)
 #   table: #5's table with the torch.compile peer (H 7168 / 4096, T 1 to 8192), then the norm gpu tier (~4 min)
 set -uo pipefail
 S=${S:-61}
@@ -21,7 +22,7 @@ walk_run() {  # walk_run N: one row_walk run, from the snapshot's root
     >"$OUT/walk${S}_$1.log" 2>&1
   echo "walk run $1 rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/walk${S}_$1.log" | cut -c1-170
 }
-case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk|final|table|mid} in
+case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk|final|table|mid|exit} in
   pdl)
     nvidia-smi --query-gpu=name --format=csv,noheader
     t=tests/experimental/b12x/norm/test_mhc_gpu.py
@@ -78,6 +79,20 @@ PY
         --json "$OUT/mid${S}_$r.json" >"$OUT/mid${S}_$r.log" 2>&1
       echo "mid run $r rc=$?"; grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/mid${S}_$r.log" | cut -c1-150
     done ;;
+  exit)  # session 61's pdl_at_exit (staged for session 62): its gpu tests, then pdl_mid_exit at T 65-128 and large_exit
+    # at T 1024-8192 against the default, two runs each (docs/predictions/norm_mhc.md, session 61: measured, no flip)
+    t=tests/experimental/b12x/norm/test_mhc_gpu.py
+    SHARDS=6 TEST_LIMIT=150 bash scripts/jobs/gpu_tests.sh "$t::test_graph_replay_equals_eager[pdl_exit]" \
+      $(for h in 4096 7168; do for n in 1 3 64 1000 8192; do echo "$t::test_pass2_variants[$n-$h-pdl_exit]"; done; done)
+    snap_install || exit 2
+    for r in 1 2; do
+      for v in "pdl_mid_exit pdl_mid_p1:65 96 128" "large_exit:1024 2048 4096 8192"; do
+        timeout "${EXIT_S:-120}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
+          --tokens ${v#*:} --hidden 7168 4096 --no-peers --variants ${v%%:*} --json "$OUT/exit${S}_${v%% *}_$r.json" \
+          >"$OUT/exit${S}_${v%% *}_$r.log" 2>&1
+        echo "exit run $r ${v%%:*} rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/exit${S}_${v%% *}_$r.log" | cut -c1-150
+      done
+    done ;;
   table)  # #5's table with the torch.compile peer (pre, post_pre, post; H 7168 / 4096), then the norm gpu tier
     nvidia-smi --query-gpu=name --format=csv,noheader
     (snap_install || exit 2
@@ -92,5 +107,5 @@ PY
       --tokens 4096 8192 16384 --hidden 4096 5120 7168 --no-peers --variants walk_bounded --json "$OUT/bound$S.json" \
       >"$OUT/bound$S.log" 2>&1
     echo "bound rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/bound$S.log" | cut -c1-170 ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

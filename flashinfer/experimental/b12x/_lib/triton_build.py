@@ -29,9 +29,10 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def pdl_constexpr(pdl: bool) -> int:
-    """A kernel's PDL constexpr: 1 for a programmatic dependent, 0 otherwise and under the interpreter."""
-    return int(bool(pdl) and not interpreting())
+def pdl_constexpr(pdl: bool, at_exit: bool = False) -> int:
+    """A kernel's PDL constexpr: 1 for a programmatic dependent that releases the next kernel after its wait, 2 for one
+    that releases it as its programs exit (`triton_pdl.gdc_enter`), 0 otherwise and under the interpreter."""
+    return 0 if not pdl or interpreting() else 2 if at_exit else 1
 
 
 def jit_options(pdl: bool = False, *, fp_fusion: bool) -> dict:

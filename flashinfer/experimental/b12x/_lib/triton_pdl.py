@@ -20,8 +20,10 @@ import triton.language as tl
 
 @triton.jit
 def gdc_enter(PDL: tl.constexpr):
-    """Wait for the kernel before this one, then release the next one (module docstring); nothing
-    when PDL is 0. Call before the first global access."""
+    """Wait for the kernel before this one, then (PDL 1) release the next one (module docstring); PDL 2
+    waits only, so the next kernel launches as this one's programs exit; nothing when PDL is 0. Call before
+    the first global access."""
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if PDL == 1:
+            tl.extra.cuda.gdc_launch_dependents()

@@ -6,6 +6,7 @@ for. Pass 1's mixes run on warp-level mma.sync (bf16/fp16 hi + lo split of fn), 
 refuses); pass 2 and post have no dot.
 """
 
+import dataclasses
 import re
 
 import pytest
@@ -403,3 +404,15 @@ def _check_gdc_first(ptx, what):
     wait, launch = ptx.find("griddepcontrol.wait"), ptx.find("griddepcontrol.launch_dependents")
     first_load = min(i for i in (ptx.find("ld.global"), ptx.find("cp.async")) if i >= 0)
     assert 0 <= wait < launch < first_load, f"{what}: griddepcontrol not before the first global load"
+
+
+@pytest.mark.parametrize("cc", ARCHS)
+@pytest.mark.parametrize("at_exit", [False, True])
+def test_pdl_release_point(at_exit, cc):
+    """A programmatic dependent waits (griddepcontrol.wait) before its first load; it releases the next kernel
+    (griddepcontrol.launch_dependents) right after, unless pdl_at_exit leaves that to its programs' exit."""
+    tile = dataclasses.replace(_config.default_config("sm_90a").pre_mid, pdl=True, pdl_at_exit=at_exit)
+    consts = _kernel.stream_constexprs(7168, _kernel.MODES["pre"], tile)
+    assert consts["PDL"] == (2 if at_exit else 1)
+    ptx = _compile(_kernel._mhc_stream_kernel, STREAM_SIG, consts, tile.num_warps, tile.num_stages, cc).asm["ptx"]
+    assert "griddepcontrol.wait" in ptx and ("griddepcontrol.launch_dependents" in ptx) != at_exit

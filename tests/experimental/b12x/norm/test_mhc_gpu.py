@@ -199,6 +199,15 @@ PASS2 = {
     "pdl_fast": _config.with_pdl(_config.default_config("sm_90a"), fast=True),
     # the default with the kernels of calls above small_max_tokens as programmatic dependents (LARGE_PDL_90's form)
     "pdl_large": _config.with_large_t_pdl(_config.default_config("sm_90a")),
+    # every large tile and pre_mid as dependents that release the next kernel as their programs exit (pdl_at_exit;
+    # bench_norm's large_exit and pdl_mid_exit)
+    "pdl_exit": dataclasses.replace(
+        _config.with_large_t_pdl(_config.default_config("sm_90a")),
+        **{
+            n: dataclasses.replace(getattr(_config.default_config("sm_90a"), n), pdl=True, pdl_at_exit=True)
+            for n in ("pre_mid", *_config.LARGE_T_PDL_TILES)
+        },
+    ),
     # the wide pass 2 with post and comb in an extra program of their own (which writes no y)
     "wide_apart": _config.MhcConfig(wide=_config.WideConfig(block_y=128, fast=True, apart=True)),
     # the default's two passes in chunks of at most 150 tokens (1000 tokens: 7 chunks of the large tiles; 200
@@ -268,7 +277,20 @@ def test_split_k_cap_and_float16():
 
 @pytest.mark.parametrize(
     "variant",
-    [None, "small", "fused_all", "row", "wide", "tiny", "fn_pre", "pdl_fast", "pdl_large", "wide_apart", "chunks"],
+    [
+        None,
+        "small",
+        "fused_all",
+        "row",
+        "wide",
+        "tiny",
+        "fn_pre",
+        "pdl_fast",
+        "pdl_large",
+        "pdl_exit",
+        "wide_apart",
+        "chunks",
+    ],
 )  # None: the heuristic
 def test_graph_replay_equals_eager(variant):
     hidden, cap = 7168, 256

@@ -121,3 +121,24 @@ def test_small_launches_programmatic_dependents_and_split():
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             _config.SmallLaunch(**({"form": "pre", "first": 1, "last": 4, "ctas_per_sm": 1} | kw))
+
+
+def test_pdl_at_exit_config():
+    """pdl_at_exit (a dependent that releases the next kernel as its programs exit) needs pdl; the PDL constexpr is 2
+    then, 1 for a dependent released at entry, 0 for a plain launch (and under the interpreter, which has no
+    griddepcontrol: test_mhc_compile checks the PTX)."""
+    from flashinfer.experimental.b12x._lib import triton_build
+
+    for make in (
+        lambda: _config.StreamConfig(32, 16, pdl_at_exit=True),
+        lambda: _config.RowConfig(pdl_at_exit=True),
+    ):
+        with pytest.raises(ValueError, match=r"pdl_at_exit needs pdl=True"):
+            make()
+    with pytest.raises(ValueError, match=r"RowConfig.pdl_at_exit must be a bool, got 1"):
+        _config.RowConfig(pdl=True, pdl_at_exit=1)
+    assert _config.StreamConfig(32, 16, pdl=True, pdl_at_exit=True).pdl_at_exit
+    if not triton_build.interpreting():
+        cases = ((False,), (True,), (True, True), (False, True))
+        assert [triton_build.pdl_constexpr(*a) for a in cases] == [0, 1, 2, 0]
+    assert not any(getattr(t, "pdl_at_exit", False) for t in vars(_config.default_config("sm_90a")).values())

@@ -584,7 +584,7 @@ def stream_constexprs(hidden: int, mode: int, config: StreamConfig) -> dict:
     fn_split = FN_SPLIT_MODES[config.fn_split] if mode == MODE_PRE else 0
     out = dict(H=hidden, MODE=mode, BLOCK_T=config.block_t, BLOCK_H=config.block_h, SQ_MODE=sq, FN_SPLIT=fn_split)
     if isinstance(config, StreamConfig):  # (the one-launch kernel has no PDL)
-        out["PDL"] = pdl_constexpr(config.pdl)
+        out["PDL"] = pdl_constexpr(config.pdl, config.pdl_at_exit)
     return out
 
 

@@ -160,7 +160,7 @@ def row_constexprs(hidden: int, config: RowConfig) -> dict:
     """The row kernel's constexprs for `config` at `hidden`."""
     block_h, block_s = row_tile(hidden, config)
     return dict(H=hidden, BLOCK_H=block_h, BLOCK_S=block_s, STAGES=config.stages, SCALAR=config.scalar,
-                PDL=pdl_constexpr(config.pdl))  # fmt: skip
+                PDL=pdl_constexpr(config.pdl, config.pdl_at_exit))  # fmt: skip
 
 
 def launch_row(hidden: int, config: RowConfig, src, part, hc_scale, hc_base, weight, y, post, comb, *, T, splits, **s):

@@ -34,18 +34,27 @@ class StreamConfig:
     # programmatic dependent launch (sm_90+): launched with launch_pdl, the kernel waits on the one
     # before it (griddepcontrol.wait) before its first load, then lets the next one launch its programs
     pdl: bool = False
+    # with pdl: no early release; the next kernel launches as this one's programs exit (a dependent released at entry
+    # takes slots this kernel's later programs need: session 61's mid tiles)
+    pdl_at_exit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_t", "block_h", "num_warps"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1 or v & (v - 1):
                 raise ValueError(f"StreamConfig.{name} must be a power of two >= 1, got {v!r}")
-        _check_bools("StreamConfig", self, ("pdl",))
+        _check_bools("StreamConfig", self, ("pdl", "pdl_at_exit"))
+        _check_at_exit("StreamConfig", self)
         _check_pass1_tile("StreamConfig", self.block_t, self.block_h, self.num_warps, self.sq, self.fn_split)
 
 
 SQ_MODES = ("auto", "step", "lazy", "gram", "diag")
 FN_SPLITS = ("kernel", "pre", "hi")  # _kernel.FN_SPLIT_MODES
+
+
+def _check_at_exit(cls: str, config) -> None:
+    if config.pdl_at_exit and not config.pdl:
+        raise ValueError(f"{cls}.pdl_at_exit needs pdl=True (it says when a programmatic dependent releases the next)")
 
 
 def _check_bools(cls: str, config, names) -> None:
@@ -119,6 +128,7 @@ class RowConfig:
     # partial reduction (_kernel_wide's finish) instead of [4] / [4, 4] tiles reduced across lanes
     scalar: bool = False
     pdl: bool = False  # programmatic dependent launch, as StreamConfig.pdl
+    pdl_at_exit: bool = False  # as StreamConfig.pdl_at_exit
     # > 0: the walk pass 2 (_kernel_walk.py), `walk` resident programs an SM dealt runs of (token, block_h
     # chunk) units, streamed `stages` deep; no norm weight (MhcConfig.row_walk)
     walk: int = 0
@@ -134,7 +144,8 @@ class RowConfig:
                 raise ValueError(f"RowConfig.{name} must be a power of two >= 1, got {v!r}")
         if not isinstance(self.stages, int) or self.stages < 1:
             raise ValueError(f"RowConfig.stages must be an int >= 1, got {self.stages!r}")
-        _check_bools("RowConfig", self, ("scalar", "pdl"))
+        _check_bools("RowConfig", self, ("scalar", "pdl", "pdl_at_exit"))
+        _check_at_exit("RowConfig", self)
         if self.block_h < 128:
             raise ValueError(f"RowConfig.block_h must be >= 128, got {self.block_h}")
 
