@@ -164,6 +164,7 @@ def sweep_configs():
         with_large_t_pdl,
         with_pdl,
         with_small_t_pdl,
+        with_tile_fields,
     )
 
     base = MhcConfig()  # the two-pass path (no one-launch tiles), session 1-6 tiles
@@ -244,36 +245,13 @@ def sweep_configs():
         # the large tiles plain (sm_90a's default before session 61), and the mid tiles (T = 65-128) as dependents one
         # pass at a time: session 61 measured both together 4-40% slower, each alone 0 to -6.5%, and made row_mid one
         # (MID_ROW_PDL_90), so pdl_mid_p1 is now the losing pair and pdl_mid_p2 the default
-        "plain_large": dataclasses.replace(
-            default,
-            **{
-                n: dataclasses.replace(getattr(default, n), pdl=False) for n in LARGE_T_PDL_TILES if getattr(default, n)
-            },
-        ),
-        **{
-            name: dataclasses.replace(default, **{tile: dataclasses.replace(getattr(default, tile), pdl=True)})
-            for name, tile in (("pdl_mid_p1", "pre_mid"), ("pdl_mid_p2", "row_mid"))
-            if getattr(default, tile) is not None
-        },
+        "plain_large": with_tile_fields(default, LARGE_T_PDL_TILES, pdl=False),
+        "pdl_mid_p1": with_tile_fields(default, ("pre_mid",), pdl=True),
+        "pdl_mid_p2": with_tile_fields(default, ("row_mid",), pdl=True),
         # pre_mid a dependent that releases the next kernel as its programs exit (StreamConfig.pdl_at_exit), not at
         # entry: the pair without the early release; and the large tiles so (pass 1 is one wave there)
-        **(
-            {
-                "pdl_mid_exit": dataclasses.replace(
-                    default, pre_mid=dataclasses.replace(default.pre_mid, pdl=True, pdl_at_exit=True)
-                )
-            }
-            if default.pre_mid is not None
-            else {}
-        ),
-        "large_exit": dataclasses.replace(
-            default,
-            **{
-                n: dataclasses.replace(getattr(default, n), pdl_at_exit=True)
-                for n in LARGE_T_PDL_TILES
-                if getattr(default, n) is not None and getattr(default, n).pdl
-            },
-        ),
+        "pdl_mid_exit": with_tile_fields(default, ("pre_mid",), pdl=True, pdl_at_exit=True),
+        "large_exit": with_tile_fields(default, LARGE_T_PDL_TILES, pdl=True, pdl_at_exit=True),
         # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
         # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as
         # programmatic dependents (no new kernel: the split is a runtime argument)

@@ -1,7 +1,5 @@
 """Shared inputs and the tolerance rule for the norm.mhc tests."""
 
-import dataclasses
-
 import torch
 
 from flashinfer.experimental.b12x.norm.mhc import _config, api
@@ -54,7 +52,5 @@ def sm90_default():
     """sm_90a's default selection with its large and mid tiles plain, as without LARGE_PDL_90 and MID_ROW_PDL_90 (session
     61's rules): the tests that pin other choices of the default compare against these; test_large_t_pdl_config and
     test_default_selection_by_arch pin the flags."""
-    cfg = _config.default_config("sm_90a")
     tiles = (*_config.LARGE_T_PDL_TILES, *_config.MID_T_PDL_TILES)
-    plain = {n: dataclasses.replace(getattr(cfg, n), pdl=False) for n in tiles if getattr(cfg, n)}
-    return dataclasses.replace(cfg, **plain)
+    return _config.with_tile_fields(_config.default_config("sm_90a"), tiles, pdl=False)

@@ -201,12 +201,8 @@ PASS2 = {
     "pdl_large": _config.with_large_t_pdl(_config.default_config("sm_90a")),
     # every large tile and pre_mid as dependents that release the next kernel as their programs exit (pdl_at_exit;
     # bench_norm's large_exit and pdl_mid_exit)
-    "pdl_exit": dataclasses.replace(
-        _config.with_large_t_pdl(_config.default_config("sm_90a")),
-        **{
-            n: dataclasses.replace(getattr(_config.default_config("sm_90a"), n), pdl=True, pdl_at_exit=True)
-            for n in ("pre_mid", *_config.LARGE_T_PDL_TILES)
-        },
+    "pdl_exit": _config.with_tile_fields(
+        _config.default_config("sm_90a"), ("pre_mid", *_config.LARGE_T_PDL_TILES), pdl=True, pdl_at_exit=True
     ),
     # the wide pass 2 with post and comb in an extra program of their own (which writes no y)
     "wide_apart": _config.MhcConfig(wide=_config.WideConfig(block_y=128, fast=True, apart=True)),
@@ -593,8 +589,8 @@ def counting_launches(p):
 def test_default_above_small_max_tokens(hidden, tokens, weight):
     """The sm_90a default above small_max_tokens (two passes; above mid_max_tokens = 128 fn split
     once, pre's large tile with diagonal-block squares, the row pass 2 streamed in 2048-wide chunks, or
-    without a norm weight up to WALK_MAX_90 tokens (at every T up to WALK_ALL_MAX_HIDDEN_90) the walk pass 2; 65..128 session 6's large tiles, no
-    split launch) on pre, broadcast (diag squares) and post_pre (post's kernel + pre's pass 1 + pass 2),
+    without a norm weight up to WALK_MAX_90 tokens (at every T up to WALK_ALL_MAX_HIDDEN_90) the walk pass 2;
+    65..128 session 6's large tiles, no split launch) on pre, broadcast (diag squares) and post_pre (post's kernel + pre's pass 1 + pass 2),
     NaN-poisoned outputs and partials, and the launches."""
     p = prepared(hidden)
     sel = p.state.selection

@@ -484,9 +484,9 @@ LARGE_PDL_90 = True
 
 # sm_90a: the mid row pass 2 (row_mid, T = 65-128) launched as a programmatic dependent, its pass 1 (pre_mid) plain.
 # Session 61 (H100, graph timer, H = 7168 / 4096, pre and post_pre at T = 65 / 96 / 128): row_mid alone as a dependent
-# -1.0 to -6.1% in three runs, and by the rule written before two fresh ones (docs/predictions/norm_mhc.md, session 61)
-# mean -2.56%, none slower than -1.51%. pre_mid as a dependent too lost 6-40% (pre_mid releases its dependents at
-# entry: row_mid's programs then sit in the slots pre_mid's later programs need); pre_mid alone 0 to -3%.
+# -0.0 to -6.5% in five runs, the last two by the rule written before them (docs/predictions/norm_mhc.md, session 61):
+# mean -2.56%, none slower than -1.51%. pre_mid as a dependent too lost 4-40% (likely: pre_mid releases its dependents
+# at entry, so row_mid's programs sit in the slots pre_mid's later programs need); pre_mid alone -3.3 to +1.5%.
 MID_ROW_PDL_90 = True
 
 
@@ -562,13 +562,17 @@ def with_pdl(config: MhcConfig, fast: bool = False) -> MhcConfig:
     return _with_pdl_tiles(config, forms, fast=fast or (config.wide is not None and config.wide.fast))
 
 
-def _with_pdl_tiles(config: MhcConfig, names, wide=True, **wide_fields) -> MhcConfig:
-    """`config` with the tiles `names` (those it has: mid and walk tiles may be None) and (with `wide`) the wide pass
-    2 (with `wide_fields`) marked pdl."""
-    tiles = {n: dataclasses.replace(getattr(config, n), pdl=True) for n in names if getattr(config, n) is not None}
-    if wide and config.wide is not None:
-        tiles["wide"] = dataclasses.replace(config.wide, pdl=True, **wide_fields)
+def with_tile_fields(config: MhcConfig, names, **fields) -> MhcConfig:
+    """`config` with `fields` set on the tiles `names` that it has (mid and walk tiles may be None)."""
+    tiles = {n: dataclasses.replace(getattr(config, n), **fields) for n in names if getattr(config, n) is not None}
     return dataclasses.replace(config, **tiles)
+
+
+def _with_pdl_tiles(config: MhcConfig, names, wide=True, **wide_fields) -> MhcConfig:
+    """`config` with the tiles `names` (those it has) and (with `wide`) the wide pass 2 (with `wide_fields`) marked
+    pdl."""
+    config = with_tile_fields(config, names, pdl=True)
+    return with_tile_fields(config, ("wide",), pdl=True, **wide_fields) if wide else config
 
 
 def split_for(
