@@ -88,9 +88,9 @@ PY
     for r in 1 2; do
       for v in "pdl_mid_exit pdl_mid_p1:65 96 128" "large_exit:1024 2048 4096 8192"; do
         timeout "${EXIT_S:-120}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-          --tokens ${v#*:} --hidden 7168 4096 --no-peers --variants ${v%%:*} --json "$OUT/exit${S}_${v%% *}_$r.json" \
-          >"$OUT/exit${S}_${v%% *}_$r.log" 2>&1
-        echo "exit run $r ${v%%:*} rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/exit${S}_${v%% *}_$r.log" | cut -c1-150
+          --tokens ${v#*:} --hidden 7168 4096 --no-peers --variants ${v%%:*} --json "$OUT/exit${S}_${v%%[ :]*}_$r.json" \
+          >"$OUT/exit${S}_${v%%[ :]*}_$r.log" 2>&1
+        echo "exit run $r ${v%%:*} rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/exit${S}_${v%%[ :]*}_$r.log" | cut -c1-150
       done
     done ;;
   table)  # #5's table with the torch.compile peer (pre, post_pre, post; H 7168 / 4096), then the norm gpu tier

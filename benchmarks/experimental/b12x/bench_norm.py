@@ -150,6 +150,7 @@ def sweep_configs():
         FUSED_POST_PRE,
         FUSED_PRE,
         LARGE_T_PDL_TILES,
+        MID_T_PDL_TILES,
         ApplyConfig,
         FusedConfig,
         LastConfig,
@@ -246,12 +247,22 @@ def sweep_configs():
         # pass at a time: session 61 measured both together 4-40% slower, each alone 0 to -6.5%, and made row_mid one
         # (MID_ROW_PDL_90), so pdl_mid_p1 is now the losing pair and pdl_mid_p2 the default
         "plain_large": with_tile_fields(default, LARGE_T_PDL_TILES, pdl=False),
-        "pdl_mid_p1": with_tile_fields(default, ("pre_mid",), pdl=True),
+        "pdl_mid_p1": with_tile_fields(default, ("pre_mid",), pdl=True, pdl_at_exit=False),
         "pdl_mid_p2": with_tile_fields(default, ("row_mid",), pdl=True),
         # pre_mid a dependent that releases the next kernel as its programs exit (StreamConfig.pdl_at_exit), not at
         # entry: the pair without the early release; and the large tiles so (pass 1 is one wave there)
         "pdl_mid_exit": with_tile_fields(default, ("pre_mid",), pdl=True, pdl_at_exit=True),
         "large_exit": with_tile_fields(default, LARGE_T_PDL_TILES, pdl=True, pdl_at_exit=True),
+        # session 62: pre_mid plain (the default before MID_PRE_EXIT_90), row_mid released at exit too (both mid tiles)
+        # and alone (pre_mid plain)
+        "pre_mid_plain": with_tile_fields(default, ("pre_mid",), pdl=False, pdl_at_exit=False),
+        "mid_exit2": with_tile_fields(default, MID_T_PDL_TILES, pdl=True, pdl_at_exit=True),
+        "row_mid_exit": with_tile_fields(
+            with_tile_fields(default, ("pre_mid",), pdl=False, pdl_at_exit=False),
+            ("row_mid",),
+            pdl=True,
+            pdl_at_exit=True,
+        ),
         # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
         # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as
         # programmatic dependents (no new kernel: the split is a runtime argument)

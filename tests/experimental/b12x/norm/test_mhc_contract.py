@@ -558,13 +558,16 @@ def test_default_selection_by_arch():
     two_pass_fn_pre_diag_stream) from mid_max_tokens + 1 = 129, session 6's large tiles at 65..128 (18.6
     against 20.9 µs for pre at T = 65); T <= small_max_tokens keeps session 6's tiles and the wide pass 2.
     sm_120a keeps fused_config's selection (the sm_90a tiles spill there)."""
-    # LARGE_PDL_90 and MID_ROW_PDL_90 (session 61's rules) mark the large tiles and row_mid pdl: the tiles compared
-    # below are those without them
+    # LARGE_PDL_90 and MID_ROW_PDL_90 (session 61's rules) mark the large tiles and row_mid pdl, MID_PRE_EXIT_90
+    # (session 62's) pre_mid pdl released at exit: the tiles compared below are those without them
     cfg, old = sm90_default(), _config.fused_config("sm_90a")
     marked = dataclasses.replace(cfg, row_mid=dataclasses.replace(cfg.row_mid, pdl=True))
+    marked = dataclasses.replace(marked, pre_mid=dataclasses.replace(cfg.pre_mid, pdl=True, pdl_at_exit=True))
     default = _config.default_config("sm_90a")
-    assert default.row_mid.pdl == _config.MID_ROW_PDL_90 and not default.pre_mid.pdl
-    assert (default == _config.with_large_t_pdl(marked)) == (_config.LARGE_PDL_90 and _config.MID_ROW_PDL_90)
+    assert default.row_mid.pdl == _config.MID_ROW_PDL_90 and not default.row_mid.pdl_at_exit
+    assert default.pre_mid.pdl == default.pre_mid.pdl_at_exit == _config.MID_PRE_EXIT_90
+    flags = _config.LARGE_PDL_90 and _config.MID_ROW_PDL_90 and _config.MID_PRE_EXIT_90
+    assert (default == _config.with_large_t_pdl(marked)) == flags
     assert cfg.fused_pre is None and cfg.fused_post_pre is None and cfg.fused_forms(api.FORMS, 8192) == ()
     assert cfg.fused("pre", 8192) is None and cfg.post_pre_split and cfg.pass2 == "row"
     large = _config.StreamConfig(64, 16, 2, 4, sq="diag", fn_split="pre")

@@ -456,7 +456,8 @@ def default_config(arch: str | None) -> MhcConfig:
     # (pre) and 200 (post_pre): the cut sits at 128, under both.
     session6 = MhcConfig()
     row_mid = dataclasses.replace(session6.row_large, pdl=MID_ROW_PDL_90)
-    base = MhcConfig(wide=wide, pre_mid=session6.pre_large, row_mid=row_mid, mid_max_tokens=128)
+    pre_mid = dataclasses.replace(session6.pre_large, pdl=MID_PRE_EXIT_90, pdl_at_exit=MID_PRE_EXIT_90)
+    base = MhcConfig(wide=wide, pre_mid=pre_mid, row_mid=row_mid, mid_max_tokens=128)
     # bcast: one tile at every T (diag measured only inside the 14:37 variant, at T >= 1024)
     base = dataclasses.replace(
         base, pre_large=PRE_LARGE_90, bcast=dataclasses.replace(base.bcast, sq="diag"), row_large=ROW_LARGE_90
@@ -488,6 +489,12 @@ LARGE_PDL_90 = True
 # mean -2.56%, none slower than -1.51%. pre_mid as a dependent too lost 4-40% (likely: pre_mid releases its dependents
 # at entry, so row_mid's programs sit in the slots pre_mid's later programs need); pre_mid alone -3.3 to +1.5%.
 MID_ROW_PDL_90 = True
+
+# sm_90a: the mid pass 1 (pre_mid) as a dependent that releases the next kernel as its programs exit (pdl_at_exit), not
+# at entry. Session 62 (H100, two runs, graph timer, `pdl_mid_exit` against the default at T = 65 / 96 / 128, H = 7168 /
+# 4096): post_pre -0.5 to -4.4% (mean -1.95%), pre -1.0 to +1.8% (mean -0.02%), where released at entry (pdl_mid_p1) it
+# lost 6.5-43%: the early release was that loss. Staged off until the rule of docs/predictions/norm_mhc.md (session 62).
+MID_PRE_EXIT_90 = False
 
 
 # sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
