@@ -30,3 +30,18 @@ snap_sed() {
   rm -rf /tmp/wk && mkdir -p /tmp/wk && tar xf snap.tar -C /tmp/wk && sed -i "$3" "/tmp/wk/$2" || return 2
   grep -E "$4" "/tmp/wk/$2" && echo "$(cat /tmp/wk/COMMIT)+$1" >/tmp/wk/COMMIT && tar cf snap.tar -C /tmp/wk .
 }
+
+# `mid_ab NAME VARIANT...`: from the installed snapshot (snap_install), two runs of the variants against the default at
+# T = 65 / 96 / 128 (pre and post_pre, H 7168 and 4096, graph timer; the first with every pass alone), writing
+# $OUT/NAME_1.json / NAME_2.json and their logs; prints the call rows. MID_S: each run's time limit (default 120 s).
+mid_ab() {
+  local name=$1 r pp
+  shift
+  for r in 1 2; do
+    pp=$([[ $r == 1 ]] && echo --per-pass)
+    timeout "${MID_S:-120}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
+      --tokens 65 96 128 --hidden 7168 4096 --no-peers $pp --variants "$@" --json "$OUT/${name}_$r.json" \
+      >"$OUT/${name}_$r.log" 2>&1
+    echo "$name run $r rc=$?"; grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/${name}_$r.log" | cut -c1-150
+  done
+}

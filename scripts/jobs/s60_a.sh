@@ -72,13 +72,7 @@ PY
   mid)  # the mid tiles as dependents one pass at a time (pdl_mid_p1 / p2; plain_large runs the default's kernels
     # at T <= 128: the noise control), two runs, the first with every pass alone; measured only
     snap_install || exit 2
-    for r in 1 2; do
-      pp=$([[ $r == 1 ]] && echo --per-pass)
-      timeout "${MID_S:-100}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-        --tokens 65 96 128 --hidden 7168 4096 --no-peers $pp --variants pdl_mid_p1 pdl_mid_p2 plain_large \
-        --json "$OUT/mid${S}_$r.json" >"$OUT/mid${S}_$r.log" 2>&1
-      echo "mid run $r rc=$?"; grep -E "^(pre|post_pre)(\.pass1)? T" "$OUT/mid${S}_$r.log" | cut -c1-150
-    done ;;
+    MID_S=${MID_S:-100} mid_ab mid$S pdl_mid_p1 pdl_mid_p2 plain_large ;;
   exit)  # session 61's pdl_at_exit (staged for session 62): its gpu tests, then pdl_mid_exit at T 65-128 and large_exit
     # at T 1024-8192 against the default, two runs each (docs/predictions/norm_mhc.md, session 61: measured, no flip)
     t=tests/experimental/b12x/norm/test_mhc_gpu.py

@@ -14,13 +14,7 @@ case ${1:?usage: s62_a.sh mid|tier|mid+tier} in
     nvidia-smi --query-gpu=name --format=csv,noheader
     root=$PWD
     snap_install || exit 2
-    for r in 1 2; do
-      pp=$([[ $r == 1 ]] && echo --per-pass)
-      timeout "${MID_S:-120}" python3 -m benchmarks.experimental.b12x.bench_norm --timer graph --ops pre post_pre \
-        --tokens 65 96 128 --hidden 7168 4096 --no-peers $pp --variants pdl_mid_exit mid_exit2 row_mid_exit \
-        --json "$OUT/midx62_$r.json" >"$OUT/midx62_$r.log" 2>&1
-      echo "mid run $r rc=$?"; grep -E "^(pre|post_pre) T" "$OUT/midx62_$r.log" | cut -c1-150
-    done
+    mid_ab midx62 pdl_mid_exit mid_exit2 row_mid_exit
     cd "$root" || exit 2
     verdict=$(python3 - "$OUT/midx62_1.json" "$OUT/midx62_2.json" <<'PY'
 import sys
