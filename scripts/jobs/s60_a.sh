@@ -39,13 +39,12 @@ case ${1:?usage: s60_a.sh pdl|tier|pdl+tier|walk|final|table|mid|exit} in
     verdict=$(python3 - "$OUT/pdl${S}_1.json" "$OUT/pdl${S}_2.json" "$OUT/pdl${S}_mid.json" <<'PY'
 import sys
 sys.path.insert(0, "scripts/jobs")
-from ab_runs import load, rels
+from ab_runs import load, mean, rels
 
 runs = load(sys.argv[1:3])
 (mid,) = load(sys.argv[3:])
 low, high = rels(runs, "pdl_large", tokens=(1024, 2048)), rels(runs, "pdl_large", tokens=(4096, 8192))
 short = rels([mid], "pdl_large", tokens=(128, 256, 512))
-mean = lambda r: sum(r) / max(1, len(r))  # noqa: E731
 for name, r in (("T 1024-2048", low), ("T 4096-8192", high), ("T 128-512", short)):
     print(f"{name}: {len(r)} rows, mean {100 * mean(r):+.2f}%, max {100 * max(r, default=0):+.2f}%", file=sys.stderr)
 ok = len(low) == 16 and mean(low) <= -0.01 and max(low) <= 0.005

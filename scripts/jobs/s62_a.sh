@@ -19,10 +19,9 @@ case ${1:?usage: s62_a.sh mid|tier|mid+tier} in
     verdict=$(python3 - "$OUT/midx62_1.json" "$OUT/midx62_2.json" <<'PY'
 import sys
 sys.path.insert(0, "scripts/jobs")
-from ab_runs import load, rels
+from ab_runs import load, mean, rels
 
 runs = load(sys.argv[1:3])
-mean = lambda r: sum(r) / max(1, len(r))  # noqa: E731
 tok = (65, 96, 128)
 rows, post = rels(runs, "pdl_mid_exit", tokens=tok), rels(runs, "pdl_mid_exit", cases=("post_pre",), tokens=tok)
 for name in ("pdl_mid_exit", "mid_exit2", "row_mid_exit"):

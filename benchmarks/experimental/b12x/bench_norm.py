@@ -171,6 +171,7 @@ def sweep_configs():
     base = MhcConfig()  # the two-pass path (no one-launch tiles), session 1-6 tiles
     fused = fused_config("sm_90a")  # session 6's default: the one-launch pre from 8192 tokens
     default = default_config("sm_90a")
+    pre_mid_plain = with_tile_fields(default, ("pre_mid",), pdl=False, pdl_at_exit=False)
     pdl_fast = with_pdl(default, fast=True)
     small_plain = dataclasses.replace(default, small_launches=())  # apart alone
     one_token = tuple(SmallLaunch(form, 1, 1, 1) for form in ("pre", "post_pre"))  # session 29's small launches
@@ -255,14 +256,9 @@ def sweep_configs():
         "large_exit": with_tile_fields(default, LARGE_T_PDL_TILES, pdl=True, pdl_at_exit=True),
         # session 62: pre_mid plain (the default before MID_PRE_EXIT_90), row_mid released at exit too (both mid tiles)
         # and alone (pre_mid plain)
-        "pre_mid_plain": with_tile_fields(default, ("pre_mid",), pdl=False, pdl_at_exit=False),
+        "pre_mid_plain": pre_mid_plain,
         "mid_exit2": with_tile_fields(default, MID_T_PDL_TILES, pdl=True, pdl_at_exit=True),
-        "row_mid_exit": with_tile_fields(
-            with_tile_fields(default, ("pre_mid",), pdl=False, pdl_at_exit=False),
-            ("row_mid",),
-            pdl=True,
-            pdl_at_exit=True,
-        ),
+        "row_mid_exit": with_tile_fields(pre_mid_plain, ("row_mid",), pdl=True, pdl_at_exit=True),
         # T = 1 with pass 1 in 112 splits of 2 steps instead of 224 of one (ctas_per_sm=1: split_for
         # aims at 132 programs), so pass 2 sums half the partial rows; plain and launched as
         # programmatic dependents (no new kernel: the split is a runtime argument)

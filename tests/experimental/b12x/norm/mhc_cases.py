@@ -50,7 +50,7 @@ def assert_ulps(got, want, ulps, *, atol=1e-5, mantissa_bits=7):
 
 def sm90_default():
     """sm_90a's default selection with its large and mid tiles plain, as without LARGE_PDL_90 and MID_ROW_PDL_90 (session
-    61's rules) and MID_PRE_EXIT_90 (session 62's): the tests that pin other choices of the default compare against these; test_large_t_pdl_config and
-    test_default_selection_by_arch pin the flags."""
+    61's rules) and MID_PRE_EXIT_90 (session 62's): the tests that pin other choices of the default compare against
+    these; test_large_t_pdl_config and test_default_selection_by_arch pin the flags."""
     tiles = (*_config.LARGE_T_PDL_TILES, *_config.MID_T_PDL_TILES)
     return _config.with_tile_fields(_config.default_config("sm_90a"), tiles, pdl=False, pdl_at_exit=False)

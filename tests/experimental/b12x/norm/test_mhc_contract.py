@@ -561,8 +561,8 @@ def test_default_selection_by_arch():
     # LARGE_PDL_90 and MID_ROW_PDL_90 (session 61's rules) mark the large tiles and row_mid pdl, MID_PRE_EXIT_90
     # (session 62's) pre_mid pdl released at exit: the tiles compared below are those without them
     cfg, old = sm90_default(), _config.fused_config("sm_90a")
-    marked = dataclasses.replace(cfg, row_mid=dataclasses.replace(cfg.row_mid, pdl=True))
-    marked = dataclasses.replace(marked, pre_mid=dataclasses.replace(cfg.pre_mid, pdl=True, pdl_at_exit=True))
+    marked = _config.with_tile_fields(cfg, ("row_mid",), pdl=True)
+    marked = _config.with_tile_fields(marked, ("pre_mid",), pdl=True, pdl_at_exit=True)
     default = _config.default_config("sm_90a")
     assert default.row_mid.pdl == _config.MID_ROW_PDL_90 and not default.row_mid.pdl_at_exit
     assert default.pre_mid.pdl == default.pre_mid.pdl_at_exit == _config.MID_PRE_EXIT_90

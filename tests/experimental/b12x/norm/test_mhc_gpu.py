@@ -590,8 +590,8 @@ def test_default_above_small_max_tokens(hidden, tokens, weight):
     """The sm_90a default above small_max_tokens (two passes; above mid_max_tokens = 128 fn split
     once, pre's large tile with diagonal-block squares, the row pass 2 streamed in 2048-wide chunks, or
     without a norm weight up to WALK_MAX_90 tokens (at every T up to WALK_ALL_MAX_HIDDEN_90) the walk pass 2;
-    65..128 session 6's large tiles, no split launch) on pre, broadcast (diag squares) and post_pre (post's kernel + pre's pass 1 + pass 2),
-    NaN-poisoned outputs and partials, and the launches."""
+    65..128 session 6's large tiles, no split launch) on pre, broadcast (diag squares) and post_pre (post's kernel +
+    pre's pass 1 + pass 2), NaN-poisoned outputs and partials, and the launches."""
     p = prepared(hidden)
     sel = p.state.selection
     if torch.cuda.get_device_capability() != (9, 0):
