@@ -493,8 +493,9 @@ MID_ROW_PDL_90 = True
 # sm_90a: the mid pass 1 (pre_mid) as a dependent that releases the next kernel as its programs exit (pdl_at_exit), not
 # at entry. Session 62 (H100, two runs, graph timer, `pdl_mid_exit` against the default at T = 65 / 96 / 128, H = 7168 /
 # 4096): post_pre -0.5 to -4.4% (mean -1.95%), pre -1.0 to +1.8% (mean -0.02%), where released at entry (pdl_mid_p1) it
-# lost 6.5-43%: the early release was that loss. Staged off until the rule of docs/predictions/norm_mhc.md (session 62).
-MID_PRE_EXIT_90 = False
+# lost 6.5-43%: the early release was that loss. Session 63 (H100, two fresh runs, the rule of
+# docs/predictions/norm_mhc.md, session 62): post_pre mean -1.81% (-1.14 to -2.98%), pre mean +0.39% (max +1.86%); on.
+MID_PRE_EXIT_90 = True
 
 
 # sm_90a's MhcConfig.fn_split_min_tokens: below it pre's large tile splits fn in its loop. Session 59 (H100, two runs,
