@@ -86,17 +86,21 @@ def _reduce(
     H: tl.constexpr,
     BH: tl.constexpr,
 ):
+    """out[t, c] = sum over the token's routes j of weight * (sum over the S partials): program (c block, t) loads a
+    route's S partials of its BH columns at once ([S, BH], S padded to a power of two)."""
+    SP: tl.constexpr = triton.next_power_of_2(S)
     c = tl.program_id(0) * BH + tl.arange(0, BH)
     t = tl.program_id(1)
+    s = tl.arange(0, SP)
     acc = tl.zeros([BH], dtype=tl.float32)
     for j in tl.static_range(K_TOP):
-        wj = tl.load(wt_ptr + t * K_TOP + j)
-        part = tl.zeros([BH], dtype=tl.float32)
-        for s in range(S):
-            part += tl.load(part_ptr + ((t * K_TOP + j) * S + s) * H + c)
-        acc += wj * part
+        rows = (t * K_TOP + j) * S + s
+        tile = tl.load(part_ptr + rows.to(tl.int64)[:, None] * H + c[None, :], mask=(s < S)[:, None], other=0.0)
+        acc += tl.load(wt_ptr + t * K_TOP + j) * tl.sum(tile, axis=0)
     tl.store(out_ptr + t * H + c, acc.to(tl.bfloat16))
 
+
+REDUCE_BH = 32  # columns a reduction program (H / 32 = 64 programs a token at H = 2048)
 
 # (BI, BK, BN, warps): intermediate columns a program, FC1 words a step, FC2 rows a step, warps
 VARIANTS = (
@@ -146,7 +150,7 @@ class Layer:
                 nxt() if ids is None else ids, self.w1, self.w2, self.a, part, **consts, num_warps=warps
             )
             if reduce and fc2:
-                bh = min(512, self.h)
+                bh = min(REDUCE_BH, self.h)
                 _reduce[(self.h // bh, self.t)](part, self.wt, self.out, K_TOP=self.k, S=s_count, H=self.h, BH=bh)
             return part
 
