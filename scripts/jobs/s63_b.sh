@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 63's #7 profile (after the two toolchain calls; snap.tar at the repository root; ~2 min): Nsight Compute on
-# one captured moe layer (scripts/ncu_moe_layer.py, staged since session 20, never run), E = 128 T = 1 / 4 and E = 256
-# T = 1, w4a16: each kernel's own duration (ncu serializes the graph's nodes: no PDL overlap), DRAM bytes, the SM
+# one captured moe layer (scripts/ncu_moe_layer.py, staged since session 20, never run), w4a16 at E = 128 T = 1 / 4
+# (CASES="128x8x2048x768:1 256x8x4096x2048:1 ..." for others): each kernel's own duration (ncu serializes the graph's nodes: no PDL overlap), DRAM bytes, the SM
 # active-cycle spread and occupancy. Their sum against the layer's graph time (`bench_moe --steps`: 18.7 µs at E = 128
 # T = 1 on an H100) says how much of a decode layer is launch and dependency gaps, and FC2's duration against its
 # +6.6 µs step whether FC2 is slow or waits.
@@ -11,7 +11,7 @@ NCU_METRICS=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,s
 NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
 export NCU_SECTIONS="SpeedOfLight Occupancy LaunchStats"
 source scripts/jobs/ncu_lib.sh
-for c in 128x8x2048x768:1 128x8x2048x768:4 256x8x4096x2048:1; do
+for c in ${CASES:-128x8x2048x768:1 128x8x2048x768:4}; do
   NCU_LIMIT=120 ncu_run "moe_${c/:/_t}" scripts/ncu_moe_layer.py --shape "${c%:*}" --tokens "${c#*:}" --replays 1
 done
 python3 "$root/scripts/jobs/ncu_summary.py" "$OUT"/ncu_moe_*.csv
