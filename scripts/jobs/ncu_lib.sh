@@ -4,6 +4,13 @@
 bash scripts/device_snapshot_run.sh - none >/dev/null 2>&1
 cd /root/snap || exit 2
 export PYTHONPATH=/root/snap:/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages B12X_CACHE_DIR=/tmp/b12x-cache
+# NCU_SET=spread (the fixed-cost probes, s60_b.sh / s63_b.sh): each kernel's duration, SM active-cycle spread (min / avg /
+# max against elapsed: a tail shows as min << max), DRAM and L2 bytes, with SpeedOfLight, Occupancy and LaunchStats.
+if [[ ${NCU_SET:-} == spread ]]; then
+  NCU_METRICS=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max
+  NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
+  NCU_SECTIONS="SpeedOfLight Occupancy LaunchStats"
+fi
 NCU_SECTIONS=${NCU_SECTIONS:-SpeedOfLight WarpStateStats SchedulerStats Occupancy LaunchStats InstructionStats}
 NCU_METRICS=${NCU_METRICS:-sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_active.max,sm__cycles_elapsed.max,smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__issue_active.avg.pct_of_peak_sustained_active}
 ncu_run() {

@@ -7,10 +7,7 @@
 # whether it is fill, tail or something else before anything is built.
 set -uo pipefail
 root=$PWD
-NCU_METRICS=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max
-NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
-export NCU_SECTIONS="SpeedOfLight Occupancy LaunchStats"
-source scripts/jobs/ncu_lib.sh
+NCU_SET=spread source scripts/jobs/ncu_lib.sh
 for t in 1024 2048 8192; do
   NCU_LIMIT=120 ncu_run pre$t scripts/ncu_mhc.py --op pre --tokens "$t" --hidden 7168 --calls 1 --replays 1
 done

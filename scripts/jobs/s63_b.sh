@@ -7,10 +7,7 @@
 # +6.6 µs step whether FC2 is slow or waits.
 set -uo pipefail
 root=$PWD
-NCU_METRICS=gpu__time_duration.sum,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max
-NCU_METRICS=$NCU_METRICS,sm__cycles_elapsed.max,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
-export NCU_SECTIONS="SpeedOfLight Occupancy LaunchStats"
-source scripts/jobs/ncu_lib.sh
+NCU_SET=spread source scripts/jobs/ncu_lib.sh
 for c in ${CASES:-128x8x2048x768:1 128x8x2048x768:4}; do
   NCU_LIMIT=120 ncu_run "moe_${c/:/_t}" scripts/ncu_moe_layer.py --shape "${c%:*}" --tokens "${c#*:}" --replays 1
 done
