@@ -174,6 +174,12 @@ class Layer:
         return routed.view(self.t, self.k, h).sum(1)
 
 
+def _rel_err(out, want) -> float:
+    """Largest |out - want| / max(|want|, 1) (NaN counts as failing: poisoned outputs are NaN)."""
+    err = ((out.float() - want).abs() / want.abs().clamp_min(1.0)).max()
+    return float("inf") if err.isnan() else err.item()
+
+
 def check() -> int:
     """The skeleton against its torch stand-in on small shapes (CPU under TRITON_INTERPRET=1, or a GPU)."""
     import torch
@@ -188,11 +194,11 @@ def check() -> int:
         layer.w2 = torch.randint(-8, 8, layer.w2.shape, generator=gen, device=dev, dtype=torch.int32)
         layer.out.fill_(float("nan"))
         layer.call(bi, bk, bn, warps)(ids=layer.ids[1])
-        want = layer.reference(layer.ids[1], bi)
-        err = ((layer.out.float() - want).abs() / want.abs().clamp_min(1.0)).max().item()
-        ok = err < 1e-2
+        err, other = (_rel_err(layer.out, layer.reference(layer.ids[j], bi)) for j in (1, 0))
+        ok = err < 1e-2 and other > 1e-2  # and the other routing set's answer must not pass
         bad += not ok
-        print(f"check T={tokens} BI={bi} BK={bk} BN={bn}: max rel err {err:.2e} {'ok' if ok else 'FAILED'}")
+        print(f"check T={tokens} BI={bi} BK={bk} BN={bn}: max rel err {err:.2e} (other set {other:.1e}) "
+              f"{'ok' if ok else 'FAILED'}")  # fmt: skip
     return 1 if bad else 0
 
 
@@ -203,6 +209,16 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--check", action="store_true", help="only check the skeleton's indexing against torch")
     args = p.parse_args(argv)
+    dims = args.shape.split("x")
+    if len(dims) != 4 or not all(d.isdigit() and int(d) > 0 for d in dims):
+        p.error(f"--shape takes ExkxHxI (four positive integers), got {args.shape!r}")
+    e, k, h, i = (int(d) for d in dims)
+    if h % 2048 or i % 64:
+        p.error(f"--shape needs H a multiple of 2048 and I a multiple of 64 (the variants' tiles), got H={h}, I={i}")
+    if min(args.tokens) < 1 or max(args.tokens) * k > e:
+        p.error(
+            f"--tokens takes 1 <= T <= E / k = {e // k} (each call's routes on distinct experts), got {args.tokens}"
+        )
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: `benchmarks`
     if args.check:
         return check()
@@ -211,7 +227,8 @@ def main(argv=None) -> int:
     from benchmarks.experimental.b12x.common import COPY_IMPL, same_size_copy, time_graph_replay
     from scripts.probe_nvfp4_skeleton import write_rows
 
-    e, k, h, i = (int(x) for x in args.shape.split("x"))
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device (--check runs on the CPU under TRITON_INTERPRET=1)")
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     rows = []

@@ -29,6 +29,10 @@ CASES = [
     ("sass_load_use", ["--window", "0"], 2, "--window must be >= 1"),
     ("cluster_occupancy", ["--gemm", "4096x100"], 2, "--gemm takes NxK"),
     ("cluster_occupancy", ["--entries", "8x32x2fspldk:c2ps"], 2, "is not a decode bench entry"),
+    ("probe_moe_micro", ["--help"], 0, "usage"),
+    ("probe_moe_micro", ["--shape", "128x8x2048"], 2, "--shape takes ExkxHxI"),
+    ("probe_moe_micro", ["--shape", "128x8x1024x768"], 2, "H a multiple of 2048"),
+    ("probe_moe_micro", ["--tokens", "17"], 2, "1 <= T <= E / k = 16"),
 ]
 
 
