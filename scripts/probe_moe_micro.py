@@ -224,8 +224,8 @@ def main(argv=None) -> int:
         return check()
     import torch
 
-    from benchmarks.experimental.b12x.common import COPY_IMPL, same_size_copy, time_graph_replay
-    from scripts.probe_nvfp4_skeleton import write_rows
+    from benchmarks.experimental.b12x.common import COPY_IMPL, same_size_copy
+    from scripts.probe_nvfp4_skeleton import time_rows, write_rows
 
     if not torch.cuda.is_available():
         p.error("needs a CUDA device (--check runs on the CPU under TRITON_INTERPRET=1)")
@@ -243,16 +243,7 @@ def main(argv=None) -> int:
             timed.append((f"fused+reduce {tag}", layer.call(bi, bk, bn, warps)))
             timed.append((f"fused only {tag}", layer.call(bi, bk, bn, warps, reduce=False)))
         timed.append(("FC1 only BI=32 BK=128 4w", layer.call(32, 128, 1024, 4, fc2=False)))
-        copy_us = None
-        for name, fn in timed:
-            try:
-                us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
-            except Exception as exc:  # a probe goes on
-                print(f"T={tokens} {name:36s} failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-                continue
-            copy_us = us if copy_us is None else copy_us
-            rows.append({"T": tokens, "impl": name, "us": us, "mb": nbytes / 1e6, "copy_over_us": copy_us / us})
-            print(f"T={tokens} {name:36s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
+        rows += time_rows(timed, n_sets, T=tokens, MB=round(nbytes / 1e6, 1))
     write_rows(args.json, rows, torch.cuda.get_device_name(dev))
     return 0
 

@@ -147,27 +147,29 @@ def main(argv=None) -> int:
             name = f"skeleton {bm}x{min(gk, k)} {'K-major' if km else 'two-axis'} {nw} warps"
             name += f", {per_sm} an SM" if per_sm else ""
             timed.append((name, skeleton_fn(xs, m, k, bm, min(gk, triton.next_power_of_2(k)), km, nw, per_sm)))
-        rows += time_rows(timed, n_sets, m, k)
+        rows += time_rows(timed, n_sets, M=m, K=k)
         session.release(plan)
     write_rows(args.json, rows, torch.cuda.get_device_name(dev))
     return 0
 
 
-def time_rows(timed, n_sets: int, m: int, k: int) -> list:
+def time_rows(timed, n_sets: int, **case) -> list:
     """Graph-time each (name, call) of `timed` (the first: the same-size copy), printing and returning rows with
-    copy / this; a row that fails is said and skipped (a probe goes on)."""
+    copy / this; a row that fails is said and skipped (a probe goes on). `case`: the keys every row carries and its
+    printed label starts with (e.g. M=4096, K=4096)."""
     from benchmarks.experimental.b12x.common import time_graph_replay
 
+    label = " ".join(f"{key}={value}" for key, value in case.items())
     rows, copy_us = [], None
     for name, fn in timed:
         try:
             us = time_graph_replay(fn, calls_per_graph=n_sets).median_us
         except Exception as e:
-            print(f"M={m} K={k} {name:40s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            print(f"{label} {name:40s} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
         copy_us = us if copy_us is None else copy_us
-        rows.append({"M": m, "K": k, "impl": name, "us": us, "copy_over_us": copy_us / us})
-        print(f"M={m} K={k} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
+        rows.append({**case, "impl": name, "us": us, "copy_over_us": copy_us / us})
+        print(f"{label} {name:40s} {us:8.2f} us  copy / this {copy_us / us:.3f}", flush=True)
     return rows
 
 

@@ -181,7 +181,7 @@ def main(argv=None) -> int:
             for stages, per_sm in ((4, 3), (6, 2), (3, 3)):  # as many as fit: 128 registers, 16 KB a stage
                 name = f"ws 16x512 {stages} stages {per_sm} an SM alu {alu}"
                 timed.append((name, ws_fn(xs, m, k, 16, 256, stages, alu, per_sm * sms)))
-        rows += time_rows(timed, n_sets, m, k)
+        rows += time_rows(timed, n_sets, M=m, K=k)
     write_rows(args.json, rows, torch.cuda.get_device_name(dev))
     return 0
 

@@ -1,6 +1,7 @@
 """Read bench JSON reports back for the A/B rules of the job scripts (scripts/jobs/norm_ab.sh's runs): `load` gives
 one {(case, T, H, impl): µs} dict a run, or prints "none (...)" and exits when a report is missing or unreadable (the
-rule then decides nothing); `rels` the relative times of an impl against the default ("b12x") over the keys given; `mean` their mean (0 for none)."""
+rule then decides nothing); `rels` the relative times of an impl against the default ("b12x") over the keys given;
+`mean` their mean (0 for none)."""
 
 import json
 import sys

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 63's #7 profile (after the two toolchain calls; snap.tar at the repository root; ~3 min): Nsight Compute on
 # one captured moe layer (scripts/ncu_moe_layer.py, staged since session 20, never run), w4a16 at E = 128 T = 1 / 4
-# (CASES="128x8x2048x768:1 256x8x4096x2048:1 ..." for others): each kernel's own duration (ncu serializes the graph's nodes: no PDL overlap), DRAM bytes, the SM
-# active-cycle spread and occupancy. Their sum against the layer's graph time (`bench_moe --steps`: 18.7 µs at E = 128
+# (CASES="128x8x2048x768:1 256x8x4096x2048:1 ..." for others): each kernel's own duration (ncu serializes the graph's
+# nodes: no PDL overlap), DRAM bytes, the SM active-cycle spread and occupancy. Their sum against the layer's graph time (`bench_moe --steps`: 18.7 µs at E = 128
 # T = 1 on an H100) says how much of a decode layer is launch and dependency gaps, and FC2's duration against its
 # +6.6 µs step whether FC2 is slow or waits.
 set -uo pipefail
