@@ -4,7 +4,7 @@
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
         [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--decode-dequant]
-        [--tiled-rows R ...] [--pdl MODE ...] [--combine-tile BTxBH]
+        [--fp4-mul] [--tiled-rows R ...] [--pdl MODE ...] [--combine-tile BTxBH]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -46,6 +46,8 @@ the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_b
 --pdl MODE ... adds, after each row of ours, a twin " pdl-MODE" prepared with `api.with_pdl(config, MODE)`:
 every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), or none
 ("off"); the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
+--fp4-mul adds, per T and recipe, a row " mul": the heuristic's plan with its decode buckets placing the FP4 weight
+codes by a multiply (gemm's `DecodeConfig.fp4 = "mul"`), the same bits, for the A/B of `_buckets.DECODE_FP4_MUL`.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
 so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
@@ -477,6 +479,13 @@ def with_decode_dequant(buckets: tuple, caps=None) -> tuple:
     return _buckets.with_decode_dequant(buckets)
 
 
+def with_fp4_mul(buckets: tuple, caps=None) -> tuple:
+    """buckets with every decode one placing FP4 codes by a multiply (--fp4-mul; `_buckets.DECODE_FP4_MUL`)."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
+
+    return _buckets.with_fp4_mul(buckets)
+
+
 def with_tiled_rows(rows: int):
     """(buckets, caps) -> the heuristic's buckets rebuilt with the grouped bucket from `rows` rows an
     expert (--tiled-rows), the heuristic's dequant choices (`_buckets` flags) applied as it does."""
@@ -512,6 +521,8 @@ def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list
         found.append((" deq", with_dequant))
     if getattr(args, "decode_dequant", False) and recipe in (None, "nvfp4"):
         found.append((" ddeq", with_decode_dequant))
+    if getattr(args, "fp4_mul", False) and recipe in (None, "w4a16", "nvfp4"):  # NVFP4 weights (FP4_MUL_MODES)
+        found.append((" mul", with_fp4_mul))
     for rows in getattr(args, "tiled_rows", None) or ():
         found.append((f" rows {rows}", with_tiled_rows(rows)))
     if getattr(args, "decode_only", False) or tiled_entries(args):
@@ -664,6 +675,11 @@ def main(argv: list[str] | None = None) -> int:
         "--decode-dequant",
         action="store_true",
         help="also time nvfp4 with its decode buckets on dequantized bf16 operands (row ' ddeq')",
+    )
+    parser.add_argument(
+        "--fp4-mul",
+        action="store_true",
+        help="also time each recipe with its decode buckets placing FP4 codes by a multiply (row ' mul')",
     )
     parser.add_argument(
         "--pdl",

@@ -201,6 +201,27 @@ def test_sweep_tilings_compile_without_spills(arch, ntiles):
     assert _build_sweep(arch, ntiles, SWEEP_RECIPES) > 0
 
 
+@pytest.mark.parametrize("ntiles", [1, 2])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp4_mul_decode_tilings_compile_without_spills(arch, ntiles):
+    """The decode tilings `_buckets.with_fp4_mul` gives (FP4 placed by a multiply) for the pairs it serves: bf16 A
+    (w4a16, nvfp4's dequantized buckets) and packed NVFP4 A, on NVFP4 weights."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
+    from flashinfer.experimental.b12x.moe.fused_moe.api import ExpertBucket
+
+    X = _X()
+    label = "w4p1h256" if ntiles == 1 else "w4p1"  # the heuristic's 8- (w4a16) and 16-token buckets
+    (bucket,) = _buckets.with_fp4_mul((ExpertBucket(64, *X.sweep_tiling(ntiles, label)),))
+    assert bucket.fc1.fp4 == bucket.fc2.fp4 == "mul"
+    for a_fmt in ("bfloat16", "nvfp4"):
+        fn = X.compile_fc1(a_fmt, "nvfp4", "silu", bucket.fc1, arch, "identity")
+        _check_built(fn, arch, "silu")
+        _check_no_spills(fn, arch)
+        fn = X.compile_fc2(a_fmt, "nvfp4", bucket.fc2, arch, "list")
+        _check_built(fn, arch)
+        _check_no_spills(fn, arch)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_multi_tile_spans_compile(arch):
     """The default tier's share of the sweep: the tilings whose CTAs own more than one column tile

@@ -7,7 +7,7 @@ The heuristic (`FusedMoePlan.heuristic`, `heuristic_buckets`) starts from
 `_kernel_experts.default_buckets`, moves T >= `tiled_from(caps)` to one grouped-kernel bucket
 (`with_tiled_bucket`) and, for the nvfp4 recipe, gives buckets the dequantized operands where the
 flags say (`TILED_DEQUANT`, `DECODE_DEQUANT_FROM`); for the w4a16 recipe, the weights' L2 prefetch where
-`W4A16_L2_PREFETCH` says.
+`W4A16_L2_PREFETCH` says; for NVFP4 weights, the FP4 placement by a multiply where `DECODE_FP4_MUL` says.
 """
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ DECODE_DEQUANT_ROWS = 8
 # -> 398.8: 7 of 9 cells -1.1 to -4.9% in both runs, E = 128 / 256 T = 1 even (+0.1 to +0.4%). The nvfp4 recipe
 # was mixed (T = 4 +0.7 / +0.9%) and keeps "w4p1h". On with the moe gpu tier run on it (docs/validation.md, session 54).
 W4A16_L2_PREFETCH = True
+# Whether the heuristic's decode buckets place the FP4 weight codes by a multiply (`DecodeConfig.fp4 = "mul"`, gemm's
+# decode rules at M <= 16: 13 instructions per 8 values against 16, the same bits) for NVFP4 weights under the w4a16
+# and nvfp4 recipes (FP4_MUL_MODES). Why: from T = 16 the expert kernels take about the same time on an H100 as on
+# the H200 (session 63), i.e. they are bound by issue, not DRAM. Not for MXFP4 weights: their FC2 spills 36 bytes on
+# sm_120a with it (ptxas 13.0). Staged off with its rule (docs/predictions/moe.md, session 64).
+DECODE_FP4_MUL = False
+FP4_MUL_MODES = ("w4a16", "nvfp4")
 
 
 @dataclass(frozen=True)
@@ -137,7 +144,22 @@ def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None
         found = with_decode_dequant(found, DECODE_DEQUANT_FROM, decode_dequant_last(caps))
     if W4A16_L2_PREFETCH and caps.quant_mode == "w4a16":
         found = with_l2_prefetch(found)
+    if DECODE_FP4_MUL and fp4_mul_applies(caps):
+        found = with_fp4_mul(found)
     return found
+
+
+def fp4_mul_applies(caps) -> bool:
+    """Whether `DECODE_FP4_MUL` concerns a plan of these caps (NVFP4 weights, a recipe of FP4_MUL_MODES)."""
+    return caps.weight_plan.weight_format == "nvfp4" and caps.quant_mode in FP4_MUL_MODES
+
+
+def with_fp4_mul(buckets: tuple) -> tuple:
+    """buckets with every decode (not grouped) bucket's FC1 and FC2 placing FP4 codes by a multiply (`DECODE_FP4_MUL`;
+    bench_moe --fp4-mul): the same tilings and bits."""
+    return tuple(
+        b if b.tiled else replace(b, fc1=replace(b.fc1, fp4="mul"), fc2=replace(b.fc2, fp4="mul")) for b in buckets
+    )
 
 
 def with_l2_prefetch(buckets: tuple) -> tuple:

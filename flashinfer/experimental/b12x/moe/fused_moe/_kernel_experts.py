@@ -32,8 +32,9 @@ The scale (w_alpha[e] * a_alpha[e]) is loaded once per CTA next to start[e], bef
 group, not after the reduction where its two loads were one more round trip per CTA. With
 `DecodeConfig.prefetch` = p > 0 the K loop is gemm decode's weight prefetch pipeline (p chunks of
 weight words per warp loaded ahead of the math), so a few-warp CTA can keep every chunk of a short
-K (FC2: I = 768 is 6 chunks) in flight at once. Other DecodeConfig options (cache hints, chunk
-groups) are gemm's only: `why_not` rejects them (`IMPLEMENTED`).
+K (FC2: I = 768 is 6 chunks) in flight at once. `DecodeConfig.fp4` places the FP4 weight codes as gemm's
+decode kernel does (same bits). Other DecodeConfig options (chunk groups, clamp, probes) are gemm's only:
+`why_not` rejects them (`IMPLEMENTED`).
 
 Fewer, fatter CTAs (`span`, part of the kernel key, default 1): CTA x owns `span` consecutive
 column tiles and runs them one after the other inside each group (grid N / (cols * span)), so an
@@ -112,11 +113,12 @@ PAIRS = (
     ("mxfp8", "nvfp4"),
 )
 K_ALIGN = 32  # one span
-# the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring); every other
+# the DecodeConfig fields honoured (wn, wcache, acache: "Warp-owned tiles" in the module docstring; fp4: the weights'
+# FP4 placement, gemm's `dequant.span_group` through DecodeLogic's chunk, the same bits whichever); every other
 # field keeps its default. ksplit must stay 1: these K loops step by kstep while DecodeLogic's prefetch helpers
 # step by kstride (kstep x ksplit), equal only then
 IMPLEMENTED = (
-    *("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache"),
+    *("warps", "tiles", "ntiles", "unroll", "prefetch", "wn", "wcache", "acache", "fp4"),
     *("early", "pdl"),  # ExpertConfig's own
 )
 GRIDS = ("identity", "list")  # CTA row y -> expert y, or -> active[y] (module docstring)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 64 (after the two toolchain calls; snap.tar at the repository root). `s64_a.sh mul` (~6-8 min): two runs of
+# `bench_moe --fp4-mul` (w4a16 and nvfp4, the three shapes, T = 1 / 4 / 16 / 64, graph timer) and the rule of
+# docs/predictions/moe.md (session 64) by scripts/jobs/moe_ab.py, then the placement's gpu test (bits equal to shift).
+# `s64_a.sh ncu`: session 63's staged profile (scripts/jobs/s63_b.sh).
+set -uo pipefail
+root=$PWD
+source scripts/jobs/norm_ab.sh # snap_install
+case "${1:-mul}" in
+  mul)
+    snap_install || exit 2
+    for r in 1 2; do
+      timeout "${MUL_S:-240}" python3 -m benchmarks.experimental.b12x.bench_moe --timer graph --tokens 1 4 16 64 \
+        --recipes w4a16 nvfp4 --no-peers --fp4-mul --json "$OUT/mul64_$r.json" >"$OUT/mul64_$r.log" 2>&1
+      echo "mul run $r rc=$?"
+    done
+    python3 "$root/scripts/jobs/moe_ab.py" mul "$OUT/mul64_1.json" "$OUT/mul64_2.json"
+    timeout "${TEST_S:-240}" python3 -m pytest tests/experimental/b12x/moe/test_fused_moe_fp4_mul_gpu.py -q \
+      -p no:cacheprovider >"$OUT/mul64_tests.log" 2>&1
+    echo "tests rc=$?"; tail -3 "$OUT/mul64_tests.log"
+    ;;
+  ncu) cd "$root" && bash scripts/jobs/s63_b.sh ;;
+  *) sed -n '2,5p' "$0"; exit 2 ;;
+esac
