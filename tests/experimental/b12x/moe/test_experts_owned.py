@@ -123,7 +123,7 @@ def test_gemm_only_options_stay_rejected():
     import dataclasses
 
     X = _X()
-    for field, value in (("clamp", True), ("fp4", "left"), ("ashare", True)):
+    for field, value in (("clamp", True), ("kgroup", 2), ("ashare", True)):
         cfg = dataclasses.replace(DecodeConfig(4, 2, 1, 1, 0, wn=2), **{field: value})
         with pytest.raises(ValueError, match=f"config.{field} = .* is not implemented by the expert kernels"):
             X.ExpertLogic(2, "bfloat16", "nvfp4", None, cfg)
