@@ -2,7 +2,8 @@
 # Session 64 (after the two toolchain calls; snap.tar at the repository root). `s64_a.sh mul` (~6-8 min): two runs of
 # `bench_moe --fp4-mul` (w4a16 and nvfp4, the three shapes, T = 1 / 4 / 16 / 64, graph timer) and the rule of
 # docs/predictions/moe.md (session 64) by scripts/jobs/moe_ab.py, then the placement's gpu test (bits equal to shift).
-# `s64_a.sh ncu`: session 63's staged profile (scripts/jobs/s63_b.sh).
+# `s64_a.sh ncu`: session 63's staged profile (scripts/jobs/s63_b.sh). `s64_a.sh t1`: the moe gpu tier on the
+# snapshot (T1_DEQUANT on), then nvfp4 at T = 1 with the --decode-dequant rows.
 set -uo pipefail
 root=$PWD
 source scripts/jobs/norm_ab.sh # snap_install
@@ -20,5 +21,12 @@ case "${1:-mul}" in
     echo "tests rc=$?"; tail -3 "$OUT/mul64_tests.log"
     ;;
   ncu) cd "$root" && bash scripts/jobs/s63_b.sh ;;
-  *) sed -n '2,5p' "$0"; exit 2 ;;
+  t1)  # the moe gpu tier on T1_DEQUANT (on), then nvfp4 at T = 1 against the dequantized / packed rows (~7 min)
+    cd "$root" && TEST_LIMIT="${TEST_S:-330}" bash scripts/jobs/s43_a.sh moe
+    snap_install || exit 2
+    timeout "${T1_S:-90}" python3 -m benchmarks.experimental.b12x.bench_moe --timer graph --tokens 1 --recipes nvfp4 \
+      --no-peers --decode-dequant --json "$OUT/t1_64.json" >"$OUT/t1_64.log" 2>&1
+    echo "t1 bench rc=$?"; grep -E "b12x" "$OUT/t1_64.log" | cut -c1-130
+    ;;
+  *) sed -n "2,7p" "$0"; exit 2 ;;
 esac

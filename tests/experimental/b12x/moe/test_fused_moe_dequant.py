@@ -368,3 +368,31 @@ def test_decode_dequant_between_two_bounds(first, last, want):
     got = _buckets.with_decode_dequant(api.with_tiled_bucket(caps, X.default_buckets(4096)), first, last)
     assert [(b.max_tokens, b.dequant) for b in got[:-1]] == want and got[-1].tiled and not got[-1].dequant
     api.check_buckets(caps, got)
+
+
+@pytest.mark.parametrize(
+    "shape, want",
+    [((512, 10, 4096, 1024), True), ((256, 8, 4096, 2048), False), ((128, 8, 2048, 768), False)],
+    ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v),
+)
+def test_t1_dequant_where_it_saves_waves(shape, want, monkeypatch):
+    """`_buckets.T1_DEQUANT` (on): the nvfp4 recipe's T = 1 bucket takes the dequantized operands where its FC1 and FC2
+    grids at T = 1 take fewer waves at the bf16-A occupancy (E = 512: FC1 640 CTAs, 2 waves packed against 1; FC2
+    1280, 3 against 2), on sm_90a or a shape-only query; sm_120a, the w4a16 recipe and the switch off keep T = 1
+    packed."""
+    assert _buckets.T1_DEQUANT is True
+    e, k, h, i = shape
+    caps = _caps("nvfp4", e=e, k=k, h=h, i=i)
+    monkeypatch.setattr(_buckets, "T1_DEQUANT", False)
+    before = api.heuristic_buckets(caps, arch="sm_90a")
+    assert before[0].max_tokens == 1 and before[0].dequant is False  # packed T = 1: a bucket of its own
+    monkeypatch.setattr(_buckets, "T1_DEQUANT", True)
+    for arch in (None, "sm_90a"):
+        got = api.heuristic_buckets(caps, arch=arch)
+        assert _buckets.t1_dequant(caps, before[0], arch) is want
+        # on: T = 1 joins the next (dequantized) bucket, nothing else moves; off: the buckets as before
+        assert got == (before[1:] if want else before)
+        assert _buckets.dequant_tokens(caps, None) == _buckets.decode_dequant_last(caps)  # the workspace: unchanged
+    assert api.heuristic_buckets(caps, arch="sm_120a") == before
+    w4a16 = _caps("w4a16", e=e, k=k, h=h, i=i)
+    assert not any(b.dequant for b in api.heuristic_buckets(w4a16, arch="sm_90a"))

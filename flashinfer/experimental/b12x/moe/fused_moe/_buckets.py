@@ -47,6 +47,17 @@ TILED_DEQUANT = False
 # within -1.2 / +3.4%.
 DECODE_DEQUANT_FROM = 2
 DECODE_DEQUANT_ROWS = 8
+# Whether the nvfp4 recipe's T = 1 bucket takes the dequantized operands too where the bf16-A expert kernels' higher
+# occupancy saves waves (`t1_dequant`; sm_90a, or a shape-only query). At T = 1 the k routes' FC1 and FC2 grids are
+# k * I / cols1 and k * H / cols2 CTAs of 4 warps; ptxas 13.0 (sm_90a) gives the 8-token tiling ("w4p1h") 120 / 112
+# registers a lane with packed NVFP4 A (4 / 4 CTAs an SM) and 80 / 96 with bf16 A (6 / 5): T1_CTAS_PER_SM. E = 512
+# (k = 10, H 4096, I 1024): FC1 640 CTAs, 2 waves packed / 1 bf16, FC2 1280, 3 / 2; E = 256 (1024 / 1024 CTAs) and
+# E = 128 (384 / 512) take as many waves either way, so there the dequant gather's extra ~1.7 µs is pure cost.
+# Measured first, then this rule (H100 2026-12-07, session 64, `bench_moe --decode-dequant --tokens 1`, graph timer,
+# packed -> dequantized, µs a layer, two runs): E = 512 49.43 -> 44.29 / 49.51 -> 43.67 (FC1 step 25.5 -> 20.6, FC2
+# 16.0 -> 14.5, route + gather 3.9 -> 5.6), E = 256 59.74 -> 65.08 / 58.48 -> 64.88, E = 128 21.30 -> 23.37.
+T1_DEQUANT = True
+T1_CTAS_PER_SM = {"packed": (4, 4), "bf16": (6, 5)}  # (FC1, FC2) four-warp CTAs an SM, sm_90a, ptxas 13.0
 # Whether the w4a16 recipe's 8-token decode buckets load expert weights with an L2 256-byte prefetch too (the sweep's
 # "w4p1h256" for "w4p1h": gemm's W4A16 decode loads). On since session 54. H100 2026-12-06 11:22 / 11:35 (session 53,
 # `scripts/jobs/s52_a.sh moe` twice, graph timer, µs a layer, w4p1h -> w4p1h256): E = 128 T = 1 18.62 -> 18.65 /
@@ -131,17 +142,37 @@ def decode_dequant_last(caps) -> int:
     return max(DECODE_DEQUANT_FROM or 1, DECODE_DEQUANT_ROWS * wp.num_experts // caps.num_topk)
 
 
-def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None) -> tuple:
+def t1_dequant(caps, bucket, arch: str | None = None) -> bool:
+    """Whether the heuristic gives the nvfp4 recipe's T = 1 bucket (`bucket`, a decode one) the dequantized operands
+    (`T1_DEQUANT`): its FC1 and FC2 grids at T = 1 take fewer waves of WAVE_SMS SMs at the bf16-A kernels' occupancy
+    than at the packed ones'. sm_90a's registers (and gemm's wave count, `decode_rules.WAVE_SMS`): arch sm_90a or None
+    (a shape-only query) only."""
+    from ...gemm._shared.decode_rules import ONE_WAVE_ARCHS, WAVE_SMS
+
+    if not T1_DEQUANT or caps.quant_mode != "nvfp4" or arch not in ONE_WAVE_ARCHS or bucket.tiled:
+        return False
+    wp, k = caps.weight_plan, caps.num_topk
+    cols1 = (8 if wp.gated else 16) * bucket.fc1.tiles * bucket.fc1_span  # a gated FC1: gate and up tiles
+    ctas = (k * -(-wp.intermediate_size // cols1), k * -(-wp.hidden_size // (16 * bucket.fc2.tiles * bucket.fc2_span)))
+
+    def waves(per_sm):
+        return sum(-(-n // (c * WAVE_SMS)) for n, c in zip(ctas, per_sm))
+
+    return waves(T1_CTAS_PER_SM["packed"]) > waves(T1_CTAS_PER_SM["bf16"])
+
+
+def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None, arch: str | None = None) -> tuple:
     """The heuristic's buckets from the decode ones (None: `_kernel_experts.default_buckets` for the
     caps' max_tokens, E and k): the grouped
     bucket moved in (`with_tiled_bucket` from `rows` rows an expert, None: TILED_ROWS; it applies
-    TILED_DEQUANT), then for the nvfp4 recipe the decode buckets' T >= DECODE_DEQUANT_FROM with the
-    dequantized operands up to `decode_dequant_last(caps)`."""
+    TILED_DEQUANT), then for the nvfp4 recipe the decode buckets' T >= DECODE_DEQUANT_FROM (from T = 1 where
+    `t1_dequant` says, for `arch`) with the dequantized operands up to `decode_dequant_last(caps)`."""
     if decode is None:
         decode = _experts_module().default_buckets(caps.max_tokens, caps.weight_plan.num_experts, caps.num_topk)
     found = with_tiled_bucket(caps, decode, rows)
     if DECODE_DEQUANT_FROM is not None and caps.quant_mode == "nvfp4":
-        found = with_decode_dequant(found, DECODE_DEQUANT_FROM, decode_dequant_last(caps))
+        first = 1 if t1_dequant(caps, found[0], arch) else DECODE_DEQUANT_FROM
+        found = with_decode_dequant(found, first, decode_dequant_last(caps))
     if W4A16_L2_PREFETCH and caps.quant_mode == "w4a16":
         found = with_l2_prefetch(found)
     if DECODE_FP4_MUL and fp4_mul_applies(caps):

@@ -184,7 +184,7 @@ class FusedMoePlan(Plan):
         config = MoeConfig(
             routing=_routing.default_config(wp.hidden_size),
             combine=_combine.default_config(wp.intermediate_size),
-            experts=heuristic_buckets(caps),
+            experts=heuristic_buckets(caps, arch=arch),
         )
         return with_pdl(config, PDL) if PDL != "off" else config
 
