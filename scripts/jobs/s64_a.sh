@@ -28,5 +28,23 @@ case "${1:-mul}" in
       --no-peers --decode-dequant --json "$OUT/t1_64.json" >"$OUT/t1_64.log" 2>&1
     echo "t1 bench rc=$?"; grep -E "b12x" "$OUT/t1_64.log" | cut -c1-130
     ;;
+  short)  # after `mul`'s failed rule, in ~5.5 min: T1_DEQUANT's gpu tests (dequant buckets, larger shapes, buckets by
+    # live T), the T = 1 rows, then the multiply by range (--fp4-mul-rule) twice at H = 4096 and its rule
+    snap_install || exit 2
+    timeout "${TEST_S:-170}" python3 -m pytest -q -p no:cacheprovider -x tests/experimental/b12x/moe/test_fused_moe_dequant_gpu.py \
+      "tests/experimental/b12x/moe/test_fused_moe_gpu.py::test_larger_shapes" \
+      "tests/experimental/b12x/moe/test_fused_moe_gpu.py::test_default_buckets_by_live_t" >"$OUT/t1_tests.log" 2>&1
+    echo "t1 tests rc=$?"; tail -2 "$OUT/t1_tests.log"
+    timeout 60 python3 -m benchmarks.experimental.b12x.bench_moe --timer graph --tokens 1 --recipes nvfp4 --no-peers \
+      --decode-dequant --json "$OUT/t1_64.json" >"$OUT/t1_64.log" 2>&1
+    echo "t1 bench rc=$?"; grep -E "b12x" "$OUT/t1_64.log" | cut -c1-130
+    for r in 1 2; do
+      timeout "${MUL_S:-110}" python3 -m benchmarks.experimental.b12x.bench_moe --timer graph --tokens 1 4 16 64 \
+        --shapes 256x8x4096x2048 512x10x4096x1024 --recipes w4a16 nvfp4 --no-peers --fp4-mul-rule \
+        --json "$OUT/mulr64_$r.json" >"$OUT/mulr64_$r.log" 2>&1
+      echo "mulr run $r rc=$?"
+    done
+    python3 "$root/scripts/jobs/moe_ab.py" mulr "$OUT/mulr64_1.json" "$OUT/mulr64_2.json" --mean -0.02 --mean-from 16
+    ;;
   *) sed -n "2,7p" "$0"; exit 2 ;;
 esac

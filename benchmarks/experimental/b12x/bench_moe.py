@@ -4,7 +4,7 @@
         [--shapes 128x8x2048x768 ...] [--recipes nvfp4 w4a16 ...] [--activation silu]
         [--timer events|graph] [--json PATH] [--no-peers] [--steps] [--compact-grid]
         [--expert-sweep [LABEL ...]] [--tiled [ENTRY ...]] [--tiled-dequant] [--decode-dequant]
-        [--fp4-mul] [--tiled-rows R ...] [--pdl MODE ...] [--combine-tile BTxBH]
+        [--fp4-mul] [--fp4-mul-rule] [--tiled-rows R ...] [--pdl MODE ...] [--combine-tile BTxBH]
 
 Problem (shape E x k x H x I, FORMATS.md "moe.fused_moe"): out[T, H] = sum over k routes of
 w * FC2_e(act(FC1_e(a[t]))), gated activation (FC1 has N1 = 2I rows), router weights on the output.
@@ -47,7 +47,8 @@ the same results bit for bit (test_fused_moe_dequant_gpu.py), for the A/B of `_b
 every launch but the grouped kernels' a programmatic dependent of the one before ("wait"), or none
 ("off"); the same bits (test_fused_moe_pdl_gpu.py), for the A/B of `api.PDL`.
 --fp4-mul adds, per T and recipe, a row " mul": the heuristic's plan with its decode buckets placing the FP4 weight
-codes by a multiply (gemm's `DecodeConfig.fp4 = "mul"`), the same bits, for the A/B of `_buckets.DECODE_FP4_MUL`.
+codes by a multiply (gemm's `DecodeConfig.fp4 = "mul"`), the same bits; --fp4-mul-rule a row " mulr" with it only
+in `_buckets.fp4_mul_range` (what `DECODE_FP4_MUL` switches on), for that switch's A/B.
 --tiled-rows R ... adds, per T and recipe, a row " rows R": the heuristic's plan with the grouped
 bucket from T * k / E >= R rows an expert instead of `api.TILED_ROWS` (the decode buckets below it),
 so a sweep of T around the switch (e.g. --tokens 512 1024 2048 at E = 128) places it.
@@ -480,10 +481,17 @@ def with_decode_dequant(buckets: tuple, caps=None) -> tuple:
 
 
 def with_fp4_mul(buckets: tuple, caps=None) -> tuple:
-    """buckets with every decode one placing FP4 codes by a multiply (--fp4-mul; `_buckets.DECODE_FP4_MUL`)."""
+    """buckets with every decode one placing FP4 codes by a multiply (--fp4-mul)."""
     from flashinfer.experimental.b12x.moe.fused_moe import _buckets
 
     return _buckets.with_fp4_mul(buckets)
+
+
+def with_fp4_mul_rule(buckets: tuple, caps) -> tuple:
+    """buckets as `_buckets.DECODE_FP4_MUL` moves them (--fp4-mul-rule): the multiply in its T range only."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
+
+    return _buckets.with_fp4_mul(buckets, _buckets.fp4_mul_range(caps))
 
 
 def with_tiled_rows(rows: int):
@@ -523,6 +531,8 @@ def expert_variants(args, t: int, max_t: int, recipe: str | None = None) -> list
         found.append((" ddeq", with_decode_dequant))
     if getattr(args, "fp4_mul", False) and recipe in (None, "w4a16", "nvfp4"):  # NVFP4 weights (FP4_MUL_MODES)
         found.append((" mul", with_fp4_mul))
+    if getattr(args, "fp4_mul_rule", False) and recipe in (None, "w4a16", "nvfp4"):
+        found.append((" mulr", with_fp4_mul_rule))
     for rows in getattr(args, "tiled_rows", None) or ():
         found.append((f" rows {rows}", with_tiled_rows(rows)))
     if getattr(args, "decode_only", False) or tiled_entries(args):
@@ -680,6 +690,11 @@ def main(argv: list[str] | None = None) -> int:
         "--fp4-mul",
         action="store_true",
         help="also time each recipe with its decode buckets placing FP4 codes by a multiply (row ' mul')",
+    )
+    parser.add_argument(
+        "--fp4-mul-rule",
+        action="store_true",
+        help="also time each recipe with the multiply where _buckets.DECODE_FP4_MUL would place it (row ' mulr')",
     )
     parser.add_argument(
         "--pdl",

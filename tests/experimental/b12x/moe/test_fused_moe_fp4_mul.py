@@ -1,6 +1,6 @@
 """moe.fused_moe's FP4 placement by a multiply on the host (`_buckets.DECODE_FP4_MUL`, `with_fp4_mul`, off by
 default): the heuristic gives it to the decode buckets of plans on NVFP4 weights under the w4a16 and nvfp4 recipes
-only, never to the grouped bucket; the expert kernels accept the option; bench_moe's --fp4-mul rows. The bits:
+only, in `fp4_mul_range` (T >= 16 at H >= 4096), never to the grouped bucket; the expert kernels accept the option; bench_moe's --fp4-mul rows. The bits:
 test_fused_moe_fp4_mul_gpu.py; the builds: test_experts_compile.py."""
 
 import argparse
@@ -19,8 +19,8 @@ from .moe_cases import weight_plan
 pytestmark = pytest.mark.contract
 
 
-def _heuristic(mode, source="modelopt_nvfp4", max_tokens=4096):
-    wp = weight_plan(source, "silu", (mode,), e=128, h=2048, i=768)
+def _heuristic(mode, source="modelopt_nvfp4", max_tokens=4096, hidden=2048):
+    wp = weight_plan(source, "silu", (mode,), e=128, h=hidden, i=768)
     caps = api.Caps(max_tokens=max_tokens, num_topk=8, device="cpu", weight_plan=wp, quant_mode=mode)
     return caps, api.heuristic_buckets(caps)
 
@@ -33,6 +33,7 @@ def test_the_flag_is_off():
         assert all(b.tiled or (b.fc1.fp4, b.fc2.fp4) == ("shift", "shift") for b in got)
 
 
+@pytest.mark.parametrize("hidden", [2048, 4096])
 @pytest.mark.parametrize(
     "mode, source, applies",
     [
@@ -42,23 +43,33 @@ def test_the_flag_is_off():
         ("w4a8_mx", "fp4_e8m0_k32", False),
     ],
 )
-def test_the_flag_moves_the_decode_buckets_only(mode, source, applies, monkeypatch):
+def test_the_flag_moves_its_range_of_the_decode_buckets(mode, source, applies, hidden, monkeypatch):
+    """On: the decode buckets' live T from FP4_MUL_FROM (16) take the multiply at hidden sizes >= 4096 (a bucket
+    holding 15 and 16 is cut there); below 4096, for MXFP4 weights and for the grouped bucket nothing moves."""
     monkeypatch.setattr(_buckets, "DECODE_FP4_MUL", False)
-    _, before = _heuristic(mode, source)
+    _, before = _heuristic(mode, source, hidden=hidden)
     monkeypatch.setattr(_buckets, "DECODE_FP4_MUL", True)
-    caps, got = _heuristic(mode, source)
+    caps, got = _heuristic(mode, source, hidden=hidden)
     assert _buckets.fp4_mul_applies(caps) is applies
     api.check_buckets(caps, got)  # the moved buckets pass the override check
-    assert [(b.max_tokens, b.tiled, b.dequant) for b in got] == [(b.max_tokens, b.tiled, b.dequant) for b in before]
-    assert any(not b.tiled for b in got) and (any(b.tiled for b in got) or mode == "w4a8_mx")
-    for old, new in zip(before, got):
-        if old.tiled or not applies:
-            assert new == old
-            continue
-        assert (new.fc1.fp4, new.fc2.fp4) == ("mul", "mul")
-        assert dataclasses.replace(new.fc1, fp4="shift") == old.fc1
-        assert dataclasses.replace(new.fc2, fp4="shift") == old.fc2
-        assert type(new.fc1) is type(old.fc1)  # an ExpertConfig (pdl, early) stays one
+    if not applies or hidden < _buckets.FP4_MUL_MIN_HIDDEN:
+        assert got == before
+        return
+    assert _buckets.fp4_mul_range(caps) == (16, None)
+    lo = 1
+    for b in got:  # every live T's bucket: shift below 16, mul from 16 (decode), the grouped one as it was
+        assert b.tiled or (b.fc1.fp4, b.fc2.fp4) == (("mul", "mul") if lo >= 16 else ("shift", "shift"))
+        assert (
+            b.tiled
+            or dataclasses.replace(b, fc1=dataclasses.replace(b.fc1, fp4="shift")).fc1 == _bucket_for(before, lo).fc1
+        )
+        lo = b.max_tokens + 1
+    assert [b for b in got if b.tiled] == [b for b in before if b.tiled]
+    assert any(b.max_tokens == 15 for b in got) and not any(b.max_tokens == 15 for b in before)
+
+
+def _bucket_for(buckets, t):
+    return next(b for b in buckets if b.max_tokens >= t)
 
 
 def test_with_fp4_mul_is_idempotent():
@@ -84,10 +95,13 @@ def test_bench_rows():
     args = argparse.Namespace(fp4_mul=True)
     labels = {r: [label for label, _ in bench_moe.expert_variants(args, 4, 64, r)] for r in bench_moe.RECIPES}
     assert labels["w4a16"] == labels["nvfp4"] == ["", " mul"]
+    rule = argparse.Namespace(fp4_mul_rule=True)
+    assert [label for label, _ in bench_moe.expert_variants(rule, 4, 64, "nvfp4")] == ["", " mulr"]
+    assert [label for label, _ in bench_moe.expert_variants(rule, 4, 64, "w4a8_mx")] == [""]
     assert labels["w4a16_mxfp4"] == labels["w4a8_mx"] == [""]
     override = dict(bench_moe.expert_variants(args, 4, 64, "w4a16"))[" mul"]
     _, got = _heuristic("w4a16")
     assert override(got, None) == _buckets.with_fp4_mul(got)
     root = Path(__file__).resolve().parents[4]
     out = subprocess.run([sys.executable, "-m", bench_moe.MODULE, "--help"], capture_output=True, text=True, cwd=root)
-    assert out.returncode == 0 and "--fp4-mul" in out.stdout, out.stderr
+    assert out.returncode == 0 and "--fp4-mul" in out.stdout and "--fp4-mul-rule" in out.stdout, out.stderr

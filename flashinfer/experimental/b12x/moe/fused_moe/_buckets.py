@@ -69,11 +69,17 @@ T1_CTAS_PER_SM = {"packed": (4, 4), "bf16": (6, 5)}  # (FC1, FC2) four-warp CTAs
 W4A16_L2_PREFETCH = True
 # Whether the heuristic's decode buckets place the FP4 weight codes by a multiply (`DecodeConfig.fp4 = "mul"`, gemm's
 # decode rules at M <= 16: 13 instructions per 8 values against 16, the same bits) for NVFP4 weights under the w4a16
-# and nvfp4 recipes (FP4_MUL_MODES). Why: from T = 16 the expert kernels take about the same time on an H100 as on
-# the H200 (session 63), i.e. they are bound by issue, not DRAM. Not for MXFP4 weights: their FC2 spills 36 bytes on
-# sm_120a with it (ptxas 13.0). Staged off with its rule (docs/predictions/moe.md, session 64).
+# and nvfp4 recipes (FP4_MUL_MODES), from live T = FP4_MUL_FROM at hidden sizes >= FP4_MUL_MIN_HIDDEN (`fp4_mul_range`).
+# Why: from T = 16 the expert kernels take about the same time on an H100 as on the H200 (session 63): bound by issue,
+# not DRAM. Not for MXFP4 weights: their FC2 spills 36 bytes on sm_120a with it (ptxas 13.0). Session 64 (H100, two
+# runs, docs/performance.md): the multiply in every decode bucket gained 2.6-4.3% at E = 256 / 512 (H 4096) T = 16 /
+# 64 in every cell of both recipes, and lost up to 3.5% at E = 128 (H 2048) T = 16 / 64 and at some T <= 4 cells (FC1
+# bf16 x nvfp4 takes 96 registers with it against 80): that rule failed; this range is its second rule, staged off
+# (docs/predictions/moe.md, session 64).
 DECODE_FP4_MUL = False
 FP4_MUL_MODES = ("w4a16", "nvfp4")
+FP4_MUL_FROM = 16
+FP4_MUL_MIN_HIDDEN = 4096
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,7 @@ def heuristic_buckets(caps, decode: tuple | None = None, rows: int | None = None
     if W4A16_L2_PREFETCH and caps.quant_mode == "w4a16":
         found = with_l2_prefetch(found)
     if DECODE_FP4_MUL and fp4_mul_applies(caps):
-        found = with_fp4_mul(found)
+        found = with_fp4_mul(found, fp4_mul_range(caps))
     return found
 
 
@@ -185,12 +191,22 @@ def fp4_mul_applies(caps) -> bool:
     return caps.weight_plan.weight_format == "nvfp4" and caps.quant_mode in FP4_MUL_MODES
 
 
-def with_fp4_mul(buckets: tuple) -> tuple:
-    """buckets with every decode (not grouped) bucket's FC1 and FC2 placing FP4 codes by a multiply (`DECODE_FP4_MUL`;
-    bench_moe --fp4-mul): the same tilings and bits."""
-    return tuple(
-        b if b.tiled else replace(b, fc1=replace(b.fc1, fp4="mul"), fc2=replace(b.fc2, fp4="mul")) for b in buckets
-    )
+def fp4_mul_range(caps) -> tuple[int, int | None]:
+    """The live T range whose decode buckets `DECODE_FP4_MUL` moves: from FP4_MUL_FROM at hidden sizes of at least
+    FP4_MUL_MIN_HIDDEN (no end), else none (an empty range)."""
+    if caps.weight_plan.hidden_size >= FP4_MUL_MIN_HIDDEN:
+        return FP4_MUL_FROM, None
+    return 1, 0
+
+
+def with_fp4_mul(buckets: tuple, t_range: tuple[int, int | None] = (1, None)) -> tuple:
+    """buckets with the decode (not grouped) ones' FC1 and FC2 placing FP4 codes by a multiply for live T in t_range
+    (`DECODE_FP4_MUL`; bench_moe --fp4-mul: every T): the same tilings and bits."""
+
+    def mul(b):
+        return replace(b, fc1=replace(b.fc1, fp4="mul"), fc2=replace(b.fc2, fp4="mul"))
+
+    return _with_range(buckets, *t_range, mul)
 
 
 def with_l2_prefetch(buckets: tuple) -> tuple:
@@ -205,6 +221,12 @@ def with_decode_dequant(buckets: tuple, first: int = 1, last: int | None = None)
     """buckets with the decode (not grouped) ones taking the dequantized operands for live T in
     [first, last] (None: no end): a bucket that holds T on both sides of a bound is cut there (the
     same tilings, packed outside)."""
+    return _with_range(buckets, first, last, lambda b: replace(b, dequant=True))
+
+
+def _with_range(buckets: tuple, first: int, last: int | None, change) -> tuple:
+    """buckets with `change` applied to the decode (not grouped) ones for live T in [first, last] (None: no end): a
+    bucket that holds T on both sides of a bound is cut there (unchanged outside)."""
     found, lo = [], 1
     for b in buckets:
         hi = b.max_tokens
@@ -214,10 +236,10 @@ def with_decode_dequant(buckets: tuple, first: int = 1, last: int | None = None)
             if lo < first:
                 found.append(replace(b, max_tokens=first - 1))
             if last is not None and hi > last:
-                found.append(replace(b, max_tokens=last, dequant=True))
+                found.append(replace(change(b), max_tokens=last))
                 found.append(b)
             else:
-                found.append(replace(b, dequant=True))
+                found.append(change(b))
         lo = hi + 1
     return tuple(found)
 
