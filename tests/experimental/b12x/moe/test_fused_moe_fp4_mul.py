@@ -57,12 +57,15 @@ def test_the_flag_moves_its_range_of_the_decode_buckets(mode, source, applies, h
         return
     assert _buckets.fp4_mul_range(caps) == (16, None)
     lo = 1
-    for b in got:  # every live T's bucket: shift below 16, mul from 16 (decode), the grouped one as it was
-        assert b.tiled or (b.fc1.fp4, b.fc2.fp4) == (("mul", "mul") if lo >= 16 else ("shift", "shift"))
-        assert (
-            b.tiled
-            or dataclasses.replace(b, fc1=dataclasses.replace(b.fc1, fp4="shift")).fc1 == _bucket_for(before, lo).fc1
-        )
+    for b in got:  # every live T's bucket: shift below 16, mul from 16 (decode), else what served that T before
+        was = _bucket_for(before, lo)
+        if b.tiled:
+            assert b == was
+        else:
+            fp4 = "mul" if lo >= 16 else "shift"
+            assert (b.fc1.fp4, b.fc2.fp4) == (fp4, fp4)
+            assert dataclasses.replace(b.fc1, fp4=was.fc1.fp4) == was.fc1 and b.dequant == was.dequant
+            assert dataclasses.replace(b.fc2, fp4=was.fc2.fp4) == was.fc2
         lo = b.max_tokens + 1
     assert [b for b in got if b.tiled] == [b for b in before if b.tiled]
     assert any(b.max_tokens == 15 for b in got) and not any(b.max_tokens == 15 for b in before)
