@@ -175,20 +175,26 @@ SWEEP_RECIPES = (("bfloat16", "nvfp4"), ("nvfp4", "nvfp4"), ("bfloat16", "mxfp4"
 def _build_sweep(arch: str, ntiles: int, recipes, spans=None) -> int:
     """Builds FC1 (silu) and FC2 of `sweep_pairs(ntiles)` (only the tilings whose span is in `spans`
     when given) for `recipes`, each checked for its instructions and (with a ptxas) for spills."""
-    X = _X()
     built = 0
-    for _, fc1, fc2, span in X.sweep_pairs(ntiles):
+    for _, fc1, fc2, span in _X().sweep_pairs(ntiles):
         if spans is not None and span not in spans:
             continue
         for a_fmt, b_fmt in recipes:
-            fn = X.compile_fc1(a_fmt, b_fmt, "silu", fc1, arch, "identity", span)
-            _check_built(fn, arch, "silu")
-            _check_no_spills(fn, arch)
-            fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list", span)
-            _check_built(fn, arch)
-            _check_no_spills(fn, arch)
-            built += 2
+            built += _build_pair(arch, a_fmt, b_fmt, fc1, fc2, span)
     return built
+
+
+def _build_pair(arch: str, a_fmt: str, b_fmt: str, fc1, fc2, span: int = 1) -> int:
+    """Builds FC1 (silu, identity grid) of config fc1 and FC2 (list grid) of fc2, each checked for its instructions and
+    (with a ptxas) for spills; returns the 2 kernels built."""
+    X = _X()
+    fn = X.compile_fc1(a_fmt, b_fmt, "silu", fc1, arch, "identity", span)
+    _check_built(fn, arch, "silu")
+    _check_no_spills(fn, arch)
+    fn = X.compile_fc2(a_fmt, b_fmt, fc2, arch, "list", span)
+    _check_built(fn, arch)
+    _check_no_spills(fn, arch)
+    return 2
 
 
 @pytest.mark.slow
@@ -214,12 +220,7 @@ def test_fp4_mul_decode_tilings_compile_without_spills(arch, ntiles):
     (bucket,) = _buckets.with_fp4_mul((ExpertBucket(64, *X.sweep_tiling(ntiles, label)),))
     assert bucket.fc1.fp4 == bucket.fc2.fp4 == "mul"
     for a_fmt in ("bfloat16", "nvfp4"):
-        fn = X.compile_fc1(a_fmt, "nvfp4", "silu", bucket.fc1, arch, "identity")
-        _check_built(fn, arch, "silu")
-        _check_no_spills(fn, arch)
-        fn = X.compile_fc2(a_fmt, "nvfp4", bucket.fc2, arch, "list")
-        _check_built(fn, arch)
-        _check_no_spills(fn, arch)
+        _build_pair(arch, a_fmt, "nvfp4", bucket.fc1, bucket.fc2)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

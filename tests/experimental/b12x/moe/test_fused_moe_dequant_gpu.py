@@ -21,11 +21,11 @@ import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint, with_decode_dequant, with_dequant
+from benchmarks.experimental.b12x.bench_moe import with_decode_dequant, with_dequant
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_operands, check_staged, kernel_intermediate
-from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs
+from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs, layer_caps
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +34,7 @@ def build_pair(shape, max_tokens=4096, seed=0, buckets=with_dequant, deq_encode=
     """(dequant plan, packed plan, experts): the heuristic's nvfp4 plan with and without
     ExpertBucket.dequant on its grouped bucket (buckets=with_decode_dequant: on its decode buckets),
     prepared together on one set of weights; deq_encode: the dequant plan's nvfp4_deq_encode."""
-    e, k, h, i = shape
-    wplan = fm.plan_weights(
-        quant_modes="nvfp4", source_format="modelopt_nvfp4", activation="silu", num_experts=e, hidden_size=h,
-        intermediate_size=i,
-    )  # fmt: skip
-    gen = torch.Generator(device=DEV).manual_seed(seed)
-    experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
-    caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode="nvfp4")
+    caps, experts = layer_caps("nvfp4", "modelopt_nvfp4", "silu", shape, max_tokens, seed=seed)
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
     cfg = replace(cfg, experts=tuple(replace(b, dequant=False) for b in cfg.experts))  # every bucket packed
     packed = fm.plan(caps, override=cfg)

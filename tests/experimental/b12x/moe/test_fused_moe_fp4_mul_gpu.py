@@ -11,15 +11,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint
 from flashinfer.experimental.b12x.moe.fused_moe import _buckets
 
 from .stand_in import check_staged, kernel_intermediate
-from .test_fused_moe_gpu import DEV, SHAPES, inputs, run_poisoned
+from .test_fused_moe_gpu import DEV, SHAPES, inputs, layer_caps, run_poisoned
 from .test_fused_moe_pdl_gpu import RECIPES, same_bits
 
 pytestmark = pytest.mark.gpu
@@ -27,13 +25,7 @@ pytestmark = pytest.mark.gpu
 
 def build_pair(shape, mode, source, max_tokens=4096):
     """(shift plan, mul plan, experts): the heuristic's plan with the flag off, and the same with `with_fp4_mul`."""
-    e, k, h, i = shape
-    wplan = fm.plan_weights(
-        quant_modes=mode, source_format=source, activation="silu", num_experts=e, hidden_size=h, intermediate_size=i
-    )
-    gen = torch.Generator(device=DEV).manual_seed(2)
-    experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
-    caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode)
+    caps, experts = layer_caps(mode, source, "silu", shape, max_tokens, seed=2)
     cfg = fm.plan(caps).heuristic("sm_90a")
     assert all(b.tiled or b.fc1.fp4 == "shift" for b in cfg.experts), "the flag is meant to be off in this test"
     mul_cfg = dataclasses.replace(cfg, experts=_buckets.with_fp4_mul(cfg.experts))

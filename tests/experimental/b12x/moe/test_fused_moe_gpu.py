@@ -44,20 +44,24 @@ RECIPES = (
 ACTIVATIONS = ("silu", "relu2", "swiglu_oai")
 
 
-def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=None, buckets=None):
-    """(prepared plan, experts) for one layer on the GPU; compact: None = the heuristic's
-    routing.compact_grid (on), True / False = that value as an override; buckets: None = the
-    heuristic's expert tilings, else a tuple of api.ExpertBucket as the override's."""
+def layer_caps(mode, source, act, shape, max_tokens, *, seed=0, **caps_kw):
+    """(Caps, experts) of one layer on the GPU: synthetic weights of `shape` (E, k, H, I) prepared for the recipe
+    (generator seed `seed`) and the caps of a plan to max_tokens (caps_kw: more Caps fields)."""
     e, k, h, i = shape
     wplan = fm.plan_weights(
         quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
     )
     gen = torch.Generator(device=DEV).manual_seed(seed)
     experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
-    caps = fm.Caps(
-        max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode,
-        apply_router_weight_on_input=on_input,
-    )  # fmt: skip
+    caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode, **caps_kw)
+    return caps, experts
+
+
+def build(mode, source, act, shape, max_tokens, *, on_input=False, seed=0, compact=None, buckets=None):
+    """(prepared plan, experts) for one layer on the GPU; compact: None = the heuristic's
+    routing.compact_grid (on), True / False = that value as an override; buckets: None = the
+    heuristic's expert tilings, else a tuple of api.ExpertBucket as the override's."""
+    caps, experts = layer_caps(mode, source, act, shape, max_tokens, seed=seed, apply_router_weight_on_input=on_input)
     p = fm.plan(caps)
     if compact is not None or buckets is not None:
         cfg = p.heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it

@@ -18,11 +18,10 @@ import torch
 
 import b12x
 from b12x.moe import fused_moe as fm
-from benchmarks.experimental.b12x.bench_moe import synthetic_checkpoint
 from flashinfer.experimental.b12x.moe.fused_moe import api
 
 from .stand_in import check_staged, kernel_intermediate
-from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs, run_poisoned
+from .test_fused_moe_gpu import DEV, SHAPES, capture, inputs, layer_caps, run_poisoned
 
 pytestmark = pytest.mark.gpu
 RECIPES = (("w4a16", "modelopt_nvfp4"), ("nvfp4", "modelopt_nvfp4"))
@@ -31,13 +30,7 @@ RECIPES = (("w4a16", "modelopt_nvfp4"), ("nvfp4", "modelopt_nvfp4"))
 def build_modes(shape, mode, source, max_tokens=4096, pdl_modes=("wait",), act="silu"):
     """({pdl mode: prepared plan}, experts): the heuristic's plan plain ("off") and with each of
     pdl_modes (bench_moe's --pdl entries), prepared together on one set of weights."""
-    e, k, h, i = shape
-    wplan = fm.plan_weights(
-        quant_modes=mode, source_format=source, activation=act, num_experts=e, hidden_size=h, intermediate_size=i
-    )
-    gen = torch.Generator(device=DEV).manual_seed(1)
-    experts = fm.prepare_weights(plan=wplan, **synthetic_checkpoint(wplan, DEV, gen))
-    caps = fm.Caps(max_tokens=max_tokens, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode)
+    caps, experts = layer_caps(mode, source, act, shape, max_tokens, seed=1)
     cfg = fm.plan(caps).heuristic("sm_90a")  # the arch only gates the heuristic; the tiles do not depend on it
     plans = {}
     for m in ("off", *pdl_modes):
