@@ -1,5 +1,5 @@
-"""moe.fused_moe's FP4 placement by a multiply on the host (`_buckets.DECODE_FP4_MUL`, `with_fp4_mul`, off by
-default): the heuristic gives it to the decode buckets of plans on NVFP4 weights under the w4a16 and nvfp4 recipes
+"""moe.fused_moe's FP4 placement by a multiply on the host (`_buckets.DECODE_FP4_MUL`, `with_fp4_mul`, on by
+default since session 65): the heuristic gives it to the decode buckets of plans on NVFP4 weights under the w4a16 and nvfp4 recipes
 only, in `fp4_mul_range` (T >= 16 at H >= 4096), never to the grouped bucket; the expert kernels accept the option; bench_moe's --fp4-mul rows. The bits:
 test_fused_moe_fp4_mul_gpu.py; the builds: test_experts_compile.py."""
 
@@ -25,12 +25,19 @@ def _heuristic(mode, source="modelopt_nvfp4", max_tokens=4096, hidden=2048):
     return caps, api.heuristic_buckets(caps)
 
 
-def test_the_flag_is_off():
-    """Flipped only by its rule on measured runs (docs/predictions/moe.md, session 64)."""
-    assert _buckets.DECODE_FP4_MUL is False
+def test_the_flag_is_on_in_its_range_only():
+    """On since its rule passed on measured runs (docs/predictions/moe.md, session 64): by default the decode buckets
+    from T = 16 at hidden 4096 take the multiply, those below 16 and every bucket at hidden 2048 keep the shift."""
+    assert _buckets.DECODE_FP4_MUL is True
     for mode in ("w4a16", "nvfp4"):
-        _, got = _heuristic(mode)
-        assert all(b.tiled or (b.fc1.fp4, b.fc2.fp4) == ("shift", "shift") for b in got)
+        for hidden in (2048, 4096):
+            _, got = _heuristic(mode, hidden=hidden)
+            lo = 1
+            for b in got:
+                want = "mul" if hidden >= 4096 and lo >= _buckets.FP4_MUL_FROM else "shift"
+                assert b.tiled or (b.fc1.fp4, b.fc2.fp4) == (want, want), (mode, hidden, b)
+                lo = b.max_tokens + 1
+            assert hidden < 4096 or any(not b.tiled and b.fc1.fp4 == "mul" for b in got)
 
 
 @pytest.mark.parametrize("hidden", [2048, 4096])

@@ -74,9 +74,10 @@ W4A16_L2_PREFETCH = True
 # not DRAM. Not for MXFP4 weights: their FC2 spills 36 bytes on sm_120a with it (ptxas 13.0). Session 64 (H100, two
 # runs, docs/performance.md): the multiply in every decode bucket gained 2.6-4.3% at E = 256 / 512 (H 4096) T = 16 /
 # 64 in every cell of both recipes, and lost up to 3.5% at E = 128 (H 2048) T = 16 / 64 and at some T <= 4 cells (FC1
-# bf16 x nvfp4 takes 96 registers with it against 80): that rule failed; this range is its second rule, staged off
-# (docs/predictions/moe.md, session 64).
-DECODE_FP4_MUL = False
+# bf16 x nvfp4 takes 96 registers with it against 80): that rule failed; this range is its second rule, which passed
+# (T >= 16 -3.9 / -4.0%, every cell -3.2 to -5.1%; docs/predictions/moe.md, session 64). On since session 65, with the
+# moe gpu tier run on it (H100, 306 passed; docs/validation.md).
+DECODE_FP4_MUL = True
 FP4_MUL_MODES = ("w4a16", "nvfp4")
 FP4_MUL_FROM = 16
 FP4_MUL_MIN_HIDDEN = 4096
