@@ -103,14 +103,24 @@ def test_each_real_defect_fails_the_staged_bar(case, name):
         check_staged(out, c1, a, experts, w, ids, what=name, quant_mode=MODE)
 
 
+def _tilted(row, tan):
+    """row plus a random direction orthogonal to it of tan * |row|: cosine exactly 1 / sqrt(1 + tan^2)."""
+    d = torch.randn(row.shape)
+    d -= (d @ row) / (row @ row) * row
+    return row + tan * row.norm() * d / d.norm()
+
+
 def test_end_to_end_room_is_one_row_per_thousand():
+    """Exact tilts, not random noise: a random perturbation of about the right size sometimes left a row above
+    0.9999 (session 65 saw it once in the moe CPU tests)."""
     ref = torch.randn(2000, 64)
     off = ref.clone()
-    off[:3] += 0.02 * ref[:3].norm(dim=-1, keepdim=True) * torch.randn(3, 64) / 8  # cosine ~0.9998
+    for r in range(3):
+        off[r] = _tilted(ref[r], 0.02)  # cosine 0.99980
     check_end_to_end(off, ref)  # 3 rows <= 1 + 2000 // 1000
-    off[3] += 0.02 * ref[3].norm() * torch.randn(64) / 8
+    off[3] = _tilted(ref[3], 0.02)
     with pytest.raises(AssertionError, match="4 rows below cosine 0.9999"):
         check_end_to_end(off, ref)
-    off[5] += ref[5].norm() * torch.randn(64) / 8
+    off[5] = _tilted(ref[5], 0.125)  # cosine 0.9923, below the 0.999 floor
     with pytest.raises(AssertionError, match="row 5 cosine"):
         check_end_to_end(off, ref)
