@@ -30,6 +30,14 @@ def ctas_per_sm(regs: int, warps: int, smem: int) -> int:
     return max(0, min(by_regs, 64 // warps, 32, by_smem))
 
 
+def waves_of(ctas: float, per_sm: int, sms: int, tail: float) -> tuple[float, str]:
+    """(waves, mark) of a grid of `ctas` CTAs at `per_sm` an SM on `sms` SMs: mark "*" when it runs past a whole
+    number of waves by at most `tail` of one (a wave a register bound, unroll or tile change might save), else " "."""
+    waves = ctas / (per_sm * sms) if per_sm else float("inf")
+    part = waves - math.floor(waves) if per_sm else 0.0
+    return waves, "*" if waves > 1 and 0 < part <= tail else " "
+
+
 def span(text: str) -> list[int]:
     """'4096:16384:1024' (start:stop:step, stop included) or one value."""
     parts = [int(p) for p in text.split(":")]
@@ -91,9 +99,7 @@ def main(argv: list[str]) -> int:
                         smem = res.get("SHARED", 0) + d.red_bytes
                         per_sm = ctas_per_sm(res["REG"], d.warps, smem)
                         ctas = d.ctas(n)
-                        waves = ctas / (per_sm * args.sms) if per_sm else float("inf")
-                        tail = waves - math.floor(waves)
-                        mark = "*" if waves > 1 and 0 < tail <= args.tail else " "
+                        waves, mark = waves_of(ctas, per_sm, args.sms, args.tail)
                         knobs = f"w{d.warps} t{d.tiles} wn{d.wn} u{d.unroll} mc{d.minctas} {d.fp4}"
                         knobs += " ashare" if d.ashare else ""
                         print(

@@ -12,14 +12,13 @@ exit, so they are not counted. Compiles each distinct kernel once (seconds each)
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # decode_waves beside it, however this file is loaded
-from decode_waves import ctas_per_sm  # noqa: E402
+from decode_waves import ctas_per_sm, waves_of  # noqa: E402
 
 SOURCE = {"nvfp4": "modelopt_nvfp4", "mxfp4": "fp4_e8m0_k32"}
 
@@ -111,9 +110,7 @@ def main(argv: list[str]) -> int:
                     res = registers(fc, a_fmt, wp.weight_format, cfg, grid, span)
                     per_sm = ctas_per_sm(res["REG"], cfg.warps, res.get("SHARED", 0) + cfg.red_bytes)
                     ctas = logic.grid_n(n) * hit
-                    waves = ctas / (per_sm * args.sms) if per_sm else float("inf")
-                    tail = waves - math.floor(waves)
-                    mark = "*" if waves > 1 and 0 < tail <= args.tail else " "
+                    waves, mark = waves_of(ctas, per_sm, args.sms, args.tail)
                     print(
                         f"{e:4d} {k:3d} {h:5d} {i:5d} {mode:7s} {t:4d}  {label:16s} FC{fc}  {a_fmt:9s}"
                         f" {res['REG']:4d} {per_sm:4d} {ctas:7.0f} {waves:6.2f}{mark}"
