@@ -258,6 +258,17 @@ def test_broadcast_fn_shapes_and_post_errors(prepared):
         )
 
 
+def test_post_and_post_pre_reject_tokens_above_capacity(prepared):
+    """run_pre's capacity check (test_run_pre_errors) holds for the other two entry points too."""
+    ins = inputs(17, H, seed=3)
+    post_args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    message = re.escape("has 17 tokens, above the plan's max_tokens=16 (Caps.max_tokens)")
+    with pytest.raises(ValueError, match=message):
+        mhc.run_post(*post_args, plan=prepared)
+    with pytest.raises(ValueError, match=message):
+        mhc.run_post_pre(*post_args, ins["fn"], ins["hc_scale"], ins["hc_base"], plan=prepared, **SCALARS)
+
+
 def test_every_entry_point_on_cpu_runs_the_reference(prepared):
     ins = inputs(5, H, seed=11)
     kw = dict(SCALARS, norm_weight=ins["w_act"], norm_eps=1e-6)
@@ -343,6 +354,24 @@ def test_bind_views_only_never_allocates(prepared):
 def test_bind_errors(prepared, kw, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         mhc.bind(prepared, **kw)
+
+
+def test_bind_takes_and_checks_a_caller_workspace(prepared):
+    """bind(plan, scratch=...): every spec of the plan must be there, shaped as the spec says; the binding keeps the
+    caller's views, not the plan's. A CPU plan has no workspace, so its specs are stood in for by one."""
+    from flashinfer.experimental.b12x._lib.scratch import ScratchBufferSpec
+
+    spec = ScratchBufferSpec("partials", (6, 4, 24), "float32", "cpu")
+    with mock.patch.object(type(prepared), "scratch_specs", return_value=(spec,)):
+        with pytest.raises(
+            ValueError, match=re.escape("scratch lacks 'partials' (the plan's scratch specs: partials)")
+        ):
+            mhc.bind(prepared, num_tokens=2, scratch={})
+        with pytest.raises(ValueError, match=re.escape("scratch['partials']")):
+            mhc.bind(prepared, num_tokens=2, scratch={"partials": torch.empty(6, 4, 23)})
+        mine = {"partials": torch.empty(6, 4, 24)}
+        binding = mhc.bind(prepared, num_tokens=2, scratch=mine)
+    assert binding.scratch is mine and binding.scratch is not prepared.state.scratch
 
 
 def test_binding_token_count_must_match(prepared):
