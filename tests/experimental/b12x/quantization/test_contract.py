@@ -240,6 +240,10 @@ NV_BAD = [
         "outputs.packed must be uint8 [16, 32] contiguous on cpu, got int8 [16, 32] on cpu",
     ),
     (
+        dict(packed=torch.empty(16, 32, dtype=torch.uint8, device="meta")),
+        "outputs.packed must be uint8 [16, 32] contiguous on cpu, got uint8 [16, 32] on meta",
+    ),
+    (
         dict(scales=torch.empty(512, dtype=torch.float32)),
         "outputs.scales must be uint8 or float8_e4m3fn [512] contiguous on cpu, got float32 [512] on cpu",
     ),
@@ -330,6 +334,10 @@ MX_BAD = [
         "values must be uint8 or float8_e4m3fn [4, 64] contiguous on cpu, got uint8 [5, 64] on cpu",
     ),
     (dict(values=torch.empty(64, 4, dtype=torch.uint8).t()), "got uint8 [4, 64] on cpu (non-contiguous)"),
+    (
+        dict(values=torch.empty(4, 64, dtype=torch.uint8, device="meta")),
+        "values must be uint8 or float8_e4m3fn [4, 64] contiguous on cpu, got uint8 [4, 64] on meta",
+    ),
     (dict(scale_rows=torch.empty(4, 3, dtype=torch.uint8)), "scale_rows must be uint8"),
     (dict(scale_rows=torch.empty(4, 2, dtype=torch.int32)), "[4, 2] contiguous on cpu, got int32 [4, 2] on cpu"),
     (
@@ -342,6 +350,7 @@ MX_BAD = [
     ),
     (dict(scale_mma=torch.empty(1024, dtype=torch.uint8)[:700]), "with numel a multiple of 512 and >= 512"),
     (dict(scale_mma=torch.empty(2, 256, dtype=torch.uint8)), "got uint8 [2, 256] on cpu"),
+    (dict(scale_mma=torch.empty(512, dtype=torch.uint8, device="meta")), "got uint8 [512] on meta"),
 ]
 
 
