@@ -395,7 +395,7 @@ def test_config_predicate():
 
 def _sweep():
     for arch, kv, d, page, (hq, hkv) in itertools.product(
-        ARCHS, ("bfloat16", "float16", "float8_e4m3fn"), (64, 128, 256), (16, 64), ((8, 8), (32, 8), (64, 4))
+        ARCHS, ("bfloat16", "float16", "float8_e4m3fn"), (64, 128, 256), (16, 32, 64, 128), ((8, 8), (32, 8), (64, 4))
     ):
         q = "float16" if kv == "float16" else "bfloat16"
         yield arch, q, kv, d, page, hq, hkv, default_config(kv, d, page, arch)
@@ -409,6 +409,35 @@ def _sweep():
         # the fused schedule at D 64
         cfg = dataclasses.replace(default_config(kv, d, 16, arch), fused_merge=True, fused_schedule=d == 64)
         yield arch, "float16", kv, d, 16, hq, hkv, cfg
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv, page", [("bfloat16", 32), ("bfloat16", 128), ("float8_e4m3fn", 128)])
+def test_decode_compiles_at_the_other_page_sizes(arch, kv, page):
+    """Pages of 32 and 128 keys (the issue's 16 / 32 / 64 / 128; the gpu tier runs 16 and 64): the default decode
+    config accepts them and its kernel builds, its page walk addressing whole pages (session 65's audit found no
+    decode compile at these sizes outside the slow sweep)."""
+    kd, _ = _modules()
+    cfg = default_config(kv, 128, page, arch)
+    assert why_not("bfloat16", kv, 32, 8, 128, 128, page, cfg, arch) is None
+    _check_binary(kd.compile_decode("bfloat16", kv, 32, 8, 128, 128, page, cfg, arch=arch), arch)
+
+
+def test_clear_caches_forgets_the_compiled_kernels():
+    """attention.paged.clear_caches(): the op's kernels leave memory (the next call loads or compiles again)."""
+    from flashinfer.experimental.b12x.attention import paged
+
+    kd, ks = _modules()
+    cfg = default_config("bfloat16", 128, 32, "sm_90a")
+    args = ("bfloat16", "bfloat16", 32, 8, 128, 128, 32, cfg)
+    kd.compile_decode(*args, arch="sm_90a")
+    ks.compile_merge("bfloat16", 32, 8, 128, arch="sm_90a")
+    assert kd.compile_decode.resolved(*args, arch="sm_90a") and ks.compile_merge.resolved(
+        "bfloat16", 32, 8, 128, arch="sm_90a"
+    )
+    paged.clear_caches()
+    assert not kd.compile_decode.resolved(*args, arch="sm_90a")
+    assert not ks.compile_merge.resolved("bfloat16", 32, 8, 128, arch="sm_90a")
 
 
 @pytest.mark.slow

@@ -147,6 +147,15 @@ def test_extend_matches_reference(kv_dtype, heads, page_size, lens):
     check(prepared(caps_for(case, kv_dtype=kvn)), case)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_extend_at_page_128(kv_dtype):
+    """Page 128 (the tier's other extend cases run 16, 32 and 64): new tokens crossing a page edge and a request
+    whose cache is one partial page."""
+    case = make_case([700, 129, 3], [300, 129, 2], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=128,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=128)  # fmt: skip
+    check(prepared(caps_for(case, kv_dtype=kv_dtype)), case)
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
                                             ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip

@@ -151,6 +151,15 @@ def test_decode_matches_reference(kv_dtype, heads, page_size, batch, max_len):
     check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kvn)), case)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_decode_at_page_128(kv_dtype):
+    """The issue's largest page size (the tier's other cases run 16, 32 and 64): ragged requests, one of them shorter
+    than a page, one a page and a key, one many pages."""
+    case = make_case([3, 129, 5000, 128], num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=128,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=128)  # fmt: skip
+    check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype)), case)
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
                                             ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip
