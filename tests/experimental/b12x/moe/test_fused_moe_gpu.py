@@ -385,3 +385,31 @@ def test_bad_inputs_on_cuda():
         fm.bind(p, a=a, experts=other, topk_weights=w, topk_ids=ids)
     with pytest.raises(ValueError, match="a must be on cuda"):
         fm.bind(p, a=a.cpu(), **kw)
+
+
+def test_route_topk_on_cuda_matches_the_cpu():
+    """route_topk on CUDA tensors gives the CPU's ids, logits and weights: ties toward the higher expert id (CUDA's
+    stable sort), random logits of all three dtypes; E = 128, k = 8. No kernel of ours: torch ops on the device."""
+    from .moe_cases import weight_plan
+
+    wplan = weight_plan("modelopt_nvfp4", "silu", e=128)
+    plans = {d: fm.plan(fm.Caps(max_tokens=64, num_topk=8, device=d, weight_plan=wplan, quant_mode="nvfp4"))
+             for d in ("cpu", DEV)}  # fmt: skip
+    ties = torch.zeros(4, 128)
+    ties[1, 40:50] = 2.0  # ten tied maxima: 49 .. 42
+    ties[2, ::16] = 1.0  # eight tied at 1: 112, 96, .., 0
+    ties[3, :] = torch.arange(128) // 32 * 1.0  # 96 .. 127 tied highest: 127 .. 120
+    for logits in (ties, *(torch.randn(64, 128).to(d) for d in (torch.float32, torch.bfloat16, torch.float16))):
+        got = {}
+        for d, p in plans.items():
+            t = logits.shape[0]
+            tl, tw = torch.full((t, 8), float("nan"), device=d), torch.full((t, 8), float("nan"), device=d)
+            ids = torch.full((t, 8), -7, dtype=torch.int32, device=d)
+            fm.route_topk(p, logits.to(d), tl, ids, tw)
+            got[d] = (ids.cpu(), tl.cpu(), tw.cpu())
+        assert torch.equal(got["cpu"][0], got[DEV][0]) and torch.equal(got["cpu"][1], got[DEV][1])
+        torch.testing.assert_close(got[DEV][2], got["cpu"][2], rtol=2e-6, atol=1e-7)
+    cpu_ties = torch.empty(4, 8, dtype=torch.int32)
+    fm.route_topk(plans["cpu"], ties, torch.empty(4, 8), cpu_ties, torch.empty(4, 8))
+    assert cpu_ties[1].tolist() == list(range(49, 41, -1)) and cpu_ties[2].tolist() == list(range(112, -1, -16))
+    assert cpu_ties[3].tolist() == list(range(127, 119, -1))
