@@ -121,6 +121,28 @@ def test_run_post_pre(hidden, tokens, weight):
     assert excess <= 0, f"post differs from pre of the stored residual by {excess:.3e} beyond the fp32 order bound"
 
 
+@pytest.mark.parametrize("hidden", [2048, 5120])
+@pytest.mark.parametrize("tokens", [1, 64, 1000])
+def test_the_other_hidden_sizes(hidden, tokens):
+    """The issue's other hidden sizes (Build: at least 2048, 4096, 5120, 7168; the tests above run 4096 and 7168) on
+    the default plan: every entry point against the reference (session 65's audit found 2048 only compiled and 5120
+    only under the walk override)."""
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=500 + tokens + hidden)
+    kw = dict(SCALARS, norm_weight=ins["w_act"], norm_eps=1e-6)
+    got = mhc.run_pre(
+        ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], plan=p, **pre_buffers(tokens, hidden), **kw
+    )
+    check_outputs(got, *pre_refs(ins["residual"], ins["fn"], ins["hc_scale"], ins["hc_base"], **kw))
+    post_args = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    out = poisoned(ins["residual"])
+    assert mhc.run_post(*post_args, plan=p, out=out) is out
+    check_rule("residual", out, R.mhc_post(*post_args), R.mhc_post(*post_args, compute_dtype=torch.bfloat16))
+    args = (*post_args, ins["fn"], ins["hc_scale"], ins["hc_base"])
+    got = mhc.run_post_pre(*args, plan=p, **pre_buffers(tokens, hidden, residual=True), **kw)
+    check_outputs(got, R.mhc_post_pre(*args, **kw), R.mhc_post_pre(*args, compute_dtype=torch.bfloat16, **kw))
+
+
 _BASE = _config.MhcConfig()
 _MIX_TILES = dict(
     pre_small=_BASE.pre_small,
