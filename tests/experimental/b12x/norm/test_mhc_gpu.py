@@ -403,6 +403,83 @@ def test_bind_does_not_allocate():
     assert binding.y_out.data_ptr() == y.data_ptr()
 
 
+def _allocations() -> int:
+    torch.cuda.synchronize()
+    return torch.cuda.memory_stats()["allocation.all.allocated"]
+
+
+def test_runs_with_caller_buffers_do_not_allocate():
+    """The caller-buffer form (the graph-capture form) of every entry point allocates nothing on the device, after a
+    first call has loaded its kernels: capture would not catch it (a graph takes allocations from its own pool)."""
+    hidden, tokens = 4096, 1000
+    p = prepared(hidden)
+    ins = gpu_inputs(tokens, hidden, seed=41)
+    bufs = pre_buffers(tokens, hidden, residual=True)
+    binding = mhc.bind(p, num_tokens=tokens, **bufs)
+    post_out = torch.empty(tokens, 4, hidden, dtype=torch.bfloat16, device="cuda")
+    a = (ins["x"], ins["residual"], ins["post"], ins["comb"])
+    m = (ins["fn"], ins["hc_scale"], ins["hc_base"])
+    y_bcast = pre_buffers(tokens, hidden, residual=True)
+    calls = [
+        lambda: mhc.run_post_pre(*a, *m, binding=binding, norm_weight=ins["w_act"], norm_eps=1e-6, **SCALARS),
+        lambda: mhc.run_post(*a, plan=p, out=post_out),
+        lambda: mhc.run_pre(
+            binding.residual_out,
+            *m,
+            plan=p,
+            y_out=binding.y_out,
+            post_out=binding.post_out,
+            comb_out=binding.comb_out,
+            **SCALARS,
+        ),  # fmt: skip
+        lambda: mhc.run_pre(ins["x"], *m, plan=p, **y_bcast, **SCALARS),  # the broadcast form
+    ]
+    for call in calls:  # first calls load the kernels
+        call()
+    before = _allocations()
+    for i, call in enumerate(calls):
+        call()
+        assert _allocations() == before, f"call {i} allocated on the device"
+
+
+def test_broadcast_graph_replay_at_1000_tokens():
+    """The broadcast first layer (run_pre on x [T, H]) captured once and replayed on new inputs equals eager, at a
+    live T past the small-T kernels (test_graph_replay_equals_eager covers the [T, 4, H] forms at T = 1 / 200)."""
+    hidden, tokens = 7168, 1000
+    p = prepared(hidden)
+    static = gpu_inputs(tokens, hidden, seed=5)
+    bufs = pre_buffers(tokens, hidden, residual=True)
+    m = (static["fn"], static["hc_scale"], static["hc_base"])
+
+    def step():
+        mhc.run_pre(static["x"], *m, plan=p, norm_weight=static["w_f32"], norm_eps=1e-6, **bufs, **SCALARS)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    fresh = gpu_inputs(tokens, hidden, seed=6)
+    for k in ("x", "fn", "hc_scale", "hc_base", "w_f32"):
+        static[k].copy_(fresh[k])
+    for buf in bufs.values():
+        buf.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = {k: v.clone() for k, v in bufs.items()}
+    step()
+    for k, v in bufs.items():
+        assert torch.isfinite(replayed[k].float()).all() and torch.equal(replayed[k], v), k
+    ref32, ref_lo = pre_refs(fresh["x"], fresh["fn"], fresh["hc_scale"], fresh["hc_base"], norm_weight=fresh["w_f32"],
+                             norm_eps=1e-6, **SCALARS)  # fmt: skip
+    got = (bufs["residual_out"], bufs["post_out"], bufs["comb_out"], bufs["y_out"])
+    assert torch.equal(got[0], ref32[0])
+    check_outputs(got[1:], ref32[1:], ref_lo[1:], names=("post", "comb", "y"))
+
+
 def test_torch_compile_fullgraph():
     hidden = 4096
     p = prepared(hidden)
