@@ -11,7 +11,7 @@ from b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
-from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
+from .mhc_cases import SCALARS, captured, check_rule, inputs, poisoned, pre_refs
 
 pytestmark = pytest.mark.gpu
 MAX_T = 8192
@@ -339,14 +339,7 @@ def test_graph_replay_equals_eager(variant):
                 **SCALARS,
             )
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
+        graph = captured(step)
         fresh = gpu_inputs(tokens, hidden, seed=2)
         for k in ("x", "residual", "post", "comb", "fn", "hc_scale", "hc_base", "w_act"):
             static[k].copy_(fresh[k])
@@ -454,14 +447,7 @@ def test_broadcast_graph_replay_at_1000_tokens():
     def step():
         mhc.run_pre(static["x"], *m, plan=p, norm_weight=static["w_f32"], norm_eps=1e-6, **bufs, **SCALARS)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = captured(step)
     fresh = gpu_inputs(tokens, hidden, seed=6)
     for k in ("x", "fn", "hc_scale", "hc_base", "w_f32"):
         static[k].copy_(fresh[k])
@@ -645,14 +631,7 @@ def test_tiny_graph_replays_back_to_back():
     def step():
         mhc.run_post_pre(*a, static["hc_base"], plan=p, **outs, **SCALARS)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = captured(step)
     for i in range(50):
         fresh = gpu_inputs(1, hidden, seed=900 + i)
         for k in ("x", "residual", "post", "comb"):

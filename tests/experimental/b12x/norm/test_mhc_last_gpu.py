@@ -10,7 +10,7 @@ from b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import _config
 from flashinfer.experimental.b12x.norm.mhc import reference as R
 
-from .mhc_cases import SCALARS
+from .mhc_cases import SCALARS, captured
 from .test_mhc_gpu import check_outputs, gpu_inputs, pre_buffers, prepared
 
 pytestmark = pytest.mark.gpu
@@ -94,14 +94,7 @@ def test_last_graph_replay_equals_eager(tokens):
     def step():
         mhc.run_post_pre(*a, static["hc_base"], plan=p, **outs, **kw)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = captured(step)
     for i in range(3):  # replays 2 and 3 need the ticket reset by the replay before
         fresh = gpu_inputs(tokens, hidden, seed=700 + i)
         for k in ("x", "residual", "post", "comb"):
