@@ -123,6 +123,23 @@ def test_recipe_activation_vs_reference(mode, source, act):
         check_case(p, experts, a, ids, w, f"{mode}/{source} {act} T={t}")
 
 
+@pytest.mark.parametrize("mode, source", [("nvfp4", "modelopt_nvfp4"), ("w4a16", "fp4_e8m0_k32")])
+def test_swiglu_parameters_on_a_tp_shard(mode, source):
+    """swiglu_oai with a non-default limit / alpha / beta (the kernels read them from the workspace, filled at
+    prime) on a tensor-parallel shard of the first shape's experts (I = 768 / 2): against the reference taking the
+    same parameters (check_case passes the caps'). The audit found both only on the CPU."""
+    e, k, h, i = SHAPES[0][0], SHAPES[0][1], SHAPES[0][2], SHAPES[0][3] // 2
+    caps, experts = layer_caps(mode, source, "swiglu_oai", (e, k, h, i), 1000, seed=9, swiglu_limit=3.5,
+                               swiglu_alpha=1.25, swiglu_beta=0.5)  # fmt: skip
+    p = fm.plan(caps)
+    with b12x.PreparationSession(DEV) as session:
+        session.prepare([p])
+    assert p.state.scratch["act_params"].tolist() == [3.5, 1.25, 0.5]
+    for t in (1, 7, 64, 1000):
+        a, ids, w = inputs(t, k, e, h, seed=900 + t)
+        check_case(p, experts, a, ids, w, f"{mode}/{source} swiglu(3.5, 1.25, 0.5) I={i} T={t}")
+
+
 @pytest.mark.parametrize("mode, source", [("nvfp4", "modelopt_nvfp4"), ("w4a16", "modelopt_nvfp4")])
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: "x".join(map(str, s)))
 def test_larger_shapes(shape, mode, source):
