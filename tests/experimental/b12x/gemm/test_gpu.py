@@ -298,6 +298,41 @@ def test_mxfp8_and_tensor_fp8_linear(op, m, n, k):
     check_tolerance(y, ops, "bfloat16")
 
 
+@pytest.mark.parametrize("op", ["mxfp8_linear", "tensor_fp8_linear"])
+def test_linear_prewarm_then_freeze_and_graph_replay(op):
+    """The linear modules' prewarm (the issue: "freeze after prewarm holds for the prewarmed M"): after prewarm(w,
+    [1, 16]) a frozen process runs M = 1 / 5 / 16 without resolving a kernel, and a captured mm(x, w, out) replays
+    the eager bits on new inputs. The audit found prewarm tested for gemm.blockscaled only."""
+    mod = getattr(b12x.gemm, op)
+    g = torch.Generator(device="cuda").manual_seed(torch.seed())
+    pw = mod.pack_weight(torch.randn(2048, 1024, device="cuda", generator=g) * 0.03)
+    b12x.clear_all_caches()  # earlier tests resolved other buckets of these kernels in this process
+    mod.prewarm(pw, [1, 16])
+    x = (torch.randn(16, 1024, device="cuda", generator=g) * 2).to(torch.bfloat16)
+    out = torch.full((16, 2048), float("nan"), dtype=torch.bfloat16, device="cuda")
+    b12x.freeze_kernel_resolution("test")
+    try:
+        for m in (1, 5, 16):
+            y = mod.mm(x[:m], pw)
+            torch.cuda.synchronize()
+            assert y.shape == (m, 2048) and torch.isfinite(y.float()).all()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            mod.mm(x, pw, out)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            mod.mm(x, pw, out)
+        x.copy_((torch.randn(16, 1024, device="cuda", generator=g) * 2).to(torch.bfloat16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, mod.mm(x, pw))
+    finally:
+        b12x.unfreeze_kernel_resolution()
+
+
 @pytest.mark.parametrize("n, k", LINEAR_SHAPES)
 @pytest.mark.parametrize("t", [1, 16, 129, 2048])
 def test_block_fp8_linear_run_and_quantizer_bits(t, n, k):
