@@ -53,8 +53,8 @@ def main() -> int:
     binding = paged.bind(plan, q=drawn["q"], k_cache=drawn["k_cache"], v_cache=drawn["v_cache"],
                          page_table=drawn["page_table"], cache_seqlens=drawn["lens"], **kw)  # fmt: skip
     out, _ = paged.run(binding=binding)
-    kc = BA._contiguous_bf16(drawn["k_cache"], drawn["page_table"], drawn["descale"])
-    vc = BA._contiguous_bf16(drawn["v_cache"], drawn["page_table"], drawn["descale"])
+    kc = BA.fiext.contiguous_bf16(drawn["k_cache"], drawn["page_table"], drawn["descale"])
+    vc = BA.fiext.contiguous_bf16(drawn["v_cache"], drawn["page_table"], drawn["descale"])
     want = torch.nn.functional.scaled_dot_product_attention(drawn["q"].unsqueeze(2), kc, vc, enable_gqa=True)
     err = (out.float() - want.squeeze(2).float()).abs().max().item()
     print(f"{plan.state.selection}; max |ours - sdpa| = {err:.2e}")

@@ -5,8 +5,9 @@
 #                                        NVFP4 / MXFP8 at M = 2048 / 4096, peers in the same run
 #   bash scripts/jobs/s65_a.sh moe_att   #7: T = 4096 against the bf16 grouped_mm peer; #8: extend against SDPA; then
 #                                        #7's E = 128 bound (`s63_a.sh probe`: the one-launch skeleton, the same-size copy)
-# #8's decode table with FlashInfer needs its wheel carried first (scripts/jobs/install_flashinfer.sh, two calls), then
-# the `att_fi` line of scripts/jobs/s29_fi.txt with `--calls-per-graph 8 --copy-rows`.
+# #8's tables with FlashInfer need its wheel carried first (scripts/jobs/install_flashinfer.sh, two calls), then
+# `s65_a.sh fi`: decode (the `att_fi` line of s29_fi.txt with --calls-per-graph 8 --copy-rows) and extend, where
+# FlashInfer's paged prefill is the peer since session 65 (row "flashinfer prefill", never run on the wheel yet).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 jobs=scripts/jobs/s65_close.txt
@@ -16,5 +17,12 @@ case ${1:-} in
   moe_att)
     BENCH_LIMIT=${BENCH_LIMIT:-170} TAIL=40 bash scripts/jobs/named.sh "$jobs" c65_moe4096 c65_extend
     PROBE_S=150 bash scripts/jobs/s63_a.sh probe ;;
+  fi)
+    m=benchmarks.experimental.b12x.bench_attention
+    timeout 280 python3 -m $m --mode extend --kv all --flashinfer-site /root/fi --timer graph \
+      --json "$OUT/fi65_extend.json" >"$OUT/fi65_extend.log" 2>&1; echo "extend rc=$?"; tail -30 "$OUT/fi65_extend.log"
+    timeout 280 python3 -m $m --mode decode --kv all --batch 1 8 32 128 --kv-len 1024 8192 32768 --flashinfer-site \
+      /root/fi --timer graph --calls-per-graph 8 --copy-rows --json "$OUT/fi65_decode.json" >"$OUT/fi65_decode.log" 2>&1
+    echo "decode rc=$?"; tail -45 "$OUT/fi65_decode.log" | cut -c1-200 ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac

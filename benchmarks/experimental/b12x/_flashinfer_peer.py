@@ -1,4 +1,5 @@
-"""FlashInfer's stable paged decode as a peer of ``bench_attention``, run in a child process.
+"""FlashInfer's stable paged decode as a peer of ``bench_attention``, run in a child process (and its paged
+prefill, the extend peer: ``_flashinfer_extend.py``, records of kind "extend" in the same case file).
 
 This repository is itself a ``flashinfer`` distribution: its top-level ``flashinfer`` package (which
 ``b12x`` lives in) has no kernels, and FlashInfer's wheel, also package ``flashinfer``, cannot be
@@ -294,14 +295,23 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for variant in variants:
             for record in records:
+                extend = record.get("kind") == "extend"  # the prefill peer: one path, timed once
+                if extend and variant != variants[0]:
+                    continue
                 try:
-                    results.append(run_one(fi, record, variant, args, dev))
-                    torch.cuda.empty_cache()  # the case's caches went with run_one's frame
+                    if extend:
+                        from benchmarks.experimental.b12x._flashinfer_extend import run_extend
+
+                        results.append(run_extend(fi, record, args, dev))
+                    else:
+                        results.append(run_one(fi, record, variant, args, dev))
+                    torch.cuda.empty_cache()  # the case's caches went with the run's frame
                 except Exception as e:  # one shape or variant FlashInfer rejects must not lose the rest
                     msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                     print(f"flashinfer peer {variant} B={record['batch']} L={record['kv_len']}: {msg}", file=sys.stderr)
                     entry = {"batch": record["batch"], "kv_len": record["kv_len"], "fp8": record["fp8"]}
-                    entry |= {"variant": variant, "impl": VARIANTS[variant][0], "timing": None}
+                    impl = "flashinfer prefill" if extend else VARIANTS[variant][0]
+                    entry |= {"variant": "prefill" if extend else variant, "impl": impl, "timing": None}
                     results.append(entry | {"note": f"not timed: {msg}"})
                     torch.cuda.empty_cache()
     except Exception as e:

@@ -32,7 +32,8 @@ the schedule's target_items / min_chunk (default: `split_schedule`'s). Such entr
 Peers on the same K/V in contiguous [B, Hkv, kv_len, D] bf16 (fp8 cases: the bf16 copy; SDPA has no
 fp8 KV): SDPA with SDPBackend.FLASH_ATTENTION and CUDNN_ATTENTION (enable_gqa; --no-sdpa skips them), and, with
 --flashinfer-site DIR (or $B12X_FLASHINFER_SITE), FlashInfer's stable BatchDecodeWithPagedKVCacheWrapper
-on the same paged cache (bf16 and fp8 e4m3 KV), row "flashinfer decode". This tree IS a `flashinfer`
+on the same paged cache (bf16 and fp8 e4m3 KV), row "flashinfer decode", and on the extend cases its
+BatchPrefillWithPagedKVCacheWrapper (causal; _flashinfer_extend.py), row "flashinfer prefill". This tree IS a `flashinfer`
 distribution whose `flashinfer` has no kernels, so FlashInfer's wheel cannot be imported here: it runs
 in a child process (_flashinfer_peer.py) with DIR first on sys.path, one child per KV dtype timing
 every shape (one JIT each). The parent saves each case (q, page table and its indptr/indices/
@@ -93,6 +94,7 @@ from pathlib import Path
 import torch
 
 import b12x
+from benchmarks.experimental.b12x import _flashinfer_extend as fiext
 from benchmarks.experimental.b12x import _flashinfer_peer as fipeer
 from benchmarks.experimental.b12x.common import (
     _REPO_ROOT,
@@ -175,18 +177,6 @@ def flashinfer_skip_note(site: str | None) -> str | None:
     return None
 
 
-def _contiguous_bf16(cache, page_table, descale):
-    """[B, Hkv, L, D] bf16 copy of the paged cache (dequantized for fp8) for the SDPA peers."""
-    b, pages = page_table.shape
-    out = torch.empty(b, HKV, pages * PAGE, D, dtype=torch.bfloat16, device=cache.device)
-    for i in range(b):  # one request at a time: bounded temporaries at B=128, L=32k
-        x = cache[page_table[i].long()].view(pages * PAGE, HKV, D).float()
-        if descale is not None:
-            x = x * descale[i][None, :, None]
-        out[i] = x.transpose(0, 1)
-    return out
-
-
 def _sdpa(backend, causal=False):
     from torch.nn.attention import sdpa_kernel
 
@@ -255,25 +245,19 @@ def causal_flops(batch: int, q_len: int, kv_len: int, hq: int, d: int, dv: int) 
     return 2 * batch * hq * (d + dv) * pairs
 
 
-def run_extend_case(table, args, batch, q_len, fp8, dev):
-    """Causal prefill of `batch` requests of q_len tokens (no prefix): ours vs SDPA FA2 / cuDNN."""
-    gen = torch.Generator(device=dev).manual_seed(batch * 7919 + q_len)
-    kv_len, pages_per = q_len, q_len // PAGE
-    num_pages = batch * pages_per + 8
-    kv_t = torch.float8_e4m3fn if fp8 else torch.bfloat16
-    k_cache = (torch.randn(num_pages, PAGE, HKV, D, device=dev, generator=gen) * (8 if fp8 else 1)).to(kv_t)
-    v_cache = (torch.randn(num_pages, PAGE, HKV, D, device=dev, generator=gen) * (8 if fp8 else 1)).to(kv_t)
-    page_table = torch.randperm(num_pages, device=dev, generator=gen)[: batch * pages_per].view(batch, pages_per)
-    page_table = page_table.to(torch.int32).contiguous()
-    descale = torch.full((batch, HKV), 0.125, device=dev) if fp8 else None
-    q = torch.randn(batch * q_len, HQ, D, device=dev, generator=gen).to(torch.bfloat16)
-    cu = (torch.arange(batch + 1, device=dev) * q_len).to(torch.int32)
-    lens = torch.full((batch,), kv_len, dtype=torch.int32, device=dev)
+def run_extend_case(table, args, batch, q_len, fp8, dev, want_record=False):
+    """Causal prefill of `batch` requests of q_len tokens (no prefix): ours vs SDPA FA2 / cuDNN; with
+    want_record, also the record of the FlashInfer prefill peer (`_flashinfer_extend.extend_record`). Returns
+    (case, record or None)."""
+    drawn = fiext.make_extend_case(batch, q_len, fp8, dev)
+    q, k_cache, v_cache, page_table = drawn["q"], drawn["k_cache"], drawn["v_cache"], drawn["page_table"]
+    lens, cu, descale = drawn["lens"], drawn["cu"], drawn["descale"]
+    kv_len, pages_per, num_pages = q_len, q_len // PAGE, k_cache.shape[0]
     kv_name = "fp8" if fp8 else "bf16"
     flops = causal_flops(batch, q_len, kv_len, HQ, D, D)
     case = Case(f"extend_{kv_name}", {"B": batch, "Lq": q_len, "L": kv_len}, flops=flops, ceiling="bf16")
-    kc = _contiguous_bf16(k_cache, page_table, descale)
-    vc = _contiguous_bf16(v_cache, page_table, descale)
+    kc = fiext.contiguous_bf16(k_cache, page_table, descale)
+    vc = fiext.contiguous_bf16(v_cache, page_table, descale)
     q4 = q.view(batch, q_len, HQ, D).transpose(1, 2).contiguous()  # [B, Hq, L, D]
     want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, is_causal=True, enable_gqa=True).float()
     kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
@@ -306,7 +290,8 @@ def run_extend_case(table, args, batch, q_len, fp8, dev):
         session.release(plan)
     del want
     _time_sdpa_peers(table, case, args, (q4, kc, vc), fp8, causal=True)
-    return case
+    record = fiext.extend_record(batch, q_len, fp8, drawn, tol=0.05 if fp8 else 0.02) if want_record else None
+    return case, record
 
 
 def _time_sdpa_peers(table, case, args, qkv, fp8: bool, causal: bool = False) -> None:
@@ -353,8 +338,8 @@ def run_case(table, args, batch, kv_len, fp8, dev, want_record=False):
     shape = {"B": batch, "L": kv_len} if cap == batch else {"B": batch, "L": kv_len, "cap": cap}
     case = Case(f"decode_{kv_name}", shape, bytes=kv_bytes, ceiling="copy")
     kv_dtype = "float8_e4m3fn" if fp8 else "bfloat16"
-    kc = _contiguous_bf16(k_cache, page_table, descale)
-    vc = _contiguous_bf16(v_cache, page_table, descale)
+    kc = fiext.contiguous_bf16(k_cache, page_table, descale)
+    vc = fiext.contiguous_bf16(v_cache, page_table, descale)
     q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
     want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True).squeeze(2)
     tol = 0.05 if fp8 else 0.02
@@ -603,16 +588,24 @@ def main(argv: list[str] | None = None) -> int:
     title += f", {args.calls_per_graph} calls a graph" if args.calls_per_graph > 1 else ""
     table = Table(title, ceil)
     fi_note = flashinfer_skip_note(args.flashinfer_site)
-    if fi_note and not args.no_peers and "decode" in modes:
+    if fi_note and not args.no_peers:
         print(f"peer flashinfer skipped: {fi_note}")
     with_fi = fi_note is None and not args.no_peers
     fi_status = {}
     kinds = {"bf16": (False,), "fp8": (True,), "all": (False, True)}[args.kv]
     if "extend" in modes:
         for fp8 in kinds:
+            cases, records = {}, []
             for q_len in args.q_len or (QUICK_EXTEND_Q_LENS if args.quick else EXTEND_Q_LENS):
-                run_extend_case(table, args, extend_batch(q_len), q_len, fp8, dev)
+                batch = extend_batch(q_len)
+                case, record = run_extend_case(table, args, batch, q_len, fp8, dev, want_record=with_fi)
+                cases[(fp8, batch, q_len)] = case
+                records += [record] if record is not None else []
                 torch.cuda.empty_cache()
+            if records:  # FlashInfer's paged prefill in one child per dtype, as the decode peer
+                kv_name = ("fp8" if fp8 else "bf16") + " extend"
+                fi_status[kv_name] = run_flashinfer_peer(table, args, cases, records, kv_name)
+                print(f"peer flashinfer ({kv_name}): {fi_status[kv_name]}")
     for fp8 in kinds if "decode" in modes else ():
         cases, records = {}, []
         for batch, kv_len in args.shapes or [(b, n) for b in batches for n in kv_lens]:
