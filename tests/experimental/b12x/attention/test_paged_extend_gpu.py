@@ -276,6 +276,20 @@ def test_verify_matches_reference(kv_dtype, q_len, heads):
     check(prepared(caps_for(case, mode="verify", kv_dtype=kv_dtype)), case)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("mode", ["extend", "verify"])
+def test_128_requests(kv_dtype, mode):
+    """The issue's batch range up to 128 (the cases above stop at 32 requests): ragged short queries (extend: 1 to 9
+    new tokens, some requests without any; verify: 4 draft tokens each) over caches of 4 to 3000 keys, GQA 4,
+    pages of 64."""
+    rng = random.Random(128 + len(mode))
+    q_lens = [4] * 128 if mode == "verify" else [rng.choice([0, 1, 1, 2, 5, 9]) for _ in range(128)]
+    kv_lens = [max(q, rng.randint(4, 3000)) for q in q_lens]
+    case = make_case(kv_lens, q_lens, num_q_heads=32, num_kv_heads=8, head_dim=128, page_size=64,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=128)  # fmt: skip
+    check(prepared(caps_for(case, mode=mode, kv_dtype=kv_dtype)), case)
+
+
 @pytest.mark.parametrize("copy_runtime_metadata", [False, True])
 def test_graph_replay_with_new_lengths_equals_eager(copy_runtime_metadata):
     cap_batch, hq, hkv, page, width, max_q = 8, 32, 8, 16, 2100, 4096
