@@ -123,6 +123,21 @@ def test_recipe_activation_vs_reference(mode, source, act):
         check_case(p, experts, a, ids, w, f"{mode}/{source} {act} T={t}")
 
 
+@pytest.mark.parametrize(
+    "shape, mode, source, act",
+    [(SHAPES[1], "nvfp4", "modelopt_nvfp4", "relu2"), (SHAPES[2], "w4a16", "fp4_e8m0_k32", "swiglu_oai")],
+    ids=["256-nvfp4-relu2", "512-w4a16mx-swiglu"],
+)
+def test_larger_shapes_other_activations(shape, mode, source, act):
+    """The issue's larger shapes with the other activations and MXFP4 weights, at the T values test_larger_shapes
+    leaves out (2, 1000): the audit found only silu on NVFP4 weights there."""
+    e, k, h, _ = shape
+    p, experts = build(mode, source, act, shape, 1000)
+    for t in (2, 1000):
+        a, ids, w = inputs(t, k, e, h, seed=300 + t)
+        check_case(p, experts, a, ids, w, f"{mode}/{source} {act} {shape} T={t}")
+
+
 @pytest.mark.parametrize("mode, source", [("nvfp4", "modelopt_nvfp4"), ("w4a16", "fp4_e8m0_k32")])
 def test_swiglu_parameters_on_a_tp_shard(mode, source):
     """swiglu_oai with a non-default limit / alpha / beta (the kernels read them from the workspace, filled at
