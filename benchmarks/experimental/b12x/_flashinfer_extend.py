@@ -12,8 +12,6 @@ Imports torch, the stdlib and the decode peer's helpers only."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 
 import torch
 
@@ -23,9 +21,9 @@ from benchmarks.experimental.b12x._flashinfer_peer import (
     PAGE,
     WORKSPACE_BYTES,
     D,
+    check_then_time,
     fingerprint,
-    flashinfer_layout,
-    measure,
+    paged_fields,
 )
 
 EXTEND_FP8_SCALE = 0.125  # fp8 extend cases: K/V hold randn * 8, dequantized with descale 1/8 (one value for all)
@@ -88,23 +86,15 @@ def causal_reference(case: dict) -> torch.Tensor:
 
 def extend_record(batch: int, q_len: int, fp8: bool, case: dict, tol: float) -> dict:
     """What the child needs of one extend case: its shape and seed, the small tensors, fingerprints of the rest."""
-    indptr, indices, last = flashinfer_layout(case["page_table"], case["lens"])
-    cpu = lambda t: t.detach().to("cpu").contiguous()  # noqa: E731
     return {
         "kind": "extend",
         "batch": batch,
         "kv_len": q_len,  # no prefix: the keys are the new tokens (the parent's case key)
         "fp8": bool(fp8),
-        "device_type": torch.device(case["q"].device).type,
         "kv_scale": EXTEND_FP8_SCALE if fp8 else None,
-        "page_table": cpu(case["page_table"]),
-        "qo_indptr": cpu(case["cu"]),
-        "kv_indptr": cpu(indptr),
-        "kv_indices": cpu(indices),
-        "kv_last_page_len": cpu(last),
+        "qo_indptr": case["cu"].detach().to("cpu").contiguous(),
         "q_fingerprint": fingerprint(case["q"]),
-        "k_fingerprint": fingerprint(case["k_cache"]),
-        "v_fingerprint": fingerprint(case["v_cache"]),
+        **paged_fields(case),
         "tol": float(tol),
     }
 
@@ -157,15 +147,4 @@ def run_extend(fi, record: dict, args: argparse.Namespace, dev: torch.device) ->
     out = torch.empty_like(q)
     kw = {"k_scale": record["kv_scale"], "v_scale": record["kv_scale"]} if record["fp8"] else {}
     call = lambda: wrapper.run(q, kv, out=out, **kw)  # noqa: E731
-    out.fill_(float("nan"))  # poisoned: a row the kernel skips shows up as NaN
-    call()
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    err = (out.float() - want).abs().max().item()
-    res["max_err_vs_ref"] = err
-    note = f"max |flashinfer - sdpa| = {err:.2e}"
-    if not (math.isfinite(err) and err <= record["tol"]):
-        return res | {"note": f"not timed: disagrees with the reference (tol {record['tol']}): {note}"}
-    res["timing"] = dataclasses.asdict(measure(call, args))
-    res["note"] = note + (" (fp8 KV, scalar k/v scale)" if record["fp8"] else "")
-    return res
+    return check_then_time(res, call, out, want, record, args, dev)

@@ -96,7 +96,7 @@ class _FakeFlashInfer:
 def test_child_checks_then_times_the_prefill(tmp_path, monkeypatch, fp8, timer):
     _, record = _record(tmp_path, fp8)
     timed = []
-    monkeypatch.setattr(fiext, "measure", lambda call, args: timed.append(call) or Timing(1.0, 1.0, 1.0, 1, "fake"))
+    monkeypatch.setattr(fipeer, "measure", lambda call, args: timed.append(call) or Timing(1.0, 1.0, 1.0, 1, "fake"))
     args = argparse.Namespace(timer=timer)
     res = fiext.run_extend(_FakeFlashInfer(), record, args, torch.device("cpu"))
     assert res["timing"] is not None and len(timed) == 1, res["note"]
