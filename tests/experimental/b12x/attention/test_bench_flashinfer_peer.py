@@ -1,8 +1,9 @@
 """bench_attention's FlashInfer peer on the CPU: the option, the case file, the layout, the child's skips.
 
 The child (``_flashinfer_peer``) runs FlashInfer's wheel from a folder put first on sys.path; here no
-wheel exists, so the child must say why it skips and exit 0. Timing and FlashInfer's numerics run on
-the H200 only (see bench_attention's docstring).
+wheel exists, so the child must say why it skips and exit 0; its check-then-time step runs against a
+stand-in wrapper that reads the record's page layout. Timing and FlashInfer's own numerics run on the
+device only (see bench_attention's docstring).
 """
 
 import os
@@ -204,3 +205,57 @@ def test_peer_module_does_not_import_this_trees_flashinfer(run_python):
     )
     proc = run_python(code, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+
+
+# The child's decode step (check, then time) against a stand-in wrapper ----------------------------------------------
+class _Decode:
+    """A stand-in for FlashInfer's BatchDecodeWithPagedKVCacheWrapper: fp32 attention of each request's one query over
+    the pages its plan's indptr / indices / last_page_len name; `drop` > 0 leaves that many keys out (a wrong layout)."""
+
+    drop = 0
+
+    def __init__(self, workspace, layout, *, use_tensor_cores, **graph_buffers):
+        assert layout == "NHD" and workspace.dtype == torch.uint8
+
+    def plan(self, indptr, indices, last, hq, hkv, d, page, *, q_data_type, kv_data_type):
+        assert (hq, hkv, d, page, q_data_type) == (fipeer.HQ, fipeer.HKV, fipeer.D, fipeer.PAGE, torch.bfloat16)
+        self.layout = (indptr, indices, last)
+
+    def run(self, q, kv, *, out, k_scale=None, v_scale=None):
+        indptr, indices, last = self.layout
+        g = fipeer.HQ // fipeer.HKV
+        for r in range(len(indptr) - 1):
+            pages = indices[indptr[r] : indptr[r + 1]].long()
+            n = (len(pages) - 1) * fipeer.PAGE + int(last[r]) - self.drop
+            k = kv[0][pages].reshape(-1, fipeer.HKV, fipeer.D)[:n].float().repeat_interleave(g, 1) * (k_scale or 1.0)
+            v = kv[1][pages].reshape(-1, fipeer.HKV, fipeer.D)[:n].float().repeat_interleave(g, 1) * (v_scale or 1.0)
+            p = torch.softmax(torch.einsum("hd,khd->hk", q[r].float(), k) / fipeer.D**0.5, -1)
+            out[r] = torch.einsum("hk,khd->hd", p, v).to(out.dtype)
+
+
+class _FakeDecodeFlashInfer:
+    BatchDecodeWithPagedKVCacheWrapper = _Decode
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_child_checks_then_times_the_decode(monkeypatch, fp8):
+    """run_one: a stand-in that reads the record's layout agrees with SDPA on the contiguous copy and is timed (the
+    note names both errors); one that drops a key disagrees and is not timed."""
+    import argparse
+
+    from benchmarks.experimental.b12x import _flashinfer_extend as fiext
+    from benchmarks.experimental.b12x.common import Timing
+
+    case = fipeer.make_case(2, 48, fp8, "cpu")
+    kc, vc = (fiext.contiguous_bf16(case[k], case["page_table"], case["descale"]) for k in ("k_cache", "v_cache"))
+    q4 = case["q"][:, :, None, :]  # [B, HQ, 1, D]
+    want = torch.nn.functional.scaled_dot_product_attention(q4, kc, vc, enable_gqa=True)[:, :, 0].float()
+    record = fipeer.case_record(2, 48, fp8, case, want.to(torch.bfloat16), want, 0.05 if fp8 else 0.02)
+    monkeypatch.setattr(fipeer, "measure", lambda call, args: Timing(1.0, 1.0, 1.0, 1, "fake"))
+    args, dev = argparse.Namespace(timer="events"), torch.device("cpu")
+    res = fipeer.run_one(_FakeDecodeFlashInfer(), record, "tc", args, dev)
+    assert res["timing"] is not None and "|flashinfer - b12x|" in res["note"], res["note"]
+    assert res["impl"] == "flashinfer decode" and res["max_err_vs_b12x"] <= record["tol"]
+    monkeypatch.setattr(_Decode, "drop", 1)
+    res = fipeer.run_one(_FakeDecodeFlashInfer(), record, "tc", args, dev)
+    assert res["timing"] is None and res["note"].startswith("not timed: disagrees with the reference")
