@@ -6,7 +6,7 @@
 #   bash scripts/jobs/s65_a.sh moe_att   #7: T = 4096 against the bf16 grouped_mm peer; #8: extend against SDPA; then
 #                                        #7's E = 128 bound (`s63_a.sh probe`: the one-launch skeleton, the same-size copy)
 # #8's tables with FlashInfer need its wheel carried first (scripts/jobs/install_flashinfer.sh, two calls), then
-# `s65_a.sh fi`: decode (the `att_fi` line of s29_fi.txt with --calls-per-graph 8 --copy-rows) and extend, where
+# `s65_a.sh fi bf16` and `fi fp8`: decode (s29_fi.txt's `att_fi` line with --calls-per-graph 8 --copy-rows) and extend, where
 # FlashInfer's paged prefill is the peer since session 65 (row "flashinfer prefill", never run on the wheel yet).
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
@@ -17,12 +17,14 @@ case ${1:-} in
   moe_att)
     BENCH_LIMIT=${BENCH_LIMIT:-170} TAIL=40 bash scripts/jobs/named.sh "$jobs" c65_moe4096 c65_extend
     PROBE_S=150 bash scripts/jobs/s63_a.sh probe ;;
-  fi)
+  fi)  # one KV dtype a call (`s65_a.sh fi bf16`, then `fi fp8`): each child JITs FlashInfer once (~26 s)
+    kv=${2:?s65_a.sh fi needs the KV dtype: bf16 or fp8}
     m=benchmarks.experimental.b12x.bench_attention
-    timeout 280 python3 -m $m --mode extend --kv all --flashinfer-site /root/fi --timer graph \
-      --json "$OUT/fi65_extend.json" >"$OUT/fi65_extend.log" 2>&1; echo "extend rc=$?"; tail -30 "$OUT/fi65_extend.log"
-    timeout 280 python3 -m $m --mode decode --kv all --batch 1 8 32 128 --kv-len 1024 8192 32768 --flashinfer-site \
-      /root/fi --timer graph --calls-per-graph 8 --copy-rows --json "$OUT/fi65_decode.json" >"$OUT/fi65_decode.log" 2>&1
-    echo "decode rc=$?"; tail -45 "$OUT/fi65_decode.log" | cut -c1-200 ;;
+    timeout 200 python3 -m $m --mode extend --kv "$kv" --flashinfer-site /root/fi --timer graph \
+      --json "$OUT/fi65_extend_$kv.json" >"$OUT/fi65_extend_$kv.log" 2>&1; echo "extend rc=$?"
+    tail -25 "$OUT/fi65_extend_$kv.log" | cut -c1-200
+    timeout 330 python3 -m $m --mode decode --kv "$kv" --batch 1 8 32 128 --kv-len 1024 8192 32768 --flashinfer-site \
+      /root/fi --timer graph --calls-per-graph 8 --copy-rows --json "$OUT/fi65_decode_$kv.json" \
+      >"$OUT/fi65_decode_$kv.log" 2>&1; echo "decode rc=$?"; tail -45 "$OUT/fi65_decode_$kv.log" | cut -c1-200 ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
 esac
