@@ -27,7 +27,7 @@ from benchmarks.experimental.b12x._flashinfer_peer import (
 )
 
 EXTEND_FP8_SCALE = 0.125  # fp8 extend cases: K/V hold randn * 8, dequantized with descale 1/8 (one value for all)
-ROW = "flashinfer prefill"
+ROW, VARIANT = "flashinfer prefill", "prefill"  # its row name and the variant its results carry
 
 
 def extend_seed(batch: int, q_len: int) -> int:
@@ -136,15 +136,10 @@ def _prefill_wrapper(fi, record: dict, dev: torch.device, graph: bool):
 def run_extend(fi, record: dict, args: argparse.Namespace, dev: torch.device) -> dict:
     """Check then time FlashInfer's paged prefill on one extend case; the result entry (``timing`` None when not
     timed, with the reason in ``note``)."""
-    res = {"batch": record["batch"], "kv_len": record["kv_len"], "fp8": record["fp8"], "variant": "prefill"}
+    res = {"batch": record["batch"], "kv_len": record["kv_len"], "fp8": record["fp8"], "variant": VARIANT}
     res |= {"impl": ROW, "timing": None, "max_err_vs_ref": None, "note": ""}
     case, why = redraw_extend(record, dev)
     if why:
         return res | {"note": f"not timed: {why}"}
-    want = causal_reference(case)
     wrapper = _prefill_wrapper(fi, record, dev, args.timer == "graph")
-    q, kv = case["q"], (case["k_cache"], case["v_cache"])
-    out = torch.empty_like(q)
-    kw = {"k_scale": record["kv_scale"], "v_scale": record["kv_scale"]} if record["fp8"] else {}
-    call = lambda: wrapper.run(q, kv, out=out, **kw)  # noqa: E731
-    return check_then_time(res, call, out, want, record, args, dev)
+    return check_then_time(res, wrapper, case, causal_reference(case), record, args, dev)

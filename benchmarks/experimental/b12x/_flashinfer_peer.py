@@ -236,16 +236,17 @@ def run_one(fi, record: dict, variant: str, args: argparse.Namespace, dev: torch
     if why:
         return res | {"note": f"not timed: {why}"}
     wrapper = _wrapper(fi, record, dev, tensor_cores, args.timer == "graph")
+    return check_then_time(res, wrapper, case, record["want"], record, args, dev, ours=record["out"])
+
+
+def check_then_time(res: dict, wrapper, case: dict, want: torch.Tensor, record: dict, args, dev, ours=None) -> dict:
+    """Run the planned FlashInfer `wrapper` once on the case's q and paged K/V (fp8: the record's scalar k / v
+    scale) into a NaN-poisoned output, compare with the reference `want` (and our output `ours` when given); time
+    it with the parent's clock only if it agrees within the record's tolerance."""
     q, kv = case["q"], (case["k_cache"], case["v_cache"])
     out = torch.empty_like(q)
     kw = {"k_scale": record["kv_scale"], "v_scale": record["kv_scale"]} if record["fp8"] else {}
     call = lambda: wrapper.run(q, kv, out=out, **kw)  # noqa: E731
-    return check_then_time(res, call, out, record["want"], record, args, dev, ours=record["out"])
-
-
-def check_then_time(res: dict, call, out: torch.Tensor, want: torch.Tensor, record: dict, args, dev, ours=None) -> dict:
-    """Run FlashInfer's `call` once into the NaN-poisoned `out`, compare with the reference `want` (and our output
-    `ours` when given); time it with the parent's clock only if it agrees within the record's tolerance."""
     out.fill_(float("nan"))  # poisoned: a row the kernel skips shows up as NaN
     call()
     if dev.type == "cuda":
@@ -313,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         records = load_cases(args.cases)
         dev = torch.device(args.device)
         dev = dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+        from benchmarks.experimental.b12x import _flashinfer_extend as fiext  # imports this module: not at the top
+
         results = []
         for variant in variants:
             for record in records:
@@ -321,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 try:
                     if extend:
-                        from benchmarks.experimental.b12x._flashinfer_extend import run_extend
-
-                        results.append(run_extend(fi, record, args, dev))
+                        results.append(fiext.run_extend(fi, record, args, dev))
                     else:
                         results.append(run_one(fi, record, variant, args, dev))
                     torch.cuda.empty_cache()  # the case's caches went with the run's frame
@@ -331,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                     msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
                     print(f"flashinfer peer {variant} B={record['batch']} L={record['kv_len']}: {msg}", file=sys.stderr)
                     entry = {"batch": record["batch"], "kv_len": record["kv_len"], "fp8": record["fp8"]}
-                    impl = "flashinfer prefill" if extend else VARIANTS[variant][0]
-                    entry |= {"variant": "prefill" if extend else variant, "impl": impl, "timing": None}
+                    impl = fiext.ROW if extend else VARIANTS[variant][0]
+                    entry |= {"variant": fiext.VARIANT if extend else variant, "impl": impl, "timing": None}
                     results.append(entry | {"note": f"not timed: {msg}"})
                     torch.cuda.empty_cache()
     except Exception as e:
