@@ -126,6 +126,22 @@ def run_python():
     return _run_python
 
 
+def captured(step):
+    """A CUDA graph of step(), after one warm-up call on a side stream (kernel loads and lazy state stay out of it).
+    The gpu tests of every op capture through it."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
 def _compile_recording(fn, *args, backend="eager"):
     """fn compiled by torch.compile(fullgraph=True) through a backend that keeps dynamo's graphs ("eager" runs them
     as traced, "aot_eager" after AOTAutograd's functionalization), called on args: (outputs, the graphs'

@@ -12,6 +12,7 @@ from flashinfer.experimental.b12x.gemm.blockscaled import _decode_sweeps as DS
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_mma16 as KM
 from flashinfer.experimental.b12x.gemm.blockscaled import _kernel_tiled as KT
 from flashinfer.experimental.b12x.gemm.blockscaled import _twopass as TP
+from tests.experimental.b12x.conftest import captured
 
 from .helpers import PAIRS, TORCH, check_tolerance, make_operands
 
@@ -195,16 +196,9 @@ def test_graph_replay_equals_eager_and_follows_a_device_alpha(a_fmt, b_fmt, m):
     alpha = torch.tensor([ops.alpha], dtype=torch.float32, device="cuda")
     B.prewarm(ops.weight, [m], activation=ops.a_values.dtype if ops.a_scales is None else None)
     eager = B.mm(lhs, ops.weight, alpha=alpha)
-    out = torch.full_like(eager, float("nan"))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        B.mm(lhs, ops.weight, out, alpha=alpha)  # warm on the capture stream
-    torch.cuda.current_stream().wait_stream(side)
-    out.fill_(float("nan"))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        B.mm(lhs, ops.weight, out, alpha=alpha)
+    out = torch.empty_like(eager)
+    graph = captured(lambda: B.mm(lhs, ops.weight, out, alpha=alpha))
+    out.fill_(float("nan"))  # poisoned after the warm-up call wrote it
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
@@ -316,14 +310,7 @@ def test_linear_prewarm_then_freeze_and_graph_replay(op):
             y = mod.mm(x[:m], pw)
             torch.cuda.synchronize()
             assert y.shape == (m, 2048) and torch.isfinite(y.float()).all()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            mod.mm(x, pw, out)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            mod.mm(x, pw, out)
+        graph = captured(lambda: mod.mm(x, pw, out))
         x.copy_((torch.randn(16, 1024, device="cuda", generator=g) * 2).to(torch.bfloat16))
         out.fill_(float("nan"))
         graph.replay()

@@ -27,6 +27,7 @@ from benchmarks.experimental.b12x.bench_moe import routing, synthetic_checkpoint
 from flashinfer.experimental.b12x._lib.freeze import KernelResolutionFrozenError
 from flashinfer.experimental.b12x.moe.fused_moe import _combine, api
 from flashinfer.experimental.b12x.moe.fused_moe import reference as REF
+from tests.experimental.b12x.conftest import captured
 
 from .stand_in import assert_bf16_close, check_operands, check_staged, dense_layer, kernel_intermediate
 
@@ -323,15 +324,7 @@ def test_ignored_routes_add_nothing():
 def capture(binding) -> torch.cuda.CUDAGraph:
     """A CUDA graph of `fm.run(binding=binding)`, run once on a side stream before the capture (as a
     serving stack warms up)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fm.run(binding=binding)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fm.run(binding=binding)
-    return graph
+    return captured(lambda: fm.run(binding=binding))
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["grid_e", "compact_grid"])

@@ -8,19 +8,6 @@ from flashinfer.experimental.b12x.norm.mhc import reference as R
 SCALARS = dict(rms_eps=1e-6, hc_eps=1e-6, sinkhorn_iters=20)
 
 
-def captured(step) -> torch.cuda.CUDAGraph:
-    """A CUDA graph of step(), after one warm-up call on a side stream (kernel loads and lazy state stay out of it)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph
-
-
 def inputs(tokens, hidden, *, dtype=torch.bfloat16, device="cpu", seed=0):
     """Fresh random inputs of one call (api.synthetic_inputs); never zeros."""
     gen = torch.Generator(device=device).manual_seed(seed)

@@ -10,8 +10,9 @@ import b12x
 from b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import _config, _kernel, _kernel_fused, _kernel_row, _kernel_small
 from flashinfer.experimental.b12x.norm.mhc import reference as R
+from tests.experimental.b12x.conftest import captured
 
-from .mhc_cases import SCALARS, captured, check_rule, inputs, poisoned, pre_refs
+from .mhc_cases import SCALARS, check_rule, inputs, poisoned, pre_refs
 
 pytestmark = pytest.mark.gpu
 MAX_T = 8192

@@ -9,8 +9,9 @@ import torch
 from b12x.norm import mhc
 from flashinfer.experimental.b12x.norm.mhc import _config
 from flashinfer.experimental.b12x.norm.mhc import reference as R
+from tests.experimental.b12x.conftest import captured
 
-from .mhc_cases import SCALARS, captured
+from .mhc_cases import SCALARS
 from .test_mhc_gpu import check_outputs, gpu_inputs, pre_buffers, prepared
 
 pytestmark = pytest.mark.gpu
