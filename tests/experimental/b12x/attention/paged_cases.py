@@ -43,6 +43,7 @@ def make_case(
     num_q_heads=8,
     num_kv_heads=2,
     head_dim=64,
+    head_dim_v=None,
     page_size=16,
     dtype=torch.bfloat16,
     kv_dtype=None,
@@ -61,13 +62,15 @@ def make_case(
     pages_per = [math.ceil(n / page_size) for n in kv_lens]
     num_pages = sum(pages_per) + extra_pages
     width = width or max([*pages_per, 1])
+    dv = head_dim if head_dim_v is None else head_dim_v
     shape = (num_pages, page_size, num_kv_heads, head_dim)
     if combined:  # one [pages, 2, page_size, Hkv, D] tensor; K and V are strided views of it
+        assert dv == head_dim, "combined K/V caches share one head dim"
         kv = torch.empty((num_pages, 2, page_size, num_kv_heads, head_dim), dtype=kv_dtype, device=dev)
         k_cache, v_cache = kv[:, 0], kv[:, 1]
     else:
         k_cache = torch.empty(shape, dtype=kv_dtype, device=dev)
-        v_cache = torch.empty(shape, dtype=kv_dtype, device=dev)
+        v_cache = torch.empty(shape[:3] + (dv,), dtype=kv_dtype, device=dev)
     for cache in (k_cache, v_cache):
         if fp8:
             cache.view(torch.uint8).fill_(0x7F)  # e4m3 NaN
@@ -81,7 +84,7 @@ def make_case(
     for b, n in enumerate(kv_lens):
         padded = pages_per[b] * page_size
         k = torch.randn(padded, num_kv_heads, head_dim, generator=gen, device=dev)
-        v = torch.randn(padded, num_kv_heads, head_dim, generator=gen, device=dev)
+        v = torch.randn(padded, num_kv_heads, dv, generator=gen, device=dev)
         k, v = ((k * 40).to(kv_dtype), (v * 40).to(kv_dtype)) if fp8 else (k.to(kv_dtype), v.to(kv_dtype))
         mine = perm[cursor : cursor + pages_per[b]]
         cursor += pages_per[b]
@@ -90,7 +93,7 @@ def make_case(
         full = n // page_size
         if full:
             k_cache[mine[:full]] = k[: full * page_size].view(full, page_size, num_kv_heads, head_dim)
-            v_cache[mine[:full]] = v[: full * page_size].view(full, page_size, num_kv_heads, head_dim)
+            v_cache[mine[:full]] = v[: full * page_size].view(full, page_size, num_kv_heads, dv)
         if n % page_size:
             k_cache[mine[full], : n % page_size] = k[full * page_size : n]
             v_cache[mine[full], : n % page_size] = v[full * page_size : n]

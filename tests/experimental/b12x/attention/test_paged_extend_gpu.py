@@ -156,6 +156,18 @@ def test_extend_at_page_128(kv_dtype):
     check(prepared(caps_for(case, kv_dtype=kv_dtype)), case)
 
 
+@pytest.mark.parametrize("mode", ["extend", "verify"])
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("dims", [(128, 64), (64, 128), (256, 128)], ids=lambda d: f"qk{d[0]}vo{d[1]}")
+def test_dqk_differs_from_dv(dims, kv_dtype, mode):
+    """Dqk != Dv on the default plan (the larger dim's tiles; V copied at its own width, by fewer or more of the copy
+    threads than K): ragged new tokens crossing page edges; verify with one q_len for every request."""
+    q_lens = [300, 129, 2] if mode == "extend" else [7, 7, 7]
+    case = make_case([700, 129, 9], q_lens, num_q_heads=32, num_kv_heads=8, head_dim=dims[0], head_dim_v=dims[1],
+                     page_size=16, kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(dims))  # fmt: skip
+    check(prepared(caps_for(case, mode=mode, kv_dtype=kv_dtype)), case)
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
                                             ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip

@@ -160,6 +160,17 @@ def test_decode_at_page_128(kv_dtype):
     check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype)), case)
 
 
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("dims", [(128, 64), (64, 128), (256, 128)], ids=lambda d: f"qk{d[0]}vo{d[1]}")
+@pytest.mark.parametrize("kv_lens", [[3, 129, 5000], [700] * 20 + [33000]], ids=["ragged3", "batch21"])
+def test_dqk_differs_from_dv(kv_lens, dims, kv_dtype):
+    """Dqk != Dv on the default plan (the larger dim's tiles; V copied at its own width): a few ragged requests
+    (the small-batch tile, split over many CTAs) and 21 (the batch tiles, one request 33k keys long)."""
+    case = make_case(kv_lens, num_q_heads=32, num_kv_heads=8, head_dim=dims[0], head_dim_v=dims[1], page_size=16,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=sum(dims) + len(kv_lens))  # fmt: skip
+    check(prepared(caps_for(case, dtype="bfloat16", kv_dtype=kv_dtype)), case)
+
+
 @pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("dtype,kv_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float8_e4m3fn"),
                                             ("float16", "float16"), ("float16", "float8_e4m3fn")])  # fmt: skip

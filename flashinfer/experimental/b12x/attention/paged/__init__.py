@@ -3,7 +3,7 @@
 Implemented: modes "decode" (one query row per request; split-KV chosen on device), "extend"
 (ragged q_len per request, causal right-aligned; FlashAttention-2 style kernel) and "verify" (the
 extend kernel, one q_len for all requests), with bf16/fp16 q, KV in q's dtype or fp8 e4m3
-(per-request, per-KV-head descales), head_dim_qk == head_dim_vo in {64, 128, 256}, page size
+(per-request, per-KV-head descales), head_dim_qk and head_dim_vo each in {64, 128, 256}, page size
 16/32/64/128, GQA groups Hq/Hkv <= 16, sliding window, sink logits.
 Not yet: msa_block_sparse (plan raises NotImplementedError).
 Lifecycle and contracts: `api.py`; math: `reference.py`; FORMATS.md "attention.paged".

@@ -9,6 +9,7 @@ from ._config import (
     ExtendConfig,
     default_extend_config,
     extend_item_capacity,
+    tile_head_dim,
     why_not,
     why_not_extend,
     why_not_pdl,
@@ -70,7 +71,8 @@ def validate_caps(caps) -> None:
             raise ValueError(
                 f"config must be an ExtendConfig or None in mode {caps.mode!r}, got {type(caps.config).__name__}"
             )
-        config = caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, "sm_120a", caps.mode)
+        dim = tile_head_dim(caps.head_dim_qk, caps.head_dim_vo)
+        config = caps.config or default_extend_config(caps.kv_dtype, dim, "sm_120a", caps.mode)
         reason = why_not_extend(*dims, caps.page_size, config, "sm_90a")
         if reason is None and caps.num_q_heads % caps.num_kv_heads == 0:
             tokens = config.list_tokens(caps.group)

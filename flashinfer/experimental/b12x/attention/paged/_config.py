@@ -257,6 +257,12 @@ def epilogue_offsets(kv_dtype: str, head_dim: int, head_dim_v: int, config: Deco
     return k_stage, config.stages * k_stage + v_stage
 
 
+def tile_head_dim(head_dim_qk: int, head_dim_vo: int) -> int:
+    """The head dim the plan's default tiles are chosen for: the larger of Dqk and Dv, whose shared memory bounds
+    both (every measured default has Dqk = Dv)."""
+    return max(head_dim_qk, head_dim_vo)
+
+
 def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, page_size, config, arch) -> str | None:
     """None when the decode kernel implements this problem with `config` on `arch`, else why not."""
     if q_dtype not in DTYPES:
@@ -267,8 +273,8 @@ def why_not(q_dtype, kv_dtype, num_q_heads, num_kv_heads, head_dim, head_dim_v, 
         return f"num_q_heads ({num_q_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
     if num_q_heads // num_kv_heads > M_TILE:
         return f"GQA group size Hq/Hkv = {num_q_heads // num_kv_heads} > {M_TILE} is not implemented"
-    if head_dim != head_dim_v or head_dim not in (64, 128, 256):
-        return f"head_dim_qk == head_dim_vo in (64, 128, 256) is implemented, got {head_dim}/{head_dim_v}"
+    if head_dim not in (64, 128, 256) or head_dim_v not in (64, 128, 256):
+        return f"head_dim_qk and head_dim_vo in (64, 128, 256) are implemented, got {head_dim}/{head_dim_v}"
     if page_size not in (16, 32, 64, 128):
         return f"page_size must be 16, 32, 64 or 128, got {page_size}"
     c = config

@@ -16,6 +16,7 @@ from ._config import (
     paired_default,
     pairs_by_default,
     split_schedule,
+    tile_head_dim,
     why_not,
     with_pdl,
 )
@@ -47,11 +48,12 @@ def decode_choice(caps, arch: str, sm_count: int, max_batch: int | None = None):
     """(DecodeConfig, ScheduleConfig) of the heuristic for `caps` on `arch`, as if the plan held `max_batch` requests
     (default: caps.max_batch); caps.config, when set, is taken as it is (with the plan's pdl)."""
     max_batch = caps.max_batch if max_batch is None else max_batch
-    decode = caps.config or default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch, max_batch)
+    dim = tile_head_dim(caps.head_dim_qk, caps.head_dim_vo)
+    decode = caps.config or default_config(caps.kv_dtype, dim, caps.page_size, arch, max_batch)
     dims = (caps.dtype, caps.kv_dtype, caps.num_q_heads, caps.num_kv_heads, caps.head_dim_qk, caps.head_dim_vo)
     fits = lambda d: why_not(*dims, caps.page_size, d, arch) is None  # noqa: E731
     if caps.config is None and not fits(_fit_page(decode, caps.page_size)):
-        decode = default_config(caps.kv_dtype, caps.head_dim_qk, caps.page_size, arch)  # small shape unfit here
+        decode = default_config(caps.kv_dtype, dim, caps.page_size, arch)  # small shape unfit here
     decode = _fit_page(decode, caps.page_size)
     if caps.config is None and _config.FUSED_BY_DEFAULT:
         one_launch = max_batch <= _config.FUSED_SCHEDULE_MAX_BATCH
@@ -62,12 +64,12 @@ def decode_choice(caps, arch: str, sm_count: int, max_batch: int | None = None):
     if caps.config is None and cluster_by_default(max_batch, max_context, decode) and fits(clustered):
         decode = clustered
     pairs = paired_default(decode)
-    if caps.config is None and pairs_by_default(caps.kv_dtype, caps.head_dim_qk, arch, max_batch, decode):
+    if caps.config is None and pairs_by_default(caps.kv_dtype, dim, arch, max_batch, decode):
         decode = pairs if fits(pairs) else decode
     light = dataclasses.replace(decode, heads_n8=True)
     if caps.config is None and heads_n8_by_default(caps.kv_dtype, caps.group, arch, decode) and fits(light):
         decode = light
-    return decode, split_schedule(decode, caps.kv_dtype, caps.head_dim_qk, caps.num_kv_heads, sm_count, arch)
+    return decode, split_schedule(decode, caps.kv_dtype, dim, caps.num_kv_heads, sm_count, arch)
 
 
 def small_choice(caps, arch: str, sm_count: int):

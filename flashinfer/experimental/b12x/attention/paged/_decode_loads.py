@@ -11,6 +11,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
 from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, PDL_PREFETCH_KEYS, epilogue_offsets
+from ._fragments import row_copy
 
 
 class DecodeLoads:
@@ -221,12 +222,24 @@ class DecodeLoads:
         offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
         gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((nw, self.dve), stride=(mV.stride[1], 1)))
         tKs = thr_kv.partition_D(sKt)
-        tVs = thr_kv.partition_D(sVt)
-        pred = cute.make_rmem_tensor(
-            cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
-        )
-        for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
-            key = key0 + cKV[0, r, 0][0]
-            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
+        pred = self._rows_in(tKs, cKV, key0, kv_start, kv_end)
         cute.copy(kv_copy, thr_kv.partition_S(gK), tKs, pred=pred)
-        cute.copy(kv_copy, thr_kv.partition_S(gV), tVs, pred=pred)
+        if cutlass.const_expr(self.dve == self.de):
+            cute.copy(kv_copy, thr_kv.partition_S(gV), thr_kv.partition_D(sVt), pred=pred)
+        else:  # Dv != Dqk: V's rows have their own width, so their own copy (threads across a row) and predicate
+            v_copy, _ = row_copy(self.kv_dtype, self.dve, 32, 32)
+            thr_v = v_copy.get_slice(thr_kv.thr_idx)
+            tVs = thr_v.partition_D(sVt)
+            cV = thr_v.partition_S(cute.make_identity_tensor((nw, self.dve)))
+            cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=self._rows_in(tVs, cV, key0, kv_start, kv_end))
+
+    @cute.jit
+    def _rows_in(self, tS, cS, key0, kv_start, kv_end):
+        """The copy predicate of a thread's rows of one piece (`cS`: their coordinates): key in [kv_start, kv_end)."""
+        pred = cute.make_rmem_tensor(
+            cute.make_layout((1, cute.size(tS, mode=[1]), cute.size(tS, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
+        )
+        for r in cutlass.range_constexpr(cute.size(tS, mode=[1])):
+            key = key0 + cS[0, r, 0][0]
+            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
+        return pred

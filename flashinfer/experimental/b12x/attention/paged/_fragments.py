@@ -2,7 +2,7 @@
 
 - register plumbing: e4m3 -> fp16 conversion, prmt, float bit casts, quad (4-lane) reductions;
 - fragment views: an mma C fragment as (rows, cols), a C fragment reused as the A operand;
-- the swizzled shared-memory atom both kernels tile K/V/Q with;
+- the swizzled shared-memory atom both kernels tile K/V/Q with, and the cp.async row copy K and V take;
 - a softmax row's finish: its base-2 LSE and output factor (`softmax_finish`), then the attention sink
   in its denominator (`fold_sink`), which every kernel that writes final rows shares (decode, extend,
   the split merge, the cluster merge);
@@ -17,7 +17,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
-from cutlass.cute.nvgpu import warp
+from cutlass.cute.nvgpu import cpasync, warp
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ._config import LOG2E, k_expand_moves, q_dim_slot, v_expand_moves
@@ -140,6 +140,17 @@ def swizzled(rows: int, cols: int, dtype) -> cute.ComposedLayout:
     bits = 3 if width == 64 else 2
     atom = cute.make_composed_layout(cute.make_swizzle(bits, 3, 3), 0, cute.make_layout((8, width), stride=(width, 1)))
     return atom, width
+
+
+def row_copy(dtype, cols: int, threads: int, max_rows: int, wide: bool = False):
+    """(cp.async tiled copy, threads it uses) of 16-byte vectors (8 `dtype` elements) over (rows, cols) tiles:
+    min(cols / 8, 32) threads across a row (cols / 16 with `wide`: each thread's vectors half a row apart, one source
+    address), min(threads / that, max_rows) rows. K and V take one each, so Dv may differ from Dqk."""
+    atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), dtype, num_bits_per_copy=128)
+    across = min(cols // (16 if wide else 8), 32)
+    rows = min(threads // across, max_rows)
+    tv = cute.make_tiled_copy_tv(atom, cute.make_layout((rows, across), stride=(across, 1)), cute.make_layout((1, 8)))
+    return tv, rows * across
 
 
 def kv_operand(src, real_shape, tiled_mma, thr_mma, lane, kv_dtype, mma_dtype, expand, *, operand, transpose):

@@ -110,6 +110,7 @@ from ._fragments import (
     online_softmax,
     quad_max,
     quad_sum,
+    row_copy,
     softmax_finish,
     stage_q_fp16,
     stage_q_fp16_vec,
@@ -202,14 +203,9 @@ class PagedDecode(DecodeLoads, DecodeN8):
         )
         if cutlass.const_expr(self.n8):
             tiled_mma = n8_tiled_mma(self.mma_dtype)
-        cp_atom = cute.make_copy_atom(
-            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
-        )
-        # One warp copies one (keys_per_warp, De) sub-tile: 16-byte vectors, a row per 16*8 bytes.
-        vec_cols = min(self.de // 8, 32)
-        kv_copy = cute.make_tiled_copy_tv(
-            cp_atom, cute.make_layout((32 // vec_cols, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
-        )
+        # One warp copies one (keys_per_warp, De) sub-tile: 16-byte vectors, a row per 16*8 bytes (V's own copy
+        # where Dv != Dqk: `_load_piece`).
+        kv_copy, _ = row_copy(self.kv_dtype, self.de, 32, 32)
         q_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.q_dtype, num_bits_per_copy=128
         )

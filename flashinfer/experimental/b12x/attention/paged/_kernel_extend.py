@@ -51,7 +51,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..._lib.compile import cute_compile, kernel
 from ._config import ExtendConfig, why_not_extend
 from ._fake import CUTE_DTYPES, paged_io
-from ._fragments import stage_q_fp16, swizzled
+from ._fragments import row_copy, stage_q_fp16, swizzled
 from ._kernel_extend_persistent import ExtendPersistent
 from ._kernel_extend_tile import ExtendTile
 
@@ -145,18 +145,11 @@ class PagedExtend(ExtendTile, ExtendPersistent):
             (self.warps, 1, 1),
             permutation_mnk=(self.warps * 16, 16, 16),
         )
-        cp_atom = cute.make_copy_atom(
-            cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.kv_dtype, num_bits_per_copy=128
-        )
         # One chunk (ck keys x De) per copy: 16-byte vectors, threads beyond the chunk's rows idle.
         # wide_copy: half the threads across a row, so each thread moves vectors De / 2 apart in one
         # key row (one source address, the second at an immediate offset) instead of two rows; a
-        # warp's instruction still covers whole 32-byte sectors
-        vec_cols = min(self.de // (16 if self.wide_copy else 8), 32)
-        vec_rows = min(self.copiers // vec_cols, self.ck)
-        kv_copy = cute.make_tiled_copy_tv(
-            cp_atom, cute.make_layout((vec_rows, vec_cols), stride=(vec_cols, 1)), cute.make_layout((1, 8))
-        )
+        # warp's instruction still covers whole 32-byte sectors. V's own copy where Dv != Dqk: `_load_tile`.
+        kv_copy, kv_copy_threads = row_copy(self.kv_dtype, self.de, self.copiers, self.ck, self.wide_copy)
         q_atom = cute.make_copy_atom(
             cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), self.q_dtype, num_bits_per_copy=128
         )
@@ -166,7 +159,7 @@ class PagedExtend(ExtendTile, ExtendPersistent):
         )
         self.kernel(
             mQ, mK, mV, mPT, mCu, mLens, mWork, mCount, mOut, mLse, mSink, mKDesc, mVDesc, scale_log2, has_sink,
-            window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, vec_rows * vec_cols, q_copy,
+            window_left, sQ_layout, sK_layout, sV_layout, tiled_mma, kv_copy, kv_copy_threads, q_copy,
         ).launch(grid=[self.hkv, self._grid_rows(mWork), 1], block=[self.threads, 1, 1], stream=stream,
                  use_pdl=self.pdl in ("dependent", "wait", "wait+trigger"))  # fmt: skip
 

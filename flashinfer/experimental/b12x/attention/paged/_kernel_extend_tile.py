@@ -19,6 +19,7 @@ from ._fragments import (
     mn_view,
     quad_max,
     quad_sum,
+    row_copy,
     softmax_finish,
 )
 
@@ -83,6 +84,11 @@ class ExtendTile:
         page_prefetch the chunks' pages come from `pages` (`_page_ids` of this tile), else from mPT."""
         if tidx < copy_threads:
             thr = kv_copy.get_slice(tidx)
+            thr_v, v_copy, v_threads = thr, kv_copy, copy_threads
+            if cutlass.const_expr(self.dve != self.de):  # V's rows have their own width: their own copy, whose
+                # threads past v_threads skip V
+                v_copy, v_threads = row_copy(self.kv_dtype, self.dve, copy_threads, self.ck, self.wide_copy)
+                thr_v = v_copy.get_slice(tidx % v_threads)
             for ch in cutlass.range_constexpr(self.chunks):
                 k0 = key0 + ch * self.ck
                 page = Int32(0)
@@ -100,15 +106,24 @@ class ExtendTile:
                     mV.iterator + offv, cute.make_layout((self.ck, self.dve), stride=(mV.stride[1], 1))
                 )
                 tKs = thr.partition_D(cute.local_tile(sK[None, None, stage], (self.ck, self.de), (ch, 0)))
-                tVs = thr.partition_D(cute.local_tile(sV[None, None, stage], (self.ck, self.dve), (ch, 0)))
-                pred = cute.make_rmem_tensor(
-                    cute.make_layout((1, cute.size(tKs, mode=[1]), cute.size(tKs, mode=[2])), stride=(0, 1, 0)),
-                    cutlass.Boolean,
-                )
-                for r in cutlass.range_constexpr(cute.size(tKs, mode=[1])):
-                    pred[0, r, 0] = k0 + cKV[0, r, 0][0] < kv_len
+                pred = self._rows_below(tKs, cKV, k0, kv_len)
                 cute.copy(kv_copy, thr.partition_S(gK), tKs, pred=pred)
-                cute.copy(kv_copy, thr.partition_S(gV), tVs, pred=pred)
+                tVs = thr_v.partition_D(cute.local_tile(sV[None, None, stage], (self.ck, self.dve), (ch, 0)))
+                if cutlass.const_expr(self.dve == self.de):
+                    cute.copy(kv_copy, thr.partition_S(gV), tVs, pred=pred)
+                elif tidx < v_threads:
+                    cV = thr_v.partition_S(cute.make_identity_tensor((self.ck, self.dve)))
+                    cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=self._rows_below(tVs, cV, k0, kv_len))
+
+    @cute.jit
+    def _rows_below(self, tS, cS, k0, kv_len):
+        """The copy predicate of a thread's rows of one chunk (`cS`: their coordinates): key k0 + row < kv_len."""
+        pred = cute.make_rmem_tensor(
+            cute.make_layout((1, cute.size(tS, mode=[1]), cute.size(tS, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
+        )
+        for r in cutlass.range_constexpr(cute.size(tS, mode=[1])):
+            pred[0, r, 0] = k0 + cS[0, r, 0][0] < kv_len
+        return pred
 
     @cute.jit
     def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,

@@ -14,8 +14,9 @@
 
 Implemented: modes "decode" (every request has one query row), "extend" (ragged q_len >= 0 per
 request, `cu_seqlens_q`) and "verify" (extend with one q_len for every request), q bf16/fp16, KV in
-q's dtype or fp8 e4m3 (with per-(request, KV head) descales), head_dim_qk == head_dim_vo in {64, 128,
-256}, page size 16/32/64/128, Hq/Hkv <= 16, sliding window (`window_left`), sink logits.
+q's dtype or fp8 e4m3 (with per-(request, KV head) descales), head_dim_qk and head_dim_vo each in {64,
+128, 256} (Dqk != Dv too: the default tiles are those of the larger), page size 16/32/64/128, Hq/Hkv <= 16,
+sliding window (`window_left`), sink logits.
 msa_block_sparse raises NotImplementedError at plan time. Tensor contracts: FORMATS.md
 "attention.paged" and `reference.py`.
 
@@ -78,6 +79,7 @@ from ._config import (
     ScheduleConfig,
     default_extend_config,
     extend_item_capacity,
+    tile_head_dim,
     why_not,
     why_not_extend,
     why_not_schedule,
@@ -195,7 +197,10 @@ class PagedAttentionPlan(Plan):
         caps = self.caps
         if caps.mode in EXTEND_MODES:
             return ExtendSelection(
-                caps.config or default_extend_config(caps.kv_dtype, caps.head_dim_qk, arch or "sm_120a", caps.mode)
+                caps.config
+                or default_extend_config(
+                    caps.kv_dtype, tile_head_dim(caps.head_dim_qk, caps.head_dim_vo), arch or "sm_120a", caps.mode
+                )
             )
         arch = arch or "sm_120a"
         decode, schedule = decode_choice(caps, arch, self._sm_count())
