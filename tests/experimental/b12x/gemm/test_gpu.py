@@ -491,3 +491,13 @@ def test_gemv_env_selection_prewarm_and_freeze(monkeypatch):
     finally:
         b12x.unfreeze_kernel_resolution()
     assert compile_gemv.compile_count == before
+
+
+@pytest.mark.parametrize("recipe,n,k,message", [("nvfp4", 256, 160, "K must be a positive multiple of 128"),
+                                                ("mxfp8", 100, 256, "N must be a positive multiple of 16")])  # fmt: skip
+def test_pack_weight_rejects_shapes_no_kernel_takes(recipe, n, k, message):
+    """The issue's "rejected with a clear error at plan/pack time": a CUDA weight no kernel takes fails in pack_weight
+    (a CPU one packs: test_pack_weight.py), naming the dim."""
+    w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(n)) * 0.02
+    with pytest.raises(ValueError, match=f"gemm pack_weight: {message} for the b12x GEMM kernels, got"):
+        b12x.gemm.blockscaled.pack_weight(w, recipe=recipe)

@@ -129,3 +129,11 @@ def test_high_precision_weights_quantize_with_the_oracles(recipe):
 def test_errors_name_what_was_expected(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("recipe,n,k", [("nvfp4", 256, 160), ("mxfp8", 100, 256)])
+def test_a_cpu_weight_packs_shapes_no_kernel_takes(recipe, n, k):
+    """K % 128 != 0 or N % 16 != 0: packed on the CPU all the same (the reference runs it); on CUDA pack_weight
+    rejects it (test_gpu.py::test_pack_weight_rejects_shapes_no_kernel_takes)."""
+    w = pack_weight(_w(n=n, k=k), recipe=recipe)
+    assert (w.n, w.k, w.recipe) == (n, k, recipe)

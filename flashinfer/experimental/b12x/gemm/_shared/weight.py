@@ -21,7 +21,7 @@ import torch
 
 from ..._lib import quant as Q
 from ..._lib.quant.scales import as_bytes
-from .formats import FORMAT, QUANTIZED
+from .formats import FORMAT, QUANTIZED, check_shape
 
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 _FP4X2 = getattr(torch, "float4_e2m1fn_x2", None)
@@ -169,7 +169,16 @@ def pack_weight(
     "dequant" (ModelOpt weight_scale_2 = 1/gs).
     input_scale: optional activation scale kept on the Weight (NVFP4 gs_a multiplier; tensor-FP8
     static activation dequant scale).
+    On CUDA the weight must also fit the kernels (K % 128 == 0, N % 16 == 0: `formats.check_shape`), so a shape no
+    kernel takes fails here, at pack time; a CPU weight packs whatever its format allows (the reference runs it).
     """
+    w = _pack(weight, scale, recipe, global_scale, global_scale_kind, input_scale)
+    if w.values.device.type == "cuda":
+        check_shape("gemm pack_weight", w.n, w.k)
+    return w
+
+
+def _pack(weight, scale, recipe, global_scale, global_scale_kind, input_scale) -> Weight:
     if not isinstance(weight, torch.Tensor):
         raise ValueError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
     if recipe is not None and recipe not in QUANTIZED:
