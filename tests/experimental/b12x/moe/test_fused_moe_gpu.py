@@ -156,6 +156,34 @@ def test_swiglu_parameters_on_a_tp_shard(mode, source):
         check_case(p, experts, a, ids, w, f"{mode}/{source} swiglu(3.5, 1.25, 0.5) I={i} T={t}")
 
 
+@pytest.mark.parametrize("mode, source", [("nvfp4", "modelopt_nvfp4"), ("w4a16", "fp4_e8m0_k32")])
+def test_w31_checkpoint_runs_the_same_layer(mode, source):
+    """A w31 checkpoint (up rows before gate) packs, on the device, to the w13 one's bytes and runs the same layer
+    bit for bit; the audit found w31 only on the CPU."""
+    e, k, h, i = SHAPES[0]
+    outs, packed = [], []
+    for layout in ("w13", "w31"):
+        wplan = fm.plan_weights(quant_modes=mode, source_format=source, activation="silu", num_experts=e,
+                                hidden_size=h, intermediate_size=i, w13_layout=layout)  # fmt: skip
+        ckpt = synthetic_checkpoint(wplan, DEV, torch.Generator(device=DEV).manual_seed(31))
+        if layout == "w31":  # the same rows, halves swapped
+            for name in ("w1_fp4", "w1_blockscale"):
+                ckpt[name] = torch.cat([ckpt[name][:, i:], ckpt[name][:, :i]], dim=1).contiguous()
+        experts = fm.prepare_weights(plan=wplan, **ckpt)
+        packed.append(experts)
+        p = fm.plan(fm.Caps(max_tokens=1000, num_topk=k, device=DEV, weight_plan=wplan, quant_mode=mode))
+        with b12x.PreparationSession(DEV) as session:
+            session.prepare([p])
+        layer = []
+        for t in (7, 1000):
+            a, ids, w = inputs(t, k, e, h, seed=310 + t)
+            layer.append(check_case(p, experts, a, ids, w, f"{mode}/{source} {layout} T={t}")[0].clone())
+        outs.append(layer)
+    assert torch.equal(packed[0].w1_values, packed[1].w1_values)
+    assert torch.equal(packed[0].w1_scales.view(torch.uint8), packed[1].w1_scales.view(torch.uint8))
+    assert all(torch.equal(x, y) for x, y in zip(*outs))
+
+
 @pytest.mark.parametrize("mode, source", [("nvfp4", "modelopt_nvfp4"), ("w4a16", "modelopt_nvfp4")])
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: "x".join(map(str, s)))
 def test_larger_shapes(shape, mode, source):
