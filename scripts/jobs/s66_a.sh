@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 66's device job (after the two toolchain calls; snap.tar at the repository root).
-#   bash scripts/jobs/s66_a.sh staged   session 65's staged gpu tests (s66_staged.txt, side by side), then #6's slow
-#                                       compile gate of every gemm variant on the machine's CPU cores (no GPU needed)
+#   bash scripts/jobs/s66_a.sh staged   sessions 65-66's staged gpu tests (s66_staged.txt, side by side); with GATE=1
+#                                       then #6's slow compile gate of every gemm variant on the CPU cores (no GPU)
 #   bash scripts/jobs/s66_a.sh gate     the compile gate alone
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
@@ -17,7 +17,7 @@ case ${1:-} in
     TEST_LIMIT=${TEST_LIMIT:-330} bash scripts/device_snapshot_run.sh - @scripts/jobs/s66_staged.txt 2>&1 \
       | grep -E "^commit|^sel|FAILED|ERROR|^E  " | cut -c1-240 | head -40
     cp /tmp/b12x-par/sel*.log "${OUT:-/tmp}/" 2>/dev/null
-    gate ;;
+    [[ ${GATE:-0} == 1 ]] && gate ;;
   gate) gate ;;
   *) sed -n '2,5p' "$0"; exit 2 ;;
 esac
