@@ -168,3 +168,18 @@ def reset() -> None:
     with _lock:
         _pending = []
         _stats.clear()
+
+
+def seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:
+    """Mean device seconds of `fn()` on the current stream (CUDA events; the ops' Plan.measure for autotune)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters

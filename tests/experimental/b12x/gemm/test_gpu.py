@@ -501,3 +501,22 @@ def test_pack_weight_rejects_shapes_no_kernel_takes(recipe, n, k, message):
     w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(n)) * 0.02
     with pytest.raises(ValueError, match=f"gemm pack_weight: {message} for the b12x GEMM kernels, got"):
         b12x.gemm.blockscaled.pack_weight(w, recipe=recipe)
+
+
+def test_autotune_selects_a_candidate_and_caches_it(tmp_path):
+    """PreparationSession(autotune=True) times the plan's candidates (`_autotune`), keeps one of them, stores it, and
+    a later session without autotune takes the stored one; the tuned plan's products match the reference."""
+    q = B.GemmQuery("bfloat16", "nvfp4", 4096, 4096, max_m=16, m_values=(1, 16))
+    p = B.plan(q)
+    with b12x.PreparationSession("cuda", autotune=True, cache_dir=tmp_path) as s:
+        s.prepare([p])
+    arch = target_arch()
+    assert p.state.selection_source == "measured" and p.state.selection in p.candidates(arch)
+    again = B.plan(q)
+    with b12x.PreparationSession("cuda", cache_dir=tmp_path) as s:
+        s.prepare([again])
+    assert again.state.selection_source == "cached" and again.state.selection == p.state.selection
+    w = _weight("nvfp4", 4096, 4096)
+    for m in (1, 16):
+        ops = make_operands("bfloat16", "nvfp4", m, 4096, 4096, seed=m, device="cuda", weight=w)
+        check_tolerance(_run(ops, plan=p), ops, "bfloat16")

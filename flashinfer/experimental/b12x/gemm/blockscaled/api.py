@@ -29,6 +29,7 @@ from .._shared import launch as L
 from .._shared.formats import FORMAT, FORMATS, OUT_DTYPES, check_shape, dtype_key, pair_ok
 from .._shared.operands import TORCH_OUT, Problem, check_device_operands, check_layout, describe, resolve
 from .._shared.weight import Weight, pack_weight
+from . import _autotune as AT
 from . import _epilogue as EP
 from . import reference
 from ._epilogue import RopeAppend, RopeLayout
@@ -131,6 +132,16 @@ class GemmPlan(Plan):
             (b, chosen.get(b, L.default_config(b, q.n, q.k, q.b_format, a_fmt=q.a_format, arch=arch)))
             for b in q.buckets
         )
+
+    def candidates(self, arch) -> tuple:
+        """For PreparationSession(autotune=True): the heuristic selection first, then per-bucket alternatives
+        (`_autotune`); an override's plan keeps its own."""
+        if arch is None or self.override is not None:
+            return (self.heuristic(arch),)
+        return AT.candidates(self.caps, self.heuristic(arch))
+
+    def measure(self, state: PlanState) -> float:
+        return AT.measure(self.caps, state, synthetic_call)
 
     def kernels(self, config, arch: str) -> tuple:
         q = self.caps
@@ -524,6 +535,12 @@ def _synthetic_rhs(b_fmt: str, n: int, k: int, device) -> Weight:
 
 
 def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, weight=None) -> None:
+    synthetic_call(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, weight)()
+
+
+def synthetic_call(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, weight=None):
+    """A callable that launches `launcher` (a variant of `config`) once on synthetic operands of M = m, made here
+    once (prime runs it, autotune times it)."""
     rhs = weight if weight is not None else _synthetic_rhs(b_fmt, n, k, device)
     p = resolve(synthetic_lhs(a_fmt, m, k, device), rhs, None, c_dtype=out_dtype)
     epilogue = config.epilogue if L.is_fused(config) else "none"
@@ -536,9 +553,10 @@ def _run_synthetic(a_fmt, b_fmt, n, k, m, out_dtype, device, launcher, config, w
     args, alpha_f = L.launch_args(p.a.fmt, p.a.values, p.a.scales, None, p.b.fmt, b, sb, p.b.alpha, 1.0, out)
     if L.is_fused(config):  # R: zeros for the residual epilogue, else C itself; G: A flattened
         res = torch.zeros_like(out) if epilogue == "residual" else None
-        launcher(*L.fused_args(args, alpha_f, out, res, rope=None if rope is None else _synthetic_rope(rope, m, out)))
+        full = L.fused_args(args, alpha_f, out, res, rope=None if rope is None else _synthetic_rope(rope, m, out))
     else:
-        launcher(*args, alpha_f)
+        full = (*args, alpha_f)
+    return lambda: launcher(*full)
 
 
 def _synthetic_rope(layout: RopeLayout, m: int, out: torch.Tensor) -> RopeAppend:

@@ -41,19 +41,6 @@ def as_launcher(compile_fn, args, views=None):
     return launch
 
 
-def seconds_per_run(fn, warmup: int = 3, iters: int = 20) -> float:
-    """Mean device seconds of `fn()` on the current stream (CUDA events; for Plan.measure)."""
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
-
-
 def check_kernel_aligned(name: str, t: torch.Tensor, state, align: int) -> None:
     """Alignment matters only to the compiled kernel; the CPU reference (arch None) takes any."""
     if state.arch is not None:

@@ -31,9 +31,10 @@ from ..._lib.arch import resolve_device
 from ..._lib.checks import check_disjoint, describe
 from ..._lib.quant import swizzled_size
 from ..._lib.scratch import dtype_name
+from ..._lib.timing import seconds_per_run
 from ...preparation.plan import Plan, PlanState
 from ...preparation.session import ensure_prepared
-from .._shared._host import check_kernel_aligned, check_tensor, launcher, seconds_per_run
+from .._shared._host import check_kernel_aligned, check_tensor, launcher
 from . import reference
 
 OP = "quantization.mxfp8"
