@@ -278,6 +278,18 @@ def test_extend_window_sinks_views_and_empty_requests(kv_dtype):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_verify_gqa1_page64_window_and_sinks(kv_dtype):
+    """Verify at the issue's other points (the tier had GQA 4 / 8 at page 16 only): GQA 1 at page 64, 64 requests of
+    5 draft tokens, with a sliding window and sink logits."""
+    rng = random.Random(64)
+    kv_lens = [5, 64, 65, 20000, *[rng.randint(5, 5000) for _ in range(60)]]
+    case = make_case(kv_lens, [5] * len(kv_lens), num_q_heads=16, num_kv_heads=16, head_dim=128, page_size=64,
+                     kv_dtype=getattr(torch, kv_dtype), device=DEV, seed=64)  # fmt: skip
+    sinks = torch.randn(16, device=DEV, generator=torch.Generator(device=DEV).manual_seed(5))
+    check(prepared(caps_for(case, mode="verify", kv_dtype=kv_dtype)), case, window_left=300, sinks=sinks)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
 @pytest.mark.parametrize("q_len", [2, 4, 16])
 @pytest.mark.parametrize("heads", [(32, 8), (64, 8)], ids=["gqa4", "gqa8"])
 def test_verify_matches_reference(kv_dtype, q_len, heads):
