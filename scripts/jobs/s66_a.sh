@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 66's device job (after the two toolchain calls; snap.tar at the repository root).
-#   bash scripts/jobs/s66_a.sh staged   sessions 65-66's staged gpu tests (s66_staged.txt, side by side); with GATE=1
+#   bash scripts/jobs/s66_a.sh staged   sessions 65-66's staged gpu tests (s66_a_sel.txt, side by side); with GATE=1
 #                                       then #6's slow compile gate of every gemm variant on the CPU cores (no GPU)
 #   bash scripts/jobs/s66_a.sh gate     the compile gate alone
 set -uo pipefail
@@ -14,7 +14,7 @@ gate() {  # 252 cases; runs from the snapshot /root/snap that device_snapshot_ru
 nvidia-smi --query-gpu=name --format=csv,noheader
 case ${1:-} in
   staged)
-    TEST_LIMIT=${TEST_LIMIT:-330} bash scripts/device_snapshot_run.sh - @scripts/jobs/s66_staged.txt 2>&1 \
+    TEST_LIMIT=${TEST_LIMIT:-330} bash scripts/device_snapshot_run.sh - @scripts/jobs/s66_a_sel.txt 2>&1 \
       | grep -E "^commit|^sel|FAILED|ERROR|^E  " | cut -c1-240 | head -40
     cp /tmp/b12x-par/sel*.log "${OUT:-/tmp}/" 2>/dev/null
     [[ ${GATE:-0} == 1 ]] && gate ;;
