@@ -440,13 +440,14 @@ def mm_mxfp4(
     lhs_scale_storage,
     rhs_values,
     rhs_scale_storage,
-    alpha=1.0,
     *,
+    alpha=1.0,
     plan=None,
     out_dtype=torch.bfloat16,
     stream=None,
 ):
-    """MXFP4 x MXFP4 (E2M1 values, UE8M0 scales per 32 in swizzled storage) -> [M, N]."""
+    """MXFP4 x MXFP4 (E2M1 values, UE8M0 scales per 32 in swizzled storage) -> [M, N]. alpha (keyword-only, beyond
+    the issue's signature, whose positional parameters are the four operands): a scale on the product."""
     return mm(
         (lhs_values, lhs_scale_storage),
         (rhs_values, rhs_scale_storage),
