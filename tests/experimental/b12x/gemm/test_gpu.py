@@ -43,13 +43,14 @@ def _run(ops, out_dtype="bfloat16", **kw):
 
 
 def _cases():
+    """The issue's grid: every pair at every M of MS and every shape of SHAPES (session 66: M = 3 and 129 had run at
+    4096 x 4096 only; docs/closing/issue6.md gap 5)."""
     out = []
     for n, k in SHAPES:
-        ms = MS if (n, k) == SHAPES[0] else (1, 16, 2048)
         for b_fmt in dict.fromkeys(b for _, b in PAIRS):  # group by weight so the cache hits
             for a_fmt, b in PAIRS:
                 if b == b_fmt:
-                    out += [(a_fmt, b_fmt, m, n, k) for m in ms]
+                    out += [(a_fmt, b_fmt, m, n, k) for m in MS]
     return out
 
 
