@@ -3,6 +3,7 @@
 #   bash scripts/jobs/s66_a.sh staged   sessions 65-66's staged gpu tests (s66_a_sel.txt, side by side); with GATE=1
 #                                       then #6's slow compile gate of every gemm variant on the CPU cores (no GPU)
 #   bash scripts/jobs/s66_a.sh gate     the compile gate alone
+#   bash scripts/jobs/s66_a.sh w4a8     the GROUPED_W4A8 A/B (scripts/jobs/s66_b.txt; its gpu test is in the staged set)
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 gate() {  # 252 cases; runs from the snapshot /root/snap that device_snapshot_run.sh installed
@@ -19,5 +20,7 @@ case ${1:-} in
     cp /tmp/b12x-par/sel*.log "${OUT:-/tmp}/" 2>/dev/null
     [[ ${GATE:-0} == 1 ]] && gate ;;
   gate) gate ;;
+  w4a8)  # the GROUPED_W4A8 A/B (s66_b.txt), then its gpu test; the rule is in s66_b.txt's header
+    BENCH_LIMIT=${BENCH_LIMIT:-300} TAIL=40 bash scripts/jobs/named.sh scripts/jobs/s66_b.txt m66_w4a8 ;;
   *) sed -n '2,5p' "$0"; exit 2 ;;
 esac

@@ -34,7 +34,8 @@ routing and combine configs; the same bits, "search" the heuristic's since sessi
 A/B of the combine step between two runs (with --steps).
 --tiled [ENTRY ...] / --decode-only add, per T and recipe, rows with the grouped large-T expert
 kernels (`_kernel_grouped.py`: gemm's tiled GEMM per expert tile, or with a "w" suffix over windows
-of the sorted rows; ENTRY = BMxBNxWMxWN; recipes with MXFP8 activations have none and fail the rows) or with the decode expert kernels at every T (the default
+of the sorted rows; ENTRY = BMxBNxWMxWN; the w4a8 recipes' MXFP8 activations too since session 66) or with the decode
+expert kernels at every T (the default
 uses the grouped ones from T * k / E >= `api.TILED_ROWS`).
 --tiled-dequant adds, per T, an nvfp4 row " deq": the heuristic's plan with its grouped bucket taking
 the dequantized bf16 operands (`api.ExpertBucket.dequant`: the gather and requantize write e2m1 x e4m3

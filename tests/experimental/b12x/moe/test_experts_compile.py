@@ -238,7 +238,13 @@ def test_multi_tile_spans_compile(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(
     "fc, a_fmt, b_fmt, activation",
-    [(1, "bfloat16", "nvfp4", "silu"), (1, "nvfp4", "nvfp4", "swiglu_oai"), (2, "bfloat16", "nvfp4", None)],
+    [
+        (1, "bfloat16", "nvfp4", "silu"),
+        (1, "nvfp4", "nvfp4", "swiglu_oai"),
+        (2, "bfloat16", "nvfp4", None),
+        (1, "mxfp8", "mxfp4", "silu"),
+        (2, "mxfp8", "nvfp4", None),
+    ],  # fmt: skip
 )
 def test_grouped_kernels_build(fc, a_fmt, b_fmt, activation, arch):
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G

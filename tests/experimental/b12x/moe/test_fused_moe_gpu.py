@@ -124,6 +124,23 @@ def test_recipe_activation_vs_reference(mode, source, act):
         check_case(p, experts, a, ids, w, f"{mode}/{source} {act} T={t}")
 
 
+@pytest.mark.parametrize("act", ACTIVATIONS)
+@pytest.mark.parametrize("mode, source", [r for r in RECIPES if r[0].startswith("w4a8")])
+def test_w4a8_grouped_bucket(monkeypatch, mode, source, act):
+    """`_buckets.GROUPED_W4A8` on (staged off, session 66): the w4a8 recipes' large-T bucket on the grouped kernels
+    (MXFP8 activations x FP4 weights, A regrouped into the FP4 K order), every T of the issue in one plan."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets
+
+    monkeypatch.setattr(_buckets, "GROUPED_W4A8", True)
+    shape = SHAPES[0]
+    e, k, h, _ = shape
+    p, experts = build(mode, source, act, shape, max(TOKENS))
+    assert p.state.selection.experts[-1].tiled  # T >= 512 (32 rows an expert) on the grouped kernels
+    for t in TOKENS:
+        a, ids, w = inputs(t, k, e, h, seed=t)
+        check_case(p, experts, a, ids, w, f"{mode}/{source} {act} grouped T={t}")
+
+
 @pytest.mark.parametrize(
     "shape, mode, source, act",
     [(SHAPES[1], "nvfp4", "modelopt_nvfp4", "relu2"), (SHAPES[2], "w4a16", "fp4_e8m0_k32", "swiglu_oai")],

@@ -115,6 +115,10 @@ COUNTS = [3, 0, 70, 1, 60, 0]
         (1, "bfloat16", "mxfp4", "relu2"),
         (2, "bfloat16", "nvfp4", None),
         (2, "nvfp4", "nvfp4", None),
+        (1, "mxfp8", "mxfp4", "silu"),  # w4a8_mx (session 66): A's E4M3 words regrouped into the FP4 K order
+        (1, "mxfp8", "nvfp4", "relu2"),  # w4a8_nvfp4
+        (2, "mxfp8", "mxfp4", None),
+        (2, "mxfp8", "nvfp4", None),
     ],
 )
 @pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
@@ -187,7 +191,9 @@ def test_locate_finds_every_tile_once(num_e):
 
 def test_invalid_variants_are_rejected():
     G = _G()
-    assert G.why_not(1, "mxfp8", "nvfp4", "silu", small()) is not None  # no tiled MXFP8 x FP4 pair
+    assert G.why_not(1, "mxfp8", "nvfp4", "silu", small()) is None  # the expert kernels' MXFP8 x FP4 pairs
+    assert G.why_not(1, "nvfp4", "mxfp4", "silu", small()) is not None  # no expert kernel takes NVFP4 x MXFP4
+    assert G.why_not(1, "float16", "nvfp4", "silu", small()) is not None
     assert G.why_not(1, "bfloat16", "nvfp4", "gelu", small()) is not None
     assert G.why_not(2, "bfloat16", "nvfp4", None, G.GroupedConfig(TiledConfig(128, 128, 2, 4, group_m=16))) is not None
     assert G.why_not(2, "bfloat16", "nvfp4", None, TiledConfig(128, 128, 2, 4)) is not None  # not a GroupedConfig
@@ -205,6 +211,17 @@ def _caps(mode, source, max_tokens, *, e=128, k=8, h=2048, i=768, act="silu"):
 
     wp = weight_plan(source, act, (mode,), e=e, h=h, i=i)
     return api.Caps(max_tokens=max_tokens, num_topk=k, device="cpu", weight_plan=wp, quant_mode=mode)
+
+
+def test_w4a8_takes_the_grouped_bucket_only_with_its_switch(monkeypatch):
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets, api
+
+    for mode, source in (("w4a8_mx", "fp4_e8m0_k32"), ("w4a8_nvfp4", "modelopt_nvfp4")):
+        caps = _caps(mode, source, 4096)
+        assert not _buckets.GROUPED_W4A8 and api.tiled_from(caps) is None
+        monkeypatch.setattr(_buckets, "GROUPED_W4A8", True)
+        assert api.tiled_from(caps) == 512
+        monkeypatch.setattr(_buckets, "GROUPED_W4A8", False)
 
 
 def test_heuristic_moves_large_t_to_one_grouped_bucket():
@@ -226,7 +243,7 @@ def test_heuristic_moves_large_t_to_one_grouped_bucket():
     small = _caps("w4a16", "modelopt_nvfp4", 64)
     assert api.tiled_from(small) is None  # T * k / E stays below TILED_ROWS
     assert api.with_tiled_bucket(small, X.default_buckets(64)) == X.default_buckets(64)
-    assert api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096)) is None  # no tiled MXFP8 x FP4
+    assert api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096)) is None  # GROUPED_W4A8 off (its own test)
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 512
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, i=800)) is None  # I % 128 != 0
     one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 32: the grouped bucket

@@ -133,6 +133,12 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"config must be a TiledConfig, got {type(config).__name__}"
     if (reason := pair_reason(a_fmt, b_fmt, out_dtype)) is not None:
         return reason
+    return tile_reason(a_fmt, b_fmt, config)
+
+
+def tile_reason(a_fmt: str, b_fmt: str, config: TiledConfig) -> str | None:
+    """`why_not`'s checks past the formats' pair, for a caller with pairs of its own (moe's grouped kernel: MXFP8
+    activations x FP4 weights)."""
     c = config
     spans = 4 if c.fp8_mma else 2  # per tile row and K-tile
     if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in FP8_MMA_FORMATS):
@@ -176,7 +182,7 @@ class TiledLogic:
     """Static facts of one variant and the straight-line pieces of its kernel (emulated in tests)."""
 
     def __init__(self, a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> None:
-        reason = why_not(a_fmt, b_fmt, out_dtype, config)
+        reason = self.variant_reason(a_fmt, b_fmt, out_dtype, config)
         if reason is not None:
             raise ValueError(f"gemm.blockscaled tiled kernel: {reason}")
         self.a_fmt, self.b_fmt, self.out_dtype, self.cfg = a_fmt, b_fmt, out_dtype, config
@@ -193,6 +199,10 @@ class TiledLogic:
         self.spr = self.bk // 32  # spans per tile row
         self.a_spans = self.spr * config.bm // self.threads  # spans per thread
         self.b_spans = self.spr * config.bn // self.threads
+
+    def variant_reason(self, a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str | None:
+        """None when this logic implements the variant (`why_not`; a subclass with pairs of its own overrides it)."""
+        return why_not(a_fmt, b_fmt, out_dtype, config)
 
     def tile_origin(self, ops, bid, grid_m):
         """(m0, n0) of CTA `bid` = (block x, block y) of `grid(grid_m, grid_n)`. Grouped raster: block y

@@ -249,6 +249,14 @@ def _is_tiled(config) -> bool:
     return type(config).__name__ == "GroupedConfig"
 
 
+# GROUPED_W4A8 (session 66): the w4a8 recipes (MXFP8 activations x FP4 weights) take the grouped kernels at large T
+# too (`_kernel_grouped.GroupedLogic.mixed`: A's E4M3 words regrouped into the FP4 K order, as the decode expert
+# kernels do; the CPU emulator matches the oracle, test_grouped_emulated.py). Off until the moe gpu tier runs with
+# it on (test_fused_moe_gpu.py::test_w4a8_grouped_bucket) and a T = 4096 row shows it faster than the decode kernels.
+GROUPED_W4A8 = False
+W4A8_MODES = ("w4a8_mx", "w4a8_nvfp4")
+
+
 # mean rows an expert (T * k / E) from which the heuristic runs the grouped kernels. 32 since the
 # H200 runs of 2026-11-30 19:15 / 20:16 (docs/performance.md "Sweeps of session 8"): the grouped
 # kernels ran 1.47x (E 128, T 512), 1.34x (E 256, T 1024) and 1.59x (E 512, T 2048: 40 rows) faster
@@ -258,9 +266,11 @@ TILED_ROWS = 32
 
 def tiled_from(caps, rows: int | None = None) -> int | None:
     """The smallest live T the heuristic gives the grouped (tiled) expert kernels, or None when they
-    do not implement this plan (pair, activation, K not a multiple of 128) or no T <= max_tokens
-    reaches `rows` (None: TILED_ROWS) rows an expert."""
+    do not implement this plan (pair, activation, K not a multiple of 128; the w4a8 recipes while GROUPED_W4A8 is
+    off) or no T <= max_tokens reaches `rows` (None: TILED_ROWS) rows an expert."""
     wp = caps.weight_plan
+    if caps.quant_mode in W4A8_MODES and not GROUPED_W4A8:
+        return None
     a1, a2 = OPERANDS[caps.quant_mode]
     g = _grouped_module()
     cfg1, cfg2 = g.default_config(1), g.default_config(2)

@@ -379,7 +379,7 @@ class ExpertRuntime(KD.Runtime):
     row0: object = 0
 
 
-def _fp8_words_in_fp4_order(ops, words):
+def fp8_words_in_fp4_order(ops, words):
     """Regroup each 8-value group's two E4M3 words (v0..v3, v4..v7) as (v0 v1 v4 v5, v2 v3 v6 v7):
     the fp8 dequantizer's pairs (bytes i, i + 2) then come out in the fp4 K order (v_i, v_i+4)."""
     out = []
@@ -525,7 +525,7 @@ class ExpertLogic(Activation, KD.DecodeLogic):
         lda = ops.i64(AD.row_bytes(self.a_fmt, rt.k))
         words = AD.load_span(ops, self.a_fmt, rt.a_base, lda, row, k0, ok, self.ahint)
         if FORMAT[self.a_fmt].family == "fp8" and self.family == "fp4":
-            words = _fp8_words_in_fp4_order(ops, words)
+            words = fp8_words_in_fp4_order(ops, words)
         return words, self._scale(ops, self.a_fmt, rt.sfa_base, row, k0, rt.k, ok)
 
     def epilogue_scale(self, ops, rt):

@@ -49,7 +49,7 @@ from cutlass import Float32, Int64
 from cutlass.cute.runtime import make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
-from ...gemm._shared.formats import pair_ok
+from ...gemm._shared.formats import FORMAT
 from ...gemm.blockscaled import _kernel_tiled as KT
 from ...gemm.blockscaled._kernel_tiled import TiledConfig
 from . import _kernel_experts as X
@@ -93,7 +93,7 @@ def why_not(
     tile = config.tile
     if tile.group_m or tile.fp8_mma:
         return f"{tile}: group_m and fp8_mma are not used by the grouped kernel (its grid is the raster)"
-    if not pair_ok(a_fmt, b_fmt) or (a_fmt, b_fmt) not in X.PAIRS:
+    if (a_fmt, b_fmt) not in X.PAIRS:
         return f"A format {a_fmt} x weight format {b_fmt} has no tiled expert kernel"
     if fc == 1 and activation not in X.ACTIVATIONS:
         return f"activation must be one of {X.ACTIVATIONS}, got {activation!r}"
@@ -103,7 +103,7 @@ def why_not(
         return f"num_experts must be 1..{MAX_EXPERTS}, got {num_experts}"
     if tile.bm & (tile.bm - 1):
         return f"{tile}: bm must be a power of two (the tile count per expert is a shift)"
-    return KT.why_not(a_fmt, b_fmt, "bfloat16" if fc == 1 else "float32", tile)
+    return KT.tile_reason(a_fmt, b_fmt, tile)  # the pairs are the expert kernels' (MXFP8 x FP4 included)
 
 
 class GroupedLogic(X.Activation, KT.TiledLogic):
@@ -122,6 +122,18 @@ class GroupedLogic(X.Activation, KT.TiledLogic):
         self.per_expert = config.per_expert
         self.num_e = num_experts
         self.per_lane = -(-num_experts // 32)  # experts a lane scans in `locate`
+        # MXFP8 activations x FP4 weights (w4a8): A's E4M3 words regrouped into the FP4 K order both operands share
+        self.mixed = FORMAT[a_fmt].family == "fp8" and self.family == "fp4"
+
+    def variant_reason(self, a_fmt, b_fmt, out_dtype, config):
+        return None  # `why_not` above ran in __init__, with the expert kernels' pairs
+
+    def load(self, ops, rt, tid, m0, n0, kc):
+        out = KT.TiledLogic.load(self, ops, rt, tid, m0, n0, kc)
+        if not self.mixed:
+            return out
+        a = [(X.fp8_words_in_fp4_order(ops, words), sc) for words, sc in out[: self.a_spans]]
+        return a + out[self.a_spans :]
 
     def grid_m(self, r_cap):
         """CTA rows: windows of the sorted rows, or an upper bound on the experts' tile count."""
