@@ -21,6 +21,6 @@ case ${1:-} in
     [[ ${GATE:-0} == 1 ]] && gate ;;
   gate) gate ;;
   w4a8)  # the GROUPED_W4A8 A/B (s66_b.txt), then its gpu test; the rule is in s66_b.txt's header
-    BENCH_LIMIT=${BENCH_LIMIT:-300} TAIL=40 bash scripts/jobs/named.sh scripts/jobs/s66_b.txt m66_w4a8 ;;
+    BENCH_LIMIT=${BENCH_LIMIT:-250} TAIL=40 bash scripts/jobs/named.sh scripts/jobs/s66_b.txt m66_w4a8 m66_w4a8_fp8 ;;
   *) sed -n '2,5p' "$0"; exit 2 ;;
 esac

@@ -572,17 +572,20 @@ def tiled_entries(args) -> tuple:
 
 
 def parse_grouped(text: str):
-    """`BMxBNxWMxWN` (gemm TiledConfig bm, bn, warps_m, warps_n), suffix "w" for the window mapping
-    -> `_kernel_grouped.GroupedConfig`; ValueError naming the entry otherwise."""
+    """`BMxBNxWMxWN` (gemm TiledConfig bm, bn, warps_m, warps_n), suffix "f" for e4m3 MMA (fp8_mma: w4a8_mx only),
+    then "w" for the window mapping -> `_kernel_grouped.GroupedConfig`; ValueError naming the entry otherwise."""
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_tiled import TiledConfig
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
 
     body, window = (text[:-1], True) if text.endswith("w") else (text, False)
+    body, fp8 = (body[:-1], True) if body.endswith("f") else (body, False)
     body, _, mix = body.partition("m")
     parts = body.split("x")
     if len(parts) != 4 or not all(p.isdigit() for p in parts) or not (mix == "" or mix.isdigit()):
-        raise ValueError(f"--tiled entry must be BMxBNxWMxWN[mS][w] (e.g. 128x128x2x4, 64x256x1x4m2), got {text!r}")
-    tile = TiledConfig(*(int(p) for p in parts), mix=int(mix or 0))
+        raise ValueError(
+            f"--tiled entry must be BMxBNxWMxWN[mS][f][w] (e.g. 128x128x2x4, 64x256x1x4m2, 64x128x2x4f), got {text!r}"
+        )
+    tile = TiledConfig(*(int(p) for p in parts), fp8_mma=fp8, mix=int(mix or 0))
     return G.GroupedConfig(tile, per_expert=not window)
 
 
@@ -668,9 +671,9 @@ def main(argv: list[str] | None = None) -> int:
         "--tiled",
         nargs="*",
         default=None,
-        metavar="BMxBNxWMxWN[mS][w]",
+        metavar="BMxBNxWMxWN[mS][f][w]",
         help="also time ours with the grouped (tiled) expert kernels at every T, one row per tile "
-        f"(mS: gemm's mix, the next K-tile's stores over the last S k-steps; w: windows of the sorted rows "
+        f"(mS: gemm's mix, the next K-tile's stores over the last S k-steps; f: e4m3 MMA, w4a8_mx only; w: windows of the sorted rows "
         f"instead of per-expert tiles; default {' '.join(TILED_DEFAULT_ENTRIES)})",
     )
     parser.add_argument(

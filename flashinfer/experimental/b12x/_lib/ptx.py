@@ -460,6 +460,11 @@ class DeviceOps:
         return _u32_op(f"prmt.b32 $0, $1, $2, {selector:#x};", a, b)
 
     @staticmethod
+    def prmt_r(a, b, selector):
+        """prmt with the selector in a register (its four nibbles 0..7: plain byte selects)."""
+        return _u32_op("prmt.b32 $0, $1, $2, $3;", a, b, selector)
+
+    @staticmethod
     def mul_lo(a, k: int):
         """The low 32 bits of a * k (k a constant): one IMAD, opaque to LLVM (no rewrite into shifts)."""
         return _u32_op(f"mul.lo.u32 $0, $1, {k:#x};", a)

@@ -299,6 +299,17 @@ class EmuOps:
             out |= ((pool >> np.uint64(8 * sel)) & np.uint64(0xFF)) << np.uint64(8 * i)
         return out.astype(np.uint32)
 
+    def prmt_r(self, a, b, selector):
+        """prmt with a per-lane selector register (nibbles 0..7 only, as the kernels use it)."""
+        a, b = self.u32(a).astype(np.uint64), self.u32(b).astype(np.uint64)
+        pool, sel = a | (b << np.uint64(32)), self.u32(selector).astype(np.uint64)
+        out = np.zeros(LANES, dtype=np.uint64)
+        for i in range(4):
+            s = (sel >> np.uint64(4 * i)) & np.uint64(0xF)
+            assert (s < 8).all(), "sign-replicating prmt modes are not used by the kernels"
+            out |= ((pool >> (np.uint64(8) * s)) & np.uint64(0xFF)) << np.uint64(8 * i)
+        return out.astype(np.uint32)
+
     def mul_lo(self, a, k: int):
         return self.u32((self.u32(a).astype(np.uint64) * np.uint64(k)) & np.uint64(0xFFFFFFFF))
 

@@ -236,6 +236,20 @@ def test_multi_tile_spans_compile(arch):
 
 # ---- the grouped (large-T) expert GEMMs: gemm's tiled kernel over windows of sorted rows -----------
 @pytest.mark.parametrize("arch", ARCHS)
+def test_grouped_w4a8_mx_fp8_mma_builds_without_spills(arch, tmp_path):
+    """w4a8_mx's e4m3-MMA tile (`_kernel_grouped.fp8_config`): m16n8k32 e4m3 mma.sync, no bf16 MMA, the E2M1 -> E4M3
+    table's prmt with a register selector, and no stack frame (the larger warp tiles spill 104-144 bytes)."""
+    from flashinfer.experimental.b12x._lib import cuda_binary as CB
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_grouped as G
+
+    for fn in (G.compile_grouped_fc1("mxfp8", "mxfp4", "silu", G.fp8_config(), arch, 128),
+               G.compile_grouped_fc2("mxfp8", "mxfp4", G.fp8_config(), arch, 128)):  # fmt: skip
+        ptx = fn.artifacts.PTX
+        assert "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32" in ptx and "bf16.bf16.f32" not in ptx
+        assert ".local" not in ptx and CB.resources(fn.artifacts.CUBIN)["STACK"] == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize(
     "fc, a_fmt, b_fmt, activation",
     [

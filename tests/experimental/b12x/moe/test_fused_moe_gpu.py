@@ -125,17 +125,24 @@ def test_recipe_activation_vs_reference(mode, source, act):
 
 
 @pytest.mark.parametrize("act", ACTIVATIONS)
-@pytest.mark.parametrize("mode, source", [r for r in RECIPES if r[0].startswith("w4a8")])
-def test_w4a8_grouped_bucket(monkeypatch, mode, source, act):
+@pytest.mark.parametrize(
+    "mode, source, fp8",
+    [("w4a8_mx", "fp4_e8m0_k32", False), ("w4a8_mx", "fp4_e8m0_k32", True), ("w4a8_nvfp4", "modelopt_nvfp4", False)],
+    ids=["w4a8_mx", "w4a8_mx-fp8mma", "w4a8_nvfp4"],
+)
+def test_w4a8_grouped_bucket(monkeypatch, mode, source, fp8, act):
     """`_buckets.GROUPED_W4A8` on (staged off, session 66): the w4a8 recipes' large-T bucket on the grouped kernels
-    (MXFP8 activations x FP4 weights, A regrouped into the FP4 K order), every T of the issue in one plan."""
+    (MXFP8 activations x FP4 weights, A regrouped into the FP4 K order; with GROUPED_W4A8_FP8 w4a8_mx on e4m3 MMA),
+    every T of the issue in one plan."""
     from flashinfer.experimental.b12x.moe.fused_moe import _buckets
 
     monkeypatch.setattr(_buckets, "GROUPED_W4A8", True)
+    monkeypatch.setattr(_buckets, "GROUPED_W4A8_FP8", fp8)
     shape = SHAPES[0]
     e, k, h, _ = shape
     p, experts = build(mode, source, act, shape, max(TOKENS))
     assert p.state.selection.experts[-1].tiled  # T >= 512 (32 rows an expert) on the grouped kernels
+    assert p.state.selection.experts[-1].fc1.tile.fp8_mma == fp8
     for t in TOKENS:
         a, ids, w = inputs(t, k, e, h, seed=t)
         check_case(p, experts, a, ids, w, f"{mode}/{source} {act} grouped T={t}")

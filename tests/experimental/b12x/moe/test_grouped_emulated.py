@@ -127,6 +127,15 @@ def test_grouped_matches_the_oracle(fc, a_fmt, b_fmt, activation, per_expert):
     check(p, run_grouped(p, small(per_expert)))
 
 
+@pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "swiglu_oai"), (2, None)])
+@pytest.mark.parametrize("per_expert", [True, False], ids=["expert_tiles", "windows"])
+def test_w4a8_mx_on_fp8_mma(fc, activation, per_expert):
+    """w4a8_mx on e4m3 mma.sync (the issue's "FP8 MMA"; `FP8_MMA_PAIR`): A raw E4M3, the MXFP4 weights stored as
+    E4M3, each k-step's partial sums times both UE8M0 factors; the same oracle and rule as the bf16-MMA path."""
+    p = grouped_problem(fc, "mxfp8", "mxfp4", activation, COUNTS, r_cap=150)
+    check(p, run_grouped(p, _G().GroupedConfig(TiledConfig(64, 64, 2, 2, True), per_expert)))
+
+
 @pytest.mark.parametrize("fc, activation", [(1, "silu"), (1, "relu2"), (2, None)])
 def test_dequantized_bf16_a_is_bit_equal_to_the_nvfp4_a(fc, activation):
     """The nvfp4 recipe's dequant bucket (api.ExpertBucket.dequant): A stored as bf16 e2m1 x e4m3
@@ -194,6 +203,10 @@ def test_invalid_variants_are_rejected():
     assert G.why_not(1, "mxfp8", "nvfp4", "silu", small()) is None  # the expert kernels' MXFP8 x FP4 pairs
     assert G.why_not(1, "nvfp4", "mxfp4", "silu", small()) is not None  # no expert kernel takes NVFP4 x MXFP4
     assert G.why_not(1, "float16", "nvfp4", "silu", small()) is not None
+    fp8 = G.GroupedConfig(TiledConfig(64, 64, 2, 2, True))
+    assert G.why_not(1, "mxfp8", "mxfp4", "silu", fp8) is None
+    assert "MXFP4 weights (w4a8_mx) only" in G.why_not(1, "mxfp8", "nvfp4", "silu", fp8)
+    assert "MXFP4 weights (w4a8_mx) only" in G.why_not(2, "bfloat16", "nvfp4", None, fp8)
     assert G.why_not(1, "bfloat16", "nvfp4", "gelu", small()) is not None
     assert G.why_not(2, "bfloat16", "nvfp4", None, G.GroupedConfig(TiledConfig(128, 128, 2, 4, group_m=16))) is not None
     assert G.why_not(2, "bfloat16", "nvfp4", None, TiledConfig(128, 128, 2, 4)) is not None  # not a GroupedConfig
@@ -215,13 +228,20 @@ def _caps(mode, source, max_tokens, *, e=128, k=8, h=2048, i=768, act="silu"):
 
 def test_w4a8_takes_the_grouped_bucket_only_with_its_switch(monkeypatch):
     from flashinfer.experimental.b12x.moe.fused_moe import _buckets, api
+    from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
 
     for mode, source in (("w4a8_mx", "fp4_e8m0_k32"), ("w4a8_nvfp4", "modelopt_nvfp4")):
         caps = _caps(mode, source, 4096)
         assert not _buckets.GROUPED_W4A8 and api.tiled_from(caps) is None
         monkeypatch.setattr(_buckets, "GROUPED_W4A8", True)
         assert api.tiled_from(caps) == 512
+        for fp8 in (False, True):  # GROUPED_W4A8_FP8: w4a8_mx (MXFP4 weights) on the e4m3 MMA tile
+            monkeypatch.setattr(_buckets, "GROUPED_W4A8_FP8", fp8)
+            last = api.with_tiled_bucket(caps, X.default_buckets(4096))[-1]
+            want = _G().fp8_config() if fp8 and mode == "w4a8_mx" else _G().default_config(1)
+            assert last.tiled and last.fc1 == want and last.max_tokens == 4096
         monkeypatch.setattr(_buckets, "GROUPED_W4A8", False)
+        monkeypatch.setattr(_buckets, "GROUPED_W4A8_FP8", False)
 
 
 def test_heuristic_moves_large_t_to_one_grouped_bucket():

@@ -56,6 +56,24 @@ def pow2_bits(exp: int, compute: str) -> int:
     return bits | (bits << 16)
 
 
+# E4M3 bytes of the E2M1 magnitudes 0..7 (0, 0.5, 1, 1.5 | 2, 3, 4, 6), little-endian in two words: a prmt table
+E2M1_AS_E4M3 = (0x3C383000, 0x4C484440)
+
+
+def fp4_as_e4m3(ops, words):
+    """FP4 words (8 E2M1 codes each, nibble i = element i) -> twice as many words of their E4M3 bytes in element
+    order (exact: every E2M1 value is an E4M3 value): per 16-bit half, a prmt over the magnitude table selected by
+    the codes' low 3 bits, then each code's sign bit (4i + 3) moved to its byte's (8i + 7)."""
+    lo, hi = ops.u32(E2M1_AS_E4M3[0]), ops.u32(E2M1_AS_E4M3[1])
+    out = []
+    for q in words:
+        for half in (q & 0xFFFF, q >> 16):
+            s = half & 0x8888
+            sign = ((s & 0x8) << 4) | ((s & 0x80) << 8) | ((s & 0x800) << 12) | ((s & 0x8000) << 16)
+            out.append(ops.prmt_r(lo, hi, half & 0x7777) | sign)
+    return out
+
+
 def fp4_pair(ops, q, i: int, compute: str):
     """Codes i and i+4 of the 8 E2M1 nibbles in q, placed as a half2 (times 2^-E)."""
     low = 6 if compute == "bfloat16" else 9  # where the magnitude's lowest bit lands

@@ -133,16 +133,17 @@ def why_not(a_fmt: str, b_fmt: str, out_dtype: str, config: TiledConfig) -> str 
         return f"config must be a TiledConfig, got {type(config).__name__}"
     if (reason := pair_reason(a_fmt, b_fmt, out_dtype)) is not None:
         return reason
+    c = config
+    if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in FP8_MMA_FORMATS):
+        return f"{c}: fp8_mma needs tensor-, block-FP8 or MXFP8 on both sides, got {a_fmt} x {b_fmt}"
     return tile_reason(a_fmt, b_fmt, config)
 
 
 def tile_reason(a_fmt: str, b_fmt: str, config: TiledConfig) -> str | None:
-    """`why_not`'s checks past the formats' pair, for a caller with pairs of its own (moe's grouped kernel: MXFP8
-    activations x FP4 weights)."""
+    """`why_not`'s checks past the formats' pair (fp8_mma's pairs included), for a caller with pairs of its own (moe's
+    grouped kernel: MXFP8 activations x FP4 weights, with fp8_mma for MXFP4 weights)."""
     c = config
     spans = 4 if c.fp8_mma else 2  # per tile row and K-tile
-    if c.fp8_mma and not (a_fmt == b_fmt and b_fmt in FP8_MMA_FORMATS):
-        return f"{c}: fp8_mma needs tensor-, block-FP8 or MXFP8 on both sides, got {a_fmt} x {b_fmt}"
     if c.bm % (16 * c.warps_m) or c.bn % (16 * c.warps_n):
         return f"{c}: warp tiles must be multiples of 16 x 16"
     if (spans * c.bm) % c.threads or (spans * c.bn) % c.threads:
@@ -163,8 +164,9 @@ FP8_MMA_FORMATS = ("fp8_tensor", "fp8_block", "mxfp8")
 
 
 def mx_blocks(b_fmt: str, config: TiledConfig) -> bool:
-    """Whether the variant applies MX block scales to each k-step's partial sums (fp8_mma MXFP8)."""
-    return config.fp8_mma and b_fmt == "mxfp8"
+    """Whether the variant applies MX block scales to each k-step's partial sums (fp8_mma with MXFP8 weights, or
+    MXFP4 ones stored as E4M3: moe's grouped kernel for MXFP8 activations)."""
+    return config.fp8_mma and b_fmt in ("mxfp8", "mxfp4")
 
 
 def smem_bytes(b_fmt: str, config: TiledConfig) -> int:
@@ -298,6 +300,8 @@ class TiledLogic:
                 s = tid + c * self.threads
                 row_local = row_off + s // self.spr
                 if self.cfg.fp8_mma:  # 32 raw bytes: two 16-byte chunks of the 128-byte row
+                    if FORMAT[fmt].family == "fp4":  # MXFP4 weights: 16 bytes of E2M1 -> 32 of E4M3 (exact)
+                        words = DQ.fp4_as_e4m3(ops, words)
                     if sc is not None:  # mx: the row's four factors 2^(e - 127), each byte e moved
                         # into an fp32 exponent field (exact; e = 0, 2^-127, reads as 0)
                         factors = [((sc >> (8 * j)) & 0xFF) << 23 for j in range(4)]

@@ -64,8 +64,8 @@ _SOURCES = X._SOURCES + (
 
 @dataclass(frozen=True)
 class GroupedConfig:
-    """tile: gemm's CTA tile (its group_m / fp8_mma unused); per_expert: tiles of each expert's
-    rows (True) or windows of the sorted rows (False; module docstring)."""
+    """tile: gemm's CTA tile (its group_m unused; fp8_mma for w4a8_mx only, `FP8_MMA_PAIR`); per_expert: tiles of
+    each expert's rows (True) or windows of the sorted rows (False; module docstring)."""
 
     tile: TiledConfig = TiledConfig(64, 256, 1, 4)
     per_expert: bool = True
@@ -80,6 +80,17 @@ def default_config(fc: int) -> GroupedConfig:
 
 
 MAX_EXPERTS = 32 * 32  # per_expert: at most 32 experts a lane (`locate`)
+# fp8_mma (gemm's e4m3 mma.sync with the UE8M0 factors on each k-step's partial sums): A stays raw E4M3, the MXFP4
+# weights are stored as E4M3 (`dequant.fp4_as_e4m3`); NVFP4's E4M3 scales per 16 do not fit that block path
+FP8_MMA_PAIR = ("mxfp8", "mxfp4")
+# its tile: 8 warps of 32 x 32 (214-231 registers, no spills on sm_90a / sm_120a; the 64 x 64 warp tiles of the
+# default and 64 x 128 / 4 warps spill 104-144 bytes: the factors mma_tile_mx holds)
+FP8_MMA_TILE = TiledConfig(64, 128, 2, 4, True)
+
+
+def fp8_config() -> GroupedConfig:
+    """The w4a8_mx grouped config on e4m3 MMA (`_buckets.GROUPED_W4A8_FP8`), per-expert tiles."""
+    return GroupedConfig(FP8_MMA_TILE)
 
 
 def why_not(
@@ -91,8 +102,10 @@ def why_not(
     if not isinstance(config, GroupedConfig) or not isinstance(config.tile, TiledConfig):
         return f"config must be a GroupedConfig of a gemm TiledConfig, got {config!r}"
     tile = config.tile
-    if tile.group_m or tile.fp8_mma:
-        return f"{tile}: group_m and fp8_mma are not used by the grouped kernel (its grid is the raster)"
+    if tile.group_m:
+        return f"{tile}: group_m is not used by the grouped kernel (its grid is the raster)"
+    if tile.fp8_mma and (a_fmt, b_fmt) != FP8_MMA_PAIR:
+        return f"{tile}: fp8_mma takes MXFP8 activations x MXFP4 weights (w4a8_mx) only, got {a_fmt} x {b_fmt}"
     if (a_fmt, b_fmt) not in X.PAIRS:
         return f"A format {a_fmt} x weight format {b_fmt} has no tiled expert kernel"
     if fc == 1 and activation not in X.ACTIVATIONS:
@@ -122,8 +135,9 @@ class GroupedLogic(X.Activation, KT.TiledLogic):
         self.per_expert = config.per_expert
         self.num_e = num_experts
         self.per_lane = -(-num_experts // 32)  # experts a lane scans in `locate`
-        # MXFP8 activations x FP4 weights (w4a8): A's E4M3 words regrouped into the FP4 K order both operands share
-        self.mixed = FORMAT[a_fmt].family == "fp8" and self.family == "fp4"
+        # MXFP8 activations x FP4 weights (w4a8) on bf16 MMA: A's E4M3 words regrouped into the FP4 K order both
+        # operands share (under fp8_mma A stays raw, in element order)
+        self.mixed = FORMAT[a_fmt].family == "fp8" and self.family == "fp4" and not config.tile.fp8_mma
 
     def variant_reason(self, a_fmt, b_fmt, out_dtype, config):
         return None  # `why_not` above ran in __init__, with the expert kernels' pairs
