@@ -118,3 +118,24 @@ def test_kernels_compile_at_dqk_not_dv(arch, dims, kv):
     ext = ke.compile_extend(*dims7, default_extend_config(kv, big, arch), arch=arch).artifacts.PTX
     for ptx in (dec, ext):
         assert [ln.split()[1] for ln in ptx.splitlines() if ln.startswith(".target")] == [arch]
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ARCHS)
+def test_pdl_prefetch_compiles_at_dqk_not_dv(arch):
+    """pdl='prefetch' at Dqk != Dv compiles with its K and V prefetches (each row warms only its own 128-byte lines:
+    256 / 64 is 4 lines against 1, so no V prefetch past its row; the addresses themselves need a GPU to see)."""
+    import dataclasses
+
+    from flashinfer.experimental.b12x.attention.paged._config import ScheduleConfig
+
+    kd, _ = _kernels()
+    base = default_config("bfloat16", 256, 16, arch)
+    cfg = dataclasses.replace(base, fused_merge=True, fused_schedule=True, pdl="prefetch", persistent=False)
+    sched = ScheduleConfig(cfg.tile_keys, 33, 256)
+    for dv in (64, 256):
+        assert why_not("bfloat16", "bfloat16", 32, 8, 256, dv, 16, cfg, arch) is None
+        ptx = kd.compile_decode(
+            "bfloat16", "bfloat16", 32, 8, 256, dv, 16, cfg, arch=arch, schedule=sched
+        ).artifacts.PTX
+        assert ptx.count("prefetch.global.L2") == 2

@@ -121,18 +121,27 @@ class DecodeLoads:
             mSeqlens, item, cap, window_left, tidx % 32, self.preload_lengths, FUSED_SCHEDULE_MAX_BATCH,
             self.direct_items,
         )  # fmt: skip
-        per_row = max(1, self.de * 2 // 128)  # 128-byte lines of one K (and one V) row (16-bit elements)
+        k_lines = max(1, self.de * 2 // 128)  # 128-byte lines of one K row (16-bit elements)
+        v_lines = max(1, self.dve * 2 // 128)  # and of one V row (fewer or more where Dv != Dqk)
+        per_row = max(k_lines, v_lines)
         if req >= 0:
             end = cutlass.min(kv_end, kv_start + PDL_PREFETCH_KEYS)
             for i in range(tidx, (end - kv_start) * per_row, self.threads):
                 key = kv_start + i // per_row
-                col = Int64(i % per_row * 64)  # 64 16-bit elements a line
+                line = i % per_row
+                col = Int64(line * 64)  # 64 16-bit elements a line
                 page = Int64(self._page_id(self._pt(mPT, req, key // self.page_size), mK.shape[0]))
                 row = Int64(key % self.page_size)
                 k_off = page * mK.stride[0] + row * mK.stride[1] + Int64(kvh) * mK.stride[2] + col
                 v_off = page * mV.stride[0] + row * mV.stride[1] + Int64(kvh) * mV.stride[2] + col
-                cute.arch.prefetch((mK.iterator + k_off).llvm_ptr, cache_level="L2")
-                cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
+                if cutlass.const_expr(k_lines == v_lines):
+                    cute.arch.prefetch((mK.iterator + k_off).llvm_ptr, cache_level="L2")
+                    cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
+                else:  # each row's own lines only: never past a row (nor past the cache's end)
+                    if line < k_lines:
+                        cute.arch.prefetch((mK.iterator + k_off).llvm_ptr, cache_level="L2")
+                    if line < v_lines:
+                        cute.arch.prefetch((mV.iterator + v_off).llvm_ptr, cache_level="L2")
 
     @cute.jit
     def _first_pages(self, mPT, req, kv_start, kv_end, wid):

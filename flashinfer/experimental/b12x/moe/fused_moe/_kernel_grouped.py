@@ -34,8 +34,9 @@ per-expert scale; FC2 stores fp32 rows (summed per token by the combine).
 
 Launch contract: the decode expert kernels' (`_kernel_experts.compile_fc1` / `compile_fc2`) with the
 last tensor `sorted_expert` int32 [R_cap] (routing step 1) in place of `active`, so a binding swaps
-kernels without another argument list. Pairs: gemm's tiled pairs (bf16/fp16 x FP4, NVFP4 x NVFP4);
-K (H for FC1, I for FC2) a multiple of 128 (`why_not`).
+kernels without another argument list. Pairs: the decode expert kernels' (`X.PAIRS`: bf16 x NVFP4 / MXFP4,
+NVFP4 x NVFP4, MXFP8 x NVFP4 / MXFP4, the last two with A's E4M3 words regrouped into the FP4 K order; w4a8_mx
+also on e4m3 MMA, `FP8_MMA_PAIR`); K (H for FC1, I for FC2) a multiple of 128 (`why_not`).
 """
 
 from __future__ import annotations
