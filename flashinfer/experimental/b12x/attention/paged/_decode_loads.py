@@ -11,7 +11,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
 from ._config import FUSED_SCHEDULE_MAX_BATCH, M_TILE, PDL_PREFETCH_KEYS, epilogue_offsets
-from ._fragments import row_copy
+from ._fragments import row_copy, row_predicate
 
 
 class DecodeLoads:
@@ -58,13 +58,7 @@ class DecodeLoads:
             tQg = thr_q.partition_S(gQ)
             tQs = thr_q.partition_D(sQdst)
             cQ = thr_q.partition_S(cute.make_identity_tensor((M_TILE, self.d)))
-            tQp = cute.make_rmem_tensor(
-                cute.make_layout((1, cute.size(tQs, mode=[1]), cute.size(tQs, mode=[2])), stride=(0, 1, 0)),
-                cutlass.Boolean,
-            )
-            for r in cutlass.range_constexpr(cute.size(tQs, mode=[1])):
-                tQp[0, r, 0] = cQ[0, r, 0][0] < self.group
-            cute.copy(q_copy, tQg, tQs, pred=tQp)
+            cute.copy(q_copy, tQg, tQs, pred=row_predicate(tQs, cQ, lambda row: row < self.group))
 
     @cute.jit
     def _issue_head(self, mQ, mK, mV, sQdst, sK, sV, req, kvh, kv_start, kv_end, page, page2, tidx, q_copy,
@@ -231,7 +225,12 @@ class DecodeLoads:
         offv = Int64(page) * mV.stride[0] + Int64(key0 % self.page_size) * mV.stride[1] + Int64(kvh) * mV.stride[2]
         gV = cute.make_tensor(mV.iterator + offv, cute.make_layout((nw, self.dve), stride=(mV.stride[1], 1)))
         tKs = thr_kv.partition_D(sKt)
-        pred = self._rows_in(tKs, cKV, key0, kv_start, kv_end)
+
+        def keep(row):  # the row's key in [kv_start, kv_end)
+            key = key0 + row
+            return (key >= kv_start) & (key < kv_end)
+
+        pred = row_predicate(tKs, cKV, keep)
         cute.copy(kv_copy, thr_kv.partition_S(gK), tKs, pred=pred)
         if cutlass.const_expr(self.dve == self.de):
             cute.copy(kv_copy, thr_kv.partition_S(gV), thr_kv.partition_D(sVt), pred=pred)
@@ -240,15 +239,4 @@ class DecodeLoads:
             thr_v = v_copy.get_slice(thr_kv.thr_idx)
             tVs = thr_v.partition_D(sVt)
             cV = thr_v.partition_S(cute.make_identity_tensor((nw, self.dve)))
-            cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=self._rows_in(tVs, cV, key0, kv_start, kv_end))
-
-    @cute.jit
-    def _rows_in(self, tS, cS, key0, kv_start, kv_end):
-        """The copy predicate of a thread's rows of one piece (`cS`: their coordinates): key in [kv_start, kv_end)."""
-        pred = cute.make_rmem_tensor(
-            cute.make_layout((1, cute.size(tS, mode=[1]), cute.size(tS, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
-        )
-        for r in cutlass.range_constexpr(cute.size(tS, mode=[1])):
-            key = key0 + cS[0, r, 0][0]
-            pred[0, r, 0] = (key >= kv_start) & (key < kv_end)
-        return pred
+            cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=row_predicate(tVs, cV, keep))

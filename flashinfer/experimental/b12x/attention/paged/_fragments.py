@@ -153,6 +153,17 @@ def row_copy(dtype, cols: int, threads: int, max_rows: int, wide: bool = False):
     return tv, rows * across
 
 
+def row_predicate(tS, cS, keep):
+    """A thread's cp.async predicate over its rows of a (rows, cols) copy, one flag a row (stride 0 across the
+    row's vectors): keep(row) with row the coordinate `cS` (the identity tensor partitioned alike) gives it."""
+    pred = cute.make_rmem_tensor(
+        cute.make_layout((1, cute.size(tS, mode=[1]), cute.size(tS, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
+    )
+    for r in range(cute.size(tS, mode=[1])):  # a static count: unrolled as it is traced (a plain function)
+        pred[0, r, 0] = keep(cS[0, r, 0][0])
+    return pred
+
+
 def kv_operand(src, real_shape, tiled_mma, thr_mma, lane, kv_dtype, mma_dtype, expand, *, operand, transpose):
     """The MMA operand fragment (`operand` "A" or "B") of the shared-memory tile `src`, through ldmatrix (x4,
     `transpose` for V). 16-bit KV: the loaded fragment itself. fp8 KV (`expand` not None): src is a fake fp16 view

@@ -20,6 +20,7 @@ from ._fragments import (
     quad_max,
     quad_sum,
     row_copy,
+    row_predicate,
     softmax_finish,
 )
 
@@ -106,24 +107,15 @@ class ExtendTile:
                     mV.iterator + offv, cute.make_layout((self.ck, self.dve), stride=(mV.stride[1], 1))
                 )
                 tKs = thr.partition_D(cute.local_tile(sK[None, None, stage], (self.ck, self.de), (ch, 0)))
-                pred = self._rows_below(tKs, cKV, k0, kv_len)
+                keep = lambda row, k0=k0: k0 + row < kv_len  # noqa: E731 (keys past kv_len: zero-filled, not read)
+                pred = row_predicate(tKs, cKV, keep)
                 cute.copy(kv_copy, thr.partition_S(gK), tKs, pred=pred)
                 tVs = thr_v.partition_D(cute.local_tile(sV[None, None, stage], (self.ck, self.dve), (ch, 0)))
                 if cutlass.const_expr(self.dve == self.de):
                     cute.copy(kv_copy, thr.partition_S(gV), tVs, pred=pred)
                 elif tidx < v_threads:
                     cV = thr_v.partition_S(cute.make_identity_tensor((self.ck, self.dve)))
-                    cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=self._rows_below(tVs, cV, k0, kv_len))
-
-    @cute.jit
-    def _rows_below(self, tS, cS, k0, kv_len):
-        """The copy predicate of a thread's rows of one chunk (`cS`: their coordinates): key k0 + row < kv_len."""
-        pred = cute.make_rmem_tensor(
-            cute.make_layout((1, cute.size(tS, mode=[1]), cute.size(tS, mode=[2])), stride=(0, 1, 0)), cutlass.Boolean
-        )
-        for r in cutlass.range_constexpr(cute.size(tS, mode=[1])):
-            pred[0, r, 0] = k0 + cS[0, r, 0][0] < kv_len
-        return pred
+                    cute.copy(v_copy, thr_v.partition_S(gV), tVs, pred=row_predicate(tVs, cV, keep))
 
     @cute.jit
     def _tile(self, sK, sV, stage, key0, tok0, n_tok, diag, kv_len, window_left, qk_scale, tiled_mma, thr_mma,
