@@ -7,6 +7,10 @@ not part of the plan's identity.
 
 Ops subclass `Plan` and override the hooks below; the session calls them in this order:
 `candidates`/`heuristic` (select) -> `kernels` (compile) -> `scratch_specs` (allocate) -> `prime`.
+
+A plan whose run is a sum of independent parts (a gemm's M buckets: each M runs one bucket's kernel) can offer
+`candidate_parts` and `measure_parts` instead of a whole-selection list: autotune then times every alternative of
+every part once, over `rounds(parts)` selections, and keeps each part's fastest.
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ class PlanState:
     extra: dict = field(default_factory=dict)  # op-private prepared objects (e.g. packed constants)
 
 
+def rounds(parts) -> tuple:
+    """The selections that time every alternative of every part once: round r takes each part's r-th alternative
+    (a shorter part repeats its last), so there are as many rounds as the longest part has alternatives and round
+    0 is the heuristic selection."""
+    width = max(len(p) for p in parts)
+    return tuple(tuple(p[min(r, len(p) - 1)] for p in parts) for r in range(width))
+
+
 class PlanNotPreparedError(RuntimeError):
     pass
 
@@ -64,6 +76,15 @@ class Plan:
     def candidates(self, arch: str | None) -> tuple:
         """Every legal config, for autotune (default: the heuristic one only)."""
         return (self.heuristic(arch),)
+
+    def candidate_parts(self, arch: str | None) -> tuple | None:
+        """Separable tuning: per part, its legal alternatives with the heuristic's first; a selection is the tuple
+        of one alternative per part. None (the default): `candidates` are timed whole."""
+        return None
+
+    def measure_parts(self, state: PlanState) -> tuple[float, ...]:
+        """Seconds per run of each part of the selected config, in part order (with `candidate_parts`)."""
+        raise NotImplementedError
 
     def tuning_key(self) -> tuple:
         """Static facts a measured selection depends on (caps + invocation by default)."""

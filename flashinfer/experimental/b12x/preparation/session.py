@@ -7,7 +7,8 @@
 
 Per plan, in request order (collective plans must be prepared in the same order on every rank):
 1. select: the override if the plan has one; else a measured selection (autotune=True measures
-   every candidate on the device and caches the winner on disk, keyed by the plan's tuning key, the
+   every candidate on the device, or for a plan of separable parts every part's alternatives once
+   (`Plan.candidate_parts`), and caches the winner on disk, keyed by the plan's tuning key, the
    device's compute capability and SM count; autotune=False still uses a cached measurement when
    there is one: fast startup by default); else the plan's heuristic.
 2. compile: every kernel the selection needs, through `_lib.compile` (memory, then disk, then
@@ -246,38 +247,66 @@ class PreparationSession:
         entry = table.get(repr(plan.tuning_key()))
         if entry is None:
             return None
+        parts = plan.candidate_parts(self._arch)
+        if parts is not None:  # stored part by part: each must still be one of its part's alternatives
+            if not isinstance(entry, list) or len(entry) != len(parts):
+                return None
+            chosen = [next((a for a in alts if repr(a) == e), None) for alts, e in zip(parts, entry)]
+            return None if any(c is None for c in chosen) else tuple(chosen)
         for candidate in plan.candidates(self._arch):
             if repr(candidate) == entry:
                 return candidate
         return None  # the cached winner is no longer a legal candidate: fall back to the heuristic
 
     def _measure(self, plan: Plan):
+        parts = plan.candidate_parts(self._arch)
+        if parts is not None:
+            return self._measure_parts(plan, parts)
         candidates = list(plan.candidates(self._arch))
         if len(candidates) == 1:
             return candidates[0]
-        st = plan._state
-        timings = []
-        for candidate in candidates:
-            st.selection = candidate
-            st.kernels = tuple(plan.kernels(candidate, self._arch))
-            for k, args in st.kernels:
-                k(*args)
-            self._attach_workspace(plan)
-            plan.prime(st)
-            timings.append((plan.measure(st), candidate))
-        st.arena, st.scratch = None, {}
+        timings = [(self._time(plan, c, plan.measure), c) for c in candidates]
         best = min(timings, key=lambda t: t[0])[1]
-        self._store_selection(plan, best)
+        self._store_selection(plan, repr(best))
         return best
 
-    def _store_selection(self, plan: Plan, config) -> None:
+    def _measure_parts(self, plan: Plan, parts):
+        """Each part's fastest alternative, every alternative timed once (`plan.rounds`)."""
+        from .plan import rounds
+
+        best = [(float("inf"), alts[0]) for alts in parts]
+        if max(len(alts) for alts in parts) > 1:
+            for r, selection in enumerate(rounds(parts)):
+                times = self._time(plan, selection, plan.measure_parts)
+                for i, (t, choice) in enumerate(zip(times, selection)):
+                    if r < len(parts[i]) and t < best[i][0]:
+                        best[i] = (t, choice)
+        chosen = tuple(choice for _, choice in best)
+        self._store_selection(plan, [repr(c) for c in chosen])
+        return chosen
+
+    def _time(self, plan: Plan, selection, clock):
+        """Prepare `selection` as the plan's (kernels, workspace, prime) and read `clock(state)`."""
+        st = plan._state
+        st.selection = selection
+        st.kernels = tuple(plan.kernels(selection, self._arch))
+        for k, args in st.kernels:
+            k(*args)
+        self._attach_workspace(plan)
+        plan.prime(st)
+        try:
+            return clock(st)
+        finally:
+            st.arena, st.scratch = None, {}
+
+    def _store_selection(self, plan: Plan, entry) -> None:
         path = self._selection_file(plan)
         path.parent.mkdir(parents=True, exist_ok=True)
         table = {}
         if path.exists():
             with contextlib.suppress(OSError, ValueError):
                 table = json.loads(path.read_text())
-        table[repr(plan.tuning_key())] = repr(config)
+        table[repr(plan.tuning_key())] = entry
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
         os.replace(tmp, path)

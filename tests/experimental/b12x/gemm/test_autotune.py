@@ -1,5 +1,6 @@
-"""gemm.blockscaled under PreparationSession(autotune=True) (`blockscaled/_autotune.py`): the candidates a plan
-offers (CPU) and the measurement's arithmetic (a stand-in clock). The measured selection on a GPU:
+"""gemm.blockscaled under PreparationSession(autotune=True) (`blockscaled/_autotune.py`): the per-bucket alternatives
+a plan offers, the rounds that time them (CPU), the measurement's arithmetic and the session's per-bucket choice
+(stand-in clocks). The measured selection on a GPU:
 test_gpu.py::test_autotune_selects_a_candidate_and_caches_it."""
 
 import pytest
@@ -25,18 +26,16 @@ QUERIES = {
 def test_candidates_start_with_the_heuristic_and_are_all_legal(name, arch):
     q = QUERIES[name]
     p = A.plan(q)
-    cands = p.candidates(arch)
-    assert cands[0] == p.heuristic(arch) and 2 <= len(cands) <= AT.MAX_CANDIDATES
+    parts, cands = p.candidate_parts(arch), p.candidates(arch)
+    assert cands[0] == p.heuristic(arch) == tuple(alts[0] for alts in parts)
+    assert 2 <= len(cands) == max(len(alts) for alts in parts) <= AT.PER_BUCKET
     assert len(set(cands)) == len(cands)
-    buckets = [b for b, _ in cands[0]]
-    for sel in cands:
-        assert [b for b, _ in sel] == buckets
-        for b, cfg in sel:
+    for i, alts in enumerate(parts):
+        assert len(set(alts)) == len(alts) and {b for b, _ in alts} == {cands[0][i][0]}
+        for b, cfg in alts:
             assert L.why_not(q.a_format, q.b_format, q.out_dtype, b, cfg) is None, (b, cfg)
-    # every bucket whose family has alternatives gets at least one of them tried
-    for i, (b, h) in enumerate(cands[0]):
-        if len(AT.bucket_configs(q, b, h)) > 1:
-            assert any(sel[i][1] != h for sel in cands), b
+        # the rounds time every alternative of every bucket, each once
+        assert {sel[i] for sel in cands} == set(alts)
 
 
 def test_fp4_weights_try_the_other_fp4_placements():
@@ -57,19 +56,23 @@ def test_fp4_weights_try_the_other_fp4_placements():
 def test_fused_plans_and_overrides_keep_the_heuristic_alone(query):
     p = A.plan(query)
     assert p.candidates("sm_90a") == (p.heuristic("sm_90a"),)
+    assert all(len(alts) == 1 for alts in p.candidate_parts("sm_90a"))
     assert A.plan(query).candidates(None) == (None,)
     over = A.plan(QUERIES["mxfp8-m64"], override=dict(A.plan(QUERIES["mxfp8-m64"]).heuristic("sm_90a")))
-    assert over.candidates("sm_90a") == (over.heuristic("sm_90a"),)
+    assert over.candidates("sm_90a") == (over.heuristic("sm_90a"),) and over.candidate_parts("sm_90a") is None
 
 
-def test_the_product_is_cut_from_the_longest_list():
-    q = QUERIES["w4a16-mxfp4-all"]
-    sel = A.plan(q).heuristic("sm_90a")
-    lists = [AT.bucket_configs(q, b, c) for b, c in sel]
-    cands = AT.candidates(q, sel)
-    kept = [len({s[i][1] for s in cands}) for i in range(len(sel))]
-    assert len(cands) == __import__("math").prod(kept) <= AT.MAX_CANDIDATES
-    assert all(k <= len(x) for k, x in zip(kept, lists)) and max(kept) - min(k for k in kept if k > 1) <= 1
+def test_rounds_repeat_a_short_part_s_last_alternative():
+    from flashinfer.experimental.b12x.preparation.plan import rounds
+
+    assert rounds((("a0", "a1", "a2"), ("b0",), ("c0", "c1"))) == (
+        ("a0", "b0", "c0"),
+        ("a1", "b0", "c1"),
+        ("a2", "b0", "c1"),
+    )
+    q = QUERIES["w4a16-mxfp4-all"]  # every bucket: rounds, not the product of six lists
+    parts = A.plan(q).candidate_parts("sm_90a")
+    assert len(parts) == len(L.BUCKETS) and len(A.plan(q).candidates("sm_90a")) == max(map(len, parts))
 
 
 def test_tuned_m_is_the_largest_m_the_plan_serves_in_the_bucket():
@@ -80,8 +83,8 @@ def test_tuned_m_is_the_largest_m_the_plan_serves_in_the_bucket():
     assert AT.tuned_m(QUERIES["nvfp4-m1"], "decode8") == 1
 
 
-def test_measure_sums_each_bucket_at_its_m(monkeypatch):
-    """The measurement times one launch a bucket (its prepared launcher, synthetic operands at tuned_m) and adds."""
+def test_measure_times_each_bucket_at_its_m(monkeypatch):
+    """The measurement times one launch a bucket (its prepared launcher, synthetic operands at tuned_m)."""
     from flashinfer.experimental.b12x._lib import timing
 
     q = QUERIES["w4a16-nvfp4-m16"]
@@ -96,7 +99,7 @@ def test_measure_sums_each_bucket_at_its_m(monkeypatch):
     state = type("S", (), {})()
     state.selection, state.device = sel, "cuda"
     state.extra = {"launchers": {b: (f"launch-{b}", cfg) for b, cfg in sel}}
-    assert AT.measure(q, state, fake_call) == pytest.approx(17e-6)
+    assert AT.measure_parts(q, state, fake_call) == pytest.approx((1e-6, 16e-6))
     assert calls == [("launch-decode8", 1), ("launch-decode16", 16)]
 
 
@@ -105,3 +108,35 @@ def test_a_cpu_session_with_autotune_runs_the_reference():
     with b12x.PreparationSession("cpu", autotune=True) as s:
         s.prepare([p])
     assert p.state.selection is None and p.state.selection_source == "reference"
+
+
+def test_the_session_keeps_each_bucket_s_fastest(monkeypatch, tmp_path):
+    """With a stand-in clock: the session times len(longest list) rounds, keeps per bucket the fastest alternative
+    (a mix no single round ran), stores it, and a later session takes it from the cache."""
+    from flashinfer.experimental.b12x.preparation import session as S
+
+    q = QUERIES["w4a16-nvfp4-m16"]
+    p = A.plan(q)
+    parts = p.candidate_parts("sm_90a")
+    assert len(parts) == 2 and len(parts[0]) > 2
+    fastest = (parts[0][-1], parts[1][1])  # the last of one, the second of the other: never one round
+    assert fastest not in p.candidates("sm_90a")
+    timed = []
+
+    def clock(self, state):
+        timed.append(state.selection)
+        return tuple(0.5 if choice == fastest[i] else 1.0 + i for i, choice in enumerate(state.selection))
+
+    monkeypatch.setattr(S.PreparationSession, "_device_arch", lambda self: "sm_90a")
+    monkeypatch.setattr(S.PreparationSession, "_selection_file", lambda self, plan: tmp_path / f"{plan.op}.json")
+    monkeypatch.setattr(type(p), "kernels", lambda self, config, arch: ())
+    monkeypatch.setattr(type(p), "prime", lambda self, state: None)
+    monkeypatch.setattr(type(p), "measure_parts", clock)
+    with b12x.PreparationSession("cpu", autotune=True, compile_workers=1) as s:
+        s.prepare([p])
+    assert timed == list(p.candidates("sm_90a")) and len(timed) == max(map(len, parts))
+    assert p.state.selection == fastest and p.state.selection_source == "measured"
+    again = A.plan(q)
+    with b12x.PreparationSession("cpu", compile_workers=1) as s:
+        s.prepare([again])
+    assert again.state.selection == fastest and again.state.selection_source == "cached"

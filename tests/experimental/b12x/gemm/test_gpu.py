@@ -512,7 +512,9 @@ def test_autotune_selects_a_candidate_and_caches_it(tmp_path):
     with b12x.PreparationSession("cuda", autotune=True, cache_dir=tmp_path) as s:
         s.prepare([p])
     arch = target_arch()
-    assert p.state.selection_source == "measured" and p.state.selection in p.candidates(arch)
+    parts = p.candidate_parts(arch)
+    assert p.state.selection_source == "measured" and len(p.state.selection) == len(parts)
+    assert all(choice in alts for choice, alts in zip(p.state.selection, parts))
     again = B.plan(q)
     with b12x.PreparationSession("cuda", cache_dir=tmp_path) as s:
         s.prepare([again])

@@ -1,30 +1,23 @@
-"""`PreparationSession(autotune=True)` for gemm.blockscaled plans: what `GemmPlan.candidates` offers and how
-`GemmPlan.measure` times one.
+"""`PreparationSession(autotune=True)` for gemm.blockscaled plans: the alternatives `GemmPlan.candidate_parts`
+offers and how `GemmPlan.measure_parts` times them.
 
-A selection holds one config per bucket. Each bucket's list starts with the heuristic's config, then the
-alternatives its kernel family has, each checked by `launch.why_not` for the plan's formats:
+Each M runs one bucket's kernel, so a plan's run time is a sum of independent per-bucket times and the tuning is
+separable: a part is one bucket, its alternatives ((bucket, config) pairs) start with the heuristic's config,
+then the ones its kernel family has, each checked by `launch.why_not` for the plan's formats:
 - the decode kernel (a plain `DecodeConfig`): the other FP4 placements (FP4 weights) and the K splits over a
   cluster, the sweeps `bench_gemm --sweep-subset fp4 / ksplit` time (`_decode_sweeps`);
 - the tiled kernel (`TiledConfig`): `_kernel_tiled.candidate_configs` for the bucket's M;
 - fused, stream, GEMV, two-pass and SM120 configs: the heuristic's alone (their variants are the benchmark's).
-The candidates are the product of the buckets' lists, cut to at most MAX_CANDIDATES by dropping the last entry
-of the longest list first (the heuristic's stays first everywhere, so candidate 0 is the heuristic selection): a
-plan of one or two buckets (an `invocation`, or a few m_values) tries all PER_BUCKET entries of each, a plan of
-all six buckets one alternative in each.
-`measure` sums, over the selection's buckets, one launch's mean device time (CUDA events, `_lib.timing`) on
-synthetic operands at the largest M the plan serves in that bucket."""
+The session times `preparation.plan.rounds(parts)`: as many selections as the longest list (at most
+PER_BUCKET), so every alternative of every bucket runs once and each bucket keeps its fastest.
+`measure_parts` times, per bucket of the selection, one launch's mean device time (CUDA events, `_lib.timing`)
+on synthetic operands at the largest M the plan serves in that bucket."""
 
 from __future__ import annotations
 
-import itertools
-import math
-
 from .._shared import launch as L
 
-PER_BUCKET = 8  # entries a bucket's list keeps before the product is cut
-# selections timed at most (each bucket's kernels compile once, shared by the products): 2 ^ the bucket count, so a
-# plan of every bucket still tries one alternative in each
-MAX_CANDIDATES = 2 ** len(L.BUCKETS)
+PER_BUCKET = 8  # alternatives a bucket keeps: the rounds the session times
 
 
 def bucket_configs(query, bucket: str, heuristic) -> tuple:
@@ -48,14 +41,9 @@ def bucket_configs(query, bucket: str, heuristic) -> tuple:
     return tuple(out[:PER_BUCKET])
 
 
-def candidates(query, selection: tuple) -> tuple:
-    """Selections ((bucket, config), ...) to time: the product of `bucket_configs`, at most MAX_CANDIDATES, the
-    heuristic `selection` first."""
-    lists = [list(bucket_configs(query, b, cfg)) for b, cfg in selection]
-    while math.prod(len(x) for x in lists) > MAX_CANDIDATES:
-        max(lists, key=len).pop()
-    buckets = [b for b, _ in selection]
-    return tuple(tuple(zip(buckets, combo)) for combo in itertools.product(*lists))
+def parts(query, selection: tuple) -> tuple:
+    """Per bucket of the heuristic `selection`, its alternatives as (bucket, config) pairs, the heuristic's first."""
+    return tuple(tuple((b, c) for c in bucket_configs(query, b, cfg)) for b, cfg in selection)
 
 
 def tuned_m(query, bucket: str) -> int:
@@ -65,16 +53,16 @@ def tuned_m(query, bucket: str) -> int:
     return max(mine) if mine else int(min(L.BUCKET_MAX_M[bucket], query.max_m, 4096))
 
 
-def measure(query, state, synthetic_call) -> float:
-    """Seconds of one launch of each bucket's prepared variant (`state.extra["launchers"]`, prime's), summed."""
+def measure_parts(query, state, synthetic_call) -> tuple[float, ...]:
+    """Seconds of one launch of each bucket's prepared variant (`state.extra["launchers"]`, prime's)."""
     from ..._lib.timing import seconds_per_run
 
-    total = 0.0
+    times = []
     for bucket, cfg in state.selection:
         launch = state.extra["launchers"][bucket][0]
         q = query
         call = synthetic_call(
             q.a_format, q.b_format, q.n, q.k, tuned_m(q, bucket), q.out_dtype, state.device, launch, cfg
         )
-        total += seconds_per_run(call)
-    return total
+        times.append(seconds_per_run(call))
+    return tuple(times)

@@ -24,7 +24,7 @@ import torch
 
 from ..._lib.arch import target_arch
 from ..._lib.quant import UE8M0_ONE_BYTE, swizzled_size
-from ...preparation.plan import Plan, PlanState
+from ...preparation.plan import Plan, PlanState, rounds
 from .._shared import launch as L
 from .._shared.formats import FORMAT, FORMATS, OUT_DTYPES, check_shape, dtype_key, pair_ok
 from .._shared.operands import TORCH_OUT, Problem, check_device_operands, check_layout, describe, resolve
@@ -133,15 +133,20 @@ class GemmPlan(Plan):
             for b in q.buckets
         )
 
-    def candidates(self, arch) -> tuple:
-        """For PreparationSession(autotune=True): the heuristic selection first, then per-bucket alternatives
-        (`_autotune`); an override's plan keeps its own."""
+    def candidate_parts(self, arch) -> tuple | None:
+        """For PreparationSession(autotune=True): per bucket, the heuristic's config first, then its family's
+        alternatives (`_autotune`); an override's plan and the reference backend keep their own (None)."""
         if arch is None or self.override is not None:
-            return (self.heuristic(arch),)
-        return AT.candidates(self.caps, self.heuristic(arch))
+            return None
+        return AT.parts(self.caps, self.heuristic(arch))
 
-    def measure(self, state: PlanState) -> float:
-        return AT.measure(self.caps, state, synthetic_call)
+    def candidates(self, arch) -> tuple:
+        """The selections autotune times (`rounds` of `candidate_parts`), the heuristic's first."""
+        parts = self.candidate_parts(arch)
+        return (self.heuristic(arch),) if parts is None else rounds(parts)
+
+    def measure_parts(self, state: PlanState) -> tuple[float, ...]:
+        return AT.measure_parts(self.caps, state, synthetic_call)
 
     def kernels(self, config, arch: str) -> tuple:
         q = self.caps
