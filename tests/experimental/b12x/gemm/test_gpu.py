@@ -500,7 +500,7 @@ def test_pack_weight_rejects_shapes_no_kernel_takes(recipe, n, k, message):
     """The issue's "rejected with a clear error at plan/pack time": a CUDA weight no kernel takes fails in pack_weight
     (a CPU one packs: test_pack_weight.py), naming the dim."""
     w = torch.randn(n, k, device="cuda", generator=torch.Generator("cuda").manual_seed(n)) * 0.02
-    with pytest.raises(ValueError, match=f"gemm pack_weight: {message} for the b12x GEMM kernels, got"):
+    with pytest.raises(ValueError, match=f"pack_weight: {message} for the b12x GEMM kernels, got"):
         b12x.gemm.blockscaled.pack_weight(w, recipe=recipe)
 
 

@@ -137,3 +137,15 @@ def test_a_cpu_weight_packs_shapes_no_kernel_takes(recipe, n, k):
     rejects it (test_gpu.py::test_pack_weight_rejects_shapes_no_kernel_takes)."""
     w = pack_weight(_w(n=n, k=k), recipe=recipe)
     assert (w.n, w.k, w.recipe) == (n, k, recipe)
+
+
+def test_logical_nk_reads_every_checkpoint_form():
+    """pack_weight checks a CUDA weight's N and K from its shape before quantizing (`logical_nk`)."""
+    from flashinfer.experimental.b12x.gemm._shared.weight import logical_nk
+
+    n, k = 48, 384
+    assert logical_nk(torch.zeros(n, k, dtype=torch.bfloat16)) == (n, k)
+    assert logical_nk(torch.zeros(n, k).to(torch.float8_e4m3fn)) == (n, k)
+    assert logical_nk(torch.zeros(n, k // 2, dtype=torch.uint8)) == (n, k)
+    assert logical_nk(torch.zeros(n, k // 32, 16, dtype=torch.uint8)) == (n, k)
+    assert logical_nk(torch.zeros(n * k)) is None and logical_nk(torch.zeros(n, 3, 8, dtype=torch.uint8)) is None

@@ -172,10 +172,24 @@ def pack_weight(
     On CUDA the weight must also fit the kernels (K % 128 == 0, N % 16 == 0: `formats.check_shape`), so a shape no
     kernel takes fails here, at pack time; a CPU weight packs whatever its format allows (the reference runs it).
     """
+    on_cuda = isinstance(weight, torch.Tensor) and weight.device.type == "cuda"
+    if on_cuda and (nk := logical_nk(weight)) is not None:
+        check_shape("pack_weight", *nk)  # before any quantization or requantization runs
     w = _pack(weight, scale, recipe, global_scale, global_scale_kind, input_scale)
-    if w.values.device.type == "cuda":
-        check_shape("gemm pack_weight", w.n, w.k)
+    if on_cuda:
+        check_shape("pack_weight", w.n, w.k)  # shapes logical_nk cannot read (and any it misread)
     return w
+
+
+def logical_nk(weight: torch.Tensor) -> tuple[int, int] | None:
+    """(N, K) of a checkpoint weight from its shape alone: [N, K] high precision or FP8, [N, K/2] packed FP4 bytes,
+    [N, K/32, 16] OCP FP4; None for a shape `_pack` will reject with its own message."""
+    fp4 = weight.dtype == torch.uint8 or (_FP4X2 is not None and weight.dtype == _FP4X2)
+    if weight.dim() == 2:
+        return int(weight.shape[0]), int(weight.shape[1]) * (2 if fp4 else 1)
+    if weight.dim() == 3 and fp4 and weight.shape[2] == 16:
+        return int(weight.shape[0]), int(weight.shape[1]) * 32
+    return None
 
 
 def _pack(weight, scale, recipe, global_scale, global_scale_kind, input_scale) -> Weight:
