@@ -94,5 +94,7 @@ def fp32_const(t: torch.Tensor, value: float) -> torch.Tensor:
 
     Every reference divides by a tensor on the operand's device, never by a Python or CPU scalar:
     CUDA torch rewrites `t / cpu_scalar` as `t * (1 / scalar)`, which is a different rounding.
+    A fill on the device, not a copy from the host, so a reference may run inside CUDA graph capture
+    (tensor_fp8_linear's dynamic activation scale does).
     """
-    return torch.tensor(value, dtype=torch.float32, device=t.device)
+    return torch.full((), value, dtype=torch.float32, device=t.device)

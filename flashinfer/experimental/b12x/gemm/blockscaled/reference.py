@@ -68,7 +68,9 @@ def quantize_tensor_fp8(x: torch.Tensor, scale=None) -> tuple[torch.Tensor, torc
         s = amax / Q.scales.fp32_const(amax, Q.E4M3_MAX)
         s = torch.where(s == 0, torch.ones_like(s), s)
     else:
-        s = torch.as_tensor(scale, dtype=torch.float32, device=x.device).reshape(1)
+        # a number becomes a device fill (capturable); a tensor is taken as it is
+        s = scale if isinstance(scale, torch.Tensor) else Q.scales.fp32_const(x, float(scale))
+        s = s.to(device=x.device, dtype=torch.float32).reshape(1)
     return Q.e4m3_encode(x.float() / s.reshape(())), s.reshape(1).float()
 
 
