@@ -12,7 +12,11 @@ export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
 t=tests/experimental/b12x
 case ${1:-} in
   att) paths=("$t/attention" "$t/demo"); keep=("kernels/attention.*" "kernels/demo.*") ;;
-  moe) paths=("$t/moe"); keep=("kernels/moe.*") ;;
+  moe) paths=("$t/moe"); keep=("kernels/moe.*")
+    # one process per 8 GiB (not 5): session 67's H100 tier at 15 processes ran 7 tests out of memory when three
+    # 512x10x4096x1024 shards met
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+    export PARALLEL=${PARALLEL:-$(( ${mem:-81920} / 8192 ))} ;;
   gemm) paths=("$t/gemm" "$t/moe/test_fused_moe_pdl_gpu.py"); keep=("kernels/gemm.*") ;;
   quant) paths=("$t/quantization"); keep=("kernels/quantization.*") ;;
   *) sed -n '2,10p' "$0"; exit 2 ;;
