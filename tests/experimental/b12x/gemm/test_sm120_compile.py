@@ -195,11 +195,10 @@ def test_smem_index_is_the_layout_the_sm120_mma_partitions(fmt):
     _toolchain()
     import cutlass
     import cutlass.cute as cute
-    import cutlass.utils.blackwell_helpers as sm120_utils
     import cutlass.utils.blockscaled_layout as blockscaled_utils
 
     from flashinfer.experimental.b12x._lib.compile import cute_compile
-    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import MMA_WARPS, Sm120Gemm
+    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import Sm120Gemm
 
     stages, vec = 2, FORMAT[fmt].sf_vec
     gemm = Sm120Gemm(fmt, "bfloat16", Sm120Config(stages=stages))
@@ -208,11 +207,7 @@ def test_smem_index_is_the_layout_the_sm120_mma_partitions(fmt):
     class Probe:
         @cute.jit
         def __call__(self):
-            tiled_mma = cute.make_tiled_mma(
-                gemm._mma_op(),
-                cute.make_layout((MMA_WARPS[0], MMA_WARPS[1], 1)),
-                permutation_mnk=sm120_utils.get_permutation_mnk(gemm.tile, vec, gemm.fp8),
-            )
+            tiled_mma = gemm._tiled_mma()
             for name, make in (
                 ("a", blockscaled_utils.sm120_make_smem_layout_sfa),
                 ("b", blockscaled_utils.sm120_make_smem_layout_sfb),

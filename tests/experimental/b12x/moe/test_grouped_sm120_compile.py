@@ -141,11 +141,9 @@ def test_layouts_agree_with_the_dsl_partitions():
     column (n % 16 < 8): the epilogue's gate / up pairing."""
     _toolchain()
     import cutlass.cute as cute
-    import cutlass.utils.blackwell_helpers as sm120_utils
     import cutlass.utils.blockscaled_layout as blockscaled_utils
 
     from flashinfer.experimental.b12x._lib.compile import cute_compile
-    from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import MMA_WARPS
 
     stages, inter, k = 2, 77, 256
     gemm = K.GroupedSm120(1, "silu", Sm120Config(stages=stages), 8)
@@ -154,11 +152,7 @@ def test_layouts_agree_with_the_dsl_partitions():
     class Probe:
         @cute.jit
         def __call__(self):
-            tiled_mma = cute.make_tiled_mma(
-                gemm._mma_op(),
-                cute.make_layout((MMA_WARPS[0], MMA_WARPS[1], 1)),
-                permutation_mnk=sm120_utils.get_permutation_mnk(gemm.tile, 16, False),
-            )
+            tiled_mma = gemm._tiled_mma()
             for name, make in (
                 ("a", blockscaled_utils.sm120_make_smem_layout_sfa),
                 ("b", blockscaled_utils.sm120_make_smem_layout_sfb),

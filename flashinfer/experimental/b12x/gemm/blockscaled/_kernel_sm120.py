@@ -165,6 +165,83 @@ class Sm120Gemm:
         atom = cute.nvgpu.warpgroup.make_smem_layout_atom(kind, self.ab_dtype)
         return cute.tile_to_shape(atom, (rows, self.cfg.bk, self.cfg.stages), order=(0, 1, 2))
 
+    def _tiled_mma(self):
+        """MMA_WARPS warps of the block-scaled atom, with the DSL's SM120 permutation of M / N / K."""
+        return cute.make_tiled_mma(
+            self._mma_op(),
+            cute.make_layout((MMA_WARPS[0], MMA_WARPS[1], 1)),
+            permutation_mnk=sm120_utils.get_permutation_mnk(self.tile, self.vec, self.fp8),
+        )
+
+    def _mma_fragments(self, tiled_mma, sA, sB, sSFA, sSFB, tid) -> tuple:
+        """Shared -> register partitions of a stage (ldmatrix for values, a universal copy for scales):
+        (tCrA, tCrB, tCrSFA, tCrSFB) the MMA's fragments, then the copies and their sources / views."""
+        thr_mma = tiled_mma.get_slice(tid)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB)[None, None, None, 0])
+        tCrSFA = sm120_utils.partition_fragment_SFA(sSFA[None, None, 0], thr_mma, tid)
+        tCrSFB = sm120_utils.partition_fragment_SFB(sSFB[None, None, 0], thr_mma, tid)
+        tCrSFA = cute.group_modes(tCrSFA, 2, cute.rank(tCrSFA))
+        tCrSFB = cute.group_modes(tCrSFB, 2, cute.rank(tCrSFB))
+
+        ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.ab_dtype)
+        s2r_a = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tid)
+        s2r_b = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tid)
+        tXsA, tXrA = s2r_a.partition_S(sA), s2r_a.retile(tCrA)
+        tXsB, tXrB = s2r_b.partition_S(sB), s2r_b.retile(tCrB)
+        sf_copy = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.sf_dtype)
+        perm = tiled_mma.permutation_mnk
+        s2r_sfa = cute.make_tiled_copy(
+            sf_copy, sm120_utils.get_layoutSFA_TV(tiled_mma), (cute.size(perm[0]), cute.size(perm[2]))
+        )
+        s2r_sfb = cute.make_tiled_copy(
+            sf_copy, sm120_utils.get_layoutSFB_TV(tiled_mma), (cute.size(perm[1]), cute.size(perm[2]))
+        )
+        t_sfa, t_sfb = s2r_sfa.get_slice(tid), s2r_sfb.get_slice(tid)
+        tXsSFA, tXrSFA = t_sfa.partition_S(sSFA), cute.filter_zeros(t_sfa.retile(tCrSFA))
+        tXsSFB, tXrSFB = t_sfb.partition_S(sSFB), cute.filter_zeros(t_sfb.retile(tCrSFB))
+        copies = (s2r_a, s2r_b, s2r_sfa, s2r_sfb, tXsA, tXrA, tXsB, tXrB, tXsSFA, tXrSFA, tXsSFB, tXrSFB)
+        return (tCrA, tCrB, tCrSFA, tCrSFB) + copies
+
+    def _mma_k_tile(self, tiled_mma, frags, acc, stage) -> None:
+        """acc += the K-tile in shared buffer `stage`: per MMA K-block, values and scales to registers,
+        then one block-scaled `cute.gemm` (a trace-time loop, unrolled)."""
+        tCrA, tCrB, tCrSFA, tCrSFB, s2r_a, s2r_b, s2r_sfa, s2r_sfb, *views = frags
+        tXsA, tXrA, tXsB, tXrB, tXsSFA, tXrSFA, tXsSFB, tXrSFB = views
+        sfa_s = cute.filter_zeros(tXsSFA[None, None, None, stage])
+        sfb_s = cute.filter_zeros(tXsSFB[None, None, None, stage])
+        for kb in range(cute.size(tCrA, mode=[2])):
+            cute.copy(s2r_a, tXsA[None, None, kb, stage], tXrA[None, None, kb])
+            cute.copy(s2r_b, tXsB[None, None, kb, stage], tXrB[None, None, kb])
+            cute.copy(s2r_sfa, sfa_s[None, None, kb], tXrSFA[None, None, kb])
+            cute.copy(s2r_sfb, sfb_s[None, None, kb], tXrSFB[None, None, kb])
+            cute.gemm(
+                tiled_mma,
+                acc,
+                [tCrA[None, None, kb], tCrSFA[None, None, kb]],
+                [tCrB[None, None, kb], tCrSFB[None, None, kb]],
+                acc,
+            )
+
+    @cute.jit
+    def _mainloop(self, tiled_mma, frags, acc, k_tiles, load):
+        """acc += every K-tile: `load(kt, stage)` issues K-tile kt's cp.async copies into shared buffer `stage`;
+        stages - 1 K-tiles in flight, and the barrier at the top of iteration kt frees the stage iteration kt - 1
+        read, which is the one the next load overwrites."""
+        stages = self.cfg.stages
+        for s in cutlass.range_constexpr(stages - 1):
+            if s < k_tiles:
+                load(s, s)
+            cute.arch.cp_async_commit_group()
+        for kt in cutlass.range(k_tiles, unroll=1):
+            cute.arch.cp_async_wait_group(stages - 2)
+            cute.arch.sync_threads()
+            nxt = kt + stages - 1
+            if nxt < k_tiles:
+                load(nxt, nxt % stages)
+            cute.arch.cp_async_commit_group()
+            self._mma_k_tile(tiled_mma, frags, acc, kt % stages)
+
     def _g2s_copy(self):
         """cp.async of 16 bytes per thread and step; threads tile (rows, bk) row-major."""
         elems = 128 // self.ab_dtype.width
@@ -213,11 +290,7 @@ class Sm120Gemm:
         alpha: Float32,
         stream: cuda.CUstream,
     ):
-        tiled_mma = cute.make_tiled_mma(
-            self._mma_op(),
-            cute.make_layout((MMA_WARPS[0], MMA_WARPS[1], 1)),
-            permutation_mnk=sm120_utils.get_permutation_mnk(self.tile, self.vec, self.fp8),
-        )
+        tiled_mma = self._tiled_mma()
         grid_n = (mC.shape[1] + self.cfg.bn - 1) // self.cfg.bn
         grid_m = (mC.shape[0] + self.cfg.bm - 1) // self.cfg.bm
         self.kernel(tiled_mma, mA, mSFA, mB, mSFB, mC, mS0, mS1, mS2, alpha).launch(
@@ -275,62 +348,13 @@ class Sm120Gemm:
 
         # -- shared -> register partitions (ldmatrix for values, universal copy for scales)
         thr_mma = tiled_mma.get_slice(tid)
-        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
-        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB)[None, None, None, 0])
-        tCrSFA = sm120_utils.partition_fragment_SFA(sSFA[None, None, 0], thr_mma, tid)
-        tCrSFB = sm120_utils.partition_fragment_SFB(sSFB[None, None, 0], thr_mma, tid)
-        tCrSFA = cute.group_modes(tCrSFA, 2, cute.rank(tCrSFA))
-        tCrSFB = cute.group_modes(tCrSFB, 2, cute.rank(tCrSFB))
-
-        ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), self.ab_dtype)
-        s2r_a = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tid)
-        s2r_b = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tid)
-        tXsA, tXrA = s2r_a.partition_S(sA), s2r_a.retile(tCrA)
-        tXsB, tXrB = s2r_b.partition_S(sB), s2r_b.retile(tCrB)
-        sf_copy = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.sf_dtype)
-        perm = tiled_mma.permutation_mnk
-        s2r_sfa = cute.make_tiled_copy(
-            sf_copy, sm120_utils.get_layoutSFA_TV(tiled_mma), (cute.size(perm[0]), cute.size(perm[2]))
-        )
-        s2r_sfb = cute.make_tiled_copy(
-            sf_copy, sm120_utils.get_layoutSFB_TV(tiled_mma), (cute.size(perm[1]), cute.size(perm[2]))
-        )
-        t_sfa, t_sfb = s2r_sfa.get_slice(tid), s2r_sfb.get_slice(tid)
-        tXsSFA, tXrSFA = t_sfa.partition_S(sSFA), cute.filter_zeros(t_sfa.retile(tCrSFA))
-        tXsSFB, tXrSFB = t_sfb.partition_S(sSFB), cute.filter_zeros(t_sfb.retile(tCrSFB))
-
+        frags = self._mma_fragments(tiled_mma, sA, sB, sSFA, sSFB, tid)
         acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((cfg.bm, cfg.bn)), Float32)
         acc.fill(0.0)
-        k_blocks = cute.size(tCrA, mode=[2])
 
-        # -- mainloop: stages - 1 K-tiles in flight; the barrier at the top of iteration kt frees
-        # the stage iteration kt - 1 read, which is the one the next load overwrites.
-        for s in cutlass.range_constexpr(cfg.stages - 1):
-            if s < k_tiles:
-                self._load_stage(g2s, a_side, b_side, tid, k, s, s)
-            cute.arch.cp_async_commit_group()
-        for kt in cutlass.range(k_tiles, unroll=1):
-            cute.arch.cp_async_wait_group(cfg.stages - 2)
-            cute.arch.sync_threads()
-            nxt = kt + cfg.stages - 1
-            if nxt < k_tiles:
-                self._load_stage(g2s, a_side, b_side, tid, k, nxt, nxt % cfg.stages)
-            cute.arch.cp_async_commit_group()
-            stage = kt % cfg.stages
-            sfa_s = cute.filter_zeros(tXsSFA[None, None, None, stage])
-            sfb_s = cute.filter_zeros(tXsSFB[None, None, None, stage])
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.copy(s2r_a, tXsA[None, None, kb, stage], tXrA[None, None, kb])
-                cute.copy(s2r_b, tXsB[None, None, kb, stage], tXrB[None, None, kb])
-                cute.copy(s2r_sfa, sfa_s[None, None, kb], tXrSFA[None, None, kb])
-                cute.copy(s2r_sfb, sfb_s[None, None, kb], tXrSFB[None, None, kb])
-                cute.gemm(
-                    tiled_mma,
-                    acc,
-                    [tCrA[None, None, kb], tCrSFA[None, None, kb]],
-                    [tCrB[None, None, kb], tCrSFB[None, None, kb]],
-                    acc,
-                )
+        # -- mainloop (`_mainloop`)
+        load = lambda kt, stage: self._load_stage(g2s, a_side, b_side, tid, k, kt, stage)  # noqa: E731
+        self._mainloop(tiled_mma, frags, acc, k_tiles, load)
 
         # -- epilogue: alpha * S0 * S1 * S2 (launch.launch_args), masked stores from registers
         scale = alpha * mS0[0] * mS1[0] * mS2[0]

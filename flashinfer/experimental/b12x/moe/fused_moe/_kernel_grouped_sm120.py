@@ -67,15 +67,14 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.blackwell_helpers as sm120_utils
 import cutlass.utils.blockscaled_layout as blockscaled_utils
 from cutlass import Float32, Int64
-from cutlass.cute.nvgpu import cpasync, warp
+from cutlass.cute.nvgpu import cpasync
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 from ..._lib.compile import cute_compile, kernel
 from ...gemm.blockscaled import _kernel_sm120 as S
-from ...gemm.blockscaled._kernel_sm120 import ATOM_BYTES, MMA_WARPS, Sm120Config, sf_tile_bytes, sf_tile_offset
+from ...gemm.blockscaled._kernel_sm120 import ATOM_BYTES, Sm120Config, sf_tile_bytes, sf_tile_offset
 from . import _kernel_experts as X
 from ._kernel_grouped import MAX_EXPERTS, GroupedLogic
 
@@ -183,11 +182,7 @@ class GroupedSm120(X.Activation, S.Sm120Gemm):
 
     @cute.jit
     def _launch(self, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct, stream):
-        tiled_mma = cute.make_tiled_mma(
-            self._mma_op(),
-            cute.make_layout((MMA_WARPS[0], MMA_WARPS[1], 1)),
-            permutation_mnk=sm120_utils.get_permutation_mnk(self.tile, self.vec, False),
-        )
+        tiled_mma = self._tiled_mma()
         grid_n = (mB.shape[1] + TILE - 1) // TILE
         self.kernel(tiled_mma, mA, mSFA, mB, mSFB, mC, mStart, mWAlpha, mAAlpha, mAct).launch(
             grid=[grid_n, self.grid_m(mC.shape[0]), 1], block=[self.threads, 1, 1], stream=stream
@@ -307,63 +302,15 @@ class GroupedSm120(X.Activation, S.Sm120Gemm):
         vals = ((tAgA, tAsA, tAcA), (tBgB, tBsB, tBcB))
         sf = (sfa_src, sfa_dst, lo, rows, sfb_src, sfb_dst, n0, n_b, cols)
 
-        # -- shared -> register partitions: `_kernel_sm120.Sm120Gemm.kernel`'s
+        # -- shared -> register partitions: `_kernel_sm120.Sm120Gemm`'s
         thr_mma = tiled_mma.get_slice(tid)
-        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA)[None, None, None, 0])
-        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB)[None, None, None, 0])
-        tCrSFA = sm120_utils.partition_fragment_SFA(sSFA[None, None, 0], thr_mma, tid)
-        tCrSFB = sm120_utils.partition_fragment_SFB(sSFB[None, None, 0], thr_mma, tid)
-        tCrSFA = cute.group_modes(tCrSFA, 2, cute.rank(tCrSFA))
-        tCrSFB = cute.group_modes(tCrSFB, 2, cute.rank(tCrSFB))
-        ldsm = cute.make_copy_atom(warp.LdMatrix8x8x16bOp(transpose=False, num_matrices=4), ab)
-        s2r_a = cute.make_tiled_copy_A(ldsm, tiled_mma).get_slice(tid)
-        s2r_b = cute.make_tiled_copy_B(ldsm, tiled_mma).get_slice(tid)
-        tXsA, tXrA = s2r_a.partition_S(sA), s2r_a.retile(tCrA)
-        tXsB, tXrB = s2r_b.partition_S(sB), s2r_b.retile(tCrB)
-        sf_copy = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.sf_dtype)
-        perm = tiled_mma.permutation_mnk
-        s2r_sfa = cute.make_tiled_copy(
-            sf_copy, sm120_utils.get_layoutSFA_TV(tiled_mma), (cute.size(perm[0]), cute.size(perm[2]))
-        )
-        s2r_sfb = cute.make_tiled_copy(
-            sf_copy, sm120_utils.get_layoutSFB_TV(tiled_mma), (cute.size(perm[1]), cute.size(perm[2]))
-        )
-        t_sfa, t_sfb = s2r_sfa.get_slice(tid), s2r_sfb.get_slice(tid)
-        tXsSFA, tXrSFA = t_sfa.partition_S(sSFA), cute.filter_zeros(t_sfa.retile(tCrSFA))
-        tXsSFB, tXrSFB = t_sfb.partition_S(sSFB), cute.filter_zeros(t_sfb.retile(tCrSFB))
-
+        frags = self._mma_fragments(tiled_mma, sA, sB, sSFA, sSFB, tid)
         acc = cute.make_rmem_tensor(thr_mma.partition_shape_C((cfg.bm, cfg.bn)), Float32)
         acc.fill(0.0)
-        k_blocks = cute.size(tCrA, mode=[2])
 
-        # -- mainloop (`_kernel_sm120`'s): stages - 1 K-tiles in flight; the barrier at the top of
-        # iteration kt frees the stage iteration kt - 1 read, the one the next load overwrites
-        for s in cutlass.range_constexpr(cfg.stages - 1):
-            if s < k_tiles:
-                self._load_stage(g2s, vals, sf, tid, s, s)
-            cute.arch.cp_async_commit_group()
-        for kt in cutlass.range(k_tiles, unroll=1):
-            cute.arch.cp_async_wait_group(cfg.stages - 2)
-            cute.arch.sync_threads()
-            nxt = kt + cfg.stages - 1
-            if nxt < k_tiles:
-                self._load_stage(g2s, vals, sf, tid, nxt, nxt % cfg.stages)
-            cute.arch.cp_async_commit_group()
-            stage = kt % cfg.stages
-            sfa_s = cute.filter_zeros(tXsSFA[None, None, None, stage])
-            sfb_s = cute.filter_zeros(tXsSFB[None, None, None, stage])
-            for kb in cutlass.range_constexpr(k_blocks):
-                cute.copy(s2r_a, tXsA[None, None, kb, stage], tXrA[None, None, kb])
-                cute.copy(s2r_b, tXsB[None, None, kb, stage], tXrB[None, None, kb])
-                cute.copy(s2r_sfa, sfa_s[None, None, kb], tXrSFA[None, None, kb])
-                cute.copy(s2r_sfb, sfb_s[None, None, kb], tXrSFB[None, None, kb])
-                cute.gemm(
-                    tiled_mma,
-                    acc,
-                    [tCrA[None, None, kb], tCrSFA[None, None, kb]],
-                    [tCrB[None, None, kb], tCrSFB[None, None, kb]],
-                    acc,
-                )
+        # -- mainloop: `_kernel_sm120.Sm120Gemm._mainloop`
+        load = lambda kt, stage: self._load_stage(g2s, vals, sf, tid, kt, stage)  # noqa: E731
+        self._mainloop(tiled_mma, frags, acc, k_tiles, load)
 
         # -- epilogue: s = w_alpha[e] a_alpha[e]; activation in registers; masked stores from registers
         scale = mWAlpha[e] * mAAlpha[e]
