@@ -193,39 +193,16 @@ def test_smem_index_is_the_layout_the_sm120_mma_partitions(fmt):
     """`smem_sf_index` (+ stage * tile bytes) equals the DSL's sm120_make_smem_layout_sfa / _sfb at
     every (row, K, stage) of a 128 x 128 x 128 tile: the verbatim copy lands where the MMA reads."""
     _toolchain()
-    import cutlass
-    import cutlass.cute as cute
-    import cutlass.utils.blockscaled_layout as blockscaled_utils
-
-    from flashinfer.experimental.b12x._lib.compile import cute_compile
     from flashinfer.experimental.b12x.gemm.blockscaled._kernel_sm120 import Sm120Gemm
 
+    from .sm120_probe import scale_layouts
+
     stages, vec = 2, FORMAT[fmt].sf_vec
-    gemm = Sm120Gemm(fmt, "bfloat16", Sm120Config(stages=stages))
-    found = {}
-
-    class Probe:
-        @cute.jit
-        def __call__(self):
-            tiled_mma = gemm._tiled_mma()
-            for name, make in (
-                ("a", blockscaled_utils.sm120_make_smem_layout_sfa),
-                ("b", blockscaled_utils.sm120_make_smem_layout_sfb),
-            ):
-                layout = make(tiled_mma, gemm.tile, vec, stages)
-                found[name] = {
-                    (r, kk, s): cute.crd2idx((r, kk, s), layout)
-                    for s in range(stages)
-                    for r in range(128)
-                    for kk in range(128)
-                }
-
-    cute_compile(Probe(), arch="sm_120a")
+    found = scale_layouts(Sm120Gemm(fmt, "bfloat16", Sm120Config(stages=stages)), stages)
     tile = sf_tile_bytes(fmt, 128, 128)
     for name in ("a", "b"):
         for (r, kk, s), offset in found[name].items():
             assert offset == s * tile + smem_sf_index(fmt, 128, 128, r, kk // vec), (name, r, kk, s)
-    del cutlass
 
 
 @pytest.mark.reference

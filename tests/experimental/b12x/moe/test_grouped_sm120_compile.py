@@ -141,37 +141,22 @@ def test_layouts_agree_with_the_dsl_partitions():
     column (n % 16 < 8): the epilogue's gate / up pairing."""
     _toolchain()
     import cutlass.cute as cute
-    import cutlass.utils.blockscaled_layout as blockscaled_utils
 
-    from flashinfer.experimental.b12x._lib.compile import cute_compile
+    from tests.experimental.b12x.gemm.sm120_probe import scale_layouts
 
     stages, inter, k = 2, 77, 256
     gemm = K.GroupedSm120(1, "silu", Sm120Config(stages=stages), 8)
-    found = {}
 
-    class Probe:
-        @cute.jit
-        def __call__(self):
-            tiled_mma = gemm._tiled_mma()
-            for name, make in (
-                ("a", blockscaled_utils.sm120_make_smem_layout_sfa),
-                ("b", blockscaled_utils.sm120_make_smem_layout_sfb),
-            ):
-                layout = make(tiled_mma, gemm.tile, 16, stages)
-                found[name] = {
-                    (r, c, s): cute.crd2idx((r, c * 16, s), layout)
-                    for s in range(stages)
-                    for r in range(128)
-                    for c in range(8)
-                }
-            gl = K.gated_b_layout(k, inter)
-            found["rows"] = [cute.crd2idx((r, 0), gl) for r in range(128)]
-            found["pairs"] = _accumulator_pairs(tiled_mma, gemm.threads)
+    def extra(tiled_mma, found):
+        gl = K.gated_b_layout(k, inter)
+        found["rows"] = [cute.crd2idx((r, 0), gl) for r in range(128)]
+        found["pairs"] = _accumulator_pairs(tiled_mma, gemm.threads)
 
-    cute_compile(Probe(), arch="sm_120a")
+    found = scale_layouts(gemm, stages, extra)
     for name in ("a", "b"):
-        for (r, c, s), offset in found[name].items():
-            assert offset == s * STAGE + K.smem_sf_word(r, c // 4) + c % 4, (name, r, c, s)
+        for (r, kk, s), offset in found[name].items():
+            c = kk // 16
+            assert offset == s * STAGE + K.smem_sf_word(r, c // 4) + c % 4, (name, r, kk, s)
     assert found["rows"] == [K.fc1_b_row(0, r, inter)[0] * k for r in range(128)]
     covered = set()
     for tid, pairs in enumerate(found["pairs"]):

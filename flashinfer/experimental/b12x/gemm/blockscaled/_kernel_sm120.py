@@ -242,6 +242,21 @@ class Sm120Gemm:
             cute.arch.cp_async_commit_group()
             self._mma_k_tile(tiled_mma, frags, acc, kt % stages)
 
+    def _smem_tiles(self, tiled_mma) -> tuple:
+        """Shared memory of a CTA: sA (bm, bk, stages) and sB (bn, bk, stages) swizzled value tiles, the scale
+        tiles sSFA / sSFB in the DSL's SM120 layouts ((M atoms), (K atoms), stages), and byte pointers to those."""
+        cfg = self.cfg
+        smem = cutlass.memory.SmemAllocator()
+        la, lb = self._smem_layout(cfg.bm), self._smem_layout(cfg.bn)
+        sA = smem.allocate_tensor(self.ab_dtype, la.outer, 128, la.inner)
+        sB = smem.allocate_tensor(self.ab_dtype, lb.outer, 128, lb.inner)
+        lsfa = blockscaled_utils.sm120_make_smem_layout_sfa(tiled_mma, self.tile, self.vec, cfg.stages)
+        lsfb = blockscaled_utils.sm120_make_smem_layout_sfb(tiled_mma, self.tile, self.vec, cfg.stages)
+        sSFA = smem.allocate_tensor(self.sf_dtype, lsfa, 128)
+        sSFB = smem.allocate_tensor(self.sf_dtype, lsfb, 128)
+        as_bytes = lambda t: cute.recast_ptr(t.iterator, dtype=cutlass.Uint8)  # noqa: E731
+        return sA, sB, sSFA, sSFB, as_bytes(sSFA), as_bytes(sSFB)
+
     def _g2s_copy(self):
         """cp.async of 16 bytes per thread and step; threads tile (rows, bk) row-major."""
         elems = 128 // self.ab_dtype.width
@@ -327,16 +342,7 @@ class Sm120Gemm:
         cB = cute.local_tile(cute.make_identity_tensor((n, k)), (cfg.bn, cfg.bk), (bx, None))
 
         # -- shared memory: staged A / B tiles and their scale tiles
-        smem = cutlass.memory.SmemAllocator()
-        la, lb = self._smem_layout(cfg.bm), self._smem_layout(cfg.bn)
-        sA = smem.allocate_tensor(self.ab_dtype, la.outer, 128, la.inner)  # (bm, bk, stages)
-        sB = smem.allocate_tensor(self.ab_dtype, lb.outer, 128, lb.inner)  # (bn, bk, stages)
-        lsfa = blockscaled_utils.sm120_make_smem_layout_sfa(tiled_mma, self.tile, self.vec, cfg.stages)
-        lsfb = blockscaled_utils.sm120_make_smem_layout_sfb(tiled_mma, self.tile, self.vec, cfg.stages)
-        sSFA = smem.allocate_tensor(self.sf_dtype, lsfa, 128)  # ((M atoms), (K atoms), stages)
-        sSFB = smem.allocate_tensor(self.sf_dtype, lsfb, 128)
-        sfa_bytes = cute.recast_ptr(sSFA.iterator, dtype=cutlass.Uint8)
-        sfb_bytes = cute.recast_ptr(sSFB.iterator, dtype=cutlass.Uint8)
+        sA, sB, sSFA, sSFB, sfa_bytes, sfb_bytes = self._smem_tiles(tiled_mma)
 
         # -- global -> shared partitions (rows past M / N are skipped; K is whole)
         g2s = self._g2s_copy()

@@ -67,7 +67,6 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.blockscaled_layout as blockscaled_utils
 from cutlass import Float32, Int64
 from cutlass.cute.nvgpu import cpasync
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
@@ -282,17 +281,8 @@ class GroupedSm120(X.Activation, S.Sm120Gemm):
         sfa_src = mSFA.iterator
         sfb_src = mSFB.iterator + cute.assume(Int64(e) * Int64(mSFB.shape[1]), divby=16)
 
-        # -- shared memory: staged A / B tiles and their scale tiles (gemm SM120's layouts)
-        smem = cutlass.memory.SmemAllocator()
-        la, lb = self._smem_layout(cfg.bm), self._smem_layout(cfg.bn)
-        sA = smem.allocate_tensor(ab, la.outer, 128, la.inner)  # (bm, bk, stages)
-        sB = smem.allocate_tensor(ab, lb.outer, 128, lb.inner)  # (bn, bk, stages)
-        lsfa = blockscaled_utils.sm120_make_smem_layout_sfa(tiled_mma, self.tile, self.vec, cfg.stages)
-        lsfb = blockscaled_utils.sm120_make_smem_layout_sfb(tiled_mma, self.tile, self.vec, cfg.stages)
-        sSFA = smem.allocate_tensor(self.sf_dtype, lsfa, 128)  # ((M atoms), (K atoms), stages)
-        sSFB = smem.allocate_tensor(self.sf_dtype, lsfb, 128)
-        sfa_dst = cute.recast_ptr(sSFA.iterator, dtype=cutlass.Uint8)
-        sfb_dst = cute.recast_ptr(sSFB.iterator, dtype=cutlass.Uint8)
+        # -- shared memory: staged A / B tiles and their scale tiles (`Sm120Gemm._smem_tiles`)
+        sA, sB, sSFA, sSFB, sfa_dst, sfb_dst = self._smem_tiles(tiled_mma)
 
         g2s = self._g2s_copy()
         thr_g2s = g2s.get_slice(tid)
