@@ -15,6 +15,7 @@ partition; and a torch walk of these tiles through the same functions (per-exper
 `_kernel_grouped`'s `locate`, per-row scale gathers, 64-K block products in fp32, the epilogue)
 matches the experts' oracle (`reference.expert_matrix`) on random inputs. It has never run. Keep it
 out of dispatch (`_buckets.py`, `api.py`) until a `-m gpu` run on an SM120 card passes
+(tests/experimental/b12x/moe/test_grouped_sm120_gpu.py: every case skips on other GPUs)
 (docs/validation.md), as gemm's SM120 kernel (`_kernel_sm120.py`) is.
 
 What it computes (the launch contract of `_kernel_grouped.compile_grouped_fc1` / `_fc2`, expert rows
