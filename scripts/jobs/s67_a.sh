@@ -6,7 +6,7 @@
 #   bash scripts/jobs/s67_a.sh w4a8   the GROUPED_W4A8 A/B under s67_b.txt's corrected rule (~2.5 min on an H100)
 set -uo pipefail
 export PYTHONPATH=/root/site:/root/site/nvidia_cutlass_dsl/dsl_packages
-nvidia-smi --query-gpu=name --format=csv,noheader
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null
 case ${1:-} in
   rest)
     PARALLEL=${PARALLEL:-8} TEST_LIMIT=${TEST_LIMIT:-330} bash scripts/device_snapshot_run.sh - @scripts/jobs/s67_a_sel.txt \
