@@ -232,7 +232,8 @@ def test_w4a8_takes_the_grouped_bucket_only_with_its_switch(monkeypatch):
 
     for mode, source in (("w4a8_mx", "fp4_e8m0_k32"), ("w4a8_nvfp4", "modelopt_nvfp4")):
         caps = _caps(mode, source, 4096)
-        assert not _buckets.GROUPED_W4A8 and api.tiled_from(caps) is None
+        monkeypatch.setattr(_buckets, "GROUPED_W4A8", False)  # whatever the default: off means no grouped bucket
+        assert api.tiled_from(caps) is None
         monkeypatch.setattr(_buckets, "GROUPED_W4A8", True)
         assert api.tiled_from(caps) == 512
         for fp8 in (False, True):  # GROUPED_W4A8_FP8: w4a8_mx (MXFP4 weights) on the e4m3 MMA tile
@@ -240,15 +241,14 @@ def test_w4a8_takes_the_grouped_bucket_only_with_its_switch(monkeypatch):
             last = api.with_tiled_bucket(caps, X.default_buckets(4096))[-1]
             want = _G().fp8_config() if fp8 and mode == "w4a8_mx" else _G().default_config(1)
             assert last.tiled and last.fc1 == want and last.max_tokens == 4096
-        monkeypatch.setattr(_buckets, "GROUPED_W4A8", False)
         monkeypatch.setattr(_buckets, "GROUPED_W4A8_FP8", False)
 
 
 def test_heuristic_moves_large_t_to_one_grouped_bucket():
     """From T * k / E >= TILED_ROWS (32; E = 128, k = 8: T >= 512) the grouped kernels; below, the
     decode buckets unchanged, the one that held T = 512 cut at 511."""
+    from flashinfer.experimental.b12x.moe.fused_moe import _buckets, api
     from flashinfer.experimental.b12x.moe.fused_moe import _kernel_experts as X
-    from flashinfer.experimental.b12x.moe.fused_moe import api
 
     caps = _caps("w4a16", "modelopt_nvfp4", 4096)
     assert api.tiled_from(caps) == -(-api.TILED_ROWS * 128 // 8) == 512
@@ -263,7 +263,8 @@ def test_heuristic_moves_large_t_to_one_grouped_bucket():
     small = _caps("w4a16", "modelopt_nvfp4", 64)
     assert api.tiled_from(small) is None  # T * k / E stays below TILED_ROWS
     assert api.with_tiled_bucket(small, X.default_buckets(64)) == X.default_buckets(64)
-    assert api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096)) is None  # GROUPED_W4A8 off (its own test)
+    w4a8 = api.tiled_from(_caps("w4a8_mx", "fp4_e8m0_k32", 4096))  # GROUPED_W4A8 (its own test): 512 or none
+    assert w4a8 == (512 if _buckets.GROUPED_W4A8 else None)
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, h=2048, i=96 * 8)) == 512
     assert api.tiled_from(_caps("w4a16", "modelopt_nvfp4", 4096, i=800)) is None  # I % 128 != 0
     one = _caps("w4a16", "modelopt_nvfp4", 64, e=8, k=8)  # T >= 32: the grouped bucket
