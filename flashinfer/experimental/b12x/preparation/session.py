@@ -41,7 +41,7 @@ from .._lib import freeze as _freeze
 from .._lib.arch import resolve_device
 from .._lib.paths import cache_dir as _cache_dir
 from .._lib.scratch import allocate_arena, carve
-from .plan import Plan, PreparationRequest
+from .plan import Plan, PreparationRequest, rounds
 
 _warned_reference = False
 
@@ -272,15 +272,14 @@ class PreparationSession:
 
     def _measure_parts(self, plan: Plan, parts):
         """Each part's fastest alternative, every alternative timed once (`plan.rounds`)."""
-        from .plan import rounds
-
+        if max(len(alts) for alts in parts) == 1:  # nothing to choose: as `_measure` with one candidate
+            return tuple(alts[0] for alts in parts)
         best = [(float("inf"), alts[0]) for alts in parts]
-        if max(len(alts) for alts in parts) > 1:
-            for r, selection in enumerate(rounds(parts)):
-                times = self._time(plan, selection, plan.measure_parts)
-                for i, (t, choice) in enumerate(zip(times, selection)):
-                    if r < len(parts[i]) and t < best[i][0]:
-                        best[i] = (t, choice)
+        for r, selection in enumerate(rounds(parts)):
+            times = self._time(plan, selection, plan.measure_parts)
+            for i, (t, choice) in enumerate(zip(times, selection)):
+                if r < len(parts[i]) and t < best[i][0]:  # a shorter part's repeated last entry counts once
+                    best[i] = (t, choice)
         chosen = tuple(choice for _, choice in best)
         self._store_selection(plan, [repr(c) for c in chosen])
         return chosen
